@@ -1,0 +1,1 @@
+"""nightly-e2e: catalog -> plan -> assets -> launch -> measure -> calibrate, for GPU e2e suites."""

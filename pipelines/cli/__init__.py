@@ -1,0 +1,45 @@
+"""The ``nightly`` command: one subcommand per step of the loop, each a thin layer over the core.
+
+Each subcommand lives in its own module exposing ``register(subparsers)``; the parser sets
+``func`` to the module's ``run(args) -> int``. Modules import Dagster lazily so that
+``nightly catalog`` and ``nightly plan`` start fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from pipelines.core.model import CatalogError
+
+COMMANDS = ("catalog", "plan", "run", "history", "calibrate", "ui")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="nightly",
+        description="Run the GPU e2e suites of a training framework: catalog, plan, run, calibrate.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+    for name in COMMANDS:
+        importlib.import_module(f"pipelines.cli.{name}").register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except CatalogError as exc:
+        print(f"nightly {args.command}: error:\n{exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"nightly {args.command}: interrupted", file=sys.stderr)
+        return 130
+
+
+def entrypoint() -> None:
+    sys.exit(main())

@@ -1,0 +1,224 @@
+"""The records that flow through the loop: catalog -> plan -> launch -> history -> calibrate.
+
+Plain frozen dataclasses with no Dagster, Kubernetes or boto3 import, so every stage can be
+unit-tested on its own and every edge converts foreign payloads into these once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+Backend = Literal["cuda", "rocm", "cpu"]
+Outcome = Literal["passed", "failed", "timed_out", "infra_error", "skipped"]
+RequirementKind = Literal["model", "dataset", "conversion"]
+
+#: Outcomes that say something about the test itself (infra errors and skips do not).
+TEST_OUTCOMES: frozenset[str] = frozenset({"passed", "failed", "timed_out"})
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One thing wrong with the input, located precisely enough to fix it.
+
+    Renders as ``path:line: field: message`` (the format compilers and linters use) so editors
+    and CI annotations can jump to it.
+    """
+
+    path: str
+    line: int
+    field: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.path}:{self.line}: {self.field}: {self.message}"
+
+
+class CatalogError(ValueError):
+    """Raised when input cannot be read at all; carries the located problems."""
+
+    def __init__(self, problems: list[Problem] | Problem):
+        self.problems = [problems] if isinstance(problems, Problem) else list(problems)
+        super().__init__("\n".join(str(p) for p in self.problems))
+
+
+@dataclass(frozen=True)
+class Requirement:
+    """Something a test needs before it runs: model weights, a dataset or a converted checkpoint.
+
+    ``key`` is the Dagster partition key of the asset that builds it; ``path`` is where the test
+    expects it inside its container (e.g. ``/root/models/Qwen3-0.6B``).
+    """
+
+    kind: RequirementKind
+    key: str
+    source: str
+    path: str
+    #: conversion arguments (model_name, megatron_model_type, num_gpus_per_node, extra_args ...)
+    params: tuple[tuple[str, str], ...] = ()
+    #: keys of the requirements this one is built from (a conversion needs its model)
+    depends_on: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Test:
+    """One registered e2e test (one registration, or one template matrix entry)."""
+
+    id: str
+    path: str
+    backend: Backend
+    suite: str
+    gpus: int
+    est_time: int
+    labels: tuple[str, ...] = ()
+    nightly: bool = False
+    disabled: str | None = None
+    sha256: str = ""
+    line: int = 1
+    hardware: str = ""
+    #: where est_time came from: "registered", "history" or "default" (uncalibrated)
+    est_source: str = "registered"
+    fmt: str = "registry"
+    env: tuple[tuple[str, str], ...] = ()
+    args: tuple[str, ...] = ()
+    requirements: tuple[str, ...] = ()
+    unresolved: tuple[str, ...] = ()
+
+    @property
+    def enabled(self) -> bool:
+        return self.disabled is None
+
+    @property
+    def uncalibrated(self) -> bool:
+        return self.est_source == "default"
+
+
+@dataclass(frozen=True)
+class Catalog:
+    """What a framework repository registers, what its tests need, and what was wrong with it."""
+
+    repo: str
+    tests: tuple[Test, ...]
+    requirements: tuple[Requirement, ...] = ()
+    problems: tuple[Problem, ...] = ()
+    #: human-readable notes on what was assumed for an unconfigured repo
+    assumptions: tuple[str, ...] = ()
+
+    def by_id(self) -> dict[str, Test]:
+        return {t.id: t for t in self.tests}
+
+    def requirement(self, key: str) -> Requirement:
+        for r in self.requirements:
+            if r.key == key:
+                return r
+        raise KeyError(key)
+
+
+@dataclass(frozen=True)
+class Pool:
+    """Identical GPU nodes that tests of some hardware run on."""
+
+    name: str
+    nodes: int
+    gpus_per_node: int
+
+    @property
+    def gpus(self) -> int:
+        return self.nodes * self.gpus_per_node
+
+
+@dataclass(frozen=True)
+class Assignment:
+    """One test placed on one node of a pool for a predicted interval."""
+
+    test_id: str
+    pool: str
+    node: int
+    start_s: float
+    end_s: float
+    gpus: int
+    timeout_s: int
+    #: 0 = run first; the dispatcher starts tests in this order as GPUs free up
+    priority: int = 0
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A night's schedule and the figures that say how good it is."""
+
+    assignments: tuple[Assignment, ...]
+    makespan_s: float
+    lower_bound_s: float
+    unplanned: tuple[str, ...] = ()
+    #: per pool: makespan, lower bound, utilization
+    pools: tuple[tuple[str, float, float, float], ...] = ()
+
+    @property
+    def ratio(self) -> float:
+        return self.makespan_s / self.lower_bound_s if self.lower_bound_s else 1.0
+
+    def ordered(self) -> list[Assignment]:
+        return sorted(self.assignments, key=lambda a: (a.priority, a.start_s, a.test_id))
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """What one launch of one test did; the same record from every launcher."""
+
+    test_id: str
+    outcome: Outcome
+    elapsed_s: float
+    started_at: str
+    attempt: int = 1
+    node: str = ""
+    gpu_slots: tuple[int, ...] = ()
+    exit_code: int | None = None
+    reason: str = ""
+    log_path: str = ""
+    timeout_s: int = 0
+    details: dict[str, str] = field(default_factory=dict, compare=False)
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One attempt as history keeps it: the evidence calibration is computed from."""
+
+    test_id: str
+    hardware: str
+    sha256: str
+    outcome: Outcome
+    elapsed_s: float
+    started_at: str
+    node: str = ""
+    image: str = ""
+    run_id: str = ""
+    attempt: int = 1
+    source: str = ""
+    #: True when the attempt was cut by its timeout (its elapsed says nothing about the test)
+    capped: bool = False
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """A proposed est_time for one (test, hardware) and why."""
+
+    test_id: str
+    hardware: str
+    current: int
+    proposed: int
+    samples_used: int
+    reason: str
+    max_s: float | None = None
+    p90_s: float | None = None
+    median_s: float | None = None
+    stale_samples: int = 0
+    sources: tuple[str, ...] = ()
+
+    @property
+    def delta(self) -> int:
+        return self.proposed - self.current
+
+
+def effective_timeout(est_time: int, floor_s: int = 1800, factor: float = 1.25) -> int:
+    """The framework runners' per-file timeout: ``max(floor, int(est_time * factor))``."""
+    return max(int(floor_s), int(est_time * factor))

@@ -1,0 +1,59 @@
+"""The one launcher interface shared by the local and the Kubernetes launcher.
+
+A launcher runs one attempt of one test and returns an :class:`Attempt`; it never decides what
+runs next (that is the dispatcher's job) and never retries test failures.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+from pipelines.core.model import Attempt, Test
+
+
+@dataclass(frozen=True)
+class LaunchRequest:
+    """Everything one attempt needs; built by the dispatcher from the plan and the specs."""
+
+    test: Test
+    repo_path: Path
+    timeout_s: int
+    log_path: Path
+    env: dict[str, str] = field(default_factory=dict)
+    attempt: int = 1
+    run_id: str = ""
+    night: str = ""
+    pool: str = ""
+    #: node index and GPU indices the dispatcher reserved for this attempt
+    node: int = 0
+    gpu_slots: tuple[int, ...] = ()
+    #: nodes this attempt must not land on (earlier infra failures, bad nodes)
+    avoid_nodes: tuple[str, ...] = ()
+
+
+LogSink = Callable[[str], None]
+
+
+class Launcher(Protocol):
+    """Runs one attempt and reports it; implementations: ``local`` and ``kubernetes``."""
+
+    name: str
+
+    def launch(self, request: LaunchRequest, on_log: LogSink | None = None) -> Attempt: ...
+
+
+def tail(path: Path | str, max_lines: int = 40, max_chars: int = 4000) -> str:
+    """The last lines of a log file, for UI metadata and terminal summaries."""
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(0, 2)
+            size = fh.tell()
+            fh.seek(max(0, size - max_chars * 2))
+            data = fh.read().decode("utf-8", errors="replace")
+    except OSError:
+        return ""
+    lines = data.splitlines()[-max_lines:]
+    return "\n".join(lines)[-max_chars:]

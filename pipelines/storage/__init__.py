@@ -1,0 +1,1 @@
+"""Edges that keep files: local folders by default, S3 in production."""
