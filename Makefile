@@ -1,0 +1,50 @@
+# nightly-e2e: the two commands are `make nightly` (one whole night of the example framework)
+# and `make test` (the test suite). Both install what they need first.
+PY      ?= python3
+VENV    := .venv
+BIN     := $(VENV)/bin
+STAMP   := $(VENV)/.installed-$(shell cat requirements.lock pyproject.toml | cksum | cut -d' ' -f1)
+PYTEST_ARGS ?=
+
+.PHONY: install system-deps nightly test ui bench lint clean help
+
+help:
+	@echo "make nightly   run one whole nightly of examples/minirl on the local default (Dagster, SQLite)"
+	@echo "make test      run the test suite (installs Python deps, Chromium, Nix, PostgreSQL if missing)"
+	@echo "make ui        open the Dagster UI on the same instance (http://127.0.0.1:3000)"
+	@echo "make bench     print the benchmark figures (bench/)"
+	@echo "make lint      ruff over the package, tests and benchmarks"
+
+$(STAMP): requirements.lock pyproject.toml
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --disable-pip-version-check uv==0.13.9
+	$(BIN)/uv pip install -q --python $(BIN)/python -r requirements.lock
+	$(BIN)/uv pip install -q --python $(BIN)/python --no-deps -e .
+	rm -f $(VENV)/.installed-*
+	touch $(STAMP)
+
+install: $(STAMP)
+
+system-deps:
+	bash scripts/system-deps.sh
+
+nightly: install
+	$(BIN)/nightly run
+
+test: install system-deps
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+ui: install
+	$(BIN)/nightly ui
+
+bench: install
+	$(BIN)/python bench/overhead.py
+	$(BIN)/python bench/catalog.py
+	$(BIN)/python bench/plan.py
+	$(BIN)/python bench/calibration.py
+
+lint: install
+	$(BIN)/ruff check pipelines tests bench
+
+clean:
+	rm -rf .nightly .pytest_cache

@@ -1,0 +1,40 @@
+"""``nightly ui``: the Dagster UI (``dagster dev -w workspace.yaml``) on the project's instance."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+from pathlib import Path
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("ui", help="open the Dagster UI on the nightly's instance", description=__doc__)
+    p.add_argument("--port", type=int, default=3000)
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--home", type=Path, help="state folder (default: $NIGHTLY_HOME or .nightly/)")
+    p.add_argument("--print-command", action="store_true", help="print the command instead of running it")
+    p.set_defaults(func=run)
+
+
+def command(port: int, host: str) -> list[str]:
+    from pipelines.night import PROJECT_ROOT
+
+    dagster = shutil.which("dagster", path=os.path.dirname(sys.executable)) or "dagster"
+    return [dagster, "dev", "-w", str(PROJECT_ROOT / "workspace.yaml"), "-h", host, "-p", str(port)]
+
+
+def run(args: argparse.Namespace) -> int:
+    from pipelines.instance import ensure_dagster_home
+    from pipelines.night import default_home
+
+    home = (args.home or default_home()).resolve()
+    ensure_dagster_home(home)
+    argv = command(args.port, args.host)
+    if args.print_command:
+        print(f"DAGSTER_HOME={os.environ['DAGSTER_HOME']} " + " ".join(argv))
+        return 0
+    print(f"nightly ui: http://{args.host}:{args.port} (instance {os.environ['DAGSTER_HOME']}); Ctrl-C stops it", flush=True)
+    os.execv(argv[0], argv)
+    return 0

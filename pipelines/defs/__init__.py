@@ -1,0 +1,1 @@
+"""Dagster definitions: thin assets, jobs, schedules and sensors over pipelines.night."""

@@ -1,0 +1,127 @@
+"""The nightly and weekly jobs: one Dagster run per night that plans, builds inputs and runs every test.
+
+One run per night (not one per test) keeps orchestration overhead per test far below a second
+and lets the dispatcher start the next test the moment GPUs free up. Each step records its
+results as materializations of the software-defined assets (``model_weights`` ...
+``test_runs``), so partitions, lineage and history in the UI are the same as for single runs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict
+
+import dagster as dg
+
+from pipelines.core.health import detect_bad_nodes
+from pipelines.defs.assets import CONVERTED, DATASETS, MODEL_WEIGHTS, TEST_RUNS
+from pipelines.defs.metadata import attempt_metadata, built_metadata, skipped_metadata
+from pipelines.defs.resources import NightlyResource
+
+KIND_ASSET = {"model": MODEL_WEIGHTS, "dataset": DATASETS, "conversion": CONVERTED}
+
+
+class NightConfig(dg.Config):
+    """What tonight runs: the cadence and label picks of the framework's runner."""
+
+    cadence: str = "nightly"
+    labels: list[str] = []
+    suites: list[str] = []
+    #: extra environment for every test, e.g. {"MINIRL_FAIL": "test_x"} (failure injection)
+    env: dict[str, str] = {}
+    #: override the repo's timeout floor in seconds (0 = use assets/repos.yaml)
+    timeout_floor_s: int = 0
+
+
+def _night(context: dg.OpExecutionContext, nightly: NightlyResource, config: NightConfig):
+    return nightly.night(
+        run_id=context.run.run_id, cadence=config.cadence, labels=tuple(config.labels),
+        suites=tuple(config.suites), extra_env=tuple(sorted(config.env.items())),
+        timeout_floor_s=config.timeout_floor_s or None,
+    )
+
+
+@dg.op(description="Select tonight's tests, plan them onto the GPU pools, build missing inputs, run them all.")
+def run_night(context: dg.OpExecutionContext, config: NightConfig, nightly: NightlyResource) -> dict:
+    night = _night(context, nightly, config)
+    tests, skipped = night.selected()
+    plan = night.plan(tests)
+    context.log.info(
+        f"{len(tests)} tests to run, {len(skipped)} disabled; predicted makespan {plan.makespan_s:.0f}s "
+        f"(lower bound {plan.lower_bound_s:.0f}s, ratio {plan.ratio:.3f})"
+    )
+    for p in plan.unplanned:
+        context.log.warning(f"{p}: no pool runs its hardware; not planned")
+
+    reqs = night.requirements_for(tests)
+    for i, req in enumerate(reqs, 1):
+        built = night.build(req)
+        verb = "reused" if built.reused else f"built in {built.seconds:.1f}s"
+        context.log.info(f"[{i}/{len(reqs)}] {req.kind} {req.key}: {verb}")
+        event = dg.AssetObservation if built.reused else dg.AssetMaterialization
+        context.log_event(event(asset_key=KIND_ASSET[req.kind], partition=req.key, metadata=built_metadata(built, req.source)))
+
+    by_id = night.catalog.by_id()
+    done: list = []
+
+    def on_finish(attempt) -> None:
+        done.append(attempt)
+        test = by_id[attempt.test_id]
+        context.log.info(
+            f"[{len(done)}/{len(plan.assignments)}] {attempt.test_id}  {attempt.outcome.upper()}  "
+            f"elapsed={attempt.elapsed_s:.1f}s est={test.est_time}s node={attempt.node}"
+        )
+        context.log_event(dg.AssetMaterialization(asset_key=TEST_RUNS, partition=attempt.test_id,
+                                                  metadata=attempt_metadata(attempt, test, night.night)))
+
+    result = night.run(plan, on_finish=on_finish)
+    for t in skipped:
+        context.log_event(dg.AssetObservation(asset_key=TEST_RUNS, partition=t.id, metadata=skipped_metadata(t)))
+
+    bad = detect_bad_nodes(result.attempts)
+    notes = [f.summary for f in bad]
+    for n in notes:
+        context.log.warning(n)
+    summary = {
+        "night": night.night, "run_id": night.run_id, "cadence": config.cadence,
+        "selected": [t.id for t in tests], "skipped": [t.id for t in skipped],
+        "attempts": [asdict(a) for a in result.attempts],
+        "predicted_makespan_s": plan.makespan_s, "lower_bound_s": plan.lower_bound_s,
+        "actual_makespan_s": result.makespan_s, "unplanned": list(plan.unplanned), "notes": notes,
+    }
+    out = night.home / "nights"
+    out.mkdir(parents=True, exist_ok=True)
+    tmp = out / f".{night.night}.json.tmp"
+    tmp.write_text(json.dumps(summary, indent=1))
+    os.replace(tmp, out / f"{night.night}.json")
+    tmp.write_text(json.dumps(summary, indent=1))
+    os.replace(tmp, out / "latest.json")
+    context.add_output_metadata({
+        "predicted_makespan_s": dg.MetadataValue.float(plan.makespan_s),
+        "actual_makespan_s": dg.MetadataValue.float(result.makespan_s),
+        "lower_bound_s": dg.MetadataValue.float(plan.lower_bound_s),
+        "passed": dg.MetadataValue.int(sum(1 for a in result.final().values() if a.outcome == "passed")),
+        "not_passed": dg.MetadataValue.int(sum(1 for a in result.final().values() if a.outcome != "passed")),
+    })
+    return summary
+
+
+@dg.graph(description="One night: plan, inputs, dynamic dispatch of every selected test.")
+def night_graph() -> None:
+    run_night()
+
+
+def build_jobs(resources: dict) -> tuple[dg.JobDefinition, dg.JobDefinition]:
+    executor = dg.in_process_executor
+    nightly = night_graph.to_job(
+        name="nightly", executor_def=executor, resource_defs=resources,
+        config={"ops": {"run_night": {"config": {"cadence": "nightly"}}}},
+        description="Every enabled test of the nightly cadence (all labels but long/ft-long), longest first.",
+    )
+    weekly = night_graph.to_job(
+        name="weekly", executor_def=executor, resource_defs=resources,
+        config={"ops": {"run_night": {"config": {"cadence": "weekly"}}}},
+        description="The full suite, long tests included.",
+    )
+    return nightly, weekly

@@ -1,0 +1,30 @@
+"""The one resource every asset and op uses: where the specs and the state live."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import dagster as dg
+
+from pipelines.night import Night, NightSettings, default_home
+
+
+class NightlyResource(dg.ConfigurableResource):
+    """Points at ``assets/`` and the state folder; empty fields take the embedded defaults."""
+
+    home: str = ""
+    assets_dir: str = ""
+    repo: str = ""
+    deployment: str = ""
+
+    def settings(self, **overrides) -> NightSettings:
+        return NightSettings(
+            home=Path(self.home) if self.home else default_home(),
+            assets_dir=Path(self.assets_dir) if self.assets_dir else None,
+            repo=self.repo or None,
+            deployment=self.deployment or None,
+            **overrides,
+        )
+
+    def night(self, run_id: str | None = None, **overrides) -> Night:
+        return Night(self.settings(**overrides), run_id=run_id)

@@ -1,0 +1,105 @@
+"""Dynamic dispatch: start tests in plan priority as soon as enough GPUs free up.
+
+The choice of what starts next is the pure ``DispatchQueue`` of the planner; this module only
+adds threads, the launcher calls, infra retries on another node and progress callbacks. A
+launcher never decides what runs next; this loop never decides how a test is launched.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from pipelines.core.model import Assignment, Attempt, Plan, Pool
+from pipelines.core.plan import DispatchQueue
+from pipelines.launch.base import Launcher, LaunchRequest, LogSink
+
+RequestFactory = Callable[[Assignment, int, tuple[int, ...], int, tuple[str, ...]], LaunchRequest]
+
+
+@dataclass
+class DispatchResult:
+    """Every attempt of the night, in finishing order, and the measured makespan."""
+
+    attempts: list[Attempt] = field(default_factory=list)
+    makespan_s: float = 0.0
+    started_at: float = 0.0
+
+    def final(self) -> dict[str, Attempt]:
+        """The last attempt of each test (the one that decides its outcome)."""
+        out: dict[str, Attempt] = {}
+        for a in self.attempts:
+            out[a.test_id] = a
+        return out
+
+
+def run_plan(
+    plan: Plan,
+    pools: Sequence[Pool],
+    launcher: Launcher,
+    make_request: RequestFactory,
+    *,
+    max_infra_retries: int = 0,
+    on_start: Callable[[LaunchRequest], None] | None = None,
+    on_finish: Callable[[Attempt], None] | None = None,
+    on_log: Callable[[str], LogSink | None] | None = None,
+    avoid_nodes: Callable[[], tuple[str, ...]] | None = None,
+) -> DispatchResult:
+    """Run every assignment of ``plan``; returns when all have finished.
+
+    Infra errors (lost node, unusable GPU, eviction) are retried up to ``max_infra_retries``
+    times, avoiding the nodes they failed on; test failures and timeouts are final.
+    """
+    queue = DispatchQueue(plan, pools)
+    result = DispatchResult(started_at=time.monotonic())
+    finished = threading.Condition()
+    done_ids: list[str] = []
+    errors: list[BaseException] = []
+
+    def worker(a: Assignment, node: int, slots: tuple[int, ...]) -> None:
+        try:
+            attempt_no, failed_nodes = 1, ()
+            while True:
+                avoid = tuple(dict.fromkeys((*failed_nodes, *(avoid_nodes() if avoid_nodes else ()))))
+                req = make_request(a, node, slots, attempt_no, avoid)
+                if on_start:
+                    on_start(req)
+                attempt = launcher.launch(req, on_log(a.test_id) if on_log else None)
+                with finished:
+                    result.attempts.append(attempt)
+                if on_finish:
+                    on_finish(attempt)
+                if attempt.outcome != "infra_error" or attempt_no > max_infra_retries:
+                    break
+                attempt_no += 1
+                failed_nodes = (*failed_nodes, attempt.node) if attempt.node else failed_nodes
+        except BaseException as exc:  # surface launcher bugs instead of hanging the night
+            with finished:
+                errors.append(exc)
+        finally:
+            with finished:
+                done_ids.append(a.test_id)
+                finished.notify_all()
+
+    threads: list[threading.Thread] = []
+    with finished:
+        while not queue.done():
+            for a, node, slots in queue.start_ready():
+                t = threading.Thread(target=worker, args=(a, node, slots), name=f"test:{a.test_id}", daemon=True)
+                threads.append(t)
+                t.start()
+            while not done_ids and not errors:
+                finished.wait(timeout=1.0)
+            if errors:
+                break
+            for test_id in done_ids:
+                queue.finish(test_id)
+            done_ids.clear()
+    for t in threads:
+        t.join(timeout=0 if errors else None)
+    if errors:
+        raise errors[0]
+    result.makespan_s = round(time.monotonic() - result.started_at, 3)
+    return result

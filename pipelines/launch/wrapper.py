@@ -1,0 +1,93 @@
+"""Runs inside the test's process: import a test file as a module and call its ``execute()``.
+
+Why not ``python3 tests/test_x.py``? Its ``__main__`` calls ``prepare()`` first, which downloads
+and converts again; the orchestrator's assets have already done that work at the paths the test
+expects. Importing the file under a non-``__main__`` name runs its registrations (no-ops) and
+module constants, then only ``execute()`` is called.
+
+Standard library only (plus optional dagster-pipes): this file must also run inside a framework's
+own image. It writes a small JSON result (measured time of ``execute()`` alone, error text) and,
+when launched by Dagster Pipes, reports the same fields through Pipes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import sys
+import time
+import traceback
+
+
+def _load_module(path: str):
+    name = "nightly_test_" + "".join(c if c.isalnum() else "_" for c in path)
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"{path}: cannot be imported as a Python module")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def _write_result(path: str | None, result: dict) -> None:
+    if not path:
+        return
+    tmp = f"{path}.tmp"
+    with open(tmp, "w", encoding="utf-8") as fh:
+        json.dump(result, fh)
+    os.replace(tmp, path)
+
+
+def _report_pipes(result: dict) -> None:
+    """Report through Dagster Pipes when the launcher opened a Pipes session (Kubernetes)."""
+    if "DAGSTER_PIPES_CONTEXT" not in os.environ:
+        return
+    try:
+        from dagster_pipes import open_dagster_pipes
+    except ImportError:
+        return
+    with open_dagster_pipes() as pipes:
+        pipes.report_custom_message(result)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m pipelines.launch.wrapper")
+    parser.add_argument("--file", required=True, help="test file, relative to the working directory")
+    parser.add_argument("--func", default="execute", help="function to call (default: execute)")
+    parser.add_argument("--result", help="write a JSON result here")
+    parser.add_argument("args", nargs="*", help="arguments the test sees in sys.argv[1:]")
+    ns = parser.parse_args(argv)
+
+    sys.path.insert(0, os.getcwd())
+    sys.argv = [ns.file, *ns.args]
+    result: dict = {"file": ns.file, "func": ns.func, "ok": False, "exit_code": 1}
+    started = time.monotonic()
+    try:
+        module = _load_module(ns.file)
+        func = getattr(module, ns.func, None)
+        if not callable(func):
+            raise AttributeError(f"{ns.file}: has no function {ns.func}(); the nightly calls it to run the test")
+        call_started = time.monotonic()
+        func()
+        result.update(ok=True, exit_code=0, execute_s=round(time.monotonic() - call_started, 3))
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        if exc.code not in (None, 0) and not isinstance(exc.code, int):
+            print(exc.code, file=sys.stderr)
+        result.update(ok=code == 0, exit_code=code, error="" if code == 0 else f"SystemExit({exc.code!r})")
+    except BaseException as exc:  # the test's own failure: report it, never hide it
+        traceback.print_exc()
+        result.update(error=f"{type(exc).__name__}: {exc}")
+    result["elapsed_s"] = round(time.monotonic() - started, 3)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    _write_result(ns.result, result)
+    _report_pipes(result)
+    return int(result["exit_code"])
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,233 @@
+"""One night of the loop, wired from the specs: catalog -> plan -> assets -> launch -> history -> calibrate.
+
+This is the edge that joins the pure core to the launchers and the file stores. The Dagster
+ops and assets call it and add nothing but events; tests drive it directly.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import uuid
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from functools import cached_property
+from pathlib import Path
+
+from pipelines.core.calibrate import calibrate, drift, make_patch, near_timeout, write_evidence_csv
+from pipelines.core.catalog import load_catalog
+from pipelines.core.catalog.ids import safe_filename
+from pipelines.core.history import FileHistoryStore, sample_from_attempt
+from pipelines.core.model import Assignment, Attempt, Catalog, Estimate, Plan, Requirement, Test, effective_timeout
+from pipelines.core.plan import make_plan, pool_for
+from pipelines.core.select import Selection, select
+from pipelines.core.specs import Specs, load_specs
+from pipelines.launch.base import Launcher, LaunchRequest
+from pipelines.launch.dispatch import DispatchResult, run_plan
+from pipelines.storage.cache import AssetCache, Built
+
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
+
+
+def default_home() -> Path:
+    """Where the embedded default keeps its state: ``$NIGHTLY_HOME`` or ``<project>/.nightly``."""
+    return Path(os.environ.get("NIGHTLY_HOME") or PROJECT_ROOT / ".nightly").resolve()
+
+
+@dataclass(frozen=True)
+class NightSettings:
+    """What a run chooses; everything else comes from ``assets/``."""
+
+    home: Path = field(default_factory=default_home)
+    assets_dir: Path | None = None
+    repo: str | None = None
+    deployment: str | None = None
+    cadence: str = "nightly"
+    labels: tuple[str, ...] = ()
+    suites: tuple[str, ...] = ()
+    #: extra environment for every test (e.g. the example's failure injection)
+    extra_env: tuple[tuple[str, str], ...] = ()
+    #: override the repo's timeout floor (seconds)
+    timeout_floor_s: int | None = None
+    image: str = ""
+
+
+class Night:
+    """Everything one night works with, loaded once from the specs and the state folder."""
+
+    def __init__(self, settings: NightSettings | None = None, run_id: str | None = None):
+        self.settings = settings or NightSettings()
+        self.run_id = run_id or uuid.uuid4().hex[:12]
+        self.night = datetime.now(UTC).strftime("%Y-%m-%dT%H%M%SZ")
+        self.home = Path(self.settings.home)
+
+    # -- state -------------------------------------------------------------------------
+    @cached_property
+    def specs(self) -> Specs:
+        return load_specs(self.settings.assets_dir)
+
+    @cached_property
+    def repo_spec(self):
+        return self.specs.repo(self.settings.repo)
+
+    @cached_property
+    def deployment(self):
+        return self.specs.deployment(self.settings.deployment)
+
+    @property
+    def cache(self) -> AssetCache:
+        hub = self.repo_spec.hub
+        hub_path = (self.specs.root.parent / hub).resolve() if hub else None
+        return AssetCache(self.home / "cache", hub_path)
+
+    @property
+    def history(self) -> FileHistoryStore:
+        return FileHistoryStore(self.home / "history.sqlite")
+
+    @property
+    def estimates_path(self) -> Path:
+        return self.home / "estimates" / f"{self.repo_spec.name}.json"
+
+    @property
+    def timeout_floor_s(self) -> int:
+        if self.settings.timeout_floor_s is not None:
+            return self.settings.timeout_floor_s
+        return self.repo_spec.timeout_floor_s
+
+    def timeout_for(self, test: Test) -> int:
+        return effective_timeout(test.est_time, self.timeout_floor_s, self.repo_spec.timeout_factor)
+
+    # -- catalog -----------------------------------------------------------------------
+    def calibrated(self) -> dict[str, dict]:
+        """Last calibration's proposals, keyed by test id (only for the file contents they saw)."""
+        try:
+            return json.loads(self.estimates_path.read_text())
+        except FileNotFoundError:
+            return {}
+        except ValueError as exc:
+            raise ValueError(f"{self.estimates_path}: corrupt estimates file ({exc}); delete it to recalibrate") from exc
+
+    @cached_property
+    def catalog(self) -> Catalog:
+        calibrated = self.calibrated()
+        estimates = {tid: int(e["est_time"]) for tid, e in calibrated.items()}
+        cat = load_catalog(self.repo_spec.path, spec=self.repo_spec, specs=self.specs, estimates=estimates)
+        tests = []
+        for t in cat.tests:
+            e = calibrated.get(t.id)
+            if e and e.get("sha256") == t.sha256 and int(e["est_time"]) != t.est_time:
+                t = dataclasses.replace(t, est_time=int(e["est_time"]), est_source="history")
+            tests.append(t)
+        return dataclasses.replace(cat, tests=tuple(tests))
+
+    def selected(self) -> tuple[list[Test], list[Test]]:
+        """(tests to run, disabled tests to report as skipped) for this night's selection."""
+        s = self.settings
+        chosen = select(self.catalog.tests, Selection(cadence=s.cadence, labels=s.labels, suites=s.suites))
+        runnable = [t for t in chosen if t.enabled and t.backend in ("cuda", "cpu")]
+        skipped = [t for t in chosen if not t.enabled]
+        return runnable, skipped
+
+    # -- plan --------------------------------------------------------------------------
+    def plan(self, tests: Iterable[Test]) -> Plan:
+        return make_plan(
+            list(tests), self.deployment.pools,
+            timeout_floor_s=self.timeout_floor_s, timeout_factor=self.repo_spec.timeout_factor,
+        )
+
+    # -- requirements ------------------------------------------------------------------
+    def requirements_for(self, tests: Iterable[Test]) -> list[Requirement]:
+        """What the tests need, models and datasets before the conversions built from them."""
+        by_key = {r.key: r for r in self.catalog.requirements}
+        keys: dict[str, None] = {}
+        for t in tests:
+            for k in t.requirements:
+                for dep in by_key[k].depends_on if k in by_key else ():
+                    keys[dep] = None
+                keys[k] = None
+        reqs = [by_key[k] for k in keys if k in by_key]
+        order = {"model": 0, "dataset": 1, "conversion": 2}
+        return sorted(reqs, key=lambda r: (order[r.kind], r.key))
+
+    def build(self, req: Requirement) -> Built:
+        models = {r.key: r for r in self.catalog.requirements if r.kind == "model"}
+        return self.cache.build(
+            req, repo=self.repo_spec.path, conversion=self.specs.conversion, env=self.test_env(),
+            models=models, log_path=self.home / "logs" / "builds" / f"{safe_filename(req.key)}.log",
+        )
+
+    # -- launch ------------------------------------------------------------------------
+    def test_env(self) -> dict[str, str]:
+        values = {"cache": str(self.cache.root), "repo": str(self.repo_spec.path), "home": str(self.home)}
+        env = {k: v.format(**values) for k, v in self.repo_spec.env.items()}
+        if self.repo_spec.hub:
+            env.setdefault("NIGHTLY_HUB", str(self.cache.hub))
+        env.update(dict(self.settings.extra_env))
+        return env
+
+    def launcher(self) -> Launcher:
+        if self.deployment.launcher == "kubernetes":
+            from pipelines.launch.kubernetes import launcher_from_deployment
+
+            return launcher_from_deployment(self.deployment)
+        from pipelines.launch.local import LocalLauncher
+
+        return LocalLauncher(self.home)
+
+    def log_path(self, test: Test, attempt: int) -> Path:
+        return self.home / "logs" / self.night / f"{safe_filename(test.id)}.attempt{attempt}.log"
+
+    def request(self, assignment: Assignment, node: int, slots: tuple[int, ...], attempt: int,
+                avoid: tuple[str, ...]) -> LaunchRequest:
+        test = self.catalog.by_id()[assignment.test_id]
+        return LaunchRequest(
+            test=test, repo_path=self.repo_spec.path, timeout_s=assignment.timeout_s,
+            log_path=self.log_path(test, attempt), env=self.test_env(), attempt=attempt,
+            run_id=self.run_id, night=self.night, pool=assignment.pool, node=node, gpu_slots=slots,
+            avoid_nodes=avoid,
+        )
+
+    def run(self, plan: Plan, on_start: Callable | None = None, on_finish: Callable[[Attempt], None] | None = None) -> DispatchResult:
+        """Dispatch the plan; each finished attempt goes to history before ``on_finish`` sees it."""
+        by_id = self.catalog.by_id()
+        store = self.history
+
+        def finished(attempt: Attempt) -> None:
+            store.append([sample_from_attempt(attempt, by_id[attempt.test_id], self.run_id, self.settings.image)])
+            if on_finish:
+                on_finish(attempt)
+
+        pools = [p.pool() for p in self.deployment.pools]
+        return run_plan(plan, pools, self.launcher(), self.request, max_infra_retries=self.deployment.max_infra_retries,
+                        on_start=on_start, on_finish=finished)
+
+    # -- calibrate ---------------------------------------------------------------------
+    def calibrate(self) -> tuple[list[Estimate], dict[str, Path]]:
+        """Propose est_time from history; write estimates, evidence CSV and source patch."""
+        tests = [t for t in load_catalog(self.repo_spec.path, spec=self.repo_spec, specs=self.specs).tests]
+        samples = self.history.read()
+        estimates = calibrate(tests, samples, self.repo_spec.policy, self.repo_spec.policy_params)
+        out_dir = self.home / "calibration" / self.repo_spec.name
+        out_dir.mkdir(parents=True, exist_ok=True)
+        paths = {"evidence": out_dir / "evidence.csv", "patch": out_dir / "est_time.patch", "estimates": self.estimates_path}
+        write_evidence_csv(paths["evidence"], estimates)
+        paths["patch"].write_text(make_patch(self.repo_spec.path, tests, estimates))
+        sha = {t.id: t.sha256 for t in tests}
+        data = {e.test_id: {"est_time": e.proposed, "sha256": sha.get(e.test_id, ""), "hardware": e.hardware}
+                for e in estimates if e.samples_used}
+        self.estimates_path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.estimates_path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(data, indent=1, sort_keys=True))
+        os.replace(tmp, self.estimates_path)
+        return estimates, paths
+
+    def checks(self, estimates: list[Estimate]) -> tuple[list[Estimate], list]:
+        """(drifted estimates, tests whose last run used over 90% of their timeout)."""
+        tests = self.catalog.tests
+        return drift(estimates), near_timeout(tests, self.history.read(), self.timeout_floor_s, self.repo_spec.timeout_factor)
+
+    def pool_of(self, test: Test) -> str:
+        p = pool_for(test, self.deployment.pools)
+        return p.name if p else ""

@@ -1,0 +1,149 @@
+"""The asset cache: model weights, datasets and converted checkpoints, built once and reused.
+
+Tests expect container paths such as ``/root/models/<name>``; on this machine those live under
+one cache root (``/root/...`` -> ``<cache>/...``). In Kubernetes the same folders are a PVC
+mounted at ``/root/models`` and ``/root/datasets``. Every build goes to a temporary folder and
+is renamed into place with a completion marker, so an interrupted build is never mistaken for a
+finished one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from pipelines.core.model import Requirement
+from pipelines.core.specs import ConversionSpec
+
+MARKER = ".nightly-complete.json"
+
+
+class BuildError(RuntimeError):
+    """A requirement could not be built; the message says which and what to do."""
+
+
+@dataclass(frozen=True)
+class Built:
+    """What building (or finding) one requirement did, for asset metadata."""
+
+    key: str
+    path: Path
+    reused: bool
+    seconds: float
+    files: int
+    bytes: int
+
+
+def _size(path: Path) -> tuple[int, int]:
+    files = total = 0
+    for p in path.rglob("*"):
+        if p.is_file() and p.name != MARKER:
+            files += 1
+            total += p.stat().st_size
+    return files, total
+
+
+class AssetCache:
+    def __init__(self, root: Path, hub: Path | None = None):
+        self.root = Path(root)
+        self.hub = Path(hub) if hub else None
+
+    def host_path(self, container_path: str) -> Path:
+        """Where a test's container path lives in this cache (``/root/models/x`` -> ``<cache>/models/x``)."""
+        parts = Path(container_path).parts
+        rel = parts[2:] if parts[:2] == ("/", "root") else parts[1:]
+        if not rel or ".." in rel:
+            raise BuildError(f"{container_path!r}: not a usable path for a cached asset")
+        return self.root.joinpath(*rel)
+
+    def is_built(self, req: Requirement) -> bool:
+        return (self.host_path(req.path) / MARKER).is_file()
+
+    def build(self, req: Requirement, *, repo: Path | None = None, conversion: ConversionSpec | None = None,
+              env: dict[str, str] | None = None, models: dict[str, Requirement] | None = None,
+              log_path: Path | None = None) -> Built:
+        """Build one requirement unless it is already complete; never rebuilds a finished one."""
+        dest = self.host_path(req.path)
+        t0 = time.monotonic()
+        if self.is_built(req):
+            files, total = _size(dest)
+            return Built(req.key, dest, True, 0.0, files, total)
+        tmp = dest.with_name(f".{dest.name}.partial-{os.getpid()}")
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            if req.kind in ("model", "dataset"):
+                self._download(req, tmp)
+            else:
+                self._convert(req, tmp, repo, conversion, env or {}, models or {}, log_path)
+            (tmp / MARKER).write_text(json.dumps({"key": req.key, "source": req.source, "built_at": time.time()}))
+            shutil.rmtree(dest, ignore_errors=True)
+            os.replace(tmp, dest)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        files, total = _size(dest)
+        return Built(req.key, dest, False, round(time.monotonic() - t0, 3), files, total)
+
+    def _download(self, req: Requirement, tmp: Path) -> None:
+        section = "models" if req.kind == "model" else "datasets"
+        if self.hub is not None:
+            src = self.hub / section / req.source
+            if not src.is_dir():
+                raise BuildError(f"{req.kind} {req.key}: {req.source!r} is not in the local hub {self.hub / section}")
+            shutil.copytree(src, tmp)
+            return
+        hf = shutil.which("hf")
+        if hf is None:
+            raise BuildError(
+                f"{req.kind} {req.key}: no local hub is configured and the `hf` command is missing; "
+                "install huggingface_hub or set `hub:` for the repo in assets/repos.yaml"
+            )
+        argv = [hf, "download", req.source, "--local-dir", str(tmp)]
+        if req.kind == "dataset":
+            argv[3:3] = ["--repo-type", "dataset"]
+        _run(argv, cwd=None, env=dict(os.environ), what=f"{req.kind} {req.key}", log_path=None)
+
+    def _convert(self, req: Requirement, tmp: Path, repo: Path | None, conversion: ConversionSpec | None,
+                 env: dict[str, str], models: dict[str, Requirement], log_path: Path | None) -> None:
+        if conversion is None or repo is None:
+            raise BuildError(f"conversion {req.key}: no conversion command is declared in assets/checkpoints.yaml")
+        if not req.depends_on or req.depends_on[0] not in models:
+            raise BuildError(f"conversion {req.key}: its model {req.depends_on!r} is not a known requirement")
+        model = models[req.depends_on[0]]
+        if not self.is_built(model):
+            raise BuildError(f"conversion {req.key}: model {model.key} is not downloaded yet; build model_weights first")
+        params = dict(req.params)
+        values = {
+            "python": sys.executable,
+            "model_path": str(self.host_path(model.path)),
+            "output": str(tmp),
+            "megatron_model_type": params.get("megatron_model_type", ""),
+            "num_gpus_per_node": params.get("num_gpus_per_node", "1"),
+            "extra_args": params.get("extra_args", ""),
+        }
+        argv: list[str] = []
+        for part in conversion.command:
+            if part == "{extra_args}":
+                argv.extend(values["extra_args"].split())
+            else:
+                argv.append(part.format(**values))
+        full_env = {**os.environ, **env, **{k: v.format(**values) for k, v in conversion.env.items()}}
+        _run(argv, cwd=repo, env=full_env, what=f"conversion {req.key}", log_path=log_path)
+        if not tmp.is_dir():
+            raise BuildError(f"conversion {req.key}: the command exited 0 but wrote nothing to {tmp}")
+
+
+def _run(argv: list[str], cwd: Path | None, env: dict[str, str], what: str, log_path: Path | None) -> None:
+    proc = subprocess.run(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True)
+    if log_path is not None:
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        log_path.write_text(f"$ {argv!r}\n{proc.stdout}{proc.stderr}")
+    if proc.returncode != 0:
+        tail = (proc.stdout + proc.stderr).strip().splitlines()[-15:]
+        raise BuildError(f"{what}: command {argv!r} exited {proc.returncode}:\n" + "\n".join(tail))
