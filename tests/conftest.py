@@ -1,0 +1,24 @@
+"""Shared fixtures: factories with defaults for test records, and the project root."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from pipelines.core.model import Test
+
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
+
+
+def make_test(**overrides) -> Test:
+    """A registered test with sensible defaults; override only what a test is about."""
+    base = Test(id="tests/e2e/test_a.py", path="tests/e2e/test_a.py", backend="cuda", suite="stage-c-4-gpu-h200",
+                gpus=4, est_time=600, labels=("megatron",), hardware="h200", sha256="0" * 64)
+    return dataclasses.replace(base, **overrides)
+
+
+@pytest.fixture
+def project_root() -> Path:
+    return PROJECT_ROOT

@@ -1,0 +1,83 @@
+"""The asset cache: built once, reused after, never half-built."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from pipelines.core.model import Requirement
+from pipelines.core.specs import ConversionSpec
+from pipelines.storage.cache import AssetCache, BuildError
+
+MODEL = Requirement("model", "m1", "org/m1", "/root/models/m1")
+CONV = Requirement("conversion", "m1_torch_dist", "m1", "/root/models/m1_torch_dist",
+                   params=(("megatron_model_type", "tiny"), ("num_gpus_per_node", "2")), depends_on=("m1",))
+
+
+@pytest.fixture
+def hub(tmp_path):
+    d = tmp_path / "hub" / "models" / "org" / "m1"
+    d.mkdir(parents=True)
+    (d / "weights.bin").write_bytes(b"w" * 100)
+    return tmp_path / "hub"
+
+
+def test_container_paths_map_under_the_cache_root(tmp_path):
+    cache = AssetCache(tmp_path / "c")
+    assert cache.host_path("/root/models/x") == tmp_path / "c" / "models" / "x"
+    assert cache.host_path("/dev/shm/x") == tmp_path / "c" / "dev" / "shm" / "x"
+    with pytest.raises(BuildError, match="not a usable path"):
+        cache.host_path("/root/../etc")
+
+
+def test_a_model_is_downloaded_once_then_reused(tmp_path, hub):
+    cache = AssetCache(tmp_path / "c", hub)
+    first = cache.build(MODEL)
+    second = cache.build(MODEL)
+    assert (first.reused, second.reused) == (False, True)
+    assert first.files == 1 and first.bytes == 100
+    assert (tmp_path / "c" / "models" / "m1" / "weights.bin").exists()
+
+
+def test_a_missing_hub_entry_names_the_model_and_the_hub(tmp_path, hub):
+    cache = AssetCache(tmp_path / "c", hub)
+    with pytest.raises(BuildError, match="org/nope.*local hub"):
+        cache.build(Requirement("model", "nope", "org/nope", "/root/models/nope"))
+
+
+def test_a_conversion_runs_the_framework_command_with_an_argv(tmp_path, hub):
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / "conv.py").write_text(
+        "import sys, os, shutil\n"
+        "a = dict(zip(sys.argv[1::2], sys.argv[2::2]))\n"
+        "os.makedirs(a['--save'])\n"
+        "open(os.path.join(a['--save'], 'shard'), 'w').write(a['--type'])\n"
+    )
+    spec = ConversionSpec(command=("{python}", "conv.py", "--src", "{model_path}", "--save", "{output}",
+                                   "--type", "{megatron_model_type}"))
+    cache = AssetCache(tmp_path / "c", hub)
+    cache.build(MODEL)
+    built = cache.build(CONV, repo=repo, conversion=spec, models={"m1": MODEL})
+    assert not built.reused
+    assert (tmp_path / "c" / "models" / "m1_torch_dist" / "shard").read_text() == "tiny"
+    assert cache.build(CONV, repo=repo, conversion=spec, models={"m1": MODEL}).reused
+
+
+def test_a_failed_conversion_leaves_nothing_that_looks_built(tmp_path, hub):
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    spec = ConversionSpec(command=(sys.executable, "-c", "import sys; print('bad shard'); sys.exit(3)"))
+    cache = AssetCache(tmp_path / "c", hub)
+    cache.build(MODEL)
+    with pytest.raises(BuildError, match="(?s)exited 3.*bad shard"):
+        cache.build(CONV, repo=repo, conversion=spec, models={"m1": MODEL})
+    assert not cache.is_built(CONV)
+    assert not (tmp_path / "c" / "models" / "m1_torch_dist").exists()
+
+
+def test_a_conversion_before_its_model_says_what_to_build_first(tmp_path, hub):
+    cache = AssetCache(tmp_path / "c", hub)
+    with pytest.raises(BuildError, match="build model_weights first"):
+        cache.build(CONV, repo=tmp_path, conversion=ConversionSpec(("x",)), models={"m1": MODEL})
