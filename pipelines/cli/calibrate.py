@@ -1,0 +1,95 @@
+"""``nightly calibrate``: propose est_time from the duration history, with evidence and a patch.
+
+  nightly calibrate [--repo PATH] [--policy bucket125|p90|median] [--store FILE]
+                    [--evidence FILE] [--patch FILE] [--write]
+
+Prints one row per test (current, proposed, delta, samples, reason), the drift list (changes of
+at least 30 s and 30 %) and tests whose last run used over 90 % of its timeout. Without
+``--write`` nothing in the checkout changes (the dry run); ``--write`` rewrites the literal
+est_time of files with exactly one registration for the test's hardware.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from pipelines.cli import history as history_cli
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("calibrate", help="propose est_time from measured durations; evidence CSV and patch",
+                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    history_cli.add_common(p)
+    p.add_argument("--policy", choices=("bucket125", "p90", "median"),
+                   help="default: the repo's calibration.policy in assets/repos.yaml, else bucket125")
+    p.add_argument("--evidence", metavar="FILE", help="write the evidence CSV here")
+    p.add_argument("--patch", metavar="FILE", help="write the unified diff here (apply with `git apply FILE`)")
+    p.add_argument("--write", action="store_true", help="rewrite the est_time literals in the checkout")
+    p.set_defaults(func=run)
+
+
+def _table(estimates) -> str:
+    rows = [("test", "hw", "current", "proposed", "delta", "samples", "reason")]
+    for e in estimates:
+        rows.append((e.test_id, e.hardware, str(e.current), str(e.proposed),
+                     f"{e.delta:+d}" if e.samples_used else "", str(e.samples_used), e.reason))
+    widths = [max(len(r[i]) for r in rows) for i in range(6)]
+    right = {2, 3, 4, 5}
+    return "\n".join(
+        "  ".join(c.rjust(widths[i]) if i in right else c.ljust(widths[i]) for i, c in enumerate(r[:6])) + "  " + r[6]
+        for r in rows
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    from pipelines.core.calibrate import (
+        apply_patch,
+        calibrate,
+        drift,
+        near_timeout,
+        plan_patch,
+        write_atomic,
+        write_evidence_csv,
+    )
+    from pipelines.core.history import FileHistoryStore, HistoryError
+
+    path, spec, specs = history_cli.resolve_repo(args.repo)
+    catalog = history_cli.load_catalog_for(path, spec, specs)
+    tests = list(catalog.tests)
+    policy = args.policy or (spec.policy if spec else "bucket125")
+    params = spec.policy_params if spec and spec.policy == policy else {}
+    floor, factor = (spec.timeout_floor_s, spec.timeout_factor) if spec else (1800, 1.25)
+    store = FileHistoryStore(args.store or history_cli.default_store())
+    try:
+        samples = store.read()
+    except HistoryError as exc:
+        print(f"nightly calibrate: error: {exc}", file=sys.stderr)
+        return 2
+    try:
+        estimates = calibrate(tests, samples, policy, params)
+    except ValueError as exc:
+        print(f"nightly calibrate: error: {exc}", file=sys.stderr)
+        return 2
+    print(f"calibrate: {catalog.repo}, policy {policy}, {len(samples)} samples in {store.path}")
+    print(_table(estimates))
+    drifted = drift(estimates)
+    print(f"\ndrift (>= 30 s and 30 %): {len(drifted) or 'none'}")
+    for e in drifted:
+        print(f"  {e.test_id} [{e.hardware}]: {e.current} -> {e.proposed} ({e.delta:+d} s)")
+    near = near_timeout(tests, samples, floor, factor)
+    print(f"near timeout (last run > 90 % of max({floor}, {factor:g} x est_time)): {len(near) or 'none'}")
+    for n in near:
+        print(f"  {n}")
+    if args.evidence:
+        write_evidence_csv(args.evidence, estimates)
+        print(f"evidence: {args.evidence}")
+    plan = apply_patch(path, tests, estimates) if args.write else plan_patch(path, tests, estimates)
+    if args.patch:
+        write_atomic(args.patch, plan.diff())
+        print(f"patch: {args.patch} ({len(plan.edits)} files)")
+    for p in plan.edits:
+        print(f"{'rewrote' if args.write else 'would rewrite'}: {p}")
+    for p, why in plan.skipped:
+        print(f"left alone: {p}: {why}")
+    return 0

@@ -1,0 +1,141 @@
+"""``nightly history``: import framework M's past job logs into the duration history, and show it.
+
+  nightly history import --repo PATH [--suite S] [--store FILE] [--dry-run] LOGFILE...
+  nightly history show [--test ID] [--store FILE] [--limit N]
+
+The store defaults to ``$NIGHTLY_HOME/history.sqlite`` (``<project>/.nightly`` when unset).
+Imported samples carry the sha256 of each test file in the ``--repo`` checkout: give the
+checkout of the revision the logs ran, or calibration will count them as stale.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections import Counter
+from pathlib import Path
+
+from pipelines.core.model import Catalog, CatalogError, Problem
+from pipelines.core.specs import DEFAULT_ASSETS_DIR, RepoSpec, Specs
+
+
+def default_store() -> Path:
+    home = os.environ.get("NIGHTLY_HOME") or DEFAULT_ASSETS_DIR.parent / ".nightly"
+    return Path(home) / "history.sqlite"
+
+
+def add_common(p: argparse.ArgumentParser, repo: bool = True) -> None:
+    p.add_argument("--store", type=Path, help="history file (default: $NIGHTLY_HOME/history.sqlite)")
+    if repo:
+        p.add_argument("--repo", help="framework checkout (a path, or a repo name in assets/repos.yaml; "
+                                      "default: the assets default repo)")
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("history", help="import past CI logs into the duration history, or show it",
+                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    hs = p.add_subparsers(dest="history_command", metavar="{import,show}")
+    hs.required = True
+    imp = hs.add_parser("import", help="read framework M job logs into the history")
+    add_common(imp)
+    imp.add_argument("--suite", help="the suite the logs' job ran (needed for files with several registrations)")
+    imp.add_argument("--dry-run", action="store_true", help="parse and match, store nothing")
+    imp.add_argument("logs", nargs="+", type=Path, metavar="LOGFILE")
+    show = hs.add_parser("show", help="list stored samples")
+    add_common(show, repo=False)
+    show.add_argument("--test", help="only this test id (or a path prefix)")
+    show.add_argument("--limit", type=int, default=50, help="newest N rows (0 = all; default 50)")
+    p.set_defaults(func=run)
+
+
+def _load_specs() -> Specs | None:
+    from pipelines.core.specs import load_specs
+
+    try:
+        return load_specs()
+    except CatalogError as exc:
+        print(f"nightly: warning: assets/ not loaded, using repo defaults:\n{exc}", file=sys.stderr)
+        return None
+
+
+def resolve_repo(repo: str | None) -> tuple[Path, RepoSpec | None, Specs | None]:
+    """A checkout path plus its assets/ spec when one points at it (policy, timeouts, roots)."""
+    specs = _load_specs()
+    if repo and not Path(repo).is_dir() and specs and repo in specs.repos:
+        spec = specs.repos[repo]
+        return spec.path, spec, specs
+    if repo is None:
+        if specs is None:
+            raise CatalogError(Problem("assets/repos.yaml", 1, "repos", "no default repo; pass --repo PATH"))
+        spec = specs.repo()
+        return spec.path, spec, specs
+    path = Path(repo).resolve()
+    if not path.is_dir():
+        raise CatalogError(Problem(repo, 1, "--repo", "not a directory or a repo name in assets/repos.yaml"))
+    spec = next((s for s in (specs.repos.values() if specs else ()) if Path(s.path).resolve() == path), None)
+    return path, spec, specs
+
+
+def load_catalog_for(path: Path, spec: RepoSpec | None, specs: Specs | None) -> Catalog:
+    from pipelines.core.catalog import load_catalog
+
+    return load_catalog(path, spec=spec, specs=specs)
+
+
+def _import(args: argparse.Namespace) -> int:
+    path, spec, specs = resolve_repo(args.repo)
+    catalog = load_catalog_for(path, spec, specs)
+    texts: dict[str, str] = {}
+    problems: list[Problem] = []
+    for log in args.logs:
+        try:
+            texts[str(log)] = log.read_text(encoding="utf-8", errors="replace")
+        except OSError as exc:
+            problems.append(Problem(str(log), 1, "log", f"cannot read ({exc.strerror}); check the path"))
+    from pipelines.core.history import FileHistoryStore, import_logs
+
+    samples, found = import_logs(texts, catalog, args.suite)
+    problems += found
+    store = FileHistoryStore(args.store or default_store())
+    new = 0 if args.dry_run else store.add(samples)
+    verb = "would import" if args.dry_run else "imported"
+    print(f"history: {verb} {len(samples)} samples from {len(texts)} logs "
+          f"({'dry run' if args.dry_run else f'{new} new, {len(samples) - new} already stored in {store.path}'})")
+    by_outcome = Counter(s.outcome for s in samples)
+    print("  " + (", ".join(f"{k} {v}" for k, v in sorted(by_outcome.items())) or "no attempts matched"))
+    unmatched = [p for p in problems if p.field == "filename"]
+    if unmatched:
+        print(f"unmatched files ({len(unmatched)}):")
+    for p in unmatched:
+        print(f"  {p}")
+    for p in problems:
+        if p.field != "filename":
+            print(f"  {p}")
+    return 0 if samples else 1
+
+
+def _show(args: argparse.Namespace) -> int:
+    from pipelines.core.history import FileHistoryStore
+
+    samples = FileHistoryStore(args.store or default_store()).read()
+    if args.test:
+        samples = [s for s in samples if s.test_id == args.test or s.test_id.startswith(args.test)]
+    shown = samples[-args.limit:] if args.limit else samples
+    print(f"{'started_at':<25} {'test':<48} {'hw':<6} {'outcome':<11} {'elapsed':>8} {'try':>3} {'sha':<8} source")
+    for s in shown:
+        cap = "*" if s.capped else " "
+        print(f"{s.started_at[:25] or '-':<25} {s.test_id:<48} {s.hardware:<6} {s.outcome:<11} "
+              f"{s.elapsed_s:>7g}{cap} {s.attempt:>3} {s.sha256[:8]:<8} {s.source}")
+    print(f"{len(shown)} of {len(samples)} samples" + (" (* capped by a timeout)" if any(s.capped for s in shown) else ""))
+    return 0
+
+
+def run(args: argparse.Namespace) -> int:
+    from pipelines.core.history import HistoryError
+
+    try:
+        return _import(args) if args.history_command == "import" else _show(args)
+    except HistoryError as exc:
+        print(f"nightly history: error: {exc}", file=sys.stderr)
+        return 2

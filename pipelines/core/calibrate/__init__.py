@@ -1,0 +1,17 @@
+"""Calibration: measured durations -> proposed est_time, with evidence, drift and a source patch."""
+
+from pipelines.core.calibrate.evidence import (
+    EVIDENCE_COLUMNS,
+    NearTimeout,
+    drift,
+    evidence_rows,
+    near_timeout,
+    write_atomic,
+    write_evidence_csv,
+)
+from pipelines.core.calibrate.patch import PatchPlan, apply_patch, make_patch, plan_patch
+from pipelines.core.calibrate.policies import POLICIES, bucket_round, calibrate, estimates_by_id, percentile
+
+__all__ = ["EVIDENCE_COLUMNS", "POLICIES", "NearTimeout", "PatchPlan", "apply_patch", "bucket_round", "calibrate",
+           "drift", "estimates_by_id", "evidence_rows", "make_patch", "near_timeout", "percentile", "plan_patch",
+           "write_atomic", "write_evidence_csv"]

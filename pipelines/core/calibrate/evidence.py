@@ -1,0 +1,110 @@
+"""What calibration shows a reviewer: the evidence CSV, the drift list and near-timeout tests."""
+
+from __future__ import annotations
+
+import csv
+import io
+import os
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+from pipelines.core.calibrate.policies import parse_time
+from pipelines.core.model import Estimate, Sample, Test, effective_timeout
+
+EVIDENCE_COLUMNS = ("test_id", "hardware", "current_est_time", "samples_used", "max_s", "p90_s", "median_s",
+                    "proposed_est_time", "delta", "stale_samples", "reason", "sources")
+
+
+def _num(x: float | None) -> str:
+    return "" if x is None else f"{x:g}"
+
+
+def evidence_rows(estimates: Sequence[Estimate]) -> list[dict[str, str]]:
+    """One row per test; sources cite the log lines or run logs the samples came from."""
+    return [{
+        "test_id": e.test_id, "hardware": e.hardware, "current_est_time": str(e.current),
+        "samples_used": str(e.samples_used), "max_s": _num(e.max_s), "p90_s": _num(e.p90_s),
+        "median_s": _num(e.median_s), "proposed_est_time": str(e.proposed), "delta": f"{e.delta:+d}",
+        "stale_samples": str(e.stale_samples), "reason": e.reason, "sources": " ".join(e.sources),
+    } for e in estimates]
+
+
+def write_atomic(path: Path | str, text: str) -> None:
+    """Write through a temporary file in the same folder and rename: readers never see half a file."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    mode = path.stat().st_mode & 0o7777 if path.exists() else None
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        if mode is not None:
+            os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def write_evidence_csv(path: Path | str, estimates: Sequence[Estimate]) -> None:
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=EVIDENCE_COLUMNS, lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(evidence_rows(estimates))
+    write_atomic(path, buf.getvalue())
+
+
+def drift(estimates: Sequence[Estimate], min_s: float = 30, min_ratio: float = 0.30) -> list[Estimate]:
+    """Calibrated proposals that move by at least ``min_s`` seconds and ``min_ratio`` of the current value."""
+    return [e for e in estimates
+            if e.samples_used and abs(e.delta) >= min_s and abs(e.delta) >= min_ratio * max(e.current, 0)]
+
+
+@dataclass(frozen=True)
+class NearTimeout:
+    """A test whose last run used most of the timeout it will get next night."""
+
+    test_id: str
+    hardware: str
+    elapsed_s: float
+    timeout_s: int
+    outcome: str
+    started_at: str
+
+    @property
+    def used(self) -> float:
+        return self.elapsed_s / self.timeout_s if self.timeout_s else 1.0
+
+    def __str__(self) -> str:
+        return (f"{self.test_id}: last run {self.outcome} after {self.elapsed_s:g} s of its {self.timeout_s} s "
+                f"timeout ({self.used:.0%})")
+
+
+def near_timeout(tests: Sequence[Test], samples: Sequence[Sample], floor: int = 1800, factor: float = 1.25,
+                 threshold: float = 0.9) -> list[NearTimeout]:
+    """Tests whose last passed/failed/timed-out run took over ``threshold`` of ``max(floor, factor*est)``."""
+    last: dict[tuple[str, str], tuple[datetime, int, Sample]] = {}
+    oldest = datetime.min.replace(tzinfo=UTC)
+    for i, s in enumerate(samples):
+        if s.outcome not in ("passed", "failed", "timed_out"):
+            continue
+        key = (s.test_id, s.hardware, )
+        rank = (parse_time(s.started_at) or oldest, i)
+        if key not in last or rank >= last[key][:2]:
+            last[key] = (*rank, s)
+    out = []
+    for t in tests:
+        hit = last.get((t.id, t.hardware))
+        if not hit:
+            continue
+        s = hit[2]
+        timeout = effective_timeout(t.est_time, floor, factor)
+        if s.elapsed_s > threshold * timeout:
+            out.append(NearTimeout(t.id, t.hardware, s.elapsed_s, timeout, s.outcome, s.started_at))
+    return out

@@ -1,0 +1,158 @@
+"""Rewrite the literal ``est_time`` of registry test files, keeping every other byte.
+
+Only a file with exactly one registration for the estimate's hardware is edited, and only when
+its est_time is a plain integer literal (positional first argument or ``est_time=``): the edit
+replaces that token's exact source span found with ``ast``, so comments, quotes and spacing stay.
+Everything else is left alone and listed, the way framework M's maintainers do it by hand.
+"""
+
+from __future__ import annotations
+
+import ast
+import difflib
+import hashlib
+import re
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pipelines.core.calibrate.evidence import write_atomic
+from pipelines.core.model import Estimate, Test
+
+
+@dataclass(frozen=True)
+class PatchPlan:
+    """New contents per repo-relative path, and (path, why) for every proposal left alone."""
+
+    edits: dict[str, tuple[str, str]] = field(default_factory=dict)  # path -> (old text, new text)
+    skipped: tuple[tuple[str, str], ...] = ()
+
+    def diff(self) -> str:
+        """A unified diff with ``a/`` and ``b/`` prefixes that ``git apply`` takes from the repo root."""
+        head = [f"# left alone: {p}: {why}\n" for p, why in self.skipped]
+        out: list[str] = []
+        for path, (old, new) in sorted(self.edits.items()):
+            out.extend(_unified(old, new, path))
+        return "".join(head + out) if out else "".join(head)
+
+
+def _lines(text: str) -> list[str]:
+    """Split on newlines only, as git and ast count lines (str.splitlines also splits on form feeds)."""
+    return re.findall(r".*?\n|.+\Z", text, re.S)
+
+
+def _unified(old: str, new: str, path: str) -> list[str]:
+    lines = list(difflib.unified_diff(_lines(old), _lines(new),
+                                      f"a/{path}", f"b/{path}"))
+    # difflib leaves a last line without newline unmarked; git apply needs the marker.
+    return [ln if ln.endswith("\n") else ln + "\n\\ No newline at end of file\n" for ln in lines]
+
+
+def _registrations(tree: ast.Module) -> list[ast.Call]:
+    return [n.value for n in tree.body
+            if isinstance(n, ast.Expr) and isinstance(n.value, ast.Call) and isinstance(n.value.func, ast.Name)
+            and n.value.func.id.startswith("register_") and n.value.func.id.endswith("_ci")]
+
+
+def _kw(call: ast.Call, name: str) -> ast.expr | None:
+    return next((k.value for k in call.keywords if k.arg == name), None)
+
+
+def _literal(node: ast.expr | None):
+    try:
+        return ast.literal_eval(node) if node is not None else None
+    except ValueError:
+        return None
+
+
+def _for_hardware(call: ast.Call, test: Test) -> bool:
+    if call.func.id != f"register_{test.backend}_ci":  # type: ignore[attr-defined]
+        return False
+    if not test.hardware:
+        return True
+    suite = _kw(call, "suite") or (call.args[1] if len(call.args) > 1 else None)
+    hw = _literal(_kw(call, "hardware"))
+    suite_value = _literal(suite)
+    return (isinstance(hw, list | tuple) and test.hardware in hw) or (
+        isinstance(suite_value, str) and suite_value.endswith("-" + test.hardware))
+
+
+def _est_node(call: ast.Call) -> ast.expr | None:
+    return _kw(call, "est_time") or (call.args[0] if call.args else None)
+
+
+def _replace(text: str, node: ast.expr, value: int) -> str:
+    """Swap one single-line token; ast columns are UTF-8 byte offsets."""
+    lines = _lines(text)
+    raw = lines[node.lineno - 1].encode("utf-8")
+    lines[node.lineno - 1] = (raw[:node.col_offset] + str(value).encode() + raw[node.end_col_offset:]).decode("utf-8")
+    return "".join(lines)
+
+
+def plan_patch(repo: Path | str, tests: Sequence[Test], estimates: Sequence[Estimate]) -> PatchPlan:
+    """Decide every edit: calibrated proposals that differ from the registered literal."""
+    repo = Path(repo)
+    by_id = {t.id: t for t in tests}
+    per_hw: dict[tuple[str, str, str], int] = defaultdict(int)
+    for t in tests:
+        per_hw[(t.path, t.backend, t.hardware)] += 1
+    texts: dict[str, str] = {}
+    originals: dict[str, str] = {}
+    skipped: list[tuple[str, str]] = []
+    for e in estimates:
+        t = by_id.get(e.test_id)
+        if t is None or not e.samples_used or e.proposed == e.current:
+            continue
+        why = _edit(repo, t, e, per_hw[(t.path, t.backend, t.hardware)], texts, originals)
+        if why:
+            skipped.append((t.path, why))
+    edits = {p: (originals[p], texts[p]) for p in texts if texts[p] != originals[p]}
+    return PatchPlan(edits, tuple(dict.fromkeys(skipped)))
+
+
+def _edit(repo: Path, t: Test, e: Estimate, same_hw: int, texts: dict[str, str], originals: dict[str, str]) -> str:
+    if t.fmt != "registry":
+        return f"{t.fmt} tests have no est_time in the file; keep {e.proposed} s in the calibrated estimates"
+    path = repo / t.path
+    if t.path not in texts:
+        try:
+            data = path.read_bytes()
+            text = data.decode("utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            return f"cannot read the file ({exc})"
+        if t.sha256 and hashlib.sha256(data).hexdigest() != t.sha256:
+            return "the file changed since the catalog read it; recalibrate against this revision"
+        texts[t.path] = originals[t.path] = text
+    try:
+        tree = ast.parse(texts[t.path], filename=t.path)
+    except SyntaxError as exc:
+        return f"line {exc.lineno}: not valid Python ({exc.msg})"
+    calls = _registrations(tree)
+    mine = [c for c in calls if _for_hardware(c, t)]
+    if max(same_hw, len(mine)) > 1:
+        return f"{max(same_hw, len(mine))} registrations for {t.backend}/{t.hardware or 'any hardware'}; edit by hand"
+    call = next((c for c in calls if c.lineno <= t.line <= (c.end_lineno or c.lineno)), None)
+    call = call or (mine[0] if len(mine) == 1 else None)
+    if call is None:
+        return f"line {t.line}: no registration call found; edit by hand"
+    node = _est_node(call)
+    if not (isinstance(node, ast.Constant) and type(node.value) is int and node.lineno == node.end_lineno):
+        return f"line {call.lineno}: est_time is not an integer literal; edit by hand"
+    if node.value != e.current:
+        return f"line {node.lineno}: est_time is {node.value} in the file, not {e.current}; recalibrate"
+    texts[t.path] = _replace(texts[t.path], node, e.proposed)
+    return ""
+
+
+def make_patch(repo: Path | str, tests: Sequence[Test], estimates: Sequence[Estimate]) -> str:
+    """The unified diff of every literal est_time change; files left alone are listed as ``#`` lines."""
+    return plan_patch(repo, tests, estimates).diff()
+
+
+def apply_patch(repo: Path | str, tests: Sequence[Test], estimates: Sequence[Estimate]) -> PatchPlan:
+    """Write the edits into the checkout (temp file + rename per file); returns what was done."""
+    plan = plan_patch(repo, tests, estimates)
+    for path, (_, new) in plan.edits.items():
+        write_atomic(Path(repo) / path, new)
+    return plan

@@ -1,0 +1,181 @@
+"""Calibration policies: from measured passing durations to a proposed est_time.
+
+Every policy sees the same evidence: passed, uncapped samples of the test's current file
+revision on its hardware. Failed, timed-out, infra-error and capped samples say nothing about
+how long the test takes; samples of another file revision are counted as stale and not used.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections import defaultdict
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+from pipelines.core.model import Estimate, Sample, Test
+
+#: Defaults per policy; bucket125 looks at every sample of the current revision (framework M's rule).
+#: ``raise_on_timeout`` (off by default): see :func:`_timeout_raise`.
+DEFAULTS: dict[str, dict[str, float | int | None]] = {
+    "bucket125": {"max_samples": None, "window_days": None, "min_samples": 1, "factor": 1.25,
+                  "raise_on_timeout": False},
+    "p90": {"max_samples": 15, "window_days": 21, "min_samples": 3, "raise_on_timeout": False},
+    "median": {"max_samples": 15, "window_days": 21, "min_samples": 3, "raise_on_timeout": False},
+}
+
+
+def bucket_round(raw: int) -> int:
+    """Framework M's buckets: up to the next 10 s when <= 200 s, else the next 100 s."""
+    step = 10 if raw <= 200 else 100
+    return -(-raw // step) * step
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """Nearest-rank percentile: always one of the measured values, never an interpolation."""
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
+
+
+def _ceil(x: float) -> int:
+    return math.ceil(round(x, 6))
+
+
+def _bucket125(values: list[float], p: Mapping) -> tuple[int, str]:
+    top = max(values)
+    raw = _ceil(top * float(p["factor"]))
+    return bucket_round(raw), f"max {top:g} s x {p['factor']:g} = {raw} s, rounded up to {bucket_round(raw)} s"
+
+
+def _p90(values: list[float], p: Mapping) -> tuple[int, str]:
+    v = percentile(values, 0.9)
+    return _ceil(v), f"p90 {v:g} s"
+
+
+def _median(values: list[float], p: Mapping) -> tuple[int, str]:
+    v = statistics.median(values)
+    return _ceil(v), f"median {v:g} s"
+
+
+POLICIES: dict[str, Callable[[list[float], Mapping], tuple[int, str]]] = {
+    "bucket125": _bucket125, "p90": _p90, "median": _median,
+}
+
+
+def parse_time(value: str) -> datetime | None:
+    """An ISO-8601 start time as an aware datetime (naive means UTC); None when absent or unreadable."""
+    if not value:
+        return None
+    try:
+        t = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return t if t.tzinfo else t.replace(tzinfo=UTC)
+
+
+def policy_params(policy: str, params: Mapping | None) -> dict:
+    """The policy's defaults overridden by ``params``; unknown names are errors that list the known ones."""
+    if policy not in POLICIES:
+        raise ValueError(f"calibration: policy: unknown policy {policy!r}; use one of {', '.join(POLICIES)}")
+    merged = dict(DEFAULTS[policy])
+    for key, value in (params or {}).items():
+        if key not in merged:
+            raise ValueError(f"calibration: {key}: not a parameter of policy {policy!r}; "
+                             f"known: {', '.join(merged)}")
+        merged[key] = value
+    return merged
+
+
+@dataclass(frozen=True)
+class _Evidence:
+    used: list[Sample]
+    stale: int
+    ignored: int
+    outside: int
+
+
+def _select(test: Test, samples: Sequence[Sample], p: Mapping, now: datetime) -> _Evidence:
+    current = [s for s in samples if s.sha256 == test.sha256]
+    good = [s for s in current if s.outcome == "passed" and not s.capped]
+    kept = good
+    if p.get("window_days") is not None:
+        since = now - timedelta(days=float(p["window_days"]))
+        kept = [s for s in good if (t := parse_time(s.started_at)) is not None and t >= since]
+    # Newest last: by start time, undated ones first, ties in stored order.
+    order = sorted(range(len(kept)), key=lambda i: (parse_time(kept[i].started_at) or datetime.min.replace(tzinfo=UTC), i))
+    kept = [kept[i] for i in order]
+    if p.get("max_samples") is not None:
+        kept = kept[-int(p["max_samples"]):]
+    return _Evidence(kept, len(samples) - len(current), len(current) - len(good), len(good) - len(kept))
+
+
+def _timeout_raise(current: list[Sample], proposed: int) -> tuple[int, str, Sample] | None:
+    """A test whose newest run of this revision was killed by its timeout never yields a passing
+    sample to calibrate from; it only says the test needs longer than that. Raise the estimate to
+    the bucket of 1.25x the killed run's elapsed so the next timeout is about 1.56x longer."""
+    runs = [(parse_time(s.started_at) or datetime.min.replace(tzinfo=UTC), i, s) for i, s in enumerate(current)
+            if s.outcome in ("passed", "timed_out")]
+    if not runs:
+        return None
+    last = max(runs, key=lambda r: r[:2])[2]
+    if last.outcome != "timed_out":
+        return None
+    floor = bucket_round(_ceil(last.elapsed_s * 1.25))
+    if proposed >= floor:
+        return None
+    return floor, f"raised: the newest run timed out after {last.elapsed_s:g} s", last
+
+
+def _estimate(test: Test, samples: Sequence[Sample], policy: str, p: Mapping, now: datetime) -> Estimate:
+    ev = _select(test, samples, p, now)
+    values = [s.elapsed_s for s in ev.used]
+    notes = []
+    if ev.ignored:
+        notes.append(f"{ev.ignored} failed/timed-out/infra samples ignored")
+    if ev.outside:
+        notes.append(f"{ev.outside} outside the newest {p.get('max_samples') or 'all'} within "
+                     f"{p.get('window_days')} days")
+    if ev.stale:
+        notes.append(f"{ev.stale} stale (other file revision)")
+    stats = {}
+    if values:
+        stats = {"max_s": max(values), "p90_s": percentile(values, 0.9), "median_s": statistics.median(values)}
+    k = int(p.get("min_samples") or 1)
+    used = ev.used if len(values) >= k else []
+    if not used:
+        reason = f"too few samples: {len(values)} passed of the current file, {policy} needs {k}; keeps est_time"
+        proposed = test.est_time
+    else:
+        proposed, how = POLICIES[policy](values, p)
+        reason = f"{policy}: {how} from {len(values)} passed"
+    if p.get("raise_on_timeout"):
+        raised = _timeout_raise([s for s in samples if s.sha256 == test.sha256], proposed)
+        if raised:
+            proposed, reason = raised[0], f"{raised[1]}; {reason}"
+            used = [*used, raised[2]]
+    if notes:
+        reason += " (" + "; ".join(notes) + ")"
+    return Estimate(
+        test_id=test.id, hardware=test.hardware, current=test.est_time, proposed=int(proposed),
+        samples_used=len(used), reason=reason, stale_samples=ev.stale,
+        sources=tuple(s.source for s in (used or ev.used)), **stats,
+    )
+
+
+def calibrate(tests: Sequence[Test], samples: Sequence[Sample], policy: str = "bucket125",
+              params: Mapping | None = None, now: datetime | None = None) -> list[Estimate]:
+    """One estimate per test, keyed by (test id, hardware), in the order of ``tests``."""
+    p = policy_params(policy, params)
+    now = now or datetime.now(UTC)
+    if now.tzinfo is None:
+        now = now.replace(tzinfo=UTC)
+    by_key: dict[tuple[str, str], list[Sample]] = defaultdict(list)
+    for s in samples:
+        by_key[(s.test_id, s.hardware)].append(s)
+    return [_estimate(t, by_key.get((t.id, t.hardware), []), policy, p, now) for t in tests]
+
+
+def estimates_by_id(estimates: Sequence[Estimate]) -> dict[str, int]:
+    """Calibrated est_time per test id, for the planner; tests without enough evidence are absent."""
+    return {e.test_id: e.proposed for e in estimates if e.samples_used}

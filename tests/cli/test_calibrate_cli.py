@@ -1,0 +1,81 @@
+"""``nightly calibrate`` prints proposals, drift and near-timeout tests, writes evidence, patch and files."""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import hashlib
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from pipelines.cli import calibrate as calibrate_cli
+from pipelines.cli import history as history_cli
+from pipelines.core.history import FileHistoryStore
+from pipelines.core.model import Catalog, Sample
+from tests.conftest import make_test
+
+SRC = "import os\nregister_cuda_ci(est_time={}, suite='stage-c-4-gpu-h200', labels=['megatron'])  # note\n"
+
+
+def cli(*argv: str) -> int:
+    parser = argparse.ArgumentParser(prog="nightly")
+    sub = parser.add_subparsers(dest="command", required=True)
+    calibrate_cli.register(sub)
+    args = parser.parse_args(list(argv))
+    return args.func(args)
+
+
+@pytest.fixture
+def repo(tmp_path, monkeypatch):
+    root = tmp_path / "repo"
+    tests = []
+    for name, est in (("test_a", 3600), ("test_b", 1300), ("test_c", 600)):
+        path = root / "tests/e2e" / f"{name}.py"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(SRC.format(est))
+        tests.append(make_test(id=f"tests/e2e/{name}.py", path=f"tests/e2e/{name}.py", est_time=est, line=2,
+                               sha256=hashlib.sha256(path.read_bytes()).hexdigest()))
+    fake = Catalog(repo=str(root), tests=tuple(tests))
+    monkeypatch.setattr(history_cli, "load_catalog_for", lambda path, spec, specs: fake)
+    monkeypatch.setenv("NIGHTLY_HOME", str(tmp_path / "home"))
+    now = datetime.now(UTC)
+    samples = [Sample(tests[0].id, "h200", tests[0].sha256, "passed", e, (now - timedelta(days=d)).isoformat(),
+                      source=f"n{d}.log:3") for d, e in ((3, 957), (2, 966), (1, 960))]
+    samples.append(Sample(tests[1].id, "h200", tests[1].sha256, "passed", 1700, now.isoformat(), source="n1.log:9"))
+    FileHistoryStore(tmp_path / "home" / "history.sqlite").append(samples)
+    return root
+
+
+def test_calibrate_prints_the_table_drift_and_near_timeout_and_changes_nothing_by_default(repo, capsys):
+    before = (repo / "tests/e2e/test_a.py").read_text()
+    assert cli("calibrate", "--repo", str(repo)) == 0
+    out = capsys.readouterr().out
+    assert "policy bucket125, 4 samples in" in out
+    row = next(line for line in out.splitlines() if line.startswith("tests/e2e/test_a.py"))
+    assert row.split()[:6] == ["tests/e2e/test_a.py", "h200", "3600", "1300", "-2300", "3"]
+    assert "tests/e2e/test_a.py [h200]: 3600 -> 1300 (-2300 s)" in out
+    assert "tests/e2e/test_c.py" in out and "too few samples" in out
+    assert "tests/e2e/test_b.py: last run passed after 1700 s of its 1800 s timeout (94%)" in out
+    assert "would rewrite: tests/e2e/test_a.py" in out
+    assert (repo / "tests/e2e/test_a.py").read_text() == before
+
+
+def test_calibrate_writes_evidence_patch_and_with_write_the_literal(repo, tmp_path, capsys):
+    evidence, patch = tmp_path / "ev.csv", tmp_path / "p.diff"
+    assert cli("calibrate", "--repo", str(repo), "--evidence", str(evidence), "--patch", str(patch), "--write") == 0
+    rows = {r["test_id"]: r for r in csv.DictReader(evidence.open())}
+    assert rows["tests/e2e/test_a.py"]["proposed_est_time"] == "1300"
+    assert rows["tests/e2e/test_a.py"]["sources"] == "n3.log:3 n2.log:3 n1.log:3"
+    assert "-register_cuda_ci(est_time=3600," in patch.read_text()
+    assert (repo / "tests/e2e/test_a.py").read_text() == SRC.format(1300)
+    assert (repo / "tests/e2e/test_b.py").read_text() == SRC.format(2200)  # 1700 * 1.25 = 2125 -> 2200
+    assert "rewrote: tests/e2e/test_a.py" in capsys.readouterr().out
+
+
+def test_p90_needs_three_samples_so_a_single_night_changes_nothing(repo, capsys):
+    assert cli("calibrate", "--repo", str(repo), "--policy", "p90") == 0
+    out = capsys.readouterr().out
+    row_b = next(line for line in out.splitlines() if line.startswith("tests/e2e/test_b.py"))
+    assert "too few samples: 1 passed of the current file, p90 needs 3" in row_b
+    assert "drift (>= 30 s and 30 %): 1" in out

@@ -1,0 +1,101 @@
+"""``nightly history import`` and ``show`` over a small fake catalog."""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import textwrap
+
+import pytest
+
+from pipelines.cli import history as history_cli
+from pipelines.core.history import FileHistoryStore
+from pipelines.core.model import Catalog
+from tests.conftest import make_test
+
+LOG = textwrap.dedent("""\
+    2026-11-30T15:18:08Z End (1/3):
+    2026-11-30T15:18:08Z filename='tests/e2e/test_a.py', elapsed=957, _estimated_time=3600
+    2026-11-30T15:18:09Z [1/3] tests/e2e/test_a.py  PASS  elapsed=957s
+    2026-11-30T15:18:50Z [2/3] tests/e2e/test_b.py  FAIL  elapsed=41s exit=1
+    2026-11-30T15:35:20Z [2/3] tests/e2e/test_b.py  PASS  elapsed=990s retry_of=attempt=1
+    2026-11-30T16:05:21Z [3/3] tests/e2e/test_gone.py  TIMEOUT  elapsed=1800s timeout_after=1800s
+""")
+
+
+def cli(*argv: str) -> int:
+    parser = argparse.ArgumentParser(prog="nightly")
+    sub = parser.add_subparsers(dest="command", required=True)
+    history_cli.register(sub)
+    args = parser.parse_args(list(argv))
+    return args.func(args)
+
+
+@pytest.fixture
+def repo(tmp_path, monkeypatch):
+    root = tmp_path / "repo"
+    tests = []
+    for name, est in (("test_a", 3600), ("test_b", 600)):
+        path = root / "tests/e2e" / f"{name}.py"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(f"register_cuda_ci(est_time={est}, suite='stage-c-4-gpu-h200', labels=[])\n")
+        tests.append(make_test(id=f"tests/e2e/{name}.py", path=f"tests/e2e/{name}.py", est_time=est,
+                               sha256=hashlib.sha256(path.read_bytes()).hexdigest()))
+    fake = Catalog(repo=str(root), tests=tuple(tests))
+    monkeypatch.setattr(history_cli, "load_catalog_for", lambda path, spec, specs: fake)
+    monkeypatch.setenv("NIGHTLY_HOME", str(tmp_path / "home"))
+    return root
+
+
+def test_import_stores_every_matched_attempt_and_lists_unmatched_files(repo, tmp_path, capsys):
+    log = tmp_path / "job.log"
+    log.write_text(LOG)
+    assert cli("history", "import", "--repo", str(repo), str(log)) == 0
+    out = capsys.readouterr().out
+    assert "imported 3 samples from 1 logs (3 new, 0 already stored in" in out
+    assert "  failed 1, passed 2\n" in out
+    assert "unmatched files (1):" in out
+    assert f"{log}:6: filename: tests/e2e/test_gone.py is not a registered test in {repo}" in out
+    stored = FileHistoryStore(tmp_path / "home" / "history.sqlite").read()
+    assert [(s.test_id, s.outcome, s.elapsed_s) for s in stored] == [
+        ("tests/e2e/test_a.py", "passed", 957.0), ("tests/e2e/test_b.py", "failed", 41.0),
+        ("tests/e2e/test_b.py", "passed", 990.0)]
+
+
+def test_importing_the_same_log_twice_adds_nothing_and_a_dry_run_stores_nothing(repo, tmp_path, capsys):
+    log = tmp_path / "job.log"
+    log.write_text(LOG)
+    store = tmp_path / "other.sqlite"
+    assert cli("history", "import", "--repo", str(repo), "--store", str(store), "--dry-run", str(log)) == 0
+    assert "would import 3 samples from 1 logs (dry run)" in capsys.readouterr().out
+    assert not store.exists()
+    cli("history", "import", "--repo", str(repo), "--store", str(store), str(log))
+    cli("history", "import", "--repo", str(repo), "--store", str(store), str(log))
+    assert "(0 new, 3 already stored in" in capsys.readouterr().out
+    assert len(FileHistoryStore(store).read()) == 3
+
+
+def test_a_missing_log_file_is_reported_and_nothing_imported_fails(repo, tmp_path, capsys):
+    assert cli("history", "import", "--repo", str(repo), str(tmp_path / "nope.log")) == 1
+    assert f"{tmp_path / 'nope.log'}:1: log: cannot read (No such file or directory); check the path" in \
+        capsys.readouterr().out
+
+
+def test_show_lists_samples_of_one_test(repo, tmp_path, capsys):
+    log = tmp_path / "job.log"
+    log.write_text(LOG)
+    cli("history", "import", "--repo", str(repo), str(log))
+    capsys.readouterr()
+    assert cli("history", "show", "--test", "tests/e2e/test_b.py") == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[-1] == "2 of 2 samples"
+    assert "tests/e2e/test_b.py" in out[1] and "failed" in out[1] and "41" in out[1]
+
+
+def test_show_on_a_corrupt_store_says_which_file_and_what_to_do(repo, tmp_path, capsys):
+    bad = tmp_path / "bad.sqlite"
+    bad.write_bytes(b"garbage" * 200)
+    assert cli("history", "show", "--store", str(bad)) == 2
+    err = capsys.readouterr().err
+    assert f"nightly history: error: {bad}: history store is unreadable" in err
+    assert "re-import past nights with `nightly history import`" in err

@@ -1,0 +1,52 @@
+"""Evidence CSV, drift and near-timeout lists say what changed and what is at risk."""
+
+from __future__ import annotations
+
+import csv
+
+from pipelines.core.calibrate import drift, evidence_rows, near_timeout, write_evidence_csv
+from pipelines.core.model import Estimate, Sample
+from tests.conftest import make_test
+
+
+def est(current: int, proposed: int, used: int = 3, tid: str = "tests/e2e/test_a.py") -> Estimate:
+    return Estimate(tid, "h200", current, proposed, used, "why", max_s=957.0, p90_s=957.0, median_s=957.0,
+                    sources=("n1.log:6", "n2.log:9"))
+
+
+def test_the_evidence_csv_has_one_row_per_test_with_its_numbers_and_sources(tmp_path):
+    path = tmp_path / "out" / "evidence.csv"
+    write_evidence_csv(path, [est(3600, 1300), est(600, 600, used=0, tid="tests/e2e/test_b.py")])
+    rows = list(csv.DictReader(path.open()))
+    assert rows == evidence_rows([est(3600, 1300), est(600, 600, used=0, tid="tests/e2e/test_b.py")])
+    assert rows[0]["current_est_time"] == "3600" and rows[0]["proposed_est_time"] == "1300"
+    assert rows[0]["delta"] == "-2300" and rows[0]["max_s"] == "957"
+    assert rows[0]["sources"] == "n1.log:6 n2.log:9" and rows[1]["samples_used"] == "0"
+    assert [p.name for p in path.parent.iterdir()] == ["evidence.csv"]  # no temp file left behind
+
+
+def test_drift_needs_both_30_seconds_and_30_percent():
+    cases = [est(100, 129), est(100, 131), est(1000, 1290), est(1000, 1300), est(3600, 1300), est(40, 10),
+             est(600, 1200, used=0)]
+    assert [(e.current, e.proposed) for e in drift(cases)] == [(100, 131), (1000, 1300), (3600, 1300), (40, 10)]
+
+
+def sample(elapsed: float, started: str, **kw) -> Sample:
+    return Sample(**{**dict(test_id="tests/e2e/test_a.py", hardware="h200", sha256="0" * 64, outcome="passed",
+                            elapsed_s=elapsed, started_at=started), **kw})
+
+
+def test_a_test_whose_last_run_used_over_90_percent_of_its_timeout_is_listed():
+    t = make_test(est_time=1200)  # timeout max(1800, 1500) = 1800
+    older_slow = sample(1750, "2026-12-01T00:00:00Z")
+    newer_fast = sample(900, "2026-12-02T00:00:00Z")
+    assert near_timeout([t], [newer_fast, older_slow], 1800, 1.25) == []
+    hit = near_timeout([t], [older_slow, newer_fast, sample(1625, "2026-12-03T00:00:00Z"),
+                             sample(5, "2026-12-04T00:00:00Z", outcome="infra_error")], 1800, 1.25)
+    assert [str(h) for h in hit] == ["tests/e2e/test_a.py: last run passed after 1625 s of its 1800 s timeout (90%)"]
+
+
+def test_a_stale_high_est_time_does_not_hide_a_run_close_to_the_floor_once_recalibrated():
+    runs = [sample(1827, "2026-12-01T00:00:00Z")]
+    assert near_timeout([make_test(est_time=3600)], runs, 1800, 1.25) == []  # timeout 4500
+    assert len(near_timeout([make_test(est_time=1300)], runs, 1800, 1.25)) == 1  # timeout 1800

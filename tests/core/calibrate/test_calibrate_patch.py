@@ -1,0 +1,114 @@
+"""The source patch changes only the literal est_time, applies with git, and leaves ambiguous files alone."""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+import subprocess
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from pipelines.core.calibrate import apply_patch, make_patch, plan_patch
+from pipelines.core.model import Estimate
+from tests.conftest import make_test
+
+ONE = textwrap.dedent("""\
+    # -*- coding: utf-8 -*-  \u00e9t\u00e9
+    from ci_register import register_cuda_ci, register_rocm_ci
+
+    register_cuda_ci(est_time=3600,  suite='stage-c-4-gpu-h200', labels=["megatron"])  # keep me
+    register_rocm_ci(2400, "stage-c-4-gpu-mi300", labels=["megatron"])
+    x = {"est_time": 3600}
+""")
+TWO = textwrap.dedent("""\
+    register_cuda_ci(est_time=600, suite="stage-b-2-gpu-h200", labels=[])
+    register_cuda_ci(est_time=600, suite="stage-c-4-gpu-h200", labels=[])
+""")
+NONLITERAL = "EST = 600\nregister_cuda_ci(est_time=EST, suite='stage-c-4-gpu-h200', labels=[])\n"
+
+
+def write(repo: Path, rel: str, text: str, newline: bool = True) -> str:
+    path = repo / rel
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(text.encode() if newline else text.rstrip("\n").encode())
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def est(t, proposed: int) -> Estimate:
+    return Estimate(t.id, t.hardware, t.est_time, proposed, 3, "bucket125")
+
+
+def git(repo: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True)
+
+
+@pytest.fixture
+def repo(tmp_path) -> Path:
+    if not shutil.which("git"):
+        pytest.skip("git is not installed")
+    git(tmp_path, "init", "-q")
+    return tmp_path
+
+
+def registered(repo, rel="tests/e2e/test_x.py", text=ONE, **kw):
+    sha = write(repo, rel, text, kw.pop("newline", True))
+    cuda = make_test(id=f"{rel}::cuda-stage-c-4-gpu-h200", path=rel, sha256=sha, est_time=3600, line=4, **kw)
+    rocm = make_test(id=f"{rel}::rocm-stage-c-4-gpu-mi300", path=rel, backend="rocm", hardware="mi300",
+                     suite="stage-c-4-gpu-mi300", sha256=sha, est_time=2400, line=5)
+    return cuda, rocm
+
+
+def test_the_patch_applies_with_git_and_changes_only_the_literals(repo):
+    cuda, rocm = registered(repo)
+    patch = make_patch(repo, [cuda, rocm], [est(cuda, 1300), est(rocm, 1200)])
+    assert "--- a/tests/e2e/test_x.py\n+++ b/tests/e2e/test_x.py\n" in patch
+    (repo / "p.diff").write_text(patch)
+    check = git(repo, "apply", "--check", "p.diff")
+    assert check.returncode == 0, check.stderr
+    git(repo, "apply", "p.diff")
+    assert (repo / "tests/e2e/test_x.py").read_text() == ONE.replace("est_time=3600,", "est_time=1300,").replace(
+        "(2400,", "(1200,")
+
+
+def test_write_mode_produces_the_same_bytes_as_the_patch_and_keeps_a_missing_final_newline(repo):
+    cuda, rocm = registered(repo, newline=False)
+    patch = make_patch(repo, [cuda, rocm], [est(rocm, 1200)])
+    assert patch.endswith("\\ No newline at end of file\n")
+    (repo / "p.diff").write_text(patch)
+    assert git(repo, "apply", "--check", "p.diff").returncode == 0
+    plan = apply_patch(repo, [cuda, rocm], [est(rocm, 1200)])
+    assert list(plan.edits) == ["tests/e2e/test_x.py"]
+    assert (repo / "tests/e2e/test_x.py").read_bytes() == ONE.replace("(2400,", "(1200,").rstrip("\n").encode()
+
+
+def test_a_file_with_two_registrations_for_the_hardware_is_left_alone_and_listed(repo):
+    sha = write(repo, "tests/e2e/test_two.py", TWO)
+    a = make_test(id="tests/e2e/test_two.py::cuda-stage-b-2-gpu-h200", path="tests/e2e/test_two.py",
+                  suite="stage-b-2-gpu-h200", sha256=sha, est_time=600, line=1)
+    plan = plan_patch(repo, [a], [est(a, 300)])  # only one passed in: the file itself shows two
+    assert plan.edits == {}
+    assert plan.skipped == (("tests/e2e/test_two.py", "2 registrations for cuda/h200; edit by hand"),)
+    assert make_patch(repo, [a], [est(a, 300)]) == \
+        "# left alone: tests/e2e/test_two.py: 2 registrations for cuda/h200; edit by hand\n"
+    assert (repo / "tests/e2e/test_two.py").read_text() == TWO
+
+
+def test_non_literal_values_changed_files_and_unchanged_proposals_are_not_edited(repo):
+    sha = write(repo, "tests/e2e/test_n.py", NONLITERAL)
+    n = make_test(id="tests/e2e/test_n.py", path="tests/e2e/test_n.py", sha256=sha, est_time=600, line=2)
+    cuda, rocm = registered(repo)
+    (repo / cuda.path).write_text(ONE + "# edited after the catalog\n")
+    plan = plan_patch(repo, [n, cuda, rocm], [est(n, 300), est(cuda, 1300), est(rocm, 2400)])
+    assert plan.edits == {}
+    assert plan.skipped == (
+        ("tests/e2e/test_n.py", "line 2: est_time is not an integer literal; edit by hand"),
+        ("tests/e2e/test_x.py", "the file changed since the catalog read it; recalibrate against this revision"),
+    )
+
+
+def test_estimates_without_enough_samples_never_touch_a_file(repo):
+    cuda, rocm = registered(repo)
+    e = Estimate(cuda.id, "h200", 3600, 3600, 0, "too few samples")
+    assert make_patch(repo, [cuda, rocm], [e]) == ""

@@ -1,0 +1,119 @@
+"""Policies turn passing durations of the current file into est_time, and ignore everything else."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from pipelines.core.calibrate import POLICIES, bucket_round, calibrate, estimates_by_id
+from pipelines.core.model import Sample
+from tests.conftest import make_test
+
+NOW = datetime(2026, 12, 20, tzinfo=UTC)
+SHA = "0" * 64
+
+
+def s(elapsed: float, days_ago: float = 1, **kw) -> Sample:
+    base = dict(test_id="tests/e2e/test_a.py", hardware="h200", sha256=SHA, outcome="passed", elapsed_s=elapsed,
+                started_at=(NOW - timedelta(days=days_ago)).isoformat(), source=f"night.log:{int(elapsed)}")
+    return Sample(**{**base, **kw})
+
+
+def one(samples, policy="bucket125", params=None, **test_kw):
+    return calibrate([make_test(**test_kw)], samples, policy, params, now=NOW)[0]
+
+
+def test_bucket125_reproduces_the_framework_m_recalibration():
+    assert one([s(957), s(962), s(966)], est_time=3600).proposed == 1300
+    assert one([s(568)], est_time=1800).proposed == 800
+
+
+@pytest.mark.parametrize(("elapsed", "expected"), [(160, 200), (152.1, 200), (152, 190), (131, 170), (8, 10), (0.5, 10)])
+def test_bucket125_rounds_to_ten_seconds_up_to_200(elapsed, expected):
+    assert one([s(elapsed)]).proposed == expected
+
+
+def test_bucket_edges_200_stays_and_201_goes_to_300():
+    assert bucket_round(200) == 200
+    assert bucket_round(201) == 300
+    assert bucket_round(1208) == 1300
+    assert one([s(161)]).proposed == 300  # ceil(201.25) = 202 -> 300
+
+
+def test_p90_uses_the_newest_15_within_21_days_and_needs_3():
+    old = [s(5000, days_ago=30)]  # outside the window
+    older = [s(3000, days_ago=10 + i / 10) for i in range(5)]  # within the window but not among the newest 15
+    newest = [s(100 + i, days_ago=1 + i / 100) for i in range(15)]
+    e = one(old + older + newest, "p90")
+    assert e.samples_used == 15
+    assert e.proposed == 113  # nearest rank: 14th of 100..114
+    assert e.max_s == 114 and e.median_s == 107
+    assert "6 outside the newest 15 within 21 days" in e.reason
+
+
+def test_p90_with_two_samples_keeps_est_time_and_says_why():
+    e = one([s(100), s(110)], "p90", est_time=600)
+    assert (e.proposed, e.samples_used) == (600, 0)
+    assert e.reason.startswith("too few samples: 2 passed of the current file, p90 needs 3; keeps est_time")
+
+
+def test_median_takes_the_middle_and_rounds_up():
+    assert one([s(100), s(120.2), s(500)], "median").proposed == 121
+
+
+def test_policy_parameters_override_defaults_and_unknown_ones_are_errors():
+    assert one([s(100), s(200)], "p90", {"min_samples": 2}).proposed == 200
+    with pytest.raises(ValueError, match="calibration: windw_days: not a parameter of policy 'p90'; known: "):
+        one([s(100)], "p90", {"windw_days": 3})
+    with pytest.raises(ValueError, match="calibration: policy: unknown policy 'p95'; use one of bucket125, p90"):
+        one([s(100)], "p95")
+
+
+@pytest.mark.parametrize("policy", sorted(POLICIES))
+def test_every_policy_ignores_failed_timed_out_infra_and_capped_samples(policy):
+    noise = [s(9000, outcome="failed"), s(9000, outcome="timed_out", capped=True), s(9000, outcome="infra_error"),
+             s(9000, capped=True)]
+    clean = [s(100), s(100), s(100)]
+    e = one(clean + noise, policy)
+    assert e.proposed == one(clean, policy).proposed
+    assert e.samples_used == 3 and e.max_s == 100
+    assert "4 failed/timed-out/infra samples ignored" in e.reason
+
+
+@pytest.mark.parametrize("policy", sorted(POLICIES))
+def test_every_policy_counts_other_file_revisions_as_stale_and_does_not_use_them(policy):
+    e = one([s(100), s(100), s(100), s(5000, sha256="f" * 64), s(5000, sha256="e" * 64)], policy)
+    assert e.max_s == 100 and e.stale_samples == 2
+    assert "2 stale (other file revision)" in e.reason
+    only_stale = one([s(5000, sha256="f" * 64)] * 3, policy, est_time=700)
+    assert (only_stale.proposed, only_stale.samples_used, only_stale.stale_samples) == (700, 0, 3)
+
+
+@pytest.mark.parametrize("policy", sorted(POLICIES))
+def test_every_policy_keeps_estimates_per_hardware(policy):
+    h200 = make_test(id="tests/e2e/test_m.py::cuda-h200", hardware="h200", est_time=50)
+    h100 = make_test(id="tests/e2e/test_m.py::cuda-h100", hardware="h100", est_time=50)
+    samples = [s(100, test_id=h200.id)] * 3 + [s(240, test_id=h200.id, hardware="h100")] * 3 + \
+              [s(250, test_id=h100.id, hardware="h100")] * 3
+    a, b = calibrate([h200, h100], samples, policy, now=NOW)
+    assert (a.max_s, b.max_s) == (100, 250)
+
+
+def test_a_test_without_samples_keeps_its_est_time_and_is_absent_for_the_planner():
+    t = make_test(id="tests/e2e/test_b.py", est_time=900)
+    a, b = calibrate([make_test(), t], [s(568)], now=NOW)
+    assert (b.proposed, b.samples_used, b.reason[:15]) == (900, 0, "too few samples")
+    assert estimates_by_id([a, b]) == {"tests/e2e/test_a.py": 800}
+    assert a.sources == ("night.log:568",) and a.delta == 200
+
+
+@pytest.mark.parametrize("policy", sorted(POLICIES))
+def test_raise_on_timeout_lifts_a_test_whose_newest_run_was_killed(policy):
+    killed = s(750, days_ago=0.5, outcome="timed_out", capped=True, source="n9.log:4")
+    e = one([killed], policy, {"raise_on_timeout": True}, est_time=600)
+    assert (e.proposed, e.samples_used, e.sources) == (1000, 1, ("n9.log:4",))  # ceil(937.5) -> 1000
+    assert e.reason.startswith("raised: the newest run timed out after 750 s; too few samples")
+    assert one([killed], policy, est_time=600).proposed == 600  # off by default
+    passed_after = s(700, days_ago=0.1)
+    assert one([killed, passed_after] * 3, policy, {"raise_on_timeout": True}).reason.startswith(policy)

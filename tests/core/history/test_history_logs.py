@@ -1,0 +1,106 @@
+"""Framework M's job logs become samples: every attempt, retries numbered, suites decided or reported."""
+
+from __future__ import annotations
+
+import textwrap
+
+from pipelines.core.history import import_logs, parse_ci_log
+from pipelines.core.model import Catalog
+from tests.conftest import make_test
+
+STAMPED = textwrap.dedent("""\
+    2026-11-30T15:02:11.1234567Z Running 3 files
+    2026-11-30T15:18:08.0000000Z .
+    2026-11-30T15:18:08.0000000Z End (1/3):
+    2026-11-30T15:18:08.0000000Z filename='tests/e2e/megatron/test_x.py', elapsed=957, _estimated_time=1300
+    2026-11-30T15:18:08.0000000Z .
+    2026-11-30T15:18:08.5000000Z [1/3] tests/e2e/megatron/test_x.py  PASS  elapsed=957s
+    2026-11-30T15:18:50.0000000Z End (2/3):
+    2026-11-30T15:18:50.0000000Z filename='tests/e2e/test_y.py', elapsed=41, _estimated_time=600
+    2026-11-30T15:18:50.1000000Z [2/3] tests/e2e/test_y.py  FAIL  elapsed=41s exit=1
+    2026-11-30T15:35:20.0000000Z End (2/3):
+    2026-11-30T15:35:20.0000000Z filename='tests/e2e/test_y.py', elapsed=990, _estimated_time=600
+    2026-11-30T15:35:20.1000000Z [2/3] tests/e2e/test_y.py  PASS  elapsed=990s retry_of=attempt=1
+    2026-11-30T16:05:20.0000000Z TIMEOUT: tests/e2e/test_z.py after 1800 seconds
+    2026-11-30T16:05:21.0000000Z [3/3] tests/e2e/test_z.py  TIMEOUT  elapsed=1800s timeout_after=1800s
+""")
+
+
+def catalog(*tests) -> Catalog:
+    return Catalog(repo="/repo", tests=tuple(tests))
+
+
+def test_every_attempt_is_parsed_with_its_outcome_retry_number_and_start_time():
+    got = parse_ci_log(STAMPED)
+    assert [(a.file, a.status, a.elapsed_s, a.attempt, a.retry_of, a.exit_code) for a in got] == [
+        ("tests/e2e/megatron/test_x.py", "PASS", 957.0, 1, None, None),
+        ("tests/e2e/test_y.py", "FAIL", 41.0, 1, None, 1),
+        ("tests/e2e/test_y.py", "PASS", 990.0, 2, 1, None),
+        ("tests/e2e/test_z.py", "TIMEOUT", 1800.0, 1, None, None),
+    ]
+    # Start = the End block's clock minus elapsed (the summary line may be printed later).
+    assert got[0].started_at == "2026-11-30T15:02:11+00:00"
+    assert got[2].started_at == "2026-11-30T15:18:50+00:00"
+    assert got[3].started_at == "2026-11-30T15:35:20+00:00"
+    assert got[0].line == 6
+
+
+def test_a_log_without_timestamps_parses_the_same_but_without_start_times():
+    plain = "\n".join(line.split(" ", 1)[1] for line in STAMPED.splitlines())
+    got = parse_ci_log(plain)
+    assert [(a.file, a.status, a.elapsed_s, a.attempt) for a in got] == [
+        (a.file, a.status, a.elapsed_s, a.attempt) for a in parse_ci_log(STAMPED)]
+    assert {a.started_at for a in got} == {""}
+
+
+def test_lines_that_only_look_like_summaries_are_not_attempts():
+    text = "[1/2] tests/e2e/test_x.py PASS elapsed=9s\n[1/2] tests/e2e/test_x.py  PASSED  elapsed=9s\n"
+    assert parse_ci_log(text) == []
+
+
+def test_imported_samples_carry_the_checkout_sha_the_suite_and_cap_timeouts():
+    x = make_test(id="tests/e2e/megatron/test_x.py", path="tests/e2e/megatron/test_x.py", sha256="1" * 64)
+    y = make_test(id="tests/e2e/test_y.py", path="tests/e2e/test_y.py", sha256="2" * 64)
+    z = make_test(id="tests/e2e/test_z.py", path="tests/e2e/test_z.py", sha256="3" * 64)
+    samples, problems = import_logs({"night1.log": STAMPED}, catalog(x, y, z))
+    assert problems == []
+    assert [(s.test_id, s.outcome, s.elapsed_s, s.sha256[0], s.attempt, s.capped) for s in samples] == [
+        (x.id, "passed", 957.0, "1", 1, False), (y.id, "failed", 41.0, "2", 1, False),
+        (y.id, "passed", 990.0, "2", 2, False), (z.id, "timed_out", 1800.0, "3", 1, True)]
+    assert samples[0].source == "night1.log:6"
+    assert samples[0].hardware == "h200"
+    assert samples[0].run_id.startswith("log-") and len({s.run_id for s in samples}) == 1
+
+
+def test_a_file_with_two_registrations_needs_the_suite_and_says_so():
+    log = "[1/1] tests/e2e/test_m.py  PASS  elapsed=100s\n"
+    a = make_test(id="tests/e2e/test_m.py::cuda-stage-b-2-gpu-h200", path="tests/e2e/test_m.py",
+                  suite="stage-b-2-gpu-h200")
+    b = make_test(id="tests/e2e/test_m.py::cuda-stage-c-4-gpu-h200", path="tests/e2e/test_m.py",
+                  suite="stage-c-4-gpu-h200")
+    samples, problems = import_logs({"job.log": log}, catalog(a, b))
+    assert samples == []
+    assert [str(p) for p in problems] == [
+        "job.log:1: suite: tests/e2e/test_m.py registers several suites (stage-b-2-gpu-h200, "
+        "stage-c-4-gpu-h200); pass the job's suite with --suite"]
+    samples, problems = import_logs({"job.log": log}, catalog(a, b), suite="stage-c-4-gpu-h200")
+    assert problems == [] and [s.test_id for s in samples] == [b.id]
+
+
+def test_a_suite_the_file_does_not_register_and_an_unknown_file_are_reported_once_each():
+    log = ("[1/3] tests/e2e/test_a.py  PASS  elapsed=10s\n[2/3] tests/e2e/gone.py  PASS  elapsed=10s\n"
+           "[2/3] tests/e2e/gone.py  PASS  elapsed=11s retry_of=attempt=1\n")
+    samples, problems = import_logs({"j.log": log}, catalog(make_test()), suite="stage-z-8-gpu-h100")
+    assert samples == []
+    assert [str(p) for p in problems] == [
+        "j.log:1: suite: tests/e2e/test_a.py has no registration for suite 'stage-z-8-gpu-h100' "
+        "(it registers: stage-c-4-gpu-h200); pass the job's --suite",
+        "j.log:2: filename: tests/e2e/gone.py is not a registered test in /repo; "
+        "check --repo is the checkout the log ran"]
+
+
+def test_a_file_that_is_not_a_job_log_is_reported():
+    samples, problems = import_logs({"notes.txt": "hello\n"}, catalog(make_test()))
+    assert samples == []
+    assert [p.field for p in problems] == ["log"]
+    assert "no `[i/N] <file>  PASS|FAIL|TIMEOUT  elapsed=Ns` summary lines found" in problems[0].message
