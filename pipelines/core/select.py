@@ -2,7 +2,9 @@
 
 Nightly runs every label except ``long``/``ft-long``; weekly and release run everything; a
 per-commit (``pr``) run skips ``nightly=True`` tests. Disabled tests stay in the selection so
-they can be reported as skipped; callers decide whether to launch them.
+they can be reported as skipped; callers decide whether to launch them. Changed paths narrow a
+run to what a change can break: a changed registered test file selects itself, documentation
+(``docs/``, ``*.md``) selects nothing, and any other change (library code, configs) selects all.
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ class Selection:
     labels: tuple[str, ...] = ()
     suites: tuple[str, ...] = ()
     backend: str | None = None
+    #: repo-relative paths a change touched; None = no change-based narrowing
+    changed: tuple[str, ...] | None = None
 
 
 class SelectionError(ValueError):
@@ -68,7 +72,43 @@ def select(tests: Iterable[Test], selection: Selection) -> list[Test]:
         if not in_cadence(t, selection.cadence):
             continue
         out.append(t)
+    if selection.changed is not None:
+        out = select_changed(out, selection.changed, registered=(t.path for t in tests))
     return out
+
+
+def normalize_path(path: str) -> str:
+    """``./tests//a.py`` and ``tests\\a.py`` -> ``tests/a.py`` (the catalog's form)."""
+    parts = [p for p in path.replace("\\", "/").split("/") if p not in ("", ".")]
+    return "/".join(parts)
+
+
+def is_doc_path(path: str) -> bool:
+    """Documentation cannot break a test: ``docs/...`` and any ``*.md``."""
+    p = normalize_path(path)
+    return p.startswith("docs/") or p == "docs" or p.lower().endswith(".md")
+
+
+def select_changed(tests: Iterable[Test], changed: Iterable[str], registered: Iterable[str] | None = None
+                   ) -> list[Test]:
+    """The tests a change can break, in input order.
+
+    A changed registered test file selects its own tests; docs and ``*.md`` select nothing; any
+    other path (library code, configs, a helper next to the tests) selects every test.
+    ``registered`` is every registered test file (default: those of ``tests``), so a changed test
+    that other flags filtered out still counts as a test file rather than as library code.
+    """
+    tests = list(tests)
+    known = {normalize_path(p) for p in (registered if registered is not None else (t.path for t in tests))}
+    hit: set[str] = set()
+    for raw in changed:
+        p = normalize_path(raw)
+        if not p or is_doc_path(p):
+            continue
+        if p not in known:
+            return tests
+        hit.add(p)
+    return [t for t in tests if normalize_path(t.path) in hit]
 
 
 def split_csv(values: Sequence[str] | None) -> tuple[str, ...]:

@@ -1,0 +1,272 @@
+"""``nightly plan``: tonight's schedule before anything runs, and how close it is to optimal.
+
+Reads the repo's registrations, applies the selection flags (cadence, labels, suites, backend,
+changed paths), packs the tests onto the deployment's pools and prints per pool the predicted
+makespan, the lower bound and their ratio, GPU utilization, each node's timeline and each test's
+timeout. ``--shards SUITE=N`` shows the framework's static shards beside it; ``--json`` prints
+the plan for machines; ``--gantt FILE`` draws it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from pipelines.core.model import Catalog, CatalogError, Plan, Test
+from pipelines.core.plan import (
+    make_plan,
+    override_pools,
+    parse_pool_arg,
+    shards_gpus,
+    shards_plan,
+    static_shards,
+)
+from pipelines.core.select import CADENCES, Selection, SelectionError, select, split_csv
+from pipelines.core.specs import PoolSpec, RepoSpec, load_specs
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("plan", help="pack the selected tests onto the GPU pools and show the schedule",
+                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--repo", help="framework checkout (a path) or a repo name in assets/repos.yaml "
+                                  "(default: its `default`)")
+    p.add_argument("--deployment", help="deployment in assets/cluster.yaml whose pools to use (default: its `default`)")
+    p.add_argument("--pool", action="append", default=[], metavar="NAME=NxG",
+                   help="pool NAME with N nodes of G GPUs, replacing the deployment's (e.g. h200=4x8)")
+    p.add_argument("--suite", action="append", dest="suites", help="only these suites (a,b)")
+    p.add_argument("--backend", choices=("cuda", "rocm", "cpu"), help="only this backend")
+    p.add_argument("--cadence", default="nightly", choices=CADENCES, help="which scope (default: nightly)")
+    p.add_argument("--labels", action="append", help="only tests with one of these labels (a,b)")
+    changed = p.add_mutually_exclusive_group()
+    changed.add_argument("--changed", nargs="+", metavar="FILE",
+                         help="only what these changed files can break (repo-relative paths)")
+    changed.add_argument("--git-range", metavar="A..B", help="the files changed in this git range")
+    p.add_argument("--shards", action="append", default=[], metavar="SUITE=N",
+                   help="also show the framework's static LPT shards (N shards for SUITE)")
+    p.add_argument("--timeout-floor", type=int, metavar="S", help="override the repo's timeout floor")
+    p.add_argument("--no-improve", action="store_true", help="plain longest-first list schedule only")
+    p.add_argument("--json", action="store_true", help="print the plan as JSON")
+    p.add_argument("--gantt", type=Path, metavar="FILE", help="write a Gantt chart of the plan (PNG)")
+    p.set_defaults(func=run)
+
+
+def load_catalog(path: Path, spec: RepoSpec | None) -> Catalog:
+    """The catalog stage (imported here so this module loads without it)."""
+    from pipelines.core.catalog import load_catalog as load
+
+    return load(path, spec)
+
+
+def _repo(specs, value: str | None) -> tuple[Path, RepoSpec | None]:
+    if value and not Path(value).exists() and value in specs.repos:
+        spec = specs.repos[value]
+        return spec.path, spec
+    if not value:
+        spec = specs.repo()
+        return spec.path, spec
+    path = Path(value).resolve()
+    for spec in specs.repos.values():
+        if spec.path.resolve() == path:
+            return path, spec
+    return path, None
+
+
+def changed_in_range(repo: Path, rev_range: str) -> list[str]:
+    """Repo-relative paths ``git diff --name-only A..B`` reports (argv list, never a shell)."""
+    if rev_range.startswith("-"):
+        raise SelectionError(f"--git-range {rev_range!r}: expected A..B (two revisions)")
+    argv = ["git", "-C", str(repo), "diff", "--name-only", "--relative", rev_range, "--"]
+    try:
+        out = subprocess.run(argv, capture_output=True, text=True, check=False)
+    except FileNotFoundError as exc:
+        raise SelectionError("--git-range needs git on PATH") from exc
+    if out.returncode != 0:
+        raise SelectionError(f"--git-range {rev_range}: git diff failed: {out.stderr.strip()}")
+    return [line for line in out.stdout.splitlines() if line.strip()]
+
+
+def _pairs(values: list[str], flag: str) -> dict[str, int]:
+    out = {}
+    for v in values:
+        key, sep, n = v.partition("=")
+        if not sep or not key or not n.isdigit() or int(n) <= 0:
+            raise SelectionError(f"{flag} {v!r}: expected SUITE=N with N a positive number")
+        out[key] = int(n)
+    return out
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        return _run(args)
+    except CatalogError:
+        raise  # the dispatcher prints located problems
+    except (SelectionError, ValueError) as exc:
+        print(f"nightly plan: error: {exc}", file=sys.stderr)
+        return 2
+
+
+def _run(args: argparse.Namespace) -> int:
+    specs = load_specs()
+    path, spec = _repo(specs, args.repo)
+    pools: tuple[PoolSpec, ...] = specs.deployment(args.deployment).pools
+    pools = override_pools(pools, [parse_pool_arg(v) for v in args.pool])
+    shards = _pairs(args.shards, "--shards")
+    catalog = load_catalog(path, spec)
+    changed = None
+    if args.changed is not None:
+        changed = tuple(args.changed)
+    elif args.git_range:
+        changed = tuple(changed_in_range(path, args.git_range))
+    selection = Selection(cadence=args.cadence, labels=split_csv(args.labels), suites=split_csv(args.suites),
+                          backend=args.backend, changed=changed)
+    chosen = select(catalog.tests, selection)
+    unknown = [s for s in shards if s not in {t.suite for t in catalog.tests}]
+    if unknown:
+        raise SelectionError(f"--shards: unknown suite(s) {', '.join(unknown)}")
+    runnable = [t for t in chosen if t.enabled]
+    skipped = [t for t in chosen if not t.enabled]
+    floor = args.timeout_floor if args.timeout_floor is not None else (spec.timeout_floor_s if spec else 1800)
+    factor = spec.timeout_factor if spec else 1.25
+    plan = make_plan(runnable, pools, timeout_floor_s=floor, timeout_factor=factor, improve=not args.no_improve)
+    static = None
+    if shards:
+        sh = static_shards([t for t in runnable if t.id not in plan.unplanned], shards)  # unlisted suites: 1 shard
+        static = (sh, shards_plan(sh, timeout_floor_s=floor, timeout_factor=factor))
+    tests = {t.id: t for t in catalog.tests}
+    if args.gantt:
+        write_gantt(plan, pools, args.gantt)
+    if args.json:
+        print(json.dumps(plan_json(plan, pools, tests, skipped, catalog, static), indent=1))
+    else:
+        print_text(catalog, plan, pools, tests, skipped, static, changed)
+        if args.gantt:
+            print(f"gantt chart: {args.gantt}")
+    return 0
+
+
+def plan_json(plan: Plan, pools, tests: dict[str, Test], skipped, catalog: Catalog, static=None) -> dict:
+    shapes = {p.name: p for p in pools}
+    out = {
+        "repo": catalog.repo,
+        "makespan_s": plan.makespan_s,
+        "lower_bound_s": plan.lower_bound_s,
+        "ratio": round(plan.ratio, 6),
+        "pools": [{"pool": name, "nodes": shapes[name].nodes, "gpus_per_node": shapes[name].gpus_per_node,
+                   "makespan_s": m, "lower_bound_s": lb, "ratio": round(m / lb, 6) if lb else 1.0,
+                   "gpu_utilization": round(u, 6)} for name, m, lb, u in plan.pools],
+        "assignments": [{"test_id": a.test_id, "pool": a.pool, "node": a.node, "start_s": a.start_s,
+                         "end_s": a.end_s, "gpus": a.gpus, "timeout_s": a.timeout_s, "priority": a.priority,
+                         "path": tests[a.test_id].path if a.test_id in tests else ""} for a in plan.ordered()],
+        "unplanned": [{"test_id": tid, "hardware": _hw(tests.get(tid))} for tid in plan.unplanned],
+        "skipped": [{"test_id": t.id, "reason": t.disabled} for t in skipped],
+        "problems": [str(p) for p in catalog.problems],
+    }
+    if static:
+        sh, splan = static
+        out["static_shards"] = {
+            "makespan_s": splan.makespan_s, "gpus": shards_gpus(sh),
+            "shards": [{"suite": s, "shard": k, "tests": [t.id for t in shard], "est_s": sum(t.est_time for t in shard)}
+                       for s, ss in sh.items() for k, shard in enumerate(ss)]}
+    return out
+
+
+def _hw(t: Test | None) -> str:
+    from pipelines.core.plan import hardware_of
+
+    return hardware_of(t) if t else ""
+
+
+def _hms(s: float) -> str:
+    s = int(round(s))
+    return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
+
+
+def print_text(catalog: Catalog, plan: Plan, pools, tests, skipped, static, changed) -> None:
+    shapes = {p.name: p for p in pools}
+    print(f"plan for {catalog.repo}: {len(plan.assignments)} tests; predicted makespan {plan.makespan_s:.0f}s "
+          f"({_hms(plan.makespan_s)}), lower bound {plan.lower_bound_s:.0f}s, ratio {plan.ratio:.3f}")
+    if changed is not None:
+        print(f"  selected by {len(changed)} changed path(s)")
+    print(f"\n  {'pool':<10} {'nodes':>9} {'tests':>5} {'makespan':>9} {'lower bd':>9} {'ratio':>6} {'GPU util':>8}")
+    for name, m, lb, u in plan.pools:
+        n = sum(1 for a in plan.assignments if a.pool == name)
+        shape = f"{shapes[name].nodes}x{shapes[name].gpus_per_node}"
+        print(f"  {name:<10} {shape:>9} {n:>5} {m:>8.0f}s {lb:>8.0f}s {(m / lb if lb else 1):>6.3f} {u:>7.1%}")
+    for name, *_ in plan.pools:
+        for node in range(shapes[name].nodes):
+            rows = sorted((a for a in plan.assignments if a.pool == name and a.node == node),
+                          key=lambda a: (a.start_s, a.priority))
+            busy = max((a.end_s for a in rows), default=0.0)
+            print(f"\n  {name}/node {node}: {len(rows)} tests, busy until {busy:.0f}s")
+            print(f"    {'prio':>4} {'start':>7} {'end':>7} {'gpus':>4} {'timeout':>7}  test")
+            for a in rows:
+                t = tests.get(a.test_id)
+                mark = " (uncalibrated estimate)" if t and t.uncalibrated else ""
+                print(f"    {a.priority:>4} {a.start_s:>7.0f} {a.end_s:>7.0f} {a.gpus:>4} {a.timeout_s:>7}  {a.test_id}{mark}")
+    if plan.unplanned:
+        print("\n  unplanned (no pool runs their hardware; add one with --pool or in assets/cluster.yaml):")
+        for tid in plan.unplanned:
+            print(f"    {tid}  hardware {_hw(tests.get(tid)) or '?'}")
+    if skipped:
+        print("\n  skipped (disabled):")
+        for t in skipped:
+            print(f"    {t.id}: {t.disabled}")
+    if catalog.problems:
+        print("\n  problems:")
+        for p in catalog.problems:
+            print(f"    {p}")
+    if static:
+        sh, splan = static
+        print(f"\n  static shards (the framework's split): {shards_gpus(sh)} GPUs held, makespan {splan.makespan_s:.0f}s")
+        for suite, ss in sh.items():
+            for k, shard in enumerate(ss):
+                print(f"    {suite} shard {k + 1}/{len(ss)}: {sum(t.est_time for t in shard):>6}s  "
+                      f"{', '.join(t.id for t in shard)}")
+        if splan.makespan_s:
+            gpus = sum(p.nodes * p.gpus_per_node for p in pools if p.name in {a.pool for a in plan.assignments})
+            print(f"  this plan: {plan.makespan_s:.0f}s on {gpus} GPUs "
+                  f"({plan.makespan_s / splan.makespan_s - 1:+.1%} vs static shards)")
+
+
+def write_gantt(plan: Plan, pools, path: Path) -> None:
+    """One row per GPU, one bar per test over the GPUs it holds (dispatch replayed on estimates)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from pipelines.core.plan import simulate_trace
+
+    used = {a.pool for a in plan.assignments}
+    shapes = [p for p in pools if p.name in used]
+    _, trace = simulate_trace(plan, shapes, {a.test_id: a.end_s - a.start_s for a in plan.assignments})
+    base, labels, y = {}, [], 0
+    for p in shapes:
+        for node in range(p.nodes):
+            base[(p.name, node)] = y
+            labels += [f"{p.name}/{node}:{g}" for g in range(p.gpus_per_node)]
+            y += p.gpus_per_node
+    fig, ax = plt.subplots(figsize=(13, 1.5 + 0.18 * max(1, y)))
+    cmap = plt.get_cmap("tab20")
+    for a, node, slots, start, end in trace:
+        y0 = base[(a.pool, node)]
+        for g in slots:
+            ax.barh(y0 + g, end - start, left=start, height=0.9, color=cmap(a.priority % 20),
+                    edgecolor="black", linewidth=0.3)
+        if slots and end - start > plan.makespan_s / 30:
+            ax.text((start + end) / 2, y0 + (slots[0] + slots[-1]) / 2, a.test_id, ha="center", va="center",
+                    fontsize=6)
+    ax.axvline(plan.lower_bound_s, color="red", linestyle="--", label=f"lower bound {plan.lower_bound_s:.0f}s")
+    ax.set_yticks(range(len(labels)), labels, fontsize=5)
+    ax.invert_yaxis()
+    ax.set_xlabel("seconds from the start of the night")
+    ax.set_title(f"predicted makespan {plan.makespan_s:.0f}s, lower bound {plan.lower_bound_s:.0f}s, "
+                 f"ratio {plan.ratio:.3f}")
+    ax.legend(loc="lower right")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

@@ -1,0 +1,77 @@
+"""Which pool a test runs on, and pool literals from the command line.
+
+A suite names its hardware (``stage-c-4-gpu-h200`` -> ``h200``); a pool lists the hardware it
+runs (by default its own name). The planner and the dispatcher only need a pool's shape.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Sequence
+from typing import Protocol
+
+from pipelines.core.model import Pool, Test
+from pipelines.core.specs import PoolSpec
+
+_SUITE_HW = re.compile(r"-gpu-([A-Za-z0-9_.]+)$")
+_POOL_ARG = re.compile(r"^([A-Za-z0-9_.-]+)=(\d+)x(\d+)$")
+
+
+class PoolShape(Protocol):
+    name: str
+    nodes: int
+    gpus_per_node: int
+
+
+def hardware_of(test: Test) -> str:
+    """The test's hardware: its own field, else the suite name's suffix, else ``cpu``."""
+    if test.hardware:
+        return test.hardware
+    m = _SUITE_HW.search(test.suite)
+    if m:
+        return m.group(1)
+    return "cpu" if test.backend == "cpu" or test.gpus == 0 else ""
+
+
+def pool_hardware(pool: PoolSpec) -> tuple[str, ...]:
+    return tuple(pool.hardware) or (pool.name,)
+
+
+def pool_for(test: Test, pools: Sequence[PoolSpec]) -> PoolSpec | None:
+    """The first pool whose hardware list holds the test's hardware.
+
+    A test that needs no GPU and matches no pool runs on the first pool (it takes no GPU slot
+    there); anything else without a pool is left unplanned by the caller.
+    """
+    hw = hardware_of(test)
+    for p in pools:
+        if hw in pool_hardware(p):
+            return p
+    if test.gpus == 0 and pools:
+        return pools[0]
+    return None
+
+
+def as_pool(p: PoolShape) -> Pool:
+    """A bare ``Pool`` from a ``PoolSpec`` or ``Pool``."""
+    return Pool(p.name, int(p.nodes), int(p.gpus_per_node))
+
+
+def parse_pool_arg(text: str) -> PoolSpec:
+    """``h200=4x8`` -> a pool named h200 of 4 nodes with 8 GPUs each (hardware h200)."""
+    m = _POOL_ARG.match(text.strip())
+    if not m or int(m.group(2)) <= 0 or int(m.group(3)) <= 0:
+        raise ValueError(f"--pool {text!r}: expected NAME=NODESxGPUS with positive numbers, e.g. h200=4x8")
+    return PoolSpec(name=m.group(1), nodes=int(m.group(2)), gpus_per_node=int(m.group(3)), hardware=(m.group(1),))
+
+
+def override_pools(base: Sequence[PoolSpec], overrides: Sequence[PoolSpec]) -> tuple[PoolSpec, ...]:
+    """Replace the shape of same-named pools (keeping their hardware list); add new ones."""
+    out = {p.name: p for p in base}
+    for o in overrides:
+        if o.name in out:
+            out[o.name] = dataclasses.replace(out[o.name], nodes=o.nodes, gpus_per_node=o.gpus_per_node)
+        else:
+            out[o.name] = o
+    return tuple(out.values())

@@ -1,0 +1,118 @@
+"""Dynamic dispatch, pure: which planned tests start now, on which node and GPUs.
+
+Tests start in plan priority as soon as enough GPUs are free on ONE node; a later test may
+start while an earlier one waits for a whole node, when it fits in the GPUs left over (the
+same greedy rule the planner simulates, so with exact estimates dispatch replays the plan).
+The threaded launch loop and the benchmark's event-clock simulator both drive this class.
+``backfill=False`` gives strict list order (nothing starts before every earlier test has
+started), kept for comparison.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import deque
+from collections.abc import Mapping, Sequence
+
+from pipelines.core.model import Assignment, Plan
+from pipelines.core.plan.cluster import PoolShape, as_pool
+from pipelines.core.plan.packing import best_fit
+
+
+class _PoolState:
+    def __init__(self, nodes: int, gpus_per_node: int):
+        self.free = [set(range(gpus_per_node)) for _ in range(nodes)]
+        self.queues: dict[int, deque[Assignment]] = {}
+
+    def counts(self) -> list[int]:
+        return [len(f) for f in self.free]
+
+
+class DispatchQueue:
+    """Pending, running and finished tests of one plan over its pools. Not thread-safe: the
+    caller holds its lock around every call."""
+
+    def __init__(self, plan: Plan, pools: Sequence[PoolShape], *, backfill: bool = True):
+        self._backfill = backfill
+        shapes = {p.name: as_pool(p) for p in pools}
+        self._pools: dict[str, _PoolState] = {n: _PoolState(p.nodes, p.gpus_per_node) for n, p in shapes.items()}
+        bad = []
+        for a in plan.ordered():
+            p = shapes.get(a.pool)
+            if p is None:
+                bad.append(f"{a.test_id}: pool {a.pool!r} is not one of {sorted(shapes)}")
+            elif a.gpus > p.gpus_per_node:
+                bad.append(f"{a.test_id}: needs {a.gpus} GPUs, pool {a.pool} nodes have {p.gpus_per_node}")
+            else:
+                self._pools[a.pool].queues.setdefault(a.gpus, deque()).append(a)
+        if bad:
+            raise ValueError("plan does not fit its pools: " + "; ".join(bad))
+        self._running: dict[str, tuple[Assignment, int, tuple[int, ...]]] = {}
+        self._pending = len(plan.assignments)
+
+    def start_ready(self) -> list[tuple[Assignment, int, tuple[int, ...]]]:
+        """Mark as running, and return, every pending test that can start now (priority order)."""
+        started = []
+        for st in self._pools.values():
+            while True:
+                counts = st.counts()
+                most = max(counts, default=0)
+                head = None
+                for g, q in st.queues.items():
+                    if q and (g <= most or not self._backfill) and (head is None or q[0].priority < head.priority):
+                        head = q[0]
+                if head is None or head.gpus > most:
+                    break
+                st.queues[head.gpus].popleft()
+                node = best_fit(counts, head.gpus)
+                slots = tuple(sorted(st.free[node])[: head.gpus])
+                st.free[node].difference_update(slots)
+                self._running[head.test_id] = (head, node, slots)
+                self._pending -= 1
+                started.append((head, node, slots))
+        started.sort(key=lambda x: x[0].priority)
+        return started
+
+    def finish(self, test_id: str) -> None:
+        """Give the finished test's GPUs back (unknown or already finished ids are an error)."""
+        if test_id not in self._running:
+            raise KeyError(f"{test_id} is not running")
+        a, node, slots = self._running.pop(test_id)
+        self._pools[a.pool].free[node].update(slots)
+
+    def done(self) -> bool:
+        return not self._pending and not self._running
+
+    def running(self) -> list[tuple[Assignment, int, tuple[int, ...]]]:
+        return sorted(self._running.values(), key=lambda x: x[0].priority)
+
+    def pending(self) -> list[Assignment]:
+        return sorted((a for st in self._pools.values() for q in st.queues.values() for a in q),
+                      key=lambda a: a.priority)
+
+
+def simulate(plan: Plan, pools: Sequence[PoolShape], actual_durations: Mapping[str, float], *,
+             backfill: bool = True) -> float:
+    """The makespan dynamic dispatch of ``plan`` reaches when each test takes its actual time."""
+    return simulate_trace(plan, pools, actual_durations, backfill=backfill)[0]
+
+
+def simulate_trace(plan: Plan, pools: Sequence[PoolShape], actual_durations: Mapping[str, float], *,
+                   backfill: bool = True) -> tuple[float, list[tuple[Assignment, int, tuple[int, ...], float, float]]]:
+    """Makespan and (assignment, node, slots, start, end) of every test, on an event clock."""
+    q = DispatchQueue(plan, pools, backfill=backfill)
+    events: list[tuple[float, int, str]] = []
+    trace = []
+    now, seq = 0.0, 0
+    while not q.done():
+        for a, node, slots in q.start_ready():
+            end = now + float(actual_durations[a.test_id])
+            heapq.heappush(events, (end, seq, a.test_id))
+            trace.append((a, node, slots, now, end))
+            seq += 1
+        if not events:
+            raise ValueError("dispatch is stuck: pending tests but nothing running")
+        now = events[0][0]
+        while events and events[0][0] == now:
+            q.finish(heapq.heappop(events)[2])
+    return max((t[4] for t in trace), default=0.0), trace

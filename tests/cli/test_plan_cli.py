@@ -1,0 +1,131 @@
+"""``nightly plan``: readable and JSON output, pools, selection by changed paths, shards, Gantt."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from pipelines.cli import plan as plan_cli
+from pipelines.core.model import Catalog, CatalogError
+from tests.conftest import make_test
+
+TESTS = (
+    make_test(id="tests/test_a.py", path="tests/test_a.py", est_time=600, gpus=4, suite="stage-c-4-gpu-h200"),
+    make_test(id="tests/test_b.py", path="tests/test_b.py", est_time=300, gpus=4, suite="stage-c-4-gpu-h200"),
+    make_test(id="tests/test_c.py", path="tests/test_c.py", est_time=900, gpus=8, suite="stage-c-8-gpu-h200"),
+    make_test(id="tests/test_h100.py", path="tests/test_h100.py", est_time=100, gpus=8,
+              suite="stage-c-8-gpu-h100", hardware="h100"),
+    make_test(id="tests/test_off.py", path="tests/test_off.py", disabled="broken on H200"),
+    make_test(id="tests/test_long.py", path="tests/test_long.py", labels=("long",)),
+)
+
+
+@pytest.fixture
+def fake_catalog(monkeypatch):
+    seen = {}
+
+    def load(path, spec):
+        seen["path"] = path
+        return Catalog(repo=str(path), tests=TESTS)
+
+    monkeypatch.setattr(plan_cli, "load_catalog", load)
+    return seen
+
+
+def nightly_plan(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="nightly")
+    plan_cli.register(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["plan", *argv])
+    return args.func(args)
+
+
+def test_json_has_the_figures_and_every_assignment(fake_catalog, tmp_path, capsys):
+    assert nightly_plan(["--repo", str(tmp_path), "--pool", "h200=1x8", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert (out["makespan_s"], out["lower_bound_s"], out["ratio"]) == (1500.0, 1350.0, 1.111111)
+    rows = {a["test_id"]: a for a in out["assignments"]}
+    assert sorted(rows) == ["tests/test_a.py", "tests/test_b.py", "tests/test_c.py"]
+    assert set(rows["tests/test_a.py"]) >= {"test_id", "pool", "node", "start_s", "end_s", "gpus", "timeout_s"}
+    assert rows["tests/test_a.py"]["end_s"] - rows["tests/test_a.py"]["start_s"] == 600
+    assert out["unplanned"] == [{"test_id": "tests/test_h100.py", "hardware": "h100"}]
+    assert out["skipped"] == [{"test_id": "tests/test_off.py", "reason": "broken on H200"}]
+    assert fake_catalog["path"] == tmp_path.resolve()
+
+
+def test_text_shows_pools_node_timelines_unplanned_and_skipped(fake_catalog, tmp_path, capsys):
+    assert nightly_plan(["--repo", str(tmp_path), "--pool", "h200=2x8", "--pool", "h100=1x8"]) == 0
+    out = capsys.readouterr().out
+    assert "predicted makespan 900s" in out and "lower bound 900s, ratio 1.000" in out
+    assert "h200/node 0:" in out and "h200/node 1:" in out and "h100/node 0:" in out
+    assert "unplanned" not in out
+    assert "tests/test_off.py: broken on H200" in out
+
+
+def test_changed_paths_narrow_the_plan(fake_catalog, tmp_path, capsys):
+    assert nightly_plan(["--repo", str(tmp_path), "--pool", "h200=1x8", "--json", "--changed", "tests/test_b.py"]) == 0
+    assert [a["test_id"] for a in json.loads(capsys.readouterr().out)["assignments"]] == ["tests/test_b.py"]
+    assert nightly_plan(["--repo", str(tmp_path), "--pool", "h200=1x8", "--json", "--changed", "docs/x.md"]) == 0
+    assert json.loads(capsys.readouterr().out)["assignments"] == []
+
+
+def test_a_git_range_selects_the_files_it_changed(fake_catalog, tmp_path, capsys):
+    def git(*argv):
+        subprocess.run(["git", "-C", str(tmp_path), *argv], check=True, capture_output=True)
+
+    git("init", "-q")
+    git("-c", "user.email=a@b", "-c", "user.name=n", "commit", "-q", "--allow-empty", "-m", "base")
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_a.py").write_text(textwrap.dedent("""\
+        register_cuda_ci(est_time=600, suite="stage-c-4-gpu-h200", labels=["megatron"])
+    """))
+    git("add", "tests/test_a.py")
+    git("-c", "user.email=a@b", "-c", "user.name=n", "commit", "-q", "-m", "change a")
+    assert nightly_plan(["--repo", str(tmp_path), "--pool", "h200=1x8", "--json", "--git-range", "HEAD~1..HEAD"]) == 0
+    assert [a["test_id"] for a in json.loads(capsys.readouterr().out)["assignments"]] == ["tests/test_a.py"]
+
+
+def test_a_bad_git_range_is_a_clear_error(fake_catalog, tmp_path, capsys):
+    assert nightly_plan(["--repo", str(tmp_path), "--git-range=--output=x"]) == 2
+    assert "--git-range '--output=x': expected A..B" in capsys.readouterr().err
+
+
+def test_static_shards_print_beside_the_plan(fake_catalog, tmp_path, capsys):
+    assert nightly_plan(["--repo", str(tmp_path), "--pool", "h200=2x8", "--shards", "stage-c-4-gpu-h200=2"]) == 0
+    out = capsys.readouterr().out
+    assert "static shards (the framework's split): 16 GPUs held, makespan 900s" in out
+    assert "stage-c-4-gpu-h200 shard 1/2:    600s  tests/test_a.py" in out
+
+
+def test_bad_flags_are_errors_that_say_how_to_fix_them(fake_catalog, tmp_path, capsys):
+    assert nightly_plan(["--repo", str(tmp_path), "--pool", "h200=four"]) == 2
+    assert "--pool 'h200=four': expected NAME=NODESxGPUS" in capsys.readouterr().err
+    assert nightly_plan(["--repo", str(tmp_path), "--shards", "stage-c-4-gpu-h200=0"]) == 2
+    assert "--shards 'stage-c-4-gpu-h200=0': expected SUITE=N" in capsys.readouterr().err
+    assert nightly_plan(["--repo", str(tmp_path), "--suite", "stage-zz"]) == 2
+    assert "unknown suite(s) stage-zz" in capsys.readouterr().err
+
+
+def test_a_test_too_large_for_its_pool_is_reported_by_name(fake_catalog, tmp_path):
+    with pytest.raises(CatalogError, match=r"tests/test_c.py:1: gpus: test tests/test_c.py .* needs 8 GPUs"):
+        nightly_plan(["--repo", str(tmp_path), "--pool", "h200=2x4"])
+
+
+def test_gantt_writes_a_png(fake_catalog, tmp_path, capsys):
+    png = tmp_path / "out" / "plan.png"
+    assert nightly_plan(["--repo", str(tmp_path), "--pool", "h200=2x8", "--gantt", str(png)]) == 0
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_example_repository_plans_on_the_default_pools(project_root: Path, capsys):
+    try:
+        from pipelines.core.catalog import load_catalog  # noqa: F401
+    except ImportError:
+        pytest.skip("pipelines.core.catalog.load_catalog is not written yet")
+    assert nightly_plan(["--repo", str(project_root / "examples" / "minirl"), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["assignments"] and out["makespan_s"] >= out["lower_bound_s"] > 0

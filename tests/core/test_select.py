@@ -1,0 +1,67 @@
+"""Selection: cadences, labels, suites, and changed paths (the framework's rules)."""
+
+from __future__ import annotations
+
+import pytest
+
+from pipelines.core.select import Selection, SelectionError, in_cadence, select, select_changed, split_csv
+from tests.conftest import make_test
+
+A = make_test(id="a", path="tests/e2e/test_a.py", labels=("megatron",))
+B = make_test(id="b", path="tests/e2e/test_b.py", labels=("fsdp", "short"), nightly=True)
+LONG = make_test(id="long", path="tests/e2e/test_long.py", labels=("long",))
+FT = make_test(id="ft", path="tests/e2e/test_ft.py", labels=("ft-long",), suite="stage-c-8-gpu-h200")
+ALL = [A, B, LONG, FT]
+
+
+def ids(tests) -> list[str]:
+    return [t.id for t in tests]
+
+
+def test_nightly_skips_long_and_ft_long_labels_and_weekly_runs_everything():
+    assert ids(select(ALL, Selection(cadence="nightly"))) == ["a", "b"]
+    assert ids(select(ALL, Selection(cadence="weekly"))) == ["a", "b", "long", "ft"]
+    assert ids(select(ALL, Selection(cadence="release"))) == ["a", "b", "long", "ft"]
+
+
+def test_per_commit_runs_skip_nightly_only_tests():
+    assert ids(select(ALL, Selection(cadence="pr"))) == ["a"]
+
+
+def test_an_unknown_cadence_is_an_error_that_lists_the_cadences():
+    with pytest.raises(SelectionError, match="unknown cadence 'daily'; use one of pr, nightly, weekly, release"):
+        in_cadence(A, "daily")
+
+
+def test_labels_pick_tests_with_any_of_them():
+    assert ids(select(ALL, Selection(labels=split_csv(["fsdp,long"])))) == ["b", "long"]
+
+
+def test_an_unknown_suite_is_an_error_not_an_empty_selection():
+    with pytest.raises(SelectionError, match="unknown suite.s. stage-x; registered suites: stage-c-4-gpu-h200"):
+        select(ALL, Selection(suites=("stage-x",)))
+
+
+def test_a_changed_registered_test_selects_only_itself():
+    assert ids(select_changed(ALL, ["tests/e2e/test_b.py"])) == ["b"]
+    assert ids(select_changed(ALL, ["./tests/e2e/test_b.py", "tests/e2e/test_a.py"])) == ["a", "b"]
+
+
+def test_docs_and_markdown_select_nothing():
+    assert select_changed(ALL, ["docs/guide.rst", "README.md", "tests/e2e/NOTES.md"]) == []
+
+
+def test_any_other_changed_path_selects_everything():
+    assert ids(select_changed(ALL, ["README.md", "minirl/train.py"])) == ["a", "b", "long", "ft"]
+    assert ids(select_changed(ALL, ["tests/e2e/conftest.py", "tests/e2e/test_a.py"])) == ["a", "b", "long", "ft"]
+
+
+def test_no_changed_paths_select_nothing():
+    assert select_changed(ALL, []) == []
+
+
+def test_changed_paths_combine_with_the_cadence():
+    # the long test changed, but nightly skips it; it is still a test file, not library code
+    assert select(ALL, Selection(cadence="nightly", changed=("tests/e2e/test_long.py",))) == []
+    assert ids(select(ALL, Selection(cadence="nightly", changed=("setup.py",)))) == ["a", "b"]
+    assert ids(select(ALL, Selection(cadence="nightly"))) == ["a", "b"]
