@@ -126,7 +126,7 @@ class Night:
         """(tests to run, disabled tests to report as skipped) for this night's selection."""
         s = self.settings
         chosen = select(self.catalog.tests, Selection(cadence=s.cadence, labels=s.labels, suites=s.suites))
-        runnable = [t for t in chosen if t.enabled and t.backend in ("cuda", "cpu")]
+        runnable = [t for t in chosen if t.enabled]
         skipped = [t for t in chosen if not t.enabled]
         return runnable, skipped
 
@@ -160,10 +160,10 @@ class Night:
 
     # -- launch ------------------------------------------------------------------------
     def test_env(self) -> dict[str, str]:
-        values = {"cache": str(self.cache.root), "repo": str(self.repo_spec.path), "home": str(self.home)}
+        cache = self.cache
+        values = {"cache": str(cache.root), "repo": str(self.repo_spec.path), "home": str(self.home),
+                  "hub": str(cache.hub or "")}
         env = {k: v.format(**values) for k, v in self.repo_spec.env.items()}
-        if self.repo_spec.hub:
-            env.setdefault("NIGHTLY_HUB", str(self.cache.hub))
         env.update(dict(self.settings.extra_env))
         return env
 

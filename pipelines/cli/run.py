@@ -77,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
         "ops": {"run_night": {"config": {"cadence": args.cadence, "labels": list(settings.labels),
                                           "suites": list(settings.suites), "env": env,
                                           "timeout_floor_s": args.timeout_floor}}},
-        "loggers": {"console": {"config": {"log_level": "INFO"}}},
+        "loggers": {"console": {"config": {"log_level": "WARNING"}}},
     }
     print("\nnightly: running (progress below; each line is one finished step or test)", flush=True)
     result = job.execute_in_process(run_config=run_config, instance=instance, raise_on_error=False)
@@ -100,7 +100,7 @@ def run(args: argparse.Namespace) -> int:
     from pipelines.core.model import Attempt
 
     attempts = [Attempt(**{**a, "gpu_slots": tuple(a["gpu_slots"])}) for a in summary["attempts"]]
-    rows = night_rows(tests, skipped, attempts, estimates)
+    rows = night_rows(tests, skipped, attempts, estimates, summary.get("unplanned", ()))
     print()
     print(table(rows))
     print()
@@ -111,5 +111,5 @@ def run(args: argparse.Namespace) -> int:
     print(f"report: {report}")
     print(f"evidence: {paths['evidence']}\npatch: {paths['patch']}")
     print(f"dagster runs: {result.run_id} (night), {calib.run_id} (calibration); `make ui` to browse")
-    bad = [r for r in rows if r.outcome not in ("passed", "skipped")]
+    bad = [r for r in rows if r.outcome not in ("passed", "skipped", "unplanned")]
     return 1 if bad else 0

@@ -31,6 +31,7 @@ def night_rows(
     skipped: Sequence[Test],
     attempts: Sequence[Attempt],
     estimates: Sequence[Estimate],
+    unplanned: Sequence[str] = (),
 ) -> list[Row]:
     """One row per selected test, in run order, then the skipped ones."""
     last: dict[str, Attempt] = {}
@@ -42,6 +43,10 @@ def night_rows(
     rows = []
     for t in tests:
         a = last.get(t.id)
+        if a is None and t.id in unplanned:
+            rows.append(Row(t.id, "unplanned", None, t.est_time, proposed.get(t.id), None, "", 0,
+                            f"no pool in this deployment runs {t.hardware or t.suite}"))
+            continue
         rows.append(
             Row(t.id, a.outcome if a else "not_run", a.elapsed_s if a else None, t.est_time,
                 proposed.get(t.id), a.timeout_s if a else None, a.node if a else "", count[t.id],
@@ -99,7 +104,7 @@ def markdown(
             f"| {r.test_id} | {r.outcome} | {_fmt(r.elapsed_s)} | {r.est_time} | {_fmt(r.proposed)} | "
             f"{_fmt(r.timeout_s)} | {r.node} |"
         )
-    failed = [r for r in rows if r.outcome in ("failed", "timed_out", "infra_error")]
+    failed = [r for r in rows if r.outcome in ("failed", "timed_out", "infra_error", "unplanned", "not_run")]
     if failed:
         lines += ["", "## Not passed", ""]
         lines += [f"- `{r.test_id}`: {r.outcome}: {r.reason}" for r in failed]

@@ -5,7 +5,6 @@ conversion and test id), and static partition mappings carry the per-test lineag
 shows exactly which checkpoint each test run used. Asset bodies are thin: ``Night`` does the work.
 """
 
-from __future__ import annotations
 
 import json
 from collections import defaultdict
@@ -128,7 +127,7 @@ def build_assets(catalog: Catalog) -> list[dg.AssetsDefinition]:
     return [model_weights, datasets, converted_checkpoints, test_runs, calibrated_estimates, night_report]
 
 
-def write_night_report(night) -> "object":
+def write_night_report(night):
     """Render the latest night's summary (written by the nightly job) with current proposals."""
     from pipelines.core.model import Attempt
 
@@ -141,7 +140,7 @@ def write_night_report(night) -> "object":
     tests = [by_id[i] for i in data["selected"] if i in by_id]
     skipped = [by_id[i] for i in data["skipped"] if i in by_id]
     estimates, _ = night.calibrate()
-    rows = night_rows(tests, skipped, attempts, estimates)
+    rows = night_rows(tests, skipped, attempts, estimates, data.get("unplanned", ()))
     text = markdown(f"Night {data['night']} ({data['cadence']}, run {data['run_id']})", rows, None,
                     data.get("actual_makespan_s"),
                     extra={"Predicted makespan": f"{data.get('predicted_makespan_s', 0):.1f} s",

@@ -4,7 +4,6 @@ The cron strings are the ones framework M uses (nightly Sunday-Friday 15:00 UTC,
 suite Saturday). A sensor never parses a test file itself: it asks the catalog.
 """
 
-from __future__ import annotations
 
 import hashlib
 import json
@@ -26,8 +25,8 @@ def build_schedules(nightly: dg.JobDefinition, weekly: dg.JobDefinition) -> list
     ]
 
 
-def build_sensors(nightly: dg.JobDefinition, weekly: dg.JobDefinition, calibration_job: dg.UnresolvedAssetJobDefinition,
-                  test_runs_job: dg.UnresolvedAssetJobDefinition) -> list:
+def build_sensors(nightly: dg.JobDefinition, weekly: dg.JobDefinition, calibration_job,
+                  test_runs_job) -> list:
     @dg.run_status_sensor(
         name="calibrate_after_night", run_status=dg.DagsterRunStatus.SUCCESS,
         monitored_jobs=[nightly, weekly], request_job=calibration_job,

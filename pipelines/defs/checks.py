@@ -1,6 +1,5 @@
 """Asset checks on calibration: warn when estimates drift or a test ran close to its timeout."""
 
-from __future__ import annotations
 
 import dagster as dg
 

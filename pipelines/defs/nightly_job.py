@@ -6,7 +6,6 @@ results as materializations of the software-defined assets (``model_weights`` ..
 ``test_runs``), so partitions, lineage and history in the UI are the same as for single runs.
 """
 
-from __future__ import annotations
 
 import json
 import os
@@ -34,6 +33,12 @@ class NightConfig(dg.Config):
     timeout_floor_s: int = 0
 
 
+def _say(context: dg.OpExecutionContext, message: str, level: str = "info") -> None:
+    """Progress for the terminal (stdout; captured as the step's log in the UI) and the event log."""
+    print(f"nightly: {message}", flush=True)
+    getattr(context.log, level)(message)
+
+
 def _night(context: dg.OpExecutionContext, nightly: NightlyResource, config: NightConfig):
     return nightly.night(
         run_id=context.run.run_id, cadence=config.cadence, labels=tuple(config.labels),
@@ -47,18 +52,19 @@ def run_night(context: dg.OpExecutionContext, config: NightConfig, nightly: Nigh
     night = _night(context, nightly, config)
     tests, skipped = night.selected()
     plan = night.plan(tests)
-    context.log.info(
+    _say(
+        context,
         f"{len(tests)} tests to run, {len(skipped)} disabled; predicted makespan {plan.makespan_s:.0f}s "
         f"(lower bound {plan.lower_bound_s:.0f}s, ratio {plan.ratio:.3f})"
     )
     for p in plan.unplanned:
-        context.log.warning(f"{p}: no pool runs its hardware; not planned")
+        _say(context, f"{p}: no pool runs its hardware; not planned", "warning")
 
     reqs = night.requirements_for(tests)
     for i, req in enumerate(reqs, 1):
         built = night.build(req)
         verb = "reused" if built.reused else f"built in {built.seconds:.1f}s"
-        context.log.info(f"[{i}/{len(reqs)}] {req.kind} {req.key}: {verb}")
+        _say(context, f"[{i}/{len(reqs)}] {req.kind} {req.key}: {verb}")
         event = dg.AssetObservation if built.reused else dg.AssetMaterialization
         context.log_event(event(asset_key=KIND_ASSET[req.kind], partition=req.key, metadata=built_metadata(built, req.source)))
 
@@ -68,7 +74,8 @@ def run_night(context: dg.OpExecutionContext, config: NightConfig, nightly: Nigh
     def on_finish(attempt) -> None:
         done.append(attempt)
         test = by_id[attempt.test_id]
-        context.log.info(
+        _say(
+            context,
             f"[{len(done)}/{len(plan.assignments)}] {attempt.test_id}  {attempt.outcome.upper()}  "
             f"elapsed={attempt.elapsed_s:.1f}s est={test.est_time}s node={attempt.node}"
         )
@@ -82,7 +89,7 @@ def run_night(context: dg.OpExecutionContext, config: NightConfig, nightly: Nigh
     bad = detect_bad_nodes(result.attempts)
     notes = [f.summary for f in bad]
     for n in notes:
-        context.log.warning(n)
+        _say(context, n, "warning")
     summary = {
         "night": night.night, "run_id": night.run_id, "cadence": config.cadence,
         "selected": [t.id for t in tests], "skipped": [t.id for t in skipped],

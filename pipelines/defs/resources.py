@@ -1,6 +1,5 @@
 """The one resource every asset and op uses: where the specs and the state live."""
 
-from __future__ import annotations
 
 from pathlib import Path
 

@@ -1,0 +1,192 @@
+"""Tell apart every way a test pod can end, from the last Pod object seen (k8s-facts.md).
+
+dagster-k8s judges only container exit codes: an OOM-killed container that exits 0 passes, an
+evicted pod is a "failure" of the test, a Pending pod waits a day. Here the pod's phase, reason,
+conditions and container state decide, in a fixed order, whether the *test* failed (never
+retried) or the *infrastructure* did (retried on another node when that can help).
+
+Pure: plain dicts in Kubernetes JSON shape (camelCase) in, a :class:`Verdict` out.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+#: Exit code of the in-pod pre-flight when the GPUs cannot be used (see podspec.PREFLIGHT_SCRIPT).
+PREFLIGHT_EXIT_CODE = 86
+MAIN_CONTAINER = "test"
+
+#: Infra reasons where another node may well succeed.
+RETRIABLE = frozenset({"evicted", "preempted", "node_lost", "node_shutdown", "gpu_unusable", "image_pull"})
+
+_PULL_WAITING = frozenset({"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull"})
+_CONFIG_WAITING = frozenset({"CreateContainerConfigError", "CreateContainerError"})
+
+
+class Verdict(NamedTuple):
+    """``outcome`` is an Attempt.outcome; ``reason`` the precise kind (Attempt.reason)."""
+
+    outcome: str
+    reason: str
+    retriable_infra: bool
+    node: str
+
+
+def _test(outcome: str, reason: str, node: str) -> Verdict:
+    return Verdict(outcome, reason, False, node)
+
+
+def _infra(reason: str, node: str) -> Verdict:
+    return Verdict("infra_error", reason, reason in RETRIABLE, node)
+
+
+def condition(pod: dict[str, Any], ctype: str) -> dict[str, Any] | None:
+    """The pod condition of type ``ctype`` whose status is True, if any."""
+    for c in (pod.get("status") or {}).get("conditions") or ():
+        if c.get("type") == ctype and c.get("status") == "True":
+            return c
+    return None
+
+
+def main_status(pod: dict[str, Any]) -> dict[str, Any]:
+    """The test container's status (the first container when none is named ``test``)."""
+    statuses = (pod.get("status") or {}).get("containerStatuses") or []
+    for s in statuses:
+        if s.get("name") == MAIN_CONTAINER:
+            return s
+    return statuses[0] if statuses else {}
+
+
+def terminated(pod: dict[str, Any]) -> dict[str, Any]:
+    return (main_status(pod).get("state") or {}).get("terminated") or {}
+
+
+def waiting(pod: dict[str, Any]) -> dict[str, Any]:
+    return (main_status(pod).get("state") or {}).get("waiting") or {}
+
+
+def node_of(pod: dict[str, Any] | None) -> str:
+    return ((pod or {}).get("spec") or {}).get("nodeName") or ""
+
+
+def _disruption(pod: dict[str, Any], node: str) -> Verdict | None:
+    """DisruptionTarget (Kubernetes) or TerminationTarget (Kueue): the pod is being taken away."""
+    kueue = condition(pod, "TerminationTarget")
+    if kueue is not None:
+        return _infra("preempted" if "Preempt" in (kueue.get("reason") or "") else "evicted", node)
+    c = condition(pod, "DisruptionTarget")
+    if c is None:
+        return None
+    why = c.get("reason") or ""
+    if why in ("DeletionByTaintManager", "DeletionByPodGC"):
+        return _infra("node_lost", node)
+    if "Preemption" in why:
+        return _infra("preempted", node)
+    if why == "TerminationByKubelet":
+        status_reason = (pod.get("status") or {}).get("reason") or ""
+        return _infra("node_shutdown" if status_reason in ("Terminated", "Shutdown", "NodeShutdown") else "evicted", node)
+    return _infra("evicted", node)  # EvictionByEvictionAPI (drain) and anything newer
+
+
+def classify(
+    last_pod: dict[str, Any] | None, deleted: bool, waited_s: float, wait_limit_s: float
+) -> Verdict | None:
+    """The verdict on a pod, or None while it is still running or allowed to wait.
+
+    ``deleted``: a watch saw the pod deleted (or it carries a deletionTimestamp we did not set).
+    ``waited_s``: how long the pod has been stuck in its current non-terminal state (Pending,
+    or Running with Ready=False); past ``wait_limit_s`` that state becomes a verdict, because
+    Kubernetes never gives up on a Pending pod by itself.
+    """
+    if last_pod is None:
+        return _infra("deleted", "") if deleted else None
+    node = node_of(last_pod)
+    status = last_pod.get("status") or {}
+    phase = status.get("phase") or "Pending"
+    reason = status.get("reason") or ""
+
+    verdict = _disruption(last_pod, node)
+    if verdict is not None:
+        return verdict
+    if reason == "DeadlineExceeded":
+        return _test("timed_out", "deadline_exceeded", node)
+    if reason == "Evicted":
+        return _infra("evicted", node)
+    if reason in ("Terminated", "Shutdown", "NodeShutdown"):
+        return _infra("node_shutdown", node)
+    if reason == "NodeLost":
+        return _infra("node_lost", node)
+    if reason == "UnexpectedAdmissionError" or reason == "OutOfnvidia.com/gpu":
+        return _infra("gpu_unusable", node)
+    if (phase == "Failed" and reason.startswith("OutOf")) or reason in ("NodeAffinity", "NodeAffinityMismatch"):
+        return _infra("admission_rejected", node)
+
+    term = terminated(last_pod)
+    if term.get("reason") == "OOMKilled":
+        return _test("failed", "oom_killed", node)  # trust the reason, even with exit 0
+    if term.get("exitCode") == PREFLIGHT_EXIT_CODE:
+        return _infra("gpu_unusable", node)
+    if term.get("reason") in ("StartError", "ContainerCannotRun"):
+        return _infra("start_error", node)
+    if deleted or (last_pod.get("metadata") or {}).get("deletionTimestamp"):
+        return _infra("deleted", node)
+    if phase == "Succeeded" and term.get("exitCode", 0) == 0:
+        return _test("passed", "", node)
+    if phase in ("Failed", "Succeeded"):
+        if term:
+            return _test("failed", "exit_code", node)
+        return _infra("failed_without_container", node)
+
+    if phase == "Pending":
+        w = waiting(last_pod)
+        if w.get("reason") in ("InvalidImageName", "ErrImageNeverPull"):
+            return _infra("image_pull", node)  # permanent: waiting longer cannot help
+        if waited_s < wait_limit_s:
+            return None
+        if w.get("reason") in _PULL_WAITING:
+            return _infra("image_pull", node)
+        if w.get("reason") in _CONFIG_WAITING:
+            return _infra("container_config", node)
+        return _infra("unschedulable", node)
+    if phase == "Running" and not_ready(last_pod) and waited_s >= wait_limit_s:
+        return _infra("node_lost", node)
+    if phase == "Unknown" and waited_s >= wait_limit_s:
+        return _infra("node_lost", node)
+    return None
+
+
+def not_ready(pod: dict[str, Any]) -> bool:
+    """Running but Ready=False: how a pod on an unreachable node looks until the taint manager acts."""
+    for c in (pod.get("status") or {}).get("conditions") or ():
+        if c.get("type") == "Ready":
+            return c.get("status") == "False"
+    return False
+
+
+def explain(last_pod: dict[str, Any] | None, verdict: Verdict) -> str:
+    """One human line for the night report: what the pod object said."""
+    if last_pod is None:
+        return "pod deleted before it was seen"
+    status = last_pod.get("status") or {}
+    parts = [f"phase={status.get('phase') or 'Pending'}"]
+    if status.get("reason"):
+        parts.append(f"reason={status['reason']}")
+    for ctype in ("DisruptionTarget", "TerminationTarget"):
+        c = condition(last_pod, ctype)
+        if c:
+            parts.append(f"{ctype}={c.get('reason', '')}")
+    sched = next((c for c in status.get("conditions") or () if c.get("type") == "PodScheduled"
+                  and c.get("status") == "False"), None)
+    if sched:
+        parts.append(f"PodScheduled=False/{sched.get('reason', '')}")
+    term, wait = terminated(last_pod), waiting(last_pod)
+    if term:
+        parts.append(f"container={term.get('reason', '')} exit={term.get('exitCode')}")
+    elif wait:
+        parts.append(f"waiting={wait.get('reason', '')}")
+    message = status.get("message") or wait.get("message") or (sched or {}).get("message") or ""
+    if message:
+        parts.append(f"message={message[:200]!r}")
+    if verdict.node:
+        parts.append(f"node={verdict.node}")
+    return f"{verdict.reason or verdict.outcome}: " + " ".join(parts)

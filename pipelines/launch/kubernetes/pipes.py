@@ -1,0 +1,120 @@
+"""The production path inside a Dagster asset: dagster-k8s ``PipesK8sClient`` runs our pod.
+
+PipesK8sClient gives the asset its logs, Pipes messages (the wrapper's execute() time) and
+materialization, but judges only container exit codes (an evicted pod, or an OOM-killed
+container that exits 0, "succeeds"; a Pending pod waits a day). So while it runs, a watch on the
+pod's unique label records the last pod object seen, and *our* :func:`outcomes.classify` decides
+the attempt. Dagster is imported here only, so the launcher core stays testable without it.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from typing import Any
+
+import urllib3
+from kubernetes import client, watch
+from kubernetes.client.rest import ApiException
+
+from pipelines.core.model import Attempt
+from pipelines.core.specs import DeploymentSpec, PoolSpec
+from pipelines.launch.base import LaunchRequest
+from pipelines.launch.kubernetes.outcomes import Verdict, classify, explain, terminated
+from pipelines.launch.kubernetes.podspec import LABEL_PREFIX, PREFLIGHT_TIMEOUT_S, build_pod
+
+
+class PodRecorder:
+    """Watches pods matching a label selector and keeps the last object seen and whether it was deleted."""
+
+    def __init__(self, api: client.CoreV1Api, namespace: str, selector: str):
+        self.api, self.namespace, self.selector = api, namespace, selector
+        self.last: dict[str, Any] | None = None
+        #: the last object before any DELETED event (dagster-k8s deletes the pod after it ends)
+        self.before_delete: dict[str, Any] | None = None
+        self.deleted = False
+        self._stop = threading.Event()
+        self._watch = watch.Watch()
+        self._thread = threading.Thread(target=self._run, daemon=True, name=f"record:{selector}")
+
+    def __enter__(self) -> PodRecorder:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._watch.stop()
+
+    def verdict_input(self) -> tuple[dict[str, Any] | None, bool]:
+        """(pod, deleted) to classify: a pod that ended before it was deleted ended by itself."""
+        before = self.before_delete
+        phase = ((before or {}).get("status") or {}).get("phase")
+        if self.deleted and phase in ("Succeeded", "Failed") and not (before.get("metadata") or {}).get("deletionTimestamp"):
+            return before, False
+        return self.last, self.deleted
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                for ev in self._watch.stream(self.api.list_namespaced_pod, self.namespace,
+                                             label_selector=self.selector, timeout_seconds=60):
+                    self.last = ev["raw_object"]
+                    if ev["type"] == "DELETED":
+                        self.deleted = True
+                    else:
+                        self.before_delete = ev["raw_object"]
+                    if self._stop.is_set():
+                        return
+            except (ApiException, urllib3.exceptions.HTTPError, OSError, ValueError):
+                self._stop.wait(1.0)
+
+
+def run_test_pod(context: Any, request: LaunchRequest, pool: PoolSpec, deployment: DeploymentSpec, *,
+                 pipes_client: Any = None, core_v1_api: client.CoreV1Api | None = None,
+                 settle_s: float = 5.0) -> tuple[Attempt, Any]:
+    """Run one attempt through ``PipesK8sClient.run``; returns our Attempt and the Pipes invocation.
+
+    The invocation is None when dagster-k8s raised (it does on any non-zero exit); the Attempt
+    says what really happened. Retrying infra outcomes stays with the caller (Dagster retries or
+    the dispatcher), avoiding ``attempt.node``.
+    """
+    from dagster_k8s import PipesK8sClient
+    from dagster_k8s.client import DagsterK8sError
+
+    body = build_pod(request, pool, deployment)
+    uid = uuid.uuid4().hex[:16]
+    meta = {k: v for k, v in body["metadata"].items() if k not in ("name", "namespace")}
+    meta["labels"] = {**meta["labels"], f"{LABEL_PREFIX}/attempt-uid": uid}
+    pipes_client = pipes_client or PipesK8sClient()
+    api = core_v1_api or client.CoreV1Api()
+    wait_s = request.timeout_s + PREFLIGHT_TIMEOUT_S + deployment.unschedulable_wait_s
+    t0 = time.monotonic()
+    invocation, error = None, ""
+    with PodRecorder(api, deployment.namespace, f"{LABEL_PREFIX}/attempt-uid={uid}") as rec:
+        try:
+            invocation = pipes_client.run(context=context, namespace=deployment.namespace,
+                                          base_pod_meta=meta, base_pod_spec=body["spec"], pod_wait_timeout=wait_s)
+        except (DagsterK8sError, ApiException) as exc:
+            error = f"{type(exc).__name__}: {exc}"
+        deadline = time.monotonic() + settle_s
+        while True:  # the final events may still be in flight
+            last, deleted = rec.verdict_input()
+            verdict = classify(last, deleted, 0.0, float("inf"))
+            if verdict is not None or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+    if verdict is None:  # dagster-k8s gave up on a pod that never finished: judge it as stuck
+        verdict = classify(last, deleted, float("inf"), 0.0) or Verdict("infra_error", "unknown", False, "")
+    term = terminated(last or {})
+    details = {"message": explain(last, verdict), "retriable": str(verdict.retriable_infra).lower(),
+               "pod": ((last or {}).get("metadata") or {}).get("name", ""), "namespace": deployment.namespace}
+    if error:
+        details["dagster_k8s"] = error[:500]
+    attempt = Attempt(
+        test_id=request.test.id, outcome=verdict.outcome,  # type: ignore[arg-type]
+        elapsed_s=round(time.monotonic() - t0, 3), started_at=str(((last or {}).get("status") or {}).get("startTime") or ""),
+        attempt=request.attempt, node=verdict.node, exit_code=term.get("exitCode"), reason=verdict.reason,
+        log_path=str(request.log_path), timeout_s=request.timeout_s, details=details,
+    )
+    return attempt, invocation
