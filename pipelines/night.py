@@ -20,7 +20,18 @@ from pipelines.core.calibrate import calibrate, drift, make_patch, near_timeout,
 from pipelines.core.catalog import load_catalog
 from pipelines.core.catalog.ids import safe_filename
 from pipelines.core.history import FileHistoryStore, sample_from_attempt
-from pipelines.core.model import Assignment, Attempt, Catalog, Estimate, Plan, Requirement, Test, effective_timeout
+from pipelines.core.model import (
+    Assignment,
+    Attempt,
+    Catalog,
+    CatalogError,
+    Estimate,
+    Plan,
+    Problem,
+    Requirement,
+    Test,
+    effective_timeout,
+)
 from pipelines.core.plan import make_plan, pool_for
 from pipelines.core.select import Selection, select
 from pipelines.core.specs import Specs, load_specs
@@ -111,13 +122,16 @@ class Night:
 
     @cached_property
     def catalog(self) -> Catalog:
+        if not self.repo_spec.path.is_dir():
+            raise CatalogError(Problem(str(self.specs.root / "repos.yaml"), 1, f"repos.{self.repo_spec.name}.path",
+                                       f"{self.repo_spec.path} is not a folder; point it at the framework checkout"))
         calibrated = self.calibrated()
         estimates = {tid: int(e["est_time"]) for tid, e in calibrated.items()}
         cat = load_catalog(self.repo_spec.path, spec=self.repo_spec, specs=self.specs, estimates=estimates)
         tests = []
         for t in cat.tests:
             e = calibrated.get(t.id)
-            if e and e.get("sha256") == t.sha256 and int(e["est_time"]) != t.est_time:
+            if e and e.get("sha256") == t.sha256:
                 t = dataclasses.replace(t, est_time=int(e["est_time"]), est_source="history")
             tests.append(t)
         return dataclasses.replace(cat, tests=tuple(tests))

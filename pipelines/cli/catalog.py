@@ -1,0 +1,108 @@
+"""``nightly catalog``: list a framework's registered e2e tests, like its own runner's listing.
+
+Reads the repository without importing test code. Problems go to stderr as
+``path:line: field: message``; ``--strict`` makes any problem exit 1. ``--json`` prints a list of
+objects with the fields id, path, backend, suite, gpus, est_time, labels, nightly, disabled,
+requirements. Without ``--repo`` the default repo of assets/repos.yaml is read.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from pipelines.core.model import Catalog, Test
+from pipelines.core.select import CADENCES, Selection, SelectionError, select, split_csv
+
+JSON_FIELDS = ("id", "path", "backend", "suite", "gpus", "est_time", "labels", "nightly", "disabled", "requirements")
+_HEADER = ("id", "backend", "suite", "gpus", "est_time", "labels", "nightly", "disabled", "requirements")
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("catalog", help="list the registered tests of a framework repository",
+                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--repo", type=Path, help="framework checkout (default: the default repo of assets/repos.yaml)")
+    p.add_argument("--suite", action="append", dest="suites", metavar="S", help="only this suite (repeatable)")
+    p.add_argument("--backend", choices=("cuda", "rocm", "cpu"), help="only this backend")
+    p.add_argument("--labels", action="append", metavar="a,b", help="only tests with one of these labels")
+    p.add_argument("--cadence", choices=CADENCES, help="only tests this cadence runs")
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.add_argument("--strict", action="store_true", help="exit 1 when the catalog has any problem")
+    p.set_defaults(func=run)
+
+
+def _load(repo: Path | None) -> Catalog:
+    """The catalog of ``repo``, with its assets/ spec when it is a configured repo."""
+    from pipelines.core.catalog import load_catalog
+    from pipelines.core.model import CatalogError
+    from pipelines.core.specs import load_specs
+
+    if repo is None:
+        specs = load_specs()
+        spec = specs.repo()
+        return load_catalog(spec.path, spec, specs)
+    resolved = repo.resolve()
+    try:
+        specs = load_specs()
+    except CatalogError as exc:
+        print(f"nightly catalog: assets/ specs not loaded, reading {resolved} unconfigured:\n{exc}", file=sys.stderr)
+        return load_catalog(resolved)
+    for spec in specs.repos.values():
+        if spec.path.resolve() == resolved:
+            return load_catalog(resolved, spec, specs)
+    return load_catalog(resolved)
+
+
+def to_json(tests: list[Test]) -> list[dict]:
+    return [{"id": t.id, "path": t.path, "backend": t.backend, "suite": t.suite, "gpus": t.gpus, "est_time": t.est_time,
+             "labels": list(t.labels), "nightly": t.nightly, "disabled": t.disabled,
+             "requirements": list(t.requirements)} for t in tests]
+
+
+def _short(text: str, width: int = 40) -> str:
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def table(tests: list[Test]) -> str:
+    """Fixed-width rows a CI maintainer can scan; uncalibrated estimates are marked."""
+    rows = [_HEADER] + [
+        (t.id, t.backend, t.suite, str(t.gpus), f"{t.est_time}" + (" uncalibrated" if t.uncalibrated else ""),
+         ",".join(t.labels) or "-", "yes" if t.nightly else "-", _short(t.disabled or "-"), " ".join(t.requirements) or "-")
+        for t in tests
+    ]
+    widths = [max(len(r[i]) for r in rows) for i in range(len(_HEADER))]
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip() for r in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> int:
+    catalog = _load(args.repo)
+    selection = Selection(cadence=args.cadence, labels=split_csv(args.labels), suites=split_csv(args.suites),
+                          backend=args.backend)
+    try:
+        tests = select(catalog.tests, selection)
+    except SelectionError as exc:
+        print(f"nightly catalog: error: {exc}", file=sys.stderr)
+        return 2
+    for note in catalog.assumptions:
+        print(f"assumed: {note}", file=sys.stderr)
+    for problem in catalog.problems:
+        print(str(problem), file=sys.stderr)
+    if args.json:
+        print(json.dumps(to_json(tests), indent=1))
+    else:
+        print(table(tests))
+        unresolved = [(t.id, u) for t in tests for u in t.unresolved]
+        for test_id, u in unresolved:
+            print(f"{test_id}: {u}")
+        n_gpu = sum(1 for t in tests if t.gpus)
+        print(f"{len(tests)} tests ({n_gpu} on GPUs, {sum(not t.enabled for t in tests)} disabled) of "
+              f"{len(catalog.tests)} in {catalog.repo}; {len(catalog.requirements)} requirements; "
+              f"{len(catalog.problems)} problems")
+    if args.strict and catalog.problems:
+        print(f"nightly catalog: --strict: {len(catalog.problems)} problem(s)", file=sys.stderr)
+        return 1
+    return 0

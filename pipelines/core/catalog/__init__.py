@@ -1,0 +1,158 @@
+"""The catalog: what a framework repository registers, what each test needs, what is wrong.
+
+``load_catalog`` reads a repository in either format of the frameworks we serve (registry calls
+in test files, or a Jinja2 workflow template), never imports test code, never raises on bad
+input: each bad file or registration becomes one located :class:`Problem` and the rest loads.
+A repository nobody configured is still read; what was assumed is listed in
+``Catalog.assumptions``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from pathlib import Path
+
+from pipelines.core.catalog.assemble import registry_tests, template_path, template_tests
+from pipelines.core.catalog.ids import id_problem, safe_filename, test_id_to_path
+from pipelines.core.catalog.requirements import build_requirements
+from pipelines.core.catalog.scan import FileScan, discover, scan_files
+from pipelines.core.catalog.template import parse_template
+from pipelines.core.model import Catalog, Problem, Test
+from pipelines.core.specs import RepoSpec, Specs
+
+__all__ = ["load_catalog", "detect_format", "find_template", "id_problem", "safe_filename", "test_id_to_path"]
+
+_REGISTER_CALL = re.compile(rb"^register_(?:cuda|rocm|cpu)_ci\(", re.MULTILINE)
+_WORKFLOWS = ".github/workflows"
+
+
+def find_template(repo: Path) -> str | None:
+    """The workflow template holding a ``<% set ... %>`` test list, repo-relative, if any."""
+    folder = repo / _WORKFLOWS
+    if not folder.is_dir():
+        return None
+    for name in sorted(os.listdir(folder)):
+        if not name.endswith((".j2", ".jinja", ".jinja2", ".yml", ".yaml")):
+            continue
+        try:
+            text = (folder / name).read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            continue
+        if "<% set" in text or "<%set" in text:
+            return f"{_WORKFLOWS}/{name}"
+    return None
+
+
+def detect_format(repo: Path, roots: tuple[str, ...]) -> tuple[str, str]:
+    """(format, why): registry when a test file registers itself, else a template when one exists."""
+    files, _ = discover(repo, roots)
+    registering = 0
+    for rel in files:
+        try:
+            if _REGISTER_CALL.search((repo / rel).read_bytes()):
+                registering += 1
+        except OSError:
+            continue
+    if registering:
+        return "registry", f"format: registry ({registering} of {len(files)} test_*.py files under {', '.join(roots)} call register_*_ci)"
+    template = find_template(repo)
+    if template:
+        return "template", f"format: template ({template} sets the test lists)"
+    return "registry", (f"format: registry (no register_*_ci call in {len(files)} test_*.py files and no workflow "
+                        f"template under {_WORKFLOWS}; every file will be reported as unregistered)")
+
+
+def _auto_spec(repo: Path) -> RepoSpec:
+    return RepoSpec(name=repo.name or "repo", path=repo)
+
+
+def load_catalog(
+    repo: Path | str,
+    spec: RepoSpec | None = None,
+    specs: Specs | None = None,
+    estimates: Mapping[str, int] | None = None,
+    *,
+    workers: int | None = None,
+) -> Catalog:
+    """Read every test of ``repo`` (format from ``spec``, or detected) into a :class:`Catalog`.
+
+    ``estimates`` (test id -> seconds, from history) give est_time to template tests, which
+    register none; registry tests keep their registered value. ``workers`` forces the number of
+    parsing processes (default: a pool only for big trees).
+    """
+    repo = Path(repo).resolve()
+    assumptions: list[str] = []
+    if spec is None:
+        spec = _auto_spec(repo)
+        assumptions.append(f"repo {repo} is not configured in assets/repos.yaml; using defaults: "
+                           f"roots {', '.join(spec.roots)}, no implicit CPU folders, NUM_GPUS default "
+                           f"{spec.default_num_gpus}, est_time default {spec.default_est_time} s for template tests")
+    if not repo.is_dir():
+        return Catalog(str(repo), (), problems=(Problem(str(repo), 1, "repo", "is not a folder; check --repo or the path in assets/repos.yaml"),),
+                       assumptions=tuple(assumptions))
+    fmt = spec.format
+    if fmt == "auto":
+        fmt, why = detect_format(repo, spec.roots)
+        assumptions.append(why)
+    problems: list[Problem] = []
+    if fmt == "registry":
+        files, problems = discover(repo, spec.roots)
+        scans = scan_files(repo, files, registry=True, workers=workers)
+        tests, more = registry_tests(scans, spec.implicit_cpu_dirs)
+        problems += more
+    elif fmt == "template":
+        tests, more, notes, scans = _template(repo, spec, estimates or {}, workers)
+        problems += more
+        assumptions += notes
+    else:
+        problems.append(Problem(f"repos.{spec.name}", 1, "format", f"unknown format {fmt!r}; use registry, template or auto"))
+        tests, scans = [], []
+    tests, dup = _unique(tests)
+    problems += dup
+    by_path = {s.path: s for s in scans}
+    needs = {t.id: by_path[t.path].needs for t in tests if t.path in by_path}
+    tests, requirements, more = build_requirements(tests, needs, spec, specs)
+    problems += more
+    tests.sort(key=lambda t: (t.path, t.line, t.id))
+    problems.sort(key=lambda p: (p.path, p.line))
+    return Catalog(str(repo), tuple(tests), tuple(requirements), tuple(problems), tuple(assumptions))
+
+
+def _template(
+    repo: Path, spec: RepoSpec, estimates: Mapping[str, int], workers: int | None
+) -> tuple[list[Test], list[Problem], list[str], list[FileScan]]:
+    rel = spec.template or find_template(repo)
+    notes: list[str] = []
+    if not spec.template and rel:
+        notes.append(f"template: {rel} (found under {_WORKFLOWS}; set `template:` in assets/repos.yaml to pin it)")
+    if not rel:
+        return [], [Problem(_WORKFLOWS, 1, "template", "no workflow template with a `<% set ... %>` test list; "
+                                                     "set `template:` for the repo in assets/repos.yaml")], notes, []
+    try:
+        source = (repo / rel).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        return [], [Problem(rel, 1, "template", f"cannot be read ({exc})")], notes, []
+    tmpl = parse_template(source, rel)
+    notes += list(tmpl.notes)
+    files = sorted({template_path(e.test_file) for e in tmpl.entries if (repo / template_path(e.test_file)).is_file()})
+    scans = scan_files(repo, files, registry=False, workers=workers)
+    by_path = {s.path: s for s in scans}
+    tests, problems = template_tests(repo, tmpl, rel, by_path, spec.default_num_gpus, spec.default_est_time, estimates)
+    problems += [p for s in scans for p in s.problems]
+    return tests, problems, notes, scans
+
+
+def _unique(tests: list[Test]) -> tuple[list[Test], list[Problem]]:
+    seen: dict[str, Test] = {}
+    problems = []
+    for t in tests:
+        if t.id in seen:
+            first = seen[t.id]
+            problems.append(Problem(t.path, t.line, "id", (
+                f"duplicate test id {t.id!r} (also line {first.line}); a file may register each backend and suite "
+                "only once")))
+            continue
+        seen[t.id] = t
+    return list(seen.values()), problems

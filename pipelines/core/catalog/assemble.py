@@ -1,0 +1,126 @@
+"""Turning scanned files and template entries into :class:`Test` records with their ids.
+
+Registry: one test per registration; the id is the file path when the file registers once,
+``<path>::<backend>-<suite>`` for each registration when it registers several. Template: one
+test per distinct entry (identical entries in several jobs merge, their labels unite); the id
+is the path, or ``<path>::<variant>`` when the file appears with different args/env, where the
+variant spells out what differs (``use_deepep=1+--async-save``) or, when that would not be a
+safe key, a short hash of the entry.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import posixpath
+import shlex
+from collections.abc import Mapping
+from pathlib import Path
+
+from pipelines.core.catalog.ids import make_id, variant_problem
+from pipelines.core.catalog.registry import Registration
+from pipelines.core.catalog.scan import FileScan, checked_path
+from pipelines.core.catalog.template import Entry, Template
+from pipelines.core.model import Problem, Test
+
+_MAX_VARIANT = 80
+
+
+def registry_tests(scans: list[FileScan], implicit_cpu_dirs: tuple[str, ...]) -> tuple[list[Test], list[Problem]]:
+    tests: list[Test] = []
+    problems: list[Problem] = []
+    implicit = tuple(d.strip("/") + "/" for d in implicit_cpu_dirs)
+    for scan in scans:
+        problems += scan.problems
+        if not scan.parsed:
+            continue
+        regs = list(scan.registrations)
+        if not regs and not any(scan.problems):
+            home = next((d for d in implicit if scan.path.startswith(d)), None)
+            if home is None:
+                problems.append(Problem(scan.path, 1, "registration", (
+                    "no register_cuda_ci/register_rocm_ci/register_cpu_ci call at module level; add e.g. "
+                    "register_cuda_ci(600, \"stage-c-4-gpu-h200\", labels=[\"megatron\"]) or move the file to an "
+                    "implicit CPU folder")))
+                continue
+            regs = [Registration("cpu", posixpath.basename(home.rstrip("/")), 0, "cpu", 1, (), False, None, 1)]
+        for r in regs:
+            variant = f"{r.backend}-{r.suite}" if len(regs) > 1 else None
+            tests.append(Test(
+                id=make_id(scan.path, variant), path=scan.path, backend=r.backend, suite=r.suite,  # type: ignore[arg-type]
+                gpus=r.gpus, est_time=r.est_time, labels=r.labels, nightly=r.nightly, disabled=r.disabled,
+                sha256=scan.sha256, line=r.line, hardware=r.hardware, est_source="registered", fmt="registry",
+            ))
+    return tests, problems
+
+
+def template_path(test_file: str) -> str:
+    """Where the framework's job finds ``test_file``: relative to tests/ unless it starts with it."""
+    return test_file if test_file.startswith("tests/") else f"tests/{test_file}"
+
+
+def _args(entry: Entry) -> tuple[str, ...]:
+    try:
+        return tuple(shlex.split(entry.test_args))
+    except ValueError:
+        return tuple(entry.test_args.split())
+
+
+def _variant(entry: Entry, gpus_differ: bool) -> str:
+    parts = [f"{k}={v}" for k, v in entry.extra] + list(_args(entry))
+    if gpus_differ:
+        parts.insert(0, f"gpus={entry.num_gpus}")
+    variant = "+".join(parts) or "default"
+    if variant_problem(variant) or len(variant) > _MAX_VARIANT:
+        canonical = json.dumps([entry.extra, entry.test_args, entry.num_gpus], sort_keys=True)
+        variant = "v-" + hashlib.sha256(canonical.encode()).hexdigest()[:10]
+    return variant
+
+
+def template_tests(
+    repo: Path, tmpl: Template, tmpl_path: str, scans: Mapping[str, FileScan], default_gpus: int,
+    default_est_time: int, estimates: Mapping[str, int],
+) -> tuple[list[Test], list[Problem]]:
+    problems = list(tmpl.problems)
+    merged: dict[tuple, tuple[Entry, list[str]]] = {}
+    for e in tmpl.entries:
+        path = template_path(e.test_file)
+        bad = checked_path(repo, path, "test_file")
+        if bad:
+            problems.append(Problem(tmpl_path, e.line, "test_file", f"{bad.path}: {bad.message}"))
+            continue
+        if not (repo / path).is_file():
+            problems.append(Problem(tmpl_path, e.line, "test_file", f"{path} does not exist; fix the path in the template"))
+            continue
+        key = (path, e.test_args, e.extra, e.num_gpus, e.cpu)
+        if key in merged:
+            merged[key][1].append(e.label)
+        else:
+            merged[key] = (e, [e.label])
+    by_path: dict[str, list[tuple]] = {}
+    for key in merged:
+        by_path.setdefault(key[0], []).append(key)
+    tests: list[Test] = []
+    env_names = {key: (var, default) for var, key, default in tmpl.env}
+    for path, keys in by_path.items():
+        scan = scans.get(path)
+        if scan is None or not scan.parsed:
+            continue
+        gpus_differ = len({merged[k][0].num_gpus for k in keys}) > 1
+        for key in keys:
+            e, labels = merged[key]
+            variant = _variant(e, gpus_differ) if len(keys) > 1 else None
+            gpus = e.num_gpus if e.num_gpus is not None else (scan.num_gpus if scan.num_gpus is not None else default_gpus)
+            cpu = e.cpu or gpus == 0
+            given = dict(e.extra)
+            env = {var: given.pop(k, default) for k, (var, default) in env_names.items()}
+            env.update({k.upper(): v for k, v in given.items()})
+            test_id = make_id(path, variant)
+            history = estimates.get(test_id)
+            tests.append(Test(
+                id=test_id, path=path, backend="cpu" if cpu else "cuda", suite=e.job, gpus=0 if cpu else gpus,
+                est_time=int(history) if history else default_est_time, labels=tuple(dict.fromkeys(x for x in labels if x)),
+                sha256=scan.sha256, line=1, hardware="cpu" if cpu else "", est_source="history" if history else "default",
+                fmt="template", env=tuple(sorted((k, v) for k, v in env.items() if v is not None)), args=_args(e),
+            ))
+    return tests, problems

@@ -1,0 +1,117 @@
+"""Static values of expressions in a test file: literals, module constants and simple f-strings.
+
+Tests build their download and conversion arguments from ``MODEL_NAME = "..."`` constants and
+f-strings. We evaluate exactly that much without importing the file; anything else (attribute
+access, calls, arithmetic on unknowns) stays visible as its source text in braces, so a report
+can say ``unresolved: {args.model_org}/GLM-5`` instead of guessing.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+
+Scalar = str | int | float | bool | None
+_SCALARS = (str, int, float, bool, type(None))
+
+
+@dataclass(frozen=True)
+class Value:
+    """A resolved value, or (``ok=False``) a readable rendering with the unknown parts in braces."""
+
+    value: Scalar
+    text: str
+    ok: bool = True
+
+
+def module_constants(tree: ast.Module) -> dict[str, Scalar]:
+    """Module-level ``NAME = <literal or resolvable f-string>`` assignments, in file order.
+
+    A name assigned twice keeps its last resolvable value, like the module would at import.
+    """
+    env: dict[str, Scalar] = {}
+    for stmt in tree.body:
+        collect_assignment(stmt, env)
+    return env
+
+
+def collect_assignment(stmt: ast.stmt, env: dict[str, Scalar]) -> None:
+    """Add ``stmt`` to ``env`` when it assigns a resolvable scalar to a plain name."""
+    if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1:
+        target, value = stmt.targets[0], stmt.value
+    elif isinstance(stmt, ast.AnnAssign) and stmt.value is not None:
+        target, value = stmt.target, stmt.value
+    else:
+        return
+    if not isinstance(target, ast.Name):
+        return
+    v = resolve(value, env)
+    if v.ok:
+        env[target.id] = v.value
+    else:
+        env.pop(target.id, None)
+
+
+def _unknown(node: ast.AST) -> Value:
+    return Value(None, "{" + ast.unparse(node) + "}", ok=False)
+
+
+def resolve(node: ast.AST, env: dict[str, Scalar]) -> Value:
+    """Evaluate ``node`` statically with ``env`` as the only known names."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, _SCALARS):
+        return Value(node.value, str(node.value))
+    if isinstance(node, ast.Name):
+        if node.id in env:
+            v = env[node.id]
+            return Value(v, str(v))
+        return _unknown(node)
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+        inner = resolve(node.operand, env)
+        if inner.ok and isinstance(inner.value, int | float) and not isinstance(inner.value, bool):
+            return Value(-inner.value, str(-inner.value))
+        return _unknown(node)
+    if isinstance(node, ast.JoinedStr):
+        parts: list[str] = []
+        ok = True
+        for piece in node.values:
+            if isinstance(piece, ast.Constant):
+                parts.append(str(piece.value))
+                continue
+            if not isinstance(piece, ast.FormattedValue) or piece.format_spec is not None or piece.conversion != -1:
+                parts.append(_unknown(piece.value if isinstance(piece, ast.FormattedValue) else piece).text)
+                ok = False
+                continue
+            inner = resolve(piece.value, env)
+            ok = ok and inner.ok
+            parts.append(inner.text)
+        text = "".join(parts)
+        return Value(text if ok else None, text, ok)
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+        left, right = resolve(node.left, env), resolve(node.right, env)
+        if left.ok and right.ok and isinstance(left.value, str) and isinstance(right.value, str):
+            return Value(left.value + right.value, left.value + right.value)
+        if isinstance(left.value, str | None) and isinstance(right.value, str | None):
+            return Value(None, left.text + right.text, ok=False)
+        return _unknown(node)
+    return _unknown(node)
+
+
+def literal(node: ast.AST) -> tuple[bool, object]:
+    """(True, value) when ``node`` is a plain literal a registration may use; else (False, None).
+
+    Allowed: numbers, strings, booleans, None, and lists of strings (no names, no f-strings,
+    no arithmetic): the frameworks' runners accept nothing else.
+    """
+    if isinstance(node, ast.Constant) and isinstance(node.value, _SCALARS):
+        return True, node.value
+    if (isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub) and isinstance(node.operand, ast.Constant)
+            and isinstance(node.operand.value, int | float) and not isinstance(node.operand.value, bool)):
+        return True, -node.operand.value
+    if isinstance(node, ast.List):
+        items = []
+        for elt in node.elts:
+            if not (isinstance(elt, ast.Constant) and isinstance(elt.value, str)):
+                return False, None
+            items.append(elt.value)
+        return True, items
+    return False, None

@@ -1,0 +1,116 @@
+"""``nightly catalog``: the listing a CI maintainer reads, its JSON, filters and exit codes."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from pipelines.cli import catalog as catalog_cli
+
+PROJECT = Path(__file__).resolve().parents[2]
+EXAMPLE = PROJECT / "examples" / "minirl"
+
+
+def run(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="nightly")
+    catalog_cli.register(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["catalog", *argv])
+    return args.func(args)
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    files = {
+        "tests/e2e/test_grpo.py": """
+            register_cuda_ci(600, "stage-c-4-gpu-h200", labels=["megatron"])
+            def prepare():
+                exec_command("hf download Qwen/Qwen3-0.6B --local-dir /root/models/Qwen3-0.6B")
+            """,
+        "tests/e2e/test_long.py": 'register_cuda_ci(3000, "stage-c-8-gpu-h200", labels=["fsdp", "long"], nightly=True)\n',
+        "tests/e2e/test_rocm.py": 'register_rocm_ci(500, "stage-c-8-gpu-mi300", labels=["megatron"], disabled="no runner")\n',
+    }
+    for rel, text in files.items():
+        path = tmp_path / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(text).lstrip("\n"))
+    return tmp_path
+
+
+def test_the_table_lists_every_field_and_the_assumptions_go_to_stderr(repo, capsys):
+    assert run(["--repo", str(repo)]) == 0
+    out, err = capsys.readouterr()
+    lines = out.splitlines()
+    assert lines[0].split() == ["id", "backend", "suite", "gpus", "est_time", "labels", "nightly", "disabled", "requirements"]
+    assert lines[2].split() == ["tests/e2e/test_grpo.py", "cuda", "stage-c-4-gpu-h200", "4", "600", "megatron", "-", "-",
+                                "Qwen3-0.6B"]
+    assert lines[3].split() == ["tests/e2e/test_long.py", "cuda", "stage-c-8-gpu-h200", "8", "3000", "fsdp,long", "yes",
+                                "-", "-"]
+    assert lines[4].split()[:8] == ["tests/e2e/test_rocm.py", "rocm", "stage-c-8-gpu-mi300", "8", "500", "megatron", "-",
+                                    "no"]
+    assert lines[-1] == f"3 tests (3 on GPUs, 1 disabled) of 3 in {repo}; 1 requirements; 0 problems"
+    assert err.startswith(f"assumed: repo {repo} is not configured in assets/repos.yaml")
+
+
+def test_json_has_exactly_the_documented_fields(repo, capsys):
+    assert run(["--repo", str(repo), "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [sorted(r) for r in rows] == [sorted(catalog_cli.JSON_FIELDS)] * 3
+    assert rows[0] == {"id": "tests/e2e/test_grpo.py", "path": "tests/e2e/test_grpo.py", "backend": "cuda",
+                       "suite": "stage-c-4-gpu-h200", "gpus": 4, "est_time": 600, "labels": ["megatron"],
+                       "nightly": False, "disabled": None, "requirements": ["Qwen3-0.6B"]}
+
+
+@pytest.mark.parametrize(("flags", "ids"), [
+    (["--backend", "rocm"], ["tests/e2e/test_rocm.py"]),
+    (["--suite", "stage-c-8-gpu-h200"], ["tests/e2e/test_long.py"]),
+    (["--labels", "fsdp,nothing"], ["tests/e2e/test_long.py"]),
+    (["--cadence", "nightly"], ["tests/e2e/test_grpo.py", "tests/e2e/test_rocm.py"]),
+    (["--cadence", "pr"], ["tests/e2e/test_grpo.py", "tests/e2e/test_rocm.py"]),
+    (["--cadence", "weekly"], ["tests/e2e/test_grpo.py", "tests/e2e/test_long.py", "tests/e2e/test_rocm.py"]),
+])
+def test_selection_flags_filter_like_the_runner(repo, capsys, flags, ids):
+    assert run(["--repo", str(repo), "--json", *flags]) == 0
+    assert [r["id"] for r in json.loads(capsys.readouterr().out)] == ids
+
+
+def test_an_unknown_suite_is_an_error_not_an_empty_list(repo, capsys):
+    assert run(["--repo", str(repo), "--suite", "stage-z"]) == 2
+    err = capsys.readouterr().err
+    assert "nightly catalog: error: unknown suite(s) stage-z; registered suites: stage-c-4-gpu-h200, " in err
+
+
+def test_problems_go_to_stderr_and_strict_makes_them_fail(repo, capsys):
+    (repo / "tests/e2e/test_bad.py").write_text('register_cuda_ci(-1, "stage-c-4-gpu-h200", labels=["x"])\n')
+    assert run(["--repo", str(repo)]) == 0
+    out, err = capsys.readouterr()
+    assert "tests/e2e/test_bad.py:1: est_time: must be positive, got -1; set the expected run time in seconds\n" in err
+    assert out.splitlines()[-1].endswith("; 1 problems")
+    assert run(["--repo", str(repo), "--strict"]) == 1
+    assert "nightly catalog: --strict: 1 problem(s)" in capsys.readouterr().err
+
+
+def test_unresolved_requirements_and_uncalibrated_estimates_are_shown(tmp_path, capsys):
+    (tmp_path / ".github/workflows").mkdir(parents=True)
+    (tmp_path / ".github/workflows/ci.yml.j2").write_text(
+        "<% set jobs = {'j': {'label': 'run-ci-j', 'tests': [{'test_file': 'test_a.py', 'num_gpus': 2}]}} %>\n")
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests/test_a.py").write_text("def prepare(args):\n    hf_download_dataset(f'{args.org}/d')\n")
+    assert run(["--repo", str(tmp_path)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[2].split()[:6] == ["tests/test_a.py", "cuda", "j", "2", "1800", "uncalibrated"]
+    assert out[3] == "tests/test_a.py: unresolved: {args.org}/d (hf_download_dataset, line 2)"
+
+
+@pytest.mark.skipif(not (EXAMPLE / "tests").is_dir(), reason="examples/minirl is not written yet")
+def test_without_repo_the_default_repo_of_the_assets_is_listed_with_its_spec(capsys):
+    assert run(["--json"]) == 0
+    out, err = capsys.readouterr()
+    default = {r["id"] for r in json.loads(out)}
+    assert err == ""
+    assert run(["--repo", str(EXAMPLE), "--json"]) == 0
+    out, err = capsys.readouterr()
+    assert {r["id"] for r in json.loads(out)} == default and err == ""

@@ -1,0 +1,100 @@
+"""load_catalog on whole repositories: format detection, assumptions, stability, the example framework."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from pipelines.core.catalog import load_catalog
+from pipelines.core.specs import RepoSpec
+
+PROJECT = Path(__file__).resolve().parents[3]
+EXAMPLE = PROJECT / "examples" / "minirl"
+
+CUDA = 'register_cuda_ci(60, "stage-c-4-gpu-h200", labels=["megatron"])\n'
+TEMPLATE = "<% set jobs = {'j': {'label': 'run-ci-j', 'tests': [{'test_file': 'test_a.py', 'num_gpus': 2}]}} %>\n"
+
+
+def test_an_unconfigured_registry_repo_is_detected_and_the_assumptions_listed(tree):
+    repo = tree({"tests/e2e/test_a.py": CUDA, "tests/e2e/test_b.py": CUDA.replace("60", "90")})
+    cat = load_catalog(repo)
+    assert [t.est_time for t in cat.tests] == [60, 90]
+    assert cat.assumptions == (
+        f"repo {repo} is not configured in assets/repos.yaml; using defaults: roots tests, no implicit CPU folders, "
+        "NUM_GPUS default 8, est_time default 1800 s for template tests",
+        "format: registry (2 of 2 test_*.py files under tests call register_*_ci)",
+    )
+
+
+def test_an_unconfigured_template_repo_is_detected_from_its_workflow(tree):
+    repo = tree({".github/workflows/ci.yml.j2": TEMPLATE, "tests/test_a.py": ""})
+    cat = load_catalog(repo)
+    assert [(t.id, t.gpus, t.fmt) for t in cat.tests] == [("tests/test_a.py", 2, "template")]
+    assert cat.assumptions[1:] == (
+        "format: template (.github/workflows/ci.yml.j2 sets the test lists)",
+        "template: .github/workflows/ci.yml.j2 (found under .github/workflows; set `template:` in assets/repos.yaml to pin it)",
+    )
+
+
+def test_registry_calls_win_over_a_template_when_both_exist(tree):
+    repo = tree({".github/workflows/ci.yml.j2": TEMPLATE, "tests/test_a.py": CUDA})
+    cat = load_catalog(repo)
+    assert cat.tests[0].fmt == "registry"
+
+
+def test_a_repo_with_neither_format_says_so(tree):
+    repo = tree({"tests/test_a.py": "x = 1\n"})
+    cat = load_catalog(repo)
+    assert cat.assumptions[1] == ("format: registry (no register_*_ci call in 1 test_*.py files and no workflow template "
+                                  "under .github/workflows; every file will be reported as unregistered)")
+    assert [p.field for p in cat.problems] == ["registration"]
+
+
+def test_a_missing_repo_is_a_problem_not_a_crash(tmp_path):
+    cat = load_catalog(tmp_path / "nope", RepoSpec(name="x", path=tmp_path / "nope"))
+    assert [str(p) for p in cat.problems] == [
+        f"{tmp_path / 'nope'}:1: repo: is not a folder; check --repo or the path in assets/repos.yaml"]
+
+
+def test_an_unknown_format_is_a_problem(tree):
+    repo = tree({"tests/test_a.py": CUDA})
+    cat = load_catalog(repo, RepoSpec(name="fw", path=repo, format="bazel"))
+    assert [str(p) for p in cat.problems] == ["repos.fw:1: format: unknown format 'bazel'; use registry, template or auto"]
+
+
+def test_ids_and_hashes_are_stable_across_loads_and_parallel_parsing(tree):
+    repo = tree({f"tests/s{i % 3}/test_{i}.py": CUDA for i in range(30)})
+    one = load_catalog(repo, workers=1)
+    again = load_catalog(repo, workers=2)
+    assert one == again
+    assert len({t.id for t in one.tests}) == 30
+
+
+def test_a_file_edit_changes_its_sha256_and_nothing_else(tree):
+    repo = tree({"tests/test_a.py": CUDA, "tests/test_b.py": CUDA})
+    before = load_catalog(repo).by_id()
+    (repo / "tests/test_a.py").write_text(CUDA + "# edited\n")
+    after = load_catalog(repo).by_id()
+    assert before["tests/test_a.py"].sha256 != after["tests/test_a.py"].sha256
+    assert before["tests/test_b.py"] == after["tests/test_b.py"]
+
+
+@pytest.mark.skipif(not (EXAMPLE / "tests").is_dir(), reason="examples/minirl is not written yet")
+def test_every_example_test_file_registers_and_loads_without_problems():
+    from pipelines.core.specs import load_specs
+
+    specs = load_specs()
+    spec = next(s for s in specs.repos.values() if s.path.resolve() == EXAMPLE.resolve())
+    cat = load_catalog(EXAMPLE, spec, specs)
+    assert cat.problems == ()
+    files = sorted(str(p.relative_to(EXAMPLE)) for p in (EXAMPLE / "tests").rglob("test_*.py"))
+    assert sorted({t.path for t in cat.tests}) == files
+    for t in cat.tests:
+        source = (EXAMPLE / t.path).read_text()
+        assert f'"{t.suite}"' in source, t.id
+        assert t.gpus == int(t.suite.split("-gpu-")[0].rsplit("-", 1)[1])
+        assert t.unresolved == ()
+        kinds = {cat.requirement(k).kind for k in t.requirements}
+        assert kinds == {"model", "dataset", "conversion"}, t.id
+    assert cat == load_catalog(EXAMPLE, spec, specs)

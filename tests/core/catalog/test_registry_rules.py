@@ -1,0 +1,191 @@
+"""The registry format read exactly as framework M's and SGLang's runners read it."""
+
+from __future__ import annotations
+
+import hashlib
+
+import pytest
+
+from pipelines.core.catalog import load_catalog
+from pipelines.core.specs import RepoSpec
+
+HEADER = "from fw.ci import register_cuda_ci, register_rocm_ci, register_cpu_ci\n"
+
+
+def catalog_of(tree, files: dict[str, str], **spec):
+    repo = tree(files)
+    return load_catalog(repo, RepoSpec(name="fw", path=repo, format="registry", **spec))
+
+
+def only_problem(cat) -> str:
+    assert len(cat.problems) == 1, [str(p) for p in cat.problems]
+    return str(cat.problems[0])
+
+
+def test_a_positional_registration_becomes_one_test_named_by_its_path(tree):
+    cat = catalog_of(tree, {"tests/e2e/test_grpo.py": HEADER + 'register_cuda_ci(600, "stage-c-4-gpu-h200", labels=["megatron"])\n'})
+    assert cat.problems == ()
+    (t,) = cat.tests
+    data = (tree({}) / "tests/e2e/test_grpo.py").read_bytes()
+    assert (t.id, t.path, t.backend, t.suite, t.gpus, t.hardware) == (
+        "tests/e2e/test_grpo.py", "tests/e2e/test_grpo.py", "cuda", "stage-c-4-gpu-h200", 4, "h200")
+    assert (t.est_time, t.labels, t.nightly, t.disabled, t.line) == (600, ("megatron",), False, None, 2)
+    assert t.sha256 == hashlib.sha256(data).hexdigest()
+    assert (t.est_source, t.fmt) == ("registered", "registry")
+
+
+def test_keywords_nightly_and_disabled_are_read(tree):
+    cat = catalog_of(tree, {"tests/test_a.py": HEADER + (
+        'register_cuda_ci(est_time=12.2, suite="stage-b-2-gpu-h100", labels=["fsdp", "long"], nightly=True,\n'
+        '                 disabled="flaky on H100, see issue 12")\n')})
+    (t,) = cat.tests
+    assert (t.est_time, t.gpus, t.hardware, t.nightly, t.disabled) == (13, 2, "h100", True, "flaky on H100, see issue 12")
+    assert t.labels == ("fsdp", "long")
+
+
+def test_rocm_and_cpu_calls_set_the_backend_and_cpu_tests_need_no_gpus_or_labels(tree):
+    cat = catalog_of(tree, {"tests/test_multi.py": HEADER + (
+        'register_cuda_ci(100, "stage-c-8-gpu-h200", labels=["megatron"])\n'
+        'register_rocm_ci(120, "stage-c-8-gpu-mi300", labels=["megatron"])\n'
+        'register_cpu_ci(5, "stage-a-cpu")\n')})
+    assert cat.problems == ()
+    got = {(t.id, t.backend, t.gpus, t.hardware, t.line) for t in cat.tests}
+    assert got == {
+        ("tests/test_multi.py::cuda-stage-c-8-gpu-h200", "cuda", 8, "h200", 2),
+        ("tests/test_multi.py::rocm-stage-c-8-gpu-mi300", "rocm", 8, "mi300", 3),
+        ("tests/test_multi.py::cpu-stage-a-cpu", "cpu", 0, "cpu", 4),
+    }
+
+
+def test_sglang_stage_and_runner_config_name_the_suite(tree):
+    cat = catalog_of(tree, {"tests/test_s.py": HEADER + 'register_cuda_ci(est_time=90, stage="base-b", runner_config="1-gpu-large")\n'})
+    (t,) = cat.tests
+    assert (t.suite, t.gpus, t.hardware, t.labels) == ("base-b-test-1-gpu-large", 1, "large", ())
+
+
+def test_hardware_list_gives_gpus_and_hardware_when_the_suite_does_not(tree):
+    cat = catalog_of(tree, {"tests/test_h.py": HEADER + 'register_cuda_ci(60, "nightly-big", labels=["x"], hardware=["8-gpu-h100"])\n'})
+    (t,) = cat.tests
+    assert (t.gpus, t.hardware) == (8, "h100")
+
+
+def test_hardware_list_fills_the_hardware_a_suite_leaves_out(tree):
+    cat = catalog_of(tree, {"tests/test_h.py": HEADER + 'register_cuda_ci(60, "stage-a-2-gpu", labels=["x"], hardware=["h200"])\n'})
+    (t,) = cat.tests
+    assert (t.gpus, t.hardware) == (2, "h200")
+
+
+def test_calls_inside_blocks_or_through_attributes_are_reported_not_counted(tree):
+    cat = catalog_of(tree, {"tests/test_n.py": (
+        "import ci\n"
+        "if True:\n"
+        '    register_cuda_ci(60, "stage-a-2-gpu-h200", labels=["x"])\n'
+        'ci.register_cuda_ci(60, "stage-a-2-gpu-h200", labels=["x"])\n')})
+    assert cat.tests == ()
+    assert [str(p) for p in cat.problems] == [
+        "tests/test_n.py:3: register_cuda_ci: not a module-level statement, so the runner ignores it; "
+        "move the call to the top level of the file",
+        "tests/test_n.py:4: register_cuda_ci: called as an attribute; the runner only reads plain "
+        "register_cuda_ci(...) calls; import the name and call it directly",
+    ]
+
+
+BAD_CALLS = [
+    ('register_cuda_ci(EST, "stage-c-4-gpu-h200", labels=["x"])',
+     "est_time: must be a literal (number, string, True/False/None, list of strings), got `EST`"),
+    ('register_cuda_ci(60, f"stage-{X}-4-gpu-h200", labels=["x"])', "suite: must be a literal"),
+    ('register_cuda_ci(*ARGS, labels=["x"])', "register_cuda_ci: *args is not allowed"),
+    ('register_cuda_ci(60, "stage-c-4-gpu-h200", **OPTS)', "register_cuda_ci: **kwargs is not allowed"),
+    ('register_cuda_ci(60, "stage-c-4-gpu-h200", labels=["x"], num_gpus=4)',
+     "num_gpus: unknown argument to register_cuda_ci (the GPU count comes from the suite name: -<N>-gpu-)"),
+    ('register_cuda_ci(60, "stage-c-4-gpu-h200", labels=["x"], owner="me")', "owner: unknown argument to register_cuda_ci"),
+    ('register_cuda_ci(60, "stage-c-4-gpu-h200", ["x"])',
+     "register_cuda_ci: only est_time and suite may be positional, got 3 positional arguments"),
+    ('register_cuda_ci(60, "stage-c-4-gpu-h200", labels=["x"], suite="other")', "suite: given twice"),
+    ('register_cuda_ci(0, "stage-c-4-gpu-h200", labels=["x"])', "est_time: must be positive, got 0"),
+    ('register_cuda_ci(-5, "stage-c-4-gpu-h200", labels=["x"])', "est_time: must be positive, got -5"),
+    ('register_cuda_ci("600", "stage-c-4-gpu-h200", labels=["x"])', "est_time: must be a number of seconds, got '600'"),
+    ('register_cuda_ci(True, "stage-c-4-gpu-h200", labels=["x"])', "est_time: must be a number of seconds, got True"),
+    ('register_cuda_ci(suite="stage-c-4-gpu-h200", labels=["x"])', "est_time: required"),
+    ('register_cuda_ci(60, labels=["x"])', "suite: required"),
+    ('register_cuda_ci(60, "stage-c-h200", labels=["x"])', "suite: unknown suite shape 'stage-c-h200'"),
+    ('register_cuda_ci(60, "stage-c-0-gpu-h200", labels=["x"])', "suite: 'stage-c-0-gpu-h200' asks for 0 GPUs"),
+    ('register_cuda_ci(60, "stage c", labels=["x"])', "suite: must be a name of letters, digits"),
+    ('register_cuda_ci(60, "stage-c-4-gpu-h200")', "labels: required for GPU tests"),
+    ('register_cuda_ci(60, "stage-c-4-gpu-h200", labels="megatron")', "labels: must be a list of strings, got 'megatron'"),
+    ('register_cuda_ci(60, "stage-c-4-gpu-h200", labels=["a", 3])', "labels: must be a list of string literals"),
+    ('register_cuda_ci(60, "stage-c-4-gpu-h200", labels=["a,b"])', "labels: 'a,b' is not a label"),
+    ('register_cuda_ci(60, "stage-c-4-gpu-h200", labels=["x"], nightly="yes")', "nightly: must be True or False"),
+    ('register_cuda_ci(60, "stage-c-4-gpu-h200", labels=["x"], disabled="")', "disabled: must be None or a non-empty reason"),
+    ('register_cuda_ci(60, "stage-c-4-gpu-h200", labels=["x"], hardware=[])', "hardware: must be a non-empty list"),
+    ('register_cuda_ci(60, "stage-c-4-gpu-h200", labels=["x"], hardware=["h100"])',
+     "hardware: ['h100'] does not include 'h200', which the suite name 'stage-c-4-gpu-h200' asks for"),
+    ('register_cuda_ci(60, "stage-c-4-gpu-h200", labels=["x"], stage="base-b", runner_config="1-gpu-large")',
+     "suite: give either suite= or stage= with runner_config=, not both"),
+    ('register_cuda_ci(60, stage="base-b")', "runner_config: must be a name"),
+]
+
+
+@pytest.mark.parametrize(("call", "expected"), BAD_CALLS, ids=[c for c, _ in BAD_CALLS])
+def test_each_bad_registration_is_one_located_problem(tree, call, expected):
+    cat = catalog_of(tree, {"tests/test_bad.py": HEADER + call + "\n", "tests/test_ok.py": HEADER + (
+        'register_cpu_ci(1, "stage-a-cpu")\n')})
+    assert only_problem(cat).startswith("tests/test_bad.py:2: " + expected)
+    assert [t.id for t in cat.tests] == ["tests/test_ok.py"]
+
+
+def test_a_bad_call_does_not_hide_the_good_call_next_to_it(tree):
+    cat = catalog_of(tree, {"tests/test_mix.py": HEADER + (
+        'register_cuda_ci(60, "stage-c-4-gpu-h200", labels=["x"])\n'
+        'register_rocm_ci(-1, "stage-c-4-gpu-mi300", labels=["x"])\n')})
+    assert [t.backend for t in cat.tests] == ["cuda"]
+    assert only_problem(cat).startswith("tests/test_mix.py:3: est_time: must be positive, got -1")
+
+
+def test_the_same_backend_and_suite_twice_in_one_file_is_a_duplicate_id(tree):
+    cat = catalog_of(tree, {"tests/test_dup.py": HEADER + (
+        'register_cuda_ci(60, "stage-c-4-gpu-h200", labels=["x"])\n'
+        'register_cuda_ci(90, "stage-c-4-gpu-h200", labels=["y"])\n')})
+    assert [t.est_time for t in cat.tests] == [60]
+    assert only_problem(cat).startswith(
+        "tests/test_dup.py:3: id: duplicate test id 'tests/test_dup.py::cuda-stage-c-4-gpu-h200' (also line 2)")
+
+
+def test_a_file_without_registration_is_an_error(tree):
+    cat = catalog_of(tree, {"tests/test_none.py": "def test_x():\n    pass\n"})
+    assert cat.tests == ()
+    assert only_problem(cat).startswith("tests/test_none.py:1: registration: no register_cuda_ci/register_rocm_ci/"
+                                        "register_cpu_ci call at module level")
+
+
+def test_files_in_an_implicit_cpu_folder_are_cpu_tests_of_one_second(tree):
+    cat = catalog_of(tree, {"tests/fast/test_unit.py": "def test_x():\n    pass\n",
+                            "tests/fast/test_gpu.py": HEADER + 'register_cuda_ci(60, "stage-a-1-gpu-h200", labels=["x"])\n'},
+                     implicit_cpu_dirs=("tests/fast",))
+    assert cat.problems == ()
+    by_id = cat.by_id()
+    unit = by_id["tests/fast/test_unit.py"]
+    assert (unit.backend, unit.gpus, unit.est_time, unit.suite) == ("cpu", 0, 1, "fast")
+    assert by_id["tests/fast/test_gpu.py"].backend == "cuda"
+
+
+def test_a_syntax_error_in_one_file_leaves_the_rest_loaded(tree):
+    cat = catalog_of(tree, {"tests/test_broken.py": HEADER + "def oops(:\n",
+                            "tests/test_fine.py": HEADER + 'register_cpu_ci(3, "stage-a-cpu")\n'})
+    assert [t.id for t in cat.tests] == ["tests/test_fine.py"]
+    assert only_problem(cat).startswith("tests/test_broken.py:2: syntax: ")
+
+
+def test_a_file_that_is_not_utf8_is_reported(tree):
+    repo = tree({"tests/test_fine.py": HEADER + 'register_cpu_ci(3, "stage-a-cpu")\n'})
+    (repo / "tests/test_latin1.py").write_bytes(b"# caf\xe9\n")
+    cat = load_catalog(repo, RepoSpec(name="fw", path=repo, format="registry"))
+    assert only_problem(cat).startswith("tests/test_latin1.py:1: file: is not UTF-8")
+    assert len(cat.tests) == 1
+
+
+def test_only_configured_roots_are_searched_and_a_missing_root_is_reported(tree):
+    cat = catalog_of(tree, {"tests/e2e/test_a.py": HEADER + 'register_cpu_ci(3, "stage-a-cpu")\n',
+                            "tests/unit/test_b.py": "x = 1\n"}, roots=("tests/e2e", "tests/gone"))
+    assert [t.id for t in cat.tests] == ["tests/e2e/test_a.py"]
+    assert only_problem(cat) == "tests/gone:1: roots: no such folder in the repository; fix roots in assets/repos.yaml"

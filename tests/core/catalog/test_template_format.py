@@ -1,0 +1,176 @@
+"""The template format (framework S): test lists in a Jinja2 workflow template with <% %> delimiters."""
+
+from __future__ import annotations
+
+import re
+
+from pipelines.core.catalog import load_catalog
+from pipelines.core.specs import RepoSpec
+
+WORKFLOW = ".github/workflows/pr-test.yml.j2"
+
+TEMPLATE = """
+<% set gpu_tests = [
+    {'test_file': 'test_short.py', 'num_gpus': 4},
+    {'test_file': 'test_eval.py', 'enable_eval': '0'},
+    {'test_file': 'test_ckpt.py', 'test_args': '--save gpu --load cpu', 'num_gpus': 8},
+    {'test_file': 'test_ckpt.py', 'test_args': '--async-save', 'num_gpus': 8},
+    {'test_file': 'test_moe.py', 'num_gpus': 8},
+    {'test_file': 'test_moe.py', 'num_gpus': 8, 'use_deepep': '1'},
+] %>
+<% set jobs = {
+    'e2e-test-gpu': {'label': 'run-ci-gpu', 'tests': gpu_tests},
+    'e2e-test-image': {'label': 'run-ci-image', 'image': 'fw/test:latest', 'tests': gpu_tests},
+    'cpu-unittest': {'label': 'run-ci-cpu', 'cpu': True, 'tests': [{'test_file': 'utils/test_unit.py', 'num_gpus': 0}]},
+} %>
+name: PR Test
+jobs:
+<% for job_name, config in jobs.items() %>
+  << job_name >>:
+    if: contains(github.event.pull_request.labels.*.name, '<< config.label >>')
+    env:
+      FW_TEST_USE_DEEPEP: ${{ matrix.info.use_deepep || '0' }}
+      FW_TEST_ENABLE_EVAL: ${{ matrix.info.enable_eval || '1' }}
+    steps:
+      - run: python "${{ matrix.info.test_file }}" ${{ matrix.info.test_args }}
+<% endfor %>
+"""
+
+PREPARE = """
+NUM_GPUS = 2
+def prepare():
+    exec_command("hf download org/M --local-dir /root/models/M")
+"""
+
+FILES = {
+    WORKFLOW: TEMPLATE,
+    "tests/test_short.py": "",
+    "tests/test_eval.py": PREPARE,
+    "tests/test_ckpt.py": "",
+    "tests/test_moe.py": "",
+    "tests/utils/test_unit.py": "",
+}
+
+
+def load(tree, files=None, estimates=None, **spec):
+    repo = tree(files if files is not None else FILES)
+    return load_catalog(repo, RepoSpec(name="fw", path=repo, format="template", **spec), estimates=estimates)
+
+
+def test_every_entry_becomes_a_test_with_the_job_as_suite_and_its_label(tree):
+    cat = load(tree)
+    assert cat.problems == ()
+    by_id = cat.by_id()
+    short = by_id["tests/test_short.py"]
+    assert (short.suite, short.labels, short.gpus, short.backend, short.fmt) == (
+        "e2e-test-gpu", ("gpu", "image"), 4, "cuda", "template")
+    unit = by_id["tests/utils/test_unit.py"]
+    assert (unit.backend, unit.gpus, unit.suite, unit.labels) == ("cpu", 0, "cpu-unittest", ("cpu",))
+
+
+def test_the_same_file_with_different_args_or_env_gets_ids_showing_the_variant(tree):
+    ids = sorted(t.id for t in load(tree).tests)
+    assert ids == [
+        "tests/test_ckpt.py::--async-save",
+        "tests/test_ckpt.py::--save+gpu+--load+cpu",
+        "tests/test_eval.py",
+        "tests/test_moe.py::default",
+        "tests/test_moe.py::use_deepep=1",
+        "tests/test_short.py",
+        "tests/utils/test_unit.py",
+    ]
+
+
+def test_args_and_env_are_carried_as_the_framework_passes_them(tree):
+    by_id = load(tree).by_id()
+    ckpt = by_id["tests/test_ckpt.py::--save+gpu+--load+cpu"]
+    assert ckpt.args == ("--save", "gpu", "--load", "cpu")
+    assert by_id["tests/test_eval.py"].env == (("FW_TEST_ENABLE_EVAL", "0"), ("FW_TEST_USE_DEEPEP", "0"))
+    assert by_id["tests/test_moe.py::use_deepep=1"].env == (("FW_TEST_ENABLE_EVAL", "1"), ("FW_TEST_USE_DEEPEP", "1"))
+
+
+def test_keys_the_template_does_not_map_become_upper_cased_env(tree):
+    files = dict(FILES)
+    files[WORKFLOW] = "<% set jobs = {'j': {'label': 'run-ci-j', 'tests': [{'test_file': 'test_short.py', 'use_fp8': '1'}]}} %>\n"
+    (t,) = load(tree, files).tests
+    assert t.env == (("USE_FP8", "1"),)
+
+
+def test_num_gpus_comes_from_the_entry_else_the_file_else_the_default(tree):
+    files = dict(FILES)
+    files[WORKFLOW] = ("<% set jobs = {'j': {'label': 'run-ci-j', 'tests': [\n"
+                       "  {'test_file': 'test_short.py', 'num_gpus': 4}, {'test_file': 'test_eval.py'},\n"
+                       "  {'test_file': 'test_moe.py'}]}} %>\n")
+    gpus = {t.path: t.gpus for t in load(tree, files, default_num_gpus=6).tests}
+    assert gpus == {"tests/test_short.py": 4, "tests/test_eval.py": 2, "tests/test_moe.py": 6}
+    assert {t.path: t.gpus for t in load(tree, files).tests}["tests/test_moe.py"] == 8
+
+
+def test_est_time_comes_from_history_else_a_default_marked_uncalibrated(tree):
+    cat = load(tree, estimates={"tests/test_short.py": 420}, default_est_time=900)
+    by_id = cat.by_id()
+    assert (by_id["tests/test_short.py"].est_time, by_id["tests/test_short.py"].est_source) == (420, "history")
+    moe = by_id["tests/test_moe.py::default"]
+    assert (moe.est_time, moe.est_source, moe.uncalibrated) == (900, "default", True)
+
+
+def test_requirements_are_inferred_from_the_listed_files(tree):
+    cat = load(tree)
+    assert cat.by_id()["tests/test_eval.py"].requirements == ("M",)
+    assert cat.requirement("M").path == "/root/models/M"
+
+
+def test_a_variant_that_would_be_an_unsafe_key_uses_a_short_hash(tree):
+    files = dict(FILES)
+    files[WORKFLOW] = ("<% set jobs = {'j': {'label': 'run-ci-j', 'tests': [\n"
+                       "  {'test_file': 'test_ckpt.py', 'test_args': '--name \"a,b\"'},\n"
+                       "  {'test_file': 'test_ckpt.py'}]}} %>\n")
+    ids = sorted(t.id for t in load(tree, files).tests)
+    assert ids[0] == "tests/test_ckpt.py::default"
+    assert re.fullmatch(r"tests/test_ckpt\.py::v-[0-9a-f]{10}", ids[1])
+
+
+def test_a_non_literal_list_is_a_problem_on_its_line(tree):
+    files = dict(FILES)
+    files[WORKFLOW] = ("<% set jobs = {'j': {'label': 'run-ci-j', 'tests': [{'test_file': 'test_short.py'}]}} %>\n"
+                       "<% set extra = [\n  {'test_file': lookup('x')}\n] %>\n")
+    cat = load(tree, files)
+    assert [str(p) for p in cat.problems] == [
+        f"{WORKFLOW}:3: set extra: Call is not a literal; the catalog only reads literal lists and dicts"]
+    assert [t.id for t in cat.tests] == ["tests/test_short.py"]
+
+
+def test_a_jinja_syntax_error_is_a_problem_not_a_crash(tree):
+    files = dict(FILES)
+    files[WORKFLOW] = "line one\n<% set jobs = {'j': %>\n"
+    cat = load(tree, files)
+    assert cat.tests == ()
+    (problem,) = cat.problems
+    assert str(problem).startswith(f"{WORKFLOW}:2: template: ") and str(problem).endswith("; fix the Jinja2 syntax")
+
+
+def test_bad_entries_are_located_problems_and_the_rest_loads(tree):
+    files = dict(FILES)
+    files[WORKFLOW] = ("<% set jobs = {'j': {'label': 'run-ci-j', 'tests': [\n"
+                       "  {'test_file': 'test_short.py'},\n"
+                       "  {'test_file': 'test_gone.py'},\n"
+                       "  {'test_file': 'test_eval.py', 'num_gpus': 'eight'},\n"
+                       "  {'test_file': '../outside/test_x.py'},\n"
+                       "  {'num_gpus': 8},\n"
+                       "]}} %>\n")
+    cat = load(tree, files)
+    assert [t.id for t in cat.tests] == ["tests/test_short.py"]
+    assert [str(p) for p in cat.problems] == [
+        f"{WORKFLOW}:3: test_file: tests/test_gone.py does not exist; fix the path in the template",
+        f"{WORKFLOW}:4: num_gpus: must be a whole number >= 0, got 'eight'",
+        f"{WORKFLOW}:5: test_file: tests/../outside/test_x.py: contains '..'; rename the file (test ids must be safe "
+        "partition keys)",
+        f"{WORKFLOW}:6: test_file: required: the test's path under tests/",
+    ]
+
+
+def test_a_template_repo_without_a_template_says_where_to_declare_it(tree):
+    cat = load(tree, {"tests/test_a.py": ""})
+    assert [str(p) for p in cat.problems] == [
+        ".github/workflows:1: template: no workflow template with a `<% set ... %>` test list; "
+        "set `template:` for the repo in assets/repos.yaml"]
