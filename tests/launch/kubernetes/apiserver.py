@@ -1,0 +1,314 @@
+"""A stand-in Kubernetes API server for the launcher tests (no cluster here).
+
+A small threaded HTTP server on 127.0.0.1 that speaks the JSON the real ``kubernetes`` client
+uses for the calls the launcher makes: create/get/list/delete pods, ``?watch=true`` chunked
+event streams (with resourceVersion and timeoutSeconds), ``pods/{name}/log`` (follow) and
+``PATCH nodes/{name}``. A *script* decides how each created pod evolves: a list of steps, each
+mutating the stored pod (phase, conditions, container states) and/or appending log lines, or
+deleting it. The "scheduler" picks the first node the pod's hostname NotIn affinity allows, so
+retries avoiding a failed node really land elsewhere.
+
+This checks the launcher's lifecycle against the API's shapes, not a real kubelet: it is a
+stand-in, and the docs say so.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import json
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, urlparse
+
+from kubernetes import client
+
+Mutation = Callable[[dict[str, Any]], None]
+
+
+@dataclass
+class Step:
+    """After ``delay_s``: apply ``mutate`` to the pod, add ``logs``; ``delete`` removes the pod."""
+
+    delay_s: float = 0.01
+    mutate: Mutation | None = None
+    logs: tuple[str, ...] = ()
+    delete: bool = False
+
+
+Script = Callable[[dict[str, Any], str], list[Step]]
+
+
+def now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@dataclass
+class _State:
+    pods: dict[str, dict[str, Any]] = field(default_factory=dict)
+    events: list[tuple[int, str, dict[str, Any]]] = field(default_factory=list)
+    logs: dict[str, list[str]] = field(default_factory=dict)
+    ended: set[str] = field(default_factory=set)
+
+
+class StandInApiServer:
+    def __init__(self, nodes: tuple[str, ...] = ("h200-a", "h200-b", "h200-c", "h200-d"), script: Script | None = None):
+        self.nodes = nodes
+        self.script: Script = script or (lambda pod, node: [])
+        self.state = _State()
+        self.cond = threading.Condition()
+        self.rv = itertools.count(100)
+        self.created: list[dict[str, Any]] = []  # bodies as POSTed
+        self.deleted: list[str] = []  # DELETE calls by the client
+        self.patches: list[tuple[str, str, Any]] = []
+        self.requests: list[tuple[str, str]] = []
+        self.stopping = False
+        server = self
+
+        class Handler(_Handler):
+            api = server
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+
+    def __enter__(self) -> StandInApiServer:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        with self.cond:
+            self.stopping = True
+            self.cond.notify_all()
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+    def core_v1(self) -> client.CoreV1Api:
+        """The real client, configured against this server."""
+        cfg = client.Configuration(host=self.url)
+        return client.CoreV1Api(client.ApiClient(cfg))
+
+    # -- state changes (hold no lock when calling) --------------------------------------
+    def _emit(self, etype: str, pod: dict[str, Any]) -> None:
+        pod["metadata"]["resourceVersion"] = str(next(self.rv))
+        self.state.events.append((int(pod["metadata"]["resourceVersion"]), etype, copy.deepcopy(pod)))
+        self.cond.notify_all()
+
+    def schedule(self, pod: dict[str, Any]) -> str:
+        """The first node not excluded by a kubernetes.io/hostname NotIn term ("" when none fits)."""
+        excluded: set[str] = set()
+        terms = (((pod["spec"].get("affinity") or {}).get("nodeAffinity") or {})
+                 .get("requiredDuringSchedulingIgnoredDuringExecution") or {}).get("nodeSelectorTerms") or []
+        for term in terms:
+            for e in term.get("matchExpressions") or []:
+                if e["key"] == "kubernetes.io/hostname" and e["operator"] == "NotIn":
+                    excluded |= set(e["values"])
+        return next((n for n in self.nodes if n not in excluded), "")
+
+    def create(self, ns: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        name = body["metadata"]["name"]
+        with self.cond:
+            if name in self.state.pods:
+                return 409, _status(409, "AlreadyExists", f'pods "{name}" already exists')
+            self.created.append(copy.deepcopy(body))
+            pod = copy.deepcopy(body)
+            pod["metadata"].update(namespace=ns, uid=f"uid-{len(self.created)}", creationTimestamp=now())
+            pod["status"] = {"phase": "Pending", "qosClass": "BestEffort"}
+            self.state.pods[name] = pod
+            self.state.logs[name] = []
+            self._emit("ADDED", pod)
+            node = self.schedule(pod)
+            steps = self.script(copy.deepcopy(pod), node)
+            result = copy.deepcopy(pod)
+        threading.Thread(target=self._drive, args=(name, steps), daemon=True).start()
+        return 201, result
+
+    def _drive(self, name: str, steps: list[Step]) -> None:
+        for step in steps:
+            time.sleep(step.delay_s)
+            with self.cond:
+                pod = self.state.pods.get(name)
+                if pod is None or self.stopping:
+                    return
+                self.state.logs[name].extend(step.logs)
+                if step.mutate:
+                    step.mutate(pod)
+                if step.delete:
+                    self._remove(name)
+                else:
+                    self._emit("MODIFIED", pod)
+
+    def _remove(self, name: str) -> dict[str, Any]:
+        pod = self.state.pods.pop(name)
+        pod["metadata"].setdefault("deletionTimestamp", now())
+        self.state.ended.add(name)
+        self._emit("DELETED", pod)
+        return pod
+
+    def delete(self, name: str) -> tuple[int, dict[str, Any]]:
+        with self.cond:
+            self.deleted.append(name)
+            if name not in self.state.pods:
+                return 404, _status(404, "NotFound", f'pods "{name}" not found')
+            return 200, self._remove(name)
+
+
+def _status(code: int, reason: str, message: str) -> dict[str, Any]:
+    return {"kind": "Status", "apiVersion": "v1", "status": "Failure", "message": message, "reason": reason, "code": code}
+
+
+def _matches(pod: dict[str, Any], q: dict[str, str]) -> bool:
+    fs = q.get("fieldSelector", "")
+    if fs.startswith("metadata.name=") and pod["metadata"]["name"] != fs.split("=", 1)[1]:
+        return False
+    for term in filter(None, q.get("labelSelector", "").split(",")):
+        k, _, v = term.partition("=")
+        if (pod["metadata"].get("labels") or {}).get(k) != v:
+            return False
+    return True
+
+
+class _Handler(BaseHTTPRequestHandler):
+    api: StandInApiServer
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args: Any) -> None:  # keep test output clean
+        pass
+
+    def _send(self, code: int, obj: Any) -> None:
+        data = json.dumps(obj).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _chunk(self, text: str) -> None:
+        data = text.encode()
+        self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+        self.wfile.flush()
+
+    def _route(self) -> tuple[list[str], dict[str, str]]:
+        u = urlparse(self.path)
+        self.api.requests.append((self.command, u.path))
+        return u.path.strip("/").split("/"), {k: v[-1] for k, v in parse_qs(u.query).items()}
+
+    def _body(self) -> Any:
+        n = int(self.headers.get("Content-Length") or 0)
+        return json.loads(self.rfile.read(n) or b"null")
+
+    def do_POST(self) -> None:
+        parts, _ = self._route()
+        if parts[:3] == ["api", "v1", "namespaces"] and len(parts) == 5 and parts[4] == "pods":
+            self._send(*self.api.create(parts[3], self._body()))
+        else:
+            self._send(404, _status(404, "NotFound", self.path))
+
+    def do_DELETE(self) -> None:
+        parts, _ = self._route()
+        self._body()
+        if len(parts) == 6 and parts[4] == "pods":
+            self._send(*self.api.delete(parts[5]))
+        else:
+            self._send(404, _status(404, "NotFound", self.path))
+
+    def do_PATCH(self) -> None:
+        parts, _ = self._route()
+        body, ctype = self._body(), self.headers.get("Content-Type", "")
+        if parts[:3] != ["api", "v1", "nodes"] or len(parts) != 4:
+            return self._send(404, _status(404, "NotFound", self.path))
+        if ctype.startswith("application/json-patch+json") and not isinstance(body, list):
+            # what a real API server answers when a merge patch is sent as a JSON Patch
+            return self._send(422, _status(422, "Invalid", "json: cannot unmarshal object into Go value of type []handlers.jsonPatchOp"))
+        self.api.patches.append((parts[3], ctype, body))
+        node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": parts[3]}, "spec": {}}
+        node["spec"].update((body or {}).get("spec", {}))
+        self._send(200, node)
+
+    def do_GET(self) -> None:
+        parts, q = self._route()
+        if parts[:3] != ["api", "v1", "namespaces"] or len(parts) < 5 or parts[4] != "pods":
+            return self._send(404, _status(404, "NotFound", self.path))
+        if len(parts) == 5 and q.get("watch", "").lower() == "true":
+            return self._watch(q)
+        if len(parts) == 5:
+            with self.api.cond:
+                items = [copy.deepcopy(p) for p in self.api.state.pods.values() if _matches(p, q)]
+                rv = str(next(self.api.rv))
+            return self._send(200, {"kind": "PodList", "apiVersion": "v1", "metadata": {"resourceVersion": rv}, "items": items})
+        name = parts[5]
+        if len(parts) == 7 and parts[6] == "log":
+            return self._log(name, q.get("follow", "").lower() == "true", q.get("timestamps", "").lower() == "true")
+        with self.api.cond:
+            pod = copy.deepcopy(self.api.state.pods.get(name))
+        self._send(200, pod) if pod else self._send(404, _status(404, "NotFound", f'pods "{name}" not found'))
+
+    def _start_stream(self) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        self.close_connection = True
+
+    def _watch(self, q: dict[str, str]) -> None:
+        api = self.api
+        deadline = time.monotonic() + float(q.get("timeoutSeconds", "30"))
+        self._start_stream()
+        try:
+            with api.cond:
+                if "resourceVersion" in q:
+                    sent = int(q["resourceVersion"])
+                else:  # a watch from "now" starts with the current state as ADDED events
+                    sent = api.state.events[-1][0] if api.state.events else 0
+                    for p in api.state.pods.values():
+                        if _matches(p, q):
+                            self._chunk(json.dumps({"type": "ADDED", "object": p}) + "\n")
+            while time.monotonic() < deadline:
+                with api.cond:
+                    if api.stopping:
+                        break
+                    new = [e for e in api.state.events if e[0] > sent]
+                    if not new:
+                        api.cond.wait(0.05)
+                        continue
+                    sent = new[-1][0]
+                for _rv, etype, obj in new:
+                    if _matches(obj, q):
+                        self._chunk(json.dumps({"type": etype, "object": obj}) + "\n")
+            self._chunk("")
+        except (BrokenPipeError, ConnectionResetError, OSError):
+            pass
+
+    def _log(self, name: str, follow: bool, timestamps: bool = False) -> None:
+        api = self.api
+        with api.cond:
+            if name not in api.state.logs:
+                return self._send(404, _status(404, "NotFound", f'pods "{name}" not found'))
+        self._start_stream()
+        sent = 0
+        try:
+            while True:
+                with api.cond:
+                    lines = api.state.logs[name][sent:]
+                    pod = api.state.pods.get(name) or {}
+                    statuses = (pod.get("status") or {}).get("containerStatuses") or [{}]
+                    done = (api.stopping or name in api.state.ended or "terminated" in (statuses[0].get("state") or {}))
+                    if not lines and not done and follow:
+                        api.cond.wait(0.05)
+                        continue
+                sent += len(lines)
+                if lines:
+                    stamp = now().replace("Z", ".000000000Z ") if timestamps else ""
+                    self._chunk("".join(stamp + line + "\n" for line in lines))
+                if done or not follow:
+                    if not api.state.logs[name][sent:]:
+                        break
+            self._chunk("")
+        except (BrokenPipeError, ConnectionResetError, OSError):
+            pass

@@ -1,0 +1,201 @@
+"""The Kubernetes launcher's lifecycle against the stand-in API server, with the real client.
+
+Every row of k8s-facts.md: the right outcome and reason, retried on another node or not, the
+node recorded, logs streamed, the pod deleted at the end.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import kubernetes_validate
+import pytest
+
+from pipelines.core.specs import DeploymentSpec, PoolSpec
+from pipelines.launch.base import LaunchRequest
+from pipelines.launch.kubernetes.launcher import KubernetesLauncher, attempt_log_path
+from pipelines.launch.kubernetes.nodes import cordon, cordon_bad_nodes
+from tests.conftest import make_test
+from tests.launch.kubernetes import pods
+from tests.launch.kubernetes.apiserver import StandInApiServer, Step
+
+POOL = PoolSpec(name="h200", nodes=4, gpus_per_node=8, image="ghcr.io/example/rl:nightly",
+                node_selector={"nvidia.com/gpu.product": "NVIDIA-H200"}, queue="h200-nightly")
+DEPLOYMENT = DeploymentSpec(name="production", launcher="kubernetes", pools=(POOL,), namespace="nightly-e2e",
+                            cache_pvc="nightly-model-cache", hf_token_secret="hf-token", max_infra_retries=2,
+                            unschedulable_wait_s=1800)
+SECRET = "hf_" + "S3cr3tT0k3nValue" * 3
+
+
+def launcher(server: StandInApiServer, **kw) -> tuple[KubernetesLauncher, list]:
+    seen: list = []
+    kw = {"pending_wait_s": 0.15, "node_lost_wait_s": 0.1, "tick_s": 0.02, "watch_timeout_s": 1, "log_join_s": 0.15, **kw}
+    return KubernetesLauncher(server.core_v1(), DEPLOYMENT, on_attempt=seen.append, **kw), seen
+
+
+def request(tmp_path: Path, **kw) -> LaunchRequest:
+    test = make_test(id="tests/e2e/test_grpo.py", path="tests/e2e/test_grpo.py", gpus=4)
+    return LaunchRequest(test=test, repo_path=tmp_path, timeout_s=1200, log_path=tmp_path / "logs" / "grpo.attempt1.log",
+                         env={"HF_TOKEN": SECRET, "MARK": "m1"}, run_id="run-1", night="2026-12-01", pool="h200", **kw)
+
+
+def run(tmp_path, script, **kw):
+    with StandInApiServer(script=script) as server:
+        launch, seen = launcher(server, **kw)
+        lines: list[str] = []
+        final = launch.launch(request(tmp_path), lines.append)
+    return final, seen, server, lines
+
+
+def test_a_passing_pod_is_passed_with_its_node_logs_and_cleanup(tmp_path):
+    final, seen, server, lines = run(tmp_path, lambda pod, node: pods.passes(node))
+    assert (final.outcome, final.reason, final.node, final.exit_code) == ("passed", "", "h200-a", 0)
+    assert len(seen) == 1 and final.details["attempts"] == "1:passed@h200-a"
+    assert lines == ["step 1 loss=2.0", "step 2 loss=1.5", "done"]
+    text = Path(final.log_path).read_text()
+    assert "step 2 loss=1.5" in text and "verdict passed" in text
+    assert server.deleted == [final.details["pod"]] and not server.state.pods
+
+
+def test_a_nonzero_exit_is_a_test_failure_and_never_retried(tmp_path):
+    final, seen, server, _ = run(tmp_path, lambda pod, node: pods.ends(node, pods.terminated("Failed", 1, "Error")))
+    assert (final.outcome, final.reason, final.exit_code, final.node) == ("failed", "exit_code", 1, "h200-a")
+    assert len(seen) == 1 and len(server.created) == 1
+
+
+def test_the_active_deadline_is_timed_out_not_retried(tmp_path):
+    final, seen, _, _ = run(tmp_path, lambda pod, node: pods.ends(
+        node, pods.terminated("Failed", 137, "Error", pod_reason="DeadlineExceeded")))
+    assert (final.outcome, final.reason, len(seen)) == ("timed_out", "deadline_exceeded", 1)
+
+
+def test_oom_killed_is_a_test_failure_even_when_the_exit_code_is_zero(tmp_path):
+    final, seen, _, _ = run(tmp_path, lambda pod, node: pods.ends(node, pods.terminated("Failed", 0, "OOMKilled")))
+    assert (final.outcome, final.reason, len(seen)) == ("failed", "oom_killed", 1)
+
+
+def _bad_first_node(*mutations):
+    """h200-a breaks as described; every other node passes."""
+    def script(pod, node):
+        return pods.ends(node, *mutations) if node == "h200-a" else pods.passes(node)
+    return script
+
+
+@pytest.mark.parametrize("reason, mutations", [
+    ("evicted", (pods.together(pods.disruption("TerminationByKubelet"),
+                               pods.terminated("Failed", 137, "ContainerStatusUnknown", pod_reason="Evicted")),)),
+    ("preempted", (pods.disruption("PreemptionByScheduler"), pods.terminated("Failed", 143, "Error"))),
+    ("evicted", (pods.disruption("EvictionByEvictionAPI"),)),
+    ("preempted", (pods.disruption("WorkloadEvictedDueToPreempted", ctype="TerminationTarget"),)),
+    ("node_shutdown", (pods.together(pods.disruption("TerminationByKubelet"),
+                                     pods.terminated("Failed", 137, "Error", pod_reason="Terminated")),)),
+    ("gpu_unusable", (pods.terminated("Failed", 86, "Error"),)),
+    ("node_lost", (pods.node_not_ready(),)),
+    ("node_lost", (pods.node_not_ready(), pods.disruption("DeletionByTaintManager"))),
+])
+def test_node_trouble_is_infra_and_retried_on_another_node(tmp_path, reason, mutations):
+    final, seen, server, _ = run(tmp_path, _bad_first_node(*mutations))
+    assert [(a.outcome, a.reason, a.node) for a in seen] == [("infra_error", reason, "h200-a"), ("passed", "", "h200-b")]
+    retry_affinity = server.created[1]["spec"]["affinity"]["nodeAffinity"]
+    assert retry_affinity["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0]["matchExpressions"] == [
+        {"key": "kubernetes.io/hostname", "operator": "NotIn", "values": ["h200-a"]}]
+    assert final.attempt == 2 and final.log_path.endswith("grpo.attempt2.log")
+    assert final.details["attempts"] == f"1:infra_error/{reason}@h200-a; 2:passed@h200-b"
+    assert not server.state.pods, "every attempt's pod is cleaned up"
+
+
+def test_gpu_vanished_at_admission_is_gpu_unusable_and_retried(tmp_path):
+    def script(pod, node):
+        if node == "h200-a":
+            return [Step(mutate=pods.scheduled(node)), Step(mutate=pods.failed_at_admission())]
+        return pods.passes(node)
+    _, seen, _, _ = run(tmp_path, script)
+    assert [(a.reason, a.node) for a in seen] == [("gpu_unusable", "h200-a"), ("", "h200-b")]
+
+
+def test_infra_retries_stop_at_the_limit_each_on_a_new_node(tmp_path):
+    final, seen, server, _ = run(tmp_path, lambda pod, node: pods.ends(node, pods.terminated("Failed", 86, "Error")))
+    assert [a.node for a in seen] == ["h200-a", "h200-b", "h200-c"]
+    assert final.outcome == "infra_error" and final.attempt == 3
+    assert server.created[2]["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+        "nodeSelectorTerms"][0]["matchExpressions"][0]["values"] == ["h200-a", "h200-b"]
+
+
+def test_a_pod_deleted_by_someone_is_seen_through_the_watch(tmp_path):
+    final, seen, server, _ = run(tmp_path, lambda pod, node: [
+        *pods.ends(node), Step(mutate=pods.marked_for_deletion()), Step(mutate=pods.terminated("Failed", 143, "Error")),
+        Step(delete=True)])
+    assert (final.outcome, final.reason, final.node) == ("infra_error", "deleted", "h200-a")
+    assert final.details["retriable"] == "false" and len(seen) == 1
+
+
+@pytest.mark.parametrize("steps, reason", [
+    ([Step(mutate=pods.unschedulable())], "unschedulable"),
+    ([Step(mutate=pods.gated())], "unschedulable"),
+    ([Step(mutate=pods.scheduled("h200-a")), Step(mutate=pods.waiting("CreateContainerConfigError", 'secret "hf-token" not found'))],
+     "container_config"),
+])
+def test_a_pod_pending_past_the_wait_limit_is_infra_and_not_retried(tmp_path, steps, reason):
+    final, seen, server, _ = run(tmp_path, lambda pod, node: steps)
+    assert (final.outcome, final.reason, len(seen)) == ("infra_error", reason, 1)
+    assert float(final.details["pending_s"]) >= 0.15
+    assert server.deleted and not server.state.pods
+
+
+def test_an_image_pull_error_waits_the_limit_then_retries_elsewhere(tmp_path):
+    def script(pod, node):
+        if node == "h200-a":
+            return [Step(mutate=pods.scheduled(node)), Step(mutate=pods.waiting("ImagePullBackOff", "Back-off pulling image"))]
+        return pods.passes(node)
+    _, seen, _, _ = run(tmp_path, script)
+    assert [(a.reason, a.node) for a in seen] == [("image_pull", "h200-a"), ("", "h200-b")]
+    assert "ImagePullBackOff" in seen[0].details["message"]
+
+
+def test_a_pod_pending_within_the_wait_limit_keeps_waiting(tmp_path):
+    final, _, _, _ = run(tmp_path, lambda pod, node: [Step(mutate=pods.unschedulable()), Step(delay_s=0.1, mutate=pods.scheduled(node)),
+                                                      *pods.passes(node)[1:]], pending_wait_s=5.0)
+    assert final.outcome == "passed"
+
+
+def test_the_hf_token_never_reaches_the_pod_spec_or_the_logs(tmp_path):
+    final, _, server, lines = run(tmp_path, lambda pod, node: pods.passes(node, logs=(f"token is {SECRET}", "ok")))
+    import json
+    assert SECRET not in json.dumps(server.created)
+    env = {e["name"]: e for e in server.created[0]["spec"]["containers"][0]["env"]}
+    assert env["HF_TOKEN"] == {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf-token", "key": "token"}}}
+    assert env["MARK"]["value"] == "m1"
+    assert SECRET not in Path(final.log_path).read_text() and all(SECRET not in line for line in lines)
+    assert "token is hf_***" in lines
+
+
+def test_every_pod_the_launcher_created_validates_strictly(tmp_path):
+    _, _, server, _ = run(tmp_path, lambda pod, node: pods.ends(node, pods.terminated("Failed", 86, "Error")))
+    assert len(server.created) == 3
+    for body in server.created:
+        kubernetes_validate.validate(body, "1.31", strict=True)
+
+
+def test_cordon_sends_a_merge_patch_of_spec_unschedulable(tmp_path):
+    with StandInApiServer() as server:
+        cordon(server.core_v1(), "h200-a", "12 of 12 attempts failed here")
+        spec = DeploymentSpec(name="p", launcher="kubernetes", pools=(POOL,))
+        assert cordon_bad_nodes(server.core_v1(), spec, [("h200-b", "x")]) == []  # off unless the deployment says so
+        on = dataclasses.replace(spec, cordon_bad_nodes=True)
+        assert cordon_bad_nodes(server.core_v1(), on, [("h200-c", "y")]) == ["h200-c"]
+    assert [(n, body["spec"]) for n, _, body in server.patches] == [("h200-a", {"unschedulable": True}), ("h200-c", {"unschedulable": True})]
+    assert server.patches[0][1] == "application/merge-patch+json"
+    assert server.patches[0][2]["metadata"]["annotations"]["nightly-e2e.io/cordoned-because"] == "12 of 12 attempts failed here"
+
+
+def test_an_unknown_pool_is_an_error_that_names_the_fix(tmp_path):
+    with StandInApiServer() as server:
+        launch, _ = launcher(server)
+        with pytest.raises(ValueError, match=r"no pool 'mi300' .* add it under deployments.production.pools in assets/cluster.yaml"):
+            launch.launch(dataclasses.replace(request(tmp_path), pool="mi300", test=make_test(hardware="mi300")))
+
+
+def test_attempt_log_paths_number_each_retry():
+    assert attempt_log_path(Path("/l/x.attempt1.log"), 2) == Path("/l/x.attempt2.log")
+    assert attempt_log_path(Path("/l/x.log"), 3) == Path("/l/x.attempt3.log")

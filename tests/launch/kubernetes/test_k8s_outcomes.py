@@ -1,0 +1,99 @@
+"""Every row of k8s-facts.md classified from a Pod object alone (pure, no server)."""
+
+from __future__ import annotations
+
+import pytest
+
+from pipelines.launch.kubernetes.outcomes import Verdict, classify, explain
+
+INF = float("inf")
+
+
+def pod(phase="Running", reason="", conditions=(), state=None, node="h200-a", deleting=False):
+    status = {"phase": phase, "conditions": [{"type": t, "status": s, "reason": r} for t, s, r in conditions]}
+    if reason:
+        status["reason"] = reason
+    if state is not None:
+        status["containerStatuses"] = [{"name": "test", "state": state}]
+    meta = {"name": "p", "deletionTimestamp": "2026-12-01T00:00:00Z"} if deleting else {"name": "p"}
+    return {"metadata": meta, "spec": {"nodeName": node}, "status": status}
+
+
+def term(code, reason="Error"):
+    return {"terminated": {"exitCode": code, "reason": reason}}
+
+
+DISRUPT = "DisruptionTarget", "True"
+ROWS = [
+    ("passed", pod("Succeeded", state=term(0, "Completed")), ("passed", "", False)),
+    ("test failed", pod("Failed", state=term(1)), ("failed", "exit_code", False)),
+    ("timed out", pod("Failed", "DeadlineExceeded", state=term(137)), ("timed_out", "deadline_exceeded", False)),
+    ("OOM with exit 0", pod("Failed", state=term(0, "OOMKilled")), ("failed", "oom_killed", False)),
+    ("OOM with exit 137", pod("Failed", state=term(137, "OOMKilled")), ("failed", "oom_killed", False)),
+    ("eviction", pod("Failed", "Evicted", [(*DISRUPT, "TerminationByKubelet")], term(137, "ContainerStatusUnknown")),
+     ("infra_error", "evicted", True)),
+    ("eviction, old kubelet", pod("Failed", "Evicted"), ("infra_error", "evicted", True)),
+    ("GPU gone at admission", pod("Failed", "UnexpectedAdmissionError"), ("infra_error", "gpu_unusable", True)),
+    ("pre-flight failed", pod("Failed", state=term(86)), ("infra_error", "gpu_unusable", True)),
+    ("scheduler preemption", pod("Failed", conditions=[(*DISRUPT, "PreemptionByScheduler")], state=term(143)),
+     ("infra_error", "preempted", True)),
+    ("drain", pod("Failed", conditions=[(*DISRUPT, "EvictionByEvictionAPI")], state=term(143)), ("infra_error", "evicted", True)),
+    ("Kueue preemption", pod("Failed", conditions=[("TerminationTarget", "True", "WorkloadEvictedDueToPreempted")], state=term(143)),
+     ("infra_error", "preempted", True)),
+    ("node shutdown", pod("Failed", "Terminated", [(*DISRUPT, "TerminationByKubelet")], term(137)),
+     ("infra_error", "node_shutdown", True)),
+    ("node lost, taint manager", pod("Running", conditions=[(*DISRUPT, "DeletionByTaintManager")], state={"running": {}}),
+     ("infra_error", "node_lost", True)),
+    ("deleted, exit 143", pod("Failed", state=term(143), deleting=True), ("infra_error", "deleted", False)),
+    ("deleted, exit 0", pod("Succeeded", state=term(0, "Completed"), deleting=True), ("infra_error", "deleted", False)),
+    ("deleted while running", pod("Running", state={"running": {}}, deleting=True), ("infra_error", "deleted", False)),
+    ("invalid image name", pod("Pending", state={"waiting": {"reason": "InvalidImageName"}}), ("infra_error", "image_pull", True)),
+    ("start error", pod("Failed", state=term(128, "StartError")), ("infra_error", "start_error", False)),
+]
+
+
+@pytest.mark.parametrize("row, last, expected", ROWS, ids=[r[0] for r in ROWS])
+def test_each_row_of_the_table_has_its_outcome(row, last, expected):
+    verdict = classify(last, False, 0.0, 60.0)
+    assert verdict is not None, row
+    assert (verdict.outcome, verdict.reason, verdict.retriable_infra) == expected
+    assert verdict.node == "h200-a"
+
+
+PENDING = [
+    ("unschedulable", pod("Pending", conditions=[("PodScheduled", "False", "Unschedulable")], node=""), "unschedulable", False),
+    ("gated by Kueue", pod("Pending", conditions=[("PodScheduled", "False", "SchedulingGated")], node=""), "unschedulable", False),
+    ("image pull", pod("Pending", state={"waiting": {"reason": "ImagePullBackOff"}}), "image_pull", True),
+    ("missing secret", pod("Pending", state={"waiting": {"reason": "CreateContainerConfigError"}}), "container_config", False),
+]
+
+
+@pytest.mark.parametrize("row, last, reason, retriable", PENDING, ids=[r[0] for r in PENDING])
+def test_pending_pods_wait_until_the_limit_then_are_infra(row, last, reason, retriable):
+    assert classify(last, False, 59.0, 60.0) is None
+    verdict = classify(last, False, 60.0, 60.0)
+    assert verdict == Verdict("infra_error", reason, retriable, last["spec"]["nodeName"])
+
+
+def test_a_running_pod_on_an_unready_node_becomes_node_lost_only_after_the_wait():
+    last = pod("Running", conditions=[("Ready", "False", "")], state={"running": {}})
+    assert classify(last, False, 10.0, 300.0) is None
+    assert classify(last, False, 300.0, 300.0) == Verdict("infra_error", "node_lost", True, "h200-a")
+    assert classify(pod("Running", conditions=[("Ready", "True", "")], state={"running": {}}), False, 1e9, 300.0) is None
+
+
+def test_a_pod_deleted_before_any_event_is_deleted_and_a_pod_not_yet_seen_waits():
+    assert classify(None, True, 0.0, 60.0) == Verdict("infra_error", "deleted", False, "")
+    assert classify(None, False, 0.0, 60.0) is None
+
+
+def test_a_watch_deleted_event_counts_even_without_a_deletion_timestamp():
+    assert classify(pod("Failed", state=term(143)), True, 0.0, 60.0).reason == "deleted"
+
+
+def test_explain_names_what_the_pod_said():
+    last = pod("Failed", "Evicted", [(*DISRUPT, "TerminationByKubelet")], term(137, "ContainerStatusUnknown"))
+    last["status"]["message"] = "The node was low on resource: memory."
+    text = explain(last, classify(last, False, 0, 60))
+    assert text.startswith("evicted: phase=Failed reason=Evicted DisruptionTarget=TerminationByKubelet")
+    assert "exit=137" in text and "low on resource: memory" in text and "node=h200-a" in text

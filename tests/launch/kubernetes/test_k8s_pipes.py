@@ -1,0 +1,73 @@
+"""The Dagster path: PipesK8sClient runs our pod spec; our classification overrules its exit-code verdict.
+
+Runs dagster-k8s's real client against the stand-in API server through a kubeconfig file.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from pipelines.launch.base import LaunchRequest
+from tests.conftest import make_test
+from tests.launch.kubernetes import pods
+from tests.launch.kubernetes.apiserver import StandInApiServer
+from tests.launch.kubernetes.test_k8s_launcher import DEPLOYMENT, POOL
+
+pytestmark = pytest.mark.slow
+dagster = pytest.importorskip("dagster")
+dagster_k8s = pytest.importorskip("dagster_k8s")
+
+
+def kubeconfig(tmp_path: Path, url: str) -> str:
+    path = tmp_path / "kubeconfig"
+    path.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "stand-in",
+        "clusters": [{"name": "stand-in", "cluster": {"server": url}}],
+        "users": [{"name": "u", "user": {"token": "not-a-secret"}}],
+        "contexts": [{"name": "stand-in", "context": {"cluster": "stand-in", "user": "u", "namespace": "nightly-e2e"}}],
+    }))
+    return str(path)
+
+
+def run_pipes(tmp_path, script):
+    from pipelines.launch.kubernetes.pipes import run_test_pod
+
+    req = LaunchRequest(test=make_test(id="tests/e2e/test_grpo.py", path="tests/e2e/test_grpo.py", gpus=4), repo_path=tmp_path,
+                        timeout_s=600, log_path=tmp_path / "grpo.log", run_id="r1", night="2026-12-01", pool="h200")
+    out: list = []
+    with StandInApiServer(script=script) as server:
+        client = dagster_k8s.PipesK8sClient(kubeconfig_file=kubeconfig(tmp_path, server.url), poll_interval=0.05)
+
+        @dagster.asset
+        def grpo(context):
+            out.extend(run_test_pod(context, req, POOL, DEPLOYMENT, pipes_client=client,
+                                    core_v1_api=server.core_v1(), settle_s=2.0))
+            return dagster.MaterializeResult(metadata={"outcome": out[0].outcome})
+
+        result = dagster.materialize([grpo], instance=dagster.DagsterInstance.ephemeral())
+        assert result.success
+    attempt, invocation = out
+    return attempt, invocation, server
+
+
+def test_a_pod_that_passes_is_passed_and_keeps_our_pod_spec(tmp_path):
+    attempt, invocation, server = run_pipes(tmp_path, lambda pod, node: pods.passes(node))
+    assert (attempt.outcome, attempt.node) == ("passed", "h200-a") and invocation is not None
+    [body] = server.created
+    assert body["spec"]["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu": "4"}
+    assert body["metadata"]["labels"]["nightly-e2e.io/test"] == "tests-e2e-test_grpo.py"
+
+
+def test_oom_killed_with_exit_0_is_a_failure_although_dagster_k8s_calls_it_success(tmp_path):
+    attempt, invocation, _ = run_pipes(tmp_path, lambda pod, node: pods.ends(node, pods.terminated("Failed", 0, "OOMKilled")))
+    assert invocation is not None, "dagster-k8s judged the exit code only"
+    assert (attempt.outcome, attempt.reason) == ("failed", "oom_killed")
+
+
+def test_a_failed_preflight_is_an_infra_error_on_that_node(tmp_path):
+    attempt, invocation, _ = run_pipes(tmp_path, lambda pod, node: pods.ends(node, pods.terminated("Failed", 86, "Error")))
+    assert (attempt.outcome, attempt.reason, attempt.node, invocation) == ("infra_error", "gpu_unusable", "h200-a", None)
+    assert "DagsterK8sError" in attempt.details["dagster_k8s"]
