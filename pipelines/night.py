@@ -19,6 +19,7 @@ from pathlib import Path
 from pipelines.core.calibrate import calibrate, drift, make_patch, near_timeout, write_evidence_csv
 from pipelines.core.catalog import load_catalog
 from pipelines.core.catalog.ids import safe_filename
+from pipelines.core.health import avoid_nodes, detect_bad_nodes
 from pipelines.core.history import FileHistoryStore, sample_from_attempt
 from pipelines.core.model import (
     Assignment,
@@ -207,15 +208,30 @@ class Night:
         """Dispatch the plan; each finished attempt goes to history before ``on_finish`` sees it."""
         by_id = self.catalog.by_id()
         store = self.history
+        seen: list[Attempt] = []
 
         def finished(attempt: Attempt) -> None:
             store.append([sample_from_attempt(attempt, by_id[attempt.test_id], self.run_id, self.settings.image)])
+            seen.append(attempt)
             if on_finish:
                 on_finish(attempt)
 
+        def bad_nodes() -> tuple[str, ...]:
+            """Nodes tonight's attempts so far prove bad: later attempts keep off them."""
+            return avoid_nodes(detect_bad_nodes(list(seen)))
+
         pools = [p.pool() for p in self.deployment.pools]
         return run_plan(plan, pools, self.launcher(), self.request, max_infra_retries=self.deployment.max_infra_retries,
-                        on_start=on_start, on_finish=finished)
+                        on_start=on_start, on_finish=finished, avoid_nodes=bad_nodes)
+
+    def cordon(self, findings) -> list[str]:
+        """Cordon bad nodes through the API when the deployment asks for it; returns what was done."""
+        if not findings or not self.deployment.cordon_bad_nodes or self.deployment.launcher != "kubernetes":
+            return []
+        from pipelines.launch.kubernetes import cordon_bad_nodes, launcher_from_deployment
+
+        api = launcher_from_deployment(self.deployment).api
+        return cordon_bad_nodes(api, self.deployment, [(f.node, f.evidence) for f in findings])
 
     # -- calibrate ---------------------------------------------------------------------
     def calibrate(self) -> tuple[list[Estimate], dict[str, Path]]:

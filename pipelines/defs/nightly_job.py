@@ -89,7 +89,7 @@ def run_night(context: dg.OpExecutionContext, config: NightConfig, nightly: Nigh
         context.log_event(dg.AssetObservation(asset_key=TEST_RUNS, partition=t.id, metadata=skipped_metadata(t)))
 
     bad = detect_bad_nodes(result.attempts)
-    notes = [f.summary for f in bad]
+    notes = [f.summary for f in bad] + [f"cordoned {n}" for n in night.cordon(bad)]
     for n in notes:
         _say(context, n, "warning")
     summary = {

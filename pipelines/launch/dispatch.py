@@ -50,7 +50,9 @@ def run_plan(
     """Run every assignment of ``plan``; returns when all have finished.
 
     Infra errors (lost node, unusable GPU, eviction) are retried up to ``max_infra_retries``
-    times, avoiding the nodes they failed on; test failures and timeouts are final.
+    times, avoiding the nodes they failed on and every node ``avoid_nodes()`` names at that
+    moment; test failures, timeouts and infra errors a launcher marks ``retriable=false``
+    (unschedulable, config errors: another node would not help) are final.
     """
     queue = DispatchQueue(plan, pools)
     result = DispatchResult(started_at=time.monotonic())
@@ -71,7 +73,8 @@ def run_plan(
                     result.attempts.append(attempt)
                 if on_finish:
                     on_finish(attempt)
-                if attempt.outcome != "infra_error" or attempt_no > max_infra_retries:
+                retriable = attempt.details.get("retriable", "true") != "false"
+                if attempt.outcome != "infra_error" or not retriable or attempt_no > max_infra_retries:
                     break
                 attempt_no += 1
                 failed_nodes = (*failed_nodes, attempt.node) if attempt.node else failed_nodes

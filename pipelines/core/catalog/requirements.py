@@ -1,9 +1,12 @@
 """Requirements of the catalog: inferred downloads and conversions, merged with assets/ specs.
 
-Models are keyed by the ``--local-dir`` folder name, datasets by their name; identical conversions
-(same model, output path and parameters) in many tests collapse into one requirement keyed
-``<model>_torch_dist``, with a short parameter hash appended only when one model is converted in
-several different ways. ``assets/models.yaml`` / ``datasets.yaml`` override sources and paths, and
+Models are keyed by the ``--local-dir`` folder name, datasets by their name. A converted
+checkpoint is identified by its output folder, as in the frameworks (conversion is skipped when
+the folder exists): conversions into one folder collapse into one requirement keyed
+``<model>_torch_dist``, with a short hash of the folder appended only when one model is converted
+into several folders. Two conversions into one folder with different output parameters are a
+problem (the night would silently reuse whichever ran first); ``multinode`` only changes how the
+conversion is launched, not its output. ``assets/models.yaml`` / ``datasets.yaml`` override sources and paths, and
 a repo's ``requirements:`` globs add keys for what inference cannot see.
 """
 
@@ -28,19 +31,26 @@ def _key_problem(key: str) -> str | None:
     return variant_problem(key)
 
 
+#: convert_checkpoint arguments that do not change what is written
+_LAUNCH_ONLY = frozenset({"multinode"})
+
+
+def output_params(c: Conversion) -> tuple[tuple[str, str], ...]:
+    return tuple(p for p in c.params if p[0] not in _LAUNCH_ONLY)
+
+
 def conversion_keys(conversions: list[Conversion]) -> dict[Conversion, str]:
-    """A readable, stable key per distinct conversion; hashed suffix only where names collide."""
-    by_base: dict[str, list[Conversion]] = {}
-    for c in dict.fromkeys(conversions):
-        by_base.setdefault(f"{c.model}_torch_dist", []).append(c)
+    """A readable, stable key per output folder; hashed suffix only where one model has several."""
+    folders: dict[str, set[tuple[str, str]]] = {}
+    for c in conversions:
+        folders.setdefault(f"{c.model}_torch_dist", set()).add((c.source_model, c.path))
     keys = {}
-    for base, group in by_base.items():
-        for c in group:
-            if len(group) == 1:
-                keys[c] = base
-            else:
-                digest = hashlib.sha256(repr((c.source_model, c.path, c.params)).encode()).hexdigest()[:6]
-                keys[c] = f"{base}-{digest}"
+    for c in dict.fromkeys(conversions):
+        base = f"{c.model}_torch_dist"
+        if len(folders[base]) == 1:
+            keys[c] = base
+        else:
+            keys[c] = f"{base}-{hashlib.sha256(repr((c.source_model, c.path)).encode()).hexdigest()[:6]}"
     return keys
 
 
@@ -83,6 +93,7 @@ def build_requirements(
     used_globs: set[str] = set()
     out_tests: list[Test] = []
     used: dict[str, Requirement] = {}
+    first_writer: dict[str, tuple[Conversion, str]] = {}
     for t in tests:
         n = needs.get(t.id, Needs())
         keys: list[str] = [d.key for d in n.downloads if d.key in found]
@@ -101,7 +112,16 @@ def build_requirements(
                 used[source.key] = source
                 if source.key not in keys:
                     keys.append(source.key)
-            used[key] = Requirement("conversion", key, c.source_model, c.path, c.params, (c.source_model,))
+            prev = first_writer.setdefault(key, (c, t.id))
+            if output_params(prev[0]) != output_params(c):
+                theirs, ours = dict(output_params(prev[0])), dict(output_params(c))
+                diff = ", ".join(f"{k}={ours.get(k)!r} vs {theirs.get(k)!r}" for k in sorted(set(ours) | set(theirs))
+                                 if ours.get(k) != theirs.get(k))
+                problems.append(Problem(t.path, 1, "convert_checkpoint", (
+                    f"converts into {c.path} like {prev[1]} but with other parameters ({diff}); the night would "
+                    "reuse whichever ran first: give one of them another dir_dst")))
+            elif key not in used:
+                used[key] = Requirement("conversion", key, c.source_model, c.path, c.params, (c.source_model,))
             keys.append(key)
         for pattern, extra in globs.items():
             if fnmatch.fnmatchcase(t.id, pattern) or fnmatch.fnmatchcase(t.path, pattern):

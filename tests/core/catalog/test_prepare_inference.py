@@ -100,12 +100,29 @@ def test_identical_conversions_across_tests_collapse_into_one_requirement(tree):
     assert {t.requirements[-1] for t in cat.tests} == {"Qwen3-0.6B_torch_dist"}
 
 
-def test_different_conversions_of_one_model_get_distinct_suffixed_keys(tree):
-    cat = load(tree, {"tests/test_a.py": GRPO, "tests/test_b.py": GRPO.replace("NUM_GPUS = 4", "NUM_GPUS = 8")})
+def test_conversions_of_one_model_into_different_folders_get_distinct_suffixed_keys(tree):
+    other = GRPO.replace("NUM_GPUS = 4", "NUM_GPUS = 8").replace('dir_dst="/root/models"', 'dir_dst="/dev/shm"')
+    cat = load(tree, {"tests/test_a.py": GRPO, "tests/test_b.py": other})
+    assert cat.problems == ()
     keys = sorted(r.key for r in cat.requirements if r.kind == "conversion")
     assert len(keys) == 2 and all(k.startswith("Qwen3-0.6B_torch_dist-") and len(k) == len("Qwen3-0.6B_torch_dist-") + 6
                                   for k in keys)
     assert {t.requirements[-1] for t in cat.tests} == set(keys)
+
+
+def test_two_conversions_into_one_folder_with_other_parameters_are_a_problem(tree):
+    cat = load(tree, {"tests/test_a.py": GRPO, "tests/test_b.py": GRPO.replace("NUM_GPUS = 4", "NUM_GPUS = 8")})
+    (problem,) = cat.problems
+    assert str(problem).startswith("tests/test_b.py:1: convert_checkpoint: converts into /root/models/Qwen3-0.6B_torch_dist"
+                                   " like tests/test_a.py but with other parameters (num_gpus_per_node='8' vs '4')")
+    assert "give one of them another dir_dst" in str(problem)
+
+
+def test_multinode_alone_does_not_make_another_checkpoint(tree):
+    multi = GRPO.replace('dir_dst="/root/models")', 'dir_dst="/root/models", multinode=True)')
+    cat = load(tree, {"tests/test_a.py": GRPO, "tests/test_b.py": multi})
+    assert cat.problems == ()
+    assert [r.key for r in cat.requirements if r.kind == "conversion"] == ["Qwen3-0.6B_torch_dist"]
 
 
 def test_hf_checkpoint_makes_the_conversion_depend_on_that_model(tree):

@@ -1,0 +1,120 @@
+"""The dispatch loop: plan order, GPU limits, infra retries on another node, final outcomes."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+from pipelines.core.model import Attempt, Pool
+from pipelines.core.plan import make_plan
+from pipelines.core.specs import PoolSpec
+from pipelines.launch.base import LaunchRequest
+from pipelines.launch.dispatch import run_plan
+from tests.conftest import make_test
+
+POOL = PoolSpec("h200", nodes=1, gpus_per_node=8)
+
+
+class ScriptedLauncher:
+    """Returns scripted outcomes per (test, attempt) and records GPU use over time."""
+
+    name = "scripted"
+
+    def __init__(self, outcomes=None, seconds=0.05):
+        self.outcomes = outcomes or {}
+        self.seconds = seconds
+        self.requests: list[LaunchRequest] = []
+        self.in_use = 0
+        self.peak = 0
+        self.lock = threading.Lock()
+
+    def launch(self, request, on_log=None):
+        with self.lock:
+            self.requests.append(request)
+            self.in_use += len(request.gpu_slots)
+            self.peak = max(self.peak, self.in_use)
+        time.sleep(self.seconds)
+        with self.lock:
+            self.in_use -= len(request.gpu_slots)
+        outcome, reason, extra = self.outcomes.get((request.test.id, request.attempt), ("passed", "", {}))
+        node = f"node-{request.attempt}"
+        return Attempt(request.test.id, outcome, self.seconds, "2026-12-03T00:00:00+00:00", request.attempt,
+                       node=node, gpu_slots=request.gpu_slots, reason=reason, details=extra)
+
+
+def _factory(tests):
+    by_id = {t.id: t for t in tests}
+
+    def make(a, node, slots, attempt, avoid):
+        return LaunchRequest(test=by_id[a.test_id], repo_path=Path("."), timeout_s=a.timeout_s,
+                             log_path=Path("/dev/null"), attempt=attempt, pool=a.pool, node=node,
+                             gpu_slots=slots, avoid_nodes=avoid)
+    return make
+
+
+def _tests():
+    return [make_test(id=f"t{i}", path=f"tests/t{i}.py", gpus=g, est_time=e)
+            for i, (g, e) in enumerate([(8, 100), (4, 60), (4, 50), (2, 40), (6, 30), (2, 20)])]
+
+
+def test_every_test_runs_once_in_plan_order_and_the_pool_is_never_oversubscribed():
+    tests = _tests()
+    plan = make_plan(tests, [POOL])
+    launcher = ScriptedLauncher()
+    result = run_plan(plan, [Pool("h200", 1, 8)], launcher, _factory(tests))
+    assert sorted(a.test_id for a in result.attempts) == sorted(t.id for t in tests)
+    assert launcher.peak <= 8
+    assert launcher.requests[0].test.id == plan.ordered()[0].test_id
+    assert result.makespan_s > 0
+
+
+def test_an_infra_error_is_retried_avoiding_the_failed_node_and_a_test_failure_is_not():
+    tests = _tests()[:2]
+    outcomes = {("t0", 1): ("infra_error", "gpu_unusable", {}), ("t1", 1): ("failed", "exit 1", {})}
+    launcher = ScriptedLauncher(outcomes)
+    result = run_plan(make_plan(tests, [POOL]), [Pool("h200", 1, 8)], launcher, _factory(tests), max_infra_retries=2)
+    final = result.final()
+    assert final["t0"].outcome == "passed" and final["t0"].attempt == 2
+    retry = [r for r in launcher.requests if r.test.id == "t0" and r.attempt == 2][0]
+    assert retry.avoid_nodes == ("node-1",)
+    assert final["t1"].outcome == "failed" and [r.attempt for r in launcher.requests if r.test.id == "t1"] == [1]
+
+
+def test_an_infra_error_marked_not_retriable_is_final():
+    tests = _tests()[:1]
+    outcomes = {("t0", 1): ("infra_error", "unschedulable", {"retriable": "false"})}
+    launcher = ScriptedLauncher(outcomes)
+    result = run_plan(make_plan(tests, [POOL]), [Pool("h200", 1, 8)], launcher, _factory(tests), max_infra_retries=2)
+    assert [a.attempt for a in result.attempts] == [1]
+    assert result.final()["t0"].reason == "unschedulable"
+
+
+def test_retries_stop_at_the_limit():
+    tests = _tests()[:1]
+    outcomes = {("t0", n): ("infra_error", "node_lost", {}) for n in (1, 2, 3, 4)}
+    result = run_plan(make_plan(tests, [POOL]), [Pool("h200", 1, 8)], ScriptedLauncher(outcomes), _factory(tests),
+                      max_infra_retries=2)
+    assert [a.attempt for a in result.attempts] == [1, 2, 3]
+
+
+def test_nodes_found_bad_during_the_night_are_avoided_by_later_attempts():
+    tests = _tests()[:2]
+    launcher = ScriptedLauncher()
+    run_plan(make_plan(tests, [POOL]), [Pool("h200", 1, 8)], launcher, _factory(tests), avoid_nodes=lambda: ("bad-7",))
+    assert all(r.avoid_nodes == ("bad-7",) for r in launcher.requests)
+
+
+def test_a_launcher_crash_is_raised_not_swallowed():
+    tests = _tests()[:1]
+
+    class Broken(ScriptedLauncher):
+        def launch(self, request, on_log=None):
+            raise RuntimeError("launcher bug")
+
+    try:
+        run_plan(make_plan(tests, [POOL]), [Pool("h200", 1, 8)], Broken(), _factory(tests))
+    except RuntimeError as exc:
+        assert "launcher bug" in str(exc)
+    else:
+        raise AssertionError("the crash was swallowed")
