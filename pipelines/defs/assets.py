@@ -45,7 +45,6 @@ def _mapping(pairs: list[tuple[str, str]]) -> dg.StaticPartitionMapping:
 
 def build_assets(catalog: Catalog) -> list[dg.AssetsDefinition]:
     parts = partitions(catalog)
-    reqs = {r.key: r for r in catalog.requirements}
     kind_of = {r.key: r.kind for r in catalog.requirements}
     conv_from_model = [(dep, r.key) for r in catalog.requirements if r.kind == "conversion" for dep in r.depends_on]
     test_needs = {k: [(req, t.id) for t in catalog.tests for req in t.requirements if kind_of.get(req) == k]

@@ -1,0 +1,101 @@
+"""All Dagster definitions load, and their wiring matches the reviewed snapshot.
+
+The snapshot (wiring.json beside this file) lists asset keys, dependencies, partition keys,
+jobs, schedules and sensors. After an intended change, regenerate it with
+``NIGHTLY_UPDATE_SNAPSHOT=1 make test PYTEST_ARGS=tests/defs`` and review the diff.
+"""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import dagster as dg
+
+from pipelines.definitions import build_definitions, defs
+
+SNAPSHOT = Path(__file__).with_name("wiring.json")
+
+
+def wiring(d: dg.Definitions) -> dict:
+    graph = d.resolve_asset_graph()
+    assets = {}
+    for key in sorted(graph.get_all_asset_keys(), key=lambda k: k.to_user_string()):
+        node = graph.get(key)
+        pd = node.partitions_def
+        assets[key.to_user_string()] = {
+            "deps": sorted(k.to_user_string() for k in node.parent_keys),
+            "partitions": sorted(pd.get_partition_keys()) if pd else None,
+            "group": node.group_name,
+            "checks": sorted(c.name for c in node.check_keys),
+            "has_description": bool(node.description),
+        }
+    repo = d.get_repository_def()
+    return {
+        "assets": assets,
+        "jobs": sorted(j.name for j in repo.get_all_jobs() if not j.name.startswith("__")),
+        "schedules": {s.name: s.cron_schedule for s in repo.schedule_defs},
+        "sensors": sorted(s.name for s in repo.sensor_defs),
+    }
+
+
+def test_all_definitions_load_and_validate():
+    dg.Definitions.validate_loadable(defs)
+    repo = defs.get_repository_def()
+    repo.load_all_definitions()
+    assert {j.name for j in repo.get_all_jobs()} >= {"nightly", "weekly", "calibration", "rerun_tests"}
+
+
+def test_the_wiring_matches_the_snapshot():
+    current = wiring(defs)
+    if os.environ.get("NIGHTLY_UPDATE_SNAPSHOT"):
+        SNAPSHOT.write_text(json.dumps(current, indent=1, sort_keys=True) + "\n")
+    assert current == json.loads(SNAPSHOT.read_text()), "wiring changed; see the module docstring to update"
+
+
+def test_every_asset_has_a_description_for_the_ui():
+    assert all(a["has_description"] for a in wiring(defs)["assets"].values())
+
+
+def test_lineage_runs_from_model_to_checkpoint_to_test_runs_to_report():
+    assets = wiring(defs)["assets"]
+    assert assets["converted_checkpoints"]["deps"] == ["model_weights"]
+    assert set(assets["test_runs"]["deps"]) == {"converted_checkpoints", "datasets", "model_weights"}
+    assert assets["calibrated_estimates"]["deps"] == ["test_runs"]
+    assert assets["night_report"]["deps"] == ["calibrated_estimates"]
+
+
+def test_each_test_run_partition_depends_on_exactly_its_own_checkpoint():
+    from pipelines.night import Night
+
+    graph = defs.resolve_asset_graph()
+    test_runs = graph.get(dg.AssetKey("test_runs"))
+    converted = graph.get(dg.AssetKey("converted_checkpoints"))
+    mapping = graph.get_partition_mapping(test_runs.key, converted.key)
+    checked = 0
+    for test in Night().catalog.tests:
+        subset = test_runs.partitions_def.subset_with_partition_keys([test.id])
+        result = mapping.get_upstream_mapped_partitions_result_for_partitions(
+            subset, test_runs.partitions_def, converted.partitions_def)
+        upstream = sorted(result.partitions_subset.get_partition_keys())
+        assert upstream == sorted(r for r in test.requirements if "_torch_dist" in r), test.id
+        checked += bool(upstream)
+    assert checked >= 8
+
+
+def test_dagster_cli_validates_the_workspace(project_root: Path, tmp_path: Path):
+    env = {**os.environ, "DAGSTER_HOME": str(tmp_path), "NIGHTLY_HOME": str(tmp_path / "home")}
+    dagster = Path(sys.executable).with_name("dagster")
+    proc = subprocess.run([str(dagster), "definitions", "validate", "-w", str(project_root / "workspace.yaml")],
+                          cwd=project_root, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_definitions_build_for_a_catalog_of_thousands_of_tests():
+    from pipelines.core.model import Catalog
+    from tests.conftest import make_test
+
+    tests = tuple(make_test(id=f"tests/t{i:05d}.py", path=f"tests/t{i:05d}.py") for i in range(5000))
+    d = build_definitions(catalog=Catalog(repo="x", tests=tests))
+    assert len(wiring(d)["assets"]["test_runs"]["partitions"]) == 5000
