@@ -1,0 +1,47 @@
+"""Production mode: the Dagster instance on a real PostgreSQL server stores our materializations."""
+
+import shutil
+
+import dagster as dg
+import psycopg2
+import pytest
+
+from pipelines.definitions import build_definitions
+from pipelines.defs.resources import NightlyResource
+from pipelines.instance import POSTGRES_ENV, ensure_dagster_home
+from tests.support.postgres import postgres_server
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def pg_url():
+    with postgres_server() as url:
+        yield url
+
+
+def test_assets_materialize_into_postgres_storage(pg_url, tmp_path, monkeypatch, project_root):
+    monkeypatch.setenv(POSTGRES_ENV, pg_url)
+    home = tmp_path / "home"
+    monkeypatch.setenv("DAGSTER_HOME", str(home / "dagster"))  # restored after the test
+    monkeypatch.setenv("NIGHTLY_HOME", str(home))
+    dagster_home = ensure_dagster_home(home)
+    assert "postgres_url" in (dagster_home / "dagster.yaml").read_text()
+    assets = tmp_path / "assets"
+    shutil.copytree(project_root / "assets", assets)
+    repos = assets / "repos.yaml"
+    repos.write_text(repos.read_text().replace("path: examples/minirl", f"path: {project_root}/examples/minirl")
+                     .replace("hub: examples/minirl/hub", f"hub: {project_root}/examples/minirl/hub"))
+    defs = build_definitions(nightly=NightlyResource(home=str(home), assets_dir=str(assets)))
+    job = defs.resolve_job_def("rerun_tests")
+    test_id = "tests/e2e/megatron/test_dp8_chat.py"
+    with dg.DagsterInstance.get() as instance:
+        assert type(instance.event_log_storage).__name__ == "PostgresEventLogStorage"
+        result = job.execute_in_process(instance=instance, partition_key=test_id)
+        assert result.success
+        (mat,) = result.asset_materializations_for_node("test_runs")
+        assert mat.metadata["outcome"].value == "passed"
+    with psycopg2.connect(pg_url) as conn, conn.cursor() as cur:
+        cur.execute("select count(*) from event_logs where dagster_event_type = 'ASSET_MATERIALIZATION' and partition = %s",
+                    (test_id,))
+        assert cur.fetchone()[0] == 1
