@@ -32,6 +32,7 @@ nightly: install
 	$(BIN)/nightly run
 
 test: install system-deps
+	$(BIN)/ruff check pipelines tests bench examples
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 ui: install
