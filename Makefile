@@ -29,7 +29,7 @@ system-deps:
 	bash scripts/system-deps.sh
 
 nightly: install
-	$(BIN)/nightly run
+	$(BIN)/nightly run $(NIGHTLY_ARGS)
 
 test: install system-deps
 	$(BIN)/ruff check pipelines tests bench examples
