@@ -13,7 +13,7 @@ import dagster as dg
 from pipelines.core.model import Catalog
 from pipelines.defs.assets import CALIBRATED, NIGHT_REPORT, TEST_RUNS, build_assets
 from pipelines.defs.automation import build_schedules, build_sensors
-from pipelines.defs.checks import no_estimate_drift, no_test_near_timeout
+from pipelines.defs.checks import calibration_checks
 from pipelines.defs.nightly_job import build_jobs
 from pipelines.defs.resources import NightlyResource
 
@@ -38,7 +38,7 @@ def build_definitions(catalog: Catalog | None = None, nightly: NightlyResource |
     )
     return dg.Definitions(
         assets=assets,
-        asset_checks=[no_estimate_drift, no_test_near_timeout],
+        asset_checks=[calibration_checks],
         jobs=[nightly_job, weekly_job, calibration_job, test_runs_job],
         schedules=build_schedules(nightly_job, weekly_job),
         sensors=build_sensors(nightly_job, weekly_job, calibration_job, test_runs_job),

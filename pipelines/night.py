@@ -234,11 +234,19 @@ class Night:
         return cordon_bad_nodes(api, self.deployment, [(f.node, f.evidence) for f in findings])
 
     # -- calibrate ---------------------------------------------------------------------
+    def registered_tests(self) -> list[Test]:
+        """The tests with est_time as written in the files (what calibration and the patch start from)."""
+        return list(load_catalog(self.repo_spec.path, spec=self.repo_spec, specs=self.specs).tests)
+
+    def estimates(self, tests: list[Test] | None = None) -> list[Estimate]:
+        """Proposed est_time per test from history, computed without writing anything."""
+        tests = self.registered_tests() if tests is None else tests
+        return calibrate(tests, self.history.read(), self.repo_spec.policy, self.repo_spec.policy_params)
+
     def calibrate(self) -> tuple[list[Estimate], dict[str, Path]]:
         """Propose est_time from history; write estimates, evidence CSV and source patch."""
-        tests = [t for t in load_catalog(self.repo_spec.path, spec=self.repo_spec, specs=self.specs).tests]
-        samples = self.history.read()
-        estimates = calibrate(tests, samples, self.repo_spec.policy, self.repo_spec.policy_params)
+        tests = self.registered_tests()
+        estimates = self.estimates(tests)
         out_dir = self.home / "calibration" / self.repo_spec.name
         out_dir.mkdir(parents=True, exist_ok=True)
         paths = {"evidence": out_dir / "evidence.csv", "patch": out_dir / "est_time.patch", "estimates": self.estimates_path}

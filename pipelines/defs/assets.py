@@ -138,7 +138,7 @@ def write_night_report(night):
     attempts = [Attempt(**{**a, "gpu_slots": tuple(a.get("gpu_slots", ()))}) for a in data["attempts"]]
     tests = [by_id[i] for i in data["selected"] if i in by_id]
     skipped = [by_id[i] for i in data["skipped"] if i in by_id]
-    estimates, _ = night.calibrate()
+    estimates = night.estimates()
     rows = night_rows(tests, skipped, attempts, estimates, data.get("unplanned", ()))
     text = markdown(f"Night {data['night']} ({data['cadence']}, run {data['run_id']})", rows, None,
                     data.get("actual_makespan_s"),

@@ -1,32 +1,32 @@
-"""Asset checks on calibration: warn when estimates drift or a test ran close to its timeout."""
+"""Asset checks on calibration: warn when estimates drift or a test ran close to its timeout.
 
+Both come from one look at the history (one multi-asset check), so a night is calibrated once.
+"""
+
+from collections.abc import Iterable
 
 import dagster as dg
 
 from pipelines.defs.assets import CALIBRATED
 from pipelines.defs.resources import NightlyResource
 
+DRIFT = dg.AssetCheckSpec("no_estimate_drift", asset=CALIBRATED,
+                          description="est_time proposals that move by at least 30 s and 30 % (the registry is stale).")
+NEAR_TIMEOUT = dg.AssetCheckSpec("no_test_near_timeout", asset=CALIBRATED,
+                                 description="Tests whose last run used over 90 % of its timeout (the next slow night kills them).")
 
-@dg.asset_check(asset=CALIBRATED, name="no_estimate_drift",
-                description="est_time proposals that move by at least 30 s and 30 % (the registry is stale).")
-def no_estimate_drift(nightly: NightlyResource) -> dg.AssetCheckResult:
-    night = nightly.night()
-    estimates, _ = night.calibrate()
-    drifted, _ = night.checks(estimates)
+
+def _result(spec: dg.AssetCheckSpec, found: list, label: str) -> dg.AssetCheckResult:
     return dg.AssetCheckResult(
-        passed=not drifted, severity=dg.AssetCheckSeverity.WARN,
-        metadata={"drifted": len(drifted),
-                  "tests": dg.MetadataValue.md("\n".join(f"- {e.test_id}: {e.current} -> {e.proposed}" for e in drifted) or "none")},
+        check_name=spec.name, asset_key=CALIBRATED, passed=not found, severity=dg.AssetCheckSeverity.WARN,
+        metadata={label: len(found), "tests": dg.MetadataValue.md("\n".join(f"- {x}" for x in found) or "none")},
     )
 
 
-@dg.asset_check(asset=CALIBRATED, name="no_test_near_timeout",
-                description="Tests whose last run used over 90 % of its timeout (the next slow night kills them).")
-def no_test_near_timeout(nightly: NightlyResource) -> dg.AssetCheckResult:
+@dg.multi_asset_check(specs=[DRIFT, NEAR_TIMEOUT], name="calibration_checks")
+def calibration_checks(nightly: NightlyResource) -> Iterable[dg.AssetCheckResult]:
     night = nightly.night()
-    estimates, _ = night.calibrate()
-    _, near = night.checks(estimates)
-    return dg.AssetCheckResult(
-        passed=not near, severity=dg.AssetCheckSeverity.WARN,
-        metadata={"near_timeout": len(near), "tests": dg.MetadataValue.md("\n".join(f"- {n}" for n in near) or "none")},
-    )
+    estimates = night.estimates()
+    drifted, near = night.checks(estimates)
+    yield _result(DRIFT, [f"{e.test_id}: {e.current} -> {e.proposed}" for e in drifted], "drifted")
+    yield _result(NEAR_TIMEOUT, [str(n) for n in near], "near_timeout")
