@@ -11,7 +11,13 @@ import argparse
 import importlib
 import sys
 
+from pipelines.core.history import HistoryError
 from pipelines.core.model import CatalogError
+from pipelines.core.select import SelectionError
+from pipelines.storage.cache import BuildError
+
+#: errors that are the user's input or environment, not a bug: one clear message, exit 2
+USER_ERRORS = (CatalogError, HistoryError, SelectionError, BuildError)
 
 COMMANDS = ("catalog", "plan", "run", "history", "calibrate", "ui")
 
@@ -33,7 +39,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return int(args.func(args) or 0)
-    except CatalogError as exc:
+    except USER_ERRORS as exc:
         print(f"nightly {args.command}: error:\n{exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -59,6 +59,7 @@ def run(args: argparse.Namespace) -> int:
     tests, skipped = night.selected()
     plan = night.plan(tests)
     print_plan(plan, {t.id: t for t in tests}, skipped)
+    night.history.read()  # an unreadable history store fails here, before any test runs
     if args.list_only:
         return 0
 

@@ -50,6 +50,7 @@ def _night(context: dg.OpExecutionContext, nightly: NightlyResource, config: Nig
 @dg.op(description="Select tonight's tests, plan them onto the GPU pools, build missing inputs, run them all.")
 def run_night(context: dg.OpExecutionContext, config: NightConfig, nightly: NightlyResource) -> dict:
     night = _night(context, nightly, config)
+    night.history.read()  # an unreadable history store fails the night before any test runs
     for problem in night.catalog.problems:
         _say(context, f"catalog problem: {problem}", "warning")
     tests, skipped = night.selected()
