@@ -40,7 +40,7 @@ def prepare():
     exec_command(f"hf download {{MODEL_ORG}}/{{MODEL_NAME}} --local-dir /root/models/{{MODEL_NAME}}")
     hf_download_dataset("org/data-{data}")
     convert_checkpoint(model_name=MODEL_NAME, megatron_model_type="t{model}", num_gpus_per_node=NUM_GPUS,
-                       dir_dst="/root/models")
+                       dir_dst="/root/models/tp{gpus}")
 
 
 def execute():
