@@ -52,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
         write_atomic,
         write_evidence_csv,
     )
-    from pipelines.core.history import FileHistoryStore, HistoryError
+    from pipelines.core.history import HistoryError
 
     path, spec, specs = history_cli.resolve_repo(args.repo)
     catalog = history_cli.load_catalog_for(path, spec, specs)
@@ -60,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
     policy = args.policy or (spec.policy if spec else "bucket125")
     params = spec.policy_params if spec and spec.policy == policy else {}
     floor, factor = (spec.timeout_floor_s, spec.timeout_factor) if spec else (1800, 1.25)
-    store = FileHistoryStore(args.store or history_cli.default_store())
+    store = history_cli.open_store(args.store)
     try:
         samples = store.read()
     except HistoryError as exc:

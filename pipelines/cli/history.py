@@ -25,6 +25,18 @@ def default_store() -> Path:
     return Path(home) / "history.sqlite"
 
 
+def open_store(store: Path | None):
+    """``--store FILE`` when given, else the default deployment's store (local file or S3)."""
+    from pipelines.core.history import FileHistoryStore
+
+    if store is not None:
+        return FileHistoryStore(store)
+    from pipelines.core.specs import load_specs
+    from pipelines.storage.history import history_store
+
+    return history_store(load_specs().deployment(), default_store().parent)
+
+
 def add_common(p: argparse.ArgumentParser, repo: bool = True) -> None:
     p.add_argument("--store", type=Path, help="history file (default: $NIGHTLY_HOME/history.sqlite)")
     if repo:
@@ -93,15 +105,16 @@ def _import(args: argparse.Namespace) -> int:
             texts[str(log)] = log.read_text(encoding="utf-8", errors="replace")
         except OSError as exc:
             problems.append(Problem(str(log), 1, "log", f"cannot read ({exc.strerror}); check the path"))
-    from pipelines.core.history import FileHistoryStore, import_logs
+    from pipelines.core.history import import_logs
 
     samples, found = import_logs(texts, catalog, args.suite)
     problems += found
-    store = FileHistoryStore(args.store or default_store())
+    store = open_store(args.store)
     new = 0 if args.dry_run else store.add(samples)
     verb = "would import" if args.dry_run else "imported"
-    print(f"history: {verb} {len(samples)} samples from {len(texts)} logs "
-          f"({'dry run' if args.dry_run else f'{new} new, {len(samples) - new} already stored in {store.path}'})")
+    where = getattr(store, "path", store)
+    detail = "dry run" if args.dry_run else f"{new} new, {len(samples) - new} already stored in {where}"
+    print(f"history: {verb} {len(samples)} samples from {len(texts)} logs ({detail})")
     by_outcome = Counter(s.outcome for s in samples)
     print("  " + (", ".join(f"{k} {v}" for k, v in sorted(by_outcome.items())) or "no attempts matched"))
     unmatched = [p for p in problems if p.field == "filename"]
@@ -116,9 +129,7 @@ def _import(args: argparse.Namespace) -> int:
 
 
 def _show(args: argparse.Namespace) -> int:
-    from pipelines.core.history import FileHistoryStore
-
-    samples = FileHistoryStore(args.store or default_store()).read()
+    samples = open_store(args.store).read()
     if args.test:
         samples = [s for s in samples if s.test_id == args.test or s.test_id.startswith(args.test)]
     shown = samples[-args.limit:] if args.limit else samples

@@ -264,12 +264,17 @@ def load_specs(assets_dir: Path | str | None = None) -> Specs:
             r.problems.append(
                 Problem(str(cluster_path), _line(m, "launcher"), f"{w}.launcher", f"must be local or kubernetes, got {launcher!r}")
             )
+        storage = r.get(m, "storage", str, "local", where=w)
+        if storage not in ("local", "s3"):
+            r.problems.append(
+                Problem(str(cluster_path), _line(m, "storage"), f"{w}.storage", f"must be local or s3, got {storage!r}")
+            )
         deployments[str(name)] = DeploymentSpec(
             name=str(name),
             launcher=launcher,
             pools=_pools(r, r.get(m, "pools", dict, where=w), f"{w}.pools"),
             namespace=r.get(m, "namespace", str, "nightly-e2e", where=w),
-            storage=r.get(m, "storage", str, "local", where=w),
+            storage=storage,
             s3_bucket=r.get(m, "s3_bucket", str, "", where=w),
             s3_prefix=r.get(m, "s3_prefix", str, "", where=w),
             cache_pvc=r.get(m, "cache_pvc", str, "", where=w),

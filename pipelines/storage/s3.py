@@ -1,0 +1,357 @@
+"""History and artifacts in S3: immutable objects only, so concurrent writers never race.
+
+Every ``append`` is one new object (a JSON-lines batch) under a unique key, written with a
+content MD5 and a conditional ``If-None-Match: *``; S3 makes each PUT all-or-nothing, so a writer
+killed mid-night loses only the batch in flight. ``read`` lists the prefix with a paginator,
+fetches the objects in parallel and drops repeats of the same attempt exactly as the local store
+does. A damaged object is never skipped quietly: ``scan`` returns it as a located problem and
+``read`` raises after reading everything else. See docs/storage.md for the layout.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import hashlib
+import json
+import re
+import uuid
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+import boto3
+from boto3.exceptions import S3UploadFailedError
+from boto3.s3.transfer import TransferConfig
+from botocore.config import Config
+from botocore.exceptions import BotoCoreError, ClientError
+
+from pipelines.core.history.store import OUTCOMES, HistoryError
+from pipelines.core.model import Problem, Sample
+
+SCHEMA = "1"
+_FIELDS = {f.name: f.type for f in dataclasses.fields(Sample)}
+_REQUIRED = ("test_id", "hardware", "sha256", "outcome", "elapsed_s", "started_at")
+_TYPES = {"elapsed_s": (int, float), "attempt": (int,), "capped": (bool,)}
+_READERS = 16
+
+
+def make_client(endpoint_url: str | None = None):
+    """An S3 client with standard retries and enough connections for parallel reads."""
+    config = Config(retries={"max_attempts": 5, "mode": "standard"}, max_pool_connections=_READERS * 2)
+    return boto3.session.Session().client("s3", endpoint_url=endpoint_url or None, config=config)
+
+
+def _prefix(prefix: str) -> str:
+    prefix = prefix.strip("/")
+    return f"{prefix}/" if prefix else ""
+
+
+def _hint(code: str) -> str:
+    if code in ("NoSuchBucket", "404"):
+        return ("the bucket does not exist; create it (`aws s3 mb s3://BUCKET`) or fix `s3_bucket` of the "
+                "deployment in assets/cluster.yaml")
+    if code in ("AccessDenied", "403", "InvalidAccessKeyId", "SignatureDoesNotMatch", "NoCredentialsError"):
+        return ("check the credentials (AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY or AWS_PROFILE) and that "
+                "they may read and write this bucket")
+    if code == "EndpointConnectionError":
+        return "check the endpoint (NIGHTLY_S3_ENDPOINT / AWS_ENDPOINT_URL) and the network"
+    return "retry; if it persists, check the bucket, credentials and endpoint in docs/storage.md"
+
+
+def _describe(exc: Exception) -> tuple[str, str]:
+    """(code, text) of a botocore failure, for messages that say what to do."""
+    if isinstance(exc, ClientError):
+        err = exc.response.get("Error", {})
+        return str(err.get("Code", "")), f"{err.get('Code', '')}: {err.get('Message', '')}".strip(": ")
+    return type(exc).__name__, str(exc)
+
+
+@dataclass(frozen=True)
+class HistoryScan:
+    """What one pass over the bucket found: the readable samples and each damaged object."""
+
+    samples: list[Sample]
+    problems: list[Problem]
+    objects: int
+
+
+class S3HistoryReadError(HistoryError):
+    """Some history objects are damaged; ``samples`` holds everything else, ``problems`` each one."""
+
+    def __init__(self, message: str, samples: list[Sample], problems: list[Problem]):
+        super().__init__(message)
+        self.samples = samples
+        self.problems = problems
+
+
+def _dedupe_key(s: Sample) -> tuple:
+    # the same identity the local store's UNIQUE constraint uses
+    return (s.run_id, s.test_id, s.hardware, s.attempt, s.started_at)
+
+
+def _invalid(s: Sample) -> tuple[str, str] | None:
+    """(field, what is wrong) for a sample the local store would refuse too."""
+    if s.outcome not in OUTCOMES:
+        return "outcome", f"{s.outcome!r} is not one of {', '.join(OUTCOMES)}"
+    if not (isinstance(s.elapsed_s, int | float) and s.elapsed_s >= 0):
+        return "elapsed_s", f"{s.elapsed_s!r} must be a number >= 0"
+    return None
+
+
+def _check(s: Sample) -> None:
+    if bad := _invalid(s):
+        raise ValueError(f"sample {s.test_id}: {bad[0]}: {bad[1]}")
+
+
+def encode(samples: list[Sample]) -> bytes:
+    """One sample per line, every field by name; the bytes one object holds."""
+    return "".join(json.dumps(dataclasses.asdict(s), sort_keys=True) + "\n" for s in samples).encode()
+
+
+def decode(where: str, body: bytes) -> tuple[list[Sample], Problem | None]:
+    """Samples of one object, or the first problem in it (then none of its samples: it is damaged)."""
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return [], Problem(where, 1, "encoding", f"not UTF-8 ({exc.reason})")
+    out: list[Sample] = []
+    for n, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as exc:
+            return [], Problem(where, n, "json", f"not a JSON object ({exc.msg})")
+        if not isinstance(row, dict):
+            return [], Problem(where, n, "json", f"expected an object, got {type(row).__name__}")
+        unknown = sorted(set(row) - set(_FIELDS))
+        missing = [k for k in _REQUIRED if k not in row]
+        if unknown or missing:
+            field = (unknown or missing)[0]
+            what = "unknown field (written by a newer nightly?)" if unknown else "required field is missing"
+            return [], Problem(where, n, field, what)
+        for key, value in row.items():
+            want = _TYPES.get(key, (str,))
+            if not isinstance(value, want) or (bool not in want and isinstance(value, bool)):
+                return [], Problem(where, n, key, f"expected {' or '.join(t.__name__ for t in want)}, got {value!r}")
+        sample = Sample(**{**row, "elapsed_s": float(row["elapsed_s"])})
+        if bad := _invalid(sample):
+            return [], Problem(where, n, *bad)
+        out.append(sample)
+    return out, None
+
+
+class S3HistoryStore:
+    """Append-only samples in ``s3://bucket/<prefix>history/``; safe for writers on any host."""
+
+    def __init__(self, bucket: str, prefix: str = "", client=None, endpoint_url: str | None = None,
+                 page_size: int = 1000):
+        self.bucket = bucket
+        self.prefix = _prefix(prefix)
+        self.client = client if client is not None else make_client(endpoint_url)
+        self.page_size = page_size
+
+    def __repr__(self) -> str:
+        return f"S3HistoryStore({self.url!r})"
+
+    @property
+    def url(self) -> str:
+        return f"s3://{self.bucket}/{self.prefix}history/"
+
+    def _fail(self, action: str, exc: Exception) -> HistoryError:
+        code, text = _describe(exc)
+        return HistoryError(f"{self.url}: {action} failed ({text}); {_hint(code).replace('BUCKET', self.bucket)}")
+
+    # -- writing -------------------------------------------------------------------------------
+    def _put(self, samples: list[Sample], folder: str, label: str) -> str:
+        body = encode(samples)
+        now = datetime.now(UTC)
+        label = re.sub(r"[^A-Za-z0-9._-]+", "_", label)[:64] or "none"
+        key = f"{self.prefix}history/{folder}/{now:%Y-%m-%d}/{now:%H%M%S%f}-{label}-{uuid.uuid4().hex}.jsonl"
+        try:
+            self.client.put_object(
+                Bucket=self.bucket, Key=key, Body=body, IfNoneMatch="*", ContentType="application/x-ndjson",
+                ContentMD5=base64.b64encode(hashlib.md5(body).digest()).decode(),
+                Metadata={"nightly-schema": SCHEMA, "nightly-sha256": hashlib.sha256(body).hexdigest(),
+                          "nightly-samples": str(len(samples))},
+            )
+        except (ClientError, BotoCoreError) as exc:
+            raise self._fail(f"writing {len(samples)} samples (not stored) to {key}", exc) from exc
+        return key
+
+    def append(self, samples: Iterable[Sample]) -> None:
+        """Store the batch as one new object; no read, no overwrite, nothing earlier touched."""
+        batch = list(samples)
+        for s in batch:
+            _check(s)
+        if batch:
+            runs = {s.run_id for s in batch}
+            self._put(batch, "samples", runs.pop() if len(runs) == 1 else "mixed")
+
+    def add(self, samples: Iterable[Sample]) -> int:
+        """Append only attempts not stored yet (for imports); returns how many were new."""
+        batch = list(samples)
+        for s in batch:
+            _check(s)
+        seen = {_dedupe_key(s) for s in self.scan().samples}
+        new = []
+        for s in batch:
+            if _dedupe_key(s) not in seen:
+                seen.add(_dedupe_key(s))
+                new.append(s)
+        self.append(new)
+        return len(new)
+
+    # -- reading -------------------------------------------------------------------------------
+    def _keys(self) -> list[str]:
+        """Compacted objects first (older samples), then batches by key, i.e. by write time."""
+        keys: list[str] = []
+        paginator = self.client.get_paginator("list_objects_v2")
+        for folder in ("compacted", "samples"):
+            pages = paginator.paginate(Bucket=self.bucket, Prefix=f"{self.prefix}history/{folder}/",
+                                       PaginationConfig={"PageSize": self.page_size})
+            for page in pages:
+                keys.extend(o["Key"] for o in page.get("Contents", []) if o["Key"].endswith(".jsonl"))
+        return keys
+
+    def _get(self, key: str) -> tuple[list[Sample], Problem | None]:
+        where = f"s3://{self.bucket}/{key}"
+        obj = self.client.get_object(Bucket=self.bucket, Key=key)
+        body = obj["Body"].read()
+        meta = obj.get("Metadata", {})
+        if meta.get("nightly-schema", SCHEMA) != SCHEMA:
+            return [], Problem(where, 1, "schema", f"version {meta['nightly-schema']}, this nightly reads {SCHEMA}; "
+                                                   "upgrade nightly-e2e")
+        digest = meta.get("nightly-sha256")
+        if digest and digest != hashlib.sha256(body).hexdigest():
+            return [], Problem(where, 1, "content", "does not match the sha256 it was written with "
+                                                    "(truncated or overwritten)")
+        return decode(where, body)
+
+    def scan(self) -> HistoryScan:
+        """Every readable sample (repeats dropped, first kept) and one problem per damaged object."""
+        for _ in range(3):
+            try:
+                keys = self._keys()
+                with ThreadPoolExecutor(max_workers=_READERS) as pool:
+                    results = list(pool.map(self._get, keys))
+                break
+            except ClientError as exc:
+                if _describe(exc)[0] != "NoSuchKey":  # else compacted away while we read: list again
+                    raise self._fail("reading", exc) from exc
+            except BotoCoreError as exc:
+                raise self._fail("reading", exc) from exc
+        else:
+            raise HistoryError(f"{self.url}: objects kept disappearing while reading (a compaction running?); "
+                               "retry when it has finished")
+        seen: set[tuple] = set()
+        samples, problems = [], []
+        for got, problem in results:
+            if problem:
+                problems.append(problem)
+                continue
+            for s in got:
+                if _dedupe_key(s) not in seen:
+                    seen.add(_dedupe_key(s))
+                    samples.append(s)
+        return HistoryScan(samples, problems, len(keys))
+
+    def read(self) -> list[Sample]:
+        """Every sample; if any object is damaged, raise after reading the rest (see ``scan``)."""
+        found = self.scan()
+        if found.problems:
+            listed = "\n".join(f"  {p}" for p in found.problems)
+            first = found.problems[0].path.removeprefix(f"s3://{self.bucket}/{self.prefix}")
+            raise S3HistoryReadError(
+                f"{self.url}: {len(found.problems)} of {found.objects} history objects are unreadable "
+                f"({len(found.samples)} samples in the others were read; nothing was computed from them):\n"
+                f"{listed}\nMove each aside, keeping it for recovery, e.g. `aws s3 mv s3://{self.bucket}/{self.prefix}{first} "
+                f"s3://{self.bucket}/{self.prefix}quarantine/{first}`, then retry; re-add lost nights with "
+                "`nightly history import`.",
+                found.samples, found.problems)
+        return found.samples
+
+    def compact(self) -> int:
+        """Merge all readable objects into one, then delete those merged; returns how many were merged.
+
+        Safe beside writers and other compactions: an object is deleted only after a merged copy
+        of its samples is stored, objects written meanwhile are not touched, damaged ones stay.
+        """
+        keys = self._keys()
+        if len(keys) < 2:
+            return 0
+        with ThreadPoolExecutor(max_workers=_READERS) as pool:
+            try:
+                results = list(pool.map(self._get, keys))
+            except (ClientError, BotoCoreError) as exc:
+                raise self._fail("reading for compaction (nothing was changed)", exc) from exc
+        merged, seen, done = [], set(), []
+        for key, (got, problem) in zip(keys, results, strict=True):
+            if problem:
+                continue
+            done.append(key)
+            for s in got:
+                if _dedupe_key(s) not in seen:
+                    seen.add(_dedupe_key(s))
+                    merged.append(s)
+        if len(done) < 2:
+            return 0
+        self._put(merged, "compacted", "merged")
+        try:
+            for i in range(0, len(done), 1000):
+                self.client.delete_objects(Bucket=self.bucket, Delete={
+                    "Objects": [{"Key": k} for k in done[i:i + 1000]], "Quiet": True})
+        except (ClientError, BotoCoreError) as exc:
+            raise self._fail("deleting merged objects (the merged copy is stored; repeats are ignored)", exc) from exc
+        return len(done)
+
+
+class ArtifactError(RuntimeError):
+    """An artifact could not be stored; the message names the object and what to do."""
+
+
+class S3Artifacts:
+    """Logs, reports and other files of a night under ``s3://bucket/<prefix>``."""
+
+    def __init__(self, bucket: str, prefix: str = "", client=None, endpoint_url: str | None = None,
+                 transfer: TransferConfig | None = None):
+        self.bucket = bucket
+        self.prefix = _prefix(prefix)
+        self.client = client if client is not None else make_client(endpoint_url)
+        self.transfer = transfer or TransferConfig()
+
+    def uri(self, key: str) -> str:
+        return f"s3://{self.bucket}/{self.prefix}{key.lstrip('/')}"
+
+    def _fail(self, key: str, exc: Exception) -> ArtifactError:
+        code, text = _describe(exc)
+        return ArtifactError(f"{self.uri(key)}: upload failed ({text}); {_hint(code).replace('BUCKET', self.bucket)}")
+
+    def upload_file(self, path: Path | str, key: str) -> str:
+        """Upload a file (multipart above the transfer threshold, parts checksummed); returns its URI."""
+        path = Path(path)
+        if not path.is_file():
+            raise ArtifactError(f"{path}: not a file; nothing was uploaded to {self.uri(key)}")
+        try:
+            self.client.upload_file(str(path), self.bucket, self.prefix + key.lstrip("/"), Config=self.transfer)
+        except (ClientError, BotoCoreError) as exc:
+            raise self._fail(key, exc) from exc
+        except S3UploadFailedError as exc:  # what upload_file raises for a refused PUT
+            code = "NoSuchBucket" if "NoSuchBucket" in str(exc) else ""
+            raise ArtifactError(f"{self.uri(key)}: upload of {path} failed ({exc}); "
+                                f"{_hint(code).replace('BUCKET', self.bucket)}") from exc
+        return self.uri(key)
+
+    def put_text(self, key: str, text: str, content_type: str = "text/plain; charset=utf-8") -> str:
+        """Store a small text (a log, a night report) in one checksummed PUT; returns its URI."""
+        body = text.encode("utf-8")
+        try:
+            self.client.put_object(Bucket=self.bucket, Key=self.prefix + key.lstrip("/"), Body=body,
+                                   ContentType=content_type,
+                                   ContentMD5=base64.b64encode(hashlib.md5(body).digest()).decode())
+        except (ClientError, BotoCoreError) as exc:
+            raise self._fail(key, exc) from exc
+        return self.uri(key)

@@ -1,0 +1,262 @@
+"""S3 history and artifacts, with real boto3 against a moto server over HTTP."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+import uuid
+
+import pytest
+
+from pipelines.core.history import HistoryError
+from pipelines.core.model import Sample
+from pipelines.storage.s3 import ArtifactError, S3Artifacts, S3HistoryReadError, S3HistoryStore
+from tests.conftest import PROJECT_ROOT
+from tests.support.moto import CREDENTIALS, moto_server, s3_client
+
+
+@pytest.fixture(scope="module")
+def endpoint():
+    with moto_server() as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def client(endpoint):
+    return s3_client(endpoint)
+
+
+@pytest.fixture
+def bucket(client):
+    name = f"hist-{uuid.uuid4().hex[:12]}"
+    client.create_bucket(Bucket=name)
+    return name
+
+
+def sample(i: int = 0, **kw) -> Sample:
+    base = dict(test_id=f"tests/e2e/test_{i}.py", hardware="h200", sha256="a" * 64, outcome="passed",
+                elapsed_s=100.0 + i, started_at=f"2026-12-01T00:{i % 60:02d}:00+00:00", run_id="r1")
+    return Sample(**{**base, **kw})
+
+
+def keys(client, bucket, prefix=""):
+    return sorted(o["Key"] for o in client.list_objects_v2(Bucket=bucket, Prefix=prefix).get("Contents", []))
+
+
+def test_appended_samples_read_back_equal_and_in_write_order(client, bucket):
+    store = S3HistoryStore(bucket, "nightly", client=client)
+    store.append([sample(1), sample(2, outcome="timed_out", capped=True)])
+    store.append([sample(3, node="n7", image="img:2", attempt=2, source="x.log:4", elapsed_s=7)])
+    assert store.read() == [sample(1), sample(2, outcome="timed_out", capped=True),
+                            sample(3, node="n7", image="img:2", attempt=2, source="x.log:4", elapsed_s=7)]
+
+
+def test_each_append_is_one_new_object_under_the_prefix_named_by_date_and_run(client, bucket):
+    store = S3HistoryStore(bucket, "/team/nightly/", client=client)
+    store.append([sample(1, run_id="night 42/a"), sample(2, run_id="night 42/a")])
+    store.append([sample(3, run_id="x"), sample(4, run_id="y")])
+    store.append([])
+    written = keys(client, bucket)
+    assert len(written) == 2
+    assert all(k.startswith("team/nightly/history/samples/") and k.endswith(".jsonl") for k in written)
+    assert {k.split("-", 3)[-1].rsplit("-", 1)[0] for k in written} == {"night_42_a", "mixed"}
+    head = client.head_object(Bucket=bucket, Key=written[0])
+    assert head["Metadata"]["nightly-schema"] == "1"
+    body = client.get_object(Bucket=bucket, Key=written[0])["Body"].read()
+    assert head["Metadata"]["nightly-sha256"] == hashlib.sha256(body).hexdigest()
+
+
+def test_stores_with_different_prefixes_in_one_bucket_do_not_see_each_other(client, bucket):
+    S3HistoryStore(bucket, "a", client=client).append([sample(1)])
+    S3HistoryStore(bucket, "b", client=client).append([sample(2)])
+    assert S3HistoryStore(bucket, "a", client=client).read() == [sample(1)]
+    assert S3HistoryStore(bucket, "", client=client).read() == []
+
+
+def test_an_empty_bucket_reads_as_empty_history(client, bucket):
+    assert S3HistoryStore(bucket, client=client).read() == []
+
+
+def test_a_batch_imported_twice_is_read_once(client, bucket):
+    store = S3HistoryStore(bucket, client=client)
+    batch = [sample(i) for i in range(5)]
+    store.append(batch)
+    store.append(batch)
+    store.append([sample(1, elapsed_s=999.0), sample(1, attempt=2)])
+    assert store.read() == [*batch, sample(1, attempt=2)]
+
+
+def test_add_writes_only_new_attempts_and_counts_them(client, bucket):
+    store = S3HistoryStore(bucket, client=client)
+    assert store.add([sample(1), sample(2)]) == 2
+    assert store.add([sample(1), sample(2)]) == 0
+    assert store.add([sample(2), sample(3), sample(3)]) == 1
+    assert len(keys(client, bucket)) == 2
+    assert store.read() == [sample(1), sample(2), sample(3)]
+
+
+def test_a_sample_with_an_unknown_outcome_is_refused_and_nothing_of_its_batch_is_written(client, bucket):
+    store = S3HistoryStore(bucket, client=client)
+    with pytest.raises(ValueError, match="outcome: 'exploded' is not one of passed"):
+        store.append([sample(1), sample(2, outcome="exploded")])
+    assert keys(client, bucket) == []
+
+
+def test_concurrent_writers_on_separate_clients_lose_nothing(endpoint, client, bucket):
+    def night(w: int) -> None:
+        store = S3HistoryStore(bucket, "p", client=s3_client(endpoint))
+        for i in range(10):
+            store.append([sample(i, run_id=f"w{w}"), sample(i, run_id=f"w{w}", attempt=2)])
+
+    threads = [threading.Thread(target=night, args=(w,)) for w in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    got = S3HistoryStore(bucket, "p", client=client).read()
+    assert len(got) == 4 * 10 * 2
+    assert {(s.run_id, s.test_id, s.attempt) for s in got} == {
+        (f"w{w}", f"tests/e2e/test_{i}.py", a) for w in range(4) for i in range(10) for a in (1, 2)}
+
+
+def test_listing_goes_through_every_page(client, bucket):
+    store = S3HistoryStore(bucket, client=client, page_size=2)
+    for i in range(5):
+        store.append([sample(i)])
+    assert store.read() == [sample(i) for i in range(5)]
+
+
+def test_a_corrupt_object_is_reported_with_its_key_while_the_rest_is_read(client, bucket):
+    store = S3HistoryStore(bucket, "nightly", client=client)
+    store.append([sample(1)])
+    bad = "nightly/history/samples/2026-12-01/000000000000-r9-feed.jsonl"
+    client.put_object(Bucket=bucket, Key=bad, Body=b'{"test_id": "t", "hardware": "h200"\n')
+    store.append([sample(2)])
+    with pytest.raises(S3HistoryReadError) as exc:
+        store.read()
+    message = str(exc.value)
+    assert f"s3://{bucket}/{bad}:1: json: not a JSON object" in message
+    assert "1 of 3 history objects are unreadable (2 samples in the others were read" in message
+    assert f"aws s3 mv s3://{bucket}/{bad} s3://{bucket}/nightly/quarantine/history/samples/" in message
+    assert isinstance(exc.value, HistoryError)
+    assert exc.value.samples == [sample(1), sample(2)]
+    client.copy_object(Bucket=bucket, Key="nightly/quarantine/x.jsonl", CopySource={"Bucket": bucket, "Key": bad})
+    client.delete_object(Bucket=bucket, Key=bad)
+    assert store.read() == [sample(1), sample(2)]
+
+
+@pytest.mark.parametrize("body, problem", [
+    (b'{"test_id": "t", "hardware": "h", "sha256": "s", "outcome": "passed", "elapsed_s": "9", "started_at": "x"}',
+     ":1: elapsed_s: expected int or float, got '9'"),
+    (b'{"test_id": "t", "hardware": "h", "sha256": "s", "outcome": "passed", "started_at": "x"}',
+     ":1: elapsed_s: required field is missing"),
+    (b'{"test_id": "t", "hardware": "h", "sha256": "s", "outcome": "ok", "elapsed_s": 1, "started_at": "x"}',
+     ":1: outcome: 'ok' is not one of passed"),
+    (b'{"test_id": "t", "hardware": "h", "sha256": "s", "outcome": "passed", "elapsed_s": 1, "started_at": "x",'
+     b' "gpu_temp": 80}', ":1: gpu_temp: unknown field"),
+    (b"\n[1, 2]\n", ":2: json: expected an object, got list"),
+    (b"\xff\xfe", ":1: encoding: not UTF-8"),
+])
+def test_scan_reports_each_kind_of_damage_at_its_line(client, bucket, body, problem):
+    store = S3HistoryStore(bucket, client=client)
+    store.append([sample(1)])
+    client.put_object(Bucket=bucket, Key="history/samples/2026-12-02/bad.jsonl", Body=body)
+    found = store.scan()
+    assert found.samples == [sample(1)]
+    assert len(found.problems) == 1
+    assert str(found.problems[0]).startswith(f"s3://{bucket}/history/samples/2026-12-02/bad.jsonl{problem}")
+
+
+def test_an_object_changed_after_it_was_written_is_reported_not_trusted(client, bucket):
+    store = S3HistoryStore(bucket, client=client)
+    store.append([sample(1)])
+    (key,) = keys(client, bucket)
+    meta = client.head_object(Bucket=bucket, Key=key)["Metadata"]
+    body = client.get_object(Bucket=bucket, Key=key)["Body"].read()
+    client.put_object(Bucket=bucket, Key=key, Body=body[: len(body) // 2] + b"\n", Metadata=meta)
+    with pytest.raises(S3HistoryReadError, match=":1: content: does not match the sha256 it was written with"):
+        store.read()
+
+
+def test_a_missing_bucket_is_an_error_naming_it_and_the_setting(client):
+    store = S3HistoryStore("no-such-bucket-here", "nightly", client=client)
+    for action in (store.read, lambda: store.append([sample(1)])):
+        with pytest.raises(HistoryError) as exc:
+            action()
+        assert "s3://no-such-bucket-here/nightly/history/" in str(exc.value)
+        assert "NoSuchBucket" in str(exc.value)
+        assert "`aws s3 mb s3://no-such-bucket-here`" in str(exc.value)
+        assert "`s3_bucket` of the deployment in assets/cluster.yaml" in str(exc.value)
+
+
+def test_compaction_merges_readable_objects_and_leaves_damaged_ones(client, bucket):
+    store = S3HistoryStore(bucket, client=client)
+    for i in range(4):
+        store.append([sample(i), sample(0)])
+    client.put_object(Bucket=bucket, Key="history/samples/2026-12-02/bad.jsonl", Body=b"oops")
+    assert store.compact() == 4
+    assert [k.split("/")[1] for k in keys(client, bucket)] == ["compacted", "samples"]
+    store.append([sample(9)])
+    assert store.scan().samples == [sample(0), sample(1), sample(2), sample(3), sample(9)]
+    assert len(store.scan().problems) == 1
+
+
+def test_a_writer_killed_mid_night_leaves_every_earlier_batch_readable(endpoint, client, bucket):
+    script = textwrap.dedent(f"""
+        import itertools
+        from pipelines.core.model import Sample
+        from pipelines.storage.s3 import S3HistoryStore
+        store = S3HistoryStore({bucket!r}, endpoint_url={endpoint!r})
+        for i in itertools.count():
+            store.append([Sample(f"t{{i}}", "h200", "a", "passed", 1.0, "2026-12-01", run_id="k", attempt=a)
+                          for a in range(1, 4)])
+            print(i, flush=True)
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", script], cwd=PROJECT_ROOT, stdout=subprocess.PIPE, text=True,
+                            env={**os.environ, **CREDENTIALS})
+    try:
+        for _ in range(10):
+            assert proc.stdout.readline(), "the writer stopped before writing 10 batches"
+        time.sleep(0.05)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        proc.stdout.close()
+    got = S3HistoryStore(bucket, client=client).read()
+    assert len(got) >= 30 and len(got) % 3 == 0
+    assert len(got) == 3 * len(keys(client, bucket))
+
+
+def test_artifacts_store_text_and_large_files_in_parts(client, bucket, tmp_path):
+    from boto3.s3.transfer import TransferConfig
+
+    five_mib = 5 * 1024 * 1024
+    art = S3Artifacts(bucket, "nights/", client=client,
+                      transfer=TransferConfig(multipart_threshold=five_mib, multipart_chunksize=five_mib))
+    assert art.put_text("2026-12-01/report.md", "# night\nok ✓\n") == f"s3://{bucket}/nights/2026-12-01/report.md"
+    got = client.get_object(Bucket=bucket, Key="nights/2026-12-01/report.md")
+    assert got["Body"].read().decode() == "# night\nok ✓\n"
+    assert got["ContentType"] == "text/plain; charset=utf-8"
+    big = tmp_path / "job.log"
+    big.write_bytes(os.urandom(five_mib + 1000))
+    assert art.upload_file(big, "2026-12-01/job.log") == f"s3://{bucket}/nights/2026-12-01/job.log"
+    obj = client.get_object(Bucket=bucket, Key="nights/2026-12-01/job.log")
+    assert obj["ETag"].strip('"').endswith("-2")  # two parts: it went multipart
+    assert obj["Body"].read() == big.read_bytes()
+
+
+def test_artifact_errors_name_the_object_and_the_fix(client, tmp_path):
+    art = S3Artifacts("no-such-bucket-here", "n", client=client)
+    with pytest.raises(ArtifactError, match=r"s3://no-such-bucket-here/n/r\.md: upload failed \(NoSuchBucket"):
+        art.put_text("r.md", "x")
+    (tmp_path / "f").write_text("x")
+    with pytest.raises(ArtifactError, match=r"s3://no-such-bucket-here/n/f: upload of .* create it"):
+        art.upload_file(tmp_path / "f", "f")
+    with pytest.raises(ArtifactError, match=r"missing: not a file; nothing was uploaded to s3://no-such-bucket-here/n/k"):
+        art.upload_file(tmp_path / "missing", "k")
