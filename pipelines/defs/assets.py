@@ -143,6 +143,7 @@ def write_night_report(night):
     text = markdown(f"Night {data['night']} ({data['cadence']}, run {data['run_id']})", rows, None,
                     data.get("actual_makespan_s"),
                     extra={"Predicted makespan": f"{data.get('predicted_makespan_s', 0):.1f} s",
+                           "Actual makespan": f"{data.get('actual_makespan_s', 0):.1f} s",
                            "Lower bound": f"{data.get('lower_bound_s', 0):.1f} s"},
                     notes=data.get("notes", []))
     out = night.home / "reports" / f"{data['night']}.md"
