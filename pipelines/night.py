@@ -20,7 +20,7 @@ from pipelines.core.calibrate import calibrate, drift, make_patch, near_timeout,
 from pipelines.core.catalog import load_catalog
 from pipelines.core.catalog.ids import safe_filename
 from pipelines.core.health import avoid_nodes, detect_bad_nodes
-from pipelines.core.history import FileHistoryStore, sample_from_attempt
+from pipelines.core.history import HistoryStore, sample_from_attempt
 from pipelines.core.model import (
     Assignment,
     Attempt,
@@ -39,6 +39,7 @@ from pipelines.core.specs import Specs, load_specs
 from pipelines.launch.base import Launcher, LaunchRequest
 from pipelines.launch.dispatch import DispatchResult, run_plan
 from pipelines.storage.cache import AssetCache, Built
+from pipelines.storage.history import history_store
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 
@@ -94,9 +95,10 @@ class Night:
         hub_path = (self.specs.root.parent / hub).resolve() if hub else None
         return AssetCache(self.home / "cache", hub_path)
 
-    @property
-    def history(self) -> FileHistoryStore:
-        return FileHistoryStore(self.home / "history.sqlite")
+    @cached_property
+    def history(self) -> HistoryStore:
+        """Local SQLite file by default; S3 when the deployment says ``storage: s3``."""
+        return history_store(self.deployment, self.home)
 
     @property
     def estimates_path(self) -> Path:
@@ -167,10 +169,18 @@ class Night:
         return sorted(reqs, key=lambda r: (order[r.kind], r.key))
 
     def build(self, req: Requirement) -> Built:
+        """Build one input: into the local cache, or on the cluster into the cache PVC (kubernetes)."""
         models = {r.key: r for r in self.catalog.requirements if r.kind == "model"}
+        log_path = self.home / "logs" / "builds" / f"{safe_filename(req.key)}.log"
+        if self.deployment.launcher == "kubernetes":
+            from pipelines.launch.kubernetes.builds import builder_from_deployment
+            from pipelines.launch.kubernetes.podspec import pod_env
+
+            env = pod_env(self.repo_spec.env, dict(self.settings.extra_env))
+            return builder_from_deployment(self.deployment).build(req, models, self.specs.conversion, env, log_path=log_path)
         return self.cache.build(
             req, repo=self.repo_spec.path, conversion=self.specs.conversion, env=self.test_env(),
-            models=models, log_path=self.home / "logs" / "builds" / f"{safe_filename(req.key)}.log",
+            models=models, log_path=log_path,
         )
 
     # -- launch ------------------------------------------------------------------------
@@ -185,8 +195,12 @@ class Night:
     def launcher(self) -> Launcher:
         if self.deployment.launcher == "kubernetes":
             from pipelines.launch.kubernetes import launcher_from_deployment
+            from pipelines.launch.kubernetes.podspec import pod_env
 
-            return launcher_from_deployment(self.deployment)
+            # pods see the cache PVC at /root, not this machine's folders (request.env names those)
+            return launcher_from_deployment(
+                self.deployment, cache_paths={r.key: r.path for r in self.catalog.requirements},
+                env=pod_env(self.repo_spec.env, dict(self.settings.extra_env)))
         from pipelines.launch.local import LocalLauncher
 
         return LocalLauncher(self.home)

@@ -14,10 +14,10 @@ import queue
 import re
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 import urllib3
 from kubernetes import client, watch
@@ -35,7 +35,7 @@ from pipelines.launch.kubernetes.outcomes import (
     not_ready,
     terminated,
 )
-from pipelines.launch.kubernetes.podspec import PREFLIGHT_TIMEOUT_S, build_pod
+from pipelines.launch.kubernetes.podspec import build_pod
 
 #: Hugging Face tokens printed by a careless test are masked before any log is written.
 _TOKEN = re.compile(r"hf_[A-Za-z0-9]{20,}")
@@ -65,12 +65,27 @@ def _ts(value: Any) -> datetime | None:
     return None
 
 
+@dataclasses.dataclass(frozen=True)
+class PodRun:
+    """What one pod did: its name, the verdict, the last object seen, why in one line, seconds Pending."""
+
+    name: str
+    verdict: Verdict
+    pod: dict[str, Any] | None
+    message: str
+    pending_s: float
+
+
 class KubernetesLauncher:
     """The ``kubernetes`` launcher: one bare pod per attempt, infra failures retried elsewhere.
 
     ``retries`` (default ``deployment.max_infra_retries``): extra attempts after a retriable infra
     outcome, each avoiding every node that failed before. Every attempt goes to ``on_attempt``;
     ``launch`` returns the last one, with a one-line summary of all in ``details["attempts"]``.
+
+    ``cache_paths`` (requirement key -> container path) lets each pod mount the cached inputs
+    its test needs; ``env``, when given, is every pod's environment in place of the request's
+    (whose paths name the machine that plans, see :func:`podspec.pod_env`).
     """
 
     name = "kubernetes"
@@ -90,6 +105,8 @@ class KubernetesLauncher:
         watch_timeout_s: int = 60,
         log_join_s: float = 10.0,
         workdir: str = "",
+        cache_paths: Mapping[str, str] | None = None,
+        env: Mapping[str, str] | None = None,
         on_attempt: Callable[[Attempt], None] | None = None,
     ):
         self.api = core_v1_api
@@ -104,6 +121,8 @@ class KubernetesLauncher:
         self.watch_timeout_s = watch_timeout_s
         self.log_join_s = log_join_s
         self.workdir = workdir
+        self.cache_paths = dict(cache_paths or {})
+        self.env = dict(env) if env is not None else None
         self.on_attempt = on_attempt
         self._serializer = client.ApiClient()
 
@@ -146,7 +165,10 @@ class KubernetesLauncher:
     # -- one pod -----------------------------------------------------------------------
     def launch_once(self, request: LaunchRequest, on_log: LogSink | None = None) -> Attempt:
         pool = self.pool_for(request)
-        body = build_pod(request, pool, self.deployment, workdir=self.workdir)
+        if self.env is not None:
+            request = dataclasses.replace(request, env=dict(self.env))
+        paths = [self.cache_paths[k] for k in request.test.requirements if k in self.cache_paths]
+        body = build_pod(request, pool, self.deployment, workdir=self.workdir, cache_paths=paths)
         request.log_path.parent.mkdir(parents=True, exist_ok=True)
         started_at = datetime.now(UTC).isoformat(timespec="seconds")
         t0 = time.monotonic()
@@ -154,17 +176,29 @@ class KubernetesLauncher:
             log.write(f"# nightly: {request.test.id} attempt {request.attempt} pod {self.namespace}/"
                       f"{body['metadata']['name']} pool {pool.name} gpus={request.test.gpus} timeout={request.timeout_s}s\n")
             log.flush()
-            name, last = self._create(body)
-            sink = _Sink(log, on_log)
-            try:
-                verdict, last, waited = self._follow(name, last, request, sink)
-            finally:
-                sink.join(self.log_join_s)
-                with contextlib.suppress(ApiException):
-                    self.api.delete_namespaced_pod(name, self.namespace)
-            message = explain(last, verdict)
-            log.write(f"# nightly: verdict {verdict.outcome}: {message}\n")
-        return self._attempt(request, verdict, last, message, name, started_at, time.monotonic() - t0, waited)
+            run = self.run_pod(body, log, on_log)
+        return self._attempt(request, run.verdict, run.pod, run.message, run.name, started_at,
+                             time.monotonic() - t0, run.pending_s)
+
+    def run_pod(self, body: dict[str, Any], log: TextIO, on_log: LogSink | None = None,
+                container: str = MAIN_CONTAINER) -> PodRun:
+        """Create ``body``, follow it to a verdict with ``container``'s log going to ``log``, delete it.
+
+        The pod may run ``activeDeadlineSeconds`` plus ``deadline_slack_s`` before it counts as
+        timed out here, in case the kubelet does not enforce the deadline.
+        """
+        budget = float(body["spec"].get("activeDeadlineSeconds") or float("inf")) + self.deadline_slack_s
+        name, last = self._create(body)
+        sink = _Sink(log, on_log)
+        try:
+            verdict, last, waited = self._follow(name, last, budget, sink, container)
+        finally:
+            sink.join(self.log_join_s)
+            with contextlib.suppress(ApiException):
+                self.api.delete_namespaced_pod(name, self.namespace)
+        message = explain(last, verdict)
+        log.write(f"# nightly: verdict {verdict.outcome}: {message}\n")
+        return PodRun(name, verdict, last, message, waited)
 
     def _create(self, body: dict[str, Any]) -> tuple[str, dict[str, Any]]:
         try:
@@ -179,7 +213,7 @@ class KubernetesLauncher:
         return body["metadata"]["name"], pod if isinstance(pod, dict) else body
 
     def _follow(
-        self, name: str, last: dict[str, Any], request: LaunchRequest, sink: _Sink
+        self, name: str, last: dict[str, Any], budget: float, sink: _Sink, container: str
     ) -> tuple[Verdict, dict[str, Any] | None, float]:
         """Watch until a verdict; returns it, the last pod seen and the seconds spent Pending."""
         events: queue.Queue = queue.Queue()
@@ -191,7 +225,6 @@ class KubernetesLauncher:
         stuck_since: float | None = None
         running_since: float | None = None
         deleted = False
-        budget = request.timeout_s + PREFLIGHT_TIMEOUT_S + self.deadline_slack_s
         pod: dict[str, Any] | None = last
         try:
             while True:
@@ -218,7 +251,7 @@ class KubernetesLauncher:
                     running_since = now
                 state = (main_status(pod or {}).get("state") or {})
                 if not deleted and ("running" in state or "terminated" in state):
-                    sink.start(self.api, name, self.namespace)
+                    sink.start(self.api, name, self.namespace, container)
                 verdict = classify(pod, deleted, waited, limit)
                 if verdict is None and running_since is not None and now - running_since > budget:
                     verdict = Verdict("timed_out", "deadline_not_enforced", False, (pod or {}).get("spec", {}).get("nodeName", ""))
@@ -283,15 +316,16 @@ class _Sink:
         self.lock = threading.Lock()
         self.closed = False
 
-    def start(self, api: client.CoreV1Api, name: str, namespace: str) -> None:
+    def start(self, api: client.CoreV1Api, name: str, namespace: str, container: str = MAIN_CONTAINER) -> None:
         if self.thread is None:
-            self.thread = threading.Thread(target=self._run, args=(api, name, namespace), daemon=True, name=f"logs:{name}")
+            self.thread = threading.Thread(target=self._run, args=(api, name, namespace, container), daemon=True,
+                                           name=f"logs:{name}")
             self.thread.start()
 
-    def _run(self, api: client.CoreV1Api, name: str, namespace: str) -> None:
+    def _run(self, api: client.CoreV1Api, name: str, namespace: str, container: str) -> None:
         try:
             for line in watch.Watch().stream(api.read_namespaced_pod_log, name=name, namespace=namespace,
-                                             container=MAIN_CONTAINER, follow=True):
+                                             container=container, follow=True):
                 self.write(redact(line))
         except _STREAM_ERRORS as exc:
             self.write(f"# nightly: log stream ended: {type(exc).__name__}")
@@ -327,5 +361,6 @@ def launcher_from_deployment(deployment: DeploymentSpec, *, kubeconfig: str | No
     if os.environ.get("KUBERNETES_SERVICE_HOST") and not kubeconfig:
         config.load_incluster_config()
     else:
-        config.load_kube_config(config_file=kubeconfig, context=context)
+        # $KUBECONFIG read now: the client reads it once, when kubernetes is first imported
+        config.load_kube_config(config_file=kubeconfig or os.environ.get("KUBECONFIG") or None, context=context)
     return KubernetesLauncher(client.CoreV1Api(), deployment, retries=retries, **kwargs)

@@ -11,12 +11,18 @@ Choices that matter:
   positional parameters: test data never becomes shell text.
 - The HF token comes only from a Secret (``secretKeyRef``); any literal token in the request's
   environment is dropped, never copied into the spec.
+- The cache PVC mirrors ``/root``: ``/root/models/x`` is ``models/x`` on the volume (as in
+  :class:`pipelines.storage.cache.AssetCache`). Test pods mount ``models`` and ``datasets``
+  read-only, plus every other cached path the test needs (a converted checkpoint in ``/root``);
+  the build pods of :mod:`builds` write the same layout.
 """
 
 from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Iterable, Mapping
+from pathlib import PurePosixPath
 from typing import Any
 
 from pipelines.core.specs import DeploymentSpec, PoolSpec
@@ -29,6 +35,7 @@ HF_TOKEN_KEY = "token"
 #: Environment names that must only ever come from a Secret.
 SECRET_ENV = frozenset({"HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HUGGINGFACE_TOKEN"})
 MODELS_DIR, DATASETS_DIR = "/root/models", "/root/datasets"
+CACHE_VOLUME = "cache"
 
 _PREFLIGHT_PY = """\
 import ctypes, sys
@@ -125,10 +132,49 @@ def _env(request: LaunchRequest, deployment: DeploymentSpec) -> list[dict[str, A
         {"name": k, "value": str(v)} for k, v in sorted(plain.items()) if k not in SECRET_ENV and k != "NIGHTLY_NODE_NAME"
     ]
     env.append({"name": "NIGHTLY_NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}})
-    if deployment.hf_token_secret:
-        ref = {"name": deployment.hf_token_secret, "key": HF_TOKEN_KEY}
-        env.append({"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": ref}})
-    return env
+    return env + hf_token_env(deployment)
+
+
+def hf_token_env(deployment: DeploymentSpec) -> list[dict[str, Any]]:
+    """``HF_TOKEN`` from the deployment's Secret (nothing when none is configured)."""
+    if not deployment.hf_token_secret:
+        return []
+    ref = {"name": deployment.hf_token_secret, "key": HF_TOKEN_KEY}
+    return [{"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": ref}}]
+
+
+def pod_env(template: Mapping[str, str], extra: Mapping[str, str] | None = None, *, workdir: str = "") -> dict[str, str]:
+    """The repo's environment (``assets/repos.yaml`` ``env``) as it must read inside a pod.
+
+    Locally ``{cache}``, ``{repo}`` and ``{hub}`` name folders of the machine that plans; in a pod
+    the cache is the PVC at ``/root``, the checkout is the image's working directory and there
+    is no local hub. ``extra`` (the night's switches) is added as is; secrets are dropped.
+    """
+    values = {"cache": "/root", "repo": workdir or ".", "home": "/tmp/nightly", "hub": ""}
+    env = {k: v.format(**values) for k, v in template.items()}
+    env.update(extra or {})
+    return {k: v for k, v in env.items() if k not in SECRET_ENV}
+
+
+def cache_subpath(container_path: str) -> str:
+    """Where a container path lives on the cache PVC (``/root/models/x`` -> ``models/x``)."""
+    parts = PurePosixPath(container_path).parts
+    rel = parts[2:] if parts[:2] == ("/", "root") else parts[1:]
+    if not container_path.startswith("/") or not rel or ".." in rel:
+        raise ValueError(f"{container_path!r}: not a usable path for a cached asset; use an absolute path under /root")
+    return "/".join(rel)
+
+
+def cache_mounts(paths: Iterable[str] = (), *, read_only: bool = True) -> list[dict[str, Any]]:
+    """Mounts of the cache volume: ``/root/models``, ``/root/datasets`` and each other path in ``paths``.
+
+    A path under a folder already mounted is reached through that mount (no nested mounts).
+    """
+    mounted = [MODELS_DIR, DATASETS_DIR]
+    for p in sorted({str(PurePosixPath(p)) for p in paths}, key=lambda p: (p.count("/"), p)):
+        if not any(p == m or p.startswith(m + "/") for m in mounted):
+            mounted.append(p)
+    return [{"name": CACHE_VOLUME, "mountPath": m, "subPath": cache_subpath(m), "readOnly": read_only} for m in mounted]
 
 
 def _affinity(avoid: tuple[str, ...]) -> dict[str, Any]:
@@ -145,8 +191,13 @@ def build_pod(
     name: str | None = None,
     workdir: str = "",
     image: str = "",
+    cache_paths: Iterable[str] = (),
 ) -> dict[str, Any]:
-    """The Pod body for one attempt (apiVersion v1, kind Pod)."""
+    """The Pod body for one attempt (apiVersion v1, kind Pod).
+
+    ``cache_paths``: the container paths of the test's requirements, so that a converted
+    checkpoint outside ``/root/models`` is mounted too.
+    """
     test = request.test
     argv = ["python", "-m", "pipelines.launch.wrapper", "--file", test.path, "--func", "execute"]
     if test.args:
@@ -166,11 +217,8 @@ def build_pod(
         container["resources"] = {"requests": dict(gpus), "limits": dict(gpus)}
     volumes: list[dict[str, Any]] = [{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": pool.shm_size}}]
     if deployment.cache_pvc:
-        volumes.append({"name": "cache", "persistentVolumeClaim": {"claimName": deployment.cache_pvc, "readOnly": True}})
-        container["volumeMounts"] += [
-            {"name": "cache", "mountPath": MODELS_DIR, "subPath": "models", "readOnly": True},
-            {"name": "cache", "mountPath": DATASETS_DIR, "subPath": "datasets", "readOnly": True},
-        ]
+        volumes.append({"name": CACHE_VOLUME, "persistentVolumeClaim": {"claimName": deployment.cache_pvc, "readOnly": True}})
+        container["volumeMounts"] += cache_mounts(cache_paths, read_only=True)
     spec: dict[str, Any] = {
         "restartPolicy": "Never",
         "activeDeadlineSeconds": int(request.timeout_s) + (PREFLIGHT_TIMEOUT_S if test.gpus > 0 else 0),

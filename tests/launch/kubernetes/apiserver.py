@@ -33,12 +33,17 @@ Mutation = Callable[[dict[str, Any]], None]
 
 @dataclass
 class Step:
-    """After ``delay_s``: apply ``mutate`` to the pod, add ``logs``; ``delete`` removes the pod."""
+    """After ``delay_s``: apply ``mutate`` to the pod, add ``logs``; ``delete`` removes the pod.
+
+    ``work``, when set, runs first without the server's lock (e.g. really running the
+    container, see ``kubelet.py``) and returns the step to apply in its place.
+    """
 
     delay_s: float = 0.01
     mutate: Mutation | None = None
     logs: tuple[str, ...] = ()
     delete: bool = False
+    work: Callable[[], Step] | None = None
 
 
 Script = Callable[[dict[str, Any], str], list[Step]]
@@ -132,6 +137,8 @@ class StandInApiServer:
     def _drive(self, name: str, steps: list[Step]) -> None:
         for step in steps:
             time.sleep(step.delay_s)
+            if step.work is not None:
+                step = step.work()
             with self.cond:
                 pod = self.state.pods.get(name)
                 if pod is None or self.stopping:

@@ -1,0 +1,284 @@
+"""Build model weights, datasets and converted checkpoints on the cluster, into the cache PVC.
+
+In production the test pods mount the cache PVC read-only, so its inputs must be built where
+the PVC lives: one pod per requirement, with the PVC mounted read-write. The pod runs a
+constant Python script (data reaches it only through environment variables and arguments):
+
+1. probe: the destination already holds the completion marker -> print ``nightly: reused`` and
+   exit 0 (a second night starts a tiny pod and builds nothing);
+2. run the command (``hf download ...`` or the framework's conversion argv) into a temporary
+   sibling folder, write the same marker as :class:`pipelines.storage.cache.AssetCache`, and
+   rename it into place; an interrupted build is never mistaken for a finished one.
+
+The pod is followed and classified like a test pod (:meth:`KubernetesLauncher.run_pod`,
+:func:`outcomes.classify`); infra failures are retried on another node, anything else is a
+:class:`BuildError` carrying the verdict and the log tail.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import re
+import time
+import uuid
+from collections.abc import Mapping
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from kubernetes import client
+
+from pipelines.core.model import Requirement
+from pipelines.core.specs import ConversionSpec, DeploymentSpec, PoolSpec
+from pipelines.launch.kubernetes.launcher import KubernetesLauncher
+from pipelines.launch.kubernetes.podspec import (
+    CACHE_VOLUME,
+    LABEL_PREFIX,
+    SECRET_ENV,
+    cache_mounts,
+    cache_subpath,
+    hf_token_env,
+    label_value,
+)
+from pipelines.storage.cache import MARKER, BuildError, Built
+
+#: The whole cache PVC, read-write, in build pods only: temporary folder and destination share
+#: one mount, so the final rename is atomic (a rename across two subPath mounts is not).
+BUILD_MOUNT = "/nightly-cache"
+BUILD_CONTAINER = "build"
+REUSED = "nightly: reused"
+BUILT = "nightly: built"
+#: exit code of the build script when a conversion's model is not in the cache
+MISSING_INPUT_EXIT = 3
+
+#: Constant: never formatted with data. Inputs: NIGHTLY_DEST, NIGHTLY_TMP, NIGHTLY_KEY,
+#: NIGHTLY_SOURCE, NIGHTLY_NEEDS (a marker that must exist first) and the command as argv.
+BUILD_SCRIPT = f"""\
+import json, os, shutil, subprocess, sys, time
+dest, tmp = os.environ["NIGHTLY_DEST"], os.environ["NIGHTLY_TMP"]
+marker = os.path.join(dest, {MARKER!r})
+def report(word, path):
+    files = size = 0
+    for root, _dirs, names in os.walk(path):
+        for n in names:
+            if n != {MARKER!r}:
+                files += 1
+                size += os.path.getsize(os.path.join(root, n))
+    print("nightly: " + word, "files=%d" % files, "bytes=%d" % size, flush=True)
+if os.path.isfile(marker):
+    report("reused", dest)
+    sys.exit(0)
+needs = os.environ.get("NIGHTLY_NEEDS", "")
+if needs and not os.path.isfile(needs):
+    print("nightly: input missing:", os.path.dirname(needs), "(build it first)", flush=True)
+    sys.exit({MISSING_INPUT_EXIT})
+shutil.rmtree(tmp, ignore_errors=True)
+os.makedirs(os.path.dirname(tmp), exist_ok=True)
+print("nightly: building", os.environ.get("NIGHTLY_KEY", ""), flush=True)
+rc = subprocess.call(sys.argv[1:], stdin=subprocess.DEVNULL)
+if rc != 0:
+    shutil.rmtree(tmp, ignore_errors=True)
+    print("nightly: command exited", rc, flush=True)
+    sys.exit(rc if 0 < rc < 256 else 1)
+if not os.path.isdir(tmp):
+    print("nightly: the command exited 0 but wrote nothing to", tmp, flush=True)
+    sys.exit(1)
+with open(os.path.join(tmp, {MARKER!r}), "w") as fh:
+    json.dump({{"key": os.environ.get("NIGHTLY_KEY", ""), "source": os.environ.get("NIGHTLY_SOURCE", ""),
+               "built_at": time.time()}}, fh)
+if os.path.isfile(marker):
+    shutil.rmtree(tmp, ignore_errors=True)
+    report("reused", dest)
+    sys.exit(0)
+shutil.rmtree(dest, ignore_errors=True)
+os.rename(tmp, dest)
+report("built", dest)
+"""
+
+_STATS = re.compile(r"^nightly: (reused|built) files=(\d+) bytes=(\d+)\s*$")
+_NAME_BAD = re.compile(r"[^a-z0-9-]+")
+
+
+def on_pvc(container_path: str) -> str:
+    """The path of a cached asset inside a build pod (``/root/models/x`` -> ``/nightly-cache/models/x``)."""
+    try:
+        return f"{BUILD_MOUNT}/{cache_subpath(container_path)}"
+    except ValueError as exc:
+        raise BuildError(str(exc)) from None
+
+
+def build_pod_name(req: Requirement, nonce: str, attempt: int) -> str:
+    stem = _NAME_BAD.sub("-", req.key.lower()).strip("-")[:30].strip("-") or "input"
+    digest = hashlib.sha256(f"{req.kind}\0{req.key}\0{nonce}".encode()).hexdigest()[:8]
+    return f"nb-{req.kind[:5]}-{stem}-{digest}-a{attempt}"
+
+
+class ClusterBuilder:
+    """Builds one requirement per pod into the deployment's cache PVC (see the module docstring)."""
+
+    def __init__(self, core_v1_api: client.CoreV1Api, deployment: DeploymentSpec, pool: PoolSpec | None = None,
+                 *, timeout_s: int = 4 * 3600, workdir: str = "", retries: int | None = None, **launcher_kwargs: Any):
+        if not deployment.cache_pvc:
+            raise BuildError(f"deployment {deployment.name}: no cache_pvc; set deployments.{deployment.name}.cache_pvc "
+                             "in assets/cluster.yaml to the PVC the test pods mount")
+        if pool is None:
+            if not deployment.pools:
+                raise BuildError(f"deployment {deployment.name}: no pools to build on; add one in assets/cluster.yaml")
+            pool = max(deployment.pools, key=lambda p: p.gpus_per_node)
+        self.deployment, self.pool = deployment, pool
+        self.timeout_s, self.workdir = timeout_s, workdir
+        self.retries = deployment.max_infra_retries if retries is None else retries
+        self.pods = KubernetesLauncher(core_v1_api, deployment, [pool], retries=0, workdir=workdir, **launcher_kwargs)
+
+    # -- what runs ---------------------------------------------------------------------
+    def command(self, req: Requirement, tmp: str, conversion: ConversionSpec | None,
+                models: Mapping[str, Requirement]) -> tuple[list[str], dict[str, str], int]:
+        """(argv, extra environment, GPUs) of the build of ``req`` writing into ``tmp``."""
+        if req.kind in ("model", "dataset"):
+            argv = ["hf", "download", req.source, "--local-dir", tmp]
+            if req.kind == "dataset":
+                argv[3:3] = ["--repo-type", "dataset"]
+            return argv, {}, 0
+        if conversion is None:
+            raise BuildError(f"conversion {req.key}: no conversion command is declared in assets/checkpoints.yaml")
+        if not req.depends_on or req.depends_on[0] not in models:
+            raise BuildError(f"conversion {req.key}: its model {req.depends_on!r} is not a known requirement")
+        model = models[req.depends_on[0]]
+        params = dict(req.params)
+        try:
+            gpus = int(params.get("num_gpus_per_node", "1"))
+        except ValueError:
+            raise BuildError(f"conversion {req.key}: num_gpus_per_node {params['num_gpus_per_node']!r} is not a number") from None
+        if gpus > self.pool.gpus_per_node:
+            raise BuildError(f"conversion {req.key}: needs {gpus} GPUs but pool {self.pool.name} has "
+                             f"{self.pool.gpus_per_node} per node; lower num_gpus_per_node or add a larger pool")
+        values = {"python": "python3", "model_path": on_pvc(model.path), "output": tmp,
+                  "megatron_model_type": params.get("megatron_model_type", ""), "num_gpus_per_node": str(gpus),
+                  "extra_args": params.get("extra_args", "")}
+        argv: list[str] = []
+        for part in conversion.command:
+            if part == "{extra_args}":
+                argv.extend(values["extra_args"].split())
+            else:
+                argv.append(part.format(**values))
+        env = {k: v.format(**values) for k, v in conversion.env.items()}
+        env["NIGHTLY_NEEDS"] = f"{on_pvc(model.path)}/{MARKER}"
+        return argv, env, gpus
+
+    def pod(self, req: Requirement, name: str, argv: list[str], env: Mapping[str, str], gpus: int,
+            avoid: tuple[str, ...] = ()) -> dict[str, Any]:
+        """The build pod body (apiVersion v1, kind Pod)."""
+        plain = {k: v for k, v in env.items() if k not in SECRET_ENV}
+        container: dict[str, Any] = {
+            "name": BUILD_CONTAINER,
+            "image": self.pool.image,
+            "imagePullPolicy": "IfNotPresent",
+            "command": ["python3", "-c", BUILD_SCRIPT, *argv],
+            "env": [{"name": k, "value": str(v)} for k, v in sorted(plain.items())] + (
+                hf_token_env(self.deployment) if req.kind in ("model", "dataset") else []),
+            "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"},
+                             {"name": CACHE_VOLUME, "mountPath": BUILD_MOUNT},
+                             *cache_mounts(read_only=False)],
+        }
+        if self.workdir:
+            container["workingDir"] = self.workdir
+        if gpus > 0:
+            container["resources"] = {"requests": {"nvidia.com/gpu": str(gpus)}, "limits": {"nvidia.com/gpu": str(gpus)}}
+        spec: dict[str, Any] = {
+            "restartPolicy": "Never",
+            "activeDeadlineSeconds": int(self.timeout_s),
+            "terminationGracePeriodSeconds": 30,
+            "automountServiceAccountToken": False,
+            "enableServiceLinks": False,
+            "containers": [container],
+            "volumes": [{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": self.pool.shm_size}},
+                        {"name": CACHE_VOLUME, "persistentVolumeClaim": {"claimName": self.deployment.cache_pvc}}],
+        }
+        if self.pool.node_selector:
+            spec["nodeSelector"] = dict(self.pool.node_selector)
+        if self.pool.tolerations:
+            spec["tolerations"] = [dict(t) for t in self.pool.tolerations]
+        if self.pool.priority_class:
+            spec["priorityClassName"] = self.pool.priority_class
+        if avoid:
+            expr = {"key": "kubernetes.io/hostname", "operator": "NotIn", "values": sorted(set(avoid))}
+            spec["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [{"matchExpressions": [expr]}]}}}
+        labels = {"app.kubernetes.io/name": "nightly-e2e-build", "app.kubernetes.io/managed-by": "nightly-e2e",
+                  f"{LABEL_PREFIX}/requirement": label_value(req.key), f"{LABEL_PREFIX}/kind": req.kind}
+        if self.pool.queue:
+            labels["kueue.x-k8s.io/queue-name"] = self.pool.queue
+        annotations = {f"{LABEL_PREFIX}/requirement-key": req.key, f"{LABEL_PREFIX}/path": req.path}
+        return {"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": name, "namespace": self.deployment.namespace, "labels": labels,
+                             "annotations": annotations},
+                "spec": spec}
+
+    # -- running it --------------------------------------------------------------------
+    def build(self, req: Requirement, models: Mapping[str, Requirement], conversion: ConversionSpec | None,
+              env: Mapping[str, str], *, log_path: Path | None = None) -> Built:
+        """Build ``req`` into the PVC unless its marker is there; one pod (per infra retry)."""
+        dest = on_pvc(req.path)
+        nonce = uuid.uuid4().hex[:12]
+        parent, leaf = PurePosixPath(dest).parent, PurePosixPath(dest).name
+        tmp = f"{parent}/.{leaf}.partial-{nonce}"
+        argv, extra, gpus = self.command(req, tmp, conversion, models)
+        pod_env = {**env, **extra, "NIGHTLY_DEST": dest, "NIGHTLY_TMP": tmp, "NIGHTLY_KEY": req.key,
+                   "NIGHTLY_SOURCE": req.source, "PYTHONUNBUFFERED": "1", "HF_HUB_DISABLE_PROGRESS_BARS": "1"}
+        if req.kind in ("model", "dataset"):
+            endpoint = env.get("HF_ENDPOINT") or os.environ.get("HF_ENDPOINT", "")
+            if endpoint:
+                pod_env["HF_ENDPOINT"] = endpoint
+        t0 = time.monotonic()
+        failed: list[str] = []
+        for attempt in range(1, self.retries + 2):
+            body = self.pod(req, build_pod_name(req, nonce, attempt), argv, pod_env, gpus, tuple(failed))
+            lines: list[str] = []
+            log = _log_file(log_path, attempt)
+            try:
+                log.write(f"# nightly: {req.kind} {req.key} -> {req.path} pod {self.deployment.namespace}/"
+                          f"{body['metadata']['name']} attempt {attempt}\n")
+                run = self.pods.run_pod(body, log, lines.append, container=BUILD_CONTAINER)
+            finally:
+                log.close()
+            v = run.verdict
+            if v.outcome == "passed":
+                return _built(req, lines, time.monotonic() - t0)
+            if not (v.outcome == "infra_error" and v.retriable_infra and attempt <= self.retries):
+                tail = "\n".join(lines[-15:])
+                raise BuildError(f"{req.kind} {req.key}: build pod {run.name} ended {v.outcome}"
+                                 f"{'/' + v.reason if v.reason else ''} on {v.node or 'no node'}: {run.message}"
+                                 + (f"\nlog tail:\n{tail}" if tail else ""))
+            if v.node:
+                failed.append(v.node)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _log_file(log_path: Path | None, attempt: int):
+    if log_path is None:
+        return io.StringIO()
+    path = log_path if attempt == 1 else log_path.with_name(f"{log_path.stem}.attempt{attempt}{log_path.suffix}")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return open(path, "w", encoding="utf-8")
+
+
+def _built(req: Requirement, lines: list[str], seconds: float) -> Built:
+    """The pod's own report: ``nightly: reused|built files=N bytes=M`` (the last such line)."""
+    for line in reversed(lines):
+        m = _STATS.match(line.strip())
+        if m:
+            reused = m.group(1) == "reused"
+            return Built(req.key, Path(req.path), reused, 0.0 if reused else round(seconds, 3),
+                         int(m.group(2)), int(m.group(3)))
+    raise BuildError(f"{req.kind} {req.key}: the build pod succeeded but never reported '{BUILT}' or '{REUSED}'; "
+                     "check that the pool image runs python3 and that the log reached the API")
+
+
+def builder_from_deployment(deployment: DeploymentSpec, *, kubeconfig: str | None = None,
+                            context: str | None = None, **kwargs: Any) -> ClusterBuilder:
+    """A builder with credentials from the pod (in cluster) or the kubeconfig, like the launcher."""
+    from pipelines.launch.kubernetes.launcher import launcher_from_deployment
+
+    api = launcher_from_deployment(deployment, kubeconfig=kubeconfig, context=context).api
+    return ClusterBuilder(api, deployment, **kwargs)

@@ -1,0 +1,214 @@
+"""The whole production path on a stand-in cluster: Night -> builds -> dispatch -> pods -> outcomes -> history.
+
+The ``production`` deployment of a copy of ``assets/`` is reached through a kubeconfig file
+(``KUBECONFIG``), so the real config loading path of the launcher is used; its S3 history is a
+moto server. Build pods really
+run on this machine (``tests/launch/kubernetes/kubelet.py``) and fill a local "PVC"; test pods
+are scripted: one fails with exit 1, one is OOM-killed, one hits UnexpectedAdmissionError on
+h200-a and passes on another node; the rest pass only if every input they need is visible
+through their own mounts. A second night runs the Dagster ``nightly`` job on the same cluster
+and must reuse every built input.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import textwrap
+
+import dagster as dg
+import pytest
+
+from pipelines.definitions import build_definitions
+from pipelines.defs.resources import NightlyResource
+from pipelines.night import Night, NightSettings
+from pipelines.storage.cache import MARKER
+from tests.conftest import PROJECT_ROOT
+from tests.launch.kubernetes import pods
+from tests.launch.kubernetes.apiserver import StandInApiServer, Step
+from tests.launch.kubernetes.kubelet import Kubelet
+from tests.support.moto import CREDENTIALS, moto_server, s3_client
+
+pytestmark = pytest.mark.slow
+
+EXAMPLE = PROJECT_ROOT / "examples" / "minirl"
+SECRET = "hf_" + "NightT0kenValue" * 3
+FAIL_ID = "tests/e2e/megatron/test_sft_math.py"
+OOM_ID = "tests/e2e/test_backend_matrix.py"
+ADMIT_ID = "tests/e2e/fsdp/test_fsdp_6gpu_chat.py"
+CARELESS_ID = "tests/e2e/megatron/test_grpo_math.py"  # prints the token it was given
+LABELS = ("megatron", "fsdp")
+POD_KIND = "app.kubernetes.io/name"
+BUCKET = "nightly-e2e-history"  # the production deployment's s3_bucket in assets/cluster.yaml
+
+
+def _kubeconfig(path, url: str) -> None:
+    path.write_text(textwrap.dedent(f"""\
+        apiVersion: v1
+        kind: Config
+        clusters: [{{name: stand-in, cluster: {{server: "{url}"}}}}]
+        users: [{{name: nightly, user: {{token: stand-in-token}}}}]
+        contexts: [{{name: stand-in, context: {{cluster: stand-in, user: nightly, namespace: nightly-e2e}}}}]
+        current-context: stand-in
+    """))
+
+
+def _settings(home, assets) -> NightSettings:
+    return NightSettings(home=home, assets_dir=assets, deployment="production", labels=LABELS,
+                         extra_env=(("HF_TOKEN", SECRET),))
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("k8s-night")
+    home, assets = tmp / "home", tmp / "assets"
+    shutil.copytree(PROJECT_ROOT / "assets", assets)
+    repos = assets / "repos.yaml"
+    repos.write_text(repos.read_text().replace("path: examples/minirl", f"path: {EXAMPLE}")
+                     .replace("hub: examples/minirl/hub", f"hub: {EXAMPLE / 'hub'}"))
+    kubelet = Kubelet.create(tmp, EXAMPLE, EXAMPLE / "hub", {"hf-token": {"token": SECRET}})
+    catalog = Night(_settings(home, assets)).catalog
+    paths = {r.key: r.path for r in catalog.requirements}
+    needs = {t.id: [paths[k] for k in t.requirements] for t in catalog.tests}
+
+    def test_pod(pod, node):
+        tid = pod["metadata"]["annotations"]["nightly-e2e.io/test-id"]
+        if tid == FAIL_ID:
+            return pods.ends(node, pods.terminated("Failed", 1, "Error"), logs=("loss went up",))
+        if tid == OOM_ID:
+            return pods.ends(node, pods.terminated("Failed", 137, "OOMKilled"))
+        if tid == ADMIT_ID and node == "h200-a":
+            return [Step(mutate=pods.scheduled(node)), Step(mutate=pods.failed_at_admission())]
+
+        def work() -> Step:  # the test runs only if each input is there, through this pod's mounts
+            missing = [p for p in needs[tid] if not ((kubelet.local(pod, p) or tmp / "none") / MARKER).is_file()]
+            if missing:
+                return Step(mutate=pods.terminated("Failed", 1, "Error"), logs=(f"missing inputs: {missing}",))
+            env = kubelet.env(pod, node)
+            said = (f"HF_TOKEN={env.get('HF_TOKEN')}",) if tid == CARELESS_ID else ()
+            return Step(mutate=pods.terminated("Succeeded", 0, "Completed"), logs=(*said, "loss went down"))
+        return [Step(mutate=pods.scheduled(node)), Step(mutate=pods.running()), Step(work=work)]
+
+    def script(pod, node):
+        kind = pod["metadata"]["labels"][POD_KIND]
+        return kubelet.steps(pod, node) if kind == "nightly-e2e-build" else test_pod(pod, node)
+
+    with StandInApiServer(script=script) as server, moto_server() as s3_url, pytest.MonkeyPatch.context() as mp:
+        s3_client(s3_url).create_bucket(Bucket=BUCKET)
+        for k, v in {**CREDENTIALS, "NIGHTLY_S3_ENDPOINT": s3_url}.items():
+            mp.setenv(k, v)
+        _kubeconfig(tmp / "kubeconfig", server.url)
+        mp.setenv("KUBECONFIG", str(tmp / "kubeconfig"))
+        mp.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+        mp.delenv("HF_ENDPOINT", raising=False)
+        night = Night(_settings(home, assets))
+        tests, _ = night.selected()
+        plan = night.plan(tests)
+        first_builds = [night.build(req) for req in night.requirements_for(tests)]
+        result = night.run(plan)
+        after_first = len(server.created)
+        markers = {p: p.stat().st_mtime_ns for p in kubelet.pvc.rglob(MARKER)}
+        with dg.instance_for_test() as instance:
+            resource = NightlyResource(home=str(home), assets_dir=str(assets), deployment="production")
+            job = build_definitions(nightly=resource).resolve_job_def("nightly")
+            second = job.execute_in_process(instance=instance, run_config={"ops": {"run_night": {"config": {
+                "labels": list(LABELS), "env": {"HF_TOKEN": SECRET}}}}})
+            reused = _observed(instance, "converted_checkpoints") | _observed(instance, "model_weights") | _observed(
+                instance, "datasets")
+        yield {"night": night, "plan": plan, "result": result, "builds": first_builds, "server": server,
+               "kubelet": kubelet, "after_first": after_first, "markers": markers, "second": second,
+               "reused": reused, "home": home, "needs": needs}
+
+
+def _observed(instance, key: str) -> dict[str, dict]:
+    out = {}
+    for r in instance.fetch_observations(dg.AssetKey(key), limit=1000).records:
+        obs = r.event_log_entry.dagster_event.event_specific_data.asset_observation
+        out[obs.partition] = {k: v.value for k, v in obs.metadata.items()}
+    return out
+
+
+def _pods(server, kind: str) -> list[dict]:
+    return [b for b in server.created if b["metadata"]["labels"][POD_KIND] == kind]
+
+
+def test_each_test_ends_with_the_outcome_its_pod_showed(cluster):
+    final = cluster["result"].final()
+    planned = {a.test_id for a in cluster["plan"].assignments}
+    assert set(final) == planned and len(planned) >= 6
+    assert (final[FAIL_ID].outcome, final[FAIL_ID].reason, final[FAIL_ID].exit_code) == ("failed", "exit_code", 1)
+    assert (final[OOM_ID].outcome, final[OOM_ID].reason) == ("failed", "oom_killed")
+    passed = {t for t, a in final.items() if a.outcome == "passed"}
+    assert passed == planned - {FAIL_ID, OOM_ID}, {t: (a.outcome, a.details.get("message")) for t, a in final.items()}
+
+
+def test_the_gpu_admission_failure_is_retried_on_another_node_with_anti_affinity(cluster):
+    tries = [a for a in cluster["result"].attempts if a.test_id == ADMIT_ID]
+    assert [(a.attempt, a.outcome, a.reason, a.node) for a in tries] == [
+        (1, "infra_error", "gpu_unusable", "h200-a"), (2, "passed", "", tries[1].node)]
+    assert tries[1].node not in ("", "h200-a")
+    retry = next(b for b in _pods(cluster["server"], "nightly-e2e-test")
+                 if b["metadata"]["annotations"]["nightly-e2e.io/test-id"] == ADMIT_ID
+                 and b["metadata"]["labels"]["nightly-e2e.io/attempt"] == "2")
+    terms = retry["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    assert "h200-a" in terms[0]["matchExpressions"][0]["values"]
+
+
+def test_history_records_every_attempt_with_its_node(cluster):
+    night = cluster["night"]
+    samples = [s for s in night.history.read() if s.run_id == night.run_id]
+    assert len(samples) == len(cluster["result"].attempts)
+    assert all(s.node.startswith("h200-") for s in samples)
+    assert {(s.outcome, s.node) for s in samples if s.test_id == ADMIT_ID} >= {("infra_error", "h200-a")}
+
+
+def test_inputs_are_built_once_on_the_cluster_and_reused_the_next_night(cluster):
+    builds = cluster["builds"]
+    keys = [b.key for b in builds]
+    assert len(keys) == len(set(keys)) >= 7 and not any(b.reused for b in builds)
+    build_pods = _pods(cluster["server"], "nightly-e2e-build")
+    first, later = build_pods[:len(builds)], build_pods[len(builds):]
+    assert [b["metadata"]["annotations"]["nightly-e2e.io/requirement-key"] for b in first] == keys
+    assert len(later) == len(builds), "the second night probes each input once"
+    assert set(cluster["reused"]) == set(keys) and all(m["reused"] for m in cluster["reused"].values())
+    assert {p: p.stat().st_mtime_ns for p in cluster["kubelet"].pvc.rglob(MARKER)} == cluster["markers"]
+    logs = cluster["server"].state.logs
+    assert all(any(line.startswith("nightly: reused") for line in logs[b["metadata"]["name"]]) for b in later)
+    assert all(any(line.startswith("nightly: built") for line in logs[b["metadata"]["name"]]) for b in first)
+
+
+def test_the_dagster_nightly_job_ran_the_same_tests_on_the_cluster(cluster):
+    assert cluster["second"].success
+    summary = cluster["second"].output_for_node("run_night")
+    final = {a["test_id"]: a for a in summary["attempts"]}
+    assert set(final) == {a.test_id for a in cluster["plan"].assignments}
+    assert all(a["node"].startswith("h200-") for a in summary["attempts"])
+    assert final[OOM_ID]["reason"] == "oom_killed"
+
+
+def test_test_pods_mount_their_inputs_read_only_and_see_pod_paths_not_this_machine(cluster):
+    tests = _pods(cluster["server"], "nightly-e2e-test")
+    kubelet = cluster["kubelet"]
+    for body in tests:
+        tid = body["metadata"]["annotations"]["nightly-e2e.io/test-id"]
+        for path in cluster["needs"][tid]:
+            assert kubelet.local(body, path) is not None, (tid, path)
+        assert all(ro for _f, ro in kubelet.mounts(body).values())
+        env = {e["name"]: e.get("value") for e in body["spec"]["containers"][0]["env"]}
+        assert env["MINIRL_ROOT"] == "/root"
+        assert not [v for v in env.values() if v and str(cluster["home"]) in v]
+        assert not [v for v in env.values() if v and str(PROJECT_ROOT) in v]
+
+
+def test_the_hf_token_never_appears_in_a_pod_spec_or_a_log(cluster):
+    server = cluster["server"]
+    assert SECRET not in json.dumps(server.created)
+    printed = [name for name, lines in server.state.logs.items() if any(SECRET in line for line in lines)]
+    assert printed, "the careless test did print its token, so the check below can fail"
+    files = [p for p in cluster["home"].rglob("*") if p.is_file()]
+    assert files and not [p for p in files if SECRET.encode() in p.read_bytes()]
+    for body in server.created:
+        refs = [e for e in body["spec"]["containers"][0]["env"] if e["name"] == "HF_TOKEN"]
+        kind = body["metadata"]["labels"][POD_KIND]
+        if kind == "nightly-e2e-test" or body["metadata"]["labels"]["nightly-e2e.io/kind"] in ("model", "dataset"):
+            assert refs == [{"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf-token", "key": "token"}}}]

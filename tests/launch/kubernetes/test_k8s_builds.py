@@ -1,0 +1,215 @@
+"""Building inputs on the cluster: one pod per requirement writing the cache PVC the test pods read.
+
+Build pods run for real on this machine through the stand-in kubelet (``kubelet.py``): the
+constant build script, the fake ``hf`` over the example's hub and the example's own converter
+write a local "PVC", so the marker, the rename and the reuse are the real ones.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import kubernetes_validate
+import pytest
+
+from pipelines.core.model import Requirement
+from pipelines.core.specs import load_specs
+from pipelines.launch.base import LaunchRequest
+from pipelines.launch.kubernetes.builds import BUILD_MOUNT, BUILD_SCRIPT, REUSED, ClusterBuilder, on_pvc
+from pipelines.launch.kubernetes.podspec import build_pod, cache_mounts, pod_env
+from pipelines.storage.cache import MARKER, BuildError
+from tests.conftest import PROJECT_ROOT, make_test
+from tests.launch.kubernetes import pods
+from tests.launch.kubernetes.apiserver import StandInApiServer, Step
+from tests.launch.kubernetes.kubelet import Kubelet
+
+SPECS = load_specs(PROJECT_ROOT / "assets")
+PRODUCTION = SPECS.deployment("production")
+POOL = PRODUCTION.pools[0]
+CONVERSION = SPECS.conversion
+EXAMPLE = PROJECT_ROOT / "examples" / "minirl"
+SECRET = "hf_" + "BuildT0kenValue" * 3
+
+MODEL = Requirement("model", "tiny-lm", "minirl/tiny-lm", "/root/models/tiny-lm")
+DATASET = Requirement("dataset", "toy-math", "minirl/toy-math", "/root/datasets/toy-math")
+#: converted into /root (not /root/models): the test pod needs a mount of its own for it
+CONVERTED = Requirement("conversion", "tiny-lm_torch_dist-8e0219", "tiny-lm", "/root/tiny-lm_torch_dist",
+                        params=(("megatron_model_type", "tiny"), ("num_gpus_per_node", "8"), ("extra_args", "")),
+                        depends_on=("tiny-lm",))
+MODELS = {"tiny-lm": MODEL}
+FAST = {"tick_s": 0.02, "watch_timeout_s": 1, "log_join_s": 5.0, "pending_wait_s": 1.0}
+
+
+@pytest.fixture
+def kubelet(tmp_path) -> Kubelet:
+    return Kubelet.create(tmp_path, EXAMPLE, EXAMPLE / "hub", {"hf-token": {"token": SECRET}})
+
+
+def serve(kubelet: Kubelet, other=None) -> StandInApiServer:
+    """Build pods run for real; ``other(pod, node)`` may script them instead (None: run)."""
+    def script(pod, node):
+        steps = other(pod, node) if other else None
+        return steps if steps is not None else kubelet.steps(pod, node)
+    return StandInApiServer(script=script)
+
+
+def builder(server: StandInApiServer, **kw) -> ClusterBuilder:
+    return ClusterBuilder(server.core_v1(), PRODUCTION, POOL, **{**FAST, **kw})
+
+
+def container(body: dict) -> dict:
+    return body["spec"]["containers"][0]
+
+
+def test_a_model_is_downloaded_into_the_pvc_once_and_reused_by_the_next_pod(kubelet, tmp_path):
+    with serve(kubelet) as server:
+        first = builder(server).build(MODEL, MODELS, CONVERSION, {}, log_path=tmp_path / "logs" / "tiny-lm.log")
+        marker = kubelet.pvc / "models" / "tiny-lm" / MARKER
+        stamp = marker.stat().st_mtime_ns
+        second = builder(server).build(MODEL, MODELS, CONVERSION, {})
+    assert (first.reused, first.path, first.key) == (False, Path("/root/models/tiny-lm"), "tiny-lm")
+    hub_files = sorted(p.name for p in (EXAMPLE / "hub" / "models" / "minirl" / "tiny-lm").rglob("*") if p.is_file())
+    assert first.files == len(hub_files) and first.bytes > 0
+    assert json.loads(marker.read_text())["key"] == "tiny-lm"
+    assert (second.reused, second.files, second.bytes) == (True, first.files, first.bytes)
+    assert marker.stat().st_mtime_ns == stamp, "a reused input is not rewritten"
+    assert len(server.created) == 2 and server.deleted == [b["metadata"]["name"] for b in server.created]
+    assert "nightly: built files=" in (tmp_path / "logs" / "tiny-lm.log").read_text()
+    assert not [p for p in (kubelet.pvc / "models").iterdir() if ".partial-" in p.name]
+
+
+def test_the_reused_pod_says_so_in_its_log(kubelet, tmp_path):
+    with serve(kubelet) as server:
+        builder(server).build(MODEL, MODELS, CONVERSION, {})
+        builder(server).build(MODEL, MODELS, CONVERSION, {}, log_path=tmp_path / "again.log")
+    assert f"{REUSED} files=" in (tmp_path / "again.log").read_text()
+
+
+def test_a_dataset_pod_downloads_with_the_token_from_the_secret_and_the_configured_endpoint(kubelet, tmp_path):
+    env = {"HF_ENDPOINT": "https://hf-mirror.internal", "HF_TOKEN": SECRET, "MARK": "m"}
+    with serve(kubelet) as server:
+        built = builder(server).build(DATASET, MODELS, CONVERSION, env, log_path=tmp_path / "ds.log")
+    body = server.created[0]
+    argv = container(body)["command"][3:]
+    assert argv[:5] == ["hf", "download", "minirl/toy-math", "--repo-type", "dataset"]
+    assert argv[5] == "--local-dir" and argv[6].startswith(f"{BUILD_MOUNT}/datasets/.toy-math.partial-")
+    envs = {e["name"]: e for e in container(body)["env"]}
+    assert envs["HF_TOKEN"] == {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf-token", "key": "token"}}}
+    assert envs["HF_ENDPOINT"]["value"] == "https://hf-mirror.internal"
+    log = (tmp_path / "ds.log").read_text()
+    assert "hf: token present endpoint https://hf-mirror.internal" in log
+    assert SECRET not in json.dumps(server.created) and SECRET not in log
+    assert (kubelet.pvc / "datasets" / "toy-math" / MARKER).is_file() and not built.reused
+
+
+def test_a_conversion_pod_runs_the_declared_argv_on_pvc_paths_with_the_gpus_it_asks_for(kubelet):
+    with serve(kubelet) as server:
+        builder(server).build(MODEL, MODELS, CONVERSION, {})
+        built = builder(server).build(CONVERTED, MODELS, CONVERSION, {"MINIRL_ROOT": "/root"})
+    body = server.created[1]
+    argv = container(body)["command"][3:]
+    assert argv[:4] == ["python3", "tools/convert_hf_to_torch_dist.py", "--hf-checkpoint", f"{BUILD_MOUNT}/models/tiny-lm"]
+    assert argv[4] == "--save" and argv[5].startswith(f"{BUILD_MOUNT}/.tiny-lm_torch_dist.partial-")
+    assert argv[6:] == ["--model-type", "tiny", "--num-gpus", "8"]
+    assert container(body)["resources"] == {"requests": {"nvidia.com/gpu": "8"}, "limits": {"nvidia.com/gpu": "8"}}
+    assert "HF_TOKEN" not in {e["name"] for e in container(body)["env"]}, "only downloads get the token"
+    shards = sorted(p.name for p in (kubelet.pvc / "tiny-lm_torch_dist").iterdir())
+    assert MARKER in shards and len(shards) > 2 and not built.reused
+
+
+def test_the_test_pod_reads_every_input_where_the_build_pod_wrote_it(kubelet, tmp_path):
+    with serve(kubelet) as server:
+        for req in (MODEL, DATASET, CONVERTED):
+            builder(server).build(req, MODELS, CONVERSION, {})
+    test = make_test(gpus=8, requirements=(MODEL.key, DATASET.key, CONVERTED.key))
+    request = LaunchRequest(test=test, repo_path=tmp_path, timeout_s=600, log_path=tmp_path / "t.log", pool="h200")
+    pod = build_pod(request, POOL, PRODUCTION, cache_paths=[MODEL.path, DATASET.path, CONVERTED.path])
+    for req in (MODEL, DATASET, CONVERTED):
+        local = kubelet.local(pod, req.path)
+        assert local is not None and (local / MARKER).is_file(), req.path
+    assert all(ro for _folder, ro in kubelet.mounts(pod).values()), "test pods mount the cache read-only"
+    assert not any(ro for path, (_f, ro) in kubelet.mounts(server.created[0]).items()), "build pods write it"
+
+
+def test_cache_mounts_add_a_read_only_mount_only_for_paths_outside_models_and_datasets():
+    mounts = cache_mounts(["/root/models/a_torch_dist", "/root/ckpt/b", "/root/ckpt/b/inner", "/root/c"])
+    assert [(m["mountPath"], m["subPath"], m["readOnly"]) for m in mounts] == [
+        ("/root/models", "models", True), ("/root/datasets", "datasets", True),
+        ("/root/c", "c", True), ("/root/ckpt/b", "ckpt/b", True)]
+    with pytest.raises(ValueError, match=r"'/root/\.\./etc': not a usable path for a cached asset; use an absolute path"):
+        cache_mounts(["/root/../etc"])
+
+
+def test_a_conversion_before_its_model_fails_with_the_missing_input_named(kubelet):
+    with serve(kubelet) as server, pytest.raises(BuildError) as err:
+        builder(server).build(CONVERTED, MODELS, CONVERSION, {})
+    assert "conversion tiny-lm_torch_dist-8e0219: build pod nb-conve" in str(err.value)
+    assert "ended failed/exit_code" in str(err.value)
+    assert f"nightly: input missing: {kubelet.pvc}/models/tiny-lm (build it first)" in str(err.value)
+
+
+def test_a_failed_download_is_a_build_error_with_the_log_tail_and_leaves_nothing_behind(kubelet):
+    missing = dataclasses.replace(MODEL, key="ghost", source="minirl/ghost", path="/root/models/ghost")
+    with serve(kubelet) as server, pytest.raises(BuildError) as err:
+        builder(server).build(missing, MODELS, CONVERSION, {})
+    assert "model ghost: build pod" in str(err.value) and "ended failed/exit_code on h200-a" in str(err.value)
+    assert "404 Client Error: Repository Not Found for url: minirl/ghost" in str(err.value)
+    assert "nightly: command exited 1" in str(err.value)
+    assert not list((kubelet.pvc / "models").iterdir()), "no partial folder, no destination"
+    assert len(server.created) == 1, "a failing command is not retried"
+
+
+def test_an_oom_killed_build_is_a_build_error_naming_the_reason(kubelet):
+    def oom(pod, node):
+        return pods.ends(node, pods.terminated("Failed", 137, "OOMKilled"), logs=("converting...",))
+    with serve(kubelet, oom) as server, pytest.raises(BuildError, match=r"ended failed/oom_killed on h200-a: .*OOMKilled"):
+        builder(server).build(MODEL, MODELS, CONVERSION, {})
+
+
+def test_a_build_pod_on_a_broken_node_is_retried_on_another_node(kubelet):
+    def broken_a(pod, node):
+        if node == "h200-a":
+            return [Step(mutate=pods.scheduled(node)), Step(mutate=pods.failed_at_admission())]
+        return None
+    with serve(kubelet, broken_a) as server:
+        built = builder(server).build(MODEL, MODELS, CONVERSION, {})
+    assert not built.reused and len(server.created) == 2
+    terms = server.created[1]["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert terms["nodeSelectorTerms"][0]["matchExpressions"] == [
+        {"key": "kubernetes.io/hostname", "operator": "NotIn", "values": ["h200-a"]}]
+    assert server.created[1]["metadata"]["name"].endswith("-a2")
+
+
+def test_a_conversion_needing_more_gpus_than_a_node_has_fails_before_any_pod(kubelet):
+    big = dataclasses.replace(CONVERTED, params=(("num_gpus_per_node", "16"),))
+    with serve(kubelet) as server:
+        with pytest.raises(BuildError, match=r"conversion tiny-lm_torch_dist-8e0219: needs 16 GPUs but pool h200 has 8 "
+                                             r"per node; lower num_gpus_per_node or add a larger pool"):
+            builder(server).build(big, MODELS, CONVERSION, {})
+        assert server.created == []
+
+
+def test_a_deployment_without_a_cache_pvc_cannot_build_on_the_cluster(kubelet):
+    with serve(kubelet) as server, pytest.raises(BuildError, match=r"deployment production: no cache_pvc; set "
+                                                                     r"deployments.production.cache_pvc in assets/cluster.yaml"):
+        ClusterBuilder(server.core_v1(), dataclasses.replace(PRODUCTION, cache_pvc=""), POOL)
+
+
+def test_every_build_pod_validates_strictly_and_runs_a_constant_script(kubelet):
+    with serve(kubelet) as server:
+        for req in (MODEL, DATASET, CONVERTED, MODEL):
+            builder(server).build(req, MODELS, CONVERSION, {"X": "$(rm -rf /); `id`"})
+    assert len(server.created) == 4
+    for body in server.created:
+        kubernetes_validate.validate(body, "1.31", strict=True)
+        assert container(body)["command"][:3] == ["python3", "-c", BUILD_SCRIPT]
+        assert body["spec"]["nodeSelector"] == POOL.node_selector and body["spec"]["restartPolicy"] == "Never"
+    assert "tiny-lm" not in BUILD_SCRIPT and "toy-math" not in BUILD_SCRIPT
+
+
+def test_pods_see_the_cache_at_root_not_the_planning_machines_folders():
+    env = pod_env({"MINIRL_ROOT": "{cache}", "PYTHONPATH": "{repo}", "HUB": "{hub}", "HF_TOKEN": "x"}, {"MINIRL_FAIL": "t"})
+    assert env == {"MINIRL_ROOT": "/root", "PYTHONPATH": ".", "HUB": "", "MINIRL_FAIL": "t"}
+    assert on_pvc("/root/models/x") == f"{BUILD_MOUNT}/models/x"
