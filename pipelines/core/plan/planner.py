@@ -10,12 +10,23 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 
-from pipelines.core.model import Assignment, CatalogError, Plan, Problem, Test, effective_timeout
+from pipelines.core.model import Assignment, CatalogError, Plan, Pool, Problem, Test, effective_timeout
 from pipelines.core.plan.bounds import lower_bound, utilization
 from pipelines.core.plan.cluster import as_pool, pool_for
-from pipelines.core.plan.improve import improve_order
-from pipelines.core.plan.packing import list_schedule, lpt_order
+from pipelines.core.plan.improve import improve_candidates
+from pipelines.core.plan.packing import Schedule, list_schedule, lpt_order
+from pipelines.core.plan.robust import (
+    EVAL_DRAWS,
+    SIGMA,
+    evaluation_draws,
+    gate_affordable,
+    pick_robust,
+    pool_assignments,
+)
 from pipelines.core.specs import PoolSpec
+
+#: improved orders (the search's last few new bests) the robustness gate compares with longest-first
+GATE_CANDIDATES = 3
 
 
 def check_fit(tests: Sequence[Test], pools: Sequence[PoolSpec]) -> None:
@@ -36,12 +47,17 @@ def check_fit(tests: Sequence[Test], pools: Sequence[PoolSpec]) -> None:
 
 
 def make_plan(tests: Sequence[Test], pools: Sequence[PoolSpec], *, timeout_floor_s: int = 1800,
-              timeout_factor: float = 1.25, improve: bool = True, time_budget_s: float = 0.5,
-              max_evals: int = 4000, seed: int = 0, robust: int = 4) -> Plan:
+              timeout_factor: float = 1.25, improve: bool = True, time_budget_s: float = 10.0,
+              max_evals: int = 4000, seed: int = 0, robust: int = 8, eval_draws: int = EVAL_DRAWS,
+              sigma: float = SIGMA, gate_candidates: int = GATE_CANDIDATES) -> Plan:
     """Plan every enabled test on its pool; tests whose hardware has no pool are ``unplanned``.
 
-    ``time_budget_s`` bounds the improvement step over all pools together; ``robust`` is the
-    number of noisy duration draws the improvement step also scores orders on (0: exact only).
+    The improvement step's work is fixed by instance size (same input, same plan; a few seconds
+    at worst); ``time_budget_s`` is only a safety net over all pools together. ``robust`` is the number of
+    noisy draws the local search scores orders on (0: exact makespan only). An improved order is
+    kept only if the robustness gate (``eval_draws`` lognormal(0, ``sigma``) draws replayed with
+    the dispatcher, see ``robust.py``) finds it faster than longest-first; a pool too large for
+    the gate keeps longest-first. ``eval_draws=0`` keeps the best exact order unchecked.
     """
     deadline = time.perf_counter() + time_budget_s
     tests = [t for t in tests if t.enabled]
@@ -61,28 +77,28 @@ def make_plan(tests: Sequence[Test], pools: Sequence[PoolSpec], *, timeout_floor
         else:
             by_pool.setdefault(p.name, []).append(t)
 
-    placed: list[tuple[float, int, int, Assignment]] = []
+    placed: list[tuple[int, int, Assignment]] = []
     rows = []
-    for pi, (name, group) in enumerate(by_pool.items()):
+    for pi, (name, unsorted) in enumerate(by_pool.items()):
+        group = sorted(unsorted, key=lambda t: t.id)  # the plan never depends on the input's order
         pool = as_pool(specs[name])
         durs = [float(t.est_time) for t in group]
         gpus = [t.gpus for t in group]
+        timeouts = [effective_timeout(t.est_time, timeout_floor_s, timeout_factor) for t in group]
         order = lpt_order(durs, gpus, [t.id for t in group])
         lb = lower_bound(zip(durs, gpus, strict=True), pool)
-        if improve:
-            order, sched = improve_order(durs, gpus, order, pool.nodes, pool.gpus_per_node, bound=lb,
-                                         time_budget_s=(deadline - time.perf_counter()) / (len(by_pool) - pi),
-                                         max_evals=max_evals, seed=seed, robust=robust)
-        else:
-            sched = list_schedule(durs, gpus, order, pool.nodes, pool.gpus_per_node)
-        rank = {i: r for r, i in enumerate(order)}
-        for i, t in enumerate(group):
-            a = Assignment(t.id, name, sched.node[i], sched.start[i], sched.start[i] + durs[i], t.gpus,
-                           effective_timeout(t.est_time, timeout_floor_s, timeout_factor))
-            placed.append((sched.start[i], pi, rank[i], a))
+        found = [(order, list_schedule(durs, gpus, order, pool.nodes, pool.gpus_per_node))]
+        checkable = eval_draws <= 0 or gate_affordable(len(group), eval_draws, 1 + gate_candidates)
+        if improve and checkable:
+            found = improve_candidates(durs, gpus, order, pool.nodes, pool.gpus_per_node, bound=lb,
+                                       time_budget_s=(deadline - time.perf_counter()) / (len(by_pool) - pi),
+                                       max_evals=max_evals, seed=seed, robust=robust, sigma=sigma)
+        chosen = _gate(group, name, pool, found, timeouts, eval_draws, sigma, seed, gate_candidates)
+        _, sched, assignments = chosen
+        placed.extend((pi, a.priority, a) for a in assignments)
         rows.append((name, sched.makespan, lb, utilization(zip(durs, gpus, strict=True), pool, sched.makespan)))
 
-    placed.sort(key=lambda x: x[:3])
+    placed.sort(key=lambda x: (x[2].start_s, x[0], x[1]))
     assignments = tuple(_with_priority(a, prio) for prio, (*_, a) in enumerate(placed))
     return Plan(
         assignments=assignments,
@@ -91,6 +107,23 @@ def make_plan(tests: Sequence[Test], pools: Sequence[PoolSpec], *, timeout_floor
         unplanned=tuple(unplanned),
         pools=tuple(rows),
     )
+
+
+def _gate(group: list[Test], name: str, pool: Pool, found: list[tuple[list[int], Schedule]], timeouts: list[int],
+          eval_draws: int, sigma: float, seed: int, keep: int) -> tuple[list[int], Schedule, list[Assignment]]:
+    """Longest-first (``found[0]``) or the improved order that noise punishes least."""
+    lpt = found[0]
+    if len(found) == 1:
+        return (*lpt, pool_assignments(group, name, *lpt, timeouts))
+    if eval_draws <= 0:
+        return (*found[-1], pool_assignments(group, name, *found[-1], timeouts))
+    # the best few improved orders (each strictly better on exact estimates than the one before)
+    tried = [lpt, *found[1:][-keep:]]
+    if not gate_affordable(len(group), eval_draws, len(tried)):
+        return (*lpt, pool_assignments(group, name, *lpt, timeouts))
+    cands = [pool_assignments(group, name, o, s, timeouts) for o, s in tried]
+    best, _ = pick_robust(cands, pool, evaluation_draws(group, eval_draws, sigma, seed))
+    return (*tried[best], cands[best])
 
 
 def _with_priority(a: Assignment, priority: int) -> Assignment:

@@ -1,0 +1,99 @@
+"""The robustness gate: an improved order replaces longest-first only if noise does not punish it.
+
+An order tuned to the exact estimates can pack a night tightly by starting a long test late;
+when actual durations wander around the estimates, that same order can lose to plain
+longest-first. So before a plan keeps an improved order, the planner replays it and the
+longest-first order with the dispatcher itself (``simulate``, the same ``DispatchQueue`` the
+launch loop drives) over a fixed set of lognormal draws of the durations, and keeps an improved
+order only when its mean makespan is lower by a clear margin; otherwise longest-first. The
+draws depend only on the tests, the seed and the count, so the same input gives the same plan.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import statistics
+import zlib
+from collections.abc import Sequence
+
+from pipelines.core.model import Assignment, Plan, Test
+from pipelines.core.plan.cluster import PoolShape
+from pipelines.core.plan.dispatch import simulate
+from pipelines.core.plan.packing import Schedule
+
+#: lognormal sigma of the evaluation draws (median = the estimate)
+SIGMA = 0.25
+#: evaluation draws per pool
+EVAL_DRAWS = 32
+#: a candidate must beat longest-first by this many standard errors of the paired differences
+GATE_Z = 1.0
+#: the gate runs only while (tests x draws x orders compared) stays under this many dispatch steps;
+#: a larger pool keeps longest-first (an improvement nobody checked against noise is not kept)
+GATE_MAX_STEPS = 400_000
+
+
+def evaluation_draws(tests: Sequence[Test], k: int = EVAL_DRAWS, sigma: float = SIGMA,
+                     seed: int = 0) -> list[dict[str, float]]:
+    """``k`` maps test id -> actual duration, est_time times lognormal(0, sigma) noise.
+
+    Each test's factors come from its own id and the seed, so adding or removing another
+    test does not reshuffle them, and the result never depends on the order of ``tests``.
+    """
+    out: list[dict[str, float]] = [{} for _ in range(k)]
+    for t in tests:
+        rng = random.Random(zlib.crc32(f"{seed}:{t.id}".encode()))
+        for j in range(k):
+            out[j][t.id] = float(t.est_time) * rng.lognormvariate(0.0, sigma)
+    return out
+
+
+def noisy_durations(durations: Sequence[float], k: int, sigma: float, seed: int) -> list[list[float]]:
+    """``k`` lists of the durations times lognormal(0, sigma) noise (the search's own draws)."""
+    rng = random.Random(seed)
+    return [[d * rng.lognormvariate(0.0, sigma) for d in durations] for _ in range(k)]
+
+
+def dispatch_order(order: Sequence[int], sched: Schedule) -> list[int]:
+    """The priority order a plan hands the dispatcher: predicted start, then search rank."""
+    rank = {i: r for r, i in enumerate(order)}
+    return sorted(order, key=lambda i: (sched.start[i], rank[i]))
+
+
+def pool_assignments(group: Sequence[Test], pool: str, order: Sequence[int], sched: Schedule,
+                     timeouts: Sequence[int]) -> list[Assignment]:
+    """The assignments of one pool, priorities 0.. in dispatch order."""
+    prio = {i: p for p, i in enumerate(dispatch_order(order, sched))}
+    return [Assignment(t.id, pool, sched.node[i], sched.start[i], sched.start[i] + float(t.est_time), t.gpus,
+                       timeouts[i], prio[i]) for i, t in enumerate(group)]
+
+
+def makespans(assignments: Sequence[Assignment], pool: PoolShape, draws: Sequence[dict[str, float]]) -> list[float]:
+    """The makespan the dispatcher reaches for these assignments in each draw."""
+    plan = Plan(tuple(assignments), 0.0, 0.0)
+    return [simulate(plan, [pool], d) for d in draws]
+
+
+def gate_affordable(tests: int, draws: int, orders: int) -> bool:
+    return tests * draws * orders <= GATE_MAX_STEPS
+
+
+def pick_robust(candidates: Sequence[list[Assignment]], pool: PoolShape, draws: Sequence[dict[str, float]],
+                z: float = GATE_Z) -> tuple[int, list[float]]:
+    """Index of the candidate to keep, and each candidate's mean makespan over ``draws``.
+
+    ``candidates[0]`` is longest-first. Another candidate is kept only when it is faster than
+    longest-first by more than ``z`` standard errors of the paired per-draw differences (a
+    strict gain for ``z=0``), the lowest mean among those; so the pick is never worse than
+    longest-first on these draws, and a gain that is only luck of the draws is not taken.
+    """
+    runs = [makespans(c, pool, draws) for c in candidates]
+    means = [statistics.fmean(r) if r else 0.0 for r in runs]
+    best = 0
+    for i in range(1, len(runs)):
+        diffs = [a - b for a, b in zip(runs[0], runs[i], strict=True)]
+        gain = statistics.fmean(diffs) if diffs else 0.0
+        se = statistics.stdev(diffs) / math.sqrt(len(diffs)) if len(diffs) > 1 else 0.0
+        if gain > max(z * se, 1e-9 * max(1.0, means[0])) and means[i] < means[best]:
+            best = i
+    return best, means
