@@ -44,3 +44,15 @@ def ensure_dagster_home(home: Path) -> Path:
     os.environ["DAGSTER_HOME"] = str(dagster_home)
     os.environ["NIGHTLY_HOME"] = str(home)
     return dagster_home
+
+
+def open_instance(home: Path):
+    """The instance, its SQLite tables created under a lock (``run`` and ``ui`` race on a fresh home)."""
+    import fcntl
+
+    import dagster as dg
+
+    dagster_home = ensure_dagster_home(home)
+    with open(dagster_home / ".init.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return dg.DagsterInstance.get()

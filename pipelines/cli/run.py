@@ -43,7 +43,7 @@ def _parse_env(pairs: list[str]) -> dict[str, str]:
 def run(args: argparse.Namespace) -> int:
     from pipelines.cli.plan_view import print_plan
     from pipelines.core.report import night_rows, table
-    from pipelines.instance import ensure_dagster_home
+    from pipelines.instance import open_instance
     from pipelines.night import Night, NightSettings, default_home
 
     home = (args.home or default_home()).resolve()
@@ -63,15 +63,12 @@ def run(args: argparse.Namespace) -> int:
     if args.list_only:
         return 0
 
-    ensure_dagster_home(home)
-    import dagster as dg
-
     from pipelines.definitions import build_definitions
     from pipelines.defs.resources import NightlyResource
 
     resource = NightlyResource(home=str(home), repo=args.repo or "", deployment=args.deployment or "")
     defs = build_definitions(catalog=night.catalog, nightly=resource)
-    instance = dg.DagsterInstance.get()
+    instance = open_instance(home)
     t0 = time.monotonic()
     job = defs.resolve_job_def("weekly" if args.cadence in ("weekly", "release") else "nightly")
     run_config = {

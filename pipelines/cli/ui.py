@@ -26,7 +26,7 @@ def command(port: int, host: str) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from pipelines.instance import ensure_dagster_home
+    from pipelines.instance import ensure_dagster_home, open_instance
     from pipelines.night import default_home
 
     home = (args.home or default_home()).resolve()
@@ -35,6 +35,8 @@ def run(args: argparse.Namespace) -> int:
     if args.print_command:
         print(f"DAGSTER_HOME={os.environ['DAGSTER_HOME']} " + " ".join(argv))
         return 0
+    open_instance(home).dispose()  # create the SQLite tables now: a night starting beside the UI races otherwise
     print(f"nightly ui: http://{args.host}:{args.port} (instance {os.environ['DAGSTER_HOME']}); Ctrl-C stops it", flush=True)
+    print(f"  asset graph: http://{args.host}:{args.port}/assets/test_runs?view=lineage&lineageDepth=5", flush=True)
     os.execv(argv[0], argv)
     return 0

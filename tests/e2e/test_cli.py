@@ -26,10 +26,14 @@ EXAMPLE = PROJECT / "examples" / "minirl"
 REGISTER = re.compile(r"^register_(cuda|rocm|cpu)_ci\(", re.M)
 
 
+def clean_environ() -> dict[str, str]:
+    """This process's environment without settings another test may have left (DAGSTER_HOME ...)."""
+    return {k: v for k, v in os.environ.items() if not k.startswith(("NIGHTLY_", "DAGSTER_"))}
+
+
 def nightly(*args: str, home: Path, timeout: float = 120) -> subprocess.CompletedProcess:
     """``python -m pipelines ARGS`` from the project root with ``NIGHTLY_HOME=home``."""
-    env = {**os.environ, "NIGHTLY_HOME": str(home)}
-    env.pop("DAGSTER_HOME", None)
+    env = {**clean_environ(), "NIGHTLY_HOME": str(home)}
     return subprocess.run([sys.executable, "-m", "pipelines", *args], cwd=PROJECT, env=env,
                           capture_output=True, text=True, timeout=timeout, check=False)
 
