@@ -27,21 +27,20 @@ def build_schedules(nightly: dg.JobDefinition, weekly: dg.JobDefinition) -> list
 
 def build_sensors(nightly: dg.JobDefinition, weekly: dg.JobDefinition, calibration_job,
                   test_runs_job) -> list:
-    @dg.run_status_sensor(
-        name="calibrate_after_night", run_status=dg.DagsterRunStatus.SUCCESS,
-        monitored_jobs=[nightly, weekly], request_job=calibration_job,
-        description="After every night, recalibrate est_time and write the report.",
-    )
-    def calibrate_after_night(context: dg.RunStatusSensorContext):
-        return dg.RunRequest(run_key=f"calibrate-{context.dagster_run.run_id}")
+    def calibrate_after(status: dg.DagsterRunStatus, name: str, description: str):
+        @dg.run_status_sensor(name=name, run_status=status, monitored_jobs=[nightly, weekly],
+                              request_job=calibration_job, description=description)
+        def _sensor(context: dg.RunStatusSensorContext):
+            return dg.RunRequest(run_key=f"calibrate-{context.dagster_run.run_id}")
 
-    @dg.run_status_sensor(
-        name="calibrate_after_failed_night", run_status=dg.DagsterRunStatus.FAILURE,
-        monitored_jobs=[nightly, weekly], request_job=calibration_job,
-        description="A night with failing tests still has passing samples worth calibrating.",
-    )
-    def calibrate_after_failed_night(context: dg.RunStatusSensorContext):
-        return dg.RunRequest(run_key=f"calibrate-{context.dagster_run.run_id}")
+        return _sensor
+
+    calibrate_after_night = calibrate_after(
+        dg.DagsterRunStatus.SUCCESS, "calibrate_after_night",
+        "After every night, recalibrate est_time and write the report.")
+    calibrate_after_failed_night = calibrate_after(
+        dg.DagsterRunStatus.FAILURE, "calibrate_after_failed_night",
+        "A night that failed part-way still has passing samples worth calibrating.")
 
     @dg.sensor(
         name="rerun_changed_tests", job=test_runs_job, minimum_interval_seconds=300,

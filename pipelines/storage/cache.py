@@ -118,25 +118,42 @@ class AssetCache:
         model = models[req.depends_on[0]]
         if not self.is_built(model):
             raise BuildError(f"conversion {req.key}: model {model.key} is not downloaded yet; build model_weights first")
-        params = dict(req.params)
-        values = {
-            "python": sys.executable,
-            "model_path": str(self.host_path(model.path)),
-            "output": str(tmp),
-            "megatron_model_type": params.get("megatron_model_type", ""),
-            "num_gpus_per_node": params.get("num_gpus_per_node", "1"),
-            "extra_args": params.get("extra_args", ""),
-        }
+        argv, conv_env = conversion_command(conversion, req, sys.executable, str(self.host_path(model.path)), str(tmp))
+        full_env = {**os.environ, **env, **conv_env}
+        _run(argv, cwd=repo, env=full_env, what=f"conversion {req.key}", log_path=log_path)
+        if not tmp.is_dir():
+            raise BuildError(f"conversion {req.key}: the command exited 0 but wrote nothing to {tmp}")
+
+
+def conversion_command(conversion: ConversionSpec, req: Requirement, python: str, model_path: str,
+                       output: str) -> tuple[list[str], dict[str, str]]:
+    """The framework's conversion argv and extra env for one requirement (no shell, ever).
+
+    ``{extra_args}`` standing alone expands to its words; any other placeholder is replaced in place.
+    """
+    params = dict(req.params)
+    values = {
+        "python": python,
+        "model_path": model_path,
+        "output": output,
+        "megatron_model_type": params.get("megatron_model_type", ""),
+        "num_gpus_per_node": params.get("num_gpus_per_node", "1"),
+        "extra_args": params.get("extra_args", ""),
+    }
+    try:
         argv: list[str] = []
         for part in conversion.command:
             if part == "{extra_args}":
                 argv.extend(values["extra_args"].split())
             else:
                 argv.append(part.format(**values))
-        full_env = {**os.environ, **env, **{k: v.format(**values) for k, v in conversion.env.items()}}
-        _run(argv, cwd=repo, env=full_env, what=f"conversion {req.key}", log_path=log_path)
-        if not tmp.is_dir():
-            raise BuildError(f"conversion {req.key}: the command exited 0 but wrote nothing to {tmp}")
+        env = {k: v.format(**values) for k, v in conversion.env.items()}
+    except (KeyError, IndexError, ValueError) as exc:
+        raise BuildError(
+            f"conversion {req.key}: assets/checkpoints.yaml command has a placeholder it cannot fill ({exc}); "
+            f"use only {{{'}, {'.join(values)}}}"
+        ) from None
+    return argv, env
 
 
 def _run(argv: list[str], cwd: Path | None, env: dict[str, str], what: str, log_path: Path | None) -> None:

@@ -41,7 +41,7 @@ from pipelines.launch.kubernetes.podspec import (
     hf_token_env,
     label_value,
 )
-from pipelines.storage.cache import MARKER, BuildError, Built
+from pipelines.storage.cache import MARKER, BuildError, Built, conversion_command
 
 #: The whole cache PVC, read-write, in build pods only: temporary folder and destination share
 #: one mount, so the final rename is atomic (a rename across two subPath mounts is not).
@@ -153,16 +153,7 @@ class ClusterBuilder:
         if gpus > self.pool.gpus_per_node:
             raise BuildError(f"conversion {req.key}: needs {gpus} GPUs but pool {self.pool.name} has "
                              f"{self.pool.gpus_per_node} per node; lower num_gpus_per_node or add a larger pool")
-        values = {"python": "python3", "model_path": on_pvc(model.path), "output": tmp,
-                  "megatron_model_type": params.get("megatron_model_type", ""), "num_gpus_per_node": str(gpus),
-                  "extra_args": params.get("extra_args", "")}
-        argv: list[str] = []
-        for part in conversion.command:
-            if part == "{extra_args}":
-                argv.extend(values["extra_args"].split())
-            else:
-                argv.append(part.format(**values))
-        env = {k: v.format(**values) for k, v in conversion.env.items()}
+        argv, env = conversion_command(conversion, req, "python3", on_pvc(model.path), tmp)
         env["NIGHTLY_NEEDS"] = f"{on_pvc(model.path)}/{MARKER}"
         return argv, env, gpus
 
