@@ -35,7 +35,7 @@ from pipelines.core.model import (
 )
 from pipelines.core.plan import make_plan, pool_for
 from pipelines.core.select import Selection, select
-from pipelines.core.specs import Specs, load_specs
+from pipelines.core.specs import RepoSpec, Specs, load_specs
 from pipelines.launch.base import Launcher, LaunchRequest
 from pipelines.launch.dispatch import DispatchResult, run_plan
 from pipelines.storage.cache import AssetCache, Built
@@ -82,8 +82,10 @@ class Night:
         return load_specs(self.settings.assets_dir)
 
     @cached_property
-    def repo_spec(self):
-        return self.specs.repo(self.settings.repo)
+    def repo_spec(self) -> RepoSpec:
+        """The configured repo, or runner defaults for a checkout nobody configured."""
+        path, spec = self.specs.locate_repo(self.settings.repo)
+        return spec or RepoSpec(name=path.name, path=path)
 
     @cached_property
     def deployment(self):

@@ -39,20 +39,15 @@ def _load(repo: Path | None) -> Catalog:
     from pipelines.core.model import CatalogError
     from pipelines.core.specs import load_specs
 
-    if repo is None:
-        specs = load_specs()
-        spec = specs.repo()
-        return load_catalog(spec.path, spec, specs)
-    resolved = repo.resolve()
     try:
         specs = load_specs()
     except CatalogError as exc:
-        print(f"nightly catalog: assets/ specs not loaded, reading {resolved} unconfigured:\n{exc}", file=sys.stderr)
-        return load_catalog(resolved)
-    for spec in specs.repos.values():
-        if spec.path.resolve() == resolved:
-            return load_catalog(resolved, spec, specs)
-    return load_catalog(resolved)
+        if repo is None:
+            raise
+        print(f"nightly catalog: assets/ specs not loaded, reading {repo.resolve()} unconfigured:\n{exc}", file=sys.stderr)
+        return load_catalog(repo.resolve())
+    path, spec = specs.locate_repo(repo)
+    return load_catalog(path, spec, specs if spec else None)
 
 
 def to_json(tests: list[Test]) -> list[dict]:

@@ -74,19 +74,15 @@ def _load_specs() -> Specs | None:
 def resolve_repo(repo: str | None) -> tuple[Path, RepoSpec | None, Specs | None]:
     """A checkout path plus its assets/ spec when one points at it (policy, timeouts, roots)."""
     specs = _load_specs()
-    if repo and not Path(repo).is_dir() and specs and repo in specs.repos:
-        spec = specs.repos[repo]
-        return spec.path, spec, specs
+    if specs is not None:
+        path, spec = specs.locate_repo(repo)
+        return path, spec, specs
     if repo is None:
-        if specs is None:
-            raise CatalogError(Problem("assets/repos.yaml", 1, "repos", "no default repo; pass --repo PATH"))
-        spec = specs.repo()
-        return spec.path, spec, specs
+        raise CatalogError(Problem("assets/repos.yaml", 1, "repos", "no default repo; pass --repo PATH"))
     path = Path(repo).resolve()
     if not path.is_dir():
-        raise CatalogError(Problem(repo, 1, "--repo", "not a directory or a repo name in assets/repos.yaml"))
-    spec = next((s for s in (specs.repos.values() if specs else ()) if Path(s.path).resolve() == path), None)
-    return path, spec, specs
+        raise CatalogError(Problem(repo, 1, "--repo", "not a directory; pass the framework checkout"))
+    return path, None, None
 
 
 def load_catalog_for(path: Path, spec: RepoSpec | None, specs: Specs | None) -> Catalog:

@@ -61,17 +61,7 @@ def load_catalog(path: Path, spec: RepoSpec | None) -> Catalog:
 
 
 def _repo(specs, value: str | None) -> tuple[Path, RepoSpec | None]:
-    if value and not Path(value).exists() and value in specs.repos:
-        spec = specs.repos[value]
-        return spec.path, spec
-    if not value:
-        spec = specs.repo()
-        return spec.path, spec
-    path = Path(value).resolve()
-    for spec in specs.repos.values():
-        if spec.path.resolve() == path:
-            return path, spec
-    return path, None
+    return specs.locate_repo(value)
 
 
 def changed_in_range(repo: Path, rev_range: str) -> list[str]:

@@ -20,7 +20,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--cadence", default="nightly", choices=("pr", "nightly", "weekly", "release"))
     p.add_argument("--labels", action="append", help="only tests with one of these labels (a,b)")
     p.add_argument("--suite", action="append", dest="suites", help="only these suites")
-    p.add_argument("--repo", help="repo name in assets/repos.yaml (default: its `default`)")
+    p.add_argument("--repo", help="a repo name in assets/repos.yaml (default: its `default`) or any checkout path")
     p.add_argument("--deployment", help="deployment in assets/cluster.yaml (default: local)")
     p.add_argument("--home", type=Path, help="state folder (default: $NIGHTLY_HOME or .nightly/)")
     p.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
@@ -47,6 +47,8 @@ def run(args: argparse.Namespace) -> int:
     from pipelines.night import Night, NightSettings, default_home
 
     home = (args.home or default_home()).resolve()
+    if args.repo and Path(args.repo).is_dir():
+        args.repo = str(Path(args.repo).resolve())  # the Dagster run resolves it again, maybe elsewhere
     env = _parse_env(args.env)
     settings = NightSettings(home=home, repo=args.repo, deployment=args.deployment, cadence=args.cadence,
                              labels=split_csv(args.labels), suites=split_csv(args.suites),

@@ -148,6 +148,24 @@ class Specs:
             )
         return self.repos[name]
 
+    def locate_repo(self, value: str | Path | None) -> tuple[Path, RepoSpec | None]:
+        """``--repo`` as a CI maintainer types it: a repo name here, or any checkout path.
+
+        Returns the checkout and its spec; the spec is None for a checkout nobody configured
+        (the catalog then detects its format and says what it assumed).
+        """
+        if value is None:
+            spec = self.repo()
+            return spec.path, spec
+        if str(value) in self.repos and not Path(value).is_dir():
+            spec = self.repos[str(value)]
+            return spec.path, spec
+        path = Path(value).resolve()
+        if not path.is_dir():
+            raise CatalogError(Problem(str(value), 1, "--repo", (
+                f"not a folder nor a repo name in {self.root / 'repos.yaml'} (known: {', '.join(sorted(self.repos)) or 'none'})")))
+        return path, next((s for s in self.repos.values() if s.path.resolve() == path), None)
+
     def deployment(self, name: str | None = None) -> DeploymentSpec:
         name = name or os.environ.get("NIGHTLY_DEPLOYMENT") or self.default_deployment
         if name not in self.deployments:
