@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import os
+import threading
 import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -16,11 +18,18 @@ from datetime import UTC, datetime
 from functools import cached_property
 from pathlib import Path
 
-from pipelines.core.calibrate import calibrate, drift, make_patch, near_timeout, write_evidence_csv
+from pipelines.core.calibrate import (
+    calibrate,
+    drift,
+    make_patch,
+    near_timeout,
+    write_atomic,
+    write_evidence_csv,
+)
 from pipelines.core.catalog import load_catalog
 from pipelines.core.catalog.ids import safe_filename
 from pipelines.core.health import avoid_nodes, detect_bad_nodes
-from pipelines.core.history import HistoryStore, sample_from_attempt
+from pipelines.core.history import HistoryError, HistoryStore, sample_from_attempt
 from pipelines.core.model import (
     Assignment,
     Attempt,
@@ -42,6 +51,7 @@ from pipelines.storage.cache import AssetCache, Built
 from pipelines.storage.history import history_store
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
+log = logging.getLogger(__name__)
 
 
 def default_home() -> Path:
@@ -226,9 +236,18 @@ class Night:
         store = self.history
         seen: list[Attempt] = []
 
+        unsaved: list = []
+        lock = threading.Lock()
+
         def finished(attempt: Attempt) -> None:
-            store.append([sample_from_attempt(attempt, by_id[attempt.test_id], self.run_id, self.settings.image)])
-            seen.append(attempt)
+            with lock:
+                unsaved.append(sample_from_attempt(attempt, by_id[attempt.test_id], self.run_id, self.settings.image))
+                try:
+                    store.append(list(unsaved))
+                    unsaved.clear()
+                except HistoryError as exc:  # keep the night going; the samples are retried below
+                    log.warning("history store unavailable, %d sample(s) kept for a retry: %s", len(unsaved), exc)
+                seen.append(attempt)
             if on_finish:
                 on_finish(attempt)
 
@@ -237,8 +256,11 @@ class Night:
             return avoid_nodes(detect_bad_nodes(list(seen)))
 
         pools = [p.pool() for p in self.deployment.pools]
-        return run_plan(plan, pools, self.launcher(), self.request, max_infra_retries=self.deployment.max_infra_retries,
-                        on_start=on_start, on_finish=finished, avoid_nodes=bad_nodes)
+        result = run_plan(plan, pools, self.launcher(), self.request, max_infra_retries=self.deployment.max_infra_retries,
+                          on_start=on_start, on_finish=finished, avoid_nodes=bad_nodes)
+        if unsaved:
+            store.append(unsaved)  # a second failure is raised: the attempts are still in the night's summary
+        return result
 
     def cordon(self, findings) -> list[str]:
         """Cordon bad nodes through the API when the deployment asks for it; returns what was done."""
@@ -271,16 +293,28 @@ class Night:
         sha = {t.id: t.sha256 for t in tests}
         data = {e.test_id: {"est_time": e.proposed, "sha256": sha.get(e.test_id, ""), "hardware": e.hardware}
                 for e in estimates if e.samples_used}
-        self.estimates_path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.estimates_path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(data, indent=1, sort_keys=True))
-        os.replace(tmp, self.estimates_path)
+        write_atomic(self.estimates_path, json.dumps(data, indent=1, sort_keys=True))
         return estimates, paths
 
     def checks(self, estimates: list[Estimate]) -> tuple[list[Estimate], list]:
         """(drifted estimates, tests whose last run used over 90% of their timeout)."""
         tests = self.catalog.tests
         return drift(estimates), near_timeout(tests, self.history.read(), self.timeout_floor_s, self.repo_spec.timeout_factor)
+
+    def write_summary(self, tests: list[Test], skipped: list[Test], plan: Plan, result: DispatchResult,
+                      notes: list[str]) -> dict:
+        """The night's record for the report and the next morning: ``nights/<night>.json`` and ``latest.json``."""
+        summary = {
+            "night": self.night, "run_id": self.run_id, "cadence": self.settings.cadence,
+            "selected": [t.id for t in tests], "skipped": [t.id for t in skipped],
+            "attempts": [dataclasses.asdict(a) for a in result.attempts],
+            "predicted_makespan_s": plan.makespan_s, "lower_bound_s": plan.lower_bound_s,
+            "actual_makespan_s": result.makespan_s, "unplanned": list(plan.unplanned), "notes": notes,
+        }
+        text = json.dumps(summary, indent=1)
+        write_atomic(self.home / "nights" / f"{self.night}.json", text)
+        write_atomic(self.home / "nights" / "latest.json", text)
+        return summary
 
     def pool_of(self, test: Test) -> str:
         p = pool_for(test, self.deployment.pools)

@@ -7,9 +7,8 @@ results as materializations of the software-defined assets (``model_weights`` ..
 """
 
 
-import json
-import os
-from dataclasses import asdict
+import queue
+import threading
 
 import dagster as dg
 
@@ -47,8 +46,10 @@ def _night(context: dg.OpExecutionContext, nightly: NightlyResource, config: Nig
     )
 
 
-@dg.op(description="Select tonight's tests, plan them onto the GPU pools, build missing inputs, run them all.")
-def run_night(context: dg.OpExecutionContext, config: NightConfig, nightly: NightlyResource) -> dict:
+@dg.op(description="Select tonight's tests, plan them onto the GPU pools, build missing inputs, run them all.",
+       out=dg.Out(dict, description="The night's summary (also written to <home>/nights/)."))
+def run_night(context: dg.OpExecutionContext, config: NightConfig, nightly: NightlyResource):
+    """A generator, so every build and every finished test reaches the event log (and the UI) at once."""
     night = _night(context, nightly, config)
     night.history.read()  # an unreadable history store fails the night before any test runs
     for problem in night.catalog.problems:
@@ -69,52 +70,54 @@ def run_night(context: dg.OpExecutionContext, config: NightConfig, nightly: Nigh
         verb = "reused" if built.reused else f"built in {built.seconds:.1f}s"
         _say(context, f"[{i}/{len(reqs)}] {req.kind} {req.key}: {verb}")
         event = dg.AssetObservation if built.reused else dg.AssetMaterialization
-        context.log_event(event(asset_key=KIND_ASSET[req.kind], partition=req.key, metadata=built_metadata(built, req.source)))
+        yield event(asset_key=KIND_ASSET[req.kind], partition=req.key, metadata=built_metadata(built, req.source))
 
-    by_id = night.catalog.by_id()
-    done: list = []
-
-    def on_finish(attempt) -> None:
-        done.append(attempt)
-        test = by_id[attempt.test_id]
-        _say(
-            context,
-            f"[{len(done)}/{len(plan.assignments)}] {attempt.test_id}  {attempt.outcome.upper()}  "
-            f"elapsed={attempt.elapsed_s:.1f}s est={test.est_time}s node={attempt.node}"
-        )
-        context.log_event(dg.AssetMaterialization(asset_key=TEST_RUNS, partition=attempt.test_id,
-                                                  metadata=attempt_metadata(attempt, test, night.night)))
-
-    result = night.run(plan, on_finish=on_finish)
     for t in skipped:
-        context.log_event(dg.AssetObservation(asset_key=TEST_RUNS, partition=t.id, metadata=skipped_metadata(t)))
+        yield dg.AssetObservation(asset_key=TEST_RUNS, partition=t.id, metadata=skipped_metadata(t))
+
+    # the dispatcher runs in a thread; its finished attempts come back here to be logged and yielded
+    by_id = night.catalog.by_id()
+    finished: queue.Queue = queue.Queue()
+    outcome: dict = {}
+
+    def dispatch() -> None:
+        try:
+            outcome["result"] = night.run(plan, on_finish=finished.put)
+        except BaseException as exc:  # re-raised below, in the op's own thread
+            outcome["error"] = exc
+
+    worker = threading.Thread(target=dispatch, name="nightly-dispatch", daemon=True)
+    worker.start()
+    done = 0
+    while worker.is_alive() or not finished.empty():
+        try:
+            attempt = finished.get(timeout=0.5)
+        except queue.Empty:
+            continue
+        done += 1
+        test = by_id[attempt.test_id]
+        _say(context, f"[{done}/{len(plan.assignments)}] {attempt.test_id}  {attempt.outcome.upper()}  "
+                      f"elapsed={attempt.elapsed_s:.1f}s est={test.est_time}s node={attempt.node}")
+        yield dg.AssetMaterialization(asset_key=TEST_RUNS, partition=attempt.test_id,
+                                      metadata=attempt_metadata(attempt, test, night.night))
+    worker.join()
+    if "error" in outcome:
+        raise outcome["error"]
+    result = outcome["result"]
 
     bad = detect_bad_nodes(result.attempts)
     notes = [f.summary for f in bad] + [f"cordoned {n}" for n in night.cordon(bad)]
     for n in notes:
         _say(context, n, "warning")
-    summary = {
-        "night": night.night, "run_id": night.run_id, "cadence": config.cadence,
-        "selected": [t.id for t in tests], "skipped": [t.id for t in skipped],
-        "attempts": [asdict(a) for a in result.attempts],
-        "predicted_makespan_s": plan.makespan_s, "lower_bound_s": plan.lower_bound_s,
-        "actual_makespan_s": result.makespan_s, "unplanned": list(plan.unplanned), "notes": notes,
-    }
-    out = night.home / "nights"
-    out.mkdir(parents=True, exist_ok=True)
-    tmp = out / f".{night.night}.json.tmp"
-    tmp.write_text(json.dumps(summary, indent=1))
-    os.replace(tmp, out / f"{night.night}.json")
-    tmp.write_text(json.dumps(summary, indent=1))
-    os.replace(tmp, out / "latest.json")
-    context.add_output_metadata({
+    summary = night.write_summary(tests, skipped, plan, result, notes)
+    final = result.final().values()
+    yield dg.Output(summary, metadata={
         "predicted_makespan_s": dg.MetadataValue.float(plan.makespan_s),
         "actual_makespan_s": dg.MetadataValue.float(result.makespan_s),
         "lower_bound_s": dg.MetadataValue.float(plan.lower_bound_s),
-        "passed": dg.MetadataValue.int(sum(1 for a in result.final().values() if a.outcome == "passed")),
-        "not_passed": dg.MetadataValue.int(sum(1 for a in result.final().values() if a.outcome != "passed")),
+        "passed": dg.MetadataValue.int(sum(1 for a in final if a.outcome == "passed")),
+        "not_passed": dg.MetadataValue.int(sum(1 for a in final if a.outcome != "passed")),
     })
-    return summary
 
 
 @dg.graph(description="One night: plan, inputs, dynamic dispatch of every selected test.")

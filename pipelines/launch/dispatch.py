@@ -88,20 +88,20 @@ def run_plan(
 
     threads: list[threading.Thread] = []
     with finished:
-        while not queue.done():
+        while not queue.done() and not errors:
             for a, node, slots in queue.start_ready():
                 t = threading.Thread(target=worker, args=(a, node, slots), name=f"test:{a.test_id}", daemon=True)
                 threads.append(t)
                 t.start()
             while not done_ids and not errors:
                 finished.wait(timeout=1.0)
-            if errors:
-                break
             for test_id in done_ids:
                 queue.finish(test_id)
             done_ids.clear()
+    # after an error no new test starts, but the running ones finish (each has its timeout):
+    # returning early would leave their processes or pods behind
     for t in threads:
-        t.join(timeout=0 if errors else None)
+        t.join()
     if errors:
         raise errors[0]
     result.makespan_s = round(time.monotonic() - result.started_at, 3)

@@ -118,3 +118,29 @@ def test_a_launcher_crash_is_raised_not_swallowed():
         assert "launcher bug" in str(exc)
     else:
         raise AssertionError("the crash was swallowed")
+
+
+def test_after_an_error_no_new_test_starts_and_running_tests_are_waited_for():
+    tests = _tests()[:3]  # 8 GPUs, then two 4-GPU tests side by side
+    finished: list[str] = []
+
+    class Slow(ScriptedLauncher):
+        def launch(self, request, on_log=None):
+            attempt = super().launch(request, on_log)
+            finished.append(request.test.id)
+            return attempt
+
+    def on_finish(attempt):
+        if attempt.test_id == "t0":
+            raise RuntimeError("history store down")
+
+    launcher = Slow(seconds=0.3)
+    try:
+        run_plan(make_plan(tests, [POOL]), [Pool("h200", 1, 8)], launcher, _factory(tests), on_finish=on_finish)
+    except RuntimeError as exc:
+        assert "history store down" in str(exc)
+    else:
+        raise AssertionError("the error was swallowed")
+    started = [r.test.id for r in launcher.requests]
+    assert started == ["t0"], "a test started after the error"
+    assert finished == ["t0"]

@@ -188,7 +188,12 @@ class KubernetesLauncher:
         timed out here, in case the kubelet does not enforce the deadline.
         """
         budget = float(body["spec"].get("activeDeadlineSeconds") or float("inf")) + self.deadline_slack_s
-        name, last = self._create(body)
+        try:
+            name, last = self._create(body)
+        except ApiException as exc:  # RBAC, quota or admission refused the pod: say so, do not crash the night
+            message = f"the API refused the pod ({exc.status} {exc.reason}): {(exc.body or '')[:300]}"
+            log.write(f"# nightly: verdict infra_error: {message}\n")
+            return PodRun(body["metadata"]["name"], Verdict("infra_error", "create_rejected", False, ""), None, message, 0.0)
         sink = _Sink(log, on_log)
         try:
             verdict, last, waited = self._follow(name, last, budget, sink, container)

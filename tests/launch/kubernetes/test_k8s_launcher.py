@@ -204,3 +204,21 @@ def test_an_unknown_pool_is_an_error_that_names_the_fix(tmp_path):
 def test_attempt_log_paths_number_each_retry():
     assert attempt_log_path(Path("/l/x.attempt1.log"), 2) == Path("/l/x.attempt2.log")
     assert attempt_log_path(Path("/l/x.log"), 3) == Path("/l/x.attempt3.log")
+
+
+def test_a_pod_the_api_refuses_is_an_infra_error_that_is_not_retried(tmp_path):
+    from kubernetes.client.exceptions import ApiException
+
+    class Refusing:
+        calls = 0
+
+        def create_namespaced_pod(self, namespace, body):
+            Refusing.calls += 1
+            raise ApiException(status=403, reason="Forbidden")
+
+    seen: list = []
+    launch = KubernetesLauncher(Refusing(), DEPLOYMENT, on_attempt=seen.append)
+    final = launch.launch(request(tmp_path))
+    assert (final.outcome, final.reason, final.details["retriable"]) == ("infra_error", "create_rejected", "false")
+    assert Refusing.calls == 1
+    assert "the API refused the pod (403 Forbidden)" in Path(final.log_path).read_text()
