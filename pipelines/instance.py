@@ -27,7 +27,8 @@ def instance_yaml(home: Path) -> dict:
     }
     url = os.environ.get(POSTGRES_ENV)
     if url:
-        cfg["storage"] = {"postgres": {"postgres_url": url}}
+        # by reference: the password stays in the environment, never in dagster.yaml
+        cfg["storage"] = {"postgres": {"postgres_url": {"env": POSTGRES_ENV}}}
     else:
         cfg["storage"] = {"sqlite": {"base_dir": str(home / "dagster" / "storage")}}
     return cfg

@@ -54,6 +54,17 @@ PROJECT_ROOT = Path(__file__).resolve().parents[1]
 log = logging.getLogger(__name__)
 
 
+def with_calibrated(catalog: Catalog, calibrated: dict[str, dict]) -> Catalog:
+    """The catalog with last calibration's est_time, for tests whose file is unchanged since (any format)."""
+    tests = []
+    for t in catalog.tests:
+        e = calibrated.get(t.id)
+        if e and e.get("sha256") == t.sha256:
+            t = dataclasses.replace(t, est_time=int(e["est_time"]), est_source="history")
+        tests.append(t)
+    return dataclasses.replace(catalog, tests=tuple(tests))
+
+
 def default_home() -> Path:
     """Where the embedded default keeps its state: ``$NIGHTLY_HOME`` or ``<project>/.nightly``."""
     return Path(os.environ.get("NIGHTLY_HOME") or PROJECT_ROOT / ".nightly").resolve()
@@ -140,16 +151,8 @@ class Night:
         if not self.repo_spec.path.is_dir():
             raise CatalogError(Problem(str(self.specs.root / "repos.yaml"), 1, f"repos.{self.repo_spec.name}.path",
                                        f"{self.repo_spec.path} is not a folder; point it at the framework checkout"))
-        calibrated = self.calibrated()
-        estimates = {tid: int(e["est_time"]) for tid, e in calibrated.items()}
-        cat = load_catalog(self.repo_spec.path, spec=self.repo_spec, specs=self.specs, estimates=estimates)
-        tests = []
-        for t in cat.tests:
-            e = calibrated.get(t.id)
-            if e and e.get("sha256") == t.sha256:
-                t = dataclasses.replace(t, est_time=int(e["est_time"]), est_source="history")
-            tests.append(t)
-        return dataclasses.replace(cat, tests=tuple(tests))
+        cat = load_catalog(self.repo_spec.path, spec=self.repo_spec, specs=self.specs)
+        return with_calibrated(cat, self.calibrated())
 
     def selected(self) -> tuple[list[Test], list[Test]]:
         """(tests to run, disabled tests to report as skipped) for this night's selection."""

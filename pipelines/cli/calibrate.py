@@ -71,7 +71,7 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"nightly calibrate: error: {exc}", file=sys.stderr)
         return 2
-    print(f"calibrate: {catalog.repo}, policy {policy}, {len(samples)} samples in {store.path}")
+    print(f"calibrate: {catalog.repo}, policy {policy}, {len(samples)} samples in {getattr(store, 'path', store)}")
     print(_table(estimates))
     drifted = drift(estimates)
     print(f"\ndrift (>= 30 s and 30 %): {len(drifted) or 'none'}")

@@ -105,6 +105,10 @@ def _run(args: argparse.Namespace) -> int:
     pools = override_pools(pools, [parse_pool_arg(v) for v in args.pool])
     shards = _pairs(args.shards, "--shards")
     catalog = load_catalog(path, spec)
+    if spec is not None:  # plan with the estimates the next night will use
+        from pipelines.night import Night, NightSettings, with_calibrated
+
+        catalog = with_calibrated(catalog, Night(NightSettings(repo=spec.name)).calibrated())
     changed = None
     if args.changed is not None:
         changed = tuple(args.changed)

@@ -7,6 +7,7 @@ wrong`` before anything runs.
 from __future__ import annotations
 
 import os
+import string
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -45,9 +46,29 @@ def load_yaml(path: Path) -> Any:
     try:
         with open(path, encoding="utf-8") as fh:
             return yaml.load(fh, Loader=_LineLoader) or {}
+    except OSError as exc:
+        raise CatalogError(Problem(str(path), 1, "file", (
+            f"cannot be read ({exc.strerror}); point NIGHTLY_ASSETS_DIR at the project's assets/ folder"))) from exc
     except yaml.MarkedYAMLError as exc:
         line = exc.problem_mark.line + 1 if exc.problem_mark else 1
         raise CatalogError(Problem(str(path), line, "yaml", str(exc.problem))) from exc
+
+
+#: what a repo's `env:` values may refer to (filled in per night by pipelines.night)
+ENV_PLACEHOLDERS = ("cache", "repo", "home", "hub")
+
+
+def _env_problem(value: str) -> str | None:
+    """Why an env template cannot be filled, or None."""
+    try:
+        names = [name for _, name, _, _ in string.Formatter().parse(value) if name is not None]
+    except ValueError as exc:
+        return f"{exc}; write a literal brace as {{{{ or }}}}"
+    unknown = [n for n in names if n not in ENV_PLACEHOLDERS]
+    if unknown:
+        return (f"unknown placeholder {{{unknown[0]}}}; use {', '.join('{' + p + '}' for p in ENV_PLACEHOLDERS)}, "
+                "and write a literal brace as {{ or }}")
+    return None
 
 
 def _line(mapping: Any, key: str) -> int:
@@ -251,6 +272,16 @@ def load_specs(assets_dir: Path | str | None = None) -> Specs:
         timeout = r.get(m, "timeout", dict, {}, where=w)
         policy = r.get(m, "calibration", dict, {}, where=w)
         reqs = r.get(m, "requirements", dict, {}, where=w)
+        for glob, keys in list(reqs.items()):
+            if not isinstance(keys, list) or not all(isinstance(k, str) for k in keys):
+                r.problems.append(Problem(str(repos_path), _line(reqs, str(glob)), f"{w}.requirements.{glob}",
+                                          f"expected a list of requirement keys, got {keys!r}"))
+                reqs.pop(glob)
+        env = r.get(m, "env", dict, {}, where=w)
+        for key, value in env.items():
+            bad = _env_problem(str(value))
+            if bad:
+                r.problems.append(Problem(str(repos_path), _line(env, str(key)), f"{w}.env.{key}", bad))
         repos[str(name)] = RepoSpec(
             name=str(name),
             path=(root.parent / rel).resolve() if not os.path.isabs(rel) else Path(rel),
@@ -264,7 +295,7 @@ def load_specs(assets_dir: Path | str | None = None) -> Specs:
             policy_params={k: v for k, v in policy.items() if k != "policy"},
             timeout_floor_s=r.get(timeout, "floor_s", int, 1800, where=f"{w}.timeout"),
             timeout_factor=r.get(timeout, "factor", float, 1.25, where=f"{w}.timeout"),
-            env={str(k): str(v) for k, v in r.get(m, "env", dict, {}, where=w).items()},
+            env={str(k): str(v) for k, v in env.items()},
             requirements={str(k): tuple(map(str, v or ())) for k, v in reqs.items()},
             hub=r.get(m, "hub", str, "", where=w),
         )

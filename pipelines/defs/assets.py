@@ -81,12 +81,19 @@ def build_assets(catalog: Catalog) -> list[dg.AssetsDefinition]:
               description="One e2e test run per partition: outcome, elapsed, timeout, node and log of each attempt.")
     def test_runs(context: dg.AssetExecutionContext, nightly: NightlyResource) -> dg.MaterializeResult:
         night = nightly.night(run_id=context.run.run_id, cadence="release")
-        test = night.catalog.by_id()[context.partition_key]
+        test = night.catalog.by_id().get(context.partition_key)
+        if test is None:
+            raise dg.Failure(f"{context.partition_key} is no longer registered in {night.repo_spec.path}; "
+                             "reload the code location to refresh the partitions")
         if not test.enabled:
             raise dg.Failure(f"{test.id} is disabled ({test.disabled}); enable it in its registration to run it")
         for req in night.requirements_for([test]):
             night.build(req)
-        result = night.run(night.plan([test]))
+        plan = night.plan([test])
+        if plan.unplanned:
+            raise dg.Failure(f"{test.id}: no pool of deployment {night.deployment.name} runs hardware "
+                             f"{test.hardware or test.suite!r}; add one in assets/cluster.yaml")
+        result = night.run(plan)
         attempt = result.final()[test.id]
         meta = attempt_metadata(attempt, test, night.night)
         if attempt.outcome != "passed":

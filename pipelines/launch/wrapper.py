@@ -61,7 +61,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("args", nargs="*", help="arguments the test sees in sys.argv[1:]")
     ns = parser.parse_args(argv)
 
-    sys.path.insert(0, os.getcwd())
+    # as `python3 tests/x.py` would: the file's own folder first, then the checkout
+    sys.path[:0] = [os.path.dirname(os.path.abspath(ns.file)), os.getcwd()]
     sys.argv = [ns.file, *ns.args]
     result: dict = {"file": ns.file, "func": ns.func, "ok": False, "exit_code": 1}
     started = time.monotonic()

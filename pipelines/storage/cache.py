@@ -9,8 +9,10 @@ finished one.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -72,29 +74,34 @@ class AssetCache:
         dest = self.host_path(req.path)
         t0 = time.monotonic()
         if self.is_built(req):
-            files, total = _size(dest)
-            return Built(req.key, dest, True, 0.0, files, total)
-        tmp = dest.with_name(f".{dest.name}.partial-{os.getpid()}")
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            if req.kind in ("model", "dataset"):
-                self._download(req, tmp)
-            else:
-                self._convert(req, tmp, repo, conversion, env or {}, models or {}, log_path)
-            (tmp / MARKER).write_text(json.dumps({"key": req.key, "source": req.source, "built_at": time.time()}))
-            shutil.rmtree(dest, ignore_errors=True)
-            os.replace(tmp, dest)
-        finally:
+            return Built(req.key, dest, True, 0.0, *_size(dest))
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        # one builder per folder across processes (a night beside a rerun or a backfill); the
+        # second one waits, then finds the marker and reuses
+        with open(dest.with_name(f".{dest.name}.lock"), "a+") as lock:
+            fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
+            if self.is_built(req):
+                return Built(req.key, dest, True, 0.0, *_size(dest))
+            tmp = dest.with_name(f".{dest.name}.partial-{os.getpid()}")
             shutil.rmtree(tmp, ignore_errors=True)
-        files, total = _size(dest)
-        return Built(req.key, dest, False, round(time.monotonic() - t0, 3), files, total)
+            try:
+                if req.kind in ("model", "dataset"):
+                    self._download(req, tmp)
+                else:
+                    self._convert(req, tmp, repo, conversion, env or {}, models or {}, log_path)
+                (tmp / MARKER).write_text(json.dumps({"key": req.key, "source": req.source, "built_at": time.time()}))
+                shutil.rmtree(dest, ignore_errors=True)
+                os.replace(tmp, dest)
+            finally:
+                shutil.rmtree(tmp, ignore_errors=True)
+        return Built(req.key, dest, False, round(time.monotonic() - t0, 3), *_size(dest))
 
     def _download(self, req: Requirement, tmp: Path) -> None:
+        check_hub_id(req)
         section = "models" if req.kind == "model" else "datasets"
         if self.hub is not None:
-            src = self.hub / section / req.source
-            if not src.is_dir():
+            src = (self.hub / section / req.source).resolve()
+            if not src.is_relative_to(self.hub.resolve()) or not src.is_dir():
                 raise BuildError(f"{req.kind} {req.key}: {req.source!r} is not in the local hub {self.hub / section}")
             shutil.copytree(src, tmp)
             return
@@ -123,6 +130,16 @@ class AssetCache:
         _run(argv, cwd=repo, env=full_env, what=f"conversion {req.key}", log_path=log_path)
         if not tmp.is_dir():
             raise BuildError(f"conversion {req.key}: the command exited 0 but wrote nothing to {tmp}")
+
+
+HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+
+
+def check_hub_id(req: Requirement) -> None:
+    """A Hub id is ``org/name``; anything else (an option, a path) never reaches ``hf`` or the hub folder."""
+    if not HUB_ID.match(req.source) or ".." in req.source:
+        raise BuildError(f"{req.kind} {req.key}: {req.source!r} is not a Hub id (org/name); "
+                         f"fix prepare() or declare it in assets/{req.kind}s.yaml")
 
 
 def conversion_command(conversion: ConversionSpec, req: Requirement, python: str, model_path: str,

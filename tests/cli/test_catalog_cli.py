@@ -105,7 +105,6 @@ def test_unresolved_requirements_and_uncalibrated_estimates_are_shown(tmp_path, 
     assert out[3] == "tests/test_a.py: unresolved: {args.org}/d (hf_download_dataset, line 2)"
 
 
-@pytest.mark.skipif(not (EXAMPLE / "tests").is_dir(), reason="examples/minirl is not written yet")
 def test_without_repo_the_default_repo_of_the_assets_is_listed_with_its_spec(capsys):
     assert run(["--json"]) == 0
     out, err = capsys.readouterr()

@@ -122,10 +122,6 @@ def test_gantt_writes_a_png(fake_catalog, tmp_path, capsys):
 
 
 def test_the_example_repository_plans_on_the_default_pools(project_root: Path, capsys):
-    try:
-        from pipelines.core.catalog import load_catalog  # noqa: F401
-    except ImportError:
-        pytest.skip("pipelines.core.catalog.load_catalog is not written yet")
     assert nightly_plan(["--repo", str(project_root / "examples" / "minirl"), "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["assignments"] and out["makespan_s"] >= out["lower_bound_s"] > 0

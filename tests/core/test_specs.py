@@ -53,3 +53,30 @@ def test_a_yaml_syntax_error_names_the_line(project_root, tmp_path):
     (d / "repos.yaml").write_text("repos:\n  a: [unclosed\n")
     with pytest.raises(CatalogError, match=r"repos.yaml:3: yaml:"):
         load_specs(d)
+
+
+def test_a_missing_assets_folder_says_where_to_point(tmp_path):
+    with pytest.raises(CatalogError, match=r"repos.yaml:1: file: cannot be read .*NIGHTLY_ASSETS_DIR"):
+        load_specs(tmp_path / "nowhere")
+
+
+def test_env_placeholders_and_requirement_lists_are_checked_on_load(project_root, tmp_path):
+    d = _copy(project_root, tmp_path)
+    (d / "repos.yaml").write_text(textwrap.dedent("""\
+        repos:
+          fw:
+            path: .
+            env:
+              CFG: '{"a": 1}'
+              ROOT: "{cahce}"
+              OK: "{cache}/x and {{literal}}"
+            requirements:
+              "tests/*": Qwen3-0.6B
+    """))
+    with pytest.raises(CatalogError) as exc:
+        load_specs(d)
+    text = str(exc.value)
+    assert ':5: repos.fw.env.CFG: unknown placeholder {"a"}' in text
+    assert ":6: repos.fw.env.ROOT: unknown placeholder {cahce}; use {cache}, {repo}, {home}, {hub}" in text
+    assert "repos.fw.env.OK" not in text
+    assert ":9: repos.fw.requirements.tests/*: expected a list of requirement keys, got 'Qwen3-0.6B'" in text

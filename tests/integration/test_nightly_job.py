@@ -52,12 +52,12 @@ def nights(tmp_path_factory, project_root_module):
         defs = build_definitions(nightly=resource)
         job = defs.resolve_job_def("nightly")
         config = {"ops": {"run_night": {"config": {
-            "cadence": "nightly", "env": {"MINIRL_FAIL": FAIL, "MINIRL_HANG": HANG}, "timeout_floor_s": 25}}}}
+            "cadence": "nightly", "env": {"MINIRL_FAIL": FAIL, "MINIRL_HANG": HANG}, "timeout_floor_s": 35}}}}
         first = job.execute_in_process(run_config=config, instance=instance)
         calib = defs.resolve_job_def("calibration").execute_in_process(instance=instance)
         mats_first = _by_partition(_events(instance, "test_runs", dg.DagsterEventType.ASSET_MATERIALIZATION))
         built_first = _by_partition(_events(instance, "converted_checkpoints", dg.DagsterEventType.ASSET_MATERIALIZATION))
-        second = job.execute_in_process(run_config={"ops": {"run_night": {"config": {"timeout_floor_s": 25}}}},
+        second = job.execute_in_process(run_config={"ops": {"run_night": {"config": {"timeout_floor_s": 35}}}},
                                         instance=instance)
         yield {
             "home": home, "assets": assets, "instance": instance, "defs": defs, "first": first, "calib": calib,
@@ -85,7 +85,7 @@ def test_every_enabled_nightly_test_is_materialized_with_its_metadata(nights):
     assert mats[HANG_ID]["outcome"] == "timed_out"
     passed = [t for t, m in mats.items() if m["outcome"] == "passed"]
     assert len(passed) == len(mats) - 2
-    assert mats[HANG_ID]["elapsed_s"] >= 25
+    assert mats[HANG_ID]["elapsed_s"] >= 35
 
 
 def test_the_disabled_test_is_shown_as_skipped_not_absent(nights):

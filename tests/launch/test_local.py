@@ -62,9 +62,9 @@ def test_a_hanging_test_is_killed_with_its_children_at_the_timeout(tmp_path):
             time.sleep(600)
     """)
     t0 = time.monotonic()
-    attempt = LocalLauncher(tmp_path / "state", kill_grace_s=1).launch(_request(repo, tmp_path, timeout_s=2))
+    attempt = LocalLauncher(tmp_path / "state", kill_grace_s=1).launch(_request(repo, tmp_path, timeout_s=5))
     assert attempt.outcome == "timed_out"
-    assert time.monotonic() - t0 < 15
+    assert time.monotonic() - t0 < 20
     child = int((repo / "child.pid").read_text())
     time.sleep(0.2)
     assert not Path(f"/proc/{child}").exists() or "Z" in Path(f"/proc/{child}/stat").read_text().split()[2]

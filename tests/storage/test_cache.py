@@ -81,3 +81,24 @@ def test_a_conversion_before_its_model_says_what_to_build_first(tmp_path, hub):
     cache = AssetCache(tmp_path / "c", hub)
     with pytest.raises(BuildError, match="build model_weights first"):
         cache.build(CONV, repo=tmp_path, conversion=ConversionSpec(("x",)), models={"m1": MODEL})
+
+
+@pytest.mark.parametrize("source", ["--local-dir=/etc/x", "../../../etc", "org/../../x", "just-a-name"])
+def test_a_download_that_is_not_an_org_name_hub_id_is_refused(tmp_path, hub, source):
+    cache = AssetCache(tmp_path / "c", hub)
+    with pytest.raises(BuildError, match="is not a Hub id"):
+        cache.build(Requirement("model", "m", source, "/root/models/m"))
+    assert not (tmp_path / "c" / "models" / "m").exists()
+
+
+def test_a_second_builder_waits_for_the_first_and_reuses_its_work(tmp_path, hub):
+    import threading
+
+    cache = AssetCache(tmp_path / "c", hub)
+    results = []
+    threads = [threading.Thread(target=lambda: results.append(cache.build(MODEL))) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(r.reused for r in results) == [False, True]

@@ -17,7 +17,7 @@ from pathlib import Path
 from pipelines.core.catalog.assemble import registry_tests, template_path, template_tests
 from pipelines.core.catalog.ids import id_problem, safe_filename, test_id_to_path
 from pipelines.core.catalog.requirements import build_requirements
-from pipelines.core.catalog.scan import FileScan, discover, scan_files
+from pipelines.core.catalog.scan import FileScan, checked_path, discover, scan_files
 from pipelines.core.catalog.template import parse_template
 from pipelines.core.model import Catalog, Problem, Test
 from pipelines.core.specs import RepoSpec, Specs
@@ -136,7 +136,9 @@ def _template(
         return [], [Problem(rel, 1, "template", f"cannot be read ({exc})")], notes, []
     tmpl = parse_template(source, rel)
     notes += list(tmpl.notes)
-    files = sorted({template_path(e.test_file) for e in tmpl.entries if (repo / template_path(e.test_file)).is_file()})
+    # only files inside the repo are ever opened; template_tests reports the others
+    files = sorted({path for path in (template_path(e.test_file) for e in tmpl.entries)
+                    if checked_path(repo, path) is None and (repo / path).is_file()})
     scans = scan_files(repo, files, registry=False, workers=workers)
     by_path = {s.path: s for s in scans}
     tests, problems = template_tests(repo, tmpl, rel, by_path, spec.default_num_gpus, spec.default_est_time, estimates)

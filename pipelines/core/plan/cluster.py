@@ -14,7 +14,7 @@ from typing import Protocol
 from pipelines.core.model import Pool, Test
 from pipelines.core.specs import PoolSpec
 
-_SUITE_HW = re.compile(r"-gpu-([A-Za-z0-9_.]+)$")
+_SUITE_HW = re.compile(r"-gpu-([A-Za-z0-9_.-]+)$")
 _POOL_ARG = re.compile(r"^([A-Za-z0-9_.-]+)=(\d+)x(\d+)$")
 
 
@@ -41,14 +41,15 @@ def pool_hardware(pool: PoolSpec) -> tuple[str, ...]:
 def pool_for(test: Test, pools: Sequence[PoolSpec]) -> PoolSpec | None:
     """The first pool whose hardware list holds the test's hardware.
 
-    A test that needs no GPU and matches no pool runs on the first pool (it takes no GPU slot
-    there); anything else without a pool is left unplanned by the caller.
+    A test that names no hardware (framework S's template entries) or needs no GPU runs on the
+    first pool, the deployment's default; a test naming hardware that no pool runs is left
+    unplanned by the caller.
     """
     hw = hardware_of(test)
     for p in pools:
         if hw in pool_hardware(p):
             return p
-    if test.gpus == 0 and pools:
+    if (test.gpus == 0 or not hw) and pools:
         return pools[0]
     return None
 

@@ -41,7 +41,7 @@ from pipelines.launch.kubernetes.podspec import (
     hf_token_env,
     label_value,
 )
-from pipelines.storage.cache import MARKER, BuildError, Built, conversion_command
+from pipelines.storage.cache import MARKER, BuildError, Built, check_hub_id, conversion_command
 
 #: The whole cache PVC, read-write, in build pods only: temporary folder and destination share
 #: one mount, so the final rename is atomic (a rename across two subPath mounts is not).
@@ -136,6 +136,7 @@ class ClusterBuilder:
                 models: Mapping[str, Requirement]) -> tuple[list[str], dict[str, str], int]:
         """(argv, extra environment, GPUs) of the build of ``req`` writing into ``tmp``."""
         if req.kind in ("model", "dataset"):
+            check_hub_id(req)
             argv = ["hf", "download", req.source, "--local-dir", tmp]
             if req.kind == "dataset":
                 argv[3:3] = ["--repo-type", "dataset"]

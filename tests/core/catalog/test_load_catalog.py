@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
 from pipelines.core.catalog import load_catalog
 from pipelines.core.specs import RepoSpec
 
@@ -80,7 +78,6 @@ def test_a_file_edit_changes_its_sha256_and_nothing_else(tree):
     assert before["tests/test_b.py"] == after["tests/test_b.py"]
 
 
-@pytest.mark.skipif(not (EXAMPLE / "tests").is_dir(), reason="examples/minirl is not written yet")
 def test_every_example_test_file_registers_and_loads_without_problems():
     from pipelines.core.specs import load_specs
 

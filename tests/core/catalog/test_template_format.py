@@ -174,3 +174,18 @@ def test_a_template_repo_without_a_template_says_where_to_declare_it(tree):
     assert [str(p) for p in cat.problems] == [
         ".github/workflows:1: template: no workflow template with a `<% set ... %>` test list; "
         "set `template:` for the repo in assets/repos.yaml"]
+
+
+def test_a_template_entry_pointing_outside_the_repo_is_reported_and_never_read(tree, tmp_path):
+    import os
+
+    repo = tree(FILES)
+    outside = tmp_path / "outside.py"
+    outside.write_text("this is ( not python\n")
+    escape = os.path.relpath(outside, repo / "tests")
+    assert (repo / "tests" / escape).resolve() == outside.resolve()
+    (repo / WORKFLOW).write_text(TEMPLATE.replace("'test_short.py'", repr(escape)))
+    cat = load_catalog(repo, RepoSpec(name="fw", path=repo, format="template"))
+    assert not any("not python" in p.message or p.field == "syntax" for p in cat.problems), cat.problems
+    assert any(".." in f"{p.path} {p.message}" for p in cat.problems), cat.problems
+    assert all(".." not in t.path for t in cat.tests)

@@ -145,3 +145,15 @@ def test_pool_arguments_parse_and_override_the_deployment():
 def test_duplicate_test_ids_are_an_error_that_names_them():
     with pytest.raises(CatalogError, match=r"tests/a.py:1: id: test id a is planned twice"):
         make_plan([t("a", 100, 4), t("a", 100, 4)], [H200])
+
+
+def test_a_test_naming_no_hardware_runs_on_the_default_pool_and_unknown_hardware_is_unplanned():
+    from pipelines.core.plan import pool_for
+    from pipelines.core.specs import PoolSpec
+
+    pools = [PoolSpec("h200", 1, 8), PoolSpec("h100", 1, 8)]
+    template = make_test(id="tests/test_t.py::job-a", suite="e2e-megatron", hardware="", fmt="template")
+    assert pool_for(template, pools).name == "h200"
+    assert pool_for(make_test(suite="stage-c-4-gpu-mi300", hardware=""), pools) is None
+    assert pool_for(make_test(suite="stage-c-4-gpu-h100", hardware=""), pools).name == "h100"
+    assert pool_for(make_test(suite="stage-c-4-gpu-h200-sxm", hardware=""), [PoolSpec("x", 1, 8, hardware=("h200-sxm",))]).name == "x"
