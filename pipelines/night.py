@@ -151,8 +151,16 @@ class Night:
         if not self.repo_spec.path.is_dir():
             raise CatalogError(Problem(str(self.specs.root / "repos.yaml"), 1, f"repos.{self.repo_spec.name}.path",
                                        f"{self.repo_spec.path} is not a folder; point it at the framework checkout"))
-        cat = load_catalog(self.repo_spec.path, spec=self.repo_spec, specs=self.specs)
-        return with_calibrated(cat, self.calibrated())
+        return with_calibrated(self.registered, self.calibrated())
+
+    @cached_property
+    def registered(self) -> Catalog:
+        """The catalog with est_time as written in the files (what calibration and the patch start from)."""
+        return load_catalog(self.repo_spec.path, spec=self.repo_spec, specs=self.specs)
+
+    @cached_property
+    def tests_by_id(self) -> dict[str, Test]:
+        return self.catalog.by_id()
 
     def selected(self) -> tuple[list[Test], list[Test]]:
         """(tests to run, disabled tests to report as skipped) for this night's selection."""
@@ -225,7 +233,7 @@ class Night:
 
     def request(self, assignment: Assignment, node: int, slots: tuple[int, ...], attempt: int,
                 avoid: tuple[str, ...]) -> LaunchRequest:
-        test = self.catalog.by_id()[assignment.test_id]
+        test = self.tests_by_id[assignment.test_id]
         return LaunchRequest(
             test=test, repo_path=self.repo_spec.path, timeout_s=assignment.timeout_s,
             log_path=self.log_path(test, attempt), env=self.test_env(), attempt=attempt,
@@ -235,7 +243,7 @@ class Night:
 
     def run(self, plan: Plan, on_start: Callable | None = None, on_finish: Callable[[Attempt], None] | None = None) -> DispatchResult:
         """Dispatch the plan; each finished attempt goes to history before ``on_finish`` sees it."""
-        by_id = self.catalog.by_id()
+        by_id = self.tests_by_id
         store = self.history
         seen: list[Attempt] = []
 
@@ -276,8 +284,7 @@ class Night:
 
     # -- calibrate ---------------------------------------------------------------------
     def registered_tests(self) -> list[Test]:
-        """The tests with est_time as written in the files (what calibration and the patch start from)."""
-        return list(load_catalog(self.repo_spec.path, spec=self.repo_spec, specs=self.specs).tests)
+        return list(self.registered.tests)
 
     def estimates(self, tests: list[Test] | None = None) -> list[Estimate]:
         """Proposed est_time per test from history, computed without writing anything."""
@@ -288,9 +295,8 @@ class Night:
         """Propose est_time from history; write estimates, evidence CSV and source patch."""
         tests = self.registered_tests()
         estimates = self.estimates(tests)
-        out_dir = self.home / "calibration" / self.repo_spec.name
-        out_dir.mkdir(parents=True, exist_ok=True)
-        paths = {"evidence": out_dir / "evidence.csv", "patch": out_dir / "est_time.patch", "estimates": self.estimates_path}
+        paths = self.calibration_paths()
+        paths["evidence"].parent.mkdir(parents=True, exist_ok=True)
         write_evidence_csv(paths["evidence"], estimates)
         paths["patch"].write_text(make_patch(self.repo_spec.path, tests, estimates))
         sha = {t.id: t.sha256 for t in tests}
@@ -298,6 +304,10 @@ class Night:
                 for e in estimates if e.samples_used}
         write_atomic(self.estimates_path, json.dumps(data, indent=1, sort_keys=True))
         return estimates, paths
+
+    def calibration_paths(self) -> dict[str, Path]:
+        out_dir = self.home / "calibration" / self.repo_spec.name
+        return {"evidence": out_dir / "evidence.csv", "patch": out_dir / "est_time.patch", "estimates": self.estimates_path}
 
     def checks(self, estimates: list[Estimate]) -> tuple[list[Estimate], list]:
         """(drifted estimates, tests whose last run used over 90% of their timeout)."""

@@ -96,7 +96,8 @@ def run(args: argparse.Namespace) -> int:
     report = report_meta[0].metadata["report"].value if report_meta else "?"
 
     after = Night(settings, run_id=night.run_id)
-    estimates, paths = after.calibrate()
+    estimates = after.estimates()  # what the calibration run just wrote, recomputed without rewriting
+    paths = after.calibration_paths()
     from pipelines.core.model import Attempt
 
     attempts = [Attempt(**{**a, "gpu_slots": tuple(a["gpu_slots"])}) for a in summary["attempts"]]
