@@ -47,7 +47,16 @@ def _load(repo: Path | None) -> Catalog:
         print(f"nightly catalog: assets/ specs not loaded, reading {repo.resolve()} unconfigured:\n{exc}", file=sys.stderr)
         return load_catalog(repo.resolve())
     path, spec = specs.locate_repo(repo)
-    return load_catalog(path, spec, specs if spec else None)
+    return _with_history(load_catalog(path, spec, specs if spec else None), path)
+
+
+def _with_history(catalog: Catalog, path: Path) -> Catalog:
+    """Template tests register no est_time: list the one the next night plans with, as ``run`` does."""
+    from pipelines.night import Night, NightSettings, with_calibrated
+
+    calibrated = Night(NightSettings(repo=str(path))).calibrated()
+    unregistered = {t.id for t in catalog.tests if t.uncalibrated}
+    return with_calibrated(catalog, {tid: e for tid, e in calibrated.items() if tid in unregistered})
 
 
 def to_json(tests: list[Test]) -> list[dict]:
@@ -86,6 +95,10 @@ def run(args: argparse.Namespace) -> int:
         print(f"assumed: {note}", file=sys.stderr)
     for problem in catalog.problems:
         print(str(problem), file=sys.stderr)
+    uncalibrated = [t.id for t in tests if t.uncalibrated]
+    if args.json and uncalibrated:  # the table marks each row; the JSON fields are fixed
+        print(f"uncalibrated: {len(uncalibrated)} test(s) have the default est_time until a night's history "
+              f"gives one: {', '.join(uncalibrated)}", file=sys.stderr)
     if args.json:
         print(json.dumps(to_json(tests), indent=1))
     else:

@@ -105,10 +105,10 @@ def _run(args: argparse.Namespace) -> int:
     pools = override_pools(pools, [parse_pool_arg(v) for v in args.pool])
     shards = _pairs(args.shards, "--shards")
     catalog = load_catalog(path, spec)
-    if spec is not None:  # plan with the estimates the next night will use
-        from pipelines.night import Night, NightSettings, with_calibrated
+    # plan with the estimates the next night will use (an unconfigured checkout's are under its folder name)
+    from pipelines.night import Night, NightSettings, with_calibrated
 
-        catalog = with_calibrated(catalog, Night(NightSettings(repo=spec.name)).calibrated())
+    catalog = with_calibrated(catalog, Night(NightSettings(repo=spec.name if spec else str(path))).calibrated())
     changed = None
     if args.changed is not None:
         changed = tuple(args.changed)

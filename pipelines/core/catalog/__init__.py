@@ -26,6 +26,7 @@ __all__ = ["load_catalog", "detect_format", "find_template", "id_problem", "safe
 
 _REGISTER_CALL = re.compile(rb"^register_(?:cuda|rocm|cpu)_ci\(", re.MULTILINE)
 _WORKFLOWS = ".github/workflows"
+_TEMPLATE_SET = re.compile(r"<%[-+]?\s*set\s")  # `<% set`, `<%set`, and whitespace control `<%- set`
 
 
 def find_template(repo: Path) -> str | None:
@@ -40,7 +41,7 @@ def find_template(repo: Path) -> str | None:
             text = (folder / name).read_text(encoding="utf-8", errors="replace")
         except OSError:
             continue
-        if "<% set" in text or "<%set" in text:
+        if _TEMPLATE_SET.search(text):
             return f"{_WORKFLOWS}/{name}"
     return None
 

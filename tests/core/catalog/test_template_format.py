@@ -189,3 +189,11 @@ def test_a_template_entry_pointing_outside_the_repo_is_reported_and_never_read(t
     assert not any("not python" in p.message or p.field == "syntax" for p in cat.problems), cat.problems
     assert any(".." in f"{p.path} {p.message}" for p in cat.problems), cat.problems
     assert all(".." not in t.path for t in cat.tests)
+
+
+def test_a_template_using_whitespace_control_is_still_detected_as_the_template_format(tree):
+    plain = load_catalog(tree(FILES))
+    repo = tree({**FILES, WORKFLOW: TEMPLATE.replace("<% set gpu_tests", "<%- set gpu_tests")})
+    cat = load_catalog(repo)  # unconfigured: the format is detected
+    assert any("template" in a for a in cat.assumptions)
+    assert [t.id for t in cat.tests] == [t.id for t in plain.tests] and len(cat.tests) >= 6
