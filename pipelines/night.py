@@ -215,15 +215,19 @@ class Night:
         env.update(dict(self.settings.extra_env))
         return env
 
+    def pod_settings(self) -> dict:
+        """What every test pod needs beyond its request: its inputs' container paths and its env."""
+        from pipelines.launch.kubernetes.podspec import pod_env
+
+        return {"cache_paths": {r.key: r.path for r in self.catalog.requirements},
+                "env": pod_env(self.repo_spec.env, dict(self.settings.extra_env))}
+
     def launcher(self) -> Launcher:
         if self.deployment.launcher == "kubernetes":
             from pipelines.launch.kubernetes import launcher_from_deployment
-            from pipelines.launch.kubernetes.podspec import pod_env
 
             # pods see the cache PVC at /root, not this machine's folders (request.env names those)
-            return launcher_from_deployment(
-                self.deployment, cache_paths={r.key: r.path for r in self.catalog.requirements},
-                env=pod_env(self.repo_spec.env, dict(self.settings.extra_env)))
+            return launcher_from_deployment(self.deployment, **self.pod_settings())
         from pipelines.launch.local import LocalLauncher
 
         return LocalLauncher(self.home)
@@ -241,7 +245,8 @@ class Night:
             avoid_nodes=avoid,
         )
 
-    def run(self, plan: Plan, on_start: Callable | None = None, on_finish: Callable[[Attempt], None] | None = None) -> DispatchResult:
+    def run(self, plan: Plan, on_start: Callable | None = None, on_finish: Callable[[Attempt], None] | None = None,
+            launcher: Launcher | None = None) -> DispatchResult:
         """Dispatch the plan; each finished attempt goes to history before ``on_finish`` sees it."""
         by_id = self.tests_by_id
         store = self.history
@@ -267,7 +272,7 @@ class Night:
             return avoid_nodes(detect_bad_nodes(list(seen)))
 
         pools = [p.pool() for p in self.deployment.pools]
-        result = run_plan(plan, pools, self.launcher(), self.request, max_infra_retries=self.deployment.max_infra_retries,
+        result = run_plan(plan, pools, launcher or self.launcher(), self.request, max_infra_retries=self.deployment.max_infra_retries,
                           on_start=on_start, on_finish=finished, avoid_nodes=bad_nodes)
         if unsaved:
             store.append(unsaved)  # a second failure is raised: the attempts are still in the night's summary

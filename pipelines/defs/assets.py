@@ -93,7 +93,12 @@ def build_assets(catalog: Catalog) -> list[dg.AssetsDefinition]:
         if plan.unplanned:
             raise dg.Failure(f"{test.id}: no pool of deployment {night.deployment.name} runs hardware "
                              f"{test.hardware or test.suite!r}; add one in assets/cluster.yaml")
-        result = night.run(plan)
+        launcher = None
+        if night.deployment.launcher == "kubernetes":  # one container per asset partition, through Pipes
+            from pipelines.launch.kubernetes.pipes import pipes_launcher_for
+
+            launcher = pipes_launcher_for(context, night.deployment, **night.pod_settings())
+        result = night.run(plan, launcher=launcher)
         attempt = result.final()[test.id]
         meta = attempt_metadata(attempt, test, night.night)
         if attempt.outcome != "passed":

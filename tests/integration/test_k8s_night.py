@@ -38,6 +38,7 @@ OOM_ID = "tests/e2e/test_backend_matrix.py"
 ADMIT_ID = "tests/e2e/fsdp/test_fsdp_6gpu_chat.py"
 CARELESS_ID = "tests/e2e/megatron/test_grpo_math.py"  # prints the token it was given
 LABELS = ("megatron", "fsdp")
+RERUN_ID = "tests/e2e/megatron/test_dp8_chat.py"  # rerun alone through the PipesK8sClient path
 POD_KIND = "app.kubernetes.io/name"
 BUCKET = "nightly-e2e-history"  # the production deployment's s3_bucket in assets/cluster.yaml
 
@@ -115,7 +116,11 @@ def cluster(tmp_path_factory):
                 "labels": list(LABELS), "env": {"HF_TOKEN": SECRET}}}}})
             reused = _observed(instance, "converted_checkpoints") | _observed(instance, "model_weights") | _observed(
                 instance, "datasets")
-        yield {"night": night, "plan": plan, "result": result, "builds": first_builds, "server": server,
+            before_rerun = len(server.created)
+            rerun = build_definitions(nightly=resource).resolve_job_def("rerun_tests").execute_in_process(
+                instance=instance, partition_key=RERUN_ID)
+            rerun_pods = server.created[before_rerun:]
+        yield {"rerun": rerun, "rerun_pods": rerun_pods, "night": night, "plan": plan, "result": result, "builds": first_builds, "server": server,
                "kubelet": kubelet, "after_first": after_first, "markers": markers, "second": second,
                "reused": reused, "home": home, "needs": needs}
 
@@ -166,7 +171,8 @@ def test_inputs_are_built_once_on_the_cluster_and_reused_the_next_night(cluster)
     builds = cluster["builds"]
     keys = [b.key for b in builds]
     assert len(keys) == len(set(keys)) >= 7 and not any(b.reused for b in builds)
-    build_pods = _pods(cluster["server"], "nightly-e2e-build")
+    # the single-partition rerun at the end probes its own inputs again: not part of the two nights
+    build_pods = [p for p in _pods(cluster["server"], "nightly-e2e-build") if p not in cluster["rerun_pods"]]
     first, later = build_pods[:len(builds)], build_pods[len(builds):]
     assert [b["metadata"]["annotations"]["nightly-e2e.io/requirement-key"] for b in first] == keys
     assert len(later) == len(builds), "the second night probes each input once"
@@ -212,3 +218,16 @@ def test_the_hf_token_never_appears_in_a_pod_spec_or_a_log(cluster):
         kind = body["metadata"]["labels"][POD_KIND]
         if kind == "nightly-e2e-test" or body["metadata"]["labels"]["nightly-e2e.io/kind"] in ("model", "dataset"):
             assert refs == [{"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf-token", "key": "token"}}}]
+
+
+def test_a_single_partition_rerun_goes_through_pipes_k8s_with_the_same_pod_and_our_verdict(cluster):
+    rerun = cluster["rerun"]
+    assert rerun.success
+    (mat,) = rerun.asset_materializations_for_node("test_runs")
+    assert mat.partition == RERUN_ID
+    assert mat.metadata["outcome"].value == "passed" and mat.metadata["node"].value.startswith("h200-")
+    (pod,) = [p for p in cluster["rerun_pods"] if p["metadata"].get("annotations", {}).get("nightly-e2e.io/test-id")]
+    env = {e["name"] for e in pod["spec"]["containers"][0]["env"]}
+    assert "DAGSTER_PIPES_CONTEXT" in env, "the pod was not created by PipesK8sClient"
+    for path in cluster["needs"][RERUN_ID]:
+        assert cluster["kubelet"].local(pod, path) is not None, path

@@ -72,7 +72,7 @@ class PodRecorder:
 
 def run_test_pod(context: Any, request: LaunchRequest, pool: PoolSpec, deployment: DeploymentSpec, *,
                  pipes_client: Any = None, core_v1_api: client.CoreV1Api | None = None,
-                 settle_s: float = 5.0) -> tuple[Attempt, Any]:
+                 settle_s: float = 5.0, cache_paths: Any = ()) -> tuple[Attempt, Any]:
     """Run one attempt through ``PipesK8sClient.run``; returns our Attempt and the Pipes invocation.
 
     The invocation is None when dagster-k8s raised (it does on any non-zero exit); the Attempt
@@ -82,7 +82,7 @@ def run_test_pod(context: Any, request: LaunchRequest, pool: PoolSpec, deploymen
     from dagster_k8s import PipesK8sClient
     from dagster_k8s.client import DagsterK8sError
 
-    body = build_pod(request, pool, deployment)
+    body = build_pod(request, pool, deployment, cache_paths=list(cache_paths))
     uid = uuid.uuid4().hex[:16]
     meta = {k: v for k, v in body["metadata"].items() if k not in ("name", "namespace")}
     meta["labels"] = {**meta["labels"], f"{LABEL_PREFIX}/attempt-uid": uid}
@@ -118,3 +118,51 @@ def run_test_pod(context: Any, request: LaunchRequest, pool: PoolSpec, deploymen
         log_path=str(request.log_path), timeout_s=request.timeout_s, details=details,
     )
     return attempt, invocation
+
+
+class PipesLauncher:
+    """The Launcher interface over ``PipesK8sClient``, where one step context runs one test pod.
+
+    Used for single ``test_runs`` partitions on Kubernetes (reruns, backfills, sensor requests):
+    one container per asset partition, its logs and Pipes messages in that run's UI. Retries on
+    another node stay with the dispatcher, exactly as for the watch-based launcher.
+    """
+
+    name = "kubernetes-pipes"
+
+    def __init__(self, context: Any, deployment: DeploymentSpec, *, pipes_client: Any = None,
+                 core_v1_api: client.CoreV1Api | None = None, cache_paths: Any = None, env: Any = None):
+        self.context = context
+        self.deployment = deployment
+        self.pipes_client = pipes_client
+        self.api = core_v1_api
+        self.cache_paths = dict(cache_paths or {})
+        self.env = dict(env) if env is not None else None
+
+    def launch(self, request: LaunchRequest, on_log: Any = None) -> Attempt:
+        import dataclasses
+
+        pool = next(p for p in self.deployment.pools if p.name == request.pool)
+        if self.env is not None:  # pods see the cache PVC, not the planning machine's folders
+            request = dataclasses.replace(request, env=dict(self.env))
+        paths = [self.cache_paths[k] for k in request.test.requirements if k in self.cache_paths]
+        attempt, _ = run_test_pod(self.context, request, pool, self.deployment, pipes_client=self.pipes_client,
+                                  core_v1_api=self.api, cache_paths=paths)
+        return attempt
+
+
+def pipes_launcher_for(context: Any, deployment: DeploymentSpec, *, cache_paths: Any = None, env: Any = None,
+                       poll_interval_s: float = 2.0) -> PipesLauncher:
+    """A PipesLauncher with credentials from the pod (in cluster) or the kubeconfig, as the other launcher."""
+    import os
+
+    from dagster_k8s import PipesK8sClient
+
+    from pipelines.launch.kubernetes.launcher import launcher_from_deployment
+
+    in_cluster = bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
+    pipes = PipesK8sClient(load_incluster_config=in_cluster or None,
+                           kubeconfig_file=None if in_cluster else os.environ.get("KUBECONFIG"),
+                           poll_interval=poll_interval_s)
+    return PipesLauncher(context, deployment, pipes_client=pipes, core_v1_api=launcher_from_deployment(deployment).api,
+                         cache_paths=cache_paths, env=env)
