@@ -43,6 +43,7 @@ from pipelines.core.model import (
     effective_timeout,
 )
 from pipelines.core.plan import make_plan, pool_for
+from pipelines.core.report import Row, night_rows
 from pipelines.core.select import Selection, select
 from pipelines.core.specs import RepoSpec, Specs, load_specs
 from pipelines.launch.base import Launcher, LaunchRequest
@@ -187,9 +188,8 @@ class Night:
                 for dep in by_key[k].depends_on if k in by_key else ():
                     keys[dep] = None
                 keys[k] = None
-        reqs = [by_key[k] for k in keys if k in by_key]
-        order = {"model": 0, "dataset": 1, "conversion": 2}
-        return sorted(reqs, key=lambda r: (order[r.kind], r.key))
+        # the catalog lists requirements models first, then datasets, then conversions
+        return [r for r in self.catalog.requirements if r.key in keys]
 
     def build(self, req: Requirement) -> Built:
         """Build one input: into the local cache, or on the cluster into the cache PVC (kubernetes)."""
@@ -333,6 +333,14 @@ class Night:
         write_atomic(self.home / "nights" / f"{self.night}.json", text)
         write_atomic(self.home / "nights" / "latest.json", text)
         return summary
+
+    def report_rows(self, summary: dict) -> list[Row]:
+        """The report's rows for a night summary (``write_summary``), with the current proposals."""
+        by_id = self.tests_by_id
+        attempts = [Attempt(**{**a, "gpu_slots": tuple(a.get("gpu_slots", ()))}) for a in summary["attempts"]]
+        tests = [by_id[i] for i in summary["selected"] if i in by_id]
+        skipped = [by_id[i] for i in summary["skipped"] if i in by_id]
+        return night_rows(tests, skipped, attempts, self.estimates(), summary.get("unplanned", ()))
 
     def pool_of(self, test: Test) -> str:
         p = pool_for(test, self.deployment.pools)

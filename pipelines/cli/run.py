@@ -42,7 +42,7 @@ def _parse_env(pairs: list[str]) -> dict[str, str]:
 
 def run(args: argparse.Namespace) -> int:
     from pipelines.cli.plan_view import print_plan
-    from pipelines.core.report import night_rows, table
+    from pipelines.core.report import table
     from pipelines.instance import open_instance
     from pipelines.night import Night, NightSettings, default_home
 
@@ -95,13 +95,9 @@ def run(args: argparse.Namespace) -> int:
     report_meta = calib.asset_materializations_for_node("night_report")
     report = report_meta[0].metadata["report"].value if report_meta else "?"
 
-    after = Night(settings, run_id=night.run_id)
-    estimates = after.estimates()  # what the calibration run just wrote, recomputed without rewriting
+    after = Night(settings, run_id=night.run_id)  # a fresh look at the history the night just wrote
+    rows = after.report_rows(summary)
     paths = after.calibration_paths()
-    from pipelines.core.model import Attempt
-
-    attempts = [Attempt(**{**a, "gpu_slots": tuple(a["gpu_slots"])}) for a in summary["attempts"]]
-    rows = night_rows(tests, skipped, attempts, estimates, summary.get("unplanned", ()))
     print()
     print(table(rows))
     print()

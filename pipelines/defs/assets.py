@@ -12,7 +12,7 @@ from collections import defaultdict
 import dagster as dg
 
 from pipelines.core.model import Catalog
-from pipelines.core.report import markdown, night_rows
+from pipelines.core.report import markdown
 from pipelines.defs.metadata import attempt_metadata, built_metadata
 from pipelines.defs.resources import NightlyResource
 
@@ -140,18 +140,11 @@ def build_assets(catalog: Catalog) -> list[dg.AssetsDefinition]:
 
 def write_night_report(night):
     """Render the latest night's summary (written by the nightly job) with current proposals."""
-    from pipelines.core.model import Attempt
-
     latest = night.home / "nights" / "latest.json"
     if not latest.exists():
         raise dg.Failure(f"no night has run yet ({latest} is missing); run `make nightly` first")
     data = json.loads(latest.read_text())
-    by_id = night.catalog.by_id()
-    attempts = [Attempt(**{**a, "gpu_slots": tuple(a.get("gpu_slots", ()))}) for a in data["attempts"]]
-    tests = [by_id[i] for i in data["selected"] if i in by_id]
-    skipped = [by_id[i] for i in data["skipped"] if i in by_id]
-    estimates = night.estimates()
-    rows = night_rows(tests, skipped, attempts, estimates, data.get("unplanned", ()))
+    rows = night.report_rows(data)
     text = markdown(f"Night {data['night']} ({data['cadence']}, run {data['run_id']})", rows, None,
                     data.get("actual_makespan_s"),
                     extra={"Predicted makespan": f"{data.get('predicted_makespan_s', 0):.1f} s",
