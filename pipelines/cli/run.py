@@ -95,9 +95,8 @@ def run(args: argparse.Namespace) -> int:
     report_meta = calib.asset_materializations_for_node("night_report")
     report = report_meta[0].metadata["report"].value if report_meta else "?"
 
-    after = Night(settings, run_id=night.run_id)  # a fresh look at the history the night just wrote
-    rows = after.report_rows(summary)
-    paths = after.calibration_paths()
+    rows = night.report_rows(summary)  # est_time as the night ran it; proposals from the history it wrote
+    paths = night.calibration_paths()
     print()
     print(table(rows))
     print()
