@@ -1,0 +1,283 @@
+"""Flaky tests from history, and the quarantine that keeps them from failing the night.
+
+Two kinds of evidence, both on the *same code and image* (a test file's sha256 and the image
+digest), so a fix or a new image is never mistaken for flakiness:
+
+- *passed on retry*: a night where the test failed (or hung) and a later attempt passed;
+- *alternating*: the test's final outcome flips between passed and failed from one of its nights
+  to the next; ``min_flips`` flips within the window are needed (one flip is a breakage or a fix).
+
+States: healthy -> flaky -> quarantined -> released (after ``release_after`` consecutive passing
+nights) -> healthy. Infra errors and skips say nothing about a test: they are ignored here, and
+failures on a node the night found bad are the node's, not the test's. Manual overrides (who, why,
+when) come from a JSON document: a hand-made quarantine holds until released by hand.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, fields, replace
+from datetime import UTC, datetime
+
+from pipelines.core.health import detect_bad_nodes
+from pipelines.core.model import Attempt, CatalogError, Problem, Sample
+
+STATES = ("healthy", "flaky", "quarantined", "released")
+_FAIL = ("failed", "timed_out")
+
+
+@dataclass(frozen=True)
+class FlakyRules:
+    """Per-repo thresholds (``flaky:`` in assets/repos.yaml)."""
+
+    #: evidence older than this many of the test's own nights is forgotten
+    window_nights: int = 14
+    #: outcome flips within the window that make a test flaky without any retry evidence
+    min_flips: int = 2
+    #: pieces of evidence (retry passes + flips) within the window that quarantine it
+    quarantine_after: int = 3
+    #: consecutive clean passing nights that release an automatic quarantine
+    release_after: int = 5
+    #: a quarantined test still runs (its result is reported, it does not fail the night)
+    run_quarantined: bool = True
+
+    @classmethod
+    def from_mapping(cls, data: Mapping | None, where: str = "assets/repos.yaml", key: str = "flaky",
+                     line: int = 1) -> FlakyRules:
+        """Rules from YAML; unknown names and non-positive counts are errors that say the fix."""
+        if data is None:
+            return cls()
+        if not isinstance(data, Mapping):
+            raise CatalogError(Problem(where, line, key, f"expected a mapping of rules, got {type(data).__name__}"))
+        known = {f.name: f for f in fields(cls)}
+        values = {}
+        for name, value in data.items():
+            if name not in known:
+                raise CatalogError(Problem(where, line, f"{key}.{name}",
+                                           f"unknown rule; use one of {', '.join(known)}"))
+            if name == "run_quarantined":
+                if not isinstance(value, bool):
+                    raise CatalogError(Problem(where, line, f"{key}.{name}", f"expected true or false, got {value!r}"))
+            elif isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise CatalogError(Problem(where, line, f"{key}.{name}", f"expected a whole number >= 1, got {value!r}"))
+            values[name] = value
+        return cls(**values)
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """One reason to call a test flaky, citing the run it came from."""
+
+    kind: str  # "passed_on_retry" | "alternating"
+    run_id: str
+    started_at: str
+    text: str
+
+
+@dataclass(frozen=True)
+class FlakyState:
+    """Where one test stands, with the evidence that put it there."""
+
+    test_id: str
+    state: str = "healthy"
+    evidence: tuple[Evidence, ...] = ()
+    #: consecutive clean passing nights while quarantined
+    passes: int = 0
+    since: str = ""
+    by: str = ""
+    why: str = ""
+    manual: bool = False
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: Mapping) -> FlakyState:
+        ev = tuple(Evidence(**e) for e in d.get("evidence", ()))
+        return cls(**{**{k: v for k, v in d.items() if k in {f.name for f in fields(cls)}}, "evidence": ev})
+
+
+@dataclass(frozen=True)
+class NightRecord:
+    """One test's attempts in one run that say something about the test (infra and bad nodes removed)."""
+
+    test_id: str
+    run_id: str
+    started_at: str
+    sha256: str
+    image: str
+    outcomes: tuple[str, ...]
+
+    @property
+    def final(self) -> str:
+        return self.outcomes[-1]
+
+    @property
+    def clean_pass(self) -> bool:
+        return all(o == "passed" for o in self.outcomes)
+
+
+def _time(value: str) -> datetime:
+    try:
+        t = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return datetime.min.replace(tzinfo=UTC)
+    return t if t.tzinfo else t.replace(tzinfo=UTC)
+
+
+def night_records(samples: Sequence[Sample]) -> list[NightRecord]:
+    """Samples grouped into per-test nights, oldest run first; infra, skips and bad-node failures dropped."""
+    runs: dict[str, list[Sample]] = defaultdict(list)
+    for s in samples:
+        runs[s.run_id].append(s)
+    order = sorted(runs, key=lambda r: min((_time(s.started_at) for s in runs[r]),
+                                           default=datetime.min.replace(tzinfo=UTC)))
+    out = []
+    for run_id in order:
+        mine = sorted(runs[run_id], key=lambda s: (s.test_id, s.attempt, s.started_at))
+        bad = {f.node for f in detect_bad_nodes([_attempt(s) for s in mine if s.node])}
+        per_test: dict[str, list[Sample]] = defaultdict(list)
+        for s in mine:
+            if s.outcome in ("passed", *_FAIL) and not (s.outcome in _FAIL and s.node in bad):
+                per_test[s.test_id].append(s)
+        for test_id, xs in per_test.items():
+            out.append(NightRecord(test_id, run_id, min(s.started_at for s in xs), xs[-1].sha256, xs[-1].image,
+                                 tuple(s.outcome for s in xs)))
+    return out
+
+
+def _attempt(s: Sample) -> Attempt:
+    return Attempt(test_id=s.test_id, outcome=s.outcome, elapsed_s=s.elapsed_s, started_at=s.started_at,
+                   attempt=s.attempt, node=s.node)
+
+
+def step(state: FlakyState, night: NightRecord, prev: NightRecord | None, rules: FlakyRules,
+         window: Sequence[tuple[int, Evidence]] = (), index: int = 0) -> tuple[FlakyState, list[tuple[int, Evidence]]]:
+    """One night of one test: the new state and the evidence window (``(night index, evidence)`` pairs)."""
+    new = [(i, e) for i, e in window if index - i < rules.window_nights]
+    outs = night.outcomes
+    if any(o in _FAIL for o in outs[:-1]) and outs[-1] == "passed":
+        first = next(o for o in outs if o in _FAIL)
+        new.append((index, Evidence("passed_on_retry", night.run_id, night.started_at,
+                                    f"{first} then passed on attempt {len(outs)} in run {night.run_id}")))
+    elif prev is not None and (prev.sha256, prev.image) == (night.sha256, night.image) and \
+            (prev.final == "passed") != (night.final == "passed"):
+        new.append((index, Evidence("alternating", night.run_id, night.started_at,
+                                    f"{prev.final} in run {prev.run_id}, {night.final} in run {night.run_id} "
+                                    "on the same code and image")))
+    retries = sum(1 for _, e in new if e.kind == "passed_on_retry")
+    flips = sum(1 for _, e in new if e.kind == "alternating")
+    score = retries + flips
+    is_flaky = retries >= 1 or flips >= rules.min_flips
+    evidence = tuple(e for _, e in new)
+    s = state.state
+    if s == "quarantined":
+        passes = state.passes + 1 if night.clean_pass else 0
+        if passes >= rules.release_after and not state.manual:
+            return replace(state, state="released", passes=passes, since=night.run_id, by="flaky rules",
+                           why=f"{passes} consecutive passing nights", evidence=()), []
+        return replace(state, passes=passes, evidence=evidence or state.evidence), new
+    if is_flaky and score >= rules.quarantine_after:
+        return FlakyState(state.test_id, "quarantined", evidence, 0, night.run_id, "flaky rules",
+                          f"{retries} pass(es) on retry and {flips} flip(s) in the last {rules.window_nights} nights"), new
+    if is_flaky:
+        keep = state.since if s == "flaky" else night.run_id
+        return FlakyState(state.test_id, "flaky", evidence, 0, keep, "flaky rules",
+                          f"{retries} pass(es) on retry and {flips} flip(s) in the last {rules.window_nights} nights"), new
+    if s in ("flaky", "released"):
+        return FlakyState(state.test_id, "healthy", evidence, 0, night.run_id), new
+    return replace(state, evidence=evidence), new
+
+
+def replay(samples: Sequence[Sample], rules: FlakyRules = FlakyRules(),
+           overrides: Mapping | None = None) -> dict[str, FlakyState]:
+    """Every test's state after all of history, manual overrides applied at the time they were made."""
+    actions = sorted(overrides_of(overrides), key=lambda a: _time(a["at"]))
+    states: dict[str, FlakyState] = {}
+    windows: dict[str, list[tuple[int, Evidence]]] = {}
+    prev: dict[str, NightRecord] = {}
+    count: dict[str, int] = defaultdict(int)
+    k = 0
+    for night in night_records(samples):
+        t = _time(night.started_at)
+        while k < len(actions) and _time(actions[k]["at"]) <= t:
+            _apply(states, windows, actions[k])
+            k += 1
+        tid = night.test_id
+        state = states.get(tid) or FlakyState(tid)
+        states[tid], windows[tid] = step(state, night, prev.get(tid), rules, windows.get(tid, []), count[tid])
+        prev[tid] = night
+        count[tid] += 1
+    for action in actions[k:]:
+        _apply(states, windows, action)
+    return states
+
+
+def _apply(states: dict[str, FlakyState], windows: dict[str, list], action: Mapping) -> None:
+    tid = action["test"]
+    if action["action"] == "add":
+        states[tid] = FlakyState(tid, "quarantined", states.get(tid, FlakyState(tid)).evidence, 0, action["at"],
+                                 action["by"], action["why"], manual=True)
+    else:
+        states[tid] = FlakyState(tid, "released", (), 0, action["at"], action["by"], action["why"])
+        windows[tid] = []
+
+
+def overrides_of(doc: Mapping | None) -> list[dict]:
+    """The manual actions in a quarantine document (``{"actions": [{test, action, by, why, at}]}``)."""
+    return [dict(a) for a in (doc or {}).get("actions", ())]
+
+
+def record(doc: Mapping | None, test: str, action: str, by: str, why: str, at: str) -> dict:
+    """The document with one more manual action; who and why are required (they are the point)."""
+    if action not in ("add", "release"):
+        raise ValueError(f"quarantine: action: unknown action {action!r}; use add or release")
+    for name, value in (("test", test), ("--by", by), ("--why", why)):
+        if not value or not value.strip():
+            raise ValueError(f"quarantine {action}: {name}: must not be empty; say {_HINT[name]}")
+    actions = overrides_of(doc)
+    actions.append({"test": test, "action": action, "by": by.strip(), "why": why.strip(), "at": at})
+    return {"version": 1, "actions": actions}
+
+
+_HINT = {"test": "which test (its id as `nightly catalog` prints it)", "--by": "who decides (a name or handle)",
+         "--why": "why, e.g. an issue link"}
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """Whether the night failed, and which failures a quarantine excused (never infra or bad nodes)."""
+
+    failed: tuple[str, ...]
+    excused: tuple[str, ...]
+    infra: tuple[str, ...]
+    bad_nodes: tuple[str, ...]
+
+    @property
+    def ok(self) -> bool:
+        return not (self.failed or self.infra or self.bad_nodes)
+
+
+def night_verdict(attempts: Iterable[Attempt], states: Mapping[str, FlakyState]) -> Verdict:
+    """Each test's last attempt decides; a quarantined test's failure is excused unless its node was bad."""
+    attempts = list(attempts)
+    bad = {f.node for f in detect_bad_nodes(attempts)}
+    last: dict[str, Attempt] = {}
+    for a in attempts:
+        last[a.test_id] = a
+    failed, excused, infra = [], [], []
+    for tid, a in last.items():
+        if a.outcome == "infra_error":
+            infra.append(tid)
+        elif a.outcome in _FAIL:
+            quarantined = states.get(tid, FlakyState(tid)).state == "quarantined"
+            (excused if quarantined and a.node not in bad else failed).append(tid)
+    return Verdict(tuple(failed), tuple(excused), tuple(infra), tuple(sorted(bad)))
+
+
+def runnable(test_ids: Iterable[str], states: Mapping[str, FlakyState], rules: FlakyRules) -> list[str]:
+    """The tests to launch: all of them, or without the quarantined ones when ``run_quarantined`` is off."""
+    if rules.run_quarantined:
+        return list(test_ids)
+    return [t for t in test_ids if states.get(t, FlakyState(t)).state != "quarantined"]

@@ -1,0 +1,163 @@
+"""Flakiness from history and the quarantine state machine, over generated nights."""
+
+from __future__ import annotations
+
+import pytest
+
+from pipelines.core.flaky import FlakyRules, FlakyState, night_verdict, record, replay, runnable
+from pipelines.core.model import Attempt, CatalogError, Sample
+
+T = "tests/e2e/test_grpo.py"
+RULES = FlakyRules(window_nights=14, min_flips=2, quarantine_after=3, release_after=3)
+
+
+def history(*nights: str | tuple[str, ...], test: str = T, sha: str = "a" * 64, image: str = "img@1",
+            node: str = "n0", start: int = 1) -> list[Sample]:
+    """One run per night; each night is one outcome or the outcomes of its attempts in order."""
+    out = []
+    for i, night in enumerate(nights, start=start):
+        for k, outcome in enumerate((night,) if isinstance(night, str) else night, start=1):
+            out.append(Sample(test_id=test, hardware="h200", sha256=sha, outcome=outcome, elapsed_s=60.0,  # type: ignore[arg-type]
+                              started_at=f"2026-11-{i:02d}T01:{k:02d}:00+00:00", node=node, image=image,
+                              run_id=f"run{i:02d}", attempt=k, capped=outcome == "timed_out"))
+    return out
+
+
+def state_of(samples, rules=RULES, overrides=None) -> FlakyState:
+    return replay(samples, rules, overrides)[T]
+
+
+def test_a_test_that_fails_then_passes_on_retry_is_flaky_with_the_run_as_evidence():
+    s = state_of(history("passed", ("failed", "passed"), "passed"))
+    assert s.state == "flaky"
+    [ev] = s.evidence
+    assert (ev.kind, ev.run_id) == ("passed_on_retry", "run02")
+    assert ev.text == "failed then passed on attempt 2 in run run02"
+
+
+def test_a_hang_then_a_pass_on_retry_counts_the_same():
+    [ev] = state_of(history(("timed_out", "passed"))).evidence
+    assert ev.text == "timed_out then passed on attempt 2 in run run01"
+
+
+def test_one_breakage_is_not_flaky_but_alternating_nights_on_the_same_code_are():
+    assert state_of(history("passed", "failed", "failed")).state == "healthy"
+    s = state_of(history("passed", "failed", "passed"))
+    assert s.state == "flaky"
+    assert [e.kind for e in s.evidence] == ["alternating", "alternating"]
+    assert s.evidence[1].text == "failed in run run02, passed in run run03 on the same code and image"
+
+
+def test_a_fix_in_the_code_or_a_new_image_is_not_a_flip():
+    fixed = history("passed", "failed") + history("passed", sha="b" * 64, start=3)
+    assert state_of(fixed).state == "healthy"
+    new_image = history("passed", "failed") + history("passed", image="img@2", start=3)
+    assert state_of(new_image).state == "healthy"
+
+
+def test_enough_evidence_in_the_window_quarantines_and_says_why():
+    s = state_of(history(("failed", "passed"), "passed", ("failed", "passed"), "failed", "passed"))
+    assert (s.state, s.by) == ("quarantined", "flaky rules")
+    assert s.why == "2 pass(es) on retry and 1 flip(s) in the last 14 nights"
+    assert s.since == "run04"
+
+
+def test_evidence_older_than_the_window_is_forgotten():
+    rules = FlakyRules(window_nights=3, quarantine_after=3, release_after=3)
+    s = state_of(history(("failed", "passed"), "passed", "passed", "passed"), rules)
+    assert (s.state, s.evidence) == ("healthy", ())
+
+
+def test_a_quarantine_stays_while_the_test_still_fails_and_releases_after_n_clean_passes():
+    flaky = [("failed", "passed")] * 3
+    assert state_of(history(*flaky)).state == "quarantined"
+    still = state_of(history(*flaky, "passed", "passed", "failed", "passed", "passed"))
+    assert (still.state, still.passes) == ("quarantined", 2)
+    retry = state_of(history(*flaky, "passed", "passed", ("failed", "passed")))
+    assert (retry.state, retry.passes) == ("quarantined", 0)
+    released = state_of(history(*flaky, "passed", "passed", "failed", "passed", "passed", "passed"))
+    assert (released.state, released.why, released.since) == ("released", "3 consecutive passing nights", "run09")
+    assert released.evidence == ()
+
+
+def test_a_released_test_is_healthy_after_a_clean_night_and_flaky_again_on_new_evidence():
+    base = [("failed", "passed")] * 3 + ["passed"] * 3
+    assert state_of(history(*base, "passed")).state == "healthy"
+    assert state_of(history(*base, ("failed", "passed"))).state == "flaky"
+
+
+def test_infra_errors_are_ignored_neither_evidence_nor_a_pass_nor_a_reset():
+    flaky = [("failed", "passed")] * 3
+    s = state_of(history(*flaky, "passed", "infra_error", ("infra_error", "passed"), "skipped"))
+    assert (s.state, s.passes) == ("quarantined", 2)
+    assert state_of(history("passed", ("infra_error", "passed"), "infra_error", "passed")).state == "healthy"
+
+
+def test_failures_on_a_node_the_night_found_bad_are_the_nodes_not_the_tests():
+    samples = []
+    for night in range(1, 4):  # the test fails on bad node n9 and passes on retry on n0, three nights running
+        samples += history("failed", node="n9", start=night)
+        samples += history(("passed", "passed"), node="n0", start=night)[1:]
+        for other in range(3):
+            samples += history("failed", test=f"tests/other_{other}.py", node="n9", start=night)
+            samples += history(("failed", "passed"), test=f"tests/other_{other}.py", node="n0", start=night)[1:]
+        samples += history(*["passed"], test="tests/ok.py", node="n0", start=night)
+    states = replay(samples, RULES)
+    assert states[T].state == "healthy" and states[T].evidence == ()
+
+
+def test_a_quarantine_by_hand_holds_past_n_passes_until_released_by_hand():
+    doc = record(None, T, "add", "alice", "issue #12: races on port 29500", "2026-11-01T00:00:00+00:00")
+    s = state_of(history("passed", "passed", "passed", "passed"), overrides=doc)
+    assert (s.state, s.by, s.why, s.manual) == ("quarantined", "alice", "issue #12: races on port 29500", True)
+    doc = record(doc, T, "release", "bob", "fixed in #13", "2026-11-04T12:00:00+00:00")
+    s = state_of(history(*[("failed", "passed")] * 3), overrides=doc)
+    assert (s.state, s.by, s.why, s.evidence) == ("released", "bob", "fixed in #13", ())
+    assert [a["action"] for a in doc["actions"]] == ["add", "release"]
+
+
+def test_a_manual_action_needs_who_and_why():
+    with pytest.raises(ValueError) as err:
+        record(None, T, "add", "alice", "  ", "2026-11-01T00:00:00Z")
+    assert str(err.value) == "quarantine add: --why: must not be empty; say why, e.g. an issue link"
+    with pytest.raises(ValueError, match="quarantine release: --by: must not be empty; say who decides"):
+        record(None, T, "release", "", "fixed", "2026-11-01T00:00:00Z")
+
+
+def attempt(test: str, outcome: str, node: str = "n0") -> Attempt:
+    return Attempt(test_id=test, outcome=outcome, elapsed_s=1.0, started_at="2026-11-01T00:00:00Z", node=node)  # type: ignore[arg-type]
+
+
+def test_a_quarantined_failure_does_not_fail_the_night_but_infra_and_other_failures_do():
+    states = {T: FlakyState(T, "quarantined"), "tests/b.py": FlakyState("tests/b.py", "quarantined")}
+    v = night_verdict([attempt(T, "failed"), attempt("tests/ok.py", "passed")], states)
+    assert (v.ok, v.excused, v.failed) == (True, (T,), ())
+    v = night_verdict([attempt(T, "failed"), attempt("tests/b.py", "infra_error"), attempt("tests/c.py", "timed_out")], states)
+    assert (v.ok, v.excused, v.infra, v.failed) == (False, (T,), ("tests/b.py",), ("tests/c.py",))
+
+
+def test_a_quarantine_never_hides_a_bad_node():
+    night = [attempt(f"tests/t{i}.py", "failed", "bad") for i in range(4)] + [attempt(T, "failed", "bad")]
+    night += [attempt(f"tests/t{i}.py", "passed", "good") for i in range(4)] + [attempt("tests/z.py", "passed", "good")]
+    v = night_verdict(night, {T: FlakyState(T, "quarantined")})
+    assert v.bad_nodes == ("bad",) and T in v.failed and v.excused == () and not v.ok
+
+
+def test_quarantined_tests_are_left_out_only_when_the_rules_say_so():
+    states = {T: FlakyState(T, "quarantined")}
+    assert runnable([T, "tests/b.py"], states, FlakyRules()) == [T, "tests/b.py"]
+    assert runnable([T, "tests/b.py"], states, FlakyRules(run_quarantined=False)) == ["tests/b.py"]
+
+
+def test_rules_come_from_yaml_and_bad_rules_say_the_fix():
+    assert FlakyRules.from_mapping({"release_after": 7}).release_after == 7
+    with pytest.raises(CatalogError) as err:
+        FlakyRules.from_mapping({"release_afer": 7}, "assets/repos.yaml", "repos.minirl.flaky", 12)
+    assert str(err.value).startswith("assets/repos.yaml:12: repos.minirl.flaky.release_afer: unknown rule; use one of")
+    with pytest.raises(CatalogError, match=r"flaky.window_nights: expected a whole number >= 1, got 0"):
+        FlakyRules.from_mapping({"window_nights": 0})
+
+
+def test_states_round_trip_through_json_dicts():
+    s = state_of(history(("failed", "passed")))
+    assert FlakyState.from_dict(s.to_dict()) == s
