@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 Backend = Literal["cuda", "rocm", "cpu"]
-Outcome = Literal["passed", "failed", "timed_out", "infra_error", "skipped"]
+Outcome = Literal["passed", "failed", "timed_out", "infra_error", "skipped", "interrupted"]
 RequirementKind = Literal["model", "dataset", "conversion"]
 
 #: Outcomes that say something about the test itself (infra errors and skips do not).
@@ -83,6 +83,8 @@ class Test:
     args: tuple[str, ...] = ()
     requirements: tuple[str, ...] = ()
     unresolved: tuple[str, ...] = ()
+    #: what nightly=True means in the test's framework: "also" (M) or "exclusive" (SGLang family)
+    nightly_rule: str = "also"
 
     @property
     def enabled(self) -> bool:
@@ -217,6 +219,11 @@ class Estimate:
     @property
     def delta(self) -> int:
         return self.proposed - self.current
+
+
+#: No est_time (nor timeout) above one day: a longer nightly test cannot fit in a night, and a
+#: poisoned sample must never set a timeout of years.
+MAX_EST_TIME_S = 86_400
 
 
 def effective_timeout(est_time: int, floor_s: int = 1800, factor: float = 1.25) -> int:

@@ -1,13 +1,12 @@
 """The declarative inputs in ``assets/``: repos, cluster pools, models, datasets, conversions.
 
 A CI maintainer edits these YAML files; every mistake is reported as ``file:line: key: what is
-wrong`` before anything runs.
+wrong; how to fix`` before anything runs (the schema: :mod:`pipelines.core.specs_schema`).
 """
 
 from __future__ import annotations
 
 import os
-import string
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -15,64 +14,95 @@ from typing import Any
 import yaml
 
 from pipelines.core.model import CatalogError, Pool, Problem
+from pipelines.core.specs_schema import (
+    CheckpointsFile,
+    ClusterFile,
+    DatasetsFile,
+    DeploymentModel,
+    ModelsFile,
+    PoolModel,
+    RepoModel,
+    ReposFile,
+    validate,
+)
 
 DEFAULT_ASSETS_DIR = Path(__file__).resolve().parents[2] / "assets"
 
 
 class _LineLoader(yaml.SafeLoader):
-    """A SafeLoader whose mappings remember the line of each key."""
+    """A SafeLoader whose mappings and lists remember the line of each key and item, and which
+    collects duplicate keys (YAML's "last wins" would silently drop a setting)."""
+
+    def __init__(self, stream: Any):
+        super().__init__(stream)
+        self.duplicates: list[tuple[str, int, int]] = []
 
 
 class LineDict(dict):
-    lines: dict[str, int]
+    lines: dict[Any, int]
+
+
+class LineList(list):
+    lines: list[int]
 
 
 def _construct_mapping(loader: _LineLoader, node: yaml.MappingNode) -> LineDict:
-    loader.flatten_mapping(node)
+    first: dict[Any, int] = {}
+    for key_node, _ in node.value:
+        if key_node.tag == "tag:yaml.org,2002:merge" or not isinstance(key_node, yaml.ScalarNode):
+            continue
+        key, line = key_node.value, key_node.start_mark.line + 1
+        if key in first:
+            loader.duplicates.append((str(key), line, first[key]))
+        else:
+            first[key] = line
+    loader.flatten_mapping(node)  # merged keys come first, so explicit keys override them
     out = LineDict()
     out.lines = {}
     for key_node, value_node in node.value:
         key = loader.construct_object(key_node, deep=True)
         out[key] = loader.construct_object(value_node, deep=True)
-        out.lines[str(key)] = key_node.start_mark.line + 1
+        out.lines[key] = key_node.start_mark.line + 1
+    return out
+
+
+def _construct_sequence(loader: _LineLoader, node: yaml.SequenceNode) -> LineList:
+    out = LineList(loader.construct_object(child, deep=True) for child in node.value)
+    out.lines = [child.start_mark.line + 1 for child in node.value]
     return out
 
 
 _LineLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+_LineLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_SEQUENCE_TAG, _construct_sequence)
 
 
-def load_yaml(path: Path) -> Any:
-    """Parse one YAML file; syntax errors name the file and line."""
+def _read_yaml(path: Path) -> tuple[Any, list[Problem]]:
     try:
         with open(path, encoding="utf-8") as fh:
-            return yaml.load(fh, Loader=_LineLoader) or {}
+            loader = _LineLoader(fh)
+            try:
+                data = loader.get_single_data()
+            finally:
+                loader.dispose()
     except OSError as exc:
         raise CatalogError(Problem(str(path), 1, "file", (
             f"cannot be read ({exc.strerror}); point NIGHTLY_ASSETS_DIR at the project's assets/ folder"))) from exc
     except yaml.MarkedYAMLError as exc:
         line = exc.problem_mark.line + 1 if exc.problem_mark else 1
-        raise CatalogError(Problem(str(path), line, "yaml", str(exc.problem))) from exc
+        raise CatalogError(Problem(str(path), line, "yaml", f"{exc.problem}; fix the YAML syntax")) from exc
+    except (yaml.YAMLError, UnicodeDecodeError) as exc:
+        raise CatalogError(Problem(str(path), 1, "yaml", f"{exc}; fix the YAML syntax")) from exc
+    problems = [Problem(str(path), line, key, f"duplicate key (first at line {was}); keep one of them")
+                for key, line, was in loader.duplicates]
+    return (data if data is not None else {}), problems
 
 
-#: what a repo's `env:` values may refer to (filled in per night by pipelines.night)
-ENV_PLACEHOLDERS = ("cache", "repo", "home", "hub")
-
-
-def _env_problem(value: str) -> str | None:
-    """Why an env template cannot be filled, or None."""
-    try:
-        names = [name for _, name, _, _ in string.Formatter().parse(value) if name is not None]
-    except ValueError as exc:
-        return f"{exc}; write a literal brace as {{{{ or }}}}"
-    unknown = [n for n in names if n not in ENV_PLACEHOLDERS]
-    if unknown:
-        return (f"unknown placeholder {{{unknown[0]}}}; use {', '.join('{' + p + '}' for p in ENV_PLACEHOLDERS)}, "
-                "and write a literal brace as {{ or }}")
-    return None
-
-
-def _line(mapping: Any, key: str) -> int:
-    return getattr(mapping, "lines", {}).get(key, 1)
+def load_yaml(path: Path) -> Any:
+    """Parse one YAML file; syntax errors and duplicate keys name the file and line."""
+    data, problems = _read_yaml(path)
+    if problems:
+        raise CatalogError(problems)
+    return data
 
 
 @dataclass(frozen=True)
@@ -208,170 +238,66 @@ class Specs:
         return self.deployments[name]
 
 
-class _Reader:
-    """Typed field access that collects located problems instead of raising on the first."""
-
-    def __init__(self, path: Path):
-        self.path = path
-        self.problems: list[Problem] = []
-
-    def get(self, m: Any, key: str, typ: type | tuple[type, ...], default: Any = ..., where: str = "") -> Any:
-        label = f"{where}.{key}" if where else key
-        if not isinstance(m, dict):
-            self.problems.append(Problem(str(self.path), 1, where or key, "expected a mapping"))
-            return None if default is ... else default
-        if key not in m:
-            if default is ...:
-                self.problems.append(Problem(str(self.path), _line(m, key), label, "required key is missing"))
-                return None
-            return default
-        value = m[key]
-        if typ is float and isinstance(value, int) and not isinstance(value, bool):
-            value = float(value)
-        bad_bool = isinstance(value, bool) and typ in (int, float)
-        if bad_bool or not isinstance(value, typ):
-            names = typ.__name__ if isinstance(typ, type) else "/".join(t.__name__ for t in typ)
-            self.problems.append(
-                Problem(str(self.path), _line(m, key), label, f"expected {names}, got {type(value).__name__} {value!r}")
-            )
-            return None if default is ... else default
-        return value
+def _pool(name: str, m: PoolModel) -> PoolSpec:
+    return PoolSpec(name=name, nodes=m.nodes, gpus_per_node=m.gpus_per_node, hardware=tuple(m.hardware) or (name,),
+                    image=m.image, node_selector=dict(m.node_selector), tolerations=tuple(dict(t) for t in m.tolerations),
+                    shm_size=m.shm_size, priority_class=m.priority_class, queue=m.queue,
+                    cpu_per_gpu=m.cpu_per_gpu, memory_per_gpu=m.memory_per_gpu, image_digest=m.image_digest)
 
 
-def _pools(r: _Reader, raw: Any, where: str) -> tuple[PoolSpec, ...]:
-    pools = []
-    for name, p in (raw or {}).items():
-        w = f"{where}.{name}"
-        nodes = r.get(p, "nodes", int, where=w)
-        gpn = r.get(p, "gpus_per_node", int, where=w)
-        for k, v in (("nodes", nodes), ("gpus_per_node", gpn)):
-            if isinstance(v, int) and v <= 0:
-                r.problems.append(Problem(str(r.path), _line(p, k), f"{w}.{k}", f"must be positive, got {v}"))
-        pools.append(
-            PoolSpec(
-                name=str(name),
-                nodes=nodes or 1,
-                gpus_per_node=gpn or 1,
-                hardware=tuple(r.get(p, "hardware", list, [], where=w)) or (str(name),),
-                image=r.get(p, "image", str, "", where=w),
-                node_selector=dict(r.get(p, "node_selector", dict, {}, where=w)),
-                tolerations=tuple(dict(t) for t in r.get(p, "tolerations", list, [], where=w)),
-                shm_size=r.get(p, "shm_size", str, "32Gi", where=w),
-                priority_class=r.get(p, "priority_class", str, "", where=w),
-                queue=r.get(p, "queue", str, "", where=w),
-                cpu_per_gpu=str(r.get(p, "cpu_per_gpu", (str, int), "4", where=w)),
-                memory_per_gpu=str(r.get(p, "memory_per_gpu", str, "32Gi", where=w)),
-                image_digest=r.get(p, "image_digest", str, "", where=w),
-            )
-        )
-    return tuple(pools)
+def _repo(name: str, m: RepoModel, root: Path) -> RepoSpec:
+    params = m.calibration.model_dump(exclude_unset=True, exclude={"policy"})
+    if "accept" in params:
+        params["accept"] = tuple(params["accept"])
+    return RepoSpec(
+        name=name, path=Path(m.path) if os.path.isabs(m.path) else (root.parent / m.path).resolve(),
+        format=m.format, roots=tuple(m.roots), implicit_cpu_dirs=tuple(m.implicit_cpu_dirs), template=m.template,
+        default_est_time=m.default_est_time, default_num_gpus=m.default_num_gpus, policy=m.calibration.policy,
+        policy_params=params, timeout_floor_s=m.timeout.floor_s, timeout_factor=m.timeout.factor,
+        env=dict(m.env), requirements={k: tuple(v) for k, v in m.requirements.items()}, hub=m.hub,
+    )
+
+
+def _deployment(name: str, m: DeploymentModel) -> DeploymentSpec:
+    return DeploymentSpec(
+        name=name, launcher=m.launcher, pools=tuple(_pool(str(k), p) for k, p in m.pools.items()),
+        namespace=m.namespace, storage=m.storage, s3_bucket=m.s3_bucket, s3_prefix=m.s3_prefix,
+        cache_pvc=m.cache_pvc, hf_token_secret=m.hf_token_secret, max_infra_retries=m.max_infra_retries,
+        unschedulable_wait_s=m.unschedulable_wait_s, cordon_bad_nodes=m.cordon_bad_nodes,
+        startup_wait_s=m.startup_wait_s,
+    )
+
+
+def _file(path: Path, model: type, problems: list[Problem], optional: bool = False) -> Any:
+    """One spec file validated against its schema; problems are collected, never raised here."""
+    if optional and not path.exists():
+        return model()
+    raw, dupes = _read_yaml(path)
+    parsed, bad = validate(model, raw, path)
+    problems += dupes + bad
+    return parsed
 
 
 def load_specs(assets_dir: Path | str | None = None) -> Specs:
-    """Read and validate every spec file in ``assets/``; raise one CatalogError listing all problems."""
+    """Read and validate every spec file in ``assets/``; raise one CatalogError listing all problems.
+
+    Everything is checked before anything runs: unknown and duplicate keys, types, ranges,
+    policies and formats (see :mod:`pipelines.core.specs_schema`).
+    """
     root = Path(assets_dir or os.environ.get("NIGHTLY_ASSETS_DIR") or DEFAULT_ASSETS_DIR).resolve()
     problems: list[Problem] = []
-
-    repos_path = root / "repos.yaml"
-    r = _Reader(repos_path)
-    raw = load_yaml(repos_path)
-    repos: dict[str, RepoSpec] = {}
-    for name, m in (r.get(raw, "repos", dict, {}) or {}).items():
-        w = f"repos.{name}"
-        rel = r.get(m, "path", str, where=w) or "."
-        timeout = r.get(m, "timeout", dict, {}, where=w)
-        policy = r.get(m, "calibration", dict, {}, where=w)
-        reqs = r.get(m, "requirements", dict, {}, where=w)
-        for glob, keys in list(reqs.items()):
-            if not isinstance(keys, list) or not all(isinstance(k, str) for k in keys):
-                r.problems.append(Problem(str(repos_path), _line(reqs, str(glob)), f"{w}.requirements.{glob}",
-                                          f"expected a list of requirement keys, got {keys!r}"))
-                reqs.pop(glob)
-        env = r.get(m, "env", dict, {}, where=w)
-        for key, value in env.items():
-            bad = _env_problem(str(value))
-            if bad:
-                r.problems.append(Problem(str(repos_path), _line(env, str(key)), f"{w}.env.{key}", bad))
-        repos[str(name)] = RepoSpec(
-            name=str(name),
-            path=(root.parent / rel).resolve() if not os.path.isabs(rel) else Path(rel),
-            format=r.get(m, "format", str, "auto", where=w),
-            roots=tuple(r.get(m, "roots", list, ["tests"], where=w)),
-            implicit_cpu_dirs=tuple(r.get(m, "implicit_cpu_dirs", list, [], where=w)),
-            template=r.get(m, "template", str, "", where=w),
-            default_est_time=r.get(m, "default_est_time", int, 1800, where=w),
-            default_num_gpus=r.get(m, "default_num_gpus", int, 8, where=w),
-            policy=r.get(policy, "policy", str, "bucket125", where=f"{w}.calibration"),
-            policy_params={k: v for k, v in policy.items() if k != "policy"},
-            timeout_floor_s=r.get(timeout, "floor_s", int, 1800, where=f"{w}.timeout"),
-            timeout_factor=r.get(timeout, "factor", float, 1.25, where=f"{w}.timeout"),
-            env={str(k): str(v) for k, v in env.items()},
-            requirements={str(k): tuple(map(str, v or ())) for k, v in reqs.items()},
-            hub=r.get(m, "hub", str, "", where=w),
-        )
-    default_repo = r.get(raw, "default", str, next(iter(repos), ""))
-    problems += r.problems
-
-    cluster_path = root / "cluster.yaml"
-    r = _Reader(cluster_path)
-    raw = load_yaml(cluster_path)
-    deployments: dict[str, DeploymentSpec] = {}
-    for name, m in (r.get(raw, "deployments", dict, {}) or {}).items():
-        w = f"deployments.{name}"
-        launcher = r.get(m, "launcher", str, "local", where=w)
-        if launcher not in ("local", "kubernetes"):
-            r.problems.append(
-                Problem(str(cluster_path), _line(m, "launcher"), f"{w}.launcher", f"must be local or kubernetes, got {launcher!r}")
-            )
-        storage = r.get(m, "storage", str, "local", where=w)
-        if storage not in ("local", "s3"):
-            r.problems.append(
-                Problem(str(cluster_path), _line(m, "storage"), f"{w}.storage", f"must be local or s3, got {storage!r}")
-            )
-        deployments[str(name)] = DeploymentSpec(
-            name=str(name),
-            launcher=launcher,
-            pools=_pools(r, r.get(m, "pools", dict, where=w), f"{w}.pools"),
-            namespace=r.get(m, "namespace", str, "nightly-e2e", where=w),
-            storage=storage,
-            s3_bucket=r.get(m, "s3_bucket", str, "", where=w),
-            s3_prefix=r.get(m, "s3_prefix", str, "", where=w),
-            cache_pvc=r.get(m, "cache_pvc", str, "", where=w),
-            hf_token_secret=r.get(m, "hf_token_secret", str, "", where=w),
-            max_infra_retries=r.get(m, "max_infra_retries", int, 2, where=w),
-            unschedulable_wait_s=r.get(m, "unschedulable_wait_s", int, 1800, where=w),
-            cordon_bad_nodes=r.get(m, "cordon_bad_nodes", bool, False, where=w),
-            startup_wait_s=r.get(m, "startup_wait_s", int, 900, where=w),
-        )
-    default_deployment = r.get(raw, "default", str, "local")
-    problems += r.problems
-
-    models: dict[str, ModelSpec] = {}
-    datasets: dict[str, ModelSpec] = {}
-    for fname, section, into in (("models.yaml", "models", models), ("datasets.yaml", "datasets", datasets)):
-        p = root / fname
-        if not p.exists():
-            continue
-        r = _Reader(p)
-        raw = load_yaml(p)
-        for key, m in (r.get(raw, section, dict, {}) or {}).items():
-            w = f"{section}.{key}"
-            into[str(key)] = ModelSpec(str(key), r.get(m, "source", str, where=w) or "", r.get(m, "path", str, where=w) or "")
-        problems += r.problems
-
-    conversion = None
-    conv_path = root / "checkpoints.yaml"
-    if conv_path.exists():
-        r = _Reader(conv_path)
-        raw = load_yaml(conv_path)
-        m = r.get(raw, "conversion", dict, {})
-        if m:
-            conversion = ConversionSpec(
-                command=tuple(map(str, r.get(m, "command", list, where="conversion") or ())),
-                env={str(k): str(v) for k, v in r.get(m, "env", dict, {}, where="conversion").items()},
-            )
-        problems += r.problems
-
+    repos_file = _file(root / "repos.yaml", ReposFile, problems)
+    cluster_file = _file(root / "cluster.yaml", ClusterFile, problems)
+    models_file = _file(root / "models.yaml", ModelsFile, problems, optional=True)
+    datasets_file = _file(root / "datasets.yaml", DatasetsFile, problems, optional=True)
+    checkpoints_file = _file(root / "checkpoints.yaml", CheckpointsFile, problems, optional=True)
     if problems:
         raise CatalogError(problems)
-    return Specs(root, repos, deployments, models, datasets, conversion, default_repo, default_deployment)
+    repos = {str(k): _repo(str(k), m, root) for k, m in repos_file.repos.items()}
+    deployments = {str(k): _deployment(str(k), m) for k, m in cluster_file.deployments.items()}
+    models = {str(k): ModelSpec(str(k), m.source, m.path) for k, m in models_file.models.items()}
+    datasets = {str(k): ModelSpec(str(k), m.source, m.path) for k, m in datasets_file.datasets.items()}
+    conv = checkpoints_file.conversion
+    conversion = ConversionSpec(tuple(conv.command), dict(conv.env)) if conv else None
+    default_repo = repos_file.default or next(iter(repos), "")
+    return Specs(root, repos, deployments, models, datasets, conversion, default_repo, cluster_file.default)

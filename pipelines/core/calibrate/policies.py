@@ -14,15 +14,18 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from pipelines.core.model import Estimate, Sample, Test
+from pipelines.core.model import MAX_EST_TIME_S, Estimate, Sample, Test
 
 #: Defaults per policy; bucket125 looks at every sample of the current revision (framework M's rule).
 #: ``raise_on_timeout`` (off by default): see :func:`_timeout_raise`.
-DEFAULTS: dict[str, dict[str, float | int | None]] = {
+#: Every policy also takes the poison guards in ``GUARDS`` (see pipelines.core.calibrate.guards).
+GUARDS: dict[str, object] = {"max_est_time_s": MAX_EST_TIME_S, "max_step_factor": 4.0, "ceiling_s": None,
+                             "outlier_factor": 10.0, "accept": ()}
+DEFAULTS: dict[str, dict[str, object]] = {
     "bucket125": {"max_samples": None, "window_days": None, "min_samples": 1, "factor": 1.25,
-                  "raise_on_timeout": False},
-    "p90": {"max_samples": 15, "window_days": 21, "min_samples": 3, "raise_on_timeout": False},
-    "median": {"max_samples": 15, "window_days": 21, "min_samples": 3, "raise_on_timeout": False},
+                  "raise_on_timeout": False, **GUARDS},
+    "p90": {"max_samples": 15, "window_days": 21, "min_samples": 3, "raise_on_timeout": False, **GUARDS},
+    "median": {"max_samples": 15, "window_days": 21, "min_samples": 3, "raise_on_timeout": False, **GUARDS},
 }
 
 

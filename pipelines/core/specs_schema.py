@@ -1,0 +1,320 @@
+"""The schema of the ``assets/`` YAML files, as pydantic models, and how its errors read.
+
+pydantic checks every key, type and range in one pass (unknown keys, ``roots: [1, 2]``,
+``floor_s: 0``, ``policy: bogus``); :func:`validate` turns each of its errors into a located
+:class:`Problem` (``file:line: field: what; how to fix``) so a CI maintainer never sees a traceback.
+"""
+
+from __future__ import annotations
+
+import difflib
+import string
+import types
+import typing
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    model_validator,
+)
+
+from pipelines.core.calibrate.policies import DEFAULTS as POLICY_DEFAULTS
+from pipelines.core.model import MAX_EST_TIME_S, Problem
+
+#: what a repo's `env:` values may refer to (filled in per night by pipelines.night)
+ENV_PLACEHOLDERS = ("cache", "repo", "home", "hub")
+FORMATS = ("registry", "template", "auto")
+POLICIES = tuple(POLICY_DEFAULTS)
+
+
+def env_problem(value: str) -> str | None:
+    """Why an env template cannot be filled, or None."""
+    try:
+        names = [name for _, name, _, _ in string.Formatter().parse(value) if name is not None]
+    except ValueError as exc:
+        return f"{exc}; write a literal brace as {{{{ or }}}}"
+    unknown = [n for n in names if n not in ENV_PLACEHOLDERS]
+    if unknown:
+        return (f"unknown placeholder {{{unknown[0]}}}; use {', '.join('{' + p + '}' for p in ENV_PLACEHOLDERS)}, "
+                "and write a literal brace as {{ or }}")
+    return None
+
+
+def _env_value(value: str) -> str:
+    bad = env_problem(value)
+    if bad:
+        raise ValueError(bad)
+    return value
+
+
+EnvValue = Annotated[str, AfterValidator(_env_value)]
+Name = Annotated[str, Field(min_length=1)]
+Hardware = Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9_.-]*$")]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+class TimeoutModel(_Strict):
+    floor_s: int = Field(1800, gt=0, le=MAX_EST_TIME_S)
+    factor: float = Field(1.25, ge=1, le=10)
+
+
+class CalibrationModel(_Strict):
+    policy: Literal["bucket125", "p90", "median"] = "bucket125"
+    max_samples: int | None = Field(None, gt=0)
+    window_days: float | None = Field(None, gt=0)
+    min_samples: int = Field(1, ge=1)
+    factor: float = Field(1.25, ge=1, le=10)
+    raise_on_timeout: bool = False
+    max_est_time_s: int = Field(MAX_EST_TIME_S, gt=0, le=MAX_EST_TIME_S)
+    max_step_factor: float = Field(4.0, ge=1)
+    ceiling_s: float | None = Field(None, gt=0)
+    outlier_factor: float = Field(10.0, gt=1)
+    accept: list[Name] = []
+
+    @model_validator(mode="after")
+    def _params_of_the_policy(self) -> CalibrationModel:
+        known = POLICY_DEFAULTS[self.policy]
+        wrong = sorted(k for k in self.model_fields_set - {"policy"} if k not in known)
+        if wrong:
+            raise ValueError(f"{wrong[0]} is not a parameter of policy {self.policy!r}; "
+                             f"remove it or use one of {', '.join(known)}")
+        return self
+
+
+def _requirement_keys(value: Any) -> Any:
+    if not isinstance(value, list) or not all(isinstance(k, str) for k in value):
+        raise ValueError(f"expected a list of requirement keys, got {value!r}")
+    return value
+
+
+class RepoModel(_Strict):
+    path: Name
+    format: Literal["registry", "template", "auto"] = "auto"
+    roots: list[Name] = Field(["tests"], min_length=1)
+    implicit_cpu_dirs: list[Name] = []
+    template: str = ""
+    default_est_time: int = Field(1800, gt=0, le=MAX_EST_TIME_S)
+    default_num_gpus: int = Field(8, gt=0, le=64)
+    timeout: TimeoutModel = TimeoutModel()
+    calibration: CalibrationModel = CalibrationModel()
+    env: dict[str, EnvValue] = {}
+    requirements: dict[str, Annotated[list[str], BeforeValidator(_requirement_keys)]] = {}
+    hub: str = ""
+
+    @model_validator(mode="after")
+    def _template_needs_template_format(self) -> RepoModel:
+        if self.template and self.format == "registry":
+            raise ValueError("template is set but format is registry; set format: template (or auto), "
+                             "or remove template")
+        return self
+
+
+class ReposFile(_Strict):
+    default: str | None = None
+    repos: dict[str, RepoModel] = {}
+
+    @model_validator(mode="after")
+    def _default_is_known(self) -> ReposFile:
+        if self.default is not None and self.default not in self.repos:
+            raise ValueError(f"default repo {self.default!r} is not under repos:; use one of {sorted(self.repos)}")
+        return self
+
+
+#: a Kubernetes quantity as pod specs take it: "20", "0.5", "500m", "200Gi"
+_QUANTITY = r"^[0-9]+(\.[0-9]+)?(m|Ki|Mi|Gi|Ti|k|M|G|T)?$"
+
+
+class PoolModel(_Strict):
+    nodes: int = Field(gt=0, le=10_000)
+    gpus_per_node: int = Field(gt=0, le=64)
+    hardware: list[Hardware] = []
+    image: str = ""
+    node_selector: dict[str, str] = {}
+    tolerations: list[dict[str, Any]] = []
+    shm_size: str = Field("32Gi", pattern=_QUANTITY)
+    priority_class: str = ""
+    queue: str = ""
+    #: requests per GPU (a 0-GPU pod gets one GPU's share): pods are never BestEffort
+    cpu_per_gpu: str = Field("4", pattern=r"^[0-9]+(\.[0-9]+)?m?$")
+    memory_per_gpu: str = Field("32Gi", pattern=r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|k|M|G|T)?$")
+    #: the digest every pod of a night runs (``crane digest IMAGE``)
+    image_digest: str = Field("", pattern=r"^(sha256:[0-9a-f]{64})?$")
+
+    @model_validator(mode="after")
+    def _aliases_once(self) -> PoolModel:
+        seen = [h for i, h in enumerate(self.hardware) if h in self.hardware[:i]]
+        if seen:
+            raise ValueError(f"hardware {seen[0]!r} is listed twice; list each suite hardware name once")
+        return self
+
+
+class DeploymentModel(_Strict):
+    launcher: Literal["local", "kubernetes"] = "local"
+    pools: dict[Hardware, PoolModel] = Field(min_length=1)
+    namespace: str = "nightly-e2e"
+    storage: Literal["local", "s3"] = "local"
+    s3_bucket: str = ""
+    s3_prefix: str = ""
+    cache_pvc: str = ""
+    hf_token_secret: str = ""
+    max_infra_retries: int = Field(2, ge=0, le=10)
+    unschedulable_wait_s: int = Field(1800, ge=0, le=MAX_EST_TIME_S)
+    cordon_bad_nodes: bool = False
+    startup_wait_s: int = Field(900, ge=0, le=MAX_EST_TIME_S)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> DeploymentModel:
+        if self.storage == "s3" and not self.s3_bucket:
+            raise ValueError("storage is s3 but s3_bucket is empty; name the bucket or use storage: local")
+        owner: dict[str, str] = {}
+        for name, pool in self.pools.items():
+            for hw in pool.hardware or [name]:
+                if hw in owner:
+                    raise ValueError(f"pools {owner[hw]!r} and {name!r} both run hardware {hw!r}; "
+                                     "a suite's hardware must map to one pool")
+                owner[hw] = name
+        return self
+
+
+class ClusterFile(_Strict):
+    default: str = "local"
+    deployments: dict[str, DeploymentModel] = {}
+
+    @model_validator(mode="after")
+    def _default_is_known(self) -> ClusterFile:
+        if self.default not in self.deployments:
+            raise ValueError(f"default deployment {self.default!r} is not under deployments:; "
+                             f"use one of {sorted(self.deployments)}")
+        return self
+
+
+class ModelEntry(_Strict):
+    source: Name
+    path: Name
+
+
+class ModelsFile(_Strict):
+    models: dict[str, ModelEntry] = {}
+
+
+class DatasetsFile(_Strict):
+    datasets: dict[str, ModelEntry] = {}
+
+
+class ConversionModel(_Strict):
+    command: list[str] = Field(min_length=1)
+    env: dict[str, str] = {}
+
+
+class CheckpointsFile(_Strict):
+    conversion: ConversionModel | None = None
+
+
+# --- errors -------------------------------------------------------------------------------------
+
+_KINDS = {
+    "int_type": ("int", "write a whole number"), "float_type": ("number", "write a number"),
+    "string_type": ("str", "quote the value"), "bool_type": ("bool", "write true or false"),
+    "list_type": ("list", "write a YAML list, e.g. [a, b]"),
+    "dict_type": ("mapping", "write key: value pairs"), "model_type": ("mapping", "write key: value pairs"),
+    "model_attributes_type": ("mapping", "write key: value pairs"),
+    "int_from_float": ("int", "write a whole number"),
+}
+
+
+def _unwrap(tp: Any) -> Any:
+    """The model inside ``X | None``, ``dict[str, X]``, ``list[X]`` or ``Annotated[X, ...]``."""
+    origin = typing.get_origin(tp)
+    if origin is Annotated:
+        return _unwrap(typing.get_args(tp)[0])
+    if origin in (typing.Union, types.UnionType):
+        return next((_unwrap(a) for a in typing.get_args(tp) if a is not type(None)), tp)
+    return tp
+
+
+def _model_at(model: Any, loc: tuple) -> Any:
+    for part in loc:
+        model = _unwrap(model)
+        if isinstance(model, type) and issubclass(model, BaseModel):
+            field = model.model_fields.get(str(part))
+            if field is None:
+                return None
+            model = field.annotation
+        elif typing.get_origin(model) in (dict, list):
+            model = typing.get_args(model)[-1]
+        else:
+            return None
+    model = _unwrap(model)
+    return model if isinstance(model, type) and issubclass(model, BaseModel) else None
+
+
+_PATTERN_HINTS = {
+    _QUANTITY: "write a Kubernetes quantity such as 20, 500m or 200Gi",
+    r"^(sha256:[0-9a-f]{64})?$": "write sha256: and the 64 hex digits `crane digest IMAGE` prints",
+    r"^[a-z0-9][a-z0-9_.-]*$": "use the hardware part of suite names (lowercase letters, digits, '-', '_', '.')",
+}
+
+
+def _message(err: dict, root_model: type[BaseModel]) -> str:
+    kind, value, loc = err["type"], err.get("input"), err["loc"]
+    if kind == "extra_forbidden":
+        parent = _model_at(root_model, loc[:-1])
+        known = list(parent.model_fields) if parent else []
+        close = difflib.get_close_matches(str(loc[-1]), known, n=1)
+        hint = f"did you mean {close[0]!r}? " if close else ""
+        return f"unknown key; {hint}known keys: {', '.join(known)}"
+    if kind == "missing":
+        return "required key is missing; add it"
+    if kind in _KINDS:
+        what, fix = _KINDS[kind]
+        return f"expected {what}, got {type(value).__name__} {value!r}; {fix}"
+    ctx = err.get("ctx", {})
+    if kind == "literal_error":
+        return f"must be one of {ctx.get('expected')}, got {value!r}"
+    if kind in ("greater_than", "greater_than_equal", "less_than", "less_than_equal"):
+        op = {"greater_than": ">", "greater_than_equal": ">=", "less_than": "<", "less_than_equal": "<="}[kind]
+        bound = next(iter(ctx.values()))
+        return f"must be {op} {bound}, got {value!r}; fix the value"
+    if kind == "string_pattern_mismatch":
+        return f"{value!r} does not match {ctx.get('pattern')}; {_PATTERN_HINTS.get(ctx.get('pattern'), 'fix the value')}"
+    if kind in ("too_short", "string_too_short"):
+        return "must not be empty; give at least one value"
+    if kind == "value_error":
+        return str(ctx.get("error", err["msg"]))
+    return f"{err['msg']}; got {value!r}"
+
+
+def _line(raw: Any, loc: tuple) -> int:
+    """The line of the deepest key of ``loc`` that the YAML loader recorded."""
+    line, node = 1, raw
+    for part in loc:
+        lines = getattr(node, "lines", None)
+        if isinstance(node, dict) and lines is not None and part in node:
+            line, node = lines.get(part, line), node[part]
+        elif isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node) and lines is not None:
+            line, node = lines[part], node[part]
+        else:
+            break
+    return line
+
+
+def validate(model: type[BaseModel], raw: Any, path: Path) -> tuple[Any, list[Problem]]:
+    """``raw`` (from the line-tracking loader) as ``model``, or the located problems."""
+    try:
+        return model.model_validate(raw if raw is not None else {}), []
+    except ValidationError as exc:
+        problems = []
+        for err in exc.errors(include_url=False):
+            loc = tuple(p for p in err["loc"] if p != "[key]")
+            where = ".".join(str(p) for p in loc) or model.__name__.removesuffix("File").lower()
+            problems.append(Problem(str(path), _line(raw, loc), where, _message(err, model)))
+        return None, problems
