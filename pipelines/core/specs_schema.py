@@ -148,6 +148,11 @@ class PoolModel(_Strict):
     memory_per_gpu: str = Field("32Gi", pattern=r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|k|M|G|T)?$")
     #: the digest every pod of a night runs (``crane digest IMAGE``)
     image_digest: str = Field("", pattern=r"^(sha256:[0-9a-f]{64})?$")
+    #: argv that prints the image's current digest (e.g. ["crane", "digest", IMAGE]); a change under
+    #: the same tag starts a backfill of the pool's tests
+    image_digest_command: list[str] = []
+    #: GPU driver / CUDA version where nvidia-smi and node labels cannot tell (e.g. "550.54.15/12.4")
+    driver: str = ""
 
     @model_validator(mode="after")
     def _aliases_once(self) -> PoolModel:
@@ -283,6 +288,7 @@ def _message(err: dict, root_model: type[BaseModel]) -> str:
     if kind in ("greater_than", "greater_than_equal", "less_than", "less_than_equal"):
         op = {"greater_than": ">", "greater_than_equal": ">=", "less_than": "<", "less_than_equal": "<="}[kind]
         bound = next(iter(ctx.values()))
+        bound = f"{bound:g}" if isinstance(bound, int | float) else bound
         return f"must be {op} {bound}, got {value!r}; fix the value"
     if kind == "string_pattern_mismatch":
         return f"{value!r} does not match {ctx.get('pattern')}; {_PATTERN_HINTS.get(ctx.get('pattern'), 'fix the value')}"

@@ -80,3 +80,167 @@ def test_env_placeholders_and_requirement_lists_are_checked_on_load(project_root
     assert ":6: repos.fw.env.ROOT: unknown placeholder {cahce}; use {cache}, {repo}, {home}, {hub}" in text
     assert "repos.fw.env.OK" not in text
     assert ":9: repos.fw.requirements.tests/*: expected a list of requirement keys, got 'Qwen3-0.6B'" in text
+
+
+def _errors(project_root, tmp_path, name: str, text: str) -> str:
+    d = _copy(project_root, tmp_path)
+    (d / name).write_text(textwrap.dedent(text))
+    with pytest.raises(CatalogError) as exc:
+        load_specs(d)
+    return str(exc.value)
+
+
+def test_an_unknown_key_is_rejected_with_the_closest_known_one(project_root, tmp_path):
+    text = _errors(project_root, tmp_path, "repos.yaml", """\
+        repos:
+          fw:
+            path: .
+            timout: {floor_s: 60}
+    """)
+    assert ":4: repos.fw.timout: unknown key; did you mean 'timeout'?" in text
+
+
+def test_a_duplicate_key_is_rejected_instead_of_the_last_one_winning(project_root, tmp_path):
+    text = _errors(project_root, tmp_path, "repos.yaml", """\
+        repos:
+          fw:
+            path: .
+            format: registry
+            format: template
+    """)
+    assert ":5: format: duplicate key (first at line 4); keep one of them" in text
+
+
+def test_a_yaml_merge_may_override_a_merged_key_without_being_a_duplicate(project_root, tmp_path):
+    d = _copy(project_root, tmp_path)
+    (d / "repos.yaml").write_text(textwrap.dedent("""\
+        base: &base {path: ., format: registry}
+        repos:
+          fw:
+            <<: *base
+            format: template
+    """).replace("base: &base", "repos_base: &base"))
+    with pytest.raises(CatalogError) as exc:  # the anchor's top-level key is unknown, nothing else
+        load_specs(d)
+    assert [p.field for p in exc.value.problems] == ["repos_base"]
+
+
+def test_roots_of_numbers_is_a_located_error_not_a_traceback(project_root, tmp_path):
+    text = _errors(project_root, tmp_path, "repos.yaml", """\
+        repos:
+          fw:
+            path: .
+            roots:
+              - tests
+              - 2
+    """)
+    assert ":6: repos.fw.roots.1: expected str, got int 2; quote the value" in text
+
+
+def test_a_zero_timeout_floor_and_a_negative_factor_are_rejected(project_root, tmp_path):
+    text = _errors(project_root, tmp_path, "repos.yaml", """\
+        repos:
+          fw:
+            path: .
+            timeout:
+              floor_s: 0
+              factor: -1
+    """)
+    assert ":5: repos.fw.timeout.floor_s: must be > 0, got 0; fix the value" in text
+    assert ":6: repos.fw.timeout.factor: must be >= 1, got -1; fix the value" in text
+
+
+def test_a_default_est_time_above_one_day_is_rejected(project_root, tmp_path):
+    text = _errors(project_root, tmp_path, "repos.yaml", """\
+        repos:
+          fw: {path: ., default_est_time: 1000000000000}
+    """)
+    assert ":2: repos.fw.default_est_time: must be <= 86400, got 1000000000000" in text
+
+
+def test_an_unknown_policy_is_caught_on_load_not_after_the_night(project_root, tmp_path):
+    text = _errors(project_root, tmp_path, "repos.yaml", """\
+        repos:
+          fw:
+            path: .
+            calibration: {policy: bogus}
+    """)
+    assert ":4: repos.fw.calibration.policy: must be one of 'bucket125', 'p90' or 'median', got 'bogus'" in text
+
+
+def test_a_parameter_of_another_policy_is_rejected(project_root, tmp_path):
+    text = _errors(project_root, tmp_path, "repos.yaml", """\
+        repos:
+          fw:
+            path: .
+            calibration: {policy: p90, factor: 1.5}
+    """)
+    assert ":4: repos.fw.calibration: factor is not a parameter of policy 'p90'" in text
+
+
+def test_a_bogus_format_is_rejected(project_root, tmp_path):
+    text = _errors(project_root, tmp_path, "repos.yaml", """\
+        repos:
+          fw: {path: ., format: yaml}
+    """)
+    assert ":2: repos.fw.format: must be one of 'registry', 'template' or 'auto', got 'yaml'" in text
+
+
+def test_node_counts_must_be_positive(project_root, tmp_path):
+    text = _errors(project_root, tmp_path, "cluster.yaml", """\
+        default: local
+        deployments:
+          local:
+            pools:
+              h200: {nodes: 0, gpus_per_node: -8}
+    """)
+    assert ":5: deployments.local.pools.h200.nodes: must be > 0, got 0" in text
+    assert ":5: deployments.local.pools.h200.gpus_per_node: must be > 0, got -8" in text
+
+
+def test_one_hardware_claimed_by_two_pools_is_rejected(project_root, tmp_path):
+    text = _errors(project_root, tmp_path, "cluster.yaml", """\
+        default: local
+        deployments:
+          local:
+            pools:
+              h200: {nodes: 1, gpus_per_node: 8}
+              big: {nodes: 1, gpus_per_node: 8, hardware: [h200, h100]}
+    """)
+    assert ":3: deployments.local: pools 'h200' and 'big' both run hardware 'h200'" in text
+
+
+def test_a_hardware_alias_must_look_like_a_suite_hardware_name(project_root, tmp_path):
+    text = _errors(project_root, tmp_path, "cluster.yaml", """\
+        default: local
+        deployments:
+          local:
+            pools:
+              h200:
+                nodes: 1
+                gpus_per_node: 8
+                hardware: [H200 SXM]
+    """)
+    assert ":8: deployments.local.pools.h200.hardware.0: 'H200 SXM' does not match" in text
+    assert "use the hardware part of suite names" in text
+
+
+def test_the_default_deployment_must_exist(project_root, tmp_path):
+    text = _errors(project_root, tmp_path, "cluster.yaml", """\
+        default: staging
+        deployments:
+          local:
+            pools:
+              h200: {nodes: 1, gpus_per_node: 8}
+    """)
+    assert ":1: cluster: default deployment 'staging' is not under deployments:; use one of ['local']" in text
+
+
+def test_an_image_digest_must_be_a_sha256(project_root, tmp_path):
+    text = _errors(project_root, tmp_path, "cluster.yaml", """\
+        deployments:
+          local:
+            pools:
+              h200: {nodes: 1, gpus_per_node: 8, image_digest: latest}
+    """)
+    assert ":4: deployments.local.pools.h200.image_digest: 'latest' does not match" in text
