@@ -40,6 +40,8 @@ def in_cadence(test: Test, cadence: str | None) -> bool:
         return True
     if cadence not in CADENCES:
         raise SelectionError(f"unknown cadence {cadence!r}; use one of {', '.join(CADENCES)}")
+    if test.nightly_rule == "exclusive" and cadence in ("pr", "nightly"):  # SGLang family: nightly runs exactly nightly=True
+        return test.nightly == (cadence == "nightly")
     if cadence == "pr":
         return not test.nightly and not (set(test.labels) & NIGHTLY_EXCLUDED_LABELS)
     if cadence == "nightly":

@@ -3,18 +3,21 @@
 ``load_catalog`` reads a repository in either format of the frameworks we serve (registry calls
 in test files, or a Jinja2 workflow template), never imports test code, never raises on bad
 input: each bad file or registration becomes one located :class:`Problem` and the rest loads.
-A repository nobody configured is still read; what was assumed is listed in
-``Catalog.assumptions``.
+A repository nobody configured is still read: its registry dialect comes from the framework's
+own registry module (:mod:`.detect`), and what was assumed is listed in ``Catalog.assumptions``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
 
 from pipelines.core.catalog.assemble import registry_tests, template_path, template_tests
+from pipelines.core.catalog.detect import choose
+from pipelines.core.catalog.dialect import Dialect, M
 from pipelines.core.catalog.ids import id_problem, safe_filename, test_id_to_path
 from pipelines.core.catalog.requirements import build_requirements
 from pipelines.core.catalog.scan import FileScan, checked_path, discover, scan_files
@@ -24,7 +27,6 @@ from pipelines.core.specs import RepoSpec, Specs
 
 __all__ = ["load_catalog", "detect_format", "find_template", "id_problem", "safe_filename", "test_id_to_path"]
 
-_REGISTER_CALL = re.compile(rb"^register_(?:cuda|rocm|cpu)_ci\(", re.MULTILINE)
 _WORKFLOWS = ".github/workflows"
 _TEMPLATE_SET = re.compile(r"<%[-+]?\s*set\s")  # `<% set`, `<%set`, and whitespace control `<%- set`
 
@@ -46,27 +48,39 @@ def find_template(repo: Path) -> str | None:
     return None
 
 
-def detect_format(repo: Path, roots: tuple[str, ...]) -> tuple[str, str]:
+def detect_format(repo: Path, roots: tuple[str, ...], dialect: Dialect = M) -> tuple[str, str]:
     """(format, why): registry when a test file registers itself, else a template when one exists."""
-    files, _ = discover(repo, roots)
+    files, _ = discover(repo, roots, dialect.discovery, dialect.exclude)
+    call = re.compile(rb"^(?:" + b"|".join(re.escape(n.encode()) for n in dialect.backends) + rb")\(", re.MULTILINE)
     registering = 0
     for rel in files:
         try:
-            if _REGISTER_CALL.search((repo / rel).read_bytes()):
+            if call.search((repo / rel).read_bytes()):
                 registering += 1
         except OSError:
             continue
+    names = ", ".join(dialect.discovery)
     if registering:
-        return "registry", f"format: registry ({registering} of {len(files)} test_*.py files under {', '.join(roots)} call register_*_ci)"
+        return "registry", f"format: registry ({registering} of {len(files)} {names} files under {', '.join(roots)} call register_*_ci)"
     template = find_template(repo)
     if template:
         return "template", f"format: template ({template} sets the test lists)"
-    return "registry", (f"format: registry (no register_*_ci call in {len(files)} test_*.py files and no workflow "
-                        f"template under {_WORKFLOWS}; every file will be reported as unregistered)")
+    return "registry", (f"format: registry (no register_*_ci call in {len(files)} {names} files under {', '.join(roots)} "
+                        f"and no workflow template under {_WORKFLOWS}; every file will be reported as unregistered)")
 
 
 def _auto_spec(repo: Path) -> RepoSpec:
     return RepoSpec(name=repo.name or "repo", path=repo)
+
+
+def configured_roots(repo: Path, spec: RepoSpec | None) -> tuple[str, ...] | None:
+    """The roots a spec really sets; None when it only carries the default ``tests`` the repo lacks."""
+    if spec is None:
+        return None
+    roots = tuple(spec.roots)
+    if roots == ("tests",) and not (repo / "tests").is_dir():
+        return None
+    return roots
 
 
 def load_catalog(
@@ -76,33 +90,49 @@ def load_catalog(
     estimates: Mapping[str, int] | None = None,
     *,
     workers: int | None = None,
+    roots: tuple[str, ...] | None = None,
 ) -> Catalog:
     """Read every test of ``repo`` (format from ``spec``, or detected) into a :class:`Catalog`.
 
     ``estimates`` (test id -> seconds, from history) give est_time to template tests, which
     register none; registry tests keep their registered value. ``workers`` forces the number of
-    parsing processes (default: a pool only for big trees).
+    parsing processes (default: a pool only for big trees). ``roots`` overrides the spec's and
+    the dialect's roots (``nightly catalog --roots``).
     """
     repo = Path(repo).resolve()
     assumptions: list[str] = []
+    configured = spec is not None
     if spec is None:
         spec = _auto_spec(repo)
-        assumptions.append(f"repo {repo} is not configured in assets/repos.yaml; using defaults: "
-                           f"roots {', '.join(spec.roots)}, no implicit CPU folders, NUM_GPUS default "
-                           f"{spec.default_num_gpus}, est_time default {spec.default_est_time} s for template tests")
     if not repo.is_dir():
         return Catalog(str(repo), (), problems=(Problem(str(repo), 1, "repo", "is not a folder; check --repo or the path in assets/repos.yaml"),),
                        assumptions=tuple(assumptions))
+    if roots is None:
+        roots = configured_roots(repo, spec if configured else None)
+    dialect, roots, notes = choose(repo, getattr(spec, "dialect", "") or "", roots)
+    implicit_suite = getattr(spec, "implicit_cpu_suite", "") or ""
+    if implicit_suite:
+        dialect = dataclasses.replace(dialect, implicit_suite=implicit_suite)
     fmt = spec.format
     if fmt == "auto":
-        fmt, why = detect_format(repo, spec.roots)
+        fmt, why = detect_format(repo, roots, dialect)
         assumptions.append(why)
+    if not configured:
+        assumptions.insert(0, f"repo {repo} is not configured in assets/repos.yaml; using defaults: no implicit CPU "
+                              f"folders, NUM_GPUS default {spec.default_num_gpus}, est_time default "
+                              f"{spec.default_est_time} s for template tests")
     problems: list[Problem] = []
     if fmt == "registry":
-        files, problems = discover(repo, spec.roots)
-        scans = scan_files(repo, files, registry=True, workers=workers)
-        tests, more = registry_tests(scans, spec.implicit_cpu_dirs)
+        assumptions += notes
+        files, problems = discover(repo, roots, dialect.discovery, dialect.exclude)
+        implicit = tuple(d.strip("/") + "/" for d in spec.implicit_cpu_dirs)
+        scans = scan_files(repo, files, registry=True, workers=workers, dialect=dialect, implicit=implicit)
+        tests, more = registry_tests(scans, spec.implicit_cpu_dirs, dialect)
         problems += more
+        assumed = sorted({r.suite for s in scans for r in s.registrations if r.assumed_gpus})
+        if assumed:
+            assumptions.append(f"suite(s) {', '.join(assumed)} name no GPU count (-<N>-gpu); their GPU tests are "
+                               "planned on 1 GPU")
     elif fmt == "template":
         tests, more, notes, scans = _template(repo, spec, estimates or {}, workers)
         problems += more

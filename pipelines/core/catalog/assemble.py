@@ -17,6 +17,7 @@ import shlex
 from collections.abc import Mapping
 from pathlib import Path
 
+from pipelines.core.catalog.dialect import Dialect, M
 from pipelines.core.catalog.ids import make_id, variant_problem
 from pipelines.core.catalog.registry import Registration
 from pipelines.core.catalog.scan import FileScan, checked_path
@@ -26,10 +27,22 @@ from pipelines.core.model import Problem, Test
 _MAX_VARIANT = 80
 
 
-def registry_tests(scans: list[FileScan], implicit_cpu_dirs: tuple[str, ...]) -> tuple[list[Test], list[Problem]]:
+def _example(scans: list[FileScan], dialect: Dialect) -> str:
+    """A registration to copy, from this repo's own files (never another framework's suites)."""
+    for scan in scans:
+        for r in scan.registrations:
+            fn = next((s.name for s in dialect.functions if s.backend == r.backend), "")
+            if fn:
+                return f"e.g. {fn}({r.est_time}, \"{r.suite}\", ...) as other files here do"
+    return f"with the framework's signature {dialect.functions[0].text()}" if dialect.functions else ""
+
+
+def registry_tests(scans: list[FileScan], implicit_cpu_dirs: tuple[str, ...], dialect: Dialect = M
+                   ) -> tuple[list[Test], list[Problem]]:
     tests: list[Test] = []
     problems: list[Problem] = []
     implicit = tuple(d.strip("/") + "/" for d in implicit_cpu_dirs)
+    example = None
     for scan in scans:
         problems += scan.problems
         if not scan.parsed:
@@ -38,18 +51,21 @@ def registry_tests(scans: list[FileScan], implicit_cpu_dirs: tuple[str, ...]) ->
         if not regs and not any(scan.problems):
             home = next((d for d in implicit if scan.path.startswith(d)), None)
             if home is None:
+                example = _example(scans, dialect) if example is None else example
+                names = "/".join(s.name for s in dialect.functions)
                 problems.append(Problem(scan.path, 1, "registration", (
-                    "no register_cuda_ci/register_rocm_ci/register_cpu_ci call at module level; add e.g. "
-                    "register_cuda_ci(600, \"stage-c-4-gpu-h200\", labels=[\"megatron\"]) or move the file to an "
-                    "implicit CPU folder")))
+                    f"no {names} call at module level; register the file {example}"
+                    + (" or move it to an implicit CPU folder" if implicit else ""))))
                 continue
-            regs = [Registration("cpu", posixpath.basename(home.rstrip("/")), 0, "cpu", 1, (), False, None, 1)]
+            suite = dialect.implicit_suite or posixpath.basename(home.rstrip("/"))
+            regs = [Registration("cpu", suite, 0, "cpu", 1, (), False, None, 1)]
         for r in regs:
             variant = f"{r.backend}-{r.suite}" if len(regs) > 1 else None
             tests.append(Test(
                 id=make_id(scan.path, variant), path=scan.path, backend=r.backend, suite=r.suite,  # type: ignore[arg-type]
                 gpus=r.gpus, est_time=r.est_time, labels=r.labels, nightly=r.nightly, disabled=r.disabled,
                 sha256=scan.sha256, line=r.line, hardware=r.hardware, est_source="registered", fmt="registry",
+                nightly_rule=dialect.nightly,
             ))
     return tests, problems
 

@@ -1,11 +1,13 @@
-"""Registry format (framework M, SGLang): ``register_<backend>_ci(...)`` calls read with ``ast``.
+"""Registry format (framework M, SGLang family): ``register_<backend>_ci(...)`` calls read with ``ast``.
 
-The same rules as the frameworks' own runners: only module-level ``Expr(Call(Name))`` statements
-count; every argument is a literal; only ``est_time`` and ``suite`` may be positional; ``*args``,
-``**kwargs`` and unknown keywords are errors. The GPU count and hardware come from the suite name
-(``stage-c-4-gpu-h200``) or the ``hardware=[...]`` list; SGLang's ``stage=`` + ``runner_config=``
-form names the suite ``f"{stage}-test-{runner_config}"``. A bad call gives one located
-:class:`Problem` and the file's other calls still load.
+The same rules as the frameworks' own runners, taken from the repo's :class:`Dialect`: only
+module-level ``Expr(Call(Name))`` statements count; every argument is a literal; only the
+positional parameters of the framework's signature may be positional; ``*args``, ``**kwargs``
+and unknown keywords are errors. The GPU count and hardware come from the suite name
+(``stage-c-4-gpu-h200``) or the ``hardware=[...]`` list; the ``stage=`` + ``runner_config=`` form
+names the suite ``f"{stage}-test-{runner_config}"``. A runner config without a GPU type
+(``1-gpu-large``) is kept whole as the hardware: pools list it as an alias. A bad call gives one
+located :class:`Problem` and the file's other calls still load.
 """
 
 from __future__ import annotations
@@ -15,17 +17,16 @@ import math
 import re
 from dataclasses import dataclass
 
+from pipelines.core.catalog.dialect import Dialect, M
 from pipelines.core.catalog.resolve import literal
 from pipelines.core.model import Problem
 
-BACKENDS = {"register_cuda_ci": "cuda", "register_rocm_ci": "rocm", "register_cpu_ci": "cpu"}
-POSITIONAL = ("est_time", "suite")
-KEYWORDS = frozenset({"est_time", "suite", "labels", "nightly", "disabled", "hardware", "stage", "runner_config"})
 _SUITE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 _LABEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 _GPU_SUITE = re.compile(r"(?:^|-)(\d+)-gpu(?:-([A-Za-z0-9][A-Za-z0-9._-]*))?$")
 _HARDWARE = re.compile(r"(?:(\d+)-gpu-)?([A-Za-z0-9][A-Za-z0-9._-]*)")
-_SIGNATURE = "register_cuda_ci(est_time, suite, *, labels=[...], nightly=False, disabled=None)"
+#: a GPU type names a chip and so holds a digit (h200, b200, mi300x); ``large``/``small`` do not
+_GPU_TYPE = re.compile(r"[A-Za-z]*\d")
 
 
 @dataclass(frozen=True)
@@ -41,6 +42,8 @@ class Registration:
     nightly: bool
     disabled: str | None
     line: int
+    #: the suite names no GPU count (a free-form suite such as ``stress``): one GPU is assumed
+    assumed_gpus: bool = False
 
 
 class _Bad(Exception):
@@ -48,36 +51,38 @@ class _Bad(Exception):
         self.field, self.message = field, message
 
 
-def parse_registrations(tree: ast.Module, path: str, source: str) -> tuple[list[Registration], list[Problem]]:
+def parse_registrations(tree: ast.Module, path: str, source: str, dialect: Dialect = M
+                        ) -> tuple[list[Registration], list[Problem]]:
     """Every module-level registration of one file, and one problem per bad or misplaced call."""
     regs: list[Registration] = []
     problems: list[Problem] = []
     top_lines: set[int] = set()
+    backends = dialect.backends
     for stmt in tree.body:
         if not (isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call)):
             continue
         call = stmt.value
-        if not (isinstance(call.func, ast.Name) and call.func.id in BACKENDS):
+        if not (isinstance(call.func, ast.Name) and call.func.id in backends):
             continue
         top_lines.add(call.lineno)
         try:
-            regs.append(_registration(call))
+            regs.append(_registration(call, dialect))
         except _Bad as bad:
             problems.append(Problem(path, call.lineno, bad.field, bad.message))
-    mentions = sum(source.count(name + "(") for name in BACKENDS)
+    mentions = sum(source.count(name + "(") for name in backends)
     if mentions > len(top_lines):
-        problems += _misplaced(tree, path, top_lines)
+        problems += _misplaced(tree, path, top_lines, backends)
     return regs, problems
 
 
-def _misplaced(tree: ast.Module, path: str, top_lines: set[int]) -> list[Problem]:
+def _misplaced(tree: ast.Module, path: str, top_lines: set[int], backends: dict[str, str]) -> list[Problem]:
     """Registration calls the runner never sees (nested, or called as an attribute)."""
     out = []
     for node in ast.walk(tree):
         if not isinstance(node, ast.Call) or node.lineno in top_lines:
             continue
         name = node.func.id if isinstance(node.func, ast.Name) else getattr(node.func, "attr", None)
-        if name not in BACKENDS:
+        if name not in backends:
             continue
         if isinstance(node.func, ast.Attribute):
             why = f"called as an attribute; the runner only reads plain {name}(...) calls; import the name and call it directly"
@@ -87,30 +92,33 @@ def _misplaced(tree: ast.Module, path: str, top_lines: set[int]) -> list[Problem
     return sorted(out, key=lambda p: p.line)
 
 
-def _registration(call: ast.Call) -> Registration:
+def _registration(call: ast.Call, dialect: Dialect) -> Registration:
     func = call.func.id  # type: ignore[union-attr]
-    backend = BACKENDS[func]
+    sig = dialect.signature(func)
+    signature = sig.text()
     args: dict[str, object] = {}
     if any(isinstance(a, ast.Starred) for a in call.args):
-        raise _Bad(func, f"*args is not allowed; write each argument literally: {_SIGNATURE}")
-    if len(call.args) > len(POSITIONAL):
-        raise _Bad(func, f"only est_time and suite may be positional, got {len(call.args)} positional arguments; "
-                         "pass the others as keywords (labels=..., nightly=..., disabled=...)")
-    for name, node in zip(POSITIONAL, call.args, strict=False):
+        raise _Bad(func, f"*args is not allowed; write each argument literally: {signature}")
+    if len(call.args) > len(sig.positional):
+        raise _Bad(func, f"only {' and '.join(sig.positional) if len(sig.positional) < 3 else ', '.join(sig.positional)} "
+                         f"may be positional, got {len(call.args)} positional arguments; pass the others as keywords: {signature}")
+    for name, node in zip(sig.positional, call.args, strict=False):
         args[name] = _literal(name, node)
     for kw in call.keywords:
         if kw.arg is None:
-            raise _Bad(func, f"**kwargs is not allowed; write each argument literally: {_SIGNATURE}")
-        if kw.arg not in KEYWORDS:
+            raise _Bad(func, f"**kwargs is not allowed; write each argument literally: {signature}")
+        if kw.arg not in sig.keywords:
             hint = " (the GPU count comes from the suite name: -<N>-gpu-)" if kw.arg == "num_gpus" else ""
-            raise _Bad(kw.arg, f"unknown argument to {func}{hint}; known: {', '.join(sorted(KEYWORDS))}")
+            raise _Bad(kw.arg, f"unknown argument to {func}{hint}; known: {', '.join(sorted(sig.keywords))}")
         if kw.arg in args:
             raise _Bad(kw.arg, "given twice (positionally or as a keyword); pass it once")
         args[kw.arg] = _literal(kw.arg, kw.value)
+    if args.get("suite") is None:  # suite=None is the default of frameworks with the stage= form
+        args.pop("suite", None)
 
-    est_time = _est_time(args)
-    suite, sglang_form = _suite(args)
-    labels = _labels(args, required=backend != "cpu" and not sglang_form)
+    est_time = _est_time(args, dialect, func)
+    suite = _suite(args, stage_form="runner_config" in sig.keywords)
+    labels = _labels(args, required="labels" in sig.required)
     nightly = args.get("nightly", False)
     if not isinstance(nightly, bool):
         raise _Bad("nightly", f"must be True or False, got {nightly!r}")
@@ -118,8 +126,8 @@ def _registration(call: ast.Call) -> Registration:
     if disabled is not None and (not isinstance(disabled, str) or not disabled.strip()):
         raise _Bad("disabled", f"must be None or a non-empty reason string, got {disabled!r}; say why it is disabled")
     hardware_list = _hardware_list(args)
-    gpus, hardware = _gpus_and_hardware(backend, suite, hardware_list)
-    return Registration(backend, suite, gpus, hardware, est_time, labels, nightly, disabled, call.lineno)
+    gpus, hardware, assumed = _gpus_and_hardware(sig.backend, suite, hardware_list, dialect)
+    return Registration(sig.backend, suite, gpus, hardware, est_time, labels, nightly, disabled, call.lineno, assumed)
 
 
 def _literal(name: str, node: ast.AST) -> object:
@@ -132,18 +140,23 @@ def _literal(name: str, node: ast.AST) -> object:
     return value
 
 
-def _est_time(args: dict[str, object]) -> int:
+def _est_time(args: dict[str, object], dialect: Dialect, func: str) -> int:
     if "est_time" not in args:
-        raise _Bad("est_time", "required: the expected run time in seconds, e.g. register_cuda_ci(600, ...)")
+        raise _Bad("est_time", f"required: the expected run time in seconds, e.g. {func}(600, ...)")
     v = args["est_time"]
     if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
         raise _Bad("est_time", f"must be a number of seconds, got {v!r}")
-    if v <= 0:
+    if dialect.est_time == "non-negative":
+        if v < 0:
+            raise _Bad("est_time", f"must be 0 or more, got {v!r}; set the expected run time in seconds")
+    elif v <= 0:
         raise _Bad("est_time", f"must be positive, got {v!r}; set the expected run time in seconds")
+    if v > 10**7:
+        raise _Bad("est_time", f"{v!r} s is more than 100 days; set the expected run time in seconds")
     return math.ceil(v)
 
 
-def _suite(args: dict[str, object]) -> tuple[str, bool]:
+def _suite(args: dict[str, object], stage_form: bool) -> str:
     has_stage = "stage" in args or "runner_config" in args
     if "suite" in args and has_stage:
         raise _Bad("suite", "give either suite= or stage= with runner_config=, not both")
@@ -152,19 +165,19 @@ def _suite(args: dict[str, object]) -> tuple[str, bool]:
         for name, v in (("stage", stage), ("runner_config", runner)):
             if not isinstance(v, str) or not _SUITE.fullmatch(v):
                 raise _Bad(name, f"must be a name of letters, digits, '.', '_' or '-' (stage= needs runner_config= too), got {v!r}")
-        return f"{stage}-test-{runner}", True
+        return f"{stage}-test-{runner}"
     if "suite" not in args:
-        raise _Bad("suite", "required: the suite name, e.g. stage-c-4-gpu-h200")
+        raise _Bad("suite", "required: the suite name" + (" (or stage= with runner_config=)" if stage_form else ""))
     suite = args["suite"]
     if not isinstance(suite, str) or not _SUITE.fullmatch(suite):
         raise _Bad("suite", f"must be a name of letters, digits, '.', '_' or '-', got {suite!r}")
-    return suite, False
+    return suite
 
 
 def _labels(args: dict[str, object], required: bool) -> tuple[str, ...]:
     if "labels" not in args or args["labels"] is None:
         if required:
-            raise _Bad("labels", "required for GPU tests: a list of strings, e.g. labels=[\"megatron\"]")
+            raise _Bad("labels", "required for GPU tests by this framework's register function: a list of label strings")
         return ()
     labels = args["labels"]
     if not isinstance(labels, list):
@@ -180,28 +193,39 @@ def _hardware_list(args: dict[str, object]) -> list[tuple[int | None, str]]:
         return []
     hw = args["hardware"]
     if not isinstance(hw, list) or not hw:
-        raise _Bad("hardware", f"must be a non-empty list of strings such as [\"h200\"] or [\"8-gpu-h200\"], got {hw!r}")
+        raise _Bad("hardware", f"must be a non-empty list of strings such as [\"<gpu type>\"] or [\"<N>-gpu-<gpu type>\"], got {hw!r}")
     out = []
     for item in hw:
         m = _HARDWARE.fullmatch(item)
         if not m:
-            raise _Bad("hardware", f"{item!r} is not a hardware name; use e.g. \"h200\" or \"8-gpu-h200\"")
+            raise _Bad("hardware", f"{item!r} is not a hardware name; use <gpu type> or <N>-gpu-<gpu type>")
         out.append((int(m.group(1)) if m.group(1) else None, m.group(2)))
     return out
 
 
-def _gpus_and_hardware(backend: str, suite: str, hw: list[tuple[int | None, str]]) -> tuple[int, str]:
+def hardware_name(gpus: int, named: str) -> str:
+    """``h200`` stays; a runner config without a GPU type (``1-gpu-large``) stays whole as an alias."""
+    if not named or _GPU_TYPE.match(named):
+        return named
+    return f"{gpus}-gpu-{named}"
+
+
+def _gpus_and_hardware(backend: str, suite: str, hw: list[tuple[int | None, str]], dialect: Dialect
+                       ) -> tuple[int, str, bool]:
     if backend == "cpu":
-        return 0, "cpu"
+        return 0, "cpu", False
     m = _GPU_SUITE.search(suite)
     gpus = int(m.group(1)) if m else next((n for n, _ in hw if n is not None), None)
+    assumed = False
     if gpus is None:
-        raise _Bad("suite", f"unknown suite shape {suite!r}: GPU suites are named <stage>-<N>-gpu-<hardware> "
-                            "(e.g. stage-c-4-gpu-h200), or give hardware=[\"<N>-gpu-<hardware>\"]")
+        if dialect.suites != "free":
+            raise _Bad("suite", f"unknown suite shape {suite!r}: GPU suites are named <stage>-<N>-gpu-<hardware>, "
+                                "or give hardware=[\"<N>-gpu-<hardware>\"]")
+        gpus, assumed = 1, True
     if gpus <= 0:
         raise _Bad("suite", f"{suite!r} asks for {gpus} GPUs; a {backend} test needs at least 1")
     named = m.group(2) if m and m.group(2) else ""
     listed = [name for _, name in hw]
     if named and listed and named not in listed:
         raise _Bad("hardware", f"{listed!r} does not include {named!r}, which the suite name {suite!r} asks for")
-    return gpus, named or (listed[0] if listed else "")
+    return gpus, hardware_name(gpus, named or (listed[0] if listed else "")), assumed

@@ -1,14 +1,17 @@
 """Finding test files and reading each one once: bytes, sha256, registrations, NUM_GPUS, needs.
 
-Discovery walks the configured roots for ``test_*.py`` without following symlinked folders;
+Discovery walks the roots for the file names the dialect's runner collects (``test_*.py``, or
+every ``*.py`` but ``conftest.py``/``__init__.py``) without following symlinked folders;
 a file whose name is unsafe for an id, or a symlink resolving outside the repository, is
 reported and skipped. Scanning is a pure function of (repo, file) so it can run in a process
 pool for big trees; every failure (unreadable, not UTF-8, syntax error) is a located problem.
+A registry file without the bytes ``register_`` cannot register anything and is not parsed.
 """
 
 from __future__ import annotations
 
 import ast
+import fnmatch
 import hashlib
 import multiprocessing
 import os
@@ -16,6 +19,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from pipelines.core.catalog.dialect import Dialect, M
 from pipelines.core.catalog.ids import path_problem
 from pipelines.core.catalog.infer import Needs, infer_needs
 from pipelines.core.catalog.registry import Registration, parse_registrations
@@ -65,8 +69,13 @@ def checked_path(repo: Path, rel: str, field: str = "path") -> Problem | None:
     return None
 
 
-def _walk(repo: Path, folder: str, found: dict[str, bool]) -> None:
-    """Collect ``test_*.py`` under ``folder`` (repo-relative); True marks a symlinked file."""
+def collected(name: str, patterns: tuple[str, ...], exclude: tuple[str, ...] = ()) -> bool:
+    """Whether the runner collects a file of this name."""
+    return name not in exclude and any(fnmatch.fnmatchcase(name, p) for p in patterns)
+
+
+def _walk(repo: Path, folder: str, found: dict[str, bool], patterns: tuple[str, ...], exclude: tuple[str, ...]) -> None:
+    """Collect the files the runner collects under ``folder`` (repo-relative); True marks a symlinked file."""
     try:
         entries = sorted(os.scandir(repo / folder), key=lambda e: e.name)
     except OSError:
@@ -75,13 +84,14 @@ def _walk(repo: Path, folder: str, found: dict[str, bool]) -> None:
         rel = f"{folder}/{entry.name}" if folder else entry.name
         if entry.is_dir(follow_symlinks=False):
             if not entry.name.startswith(".") and entry.name != "__pycache__":
-                _walk(repo, rel, found)
-        elif entry.name.startswith("test_") and entry.name.endswith(".py"):
+                _walk(repo, rel, found, patterns, exclude)
+        elif collected(entry.name, patterns, exclude):
             found[rel] = entry.is_symlink()
 
 
-def discover(repo: Path, roots: tuple[str, ...]) -> tuple[list[str], list[Problem]]:
-    """Repo-relative ``test_*.py`` paths under ``roots`` (sorted), and what was wrong on the way.
+def discover(repo: Path, roots: tuple[str, ...], patterns: tuple[str, ...] = ("test_*.py",),
+             exclude: tuple[str, ...] = ()) -> tuple[list[str], list[Problem]]:
+    """Repo-relative paths of collected files under ``roots`` (sorted), and what was wrong on the way.
 
     Symlinked folders are not followed; a symlinked file is kept only if it resolves inside.
     """
@@ -96,7 +106,7 @@ def discover(repo: Path, roots: tuple[str, ...]) -> tuple[list[str], list[Proble
         if not base.is_dir():
             problems.append(Problem(shown(root), 1, "roots", "no such folder in the repository; fix roots in assets/repos.yaml"))
             continue
-        _walk(repo, root, found)
+        _walk(repo, root, found, patterns, exclude)
     paths = []
     for rel in sorted(found):
         why = path_problem(rel)
@@ -110,24 +120,34 @@ def discover(repo: Path, roots: tuple[str, ...]) -> tuple[list[str], list[Proble
     return paths, problems
 
 
-def scan_file(repo: str, rel: str, registry: bool = True) -> FileScan:
-    """Read one test file: never raises, every failure is a problem on the file."""
+def scan_file(repo: str, rel: str, registry: bool = True, dialect: Dialect = M, parse_all: bool = False) -> FileScan:
+    """Read one test file: never raises, every failure is a problem on the file.
+
+    ``parse_all`` parses a registry file even without ``register_`` (an implicit CPU folder's).
+    """
     try:
         data = (Path(repo) / rel).read_bytes()
     except OSError as exc:
         return FileScan(rel, problems=(Problem(rel, 1, "file", f"cannot be read ({exc.strerror or exc})"),))
+    return scan_bytes(rel, data, registry, dialect, parse_all)
+
+
+def scan_bytes(rel: str, data: bytes, registry: bool = True, dialect: Dialect = M, parse_all: bool = False) -> FileScan:
+    """:func:`scan_file` on bytes already read."""
     sha = hashlib.sha256(data).hexdigest()
     try:
         source = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         return FileScan(rel, sha, problems=(Problem(rel, 1, "file", f"is not UTF-8 ({exc.reason} at byte {exc.start})"),))
+    if registry and not parse_all and "register_" not in source:  # cannot register anything: no ast needed
+        return FileScan(rel, sha, parsed=True)
     try:
         tree = ast.parse(source, filename=rel)
     except (SyntaxError, ValueError) as exc:
         line = getattr(exc, "lineno", None) or 1
         msg = getattr(exc, "msg", str(exc))
         return FileScan(rel, sha, problems=(Problem(rel, line, "syntax", f"{msg}; fix the file so Python can parse it"),))
-    regs, problems = parse_registrations(tree, rel, source) if registry else ([], [])
+    regs, problems = parse_registrations(tree, rel, source, dialect) if registry else ([], [])
     constants = module_constants(tree)
     num_gpus = constants.get("NUM_GPUS")
     if isinstance(num_gpus, bool) or not isinstance(num_gpus, int):
@@ -135,20 +155,26 @@ def scan_file(repo: str, rel: str, registry: bool = True) -> FileScan:
     return FileScan(rel, sha, tuple(regs), infer_needs(tree, constants), num_gpus, tuple(problems), parsed=True)
 
 
-def _scan_chunk(repo: str, rels: list[str], registry: bool) -> list[FileScan]:
-    return [scan_file(repo, rel, registry) for rel in rels]
+def _scan_chunk(repo: str, rels: list[str], registry: bool, dialect: Dialect = M,
+                implicit: tuple[str, ...] = ()) -> list[FileScan]:
+    return [scan_file(repo, rel, registry, dialect, rel.startswith(implicit) if implicit else False) for rel in rels]
 
 
-def scan_files(repo: Path, rels: list[str], registry: bool = True, workers: int | None = None) -> list[FileScan]:
-    """Scan every file, in a process pool when the tree is big enough for it to pay off."""
+def scan_files(repo: Path, rels: list[str], registry: bool = True, workers: int | None = None, dialect: Dialect = M,
+               implicit: tuple[str, ...] = ()) -> list[FileScan]:
+    """Scan every file, in a process pool when the tree is big enough for it to pay off.
+
+    ``implicit`` are folder prefixes (``tests/fast/``) whose files are parsed even unregistered.
+    """
     if workers is None:
         cpus = os.cpu_count() or 1
         workers = min(4, cpus) if len(rels) >= PARALLEL_MIN_FILES and cpus >= PARALLEL_MIN_CPUS else 1
     if workers <= 1:
-        return _scan_chunk(str(repo), rels, registry)
+        return _scan_chunk(str(repo), rels, registry, dialect, implicit)
     size = max(1, len(rels) // (workers * 4))
     chunks = [rels[i:i + size] for i in range(0, len(rels), size)]
     # forkserver, not fork: callers (a Dagster code server) may have threads, which fork can deadlock
     with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("forkserver")) as pool:
-        parts = pool.map(_scan_chunk, [str(repo)] * len(chunks), chunks, [registry] * len(chunks))
+        n = len(chunks)
+        parts = pool.map(_scan_chunk, [str(repo)] * n, chunks, [registry] * n, [dialect] * n, [implicit] * n)
         return [scan for part in parts for scan in part]

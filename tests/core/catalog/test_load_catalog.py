@@ -18,10 +18,17 @@ def test_an_unconfigured_registry_repo_is_detected_and_the_assumptions_listed(tr
     repo = tree({"tests/e2e/test_a.py": CUDA, "tests/e2e/test_b.py": CUDA.replace("60", "90")})
     cat = load_catalog(repo)
     assert [t.est_time for t in cat.tests] == [60, 90]
-    assert cat.assumptions == (
-        f"repo {repo} is not configured in assets/repos.yaml; using defaults: roots tests, no implicit CPU folders, "
+    assert cat.assumptions[:2] == (
+        f"repo {repo} is not configured in assets/repos.yaml; using defaults: no implicit CPU folders, "
         "NUM_GPUS default 8, est_time default 1800 s for template tests",
         "format: registry (2 of 2 test_*.py files under tests call register_*_ci)",
+    )
+    assert cat.assumptions[2].startswith("dialect m (built-in profile m): register_cuda_ci, register_rocm_ci, "
+                                         "register_cpu_ci; labels required by register_cuda_ci, register_rocm_ci; "
+                                         "collects test_*.py; est_time > 0")
+    assert cat.assumptions[3:] == (
+        "no module of the repo defines register_*_ci; assuming the built-in profile m (set `dialect:` in assets/repos.yaml)",
+        "roots: tests (the m runner's; set `roots:` in assets/repos.yaml or pass --roots to change)",
     )
 
 
@@ -44,7 +51,7 @@ def test_registry_calls_win_over_a_template_when_both_exist(tree):
 def test_a_repo_with_neither_format_says_so(tree):
     repo = tree({"tests/test_a.py": "x = 1\n"})
     cat = load_catalog(repo)
-    assert cat.assumptions[1] == ("format: registry (no register_*_ci call in 1 test_*.py files and no workflow template "
+    assert cat.assumptions[1] == ("format: registry (no register_*_ci call in 1 test_*.py files under tests and no workflow template "
                                   "under .github/workflows; every file will be reported as unregistered)")
     assert [p.field for p in cat.problems] == ["registration"]
 

@@ -57,12 +57,6 @@ def test_rocm_and_cpu_calls_set_the_backend_and_cpu_tests_need_no_gpus_or_labels
     }
 
 
-def test_sglang_stage_and_runner_config_name_the_suite(tree):
-    cat = catalog_of(tree, {"tests/test_s.py": HEADER + 'register_cuda_ci(est_time=90, stage="base-b", runner_config="1-gpu-large")\n'})
-    (t,) = cat.tests
-    assert (t.suite, t.gpus, t.hardware, t.labels) == ("base-b-test-1-gpu-large", 1, "large", ())
-
-
 def test_hardware_list_gives_gpus_and_hardware_when_the_suite_does_not(tree):
     cat = catalog_of(tree, {"tests/test_h.py": HEADER + 'register_cuda_ci(60, "nightly-big", labels=["x"], hardware=["8-gpu-h100"])\n'})
     (t,) = cat.tests
@@ -165,7 +159,7 @@ def test_files_in_an_implicit_cpu_folder_are_cpu_tests_of_one_second(tree):
     assert cat.problems == ()
     by_id = cat.by_id()
     unit = by_id["tests/fast/test_unit.py"]
-    assert (unit.backend, unit.gpus, unit.est_time, unit.suite) == ("cpu", 0, 1, "fast")
+    assert (unit.backend, unit.gpus, unit.est_time, unit.suite) == ("cpu", 0, 1, "stage-a-cpu")  # as M's runner names it
     assert by_id["tests/fast/test_gpu.py"].backend == "cuda"
 
 

@@ -1,0 +1,113 @@
+"""Which dialect a repository speaks, and where its tests are, with what was assumed said aloud.
+
+The framework is the truth: its registry module (the ``.py`` file defining ``register_*_ci``)
+gives the functions and their keywords; ``assets/repos.yaml`` may pin a profile (``dialect:``)
+and the roots. Every choice made without configuration becomes one line of
+``Catalog.assumptions`` so a CI maintainer can check it against their runner.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+from pipelines.core.catalog.dialect import PROFILES, Dialect, M, derive, may_define_registry
+
+#: folders that never hold the framework's own code
+_SKIP = frozenset({"__pycache__", "node_modules", "site-packages", "venv", "build", "dist"})
+_MAX_MODULE = 1 << 20
+
+#: (repo-relative path, stat) -> bytes; the catalog cache passes one that remembers answers
+Reader = Callable[[str, os.stat_result], bytes | None]
+
+
+def _read(repo: Path) -> Reader:
+    def read(rel: str, st: os.stat_result) -> bytes | None:
+        try:
+            return (repo / rel).read_bytes()
+        except OSError:
+            return None
+    return read
+
+
+def python_files(repo: Path) -> list[tuple[str, os.stat_result]]:
+    """Every ``.py`` file of the checkout (no hidden, cache or virtualenv folders, no symlinks)."""
+    out: list[tuple[str, os.stat_result]] = []
+    stack = [""]
+    while stack:
+        folder = stack.pop()
+        try:
+            entries = list(os.scandir(repo / folder if folder else repo))
+        except OSError:
+            continue
+        for e in entries:
+            rel = f"{folder}/{e.name}" if folder else e.name
+            if e.is_dir(follow_symlinks=False):
+                if not e.name.startswith(".") and e.name not in _SKIP:
+                    stack.append(rel)
+            elif e.name.endswith(".py") and e.is_file(follow_symlinks=False):
+                try:
+                    out.append((rel, e.stat(follow_symlinks=False)))
+                except OSError:
+                    continue
+    out.sort()
+    return out
+
+
+def registry_modules(repo: Path, files: list[tuple[str, os.stat_result]], defines: Callable[[str, os.stat_result], bool]
+                     ) -> list[str]:
+    """The files that define ``register_*_ci`` functions (usually one)."""
+    return [rel for rel, st in files if st.st_size < _MAX_MODULE and defines(rel, st)]
+
+
+def choose(repo: Path, dialect_name: str = "", roots: tuple[str, ...] | None = None,
+           defines: Callable[[str, os.stat_result], bool] | None = None) -> tuple[Dialect, tuple[str, ...], list[str]]:
+    """(dialect, roots, notes) for ``repo``.
+
+    ``dialect_name`` pins a profile ("" = from the registry module); ``roots`` None means "not
+    configured": the dialect's roots, else ``tests``. ``defines`` answers "does this file define
+    register functions" (default: read it).
+    """
+    notes: list[str] = []
+    base = None
+    if dialect_name and dialect_name not in ("auto",):
+        base = PROFILES.get(dialect_name)
+        if base is None:
+            notes.append(f"dialect {dialect_name!r} is not a built-in profile ({', '.join(PROFILES)}); reading the "
+                         "registry module instead")
+    if defines is None:
+        read = _read(repo)
+
+        def defines(rel: str, st: os.stat_result) -> bool:
+            data = read(rel, st)
+            return data is not None and may_define_registry(data)
+
+    modules = registry_modules(repo, python_files(repo), defines)
+    if modules:
+        counts = {}
+        for rel in modules:
+            try:
+                counts[rel] = (repo / rel).read_text(encoding="utf-8")
+            except (OSError, UnicodeDecodeError):
+                continue
+        module = max(counts, key=lambda r: (counts[r].count("def register_"), -len(r)), default=None)
+        if module is None:
+            dialect = base or M
+        else:
+            dialect, more = derive(module, counts[module], base)
+            notes += more
+            if len(modules) > 1:
+                notes.append(f"several files define register_*_ci ({', '.join(modules)}); the rules come from {module}")
+    else:
+        dialect = base or M
+        notes.append("no module of the repo defines register_*_ci; " + (
+            f"using the {dialect.source}" if base else f"assuming the {dialect.source} (set `dialect:` in assets/repos.yaml)"))
+    if roots is None:
+        chosen = tuple(r for r in dialect.roots if (repo / r).is_dir()) or dialect.roots
+        notes.append(f"roots: {', '.join(chosen)} (the {dialect.name} runner's; set `roots:` in assets/repos.yaml "
+                     "or pass --roots to change)")
+    else:
+        chosen = roots
+    notes.insert(0, dialect.describe())
+    return dialect, chosen, notes

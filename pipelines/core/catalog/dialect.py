@@ -1,0 +1,189 @@
+"""Registry dialects: the rules of one framework family's runner, read from the framework itself.
+
+Frameworks of the registry family disagree on details: which ``register_<backend>_ci``
+functions exist, whether ``labels`` exists or is required, which files the runner collects,
+whether ``est_time=0`` is fine, what ``nightly=True`` means. Rather than hard-coding one of
+them, the catalog finds the repository's own registry module (the module that defines
+``register_*_ci``), reads the signatures with ``ast`` and starts from the built-in profile the
+module resembles (framework M, the SGLang family). ``assets/repos.yaml`` may name a profile
+(``dialect: sglang``) and override the roots. Messages built from a dialect only quote that
+framework's own functions, never another framework's labels or suites.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import hashlib
+import re
+from dataclasses import dataclass
+
+_DEF = re.compile(rb"^[ \t]*def[ \t]+register_\w+_ci[ \t]*\(", re.MULTILINE)
+_FUNC = re.compile(r"register_(\w+)_ci")
+
+
+@dataclass(frozen=True)
+class Signature:
+    """One ``register_<backend>_ci`` function as the framework defines it."""
+
+    name: str
+    backend: str
+    positional: tuple[str, ...]
+    keywords: tuple[str, ...]
+    required: tuple[str, ...]
+
+    def text(self) -> str:
+        """``name(a, b=..., *, c)`` as a CI maintainer recognizes it from the framework."""
+        opt = [k for k in self.keywords if k not in self.positional]
+        parts = [p if p in self.required else f"{p}=..." for p in self.positional]
+        if opt:
+            parts.append("*")
+            parts += [k if k in self.required else f"{k}=..." for k in opt]
+        return f"{self.name}({', '.join(parts)})"
+
+
+@dataclass(frozen=True)
+class Dialect:
+    """How one framework's runner reads registrations (see module docstring)."""
+
+    name: str
+    functions: tuple[Signature, ...]
+    #: file-name globs the runner collects under the roots, and names it skips
+    discovery: tuple[str, ...] = ("test_*.py",)
+    exclude: tuple[str, ...] = ()
+    roots: tuple[str, ...] = ("tests",)
+    #: "positive" (est_time > 0) or "non-negative" (0 allowed)
+    est_time: str = "positive"
+    #: "shaped": a GPU suite must say ``-<N>-gpu``; "free": any name (count assumed 1 when absent)
+    suites: str = "shaped"
+    #: "also" (M: nightly=True adds a test to nightly/weekly/release) or "exclusive" (SGLang family:
+    #: the nightly cadence runs exactly the nightly=True registrations, per-commit the others)
+    nightly: str = "also"
+    #: suite of files in an implicit CPU folder, as the framework's runner names it
+    implicit_suite: str = "stage-a-cpu"
+    #: where the rules came from (the registry module, or "built-in profile <name>")
+    source: str = ""
+
+    @property
+    def backends(self) -> dict[str, str]:
+        return {s.name: s.backend for s in self.functions}
+
+    def signature(self, name: str) -> Signature:
+        return next(s for s in self.functions if s.name == name)
+
+    def digest(self) -> str:
+        """Identifies the rules (cache entries made under other rules are not reused)."""
+        fields = dataclasses.astuple(dataclasses.replace(self, source=""))
+        return hashlib.sha256(repr(fields).encode()).hexdigest()[:16]
+
+    def describe(self) -> str:
+        having = [s for s in self.functions if "labels" in s.keywords]
+        needing = [s.name for s in having if "labels" in s.required]
+        label_rule = ("no labels" if not having else "labels optional" if not needing
+                      else f"labels required by {', '.join(needing)}")
+        return (f"dialect {self.name} ({self.source}): {', '.join(s.name for s in self.functions)}; {label_rule}; "
+                f"collects {', '.join(self.discovery)}" + (f" except {', '.join(self.exclude)}" if self.exclude else "")
+                + f"; est_time {'>= 0' if self.est_time == 'non-negative' else '> 0'}; "
+                + ("GPU suites name -<N>-gpu" if self.suites == "shaped" else "any suite name")
+                + "; nightly=True " + ("= nightly cadence only" if self.nightly == "exclusive" else "adds nightly/weekly/release"))
+
+
+def _sig(name: str, positional: tuple[str, ...], keywords: tuple[str, ...], required: tuple[str, ...]) -> Signature:
+    return Signature(name, _FUNC.fullmatch(name).group(1), positional, keywords, required)  # type: ignore[union-attr]
+
+
+_M_KW = ("est_time", "suite", "labels", "nightly", "disabled", "hardware", "stage", "runner_config")
+_SG_KW = ("est_time", "suite", "nightly", "disabled", "stage", "runner_config")
+
+#: framework M as its runner reads it today (also what a repo without a registry module gets)
+M = Dialect(
+    name="m",
+    functions=(
+        _sig("register_cuda_ci", ("est_time", "suite"), _M_KW, ("est_time", "suite", "labels")),
+        _sig("register_rocm_ci", ("est_time", "suite"), _M_KW, ("est_time", "suite", "labels")),
+        _sig("register_cpu_ci", ("est_time", "suite"), _M_KW, ("est_time", "suite")),
+    ),
+    source="built-in profile m",
+)
+
+#: the SGLang family: many backends, no labels, every *.py under test/registered/
+SGLANG = Dialect(
+    name="sglang",
+    functions=tuple(_sig(f"register_{b}_ci", ("est_time", "suite", "nightly", "disabled"), _SG_KW, ("est_time",))
+                    for b in ("cpu", "cuda", "amd", "npu", "xpu", "musa", "mlx")),
+    discovery=("*.py",),
+    exclude=("conftest.py", "__init__.py"),
+    roots=("test/registered",),
+    est_time="non-negative",
+    suites="free",
+    nightly="exclusive",
+    implicit_suite="",
+    source="built-in profile sglang",
+)
+
+PROFILES = {"m": M, "sglang": SGLANG}
+
+
+def may_define_registry(data: bytes) -> bool:
+    """Whether a file's bytes can define a ``register_*_ci`` function (cheap, before ``ast``)."""
+    return b"def" in data and _DEF.search(data) is not None
+
+
+def signatures(source: str) -> tuple[list[Signature], list[str]]:
+    """The ``register_*_ci`` functions a module defines, and est_time bounds its body checks."""
+    tree = ast.parse(source)
+    out: list[Signature] = []
+    bounds: list[str] = []
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.FunctionDef) and _FUNC.fullmatch(node.name)):
+            continue
+        a = node.args
+        positional = [p.arg for p in a.posonlyargs + a.args]
+        n_defaults = len(a.defaults)
+        required = positional[: len(positional) - n_defaults] if n_defaults else list(positional)
+        kwonly = [p.arg for p in a.kwonlyargs]
+        required += [p for p, d in zip(kwonly, a.kw_defaults, strict=True) if d is None]
+        out.append(_sig(node.name, tuple(positional), tuple(positional + kwonly), tuple(required)))
+        bounds += _est_bounds(node)
+    return out, bounds
+
+
+def _est_bounds(fn: ast.FunctionDef) -> list[str]:
+    """``est_time > 0`` / ``est_time >= 0`` style checks in the function body."""
+    out = []
+    for node in ast.walk(fn):
+        if (isinstance(node, ast.Compare) and isinstance(node.left, ast.Name) and node.left.id == "est_time"
+                and len(node.ops) == 1 and isinstance(node.comparators[0], ast.Constant) and node.comparators[0].value == 0):
+            op = node.ops[0]
+            if isinstance(op, ast.Gt | ast.LtE):
+                out.append("positive")
+            elif isinstance(op, ast.GtE | ast.Lt):
+                out.append("non-negative")
+    return out
+
+
+def resembles(sigs: list[Signature]) -> Dialect:
+    """The built-in profile a registry module looks like: labels -> M; stage/runner_config -> SGLang."""
+    has_labels = any("labels" in s.keywords for s in sigs)
+    has_stage = any("runner_config" in s.keywords for s in sigs)
+    return SGLANG if has_stage and not has_labels else M
+
+
+def derive(module: str, source: str, base: Dialect | None = None) -> tuple[Dialect, list[str]]:
+    """The dialect of a framework from its registry module ``module`` (repo-relative) and source.
+
+    ``base`` (a profile named in assets/) wins over the resemblance guess; the functions, their
+    keywords and the est_time bound always come from the module itself.
+    """
+    try:
+        sigs, bounds = signatures(source)
+    except (SyntaxError, ValueError) as exc:
+        profile = base or M
+        return profile, [f"{module}: cannot be parsed ({exc}); using the {profile.source}"]
+    if not sigs:
+        profile = base or M
+        return profile, [f"{module}: defines no register_*_ci function; using the {profile.source}"]
+    profile = base or resembles(sigs)
+    est = bounds[0] if len(set(bounds)) == 1 else profile.est_time
+    return dataclasses.replace(profile, functions=tuple(sorted(sigs, key=lambda s: s.name)), est_time=est,
+                               source=f"{module}, {profile.name} profile"), []

@@ -1,0 +1,141 @@
+"""Registry dialects read from the framework's own registry module, one fixture per dialect."""
+
+from __future__ import annotations
+
+from pipelines.core.catalog import load_catalog
+from pipelines.core.catalog.dialect import SGLANG, M, derive
+from pipelines.core.select import Selection, select
+
+M_MODULE = '''
+def register_cuda_ci(est_time: int, suite: str, *, labels: list[str], nightly: bool = False, disabled=None):
+    """GPU run."""
+
+
+def register_cpu_ci(est_time: int, suite: str, *, labels=None, nightly: bool = False, disabled=None):
+    """CPU run."""
+'''
+
+SG_ARGS = "(est_time, suite=None, nightly=False, disabled=None, *, stage=None, runner_config=None)"
+SG_MODULE = "".join(f"def register_{b}_ci{SG_ARGS}:\n    pass\n\n\n" for b in ("cpu", "cuda", "amd", "npu"))
+SG_HEADER = "from pkg.test.ci.ci_register import register_amd_ci, register_cpu_ci, register_cuda_ci, register_npu_ci\n"
+
+
+def sglang_repo(tree, files: dict[str, str]):
+    return tree({"python/pkg/test/ci/ci_register.py": SG_MODULE, **files})
+
+
+def test_an_m_style_module_gives_its_functions_and_requires_labels_where_it_has_no_default():
+    dialect, notes = derive("fw/ci.py", M_MODULE)
+    assert notes == []
+    assert dialect.name == "m" and dialect.backends == {"register_cpu_ci": "cpu", "register_cuda_ci": "cuda"}
+    assert "labels" in dialect.signature("register_cuda_ci").required
+    assert "labels" not in dialect.signature("register_cpu_ci").required
+    assert dialect.source == "fw/ci.py, m profile"
+
+
+def test_an_sglang_style_module_gives_every_backend_no_labels_and_the_sglang_runner_rules():
+    dialect, _ = derive("python/pkg/test/ci/ci_register.py", SG_MODULE)
+    assert dialect.name == "sglang"
+    assert sorted(dialect.backends.values()) == ["amd", "cpu", "cuda", "npu"]
+    assert all("labels" not in s.keywords for s in dialect.functions)
+    assert (dialect.discovery, dialect.exclude, dialect.roots) == (("*.py",), ("conftest.py", "__init__.py"), ("test/registered",))
+    assert (dialect.est_time, dialect.suites, dialect.nightly) == ("non-negative", "free", "exclusive")
+
+
+def test_an_est_time_check_in_the_module_body_sets_the_bound():
+    source = SG_MODULE.replace("def register_cuda_ci" + SG_ARGS + ":\n    pass",
+                               "def register_cuda_ci" + SG_ARGS + ":\n    assert est_time > 0")
+    dialect, _ = derive("ci.py", source)
+    assert dialect.est_time == "positive"
+
+
+def test_rules_differ_so_cached_results_of_one_dialect_never_serve_another():
+    assert M.digest() != SGLANG.digest()
+
+
+def test_the_sglang_family_loads_every_backend_stage_form_legacy_suites_and_bench_files(tree):
+    repo = sglang_repo(tree, {
+        "test/registered/test_a.py": SG_HEADER + (
+            'register_cuda_ci(est_time=90, stage="stage-b", runner_config="1-gpu-large")\n'
+            'register_amd_ci(12.5, "nightly-amd-1-gpu", nightly=True)\n'
+            'register_npu_ci(0, "per-commit-npu")\n'),
+        "test/registered/kernels/bench_attn.py": SG_HEADER + 'register_cuda_ci(30, stage="stage-c", runner_config="8-gpu-b200")\n',
+        "test/registered/stress/run_stress.py": SG_HEADER + 'register_cuda_ci(600, suite="stress", nightly=True)\n',
+        "test/registered/conftest.py": "import pytest\n",
+        "test/registered/__init__.py": "",
+        "test/unit/test_not_registered_root.py": "x = 1\n",
+    })
+    cat = load_catalog(repo)
+    assert cat.problems == ()
+    got = {(t.id, t.backend, t.suite, t.gpus, t.hardware, t.est_time, t.labels) for t in cat.tests}
+    assert got == {
+        ("test/registered/test_a.py::cuda-stage-b-test-1-gpu-large", "cuda", "stage-b-test-1-gpu-large", 1, "1-gpu-large", 90, ()),
+        ("test/registered/test_a.py::amd-nightly-amd-1-gpu", "amd", "nightly-amd-1-gpu", 1, "", 13, ()),
+        ("test/registered/test_a.py::npu-per-commit-npu", "npu", "per-commit-npu", 1, "", 0, ()),
+        ("test/registered/kernels/bench_attn.py", "cuda", "stage-c-test-8-gpu-b200", 8, "b200", 30, ()),
+        ("test/registered/stress/run_stress.py", "cuda", "stress", 1, "", 600, ()),
+    }
+    assert ("suite(s) per-commit-npu, stress name no GPU count (-<N>-gpu); their GPU tests are planned on 1 GPU"
+            in cat.assumptions)
+
+
+def test_sglang_rules_reject_what_its_runner_rejects_and_quote_only_its_own_signature(tree):
+    repo = sglang_repo(tree, {
+        "test/registered/test_labels.py": SG_HEADER + 'register_cuda_ci(60, "nightly-1-gpu", labels=["x"])\n',
+        "test/registered/test_negative.py": SG_HEADER + 'register_cuda_ci(-1, "nightly-1-gpu")\n',
+        "test/registered/test_ok.py": SG_HEADER + 'register_cuda_ci(60, "nightly-1-gpu")\n',
+        "test/registered/helper.py": "def helper():\n    return 1\n",
+    })
+    problems = [str(p) for p in load_catalog(repo).problems]
+    assert problems == [
+        "test/registered/helper.py:1: registration: no register_amd_ci/register_cpu_ci/register_cuda_ci/"
+        'register_npu_ci call at module level; register the file e.g. register_cuda_ci(60, "nightly-1-gpu", ...) '
+        "as other files here do",
+        "test/registered/test_labels.py:2: labels: unknown argument to register_cuda_ci; known: disabled, est_time, "
+        "nightly, runner_config, stage, suite",
+        "test/registered/test_negative.py:2: est_time: must be 0 or more, got -1; set the expected run time in seconds",
+    ]
+    assert not any("megatron" in p or "stage-c-4-gpu-h200" in p for p in problems)
+
+
+def test_m_rules_still_require_labels_on_gpu_calls_without_quoting_a_label(tree):
+    repo = tree({"fw/ci.py": M_MODULE, "tests/test_a.py": 'register_cuda_ci(60, "stage-c-4-gpu-h200")\n'})
+    (problem,) = load_catalog(repo).problems
+    assert str(problem) == ("tests/test_a.py:1: labels: required for GPU tests by this framework's register function: "
+                            "a list of label strings")
+
+
+def test_a_positional_argument_beyond_the_signature_names_the_framework_signature(tree):
+    repo = sglang_repo(tree, {"test/registered/test_a.py": SG_HEADER + 'register_cuda_ci(60, "s-1-gpu", False, None, 1)\n'})
+    (problem,) = load_catalog(repo).problems
+    assert str(problem) == (
+        "test/registered/test_a.py:2: register_cuda_ci: only est_time, suite, nightly, disabled may be positional, got 5 "
+        "positional arguments; pass the others as keywords: register_cuda_ci(est_time, suite=..., nightly=..., "
+        "disabled=..., *, stage=..., runner_config=...)")
+
+
+def test_in_the_sglang_family_the_nightly_cadence_runs_exactly_the_nightly_registrations(tree):
+    repo = sglang_repo(tree, {"test/registered/test_a.py": SG_HEADER + (
+        'register_cuda_ci(60, "per-commit-1-gpu")\nregister_cuda_ci(60, "nightly-1-gpu", nightly=True)\n')})
+    tests = load_catalog(repo).tests
+    assert [t.suite for t in select(tests, Selection(cadence="nightly"))] == ["nightly-1-gpu"]
+    assert [t.suite for t in select(tests, Selection(cadence="pr"))] == ["per-commit-1-gpu"]
+    assert len(select(tests, Selection(cadence="weekly"))) == 2
+
+
+def test_in_framework_m_nightly_adds_a_test_to_the_nightly_cadence_without_removing_the_others(tree):
+    repo = tree({"fw/ci.py": M_MODULE, "tests/test_a.py": (
+        'register_cuda_ci(60, "stage-a-1-gpu-h200", labels=["x"])\n'
+        'register_cuda_ci(60, "stage-b-1-gpu-h200", labels=["x"], nightly=True)\n')})
+    tests = load_catalog(repo).tests
+    assert len(select(tests, Selection(cadence="nightly"))) == 2
+    assert [t.suite for t in select(tests, Selection(cadence="pr"))] == ["stage-a-1-gpu-h200"]
+
+
+def test_the_catalog_says_which_module_gave_the_rules(tree):
+    repo = sglang_repo(tree, {"test/registered/test_a.py": SG_HEADER + 'register_cuda_ci(60, "nightly-1-gpu")\n'})
+    notes = load_catalog(repo).assumptions
+    assert any(n.startswith("dialect sglang (python/pkg/test/ci/ci_register.py, sglang profile): register_amd_ci, "
+                            "register_cpu_ci, register_cuda_ci, register_npu_ci; no labels; collects *.py except "
+                            "conftest.py, __init__.py; est_time >= 0") for n in notes)
+    assert "roots: test/registered (the sglang runner's; set `roots:` in assets/repos.yaml or pass --roots to change)" in notes
