@@ -1,173 +1,208 @@
-"""Run one test attempt as a local subprocess on reserved (virtual) GPU slots.
+"""Run one test attempt as a local subprocess on free (virtual) GPU slots.
 
-The child runs in its own process group so a timeout kills the test and everything it spawned
-(torchrun workers, servers). GPU slots are also held as ``flock`` locks on per-GPU files, the way
-framework S shares GPUs on a host, so two nightly processes on one machine never oversubscribe.
+What makes a local outcome trustworthy:
+- a pass needs the wrapper's completion record, not just exit code 0 (a test that calls
+  ``os._exit(0)`` halfway is ``failed``: "exited before the test finished");
+- every process of the attempt carries ``NIGHTLY_ATTEMPT_TOKEN``; at the end (pass, timeout or
+  interrupt) the process group and every marked process, ``setsid`` daemons included, are killed;
+- GPU slots are ``flock`` locks the test process itself holds (see :mod:`gpu_slots`), taken
+  from whatever is free on the pool's nodes right now;
+- a running record in ``<state>/running/`` lets a later night reap what a killed night left
+  behind (see :mod:`orphans`); ``interrupt()`` ends every running attempt as ``interrupted``;
+- output goes through a capped writer (head and tail kept, the cut noted).
 """
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import json
 import os
-import signal
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+import uuid
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Protocol
 
 from pipelines.core.model import Attempt
+from pipelines.launch import gpu_slots
 from pipelines.launch.base import LaunchRequest, LogSink
+from pipelines.launch.logcap import DEFAULT_LOG_CAP_BYTES, CappedLog, pump
+from pipelines.launch.orphans import owner_fields, write_record
+from pipelines.launch.procs import MARKER, kill_attempt
 
 WRAPPER = Path(__file__).with_name("wrapper.py")
 KILL_GRACE_S = 5.0
+#: the wrapper kills its own group this long after the timeout if the night never did
+WRAPPER_BACKSTOP_S = 60
 
 
-@contextlib.contextmanager
-def gpu_locks(lock_dir: Path, pool: str, node: int, slots: tuple[int, ...]) -> Iterator[None]:
-    """Hold an exclusive lock per GPU slot; blocks while another process holds one."""
-    lock_dir.mkdir(parents=True, exist_ok=True)
-    handles = []
-    try:
-        for slot in sorted(slots):
-            fh = open(lock_dir / f"{pool}-node{node}-gpu{slot}.lock", "a+")
-            fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
-            handles.append(fh)
-        yield
-    finally:
-        for fh in handles:
-            fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
-            fh.close()
-
-
-def _kill_group(proc: subprocess.Popen, grace_s: float) -> None:
-    """SIGTERM the whole process group, then SIGKILL what is left after the grace period."""
-    for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, sig)
-        try:
-            proc.wait(timeout=wait_s)
-            return
-        except subprocess.TimeoutExpired:
-            continue
+class _PoolShape(Protocol):
+    name: str
+    nodes: int
+    gpus_per_node: int
 
 
 class LocalLauncher:
-    """Subprocesses on this machine; ``CUDA_VISIBLE_DEVICES`` from the reserved slots."""
+    """Subprocesses on this machine; ``CUDA_VISIBLE_DEVICES`` from the slots actually held."""
 
     name = "local"
 
-    def __init__(self, state_dir: Path, python: str = sys.executable, kill_grace_s: float = KILL_GRACE_S):
+    def __init__(self, state_dir: Path, python: str = sys.executable, kill_grace_s: float = KILL_GRACE_S, *,
+                 pools: Sequence[_PoolShape] = (), log_cap_bytes: int = DEFAULT_LOG_CAP_BYTES,
+                 poll_s: float = 0.2, night: str = ""):
         self.state_dir = Path(state_dir)
         self.python = python
         self.kill_grace_s = kill_grace_s
+        self.pools = {p.name: (p.nodes, p.gpus_per_node) for p in pools}
+        self.log_cap_bytes = log_cap_bytes
+        self.poll_s = poll_s
+        self.night = night
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._running: dict[str, str] = {}
+
+    def interrupt(self) -> list[str]:
+        """End the night's attempts: each running ``launch()`` kills its processes and returns
+        ``interrupted``; later calls start nothing. Returns the ids of the tests that were running."""
+        self._stop.set()
+        with self._lock:
+            return sorted(self._running.values())
 
     def argv(self, request: LaunchRequest, result_path: Path) -> list[str]:
         test = request.test
-        return [
-            self.python,
-            str(WRAPPER),
-            "--file",
-            test.path,
-            "--result",
-            str(result_path),
-            "--",
-            *test.args,
-        ]
+        deadline = request.timeout_s + 2 * self.kill_grace_s + WRAPPER_BACKSTOP_S
+        return [self.python, str(WRAPPER), "--file", test.path, "--result", str(result_path),
+                "--deadline-s", f"{deadline:g}", "--", *test.args]
+
+    def _shape(self, request: LaunchRequest) -> tuple[list[int], int]:
+        """Nodes to look on (the requested one first) and GPUs per node of the request's pool."""
+        if request.pool in self.pools:
+            nodes, per_node = self.pools[request.pool]
+            return [request.node, *(n for n in range(nodes) if n != request.node)], per_node
+        return [request.node], max([len(request.gpu_slots), *(s + 1 for s in request.gpu_slots)])
 
     def launch(self, request: LaunchRequest, on_log: LogSink | None = None) -> Attempt:
+        started_at = datetime.now(UTC).isoformat(timespec="seconds")
+        pool = request.pool or "pool"
+        nodes, per_node = self._shape(request)
+        if len(request.gpu_slots) > per_node:
+            return self._not_started(request, started_at, "infra_error",
+                                     f"needs {len(request.gpu_slots)} GPUs but a {pool} node has {per_node}")
+        held = gpu_slots.acquire(self.state_dir / "gpu-locks", pool, len(request.gpu_slots), nodes, per_node,
+                                 prefer=request.gpu_slots, stop=self._stop, poll_s=self.poll_s)
+        if held is None or self._stop.is_set():
+            if held is not None:
+                held.release()
+            return self._not_started(request, started_at, "interrupted", "the night was interrupted before it started")
+        try:
+            return self._run(request, held, f"local-{request.pool}-{held.node}" if request.pool else
+                             f"local-{held.node}", started_at, on_log)
+        finally:
+            held.release()
+
+    def _not_started(self, request: LaunchRequest, started_at: str, outcome: str, reason: str) -> Attempt:
+        return Attempt(test_id=request.test.id, outcome=outcome, elapsed_s=0.0, started_at=started_at,  # type: ignore[arg-type]
+                       attempt=request.attempt, reason=reason, log_path=str(request.log_path),
+                       timeout_s=request.timeout_s, details={"retriable": "false"})
+
+    def _run(self, request: LaunchRequest, held: gpu_slots.HeldSlots, node: str, started_at: str,
+             on_log: LogSink | None) -> Attempt:
+        token = uuid.uuid4().hex
         request.log_path.parent.mkdir(parents=True, exist_ok=True)
         result_path = request.log_path.with_suffix(".result.json")
         result_path.unlink(missing_ok=True)
         env = {**os.environ, **request.env, **dict(request.test.env)}
-        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(s) for s in request.gpu_slots)
-        env["NIGHTLY_TEST_ID"] = request.test.id
-        env["NIGHTLY_ATTEMPT"] = str(request.attempt)
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(s) for s in held.slots)
+        env.update({"NIGHTLY_TEST_ID": request.test.id, "NIGHTLY_ATTEMPT": str(request.attempt), MARKER: token,
+                    "NIGHTLY_GPU_LOCK_FDS": ",".join(map(str, held.fds))})
         env.setdefault("PYTHONUNBUFFERED", "1")
-        node = f"local-{request.pool}-{request.node}" if request.pool else f"local-{request.node}"
-        started_at = datetime.now(UTC).isoformat(timespec="seconds")
-        with gpu_locks(self.state_dir / "gpu-locks", request.pool or "pool", request.node, request.gpu_slots):
-            t0 = time.monotonic()
-            with open(request.log_path, "wb") as log:
-                header = f"# nightly: {request.test.id} attempt {request.attempt} on {node} gpus={env['CUDA_VISIBLE_DEVICES']} timeout={request.timeout_s}s\n"
-                log.write(header.encode())
-                log.flush()
-                proc = subprocess.Popen(
-                    self.argv(request, result_path),
-                    cwd=request.repo_path,
-                    env=env,
-                    stdin=subprocess.DEVNULL,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    start_new_session=True,
-                )
-                timed_out = self._wait(proc, request, on_log)
-            elapsed = time.monotonic() - t0
+        log = open(request.log_path, "wb")  # noqa: SIM115 (closed by the pump's CappedLog or below)
+        log.write(f"# nightly: {request.test.id} attempt {request.attempt} on {node} gpus={env['CUDA_VISIBLE_DEVICES']} "
+                  f"timeout={request.timeout_s}s\n".encode())
+        log.flush()
+        t0 = time.monotonic()
+        try:
+            proc = subprocess.Popen(self.argv(request, result_path), cwd=request.repo_path, env=env,
+                                    stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                    start_new_session=True, pass_fds=held.fds)
+        except OSError as exc:
+            log.write(f"# nightly: could not start the test: {exc}\n".encode())
+            log.close()
+            return self._not_started(request, started_at, "infra_error", f"could not start the test: {exc}")
+        record = write_record(self.state_dir, {
+            "token": token, "pid": proc.pid, "pgid": proc.pid, "test_id": request.test.id,
+            "attempt": request.attempt, "night": request.night or self.night, "run_id": request.run_id,
+            "log_path": str(request.log_path), "started_at": started_at, "timeout_s": request.timeout_s,
+            "node": node, "gpu_slots": list(held.slots), **owner_fields()})
+        with self._lock:
+            self._running[token] = request.test.id
+        capped = CappedLog(log, self.log_cap_bytes, on_log)
+        pumping = pump(proc.stdout, capped)  # type: ignore[arg-type]
+        try:
+            ended, elapsed = self._wait(proc, request.timeout_s, t0)
+            grace = self.kill_grace_s if ended else 0.0
+            leftover = kill_attempt(token, proc.pid, grace_s=grace)
+            proc.wait()
+            pumping.join(timeout=10)
+            if leftover and not ended:
+                with open(request.log_path, "ab") as fh:
+                    fh.write(f"# nightly: killed {len(leftover)} process(es) the test left running: "
+                             f"{', '.join(map(str, leftover))}\n".encode())
+            return self._attempt(request, proc, ended, elapsed, token, result_path, capped, started_at, node,
+                                 held.slots, leftover)
+        finally:
+            with self._lock:
+                self._running.pop(token, None)
+            record.unlink(missing_ok=True)
+
+    def _wait(self, proc: subprocess.Popen, timeout_s: float, t0: float) -> tuple[str, float]:
+        """Wait for the wrapper; returns ("", elapsed), ("timed_out", ...) or ("interrupted", ...)."""
+        deadline = t0 + timeout_s
+        while True:
+            try:
+                proc.wait(timeout=max(0.0, min(0.2, deadline - time.monotonic())))
+                return "", time.monotonic() - t0
+            except subprocess.TimeoutExpired:
+                if self._stop.is_set():
+                    return "interrupted", time.monotonic() - t0
+                if time.monotonic() >= deadline:
+                    return "timed_out", time.monotonic() - t0
+
+    def _attempt(self, request: LaunchRequest, proc: subprocess.Popen, ended: str, elapsed: float, token: str,
+                 result_path: Path, capped: CappedLog, started_at: str, node: str, slots: tuple[int, ...],
+                 leftover: list[int]) -> Attempt:
         result = _read_result(result_path)
-        if timed_out:
+        finished = result.get("finished") is True and result.get("token") == token
+        if ended == "interrupted":
+            outcome, reason = "interrupted", "the night was interrupted; the test's processes were killed"
+        elif ended == "timed_out":
             outcome, reason = "timed_out", f"killed after the {request.timeout_s}s timeout"
-        elif proc.returncode == 0:
+        elif proc.returncode == 0 and finished and result.get("ok") is True:
             outcome, reason = "passed", ""
+        elif proc.returncode == 0:
+            outcome, reason = "failed", "exited before the test finished (exit code 0 without the wrapper's completion record)"
         else:
             outcome = "failed"
             reason = result.get("error") or f"exit code {proc.returncode}"
-            if proc.returncode and proc.returncode < 0:
+            if proc.returncode < 0:
                 reason = f"killed by signal {-proc.returncode}"
-        return Attempt(
-            test_id=request.test.id,
-            outcome=outcome,
-            elapsed_s=round(elapsed, 3),
-            started_at=started_at,
-            attempt=request.attempt,
-            node=node,
-            gpu_slots=request.gpu_slots,
-            exit_code=proc.returncode,
-            reason=reason,
-            log_path=str(request.log_path),
-            timeout_s=request.timeout_s,
-            details={k: str(v) for k, v in result.items() if k in ("execute_s", "error")},
-        )
-
-    def _wait(self, proc: subprocess.Popen, request: LaunchRequest, on_log: LogSink | None) -> bool:
-        """Wait for the child (streaming its log to ``on_log``); True when the timeout killed it."""
-        stop = threading.Event()
-        follower = None
-        if on_log is not None:
-            follower = threading.Thread(target=_follow, args=(request.log_path, on_log, stop), daemon=True)
-            follower.start()
-        try:
-            proc.wait(timeout=request.timeout_s)
-            return False
-        except subprocess.TimeoutExpired:
-            _kill_group(proc, self.kill_grace_s)
-            return True
-        finally:
-            # the test may have left children in its group even when it exited by itself
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            stop.set()
-            if follower is not None:
-                follower.join(timeout=2)
-
-
-def _follow(path: Path, on_log: LogSink, stop: threading.Event) -> None:
-    with open(path, encoding="utf-8", errors="replace") as fh:
-        while True:
-            line = fh.readline()
-            if line:
-                on_log(line.rstrip("\n"))
-            elif stop.is_set():
-                return
-            else:
-                time.sleep(0.1)
+        details = {k: str(v) for k, v in result.items() if k in ("execute_s", "error")}
+        if leftover and not ended:
+            details["killed_leftovers"] = ",".join(map(str, leftover))
+        if capped.dropped:
+            details["log_cut_bytes"] = str(capped.dropped)
+        return Attempt(test_id=request.test.id, outcome=outcome, elapsed_s=round(elapsed, 3),  # type: ignore[arg-type]
+                       started_at=started_at, attempt=request.attempt, node=node, gpu_slots=slots,
+                       exit_code=proc.returncode, reason=reason, log_path=str(request.log_path),
+                       timeout_s=request.timeout_s, details=details)
 
 
 def _read_result(path: Path) -> dict:
     try:
-        return json.loads(path.read_text())
+        data = json.loads(path.read_text())
     except (OSError, ValueError):
         return {}
+    return data if isinstance(data, dict) else {}

@@ -8,6 +8,12 @@ module constants, then only ``execute()`` is called.
 Standard library only (plus optional dagster-pipes): this file must also run inside a framework's
 own image. It writes a small JSON result (measured time of ``execute()`` alone, error text) and,
 when launched by Dagster Pipes, reports the same fields through Pipes.
+
+The result is the positive evidence of a pass: it is written only after ``execute()`` returned
+(``"finished": true`` and the attempt's token), so a test that calls ``os._exit(0)`` halfway is
+not taken for a pass by its exit code. With ``--deadline-s`` the wrapper also kills its own
+process group past that deadline: a test the night lost track of (night killed with ``kill -9``)
+still cannot run for ever.
 """
 
 from __future__ import annotations
@@ -16,7 +22,9 @@ import argparse
 import importlib.util
 import json
 import os
+import signal
 import sys
+import threading
 import time
 import traceback
 
@@ -53,15 +61,32 @@ def _report_pipes(result: dict) -> None:
         pipes.report_custom_message(result)
 
 
+def _deadline(seconds: float) -> None:
+    """Kill this process group after ``seconds`` (a backstop: the launcher kills it first)."""
+
+    def fire() -> None:
+        print(f"# nightly wrapper: deadline of {seconds:g} s passed; killing the test's process group",
+              file=sys.stderr, flush=True)
+        os.killpg(os.getpgrp(), signal.SIGKILL)
+
+    timer = threading.Timer(seconds, fire)
+    timer.daemon = True
+    timer.start()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m pipelines.launch.wrapper")
     parser.add_argument("--file", required=True, help="test file, relative to the working directory")
     parser.add_argument("--func", default="execute", help="function to call (default: execute)")
     parser.add_argument("--result", help="write a JSON result here")
+    parser.add_argument("--deadline-s", type=float, default=0,
+                        help="kill the own process group after this many seconds (0: never)")
     parser.add_argument("args", nargs="*", help="arguments the test sees in sys.argv[1:]")
     ns = parser.parse_args(argv)
 
     # as `python3 tests/x.py` would: the file's own folder first, then the checkout
+    if ns.deadline_s > 0 and os.getpgrp() == os.getpid():  # only when it leads its own group
+        _deadline(ns.deadline_s)
     sys.path[:0] = [os.path.dirname(os.path.abspath(ns.file)), os.getcwd()]
     sys.argv = [ns.file, *ns.args]
     result: dict = {"file": ns.file, "func": ns.func, "ok": False, "exit_code": 1}
@@ -83,6 +108,8 @@ def main(argv: list[str] | None = None) -> int:
         traceback.print_exc()
         result.update(error=f"{type(exc).__name__}: {exc}")
     result["elapsed_s"] = round(time.monotonic() - started, 3)
+    result["finished"] = True
+    result["token"] = os.environ.get("NIGHTLY_ATTEMPT_TOKEN", "")
     sys.stdout.flush()
     sys.stderr.flush()
     _write_result(ns.result, result)

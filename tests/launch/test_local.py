@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import os
 import textwrap
-import threading
 import time
 from pathlib import Path
 
 from pipelines.launch.base import LaunchRequest, tail
-from pipelines.launch.local import LocalLauncher, gpu_locks
+from pipelines.launch.local import LocalLauncher
 from tests.conftest import make_test
 
 
@@ -77,20 +76,6 @@ def test_a_missing_execute_function_fails_with_a_message_that_says_so(tmp_path):
     assert "has no function execute()" in attempt.reason
 
 
-def test_gpu_locks_block_a_second_holder_of_the_same_slot(tmp_path):
-    order: list[str] = []
-    with gpu_locks(tmp_path, "h200", 0, (3,)):
-        def other():
-            with gpu_locks(tmp_path, "h200", 0, (3,)):
-                order.append("second")
-        t = threading.Thread(target=other)
-        t.start()
-        time.sleep(0.3)
-        order.append("first-released")
-    t.join(timeout=5)
-    assert order == ["first-released", "second"]
-
-
 def test_test_data_never_reaches_a_shell(tmp_path):
     repo = _repo(tmp_path, "def execute():\n    pass\n")
     hostile = make_test(id="tests/test_x.py", path="tests/test_x.py", args=("; touch pwned", "$(touch pwned2)"))
@@ -99,3 +84,72 @@ def test_test_data_never_reaches_a_shell(tmp_path):
     assert attempt.outcome == "passed"
     assert not any(p.name.startswith("pwned") for p in repo.iterdir())
     assert os.path.exists(tmp_path / "l.log")
+
+
+def test_busy_requested_slots_are_swapped_for_free_ones_of_the_pool(tmp_path):
+    from pipelines.core.model import Pool
+    from pipelines.launch.gpu_slots import try_acquire
+
+    repo = _repo(tmp_path, """
+        import os
+        def execute():
+            print("gpus", os.environ["CUDA_VISIBLE_DEVICES"])
+    """)
+    state = tmp_path / "state"
+    other = try_acquire(state / "gpu-locks", "h200", 2, [0], 8, prefer=(0, 1))  # another night holds 0 and 1
+    assert other is not None and other.slots == (0, 1)
+    launcher = LocalLauncher(state, pools=[Pool("h200", 1, 8)])
+    attempt = launcher.launch(_request(repo, tmp_path, slots=(0, 1)))
+    other.release()
+    assert attempt.outcome == "passed", tail(attempt.log_path)
+    assert attempt.gpu_slots == (2, 3)
+    assert "gpus 2,3" in Path(attempt.log_path).read_text()
+
+
+def test_a_test_needing_more_gpus_than_a_node_has_is_an_infra_error_not_a_wait(tmp_path):
+    from pipelines.core.model import Pool
+
+    repo = _repo(tmp_path, "def execute():\n    pass\n")
+    attempt = LocalLauncher(tmp_path / "state", pools=[Pool("h200", 2, 4)]).launch(
+        _request(repo, tmp_path, slots=tuple(range(8))))
+    assert attempt.outcome == "infra_error"
+    assert attempt.reason == "needs 8 GPUs but a h200 node has 4"
+
+
+def test_interrupt_kills_a_running_test_and_records_it_as_interrupted(tmp_path):
+    import threading
+
+    repo = _repo(tmp_path, """
+        import os, time
+        def execute():
+            open("pid", "w").write(str(os.getpid()))
+            time.sleep(600)
+    """)
+    launcher = LocalLauncher(tmp_path / "state", kill_grace_s=1)
+    out = []
+    t = threading.Thread(target=lambda: out.append(launcher.launch(_request(repo, tmp_path, timeout_s=600))))
+    t.start()
+    for _ in range(300):
+        if (repo / "pid").exists() and (repo / "pid").read_text():
+            break
+        time.sleep(0.05)
+    assert launcher.interrupt() == ["tests/test_x.py"]
+    t.join(timeout=30)
+    (attempt,) = out
+    assert attempt.outcome == "interrupted"
+    assert attempt.reason == "the night was interrupted; the test's processes were killed"
+    assert not Path(f"/proc/{(repo / 'pid').read_text()}/environ").exists()
+    assert launcher.launch(_request(repo, tmp_path)).outcome == "interrupted"  # nothing new starts
+
+
+def test_the_log_is_streamed_and_the_running_record_removed_at_the_end(tmp_path):
+    repo = _repo(tmp_path, """
+        def execute():
+            print("line one")
+            print("line two", end="")
+    """)
+    lines: list[str] = []
+    attempt = LocalLauncher(tmp_path / "state").launch(_request(repo, tmp_path), on_log=lines.append)
+    assert attempt.outcome == "passed"
+    assert lines == ["line one", "line two"]
+    assert list((tmp_path / "state" / "running").glob("*.json")) == []

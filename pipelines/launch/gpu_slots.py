@@ -1,0 +1,91 @@
+"""GPU slots held as ``flock`` locks on per-GPU files, shared by every nightly on this host.
+
+Why the child holds the lock: the lock lives on the open file, and the test process inherits
+that file (``pass_fds``). If the night is killed with ``kill -9``, its copy goes away but the
+test's copy keeps the GPU locked until the test itself dies, so the next night cannot start a
+test on GPUs that are still busy.
+
+Why take any free slot instead of the dispatcher's choice: two nights (or a night and a
+developer) on one host each plan as if the whole pool were theirs; taking whichever slots are
+free right now (the requested ones first) shares the host without waiting on a busy slot
+while another sits idle.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass
+class HeldSlots:
+    """Slots this process holds, with the open lock files to pass to the test."""
+
+    node: int
+    slots: tuple[int, ...]
+    fds: tuple[int, ...]
+
+    def release(self) -> None:
+        for fd in self.fds:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        self.fds = ()
+
+
+def lock_path(lock_dir: Path, pool: str, node: int, slot: int) -> Path:
+    return lock_dir / f"{pool}-node{node}-gpu{slot}.lock"
+
+
+def _try_lock(path: Path) -> int | None:
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    return fd
+
+
+def try_acquire(lock_dir: Path, pool: str, count: int, nodes: Sequence[int], gpus_per_node: int,
+                prefer: tuple[int, ...] = ()) -> HeldSlots | None:
+    """``count`` slots of one node that are free right now, or None; never blocks.
+
+    Nodes are tried in the given order; on each node the preferred slots first, then the rest.
+    """
+    lock_dir.mkdir(parents=True, exist_ok=True)
+    for node in nodes:
+        order = [s for s in prefer if 0 <= s < gpus_per_node]
+        order += [s for s in range(gpus_per_node) if s not in order]
+        got: list[tuple[int, int]] = []
+        for slot in order:
+            fd = _try_lock(lock_path(lock_dir, pool, node, slot))
+            if fd is not None:
+                got.append((slot, fd))
+                if len(got) == count:
+                    got.sort()
+                    return HeldSlots(node, tuple(s for s, _ in got), tuple(fd for _, fd in got))
+        for _, fd in got:
+            os.close(fd)
+    return None
+
+
+def acquire(lock_dir: Path, pool: str, count: int, nodes: Sequence[int], gpus_per_node: int,
+            prefer: tuple[int, ...] = (), stop: threading.Event | None = None,
+            poll_s: float = 0.2) -> HeldSlots | None:
+    """Like :func:`try_acquire`, polling until enough slots are free; None once ``stop`` is set."""
+    if count == 0:
+        return HeldSlots(nodes[0] if nodes else 0, (), ())
+    while True:
+        held = try_acquire(lock_dir, pool, count, nodes, gpus_per_node, prefer)
+        if held is not None:
+            return held
+        if stop is not None and stop.wait(poll_s):
+            return None
+        if stop is None:
+            time.sleep(poll_s)

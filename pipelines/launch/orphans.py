@@ -1,0 +1,117 @@
+"""Attempts a dead night left behind: found, killed and recorded by the next night.
+
+While an attempt runs, the launcher keeps a small JSON in ``<state>/running/`` (test, night, log,
+start, the night's pid). If the night dies with ``kill -9`` the file stays; a later night calls
+:func:`reap_orphans`, which kills whatever of that attempt still runs (found by its environment
+marker, see :mod:`pipelines.launch.procs`) and returns an ``interrupted`` :class:`Attempt` per
+file, so the attempt reaches history instead of vanishing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+from pipelines.core.model import Attempt
+from pipelines.launch.procs import kill_attempt, marked_pids, pid_alive, start_time
+
+
+def running_dir(state_dir: Path) -> Path:
+    return Path(state_dir) / "running"
+
+
+def write_record(state_dir: Path, record: dict) -> Path:
+    """Atomically write one running attempt's record; returns its path."""
+    folder = running_dir(state_dir)
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{record['token']}.json"
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(record, sort_keys=True))
+    os.replace(tmp, path)
+    return path
+
+
+def owner_fields() -> dict:
+    """Who runs the attempt: this process, told apart from a later one that reuses its pid."""
+    return {"owner_pid": os.getpid(), "owner_start": start_time(os.getpid())}
+
+
+@dataclass(frozen=True)
+class Orphan:
+    """A running record whose night is gone, and the pids of the attempt still alive."""
+
+    path: Path
+    record: dict
+    pids: tuple[int, ...]
+
+
+def _owner_alive(record: dict) -> bool:
+    pid = int(record.get("owner_pid") or 0)
+    return pid > 0 and pid_alive(pid) and start_time(pid) == record.get("owner_start", "")
+
+
+def find_orphans(state_dir: Path) -> list[Orphan]:
+    """Records of attempts whose night process has died (a live night's attempts are not orphans)."""
+    out = []
+    folder = running_dir(state_dir)
+    for path in sorted(folder.glob("*.json")) if folder.is_dir() else ():
+        try:
+            record = json.loads(path.read_text())
+        except (OSError, ValueError):
+            record = {"token": path.stem, "test_id": "", "unreadable": True}
+        if _owner_alive(record):
+            continue
+        out.append(Orphan(path, record, tuple(marked_pids(str(record.get("token", path.stem))))))
+    return out
+
+
+def _attempt(orphan: Orphan, now: datetime) -> Attempt:
+    r = orphan.record
+    started = r.get("started_at", "")
+    try:
+        elapsed = max(0.0, (now - datetime.fromisoformat(started)).total_seconds())
+    except (TypeError, ValueError):
+        elapsed = 0.0
+    state = (f"still running (pids {', '.join(map(str, orphan.pids))}); killed" if orphan.pids
+             else "no longer running; its result was never observed")
+    return Attempt(
+        test_id=str(r.get("test_id") or f"unknown ({orphan.path.name})"), outcome="interrupted",
+        elapsed_s=round(elapsed, 3), started_at=started, attempt=int(r.get("attempt") or 1),
+        node=str(r.get("node", "")), gpu_slots=tuple(r.get("gpu_slots") or ()),
+        reason=f"the night {r.get('night') or '?'} (pid {r.get('owner_pid', '?')}) ended before this attempt "
+               f"finished; it was {state} by a later night",
+        log_path=str(r.get("log_path", "")), timeout_s=int(r.get("timeout_s") or 0),
+        details={"night": str(r.get("night", "")), "run_id": str(r.get("run_id", "")),
+                 "orphan_record": str(orphan.path)},
+    )
+
+
+def reap_orphans(state_dir: Path, record: Callable[[Attempt], None] | None = None) -> list[Attempt]:
+    """Kill the orphans of earlier nights and return one ``interrupted`` attempt per orphan.
+
+    With ``record`` (e.g. the history store's append), each attempt is passed to it and its
+    running file is removed only once ``record`` returned, so a crash in between loses nothing.
+    Without it, the files move to ``running/reaped/`` for the caller to keep.
+    """
+    attempts = []
+    now = datetime.now(UTC)
+    for orphan in find_orphans(state_dir):
+        pgid = int(orphan.record.get("pgid") or 0) or None
+        if orphan.pids or pgid:
+            kill_attempt(str(orphan.record.get("token", orphan.path.stem)), pgid if orphan.pids else None)
+        attempt = _attempt(orphan, now)
+        attempts.append(attempt)
+        if record is not None:
+            record(attempt)
+            orphan.path.unlink(missing_ok=True)
+        else:
+            reaped = orphan.path.parent / "reaped"
+            reaped.mkdir(exist_ok=True)
+            with contextlib.suppress(OSError):
+                os.replace(orphan.path, reaped / orphan.path.name)
+    return attempts

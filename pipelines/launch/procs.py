@@ -1,0 +1,94 @@
+"""Find and kill every process of one attempt, wherever it went.
+
+A test's process group is not enough: a daemon that double-forks and calls ``setsid`` leaves
+the group, and after a ``kill -9`` of the night its children are re-parented to PID 1. Every
+process the launcher starts carries ``NIGHTLY_ATTEMPT_TOKEN=<uuid>`` in its environment, which
+children inherit across fork, exec and setsid; scanning ``/proc/*/environ`` for it finds them all.
+(A process that wipes its own environment at exec escapes the scan; the process group and the
+wrapper's own deadline still catch the ordinary cases.)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import time
+from pathlib import Path
+
+MARKER = "NIGHTLY_ATTEMPT_TOKEN"
+
+
+def marked_pids(token: str, proc: Path = Path("/proc")) -> list[int]:
+    """Live processes whose environment carries this attempt's token (zombies excluded)."""
+    needle = f"{MARKER}={token}".encode()
+    found = []
+    for entry in proc.iterdir() if proc.is_dir() else ():
+        if not entry.name.isdigit():
+            continue
+        try:
+            env = (entry / "environ").read_bytes()
+            if needle not in env.split(b"\0"):
+                continue
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:  # gone, or another user's process
+            continue
+        if state not in ("Z", "X"):
+            found.append(int(entry.name))
+    return found
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def start_time(pid: int) -> str:
+    """The kernel's start time of ``pid`` (clock ticks since boot): tells a reused pid apart."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return ""
+
+
+def signal_attempt(token: str, pgid: int | None, sig: int) -> list[int]:
+    """Send ``sig`` to the attempt's process group and to every marked process and its group."""
+    hit = marked_pids(token)
+    groups = {pgid} if pgid else set()
+    for pid in hit:
+        with contextlib.suppress(OSError):
+            groups.add(os.getpgid(pid))
+    groups.discard(os.getpgrp())  # never our own group (a test cannot join it, but be sure)
+    for group in groups:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(group, sig)
+    for pid in hit:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, sig)
+    return hit
+
+
+def kill_attempt(token: str, pgid: int | None, grace_s: float = 0.0, rounds: int = 20) -> list[int]:
+    """SIGTERM (when ``grace_s`` > 0), wait, then SIGKILL until no marked process is left.
+
+    Returns the pids that were still alive when the kill started (for the log).
+    """
+    first = marked_pids(token)
+    if grace_s > 0 and first:
+        signal_attempt(token, pgid, signal.SIGTERM)
+        deadline = time.monotonic() + grace_s
+        while time.monotonic() < deadline and marked_pids(token):
+            time.sleep(0.05)
+    for _ in range(rounds):
+        if not signal_attempt(token, pgid, signal.SIGKILL):
+            break
+        time.sleep(0.05)
+    if pgid:  # whatever is left in the group without the marker (a test that cleared its env)
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pgid, signal.SIGKILL)
+    return first
