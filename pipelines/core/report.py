@@ -1,16 +1,31 @@
 """The night report: what ran, how it ended, how long it took against its estimate, what changes.
 
-Pure formatting over records, so the terminal table, the Markdown file and the Dagster metadata
-all say the same thing.
+Pure functions over records, so the terminal table, the Markdown file, the HTML report
+(pipelines/reporting) and the Dagster metadata all say the same thing. ``build_report`` gathers
+every section of the morning-after report from a night summary, earlier summaries and history.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import json
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
-from pipelines.core.model import Attempt, Estimate, Plan, Test
+from pipelines.core.calibrate.evidence import NearTimeout, drift, near_timeout
+from pipelines.core.calibrate.policies import parse_time
+from pipelines.core.flaky import FlakyState, night_verdict, replay
+from pipelines.core.health import NodeFinding, detect_bad_nodes
+from pipelines.core.model import Attempt, Estimate, Plan, Sample, Test
+from pipelines.core.trends import (
+    ENVIRONMENT_FIELDS,
+    Changes,
+    Trend,
+    duration_trends,
+    est_times,
+    night_changes,
+)
 
 
 @dataclass(frozen=True)
@@ -111,3 +126,210 @@ def markdown(
     if notes:
         lines += ["", "## Notes", ""] + [f"- {n}" for n in notes]
     return "\n".join(lines) + "\n"
+
+
+# -- the morning-after report: every section as data, rendered by pipelines/reporting ----------------
+
+_NOT_OK = ("failed", "timed_out", "infra_error")
+
+
+@dataclass(frozen=True)
+class Failure:
+    """A test that did not simply pass tonight, with what to look at first."""
+
+    test_id: str
+    outcome: str
+    classification: str
+    reason: str
+    node: str
+    attempts: int
+    exit_code: int | None = None
+    log_path: str = ""
+    log_tail: str = ""
+    new: bool = False
+
+
+@dataclass(frozen=True)
+class Bar:
+    """One attempt on the Gantt of the actual night (seconds from the night's first start)."""
+
+    test_id: str
+    node: str
+    start_s: float
+    elapsed_s: float
+    outcome: str
+    attempt: int
+    gpus: int
+
+
+@dataclass(frozen=True)
+class Usage:
+    gpus: int
+    makespan_s: float
+    used_gpu_h: float
+    capacity_gpu_h: float
+    #: where ``gpus`` came from: "given" or "inferred from the GPU slots used"
+    source: str
+
+    @property
+    def idle_gpu_h(self) -> float:
+        return max(self.capacity_gpu_h - self.used_gpu_h, 0.0)
+
+
+@dataclass(frozen=True)
+class ReportData:
+    """Everything the report shows, computed once; the HTML, the JSON and the UI metadata read this."""
+
+    night: str
+    run_id: str
+    cadence: str
+    verdict: str
+    counts: tuple[tuple[str, int], ...]
+    rows: tuple[Row, ...]
+    failures: tuple[Failure, ...]
+    infra: tuple[Failure, ...]
+    bad_nodes: tuple[NodeFinding, ...]
+    drift: tuple[Estimate, ...]
+    near_timeout: tuple[NearTimeout, ...]
+    usage: Usage | None
+    makespan: tuple[tuple[str, float | None], ...]
+    gantt: tuple[Bar, ...]
+    trends: tuple[Trend, ...]
+    changes: Changes | None
+    flaky: tuple[FlakyState, ...]
+    excused: tuple[str, ...]
+    uncovered: tuple[str, ...]
+    notes: tuple[str, ...]
+    environment: tuple[tuple[str, str], ...] = ()
+
+
+def attempts_of(summary: Mapping) -> list[Attempt]:
+    """The summary's attempts as records (fields a newer writer added are ignored)."""
+    known = {f.name for f in fields(Attempt)}
+    return [Attempt(**{**{k: v for k, v in a.items() if k in known}, "gpu_slots": tuple(a.get("gpu_slots", ()))})
+            for a in summary.get("attempts", ())]
+
+
+def tail_lines(text: str, n: int = 30) -> str:
+    """The last ``n`` lines of a log: where the error usually is."""
+    return "\n".join(text.rstrip("\n").splitlines()[-n:])
+
+
+def _classify(attempts: list[Attempt], bad: set[str], state: str) -> str:
+    a = attempts[-1]
+    if a.outcome == "passed":
+        first = next(x for x in attempts if x.outcome in ("failed", "timed_out"))
+        return f"flaky: {first.outcome} on attempt {first.attempt}, passed on attempt {a.attempt}"
+    if a.outcome == "infra_error":
+        return f"infra: {a.reason or 'unknown'}" + (f" on bad node {a.node}" if a.node in bad else "")
+    if a.node in bad:
+        return f"bad node {a.node}: the node, not the test"
+    kind = (f"hang: killed at its {a.timeout_s} s timeout" if a.outcome == "timed_out"
+            else f"test failure (exit {a.exit_code})" if a.exit_code is not None else "test failure")
+    return kind + ("; quarantined, does not fail the night" if state == "quarantined" else "")
+
+
+def _gantt(attempts: list[Attempt], slots: dict[str, int]) -> tuple[tuple[Bar, ...], float]:
+    times = [(a, t) for a in attempts if (t := parse_time(a.started_at)) is not None and a.outcome != "skipped"]
+    if not times:
+        return (), 0.0
+    t0 = min(t for _, t in times)
+    bars = tuple(Bar(a.test_id, a.node or "-", (t - t0).total_seconds(), float(a.elapsed_s), a.outcome, a.attempt,
+                     len(a.gpu_slots) or slots.get(a.test_id, 1)) for a, t in times)
+    return bars, max(b.start_s + b.elapsed_s for b in bars)
+
+
+def _usage(bars: Sequence[Bar], attempts: list[Attempt], summary: Mapping, makespan: float | None,
+           capacity_gpus: int | None) -> Usage | None:
+    span = float(makespan or 0) or max((b.start_s + b.elapsed_s for b in bars), default=0.0)
+    if not span:
+        return None
+    used = sum(b.elapsed_s * b.gpus for b in bars) / 3600
+    gpus, source = capacity_gpus or summary.get("pool_gpus"), "given"
+    if not gpus:
+        per_node: dict[str, int] = {}
+        for a in attempts:
+            if a.gpu_slots:
+                per_node[a.node] = max(per_node.get(a.node, 0), max(a.gpu_slots) + 1)
+        gpus, source = sum(per_node.values()) or max((b.gpus for b in bars), default=0), "inferred from the GPU slots used"
+    return Usage(int(gpus), span, used, int(gpus) * span / 3600, source)
+
+
+def build_report(
+    summary: Mapping,
+    previous: Sequence[Mapping] = (),
+    samples: Sequence[Sample] = (),
+    tests: Sequence[Test] = (),
+    estimates: Sequence[Estimate] = (),
+    *,
+    states: Mapping[str, FlakyState] | None = None,
+    log_tails: Mapping[str, str] | None = None,
+    uncovered: Sequence[str] = (),
+    capacity_gpus: int | None = None,
+    timeout_floor_s: int = 1800,
+    timeout_factor: float = 1.25,
+    trend_nights: int = 14,
+) -> ReportData:
+    """The night's report from its summary, the nights before it (oldest first) and history; pure."""
+    attempts = attempts_of(summary)
+    by_id = {t.id: t for t in tests}
+    est_then = est_times(summary)
+    known = lambda tid: by_id.get(tid) or Test(tid, tid, "cuda", "", 1, est_then.get(tid, 0))  # noqa: E731
+    selected = [known(t) for t in summary.get("selected", ())]
+    selected = [dataclasses.replace(t, est_time=est_then.get(t.id, t.est_time)) for t in selected]
+    rows = night_rows(selected, [known(t) for t in summary.get("skipped", ())], attempts, estimates,
+                      summary.get("unplanned", ()))
+    if states is None:
+        states = {k: FlakyState.from_dict(v) for k, v in summary["flaky"].items()} if isinstance(
+            summary.get("flaky"), Mapping) else replay(samples)
+    findings = detect_bad_nodes(attempts)
+    bad = {f.node for f in findings}
+    verdict = night_verdict(attempts, states)
+    prev = previous[-1] if previous else None
+    changes = night_changes(summary, prev)
+    per_test: dict[str, list[Attempt]] = {}
+    for a in attempts:
+        per_test.setdefault(a.test_id, []).append(a)
+    failures, infra = [], []
+    for tid, xs in per_test.items():
+        last = xs[-1]
+        retried_pass = last.outcome == "passed" and any(x.outcome in ("failed", "timed_out") for x in xs)
+        if last.outcome not in _NOT_OK and not retried_pass:
+            continue
+        shown = last if last.outcome != "passed" else next(x for x in xs if x.outcome in ("failed", "timed_out"))
+        item = Failure(tid, last.outcome, _classify(xs, bad, states.get(tid, FlakyState(tid)).state), shown.reason,
+                       shown.node, len(xs), shown.exit_code, shown.details.get("log_url") or shown.log_path,
+                       tail_lines((log_tails or {}).get(shown.log_path, "")),
+                       bool(changes and tid in changes.new_failures))
+        (infra if last.outcome == "infra_error" else failures).append(item)
+    bars, span = _gantt(attempts, {t.id: t.gpus for t in selected})
+    makespan = summary.get("actual_makespan_s") or span or None
+    verdict_text = ("FAILED: " if not verdict.ok else "OK: ") + ", ".join(
+        x for x in (f"{len(verdict.failed)} test(s) failed" if verdict.failed else "",
+                    f"{len(verdict.infra)} infra error(s)" if verdict.infra else "",
+                    f"bad node(s) {', '.join(verdict.bad_nodes)}" if verdict.bad_nodes else "",
+                    f"{len(verdict.excused)} quarantined failure(s) excused" if verdict.excused else "") if x
+    ) if (not verdict.ok or verdict.excused) else "OK: every test passed"
+    trends = duration_trends(samples, [t.id for t in selected], trend_nights)
+    return ReportData(
+        night=str(summary.get("night", "")), run_id=str(summary.get("run_id", "")),
+        cadence=str(summary.get("cadence", "")), verdict=verdict_text,
+        counts=tuple(sorted(Counter(r.outcome for r in rows).items())), rows=tuple(rows),
+        failures=tuple(failures), infra=tuple(infra), bad_nodes=tuple(findings),
+        drift=tuple(drift(estimates)),
+        near_timeout=tuple(near_timeout(selected, samples, timeout_floor_s, timeout_factor)) if samples else (),
+        usage=_usage(bars, attempts, summary, makespan, capacity_gpus),
+        makespan=tuple((k, summary.get(f)) for k, f in (
+            ("predicted", "predicted_makespan_s"), ("predicted p50", "predicted_p50_s"),
+            ("predicted p90", "predicted_p90_s"), ("actual", "actual_makespan_s"), ("lower bound", "lower_bound_s"))
+            if summary.get(f) is not None),
+        gantt=bars, trends=tuple(trends[t.id] for t in selected if t.id in trends), changes=changes,
+        flaky=tuple(s for _, s in sorted(states.items()) if s.state != "healthy" or s.evidence),
+        excused=verdict.excused, uncovered=tuple(uncovered), notes=tuple(summary.get("notes", ())),
+        environment=tuple((f, str(summary[f])) for f in ENVIRONMENT_FIELDS if summary.get(f)),
+    )
+
+
+def to_json(data: ReportData) -> str:
+    """The report for scripts: every section as plain JSON."""
+    return json.dumps(dataclasses.asdict(data), indent=1, default=str)

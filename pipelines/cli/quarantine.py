@@ -1,0 +1,89 @@
+"""``nightly quarantine``: flaky and quarantined tests, and who put them there or let them out.
+
+  nightly quarantine list [--json] [--all] [--home DIR] [--repo R] [--deployment D]
+  nightly quarantine add TEST --by WHO --why TEXT [--home DIR] [--repo R]
+  nightly quarantine release TEST --by WHO --why TEXT [--home DIR] [--repo R]
+
+States come from history (the repo's ``flaky:`` rules) with the manual actions recorded in
+``<home>/quarantine/<repo>.json`` applied at the time they were made. A quarantined test still
+runs; its failure does not fail the night, but an infra error or a bad node always does.
+A quarantine added by hand holds until released by hand.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from datetime import UTC, datetime
+
+from pipelines.cli.report import add_common, default_home, repo_context
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("quarantine", help="list flaky and quarantined tests; add or release a quarantine",
+                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    qs = p.add_subparsers(dest="quarantine_command", metavar="{list,add,release}")
+    qs.required = True
+    show = qs.add_parser("list", help="tests that are flaky, quarantined or released, with evidence")
+    add_common(show)
+    show.add_argument("--json", action="store_true", help="print the states as JSON")
+    show.add_argument("--all", action="store_true", help="also list healthy tests")
+    for action, text in (("add", "quarantine a test by hand"), ("release", "release a quarantined test by hand")):
+        q = qs.add_parser(action, help=text)
+        add_common(q)
+        q.add_argument("test", metavar="TEST", help="the test id, as `nightly catalog` prints it")
+        q.add_argument("--by", required=True, metavar="WHO", help="who decides (recorded)")
+        q.add_argument("--why", required=True, metavar="TEXT", help="why, e.g. an issue link (recorded)")
+    p.set_defaults(func=run)
+
+
+def _list(args: argparse.Namespace) -> int:
+    from pipelines.core.flaky import replay
+
+    home = (args.home or default_home()).resolve()
+    name, inputs = repo_context(home, args.repo, args.deployment)
+    states = replay(inputs.samples, inputs.rules, inputs.quarantine)
+    shown = [s for _, s in sorted(states.items()) if args.all or s.state != "healthy"]
+    if args.json:
+        print(json.dumps([s.to_dict() for s in shown], indent=1))
+        return 0
+    if not shown:
+        print(f"quarantine: no flaky or quarantined tests in {name} ({len(states)} tests in history)")
+        return 0
+    for s in shown:
+        who = f" by {s.by}" if s.by else ""
+        print(f"{s.state:<11} {s.test_id}  since {s.since or '-'}{who}: {s.why or '-'}")
+        for e in s.evidence:
+            print(f"            - {e.text}")
+    return 0
+
+
+def _record(args: argparse.Namespace) -> int:
+    from pipelines.core.flaky import record
+    from pipelines.reporting.state import QuarantineFile, load_doc, save_doc
+
+    home = (args.home or default_home()).resolve()
+    name, inputs = repo_context(home, args.repo, getattr(args, "deployment", None))
+    known = {t.id for t in inputs.tests}
+    if known and args.test not in known:
+        near = sorted(t for t in known if args.test in t)[:5]
+        hint = f"; did you mean: {', '.join(near)}" if near else "; `nightly catalog` lists the test ids"
+        print(f"nightly quarantine {args.quarantine_command}: TEST: {args.test!r} is not a test of {name}{hint}",
+              file=sys.stderr)
+        return 2
+    store = QuarantineFile(home, name)
+    at = datetime.now(UTC).isoformat(timespec="seconds")
+    try:
+        doc = record(load_doc(store), args.test, args.quarantine_command, args.by, args.why, at)
+    except ValueError as exc:
+        print(f"nightly {exc}", file=sys.stderr)
+        return 2
+    save_doc(store, doc)
+    verb = "quarantined" if args.quarantine_command == "add" else "released"
+    print(f"quarantine: {args.test} {verb} by {args.by.strip()} at {at}: {args.why.strip()} ({store.path})")
+    return 0
+
+
+def run(args: argparse.Namespace) -> int:
+    return _list(args) if args.quarantine_command == "list" else _record(args)

@@ -1,0 +1,106 @@
+"""``nightly report``: the morning-after report of a night as one self-contained HTML page.
+
+  nightly report [--night ID] [--home DIR] [--repo R] [--deployment D] [--out FILE]
+                 [--open] [--json] [--screenshot PNG] [--uncovered CELL ...]
+
+Reads ``<home>/nights/<night>.json`` (the newest unless --night), the night before it, the
+deployment's history store and the repo's catalog; writes ``<home>/reports/<night>.html`` and
+prints its path. ``--json`` prints every section as JSON instead (for scripts); ``--open`` opens
+the page in a browser; ``--screenshot`` also saves a PNG of it made by headless Chromium.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import webbrowser
+from pathlib import Path
+
+from pipelines.core.model import CatalogError
+
+
+def default_home() -> Path:
+    from pipelines.core.specs import DEFAULT_ASSETS_DIR
+
+    return Path(os.environ.get("NIGHTLY_HOME") or DEFAULT_ASSETS_DIR.parent / ".nightly").resolve()
+
+
+def add_common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--home", type=Path, help="state folder (default: $NIGHTLY_HOME or .nightly/)")
+    p.add_argument("--repo", help="a repo name in assets/repos.yaml (default: its `default`) or any checkout path")
+    p.add_argument("--deployment", help="deployment in assets/cluster.yaml: where history lives (default: local)")
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("report", help="the night report as a self-contained HTML page (or JSON)",
+                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_common(p)
+    p.add_argument("--night", metavar="ID", help="the night to report, as named in <home>/nights/ (default: newest)")
+    p.add_argument("--out", type=Path, metavar="FILE", help="write the page here (default: <home>/reports/<night>.html)")
+    p.add_argument("--open", action="store_true", help="open the page in the default browser")
+    p.add_argument("--json", action="store_true", help="print every section as JSON and write no page")
+    p.add_argument("--screenshot", type=Path, metavar="PNG", help="also save a screenshot of the page (headless Chromium)")
+    p.add_argument("--uncovered", action="append", default=[], metavar="CELL",
+                   help="a declared matrix cell no test covered tonight (repeatable)")
+    p.set_defaults(func=run)
+
+
+def repo_context(home: Path, repo: str | None, deployment: str | None):
+    """(repo name, ReportInputs) from assets/, the catalog and the deployment's history store.
+
+    A catalog that cannot be read is a warning (the report still shows what the summary holds).
+    """
+    from pipelines.cli import history as history_cli
+    from pipelines.core.calibrate import calibrate
+    from pipelines.core.flaky import FlakyRules
+    from pipelines.core.specs import load_specs
+    from pipelines.reporting.inputs import ReportInputs
+    from pipelines.reporting.state import QuarantineFile, load_doc
+    from pipelines.storage.history import history_store
+
+    specs = load_specs()
+    tests, spec, name = [], None, Path(repo).name if repo else "default"
+    try:
+        path, spec, _ = history_cli.resolve_repo(repo)
+        name = spec.name if spec else path.name
+        tests = list(history_cli.load_catalog_for(path, spec, specs).tests)
+    except CatalogError as exc:
+        print(f"nightly: warning: no catalog, the report shows only what the night recorded:\n{exc}", file=sys.stderr)
+    samples = history_store(specs.deployment(deployment), home).read()
+    policy = spec.policy if spec else "bucket125"
+    estimates = calibrate(tests, samples, policy, spec.policy_params if spec else None) if tests else []
+    rules = FlakyRules.from_mapping(getattr(spec, "flaky", None), key=f"repos.{name}.flaky")
+    return name, ReportInputs(
+        samples=samples, tests=tests, estimates=estimates, rules=rules,
+        quarantine=load_doc(QuarantineFile(home, name)),
+        timeout_floor_s=spec.timeout_floor_s if spec else 1800, timeout_factor=spec.timeout_factor if spec else 1.25,
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    import dataclasses
+
+    from pipelines.core.report import to_json
+    from pipelines.reporting.inputs import night_report, write_html
+
+    home = (args.home or default_home()).resolve()
+    _, inputs = repo_context(home, args.repo, args.deployment)
+    data = night_report(home, args.night, dataclasses.replace(inputs, uncovered=tuple(args.uncovered)))
+    if args.json:
+        print(to_json(data))
+        return 0
+    path = write_html(home, data, args.out)
+    print(f"report: {data.verdict}")
+    print(f"report: {path}")
+    if args.screenshot:
+        from pipelines.reporting.browser import BrowserError, screenshot
+
+        try:
+            print(f"screenshot: {screenshot(path, args.screenshot)}")
+        except BrowserError as exc:
+            print(f"nightly report: error: {exc}", file=sys.stderr)
+            return 2
+    if args.open:
+        webbrowser.open(path.as_uri())
+    return 0

@@ -1,0 +1,156 @@
+"""Across nights: per-test duration trends from history, and what changed since the last night.
+
+Trends read the history store's samples in one pass (100 nights x 1,000 tests is 100,000 samples),
+keeping each test's last attempt per run. Changes compare two night summaries (the JSON each night
+writes); every field they read may be missing from older summaries.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from statistics import median
+
+from pipelines.core.model import Sample
+
+#: summary fields that describe the environment the night ran in (a change there explains a lot)
+ENVIRONMENT_FIELDS = ("image_digest", "image", "driver")
+
+
+@dataclass(frozen=True)
+class TrendPoint:
+    run_id: str
+    started_at: str
+    elapsed_s: float
+    outcome: str
+
+
+@dataclass(frozen=True)
+class Trend:
+    """One test's last attempt in each of the last nights, oldest first."""
+
+    test_id: str
+    points: tuple[TrendPoint, ...]
+
+    @property
+    def change(self) -> float | None:
+        """Last passing duration over the median of the earlier passing ones (1.0 = unchanged)."""
+        passed = [p.elapsed_s for p in self.points if p.outcome == "passed"]
+        if len(passed) < 2 or median(passed[:-1]) <= 0:
+            return None
+        return passed[-1] / median(passed[:-1])
+
+
+def duration_trends(samples: Sequence[Sample], test_ids: Sequence[str] | None = None,
+                    last_nights: int = 14) -> dict[str, Trend]:
+    """Each test's trend over the last ``last_nights`` runs in history (infra errors and skips left out)."""
+    wanted = None if test_ids is None else set(test_ids)
+    start: dict[str, str] = {}
+    last: dict[tuple[str, str], Sample] = {}
+    for s in samples:
+        if s.run_id not in start or (s.started_at and s.started_at < start[s.run_id]):
+            start[s.run_id] = s.started_at
+        if s.outcome not in ("passed", "failed", "timed_out") or (wanted is not None and s.test_id not in wanted):
+            continue
+        key = (s.run_id, s.test_id)
+        old = last.get(key)
+        if old is None or (s.attempt, s.started_at) >= (old.attempt, old.started_at):
+            last[key] = s
+    runs = sorted(start, key=lambda r: (start[r], r))[-last_nights:] if last_nights else []
+    rank = {r: i for i, r in enumerate(runs)}
+    series: dict[str, list[tuple[int, Sample]]] = defaultdict(list)
+    for (run_id, test_id), s in last.items():
+        if run_id in rank:
+            series[test_id].append((rank[run_id], s))
+    return {t: Trend(t, tuple(TrendPoint(s.run_id, s.started_at, s.elapsed_s, s.outcome) for _, s in sorted(xs, key=lambda x: x[0])))
+            for t, xs in series.items()}
+
+
+def final_outcomes(summary: Mapping) -> dict[str, str]:
+    """Each selected test's outcome: its last attempt's, or unplanned / not_run; skipped ones too."""
+    last: dict[str, str] = {}
+    for a in summary.get("attempts", ()):
+        last[a["test_id"]] = a["outcome"]
+    unplanned = set(summary.get("unplanned", ()))
+    out = {t: last.get(t, "unplanned" if t in unplanned else "not_run") for t in summary.get("selected", ())}
+    for t in summary.get("skipped", ()):
+        out[t] = "skipped"
+    for t, o in last.items():  # attempts of tests the summary did not list still count
+        out.setdefault(t, o)
+    return out
+
+
+def est_times(summary: Mapping) -> dict[str, int]:
+    """est_time per test as the night ran it (``est_time`` mapping, or ``tests`` records); {} when absent."""
+    if isinstance(summary.get("est_time"), Mapping):
+        return {k: int(v) for k, v in summary["est_time"].items()}
+    return {t["id"]: int(t["est_time"]) for t in summary.get("tests", ()) if isinstance(t, Mapping) and "est_time" in t}
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """Before/after an environment change, over the tests both nights ran."""
+
+    common: int
+    passed_before: int
+    passed_after: int
+    #: median of (tonight / last night) elapsed over tests that passed both nights
+    median_ratio: float | None
+
+
+@dataclass(frozen=True)
+class Changes:
+    previous: str
+    new_failures: tuple[str, ...] = ()
+    still_failing: tuple[str, ...] = ()
+    fixed: tuple[str, ...] = ()
+    added: tuple[str, ...] = ()
+    removed: tuple[str, ...] = ()
+    #: (test, est_time last night, est_time tonight)
+    est_time: tuple[tuple[str, int, int], ...] = ()
+    #: (field, last night, tonight)
+    environment: tuple[tuple[str, str, str], ...] = ()
+    comparison: Comparison | None = None
+
+
+_BAD = ("failed", "timed_out")
+
+
+def night_changes(summary: Mapping, previous: Mapping | None) -> Changes | None:
+    """What changed since the previous night; None on the first night."""
+    if not previous:
+        return None
+    now, before = final_outcomes(summary), final_outcomes(previous)
+    ran_now = {t for t, o in now.items() if o not in ("skipped",)}
+    ran_before = {t for t, o in before.items() if o not in ("skipped",)}
+    new_failures = tuple(t for t, o in now.items() if o in _BAD and before.get(t) not in _BAD)
+    still = tuple(t for t, o in now.items() if o in _BAD and before.get(t) in _BAD)
+    fixed = tuple(t for t, o in now.items() if o == "passed" and before.get(t) in _BAD)
+    est_now, est_before = est_times(summary), est_times(previous)
+    est = tuple((t, est_before[t], v) for t, v in sorted(est_now.items()) if t in est_before and est_before[t] != v)
+    env = tuple((f, str(previous.get(f) or "-"), str(summary.get(f) or "-")) for f in ENVIRONMENT_FIELDS
+                if (previous.get(f) or summary.get(f)) and previous.get(f) != summary.get(f))
+    return Changes(
+        previous=str(previous.get("night", "")), new_failures=new_failures, still_failing=still, fixed=fixed,
+        added=tuple(sorted(ran_now - ran_before)), removed=tuple(sorted(ran_before - ran_now)),
+        est_time=est, environment=env, comparison=compare(summary, previous) if env else None,
+    )
+
+
+def _elapsed(summary: Mapping) -> dict[str, float]:
+    out = {}
+    for a in summary.get("attempts", ()):
+        if a["outcome"] == "passed":
+            out[a["test_id"]] = float(a["elapsed_s"])
+    return out
+
+
+def compare(summary: Mapping, previous: Mapping) -> Comparison:
+    """Pass counts and the median duration ratio over the tests both nights ran."""
+    now, before = final_outcomes(summary), final_outcomes(previous)
+    common = sorted(t for t in now if t in before and now[t] not in ("skipped",) and before[t] not in ("skipped",))
+    e_now, e_before = _elapsed(summary), _elapsed(previous)
+    ratios = [e_now[t] / e_before[t] for t in common if t in e_now and e_before.get(t)]
+    return Comparison(len(common), sum(1 for t in common if before[t] == "passed"),
+                      sum(1 for t in common if now[t] == "passed"), median(ratios) if ratios else None)

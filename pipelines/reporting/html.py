@@ -1,0 +1,54 @@
+"""The night report as one self-contained HTML file: no scripts, no external files, plots inline.
+
+Every section is always present; an empty one says what was checked ("no bad nodes"), so a reader
+knows it was looked at rather than forgotten.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import jinja2
+
+from pipelines.core.report import ReportData
+from pipelines.reporting.plots import (
+    COLORS,
+    durations_svg,
+    gantt_svg,
+    short_keys,
+    short_name,
+    sparkline,
+    trends_svg,
+)
+from pipelines.reporting.template import PAGE
+
+_TEMPLATE = jinja2.Environment(autoescape=True, undefined=jinja2.StrictUndefined, trim_blocks=True,
+                               lstrip_blocks=True).from_string(PAGE)
+
+
+def _link(path: str) -> str:
+    """A link to a log: URLs as they are, local paths as file:// URLs."""
+    if not path or "://" in path:
+        return path
+    return Path(path).absolute().as_uri()
+
+
+def _fmt(v, unit: str = "") -> str:
+    if v is None:
+        return "-"
+    return (f"{v:,.1f}" if isinstance(v, float) else str(v)) + unit
+
+
+def render_html(data: ReportData, trend_rows: int = 40) -> str:
+    """The report page; the plots are SVG with a tooltip per bar and point."""
+    order = [b.test_id for b in sorted(data.gantt, key=lambda b: b.start_s)] + [r.test_id for r in data.rows]
+    keys = short_keys(order)
+    ratios = sorted((r for r in data.rows if r.elapsed_s is not None and r.est_time > 0 and r.outcome == "passed"),
+                    key=lambda r: -(r.elapsed_s or 0) / r.est_time)
+    moved = sorted(data.trends, key=lambda t: -abs((t.change or 1) - 1))[:trend_rows]
+    return _TEMPLATE.render(
+        d=data, keys=keys, colors=COLORS, fmt=_fmt, link=_link, short=short_name,
+        gantt=gantt_svg(data, keys), durations=durations_svg(data.rows, keys),
+        trends_plot=trends_svg(data.trends, keys), sparkline=sparkline, moved=moved,
+        ratios=ratios[:15], legend=sorted(((keys[t], t) for t in {b.test_id for b in data.gantt}), key=lambda kt: int(kt[0][1:])),
+    )

@@ -1,0 +1,210 @@
+"""The report's plots: matplotlib figures as inline SVG, with a tooltip (SVG ``<title>``) per mark.
+
+Names never overlap: bars carry a short key (``#3``) only where it fits inside the bar, and the
+full test name is in the bar's tooltip and in the legend table next to the plot. Checked by
+measuring the drawn text, not by guessing font widths.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import re
+from collections.abc import Mapping, Sequence
+from html import escape
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
+from matplotlib.ticker import NullFormatter, ScalarFormatter  # noqa: E402
+
+from pipelines.core.report import Bar, ReportData, Row  # noqa: E402
+from pipelines.core.trends import Trend  # noqa: E402
+
+COLORS = {"passed": "#2e7d32", "failed": "#c62828", "timed_out": "#ef6c00", "infra_error": "#6a1b9a",
+          "skipped": "#9e9e9e", "not_run": "#bdbdbd", "unplanned": "#757575"}
+plt.rcParams.update({"svg.fonttype": "none", "font.size": 9, "svg.hashsalt": "nightly-report"})
+
+
+def short_keys(test_ids: Sequence[str]) -> dict[str, str]:
+    """``#1``, ``#2``, ... in first-seen order: what fits on a bar; the legend says which test it is."""
+    return {t: f"#{i}" for i, t in enumerate(dict.fromkeys(test_ids), start=1)}
+
+
+def short_name(test_id: str, limit: int = 40) -> str:
+    """A readable name: the file stem without ``test_``, with its variant (``::cuda-...``) shortened."""
+    path, _, variant = test_id.partition("::")
+    stem = path.rsplit("/", 1)[-1].removesuffix(".py").removeprefix("test_")
+    name = f"{stem} [{variant}]" if variant else stem
+    return name if len(name) <= limit else name[: limit - 1] + "\u2026"
+
+
+def _svg(fig: Figure, titles: Mapping[str, str]) -> str:
+    buf = io.StringIO()
+    fig.savefig(buf, format="svg", bbox_inches="tight")
+    plt.close(fig)
+    text = buf.getvalue()
+    text = text[text.index("<svg"):]  # drop the XML prolog and doctype: the SVG is inlined in HTML
+
+    def titled(m: re.Match[str]) -> str:
+        gid = m.group(1)
+        return f'{m.group(0)}<title>{escape(titles[gid])}</title>' if gid in titles else m.group(0)
+
+    return re.sub(r'<g id="(mark-[^"]+)"[^>]*>', titled, text)
+
+
+def fits(fig: Figure) -> list[tuple[str, str]]:
+    """Pairs of drawn text labels (bar keys, tick labels) whose boxes overlap; empty when readable."""
+    renderer = fig.canvas.get_renderer()  # type: ignore[attr-defined]
+    texts = [t for ax in fig.axes
+             for t in ax.texts + ax.get_yticklabels(which="both") + ax.get_xticklabels(which="both")
+             if t.get_visible() and t.get_text()]
+    boxes = [(t.get_text(), t.get_window_extent(renderer)) for t in texts]
+    return [(a, b) for i, (a, ba) in enumerate(boxes) for b, bb in boxes[i + 1:] if ba.overlaps(bb)]
+
+
+def gantt_figure(bars: Sequence[Bar], keys: Mapping[str, str]) -> Figure:
+    """One row per node, one bar per attempt, coloured by outcome; keys only where they fit."""
+    nodes = sorted({b.node for b in bars})
+    fig, ax = plt.subplots(figsize=(11, 0.5 + 0.45 * max(len(nodes), 1)), dpi=72)
+    row = {n: i for i, n in enumerate(nodes)}
+    # attempts overlapping on a node share its row in lanes (different GPUs at once)
+    lanes: dict[str, list[float]] = {}
+    lane_of = []
+    for b in sorted(bars, key=lambda b: (b.node, b.start_s)):
+        ends = lanes.setdefault(b.node, [])
+        lane = next((i for i, end in enumerate(ends) if end <= b.start_s + 1e-6), len(ends))
+        ends[lane:lane + 1] = [b.start_s + b.elapsed_s]
+        lane_of.append((b, lane))
+    height = {n: 0.8 / max(len(lanes.get(n, [0])), 1) for n in nodes}
+    for i, (b, lane) in enumerate(lane_of):
+        y = row[b.node] - 0.4 + lane * height[b.node]
+        [rect] = ax.barh([y], [max(b.elapsed_s, 0.5)], left=[b.start_s], height=height[b.node] * 0.92,
+                         align="edge", color=COLORS.get(b.outcome, "#607d8b"), edgecolor="white", linewidth=0.5)
+        rect.set_gid(f"mark-bar-{i}")
+        ax.text(b.start_s + max(b.elapsed_s, 0.5) / 2, y + height[b.node] * 0.46, keys.get(b.test_id, "?"),
+                ha="center", va="center", fontsize=7, color="white", gid=f"label-{i}")
+    ax.set_yticks(range(len(nodes)), [n if len(n) <= 24 else n[:23] + "\u2026" for n in nodes])
+    ax.set_ylim(-0.5, len(nodes) - 0.5)
+    ax.invert_yaxis()
+    ax.set_xlabel("seconds since the night's first test started")
+    _hide_labels_that_do_not_fit(fig, ax)
+    return fig
+
+
+def _hide_labels_that_do_not_fit(fig: Figure, ax) -> None:
+    renderer = fig.canvas.get_renderer()  # type: ignore[attr-defined]
+    for text, patch in zip(ax.texts, ax.patches, strict=True):
+        tb, pb = text.get_window_extent(renderer), patch.get_window_extent(renderer)
+        if tb.width + 2 > pb.width or tb.height > pb.height + 1:
+            text.set_visible(False)
+
+
+def gantt_svg(data: ReportData, keys: Mapping[str, str]) -> str:
+    if not data.gantt:
+        return ""
+    fig = gantt_figure(data.gantt, keys)
+    titles = {}
+    lanes = sorted(data.gantt, key=lambda b: (b.node, b.start_s))
+    for i, b in enumerate(lanes):
+        titles[f"mark-bar-{i}"] = (f"{keys.get(b.test_id, '')} {b.test_id}: {b.outcome}, attempt {b.attempt}, "
+                                   f"{b.elapsed_s:.0f} s from {b.start_s:.0f} s on {b.node}, {b.gpus} GPU(s)")
+    return _svg(fig, titles)
+
+
+def _points(rows: Sequence[Row]) -> list[Row]:
+    return [r for r in rows if r.elapsed_s is not None and r.est_time > 0]
+
+
+def durations_figure(rows: Sequence[Row]) -> Figure:
+    """elapsed against est_time per test; the diagonal is 'as estimated', the dashed line the timeout factor."""
+    pts = _points(rows)
+    fig, ax = plt.subplots(figsize=(6.5, 4.2), dpi=72)
+    for outcome in sorted({r.outcome for r in pts}):
+        mine = [r for r in pts if r.outcome == outcome]
+        coll = ax.scatter([r.est_time for r in mine], [max(r.elapsed_s or 0, 0.1) for r in mine], s=22,
+                          color=COLORS.get(outcome, "#607d8b"), label=outcome, alpha=0.85)
+        coll.set_gid(f"mark-pts-{outcome}")
+    hi = max(max(r.est_time for r in pts), max(r.elapsed_s or 0 for r in pts)) * 1.3
+    lo = max(min(min(r.est_time for r in pts), min(max(r.elapsed_s or 0, 0.1) for r in pts)) / 1.3, 0.1)
+    ax.plot([lo, hi], [lo, hi], color="#555", linewidth=0.8, label="as estimated")
+    ax.plot([lo, hi], [1.25 * lo, 1.25 * hi], color="#555", linewidth=0.8, linestyle="--", label="1.25 x est_time")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    for axis in (ax.xaxis, ax.yaxis):  # minor labels on a log axis print on top of each other
+        axis.set_major_formatter(ScalarFormatter())
+        axis.set_minor_formatter(NullFormatter())
+    ax.set_xlabel("est_time (s)")
+    ax.set_ylabel("elapsed tonight (s)")
+    ax.legend(loc="upper left", fontsize=7, frameon=False)
+    return fig
+
+
+def durations_svg(rows: Sequence[Row], keys: Mapping[str, str]) -> str:
+    pts = _points(rows)
+    if not pts:
+        return ""
+    svg = _svg(durations_figure(rows), {})
+    for outcome in sorted({r.outcome for r in pts}):
+        mine = [r for r in pts if r.outcome == outcome]
+        svg = _title_uses(svg, f"mark-pts-{outcome}", [
+            f"{keys.get(r.test_id, '')} {r.test_id}: {r.elapsed_s:.0f} s against est_time {r.est_time} s ({r.outcome})"
+            for r in mine])
+    return svg
+
+
+def _title_uses(svg: str, gid: str, titles: Sequence[str]) -> str:
+    """Give the i-th point (``<use>``) of a scatter group its own tooltip."""
+    start = svg.find(f'<g id="{gid}"')
+    if start < 0:
+        return svg
+    end = svg.find("</g>", start)
+    body = svg[start:end]
+    it = iter(titles)
+    body = re.sub(r"<use ([^>]*?)/>", lambda m: f"<use {m.group(1)}><title>{escape(next(it, ''))}</title></use>", body)
+    return svg[:start] + body + svg[end:]
+
+
+def most_moved(trends: Sequence[Trend], limit: int = 8) -> list[Trend]:
+    """The tests whose last duration moved most against their median, either way."""
+    return sorted((t for t in trends if t.change), key=lambda t: -abs(math.log(t.change or 1)))[:limit]
+
+
+def trends_figure(moved: Sequence[Trend], keys: Mapping[str, str]) -> Figure:
+    """One line per test over the last nights, named in the legend (never on the plot)."""
+    fig, ax = plt.subplots(figsize=(9, 3.6), dpi=72)
+    for i, t in enumerate(moved):
+        xs = list(range(len(t.points)))
+        [line] = ax.plot(xs, [p.elapsed_s for p in t.points], marker="o", markersize=3, linewidth=1.2,
+                         label=f"{keys.get(t.test_id, '')} {short_name(t.test_id, 32)}")
+        line.set_gid(f"mark-trend-{i}")
+    ax.set_xlabel("night (oldest to newest)")
+    ax.set_ylabel("elapsed (s)")
+    ax.legend(loc="center left", bbox_to_anchor=(1.01, 0.5), fontsize=7, frameon=False)
+    return fig
+
+
+def trends_svg(trends: Sequence[Trend], keys: Mapping[str, str], limit: int = 8) -> str:
+    moved = most_moved(trends, limit)
+    if not moved:
+        return ""
+    return _svg(trends_figure(moved, keys), {f"mark-trend-{i}": f"{t.test_id}: " + ", ".join(f"{p.elapsed_s:.0f} s {p.outcome}" for p in t.points)
+                      for i, t in enumerate(moved)})
+
+
+def sparkline(trend: Trend, width: int = 120, height: int = 22) -> str:
+    """A tiny hand-drawn SVG line of one test's durations (a thousand of these must stay cheap)."""
+    pts = trend.points
+    if not pts:
+        return ""
+    top = max(p.elapsed_s for p in pts) or 1.0
+    step = width / max(len(pts) - 1, 1)
+    xy = [(i * step, height - 2 - (height - 4) * p.elapsed_s / top) for i, p in enumerate(pts)]
+    dots = "".join(f'<circle cx="{x:.1f}" cy="{y:.1f}" r="2" fill="{COLORS.get(p.outcome, "#607d8b")}">'
+                   f"<title>{escape(p.run_id)}: {p.elapsed_s:.0f} s {p.outcome}</title></circle>"
+                   for (x, y), p in zip(xy, pts, strict=True) if p.outcome != "passed")
+    line = " ".join(f"{x:.1f},{y:.1f}" for x, y in xy)
+    return (f'<svg class="spark" width="{width}" height="{height}" viewBox="-2 0 {width + 4} {height}">'
+            f'<polyline points="{line}" fill="none" stroke="#1565c0" stroke-width="1.2"/>{dots}</svg>')
