@@ -275,7 +275,9 @@ def build_report(
     by_id = {t.id: t for t in tests}
     est_then = est_times(summary)
     known = lambda tid: by_id.get(tid) or Test(tid, tid, "cuda", "", 1, est_then.get(tid, 0))  # noqa: E731
-    selected = [known(t) for t in summary.get("selected", ())]
+    # tests a summary did not list (an older writer) still count: their attempts say they ran
+    selected = [known(t) for t in dict.fromkeys([*summary.get("selected", ()), *(a.test_id for a in attempts)])
+                if t not in summary.get("skipped", ())]
     selected = [dataclasses.replace(t, est_time=est_then.get(t.id, t.est_time)) for t in selected]
     rows = night_rows(selected, [known(t) for t in summary.get("skipped", ())], attempts, estimates,
                       summary.get("unplanned", ()))

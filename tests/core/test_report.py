@@ -1,0 +1,172 @@
+"""The morning-after report's sections, from a real-shaped night of the example.
+
+Tonight (tests/reporting/nights.py): test_sft_math fails, test_lora_math hangs until its 60 s
+timeout, test_grpo_math fails once then passes on retry; the image changed and everything runs
+25 % slower than on the five nights before; last night test_backend_matrix failed.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from pipelines.core.calibrate import calibrate
+from pipelines.core.flaky import FlakyState, record, replay
+from pipelines.core.model import Attempt
+from pipelines.core.report import build_report, markdown, night_rows, table, to_json
+from tests.reporting.nights import (
+    BACKEND,
+    FLOOR,
+    GPU_SECONDS,
+    GRPO,
+    IMAGE_BEFORE,
+    IMAGE_NOW,
+    LORA,
+    MAKESPAN,
+    ROCM,
+    SFT,
+    SGLANG,
+    SKIPPED,
+    example_night,
+    tid,
+)
+
+
+@pytest.fixture(scope="module")
+def night(tmp_path_factory):
+    return example_night(tmp_path_factory.mktemp("home"))
+
+
+@pytest.fixture(scope="module")
+def report(night):
+    return build_report(night.summary, night.previous, night.samples, night.tests, calibrate(night.tests, night.samples),
+                        log_tails=night.log_tails, uncovered=["test_backend_matrix.py: megatron x lora"],
+                        timeout_floor_s=FLOOR)
+
+
+def test_counts_every_selected_test_once_by_its_final_outcome(report):
+    assert dict(report.counts) == {"passed": 7, "failed": 1, "timed_out": 1, "unplanned": 1, "skipped": 1}
+    assert report.verdict == "FAILED: 2 test(s) failed"
+
+
+def test_each_failure_is_classified_with_its_log_tail_and_a_link_to_the_full_log(report, night):
+    by_id = {f.test_id: f for f in report.failures}
+    assert list(by_id) == [tid(GRPO), tid(SFT), tid(LORA)]
+    sft, lora, grpo = by_id[tid(SFT)], by_id[tid(LORA)], by_id[tid(GRPO)]
+    assert (sft.classification, sft.new) == ("test failure (exit 1)", True)
+    assert sft.log_tail.endswith("test_sft_math: failing on purpose because MINIRL_FAIL names it")
+    assert sft.log_path.endswith("megatron_test_sft_math.py.attempt1.log") and sft.log_path in night.log_tails
+    assert (lora.outcome, lora.classification) == ("timed_out", f"hang: killed at its {FLOOR} s timeout")
+    assert "hanging on purpose" in lora.log_tail
+    assert (grpo.outcome, grpo.attempts) == ("passed", 2)
+    assert grpo.classification == "flaky: failed on attempt 1, passed on attempt 2"
+    assert grpo.log_path.endswith("attempt1.log"), "the failed attempt's log is the one worth reading"
+
+
+def test_a_clean_local_night_has_no_infra_outcomes_or_bad_nodes(report):
+    assert (report.infra, report.bad_nodes) == ((), ())
+
+
+def test_the_test_that_passed_on_retry_is_flaky_with_tonights_run_as_evidence(report, night):
+    states = {s.test_id: s for s in report.flaky}
+    grpo = states[tid(GRPO)]
+    assert grpo.state == "flaky"
+    assert [e.run_id for e in grpo.evidence] == [night.summary["run_id"]]
+
+
+def test_gpu_hours_used_and_idle_over_the_nights_makespan(report):
+    u = report.usage
+    assert (u.gpus, u.makespan_s, u.source) == (8, MAKESPAN, "inferred from the GPU slots used")
+    assert u.used_gpu_h == pytest.approx(GPU_SECONDS / 3600)
+    assert u.idle_gpu_h == pytest.approx((8 * MAKESPAN - GPU_SECONDS) / 3600)
+    assert dict(report.makespan) == {"predicted": 120.0, "actual": MAKESPAN, "lower bound": 104.0}
+
+
+def test_the_gantt_has_every_attempt_on_its_node_from_the_first_start(report):
+    bars = {(b.test_id, b.attempt): b for b in report.gantt}
+    assert len(bars) == 10 and {b.node for b in bars.values()} == {"local-h200-0"}
+    assert (bars[(tid(GRPO), 1)].start_s, bars[(tid(GRPO), 1)].outcome) == (0.0, "failed")
+    assert (bars[(tid(GRPO), 2)].start_s, bars[(tid(GRPO), 2)].elapsed_s) == (5.0, 28.0)
+    assert (bars[(tid(SGLANG), 1)].start_s, bars[(tid(SGLANG), 1)].gpus) == (87.0, 8)
+
+
+def test_durations_are_shown_against_the_est_time_the_night_ran_with(report):
+    rows = {r.test_id: r for r in report.rows}
+    assert (rows[tid(SGLANG)].elapsed_s, rows[tid(SGLANG)].est_time) == (41.0, 12)
+    assert (rows[tid(GRPO)].attempts, rows[tid(SKIPPED)].outcome, rows[tid(ROCM)].outcome) == (2, "skipped", "unplanned")
+
+
+def test_drift_and_near_timeout_come_from_history(report):
+    assert [(e.test_id, e.current, e.proposed) for e in report.drift] == [(tid(SGLANG), 12, 60)]
+    assert [(n.test_id, n.elapsed_s, n.timeout_s) for n in report.near_timeout] == [(tid(LORA), 60.0, FLOOR)]
+
+
+def test_trends_cover_the_last_nights_of_every_test_that_ran(report):
+    trends = {t.test_id: t for t in report.trends}
+    sglang = trends[tid(SGLANG)]
+    assert [p.elapsed_s for p in sglang.points] == [32.8] * 5 + [41.0]
+    assert sglang.change == pytest.approx(1.25)
+    assert [p.outcome for p in trends[tid(LORA)].points][-2:] == ["passed", "timed_out"]
+    assert tid(ROCM) not in trends
+
+
+def test_what_changed_since_last_night_with_a_before_after_comparison_of_the_new_image(report, night):
+    c = report.changes
+    assert c.previous == night.previous[-1]["night"]
+    assert c.new_failures == (tid(LORA), tid(SFT))
+    assert (c.fixed, c.still_failing) == ((tid(BACKEND),), ())
+    assert c.est_time == ((tid(GRPO), 40, 30),)
+    assert c.environment == (("image_digest", IMAGE_BEFORE, IMAGE_NOW),)
+    k = c.comparison
+    assert (k.common, k.passed_before, k.passed_after) == (10, 8, 7)
+    assert k.median_ratio == pytest.approx(1.25)
+
+
+def test_uncovered_cells_and_notes_are_carried_as_given(report):
+    assert report.uncovered == ("test_backend_matrix.py: megatron x lora",)
+    assert report.notes == ("1 test skipped (disabled)",)
+    assert dict(report.environment) == {"image_digest": IMAGE_NOW, "driver": "550.54.15"}
+
+
+def test_a_quarantined_failure_is_excused_and_still_listed(night):
+    doc = record(None, tid(SFT), "add", "alice", "issue #7", "2026-11-02T00:00:00+00:00")
+    states = replay(night.samples, overrides=doc)
+    r = build_report(night.summary, night.previous, night.samples, night.tests, states=states)
+    assert r.excused == (tid(SFT),)
+    assert r.verdict == "FAILED: 1 test(s) failed, 1 quarantined failure(s) excused"
+    sft = next(f for f in r.failures if f.test_id == tid(SFT))
+    assert sft.classification == "test failure (exit 1); quarantined, does not fail the night"
+
+
+def attempt(test: str, outcome: str, node: str, reason: str = "") -> dict:
+    return {"test_id": test, "outcome": outcome, "elapsed_s": 30.0, "started_at": "2026-11-06T15:00:00+00:00",
+            "node": node, "reason": reason, "attempt": 1, "gpu_slots": [0]}
+
+
+def test_infra_outcomes_and_bad_nodes_are_reported_and_never_excused():
+    attempts = [attempt("tests/a.py", "infra_error", "h200-c", "gpu_unusable")]
+    attempts += [attempt(f"tests/t{i}.py", "passed", "h200-a") for i in range(3)]
+    summary = {"night": "n", "selected": ["tests/a.py", "tests/t0.py", "tests/t1.py", "tests/t2.py"], "attempts": attempts}
+    r = build_report(summary, states={"tests/a.py": FlakyState("tests/a.py", "quarantined")})
+    [infra] = r.infra
+    assert infra.classification == "infra: gpu_unusable on bad node h200-c"
+    assert [n.node for n in r.bad_nodes] == ["h200-c"]
+    assert r.verdict == "FAILED: 1 infra error(s), bad node(s) h200-c"
+
+
+def test_a_summary_with_only_the_oldest_fields_still_reports():
+    summary = {"night": "n1", "attempts": [{"test_id": "t", "outcome": "passed", "elapsed_s": 3.0, "started_at": ""}]}
+    r = build_report(summary)
+    assert (r.counts, r.gantt, r.usage, r.changes, r.makespan) == ((("passed", 1),), (), None, None, ())
+    assert r.verdict == "OK: every test passed"
+    assert json.loads(to_json(r))["counts"] == [["passed", 1]]
+
+
+def test_the_table_and_markdown_still_render_the_rows(night):
+    tests = [t for t in night.tests if t.id in (tid(SFT), tid(GRPO))]
+    attempts = [Attempt(**{**a, "gpu_slots": tuple(a["gpu_slots"])}) for a in night.summary["attempts"]]
+    rows = night_rows(tests, [], attempts, [])
+    lines = {line.split()[0]: line.split()[1:3] for line in table(rows).splitlines()[2:]}
+    assert lines == {tid(SFT): ["failed", "2.0"], tid(GRPO): ["passed", "(x2)"]}
+    assert f"- `{tid(SFT)}`: failed: exit code 1" in markdown("Night", rows, None, 128.0)
