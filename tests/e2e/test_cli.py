@@ -31,8 +31,12 @@ def clean_environ() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if not k.startswith(("NIGHTLY_", "DAGSTER_"))}
 
 
-def nightly(*args: str, home: Path, timeout: float = 120) -> subprocess.CompletedProcess:
-    """``python -m pipelines ARGS`` from the project root with ``NIGHTLY_HOME=home``."""
+def nightly(*args: str, home: Path, timeout: float = 600) -> subprocess.CompletedProcess:
+    """``python -m pipelines ARGS`` from the project root with ``NIGHTLY_HOME=home``.
+
+    A command takes a few seconds idle (most of it imports) and can take a minute on a loaded
+    2-CPU machine: the timeout only stops a hang, no verdict depends on how fast it ran.
+    """
     env = {**clean_environ(), "NIGHTLY_HOME": str(home)}
     return subprocess.run([sys.executable, "-m", "pipelines", *args], cwd=PROJECT, env=env,
                           capture_output=True, text=True, timeout=timeout, check=False)

@@ -68,7 +68,7 @@ def test_minirl_hang_keeps_the_test_running_until_sigterm(tmp_path):
         time.sleep(2.0)
         assert proc.poll() is None, "a hanging test exited by itself"
         proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=5) == -signal.SIGTERM
+        assert proc.wait(timeout=60) == -signal.SIGTERM  # at once idle; the limit only stops a hang
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -34,8 +34,11 @@ def _free_port() -> int:
 
 
 @contextlib.contextmanager
-def moto_server(timeout_s: float = 30) -> Iterator[str]:
-    """Yield the endpoint URL of a fresh moto S3 server; stop it after."""
+def moto_server(timeout_s: float = 180) -> Iterator[str]:
+    """Yield the endpoint URL of a fresh moto S3 server; stop it after.
+
+    It answers after ~3 s idle (importing moto); ``timeout_s`` only stops a hang on a loaded machine.
+    """
     port = _free_port()
     url = f"http://127.0.0.1:{port}"
     env = {**os.environ, **CREDENTIALS}
