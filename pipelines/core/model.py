@@ -198,6 +198,8 @@ class Sample:
     source: str = ""
     #: True when the attempt was cut by its timeout (its elapsed says nothing about the test)
     capped: bool = False
+    #: why this sample is implausible (negative, NaN, over the ceiling); kept, never used
+    outlier: str = ""
 
 
 @dataclass(frozen=True)
@@ -215,6 +217,10 @@ class Estimate:
     median_s: float | None = None
     stale_samples: int = 0
     sources: tuple[str, ...] = ()
+    #: a proposal held back for explicit acceptance (it moves est_time too far in one step)
+    held: int | None = None
+    #: samples of this test left out as implausible, each with its reason
+    outliers: tuple[str, ...] = ()
 
     @property
     def delta(self) -> int:

@@ -1,16 +1,51 @@
-"""Turn what a launcher reports into what history keeps."""
+"""Turn what a launcher reports into what history keeps, marking implausible durations.
+
+An implausible duration (negative, not a number, longer than any nightly test can run) is kept
+as an outlier with its reason: nothing is dropped without a word, and calibration never uses it.
+"""
 
 from __future__ import annotations
 
-from pipelines.core.model import Attempt, Sample, Test
+import dataclasses
+import math
+
+from pipelines.core.model import MAX_EST_TIME_S, Attempt, Sample, Test
 
 
-def sample_from_attempt(attempt: Attempt, test: Test, run_id: str, image: str = "") -> Sample:
+def implausible(elapsed_s: object, ceiling_s: float = MAX_EST_TIME_S) -> str:
+    """Why ``elapsed_s`` cannot be a real duration, or "" when it can."""
+    if isinstance(elapsed_s, bool) or not isinstance(elapsed_s, int | float):
+        return f"elapsed {elapsed_s!r} is not a number"
+    if math.isnan(elapsed_s) or math.isinf(elapsed_s):
+        return f"elapsed {elapsed_s!r} is not a finite number"
+    if elapsed_s < 0:
+        return f"elapsed {elapsed_s:g} s is negative"
+    if elapsed_s > ceiling_s:
+        return f"elapsed {elapsed_s:g} s is over the ceiling of {ceiling_s:g} s"
+    return ""
+
+
+def screen(sample: Sample, ceiling_s: float = MAX_EST_TIME_S) -> Sample:
+    """``sample`` with ``outlier`` set when its duration is implausible.
+
+    A value no store can hold (NaN, negative, not a number) is stored as 0 s; the reason keeps
+    the original value.
+    """
+    why = implausible(sample.elapsed_s, ceiling_s)
+    if not why:
+        return sample
+    storable = implausible(sample.elapsed_s, math.inf) == ""
+    return dataclasses.replace(sample, outlier=why, elapsed_s=float(sample.elapsed_s) if storable else 0.0)
+
+
+def sample_from_attempt(attempt: Attempt, test: Test, run_id: str, image: str = "",
+                        ceiling_s: float = MAX_EST_TIME_S) -> Sample:
     """One finished attempt as a history sample, tagged with the file revision it ran.
 
     A timed-out attempt is ``capped``: its elapsed is the timeout, not the test's duration.
+    An ``interrupted`` attempt is kept as such (infra: calibration never uses it).
     """
-    return Sample(
+    return screen(Sample(
         test_id=attempt.test_id,
         hardware=test.hardware,
         sha256=test.sha256,
@@ -23,4 +58,4 @@ def sample_from_attempt(attempt: Attempt, test: Test, run_id: str, image: str = 
         attempt=attempt.attempt,
         source=attempt.log_path or f"run {run_id}",
         capped=attempt.outcome == "timed_out",
-    )
+    ), ceiling_s)

@@ -2,11 +2,15 @@
 
 The local store is SQLite in WAL mode with one transaction per ``append``: a writer killed
 mid-night loses at most the batch it was writing, never an earlier sample, and never leaves a
-half-written row. Anything unreadable is reported with the file and what to do, never skipped.
+half-written row. Anything unreadable is reported with the file and what to do, never skipped:
+a 0-byte file is an error (SQLite would silently treat it as a new, empty history), and a
+state folder this process cannot write is named as such. Reading never creates anything.
 """
 
 from __future__ import annotations
 
+import errno
+import os
 import sqlite3
 from collections.abc import Iterable
 from pathlib import Path
@@ -14,21 +18,24 @@ from typing import Protocol
 
 from pipelines.core.model import Sample
 
-OUTCOMES = ("passed", "failed", "timed_out", "infra_error", "skipped")
-SCHEMA_VERSION = 1
+OUTCOMES = ("passed", "failed", "timed_out", "infra_error", "skipped", "interrupted")
+#: 2: ``interrupted`` outcome and the ``outlier`` reason (version 1 stores are upgraded in place)
+SCHEMA_VERSION = 2
 _COLUMNS = ("test_id", "hardware", "sha256", "outcome", "elapsed_s", "started_at", "node", "image",
-            "run_id", "attempt", "source", "capped")
-_SCHEMA = f"""
-CREATE TABLE IF NOT EXISTS samples (
+            "run_id", "attempt", "source", "capped", "outlier")
+_V1_COLUMNS = _COLUMNS[:-1]
+_TABLE = """
+CREATE TABLE IF NOT EXISTS {name} (
   seq INTEGER PRIMARY KEY AUTOINCREMENT,
   test_id TEXT NOT NULL, hardware TEXT NOT NULL, sha256 TEXT NOT NULL,
-  outcome TEXT NOT NULL CHECK (outcome IN ({", ".join(repr(o) for o in OUTCOMES)})),
+  outcome TEXT NOT NULL CHECK (outcome IN (OUTCOMES_SQL)),
   elapsed_s REAL NOT NULL CHECK (elapsed_s >= 0), started_at TEXT NOT NULL,
   node TEXT NOT NULL, image TEXT NOT NULL, run_id TEXT NOT NULL, attempt INTEGER NOT NULL,
-  source TEXT NOT NULL, capped INTEGER NOT NULL,
+  source TEXT NOT NULL, capped INTEGER NOT NULL, outlier TEXT NOT NULL DEFAULT '',
   UNIQUE (run_id, test_id, hardware, attempt, started_at)
 );
-"""
+""".replace("OUTCOMES_SQL", ", ".join(repr(o) for o in OUTCOMES))
+_SCHEMA = _TABLE.format(name="samples")
 
 
 class HistoryError(RuntimeError):
@@ -59,19 +66,58 @@ class FileHistoryStore:
             "`nightly history import`, or point --store / NIGHTLY_HOME at a good copy."
         )
 
-    def _connect(self) -> sqlite3.Connection:
+    def _folder_problem(self, exc: BaseException) -> HistoryError:
+        folder = self.path.parent
+        return HistoryError(
+            f"{folder}: the state folder is not writable ({exc}); the history file {self.path.name} "
+            "cannot be created or updated there. Make the folder writable by this user, or point "
+            "NIGHTLY_HOME / --store at a writable folder."
+        )
+
+    def _check_file(self) -> None:
+        """A 0-byte history is damage (a full disk, a truncating copy), never a fresh start."""
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            conn = sqlite3.connect(self.path, timeout=30, isolation_level=None)
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute("PRAGMA synchronous=FULL")
+            size = self.path.stat().st_size
+        except FileNotFoundError:
+            return
+        except OSError as exc:
+            raise self._fail(exc) from exc
+        if size == 0:
+            raise HistoryError(
+                f"{self.path}: history file is empty (0 bytes) but a history is never empty; nothing was "
+                "changed. Restore it from a backup, or move it aside to start a new history and re-import "
+                "past nights with `nightly history import`."
+            )
+
+    def _writable(self) -> bool:
+        folder = self.path.parent
+        if not os.access(folder, os.W_OK):
+            return False
+        return not self.path.exists() or os.access(self.path, os.W_OK)
+
+    def _connect(self, read_only: bool = False) -> sqlite3.Connection:
+        self._check_file()
+        try:
+            if read_only and not self._writable():
+                # a read-only folder cannot hold WAL's -shm file: read the file as it stands
+                conn = sqlite3.connect(f"file:{self.path}?mode=ro&immutable=1", uri=True, isolation_level=None)
+            else:
+                try:
+                    self.path.parent.mkdir(parents=True, exist_ok=True)
+                except OSError as exc:
+                    raise self._folder_problem(exc) from exc
+                conn = sqlite3.connect(self.path, timeout=30, isolation_level=None)
+                conn.execute("PRAGMA journal_mode=WAL")
+                conn.execute("PRAGMA synchronous=FULL")
             version = conn.execute("PRAGMA user_version").fetchone()[0]
-            if version == 0:
+            if version == 0 and not read_only:
                 conn.execute("BEGIN IMMEDIATE")
                 conn.execute(_SCHEMA)
                 conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
                 conn.execute("COMMIT")
-            elif version != SCHEMA_VERSION:
+            elif version == 1 and not read_only:
+                _upgrade_v1(conn)
+            elif version not in (1, SCHEMA_VERSION):
                 conn.close()
                 raise HistoryError(
                     f"{self.path}: history schema version {version}, this nightly reads {SCHEMA_VERSION}; "
@@ -79,6 +125,8 @@ class FileHistoryStore:
                 )
             return conn
         except sqlite3.Error as exc:
+            if _is_permission(exc) and not self._writable():
+                raise self._folder_problem(exc) from exc
             raise self._fail(exc) from exc
 
     def add(self, samples: Iterable[Sample]) -> int:
@@ -100,6 +148,8 @@ class FileHistoryStore:
         except sqlite3.Error as exc:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
+            if _is_permission(exc) and not self._writable():
+                raise self._folder_problem(exc) from exc
             raise self._fail(exc) from exc
         finally:
             conn.close()
@@ -108,12 +158,14 @@ class FileHistoryStore:
         self.add(samples)
 
     def read(self) -> list[Sample]:
-        """Every sample in the order it was stored; a missing file is an empty history."""
+        """Every sample in the order it was stored; a missing file is an empty history (not created)."""
         if not self.path.exists():
             return []
-        conn = self._connect()
+        conn = self._connect(read_only=True)
         try:
-            cur = conn.execute(f"SELECT {', '.join(_COLUMNS)} FROM samples ORDER BY seq")
+            version = conn.execute("PRAGMA user_version").fetchone()[0]
+            columns = _COLUMNS if version == SCHEMA_VERSION else _V1_COLUMNS
+            cur = conn.execute(f"SELECT {', '.join(columns)} FROM samples ORDER BY seq")
             return [_sample(r) for r in cur.fetchall()]
         except sqlite3.Error as exc:
             raise self._fail(exc) from exc
@@ -127,10 +179,33 @@ def _row(s: Sample) -> tuple:
     if not s.elapsed_s >= 0:
         raise ValueError(f"sample {s.test_id}: elapsed_s: {s.elapsed_s!r} must be a number >= 0")
     return (s.test_id, s.hardware, s.sha256, s.outcome, float(s.elapsed_s), s.started_at, s.node, s.image,
-            s.run_id, int(s.attempt), s.source, int(bool(s.capped)))
+            s.run_id, int(s.attempt), s.source, int(bool(s.capped)), s.outlier)
 
 
 def _sample(r: tuple) -> Sample:
-    values = dict(zip(_COLUMNS, r, strict=True))
+    values = dict(zip(_COLUMNS, r, strict=False))
     values["capped"] = bool(values["capped"])
     return Sample(**values)
+
+
+def _is_permission(exc: sqlite3.Error) -> bool:
+    code = getattr(exc, "sqlite_errorcode", None)
+    return code in (sqlite3.SQLITE_READONLY, sqlite3.SQLITE_CANTOPEN, sqlite3.SQLITE_PERM) or any(
+        word in str(exc) for word in ("readonly", "unable to open", os.strerror(errno.EACCES)))
+
+
+def _upgrade_v1(conn: sqlite3.Connection) -> None:
+    """Version 1 -> 2: a new table with the wider outcome check and the outlier column, rows copied."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        if conn.execute("PRAGMA user_version").fetchone()[0] == 1:
+            conn.execute(_TABLE.format(name="samples_v2"))
+            cols = ", ".join(("seq", *_V1_COLUMNS))
+            conn.execute(f"INSERT INTO samples_v2 ({cols}) SELECT {cols} FROM samples")
+            conn.execute("DROP TABLE samples")
+            conn.execute("ALTER TABLE samples_v2 RENAME TO samples")
+            conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+        conn.execute("COMMIT")
+    except sqlite3.Error:
+        conn.execute("ROLLBACK")
+        raise

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import textwrap
 import time
+from pathlib import Path
 
 import pytest
 
@@ -67,7 +70,7 @@ def test_a_store_of_another_schema_version_is_refused(tmp_path):
     path = tmp_path / "h.sqlite"
     with sqlite3.connect(path) as conn:
         conn.execute("PRAGMA user_version=9")
-    with pytest.raises(HistoryError, match="schema version 9, this nightly reads 1"):
+    with pytest.raises(HistoryError, match="schema version 9, this nightly reads 2"):
         FileHistoryStore(path).read()
 
 
@@ -116,3 +119,83 @@ def test_a_writer_killed_mid_write_leaves_every_earlier_sample_readable(tmp_path
     assert len(samples) % 50 == 0
     FileHistoryStore(path).append([sample(1)])
     assert len(FileHistoryStore(path).read()) == len(samples) + 1
+
+
+def test_a_zero_byte_store_is_an_error_and_is_never_recreated(tmp_path):
+    path = tmp_path / "history.sqlite"
+    path.write_bytes(b"")
+    for action in (lambda s: s.read(), lambda s: s.append([sample(1)])):
+        with pytest.raises(HistoryError) as exc:
+            action(FileHistoryStore(path))
+        assert f"{path}: history file is empty (0 bytes) but a history is never empty; nothing was changed" \
+            in str(exc.value)
+        assert path.read_bytes() == b""
+
+
+@contextlib.contextmanager
+def read_only_folder(folder: Path):
+    """``folder`` not writable by this process: chmod for a user, ``chattr +i`` for root (root
+    ignores modes); skipped only where neither can be had."""
+    if os.geteuid() != 0:
+        os.chmod(folder, 0o555)
+        undo = ["chmod", "755", str(folder)]
+    else:
+        if shutil.which("chattr") is None or subprocess.run(["chattr", "+i", str(folder)],
+                                                            capture_output=True).returncode:
+            pytest.skip("running as root where chattr +i is unavailable: cannot make a folder read-only")
+        undo = ["chattr", "-i", str(folder)]
+    try:
+        yield folder
+    finally:
+        subprocess.run(undo, check=True)
+
+
+def test_a_read_only_state_folder_is_named_as_such_and_reading_still_works(tmp_path):
+    store = FileHistoryStore(tmp_path / "state" / "history.sqlite")
+    store.append([sample(1)])
+    with read_only_folder(tmp_path / "state"):
+        assert store.read() == [sample(1)]
+        with pytest.raises(HistoryError) as exc:
+            store.append([sample(2)])
+    assert f"{tmp_path / 'state'}: the state folder is not writable" in str(exc.value)
+    assert "point NIGHTLY_HOME / --store at a writable folder" in str(exc.value)
+    assert store.read() == [sample(1)]
+
+
+def test_a_store_in_a_read_only_folder_that_does_not_exist_yet_is_named_too(tmp_path):
+    with read_only_folder(tmp_path):
+        with pytest.raises(HistoryError, match=f"{tmp_path}/state: the state folder is not writable"):
+            FileHistoryStore(tmp_path / "state" / "history.sqlite").append([sample(1)])
+
+
+def test_a_version_1_store_is_upgraded_in_place_and_keeps_its_samples(tmp_path):
+    import sqlite3
+
+    path = tmp_path / "h.sqlite"
+    with sqlite3.connect(path) as conn:
+        conn.execute("""CREATE TABLE samples (seq INTEGER PRIMARY KEY AUTOINCREMENT, test_id TEXT NOT NULL,
+            hardware TEXT NOT NULL, sha256 TEXT NOT NULL, outcome TEXT NOT NULL CHECK (outcome IN ('passed')),
+            elapsed_s REAL NOT NULL, started_at TEXT NOT NULL, node TEXT NOT NULL, image TEXT NOT NULL,
+            run_id TEXT NOT NULL, attempt INTEGER NOT NULL, source TEXT NOT NULL, capped INTEGER NOT NULL,
+            UNIQUE (run_id, test_id, hardware, attempt, started_at))""")
+        conn.execute("INSERT INTO samples (test_id, hardware, sha256, outcome, elapsed_s, started_at, node, image,"
+                     " run_id, attempt, source, capped) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+                     ("tests/e2e/test_1.py", "h200", "a" * 64, "passed", 101.0, "2026-12-01T00:01:00+00:00",
+                      "", "", "r1", 1, "", 0))
+        conn.execute("PRAGMA user_version=1")
+    store = FileHistoryStore(path)
+    assert store.read() == [sample(1)]  # reading does not upgrade
+    store.append([sample(2, outcome="interrupted")])
+    assert store.read() == [sample(1), sample(2, outcome="interrupted")]
+
+
+def test_implausible_durations_are_kept_as_outliers_with_their_reason(tmp_path):
+    t = make_test()
+    store = FileHistoryStore(tmp_path / "h.sqlite")
+    cases = {-5.0: "elapsed -5 s is negative", float("nan"): "elapsed nan is not a finite number",
+             1e9: "elapsed 1e+09 s is over the ceiling of 86400 s"}
+    for i, value in enumerate(cases):
+        store.append([sample_from_attempt(Attempt(t.id, "passed", value, f"2026-12-01T00:0{i}:00+00:00"), t, "r")])
+    kept = store.read()
+    assert [s.outlier for s in kept] == list(cases.values())
+    assert [s.elapsed_s for s in kept] == [0.0, 0.0, 1e9]
