@@ -154,6 +154,12 @@ class Plan:
     unplanned: tuple[str, ...] = ()
     #: per pool: makespan, lower bound, utilization
     pools: tuple[tuple[str, float, float, float], ...] = ()
+    #: planned from measured durations (plan/durations.py): makespan over simulated noisy nights;
+    #: 0.0 when planned from est_time alone
+    predicted_median_s: float = 0.0
+    predicted_p90_s: float = 0.0
+    #: per test: (test_id, median s, p90 s, "history" or "fallback") the plan assumed; () from est_time
+    expected: tuple[tuple[str, float, float, str], ...] = ()
 
     @property
     def ratio(self) -> float:

@@ -6,17 +6,30 @@ same greedy rule the planner simulates, so with exact estimates dispatch replays
 The threaded launch loop and the benchmark's event-clock simulator both drive this class.
 ``backfill=False`` gives strict list order (nothing starts before every earlier test has
 started), kept for comparison.
+
+Given a ``clock`` the queue re-plans at every call from what has happened so far: each running
+test's predicted end is its conditional median given how long it has already run (a test past
+its median is expected to run on, not to end now), scaled by the night's observed speed, and
+when the highest-priority pending test (the head) cannot start, the node and time it will
+start are reserved: a later test may take that node's GPUs only if it is predicted to end
+before then, or needs only GPUs the head leaves over. So an early finish is used at once, a
+late one moves the reservation, and small tests never starve a large one.
 """
 
 from __future__ import annotations
 
 import heapq
+import itertools
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from pipelines.core.model import Assignment, Plan
 from pipelines.core.plan.cluster import PoolShape, as_pool
+from pipelines.core.plan.live import LiveModel
 from pipelines.core.plan.packing import best_fit
+
+#: pending tests per GPU size a reserving queue looks through for one that may start
+BACKFILL_SCAN = 64
 
 
 class _PoolState:
@@ -32,8 +45,11 @@ class DispatchQueue:
     """Pending, running and finished tests of one plan over its pools. Not thread-safe: the
     caller holds its lock around every call."""
 
-    def __init__(self, plan: Plan, pools: Sequence[PoolShape], *, backfill: bool = True):
+    def __init__(self, plan: Plan, pools: Sequence[PoolShape], *, backfill: bool = True,
+                 clock: Callable[[], float] | None = None):
         self._backfill = backfill
+        self._clock = clock
+        self._live = LiveModel(plan) if clock is not None else None
         shapes = {p.name: as_pool(p) for p in pools}
         self._pools: dict[str, _PoolState] = {n: _PoolState(p.nodes, p.gpus_per_node) for n, p in shapes.items()}
         bad = []
@@ -53,32 +69,72 @@ class DispatchQueue:
     def start_ready(self) -> list[tuple[Assignment, int, tuple[int, ...]]]:
         """Mark as running, and return, every pending test that can start now (priority order)."""
         started = []
-        for st in self._pools.values():
+        now = self._clock() if self._clock is not None else 0.0
+        for name, st in self._pools.items():
             while True:
                 counts = st.counts()
                 most = max(counts, default=0)
-                head = None
-                for g, q in st.queues.items():
-                    if q and (g <= most or not self._backfill) and (head is None or q[0].priority < head.priority):
-                        head = q[0]
-                if head is None or head.gpus > most:
-                    break
-                st.queues[head.gpus].popleft()
-                node = best_fit(counts, head.gpus)
+                if self._live is not None and self._backfill:
+                    pick = self._reserving_pick(name, st, counts, now)
+                    if pick is None:
+                        break
+                    head, node = pick
+                else:
+                    head = None
+                    for g, q in st.queues.items():
+                        if q and (g <= most or not self._backfill) and (head is None or q[0].priority < head.priority):
+                            head = q[0]
+                    if head is None or head.gpus > most:
+                        break
+                    node = best_fit(counts, head.gpus)
+                q = st.queues[head.gpus]
+                if q[0] is head:
+                    q.popleft()
+                else:  # a reserving queue may start a test from deeper in its size's queue
+                    q.remove(head)
                 slots = tuple(sorted(st.free[node])[: head.gpus])
                 st.free[node].difference_update(slots)
                 self._running[head.test_id] = (head, node, slots)
+                if self._live is not None:
+                    self._live.started(head.test_id, now)
                 self._pending -= 1
                 started.append((head, node, slots))
         started.sort(key=lambda x: x[0].priority)
         return started
 
+    def _reserving_pick(self, name: str, st: _PoolState, counts: list[int], now: float) -> tuple[Assignment, int] | None:
+        """The test to start now and its node: the head if it fits; else the highest-priority
+        test that fits without delaying the head's reserved start."""
+        heads = [q[0] for q in st.queues.values() if q]
+        if not heads:
+            return None
+        head = min(heads, key=lambda a: a.priority)
+        most = max(counts)
+        if head.gpus <= most:
+            return head, best_fit(counts, head.gpus)
+        running = [(a, node) for a, node, _ in self._running.values() if a.pool == name]
+        r, at, spare = self._live.reservation(head.gpus, counts, running, now)
+        # within one size the first allowed test is the one to start; look BACKFILL_SCAN deep
+        later = sorted((a for g, q in st.queues.items() if q and g <= most
+                        for a in itertools.islice(q, BACKFILL_SCAN) if a is not head), key=lambda a: a.priority)
+        for a in later:
+            ok = [f if k != r or a.gpus <= spare or self._live.ends_by(a.test_id, now, at) else -1
+                  for k, f in enumerate(counts)]
+            node = best_fit(ok, a.gpus)
+            if node >= 0:
+                return a, node
+        return None
+
     def finish(self, test_id: str) -> None:
-        """Give the finished test's GPUs back (unknown or already finished ids are an error)."""
+        """Give the finished test's GPUs back (unknown or already finished ids are an error).
+
+        With a clock, the time it took updates the night's speed the re-planning assumes."""
         if test_id not in self._running:
             raise KeyError(f"{test_id} is not running")
         a, node, slots = self._running.pop(test_id)
         self._pools[a.pool].free[node].update(slots)
+        if self._live is not None:
+            self._live.finished(test_id, self._clock())
 
     def done(self) -> bool:
         return not self._pending and not self._running
@@ -92,18 +148,20 @@ class DispatchQueue:
 
 
 def simulate(plan: Plan, pools: Sequence[PoolShape], actual_durations: Mapping[str, float], *,
-             backfill: bool = True) -> float:
-    """The makespan dynamic dispatch of ``plan`` reaches when each test takes its actual time."""
-    return simulate_trace(plan, pools, actual_durations, backfill=backfill)[0]
+             backfill: bool = True, live: bool = False) -> float:
+    """The makespan dynamic dispatch of ``plan`` reaches when each test takes its actual time;
+    ``live=True``: the re-planning, reserving dispatcher (a queue given a clock)."""
+    return simulate_trace(plan, pools, actual_durations, backfill=backfill, live=live)[0]
 
 
 def simulate_trace(plan: Plan, pools: Sequence[PoolShape], actual_durations: Mapping[str, float], *,
-                   backfill: bool = True) -> tuple[float, list[tuple[Assignment, int, tuple[int, ...], float, float]]]:
+                   backfill: bool = True,
+                   live: bool = False) -> tuple[float, list[tuple[Assignment, int, tuple[int, ...], float, float]]]:
     """Makespan and (assignment, node, slots, start, end) of every test, on an event clock."""
-    q = DispatchQueue(plan, pools, backfill=backfill)
+    now, seq = 0.0, 0
+    q = DispatchQueue(plan, pools, backfill=backfill, clock=(lambda: now) if live else None)
     events: list[tuple[float, int, str]] = []
     trace = []
-    now, seq = 0.0, 0
     while not q.done():
         for a, node, slots in q.start_ready():
             end = now + float(actual_durations[a.test_id])

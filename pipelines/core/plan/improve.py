@@ -35,7 +35,8 @@ def _score(s: Schedule) -> tuple[float, ...]:
 def improve_order(durations: Sequence[float], gpus: Sequence[int], order: list[int], nodes: int,
                   gpus_per_node: int, *, bound: float, time_budget_s: float = 0.3,
                   max_evals: int = 4000, stall: int = 500, seed: int = 0,
-                  robust: int = 0, sigma: float = 0.25, max_steps: int = MAX_STEPS) -> tuple[list[int], Schedule]:
+                  robust: int = 0, sigma: float | Sequence[float] = 0.25,
+                  max_steps: int = MAX_STEPS) -> tuple[list[int], Schedule]:
     """A priority order whose list schedule is no worse than ``order``'s, and that schedule.
 
     The best of :func:`improve_candidates` (same arguments).
@@ -48,7 +49,7 @@ def improve_order(durations: Sequence[float], gpus: Sequence[int], order: list[i
 def improve_candidates(durations: Sequence[float], gpus: Sequence[int], order: list[int], nodes: int,
                        gpus_per_node: int, *, bound: float, time_budget_s: float = 0.3,
                        max_evals: int = 4000, stall: int = 500, seed: int = 0,
-                       robust: int = 0, sigma: float = 0.25,
+                       robust: int = 0, sigma: float | Sequence[float] = 0.25,
                        max_steps: int = MAX_STEPS) -> list[tuple[list[int], Schedule]]:
     """``order`` and every order the search moved to as a new best, best last; each one's
     exact makespan is no worse than ``order``'s (the robustness gate chooses among them).
@@ -59,9 +60,9 @@ def improve_candidates(durations: Sequence[float], gpus: Sequence[int], order: l
     or before ``time_budget_s`` seconds would be exceeded (a safety net on a slow machine).
 
     With ``robust`` > 0 the local search scores an order by its mean makespan over that many
-    lognormal(0, ``sigma``) draws of the durations (the same draws for every order), replayed in
-    the dispatcher's priority order (predicted start), then by its exact score; it never accepts
-    an order whose exact makespan is worse than the starting one.
+    lognormal(0, ``sigma``) draws of the durations (one sigma, or one per test; the same draws
+    for every order), replayed in the dispatcher's priority order (predicted start), then by its
+    exact score; it never accepts an order whose exact makespan is worse than the starting one.
     """
     bound = _granular(bound, durations)
     t0 = time.perf_counter()

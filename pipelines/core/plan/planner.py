@@ -7,14 +7,17 @@ whenever they fit reproduces the plan exactly when the estimates are right.
 
 from __future__ import annotations
 
+import dataclasses
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from pipelines.core.model import Assignment, CatalogError, Plan, Pool, Problem, Test, effective_timeout
 from pipelines.core.plan.bounds import lower_bound, utilization
 from pipelines.core.plan.cluster import as_pool, pool_for
+from pipelines.core.plan.durations import Duration, medians
 from pipelines.core.plan.improve import improve_candidates
 from pipelines.core.plan.packing import Schedule, list_schedule, lpt_order
+from pipelines.core.plan.predict import PREDICT_DRAWS, predict_makespan
 from pipelines.core.plan.robust import (
     EVAL_DRAWS,
     SIGMA,
@@ -27,6 +30,9 @@ from pipelines.core.specs import PoolSpec
 
 #: improved orders (the search's last few new bests) the robustness gate compares with longest-first
 GATE_CANDIDATES = 3
+#: with a duration model, longest-first sorts on this quantile of each test's duration (z of log
+#: time above the median: 0.674 = p75), so a long-and-uncertain test starts before a sure one
+ORDER_Z = 0.674
 
 
 def check_fit(tests: Sequence[Test], pools: Sequence[PoolSpec]) -> None:
@@ -49,7 +55,8 @@ def check_fit(tests: Sequence[Test], pools: Sequence[PoolSpec]) -> None:
 def make_plan(tests: Sequence[Test], pools: Sequence[PoolSpec], *, timeout_floor_s: int = 1800,
               timeout_factor: float = 1.25, improve: bool = True, time_budget_s: float = 10.0,
               max_evals: int = 4000, seed: int = 0, robust: int = 8, eval_draws: int = EVAL_DRAWS,
-              sigma: float = SIGMA, gate_candidates: int = GATE_CANDIDATES) -> Plan:
+              sigma: float = SIGMA, gate_candidates: int = GATE_CANDIDATES,
+              durations: Mapping[str, Duration] | None = None, predict_draws: int = PREDICT_DRAWS) -> Plan:
     """Plan every enabled test on its pool; tests whose hardware has no pool are ``unplanned``.
 
     The improvement step's work is fixed by instance size (same input, same plan; a few seconds
@@ -58,6 +65,12 @@ def make_plan(tests: Sequence[Test], pools: Sequence[PoolSpec], *, timeout_floor
     kept only if the robustness gate (``eval_draws`` lognormal(0, ``sigma``) draws replayed with
     the dispatcher, see ``robust.py``) finds it faster than longest-first; a pool too large for
     the gate keeps longest-first. ``eval_draws=0`` keeps the best exact order unchecked.
+
+    ``durations`` (test id -> Duration, see ``durations.py``; missing tests fall back to
+    est_time / 1.25) plans from measured medians and spreads instead of est_time: the order is
+    longest-first on each test's p75, the search and the gate draw each test around its own
+    median with its own sigma, and the Plan gains the predicted makespan's median and p90 over
+    ``predict_draws`` simulated nights of the reserving dispatcher. Timeouts stay on est_time.
     """
     deadline = time.perf_counter() + time_budget_s
     tests = [t for t in tests if t.enabled]
@@ -82,47 +95,59 @@ def make_plan(tests: Sequence[Test], pools: Sequence[PoolSpec], *, timeout_floor
     for pi, (name, unsorted) in enumerate(by_pool.items()):
         group = sorted(unsorted, key=lambda t: t.id)  # the plan never depends on the input's order
         pool = as_pool(specs[name])
-        durs = [float(t.est_time) for t in group]
+        model = medians(group, durations) if durations is not None else None
+        durs = [model[t.id].median_s if model else float(t.est_time) for t in group]
+        spread = [model[t.id].sigma for t in group] if model else sigma
         gpus = [t.gpus for t in group]
         timeouts = [effective_timeout(t.est_time, timeout_floor_s, timeout_factor) for t in group]
-        order = lpt_order(durs, gpus, [t.id for t in group])
+        keys = [model[t.id].quantile(ORDER_Z) for t in group] if model else durs
+        order = lpt_order(keys, gpus, [t.id for t in group])
         lb = lower_bound(zip(durs, gpus, strict=True), pool)
         found = [(order, list_schedule(durs, gpus, order, pool.nodes, pool.gpus_per_node))]
         checkable = eval_draws <= 0 or gate_affordable(len(group), eval_draws, 1 + gate_candidates)
         if improve and checkable:
             found = improve_candidates(durs, gpus, order, pool.nodes, pool.gpus_per_node, bound=lb,
                                        time_budget_s=(deadline - time.perf_counter()) / (len(by_pool) - pi),
-                                       max_evals=max_evals, seed=seed, robust=robust, sigma=sigma)
-        chosen = _gate(group, name, pool, found, timeouts, eval_draws, sigma, seed, gate_candidates)
+                                       max_evals=max_evals, seed=seed, robust=robust, sigma=spread)
+        chosen = _gate(group, name, pool, found, timeouts, eval_draws, sigma, seed, gate_candidates, durs, model)
         _, sched, assignments = chosen
         placed.extend((pi, a.priority, a) for a in assignments)
         rows.append((name, sched.makespan, lb, utilization(zip(durs, gpus, strict=True), pool, sched.makespan)))
 
     placed.sort(key=lambda x: (x[2].start_s, x[0], x[1]))
     assignments = tuple(_with_priority(a, prio) for prio, (*_, a) in enumerate(placed))
-    return Plan(
+    plan = Plan(
         assignments=assignments,
         makespan_s=max((r[1] for r in rows), default=0.0),
         lower_bound_s=max((r[2] for r in rows), default=0.0),
         unplanned=tuple(unplanned),
         pools=tuple(rows),
     )
+    if durations is None:
+        return plan
+    planned = [t for group in by_pool.values() for t in group]
+    model = medians(planned, durations)
+    median, p90 = predict_makespan(plan, [as_pool(p) for p in pools], planned, model, predict_draws, seed)
+    expected = tuple((t.id, model[t.id].median_s, model[t.id].p90_s, model[t.id].source)
+                     for t in sorted(planned, key=lambda t: t.id))
+    return dataclasses.replace(plan, predicted_median_s=median, predicted_p90_s=p90, expected=expected)
 
 
 def _gate(group: list[Test], name: str, pool: Pool, found: list[tuple[list[int], Schedule]], timeouts: list[int],
-          eval_draws: int, sigma: float, seed: int, keep: int) -> tuple[list[int], Schedule, list[Assignment]]:
+          eval_draws: int, sigma: float, seed: int, keep: int, durs: list[float],
+          model: Mapping[str, Duration] | None) -> tuple[list[int], Schedule, list[Assignment]]:
     """Longest-first (``found[0]``) or the improved order that noise punishes least."""
     lpt = found[0]
     if len(found) == 1:
-        return (*lpt, pool_assignments(group, name, *lpt, timeouts))
+        return (*lpt, pool_assignments(group, name, *lpt, timeouts, durs))
     if eval_draws <= 0:
-        return (*found[-1], pool_assignments(group, name, *found[-1], timeouts))
+        return (*found[-1], pool_assignments(group, name, *found[-1], timeouts, durs))
     # the best few improved orders (each strictly better on exact estimates than the one before)
     tried = [lpt, *found[1:][-keep:]]
     if not gate_affordable(len(group), eval_draws, len(tried)):
-        return (*lpt, pool_assignments(group, name, *lpt, timeouts))
-    cands = [pool_assignments(group, name, o, s, timeouts) for o, s in tried]
-    best, _ = pick_robust(cands, pool, evaluation_draws(group, eval_draws, sigma, seed))
+        return (*lpt, pool_assignments(group, name, *lpt, timeouts, durs))
+    cands = [pool_assignments(group, name, o, s, timeouts, durs) for o, s in tried]
+    best, _ = pick_robust(cands, pool, evaluation_draws(group, eval_draws, sigma, seed, model))
     return (*tried[best], cands[best])
 
 

@@ -15,11 +15,12 @@ import math
 import random
 import statistics
 import zlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from pipelines.core.model import Assignment, Plan, Test
 from pipelines.core.plan.cluster import PoolShape
 from pipelines.core.plan.dispatch import simulate
+from pipelines.core.plan.durations import Duration
 from pipelines.core.plan.packing import Schedule
 
 #: lognormal sigma of the evaluation draws (median = the estimate)
@@ -34,8 +35,9 @@ GATE_MAX_STEPS = 400_000
 
 
 def evaluation_draws(tests: Sequence[Test], k: int = EVAL_DRAWS, sigma: float = SIGMA,
-                     seed: int = 0) -> list[dict[str, float]]:
-    """``k`` maps test id -> actual duration, est_time times lognormal(0, sigma) noise.
+                     seed: int = 0, model: Mapping[str, Duration] | None = None) -> list[dict[str, float]]:
+    """``k`` maps test id -> actual duration, est_time times lognormal(0, sigma) noise; with a
+    duration ``model``, each test's median times lognormal(0, its own sigma) instead.
 
     Each test's factors come from its own id and the seed, so adding or removing another
     test does not reshuffle them, and the result never depends on the order of ``tests``.
@@ -43,15 +45,19 @@ def evaluation_draws(tests: Sequence[Test], k: int = EVAL_DRAWS, sigma: float = 
     out: list[dict[str, float]] = [{} for _ in range(k)]
     for t in tests:
         rng = random.Random(zlib.crc32(f"{seed}:{t.id}".encode()))
+        base, spread = (model[t.id].median_s, model[t.id].sigma) if model else (float(t.est_time), sigma)
         for j in range(k):
-            out[j][t.id] = float(t.est_time) * rng.lognormvariate(0.0, sigma)
+            out[j][t.id] = base * rng.lognormvariate(0.0, spread)
     return out
 
 
-def noisy_durations(durations: Sequence[float], k: int, sigma: float, seed: int) -> list[list[float]]:
-    """``k`` lists of the durations times lognormal(0, sigma) noise (the search's own draws)."""
+def noisy_durations(durations: Sequence[float], k: int, sigma: float | Sequence[float],
+                    seed: int) -> list[list[float]]:
+    """``k`` lists of the durations times lognormal(0, sigma) noise (the search's own draws);
+    ``sigma`` is one spread for all or one per duration."""
     rng = random.Random(seed)
-    return [[d * rng.lognormvariate(0.0, sigma) for d in durations] for _ in range(k)]
+    sigmas = [float(sigma)] * len(durations) if isinstance(sigma, (int, float)) else list(sigma)
+    return [[d * rng.lognormvariate(0.0, s) for d, s in zip(durations, sigmas, strict=True)] for _ in range(k)]
 
 
 def dispatch_order(order: Sequence[int], sched: Schedule) -> list[int]:
@@ -61,10 +67,12 @@ def dispatch_order(order: Sequence[int], sched: Schedule) -> list[int]:
 
 
 def pool_assignments(group: Sequence[Test], pool: str, order: Sequence[int], sched: Schedule,
-                     timeouts: Sequence[int]) -> list[Assignment]:
-    """The assignments of one pool, priorities 0.. in dispatch order."""
+                     timeouts: Sequence[int], durations: Sequence[float] | None = None) -> list[Assignment]:
+    """The assignments of one pool, priorities 0.. in dispatch order; each ends ``durations[i]``
+    (default est_time) after its start."""
     prio = {i: p for p, i in enumerate(dispatch_order(order, sched))}
-    return [Assignment(t.id, pool, sched.node[i], sched.start[i], sched.start[i] + float(t.est_time), t.gpus,
+    durs = durations if durations is not None else [float(t.est_time) for t in group]
+    return [Assignment(t.id, pool, sched.node[i], sched.start[i], sched.start[i] + durs[i], t.gpus,
                        timeouts[i], prio[i]) for i, t in enumerate(group)]
 
 

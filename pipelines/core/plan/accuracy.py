@@ -1,0 +1,102 @@
+"""How far the plan's predictions were from what happened, over recent nights.
+
+A prediction a maintainer can trust is one whose error is shown next to it. Each night stores
+what the plan predicted (makespan median and p90, each test's median) and what happened (the
+makespan, each passed test's elapsed); this module turns the recent nights into a few figures:
+the makespan's signed and absolute error, how often the night ended within the p90, and the
+per-test error (typical and worst tests).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from pipelines.core.model import Plan
+
+#: nights the report looks back over
+RECENT_NIGHTS = 14
+
+
+@dataclass(frozen=True)
+class NightPrediction:
+    """One night's predictions and outcome, as the night summary stores them."""
+
+    night: str
+    predicted_median_s: float
+    predicted_p90_s: float
+    actual_s: float
+    #: (test_id, predicted median s, actual elapsed s) of each test that passed
+    tests: tuple[tuple[str, float, float], ...] = ()
+
+
+@dataclass(frozen=True)
+class PredictionError:
+    """The error of the predictions over ``nights`` recent nights (0 when there were none)."""
+
+    nights: int
+    #: mean of (predicted median - actual) / actual: > 0 predicts long
+    makespan_bias: float
+    #: mean of |predicted median - actual| / actual
+    makespan_error: float
+    #: nights whose actual makespan was at most the predicted p90
+    within_p90: int
+    #: per-test |log(predicted / actual)| turned back into a ratio - 1: the median over all tests
+    test_error: float
+    tests: int
+    #: (test_id, mean |error| as a ratio - 1, runs) of the worst-predicted tests, worst first
+    worst: tuple[tuple[str, float, int], ...] = ()
+
+
+def night_record(night: str, plan: Plan, actual_makespan_s: float,
+                 elapsed_passed: Mapping[str, float]) -> NightPrediction:
+    """The record to store for a night planned with durations: ``elapsed_passed`` maps the
+    test id of each passed attempt to its elapsed seconds (other outcomes say nothing)."""
+    expected = {tid: med for tid, med, *_ in plan.expected}
+    tests = tuple((tid, expected[tid], float(e)) for tid, e in sorted(elapsed_passed.items())
+                  if tid in expected and expected[tid] > 0 and e > 0)
+    return NightPrediction(night, plan.predicted_median_s, plan.predicted_p90_s, float(actual_makespan_s), tests)
+
+
+def prediction_error(records: Sequence[NightPrediction], recent: int = RECENT_NIGHTS,
+                     worst: int = 5) -> PredictionError:
+    """The error over the ``recent`` latest nights (by ``night``, which sorts by date) that had
+    a prediction; nights planned without durations (predicted 0) are skipped."""
+    used = sorted((r for r in records if r.predicted_median_s > 0 and r.actual_s > 0), key=lambda r: r.night)[-recent:]
+    if not used:
+        return PredictionError(0, 0.0, 0.0, 0, 0.0, 0)
+    rel = [(r.predicted_median_s - r.actual_s) / r.actual_s for r in used]
+    per_test: dict[str, list[float]] = {}
+    for r in used:
+        for tid, pred, actual in r.tests:
+            if pred > 0 and actual > 0:
+                per_test.setdefault(tid, []).append(abs(math.log(pred / actual)))
+    every = [e for es in per_test.values() for e in es]
+    ranked = sorted(((tid, math.exp(statistics.fmean(es)) - 1, len(es)) for tid, es in per_test.items()),
+                    key=lambda x: (-x[1], x[0]))
+    return PredictionError(
+        nights=len(used),
+        makespan_bias=statistics.fmean(rel),
+        makespan_error=statistics.fmean(abs(x) for x in rel),
+        within_p90=sum(r.actual_s <= r.predicted_p90_s for r in used),
+        test_error=math.exp(statistics.median(every)) - 1 if every else 0.0,
+        tests=len(per_test),
+        worst=tuple(ranked[:worst]),
+    )
+
+
+def error_lines(e: PredictionError) -> list[str]:
+    """The report's lines: what a maintainer reads next to tonight's prediction."""
+    if not e.nights:
+        return ["prediction error: no night with a prediction yet"]
+    lines = [
+        f"prediction error over the last {e.nights} night(s): makespan off by {e.makespan_error:.0%} on average "
+        f"({'long' if e.makespan_bias > 0 else 'short'} by {abs(e.makespan_bias):.0%}), "
+        f"within the p90 on {e.within_p90}/{e.nights}",
+    ]
+    if e.tests:
+        lines.append(f"per test: typical error {e.test_error:.0%} over {e.tests} tests; worst: "
+                     + ", ".join(f"{tid} {err:.0%} ({n} run{'s' if n != 1 else ''})" for tid, err, n in e.worst))
+    return lines

@@ -1,0 +1,111 @@
+"""How long each test is expected to take tonight: a median and a spread, from history.
+
+est_time is padded on purpose (max passing elapsed x 1.25, rounded up to a bucket) because it
+sets the timeout. Ordering tests and predicting the night from that padded figure makes every
+prediction long and hides what history knows, so the planner uses this model instead and
+timeouts stay on est_time.
+
+Each test's passing, uncapped samples of its current file digest on its hardware (the same
+evidence calibration uses) are fitted as a lognormal: the median is the geometric mean of the
+newest samples and the spread (``sigma``, of log duration) is shrunk towards the spread pooled
+over all tests with history, so two or three samples do not claim a precision they lack. The
+spread is predictive: it includes the uncertainty of the median itself (``sigma^2 (1 + 1/n)``).
+A test without such samples falls back to ``est_time / 1.25`` (undoing the padding) with a wide
+spread, marked ``fallback``.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from pipelines.core.model import Sample, Test
+
+#: the calibration rule's padding, undone for tests without history
+PADDING = 1.25
+#: spread assumed when no test has two usable samples (lognormal sigma of one run)
+PRIOR_SIGMA = 0.25
+#: spread of a fallback: est_time is a padded maximum or a hand-written guess, not a measurement
+FALLBACK_SIGMA = 0.5
+#: how many samples' worth of weight the pooled spread has against a test's own spread
+PRIOR_WEIGHT = 2.0
+#: newest samples used per test (older runs of the same digest still count, up to this many)
+MAX_SAMPLES = 15
+#: standard normal quantile of 0.9
+Z90 = 1.2815515655446004
+
+
+@dataclass(frozen=True)
+class Duration:
+    """Expected duration of one test: lognormal with this median and ``sigma`` (of log seconds)."""
+
+    test_id: str
+    median_s: float
+    sigma: float
+    samples: int
+    #: "history" (fitted from samples) or "fallback" (est_time / 1.25, no usable samples)
+    source: str
+
+    @property
+    def p90_s(self) -> float:
+        return self.quantile(Z90)
+
+    def quantile(self, z: float) -> float:
+        """The duration ``z`` standard deviations of log time above the median."""
+        return self.median_s * math.exp(z * self.sigma)
+
+
+def fallback(test: Test, sigma: float = FALLBACK_SIGMA) -> Duration:
+    """``est_time / 1.25``: the padding undone, nothing measured (at least one second)."""
+    return Duration(test.id, max(1.0, test.est_time / PADDING), sigma, 0, "fallback")
+
+
+def usable(test: Test, samples: Iterable[Sample]) -> list[float]:
+    """Elapsed seconds of the test's passed, uncapped runs of its current digest on its hardware,
+    oldest first (by start time, then stored order)."""
+    good = [(s.started_at, i, s.elapsed_s) for i, s in enumerate(samples)
+            if s.test_id == test.id and s.sha256 == test.sha256 and s.hardware == test.hardware
+            and s.outcome == "passed" and not s.capped and s.elapsed_s > 0]
+    return [e for *_, e in sorted(good)]
+
+
+def duration_model(tests: Iterable[Test], samples: Iterable[Sample], *, max_samples: int = MAX_SAMPLES,
+                   prior_sigma: float = PRIOR_SIGMA, prior_weight: float = PRIOR_WEIGHT,
+                   fallback_sigma: float = FALLBACK_SIGMA) -> dict[str, Duration]:
+    """Test id -> Duration for every test, from ``samples`` (any mix of tests, digests, hardware)."""
+    tests = list(tests)
+    by_test: dict[str, list[Sample]] = {}
+    for s in samples:
+        by_test.setdefault(s.test_id, []).append(s)
+    logs = {t.id: [math.log(e) for e in usable(t, by_test.get(t.id, ()))[-max_samples:]] for t in tests}
+    pooled = pooled_sigma(logs.values(), prior_sigma)
+    out = {}
+    for t in tests:
+        xs = logs[t.id]
+        if not xs:
+            out[t.id] = fallback(t, fallback_sigma)
+            continue
+        n = len(xs)
+        own = statistics.variance(xs) if n > 1 else 0.0
+        var = (prior_weight * pooled ** 2 + (n - 1) * own) / (prior_weight + n - 1)
+        out[t.id] = Duration(t.id, math.exp(statistics.fmean(xs)), math.sqrt(var * (1 + 1 / n)), n, "history")
+    return out
+
+
+def pooled_sigma(log_groups: Iterable[list[float]], default: float = PRIOR_SIGMA) -> float:
+    """Spread of one run around its test's median, pooled over every test with two or more
+    samples (weighted by degrees of freedom); ``default`` when no test has two."""
+    ss = df = 0.0
+    for xs in log_groups:
+        if len(xs) > 1:
+            ss += statistics.variance(xs) * (len(xs) - 1)
+            df += len(xs) - 1
+    return math.sqrt(ss / df) if df else default
+
+
+def medians(tests: Iterable[Test], model: Mapping[str, Duration] | None) -> dict[str, Duration]:
+    """The model's entry for each test, a fallback where the model has none."""
+    model = model or {}
+    return {t.id: model.get(t.id) or fallback(t) for t in tests}

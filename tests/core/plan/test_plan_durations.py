@@ -1,0 +1,73 @@
+"""The duration model: medians and spreads from history, est_time / 1.25 where history is silent."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from pipelines.core.model import Sample
+from pipelines.core.plan.durations import FALLBACK_SIGMA, PRIOR_SIGMA, duration_model, pooled_sigma, usable
+from tests.conftest import make_test
+
+DIGEST = "0" * 64
+
+
+def sample(test_id: str, elapsed: float, *, day: int = 1, outcome: str = "passed", sha: str = DIGEST,
+           hardware: str = "h200", capped: bool = False) -> Sample:
+    return Sample(test_id, hardware, sha, outcome, elapsed, f"2026-11-{day:02d}T01:00:00Z", capped=capped)
+
+
+def test_a_test_without_history_falls_back_to_est_time_without_its_padding():
+    t = make_test(id="a", est_time=1250)
+    d = duration_model([t], [])["a"]
+    assert (d.median_s, d.sigma, d.samples, d.source) == (1000.0, FALLBACK_SIGMA, 0, "fallback")
+
+
+def test_the_median_is_the_geometric_mean_of_the_passing_runs():
+    t = make_test(id="a", est_time=5000)
+    d = duration_model([t], [sample("a", 100, day=1), sample("a", 400, day=2)])["a"]
+    assert d.median_s == pytest.approx(200.0)
+    assert (d.samples, d.source) == (2, "history")
+
+
+def test_only_passed_uncapped_runs_of_the_current_digest_on_the_tests_hardware_count():
+    t = make_test(id="a", est_time=5000)
+    noise = [sample("a", 9000, outcome="failed"), sample("a", 9000, outcome="timed_out", capped=True),
+             sample("a", 9000, sha="1" * 64), sample("a", 9000, hardware="mi300"), sample("b", 9000),
+             sample("a", 9000, capped=True)]
+    assert usable(t, [*noise, sample("a", 300)]) == [300]
+    assert duration_model([t], noise)["a"].source == "fallback"
+
+
+def test_only_the_newest_samples_are_used():
+    t = make_test(id="a")
+    samples = [sample("a", 1000, day=1), sample("a", 10, day=3), sample("a", 10, day=2)]
+    assert duration_model([t], samples, max_samples=2)["a"].median_s == pytest.approx(10.0)
+
+
+def test_a_spread_from_few_samples_is_shrunk_towards_the_pooled_spread():
+    # "b" has five runs spread over a factor e; "a" has two identical runs, which alone would
+    # claim no spread at all
+    b_runs = [100 * math.exp(x) for x in (-1, -0.5, 0, 0.5, 1)]
+    tests = [make_test(id="a"), make_test(id="b")]
+    samples = [sample("a", 500), sample("a", 500)] + [sample("b", e) for e in b_runs]
+    model = duration_model(tests, samples)
+    pooled = pooled_sigma([[math.log(500)] * 2, [math.log(e) for e in b_runs]])
+    assert pooled > 0.5
+    # predictive spread = one run's spread (shrunk: between 0 and the pooled one), widened by the
+    # uncertainty of a median known from 2 samples
+    one_run = model["a"].sigma / math.sqrt(1 + 1 / 2)
+    assert 0 < one_run < pooled
+    assert one_run == pytest.approx(math.sqrt(2 * pooled ** 2 / 3))
+
+
+def test_with_no_test_having_two_samples_the_prior_spread_is_used():
+    d = duration_model([make_test(id="a")], [sample("a", 100)])["a"]
+    assert d.sigma == pytest.approx(PRIOR_SIGMA * math.sqrt(2))
+
+
+def test_p90_lies_above_the_median_by_the_spread():
+    d = duration_model([make_test(id="a", est_time=1250)], [])["a"]
+    assert d.p90_s == pytest.approx(1000 * math.exp(1.2815515655446004 * FALLBACK_SIGMA))
+    assert d.quantile(0) == d.median_s
