@@ -4,6 +4,12 @@ Reads the repository without importing test code. Problems go to stderr as
 ``path:line: field: message``; ``--strict`` makes any problem exit 1. ``--json`` prints a list of
 objects with the fields id, path, backend, suite, gpus, est_time, labels, nightly, disabled,
 requirements. Without ``--repo`` the default repo of assets/repos.yaml is read.
+
+Any checkout works unconfigured: the registry dialect comes from the framework's own registry
+module (the file defining ``register_*_ci``), and the dialect, roots and every other assumption
+are printed to stderr as ``assumed: ...``; ``--roots`` overrides the roots. An empty result
+exits 1 and says what to try next. Results per file are cached by content under
+``$NIGHTLY_HOME/cache/`` (``--no-cache`` reads every file again).
 """
 
 from __future__ import annotations
@@ -25,29 +31,54 @@ def register(sub: argparse._SubParsersAction) -> None:
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--repo", type=Path, help="framework checkout (default: the default repo of assets/repos.yaml)")
     p.add_argument("--suite", action="append", dest="suites", metavar="S", help="only this suite (repeatable)")
-    p.add_argument("--backend", choices=("cuda", "rocm", "cpu"), help="only this backend")
+    p.add_argument("--roots", action="append", metavar="DIR,DIR",
+                   help="folders holding the test files (default: assets/repos.yaml, else the dialect's runner's)")
+    p.add_argument("--backend", metavar="B", help="only this backend (cuda, rocm, cpu, or the framework's own: amd, npu, ...)")
     p.add_argument("--labels", action="append", metavar="a,b", help="only tests with one of these labels")
     p.add_argument("--cadence", choices=CADENCES, help="only tests this cadence runs")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.add_argument("--strict", action="store_true", help="exit 1 when the catalog has any problem")
+    p.add_argument("--no-cache", action="store_true", help="read every file again instead of reusing cached results")
     p.set_defaults(func=run)
 
 
-def _load(repo: Path | None) -> Catalog:
+def _load(repo: Path | None, roots: tuple[str, ...] | None = None, cache: bool = True) -> Catalog:
     """The catalog of ``repo``, with its assets/ spec when it is a configured repo."""
     from pipelines.core.catalog import load_catalog
     from pipelines.core.model import CatalogError
     from pipelines.core.specs import load_specs
 
+    cache_dir = default_cache_dir() if cache else None
     try:
         specs = load_specs()
     except CatalogError as exc:
         if repo is None:
             raise
         print(f"nightly catalog: assets/ specs not loaded, reading {repo.resolve()} unconfigured:\n{exc}", file=sys.stderr)
-        return load_catalog(repo.resolve())
+        return load_catalog(repo.resolve(), roots=roots, cache_dir=cache_dir)
     path, spec = specs.locate_repo(repo)
-    return _with_history(load_catalog(path, spec, specs if spec else None), path)
+    return _with_history(load_catalog(path, spec, specs if spec else None, roots=roots, cache_dir=cache_dir), path)
+
+
+def default_cache_dir() -> Path:
+    """``$NIGHTLY_HOME/cache`` (``<project>/.nightly/cache`` when unset), as a night uses."""
+    import os
+
+    from pipelines.core.specs import DEFAULT_ASSETS_DIR
+
+    return Path(os.environ.get("NIGHTLY_HOME") or DEFAULT_ASSETS_DIR.parent / ".nightly") / "cache"
+
+
+def next_step(catalog: Catalog, selected: int, filtered: bool) -> str:
+    """What to try when nothing is listed (never another framework's names)."""
+    if catalog.tests and filtered:
+        return (f"nothing matches the selection among {len(catalog.tests)} tests; drop or change --suite/--backend/"
+                "--labels/--cadence (the table without them lists what exists)")
+    if catalog.problems and any(p.field != "roots" for p in catalog.problems):
+        return (f"no test loaded; fix the {len(catalog.problems)} problem(s) above (each says how), or pass --roots "
+                "if the runner collects files elsewhere")
+    return ("no test file found; pass --roots DIR with the folder(s) your CI runner collects tests from, or set "
+            "`roots:` (and `dialect:`) for this repo in assets/repos.yaml")
 
 
 def _with_history(catalog: Catalog, path: Path) -> Catalog:
@@ -83,7 +114,8 @@ def table(tests: list[Test]) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    catalog = _load(args.repo)
+    roots = split_csv(args.roots) or None
+    catalog = _load(args.repo, roots, cache=not args.no_cache)
     selection = Selection(cadence=args.cadence, labels=split_csv(args.labels), suites=split_csv(args.suites),
                           backend=args.backend)
     try:
@@ -110,6 +142,10 @@ def run(args: argparse.Namespace) -> int:
         print(f"{len(tests)} tests ({n_gpu} on GPUs, {sum(not t.enabled for t in tests)} disabled) of "
               f"{len(catalog.tests)} in {catalog.repo}; {len(catalog.requirements)} requirements; "
               f"{len(catalog.problems)} problems")
+    if not tests:
+        filtered = bool(selection.suites or selection.labels or selection.backend or selection.cadence)
+        print(f"nightly catalog: {next_step(catalog, len(tests), filtered)}", file=sys.stderr)
+        return 1
     if args.strict and catalog.problems:
         print(f"nightly catalog: --strict: {len(catalog.problems)} problem(s)", file=sys.stderr)
         return 1

@@ -13,6 +13,15 @@ from pipelines.cli import catalog as catalog_cli
 
 PROJECT = Path(__file__).resolve().parents[2]
 EXAMPLE = PROJECT / "examples" / "minirl"
+SGLANGISH = PROJECT / "examples" / "sglangish"
+
+
+@pytest.fixture(autouse=True)
+def home(tmp_path_factory, monkeypatch) -> Path:
+    """Each test its own state folder (the catalog cache lives there)."""
+    path = tmp_path_factory.mktemp("home")
+    monkeypatch.setenv("NIGHTLY_HOME", str(path))
+    return path
 
 
 def run(argv: list[str]) -> int:
@@ -113,3 +122,45 @@ def test_without_repo_the_default_repo_of_the_assets_is_listed_with_its_spec(cap
     assert run(["--repo", str(EXAMPLE), "--json"]) == 0
     out, err = capsys.readouterr()
     assert {r["id"] for r in json.loads(out)} == default and err == ""
+
+
+def test_an_unseen_repo_of_another_dialect_is_listed_with_the_dialect_and_roots_it_assumed(capsys):
+    assert run(["--repo", str(SGLANGISH)]) == 0
+    out, err = capsys.readouterr()
+    assert "assumed: dialect sglang (sglangish/test/ci/ci_register.py, sglang profile): register_amd_ci," in err
+    assert "assumed: roots: test/registered (the sglang runner's; set `roots:` in assets/repos.yaml or pass --roots" in err
+    rows = {line.split()[0]: line.split() for line in out.splitlines()[2:] if line.startswith("test/")}
+    assert rows["test/registered/kernels/bench_matmul.py"][1:5] == ["cuda", "nightly-1-gpu", "1", "4"]
+    assert rows["test/registered/multi/test_tp2_consistency.py::cuda-stage-c-test-8-gpu-b200"][1:4] == [
+        "cuda", "stage-c-test-8-gpu-b200", "8"]
+    assert not any("conftest" in r or "__init__" in r for r in rows)
+
+
+def test_roots_override_the_assumed_ones_and_an_empty_catalog_exits_1_with_the_next_step(tmp_path, capsys):
+    (tmp_path / "e2e").mkdir()
+    (tmp_path / "e2e/test_a.py").write_text('register_cpu_ci(5, "stage-a-cpu")\n')
+    assert run(["--repo", str(tmp_path)]) == 1
+    err = capsys.readouterr().err
+    assert "nightly catalog: no test file found; pass --roots DIR with the folder(s) your CI runner collects tests " \
+           "from, or set `roots:` (and `dialect:`) for this repo in assets/repos.yaml" in err
+    assert run(["--repo", str(tmp_path), "--roots", "e2e", "--json"]) == 0
+    assert [r["id"] for r in json.loads(capsys.readouterr().out)] == ["e2e/test_a.py"]
+
+
+def test_a_selection_that_matches_nothing_exits_1_and_says_what_exists(repo, capsys):
+    assert run(["--repo", str(repo), "--backend", "cpu"]) == 1
+    assert ("nightly catalog: nothing matches the selection among 3 tests; drop or change --suite/--backend/--labels/"
+            "--cadence") in capsys.readouterr().err
+
+
+def test_a_second_listing_reuses_the_cache_in_the_state_folder_and_no_cache_bypasses_it(repo, home, capsys):
+    assert run(["--repo", str(repo), "--json"]) == 0
+    first = capsys.readouterr().out
+    (cache,) = (home / "cache").glob("catalog-*.json")
+    cache.write_text("{not json")
+    assert run(["--repo", str(repo), "--json"]) == 0
+    out, err = capsys.readouterr()
+    assert out == first
+    assert f"assumed: cache {cache} is corrupt (" in err and "); ignored and rebuilt" in err
+    assert run(["--repo", str(repo), "--json", "--no-cache"]) == 0
+    assert capsys.readouterr().out == first

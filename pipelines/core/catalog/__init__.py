@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from pipelines.core.catalog.assemble import registry_tests, template_path, template_tests
+from pipelines.core.catalog.cache import ScanCache, cache_file, defines_registry, scan_cached
 from pipelines.core.catalog.detect import choose
 from pipelines.core.catalog.dialect import Dialect, M
 from pipelines.core.catalog.ids import id_problem, safe_filename, test_id_to_path
@@ -28,6 +29,7 @@ from pipelines.core.specs import RepoSpec, Specs
 __all__ = ["load_catalog", "detect_format", "find_template", "id_problem", "safe_filename", "test_id_to_path"]
 
 _WORKFLOWS = ".github/workflows"
+_SURPRISE = re.compile(r"several files define|cannot be parsed|not a built-in profile|defines no register")
 _TEMPLATE_SET = re.compile(r"<%[-+]?\s*set\s")  # `<% set`, `<%set`, and whitespace control `<%- set`
 
 
@@ -91,13 +93,15 @@ def load_catalog(
     *,
     workers: int | None = None,
     roots: tuple[str, ...] | None = None,
+    cache_dir: Path | str | None = None,
 ) -> Catalog:
     """Read every test of ``repo`` (format from ``spec``, or detected) into a :class:`Catalog`.
 
     ``estimates`` (test id -> seconds, from history) give est_time to template tests, which
     register none; registry tests keep their registered value. ``workers`` forces the number of
     parsing processes (default: a pool only for big trees). ``roots`` overrides the spec's and
-    the dialect's roots (``nightly catalog --roots``).
+    the dialect's roots (``nightly catalog --roots``). ``cache_dir`` (a folder, or a ``.json``
+    file) keeps per-file results by content digest so that unchanged files are not parsed again.
     """
     repo = Path(repo).resolve()
     assumptions: list[str] = []
@@ -109,7 +113,9 @@ def load_catalog(
                        assumptions=tuple(assumptions))
     if roots is None:
         roots = configured_roots(repo, spec if configured else None)
-    dialect, roots, notes = choose(repo, getattr(spec, "dialect", "") or "", roots)
+    cache = ScanCache(cache_file(cache_dir, repo)) if cache_dir is not None else None
+    defines = defines_registry(repo, cache) if cache is not None else None
+    dialect, roots, notes = choose(repo, getattr(spec, "dialect", "") or "", roots, defines)
     implicit_suite = getattr(spec, "implicit_cpu_suite", "") or ""
     if implicit_suite:
         dialect = dataclasses.replace(dialect, implicit_suite=implicit_suite)
@@ -123,10 +129,15 @@ def load_catalog(
                               f"{spec.default_est_time} s for template tests")
     problems: list[Problem] = []
     if fmt == "registry":
-        assumptions += notes
+        # a configured repo hears only about surprises; an unconfigured one about every choice made
+        assumptions += notes if not configured else [n for n in notes if _SURPRISE.search(n)]
         files, problems = discover(repo, roots, dialect.discovery, dialect.exclude)
         implicit = tuple(d.strip("/") + "/" for d in spec.implicit_cpu_dirs)
-        scans = scan_files(repo, files, registry=True, workers=workers, dialect=dialect, implicit=implicit)
+        if cache is not None:
+            cache.use_rules(dialect.digest())
+            scans = scan_cached(repo, files, cache, True, dialect, implicit, workers)
+        else:
+            scans = scan_files(repo, files, registry=True, workers=workers, dialect=dialect, implicit=implicit)
         tests, more = registry_tests(scans, spec.implicit_cpu_dirs, dialect)
         problems += more
         assumed = sorted({r.suite for s in scans for r in s.registrations if r.assumed_gpus})
@@ -134,12 +145,15 @@ def load_catalog(
             assumptions.append(f"suite(s) {', '.join(assumed)} name no GPU count (-<N>-gpu); their GPU tests are "
                                "planned on 1 GPU")
     elif fmt == "template":
-        tests, more, notes, scans = _template(repo, spec, estimates or {}, workers)
+        tests, more, notes, scans = _template(repo, spec, estimates or {}, workers, cache)
         problems += more
         assumptions += notes
     else:
         problems.append(Problem(f"repos.{spec.name}", 1, "format", f"unknown format {fmt!r}; use registry, template or auto"))
         tests, scans = [], []
+    if cache is not None:
+        cache.save()
+        assumptions += cache.notes
     tests, dup = _unique(tests)
     problems += dup
     by_path = {s.path: s for s in scans}
@@ -152,7 +166,7 @@ def load_catalog(
 
 
 def _template(
-    repo: Path, spec: RepoSpec, estimates: Mapping[str, int], workers: int | None
+    repo: Path, spec: RepoSpec, estimates: Mapping[str, int], workers: int | None, cache: ScanCache | None = None,
 ) -> tuple[list[Test], list[Problem], list[str], list[FileScan]]:
     rel = spec.template or find_template(repo)
     notes: list[str] = []
@@ -170,7 +184,11 @@ def _template(
     # only files inside the repo are ever opened; template_tests reports the others
     files = sorted({path for path in (template_path(e.test_file) for e in tmpl.entries)
                     if checked_path(repo, path) is None and (repo / path).is_file()})
-    scans = scan_files(repo, files, registry=False, workers=workers)
+    if cache is not None:
+        cache.use_rules("template")
+        scans = scan_cached(repo, files, cache, registry=False, workers=workers)
+    else:
+        scans = scan_files(repo, files, registry=False, workers=workers)
     by_path = {s.path: s for s in scans}
     tests, problems = template_tests(repo, tmpl, rel, by_path, spec.default_num_gpus, spec.default_est_time, estimates)
     problems += [p for s in scans for p in s.problems]

@@ -101,10 +101,10 @@ def discover(repo: Path, roots: tuple[str, ...], patterns: tuple[str, ...] = ("t
         root = root.strip("/")
         base = repo / root
         if (root and path_problem(root)) or not _inside(repo, base):
-            problems.append(Problem(shown(root), 1, "roots", "must be a folder inside the repository; fix roots in assets/repos.yaml"))
+            problems.append(Problem(shown(root), 1, "roots", "must be a folder inside the repository; pass --roots or fix `roots:` in assets/repos.yaml"))
             continue
         if not base.is_dir():
-            problems.append(Problem(shown(root), 1, "roots", "no such folder in the repository; fix roots in assets/repos.yaml"))
+            problems.append(Problem(shown(root), 1, "roots", "no such folder in the repository; pass --roots or fix `roots:` in assets/repos.yaml"))
             continue
         _walk(repo, root, found, patterns, exclude)
     paths = []

@@ -182,4 +182,4 @@ def test_only_configured_roots_are_searched_and_a_missing_root_is_reported(tree)
     cat = catalog_of(tree, {"tests/e2e/test_a.py": HEADER + 'register_cpu_ci(3, "stage-a-cpu")\n',
                             "tests/unit/test_b.py": "x = 1\n"}, roots=("tests/e2e", "tests/gone"))
     assert [t.id for t in cat.tests] == ["tests/e2e/test_a.py"]
-    assert only_problem(cat) == "tests/gone:1: roots: no such folder in the repository; fix roots in assets/repos.yaml"
+    assert only_problem(cat) == "tests/gone:1: roots: no such folder in the repository; pass --roots or fix `roots:` in assets/repos.yaml"

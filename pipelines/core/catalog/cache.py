@@ -1,0 +1,222 @@
+"""The catalog's per-file cache: scan results keyed by content digest, so a warm catalog parses nothing.
+
+One JSON file per checkout (``catalog-<digest of the path>.json`` in the state folder, or a
+path given). ``files`` remembers each file's (mtime, size) -> sha256, a shortcut that is only
+trusted for files last modified well before the cache was written (a file changed in the same
+instant is read again); ``scans`` holds each file's scan under the rules digest of its dialect
+and is reused only when the content digest matches; ``defs`` remembers which contents define
+``register_*_ci`` functions. A cache that cannot be read is ignored and rebuilt, with a note:
+it can cost time, never correctness.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from pathlib import Path
+
+from pipelines.core.catalog.dialect import Dialect, M, may_define_registry
+from pipelines.core.catalog.infer import Conversion, Download, Needs
+from pipelines.core.catalog.registry import Registration
+from pipelines.core.catalog.scan import (
+    PARALLEL_MIN_CPUS,
+    PARALLEL_MIN_FILES,
+    FileScan,
+    scan_bytes,
+    scan_file,
+    scan_files,
+)
+from pipelines.core.model import Problem
+
+VERSION = 1
+#: a file modified less than this before the cache was written is read again (same-instant edits)
+RACY_NS = 2_000_000_000
+
+
+def cache_file(where: Path | str, repo: Path) -> Path:
+    """``where`` itself when it names a .json file, else ``<where>/catalog-<digest of repo>.json``."""
+    where = Path(where)
+    if where.suffix == ".json":
+        return where
+    return where / f"catalog-{hashlib.sha256(str(repo).encode()).hexdigest()[:16]}.json"
+
+
+def encode(scan: FileScan) -> list:
+    n = scan.needs
+    return [scan.sha256, [list(r.__dict__.values()) for r in scan.registrations],
+            [[list(d.__dict__.values()) for d in n.downloads],
+             [[c.model, c.source_model, c.path, [list(p) for p in c.params]] for c in n.conversions], list(n.unresolved)],
+            scan.num_gpus, [[p.path, p.line, p.field, p.message] for p in scan.problems], scan.parsed]
+
+
+def decode(rel: str, data: list) -> FileScan:
+    sha, regs, (downloads, conversions, unresolved), num_gpus, problems, parsed = data
+    registrations = []
+    for r in regs:
+        backend, suite, gpus, hardware, est, labels, nightly, disabled, line, assumed = r
+        registrations.append(Registration(backend, suite, gpus, hardware, est, tuple(labels), nightly, disabled, line, assumed))
+    needs = Needs(tuple(Download(*d) for d in downloads),
+                  tuple(Conversion(m, s, p, tuple(tuple(x) for x in params)) for m, s, p, params in conversions),
+                  tuple(unresolved))
+    return FileScan(rel, sha, tuple(registrations), needs, num_gpus, tuple(Problem(*p) for p in problems), parsed)
+
+
+class ScanCache:
+    """Load once, answer lookups, save once (only when something changed)."""
+
+    def __init__(self, path: Path | None, rules: str = ""):
+        self.path, self.rules = path, rules
+        self.notes: list[str] = []
+        self.written_ns = 0
+        self.files: dict[str, list] = {}
+        self.defs: dict[str, bool] = {}
+        self.scans: dict[str, list] = {}
+        self._all: dict[str, dict] = {}
+        self.dirty = False
+        if path is not None:
+            self._load(path)
+
+    def _load(self, path: Path) -> None:
+        try:
+            raw = path.read_bytes()
+        except FileNotFoundError:
+            return
+        except OSError as exc:
+            self.notes.append(f"cache {path} cannot be read ({exc.strerror}); reading every file")
+            return
+        try:
+            data = json.loads(raw)
+            if not isinstance(data, dict) or data.get("version") != VERSION:
+                raise ValueError(f"version {data.get('version') if isinstance(data, dict) else '?'}, expected {VERSION}")
+            files, defs, scans = data["files"], data["defs"], data["scans"]
+            if not (isinstance(files, dict) and isinstance(defs, dict) and isinstance(scans, dict)):
+                raise ValueError("files/defs/scans are not tables")
+            self.written_ns = int(data["written_ns"])
+        except (ValueError, KeyError, TypeError) as exc:
+            self.notes.append(f"cache {path} is corrupt ({str(exc)[:120]}); ignored and rebuilt")
+            self.dirty = True
+            return
+        self.files, self.defs, self._all = files, defs, scans
+        self.use_rules(self.rules)
+
+    def use_rules(self, rules: str) -> None:
+        """Scans are valid under one dialect's rules only (the others are dropped at the next save)."""
+        self.rules = rules
+        scans = getattr(self, "_all", {}).get(rules, {})
+        self.scans = scans if isinstance(scans, dict) else {}
+
+    def known_sha(self, rel: str, st: os.stat_result) -> str | None:
+        """The digest of ``rel`` when its stat matches and it is not racy, else None."""
+        entry = self.files.get(rel)
+        if (entry and len(entry) == 3 and entry[0] == st.st_mtime_ns and entry[1] == st.st_size
+                and st.st_mtime_ns < self.written_ns - RACY_NS):
+            return entry[2]
+        return None
+
+    def remember(self, rel: str, st: os.stat_result, sha: str) -> None:
+        if self.files.get(rel) != [st.st_mtime_ns, st.st_size, sha]:
+            self.files[rel] = [st.st_mtime_ns, st.st_size, sha]
+            self.dirty = True
+
+    def scan(self, key: str, rel: str, sha: str | None) -> FileScan | None:
+        """The cached scan of ``rel`` under ``key`` when its digest is ``sha`` (any digest when None)."""
+        data = self.scans.get(key)
+        if not isinstance(data, list) or not data or (sha is not None and data[0] != sha):
+            return None
+        try:
+            return decode(rel, data)
+        except (ValueError, TypeError):
+            return None
+
+    def store(self, key: str, scan: FileScan) -> None:
+        self.scans[key] = encode(scan)
+        self.dirty = True
+
+    def save(self) -> None:
+        """Write atomically (temp file + rename); a failure to write is a note, never an error."""
+        if self.path is None or not self.dirty:
+            return
+        data = {"version": VERSION, "written_ns": time.time_ns(), "files": self.files, "defs": self.defs,
+                "scans": {self.rules: self.scans}}
+        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            tmp.write_text(json.dumps(data, separators=(",", ":")))
+            os.replace(tmp, self.path)
+            self.dirty = False
+        except OSError as exc:
+            self.notes.append(f"cache {self.path} not written ({exc.strerror}); the next catalog reads every file")
+            tmp.unlink(missing_ok=True)
+
+
+def defines_registry(repo: Path, cache: ScanCache):
+    """``defines(rel, stat)`` for :func:`detect.choose`, answered from the cache where it can."""
+    def defines(rel: str, st: os.stat_result) -> bool:
+        sha = cache.known_sha(rel, st)
+        if sha is not None and sha in cache.defs:
+            return bool(cache.defs[sha])
+        try:
+            data = (repo / rel).read_bytes()
+        except OSError:
+            return False
+        sha = hashlib.sha256(data).hexdigest()
+        cache.remember(rel, st, sha)
+        flag = may_define_registry(data)
+        if cache.defs.get(sha) != flag:
+            cache.defs[sha] = flag
+            cache.dirty = True
+        return flag
+    return defines
+
+
+def scan_cached(repo: Path, rels: list[str], cache: ScanCache, registry: bool = True, dialect: Dialect | None = None,
+                implicit: tuple[str, ...] = (), workers: int | None = None) -> list[FileScan]:
+    """:func:`scan.scan_files` that parses only files whose content the cache has not seen."""
+    dialect = dialect or M
+    mode = "r" if registry else "t"
+    keys = {rel: f"{mode}{'i' if implicit and rel.startswith(implicit) else ''}:{rel}" for rel in rels}
+    out: dict[str, FileScan] = {}
+    unknown: list[tuple[str, os.stat_result | None]] = []
+    for rel in rels:
+        try:
+            st = os.stat(repo / rel)
+        except OSError:
+            unknown.append((rel, None))
+            continue
+        sha = cache.known_sha(rel, st)
+        hit = cache.scan(keys[rel], rel, sha) if sha is not None else None
+        if hit is not None:
+            out[rel] = hit
+        else:
+            unknown.append((rel, st))
+    cpus = os.cpu_count() or 1
+    pool = workers is not None and workers > 1 or (
+        workers is None and len(unknown) >= PARALLEL_MIN_FILES and cpus >= PARALLEL_MIN_CPUS)
+    fresh: list[str] = []
+    for rel, st in unknown:
+        if st is None:
+            out[rel] = scan_file(str(repo), rel, registry, dialect)
+            continue
+        try:
+            data = (repo / rel).read_bytes()
+        except OSError:
+            out[rel] = scan_file(str(repo), rel, registry, dialect)
+            continue
+        sha = hashlib.sha256(data).hexdigest()
+        cache.remember(rel, st, sha)
+        hit = cache.scan(keys[rel], rel, sha)
+        if hit is not None:
+            out[rel] = hit
+        elif pool:
+            fresh.append(rel)
+        else:
+            out[rel] = scan = scan_bytes(rel, data, registry, dialect, keys[rel][1] == "i")
+            cache.store(keys[rel], scan)
+    if fresh:
+        for scan in scan_files(repo, fresh, registry, workers, dialect, implicit):
+            out[scan.path] = scan
+            if scan.sha256:
+                cache.store(keys[scan.path], scan)
+    return [out[rel] for rel in rels]

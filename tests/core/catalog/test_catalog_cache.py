@@ -1,0 +1,117 @@
+"""The per-file cache: a warm catalog parses nothing, a changed file is parsed alone, bad caches are rebuilt."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+
+from pipelines.core.catalog import cache as cache_module
+from pipelines.core.catalog import load_catalog
+from pipelines.core.catalog import scan as scan_module
+from pipelines.core.specs import RepoSpec
+
+REG = 'register_cuda_ci({est}, "stage-c-4-gpu-h200", labels=["megatron"])\n'
+FILES = {f"tests/test_{i}.py": REG.format(est=60 + i) for i in range(5)}
+HOUR_AGO = time.time() - 3600
+
+
+@pytest.fixture
+def parses(monkeypatch) -> list[str]:
+    """Every file the catalog parses (scan_bytes runs), in order."""
+    seen: list[str] = []
+    real = scan_module.scan_bytes
+
+    def counting(rel, *args, **kwargs):
+        seen.append(rel)
+        return real(rel, *args, **kwargs)
+
+    monkeypatch.setattr(cache_module, "scan_bytes", counting)
+    return seen
+
+
+def checkout(tree, files=FILES):
+    """A checkout whose files are older than any cache (as a real one is)."""
+    repo = tree(files)
+    for path in repo.rglob("*.py"):
+        os.utime(path, (HOUR_AGO, HOUR_AGO))
+    return repo
+
+
+def load(repo, cache):
+    return load_catalog(repo, RepoSpec(name="fw", path=repo), cache_dir=cache)
+
+
+def test_a_warm_catalog_parses_no_file_and_equals_the_cold_one(tree, tmp_path, parses):
+    repo = checkout(tree)
+    cold = load(repo, tmp_path / "cache")
+    assert sorted(parses) == sorted(FILES)
+    parses.clear()
+    warm = load(repo, tmp_path / "cache")
+    assert parses == []
+    assert warm == cold
+
+
+def test_only_the_changed_file_is_parsed_again(tree, tmp_path, parses):
+    repo = checkout(tree)
+    load(repo, tmp_path / "cache")
+    parses.clear()
+    (repo / "tests/test_3.py").write_text(REG.format(est=999))
+    cat = load(repo, tmp_path / "cache")
+    assert parses == ["tests/test_3.py"]
+    assert cat.by_id()["tests/test_3.py"].est_time == 999
+
+
+def test_a_file_touched_without_a_change_is_read_but_not_parsed(tree, tmp_path, parses):
+    repo = checkout(tree)
+    load(repo, tmp_path / "cache")
+    parses.clear()
+    os.utime(repo / "tests/test_1.py")  # newer than the cache: its digest is checked again
+    load(repo, tmp_path / "cache")
+    assert parses == []
+
+
+def test_a_corrupt_cache_is_ignored_rebuilt_and_said(tree, tmp_path, parses):
+    repo = checkout(tree)
+    good = load(repo, tmp_path / "cache")
+    (path,) = (tmp_path / "cache").glob("catalog-*.json")
+    path.write_bytes(b'{"version": 1, "files": [')
+    parses.clear()
+    again = load(repo, tmp_path / "cache")
+    assert again.tests == good.tests and len(parses) == len(FILES)
+    assert any(n.startswith(f"cache {path} is corrupt (") and n.endswith("; ignored and rebuilt") for n in again.assumptions)
+    parses.clear()
+    load(repo, tmp_path / "cache")
+    assert parses == []
+
+
+def test_a_cache_entry_with_the_wrong_shape_is_a_miss_not_a_crash(tree, tmp_path, parses):
+    repo = checkout(tree)
+    load(repo, tmp_path / "cache")
+    (path,) = (tmp_path / "cache").glob("catalog-*.json")
+    path.write_text(path.read_text().replace('"r:tests/test_2.py":["', '"r:tests/test_2.py":[1,"'))
+    parses.clear()
+    cat = load(repo, tmp_path / "cache")
+    assert parses == ["tests/test_2.py"] and len(cat.tests) == len(FILES)
+
+
+def test_results_made_under_other_rules_are_not_reused(tree, tmp_path, parses):
+    repo = checkout(tree)
+    load(repo, tmp_path / "cache")
+    (repo / "fw").mkdir()
+    (repo / "fw/ci.py").write_text("def register_cuda_ci(est_time, suite, *, labels=None):\n    pass\n")
+    parses.clear()
+    load(repo, tmp_path / "cache")
+    assert sorted(parses) == sorted(FILES)
+
+
+def test_a_file_without_register_is_not_parsed_unless_it_is_in_an_implicit_cpu_folder(tree, monkeypatch):
+    repo = tree({"tests/test_plain.py": "x = 1\n", "tests/fast/test_unit.py": "x = 1\n"})
+    parsed: list[str] = []
+    real = scan_module.ast.parse
+    monkeypatch.setattr(scan_module.ast, "parse", lambda src, filename="<unknown>", **kw: parsed.append(filename) or real(src, filename, **kw))
+    cat = load_catalog(repo, RepoSpec(name="fw", path=repo, implicit_cpu_dirs=("tests/fast",)))
+    assert parsed == ["tests/fast/test_unit.py"]
+    assert [t.id for t in cat.tests] == ["tests/fast/test_unit.py"]
+    assert [p.path for p in cat.problems] == ["tests/test_plain.py"]
