@@ -18,7 +18,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
-from matplotlib.ticker import NullFormatter, ScalarFormatter  # noqa: E402
+from matplotlib.ticker import MaxNLocator, NullFormatter, ScalarFormatter  # noqa: E402
 
 from pipelines.core.report import Bar, ReportData, Row  # noqa: E402
 from pipelines.core.trends import Trend  # noqa: E402
@@ -39,6 +39,10 @@ def short_name(test_id: str, limit: int = 40) -> str:
     stem = path.rsplit("/", 1)[-1].removesuffix(".py").removeprefix("test_")
     name = f"{stem} [{variant}]" if variant else stem
     return name if len(name) <= limit else name[: limit - 1] + "\u2026"
+
+
+def _named(test_id: str, keys: Mapping[str, str]) -> str:
+    return f"{keys[test_id]} {test_id}" if test_id in keys else test_id
 
 
 def _svg(fig: Figure, titles: Mapping[str, str]) -> str:
@@ -102,16 +106,19 @@ def _hide_labels_that_do_not_fit(fig: Figure, ax) -> None:
             text.set_visible(False)
 
 
-def gantt_svg(data: ReportData, keys: Mapping[str, str]) -> str:
-    if not data.gantt:
+def gantt_svg_for(bars: Sequence[Bar], keys: Mapping[str, str]) -> str:
+    """The Gantt as SVG; each bar's tooltip names its test in full."""
+    if not bars:
         return ""
-    fig = gantt_figure(data.gantt, keys)
-    titles = {}
-    lanes = sorted(data.gantt, key=lambda b: (b.node, b.start_s))
-    for i, b in enumerate(lanes):
-        titles[f"mark-bar-{i}"] = (f"{keys.get(b.test_id, '')} {b.test_id}: {b.outcome}, attempt {b.attempt}, "
-                                   f"{b.elapsed_s:.0f} s from {b.start_s:.0f} s on {b.node}, {b.gpus} GPU(s)")
+    fig = gantt_figure(bars, keys)
+    titles = {f"mark-bar-{i}": (f"{_named(b.test_id, keys)}: {b.outcome}, attempt {b.attempt}, "
+                                f"{b.elapsed_s:.0f} s from {b.start_s:.0f} s on {b.node}, {b.gpus} GPU(s)")
+              for i, b in enumerate(sorted(bars, key=lambda b: (b.node, b.start_s)))}
     return _svg(fig, titles)
+
+
+def gantt_svg(data: ReportData, keys: Mapping[str, str]) -> str:
+    return gantt_svg_for(data.gantt, keys)
 
 
 def _points(rows: Sequence[Row]) -> list[Row]:
@@ -150,7 +157,7 @@ def durations_svg(rows: Sequence[Row], keys: Mapping[str, str]) -> str:
     for outcome in sorted({r.outcome for r in pts}):
         mine = [r for r in pts if r.outcome == outcome]
         svg = _title_uses(svg, f"mark-pts-{outcome}", [
-            f"{keys.get(r.test_id, '')} {r.test_id}: {r.elapsed_s:.0f} s against est_time {r.est_time} s ({r.outcome})"
+            f"{_named(r.test_id, keys)}: {r.elapsed_s:.0f} s against est_time {r.est_time} s ({r.outcome})"
             for r in mine])
     return svg
 
@@ -178,8 +185,9 @@ def trends_figure(moved: Sequence[Trend], keys: Mapping[str, str]) -> Figure:
     for i, t in enumerate(moved):
         xs = list(range(len(t.points)))
         [line] = ax.plot(xs, [p.elapsed_s for p in t.points], marker="o", markersize=3, linewidth=1.2,
-                         label=f"{keys.get(t.test_id, '')} {short_name(t.test_id, 32)}")
+                         label=f"{keys.get(t.test_id, '')} {short_name(t.test_id, 44)}")
         line.set_gid(f"mark-trend-{i}")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel("night (oldest to newest)")
     ax.set_ylabel("elapsed (s)")
     ax.legend(loc="center left", bbox_to_anchor=(1.01, 0.5), fontsize=7, frameon=False)
