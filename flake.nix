@@ -1,41 +1,50 @@
 {
   description = "nightly-e2e: the nightly GPU e2e suites of LLM training frameworks, on Dagster and Kubernetes";
 
-  inputs.nixpkgs.url = "github:NixOS/nixpkgs/nixos-24.11";
+  # A supported NixOS release branch; flake.lock pins the exact revision. tests/nix evaluates
+  # this flake offline against nix/standin, whose attribute names come from that release.
+  inputs.nixpkgs.url = "github:NixOS/nixpkgs/nixos-26.05";
 
-  outputs = { self, nixpkgs }:
+  outputs =
+    { self, nixpkgs }:
     let
-      systems = [ "x86_64-linux" "aarch64-linux" ];
-      forAllSystems = f: nixpkgs.lib.genAttrs systems (system: f nixpkgs.legacyPackages.${system});
-      # Python dependencies come from requirements.lock (pinned); Nix provides the toolchain and
-      # the system programs the pipeline and its tests call.
-      tools = pkgs: with pkgs; [ python311 uv gnumake git kubectl kustomize postgresql_15 chromium ];
-      script = pkgs: name: target: pkgs.writeShellApplication {
-        inherit name;
-        runtimeInputs = tools pkgs;
-        text = ''
-          cd "''${NIGHTLY_PROJECT:-$PWD}"
-          exec make ${target} PY=${pkgs.python311}/bin/python3
-        '';
+      systems = [
+        "x86_64-linux"
+        "aarch64-linux"
+      ];
+      forAllSystems = f: nixpkgs.lib.genAttrs systems (system: f (build nixpkgs.legacyPackages.${system}));
+      build = pkgs: import ./nix/build.nix { inherit pkgs; root = ./.; };
+      app = program: description: {
+        type = "app";
+        inherit program;
+        meta.description = description;
       };
     in
     {
-      devShells = forAllSystems (pkgs: {
-        default = pkgs.mkShell {
-          packages = tools pkgs;
-          shellHook = ''
-            export NIGHTLY_HOME="$PWD/.nightly"
-            echo "nightly-e2e: 'make nightly' runs a night of examples/minirl, 'make test' the tests, 'make ui' the Dagster UI"
-          '';
-        };
+      # nix build: the application (python with pipelines, bin/nightly and bin/dagster).
+      packages = forAllSystems (b: {
+        default = b.app;
+        inherit (b) nightly-e2e;
       });
 
-      apps = forAllSystems (pkgs: {
-        nightly = { type = "app"; program = "${script pkgs "nightly" "nightly"}/bin/nightly"; };
-        test = { type = "app"; program = "${script pkgs "nightly-test" "test"}/bin/nightly-test"; };
-        ui = { type = "app"; program = "${script pkgs "nightly-ui" "ui"}/bin/nightly-ui"; };
-        default = self.apps.${pkgs.system}.nightly;
+      # nix run / nix run .#ui
+      apps = forAllSystems (b: {
+        default = app "${b.nightly}/bin/nightly" "the nightly CLI (nightly run: one night of examples/minirl)";
+        ui = app "${b.nightly-ui}/bin/nightly-ui" "the Dagster UI on the project's instance";
       });
+
+      # nix build .#images.code-location / .#images.test-pod.<framework>
+      legacyPackages = forAllSystems (b: {
+        inherit (b) images;
+      });
+
+      devShells = forAllSystems (b: {
+        default = b.shell;
+      });
+
+      checks = forAllSystems (b: b.checks);
+
+      formatter = nixpkgs.lib.genAttrs systems (system: nixpkgs.legacyPackages.${system}.nixfmt);
 
       # The declarative inputs, for tools that want them without reading the tree.
       specs = {

@@ -1,0 +1,115 @@
+"""The Dockerfile (the path without Nix) installs from requirements.lock, like the flake.
+
+Docker is not available here, so the Dockerfile is parsed: its stages, what each RUN installs,
+and the user the code location runs as."""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+
+import yaml
+
+from tests.conftest import PROJECT_ROOT
+
+
+def instructions(text: str) -> list[tuple[str, str]]:
+    """(INSTRUCTION, arguments) pairs, continuation lines joined, comments dropped."""
+    joined = re.sub(r"\\\n", " ", "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("#")))
+    return [(line.split(None, 1)[0].upper(), line.split(None, 1)[1].strip())
+            for line in joined.splitlines() if line.strip()]
+
+
+def stages(text: str) -> dict[str, list[tuple[str, str]]]:
+    found: dict[str, list[tuple[str, str]]] = {}
+    current = None
+    for op, args in instructions(text):
+        if op == "FROM":
+            current = args.split(" AS ")[1].strip() if " AS " in args else args
+            found[current] = [(op, args)]
+        elif current:
+            found[current].append((op, args))
+    return found
+
+
+def install_problems(text: str) -> list[str]:
+    """Every package install must come from requirements.lock, be this project without
+    dependencies, or be the pinned uv; anything else would drift from the lock."""
+    problems = []
+    for op, args in instructions(text):
+        if op != "RUN":
+            continue
+        for command in re.split(r"&&|;", args):
+            argv = shlex.split(command)
+            if "install" not in argv or not ({"pip", "uv"} & set(argv)):
+                continue
+            ok = ("-r" in argv and "requirements.lock" in argv) or ("--no-deps" in argv and "." in argv) \
+                or re.fullmatch(r"uv==[\d.]+", argv[-1] or "")
+            if not ok:
+                problems.append(f"Dockerfile: RUN {command.strip()}: installs outside requirements.lock; "
+                                "install from -r requirements.lock or the project with --no-deps")
+    return problems
+
+
+DOCKERFILE = (PROJECT_ROOT / "Dockerfile").read_text()
+
+
+def test_the_stages_build_once_and_the_default_target_is_the_code_location():
+    assert list(stages(DOCKERFILE)) == ["build", "test-pod", "code-location"]
+
+
+def test_the_build_stage_installs_the_lock_first_and_then_the_project_without_dependencies():
+    build = [args for op, args in stages(DOCKERFILE)["build"]]
+    lock_at = next(i for i, a in enumerate(build) if "-r requirements.lock" in a)
+    project_at = next(i for i, a in enumerate(build) if "--no-deps ." in a)
+    copy_lock_at = next(i for i, a in enumerate(build) if a.startswith("requirements.lock"))
+    copy_code_at = next(i for i, a in enumerate(build) if a.startswith("pipelines"))
+    assert copy_lock_at < lock_at < copy_code_at < project_at, "the locked layer must not depend on the code"
+    assert install_problems(DOCKERFILE) == []
+
+
+def test_uv_comes_from_pypi_at_the_version_the_makefile_uses():
+    makefile_pin = re.search(r"install -q --disable-pip-version-check (uv==[\d.]+)", (PROJECT_ROOT / "Makefile").read_text())
+    assert makefile_pin and f"python -m pip install {makefile_pin.group(1)}" in DOCKERFILE
+
+
+def test_an_install_outside_the_lock_is_reported_with_the_command():
+    broken = DOCKERFILE.replace("RUN python -m pip install uv==0.13.9", "RUN python -m pip install uv dagster")
+    assert install_problems(broken) == [
+        "Dockerfile: RUN python -m pip install uv dagster: installs outside requirements.lock; "
+        "install from -r requirements.lock or the project with --no-deps"]
+
+
+def test_both_images_start_from_python_3_11_like_the_lock():
+    args = dict(a.split("=", 1) for op, a in instructions(DOCKERFILE) if op == "ARG" and "=" in a)
+    assert args["PYTHON_IMAGE"].startswith("python:3.11-")
+    assert "--python-version 3.11" in (PROJECT_ROOT / "requirements.lock").read_text()
+
+
+def test_the_code_location_runs_as_a_non_root_user_with_the_kubernetes_command():
+    final = stages(DOCKERFILE)["code-location"]
+    user = [a for op, a in final if op == "USER"]
+    assert user == ["10001"]
+    assert any(op == "RUN" and "--uid 10001" in a for op, a in final)
+    deployment = next(d for d in yaml.safe_load_all((PROJECT_ROOT / "k8s/base/code-location.yaml").read_text())
+                      if d["kind"] == "Deployment")
+    cmd = json.loads(next(a for op, a in final if op == "CMD"))
+    assert cmd == deployment["spec"]["template"]["spec"]["containers"][0]["command"]
+
+
+def test_the_test_pod_target_adds_the_pipelines_package_to_the_framework_image_by_digest():
+    base = json.loads((PROJECT_ROOT / "nix/base-images.json").read_text())["images"]["rl-framework"]
+    args = dict(a.split("=", 1) for op, a in instructions(DOCKERFILE) if op == "ARG" and "=" in a)
+    assert args["FRAMEWORK_IMAGE"] == f'{base["imageName"]}@{base["imageDigest"]}'
+    pod = stages(DOCKERFILE)["test-pod"]
+    assert pod[0] == ("FROM", "${FRAMEWORK_IMAGE} AS test-pod")
+    copies = [a for op, a in pod if op == "COPY"]
+    assert "--from=build /src/pipelines /opt/nightly-e2e/pipelines" in copies
+    assert any(a.endswith("/dagster_pipes /opt/nightly-e2e/dagster_pipes") for a in copies)
+    assert ("ENV", "PYTHONPATH=/opt/nightly-e2e${PYTHONPATH:+:${PYTHONPATH}}") in pod
+
+
+def test_local_state_and_virtualenvs_stay_out_of_the_build_context():
+    ignored = (PROJECT_ROOT / ".dockerignore").read_text().split()
+    assert {".git", ".venv", ".nightly", "**/__pycache__"} <= set(ignored)
