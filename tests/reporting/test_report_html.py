@@ -1,0 +1,83 @@
+"""The HTML page: every section present, self-contained, test data escaped, logs linked."""
+
+from __future__ import annotations
+
+import html
+import re
+
+import pytest
+
+from pipelines.core.calibrate import calibrate
+from pipelines.core.report import build_report
+from pipelines.reporting.html import render_html
+from tests.reporting.nights import FLOOR, GRPO, LORA, SFT, example_night, tid
+
+SECTIONS = ("verdict", "outcomes", "failures", "infra", "flaky", "changes", "timing", "gantt", "durations", "drift",
+            "trends", "coverage", "tests", "notes")
+
+
+@pytest.fixture(scope="module")
+def page(tmp_path_factory) -> str:
+    night = example_night(tmp_path_factory.mktemp("home"))
+    data = build_report(night.summary, night.previous, night.samples, night.tests, calibrate(night.tests, night.samples),
+                        log_tails=night.log_tails, uncovered=["test_backend_matrix.py: megatron x lora"],
+                        timeout_floor_s=FLOOR)
+    return render_html(data)
+
+
+def section(page: str, name: str) -> str:
+    m = re.search(rf'<section id="{name}">(.*?)</section>', page, re.S)
+    assert m, f"section {name} missing"
+    return " ".join(html.unescape(re.sub(r"<[^>]+>", " ", m.group(1))).split())
+
+
+def test_every_section_is_on_the_page(page):
+    for name in SECTIONS[1:]:
+        assert section(page, name).strip()
+    assert '<p id="verdict" class="verdict bad">FAILED: 2 test(s) failed</p>' in page
+
+
+def test_the_page_is_self_contained(page):
+    assert "<script" not in page and "<link" not in page and "<img" not in page
+    assert not re.search(r'(src|href)="https?://', page)
+    assert page.count("<svg") >= 3
+
+
+def test_failures_show_classification_log_tail_and_a_file_link_to_the_full_log(page):
+    text = section(page, "failures")
+    assert f"{tid(SFT)} — test failure (exit 1) (new since last night)" in text
+    assert f"{tid(LORA)} — hang: killed at its {FLOOR} s timeout" in text
+    assert f"{tid(GRPO)} — flaky: failed on attempt 1, passed on attempt 2" in text
+    assert "test_sft_math: failing on purpose because MINIRL_FAIL names it" in text
+    links = re.findall(r'<a href="(file://[^"]+)">full log</a>', page)
+    assert len(links) == 3 and all(link.endswith(".attempt1.log") for link in links)
+
+
+def test_changes_and_timing_show_the_numbers(page):
+    changes = section(page, "changes")
+    assert "image_digest changed: sha256:1111aaaa → sha256:2222bbbb" in changes
+    assert "passed 8 → 7; median duration tonight / last night x1.25" in changes
+    timing = section(page, "timing")
+    assert "actual makespan 128.0 s" in timing and "GPU-hours used 0.23" in timing and "GPU-hours idle 0.05" in timing
+
+
+def test_the_gantt_legend_maps_every_key_to_a_short_name(page):
+    legend = re.findall(r'<td class="key">(#\d+)</td><td title="([^"]+)">([^<]+)</td>', page)
+    assert [k for k, _, _ in legend] == [f"#{i}" for i in range(1, 10)]
+    assert ("#1", tid(GRPO), "grpo_math") == legend[0]
+
+
+def test_test_names_are_escaped_not_interpreted():
+    summary = {"night": "n", "selected": ["tests/<b>x</b>.py"],
+               "attempts": [{"test_id": "tests/<b>x</b>.py", "outcome": "failed", "elapsed_s": 1.0,
+                             "started_at": "2026-11-01T00:00:00+00:00", "node": "n0", "log_path": "/tmp/a b.log"}]}
+    page = render_html(build_report(summary))
+    assert "<b>x</b>" not in page and "tests/&lt;b&gt;x&lt;/b&gt;.py" in page
+    assert 'href="file:///tmp/a%20b.log"' in page
+
+
+def test_an_empty_night_says_what_was_checked():
+    page = render_html(build_report({"night": "n", "attempts": []}))
+    for phrase in ("no test failed, hung or passed only on retry", "no bad nodes", "no earlier night to compare with",
+                   "every declared matrix cell ran", "no attempts with start times"):
+        assert phrase in page
