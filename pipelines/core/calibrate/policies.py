@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
+from pipelines.core.calibrate.guards import bound_proposal, screen_relative, screen_samples
 from pipelines.core.model import MAX_EST_TIME_S, Estimate, Sample, Test
 
 #: Defaults per policy; bucket125 looks at every sample of the current revision (framework M's rule).
@@ -96,11 +97,13 @@ class _Evidence:
     stale: int
     ignored: int
     outside: int
+    outliers: list[str]
 
 
 def _select(test: Test, samples: Sequence[Sample], p: Mapping, now: datetime) -> _Evidence:
     current = [s for s in samples if s.sha256 == test.sha256]
-    good = [s for s in current if s.outcome == "passed" and not s.capped]
+    passed = [s for s in current if s.outcome == "passed" and not s.capped]
+    good, outliers = screen_samples(passed, p)
     kept = good
     if p.get("window_days") is not None:
         since = now - timedelta(days=float(p["window_days"]))
@@ -110,7 +113,9 @@ def _select(test: Test, samples: Sequence[Sample], p: Mapping, now: datetime) ->
     kept = [kept[i] for i in order]
     if p.get("max_samples") is not None:
         kept = kept[-int(p["max_samples"]):]
-    return _Evidence(kept, len(samples) - len(current), len(current) - len(good), len(good) - len(kept))
+    outside = len(good) - len(kept)
+    kept, far = screen_relative(kept, p)
+    return _Evidence(kept, len(samples) - len(current), len(current) - len(passed), outside, outliers + far)
 
 
 def _timeout_raise(current: list[Sample], proposed: int) -> tuple[int, str, Sample] | None:
@@ -141,6 +146,8 @@ def _estimate(test: Test, samples: Sequence[Sample], policy: str, p: Mapping, no
                      f"{p.get('window_days')} days")
     if ev.stale:
         notes.append(f"{ev.stale} stale (other file revision)")
+    if ev.outliers:
+        notes.append(f"{len(ev.outliers)} implausible left out")
     stats = {}
     if values:
         stats = {"max_s": max(values), "p90_s": percentile(values, 0.9), "median_s": statistics.median(values)}
@@ -153,16 +160,21 @@ def _estimate(test: Test, samples: Sequence[Sample], policy: str, p: Mapping, no
         proposed, how = POLICIES[policy](values, p)
         reason = f"{policy}: {how} from {len(values)} passed"
     if p.get("raise_on_timeout"):
-        raised = _timeout_raise([s for s in samples if s.sha256 == test.sha256], proposed)
+        plausible, _ = screen_samples([s for s in samples if s.sha256 == test.sha256 and s.outcome == "timed_out"], p)
+        raised = _timeout_raise([s for s in samples if s.sha256 == test.sha256 and
+                                 (s.outcome == "passed" or s in plausible)], proposed)
         if raised:
             proposed, reason = raised[0], f"{raised[1]}; {reason}"
             used = [*used, raised[2]]
+    proposed, held, bound = bound_proposal(test, int(proposed), p)
+    if bound:
+        reason = f"{reason}; {bound}"
     if notes:
         reason += " (" + "; ".join(notes) + ")"
     return Estimate(
         test_id=test.id, hardware=test.hardware, current=test.est_time, proposed=int(proposed),
         samples_used=len(used), reason=reason, stale_samples=ev.stale,
-        sources=tuple(s.source for s in (used or ev.used)), **stats,
+        sources=tuple(s.source for s in (used or ev.used)), held=held, outliers=tuple(ev.outliers), **stats,
     )
 
 

@@ -31,7 +31,7 @@ def test_bucket125_reproduces_the_framework_m_recalibration():
 
 @pytest.mark.parametrize(("elapsed", "expected"), [(160, 200), (152.1, 200), (152, 190), (131, 170), (8, 10), (0.5, 10)])
 def test_bucket125_rounds_to_ten_seconds_up_to_200(elapsed, expected):
-    assert one([s(elapsed)]).proposed == expected
+    assert one([s(elapsed)], est_time=2 * expected).proposed == expected
 
 
 def test_bucket_edges_200_stays_and_201_goes_to_300():
@@ -45,7 +45,7 @@ def test_p90_uses_the_newest_15_within_21_days_and_needs_3():
     old = [s(5000, days_ago=30)]  # outside the window
     older = [s(3000, days_ago=10 + i / 10) for i in range(5)]  # within the window but not among the newest 15
     newest = [s(100 + i, days_ago=1 + i / 100) for i in range(15)]
-    e = one(old + older + newest, "p90")
+    e = one(old + older + newest, "p90", est_time=300)
     assert e.samples_used == 15
     assert e.proposed == 113  # nearest rank: 14th of 100..114
     assert e.max_s == 114 and e.median_s == 107
@@ -59,7 +59,7 @@ def test_p90_with_two_samples_keeps_est_time_and_says_why():
 
 
 def test_median_takes_the_middle_and_rounds_up():
-    assert one([s(100), s(120.2), s(500)], "median").proposed == 121
+    assert one([s(100), s(120.2), s(500)], "median", est_time=300).proposed == 121
 
 
 def test_policy_parameters_override_defaults_and_unknown_ones_are_errors():

@@ -1,0 +1,74 @@
+"""Poison guards: what calibration refuses to learn from, and how far it may move in one step.
+
+One bad number must not set next night's timeouts: a log line claiming ``elapsed=1000000000s``
+would otherwise become a 1.25e9 s est_time. Three guards, each reported, never silent:
+- implausible samples (marked when stored, longer than ``ceiling_s``, or more than
+  ``outlier_factor`` times away from the median of the test's other samples) are left out;
+- no proposal goes above ``max_est_time_s``;
+- a proposal moving a calibrated est_time by more than ``max_step_factor`` in one step is held
+  for explicit acceptance (``accept: [test id]``), not applied.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Mapping, Sequence
+
+from pipelines.core.model import MAX_EST_TIME_S, Sample, Test
+
+
+def _where(s: Sample) -> str:
+    return s.source or s.run_id or s.started_at or "sample"
+
+
+def screen_samples(samples: Sequence[Sample], p: Mapping) -> tuple[list[Sample], list[str]]:
+    """Samples with a plausible duration (marked outliers and those over the ceiling left out),
+    and one ``where: why`` per sample left out."""
+    ceiling = float(p.get("ceiling_s") or p.get("max_est_time_s") or MAX_EST_TIME_S)
+    kept, out = [], []
+    for s in samples:
+        if s.outlier:
+            out.append(f"{_where(s)}: {s.outlier}")
+        elif not 0 <= s.elapsed_s <= ceiling:
+            out.append(f"{_where(s)}: elapsed {s.elapsed_s:g} s is outside 0..{ceiling:g} s")
+        else:
+            kept.append(s)
+    return kept, out
+
+
+def screen_relative(samples: Sequence[Sample], p: Mapping) -> tuple[list[Sample], list[str]]:
+    """Samples within ``outlier_factor`` of the median of the test's other samples (of the
+    evidence window), and one ``where: why`` per sample left out."""
+    factor = float(p.get("outlier_factor") or 10.0)
+    kept, out = list(samples), []
+    if len(kept) < 3:  # with fewer, nobody can tell which of two values is the odd one
+        return kept, out
+    values = [s.elapsed_s for s in kept]
+    usable = []
+    for i, s in enumerate(kept):
+        median = statistics.median(values[:i] + values[i + 1:])
+        if median > 0 and not median / factor <= s.elapsed_s <= median * factor:
+            out.append(f"{_where(s)}: elapsed {s.elapsed_s:g} s is far outside the test's own history "
+                       f"(median of the others {median:g} s, allowed x{factor:g})")
+        else:
+            usable.append(s)
+    return usable, out
+
+
+def bound_proposal(test: Test, proposed: int, p: Mapping) -> tuple[int, int | None, str]:
+    """(est_time to apply, proposal held for acceptance or None, note for the reason)."""
+    top = int(p.get("max_est_time_s") or MAX_EST_TIME_S)
+    note = ""
+    if proposed > top:
+        note = f"capped at max_est_time_s {top} s (wanted {proposed} s)"
+        proposed = top
+    step = float(p.get("max_step_factor") or 0)
+    accepted = test.id in tuple(p.get("accept") or ())
+    if step and test.est_time > 0 and proposed != test.est_time and not accepted and not test.uncalibrated:
+        ratio = proposed / test.est_time
+        if ratio > step or ratio < 1 / step:
+            held = (f"held for acceptance: {proposed} s moves est_time {test.est_time} s by x{ratio:.3g}, more "
+                    f"than max_step_factor x{step:g} in one step; to apply it, add {test.id!r} to the repo's "
+                    "calibration: accept: list")
+            return test.est_time, proposed, "; ".join(x for x in (note, held) if x)
+    return proposed, None, note

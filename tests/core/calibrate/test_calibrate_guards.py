@@ -1,0 +1,78 @@
+"""Calibration resists poison: implausible samples are left out with a reason, proposals are bounded,
+and a too-large step waits for explicit acceptance."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from pipelines.core.calibrate import POLICIES, calibrate, estimates_by_id
+from pipelines.core.model import Sample
+from tests.conftest import make_test
+
+NOW = datetime(2026, 12, 20, tzinfo=UTC)
+
+
+def s(elapsed: float, i: int = 0, **kw) -> Sample:
+    base = dict(test_id="tests/e2e/test_a.py", hardware="h200", sha256="0" * 64, outcome="passed",
+                elapsed_s=elapsed, started_at=(NOW - timedelta(days=1, minutes=i)).isoformat(), source=f"n.log:{i}")
+    return Sample(**{**base, **kw})
+
+
+def one(samples, policy="bucket125", params=None, **test_kw):
+    return calibrate([make_test(**test_kw)], samples, policy, params, now=NOW)[0]
+
+
+@pytest.mark.parametrize("policy", sorted(POLICIES))
+def test_a_billion_second_sample_is_an_outlier_not_a_proposal(policy):
+    e = one([s(100, 1), s(102, 2), s(104, 3), s(1e9, 4)], policy, est_time=150)
+    assert e.max_s == 104 and e.samples_used == 3
+    assert e.outliers == ("n.log:4: elapsed 1e+09 s is outside 0..86400 s",)
+    assert "1 implausible left out" in e.reason
+
+
+def test_samples_marked_when_stored_are_never_used():
+    e = one([s(100, 1), s(0.0, 2, outlier="elapsed nan is not a finite number")], est_time=150)
+    assert (e.samples_used, e.max_s) == (1, 100)
+    assert e.outliers == ("n.log:2: elapsed nan is not a finite number",)
+
+
+def test_a_sample_far_outside_the_tests_own_history_is_left_out():
+    e = one([s(100, 1), s(110, 2), s(105, 3), s(3000, 4)], est_time=150)
+    assert e.max_s == 110
+    assert e.outliers == ("n.log:4: elapsed 3000 s is far outside the test's own history "
+                          "(median of the others 105 s, allowed x10)",)
+
+
+def test_with_two_samples_neither_is_called_the_odd_one():
+    e = one([s(100, 1), s(3000, 2)], params={"max_step_factor": 100}, est_time=150)
+    assert e.max_s == 3000 and e.outliers == ()
+
+
+def test_a_configured_ceiling_applies():
+    e = one([s(100, 1), s(900, 2)], params={"ceiling_s": 600}, est_time=150)
+    assert e.max_s == 100
+    assert e.outliers == ("n.log:2: elapsed 900 s is outside 0..600 s",)
+
+
+def test_a_large_step_is_held_for_acceptance_and_not_applied():
+    e = one([s(1000, 1)], est_time=100)
+    assert (e.proposed, e.held) == (100, 1300)
+    assert ("held for acceptance: 1300 s moves est_time 100 s by x13, more than max_step_factor x4 in one step; "
+            "to apply it, add 'tests/e2e/test_a.py' to the repo's calibration: accept: list") in e.reason
+    accepted = one([s(1000, 1)], params={"accept": ("tests/e2e/test_a.py",)}, est_time=100)
+    assert (accepted.proposed, accepted.held) == (1300, None)
+    assert estimates_by_id([e]) == {"tests/e2e/test_a.py": 100}
+
+
+def test_a_step_within_the_factor_applies_and_an_uncalibrated_test_is_not_held():
+    assert one([s(300, 1)], est_time=100).proposed == 400
+    first = one([s(20, 1)], est_time=1800, est_source="default")
+    assert (first.proposed, first.held) == (30, None)
+
+
+def test_no_proposal_goes_above_the_upper_bound_even_when_accepted():
+    e = one([s(80_000, 1)], params={"accept": ("tests/e2e/test_a.py",)}, est_time=70_000)
+    assert e.proposed == 86_400
+    assert "capped at max_est_time_s 86400 s (wanted 100000 s)" in e.reason
