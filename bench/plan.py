@@ -1,19 +1,26 @@
 """Planner benchmark: our plan + dynamic dispatch against the framework's static shards and LPT.
 
-1. The registered CUDA suite of a real RL framework (``../shared/workloads/rl-framework-cuda.csv``,
+1. The registered CUDA suite of a real RL framework (``bench/workloads/rl-framework-cuda.csv``,
    enabled H200 tests): the framework's static shards (2-GPU: 2, 4-GPU: 3, 8-GPU: 2, stage-b: 1)
    against our plan on 3-6 nodes of 8 GPUs, with exact estimates and with actual durations drawn
    lognormally around est_time (median = est_time; several sigmas and seeds), and a fair
    comparison with the static shards at (at most) their GPU count.
 2. Random and adversarial workloads: planned makespan of ours vs plain longest-first, and the
    two dispatched under noise.
-3. Planning time for 10,000 tests.
+3. Realistic nights: each test has a true median duration; est_time is what calibration would
+   set from a few past runs (max x 1.25, bucketed), history holds those runs, and the night's
+   actual durations are new draws. Today's planner (est_time) against ours (duration model,
+   greedy and live re-planning dispatch) and a clairvoyant longest-first; predicted vs actual.
+4. Planning time for 10,000 tests.
 Prints tables; goals are checked and reported, never asserted.
+``python bench/plan.py [framework] [synthetic] [realistic] [speed]`` runs only those parts.
 """
 
 from __future__ import annotations
 
 import csv
+import dataclasses
+import math
 import random
 import statistics
 import sys
@@ -23,7 +30,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from pipelines.core.model import Pool, Test  # noqa: E402
+from pipelines.core.calibrate.policies import bucket_round  # noqa: E402
+from pipelines.core.model import Pool, Sample, Test  # noqa: E402
 from pipelines.core.plan import (  # noqa: E402
     lower_bound,
     make_plan,
@@ -32,9 +40,10 @@ from pipelines.core.plan import (  # noqa: E402
     simulate,
     static_shards,
 )
+from pipelines.core.plan.durations import duration_model  # noqa: E402
 from pipelines.core.specs import PoolSpec  # noqa: E402
 
-WORKLOAD = ROOT.parent / "shared" / "workloads" / "rl-framework-cuda.csv"
+WORKLOAD = ROOT / "bench" / "workloads" / "rl-framework-cuda.csv"
 SHARDS = {"stage-b-2-gpu-h200": 1, "stage-c-2-gpu-h200": 2, "stage-c-4-gpu-h200": 3, "stage-c-8-gpu-h200": 2}
 SIGMAS = (0.1, 0.25, 0.5)
 SEEDS = range(10)
@@ -45,7 +54,7 @@ NOISY_SEEDS = range(100, 105)
 def load_workload(path: Path = WORKLOAD) -> list[Test]:
     if not path.exists():
         raise SystemExit(f"bench/plan.py: {path} is missing; it holds the framework's registered suite "
-                         f"(see ../shared/workloads/README.md); put the CSV there or edit WORKLOAD")
+                         f"(see bench/workloads/README.md); restore it from git")
     tests = []
     with open(path, newline="") as fh:
         for row in csv.DictReader(fh):
@@ -204,6 +213,72 @@ def synthetic() -> None:
               f"{statistics.mean(nr):.4f}, {max(nr):.3f} | {sum(x <= 1 + 1e-9 for x in nr)}/{len(nr)} |")
 
 
+REAL_SIGMAS = (0.1, 0.25, 0.5)
+REAL_SEEDS = range(20)
+#: past passing runs per test in history (one a night: a week of nightlies)
+HISTORY_RUNS = 5
+
+
+def realistic_night(tests: list[Test], sigma: float, seed: int,
+                    runs: int = HISTORY_RUNS) -> tuple[list[Test], list[Sample], dict[str, float]]:
+    """(tests with calibrated est_time, history samples, tonight's actual durations).
+
+    True median = the registered est_time / 1.25; ``runs`` past runs and tonight's run are
+    lognormal(0, sigma) draws around it; est_time = bucket(max past run x 1.25), as calibration sets it.
+    """
+    rng = random.Random(seed * 7919 + int(sigma * 1000))
+    calibrated, samples, actual = [], [], {}
+    for t in tests:
+        true = t.est_time / 1.25
+        past = [true * rng.lognormvariate(0.0, sigma) for _ in range(runs)]
+        actual[t.id] = true * rng.lognormvariate(0.0, sigma)
+        calibrated.append(dataclasses.replace(t, est_time=bucket_round(math.ceil(max(past) * 1.25))))
+        samples += [Sample(t.id, t.hardware, t.sha256, "passed", e, f"2026-11-{j + 1:02d}T01:00:00Z")
+                    for j, e in enumerate(past)]
+    return calibrated, samples, actual
+
+
+def realistic(tests: list[Test]) -> None:
+    pools, shape = [PoolSpec("h200", 4, 8)], [Pool("h200", 4, 8)]
+    print(f"\n# Realistic nights on 4 x 8 GPUs: est_time calibrated from {HISTORY_RUNS} past runs, "
+          f"actual = a new run; {len(REAL_SEEDS)} seeds per sigma; ratios = dispatched / actual lower bound")
+    print("| sigma | today (est_time) mean, max | ours, greedy dispatch | ours, live dispatch | clairvoyant LPT | "
+          "ours live <= today (runs) | today predicted / actual | ours predicted median / actual (mean, mean abs) | "
+          "actual <= p90 | plan time today, ours |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for sigma in REAL_SIGMAS:
+        r = {k: [] for k in ("today", "greedy", "live", "clair", "today_pred", "pred", "t0", "t1")}
+        within = wins = 0
+        for seed in REAL_SEEDS:
+            cal, samples, actual = realistic_night(tests, sigma, seed)
+            lb = lower_bound(((actual[t.id], t.gpus) for t in tests), shape[0])
+            t0 = time.perf_counter()
+            today = make_plan(cal, pools)
+            t1 = time.perf_counter()
+            ours = make_plan(cal, pools, durations=duration_model(cal, samples))
+            t2 = time.perf_counter()
+            clair = make_plan([dataclasses.replace(t, est_time=max(1, round(actual[t.id]))) for t in cal], pools,
+                              improve=False)
+            today_s = simulate(today, shape, actual)
+            live_s = simulate(ours, shape, actual, live=True)
+            r["today"].append(today_s / lb)
+            r["greedy"].append(simulate(ours, shape, actual) / lb)
+            r["live"].append(live_s / lb)
+            r["clair"].append(simulate(clair, shape, actual) / lb)
+            r["today_pred"].append(today.makespan_s / today_s)
+            r["pred"].append(ours.predicted_median_s / live_s - 1)
+            r["t0"].append(t1 - t0)
+            r["t1"].append(t2 - t1)
+            within += live_s <= ours.predicted_p90_s
+            wins += live_s <= today_s + 1e-6
+        m = statistics.mean
+        k = len(REAL_SEEDS)
+        print(f"| {sigma} | {m(r['today']):.3f}, {max(r['today']):.3f} | {m(r['greedy']):.3f}, {max(r['greedy']):.3f} | "
+              f"{m(r['live']):.3f}, {max(r['live']):.3f} | {m(r['clair']):.3f} | {wins}/{k} | "
+              f"{m(r['today_pred']):.2f} | {m(r['pred']):+.1%}, {m(abs(x) for x in r['pred']):.1%} | {within}/{k} | "
+              f"{m(r['t0']):.2f} s, {m(r['t1']):.2f} s |", flush=True)
+
+
 def speed() -> None:
     tests = random_tests(random.Random(3), 10_000)
     pools = [PoolSpec("h200", 64, 8)]
@@ -217,13 +292,30 @@ def speed() -> None:
           f"(ratio {ours.ratio:.4f}, order kept: {kept(ours, lpt)}); goal < 1 s")
     print("(at this size the robustness gate cannot be afforded, so the search is skipped and longest-first kept)"
           if kept(ours, lpt) == "LPT" else "")
+    rng = random.Random(4)
+    samples = [Sample(t.id, t.hardware, t.sha256, "passed", t.est_time / 1.25 * rng.lognormvariate(0, 0.3),
+                      f"2026-11-{j:02d}T01:00:00Z") for t in tests for j in (1, 2, 3)]
+    t0 = time.perf_counter()
+    model = duration_model(tests, samples)
+    t1 = time.perf_counter()
+    planned = make_plan(tests, pools, durations=model)
+    t2 = time.perf_counter()
+    print(f"with the duration model (3 runs each in history): model {t1 - t0:.2f} s, plan {t2 - t1:.2f} s "
+          f"(ratio {planned.ratio:.4f} on medians; predicted median {planned.predicted_median_s:.0f} s, "
+          f"p90 {planned.predicted_p90_s:.0f} s); goal < 1 s")
 
 
-def main() -> None:
-    framework(load_workload())
-    synthetic()
-    speed()
+def main(argv: list[str]) -> None:
+    parts = argv or ["framework", "synthetic", "realistic", "speed"]
+    if "framework" in parts:
+        framework(load_workload())
+    if "synthetic" in parts:
+        synthetic()
+    if "realistic" in parts:
+        realistic(load_workload())
+    if "speed" in parts:
+        speed()
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1:])

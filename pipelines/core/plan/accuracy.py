@@ -97,6 +97,6 @@ def error_lines(e: PredictionError) -> list[str]:
         f"within the p90 on {e.within_p90}/{e.nights}",
     ]
     if e.tests:
-        lines.append(f"per test: typical error {e.test_error:.0%} over {e.tests} tests; worst: "
+        lines.append(f"per test: typical error {e.test_error:.0%} over {e.tests} test(s); worst: "
                      + ", ".join(f"{tid} {err:.0%} ({n} run{'s' if n != 1 else ''})" for tid, err, n in e.worst))
     return lines

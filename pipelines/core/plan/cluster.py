@@ -15,6 +15,7 @@ from pipelines.core.model import Pool, Test
 from pipelines.core.specs import PoolSpec
 
 _SUITE_HW = re.compile(r"-gpu-([A-Za-z0-9_.-]+)$")
+_UNTYPED = re.compile(r"^\d+-gpu-[^0-9]*$")
 _POOL_ARG = re.compile(r"^([A-Za-z0-9_.-]+)=(\d+)x(\d+)$")
 
 
@@ -49,8 +50,8 @@ def pool_for(test: Test, pools: Sequence[PoolSpec]) -> PoolSpec | None:
     for p in pools:
         if hw in pool_hardware(p):
             return p
-    if (test.gpus == 0 or not hw) and pools:
-        return pools[0]
+    if (test.gpus == 0 or not hw or (test.backend == "cuda" and _UNTYPED.match(hw))) and pools:
+        return pools[0]  # a runner config naming a size, not a GPU type (1-gpu-large): the default pool
     return None
 
 

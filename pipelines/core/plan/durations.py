@@ -17,7 +17,6 @@ spread, marked ``fallback``.
 from __future__ import annotations
 
 import math
-import statistics
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
@@ -88,9 +87,9 @@ def duration_model(tests: Iterable[Test], samples: Iterable[Sample], *, max_samp
             out[t.id] = fallback(t, fallback_sigma)
             continue
         n = len(xs)
-        own = statistics.variance(xs) if n > 1 else 0.0
-        var = (prior_weight * pooled ** 2 + (n - 1) * own) / (prior_weight + n - 1)
-        out[t.id] = Duration(t.id, math.exp(statistics.fmean(xs)), math.sqrt(var * (1 + 1 / n)), n, "history")
+        mean = sum(xs) / n
+        var = (prior_weight * pooled ** 2 + _ss(xs)) / (prior_weight + n - 1)
+        out[t.id] = Duration(t.id, math.exp(mean), math.sqrt(var * (1 + 1 / n)), n, "history")
     return out
 
 
@@ -100,9 +99,15 @@ def pooled_sigma(log_groups: Iterable[list[float]], default: float = PRIOR_SIGMA
     ss = df = 0.0
     for xs in log_groups:
         if len(xs) > 1:
-            ss += statistics.variance(xs) * (len(xs) - 1)
+            ss += _ss(xs)
             df += len(xs) - 1
     return math.sqrt(ss / df) if df else default
+
+
+def _ss(xs: list[float]) -> float:
+    """Sum of squared deviations from the mean (plain floats: statistics' exact sums are slow)."""
+    mean = sum(xs) / len(xs)
+    return sum((x - mean) ** 2 for x in xs)
 
 
 def medians(tests: Iterable[Test], model: Mapping[str, Duration] | None) -> dict[str, Duration]:

@@ -1,0 +1,61 @@
+"""The prediction error over recent nights: what the report shows next to tonight's prediction."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from pipelines.core.model import Assignment, Plan
+from pipelines.core.plan.accuracy import NightPrediction, error_lines, night_record, prediction_error
+
+
+def night(name: str, median: float, p90: float, actual: float, *tests: tuple[str, float, float]) -> NightPrediction:
+    return NightPrediction(name, median, p90, actual, tests)
+
+
+def test_the_makespan_error_is_signed_and_absolute_relative_to_the_actual():
+    e = prediction_error([night("2026-11-01", 110, 130, 100), night("2026-11-02", 90, 95, 100)])
+    assert e.nights == 2
+    assert e.makespan_bias == pytest.approx(0.0)
+    assert e.makespan_error == pytest.approx(0.1)
+    assert e.within_p90 == 1
+
+
+def test_only_the_most_recent_nights_with_a_prediction_count():
+    records = [night("2026-11-03", 100, 120, 100), night("2026-11-01", 300, 320, 100),
+               night("2026-11-02", 0, 0, 100), night("2026-11-04", 150, 160, 100)]
+    e = prediction_error(records, recent=2)
+    assert (e.nights, e.makespan_bias) == (2, pytest.approx(0.25))
+
+
+def test_per_test_errors_rank_the_worst_predicted_tests_first():
+    e = prediction_error([
+        night("2026-11-01", 100, 120, 100, ("good", 100, 100), ("bad", 100, 200)),
+        night("2026-11-02", 100, 120, 100, ("good", 110, 100), ("bad", 100, 50)),
+    ])
+    assert e.tests == 2
+    assert [(tid, n) for tid, _err, n in e.worst] == [("bad", 2), ("good", 2)]
+    assert e.worst[0][1] == pytest.approx(1.0)  # off by a factor 2 both nights
+    # median of |log ratio| over all four runs: between good's 0 and 10%, and bad's factor 2
+    assert e.test_error == pytest.approx(math.exp((math.log(1.1) + math.log(2)) / 2) - 1)
+
+
+def test_no_night_with_a_prediction_says_so():
+    assert error_lines(prediction_error([night("2026-11-01", 0, 0, 100)])) == [
+        "prediction error: no night with a prediction yet"]
+
+
+def test_the_report_lines_name_the_error_the_p90_cover_and_the_worst_tests():
+    lines = error_lines(prediction_error([night("2026-11-01", 120, 130, 100, ("a", 50, 100))]))
+    assert lines == [
+        "prediction error over the last 1 night(s): makespan off by 20% on average (long by 20%), within the p90 on 1/1",
+        "per test: typical error 100% over 1 test(s); worst: a 100% (1 run)",
+    ]
+
+
+def test_a_night_record_takes_the_plans_predictions_and_the_passed_tests_elapsed():
+    plan = Plan((Assignment("a", "h200", 0, 0.0, 80.0, 8, 1800),), 80.0, 80.0, predicted_median_s=90.0,
+                predicted_p90_s=120.0, expected=(("a", 80.0, 110.0, "history"), ("b", 40.0, 50.0, "fallback")))
+    rec = night_record("2026-11-05", plan, 95.0, {"a": 85.0, "unknown": 10.0})
+    assert rec == NightPrediction("2026-11-05", 90.0, 120.0, 95.0, (("a", 80.0, 85.0),))
