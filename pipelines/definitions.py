@@ -1,7 +1,9 @@
 """All Dagster definitions in one place; ``workspace.yaml`` loads ``defs`` from here.
 
 The partitions come from the catalog of the configured repo (``assets/repos.yaml``, or
-``$NIGHTLY_REPO_NAME`` / ``$NIGHTLY_ASSETS_DIR``), read when the code location loads.
+``$NIGHTLY_REPO_NAME`` / ``$NIGHTLY_ASSETS_DIR``), read when the code location loads. The one
+resource (``nightly``) points at the deployment (``$NIGHTLY_DEPLOYMENT``, local by default), which
+chooses the launcher and the stores.
 """
 
 from __future__ import annotations
@@ -11,10 +13,10 @@ import os
 import dagster as dg
 
 from pipelines.core.model import Catalog
-from pipelines.defs.assets import CALIBRATED, NIGHT_REPORT, TEST_RUNS, build_assets
+from pipelines.defs.assets import build_assets, partitions
 from pipelines.defs.automation import build_schedules, build_sensors
 from pipelines.defs.checks import calibration_checks
-from pipelines.defs.nightly_job import build_jobs
+from pipelines.defs.jobs import build_jobs
 from pipelines.defs.resources import NightlyResource
 
 
@@ -23,26 +25,21 @@ def build_definitions(catalog: Catalog | None = None, nightly: NightlyResource |
         home=os.environ.get("NIGHTLY_HOME", ""), assets_dir=os.environ.get("NIGHTLY_ASSETS_DIR", ""),
         repo=os.environ.get("NIGHTLY_REPO_NAME", ""), deployment=os.environ.get("NIGHTLY_DEPLOYMENT", ""),
     )
+    night = nightly.night()
     if catalog is None:
-        catalog = nightly.night().catalog
-    resources = {"nightly": nightly}
-    assets = build_assets(catalog)
-    nightly_job, weekly_job = build_jobs(resources)
-    calibration_job = dg.define_asset_job(
-        "calibration", selection=dg.AssetSelection.assets(CALIBRATED, NIGHT_REPORT),
-        description="Recalibrate est_time from history and write the night report.",
-    )
-    test_runs_job = dg.define_asset_job(
-        "rerun_tests", selection=dg.AssetSelection.assets(TEST_RUNS),
-        description="Run single test partitions (reruns, backfills, changed tests).",
-    )
+        catalog = night.catalog
+    deployment = night.deployment
+    pools = [p.name for p in deployment.pools]
+    keys = partitions(catalog)["test"].get_partition_keys()
+    assets, checks = build_assets(catalog)
+    jobs = build_jobs(deployment.name, pools)
     return dg.Definitions(
         assets=assets,
-        asset_checks=[calibration_checks],
-        jobs=[nightly_job, weekly_job, calibration_job, test_runs_job],
-        schedules=build_schedules(nightly_job, weekly_job),
-        sensors=build_sensors(nightly_job, weekly_job, calibration_job, test_runs_job),
-        resources=resources,
+        asset_checks=[calibration_checks, *checks],
+        jobs=list(jobs.values()),
+        schedules=build_schedules(jobs, keys, deployment.name, pools),
+        sensors=build_sensors(jobs, keys, deployment.name, pools),
+        resources={"nightly": nightly},
     )
 
 

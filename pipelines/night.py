@@ -1,7 +1,9 @@
-"""One night of the loop, wired from the specs: catalog -> plan -> assets -> launch -> history -> calibrate.
+"""What one run works with, located once from the specs: catalog, pools, stores, cache, launcher.
 
-This is the edge that joins the pure core to the launchers and the file stores. The Dagster
-ops and assets call it and add nothing but events; tests drive it directly.
+The Dagster assets, the CLI and the tests reach the deployment through it: the history store,
+the state store (summaries, estimates, reports, logs), the input cache and the launcher are all
+chosen here by the deployment's name, local by default. What a run *does* is in
+``pipelines.execute`` (one generator every way in shares) and in the pure core.
 """
 
 from __future__ import annotations
@@ -18,14 +20,7 @@ from datetime import UTC, datetime
 from functools import cached_property
 from pathlib import Path
 
-from pipelines.core.calibrate import (
-    calibrate,
-    drift,
-    make_patch,
-    near_timeout,
-    write_atomic,
-    write_evidence_csv,
-)
+from pipelines.core.calibrate import calibrate, drift, evidence_csv, make_patch, near_timeout
 from pipelines.core.catalog import load_catalog
 from pipelines.core.catalog.ids import safe_filename
 from pipelines.core.health import avoid_nodes, detect_bad_nodes
@@ -44,12 +39,14 @@ from pipelines.core.model import (
 )
 from pipelines.core.plan import make_plan, pool_for
 from pipelines.core.report import Row, night_rows
+from pipelines.core.runset import RunSelection, RunSet, resolve_run
 from pipelines.core.select import Selection, select
 from pipelines.core.specs import RepoSpec, Specs, load_specs
 from pipelines.launch.base import Launcher, LaunchRequest
 from pipelines.launch.dispatch import DispatchResult, run_plan
 from pipelines.storage.cache import AssetCache, Built
 from pipelines.storage.history import history_store
+from pipelines.storage.state import StateStore, state_store
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 log = logging.getLogger(__name__)
@@ -95,7 +92,8 @@ class Night:
     def __init__(self, settings: NightSettings | None = None, run_id: str | None = None):
         self.settings = settings or NightSettings()
         self.run_id = run_id or uuid.uuid4().hex[:12]
-        self.night = datetime.now(UTC).strftime("%Y-%m-%dT%H%M%SZ")
+        #: the night's name: when it started, and which run (two runs may start in one second)
+        self.night = datetime.now(UTC).strftime("%Y-%m-%dT%H%M%SZ") + "-" + self.run_id.replace("-", "")[:8]
         self.home = Path(self.settings.home)
 
     # -- state -------------------------------------------------------------------------
@@ -124,9 +122,10 @@ class Night:
         """Local SQLite file by default; S3 when the deployment says ``storage: s3``."""
         return history_store(self.deployment, self.home)
 
-    @property
-    def estimates_path(self) -> Path:
-        return self.home / "estimates" / f"{self.repo_spec.name}.json"
+    @cached_property
+    def state(self) -> StateStore:
+        """Summaries, estimates, reports and logs: the state folder, or S3 when ``storage: s3``."""
+        return state_store(self.deployment, self.home)
 
     @property
     def timeout_floor_s(self) -> int:
@@ -140,12 +139,18 @@ class Night:
     # -- catalog -----------------------------------------------------------------------
     def calibrated(self) -> dict[str, dict]:
         """Last calibration's proposals, keyed by test id (only for the file contents they saw)."""
-        try:
-            return json.loads(self.estimates_path.read_text())
-        except FileNotFoundError:
+        key = self.calibration_keys()["estimates"]
+        text = self.state.get(key)
+        if text is None:
             return {}
+        try:
+            data = json.loads(text)
+            if not isinstance(data, dict):
+                raise ValueError(f"expected an object, got {type(data).__name__}")
+            return data
         except ValueError as exc:
-            raise ValueError(f"{self.estimates_path}: corrupt estimates file ({exc}); delete it to recalibrate") from exc
+            raise CatalogError(Problem(self.state.uri(key), 1, "estimates",
+                                       f"corrupt estimates file ({exc}); delete it, the next calibration writes it again")) from exc
 
     @cached_property
     def catalog(self) -> Catalog:
@@ -170,6 +175,10 @@ class Night:
         runnable = [t for t in chosen if t.enabled]
         skipped = [t for t in chosen if not t.enabled]
         return runnable, skipped
+
+    def runset(self, keys: Iterable[str] | None, selection: RunSelection) -> RunSet:
+        """What a run of ``keys`` (None = every test) with ``selection`` launches, and why not the rest."""
+        return resolve_run(keys, self.catalog.tests, selection, self.deployment.pools, self.deployment.skip_hardware)
 
     # -- plan --------------------------------------------------------------------------
     def plan(self, tests: Iterable[Test]) -> Plan:
@@ -246,7 +255,8 @@ class Night:
         )
 
     def run(self, plan: Plan, on_start: Callable | None = None, on_finish: Callable[[Attempt], None] | None = None,
-            launcher: Launcher | None = None) -> DispatchResult:
+            launcher: Launcher | None = None, stop: threading.Event | None = None,
+            images: dict[str, str] | None = None) -> DispatchResult:
         """Dispatch the plan; each finished attempt goes to history before ``on_finish`` sees it."""
         by_id = self.tests_by_id
         store = self.history
@@ -257,7 +267,9 @@ class Night:
 
         def finished(attempt: Attempt) -> None:
             with lock:
-                unsaved.append(sample_from_attempt(attempt, by_id[attempt.test_id], self.run_id, self.settings.image))
+                test = by_id[attempt.test_id]
+                image = attempt.details.get("image_digest") or (images or {}).get(self.pool_of(test)) or self.settings.image
+                unsaved.append(sample_from_attempt(attempt, test, self.run_id, image))
                 try:
                     store.append(list(unsaved))
                     unsaved.clear()
@@ -273,19 +285,23 @@ class Night:
 
         pools = [p.pool() for p in self.deployment.pools]
         result = run_plan(plan, pools, launcher or self.launcher(), self.request, max_infra_retries=self.deployment.max_infra_retries,
-                          on_start=on_start, on_finish=finished, avoid_nodes=bad_nodes)
+                          on_start=on_start, on_finish=finished, avoid_nodes=bad_nodes, stop=stop)
         if unsaved:
             store.append(unsaved)  # a second failure is raised: the attempts are still in the night's summary
         return result
 
     def cordon(self, findings) -> list[str]:
-        """Cordon bad nodes through the API when the deployment asks for it; returns what was done."""
+        """Cordon bad nodes when the deployment asks for it; returns notes (a refusal is a note, not a crash)."""
         if not findings or not self.deployment.cordon_bad_nodes or self.deployment.launcher != "kubernetes":
             return []
         from pipelines.launch.kubernetes import cordon_bad_nodes, launcher_from_deployment
 
-        api = launcher_from_deployment(self.deployment).api
-        return cordon_bad_nodes(api, self.deployment, [(f.node, f.evidence) for f in findings])
+        try:
+            api = launcher_from_deployment(self.deployment).api
+            return [f"cordoned {n}" for n in cordon_bad_nodes(api, self.deployment, [(f.node, f.evidence) for f in findings])]
+        except Exception as exc:  # noqa: BLE001 - the night's results matter more than the cordon
+            return [f"cordon of {', '.join(f.node for f in findings)} failed: {exc}; cordon by hand "
+                    "(`kubectl cordon NODE`) or grant the node-cordon ClusterRole"]
 
     # -- calibrate ---------------------------------------------------------------------
     def registered_tests(self) -> list[Test]:
@@ -296,48 +312,62 @@ class Night:
         tests = self.registered_tests() if tests is None else tests
         return calibrate(tests, self.history.read(), self.repo_spec.policy, self.repo_spec.policy_params)
 
-    def calibrate(self) -> tuple[list[Estimate], dict[str, Path]]:
-        """Propose est_time from history; write estimates, evidence CSV and source patch."""
+    def calibrate(self) -> tuple[list[Estimate], dict[str, str]]:
+        """Propose est_time from history; store estimates, evidence CSV and source patch in the state store."""
         tests = self.registered_tests()
         estimates = self.estimates(tests)
-        paths = self.calibration_paths()
-        paths["evidence"].parent.mkdir(parents=True, exist_ok=True)
-        write_evidence_csv(paths["evidence"], estimates)
-        paths["patch"].write_text(make_patch(self.repo_spec.path, tests, estimates))
+        keys = self.calibration_keys()
         sha = {t.id: t.sha256 for t in tests}
         data = {e.test_id: {"est_time": e.proposed, "sha256": sha.get(e.test_id, ""), "hardware": e.hardware}
                 for e in estimates if e.samples_used}
-        write_atomic(self.estimates_path, json.dumps(data, indent=1, sort_keys=True))
-        return estimates, paths
+        where = {
+            "evidence": self.state.put(keys["evidence"], evidence_csv(estimates)),
+            "patch": self.state.put(keys["patch"], make_patch(self.repo_spec.path, tests, estimates)),
+            "estimates": self.state.put(keys["estimates"], json.dumps(data, indent=1, sort_keys=True)),
+        }
+        return estimates, where
 
-    def calibration_paths(self) -> dict[str, Path]:
-        out_dir = self.home / "calibration" / self.repo_spec.name
-        return {"evidence": out_dir / "evidence.csv", "patch": out_dir / "est_time.patch", "estimates": self.estimates_path}
+    def calibration_keys(self) -> dict[str, str]:
+        name = safe_filename(self.repo_spec.name)
+        return {"evidence": f"calibration/{name}/evidence.csv", "patch": f"calibration/{name}/est_time.patch",
+                "estimates": f"estimates/{name}.json"}
+
+    def calibration_paths(self) -> dict[str, str]:
+        """Where the calibration outputs are (file paths locally, s3:// URIs in production)."""
+        return {k: self.state.uri(v) for k, v in self.calibration_keys().items()}
 
     def checks(self, estimates: list[Estimate]) -> tuple[list[Estimate], list]:
         """(drifted estimates, tests whose last run used over 90% of their timeout)."""
         tests = self.catalog.tests
         return drift(estimates), near_timeout(tests, self.history.read(), self.timeout_floor_s, self.repo_spec.timeout_factor)
 
-    def write_summary(self, tests: list[Test], skipped: list[Test], plan: Plan, result: DispatchResult,
-                      notes: list[str]) -> dict:
-        """The night's record for the report and the next morning: ``nights/<night>.json`` and ``latest.json``."""
-        summary = {
-            "night": self.night, "run_id": self.run_id, "cadence": self.settings.cadence,
-            "selected": [t.id for t in tests], "skipped": [t.id for t in skipped],
-            "attempts": [dataclasses.asdict(a) for a in result.attempts],
-            "predicted_makespan_s": plan.makespan_s, "lower_bound_s": plan.lower_bound_s,
-            "actual_makespan_s": result.makespan_s, "unplanned": list(plan.unplanned), "notes": notes,
-        }
+    # -- the night's record ----------------------------------------------------------------
+    def write_summary(self, summary: dict) -> dict:
+        """Store the run's record where the next run finds it: ``nights/<night>.json``, ``runs/<run id>.json``."""
         text = json.dumps(summary, indent=1)
-        write_atomic(self.home / "nights" / f"{self.night}.json", text)
-        write_atomic(self.home / "nights" / "latest.json", text)
+        self.state.put(f"nights/{summary['night']}.json", text)
+        self.state.put(f"runs/{safe_filename(summary['run_id'])}.json", text)
+        self.state.put("nights/latest.json", text)
         return summary
+
+    def summary(self, run_id: str | None = None) -> dict:
+        """A run's record (the latest night when ``run_id`` is None); a clear error when there is none."""
+        key = f"runs/{safe_filename(run_id)}.json" if run_id else "nights/latest.json"
+        text = self.state.get(key)
+        if text is None:
+            what = f"run {run_id} recorded no tests" if run_id else "no tests have run yet"
+            raise CatalogError(Problem(self.state.uri(key), 1, "summary",
+                                       f"{what}; run `nightly run` (or materialize test_runs) first"))
+        try:
+            return json.loads(text)
+        except ValueError as exc:
+            raise CatalogError(Problem(self.state.uri(key), 1, "summary",
+                                       f"corrupt night record ({exc}); delete it, the next run writes a new one")) from exc
 
     def report_rows(self, summary: dict) -> list[Row]:
         """The report's rows for a night summary (``write_summary``), with the current proposals."""
         by_id = self.tests_by_id
-        attempts = [Attempt(**{**a, "gpu_slots": tuple(a.get("gpu_slots", ()))}) for a in summary["attempts"]]
+        attempts = [attempt_from_dict(a) for a in summary["attempts"]]
         tests = [by_id[i] for i in summary["selected"] if i in by_id]
         skipped = [by_id[i] for i in summary["skipped"] if i in by_id]
         return night_rows(tests, skipped, attempts, self.estimates(), summary.get("unplanned", ()))
@@ -345,3 +375,9 @@ class Night:
     def pool_of(self, test: Test) -> str:
         p = pool_for(test, self.deployment.pools)
         return p.name if p else ""
+
+
+def attempt_from_dict(a: dict) -> Attempt:
+    """An Attempt back from a night summary (JSON lists back to tuples)."""
+    known = {f.name for f in dataclasses.fields(Attempt)}
+    return Attempt(**{**{k: v for k, v in a.items() if k in known}, "gpu_slots": tuple(a.get("gpu_slots", ()))})

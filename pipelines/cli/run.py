@@ -1,17 +1,27 @@
 """``nightly run``: one whole night through Dagster on the embedded default (``make nightly``).
 
 Shows the plan before it runs, progress while it runs, and a table plus the report path at the
-end. Executes in this process on the project's SQLite instance, so ``nightly ui`` shows it.
+end. The night is ONE run of the ``test_runs`` asset over every partition with the selection
+as config, the same path a schedule takes, executed in this process on the project's instance
+(``nightly ui`` shows it); calibration and the report follow in a second run.
+
+Exit status: 0 when every launched test passed and the night had no problems; 1 when a test
+did not pass; 3 when the night had problems (catalog problems, tests no pool runs, nothing
+selected) unless ``--accept-problems``; 130 when interrupted (running tests are killed and
+recorded as ``interrupted``, the Dagster run ends CANCELED).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
 
 from pipelines.core.select import split_csv
+
+EXIT_TEST_FAILED, EXIT_PROBLEMS, EXIT_INTERRUPTED = 1, 3, 130
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -24,9 +34,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--deployment", help="deployment in assets/cluster.yaml (default: local)")
     p.add_argument("--home", type=Path, help="state folder (default: $NIGHTLY_HOME or .nightly/)")
     p.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
-                   help="extra environment for every test (e.g. MINIRL_FAIL=test_grpo)")
+                   help="extra environment for every test (e.g. MINIRL_FAIL=test_grpo); only the names reach "
+                        "Dagster's run storage, the values stay in this process")
     p.add_argument("--timeout-floor", type=int, default=0, metavar="S", help="override the timeout floor")
     p.add_argument("--list-only", action="store_true", help="print the plan and stop")
+    p.add_argument("--accept-problems", action="store_true",
+                   help="exit 0 despite catalog problems, unplanned tests or an empty selection")
     p.set_defaults(func=run)
 
 
@@ -34,66 +47,101 @@ def _parse_env(pairs: list[str]) -> dict[str, str]:
     out = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
-        if not sep or not key:
-            raise SystemExit(f"nightly run: --env {pair!r}: expected KEY=VALUE")
+        if not sep or not key or not key.replace("_", "").isalnum():
+            raise SystemExit(f"nightly run: --env {pair!r}: expected KEY=VALUE with KEY made of letters, digits, _")
         out[key] = value
+    return out
+
+
+def problems_of(night, runset) -> list[str]:
+    """What makes a night not green even when every launched test passed."""
+    out = [f"catalog problem: {p}" for p in night.catalog.problems]
+    out += [f"unplanned: {t.id}: {why}" for t, why in runset.skipped if t in runset.unplanned]
+    if not runset.run:
+        out.append("nothing to run: the selection matched no enabled, plannable test")
     return out
 
 
 def run(args: argparse.Namespace) -> int:
     from pipelines.cli.plan_view import print_plan
-    from pipelines.core.report import table
-    from pipelines.instance import open_instance
+    from pipelines.core.runset import RunSelection
     from pipelines.night import Night, NightSettings, default_home
 
     home = (args.home or default_home()).resolve()
     if args.repo and Path(args.repo).is_dir():
         args.repo = str(Path(args.repo).resolve())  # the Dagster run resolves it again, maybe elsewhere
     env = _parse_env(args.env)
-    settings = NightSettings(home=home, repo=args.repo, deployment=args.deployment, cadence=args.cadence,
-                             labels=split_csv(args.labels), suites=split_csv(args.suites),
-                             extra_env=tuple(sorted(env.items())), timeout_floor_s=args.timeout_floor or None)
-    night = Night(settings)
+    selection = RunSelection(cadence=args.cadence, labels=split_csv(args.labels), suites=split_csv(args.suites))
+    night = Night(NightSettings(home=home, repo=args.repo, deployment=args.deployment, cadence=args.cadence,
+                                extra_env=tuple(sorted(env.items())), timeout_floor_s=args.timeout_floor or None))
     print(f"nightly: repo {night.repo_spec.name} ({night.repo_spec.path}), deployment {night.deployment.name}, "
           f"cadence {args.cadence}, state {home}", flush=True)
-    for p in night.catalog.problems:
-        print(f"  catalog problem: {p}", file=sys.stderr)
-    tests, skipped = night.selected()
-    plan = night.plan(tests)
-    print_plan(plan, {t.id: t for t in tests}, skipped)
+    runset = night.runset(None, selection)
+    plan = night.plan(runset.run)
+    print_plan(plan, {t.id: t for t in runset.run}, runset.disabled)
+    for t, why in runset.skipped:
+        if t.enabled:
+            print(f"  {'-':>5}  {t.id:<48} {why}")
+    problems = problems_of(night, runset)
+    for p in problems:
+        print(f"problem: {p}", file=sys.stderr)
     night.history.read()  # an unreadable history store fails here, before any test runs
     if args.list_only:
-        return 0
+        return EXIT_PROBLEMS if problems and not args.accept_problems else 0
+    if not runset.run:
+        print("nightly: nothing to run; check --cadence/--labels/--suite against `nightly catalog`", file=sys.stderr)
+        return EXIT_PROBLEMS if not args.accept_problems else 0
+    code = _execute(night, args, selection, env, home)
+    if code == 0 and problems and not args.accept_problems:
+        print(f"nightly: every launched test passed, but the night had {len(problems)} problem(s) (above); "
+              "fix them or pass --accept-problems", file=sys.stderr)
+        return EXIT_PROBLEMS
+    return code
 
+
+def _execute(night, args, selection, env: dict[str, str], home: Path) -> int:
+    from pipelines.core.report import table
     from pipelines.definitions import build_definitions
+    from pipelines.defs.jobs import selection_config
+    from pipelines.defs.keys import TAG_CALIBRATION, TAG_REASON, TAG_SOURCE_RUN
     from pipelines.defs.resources import NightlyResource
+    from pipelines.defs.tags import range_tags, request_tags
+    from pipelines.instance import open_instance
 
+    os.environ.update(env)  # the run reads the values by name (env_from): they never enter run storage
     resource = NightlyResource(home=str(home), repo=args.repo or "", deployment=args.deployment or "")
     defs = build_definitions(catalog=night.catalog, nightly=resource)
     instance = open_instance(home)
+    keys = sorted(t.id for t in night.catalog.tests)
+    job = defs.resolve_job_def(args.cadence if args.cadence in ("nightly", "weekly") else "tests")
+    pools = [p.name for p in night.deployment.pools]
+    tags = {**range_tags(keys), **request_tags(night.deployment.name, selection, pools),
+            TAG_CALIBRATION: "inline", TAG_REASON: "nightly run (command line)"}
+    run_config = {**selection_config(selection, env_from=sorted(env), timeout_floor_s=args.timeout_floor),
+                  "loggers": {"console": {"config": {"log_level": "WARNING"}}}}
     t0 = time.monotonic()
-    job = defs.resolve_job_def("weekly" if args.cadence in ("weekly", "release") else "nightly")
-    run_config = {
-        "ops": {"run_night": {"config": {"cadence": args.cadence, "labels": list(settings.labels),
-                                          "suites": list(settings.suites), "env": env,
-                                          "timeout_floor_s": args.timeout_floor}}},
-        "loggers": {"console": {"config": {"log_level": "WARNING"}}},
-    }
     print("\nnightly: running (progress below; each line is one finished step or test)", flush=True)
-    result = job.execute_in_process(run_config=run_config, instance=instance, raise_on_error=False)
-    summary = result.output_for_node("run_night") if result.success else None
-    if summary is None:
-        print(f"nightly: the night's run {result.run_id} failed; see `make ui` -> Runs", file=sys.stderr)
-        return 1
+    result = job.execute_in_process(run_config=run_config, instance=instance, tags=tags, raise_on_error=False)
+    run = instance.get_run_by_id(result.run_id)
+    try:
+        summary = night.summary(result.run_id)
+    except ValueError:
+        summary = None
+    if summary is None or not result.success:
+        status = run.status.value if run else "?"
+        print(f"nightly: the night's run {result.run_id} ended {status}; see `make ui` -> Runs", file=sys.stderr)
+        if summary is None:
+            return EXIT_INTERRUPTED if status == "CANCELED" else EXIT_TEST_FAILED
     calib = defs.resolve_job_def("calibration").execute_in_process(
-        instance=instance, raise_on_error=False,
+        instance=instance, raise_on_error=False, tags={TAG_SOURCE_RUN: result.run_id},
         run_config={"loggers": {"console": {"config": {"log_level": "WARNING"}}}},
     )
-    if not calib.success:
+    report = "?"
+    if calib.success:
+        mats = calib.asset_materializations_for_node("night_report")
+        report = mats[0].metadata["report"].value if mats else "?"
+    else:
         print(f"nightly: calibration run {calib.run_id} failed; see `make ui` -> Runs", file=sys.stderr)
-        return 1
-    report_meta = calib.asset_materializations_for_node("night_report")
-    report = report_meta[0].metadata["report"].value if report_meta else "?"
 
     rows = night.report_rows(summary)  # est_time as the night ran it; proposals from the history it wrote
     paths = night.calibration_paths()
@@ -105,7 +153,9 @@ def run(args: argparse.Namespace) -> int:
     for note in summary["notes"]:
         print(f"note: {note}")
     print(f"report: {report}")
-    print(f"evidence: {paths['evidence']}\npatch: {paths['patch']}")
+    print(f"evidence: {paths['evidence']}\npatch: {paths['patch']}\nestimates: {paths['estimates']}")
     print(f"dagster runs: {result.run_id} (night), {calib.run_id} (calibration); `make ui` to browse")
+    if summary.get("interrupted"):
+        return EXIT_INTERRUPTED
     bad = [r for r in rows if r.outcome not in ("passed", "skipped", "unplanned")]
-    return 1 if bad else 0
+    return EXIT_TEST_FAILED if bad or not calib.success else 0

@@ -125,6 +125,10 @@ class PoolSpec:
     memory_per_gpu: str = "32Gi"
     #: ``sha256:...`` the image is pinned to (nodes never run a stale ``:nightly``)
     image_digest: str = ""
+    #: argv printing the image's current digest; a change under the same tag is an infra change
+    image_digest_command: tuple[str, ...] = ()
+    #: declared GPU driver / CUDA version (used where nvidia-smi and node labels cannot tell)
+    driver: str = ""
 
     def pool(self) -> Pool:
         return Pool(self.name, self.nodes, self.gpus_per_node)
@@ -185,6 +189,8 @@ class DeploymentSpec:
     cordon_bad_nodes: bool = False
     #: seconds a scheduled pod may spend pulling its image and in the pre-flight (infra, not test time)
     startup_wait_s: int = 900
+    #: suite hardware this deployment knowingly never runs: reported as not run here, not a problem
+    skip_hardware: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -242,7 +248,8 @@ def _pool(name: str, m: PoolModel) -> PoolSpec:
     return PoolSpec(name=name, nodes=m.nodes, gpus_per_node=m.gpus_per_node, hardware=tuple(m.hardware) or (name,),
                     image=m.image, node_selector=dict(m.node_selector), tolerations=tuple(dict(t) for t in m.tolerations),
                     shm_size=m.shm_size, priority_class=m.priority_class, queue=m.queue,
-                    cpu_per_gpu=m.cpu_per_gpu, memory_per_gpu=m.memory_per_gpu, image_digest=m.image_digest)
+                    cpu_per_gpu=m.cpu_per_gpu, memory_per_gpu=m.memory_per_gpu, image_digest=m.image_digest,
+                    image_digest_command=tuple(m.image_digest_command), driver=m.driver)
 
 
 def _repo(name: str, m: RepoModel, root: Path) -> RepoSpec:
@@ -264,7 +271,7 @@ def _deployment(name: str, m: DeploymentModel) -> DeploymentSpec:
         namespace=m.namespace, storage=m.storage, s3_bucket=m.s3_bucket, s3_prefix=m.s3_prefix,
         cache_pvc=m.cache_pvc, hf_token_secret=m.hf_token_secret, max_infra_retries=m.max_infra_retries,
         unschedulable_wait_s=m.unschedulable_wait_s, cordon_bad_nodes=m.cordon_bad_nodes,
-        startup_wait_s=m.startup_wait_s,
+        startup_wait_s=m.startup_wait_s, skip_hardware=tuple(m.skip_hardware),
     )
 
 

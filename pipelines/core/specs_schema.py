@@ -175,6 +175,9 @@ class DeploymentModel(_Strict):
     unschedulable_wait_s: int = Field(1800, ge=0, le=MAX_EST_TIME_S)
     cordon_bad_nodes: bool = False
     startup_wait_s: int = Field(900, ge=0, le=MAX_EST_TIME_S)
+    #: suite hardware this deployment knowingly never runs (e.g. a ROCm suite on an NVIDIA fleet):
+    #: its tests are reported as not run here, not as unplanned problems
+    skip_hardware: list[Hardware] = []
 
     @model_validator(mode="after")
     def _consistent(self) -> DeploymentModel:

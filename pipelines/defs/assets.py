@@ -6,22 +6,26 @@ shows exactly which checkpoint each test run used. Asset bodies are thin: ``Nigh
 """
 
 
-import json
 from collections import defaultdict
 
 import dagster as dg
 
 from pipelines.core.model import Catalog
 from pipelines.core.report import markdown
-from pipelines.defs.metadata import attempt_metadata, built_metadata
+from pipelines.defs.keys import (
+    CALIBRATED,
+    CONVERTED,
+    DATASETS,
+    MODEL_WEIGHTS,
+    NIGHT_REPORT,
+    TAG_SOURCE_RUN,
+    TEST_RUNS,
+)
+from pipelines.defs.metadata import built_metadata
 from pipelines.defs.resources import NightlyResource
+from pipelines.defs.test_runs import build_test_runs
 
-MODEL_WEIGHTS = dg.AssetKey("model_weights")
-DATASETS = dg.AssetKey("datasets")
-CONVERTED = dg.AssetKey("converted_checkpoints")
-TEST_RUNS = dg.AssetKey("test_runs")
-CALIBRATED = dg.AssetKey("calibrated_estimates")
-NIGHT_REPORT = dg.AssetKey("night_report")
+__all__ = ["CALIBRATED", "CONVERTED", "DATASETS", "MODEL_WEIGHTS", "NIGHT_REPORT", "TEST_RUNS", "build_assets"]
 
 
 def partitions(catalog: Catalog) -> dict[str, dg.StaticPartitionsDefinition]:
@@ -43,7 +47,7 @@ def _mapping(pairs: list[tuple[str, str]]) -> dg.StaticPartitionMapping:
     return dg.StaticPartitionMapping({k: v for k, v in m.items()})
 
 
-def build_assets(catalog: Catalog) -> list[dg.AssetsDefinition]:
+def build_assets(catalog: Catalog) -> tuple[list[dg.AssetsDefinition], list[dg.AssetChecksDefinition]]:
     parts = partitions(catalog)
     kind_of = {r.key: r.kind for r in catalog.requirements}
     conv_from_model = [(dep, r.key) for r in catalog.requirements if r.kind == "conversion" for dep in r.depends_on]
@@ -77,39 +81,20 @@ def build_assets(catalog: Catalog) -> list[dg.AssetsDefinition]:
         if test_needs[kind]:
             test_deps.append(dg.AssetDep(key, partition_mapping=_mapping(test_needs[kind])))
 
-    @dg.asset(key=TEST_RUNS, partitions_def=parts["test"], group_name="tests", deps=test_deps,
-              description="One e2e test run per partition: outcome, elapsed, timeout, node and log of each attempt.")
-    def test_runs(context: dg.AssetExecutionContext, nightly: NightlyResource) -> dg.MaterializeResult:
-        night = nightly.night(run_id=context.run.run_id, cadence="release")
-        test = night.catalog.by_id().get(context.partition_key)
-        if test is None:
-            raise dg.Failure(f"{context.partition_key} is no longer registered in {night.repo_spec.path}; "
-                             "reload the code location to refresh the partitions")
-        if not test.enabled:
-            raise dg.Failure(f"{test.id} is disabled ({test.disabled}); enable it in its registration to run it")
-        for req in night.requirements_for([test]):
-            night.build(req)
-        plan = night.plan([test])
-        if plan.unplanned:
-            raise dg.Failure(f"{test.id}: no pool of deployment {night.deployment.name} runs hardware "
-                             f"{test.hardware or test.suite!r}; add one in assets/cluster.yaml")
-        launcher = None
-        if night.deployment.launcher == "kubernetes":  # one container per asset partition, through Pipes
-            from pipelines.launch.kubernetes.pipes import pipes_launcher_for
-
-            launcher = pipes_launcher_for(context, night.deployment, **night.pod_settings())
-        result = night.run(plan, launcher=launcher)
-        attempt = result.final()[test.id]
-        meta = attempt_metadata(attempt, test, night.night)
-        if attempt.outcome != "passed":
-            context.log.warning(f"{test.id}: {attempt.outcome}: {attempt.reason}")
-        return dg.MaterializeResult(metadata=meta)
+    test_runs, test_passed = build_test_runs(catalog, parts["test"], test_deps)
 
     @dg.asset(key=CALIBRATED, group_name="calibration", deps=[TEST_RUNS],
               description="est_time proposed from measured passing durations, with evidence CSV and a source patch.")
     def calibrated_estimates(context: dg.AssetExecutionContext, nightly: NightlyResource) -> dg.MaterializeResult:
         night = nightly.night(run_id=context.run.run_id)
         estimates, paths = night.calibrate()
+        compacted = 0
+        compact = getattr(night.history, "compact", None)  # S3: merge the night's small objects
+        if compact is not None:
+            try:
+                compacted = compact()
+            except Exception as exc:  # noqa: BLE001 - compaction is housekeeping; calibration stands
+                context.log.warning(f"history compaction skipped: {exc}")
         drifted, near = night.checks(estimates)
         changed = [e for e in estimates if e.samples_used and e.delta]
         return dg.MaterializeResult(metadata={
@@ -119,6 +104,8 @@ def build_assets(catalog: Catalog) -> list[dg.AssetsDefinition]:
             "changed": dg.MetadataValue.int(len(changed)),
             "drifted": dg.MetadataValue.int(len(drifted)),
             "near_timeout": dg.MetadataValue.int(len(near)),
+            "history_objects_compacted": dg.MetadataValue.int(compacted),
+            "estimates": dg.MetadataValue.path(str(paths["estimates"])),
             "evidence": dg.MetadataValue.path(str(paths["evidence"])),
             "patch": dg.MetadataValue.path(str(paths["patch"])),
             "proposals": dg.MetadataValue.md(
@@ -131,19 +118,22 @@ def build_assets(catalog: Catalog) -> list[dg.AssetsDefinition]:
               description="The morning-after report: every selected test's outcome, elapsed, est_time and proposal.")
     def night_report(context: dg.AssetExecutionContext, nightly: NightlyResource) -> dg.MaterializeResult:
         night = nightly.night(run_id=context.run.run_id)
-        path = write_night_report(night)
-        return dg.MaterializeResult(metadata={"report": dg.MetadataValue.path(str(path)),
-                                              "text": dg.MetadataValue.md(path.read_text())})
+        source = context.run.tags.get(TAG_SOURCE_RUN) or None
+        uri, text = write_night_report(night, source)
+        return dg.MaterializeResult(metadata={"report": dg.MetadataValue.path(uri), "source_run": source or "latest",
+                                              "text": dg.MetadataValue.md(text)})
 
-    return [model_weights, datasets, converted_checkpoints, test_runs, calibrated_estimates, night_report]
+    return [model_weights, datasets, converted_checkpoints, test_runs, calibrated_estimates, night_report], [test_passed]
 
 
-def write_night_report(night):
-    """Render the latest night's summary (written by the nightly job) with current proposals."""
-    latest = night.home / "nights" / "latest.json"
-    if not latest.exists():
-        raise dg.Failure(f"no night has run yet ({latest} is missing); run `make nightly` first")
-    data = json.loads(latest.read_text())
+def write_night_report(night, run_id: str | None = None) -> tuple[str, str]:
+    """Render a run's record (the latest when ``run_id`` is None) with current proposals; store it."""
+    from pipelines.core.model import CatalogError
+
+    try:
+        data = night.summary(run_id)
+    except CatalogError as exc:
+        raise dg.Failure(str(exc)) from exc
     rows = night.report_rows(data)
     text = markdown(f"Night {data['night']} ({data['cadence']}, run {data['run_id']})", rows, None,
                     data.get("actual_makespan_s"),
@@ -151,7 +141,5 @@ def write_night_report(night):
                            "Actual makespan": f"{data.get('actual_makespan_s', 0):.1f} s",
                            "Lower bound": f"{data.get('lower_bound_s', 0):.1f} s"},
                     notes=data.get("notes", []))
-    out = night.home / "reports" / f"{data['night']}.md"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(text)
-    return out
+    uri = night.state.put(f"reports/{data['night']}.md", text)
+    return uri, text

@@ -1,69 +1,104 @@
-"""Schedules and sensors: the framework's cron cadences, calibration after every night, reruns on change.
+"""Schedules and sensors: cadences, feedback after every run that ran tests, reruns on change.
 
-The cron strings are the ones framework M uses (nightly Sunday-Friday 15:00 UTC, weekly full
-suite Saturday). A sensor never parses a test file itself: it asks the catalog.
+Every request is ONE run of ``test_runs`` over the whole key range with a selection in its
+config. The cron strings are framework M's (nightly Sunday-Friday 15:00 UTC, weekly Saturday).
+A sensor never parses a test file itself: it asks the catalog, and the infra probe.
 """
 
+from __future__ import annotations
 
-import hashlib
 import json
 
 import dagster as dg
 
+from pipelines.core.runset import RunSelection
+from pipelines.defs.jobs import TEST_JOBS, run_request
+from pipelines.defs.keys import TAG_CALIBRATION, TAG_SOURCE_RUN, TEST_RUNS
 from pipelines.defs.resources import NightlyResource
 
 NIGHTLY_CRON = "0 15 * * 0-5"
 WEEKLY_CRON = "0 15 * * 6"
 
 
-def build_schedules(nightly: dg.JobDefinition, weekly: dg.JobDefinition) -> list[dg.ScheduleDefinition]:
-    return [
-        dg.ScheduleDefinition(name="nightly_schedule", job=nightly, cron_schedule=NIGHTLY_CRON,
-                              execution_timezone="UTC", description="Nightly cadence, Sunday to Friday."),
-        dg.ScheduleDefinition(name="weekly_schedule", job=weekly, cron_schedule=WEEKLY_CRON,
-                              execution_timezone="UTC", description="Weekly full suite, Saturday."),
-    ]
+def build_schedules(jobs: dict, keys: list[str], deployment: str, pools: list[str]) -> list:
+    def cadence_schedule(name: str, cron: str, cadence: str, description: str):
+        @dg.schedule(name=name, job=jobs[cadence], cron_schedule=cron, execution_timezone="UTC",
+                     description=description)
+        def _schedule(context: dg.ScheduleEvaluationContext):
+            stamp = context.scheduled_execution_time.strftime("%Y-%m-%dT%H%M")
+            return run_request(keys, RunSelection(cadence=cadence), deployment, pools,
+                               run_key=f"{cadence}-{stamp}", reason=f"{cadence} schedule")
+
+        return _schedule
+
+    return [cadence_schedule("nightly_schedule", NIGHTLY_CRON, "nightly", "Nightly cadence, Sunday to Friday."),
+            cadence_schedule("weekly_schedule", WEEKLY_CRON, "weekly", "Weekly full suite, Saturday.")]
 
 
-def build_sensors(nightly: dg.JobDefinition, weekly: dg.JobDefinition, calibration_job,
-                  test_runs_job) -> list:
-    def calibrate_after(status: dg.DagsterRunStatus, name: str, description: str):
-        @dg.run_status_sensor(name=name, run_status=status, monitored_jobs=[nightly, weekly],
-                              request_job=calibration_job, description=description)
+def ran_tests(run: dg.DagsterRun) -> bool:
+    """Whether a finished run ran tests: a test job, or any launch whose selection holds test_runs."""
+    return run.job_name in TEST_JOBS or TEST_RUNS in (run.asset_selection or ())
+
+
+def build_sensors(jobs: dict, keys: list[str], deployment: str, pools: list[str]) -> list:
+    calibration = jobs["calibration"]
+
+    def calibrate_after(status: dg.DagsterRunStatus, name: str):
+        @dg.run_status_sensor(name=name, run_status=status, request_job=calibration, minimum_interval_seconds=5,
+                              default_status=dg.DefaultSensorStatus.RUNNING,
+                              description=f"After any run that ran tests ends ({status.value.lower()}): schedule, UI "
+                                          "pick, backfill or sensor: recalibrate est_time and report that run.")
         def _sensor(context: dg.RunStatusSensorContext):
-            return dg.RunRequest(run_key=f"calibrate-{context.dagster_run.run_id}")
+            run = context.dagster_run
+            if not ran_tests(run) or run.tags.get(TAG_CALIBRATION) == "inline":
+                return dg.SkipReason(f"run {run.run_id} ran no tests, or calibrated itself")
+            return dg.RunRequest(run_key=f"calibrate-{run.run_id}", tags={TAG_SOURCE_RUN: run.run_id})
 
         return _sensor
 
-    calibrate_after_night = calibrate_after(
-        dg.DagsterRunStatus.SUCCESS, "calibrate_after_night",
-        "After every night, recalibrate est_time and write the report.")
-    calibrate_after_failed_night = calibrate_after(
-        dg.DagsterRunStatus.FAILURE, "calibrate_after_failed_night",
-        "A night that failed part-way still has passing samples worth calibrating.")
-
-    @dg.sensor(
-        name="rerun_changed_tests", job=test_runs_job, minimum_interval_seconds=300,
-        description="Rerun a test whose file changed, and every test when a pool image changes.",
-    )
+    @dg.sensor(name="rerun_changed_tests", job=jobs["tests"], minimum_interval_seconds=300,
+               description="ONE run of the enabled tests whose file changed since the last evaluation.")
     def rerun_changed_tests(context: dg.SensorEvaluationContext, nightly: NightlyResource):
         night = nightly.night()
         shas = {t.id: t.sha256 for t in night.catalog.tests if t.enabled}
-        images = {p.name: p.image for p in night.deployment.pools}
-        images_digest = hashlib.sha256(json.dumps(images, sort_keys=True).encode()).hexdigest()[:16]
         previous = json.loads(context.cursor) if context.cursor else None
-        context.update_cursor(json.dumps({"shas": shas, "images": images_digest}))
+        context.update_cursor(json.dumps(shas))
         if previous is None:
-            return dg.SkipReason("first evaluation: remembering test file digests and images")
-        if previous.get("images") != images_digest:
-            changed = sorted(shas)
-            why = "pool image changed"
-        else:
-            changed = sorted(t for t, s in shas.items() if previous["shas"].get(t) != s)
-            why = "test file changed"
-        if not changed:
-            return dg.SkipReason("no test file or image changed")
-        return [dg.RunRequest(run_key=f"{tid}@{shas[tid][:12]}-{images_digest}", partition_key=tid,
-                              tags={"nightly/reason": why}) for tid in changed]
+            return dg.SkipReason("first evaluation: remembering test file digests")
+        changed = sorted(t for t, s in shas.items() if previous.get(t) != s)
+        runnable = night.runset(None, RunSelection(tests=tuple(changed))).run
+        if not runnable:
+            return dg.SkipReason("no enabled, plannable test file changed")
+        ids = tuple(t.id for t in runnable)
+        return run_request(keys, RunSelection(tests=ids), deployment, pools,
+                           run_key="changed-" + "-".join(shas[i][:8] for i in ids)[:200],
+                           reason=f"test file changed: {', '.join(ids)}"[:255])
 
-    return [calibrate_after_night, calibrate_after_failed_night, rerun_changed_tests]
+    @dg.sensor(name="infra_change_backfill", job=jobs["tests"], minimum_interval_seconds=300,
+               default_status=dg.DefaultSensorStatus.RUNNING,
+               description="When a pool's image digest (same tag, new push), GPU driver / CUDA version or "
+                           "spec changes: ONE run of that pool's enabled tests of the nightly cadence.")
+    def infra_change_backfill(context: dg.SensorEvaluationContext, nightly: NightlyResource):
+        from pipelines.launch.infra import changed_pools, probe
+
+        night = nightly.night()
+        now = probe(night.deployment)
+        before = json.loads(context.cursor) if context.cursor else None
+        context.update_cursor(json.dumps(now, sort_keys=True))
+        if before is None:
+            return dg.SkipReason("first evaluation: remembering each pool's image digest, driver and spec")
+        changed = changed_pools(before, now)
+        if not changed:
+            return dg.SkipReason("no pool's image digest, driver or spec changed")
+        requests = []
+        for pool, what in sorted(changed.items()):
+            fingerprint = "-".join((now[pool].get(k) or "none")[-12:] for k in ("image_digest", "driver", "spec"))
+            requests.append(run_request(keys, RunSelection(cadence="nightly", pools=(pool,)), deployment, pools,
+                                        run_key=f"infra-{pool}-{fingerprint}",
+                                        reason=f"infra change on {pool}: {'; '.join(what)}"))
+        return requests
+
+    return [calibrate_after(dg.DagsterRunStatus.SUCCESS, "calibrate_after_tests"),
+            calibrate_after(dg.DagsterRunStatus.FAILURE, "calibrate_after_failed_tests"),
+            calibrate_after(dg.DagsterRunStatus.CANCELED, "calibrate_after_canceled_tests"),
+            rerun_changed_tests, infra_change_backfill]

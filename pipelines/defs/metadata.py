@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dagster as dg
 
-from pipelines.core.model import Attempt, Test
+from pipelines.core.model import Assignment, Attempt, Plan, Test
 from pipelines.launch.base import tail
 from pipelines.storage.cache import Built
 
@@ -50,3 +50,46 @@ def built_metadata(built: Built, source: str) -> dict[str, dg.MetadataValue]:
         "files": dg.MetadataValue.int(built.files),
         "bytes": dg.MetadataValue.int(built.bytes),
     }
+
+
+def planned_metadata(a: Assignment, test: Test, night: str) -> dict[str, dg.MetadataValue]:
+    """A test's place in tonight's plan, observed on its partition before it starts."""
+    return {
+        "outcome": dg.MetadataValue.text("planned"),
+        "est_time_s": dg.MetadataValue.int(test.est_time),
+        "est_source": dg.MetadataValue.text(test.est_source),
+        "timeout_s": dg.MetadataValue.int(a.timeout_s),
+        "pool": dg.MetadataValue.text(a.pool),
+        "node": dg.MetadataValue.int(a.node),
+        "order": dg.MetadataValue.int(a.priority),
+        "predicted_start_s": dg.MetadataValue.float(float(a.start_s)),
+        "predicted_end_s": dg.MetadataValue.float(float(a.end_s)),
+        "night": dg.MetadataValue.text(night),
+    }
+
+
+def plan_markdown(plan: Plan) -> str:
+    """The run's plan as a table: order, node, predicted start/end, timeout."""
+    head = "| # | test | pool/node | gpus | start s | end s | timeout s |\n|---|---|---|---|---|---|---|\n"
+    return head + "\n".join(f"| {a.priority} | {a.test_id} | {a.pool}/{a.node} | {a.gpus} | {a.start_s:.0f} | "
+                            f"{a.end_s:.0f} | {a.timeout_s} |" for a in plan.ordered())
+
+
+#: outcomes that say the machine, not the test, failed: their check fails as a warning
+INFRA_OUTCOMES = frozenset({"infra_error", "interrupted"})
+
+
+def check_result(attempt: Attempt, test: Test) -> dg.AssetCheckEvaluation:
+    """The test_passed check of the attempt's partition: failed/timed out fail, infra warns."""
+    from pipelines.defs.keys import TEST_PASSED
+
+    passed = attempt.outcome == "passed"
+    infra = attempt.outcome in INFRA_OUTCOMES
+    why = attempt.reason or ("" if passed else attempt.outcome)
+    return dg.AssetCheckEvaluation(
+        asset_key=TEST_PASSED.asset_key, check_name=TEST_PASSED.name, passed=passed, partition=test.id,
+        severity=dg.AssetCheckSeverity.WARN if infra else dg.AssetCheckSeverity.ERROR,
+        description=f"{attempt.outcome}" + (f": {why}" if why and why != attempt.outcome else ""),
+        metadata={"outcome": attempt.outcome, "kind": "infra" if infra else "test",
+                  "elapsed_s": float(attempt.elapsed_s), "timeout_s": attempt.timeout_s, "node": attempt.node},
+    )

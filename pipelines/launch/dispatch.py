@@ -46,14 +46,18 @@ def run_plan(
     on_finish: Callable[[Attempt], None] | None = None,
     on_log: Callable[[str], LogSink | None] | None = None,
     avoid_nodes: Callable[[], tuple[str, ...]] | None = None,
+    stop: threading.Event | None = None,
 ) -> DispatchResult:
     """Run every assignment of ``plan``; returns when all have finished.
 
     Infra errors (lost node, unusable GPU, eviction) are retried up to ``max_infra_retries``
     times, avoiding the nodes they failed on and every node ``avoid_nodes()`` names at that
     moment; test failures, timeouts and infra errors a launcher marks ``retriable=false``
-    (unschedulable, config errors: another node would not help) are final.
+    (unschedulable, config errors: another node would not help) are final. Once ``stop`` is
+    set (the run was interrupted) nothing new starts and no retry is made; running attempts end
+    as their launcher ends them (``interrupt()`` kills them) and are still returned.
     """
+    stop = stop or threading.Event()
     queue = DispatchQueue(plan, pools)
     result = DispatchResult(started_at=time.monotonic())
     finished = threading.Condition()
@@ -74,7 +78,8 @@ def run_plan(
                 if on_finish:
                     on_finish(attempt)
                 retriable = attempt.details.get("retriable", "true") != "false"
-                if attempt.outcome != "infra_error" or not retriable or attempt_no > max_infra_retries:
+                if (attempt.outcome != "infra_error" or not retriable or attempt_no > max_infra_retries
+                        or stop.is_set()):
                     break
                 attempt_no += 1
                 failed_nodes = (*failed_nodes, attempt.node) if attempt.node else failed_nodes
@@ -88,13 +93,13 @@ def run_plan(
 
     threads: list[threading.Thread] = []
     with finished:
-        while not queue.done() and not errors:
+        while not queue.done() and not errors and not stop.is_set():
             for a, node, slots in queue.start_ready():
                 t = threading.Thread(target=worker, args=(a, node, slots), name=f"test:{a.test_id}", daemon=True)
                 threads.append(t)
                 t.start()
-            while not done_ids and not errors:
-                finished.wait(timeout=1.0)
+            while not done_ids and not errors and not stop.is_set():
+                finished.wait(timeout=0.5)
             for test_id in done_ids:
                 queue.finish(test_id)
             done_ids.clear()

@@ -4,6 +4,7 @@ from pipelines.core.calibrate.evidence import (
     EVIDENCE_COLUMNS,
     NearTimeout,
     drift,
+    evidence_csv,
     evidence_rows,
     near_timeout,
     write_atomic,
@@ -14,4 +15,4 @@ from pipelines.core.calibrate.policies import POLICIES, bucket_round, calibrate,
 
 __all__ = ["EVIDENCE_COLUMNS", "POLICIES", "NearTimeout", "PatchPlan", "apply_patch", "bucket_round", "calibrate",
            "drift", "estimates_by_id", "evidence_rows", "make_patch", "near_timeout", "percentile", "plan_patch",
-           "write_atomic", "write_evidence_csv"]
+           "write_atomic", "write_evidence_csv", "evidence_csv"]

@@ -52,12 +52,17 @@ def write_atomic(path: Path | str, text: str) -> None:
         raise
 
 
-def write_evidence_csv(path: Path | str, estimates: Sequence[Estimate]) -> None:
+def evidence_csv(estimates: Sequence[Estimate]) -> str:
+    """The evidence as CSV text: one row per test with current, logged and proposed values."""
     buf = io.StringIO()
     writer = csv.DictWriter(buf, fieldnames=EVIDENCE_COLUMNS, lineterminator="\n")
     writer.writeheader()
     writer.writerows(evidence_rows(estimates))
-    write_atomic(path, buf.getvalue())
+    return buf.getvalue()
+
+
+def write_evidence_csv(path: Path | str, estimates: Sequence[Estimate]) -> None:
+    write_atomic(path, evidence_csv(estimates))
 
 
 def drift(estimates: Sequence[Estimate], min_s: float = 30, min_ratio: float = 0.30) -> list[Estimate]:

@@ -1,0 +1,49 @@
+"""Run tags: what a run covers and on what it ran, for filters, concurrency limits and the report."""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Sequence
+from pathlib import Path
+
+from pipelines.core.runset import RunSelection
+from pipelines.defs.keys import (
+    RANGE_END,
+    RANGE_START,
+    TAG_CADENCE,
+    TAG_COMMIT,
+    TAG_DEPLOYMENT,
+    TAG_IMAGE,
+    TAG_POOLS,
+)
+
+
+def framework_commit(repo: Path) -> str:
+    """The checkout's commit (``git rev-parse HEAD``), or "" for a folder that is not a git checkout."""
+    try:
+        out = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True,
+                             timeout=10, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    return out.stdout.strip() if out.returncode == 0 else ""
+
+
+def request_tags(deployment: str, selection: RunSelection, pools: Sequence[str]) -> dict[str, str]:
+    """Tags known before a run starts (so the run queue's tag concurrency limits can use them)."""
+    return {TAG_CADENCE: selection.cadence or "picked", TAG_DEPLOYMENT: deployment,
+            TAG_POOLS: ",".join(sorted(selection.pools or pools))}
+
+
+def range_tags(keys: Sequence[str]) -> dict[str, str]:
+    """The whole partition range: schedules, sensors and the CLI make ONE run for any selection."""
+    return {RANGE_START: keys[0], RANGE_END: keys[-1]} if keys else {}
+
+
+def run_tags(night, selection: RunSelection, infra: dict[str, dict[str, str]]) -> dict[str, str]:
+    """Everything a run's tags say, once the run knows what it runs on (digests, commit)."""
+    pools = [p.name for p in night.deployment.pools]
+    tags = request_tags(night.deployment.name, selection, pools)
+    digests = sorted({(v.get("image_digest") or "")[:71] for v in infra.values() if v.get("image_digest")})
+    tags[TAG_IMAGE] = ",".join(digests)[:255]
+    tags[TAG_COMMIT] = framework_commit(night.repo_spec.path)
+    return tags

@@ -1,0 +1,164 @@
+"""``test_runs``: the one asset that runs tests, one partition per test id, many partitions per run.
+
+With a single-run backfill policy one run receives every picked key (a UI pick, a backfill of
+all partitions, ``dagster asset materialize --partition-range``); schedules, sensors and the CLI
+request the whole key range plus a selection in the run config, so any selection is ONE run.
+The body plans the run's tests together and dispatches them on free GPUs
+(``pipelines.execute``); each finished test is reported at once as a materialization of its
+partition and a ``test_passed`` check result. Disabled and unplanned tests are observed with
+their reason, never launched, never red. Inputs are materialized (or observed as reused) in
+their own partitions within the same run, so lineage shows what each test used.
+"""
+
+import os
+
+import dagster as dg
+
+from pipelines.core.model import Catalog
+from pipelines.core.runset import RunSelection
+from pipelines.defs.keys import CONVERTED, DATASETS, MODEL_WEIGHTS, TEST_PASSED, TEST_RUNS
+from pipelines.defs.metadata import (
+    attempt_metadata,
+    built_metadata,
+    check_result,
+    plan_markdown,
+    planned_metadata,
+)
+from pipelines.defs.resources import NightlyResource
+from pipelines.defs.runs import canceled_on_interrupt, fail_stale_runs, process_tags
+from pipelines.defs.tags import run_tags
+from pipelines.execute import Finished, InputFailed, InputReady, NightDone, Planned, run_tests
+
+KIND_ASSET = {"model": MODEL_WEIGHTS, "dataset": DATASETS, "conversion": CONVERTED}
+
+
+class TestRunsConfig(dg.Config):
+    """What a run of test_runs covers beyond its partition keys; all empty = exactly the keys picked."""
+
+    cadence: str = ""
+    labels: list[str] = []
+    suites: list[str] = []
+    pools: list[str] = []
+    #: explicit test ids (a sensor's changed files)
+    tests: list[str] = []
+    #: names of environment variables passed to every test; values come from the run's process
+    #: environment, so secrets never land in Dagster's run storage (e.g. MINIRL_FAIL)
+    env_from: list[str] = []
+    #: override the repo's timeout floor in seconds (0 = assets/repos.yaml)
+    timeout_floor_s: int = 0
+
+    def selection(self) -> RunSelection:
+        return RunSelection(cadence=self.cadence, labels=tuple(self.labels), suites=tuple(self.suites),
+                            pools=tuple(self.pools), tests=tuple(self.tests))
+
+
+def _say(context: dg.AssetExecutionContext, message: str, level: str = "info") -> None:
+    """Progress for the terminal (stdout; the step's log in the UI) and the event log."""
+    print(f"nightly: {message}", flush=True)
+    getattr(context.log, level)(message)
+
+
+def _keys(context: dg.AssetExecutionContext) -> list[str] | None:
+    try:
+        return list(context.partition_keys)
+    except Exception:  # noqa: BLE001 - an unpartitioned launch means every test
+        return None
+
+
+def _dagster_events(context: dg.AssetExecutionContext, night, events, selection: RunSelection, by_id: dict):
+    """Our events as Dagster events: observations, materializations and check results."""
+    for event in events:
+        if isinstance(event, Planned):
+            plan = event.plan
+            _say(context, f"{len(plan.assignments)} test(s) of {selection.describe()}; predicted makespan "
+                          f"{plan.makespan_s:.0f}s (lower bound {plan.lower_bound_s:.0f}s); "
+                          f"{len(event.runset.skipped)} not launched")
+            context.log.info("plan:\n" + plan_markdown(plan))
+            for a in plan.ordered():
+                yield dg.AssetObservation(asset_key=TEST_RUNS, partition=a.test_id,
+                                          metadata=planned_metadata(a, by_id[a.test_id], night.night))
+            for t, why in event.runset.skipped:
+                yield dg.AssetObservation(asset_key=TEST_RUNS, partition=t.id,
+                                          metadata={"outcome": "not launched", "reason": why,
+                                                    "est_time_s": t.est_time, "est_source": t.est_source})
+        elif isinstance(event, InputReady):
+            cls = dg.AssetObservation if event.built.reused else dg.AssetMaterialization
+            yield cls(asset_key=KIND_ASSET[event.requirement.kind], partition=event.requirement.key,
+                      metadata=built_metadata(event.built, event.requirement.source))
+        elif isinstance(event, InputFailed):
+            yield dg.AssetObservation(asset_key=KIND_ASSET[event.requirement.kind],
+                                      partition=event.requirement.key,
+                                      metadata={"outcome": "build failed", "reason": event.error})
+        elif isinstance(event, Finished):
+            yield dg.AssetMaterialization(asset_key=TEST_RUNS, partition=event.test.id,
+                                          metadata=attempt_metadata(event.attempt, event.test, night.night))
+            yield check_result(event.attempt, event.test)
+        elif isinstance(event, NightDone):
+            s = event.summary
+            _say(context, f"done: predicted makespan {s['predicted_makespan_s']:.1f}s, actual "
+                          f"{s['actual_makespan_s']:.1f}s; record {night.state.uri('runs/' + night.run_id + '.json')}")
+
+
+def build_test_runs(catalog: Catalog, test_parts: dg.PartitionsDefinition, deps: list[dg.AssetDep]):
+    """The asset and its partitioned check (the check's results come from the asset's own run)."""
+
+    @dg.asset(key=TEST_RUNS, partitions_def=test_parts, group_name="tests", deps=deps,
+              backfill_policy=dg.BackfillPolicy.single_run(), output_required=False,
+              description="Runs the picked tests together on free GPUs; one partition per test id "
+                          "(outcome, elapsed, est_time, timeout, node and log of each attempt).")
+    def test_runs(context: dg.AssetExecutionContext, config: TestRunsConfig, nightly: NightlyResource):
+        env = {}
+        for name in config.env_from:
+            if name not in os.environ:
+                raise dg.Failure(f"env_from names {name!r}, which is not set in the run's environment; "
+                                 f"set it where the run executes (the CLI's --env does) or drop it")
+            env[name] = os.environ[name]
+        night = nightly.night(run_id=context.run.run_id, extra_env=tuple(sorted(env.items())),
+                              timeout_floor_s=config.timeout_floor_s or None, cadence=config.cadence or "release")
+        selection = config.selection()
+        for problem in night.catalog.problems:
+            _say(context, f"catalog problem: {problem}", "warning")
+        runset = night.runset(_keys(context), selection)
+        for key in runset.unknown:
+            _say(context, f"{key}: no longer registered; reload the code location to refresh the partitions",
+                 "warning")
+
+        from pipelines.launch.infra import probe
+
+        infra = probe(night.deployment)
+        tags = run_tags(night, selection, infra)
+        context.instance.add_run_tags(context.run.run_id, {**tags, **process_tags()})
+        for note in fail_stale_runs(context.instance, context.run.run_id):
+            _say(context, note, "warning")
+        launcher = None
+        if night.deployment.launcher == "kubernetes" and len(runset.run) == 1:
+            from pipelines.launch.kubernetes.pipes import pipes_launcher_for  # one pod through Pipes
+
+            launcher = pipes_launcher_for(context, night.deployment, **night.pod_settings())
+
+        by_id = night.catalog.by_id()
+        events = run_tests(night, runset, selection, launcher=launcher, say=lambda m: _say(context, m),
+                           infra=infra, tags=tags)
+        with canceled_on_interrupt(context):
+            yield from _dagster_events(context, night, events, selection, by_id)
+
+    @dg.asset_check(asset=TEST_RUNS, name=TEST_PASSED.name, partitions_def=test_parts, blocking=False,
+                    description="The test's last attempt passed. Fails for failed and timed-out tests with "
+                                "the reason; infra outcomes (lost node, unusable GPU, interrupted) fail with "
+                                "severity WARN so they are told apart. Evaluated by test_runs as each test ends.")
+    def test_passed(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResult:
+        """Re-evaluate from the partition's latest materialization (when launched on its own)."""
+        key = context.partition_key if context.has_partition_key else None
+        event = context.instance.get_latest_materialization_event(TEST_RUNS) if key is None else next(
+            iter(context.instance.fetch_materializations(
+                dg.AssetRecordsFilter(asset_key=TEST_RUNS, asset_partitions=[key]), limit=1).records), None)
+        mat = getattr(event, "asset_materialization", None) or getattr(getattr(event, "event_log_entry", None),
+                                                                       "asset_materialization", None)
+        if mat is None:
+            return dg.AssetCheckResult(passed=False, severity=dg.AssetCheckSeverity.WARN,
+                                       description="the test has not run yet")
+        outcome = mat.metadata.get("outcome").value if "outcome" in mat.metadata else "?"
+        reason = mat.metadata.get("reason").value if "reason" in mat.metadata else ""
+        return dg.AssetCheckResult(passed=outcome == "passed", description=f"{outcome}: {reason}".strip(": "))
+
+    return test_runs, test_passed

@@ -1,0 +1,136 @@
+"""What a pool's tests run on, as it is right now: image digest, GPU driver / CUDA, pool spec.
+
+A tag such as ``:nightly`` can move under the same name and a driver upgrade changes nothing in
+``assets/``, so the infra-change sensor and every attempt's record use what is observed:
+- image digest: the pool's ``image_digest_command`` (argv, e.g. ``crane digest IMAGE``) when
+  given, else the pinned ``image_digest``; for the local launcher with neither, a digest of this
+  machine's Python environment (interpreter + installed distributions), which is the "image"
+  local tests run in;
+- driver: ``nvidia-smi`` when present (local), the GPU nodes' feature-discovery labels
+  (Kubernetes), else the pool's declared ``driver``;
+- spec: a digest of the pool's declared shape (nodes, GPUs, hardware, image, selector, ...).
+Probing never raises: what cannot be observed is reported empty with the reason in ``notes``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import shutil
+import subprocess
+import sys
+from importlib import metadata
+
+from pipelines.core.specs import DeploymentSpec, PoolSpec
+
+PROBE_TIMEOUT_S = 30
+#: GPU feature discovery's node labels for the driver and CUDA versions
+DRIVER_LABELS = ("nvidia.com/cuda.driver-version.full", "nvidia.com/cuda.driver.major")
+CUDA_LABELS = ("nvidia.com/cuda.runtime-version.full", "nvidia.com/cuda.runtime.major")
+
+
+def _sha(text: str) -> str:
+    return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
+
+
+def spec_digest(pool: PoolSpec) -> str:
+    """The pool's declared shape; the digest command itself is left out (it is how, not what)."""
+    fields = {k: v for k, v in dataclasses.asdict(pool).items() if k not in ("image_digest_command",)}
+    return _sha(json.dumps(fields, sort_keys=True, default=str))[:23]
+
+
+def environment_digest() -> str:
+    """This machine's Python environment: what a local test 'image' is."""
+    dists = sorted(f"{d.metadata['Name']}=={d.version}" for d in metadata.distributions() if d.metadata["Name"])
+    return _sha("\n".join([sys.version, *dists]))
+
+
+def _run(argv: list[str]) -> tuple[str, str]:
+    """(stdout, problem) of a probe command; never raises."""
+    try:
+        out = subprocess.run(argv, capture_output=True, text=True, timeout=PROBE_TIMEOUT_S, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return "", f"{argv[0]}: {exc}"
+    if out.returncode != 0:
+        return "", f"{' '.join(argv[:3])}: exit {out.returncode}: {out.stderr.strip()[-200:]}"
+    return out.stdout.strip(), ""
+
+
+def local_driver() -> tuple[str, str]:
+    """(driver/cuda, problem) from nvidia-smi, or ("", why) where there is none."""
+    if not shutil.which("nvidia-smi"):
+        return "", "no nvidia-smi on this machine"
+    out, problem = _run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"])
+    driver = out.splitlines()[0].strip() if out else ""
+    cuda_out, _ = _run(["nvidia-smi"])
+    cuda = ""
+    for word in cuda_out.replace("|", " ").split("CUDA Version:")[1:2]:
+        cuda = word.split()[0]
+    return (f"{driver}/{cuda}" if cuda else driver), problem
+
+
+def kubernetes_driver(deployment: DeploymentSpec, pool: PoolSpec) -> tuple[str, str]:
+    """The driver/CUDA labels of the pool's nodes (all nodes should agree; a mix is reported)."""
+    try:
+        from pipelines.launch.kubernetes import launcher_from_deployment
+
+        api = launcher_from_deployment(deployment).api
+        selector = ",".join(f"{k}={v}" for k, v in pool.node_selector.items()) or None
+        nodes = api.list_node(label_selector=selector).items
+    except Exception as exc:  # noqa: BLE001 - probing must not stop a sensor or a night
+        return "", f"node labels unreadable: {exc}"
+    seen = set()
+    for n in nodes:
+        labels = n.metadata.labels or {}
+        drv = next((labels[k] for k in DRIVER_LABELS if labels.get(k)), "")
+        cuda = next((labels[k] for k in CUDA_LABELS if labels.get(k)), "")
+        if drv:
+            seen.add(f"{drv}/{cuda}" if cuda else drv)
+    if not seen:
+        return "", "no node of the pool carries GPU feature-discovery driver labels"
+    return ",".join(sorted(seen)), ("" if len(seen) == 1 else "nodes of the pool run different drivers")
+
+
+def probe_pool(deployment: DeploymentSpec, pool: PoolSpec) -> dict[str, str]:
+    """What the pool runs now: image, image_digest, driver, spec and notes (why something is empty)."""
+    notes: list[str] = []
+    digest = ""
+    if pool.image_digest_command:
+        digest, problem = _run(list(pool.image_digest_command))
+        digest = digest.splitlines()[0].strip() if digest else ""
+        if problem:
+            notes.append(f"image digest: {problem}")
+    if not digest:
+        digest = pool.image_digest
+    if not digest and deployment.launcher == "local":
+        digest = environment_digest()
+    if deployment.launcher == "kubernetes":
+        driver, problem = kubernetes_driver(deployment, pool)
+    else:
+        driver, problem = local_driver()
+    if not driver:
+        driver = pool.driver
+        if problem and not driver:
+            notes.append(f"driver: {problem}")
+    return {"image": pool.image or ("local python environment" if deployment.launcher == "local" else ""),
+            "image_digest": digest, "driver": driver, "spec": spec_digest(pool), "notes": "; ".join(notes)}
+
+
+def probe(deployment: DeploymentSpec) -> dict[str, dict[str, str]]:
+    """Every pool of the deployment, by pool name."""
+    return {p.name: probe_pool(deployment, p) for p in deployment.pools}
+
+
+def changed_pools(before: dict[str, dict[str, str]], now: dict[str, dict[str, str]]) -> dict[str, list[str]]:
+    """Pools whose digest, driver or spec changed, with what changed (pools new to ``before`` are not changes)."""
+    out: dict[str, list[str]] = {}
+    for pool, cur in now.items():
+        old = before.get(pool)
+        if not old:
+            continue
+        what = [f"{k} {old.get(k) or '?'} -> {cur.get(k) or '?'}" for k in ("image_digest", "driver", "spec")
+                if old.get(k, "") != cur.get(k, "")]
+        if what:
+            out[pool] = what
+    return out

@@ -1,0 +1,157 @@
+"""The deployment's store for a night's state: summaries, estimates, reports, evidence and logs.
+
+Every Dagster run may start in a fresh folder (separate pods in production), so whatever one run
+leaves for the next (the night summary the calibration reads, the estimates the next night plans
+with, the report, the attempt logs a maintainer opens) goes through this store, never through
+the run's working folder. ``local``: files under the state folder (the embedded default);
+``s3``: objects under ``s3://<s3_bucket>/<s3_prefix>state/`` written with boto3.
+
+Keys are relative paths such as ``nights/<night>.json`` or ``estimates/<repo>.json``.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Protocol
+
+from pipelines.core.specs import DeploymentSpec
+
+
+class StateError(RuntimeError):
+    """The store cannot be read or written; the message names the place and what to do."""
+
+
+def _check_key(key: str) -> str:
+    parts = key.split("/")
+    if not key or key.startswith("/") or any(p in ("", ".", "..") for p in parts):
+        raise StateError(f"{key!r}: not a relative state key (no empty, '.' or '..' parts)")
+    return key
+
+
+class StateStore(Protocol):
+    """Small texts and files a night leaves for the next run, wherever that run starts."""
+
+    def get(self, key: str) -> str | None: ...
+
+    def put(self, key: str, text: str) -> str: ...
+
+    def put_file(self, key: str, path: Path) -> str: ...
+
+    def keys(self, prefix: str) -> list[str]: ...
+
+    def uri(self, key: str) -> str: ...
+
+
+class LocalStateStore:
+    """Files under the state folder; writes are atomic (temp file + rename)."""
+
+    def __init__(self, root: Path):
+        self.root = Path(root)
+
+    def __repr__(self) -> str:
+        return f"LocalStateStore({self.root})"
+
+    def path(self, key: str) -> Path:
+        return self.root / _check_key(key)
+
+    def uri(self, key: str) -> str:
+        return str(self.path(key))
+
+    def get(self, key: str) -> str | None:
+        try:
+            return self.path(key).read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise StateError(f"{self.path(key)}: cannot be read ({exc.strerror}); check its permissions") from exc
+
+    def put(self, key: str, text: str) -> str:
+        target = self.path(key)
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.")
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                fh.write(text)
+            os.replace(tmp, target)
+        except OSError as exc:
+            raise StateError(f"{target}: cannot be written ({exc.strerror}); the state folder {self.root} "
+                             "must be writable (set NIGHTLY_HOME or --home to a writable folder)") from exc
+        return str(target)
+
+    def put_file(self, key: str, path: Path) -> str:
+        target = self.path(key)
+        if Path(path).resolve() == target.resolve():
+            return str(target)  # already where it belongs (local attempt logs are written in place)
+        return self.put(key, Path(path).read_text(encoding="utf-8", errors="replace"))
+
+    def keys(self, prefix: str) -> list[str]:
+        base = self.root / prefix if prefix else self.root
+        if not base.is_dir():
+            return []
+        return sorted(str(p.relative_to(self.root)) for p in base.rglob("*") if p.is_file() and not p.name.startswith("."))
+
+
+class S3StateStore:
+    """Objects under ``s3://bucket/<prefix>state/``; each put is one checksummed PUT."""
+
+    def __init__(self, bucket: str, prefix: str = "", client=None, endpoint_url: str | None = None):
+        from pipelines.storage.s3 import S3Artifacts  # boto3 only where S3 is used
+
+        self.artifacts = S3Artifacts(bucket, f"{prefix.strip('/')}/state/" if prefix.strip("/") else "state/",
+                                     client=client, endpoint_url=endpoint_url)
+
+    def __repr__(self) -> str:
+        return f"S3StateStore({self.uri('')})"
+
+    def uri(self, key: str) -> str:
+        return self.artifacts.uri(key)
+
+    def get(self, key: str) -> str | None:
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        a = self.artifacts
+        try:
+            body = a.client.get_object(Bucket=a.bucket, Key=a.prefix + _check_key(key))["Body"].read()
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") in ("NoSuchKey", "404"):
+                return None
+            raise StateError(f"{self.uri(key)}: cannot be read ({exc}); check the bucket and credentials") from exc
+        except BotoCoreError as exc:
+            raise StateError(f"{self.uri(key)}: cannot be read ({exc}); check the endpoint and network") from exc
+        return body.decode("utf-8")
+
+    def put(self, key: str, text: str) -> str:
+        from pipelines.storage.s3 import ArtifactError
+
+        try:
+            return self.artifacts.put_text(_check_key(key), text)
+        except ArtifactError as exc:
+            raise StateError(str(exc)) from exc
+
+    def put_file(self, key: str, path: Path) -> str:
+        from pipelines.storage.s3 import ArtifactError
+
+        try:
+            return self.artifacts.upload_file(path, _check_key(key))
+        except ArtifactError as exc:
+            raise StateError(str(exc)) from exc
+
+    def keys(self, prefix: str) -> list[str]:
+        a = self.artifacts
+        out: list[str] = []
+        for page in a.client.get_paginator("list_objects_v2").paginate(Bucket=a.bucket, Prefix=a.prefix + prefix):
+            out += [o["Key"][len(a.prefix):] for o in page.get("Contents", [])]
+        return sorted(out)
+
+
+def state_store(deployment: DeploymentSpec, home: Path, env: Mapping[str, str] | None = None) -> StateStore:
+    """The deployment's store: ``local`` -> the state folder, ``s3`` -> the deployment's bucket."""
+    if deployment.storage == "s3":
+        from pipelines.storage.history import history_store, s3_endpoint
+
+        history_store(deployment, home, env)  # same checks (bucket named) and the same messages
+        return S3StateStore(deployment.s3_bucket, deployment.s3_prefix, endpoint_url=s3_endpoint(env))
+    return LocalStateStore(Path(home))
