@@ -55,9 +55,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def load_catalog(path: Path, spec: RepoSpec | None) -> Catalog:
     """The catalog stage (imported here so this module loads without it)."""
+    from pipelines.cli.catalog import default_cache_dir
     from pipelines.core.catalog import load_catalog as load
 
-    return load(path, spec)
+    return load(path, spec, cache_dir=default_cache_dir())
 
 
 def _repo(specs, value: str | None) -> tuple[Path, RepoSpec | None]:
@@ -173,6 +174,38 @@ def _hw(t: Test | None) -> str:
     return hardware_of(t) if t else ""
 
 
+def hardware_summary(plan: Plan, pools, tests: dict[str, Test]) -> list[str]:
+    """Unplanned tests per hardware with the pool (or alias) to add, and aliases assumed onto the default pool."""
+    from pipelines.core.plan.cluster import pool_hardware
+
+    lines: list[str] = []
+    by_hw: dict[str, list[Test]] = {}
+    for tid in plan.unplanned:
+        t = tests.get(tid)
+        if t is not None:
+            by_hw.setdefault(_hw(t) or "?", []).append(t)
+    if by_hw:
+        lines.append(f"\n  unplanned: {len(plan.unplanned)} test(s) need hardware no pool runs:")
+        default = pools[0].name if pools else "POOL"
+        for hw, ts in sorted(by_hw.items(), key=lambda kv: (-len(kv[1]), kv[0])):
+            gpus = max(t.gpus for t in ts)
+            alias = f", or list {hw} as an alias of pool {default}" if all(t.backend == "cuda" for t in ts) else ""
+            lines.append(f"    {hw:<14} {len(ts):>4} test(s), up to {gpus} GPUs: add a pool with `hardware: [{hw}]` in "
+                         f"assets/cluster.yaml (or --pool {hw}=NODESxGPUS){alias}")
+            lines += [f"      {t.id}" for t in ts[:5]] + ([f"      ... and {len(ts) - 5} more"] if len(ts) > 5 else [])
+    listed = {hw for p in pools for hw in pool_hardware(p)}
+    assumed: dict[str, int] = {}
+    for a in plan.assignments:
+        t = tests.get(a.test_id)
+        hw = _hw(t) if t else ""
+        if t and t.gpus and hw and hw not in listed:
+            assumed[hw] = assumed.get(hw, 0) + 1
+    for hw, n in sorted(assumed.items()):
+        lines.append(f"\n  {n} test(s) of runner config {hw} (no GPU type) planned on the default pool "
+                     f"{pools[0].name}; list {hw} under another pool's `hardware:` in assets/cluster.yaml to move them")
+    return lines
+
+
 def _hms(s: float) -> str:
     s = int(round(s))
     return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
@@ -200,10 +233,8 @@ def print_text(catalog: Catalog, plan: Plan, pools, tests, skipped, static, chan
                 t = tests.get(a.test_id)
                 mark = " (uncalibrated estimate)" if t and t.uncalibrated else ""
                 print(f"    {a.priority:>4} {a.start_s:>7.0f} {a.end_s:>7.0f} {a.gpus:>4} {a.timeout_s:>7}  {a.test_id}{mark}")
-    if plan.unplanned:
-        print("\n  unplanned (no pool runs their hardware; add one with --pool or in assets/cluster.yaml):")
-        for tid in plan.unplanned:
-            print(f"    {tid}  hardware {_hw(tests.get(tid)) or '?'}")
+    for line in hardware_summary(plan, pools, tests):
+        print(line)
     if skipped:
         print("\n  skipped (disabled):")
         for t in skipped:

@@ -31,6 +31,21 @@ from pipelines.core.catalog.scan import (
 from pipelines.core.model import Problem
 
 VERSION = 1
+
+
+def _code_digest() -> str:
+    """Digest of the code that makes a scan: results of other code are never reused."""
+    here = Path(__file__).resolve().parent
+    h = hashlib.sha256()
+    for name in ("cache.py", "dialect.py", "infer.py", "registry.py", "resolve.py", "scan.py", "ids.py"):
+        try:
+            h.update((here / name).read_bytes())
+        except OSError:
+            h.update(name.encode())
+    return h.hexdigest()[:16]
+
+
+CODE = _code_digest()
 #: a file modified less than this before the cache was written is read again (same-instant edits)
 RACY_NS = 2_000_000_000
 
@@ -90,6 +105,9 @@ class ScanCache:
             data = json.loads(raw)
             if not isinstance(data, dict) or data.get("version") != VERSION:
                 raise ValueError(f"version {data.get('version') if isinstance(data, dict) else '?'}, expected {VERSION}")
+            if data.get("code") != CODE:  # the catalog code changed since: start afresh, nothing to report
+                self.dirty = True
+                return
             files, defs, scans = data["files"], data["defs"], data["scans"]
             if not (isinstance(files, dict) and isinstance(defs, dict) and isinstance(scans, dict)):
                 raise ValueError("files/defs/scans are not tables")
@@ -138,7 +156,7 @@ class ScanCache:
         """Write atomically (temp file + rename); a failure to write is a note, never an error."""
         if self.path is None or not self.dirty:
             return
-        data = {"version": VERSION, "written_ns": time.time_ns(), "files": self.files, "defs": self.defs,
+        data = {"version": VERSION, "code": CODE, "written_ns": time.time_ns(), "files": self.files, "defs": self.defs,
                 "scans": {self.rules: self.scans}}
         tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
         try:

@@ -228,4 +228,7 @@ def _gpus_and_hardware(backend: str, suite: str, hw: list[tuple[int | None, str]
     listed = [name for _, name in hw]
     if named and listed and named not in listed:
         raise _Bad("hardware", f"{listed!r} does not include {named!r}, which the suite name {suite!r} asks for")
-    return gpus, hardware_name(gpus, named or (listed[0] if listed else "")), assumed
+    hardware = hardware_name(gpus, named or (listed[0] if listed else ""))
+    if not hardware and backend not in ("cuda", "rocm"):
+        hardware = backend  # an NPU/XPU/MLX test naming no hardware must not land on the default (NVIDIA) pool
+    return gpus, hardware, assumed

@@ -70,8 +70,8 @@ def test_the_sglang_family_loads_every_backend_stage_form_legacy_suites_and_benc
     got = {(t.id, t.backend, t.suite, t.gpus, t.hardware, t.est_time, t.labels) for t in cat.tests}
     assert got == {
         ("test/registered/test_a.py::cuda-stage-b-test-1-gpu-large", "cuda", "stage-b-test-1-gpu-large", 1, "1-gpu-large", 90, ()),
-        ("test/registered/test_a.py::amd-nightly-amd-1-gpu", "amd", "nightly-amd-1-gpu", 1, "", 13, ()),
-        ("test/registered/test_a.py::npu-per-commit-npu", "npu", "per-commit-npu", 1, "", 0, ()),
+        ("test/registered/test_a.py::amd-nightly-amd-1-gpu", "amd", "nightly-amd-1-gpu", 1, "amd", 13, ()),
+        ("test/registered/test_a.py::npu-per-commit-npu", "npu", "per-commit-npu", 1, "npu", 0, ()),
         ("test/registered/kernels/bench_attn.py", "cuda", "stage-c-test-8-gpu-b200", 8, "b200", 30, ()),
         ("test/registered/stress/run_stress.py", "cuda", "stress", 1, "", 600, ()),
     }

@@ -1,0 +1,51 @@
+"""Runner configs without a GPU type reach a pool through aliases; unplanned tests are summarized per hardware."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pipelines.cli.plan import hardware_summary
+from pipelines.core.catalog import load_catalog
+from pipelines.core.plan import make_plan, pool_for
+from pipelines.core.specs import PoolSpec
+from tests.conftest import make_test
+
+SGLANGISH = Path(__file__).resolve().parents[3] / "examples" / "sglangish"
+H200 = PoolSpec(name="h200", nodes=1, gpus_per_node=8, hardware=("h200",))
+LARGE = PoolSpec(name="big", nodes=1, gpus_per_node=8, hardware=("1-gpu-large",))
+
+
+def sized(hw: str, backend: str = "cuda"):
+    return make_test(id=f"t-{hw}", suite=f"stage-b-test-{hw}", hardware=hw, gpus=1, backend=backend)
+
+
+def test_a_runner_config_listed_as_a_pool_alias_runs_on_that_pool():
+    assert pool_for(sized("1-gpu-large"), [H200, LARGE]) is LARGE
+
+
+def test_a_runner_config_without_a_gpu_type_and_no_alias_runs_on_the_default_pool():
+    assert pool_for(sized("1-gpu-large"), [H200]) is H200
+
+
+def test_a_gpu_type_no_pool_runs_stays_unplanned_and_so_does_another_vendor_s_untyped_config():
+    assert pool_for(sized("b200"), [H200]) is None
+    assert pool_for(sized("1-gpu-amd", backend="amd"), [H200]) is None
+
+
+def test_the_example_catalog_plans_its_untyped_configs_and_summarizes_the_rest_per_hardware():
+    cat = load_catalog(SGLANGISH)
+    tests = [t for t in cat.tests if t.enabled]
+    plan = make_plan(tests, [H200], timeout_floor_s=60, improve=False)
+    by_id = {t.id: t for t in cat.tests}
+    assert "test/registered/basic/test_generate.py::cuda-stage-b-test-1-gpu-large" not in plan.unplanned
+    assert "test/registered/multi/test_tp2_consistency.py::cuda-stage-c-test-8-gpu-b200" in plan.unplanned
+    lines = hardware_summary(plan, [H200], by_id)
+    assert lines[0] == f"\n  unplanned: {len(plan.unplanned)} test(s) need hardware no pool runs:"
+    b200 = next(line for line in lines if line.lstrip().startswith("b200 "))
+    assert b200.split()[:5] == ["b200", "1", "test(s),", "up", "to"]
+    assert ("add a pool with `hardware: [b200]` in assets/cluster.yaml (or --pool b200=NODESxGPUS), or list b200 "
+            "as an alias of pool h200") in b200
+    npu = next(line for line in lines if line.lstrip().startswith("npu "))
+    assert npu.endswith("(or --pool npu=NODESxGPUS)"), "another vendor's hardware is never an alias of an NVIDIA pool"
+    assert ("\n  1 test(s) of runner config 1-gpu-large (no GPU type) planned on the default pool h200; list "
+            "1-gpu-large under another pool's `hardware:` in assets/cluster.yaml to move them") in lines
