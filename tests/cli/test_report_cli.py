@@ -1,0 +1,112 @@
+"""``nightly report`` and ``nightly quarantine`` as a maintainer types them, on a laid-out state folder."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from pipelines.cli import main
+from tests.reporting.nights import GRPO, SFT, example_night, tid, write_home
+
+
+@pytest.fixture(scope="module")
+def home(tmp_path_factory):
+    return write_home(example_night(tmp_path_factory.mktemp("home")))
+
+
+def nightly(capsys, *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_report_writes_the_newest_nights_page_and_prints_its_verdict_and_path(home, capsys):
+    code, out, _ = nightly(capsys, "report", "--home", str(home), "--repo", "minirl")
+    page = home / "reports" / "2026-11-06T150000Z.html"
+    assert code == 0
+    assert out.splitlines() == ["report: FAILED: 2 test(s) failed", f"report: {page}"]
+    assert tid(SFT) in page.read_text()
+
+
+def test_report_json_is_for_scripts(home, capsys):
+    code, out, _ = nightly(capsys, "report", "--home", str(home), "--repo", "minirl", "--json",
+                           "--uncovered", "test_backend_matrix.py: megatron x lora")
+    data = json.loads(out)
+    assert code == 0
+    assert dict(data["counts"]) == {"failed": 1, "passed": 7, "skipped": 1, "timed_out": 1, "unplanned": 1}
+    assert data["uncovered"] == ["test_backend_matrix.py: megatron x lora"]
+    assert [s["test_id"] for s in data["flaky"] if s["state"] == "flaky"] == [tid(GRPO)]
+
+
+def test_an_earlier_night_can_be_chosen_and_compares_with_the_one_before_it(home, capsys):
+    code, out, _ = nightly(capsys, "report", "--home", str(home), "--repo", "minirl", "--json",
+                           "--night", "2026-11-05T150000Z")
+    data = json.loads(out)
+    assert (code, data["night"], data["changes"]["previous"]) == (0, "2026-11-05T150000Z", "2026-11-04T150000Z")
+    assert data["changes"]["new_failures"] == [tid("test_backend_matrix.py")]
+
+
+def test_an_unknown_night_lists_the_newest_ones(home, capsys):
+    code, _, err = nightly(capsys, "report", "--home", str(home), "--repo", "minirl", "--night", "2026-13-01")
+    assert code == 2
+    assert f"{home}/nights:1: --night: no night '2026-13-01'; the newest are: 2026-11-02T150000Z" in err
+
+
+def test_no_nights_yet_says_what_to_run(tmp_path, capsys):
+    code, _, err = nightly(capsys, "report", "--home", str(tmp_path), "--repo", "minirl")
+    assert code == 2
+    assert f"{tmp_path}/nights:1: nights: no night summary found; run `nightly run` first or pass --home" in err
+
+
+def test_a_corrupt_summary_is_named_with_the_fix(tmp_path, capsys):
+    (tmp_path / "nights").mkdir()
+    (tmp_path / "nights" / "2026-11-01T150000Z.json").write_text('{"night": ')
+    code, _, err = nightly(capsys, "report", "--home", str(tmp_path), "--repo", "minirl")
+    assert code == 2
+    assert "2026-11-01T150000Z.json:1: summary: not valid JSON (" in err
+    assert "delete the file or run the night again" in err
+
+
+def test_quarantine_add_list_release_records_who_and_why(home, capsys):
+    code, out, _ = nightly(capsys, "quarantine", "add", tid(SFT), "--home", str(home), "--repo", "minirl",
+                           "--by", "alice", "--why", "issue #7: port race")
+    assert code == 0 and out.startswith(f"quarantine: {tid(SFT)} quarantined by alice at ")
+    code, out, _ = nightly(capsys, "quarantine", "list", "--home", str(home), "--repo", "minirl", "--json")
+    states = {s["test_id"]: s for s in json.loads(out)}
+    assert (states[tid(SFT)]["state"], states[tid(SFT)]["by"], states[tid(SFT)]["why"]) == \
+        ("quarantined", "alice", "issue #7: port race")
+    assert states[tid(GRPO)]["state"] == "flaky"
+    _, out, _ = nightly(capsys, "report", "--home", str(home), "--repo", "minirl", "--json")
+    assert json.loads(out)["excused"] == [tid(SFT)]
+    code, out, _ = nightly(capsys, "quarantine", "release", tid(SFT), "--home", str(home), "--repo", "minirl",
+                           "--by", "bob", "--why", "fixed in #8")
+    assert code == 0
+    _, out, _ = nightly(capsys, "quarantine", "list", "--home", str(home), "--repo", "minirl")
+    assert f"released    {tid(SFT)}  since " in out and "by bob: fixed in #8" in out
+    doc = json.loads((home / "quarantine" / "minirl.json").read_text())
+    assert [(a["action"], a["by"]) for a in doc["actions"]] == [("add", "alice"), ("release", "bob")]
+
+
+def test_quarantining_a_test_that_does_not_exist_is_refused_with_suggestions(home, capsys):
+    code, _, err = nightly(capsys, "quarantine", "add", "test_sft", "--home", str(home), "--repo", "minirl",
+                           "--by", "alice", "--why", "x")
+    assert code == 2
+    assert err.strip() == (f"nightly quarantine add: TEST: 'test_sft' is not a test of minirl; "
+                           f"did you mean: {tid(SFT)}")
+
+
+def test_an_empty_why_is_refused(home, capsys):
+    code, _, err = nightly(capsys, "quarantine", "add", tid(SFT), "--home", str(home), "--repo", "minirl",
+                           "--by", "alice", "--why", " ")
+    assert code == 2
+    assert err.strip() == "nightly quarantine add: --why: must not be empty; say why, e.g. an issue link"
+
+
+def test_a_broken_quarantine_file_is_named_with_the_fix(tmp_path, capsys):
+    write_home(example_night(tmp_path))
+    (tmp_path / "quarantine").mkdir()
+    (tmp_path / "quarantine" / "minirl.json").write_text('{"actions": [{"test": "x"}]}')
+    code, _, err = nightly(capsys, "quarantine", "list", "--home", str(tmp_path), "--repo", "minirl")
+    assert code == 2
+    assert "quarantine/minirl.json:1: actions[0]: missing action, by, why, at; every action needs" in err
