@@ -29,7 +29,7 @@ let
       pkgs.bashInteractive
       pkgs.coreutils
       pkgs.cacert
-      pkgs.dockerTools.fakeNss
+      pkgs.fakeNss
     ];
     extraCommands = ''
       mkdir -m 1777 tmp
@@ -50,6 +50,7 @@ let
       WorkingDir = "/tmp";
       ExposedPorts."4000/tcp" = { };
       Env = [
+        "PATH=/bin" # the contents are linked into /bin; a runtime's default PATH is not relied on
         "HOME=/tmp"
         "NIGHTLY_HOME=/tmp/nightly"
         "NIGHTLY_DEPLOYMENT=production"

@@ -104,6 +104,7 @@ def test_the_code_location_image_matches_the_kubernetes_deployment(project_root)
     assert out["imageName"] == container["image"].rsplit(":", 1)[0]
     assert out["config"]["Cmd"] == container["command"]
     assert out["config"]["User"] == "65534:65534"
+    assert "PATH=/bin" in out["config"]["Env"] and "NIGHTLY_HOME=/tmp/nightly" in out["config"]["Env"]
     assert "python3-3.11-env" in out["contents"]
 
 

@@ -48,7 +48,7 @@ def test_the_stand_in_offers_exactly_the_recorded_names(project_root):
 @pytest.mark.parametrize(("used", "bogus"), [
     ("pkgs.kustomize", "kustomise"),
     ("python.pkgs.setuptools", "setuptoolz"),
-    ("pkgs.dockerTools.fakeNss", "fakeNSS"),
+    ("pkgs.dockerTools.pullImage", "pullimage"),
     ("lib.makeLibraryPath", "makeLibPath"),
 ])
 def test_a_name_the_release_lacks_fails_the_evaluation_and_is_named(flake_copy, used, bogus):
