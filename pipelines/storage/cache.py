@@ -4,7 +4,9 @@ Tests expect container paths such as ``/root/models/<name>``; on this machine th
 one cache root (``/root/...`` -> ``<cache>/...``). In Kubernetes the same folders are a PVC
 mounted at ``/root/models`` and ``/root/datasets``. Every build goes to a temporary folder and
 is renamed into place with a completion marker, so an interrupted build is never mistaken for a
-finished one.
+finished one. The marker carries a manifest (files, sizes, sha256) checked before every reuse: a
+damaged entry is rebuilt and reported as ``repaired`` (infra), leftover ``.partial`` folders of
+dead builders are removed, and every build command has a time limit.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -22,8 +25,11 @@ from pathlib import Path
 
 from pipelines.core.model import Requirement
 from pipelines.core.specs import ConversionSpec
+from pipelines.storage.manifest import MARKER, damage, make_manifest
 
-MARKER = ".nightly-complete.json"
+#: a download or conversion that takes longer than this is stuck (override per AssetCache)
+BUILD_TIMEOUT_S = 4 * 3600
+_PARTIAL = re.compile(r"^\.(?P<name>.+)\.partial-(?P<pid>\d+)$")
 
 
 class BuildError(RuntimeError):
@@ -40,6 +46,9 @@ class Built:
     seconds: float
     files: int
     bytes: int
+    #: the entry was found damaged (why in ``damage``) and rebuilt: an infra event, not a test's
+    repaired: bool = False
+    damage: str = ""
 
 
 def _size(path: Path) -> tuple[int, int]:
@@ -52,9 +61,13 @@ def _size(path: Path) -> tuple[int, int]:
 
 
 class AssetCache:
-    def __init__(self, root: Path, hub: Path | None = None):
+    def __init__(self, root: Path, hub: Path | None = None, *, build_timeout_s: float = BUILD_TIMEOUT_S,
+                 verify: str = "full"):
         self.root = Path(root)
         self.hub = Path(hub) if hub else None
+        self.build_timeout_s = build_timeout_s
+        #: "full" hashes every file before reuse, "size" checks names and sizes only
+        self.verify = verify
 
     def host_path(self, container_path: str) -> Path:
         """Where a test's container path lives in this cache (``/root/models/x`` -> ``<cache>/models/x``)."""
@@ -65,38 +78,58 @@ class AssetCache:
         return self.root.joinpath(*rel)
 
     def is_built(self, req: Requirement) -> bool:
+        """A completion marker is there (see :meth:`damage` for whether the files still match it)."""
         return (self.host_path(req.path) / MARKER).is_file()
+
+    def damage(self, req: Requirement) -> str:
+        """Why the built entry cannot be reused as it is ("" when it matches its manifest)."""
+        return damage(self.host_path(req.path), self.verify)
+
+    def clean_partials(self) -> list[Path]:
+        """Remove ``.partial`` folders that builders killed mid-build left behind; returns them."""
+        removed = []
+        for tmp in self.root.rglob(".*.partial-*") if self.root.is_dir() else ():
+            m = _PARTIAL.match(tmp.name)
+            if m and tmp.is_dir() and not _pid_alive(int(m["pid"])):
+                shutil.rmtree(tmp, ignore_errors=True)
+                removed.append(tmp)
+        return removed
 
     def build(self, req: Requirement, *, repo: Path | None = None, conversion: ConversionSpec | None = None,
               env: dict[str, str] | None = None, models: dict[str, Requirement] | None = None,
-              log_path: Path | None = None) -> Built:
-        """Build one requirement unless it is already complete; never rebuilds a finished one."""
+              log_path: Path | None = None, timeout_s: float | None = None) -> Built:
+        """Build one requirement unless a complete, undamaged entry is there; a damaged one is rebuilt."""
         dest = self.host_path(req.path)
         t0 = time.monotonic()
-        if self.is_built(req):
+        if self.is_built(req) and not self.damage(req):
             return Built(req.key, dest, True, 0.0, *_size(dest))
         dest.parent.mkdir(parents=True, exist_ok=True)
         # one builder per folder across processes (a night beside a rerun or a backfill); the
         # second one waits, then finds the marker and reuses
         with open(dest.with_name(f".{dest.name}.lock"), "a+") as lock:
             fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
-            if self.is_built(req):
+            found = self.damage(req) if self.is_built(req) else ""
+            if self.is_built(req) and not found:
                 return Built(req.key, dest, True, 0.0, *_size(dest))
+            for old in dest.parent.glob(f".{dest.name}.partial-*"):  # we hold the lock: all are leftovers
+                shutil.rmtree(old, ignore_errors=True)
             tmp = dest.with_name(f".{dest.name}.partial-{os.getpid()}")
-            shutil.rmtree(tmp, ignore_errors=True)
             try:
                 if req.kind in ("model", "dataset"):
-                    self._download(req, tmp)
+                    self._download(req, tmp, timeout_s or self.build_timeout_s)
                 else:
-                    self._convert(req, tmp, repo, conversion, env or {}, models or {}, log_path)
-                (tmp / MARKER).write_text(json.dumps({"key": req.key, "source": req.source, "built_at": time.time()}))
+                    self._convert(req, tmp, repo, conversion, env or {}, models or {}, log_path,
+                                  timeout_s or self.build_timeout_s)
+                marker = {"key": req.key, "source": req.source, "built_at": time.time(), "manifest": make_manifest(tmp)}
+                (tmp / MARKER).write_text(json.dumps(marker))
                 shutil.rmtree(dest, ignore_errors=True)
                 os.replace(tmp, dest)
             finally:
                 shutil.rmtree(tmp, ignore_errors=True)
-        return Built(req.key, dest, False, round(time.monotonic() - t0, 3), *_size(dest))
+        return Built(req.key, dest, False, round(time.monotonic() - t0, 3), *_size(dest), repaired=bool(found),
+                     damage=found)
 
-    def _download(self, req: Requirement, tmp: Path) -> None:
+    def _download(self, req: Requirement, tmp: Path, timeout_s: float) -> None:
         check_hub_id(req)
         section = "models" if req.kind == "model" else "datasets"
         if self.hub is not None:
@@ -114,10 +147,11 @@ class AssetCache:
         argv = [hf, "download", req.source, "--local-dir", str(tmp)]
         if req.kind == "dataset":
             argv[3:3] = ["--repo-type", "dataset"]
-        _run(argv, cwd=None, env=dict(os.environ), what=f"{req.kind} {req.key}", log_path=None)
+        _run(argv, cwd=None, env=dict(os.environ), what=f"{req.kind} {req.key}", log_path=None, timeout_s=timeout_s)
 
     def _convert(self, req: Requirement, tmp: Path, repo: Path | None, conversion: ConversionSpec | None,
-                 env: dict[str, str], models: dict[str, Requirement], log_path: Path | None) -> None:
+                 env: dict[str, str], models: dict[str, Requirement], log_path: Path | None,
+                 timeout_s: float) -> None:
         if conversion is None or repo is None:
             raise BuildError(f"conversion {req.key}: no conversion command is declared in assets/checkpoints.yaml")
         if not req.depends_on or req.depends_on[0] not in models:
@@ -127,7 +161,7 @@ class AssetCache:
             raise BuildError(f"conversion {req.key}: model {model.key} is not downloaded yet; build model_weights first")
         argv, conv_env = conversion_command(conversion, req, sys.executable, str(self.host_path(model.path)), str(tmp))
         full_env = {**os.environ, **env, **conv_env}
-        _run(argv, cwd=repo, env=full_env, what=f"conversion {req.key}", log_path=log_path)
+        _run(argv, cwd=repo, env=full_env, what=f"conversion {req.key}", log_path=log_path, timeout_s=timeout_s)
         if not tmp.is_dir():
             raise BuildError(f"conversion {req.key}: the command exited 0 but wrote nothing to {tmp}")
 
@@ -173,11 +207,35 @@ def conversion_command(conversion: ConversionSpec, req: Requirement, python: str
     return argv, env
 
 
-def _run(argv: list[str], cwd: Path | None, env: dict[str, str], what: str, log_path: Path | None) -> None:
-    proc = subprocess.run(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True)
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _run(argv: list[str], cwd: Path | None, env: dict[str, str], what: str, log_path: Path | None,
+         timeout_s: float = BUILD_TIMEOUT_S) -> None:
+    """Run one build command in its own process group; past ``timeout_s`` the whole group is killed."""
+    proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+        if log_path is not None:
+            log_path.parent.mkdir(parents=True, exist_ok=True)
+            log_path.write_text(f"$ {argv!r}\n{out}{err}\n# killed after the {timeout_s:g} s build timeout\n")
+        raise BuildError(f"{what}: command {argv!r} did not finish within the {timeout_s:g} s build timeout; "
+                         "it was killed. Raise the limit (AssetCache build_timeout_s) if the build is just slow, "
+                         "or fix what it waits for.") from None
     if log_path is not None:
         log_path.parent.mkdir(parents=True, exist_ok=True)
-        log_path.write_text(f"$ {argv!r}\n{proc.stdout}{proc.stderr}")
+        log_path.write_text(f"$ {argv!r}\n{out}{err}")
     if proc.returncode != 0:
-        tail = (proc.stdout + proc.stderr).strip().splitlines()[-15:]
+        tail = (out + err).strip().splitlines()[-15:]
         raise BuildError(f"{what}: command {argv!r} exited {proc.returncode}:\n" + "\n".join(tail))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
 
 import pytest
@@ -102,3 +104,64 @@ def test_a_second_builder_waits_for_the_first_and_reuses_its_work(tmp_path, hub)
     for t in threads:
         t.join()
     assert sorted(r.reused for r in results) == [False, True]
+
+
+def test_the_completion_marker_lists_every_file_with_size_and_digest(tmp_path, hub):
+    import hashlib
+    import json
+
+    AssetCache(tmp_path / "c", hub).build(MODEL)
+    marker = json.loads((tmp_path / "c" / "models" / "m1" / ".nightly-complete.json").read_text())
+    assert marker["manifest"]["files"] == {"weights.bin": {"size": 100, "sha256": hashlib.sha256(b"w" * 100).hexdigest()}}
+
+
+@pytest.mark.parametrize(("harm", "why"), [
+    (lambda p: p.write_bytes(b"w" * 10), "weights.bin: 10 bytes, the manifest says 100"),
+    (lambda p: p.write_bytes(b"x" * 100), "weights.bin: content differs from the manifest (sha256)"),
+    (lambda p: p.unlink(), "weights.bin: listed in the manifest but missing"),
+])
+def test_a_damaged_entry_is_rebuilt_and_reported_as_repaired(tmp_path, hub, harm, why):
+    cache = AssetCache(tmp_path / "c", hub)
+    cache.build(MODEL)
+    harm(tmp_path / "c" / "models" / "m1" / "weights.bin")
+    assert why in cache.damage(MODEL)
+    built = cache.build(MODEL)
+    assert (built.reused, built.repaired) == (False, True) and why in built.damage
+    assert (tmp_path / "c" / "models" / "m1" / "weights.bin").read_bytes() == b"w" * 100
+    assert cache.build(MODEL).reused
+
+
+def test_a_marker_without_a_manifest_is_not_trusted(tmp_path, hub):
+    cache = AssetCache(tmp_path / "c", hub)
+    dest = tmp_path / "c" / "models" / "m1"
+    dest.mkdir(parents=True)
+    (dest / "weights.bin").write_bytes(b"old")
+    (dest / ".nightly-complete.json").write_text('{"key": "m1"}')
+    built = cache.build(MODEL)
+    assert built.repaired and built.damage.endswith("no manifest (built by an older nightly)")
+
+
+def test_leftover_partial_folders_of_dead_builders_are_removed(tmp_path, hub):
+    cache = AssetCache(tmp_path / "c", hub)
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    left = tmp_path / "c" / "models" / f".m1.partial-{int(dead.stdout)}"
+    alive = tmp_path / "c" / "models" / f".m2.partial-{os.getpid()}"
+    for d in (left, alive):
+        d.mkdir(parents=True)
+    assert cache.clean_partials() == [left]
+    assert alive.exists() and not left.exists()
+    left.mkdir()
+    cache.build(MODEL)  # a builder holding the folder's lock removes the folder's leftovers too
+    assert not left.exists()
+
+
+def test_a_build_past_its_time_limit_is_killed_and_named(tmp_path, hub):
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    spec = ConversionSpec(command=(sys.executable, "-c", "import time; time.sleep(600)"))
+    cache = AssetCache(tmp_path / "c", hub, build_timeout_s=1)
+    cache.build(MODEL)
+    with pytest.raises(BuildError, match=r"conversion m1_torch_dist: command .* did not finish within the 1 s "
+                                         r"build timeout; it was killed"):
+        cache.build(CONV, repo=repo, conversion=spec, models={"m1": MODEL})
+    assert not cache.is_built(CONV)
