@@ -14,6 +14,7 @@ What makes a local outcome trustworthy:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -52,7 +53,7 @@ class LocalLauncher:
 
     def __init__(self, state_dir: Path, python: str = sys.executable, kill_grace_s: float = KILL_GRACE_S, *,
                  pools: Sequence[_PoolShape] = (), log_cap_bytes: int = DEFAULT_LOG_CAP_BYTES,
-                 poll_s: float = 0.2, night: str = ""):
+                 poll_s: float = 0.2, night: str = "", backstop_s: float = WRAPPER_BACKSTOP_S):
         self.state_dir = Path(state_dir)
         self.python = python
         self.kill_grace_s = kill_grace_s
@@ -60,6 +61,7 @@ class LocalLauncher:
         self.log_cap_bytes = log_cap_bytes
         self.poll_s = poll_s
         self.night = night
+        self.backstop_s = backstop_s
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._running: dict[str, str] = {}
@@ -73,7 +75,7 @@ class LocalLauncher:
 
     def argv(self, request: LaunchRequest, result_path: Path) -> list[str]:
         test = request.test
-        deadline = request.timeout_s + 2 * self.kill_grace_s + WRAPPER_BACKSTOP_S
+        deadline = request.timeout_s + 2 * self.kill_grace_s + self.backstop_s
         return [self.python, str(WRAPPER), "--file", test.path, "--result", str(result_path),
                 "--deadline-s", f"{deadline:g}", "--", *test.args]
 
@@ -91,8 +93,11 @@ class LocalLauncher:
         if len(request.gpu_slots) > per_node:
             return self._not_started(request, started_at, "infra_error",
                                      f"needs {len(request.gpu_slots)} GPUs but a {pool} node has {per_node}")
-        held = gpu_slots.acquire(self.state_dir / "gpu-locks", pool, len(request.gpu_slots), nodes, per_node,
-                                 prefer=request.gpu_slots, stop=self._stop, poll_s=self.poll_s)
+        try:
+            held = gpu_slots.acquire(self.state_dir / "gpu-locks", pool, len(request.gpu_slots), nodes, per_node,
+                                     prefer=request.gpu_slots, stop=self._stop, poll_s=self.poll_s)
+        except OSError as exc:
+            return self._not_started(request, started_at, "infra_error", _state_problem(self.state_dir, exc))
         if held is None or self._stop.is_set():
             if held is not None:
                 held.release()
@@ -111,15 +116,24 @@ class LocalLauncher:
     def _run(self, request: LaunchRequest, held: gpu_slots.HeldSlots, node: str, started_at: str,
              on_log: LogSink | None) -> Attempt:
         token = uuid.uuid4().hex
-        request.log_path.parent.mkdir(parents=True, exist_ok=True)
         result_path = request.log_path.with_suffix(".result.json")
-        result_path.unlink(missing_ok=True)
+        record_fields = {
+            "token": token, "pid": 0, "pgid": 0, "test_id": request.test.id, "attempt": request.attempt,
+            "night": request.night or self.night, "run_id": request.run_id, "log_path": str(request.log_path),
+            "started_at": started_at, "timeout_s": request.timeout_s, "node": node, "gpu_slots": list(held.slots),
+            **owner_fields()}
+        try:  # the record first: an attempt without one could vanish with a killed night
+            record = write_record(self.state_dir, record_fields)
+            request.log_path.parent.mkdir(parents=True, exist_ok=True)
+            result_path.unlink(missing_ok=True)
+            log = open(request.log_path, "wb")  # noqa: SIM115 (closed by the pump's CappedLog)
+        except OSError as exc:
+            return self._not_started(request, started_at, "infra_error", _state_problem(self.state_dir, exc))
         env = {**os.environ, **request.env, **dict(request.test.env)}
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(s) for s in held.slots)
         env.update({"NIGHTLY_TEST_ID": request.test.id, "NIGHTLY_ATTEMPT": str(request.attempt), MARKER: token,
                     "NIGHTLY_GPU_LOCK_FDS": ",".join(map(str, held.fds))})
         env.setdefault("PYTHONUNBUFFERED", "1")
-        log = open(request.log_path, "wb")  # noqa: SIM115 (closed by the pump's CappedLog or below)
         log.write(f"# nightly: {request.test.id} attempt {request.attempt} on {node} gpus={env['CUDA_VISIBLE_DEVICES']} "
                   f"timeout={request.timeout_s}s\n".encode())
         log.flush()
@@ -131,12 +145,10 @@ class LocalLauncher:
         except OSError as exc:
             log.write(f"# nightly: could not start the test: {exc}\n".encode())
             log.close()
+            record.unlink(missing_ok=True)
             return self._not_started(request, started_at, "infra_error", f"could not start the test: {exc}")
-        record = write_record(self.state_dir, {
-            "token": token, "pid": proc.pid, "pgid": proc.pid, "test_id": request.test.id,
-            "attempt": request.attempt, "night": request.night or self.night, "run_id": request.run_id,
-            "log_path": str(request.log_path), "started_at": started_at, "timeout_s": request.timeout_s,
-            "node": node, "gpu_slots": list(held.slots), **owner_fields()})
+        with contextlib.suppress(OSError):
+            write_record(self.state_dir, {**record_fields, "pid": proc.pid, "pgid": proc.pid})
         with self._lock:
             self._running[token] = request.test.id
         capped = CappedLog(log, self.log_cap_bytes, on_log)
@@ -198,6 +210,11 @@ class LocalLauncher:
                        started_at=started_at, attempt=request.attempt, node=node, gpu_slots=slots,
                        exit_code=proc.returncode, reason=reason, log_path=str(request.log_path),
                        timeout_s=request.timeout_s, details=details)
+
+
+def _state_problem(state_dir: Path, exc: OSError) -> str:
+    return (f"{state_dir}: the state folder is not writable ({exc.strerror or exc}); GPU locks and running "
+            "records live there. Make it writable by this user or point NIGHTLY_HOME at a writable folder.")
 
 
 def _read_result(path: Path) -> dict:

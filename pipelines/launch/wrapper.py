@@ -65,9 +65,11 @@ def _deadline(seconds: float) -> None:
     """Kill this process group after ``seconds`` (a backstop: the launcher kills it first)."""
 
     def fire() -> None:
-        print(f"# nightly wrapper: deadline of {seconds:g} s passed; killing the test's process group",
-              file=sys.stderr, flush=True)
-        os.killpg(os.getpgrp(), signal.SIGKILL)
+        try:  # the night that read our output may be gone (a broken pipe must not stop the kill)
+            print(f"# nightly wrapper: deadline of {seconds:g} s passed; killing the test's process group",
+                  file=sys.stderr, flush=True)
+        finally:
+            os.killpg(os.getpgrp(), signal.SIGKILL)
 
     timer = threading.Timer(seconds, fire)
     timer.daemon = True

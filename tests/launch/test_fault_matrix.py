@@ -1,0 +1,284 @@
+"""The fault campaign of issue 10, one test per row, against the real local launcher.
+
+Each row asserts the outcome a CI maintainer must see and that nothing was lost (the attempt
+is returned, its log is there, no process or GPU lock is left behind). docs/reliability.md
+holds the same table with each row's result.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from pipelines.core.calibrate import calibrate
+from pipelines.core.history import FileHistoryStore, HistoryError, sample_from_attempt
+from pipelines.core.model import Attempt, CatalogError, Requirement
+from pipelines.core.specs import load_specs
+from pipelines.launch.base import LaunchRequest, tail
+from pipelines.launch.gpu_slots import try_acquire
+from pipelines.launch.local import LocalLauncher
+from pipelines.launch.orphans import find_orphans, reap_orphans
+from pipelines.storage.cache import AssetCache
+from tests.conftest import PROJECT_ROOT, make_test
+from tests.core.history.test_history_store import read_only_folder
+
+
+def _repo(tmp_path: Path, body: str) -> Path:
+    repo = tmp_path / "repo"
+    (repo / "tests").mkdir(parents=True, exist_ok=True)
+    (repo / "tests" / "test_x.py").write_text(textwrap.dedent(body))
+    return repo
+
+
+def _request(repo: Path, tmp_path: Path, timeout_s: int = 60, slots=(0,), **kw) -> LaunchRequest:
+    test = make_test(id="tests/test_x.py", path="tests/test_x.py", gpus=len(slots))
+    return LaunchRequest(test=test, repo_path=repo, timeout_s=timeout_s, log_path=tmp_path / "logs" / "x.log",
+                         pool="h200", gpu_slots=tuple(slots), night="n1", **kw)
+
+
+def _wait_for(path: Path, timeout_s: float = 60) -> str:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if path.exists() and path.read_text().strip():
+            return path.read_text().strip()
+        time.sleep(0.05)
+    raise AssertionError(f"{path} never appeared")
+
+
+def _gone(pid: int, timeout_s: float = 10) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            return True
+        if state in ("Z", "X"):
+            return True
+        time.sleep(0.05)
+    return False
+
+
+DAEMON = """
+    import os, sys, time
+    def execute():
+        if os.fork() == 0:
+            os.setsid()
+            if os.fork() == 0:
+                open("daemon.pid", "w").write(str(os.getpid()))
+                time.sleep(600)
+            os._exit(0)
+        while not os.path.exists("daemon.pid"):
+            time.sleep(0.01)
+        print("started a daemon")
+        {end}
+"""
+
+
+def test_a_setsid_daemon_of_a_hung_test_dies_with_its_timeout(tmp_path):
+    repo = _repo(tmp_path, DAEMON.format(end="time.sleep(600)"))
+    attempt = LocalLauncher(tmp_path / "state", kill_grace_s=1).launch(_request(repo, tmp_path, timeout_s=3))
+    assert attempt.outcome == "timed_out"
+    assert _gone(int(_wait_for(repo / "daemon.pid")))
+    assert "started a daemon" in Path(attempt.log_path).read_text()
+
+
+def test_a_setsid_daemon_of_a_passing_test_is_killed_and_reported(tmp_path):
+    repo = _repo(tmp_path, DAEMON.format(end="return"))
+    attempt = LocalLauncher(tmp_path / "state").launch(_request(repo, tmp_path))
+    daemon = int(_wait_for(repo / "daemon.pid"))
+    assert attempt.outcome == "passed", tail(attempt.log_path)
+    assert _gone(daemon)
+    assert str(daemon) in attempt.details["killed_leftovers"]
+    assert f"the test left running: {daemon}" in Path(attempt.log_path).read_text()
+
+
+def test_garbage_then_os_exit_0_before_the_end_is_failed_not_passed(tmp_path):
+    repo = _repo(tmp_path, """
+        import os
+        def execute():
+            print("PASSED  all 12 checks ok")
+            os._exit(0)
+            raise AssertionError("the real check, never reached")
+    """)
+    attempt = LocalLauncher(tmp_path / "state").launch(_request(repo, tmp_path))
+    assert (attempt.outcome, attempt.exit_code) == ("failed", 0)
+    assert attempt.reason.startswith("exited before the test finished")
+    assert "PASSED  all 12 checks ok" in Path(attempt.log_path).read_text()
+
+
+def test_bad_specs_are_located_errors_before_anything_runs(tmp_path):
+    import shutil
+
+    assets = tmp_path / "assets"
+    shutil.copytree(PROJECT_ROOT / "assets", assets)
+    (assets / "repos.yaml").write_text(textwrap.dedent("""\
+        repos:
+          fw:
+            path: .
+            roots: [1, 2]
+            timout: {floor_s: 60}
+            timeout: {floor_s: 0, factor: -1}
+            calibration: {policy: bogus}
+            format: registry
+            format: bogus
+    """))
+    with pytest.raises(CatalogError) as exc:
+        load_specs(assets)
+    got = {(p.line, p.field) for p in exc.value.problems}
+    assert {(4, "repos.fw.roots.0"), (5, "repos.fw.timout"), (6, "repos.fw.timeout.floor_s"),
+            (6, "repos.fw.timeout.factor"), (7, "repos.fw.calibration.policy"), (9, "format")} <= got
+    assert "Traceback" not in str(exc.value)
+
+
+def test_a_zero_byte_history_is_an_error_and_stays_as_it_was(tmp_path):
+    path = tmp_path / "history.sqlite"
+    path.touch()
+    with pytest.raises(HistoryError, match="history file is empty \\(0 bytes\\)"):
+        FileHistoryStore(path).read()
+    assert path.stat().st_size == 0
+
+
+def test_a_read_only_state_folder_is_named_by_the_launcher_and_the_history(tmp_path):
+    repo = _repo(tmp_path, "def execute():\n    pass\n")
+    state = tmp_path / "state"
+    state.mkdir()
+    with read_only_folder(state):
+        attempt = LocalLauncher(state).launch(_request(repo, tmp_path))
+        with pytest.raises(HistoryError, match=f"{state}: the state folder is not writable"):
+            FileHistoryStore(state / "history.sqlite").append(
+                [sample_from_attempt(Attempt("t", "passed", 1.0, "2026-12-01T00:00:00"), make_test(), "r")])
+    assert attempt.outcome == "infra_error"
+    assert attempt.reason.startswith(f"{state}: the state folder is not writable")
+
+
+def test_a_damaged_cache_entry_is_rebuilt_as_infra_and_the_test_passes(tmp_path):
+    hub = tmp_path / "hub" / "models" / "org" / "m1"
+    hub.mkdir(parents=True)
+    (hub / "weights.bin").write_bytes(b"w" * 1000)
+    cache = AssetCache(tmp_path / "cache", tmp_path / "hub")
+    model = Requirement("model", "m1", "org/m1", "/root/models/m1")
+    cache.build(model)
+    (tmp_path / "cache" / "models" / "m1" / "weights.bin").write_bytes(b"w" * 10)  # marker still there
+    built = cache.build(model)
+    assert built.repaired and "10 bytes, the manifest says 1000" in built.damage
+    repo = _repo(tmp_path, """
+        import os
+        def execute():
+            assert open(os.environ["WEIGHTS"], "rb").read() == b"w" * 1000
+    """)
+    weights = str(tmp_path / "cache" / "models" / "m1" / "weights.bin")
+    attempt = LocalLauncher(tmp_path / "state").launch(_request(repo, tmp_path, env={"WEIGHTS": weights}))
+    assert attempt.outcome == "passed", tail(attempt.log_path)
+
+
+def test_a_billion_second_sample_never_becomes_a_timeout(tmp_path):
+    test = make_test(est_time=600)
+    store = FileHistoryStore(tmp_path / "history.sqlite")
+    for i, elapsed in enumerate((400.0, 410.0, 1e9)):
+        store.append([sample_from_attempt(Attempt(test.id, "passed", elapsed, f"2026-12-01T00:0{i}:00+00:00"),
+                                          test, f"r{i}")])
+    assert [s.outlier for s in store.read()] == ["", "", "elapsed 1e+09 s is over the ceiling of 86400 s"]
+    (e,) = calibrate([test], store.read())
+    assert e.proposed == 600 and e.max_s == 410  # bucket125: 513 -> 600
+    assert e.outliers and "over the ceiling" in e.outliers[0]
+
+
+def test_a_flood_of_output_is_capped_to_head_and_tail(tmp_path):
+    repo = _repo(tmp_path, """
+        import sys
+        def execute():
+            print("FIRST LINE")
+            for i in range(40_000):
+                sys.stdout.write(f"line {i:06d} " + "x" * 100 + "\\n")
+            print("LAST LINE")
+    """)
+    lines: list[str] = []
+    cap = 256 * 1024
+    attempt = LocalLauncher(tmp_path / "state", log_cap_bytes=cap).launch(_request(repo, tmp_path), lines.append)
+    text = Path(attempt.log_path).read_text()
+    assert attempt.outcome == "passed"
+    assert Path(attempt.log_path).stat().st_size < cap + 1024
+    assert "FIRST LINE" in text and text.rstrip().endswith("LAST LINE")
+    assert "# nightly: output cut here:" in text and int(attempt.details["log_cut_bytes"]) > 4_000_000
+    assert len(lines) < 3000 and lines[-1].startswith("# nightly: output over")
+
+
+_NIGHT = """
+import sys
+from pathlib import Path
+from pipelines.launch.base import LaunchRequest
+from pipelines.launch.local import LocalLauncher
+from tests.conftest import make_test
+tmp, timeout, backstop = Path(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3])
+test = make_test(id="tests/test_x.py", path="tests/test_x.py", gpus=1)
+LocalLauncher(tmp / "state", kill_grace_s=0.5, backstop_s=backstop, night="n-killed").launch(LaunchRequest(
+    test=test, repo_path=tmp / "repo", timeout_s=timeout, log_path=tmp / "logs" / "x.log", pool="h200",
+    gpu_slots=(3,)))
+"""
+HANG = """
+    import os, time
+    def execute():
+        open("test.pid", "w").write(str(os.getpid()))
+        time.sleep(600)
+"""
+
+
+def _night(tmp_path: Path, timeout_s: int, backstop_s: float) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-c", _NIGHT, str(tmp_path), str(timeout_s), str(backstop_s)],
+                            cwd=PROJECT_ROOT, start_new_session=True)
+
+
+def test_after_kill_9_of_the_night_the_test_keeps_its_gpu_and_the_next_night_reaps_it(tmp_path):
+    repo = _repo(tmp_path, HANG)
+    night = _night(tmp_path, 600, 600)
+    test_pid = int(_wait_for(repo / "test.pid"))
+    night.send_signal(signal.SIGKILL)
+    night.wait()
+    assert not _gone(test_pid, 0.5)
+    other = try_acquire(tmp_path / "state" / "gpu-locks", "h200", 1, [0], 4, prefer=(3,))
+    assert other is not None and other.slots == (0,)  # GPU 3 is still locked by the orphaned test
+    other.release()
+    (orphan,) = find_orphans(tmp_path / "state")
+    assert orphan.record["test_id"] == "tests/test_x.py" and test_pid in orphan.pids
+    recorded: list[Attempt] = []
+    (attempt,) = reap_orphans(tmp_path / "state", record=recorded.append)
+    assert recorded == [attempt]
+    assert (attempt.outcome, attempt.test_id, attempt.gpu_slots) == ("interrupted", "tests/test_x.py", (3,))
+    assert "the night n-killed" in attempt.reason and "killed by a later night" in attempt.reason
+    assert _gone(test_pid)
+    held = try_acquire(tmp_path / "state" / "gpu-locks", "h200", 1, [0], 4, prefer=(3,))
+    assert held is not None and held.slots == (3,)
+    held.release()
+    assert find_orphans(tmp_path / "state") == []
+
+
+def test_after_kill_9_of_the_night_a_hung_test_still_dies_near_its_timeout(tmp_path):
+    repo = _repo(tmp_path, HANG)
+    night = _night(tmp_path, 1, 1)  # the wrapper kills itself 1 + 2 x 0.5 + 1 = 3 s after start
+    test_pid = int(_wait_for(repo / "test.pid"))
+    night.send_signal(signal.SIGKILL)
+    night.wait()
+    assert _gone(test_pid, 60)
+    (attempt,) = reap_orphans(tmp_path / "state")
+    assert "no longer running; its result was never observed" in attempt.reason
+    assert json.loads(next((tmp_path / "state" / "running" / "reaped").glob("*.json")).read_text())["pid"]
+
+
+def test_a_live_nights_attempts_are_not_orphans(tmp_path):
+    repo = _repo(tmp_path, HANG)
+    night = _night(tmp_path, 600, 600)
+    try:
+        _wait_for(repo / "test.pid")
+        assert find_orphans(tmp_path / "state") == []
+    finally:
+        os.killpg(night.pid, signal.SIGKILL)
+        night.wait()
+        reap_orphans(tmp_path / "state")
