@@ -1,0 +1,266 @@
+"""``nightly coverage``: do sibling tests' configuration matrices still cover every required cell?
+
+  nightly coverage --repo PATH [--json]              prove each group's cells covered (exit 1 if not)
+  nightly coverage --repo PATH --against REV [--json] the cells covered at REV and lost since
+  nightly coverage design --dim NAME=V1,V2 ... [--strength 2] [--tests N --budget K] [--est-time S]
+                                                     the fewest configurations that cover every cell
+
+Groups of sibling tests and their dimensions live in assets/coverage.yaml (or in the tests'
+``# coverage-group: NAME`` comments); docs/coverage.md explains both.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+from collections.abc import Sequence
+from pathlib import Path
+
+from pipelines.core.coverage import (
+    CoverageReport,
+    Design,
+    GroupCoverage,
+    LostCell,
+    assign,
+    check_repo,
+    design,
+    locate,
+    lost_cells,
+)
+from pipelines.core.model import CatalogError, Problem
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("coverage", help="check that sibling tests' matrices cover every required cell; design matrices",
+                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--repo", help="framework checkout (a path) or a repo name in assets/repos.yaml (default: its `default`)")
+    p.add_argument("--groups", type=Path, metavar="FILE", help="groups file (default: assets/coverage.yaml)")
+    p.add_argument("--against", metavar="REV", help="report the cells covered at git revision REV and no longer covered")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.set_defaults(func=run)
+    inner = p.add_subparsers(dest="coverage_command", metavar="design")
+    d = inner.add_parser("design", help="the fewest configurations covering every required cell",
+                         description="Search for the fewest configurations (a covering array) that cover every "
+                                     "required combination of dimension values, optionally dealt to N sibling tests.")
+    d.add_argument("--dim", action="append", required=True, metavar="NAME=V1,V2,...", help="a dimension and its values (repeat)")
+    d.add_argument("--strength", type=int, default=2, help="cover every combination of this many dimensions (default 2: pairs)")
+    d.add_argument("--require", action="append", default=[], metavar="A,B", help="cover these dimension tuples instead (repeat)")
+    d.add_argument("--tests", type=int, metavar="N", help="deal the configurations to N sibling tests")
+    d.add_argument("--budget", type=int, metavar="K", help="at most K configurations per test (needs --tests)")
+    d.add_argument("--est-time", type=float, metavar="S", help="seconds one configuration runs: prints GPU-seconds per night")
+    d.add_argument("--gpus", type=int, default=1, help="GPUs one configuration uses (default 1)")
+    d.add_argument("--seed", type=int, default=0, help="search seed (the result is deterministic for a seed)")
+    d.add_argument("--json", action="store_true", help="print the design as JSON")
+    d.set_defaults(func=run_design)
+
+
+# ---- check and --against ------------------------------------------------------------------
+
+
+class GitSource:
+    """Files at one git revision of the checkout, read with ``git show`` (argv lists, no shell)."""
+
+    def __init__(self, repo: Path, rev: str):
+        if not rev or rev.startswith("-"):
+            raise CatalogError(Problem("--against", 1, "REV", f"{rev!r} is not a revision; give a commit, tag or branch"))
+        self.repo, self.rev = repo, rev
+        done = self._git("rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}")
+        if done.returncode != 0:
+            raise CatalogError(Problem("--against", 1, "REV", f"{rev!r} is not a commit of {repo}; check `git -C {repo} log`"))
+
+    def _git(self, *args: str) -> subprocess.CompletedProcess:
+        try:
+            return subprocess.run(["git", "-C", str(self.repo), *args], capture_output=True, text=True, check=False)
+        except FileNotFoundError as exc:
+            raise CatalogError(Problem("--against", 1, "git", "needs git on PATH")) from exc
+
+    def read(self, path: str) -> str | None:
+        done = self._git("show", f"{self.rev}:./{path}")
+        return done.stdout if done.returncode == 0 else None
+
+    def files_mentioning(self, text: str, roots: Sequence[str]) -> list[str]:
+        done = self._git("grep", "-l", "-F", "-e", text, self.rev, "--", *roots)
+        prefix = f"{self.rev}:"
+        return sorted(line[len(prefix):] for line in done.stdout.splitlines() if line.startswith(prefix) and line.endswith(".py"))
+
+
+def run(args: argparse.Namespace) -> int:
+    where = locate(args.repo, groups_file=args.groups)
+    now = check_repo(where)
+    lost: tuple[LostCell, ...] = ()
+    if args.against:
+        then = check_repo(where, GitSource(where.repo, args.against), adopt=True)
+        from pipelines.core.coverage.check import TreeSource
+
+        lost = lost_cells(then.groups, now.groups, GitSource(where.repo, args.against), TreeSource(where.repo))
+    if args.json:
+        out = {"repo": str(where.repo), "groups_file": str(where.groups_file), "ok": now.ok and not lost,
+               "groups": [group_json(g) for g in now.groups], "problems": [str(p) for p in now.problems]}
+        if args.against:
+            out.update(against=args.against, lost=[lost_json(c) for c in lost])
+        print(json.dumps(out, indent=2))
+    elif args.against:
+        print_lost(args.against, lost)
+    else:
+        print_report(where.name, where.repo, where.groups_file, now)
+    if args.against:
+        return 1 if lost else 0
+    return 0 if now.ok else 1
+
+
+def _config_json(config) -> dict:
+    return {"test": config.test, "config": config.name, "path": config.path, "line": config.line}
+
+
+def group_json(g: GroupCoverage) -> dict:
+    return {
+        "name": g.group.name,
+        "origin": g.group.origin,
+        "tests": list(g.tests),
+        "dimensions": {d.name: list(d.labels) for d in g.dimensions},
+        "cells": [{"label": c.label, "values": c.as_dict()} for c in g.cells],
+        "covered_by": {c.label: [_config_json(x) for x in g.covered_by(c)] for c in g.cells},
+        "uncovered": [c.as_dict() for c in g.uncovered],
+        "problems": [str(p) for p in g.problems],
+    }
+
+
+def lost_json(cell: LostCell) -> dict:
+    return {"group": cell.group, "label": cell.cell.label, "cell": cell.cell.as_dict(),
+            "was_covered_by": [{**_config_json(c), "change": change} for c, change in cell.was]}
+
+
+def _table(rows: list[tuple[str, str]], indent: str = "  ") -> list[str]:
+    width = max((len(a) for a, _ in rows), default=0)
+    return [f"{indent}{a.ljust(width)}  {b}".rstrip() for a, b in rows]
+
+
+def print_report(name: str, repo: Path, groups_file: Path, report: CoverageReport) -> None:
+    print(f"coverage of {name} ({repo}); groups from {groups_file} and # coverage-group: comments")
+    if not report.groups:
+        print(f"no groups: declare sibling tests under repos.{name}.groups in {groups_file} (docs/coverage.md)")
+    for g in report.groups:
+        required = (" and ".join("x".join(t) for t in g.group.require) if g.group.require
+                    else f"all {'pairs' if g.group.strength == 2 else f'{g.group.strength}-way combinations'}")
+        dims = ", ".join(f"{d.name} ({len(d.labels)})" for d in g.dimensions)
+        print(f"\ngroup {g.group.name} ({g.group.origin}): {required} of {dims}")
+        by_test: dict[str, list[str]] = {t: [] for t in g.tests}
+        for row in g.rows:
+            by_test.setdefault(row.config.test, []).append(row.config.name)
+        for line in _table([(t, ", ".join(names) or "(no configurations)") for t, names in by_test.items()]):
+            print(line)
+        rows = [("cell", "covered by")]
+        for cell in g.cells:
+            by = g.covered_by(cell)
+            rows.append((cell.label, "; ".join(f"{c.path}:{c.line} {c.name}" for c in by) or "UNCOVERED"))
+        for line in _table(rows):
+            print(line)
+        for problem in g.problems:
+            print(f"  {problem}")
+        print(f"  {len(g.cells) - len(g.uncovered)} of {len(g.cells)} cells covered")
+    for problem in report.problems:
+        print(problem)
+    uncovered = sum(len(g.uncovered) for g in report.groups)
+    problems = len(report.problems) + sum(len(g.problems) for g in report.groups)
+    print(f"\n{len(report.groups)} group(s), {uncovered} uncovered cell(s), {problems} problem(s)")
+
+
+def print_lost(rev: str, lost: Sequence[LostCell]) -> None:
+    if not lost:
+        print(f"against {rev}: no cell covered then is uncovered now")
+        return
+    print(f"against {rev}: {len(lost)} cell(s) covered then are uncovered now")
+    for cell in lost:
+        print(f"  {cell.group}: {cell.cell.label}")
+        for config, change in cell.was:
+            print(f"      was covered by {config.path}:{config.line} {config.name} ({change})")
+
+
+# ---- design ---------------------------------------------------------------------------------
+
+
+def _dims(values: Sequence[str]) -> list[tuple[str, list[str]]]:
+    out: list[tuple[str, list[str]]] = []
+    for raw in values:
+        name, _, vals = raw.partition("=")
+        items = [v.strip() for v in vals.split(",") if v.strip()]
+        if not name.strip() or not items or len(set(items)) != len(items):
+            raise CatalogError(Problem("--dim", 1, raw, "expected NAME=V1,V2,... with distinct values"))
+        if name.strip() in {n for n, _ in out}:
+            raise CatalogError(Problem("--dim", 1, raw, f"dimension {name.strip()!r} is given twice"))
+        out.append((name.strip(), items))
+    return out
+
+
+def run_design(args: argparse.Namespace) -> int:
+    dims = _dims(args.dim)
+    names = {n for n, _ in dims}
+    require = [tuple(x.strip() for x in r.split(",")) for r in args.require]
+    for t in require:
+        if not set(t) <= names or len(set(t)) != len(t):
+            raise CatalogError(Problem("--require", 1, ",".join(t), f"must name distinct dimensions among {sorted(names)}"))
+    if args.strength < 1:
+        raise CatalogError(Problem("--strength", 1, str(args.strength), "must be >= 1 (2: all pairs)"))
+    if args.budget is not None and not args.tests:
+        raise CatalogError(Problem("--budget", 1, str(args.budget), "needs --tests N (at most K configurations for each of N tests)"))
+    if (args.tests is not None and args.tests < 1) or (args.budget is not None and args.budget < 1):
+        raise CatalogError(Problem("--tests/--budget", 1, "N/K", "must be >= 1"))
+    cap = args.tests * args.budget if args.budget else None
+    found = design(dims, args.strength, require, max_rows=cap, seed=args.seed)
+    tests = args.tests or 1
+    dealt = assign(found.size, tests)
+    owner = {i: t for t, rows in enumerate(dealt) for i in rows}
+    test_name = [f"test-{t + 1}" for t in range(tests)]
+    if args.json:
+        print(json.dumps(design_json(found, dealt, test_name, owner, args), indent=2))
+    else:
+        print_design(found, dealt, test_name, owner, args)
+    return 1 if found.uncovered else 0
+
+
+def _seconds(found: Design, args: argparse.Namespace) -> dict | None:
+    if args.est_time is None:
+        return None
+    per = args.est_time * args.gpus
+    return {"design": found.size * per, "cartesian": found.cartesian * per, "saved": (found.cartesian - found.size) * per}
+
+
+def design_json(found: Design, dealt, test_name, owner, args) -> dict:
+    return {
+        "size": found.size,
+        "lower_bound": found.lower_bound,
+        "cartesian": found.cartesian,
+        "method": found.method,
+        "assignments": {test_name[t]: [found.configuration(i) for i in rows] for t, rows in enumerate(dealt)},
+        "covered_by": {c.label: [{"test": test_name[owner[i]], "configuration": i + 1} for i in found.covered_by(c)]
+                       for c in found.cells if found.covered_by(c)},
+        "uncovered": [c.as_dict() for c in found.uncovered],
+        "gpu_seconds": _seconds(found, args),
+    }
+
+
+def print_design(found: Design, dealt, test_name, owner, args) -> None:
+    required = (" and ".join("x".join(t) for t in args.require) if args.require
+                else f"all {'pairs' if found.strength == 2 else f'{found.strength}-way combinations'}")
+    dims = ", ".join(f"{n} ({len(v)})" for n, v in found.dims)
+    print(f"design: {required} of {dims}: {found.size} configurations "
+          f"(lower bound {found.lower_bound}, full product {found.cartesian}; {found.method})")
+    header = ["#", "test", *(n for n, _ in found.dims)]
+    rows = [header] + [[str(i + 1), test_name[owner[i]], *found.configuration(i).values()]
+                       for t in range(len(dealt)) for i in dealt[t]]
+    widths = [max(len(r[c]) for r in rows) for c in range(len(header))]
+    for r in rows:
+        print("  " + "  ".join(x.ljust(w) for x, w in zip(r, widths, strict=True)).rstrip())
+    print("proof:")
+    proof = [(c.label, ", ".join(f"#{i + 1} ({test_name[owner[i]]})" for i in found.covered_by(c)) or "UNCOVERED")
+             for c in found.cells]
+    for line in _table(proof):
+        print(line)
+    if found.uncovered:
+        print(f"uncovered: {len(found.uncovered)} cell(s) do not fit in {args.tests} test(s) x {args.budget}: "
+              + "; ".join(c.label for c in found.uncovered))
+    seconds = _seconds(found, args)
+    if seconds:
+        print(f"GPU-seconds per night: {seconds['design']:,.0f} ({found.size} x {args.est_time:g} s x {args.gpus} GPU) "
+              f"against {seconds['cartesian']:,.0f} for the full product of {found.cartesian}; saves {seconds['saved']:,.0f}")

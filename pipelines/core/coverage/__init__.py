@@ -1,0 +1,111 @@
+"""Coverage of configuration matrices: do sibling tests together still cover every required cell?
+
+``check_repo`` reads each group's matrices and proves every cell covered (or lists the ones
+that are not); ``lost_cells`` compares two revisions; ``design`` searches for the fewest
+configurations that cover all cells. ``uncovered_cells`` and ``configurations_by_test`` are what
+the night report and the catalog listing call.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from pipelines.core.coverage.check import Source, TreeSource, check_groups, required_cells
+from pipelines.core.coverage.design import Design, assign, design
+from pipelines.core.coverage.diff import lost_cells
+from pipelines.core.coverage.groups import FILE_NAME, load_groups, parse_groups
+from pipelines.core.coverage.matrix import python_matrix
+from pipelines.core.coverage.model import (
+    DEFAULT_MATRIX,
+    Cell,
+    Configuration,
+    Dimension,
+    Group,
+    GroupCoverage,
+    LostCell,
+    UncoveredCell,
+)
+from pipelines.core.model import Problem
+
+__all__ = [
+    "Cell", "Configuration", "CoverageReport", "Design", "Dimension", "Group", "GroupCoverage", "LostCell",
+    "RepoGroups", "Source", "TreeSource", "UncoveredCell", "assign", "check_repo", "design", "locate",
+    "lost_cells", "parse_groups", "required_cells", "configurations_by_test", "uncovered_cells",
+]
+
+
+@dataclass(frozen=True)
+class RepoGroups:
+    """A checkout, its name in repos.yaml (or its folder name), and the groups declared for it."""
+
+    repo: Path
+    name: str
+    groups: tuple[Group, ...]
+    groups_file: Path
+    roots: tuple[str, ...] = ("tests",)
+    template: str | None = None
+
+
+@dataclass(frozen=True)
+class CoverageReport:
+    groups: tuple[GroupCoverage, ...]
+    problems: tuple[Problem, ...] = ()
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems and all(g.ok for g in self.groups)
+
+
+def locate(repo: str | Path | None, specs_dir: Path | str | None = None, groups_file: Path | None = None) -> RepoGroups:
+    """Resolve ``--repo`` as every command does and load its groups from ``coverage.yaml``.
+
+    A checkout nobody configured is looked up under its folder name.
+    """
+    from pipelines.core.catalog import find_template
+    from pipelines.core.specs import load_specs
+
+    specs = load_specs(specs_dir)
+    path, spec = specs.locate_repo(repo)
+    name = spec.name if spec else path.name
+    groups_file = Path(groups_file) if groups_file else specs.root / FILE_NAME
+    roots = tuple(spec.roots) if spec else ("tests",)
+    template = (spec.template if spec and spec.template else None) or find_template(path)
+    return RepoGroups(path, name, load_groups(groups_file, name), groups_file, roots, template)
+
+
+def check_repo(where: RepoGroups, source: Source | None = None, adopt: bool = False) -> CoverageReport:
+    """Every group of the repo checked at ``source`` (the working tree by default).
+
+    ``adopt``: test files whose ``# coverage-group:`` comment names a declared group join it (for
+    an earlier revision) instead of being reported as missing from assets/coverage.yaml.
+    """
+    reports, problems = check_groups(where.groups, source or TreeSource(where.repo), where.roots, where.template, adopt)
+    return CoverageReport(reports, problems)
+
+
+def uncovered_cells(repo_path: str | Path, specs_dir: str | Path | None = None) -> list[UncoveredCell]:
+    """The cells no sibling test covers tonight, for the night report (empty when all are covered)."""
+    report = check_repo(locate(repo_path, specs_dir))
+    return [UncoveredCell(g.group.name, cell, g.tests) for g in report.groups for cell in g.uncovered]
+
+
+def configurations_by_test(repo_path: str | Path, specs_dir: str | Path | None = None) -> dict[str, tuple[Configuration, ...]]:
+    """Each test's configurations (repo-relative path -> rows of its matrix), for the catalog listing.
+
+    Tests of a group use the group's reading; any other test with a readable module-level
+    ``_CONFIGS`` (dicts, or tuples under a ``# (a, b, ...)`` comment) is listed too.
+    """
+    where = locate(repo_path, specs_dir)
+    out: dict[str, list[Configuration]] = {}
+    for group in check_repo(where).groups:
+        for row in group.rows:
+            out.setdefault(row.config.test, []).append(row.config)
+    source = TreeSource(where.repo)
+    for path in source.files_mentioning(DEFAULT_MATRIX, where.roots):
+        if path not in out and os.path.basename(path).startswith("test_"):
+            configs, _ = python_matrix(source.read(path) or "", path, DEFAULT_MATRIX)
+            if configs:
+                out[path] = configs
+    return {test: tuple(dict.fromkeys(configs)) for test, configs in sorted(out.items())}

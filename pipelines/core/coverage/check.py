@@ -1,0 +1,180 @@
+"""Checking a group: its required cells and, for each, the test configurations that cover it.
+
+Sources are read through a ``Source`` (the working tree here, a git revision at the CLI edge), so
+the same check runs on today's tree and on the tree of any earlier revision for ``--against``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Protocol
+
+from pipelines.core.coverage.matrix import GROUP_MARKER, declared_groups, python_matrix, template_matrix
+from pipelines.core.coverage.model import (
+    TEMPLATE_MATRIX,
+    Cell,
+    Configuration,
+    Dimension,
+    Group,
+    GroupCoverage,
+    Row,
+)
+from pipelines.core.model import Problem
+
+
+class Source(Protocol):
+    """Repo-relative files at one revision."""
+
+    def read(self, path: str) -> str | None:
+        """The file's text, or None when it does not exist there."""
+
+    def files_mentioning(self, text: str, roots: Sequence[str]) -> list[str]:
+        """Repo-relative ``.py`` files under ``roots`` whose text contains ``text``, sorted."""
+
+
+class TreeSource:
+    """The checkout as it is on disk."""
+
+    def __init__(self, repo: Path):
+        self.repo = Path(repo)
+
+    def read(self, path: str) -> str | None:
+        full = self.repo / path
+        try:
+            full.resolve().relative_to(self.repo.resolve())
+            return full.read_text(encoding="utf-8", errors="replace")
+        except (OSError, ValueError):
+            return None
+
+    def files_mentioning(self, text: str, roots: Sequence[str]) -> list[str]:
+        needle, out = text.encode(), []
+        for root in roots:
+            for folder, dirs, files in os.walk(self.repo / root):
+                dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d != "__pycache__")
+                for name in files:
+                    full = Path(folder) / name
+                    if name.endswith(".py") and needle in _bytes(full):
+                        out.append(full.relative_to(self.repo).as_posix())
+        return sorted(set(out))
+
+
+def _bytes(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError:
+        return b""
+
+
+def file_groups(source: Source, roots: Sequence[str], declared: Sequence[Group],
+                adopt: bool = False) -> tuple[list[Group], list[Problem]]:
+    """Groups declared by ``# coverage-group: NAME`` comments, and files naming a group that omits them.
+
+    With ``adopt`` (an earlier revision, for ``--against``) such files join the declared group
+    instead, so a test dropped from both the tree and assets/coverage.yaml is still seen as lost.
+    """
+    members: dict[str, list[tuple[str, int]]] = {}
+    for path in source.files_mentioning(GROUP_MARKER, roots):
+        for name, line in declared_groups(source.read(path) or ""):
+            members.setdefault(name, []).append((path, line))
+    by_name = {g.name: g for g in declared}
+    groups, problems = [], []
+    for name, files in sorted(members.items()):
+        if name in by_name and adopt:
+            extra = tuple(p for p, _ in files if p not in by_name[name].tests)
+            by_name[name] = replace(by_name[name], tests=by_name[name].tests + extra)
+            continue
+        if name in by_name:
+            problems += [Problem(path, line, "coverage-group", (
+                f"{path} says it belongs to {name!r} but {by_name[name].origin} does not list it; add it to the group's tests"))
+                for path, line in files if path not in by_name[name].tests]
+            continue
+        path, line = files[0]
+        groups.append(Group(name, tuple(p for p, _ in files), (), f"{path}:{line}", inferred=True))
+    return [by_name[g.name] for g in declared] + groups, problems
+
+
+def read_configurations(group: Group, source: Source, template: str | None) -> tuple[list[Configuration], list[Problem]]:
+    """Every configuration of every test of the group; a missing test is a located problem."""
+    configs: list[Configuration] = []
+    problems: list[Problem] = []
+    template_text = source.read(template) if template and group.matrix == TEMPLATE_MATRIX else None
+    for test in group.tests:
+        if group.matrix == TEMPLATE_MATRIX:
+            if template_text is None:
+                problems.append(Problem(template or ".github/workflows", 1, "template", (
+                    f"group {group.name} reads a workflow template but none was found; set `template:` in assets/repos.yaml")))
+                break
+            found, bad = template_matrix(template_text, template or "", test)
+        else:
+            text = source.read(test)
+            if text is None:
+                problems.append(Problem(test, 1, "test", (
+                    f"listed in group {group.name} ({group.origin}) but does not exist; restore it or drop it from the group")))
+                continue
+            found, bad = python_matrix(text, test, group.matrix, group.fields)
+        configs += found
+        problems += bad
+    return configs, problems
+
+
+def infer_dimensions(configs: Sequence[Configuration]) -> tuple[Dimension, ...]:
+    """For a group declared in comments: every field but ``name``, with the values the tests use."""
+    order: dict[str, list[str]] = {}
+    for c in configs:
+        for field, value in c.fields:
+            if field != "name" and value not in order.setdefault(field, []):
+                order[field].append(value)
+    return tuple(Dimension(f, (f,), tuple((v, (v,)) for v in vals)) for f, vals in order.items())
+
+
+def required_cells(dims: Sequence[Dimension], strength: int, require: Sequence[tuple[str, ...]] = ()) -> tuple[Cell, ...]:
+    """Each value combination of each required dimension tuple (every ``strength``-subset by default)."""
+    by_name = {d.name: d for d in dims}
+    tuples = list(require) or list(itertools.combinations([d.name for d in dims], min(strength, len(dims))))
+    cells = []
+    for names in tuples:
+        for values in itertools.product(*(by_name[n].labels for n in names)):
+            cells.append(Cell(tuple(names), tuple(values)))
+    return tuple(dict.fromkeys(cells))
+
+
+def label_rows(configs: Sequence[Configuration], dims: Sequence[Dimension]) -> tuple[list[Row], list[Problem]]:
+    """Each configuration's value label per dimension; a value no dimension declares is a problem."""
+    rows, problems = [], []
+    for c in configs:
+        labels = []
+        for d in dims:
+            raw = c.raw(d)
+            label = d.label_of(raw) if raw is not None else None
+            if raw is None:
+                missing = [f for f in d.fields if c.field(f) is None]
+                problems.append(Problem(c.path, c.line, c.name, f"has no field {', '.join(missing)} for dimension {d.name}"))
+            elif label is None:
+                problems.append(Problem(c.path, c.line, c.name, (
+                    f"{d.name} {'+'.join(raw)} is not one of {', '.join(d.labels)}; add it to the dimension's values "
+                    "in assets/coverage.yaml or fix the configuration")))
+            else:
+                labels.append((d.name, label))
+        rows.append(Row(c, tuple(labels)))
+    return rows, problems
+
+
+def check_group(group: Group, source: Source, template: str | None = None) -> GroupCoverage:
+    """What the group's tests cover at ``source``: cells, the rows covering each, and problems."""
+    configs, problems = read_configurations(group, source, template)
+    dims = infer_dimensions(configs) if group.inferred else group.dimensions
+    rows, bad = label_rows(configs, dims)
+    cells = required_cells(dims, group.strength, group.require)
+    return GroupCoverage(group, group.tests, dims, tuple(rows), cells, tuple(problems + bad))
+
+
+def check_groups(declared: Sequence[Group], source: Source, roots: Sequence[str] = ("tests",),
+                 template: str | None = None, adopt: bool = False) -> tuple[tuple[GroupCoverage, ...], tuple[Problem, ...]]:
+    """Every declared group and every group declared in test-file comments, plus stray members."""
+    groups, problems = file_groups(source, roots, declared, adopt)
+    reports = tuple(check_group(g, source, template) for g in groups)
+    return reports, tuple(problems)

@@ -1,0 +1,219 @@
+"""``assets/coverage.yaml``: groups of sibling tests, their dimensions and required interactions.
+
+Every mistake is one located problem (``coverage.yaml:LINE: repos.R.groups[i].FIELD: what is
+wrong; how to fix``) and all of them are raised together, before anything is checked. The file
+has its own small line-remembering loader so it does not depend on how ``specs.py`` reads YAML.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from pipelines.core.coverage.model import DEFAULT_MATRIX, TEMPLATE_MATRIX, Dimension, Group, norm
+from pipelines.core.model import CatalogError, Problem
+
+FILE_NAME = "coverage.yaml"
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]*")
+_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+class _Lines(yaml.SafeLoader):
+    """Mappings remember the line of each key in ``.lines``."""
+
+
+class _Map(dict):
+    lines: dict[str, int]
+    line: int = 1
+
+
+class _Seq(list):
+    line: int = 1
+
+
+def _mapping(loader: _Lines, node: yaml.MappingNode) -> _Map:
+    loader.flatten_mapping(node)
+    out = _Map()
+    out.lines, out.line = {}, node.start_mark.line + 1
+    for key_node, value_node in node.value:
+        key = loader.construct_object(key_node, deep=True)
+        out[key] = loader.construct_object(value_node, deep=True)
+        out.lines[str(key)] = key_node.start_mark.line + 1
+    return out
+
+
+def _sequence(loader: _Lines, node: yaml.SequenceNode) -> _Seq:
+    out = _Seq(loader.construct_object(child, deep=True) for child in node.value)
+    out.line = node.start_mark.line + 1
+    return out
+
+
+_Lines.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping)
+_Lines.add_constructor(yaml.resolver.BaseResolver.DEFAULT_SEQUENCE_TAG, _sequence)
+
+
+def load_groups(path: Path | str, repo: str) -> tuple[Group, ...]:
+    """The groups declared for ``repo`` (its name in repos.yaml); none when the file is absent."""
+    path = Path(path)
+    if not path.exists():
+        return ()
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise CatalogError(Problem(str(path), 1, "file", f"cannot be read ({exc.strerror})")) from exc
+    return parse_groups(text, str(path), repo)
+
+
+def parse_groups(text: str, where: str, repo: str) -> tuple[Group, ...]:
+    """Validate the whole file (every repo's groups) and return ``repo``'s; raise all problems at once."""
+    try:
+        raw = yaml.load(text, Loader=_Lines) or _Map()
+    except yaml.MarkedYAMLError as exc:
+        line = exc.problem_mark.line + 1 if exc.problem_mark else 1
+        raise CatalogError(Problem(where, line, "yaml", f"{exc.problem}; fix the YAML syntax")) from exc
+    reader = _Reader(where)
+    repos = reader.typed(raw, "repos", dict, "", _Map(), "a mapping of repo name -> {groups: [...]}")
+    out: dict[str, tuple[Group, ...]] = {}
+    for name, body in repos.items():
+        at = f"repos.{name}"
+        groups = reader.typed(body, "groups", list, at, _Seq(), "a list of groups") if reader.is_map(body, at, repos, name) else []
+        parsed = [reader.group(g, f"{at}.groups[{i}]", _line(groups, i, body, "groups")) for i, g in enumerate(groups)]
+        seen: set[str] = set()
+        for group in filter(None, parsed):
+            if group.name in seen:
+                reader.add(int(group.origin.rsplit(":", 1)[1]), f"{at}.groups", f"two groups are named {group.name!r}; rename one")
+            seen.add(group.name)
+        out[str(name)] = tuple(filter(None, parsed))
+    if reader.problems:
+        raise CatalogError(reader.problems)
+    return out.get(repo, ())
+
+
+def _line(container: Any, index: int, parent: Any, key: str) -> int:
+    item = container[index] if isinstance(container, list) and index < len(container) else None
+    return getattr(item, "line", None) or getattr(container, "line", None) or getattr(parent, "lines", {}).get(key, 1)
+
+
+class _Reader:
+    """Typed access that collects located problems instead of stopping at the first."""
+
+    def __init__(self, where: str):
+        self.where, self.problems = where, []
+
+    def add(self, line: int, field: str, message: str) -> None:
+        self.problems.append(Problem(self.where, line, field, message))
+
+    def is_map(self, value: Any, field: str, parent: Any, key: Any) -> bool:
+        if isinstance(value, dict):
+            return True
+        self.add(getattr(parent, "lines", {}).get(str(key), 1), field, f"must be a mapping, got {value!r}")
+        return False
+
+    def typed(self, m: Any, key: str, typ: type, at: str, default: Any, what: str) -> Any:
+        field = f"{at}.{key}" if at else key
+        if not isinstance(m, dict) or key not in m:
+            return default
+        value = m[key]
+        if not isinstance(value, typ) or (typ is int and isinstance(value, bool)):
+            self.add(m.lines.get(key, m.line), field, f"must be {what}, got {value!r}")
+            return default
+        return value
+
+    def group(self, g: Any, at: str, line: int) -> Group | None:
+        if not isinstance(g, dict):
+            self.add(line, at, f"must be a mapping with name, tests and dimensions, got {g!r}")
+            return None
+        before = len(self.problems)
+        name = self.typed(g, "name", str, at, "", "a group name")
+        if not _NAME.fullmatch(name):
+            self.add(g.lines.get("name", g.line), f"{at}.name", f"required: a name of letters, digits, '.', '_', '-' (got {name!r})")
+        tests = self.typed(g, "tests", list, at, [], "a list of repo-relative test paths")
+        if not tests or not all(isinstance(t, str) and t and not t.startswith("/") for t in tests):
+            self.add(g.lines.get("tests", g.line), f"{at}.tests", "required: a list of repo-relative test paths (tests/...py)")
+        matrix = self.typed(g, "matrix", str, at, DEFAULT_MATRIX, f"a module variable name or {TEMPLATE_MATRIX!r}")
+        if matrix != TEMPLATE_MATRIX and not _IDENT.fullmatch(matrix):
+            self.add(g.lines.get("matrix", g.line), f"{at}.matrix", f"{matrix!r} is not a Python name; use e.g. _CONFIGS or {TEMPLATE_MATRIX!r}")
+        fields = self.typed(g, "fields", list, at, None, "a list of tuple position names")
+        if fields is not None and not all(isinstance(f, str) and _IDENT.fullmatch(f) for f in fields):
+            self.add(g.lines.get("fields", g.line), f"{at}.fields", f"must name each tuple position with a Python name, got {fields!r}")
+        dims = self.dimensions(g, at)
+        strength = self.typed(g, "strength", int, at, 2, "a whole number >= 1")
+        if strength < 1:
+            self.add(g.lines.get("strength", g.line), f"{at}.strength", f"must be >= 1 (2: all pairs), got {strength}")
+        require = self.require(g, at, {d.name for d in dims})
+        if len(self.problems) > before:
+            return None
+        return Group(name, tuple(tests), dims, f"{self.where}:{g.line}", matrix,
+                     tuple(fields) if fields is not None else None, strength, require)
+
+    def dimensions(self, g: Any, at: str) -> tuple[Dimension, ...]:
+        raw = self.typed(g, "dimensions", dict, at, _Map(), "a mapping of dimension name -> values")
+        if not raw:
+            self.add(g.lines.get("dimensions", g.line), f"{at}.dimensions", "required: e.g. {backend: [megatron, tilelang]}")
+        out = []
+        for name, spec in raw.items():
+            field, line = f"{at}.dimensions.{name}", raw.lines.get(str(name), raw.line)
+            dim = self.dimension(str(name), spec, field, line)
+            if dim:
+                out.append(dim)
+        return tuple(out)
+
+    def dimension(self, name: str, spec: Any, field: str, line: int) -> Dimension | None:
+        fields: list[Any] = [name]
+        values: Any = spec
+        if isinstance(spec, dict):
+            if ("field" in spec) == ("fields" in spec):
+                self.add(line, field, "give exactly one of `field: NAME` or `fields: [A, B]` (the tuple positions it reads)")
+                return None
+            fields = [spec["field"]] if "field" in spec else spec["fields"]
+            values = spec.get("values")
+        if not isinstance(fields, list) or not fields or not all(isinstance(f, str) and _IDENT.fullmatch(f) for f in fields):
+            self.add(line, f"{field}.fields", f"must be a non-empty list of field names, got {fields!r}")
+            return None
+        pairs = self.values(values, len(fields), field, line)
+        if pairs is None:
+            return None
+        labels = [label for label, _ in pairs]
+        if len(set(labels)) != len(labels) or len({raw for _, raw in pairs}) != len(pairs):
+            self.add(line, f"{field}.values", f"values must be distinct, got {labels}")
+            return None
+        return Dimension(name, tuple(fields), tuple(pairs))
+
+    def values(self, values: Any, width: int, field: str, line: int) -> list[tuple[str, tuple[str, ...]]] | None:
+        hint = "a list of values, or a mapping label -> value (a list of values when the dimension reads several fields)"
+        if isinstance(values, list) and len(values) >= 1 and width == 1 and all(_scalar(v) for v in values):
+            return [(norm(v), (norm(v),)) for v in values]
+        if isinstance(values, dict) and values:
+            out = []
+            for label, raw in values.items():
+                raw = raw if isinstance(raw, list) else [raw]
+                if len(raw) != width or not all(_scalar(v) for v in raw):
+                    self.add(values.lines.get(str(label), line), f"{field}.values.{label}",
+                             f"must be {width} scalar value(s), one per field, got {raw!r}")
+                    return None
+                out.append((str(label), tuple(norm(v) for v in raw)))
+            return out
+        self.add(line, f"{field}.values", f"must be {hint}, got {values!r}")
+        return None
+
+    def require(self, g: Any, at: str, dims: set[str]) -> tuple[tuple[str, ...], ...]:
+        raw = self.typed(g, "require", list, at, [], "a list of dimension tuples, e.g. [[backend, layout]]")
+        out = []
+        for item in raw:
+            if not isinstance(item, list) or not item or not all(isinstance(d, str) for d in item):
+                self.add(g.lines.get("require", g.line), f"{at}.require", f"each entry must be a list of dimension names, got {item!r}")
+                continue
+            unknown = [d for d in item if d not in dims]
+            if unknown and dims:
+                self.add(g.lines.get("require", g.line), f"{at}.require",
+                         f"unknown dimension(s) {unknown}; declared: {sorted(dims)}")
+                continue
+            out.append(tuple(item))
+        return tuple(out)
+
+
+def _scalar(value: Any) -> bool:
+    return isinstance(value, str | int | float | bool)

@@ -1,0 +1,123 @@
+"""Reading a test's configuration matrix from source, never importing it.
+
+Python: a module-level ``_CONFIGS = [...]`` (or the group's ``matrix:`` name) of tuples or dicts,
+every value a literal. Tuple positions are named by the group's ``fields:`` or, by convention, by
+a comment directly above the matrix: ``# (name, backend, use_lora, grad_accum_2)``. A field called
+``name`` names the configuration. A file joins a group by itself with ``# coverage-group: NAME``.
+
+Template (framework S): a test's entries in the workflow template are its configurations; their
+fields are ``job``, ``num_gpus``, ``test_args`` and the env keys (with the template's defaults).
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+
+from pipelines.core.catalog.assemble import template_path
+from pipelines.core.catalog.template import parse_template
+from pipelines.core.coverage.model import Configuration, norm
+from pipelines.core.model import Problem
+
+GROUP_MARKER = "coverage-group:"
+_GROUP_COMMENT = re.compile(r"^#\s*coverage-group:\s*(\S+)\s*$", re.MULTILINE)
+_FIELDS_COMMENT = re.compile(r"^\s*#\s*\(\s*([A-Za-z_][A-Za-z0-9_]*(?:\s*,\s*[A-Za-z_][A-Za-z0-9_]*)*)\s*,?\s*\)")
+
+
+def declared_groups(source: str) -> list[tuple[str, int]]:
+    """(group name, line) of each ``# coverage-group: NAME`` comment at the start of a line."""
+    return [(m.group(1), source.count("\n", 0, m.start()) + 1) for m in _GROUP_COMMENT.finditer(source)]
+
+
+def python_matrix(source: str, path: str, var: str, fields: tuple[str, ...] | None = None,
+                  test: str | None = None) -> tuple[list[Configuration], list[Problem]]:
+    """The configurations of ``var`` in one Python file, and what is wrong with them (never raises)."""
+    test = test or path
+    try:
+        tree = ast.parse(source, path)
+    except SyntaxError as exc:
+        return [], [Problem(path, exc.lineno or 1, "syntax", f"{exc.msg}; the matrix cannot be read")]
+    node = _assignment(tree, var)
+    if node is None:
+        return [], [Problem(path, 1, var, f"no module-level `{var} = [...]`; add the matrix or fix the group's `matrix:`")]
+    if not isinstance(node, ast.List | ast.Tuple):
+        return [], [Problem(path, node.lineno, var, "must be a literal list of tuples or dicts; the checker never runs test code")]
+    if fields is None:
+        fields = _comment_fields(source, node.lineno)
+    configs: list[Configuration] = []
+    problems: list[Problem] = []
+    for i, item in enumerate(node.elts):
+        where = f"{var}[{i}]"
+        try:
+            value = ast.literal_eval(item)
+        except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+            problems.append(Problem(path, item.lineno, where, "is not a literal; write the values out (strings, numbers, booleans)"))
+            continue
+        pairs = _pairs(value, fields, path, item.lineno, where, var, problems)
+        if pairs is None:
+            continue
+        named = dict(pairs)
+        configs.append(Configuration(test, named.get("name", where), path, item.lineno, pairs))
+    return configs, problems
+
+
+def _assignment(tree: ast.Module, var: str) -> ast.expr | None:
+    found = None
+    for stmt in tree.body:
+        if isinstance(stmt, ast.Assign) and any(isinstance(t, ast.Name) and t.id == var for t in stmt.targets):
+            found = stmt.value
+        elif isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name) and stmt.target.id == var and stmt.value:
+            found = stmt.value
+    return found
+
+
+def _comment_fields(source: str, line: int) -> tuple[str, ...] | None:
+    """The ``# (a, b, c)`` comment among the comment lines right above ``line``, if any."""
+    lines = source.splitlines()
+    i = line - 2
+    while i >= 0 and lines[i].lstrip().startswith("#"):
+        m = _FIELDS_COMMENT.match(lines[i])
+        if m:
+            return tuple(f.strip() for f in m.group(1).split(","))
+        i -= 1
+    return None
+
+
+def _pairs(value: object, fields: tuple[str, ...] | None, path: str, line: int, where: str, var: str,
+           problems: list[Problem]) -> tuple[tuple[str, str], ...] | None:
+    if isinstance(value, dict):
+        if not all(isinstance(k, str) for k in value):
+            problems.append(Problem(path, line, where, "dict keys must be strings (the field names)"))
+            return None
+        return tuple((k, norm(v)) for k, v in value.items())
+    if isinstance(value, tuple | list):
+        if fields is None:
+            problems.append(Problem(path, line, where, (
+                f"tuple positions have no names; add a comment `# (name, a, b, ...)` right above `{var} =` "
+                "or `fields:` to the group in assets/coverage.yaml")))
+            return None
+        if len(value) != len(fields):
+            problems.append(Problem(path, line, where, (
+                f"has {len(value)} values but the fields are ({', '.join(fields)}); make them agree")))
+            return None
+        return tuple((f, norm(v)) for f, v in zip(fields, value, strict=True))
+    problems.append(Problem(path, line, where, f"must be a tuple or a dict, got {type(value).__name__}"))
+    return None
+
+
+def template_matrix(source: str, template: str, test: str) -> tuple[list[Configuration], list[Problem]]:
+    """The entries of ``test`` (a repo-relative path) in the workflow template, one configuration each."""
+    parsed = parse_template(source, template)
+    defaults = {key: default for _, key, default in parsed.env if default is not None}
+    configs = []
+    for entry in parsed.entries:
+        if template_path(entry.test_file) != test:
+            continue
+        fields = {"job": entry.job, "num_gpus": norm(entry.num_gpus), "test_args": entry.test_args,
+                  **defaults, **dict(entry.extra)}
+        name = " ".join(filter(None, (entry.job, entry.test_args, *(f"{k}={v}" for k, v in entry.extra))))
+        configs.append(Configuration(test, name, template, entry.line, tuple(sorted(fields.items()))))
+    problems = list(parsed.problems)
+    if not configs and not problems:
+        problems.append(Problem(template, 1, "test_file", f"no entry runs {test}; add one or drop it from the group"))
+    return configs, problems

@@ -1,0 +1,150 @@
+"""Records of configuration coverage: dimensions, groups of sibling tests, configurations, cells.
+
+A *group* is a set of sibling test files whose configuration matrices must together cover every
+*required cell*: one combination of values of some dimensions (a pair of dimensions by default).
+Frozen dataclasses, no I/O, so reading, checking, diffing and designing are tested on their own.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pipelines.core.model import Problem
+
+#: the module-level variable a test's matrix lives in unless the group names another
+DEFAULT_MATRIX = "_CONFIGS"
+#: ``matrix: template`` reads the test's entries in the workflow template instead
+TEMPLATE_MATRIX = "template"
+
+
+def norm(value: object) -> str:
+    """One spelling for a raw value wherever it comes from (YAML ``true``, Python ``True``, ``'1'``)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value is None:
+        return "null"
+    return str(value)
+
+
+@dataclass(frozen=True)
+class Dimension:
+    """A named axis of the matrix, read from one field (or several, for a combined layout)."""
+
+    name: str
+    fields: tuple[str, ...]
+    #: (label, raw values of ``fields``); empty while the values are still to be inferred
+    values: tuple[tuple[str, tuple[str, ...]], ...] = ()
+
+    @property
+    def labels(self) -> tuple[str, ...]:
+        return tuple(label for label, _ in self.values)
+
+    def label_of(self, raw: tuple[str, ...]) -> str | None:
+        """The label whose raw values (normalized with ``norm``) these are, or None."""
+        return next((label for label, want in self.values if want == raw), None)
+
+
+@dataclass(frozen=True)
+class Group:
+    """Sibling tests whose matrices must together cover the required cells."""
+
+    name: str
+    tests: tuple[str, ...]
+    dimensions: tuple[Dimension, ...]
+    #: where the group is declared, ``path:line`` (assets/coverage.yaml or a test file's comment)
+    origin: str
+    matrix: str = DEFAULT_MATRIX
+    #: names of tuple positions; None: from the ``# (a, b, ...)`` comment above the matrix
+    fields: tuple[str, ...] | None = None
+    strength: int = 2
+    #: explicit dimension tuples to cover instead of every ``strength``-subset
+    require: tuple[tuple[str, ...], ...] = ()
+    #: declared by ``# coverage-group:`` comments: dimensions are every field but ``name``, values as seen
+    inferred: bool = False
+
+
+@dataclass(frozen=True)
+class Configuration:
+    """One row of a test's matrix, located where it is written."""
+
+    test: str
+    name: str
+    path: str
+    line: int
+    fields: tuple[tuple[str, str], ...]
+
+    def field(self, name: str) -> str | None:
+        return next((v for k, v in self.fields if k == name), None)
+
+    def raw(self, dim: Dimension) -> tuple[str, ...] | None:
+        out = tuple(self.field(f) for f in dim.fields)
+        return None if any(v is None for v in out) else out  # type: ignore[return-value]
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One required combination: dimension names and one value label each."""
+
+    dims: tuple[str, ...]
+    values: tuple[str, ...]
+
+    @property
+    def label(self) -> str:
+        return ", ".join(f"{d}={v}" for d, v in zip(self.dims, self.values, strict=True))
+
+    def as_dict(self) -> dict[str, str]:
+        return dict(zip(self.dims, self.values, strict=True))
+
+
+@dataclass(frozen=True)
+class Row:
+    """A configuration and the value label it takes on each dimension of its group."""
+
+    config: Configuration
+    labels: tuple[tuple[str, str], ...]
+
+    def covers(self, cell: Cell) -> bool:
+        have = dict(self.labels)
+        return all(have.get(d) == v for d, v in zip(cell.dims, cell.values, strict=True))
+
+
+@dataclass(frozen=True)
+class GroupCoverage:
+    """What one group's tests cover: every required cell and the rows that cover it."""
+
+    group: Group
+    tests: tuple[str, ...]
+    dimensions: tuple[Dimension, ...]
+    rows: tuple[Row, ...]
+    cells: tuple[Cell, ...]
+    problems: tuple[Problem, ...] = ()
+
+    def covered_by(self, cell: Cell) -> tuple[Configuration, ...]:
+        return tuple(r.config for r in self.rows if r.covers(cell))
+
+    @property
+    def uncovered(self) -> tuple[Cell, ...]:
+        return tuple(c for c in self.cells if not self.covered_by(c))
+
+    @property
+    def ok(self) -> bool:
+        return not self.uncovered and not self.problems
+
+
+@dataclass(frozen=True)
+class UncoveredCell:
+    """A cell no test of its group covers, as the night report lists it."""
+
+    group: str
+    cell: Cell
+    tests: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class LostCell:
+    """A cell covered at an earlier revision and no longer covered, with what covered it then."""
+
+    group: str
+    cell: Cell
+    #: (configuration then, what happened to its test: deleted / edited / left the group)
+    was: tuple[tuple[Configuration, str], ...]
