@@ -35,9 +35,14 @@ def build_schedules(jobs: dict, keys: list[str], deployment: str, pools: list[st
             cadence_schedule("weekly_schedule", WEEKLY_CRON, "weekly", "Weekly full suite, Saturday.")]
 
 
-def ran_tests(run: dg.DagsterRun) -> bool:
-    """Whether a finished run ran tests: a test job, or any launch whose selection holds test_runs."""
-    return run.job_name in TEST_JOBS or TEST_RUNS in (run.asset_selection or ())
+def ran_tests(instance: dg.DagsterInstance, run: dg.DagsterRun) -> bool:
+    """Whether a finished run ran tests: a test job, or any launch (a UI pick, a backfill) with a test_runs step."""
+    if run.job_name in TEST_JOBS or TEST_RUNS in (run.asset_selection or ()):
+        return True
+    if run.execution_plan_snapshot_id is None:
+        return False
+    plan = instance.get_execution_plan_snapshot(run.execution_plan_snapshot_id)
+    return any(step.key == TEST_RUNS.path[-1] for step in plan.steps)
 
 
 def build_sensors(jobs: dict, keys: list[str], deployment: str, pools: list[str]) -> list:
@@ -50,7 +55,7 @@ def build_sensors(jobs: dict, keys: list[str], deployment: str, pools: list[str]
                                           "pick, backfill or sensor: recalibrate est_time and report that run.")
         def _sensor(context: dg.RunStatusSensorContext):
             run = context.dagster_run
-            if not ran_tests(run) or run.tags.get(TAG_CALIBRATION) == "inline":
+            if not ran_tests(context.instance, run) or run.tags.get(TAG_CALIBRATION) == "inline":
                 return dg.SkipReason(f"run {run.run_id} ran no tests, or calibrated itself")
             return dg.RunRequest(run_key=f"calibrate-{run.run_id}", tags={TAG_SOURCE_RUN: run.run_id})
 
@@ -66,7 +71,7 @@ def build_sensors(jobs: dict, keys: list[str], deployment: str, pools: list[str]
         if previous is None:
             return dg.SkipReason("first evaluation: remembering test file digests")
         changed = sorted(t for t, s in shas.items() if previous.get(t) != s)
-        runnable = night.runset(None, RunSelection(tests=tuple(changed))).run
+        runnable = night.runset(None, RunSelection(tests=tuple(changed))).run if changed else ()
         if not runnable:
             return dg.SkipReason("no enabled, plannable test file changed")
         ids = tuple(t.id for t in runnable)

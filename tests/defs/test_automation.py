@@ -1,13 +1,15 @@
-"""Sensors: a changed test file reruns that test; a changed pool image reruns every test."""
+"""Sensors and schedules request ONE run of test_runs over the key range, with the selection as config."""
 
-import json
 import shutil
 
 import dagster as dg
 import pytest
+import yaml
 
 from pipelines.definitions import build_definitions
 from pipelines.defs.resources import NightlyResource
+
+FIRST = "tests/e2e/ckpt/test_ckpt_resume.py::cuda-stage-c-4-gpu-h200"
 
 
 @pytest.fixture
@@ -18,46 +20,108 @@ def setup(tmp_path, project_root):
     shutil.copytree(project_root / "assets", assets)
     repos = assets / "repos.yaml"
     repos.write_text(repos.read_text().replace("path: examples/minirl", f"path: {repo}"))
+    digest = tmp_path / "digest.txt"
+    digest.write_text("sha256:" + "a" * 64 + "\n")
+    cluster = assets / "cluster.yaml"
+    data = yaml.safe_load(cluster.read_text())
+    # the local pool's image is looked up as a maintainer would (`crane digest IMAGE`); here: a file
+    data["deployments"]["local"]["pools"]["h200"]["image_digest_command"] = ["cat", str(digest)]
+    cluster.write_text(yaml.safe_dump(data))
     resource = NightlyResource(home=str(tmp_path / "home"), assets_dir=str(assets))
     defs = build_definitions(nightly=resource)
-    return defs, resource, repo, assets
+    return defs, resource, repo, digest
 
 
-def _tick(defs, resource, cursor):
-    sensor = defs.resolve_sensor_def("rerun_changed_tests")
+def _tick(defs, resource, name, cursor):
+    sensor = defs.resolve_sensor_def(name)
     ctx = dg.build_sensor_context(cursor=cursor, resources={"nightly": resource}, definitions=defs)
     result = sensor.evaluate_tick(ctx)
     return result, result.cursor
 
 
-def test_the_first_tick_only_remembers_and_an_unchanged_tree_requests_nothing(setup):
-    defs, resource, _, _ = setup
-    result, cursor = _tick(defs, resource, None)
-    assert result.run_requests == [] and "first evaluation" in result.skip_message
-    result, _ = _tick(defs, resource, cursor)
-    assert result.run_requests == [] and result.skip_message == "no test file or image changed"
+def _config(request) -> dict:
+    return request.run_config["ops"]["test_runs"]["config"]
 
 
-def test_a_changed_test_file_reruns_only_that_test(setup):
+def test_a_changed_test_file_requests_one_run_of_only_that_test_over_the_whole_range(setup):
     defs, resource, repo, _ = setup
-    _, cursor = _tick(defs, resource, None)
-    test_file = repo / "tests" / "e2e" / "megatron" / "test_sft_math.py"
-    test_file.write_text(test_file.read_text() + "\n# tweaked\n")
-    result, _ = _tick(defs, resource, cursor)
-    assert [r.partition_key for r in result.run_requests] == ["tests/e2e/megatron/test_sft_math.py"]
-    assert result.run_requests[0].tags["nightly/reason"] == "test file changed"
+    result, cursor = _tick(defs, resource, "rerun_changed_tests", None)
+    assert result.run_requests == [] and "first evaluation" in result.skip_message
+    result, cursor = _tick(defs, resource, "rerun_changed_tests", cursor)
+    assert result.run_requests == [] and result.skip_message == "no enabled, plannable test file changed"
+    for name in ("megatron/test_sft_math.py", "lora/test_lora_math.py"):
+        f = repo / "tests" / "e2e" / name
+        f.write_text(f.read_text() + "\n# tweaked\n")
+    result, _ = _tick(defs, resource, "rerun_changed_tests", cursor)
+    [request] = result.run_requests
+    assert _config(request)["tests"] == ["tests/e2e/lora/test_lora_math.py", "tests/e2e/megatron/test_sft_math.py"]
+    assert request.tags["dagster/asset_partition_range_start"] == FIRST
+    assert request.tags["dagster/asset_partition_range_end"] == "tests/e2e/test_backend_matrix.py"
+    assert request.tags["nightly/reason"].startswith("test file changed")
 
 
-def test_a_new_pool_image_reruns_every_enabled_test(setup):
-    defs, resource, _, assets = setup
-    _, cursor = _tick(defs, resource, json.dumps({"shas": {}, "images": "older"}))
-    result, _ = _tick(defs, resource, cursor)
-    assert result.run_requests == []
-    cluster = assets / "cluster.yaml"
-    cluster.write_text(cluster.read_text().replace("rl-framework:nightly", "rl-framework:2026-12-04"))
-    result, _ = _tick(defs, NightlyResource(home=resource.home, assets_dir=resource.assets_dir, deployment="production"),
-                      cursor)
-    keys = {r.partition_key for r in result.run_requests}
-    assert "tests/e2e/megatron/test_sft_math.py" in keys and len(keys) >= 9
-    assert "tests/e2e/megatron/test_multinode_sft.py" not in keys  # disabled
-    assert {r.tags["nightly/reason"] for r in result.run_requests} == {"pool image changed"}
+def test_a_new_digest_under_the_same_tag_requests_one_run_of_that_pools_nightly_tests(setup):
+    defs, resource, _, digest = setup
+    result, cursor = _tick(defs, resource, "infra_change_backfill", None)
+    assert result.run_requests == [] and "first evaluation" in result.skip_message
+    result, cursor = _tick(defs, resource, "infra_change_backfill", cursor)
+    assert result.run_requests == [] and "no pool" in result.skip_message
+    digest.write_text("sha256:" + "b" * 64 + "\n")
+    result, _ = _tick(defs, resource, "infra_change_backfill", cursor)
+    [request] = result.run_requests
+    assert _config(request)["pools"] == ["h200"] and _config(request)["cadence"] == "nightly"
+    assert "image_digest sha256:aaaa" in request.tags["nightly/reason"]
+    assert "-> sha256:bbbb" in request.tags["nightly/reason"]
+    assert request.tags["nightly/pools"] == "h200"
+
+
+def test_the_nightly_schedule_requests_one_run_with_the_nightly_selection(setup):
+    defs, resource, _, _ = setup
+    schedule = defs.resolve_schedule_def("nightly_schedule")
+    ctx = dg.build_schedule_context(scheduled_execution_time=__import__("datetime").datetime(2026, 12, 3, 15),
+                                    resources={"nightly": resource})
+    [request] = schedule.evaluate_tick(ctx).run_requests
+    assert _config(request)["cadence"] == "nightly"
+    assert request.tags["nightly/cadence"] == "nightly" and request.tags["nightly/deployment"] == "local"
+    assert request.tags["dagster/asset_partition_range_start"] == FIRST
+
+
+def _failed_run(instance, kind: str):
+    """A real failed run: a job of that name, or an asset launch whose selection holds test_runs."""
+    @dg.op
+    def boom():
+        raise RuntimeError("a test failed")
+
+    if kind == "asset pick":
+        @dg.asset(name="test_runs")
+        def test_runs():
+            raise RuntimeError("a test failed")
+
+        result = dg.materialize([test_runs], selection=[test_runs], instance=instance, raise_on_error=False)
+    else:
+        result = dg.GraphDefinition(name=kind, node_defs=[boom]).to_job().execute_in_process(
+            instance=instance, raise_on_error=False)
+    return instance.get_run_by_id(result.run_id), result.get_run_failure_event()
+
+
+@pytest.mark.parametrize("kind,expected", [("nightly", True), ("asset pick", True), ("calibration", False)])
+def test_calibration_follows_any_run_that_ran_tests(setup, kind, expected):
+    defs, resource, _, _ = setup
+    sensor = defs.resolve_sensor_def("calibrate_after_failed_tests")
+    with dg.instance_for_test() as instance:
+        run, event = _failed_run(instance, kind)
+        ctx = dg.build_run_status_sensor_context(sensor_name=sensor.name, dagster_instance=instance,
+                                                 dagster_run=run, dagster_event=event,
+                                                 resources={"nightly": resource})
+        result = sensor(ctx)
+    if expected:
+        assert isinstance(result, dg.RunRequest) and result.tags["nightly/source_run"] == run.run_id
+    else:
+        assert isinstance(result, dg.SkipReason)
+
+
+def test_sensors_that_feed_back_are_running_by_default(setup):
+    defs, _, _, _ = setup
+    for name in ("calibrate_after_tests", "calibrate_after_failed_tests", "calibrate_after_canceled_tests",
+                 "infra_change_backfill"):
+        assert defs.resolve_sensor_def(name).default_status == dg.DefaultSensorStatus.RUNNING, name

@@ -44,7 +44,17 @@ def test_all_definitions_load_and_validate():
     dg.Definitions.validate_loadable(defs)
     repo = defs.get_repository_def()
     repo.load_all_definitions()
-    assert {j.name for j in repo.get_all_jobs()} >= {"nightly", "weekly", "calibration", "rerun_tests"}
+    assert {j.name for j in repo.get_all_jobs()} >= {"nightly", "weekly", "tests", "calibration"}
+
+
+def test_every_test_job_is_a_selection_of_the_one_test_runs_asset():
+    graph = defs.resolve_asset_graph()
+    for name in ("nightly", "weekly", "tests"):
+        job = defs.resolve_job_def(name)
+        assert [n.name for n in job.nodes] == ["test_runs"], name
+    node = graph.get(dg.AssetKey("test_runs"))
+    assert node.backfill_policy == dg.BackfillPolicy.single_run()
+    assert dg.AssetCheckKey(dg.AssetKey("test_runs"), "test_passed") in node.check_keys
 
 
 def test_the_wiring_matches_the_snapshot():
