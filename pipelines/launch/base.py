@@ -45,6 +45,13 @@ class Launcher(Protocol):
     def launch(self, request: LaunchRequest, on_log: LogSink | None = None) -> Attempt: ...
 
 
+class Interruptible(Protocol):
+    """A launcher the night can stop: every running ``launch()`` kills its test's processes and
+    returns ``interrupted``; later calls start nothing. Returns the ids of the running tests."""
+
+    def interrupt(self) -> list[str]: ...
+
+
 def tail(path: Path | str, max_lines: int = 40, max_chars: int = 4000) -> str:
     """The last lines of a log file, for UI metadata and terminal summaries."""
     try:
