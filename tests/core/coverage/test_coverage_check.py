@@ -1,0 +1,105 @@
+"""Checking a group: which cells its siblings cover, which they miss, and what is wrong with them."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from pipelines.core.coverage.check import check_group, check_groups, required_cells
+from pipelines.core.coverage.model import Cell
+from tests.core.coverage.siblings import (
+    ANTI_DIAGONAL,
+    BACKEND,
+    DIAGONAL,
+    FIVE,
+    LAYOUT,
+    SIX,
+    FilesSource,
+    lora_group,
+    sibling,
+)
+
+
+def test_complementary_diagonals_cover_all_four_cells_and_the_proof_names_each_configuration():
+    source = FilesSource({FIVE: sibling(*DIAGONAL), SIX: sibling(*ANTI_DIAGONAL)})
+
+    report = check_group(lora_group(), source)
+
+    assert report.ok and report.uncovered == ()
+    proof = {cell.label: [(c.test, c.name, c.line) for c in report.covered_by(cell)] for cell in report.cells}
+    assert proof == {
+        "backend=megatron, layout=shared+virtual": [(FIVE, "m-shared", 6)],
+        "backend=megatron, layout=per-expert": [(SIX, "m-per", 6)],
+        "backend=tilelang, layout=shared+virtual": [(SIX, "t-shared", 7)],
+        "backend=tilelang, layout=per-expert": [(FIVE, "t-per", 7)],
+    }
+
+
+def test_both_siblings_on_the_same_diagonal_leave_the_other_two_cells_uncovered():
+    source = FilesSource({FIVE: sibling(*DIAGONAL), SIX: sibling(*DIAGONAL)})
+
+    report = check_group(lora_group(), source)
+
+    assert not report.ok
+    assert [c.label for c in report.uncovered] == [
+        "backend=megatron, layout=per-expert", "backend=tilelang, layout=shared+virtual"]
+
+
+def test_all_pairs_is_every_value_combination_of_every_two_dimensions():
+    third = replace(BACKEND, name="world", fields=("world",), values=(("2", ("2",)), ("4", ("4",)), ("8", ("8",))))
+
+    cells = required_cells((BACKEND, LAYOUT, third), strength=2)
+
+    assert len(cells) == 2 * 2 + 2 * 3 + 2 * 3
+    assert {c.dims for c in cells} == {("backend", "layout"), ("backend", "world"), ("layout", "world")}
+    assert len(required_cells((BACKEND, LAYOUT, third), strength=2, require=[("backend", "world")])) == 6
+
+
+def test_a_listed_test_that_does_not_exist_is_a_located_problem_and_its_cells_are_uncovered():
+    report = check_group(lora_group(), FilesSource({FIVE: sibling(*DIAGONAL)}))
+
+    assert [str(p) for p in report.problems] == [
+        f"{SIX}:1: test: listed in group lora (coverage.yaml:3) but does not exist; restore it or drop it from the group"]
+    assert len(report.uncovered) == 2
+
+
+def test_a_value_no_dimension_declares_is_reported_at_the_configuration_line():
+    odd = sibling(("m-shared", "megatron", True, True), ("t-mixed", "tilelang", True, False))
+
+    report = check_group(lora_group(FIVE), FilesSource({FIVE: odd}))
+
+    assert [str(p) for p in report.problems] == [
+        f"{FIVE}:7: t-mixed: layout true+false is not one of shared+virtual, per-expert; add it to the dimension's "
+        "values in assets/coverage.yaml or fix the configuration"]
+
+
+def test_a_group_declared_in_file_comments_takes_every_field_but_name_as_a_dimension():
+    source = FilesSource({FIVE: sibling(*DIAGONAL, group="moe"), SIX: sibling(ANTI_DIAGONAL[0], group="moe")})
+
+    (report,), problems = check_groups((), source, roots=("tests",))
+
+    assert problems == () and report.group.name == "moe" and report.group.origin == f"{FIVE}:4"
+    assert [d.name for d in report.dimensions] == ["backend", "shared_outer", "virtual_experts"]
+    assert [c.label for c in report.uncovered] == [
+        "backend=tilelang, shared_outer=true", "backend=tilelang, virtual_experts=true",
+        "shared_outer=true, virtual_experts=false", "shared_outer=false, virtual_experts=true"]
+
+
+def test_a_file_naming_a_declared_group_that_does_not_list_it_is_a_problem_unless_adopted():
+    third = "tests/lora/test_moe_7layer.py"
+    source = FilesSource({FIVE: sibling(*DIAGONAL), SIX: sibling(*ANTI_DIAGONAL), third: sibling(*DIAGONAL, group="lora")})
+
+    reports, problems = check_groups((lora_group(),), source)
+    adopted, none = check_groups((lora_group(),), source, adopt=True)
+
+    assert [str(p) for p in problems] == [
+        f"{third}:4: coverage-group: {third} says it belongs to 'lora' but coverage.yaml:3 does not list it; "
+        "add it to the group's tests"]
+    assert reports[0].tests == (FIVE, SIX)
+    assert none == () and adopted[0].tests == (FIVE, SIX, third)
+
+
+def test_named_dimension_tuples_replace_all_pairs():
+    report = check_group(lora_group(require=(("backend",),)), FilesSource({FIVE: sibling(*DIAGONAL), SIX: sibling(*DIAGONAL)}))
+
+    assert report.cells == (Cell(("backend",), ("megatron",)), Cell(("backend",), ("tilelang",)))
+    assert report.ok

@@ -1,0 +1,113 @@
+"""assets/coverage.yaml: groups are read per repo, and every mistake is located and explained."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+from pipelines.core.coverage.groups import load_groups, parse_groups
+from pipelines.core.coverage.model import Dimension
+from pipelines.core.model import CatalogError
+from tests.conftest import PROJECT_ROOT
+
+VALID = """\
+repos:
+  minirl:
+    groups:
+      - name: lora
+        tests: [tests/a.py, tests/b.py]
+        dimensions:
+          backend: [megatron, tilelang]
+          layout:
+            fields: [shared_outer, virtual_experts]
+            values: {shared: [true, true], per-expert: [false, false]}
+          world: {field: num_gpus, values: [2, 4]}
+        require: [[backend, layout], [backend, world]]
+  other:
+    groups: []
+"""
+
+
+def errors(text: str) -> list[str]:
+    with pytest.raises(CatalogError) as caught:
+        parse_groups(textwrap.dedent(text), "coverage.yaml", "minirl")
+    return [str(p) for p in caught.value.problems]
+
+
+def test_a_repos_groups_are_read_with_their_dimensions_and_origin():
+    (group,) = parse_groups(VALID, "coverage.yaml", "minirl")
+
+    assert (group.name, group.tests, group.origin, group.matrix, group.strength) == (
+        "lora", ("tests/a.py", "tests/b.py"), "coverage.yaml:4", "_CONFIGS", 2)
+    assert group.dimensions == (
+        Dimension("backend", ("backend",), (("megatron", ("megatron",)), ("tilelang", ("tilelang",)))),
+        Dimension("layout", ("shared_outer", "virtual_experts"), (("shared", ("true", "true")), ("per-expert", ("false", "false")))),
+        Dimension("world", ("num_gpus",), (("2", ("2",)), ("4", ("4",)))),
+    )
+    assert group.require == (("backend", "layout"), ("backend", "world"))
+    assert parse_groups(VALID, "coverage.yaml", "unknown-repo") == ()
+
+
+def test_the_projects_own_file_is_valid_and_declares_the_example_pair():
+    (group,) = load_groups(PROJECT_ROOT / "assets" / "coverage.yaml", "minirl")
+
+    assert group.name == "lora-moe-diagonals" and len(group.tests) == 2
+
+
+def test_an_absent_file_declares_no_groups(tmp_path):
+    assert load_groups(tmp_path / "coverage.yaml", "minirl") == ()
+
+
+def test_every_mistake_is_reported_at_once_with_its_line():
+    assert errors("""\
+        repos:
+          minirl:
+            groups:
+              - name: lora
+                tests: []
+                dimensions:
+                  backend: megatron
+                  world: [2, 4]
+                require: [[world, nope]]
+              - name: two
+                tests: [tests/a.py]
+                dimensions: {layout: {field: x, fields: [a, b]}}
+                strength: 0
+        """) == [
+        "coverage.yaml:5: repos.minirl.groups[0].tests: required: a list of repo-relative test paths (tests/...py)",
+        "coverage.yaml:7: repos.minirl.groups[0].dimensions.backend.values: must be a list of values, or a mapping "
+        "label -> value (a list of values when the dimension reads several fields), got 'megatron'",
+        "coverage.yaml:9: repos.minirl.groups[0].require: unknown dimension(s) ['nope']; declared: ['world']",
+        "coverage.yaml:12: repos.minirl.groups[1].dimensions.layout: give exactly one of `field: NAME` or "
+        "`fields: [A, B]` (the tuple positions it reads)",
+        "coverage.yaml:13: repos.minirl.groups[1].strength: must be >= 1 (2: all pairs), got 0",
+    ]
+
+
+def test_a_combined_value_must_give_one_value_per_field():
+    assert errors("""\
+        repos:
+          minirl:
+            groups:
+              - name: lora
+                tests: [tests/a.py]
+                dimensions:
+                  layout:
+                    fields: [a, b]
+                    values: {shared: [true]}
+        """) == [
+        "coverage.yaml:9: repos.minirl.groups[0].dimensions.layout.values.shared: must be 2 scalar value(s), "
+        "one per field, got [True]"]
+
+
+def test_two_groups_with_one_name_and_bad_yaml_are_refused():
+    assert errors("""\
+        repos:
+          minirl:
+            groups:
+              - {name: a, tests: [t.py], dimensions: {x: [1, 2]}}
+              - {name: a, tests: [u.py], dimensions: {x: [1, 2]}}
+        """) == ["coverage.yaml:5: repos.minirl.groups: two groups are named 'a'; rename one"]
+    assert errors("repos: [\n") == [
+        "coverage.yaml:2: yaml: expected the node content, but found '<stream end>'; fix the YAML syntax"]

@@ -1,0 +1,101 @@
+"""Reading configuration matrices from Python test files and workflow templates, never running them."""
+
+from __future__ import annotations
+
+import textwrap
+
+from pipelines.core.coverage.matrix import declared_groups, python_matrix, template_matrix
+
+
+def test_tuple_rows_take_their_field_names_from_the_comment_above_the_matrix():
+    source = textwrap.dedent("""\
+        # (name, backend, use_lora, grad_accum_2)
+        _CONFIGS = [
+            ("megatron-dense", "megatron", False, False),
+            ("fsdp-lora", "fsdp", True, True),
+        ]
+        """)
+
+    configs, problems = python_matrix(source, "tests/test_m.py", "_CONFIGS")
+
+    assert problems == []
+    assert [(c.name, c.line, c.field("backend"), c.field("use_lora")) for c in configs] == [
+        ("megatron-dense", 3, "megatron", "false"), ("fsdp-lora", 4, "fsdp", "true")]
+
+
+def test_dict_rows_name_their_own_fields_and_unnamed_rows_are_named_by_position():
+    source = 'MATRIX = [\n    {"backend": "megatron", "fp8": True},\n    {"backend": "fsdp", "fp8": False},\n]\n'
+
+    configs, problems = python_matrix(source, "tests/test_m.py", "MATRIX")
+
+    assert problems == []
+    assert [(c.name, c.fields) for c in configs] == [
+        ("MATRIX[0]", (("backend", "megatron"), ("fp8", "true"))), ("MATRIX[1]", (("backend", "fsdp"), ("fp8", "false")))]
+
+
+def test_a_group_can_name_the_tuple_positions_when_the_file_has_no_comment():
+    configs, problems = python_matrix('_CONFIGS = [("a", 1)]\n', "t.py", "_CONFIGS", fields=("name", "world"))
+
+    assert problems == [] and configs[0].field("world") == "1"
+
+
+def test_tuple_rows_without_field_names_are_refused_with_how_to_name_them():
+    configs, problems = python_matrix('_CONFIGS = [("a", "megatron")]\n', "tests/t.py", "_CONFIGS")
+
+    assert configs == []
+    assert [str(p) for p in problems] == [
+        "tests/t.py:1: _CONFIGS[0]: tuple positions have no names; add a comment `# (name, a, b, ...)` right above "
+        "`_CONFIGS =` or `fields:` to the group in assets/coverage.yaml"]
+
+
+def test_a_row_that_is_not_literal_or_has_the_wrong_length_is_located_and_the_others_are_kept():
+    source = '# (name, backend)\n_CONFIGS = [\n    ("a", BACKEND),\n    ("b", "fsdp", 3),\n    ("c", "megatron"),\n]\n'
+
+    configs, problems = python_matrix(source, "tests/t.py", "_CONFIGS")
+
+    assert [c.name for c in configs] == ["c"]
+    assert [str(p) for p in problems] == [
+        "tests/t.py:3: _CONFIGS[0]: is not a literal; write the values out (strings, numbers, booleans)",
+        "tests/t.py:4: _CONFIGS[1]: has 3 values but the fields are (name, backend); make them agree"]
+
+
+def test_a_missing_or_computed_matrix_is_a_problem_never_an_exception():
+    assert [str(p) for p in python_matrix("X = 1\n", "t.py", "_CONFIGS")[1]] == [
+        "t.py:1: _CONFIGS: no module-level `_CONFIGS = [...]`; add the matrix or fix the group's `matrix:`"]
+    assert [str(p) for p in python_matrix("_CONFIGS = make()\n", "t.py", "_CONFIGS")[1]] == [
+        "t.py:1: _CONFIGS: must be a literal list of tuples or dicts; the checker never runs test code"]
+    assert [str(p) for p in python_matrix("_CONFIGS = [\n", "t.py", "_CONFIGS")[1]] == [
+        "t.py:1: syntax: '[' was never closed; the matrix cannot be read"]
+
+
+def test_group_comments_are_found_with_their_lines():
+    assert declared_groups('"""doc"""\n# coverage-group: lora-moe\nX = 1\n  # coverage-group: indented\n') == [("lora-moe", 2)]
+
+
+TEMPLATE = """\
+<% set megatron_tests = [
+    {'test_file': 'test_fp8.py', 'num_gpus': 2, 'use_fp8_rollout': '0'},
+    {'test_file': 'test_fp8.py', 'num_gpus': 2, 'use_fp8_rollout': '1', 'enable_eval': '0'},
+    {'test_file': 'test_other.py', 'num_gpus': 8},
+] -%>
+<% set jobs = {'e2e-megatron': {'label': 'run-ci-megatron', 'tests': megatron_tests}} -%>
+jobs:
+    env:
+      ENABLE_EVAL: ${{ matrix.info.enable_eval || '1' }}
+"""
+
+
+def test_a_templates_entries_for_one_test_are_its_configurations_with_env_defaults_filled_in():
+    configs, problems = template_matrix(TEMPLATE, ".github/workflows/pr-test.yml.j2", "tests/test_fp8.py")
+
+    assert problems == []
+    assert [(c.name, c.path, c.line, c.field("use_fp8_rollout"), c.field("enable_eval")) for c in configs] == [
+        ("e2e-megatron use_fp8_rollout=0", ".github/workflows/pr-test.yml.j2", 2, "0", "1"),
+        ("e2e-megatron enable_eval=0 use_fp8_rollout=1", ".github/workflows/pr-test.yml.j2", 3, "1", "0")]
+    assert configs[0].field("job") == "e2e-megatron" and configs[0].field("num_gpus") == "2"
+
+
+def test_a_test_the_template_never_runs_is_a_problem():
+    _, problems = template_matrix(TEMPLATE, "t.j2", "tests/test_gone.py")
+
+    assert [str(p) for p in problems] == ["t.j2:1: test_file: no entry runs tests/test_gone.py; add one or drop it from the group"]
