@@ -5,7 +5,10 @@
 
 The store defaults to ``$NIGHTLY_HOME/history.sqlite`` (``<project>/.nightly`` when unset).
 Imported samples carry the sha256 of each test file in the ``--repo`` checkout: give the
-checkout of the revision the logs ran, or calibration will count them as stale.
+checkout of the revision the logs ran, or calibration will count them as stale. Without
+``--suite`` each log's suite is inferred (its ``run_suite.py --suite`` line, else the one suite
+all its files register, else the registration whose est_time it prints); every log line that is
+refused (unreadable or unbounded numbers, near-miss summary lines) is listed with file:line.
 """
 
 from __future__ import annotations
@@ -51,7 +54,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     hs.required = True
     imp = hs.add_parser("import", help="read framework M job logs into the history")
     add_common(imp)
-    imp.add_argument("--suite", help="the suite the logs' job ran (needed for files with several registrations)")
+    imp.add_argument("--suite", help="the suite the logs' job ran (default: inferred per log from the runner's "
+                                     "command line, the one suite all its files register, or the est_time it prints)")
     imp.add_argument("--dry-run", action="store_true", help="parse and match, store nothing")
     imp.add_argument("logs", nargs="+", type=Path, metavar="LOGFILE")
     show = hs.add_parser("show", help="list stored samples")

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import textwrap
 
+import pytest
+
 from pipelines.core.history import import_logs, parse_ci_log
+from pipelines.core.history.logs import read_ci_log
 from pipelines.core.model import Catalog
 from tests.conftest import make_test
 
@@ -81,8 +84,9 @@ def test_a_file_with_two_registrations_needs_the_suite_and_says_so():
     samples, problems = import_logs({"job.log": log}, catalog(a, b))
     assert samples == []
     assert [str(p) for p in problems] == [
-        "job.log:1: suite: tests/e2e/test_m.py registers several suites (stage-b-2-gpu-h200, "
-        "stage-c-4-gpu-h200); pass the job's suite with --suite"]
+        "job.log:1: suite: tests/e2e/test_m.py registers several suites (stage-b-2-gpu-h200, stage-c-4-gpu-h200) "
+        "and the log does not say which ran (no `--suite` on a command line, no suite common to all its files, "
+        "no _estimated_time for it); pass the job's suite with --suite"]
     samples, problems = import_logs({"job.log": log}, catalog(a, b), suite="stage-c-4-gpu-h200")
     assert problems == [] and [s.test_id for s in samples] == [b.id]
 
@@ -93,7 +97,7 @@ def test_a_suite_the_file_does_not_register_and_an_unknown_file_are_reported_onc
     samples, problems = import_logs({"j.log": log}, catalog(make_test()), suite="stage-z-8-gpu-h100")
     assert samples == []
     assert [str(p) for p in problems] == [
-        "j.log:1: suite: tests/e2e/test_a.py has no registration for suite 'stage-z-8-gpu-h100' "
+        "j.log:1: suite: tests/e2e/test_a.py has no registration for suite 'stage-z-8-gpu-h100' from --suite "
         "(it registers: stage-c-4-gpu-h200); pass the job's --suite",
         "j.log:2: filename: tests/e2e/gone.py is not a registered test in /repo; "
         "check --repo is the checkout the log ran"]
@@ -104,3 +108,70 @@ def test_a_file_that_is_not_a_job_log_is_reported():
     assert samples == []
     assert [p.field for p in problems] == ["log"]
     assert "no `[i/N] <file>  PASS|FAIL|TIMEOUT  elapsed=Ns` summary lines found" in problems[0].message
+
+
+CUDA_M = make_test(id="tests/e2e/test_m.py::cuda-stage-c-4-gpu-h200", path="tests/e2e/test_m.py", est_time=1300)
+ROCM_M = make_test(id="tests/e2e/test_m.py::rocm-stage-c-4-gpu-mi300", path="tests/e2e/test_m.py", backend="rocm",
+                   suite="stage-c-4-gpu-mi300", hardware="mi300", est_time=1500)
+M_LOG = "[1/1] tests/e2e/test_m.py  PASS  elapsed=957s\n"
+
+
+def test_without_suite_the_runner_command_line_in_the_log_names_the_job_suite():
+    log = "2026-11-30T15:00:00Z + python3 test/run_suite.py --suite stage-c-4-gpu-mi300 --auto-partition-id 0\n" + M_LOG
+    samples, problems = import_logs({"job.log": log}, catalog(CUDA_M, ROCM_M))
+    assert problems == [] and [s.test_id for s in samples] == [ROCM_M.id]
+    assert read_ci_log(log).suite == "stage-c-4-gpu-mi300"
+
+
+def test_the_hw_flag_of_the_command_line_picks_the_backend():
+    log = "python3 run_suite.py --hw cuda\n" + M_LOG
+    samples, problems = import_logs({"job.log": log}, catalog(CUDA_M, ROCM_M))
+    assert problems == [] and [s.test_id for s in samples] == [CUDA_M.id]
+
+
+def test_else_the_one_suite_every_file_of_the_log_registers_is_the_job_suite():
+    other = make_test(id="tests/e2e/test_o.py", path="tests/e2e/test_o.py", suite="stage-c-4-gpu-mi300",
+                      backend="rocm", hardware="mi300")
+    log = M_LOG + "[2/2] tests/e2e/test_o.py  PASS  elapsed=12s\n"
+    samples, problems = import_logs({"job.log": log}, catalog(CUDA_M, ROCM_M, other))
+    assert problems == [] and [s.test_id for s in samples] == [ROCM_M.id, other.id]
+
+
+def test_else_the_registration_whose_est_time_the_log_prints_is_the_one_that_ran():
+    log = "End (1/1):\nfilename='tests/e2e/test_m.py', elapsed=957, _estimated_time=1300\n" + M_LOG
+    samples, problems = import_logs({"job.log": log}, catalog(CUDA_M, ROCM_M))
+    assert problems == [] and [s.test_id for s in samples] == [CUDA_M.id]
+
+
+REFUSED = [
+    ("elapsed=" + "9" * 400 + "s", "elapsed: '999999999999...(400 characters)' is not a number of seconds"),
+    ("elapsed=1e9s", "elapsed: '1e9' is not a number of seconds"),
+    ("elapsed=999999999s", "elapsed: 1e+09 s is more than a day (86400 s); no test attempt lasts that long"),
+    ("elapsed=-5s", "elapsed: -5 s is negative"),
+    ("elapsed=nans", "elapsed: 'nan' is not a number of seconds"),
+    ("elapsed=fasts", "elapsed: 'fast' is not a number of seconds"),
+]
+
+
+@pytest.mark.parametrize(("field", "why"), REFUSED, ids=[w for _, w in REFUSED])
+def test_an_unreadable_or_unbounded_elapsed_is_refused_with_its_line_and_why(field, why):
+    log = "[1/2] tests/e2e/test_a.py  PASS  elapsed=10s\n[2/2] tests/e2e/test_a.py  PASS  " + field + "\n"
+    samples, problems = import_logs({"j.log": log}, catalog(make_test()))
+    assert [s.elapsed_s for s in samples] == [10.0]
+    assert [str(p) for p in problems] == [f"j.log:2: {why}; attempt not imported"]
+
+
+def test_lines_that_mean_to_be_summaries_but_are_not_exactly_are_reported_not_dropped():
+    text = "[1/2] tests/e2e/test_x.py PASS elapsed=9s\n"
+    assert read_ci_log(text).refused == ((1, "log", "looks like a summary line but is not `[i/N] <file>  "
+                                                    "PASS|FAIL|TIMEOUT  elapsed=Ns` (two spaces around the status); "
+                                                    "attempt not imported"),)
+
+
+def test_an_unbounded_estimated_time_is_reported_and_not_used():
+    log = "End (1/1):\nfilename='tests/e2e/test_m.py', elapsed=957, _estimated_time=" + "1" * 50 + "\n" + M_LOG
+    samples, problems = import_logs({"job.log": log}, catalog(CUDA_M, ROCM_M))
+    assert samples == []
+    assert str(problems[0]).startswith("job.log:2: _estimated_time: '111111111111...(50 characters)' is not a number "
+                                       "of seconds; not used to infer the suite")
+    assert problems[1].field == "suite"
