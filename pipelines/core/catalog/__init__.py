@@ -10,6 +10,7 @@ own registry module (:mod:`.detect`), and what was assumed is listed in ``Catalo
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import os
 import re
 from collections.abc import Mapping
@@ -17,7 +18,8 @@ from pathlib import Path
 
 from pipelines.core.catalog.assemble import registry_tests, template_path, template_tests
 from pipelines.core.catalog.cache import ScanCache, cache_file, defines_registry, scan_cached
-from pipelines.core.catalog.detect import choose
+from pipelines.core.catalog.codec import decode_catalog, encode_catalog
+from pipelines.core.catalog.detect import choose, python_files
 from pipelines.core.catalog.dialect import Dialect, M
 from pipelines.core.catalog.ids import id_problem, safe_filename, test_id_to_path
 from pipelines.core.catalog.requirements import build_requirements
@@ -50,24 +52,23 @@ def find_template(repo: Path) -> str | None:
     return None
 
 
-def detect_format(repo: Path, roots: tuple[str, ...], dialect: Dialect = M) -> tuple[str, str]:
-    """(format, why): registry when a test file registers itself, else a template when one exists."""
-    files, _ = discover(repo, roots, dialect.discovery, dialect.exclude)
-    call = re.compile(rb"^(?:" + b"|".join(re.escape(n.encode()) for n in dialect.backends) + rb")\(", re.MULTILINE)
-    registering = 0
-    for rel in files:
-        try:
-            if call.search((repo / rel).read_bytes()):
-                registering += 1
-        except OSError:
-            continue
+def detect_format(repo: Path, roots: tuple[str, ...], dialect: Dialect = M,
+                  scans: list[FileScan] | None = None) -> tuple[str, str]:
+    """(format, why): registry when a test file registers itself, else a template when one exists.
+
+    ``scans`` are the registry scans of the collected files when the caller has them already.
+    """
+    if scans is None:
+        files, _ = discover(repo, roots, dialect.discovery, dialect.exclude)
+        scans = scan_files(repo, files, registry=True, dialect=dialect)
+    registering = sum(1 for s in scans if s.registrations or any(p.field not in ("file", "syntax") for p in s.problems))
     names = ", ".join(dialect.discovery)
     if registering:
-        return "registry", f"format: registry ({registering} of {len(files)} {names} files under {', '.join(roots)} call register_*_ci)"
+        return "registry", f"format: registry ({registering} of {len(scans)} {names} files under {', '.join(roots)} call register_*_ci)"
     template = find_template(repo)
     if template:
         return "template", f"format: template ({template} sets the test lists)"
-    return "registry", (f"format: registry (no register_*_ci call in {len(files)} {names} files under {', '.join(roots)} "
+    return "registry", (f"format: registry (no register_*_ci call in {len(scans)} {names} files under {', '.join(roots)} "
                         f"and no workflow template under {_WORKFLOWS}; every file will be reported as unregistered)")
 
 
@@ -115,29 +116,44 @@ def load_catalog(
         roots = configured_roots(repo, spec if configured else None)
     cache = ScanCache(cache_file(cache_dir, repo)) if cache_dir is not None else None
     defines = defines_registry(repo, cache) if cache is not None else None
-    dialect, roots, notes = choose(repo, getattr(spec, "dialect", "") or "", roots, defines)
+    py_files = python_files(repo)
+    dialect, roots, notes = choose(repo, getattr(spec, "dialect", "") or "", roots, defines, py_files)
     implicit_suite = getattr(spec, "implicit_cpu_suite", "") or ""
     if implicit_suite:
         dialect = dataclasses.replace(dialect, implicit_suite=implicit_suite)
     fmt = spec.format
+    scans: list[FileScan] = []
+    problems: list[Problem] = []
+    memo = None
+    if fmt in ("auto", "registry"):
+        files, problems = discover(repo, roots, dialect.discovery, dialect.exclude)
+        implicit = tuple(d.strip("/") + "/" for d in spec.implicit_cpu_dirs)
+        if cache is not None:
+            memo = _memo_key(repo, files, dict(py_files), cache, [dialect.digest(), roots, notes, repr(spec), configured,
+                                                                  repr(specs.models if specs else None),
+                                                                  repr(specs.datasets if specs else None)])
+            if memo is not None and cache.result.get("key") == memo:
+                try:
+                    return decode_catalog(str(repo), cache.result["catalog"])
+                except (ValueError, TypeError, KeyError):
+                    pass  # a damaged entry: build the catalog again
+        if cache is not None:
+            cache.use_rules(dialect.digest())
+            scans = scan_cached(repo, files, cache, True, dialect, implicit, workers, dict(py_files))
+        else:
+            scans = scan_files(repo, files, registry=True, workers=workers, dialect=dialect, implicit=implicit)
     if fmt == "auto":
-        fmt, why = detect_format(repo, roots, dialect)
+        fmt, why = detect_format(repo, roots, dialect, scans)
         assumptions.append(why)
+        if fmt != "registry":
+            problems = []
     if not configured:
         assumptions.insert(0, f"repo {repo} is not configured in assets/repos.yaml; using defaults: no implicit CPU "
                               f"folders, NUM_GPUS default {spec.default_num_gpus}, est_time default "
                               f"{spec.default_est_time} s for template tests")
-    problems: list[Problem] = []
     if fmt == "registry":
         # a configured repo hears only about surprises; an unconfigured one about every choice made
         assumptions += notes if not configured else [n for n in notes if _SURPRISE.search(n)]
-        files, problems = discover(repo, roots, dialect.discovery, dialect.exclude)
-        implicit = tuple(d.strip("/") + "/" for d in spec.implicit_cpu_dirs)
-        if cache is not None:
-            cache.use_rules(dialect.digest())
-            scans = scan_cached(repo, files, cache, True, dialect, implicit, workers)
-        else:
-            scans = scan_files(repo, files, registry=True, workers=workers, dialect=dialect, implicit=implicit)
         tests, more = registry_tests(scans, spec.implicit_cpu_dirs, dialect)
         problems += more
         assumed = sorted({r.suite for s in scans for r in s.registrations if r.assumed_gpus})
@@ -152,7 +168,6 @@ def load_catalog(
         problems.append(Problem(f"repos.{spec.name}", 1, "format", f"unknown format {fmt!r}; use registry, template or auto"))
         tests, scans = [], []
     if cache is not None:
-        cache.save()
         assumptions += cache.notes
     tests, dup = _unique(tests)
     problems += dup
@@ -162,7 +177,28 @@ def load_catalog(
     problems += more
     tests.sort(key=lambda t: (t.path, t.line, t.id))
     problems.sort(key=lambda p: (p.path, p.line))
-    return Catalog(str(repo), tuple(tests), tuple(requirements), tuple(problems), tuple(assumptions))
+    catalog = Catalog(str(repo), tuple(tests), tuple(requirements), tuple(problems), tuple(assumptions))
+    if cache is not None:
+        if memo is not None and fmt == "registry" and not cache.notes:
+            cache.keep_result(memo, encode_catalog(catalog))
+        cache.save()
+    return catalog
+
+
+def _memo_key(repo: Path, files: list[str], stats: dict, cache: ScanCache, inputs: list) -> str | None:
+    """Digest of everything a registry catalog is made of, when every file's digest is known without reading it."""
+    h = hashlib.sha256(repr(inputs).encode())
+    base = str(repo) + os.sep
+    for rel in files:
+        try:
+            st = stats.get(rel) or os.stat(base + rel)
+        except OSError:
+            return None
+        sha = cache.known_sha(rel, st)
+        if sha is None:
+            return None
+        h.update(f"{rel}\0{sha}\n".encode())
+    return h.hexdigest()
 
 
 def _template(

@@ -17,9 +17,8 @@ import os
 import time
 from pathlib import Path
 
+from pipelines.core.catalog.codec import decode, encode
 from pipelines.core.catalog.dialect import Dialect, M, may_define_registry
-from pipelines.core.catalog.infer import Conversion, Download, Needs
-from pipelines.core.catalog.registry import Registration
 from pipelines.core.catalog.scan import (
     PARALLEL_MIN_CPUS,
     PARALLEL_MIN_FILES,
@@ -28,7 +27,6 @@ from pipelines.core.catalog.scan import (
     scan_file,
     scan_files,
 )
-from pipelines.core.model import Problem
 
 VERSION = 1
 
@@ -36,8 +34,9 @@ VERSION = 1
 def _code_digest() -> str:
     """Digest of the code that makes a scan: results of other code are never reused."""
     here = Path(__file__).resolve().parent
-    h = hashlib.sha256()
-    for name in ("cache.py", "dialect.py", "infer.py", "registry.py", "resolve.py", "scan.py", "ids.py"):
+    h = hashlib.sha256((here.parent / "model.py").read_bytes() if (here.parent / "model.py").is_file() else b"")
+    for name in ("cache.py", "codec.py", "dialect.py", "infer.py", "registry.py", "resolve.py", "scan.py", "ids.py",
+                 "assemble.py", "requirements.py", "detect.py", "__init__.py"):
         try:
             h.update((here / name).read_bytes())
         except OSError:
@@ -58,28 +57,12 @@ def cache_file(where: Path | str, repo: Path) -> Path:
     return where / f"catalog-{hashlib.sha256(str(repo).encode()).hexdigest()[:16]}.json"
 
 
-def encode(scan: FileScan) -> list:
-    n = scan.needs
-    return [scan.sha256, [list(r.__dict__.values()) for r in scan.registrations],
-            [[list(d.__dict__.values()) for d in n.downloads],
-             [[c.model, c.source_model, c.path, [list(p) for p in c.params]] for c in n.conversions], list(n.unresolved)],
-            scan.num_gpus, [[p.path, p.line, p.field, p.message] for p in scan.problems], scan.parsed]
-
-
-def decode(rel: str, data: list) -> FileScan:
-    sha, regs, (downloads, conversions, unresolved), num_gpus, problems, parsed = data
-    registrations = []
-    for r in regs:
-        backend, suite, gpus, hardware, est, labels, nightly, disabled, line, assumed = r
-        registrations.append(Registration(backend, suite, gpus, hardware, est, tuple(labels), nightly, disabled, line, assumed))
-    needs = Needs(tuple(Download(*d) for d in downloads),
-                  tuple(Conversion(m, s, p, tuple(tuple(x) for x in params)) for m, s, p, params in conversions),
-                  tuple(unresolved))
-    return FileScan(rel, sha, tuple(registrations), needs, num_gpus, tuple(Problem(*p) for p in problems), parsed)
-
-
 class ScanCache:
-    """Load once, answer lookups, save once (only when something changed)."""
+    """Load once, answer lookups, save once (only when something changed).
+
+    Two files: the index (stats, digests, the last whole catalog) read on every catalog, and
+    ``<name>.scans.json`` (per-file scans) read only when some file changed.
+    """
 
     def __init__(self, path: Path | None, rules: str = ""):
         self.path, self.rules = path, rules
@@ -87,43 +70,68 @@ class ScanCache:
         self.written_ns = 0
         self.files: dict[str, list] = {}
         self.defs: dict[str, bool] = {}
-        self.scans: dict[str, list] = {}
-        self._all: dict[str, dict] = {}
-        self.dirty = False
+        self.result: dict = {}
+        self._all: dict[str, dict] | None = None
+        self._scans: dict[str, list] = {}
+        self.dirty = self.scans_dirty = False
         if path is not None:
             self._load(path)
 
-    def _load(self, path: Path) -> None:
+    @property
+    def scans_path(self) -> Path | None:
+        return None if self.path is None else self.path.with_name(self.path.stem + ".scans.json")
+
+    def _read(self, path: Path, what: str) -> dict | None:
         try:
             raw = path.read_bytes()
         except FileNotFoundError:
-            return
+            return None
         except OSError as exc:
             self.notes.append(f"cache {path} cannot be read ({exc.strerror}); reading every file")
-            return
+            return None
         try:
             data = json.loads(raw)
             if not isinstance(data, dict) or data.get("version") != VERSION:
                 raise ValueError(f"version {data.get('version') if isinstance(data, dict) else '?'}, expected {VERSION}")
             if data.get("code") != CODE:  # the catalog code changed since: start afresh, nothing to report
-                self.dirty = True
-                return
-            files, defs, scans = data["files"], data["defs"], data["scans"]
-            if not (isinstance(files, dict) and isinstance(defs, dict) and isinstance(scans, dict)):
-                raise ValueError("files/defs/scans are not tables")
-            self.written_ns = int(data["written_ns"])
+                return None
+            if not all(isinstance(data.get(k), dict) for k in what.split(",")):
+                raise ValueError(f"{what} are not tables")
+            return data
         except (ValueError, KeyError, TypeError) as exc:
             self.notes.append(f"cache {path} is corrupt ({str(exc)[:120]}); ignored and rebuilt")
+            return None
+
+    def _load(self, path: Path) -> None:
+        data = self._read(path, "files,defs")
+        if data is None:
             self.dirty = True
             return
-        self.files, self.defs, self._all = files, defs, scans
-        self.use_rules(self.rules)
+        try:
+            self.written_ns = int(data["written_ns"])
+        except (KeyError, TypeError, ValueError):
+            self.notes.append(f"cache {path} is corrupt (no written_ns); ignored and rebuilt")
+            self.dirty = True
+            return
+        self.files, self.defs = data["files"], data["defs"]
+        self.result = data.get("result") if isinstance(data.get("result"), dict) else {}
+
+    @property
+    def scans(self) -> dict[str, list]:
+        if self._all is None:
+            data = self._read(self.scans_path, "scans") if self.scans_path is not None else None
+            self._all = data["scans"] if data else {}
+            picked = self._all.get(self.rules, {})
+            self._scans = picked if isinstance(picked, dict) else {}
+        return self._scans
 
     def use_rules(self, rules: str) -> None:
         """Scans are valid under one dialect's rules only (the others are dropped at the next save)."""
-        self.rules = rules
-        scans = getattr(self, "_all", {}).get(rules, {})
-        self.scans = scans if isinstance(scans, dict) else {}
+        if rules != self.rules:
+            self.rules = rules
+            if self._all is not None:
+                picked = self._all.get(rules, {})
+                self._scans = picked if isinstance(picked, dict) else {}
 
     def known_sha(self, rel: str, st: os.stat_result) -> str | None:
         """The digest of ``rel`` when its stat matches and it is not racy, else None."""
@@ -150,22 +158,35 @@ class ScanCache:
 
     def store(self, key: str, scan: FileScan) -> None:
         self.scans[key] = encode(scan)
-        self.dirty = True
+        self.scans_dirty = True
+
+    def keep_result(self, key: str, encoded: list) -> None:
+        """The whole catalog for one exact input (served as is while nothing changes)."""
+        if self.result.get("key") != key:
+            self.result = {"key": key, "catalog": encoded}
+            self.dirty = True
 
     def save(self) -> None:
         """Write atomically (temp file + rename); a failure to write is a note, never an error."""
-        if self.path is None or not self.dirty:
+        if self.path is None:
             return
-        data = {"version": VERSION, "code": CODE, "written_ns": time.time_ns(), "files": self.files, "defs": self.defs,
-                "scans": {self.rules: self.scans}}
-        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            tmp.write_text(json.dumps(data, separators=(",", ":")))
-            os.replace(tmp, self.path)
+        if self.scans_dirty and self.scans_path is not None:
+            self._write(self.scans_path, {"version": VERSION, "code": CODE, "scans": {self.rules: self._scans}})
+            self.scans_dirty = False
+            self.dirty = True  # written_ns must follow the scans
+        if self.dirty:
+            self._write(self.path, {"version": VERSION, "code": CODE, "written_ns": time.time_ns(), "files": self.files,
+                                    "defs": self.defs, "result": self.result})
             self.dirty = False
+
+    def _write(self, path: Path, data: dict) -> None:
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp.write_text(json.dumps(data, separators=(",", ":")))
+            os.replace(tmp, path)
         except OSError as exc:
-            self.notes.append(f"cache {self.path} not written ({exc.strerror}); the next catalog reads every file")
+            self.notes.append(f"cache {path} not written ({exc.strerror}); the next catalog reads every file")
             tmp.unlink(missing_ok=True)
 
 
@@ -190,16 +211,22 @@ def defines_registry(repo: Path, cache: ScanCache):
 
 
 def scan_cached(repo: Path, rels: list[str], cache: ScanCache, registry: bool = True, dialect: Dialect | None = None,
-                implicit: tuple[str, ...] = (), workers: int | None = None) -> list[FileScan]:
-    """:func:`scan.scan_files` that parses only files whose content the cache has not seen."""
+                implicit: tuple[str, ...] = (), workers: int | None = None,
+                stats: dict[str, os.stat_result] | None = None) -> list[FileScan]:
+    """:func:`scan.scan_files` that parses only files whose content the cache has not seen.
+
+    ``stats`` are the files' stats when the caller has them already (one stat per file per catalog).
+    """
     dialect = dialect or M
     mode = "r" if registry else "t"
     keys = {rel: f"{mode}{'i' if implicit and rel.startswith(implicit) else ''}:{rel}" for rel in rels}
     out: dict[str, FileScan] = {}
     unknown: list[tuple[str, os.stat_result | None]] = []
+    base = str(repo) + os.sep
+    stats = stats or {}
     for rel in rels:
         try:
-            st = os.stat(repo / rel)
+            st = stats.get(rel) or os.stat(base + rel)
         except OSError:
             unknown.append((rel, None))
             continue
@@ -218,7 +245,8 @@ def scan_cached(repo: Path, rels: list[str], cache: ScanCache, registry: bool = 
             out[rel] = scan_file(str(repo), rel, registry, dialect)
             continue
         try:
-            data = (repo / rel).read_bytes()
+            with open(base + rel, "rb") as fh:
+                data = fh.read()
         except OSError:
             out[rel] = scan_file(str(repo), rel, registry, dialect)
             continue

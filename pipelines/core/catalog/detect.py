@@ -62,12 +62,13 @@ def registry_modules(repo: Path, files: list[tuple[str, os.stat_result]], define
 
 
 def choose(repo: Path, dialect_name: str = "", roots: tuple[str, ...] | None = None,
-           defines: Callable[[str, os.stat_result], bool] | None = None) -> tuple[Dialect, tuple[str, ...], list[str]]:
+           defines: Callable[[str, os.stat_result], bool] | None = None,
+           files: list[tuple[str, os.stat_result]] | None = None) -> tuple[Dialect, tuple[str, ...], list[str]]:
     """(dialect, roots, notes) for ``repo``.
 
     ``dialect_name`` pins a profile ("" = from the registry module); ``roots`` None means "not
     configured": the dialect's roots, else ``tests``. ``defines`` answers "does this file define
-    register functions" (default: read it).
+    register functions" (default: read it); ``files`` is :func:`python_files` when already listed.
     """
     notes: list[str] = []
     base = None
@@ -83,7 +84,7 @@ def choose(repo: Path, dialect_name: str = "", roots: tuple[str, ...] | None = N
             data = read(rel, st)
             return data is not None and may_define_registry(data)
 
-    modules = registry_modules(repo, python_files(repo), defines)
+    modules = registry_modules(repo, python_files(repo) if files is None else files, defines)
     if modules:
         counts = {}
         for rel in modules:

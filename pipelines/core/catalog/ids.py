@@ -41,12 +41,12 @@ def path_problem(rel: str) -> str | None:
         return "absolute path; test paths must be relative to the repository"
     if ".." in rel:
         return "contains '..'"
-    bad = [ch for ch in rel if not _PATH_CHARS.fullmatch(ch)]
+    bad = [] if _PATH_CHARS.fullmatch(rel) else [ch for ch in rel if not _PATH_CHARS.fullmatch(ch)]
     if bad:
         return f"contains {_describe(bad[0])}; test paths may only use ASCII letters, digits and ._-+=@/"
     if "//" in rel or rel.endswith("/"):
         return "contains an empty path segment"
-    if any(part.startswith(".") for part in rel.split("/")):
+    if rel.startswith(".") or "/." in rel:
         return "has a path segment starting with '.'"
     return None
 
@@ -57,7 +57,7 @@ def variant_problem(variant: str) -> str | None:
         return "empty variant"
     if ".." in variant:
         return "contains '..'"
-    bad = [ch for ch in variant if not _VARIANT_CHARS.fullmatch(ch)]
+    bad = [] if _VARIANT_CHARS.fullmatch(variant) else [ch for ch in variant if not _VARIANT_CHARS.fullmatch(ch)]
     if bad:
         return f"contains {_describe(bad[0])}; variants may only use ASCII letters, digits and ._-+=@/"
     return None

@@ -12,7 +12,7 @@ a repo's ``requirements:`` globs add keys for what inference cannot see.
 
 from __future__ import annotations
 
-import dataclasses
+import copy
 import fnmatch
 import hashlib
 from collections.abc import Mapping
@@ -52,6 +52,16 @@ def conversion_keys(conversions: list[Conversion]) -> dict[Conversion, str]:
         else:
             keys[c] = f"{base}-{hashlib.sha256(repr((c.source_model, c.path)).encode()).hexdigest()[:6]}"
     return keys
+
+
+def _with_requirements(t: Test, requirements: tuple[str, ...], unresolved: tuple[str, ...]) -> Test:
+    """``dataclasses.replace`` for the two fields, without its per-call introspection (10,000s of tests)."""
+    if requirements == t.requirements and unresolved == t.unresolved:
+        return t
+    new = copy.copy(t)
+    object.__setattr__(new, "requirements", requirements)
+    object.__setattr__(new, "unresolved", unresolved)
+    return new
 
 
 def build_requirements(
@@ -113,7 +123,7 @@ def build_requirements(
                 if source.key not in keys:
                     keys.append(source.key)
             prev = first_writer.setdefault(key, (c, t.id))
-            if output_params(prev[0]) != output_params(c):
+            if prev[0] != c and output_params(prev[0]) != output_params(c):
                 theirs, ours = dict(output_params(prev[0])), dict(output_params(c))
                 diff = ", ".join(f"{k}={ours.get(k)!r} vs {theirs.get(k)!r}" for k in sorted(set(ours) | set(theirs))
                                  if ours.get(k) != theirs.get(k))
@@ -137,8 +147,7 @@ def build_requirements(
         for key in keys:
             if key in found:
                 used[key] = found[key]
-        out_tests.append(dataclasses.replace(t, requirements=tuple(dict.fromkeys(keys)),
-                                             unresolved=tuple(dict.fromkeys(unresolved))))
+        out_tests.append(_with_requirements(t, tuple(dict.fromkeys(keys)), tuple(dict.fromkeys(unresolved))))
     for pattern in globs:
         if pattern not in used_globs:
             problems.append(Problem(spec_file, 1, where, f"{pattern}: matches no test id; fix or remove the glob"))

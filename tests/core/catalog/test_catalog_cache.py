@@ -72,28 +72,50 @@ def test_a_file_touched_without_a_change_is_read_but_not_parsed(tree, tmp_path, 
     assert parses == []
 
 
+def cache_files(folder):
+    """(index, scans) of the one checkout cached in ``folder``."""
+    (index,) = [p for p in folder.glob("catalog-*.json") if not p.name.endswith(".scans.json")]
+    return index, index.with_name(index.stem + ".scans.json")
+
+
 def test_a_corrupt_cache_is_ignored_rebuilt_and_said(tree, tmp_path, parses):
     repo = checkout(tree)
     good = load(repo, tmp_path / "cache")
-    (path,) = (tmp_path / "cache").glob("catalog-*.json")
-    path.write_bytes(b'{"version": 1, "files": [')
+    index, scans = cache_files(tmp_path / "cache")
+    index.write_bytes(b'{"version": 1, "files": [')
     parses.clear()
     again = load(repo, tmp_path / "cache")
-    assert again.tests == good.tests and len(parses) == len(FILES)
-    assert any(n.startswith(f"cache {path} is corrupt (") and n.endswith("; ignored and rebuilt") for n in again.assumptions)
+    assert again.tests == good.tests and parses == [], "scans are still found by content digest"
+    assert any(n.startswith(f"cache {index} is corrupt (") and n.endswith("; ignored and rebuilt") for n in again.assumptions)
+    scans.write_bytes(b"\x00garbage")
+    index.write_bytes(b"[]")
+    again = load(repo, tmp_path / "cache")
+    assert again.tests == good.tests and sorted(parses) == sorted(FILES)
+    assert any(n.startswith(f"cache {scans} is corrupt (") for n in again.assumptions)
     parses.clear()
-    load(repo, tmp_path / "cache")
+    assert load(repo, tmp_path / "cache").tests == good.tests
     assert parses == []
 
 
 def test_a_cache_entry_with_the_wrong_shape_is_a_miss_not_a_crash(tree, tmp_path, parses):
     repo = checkout(tree)
     load(repo, tmp_path / "cache")
-    (path,) = (tmp_path / "cache").glob("catalog-*.json")
-    path.write_text(path.read_text().replace('"r:tests/test_2.py":["', '"r:tests/test_2.py":[1,"'))
+    _, scans = cache_files(tmp_path / "cache")
+    scans.write_text(scans.read_text().replace('"r:tests/test_2.py":["', '"r:tests/test_2.py":[1,"'))
+    (repo / "tests/test_4.py").write_text(REG.format(est=7))
     parses.clear()
     cat = load(repo, tmp_path / "cache")
-    assert parses == ["tests/test_2.py"] and len(cat.tests) == len(FILES)
+    assert sorted(parses) == ["tests/test_2.py", "tests/test_4.py"] and len(cat.tests) == len(FILES)
+
+
+def test_a_damaged_whole_catalog_entry_is_rebuilt_from_the_scans(tree, tmp_path, parses):
+    repo = checkout(tree)
+    good = load(repo, tmp_path / "cache")
+    index, _ = cache_files(tmp_path / "cache")
+    index.write_text(index.read_text().replace('"catalog":[[[', '"catalog":[[[0,'))
+    parses.clear()
+    assert load(repo, tmp_path / "cache") == good
+    assert parses == []
 
 
 def test_results_made_under_other_rules_are_not_reused(tree, tmp_path, parses):

@@ -1,0 +1,60 @@
+"""JSON forms of a file's scan and of a whole catalog, for the catalog cache.
+
+Plain lists in field order (compact, fast to load); decoding rebuilds the frozen records and
+raises ``ValueError``/``TypeError`` on anything of the wrong shape, which the cache treats as a
+miss.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from pipelines.core.catalog.infer import Conversion, Download, Needs
+from pipelines.core.catalog.registry import Registration
+from pipelines.core.catalog.scan import FileScan
+from pipelines.core.model import Catalog, Problem, Requirement, Test
+
+_TEST_FIELDS = tuple(f.name for f in dataclasses.fields(Test))
+_TUPLES = {"labels", "args", "requirements", "unresolved"}
+
+
+def encode(scan: FileScan) -> list:
+    n = scan.needs
+    return [scan.sha256, [list(r.__dict__.values()) for r in scan.registrations],
+            [[list(d.__dict__.values()) for d in n.downloads],
+             [[c.model, c.source_model, c.path, [list(p) for p in c.params]] for c in n.conversions], list(n.unresolved)],
+            scan.num_gpus, [[p.path, p.line, p.field, p.message] for p in scan.problems], scan.parsed]
+
+
+def decode(rel: str, data: list) -> FileScan:
+    sha, regs, (downloads, conversions, unresolved), num_gpus, problems, parsed = data
+    registrations = []
+    for r in regs:
+        backend, suite, gpus, hardware, est, labels, nightly, disabled, line, assumed = r
+        registrations.append(Registration(backend, suite, gpus, hardware, est, tuple(labels), nightly, disabled, line, assumed))
+    needs = Needs(tuple(Download(*d) for d in downloads),
+                  tuple(Conversion(m, s, p, tuple(tuple(x) for x in params)) for m, s, p, params in conversions),
+                  tuple(unresolved))
+    return FileScan(rel, sha, tuple(registrations), needs, num_gpus, tuple(Problem(*p) for p in problems), parsed)
+
+
+def encode_catalog(c: Catalog) -> list:
+    return [[[getattr(t, f) for f in _TEST_FIELDS] for t in c.tests],
+            [[r.kind, r.key, r.source, r.path, [list(p) for p in r.params], list(r.depends_on)] for r in c.requirements],
+            [[p.path, p.line, p.field, p.message] for p in c.problems], list(c.assumptions)]
+
+
+def decode_catalog(repo: str, data: list) -> Catalog:
+    tests_raw, reqs_raw, problems_raw, assumptions = data
+    tests = []
+    for row in tests_raw:
+        if len(row) != len(_TEST_FIELDS):
+            raise ValueError("a cached test has other fields than this code's Test")
+        values = dict(zip(_TEST_FIELDS, row, strict=True))
+        for name in _TUPLES:
+            values[name] = tuple(values[name])
+        values["env"] = tuple(tuple(kv) for kv in values["env"])
+        tests.append(Test(**values))
+    reqs = tuple(Requirement(k, key, src, path, tuple(tuple(p) for p in params), tuple(dep))
+                 for k, key, src, path, params, dep in reqs_raw)
+    return Catalog(repo, tuple(tests), reqs, tuple(Problem(*p) for p in problems_raw), tuple(assumptions))
