@@ -1,0 +1,193 @@
+"""``nightly coverage``: the proof table, missing cells, cells a commit lost, and designed matrices."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from pipelines.cli import main
+from pipelines.core.coverage import configurations_by_test, uncovered_cells
+from tests.core.coverage.siblings import ANTI_DIAGONAL, DIAGONAL, sibling
+
+FIVE, SIX = "tests/lora/test_moe_5layer.py", "tests/lora/test_moe_6layer.py"
+GROUPS = """\
+repos:
+  fw:
+    groups:
+      - name: lora-moe
+        tests: [tests/lora/test_moe_5layer.py, tests/lora/test_moe_6layer.py]
+        dimensions:
+          backend: [megatron, tilelang]
+          layout:
+            fields: [shared_outer, virtual_experts]
+            values: {shared+virtual: [true, true], per-expert: [false, false]}
+"""
+
+
+def git(repo: Path, *args: str) -> None:
+    subprocess.run(["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@example.com", *args],
+                   check=True, capture_output=True)
+
+
+@pytest.fixture
+def framework(tmp_path):
+    """A git checkout named fw with the two siblings committed, and a groups file for it."""
+    repo = tmp_path / "fw"
+    (repo / "tests" / "lora").mkdir(parents=True)
+    (repo / FIVE).write_text(sibling(*DIAGONAL))
+    (repo / SIX).write_text(sibling(*ANTI_DIAGONAL))
+    git(repo, "init", "-q")
+    git(repo, "add", "tests")
+    git(repo, "commit", "-q", "-m", "two siblings")
+    groups = tmp_path / "coverage.yaml"
+    groups.write_text(GROUPS)
+    return repo, groups
+
+
+def coverage(capsys, *argv: str) -> tuple[int, str, str]:
+    code = main(["coverage", *argv])
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_complementary_siblings_are_covered_and_the_proof_shows_all_four_cells(framework, capsys):
+    repo, groups = framework
+
+    code, out, _ = coverage(capsys, "--repo", str(repo), "--groups", str(groups))
+
+    assert code == 0
+    assert f"backend=megatron, layout=shared+virtual  {FIVE}:6 m-shared" in out
+    assert f"backend=megatron, layout=per-expert      {SIX}:6 m-per" in out
+    assert f"backend=tilelang, layout=shared+virtual  {SIX}:7 t-shared" in out
+    assert f"backend=tilelang, layout=per-expert      {FIVE}:7 t-per" in out
+    assert "4 of 4 cells covered" in out
+
+
+def test_json_has_each_groups_tests_cells_proof_and_uncovered_cells(framework, capsys):
+    repo, groups = framework
+    (repo / SIX).write_text(sibling(*DIAGONAL))
+
+    code, out, _ = coverage(capsys, "--repo", str(repo), "--groups", str(groups), "--json")
+
+    assert code == 1
+    (group,) = json.loads(out)["groups"]
+    assert group["name"] == "lora-moe" and group["tests"] == [FIVE, SIX]
+    assert len(group["cells"]) == 4 and set(group["covered_by"]) == {c["label"] for c in group["cells"]}
+    assert [x["test"] for x in group["covered_by"]["backend=megatron, layout=shared+virtual"]] == [FIVE, SIX]
+    assert group["uncovered"] == [{"backend": "megatron", "layout": "per-expert"},
+                                  {"backend": "tilelang", "layout": "shared+virtual"}]
+
+
+def test_siblings_on_the_same_diagonal_exit_one_and_name_the_missing_cells(framework, capsys):
+    repo, groups = framework
+    (repo / SIX).write_text(sibling(*DIAGONAL))
+
+    code, out, _ = coverage(capsys, "--repo", str(repo), "--groups", str(groups))
+
+    assert code == 1
+    assert "backend=megatron, layout=per-expert      UNCOVERED" in out
+    assert "backend=tilelang, layout=shared+virtual  UNCOVERED" in out
+    assert "1 group(s), 2 uncovered cell(s), 0 problem(s)" in out
+
+
+def test_against_a_revision_reports_the_cells_a_deleted_sibling_took_with_it(framework, capsys):
+    repo, groups = framework
+    (repo / SIX).unlink()
+
+    code, out, _ = coverage(capsys, "--repo", str(repo), "--groups", str(groups), "--against", "HEAD")
+
+    assert code == 1
+    assert out.splitlines() == [
+        "against HEAD: 2 cell(s) covered then are uncovered now",
+        "  lora-moe: backend=megatron, layout=per-expert",
+        f"      was covered by {SIX}:6 m-per (deleted)",
+        "  lora-moe: backend=tilelang, layout=shared+virtual",
+        f"      was covered by {SIX}:7 t-shared (deleted)",
+    ]
+
+
+def test_against_a_revision_in_json_and_a_merge_that_loses_nothing(framework, capsys):
+    repo, groups = framework
+    (repo / FIVE).write_text(sibling(*DIAGONAL, *ANTI_DIAGONAL))
+    (repo / SIX).write_text(sibling(*DIAGONAL))
+
+    code, out, _ = coverage(capsys, "--repo", str(repo), "--groups", str(groups), "--against", "HEAD", "--json")
+
+    assert code == 0
+    assert json.loads(out)["lost"] == [] and json.loads(out)["against"] == "HEAD"
+
+
+def test_an_unknown_revision_is_refused_with_what_to_check(framework, capsys):
+    repo, groups = framework
+
+    code, _, err = coverage(capsys, "--repo", str(repo), "--groups", str(groups), "--against", "no-such-rev")
+
+    assert code == 2
+    assert f"--against:1: REV: 'no-such-rev' is not a commit of {repo}; check `git -C {repo} log`" in err
+
+
+def test_a_broken_groups_file_stops_with_the_located_problem(framework, capsys):
+    repo, groups = framework
+    groups.write_text(GROUPS.replace("[megatron, tilelang]", "megatron"))
+
+    code, _, err = coverage(capsys, "--repo", str(repo), "--groups", str(groups))
+
+    assert code == 2
+    assert f"{groups}:7: repos.fw.groups[0].dimensions.backend.values: must be a list of values" in err
+
+
+def test_the_example_frameworks_sibling_pair_covers_its_grid(capsys, project_root):
+    code, out, _ = coverage(capsys, "--repo", "minirl", "--json")
+
+    groups = {g["name"]: g for g in json.loads(out)["groups"]}
+    assert code == 0 and groups["lora-moe-diagonals"]["uncovered"] == []
+    assert len(groups["lora-moe-diagonals"]["cells"]) == 4
+    assert uncovered_cells(project_root / "examples" / "minirl") == []
+
+
+def test_each_tests_configurations_are_listed_for_the_catalog(project_root):
+    configs = configurations_by_test(project_root / "examples" / "minirl")
+
+    assert [c.name for c in configs["tests/e2e/lora/test_lora_moe_5layer.py"]] == [
+        "megatron-shared-outer-virtual", "tilelang-per-expert"]
+    assert len(configs["tests/e2e/test_backend_matrix.py"]) == 4  # not in a group: its own comment names the fields
+
+
+def test_design_finds_nine_configurations_for_four_three_valued_dimensions(capsys):
+    argv = ["design", *(f"--dim=d{i}=a,b,c" for i in range(4)), "--tests", "3", "--budget", "3", "--est-time", "100", "--json"]
+
+    code, out, _ = coverage(capsys, *argv)
+
+    found = json.loads(out)
+    assert code == 0 and found["size"] == 9 and found["uncovered"] == []
+    assert [len(v) for v in found["assignments"].values()] == [3, 3, 3]
+    assert found["gpu_seconds"] == {"design": 900.0, "cartesian": 8100.0, "saved": 7200.0}
+    assert len(found["covered_by"]) == 6 * 9
+
+
+def test_design_text_shows_the_rows_the_proof_and_the_saving(capsys):
+    code, out, _ = coverage(capsys, "design", "--dim", "backend=megatron,tilelang", "--dim", "layout=shared,per-expert",
+                            "--tests", "2", "--est-time", "875")
+
+    assert code == 0
+    assert out.startswith("design: all pairs of backend (2), layout (2): 4 configurations (lower bound 4, full product 4;")
+    assert "backend=megatron, layout=per-expert  #" in out
+    assert "GPU-seconds per night: 3,500 (4 x 875 s x 1 GPU) against 3,500 for the full product of 4; saves 0" in out
+
+
+def test_design_within_a_budget_too_small_exits_one_with_the_cells_left_out(capsys):
+    code, out, _ = coverage(capsys, "design", *(f"--dim=d{i}=a,b,c" for i in range(4)), "--tests", "2", "--budget", "3")
+
+    assert code == 1
+    assert "uncovered: " in out and "do not fit in 2 test(s) x 3" in out
+
+
+def test_design_rejects_a_malformed_dimension_and_a_budget_without_tests(capsys):
+    code, _, err = coverage(capsys, "design", "--dim", "backend")
+    assert code == 2 and "--dim:1: backend: expected NAME=V1,V2,... with distinct values" in err
+
+    code, _, err = coverage(capsys, "design", "--dim", "a=1,2", "--dim", "b=1,2", "--budget", "2")
+    assert code == 2 and "--budget:1: 2: needs --tests N (at most K configurations for each of N tests)" in err
