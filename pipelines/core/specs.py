@@ -156,6 +156,10 @@ class RepoSpec:
     requirements: dict[str, tuple[str, ...]] = field(default_factory=dict)
     #: failure injection and similar per-run switches, passed to tests as environment
     hub: str = ""
+    #: registry dialect profile ("auto": from the framework's registry module; "m", "sglang")
+    dialect: str = "auto"
+    #: suite of tests in implicit CPU folders ("": the dialect's, e.g. framework M's stage-a-cpu)
+    implicit_cpu_suite: str = ""
 
 
 @dataclass(frozen=True)
@@ -262,6 +266,7 @@ def _repo(name: str, m: RepoModel, root: Path) -> RepoSpec:
         default_est_time=m.default_est_time, default_num_gpus=m.default_num_gpus, policy=m.calibration.policy,
         policy_params=params, timeout_floor_s=m.timeout.floor_s, timeout_factor=m.timeout.factor,
         env=dict(m.env), requirements={k: tuple(v) for k, v in m.requirements.items()}, hub=m.hub,
+        dialect=m.dialect, implicit_cpu_suite=m.implicit_cpu_suite,
     )
 
 

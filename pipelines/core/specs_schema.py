@@ -109,6 +109,9 @@ class RepoModel(_Strict):
     env: dict[str, EnvValue] = {}
     requirements: dict[str, Annotated[list[str], BeforeValidator(_requirement_keys)]] = {}
     hub: str = ""
+    #: registry dialect profile (auto: from the framework's registry module) and implicit CPU suite name
+    dialect: Literal["auto", "m", "sglang"] = "auto"
+    implicit_cpu_suite: str = Field("", pattern=r"^([A-Za-z0-9][A-Za-z0-9._-]*)?$")
 
     @model_validator(mode="after")
     def _template_needs_template_format(self) -> RepoModel:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pipelines.core.catalog import load_catalog
 from pipelines.core.catalog.dialect import SGLANG, M, derive
 from pipelines.core.select import Selection, select
+from pipelines.core.specs import RepoSpec
 
 M_MODULE = '''
 def register_cuda_ci(est_time: int, suite: str, *, labels: list[str], nightly: bool = False, disabled=None):
@@ -139,3 +140,18 @@ def test_the_catalog_says_which_module_gave_the_rules(tree):
                             "register_cpu_ci, register_cuda_ci, register_npu_ci; no labels; collects *.py except "
                             "conftest.py, __init__.py; est_time >= 0") for n in notes)
     assert "roots: test/registered (the sglang runner's; set `roots:` in assets/repos.yaml or pass --roots to change)" in notes
+
+
+def test_assets_may_name_the_profile_when_the_framework_has_no_registry_module(tree):
+    repo = tree({"test/registered/bench_x.py": 'register_cuda_ci(0, "stress")\n'})
+    cat = load_catalog(repo, RepoSpec(name="fw", path=repo, dialect="sglang"))
+    assert cat.problems == ()
+    assert [(t.id, t.est_time, t.gpus, t.nightly_rule) for t in cat.tests] == [("test/registered/bench_x.py", 0, 1, "exclusive")]
+
+
+def test_the_implicit_cpu_suite_is_the_runner_s_name_and_configurable(tree):
+    repo = tree({"tests/fast/test_unit.py": "x = 1\n"})
+    spec = RepoSpec(name="fw", path=repo, implicit_cpu_dirs=("tests/fast",))
+    assert [t.suite for t in load_catalog(repo, spec).tests] == ["stage-a-cpu"]
+    spec = RepoSpec(name="fw", path=repo, implicit_cpu_dirs=("tests/fast",), implicit_cpu_suite="unit-cpu")
+    assert [t.suite for t in load_catalog(repo, spec).tests] == ["unit-cpu"]
