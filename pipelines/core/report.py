@@ -313,13 +313,16 @@ def build_report(
                     f"{len(verdict.excused)} quarantined failure(s) excused" if verdict.excused else "") if x
     ) if (not verdict.ok or verdict.excused) else "OK: every test passed"
     trends = duration_trends(samples, [t.id for t in selected], trend_nights)
+    # a test's last run is within the trend window when it ran lately: the rest cannot be near tonight's timeout
+    runs = {p.run_id for t in trends.values() for p in t.points}
+    recent = [s for s in samples if s.run_id in runs]
     return ReportData(
         night=str(summary.get("night", "")), run_id=str(summary.get("run_id", "")),
         cadence=str(summary.get("cadence", "")), verdict=verdict_text,
         counts=tuple(sorted(Counter(r.outcome for r in rows).items())), rows=tuple(rows),
         failures=tuple(failures), infra=tuple(infra), bad_nodes=tuple(findings),
         drift=tuple(drift(estimates)),
-        near_timeout=tuple(near_timeout(selected, samples, timeout_floor_s, timeout_factor)) if samples else (),
+        near_timeout=tuple(near_timeout(selected, recent, timeout_floor_s, timeout_factor)),
         usage=_usage(bars, attempts, summary, makespan, capacity_gpus),
         makespan=tuple((k, summary.get(f)) for k, f in (
             ("predicted", "predicted_makespan_s"), ("predicted p50", "predicted_p50_s"),

@@ -18,6 +18,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
+from matplotlib.font_manager import FontProperties  # noqa: E402
 from matplotlib.ticker import MaxNLocator, NullFormatter, ScalarFormatter  # noqa: E402
 
 from pipelines.core.report import Bar, ReportData, Row  # noqa: E402
@@ -83,26 +84,42 @@ def gantt_figure(bars: Sequence[Bar], keys: Mapping[str, str]) -> Figure:
         ends[lane:lane + 1] = [b.start_s + b.elapsed_s]
         lane_of.append((b, lane))
     height = {n: 0.8 / max(len(lanes.get(n, [0])), 1) for n in nodes}
-    for i, (b, lane) in enumerate(lane_of):
-        y = row[b.node] - 0.4 + lane * height[b.node]
-        [rect] = ax.barh([y], [max(b.elapsed_s, 0.5)], left=[b.start_s], height=height[b.node] * 0.92,
-                         align="edge", color=COLORS.get(b.outcome, "#607d8b"), edgecolor="white", linewidth=0.5)
+    ys = [row[b.node] - 0.4 + lane * height[b.node] for b, lane in lane_of]
+    widths = [max(b.elapsed_s, 0.5) for b, _ in lane_of]
+    rects = ax.barh(ys, widths, left=[b.start_s for b, _ in lane_of], height=[height[b.node] * 0.92 for b, _ in lane_of],
+                    align="edge", color=[COLORS.get(b.outcome, "#607d8b") for b, _ in lane_of], edgecolor="white",
+                    linewidth=0.5)
+    for i, rect in enumerate(rects):
         rect.set_gid(f"mark-bar-{i}")
-        ax.text(b.start_s + max(b.elapsed_s, 0.5) / 2, y + height[b.node] * 0.46, keys.get(b.test_id, "?"),
-                ha="center", va="center", fontsize=7, color="white", gid=f"label-{i}")
     ax.set_yticks(range(len(nodes)), [n if len(n) <= 24 else n[:23] + "\u2026" for n in nodes])
-    ax.set_ylim(-0.5, len(nodes) - 0.5)
-    ax.invert_yaxis()
+    ax.set_ylim(len(nodes) - 0.5, -0.5)  # first node on top
+    ax.set_xlim(0, max(b.start_s + w for (b, _), w in zip(lane_of, widths, strict=True)) * 1.02)
     ax.set_xlabel("seconds since the night's first test started")
-    _hide_labels_that_do_not_fit(fig, ax)
+    # a key goes on a bar only when it fits: measured in pixels, so a thousand bars stay cheap to draw
+    renderer = fig.canvas.get_renderer()  # type: ignore[attr-defined]
+    box = ax.get_window_extent(renderer)
+    px_s, px_row = box.width / ax.get_xlim()[1], box.height / len(nodes)
+    font = FontProperties(size=7)
+    size = {}
+    labels = []
+    for (b, _), y, w, rect in zip(lane_of, ys, widths, rects, strict=True):
+        key = keys.get(b.test_id, "?")
+        if len(key) not in size:
+            tw, th, _ = renderer.get_text_width_height_descent(key, font, ismath=False)
+            size[len(key)] = (tw, th)
+        tw, th = size[len(key)]
+        if tw + 4 <= w * px_s and th + 2 <= height[b.node] * 0.92 * px_row:
+            labels.append((ax.text(b.start_s + w / 2, y + height[b.node] * 0.46, key, ha="center", va="center",
+                                   fontproperties=font, color="white"), rect))
+    _hide_labels_that_do_not_fit(renderer, labels)
     return fig
 
 
-def _hide_labels_that_do_not_fit(fig: Figure, ax) -> None:
-    renderer = fig.canvas.get_renderer()  # type: ignore[attr-defined]
-    for text, patch in zip(ax.texts, ax.patches, strict=True):
+def _hide_labels_that_do_not_fit(renderer, labels) -> None:
+    """The check after the estimate: a key whose drawn box leaves its bar is hidden."""
+    for text, patch in labels:
         tb, pb = text.get_window_extent(renderer), patch.get_window_extent(renderer)
-        if tb.width + 2 > pb.width or tb.height > pb.height + 1:
+        if tb.x0 < pb.x0 or tb.x1 > pb.x1 or tb.height > pb.height + 1:
             text.set_visible(False)
 
 

@@ -11,12 +11,12 @@ import json
 
 import pytest
 
-from pipelines.core.calibrate import calibrate
 from pipelines.core.flaky import FlakyState, record, replay
 from pipelines.core.model import Attempt
 from pipelines.core.report import build_report, markdown, night_rows, table, to_json
 from tests.reporting.nights import (
     BACKEND,
+    ESTIMATES,
     FLOOR,
     GPU_SECONDS,
     GRPO,
@@ -40,7 +40,7 @@ def night(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def report(night):
-    return build_report(night.summary, night.previous, night.samples, night.tests, calibrate(night.tests, night.samples),
+    return build_report(night.summary, night.previous, night.samples, night.tests, ESTIMATES,
                         log_tails=night.log_tails, uncovered=["test_backend_matrix.py: megatron x lora"],
                         timeout_floor_s=FLOOR)
 
@@ -114,7 +114,7 @@ def test_trends_cover_the_last_nights_of_every_test_that_ran(report):
 def test_what_changed_since_last_night_with_a_before_after_comparison_of_the_new_image(report, night):
     c = report.changes
     assert c.previous == night.previous[-1]["night"]
-    assert c.new_failures == (tid(LORA), tid(SFT))
+    assert c.new_failures == (tid(SFT), tid(LORA))
     assert (c.fixed, c.still_failing) == ((tid(BACKEND),), ())
     assert c.est_time == ((tid(GRPO), 40, 30),)
     assert c.environment == (("image_digest", IMAGE_BEFORE, IMAGE_NOW),)

@@ -7,10 +7,9 @@ import re
 
 import pytest
 
-from pipelines.core.calibrate import calibrate
 from pipelines.core.report import build_report
 from pipelines.reporting.html import render_html
-from tests.reporting.nights import FLOOR, GRPO, LORA, SFT, example_night, tid
+from tests.reporting.nights import ESTIMATES, FLOOR, GRPO, LORA, SFT, example_night, tid
 
 SECTIONS = ("verdict", "outcomes", "failures", "infra", "flaky", "changes", "timing", "gantt", "durations", "drift",
             "trends", "coverage", "tests", "notes")
@@ -19,7 +18,7 @@ SECTIONS = ("verdict", "outcomes", "failures", "infra", "flaky", "changes", "tim
 @pytest.fixture(scope="module")
 def page(tmp_path_factory) -> str:
     night = example_night(tmp_path_factory.mktemp("home"))
-    data = build_report(night.summary, night.previous, night.samples, night.tests, calibrate(night.tests, night.samples),
+    data = build_report(night.summary, night.previous, night.samples, night.tests, ESTIMATES,
                         log_tails=night.log_tails, uncovered=["test_backend_matrix.py: megatron x lora"],
                         timeout_floor_s=FLOOR)
     return render_html(data)
