@@ -126,7 +126,7 @@ def load_catalog(
     problems: list[Problem] = []
     memo = None
     if fmt in ("auto", "registry"):
-        files, problems = discover(repo, roots, dialect.discovery, dialect.exclude)
+        files, problems = discover(repo, roots, dialect.discovery, dialect.exclude, py_files.symlinks())
         implicit = tuple(d.strip("/") + "/" for d in spec.implicit_cpu_dirs)
         if cache is not None:
             memo = _memo_key(repo, files, dict(py_files), cache, [dialect.digest(), roots, notes, repr(spec), configured,

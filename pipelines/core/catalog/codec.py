@@ -8,6 +8,7 @@ miss.
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 from pipelines.core.catalog.infer import Conversion, Download, Needs
 from pipelines.core.catalog.registry import Registration
@@ -15,7 +16,7 @@ from pipelines.core.catalog.scan import FileScan
 from pipelines.core.model import Catalog, Problem, Requirement, Test
 
 _TEST_FIELDS = tuple(f.name for f in dataclasses.fields(Test))
-_TUPLES = {"labels", "args", "requirements", "unresolved"}
+_TUPLE_AT = tuple(i for i, name in enumerate(_TEST_FIELDS) if name in {"labels", "args", "requirements", "unresolved"})
 
 
 def encode(scan: FileScan) -> list:
@@ -26,15 +27,21 @@ def encode(scan: FileScan) -> list:
             scan.num_gpus, [[p.path, p.line, p.field, p.message] for p in scan.problems], scan.parsed]
 
 
+#: many files download the same models: equal frozen records are built once and shared
+_download = functools.lru_cache(maxsize=8192)(Download)
+_conversion = functools.lru_cache(maxsize=8192)(Conversion)
+_NO_NEEDS = Needs()
+
+
 def decode(rel: str, data: list) -> FileScan:
     sha, regs, (downloads, conversions, unresolved), num_gpus, problems, parsed = data
     registrations = []
     for r in regs:
         backend, suite, gpus, hardware, est, labels, nightly, disabled, line, assumed = r
         registrations.append(Registration(backend, suite, gpus, hardware, est, tuple(labels), nightly, disabled, line, assumed))
-    needs = Needs(tuple(Download(*d) for d in downloads),
-                  tuple(Conversion(m, s, p, tuple(tuple(x) for x in params)) for m, s, p, params in conversions),
-                  tuple(unresolved))
+    needs = Needs(tuple(_download(*d) for d in downloads),
+                  tuple(_conversion(m, s, p, tuple(tuple(x) for x in params)) for m, s, p, params in conversions),
+                  tuple(unresolved)) if downloads or conversions or unresolved else _NO_NEEDS
     return FileScan(rel, sha, tuple(registrations), needs, num_gpus, tuple(Problem(*p) for p in problems), parsed)
 
 
@@ -47,14 +54,14 @@ def encode_catalog(c: Catalog) -> list:
 def decode_catalog(repo: str, data: list) -> Catalog:
     tests_raw, reqs_raw, problems_raw, assumptions = data
     tests = []
+    width, env = len(_TEST_FIELDS), _TEST_FIELDS.index("env")
     for row in tests_raw:
-        if len(row) != len(_TEST_FIELDS):
+        if len(row) != width:
             raise ValueError("a cached test has other fields than this code's Test")
-        values = dict(zip(_TEST_FIELDS, row, strict=True))
-        for name in _TUPLES:
-            values[name] = tuple(values[name])
-        values["env"] = tuple(tuple(kv) for kv in values["env"])
-        tests.append(Test(**values))
+        for i in _TUPLE_AT:
+            row[i] = tuple(row[i])
+        row[env] = tuple(tuple(kv) for kv in row[env])
+        tests.append(Test(*row))
     reqs = tuple(Requirement(k, key, src, path, tuple(tuple(p) for p in params), tuple(dep))
                  for k, key, src, path, params, dep in reqs_raw)
     return Catalog(repo, tuple(tests), reqs, tuple(Problem(*p) for p in problems_raw), tuple(assumptions))

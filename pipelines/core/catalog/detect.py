@@ -14,8 +14,8 @@ from pathlib import Path
 
 from pipelines.core.catalog.dialect import PROFILES, Dialect, M, derive, may_define_registry
 
-#: folders that never hold the framework's own code
-_SKIP = frozenset({"__pycache__", "node_modules", "site-packages", "venv", "build", "dist"})
+#: folders that never hold the framework's own registry module
+_SKIP = frozenset({"node_modules", "site-packages", "venv", "build", "dist"})
 _MAX_MODULE = 1 << 20
 
 #: (repo-relative path, stat) -> bytes; the catalog cache passes one that remembers answers
@@ -31,34 +31,54 @@ def _read(repo: Path) -> Reader:
     return read
 
 
-def python_files(repo: Path) -> list[tuple[str, os.stat_result]]:
-    """Every ``.py`` file of the checkout (no hidden, cache or virtualenv folders, no symlinks)."""
-    out: list[tuple[str, os.stat_result]] = []
+class PyFiles(list):
+    """``[(rel, stat)]`` of every ``.py`` file, sorted, plus ``links``: the symlinked ones."""
+
+    links: frozenset[str] = frozenset()
+
+    def symlinks(self) -> dict[str, bool]:
+        """rel -> is a symlink, as :func:`scan.discover` takes a listing."""
+        return {rel: rel in self.links for rel, _ in self}
+
+
+def python_files(repo: Path) -> PyFiles:
+    """Every ``.py`` file of the checkout, walked once (no hidden or ``__pycache__`` folders, no
+    symlinked folders); the test discovery and the registry-module search both read this listing."""
+    out = PyFiles()
+    links: set[str] = set()
     stack = [""]
+    base = str(repo) + os.sep
     while stack:
         folder = stack.pop()
         try:
-            entries = list(os.scandir(repo / folder if folder else repo))
+            entries = list(os.scandir(base + folder if folder else repo))
         except OSError:
             continue
         for e in entries:
             rel = f"{folder}/{e.name}" if folder else e.name
             if e.is_dir(follow_symlinks=False):
-                if not e.name.startswith(".") and e.name not in _SKIP:
+                if not e.name.startswith(".") and e.name != "__pycache__":
                     stack.append(rel)
-            elif e.name.endswith(".py") and e.is_file(follow_symlinks=False):
+            elif e.name.endswith(".py"):
                 try:
-                    out.append((rel, e.stat(follow_symlinks=False)))
+                    if e.is_symlink():
+                        links.add(rel)
+                        out.append((rel, os.stat(base + rel)))
+                    elif e.is_file(follow_symlinks=False):
+                        out.append((rel, e.stat(follow_symlinks=False)))
                 except OSError:
                     continue
     out.sort()
+    out.links = frozenset(links)
     return out
 
 
 def registry_modules(repo: Path, files: list[tuple[str, os.stat_result]], defines: Callable[[str, os.stat_result], bool]
                      ) -> list[str]:
-    """The files that define ``register_*_ci`` functions (usually one)."""
-    return [rel for rel, st in files if st.st_size < _MAX_MODULE and defines(rel, st)]
+    """The files that define ``register_*_ci`` functions (usually one; never a symlink or a vendored copy)."""
+    links = getattr(files, "links", frozenset())
+    return [rel for rel, st in files if st.st_size < _MAX_MODULE and rel not in links
+            and not _SKIP.intersection(rel.split("/")[:-1]) and defines(rel, st)]
 
 
 def choose(repo: Path, dialect_name: str = "", roots: tuple[str, ...] | None = None,

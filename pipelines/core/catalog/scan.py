@@ -90,11 +90,14 @@ def _walk(repo: Path, folder: str, found: dict[str, bool], patterns: tuple[str, 
 
 
 def discover(repo: Path, roots: tuple[str, ...], patterns: tuple[str, ...] = ("test_*.py",),
-             exclude: tuple[str, ...] = ()) -> tuple[list[str], list[Problem]]:
+             exclude: tuple[str, ...] = (), listing: dict[str, bool] | None = None) -> tuple[list[str], list[Problem]]:
     """Repo-relative paths of collected files under ``roots`` (sorted), and what was wrong on the way.
 
     Symlinked folders are not followed; a symlinked file is kept only if it resolves inside.
+    ``listing`` (every ``.py`` file -> is a symlink, walked the same way) saves walking again.
     """
+    if listing is not None and not all(p.endswith(".py") for p in patterns):
+        listing = None
     found: dict[str, bool] = {}
     problems: list[Problem] = []
     for root in roots:
@@ -106,7 +109,13 @@ def discover(repo: Path, roots: tuple[str, ...], patterns: tuple[str, ...] = ("t
         if not base.is_dir():
             problems.append(Problem(shown(root), 1, "roots", "no such folder in the repository; pass --roots or fix `roots:` in assets/repos.yaml"))
             continue
-        _walk(repo, root, found, patterns, exclude)
+        if listing is None:
+            _walk(repo, root, found, patterns, exclude)
+            continue
+        prefix = root + "/" if root else ""
+        for rel, link in listing.items():
+            if rel.startswith(prefix) and collected(rel.rpartition("/")[2], patterns, exclude):
+                found[rel] = link
     paths = []
     for rel in sorted(found):
         why = path_problem(rel)
