@@ -209,7 +209,7 @@ def run_design(args: argparse.Namespace) -> int:
     cap = args.tests * args.budget if args.budget else None
     found = design(dims, args.strength, require, max_rows=cap, seed=args.seed)
     tests = args.tests or 1
-    dealt = assign(found.size, tests)
+    dealt = assign(found.rows, tests)
     owner = {i: t for t, rows in enumerate(dealt) for i in rows}
     test_name = [f"test-{t + 1}" for t in range(tests)]
     if args.json:

@@ -78,6 +78,13 @@ def test_a_budget_too_small_keeps_the_most_cells_it_can_and_lists_the_rest():
     assert all(not found.covered_by(c) for c in found.uncovered)
 
 
-def test_configurations_are_dealt_round_robin_to_sibling_tests():
-    assert assign(5, 2) == ((0, 2, 4), (1, 3))
-    assert assign(2, 3) == ((0,), (1,), ())
+def test_configurations_are_dealt_evenly_and_two_siblings_of_a_two_by_two_grid_get_the_diagonals():
+    found = design([("backend", ["megatron", "tilelang"]), ("layout", ["shared", "per"])])
+
+    first, second = assign(found.rows, 2)
+
+    assert len(first) == len(second) == 2
+    for half in (first, second):
+        assert {found.configuration(i)["backend"] for i in half} == {"megatron", "tilelang"}
+        assert {found.configuration(i)["layout"] for i in half} == {"shared", "per"}
+    assert [len(t) for t in assign(found.rows * 2 + found.rows[:1], 3)] == [3, 3, 3]
