@@ -6,11 +6,13 @@ BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed-$(shell cat requirements.lock pyproject.toml | cksum | cut -d' ' -f1)
 PYTEST_ARGS ?=
 
-.PHONY: install system-deps nightly test ui bench lint clean help
+.PHONY: install system-deps nightly test test-fast test-loaded ui bench lint clean help
 
 help:
 	@echo "make nightly   run one whole nightly of examples/minirl on the local default (Dagster, SQLite)"
 	@echo "make test      run the test suite (installs Python deps, Chromium, Nix, PostgreSQL if missing)"
+	@echo "make test-fast the unit tests only (not marked slow), for the edit loop"
+	@echo "make test-loaded  make test under 4 busy processes (scripts/loaded-test.sh; LOADED_ARGS=\"--runs 3\")"
 	@echo "make ui        open the Dagster UI on the same instance (http://127.0.0.1:3000)"
 	@echo "make bench     print the benchmark figures (bench/)"
 	@echo "make lint      ruff over the package, tests and benchmarks"
@@ -34,6 +36,15 @@ nightly: install
 test: install system-deps
 	$(BIN)/ruff check pipelines tests bench examples
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# the edit loop: every test not marked slow (no Dagster instance, night, browser, server or
+# framework subprocess); a test still running after 300 s gets its stack printed, not killed
+test-fast: install
+	$(BIN)/python -m pytest -m "not slow" -q -o faulthandler_timeout=300 $(PYTEST_ARGS)
+
+# `make test` under a CPU load made by the script itself; LOADED_ARGS="--runs 3" or "--workers 0"
+test-loaded: install system-deps
+	bash scripts/loaded-test.sh $(LOADED_ARGS)
 
 ui: install
 	$(BIN)/nightly ui
