@@ -217,6 +217,13 @@ def print_text(catalog: Catalog, plan: Plan, pools, tests, skipped, static, chan
           f"({_hms(plan.makespan_s)}), lower bound {plan.lower_bound_s:.0f}s, ratio {plan.ratio:.3f}")
     if changed is not None:
         print(f"  selected by {len(changed)} changed path(s)")
+        from pipelines.core.select import is_test_file, normalize_path
+
+        listed = {normalize_path(t.path) for t in catalog.tests}
+        for path in changed:
+            if is_test_file(path) and normalize_path(path) not in listed:
+                print(f"  {path}: no registration or template job lists this test file; it selects nothing "
+                      "(list it in a job or register it to run it)")
     print(f"\n  {'pool':<10} {'nodes':>9} {'tests':>5} {'makespan':>9} {'lower bd':>9} {'ratio':>6} {'GPU util':>8}")
     for name, m, lb, u in plan.pools:
         n = sum(1 for a in plan.assignments if a.pool == name)

@@ -85,6 +85,8 @@ class Test:
     unresolved: tuple[str, ...] = ()
     #: what nightly=True means in the test's framework: "also" (M) or "exclusive" (SGLang family)
     nightly_rule: str = "also"
+    #: other template jobs that list this same entry (each job is a suite ``--suite`` selects)
+    also_suites: tuple[str, ...] = ()
 
     @property
     def enabled(self) -> bool:

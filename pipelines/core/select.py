@@ -56,7 +56,7 @@ def select(tests: Iterable[Test], selection: Selection) -> list[Test]:
     """
     tests = list(tests)
     if selection.suites:
-        known = {t.suite for t in tests}
+        known = {t.suite for t in tests} | {s for t in tests for s in t.also_suites}
         unknown = [s for s in selection.suites if s not in known]
         if unknown:
             raise SelectionError(
@@ -67,7 +67,7 @@ def select(tests: Iterable[Test], selection: Selection) -> list[Test]:
     for t in tests:
         if selection.backend and t.backend != selection.backend:
             continue
-        if selection.suites and t.suite not in selection.suites:
+        if selection.suites and t.suite not in selection.suites and not set(t.also_suites) & set(selection.suites):
             continue
         if wanted_labels and not (wanted_labels & set(t.labels)):
             continue
@@ -91,11 +91,18 @@ def is_doc_path(path: str) -> bool:
     return p.startswith("docs/") or p == "docs" or p.lower().endswith(".md")
 
 
+def is_test_file(path: str) -> bool:
+    """``test_*.py`` by name: a test file, not library code (changing one can only break itself)."""
+    name = normalize_path(path).rpartition("/")[2]
+    return name.startswith("test_") and name.endswith(".py")
+
+
 def select_changed(tests: Iterable[Test], changed: Iterable[str], registered: Iterable[str] | None = None
                    ) -> list[Test]:
     """The tests a change can break, in input order.
 
-    A changed registered test file selects its own tests; docs and ``*.md`` select nothing; any
+    A changed registered test file selects its own tests; docs and ``*.md`` select nothing, and so
+    does a ``test_*.py`` nothing lists (a template job or registration must list it to run); any
     other path (library code, configs, a helper next to the tests) selects every test.
     ``registered`` is every registered test file (default: those of ``tests``), so a changed test
     that other flags filtered out still counts as a test file rather than as library code.
@@ -108,6 +115,8 @@ def select_changed(tests: Iterable[Test], changed: Iterable[str], registered: It
         if not p or is_doc_path(p):
             continue
         if p not in known:
+            if is_test_file(p):  # a test no registration or template job lists: its change breaks nothing that runs
+                continue
             return tests
         hit.add(p)
     return [t for t in tests if normalize_path(t.path) in hit]

@@ -2,7 +2,8 @@
 
 Registry: one test per registration; the id is the file path when the file registers once,
 ``<path>::<backend>-<suite>`` for each registration when it registers several. Template: one
-test per distinct entry (identical entries in several jobs merge, their labels unite); the id
+test per distinct entry (identical entries in several jobs merge, their labels unite, and the
+other jobs become ``also_suites`` so that ``--suite`` selects any job); the id
 is the path, or ``<path>::<variant>`` when the file appears with different args/env, where the
 variant spells out what differs (``use_deepep=1+--async-save``) or, when that would not be a
 safe key, a short hash of the entry.
@@ -111,8 +112,9 @@ def template_tests(
         key = (path, e.test_args, e.extra, e.num_gpus, e.cpu)
         if key in merged:
             merged[key][1].append(e.label)
+            merged[key][2].append(e.job)
         else:
-            merged[key] = (e, [e.label])
+            merged[key] = (e, [e.label], [e.job])
     by_path: dict[str, list[tuple]] = {}
     for key in merged:
         by_path.setdefault(key[0], []).append(key)
@@ -124,7 +126,7 @@ def template_tests(
             continue
         gpus_differ = len({merged[k][0].num_gpus for k in keys}) > 1
         for key in keys:
-            e, labels = merged[key]
+            e, labels, jobs = merged[key]
             variant = _variant(e, gpus_differ) if len(keys) > 1 else None
             gpus = e.num_gpus if e.num_gpus is not None else (scan.num_gpus if scan.num_gpus is not None else default_gpus)
             cpu = e.cpu or gpus == 0
@@ -138,5 +140,6 @@ def template_tests(
                 est_time=int(history) if history else default_est_time, labels=tuple(dict.fromkeys(x for x in labels if x)),
                 sha256=scan.sha256, line=1, hardware="cpu" if cpu else "", est_source="history" if history else "default",
                 fmt="template", env=tuple(sorted((k, v) for k, v in env.items() if v is not None)), args=_args(e),
+                also_suites=tuple(dict.fromkeys(j for j in jobs if j != e.job)),
             ))
     return tests, problems

@@ -16,7 +16,8 @@ from pipelines.core.catalog.scan import FileScan
 from pipelines.core.model import Catalog, Problem, Requirement, Test
 
 _TEST_FIELDS = tuple(f.name for f in dataclasses.fields(Test))
-_TUPLE_AT = tuple(i for i, name in enumerate(_TEST_FIELDS) if name in {"labels", "args", "requirements", "unresolved"})
+_TUPLE_AT = tuple(i for i, name in enumerate(_TEST_FIELDS) if name in {"labels", "args", "requirements", "unresolved",
+                                                                             "also_suites"})
 
 
 def encode(scan: FileScan) -> list:

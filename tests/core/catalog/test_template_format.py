@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import re
 
+import pytest
+
 from pipelines.core.catalog import load_catalog
 from pipelines.core.specs import RepoSpec
 
@@ -197,3 +199,36 @@ def test_a_template_using_whitespace_control_is_still_detected_as_the_template_f
     cat = load_catalog(repo)  # unconfigured: the format is detected
     assert any("template" in a for a in cat.assumptions)
     assert [t.id for t in cat.tests] == [t.id for t in plain.tests] and len(cat.tests) >= 6
+
+
+CKPT_JOB = """
+<% set fsdp_tests = [{'test_file': 'test_sft.py'}, {'test_file': 'test_ckpt.py'}] %>
+<% set jobs = {
+    'e2e-test-fsdp': {'label': 'run-ci-fsdp', 'tests': fsdp_tests},
+    'e2e-test-ckpt': {'label': 'run-ci-ckpt', 'tests': [{'test_file': 'test_ckpt.py'}]},
+} %>
+"""
+
+
+def test_every_job_is_a_suite_even_one_that_only_relists_another_job_s_entry(tree):
+    from pipelines.core.select import Selection, SelectionError, select
+
+    repo = tree({WORKFLOW: CKPT_JOB, "tests/test_sft.py": "", "tests/test_ckpt.py": ""})
+    tests = load_catalog(repo).tests
+    ckpt = next(t for t in tests if t.path == "tests/test_ckpt.py")
+    assert (ckpt.suite, ckpt.also_suites, ckpt.labels) == ("e2e-test-fsdp", ("e2e-test-ckpt",), ("fsdp", "ckpt"))
+    assert [t.id for t in select(tests, Selection(suites=("e2e-test-ckpt",)))] == ["tests/test_ckpt.py"]
+    assert len(select(tests, Selection(suites=("e2e-test-fsdp",)))) == 2
+    with pytest.raises(SelectionError, match="unknown suite.s. e2e-test-gone; registered suites: e2e-test-ckpt, e2e-test-fsdp"):
+        select(tests, Selection(suites=("e2e-test-gone",)))
+
+
+def test_a_changed_test_file_that_no_job_lists_selects_nothing_while_library_code_selects_all(tree):
+    from pipelines.core.select import Selection, select
+
+    repo = tree({WORKFLOW: CKPT_JOB, "tests/test_sft.py": "", "tests/test_ckpt.py": "", "tests/test_new.py": ""})
+    tests = load_catalog(repo).tests
+    assert select(tests, Selection(changed=("tests/test_new.py",))) == []
+    assert [t.path for t in select(tests, Selection(changed=("tests/test_new.py", "tests/test_sft.py")))] == [
+        "tests/test_sft.py"]
+    assert len(select(tests, Selection(changed=("fw/trainer.py",)))) == 2
