@@ -1,12 +1,14 @@
-"""The whole night on a real temporary Dagster instance: assets, metadata, history, calibration.
+"""The whole night on a real temporary Dagster instance: the nightly job is ONE run of test_runs.
 
 One night runs with one test made to fail and one made to hang (the example's failure
-injection); a second night must reuse every built input and plan with the calibrated estimates.
+injection, passed by name: the values stay in the environment); a second night must reuse every
+built input and plan with the calibrated estimates.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 
 import dagster as dg
@@ -23,6 +25,7 @@ FAIL_ID = "tests/e2e/megatron/test_sft_math.py"
 HANG_ID = "tests/e2e/lora/test_lora_math.py"
 DISABLED_ID = "tests/e2e/megatron/test_multinode_sft.py"
 LONG_ID = "tests/e2e/fsdp/test_fsdp_long_math.py"
+ROCM_ID = "tests/e2e/ckpt/test_ckpt_resume.py::rocm-stage-c-4-gpu-mi300"
 
 
 def _events(instance, key: str, event_type):
@@ -48,21 +51,35 @@ def nights(tmp_path_factory, project_root_module):
     repos.write_text(repos.read_text().replace("path: examples/minirl", f"path: {project_root_module}/examples/minirl")
                      .replace("hub: examples/minirl/hub", f"hub: {project_root_module}/examples/minirl/hub"))
     resource = NightlyResource(home=str(home), assets_dir=str(assets))
-    with dg.instance_for_test() as instance:
-        defs = build_definitions(nightly=resource)
-        job = defs.resolve_job_def("nightly")
-        config = {"ops": {"run_night": {"config": {
-            "cadence": "nightly", "env": {"MINIRL_FAIL": FAIL, "MINIRL_HANG": HANG}, "timeout_floor_s": 35}}}}
-        first = job.execute_in_process(run_config=config, instance=instance)
-        calib = defs.resolve_job_def("calibration").execute_in_process(instance=instance)
-        mats_first = _by_partition(_events(instance, "test_runs", dg.DagsterEventType.ASSET_MATERIALIZATION))
-        built_first = _by_partition(_events(instance, "converted_checkpoints", dg.DagsterEventType.ASSET_MATERIALIZATION))
-        second = job.execute_in_process(run_config={"ops": {"run_night": {"config": {"timeout_floor_s": 35}}}},
-                                        instance=instance)
-        yield {
-            "home": home, "assets": assets, "instance": instance, "defs": defs, "first": first, "calib": calib,
-            "second": second, "mats_first": mats_first, "built_first": built_first,
-        }
+    os.environ.update({"MINIRL_FAIL": FAIL, "MINIRL_HANG": HANG})
+    try:
+        with dg.instance_for_test() as instance:
+            defs = build_definitions(nightly=resource)
+            job = defs.resolve_job_def("nightly")
+            keys = sorted(t.id for t in Night(NightSettings(home=home, assets_dir=assets)).catalog.tests)
+            tags = {"dagster/asset_partition_range_start": keys[0], "dagster/asset_partition_range_end": keys[-1]}
+            config = {"ops": {"test_runs": {"config": {
+                "cadence": "nightly", "env_from": ["MINIRL_FAIL", "MINIRL_HANG"], "timeout_floor_s": 35}}}}
+            first = job.execute_in_process(run_config=config, instance=instance, tags=tags)
+            for k in ("MINIRL_FAIL", "MINIRL_HANG"):  # the second night runs without the injection
+                os.environ.pop(k, None)
+            calib = defs.resolve_job_def("calibration").execute_in_process(
+                instance=instance, tags={"nightly/source_run": first.run_id})
+            mats_first = _by_partition(_events(instance, "test_runs", dg.DagsterEventType.ASSET_MATERIALIZATION))
+            built_first = _by_partition(_events(instance, "converted_checkpoints",
+                                                dg.DagsterEventType.ASSET_MATERIALIZATION))
+            second = job.execute_in_process(run_config={"ops": {"test_runs": {"config": {"timeout_floor_s": 35,
+                                                                                             "cadence": "nightly"}}}},
+                                            instance=instance, tags=tags)
+            night = Night(NightSettings(home=home, assets_dir=assets))
+            yield {
+                "home": home, "assets": assets, "instance": instance, "defs": defs, "first": first, "calib": calib,
+                "second": second, "mats_first": mats_first, "built_first": built_first,
+                "summary_first": night.summary(first.run_id), "summary_second": night.summary(second.run_id),
+            }
+    finally:
+        for k in ("MINIRL_FAIL", "MINIRL_HANG"):
+            os.environ.pop(k, None)
 
 
 @pytest.fixture(scope="module")
@@ -72,11 +89,23 @@ def project_root_module():
     return PROJECT_ROOT
 
 
+def test_the_nightly_job_is_one_run_of_test_runs_over_every_partition(nights):
+    runs = nights["instance"].get_runs()
+    assert {r.job_name for r in runs} == {"nightly", "calibration"}
+    first = nights["instance"].get_run_by_id(nights["first"].run_id)
+    assert first.tags["nightly/cadence"] == "nightly" and first.tags["nightly/deployment"] == "local"
+    assert first.tags["nightly/image_digest"].startswith("sha256:")
+    # the injected values stay in the process environment: only their names reach run storage
+    assert first.run_config["ops"]["test_runs"]["config"]["env_from"] == ["MINIRL_FAIL", "MINIRL_HANG"]
+    assert FAIL not in json.dumps(first.run_config) and HANG not in json.dumps(first.run_config)
+
+
 def test_every_enabled_nightly_test_is_materialized_with_its_metadata(nights):
     mats = nights["mats_first"]
-    summary = nights["first"].output_for_node("run_night")
+    summary = nights["summary_first"]
     assert set(mats) == set(summary["selected"]) - set(summary["unplanned"])
-    assert summary["unplanned"] == ["tests/e2e/ckpt/test_ckpt_resume.py::rocm-stage-c-4-gpu-mi300"]
+    assert summary["unplanned"] == []
+    assert ROCM_ID in summary["skipped"] and "skip_hardware" in summary["skip_reasons"][ROCM_ID]
     assert LONG_ID not in mats, "nightly must not run tests labelled long"
     for tid, meta in mats.items():
         for field in ("outcome", "elapsed_s", "est_time_s", "timeout_s", "attempt", "node", "log", "test_file_sha256"):
@@ -88,10 +117,25 @@ def test_every_enabled_nightly_test_is_materialized_with_its_metadata(nights):
     assert mats[HANG_ID]["elapsed_s"] >= 35
 
 
-def test_the_disabled_test_is_shown_as_skipped_not_absent(nights):
+def test_failed_and_timed_out_tests_fail_their_partitions_check_with_the_reason(nights):
+    checks = {}
+    for ev in nights["first"].get_asset_check_evaluations():
+        checks[ev.partition] = ev
+    assert not checks[FAIL_ID].passed and checks[FAIL_ID].description.startswith("failed")
+    assert not checks[HANG_ID].passed and checks[HANG_ID].description.startswith("timed_out")
+    assert checks[FAIL_ID].severity == dg.AssetCheckSeverity.ERROR
+    passed = [k for k, ev in checks.items() if ev.passed]
+    assert set(passed) == set(checks) - {FAIL_ID, HANG_ID} and len(passed) >= 6
+    assert DISABLED_ID not in checks and ROCM_ID not in checks
+
+
+def test_disabled_and_skipped_tests_are_observed_with_their_reason_never_materialized(nights):
     obs = _by_partition(_events(nights["instance"], "test_runs", dg.DagsterEventType.ASSET_OBSERVATION))
-    assert obs[DISABLED_ID]["outcome"] == "skipped"
+    assert obs[DISABLED_ID]["outcome"] == "not launched"
     assert "disabled" in obs[DISABLED_ID]["reason"]
+    assert "skip_hardware" in obs[ROCM_ID]["reason"]
+    mats = nights["mats_first"]
+    assert DISABLED_ID not in mats and ROCM_ID not in mats
 
 
 def test_failed_and_timed_out_durations_are_not_used_for_calibration(nights):
@@ -107,6 +151,17 @@ def test_failed_and_timed_out_durations_are_not_used_for_calibration(nights):
     assert estimates[HANG_ID].samples_used == 1
 
 
+def test_inputs_are_materialized_in_their_own_partitions_within_the_test_run(nights):
+    first = nights["first"]
+    by_asset = {}
+    for m in first.get_asset_materialization_events():
+        mat = m.event_specific_data.materialization
+        by_asset.setdefault(mat.asset_key.to_user_string(), set()).add(mat.partition)
+    assert by_asset["model_weights"] == {"tiny-lm", "tiny-lm-wide"}
+    assert by_asset["datasets"] == {"toy-chat", "toy-math"}
+    assert len(by_asset["converted_checkpoints"]) >= 4
+
+
 def test_inputs_are_built_once_and_reused_on_the_next_night(nights):
     instance = nights["instance"]
     built_after = _by_partition(_events(instance, "converted_checkpoints", dg.DagsterEventType.ASSET_MATERIALIZATION))
@@ -117,7 +172,7 @@ def test_inputs_are_built_once_and_reused_on_the_next_night(nights):
 
 
 def test_the_next_night_plans_with_the_calibrated_estimates(nights):
-    estimates = json.loads((nights["home"] / "estimates" / "minirl.json").read_text())
+    estimates = json.loads((nights["home"] / "estimates" / "minirl.json").read_text())  # the local store
     night = Night(NightSettings(home=nights["home"], assets_dir=nights["assets"]))
     tests = night.catalog.by_id()
     calibrated = list(estimates)
@@ -138,8 +193,20 @@ def test_calibration_and_report_assets_are_materialized(nights):
     assert set(checks) == {"no_estimate_drift", "no_test_near_timeout"}
 
 
-def test_predicted_and_actual_makespan_are_recorded(nights):
-    summary = nights["second"].output_for_node("run_night")
+def test_predicted_and_actual_makespan_and_the_plan_are_recorded(nights):
+    summary = nights["summary_second"]
     assert summary["predicted_makespan_s"] > 0 and summary["actual_makespan_s"] > 0
+    assert [p["test_id"] for p in summary["plan"]] and all("start_s" in p for p in summary["plan"])
     latest = json.loads((nights["home"] / "nights" / "latest.json").read_text())
     assert latest["run_id"] == nights["second"].run_id
+
+
+def test_each_partition_shows_its_planned_est_time_source_and_timeout(nights):
+    obs = _events(nights["instance"], "test_runs", dg.DagsterEventType.ASSET_OBSERVATION)
+    planned = {}
+    for r in obs:
+        o = r.event_log_entry.dagster_event.event_specific_data.asset_observation
+        if o.metadata["outcome"].value == "planned":
+            planned[o.partition] = {k: v.value for k, v in o.metadata.items()}
+    assert FAIL_ID in planned
+    assert {"est_time_s", "est_source", "timeout_s", "predicted_start_s", "predicted_end_s", "node"} <= set(planned[FAIL_ID])
