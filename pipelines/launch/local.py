@@ -163,12 +163,18 @@ class LocalLauncher:
                 with open(request.log_path, "ab") as fh:
                     fh.write(f"# nightly: killed {len(leftover)} process(es) the test left running: "
                              f"{', '.join(map(str, leftover))}\n".encode())
-            return self._attempt(request, proc, ended, elapsed, token, result_path, capped, started_at, node,
-                                 held.slots, leftover)
+            attempt = self._attempt(request, proc, ended, elapsed, token, result_path, capped, started_at, node,
+                                    held.slots, leftover)
+            record.unlink(missing_ok=True)
+            return attempt
+        except BaseException:
+            # e.g. KeyboardInterrupt in this thread: never leave the test running; its record stays,
+            # so a later night's reap_orphans() still records the attempt
+            kill_attempt(token, proc.pid)
+            raise
         finally:
             with self._lock:
                 self._running.pop(token, None)
-            record.unlink(missing_ok=True)
 
     def _wait(self, proc: subprocess.Popen, timeout_s: float, t0: float) -> tuple[str, float]:
         """Wait for the wrapper; returns ("", elapsed), ("timed_out", ...) or ("interrupted", ...)."""
