@@ -2,16 +2,51 @@
 
 from __future__ import annotations
 
+import shutil
+
+import yaml
+
 from pipelines.cli import main
+from pipelines.core.runset import RunSelection
+from pipelines.night import Night, NightSettings
+
+ROCM_ID = "tests/e2e/ckpt/test_ckpt_resume.py::rocm-stage-c-4-gpu-mi300"
 
 
 def test_list_only_prints_the_plan_and_starts_nothing(tmp_path, capsys):
     assert main(["run", "--home", str(tmp_path), "--list-only"]) == 0
     out = capsys.readouterr().out
-    assert "plan: 9 tests, predicted makespan" in out
+    expected = len(Night(NightSettings(home=tmp_path)).runset(None, RunSelection(cadence="nightly")).run)
+    assert f"plan: {expected} tests, predicted makespan" in out
     assert "skip  tests/e2e/megatron/test_multinode_sft.py" in out
-    assert "not planned: no pool runs its hardware" in out
+    assert f"{ROCM_ID} not run here: this deployment skips hardware 'mi300'" in out
     assert not (tmp_path / "dagster").exists() and not (tmp_path / "logs").exists()
+
+
+def _assets_without_skip(tmp_path, project_root):
+    assets = tmp_path / "assets"
+    shutil.copytree(project_root / "assets", assets)
+    cluster = yaml.safe_load((assets / "cluster.yaml").read_text())
+    del cluster["deployments"]["local"]["skip_hardware"]
+    (assets / "cluster.yaml").write_text(yaml.safe_dump(cluster))
+    repos = assets / "repos.yaml"
+    repos.write_text(repos.read_text().replace("path: examples/minirl", f"path: {project_root}/examples/minirl")
+                     .replace("hub: examples/minirl/hub", f"hub: {project_root}/examples/minirl/hub"))
+    return assets
+
+
+def test_a_night_with_unplanned_tests_is_not_green_unless_accepted(tmp_path, capsys, monkeypatch, project_root):
+    monkeypatch.setenv("NIGHTLY_ASSETS_DIR", str(_assets_without_skip(tmp_path, project_root)))
+    assert main(["run", "--home", str(tmp_path / "home"), "--list-only"]) == 3
+    err = capsys.readouterr().err
+    assert f"problem: unplanned: {ROCM_ID}: no pool runs hardware 'mi300'" in err
+    assert main(["run", "--home", str(tmp_path / "home"), "--list-only", "--accept-problems"]) == 0
+
+
+def test_a_selection_that_matches_nothing_is_a_problem(tmp_path, capsys):
+    assert main(["run", "--home", str(tmp_path), "--labels", "no-such-label"]) == 3
+    assert "nothing to run" in capsys.readouterr().err
+    assert not (tmp_path / "dagster").exists()
 
 
 def test_a_corrupt_history_store_stops_the_night_with_what_to_do(tmp_path, capsys):

@@ -33,14 +33,15 @@ def test_assets_materialize_into_postgres_storage(pg_url, tmp_path, monkeypatch,
     repos.write_text(repos.read_text().replace("path: examples/minirl", f"path: {project_root}/examples/minirl")
                      .replace("hub: examples/minirl/hub", f"hub: {project_root}/examples/minirl/hub"))
     defs = build_definitions(nightly=NightlyResource(home=str(home), assets_dir=str(assets)))
-    job = defs.resolve_job_def("rerun_tests")
+    job = defs.resolve_job_def("tests")
     test_id = "tests/e2e/megatron/test_dp8_chat.py"
     with dg.DagsterInstance.get() as instance:
         assert type(instance.event_log_storage).__name__ == "PostgresEventLogStorage"
         result = job.execute_in_process(instance=instance, partition_key=test_id)
         assert result.success
-        (mat,) = result.asset_materializations_for_node("test_runs")
-        assert mat.metadata["outcome"].value == "passed"
+        (mat,) = [m for m in result.asset_materializations_for_node("test_runs")
+                  if m.asset_key == dg.AssetKey("test_runs")]
+        assert mat.metadata["outcome"].value == "passed" and mat.partition == test_id
     with psycopg2.connect(pg_url) as conn, conn.cursor() as cur:
         cur.execute("select count(*) from event_logs where dagster_event_type = 'ASSET_MATERIALIZATION' and partition = %s",
                     (test_id,))
