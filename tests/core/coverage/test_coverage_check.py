@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from pipelines.core.coverage.check import check_group, check_groups, required_cells
-from pipelines.core.coverage.model import Cell
+from pipelines.core.coverage.model import Cell, Dimension, Group
 from tests.core.coverage.siblings import (
     ANTI_DIAGONAL,
     BACKEND,
@@ -103,3 +103,20 @@ def test_named_dimension_tuples_replace_all_pairs():
 
     assert report.cells == (Cell(("backend",), ("megatron",)), Cell(("backend",), ("tilelang",)))
     assert report.ok
+
+
+def test_a_template_groups_cells_come_from_the_workflow_template_entries():
+    template = (".github/workflows/pr-test.yml.j2", """\
+<% set jobs = {'e2e': {'label': 'run-ci-e2e', 'tests': [
+    {'test_file': 'test_fp8.py', 'use_fp8_rollout': '0'},
+    {'test_file': 'test_fp8.py', 'use_fp8_rollout': '1'},
+]}} -%>
+""")
+    fp8 = Dimension("fp8", ("use_fp8_rollout",), (("off", ("0",)), ("on", ("1",))))
+    group = Group("fp8", ("tests/test_fp8.py",), (fp8,), "coverage.yaml:9", matrix="template", strength=1)
+
+    report = check_group(group, FilesSource(dict([template])), template[0])
+
+    assert report.ok
+    assert [(c.label, [(x.path, x.line) for x in report.covered_by(c)]) for c in report.cells] == [
+        ("fp8=off", [(template[0], 2)]), ("fp8=on", [(template[0], 3)])]
