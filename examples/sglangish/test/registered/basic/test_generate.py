@@ -7,7 +7,11 @@ register_cuda_ci(est_time=5, stage="stage-b", runner_config="1-gpu-large")
 register_cuda_ci(est_time=8, suite="nightly-1-gpu", nightly=True)
 
 
-def main() -> None:
+def prepare() -> None:
+    """Nothing to download: the model is built from the corpus in execute()."""
+
+
+def execute() -> None:
     model = Bigram()
     prompts = ["the ", "a fox", "dog", "sun is"] * 50
     single = [model.generate(p, 24) for p in prompts]
@@ -18,4 +22,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    prepare()
+    execute()
