@@ -282,7 +282,7 @@ def _message(err: dict, root_model: type[BaseModel]) -> str:
         known = list(parent.model_fields) if parent else []
         close = difflib.get_close_matches(str(loc[-1]), known, n=1)
         hint = f"did you mean {close[0]!r}? " if close else ""
-        return f"unknown key; {hint}known keys: {', '.join(known)}"
+        return f"unknown key; {hint}known keys: {', '.join(known)}; fix the spelling or remove it"
     if kind == "missing":
         return "required key is missing; add it"
     if kind in _KINDS:
@@ -290,7 +290,7 @@ def _message(err: dict, root_model: type[BaseModel]) -> str:
         return f"expected {what}, got {type(value).__name__} {value!r}; {fix}"
     ctx = err.get("ctx", {})
     if kind == "literal_error":
-        return f"must be one of {ctx.get('expected')}, got {value!r}"
+        return f"must be one of {ctx.get('expected')}, got {value!r}; pick one of those"
     if kind in ("greater_than", "greater_than_equal", "less_than", "less_than_equal"):
         op = {"greater_than": ">", "greater_than_equal": ">=", "less_than": "<", "less_than_equal": "<="}[kind]
         bound = next(iter(ctx.values()))
