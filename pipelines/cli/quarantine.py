@@ -42,7 +42,7 @@ def _list(args: argparse.Namespace) -> int:
     from pipelines.core.flaky import replay
 
     home = (args.home or default_home()).resolve()
-    name, inputs = repo_context(home, args.repo, args.deployment)
+    name, inputs, _ = repo_context(home, args.repo, args.deployment)
     states = replay(inputs.samples, inputs.rules, inputs.quarantine)
     shown = [s for _, s in sorted(states.items()) if args.all or s.state != "healthy"]
     if args.json:
@@ -61,10 +61,10 @@ def _list(args: argparse.Namespace) -> int:
 
 def _record(args: argparse.Namespace) -> int:
     from pipelines.core.flaky import record
-    from pipelines.reporting.state import QuarantineFile, load_doc, save_doc
+    from pipelines.reporting.state import load_doc, save_doc
 
     home = (args.home or default_home()).resolve()
-    name, inputs = repo_context(home, args.repo, getattr(args, "deployment", None))
+    name, inputs, store = repo_context(home, args.repo, args.deployment)
     known = {t.id for t in inputs.tests}
     if known and args.test not in known:
         near = sorted(t for t in known if args.test in t)[:5]
@@ -72,18 +72,23 @@ def _record(args: argparse.Namespace) -> int:
         print(f"nightly quarantine {args.quarantine_command}: TEST: {args.test!r} is not a test of {name}{hint}",
               file=sys.stderr)
         return 2
-    store = QuarantineFile(home, name)
     at = datetime.now(UTC).isoformat(timespec="seconds")
     try:
-        doc = record(load_doc(store), args.test, args.quarantine_command, args.by, args.why, at)
+        doc = record(load_doc(store, name), args.test, args.quarantine_command, args.by, args.why, at)
     except ValueError as exc:
         print(f"nightly {exc}", file=sys.stderr)
         return 2
-    save_doc(store, doc)
+    where = save_doc(store, name, doc)
     verb = "quarantined" if args.quarantine_command == "add" else "released"
-    print(f"quarantine: {args.test} {verb} by {args.by.strip()} at {at}: {args.why.strip()} ({store.path})")
+    print(f"quarantine: {args.test} {verb} by {args.by.strip()} at {at}: {args.why.strip()} ({where})")
     return 0
 
 
 def run(args: argparse.Namespace) -> int:
-    return _list(args) if args.quarantine_command == "list" else _record(args)
+    from pipelines.storage.state import StateError
+
+    try:
+        return _list(args) if args.quarantine_command == "list" else _record(args)
+    except StateError as exc:  # the state store (local folder or S3) cannot be read or written
+        print(f"nightly quarantine: error: {exc}", file=sys.stderr)
+        return 2

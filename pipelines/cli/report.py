@@ -18,6 +18,7 @@ import webbrowser
 from pathlib import Path
 
 from pipelines.core.model import CatalogError
+from pipelines.storage.state import StateError
 
 
 def default_home() -> Path:
@@ -47,7 +48,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def repo_context(home: Path, repo: str | None, deployment: str | None):
-    """(repo name, ReportInputs) from assets/, the catalog and the deployment's history store.
+    """(repo name, ReportInputs, state store) from assets/, the catalog and the deployment's stores.
 
     A catalog that cannot be read is a warning (the report still shows what the summary holds).
     """
@@ -56,8 +57,9 @@ def repo_context(home: Path, repo: str | None, deployment: str | None):
     from pipelines.core.flaky import FlakyRules
     from pipelines.core.specs import load_specs
     from pipelines.reporting.inputs import ReportInputs
-    from pipelines.reporting.state import QuarantineFile, load_doc
+    from pipelines.reporting.state import load_doc
     from pipelines.storage.history import history_store
+    from pipelines.storage.state import state_store
 
     specs = load_specs()
     tests, spec, name = [], None, Path(repo).name if repo else "default"
@@ -67,32 +69,45 @@ def repo_context(home: Path, repo: str | None, deployment: str | None):
         tests = list(history_cli.load_catalog_for(path, spec, specs).tests)
     except CatalogError as exc:
         print(f"nightly: warning: no catalog, the report shows only what the night recorded:\n{exc}", file=sys.stderr)
-    samples = history_store(specs.deployment(deployment), home).read()
+    where = specs.deployment(deployment)
+    samples = history_store(where, home).read()
+    store = state_store(where, home)
     policy = spec.policy if spec else "bucket125"
     estimates = calibrate(tests, samples, policy, spec.policy_params if spec else None) if tests else []
     rules = FlakyRules.from_mapping(getattr(spec, "flaky", None), key=f"repos.{name}.flaky")
     return name, ReportInputs(
         samples=samples, tests=tests, estimates=estimates, rules=rules,
-        quarantine=load_doc(QuarantineFile(home, name)),
+        quarantine=load_doc(store, name),
         timeout_floor_s=spec.timeout_floor_s if spec else 1800, timeout_factor=spec.timeout_factor if spec else 1.25,
-    )
+    ), store
 
 
 def run(args: argparse.Namespace) -> int:
+    try:
+        return _report(args)
+    except StateError as exc:  # the state store (local folder or S3) cannot be read or written
+        print(f"nightly report: error: {exc}", file=sys.stderr)
+        return 2
+
+
+def _report(args: argparse.Namespace) -> int:
     import dataclasses
 
     from pipelines.core.report import to_json
     from pipelines.reporting.inputs import night_report, write_html
 
     home = (args.home or default_home()).resolve()
-    _, inputs = repo_context(home, args.repo, args.deployment)
-    data = night_report(home, args.night, dataclasses.replace(inputs, uncovered=tuple(args.uncovered)))
+    _, inputs, store = repo_context(home, args.repo, args.deployment)
+    data = night_report(store, args.night, dataclasses.replace(inputs, uncovered=tuple(args.uncovered)))
     if args.json:
         print(to_json(data))
         return 0
-    path = write_html(home, data, args.out)
+    where = write_html(store, data, args.out)
     print(f"report: {data.verdict}")
-    print(f"report: {path}")
+    print(f"report: {where}")
+    path = Path(where)
+    if (args.screenshot or args.open) and not path.is_file():  # the store is remote: draw a local copy
+        path = Path(write_html(store, data, home / "reports" / f"{data.night or 'night'}.html"))
     if args.screenshot:
         from pipelines.reporting.browser import BrowserError, screenshot
 

@@ -284,10 +284,12 @@ class Verdict:
     excused: tuple[str, ...]
     infra: tuple[str, ...]
     bad_nodes: tuple[str, ...]
+    #: tests whose last attempt the run's interruption cut short (not the test's doing, not a pass either)
+    interrupted: tuple[str, ...] = ()
 
     @property
     def ok(self) -> bool:
-        return not (self.failed or self.infra or self.bad_nodes)
+        return not (self.failed or self.infra or self.bad_nodes or self.interrupted)
 
 
 def night_verdict(attempts: Iterable[Attempt], states: Mapping[str, FlakyState]) -> Verdict:
@@ -297,14 +299,16 @@ def night_verdict(attempts: Iterable[Attempt], states: Mapping[str, FlakyState])
     last: dict[str, Attempt] = {}
     for a in attempts:
         last[a.test_id] = a
-    failed, excused, infra = [], [], []
+    failed, excused, infra, interrupted = [], [], [], []
     for tid, a in last.items():
         if a.outcome == "infra_error":
             infra.append(tid)
+        elif a.outcome == "interrupted":
+            interrupted.append(tid)
         elif a.outcome in _FAIL:
             quarantined = states.get(tid, FlakyState(tid)).state == "quarantined"
             (excused if quarantined and a.node not in bad else failed).append(tid)
-    return Verdict(tuple(failed), tuple(excused), tuple(infra), tuple(sorted(bad)))
+    return Verdict(tuple(failed), tuple(excused), tuple(infra), tuple(sorted(bad)), tuple(interrupted))
 
 
 def runnable(test_ids: Iterable[str], states: Mapping[str, FlakyState], rules: FlakyRules) -> list[str]:

@@ -19,10 +19,10 @@ from pipelines.core.flaky import FlakyState, night_verdict, replay
 from pipelines.core.health import NodeFinding, detect_bad_nodes
 from pipelines.core.model import Attempt, Estimate, Plan, Sample, Test
 from pipelines.core.trends import (
-    ENVIRONMENT_FIELDS,
     Changes,
     Trend,
     duration_trends,
+    environment,
     est_times,
     night_changes,
 )
@@ -130,7 +130,9 @@ def markdown(
 
 # -- the morning-after report: every section as data, rendered by pipelines/reporting ----------------
 
-_NOT_OK = ("failed", "timed_out", "infra_error")
+_NOT_OK = ("failed", "timed_out", "infra_error", "interrupted")
+#: not the test's doing: listed with the infrastructure, never excused by a quarantine
+_NOT_TESTS = ("infra_error", "interrupted")
 
 
 @dataclass(frozen=True)
@@ -222,6 +224,8 @@ def _classify(attempts: list[Attempt], bad: set[str], state: str) -> str:
         return f"flaky: {first.outcome} on attempt {first.attempt}, passed on attempt {a.attempt}"
     if a.outcome == "infra_error":
         return f"infra: {a.reason or 'unknown'}" + (f" on bad node {a.node}" if a.node in bad else "")
+    if a.outcome == "interrupted":
+        return "interrupted: the run was stopped before this attempt ended"
     if a.node in bad:
         return f"bad node {a.node}: the node, not the test"
     kind = (f"hang: killed at its {a.timeout_s} s timeout" if a.outcome == "timed_out"
@@ -253,6 +257,18 @@ def _usage(bars: Sequence[Bar], attempts: list[Attempt], summary: Mapping, makes
                 per_node[a.node] = max(per_node.get(a.node, 0), max(a.gpu_slots) + 1)
         gpus, source = sum(per_node.values()) or max((b.gpus for b in bars), default=0), "inferred from the GPU slots used"
     return Usage(int(gpus), span, used, int(gpus) * span / 3600, source)
+
+
+def _near_timeout(attempts: Sequence[Attempt], next_night: Sequence[NearTimeout],
+                  by_id: Mapping[str, Test]) -> tuple[NearTimeout, ...]:
+    """Tests near the timeout they will get next night, then tonight's attempts that used over 90 % of theirs."""
+    out = {n.test_id: n for n in next_night}
+    for a in attempts:
+        if a.timeout_s and a.test_id not in out and a.outcome in ("passed", "failed", "timed_out") \
+                and a.elapsed_s > 0.9 * a.timeout_s:
+            hw = by_id[a.test_id].hardware if a.test_id in by_id else ""
+            out[a.test_id] = NearTimeout(a.test_id, hw, a.elapsed_s, a.timeout_s, a.outcome, a.started_at)
+    return tuple(out.values())
 
 
 def build_report(
@@ -289,6 +305,8 @@ def build_report(
     verdict = night_verdict(attempts, states)
     prev = previous[-1] if previous else None
     changes = night_changes(summary, prev)
+    # where a stored copy of each log is (the state store on S3); the local path otherwise
+    log_uris = {(a.get("test_id"), a.get("attempt", 1)): a["log_uri"] for a in summary.get("attempts", ()) if a.get("log_uri")}
     per_test: dict[str, list[Attempt]] = {}
     for a in attempts:
         per_test.setdefault(a.test_id, []).append(a)
@@ -300,16 +318,17 @@ def build_report(
             continue
         shown = last if last.outcome != "passed" else next(x for x in xs if x.outcome in ("failed", "timed_out"))
         item = Failure(tid, last.outcome, _classify(xs, bad, states.get(tid, FlakyState(tid)).state), shown.reason,
-                       shown.node, len(xs), shown.exit_code, shown.details.get("log_url") or shown.log_path,
+                       shown.node, len(xs), shown.exit_code, log_uris.get((tid, shown.attempt)) or shown.log_path,
                        tail_lines((log_tails or {}).get(shown.log_path, "")),
                        bool(changes and tid in changes.new_failures))
-        (infra if last.outcome == "infra_error" else failures).append(item)
+        (infra if last.outcome in _NOT_TESTS else failures).append(item)
     bars, span = _gantt(attempts, {t.id: t.gpus for t in selected})
     makespan = summary.get("actual_makespan_s") or span or None
     verdict_text = ("FAILED: " if not verdict.ok else "OK: ") + ", ".join(
         x for x in (f"{len(verdict.failed)} test(s) failed" if verdict.failed else "",
                     f"{len(verdict.infra)} infra error(s)" if verdict.infra else "",
                     f"bad node(s) {', '.join(verdict.bad_nodes)}" if verdict.bad_nodes else "",
+                    f"{len(verdict.interrupted)} interrupted" if verdict.interrupted else "",
                     f"{len(verdict.excused)} quarantined failure(s) excused" if verdict.excused else "") if x
     ) if (not verdict.ok or verdict.excused) else "OK: every test passed"
     trends = duration_trends(samples, [t.id for t in selected], trend_nights)
@@ -322,7 +341,7 @@ def build_report(
         counts=tuple(sorted(Counter(r.outcome for r in rows).items())), rows=tuple(rows),
         failures=tuple(failures), infra=tuple(infra), bad_nodes=tuple(findings),
         drift=tuple(drift(estimates)),
-        near_timeout=tuple(near_timeout(selected, recent, timeout_floor_s, timeout_factor)),
+        near_timeout=_near_timeout(attempts, near_timeout(selected, recent, timeout_floor_s, timeout_factor), by_id),
         usage=_usage(bars, attempts, summary, makespan, capacity_gpus),
         makespan=tuple((k, summary.get(f)) for k, f in (
             ("predicted", "predicted_makespan_s"), ("predicted p50", "predicted_p50_s"),
@@ -331,7 +350,7 @@ def build_report(
         gantt=bars, trends=tuple(trends[t.id] for t in selected if t.id in trends), changes=changes,
         flaky=tuple(s for _, s in sorted(states.items()) if s.state != "healthy" or s.evidence),
         excused=verdict.excused, uncovered=tuple(uncovered), notes=tuple(summary.get("notes", ())),
-        environment=tuple((f, str(summary[f])) for f in ENVIRONMENT_FIELDS if summary.get(f)),
+        environment=tuple(environment(summary).items()),
     )
 
 

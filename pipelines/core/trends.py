@@ -14,8 +14,20 @@ from statistics import median
 
 from pipelines.core.model import Sample
 
-#: summary fields that describe the environment the night ran in (a change there explains a lot)
+#: what describes the environment a night ran in (a change there explains a lot): top-level fields,
+#: and per pool under ``infra`` (the launcher's probe: image digest, driver, pod spec digest)
 ENVIRONMENT_FIELDS = ("image_digest", "image", "driver")
+INFRA_FIELDS = ("image_digest", "driver", "spec")
+
+
+def environment(summary: Mapping) -> dict[str, str]:
+    """The night's environment as ``{"image_digest (h200)": "sha256:...", ...}``; {} when not recorded."""
+    out = {f: str(summary[f]) for f in ENVIRONMENT_FIELDS if summary.get(f)}
+    infra = summary.get("infra")
+    for pool, probe in sorted(infra.items()) if isinstance(infra, Mapping) else ():
+        if isinstance(probe, Mapping):
+            out.update({f"{f} ({pool})": str(probe[f]) for f in INFRA_FIELDS if probe.get(f)})
+    return out
 
 
 @dataclass(frozen=True)
@@ -129,8 +141,9 @@ def night_changes(summary: Mapping, previous: Mapping | None) -> Changes | None:
     fixed = tuple(t for t, o in now.items() if o == "passed" and before.get(t) in _BAD)
     est_now, est_before = est_times(summary), est_times(previous)
     est = tuple((t, est_before[t], v) for t, v in sorted(est_now.items()) if t in est_before and est_before[t] != v)
-    env = tuple((f, str(previous.get(f) or "-"), str(summary.get(f) or "-")) for f in ENVIRONMENT_FIELDS
-                if (previous.get(f) or summary.get(f)) and previous.get(f) != summary.get(f))
+    env_now, env_before = environment(summary), environment(previous)
+    env = tuple((f, env_before.get(f, "-"), env_now.get(f, "-")) for f in dict.fromkeys([*env_before, *env_now])
+                if env_before.get(f) != env_now.get(f))
     return Changes(
         previous=str(previous.get("night", "")), new_failures=new_failures, still_failing=still, fixed=fixed,
         added=tuple(sorted(ran_now - ran_before)), removed=tuple(sorted(ran_before - ran_now)),

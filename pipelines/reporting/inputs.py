@@ -1,7 +1,8 @@
 """What the report reads, and the one function every entry point (CLI, asset) builds it with.
 
-Nights are ``<home>/nights/<night>.json`` (``Night.write_summary``); history comes from the
-deployment's store; logs are read only for the tail of what did not pass. The core computes
+Nights are ``nights/<night>.json`` in the deployment's state store (``Night.write_summary``; a
+local folder or S3); history comes from the history store; logs are read only for the tail of
+what did not pass. The core computes
 everything else (pipelines.core.report.build_report).
 """
 
@@ -16,48 +17,58 @@ from pipelines.core.calibrate.evidence import write_atomic
 from pipelines.core.flaky import FlakyRules, replay
 from pipelines.core.model import CatalogError, Estimate, Problem, Sample, Test
 from pipelines.core.report import ReportData, build_report, tail_lines
+from pipelines.storage.state import StateStore
 
 LOG_TAIL_LINES = 30
 
 
-def night_files(home: Path) -> list[Path]:
-    """Every night summary, oldest first (names sort by time); ``latest.json`` is a copy and left out."""
-    folder = Path(home) / "nights"
-    return sorted(p for p in folder.glob("*.json") if p.name != "latest.json")
+def night_keys(store: StateStore) -> list[str]:
+    """Every night summary's key, oldest first (names sort by time); ``latest.json`` is a copy and left out."""
+    return sorted(k for k in store.keys("nights/") if k.endswith(".json") and k != "nights/latest.json"
+                  and "/" not in k[len("nights/"):])
 
 
-def read_summary(path: Path) -> dict:
+def read_summary(store: StateStore, key: str) -> dict:
+    text = store.get(key)
+    if text is None:
+        raise CatalogError(Problem(store.uri(key), 1, "summary", "missing; run `nightly run` first"))
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(text)
     except ValueError as exc:
-        raise CatalogError(Problem(str(path), getattr(exc, "lineno", 1), "summary",
+        raise CatalogError(Problem(store.uri(key), getattr(exc, "lineno", 1), "summary",
                                    f"not valid JSON ({exc}); delete the file or run the night again")) from exc
     if not isinstance(data, dict) or not isinstance(data.get("attempts", []), list):
-        raise CatalogError(Problem(str(path), 1, "summary", "expected a night summary object with an `attempts` list; "
-                                                           "was it written by `nightly run`?"))
+        raise CatalogError(Problem(store.uri(key), 1, "summary", "expected a night summary object with an "
+                                                                 "`attempts` list; was it written by `nightly run`?"))
     return data
 
 
-def select_night(home: Path, night: str | None = None) -> tuple[dict, dict | None]:
-    """(the night's summary, the one before it or None); the newest night when ``night`` is None."""
-    files = night_files(home)
-    if not files:
-        raise CatalogError(Problem(str(Path(home) / "nights"), 1, "nights",
+def select_night(store: StateStore, night: str | None = None) -> tuple[dict, dict | None]:
+    """(the night's summary, the one before it or None); the newest night when ``night`` is None.
+
+    ``night`` is a night's name (``nights/<night>.json``) or a run id (``runs/<run id>.json``).
+    """
+    keys = night_keys(store)
+    if not keys:
+        raise CatalogError(Problem(store.uri("nights"), 1, "nights",
                                    "no night summary found; run `nightly run` first or pass --home"))
-    names = [p.stem for p in files]
+    names = [k[len("nights/"):-len(".json")] for k in keys]
     if night is None:
-        i = len(files) - 1
+        i = len(keys) - 1
     elif night in names:
         i = names.index(night)
+    elif (run := store.get(f"runs/{night}.json")) is not None:
+        summary = json.loads(run)
+        i = names.index(summary["night"]) if summary.get("night") in names else 0
+        return summary, read_summary(store, keys[i - 1]) if i else None
     else:
-        near = ", ".join(names[-5:])
-        raise CatalogError(Problem(str(Path(home) / "nights"), 1, "--night",
-                                   f"no night {night!r}; the newest are: {near}"))
-    return read_summary(files[i]), read_summary(files[i - 1]) if i else None
+        raise CatalogError(Problem(store.uri("nights"), 1, "--night",
+                                   f"no night or run {night!r}; the newest nights are: {', '.join(names[-5:])}"))
+    return read_summary(store, keys[i]), read_summary(store, keys[i - 1]) if i else None
 
 
-def log_tails(summary: Mapping, lines: int = LOG_TAIL_LINES) -> dict[str, str]:
-    """The last lines of every attempt's log that did not pass (a missing log is simply absent)."""
+def log_tails(summary: Mapping, store: StateStore | None = None, lines: int = LOG_TAIL_LINES) -> dict[str, str]:
+    """The last lines of every attempt's log that did not pass: the local file, else the stored copy."""
     out = {}
     for a in summary.get("attempts", ()):
         path = a.get("log_path")
@@ -66,7 +77,9 @@ def log_tails(summary: Mapping, lines: int = LOG_TAIL_LINES) -> dict[str, str]:
         try:
             out[path] = tail_lines(Path(path).read_text(encoding="utf-8", errors="replace"), lines)
         except OSError:
-            continue
+            text = store.get(f"logs/{summary.get('night')}/{Path(path).name}") if store is not None else None
+            if text is not None:
+                out[path] = tail_lines(text, lines)
     return out
 
 
@@ -85,21 +98,23 @@ class ReportInputs:
     timeout_factor: float = 1.25
 
 
-def night_report(home: Path, night: str | None, inputs: ReportInputs) -> ReportData:
-    """The report of one night (the newest by default) in ``home``."""
-    summary, previous = select_night(home, night)
+def night_report(store: StateStore, night: str | None, inputs: ReportInputs) -> ReportData:
+    """The report of one night (the newest by default) from the deployment's state store."""
+    summary, previous = select_night(store, night)
     states = replay(inputs.samples, inputs.rules, inputs.quarantine)
     return build_report(
         summary, [previous] if previous else [], inputs.samples, inputs.tests, inputs.estimates, states=states,
-        log_tails=log_tails(summary), uncovered=inputs.uncovered, capacity_gpus=inputs.capacity_gpus,
+        log_tails=log_tails(summary, store), uncovered=inputs.uncovered, capacity_gpus=inputs.capacity_gpus,
         timeout_floor_s=inputs.timeout_floor_s, timeout_factor=inputs.timeout_factor,
     )
 
 
-def write_html(home: Path, data: ReportData, out: Path | None = None) -> Path:
-    """Render and write the page: ``<home>/reports/<night>.html`` unless ``out`` is given."""
+def write_html(store: StateStore, data: ReportData, out: Path | None = None) -> str:
+    """Render the page and store it as ``reports/<night>.html`` (or write ``out``); returns where it is."""
     from pipelines.reporting.html import render_html  # matplotlib only where a page is drawn
 
-    path = out or Path(home) / "reports" / f"{data.night or 'night'}.html"
-    write_atomic(path, render_html(data))
-    return path
+    page = render_html(data)
+    if out is not None:
+        write_atomic(out, page)
+        return str(out)
+    return store.put(f"reports/{data.night or 'night'}.html", page)

@@ -50,7 +50,7 @@ def test_an_earlier_night_can_be_chosen_and_compares_with_the_one_before_it(home
 def test_an_unknown_night_lists_the_newest_ones(home, capsys):
     code, _, err = nightly(capsys, "report", "--home", str(home), "--repo", "minirl", "--night", "2026-13-01")
     assert code == 2
-    assert f"{home}/nights:1: --night: no night '2026-13-01'; the newest are: 2026-11-02T150000Z" in err
+    assert f"{home}/nights:1: --night: no night or run '2026-13-01'; the newest nights are: 2026-11-02T150000Z" in err
 
 
 def test_no_nights_yet_says_what_to_run(tmp_path, capsys):
@@ -110,3 +110,12 @@ def test_a_broken_quarantine_file_is_named_with_the_fix(tmp_path, capsys):
     code, _, err = nightly(capsys, "quarantine", "list", "--home", str(tmp_path), "--repo", "minirl")
     assert code == 2
     assert "quarantine/minirl.json:1: actions[0]: missing action, by, why, at; every action needs" in err
+
+
+def test_a_run_id_picks_its_night_too(home, capsys):
+    (home / "runs").mkdir(exist_ok=True)
+    (home / "runs" / "run-2026-11-04T150000Z.json").write_text((home / "nights" / "2026-11-04T150000Z.json").read_text())
+    code, out, _ = nightly(capsys, "report", "--home", str(home), "--repo", "minirl", "--json",
+                           "--night", "run-2026-11-04T150000Z")
+    data = json.loads(out)
+    assert (code, data["run_id"], data["changes"]["previous"]) == (0, "run-2026-11-04T150000Z", "2026-11-03T150000Z")

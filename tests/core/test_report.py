@@ -117,7 +117,7 @@ def test_what_changed_since_last_night_with_a_before_after_comparison_of_the_new
     assert c.new_failures == (tid(SFT), tid(LORA))
     assert (c.fixed, c.still_failing) == ((tid(BACKEND),), ())
     assert c.est_time == ((tid(GRPO), 40, 30),)
-    assert c.environment == (("image_digest", IMAGE_BEFORE, IMAGE_NOW),)
+    assert c.environment == (("image_digest (h200)", IMAGE_BEFORE, IMAGE_NOW),)
     k = c.comparison
     assert (k.common, k.passed_before, k.passed_after) == (10, 8, 7)
     assert k.median_ratio == pytest.approx(1.25)
@@ -126,7 +126,8 @@ def test_what_changed_since_last_night_with_a_before_after_comparison_of_the_new
 def test_uncovered_cells_and_notes_are_carried_as_given(report):
     assert report.uncovered == ("test_backend_matrix.py: megatron x lora",)
     assert report.notes == ("1 test skipped (disabled)",)
-    assert dict(report.environment) == {"image_digest": IMAGE_NOW, "driver": "550.54.15"}
+    assert dict(report.environment) == {"image_digest (h200)": IMAGE_NOW, "driver (h200)": "550.54.15",
+                                        "spec (h200)": "sha256:d52e60f2e650"}
 
 
 def test_a_quarantined_failure_is_excused_and_still_listed(night):
@@ -170,3 +171,20 @@ def test_the_table_and_markdown_still_render_the_rows(night):
     lines = {line.split()[0]: line.split()[1:3] for line in table(rows).splitlines()[2:]}
     assert lines == {tid(SFT): ["failed", "2.0"], tid(GRPO): ["passed", "(x2)"]}
     assert f"- `{tid(SFT)}`: failed: exit code 1" in markdown("Night", rows, None, 128.0)
+
+
+def test_an_interrupted_attempt_is_listed_with_the_infrastructure_and_fails_the_night():
+    summary = {"night": "n", "selected": ["tests/a.py"], "interrupted": True,
+               "attempts": [attempt("tests/a.py", "interrupted", "h200-a")]}
+    r = build_report(summary, states={"tests/a.py": FlakyState("tests/a.py", "quarantined")})
+    assert [(f.test_id, f.classification) for f in r.infra] == \
+        [("tests/a.py", "interrupted: the run was stopped before this attempt ended")]
+    assert r.verdict == "FAILED: 1 interrupted"
+
+
+def test_tonights_attempts_that_used_most_of_their_timeout_are_near_timeout_without_history():
+    summary = {"night": "n", "selected": ["tests/a.py", "tests/b.py"],
+               "attempts": [{**attempt("tests/a.py", "passed", "n0"), "elapsed_s": 19.0, "timeout_s": 20},
+                            {**attempt("tests/b.py", "passed", "n0"), "elapsed_s": 10.0, "timeout_s": 20}]}
+    [near] = build_report(summary).near_timeout
+    assert (near.test_id, near.elapsed_s, near.timeout_s, near.outcome) == ("tests/a.py", 19.0, 20, "passed")

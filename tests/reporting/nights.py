@@ -1,7 +1,7 @@
 """A real-shaped night of the example (examples/minirl) for the report tests.
 
-The tests are the example's real catalog; the summaries have the fields ``Night.write_summary``
-writes, the attempts the fields the local launcher sets, and history is made from them with the
+The tests are the example's real catalog; the summaries have the fields ``night_summary``
+(pipelines/execute.py) writes (``est_time`` added: what the report's est_time changes read), the attempts the fields the local launcher sets, and history is made from them with the
 real ``sample_from_attempt``. Tonight (on one virtual 8-GPU node, timeout floor 60 s):
 test_sft_math fails (MINIRL_FAIL), test_lora_math hangs until its timeout (MINIRL_HANG), and
 test_grpo_math fails once then passes on retry. Five earlier nights ran the same tests 25 %
@@ -83,11 +83,14 @@ def _attempt(night: str, start: datetime, test: str, outcome: str, at: float, el
 def _summary(night: str, attempts: list[Attempt], tests: dict[str, Test], image: str, est: dict[str, int],
              selected: list[str]) -> dict:
     return {
-        "night": night, "run_id": f"run-{night}", "cadence": "nightly", "selected": selected,
-        "skipped": [tid(SKIPPED)], "attempts": [dataclasses.asdict(a) for a in attempts],
+        "night": night, "run_id": f"run-{night}", "repo": "minirl", "deployment": "local", "cadence": "nightly",
+        "selected": selected, "skipped": [tid(SKIPPED)], "skip_reasons": {tid(SKIPPED): "disabled"},
+        "unplanned": [tid(ROCM)], "attempts": [dataclasses.asdict(a) for a in attempts],
         "predicted_makespan_s": 120.0, "lower_bound_s": 104.0, "actual_makespan_s": MAKESPAN,
-        "unplanned": [tid(ROCM)], "notes": ["1 test skipped (disabled)"], "image_digest": image,
-        "driver": "550.54.15", "est_time": est,
+        "notes": ["1 test skipped (disabled)"], "interrupted": False, "tags": {},
+        "infra": {"h200": {"image": "local python environment", "image_digest": image, "driver": "550.54.15",
+                           "spec": "sha256:d52e60f2e650", "notes": ""}},
+        "est_time": est,
     }
 
 
@@ -115,8 +118,9 @@ def example_night(home: Path, last_night_backend: str = "failed") -> ExampleNigh
             seen[test] = seen.get(test, 0) + 1
             attempts.append(_attempt(night, start, test, outcome, at, elapsed, slots, seen[test], est[tid(test)], home))
         night_est = est if tonight else {**est, tid(GRPO): 40}
-        summaries.append(_summary(night, attempts, by_id, IMAGE_NOW if tonight else IMAGE_BEFORE, night_est, selected))
-        samples += [sample_from_attempt(a, by_id[a.test_id], f"run-{night}", summaries[-1]["image_digest"])
+        image = IMAGE_NOW if tonight else IMAGE_BEFORE
+        summaries.append(_summary(night, attempts, by_id, image, night_est, selected))
+        samples += [sample_from_attempt(a, by_id[a.test_id], f"run-{night}", image)
                     for a in attempts]
     tails = {}
     for a in summaries[-1]["attempts"]:

@@ -54,7 +54,7 @@ def test_failures_show_classification_log_tail_and_a_file_link_to_the_full_log(p
 
 def test_changes_and_timing_show_the_numbers(page):
     changes = section(page, "changes")
-    assert "image_digest changed: sha256:1111aaaa → sha256:2222bbbb" in changes
+    assert "image_digest (h200) changed: sha256:1111aaaa → sha256:2222bbbb" in changes
     assert "passed 8 → 7; median duration tonight / last night x1.25" in changes
     timing = section(page, "timing")
     assert "actual makespan 128.0 s" in timing and "GPU-hours used 0.23" in timing and "GPU-hours idle 0.05" in timing
