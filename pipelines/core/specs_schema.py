@@ -96,6 +96,14 @@ def _requirement_keys(value: Any) -> Any:
     return value
 
 
+class FlakyModel(_Strict):
+    window_nights: int = Field(14, ge=1)
+    min_flips: int = Field(2, ge=1)
+    quarantine_after: int = Field(3, ge=1)
+    release_after: int = Field(5, ge=1)
+    run_quarantined: bool = True
+
+
 class RepoModel(_Strict):
     path: Name
     format: Literal["registry", "template", "auto"] = "auto"
@@ -112,6 +120,8 @@ class RepoModel(_Strict):
     #: registry dialect profile (auto: from the framework's registry module) and implicit CPU suite name
     dialect: Literal["auto", "m", "sglang"] = "auto"
     implicit_cpu_suite: str = Field("", pattern=r"^([A-Za-z0-9][A-Za-z0-9._-]*)?$")
+    #: flaky-test rules (pipelines.core.flaky.FlakyRules)
+    flaky: FlakyModel = FlakyModel()
 
     @model_validator(mode="after")
     def _template_needs_template_format(self) -> RepoModel:

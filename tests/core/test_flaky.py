@@ -161,3 +161,35 @@ def test_rules_come_from_yaml_and_bad_rules_say_the_fix():
 def test_states_round_trip_through_json_dicts():
     s = state_of(history(("failed", "passed")))
     assert FlakyState.from_dict(s.to_dict()) == s
+
+
+def assets_with(tmp_path, project_root, flaky: str):
+    """The project's assets/ with a `flaky:` line added to the example repo's entry."""
+    import shutil
+
+    shutil.copytree(project_root / "assets", tmp_path / "assets")
+    repos = tmp_path / "assets" / "repos.yaml"
+    text = repos.read_text()
+    assert "\n    hub: examples/minirl/hub\n" in text
+    repos.write_text(text.replace("\n    hub: examples/minirl/hub\n", f"\n    hub: examples/minirl/hub\n    flaky: {flaky}\n"))
+    return tmp_path / "assets"
+
+
+def test_a_repos_rules_are_read_from_repos_yaml(tmp_path, project_root):
+    from pipelines.core.specs import load_specs
+
+    specs = load_specs(assets_with(tmp_path, project_root, "{release_after: 7, run_quarantined: false}"))
+    _, spec = specs.locate_repo("minirl")
+    rules = FlakyRules.from_mapping(spec.flaky)
+    assert (rules.release_after, rules.run_quarantined, rules.window_nights) == (7, False, 14)
+
+
+def test_a_misspelled_rule_in_repos_yaml_is_located_with_the_fix(tmp_path, project_root):
+    from pipelines.core.specs import load_specs
+
+    assets = assets_with(tmp_path, project_root, "{release_afer: 7}")
+    line = (assets / "repos.yaml").read_text().splitlines().index("    flaky: {release_afer: 7}") + 1
+    with pytest.raises(CatalogError) as err:
+        load_specs(assets)
+    assert f"repos.yaml:{line}: repos.minirl.flaky.release_afer: unknown key; did you mean 'release_after'?" \
+        in str(err.value)
