@@ -22,6 +22,7 @@ from pipelines.core.coverage import (
     Design,
     GroupCoverage,
     LostCell,
+    TreeSource,
     assign,
     check_repo,
     design,
@@ -90,10 +91,9 @@ def run(args: argparse.Namespace) -> int:
     now = check_repo(where)
     lost: tuple[LostCell, ...] = ()
     if args.against:
-        then = check_repo(where, GitSource(where.repo, args.against), adopt=True)
-        from pipelines.core.coverage.check import TreeSource
-
-        lost = lost_cells(then.groups, now.groups, GitSource(where.repo, args.against), TreeSource(where.repo))
+        before = GitSource(where.repo, args.against)
+        then = check_repo(where, before, adopt=True)
+        lost = lost_cells(then.groups, now.groups, before, TreeSource(where.repo))
     if args.json:
         out = {"repo": str(where.repo), "groups_file": str(where.groups_file), "ok": now.ok and not lost,
                "groups": [group_json(g) for g in now.groups], "problems": [str(p) for p in now.problems]}

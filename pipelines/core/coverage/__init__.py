@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pipelines.core.coverage.check import Source, TreeSource, check_groups, required_cells
-from pipelines.core.coverage.design import Design, assign, design
+from pipelines.core.coverage.deal import assign
+from pipelines.core.coverage.design import Design, design
 from pipelines.core.coverage.diff import lost_cells
 from pipelines.core.coverage.groups import FILE_NAME, load_groups, parse_groups
 from pipelines.core.coverage.matrix import python_matrix
@@ -27,10 +28,11 @@ from pipelines.core.coverage.model import (
     LostCell,
     UncoveredCell,
 )
+from pipelines.core.coverage.outcomes import config_outcomes
 from pipelines.core.model import Problem
 
 __all__ = [
-    "Cell", "Configuration", "CoverageReport", "Design", "Dimension", "Group", "GroupCoverage", "LostCell",
+    "Cell", "Configuration", "config_outcomes", "CoverageReport", "Design", "Dimension", "Group", "GroupCoverage", "LostCell",
     "RepoGroups", "Source", "TreeSource", "UncoveredCell", "assign", "check_repo", "design", "locate",
     "lost_cells", "parse_groups", "required_cells", "configurations_by_test", "uncovered_cells",
 ]

@@ -6,7 +6,8 @@ import itertools
 
 import pytest
 
-from pipelines.core.coverage.design import assign, design
+from pipelines.core.coverage.deal import assign
+from pipelines.core.coverage.design import design
 
 
 def dims(count: int, values: int) -> list[tuple[str, list[str]]]:

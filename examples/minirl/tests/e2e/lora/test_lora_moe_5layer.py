@@ -58,12 +58,16 @@ def execute():
             lora_rank=4 if shared_outer else 8, grad_accum=2 if virtual_experts else 1,
             seed=NUM_LAYERS, log_every=100,
         )
-        result = sft(params, config, train, held, tc)
-        print_curve(f"{name} train loss", result.losses)
-        moved = [k for k in BASE_NAMES if not np.array_equal(result.params[k], params[k])]
-        if moved:
-            raise SystemExit(f"[minirl] FAILED: {name}: LoRA changed frozen base weights {moved}")
-        require_drop(f"{name} held-out loss", result.eval_before, result.eval_after, margin=0.5)
+        try:
+            result = sft(params, config, train, held, tc)
+            print_curve(f"{name} train loss", result.losses)
+            moved = [k for k in BASE_NAMES if not np.array_equal(result.params[k], params[k])]
+            if moved:
+                raise SystemExit(f"[minirl] FAILED: {name}: LoRA changed frozen base weights {moved}")
+            require_drop(f"{name} held-out loss", result.eval_before, result.eval_after, margin=0.5)
+        except BaseException:
+            print(f"[minirl] config {name}: failed", flush=True)  # the outcome history records per cell
+            raise
         print(f"[minirl] config {name}: passed", flush=True)
 
 
