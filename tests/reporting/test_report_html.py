@@ -80,3 +80,18 @@ def test_an_empty_night_says_what_was_checked():
     for phrase in ("no test failed, hung or passed only on retry", "no bad nodes", "no earlier night to compare with",
                    "every declared matrix cell ran", "no attempts with start times"):
         assert phrase in page
+
+
+def test_the_asset_metadata_counts_and_explains_the_night(tmp_path):
+    from pipelines.reporting.metadata import report_markdown, report_metadata
+
+    night = example_night(tmp_path)
+    data = build_report(night.summary, night.previous, night.samples, night.tests, ESTIMATES, timeout_floor_s=FLOOR)
+    meta = report_metadata(data)
+    assert {k: meta[k] for k in ("verdict", "outcome failed", "outcome timed_out", "flaky", "quarantined")} == \
+        {"verdict": "FAILED: 2 test(s) failed", "outcome failed": 1, "outcome timed_out": 1, "flaky": 1, "quarantined": 0}
+    assert meta["actual makespan s"] == 128.0
+    text = report_markdown(data)
+    assert f"- `{tid(LORA)}`: hang: killed at its {FLOOR} s timeout" in text
+    assert f"| `{tid(GRPO)}` | flaky | flaky rules |" in text
+    assert "- image_digest (h200): `sha256:1111aaaa` -> `sha256:2222bbbb`" in text
