@@ -112,8 +112,11 @@ class DispatchQueue:
         most = max(counts)
         if head.gpus <= most:
             return head, best_fit(counts, head.gpus)
-        running = [(a, node) for a, node, _ in self._running.values() if a.pool == name]
-        r, at, spare = self._live.reservation(head.gpus, counts, running, now)
+        if self._live.waited(head.test_id, now) < self._live.patience(head.test_id):
+            r, at, spare = -1, now, 0  # not starving yet: any test that fits may start, as greedy
+        else:
+            running = [(a, node) for a, node, _ in self._running.values() if a.pool == name]
+            r, at, spare = self._live.reservation(head.gpus, counts, running, now)
         # within one size the first allowed test is the one to start; look BACKFILL_SCAN deep
         later = sorted((a for g, q in st.queues.items() if q and g <= most
                         for a in itertools.islice(q, BACKFILL_SCAN) if a is not head), key=lambda a: a.priority)

@@ -22,6 +22,9 @@ SPEED_PRIOR = 4.0
 #: a later test may take the head's reserved GPUs if it ends by the reservation at this quantile
 #: (z of log time above the median: 0.674 = p75), so an overrun rarely delays the head
 BACKFILL_Z = 0.674
+#: a head test that cannot start waits this fraction of its expected duration before GPUs are
+#: held for it: reserving at once leaves GPUs idle on predictions that noise often gets wrong
+PATIENCE = 1.0
 _NORMAL = NormalDist()
 
 
@@ -38,11 +41,20 @@ class LiveModel:
             self._sigma[a.test_id] = (math.log(p90 / med) / Z90 if p90 is not None and med > 0 and p90 > med
                                       else (0.0 if p90 is not None else PRIOR_SIGMA))
         self._start: dict[str, float] = {}
+        self._blocked: dict[str, float] = {}
         self._log_ratios = 0.0
         self._finished = 0
 
     def started(self, test_id: str, now: float) -> None:
         self._start[test_id] = now
+        self._blocked.pop(test_id, None)
+
+    def waited(self, test_id: str, now: float) -> float:
+        """Seconds since the test was first found at the head of the queue unable to start."""
+        return now - self._blocked.setdefault(test_id, now)
+
+    def patience(self, test_id: str) -> float:
+        return PATIENCE * self._median[test_id]
 
     def finished(self, test_id: str, now: float) -> None:
         elapsed = now - self._start.pop(test_id, now)

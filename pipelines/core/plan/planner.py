@@ -33,6 +33,15 @@ GATE_CANDIDATES = 3
 #: with a duration model, longest-first sorts on this quantile of each test's duration (z of log
 #: time above the median: 0.674 = p75), so a long-and-uncertain test starts before a sure one
 ORDER_Z = 0.674
+#: with a duration model, the gate also tries longest-first on p75 x GPUs^a for these a: wide tests
+#: leave ragged gaps when they start late, and how much that matters depends on the noise
+RULE_EXPONENTS = (0.25, 0.5, 0.75, 1.0)
+#: with a duration model the gate replays at least this many nights drawn from it, with the live
+#: (reserving) dispatcher, and keeps the order with the lowest mean: the draws are the measured
+#: spread, not a guess, so longest-first needs no head start (z = 0)
+MODEL_EVAL_DRAWS = 64
+MODEL_GATE_Z = 0.0
+GATE_LIVE = True
 
 
 def check_fit(tests: Sequence[Test], pools: Sequence[PoolSpec]) -> None:
@@ -104,12 +113,23 @@ def make_plan(tests: Sequence[Test], pools: Sequence[PoolSpec], *, timeout_floor
         order = lpt_order(keys, gpus, [t.id for t in group])
         lb = lower_bound(zip(durs, gpus, strict=True), pool)
         found = [(order, list_schedule(durs, gpus, order, pool.nodes, pool.gpus_per_node))]
-        checkable = eval_draws <= 0 or gate_affordable(len(group), eval_draws, 1 + gate_candidates)
+        tried = 1 + gate_candidates + (len(RULE_EXPONENTS) if model else 0)
+        draws = max(eval_draws, MODEL_EVAL_DRAWS) if model and eval_draws > 0 else eval_draws
+        checkable = eval_draws <= 0 or gate_affordable(len(group), draws, tried)
         if improve and checkable:
             found = improve_candidates(durs, gpus, order, pool.nodes, pool.gpus_per_node, bound=lb,
                                        time_budget_s=(deadline - time.perf_counter()) / (len(by_pool) - pi),
                                        max_evals=max_evals, seed=seed, robust=robust, sigma=spread)
-        chosen = _gate(group, name, pool, found, timeouts, eval_draws, sigma, seed, gate_candidates, durs, model)
+        rules = []
+        if improve and model and checkable:
+            seen_orders = {tuple(o) for o, _ in found}
+            for a in RULE_EXPONENTS:
+                o = lpt_order([k * g ** a for k, g in zip(keys, gpus, strict=True)], gpus, [t.id for t in group])
+                if tuple(o) not in seen_orders:
+                    seen_orders.add(tuple(o))
+                    rules.append((o, list_schedule(durs, gpus, o, pool.nodes, pool.gpus_per_node)))
+        chosen = _gate(group, name, pool, found, timeouts, eval_draws, sigma, seed, gate_candidates, durs, model,
+                       rules)
         _, sched, assignments = chosen
         placed.extend((pi, a.priority, a) for a in assignments)
         rows.append((name, sched.makespan, lb, utilization(zip(durs, gpus, strict=True), pool, sched.makespan)))
@@ -127,27 +147,38 @@ def make_plan(tests: Sequence[Test], pools: Sequence[PoolSpec], *, timeout_floor
         return plan
     planned = [t for group in by_pool.values() for t in group]
     model = medians(planned, durations)
+    plan = dataclasses.replace(plan, expected=_expected(planned, model))
     median, p90 = predict_makespan(plan, [as_pool(p) for p in pools], planned, model, predict_draws, seed)
-    expected = tuple((t.id, model[t.id].median_s, model[t.id].p90_s, model[t.id].source)
-                     for t in sorted(planned, key=lambda t: t.id))
-    return dataclasses.replace(plan, predicted_median_s=median, predicted_p90_s=p90, expected=expected)
+    return dataclasses.replace(plan, predicted_median_s=median, predicted_p90_s=p90)
+
+
+def _expected(tests: Sequence[Test], model: Mapping[str, Duration]) -> tuple[tuple[str, float, float, str], ...]:
+    """Plan.expected: (test_id, median, p90, source) per test, by id."""
+    return tuple((t.id, model[t.id].median_s, model[t.id].p90_s, model[t.id].source)
+                 for t in sorted(tests, key=lambda t: t.id))
 
 
 def _gate(group: list[Test], name: str, pool: Pool, found: list[tuple[list[int], Schedule]], timeouts: list[int],
           eval_draws: int, sigma: float, seed: int, keep: int, durs: list[float],
-          model: Mapping[str, Duration] | None) -> tuple[list[int], Schedule, list[Assignment]]:
-    """Longest-first (``found[0]``) or the improved order that noise punishes least."""
+          model: Mapping[str, Duration] | None,
+          rules: Sequence[tuple[list[int], Schedule]] = ()) -> tuple[list[int], Schedule, list[Assignment]]:
+    """Longest-first (``found[0]``) or the improved or rule order that noise punishes least."""
     lpt = found[0]
-    if len(found) == 1:
+    if len(found) == 1 and not rules:
         return (*lpt, pool_assignments(group, name, *lpt, timeouts, durs))
     if eval_draws <= 0:
         return (*found[-1], pool_assignments(group, name, *found[-1], timeouts, durs))
-    # the best few improved orders (each strictly better on exact estimates than the one before)
-    tried = [lpt, *found[1:][-keep:]]
-    if not gate_affordable(len(group), eval_draws, len(tried)):
+    # the best few improved orders (each strictly better on exact estimates than the one before),
+    # and with a duration model the weighted longest-first rules (judged on noisy nights only)
+    tried = [lpt, *found[1:][-keep:], *rules]
+    if not gate_affordable(len(group), max(eval_draws, MODEL_EVAL_DRAWS) if model else eval_draws, len(tried)):
         return (*lpt, pool_assignments(group, name, *lpt, timeouts, durs))
     cands = [pool_assignments(group, name, o, s, timeouts, durs) for o, s in tried]
-    best, _ = pick_robust(cands, pool, evaluation_draws(group, eval_draws, sigma, seed, model))
+    if model:
+        draws = evaluation_draws(group, max(eval_draws, MODEL_EVAL_DRAWS), sigma, seed, model)
+        best, _ = pick_robust(cands, pool, draws, MODEL_GATE_Z, _expected(group, model), live=GATE_LIVE)
+    else:
+        best, _ = pick_robust(cands, pool, evaluation_draws(group, eval_draws, sigma, seed))
     return (*tried[best], cands[best])
 
 

@@ -76,10 +76,12 @@ def pool_assignments(group: Sequence[Test], pool: str, order: Sequence[int], sch
                        timeouts[i], prio[i]) for i, t in enumerate(group)]
 
 
-def makespans(assignments: Sequence[Assignment], pool: PoolShape, draws: Sequence[dict[str, float]]) -> list[float]:
-    """The makespan the dispatcher reaches for these assignments in each draw."""
-    plan = Plan(tuple(assignments), 0.0, 0.0)
-    return [simulate(plan, [pool], d) for d in draws]
+def makespans(assignments: Sequence[Assignment], pool: PoolShape, draws: Sequence[dict[str, float]],
+              expected: tuple[tuple[str, float, float, str], ...] = (), live: bool = False) -> list[float]:
+    """The makespan the dispatcher reaches for these assignments in each draw; ``live``: the
+    re-planning dispatcher, which reads the tests' ``expected`` (median, p90) like a Plan's."""
+    plan = Plan(tuple(assignments), 0.0, 0.0, expected=expected)
+    return [simulate(plan, [pool], d, live=live) for d in draws]
 
 
 def gate_affordable(tests: int, draws: int, orders: int) -> bool:
@@ -87,7 +89,8 @@ def gate_affordable(tests: int, draws: int, orders: int) -> bool:
 
 
 def pick_robust(candidates: Sequence[list[Assignment]], pool: PoolShape, draws: Sequence[dict[str, float]],
-                z: float = GATE_Z) -> tuple[int, list[float]]:
+                z: float = GATE_Z, expected: tuple[tuple[str, float, float, str], ...] = (),
+                live: bool = False) -> tuple[int, list[float]]:
     """Index of the candidate to keep, and each candidate's mean makespan over ``draws``.
 
     ``candidates[0]`` is longest-first. Another candidate is kept only when it is faster than
@@ -95,7 +98,7 @@ def pick_robust(candidates: Sequence[list[Assignment]], pool: PoolShape, draws: 
     strict gain for ``z=0``), the lowest mean among those; so the pick is never worse than
     longest-first on these draws, and a gain that is only luck of the draws is not taken.
     """
-    runs = [makespans(c, pool, draws) for c in candidates]
+    runs = [makespans(c, pool, draws, expected, live) for c in candidates]
     means = [statistics.fmean(r) if r else 0.0 for r in runs]
     best = 0
     for i in range(1, len(runs)):

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from pipelines.core.model import Assignment, Plan, Pool
 from pipelines.core.plan import DispatchQueue, make_plan, simulate, simulate_trace
+from pipelines.core.plan import live as live_mod
 from pipelines.core.plan.durations import Z90, Duration
 from pipelines.core.plan.live import SPEED_PRIOR, LiveModel
 from pipelines.core.specs import PoolSpec
@@ -47,11 +48,19 @@ def test_a_whole_node_test_is_not_starved_by_a_stream_of_small_ones():
     plan = plan_of(*STREAM)
     # greedy backfill: a 4-GPU test always fits beside another, so the whole-node test waits for all of them
     assert starts(plan, live=False)["big"] == 300.0
-    # reserving: nothing takes the GPUs the big test needs once x1 ends at 100 s
-    assert starts(plan, live=True)["big"] == 100.0
+    # live: after waiting its own expected 100 s (PATIENCE), the node is reserved for it; x2,
+    # already running, ends at 150 s and nothing new takes the GPUs it frees
+    assert live_mod.PATIENCE == 1.0
+    assert starts(plan, live=True)["big"] == 150.0
 
 
-def test_a_later_test_that_ends_before_the_reservation_still_fills_the_gap():
+def test_without_patience_the_head_is_reserved_at_once(monkeypatch):
+    monkeypatch.setattr(live_mod, "PATIENCE", 0.0)
+    assert starts(plan_of(*STREAM), live=True)["big"] == 100.0
+
+
+def test_a_later_test_that_ends_before_the_reservation_still_fills_the_gap(monkeypatch):
+    monkeypatch.setattr(live_mod, "PATIENCE", 0.0)
     clock = Clock()
     q = DispatchQueue(plan_of(("a", 100, 6), ("b", 100, 8), ("c", 300, 2), ("d", 10, 2)), [ONE_NODE], clock=clock)
     # b waits for a's 6 GPUs (reserved from 100 s); c would hold 2 of them until 300 s, d is done by 10 s

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import statistics
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipelines.core.model import Sample
-from pipelines.core.plan import make_plan
+from pipelines.core.model import Pool, Sample
+from pipelines.core.plan import make_plan, simulate
 from pipelines.core.plan.durations import Duration, duration_model
+from pipelines.core.plan.planner import MODEL_EVAL_DRAWS
+from pipelines.core.plan.robust import evaluation_draws
 from pipelines.core.specs import PoolSpec
 from tests.conftest import make_test
 
@@ -80,5 +84,10 @@ def test_every_test_is_placed_within_the_bound_and_no_worse_than_longest_first_o
     lpt = make_plan(tests, pools, durations=model, improve=False, predict_draws=4)
     assert sorted(a.test_id for a in ours.assignments) == sorted(t.id for t in tests)
     assert ours.makespan_s >= ours.lower_bound_s - 1e-6
-    # the contract on the model: longest-first here sorts on each test's p75, the makespan is on medians
-    assert ours.makespan_s <= lpt.makespan_s + 1e-6
+    # the contract with a model: no worse than longest-first (on each test's p75) on the mean over
+    # the nights the gate draws from the model, replayed with the live dispatcher. The makespan
+    # on the medians alone may be longer: a weighted rule can trade it for a safer noisy night.
+    draws = evaluation_draws(tests, MODEL_EVAL_DRAWS, model=model)
+    pool = Pool("h200", nodes, 8)
+    mean = [statistics.fmean(simulate(p, [pool], d, live=True) for d in draws) for p in (ours, lpt)]
+    assert mean[0] <= mean[1] + 1e-6
