@@ -10,7 +10,6 @@ own registry module (:mod:`.detect`), and what was assumed is listed in ``Catalo
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import os
 import re
 from collections.abc import Mapping
@@ -18,10 +17,10 @@ from pathlib import Path
 
 from pipelines.core.catalog.assemble import registry_tests, template_path, template_tests
 from pipelines.core.catalog.cache import ScanCache, cache_file, defines_registry, scan_cached
-from pipelines.core.catalog.codec import decode_catalog, encode_catalog
 from pipelines.core.catalog.detect import choose, python_files
 from pipelines.core.catalog.dialect import Dialect, M
 from pipelines.core.catalog.ids import id_problem, safe_filename, test_id_to_path
+from pipelines.core.catalog.incremental import inputs_digest, remember, reuse
 from pipelines.core.catalog.requirements import build_requirements
 from pipelines.core.catalog.scan import FileScan, checked_path, discover, scan_files
 from pipelines.core.catalog.template import parse_template
@@ -129,16 +128,14 @@ def load_catalog(
         files, problems = discover(repo, roots, dialect.discovery, dialect.exclude, py_files.symlinks())
         implicit = tuple(d.strip("/") + "/" for d in spec.implicit_cpu_dirs)
         if cache is not None:
-            memo = _memo_key(repo, files, dict(py_files), cache, [dialect.digest(), roots, notes, repr(spec), configured,
-                                                                  repr(specs.models if specs else None),
-                                                                  repr(specs.datasets if specs else None)])
-            if memo is not None and cache.result.get("key") == memo:
-                try:
-                    return decode_catalog(str(repo), cache.result["catalog"])
-                except (ValueError, TypeError, KeyError):
-                    pass  # a damaged entry: build the catalog again
-        if cache is not None:
+            memo = inputs_digest([dialect.digest(), roots, notes, repr(spec), configured,
+                                  repr(specs.models if specs else None), repr(specs.datasets if specs else None)])
             cache.use_rules(dialect.digest())
+            known = reuse(repo, files, dict(py_files), cache, memo, dialect, spec.implicit_cpu_dirs)
+            if known is not None:
+                cache.save()
+                return known
+        if cache is not None:
             scans = scan_cached(repo, files, cache, True, dialect, implicit, workers, dict(py_files))
         else:
             scans = scan_files(repo, files, registry=True, workers=workers, dialect=dialect, implicit=implicit)
@@ -180,25 +177,9 @@ def load_catalog(
     catalog = Catalog(str(repo), tuple(tests), tuple(requirements), tuple(problems), tuple(assumptions))
     if cache is not None:
         if memo is not None and fmt == "registry" and not cache.notes:
-            cache.keep_result(memo, encode_catalog(catalog))
+            remember(cache, memo, scans, catalog)
         cache.save()
     return catalog
-
-
-def _memo_key(repo: Path, files: list[str], stats: dict, cache: ScanCache, inputs: list) -> str | None:
-    """Digest of everything a registry catalog is made of, when every file's digest is known without reading it."""
-    h = hashlib.sha256(repr(inputs).encode())
-    base = str(repo) + os.sep
-    for rel in files:
-        try:
-            st = stats.get(rel) or os.stat(base + rel)
-        except OSError:
-            return None
-        sha = cache.known_sha(rel, st)
-        if sha is None:
-            return None
-        h.update(f"{rel}\0{sha}\n".encode())
-    return h.hexdigest()
 
 
 def _template(

@@ -36,7 +36,7 @@ def _code_digest() -> str:
     here = Path(__file__).resolve().parent
     h = hashlib.sha256((here.parent / "model.py").read_bytes() if (here.parent / "model.py").is_file() else b"")
     for name in ("cache.py", "codec.py", "dialect.py", "infer.py", "registry.py", "resolve.py", "scan.py", "ids.py",
-                 "assemble.py", "requirements.py", "detect.py", "__init__.py"):
+                 "assemble.py", "requirements.py", "detect.py", "incremental.py", "__init__.py"):
         try:
             h.update((here / name).read_bytes())
         except OSError:
@@ -71,6 +71,7 @@ class ScanCache:
         self.files: dict[str, list] = {}
         self.defs: dict[str, bool] = {}
         self.result: dict = {}
+        self.pending: dict[str, list] = {}
         self._all: dict[str, dict] | None = None
         self._scans: dict[str, list] = {}
         self.dirty = self.scans_dirty = False
@@ -115,6 +116,7 @@ class ScanCache:
             return
         self.files, self.defs = data["files"], data["defs"]
         self.result = data.get("result") if isinstance(data.get("result"), dict) else {}
+        self.pending = data.get("pending") if isinstance(data.get("pending"), dict) else {}
 
     @property
     def scans(self) -> dict[str, list]:
@@ -123,6 +125,9 @@ class ScanCache:
             self._all = data["scans"] if data else {}
             picked = self._all.get(self.rules, {})
             self._scans = picked if isinstance(picked, dict) else {}
+            if self.pending:
+                self._scans.update(self.pending)
+                self.pending, self.scans_dirty, self.dirty = {}, True, True
         return self._scans
 
     def use_rules(self, rules: str) -> None:
@@ -160,11 +165,16 @@ class ScanCache:
         self.scans[key] = encode(scan)
         self.scans_dirty = True
 
-    def keep_result(self, key: str, encoded: list) -> None:
-        """The whole catalog for one exact input (served as is while nothing changes)."""
-        if self.result.get("key") != key:
-            self.result = {"key": key, "catalog": encoded}
+    def keep_result(self, result: dict) -> None:
+        """The whole catalog and what it was made from (see :mod:`.incremental`)."""
+        if result != self.result:
+            self.result = result
             self.dirty = True
+
+    def store_later(self, key: str, scan: FileScan) -> None:
+        """A scan kept in the index until the scans file is next read anyway (saves rewriting it)."""
+        self.pending[key] = encode(scan)
+        self.dirty = True
 
     def save(self) -> None:
         """Write atomically (temp file + rename); a failure to write is a note, never an error."""
@@ -176,7 +186,7 @@ class ScanCache:
             self.dirty = True  # written_ns must follow the scans
         if self.dirty:
             self._write(self.path, {"version": VERSION, "code": CODE, "written_ns": time.time_ns(), "files": self.files,
-                                    "defs": self.defs, "result": self.result})
+                                    "defs": self.defs, "result": self.result, "pending": self.pending})
             self.dirty = False
 
     def _write(self, path: Path, data: dict) -> None:

@@ -54,7 +54,7 @@ def conversion_keys(conversions: list[Conversion]) -> dict[Conversion, str]:
     return keys
 
 
-def _with_requirements(t: Test, requirements: tuple[str, ...], unresolved: tuple[str, ...]) -> Test:
+def with_requirements(t: Test, requirements: tuple[str, ...], unresolved: tuple[str, ...]) -> Test:
     """``dataclasses.replace`` for the two fields, without its per-call introspection (10,000s of tests)."""
     if requirements == t.requirements and unresolved == t.unresolved:
         return t
@@ -147,7 +147,7 @@ def build_requirements(
         for key in keys:
             if key in found:
                 used[key] = found[key]
-        out_tests.append(_with_requirements(t, tuple(dict.fromkeys(keys)), tuple(dict.fromkeys(unresolved))))
+        out_tests.append(with_requirements(t, tuple(dict.fromkeys(keys)), tuple(dict.fromkeys(unresolved))))
     for pattern in globs:
         if pattern not in used_globs:
             problems.append(Problem(spec_file, 1, where, f"{pattern}: matches no test id; fix or remove the glob"))

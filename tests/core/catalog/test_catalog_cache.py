@@ -8,7 +8,7 @@ import time
 import pytest
 
 from pipelines.core.catalog import cache as cache_module
-from pipelines.core.catalog import load_catalog
+from pipelines.core.catalog import incremental, load_catalog
 from pipelines.core.catalog import scan as scan_module
 from pipelines.core.specs import RepoSpec
 
@@ -28,6 +28,7 @@ def parses(monkeypatch) -> list[str]:
         return real(rel, *args, **kwargs)
 
     monkeypatch.setattr(cache_module, "scan_bytes", counting)
+    monkeypatch.setattr(incremental, "scan_bytes", counting)
     return seen
 
 
@@ -102,10 +103,10 @@ def test_a_cache_entry_with_the_wrong_shape_is_a_miss_not_a_crash(tree, tmp_path
     load(repo, tmp_path / "cache")
     _, scans = cache_files(tmp_path / "cache")
     scans.write_text(scans.read_text().replace('"r:tests/test_2.py":["', '"r:tests/test_2.py":[1,"'))
-    (repo / "tests/test_4.py").write_text(REG.format(est=7))
+    (repo / "tests/test_5.py").write_text(REG.format(est=7))  # a new file: the full build reads the scans
     parses.clear()
     cat = load(repo, tmp_path / "cache")
-    assert sorted(parses) == ["tests/test_2.py", "tests/test_4.py"] and len(cat.tests) == len(FILES)
+    assert sorted(parses) == ["tests/test_2.py", "tests/test_5.py"] and len(cat.tests) == len(FILES) + 1
 
 
 def test_a_damaged_whole_catalog_entry_is_rebuilt_from_the_scans(tree, tmp_path, parses):
@@ -137,3 +138,40 @@ def test_a_file_without_register_is_not_parsed_unless_it_is_in_an_implicit_cpu_f
     assert parsed == ["tests/fast/test_unit.py"]
     assert [t.id for t in cat.tests] == ["tests/fast/test_unit.py"]
     assert [p.path for p in cat.problems] == ["tests/test_plain.py"]
+
+
+EDITS = [
+    ("an est_time edit", "tests/test_1.py", REG.format(est=4242)),
+    ("a second registration (ids change)", "tests/test_1.py",
+     REG.format(est=61) + 'register_cpu_ci(5, "stage-a-cpu")\n'),
+    ("new needs", "tests/test_2.py", REG.format(est=62) + (
+        'def prepare():\n    exec_command("hf download org/m --local-dir /root/models/m")\n')),
+    ("a broken file", "tests/test_3.py", "register_cuda_ci(\n"),
+    ("a new file", "tests/test_9.py", REG.format(est=9)),
+    ("a file without registration", "tests/test_4.py", "x = 1\n"),
+]
+
+
+def test_after_each_kind_of_edit_the_cached_catalog_equals_a_fresh_read(tree, tmp_path):
+    repo = checkout(tree)
+    load(repo, tmp_path / "cache")
+    for what, rel, text in EDITS:
+        (repo / rel).write_text(text)
+        cached = load(repo, tmp_path / "cache")
+        fresh = load_catalog(repo, RepoSpec(name="fw", path=repo))
+        assert (cached.tests, cached.requirements, cached.problems) == (fresh.tests, fresh.requirements, fresh.problems), what
+    (repo / "tests/test_9.py").unlink()
+    assert load(repo, tmp_path / "cache").tests == load_catalog(repo, RepoSpec(name="fw", path=repo)).tests
+
+
+def test_an_edit_that_keeps_ids_and_needs_parses_only_that_file_and_not_the_scans_file(tree, tmp_path, parses):
+    repo = checkout(tree)
+    load(repo, tmp_path / "cache")
+    load(repo, tmp_path / "cache")
+    parses.clear()
+    _, scans = cache_files(tmp_path / "cache")
+    scans.write_bytes(b"not read on this path")
+    (repo / "tests/test_0.py").write_text(REG.format(est=777))
+    cat = load(repo, tmp_path / "cache")
+    assert parses == ["tests/test_0.py"] and cat.by_id()["tests/test_0.py"].est_time == 777
+    assert not any("corrupt" in n for n in cat.assumptions)

@@ -1,0 +1,109 @@
+"""The whole catalog between two reads of a checkout: served as is, or patched for a few edited files.
+
+The cache keeps the last registry catalog with the digest of every file it was made from and of
+each file's inferred needs. When every digest and every other input (rules, roots, spec) is
+unchanged, that catalog is the answer. When a few files changed and each still registers the
+same test ids with the same needs (the everyday edit: an est_time, a test body), only those
+files are parsed and their tests replaced, keeping the requirement keys. Anything else (a new,
+removed or broken file, new needs, other ids) falls back to the full build, which is always
+right; this only decides when the full build's answer is already known.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+from pipelines.core.catalog.assemble import registry_tests
+from pipelines.core.catalog.cache import ScanCache
+from pipelines.core.catalog.codec import decode_catalog, encode, encode_catalog
+from pipelines.core.catalog.dialect import Dialect
+from pipelines.core.catalog.requirements import with_requirements
+from pipelines.core.catalog.scan import FileScan, scan_bytes
+from pipelines.core.model import Catalog
+
+#: above this many edited files the full build is about as fast
+MAX_PATCHED = 64
+
+
+def inputs_digest(inputs: list) -> str:
+    return hashlib.sha256(repr(inputs).encode()).hexdigest()
+
+
+def needs_digest(scan: FileScan) -> str:
+    return hashlib.sha256(json.dumps(encode(scan)[2]).encode()).hexdigest()[:16]
+
+
+def remember(cache: ScanCache, inputs: str, scans: list[FileScan], catalog: Catalog) -> None:
+    """Keep ``catalog`` as the answer for exactly these inputs and file digests."""
+    if any(not s.sha256 for s in scans):
+        return
+    cache.keep_result({"inputs": inputs, "shas": {s.path: s.sha256 for s in scans},
+                       "needs": {s.path: needs_digest(s) for s in scans}, "catalog": encode_catalog(catalog)})
+
+
+def reuse(repo: Path, files: list[str], stats: Mapping[str, os.stat_result], cache: ScanCache, inputs: str,
+          dialect: Dialect, implicit_dirs: tuple[str, ...]) -> Catalog | None:
+    """The catalog without a full build, or None when it needs one."""
+    prev = cache.result
+    shas = prev.get("shas")
+    if prev.get("inputs") != inputs or not isinstance(shas, dict) or len(shas) != len(files):
+        return None
+    base = str(repo) + os.sep
+    changed: list[tuple[str, os.stat_result | None]] = []
+    for rel in files:
+        st = stats.get(rel)
+        if st is None:
+            try:
+                st = os.stat(base + rel)
+            except OSError:
+                return None
+        if rel not in shas:
+            return None
+        if cache.known_sha(rel, st) != shas[rel]:
+            changed.append((rel, st))
+            if len(changed) > MAX_PATCHED:
+                return None
+    try:
+        catalog = decode_catalog(str(repo), prev["catalog"])
+        return _patch(base, catalog, changed, cache, dialect, implicit_dirs) if changed else catalog
+    except (ValueError, TypeError, KeyError):
+        return None  # a damaged entry: the full build redoes it
+
+
+def _patch(base: str, catalog: Catalog, changed: list, cache: ScanCache, dialect: Dialect,
+           implicit_dirs: tuple[str, ...]) -> Catalog | None:
+    prev = cache.result
+    implicit = tuple(d.strip("/") + "/" for d in implicit_dirs)
+    shas, replaced, fresh = dict(prev["shas"]), set(), []
+    for rel, st in changed:
+        try:
+            with open(base + rel, "rb") as fh:
+                data = fh.read()
+        except OSError:
+            return None
+        sha = hashlib.sha256(data).hexdigest()
+        cache.remember(rel, st, sha)
+        if sha == shas[rel]:
+            continue  # touched, not changed
+        scan = scan_bytes(rel, data, True, dialect, bool(implicit) and rel.startswith(implicit))
+        cache.store_later(f"r{'i' if implicit and rel.startswith(implicit) else ''}:{rel}", scan)
+        if (scan.problems or not scan.registrations or any(r.assumed_gpus for r in scan.registrations)
+                or needs_digest(scan) != prev["needs"].get(rel) or any(p.path == rel for p in catalog.problems)):
+            return None
+        tests, _ = registry_tests([scan], implicit_dirs, dialect)
+        old = {t.id: t for t in catalog.tests if t.path == rel}
+        if len(tests) != len(old) or {t.id for t in tests} != set(old):
+            return None
+        fresh += [with_requirements(t, old[t.id].requirements, old[t.id].unresolved) for t in tests]
+        replaced.add(rel)
+        shas[rel] = sha
+    if not replaced:
+        return catalog
+    tests = sorted([t for t in catalog.tests if t.path not in replaced] + fresh, key=lambda t: (t.path, t.line, t.id))
+    out = Catalog(catalog.repo, tuple(tests), catalog.requirements, catalog.problems, catalog.assumptions)
+    cache.keep_result({**prev, "shas": shas, "catalog": encode_catalog(out)})
+    return out
