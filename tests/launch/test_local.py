@@ -168,3 +168,24 @@ def test_the_log_is_streamed_and_the_running_record_removed_at_the_end(tmp_path)
     assert attempt.outcome == "passed"
     assert lines == ["line one", "line two"]
     assert list((tmp_path / "state" / "running").glob("*.json")) == []
+
+
+def test_when_too_few_slots_are_free_the_launch_waits_for_one(tmp_path):
+    import threading
+
+    from pipelines.core.model import Pool
+    from pipelines.launch.gpu_slots import try_acquire
+
+    repo = _repo(tmp_path, "def execute():\n    pass\n")
+    state = tmp_path / "state"
+    busy = try_acquire(state / "gpu-locks", "h200", 2, [0], 2)  # another night holds the whole node
+    assert busy is not None
+    launcher = LocalLauncher(state, pools=[Pool("h200", 1, 2)], poll_s=0.05)
+    out = []
+    t = threading.Thread(target=lambda: out.append(launcher.launch(_request(repo, tmp_path, slots=(0,)))))
+    t.start()
+    time.sleep(0.5)
+    assert not (tmp_path / "logs" / "x.log").exists()  # not started on a GPU someone else holds
+    busy.release()
+    t.join(timeout=60)
+    assert out and out[0].outcome == "passed" and out[0].gpu_slots == (0,)

@@ -71,14 +71,14 @@ def test_policy_parameters_override_defaults_and_unknown_ones_are_errors():
 
 
 @pytest.mark.parametrize("policy", sorted(POLICIES))
-def test_every_policy_ignores_failed_timed_out_infra_and_capped_samples(policy):
+def test_every_policy_ignores_failed_timed_out_infra_interrupted_and_capped_samples(policy):
     noise = [s(9000, outcome="failed"), s(9000, outcome="timed_out", capped=True), s(9000, outcome="infra_error"),
-             s(9000, capped=True)]
+             s(9000, capped=True), s(9000, outcome="interrupted")]
     clean = [s(100), s(100), s(100)]
     e = one(clean + noise, policy)
     assert e.proposed == one(clean, policy).proposed
     assert e.samples_used == 3 and e.max_s == 100
-    assert "4 failed/timed-out/infra samples ignored" in e.reason
+    assert "5 failed/timed-out/infra samples ignored" in e.reason
 
 
 @pytest.mark.parametrize("policy", sorted(POLICIES))
