@@ -62,11 +62,11 @@ def fallback(test: Test, sigma: float = FALLBACK_SIGMA) -> Duration:
 
 
 def usable(test: Test, samples: Iterable[Sample]) -> list[float]:
-    """Elapsed seconds of the test's passed, uncapped runs of its current digest on its hardware,
-    oldest first (by start time, then stored order)."""
+    """Elapsed seconds of the test's passed, uncapped, plausible (not ``outlier``) runs of its
+    current digest on its hardware, oldest first (by start time, then stored order)."""
     good = [(s.started_at, i, s.elapsed_s) for i, s in enumerate(samples)
             if s.test_id == test.id and s.sha256 == test.sha256 and s.hardware == test.hardware
-            and s.outcome == "passed" and not s.capped and s.elapsed_s > 0]
+            and s.outcome == "passed" and not s.capped and not s.outlier and s.elapsed_s > 0]
     return [e for *_, e in sorted(good)]
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -31,11 +32,11 @@ def test_the_median_is_the_geometric_mean_of_the_passing_runs():
     assert (d.samples, d.source) == (2, "history")
 
 
-def test_only_passed_uncapped_runs_of_the_current_digest_on_the_tests_hardware_count():
+def test_only_passed_uncapped_plausible_runs_of_the_current_digest_on_the_tests_hardware_count():
     t = make_test(id="a", est_time=5000)
     noise = [sample("a", 9000, outcome="failed"), sample("a", 9000, outcome="timed_out", capped=True),
              sample("a", 9000, sha="1" * 64), sample("a", 9000, hardware="mi300"), sample("b", 9000),
-             sample("a", 9000, capped=True)]
+             sample("a", 9000, capped=True), dataclasses.replace(sample("a", 9e9), outlier="over the ceiling")]
     assert usable(t, [*noise, sample("a", 300)]) == [300]
     assert duration_model([t], noise)["a"].source == "fallback"
 
