@@ -75,9 +75,13 @@ def python_files(repo: Path) -> PyFiles:
 
 def registry_modules(repo: Path, files: list[tuple[str, os.stat_result]], defines: Callable[[str, os.stat_result], bool]
                      ) -> list[str]:
-    """The files that define ``register_*_ci`` functions (usually one; never a symlink or a vendored copy)."""
+    """The files that define ``register_*_ci`` functions (usually one; never a symlink or a vendored copy).
+
+    ``test_*.py`` files are not read: a test imports the register functions, it never defines them.
+    """
     links = getattr(files, "links", frozenset())
     return [rel for rel, st in files if st.st_size < _MAX_MODULE and rel not in links
+            and not rel.rpartition("/")[2].startswith("test_")
             and not _SKIP.intersection(rel.split("/")[:-1]) and defines(rel, st)]
 
 
