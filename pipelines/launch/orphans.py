@@ -79,16 +79,33 @@ def _attempt(orphan: Orphan, now: datetime) -> Attempt:
         elapsed = 0.0
     state = (f"still running (pids {', '.join(map(str, orphan.pids))}); killed" if orphan.pids
              else "no longer running; its result was never observed")
+    details = {"night": str(r.get("night", "")), "run_id": str(r.get("run_id", "")), "orphan_record": str(orphan.path)}
+    result = _result(r)
+    if result.get("finished") is True and result.get("token") == r.get("token"):
+        # what the wrapper recorded, kept for the reader; the outcome stays interrupted (never observed)
+        details["wrapper_result"] = "ok" if result.get("ok") is True else str(result.get("error") or "failed")
+        if "execute_s" in result:
+            details["execute_s"] = str(result["execute_s"])
     return Attempt(
         test_id=str(r.get("test_id") or f"unknown ({orphan.path.name})"), outcome="interrupted",
         elapsed_s=round(elapsed, 3), started_at=started, attempt=int(r.get("attempt") or 1),
         node=str(r.get("node", "")), gpu_slots=tuple(r.get("gpu_slots") or ()),
         reason=f"the night {r.get('night') or '?'} (pid {r.get('owner_pid', '?')}) ended before this attempt "
                f"finished; it was {state} by a later night",
-        log_path=str(r.get("log_path", "")), timeout_s=int(r.get("timeout_s") or 0),
-        details={"night": str(r.get("night", "")), "run_id": str(r.get("run_id", "")),
-                 "orphan_record": str(orphan.path)},
+        log_path=str(r.get("log_path", "")), timeout_s=int(r.get("timeout_s") or 0), details=details,
     )
+
+
+def _result(record: dict) -> dict:
+    """The wrapper's completion record next to the attempt's log, if it wrote one."""
+    log = str(record.get("log_path") or "")
+    if not log:
+        return {}
+    try:
+        data = json.loads(Path(log).with_suffix(".result.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
 
 
 def reap_orphans(state_dir: Path, record: Callable[[Attempt], None] | None = None) -> list[Attempt]:

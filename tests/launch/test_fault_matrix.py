@@ -282,3 +282,21 @@ def test_a_live_nights_attempts_are_not_orphans(tmp_path):
         os.killpg(night.pid, signal.SIGKILL)
         night.wait()
         reap_orphans(tmp_path / "state")
+
+
+def test_a_test_that_finished_after_its_night_died_is_recorded_with_what_its_wrapper_saw(tmp_path):
+    repo = _repo(tmp_path, """
+        import os, time
+        def execute():
+            open("test.pid", "w").write(str(os.getpid()))
+            while not os.path.exists("go"):
+                time.sleep(0.02)
+    """)
+    night = _night(tmp_path, 600, 600)
+    test_pid = int(_wait_for(repo / "test.pid"))
+    night.send_signal(signal.SIGKILL)
+    night.wait()
+    (repo / "go").touch()
+    assert _gone(test_pid, 60)
+    (attempt,) = reap_orphans(tmp_path / "state")
+    assert attempt.outcome == "interrupted" and attempt.details["wrapper_result"] == "ok"
