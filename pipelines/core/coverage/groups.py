@@ -131,8 +131,8 @@ class _Reader:
         if not _NAME.fullmatch(name):
             self.add(g.lines.get("name", g.line), f"{at}.name", f"required: a name of letters, digits, '.', '_', '-' (got {name!r})")
         tests = self.typed(g, "tests", list, at, [], "a list of repo-relative test paths")
-        if not tests or not all(isinstance(t, str) and t and not t.startswith("/") for t in tests):
-            self.add(g.lines.get("tests", g.line), f"{at}.tests", "required: a list of repo-relative test paths (tests/...py)")
+        if not tests or not all(isinstance(t, str) and t and not t.startswith("/") and ".." not in t.split("/") for t in tests):
+            self.add(g.lines.get("tests", g.line), f"{at}.tests", "required: a list of repo-relative test paths inside the repo (tests/...py)")
         matrix = self.typed(g, "matrix", str, at, DEFAULT_MATRIX, f"a module variable name or {TEMPLATE_MATRIX!r}")
         if matrix != TEMPLATE_MATRIX and not _IDENT.fullmatch(matrix):
             self.add(g.lines.get("matrix", g.line), f"{at}.matrix", f"{matrix!r} is not a Python name; use e.g. _CONFIGS or {TEMPLATE_MATRIX!r}")

@@ -75,7 +75,7 @@ def test_every_mistake_is_reported_at_once_with_its_line():
                 dimensions: {layout: {field: x, fields: [a, b]}}
                 strength: 0
         """) == [
-        "coverage.yaml:5: repos.minirl.groups[0].tests: required: a list of repo-relative test paths (tests/...py)",
+        "coverage.yaml:5: repos.minirl.groups[0].tests: required: a list of repo-relative test paths inside the repo (tests/...py)",
         "coverage.yaml:7: repos.minirl.groups[0].dimensions.backend.values: must be a list of values, or a mapping "
         "label -> value (a list of values when the dimension reads several fields), got 'megatron'",
         "coverage.yaml:9: repos.minirl.groups[0].require: unknown dimension(s) ['nope']; declared: ['world']",
@@ -111,3 +111,13 @@ def test_two_groups_with_one_name_and_bad_yaml_are_refused():
         """) == ["coverage.yaml:5: repos.minirl.groups: two groups are named 'a'; rename one"]
     assert errors("repos: [\n") == [
         "coverage.yaml:2: yaml: expected the node content, but found '<stream end>'; fix the YAML syntax"]
+
+
+def test_a_test_path_outside_the_repo_is_refused():
+    assert errors("""\
+        repos:
+          minirl:
+            groups:
+              - {name: a, tests: [tests/../../secret.py], dimensions: {x: [1, 2]}}
+        """) == ["coverage.yaml:4: repos.minirl.groups[0].tests: required: a list of repo-relative test paths "
+                 "inside the repo (tests/...py)"]
