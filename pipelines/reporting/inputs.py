@@ -118,3 +118,17 @@ def write_html(store: StateStore, data: ReportData, out: Path | None = None) -> 
         write_atomic(out, page)
         return str(out)
     return store.put(f"reports/{data.night or 'night'}.html", page)
+
+
+def inputs_for_night(night, uncovered: Sequence[str] = (), samples: Sequence[Sample] | None = None) -> ReportInputs:
+    """The inputs from a ``pipelines.night.Night`` (what the night_report asset has at hand)."""
+    from pipelines.reporting.state import load_doc
+
+    tests = night.registered_tests()
+    samples = night.history.read() if samples is None else samples
+    return ReportInputs(
+        samples=samples, tests=tests, estimates=night.estimates(tests),
+        rules=FlakyRules.from_mapping(getattr(night.repo_spec, "flaky", None), key=f"repos.{night.repo_spec.name}.flaky"),
+        quarantine=load_doc(night.state, night.repo_spec.name), uncovered=tuple(uncovered),
+        timeout_floor_s=night.timeout_floor_s, timeout_factor=night.repo_spec.timeout_factor,
+    )

@@ -1,0 +1,58 @@
+"""What the report reads: nights, logs and the quarantine document from the state store, inputs from a Night."""
+
+from __future__ import annotations
+
+import pytest
+
+from pipelines.core.model import CatalogError
+from pipelines.reporting.inputs import inputs_for_night, log_tails, night_report, select_night, write_html
+from pipelines.reporting.state import load_doc, save_doc
+from pipelines.storage.state import LocalStateStore
+from tests.reporting.nights import SFT, example_night, tid, write_home
+
+
+@pytest.fixture(scope="module")
+def home(tmp_path_factory):
+    return write_home(example_night(tmp_path_factory.mktemp("home")))
+
+
+def test_the_newest_night_and_the_one_before_it_are_read_from_the_store(home):
+    summary, previous = select_night(LocalStateStore(home))
+    assert (summary["night"], previous["night"]) == ("2026-11-06T150000Z", "2026-11-05T150000Z")
+    first, none = select_night(LocalStateStore(home), "2026-11-01T150000Z")
+    assert (first["night"], none) == ("2026-11-01T150000Z", None)
+
+
+def test_log_tails_come_from_the_local_log_else_from_the_stored_copy(home, tmp_path):
+    summary, _ = select_night(LocalStateStore(home))
+    tails = log_tails(summary)
+    assert len(tails) == 3 and all("on purpose" in t for t in tails.values())
+    moved = {**summary, "attempts": [{**a, "log_path": str(tmp_path / "gone" / a["log_path"].rsplit("/", 1)[1])}
+                                     for a in summary["attempts"]]}
+    store = LocalStateStore(tmp_path / "state")
+    sft = next(a for a in moved["attempts"] if a["test_id"] == tid(SFT))
+    store.put(f"logs/{summary['night']}/{sft['log_path'].rsplit('/', 1)[1]}", "line 1\nstored copy of the log\n")
+    assert log_tails(moved, store) == {sft["log_path"]: "line 1\nstored copy of the log"}
+
+
+def test_the_quarantine_document_round_trips_and_a_broken_one_is_located(tmp_path):
+    store = LocalStateStore(tmp_path)
+    assert load_doc(store, "minirl") == {}
+    doc = {"version": 1, "actions": [{"test": "t", "action": "add", "by": "a", "why": "w", "at": "2026-11-01T00:00:00Z"}]}
+    assert save_doc(store, "minirl", doc) == str(tmp_path / "quarantine" / "minirl.json")
+    assert load_doc(store, "minirl") == doc
+    (tmp_path / "quarantine" / "minirl.json").write_text("{\n  oops")
+    with pytest.raises(CatalogError) as err:
+        load_doc(store, "minirl")
+    assert str(err.value).startswith(f"{tmp_path}/quarantine/minirl.json:2: quarantine: not valid JSON (")
+
+
+def test_the_night_report_asset_builds_from_a_night_and_stores_the_page(home):
+    from pipelines.night import Night, NightSettings
+
+    night = Night(NightSettings(home=home, repo="minirl"))
+    data = night_report(night.state, None, inputs_for_night(night, uncovered=["cell"]))
+    assert (data.night, data.verdict, data.uncovered) == ("2026-11-06T150000Z", "FAILED: 2 test(s) failed", ("cell",))
+    where = write_html(night.state, data)
+    assert where == str(home / "reports" / "2026-11-06T150000Z.html")
+    assert "FAILED: 2 test(s) failed" in (home / "reports" / "2026-11-06T150000Z.html").read_text()
