@@ -9,6 +9,8 @@ import yaml
 from pipelines.definitions import build_definitions
 from pipelines.defs.resources import NightlyResource
 
+pytestmark = pytest.mark.slow  # sensor ticks over a copied repo and Dagster instances: ~10 s, not the edit loop
+
 FIRST = "tests/e2e/ckpt/test_ckpt_resume.py::cuda-stage-c-4-gpu-h200"
 
 

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import dagster as dg
+import pytest
 
 from pipelines.definitions import build_definitions, defs
 
@@ -94,6 +95,7 @@ def test_each_test_run_partition_depends_on_exactly_its_own_checkpoint():
     assert checked >= 8
 
 
+@pytest.mark.slow  # the `dagster` CLI in a subprocess: ~8 s idle
 def test_dagster_cli_validates_the_workspace(project_root: Path, tmp_path: Path):
     env = {**os.environ, "DAGSTER_HOME": str(tmp_path), "NIGHTLY_HOME": str(tmp_path / "home")}
     dagster = Path(sys.executable).with_name("dagster")

@@ -29,6 +29,7 @@ def _run(argv: list[str], env: dict[str, str], timeout: float = 60) -> subproces
     return subprocess.run(argv, cwd=MINIRL, env=env, capture_output=True, text=True, timeout=timeout)
 
 
+@pytest.mark.slow  # a whole example test (prepare, train, convert) in a subprocess
 def test_a_test_file_prepares_trains_and_leaves_the_converted_checkpoint(tmp_path):
     done = _run([sys.executable, str(SFT_TEST)], _env(tmp_path, CUDA_VISIBLE_DEVICES="0,1,2,3"))
 
@@ -45,6 +46,7 @@ def test_a_test_file_prepares_trains_and_leaves_the_converted_checkpoint(tmp_pat
     assert drop and float(drop[1]) - float(drop[2]) >= 1.0
 
 
+@pytest.mark.slow  # a whole example test file in a subprocess
 def test_minirl_fail_makes_the_named_test_exit_non_zero_with_a_message(tmp_path):
     done = _run([sys.executable, str(SFT_TEST)], _env(tmp_path, MINIRL_FAIL="test_other, test_sft_math"))
 
@@ -52,6 +54,7 @@ def test_minirl_fail_makes_the_named_test_exit_non_zero_with_a_message(tmp_path)
     assert "test_sft_math: failing on purpose because MINIRL_FAIL names it" in done.stderr
 
 
+@pytest.mark.slow  # a whole example test file in a subprocess, left hanging for 2 s
 def test_minirl_hang_keeps_the_test_running_until_sigterm(tmp_path):
     proc = subprocess.Popen(
         [sys.executable, str(SFT_TEST)],

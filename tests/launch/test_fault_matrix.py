@@ -82,6 +82,7 @@ DAEMON = """
 """
 
 
+@pytest.mark.slow  # waits out a real 3 s timeout
 def test_a_setsid_daemon_of_a_hung_test_dies_with_its_timeout(tmp_path):
     repo = _repo(tmp_path, DAEMON.format(end="time.sleep(600)"))
     attempt = LocalLauncher(tmp_path / "state", kill_grace_s=1).launch(_request(repo, tmp_path, timeout_s=3))
@@ -236,6 +237,7 @@ def _night(tmp_path: Path, timeout_s: int, backstop_s: float) -> subprocess.Pope
                             cwd=PROJECT_ROOT, start_new_session=True)
 
 
+@pytest.mark.slow  # a night killed -9 in a subprocess
 def test_after_kill_9_of_the_night_the_test_keeps_its_gpu_and_the_next_night_reaps_it(tmp_path):
     repo = _repo(tmp_path, HANG)
     night = _night(tmp_path, 600, 600)
@@ -260,6 +262,7 @@ def test_after_kill_9_of_the_night_the_test_keeps_its_gpu_and_the_next_night_rea
     assert find_orphans(tmp_path / "state") == []
 
 
+@pytest.mark.slow  # a night killed -9 in a subprocess, then its test's timeout
 def test_after_kill_9_of_the_night_a_hung_test_still_dies_near_its_timeout(tmp_path):
     repo = _repo(tmp_path, HANG)
     night = _night(tmp_path, 1, 1)  # the wrapper kills itself 1 + 2 x 0.5 + 1 = 3 s after start

@@ -7,6 +7,8 @@ import textwrap
 import time
 from pathlib import Path
 
+import pytest
+
 from pipelines.launch.base import LaunchRequest, tail
 from pipelines.launch.local import LocalLauncher
 from tests.conftest import make_test
@@ -69,6 +71,7 @@ def test_a_failing_execute_is_failed_with_its_error(tmp_path):
     assert "loss did not go down" in attempt.reason
 
 
+@pytest.mark.slow  # waits out a real 5 s timeout
 def test_a_hanging_test_is_killed_with_its_children_at_the_timeout(tmp_path):
     repo = _repo(tmp_path, """
         import subprocess, sys, time
