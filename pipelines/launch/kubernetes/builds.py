@@ -35,12 +35,15 @@ from pipelines.launch.kubernetes.launcher import KubernetesLauncher
 from pipelines.launch.kubernetes.podspec import (
     CACHE_VOLUME,
     LABEL_PREFIX,
+    MANAGED_BY,
     SECRET_ENV,
     cache_mounts,
     cache_subpath,
     hf_token_env,
     label_value,
+    node_affinity,
 )
+from pipelines.launch.kubernetes.resources import pinned_image, pod_resources, pull_policy
 from pipelines.storage.cache import MARKER, BuildError, Built, check_hub_id, conversion_command
 
 #: The whole cache PVC, read-write, in build pods only: temporary folder and destination share
@@ -118,7 +121,8 @@ class ClusterBuilder:
     """Builds one requirement per pod into the deployment's cache PVC (see the module docstring)."""
 
     def __init__(self, core_v1_api: client.CoreV1Api, deployment: DeploymentSpec, pool: PoolSpec | None = None,
-                 *, timeout_s: int = 4 * 3600, workdir: str = "", retries: int | None = None, **launcher_kwargs: Any):
+                 *, timeout_s: int = 4 * 3600, workdir: str = "", retries: int | None = None, run_id: str = "",
+                 digest: str = "", owner: dict[str, Any] | None = None, **launcher_kwargs: Any):
         if not deployment.cache_pvc:
             raise BuildError(f"deployment {deployment.name}: no cache_pvc; set deployments.{deployment.name}.cache_pvc "
                              "in assets/cluster.yaml to the PVC the test pods mount")
@@ -128,8 +132,11 @@ class ClusterBuilder:
             pool = max(deployment.pools, key=lambda p: p.gpus_per_node)
         self.deployment, self.pool = deployment, pool
         self.timeout_s, self.workdir = timeout_s, workdir
+        self.run_id, self.owner = run_id, owner
+        self.image, self.digest = pinned_image(pool, digest)
         self.retries = deployment.max_infra_retries if retries is None else retries
-        self.pods = KubernetesLauncher(core_v1_api, deployment, [pool], retries=0, workdir=workdir, **launcher_kwargs)
+        self.pods = KubernetesLauncher(core_v1_api, deployment, [pool], retries=0, workdir=workdir, pin_nodes=False,
+                                       **launcher_kwargs)
 
     # -- what runs ---------------------------------------------------------------------
     def command(self, req: Requirement, tmp: str, conversion: ConversionSpec | None,
@@ -164,8 +171,8 @@ class ClusterBuilder:
         plain = {k: v for k, v in env.items() if k not in SECRET_ENV}
         container: dict[str, Any] = {
             "name": BUILD_CONTAINER,
-            "image": self.pool.image,
-            "imagePullPolicy": "IfNotPresent",
+            "image": self.image,
+            "imagePullPolicy": pull_policy(self.image),
             "command": ["python3", "-c", BUILD_SCRIPT, *argv],
             "env": [{"name": k, "value": str(v)} for k, v in sorted(plain.items())] + (
                 hf_token_env(self.deployment) if req.kind in ("model", "dataset") else []),
@@ -175,8 +182,9 @@ class ClusterBuilder:
         }
         if self.workdir:
             container["workingDir"] = self.workdir
-        if gpus > 0:
-            container["resources"] = {"requests": {"nvidia.com/gpu": str(gpus)}, "limits": {"nvidia.com/gpu": str(gpus)}}
+        container["resources"] = pod_resources(self.pool, gpus)
+        if gpus == 0:
+            container["env"].append({"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"})
         spec: dict[str, Any] = {
             "restartPolicy": "Never",
             "activeDeadlineSeconds": int(self.timeout_s),
@@ -193,19 +201,21 @@ class ClusterBuilder:
             spec["tolerations"] = [dict(t) for t in self.pool.tolerations]
         if self.pool.priority_class:
             spec["priorityClassName"] = self.pool.priority_class
-        if avoid:
-            expr = {"key": "kubernetes.io/hostname", "operator": "NotIn", "values": sorted(set(avoid))}
-            spec["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
-                "nodeSelectorTerms": [{"matchExpressions": [expr]}]}}}
-        labels = {"app.kubernetes.io/name": "nightly-e2e-build", "app.kubernetes.io/managed-by": "nightly-e2e",
+        affinity = node_affinity(avoid)
+        if affinity:
+            spec["affinity"] = affinity
+        labels = {"app.kubernetes.io/name": "nightly-e2e-build", MANAGED_BY[0]: MANAGED_BY[1],
                   f"{LABEL_PREFIX}/requirement": label_value(req.key), f"{LABEL_PREFIX}/kind": req.kind}
+        if self.run_id:  # the sweeper deletes build pods of dead runs too
+            labels[f"{LABEL_PREFIX}/run-id"] = label_value(self.run_id)
         if self.pool.queue:
             labels["kueue.x-k8s.io/queue-name"] = self.pool.queue
         annotations = {f"{LABEL_PREFIX}/requirement-key": req.key, f"{LABEL_PREFIX}/path": req.path}
-        return {"apiVersion": "v1", "kind": "Pod",
-                "metadata": {"name": name, "namespace": self.deployment.namespace, "labels": labels,
-                             "annotations": annotations},
-                "spec": spec}
+        metadata: dict[str, Any] = {"name": name, "namespace": self.deployment.namespace, "labels": labels,
+                                    "annotations": annotations}
+        if self.owner:
+            metadata["ownerReferences"] = [dict(self.owner)]
+        return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
 
     # -- running it --------------------------------------------------------------------
     def build(self, req: Requirement, models: Mapping[str, Requirement], conversion: ConversionSpec | None,
@@ -272,5 +282,6 @@ def builder_from_deployment(deployment: DeploymentSpec, *, kubeconfig: str | Non
     """A builder with credentials from the pod (in cluster) or the kubeconfig, like the launcher."""
     from pipelines.launch.kubernetes.launcher import launcher_from_deployment
 
-    api = launcher_from_deployment(deployment, kubeconfig=kubeconfig, context=context).api
-    return ClusterBuilder(api, deployment, **kwargs)
+    launcher = launcher_from_deployment(deployment, kubeconfig=kubeconfig, context=context)
+    kwargs.setdefault("owner", launcher.owner)
+    return ClusterBuilder(launcher.api, deployment, **kwargs)

@@ -3,48 +3,53 @@
 Why a watch and not polling: the deleted cases (preemption, drain, someone's ``kubectl delete``)
 are only visible as the last object a watch delivered; a final GET finds nothing. Why our own
 wait limits: Kubernetes never gives up on a Pending pod, and a pod on a lost node stays Running
-for minutes. The verdict itself is the pure :func:`outcomes.classify`.
+for minutes. Why the test's clock starts at its container: an image pull or a slow pre-flight is
+the infrastructure's time, not the test's. Every API call survives throttling (429), a
+restarting API server (5xx) and dropped connections (:mod:`retries`); a dropped log stream
+resumes where it stopped. The verdict itself is the pure :func:`outcomes.classify`.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
+import logging
 import queue
 import re
 import threading
 import time
+import uuid
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TextIO
 
-import urllib3
 from kubernetes import client, watch
 from kubernetes.client.rest import ApiException
 
 from pipelines.core.model import Attempt
 from pipelines.core.specs import DeploymentSpec, PoolSpec
 from pipelines.launch.base import LaunchRequest, LogSink
+from pipelines.launch.kubernetes.logstream import STREAM_ERRORS, LogFollower, redact  # noqa: F401 (redact re-exported)
+from pipelines.launch.kubernetes.nodes import NodePins
 from pipelines.launch.kubernetes.outcomes import (
     MAIN_CONTAINER,
     Verdict,
     classify,
     explain,
+    image_id,
     main_status,
+    node_of,
     not_ready,
     terminated,
+    test_started,
 )
-from pipelines.launch.kubernetes.podspec import build_pod
+from pipelines.launch.kubernetes.podspec import ATTEMPT_UID, build_pod
+from pipelines.launch.kubernetes.resources import pinned_image
+from pipelines.launch.kubernetes.retries import CONNECTION_ERRORS, api_message, delay_for, with_retries
 
-#: Hugging Face tokens printed by a careless test are masked before any log is written.
-_TOKEN = re.compile(r"hf_[A-Za-z0-9]{20,}")
-_STREAM_ERRORS = (ApiException, urllib3.exceptions.HTTPError, OSError, ValueError)
-
-
-def redact(line: str) -> str:
-    return _TOKEN.sub("hf_***", line)
-
+log = logging.getLogger(__name__)
 
 def attempt_log_path(path: Path, attempt: int) -> Path:
     """``x.attempt1.log`` -> ``x.attempt2.log``; other names get ``.attemptN`` before the suffix."""
@@ -67,13 +72,15 @@ def _ts(value: Any) -> datetime | None:
 
 @dataclasses.dataclass(frozen=True)
 class PodRun:
-    """What one pod did: its name, the verdict, the last object seen, why in one line, seconds Pending."""
+    """What one pod did: its name, the verdict, the last object seen, why in one line, seconds
+    Pending, and the seconds its test container ran as measured here (None: never started)."""
 
     name: str
     verdict: Verdict
     pod: dict[str, Any] | None
     message: str
     pending_s: float
+    ran_s: float | None = None
 
 
 class KubernetesLauncher:
@@ -83,9 +90,15 @@ class KubernetesLauncher:
     outcome, each avoiding every node that failed before. Every attempt goes to ``on_attempt``;
     ``launch`` returns the last one, with a one-line summary of all in ``details["attempts"]``.
 
+    Time limits: ``pending_wait_s`` unscheduled (default ``unschedulable_wait_s``),
+    ``startup_wait_s`` scheduled but pulling or in the pre-flight (infra, retried elsewhere),
+    then the request's ``timeout_s`` from the test container's start (a test timeout).
+
     ``cache_paths`` (requirement key -> container path) lets each pod mount the cached inputs
     its test needs; ``env``, when given, is every pod's environment in place of the request's
-    (whose paths name the machine that plans, see :func:`podspec.pod_env`).
+    (whose paths name the machine that plans, see :func:`podspec.pod_env`). ``image_digests``
+    (pool -> ``sha256:...``) pins tonight's image; ``owner`` is the run's pod
+    (:func:`ownership.run_pod_owner`); ``pin_nodes`` maps the plan's nodes to real ones.
     """
 
     name = "kubernetes"
@@ -99,8 +112,8 @@ class KubernetesLauncher:
         *,
         retries: int | None = None,
         pending_wait_s: float | None = None,
+        startup_wait_s: float | None = None,
         node_lost_wait_s: float = 300.0,
-        deadline_slack_s: float = 300.0,
         tick_s: float = 5.0,
         watch_timeout_s: int = 60,
         log_join_s: float = 10.0,
@@ -108,6 +121,11 @@ class KubernetesLauncher:
         cache_paths: Mapping[str, str] | None = None,
         env: Mapping[str, str] | None = None,
         on_attempt: Callable[[Attempt], None] | None = None,
+        image_digests: Mapping[str, str] | None = None,
+        owner: Mapping[str, Any] | None = None,
+        pin_nodes: bool = True,
+        backoff_s: float = 0.5,
+        api_attempts: int = 6,
     ):
         self.api = core_v1_api
         self.deployment = deployment
@@ -115,8 +133,8 @@ class KubernetesLauncher:
         self.namespace = namespace or deployment.namespace
         self.retries = deployment.max_infra_retries if retries is None else retries
         self.pending_wait_s = float(deployment.unschedulable_wait_s if pending_wait_s is None else pending_wait_s)
+        self.startup_wait_s = float(deployment.startup_wait_s if startup_wait_s is None else startup_wait_s)
         self.node_lost_wait_s = node_lost_wait_s
-        self.deadline_slack_s = deadline_slack_s
         self.tick_s = tick_s
         self.watch_timeout_s = watch_timeout_s
         self.log_join_s = log_join_s
@@ -124,7 +142,32 @@ class KubernetesLauncher:
         self.cache_paths = dict(cache_paths or {})
         self.env = dict(env) if env is not None else None
         self.on_attempt = on_attempt
+        self.image_digests = dict(image_digests or {})
+        self.owner = dict(owner) if owner else None
+        self.retry = {"base_s": backoff_s, "attempts": api_attempts}
+        self.pins = NodePins(core_v1_api, **self.retry) if pin_nodes else None
+        self.cancelled = threading.Event()
+        self._live: dict[str, None] = {}
+        self._lock = threading.Lock()
         self._serializer = client.ApiClient()
+
+    @property
+    def notes(self) -> list[str]:
+        """What the night should know but that failed no test (e.g. nodes could not be listed)."""
+        return list(self.pins.notes) if self.pins else []
+
+    def cancel_all(self) -> list[str]:
+        """Start no more pods and delete every pod still running; returns their names.
+
+        For the run's signal handler: an interrupted night must not leave GPU pods running
+        to their deadline. Safe to call from any thread, more than once.
+        """
+        self.cancelled.set()
+        with self._lock:
+            names = list(self._live)
+        for name in names:
+            self._delete(name)
+        return names
 
     # -- the retry loop ----------------------------------------------------------------
     def launch(self, request: LaunchRequest, on_log: LogSink | None = None) -> Attempt:
@@ -141,7 +184,7 @@ class KubernetesLauncher:
             attempts.append(attempt)
             if self.on_attempt:
                 self.on_attempt(attempt)
-            if attempt.outcome != "infra_error" or attempt.details.get("retriable") != "true":
+            if attempt.outcome != "infra_error" or attempt.details.get("retriable") != "true" or self.cancelled.is_set():
                 break
             if attempt.node:
                 failed.append(attempt.node)
@@ -162,73 +205,118 @@ class KubernetesLauncher:
             f"pools: {sorted(self.pools)}; add it under deployments.{self.deployment.name}.pools in assets/cluster.yaml"
         )
 
-    # -- one pod -----------------------------------------------------------------------
-    def launch_once(self, request: LaunchRequest, on_log: LogSink | None = None) -> Attempt:
+    def pod_for(self, request: LaunchRequest, attempt_uid: str = "") -> dict[str, Any]:
+        """The pod body this launcher would create for ``request`` (also what ``--dry-run`` prints)."""
         pool = self.pool_for(request)
         if self.env is not None:
             request = dataclasses.replace(request, env=dict(self.env))
         paths = [self.cache_paths[k] for k in request.test.requirements if k in self.cache_paths]
-        body = build_pod(request, pool, self.deployment, workdir=self.workdir, cache_paths=paths)
+        node = self.pins.real(pool, request.node) if self.pins else ""
+        return build_pod(request, pool, self.deployment, workdir=self.workdir, cache_paths=paths,
+                         digest=self.image_digests.get(pool.name, ""), node_name=node, owner=self.owner,
+                         attempt_uid=attempt_uid)
+
+    # -- one pod -----------------------------------------------------------------------
+    def launch_once(self, request: LaunchRequest, on_log: LogSink | None = None) -> Attempt:
+        body = self.pod_for(request, uuid.uuid4().hex[:16])
+        pool = self.pool_for(request)
+        digest = pinned_image(pool, self.image_digests.get(pool.name, ""))[1]
         request.log_path.parent.mkdir(parents=True, exist_ok=True)
         started_at = datetime.now(UTC).isoformat(timespec="seconds")
-        t0 = time.monotonic()
         with open(request.log_path, "w", encoding="utf-8") as log:
+            image = body["spec"]["containers"][0]["image"]
             log.write(f"# nightly: {request.test.id} attempt {request.attempt} pod {self.namespace}/"
-                      f"{body['metadata']['name']} pool {pool.name} gpus={request.test.gpus} timeout={request.timeout_s}s\n")
+                      f"{body['metadata']['name']} pool {pool.name} gpus={request.test.gpus} timeout={request.timeout_s}s "
+                      f"image={image}\n")
             log.flush()
-            run = self.run_pod(body, log, on_log)
-        return self._attempt(request, run.verdict, run.pod, run.message, run.name, started_at,
-                             time.monotonic() - t0, run.pending_s)
+            if self.cancelled.is_set():
+                log.write("# nightly: verdict infra_error: the night was interrupted before this pod was created\n")
+                run = PodRun(body["metadata"]["name"], Verdict("infra_error", "cancelled", False, ""), None,
+                             "the night was interrupted", 0.0)
+            else:
+                run = self.run_pod(body, log, on_log, timeout_s=request.timeout_s)
+        return self._attempt(request, run, started_at, digest)
 
     def run_pod(self, body: dict[str, Any], log: TextIO, on_log: LogSink | None = None,
-                container: str = MAIN_CONTAINER) -> PodRun:
+                container: str = MAIN_CONTAINER, timeout_s: float | None = None) -> PodRun:
         """Create ``body``, follow it to a verdict with ``container``'s log going to ``log``, delete it.
 
-        The pod may run ``activeDeadlineSeconds`` plus ``deadline_slack_s`` before it counts as
-        timed out here, in case the kubelet does not enforce the deadline.
+        ``timeout_s`` (default: ``activeDeadlineSeconds``) counts from the moment ``container``
+        is first seen running; past it the pod is deleted and the verdict is ``timed_out``.
         """
-        budget = float(body["spec"].get("activeDeadlineSeconds") or float("inf")) + self.deadline_slack_s
+        limit = float(timeout_s if timeout_s is not None else body["spec"].get("activeDeadlineSeconds") or float("inf"))
+        with self._lock:  # before the create: an interrupt during it still finds this pod
+            self._live[body["metadata"]["name"]] = None
         try:
             name, last = self._create(body)
-        except ApiException as exc:  # RBAC, quota or admission refused the pod: say so, do not crash the night
-            message = f"the API refused the pod ({exc.status} {exc.reason}): {(exc.body or '')[:300]}"
+        except (ApiException, *CONNECTION_ERRORS) as exc:  # refused or unreachable: say so, do not crash the night
+            with self._lock:
+                self._live.pop(body["metadata"]["name"], None)
+            if isinstance(exc, ApiException):
+                message = f"the API refused the pod ({exc.status} {exc.reason}): {api_message(exc)[:300]}"
+                reason = "create_rejected"
+            else:
+                message, reason = f"the API could not be reached to create the pod: {type(exc).__name__}", "api_unreachable"
             log.write(f"# nightly: verdict infra_error: {message}\n")
-            return PodRun(body["metadata"]["name"], Verdict("infra_error", "create_rejected", False, ""), None, message, 0.0)
-        sink = _Sink(log, on_log)
+            return PodRun(body["metadata"]["name"], Verdict("infra_error", reason, False, ""), None, message, 0.0)
+        with self._lock:
+            self._live[name] = None
+        if self.cancelled.is_set():  # cancel_all ran while the pod was being created
+            self._delete(name)
+        sink = LogFollower(log, on_log, self.retry["base_s"])
         try:
-            verdict, last, waited = self._follow(name, last, budget, sink, container)
+            verdict, last, waited, ran = self._follow(name, last, limit, sink, container)
         finally:
             sink.join(self.log_join_s)
-            with contextlib.suppress(ApiException):
-                self.api.delete_namespaced_pod(name, self.namespace)
+            self._delete(name)
+            with self._lock:
+                self._live.pop(name, None)
+                self._live.pop(body["metadata"]["name"], None)
         message = explain(last, verdict)
         log.write(f"# nightly: verdict {verdict.outcome}: {message}\n")
-        return PodRun(name, verdict, last, message, waited)
+        return PodRun(name, verdict, last, message, waited, ran)
+
+    def _delete(self, name: str) -> None:
+        try:
+            with_retries(self.api.delete_namespaced_pod, name, self.namespace, **self.retry)
+        except ApiException as exc:
+            if exc.status != 404:
+                log.warning("pod %s not deleted (%s %s); the next night's sweeper deletes it", name, exc.status, exc.reason)
+        except CONNECTION_ERRORS as exc:
+            log.warning("pod %s not deleted (%s); the next night's sweeper deletes it", name, type(exc).__name__)
 
     def _create(self, body: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+        name = body["metadata"]["name"]
         try:
-            created = self.api.create_namespaced_pod(self.namespace, body)
+            created = with_retries(self.api.create_namespaced_pod, self.namespace, body, **self.retry)
         except ApiException as exc:
             if exc.status != 409:
                 raise
+            uid = body["metadata"].get("annotations", {}).get(ATTEMPT_UID)
+            existing = json.loads(with_retries(self.api.read_namespaced_pod, name, self.namespace,
+                                               _preload_content=False, **self.retry).data)
+            if uid and ((existing.get("metadata") or {}).get("annotations") or {}).get(ATTEMPT_UID) == uid:
+                return name, existing  # our own create, retried after its answer was lost
             # a pod of the same attempt survived an earlier crash: keep it for inspection, use a fresh name
-            body = {**body, "metadata": {**body["metadata"], "name": f"{body['metadata']['name']}-r{int(time.time()) % 100000}"}}
-            created = self.api.create_namespaced_pod(self.namespace, body)
+            name = f"{name}-r{int(time.time()) % 100000}"
+            body = {**body, "metadata": {**body["metadata"], "name": name}}
+            created = with_retries(self.api.create_namespaced_pod, self.namespace, body, **self.retry)
         pod = self._serializer.sanitize_for_serialization(created)
-        return body["metadata"]["name"], pod if isinstance(pod, dict) else body
+        return name, pod if isinstance(pod, dict) else body
 
     def _follow(
-        self, name: str, last: dict[str, Any], budget: float, sink: _Sink, container: str
-    ) -> tuple[Verdict, dict[str, Any] | None, float]:
-        """Watch until a verdict; returns it, the last pod seen and the seconds spent Pending."""
+        self, name: str, last: dict[str, Any], limit: float, sink: LogFollower, container: str
+    ) -> tuple[Verdict, dict[str, Any] | None, float, float | None]:
+        """Watch until a verdict; returns it, the last pod seen, seconds Pending and seconds the test ran."""
         events: queue.Queue = queue.Queue()
         stop = threading.Event()
         watcher = threading.Thread(target=self._watch, args=(name, events, stop), daemon=True, name=f"watch:{name}")
         watcher.start()
         created = time.monotonic()
         pending_s = 0.0
+        scheduled_at: float | None = None
         stuck_since: float | None = None
-        running_since: float | None = None
+        test_since: float | None = None
         deleted = False
         pod: dict[str, Any] | None = last
         try:
@@ -243,32 +331,39 @@ class KubernetesLauncher:
                         ev = events.get_nowait()
                 now = time.monotonic()
                 phase = ((pod or {}).get("status") or {}).get("phase") or "Pending"
+                if node_of(pod) and scheduled_at is None:
+                    scheduled_at = now
                 if phase == "Pending":
                     pending_s = now - created
-                    waited, limit = pending_s, self.pending_wait_s
+                    if scheduled_at is not None:  # pulling the image or in the pre-flight
+                        waited, wait_limit = now - scheduled_at, self.startup_wait_s
+                    else:
+                        waited, wait_limit = pending_s, self.pending_wait_s
                 elif phase == "Running" and pod is not None and not_ready(pod):
                     stuck_since = stuck_since or now
-                    waited, limit = now - stuck_since, self.node_lost_wait_s
+                    waited, wait_limit = now - stuck_since, self.node_lost_wait_s
                 else:
                     stuck_since = None
-                    waited, limit = 0.0, float("inf")
-                if phase != "Pending" and running_since is None:
-                    running_since = now
+                    waited, wait_limit = 0.0, float("inf")
                 state = (main_status(pod or {}).get("state") or {})
                 if not deleted and ("running" in state or "terminated" in state):
                     sink.start(self.api, name, self.namespace, container)
-                verdict = classify(pod, deleted, waited, limit)
-                if verdict is None and running_since is not None and now - running_since > budget:
-                    verdict = Verdict("timed_out", "deadline_not_enforced", False, (pod or {}).get("spec", {}).get("nodeName", ""))
+                if test_since is None and pod is not None and test_started(pod):
+                    test_since = now
+                verdict = classify(pod, deleted, waited, wait_limit)
+                if verdict is None and test_since is not None and now - test_since > limit:
+                    verdict = Verdict("timed_out", "test_timeout", False, node_of(pod))
+                    self._delete(name)  # now, not at the backstop deadline
                 if verdict is not None:
-                    return verdict, pod, round(pending_s, 3)
+                    return verdict, pod, round(pending_s, 3), (now - test_since if test_since is not None else None)
         finally:
             stop.set()
 
     def _watch(self, name: str, events: queue.Queue, stop: threading.Event) -> None:
-        """Feed watch events for one pod into ``events`` until ``stop``; re-watch on expiry."""
+        """Feed watch events for one pod into ``events`` until ``stop``; re-watch after expiry or errors."""
         w = watch.Watch()
         resource_version: str | None = None
+        fails = 0
         while not stop.is_set():
             kwargs: dict[str, Any] = {"field_selector": f"metadata.name={name}", "timeout_seconds": self.watch_timeout_s}
             if resource_version:
@@ -278,27 +373,34 @@ class KubernetesLauncher:
                     if stop.is_set():
                         break
                     events.put(ev)
+                    fails = 0
                     resource_version = w.resource_version or resource_version
             except ApiException as exc:
                 if exc.status == 410:  # expired resource version: start over from the current state
                     resource_version = None
                     continue
-                events.put({"type": "ERROR", "error": str(exc)})
-                stop.wait(self.tick_s)
-            except _STREAM_ERRORS:
-                stop.wait(self.tick_s)
+                fails += 1
+                stop.wait(delay_for(exc, fails, self.retry["base_s"], 30.0))
+            except STREAM_ERRORS as exc:
+                fails += 1
+                stop.wait(delay_for(exc, fails, self.retry["base_s"], 30.0))
         w.stop()
 
-    def _attempt(self, request: LaunchRequest, verdict: Verdict, pod: dict[str, Any] | None, message: str,
-                 name: str, started_at: str, wall_s: float, pending_s: float) -> Attempt:
+    def _attempt(self, request: LaunchRequest, run: PodRun, started_at: str, digest: str) -> Attempt:
+        pod, verdict = run.pod, run.verdict
         term = terminated(pod or {})
         start, end = _ts(term.get("startedAt")), _ts(term.get("finishedAt"))
-        elapsed = (end - start).total_seconds() if start and end else max(0.0, wall_s - pending_s)
+        elapsed = (end - start).total_seconds() if start and end else (run.ran_s or 0.0)
         pod_start = ((pod or {}).get("status") or {}).get("startTime")
+        details = {"pod": run.name, "namespace": self.namespace, "message": run.message,
+                   "retriable": "true" if verdict.retriable_infra else "false", "pending_s": f"{run.pending_s:.1f}",
+                   "image_digest": digest}
+        if image_id(pod):
+            details["image_id"] = image_id(pod)
         return Attempt(
             test_id=request.test.id,
             outcome=verdict.outcome,  # type: ignore[arg-type]
-            elapsed_s=round(elapsed, 3),
+            elapsed_s=round(max(0.0, elapsed), 3),
             started_at=str(pod_start or started_at),
             attempt=request.attempt,
             node=verdict.node,
@@ -307,58 +409,29 @@ class KubernetesLauncher:
             reason=verdict.reason,
             log_path=str(request.log_path),
             timeout_s=request.timeout_s,
-            details={"pod": name, "namespace": self.namespace, "message": message,
-                     "retriable": "true" if verdict.retriable_infra else "false", "pending_s": f"{pending_s:.1f}"},
+            details=details,
         )
 
 
-class _Sink:
-    """Follows the test container's log once it has started; writes redacted lines to the file and ``on_log``."""
-
-    def __init__(self, log, on_log: LogSink | None):
-        self.log, self.on_log = log, on_log
-        self.thread: threading.Thread | None = None
-        self.lock = threading.Lock()
-        self.closed = False
-
-    def start(self, api: client.CoreV1Api, name: str, namespace: str, container: str = MAIN_CONTAINER) -> None:
-        if self.thread is None:
-            self.thread = threading.Thread(target=self._run, args=(api, name, namespace, container), daemon=True,
-                                           name=f"logs:{name}")
-            self.thread.start()
-
-    def _run(self, api: client.CoreV1Api, name: str, namespace: str, container: str) -> None:
-        try:
-            for line in watch.Watch().stream(api.read_namespaced_pod_log, name=name, namespace=namespace,
-                                             container=container, follow=True):
-                self.write(redact(line))
-        except _STREAM_ERRORS as exc:
-            self.write(f"# nightly: log stream ended: {type(exc).__name__}")
-
-    def write(self, line: str) -> None:
-        with self.lock:
-            if self.closed:
-                return
-            self.log.write(line + "\n")
-            self.log.flush()
-        if self.on_log:
-            self.on_log(line)
-
-    def join(self, timeout_s: float) -> None:
-        """Wait for the stream to end; a stream still open after ``timeout_s`` writes nothing more."""
-        if self.thread is not None:
-            self.thread.join(timeout_s)
-        with self.lock:
-            self.closed = True
-
-
 def launcher_from_deployment(deployment: DeploymentSpec, *, kubeconfig: str | None = None,
-                             context: str | None = None, retries: int = 0, **kwargs: Any) -> KubernetesLauncher:
+                             context: str | None = None, retries: int = 0, owner: Any = "auto",
+                             **kwargs: Any) -> KubernetesLauncher:
     """A launcher for ``deployment`` with credentials from the pod (in cluster) or the kubeconfig.
 
     ``retries`` defaults to 0 because :func:`pipelines.launch.dispatch.run_plan` already retries
     infra errors on another node; use ``deployment.max_infra_retries`` when calling directly.
+    ``owner="auto"``: the run's own pod when there is one (:func:`ownership.run_pod_owner`).
     """
+    api = core_v1_api(kubeconfig=kubeconfig, context=context)
+    if owner == "auto":
+        from pipelines.launch.kubernetes.ownership import run_pod_owner
+
+        owner = run_pod_owner(api, deployment.namespace)
+    return KubernetesLauncher(api, deployment, retries=retries, owner=owner, **kwargs)
+
+
+def core_v1_api(*, kubeconfig: str | None = None, context: str | None = None) -> client.CoreV1Api:
+    """A CoreV1Api from the in-cluster service account, or ``$KUBECONFIG`` / ``~/.kube/config``."""
     import os
 
     from kubernetes import config
@@ -368,4 +441,4 @@ def launcher_from_deployment(deployment: DeploymentSpec, *, kubeconfig: str | No
     else:
         # $KUBECONFIG read now: the client reads it once, when kubernetes is first imported
         config.load_kube_config(config_file=kubeconfig or os.environ.get("KUBECONFIG") or None, context=context)
-    return KubernetesLauncher(client.CoreV1Api(), deployment, retries=retries, **kwargs)
+    return client.CoreV1Api()

@@ -1,19 +1,90 @@
-"""Cordon a node that the night found bad, so nothing else is scheduled there.
+"""The pool's real nodes: the plan's virtual node *i* pinned to one of them, and cordoning bad ones.
 
-A cordon is a patch of ``spec.unschedulable`` on the Node; it needs the ClusterRole in
+Pinning: the planner packs tests per node; if the scheduler spread them instead, the pool would
+fragment and an 8-GPU test would wait for a whole free node until the unschedulable limit. So
+the nodes matching the pool's ``node_selector`` that are Ready, schedulable and offer
+``gpus_per_node`` allocatable GPUs are listed (sorted by name) and virtual node *i* becomes the
+*i*-th of them (a required node affinity on ``kubernetes.io/hostname``). Listing needs
+``get/list`` on nodes (``k8s/components/node-reader``); without it pods are simply not pinned.
+
+Cordoning is a patch of ``spec.unschedulable`` on the Node; it needs the ClusterRole in
 ``k8s/components/node-cordon`` (RBAC cannot narrow it to that field). Off unless the deployment
-says ``cordon_bad_nodes: true``; a person uncordons after fixing the node.
+says ``cordon_bad_nodes: true``; a refusal is a note in the night's report, never a failed run.
 """
 
 from __future__ import annotations
 
+import json
+import logging
+import threading
 from collections.abc import Iterable
+from typing import Any
 
 from kubernetes import client
+from kubernetes.client.rest import ApiException
 
-from pipelines.core.specs import DeploymentSpec
+from pipelines.core.specs import DeploymentSpec, PoolSpec
+from pipelines.launch.kubernetes.retries import CONNECTION_ERRORS, api_message, with_retries
 
+log = logging.getLogger(__name__)
 CORDON_ANNOTATION = "nightly-e2e.io/cordoned-because"
+
+
+def read_nodes(api: client.CoreV1Api, selector: dict[str, str], **retry: Any) -> list[dict[str, Any]]:
+    """Nodes matching ``selector``, as plain dicts (Kubernetes JSON)."""
+    label_selector = ",".join(f"{k}={v}" for k, v in sorted(selector.items()))
+    resp = with_retries(api.list_node, label_selector=label_selector, _preload_content=False, **retry)
+    return list(json.loads(resp.data).get("items") or [])
+
+
+def ready(node: dict[str, Any]) -> bool:
+    conds = (node.get("status") or {}).get("conditions") or ()
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conds)
+
+
+def gpus_of(node: dict[str, Any]) -> int:
+    try:
+        return int(((node.get("status") or {}).get("allocatable") or {}).get("nvidia.com/gpu", "0"))
+    except ValueError:
+        return 0
+
+
+def usable(node: dict[str, Any], gpus: int) -> bool:
+    return ready(node) and not (node.get("spec") or {}).get("unschedulable") and gpus_of(node) >= gpus
+
+
+def pool_nodes(api: client.CoreV1Api, pool: PoolSpec, **retry: Any) -> list[str]:
+    """Names of the pool's usable nodes, sorted (virtual node i -> the i-th)."""
+    return sorted(n["metadata"]["name"] for n in read_nodes(api, pool.node_selector, **retry)
+                  if usable(n, pool.gpus_per_node))
+
+
+class NodePins:
+    """Virtual node index -> real node name per pool, listed once per night (lazily, thread-safe)."""
+
+    def __init__(self, api: client.CoreV1Api, **retry: Any):
+        self.api, self.retry = api, retry
+        self.lock = threading.Lock()
+        self.nodes: dict[str, list[str]] = {}
+        self.notes: list[str] = []
+
+    def real(self, pool: PoolSpec, index: int) -> str:
+        """The real node for virtual node ``index`` of ``pool`` ("" when it cannot be known)."""
+        with self.lock:
+            if pool.name not in self.nodes:
+                try:
+                    self.nodes[pool.name] = pool_nodes(self.api, pool, **self.retry)
+                except (ApiException, *CONNECTION_ERRORS) as exc:
+                    why = f"{exc.status} {exc.reason}" if isinstance(exc, ApiException) else type(exc).__name__
+                    self.notes.append(f"pool {pool.name}: nodes not listed ({why}); pods are "
+                                      "not pinned to the plan's nodes; apply k8s/components/node-reader")
+                    log.warning(self.notes[-1])
+                    self.nodes[pool.name] = []
+                if 0 < len(self.nodes[pool.name]) < pool.nodes:
+                    self.notes.append(f"pool {pool.name}: {len(self.nodes[pool.name])} usable node(s), "
+                                      f"the plan has {pool.nodes}; the rest run unpinned")
+            names = self.nodes[pool.name]
+        return names[index] if 0 <= index < len(names) else ""
 
 
 def cordon(core_v1_api: client.CoreV1Api, node: str, reason: str = "") -> None:
@@ -22,16 +93,31 @@ def cordon(core_v1_api: client.CoreV1Api, node: str, reason: str = "") -> None:
     if reason:
         body["metadata"] = {"annotations": {CORDON_ANNOTATION: reason[:1000]}}
     # the client would send a dict as a JSON Patch (a list is expected there): say merge patch
-    core_v1_api.patch_node(node, body, _content_type="application/merge-patch+json")
+    with_retries(core_v1_api.patch_node, node, body, _content_type="application/merge-patch+json")
 
 
 def cordon_bad_nodes(core_v1_api: client.CoreV1Api, deployment: DeploymentSpec,
-                     findings: Iterable[tuple[str, str]]) -> list[str]:
-    """Cordon each ``(node, evidence)`` when the deployment allows it; returns the nodes cordoned."""
+                     findings: Iterable[tuple[str, str]], notes: list[str] | None = None) -> list[str]:
+    """Cordon each ``(node, evidence)`` when the deployment allows it; returns the nodes cordoned.
+
+    A node the API will not cordon (403 without the cordon overlay, a vanished node) is a line
+    in ``notes`` and the log: the night's results are worth more than the cordon.
+    """
     if not deployment.cordon_bad_nodes:
         return []
     done = []
     for node, evidence in findings:
-        cordon(core_v1_api, node, evidence)
-        done.append(node)
+        try:
+            cordon(core_v1_api, node, evidence)
+        except ApiException as exc:
+            note = (f"cordon {node}: refused ({exc.status} {api_message(exc)[:200]}); cordon it by hand "
+                    "(kubectl cordon) or apply k8s/overlays/cordon")
+        except CONNECTION_ERRORS as exc:
+            note = f"cordon {node}: API unreachable ({type(exc).__name__}); cordon it by hand (kubectl cordon)"
+        else:
+            done.append(node)
+            continue
+        log.warning(note)
+        if notes is not None:
+            notes.append(note)
     return done

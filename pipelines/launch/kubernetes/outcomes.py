@@ -12,12 +12,13 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-#: Exit code of the in-pod pre-flight when the GPUs cannot be used (see podspec.PREFLIGHT_SCRIPT).
-PREFLIGHT_EXIT_CODE = 86
+from pipelines.launch.kubernetes.preflight import preflight_verdict
+
 MAIN_CONTAINER = "test"
 
 #: Infra reasons where another node may well succeed.
-RETRIABLE = frozenset({"evicted", "preempted", "node_lost", "node_shutdown", "gpu_unusable", "image_pull"})
+RETRIABLE = frozenset({"evicted", "preempted", "node_lost", "node_shutdown", "gpu_unusable", "image_pull",
+                       "preflight_hung", "startup_timeout"})
 
 _PULL_WAITING = frozenset({"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull"})
 _CONFIG_WAITING = frozenset({"CreateContainerConfigError", "CreateContainerError"})
@@ -55,6 +56,26 @@ def main_status(pod: dict[str, Any]) -> dict[str, Any]:
         if s.get("name") == MAIN_CONTAINER:
             return s
     return statuses[0] if statuses else {}
+
+
+def init_failure(pod: dict[str, Any]) -> dict[str, Any]:
+    """The terminated state of an init container (the pre-flight) that exited non-zero, if any."""
+    for s in (pod.get("status") or {}).get("initContainerStatuses") or ():
+        term = (s.get("state") or {}).get("terminated") or {}
+        if term and term.get("exitCode", 0) != 0:
+            return {**term, "name": s.get("name", "")}
+    return {}
+
+
+def test_started(pod: dict[str, Any]) -> bool:
+    """The test container has started (running now, or terminated after running)."""
+    state = main_status(pod).get("state") or {}
+    return "running" in state or "terminated" in state
+
+
+def image_id(pod: dict[str, Any] | None) -> str:
+    """The image the node really ran (``...@sha256:...``), when the kubelet reported it."""
+    return str(main_status(pod or {}).get("imageID") or "")
 
 
 def terminated(pod: dict[str, Any]) -> dict[str, Any]:
@@ -108,8 +129,10 @@ def classify(
     verdict = _disruption(last_pod, node)
     if verdict is not None:
         return verdict
-    if reason == "DeadlineExceeded":
-        return _test("timed_out", "deadline_exceeded", node)
+    if reason == "DeadlineExceeded":  # the deadline counts image pull and pre-flight too
+        if test_started(last_pod):
+            return _test("timed_out", "deadline_exceeded", node)
+        return _infra("startup_timeout", node)
     if reason == "Evicted":
         return _infra("evicted", node)
     if reason in ("Terminated", "Shutdown", "NodeShutdown"):
@@ -121,11 +144,13 @@ def classify(
     if (phase == "Failed" and reason.startswith("OutOf")) or reason in ("NodeAffinity", "NodeAffinityMismatch"):
         return _infra("admission_rejected", node)
 
+    init = init_failure(last_pod)
+    if init:
+        why, retriable = preflight_verdict(int(init.get("exitCode") or 0))
+        return Verdict("infra_error", why, retriable, node)
     term = terminated(last_pod)
     if term.get("reason") == "OOMKilled":
         return _test("failed", "oom_killed", node)  # trust the reason, even with exit 0
-    if term.get("exitCode") == PREFLIGHT_EXIT_CODE:
-        return _infra("gpu_unusable", node)
     if term.get("reason") in ("StartError", "ContainerCannotRun"):
         return _infra("start_error", node)
     if deleted or (last_pod.get("metadata") or {}).get("deletionTimestamp"):
@@ -147,6 +172,8 @@ def classify(
             return _infra("image_pull", node)
         if w.get("reason") in _CONFIG_WAITING:
             return _infra("container_config", node)
+        if node:  # scheduled, but pulling or in the pre-flight past the startup limit
+            return _infra("startup_timeout", node)
         return _infra("unschedulable", node)
     if phase == "Running" and not_ready(last_pod) and waited_s >= wait_limit_s:
         return _infra("node_lost", node)
@@ -179,7 +206,11 @@ def explain(last_pod: dict[str, Any] | None, verdict: Verdict) -> str:
                   and c.get("status") == "False"), None)
     if sched:
         parts.append(f"PodScheduled=False/{sched.get('reason', '')}")
-    term, wait = terminated(last_pod), waiting(last_pod)
+    term, wait, init = terminated(last_pod), waiting(last_pod), init_failure(last_pod)
+    if init:
+        parts.append(f"init {init.get('name', '')} exit={init.get('exitCode')}")
+        if init.get("message"):
+            parts.append(f"said={init['message'].strip()[-200:]!r}")
     if term:
         parts.append(f"container={term.get('reason', '')} exit={term.get('exitCode')}")
     elif wait:

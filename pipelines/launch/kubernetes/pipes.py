@@ -4,15 +4,21 @@ PipesK8sClient gives the asset its logs, Pipes messages (the wrapper's execute()
 materialization, but judges only container exit codes (an evicted pod, or an OOM-killed
 container that exits 0, "succeeds"; a Pending pod waits a day). So while it runs, a watch on the
 pod's unique label records the last pod object seen, and *our* :func:`outcomes.classify` decides
-the attempt. Dagster is imported here only, so the launcher core stays testable without it.
+the attempt. As on the watch-based path, the attempt log is written (a log follower of our own,
+tokens masked), tokens are masked in what dagster-k8s forwards to the step's stdout too, and
+the elapsed time is the test container's own (start to finish), never queueing or pulls.
+Dagster is imported here only, so the launcher core stays testable without it.
 """
 
 from __future__ import annotations
 
+import contextlib
+import io
+import sys
 import threading
 import time
 import uuid
-from typing import Any
+from typing import Any, TextIO
 
 import urllib3
 from kubernetes import client, watch
@@ -21,15 +27,33 @@ from kubernetes.client.rest import ApiException
 from pipelines.core.model import Attempt
 from pipelines.core.specs import DeploymentSpec, PoolSpec
 from pipelines.launch.base import LaunchRequest
-from pipelines.launch.kubernetes.outcomes import Verdict, classify, explain, terminated
-from pipelines.launch.kubernetes.podspec import LABEL_PREFIX, PREFLIGHT_TIMEOUT_S, build_pod
+from pipelines.launch.kubernetes.launcher import _ts
+from pipelines.launch.kubernetes.logstream import LogFollower, redact
+from pipelines.launch.kubernetes.outcomes import Verdict, classify, explain, image_id, main_status, terminated
+from pipelines.launch.kubernetes.podspec import LABEL_PREFIX, build_pod
+from pipelines.launch.kubernetes.resources import pinned_image
+
+
+class MaskingStream(io.TextIOBase):
+    """Stdout as dagster-k8s writes the pod's lines to it (the step's logs), with tokens masked."""
+
+    def __init__(self, inner: TextIO):
+        self.inner = inner
+
+    def write(self, text: str) -> int:
+        self.inner.write(redact(text))
+        return len(text)
+
+    def flush(self) -> None:
+        self.inner.flush()
 
 
 class PodRecorder:
     """Watches pods matching a label selector and keeps the last object seen and whether it was deleted."""
 
-    def __init__(self, api: client.CoreV1Api, namespace: str, selector: str):
+    def __init__(self, api: client.CoreV1Api, namespace: str, selector: str, follower: LogFollower | None = None):
         self.api, self.namespace, self.selector = api, namespace, selector
+        self.follower = follower
         self.last: dict[str, Any] | None = None
         #: the last object before any DELETED event (dagster-k8s deletes the pod after it ends)
         self.before_delete: dict[str, Any] | None = None
@@ -64,6 +88,9 @@ class PodRecorder:
                         self.deleted = True
                     else:
                         self.before_delete = ev["raw_object"]
+                    state = main_status(ev["raw_object"]).get("state") or {}
+                    if self.follower is not None and ev["type"] != "DELETED" and ("running" in state or "terminated" in state):
+                        self.follower.start(self.api, ev["raw_object"]["metadata"]["name"], self.namespace)
                     if self._stop.is_set():
                         return
             except (ApiException, urllib3.exceptions.HTTPError, OSError, ValueError):
@@ -72,7 +99,8 @@ class PodRecorder:
 
 def run_test_pod(context: Any, request: LaunchRequest, pool: PoolSpec, deployment: DeploymentSpec, *,
                  pipes_client: Any = None, core_v1_api: client.CoreV1Api | None = None,
-                 settle_s: float = 5.0, cache_paths: Any = ()) -> tuple[Attempt, Any]:
+                 settle_s: float = 5.0, cache_paths: Any = (), digest: str = "", owner: Any = None,
+                 log_join_s: float = 10.0) -> tuple[Attempt, Any]:
     """Run one attempt through ``PipesK8sClient.run``; returns our Attempt and the Pipes invocation.
 
     The invocation is None when dagster-k8s raised (it does on any non-zero exit); the Attempt
@@ -82,38 +110,53 @@ def run_test_pod(context: Any, request: LaunchRequest, pool: PoolSpec, deploymen
     from dagster_k8s import PipesK8sClient
     from dagster_k8s.client import DagsterK8sError
 
-    body = build_pod(request, pool, deployment, cache_paths=list(cache_paths))
+    body = build_pod(request, pool, deployment, cache_paths=list(cache_paths), digest=digest, owner=owner)
     uid = uuid.uuid4().hex[:16]
     meta = {k: v for k, v in body["metadata"].items() if k not in ("name", "namespace")}
     meta["labels"] = {**meta["labels"], f"{LABEL_PREFIX}/attempt-uid": uid}
     pipes_client = pipes_client or PipesK8sClient()
     api = core_v1_api or client.CoreV1Api()
-    wait_s = request.timeout_s + PREFLIGHT_TIMEOUT_S + deployment.unschedulable_wait_s
+    wait_s = request.timeout_s + deployment.startup_wait_s + deployment.unschedulable_wait_s
     t0 = time.monotonic()
     invocation, error = None, ""
-    with PodRecorder(api, deployment.namespace, f"{LABEL_PREFIX}/attempt-uid={uid}") as rec:
-        try:
-            invocation = pipes_client.run(context=context, namespace=deployment.namespace,
-                                          base_pod_meta=meta, base_pod_spec=body["spec"], pod_wait_timeout=wait_s)
-        except (DagsterK8sError, ApiException) as exc:
-            error = f"{type(exc).__name__}: {exc}"
-        deadline = time.monotonic() + settle_s
-        while True:  # the final events may still be in flight
-            last, deleted = rec.verdict_input()
-            verdict = classify(last, deleted, 0.0, float("inf"))
-            if verdict is not None or time.monotonic() > deadline:
-                break
-            time.sleep(0.05)
-    if verdict is None:  # dagster-k8s gave up on a pod that never finished: judge it as stuck
-        verdict = classify(last, deleted, float("inf"), 0.0) or Verdict("infra_error", "unknown", False, "")
+    request.log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(request.log_path, "w", encoding="utf-8") as log:
+        log.write(f"# nightly: {request.test.id} attempt {request.attempt} through dagster-k8s Pipes, pool {pool.name} "
+                  f"gpus={request.test.gpus} timeout={request.timeout_s}s image={body['spec']['containers'][0]['image']}\n")
+        follower = LogFollower(log, None)
+        with PodRecorder(api, deployment.namespace, f"{LABEL_PREFIX}/attempt-uid={uid}", follower) as rec:
+            try:
+                with contextlib.redirect_stdout(MaskingStream(sys.stdout)):
+                    invocation = pipes_client.run(context=context, namespace=deployment.namespace, base_pod_meta=meta,
+                                                  base_pod_spec=body["spec"], pod_wait_timeout=wait_s)
+            except (DagsterK8sError, ApiException) as exc:
+                error = f"{type(exc).__name__}: {exc}"
+            deadline = time.monotonic() + settle_s
+            while True:  # the final events may still be in flight
+                last, deleted = rec.verdict_input()
+                verdict = classify(last, deleted, 0.0, float("inf"))
+                if verdict is not None or time.monotonic() > deadline:
+                    break
+                time.sleep(0.05)
+        follower.join(log_join_s)
+        if verdict is None:  # dagster-k8s gave up on a pod that never finished: judge it as stuck
+            verdict = classify(last, deleted, float("inf"), 0.0) or Verdict("infra_error", "unknown", False, "")
+        message = explain(last, verdict)
+        log.write(f"# nightly: verdict {verdict.outcome}: {message}\n")
     term = terminated(last or {})
-    details = {"message": explain(last, verdict), "retriable": str(verdict.retriable_infra).lower(),
-               "pod": ((last or {}).get("metadata") or {}).get("name", ""), "namespace": deployment.namespace}
+    start, end = _ts(term.get("startedAt")), _ts(term.get("finishedAt"))
+    # the test container's own time; without its timestamps (never started) nothing ran worth timing
+    elapsed = (end - start).total_seconds() if start and end else 0.0
+    details = {"message": message, "retriable": str(verdict.retriable_infra).lower(),
+               "pod": ((last or {}).get("metadata") or {}).get("name", ""), "namespace": deployment.namespace,
+               "image_digest": pinned_image(pool, digest)[1], "wall_s": f"{time.monotonic() - t0:.1f}"}
+    if image_id(last):
+        details["image_id"] = image_id(last)
     if error:
-        details["dagster_k8s"] = error[:500]
+        details["dagster_k8s"] = redact(error[:500])
     attempt = Attempt(
         test_id=request.test.id, outcome=verdict.outcome,  # type: ignore[arg-type]
-        elapsed_s=round(time.monotonic() - t0, 3), started_at=str(((last or {}).get("status") or {}).get("startTime") or ""),
+        elapsed_s=round(max(0.0, elapsed), 3), started_at=str(((last or {}).get("status") or {}).get("startTime") or ""),
         attempt=request.attempt, node=verdict.node, exit_code=term.get("exitCode"), reason=verdict.reason,
         log_path=str(request.log_path), timeout_s=request.timeout_s, details=details,
     )

@@ -4,13 +4,17 @@ Pure: returns a plain dict in Kubernetes JSON shape, so the same body goes to th
 client, to dagster-k8s ``PipesK8sClient`` and to kubernetes-validate in the tests.
 
 Choices that matter:
-- GPUs: ``nvidia.com/gpu`` requests = limits (extended resources cannot be overcommitted).
-- ``activeDeadlineSeconds`` counts from ``status.startTime``: queueing does not eat the test's
-  time; the pre-flight budget is added on top so a slow CUDA init never shortens the test.
-- The command is a constant ``sh -c`` script (the pre-flight) followed by the wrapper argv as
-  positional parameters: test data never becomes shell text.
-- The HF token comes only from a Secret (``secretKeyRef``); any literal token in the request's
-  environment is dropped, never copied into the spec.
+- Resources: CPU and memory per GPU from the pool (:mod:`resources`), so pods are Burstable,
+  never BestEffort; ``nvidia.com/gpu`` requests = limits. A 0-GPU pod on a GPU node gets
+  ``NVIDIA_VISIBLE_DEVICES=void`` (otherwise the runtime shows it every GPU).
+- The image is pinned by digest for the night (``IfNotPresent`` is then safe); the GPU
+  pre-flight is an init container (:mod:`preflight`) with exit codes of its own.
+- Time: the test's timeout is enforced by the launcher from the *test container's* start;
+  ``activeDeadlineSeconds`` (counted by Kubernetes from ``status.startTime``, image pull and
+  pre-flight included) is only a backstop: timeout + the deployment's ``startup_wait_s``.
+- The command is the wrapper argv, no shell: test data never becomes shell text.
+- No token in test pods: ``HF_TOKEN`` goes only to build pods that download (:mod:`builds`);
+  any literal token in the request's environment is dropped, never copied into a spec.
 - The cache PVC mirrors ``/root``: ``/root/models/x`` is ``models/x`` on the volume (as in
   :class:`pipelines.storage.cache.AssetCache`). Test pods mount ``models`` and ``datasets``
   read-only, plus every other cached path the test needs (a converted checkpoint in ``/root``);
@@ -27,57 +31,21 @@ from typing import Any
 
 from pipelines.core.specs import DeploymentSpec, PoolSpec
 from pipelines.launch.base import LaunchRequest
-from pipelines.launch.kubernetes.outcomes import MAIN_CONTAINER, PREFLIGHT_EXIT_CODE
+from pipelines.launch.kubernetes.outcomes import MAIN_CONTAINER
+from pipelines.launch.kubernetes.preflight import preflight_container
+from pipelines.launch.kubernetes.resources import pinned_image, pod_resources, pull_policy
 
 LABEL_PREFIX = "nightly-e2e.io"
-PREFLIGHT_TIMEOUT_S = 60
+MANAGED_BY = ("app.kubernetes.io/managed-by", "nightly-e2e")
+#: the launcher's own key for a pod, so a create retried after a lost answer adopts its own pod
+ATTEMPT_UID = f"{LABEL_PREFIX}/attempt-uid"
 HF_TOKEN_KEY = "token"
 #: Environment names that must only ever come from a Secret.
 SECRET_ENV = frozenset({"HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HUGGINGFACE_TOKEN"})
 MODELS_DIR, DATASETS_DIR = "/root/models", "/root/datasets"
 CACHE_VOLUME = "cache"
-
-_PREFLIGHT_PY = """\
-import ctypes, sys
-try:
-    cuda = ctypes.CDLL("libcuda.so.1")
-except OSError as exc:
-    print("nightly-preflight: cannot load libcuda.so.1:", exc)
-    sys.exit(1)
-count = ctypes.c_int(0)
-rc = cuda.cuInit(0)
-if rc == 0:
-    rc = cuda.cuDeviceGetCount(ctypes.byref(count))
-for i in range(count.value if rc == 0 else 0):
-    dev, ctx = ctypes.c_int(0), ctypes.c_void_p()
-    rc = cuda.cuDeviceGet(ctypes.byref(dev), i) or cuda.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), dev)
-    if rc:
-        break
-    cuda.cuDevicePrimaryCtxRelease(dev)
-if rc != 0 or count.value == 0:
-    print("nightly-preflight: CUDA init failed: CUresult", rc, "devices", count.value,
-          "(802 = system not ready: fabric manager down on NVSwitch nodes)")
-    sys.exit(1)
-print("nightly-preflight: CUDA initialised", count.value, "GPU(s)")
-"""
-
-#: Constant shell script: pre-flight, then ``exec "$@"`` (the wrapper argv). Never formatted
-#: with test data; the only inputs are positional parameters and environment variables.
-PREFLIGHT_SCRIPT = f"""\
-set -u
-bounded() {{ if command -v timeout >/dev/null 2>&1; then timeout "${{NIGHTLY_PREFLIGHT_TIMEOUT_S:-60}}" "$@"; else "$@"; fi; }}
-if [ "${{NIGHTLY_PREFLIGHT:-1}}" = "1" ]; then
-  if ! bounded nvidia-smi -L; then
-    echo "nightly-preflight: nvidia-smi -L failed: GPUs not usable on $NIGHTLY_NODE_NAME" >&2
-    exit {PREFLIGHT_EXIT_CODE}
-  fi
-  if ! bounded python -c '{_PREFLIGHT_PY}'; then
-    echo "nightly-preflight: CUDA init failed on $NIGHTLY_NODE_NAME" >&2
-    exit {PREFLIGHT_EXIT_CODE}
-  fi
-fi
-exec "$@"
-"""
+#: the wrapper, with python3: images often have no ``python``
+WRAPPER = ("python3", "-m", "pipelines.launch.wrapper")
 
 _LABEL_BAD = re.compile(r"[^A-Za-z0-9_.-]+")
 _NAME_BAD = re.compile(r"[^a-z0-9-]+")
@@ -103,7 +71,7 @@ def pod_name(request: LaunchRequest) -> str:
 def labels(request: LaunchRequest, pool: PoolSpec) -> dict[str, str]:
     out = {
         "app.kubernetes.io/name": "nightly-e2e-test",
-        "app.kubernetes.io/managed-by": "nightly-e2e",
+        MANAGED_BY[0]: MANAGED_BY[1],
         f"{LABEL_PREFIX}/test": label_value(request.test.id),
         f"{LABEL_PREFIX}/attempt": str(request.attempt),
         f"{LABEL_PREFIX}/pool": label_value(pool.name),
@@ -117,22 +85,22 @@ def labels(request: LaunchRequest, pool: PoolSpec) -> dict[str, str]:
     return out
 
 
-def _env(request: LaunchRequest, deployment: DeploymentSpec) -> list[dict[str, Any]]:
+def _env(request: LaunchRequest) -> list[dict[str, Any]]:
     plain = {**request.env, **dict(request.test.env)}
     plain.update(
         NIGHTLY_TEST_ID=request.test.id,
         NIGHTLY_ATTEMPT=str(request.attempt),
         NIGHTLY_RUN_ID=request.run_id,
         NIGHTLY_NIGHT=request.night,
-        NIGHTLY_PREFLIGHT="1" if request.test.gpus > 0 else "0",
-        NIGHTLY_PREFLIGHT_TIMEOUT_S=str(PREFLIGHT_TIMEOUT_S),
         PYTHONUNBUFFERED="1",
     )
+    if request.test.gpus == 0:  # the NVIDIA runtime shows every GPU of the node to a pod that asked for none
+        plain["NVIDIA_VISIBLE_DEVICES"] = "void"
     env: list[dict[str, Any]] = [
         {"name": k, "value": str(v)} for k, v in sorted(plain.items()) if k not in SECRET_ENV and k != "NIGHTLY_NODE_NAME"
     ]
     env.append({"name": "NIGHTLY_NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}})
-    return env + hf_token_env(deployment)
+    return env
 
 
 def hf_token_env(deployment: DeploymentSpec) -> list[dict[str, Any]]:
@@ -177,9 +145,16 @@ def cache_mounts(paths: Iterable[str] = (), *, read_only: bool = True) -> list[d
     return [{"name": CACHE_VOLUME, "mountPath": m, "subPath": cache_subpath(m), "readOnly": read_only} for m in mounted]
 
 
-def _affinity(avoid: tuple[str, ...]) -> dict[str, Any]:
-    expr = {"key": "kubernetes.io/hostname", "operator": "NotIn", "values": sorted(set(avoid))}
-    terms = [{"matchExpressions": [expr]}]
+def node_affinity(avoid: Iterable[str] = (), pin: str = "") -> dict[str, Any] | None:
+    """Required node affinity: on ``pin`` (a real node of the plan) and never on ``avoid``."""
+    exprs = []
+    if pin:
+        exprs.append({"key": "kubernetes.io/hostname", "operator": "In", "values": [pin]})
+    if avoid:
+        exprs.append({"key": "kubernetes.io/hostname", "operator": "NotIn", "values": sorted(set(avoid))})
+    if not exprs:
+        return None
+    terms = [{"matchExpressions": exprs}]
     return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms}}}
 
 
@@ -191,62 +166,75 @@ def build_pod(
     name: str | None = None,
     workdir: str = "",
     image: str = "",
+    digest: str = "",
     cache_paths: Iterable[str] = (),
+    node_name: str = "",
+    owner: Mapping[str, Any] | None = None,
+    attempt_uid: str = "",
 ) -> dict[str, Any]:
     """The Pod body for one attempt (apiVersion v1, kind Pod).
 
     ``cache_paths``: the container paths of the test's requirements, so that a converted
-    checkpoint outside ``/root/models`` is mounted too.
+    checkpoint outside ``/root/models`` is mounted too. ``digest``: the night's image digest
+    (default: the pool's ``image_digest``). ``node_name``: the real node the plan's virtual
+    node maps to (ignored when that node is to be avoided). ``owner``: an ownerReference (the
+    run's pod), so that deleting the run deletes its test pods.
     """
     test = request.test
-    argv = ["python", "-m", "pipelines.launch.wrapper", "--file", test.path, "--func", "execute"]
+    argv = [*WRAPPER, "--file", test.path, "--func", "execute"]
     if test.args:
         argv += ["--", *test.args]
+    ref, _ = pinned_image(pool, digest) if not image else (image, "")
+    policy = pull_policy(ref)
+    resources = pod_resources(pool, test.gpus)
     container: dict[str, Any] = {
         "name": MAIN_CONTAINER,
-        "image": image or pool.image,
-        "imagePullPolicy": "IfNotPresent",
-        "command": ["sh", "-c", PREFLIGHT_SCRIPT, "nightly-preflight", *argv],
-        "env": _env(request, deployment),
+        "image": ref,
+        "imagePullPolicy": policy,
+        "command": argv,
+        "env": _env(request),
+        "resources": resources,
         "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}],
     }
     if workdir:
         container["workingDir"] = workdir
-    if test.gpus > 0:
-        gpus = {"nvidia.com/gpu": str(test.gpus)}
-        container["resources"] = {"requests": dict(gpus), "limits": dict(gpus)}
     volumes: list[dict[str, Any]] = [{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": pool.shm_size}}]
     if deployment.cache_pvc:
         volumes.append({"name": CACHE_VOLUME, "persistentVolumeClaim": {"claimName": deployment.cache_pvc, "readOnly": True}})
         container["volumeMounts"] += cache_mounts(cache_paths, read_only=True)
     spec: dict[str, Any] = {
         "restartPolicy": "Never",
-        "activeDeadlineSeconds": int(request.timeout_s) + (PREFLIGHT_TIMEOUT_S if test.gpus > 0 else 0),
+        # a backstop only: the launcher times the test from its container's start
+        "activeDeadlineSeconds": int(request.timeout_s) + int(deployment.startup_wait_s),
         "terminationGracePeriodSeconds": 30,
         "automountServiceAccountToken": False,
         "enableServiceLinks": False,
         "containers": [container],
         "volumes": volumes,
     }
+    if test.gpus > 0:
+        spec["initContainers"] = [preflight_container(ref, policy, test.gpus, resources)]
     if pool.node_selector:
         spec["nodeSelector"] = dict(pool.node_selector)
     if pool.tolerations:
         spec["tolerations"] = [dict(t) for t in pool.tolerations]
-    if request.avoid_nodes:
-        spec["affinity"] = _affinity(request.avoid_nodes)
+    pin = node_name if node_name and node_name not in request.avoid_nodes else ""
+    affinity = node_affinity(request.avoid_nodes, pin)
+    if affinity:
+        spec["affinity"] = affinity
     if pool.priority_class:
         spec["priorityClassName"] = pool.priority_class
     annotations = {f"{LABEL_PREFIX}/test-id": test.id, f"{LABEL_PREFIX}/test-path": test.path}
     if request.avoid_nodes:
         annotations[f"{LABEL_PREFIX}/avoid-nodes"] = ",".join(sorted(set(request.avoid_nodes)))
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {
-            "name": name or pod_name(request),
-            "namespace": deployment.namespace,
-            "labels": labels(request, pool),
-            "annotations": annotations,
-        },
-        "spec": spec,
+    if attempt_uid:
+        annotations[ATTEMPT_UID] = attempt_uid
+    metadata: dict[str, Any] = {
+        "name": name or pod_name(request),
+        "namespace": deployment.namespace,
+        "labels": labels(request, pool),
+        "annotations": annotations,
     }
+    if owner:
+        metadata["ownerReferences"] = [dict(owner)]
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}

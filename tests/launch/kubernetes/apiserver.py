@@ -2,11 +2,17 @@
 
 A small threaded HTTP server on 127.0.0.1 that speaks the JSON the real ``kubernetes`` client
 uses for the calls the launcher makes: create/get/list/delete pods, ``?watch=true`` chunked
-event streams (with resourceVersion and timeoutSeconds), ``pods/{name}/log`` (follow) and
-``PATCH nodes/{name}``. A *script* decides how each created pod evolves: a list of steps, each
-mutating the stored pod (phase, conditions, container states) and/or appending log lines, or
-deleting it. The "scheduler" picks the first node the pod's hostname NotIn affinity allows, so
-retries avoiding a failed node really land elsewhere.
+event streams (with resourceVersion and timeoutSeconds), ``pods/{name}/log`` (follow),
+``GET nodes`` (label selectors) and ``PATCH nodes/{name}``. A *script* decides how each created
+pod evolves: a list of steps, each mutating the stored pod (phase, conditions, container
+states) and/or appending log lines, or deleting it. The "scheduler" picks the first node the
+pod's ``kubernetes.io/hostname`` In/NotIn affinity allows, so retries avoiding a failed node
+really land elsewhere and pinned pods land on their node. The QoS class is computed from the
+containers' resources as the real API server does.
+
+Faults a real API server has: :meth:`StandInApiServer.fail` answers the next matching calls
+with 429/5xx or drops the connection (before or after doing the work); ``log_cuts`` cuts
+follow streams mid-way.
 
 This checks the launcher's lifecycle against the API's shapes, not a real kubelet: it is a
 stand-in, and the docs say so.
@@ -61,9 +67,48 @@ class _State:
     ended: set[str] = field(default_factory=set)
 
 
+def gpu_node(name: str, gpus: int = 8, product: str = "NVIDIA-H200", **extra: Any) -> dict[str, Any]:
+    """A Ready H200 node as the NVIDIA GPU operator labels it; ``extra`` overrides top-level keys."""
+    node = {
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, "nvidia.com/gpu.product": product,
+                                               "nvidia.com/gpu.count": str(gpus)}},
+        "spec": {"taints": [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}]},
+        "status": {"allocatable": {"cpu": "190", "memory": "1900Gi", "nvidia.com/gpu": str(gpus)},
+                   "conditions": [{"type": "Ready", "status": "True"}]},
+    }
+    node.update(extra)
+    return node
+
+
+def qos_class(spec: dict[str, Any]) -> str:
+    """BestEffort, Burstable or Guaranteed, by the rules of the real API server (cpu and memory)."""
+    containers = [*(spec.get("initContainers") or []), *spec.get("containers", [])]
+    req = [(c.get("resources") or {}).get("requests") or {} for c in containers]
+    lim = [(c.get("resources") or {}).get("limits") or {} for c in containers]
+    if not any(r.get(k) or m.get(k) for r, m in zip(req, lim, strict=True) for k in ("cpu", "memory")):
+        return "BestEffort"
+    full = all(m.get(k) and (r.get(k) or m.get(k)) == m.get(k) for r, m in zip(req, lim, strict=True) for k in ("cpu", "memory"))
+    return "Guaranteed" if full else "Burstable"
+
+
+@dataclass
+class Fault:
+    """Answer the next ``times`` calls of ``method`` whose path contains ``fragment`` with
+    ``status`` (0: drop the connection); ``after``: do the work first, then drop the answer."""
+
+    method: str
+    fragment: str
+    status: int
+    times: int = 1
+    after: bool = False
+
+
 class StandInApiServer:
-    def __init__(self, nodes: tuple[str, ...] = ("h200-a", "h200-b", "h200-c", "h200-d"), script: Script | None = None):
-        self.nodes = nodes
+    def __init__(self, nodes: tuple[str, ...] = ("h200-a", "h200-b", "h200-c", "h200-d"), script: Script | None = None,
+                 node_objects: list[dict[str, Any]] | None = None):
+        self.node_objects = node_objects if node_objects is not None else [gpu_node(n) for n in nodes]
+        self.nodes = tuple(n["metadata"]["name"] for n in self.node_objects)
         self.script: Script = script or (lambda pod, node: [])
         self.state = _State()
         self.cond = threading.Condition()
@@ -72,6 +117,8 @@ class StandInApiServer:
         self.deleted: list[str] = []  # DELETE calls by the client
         self.patches: list[tuple[str, str, Any]] = []
         self.requests: list[tuple[str, str]] = []
+        self.faults: list[Fault] = []
+        self.log_cuts = 0  # follow streams still to cut after their first line
         self.stopping = False
         server = self
 
@@ -94,6 +141,17 @@ class StandInApiServer:
         self.httpd.shutdown()
         self.httpd.server_close()
 
+    def fail(self, method: str, fragment: str, status: int, times: int = 1, after: bool = False) -> None:
+        self.faults.append(Fault(method, fragment, status, times, after))
+
+    def fault_for(self, method: str, path: str) -> Fault | None:
+        with self.cond:
+            for f in self.faults:
+                if f.method == method and f.fragment in path and f.times > 0:
+                    f.times -= 1
+                    return f
+        return None
+
     def core_v1(self) -> client.CoreV1Api:
         """The real client, configured against this server."""
         cfg = client.Configuration(host=self.url)
@@ -106,15 +164,18 @@ class StandInApiServer:
         self.cond.notify_all()
 
     def schedule(self, pod: dict[str, Any]) -> str:
-        """The first node not excluded by a kubernetes.io/hostname NotIn term ("" when none fits)."""
+        """The first node allowed by kubernetes.io/hostname In/NotIn terms ("" when none fits)."""
         excluded: set[str] = set()
+        allowed: set[str] | None = None
         terms = (((pod["spec"].get("affinity") or {}).get("nodeAffinity") or {})
                  .get("requiredDuringSchedulingIgnoredDuringExecution") or {}).get("nodeSelectorTerms") or []
         for term in terms:
             for e in term.get("matchExpressions") or []:
                 if e["key"] == "kubernetes.io/hostname" and e["operator"] == "NotIn":
                     excluded |= set(e["values"])
-        return next((n for n in self.nodes if n not in excluded), "")
+                if e["key"] == "kubernetes.io/hostname" and e["operator"] == "In":
+                    allowed = set(e["values"]) if allowed is None else allowed & set(e["values"])
+        return next((n for n in self.nodes if n not in excluded and (allowed is None or n in allowed)), "")
 
     def create(self, ns: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         name = body["metadata"]["name"]
@@ -124,7 +185,7 @@ class StandInApiServer:
             self.created.append(copy.deepcopy(body))
             pod = copy.deepcopy(body)
             pod["metadata"].update(namespace=ns, uid=f"uid-{len(self.created)}", creationTimestamp=now())
-            pod["status"] = {"phase": "Pending", "qosClass": "BestEffort"}
+            pod["status"] = {"phase": "Pending", "qosClass": qos_class(pod["spec"])}
             self.state.pods[name] = pod
             self.state.logs[name] = []
             self._emit("ADDED", pod)
@@ -189,6 +250,11 @@ class _Handler(BaseHTTPRequestHandler):
         pass
 
     def _send(self, code: int, obj: Any) -> None:
+        f = getattr(self, "fault", None)
+        if f is not None and f.after:  # the work is done; the answer is lost
+            self.close_connection = True
+            self.connection.shutdown(2)
+            return
         data = json.dumps(obj).encode()
         self.send_response(code)
         self.send_header("Content-Type", "application/json")
@@ -204,7 +270,29 @@ class _Handler(BaseHTTPRequestHandler):
     def _route(self) -> tuple[list[str], dict[str, str]]:
         u = urlparse(self.path)
         self.api.requests.append((self.command, u.path))
+        self.fault = self.api.fault_for(self.command, u.path)
         return u.path.strip("/").split("/"), {k: v[-1] for k, v in parse_qs(u.query).items()}
+
+    def _faulted(self) -> bool:
+        """Answer with the fault instead of doing the work (True), unless it strikes after the work."""
+        f = getattr(self, "fault", None)
+        if f is None or f.after:
+            return False
+        if self.command in ("POST", "PATCH", "DELETE"):
+            self._body()
+        if f.status == 0:
+            self.close_connection = True
+            self.connection.shutdown(2)
+        else:
+            self.send_response(f.status)
+            data = json.dumps(_status(f.status, "Stand-in fault", f"stand-in fault {f.status}")).encode()
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            if f.status == 429:
+                self.send_header("Retry-After", "0")
+            self.end_headers()
+            self.wfile.write(data)
+        return True
 
     def _body(self) -> Any:
         n = int(self.headers.get("Content-Length") or 0)
@@ -212,6 +300,8 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:
         parts, _ = self._route()
+        if self._faulted():
+            return
         if parts[:3] == ["api", "v1", "namespaces"] and len(parts) == 5 and parts[4] == "pods":
             self._send(*self.api.create(parts[3], self._body()))
         else:
@@ -219,6 +309,8 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_DELETE(self) -> None:
         parts, _ = self._route()
+        if self._faulted():
+            return
         self._body()
         if len(parts) == 6 and parts[4] == "pods":
             self._send(*self.api.delete(parts[5]))
@@ -227,6 +319,8 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_PATCH(self) -> None:
         parts, _ = self._route()
+        if self._faulted():
+            return
         body, ctype = self._body(), self.headers.get("Content-Type", "")
         if parts[:3] != ["api", "v1", "nodes"] or len(parts) != 4:
             return self._send(404, _status(404, "NotFound", self.path))
@@ -240,6 +334,10 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:
         parts, q = self._route()
+        if self._faulted():
+            return
+        if parts[:3] == ["api", "v1", "nodes"]:
+            return self._nodes(parts, q)
         if parts[:3] != ["api", "v1", "namespaces"] or len(parts) < 5 or parts[4] != "pods":
             return self._send(404, _status(404, "NotFound", self.path))
         if len(parts) == 5 and q.get("watch", "").lower() == "true":
@@ -255,6 +353,13 @@ class _Handler(BaseHTTPRequestHandler):
         with self.api.cond:
             pod = copy.deepcopy(self.api.state.pods.get(name))
         self._send(200, pod) if pod else self._send(404, _status(404, "NotFound", f'pods "{name}" not found'))
+
+    def _nodes(self, parts: list[str], q: dict[str, str]) -> None:
+        nodes = [n for n in self.api.node_objects if _matches(n, q)]
+        if len(parts) == 4:
+            found = [n for n in nodes if n["metadata"]["name"] == parts[3]]
+            return self._send(200, found[0]) if found else self._send(404, _status(404, "NotFound", f'nodes "{parts[3]}" not found'))
+        self._send(200, {"kind": "NodeList", "apiVersion": "v1", "metadata": {"resourceVersion": "1"}, "items": nodes})
 
     def _start_stream(self) -> None:
         self.send_response(200)
@@ -309,6 +414,11 @@ class _Handler(BaseHTTPRequestHandler):
                     if not lines and not done and follow:
                         api.cond.wait(0.05)
                         continue
+                if lines and sent == 0 and api.log_cuts > 0:  # a proxy cuts the stream after one line
+                    api.log_cuts -= 1
+                    self._chunk(lines[0] + "\n")
+                    self.connection.shutdown(2)
+                    return
                 sent += len(lines)
                 if lines:
                     stamp = now().replace("Z", ".000000000Z ") if timestamps else ""

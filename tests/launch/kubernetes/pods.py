@@ -27,11 +27,51 @@ def _cond(pod: Pod, ctype: str, status: str, reason: str = "", message: str = ""
     _status(pod)["conditions"] = [*conds, c]
 
 
+#: what the kubelet reports for an image pinned by digest (the registry's answer otherwise)
+IMAGE_ID = "ghcr.io/example/rl@sha256:" + "ab" * 32
+
+
 def _container(pod: Pod, state: dict[str, Any], ready: bool = False) -> None:
-    image = pod["spec"]["containers"][0]["image"]
+    c = pod["spec"]["containers"][0]
+    image = c["image"]
+    image_id = image if "@sha256:" in image else IMAGE_ID
     _status(pod)["containerStatuses"] = [
-        {"name": "test", "image": image, "imageID": "", "ready": ready, "restartCount": 0, "state": state}
+        {"name": c["name"], "image": image, "imageID": image_id if "running" in state or "terminated" in state else "",
+         "ready": ready, "restartCount": 0, "state": state}
     ]
+
+
+def _init(pod: Pod, state: dict[str, Any]) -> None:
+    inits = pod["spec"].get("initContainers") or [{"name": "preflight", "image": ""}]
+    _status(pod)["initContainerStatuses"] = [
+        {"name": inits[0]["name"], "image": inits[0]["image"], "imageID": "", "ready": False, "restartCount": 0,
+         "state": state}
+    ]
+
+
+def preflight_running():
+    """Pending, the pre-flight init container running (PodInitializing for the test container)."""
+    def m(pod: Pod) -> None:
+        _status(pod)["startTime"] = _status(pod).get("startTime") or now()
+        _init(pod, {"running": {"startedAt": now()}})
+        _container(pod, {"waiting": {"reason": "PodInitializing"}})
+    return m
+
+
+def preflight_done():
+    return lambda pod: _init(pod, {"terminated": {"exitCode": 0, "reason": "Completed", "startedAt": now(), "finishedAt": now()}})
+
+
+def preflight_failed(exit_code: int, message: str = ""):
+    """The pre-flight exited non-zero: the pod fails, the test container never starts."""
+    def m(pod: Pod) -> None:
+        term = {"exitCode": exit_code, "reason": "Error", "startedAt": now(), "finishedAt": now()}
+        if message:
+            term["message"] = message
+        _init(pod, {"terminated": term})
+        _status(pod)["phase"] = "Failed"
+        _container(pod, {"waiting": {"reason": "PodInitializing"}})
+    return m
 
 
 def scheduled(node: str):
@@ -106,6 +146,13 @@ def together(*mutations):
 
 
 # -- whole scenarios ---------------------------------------------------------------------
+def passes_after_preflight(node: str, logs=("step 1 loss=2.0",), startup_s: float = 0.01) -> list[Step]:
+    """Scheduled, the pre-flight takes ``startup_s``, then the test runs and passes."""
+    return [Step(mutate=scheduled(node)), Step(mutate=preflight_running()),
+            Step(delay_s=startup_s, mutate=together(preflight_done(), running()), logs=tuple(logs)),
+            Step(mutate=terminated("Succeeded", 0, "Completed"), logs=("done",))]
+
+
 def passes(node: str, logs=("step 1 loss=2.0", "step 2 loss=1.5")) -> list[Step]:
     return [Step(mutate=scheduled(node)), Step(mutate=running(), logs=tuple(logs)),
             Step(mutate=terminated("Succeeded", 0, "Completed"), logs=("done",))]

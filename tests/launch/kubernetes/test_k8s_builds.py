@@ -98,6 +98,7 @@ def test_a_dataset_pod_downloads_with_the_token_from_the_secret_and_the_configur
     envs = {e["name"]: e for e in container(body)["env"]}
     assert envs["HF_TOKEN"] == {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf-token", "key": "token"}}}
     assert envs["HF_ENDPOINT"]["value"] == "https://hf-mirror.internal"
+    assert envs["NVIDIA_VISIBLE_DEVICES"]["value"] == "void" and "nvidia.com/gpu" not in container(body)["resources"]["limits"]
     log = (tmp_path / "ds.log").read_text()
     assert "hf: token present endpoint https://hf-mirror.internal" in log
     assert SECRET not in json.dumps(server.created) and SECRET not in log
@@ -113,7 +114,9 @@ def test_a_conversion_pod_runs_the_declared_argv_on_pvc_paths_with_the_gpus_it_a
     assert argv[:4] == ["python3", "tools/convert_hf_to_torch_dist.py", "--hf-checkpoint", f"{BUILD_MOUNT}/models/tiny-lm"]
     assert argv[4] == "--save" and argv[5].startswith(f"{BUILD_MOUNT}/.tiny-lm_torch_dist.partial-")
     assert argv[6:] == ["--model-type", "tiny", "--num-gpus", "8"]
-    assert container(body)["resources"] == {"requests": {"nvidia.com/gpu": "8"}, "limits": {"nvidia.com/gpu": "8"}}
+    assert container(body)["resources"] == {"requests": {"nvidia.com/gpu": "8", "cpu": "160", "memory": "1600Gi"},
+                                            "limits": {"nvidia.com/gpu": "8", "memory": "1600Gi"}}
+    assert container(body)["image"] == f"{POOL.image}@{POOL.image_digest}"
     assert "HF_TOKEN" not in {e["name"] for e in container(body)["env"]}, "only downloads get the token"
     shards = sorted(p.name for p in (kubelet.pvc / "tiny-lm_torch_dist").iterdir())
     assert MARKER in shards and len(shards) > 2 and not built.reused
@@ -213,3 +216,12 @@ def test_pods_see_the_cache_at_root_not_the_planning_machines_folders():
     env = pod_env({"MINIRL_ROOT": "{cache}", "PYTHONPATH": "{repo}", "HUB": "{hub}", "HF_TOKEN": "x"}, {"MINIRL_FAIL": "t"})
     assert env == {"MINIRL_ROOT": "/root", "PYTHONPATH": ".", "HUB": "", "MINIRL_FAIL": "t"}
     assert on_pvc("/root/models/x") == f"{BUILD_MOUNT}/models/x"
+
+
+def test_build_pods_carry_the_run_id_and_owner_so_a_dead_runs_builds_are_cleaned_up(kubelet):
+    owner = {"apiVersion": "v1", "kind": "Pod", "name": "dagster-run-7", "uid": "uid-7"}
+    with serve(kubelet) as server:
+        builder(server, run_id="run-7", owner=owner).build(MODEL, MODELS, CONVERSION, {})
+    meta = server.created[0]["metadata"]
+    assert meta["labels"]["nightly-e2e.io/run-id"] == "run-7" and meta["ownerReferences"] == [owner]
+    kubernetes_validate.validate(server.created[0], "1.31", strict=True)

@@ -13,7 +13,7 @@ import yaml
 from tests.conftest import PROJECT_ROOT
 
 K8S = PROJECT_ROOT / "k8s"
-OVERLAYS = ["base", "overlays/production", "overlays/kueue", "overlays/cordon"]
+OVERLAYS = ["base", "overlays/production", "overlays/kueue", "overlays/cordon", "overlays/irsa"]
 KUEUE_KINDS = {"ResourceFlavor", "ClusterQueue", "LocalQueue"}
 pytestmark = pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl renders the kustomizations")
 
@@ -39,25 +39,76 @@ def test_every_overlay_renders_and_validates_strictly(overlay):
         kubernetes_validate.validate(doc, "1.31", strict=True)
 
 
-def test_the_launcher_role_grants_exactly_pods_logs_and_events():
+def test_the_launcher_role_grants_exactly_pods_logs_events_and_reading_the_cache_claim():
     [role] = by_kind("overlays/production", "Role")
     grants = {(g, r, v) for rule in role["rules"] for g in rule["apiGroups"] for r in rule["resources"] for v in rule["verbs"]}
     expected = {("", "pods", v) for v in ("create", "get", "list", "watch", "delete")}
     expected |= {("", "pods/log", "get")} | {("", "events", v) for v in ("get", "list", "watch")}
+    expected |= {("", "persistentvolumeclaims", "get")}
     assert grants == expected
     assert role["metadata"]["namespace"] == "nightly-e2e"
     [binding] = by_kind("overlays/production", "RoleBinding")
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "nightly-launcher", "namespace": "nightly-e2e"}]
 
 
-@pytest.mark.parametrize("overlay", ["base", "overlays/production", "overlays/kueue"])
-def test_no_cluster_wide_rights_unless_the_cordon_overlay_is_chosen(overlay):
-    assert not by_kind(overlay, "ClusterRole") and not by_kind(overlay, "ClusterRoleBinding")
+def cluster_grants(overlay: str) -> set[tuple[str, str, str]]:
+    return {(g, r, v) for role in by_kind(overlay, "ClusterRole") for rule in role["rules"]
+            for g in rule["apiGroups"] for r in rule["resources"] for v in rule["verbs"]}
+
+
+@pytest.mark.parametrize("overlay", ["base", "overlays/production", "overlays/kueue", "overlays/irsa"])
+def test_cluster_wide_rights_only_read_unless_the_cordon_overlay_is_chosen(overlay):
+    grants = cluster_grants(overlay)
+    assert {v for _, _, v in grants} <= {"get", "list"}
+    nodes = {("", "nodes", "get"), ("", "nodes", "list")}
+    assert grants - nodes <= {("kueue.x-k8s.io", r, "get") for r in ("clusterqueues", "localqueues", "resourceflavors")}
+    assert (grants >= nodes) == (overlay != "base"), "production lists nodes to pin the plan's nodes"
 
 
 def test_the_cordon_overlay_adds_only_node_read_and_patch():
-    [role] = by_kind("overlays/cordon", "ClusterRole")
+    [role] = [r for r in by_kind("overlays/cordon", "ClusterRole") if r["metadata"]["name"] == "nightly-e2e-node-cordon"]
+    assert cluster_grants("overlays/cordon") - cluster_grants("overlays/production") == {("", "nodes", "watch"), ("", "nodes", "patch")}
     assert role["rules"] == [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch", "patch"]}]
+
+
+def test_the_code_location_is_hardened_and_probed():
+    [dep] = by_kind("overlays/production", "Deployment")
+    pod = dep["spec"]["template"]["spec"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    [c] = pod["containers"]
+    sc = c["securityContext"]
+    assert sc["readOnlyRootFilesystem"] is True and sc["allowPrivilegeEscalation"] is False
+    assert sc["capabilities"] == {"drop": ["ALL"]}
+    health = ["dagster", "api", "grpc-health-check", "-p", "4000"]
+    assert c["livenessProbe"]["exec"]["command"] == c["readinessProbe"]["exec"]["command"] == health
+    assert {m["mountPath"] for m in c["volumeMounts"]} == {"/tmp", "/var/lib/dagster"}, "writable places on a read-only root"
+
+
+def test_the_namespace_enforces_baseline_pod_security_and_warns_on_restricted():
+    [ns] = by_kind("overlays/production", "Namespace")
+    labels = ns["metadata"]["labels"]
+    assert labels["pod-security.kubernetes.io/enforce"] == "baseline"
+    assert labels["pod-security.kubernetes.io/warn"] == labels["pod-security.kubernetes.io/audit"] == "restricted"
+
+
+def test_network_policies_open_only_the_code_location_port_to_this_namespace():
+    policies = {p["metadata"]["name"]: p["spec"] for p in by_kind("overlays/production", "NetworkPolicy")}
+    grpc = policies["nightly-code-location"]
+    assert grpc["ingress"] == [{"from": [{"podSelector": {}}], "ports": [{"protocol": "TCP", "port": 4000}]}]
+    tests = policies["nightly-test-pods-no-ingress"]
+    assert tests["podSelector"] == {"matchLabels": {"app.kubernetes.io/managed-by": "nightly-e2e"}}
+    assert tests["policyTypes"] == ["Ingress"] and "ingress" not in tests
+
+
+def test_s3_credentials_come_from_irsa_on_the_launcher_not_from_static_keys():
+    [sa] = by_kind("overlays/irsa", "ServiceAccount")
+    assert sa["metadata"]["annotations"]["eks.amazonaws.com/role-arn"].startswith("arn:aws:iam::")
+    values = yaml.safe_load((K8S / "helm" / "values.yaml").read_text())
+    k8s = values["runLauncher"]["config"]["k8sRunLauncher"]
+    assert "envSecrets" not in k8s, "static keys only as a documented fallback"
+    env = {e["name"]: e for e in k8s["runK8sConfig"]["containerConfig"]["env"]}
+    assert env["POD_UID"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.uid"}}, "run pods own their test pods"
 
 
 def test_the_code_location_serves_the_definitions_on_port_4000():
@@ -84,9 +135,12 @@ def test_kueue_objects_have_the_shape_kueue_expects():
             + by_kind("overlays/kueue", "LocalQueue")}
     assert {d["apiVersion"] for d in docs.values()} == {"kueue.x-k8s.io/v1beta1"}
     assert "namespace" not in docs["ResourceFlavor"]["metadata"] and "namespace" not in docs["ClusterQueue"]["metadata"]
+    assert docs["ClusterQueue"]["spec"]["namespaceSelector"] == {"matchLabels": {"kubernetes.io/metadata.name": "nightly-e2e"}}
     [group] = docs["ClusterQueue"]["spec"]["resourceGroups"]
-    assert group["coveredResources"] == ["nvidia.com/gpu"]
-    assert group["flavors"] == [{"name": "h200", "resources": [{"name": "nvidia.com/gpu", "nominalQuota": 32}]}]
+    assert group["coveredResources"] == ["cpu", "memory", "nvidia.com/gpu"]
+    [flavor] = group["flavors"]
+    quota = {r["name"]: r["nominalQuota"] for r in flavor["resources"]}
+    assert flavor["name"] == "h200" and quota["nvidia.com/gpu"] == 32
     assert docs["LocalQueue"]["metadata"] == {"name": "h200-nightly", "namespace": "nightly-e2e"}
     assert docs["LocalQueue"]["spec"]["clusterQueue"] == docs["ClusterQueue"]["metadata"]["name"]
 
@@ -101,3 +155,17 @@ def test_helm_values_use_the_k8s_run_launcher_postgres_psycopg2_monitoring_and_a
     assert values["dagsterDaemon"]["runMonitoring"]["enabled"] is True
     assert values["dagsterDaemon"]["runCoordinator"]["config"]["queuedRunCoordinator"]["maxConcurrentRuns"] > 0
     assert values["dagsterWebserver"]["workspace"]["servers"][0]["port"] == 4000
+
+
+def test_kueue_quota_admits_a_whole_night_of_the_pools_pods():
+    """Every node full of whole-node pods must fit the quota, or Kueue holds pods the nodes could run."""
+    from pipelines.core.specs import load_specs
+    from pipelines.launch.kubernetes.resources import bytes_of, millicores
+
+    pool = load_specs(PROJECT_ROOT / "assets").deployment("production").pools[0]
+    [cq] = by_kind("overlays/kueue", "ClusterQueue")
+    quota = {r["name"]: r["nominalQuota"] for r in cq["spec"]["resourceGroups"][0]["flavors"][0]["resources"]}
+    gpus = pool.nodes * pool.gpus_per_node
+    assert quota["nvidia.com/gpu"] == gpus
+    assert millicores(str(quota["cpu"])) >= millicores(pool.cpu_per_gpu) * gpus
+    assert bytes_of(str(quota["memory"])) >= bytes_of(pool.memory_per_gpu) * gpus

@@ -19,6 +19,12 @@ def pod(phase="Running", reason="", conditions=(), state=None, node="h200-a", de
     return {"metadata": meta, "spec": {"nodeName": node}, "status": status}
 
 
+def preflight(code):
+    p = pod("Failed", state={"waiting": {"reason": "PodInitializing"}})
+    p["status"]["initContainerStatuses"] = [{"name": "preflight", "state": term(code)}]
+    return p
+
+
 def term(code, reason="Error"):
     return {"terminated": {"exitCode": code, "reason": reason}}
 
@@ -34,7 +40,12 @@ ROWS = [
      ("infra_error", "evicted", True)),
     ("eviction, old kubelet", pod("Failed", "Evicted"), ("infra_error", "evicted", True)),
     ("GPU gone at admission", pod("Failed", "UnexpectedAdmissionError"), ("infra_error", "gpu_unusable", True)),
-    ("pre-flight failed", pod("Failed", state=term(86)), ("infra_error", "gpu_unusable", True)),
+    ("pre-flight: CUDA failed", preflight(86), ("infra_error", "gpu_unusable", True)),
+    ("pre-flight: tool missing", preflight(87), ("infra_error", "preflight_tool_missing", False)),
+    ("pre-flight: hung", preflight(88), ("infra_error", "preflight_hung", True)),
+    ("a test exiting 86", pod("Failed", state=term(86)), ("failed", "exit_code", False)),
+    ("deadline during the pre-flight", pod("Pending", "DeadlineExceeded", state={"waiting": {"reason": "PodInitializing"}}),
+     ("infra_error", "startup_timeout", True)),
     ("scheduler preemption", pod("Failed", conditions=[(*DISRUPT, "PreemptionByScheduler")], state=term(143)),
      ("infra_error", "preempted", True)),
     ("drain", pod("Failed", conditions=[(*DISRUPT, "EvictionByEvictionAPI")], state=term(143)), ("infra_error", "evicted", True)),
@@ -65,6 +76,8 @@ PENDING = [
     ("gated by Kueue", pod("Pending", conditions=[("PodScheduled", "False", "SchedulingGated")], node=""), "unschedulable", False),
     ("image pull", pod("Pending", state={"waiting": {"reason": "ImagePullBackOff"}}), "image_pull", True),
     ("missing secret", pod("Pending", state={"waiting": {"reason": "CreateContainerConfigError"}}), "container_config", False),
+    ("scheduled, still pulling or in the pre-flight", pod("Pending", state={"waiting": {"reason": "PodInitializing"}}),
+     "startup_timeout", True),
 ]
 
 
@@ -97,3 +110,10 @@ def test_explain_names_what_the_pod_said():
     text = explain(last, classify(last, False, 0, 60))
     assert text.startswith("evicted: phase=Failed reason=Evicted DisruptionTarget=TerminationByKubelet")
     assert "exit=137" in text and "low on resource: memory" in text and "node=h200-a" in text
+
+
+def test_explain_quotes_what_a_failed_preflight_said():
+    last = preflight(86)
+    last["status"]["initContainerStatuses"][0]["state"]["terminated"]["message"] = "CUDA init failed on h200-a: CUresult 802"
+    text = explain(last, classify(last, False, 0, 60))
+    assert text.startswith("gpu_unusable: phase=Failed init preflight exit=86 said='CUDA init failed on h200-a: CUresult 802'")

@@ -13,7 +13,7 @@ import yaml
 from pipelines.launch.base import LaunchRequest
 from tests.conftest import make_test
 from tests.launch.kubernetes import pods
-from tests.launch.kubernetes.apiserver import StandInApiServer
+from tests.launch.kubernetes.apiserver import StandInApiServer, Step
 from tests.launch.kubernetes.test_k8s_launcher import DEPLOYMENT, POOL
 
 pytestmark = pytest.mark.slow
@@ -57,7 +57,8 @@ def test_a_pod_that_passes_is_passed_and_keeps_our_pod_spec(tmp_path):
     attempt, invocation, server = run_pipes(tmp_path, lambda pod, node: pods.passes(node))
     assert (attempt.outcome, attempt.node) == ("passed", "h200-a") and invocation is not None
     [body] = server.created
-    assert body["spec"]["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu": "4"}
+    assert body["spec"]["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu": "4", "memory": "128Gi"}
+    assert body["spec"]["initContainers"][0]["name"] == "preflight"
     assert body["metadata"]["labels"]["nightly-e2e.io/test"] == "tests-e2e-test_grpo.py"
 
 
@@ -68,6 +69,31 @@ def test_oom_killed_with_exit_0_is_a_failure_although_dagster_k8s_calls_it_succe
 
 
 def test_a_failed_preflight_is_an_infra_error_on_that_node(tmp_path):
-    attempt, invocation, _ = run_pipes(tmp_path, lambda pod, node: pods.ends(node, pods.terminated("Failed", 86, "Error")))
+    attempt, invocation, _ = run_pipes(tmp_path, lambda pod, node: pods.ends(node, pods.preflight_failed(86)))
     assert (attempt.outcome, attempt.reason, attempt.node, invocation) == ("infra_error", "gpu_unusable", "h200-a", None)
     assert "DagsterK8sError" in attempt.details["dagster_k8s"]
+
+
+SECRET = "hf_" + "PipesT0kenValue" * 3
+
+
+def _ran_42_seconds(pod):
+    pods.terminated("Succeeded", 0, "Completed")(pod)
+    state = pod["status"]["containerStatuses"][0]["state"]["terminated"]
+    state.update(startedAt="2026-12-01T02:00:00Z", finishedAt="2026-12-01T02:00:42Z")
+
+
+def test_the_attempt_log_is_written_with_tokens_masked_there_and_in_the_step_logs(tmp_path, capfd):
+    script = lambda pod, node: pods.passes(node, logs=(f"token is {SECRET}", "loss went down"))  # noqa: E731
+    attempt, _, _ = run_pipes(tmp_path, script)
+    text = (tmp_path / "grpo.log").read_text()
+    assert "token is hf_***" in text and "loss went down" in text and "verdict passed" in text
+    out, err = capfd.readouterr()
+    assert "loss went down" in out, "dagster-k8s forwards the pod's lines to the step's stdout"
+    assert SECRET not in text + out + err and attempt.log_path == str(tmp_path / "grpo.log")
+
+
+def test_elapsed_is_the_test_containers_own_time_not_the_wall_time_around_the_pod(tmp_path):
+    attempt, _, _ = run_pipes(tmp_path, lambda pod, node: [*pods.ends(node), Step(mutate=_ran_42_seconds)])
+    assert attempt.outcome == "passed" and attempt.elapsed_s == 42.0
+    assert float(attempt.details["wall_s"]) < 42.0

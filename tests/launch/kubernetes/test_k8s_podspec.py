@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import ctypes.util
 import dataclasses
 import json
-import shutil
-import subprocess
 from pathlib import Path
 
 import kubernetes_validate
@@ -16,7 +13,9 @@ from hypothesis import strategies as st
 
 from pipelines.core.specs import load_specs
 from pipelines.launch.base import LaunchRequest
-from pipelines.launch.kubernetes.podspec import PREFLIGHT_SCRIPT, PREFLIGHT_TIMEOUT_S, build_pod, label_value
+from pipelines.launch.kubernetes.podspec import build_pod, label_value
+from pipelines.launch.kubernetes.preflight import PREFLIGHT_COMMAND
+from pipelines.launch.kubernetes.resources import bytes_of, millicores
 from tests.conftest import PROJECT_ROOT, make_test
 
 SPECS = load_specs(PROJECT_ROOT / "assets")
@@ -49,9 +48,29 @@ def test_a_misspelled_field_fails_strict_validation_so_the_check_can_fail():
         kubernetes_validate.validate(pod, "1.31", strict=True)
 
 
-def test_gpus_are_requested_and_limited_to_the_test_gpus():
+def test_gpus_cpu_and_memory_are_requested_per_gpu_and_memory_is_limited_to_its_request():
     res = container(build_pod(request(), POOL, PRODUCTION))["resources"]
-    assert res == {"requests": {"nvidia.com/gpu": "8"}, "limits": {"nvidia.com/gpu": "8"}}
+    assert res == {"requests": {"nvidia.com/gpu": "8", "cpu": "160", "memory": "1600Gi"},
+                   "limits": {"nvidia.com/gpu": "8", "memory": "1600Gi"}}
+
+
+def test_a_cpu_only_pod_gets_one_gpus_share_so_it_is_never_best_effort():
+    res = container(build_pod(request(test=make_test(gpus=0)), POOL, PRODUCTION))["resources"]
+    assert res == {"requests": {"cpu": "20", "memory": "200Gi"}, "limits": {"memory": "200Gi"}}
+
+
+def test_fractional_shares_are_exact():
+    pool = dataclasses.replace(POOL, cpu_per_gpu="1.5", memory_per_gpu="1536Mi")
+    res = container(build_pod(request(test=make_test(gpus=3)), pool, PRODUCTION))["resources"]["requests"]
+    assert (res["cpu"], res["memory"]) == ("4500m", "4608Mi")
+    assert (millicores(res["cpu"]), bytes_of(res["memory"])) == (4500, 4608 * 2**20)
+
+
+def test_a_quantity_that_is_not_one_is_refused_with_the_fix():
+    with pytest.raises(ValueError, match=r"'12 cores' is not a Kubernetes quantity; write e.g. \"12\""):
+        millicores("12 cores")
+    with pytest.raises(ValueError, match="'200Gi' is not a CPU quantity"):
+        millicores("200Gi")
 
 
 def test_pool_placement_priority_queue_and_image_come_from_assets():
@@ -61,7 +80,6 @@ def test_pool_placement_priority_queue_and_image_come_from_assets():
     assert spec["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
     assert spec["priorityClassName"] == "nightly-e2e"
     assert pod["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "h200-nightly"
-    assert container(pod)["image"] == "ghcr.io/example/rl-framework:nightly"
     assert spec["restartPolicy"] == "Never" and "affinity" not in spec
 
 
@@ -82,16 +100,11 @@ def test_shm_is_a_memory_empty_dir_and_caches_are_read_only_sub_paths():
     assert (mounts["/root/datasets"]["subPath"], mounts["/root/datasets"]["readOnly"]) == ("datasets", True)
 
 
-def test_the_hf_token_comes_only_from_the_secret_never_as_a_literal():
+def test_test_pods_get_no_token_at_all_neither_literal_nor_from_the_secret():
     pod = build_pod(request(), POOL, PRODUCTION)
     assert SECRET not in json.dumps(pod)
-    tokens = [e for e in container(pod)["env"] if "TOKEN" in e["name"]]
-    assert tokens == [{"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf-token", "key": "token"}}}]
-
-
-def test_without_a_secret_configured_no_token_is_passed_at_all():
-    pod = build_pod(request(), POOL, dataclasses.replace(PRODUCTION, hf_token_secret=""))
     assert not [e for e in container(pod)["env"] if "TOKEN" in e["name"]]
+    assert "hf-token" not in json.dumps(pod), "downloads happen in build pods only"
 
 
 def test_labels_carry_the_test_run_night_attempt_and_the_full_id_is_annotated():
@@ -115,44 +128,60 @@ def test_any_test_id_becomes_a_valid_label_value(text):
         assert value[0].isalnum() and value[-1].isalnum()
 
 
-def test_the_deadline_is_the_test_timeout_plus_the_preflight_budget():
-    assert build_pod(request(), POOL, PRODUCTION)["spec"]["activeDeadlineSeconds"] == 1500 + PREFLIGHT_TIMEOUT_S
-    cpu = build_pod(request(test=make_test(gpus=0)), POOL, PRODUCTION)
-    assert cpu["spec"]["activeDeadlineSeconds"] == 1500 and "resources" not in container(cpu)
+def test_the_image_is_pinned_by_digest_so_if_not_present_is_safe():
+    c = container(build_pod(request(), POOL, PRODUCTION))
+    assert c["image"] == f"ghcr.io/example/rl-framework:nightly@{POOL.image_digest}"
+    assert c["imagePullPolicy"] == "IfNotPresent"
 
 
-def test_the_command_is_a_constant_script_and_test_data_travels_as_arguments():
+def test_the_nights_digest_wins_and_an_unpinned_tag_is_always_pulled():
+    tonight = "sha256:" + "1" * 64
+    assert container(build_pod(request(), POOL, PRODUCTION, digest=tonight))["image"].endswith("@" + tonight)
+    c = container(build_pod(request(), dataclasses.replace(POOL, image_digest=""), PRODUCTION))
+    assert (c["image"], c["imagePullPolicy"]) == ("ghcr.io/example/rl-framework:nightly", "Always")
+
+
+def test_the_preflight_is_an_init_container_with_the_same_image_gpus_and_resources():
+    pod = build_pod(request(), POOL, PRODUCTION)
+    [init] = pod["spec"]["initContainers"]
+    assert init["name"] == "preflight" and init["command"] == list(PREFLIGHT_COMMAND)
+    assert (init["image"], init["resources"]) == (container(pod)["image"], container(pod)["resources"])
+    assert {e["name"]: e.get("value") for e in init["env"]}["NIGHTLY_PREFLIGHT_GPUS"] == "8"
+    assert "preflight" not in json.dumps(container(pod)["command"])
+
+
+def test_a_cpu_only_pod_has_no_preflight_and_sees_no_gpu():
+    pod = build_pod(request(test=make_test(gpus=0)), POOL, PRODUCTION)
+    assert "initContainers" not in pod["spec"]
+    assert {"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"} in container(pod)["env"]
+    gpu_pod = build_pod(request(), POOL, PRODUCTION)
+    assert "NVIDIA_VISIBLE_DEVICES" not in json.dumps(container(gpu_pod)["env"])
+
+
+def test_the_backstop_deadline_leaves_room_for_pulls_and_preflight():
+    assert build_pod(request(), POOL, PRODUCTION)["spec"]["activeDeadlineSeconds"] == 1500 + PRODUCTION.startup_wait_s
+
+
+def test_the_command_is_the_wrapper_with_python3_and_test_data_as_plain_arguments():
     cmd = container(build_pod(request(), POOL, PRODUCTION))["command"]
-    assert cmd[:4] == ["sh", "-c", PREFLIGHT_SCRIPT, "nightly-preflight"]
-    assert cmd[4:] == ["python", "-m", "pipelines.launch.wrapper", "--file", "tests/e2e/megatron/test_qwen.py",
-                       "--func", "execute", "--", "--config", "fp8; rm -rf /"]
-    assert "test_qwen" not in PREFLIGHT_SCRIPT
+    assert cmd == ["python3", "-m", "pipelines.launch.wrapper", "--file", "tests/e2e/megatron/test_qwen.py",
+                   "--func", "execute", "--", "--config", "fp8; rm -rf /"]
 
 
-def _fake_bin(tmp_path: Path, nvidia_rc: int) -> Path:
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    (bin_dir / "nvidia-smi").write_text(f"#!/bin/sh\necho 'GPU 0: NVIDIA H200'\nexit {nvidia_rc}\n")
-    (bin_dir / "nvidia-smi").chmod(0o755)
-    return bin_dir
+def test_a_pinned_node_is_required_unless_it_is_to_be_avoided():
+    def exprs(pod):
+        return pod["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+            "nodeSelectorTerms"][0]["matchExpressions"]
+    pinned = build_pod(request(), POOL, PRODUCTION, node_name="h200-c")
+    assert exprs(pinned) == [{"key": "kubernetes.io/hostname", "operator": "In", "values": ["h200-c"]}]
+    avoided = build_pod(request(avoid_nodes=("h200-c",)), POOL, PRODUCTION, node_name="h200-c")
+    assert exprs(avoided) == [{"key": "kubernetes.io/hostname", "operator": "NotIn", "values": ["h200-c"]}]
+    kubernetes_validate.validate(pinned, "1.31", strict=True)
 
 
-@pytest.mark.skipif(shutil.which("sh") is None, reason="needs a POSIX shell")
-def test_the_preflight_exits_86_when_the_gpus_are_unusable_and_never_runs_the_test(tmp_path):
-    bin_dir = _fake_bin(tmp_path, nvidia_rc=9)
-    out = subprocess.run(["sh", "-c", PREFLIGHT_SCRIPT, "nightly-preflight", "echo", "TEST RAN"], capture_output=True,
-                         text=True, env={"PATH": f"{bin_dir}:/usr/bin:/bin", "NIGHTLY_NODE_NAME": "h200-a"}, timeout=30)
-    assert out.returncode == 86
-    assert "nvidia-smi -L failed: GPUs not usable on h200-a" in out.stderr and "TEST RAN" not in out.stdout
-
-
-@pytest.mark.skipif(ctypes.util.find_library("cuda") is not None, reason="this machine has a CUDA driver")
-def test_the_preflight_fails_on_a_machine_without_cuda_and_passes_when_disabled(tmp_path):
-    bin_dir = _fake_bin(tmp_path, nvidia_rc=0)
-    env = {"PATH": f"{bin_dir}:{Path(shutil.which('python3') or '/usr/bin/python3').parent}:/usr/bin:/bin", "NIGHTLY_NODE_NAME": "n"}
-    (bin_dir / "python").symlink_to(shutil.which("python3") or "/usr/bin/python3")
-    argv = ["sh", "-c", PREFLIGHT_SCRIPT, "nightly-preflight", "echo", "TEST RAN; $(not expanded)"]
-    out = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=30)
-    assert out.returncode == 86 and "cannot load libcuda.so.1" in out.stdout  # no GPU on this machine
-    out = subprocess.run(argv, capture_output=True, text=True, env={**env, "NIGHTLY_PREFLIGHT": "0"}, timeout=30)
-    assert out.returncode == 0 and out.stdout == "TEST RAN; $(not expanded)\n"
+def test_the_runs_pod_owns_the_test_pod():
+    owner = {"apiVersion": "v1", "kind": "Pod", "name": "dagster-run-1a2b", "uid": "0b7c-uid"}
+    pod = build_pod(request(), POOL, PRODUCTION, owner=owner, attempt_uid="u1")
+    assert pod["metadata"]["ownerReferences"] == [owner]
+    assert pod["metadata"]["annotations"]["nightly-e2e.io/attempt-uid"] == "u1"
+    kubernetes_validate.validate(pod, "1.31", strict=True)

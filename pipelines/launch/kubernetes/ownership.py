@@ -1,0 +1,82 @@
+"""Whose pods these are: tied to the run's pod, and swept when their run is dead.
+
+A killed Dagster run used to leave GPU pods running to their deadline. Three defences:
+
+- ``ownerReferences`` to the run's pod (env ``POD_NAME``/``POD_UID`` from the downward API, or
+  the pod named like this host when running in the cluster): deleting the run's pod lets the
+  garbage collector delete its test pods;
+- :func:`sweep_stale_pods` at night start: our labelled pods whose run is not live are deleted;
+- :meth:`KubernetesLauncher.cancel_all` on interrupt (the signal handler calls it).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+from collections.abc import Iterable
+from typing import Any
+
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+from pipelines.core.specs import DeploymentSpec
+from pipelines.launch.kubernetes.podspec import LABEL_PREFIX, MANAGED_BY, label_value
+from pipelines.launch.kubernetes.retries import CONNECTION_ERRORS, with_retries
+
+log = logging.getLogger(__name__)
+RUN_ID_LABEL = f"{LABEL_PREFIX}/run-id"
+
+
+def owner_reference(name: str, uid: str) -> dict[str, Any]:
+    """An ownerReference to a pod (no controller, no blockOwnerDeletion: those need more RBAC)."""
+    return {"apiVersion": "v1", "kind": "Pod", "name": name, "uid": uid}
+
+
+def run_pod_owner(api: client.CoreV1Api | None, namespace: str,
+                  environ: dict[str, str] | None = None) -> dict[str, Any] | None:
+    """The ownerReference to the pod this run executes in, or None outside a pod of ``namespace``.
+
+    ``POD_NAME`` and ``POD_UID`` (downward API, see k8s/helm/values.yaml) are used when set;
+    in a cluster without them the pod named like this host is looked up (ownerReferences only
+    work within one namespace, so a run pod elsewhere owns nothing).
+    """
+    env = os.environ if environ is None else environ
+    if env.get("POD_NAME") and env.get("POD_UID"):
+        if env.get("POD_NAMESPACE", namespace) != namespace:
+            return None
+        return owner_reference(env["POD_NAME"], env["POD_UID"])
+    if api is None or not env.get("KUBERNETES_SERVICE_HOST"):
+        return None
+    try:
+        resp = with_retries(api.read_namespaced_pod, socket.gethostname(), namespace, _preload_content=False, attempts=3)
+    except (ApiException, *CONNECTION_ERRORS) as exc:
+        log.info("no owner pod for this run (%s): test pods are cleaned up by the sweeper", exc)
+        return None
+    meta = json.loads(resp.data).get("metadata") or {}
+    return owner_reference(meta["name"], meta["uid"]) if meta.get("uid") else None
+
+
+def sweep_stale_pods(api: client.CoreV1Api, deployment: DeploymentSpec, live_run_ids: Iterable[str]) -> list[str]:
+    """Delete our labelled pods whose run is not in ``live_run_ids``; returns the pods deleted.
+
+    Pods without a run id (made by hand, or by an old version) are left alone.
+    """
+    live = {label_value(r) for r in live_run_ids if r}
+    selector = f"{MANAGED_BY[0]}={MANAGED_BY[1]}"
+    resp = with_retries(api.list_namespaced_pod, deployment.namespace, label_selector=selector, _preload_content=False)
+    gone = []
+    for pod in json.loads(resp.data).get("items") or []:
+        meta = pod.get("metadata") or {}
+        run = (meta.get("labels") or {}).get(RUN_ID_LABEL, "")
+        if not run or run in live or meta.get("deletionTimestamp"):
+            continue
+        try:
+            with_retries(api.delete_namespaced_pod, meta["name"], deployment.namespace)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+        gone.append(meta["name"])
+        log.warning("deleted pod %s of dead run %s", meta["name"], run)
+    return sorted(gone)

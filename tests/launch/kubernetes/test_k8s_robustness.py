@@ -1,0 +1,215 @@
+"""What a real cluster does that the happy path never shows: slow pulls, throttling, dropped
+connections and streams, interrupted nights, dead runs' pods, the plan's nodes, refused cordons.
+
+All against the stand-in API server with the real client; faults are injected by the server
+(``StandInApiServer.fail``, ``log_cuts``), never by patching the launcher.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import socket
+import threading
+from pathlib import Path
+
+from pipelines.launch.kubernetes.launcher import KubernetesLauncher
+from pipelines.launch.kubernetes.nodes import cordon_bad_nodes
+from pipelines.launch.kubernetes.ownership import run_pod_owner, sweep_stale_pods
+from tests.launch.kubernetes import pods
+from tests.launch.kubernetes.apiserver import StandInApiServer, Step, gpu_node, qos_class
+from tests.launch.kubernetes.test_k8s_launcher import DEPLOYMENT, POOL, launcher, request
+
+DIGEST = "sha256:" + "7e" * 32
+
+
+def launch(tmp_path, script, server=None, req=None, **kw):
+    with (server or StandInApiServer(script=script)) as srv:
+        if server is not None:
+            srv.script = script
+        run, seen = launcher(srv, **kw)
+        lines: list[str] = []
+        final = run.launch(req or request(tmp_path), lines.append)
+    return final, seen, srv, lines
+
+
+def forever(node):
+    return [Step(mutate=pods.scheduled(node)), Step(mutate=pods.running(), logs=("training",))]
+
+
+# -- resources and time --------------------------------------------------------------------
+def test_the_api_server_sees_a_burstable_pod_not_best_effort(tmp_path):
+    _, _, server, _ = launch(tmp_path, lambda pod, node: pods.passes(node))
+    assert qos_class(server.created[0]["spec"]) == "Burstable"
+    assert qos_class({"containers": [{"resources": {"limits": {"nvidia.com/gpu": "4"}}}]}) == "BestEffort"
+
+
+def test_a_slow_pull_and_preflight_do_not_eat_the_tests_time(tmp_path):
+    req = dataclasses.replace(request(tmp_path), timeout_s=1)
+    final, _, _, lines = launch(tmp_path, lambda pod, node: pods.passes_after_preflight(node, startup_s=1.5), req=req,
+                                  startup_wait_s=30.0)
+    assert (final.outcome, final.reason) == ("passed", ""), final.details["message"]
+    assert lines == ["step 1 loss=2.0", "done"]
+
+
+def test_a_test_running_past_its_timeout_from_its_own_start_is_timed_out_and_deleted(tmp_path):
+    req = dataclasses.replace(request(tmp_path), timeout_s=1)
+    final, seen, server, _ = launch(tmp_path, lambda pod, node: forever(node), req=req)
+    assert (final.outcome, final.reason, len(seen)) == ("timed_out", "test_timeout", 1)
+    assert final.elapsed_s >= 1.0 and not server.state.pods
+
+
+def test_a_pod_stuck_in_its_preflight_is_an_infra_startup_timeout_retried_elsewhere(tmp_path):
+    def script(pod, node):
+        if node == "h200-a":
+            return [Step(mutate=pods.scheduled(node)), Step(mutate=pods.preflight_running())]
+        return pods.passes_after_preflight(node)
+    _, seen, _, _ = launch(tmp_path, script)
+    assert [(a.outcome, a.reason, a.node) for a in seen] == [("infra_error", "startup_timeout", "h200-a"),
+                                                             ("passed", "", "h200-b")]
+
+
+def test_the_deadline_before_the_test_started_is_infra_after_it_a_timeout(tmp_path):
+    deadline = {"reason": "DeadlineExceeded", "phase": "Failed"}
+
+    def stuck(pod):
+        pod["status"].update(deadline)
+    _, seen, _, _ = launch(tmp_path, lambda pod, node: [Step(mutate=pods.scheduled(node)), Step(mutate=pods.preflight_running()),
+                                                          Step(mutate=stuck)], retries=0)
+    assert (seen[0].outcome, seen[0].reason) == ("infra_error", "startup_timeout")
+    final, _, _, _ = launch(tmp_path, lambda pod, node: pods.ends(node, pods.terminated("Failed", 137, "Error",
+                                                                                        pod_reason="DeadlineExceeded")))
+    assert (final.outcome, final.reason) == ("timed_out", "deadline_exceeded")
+
+
+def test_every_attempt_records_the_digest_it_asked_for_and_the_image_the_node_ran(tmp_path):
+    final, _, server, _ = launch(tmp_path, lambda pod, node: pods.passes(node), image_digests={"h200": DIGEST})
+    assert server.created[0]["spec"]["containers"][0]["image"] == f"{POOL.image}@{DIGEST}"
+    assert final.details["image_digest"] == DIGEST
+    assert final.details["image_id"] == f"{POOL.image}@{DIGEST}"
+
+
+# -- a flaky API ---------------------------------------------------------------------------
+def test_throttled_and_failing_creates_are_retried_and_make_one_pod(tmp_path):
+    server = StandInApiServer()
+    server.fail("POST", "/pods", 429)
+    server.fail("POST", "/pods", 503)
+    server.fail("POST", "/pods", 0)  # connection dropped before the server saw the pod
+    final, _, server, _ = launch(tmp_path, lambda pod, node: pods.passes(node), server=server)
+    assert final.outcome == "passed" and len(server.created) == 1
+
+
+def test_a_create_whose_answer_was_lost_adopts_its_own_pod(tmp_path):
+    server = StandInApiServer()
+    server.fail("POST", "/pods", 0, after=True)  # the pod exists; the answer never arrived
+    final, _, server, _ = launch(tmp_path, lambda pod, node: pods.passes(node), server=server)
+    assert final.outcome == "passed" and len(server.created) == 1
+    assert final.details["pod"] == server.created[0]["metadata"]["name"]
+
+
+def test_deletes_and_watches_survive_server_errors(tmp_path):
+    server = StandInApiServer()
+    server.fail("DELETE", "/pods/", 500)
+    server.fail("GET", "/pods", 503, times=2)  # the watch (and anything else that reads pods)
+    final, _, server, _ = launch(tmp_path, lambda pod, node: pods.passes(node), server=server)
+    assert final.outcome == "passed" and not server.state.pods
+    assert len(server.deleted) == 1, "the failed DELETE never reached the store; the retry did"
+
+
+def test_a_log_stream_cut_mid_way_resumes_without_losing_or_repeating_lines(tmp_path):
+    server = StandInApiServer()
+    server.log_cuts = 1
+    logs = tuple(f"step {i}" for i in range(5))
+
+    def script(pod, node):
+        return [Step(mutate=pods.scheduled(node)), Step(mutate=pods.running(), logs=logs),
+                Step(delay_s=0.5, mutate=pods.terminated("Succeeded", 0, "Completed"), logs=("done",))]
+    final, _, _, lines = launch(tmp_path, script, server=server, log_join_s=5.0)
+    assert lines == [*logs, "done"]
+    text = Path(final.log_path).read_text()
+    assert "log stream dropped after 1 lines" in text and text.count("step 3") == 1
+
+
+# -- runs that end badly -------------------------------------------------------------------
+def test_cancel_all_deletes_running_pods_and_starts_no_more(tmp_path):
+    with StandInApiServer(script=lambda pod, node: forever(node)) as server:
+        run, _ = launcher(server)
+        out: list = []
+        training = threading.Event()
+        t = threading.Thread(target=lambda: out.append(run.launch(request(tmp_path), lambda line: training.set())))
+        t.start()
+        assert training.wait(30), "the test never started"
+        assert run.cancel_all() == [server.created[0]["metadata"]["name"]]
+        t.join(30)
+        after = run.launch(dataclasses.replace(request(tmp_path), attempt=5))
+    assert (out[0].outcome, out[0].reason) == ("infra_error", "deleted")
+    assert (after.outcome, after.reason) == ("infra_error", "cancelled") and len(server.created) == 1
+    assert not server.state.pods
+
+
+def test_the_sweeper_deletes_pods_of_dead_runs_only(tmp_path):
+    with StandInApiServer(script=lambda pod, node: forever(node)) as server:
+        api = server.core_v1()
+        for name, labels in (("dead", {"nightly-e2e.io/run-id": "run-1"}), ("live", {"nightly-e2e.io/run-id": "run-2"}),
+                             ("by-hand", {})):
+            labels = {"app.kubernetes.io/managed-by": "nightly-e2e", **labels}
+            api.create_namespaced_pod("nightly-e2e", {"apiVersion": "v1", "kind": "Pod",
+                                                      "metadata": {"name": name, "labels": labels},
+                                                      "spec": {"containers": [{"name": "test", "image": "x"}]}})
+        assert sweep_stale_pods(api, DEPLOYMENT, ["run-2"]) == ["dead"]
+        assert sorted(server.state.pods) == ["by-hand", "live"]
+
+
+def test_the_runs_pod_is_found_from_the_downward_api_or_by_hostname(tmp_path):
+    env = {"POD_NAME": "dagster-run-abc", "POD_UID": "uid-9"}
+    assert run_pod_owner(None, "nightly-e2e", env) == {"apiVersion": "v1", "kind": "Pod", "name": "dagster-run-abc",
+                                                       "uid": "uid-9"}
+    assert run_pod_owner(None, "nightly-e2e", {}) is None, "outside a cluster nothing owns the pods"
+    with StandInApiServer() as server:
+        api = server.core_v1()
+        api.create_namespaced_pod("nightly-e2e", {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": socket.gethostname()},
+                                                  "spec": {"containers": [{"name": "run", "image": "x"}]}})
+        owner = run_pod_owner(api, "nightly-e2e", {"KUBERNETES_SERVICE_HOST": "10.0.0.1"})
+    assert owner == {"apiVersion": "v1", "kind": "Pod", "name": socket.gethostname(), "uid": "uid-1"}
+
+
+def test_a_refused_cordon_is_a_note_and_the_night_goes_on():
+    with StandInApiServer() as server:
+        server.fail("PATCH", "/nodes/h200-a", 403)
+        notes: list[str] = []
+        on = dataclasses.replace(DEPLOYMENT, cordon_bad_nodes=True)
+        done = cordon_bad_nodes(server.core_v1(), on, [("h200-a", "bad"), ("h200-b", "bad too")], notes)
+    assert done == ["h200-b"]
+    assert notes == ["cordon h200-a: refused (403 stand-in fault 403); cordon it by hand (kubectl cordon) "
+                     "or apply k8s/overlays/cordon"]
+
+
+# -- the plan's nodes ----------------------------------------------------------------------
+def test_the_plans_virtual_nodes_are_pinned_to_usable_nodes_of_the_pool(tmp_path):
+    nodes = [gpu_node("h200-a"), gpu_node("h200-b", gpus=4),  # too few GPUs for a whole-node pool
+             gpu_node("h200-c"), gpu_node("h200-d"), gpu_node("l40-a", product="NVIDIA-L40S")]
+    nodes[3]["status"]["conditions"] = [{"type": "Ready", "status": "False"}]
+    server = StandInApiServer(node_objects=nodes)
+    req = dataclasses.replace(request(tmp_path), node=1)
+    final, _, server, _ = launch(tmp_path, lambda pod, node: pods.passes(node), server=server, req=req)
+    assert final.node == "h200-c", "virtual node 1 = the second usable node (a, c)"
+    terms = server.created[0]["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert terms["nodeSelectorTerms"][0]["matchExpressions"] == [
+        {"key": "kubernetes.io/hostname", "operator": "In", "values": ["h200-c"]}]
+
+
+def test_without_rights_to_list_nodes_pods_run_unpinned_with_a_note(tmp_path):
+    server = StandInApiServer(script=lambda pod, node: pods.passes(node))
+    server.fail("GET", "/api/v1/nodes", 403)
+    with server:
+        run, _ = launcher(server)
+        final = run.launch(request(tmp_path))
+    assert final.outcome == "passed" and "affinity" not in server.created[0]["spec"]
+    assert run.notes == ["pool h200: nodes not listed (403 Forbidden); pods are not pinned to the plan's nodes; "
+                         "apply k8s/components/node-reader"]
+
+
+def test_a_launcher_without_pins_never_lists_nodes(tmp_path):
+    with StandInApiServer(script=lambda pod, node: pods.passes(node)) as server:
+        KubernetesLauncher(server.core_v1(), DEPLOYMENT, pin_nodes=False, tick_s=0.02, watch_timeout_s=1,
+                           log_join_s=0.15).launch(request(tmp_path))
+    assert not [p for _, p in server.requests if p.startswith("/api/v1/nodes")]
