@@ -348,7 +348,7 @@ def build_report(
             ("predicted p90", "predicted_p90_s"), ("actual", "actual_makespan_s"), ("lower bound", "lower_bound_s"))
             if summary.get(f) is not None),
         gantt=bars, trends=tuple(trends[t.id] for t in selected if t.id in trends), changes=changes,
-        flaky=tuple(s for _, s in sorted(states.items()) if s.state != "healthy" or s.evidence),
+        flaky=tuple(s for _, s in sorted(states.items()) if s.state != "healthy"),
         excused=verdict.excused, uncovered=tuple(uncovered), notes=tuple(summary.get("notes", ())),
         environment=tuple(environment(summary).items()),
     )
