@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pipelines.core.calibrate.evidence import write_atomic
+from pipelines.core.calibrate.policies import parse_time
 from pipelines.core.flaky import FlakyRules, replay
 from pipelines.core.model import CatalogError, Estimate, Problem, Sample, Test
 from pipelines.core.report import ReportData, build_report, tail_lines
@@ -98,12 +99,28 @@ class ReportInputs:
     timeout_factor: float = 1.25
 
 
+def as_of(summary: Mapping, samples: Sequence[Sample], quarantine: Mapping | None,
+          newest: bool) -> tuple[list[Sample], Mapping | None]:
+    """History as it stood when the night ended: later nights' samples left out (and, for an earlier
+    night, later manual quarantine actions; the newest night shows this morning's)."""
+    starts = [t for a in summary.get("attempts", ()) if (t := parse_time(a.get("started_at", "")))]
+    if newest or not starts:  # nothing later to leave out (a night still running shows as it goes)
+        return list(samples), quarantine
+    end = max(starts)
+    kept = [s for s in samples if s.run_id == summary.get("run_id") or (parse_time(s.started_at) or end) <= end]
+    if not quarantine:
+        return kept, quarantine
+    actions = [a for a in quarantine.get("actions", ()) if (parse_time(a.get("at", "")) or end) <= end]
+    return kept, {**quarantine, "actions": actions}
+
+
 def night_report(store: StateStore, night: str | None, inputs: ReportInputs) -> ReportData:
     """The report of one night (the newest by default) from the deployment's state store."""
     summary, previous = select_night(store, night)
-    states = replay(inputs.samples, inputs.rules, inputs.quarantine)
+    samples, quarantine = as_of(summary, inputs.samples, inputs.quarantine, newest=night is None)
+    states = replay(samples, inputs.rules, quarantine)
     return build_report(
-        summary, [previous] if previous else [], inputs.samples, inputs.tests, inputs.estimates, states=states,
+        summary, [previous] if previous else [], samples, inputs.tests, inputs.estimates, states=states,
         log_tails=log_tails(summary, store), uncovered=inputs.uncovered, capacity_gpus=inputs.capacity_gpus,
         timeout_floor_s=inputs.timeout_floor_s, timeout_factor=inputs.timeout_factor,
     )

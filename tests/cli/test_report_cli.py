@@ -119,3 +119,9 @@ def test_a_run_id_picks_its_night_too(home, capsys):
                            "--night", "run-2026-11-04T150000Z")
     data = json.loads(out)
     assert (code, data["run_id"], data["changes"]["previous"]) == (0, "run-2026-11-04T150000Z", "2026-11-03T150000Z")
+
+
+def test_an_earlier_night_shows_flakiness_as_it_stood_that_night(home, capsys):
+    _, out, _ = nightly(capsys, "report", "--home", str(home), "--repo", "minirl", "--json", "--night", "2026-11-05T150000Z")
+    assert [s["test_id"] for s in json.loads(out)["flaky"]] == [], "tonight's retry pass came after that night"
+    assert max(len(t["points"]) for t in json.loads(out)["trends"]) == 5
