@@ -99,3 +99,15 @@ def test_show_on_a_corrupt_store_says_which_file_and_what_to_do(repo, tmp_path, 
     err = capsys.readouterr().err
     assert f"nightly history: error: {bad}: history store is unreadable" in err
     assert "re-import past nights with `nightly history import`" in err
+
+
+def test_refused_log_lines_are_listed_with_file_line_and_why_and_the_rest_imports(repo, tmp_path, capsys):
+    log = tmp_path / "job.log"
+    log.write_text("[1/3] tests/e2e/test_a.py  PASS  elapsed=957s\n"
+                   "[2/3] tests/e2e/test_b.py  PASS  elapsed=" + "9" * 400 + "s\n"
+                   "[3/3] tests/e2e/test_b.py  PASS  elapsed=-3s\n")
+    assert cli("history", "import", "--repo", str(repo), "--dry-run", str(log)) == 0
+    out = capsys.readouterr().out
+    assert "would import 1 samples from 1 logs" in out
+    assert f"  {log}:2: elapsed: '999999999999...(400 characters)' is not a number of seconds; attempt not imported" in out
+    assert f"  {log}:3: elapsed: -3 s is negative; attempt not imported" in out
