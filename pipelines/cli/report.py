@@ -43,7 +43,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--json", action="store_true", help="print every section as JSON and write no page")
     p.add_argument("--screenshot", type=Path, metavar="PNG", help="also save a screenshot of the page (headless Chromium)")
     p.add_argument("--uncovered", action="append", default=[], metavar="CELL",
-                   help="a declared matrix cell no test covered tonight (repeatable)")
+                   help="also list this matrix cell as uncovered (repeatable); the cells the repo's declared "
+                        "coverage groups leave uncovered are listed anyway")
     p.set_defaults(func=run)
 
 
@@ -56,7 +57,7 @@ def repo_context(home: Path, repo: str | None, deployment: str | None):
     from pipelines.core.calibrate import calibrate
     from pipelines.core.flaky import FlakyRules
     from pipelines.core.specs import load_specs
-    from pipelines.reporting.inputs import ReportInputs
+    from pipelines.reporting.inputs import ReportInputs, uncovered_for
     from pipelines.reporting.state import load_doc
     from pipelines.storage.history import history_store
     from pipelines.storage.state import state_store
@@ -69,6 +70,12 @@ def repo_context(home: Path, repo: str | None, deployment: str | None):
         tests = list(history_cli.load_catalog_for(path, spec, specs).tests)
     except CatalogError as exc:
         print(f"nightly: warning: no catalog, the report shows only what the night recorded:\n{exc}", file=sys.stderr)
+    uncovered: list[str] = []
+    if tests:
+        try:
+            uncovered = uncovered_for(path)
+        except CatalogError as exc:
+            print(f"nightly: warning: matrix coverage not checked:\n{exc}", file=sys.stderr)
     where = specs.deployment(deployment)
     samples = history_store(where, home).read()
     store = state_store(where, home)
@@ -77,7 +84,7 @@ def repo_context(home: Path, repo: str | None, deployment: str | None):
     rules = FlakyRules.from_mapping(getattr(spec, "flaky", None), key=f"repos.{name}.flaky")
     return name, ReportInputs(
         samples=samples, tests=tests, estimates=estimates, rules=rules,
-        quarantine=load_doc(store, name),
+        quarantine=load_doc(store, name), uncovered=tuple(uncovered),
         timeout_floor_s=spec.timeout_floor_s if spec else 1800, timeout_factor=spec.timeout_factor if spec else 1.25,
     ), store
 
@@ -98,7 +105,7 @@ def _report(args: argparse.Namespace) -> int:
 
     home = (args.home or default_home()).resolve()
     _, inputs, store = repo_context(home, args.repo, args.deployment)
-    data = night_report(store, args.night, dataclasses.replace(inputs, uncovered=tuple(args.uncovered)))
+    data = night_report(store, args.night, dataclasses.replace(inputs, uncovered=(*inputs.uncovered, *args.uncovered)))
     if args.json:
         print(to_json(data))
         return 0

@@ -137,10 +137,20 @@ def write_html(store: StateStore, data: ReportData, out: Path | None = None) -> 
     return store.put(f"reports/{data.night or 'night'}.html", page)
 
 
-def inputs_for_night(night, uncovered: Sequence[str] = (), samples: Sequence[Sample] | None = None) -> ReportInputs:
+def uncovered_for(repo_path: Path) -> list[str]:
+    """The repo's declared matrix cells no test covers (pipelines.core.coverage), one line each."""
+    from pipelines.core.coverage import uncovered_cells
+
+    return [f"{u.group}: {u.cell.label} (group: {', '.join(u.tests)})" for u in uncovered_cells(repo_path)]
+
+
+def inputs_for_night(night, uncovered: Sequence[str] | None = None,
+                     samples: Sequence[Sample] | None = None) -> ReportInputs:
     """The inputs from a ``pipelines.night.Night`` (what the night_report asset has at hand)."""
     from pipelines.reporting.state import load_doc
 
+    if uncovered is None:
+        uncovered = uncovered_for(night.repo_spec.path)
     tests = night.registered_tests()
     samples = night.history.read() if samples is None else samples
     return ReportInputs(

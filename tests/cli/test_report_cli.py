@@ -125,3 +125,15 @@ def test_an_earlier_night_shows_flakiness_as_it_stood_that_night(home, capsys):
     _, out, _ = nightly(capsys, "report", "--home", str(home), "--repo", "minirl", "--json", "--night", "2026-11-05T150000Z")
     assert [s["test_id"] for s in json.loads(out)["flaky"]] == [], "tonight's retry pass came after that night"
     assert max(len(t["points"]) for t in json.loads(out)["trends"]) == 5
+
+
+def test_cells_the_declared_coverage_leaves_uncovered_are_listed(home, capsys, monkeypatch):
+    import pipelines.core.coverage as coverage
+    from pipelines.core.coverage.model import Cell, UncoveredCell
+
+    cell = UncoveredCell("backend-matrix", Cell(("backend", "lora"), ("megatron", "true")),
+                         ("tests/e2e/test_backend_matrix.py",))
+    monkeypatch.setattr(coverage, "uncovered_cells", lambda path: [cell])
+    _, out, _ = nightly(capsys, "report", "--home", str(home), "--repo", "minirl", "--json", "--uncovered", "extra")
+    assert json.loads(out)["uncovered"] == [
+        "backend-matrix: backend=megatron, lora=true (group: tests/e2e/test_backend_matrix.py)", "extra"]
