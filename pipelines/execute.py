@@ -72,6 +72,13 @@ def run_tests(night: Night, runset: RunSet, selection: RunSelection, *, launcher
               tags: dict[str, str] | None = None) -> Iterator[Event]:
     """Plan and run ``runset``; yields events as they happen and ends with the night's record."""
     night.history.read()  # an unreadable history store stops the run before any test starts
+    if night.deployment.launcher == "local":
+        for leftover in night.cache.clean_partials():
+            say(f"removed a half-built input an earlier build left: {leftover}")
+    reaped = night.reap_orphans()
+    if reaped:
+        say(f"killed {len(reaped)} test process(es) an earlier night left running and recorded them as "
+            f"interrupted: {', '.join(a.test_id for a in reaped)}")
     tests = list(runset.run)
     plan = night.plan(tests)
     yield Planned(plan, runset)

@@ -239,7 +239,25 @@ class Night:
             return launcher_from_deployment(self.deployment, **self.pod_settings())
         from pipelines.launch.local import LocalLauncher
 
-        return LocalLauncher(self.home)
+        return LocalLauncher(self.home, pools=[p.pool() for p in self.deployment.pools], night=self.night)
+
+    def reap_orphans(self) -> list[Attempt]:
+        """Kill test processes an earlier night left behind (a ``kill -9``) and record them as interrupted."""
+        if self.deployment.launcher != "local":
+            return []
+        from pipelines.core.model import Sample
+        from pipelines.launch.orphans import reap_orphans
+
+        by_id = self.tests_by_id
+
+        def record(a: Attempt) -> None:
+            test = by_id.get(a.test_id)
+            sample = sample_from_attempt(a, test, a.details.get("run_id", ""), self.settings.image) if test else \
+                Sample(a.test_id, "", "", a.outcome, float(a.elapsed_s), a.started_at, node=a.node,
+                       run_id=a.details.get("run_id", ""), attempt=a.attempt, source="orphan")
+            self.history.append([sample])
+
+        return reap_orphans(self.home, record=record)
 
     def log_path(self, test: Test, attempt: int) -> Path:
         return self.home / "logs" / self.night / f"{safe_filename(test.id)}.attempt{attempt}.log"

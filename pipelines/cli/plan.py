@@ -154,6 +154,8 @@ def plan_json(plan: Plan, pools, tests: dict[str, Test], skipped, catalog: Catal
                    "gpu_utilization": round(u, 6)} for name, m, lb, u in plan.pools],
         "assignments": [{"test_id": a.test_id, "pool": a.pool, "node": a.node, "start_s": a.start_s,
                          "end_s": a.end_s, "gpus": a.gpus, "timeout_s": a.timeout_s, "priority": a.priority,
+                         "est_time": tests[a.test_id].est_time if a.test_id in tests else None,
+                         "est_source": tests[a.test_id].est_source if a.test_id in tests else "",
                          "path": tests[a.test_id].path if a.test_id in tests else ""} for a in plan.ordered()],
         "unplanned": [{"test_id": tid, "hardware": _hw(tests.get(tid))} for tid in plan.unplanned],
         "skipped": [{"test_id": t.id, "reason": t.disabled} for t in skipped],

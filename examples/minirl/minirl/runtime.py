@@ -3,6 +3,9 @@
 Fault injection exists for the orchestrator's own tests:
   MINIRL_FAIL=<stem,stem>  the named tests fail at once with exit 1 and a clear message;
   MINIRL_HANG=<stem,stem>  the named tests sleep forever (no signal handlers: SIGTERM stops them).
+  MINIRL_BARRIER=<dir>:<stem,stem>  the named tests each wait (up to MINIRL_BARRIER_S, default
+      300 s, then fail) until all of them are running at the same time: proof, independent of
+      machine speed, that an orchestrator ran them side by side.
 A stem is the test file name without `.py`, e.g. `test_sft_math`.
 """
 
@@ -16,6 +19,24 @@ from pathlib import Path
 
 def _named(var: str, stem: str) -> bool:
     return stem in {s.strip() for s in os.environ.get(var, "").split(",") if s.strip()}
+
+
+def _barrier(stem: str) -> None:
+    folder, _, names = os.environ.get("MINIRL_BARRIER", "").partition(":")
+    wanted = {s.strip() for s in names.split(",") if s.strip()}
+    if not folder or stem not in wanted:
+        return
+    Path(folder).mkdir(parents=True, exist_ok=True)
+    (Path(folder) / stem).write_text(str(os.getpid()))
+    limit = float(os.environ.get("MINIRL_BARRIER_S", "300"))
+    deadline = time.monotonic() + limit
+    while {p.name for p in Path(folder).iterdir()} < wanted:
+        if time.monotonic() > deadline:
+            print(f"[minirl] {stem}: FAILED: {sorted(wanted)} were not all running within {limit:.0f} s",
+                  file=sys.stderr, flush=True)
+            raise SystemExit(1)
+        time.sleep(0.2)
+    print(f"[minirl] {stem}: all of {sorted(wanted)} are running at once", flush=True)
 
 
 def visible_gpus(expected: int) -> int:
@@ -35,7 +56,7 @@ def visible_gpus(expected: int) -> int:
 
 
 def begin(test_file: str, num_gpus: int) -> int:
-    """Apply MINIRL_FAIL / MINIRL_HANG to this test, then return the data-parallel world size."""
+    """Apply MINIRL_FAIL / MINIRL_HANG / MINIRL_BARRIER to this test, then return the data-parallel world size."""
     stem = Path(test_file).stem
     if _named("MINIRL_FAIL", stem):
         print(
@@ -49,6 +70,7 @@ def begin(test_file: str, num_gpus: int) -> int:
         )
         while True:
             time.sleep(0.2)
+    _barrier(stem)
     return visible_gpus(num_gpus)
 
 
