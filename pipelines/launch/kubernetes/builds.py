@@ -217,12 +217,10 @@ class ClusterBuilder:
             metadata["ownerReferences"] = [dict(self.owner)]
         return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
 
-    # -- running it --------------------------------------------------------------------
-    def build(self, req: Requirement, models: Mapping[str, Requirement], conversion: ConversionSpec | None,
-              env: Mapping[str, str], *, log_path: Path | None = None) -> Built:
-        """Build ``req`` into the PVC unless its marker is there; one pod (per infra retry)."""
+    def prepared(self, req: Requirement, models: Mapping[str, Requirement], conversion: ConversionSpec | None,
+                 env: Mapping[str, str], nonce: str) -> tuple[list[str], dict[str, str], int]:
+        """(argv, pod environment, GPUs) of the build of ``req``, its temporary folder named by ``nonce``."""
         dest = on_pvc(req.path)
-        nonce = uuid.uuid4().hex[:12]
         parent, leaf = PurePosixPath(dest).parent, PurePosixPath(dest).name
         tmp = f"{parent}/.{leaf}.partial-{nonce}"
         argv, extra, gpus = self.command(req, tmp, conversion, models)
@@ -232,6 +230,14 @@ class ClusterBuilder:
             endpoint = env.get("HF_ENDPOINT") or os.environ.get("HF_ENDPOINT", "")
             if endpoint:
                 pod_env["HF_ENDPOINT"] = endpoint
+        return argv, pod_env, gpus
+
+    # -- running it --------------------------------------------------------------------
+    def build(self, req: Requirement, models: Mapping[str, Requirement], conversion: ConversionSpec | None,
+              env: Mapping[str, str], *, log_path: Path | None = None) -> Built:
+        """Build ``req`` into the PVC unless its marker is there; one pod (per infra retry)."""
+        nonce = uuid.uuid4().hex[:12]
+        argv, pod_env, gpus = self.prepared(req, models, conversion, env, nonce)
         t0 = time.monotonic()
         failed: list[str] = []
         for attempt in range(1, self.retries + 2):

@@ -1,0 +1,87 @@
+"""``nightly run --deployment production --dry-run``: every pod of the example night as YAML.
+
+The night is the real one (the example's catalog, selection and plan through :class:`Night`,
+with history kept locally so no S3 is needed); no API server runs, so nothing can be created.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from pipelines.launch.kubernetes.dryrun import render_night_pods
+from pipelines.night import Night, NightSettings
+from tests.conftest import PROJECT_ROOT
+
+EXAMPLE = PROJECT_ROOT / "examples" / "minirl"
+TONIGHT = "sha256:" + "5d" * 32
+
+
+@pytest.fixture(scope="module")
+def night_yaml(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("dry-run")
+    assets = tmp / "assets"
+    shutil.copytree(PROJECT_ROOT / "assets", assets)
+    repos = assets / "repos.yaml"
+    repos.write_text(repos.read_text().replace("path: examples/minirl", f"path: {EXAMPLE}")
+                     .replace("hub: examples/minirl/hub", f"hub: {EXAMPLE / 'hub'}"))
+    cluster = assets / "cluster.yaml"
+    cluster.write_text(cluster.read_text().replace("storage: s3", "storage: local"))
+    night = Night(NightSettings(home=tmp / "home", assets_dir=assets, deployment="production",
+                                extra_env=(("HF_TOKEN", "hf_" + "DryRunT0ken" * 3),)))
+    tests, _ = night.selected()
+    plan = night.plan(tests)
+    text = render_night_pods(plan, night.deployment, night.request, requirements=night.requirements_for(tests),
+                             conversion=night.specs.conversion, run_id=night.run_id, **night.pod_settings())
+    return text, plan, night
+
+
+def pods_of(text: str) -> list[dict]:
+    return [d for d in yaml.safe_load_all(text) if d]
+
+
+def test_every_planned_test_and_every_input_has_one_pod(night_yaml):
+    text, plan, night = night_yaml
+    pods = pods_of(text)
+    tests = [p for p in pods if p["metadata"]["labels"]["app.kubernetes.io/name"] == "nightly-e2e-test"]
+    builds = [p for p in pods if p["metadata"]["labels"]["app.kubernetes.io/name"] == "nightly-e2e-build"]
+    assert [p["metadata"]["annotations"]["nightly-e2e.io/test-id"] for p in tests] == [a.test_id for a in plan.ordered()]
+    assert len(builds) == len(night.requirements_for(night.selected()[0])) > 0
+    assert text.startswith("---\n") and text.count("\n---\n") == len(pods) - 1
+
+
+def test_every_pod_validates_strictly_against_kubernetes_1_31(night_yaml):
+    for pod in pods_of(night_yaml[0]):
+        kubernetes_validate.validate(pod, "1.31", strict=True)
+
+
+def test_every_pod_requests_cpu_and_memory_and_runs_a_digest_pinned_image(night_yaml):
+    for pod in pods_of(night_yaml[0]):
+        for c in pod["spec"].get("initContainers", []) + pod["spec"]["containers"]:
+            assert {"cpu", "memory"} <= set(c["resources"]["requests"]), pod["metadata"]["name"]
+            assert "@sha256:" in c["image"] and c["imagePullPolicy"] == "IfNotPresent"
+
+
+def test_gpu_test_pods_start_with_the_preflight_and_only_downloads_get_the_token(night_yaml):
+    for pod in pods_of(night_yaml[0]):
+        labels = pod["metadata"]["labels"]
+        env = json.dumps(pod["spec"]["containers"][0]["env"])
+        downloads = labels.get("nightly-e2e.io/kind") in ("model", "dataset")
+        assert ("HF_TOKEN" in env) == downloads, pod["metadata"]["name"]
+        assert "DryRunT0ken" not in json.dumps(pod)
+        if labels["app.kubernetes.io/name"] == "nightly-e2e-test":
+            gpus = int(pod["spec"]["containers"][0]["resources"]["requests"].get("nvidia.com/gpu", 0))
+            inits = [c["name"] for c in pod["spec"].get("initContainers", [])]
+            assert inits == (["preflight"] if gpus else []), pod["metadata"]["name"]
+
+
+def test_the_nights_digest_replaces_the_pools(night_yaml):
+    _, plan, night = night_yaml
+    text = render_night_pods(plan, night.deployment, night.request, image_digests={"h200": TONIGHT},
+                             **night.pod_settings())
+    images = {c["image"] for p in pods_of(text) for c in p["spec"]["containers"]}
+    assert images == {f"ghcr.io/example/rl-framework:nightly@{TONIGHT}"}
