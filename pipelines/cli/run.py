@@ -127,11 +127,15 @@ def _execute(night, args, selection, env: dict[str, str], home: Path) -> int:
         summary = night.summary(result.run_id)
     except ValueError:
         summary = None
+    status = run.status.value if run else "?"
     if summary is None or not result.success:
-        status = run.status.value if run else "?"
         print(f"nightly: the night's run {result.run_id} ended {status}; see `make ui` -> Runs", file=sys.stderr)
-        if summary is None:
-            return EXIT_INTERRUPTED if status == "CANCELED" else EXIT_TEST_FAILED
+    if status == "CANCELED" or (summary or {}).get("interrupted"):
+        print("nightly: interrupted: no new test started; running tests were killed and recorded as "
+              "`interrupted`; the next `nightly run` (or the calibration sensor) recalibrates", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    if summary is None:
+        return EXIT_TEST_FAILED
     calib = defs.resolve_job_def("calibration").execute_in_process(
         instance=instance, raise_on_error=False, tags={TAG_SOURCE_RUN: result.run_id},
         run_config={"loggers": {"console": {"config": {"log_level": "WARNING"}}}},
@@ -155,7 +159,5 @@ def _execute(night, args, selection, env: dict[str, str], home: Path) -> int:
     print(f"report: {report}")
     print(f"evidence: {paths['evidence']}\npatch: {paths['patch']}\nestimates: {paths['estimates']}")
     print(f"dagster runs: {result.run_id} (night), {calib.run_id} (calibration); `make ui` to browse")
-    if summary.get("interrupted"):
-        return EXIT_INTERRUPTED
     bad = [r for r in rows if r.outcome not in ("passed", "skipped", "unplanned")]
     return EXIT_TEST_FAILED if bad or not calib.success else 0

@@ -1,0 +1,117 @@
+"""A night stopped by a signal loses nothing and leaves nothing running (issue 10, night-level rows).
+
+- SIGTERM (or Ctrl-C) to ``nightly run``: nothing new starts, running tests are killed with
+  their whole process tree, each attempt is recorded as ``interrupted``, the Dagster run ends
+  CANCELED and the command exits 130.
+- ``kill -9`` of ``nightly run``: the test processes keep their GPU locks until they die; the
+  next night kills those orphans and records them as interrupted, and marks the dead night's
+  Dagster run (left STARTED) as failed.
+The waits poll what the night wrote (its running records), never fixed sleeps.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import dagster as dg
+import pytest
+
+from pipelines.core.history import FileHistoryStore
+from tests.conftest import PROJECT_ROOT
+
+pytestmark = pytest.mark.slow
+
+HANG = "tests/e2e/lora/test_lora_math.py"
+WAIT_S = 600  # hang guard only
+
+
+def start_night(home: Path, *extra: str) -> subprocess.Popen:
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith(("NIGHTLY_", "DAGSTER_", "MINIRL_"))},
+           "NIGHTLY_HOME": str(home)}
+    return subprocess.Popen([sys.executable, "-m", "pipelines", "run", "--home", str(home), "--labels", "lora",
+                             "--env", "MINIRL_HANG=test_lora_math", "--timeout-floor", "900", *extra],
+                            cwd=PROJECT_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, start_new_session=True)
+
+
+def wait_running(home: Path, test_id: str, proc: subprocess.Popen) -> dict:
+    """Until the hanging test's running record exists (it is running); returns the record."""
+    deadline = time.monotonic() + WAIT_S
+    while time.monotonic() < deadline:
+        for f in (home / "running").glob("*.json") if (home / "running").is_dir() else ():
+            try:
+                record = json.loads(f.read_text())
+            except (OSError, ValueError):
+                continue
+            if record.get("test_id") == test_id and record.get("pid"):
+                return record
+        if proc.poll() is not None:
+            pytest.fail(f"the night ended before {test_id} ran:\n{proc.stdout.read()[-3000:]}")
+        time.sleep(0.3)
+    pytest.fail(f"{test_id} never started")
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:  # a zombie is dead for our purpose
+        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def history(home: Path) -> list[tuple]:
+    return [(s.test_id, s.outcome, s.run_id) for s in FileHistoryStore(home / "history.sqlite").read()]
+
+
+def runs(home: Path) -> dict[str, dg.DagsterRunStatus]:
+    os.environ["DAGSTER_HOME"] = str(home / "dagster")
+    with dg.DagsterInstance.from_config(str(home / "dagster")) as instance:
+        return {r.run_id: r.status for r in instance.get_runs()}
+
+
+def test_sigterm_kills_running_tests_records_them_interrupted_and_cancels_the_run(tmp_path):
+    home = tmp_path / "home"
+    proc = start_night(home)
+    record = wait_running(home, HANG, proc)
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=WAIT_S)
+    assert proc.returncode == 130, out[-3000:]
+    assert "interrupted" in out
+    assert not alive(int(record["pid"])), "the hanging test outlived its night"
+    assert (HANG, "interrupted") in {(t, o) for t, o, _ in history(home)}
+    statuses = runs(home)
+    assert dg.DagsterRunStatus.CANCELED in statuses.values(), statuses
+    summary = json.loads((home / "nights" / "latest.json").read_text())
+    assert summary["interrupted"] and any(a["outcome"] == "interrupted" for a in summary["attempts"])
+
+
+def test_after_kill_9_the_next_night_reaps_the_orphan_and_fails_the_dead_run(tmp_path):
+    home = tmp_path / "home"
+    proc = start_night(home)
+    record = wait_running(home, HANG, proc)
+    os.kill(proc.pid, signal.SIGKILL)  # the night only: its test keeps running, holding its GPU locks
+    proc.communicate(timeout=WAIT_S)
+    assert alive(int(record["pid"])), "the orphan should still be running until the next night"
+    second = start_night(home, "--accept-problems")
+    second.stdin = None
+    deadline = time.monotonic() + WAIT_S
+    while alive(int(record["pid"])) and time.monotonic() < deadline:
+        time.sleep(0.3)
+    assert not alive(int(record["pid"])), "the next night did not kill the orphan"
+    second.send_signal(signal.SIGTERM)  # the second night hangs too: stop it the clean way
+    out, _ = second.communicate(timeout=WAIT_S)
+    assert "left running" in out, out[-3000:]
+    first_run = record.get("run_id")
+    samples = history(home)
+    assert (HANG, "interrupted", first_run) in samples, samples
+    statuses = runs(home)
+    assert statuses[first_run] == dg.DagsterRunStatus.FAILURE, statuses
