@@ -16,7 +16,8 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from pipelines.core.catalog.assemble import registry_tests, template_path, template_tests
-from pipelines.core.catalog.cache import ScanCache, cache_file, defines_registry, scan_cached
+from pipelines.core.catalog.cache import ScanCache, cache_file
+from pipelines.core.catalog.cached import defines_registry, scan_cached
 from pipelines.core.catalog.detect import choose, python_files
 from pipelines.core.catalog.dialect import Dialect, M
 from pipelines.core.catalog.ids import id_problem, safe_filename, test_id_to_path

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from pipelines.core.catalog import cache as cache_module
+from pipelines.core.catalog import cached as cache_module
 from pipelines.core.catalog import incremental, load_catalog
 from pipelines.core.catalog import scan as scan_module
 from pipelines.core.specs import RepoSpec

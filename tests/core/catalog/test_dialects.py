@@ -155,3 +155,22 @@ def test_the_implicit_cpu_suite_is_the_runner_s_name_and_configurable(tree):
     assert [t.suite for t in load_catalog(repo, spec).tests] == ["stage-a-cpu"]
     spec = RepoSpec(name="fw", path=repo, implicit_cpu_dirs=("tests/fast",), implicit_cpu_suite="unit-cpu")
     assert [t.suite for t in load_catalog(repo, spec).tests] == ["unit-cpu"]
+
+
+def test_a_vendored_copy_of_another_framework_s_registry_module_is_not_the_repo_s(tree):
+    repo = sglang_repo(tree, {
+        "venv/lib/site-packages/otherfw/ci.py": M_MODULE,
+        "test/registered/test_a.py": SG_HEADER + 'register_cuda_ci(60, "nightly-1-gpu")\n',
+    })
+    cat = load_catalog(repo)
+    assert cat.problems == () and cat.tests[0].nightly_rule == "exclusive"
+    assert not any("several files" in n for n in cat.assumptions)
+
+
+def test_two_registry_modules_use_the_richer_one_and_say_so_even_to_a_configured_repo(tree):
+    repo = sglang_repo(tree, {"tools/old_ci.py": "def register_cuda_ci(est_time, suite):\n    pass\n",
+                              "test/registered/test_a.py": SG_HEADER + 'register_cuda_ci(60, "nightly-1-gpu")\n'})
+    cat = load_catalog(repo, RepoSpec(name="fw", path=repo, roots=("test/registered",)))
+    assert cat.problems == ()
+    assert ("several files define register_*_ci (python/pkg/test/ci/ci_register.py, tools/old_ci.py); the rules come "
+            "from python/pkg/test/ci/ci_register.py") in cat.assumptions
