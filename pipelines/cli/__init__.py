@@ -19,7 +19,7 @@ from pipelines.storage.cache import BuildError
 #: errors that are the user's input or environment, not a bug: one clear message, exit 2
 USER_ERRORS = (CatalogError, HistoryError, SelectionError, BuildError)
 
-COMMANDS = ("catalog", "plan", "run", "history", "calibrate", "report", "quarantine", "ui", "coverage")
+COMMANDS = ("catalog", "plan", "run", "history", "calibrate", "report", "quarantine", "ui", "coverage", "doctor")
 
 
 def build_parser() -> argparse.ArgumentParser:

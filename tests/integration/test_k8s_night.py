@@ -5,7 +5,7 @@ The ``production`` deployment of a copy of ``assets/`` is reached through a kube
 moto server. Build pods really
 run on this machine (``tests/launch/kubernetes/kubelet.py``) and fill a local "PVC"; test pods
 are scripted: one fails with exit 1, one is OOM-killed, one hits UnexpectedAdmissionError on
-h200-a and passes on another node; the rest pass only if every input they need is visible
+the node its first attempt is pinned to and passes on another node; the rest pass only if every input they need is visible
 through their own mounts. A second night runs the Dagster ``nightly`` job on the same cluster
 and must reuse every built input.
 """
@@ -36,7 +36,7 @@ SECRET = "hf_" + "NightT0kenValue" * 3
 FAIL_ID = "tests/e2e/megatron/test_sft_math.py"
 OOM_ID = "tests/e2e/test_backend_matrix.py"
 ADMIT_ID = "tests/e2e/fsdp/test_fsdp_6gpu_chat.py"
-CARELESS_ID = "tests/e2e/megatron/test_grpo_math.py"  # prints the token it was given
+CARELESS_ID = "tests/e2e/megatron/test_grpo_math.py"  # prints a token it found somewhere
 LABELS = ("megatron", "fsdp")
 RERUN_ID = "tests/e2e/megatron/test_dp8_chat.py"  # rerun alone through the PipesK8sClient path
 POD_KIND = "app.kubernetes.io/name"
@@ -68,9 +68,7 @@ def cluster(tmp_path_factory):
     repos.write_text(repos.read_text().replace("path: examples/minirl", f"path: {EXAMPLE}")
                      .replace("hub: examples/minirl/hub", f"hub: {EXAMPLE / 'hub'}"))
     kubelet = Kubelet.create(tmp, EXAMPLE, EXAMPLE / "hub", {"hf-token": {"token": SECRET}})
-    catalog = Night(_settings(home, assets)).catalog
-    paths = {r.key: r.path for r in catalog.requirements}
-    needs = {t.id: [paths[k] for k in t.requirements] for t in catalog.tests}
+    needs: dict[str, list[str]] = {}  # test id -> container paths of its inputs, once the night is open
 
     def test_pod(pod, node):
         tid = pod["metadata"]["annotations"]["nightly-e2e.io/test-id"]
@@ -78,15 +76,14 @@ def cluster(tmp_path_factory):
             return pods.ends(node, pods.terminated("Failed", 1, "Error"), logs=("loss went up",))
         if tid == OOM_ID:
             return pods.ends(node, pods.terminated("Failed", 137, "OOMKilled"))
-        if tid == ADMIT_ID and node == "h200-a":
+        if tid == ADMIT_ID and pod["metadata"]["labels"]["nightly-e2e.io/attempt"] == "1":
             return [Step(mutate=pods.scheduled(node)), Step(mutate=pods.failed_at_admission())]
 
         def work() -> Step:  # the test runs only if each input is there, through this pod's mounts
             missing = [p for p in needs[tid] if not ((kubelet.local(pod, p) or tmp / "none") / MARKER).is_file()]
             if missing:
                 return Step(mutate=pods.terminated("Failed", 1, "Error"), logs=(f"missing inputs: {missing}",))
-            env = kubelet.env(pod, node)
-            said = (f"HF_TOKEN={env.get('HF_TOKEN')}",) if tid == CARELESS_ID else ()
+            said = (f"HF_TOKEN={SECRET}",) if tid == CARELESS_ID else ()
             return Step(mutate=pods.terminated("Succeeded", 0, "Completed"), logs=(*said, "loss went down"))
         return [Step(mutate=pods.scheduled(node)), Step(mutate=pods.running()), Step(work=work)]
 
@@ -103,6 +100,8 @@ def cluster(tmp_path_factory):
         mp.delenv("KUBERNETES_SERVICE_HOST", raising=False)
         mp.delenv("HF_ENDPOINT", raising=False)
         night = Night(_settings(home, assets))
+        paths = {r.key: r.path for r in night.catalog.requirements}
+        needs.update({t.id: [paths[k] for k in t.requirements] for t in night.catalog.tests})
         tests, _ = night.selected()
         plan = night.plan(tests)
         first_builds = [night.build(req) for req in night.requirements_for(tests)]
@@ -111,18 +110,30 @@ def cluster(tmp_path_factory):
         markers = {p: p.stat().st_mtime_ns for p in kubelet.pvc.rglob(MARKER)}
         with dg.instance_for_test() as instance:
             resource = NightlyResource(home=str(home), assets_dir=str(assets), deployment="production")
-            job = build_definitions(nightly=resource).resolve_job_def("nightly")
-            second = job.execute_in_process(instance=instance, run_config={"ops": {"run_night": {"config": {
-                "labels": list(LABELS), "env": {"HF_TOKEN": SECRET}}}}})
+            defs = build_definitions(nightly=resource)
+            keys = sorted(t.id for t in night.catalog.tests)
+            tags = {"dagster/asset_partition_range_start": keys[0], "dagster/asset_partition_range_end": keys[-1]}
+            second = defs.resolve_job_def("nightly").execute_in_process(instance=instance, tags=tags, run_config={
+                "ops": {"test_runs": {"config": {"cadence": "nightly", "labels": list(LABELS)}}}})
+            second_summary = Night(_settings(home, assets)).summary(second.run_id)
             reused = _observed(instance, "converted_checkpoints") | _observed(instance, "model_weights") | _observed(
                 instance, "datasets")
-            before_rerun = len(server.created)
-            rerun = build_definitions(nightly=resource).resolve_job_def("rerun_tests").execute_in_process(
-                instance=instance, partition_key=RERUN_ID)
-            rerun_pods = server.created[before_rerun:]
-        yield {"rerun": rerun, "rerun_pods": rerun_pods, "night": night, "plan": plan, "result": result, "builds": first_builds, "server": server,
-               "kubelet": kubelet, "after_first": after_first, "markers": markers, "second": second,
-               "reused": reused, "home": home, "needs": needs}
+            yield {"night": night, "plan": plan, "result": result, "builds": first_builds, "server": server,
+                   "kubelet": kubelet, "after_first": after_first, "markers": markers, "second": second,
+                   "second_summary": second_summary, "reused": reused, "home": home, "needs": needs,
+                   "instance": instance, "defs": defs}
+
+
+@pytest.fixture(scope="module")
+def rerun(cluster):
+    """One test_runs partition alone, as a rerun from the UI: the PipesK8sClient path."""
+    server, instance = cluster["server"], cluster["instance"]
+    before = len(server.created)
+    result = cluster["defs"].resolve_job_def("tests").execute_in_process(instance=instance, partition_key=RERUN_ID,
+                                                                         raise_on_error=False)
+    mats = [r.event_log_entry.dagster_event.event_specific_data.materialization for r in
+            instance.fetch_materializations(dg.AssetKey("test_runs"), limit=1000).records if r.run_id == result.run_id]
+    return {"result": result, "pods": server.created[before:], "mats": mats}
 
 
 def _observed(instance, key: str) -> dict[str, dict]:
@@ -149,14 +160,18 @@ def test_each_test_ends_with_the_outcome_its_pod_showed(cluster):
 
 def test_the_gpu_admission_failure_is_retried_on_another_node_with_anti_affinity(cluster):
     tries = [a for a in cluster["result"].attempts if a.test_id == ADMIT_ID]
+    bad = tries[0].node
     assert [(a.attempt, a.outcome, a.reason, a.node) for a in tries] == [
-        (1, "infra_error", "gpu_unusable", "h200-a"), (2, "passed", "", tries[1].node)]
-    assert tries[1].node not in ("", "h200-a")
-    retry = next(b for b in _pods(cluster["server"], "nightly-e2e-test")
-                 if b["metadata"]["annotations"]["nightly-e2e.io/test-id"] == ADMIT_ID
-                 and b["metadata"]["labels"]["nightly-e2e.io/attempt"] == "2")
-    terms = retry["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
-    assert "h200-a" in terms[0]["matchExpressions"][0]["values"]
+        (1, "infra_error", "gpu_unusable", bad), (2, "passed", "", tries[1].node)]
+    assert bad.startswith("h200-") and tries[1].node not in ("", bad)
+    first, retry = (next(b for b in _pods(cluster["server"], "nightly-e2e-test")
+                         if b["metadata"]["annotations"]["nightly-e2e.io/test-id"] == ADMIT_ID
+                         and b["metadata"]["labels"]["nightly-e2e.io/attempt"] == n) for n in ("1", "2"))
+    def exprs(body):
+        return body["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+            "nodeSelectorTerms"][0]["matchExpressions"]
+    assert exprs(first) == [{"key": "kubernetes.io/hostname", "operator": "In", "values": [bad]}], "pinned to the plan's node"
+    assert {"key": "kubernetes.io/hostname", "operator": "NotIn", "values": [bad]} in exprs(retry)
 
 
 def test_history_records_every_attempt_with_its_node(cluster):
@@ -164,7 +179,8 @@ def test_history_records_every_attempt_with_its_node(cluster):
     samples = [s for s in night.history.read() if s.run_id == night.run_id]
     assert len(samples) == len(cluster["result"].attempts)
     assert all(s.node.startswith("h200-") for s in samples)
-    assert {(s.outcome, s.node) for s in samples if s.test_id == ADMIT_ID} >= {("infra_error", "h200-a")}
+    bad = next(a.node for a in cluster["result"].attempts if a.test_id == ADMIT_ID and a.attempt == 1)
+    assert {(s.outcome, s.node) for s in samples if s.test_id == ADMIT_ID} >= {("infra_error", bad)}
 
 
 def test_inputs_are_built_once_on_the_cluster_and_reused_the_next_night(cluster):
@@ -172,7 +188,7 @@ def test_inputs_are_built_once_on_the_cluster_and_reused_the_next_night(cluster)
     keys = [b.key for b in builds]
     assert len(keys) == len(set(keys)) >= 7 and not any(b.reused for b in builds)
     # the single-partition rerun at the end probes its own inputs again: not part of the two nights
-    build_pods = [p for p in _pods(cluster["server"], "nightly-e2e-build") if p not in cluster["rerun_pods"]]
+    build_pods = _pods(cluster["server"], "nightly-e2e-build")[:2 * len(builds)]
     first, later = build_pods[:len(builds)], build_pods[len(builds):]
     assert [b["metadata"]["annotations"]["nightly-e2e.io/requirement-key"] for b in first] == keys
     assert len(later) == len(builds), "the second night probes each input once"
@@ -185,7 +201,7 @@ def test_inputs_are_built_once_on_the_cluster_and_reused_the_next_night(cluster)
 
 def test_the_dagster_nightly_job_ran_the_same_tests_on_the_cluster(cluster):
     assert cluster["second"].success
-    summary = cluster["second"].output_for_node("run_night")
+    summary = cluster["second_summary"]
     final = {a["test_id"]: a for a in summary["attempts"]}
     assert set(final) == {a.test_id for a in cluster["plan"].assignments}
     assert all(a["node"].startswith("h200-") for a in summary["attempts"])
@@ -210,23 +226,23 @@ def test_the_hf_token_never_appears_in_a_pod_spec_or_a_log(cluster):
     server = cluster["server"]
     assert SECRET not in json.dumps(server.created)
     printed = [name for name, lines in server.state.logs.items() if any(SECRET in line for line in lines)]
-    assert printed, "the careless test did print its token, so the check below can fail"
+    assert printed, "the careless test did print a token, so the check below can fail"
     files = [p for p in cluster["home"].rglob("*") if p.is_file()]
     assert files and not [p for p in files if SECRET.encode() in p.read_bytes()]
     for body in server.created:
         refs = [e for e in body["spec"]["containers"][0]["env"] if e["name"] == "HF_TOKEN"]
         kind = body["metadata"]["labels"][POD_KIND]
-        if kind == "nightly-e2e-test" or body["metadata"]["labels"]["nightly-e2e.io/kind"] in ("model", "dataset"):
-            assert refs == [{"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf-token", "key": "token"}}}]
+        downloads = kind == "nightly-e2e-build" and body["metadata"]["labels"]["nightly-e2e.io/kind"] in ("model", "dataset")
+        expected = [{"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf-token", "key": "token"}}}] if downloads else []
+        assert refs == expected, body["metadata"]["name"]
 
 
-def test_a_single_partition_rerun_goes_through_pipes_k8s_with_the_same_pod_and_our_verdict(cluster):
-    rerun = cluster["rerun"]
-    assert rerun.success
-    (mat,) = rerun.asset_materializations_for_node("test_runs")
+def test_a_single_partition_rerun_goes_through_pipes_k8s_with_the_same_pod_and_our_verdict(cluster, rerun):
+    assert rerun["result"].success, [e.message for e in rerun["result"].all_events if e.is_failure][:3]
+    (mat,) = rerun["mats"]
     assert mat.partition == RERUN_ID
     assert mat.metadata["outcome"].value == "passed" and mat.metadata["node"].value.startswith("h200-")
-    (pod,) = [p for p in cluster["rerun_pods"] if p["metadata"].get("annotations", {}).get("nightly-e2e.io/test-id")]
+    (pod,) = [p for p in rerun["pods"] if p["metadata"].get("annotations", {}).get("nightly-e2e.io/test-id")]
     env = {e["name"] for e in pod["spec"]["containers"][0]["env"]}
     assert "DAGSTER_PIPES_CONTEXT" in env, "the pod was not created by PipesK8sClient"
     for path in cluster["needs"][RERUN_ID]:

@@ -118,6 +118,10 @@ class StandInApiServer:
         self.patches: list[tuple[str, str, Any]] = []
         self.requests: list[tuple[str, str]] = []
         self.faults: list[Fault] = []
+        #: what ``nightly doctor`` reads: RBAC answers, PVCs, Kueue objects (path after /apis/kueue.x-k8s.io/v1beta1/)
+        self.denied: set[tuple[str, str]] = set()  # (resource[/subresource], verb) a SelfSubjectAccessReview denies
+        self.pvcs: dict[str, dict[str, Any]] = {}
+        self.kueue: dict[str, dict[str, Any]] = {}
         self.log_cuts = 0  # follow streams still to cut after their first line
         self.stopping = False
         server = self
@@ -302,6 +306,12 @@ class _Handler(BaseHTTPRequestHandler):
         parts, _ = self._route()
         if self._faulted():
             return
+        if parts[:3] == ["apis", "authorization.k8s.io", "v1"] and parts[3:] == ["selfsubjectaccessreviews"]:
+            review = self._body()
+            attrs = review["spec"]["resourceAttributes"]
+            resource = attrs["resource"] + (f"/{attrs['subresource']}" if attrs.get("subresource") else "")
+            review["status"] = {"allowed": (resource, attrs["verb"]) not in self.api.denied}
+            return self._send(201, review)
         if parts[:3] == ["api", "v1", "namespaces"] and len(parts) == 5 and parts[4] == "pods":
             self._send(*self.api.create(parts[3], self._body()))
         else:
@@ -338,6 +348,12 @@ class _Handler(BaseHTTPRequestHandler):
             return
         if parts[:3] == ["api", "v1", "nodes"]:
             return self._nodes(parts, q)
+        if len(parts) == 6 and parts[4] == "persistentvolumeclaims":
+            pvc = self.api.pvcs.get(parts[5])
+            return self._send(200, pvc) if pvc else self._send(404, _status(404, "NotFound", f'persistentvolumeclaims "{parts[5]}" not found'))
+        if parts[:3] == ["apis", "kueue.x-k8s.io", "v1beta1"]:
+            obj = self.api.kueue.get("/".join(parts[3:]))
+            return self._send(200, obj) if obj else self._send(404, _status(404, "NotFound", "/".join(parts[3:]) + " not found"))
         if parts[:3] != ["api", "v1", "namespaces"] or len(parts) < 5 or parts[4] != "pods":
             return self._send(404, _status(404, "NotFound", self.path))
         if len(parts) == 5 and q.get("watch", "").lower() == "true":

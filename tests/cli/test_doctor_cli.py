@@ -1,0 +1,135 @@
+"""``nightly doctor`` against the stand-in API server: a healthy cluster passes every check; each
+broken one fails its own check, says how to fix it and exits 1.
+
+The command runs as a maintainer runs it (``nightly doctor --deployment production`` with a
+kubeconfig); the pre-flight pods are scripted by the stand-in from the GPU count they request.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import textwrap
+
+import pytest
+
+from pipelines.cli import main
+from pipelines.launch.kubernetes.preflight import OK_PREFIX
+from tests.launch.kubernetes import pods
+from tests.launch.kubernetes.apiserver import StandInApiServer, gpu_node
+
+HEALTHY_PVC = {"metadata": {"name": "nightly-model-cache"}, "spec": {"accessModes": ["ReadWriteMany"]},
+               "status": {"phase": "Bound", "accessModes": ["ReadWriteMany"]}}
+QUEUES = {"namespaces/nightly-e2e/localqueues/h200-nightly": {"spec": {"clusterQueue": "h200-nightly"}},
+          "clusterqueues/h200-nightly": {"spec": {}}}
+
+
+def preflight_passes(pod, node):
+    gpus = int({e["name"]: e.get("value") for e in pod["spec"]["containers"][0]["env"]}["NIGHTLY_PREFLIGHT_GPUS"])
+    facts = {"node": node, "gpus": gpus, "listed": gpus, "shm_bytes": 32 * 2**30}
+    return pods.ends(node, pods.terminated("Succeeded", 0, "Completed"), logs=(OK_PREFIX + json.dumps(facts),))
+
+
+def preflight_fails(pod, node):
+    return pods.ends(node, pods.terminated("Failed", 86, "Error"),
+                     logs=(f"nightly-preflight: CUDA init failed on {node}: CUresult 802 (fabric manager down)",))
+
+
+def doctor(tmp_path, monkeypatch, capsys, *, nodes=None, pvc=HEALTHY_PVC, denied=(), script=preflight_passes,
+           args=()) -> tuple[int, str]:
+    server = StandInApiServer(script=script, node_objects=nodes)
+    server.pvcs = {"nightly-model-cache": pvc}
+    server.kueue = dict(QUEUES)
+    server.denied = set(denied)
+    with server:
+        (tmp_path / "kubeconfig").write_text(textwrap.dedent(f"""\
+            apiVersion: v1
+            kind: Config
+            clusters: [{{name: stand-in, cluster: {{server: "{server.url}"}}}}]
+            users: [{{name: launcher, user: {{token: stand-in}}}}]
+            contexts: [{{name: stand-in, context: {{cluster: stand-in, user: launcher}}}}]
+            current-context: stand-in
+        """))
+        monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+        code = main(["doctor", "--deployment", "production", "--kubeconfig", str(tmp_path / "kubeconfig"), "--wait", "30",
+                     *args])
+    return code, capsys.readouterr().out
+
+
+def line(out: str, check: str) -> str:
+    return next(x for x in out.splitlines() if x.startswith(check))
+
+
+def cols(out: str, check: str) -> list[str]:
+    """check, result, detail, fix of one row of the table."""
+    return re.split(r"\s{2,}", line(out, check + " "))
+
+
+def test_a_healthy_cluster_passes_every_check(tmp_path, monkeypatch, capsys):
+    code, out = doctor(tmp_path, monkeypatch, capsys)
+    assert code == 0, out
+    assert "FAIL" not in out and out.rstrip().endswith("checks passed; ready for a night")
+    for check in ("rbac: create pods", "rbac: get pods/log", "rbac: list nodes", "cache PVC nightly-model-cache",
+                  "pool h200: nodes: h200-d", "pool h200: Kueue queue h200-nightly", "pool h200: image pinned",
+                  "pool h200: pre-flight 1 GPU", "pool h200: pre-flight 8 GPUs", "pool h200: image digest"):
+        assert cols(out, check)[1] == "ok", check
+    assert "8 GPU(s) on h200-a, /dev/shm 32.0 GiB" in line(out, "pool h200: pre-flight 8 GPUs")
+
+
+def test_a_missing_rbac_verb_fails_its_check_with_the_overlay_to_apply(tmp_path, monkeypatch, capsys):
+    code, out = doctor(tmp_path, monkeypatch, capsys, denied={("pods/log", "get")}, args=("--no-pods",))
+    assert code == 1
+    assert cols(out, "rbac: get pods/log") == ["rbac: get pods/log", "FAIL", "denied in nightly-e2e",
+                                               "kubectl apply -k k8s/overlays/production (grants get pods/log to nightly-launcher)"]
+    assert cols(out, "rbac: create pods")[1] == "ok"
+
+
+def test_a_node_without_gpu_labels_fails_and_the_pool_is_short_of_nodes(tmp_path, monkeypatch, capsys):
+    nodes = [gpu_node(n) for n in ("h200-a", "h200-b", "h200-c", "h200-d")]
+    del nodes[1]["metadata"]["labels"]["nvidia.com/gpu.count"]
+    code, out = doctor(tmp_path, monkeypatch, capsys, nodes=nodes, args=("--no-pods",))
+    assert code == 1
+    bad = line(out, "pool h200: nodes: h200-b")
+    assert "FAIL" in bad and "no nvidia.com/gpu.product/count labels" in bad and "install GPU feature discovery" in bad
+    assert cols(out, "pool h200: nodes")[1:] == ["FAIL", "3 usable of 4 matching nvidia.com/gpu.product=NVIDIA-H200; the plan has 4",
+                                                 "fix the nodes below or set pools.h200.nodes: 3"]
+
+
+def test_an_untolerated_taint_is_named_with_the_toleration_to_add(tmp_path, monkeypatch, capsys):
+    nodes = [gpu_node(n) for n in ("h200-a", "h200-b", "h200-c", "h200-d")]
+    nodes[2]["spec"]["taints"].append({"key": "team", "value": "infer", "effect": "NoSchedule"})
+    code, out = doctor(tmp_path, monkeypatch, capsys, nodes=nodes, args=("--no-pods",))
+    assert code == 1
+    assert "taint team=infer:NoSchedule not tolerated" in line(out, "pool h200: nodes: h200-c")
+    assert "add a toleration for team to pools.h200.tolerations" in line(out, "pool h200: nodes: h200-c")
+
+
+def test_an_unbound_pvc_fails_with_the_storage_it_needs(tmp_path, monkeypatch, capsys):
+    pending = {**HEALTHY_PVC, "status": {"phase": "Pending"}}
+    code, out = doctor(tmp_path, monkeypatch, capsys, pvc=pending, args=("--no-pods",))
+    assert code == 1
+    check = line(out, "cache PVC nightly-model-cache")
+    assert cols(out, "cache PVC nightly-model-cache")[1:3] == ["FAIL", "Pending, ReadWriteMany"]
+    assert "provisions ReadWriteMany volumes" in check
+
+
+def test_a_failing_preflight_fails_with_what_the_node_said(tmp_path, monkeypatch, capsys):
+    code, out = doctor(tmp_path, monkeypatch, capsys, script=preflight_fails)
+    assert code == 1
+    check = cols(out, "pool h200: pre-flight 1 GPU")
+    assert check[1:3] == ["FAIL", "infra_error/gpu_unusable on h200-a: nightly-preflight: CUDA init failed on h200-a: "
+                                  "CUresult 802 (fabric manager down)"]
+    assert "fix the node's driver / fabric manager (gpu_unusable)" in check[3]
+
+
+def test_a_local_deployment_is_refused_with_the_fix(capsys):
+    assert main(["doctor", "--deployment", "local"]) == 2
+    assert "deployment local runs tests locally (launcher: local); pass --deployment with a kubernetes deployment" \
+           in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("flag", ["--no-pods", "--wait", "--kubeconfig", "--deployment"])
+def test_help_documents_every_flag(flag, capsys):
+    with pytest.raises(SystemExit):
+        main(["doctor", "--help"])
+    assert flag in capsys.readouterr().out
