@@ -6,7 +6,7 @@ BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed-$(shell cat requirements.lock pyproject.toml | cksum | cut -d' ' -f1)
 PYTEST_ARGS ?=
 
-.PHONY: install system-deps nightly test test-fast test-loaded ui bench lint clean help
+.PHONY: install system-deps nightly test test-fast test-fast-lane-a test-fast-lane-b test-loaded ui bench lint clean help
 
 help:
 	@echo "make nightly   run one whole nightly of examples/minirl on the local default (Dagster, SQLite)"
@@ -37,10 +37,25 @@ test: install system-deps
 	$(BIN)/ruff check pipelines tests bench examples
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
-# the edit loop: every test not marked slow (no Dagster instance, night, browser, server or
-# framework subprocess); a test still running after 300 s gets its stack printed, not killed
+# the edit loop: every test not marked slow (no Dagster run, night, browser or framework
+# subprocess). With no PYTEST_ARGS it runs as two pytest processes side by side, one per CPU of
+# the 2-CPU machine (lane a: the folders below; lane b: everything else, new folders included),
+# each lane's output printed when it ends. A test still running after 300 s gets its stack printed.
+FAST       := $(BIN)/python -m pytest -m "not slow" -q -o faulthandler_timeout=300
+FAST_LANE_A := tests/launch tests/cli tests/nix tests/defs
+
 test-fast: install
-	$(BIN)/python -m pytest -m "not slow" -q -o faulthandler_timeout=300 $(PYTEST_ARGS)
+ifeq ($(strip $(PYTEST_ARGS)),)
+	@$(MAKE) --no-print-directory -j2 --output-sync=target test-fast-lane-a test-fast-lane-b
+else
+	$(FAST) $(PYTEST_ARGS)
+endif
+
+test-fast-lane-a:
+	$(FAST) $(wildcard $(FAST_LANE_A))
+
+test-fast-lane-b:
+	$(FAST) tests $(addprefix --ignore=,$(FAST_LANE_A))
 
 # `make test` under a CPU load made by the script itself; LOADED_ARGS="--runs 3" or "--workers 0"
 test-loaded: install system-deps
