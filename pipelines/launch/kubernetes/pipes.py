@@ -181,6 +181,9 @@ class PipesLauncher:
         self.api = core_v1_api
         self.cache_paths = dict(cache_paths or {})
         self.env = dict(env) if env is not None else None
+        #: the Pipes invocations of this step: Dagster requires their results to be yielded
+        #: (``yield from inv.get_results()``) or the step fails with "did not yield ... outputs"
+        self.invocations: list[Any] = []
 
     def launch(self, request: LaunchRequest, on_log: Any = None) -> Attempt:
         import dataclasses
@@ -189,8 +192,10 @@ class PipesLauncher:
         if self.env is not None:  # pods see the cache PVC, not the planning machine's folders
             request = dataclasses.replace(request, env=dict(self.env))
         paths = [self.cache_paths[k] for k in request.test.requirements if k in self.cache_paths]
-        attempt, _ = run_test_pod(self.context, request, pool, self.deployment, pipes_client=self.pipes_client,
-                                  core_v1_api=self.api, cache_paths=paths)
+        attempt, invocation = run_test_pod(self.context, request, pool, self.deployment, pipes_client=self.pipes_client,
+                                           core_v1_api=self.api, cache_paths=paths)
+        if invocation is not None:
+            self.invocations.append(invocation)
         return attempt
 
 
