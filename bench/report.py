@@ -3,8 +3,9 @@
 Generates 100 night summaries of 1,000 tests on 4 nodes x 8 GPUs (about 2 % failures, 1 % hangs,
 a few tests that pass on retry, one image change), stores their ~100,000 samples in a local
 SQLite history store, then times each step of ``nightly report``: reading history, replaying the
-flaky state machine, building every section (pure) and rendering the HTML page. Prints the
-figures; goals are reported, never asserted.
+flaky state machine, building every section (pure) and rendering the HTML page (calibration is
+the night's own step; the report reuses its evidence). Prints wall and CPU time (a busy shared
+machine inflates wall time); goals are reported, never asserted.
 ``python bench/report.py [nights] [tests]``
 """
 
@@ -88,17 +89,21 @@ def main(nights: int = 100, n_tests: int = 1000) -> None:
         store = FileHistoryStore(Path(tmp) / "history.sqlite")
         store.append(sample_from_attempt(Attempt(**{**a, "gpu_slots": tuple(a["gpu_slots"])}), by_id[a["test_id"]],
                                          s["run_id"], s["image_digest"]) for s in summaries for a in s["attempts"])
+        estimates = calibrate(tests, store.read())  # the night's calibration: the report reads its evidence CSV
         t0 = time.perf_counter()
         samples = timed("read history (SQLite)", store.read)
         print(f"  ({len(samples):,} samples)")
-        estimates = timed("calibrate (proposals for drift)", lambda: calibrate(tests, samples))
         states = timed("replay flaky state machine", lambda: replay(samples))
         data = timed("build_report (every section, pure)", lambda: build_report(
             summaries[-1], summaries[-2:-1], samples, tests, estimates, states=states))
         core, core_cpu = time.perf_counter() - t0, sum(CPU)
-        from pipelines.reporting.html import render_html
 
-        page = timed("render HTML (matplotlib plots, first call)", lambda: render_html(data))
+        def render() -> str:
+            from pipelines.reporting.html import render_html  # matplotlib's import is part of the cost
+
+            return render_html(data)
+
+        page = timed("render HTML (import matplotlib, draw plots)", render)
         total, total_cpu = time.perf_counter() - t0, sum(CPU)
     quarantined = sum(1 for s in states.values() if s.state == "quarantined")
     print(f"  report: {data.verdict}; {len(data.failures)} failures, {len(data.gantt)} Gantt bars, "

@@ -57,7 +57,7 @@ def repo_context(home: Path, repo: str | None, deployment: str | None):
     from pipelines.core.calibrate import calibrate
     from pipelines.core.flaky import FlakyRules
     from pipelines.core.specs import load_specs
-    from pipelines.reporting.inputs import ReportInputs, uncovered_for
+    from pipelines.reporting.inputs import ReportInputs, stored_estimates, uncovered_for
     from pipelines.reporting.state import load_doc
     from pipelines.storage.history import history_store
     from pipelines.storage.state import state_store
@@ -79,8 +79,10 @@ def repo_context(home: Path, repo: str | None, deployment: str | None):
     where = specs.deployment(deployment)
     samples = history_store(where, home).read()
     store = state_store(where, home)
-    policy = spec.policy if spec else "bucket125"
-    estimates = calibrate(tests, samples, policy, spec.policy_params if spec else None) if tests else []
+    estimates = stored_estimates(store, name)  # the night's calibration; recomputed when there is none
+    if estimates is None:
+        policy = spec.policy if spec else "bucket125"
+        estimates = calibrate(tests, samples, policy, spec.policy_params if spec else None) if tests else []
     rules = FlakyRules.from_mapping(getattr(spec, "flaky", None), key=f"repos.{name}.flaky")
     return name, ReportInputs(
         samples=samples, tests=tests, estimates=estimates, rules=rules,

@@ -8,6 +8,8 @@ everything else (pipelines.core.report.build_report).
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -15,6 +17,7 @@ from pathlib import Path
 
 from pipelines.core.calibrate.evidence import write_atomic
 from pipelines.core.calibrate.policies import parse_time
+from pipelines.core.catalog.ids import safe_filename
 from pipelines.core.flaky import FlakyRules, replay
 from pipelines.core.model import CatalogError, Estimate, Problem, Sample, Test
 from pipelines.core.report import ReportData, build_report, tail_lines
@@ -82,6 +85,33 @@ def log_tails(summary: Mapping, store: StateStore | None = None, lines: int = LO
             if text is not None:
                 out[path] = tail_lines(text, lines)
     return out
+
+
+def evidence_key(repo: str) -> str:
+    """Where the night's calibration left its evidence CSV in the state store (Night.calibration_keys)."""
+    return f"calibration/{safe_filename(repo)}/evidence.csv"
+
+
+def estimates_from_evidence(text: str) -> list[Estimate]:
+    """Calibration's proposals back from its evidence CSV, so the report reuses them instead of recomputing."""
+    def num(v: str) -> float | None:
+        return float(v) if v else None
+
+    return [Estimate(r["test_id"], r["hardware"], int(r["current_est_time"]), int(r["proposed_est_time"]),
+                     int(r["samples_used"]), r["reason"], num(r["max_s"]), num(r["p90_s"]), num(r["median_s"]),
+                     int(r["stale_samples"] or 0), tuple(r["sources"].split()))
+            for r in csv.DictReader(io.StringIO(text))]
+
+
+def stored_estimates(store: StateStore, repo: str) -> list[Estimate] | None:
+    """The last calibration's proposals, or None when there are none (or they cannot be read)."""
+    text = store.get(evidence_key(repo))
+    if text is None:
+        return None
+    try:
+        return estimates_from_evidence(text)
+    except (KeyError, ValueError):
+        return None
 
 
 @dataclass(frozen=True)
@@ -154,7 +184,8 @@ def inputs_for_night(night, uncovered: Sequence[str] | None = None,
     tests = night.registered_tests()
     samples = night.history.read() if samples is None else samples
     return ReportInputs(
-        samples=samples, tests=tests, estimates=night.estimates(tests),
+        samples=samples, tests=tests,
+        estimates=stored_estimates(night.state, night.repo_spec.name) or night.estimates(tests),
         rules=FlakyRules.from_mapping(getattr(night.repo_spec, "flaky", None), key=f"repos.{night.repo_spec.name}.flaky"),
         quarantine=load_doc(night.state, night.repo_spec.name), uncovered=tuple(uncovered),
         timeout_floor_s=night.timeout_floor_s, timeout_factor=night.repo_spec.timeout_factor,

@@ -56,3 +56,17 @@ def test_the_night_report_asset_builds_from_a_night_and_stores_the_page(home):
     where = write_html(night.state, data)
     assert where == str(home / "reports" / "2026-11-06T150000Z.html")
     assert "FAILED: 2 test(s) failed" in (home / "reports" / "2026-11-06T150000Z.html").read_text()
+
+
+def test_the_report_reuses_calibrations_evidence_csv(tmp_path):
+    from pipelines.core.calibrate import evidence_csv
+    from pipelines.reporting.inputs import estimates_from_evidence, evidence_key, stored_estimates
+    from tests.reporting.nights import ESTIMATES
+
+    assert estimates_from_evidence(evidence_csv(ESTIMATES)) == ESTIMATES
+    store = LocalStateStore(tmp_path)
+    assert stored_estimates(store, "minirl") is None
+    store.put(evidence_key("minirl"), evidence_csv(ESTIMATES))
+    assert stored_estimates(store, "minirl") == ESTIMATES
+    store.put(evidence_key("minirl"), "not,the,columns\n1,2,3\n")
+    assert stored_estimates(store, "minirl") is None, "an unreadable CSV means: calibrate again"
