@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import functools
 import hashlib
 import re
 from dataclasses import dataclass
@@ -64,12 +65,16 @@ class Dialect:
     #: where the rules came from (the registry module, or "built-in profile <name>")
     source: str = ""
 
-    @property
+    @functools.cached_property
     def backends(self) -> dict[str, str]:
         return {s.name: s.backend for s in self.functions}
 
     def signature(self, name: str) -> Signature:
-        return next(s for s in self.functions if s.name == name)
+        return self._by_name[name]
+
+    @functools.cached_property
+    def _by_name(self) -> dict[str, Signature]:
+        return {s.name: s for s in self.functions}
 
     def digest(self) -> str:
         """Identifies the rules (cache entries made under other rules are not reused)."""

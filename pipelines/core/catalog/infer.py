@@ -50,6 +50,23 @@ class Needs:
     unresolved: tuple[str, ...] = ()
 
 
+def _calls(root: ast.AST) -> list[ast.Call]:
+    """Every call under ``root`` (``ast.walk`` without its generator overhead: this runs per test file)."""
+    out: list[ast.Call] = []
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, ast.Call):
+            out.append(node)
+        for name in node._fields:
+            value = getattr(node, name, None)
+            if isinstance(value, ast.AST):
+                stack.append(value)
+            elif isinstance(value, list):
+                stack.extend(v for v in value if isinstance(v, ast.AST))
+    return out
+
+
 def infer_needs(tree: ast.Module, constants: dict[str, Scalar]) -> Needs:
     """Downloads and conversions of the module-level ``prepare()`` (empty when there is none)."""
     prepare = next((s for s in tree.body if isinstance(s, ast.FunctionDef) and s.name == "prepare"), None)
@@ -61,7 +78,7 @@ def infer_needs(tree: ast.Module, constants: dict[str, Scalar]) -> Needs:
     downloads: list[Download] = []
     conversions: list[Conversion] = []
     unresolved: list[str] = []
-    calls = sorted((n for n in ast.walk(prepare) if isinstance(n, ast.Call)), key=lambda n: (n.lineno, n.col_offset))
+    calls = sorted(_calls(prepare), key=lambda n: (n.lineno, n.col_offset))
     for call in calls:
         name = call.func.id if isinstance(call.func, ast.Name) else getattr(call.func, "attr", "")
         if name == "hf_download_dataset":

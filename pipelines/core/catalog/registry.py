@@ -95,18 +95,18 @@ def _misplaced(tree: ast.Module, path: str, top_lines: set[int], backends: dict[
 def _registration(call: ast.Call, dialect: Dialect) -> Registration:
     func = call.func.id  # type: ignore[union-attr]
     sig = dialect.signature(func)
-    signature = sig.text()
     args: dict[str, object] = {}
     if any(isinstance(a, ast.Starred) for a in call.args):
-        raise _Bad(func, f"*args is not allowed; write each argument literally: {signature}")
+        raise _Bad(func, f"*args is not allowed; write each argument literally: {sig.text()}")
     if len(call.args) > len(sig.positional):
         raise _Bad(func, f"only {' and '.join(sig.positional) if len(sig.positional) < 3 else ', '.join(sig.positional)} "
-                         f"may be positional, got {len(call.args)} positional arguments; pass the others as keywords: {signature}")
+                         f"may be positional, got {len(call.args)} positional arguments; pass the others as keywords: "
+                         f"{sig.text()}")
     for name, node in zip(sig.positional, call.args, strict=False):
         args[name] = _literal(name, node)
     for kw in call.keywords:
         if kw.arg is None:
-            raise _Bad(func, f"**kwargs is not allowed; write each argument literally: {signature}")
+            raise _Bad(func, f"**kwargs is not allowed; write each argument literally: {sig.text()}")
         if kw.arg not in sig.keywords:
             hint = " (the GPU count comes from the suite name: -<N>-gpu-)" if kw.arg == "num_gpus" else ""
             raise _Bad(kw.arg, f"unknown argument to {func}{hint}; known: {', '.join(sorted(sig.keywords))}")
