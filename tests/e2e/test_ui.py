@@ -37,6 +37,9 @@ SUITE = "stage-c-8-gpu-h200"  # two short tests and the disabled one: a night of
 # `dagster dev` answers after ~10 s idle and ~40 s on a busy 2-CPU machine; the limit only stops a hang
 START_TIMEOUT_S = 300
 NIGHT_TIMEOUT_S = 600  # the night takes ~10 s idle; the limit only stops a hang, never judges speed
+# each test's timeout in the night: the 8-GPU rollout test took 41 s at load 10 against the example's
+# 60 s floor; nothing here hangs, so a generous floor costs nothing and keeps a loaded night green
+TIMEOUT_FLOOR_S = 600
 GRAPHQL_TIMEOUT_S = 120  # a query answers in < 1 s idle; the first ones load the code location
 BROWSER_TOTAL_S = 900  # four pages one after another: ~40 s idle, a few minutes loaded; a hang guard
 UPSTREAM = {"converted_checkpoints": "model_weights", "test_runs": "converted_checkpoints",
@@ -160,7 +163,7 @@ def ui(tmp_path_factory) -> Iterator[Ui]:
             cwd=PROJECT, env=env, stdout=sink, stderr=subprocess.STDOUT, start_new_session=True,
         )
     try:
-        night = cli("run", "--suite", SUITE, env=env).stdout  # while the UI starts
+        night = cli("run", "--suite", SUITE, "--timeout-floor", str(TIMEOUT_FLOOR_S), env=env).stdout  # while the UI starts
         catalog = json.loads(cli("catalog", "--json", env=env).stdout)
         runs = re.search(r"dagster runs: (\S+) \(night\), (\S+) \(calibration\)", night)
         assert runs, night

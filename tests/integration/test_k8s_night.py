@@ -38,6 +38,9 @@ OOM_ID = "tests/e2e/test_backend_matrix.py"
 ADMIT_ID = "tests/e2e/fsdp/test_fsdp_6gpu_chat.py"
 CARELESS_ID = "tests/e2e/megatron/test_grpo_math.py"  # prints a token it found somewhere
 LABELS = ("megatron", "fsdp")
+# every test's timeout: nothing here hangs, and a passing example test took up to 41 s on the
+# loaded 2-CPU machine (the example's own floor is 60 s), so a generous floor costs nothing
+FLOOR_S = 300
 RERUN_ID = "tests/e2e/megatron/test_dp8_chat.py"  # rerun alone through the PipesK8sClient path
 POD_KIND = "app.kubernetes.io/name"
 BUCKET = "nightly-e2e-history"  # the production deployment's s3_bucket in assets/cluster.yaml
@@ -56,7 +59,7 @@ def _kubeconfig(path, url: str) -> None:
 
 def _settings(home, assets) -> NightSettings:
     return NightSettings(home=home, assets_dir=assets, deployment="production", labels=LABELS,
-                         extra_env=(("HF_TOKEN", SECRET),))
+                         extra_env=(("HF_TOKEN", SECRET),), timeout_floor_s=FLOOR_S)
 
 
 @pytest.fixture(scope="module")
@@ -114,7 +117,7 @@ def cluster(tmp_path_factory):
             keys = sorted(t.id for t in night.catalog.tests)
             tags = {"dagster/asset_partition_range_start": keys[0], "dagster/asset_partition_range_end": keys[-1]}
             second = defs.resolve_job_def("nightly").execute_in_process(instance=instance, tags=tags, run_config={
-                "ops": {"test_runs": {"config": {"cadence": "nightly", "labels": list(LABELS)}}}})
+                "ops": {"test_runs": {"config": {"cadence": "nightly", "labels": list(LABELS), "timeout_floor_s": FLOOR_S}}}})
             second_summary = Night(_settings(home, assets)).summary(second.run_id)
             reused = _observed(instance, "converted_checkpoints") | _observed(instance, "model_weights") | _observed(
                 instance, "datasets")

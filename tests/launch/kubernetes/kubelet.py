@@ -112,7 +112,8 @@ class Kubelet:
         cwd = container.get("workingDir") or str(self.workdir)
         self.ran.append(pod["metadata"]["name"])
         proc = subprocess.run(argv, env=self.env(pod, node), cwd=cwd, stdin=subprocess.DEVNULL,
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=60)
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              timeout=600)  # an example test takes seconds, ~1 min loaded: only a hang guard
         return proc.returncode, proc.stdout.splitlines()
 
     def steps(self, pod: Pod, node: str) -> list[Step]:
