@@ -27,7 +27,7 @@ PROJECT = Path(__file__).resolve().parents[2]
 def nightly(*args: str, home: Path) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("NIGHTLY_", "DAGSTER_"))}
     return subprocess.run([sys.executable, "-m", "pipelines", *args], cwd=PROJECT, env={**env, "NIGHTLY_HOME": str(home)},
-                          capture_output=True, text=True, timeout=300, check=False)
+                          capture_output=True, text=True, timeout=900, check=False)  # hang guard: minutes loaded
 
 
 def expected_rows() -> dict[str, str]:
