@@ -11,6 +11,7 @@ import pytest
 from pipelines.core.report import Bar, Row
 from pipelines.core.trends import Trend, TrendPoint
 from pipelines.reporting.plots import (
+    bar_boxes,
     durations_figure,
     durations_svg,
     fits,
@@ -44,7 +45,8 @@ def test_gantt_labels_of_a_crowded_suite_never_overlap_and_only_sit_on_bars_wide
     assert fits(fig) == []
     assert 0 < len(shown) < len(bars), "wide bars keep their key, narrow ones rely on the tooltip"
     renderer = fig.canvas.get_renderer()
-    boxes = [p.get_window_extent(renderer) for p in ax.patches]
+    boxes = bar_boxes(fig)
+    assert len(boxes) == len(bars)
     for text in shown:
         tb = text.get_window_extent(renderer)
         assert any(pb.x0 <= tb.x0 and tb.x1 <= pb.x1 and pb.y0 <= tb.y0 + 1 and tb.y1 <= pb.y1 + 1 for pb in boxes), \
