@@ -286,7 +286,7 @@ def _built(req: Requirement, lines: list[str], seconds: float) -> Built:
 def builder_from_deployment(deployment: DeploymentSpec, *, kubeconfig: str | None = None,
                             context: str | None = None, **kwargs: Any) -> ClusterBuilder:
     """A builder with credentials from the pod (in cluster) or the kubeconfig, like the launcher."""
-    from pipelines.launch.kubernetes.launcher import launcher_from_deployment
+    from pipelines.launch.kubernetes.connect import launcher_from_deployment
 
     launcher = launcher_from_deployment(deployment, kubeconfig=kubeconfig, context=context)
     kwargs.setdefault("owner", launcher.owner)

@@ -35,9 +35,9 @@ def night_pods(plan: Plan, deployment: DeploymentSpec, make_request: RequestFact
     models = {r.key: r for r in reqs if r.kind == "model"}
     pods: list[dict[str, Any]] = []
     if reqs and deployment.cache_pvc and deployment.pools:
-        builder = ClusterBuilder(None, deployment, workdir=workdir, run_id=run_id,  # type: ignore[arg-type]
-                                 digest=(image_digests or {}).get(max(deployment.pools, key=lambda p: p.gpus_per_node).name, ""),
-                                 owner=dict(owner) if owner else None)
+        pool = max(deployment.pools, key=lambda p: p.gpus_per_node)  # where ClusterBuilder builds
+        builder = ClusterBuilder(None, deployment, pool, workdir=workdir, run_id=run_id,  # type: ignore[arg-type]
+                                 digest=(image_digests or {}).get(pool.name, ""), owner=dict(owner) if owner else None)
         for req in reqs:
             argv, pod_env, gpus = builder.prepared(req, models, conversion, dict(env or {}), DRY_RUN_NONCE)
             pods.append(builder.pod(req, build_pod_name(req, DRY_RUN_NONCE, 1), argv, pod_env, gpus))

@@ -31,7 +31,7 @@ from kubernetes.client.rest import ApiException
 from pipelines.core.model import Attempt
 from pipelines.core.specs import DeploymentSpec, PoolSpec
 from pipelines.launch.base import LaunchRequest, LogSink
-from pipelines.launch.kubernetes.logstream import STREAM_ERRORS, LogFollower, redact  # noqa: F401 (redact re-exported)
+from pipelines.launch.kubernetes.logstream import STREAM_ERRORS, LogFollower
 from pipelines.launch.kubernetes.nodes import NodePins
 from pipelines.launch.kubernetes.outcomes import (
     MAIN_CONTAINER,
@@ -44,6 +44,7 @@ from pipelines.launch.kubernetes.outcomes import (
     not_ready,
     terminated,
     test_started,
+    timestamp,
 )
 from pipelines.launch.kubernetes.podspec import ATTEMPT_UID, build_pod
 from pipelines.launch.kubernetes.resources import pinned_image
@@ -58,16 +59,6 @@ def attempt_log_path(path: Path, attempt: int) -> Path:
     if not dot:
         stem, suffix = name, ""
     return path.with_name(f"{stem}.attempt{attempt}" + (f".{suffix}" if suffix else ""))
-
-
-def _ts(value: Any) -> datetime | None:
-    if isinstance(value, datetime):
-        return value
-    if not value:
-        return None
-    with contextlib.suppress(ValueError):
-        return datetime.fromisoformat(str(value).replace("Z", "+00:00"))
-    return None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -389,7 +380,7 @@ class KubernetesLauncher:
     def _attempt(self, request: LaunchRequest, run: PodRun, started_at: str, digest: str) -> Attempt:
         pod, verdict = run.pod, run.verdict
         term = terminated(pod or {})
-        start, end = _ts(term.get("startedAt")), _ts(term.get("finishedAt"))
+        start, end = timestamp(term.get("startedAt")), timestamp(term.get("finishedAt"))
         elapsed = (end - start).total_seconds() if start and end else (run.ran_s or 0.0)
         pod_start = ((pod or {}).get("status") or {}).get("startTime")
         details = {"pod": run.name, "namespace": self.namespace, "message": run.message,
@@ -411,34 +402,3 @@ class KubernetesLauncher:
             timeout_s=request.timeout_s,
             details=details,
         )
-
-
-def launcher_from_deployment(deployment: DeploymentSpec, *, kubeconfig: str | None = None,
-                             context: str | None = None, retries: int = 0, owner: Any = "auto",
-                             **kwargs: Any) -> KubernetesLauncher:
-    """A launcher for ``deployment`` with credentials from the pod (in cluster) or the kubeconfig.
-
-    ``retries`` defaults to 0 because :func:`pipelines.launch.dispatch.run_plan` already retries
-    infra errors on another node; use ``deployment.max_infra_retries`` when calling directly.
-    ``owner="auto"``: the run's own pod when there is one (:func:`ownership.run_pod_owner`).
-    """
-    api = core_v1_api(kubeconfig=kubeconfig, context=context)
-    if owner == "auto":
-        from pipelines.launch.kubernetes.ownership import run_pod_owner
-
-        owner = run_pod_owner(api, deployment.namespace)
-    return KubernetesLauncher(api, deployment, retries=retries, owner=owner, **kwargs)
-
-
-def core_v1_api(*, kubeconfig: str | None = None, context: str | None = None) -> client.CoreV1Api:
-    """A CoreV1Api from the in-cluster service account, or ``$KUBECONFIG`` / ``~/.kube/config``."""
-    import os
-
-    from kubernetes import config
-
-    if os.environ.get("KUBERNETES_SERVICE_HOST") and not kubeconfig:
-        config.load_incluster_config()
-    else:
-        # $KUBECONFIG read now: the client reads it once, when kubernetes is first imported
-        config.load_kube_config(config_file=kubeconfig or os.environ.get("KUBECONFIG") or None, context=context)
-    return client.CoreV1Api()

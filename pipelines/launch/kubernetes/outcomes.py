@@ -10,6 +10,8 @@ Pure: plain dicts in Kubernetes JSON shape (camelCase) in, a :class:`Verdict` ou
 
 from __future__ import annotations
 
+import contextlib
+from datetime import datetime
 from typing import Any, NamedTuple
 
 from pipelines.launch.kubernetes.preflight import preflight_verdict
@@ -221,3 +223,14 @@ def explain(last_pod: dict[str, Any] | None, verdict: Verdict) -> str:
     if verdict.node:
         parts.append(f"node={verdict.node}")
     return f"{verdict.reason or verdict.outcome}: " + " ".join(parts)
+
+
+def timestamp(value: Any) -> datetime | None:
+    """A Kubernetes time (``2026-12-01T02:00:00Z``) as a datetime; None when absent or unreadable."""
+    if isinstance(value, datetime):
+        return value
+    if not value:
+        return None
+    with contextlib.suppress(ValueError):
+        return datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+    return None

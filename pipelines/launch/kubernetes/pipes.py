@@ -27,9 +27,16 @@ from kubernetes.client.rest import ApiException
 from pipelines.core.model import Attempt
 from pipelines.core.specs import DeploymentSpec, PoolSpec
 from pipelines.launch.base import LaunchRequest
-from pipelines.launch.kubernetes.launcher import _ts
 from pipelines.launch.kubernetes.logstream import LogFollower, redact
-from pipelines.launch.kubernetes.outcomes import Verdict, classify, explain, image_id, main_status, terminated
+from pipelines.launch.kubernetes.outcomes import (
+    Verdict,
+    classify,
+    explain,
+    image_id,
+    main_status,
+    terminated,
+    timestamp,
+)
 from pipelines.launch.kubernetes.podspec import LABEL_PREFIX, build_pod
 from pipelines.launch.kubernetes.resources import pinned_image
 
@@ -144,7 +151,7 @@ def run_test_pod(context: Any, request: LaunchRequest, pool: PoolSpec, deploymen
         message = explain(last, verdict)
         log.write(f"# nightly: verdict {verdict.outcome}: {message}\n")
     term = terminated(last or {})
-    start, end = _ts(term.get("startedAt")), _ts(term.get("finishedAt"))
+    start, end = timestamp(term.get("startedAt")), timestamp(term.get("finishedAt"))
     # the test container's own time; without its timestamps (never started) nothing ran worth timing
     elapsed = (end - start).total_seconds() if start and end else 0.0
     details = {"message": message, "retriable": str(verdict.retriable_infra).lower(),
@@ -206,7 +213,7 @@ def pipes_launcher_for(context: Any, deployment: DeploymentSpec, *, cache_paths:
 
     from dagster_k8s import PipesK8sClient
 
-    from pipelines.launch.kubernetes.launcher import launcher_from_deployment
+    from pipelines.launch.kubernetes.connect import launcher_from_deployment
 
     in_cluster = bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
     pipes = PipesK8sClient(load_incluster_config=in_cluster or None,
