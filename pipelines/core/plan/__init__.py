@@ -7,6 +7,8 @@ from pipelines.core.plan.accuracy import (
     error_lines,
     night_record,
     prediction_error,
+    record_from_json,
+    record_to_json,
 )
 from pipelines.core.plan.bounds import lower_bound, utilization
 from pipelines.core.plan.cluster import as_pool, hardware_of, override_pools, parse_pool_arg, pool_for
@@ -19,7 +21,7 @@ from pipelines.core.plan.shards import Shards, shard_makespan, shards_gpus, shar
 __all__ = [
     "DispatchQueue", "Duration", "NightPrediction", "PredictionError", "Schedule", "Shards", "as_pool",
     "check_fit", "duration_model", "error_lines", "hardware_of", "list_schedule", "lower_bound", "lpt_order",
-    "make_plan", "night_record", "override_pools", "parse_pool_arg", "pool_for", "prediction_error",
+    "make_plan", "night_record", "override_pools", "parse_pool_arg", "pool_for", "prediction_error", "record_from_json", "record_to_json",
     "shard_makespan", "shards_gpus", "shards_plan", "simulate", "simulate_trace", "static_shards",
     "utilization",
 ]

@@ -60,6 +60,32 @@ def night_record(night: str, plan: Plan, actual_makespan_s: float,
     return NightPrediction(night, plan.predicted_median_s, plan.predicted_p90_s, float(actual_makespan_s), tests)
 
 
+def record_to_json(r: NightPrediction) -> dict:
+    """The night summary's ``prediction`` entry (plain JSON types)."""
+    return {"night": r.night, "predicted_median_s": r.predicted_median_s, "predicted_p90_s": r.predicted_p90_s,
+            "actual_s": r.actual_s, "tests": [{"test_id": t, "predicted_s": p, "actual_s": a} for t, p, a in r.tests]}
+
+
+def record_from_json(d: dict, where: str) -> NightPrediction:
+    """Read back :func:`record_to_json`; ``where`` (e.g. ``summary.json:1``) locates a bad field."""
+    def num(obj: dict, key: str, at: str) -> float:
+        v = obj.get(key)
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+            raise ValueError(f"{where}: {at}{key}: {v!r} is not a number of seconds >= 0; "
+                             f"rewrite the night's summary or drop its prediction entry")
+        return float(v)
+
+    tests = []
+    for i, t in enumerate(d.get("tests") or []):
+        at = f"prediction.tests[{i}]."
+        if not isinstance(t, dict) or not isinstance(t.get("test_id"), str):
+            raise ValueError(f"{where}: {at}test_id: missing or not a string; each entry needs test_id, "
+                             f"predicted_s and actual_s")
+        tests.append((t["test_id"], num(t, "predicted_s", at), num(t, "actual_s", at)))
+    return NightPrediction(str(d.get("night", "")), num(d, "predicted_median_s", "prediction."),
+                           num(d, "predicted_p90_s", "prediction."), num(d, "actual_s", "prediction."), tuple(tests))
+
+
 def prediction_error(records: Sequence[NightPrediction], recent: int = RECENT_NIGHTS,
                      worst: int = 5) -> PredictionError:
     """The error over the ``recent`` latest nights (by ``night``, which sorts by date) that had

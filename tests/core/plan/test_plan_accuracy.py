@@ -7,7 +7,14 @@ import math
 import pytest
 
 from pipelines.core.model import Assignment, Plan
-from pipelines.core.plan.accuracy import NightPrediction, error_lines, night_record, prediction_error
+from pipelines.core.plan.accuracy import (
+    NightPrediction,
+    error_lines,
+    night_record,
+    prediction_error,
+    record_from_json,
+    record_to_json,
+)
 
 
 def night(name: str, median: float, p90: float, actual: float, *tests: tuple[str, float, float]) -> NightPrediction:
@@ -59,3 +66,18 @@ def test_a_night_record_takes_the_plans_predictions_and_the_passed_tests_elapsed
                 predicted_p90_s=120.0, expected=(("a", 80.0, 110.0, "history"), ("b", 40.0, 50.0, "fallback")))
     rec = night_record("2026-11-05", plan, 95.0, {"a": 85.0, "unknown": 10.0})
     assert rec == NightPrediction("2026-11-05", 90.0, 120.0, 95.0, (("a", 80.0, 85.0),))
+
+
+def test_a_record_survives_the_night_summary_round_trip():
+    rec = night("2026-11-01", 90.5, 120.0, 95.0, ("a", 80.0, 85.5))
+    assert record_from_json(record_to_json(rec), "summary.json:1") == rec
+
+
+def test_a_damaged_summary_entry_is_located_and_says_how_to_fix_it():
+    entry = record_to_json(night("2026-11-01", 90, 120, 95, ("a", 80, 85)))
+    entry["tests"][0]["actual_s"] = "soon"
+    with pytest.raises(ValueError, match=r"^summary.json:1: prediction.tests\[0\].actual_s: 'soon' is not a number "
+                                         r"of seconds >= 0; rewrite the night's summary"):
+        record_from_json(entry, "summary.json:1")
+    with pytest.raises(ValueError, match=r"summary.json:1: prediction.predicted_median_s: None is not a number"):
+        record_from_json({"night": "x", "actual_s": 1, "predicted_p90_s": 1}, "summary.json:1")
