@@ -255,6 +255,23 @@ def _apply(state: FlakyState, action: Mapping) -> FlakyState:
     return FlakyState(state.test_id, "released", (), 0, action["at"], action["by"], action["why"])
 
 
+def states_from_summary(recorded: Mapping, overrides: Mapping | None = None, after: str = "") -> dict[str, FlakyState]:
+    """States a night recorded (``summary["flaky"]``: test -> ``FlakyState.to_dict()``), with the manual
+    actions made after ``after`` (the night's end) applied: the morning report needs no replay."""
+    states = {k: FlakyState.from_dict(v) for k, v in recorded.items()}
+    cut = _time(after)
+    for action in sorted(overrides_of(overrides), key=lambda a: _time(a["at"])):
+        if _time(action["at"]) > cut:
+            tid = action["test"]
+            states[tid] = _apply(states.get(tid) or FlakyState(tid), action)
+    return states
+
+
+def recorded_states(states: Mapping[str, FlakyState]) -> dict[str, dict]:
+    """What a night summary keeps under ``flaky``: every test that is not plainly healthy."""
+    return {k: s.to_dict() for k, s in sorted(states.items()) if s.state != "healthy" or s.evidence}
+
+
 def overrides_of(doc: Mapping | None) -> list[dict]:
     """The manual actions in a quarantine document (``{"actions": [{test, action, by, why, at}]}``)."""
     return [dict(a) for a in (doc or {}).get("actions", ())]

@@ -18,7 +18,7 @@ from pathlib import Path
 from pipelines.core.calibrate.evidence import write_atomic
 from pipelines.core.calibrate.policies import parse_time
 from pipelines.core.catalog.ids import safe_filename
-from pipelines.core.flaky import FlakyRules, replay
+from pipelines.core.flaky import FlakyRules, replay, states_from_summary
 from pipelines.core.model import CatalogError, Estimate, Problem, Sample, Test
 from pipelines.core.report import ReportData, build_report, tail_lines
 from pipelines.storage.state import StateStore
@@ -148,7 +148,11 @@ def night_report(store: StateStore, night: str | None, inputs: ReportInputs) -> 
     """The report of one night (the newest by default) from the deployment's state store."""
     summary, previous = select_night(store, night)
     samples, quarantine = as_of(summary, inputs.samples, inputs.quarantine, newest=night is None)
-    states = replay(samples, inputs.rules, quarantine)
+    if isinstance(summary.get("flaky"), Mapping):  # the night recorded its states: only later manual actions
+        ends = [a.get("started_at", "") for a in summary.get("attempts", ())]
+        states = states_from_summary(summary["flaky"], quarantine, max(ends, default=""))
+    else:
+        states = replay(samples, inputs.rules, quarantine)
     return build_report(
         summary, [previous] if previous else [], samples, inputs.tests, inputs.estimates, states=states,
         log_tails=log_tails(summary, store), uncovered=inputs.uncovered, capacity_gpus=inputs.capacity_gpus,

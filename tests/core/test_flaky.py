@@ -193,3 +193,16 @@ def test_a_misspelled_rule_in_repos_yaml_is_located_with_the_fix(tmp_path, proje
         load_specs(assets)
     assert f"repos.yaml:{line}: repos.minirl.flaky.release_afer: unknown key; did you mean 'release_after'?" \
         in str(err.value)
+
+
+def test_states_a_night_recorded_come_back_with_only_the_later_manual_actions_applied():
+    from pipelines.core.flaky import recorded_states, states_from_summary
+
+    states = replay(history(*[("failed", "passed")] * 3) + history("passed", test="tests/ok.py"), RULES)
+    recorded = recorded_states(states)
+    assert list(recorded) == [T], "plainly healthy tests are not recorded"
+    doc = record(None, T, "release", "bob", "before the night", "2026-11-01T00:00:00+00:00")
+    doc = record(doc, "tests/ok.py", "add", "alice", "after the night", "2026-11-04T09:00:00+00:00")
+    back = states_from_summary(recorded, doc, after="2026-11-03T01:02:00+00:00")
+    assert back[T] == states[T] and back[T].state == "quarantined"
+    assert (back["tests/ok.py"].state, back["tests/ok.py"].by) == ("quarantined", "alice")

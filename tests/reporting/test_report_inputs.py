@@ -70,3 +70,19 @@ def test_the_report_reuses_calibrations_evidence_csv(tmp_path):
     assert stored_estimates(store, "minirl") == ESTIMATES
     store.put(evidence_key("minirl"), "not,the,columns\n1,2,3\n")
     assert stored_estimates(store, "minirl") is None, "an unreadable CSV means: calibrate again"
+
+
+def test_a_night_that_recorded_its_flaky_states_is_reported_with_them(tmp_path):
+    import json
+
+    from pipelines.core.flaky import FlakyState
+    from pipelines.reporting.inputs import ReportInputs
+
+    home = write_home(example_night(tmp_path))
+    latest = home / "nights" / "2026-11-06T150000Z.json"
+    summary = json.loads(latest.read_text())
+    summary["flaky"] = {tid(SFT): FlakyState(tid(SFT), "quarantined", by="flaky rules", why="3 flips").to_dict()}
+    latest.write_text(json.dumps(summary))
+    data = night_report(LocalStateStore(home), None, ReportInputs(samples=()))
+    assert data.excused == (tid(SFT),)
+    assert [(s.test_id, s.state, s.why) for s in data.flaky] == [(tid(SFT), "quarantined", "3 flips")]
