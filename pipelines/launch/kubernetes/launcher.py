@@ -226,6 +226,12 @@ class KubernetesLauncher:
                              "the night was interrupted", 0.0)
             else:
                 run = self.run_pod(body, log, on_log, timeout_s=request.timeout_s)
+        pinned = self.pins.real(pool, request.node) if self.pins else ""
+        gated = "SchedulingGated" in run.message  # Kueue's quota: no other node helps
+        if run.verdict.reason == "unschedulable" and pinned and pinned not in request.avoid_nodes and not gated:
+            # the plan's node is cordoned, gone or full of someone else's pods: another node can help
+            run = dataclasses.replace(run, verdict=Verdict("infra_error", "unschedulable", True, pinned),
+                                      message=f"{run.message} (pinned to {pinned})")
         return self._attempt(request, run, started_at, digest)
 
     def run_pod(self, body: dict[str, Any], log: TextIO, on_log: LogSink | None = None,

@@ -64,8 +64,8 @@ class LogFollower:
                 error = exc
             if self.closed or self._ended(api, name, namespace, container, error):
                 return
-            self.note(f"# nightly: log stream dropped after {self.count} lines "
-                      f"({type(error).__name__ if error else 'closed'}); resuming")
+            if error is not None:  # a clean close before the status says terminated is only status lag
+                self.note(f"# nightly: log stream dropped after {self.count} lines ({type(error).__name__}); resuming")
             time.sleep(min(10.0, self.backoff_s * 2 ** resume))
         self.note(f"# nightly: log stream ended after {self.max_resumes} resumes")
 

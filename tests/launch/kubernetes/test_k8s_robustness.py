@@ -213,3 +213,19 @@ def test_a_launcher_without_pins_never_lists_nodes(tmp_path):
         KubernetesLauncher(server.core_v1(), DEPLOYMENT, pin_nodes=False, tick_s=0.02, watch_timeout_s=1,
                            log_join_s=0.15).launch(request(tmp_path))
     assert not [p for _, p in server.requests if p.startswith("/api/v1/nodes")]
+
+
+def test_a_pod_pinned_to_a_node_it_cannot_get_is_retried_on_another_node(tmp_path):
+    def script(pod, node):
+        if node == "h200-a":  # cordoned since the night started, or full of someone else's pods
+            return [Step(mutate=pods.unschedulable("0/4 nodes are available: 1 node(s) were unschedulable."))]
+        return pods.passes(node)
+    _, seen, server, _ = launch(tmp_path, script)
+    assert [(a.outcome, a.reason, a.node, a.details["retriable"]) for a in seen] == [
+        ("infra_error", "unschedulable", "h200-a", "true"), ("passed", "", "h200-b", "false")]
+    assert "(pinned to h200-a)" in seen[0].details["message"]
+
+
+def test_a_pinned_pod_held_by_kueue_is_not_retried_elsewhere(tmp_path):
+    _, seen, _, _ = launch(tmp_path, lambda pod, node: [Step(mutate=pods.gated())])
+    assert [(a.reason, a.details["retriable"]) for a in seen] == [("unschedulable", "false")]
