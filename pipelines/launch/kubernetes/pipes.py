@@ -181,8 +181,11 @@ class PipesLauncher:
     name = "kubernetes-pipes"
 
     def __init__(self, context: Any, deployment: DeploymentSpec, *, pipes_client: Any = None,
-                 core_v1_api: client.CoreV1Api | None = None, cache_paths: Any = None, env: Any = None):
+                 core_v1_api: client.CoreV1Api | None = None, cache_paths: Any = None, env: Any = None,
+                 image_digests: Any = None, owner: Any = None):
         self.context = context
+        self.image_digests = dict(image_digests or {})
+        self.owner = owner
         self.deployment = deployment
         self.pipes_client = pipes_client
         self.api = core_v1_api
@@ -200,14 +203,15 @@ class PipesLauncher:
             request = dataclasses.replace(request, env=dict(self.env))
         paths = [self.cache_paths[k] for k in request.test.requirements if k in self.cache_paths]
         attempt, invocation = run_test_pod(self.context, request, pool, self.deployment, pipes_client=self.pipes_client,
-                                           core_v1_api=self.api, cache_paths=paths)
+                                           core_v1_api=self.api, cache_paths=paths,
+                                           digest=self.image_digests.get(pool.name, ""), owner=self.owner)
         if invocation is not None:
             self.invocations.append(invocation)
         return attempt
 
 
 def pipes_launcher_for(context: Any, deployment: DeploymentSpec, *, cache_paths: Any = None, env: Any = None,
-                       poll_interval_s: float = 2.0) -> PipesLauncher:
+                       poll_interval_s: float = 2.0, image_digests: Any = None) -> PipesLauncher:
     """A PipesLauncher with credentials from the pod (in cluster) or the kubeconfig, as the other launcher."""
     import os
 
@@ -219,5 +223,6 @@ def pipes_launcher_for(context: Any, deployment: DeploymentSpec, *, cache_paths:
     pipes = PipesK8sClient(load_incluster_config=in_cluster or None,
                            kubeconfig_file=None if in_cluster else os.environ.get("KUBECONFIG"),
                            poll_interval=poll_interval_s)
-    return PipesLauncher(context, deployment, pipes_client=pipes, core_v1_api=launcher_from_deployment(deployment).api,
-                         cache_paths=cache_paths, env=env)
+    pods = launcher_from_deployment(deployment)  # its API client and the run's own pod (the owner)
+    return PipesLauncher(context, deployment, pipes_client=pipes, core_v1_api=pods.api, cache_paths=cache_paths,
+                         env=env, image_digests=image_digests, owner=pods.owner)
