@@ -119,7 +119,8 @@ def main(nights: int = 100, n_tests: int = 1000) -> None:
           f"{len(data.trends)} trends, {quarantined} quarantined, page {len(page) / 1e6:.1f} MB")
     print(f"report built from the store in {core:.2f} s wall, {core_cpu:.2f} s CPU with a replay of every state, "
           f"{recorded:.2f} s wall, {recorded_cpu:.2f} s CPU with the states the night recorded "
-          f"(goal < 2 s: {'met' if min(core, recorded) < 2 else 'NOT met'}); "
+          f"(goal < 2 s of CPU: {'met' if min(core_cpu, recorded_cpu) < 2 else 'NOT met'}; wall time counts the "
+          f"other processes on a shared machine too); "
           f"the HTML page adds {total - core:.2f} s wall ({total_cpu - core_cpu:.2f} s CPU)")
 
 
