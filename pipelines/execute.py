@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 from pipelines.core.health import detect_bad_nodes
 from pipelines.core.model import Attempt, Plan, Requirement, Test
+from pipelines.core.plan.accuracy import night_record, record_to_json
 from pipelines.core.runset import RunSelection, RunSet
 from pipelines.launch.base import Launcher
 from pipelines.launch.dispatch import DispatchResult
@@ -194,6 +195,10 @@ def night_summary(night: Night, runset: RunSet, selection: RunSelection, plan: P
         "attempts": [dataclasses.asdict(a) for a in attempts],
         "plan": [dataclasses.asdict(a) for a in plan.ordered()],
         "predicted_makespan_s": plan.makespan_s, "lower_bound_s": plan.lower_bound_s,
+        "predicted_median_s": plan.predicted_median_s, "predicted_p90_s": plan.predicted_p90_s,
+        "prediction": record_to_json(night_record(
+            night.night, plan, result.makespan_s,
+            {a.test_id: a.elapsed_s for a in result.attempts if a.outcome == "passed"})),
         "actual_makespan_s": result.makespan_s, "notes": notes, "interrupted": interrupted,
         "infra": infra or {}, "tags": tags or {},
     }

@@ -38,6 +38,7 @@ from pipelines.core.model import (
     effective_timeout,
 )
 from pipelines.core.plan import make_plan, pool_for
+from pipelines.core.plan.durations import duration_model
 from pipelines.core.report import Row, night_rows
 from pipelines.core.runset import RunSelection, RunSet, resolve_run
 from pipelines.core.select import Selection, select
@@ -182,9 +183,12 @@ class Night:
 
     # -- plan --------------------------------------------------------------------------
     def plan(self, tests: Iterable[Test]) -> Plan:
+        """Order and predictions from measured durations (history); timeouts from est_time."""
+        tests = list(tests)
         return make_plan(
-            list(tests), self.deployment.pools,
+            tests, self.deployment.pools,
             timeout_floor_s=self.timeout_floor_s, timeout_factor=self.repo_spec.timeout_factor,
+            durations=duration_model(tests, self.history.read()),
         )
 
     # -- requirements ------------------------------------------------------------------

@@ -8,7 +8,9 @@ from pipelines.core.model import Plan, Test
 
 
 def print_plan(plan: Plan, tests: Mapping[str, Test], skipped: Sequence[Test] = ()) -> None:
-    print(f"plan: {len(plan.assignments)} tests, predicted makespan {plan.makespan_s:.1f}s, "
+    spread = (f" (median of simulated nights {plan.predicted_median_s:.1f}s, p90 {plan.predicted_p90_s:.1f}s)"
+              if plan.predicted_median_s else "")
+    print(f"plan: {len(plan.assignments)} tests, predicted makespan {plan.makespan_s:.1f}s{spread}, "
           f"lower bound {plan.lower_bound_s:.1f}s, ratio {plan.ratio:.3f}")
     print(f"  {'order':>5}  {'test':<48} {'gpus':>4} {'pool/node':<10} {'start':>7} {'end':>7} {'est':>6} {'timeout':>7}")
     for a in plan.ordered():

@@ -152,8 +152,9 @@ def _execute(night, args, selection, env: dict[str, str], home: Path) -> int:
     print()
     print(table(rows))
     print()
-    print(f"predicted makespan {summary['predicted_makespan_s']:.1f}s, actual {summary['actual_makespan_s']:.1f}s, "
-          f"lower bound {summary['lower_bound_s']:.1f}s; whole night {time.monotonic() - t0:.1f}s")
+    print(f"predicted makespan {summary['predicted_makespan_s']:.1f}s (p90 {summary.get('predicted_p90_s', 0):.1f}s), "
+          f"actual {summary['actual_makespan_s']:.1f}s, lower bound {summary['lower_bound_s']:.1f}s; "
+          f"whole night {time.monotonic() - t0:.1f}s")
     for note in summary["notes"]:
         print(f"note: {note}")
     print(f"report: {report}")

@@ -58,7 +58,7 @@ def run_plan(
     as their launcher ends them (``interrupt()`` kills them) and are still returned.
     """
     stop = stop or threading.Event()
-    queue = DispatchQueue(plan, pools)
+    queue = DispatchQueue(plan, pools, clock=time.monotonic)  # live: predicted ends follow reality
     result = DispatchResult(started_at=time.monotonic())
     finished = threading.Condition()
     done_ids: list[str] = []
