@@ -20,11 +20,13 @@ _TUPLE_AT = tuple(i for i, name in enumerate(_TEST_FIELDS) if name in {"labels",
                                                                              "also_suites"})
 
 
+def encode_needs(n: Needs) -> list:
+    return [[list(d.__dict__.values()) for d in n.downloads],
+            [[c.model, c.source_model, c.path, [list(p) for p in c.params]] for c in n.conversions], list(n.unresolved)]
+
+
 def encode(scan: FileScan) -> list:
-    n = scan.needs
-    return [scan.sha256, [list(r.__dict__.values()) for r in scan.registrations],
-            [[list(d.__dict__.values()) for d in n.downloads],
-             [[c.model, c.source_model, c.path, [list(p) for p in c.params]] for c in n.conversions], list(n.unresolved)],
+    return [scan.sha256, [list(r.__dict__.values()) for r in scan.registrations], encode_needs(scan.needs),
             scan.num_gpus, [[p.path, p.line, p.field, p.message] for p in scan.problems], scan.parsed]
 
 

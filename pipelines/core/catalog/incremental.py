@@ -18,7 +18,7 @@ from pathlib import Path
 
 from pipelines.core.catalog.assemble import registry_tests
 from pipelines.core.catalog.cache import ScanCache
-from pipelines.core.catalog.codec import decode_catalog, encode_catalog
+from pipelines.core.catalog.codec import decode_catalog, encode_catalog, encode_needs
 from pipelines.core.catalog.dialect import Dialect
 from pipelines.core.catalog.requirements import with_requirements
 from pipelines.core.catalog.scan import FileScan, scan_bytes
@@ -33,8 +33,8 @@ def inputs_digest(inputs: list) -> str:
 
 
 def needs_digest(scan: FileScan) -> str:
-    """Identifies what a file's prepare() needs (frozen records: their repr is their content)."""
-    return hashlib.sha256(repr(scan.needs).encode()).hexdigest()[:16]
+    """Identifies what a file's prepare() needs."""
+    return hashlib.sha256(str(encode_needs(scan.needs)).encode()).hexdigest()[:16]
 
 
 def remember(cache: ScanCache, inputs: str, scans: list[FileScan], catalog: Catalog) -> None:
