@@ -344,7 +344,7 @@ def build_report(
         near_timeout=_near_timeout(attempts, near_timeout(selected, recent, timeout_floor_s, timeout_factor), by_id),
         usage=_usage(bars, attempts, summary, makespan, capacity_gpus),
         makespan=tuple((k, summary.get(f)) for k, f in (
-            ("predicted", "predicted_makespan_s"), ("predicted p50", "predicted_p50_s"),
+            ("predicted", "predicted_makespan_s"), ("predicted median", "predicted_median_s"), ("predicted p50", "predicted_p50_s"),
             ("predicted p90", "predicted_p90_s"), ("actual", "actual_makespan_s"), ("lower bound", "lower_bound_s"))
             if summary.get(f) is not None),
         gantt=bars, trends=tuple(trends[t.id] for t in selected if t.id in trends), changes=changes,

@@ -87,6 +87,7 @@ def _summary(night: str, attempts: list[Attempt], tests: dict[str, Test], image:
         "selected": selected, "skipped": [tid(SKIPPED)], "skip_reasons": {tid(SKIPPED): "disabled"},
         "unplanned": [tid(ROCM)], "attempts": [dataclasses.asdict(a) for a in attempts],
         "predicted_makespan_s": 120.0, "lower_bound_s": 104.0, "actual_makespan_s": MAKESPAN,
+        "predicted_median_s": 118.0, "predicted_p90_s": 131.0,
         "notes": ["1 test skipped (disabled)"], "interrupted": False, "tags": {},
         "infra": {"h200": {"image": "local python environment", "image_digest": image, "driver": "550.54.15",
                            "spec": "sha256:d52e60f2e650", "notes": ""}},
