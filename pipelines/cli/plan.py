@@ -109,7 +109,8 @@ def _run(args: argparse.Namespace) -> int:
     # plan with the estimates the next night will use (an unconfigured checkout's are under its folder name)
     from pipelines.night import Night, NightSettings, with_calibrated
 
-    catalog = with_calibrated(catalog, Night(NightSettings(repo=spec.name if spec else str(path))).calibrated())
+    night = Night(NightSettings(repo=spec.name if spec else str(path), deployment=args.deployment))
+    catalog = with_calibrated(catalog, night.calibrated())
     changed = None
     if args.changed is not None:
         changed = tuple(args.changed)
@@ -125,7 +126,10 @@ def _run(args: argparse.Namespace) -> int:
     skipped = [t for t in chosen if not t.enabled]
     floor = args.timeout_floor if args.timeout_floor is not None else (spec.timeout_floor_s if spec else 1800)
     factor = spec.timeout_factor if spec else 1.25
-    plan = make_plan(runnable, pools, timeout_floor_s=floor, timeout_factor=factor, improve=not args.no_improve)
+    from pipelines.core.plan.durations import duration_model  # order and predictions from measured durations
+
+    plan = make_plan(runnable, pools, timeout_floor_s=floor, timeout_factor=factor, improve=not args.no_improve,
+                     durations=duration_model(runnable, night.history.read()))
     static = None
     if shards:
         sh = static_shards([t for t in runnable if t.id not in plan.unplanned], shards)  # unlisted suites: 1 shard
@@ -147,6 +151,8 @@ def plan_json(plan: Plan, pools, tests: dict[str, Test], skipped, catalog: Catal
     out = {
         "repo": catalog.repo,
         "makespan_s": plan.makespan_s,
+        "predicted_median_s": plan.predicted_median_s,
+        "predicted_p90_s": plan.predicted_p90_s,
         "lower_bound_s": plan.lower_bound_s,
         "ratio": round(plan.ratio, 6),
         "pools": [{"pool": name, "nodes": shapes[name].nodes, "gpus_per_node": shapes[name].gpus_per_node,
