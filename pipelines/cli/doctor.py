@@ -34,8 +34,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"nightly doctor: deployment {deployment.name} runs tests locally (launcher: {deployment.launcher}); "
               "pass --deployment with a kubernetes deployment of assets/cluster.yaml", file=sys.stderr)
         return 2
+    from pipelines.launch.kubernetes.connect import core_v1_api
     from pipelines.launch.kubernetes.doctor import diagnose, table
-    from pipelines.launch.kubernetes.launcher import core_v1_api
 
     api = core_v1_api(kubeconfig=args.kubeconfig, context=args.context)
     print(f"nightly doctor: deployment {deployment.name}, namespace {deployment.namespace}, "
