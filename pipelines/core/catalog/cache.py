@@ -53,8 +53,10 @@ def cache_file(where: Path | str, repo: Path) -> Path:
 class ScanCache:
     """Load once, answer lookups, save once (only when something changed).
 
-    Two files: the index (stats, digests, the last whole catalog) read on every catalog, and
-    ``<name>.scans.json`` (per-file scans) read only when some file changed.
+    Three files: the index (stats, digests, what the last catalog was made from, the tests of
+    files edited since) read on every catalog; ``<name>.catalog.json`` (the last full build's
+    catalog) rewritten only by a full build; ``<name>.scans.json`` (per-file scans) read only
+    when a full build needs them.
     """
 
     def __init__(self, path: Path | None, rules: str = ""):
@@ -68,8 +70,22 @@ class ScanCache:
         self._all: dict[str, dict] | None = None
         self._scans: dict[str, list] = {}
         self.dirty = self.scans_dirty = False
+        self._base: list | None = None  # a full build's encoded catalog waiting to be written
         if path is not None:
             self._load(path)
+
+    @property
+    def base_path(self) -> Path | None:
+        return None if self.path is None else self.path.with_name(self.path.stem + ".catalog.json")
+
+    def base(self) -> list | None:
+        """The encoded catalog of the last full build, when it is the one the index refers to."""
+        if self._base is not None:
+            return self._base
+        data = self._read(self.base_path, "base") if self.base_path is not None else None
+        if data is None or data.get("base", {}).get("id") != self.result.get("base"):
+            return None
+        return data["base"].get("catalog")
 
     @property
     def scans_path(self) -> Path | None:
@@ -158,8 +174,11 @@ class ScanCache:
         self.scans[key] = encode(scan)
         self.scans_dirty = True
 
-    def keep_result(self, result: dict) -> None:
-        """The whole catalog and what it was made from (see :mod:`.incremental`)."""
+    def keep_result(self, result: dict, base: list | None = None) -> None:
+        """What the catalog was made from (see :mod:`.incremental`); ``base``: a full build's catalog."""
+        if base is not None:
+            self._base = base
+            result = {**result, "base": hashlib.sha256(str(time.time_ns()).encode() + os.urandom(8)).hexdigest()[:16]}
         if result != self.result:
             self.result = result
             self.dirty = True
@@ -177,6 +196,9 @@ class ScanCache:
             self._write(self.scans_path, {"version": VERSION, "code": CODE, "scans": {self.rules: self._scans}})
             self.scans_dirty = False
             self.dirty = True  # written_ns must follow the scans
+        if self._base is not None and self.base_path is not None and self.dirty:
+            self._write(self.base_path, {"version": VERSION, "code": CODE,
+                                         "base": {"id": self.result.get("base"), "catalog": self._base}})
         if self.dirty:
             self._write(self.path, {"version": VERSION, "code": CODE, "written_ns": time.time_ns(), "files": self.files,
                                     "defs": self.defs, "result": self.result, "pending": self.pending})

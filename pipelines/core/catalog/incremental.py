@@ -42,7 +42,7 @@ def remember(cache: ScanCache, inputs: str, scans: list[FileScan], catalog: Cata
     if any(not s.sha256 for s in scans):
         return
     cache.keep_result({"inputs": inputs, "shas": {s.path: s.sha256 for s in scans},
-                       "needs": {s.path: needs_digest(s) for s in scans}, "catalog": encode_catalog(catalog)})
+                       "needs": {s.path: needs_digest(s) for s in scans}, "overlay": {}}, encode_catalog(catalog))
 
 
 def reuse(repo: Path, files: list[str], stats: Mapping[str, os.stat_result], cache: ScanCache, inputs: str,
@@ -68,17 +68,33 @@ def reuse(repo: Path, files: list[str], stats: Mapping[str, os.stat_result], cac
             if len(changed) > MAX_PATCHED:
                 return None
     try:
-        catalog = decode_catalog(str(repo), prev["catalog"])
+        catalog = _last(str(repo), cache)
+        if catalog is None:
+            return None
         return _patch(base, catalog, changed, cache, dialect, implicit_dirs) if changed else catalog
-    except (ValueError, TypeError, KeyError):
+    except (ValueError, TypeError, KeyError, AttributeError):
         return None  # a damaged entry: the full build redoes it
+
+
+def _last(repo: str, cache: ScanCache) -> Catalog | None:
+    """The last full build's catalog with the tests of files edited since (the overlay) swapped in."""
+    encoded = cache.base()
+    if encoded is None:
+        return None
+    catalog = decode_catalog(repo, encoded)
+    overlay = cache.result.get("overlay") or {}
+    if not overlay:
+        return catalog
+    fresh = decode_catalog(repo, [[row for rows in overlay.values() for row in rows], [], [], []]).tests
+    tests = sorted([t for t in catalog.tests if t.path not in overlay] + list(fresh), key=lambda t: (t.path, t.line, t.id))
+    return Catalog(repo, tuple(tests), catalog.requirements, catalog.problems, catalog.assumptions)
 
 
 def _patch(base: str, catalog: Catalog, changed: list, cache: ScanCache, dialect: Dialect,
            implicit_dirs: tuple[str, ...]) -> Catalog | None:
     prev = cache.result
     implicit = tuple(d.strip("/") + "/" for d in implicit_dirs)
-    shas, replaced, fresh = dict(prev["shas"]), set(), []
+    shas, overlay, replaced, fresh = dict(prev["shas"]), dict(prev.get("overlay") or {}), set(), []
     for rel, st in changed:
         try:
             with open(base + rel, "rb") as fh:
@@ -98,12 +114,13 @@ def _patch(base: str, catalog: Catalog, changed: list, cache: ScanCache, dialect
         old = {t.id: t for t in catalog.tests if t.path == rel}
         if len(tests) != len(old) or {t.id for t in tests} != set(old):
             return None
-        fresh += [with_requirements(t, old[t.id].requirements, old[t.id].unresolved) for t in tests]
+        tests = [with_requirements(t, old[t.id].requirements, old[t.id].unresolved) for t in tests]
+        overlay[rel] = encode_catalog(Catalog("", tuple(tests)))[0]
+        fresh += tests
         replaced.add(rel)
         shas[rel] = sha
     if not replaced:
         return catalog
     tests = sorted([t for t in catalog.tests if t.path not in replaced] + fresh, key=lambda t: (t.path, t.line, t.id))
-    out = Catalog(catalog.repo, tuple(tests), catalog.requirements, catalog.problems, catalog.assumptions)
-    cache.keep_result({**prev, "shas": shas, "catalog": encode_catalog(out)})
-    return out
+    cache.keep_result({**prev, "shas": shas, "overlay": overlay})
+    return Catalog(catalog.repo, tuple(tests), catalog.requirements, catalog.problems, catalog.assumptions)

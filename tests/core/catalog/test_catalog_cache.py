@@ -74,15 +74,15 @@ def test_a_file_touched_without_a_change_is_read_but_not_parsed(tree, tmp_path, 
 
 
 def cache_files(folder):
-    """(index, scans) of the one checkout cached in ``folder``."""
-    (index,) = [p for p in folder.glob("catalog-*.json") if not p.name.endswith(".scans.json")]
-    return index, index.with_name(index.stem + ".scans.json")
+    """(index, scans, last catalog) of the one checkout cached in ``folder``."""
+    (index,) = [p for p in folder.glob("catalog-*.json") if p.name.count(".") == 1]
+    return index, index.with_name(index.stem + ".scans.json"), index.with_name(index.stem + ".catalog.json")
 
 
 def test_a_corrupt_cache_is_ignored_rebuilt_and_said(tree, tmp_path, parses):
     repo = checkout(tree)
     good = load(repo, tmp_path / "cache")
-    index, scans = cache_files(tmp_path / "cache")
+    index, scans, _ = cache_files(tmp_path / "cache")
     index.write_bytes(b'{"version": 1, "files": [')
     parses.clear()
     again = load(repo, tmp_path / "cache")
@@ -101,7 +101,7 @@ def test_a_corrupt_cache_is_ignored_rebuilt_and_said(tree, tmp_path, parses):
 def test_a_cache_entry_with_the_wrong_shape_is_a_miss_not_a_crash(tree, tmp_path, parses):
     repo = checkout(tree)
     load(repo, tmp_path / "cache")
-    _, scans = cache_files(tmp_path / "cache")
+    _, scans, _ = cache_files(tmp_path / "cache")
     scans.write_text(scans.read_text().replace('"r:tests/test_2.py":["', '"r:tests/test_2.py":[1,"'))
     (repo / "tests/test_5.py").write_text(REG.format(est=7))  # a new file: the full build reads the scans
     parses.clear()
@@ -112,8 +112,9 @@ def test_a_cache_entry_with_the_wrong_shape_is_a_miss_not_a_crash(tree, tmp_path
 def test_a_damaged_whole_catalog_entry_is_rebuilt_from_the_scans(tree, tmp_path, parses):
     repo = checkout(tree)
     good = load(repo, tmp_path / "cache")
-    index, _ = cache_files(tmp_path / "cache")
-    index.write_text(index.read_text().replace('"catalog":[[[', '"catalog":[[[0,'))
+    _, _, last = cache_files(tmp_path / "cache")
+    assert '"catalog":[[[' in last.read_text()
+    last.write_text(last.read_text().replace('"catalog":[[[', '"catalog":[[[0,'))
     parses.clear()
     assert load(repo, tmp_path / "cache") == good
     assert parses == []
@@ -169,9 +170,23 @@ def test_an_edit_that_keeps_ids_and_needs_parses_only_that_file_and_not_the_scan
     load(repo, tmp_path / "cache")
     load(repo, tmp_path / "cache")
     parses.clear()
-    _, scans = cache_files(tmp_path / "cache")
+    _, scans, _ = cache_files(tmp_path / "cache")
     scans.write_bytes(b"not read on this path")
     (repo / "tests/test_0.py").write_text(REG.format(est=777))
     cat = load(repo, tmp_path / "cache")
     assert parses == ["tests/test_0.py"] and cat.by_id()["tests/test_0.py"].est_time == 777
     assert not any("corrupt" in n for n in cat.assumptions)
+
+
+def test_successive_edits_of_different_files_each_parse_one_file_and_stay_equal_to_a_fresh_read(tree, tmp_path, parses):
+    repo = checkout(tree)
+    load(repo, tmp_path / "cache")
+    for i, rel in enumerate(("tests/test_0.py", "tests/test_3.py", "tests/test_0.py")):
+        parses.clear()
+        (repo / rel).write_text(REG.format(est=1000 + i))
+        cached = load(repo, tmp_path / "cache")
+        assert parses == [rel]
+        assert cached.tests == load_catalog(repo, RepoSpec(name="fw", path=repo)).tests
+    parses.clear()
+    again = load(repo, tmp_path / "cache")
+    assert parses == [] and again.by_id()["tests/test_0.py"].est_time == 1002
