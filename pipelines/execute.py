@@ -70,9 +70,17 @@ def _input_failure(test: Test, error: str, timeout_s: int) -> Attempt:
 
 def run_tests(night: Night, runset: RunSet, selection: RunSelection, *, launcher: Launcher | None = None,
               say: Callable[[str], None] = print, infra: dict | None = None,
-              tags: dict[str, str] | None = None) -> Iterator[Event]:
-    """Plan and run ``runset``; yields events as they happen and ends with the night's record."""
+              tags: dict[str, str] | None = None, live_run_ids: tuple[str, ...] = ()) -> Iterator[Event]:
+    """Plan and run ``runset``; yields events as they happen and ends with the night's record.
+
+    ``live_run_ids``: runs still alive (Kubernetes: pods of any other run are swept first).
+    """
     night.history.read()  # an unreadable history store stops the run before any test starts
+    night.image_digests = {pool: info["image_digest"] for pool, info in (infra or {}).items()
+                           if info.get("image_digest", "").startswith("sha256:") and night.deployment.launcher ==
+                           "kubernetes"}
+    for pod in night.sweep_pods(live_run_ids):
+        say(f"deleted pod {pod}, left running by a run that is gone")
     if night.deployment.launcher == "local":
         for leftover in night.cache.clean_partials():
             say(f"removed a half-built input an earlier build left: {leftover}")
@@ -112,6 +120,7 @@ def run_tests(night: Night, runset: RunSet, selection: RunSelection, *, launcher
         plan = night.plan(tests)
 
     images = {pool: (info or {}).get("image_digest", "") for pool, info in (infra or {}).items()}
+    launcher = launcher or night.launcher()
     outcome: dict = {}
 
     def record(result: DispatchResult, notes: list[str], interrupted: bool) -> dict:
@@ -129,20 +138,19 @@ def run_tests(night: Night, runset: RunSet, selection: RunSelection, *, launcher
         raise
     result = outcome["result"]
     findings = detect_bad_nodes(result.attempts)
-    notes = [f.summary for f in findings] + night.cordon(findings)
+    notes = [f.summary for f in findings] + night.cordon(findings) + night.notes + list(getattr(launcher, "notes", []))
     for n in notes:
         say(n)
     yield NightDone(record(result, notes, False))
 
 
-def _dispatch(night: Night, plan: Plan, tests: list[Test], launcher: Launcher | None, say: Callable[[str], None],
+def _dispatch(night: Night, plan: Plan, tests: list[Test], launcher: Launcher, say: Callable[[str], None],
               images: dict[str, str], outcome: dict) -> Iterator[Finished]:
     """Dispatch in a worker thread and yield each finished attempt here, in the caller's thread.
 
     ``outcome["result"]`` holds the DispatchResult once the worker ends, even when interrupted.
     """
     by_id = {t.id: t for t in tests}
-    launcher = launcher or night.launcher()
     finished: queue.Queue = queue.Queue()
     stop = threading.Event()
 
@@ -168,9 +176,9 @@ def _dispatch(night: Night, plan: Plan, tests: list[Test], launcher: Launcher | 
             yield Finished(attempt, test, done, total)
     except BaseException:  # interrupted (SIGINT/SIGTERM, a terminated run): stop, kill, keep what ran
         stop.set()
-        interrupt = getattr(launcher, "interrupt", None)
+        interrupt = getattr(launcher, "interrupt", None) or getattr(launcher, "cancel_all", None)
         if interrupt is not None:
-            interrupt()
+            interrupt()  # local: kill the process trees; Kubernetes: delete the pods
         worker.join()
         raise
     worker.join()

@@ -96,6 +96,10 @@ class Night:
         #: the night's name: when it started, and which run (two runs may start in one second)
         self.night = datetime.now(UTC).strftime("%Y-%m-%dT%H%M%SZ") + "-" + self.run_id.replace("-", "")[:8]
         self.home = Path(self.settings.home)
+        #: tonight's image digest per pool (the infra probe's): every pod of the night runs exactly it
+        self.image_digests: dict[str, str] = {}
+        #: what the launchers noted on the way (unpinned pods, refused cordons) for the night's record
+        self.notes: list[str] = []
 
     # -- state -------------------------------------------------------------------------
     @cached_property
@@ -213,7 +217,10 @@ class Night:
             from pipelines.launch.kubernetes.podspec import pod_env
 
             env = pod_env(self.repo_spec.env, dict(self.settings.extra_env))
-            return builder_from_deployment(self.deployment).build(req, models, self.specs.conversion, env, log_path=log_path)
+            pool = max(self.deployment.pools, key=lambda p: p.gpus_per_node)  # where builds run
+            builder = builder_from_deployment(self.deployment, run_id=self.run_id,
+                                              digest=self.image_digests.get(pool.name, ""))
+            return builder.build(req, models, self.specs.conversion, env, log_path=log_path)
         return self.cache.build(
             req, repo=self.repo_spec.path, conversion=self.specs.conversion, env=self.test_env(),
             models=models, log_path=log_path,
@@ -232,8 +239,11 @@ class Night:
         """What every test pod needs beyond its request: its inputs' container paths and its env."""
         from pipelines.launch.kubernetes.podspec import pod_env
 
-        return {"cache_paths": {r.key: r.path for r in self.catalog.requirements},
-                "env": pod_env(self.repo_spec.env, dict(self.settings.extra_env))}
+        out = {"cache_paths": {r.key: r.path for r in self.catalog.requirements},
+               "env": pod_env(self.repo_spec.env, dict(self.settings.extra_env))}
+        if self.image_digests:
+            out["image_digests"] = dict(self.image_digests)
+        return out
 
     def launcher(self) -> Launcher:
         if self.deployment.launcher == "kubernetes":
@@ -244,6 +254,20 @@ class Night:
         from pipelines.launch.local import LocalLauncher
 
         return LocalLauncher(self.home, pools=[p.pool() for p in self.deployment.pools], night=self.night)
+
+    def sweep_pods(self, live_run_ids: Iterable[str]) -> list[str]:
+        """Delete our pods left running by dead runs (Kubernetes); returns their names."""
+        if self.deployment.launcher != "kubernetes":
+            return []
+        from pipelines.launch.kubernetes import launcher_from_deployment
+        from pipelines.launch.kubernetes.ownership import sweep_stale_pods
+
+        try:
+            return sweep_stale_pods(launcher_from_deployment(self.deployment).api, self.deployment,
+                                    [*live_run_ids, self.run_id])
+        except Exception as exc:  # noqa: BLE001 - a sweep that cannot run must not stop the night
+            self.notes.append(f"stale pods not swept: {exc}")
+            return []
 
     def reap_orphans(self) -> list[Attempt]:
         """Kill test processes an earlier night left behind (a ``kill -9``) and record them as interrupted."""
@@ -320,7 +344,9 @@ class Night:
 
         try:
             api = launcher_from_deployment(self.deployment).api
-            return [f"cordoned {n}" for n in cordon_bad_nodes(api, self.deployment, [(f.node, f.evidence) for f in findings])]
+            notes: list[str] = []
+            done = cordon_bad_nodes(api, self.deployment, [(f.node, f.evidence) for f in findings], notes)
+            return [f"cordoned {n}" for n in done] + notes
         except Exception as exc:  # noqa: BLE001 - the night's results matter more than the cordon
             return [f"cordon of {', '.join(f.node for f in findings)} failed: {exc}; cordon by hand "
                     "(`kubectl cordon NODE`) or grant the node-cordon ClusterRole"]

@@ -15,9 +15,10 @@ from pipelines.core.history import HistoryError
 from pipelines.core.model import CatalogError
 from pipelines.core.select import SelectionError
 from pipelines.storage.cache import BuildError
+from pipelines.storage.state import StateError
 
 #: errors that are the user's input or environment, not a bug: one clear message, exit 2
-USER_ERRORS = (CatalogError, HistoryError, SelectionError, BuildError)
+USER_ERRORS = (CatalogError, HistoryError, SelectionError, BuildError, StateError)
 
 COMMANDS = ("catalog", "plan", "run", "history", "calibrate", "report", "quarantine", "ui", "coverage", "doctor")
 

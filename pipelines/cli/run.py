@@ -38,6 +38,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "Dagster's run storage, the values stay in this process")
     p.add_argument("--timeout-floor", type=int, default=0, metavar="S", help="override the timeout floor")
     p.add_argument("--list-only", action="store_true", help="print the plan and stop")
+    p.add_argument("--dry-run", action="store_true",
+                   help="Kubernetes deployments: print every pod the night would create as multi-document YAML "
+                        "(like kubectl --dry-run=client -o yaml) and stop; no cluster is touched")
     p.add_argument("--accept-problems", action="store_true",
                    help="exit 0 despite catalog problems, unplanned tests or an empty selection")
     p.set_defaults(func=run)
@@ -75,9 +78,11 @@ def run(args: argparse.Namespace) -> int:
     night = Night(NightSettings(home=home, repo=args.repo, deployment=args.deployment, cadence=args.cadence,
                                 extra_env=tuple(sorted(env.items())), timeout_floor_s=args.timeout_floor or None))
     print(f"nightly: repo {night.repo_spec.name} ({night.repo_spec.path}), deployment {night.deployment.name}, "
-          f"cadence {args.cadence}, state {home}", flush=True)
+          f"cadence {args.cadence}, state {home}", flush=True, file=sys.stderr if args.dry_run else sys.stdout)
     runset = night.runset(None, selection)
     plan = night.plan(runset.run)
+    if args.dry_run:
+        return _dry_run(night, runset, plan)
     print_plan(plan, {t.id: t for t in runset.run}, runset.disabled)
     for t, why in runset.skipped:
         if t.enabled:
@@ -97,6 +102,22 @@ def run(args: argparse.Namespace) -> int:
               "fix them or pass --accept-problems", file=sys.stderr)
         return EXIT_PROBLEMS
     return code
+
+
+def _dry_run(night, runset, plan) -> int:
+    """The night's pods as YAML on stdout (the plan is not printed: the output is for kubectl)."""
+    if night.deployment.launcher != "kubernetes":
+        print(f"nightly run: --dry-run shows the pods of a Kubernetes deployment; {night.deployment.name} runs "
+              "local processes (use --list-only, or --deployment production)", file=sys.stderr)
+        return 2
+    from pipelines.launch.infra import probe
+    from pipelines.launch.kubernetes.dryrun import render_night_pods
+
+    night.image_digests = {p: i["image_digest"] for p, i in probe(night.deployment).items()
+                           if i.get("image_digest", "").startswith("sha256:")}
+    print(render_night_pods(plan, night.deployment, night.request, requirements=night.requirements_for(runset.run),
+                            conversion=night.specs.conversion, run_id=night.run_id, **night.pod_settings()), end="")
+    return 0
 
 
 def _execute(night, args, selection, env: dict[str, str], home: Path) -> int:

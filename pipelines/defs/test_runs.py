@@ -65,7 +65,8 @@ def _keys(context: dg.AssetExecutionContext) -> list[str] | None:
         return None
 
 
-def _dagster_events(context: dg.AssetExecutionContext, night, events, selection: RunSelection, by_id: dict):
+def _dagster_events(context: dg.AssetExecutionContext, night, events, selection: RunSelection, by_id: dict,
+                    pipes: bool = False):
     """Our events as Dagster events: observations, materializations and check results."""
     for event in events:
         if isinstance(event, Planned):
@@ -90,8 +91,11 @@ def _dagster_events(context: dg.AssetExecutionContext, night, events, selection:
                                       partition=event.requirement.key,
                                       metadata={"outcome": "build failed", "reason": event.error})
         elif isinstance(event, Finished):
-            yield dg.AssetMaterialization(asset_key=TEST_RUNS, partition=event.test.id,
-                                          metadata=attempt_metadata(event.attempt, event.test, night.night))
+            meta = attempt_metadata(event.attempt, event.test, night.night)
+            if pipes:  # a Pipes session ran in this step: Dagster expects the step's own result
+                yield dg.MaterializeResult(asset_key=TEST_RUNS, metadata=meta)
+            else:
+                yield dg.AssetMaterialization(asset_key=TEST_RUNS, partition=event.test.id, metadata=meta)
             yield check_result(event.attempt, event.test)
         elif isinstance(event, NightDone):
             s = event.summary
@@ -134,13 +138,17 @@ def build_test_runs(catalog: Catalog, test_parts: dg.PartitionsDefinition, deps:
         if night.deployment.launcher == "kubernetes" and len(runset.run) == 1:
             from pipelines.launch.kubernetes.pipes import pipes_launcher_for  # one pod through Pipes
 
+            night.image_digests = {p: i["image_digest"] for p, i in infra.items()
+                                   if i.get("image_digest", "").startswith("sha256:")}
             launcher = pipes_launcher_for(context, night.deployment, **night.pod_settings())
 
         by_id = night.catalog.by_id()
+        live = tuple(r.run_id for r in context.instance.get_runs(filters=dg.RunsFilter(statuses=[
+            dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.STARTING, dg.DagsterRunStatus.STARTED])))
         events = run_tests(night, runset, selection, launcher=launcher, say=lambda m: _say(context, m),
-                           infra=infra, tags=tags)
+                           infra=infra, tags=tags, live_run_ids=live)
         with canceled_on_interrupt(context):
-            yield from _dagster_events(context, night, events, selection, by_id)
+            yield from _dagster_events(context, night, events, selection, by_id, pipes=launcher is not None)
 
     @dg.asset_check(asset=TEST_RUNS, name=TEST_PASSED.name, partitions_def=test_parts, blocking=False,
                     description="The test's last attempt passed. Fails for failed and timed-out tests with "

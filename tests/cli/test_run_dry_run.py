@@ -1,0 +1,47 @@
+"""`nightly run --dry-run`: every pod the night would create, as YAML a maintainer can diff, no cluster touched."""
+
+from __future__ import annotations
+
+import shutil
+
+import kubernetes_validate
+import yaml
+
+from pipelines.cli import main
+
+
+def _assets(tmp_path, project_root):
+    assets = tmp_path / "assets"
+    shutil.copytree(project_root / "assets", assets)
+    cluster = yaml.safe_load((assets / "cluster.yaml").read_text())
+    cluster["deployments"]["production"]["storage"] = "local"  # the night's state here; no S3 needed to look
+    (assets / "cluster.yaml").write_text(yaml.safe_dump(cluster))
+    repos = assets / "repos.yaml"
+    repos.write_text(repos.read_text().replace("path: examples/minirl", f"path: {project_root}/examples/minirl")
+                     .replace("hub: examples/minirl/hub", f"hub: {project_root}/examples/minirl/hub"))
+    return assets
+
+
+def test_dry_run_prints_every_pod_of_the_night_and_each_validates_strictly(tmp_path, capsys, monkeypatch, project_root):
+    monkeypatch.setenv("NIGHTLY_ASSETS_DIR", str(_assets(tmp_path, project_root)))
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "no-such-kubeconfig"))  # proof: no cluster is reached
+    assert main(["run", "--home", str(tmp_path / "home"), "--deployment", "production", "--dry-run"]) == 0
+    pods = [p for p in yaml.safe_load_all(capsys.readouterr().out) if p]
+    tests = [p for p in pods if p["metadata"]["labels"]["app.kubernetes.io/name"] != "nightly-e2e-build"]
+    assert len(tests) >= 9 and len(pods) > len(tests)
+    for pod in pods:
+        kubernetes_validate.validate(pod, "1.31", strict=True)
+        spec = pod["spec"]
+        main_c = spec["containers"][0]
+        assert "@sha256:" in main_c["image"], main_c["image"]
+        assert main_c["resources"]["requests"]["cpu"] and main_c["resources"]["requests"]["memory"]
+    for pod in tests:
+        assert pod["spec"].get("initContainers"), "the pre-flight runs as an init container"
+        env = {e["name"] for c in pod["spec"]["containers"] for e in c.get("env", [])}
+        assert "HF_TOKEN" not in env, "test pods never get the Hub token"
+    assert not (tmp_path / "home" / "dagster").exists()
+
+
+def test_dry_run_of_a_local_deployment_says_what_to_use_instead(tmp_path, capsys):
+    assert main(["run", "--home", str(tmp_path), "--dry-run"]) == 2
+    assert "--dry-run shows the pods of a Kubernetes deployment" in capsys.readouterr().err
