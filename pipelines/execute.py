@@ -126,6 +126,7 @@ def run_tests(night: Night, runset: RunSet, selection: RunSelection, *, launcher
     def record(result: DispatchResult, notes: list[str], interrupted: bool) -> dict:
         summary = night_summary(night, runset, selection, plan, result, attempts_before, notes,
                                 infra=infra or {}, tags=tags or {}, interrupted=interrupted)
+        summary.update(flaky_verdict(night, [*attempts_before, *result.attempts], notes))
         _store_logs(night, summary)
         return night.write_summary(summary)
 
@@ -209,7 +210,26 @@ def night_summary(night: Night, runset: RunSet, selection: RunSelection, plan: P
             {a.test_id: a.elapsed_s for a in result.attempts if a.outcome == "passed"})),
         "actual_makespan_s": result.makespan_s, "notes": notes, "interrupted": interrupted,
         "infra": infra or {}, "tags": tags or {},
+        "est_time": {t.id: t.est_time for t in runset.run},
     }
+
+
+def flaky_verdict(night: Night, attempts: list[Attempt], notes: list[str]) -> dict:
+    """Flaky/quarantine states after tonight, and the night's verdict: a quarantined test's failure
+    does not fail the night, an infra fault or a bad node always does (``pipelines.core.flaky``)."""
+    from pipelines.core.flaky import FlakyRules, night_verdict, recorded_states, replay
+    from pipelines.reporting.state import load_doc
+
+    try:
+        rules = FlakyRules.from_mapping(night.repo_spec.flaky, key=f"repos.{night.repo_spec.name}.flaky")
+        states = replay(night.history.read(), rules, load_doc(night.state, night.repo_spec.name))
+    except Exception as exc:  # noqa: BLE001 - flakiness is advice; the record must still be written
+        notes.append(f"flaky states not computed: {exc}")
+        states = {}
+    v = night_verdict(attempts, states)
+    return {"flaky": recorded_states(states),
+            "verdict": {"ok": v.ok, "failed": list(v.failed), "excused_quarantined": list(v.excused),
+                        "infra": list(v.infra), "bad_nodes": list(v.bad_nodes), "interrupted": list(v.interrupted)}}
 
 
 def _store_logs(night: Night, summary: dict) -> None:

@@ -11,7 +11,6 @@ from collections import defaultdict
 import dagster as dg
 
 from pipelines.core.model import Catalog
-from pipelines.core.report import markdown
 from pipelines.defs.keys import (
     CALIBRATED,
     CONVERTED,
@@ -115,31 +114,33 @@ def build_assets(catalog: Catalog) -> tuple[list[dg.AssetsDefinition], list[dg.A
         })
 
     @dg.asset(key=NIGHT_REPORT, group_name="calibration", deps=[CALIBRATED],
-              description="The morning-after report: every selected test's outcome, elapsed, est_time and proposal.")
+              description="The morning-after report of the run that ran tests: outcomes, failures with log tails, "
+                          "infra and bad nodes, flaky tests, durations and trends, Gantt, predictions, changes.")
     def night_report(context: dg.AssetExecutionContext, nightly: NightlyResource) -> dg.MaterializeResult:
         night = nightly.night(run_id=context.run.run_id)
         source = context.run.tags.get(TAG_SOURCE_RUN) or None
-        uri, text = write_night_report(night, source)
-        return dg.MaterializeResult(metadata={"report": dg.MetadataValue.path(uri), "source_run": source or "latest",
-                                              "text": dg.MetadataValue.md(text)})
+        uri, data = write_night_report(night, source, warn=context.log.warning)
+        from pipelines.reporting.metadata import report_markdown, report_metadata
+
+        return dg.MaterializeResult(metadata={
+            "report": dg.MetadataValue.path(uri), "source_run": source or "latest",
+            "text": dg.MetadataValue.md(report_markdown(data)), **report_metadata(data)})
 
     return [model_weights, datasets, converted_checkpoints, test_runs, calibrated_estimates, night_report], [test_passed]
 
 
-def write_night_report(night, run_id: str | None = None) -> tuple[str, str]:
-    """Render a run's record (the latest when ``run_id`` is None) with current proposals; store it."""
+def write_night_report(night, run_id: str | None = None, warn=print):
+    """Build a run's report (the newest night when ``run_id`` is None) and store its HTML page."""
     from pipelines.core.model import CatalogError
+    from pipelines.reporting.inputs import inputs_for_night, night_report, uncovered_for, write_html
 
     try:
-        data = night.summary(run_id)
+        uncovered = uncovered_for(night.repo_spec.path)
+    except CatalogError as exc:  # a broken coverage.yaml must not hide the night
+        warn(f"coverage not checked: {exc}")
+        uncovered = [f"coverage not checked: {exc}"]
+    try:
+        data = night_report(night.state, run_id, inputs_for_night(night, uncovered=uncovered))
     except CatalogError as exc:
         raise dg.Failure(str(exc)) from exc
-    rows = night.report_rows(data)
-    text = markdown(f"Night {data['night']} ({data['cadence']}, run {data['run_id']})", rows, None,
-                    data.get("actual_makespan_s"),
-                    extra={"Predicted makespan": f"{data.get('predicted_makespan_s', 0):.1f} s",
-                           "Actual makespan": f"{data.get('actual_makespan_s', 0):.1f} s",
-                           "Lower bound": f"{data.get('lower_bound_s', 0):.1f} s"},
-                    notes=data.get("notes", []))
-    uri = night.state.put(f"reports/{data['night']}.md", text)
-    return uri, text
+    return write_html(night.state, data), data
