@@ -221,4 +221,6 @@ def test_catalog_and_plan_after_the_nights_show_the_estimates_the_next_night_use
     assert "uncalibrated" not in listing.stderr
     plan = nightly("plan", "--repo", REPO_ARG, "--json", home=home)
     assert plan.returncode == 0, plan.stderr
-    assert {a["test_id"]: a["end_s"] - a["start_s"] for a in json.loads(plan.stdout)["assignments"]} == proposed
+    assignments = json.loads(plan.stdout)["assignments"]  # slots are predicted durations; est_time is the budget
+    assert {a["test_id"]: a["est_time"] for a in assignments} == proposed
+    assert {a["est_source"] for a in assignments} == {"history"}
