@@ -167,7 +167,9 @@ class Night:
     @cached_property
     def registered(self) -> Catalog:
         """The catalog with est_time as written in the files (what calibration and the patch start from)."""
-        return load_catalog(self.repo_spec.path, spec=self.repo_spec, specs=self.specs)
+        path, configured = self.specs.locate_repo(self.settings.repo)
+        # an unconfigured checkout gets spec=None: the catalog detects its dialect and says what it assumed
+        return load_catalog(path, spec=configured, specs=self.specs, cache_dir=self.home / "cache")
 
     @cached_property
     def tests_by_id(self) -> dict[str, Test]:

@@ -79,6 +79,8 @@ def run(args: argparse.Namespace) -> int:
                                 extra_env=tuple(sorted(env.items())), timeout_floor_s=args.timeout_floor or None))
     print(f"nightly: repo {night.repo_spec.name} ({night.repo_spec.path}), deployment {night.deployment.name}, "
           f"cadence {args.cadence}, state {home}", flush=True, file=sys.stderr if args.dry_run else sys.stdout)
+    for note in night.catalog.assumptions:
+        print(f"assumed: {note}", file=sys.stderr if args.dry_run else sys.stdout)
     runset = night.runset(None, selection)
     plan = night.plan(runset.run)
     if args.dry_run:

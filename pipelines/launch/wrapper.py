@@ -96,13 +96,20 @@ def main(argv: list[str] | None = None) -> int:
     try:
         module = _load_module(ns.file)
         func = getattr(module, ns.func, None)
+        if not callable(func) and ns.func == "execute" and not hasattr(module, "prepare"):
+            # a plain test script (unittest style, as SGLang-family runners run them): run it as its
+            # runner would, `python3 FILE`; it has no prepare() whose downloads we would repeat
+            import runpy
+
+            def func() -> None:
+                runpy.run_path(ns.file, run_name="__main__")
         if not callable(func):
             raise AttributeError(f"{ns.file}: has no function {ns.func}(); the nightly calls it to run the test")
         call_started = time.monotonic()
         func()
         result.update(ok=True, exit_code=0, execute_s=round(time.monotonic() - call_started, 3))
     except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        code = int(exc.code) if isinstance(exc.code, int) else (0 if exc.code is None else 1)
         if exc.code not in (None, 0) and not isinstance(exc.code, int):
             print(exc.code, file=sys.stderr)
         result.update(ok=code == 0, exit_code=code, error="" if code == 0 else f"SystemExit({exc.code!r})")

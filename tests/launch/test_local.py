@@ -91,7 +91,8 @@ def test_a_hanging_test_is_killed_with_its_children_at_the_timeout(tmp_path):
 
 
 def test_a_missing_execute_function_fails_with_a_message_that_says_so(tmp_path):
-    repo = _repo(tmp_path, "X = 1\n")
+    # a prepare()/execute() test without its execute(); a plain script without both runs as `python3 FILE`
+    repo = _repo(tmp_path, "def prepare():\n    pass\n")
     attempt = LocalLauncher(tmp_path / "state").launch(_request(repo, tmp_path))
     assert attempt.outcome == "failed"
     assert "has no function execute()" in attempt.reason
