@@ -12,12 +12,14 @@ import socket
 import threading
 from pathlib import Path
 
+import pytest
+
 from pipelines.launch.kubernetes.launcher import KubernetesLauncher
 from pipelines.launch.kubernetes.nodes import cordon_bad_nodes
 from pipelines.launch.kubernetes.ownership import run_pod_owner, sweep_stale_pods
 from tests.launch.kubernetes import pods
 from tests.launch.kubernetes.apiserver import StandInApiServer, Step, gpu_node, qos_class
-from tests.launch.kubernetes.test_k8s_launcher import DEPLOYMENT, POOL, launcher, request
+from tests.launch.kubernetes.test_k8s_launcher import DEPLOYMENT, PENDING_WAIT_S, POOL, launcher, request
 
 DIGEST = "sha256:" + "7e" * 32
 
@@ -58,12 +60,13 @@ def test_a_test_running_past_its_timeout_from_its_own_start_is_timed_out_and_del
     assert final.elapsed_s >= 1.0 and not server.state.pods
 
 
+@pytest.mark.slow  # waits out the startup limit
 def test_a_pod_stuck_in_its_preflight_is_an_infra_startup_timeout_retried_elsewhere(tmp_path):
     def script(pod, node):
         if node == "h200-a":
             return [Step(mutate=pods.scheduled(node)), Step(mutate=pods.preflight_running())]
         return pods.passes_after_preflight(node)
-    _, seen, _, _ = launch(tmp_path, script)
+    _, seen, _, _ = launch(tmp_path, script, startup_wait_s=PENDING_WAIT_S)
     assert [(a.outcome, a.reason, a.node) for a in seen] == [("infra_error", "startup_timeout", "h200-a"),
                                                              ("passed", "", "h200-b")]
 
@@ -215,17 +218,19 @@ def test_a_launcher_without_pins_never_lists_nodes(tmp_path):
     assert not [p for _, p in server.requests if p.startswith("/api/v1/nodes")]
 
 
+@pytest.mark.slow  # waits out the pending limit
 def test_a_pod_pinned_to_a_node_it_cannot_get_is_retried_on_another_node(tmp_path):
     def script(pod, node):
         if node == "h200-a":  # cordoned since the night started, or full of someone else's pods
             return [Step(mutate=pods.unschedulable("0/4 nodes are available: 1 node(s) were unschedulable."))]
         return pods.passes(node)
-    _, seen, server, _ = launch(tmp_path, script)
+    _, seen, server, _ = launch(tmp_path, script, pending_wait_s=PENDING_WAIT_S)
     assert [(a.outcome, a.reason, a.node, a.details["retriable"]) for a in seen] == [
         ("infra_error", "unschedulable", "h200-a", "true"), ("passed", "", "h200-b", "false")]
     assert "(pinned to h200-a)" in seen[0].details["message"]
 
 
+@pytest.mark.slow  # waits out the pending limit
 def test_a_pinned_pod_held_by_kueue_is_not_retried_elsewhere(tmp_path):
-    _, seen, _, _ = launch(tmp_path, lambda pod, node: [Step(mutate=pods.gated())])
+    _, seen, _, _ = launch(tmp_path, lambda pod, node: [Step(mutate=pods.gated())], pending_wait_s=PENDING_WAIT_S)
     assert [(a.reason, a.details["retriable"]) for a in seen] == [("unschedulable", "false")]
