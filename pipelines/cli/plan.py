@@ -148,6 +148,7 @@ def _run(args: argparse.Namespace) -> int:
 
 def plan_json(plan: Plan, pools, tests: dict[str, Test], skipped, catalog: Catalog, static=None) -> dict:
     shapes = {p.name: p for p in pools}
+    expected = {tid: (median, p90, source) for tid, median, p90, source in plan.expected}
     out = {
         "repo": catalog.repo,
         "makespan_s": plan.makespan_s,
@@ -162,6 +163,9 @@ def plan_json(plan: Plan, pools, tests: dict[str, Test], skipped, catalog: Catal
                          "end_s": a.end_s, "gpus": a.gpus, "timeout_s": a.timeout_s, "priority": a.priority,
                          "est_time": tests[a.test_id].est_time if a.test_id in tests else None,
                          "est_source": tests[a.test_id].est_source if a.test_id in tests else "",
+                         "expected_s": expected.get(a.test_id, (None,))[0],
+                         "expected_p90_s": expected.get(a.test_id, (None, None))[1],
+                         "expected_from": expected.get(a.test_id, (None, None, "est_time"))[2],
                          "path": tests[a.test_id].path if a.test_id in tests else ""} for a in plan.ordered()],
         "unplanned": [{"test_id": tid, "hardware": _hw(tests.get(tid))} for tid in plan.unplanned],
         "skipped": [{"test_id": t.id, "reason": t.disabled} for t in skipped],

@@ -41,7 +41,7 @@ def start_night(home: Path, *extra: str) -> subprocess.Popen:
 
 
 def wait_running(home: Path, test_id: str, proc: subprocess.Popen) -> dict:
-    """Until the hanging test's running record exists (it is running); returns the record."""
+    """Until the hanging test runs and has said so in its log; returns its running record."""
     deadline = time.monotonic() + WAIT_S
     while time.monotonic() < deadline:
         for f in (home / "running").glob("*.json") if (home / "running").is_dir() else ():
@@ -49,7 +49,10 @@ def wait_running(home: Path, test_id: str, proc: subprocess.Popen) -> dict:
                 record = json.loads(f.read_text())
             except (OSError, ValueError):
                 continue
-            if record.get("test_id") == test_id and record.get("pid"):
+            log = Path(record.get("log_path") or "/nonexistent")
+            # hanging, past its last print: a test that prints after its night died gets a broken pipe
+            if record.get("test_id") == test_id and record.get("pid") and log.is_file() \
+                    and "hanging on purpose" in log.read_text(errors="replace"):
                 return record
         if proc.poll() is not None:
             pytest.fail(f"the night ended before {test_id} ran:\n{proc.stdout.read()[-3000:]}")
