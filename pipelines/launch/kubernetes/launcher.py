@@ -361,7 +361,11 @@ class KubernetesLauncher:
         w = watch.Watch()
         resource_version: str | None = None
         fails = 0
+        first = True
         while not stop.is_set():
+            if not first:  # a watch can miss events between streams: refresh from the object itself
+                self._refresh(name, events)
+            first = False
             kwargs: dict[str, Any] = {"field_selector": f"metadata.name={name}", "timeout_seconds": self.watch_timeout_s}
             if resource_version:
                 kwargs["resource_version"] = resource_version
@@ -382,6 +386,18 @@ class KubernetesLauncher:
                 fails += 1
                 stop.wait(delay_for(exc, fails, self.retry["base_s"], 30.0))
         w.stop()
+
+    def _refresh(self, name: str, events: queue.Queue) -> None:
+        """Put the pod as it is now (or its deletion) into ``events``, as a watch event would."""
+        try:
+            pod = self.api.read_namespaced_pod(name, self.namespace)
+        except ApiException as exc:
+            if exc.status == 404:
+                events.put({"type": "DELETED", "raw_object": None})
+            return
+        except STREAM_ERRORS:
+            return
+        events.put({"type": "MODIFIED", "raw_object": self._serializer.sanitize_for_serialization(pod)})
 
     def _attempt(self, request: LaunchRequest, run: PodRun, started_at: str, digest: str) -> Attempt:
         pod, verdict = run.pod, run.verdict
