@@ -15,6 +15,8 @@ from collections.abc import Iterator
 
 import dagster as dg
 
+from pipelines.launch.procs import pid_alive
+
 TAG_HOST = "nightly/host"
 TAG_PID = "nightly/pid"
 
@@ -24,16 +26,6 @@ def process_tags() -> dict[str, str]:
     return {TAG_HOST: socket.gethostname(), TAG_PID: str(os.getpid())}
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def fail_stale_runs(instance: dg.DagsterInstance, current_run_id: str) -> list[str]:
     """Mark STARTED runs of dead processes on this host as failed; returns what was done."""
     notes = []
@@ -41,7 +33,7 @@ def fail_stale_runs(instance: dg.DagsterInstance, current_run_id: str) -> list[s
     runs = instance.get_runs(filters=dg.RunsFilter(statuses=[dg.DagsterRunStatus.STARTED], tags={TAG_HOST: host}))
     for run in runs:
         pid = run.tags.get(TAG_PID, "")
-        if run.run_id == current_run_id or not pid.isdigit() or _alive(int(pid)):
+        if run.run_id == current_run_id or not pid.isdigit() or pid_alive(int(pid)):
             continue
         instance.report_run_failed(run, f"its process {pid} on {host} is gone (killed?); marked failed by run "
                                         f"{current_run_id}")

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from pipelines.core.model import Requirement
 from pipelines.core.specs import ConversionSpec
+from pipelines.launch.procs import pid_alive
 from pipelines.storage.manifest import MARKER, damage, make_manifest
 
 #: a download or conversion that takes longer than this is stuck (override per AssetCache)
@@ -90,7 +91,7 @@ class AssetCache:
         removed = []
         for tmp in self.root.rglob(".*.partial-*") if self.root.is_dir() else ():
             m = _PARTIAL.match(tmp.name)
-            if m and tmp.is_dir() and not _pid_alive(int(m["pid"])):
+            if m and tmp.is_dir() and not pid_alive(int(m["pid"])):
                 shutil.rmtree(tmp, ignore_errors=True)
                 removed.append(tmp)
         return removed
@@ -205,16 +206,6 @@ def conversion_command(conversion: ConversionSpec, req: Requirement, python: str
             f"use only {{{'}, {'.join(values)}}}"
         ) from None
     return argv, env
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _run(argv: list[str], cwd: Path | None, env: dict[str, str], what: str, log_path: Path | None,
