@@ -19,7 +19,7 @@ import json
 import sys
 from pathlib import Path
 
-from pipelines.core.model import Catalog, Test
+from pipelines.core.model import Catalog, CatalogError, Test
 from pipelines.core.select import CADENCES, Selection, SelectionError, select, split_csv
 
 JSON_FIELDS = ("id", "path", "backend", "suite", "gpus", "est_time", "labels", "nightly", "disabled", "requirements")
@@ -113,6 +113,21 @@ def table(tests: list[Test]) -> str:
     return "\n".join(lines)
 
 
+def configuration_lines(repo: str | None, tests: list[Test]) -> list[str]:
+    """Each listed test's matrix configurations (``nightly coverage`` reads them), one line per row."""
+    from pipelines.core.coverage import configurations_by_test
+
+    try:
+        configs = configurations_by_test(repo)
+    except (CatalogError, OSError) as exc:  # the listing stands without them
+        return [f"configurations not read: {exc}"]
+    out = []
+    for path in sorted({t.path for t in tests} & set(configs)):
+        for c in configs[path]:
+            out.append(f"{path}: config {c.name}: " + ", ".join(f"{k}={v}" for k, v in c.fields if k != "name"))
+    return out
+
+
 def run(args: argparse.Namespace) -> int:
     roots = split_csv(args.roots) or None
     catalog = _load(args.repo, roots, cache=not args.no_cache)
@@ -138,6 +153,8 @@ def run(args: argparse.Namespace) -> int:
         unresolved = [(t.id, u) for t in tests for u in t.unresolved]
         for test_id, u in unresolved:
             print(f"{test_id}: {u}")
+        for line in configuration_lines(args.repo, tests):
+            print(line)
         n_gpu = sum(1 for t in tests if t.gpus)
         print(f"{len(tests)} tests ({n_gpu} on GPUs, {sum(not t.enabled for t in tests)} disabled) of "
               f"{len(catalog.tests)} in {catalog.repo}; {len(catalog.requirements)} requirements; "

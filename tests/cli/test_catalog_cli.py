@@ -164,3 +164,14 @@ def test_a_second_listing_reuses_the_cache_in_the_state_folder_and_no_cache_bypa
     assert f"assumed: cache {cache} is corrupt (" in err and "); ignored and rebuilt" in err
     assert run(["--repo", str(repo), "--json", "--no-cache"]) == 0
     assert capsys.readouterr().out == first
+
+
+def test_the_listing_shows_each_tests_matrix_configurations(capsys):
+    from pipelines.cli import main as nightly
+
+    assert nightly(["catalog"]) == 0
+    out = capsys.readouterr().out
+    five = "tests/e2e/lora/test_lora_moe_5layer.py: config "
+    assert f"{five}megatron-shared-outer-virtual: backend=megatron, shared_outer=true, virtual_experts=true" in out
+    assert f"{five}tilelang-per-expert: backend=tilelang, shared_outer=false, virtual_experts=false" in out
+    assert "tests/e2e/lora/test_lora_moe_6layer.py: config megatron-per-expert:" in out
