@@ -29,6 +29,7 @@ def attempt_metadata(attempt: Attempt, test: Test, night: str) -> dict[str, dg.M
         "log": dg.MetadataValue.path(attempt.log_path),
         "log_tail": dg.MetadataValue.md(f"```\n{log_tail}\n```"),
         "test_file_sha256": dg.MetadataValue.text(test.sha256),
+        **({"configs": dg.MetadataValue.text(attempt.details["configs"])} if attempt.details.get("configs") else {}),
     }
 
 

@@ -214,3 +214,10 @@ def test_each_partition_shows_its_planned_est_time_source_and_timeout(nights):
             planned[o.partition] = {k: v.value for k, v in o.metadata.items()}
     assert FAIL_ID in planned
     assert {"est_time_s", "est_source", "timeout_s", "predicted_start_s", "predicted_end_s", "node"} <= set(planned[FAIL_ID])
+
+
+def test_a_matrix_test_that_reports_each_configuration_keeps_those_outcomes(nights):
+    attempts = {a["test_id"]: a for a in nights["summary_first"]["attempts"]}
+    sibling = attempts["tests/e2e/lora/test_lora_moe_5layer.py"]
+    assert sibling["details"]["configs"] == "megatron-shared-outer-virtual=passed,tilelang-per-expert=passed"
+    assert nights["mats_first"]["tests/e2e/lora/test_lora_moe_5layer.py"]["configs"] == sibling["details"]["configs"]
