@@ -41,7 +41,6 @@ from pipelines.core.plan import make_plan, pool_for
 from pipelines.core.plan.durations import duration_model
 from pipelines.core.report import Row, night_rows
 from pipelines.core.runset import RunSelection, RunSet, resolve_run
-from pipelines.core.select import Selection, select
 from pipelines.core.specs import RepoSpec, Specs, load_specs
 from pipelines.launch.base import Launcher, LaunchRequest
 from pipelines.launch.dispatch import DispatchResult, run_plan
@@ -176,12 +175,10 @@ class Night:
         return self.catalog.by_id()
 
     def selected(self) -> tuple[list[Test], list[Test]]:
-        """(tests to run, disabled tests to report as skipped) for this night's selection."""
+        """(tests to run, disabled tests) for the settings' selection: ``runset`` over every test."""
         s = self.settings
-        chosen = select(self.catalog.tests, Selection(cadence=s.cadence, labels=s.labels, suites=s.suites))
-        runnable = [t for t in chosen if t.enabled]
-        skipped = [t for t in chosen if not t.enabled]
-        return runnable, skipped
+        rs = self.runset(None, RunSelection(cadence=s.cadence, labels=s.labels, suites=s.suites))
+        return list(rs.run), rs.disabled
 
     def runset(self, keys: Iterable[str] | None, selection: RunSelection) -> RunSet:
         """What a run of ``keys`` (None = every test) with ``selection`` launches, and why not the rest."""
