@@ -307,7 +307,11 @@ class KubernetesLauncher:
         """Watch until a verdict; returns it, the last pod seen, seconds Pending and seconds the test ran."""
         events: queue.Queue = queue.Queue()
         stop = threading.Event()
-        watcher = threading.Thread(target=self._watch, args=(name, events, stop), daemon=True, name=f"watch:{name}")
+        # watch from the version the create returned: every change since creation is replayed, even
+        # one made before the watch started (a pod deleted within milliseconds)
+        since = ((last or {}).get("metadata") or {}).get("resourceVersion")
+        watcher = threading.Thread(target=self._watch, args=(name, events, stop, since), daemon=True,
+                                   name=f"watch:{name}")
         watcher.start()
         created = time.monotonic()
         pending_s = 0.0
@@ -356,10 +360,10 @@ class KubernetesLauncher:
         finally:
             stop.set()
 
-    def _watch(self, name: str, events: queue.Queue, stop: threading.Event) -> None:
+    def _watch(self, name: str, events: queue.Queue, stop: threading.Event, since: str | None = None) -> None:
         """Feed watch events for one pod into ``events`` until ``stop``; re-watch after expiry or errors."""
         w = watch.Watch()
-        resource_version: str | None = None
+        resource_version: str | None = since
         fails = 0
         first = True
         while not stop.is_set():
