@@ -76,9 +76,7 @@ def run_tests(night: Night, runset: RunSet, selection: RunSelection, *, launcher
     ``live_run_ids``: runs still alive (Kubernetes: pods of any other run are swept first).
     """
     night.history.read()  # an unreadable history store stops the run before any test starts
-    night.image_digests = {pool: info["image_digest"] for pool, info in (infra or {}).items()
-                           if info.get("image_digest", "").startswith("sha256:") and night.deployment.launcher ==
-                           "kubernetes"}
+    night.pin_images(infra or {})
     for pod in night.sweep_pods(live_run_ids):
         say(f"deleted pod {pod}, left running by a run that is gone")
     if night.deployment.launcher == "local":

@@ -254,6 +254,12 @@ class Night:
 
         return LocalLauncher(self.home, pools=[p.pool() for p in self.deployment.pools], night=self.night)
 
+    def pin_images(self, infra: dict[str, dict[str, str]]) -> None:
+        """Pods of this night run exactly the digests the infra probe saw (Kubernetes; locally a no-op)."""
+        if self.deployment.launcher == "kubernetes":
+            self.image_digests = {pool: info["image_digest"] for pool, info in infra.items()
+                                  if info.get("image_digest", "").startswith("sha256:")}
+
     def sweep_pods(self, live_run_ids: Iterable[str]) -> list[str]:
         """Delete our pods left running by dead runs (Kubernetes); returns their names."""
         if self.deployment.launcher != "kubernetes":

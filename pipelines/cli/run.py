@@ -115,8 +115,7 @@ def _dry_run(night, runset, plan) -> int:
     from pipelines.launch.infra import probe
     from pipelines.launch.kubernetes.dryrun import render_night_pods
 
-    night.image_digests = {p: i["image_digest"] for p, i in probe(night.deployment).items()
-                           if i.get("image_digest", "").startswith("sha256:")}
+    night.pin_images(probe(night.deployment))
     print(render_night_pods(plan, night.deployment, night.request, requirements=night.requirements_for(runset.run),
                             conversion=night.specs.conversion, run_id=night.run_id, **night.pod_settings()), end="")
     return 0

@@ -138,8 +138,7 @@ def build_test_runs(catalog: Catalog, test_parts: dg.PartitionsDefinition, deps:
         if night.deployment.launcher == "kubernetes" and len(runset.run) == 1:
             from pipelines.launch.kubernetes.pipes import pipes_launcher_for  # one pod through Pipes
 
-            night.image_digests = {p: i["image_digest"] for p, i in infra.items()
-                                   if i.get("image_digest", "").startswith("sha256:")}
+            night.pin_images(infra)
             launcher = pipes_launcher_for(context, night.deployment, **night.pod_settings())
 
         by_id = night.catalog.by_id()
