@@ -95,29 +95,40 @@ def build_tree(root: Path, n: int) -> None:
             os.utime(os.path.join(folder, name), (past, past))
 
 
-#: CPU seconds of the best run of each label (this process): on a machine others load, wall time
-#: grows with their work while CPU time stays close to what an idle machine would take
+#: CPU seconds of the best run of each label, this process and the parsing processes it forked:
+#: on a machine others load, wall time grows with their work while CPU time stays close to what an
+#: idle machine would take
 CPU: dict[str, float] = {}
+
+
+def _cpu() -> tuple[float, float]:
+    """(this process, its reaped children): user + system seconds."""
+    t = os.times()
+    return t.user + t.system, t.children_user + t.children_system
 
 
 def timed(label: str, fn, repeat: int = 1):
     """Best of ``repeat`` runs: other work on a shared machine only ever adds time."""
-    best, out, cpu = float("inf"), None, 0.0
+    best, out, cpu, kids = float("inf"), None, 0.0, 0.0
     for _ in range(repeat):
-        t0, c0 = time.perf_counter(), time.process_time()
+        t0, (c0, k0) = time.perf_counter(), _cpu()
         out = fn()
         took = time.perf_counter() - t0
+        c1, k1 = _cpu()
         if took < best:
-            best, cpu = took, time.process_time() - c0
+            best, cpu, kids = took, c1 - c0 + k1 - k0, k1 - k0
     CPU[label] = cpu
-    print(f"{label}: {best:.2f} s wall, {cpu:.2f} s CPU" + (f" (best of {repeat})" if repeat > 1 else ""), flush=True)
+    print(f"{label}: {best:.2f} s wall, {cpu:.2f} s CPU" + (f" ({kids:.2f} s of it in forked parsers)" if kids else "")
+          + (f" (best of {repeat})" if repeat > 1 else "") + f", load average {os.getloadavg()[0]:.1f}", flush=True)
     return out, best
 
 
 def verdict(name: str, label: str, wall: float, goal: float) -> str:
+    """ok by wall time; "ok on CPU time" when only others' load made it late (CPU time of every process
+    it used, which a parallel parse pushes above the wall time of an idle machine: then it says so)."""
     cpu = CPU.get(label, wall)
     return (f"{name} {wall:.2f} s wall / {cpu:.2f} s CPU (goal < {goal:g} s): "
-            f"{'ok' if wall < goal else 'ok on CPU time' if cpu < goal else 'MISSED'}")
+            f"{'ok' if wall < goal else 'ok on CPU time' if cpu < goal else 'MISSED (wall and CPU)'}")
 
 
 def time_definitions(catalog: Catalog) -> None:

@@ -2,7 +2,7 @@
 
 ``defines_registry`` answers the registry-module search from remembered digests;
 ``scan_cached`` is :func:`scan.scan_files` that parses a file only when the scans file has no
-result for its content digest (a pool for big trees, as ``scan_files`` decides).
+result for its content digest (on every CPU for big batches, see :mod:`.forked`).
 """
 
 from __future__ import annotations
@@ -13,14 +13,8 @@ from pathlib import Path
 
 from pipelines.core.catalog.cache import ScanCache
 from pipelines.core.catalog.dialect import Dialect, M, may_define_registry
-from pipelines.core.catalog.scan import (
-    PARALLEL_MIN_CPUS,
-    PARALLEL_MIN_FILES,
-    FileScan,
-    scan_bytes,
-    scan_file,
-    scan_files,
-)
+from pipelines.core.catalog.forked import fork_map
+from pipelines.core.catalog.scan import FileScan, scan_bytes, scan_file
 
 
 def defines_registry(repo: Path, cache: ScanCache):
@@ -69,33 +63,28 @@ def scan_cached(repo: Path, rels: list[str], cache: ScanCache, registry: bool = 
             out[rel] = hit
         else:
             unknown.append((rel, st))
-    cpus = os.cpu_count() or 1
-    pool = workers is not None and workers > 1 or (
-        workers is None and len(unknown) >= PARALLEL_MIN_FILES and cpus >= PARALLEL_MIN_CPUS)
-    fresh: list[str] = []
-    for rel, st in unknown:
+    cache.scans  # noqa: B018 - load the scans file here, once, not in each worker
+
+    def read_and_scan(item: tuple[str, os.stat_result | None]) -> tuple[str, FileScan, bool]:
+        """(digest, scan, whether it came from the cache): the work of one unknown file, in any process."""
+        rel, st = item
         if st is None:
-            out[rel] = scan_file(str(repo), rel, registry, dialect)
-            continue
+            return "", scan_file(str(repo), rel, registry, dialect), False
         try:
             with open(base + rel, "rb") as fh:
                 data = fh.read()
         except OSError:
-            out[rel] = scan_file(str(repo), rel, registry, dialect)
-            continue
+            return "", scan_file(str(repo), rel, registry, dialect), False
         sha = hashlib.sha256(data).hexdigest()
-        cache.remember(rel, st, sha)
         hit = cache.scan(keys[rel], rel, sha)
         if hit is not None:
-            out[rel] = hit
-        elif pool:
-            fresh.append(rel)
-        else:
-            out[rel] = scan = scan_bytes(rel, data, registry, dialect, keys[rel][1] == "i")
+            return sha, hit, True
+        return sha, scan_bytes(rel, data, registry, dialect, keys[rel][1] == "i"), False
+
+    for (rel, st), (sha, scan, hit) in zip(unknown, fork_map(read_and_scan, unknown, workers), strict=True):
+        out[rel] = scan
+        if sha and st is not None:
+            cache.remember(rel, st, sha)
+        if sha and not hit:
             cache.store(keys[rel], scan)
-    if fresh:
-        for scan in scan_files(repo, fresh, registry, workers, dialect, implicit):
-            out[scan.path] = scan
-            if scan.sha256:
-                cache.store(keys[scan.path], scan)
     return [out[rel] for rel in rels]

@@ -20,6 +20,7 @@ from pipelines.core.catalog.assemble import registry_tests
 from pipelines.core.catalog.cache import ScanCache
 from pipelines.core.catalog.codec import decode_catalog, encode_catalog, encode_needs
 from pipelines.core.catalog.dialect import Dialect
+from pipelines.core.catalog.infer import Needs
 from pipelines.core.catalog.requirements import with_requirements
 from pipelines.core.catalog.scan import FileScan, scan_bytes
 from pipelines.core.model import Catalog
@@ -41,8 +42,15 @@ def remember(cache: ScanCache, inputs: str, scans: list[FileScan], catalog: Cata
     """Keep ``catalog`` as the answer for exactly these inputs and file digests."""
     if any(not s.sha256 for s in scans):
         return
-    cache.keep_result({"inputs": inputs, "shas": {s.path: s.sha256 for s in scans},
-                       "needs": {s.path: needs_digest(s) for s in scans}, "overlay": {}}, encode_catalog(catalog))
+    digests: dict[Needs, str] = {}  # files share needs: digest each distinct one once
+    needs = {}
+    for s in scans:
+        digest = digests.get(s.needs)
+        if digest is None:
+            digest = digests[s.needs] = needs_digest(s)
+        needs[s.path] = digest
+    cache.keep_result({"inputs": inputs, "shas": {s.path: s.sha256 for s in scans}, "needs": needs, "overlay": {}},
+                      encode_catalog(catalog))
 
 
 def reuse(repo: Path, files: list[str], stats: Mapping[str, os.stat_result], cache: ScanCache, inputs: str,

@@ -50,20 +50,40 @@ class Needs:
     unresolved: tuple[str, ...] = ()
 
 
+#: expression parts that never hold a call (names, constants, operators, contexts)
+_LEAVES = (ast.Name, ast.Constant, ast.expr_context, ast.operator, ast.boolop, ast.unaryop, ast.cmpop)
+_CHILD_FIELDS: dict[type, tuple[str, ...]] = {}
+
+
+def _child_fields(cls: type) -> tuple[str, ...]:
+    """The fields of a node class that may hold a call (none for leaves and non-nodes)."""
+    fields = _CHILD_FIELDS.get(cls)
+    if fields is None:
+        leaf = not issubclass(cls, ast.AST) or issubclass(cls, _LEAVES)
+        fields = _CHILD_FIELDS[cls] = () if leaf else tuple(n for n in cls._fields if n not in ("ctx", "op"))
+    return fields
+
+
 def _calls(root: ast.AST) -> list[ast.Call]:
-    """Every call under ``root`` (``ast.walk`` without its generator overhead: this runs per test file)."""
+    """Every call under ``root`` (``ast.walk`` without its generator overhead, skipping leaves: this runs
+    per test file)."""
     out: list[ast.Call] = []
-    stack = [root]
+    stack: list = [root]
+    pop, push, extend, fields_of, call = stack.pop, stack.append, stack.extend, _CHILD_FIELDS.get, ast.Call
     while stack:
-        node = stack.pop()
-        if isinstance(node, ast.Call):
+        node = pop()
+        cls = node.__class__
+        if cls is call:
             out.append(node)
-        for name in node._fields:
-            value = getattr(node, name, None)
-            if isinstance(value, ast.AST):
-                stack.append(value)
-            elif isinstance(value, list):
-                stack.extend(v for v in value if isinstance(v, ast.AST))
+        fields = fields_of(cls)
+        if fields is None:
+            fields = _child_fields(cls)
+        for name in fields:
+            value = getattr(node, name)
+            if value.__class__ is list:
+                extend(value)  # non-node items (Global.names, Dict's None keys) are leaves above
+            elif isinstance(value, ast.AST):
+                push(value)
     return out
 
 

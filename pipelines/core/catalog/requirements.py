@@ -12,7 +12,6 @@ a repo's ``requirements:`` globs add keys for what inference cannot see.
 
 from __future__ import annotations
 
-import copy
 import fnmatch
 import hashlib
 from collections.abc import Mapping
@@ -58,9 +57,8 @@ def with_requirements(t: Test, requirements: tuple[str, ...], unresolved: tuple[
     """``dataclasses.replace`` for the two fields, without its per-call introspection (10,000s of tests)."""
     if requirements == t.requirements and unresolved == t.unresolved:
         return t
-    new = copy.copy(t)
-    object.__setattr__(new, "requirements", requirements)
-    object.__setattr__(new, "unresolved", unresolved)
+    new = object.__new__(Test)
+    new.__dict__.update(t.__dict__, requirements=requirements, unresolved=unresolved)
     return new
 
 

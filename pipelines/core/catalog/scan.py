@@ -13,24 +13,17 @@ from __future__ import annotations
 import ast
 import fnmatch
 import hashlib
-import multiprocessing
 import os
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
 from pipelines.core.catalog.dialect import Dialect, M
+from pipelines.core.catalog.forked import fork_map
 from pipelines.core.catalog.ids import path_problem
 from pipelines.core.catalog.infer import Needs, infer_needs
 from pipelines.core.catalog.registry import Registration, parse_registrations
 from pipelines.core.catalog.resolve import module_constants
 from pipelines.core.model import Problem
-
-#: below this many files a process pool costs more than it saves (measured by bench/catalog.py)
-PARALLEL_MIN_FILES = 3000
-#: below this many CPUs a process pool costs more than it saves (measured by bench/catalog.py on
-#: 2 CPUs: 10,000 files in 4.0 s serial, 9.2 s with 2 processes)
-PARALLEL_MIN_CPUS = 4
 
 
 @dataclass(frozen=True)
@@ -164,26 +157,12 @@ def scan_bytes(rel: str, data: bytes, registry: bool = True, dialect: Dialect = 
     return FileScan(rel, sha, tuple(regs), infer_needs(tree, constants), num_gpus, tuple(problems), parsed=True)
 
 
-def _scan_chunk(repo: str, rels: list[str], registry: bool, dialect: Dialect = M,
-                implicit: tuple[str, ...] = ()) -> list[FileScan]:
-    return [scan_file(repo, rel, registry, dialect, rel.startswith(implicit) if implicit else False) for rel in rels]
-
-
 def scan_files(repo: Path, rels: list[str], registry: bool = True, workers: int | None = None, dialect: Dialect = M,
                implicit: tuple[str, ...] = ()) -> list[FileScan]:
-    """Scan every file, in a process pool when the tree is big enough for it to pay off.
+    """Scan every file, on every CPU when the tree is big enough for it to pay off (:mod:`.forked`).
 
     ``implicit`` are folder prefixes (``tests/fast/``) whose files are parsed even unregistered.
     """
-    if workers is None:
-        cpus = os.cpu_count() or 1
-        workers = min(4, cpus) if len(rels) >= PARALLEL_MIN_FILES and cpus >= PARALLEL_MIN_CPUS else 1
-    if workers <= 1:
-        return _scan_chunk(str(repo), rels, registry, dialect, implicit)
-    size = max(1, len(rels) // (workers * 4))
-    chunks = [rels[i:i + size] for i in range(0, len(rels), size)]
-    # forkserver, not fork: callers (a Dagster code server) may have threads, which fork can deadlock
-    with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("forkserver")) as pool:
-        n = len(chunks)
-        parts = pool.map(_scan_chunk, [str(repo)] * n, chunks, [registry] * n, [dialect] * n, [implicit] * n)
-        return [scan for part in parts for scan in part]
+    base = str(repo)
+    return fork_map(lambda rel: scan_file(base, rel, registry, dialect, rel.startswith(implicit) if implicit else False),
+                    rels, workers)
