@@ -160,6 +160,9 @@ class RepoSpec:
     dialect: str = "auto"
     #: suite of tests in implicit CPU folders ("": the dialect's, e.g. framework M's stage-a-cpu)
     implicit_cpu_suite: str = ""
+    #: overrides of the registry dialect's rules as set in repos.yaml (``rules:``; lists as tuples);
+    #: applied by pipelines.core.catalog.dialect.with_rules
+    rules: dict[str, Any] = field(default_factory=dict)
     #: flaky-test rules as set in repos.yaml (pipelines.core.flaky.FlakyRules.from_mapping)
     flaky: dict[str, Any] = field(default_factory=dict)
 
@@ -268,7 +271,9 @@ def _repo(name: str, m: RepoModel, root: Path) -> RepoSpec:
         default_est_time=m.default_est_time, default_num_gpus=m.default_num_gpus, policy=m.calibration.policy,
         policy_params=params, timeout_floor_s=m.timeout.floor_s, timeout_factor=m.timeout.factor,
         env=dict(m.env), requirements={k: tuple(v) for k, v in m.requirements.items()}, hub=m.hub,
-        dialect=m.dialect, implicit_cpu_suite=m.implicit_cpu_suite, flaky=m.flaky.model_dump(exclude_unset=True),
+        dialect=m.dialect, implicit_cpu_suite=m.implicit_cpu_suite,
+        rules={k: tuple(v) if isinstance(v, list) else v for k, v in m.rules.model_dump(exclude_unset=True).items()},
+        flaky=m.flaky.model_dump(exclude_unset=True),
     )
 
 

@@ -104,6 +104,26 @@ class FlakyModel(_Strict):
     run_quarantined: bool = True
 
 
+class RulesModel(_Strict):
+    """A repo's overrides of its registry dialect's rules (pipelines.core.catalog.dialect.with_rules).
+
+    Only the keys written apply; the defaults here are never used.
+    """
+
+    #: file-name globs the runner collects under the roots, and file names it skips
+    discovery: list[Annotated[str, Field(pattern=r"^[^/]+$")]] = Field(["test_*.py"], min_length=1)
+    exclude: list[Annotated[str, Field(pattern=r"^[^/]+$")]] = []
+    est_time: Literal["positive", "non-negative"] = "positive"
+    est_time_max: int = Field(10**7, gt=0, le=10**7)
+    #: shaped: GPU suites must say -<N>-gpu; free: any name, one GPU when it names no count
+    suites: Literal["shaped", "free"] = "shaped"
+    #: also: nightly=True adds a test to nightly/weekly/release; exclusive: the nightly cadence runs only those
+    nightly: Literal["also", "exclusive"] = "also"
+    labels_required: bool = False
+    #: backends whose tests naming no hardware run on the default pool
+    default_pool_backends: list[Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9_]*$")]] = ["cuda", "rocm"]
+
+
 class RepoModel(_Strict):
     path: Name
     format: Literal["registry", "template", "auto"] = "auto"
@@ -120,6 +140,8 @@ class RepoModel(_Strict):
     #: registry dialect profile (auto: from the framework's registry module) and implicit CPU suite name
     dialect: Literal["auto", "m", "sglang"] = "auto"
     implicit_cpu_suite: str = Field("", pattern=r"^([A-Za-z0-9][A-Za-z0-9._-]*)?$")
+    #: overrides of the dialect's rules, field by field
+    rules: RulesModel = RulesModel()
     #: flaky-test rules (pipelines.core.flaky.FlakyRules)
     flaky: FlakyModel = FlakyModel()
 

@@ -175,3 +175,17 @@ def test_the_listing_shows_each_tests_matrix_configurations(capsys):
     assert f"{five}megatron-shared-outer-virtual: backend=megatron, shared_outer=true, virtual_experts=true" in out
     assert f"{five}tilelang-per-expert: backend=tilelang, shared_outer=false, virtual_experts=false" in out
     assert "tests/e2e/lora/test_lora_moe_6layer.py: config megatron-per-expert:" in out
+
+
+def test_a_configured_repo_hears_which_rules_its_assets_entry_overrides(tmp_path, monkeypatch, capsys):
+    repo = tmp_path / "fw"
+    (repo / "tests").mkdir(parents=True)
+    (repo / "tests" / "test_a.py").write_text('register_cpu_ci(0, "per-commit")\n')
+    assets = tmp_path / "assets"
+    assets.mkdir()
+    (assets / "cluster.yaml").write_text((PROJECT / "assets" / "cluster.yaml").read_text())
+    (assets / "repos.yaml").write_text(f"default: fw\nrepos:\n  fw:\n    path: {repo}\n    rules: {{est_time: non-negative}}\n")
+    monkeypatch.setenv("NIGHTLY_ASSETS_DIR", str(assets))
+    assert run(["--repo", str(repo)]) == 0
+    err = capsys.readouterr().err.splitlines()
+    assert "assumed: rules from assets/repos.yaml override the m dialect: est_time=non-negative (was positive)" in err

@@ -21,7 +21,7 @@ from pipelines.core.catalog.assemble import registry_tests, template_path, templ
 from pipelines.core.catalog.cache import ScanCache, cache_file
 from pipelines.core.catalog.cached import defines_registry, scan_cached
 from pipelines.core.catalog.detect import choose, python_files
-from pipelines.core.catalog.dialect import Dialect, M
+from pipelines.core.catalog.dialect import Dialect, M, with_rules
 from pipelines.core.catalog.ids import id_problem, safe_filename, test_id_to_path
 from pipelines.core.catalog.incremental import inputs_digest, remember, reuse
 from pipelines.core.catalog.requirements import build_requirements
@@ -33,7 +33,8 @@ from pipelines.core.specs import RepoSpec, Specs
 __all__ = ["load_catalog", "detect_format", "find_template", "id_problem", "safe_filename", "test_id_to_path"]
 
 _WORKFLOWS = ".github/workflows"
-_SURPRISE = re.compile(r"several files define|cannot be parsed|not a built-in profile|defines no register")
+_SURPRISE = re.compile(r"several files define|cannot be parsed|not a built-in profile|defines no register|"
+                       r"rules from assets/repos.yaml override")
 _TEMPLATE_SET = re.compile(r"<%[-+]?\s*set\s")  # `<% set`, `<%set`, and whitespace control `<%- set`
 
 
@@ -140,6 +141,9 @@ def load_catalog(
     implicit_suite = getattr(spec, "implicit_cpu_suite", "") or ""
     if implicit_suite:
         dialect = dataclasses.replace(dialect, implicit_suite=implicit_suite)
+    dialect, overridden = with_rules(dialect, dict(getattr(spec, "rules", None) or {}))
+    if overridden:
+        notes = [*notes, overridden]
     fmt = spec.format
     scans: list[FileScan] = []
     problems: list[Problem] = []

@@ -53,8 +53,9 @@ class Dialect:
     discovery: tuple[str, ...] = ("test_*.py",)
     exclude: tuple[str, ...] = ()
     roots: tuple[str, ...] = ("tests",)
-    #: "positive" (est_time > 0) or "non-negative" (0 allowed)
+    #: "positive" (est_time > 0) or "non-negative" (0 allowed), and the largest est_time accepted
     est_time: str = "positive"
+    est_time_max: int = 10**7
     #: "shaped": a GPU suite must say ``-<N>-gpu``; "free": any name (count assumed 1 when absent)
     suites: str = "shaped"
     #: "also" (M: nightly=True adds a test to nightly/weekly/release) or "exclusive" (SGLang family:
@@ -62,6 +63,9 @@ class Dialect:
     nightly: str = "also"
     #: suite of files in an implicit CPU folder, as the framework's runner names it
     implicit_suite: str = "stage-a-cpu"
+    #: backends whose tests naming no hardware run on the default (NVIDIA) pool; any other backend's
+    #: such tests get the backend as hardware (``npu``) so they never land there
+    default_pool_backends: tuple[str, ...] = ("cuda", "rocm")
     #: where the rules came from (the registry module, or "built-in profile <name>")
     source: str = ""
 
@@ -88,7 +92,8 @@ class Dialect:
                       else f"labels required by {', '.join(needing)}")
         return (f"dialect {self.name} ({self.source}): {', '.join(s.name for s in self.functions)}; {label_rule}; "
                 f"collects {', '.join(self.discovery)}" + (f" except {', '.join(self.exclude)}" if self.exclude else "")
-                + f"; est_time {'>= 0' if self.est_time == 'non-negative' else '> 0'}; "
+                + f"; est_time {'>= 0' if self.est_time == 'non-negative' else '> 0'}"
+                + (f" and <= {self.est_time_max}" if self.est_time_max != 10**7 else "") + "; "
                 + ("GPU suites name -<N>-gpu" if self.suites == "shaped" else "any suite name")
                 + "; nightly=True " + ("= nightly cadence only" if self.nightly == "exclusive" else "adds nightly/weekly/release"))
 
@@ -192,3 +197,59 @@ def derive(module: str, source: str, base: Dialect | None = None) -> tuple[Diale
     est = bounds[0] if len(set(bounds)) == 1 else profile.est_time
     return dataclasses.replace(profile, functions=tuple(sorted(sigs, key=lambda s: s.name)), est_time=est,
                                source=f"{module}, {profile.name} profile"), []
+
+
+#: the rules a repo may override in assets/repos.yaml (``rules:``), each a Dialect field but
+#: ``labels_required``, which rewrites the signatures (see :func:`with_rules`)
+RULES = ("discovery", "exclude", "est_time", "est_time_max", "suites", "nightly", "labels_required",
+         "default_pool_backends")
+
+
+def _labels_required(d: Dialect) -> bool | None:
+    gpu = [s for s in d.functions if s.backend != "cpu" and "labels" in s.keywords]
+    needing = {"labels" in s.required for s in gpu}
+    return needing.pop() if len(needing) == 1 else None
+
+
+def _require_labels(sig: Signature, required: bool) -> Signature:
+    """``sig`` with ``labels`` required (GPU functions that take it) or optional (every function)."""
+    if "labels" not in sig.keywords:
+        return sig
+    rest = tuple(r for r in sig.required if r != "labels")
+    return dataclasses.replace(sig, required=rest + ("labels",) if required and sig.backend != "cpu" else rest)
+
+
+def with_rules(dialect: Dialect, rules: dict[str, object]) -> tuple[Dialect, str]:
+    """``dialect`` with a repo's ``rules:`` from assets/repos.yaml applied field by field, and a note
+    saying which rules were overridden and what the framework said (``nightly=exclusive (was also)``).
+
+    ``labels_required: true`` makes ``labels`` required by every GPU register function that takes it;
+    ``false`` makes it optional everywhere. Keys are checked by the schema (pipelines.core.specs_schema).
+    """
+    changes: dict[str, object] = {}
+    said: list[str] = []
+    for key in RULES:
+        if key not in rules:
+            continue
+        value = rules[key]
+        if key == "labels_required":
+            was = _labels_required(dialect)
+            changes["functions"] = tuple(_require_labels(s, bool(value)) for s in dialect.functions)
+        else:
+            value = tuple(value) if isinstance(value, list | tuple) else value
+            was = getattr(dialect, key)
+            changes[key] = value
+        said.append(f"{key}={_show(value)} (was {_show(was)})")
+    if not said:
+        return dialect, ""
+    source = f"{dialect.source}, rules from assets/repos.yaml"
+    return (dataclasses.replace(dialect, **changes, source=source),
+            f"rules from assets/repos.yaml override the {dialect.name} dialect: {', '.join(said)}")
+
+
+def _show(value: object) -> str:
+    if isinstance(value, tuple):
+        return "[" + ", ".join(map(str, value)) + "]"
+    if value is None:
+        return "per function"
+    return str(value).lower() if isinstance(value, bool) else str(value)

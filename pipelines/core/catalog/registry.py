@@ -151,8 +151,9 @@ def _est_time(args: dict[str, object], dialect: Dialect, func: str) -> int:
             raise _Bad("est_time", f"must be 0 or more, got {v!r}; set the expected run time in seconds")
     elif v <= 0:
         raise _Bad("est_time", f"must be positive, got {v!r}; set the expected run time in seconds")
-    if v > 10**7:
-        raise _Bad("est_time", f"{v!r} s is more than 100 days; set the expected run time in seconds")
+    if v > dialect.est_time_max:
+        limit = "100 days" if dialect.est_time_max == 10**7 else f"{dialect.est_time_max} s, this repo's limit"
+        raise _Bad("est_time", f"{v!r} s is more than {limit}; set the expected run time in seconds")
     return math.ceil(v)
 
 
@@ -229,6 +230,6 @@ def _gpus_and_hardware(backend: str, suite: str, hw: list[tuple[int | None, str]
     if named and listed and named not in listed:
         raise _Bad("hardware", f"{listed!r} does not include {named!r}, which the suite name {suite!r} asks for")
     hardware = hardware_name(gpus, named or (listed[0] if listed else ""))
-    if not hardware and backend not in ("cuda", "rocm"):
+    if not hardware and backend not in dialect.default_pool_backends:
         hardware = backend  # an NPU/XPU/MLX test naming no hardware must not land on the default (NVIDIA) pool
     return gpus, hardware, assumed
