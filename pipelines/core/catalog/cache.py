@@ -208,7 +208,7 @@ class ScanCache:
         tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            tmp.write_text(json.dumps(data, separators=(",", ":")))
+            tmp.write_text(json.dumps(data, separators=(",", ":"), check_circular=False))
             os.replace(tmp, path)
         except OSError as exc:
             self.notes.append(f"cache {path} not written ({exc.strerror}); the next catalog reads every file")

@@ -13,6 +13,7 @@ a repo's ``requirements:`` globs add keys for what inference cannot see.
 from __future__ import annotations
 
 import fnmatch
+import functools
 import hashlib
 from collections.abc import Mapping
 
@@ -24,7 +25,9 @@ from pipelines.core.specs import RepoSpec, Specs
 _ORDER = {"model": 0, "dataset": 1, "conversion": 2}
 
 
+@functools.lru_cache(maxsize=4096)
 def _key_problem(key: str) -> str | None:
+    """Why ``key`` cannot name a requirement (thousands of tests share a few keys: checked once each)."""
     if "/" in key:
         return "contains '/'"
     return variant_problem(key)
@@ -75,15 +78,18 @@ def build_requirements(
     found: dict[str, Requirement] = {}
     owner: dict[str, str] = {}
     all_conversions: list[Conversion] = []
+    nothing = Needs()
     for t in tests:
-        n = needs.get(t.id, Needs())
+        n = needs.get(t.id, nothing)
         for d in n.downloads:
             why = _key_problem(d.key)
             if why:
                 problems.append(Problem(t.path, 1, "prepare", f"download folder {d.path!r} {why}; it cannot be a key"))
                 continue
-            req = declared.get(d.key) or Requirement(d.kind, d.key, d.source, d.path)  # type: ignore[arg-type]
             prev = found.get(d.key)
+            if prev is not None and (prev.kind, prev.source, prev.path) == (d.kind, d.source, d.path):
+                continue  # the same download as an earlier test's (the common case)
+            req = declared.get(d.key) or Requirement(d.kind, d.key, d.source, d.path)  # type: ignore[arg-type]
             if prev is not None and (prev.kind, prev.source, prev.path) != (d.kind, d.source, d.path) \
                     and d.key not in declared:
                 problems.append(Problem(t.path, 1, "prepare", (
@@ -103,7 +109,7 @@ def build_requirements(
     used: dict[str, Requirement] = {}
     first_writer: dict[str, tuple[Conversion, str]] = {}
     for t in tests:
-        n = needs.get(t.id, Needs())
+        n = needs.get(t.id, nothing)
         keys: list[str] = [d.key for d in n.downloads if d.key in found]
         unresolved = list(t.unresolved) + list(n.unresolved)
         for c in n.conversions:
