@@ -9,15 +9,17 @@ can say ``unresolved: {args.model_org}/GLM-5`` instead of guessing.
 from __future__ import annotations
 
 import ast
-from dataclasses import dataclass
+from typing import NamedTuple
 
 Scalar = str | int | float | bool | None
 _SCALARS = (str, int, float, bool, type(None))
 
 
-@dataclass(frozen=True)
-class Value:
-    """A resolved value, or (``ok=False``) a readable rendering with the unknown parts in braces."""
+class Value(NamedTuple):
+    """A resolved value, or (``ok=False``) a readable rendering with the unknown parts in braces.
+
+    A named tuple, not a frozen dataclass: a few are built per expression of every test file.
+    """
 
     value: Scalar
     text: str
