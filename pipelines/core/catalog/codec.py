@@ -20,7 +20,10 @@ _TUPLE_AT = tuple(i for i, name in enumerate(_TEST_FIELDS) if name in {"labels",
                                                                              "also_suites"})
 
 
+@functools.lru_cache(maxsize=4096)
 def encode_needs(n: Needs) -> list:
+    """The JSON form of a file's needs; files share a few, so each is encoded once (the list is shared:
+    never mutate it)."""
     return [[list(d.__dict__.values()) for d in n.downloads],
             [[c.model, c.source_model, c.path, [list(p) for p in c.params]] for c in n.conversions], list(n.unresolved)]
 

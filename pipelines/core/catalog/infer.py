@@ -14,6 +14,7 @@ parts in braces, never guessed.
 from __future__ import annotations
 
 import ast
+import functools
 import posixpath
 import shlex
 from dataclasses import dataclass
@@ -109,7 +110,15 @@ def infer_needs(tree: ast.Module, constants: dict[str, Scalar]) -> Needs:
             first = resolve(call.args[0], env)
             if first.text.startswith(_DOWNLOAD_PREFIXES):
                 _hf_download(first, call.lineno, downloads, unresolved)
-    return Needs(tuple(dict.fromkeys(downloads)), tuple(dict.fromkeys(conversions)), tuple(dict.fromkeys(unresolved)))
+    return _shared(Needs(tuple(dict.fromkeys(downloads)), tuple(dict.fromkeys(conversions)),
+                         tuple(dict.fromkeys(unresolved))))
+
+
+@functools.lru_cache(maxsize=4096)
+def _shared(needs: Needs) -> Needs:
+    """One object per distinct needs: files of a framework share a few, and results sent back from a
+    parsing process (:mod:`.forked`) then pickle each once instead of once per file."""
+    return needs
 
 
 def _unresolved(text: str, what: str, line: int) -> str:
