@@ -10,7 +10,15 @@ import pytest
 from pipelines.core.catalog import forked
 from pipelines.core.catalog.forked import can_fork, default_workers, fork_map
 
-needs_fork = pytest.mark.skipif(not can_fork(), reason="no fork here, or another test left a thread running")
+
+@pytest.fixture
+def forking():
+    """Fork is used here (checked when the test runs: an earlier test may have left a thread behind)."""
+    if not can_fork():
+        pytest.skip("no fork here, or another test left a thread running (fork_map then runs serially)")
+
+
+needs_fork = pytest.mark.usefixtures("forking")
 
 
 def _whose(item: int) -> tuple[int, int]:
