@@ -234,6 +234,9 @@ def with_rules(dialect: Dialect, rules: dict[str, object]) -> tuple[Dialect, str
         value = rules[key]
         if key == "labels_required":
             was = _labels_required(dialect)
+            if not any("labels" in s.keywords for s in dialect.functions):
+                said.append(f"labels_required={_show(value)} (ignored: no register function here takes labels)")
+                continue
             changes["functions"] = tuple(_require_labels(s, bool(value)) for s in dialect.functions)
         else:
             value = tuple(value) if isinstance(value, list | tuple) else value

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 import textwrap
 
@@ -45,6 +46,14 @@ def test_each_overridden_rule_is_named_with_what_the_framework_said():
     assert note == ("rules from assets/repos.yaml override the m dialect: discovery=[*_e2e.py] (was [test_*.py]), "
                     "est_time=non-negative (was positive), nightly=exclusive (was also)")
     assert dialect.source.endswith("rules from assets/repos.yaml") and dialect.digest() != M.digest()
+
+
+def test_requiring_labels_where_no_register_function_takes_them_is_said_to_be_ignored():
+    no_labels = dataclasses.replace(M, functions=tuple(dataclasses.replace(s, keywords=("est_time", "suite"))
+                                                       for s in M.functions))
+    dialect, note = with_rules(no_labels, {"labels_required": True})
+    assert dialect.functions == no_labels.functions
+    assert note.endswith("labels_required=true (ignored: no register function here takes labels)")
 
 
 def test_discovery_and_exclude_choose_the_files_the_runner_collects(tree):
