@@ -32,9 +32,18 @@ def cpus() -> int:
         return os.cpu_count() or 1
 
 
+def os_threads() -> int:
+    """Threads of this process as the kernel counts them: native threads (gRPC's, a BLAS pool)
+    hold locks too, and ``threading`` does not see them. Falls back to Python's count off Linux."""
+    try:
+        return len(os.listdir("/proc/self/task"))
+    except OSError:
+        return threading.active_count()
+
+
 def can_fork() -> bool:
     """Whether forking is available and safe here (one thread: no lock another thread might hold)."""
-    return hasattr(os, "fork") and threading.active_count() == 1
+    return hasattr(os, "fork") and threading.active_count() == 1 and os_threads() == 1
 
 
 def default_workers(n_items: int) -> int:
