@@ -243,20 +243,20 @@ def realistic(tests: list[Test]) -> None:
     print(f"\n# Realistic nights on 4 x 8 GPUs: est_time calibrated from {HISTORY_RUNS} past runs, "
           f"actual = a new run; {len(REAL_SEEDS)} seeds per sigma; ratios = dispatched / actual lower bound")
     print("| sigma | today (est_time) mean, max | ours, greedy dispatch | ours, live dispatch | clairvoyant LPT | "
-          "ours live <= today (runs) | today predicted / actual | ours predicted median / actual (mean, mean abs) | "
-          "actual <= p90 | plan time today, ours |")
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+          "ours live < today (runs) | ours live < clairvoyant (runs) | today predicted / actual | "
+          "ours predicted median / actual (mean, mean abs) | actual <= p90 | plan CPU time today, ours |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for sigma in REAL_SIGMAS:
         r = {k: [] for k in ("today", "greedy", "live", "clair", "today_pred", "pred", "t0", "t1")}
-        within = wins = 0
+        within = wins = beats_clair = 0
         for seed in REAL_SEEDS:
             cal, samples, actual = realistic_night(tests, sigma, seed)
             lb = lower_bound(((actual[t.id], t.gpus) for t in tests), shape[0])
-            t0 = time.perf_counter()
+            t0 = time.process_time()
             today = make_plan(cal, pools)
-            t1 = time.perf_counter()
+            t1 = time.process_time()
             ours = make_plan(cal, pools, durations=duration_model(cal, samples))
-            t2 = time.perf_counter()
+            t2 = time.process_time()
             clair = make_plan([dataclasses.replace(t, est_time=max(1, round(actual[t.id]))) for t in cal], pools,
                               improve=False)
             today_s = simulate(today, shape, actual)
@@ -264,17 +264,19 @@ def realistic(tests: list[Test]) -> None:
             r["today"].append(today_s / lb)
             r["greedy"].append(simulate(ours, shape, actual) / lb)
             r["live"].append(live_s / lb)
-            r["clair"].append(simulate(clair, shape, actual) / lb)
+            clair_s = simulate(clair, shape, actual)
+            r["clair"].append(clair_s / lb)
             r["today_pred"].append(today.makespan_s / today_s)
             r["pred"].append(ours.predicted_median_s / live_s - 1)
             r["t0"].append(t1 - t0)
             r["t1"].append(t2 - t1)
             within += live_s <= ours.predicted_p90_s
-            wins += live_s <= today_s + 1e-6
+            wins += live_s < today_s - 1e-6
+            beats_clair += live_s < clair_s - 1e-6
         m = statistics.mean
         k = len(REAL_SEEDS)
         print(f"| {sigma} | {m(r['today']):.3f}, {max(r['today']):.3f} | {m(r['greedy']):.3f}, {max(r['greedy']):.3f} | "
-              f"{m(r['live']):.3f}, {max(r['live']):.3f} | {m(r['clair']):.3f} | {wins}/{k} | "
+              f"{m(r['live']):.3f}, {max(r['live']):.3f} | {m(r['clair']):.3f} | {wins}/{k} | {beats_clair}/{k} | "
               f"{m(r['today_pred']):.2f} | {m(r['pred']):+.1%}, {m(abs(x) for x in r['pred']):.1%} | {within}/{k} | "
               f"{m(r['t0']):.2f} s, {m(r['t1']):.2f} s |", flush=True)
 
@@ -282,12 +284,12 @@ def realistic(tests: list[Test]) -> None:
 def speed() -> None:
     tests = random_tests(random.Random(3), 10_000)
     pools = [PoolSpec("h200", 64, 8)]
-    t0 = time.perf_counter()
+    t0 = time.process_time()
     lpt = make_plan(tests, pools, improve=False)
-    t1 = time.perf_counter()
+    t1 = time.process_time()
     ours = make_plan(tests, pools)
-    t2 = time.perf_counter()
-    print("\n# Planning 10,000 tests on 64 nodes x 8 GPUs")
+    t2 = time.process_time()
+    print("\n# Planning 10,000 tests on 64 nodes x 8 GPUs (CPU time of this process: the machine may be shared)")
     print(f"list schedule only: {t1 - t0:.2f} s (ratio {lpt.ratio:.4f}); with improvement step: {t2 - t1:.2f} s "
           f"(ratio {ours.ratio:.4f}, order kept: {kept(ours, lpt)}); goal < 1 s")
     print("(at this size the robustness gate cannot be afforded, so the search is skipped and longest-first kept)"
@@ -295,11 +297,11 @@ def speed() -> None:
     rng = random.Random(4)
     samples = [Sample(t.id, t.hardware, t.sha256, "passed", t.est_time / 1.25 * rng.lognormvariate(0, 0.3),
                       f"2026-11-{j:02d}T01:00:00Z") for t in tests for j in (1, 2, 3)]
-    t0 = time.perf_counter()
+    t0 = time.process_time()
     model = duration_model(tests, samples)
-    t1 = time.perf_counter()
+    t1 = time.process_time()
     planned = make_plan(tests, pools, durations=model)
-    t2 = time.perf_counter()
+    t2 = time.process_time()
     print(f"with the duration model (3 runs each in history): model {t1 - t0:.2f} s, plan {t2 - t1:.2f} s "
           f"(ratio {planned.ratio:.4f} on medians; predicted median {planned.predicted_median_s:.0f} s, "
           f"p90 {planned.predicted_p90_s:.0f} s); goal < 1 s")

@@ -67,10 +67,12 @@ def dispatch_order(order: Sequence[int], sched: Schedule) -> list[int]:
 
 
 def pool_assignments(group: Sequence[Test], pool: str, order: Sequence[int], sched: Schedule,
-                     timeouts: Sequence[int], durations: Sequence[float] | None = None) -> list[Assignment]:
-    """The assignments of one pool, priorities 0.. in dispatch order; each ends ``durations[i]``
-    (default est_time) after its start."""
-    prio = {i: p for p, i in enumerate(dispatch_order(order, sched))}
+                     timeouts: Sequence[int], durations: Sequence[float] | None = None,
+                     by_rank: bool = False) -> list[Assignment]:
+    """The assignments of one pool, priorities 0.. in dispatch order (``by_rank``: the order
+    itself, so a wide test the plan starts late behind backfilled small ones keeps its place at
+    the head of the queue); each ends ``durations[i]`` (default est_time) after its start."""
+    prio = {i: p for p, i in enumerate(order if by_rank else dispatch_order(order, sched))}
     durs = durations if durations is not None else [float(t.est_time) for t in group]
     return [Assignment(t.id, pool, sched.node[i], sched.start[i], sched.start[i] + durs[i], t.gpus,
                        timeouts[i], prio[i]) for i, t in enumerate(group)]
