@@ -55,8 +55,9 @@ def wide_first(group: Sequence[Test], model: Mapping[str, Duration]) -> list[int
     On a noisy night a wide test left to the end waits for a whole node to drain and then runs
     alone on it with nothing to fill around it; 2- and 4-GPU tests fill the gaps the noise opens.
     So wide tests go earlier than their median alone says. The exponent is a measured choice
-    (bench/plan.py realistic, tuned on seeds 100-139, not the 20 reported ones): 0.5 beat plain
-    longest-first on p75 by about 0.01-0.02 of the lower bound at sigma 0.5 and tied it at 0.1-0.25.
+    (bench/plan.py realistic nights at sigma 0.5, seeds 100-139, not the 20 reported ones): 0.3-0.5
+    were within noise of each other (1.044-1.052 x the lower bound), 0.6 and above worse; 0.5
+    because lower exponents lost at sigma 0.1-0.25.
     """
     key = [model[t.id].median_s * max(t.gpus, 1) ** WIDE_EXPONENT for t in group]
     return sorted(range(len(group)), key=lambda i: (-key[i], -model[group[i].id].sigma, -group[i].gpus,
