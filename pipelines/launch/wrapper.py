@@ -76,6 +76,22 @@ def _deadline(seconds: float) -> None:
     timer.start()
 
 
+def _fresh_signals() -> None:
+    """Give the test the signals a shell would: nothing blocked, nothing ignored that stops it.
+
+    Masks and ignored signals survive fork and exec, so a night started in the background
+    (SIGINT ignored) or from a thread that blocks signals would hand them on, and the test would
+    then ignore the SIGTERM the launcher sends at its timeout, losing its chance to clean up.
+    """
+    if hasattr(signal, "pthread_sigmask"):
+        signal.pthread_sigmask(signal.SIG_SETMASK, set())
+    for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):
+        if signal.getsignal(sig) == signal.SIG_IGN:
+            signal.signal(sig, signal.SIG_DFL)
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m pipelines.launch.wrapper")
     parser.add_argument("--file", required=True, help="test file, relative to the working directory")
@@ -86,6 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("args", nargs="*", help="arguments the test sees in sys.argv[1:]")
     ns = parser.parse_args(argv)
 
+    _fresh_signals()
     # as `python3 tests/x.py` would: the file's own folder first, then the checkout
     if ns.deadline_s > 0 and os.getpgrp() == os.getpid():  # only when it leads its own group
         _deadline(ns.deadline_s)

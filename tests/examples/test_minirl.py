@@ -54,6 +54,16 @@ def test_minirl_fail_makes_the_named_test_exit_non_zero_with_a_message(tmp_path)
     assert "test_sft_math: failing on purpose because MINIRL_FAIL names it" in done.stderr
 
 
+def _signal_state(pid: int) -> str:
+    """The kernel's view of a process's state and signal masks (for a failure message)."""
+    try:
+        lines = Path(f"/proc/{pid}/status").read_text().splitlines()
+    except OSError as exc:
+        return f"pid {pid}: {exc}"
+    keep = ("State", "SigPnd", "ShdPnd", "SigBlk", "SigIgn", "Threads")
+    return f"pid {pid}: " + ", ".join(line.replace("\t", " ") for line in lines if line.split(":")[0] in keep)
+
+
 @pytest.mark.slow  # a whole example test file in a subprocess, left hanging for 2 s
 def test_minirl_hang_keeps_the_test_running_until_sigterm(tmp_path):
     proc = subprocess.Popen(
@@ -71,7 +81,12 @@ def test_minirl_hang_keeps_the_test_running_until_sigterm(tmp_path):
         time.sleep(2.0)
         assert proc.poll() is None, "a hanging test exited by itself"
         proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=60) == -signal.SIGTERM  # at once idle; the limit only stops a hang
+        try:  # at once idle; the limit only stops a hang, and then says what the process was doing
+            code = proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"the hanging test outlived SIGTERM by 60 s: {_signal_state(proc.pid)}; "
+                        f"this process: {_signal_state(os.getpid())}")
+        assert code == -signal.SIGTERM
     finally:
         if proc.poll() is None:
             proc.kill()
