@@ -42,7 +42,7 @@ test: install system-deps
 # the 2-CPU machine (lane a: the folders below; lane b: everything else, new folders included),
 # each lane's output printed when it ends. A test still running after 300 s gets its stack printed.
 FAST       := $(BIN)/python -m pytest -m "not slow" -q -o faulthandler_timeout=300
-FAST_LANE_A := tests/storage tests/cli tests/defs tests/support
+FAST_LANE_A := tests/storage tests/cli tests/defs tests/support tests/core/plan tests/core/coverage tests/examples
 
 test-fast: install
 ifeq ($(strip $(PYTEST_ARGS)),)
