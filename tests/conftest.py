@@ -8,8 +8,13 @@ from pathlib import Path
 import pytest
 
 from pipelines.core.model import Test
+from pipelines.interrupts import answer_interrupts
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
+
+# a suite started with `&` from a script inherits SIGINT ignored; once a test runs Dagster in this
+# process, SIGTERM is ignored too and every process a test starts would inherit that
+answer_interrupts()
 
 
 def make_test(**overrides) -> Test:

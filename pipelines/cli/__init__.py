@@ -14,6 +14,7 @@ import sys
 from pipelines.core.history import HistoryError
 from pipelines.core.model import CatalogError
 from pipelines.core.select import SelectionError
+from pipelines.interrupts import answer_interrupts
 from pipelines.storage.cache import BuildError
 from pipelines.storage.state import StateError
 
@@ -36,6 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    answer_interrupts()  # started with `&` from a script: SIGTERM must still stop the night
     parser = build_parser()
     args = parser.parse_args(argv)
     try:

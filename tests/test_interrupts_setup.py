@@ -1,0 +1,37 @@
+"""A process started with SIGINT ignored (``cmd &`` in a script) still stops on SIGTERM after Dagster ran."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from tests.conftest import PROJECT_ROOT
+
+# SIGINT (and SIGTERM) ignored as a non-interactive shell's `&` leaves them, then exec'd
+IGNORED = ("import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_IGN); "
+           "signal.signal(signal.SIGTERM, signal.SIG_IGN); os.execv(sys.executable, [sys.executable, *sys.argv[1:]])")
+
+# what Dagster does on entering and leaving an execution: SIGTERM takes SIGINT's handler
+CHECK = """
+import signal, sys
+from dagster._utils.interrupts import setup_interrupt_handlers
+{setup}
+setup_interrupt_handlers()
+print(signal.getsignal(signal.SIGTERM) == signal.SIG_IGN, signal.getsignal(signal.SIGINT) == signal.SIG_IGN)
+"""
+
+
+def _ignored_after_dagster(setup: str) -> str:
+    done = subprocess.run([sys.executable, "-c", IGNORED, "-c", CHECK.format(setup=setup)], cwd=PROJECT_ROOT,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+def test_without_the_fix_dagster_leaves_sigterm_ignored():
+    assert _ignored_after_dagster("") == "True True"
+
+
+def test_answer_interrupts_keeps_sigterm_and_sigint_working_after_dagster():
+    setup = "from pipelines.interrupts import answer_interrupts\nassert answer_interrupts()"
+    assert _ignored_after_dagster(setup) == "False False"
