@@ -37,12 +37,12 @@ test: install system-deps
 	$(BIN)/ruff check pipelines tests bench examples
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
-# the edit loop: every test not marked slow (no Dagster run, night, browser or framework
+# the edit loop: every test not marked slow (no Dagster run, night, browser, S3 server or framework
 # subprocess). With no PYTEST_ARGS it runs as two pytest processes side by side, one per CPU of
 # the 2-CPU machine (lane a: the folders below; lane b: everything else, new folders included),
 # each lane's output printed when it ends. A test still running after 300 s gets its stack printed.
 FAST       := $(BIN)/python -m pytest -m "not slow" -q -o faulthandler_timeout=300
-FAST_LANE_A := tests/storage tests/cli tests/defs tests/support tests/core/plan tests/core/coverage tests/examples
+FAST_LANE_A := tests/storage tests/cli tests/defs tests/support tests/core/plan tests/core/coverage tests/examples tests/reporting
 
 test-fast: install
 ifeq ($(strip $(PYTEST_ARGS)),)

@@ -5,7 +5,12 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 from tests.conftest import PROJECT_ROOT
+
+# each test starts a fresh Python that imports Dagster (about 3 s): not for the edit loop
+pytestmark = pytest.mark.slow
 
 # SIGINT (and SIGTERM) ignored as a non-interactive shell's `&` leaves them, then exec'd
 IGNORED = ("import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_IGN); "

@@ -41,6 +41,7 @@ def test_the_shipped_deployments_choose_local_by_default_and_s3_in_production(tm
     assert prod.bucket == specs.deployment("production").s3_bucket
 
 
+@pytest.mark.slow  # a real S3 server (moto)
 def test_s3_storage_writes_to_the_bucket_and_prefix_at_the_endpoint_from_the_environment(endpoint, tmp_path,
                                                                                          monkeypatch):
     for k, v in CREDENTIALS.items():

@@ -20,6 +20,9 @@ from pipelines.storage.s3 import ArtifactError, S3Artifacts, S3HistoryReadError,
 from tests.conftest import PROJECT_ROOT
 from tests.support.moto import CREDENTIALS, moto_server, s3_client
 
+# a real S3 server (moto) in a subprocess: an integration test, not for the edit loop
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(scope="module")
 def endpoint():
