@@ -14,7 +14,7 @@ parts in braces, never guessed.
 from __future__ import annotations
 
 import ast
-import functools
+import operator
 import posixpath
 import shlex
 from dataclasses import dataclass
@@ -54,6 +54,9 @@ class Needs:
 #: expression parts that never hold a call (names, constants, operators, contexts)
 _LEAVES = (ast.Name, ast.Constant, ast.expr_context, ast.operator, ast.boolop, ast.unaryop, ast.cmpop)
 _CHILD_FIELDS: dict[type, tuple[str, ...]] = {}
+#: fields that never hold a node that may hold a call (names, flags, contexts, operators, aliases)
+_SCALAR_FIELDS = frozenset({"ctx", "op", "ops", "name", "names", "asname", "id", "attr", "arg", "kind", "conversion",
+                            "is_async", "simple", "level", "module", "type_comment", "rest", "kwd_attrs", "tag"})
 
 
 def _child_fields(cls: type) -> tuple[str, ...]:
@@ -61,7 +64,7 @@ def _child_fields(cls: type) -> tuple[str, ...]:
     fields = _CHILD_FIELDS.get(cls)
     if fields is None:
         leaf = not issubclass(cls, ast.AST) or issubclass(cls, _LEAVES)
-        fields = _CHILD_FIELDS[cls] = () if leaf else tuple(n for n in cls._fields if n not in ("ctx", "op"))
+        fields = _CHILD_FIELDS[cls] = () if leaf else tuple(n for n in cls._fields if n not in _SCALAR_FIELDS)
     return fields
 
 
@@ -90,34 +93,53 @@ def _calls(root: ast.AST) -> list[ast.Call]:
 
 def infer_needs(tree: ast.Module, constants: dict[str, Scalar]) -> Needs:
     """Downloads and conversions of the module-level ``prepare()`` (empty when there is none)."""
-    prepare = next((s for s in tree.body if isinstance(s, ast.FunctionDef) and s.name == "prepare"), None)
-    if prepare is None:
-        return Needs()
+    for prepare in tree.body:
+        if prepare.__class__ is ast.FunctionDef and prepare.name == "prepare":
+            break
+    else:
+        return _NO_NEEDS
     env = dict(constants)
     for stmt in prepare.body:
         collect_assignment(stmt, env)
-    downloads: list[Download] = []
-    conversions: list[Conversion] = []
+    # plain tuples until the end: a known combination is then looked up, not rebuilt as records
+    downloads: list[tuple[str, str, str, str]] = []
+    conversions: list[tuple] = []
     unresolved: list[str] = []
-    calls = sorted(_calls(prepare), key=lambda n: (n.lineno, n.col_offset))
+    calls = _calls(prepare)
+    if len(calls) > 1:
+        calls.sort(key=_position)
     for call in calls:
-        name = call.func.id if isinstance(call.func, ast.Name) else getattr(call.func, "attr", "")
+        func = call.func
+        name = func.id if func.__class__ is ast.Name else getattr(func, "attr", "")
         if name == "hf_download_dataset":
             _dataset(call, env, downloads, unresolved)
         elif name == "convert_checkpoint":
             _conversion(call, env, conversions, unresolved)
-        elif call.args and isinstance(call.args[0], ast.Constant | ast.JoinedStr | ast.BinOp):
+        elif call.args and call.args[0].__class__ in _TEXT_NODES:
             first = resolve(call.args[0], env)
             if first.text.startswith(_DOWNLOAD_PREFIXES):
                 _hf_download(first, call.lineno, downloads, unresolved)
-    return _shared(Needs(tuple(dict.fromkeys(downloads)), tuple(dict.fromkeys(conversions)),
-                         tuple(dict.fromkeys(unresolved))))
+    return _shared(tuple(dict.fromkeys(downloads)), tuple(dict.fromkeys(conversions)), tuple(dict.fromkeys(unresolved)))
 
 
-@functools.lru_cache(maxsize=4096)
-def _shared(needs: Needs) -> Needs:
-    """One object per distinct needs: files of a framework share a few, and results sent back from a
-    parsing process (:mod:`.forked`) then pickle each once instead of once per file."""
+_position = operator.attrgetter("lineno", "col_offset")
+_TEXT_NODES = frozenset({ast.Constant, ast.JoinedStr, ast.BinOp})
+_NO_NEEDS = Needs()
+#: needs by their plain-tuple form, one shared object each (bounded: a few per framework)
+_NEEDS: dict[tuple, Needs] = {}
+
+
+def _shared(downloads: tuple, conversions: tuple, unresolved: tuple[str, ...]) -> Needs:
+    """One object per distinct needs: files of a framework share a few, so the records are built once,
+    and results sent back from a parsing process (:mod:`.forked`) pickle each once instead of once per
+    file. Keyed by plain tuples, which hash far faster than the frozen records."""
+    key = (downloads, conversions, unresolved)
+    needs = _NEEDS.get(key)
+    if needs is None:
+        if len(_NEEDS) >= 4096:
+            _NEEDS.clear()
+        needs = _NEEDS[key] = Needs(tuple(Download(*d) for d in downloads),
+                                    tuple(Conversion(*c) for c in conversions), unresolved)
     return needs
 
 
@@ -125,7 +147,7 @@ def _unresolved(text: str, what: str, line: int) -> str:
     return f"unresolved: {text} ({what}, line {line})"
 
 
-def _dataset(call: ast.Call, env: dict, downloads: list[Download], unresolved: list[str]) -> None:
+def _dataset(call: ast.Call, env: dict, downloads: list[tuple], unresolved: list[str]) -> None:
     node = call.args[0] if call.args else next((k.value for k in call.keywords if k.arg == "repo_id"), None)
     if node is None:
         unresolved.append(_unresolved("{no dataset id}", "hf_download_dataset", call.lineno))
@@ -135,58 +157,60 @@ def _dataset(call: ast.Call, env: dict, downloads: list[Download], unresolved: l
         unresolved.append(_unresolved(v.text, "hf_download_dataset", call.lineno))
         return
     name = v.value.rstrip("/").split("/")[-1]
-    downloads.append(Download("dataset", name, v.value, f"/root/datasets/{name}"))
+    downloads.append(("dataset", name, v.value, f"/root/datasets/{name}"))
 
 
-def _hf_download(v: Value, line: int, downloads: list[Download], unresolved: list[str]) -> None:
+def _hf_download(v: Value, line: int, downloads: list[tuple], unresolved: list[str]) -> None:
+    text = v.text
     if not v.ok:
-        unresolved.append(_unresolved(v.text, "hf download", line))
+        unresolved.append(_unresolved(text, "hf download", line))
         return
     try:
-        argv = shlex.split(v.text) if any(c in v.text for c in "\"'\\") else v.text.split()
+        argv = shlex.split(text) if '"' in text or "'" in text or "\\" in text else text.split()
     except ValueError:
-        unresolved.append(_unresolved(v.text, "hf download: unbalanced quotes", line))
+        unresolved.append(_unresolved(text, "hf download: unbalanced quotes", line))
         return
     repo_id = argv[2] if len(argv) > 2 else ""
     opts: dict[str, str] = {}
-    rest = argv[3:]
-    while rest:
-        flag, eq, value = rest.pop(0).partition("=")
-        if not eq and rest and not rest[0].startswith("-"):
-            value = rest.pop(0)
+    i, n = 3, len(argv)
+    while i < n:
+        flag, eq, value = argv[i].partition("=")
+        i += 1
+        if not eq and i < n and not argv[i].startswith("-"):
+            value = argv[i]
+            i += 1
         opts[flag] = value
     if not repo_id or repo_id.startswith("-") or "/" not in repo_id:
-        unresolved.append(_unresolved(v.text, "hf download: no org/name repository id", line))
+        unresolved.append(_unresolved(text, "hf download: no org/name repository id", line))
         return
     local_dir = opts.get("--local-dir", "").rstrip("/")
     if not local_dir:
-        unresolved.append(_unresolved(v.text, "hf download without --local-dir: where it lands is unknown", line))
+        unresolved.append(_unresolved(text, "hf download without --local-dir: where it lands is unknown", line))
         return
     kind = "dataset" if opts.get("--repo-type") == "dataset" else "model"
-    downloads.append(Download(kind, posixpath.basename(local_dir), repo_id, local_dir))
+    downloads.append((kind, local_dir.rpartition("/")[2], repo_id, local_dir))
 
 
-def _conversion(call: ast.Call, env: dict, conversions: list[Conversion], unresolved: list[str]) -> None:
-    bound: dict[str, ast.AST] = {}
-    if any(isinstance(a, ast.Starred) for a in call.args) or any(k.arg is None for k in call.keywords):
+def _conversion(call: ast.Call, env: dict, conversions: list[tuple], unresolved: list[str]) -> None:
+    args, keywords = call.args, call.keywords
+    if any(a.__class__ is ast.Starred for a in args) or any(k.arg is None for k in keywords):
         unresolved.append(_unresolved("{" + ast.unparse(call) + "}", "convert_checkpoint with *args/**kwargs", call.lineno))
         return
-    for name, node in zip(CONVERT_PARAMS, call.args, strict=False):
-        bound[name] = node
-    for kw in call.keywords:
-        if kw.arg in CONVERT_PARAMS:
+    bound: dict[str, ast.AST] = dict(zip(CONVERT_PARAMS, args, strict=False))
+    for kw in keywords:
+        if kw.arg in _PARAMS:
             bound[kw.arg] = kw.value  # type: ignore[index]
-    values: dict[str, Scalar] = {}
-    missing = [name for name in CONVERT_PARAMS if name not in bound and name not in CONVERT_DEFAULTS]
+    missing = [name for name in _REQUIRED if name not in bound]
     if missing:
         unresolved.append(_unresolved("{" + ", ".join(missing) + "}", "convert_checkpoint: missing arguments",
                                       call.lineno))
     ok = not missing
+    values: dict[str, Scalar] = dict(CONVERT_DEFAULTS)
     for name in CONVERT_PARAMS:
-        if name not in bound:
-            values[name] = CONVERT_DEFAULTS.get(name)
+        node = bound.get(name)
+        if node is None:
             continue
-        v = resolve(bound[name], env)
+        v = resolve(node, env)
         values[name] = v.value
         if not v.ok:
             unresolved.append(_unresolved(v.text, f"convert_checkpoint {name}", call.lineno))
@@ -197,5 +221,11 @@ def _conversion(call: ast.Call, env: dict, conversions: list[Conversion], unreso
     hf_checkpoint = values["hf_checkpoint"]
     source = posixpath.basename(str(hf_checkpoint).rstrip("/")) if hf_checkpoint else model
     path = f"{str(values['dir_dst']).rstrip('/')}/{model}_torch_dist"
-    params = tuple(sorted((k, str(v)) for k, v in values.items() if not (k == "hf_checkpoint" and v is None)))
-    conversions.append(Conversion(model, source, path, params))
+    # every parameter has a value, so sorting by name alone is the order sorted((name, value)) gives
+    params = tuple((k, str(values[k])) for k in _SORTED_PARAMS if k != "hf_checkpoint" or hf_checkpoint is not None)
+    conversions.append((model, source, path, params))
+
+
+_PARAMS = frozenset(CONVERT_PARAMS)
+_REQUIRED = tuple(name for name in CONVERT_PARAMS if name not in CONVERT_DEFAULTS)
+_SORTED_PARAMS = tuple(sorted(CONVERT_PARAMS))

@@ -9,6 +9,7 @@ can say ``unresolved: {args.model_org}/GLM-5`` instead of guessing.
 from __future__ import annotations
 
 import ast
+import functools
 from typing import NamedTuple
 
 Scalar = str | int | float | bool | None
@@ -33,8 +34,12 @@ def module_constants(tree: ast.Module) -> dict[str, Scalar]:
     """
     env: dict[str, Scalar] = {}
     for stmt in tree.body:
-        collect_assignment(stmt, env)
+        if stmt.__class__ in _ASSIGNS:
+            collect_assignment(stmt, env)
     return env
+
+
+_ASSIGNS = frozenset({ast.Assign, ast.AnnAssign})
 
 
 def collect_assignment(stmt: ast.stmt, env: dict[str, Scalar]) -> None:
@@ -58,8 +63,49 @@ def _unknown(node: ast.AST) -> Value:
     return Value(None, "{" + ast.unparse(node) + "}", ok=False)
 
 
+#: ``Value(value, text)`` without the named tuple's Python-level ``__new__`` (several per test file)
+_known = functools.partial(tuple.__new__, Value)
+#: the classes a parsed constant of each scalar type has (the parser makes no subclasses)
+_SCALAR_CLASSES = frozenset({str, int, float, bool, type(None)})
+
+
 def resolve(node: ast.AST, env: dict[str, Scalar]) -> Value:
     """Evaluate ``node`` statically with ``env`` as the only known names."""
+    cls = node.__class__
+    if cls is ast.Constant and node.value.__class__ in _SCALAR_CLASSES:  # fast paths of the usual shapes
+        return _known((node.value, str(node.value), True))
+    if cls is ast.Name and node.id in env:
+        v = env[node.id]
+        return _known((v, str(v), True))
+    if cls is ast.JoinedStr:
+        return _joined(node, env)
+    return _resolve(node, env)
+
+
+def _joined(node: ast.JoinedStr, env: dict[str, Scalar]) -> Value:
+    parts: list[str] = []
+    ok = True
+    for piece in node.values:
+        cls = piece.__class__
+        if cls is ast.Constant:
+            parts.append(str(piece.value))
+            continue
+        if cls is not ast.FormattedValue or piece.format_spec is not None or piece.conversion != -1:
+            parts.append(_unknown(piece.value if cls is ast.FormattedValue else piece).text)
+            ok = False
+            continue
+        inner = piece.value
+        if inner.__class__ is ast.Name and inner.id in env:
+            parts.append(str(env[inner.id]))
+            continue
+        value = resolve(inner, env)
+        ok = ok and value.ok
+        parts.append(value.text)
+    text = "".join(parts)
+    return _known((text if ok else None, text, ok))
+
+
+def _resolve(node: ast.AST, env: dict[str, Scalar]) -> Value:
     if isinstance(node, ast.Constant) and isinstance(node.value, _SCALARS):
         return Value(node.value, str(node.value))
     if isinstance(node, ast.Name):
@@ -73,21 +119,7 @@ def resolve(node: ast.AST, env: dict[str, Scalar]) -> Value:
             return Value(-inner.value, str(-inner.value))
         return _unknown(node)
     if isinstance(node, ast.JoinedStr):
-        parts: list[str] = []
-        ok = True
-        for piece in node.values:
-            if isinstance(piece, ast.Constant):
-                parts.append(str(piece.value))
-                continue
-            if not isinstance(piece, ast.FormattedValue) or piece.format_spec is not None or piece.conversion != -1:
-                parts.append(_unknown(piece.value if isinstance(piece, ast.FormattedValue) else piece).text)
-                ok = False
-                continue
-            inner = resolve(piece.value, env)
-            ok = ok and inner.ok
-            parts.append(inner.text)
-        text = "".join(parts)
-        return Value(text if ok else None, text, ok)
+        return _joined(node, env)
     if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
         left, right = resolve(node.left, env), resolve(node.right, env)
         if left.ok and right.ok and isinstance(left.value, str) and isinstance(right.value, str):
