@@ -71,8 +71,8 @@ def scan_cached(repo: Path, rels: list[str], cache: ScanCache, registry: bool = 
         if st is None:
             return "", scan_file(str(repo), rel, registry, dialect), False
         try:
-            with open(base + rel, "rb") as fh:
-                data = fh.read()
+            with open(base + rel, "rb", buffering=0) as fh:  # unbuffered: one read of the whole file, no copy
+                data = fh.readall()
         except OSError:
             return "", scan_file(str(repo), rel, registry, dialect), False
         sha = hashlib.sha256(data).hexdigest()
