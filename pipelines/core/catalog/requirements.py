@@ -68,7 +68,13 @@ def with_requirements(t: Test, requirements: tuple[str, ...], unresolved: tuple[
 def build_requirements(
     tests: list[Test], needs: Mapping[str, Needs], spec: RepoSpec, specs: Specs | None
 ) -> tuple[list[Test], list[Requirement], list[Problem]]:
-    """Tests with their requirement keys filled in, the requirements they use, and conflicts."""
+    """Tests with their requirement keys filled in, the requirements they use, and conflicts.
+
+    Thousands of tests share a few :class:`Needs` objects (see :func:`infer.infer_needs`); the work
+    for one depends on nothing else but what earlier tests settled for good, so it is done at its
+    first test and replayed for the others: the same keys, the same unresolved notes, the same
+    problems, each naming the test's own path.
+    """
     problems: list[Problem] = []
     declared: dict[str, Requirement] = {}
     if specs is not None:
@@ -79,12 +85,20 @@ def build_requirements(
     owner: dict[str, str] = {}
     all_conversions: list[Conversion] = []
     nothing = Needs()
+    #: id of a Needs -> (the Needs, its download problems as (field, message)); the Needs kept alive
+    download_memo: dict[int, tuple[Needs, list[tuple[str, str]]]] = {}
     for t in tests:
         n = needs.get(t.id, nothing)
+        memo = download_memo.get(id(n))
+        if memo is not None:
+            # every key of n was settled in `found` at its first test: only the problems recur
+            problems += [Problem(t.path, 1, field, message) for field, message in memo[1]]
+            continue
+        said: list[tuple[str, str]] = []
         for d in n.downloads:
             why = _key_problem(d.key)
             if why:
-                problems.append(Problem(t.path, 1, "prepare", f"download folder {d.path!r} {why}; it cannot be a key"))
+                said.append(("prepare", f"download folder {d.path!r} {why}; it cannot be a key"))
                 continue
             prev = found.get(d.key)
             if prev is not None and (prev.kind, prev.source, prev.path) == (d.kind, d.source, d.path):
@@ -92,13 +106,15 @@ def build_requirements(
             req = declared.get(d.key) or Requirement(d.kind, d.key, d.source, d.path)  # type: ignore[arg-type]
             if prev is not None and (prev.kind, prev.source, prev.path) != (d.kind, d.source, d.path) \
                     and d.key not in declared:
-                problems.append(Problem(t.path, 1, "prepare", (
+                said.append(("prepare", (
                     f"{d.kind} {d.key!r} is {d.source} at {d.path} here but {prev.kind} {prev.source} at {prev.path} "
                     f"in {owner[d.key]}; use one source per folder or declare it in assets/{prev.kind}s.yaml")))
                 continue
             found.setdefault(d.key, req)
             owner.setdefault(d.key, t.id)
-        all_conversions += n.conversions
+        download_memo[id(n)] = (n, said)
+        problems += [Problem(t.path, 1, field, message) for field, message in said]
+        all_conversions += n.conversions  # keys depend on the distinct conversions only
     conv_key = conversion_keys(all_conversions)
 
     globs = spec.requirements
@@ -108,53 +124,82 @@ def build_requirements(
     out_tests: list[Test] = []
     used: dict[str, Requirement] = {}
     first_writer: dict[str, tuple[Conversion, str]] = {}
+    #: id of a Needs -> (the Needs, its keys, unresolved notes and problems as (field, message), and the
+    #: first two as a test holds them)
+    memo2: dict[int, tuple[Needs, list[str], list[str], list[tuple[str, str]], tuple[str, ...], tuple[str, ...]]] = {}
     for t in tests:
         n = needs.get(t.id, nothing)
-        keys: list[str] = [d.key for d in n.downloads if d.key in found]
-        unresolved = list(t.unresolved) + list(n.unresolved)
-        for c in n.conversions:
-            key = conv_key[c]
-            why = _key_problem(key)
-            if why:
-                problems.append(Problem(t.path, 1, "convert_checkpoint", f"model name {c.model!r} {why}"))
-                continue
-            source = found.get(c.source_model) or declared.get(c.source_model)
-            if source is None:
-                unresolved.append(f"unresolved: model {c.source_model} for convert_checkpoint is neither downloaded "
-                                  "in prepare() nor declared in assets/models.yaml")
-            else:
-                used[source.key] = source
-                if source.key not in keys:
-                    keys.append(source.key)
-            prev = first_writer.setdefault(key, (c, t.id))
-            if prev[0] != c and output_params(prev[0]) != output_params(c):
-                theirs, ours = dict(output_params(prev[0])), dict(output_params(c))
-                diff = ", ".join(f"{k}={ours.get(k)!r} vs {theirs.get(k)!r}" for k in sorted(set(ours) | set(theirs))
-                                 if ours.get(k) != theirs.get(k))
-                problems.append(Problem(t.path, 1, "convert_checkpoint", (
-                    f"converts into {c.path} like {prev[1]} but with other parameters ({diff}); the night would "
-                    "reuse whichever ran first: give one of them another dir_dst")))
-            elif key not in used:
-                used[key] = Requirement("conversion", key, c.source_model, c.path, c.params, (c.source_model,))
-            keys.append(key)
-        for pattern, extra in globs.items():
-            if fnmatch.fnmatchcase(t.id, pattern) or fnmatch.fnmatchcase(t.path, pattern):
-                used_globs.add(pattern)
-                for key in extra:
-                    req = used.get(key) or found.get(key) or declared.get(key)
-                    if req is None:
-                        problems.append(Problem(spec_file, 1, where, f"{pattern}: unknown requirement {key!r}; "
-                                                                     "declare it in assets/models.yaml or datasets.yaml"))
-                        continue
-                    used[key] = req
-                    keys.append(key)
-        for key in keys:
-            if key in found:
-                used[key] = found[key]
-        out_tests.append(with_requirements(t, tuple(dict.fromkeys(keys)), tuple(dict.fromkeys(unresolved))))
+        memo = memo2.get(id(n))
+        if memo is None:
+            keys, unresolved, said = _conversions(n, found, declared, conv_key, used, first_writer, t.id)
+            for key in keys:
+                if key in found:
+                    used[key] = found[key]
+            memo = memo2[id(n)] = (n, keys, unresolved, said, tuple(dict.fromkeys(keys)), tuple(dict.fromkeys(unresolved)))
+        # later tests of n: what it adds to `used` and `first_writer` is settled, only its answer recurs
+        _, keys, unresolved, said, held_keys, held_unresolved = memo
+        if said:
+            problems += [Problem(t.path, 1, field, message) for field, message in said]
+        if t.unresolved:
+            held_unresolved = tuple(dict.fromkeys([*t.unresolved, *unresolved]))
+        if globs:
+            keys = list(keys)
+            for pattern, extra in globs.items():
+                if fnmatch.fnmatchcase(t.id, pattern) or fnmatch.fnmatchcase(t.path, pattern):
+                    used_globs.add(pattern)
+                    for key in extra:
+                        req = used.get(key) or found.get(key) or declared.get(key)
+                        if req is None:
+                            problems.append(Problem(spec_file, 1, where, f"{pattern}: unknown requirement {key!r}; "
+                                                                         "declare it in assets/models.yaml or datasets.yaml"))
+                            continue
+                        used[key] = req
+                        keys.append(key)
+            for key in keys:
+                if key in found:
+                    used[key] = found[key]
+            held_keys = tuple(dict.fromkeys(keys))
+        out_tests.append(with_requirements(t, held_keys, held_unresolved))
     for pattern in globs:
         if pattern not in used_globs:
             problems.append(Problem(spec_file, 1, where, f"{pattern}: matches no test id; fix or remove the glob"))
     problems = list(dict.fromkeys(problems))
     reqs = sorted(used.values(), key=lambda r: (_ORDER[r.kind], r.key))
     return out_tests, reqs, problems
+
+
+def _conversions(n: Needs, found: dict[str, Requirement], declared: dict[str, Requirement],
+                 conv_key: dict[Conversion, str], used: dict[str, Requirement],
+                 first_writer: dict[str, tuple[Conversion, str]], test_id: str
+                 ) -> tuple[list[str], list[str], list[tuple[str, str]]]:
+    """The keys and unresolved notes ``n`` gives a test, and its problems as (field, message);
+    records the requirements it uses and the first writer of each conversion folder."""
+    keys: list[str] = [d.key for d in n.downloads if d.key in found]
+    unresolved = list(n.unresolved)
+    said: list[tuple[str, str]] = []
+    for c in n.conversions:
+        key = conv_key[c]
+        why = _key_problem(key)
+        if why:
+            said.append(("convert_checkpoint", f"model name {c.model!r} {why}"))
+            continue
+        source = found.get(c.source_model) or declared.get(c.source_model)
+        if source is None:
+            unresolved.append(f"unresolved: model {c.source_model} for convert_checkpoint is neither downloaded "
+                              "in prepare() nor declared in assets/models.yaml")
+        else:
+            used[source.key] = source
+            if source.key not in keys:
+                keys.append(source.key)
+        prev = first_writer.setdefault(key, (c, test_id))
+        if prev[0] != c and output_params(prev[0]) != output_params(c):
+            theirs, ours = dict(output_params(prev[0])), dict(output_params(c))
+            diff = ", ".join(f"{k}={ours.get(k)!r} vs {theirs.get(k)!r}" for k in sorted(set(ours) | set(theirs))
+                             if ours.get(k) != theirs.get(k))
+            said.append(("convert_checkpoint", (
+                f"converts into {c.path} like {prev[1]} but with other parameters ({diff}); the night would "
+                "reuse whichever ran first: give one of them another dir_dst")))
+        elif key not in used:
+            used[key] = Requirement("conversion", key, c.source_model, c.path, c.params, (c.source_model,))
+        keys.append(key)
+    return keys, unresolved, said

@@ -184,3 +184,30 @@ def test_a_download_folder_that_cannot_be_a_key_is_a_problem(tree):
     assert [str(p) for p in cat.problems] == [
         "tests/test_k.py:1: prepare: download folder '/root/models/a b' contains whitespace ' '; variants may only use "
         "ASCII letters, digits and ._-+=@/; it cannot be a key"]
+
+
+def test_files_with_the_same_prepare_each_get_their_own_problems_and_requirements(tree):
+    """Files sharing one prepare() share one inferred Needs; what it gives is worked out once, but every
+    problem still names each file, and every test gets the keys and unresolved notes."""
+    shared = REG + dedent('''
+        def prepare():
+            exec_command('hf download o/m --local-dir "/root/models/a b"')
+            exec_command("hf download Fork/Qwen3-0.6B --local-dir /root/models/Qwen3-0.6B")
+            convert_checkpoint("Qwen3-0.6B", "qwen3-0.6B", 8, dir_dst="/root/models")
+            hf_download_dataset(f"{ORG}/x")
+        ''').lstrip("\n")
+    files = {"tests/test_a.py": GRPO, "tests/test_b.py": shared, "tests/test_c.py": shared, "tests/test_d.py": shared}
+    cat = load(tree, files)
+    for path in ("tests/test_b.py", "tests/test_c.py", "tests/test_d.py"):
+        assert [p.message.split(";")[0] for p in cat.problems if p.path == path] == [
+            "download folder '/root/models/a b' contains whitespace ' '",
+            "model 'Qwen3-0.6B' is Fork/Qwen3-0.6B at /root/models/Qwen3-0.6B here but model Qwen/Qwen3-0.6B at "
+            "/root/models/Qwen3-0.6B in tests/test_a.py",
+            "converts into /root/models/Qwen3-0.6B_torch_dist like tests/test_a.py but with other parameters "
+            "(num_gpus_per_node='8' vs '4')"], path
+    by_path = {t.path: t for t in cat.tests}
+    for path in ("tests/test_c.py", "tests/test_d.py"):
+        assert (by_path[path].requirements, by_path[path].unresolved) == (
+            by_path["tests/test_b.py"].requirements, by_path["tests/test_b.py"].unresolved)
+    assert by_path["tests/test_b.py"].requirements == ("Qwen3-0.6B", "Qwen3-0.6B_torch_dist")
+    assert by_path["tests/test_b.py"].unresolved == ("unresolved: {ORG}/x (hf_download_dataset, line 6)",)
