@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import operator
 
 from pipelines.core.catalog.infer import Conversion, Download, Needs
 from pipelines.core.catalog.registry import Registration
@@ -16,14 +17,30 @@ from pipelines.core.catalog.scan import FileScan
 from pipelines.core.model import Catalog, Problem, Requirement, Test
 
 _TEST_FIELDS = tuple(f.name for f in dataclasses.fields(Test))
+_test_values = operator.attrgetter(*_TEST_FIELDS)  # a test's fields in order, in one call
 _TUPLE_AT = tuple(i for i, name in enumerate(_TEST_FIELDS) if name in {"labels", "args", "requirements", "unresolved",
                                                                              "also_suites"})
 
 
-@functools.lru_cache(maxsize=4096)
 def encode_needs(n: Needs) -> list:
     """The JSON form of a file's needs; files share a few, so each is encoded once (the list is shared:
-    never mutate it)."""
+    never mutate it). Found by identity first: the parsers share one object per distinct needs, and
+    hashing the nested frozen records costs more than the encoding."""
+    hit = _BY_ID.get(id(n))
+    if hit is not None and hit[0] is n:
+        return hit[1]
+    if len(_BY_ID) >= 4096:
+        _BY_ID.clear()
+    encoded = _encode_needs(n)
+    _BY_ID[id(n)] = (n, encoded)  # holds n, so its id is not reused while the entry lives
+    return encoded
+
+
+_BY_ID: dict[int, tuple[Needs, list]] = {}
+
+
+@functools.lru_cache(maxsize=4096)
+def _encode_needs(n: Needs) -> list:
     return [[list(d.__dict__.values()) for d in n.downloads],
             [[c.model, c.source_model, c.path, [list(p) for p in c.params]] for c in n.conversions], list(n.unresolved)]
 
@@ -52,7 +69,7 @@ def decode(rel: str, data: list) -> FileScan:
 
 
 def encode_catalog(c: Catalog) -> list:
-    return [[[getattr(t, f) for f in _TEST_FIELDS] for t in c.tests],
+    return [[list(_test_values(t)) for t in c.tests],
             [[r.kind, r.key, r.source, r.path, [list(p) for p in r.params], list(r.depends_on)] for r in c.requirements],
             [[p.path, p.line, p.field, p.message] for p in c.problems], list(c.assumptions)]
 

@@ -43,11 +43,15 @@ def remember(cache: ScanCache, inputs: str, scans: list[FileScan], catalog: Cata
     if any(not s.sha256 for s in scans):
         return
     digests: dict[Needs, str] = {}  # files share needs: digest each distinct one once
+    by_id: dict[int, str] = {}  # ... and mostly one object each, found without hashing it (scans hold them alive)
     needs = {}
     for s in scans:
-        digest = digests.get(s.needs)
+        digest = by_id.get(id(s.needs))
         if digest is None:
-            digest = digests[s.needs] = needs_digest(s)
+            digest = digests.get(s.needs)
+            if digest is None:
+                digest = digests[s.needs] = needs_digest(s)
+            by_id[id(s.needs)] = digest
         needs[s.path] = digest
     cache.keep_result({"inputs": inputs, "shas": {s.path: s.sha256 for s in scans}, "needs": needs, "overlay": {}},
                       encode_catalog(catalog))

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
+from pipelines.core import model
 from pipelines.core.catalog import load_catalog
+from pipelines.core.catalog.assemble import new_test
 from pipelines.core.specs import RepoSpec
 
 PROJECT = Path(__file__).resolve().parents[3]
@@ -102,3 +105,16 @@ def test_every_example_test_file_registers_and_loads_without_problems():
         kinds = {cat.requirement(k).kind for k in t.requirements}
         assert kinds == {"model", "dataset", "conversion"}, t.id
     assert cat == load_catalog(EXAMPLE, spec, specs)
+
+
+def test_a_test_built_the_fast_way_is_the_record_the_constructor_makes():
+    every = dict(id="tests/a.py::x", path="tests/a.py", backend="rocm", suite="s", gpus=2, est_time=7, labels=("l",),
+                 nightly=True, disabled="why", sha256="f" * 64, line=3, hardware="mi300", est_source="history",
+                 fmt="template", env=(("K", "v"),), args=("--x",), requirements=("m",), unresolved=("u",),
+                 nightly_rule="exclusive", also_suites=("t",))
+    assert set(every) == {f.name for f in dataclasses.fields(model.Test)}, "a new Test field: give it a value here"
+    fast, slow = new_test(**every), model.Test(**every)
+    assert fast == slow and hash(fast) == hash(slow) and repr(fast) == repr(slow)
+    assert list(vars(fast).items()) == list(vars(slow).items())
+    least = dict(id="a", path="a", backend="cpu", suite="s", gpus=0, est_time=1)
+    assert list(vars(new_test(**least)).items()) == list(vars(model.Test(**least)).items())
