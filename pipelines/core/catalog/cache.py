@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 from pipelines.core.catalog.codec import decode, encode
+from pipelines.core.catalog.forked import FORK_MIN_ITEMS, can_fork
 from pipelines.core.catalog.scan import FileScan
 
 VERSION = 1
@@ -40,6 +41,8 @@ def _code_digest() -> str:
 CODE = _code_digest()
 #: a file modified less than this before the cache was written is read again (same-instant edits)
 RACY_NS = 2_000_000_000
+#: from this many new scans on, the scans file is written by a forked process (see write_scans_soon)
+WRITER_MIN_SCANS = FORK_MIN_ITEMS
 
 
 def cache_file(where: Path | str, repo: Path) -> Path:
@@ -69,6 +72,8 @@ class ScanCache:
         self.pending: dict[str, list] = {}
         self._all: dict[str, dict] | None = None
         self._scans: dict[str, list] = {}
+        self._fresh: dict[str, FileScan] = {}  # stored since loading, encoded when written
+        self._writer = 0  # pid of a process writing the scans file (write_scans_soon)
         self.dirty = self.scans_dirty = False
         self._base: list | None = None  # a full build's encoded catalog waiting to be written
         if path is not None:
@@ -143,6 +148,7 @@ class ScanCache:
         """Scans are valid under one dialect's rules only (the others are dropped at the next save)."""
         if rules != self.rules:
             self.rules = rules
+            self._fresh = {}
             if self._all is not None:
                 picked = self._all.get(rules, {})
                 self._scans = picked if isinstance(picked, dict) else {}
@@ -162,6 +168,9 @@ class ScanCache:
 
     def scan(self, key: str, rel: str, sha: str | None) -> FileScan | None:
         """The cached scan of ``rel`` under ``key`` when its digest is ``sha`` (any digest when None)."""
+        fresh = self._fresh.get(key)
+        if fresh is not None:
+            return fresh if sha is None or fresh.sha256 == sha else None
         data = self.scans.get(key)
         if not isinstance(data, list) or not data or (sha is not None and data[0] != sha):
             return None
@@ -171,8 +180,48 @@ class ScanCache:
             return None
 
     def store(self, key: str, scan: FileScan) -> None:
-        self.scans[key] = encode(scan)
+        self.scans  # noqa: B018 - the table of the current rules, loaded before it is added to
+        self._fresh[key] = scan
         self.scans_dirty = True
+
+    def _table(self) -> dict[str, list]:
+        """The scans of the current rules as the scans file holds them."""
+        if not self._fresh:
+            return self._scans
+        return {**self._scans, **{key: encode(scan) for key, scan in self._fresh.items()}}
+
+    def write_scans_soon(self) -> None:
+        """Start writing the scans file in a forked process, which has the other CPU to itself while this
+        one builds the catalog; :meth:`save` waits for it (and writes the file itself if it failed).
+        Only for many new scans, where encoding and writing them costs more than the fork."""
+        self._reap()
+        if (not self.scans_dirty or self.scans_path is None or len(self._fresh) < WRITER_MIN_SCANS
+                or not can_fork()):
+            return
+        try:
+            pid = os.fork()
+        except OSError:
+            return
+        if pid == 0:  # the writer: write, report by exit status, never return to the caller
+            code = 1
+            try:
+                code = 0 if self._write_scans() else 1
+            finally:
+                os._exit(code)
+        self._writer, self.scans_dirty = pid, False
+
+    def _reap(self) -> None:
+        """Wait for the scans writer, if any; when it failed, the scans are written again by save()."""
+        if not self._writer:
+            return
+        _, status = os.waitpid(self._writer, 0)
+        self._writer = 0
+        if not (os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0):
+            self.scans_dirty = True
+        self.dirty = True  # written_ns must follow the scans
+
+    def _write_scans(self) -> bool:
+        return self._write(self.scans_path, {"version": VERSION, "code": CODE, "scans": {self.rules: self._table()}})
 
     def keep_result(self, result: dict, base: list | None = None) -> None:
         """What the catalog was made from (see :mod:`.incremental`); ``base``: a full build's catalog."""
@@ -192,8 +241,9 @@ class ScanCache:
         """Write atomically (temp file + rename); a failure to write is a note, never an error."""
         if self.path is None:
             return
+        self._reap()
         if self.scans_dirty and self.scans_path is not None:
-            self._write(self.scans_path, {"version": VERSION, "code": CODE, "scans": {self.rules: self._scans}})
+            self._write_scans()
             self.scans_dirty = False
             self.dirty = True  # written_ns must follow the scans
         if self._base is not None and self.base_path is not None and self.dirty:
@@ -204,12 +254,14 @@ class ScanCache:
                                     "defs": self.defs, "result": self.result, "pending": self.pending})
             self.dirty = False
 
-    def _write(self, path: Path, data: dict) -> None:
+    def _write(self, path: Path, data: dict) -> bool:
         tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             tmp.write_text(json.dumps(data, separators=(",", ":"), check_circular=False))
             os.replace(tmp, path)
+            return True
         except OSError as exc:
             self.notes.append(f"cache {path} not written ({exc.strerror}); the next catalog reads every file")
             tmp.unlink(missing_ok=True)
+            return False

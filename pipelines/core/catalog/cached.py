@@ -87,4 +87,5 @@ def scan_cached(repo: Path, rels: list[str], cache: ScanCache, registry: bool = 
             cache.remember(rel, st, sha)
         if sha and not hit:
             cache.store(keys[rel], scan)
+    cache.write_scans_soon()
     return [out[rel] for rel in rels]

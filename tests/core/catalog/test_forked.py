@@ -80,3 +80,75 @@ def test_no_fork_while_other_threads_run():
     finally:
         stop.set()
         thread.join()
+
+
+_WRITER_TREE = """
+    import tempfile
+    from pathlib import Path
+    import pipelines.core.catalog.cache as cache_mod
+    import pipelines.core.catalog.cached as cached_mod
+    from pipelines.core.catalog import load_catalog
+    from pipelines.core.specs import RepoSpec
+
+    tmp = Path(tempfile.mkdtemp())
+    repo = tmp / "repo"
+    for i in range(30):
+        folder = repo / "tests" / f"g{i % 3}"
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / f"test_{i}.py").write_text(
+            f'register_cuda_ci({60 + i}, "stage-a-{1 + i % 2}-gpu-h200", labels=["x"])\\n'
+            f'def prepare():\\n    hf_download_dataset("org/data-{i % 4}")\\n')
+    spec = RepoSpec(name="fw", path=repo, format="registry")
+    real_fork, forks = os.fork, []
+
+    def counting_fork():
+        forks.append(1)
+        return real_fork()
+
+    os.fork = counting_fork
+
+    def scans_file(where):
+        (path,) = where.glob("*.scans.json")
+        return path.read_bytes()
+"""
+
+
+def test_a_scans_file_written_by_a_forked_writer_is_the_one_this_process_writes_and_reads_back():
+    in_fresh_python(_WRITER_TREE + """
+    cache_mod.WRITER_MIN_SCANS = 1
+    cold = load_catalog(repo, spec, cache_dir=tmp / "a")
+    assert len(forks) == 1, "the scans file was not written by a forked process"
+    cache_mod.WRITER_MIN_SCANS = 10**9
+    assert load_catalog(repo, spec, cache_dir=tmp / "b") == cold and len(forks) == 1
+    assert scans_file(tmp / "a") == scans_file(tmp / "b")
+
+    # a new file: a full build, every other file's scan read back from the written scans file
+    (repo / "tests" / "test_new.py").write_text('register_cuda_ci(5, "stage-a-1-gpu-h200", labels=["x"])\\n')
+    parsed = []
+    real_scan = cached_mod.scan_bytes
+    cached_mod.scan_bytes = lambda rel, *args: (parsed.append(rel), real_scan(rel, *args))[1]
+    again = load_catalog(repo, spec, cache_dir=tmp / "a")
+    assert parsed == ["tests/test_new.py"], parsed
+    cached_mod.scan_bytes = real_scan
+    assert again == load_catalog(repo, spec)
+    """)
+
+
+def test_a_scans_writer_that_dies_has_its_file_written_here():
+    in_fresh_python(_WRITER_TREE + """
+    cache_mod.WRITER_MIN_SCANS = 1
+    parent, real_write = os.getpid(), cache_mod.ScanCache._write_scans
+
+    def dies_in_children(self):
+        if os.getpid() != parent:
+            os._exit(3)
+        return real_write(self)
+
+    cache_mod.ScanCache._write_scans = dies_in_children
+    cold = load_catalog(repo, spec, cache_dir=tmp / "a")
+    assert len(forks) == 1
+    cache_mod.ScanCache._write_scans = real_write
+    cache_mod.WRITER_MIN_SCANS = 10**9
+    assert load_catalog(repo, spec, cache_dir=tmp / "b") == cold
+    assert scans_file(tmp / "a") == scans_file(tmp / "b")
+    """)
