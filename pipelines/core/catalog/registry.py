@@ -18,7 +18,7 @@ import re
 from dataclasses import dataclass
 
 from pipelines.core.catalog.dialect import Dialect, M
-from pipelines.core.catalog.resolve import literal
+from pipelines.core.catalog.resolve import SCALAR_CLASSES, literal
 from pipelines.core.model import Problem
 
 _SUITE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
@@ -58,11 +58,11 @@ def parse_registrations(tree: ast.Module, path: str, source: str, dialect: Diale
     problems: list[Problem] = []
     top_lines: set[int] = set()
     backends = dialect.backends
-    for stmt in tree.body:
-        if not (isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call)):
+    for stmt in tree.body:  # exact classes: the parser makes no subclasses, and this runs per statement
+        if stmt.__class__ is not ast.Expr or stmt.value.__class__ is not ast.Call:
             continue
         call = stmt.value
-        if not (isinstance(call.func, ast.Name) and call.func.id in backends):
+        if not (call.func.__class__ is ast.Name and call.func.id in backends):
             continue
         top_lines.add(call.lineno)
         try:
@@ -96,8 +96,9 @@ def _registration(call: ast.Call, dialect: Dialect) -> Registration:
     func = call.func.id  # type: ignore[union-attr]
     sig = dialect.signature(func)
     args: dict[str, object] = {}
-    if any(isinstance(a, ast.Starred) for a in call.args):
-        raise _Bad(func, f"*args is not allowed; write each argument literally: {sig.text()}")
+    for a in call.args:
+        if a.__class__ is ast.Starred:
+            raise _Bad(func, f"*args is not allowed; write each argument literally: {sig.text()}")
     if len(call.args) > len(sig.positional):
         raise _Bad(func, f"only {' and '.join(sig.positional) if len(sig.positional) < 3 else ', '.join(sig.positional)} "
                          f"may be positional, got {len(call.args)} positional arguments; pass the others as keywords: "
@@ -131,6 +132,8 @@ def _registration(call: ast.Call, dialect: Dialect) -> Registration:
 
 
 def _literal(name: str, node: ast.AST) -> object:
+    if node.__class__ is ast.Constant and node.value.__class__ in SCALAR_CLASSES:  # the usual argument
+        return node.value
     ok, value = literal(node)
     if not ok:
         if isinstance(node, ast.List):

@@ -66,13 +66,13 @@ def _unknown(node: ast.AST) -> Value:
 #: ``Value(value, text)`` without the named tuple's Python-level ``__new__`` (several per test file)
 _known = functools.partial(tuple.__new__, Value)
 #: the classes a parsed constant of each scalar type has (the parser makes no subclasses)
-_SCALAR_CLASSES = frozenset({str, int, float, bool, type(None)})
+SCALAR_CLASSES = frozenset({str, int, float, bool, type(None)})
 
 
 def resolve(node: ast.AST, env: dict[str, Scalar]) -> Value:
     """Evaluate ``node`` statically with ``env`` as the only known names."""
     cls = node.__class__
-    if cls is ast.Constant and node.value.__class__ in _SCALAR_CLASSES:  # fast paths of the usual shapes
+    if cls is ast.Constant and node.value.__class__ in SCALAR_CLASSES:  # fast paths of the usual shapes
         return _known((node.value, str(node.value), True))
     if cls is ast.Name and node.id in env:
         v = env[node.id]
