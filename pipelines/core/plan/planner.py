@@ -22,6 +22,7 @@ from pipelines.core.plan.robust import (
     EVAL_DRAWS,
     SIGMA,
     evaluation_draws,
+    family_z,
     gate_affordable,
     pick_robust,
     pool_assignments,
@@ -40,8 +41,8 @@ ORDER_Z = 0.674
 RULE_EXPONENTS = (0.5, 0.75, 1.0)
 #: with a duration model the gate replays at least this many nights drawn from it, with the live
 #: (reserving) dispatcher; another order replaces wide-first only when faster by MODEL_GATE_Z
-#: standard errors: with z = 0 the lowest of eight noisy means won and lost to wide-first on the
-#: bench's nights (the draws centre on medians estimated from a few runs, not on the truth)
+#: standard errors, raised for the number of orders compared (robust.family_z: with z = 1 for each
+#: of six, luck alone swapped wide-first out on most noisy nights, and those swaps lost)
 MODEL_EVAL_DRAWS = 64
 MODEL_GATE_Z = 1.0
 #: with a duration model the base order is longest-first on median x GPUs^WIDE_EXPONENT: see wide_first
@@ -185,7 +186,8 @@ def _gate(group: list[Test], name: str, pool: Pool, found: list[tuple[list[int],
           rules: Sequence[tuple[list[int], Schedule]] = ()) -> tuple[list[int], Schedule, list[Assignment]]:
     """The base order (``found[0]``: longest-first, or wide-first with a model) or the improved
     or rule order that noise punishes least; with a model another order must beat the base by
-    MODEL_GATE_Z standard errors (picking the lowest of several noisy means overrates it)."""
+    MODEL_GATE_Z standard errors, corrected for how many orders challenge it (picking the lowest of
+    several noisy means overrates it)."""
     lpt = found[0]
     ranked = model is not None  # wide-first and the rule orders are dispatched in their own order
     if len(found) == 1 and not rules:
@@ -202,7 +204,8 @@ def _gate(group: list[Test], name: str, pool: Pool, found: list[tuple[list[int],
              for i, (o, s) in enumerate(tried)]
     if model:
         draws = evaluation_draws(group, max(eval_draws, MODEL_EVAL_DRAWS), sigma, seed, model)
-        best, _ = pick_robust(cands, pool, draws, MODEL_GATE_Z, _expected(group, model), live=GATE_LIVE)
+        z = family_z(MODEL_GATE_Z, len(cands) - 1)
+        best, _ = pick_robust(cands, pool, draws, z, _expected(group, model), live=GATE_LIVE)
     else:
         best, _ = pick_robust(cands, pool, evaluation_draws(group, eval_draws, sigma, seed))
     return (*tried[best], cands[best])

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from pipelines.core.model import Assignment, Pool
 from pipelines.core.plan import list_schedule, make_plan, simulate
 from pipelines.core.plan import robust as robust_mod
-from pipelines.core.plan.robust import evaluation_draws, pick_robust
+from pipelines.core.plan.robust import evaluation_draws, family_z, pick_robust
 from pipelines.core.specs import PoolSpec
 from tests.conftest import make_test
 
@@ -85,6 +85,20 @@ def test_the_gate_takes_a_clearly_faster_order_and_never_a_slower_or_equal_one()
     assert pick_robust([long_late, long_first], pool, draws)[0] == 1
     assert pick_robust([long_first, long_late], pool, draws)[0] == 0
     assert pick_robust([long_first, list(long_first)], pool, draws)[0] == 0
+
+
+def test_several_challengers_must_each_clear_a_higher_margin_so_luck_swaps_no_more_often_than_for_one():
+    assert family_z(1.0, 1) == 1.0
+    margins = [family_z(1.0, k) for k in (1, 2, 3, 6, 7)]
+    assert margins == sorted(margins) and margins[-1] > 1.9
+    # orders with no real gain: gains are noise, N(0, 1) in standard errors; how often does the best
+    # of six clear the margin? about as often as one order clears z = 1 (16 %), not two in three
+    rng = random.Random(5)
+    nights = [max(rng.gauss(0, 1) for _ in range(6)) for _ in range(20_000)]
+    swapped_at_one = sum(g > 1.0 for g in nights) / len(nights)
+    swapped_at_family = sum(g > family_z(1.0, 6) for g in nights) / len(nights)
+    assert swapped_at_one > 0.6
+    assert 0.12 < swapped_at_family < 0.17
 
 
 def test_evaluation_draws_depend_only_on_each_test_and_the_seed():
