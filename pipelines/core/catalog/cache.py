@@ -74,6 +74,7 @@ class ScanCache:
         self._scans: dict[str, list] = {}
         self._fresh: dict[str, FileScan] = {}  # stored since loading, encoded when written
         self._writer = 0  # pid of a process writing the scans file (write_scans_soon)
+        self._written_rules: str | None = None  # the rules whose scans it wrote
         self.dirty = self.scans_dirty = False
         self._base: list | None = None  # a full build's encoded catalog waiting to be written
         if path is not None:
@@ -208,7 +209,7 @@ class ScanCache:
                 code = 0 if self._write_scans() else 1
             finally:
                 os._exit(code)
-        self._writer, self.scans_dirty = pid, False
+        self._writer, self._written_rules, self.scans_dirty = pid, self.rules, False
 
     def _reap(self) -> None:
         """Wait for the scans writer, if any; when it failed, the scans are written again by save()."""
@@ -242,6 +243,8 @@ class ScanCache:
         if self.path is None:
             return
         self._reap()
+        if self._written_rules not in (None, self.rules):  # the writer's scans were of rules since left
+            self.scans_dirty = True
         if self.scans_dirty and self.scans_path is not None:
             self._write_scans()
             self.scans_dirty = False

@@ -152,3 +152,31 @@ def test_a_scans_writer_that_dies_has_its_file_written_here():
     assert load_catalog(repo, spec, cache_dir=tmp / "b") == cold
     assert scans_file(tmp / "a") == scans_file(tmp / "b")
     """)
+
+
+def test_after_a_writer_wrote_one_rules_scans_the_file_ends_with_the_rules_the_catalog_used():
+    """Format auto: the registry read (written by a forked writer) finds no registration, the template
+    is read next; the scans file must end with the template's scans, or each read re-parses them."""
+    in_fresh_python("""
+    import json
+    import tempfile
+    from pathlib import Path
+    import pipelines.core.catalog.cache as cache_mod
+    from pipelines.core.catalog import load_catalog
+    from pipelines.core.specs import RepoSpec
+
+    repo = Path(tempfile.mkdtemp()) / "repo"
+    (repo / ".github/workflows").mkdir(parents=True)
+    (repo / ".github/workflows/pr.yml.j2").write_text(
+        "<% set jobs = {'j': {'label': 'run-ci-j', 'tests': [{'test_file': 'test_0.py', 'num_gpus': 2}]}} %>\\n")
+    (repo / "tests").mkdir()
+    for i in range(20):
+        (repo / "tests" / f"test_{i}.py").write_text(f"NUM_GPUS = {i}\\n")
+    spec = RepoSpec(name="fw", path=repo)
+    cache_mod.WRITER_MIN_SCANS = 1
+    for _ in range(2):
+        cat = load_catalog(repo, spec, cache_dir=repo.parent / "cache")
+        (scans,) = (repo.parent / "cache").glob("*.scans.json")
+        assert list(json.loads(scans.read_text())["scans"]) == ["template"]
+    assert cat == load_catalog(repo, spec) and len(cat.tests) == 1
+    """)
