@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import ast
 import fnmatch
+import functools
 import hashlib
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -67,6 +69,12 @@ def collected(name: str, patterns: tuple[str, ...], exclude: tuple[str, ...] = (
     return name not in exclude and any(fnmatch.fnmatchcase(name, p) for p in patterns)
 
 
+@functools.lru_cache(maxsize=64)
+def _any_pattern(patterns: tuple[str, ...]):
+    """``any(fnmatchcase(name, p) for p in patterns)`` as one compiled match (runs for every file)."""
+    return re.compile("|".join(f"(?:{fnmatch.translate(p)})" for p in patterns) or "(?!)").match
+
+
 def _walk(repo: Path, folder: str, found: dict[str, bool], patterns: tuple[str, ...], exclude: tuple[str, ...]) -> None:
     """Collect the files the runner collects under ``folder`` (repo-relative); True marks a symlinked file."""
     try:
@@ -106,9 +114,12 @@ def discover(repo: Path, roots: tuple[str, ...], patterns: tuple[str, ...] = ("t
             _walk(repo, root, found, patterns, exclude)
             continue
         prefix = root + "/" if root else ""
+        matches = _any_pattern(tuple(patterns))
         for rel, link in listing.items():
-            if rel.startswith(prefix) and collected(rel.rpartition("/")[2], patterns, exclude):
-                found[rel] = link
+            if rel.startswith(prefix):
+                name = rel.rpartition("/")[2]
+                if name not in exclude and matches(name):
+                    found[rel] = link
     paths = []
     for rel in sorted(found):
         why = path_problem(rel)
