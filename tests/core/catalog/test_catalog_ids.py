@@ -38,6 +38,11 @@ REGISTERED = 'register_cpu_ci(1, "stage-a-cpu")\n'
     ("/abs/test_a.py", "absolute path"),
     ("tests//test_a.py", "contains an empty path segment"),
     ("tests/.hidden/test_a.py", "has a path segment starting with '.'"),
+    (".tests/test_a.py", "has a path segment starting with '.'"),
+    ("tests/", "contains an empty path segment"),
+    ("", "empty path"),
+    ("tests/test_a.py\n", "contains whitespace '\\n'"),
+    ("tests/..", "contains '..'"),
 ])
 def test_unsafe_paths_are_rejected_with_the_reason(path, why):
     assert path_problem(path).startswith(why)
