@@ -79,7 +79,7 @@ def scan_cached(repo: Path, rels: list[str], cache: ScanCache, registry: bool = 
         hit = cache.scan(keys[rel], rel, sha)
         if hit is not None:
             return sha, hit, True
-        return sha, scan_bytes(rel, data, registry, dialect, keys[rel][1] == "i"), False
+        return sha, scan_bytes(rel, data, registry, dialect, keys[rel][1] == "i", sha), False
 
     for (rel, st), (sha, scan, hit) in zip(unknown, fork_map(read_and_scan, unknown, workers), strict=True):
         out[rel] = scan

@@ -117,7 +117,7 @@ def _patch(base: str, catalog: Catalog, changed: list, cache: ScanCache, dialect
         cache.remember(rel, st, sha)
         if sha == shas[rel]:
             continue  # touched, not changed
-        scan = scan_bytes(rel, data, True, dialect, bool(implicit) and rel.startswith(implicit))
+        scan = scan_bytes(rel, data, True, dialect, bool(implicit) and rel.startswith(implicit), sha)
         cache.store_later(f"r{'i' if implicit and rel.startswith(implicit) else ''}:{rel}", scan)
         if (scan.problems or not scan.registrations or any(r.assumed_gpus for r in scan.registrations)
                 or needs_digest(scan) != prev["needs"].get(rel) or any(p.path == rel for p in catalog.problems)):

@@ -145,9 +145,10 @@ def scan_file(repo: str, rel: str, registry: bool = True, dialect: Dialect = M, 
     return scan_bytes(rel, data, registry, dialect, parse_all)
 
 
-def scan_bytes(rel: str, data: bytes, registry: bool = True, dialect: Dialect = M, parse_all: bool = False) -> FileScan:
-    """:func:`scan_file` on bytes already read."""
-    sha = hashlib.sha256(data).hexdigest()
+def scan_bytes(rel: str, data: bytes, registry: bool = True, dialect: Dialect = M, parse_all: bool = False,
+               sha: str = "") -> FileScan:
+    """:func:`scan_file` on bytes already read (``sha``: their digest, when the caller has it)."""
+    sha = sha or hashlib.sha256(data).hexdigest()
     try:
         source = data.decode("utf-8")
     except UnicodeDecodeError as exc:
