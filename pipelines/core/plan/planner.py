@@ -196,10 +196,11 @@ def _gate(group: list[Test], name: str, pool: Pool, found: list[tuple[list[int],
         return (*found[-1], pool_assignments(group, name, *found[-1], timeouts, durs))
     # the best few improved orders (each strictly better on exact estimates than the one before),
     # and with a duration model the weighted longest-first rules (judged on noisy nights only)
-    tried = [lpt, *found[1:][-keep:], *rules]
+    kept = found[1:][-keep:] if keep > 0 else []  # [-0:] would be every improved order
+    tried = [lpt, *kept, *rules]
     if not gate_affordable(len(group), max(eval_draws, MODEL_EVAL_DRAWS) if model else eval_draws, len(tried)):
         return (*lpt, pool_assignments(group, name, *lpt, timeouts, durs, ranked))
-    improved = len(found[1:][-keep:])
+    improved = len(kept)
     cands = [pool_assignments(group, name, o, s, timeouts, durs, ranked and not 0 < i <= improved)
              for i, (o, s) in enumerate(tried)]
     if model:

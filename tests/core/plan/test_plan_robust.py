@@ -60,6 +60,8 @@ def test_an_improvement_that_survives_noise_is_kept():
     pools = [PoolSpec("h200", 2, 8)]
     assert make_plan(tests, pools, improve=False).makespan_s == 700
     assert make_plan(tests, pools).makespan_s == 600
+    # with no improved order allowed to challenge it, longest-first stays
+    assert make_plan(tests, pools, gate_candidates=0).makespan_s == 700
 
 
 def test_a_pool_too_large_for_the_gate_keeps_longest_first(monkeypatch):
