@@ -18,7 +18,7 @@ import re
 from dataclasses import dataclass
 
 from pipelines.core.catalog.dialect import Dialect, M
-from pipelines.core.catalog.resolve import SCALAR_CLASSES, literal
+from pipelines.core.catalog.resolve import literal
 from pipelines.core.model import Problem
 
 _SUITE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
@@ -132,8 +132,6 @@ def _registration(call: ast.Call, dialect: Dialect) -> Registration:
 
 
 def _literal(name: str, node: ast.AST) -> object:
-    if node.__class__ is ast.Constant and node.value.__class__ in SCALAR_CLASSES:  # the usual argument
-        return node.value
     ok, value = literal(node)
     if not ok:
         if isinstance(node, ast.List):

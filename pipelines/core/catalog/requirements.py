@@ -17,6 +17,7 @@ import functools
 import hashlib
 from collections.abc import Mapping
 
+from pipelines.core.catalog.assemble import new_test
 from pipelines.core.catalog.ids import variant_problem
 from pipelines.core.catalog.infer import Conversion, Needs
 from pipelines.core.model import Problem, Requirement, Test
@@ -60,9 +61,7 @@ def with_requirements(t: Test, requirements: tuple[str, ...], unresolved: tuple[
     """``dataclasses.replace`` for the two fields, without its per-call introspection (10,000s of tests)."""
     if requirements == t.requirements and unresolved == t.unresolved:
         return t
-    new = object.__new__(Test)
-    new.__dict__.update(t.__dict__, requirements=requirements, unresolved=unresolved)
-    return new
+    return new_test(**{**t.__dict__, "requirements": requirements, "unresolved": unresolved})
 
 
 def build_requirements(

@@ -13,7 +13,6 @@ import functools
 from typing import NamedTuple
 
 Scalar = str | int | float | bool | None
-_SCALARS = (str, int, float, bool, type(None))
 
 
 class Value(NamedTuple):
@@ -106,20 +105,13 @@ def _joined(node: ast.JoinedStr, env: dict[str, Scalar]) -> Value:
 
 
 def _resolve(node: ast.AST, env: dict[str, Scalar]) -> Value:
-    if isinstance(node, ast.Constant) and isinstance(node.value, _SCALARS):
-        return Value(node.value, str(node.value))
-    if isinstance(node, ast.Name):
-        if node.id in env:
-            v = env[node.id]
-            return Value(v, str(v))
-        return _unknown(node)
+    """The shapes :func:`resolve` has no fast path for (scalar constants, known names and f-strings
+    never reach here)."""
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
         inner = resolve(node.operand, env)
         if inner.ok and isinstance(inner.value, int | float) and not isinstance(inner.value, bool):
             return Value(-inner.value, str(-inner.value))
         return _unknown(node)
-    if isinstance(node, ast.JoinedStr):
-        return _joined(node, env)
     if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
         left, right = resolve(node.left, env), resolve(node.right, env)
         if left.ok and right.ok and isinstance(left.value, str) and isinstance(right.value, str):
@@ -136,7 +128,7 @@ def literal(node: ast.AST) -> tuple[bool, object]:
     Allowed: numbers, strings, booleans, None, and lists of strings (no names, no f-strings,
     no arithmetic): the frameworks' runners accept nothing else.
     """
-    if isinstance(node, ast.Constant) and isinstance(node.value, _SCALARS):
+    if node.__class__ is ast.Constant and node.value.__class__ in SCALAR_CLASSES:
         return True, node.value
     if (isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub) and isinstance(node.operand, ast.Constant)
             and isinstance(node.operand.value, int | float) and not isinstance(node.operand.value, bool)):

@@ -66,7 +66,7 @@ def checked_path(repo: Path, rel: str, field: str = "path") -> Problem | None:
 
 def collected(name: str, patterns: tuple[str, ...], exclude: tuple[str, ...] = ()) -> bool:
     """Whether the runner collects a file of this name."""
-    return name not in exclude and any(fnmatch.fnmatchcase(name, p) for p in patterns)
+    return name not in exclude and _any_pattern(tuple(patterns))(name) is not None
 
 
 @functools.lru_cache(maxsize=64)
