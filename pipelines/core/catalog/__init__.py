@@ -132,9 +132,20 @@ def load_catalog(
     if not repo.is_dir():
         return Catalog(str(repo), (), problems=(Problem(str(repo), 1, "repo", "is not a folder; check --repo or the path in assets/repos.yaml"),),
                        assumptions=tuple(assumptions))
+    cache = ScanCache(cache_file(cache_dir, repo)) if cache_dir is not None else None
+    try:
+        return _load(repo, spec, specs, estimates, workers, roots, cache, configured, assumptions)
+    finally:
+        if cache is not None:
+            cache.close()  # a load that raised must not leave the scans writer unreaped
+
+
+def _load(repo: Path, spec: RepoSpec, specs: Specs | None, estimates: Mapping[str, int] | None,
+          workers: int | None, roots: tuple[str, ...] | None, cache: ScanCache | None, configured: bool,
+          assumptions: list[str]) -> Catalog:
+    """load_catalog's work once the repo is known to be a folder (see there)."""
     if roots is None:
         roots = configured_roots(repo, spec if configured else None)
-    cache = ScanCache(cache_file(cache_dir, repo)) if cache_dir is not None else None
     defines = defines_registry(repo, cache) if cache is not None else None
     py_files = python_files(repo)
     dialect, roots, notes = choose(repo, getattr(spec, "dialect", "") or "", roots, defines, py_files)

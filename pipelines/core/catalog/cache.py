@@ -211,6 +211,11 @@ class ScanCache:
                 os._exit(code)
         self._writer, self._written_rules, self.scans_dirty = pid, self.rules, False
 
+    def close(self) -> None:
+        """Wait for the scans writer if one is still running (after save() none is): a load that
+        raised between the fork and save() would otherwise leave it a zombie until this process exits."""
+        self._reap()
+
     def _reap(self) -> None:
         """Wait for the scans writer, if any; when it failed, the scans are written again by save()."""
         if not self._writer:

@@ -180,3 +180,27 @@ def test_after_a_writer_wrote_one_rules_scans_the_file_ends_with_the_rules_the_c
         assert list(json.loads(scans.read_text())["scans"]) == ["template"]
     assert cat == load_catalog(repo, spec) and len(cat.tests) == 1
     """)
+
+
+def test_a_load_that_raises_after_the_writer_forked_leaves_no_child_behind():
+    in_fresh_python(_WRITER_TREE + """
+    import pipelines.core.catalog as catalog_mod
+    cache_mod.WRITER_MIN_SCANS = 1
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("requirements failed")
+
+    catalog_mod.build_requirements = broken
+    try:
+        load_catalog(repo, spec, cache_dir=tmp / "a")
+    except RuntimeError:
+        pass
+    else:
+        raise AssertionError("the load did not raise")
+    assert len(forks) == 1, "no scans writer was forked before the failure"
+    try:
+        left = os.waitpid(-1, os.WNOHANG)
+    except ChildProcessError:
+        left = None
+    assert left is None, f"a child of the load is still unreaped: {left}"
+    """)
