@@ -223,10 +223,30 @@ def _hms(s: float) -> str:
     return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
 
 
+def duration_basis(plan: Plan) -> str:
+    """Where the durations the plan and its prediction use come from (history or est_time / 1.25)."""
+    if not plan.expected:
+        return ""
+    guessed = sum(1 for *_, source in plan.expected if source == "fallback")
+    measured = len(plan.expected) - guessed
+    if not guessed:
+        return f"every test's duration from its history ({measured} tests)"
+    if not measured:
+        return ("every duration is est_time / 1.25: history has no passing run of these test files on this "
+                "hardware yet, so the prediction sharpens after the first night")
+    return (f"durations from history for {measured} tests, est_time / 1.25 for {guessed} without a passing run "
+            "of their current file (marked below)")
+
+
 def print_text(catalog: Catalog, plan: Plan, pools, tests, skipped, static, changed) -> None:
     shapes = {p.name: p for p in pools}
+    spread = (f"; median of simulated nights {plan.predicted_median_s:.0f}s, p90 {plan.predicted_p90_s:.0f}s"
+              if plan.predicted_median_s else "")
     print(f"plan for {catalog.repo}: {len(plan.assignments)} tests; predicted makespan {plan.makespan_s:.0f}s "
-          f"({_hms(plan.makespan_s)}), lower bound {plan.lower_bound_s:.0f}s, ratio {plan.ratio:.3f}")
+          f"({_hms(plan.makespan_s)}{spread}), lower bound {plan.lower_bound_s:.0f}s, ratio {plan.ratio:.3f}")
+    basis = duration_basis(plan)
+    if basis:
+        print(f"  {basis}; timeouts stay on est_time")
     if changed is not None:
         print(f"  selected by {len(changed)} changed path(s)")
         from pipelines.core.select import is_test_file, normalize_path
@@ -241,6 +261,10 @@ def print_text(catalog: Catalog, plan: Plan, pools, tests, skipped, static, chan
         n = sum(1 for a in plan.assignments if a.pool == name)
         shape = f"{shapes[name].nodes}x{shapes[name].gpus_per_node}"
         print(f"  {name:<10} {shape:>9} {n:>5} {m:>8.0f}s {lb:>8.0f}s {(m / lb if lb else 1):>6.3f} {u:>7.1%}")
+    sources = {tid: source for tid, _m, _p, source in plan.expected}
+    guessed = {tid for tid, source in sources.items() if source == "fallback"}
+    if len(guessed) == len(sources):
+        guessed = set()  # the header says so once; no row marks on a first night
     for name, *_ in plan.pools:
         for node in range(shapes[name].nodes):
             rows = sorted((a for a in plan.assignments if a.pool == name and a.node == node),
@@ -251,6 +275,8 @@ def print_text(catalog: Catalog, plan: Plan, pools, tests, skipped, static, chan
             for a in rows:
                 t = tests.get(a.test_id)
                 mark = " (uncalibrated estimate)" if t and t.uncalibrated else ""
+                if a.test_id in guessed:
+                    mark += " (no history: est_time / 1.25)"
                 print(f"    {a.priority:>4} {a.start_s:>7.0f} {a.end_s:>7.0f} {a.gpus:>4} {a.timeout_s:>7}  {a.test_id}{mark}")
     for line in hardware_summary(plan, pools, tests):
         print(line)

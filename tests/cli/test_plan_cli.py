@@ -128,3 +128,30 @@ def test_the_example_repository_plans_on_the_default_pools(project_root: Path, c
     assert nightly_plan(["--repo", str(project_root / "examples" / "minirl"), "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["assignments"] and out["makespan_s"] >= out["lower_bound_s"] > 0
+
+
+def test_text_gives_the_simulated_night_and_says_where_each_duration_comes_from(fake_catalog, tmp_path,
+                                                                                  monkeypatch, capsys):
+    from pipelines.core.history.store import FileHistoryStore
+    from pipelines.core.model import Sample
+
+    monkeypatch.setenv("NIGHTLY_HOME", str(tmp_path / "home"))
+    (tmp_path / "repo").mkdir()
+    assert nightly_plan(["--repo", str(tmp_path / "repo"), "--pool", "h200=1x8"]) == 0
+    first = capsys.readouterr().out
+    assert "median of simulated nights" in first and ", p90 " in first
+    assert "every duration is est_time / 1.25" in first
+    assert "(no history" not in first  # the header says it once on a first night, no row marks
+
+    (tmp_path / "home").mkdir()
+    FileHistoryStore(tmp_path / "home" / "history.sqlite").append(
+        Sample(tid, "h200", "0" * 64, "passed", secs, f"2026-11-0{day}T01:00:00Z")
+        for tid, secs in (("tests/test_a.py", 200.0), ("tests/test_c.py", 500.0)) for day in (1, 2, 3))
+    assert nightly_plan(["--repo", str(tmp_path / "repo"), "--pool", "h200=1x8"]) == 0
+    out = capsys.readouterr().out
+    assert "durations from history for 2 tests, est_time / 1.25 for 1" in out
+    rows = {line.split()[-1] if "(" not in line else line.split()[5]: line
+            for line in out.splitlines() if line.strip().startswith(tuple("0123456789"))}
+    assert "(no history: est_time / 1.25)" in rows["tests/test_b.py"]
+    assert "(no history" not in rows["tests/test_a.py"] and "(no history" not in rows["tests/test_c.py"]
+    assert "predicted makespan 740s" in out  # 500 s (test_c) + 240 s (test_b: 300 / 1.25) beside 200 s (test_a)
