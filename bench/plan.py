@@ -15,7 +15,8 @@
 4. Planning time for 10,000 tests.
 Prints tables; goals are checked and reported, never asserted.
 ``python bench/plan.py [framework] [synthetic] [realistic] [speed]`` runs only those parts;
-``realistic --seeds 200-399 --sigmas 0.5`` runs the realistic nights on other seeds.
+``realistic --seeds 200-399 --sigmas 0.5`` runs the realistic nights on other seeds;
+``--history 10`` gives each test 10 past runs instead of 5 (two weeks of nightlies instead of one).
 """
 
 from __future__ import annotations
@@ -240,9 +241,10 @@ def realistic_night(tests: list[Test], sigma: float, seed: int,
     return calibrated, samples, actual
 
 
-def realistic(tests: list[Test], sigmas: tuple[float, ...] = REAL_SIGMAS, seeds: range = REAL_SEEDS) -> None:
+def realistic(tests: list[Test], sigmas: tuple[float, ...] = REAL_SIGMAS, seeds: range = REAL_SEEDS,
+              runs: int = HISTORY_RUNS) -> None:
     pools, shape = [PoolSpec("h200", 4, 8)], [Pool("h200", 4, 8)]
-    print(f"\n# Realistic nights on 4 x 8 GPUs: est_time calibrated from {HISTORY_RUNS} past runs, "
+    print(f"\n# Realistic nights on 4 x 8 GPUs: est_time calibrated from {runs} past runs, "
           f"actual = a new run; seeds {seeds.start}-{seeds.stop - 1} per sigma; ratios = dispatched / actual lower bound")
     print("'ours, true medians': the same planner and live dispatcher given each test's true median and sigma "
           "instead of ones estimated from history: what better estimates alone could reach")
@@ -254,7 +256,7 @@ def realistic(tests: list[Test], sigmas: tuple[float, ...] = REAL_SIGMAS, seeds:
         r = {k: [] for k in ("today", "greedy", "live", "true", "clair", "today_pred", "pred", "t0", "t1")}
         within = wins = beats_clair = 0
         for seed in seeds:
-            cal, samples, actual = realistic_night(tests, sigma, seed)
+            cal, samples, actual = realistic_night(tests, sigma, seed, runs)
             lb = lower_bound(((actual[t.id], t.gpus) for t in tests), shape[0])
             t0 = time.process_time()
             today = make_plan(cal, pools)
@@ -263,7 +265,7 @@ def realistic(tests: list[Test], sigmas: tuple[float, ...] = REAL_SIGMAS, seeds:
             t2 = time.process_time()
             clair = make_plan([dataclasses.replace(t, est_time=max(1, round(actual[t.id]))) for t in cal], pools,
                               improve=False)
-            truth = {t.id: Duration(t.id, t.est_time / 1.25, sigma, HISTORY_RUNS, "history") for t in tests}
+            truth = {t.id: Duration(t.id, t.est_time / 1.25, sigma, runs, "history") for t in tests}
             r["true"].append(simulate(make_plan(cal, pools, durations=truth), shape, actual, live=True) / lb)
             today_s = simulate(today, shape, actual)
             live_s = simulate(ours, shape, actual, live=True)
@@ -315,8 +317,15 @@ def speed() -> None:
 
 def main(argv: list[str]) -> None:
     """``--seeds A-B`` and ``--sigmas X,Y`` re-run the realistic nights on other seeds (the reported
-    ones are 0-19; the planner's constants were chosen on 100-139 and checked on 200-399)."""
-    seeds, sigmas = REAL_SEEDS, REAL_SIGMAS
+    ones are 0-19; the planner's constants were chosen on 100-139 and checked on 200-399);
+    ``--history N``: past runs per test (default 5)."""
+    seeds, sigmas, runs = REAL_SEEDS, REAL_SIGMAS, HISTORY_RUNS
+    if "--history" in argv:
+        k = argv.index("--history")
+        runs = int(argv[k + 1])
+        if runs < 1:
+            raise SystemExit("bench/plan.py: --history needs 1 or more past runs per test")
+        del argv[k:k + 2]
     if "--seeds" in argv:
         k = argv.index("--seeds")
         first, _, last = argv[k + 1].partition("-")
@@ -332,7 +341,7 @@ def main(argv: list[str]) -> None:
     if "synthetic" in parts:
         synthetic()
     if "realistic" in parts:
-        realistic(load_workload(), sigmas, seeds)
+        realistic(load_workload(), sigmas, seeds, runs)
     if "speed" in parts:
         speed()
 
