@@ -12,14 +12,8 @@ import json
 import os
 import re
 import shutil
-import signal
-import socket
 import subprocess
 import sys
-import time
-import urllib.error
-import urllib.request
-import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,19 +22,15 @@ from urllib.parse import quote
 import pytest
 
 from tests.support import browser as chromium
+from tests.support.dagster_dev import PROJECT, dagster_dev, graphql
 
 pytestmark = pytest.mark.slow
 
-PROJECT = Path(__file__).resolve().parents[2]
-DAGSTER = Path(sys.executable).parent / "dagster"
 SUITE = "stage-c-8-gpu-h200"  # two short tests and the disabled one: a night of ~10 s
-# `dagster dev` answers after ~10 s idle and ~40 s on a busy 2-CPU machine; the limit only stops a hang
-START_TIMEOUT_S = 300
 NIGHT_TIMEOUT_S = 600  # the night takes ~10 s idle; the limit only stops a hang, never judges speed
 # each test's timeout in the night: the 8-GPU rollout test took 41 s at load 10 against the example's
 # 60 s floor; nothing here hangs, so a generous floor costs nothing and keeps a loaded night green
 TIMEOUT_FLOOR_S = 600
-GRAPHQL_TIMEOUT_S = 120  # a query answers in < 1 s idle; the first ones load the code location
 BROWSER_TOTAL_S = 900  # four pages one after another: ~40 s idle, a few minutes loaded; a hang guard
 UPSTREAM = {"converted_checkpoints": "model_weights", "test_runs": "converted_checkpoints",
             "calibrated_estimates": "test_runs", "night_report": "calibrated_estimates"}
@@ -77,71 +67,6 @@ def night_table(stdout: str) -> dict[str, dict]:
     return rows
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def graphql(url: str, query: str) -> dict:
-    req = urllib.request.Request(f"{url}/graphql", data=json.dumps({"query": query}).encode(),
-                                 headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=GRAPHQL_TIMEOUT_S) as resp:
-        body = json.loads(resp.read())
-    assert not body.get("errors"), body["errors"]
-    return body["data"]
-
-
-def wait_until_loaded(url: str, proc: subprocess.Popen, log: Path) -> None:
-    """Until the webserver answers and the code location is loaded; fail with the log otherwise."""
-    query = "{ workspaceOrError { ... on Workspace { locationEntries { name loadStatus " \
-            "locationOrLoadError { __typename ... on PythonError { message } } } } } }"
-    deadline = time.monotonic() + START_TIMEOUT_S
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            pytest.fail(f"dagster dev exited with {proc.returncode}:\n{log.read_text()[-3000:]}")
-        try:
-            entries = graphql(url, query)["workspaceOrError"]["locationEntries"]
-        except (urllib.error.URLError, ConnectionError, TimeoutError):
-            entries = []
-        for e in entries:
-            loaded = e["locationOrLoadError"] or {}
-            if loaded.get("__typename") == "PythonError":
-                pytest.fail(f"code location {e['name']} failed to load: {loaded['message']}")
-            if e["loadStatus"] == "LOADED" and loaded.get("__typename") == "RepositoryLocation":
-                return
-        time.sleep(0.5)
-    pytest.fail(f"dagster dev not ready after {START_TIMEOUT_S}s:\n{log.read_text()[-3000:]}")
-
-
-def group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    return True
-
-
-def stop(proc: subprocess.Popen, grace_s: float = 12) -> None:
-    """SIGTERM to the whole process group (webserver, daemon, code servers), wait for all of it.
-
-    It usually exits in ~5 s; now and then a code server lingers, so after ``grace_s`` the group
-    gets SIGKILL and a warning names what was left.
-    """
-    if group_alive(proc.pid):
-        os.killpg(proc.pid, signal.SIGTERM)
-    deadline = time.monotonic() + grace_s
-    while group_alive(proc.pid) and time.monotonic() < deadline:
-        proc.poll()  # reap the leader so the group can empty
-        time.sleep(0.2)
-    if group_alive(proc.pid):
-        ps = subprocess.run(["ps", "-o", "pid,stat,args", "-g", str(proc.pid)], capture_output=True, text=True)
-        warnings.warn(f"dagster dev left processes after SIGTERM + {grace_s}s; killing:\n{ps.stdout[:2000]}",
-                      stacklevel=1)
-        os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait(timeout=10)
-
-
 @pytest.fixture(scope="module")
 def ui(tmp_path_factory) -> Iterator[Ui]:
     home = tmp_path_factory.mktemp("nightly-home")
@@ -150,28 +75,13 @@ def ui(tmp_path_factory) -> Iterator[Ui]:
     # the same instance `make ui` opens: `nightly ui` writes its dagster.yaml and names its DAGSTER_HOME
     printed = cli("ui", "--print-command", env=env).stdout
     assert printed.startswith(f"DAGSTER_HOME={home / 'dagster'} "), printed
-    # create the SQLite schemas once: `dagster dev` and the night would otherwise race to create them
-    # ("table alembic_version already exists") on a fresh state folder
-    subprocess.run([sys.executable, "-c", "import dagster; dagster.DagsterInstance.get()"], env=env,
-                   timeout=NIGHT_TIMEOUT_S, check=True)
-    port = free_port()
-    log = home / "dagster-dev.log"
-    with log.open("w") as sink:
-        proc = subprocess.Popen(
-            ["env", "--default-signal=INT,TERM", str(DAGSTER), "dev", "-w", str(PROJECT / "workspace.yaml"),
-             "-h", "127.0.0.1", "-p", str(port)],
-            cwd=PROJECT, env=env, stdout=sink, stderr=subprocess.STDOUT, start_new_session=True,
-        )
-    try:
+    with dagster_dev(env, home) as dev:
         night = cli("run", "--suite", SUITE, "--timeout-floor", str(TIMEOUT_FLOOR_S), env=env).stdout  # while the UI starts
         catalog = json.loads(cli("catalog", "--json", env=env).stdout)
         runs = re.search(r"dagster runs: (\S+) \(night\), (\S+) \(calibration\)", night)
         assert runs, night
-        url = f"http://127.0.0.1:{port}"
-        wait_until_loaded(url, proc, log)
-        yield Ui(url, home, catalog, night_table(night), runs.group(1), runs.group(2))
-    finally:
-        stop(proc)
+        dev.wait_until_loaded()
+        yield Ui(dev.url, home, catalog, night_table(night), runs.group(1), runs.group(2))
 
 
 def ran(ui: Ui) -> set[str]:

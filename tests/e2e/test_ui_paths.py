@@ -17,24 +17,14 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
-import sys
 import time
 from datetime import datetime
 from pathlib import Path
 
 import pytest
 
-from tests.e2e.test_ui import (
-    DAGSTER,
-    PROJECT,
-    START_TIMEOUT_S,
-    cli,
-    free_port,
-    graphql,
-    stop,
-    wait_until_loaded,
-)
+from tests.e2e.test_ui import cli
+from tests.support.dagster_dev import PROJECT, dagster_dev, graphql
 
 pytestmark = pytest.mark.slow
 
@@ -53,19 +43,8 @@ RUNS = """{ runsOrError(filter: {tags: [{key: "dagster/backfill", value: "%s"}]}
 ALL_RUNS = "{ runsOrError { ... on Runs { results { runId status jobName tags { key value } } } } }"
 
 
-def gql(url: str, query: str, variables: dict | None = None) -> dict:
-    import urllib.request
-
-    req = urllib.request.Request(f"{url}/graphql", data=json.dumps({"query": query, "variables": variables or {}}
-                                                                   ).encode(), headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=120) as resp:
-        body = json.loads(resp.read())
-    assert not body.get("errors"), body["errors"]
-    return body["data"]
-
-
 def backfill(url: str, names: list[str]) -> str:
-    out = gql(url, LAUNCH, {"names": names})["launchPartitionBackfill"]
+    out = graphql(url, LAUNCH, {"names": names})["launchPartitionBackfill"]
     assert out["__typename"] == "LaunchBackfillSuccess", out
     return out["backfillId"]
 
@@ -111,21 +90,9 @@ def ui(tmp_path_factory):
            "MINIRL_BARRIER": f"{home.parent / 'barrier'}:{','.join(Path(p).stem for p in PICKS)}",
            "MINIRL_BARRIER_S": "600"}
     cli("ui", "--print-command", env=env)  # writes dagster.yaml as `make ui` does
-    subprocess.run([sys.executable, "-c", "import dagster; dagster.DagsterInstance.get()"], env=env,
-                   timeout=START_TIMEOUT_S, check=True)
-    port = free_port()
-    log = home / "dagster-dev.log"
-    with log.open("w") as sink:
-        proc = subprocess.Popen(
-            ["env", "--default-signal=INT,TERM", str(DAGSTER), "dev", "-w", str(PROJECT / "workspace.yaml"),
-             "-h", "127.0.0.1", "-p", str(port)],
-            cwd=PROJECT, env=env, stdout=sink, stderr=subprocess.STDOUT, start_new_session=True)
-    try:
-        url = f"http://127.0.0.1:{port}"
-        wait_until_loaded(url, proc, log)
-        yield {"url": url, "home": home, "env": env, "log": log}
-    finally:
-        stop(proc)
+    with dagster_dev(env, home) as dev:
+        dev.wait_until_loaded()
+        yield {"url": dev.url, "home": home, "env": env, "log": dev.log}
 
 
 @pytest.fixture(scope="module")
