@@ -11,6 +11,7 @@ import argparse
 import importlib
 import sys
 
+from pipelines.cli.flags import FlagError
 from pipelines.core.history import HistoryError
 from pipelines.core.model import CatalogError
 from pipelines.core.select import SelectionError
@@ -19,7 +20,7 @@ from pipelines.storage.cache import BuildError
 from pipelines.storage.state import StateError
 
 #: errors that are the user's input or environment, not a bug: one clear message, exit 2
-USER_ERRORS = (CatalogError, HistoryError, SelectionError, BuildError, StateError)
+USER_ERRORS = (CatalogError, HistoryError, SelectionError, BuildError, StateError, FlagError)
 
 COMMANDS = ("catalog", "plan", "run", "history", "calibrate", "report", "quarantine", "ui", "coverage", "doctor")
 

@@ -15,6 +15,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from pipelines.cli.flags import FlagError, add_timeout_floor, timeout_floor
 from pipelines.core.model import Catalog, CatalogError, Plan, Test
 from pipelines.core.plan import (
     make_plan,
@@ -46,7 +47,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     changed.add_argument("--git-range", metavar="A..B", help="the files changed in this git range")
     p.add_argument("--shards", action="append", default=[], metavar="SUITE=N",
                    help="also show the framework's static LPT shards (N shards for SUITE)")
-    p.add_argument("--timeout-floor", type=int, metavar="S", help="override the repo's timeout floor")
+    add_timeout_floor(p)
     p.add_argument("--no-improve", action="store_true", help="plain longest-first list schedule only")
     p.add_argument("--json", action="store_true", help="print the plan as JSON")
     p.add_argument("--gantt", type=Path, metavar="FILE", help="write a Gantt chart of the plan (PNG)")
@@ -94,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
         return _run(args)
     except CatalogError:
         raise  # the dispatcher prints located problems
-    except (SelectionError, ValueError) as exc:
+    except (SelectionError, FlagError, ValueError) as exc:
         print(f"nightly plan: error: {exc}", file=sys.stderr)
         return 2
 
@@ -105,6 +106,7 @@ def _run(args: argparse.Namespace) -> int:
     pools: tuple[PoolSpec, ...] = specs.deployment(args.deployment).pools
     pools = override_pools(pools, [parse_pool_arg(v) for v in args.pool])
     shards = _pairs(args.shards, "--shards")
+    given_floor = timeout_floor(args.timeout_floor)
     catalog = load_catalog(path, spec)
     # plan with the estimates the next night will use (an unconfigured checkout's are under its folder name)
     from pipelines.night import Night, NightSettings, with_calibrated
@@ -124,7 +126,7 @@ def _run(args: argparse.Namespace) -> int:
         raise SelectionError(f"--shards: unknown suite(s) {', '.join(unknown)}")
     runnable = [t for t in chosen if t.enabled]
     skipped = [t for t in chosen if not t.enabled]
-    floor = args.timeout_floor if args.timeout_floor is not None else (spec.timeout_floor_s if spec else 1800)
+    floor = given_floor if given_floor is not None else (spec.timeout_floor_s if spec else 1800)
     factor = spec.timeout_factor if spec else 1.25
     from pipelines.core.plan.durations import duration_model  # order and predictions from measured durations
 

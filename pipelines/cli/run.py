@@ -19,6 +19,7 @@ import sys
 import time
 from pathlib import Path
 
+from pipelines.cli.flags import add_timeout_floor, timeout_floor
 from pipelines.core.select import split_csv
 
 EXIT_TEST_FAILED, EXIT_PROBLEMS, EXIT_INTERRUPTED = 1, 3, 130
@@ -36,7 +37,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
                    help="extra environment for every test (e.g. MINIRL_FAIL=test_grpo); only the names reach "
                         "Dagster's run storage, the values stay in this process")
-    p.add_argument("--timeout-floor", type=int, default=0, metavar="S", help="override the timeout floor")
+    add_timeout_floor(p)
     p.add_argument("--list-only", action="store_true", help="print the plan and stop")
     p.add_argument("--dry-run", action="store_true",
                    help="Kubernetes deployments: print every pod the night would create as multi-document YAML "
@@ -74,9 +75,10 @@ def run(args: argparse.Namespace) -> int:
     if args.repo and Path(args.repo).is_dir():
         args.repo = str(Path(args.repo).resolve())  # the Dagster run resolves it again, maybe elsewhere
     env = _parse_env(args.env)
+    args.timeout_floor = timeout_floor(args.timeout_floor)  # None: the repo's floor
     selection = RunSelection(cadence=args.cadence, labels=split_csv(args.labels), suites=split_csv(args.suites))
     night = Night(NightSettings(home=home, repo=args.repo, deployment=args.deployment, cadence=args.cadence,
-                                extra_env=tuple(sorted(env.items())), timeout_floor_s=args.timeout_floor or None))
+                                extra_env=tuple(sorted(env.items())), timeout_floor_s=args.timeout_floor))
     print(f"nightly: repo {night.repo_spec.name} ({night.repo_spec.path}), deployment {night.deployment.name}, "
           f"cadence {args.cadence}, state {home}", flush=True, file=sys.stderr if args.dry_run else sys.stdout)
     for note in night.catalog.assumptions:
@@ -139,7 +141,8 @@ def _execute(night, args, selection, env: dict[str, str], home: Path) -> int:
     pools = [p.name for p in night.deployment.pools]
     tags = {**range_tags(keys), **request_tags(night.deployment.name, selection, pools),
             TAG_CALIBRATION: "inline", TAG_REASON: "nightly run (command line)"}
-    run_config = {**selection_config(selection, env_from=sorted(env), timeout_floor_s=args.timeout_floor),
+    run_config = {**selection_config(selection, env_from=sorted(env),
+                                    timeout_floor_s=args.timeout_floor or 0),  # 0: the repo's floor
                   "loggers": {"console": {"config": {"log_level": "WARNING"}}}}
     t0 = time.monotonic()
     print("\nnightly: running (progress below; each line is one finished step or test)", flush=True)

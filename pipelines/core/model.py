@@ -240,6 +240,22 @@ class Estimate:
 MAX_EST_TIME_S = 86_400
 
 
+def timeout_floor_problem(floor_s: int) -> str:
+    """What is wrong with a timeout floor given on the command line or in a run's config ("" if nothing).
+
+    The range is the one assets/repos.yaml accepts (``timeout.floor_s``): a floor of 0 or less
+    would let a test with est_time 0 be killed at once, and one above a day hides a hung test
+    for the whole night.
+    """
+    if floor_s < 1:
+        return f"{floor_s} is below 1 second; give a floor from 1 to {MAX_EST_TIME_S} seconds, or leave it out for the repo's"
+    if floor_s > MAX_EST_TIME_S:
+        return (f"{floor_s} is more than one day; give a floor from 1 to {MAX_EST_TIME_S} seconds, "
+                "or leave it out for the repo's")
+    return ""
+
+
 def effective_timeout(est_time: int, floor_s: int = 1800, factor: float = 1.25) -> int:
-    """The framework runners' per-file timeout: ``max(floor, int(est_time * factor))``."""
-    return max(int(floor_s), int(est_time * factor))
+    """The framework runners' per-file timeout: ``max(floor, int(est_time * factor))``, never under 1 s
+    (a timeout of 0 would kill a test with est_time 0 before it starts)."""
+    return max(1, int(floor_s), int(est_time * factor))

@@ -14,7 +14,7 @@ import os
 
 import dagster as dg
 
-from pipelines.core.model import Catalog
+from pipelines.core.model import Catalog, timeout_floor_problem
 from pipelines.core.runset import RunSelection
 from pipelines.defs.keys import CONVERTED, DATASETS, MODEL_WEIGHTS, TEST_PASSED, TEST_RUNS
 from pipelines.defs.metadata import (
@@ -46,6 +46,15 @@ class TestRunsConfig(dg.Config):
     env_from: list[str] = []
     #: override the repo's timeout floor in seconds (0 = assets/repos.yaml)
     timeout_floor_s: int = 0
+
+    def floor(self) -> int | None:
+        """The floor to use (None: the repo's); a value out of range fails the run before any test starts."""
+        if not self.timeout_floor_s:
+            return None
+        problem = timeout_floor_problem(self.timeout_floor_s)
+        if problem:
+            raise dg.Failure(f"timeout_floor_s: {problem} (0 = the repo's)")
+        return self.timeout_floor_s
 
     def selection(self) -> RunSelection:
         return RunSelection(cadence=self.cadence, labels=tuple(self.labels), suites=tuple(self.suites),
@@ -118,7 +127,7 @@ def build_test_runs(catalog: Catalog, test_parts: dg.PartitionsDefinition, deps:
                                  f"set it where the run executes (the CLI's --env does) or drop it")
             env[name] = os.environ[name]
         night = nightly.night(run_id=context.run.run_id, extra_env=tuple(sorted(env.items())),
-                              timeout_floor_s=config.timeout_floor_s or None, cadence=config.cadence or "release")
+                              timeout_floor_s=config.floor(), cadence=config.cadence or "release")
         selection = config.selection()
         for problem in night.catalog.problems:
             _say(context, f"catalog problem: {problem}", "warning")

@@ -1,0 +1,48 @@
+"""Flags that several commands share, defined once so they mean the same everywhere.
+
+``nightly plan`` and ``nightly run`` both take ``--timeout-floor``; when each parsed it itself,
+``run`` read 0 as "the repo's floor" and ``plan`` as a floor of 0 seconds. Here the flag has one
+default (the repo's ``timeout.floor_s``), one range (the one assets/repos.yaml accepts) and one
+help text; a value outside it is a :class:`FlagError`, which the dispatcher prints as
+``--flag: what is wrong; how to fix`` with exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from pipelines.core.model import MAX_EST_TIME_S, timeout_floor_problem
+
+
+class FlagError(ValueError):
+    """A command-line flag has a value the command cannot use; the message says how to fix it."""
+
+
+TIMEOUT_FLOOR_HELP = (f"seconds every test's timeout is at least (timeout = max(floor, est_time x factor)); "
+                      f"1 to {MAX_EST_TIME_S} (default: the repo's timeout.floor_s in assets/repos.yaml, "
+                      "else 1800)")
+
+
+def add_timeout_floor(parser: argparse.ArgumentParser) -> None:
+    """``--timeout-floor S``: the same flag on every command that plans timeouts."""
+    parser.add_argument("--timeout-floor", type=_int_or_text, metavar="S", help=TIMEOUT_FLOOR_HELP)
+
+
+def timeout_floor(value: int | str | None) -> int | None:
+    """The parsed ``--timeout-floor``: None when not given (use the repo's floor), else a checked value."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        raise FlagError(f"--timeout-floor: {value!r} is not a whole number of seconds; give e.g. --timeout-floor 600")
+    problem = timeout_floor_problem(value)
+    if problem:
+        raise FlagError(f"--timeout-floor: {problem}")
+    return value
+
+
+def _int_or_text(text: str) -> int | str:
+    """Keep a non-number as text so the command, not argparse, explains it in the house format."""
+    try:
+        return int(text)
+    except ValueError:
+        return text
