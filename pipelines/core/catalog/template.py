@@ -11,6 +11,7 @@ suite, its ``label`` (``run-ci-<x>``) to label ``x``. Entry keys other than ``te
 from __future__ import annotations
 
 import re
+import shlex
 from dataclasses import dataclass
 
 import jinja2
@@ -54,8 +55,12 @@ class _LineDict(dict):
 
 
 class _NotLiteral(Exception):
-    def __init__(self, line: int, message: str):
-        self.line, self.message = line, message
+    def __init__(self, line: int, field: str, message: str):
+        self.line, self.field, self.message = line, field, message
+
+
+#: what to do about a value the catalog cannot read (it never renders the template)
+_WRITE_IT = "write the value itself (a string, number, list or dict): the catalog reads the template without rendering it"
 
 
 def _environment() -> jinja2.Environment:
@@ -65,25 +70,64 @@ def _environment() -> jinja2.Environment:
     )
 
 
-def _value(node: nodes.Node, scope: dict[str, object]) -> object:
-    if isinstance(node, nodes.Const):
-        return node.value
-    if isinstance(node, nodes.List | nodes.Tuple):
-        return [_value(item, scope) for item in node.items]
-    if isinstance(node, nodes.Dict):
-        out = _LineDict()
-        out.line = node.lineno
-        for pair in node.items:
-            key = _value(pair.key, scope)
-            if not isinstance(key, str | int | float | bool):
-                raise _NotLiteral(pair.lineno, f"dict key {key!r} is not a string")
-            out[key] = _value(pair.value, scope)
+class _Reader:
+    """Literal values of one template's ``set`` statements; a bad list item is dropped alone, with its problem."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self.scope: dict[str, object] = {}
+        self.lines: dict[str, int] = {}
+        self.failed: dict[str, int] = {}
+        self.problems: list[Problem] = []
+
+    def assign(self, name: str, node: nodes.Node, line: int) -> None:
+        try:
+            self.scope[name] = self.value(node, name)
+            self.lines[name] = line
+        except _NotLiteral as bad:
+            self.failed[name] = line
+            self.problems.append(Problem(self.path, bad.line, f"set {name}" if bad.field == name else bad.field,
+                                         bad.message))
+
+    def value(self, node: nodes.Node, where: str) -> object:
+        if isinstance(node, nodes.Const):
+            return node.value
+        if isinstance(node, nodes.Neg | nodes.Pos) and isinstance(node.node, nodes.Const) and _is_number(node.node.value):
+            return -node.node.value if isinstance(node, nodes.Neg) else node.node.value
+        if isinstance(node, nodes.List | nodes.Tuple):
+            return self._items(node, where)
+        if isinstance(node, nodes.Dict):
+            out = _LineDict()
+            out.line = node.lineno
+            for pair in node.items:
+                key = self.value(pair.key, where)
+                if not isinstance(key, str | int | float | bool):
+                    raise _NotLiteral(pair.lineno, where, f"dict key {key!r} is not a string; quote the key")
+                out[key] = self.value(pair.value, f"{where}.{key}")
+            return out
+        if isinstance(node, nodes.Name) and node.name in self.scope:
+            return self.scope[node.name]
+        if isinstance(node, nodes.Name) and node.name in self.failed:
+            raise _NotLiteral(node.lineno, where, f"`{node.name}` could not be read (line {self.failed[node.name]}); "
+                                                  "fix the problem reported there")
+        if isinstance(node, nodes.Name):
+            raise _NotLiteral(node.lineno, where, f"`{node.name}` is not set earlier in the template; set it with "
+                                                  f"`<% set {node.name} = [...] %>` above this line, or {_WRITE_IT}")
+        raise _NotLiteral(node.lineno, where, f"{type(node).__name__} is not a literal; {_WRITE_IT}")
+
+    def _items(self, node: nodes.List | nodes.Tuple, where: str) -> list[object]:
+        """The readable items; each unreadable one is a problem of its own (``<list>[i]``) and the rest stay."""
+        out = []
+        for i, item in enumerate(node.items):
+            try:
+                out.append(self.value(item, f"{where}[{i}]"))
+            except _NotLiteral as bad:
+                self.problems.append(Problem(self.path, bad.line, bad.field, f"{bad.message}; this entry is skipped"))
         return out
-    if isinstance(node, nodes.Name) and node.name in scope:
-        return scope[node.name]
-    if isinstance(node, nodes.Name):
-        raise _NotLiteral(node.lineno, f"`{node.name}` is not set earlier in the template")
-    raise _NotLiteral(node.lineno, f"{type(node).__name__} is not a literal; the catalog only reads literal lists and dicts")
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 def parse_template(source: str, path: str) -> Template:
@@ -92,72 +136,81 @@ def parse_template(source: str, path: str) -> Template:
         tree = _environment().parse(source)
     except jinja2.TemplateSyntaxError as exc:
         return Template((), (), (Problem(path, exc.lineno or 1, "template", f"{exc.message}; fix the Jinja2 syntax"),))
-    problems: list[Problem] = []
-    scope: dict[str, object] = {}
-    lines: dict[str, int] = {}
+    reader = _Reader(path)
     for assign in tree.find_all(nodes.Assign):
-        if not isinstance(assign.target, nodes.Name):
-            continue
-        name = assign.target.name
-        try:
-            scope[name] = _value(assign.node, scope)
-            lines[name] = assign.lineno
-        except _NotLiteral as bad:
-            problems.append(Problem(path, bad.line, f"set {name}", bad.message))
+        if isinstance(assign.target, nodes.Name):
+            reader.assign(assign.target.name, assign.node, assign.lineno)
+    scope, lines, problems = reader.scope, reader.lines, reader.problems
     env = tuple((m.group(1), m.group(2), m.group(3)) for m in _ENV_LINE.finditer(source)
                 if m.group(2) not in ENTRY_KEYS)
     notes: list[str] = []
     jobs = scope.get("jobs")
+    if jobs is None and "jobs" in reader.failed:
+        return Template((), env, tuple(problems), tuple(notes))
     if jobs is None:
         jobs = {name: {"tests": value} for name, value in scope.items()
                 if isinstance(value, list) and value and all(isinstance(v, dict) and "test_file" in v for v in value)}
         notes.append(f"{path}: no `jobs` dict; each `set` list of tests is taken as a job named after it")
     if not isinstance(jobs, dict):
-        problems.append(Problem(path, lines.get("jobs", 1), "set jobs", "must be a dict of job name -> {label, tests}"))
+        problems.append(Problem(path, lines.get("jobs", 1), "set jobs", "must be a dict of job name -> {label, tests}; "
+                                                                        "write `<% set jobs = {'<job>': {...}} %>`"))
         return Template((), env, tuple(problems), tuple(notes))
     entries: list[Entry] = []
     for job, config in jobs.items():
         entries += _job_entries(path, str(job), config, lines.get("jobs", 1), problems)
-    return Template(tuple(entries), env, tuple(problems), tuple(notes))
+    # a list shared by several jobs would report each bad entry once per job
+    return Template(tuple(entries), env, tuple(dict.fromkeys(problems)), tuple(notes))
 
 
 def _job_entries(path: str, job: str, config: object, line: int, problems: list[Problem]) -> list[Entry]:
     where = f"jobs.{job}"
     if not isinstance(config, dict):
-        problems.append(Problem(path, line, where, "must be a dict with `tests` (and usually `label`)"))
+        problems.append(Problem(path, line, where, "must be a dict with `tests` (and usually `label`); "
+                                                   "write {'label': 'run-ci-<x>', 'tests': [...]}"))
         return []
     line = getattr(config, "line", line)
     tests = config.get("tests")
     if not isinstance(tests, list):
-        problems.append(Problem(path, line, f"{where}.tests", "must be a list of {'test_file': ..., 'num_gpus': ...} dicts"))
+        problems.append(Problem(path, line, f"{where}.tests", "must be a list of {'test_file': ..., 'num_gpus': ...} dicts; "
+                                                           "give the job a `tests` list"))
         return []
     label = config.get("label", "")
     label = label.removeprefix("run-ci-") if isinstance(label, str) else ""
     cpu = bool(config.get("cpu"))
     out = []
     for item in tests:
-        item_line = getattr(item, "line", line)
-        if not isinstance(item, dict):
-            problems.append(Problem(path, item_line, f"{where}.tests", f"entry {item!r} is not a dict"))
-            continue
-        test_file, gpus, args = item.get("test_file"), item.get("num_gpus"), item.get("test_args", "")
-        if not isinstance(test_file, str) or not test_file:
-            problems.append(Problem(path, item_line, "test_file", "required: the test's path under tests/"))
-            continue
-        if gpus is not None and (isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 0):
-            problems.append(Problem(path, item_line, "num_gpus", f"must be a whole number >= 0, got {gpus!r}"))
-            continue
-        if not isinstance(args, str):
-            problems.append(Problem(path, item_line, "test_args", f"must be a string of arguments, got {args!r}"))
-            continue
-        extra = []
-        for key, value in item.items():
-            if key in ENTRY_KEYS:
-                continue
-            if isinstance(value, dict | list):
-                problems.append(Problem(path, item_line, str(key), f"must be a string or number, got {value!r}"))
-                break
-            extra.append((str(key), str(value)))
+        entry = _entry(path, job, label, cpu, item, getattr(item, "line", line))
+        if isinstance(entry, Problem):
+            problems.append(entry)
         else:
-            out.append(Entry(test_file, job, label, item_line, gpus, args, tuple(sorted(extra)), cpu))
+            out.append(entry)
     return out
+
+
+def _entry(path: str, job: str, label: str, cpu: bool, item: object, line: int) -> Entry | Problem:
+    """One checked entry, or the first thing wrong with it (the entry is then skipped)."""
+    if not isinstance(item, dict):
+        return Problem(path, line, f"jobs.{job}.tests", f"entry {item!r} is not a dict; "
+                                                        "write it as {'test_file': ..., 'num_gpus': ...}")
+    test_file, gpus, args = item.get("test_file"), item.get("num_gpus"), item.get("test_args", "")
+    if not isinstance(test_file, str) or not test_file:
+        return Problem(path, line, "test_file", "required: the test's path under tests/; add 'test_file': 'test_<name>.py'")
+    if gpus is not None and (isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 0):
+        return Problem(path, line, "num_gpus", f"must be a whole number >= 0, got {gpus!r}; "
+                                               "write the test's GPU count (0 for a CPU test)")
+    if not isinstance(args, str):
+        return Problem(path, line, "test_args", f"must be a string of arguments, got {args!r}; quote them as one string")
+    try:
+        shlex.split(args)
+    except ValueError as exc:  # the job's shell would fail on it too: never guess how it splits
+        return Problem(path, line, "test_args", f"{args!r} cannot be split into arguments ({exc}); "
+                                                "close the quote or escape it with a backslash")
+    extra = []
+    for key, value in item.items():
+        if key in ENTRY_KEYS:
+            continue
+        if isinstance(value, dict | list):
+            return Problem(path, line, str(key), f"must be a string or number, got {value!r}; "
+                                                 "the job passes it as one environment variable, so write one value")
+        extra.append((str(key), str(value)))
+    return Entry(test_file, job, label, line, gpus, args, tuple(sorted(extra)), cpu)

@@ -132,14 +132,63 @@ def test_a_variant_that_would_be_an_unsafe_key_uses_a_short_hash(tree):
     assert re.fullmatch(r"tests/test_ckpt\.py::v-[0-9a-f]{10}", ids[1])
 
 
-def test_a_non_literal_list_is_a_problem_on_its_line(tree):
+def test_a_non_literal_value_is_a_problem_on_its_line_naming_the_list_item(tree):
     files = dict(FILES)
     files[WORKFLOW] = ("<% set jobs = {'j': {'label': 'run-ci-j', 'tests': [{'test_file': 'test_short.py'}]}} %>\n"
-                       "<% set extra = [\n  {'test_file': lookup('x')}\n] %>\n")
+                       "<% set extra = [\n  {'test_file': lookup('x')}\n] %>\n<% set other = lookup('y') %>\n")
     cat = load(tree, files)
     assert [str(p) for p in cat.problems] == [
-        f"{WORKFLOW}:3: set extra: Call is not a literal; the catalog only reads literal lists and dicts"]
+        f"{WORKFLOW}:3: extra[0].test_file: Call is not a literal; write the value itself (a string, number, list or "
+        "dict): the catalog reads the template without rendering it; this entry is skipped",
+        f"{WORKFLOW}:5: set other: Call is not a literal; write the value itself (a string, number, list or dict): "
+        "the catalog reads the template without rendering it"]
     assert [t.id for t in cat.tests] == ["tests/test_short.py"]
+
+
+MATRIX = """<% set gpu_tests = [
+  {'test_file': 'test_short.py', 'num_gpus': 4},
+  {'test_file': 'test_eval.py', 'num_gpus': -1},
+  {'test_file': lookup('x')},
+  {'test_file': 'test_moe.py', 'num_gpus': 2, 'scale': -0.5},
+  {'test_file': 'test_ckpt.py', 'num_gpus': +8},
+  undefined_entry,
+] %>
+<% set jobs = {'gpu': {'label': 'run-ci-gpu', 'tests': gpu_tests}, 'image': {'label': 'run-ci-image', 'tests': gpu_tests}} %>
+"""
+
+
+def test_one_bad_item_of_a_matrix_list_is_reported_alone_and_the_good_items_load(tree):
+    cat = load(tree, {**FILES, WORKFLOW: MATRIX})
+    by_id = cat.by_id()
+    assert sorted(by_id) == ["tests/test_ckpt.py", "tests/test_moe.py", "tests/test_short.py"]
+    assert by_id["tests/test_moe.py"].env == (("SCALE", "-0.5"),)  # a negative number is a literal value
+    assert by_id["tests/test_ckpt.py"].gpus == 8
+    skipped = "this entry is skipped"
+    assert [str(p) for p in cat.problems] == [  # once each, though two jobs list them
+        f"{WORKFLOW}:3: num_gpus: must be a whole number >= 0, got -1; write the test's GPU count (0 for a CPU test)",
+        f"{WORKFLOW}:4: gpu_tests[2].test_file: Call is not a literal; write the value itself (a string, number, list "
+        f"or dict): the catalog reads the template without rendering it; {skipped}",
+        f"{WORKFLOW}:7: gpu_tests[5]: `undefined_entry` is not set earlier in the template; set it with "
+        "`<% set undefined_entry = [...] %>` above this line, or write the value itself (a string, number, list or "
+        f"dict): the catalog reads the template without rendering it; {skipped}",
+    ]
+
+
+def test_a_list_that_cannot_be_read_is_named_where_it_is_used_not_called_unset(tree):
+    files = {**FILES, WORKFLOW: "<% set gpu_tests = lookup('x') %>\n<% set jobs = {'j': {'tests': gpu_tests}} %>\n"}
+    assert [str(p) for p in load(tree, files).problems][1:] == [
+        f"{WORKFLOW}:2: jobs.j.tests: `gpu_tests` could not be read (line 1); fix the problem reported there"]
+
+
+def test_test_args_with_an_unbalanced_quote_are_a_located_problem_not_split_by_guess(tree):
+    files = {**FILES, WORKFLOW: ("<% set jobs = {'j': {'label': 'run-ci-j', 'tests': [\n"
+                                 "  {'test_file': 'test_short.py', 'test_args': '--name \"a b'},\n"
+                                 "  {'test_file': 'test_eval.py', 'test_args': '--name \"a b\"'}]}} %>\n")}
+    cat = load(tree, files)
+    assert [(t.id, t.args) for t in cat.tests] == [("tests/test_eval.py", ("--name", "a b"))]
+    assert [str(p) for p in cat.problems] == [
+        f"{WORKFLOW}:2: test_args: '--name \"a b' cannot be split into arguments (No closing quotation); "
+        "close the quote or escape it with a backslash"]
 
 
 def test_a_jinja_syntax_error_is_a_problem_not_a_crash(tree):
@@ -164,10 +213,10 @@ def test_bad_entries_are_located_problems_and_the_rest_loads(tree):
     assert [t.id for t in cat.tests] == ["tests/test_short.py"]
     assert [str(p) for p in cat.problems] == [
         f"{WORKFLOW}:3: test_file: tests/test_gone.py does not exist; fix the path in the template",
-        f"{WORKFLOW}:4: num_gpus: must be a whole number >= 0, got 'eight'",
+        f"{WORKFLOW}:4: num_gpus: must be a whole number >= 0, got 'eight'; write the test's GPU count (0 for a CPU test)",
         f"{WORKFLOW}:5: test_file: tests/../outside/test_x.py: contains '..'; rename the file (test ids must be safe "
         "partition keys)",
-        f"{WORKFLOW}:6: test_file: required: the test's path under tests/",
+        f"{WORKFLOW}:6: test_file: required: the test's path under tests/; add 'test_file': 'test_<name>.py'",
     ]
 
 
