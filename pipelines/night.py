@@ -26,6 +26,7 @@ from pipelines.core.catalog.ids import safe_filename
 from pipelines.core.health import avoid_nodes, detect_bad_nodes
 from pipelines.core.history import HistoryError, HistoryStore, sample_from_attempt
 from pipelines.core.model import (
+    MAX_EST_TIME_S,
     Assignment,
     Attempt,
     Catalog,
@@ -61,6 +62,46 @@ def with_calibrated(catalog: Catalog, calibrated: dict[str, dict]) -> Catalog:
             t = dataclasses.replace(t, est_time=int(e["est_time"]), est_source="history")
         tests.append(t)
     return dataclasses.replace(catalog, tests=tuple(tests))
+
+
+def checked_estimates(data: dict, text: str, where: str) -> tuple[dict[str, dict], list[Problem]]:
+    """The well-formed entries of an estimates file, and a located problem for each other one.
+
+    An entry is ``{"est_time": whole seconds in 0..MAX_EST_TIME_S, "sha256": "..."}`` (what
+    ``Night.calibrate`` writes); a hand edit or a half-written file must not stop a night, so a
+    bad entry only loses its calibrated est_time (the test keeps the registered one).
+    """
+    good: dict[str, dict] = {}
+    bad: list[Problem] = []
+    fix = "the test plans with its registered est_time; the next calibration rewrites the entry (or delete the file)"
+    for test_id, entry in data.items():
+        line = _line_of(text, test_id)
+        if not isinstance(entry, dict):
+            bad.append(Problem(where, line, f"estimates[{test_id!r}]", f"expected an object with est_time and sha256, got "
+                                                          f"{type(entry).__name__}; {fix}"))
+            continue
+        est = entry.get("est_time")
+        if isinstance(est, float) and est.is_integer():
+            est = int(est)
+        if isinstance(est, bool) or not isinstance(est, int) or not 0 <= est <= MAX_EST_TIME_S:
+            bad.append(Problem(where, _line_of(text, "est_time", after=line), f"estimates[{test_id!r}].est_time",
+                               f"expected whole seconds from 0 to {MAX_EST_TIME_S}, got {est!r}; {fix}"))
+            continue
+        if not isinstance(entry.get("sha256"), str):
+            bad.append(Problem(where, _line_of(text, "sha256", after=line), f"estimates[{test_id!r}].sha256",
+                               f"expected the test file's sha256 as text, got {entry.get('sha256')!r}; {fix}"))
+            continue
+        good[test_id] = {**entry, "est_time": est}
+    return good, bad
+
+
+def _line_of(text: str, key: str, after: int = 1) -> int:
+    """The line (1-based, from ``after``) where ``"key":`` first appears; ``after`` when not found."""
+    needle = json.dumps(key) + ":"
+    for number, line in enumerate(text.splitlines()[after - 1:], start=after):
+        if needle in line:
+            return number
+    return after
 
 
 def default_home() -> Path:
@@ -99,6 +140,8 @@ class Night:
         self.image_digests: dict[str, str] = {}
         #: what the launchers noted on the way (unpinned pods, refused cordons) for the night's record
         self.notes: list[str] = []
+        #: entries of the estimates file left out for their shape (``calibrated``), each located
+        self.estimate_warnings: list[Problem] = []
 
     # -- state -------------------------------------------------------------------------
     @cached_property
@@ -142,7 +185,11 @@ class Night:
 
     # -- catalog -----------------------------------------------------------------------
     def calibrated(self) -> dict[str, dict]:
-        """Last calibration's proposals, keyed by test id (only for the file contents they saw)."""
+        """Last calibration's proposals, keyed by test id (only for the file contents they saw).
+
+        An entry of the wrong shape is left out and noted in ``estimate_warnings`` (its test plans
+        with the est_time its file registers); a file that is not a JSON object stops the caller.
+        """
         key = self.calibration_keys()["estimates"]
         text = self.state.get(key)
         if text is None:
@@ -151,10 +198,12 @@ class Night:
             data = json.loads(text)
             if not isinstance(data, dict):
                 raise ValueError(f"expected an object, got {type(data).__name__}")
-            return data
         except ValueError as exc:
             raise CatalogError(Problem(self.state.uri(key), 1, "estimates",
                                        f"corrupt estimates file ({exc}); delete it, the next calibration writes it again")) from exc
+        good, bad = checked_estimates(data, text, self.state.uri(key))
+        self.estimate_warnings = bad  # the CLI prints them; the night goes on without those entries
+        return good
 
     @cached_property
     def catalog(self) -> Catalog:

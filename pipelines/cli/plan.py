@@ -113,6 +113,8 @@ def _run(args: argparse.Namespace) -> int:
 
     night = Night(NightSettings(repo=spec.name if spec else str(path), deployment=args.deployment))
     catalog = with_calibrated(catalog, night.calibrated())
+    for problem in night.estimate_warnings:
+        print(f"warning: {problem}", file=sys.stderr)
     changed = None
     if args.changed is not None:
         changed = tuple(args.changed)

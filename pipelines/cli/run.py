@@ -83,6 +83,8 @@ def run(args: argparse.Namespace) -> int:
           f"cadence {args.cadence}, state {home}", flush=True, file=sys.stderr if args.dry_run else sys.stdout)
     for note in night.catalog.assumptions:
         print(f"assumed: {note}", file=sys.stderr if args.dry_run else sys.stdout)
+    for problem in night.estimate_warnings:
+        print(f"warning: {problem}", file=sys.stderr)
     runset = night.runset(None, selection)
     plan = night.plan(runset.run)
     if args.dry_run:

@@ -155,3 +155,23 @@ def test_text_gives_the_simulated_night_and_says_where_each_duration_comes_from(
     assert "(no history: est_time / 1.25)" in rows["tests/test_b.py"]
     assert "(no history" not in rows["tests/test_a.py"] and "(no history" not in rows["tests/test_c.py"]
     assert "predicted makespan 740s" in out  # 500 s (test_c) + 240 s (test_b: 300 / 1.25) beside 200 s (test_a)
+
+
+def test_a_wrong_shaped_estimates_entry_is_left_out_with_where_it_is(fake_catalog, tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("NIGHTLY_HOME", str(tmp_path / "home"))
+    (tmp_path / "repo").mkdir()
+    estimates = tmp_path / "home" / "estimates" / "repo.json"
+    estimates.parent.mkdir(parents=True)
+    text = json.dumps({"tests/test_a.py": [600], "tests/test_b.py": {"est_time": 1000, "sha256": "0" * 64},
+                       "tests/test_c.py": {"est_time": "soon", "sha256": "0" * 64}}, indent=1)
+    estimates.write_text(text)
+    assert nightly_plan(["--repo", str(tmp_path / "repo"), "--pool", "h200=1x8", "--json"]) == 0
+    captured = capsys.readouterr()
+    rows = {a["test_id"]: a for a in json.loads(captured.out)["assignments"]}
+    assert (rows["tests/test_b.py"]["est_time"], rows["tests/test_b.py"]["est_source"]) == (1000, "history")
+    assert (rows["tests/test_a.py"]["est_time"], rows["tests/test_c.py"]["est_time"]) == (600, 900)
+    assert (f"warning: {estimates}:2: estimates['tests/test_a.py']: expected an object with est_time and sha256, "
+            "got list; the test plans with its registered est_time") in captured.err
+    assert (f"warning: {estimates}:10: estimates['tests/test_c.py'].est_time: expected whole seconds from 0 to 86400, "
+            "got 'soon'; the test plans with its registered est_time") in captured.err
+    assert estimates.read_text() == text  # nothing is lost: the file stays as it was
