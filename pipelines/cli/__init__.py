@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 from pipelines.cli.flags import FlagError
@@ -21,6 +22,9 @@ from pipelines.storage.state import StateError
 
 #: errors that are the user's input or environment, not a bug: one clear message, exit 2
 USER_ERRORS = (CatalogError, HistoryError, SelectionError, BuildError, StateError, FlagError)
+
+#: the reader of stdout stopped early (``| head``): 128 + SIGPIPE, as a shell reports it
+EXIT_READER_GONE = 141
 
 COMMANDS = ("catalog", "plan", "run", "history", "calibrate", "report", "quarantine", "ui", "coverage", "doctor")
 
@@ -42,13 +46,33 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        return int(args.func(args) or 0)
+        code = int(args.func(args) or 0)
+        sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's flush at exit
+        return code
+    except BrokenPipeError:
+        _stdout_to_devnull()
+        return EXIT_READER_GONE
     except USER_ERRORS as exc:
         print(f"nightly {args.command}: error:\n{exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"nightly {args.command}: interrupted", file=sys.stderr)
         return 130
+
+
+def _stdout_to_devnull() -> None:
+    """The reader of stdout is gone (``nightly plan | head -1``): what is still buffered goes nowhere.
+
+    Python's documented way: point the stdout file descriptor at /dev/null so the flush at exit
+    does not fail a second time and print "Exception ignored ... BrokenPipeError".
+    """
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):  # replaced by a test harness: nothing to redirect
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, fd)
+    os.close(devnull)
 
 
 def entrypoint() -> None:
