@@ -243,7 +243,6 @@ def _template(
         scans = scan_files(repo, files, registry=False, workers=workers)
     by_path = {s.path: s for s in scans}
     tests, problems = template_tests(repo, tmpl, rel, by_path, spec.default_num_gpus, spec.default_est_time, estimates)
-    problems += [p for s in scans for p in s.problems]
     return tests, problems, notes, scans
 
 

@@ -24,7 +24,7 @@ from pipelines.core.catalog.forked import fork_map
 from pipelines.core.catalog.ids import path_problem
 from pipelines.core.catalog.infer import Needs, infer_needs
 from pipelines.core.catalog.registry import Registration, parse_registrations
-from pipelines.core.catalog.resolve import module_constants
+from pipelines.core.catalog.resolve import module_constants, resolve
 from pipelines.core.model import Problem
 
 
@@ -163,10 +163,39 @@ def scan_bytes(rel: str, data: bytes, registry: bool = True, dialect: Dialect = 
         return FileScan(rel, sha, problems=(Problem(rel, line, "syntax", f"{msg}; fix the file so Python can parse it"),))
     regs, problems = parse_registrations(tree, rel, source, dialect) if registry else ([], [])
     constants = module_constants(tree)
-    num_gpus = constants.get("NUM_GPUS")
-    if isinstance(num_gpus, bool) or not isinstance(num_gpus, int):
-        num_gpus = None
+    num_gpus = None
+    if not registry:  # NUM_GPUS is framework S's; in a registry file the suite name gives the count
+        num_gpus, bad = _num_gpus(tree, constants, rel)
+        problems += [bad] if bad else []
     return FileScan(rel, sha, tuple(regs), infer_needs(tree, constants), num_gpus, tuple(problems), parsed=True)
+
+
+def _num_gpus(tree: ast.Module, constants: dict, rel: str) -> tuple[int | None, Problem | None]:
+    """The file's module-level ``NUM_GPUS`` (None when it sets none), or a problem when the catalog cannot
+    read it as a whole number: a computed value or a string is never taken as the default silently."""
+    last = None
+    for stmt in tree.body:
+        if isinstance(stmt, ast.Assign):
+            targets = stmt.targets
+        elif isinstance(stmt, ast.AnnAssign) and stmt.value is not None:
+            targets = [stmt.target]
+        else:
+            continue
+        if any(isinstance(t, ast.Name) and t.id == "NUM_GPUS" for t in targets):
+            last = stmt
+    if last is None:
+        return None, None
+    value = constants["NUM_GPUS"] if "NUM_GPUS" in constants else resolve(last.value, constants).value
+    shown_value = ast.unparse(last.value)
+    shown_value = shown_value if len(shown_value) <= 60 else shown_value[:57] + "..."
+    if isinstance(value, bool) or not isinstance(value, int):
+        return None, Problem(rel, last.lineno, "NUM_GPUS", (
+            f"`{shown_value}` must be an integer literal (the catalog reads the file without running it); "
+            "write NUM_GPUS = <N> or give the template entry 'num_gpus' (entries without one use default_num_gpus)"))
+    if value < 0:
+        return None, Problem(rel, last.lineno, "NUM_GPUS", f"{value} must be 0 or more; write the number of GPUs "
+                                                           "the test needs")
+    return value, None
 
 
 def scan_files(repo: Path, rels: list[str], registry: bool = True, workers: int | None = None, dialect: Dialect = M,

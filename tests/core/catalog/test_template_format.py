@@ -108,6 +108,35 @@ def test_num_gpus_comes_from_the_entry_else_the_file_else_the_default(tree):
     assert {t.path: t.gpus for t in load(tree, files).tests}["tests/test_moe.py"] == 8
 
 
+NUM_GPUS_JOB = ("<% set jobs = {'j': {'label': 'run-ci-j', 'tests': [\n"
+                "  {'test_file': 'test_short.py'}, {'test_file': 'test_eval.py'}, {'test_file': 'test_moe.py', 'num_gpus': 2},\n"
+                "  {'test_file': 'test_ckpt.py'}]}} %>\n")
+
+
+@pytest.mark.parametrize("value", ["int(os.environ.get('GPUS', '4'))", "'4'", "True"])
+def test_a_num_gpus_the_catalog_cannot_read_is_a_located_problem_not_a_silent_default(tree, value):
+    files = {**FILES, WORKFLOW: NUM_GPUS_JOB, "tests/test_short.py": f"import os\nNUM_GPUS = {value}\n",
+             "tests/test_moe.py": f"NUM_GPUS = {value}\n",  # its entry gives num_gpus: the file's value is not needed
+             "tests/test_ckpt.py": "PER_NODE = 4\nNUM_GPUS: int = -PER_NODE\n"}
+    cat = load(tree, files)
+    assert [str(p) for p in cat.problems] == [
+        "tests/test_ckpt.py:2: NUM_GPUS: -4 must be 0 or more; write the number of GPUs the test needs",
+        f"tests/test_short.py:2: NUM_GPUS: `{value}` must be an integer literal (the catalog reads the file without "
+        "running it); write NUM_GPUS = <N> or give the template entry 'num_gpus' (entries without one use "
+        "default_num_gpus)"]
+    assert {t.path: t.gpus for t in cat.tests} == {
+        "tests/test_short.py": 8, "tests/test_eval.py": 2, "tests/test_moe.py": 2, "tests/test_ckpt.py": 8}
+
+
+def test_num_gpus_from_a_module_constant_or_given_twice_is_read_without_a_problem(tree):
+    files = {**FILES, WORKFLOW: NUM_GPUS_JOB, "tests/test_short.py": "PER_NODE = 4\nNUM_GPUS = PER_NODE\n",
+             "tests/test_ckpt.py": "NUM_GPUS = TOTAL = 6\n"}
+    cat = load(tree, files)
+    assert cat.problems == ()
+    assert {t.path: t.gpus for t in cat.tests}["tests/test_short.py"] == 4
+    assert {t.path: t.gpus for t in cat.tests}["tests/test_ckpt.py"] == 6
+
+
 def test_est_time_comes_from_history_else_a_default_marked_uncalibrated(tree):
     cat = load(tree, estimates={"tests/test_short.py": 420}, default_est_time=900)
     by_id = cat.by_id()
