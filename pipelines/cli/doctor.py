@@ -5,7 +5,8 @@ Checks, for the deployment in assets/cluster.yaml: RBAC for every verb the launc
 product and count labels, allocatable GPUs/CPU/memory, taints against the pool's
 tolerations), the cache PVC (Bound, ReadWriteMany), the Kueue queues, the image digest, and
 a 1-GPU and a whole-node pre-flight pod per pool (GPU count, CUDA init, /dev/shm size).
-Prints one table; exits 1 when any check fails, 0 when all pass.
+Prints one table; exits 1 when any check fails, 0 when all pass, 2 when there are no credentials
+(a missing or malformed kubeconfig, an unknown --context: the message says which and how to fix it).
 """
 
 from __future__ import annotations
@@ -34,10 +35,14 @@ def run(args: argparse.Namespace) -> int:
         print(f"nightly doctor: deployment {deployment.name} runs tests locally (launcher: {deployment.launcher}); "
               "pass --deployment with a kubernetes deployment of assets/cluster.yaml", file=sys.stderr)
         return 2
-    from pipelines.launch.kubernetes.connect import core_v1_api
+    from pipelines.launch.kubernetes.connect import KubeconfigError, core_v1_api
     from pipelines.launch.kubernetes.doctor import diagnose, table
 
-    api = core_v1_api(kubeconfig=args.kubeconfig, context=args.context)
+    try:
+        api = core_v1_api(kubeconfig=args.kubeconfig, context=args.context)
+    except KubeconfigError as exc:
+        print(f"nightly doctor: {exc}", file=sys.stderr)
+        return 2
     print(f"nightly doctor: deployment {deployment.name}, namespace {deployment.namespace}, "
           f"{api.api_client.configuration.host}", flush=True)
     checks = diagnose(api, deployment, pods=not args.no_pods, pending_wait_s=args.wait, startup_wait_s=args.wait)

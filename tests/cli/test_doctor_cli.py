@@ -133,3 +133,63 @@ def test_help_documents_every_flag(flag, capsys):
     with pytest.raises(SystemExit):
         main(["doctor", "--help"])
     assert flag in capsys.readouterr().out
+
+
+# ---- a kubeconfig that gives no credentials: one located line, exit 2, no traceback ----------------
+
+
+def doctor_with(kubeconfig, monkeypatch, capsys, *args: str) -> tuple[int, str]:
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    monkeypatch.delenv("KUBECONFIG", raising=False)
+    code = main(["doctor", "--deployment", "production", "--no-pods", *(["--kubeconfig", str(kubeconfig)] if kubeconfig else []),
+                 *args])
+    return code, capsys.readouterr().err
+
+
+ONE_CONTEXT = textwrap.dedent("""\
+    apiVersion: v1
+    kind: Config
+    clusters: [{name: h200, cluster: {server: "https://127.0.0.1:1"}}]
+    users: [{name: launcher, user: {token: t}}]
+    contexts: [{name: h200-launcher, context: {cluster: h200, user: launcher}}]
+    current-context: h200-launcher
+""")
+
+
+def test_a_missing_kubeconfig_is_named_with_how_to_point_at_one(tmp_path, monkeypatch, capsys):
+    code, err = doctor_with(tmp_path / "nope", monkeypatch, capsys)
+    assert code == 2
+    assert err == (f"nightly doctor: kubeconfig {tmp_path / 'nope'}: no such file; pass --kubeconfig with the "
+                   "launcher's kubeconfig or set KUBECONFIG (inside a pod the service account is used)\n")
+
+
+def test_without_any_kubeconfig_the_default_path_is_the_one_named(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    code, err = doctor_with(None, monkeypatch, capsys)
+    assert code == 2
+    assert err.startswith(f"nightly doctor: kubeconfig {tmp_path}/.kube/config: no such file; pass --kubeconfig")
+
+
+def test_a_malformed_kubeconfig_is_located_to_its_line(tmp_path, monkeypatch, capsys):
+    (tmp_path / "kubeconfig").write_text("apiVersion: v1\nclusters: [\n")
+    code, err = doctor_with(tmp_path / "kubeconfig", monkeypatch, capsys)
+    assert code == 2
+    assert err.startswith(f"nightly doctor: kubeconfig {tmp_path / 'kubeconfig'}:3: not valid YAML (")
+    assert err.rstrip().endswith("; fix the file (`kubectl config view` shows what it reads) or get a new one")
+    assert "Traceback" not in err
+
+
+def test_a_kubeconfig_of_the_wrong_shape_says_what_it_should_hold(tmp_path, monkeypatch, capsys):
+    (tmp_path / "kubeconfig").write_text("- just\n- a list\n")
+    code, err = doctor_with(tmp_path / "kubeconfig", monkeypatch, capsys)
+    assert code == 2
+    assert err == (f"nightly doctor: kubeconfig {tmp_path / 'kubeconfig'}: not a kubeconfig (expected a mapping with "
+                   "clusters, users and contexts lists); fix the file or get a new one\n")
+
+
+def test_an_unknown_context_lists_the_contexts_there_are(tmp_path, monkeypatch, capsys):
+    (tmp_path / "kubeconfig").write_text(ONE_CONTEXT)
+    code, err = doctor_with(tmp_path / "kubeconfig", monkeypatch, capsys, "--context", "h100")
+    assert code == 2
+    assert err == (f"nightly doctor: kubeconfig {tmp_path / 'kubeconfig'}: no context 'h100'; its contexts are: "
+                   "h200-launcher (current); pass --context with one of them\n")

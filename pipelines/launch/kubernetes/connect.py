@@ -1,14 +1,18 @@
 """Credentials for the API: the pod's service account in the cluster, else a kubeconfig.
 
 Also where a launcher for a deployment is made, with the run's own pod as the owner of the
-pods it creates (:func:`ownership.run_pod_owner`).
+pods it creates (:func:`ownership.run_pod_owner`). A kubeconfig that cannot give credentials
+(missing, not YAML, no such context) is a :class:`KubeconfigError` naming the file and the fix,
+never the client's traceback: it is the first thing a maintainer gets wrong on a new cluster.
 """
 
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Any
 
+import yaml
 from kubernetes import client
 
 from pipelines.core.specs import DeploymentSpec
@@ -32,13 +36,78 @@ def launcher_from_deployment(deployment: DeploymentSpec, *, kubeconfig: str | No
     return KubernetesLauncher(api, deployment, retries=retries, owner=owner, **kwargs)
 
 
+class KubeconfigError(ValueError):
+    """No credentials for the API; the message names the kubeconfig and how to fix it."""
+
+
+def kubeconfig_paths(kubeconfig: str | None = None) -> list[str]:
+    """The files the client reads: ``kubeconfig``, else ``$KUBECONFIG`` (``:``-separated), else ~/.kube/config."""
+    raw = kubeconfig or os.environ.get("KUBECONFIG") or "~/.kube/config"
+    return [os.path.expanduser(p) for p in raw.split(os.pathsep) if p]
+
+
+def check_kubeconfig(paths: list[str], context: str | None = None) -> None:
+    """Raise :class:`KubeconfigError` unless the files exist, parse, and hold the context to use."""
+    shown = os.pathsep.join(paths)
+    found = [p for p in paths if os.path.isfile(p)]
+    if not found:
+        raise KubeconfigError(f"kubeconfig {shown}: no such file; pass --kubeconfig with the launcher's kubeconfig "
+                              "or set KUBECONFIG (inside a pod the service account is used)")
+    contexts: list[str] = []
+    current = None
+    for path in found:
+        try:
+            doc = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+        except OSError as exc:
+            raise KubeconfigError(f"kubeconfig {path}: cannot be read ({exc.strerror}); check its permissions") from exc
+        except (yaml.YAMLError, UnicodeDecodeError) as exc:
+            mark = getattr(exc, "problem_mark", None)
+            where = f"{path}:{mark.line + 1}" if mark else path
+            what = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+            raise KubeconfigError(f"kubeconfig {where}: not valid YAML ({what}); fix the file "
+                                  "(`kubectl config view` shows what it reads) or get a new one") from exc
+        if doc is None:
+            continue
+        if not isinstance(doc, dict) or not all(isinstance(doc.get(k) or [], list) for k in ("clusters", "users", "contexts")):
+            raise KubeconfigError(f"kubeconfig {path}: not a kubeconfig (expected a mapping with clusters, users and "
+                                  "contexts lists); fix the file or get a new one")
+        contexts += [c["name"] for c in doc.get("contexts") or [] if isinstance(c, dict) and c.get("name")]
+        current = current or doc.get("current-context")
+    listed = ", ".join(f"{c} (current)" if c == current else c for c in dict.fromkeys(contexts))
+    if not contexts:
+        raise KubeconfigError(f"kubeconfig {shown}: no contexts; add one (`kubectl config set-context`, or your "
+                              "cloud's get-credentials command) or pass --kubeconfig with another file")
+    if context and context not in contexts:
+        raise KubeconfigError(f"kubeconfig {shown}: no context {context!r}; its contexts are: {listed}; "
+                              "pass --context with one of them")
+    if not context and current not in contexts:
+        said = f"current-context {current!r} is not among its contexts" if current else "no current-context"
+        raise KubeconfigError(f"kubeconfig {shown}: {said}; its contexts are: {listed}; pass --context with one of "
+                              "them (or `kubectl config use-context NAME`)")
+
+
 def core_v1_api(*, kubeconfig: str | None = None, context: str | None = None) -> client.CoreV1Api:
-    """A CoreV1Api from the in-cluster service account, or ``$KUBECONFIG`` / ``~/.kube/config``."""
+    """A CoreV1Api from the in-cluster service account, or ``--kubeconfig`` / ``$KUBECONFIG`` / ``~/.kube/config``.
+
+    Raises :class:`KubeconfigError` (a message, no traceback) when neither gives credentials.
+    """
     from kubernetes import config
+    from kubernetes.config.config_exception import ConfigException
 
     if os.environ.get("KUBERNETES_SERVICE_HOST") and not kubeconfig:
-        config.load_incluster_config()
-    else:
-        # $KUBECONFIG read now: the client reads it once, when kubernetes is first imported
-        config.load_kube_config(config_file=kubeconfig or os.environ.get("KUBECONFIG") or None, context=context)
+        try:
+            config.load_incluster_config()
+        except ConfigException as exc:
+            raise KubeconfigError(f"in-cluster service account: {exc}; run in a pod with the nightly-launcher "
+                                  "ServiceAccount, or pass --kubeconfig") from exc
+        return client.CoreV1Api()
+    # $KUBECONFIG read now: the client reads it once, when kubernetes is first imported
+    paths = kubeconfig_paths(kubeconfig)
+    check_kubeconfig(paths, context)
+    try:
+        config.load_kube_config(config_file=os.pathsep.join(paths), context=context)
+    except (ConfigException, ValueError, TypeError, OSError) as exc:  # a cluster or user entry it cannot use
+        first = (str(exc).splitlines() or [type(exc).__name__])[0]
+        raise KubeconfigError(f"kubeconfig {os.pathsep.join(paths)}: {first}; check the context's cluster and user "
+                              "(`kubectl config view --minify`)") from exc
     return client.CoreV1Api()
