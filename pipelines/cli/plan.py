@@ -5,11 +5,16 @@ changed paths), packs the tests onto the deployment's pools and prints per pool 
 makespan, the lower bound and their ratio, GPU utilization, each node's timeline and each test's
 timeout. ``--shards SUITE=N`` shows the framework's static shards beside it; ``--json`` prints
 the plan for machines; ``--gantt FILE`` draws it.
+
+Exit status: 0 planned (also when the changed paths select no test: nothing to plan); 2 a flag
+or an input file is wrong (the message says how to fix it); 3 the selection flags matched no
+test (the message names the flag and lists what exists).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import subprocess
 import sys
@@ -25,8 +30,19 @@ from pipelines.core.plan import (
     shards_plan,
     static_shards,
 )
-from pipelines.core.select import CADENCES, Selection, SelectionError, select, split_csv
+from pipelines.core.select import (
+    CADENCES,
+    Selection,
+    SelectionError,
+    repo_relative,
+    select,
+    split_csv,
+    why_nothing,
+)
 from pipelines.core.specs import PoolSpec, RepoSpec, load_specs
+
+#: the selection flags matched no test (the message names the flag and what exists); as `nightly run`
+EXIT_NOTHING_SELECTED = 3
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -117,12 +133,16 @@ def _run(args: argparse.Namespace) -> int:
         print(f"warning: {problem}", file=sys.stderr)
     changed = None
     if args.changed is not None:
-        changed = tuple(args.changed)
+        changed = repo_relative(args.changed, str(path.resolve()))
     elif args.git_range:
         changed = tuple(changed_in_range(path, args.git_range))
     selection = Selection(cadence=args.cadence, labels=split_csv(args.labels), suites=split_csv(args.suites),
                           backend=args.backend, changed=changed)
     chosen = select(catalog.tests, selection)
+    why = "" if chosen else why_nothing(catalog.tests, dataclasses.replace(selection, changed=None))
+    if why:  # the flags matched nothing (changed paths that select nothing are an answer, not a mistake)
+        print(f"nightly plan: nothing selected: {why}", file=sys.stderr)
+        return EXIT_NOTHING_SELECTED
     unknown = [s for s in shards if s not in {t.suite for t in catalog.tests}]
     if unknown:
         raise SelectionError(f"--shards: unknown suite(s) {', '.join(unknown)}")
@@ -131,9 +151,10 @@ def _run(args: argparse.Namespace) -> int:
     floor = given_floor if given_floor is not None else (spec.timeout_floor_s if spec else 1800)
     factor = spec.timeout_factor if spec else 1.25
     from pipelines.core.plan.durations import duration_model  # order and predictions from measured durations
+    from pipelines.storage.history import successions  # calibrate's est_time rewrites keep history current
 
     plan = make_plan(runnable, pools, timeout_floor_s=floor, timeout_factor=factor, improve=not args.no_improve,
-                     durations=duration_model(runnable, night.history.read()))
+                     durations=duration_model(runnable, night.history.read(), successions=successions(night.history)))
     static = None
     if shards:
         sh = static_shards([t for t in runnable if t.id not in plan.unplanned], shards)  # unlisted suites: 1 shard
@@ -252,7 +273,8 @@ def print_text(catalog: Catalog, plan: Plan, pools, tests, skipped, static, chan
     if basis:
         print(f"  {basis}; timeouts stay on est_time")
     if changed is not None:
-        print(f"  selected by {len(changed)} changed path(s)")
+        print(f"  selected by {len(changed)} changed path(s)"
+              + ("" if plan.assignments or plan.unplanned or skipped else "; they select no test: nothing to plan"))
         from pipelines.core.select import is_test_file, normalize_path
 
         listed = {normalize_path(t.path) for t in catalog.tests}

@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 from pipelines.cli.flags import add_timeout_floor, timeout_floor
-from pipelines.core.select import split_csv
+from pipelines.core.select import Selection, split_csv, why_nothing
 
 EXIT_TEST_FAILED, EXIT_PROBLEMS, EXIT_INTERRUPTED = 1, 3, 130
 
@@ -100,7 +100,10 @@ def run(args: argparse.Namespace) -> int:
     if args.list_only:
         return EXIT_PROBLEMS if problems and not args.accept_problems else 0
     if not runset.run:
-        print("nightly: nothing to run; check --cadence/--labels/--suite against `nightly catalog`", file=sys.stderr)
+        why = why_nothing(night.catalog.tests, Selection(cadence=args.cadence, labels=selection.labels,
+                                                         suites=selection.suites))
+        print(f"nightly: nothing to run: {why or 'every selected test is disabled or on hardware no pool runs'}",
+              file=sys.stderr)
         return EXIT_PROBLEMS if not args.accept_problems else 0
     code = _execute(night, args, selection, env, home)
     if code == 0 and problems and not args.accept_problems:

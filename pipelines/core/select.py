@@ -79,6 +79,63 @@ def select(tests: Iterable[Test], selection: Selection) -> list[Test]:
     return out
 
 
+def why_nothing(tests: Iterable[Test], selection: Selection) -> str:
+    """Which flag left the selection empty, and what exists instead (empty string when it is not empty).
+
+    The flags are applied one at a time in the order a maintainer narrows a run (backend, suite,
+    labels, cadence); the first that leaves no test is named, with the values the remaining
+    tests have, so a typo'd ``--labels nosuch`` says which labels exist rather than planning 0 tests.
+    """
+    left = list(tests)
+    if not left:
+        return "the catalog has no tests; `nightly catalog` says why (roots, registrations, problems)"
+    steps = (
+        ("--backend", selection.backend, lambda t: t.backend == selection.backend,
+         lambda ts: sorted({t.backend for t in ts}), "backends"),
+        ("--suite", ",".join(selection.suites),
+         lambda t: t.suite in selection.suites or bool(set(t.also_suites) & set(selection.suites)),
+         lambda ts: sorted({t.suite for t in ts}), "suites"),
+        ("--labels", ",".join(selection.labels), lambda t: bool(set(selection.labels) & set(t.labels)),
+         lambda ts: sorted({label for t in ts for label in t.labels}), "labels"),
+        ("--cadence", selection.cadence, lambda t: in_cadence(t, selection.cadence),
+         lambda ts: [c for c in CADENCES if any(in_cadence(t, c) for t in ts)], "cadences that run some of them"),
+    )
+    for flag, value, keep, values_of, what in steps:
+        if not value:
+            continue
+        kept = [t for t in left if keep(t)]
+        if not kept:
+            shown = ", ".join(values_of(left)) or "none"
+            return (f"{flag} {value} selects none of the {len(left)} test(s) the other flags leave; {what} there: "
+                    f"{shown} (pick one of them, or drop {flag})")
+        left = kept
+    return ""
+
+
+def repo_relative(paths: Iterable[str], root: str) -> tuple[str, ...]:
+    """Changed paths as the catalog writes them: an absolute path inside ``root`` becomes relative to it.
+
+    ``root`` is the repo's absolute path (resolved by the caller). A path outside it cannot name
+    anything the repo's tests depend on: SelectionError lists those paths, never ignores them.
+    """
+    base = normalize_path(root)
+    out: list[str] = []
+    outside: list[str] = []
+    for raw in paths:
+        if not raw.replace("\\", "/").startswith("/"):
+            out.append(raw)
+            continue
+        p = normalize_path(raw)
+        if p == base or p.startswith(base + "/"):
+            out.append(p[len(base) + 1:])
+        else:
+            outside.append(raw)
+    if outside:
+        raise SelectionError(f"--changed: {', '.join(outside)}: outside the repo /{base}; give paths inside it "
+                             "(absolute, or relative to the repo's root)")
+    return tuple(out)
+
+
 def normalize_path(path: str) -> str:
     """``./tests//a.py`` and ``tests\\a.py`` -> ``tests/a.py`` (the catalog's form)."""
     parts = [p for p in path.replace("\\", "/").split("/") if p not in ("", ".")]

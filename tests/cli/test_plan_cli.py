@@ -175,3 +175,20 @@ def test_a_wrong_shaped_estimates_entry_is_left_out_with_where_it_is(fake_catalo
     assert (f"warning: {estimates}:10: estimates['tests/test_c.py'].est_time: expected whole seconds from 0 to 86400, "
             "got 'soon'; the test plans with its registered est_time") in captured.err
     assert estimates.read_text() == text  # nothing is lost: the file stays as it was
+
+
+def test_a_selection_that_matches_nothing_says_what_exists_and_exits_3(fake_catalog, tmp_path, capsys):
+    assert nightly_plan(["--repo", str(tmp_path), "--labels", "nosuch"]) == plan_cli.EXIT_NOTHING_SELECTED == 3
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert ("nightly plan: nothing selected: --labels nosuch selects none of the 6 test(s) the other flags leave; "
+            "labels there: long, megatron (pick one of them, or drop --labels)") in captured.err
+
+
+def test_changed_paths_may_be_absolute_inside_the_repo(fake_catalog, tmp_path, capsys):
+    absolute = str(tmp_path / "tests" / "test_b.py")
+    assert nightly_plan(["--repo", str(tmp_path), "--pool", "h200=1x8", "--json", "--changed", absolute]) == 0
+    assert [a["test_id"] for a in json.loads(capsys.readouterr().out)["assignments"]] == ["tests/test_b.py"]
+    assert nightly_plan(["--repo", str(tmp_path), "--changed", "/elsewhere/tests/test_b.py"]) == 2
+    assert (f"--changed: /elsewhere/tests/test_b.py: outside the repo {tmp_path.resolve()}; give paths inside it"
+            in capsys.readouterr().err)

@@ -45,7 +45,9 @@ def test_a_night_with_unplanned_tests_is_not_green_unless_accepted(tmp_path, cap
 
 def test_a_selection_that_matches_nothing_is_a_problem(tmp_path, capsys):
     assert main(["run", "--home", str(tmp_path), "--labels", "no-such-label"]) == 3
-    assert "nothing to run" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "nightly: nothing to run: --labels no-such-label selects none of the" in err
+    assert "labels there: ckpt, fsdp, long, lora, megatron" in err
     assert not (tmp_path / "dagster").exists()
 
 

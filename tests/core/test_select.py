@@ -4,7 +4,16 @@ from __future__ import annotations
 
 import pytest
 
-from pipelines.core.select import Selection, SelectionError, in_cadence, select, select_changed, split_csv
+from pipelines.core.select import (
+    Selection,
+    SelectionError,
+    in_cadence,
+    repo_relative,
+    select,
+    select_changed,
+    split_csv,
+    why_nothing,
+)
 from tests.conftest import make_test
 
 A = make_test(id="a", path="tests/e2e/test_a.py", labels=("megatron",))
@@ -65,3 +74,36 @@ def test_changed_paths_combine_with_the_cadence():
     assert select(ALL, Selection(cadence="nightly", changed=("tests/e2e/test_long.py",))) == []
     assert ids(select(ALL, Selection(cadence="nightly", changed=("setup.py",)))) == ["a", "b"]
     assert ids(select(ALL, Selection(cadence="nightly"))) == ["a", "b"]
+
+
+def test_an_empty_selection_names_the_flag_and_the_labels_that_exist():
+    assert why_nothing(ALL, Selection(labels=("nosuch",))) == (
+        "--labels nosuch selects none of the 4 test(s) the other flags leave; labels there: fsdp, ft-long, long, "
+        "megatron, short (pick one of them, or drop --labels)")
+
+
+def test_an_empty_selection_lists_only_what_the_earlier_flags_leave():
+    why = why_nothing(ALL, Selection(suites=("stage-c-8-gpu-h200",), labels=("megatron",)))
+    assert why.startswith("--labels megatron selects none of the 1 test(s) the other flags leave; labels there: ft-long")
+    assert why_nothing(ALL, Selection(backend="amd")).startswith(
+        "--backend amd selects none of the 4 test(s) the other flags leave; backends there: cuda")
+    assert why_nothing(ALL, Selection(cadence="pr", labels=("fsdp",))).startswith(
+        "--cadence pr selects none of the 1 test(s) the other flags leave; cadences that run some of them there: "
+        "nightly, weekly, release")
+
+
+def test_a_selection_that_matches_something_needs_no_explanation():
+    assert why_nothing(ALL, Selection(cadence="nightly", labels=("fsdp",))) == ""
+    assert why_nothing([], Selection()).startswith("the catalog has no tests")
+
+
+def test_absolute_changed_paths_inside_the_repo_become_repo_relative():
+    assert repo_relative(["/src/fw/tests/e2e/test_b.py", "tests/e2e/test_a.py"], "/src/fw") == (
+        "tests/e2e/test_b.py", "tests/e2e/test_a.py")
+    assert ids(select(ALL, Selection(changed=repo_relative(["/src/fw/tests/e2e/test_b.py"], "/src/fw/")))) == ["b"]
+
+
+def test_changed_paths_outside_the_repo_are_an_error_that_lists_them():
+    with pytest.raises(SelectionError, match=r"--changed: /src/other/test_b.py, /src/fwx/a.py: outside the repo "
+                                             r"/src/fw; give paths inside it"):
+        repo_relative(["/src/other/test_b.py", "/src/fw/ok.py", "/src/fwx/a.py"], "/src/fw")
