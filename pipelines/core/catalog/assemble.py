@@ -1,7 +1,8 @@
 """Turning scanned files and template entries into :class:`Test` records with their ids.
 
 Registry: one test per registration; the id is the file path when the file registers once,
-``<path>::<backend>-<suite>`` for each registration when it registers several. Template: one
+``<path>::<backend>-<suite>`` for each registration when it registers several (``@<hardware>`` added
+where one suite runs on several hardware, from a ``hardware=[...]`` list). Template: one
 test per distinct entry (identical entries in several jobs merge, their labels unite, and the
 other jobs become ``also_suites`` so that ``--suite`` selects any job); the id
 is the path, or ``<path>::<variant>`` when the file appears with different args/env, where the
@@ -76,8 +77,8 @@ def registry_tests(scans: list[FileScan], implicit_cpu_dirs: tuple[str, ...], di
                 continue
             suite = dialect.implicit_suite or posixpath.basename(home.rstrip("/"))
             regs = [Registration("cpu", suite, 0, "cpu", 1, (), False, None, 1)]
-        for r in regs:
-            variant = f"{r.backend}-{r.suite}" if len(regs) > 1 else None
+        variants = _variants(regs)
+        for r, variant in zip(regs, variants, strict=True):
             tests.append(new_test(
                 id=make_id(scan.path, variant), path=scan.path, backend=r.backend, suite=r.suite,  # type: ignore[arg-type]
                 gpus=r.gpus, est_time=r.est_time, labels=r.labels, nightly=r.nightly, disabled=r.disabled,
@@ -85,6 +86,18 @@ def registry_tests(scans: list[FileScan], implicit_cpu_dirs: tuple[str, ...], di
                 nightly_rule=dialect.nightly,
             ))
     return tests, problems
+
+
+def _variants(regs: list[Registration]) -> list[str | None]:
+    """``<backend>-<suite>`` per registration of a file with several, ``...@<hardware>`` where one suite runs on
+    several hardware (a ``hardware=[...]`` list); a true repeat keeps its id and is reported as a duplicate."""
+    if len(regs) == 1:
+        return [None]
+    bases = [f"{r.backend}-{r.suite}" for r in regs]
+    hardware: dict[str, set[str]] = {}
+    for base, r in zip(bases, regs, strict=True):
+        hardware.setdefault(base, set()).add(r.hardware)
+    return [base + (f"@{r.hardware}" if len(hardware[base]) > 1 else "") for base, r in zip(bases, regs, strict=True)]
 
 
 def template_path(test_file: str) -> str:

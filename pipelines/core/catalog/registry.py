@@ -4,7 +4,9 @@ The same rules as the frameworks' own runners, taken from the repo's :class:`Dia
 module-level ``Expr(Call(Name))`` statements count; every argument is a literal; only the
 positional parameters of the framework's signature may be positional; ``*args``, ``**kwargs``
 and unknown keywords are errors. The GPU count and hardware come from the suite name
-(``stage-c-4-gpu-h200``) or the ``hardware=[...]`` list; the ``stage=`` + ``runner_config=`` form
+(``stage-c-4-gpu-h200``) or the ``hardware=[...]`` list, each of whose entries is a registration of its own
+(as one call per hardware would be; an entry that disagrees with the suite name is a problem of its own);
+the ``stage=`` + ``runner_config=`` form
 names the suite ``f"{stage}-test-{runner_config}"``. A runner config without a GPU type
 (``1-gpu-large``) is kept whole as the hardware: pools list it as an alias. A bad call gives one
 located :class:`Problem` and the file's other calls still load.
@@ -66,9 +68,12 @@ def parse_registrations(tree: ast.Module, path: str, source: str, dialect: Diale
             continue
         top_lines.add(call.lineno)
         try:
-            regs.append(_registration(call, dialect))
+            placed, conflicts = _registrations(call, dialect)
         except _Bad as bad:
             problems.append(Problem(path, call.lineno, bad.field, bad.message))
+            continue
+        regs += placed
+        problems += [Problem(path, call.lineno, bad.field, bad.message) for bad in conflicts]
     mentions = sum(source.count(name + "(") for name in backends)
     if mentions > len(top_lines):
         problems += _misplaced(tree, path, top_lines, backends)
@@ -92,7 +97,9 @@ def _misplaced(tree: ast.Module, path: str, top_lines: set[int], backends: dict[
     return sorted(out, key=lambda p: p.line)
 
 
-def _registration(call: ast.Call, dialect: Dialect) -> Registration:
+def _registrations(call: ast.Call, dialect: Dialect) -> tuple[list[Registration], list[_Bad]]:
+    """One registration per hardware the call lists (one when it lists none), and each listed entry
+    that conflicts with the suite name; a call that is wrong as a whole raises :class:`_Bad`."""
     func = call.func.id  # type: ignore[union-attr]
     sig = dialect.signature(func)
     args: dict[str, object] = {}
@@ -126,9 +133,9 @@ def _registration(call: ast.Call, dialect: Dialect) -> Registration:
     disabled = args.get("disabled")
     if disabled is not None and (not isinstance(disabled, str) or not disabled.strip()):
         raise _Bad("disabled", f"must be None or a non-empty reason string, got {disabled!r}; say why it is disabled")
-    hardware_list = _hardware_list(args)
-    gpus, hardware, assumed = _gpus_and_hardware(sig.backend, suite, hardware_list, dialect)
-    return Registration(sig.backend, suite, gpus, hardware, est_time, labels, nightly, disabled, call.lineno, assumed)
+    placements, conflicts = _placements(sig.backend, suite, _hardware_list(args), dialect)
+    return [Registration(sig.backend, suite, gpus, hardware, est_time, labels, nightly, disabled, call.lineno, assumed)
+            for gpus, hardware, assumed in placements], conflicts
 
 
 def _literal(name: str, node: ast.AST) -> object:
@@ -212,12 +219,42 @@ def hardware_name(gpus: int, named: str) -> str:
     return f"{gpus}-gpu-{named}"
 
 
-def _gpus_and_hardware(backend: str, suite: str, hw: list[tuple[int | None, str]], dialect: Dialect
-                       ) -> tuple[int, str, bool]:
+def _placements(backend: str, suite: str, hw: list[tuple[int | None, str]], dialect: Dialect
+                ) -> tuple[list[tuple[int, str, bool]], list[_Bad]]:
+    """(GPUs, hardware, GPU count assumed) for each hardware the registration runs on.
+
+    A file may register once per hardware; a ``hardware=[...]`` list says the same in one call, so
+    every entry counts. An entry whose GPU count or GPU type disagrees with the suite name is a
+    conflict of its own; the agreeing entries still count.
+    """
     if backend == "cpu":
-        return 0, "cpu", False
+        return [(0, "cpu", False)], []
     m = _GPU_SUITE.search(suite)
-    gpus = int(m.group(1)) if m else next((n for n, _ in hw if n is not None), None)
+    suite_gpus, suite_hw = (int(m.group(1)), m.group(2) or "") if m else (None, "")
+    if not hw:
+        return [_placement(backend, suite, suite_gpus, suite_hw, dialect)], []
+    placements, conflicts = [], []
+    for entry in dict.fromkeys(hw):
+        n, name = entry
+        shown = f"{n}-gpu-{name}" if n is not None else name
+        if suite_gpus is not None and n is not None and n != suite_gpus:
+            conflicts.append(_Bad("hardware", f"{shown!r} asks for {n} GPUs but the suite name {suite!r} says "
+                                              f"{suite_gpus}; make them agree (write {name!r} or fix the suite name)"))
+        elif suite_hw and name != suite_hw:
+            conflicts.append(_Bad("hardware", f"{shown!r} is not {suite_hw!r}, which the suite name {suite!r} asks "
+                                              f"for; list only {suite_hw!r} or register the file once per suite"))
+        else:
+            try:
+                placements.append(_placement(backend, suite, suite_gpus if suite_gpus is not None else n, name, dialect))
+            except _Bad as bad:
+                conflicts.append(bad)
+    if len(hw) != len(dict.fromkeys(hw)):
+        conflicts.append(_Bad("hardware", f"{[f'{n}-gpu-{x}' if n is not None else x for n, x in hw]!r} lists an "
+                                          "entry twice; remove the repeat"))
+    return placements, conflicts
+
+
+def _placement(backend: str, suite: str, gpus: int | None, named: str, dialect: Dialect) -> tuple[int, str, bool]:
     assumed = False
     if gpus is None:
         if dialect.suites != "free":
@@ -225,12 +262,8 @@ def _gpus_and_hardware(backend: str, suite: str, hw: list[tuple[int | None, str]
                                 "or give hardware=[\"<N>-gpu-<hardware>\"]")
         gpus, assumed = 1, True
     if gpus <= 0:
-        raise _Bad("suite", f"{suite!r} asks for {gpus} GPUs; a {backend} test needs at least 1")
-    named = m.group(2) if m and m.group(2) else ""
-    listed = [name for _, name in hw]
-    if named and listed and named not in listed:
-        raise _Bad("hardware", f"{listed!r} does not include {named!r}, which the suite name {suite!r} asks for")
-    hardware = hardware_name(gpus, named or (listed[0] if listed else ""))
+        raise _Bad("suite", f"{suite!r} asks for {gpus} GPUs; a {backend} test needs at least 1; fix the GPU count")
+    hardware = hardware_name(gpus, named)
     if not hardware and backend not in dialect.default_pool_backends:
         hardware = backend  # an NPU/XPU/MLX test naming no hardware must not land on the default (NVIDIA) pool
     return gpus, hardware, assumed

@@ -69,6 +69,31 @@ def test_hardware_list_fills_the_hardware_a_suite_leaves_out(tree):
     assert (t.gpus, t.hardware) == (2, "h200")
 
 
+def test_every_hardware_a_call_lists_is_a_test_of_its_own(tree):
+    cat = catalog_of(tree, {"tests/test_h.py": HEADER + (
+        'register_cuda_ci(60, "nightly-big", labels=["x"], hardware=["8-gpu-h100", "4-gpu-h200"])\n')})
+    assert cat.problems == ()
+    assert sorted((t.id, t.gpus, t.hardware, t.line) for t in cat.tests) == [
+        ("tests/test_h.py::cuda-nightly-big@h100", 8, "h100", 2),
+        ("tests/test_h.py::cuda-nightly-big@h200", 4, "h200", 2)]
+
+
+def test_a_listed_hardware_that_conflicts_with_the_suite_is_reported_and_the_agreeing_ones_count(tree):
+    cat = catalog_of(tree, {"tests/test_h.py": HEADER + (
+        'register_cuda_ci(60, "stage-c-4-gpu", labels=["x"], hardware=["h200", "8-gpu-h100", "4-gpu-b200"])\n'
+        'register_cuda_ci(60, "stage-d-2-gpu-h200", labels=["x"], hardware=["h200", "b200", "h200"])\n')})
+    assert sorted((t.id, t.gpus, t.hardware) for t in cat.tests) == [
+        ("tests/test_h.py::cuda-stage-c-4-gpu@b200", 4, "b200"),
+        ("tests/test_h.py::cuda-stage-c-4-gpu@h200", 4, "h200"),
+        ("tests/test_h.py::cuda-stage-d-2-gpu-h200", 2, "h200")]
+    assert [str(p) for p in cat.problems] == [
+        "tests/test_h.py:2: hardware: '8-gpu-h100' asks for 8 GPUs but the suite name 'stage-c-4-gpu' says 4; "
+        "make them agree (write 'h100' or fix the suite name)",
+        "tests/test_h.py:3: hardware: 'b200' is not 'h200', which the suite name 'stage-d-2-gpu-h200' asks for; "
+        "list only 'h200' or register the file once per suite",
+        "tests/test_h.py:3: hardware: ['h200', 'b200', 'h200'] lists an entry twice; remove the repeat"]
+
+
 def test_calls_inside_blocks_or_through_attributes_are_reported_not_counted(tree):
     cat = catalog_of(tree, {"tests/test_n.py": (
         "import ci\n"
@@ -113,7 +138,11 @@ BAD_CALLS = [
     ('register_cuda_ci(60, "stage-c-4-gpu-h200", labels=["x"], disabled="")', "disabled: must be None or a non-empty reason"),
     ('register_cuda_ci(60, "stage-c-4-gpu-h200", labels=["x"], hardware=[])', "hardware: must be a non-empty list"),
     ('register_cuda_ci(60, "stage-c-4-gpu-h200", labels=["x"], hardware=["h100"])',
-     "hardware: ['h100'] does not include 'h200', which the suite name 'stage-c-4-gpu-h200' asks for"),
+     "hardware: 'h100' is not 'h200', which the suite name 'stage-c-4-gpu-h200' asks for; list only 'h200' or "
+     "register the file once per suite"),
+    ('register_cuda_ci(60, "stage-c-4-gpu-h200", labels=["x"], hardware=["8-gpu-h200"])',
+     "hardware: '8-gpu-h200' asks for 8 GPUs but the suite name 'stage-c-4-gpu-h200' says 4; make them agree "
+     "(write 'h200' or fix the suite name)"),
     ('register_cuda_ci(60, "stage-c-4-gpu-h200", labels=["x"], stage="base-b", runner_config="1-gpu-large")',
      "suite: give either suite= or stage= with runner_config=, not both"),
     ('register_cuda_ci(60, stage="base-b")', "runner_config: must be a name"),
