@@ -107,7 +107,8 @@ def _report(args: argparse.Namespace) -> int:
 
     home = (args.home or default_home()).resolve()
     _, inputs, store = repo_context(home, args.repo, args.deployment)
-    data = night_report(store, args.night, dataclasses.replace(inputs, uncovered=(*inputs.uncovered, *args.uncovered)))
+    data = night_report(store, args.night, dataclasses.replace(inputs, uncovered=(*inputs.uncovered, *args.uncovered)),
+                        warn=lambda text: print(f"nightly report: warning: {text}", file=sys.stderr))
     if args.json:
         print(to_json(data))
         return 0

@@ -9,9 +9,10 @@ everything else (pipelines.core.report.build_report).
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,6 +25,8 @@ from pipelines.core.report import ReportData, build_report, tail_lines
 from pipelines.storage.state import StateStore
 
 LOG_TAIL_LINES = 30
+#: what every attempt of a summary must have for the report to read it (pipelines.core.model.Attempt)
+ATTEMPT_KEYS = ("test_id", "outcome", "elapsed_s", "started_at")
 
 
 def night_keys(store: StateStore) -> list[str]:
@@ -33,24 +36,56 @@ def night_keys(store: StateStore) -> list[str]:
 
 
 def read_summary(store: StateStore, key: str) -> dict:
+    """A night summary (``nights/``) or run record (``runs/``); anything unreadable is a located error."""
     text = store.get(key)
     if text is None:
         raise CatalogError(Problem(store.uri(key), 1, "summary", "missing; run `nightly run` first"))
+    return parse_summary(store.uri(key), text)
+
+
+def parse_summary(where: str, text: str) -> dict:
+    """The summary in ``text`` checked for the shape the report reads, so a damaged file is named, not a traceback."""
     try:
         data = json.loads(text)
     except ValueError as exc:
-        raise CatalogError(Problem(store.uri(key), getattr(exc, "lineno", 1), "summary",
+        raise CatalogError(Problem(where, getattr(exc, "lineno", 1), "summary",
                                    f"not valid JSON ({exc}); delete the file or run the night again")) from exc
+    written = "was it written by `nightly run`?"
     if not isinstance(data, dict) or not isinstance(data.get("attempts", []), list):
-        raise CatalogError(Problem(store.uri(key), 1, "summary", "expected a night summary object with an "
-                                                                 "`attempts` list; was it written by `nightly run`?"))
+        raise CatalogError(Problem(where, 1, "summary", f"expected a night summary object with an `attempts` list; {written}"))
+    for i, attempt in enumerate(data.get("attempts", [])):
+        if not isinstance(attempt, dict):
+            raise CatalogError(Problem(where, 1, f"attempts[{i}]", "expected an attempt object with test_id, outcome, "
+                                                                   f"elapsed_s and started_at; {written}"))
+        missing = [k for k in ATTEMPT_KEYS if k not in attempt]
+        if missing:
+            raise CatalogError(Problem(where, 1, f"attempts[{i}]", f"missing {', '.join(missing)}; {written}"))
     return data
 
 
-def select_night(store: StateStore, night: str | None = None) -> tuple[dict, dict | None]:
+def _previous(store: StateStore, keys: Sequence[str], i: int, warn: Callable[[str], None]) -> dict | None:
+    """The newest readable night before ``keys[i]``: a damaged one is left out with a warning, not the whole report."""
+    skipped: list[str] = []
+    for key in reversed(keys[:i]):
+        try:
+            found = read_summary(store, key)
+        except CatalogError as exc:
+            skipped.append(str(exc))
+            continue
+        for problem in skipped:
+            warn(f"{problem}; left out: compared with {key[len('nights/'):-len('.json')]} instead")
+        return found
+    for problem in skipped:
+        warn(f"{problem}; left out: no earlier night to compare with")
+    return None
+
+
+def select_night(store: StateStore, night: str | None = None,
+                 warn: Callable[[str], None] = lambda _: None) -> tuple[dict, dict | None]:
     """(the night's summary, the one before it or None); the newest night when ``night`` is None.
 
     ``night`` is a night's name (``nights/<night>.json``) or a run id (``runs/<run id>.json``).
+    The chosen night must be readable; a damaged night before it is passed over and ``warn`` told.
     """
     keys = night_keys(store)
     if not keys:
@@ -62,13 +97,13 @@ def select_night(store: StateStore, night: str | None = None) -> tuple[dict, dic
     elif night in names:
         i = names.index(night)
     elif (run := store.get(f"runs/{night}.json")) is not None:
-        summary = json.loads(run)
+        summary = parse_summary(store.uri(f"runs/{night}.json"), run)
         i = names.index(summary["night"]) if summary.get("night") in names else 0
-        return summary, read_summary(store, keys[i - 1]) if i else None
+        return summary, _previous(store, keys, i, warn)
     else:
         raise CatalogError(Problem(store.uri("nights"), 1, "--night",
                                    f"no night or run {night!r}; the newest nights are: {', '.join(names[-5:])}"))
-    return read_summary(store, keys[i]), read_summary(store, keys[i - 1]) if i else None
+    return read_summary(store, keys[i]), _previous(store, keys, i, warn)
 
 
 def log_tails(summary: Mapping, store: StateStore | None = None, lines: int = LOG_TAIL_LINES) -> dict[str, str]:
@@ -144,20 +179,28 @@ def as_of(summary: Mapping, samples: Sequence[Sample], quarantine: Mapping | Non
     return kept, {**quarantine, "actions": actions}
 
 
-def night_report(store: StateStore, night: str | None, inputs: ReportInputs) -> ReportData:
-    """The report of one night (the newest by default) from the deployment's state store."""
-    summary, previous = select_night(store, night)
+def night_report(store: StateStore, night: str | None, inputs: ReportInputs,
+                 warn: Callable[[str], None] = lambda _: None) -> ReportData:
+    """The report of one night (the newest by default) from the deployment's state store.
+
+    What was left out (a damaged night before it) goes to ``warn`` and into the page's notes.
+    """
+    left_out: list[str] = []
+    summary, previous = select_night(store, night, warn=left_out.append)
+    for text in left_out:
+        warn(text)
     samples, quarantine = as_of(summary, inputs.samples, inputs.quarantine, newest=night is None)
     if isinstance(summary.get("flaky"), Mapping):  # the night recorded its states: only later manual actions
         ends = [a.get("started_at", "") for a in summary.get("attempts", ())]
         states = states_from_summary(summary["flaky"], quarantine, max(ends, default=""))
     else:
         states = replay(samples, inputs.rules, quarantine)
-    return build_report(
+    data = build_report(
         summary, [previous] if previous else [], samples, inputs.tests, inputs.estimates, states=states,
         log_tails=log_tails(summary, store), uncovered=inputs.uncovered, capacity_gpus=inputs.capacity_gpus,
         timeout_floor_s=inputs.timeout_floor_s, timeout_factor=inputs.timeout_factor,
     )
+    return dataclasses.replace(data, notes=(*data.notes, *left_out)) if left_out else data
 
 
 def write_html(store: StateStore, data: ReportData, out: Path | None = None) -> str:

@@ -137,3 +137,29 @@ def test_cells_the_declared_coverage_leaves_uncovered_are_listed(home, capsys, m
     _, out, _ = nightly(capsys, "report", "--home", str(home), "--repo", "minirl", "--json", "--uncovered", "extra")
     assert json.loads(out)["uncovered"] == [
         "backend-matrix: backend=megatron, lora=true (group: tests/e2e/test_backend_matrix.py)", "extra"]
+
+
+def test_a_corrupt_run_record_is_named_with_the_fix_and_nothing_is_written(home, capsys):
+    (home / "runs").mkdir(exist_ok=True)
+    (home / "runs" / "r1.json").write_text('{"night": "2026-11-04T150000Z", "attempts": [')
+    pages = sorted((home / "reports").glob("*")) if (home / "reports").exists() else []
+    code, out, err = nightly(capsys, "report", "--home", str(home), "--repo", "minirl", "--night", "r1")
+    assert (code, out) == (2, "")
+    assert f"{home}/runs/r1.json:1: summary: not valid JSON (" in err and "delete the file or run the night again" in err
+    assert "Traceback" not in err
+    assert (sorted((home / "reports").glob("*")) if (home / "reports").exists() else []) == pages
+
+
+def test_a_corrupt_night_before_still_renders_tonight_compared_with_the_last_readable_one(home, tmp_path, capsys):
+    import shutil
+
+    copy = tmp_path / "home"
+    shutil.copytree(home, copy)
+    (copy / "nights" / "2026-11-05T150000Z.json").write_text('"not a summary"')
+    code, out, err = nightly(capsys, "report", "--home", str(copy), "--repo", "minirl", "--json")
+    data = json.loads(out)
+    assert (code, data["night"], data["changes"]["previous"]) == (0, "2026-11-06T150000Z", "2026-11-04T150000Z")
+    warning = (f"{copy}/nights/2026-11-05T150000Z.json:1: summary: expected a night summary object with an `attempts` "
+               "list; was it written by `nightly run`?; left out: compared with 2026-11-04T150000Z instead")
+    assert f"nightly report: warning: {warning}" in err
+    assert warning in data["notes"]

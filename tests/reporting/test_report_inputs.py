@@ -5,7 +5,14 @@ from __future__ import annotations
 import pytest
 
 from pipelines.core.model import CatalogError
-from pipelines.reporting.inputs import inputs_for_night, log_tails, night_report, select_night, write_html
+from pipelines.reporting.inputs import (
+    ReportInputs,
+    inputs_for_night,
+    log_tails,
+    night_report,
+    select_night,
+    write_html,
+)
 from pipelines.reporting.state import load_doc, save_doc
 from pipelines.storage.state import LocalStateStore
 from tests.reporting.nights import SFT, example_night, tid, write_home
@@ -76,7 +83,6 @@ def test_a_night_that_recorded_its_flaky_states_is_reported_with_them(tmp_path):
     import json
 
     from pipelines.core.flaky import FlakyState
-    from pipelines.reporting.inputs import ReportInputs
 
     home = write_home(example_night(tmp_path))
     latest = home / "nights" / "2026-11-06T150000Z.json"
@@ -86,3 +92,47 @@ def test_a_night_that_recorded_its_flaky_states_is_reported_with_them(tmp_path):
     data = night_report(LocalStateStore(home), None, ReportInputs(samples=()))
     assert data.excused == (tid(SFT),)
     assert [(s.test_id, s.state, s.why) for s in data.flaky] == [(tid(SFT), "quarantined", "3 flips")]
+
+
+def test_a_corrupt_run_record_is_located_with_the_fix(tmp_path):
+    (tmp_path / "nights").mkdir()
+    (tmp_path / "nights" / "2026-11-01T150000Z.json").write_text('{"night": "2026-11-01T150000Z", "attempts": []}')
+    (tmp_path / "runs").mkdir()
+    (tmp_path / "runs" / "r1.json").write_text('{"night": ')
+    with pytest.raises(CatalogError) as err:
+        select_night(LocalStateStore(tmp_path), "r1")
+    assert str(err.value).startswith(f"{tmp_path}/runs/r1.json:1: summary: not valid JSON (")
+    assert str(err.value).endswith("; delete the file or run the night again")
+
+
+@pytest.mark.parametrize(("text", "field", "message"), [
+    ("[1, 2]", "summary", "expected a night summary object with an `attempts` list; was it written by `nightly run`?"),
+    ('{"attempts": {}}', "summary", "expected a night summary object with an `attempts` list; was it written by `nightly run`?"),
+    ('{"attempts": [7]}', "attempts[0]", "expected an attempt object with test_id, outcome, elapsed_s and started_at; "
+                                         "was it written by `nightly run`?"),
+    ('{"attempts": [{"test_id": "t", "outcome": "passed"}]}', "attempts[0]",
+     "missing elapsed_s, started_at; was it written by `nightly run`?"),
+])
+def test_a_run_record_of_the_wrong_shape_is_located_with_the_fix(tmp_path, text, field, message):
+    (tmp_path / "nights").mkdir()
+    (tmp_path / "nights" / "2026-11-01T150000Z.json").write_text('{"night": "2026-11-01T150000Z", "attempts": []}')
+    (tmp_path / "runs").mkdir()
+    (tmp_path / "runs" / "r1.json").write_text(text)
+    with pytest.raises(CatalogError) as err:
+        select_night(LocalStateStore(tmp_path), "r1")
+    assert str(err.value) == f"{tmp_path}/runs/r1.json:1: {field}: {message}"
+
+
+def test_a_corrupt_night_before_is_left_out_with_a_warning_and_the_one_before_it_compared(home, tmp_path):
+    import shutil
+
+    copy = tmp_path / "home"
+    shutil.copytree(home, copy)
+    (copy / "nights" / "2026-11-05T150000Z.json").write_text("{")
+    warnings: list[str] = []
+    summary, previous = select_night(LocalStateStore(copy), warn=warnings.append)
+    assert (summary["night"], previous["night"]) == ("2026-11-06T150000Z", "2026-11-04T150000Z")
+    assert len(warnings) == 1 and warnings[0].startswith(f"{copy}/nights/2026-11-05T150000Z.json:1: summary: not valid JSON")
+    assert warnings[0].endswith("; left out: compared with 2026-11-04T150000Z instead")
+    data = night_report(LocalStateStore(copy), None, ReportInputs(samples=()), warn=lambda _: None)
+    assert data.changes.previous == "2026-11-04T150000Z" and warnings[0] in data.notes
