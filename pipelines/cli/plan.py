@@ -21,6 +21,7 @@ import sys
 from pathlib import Path
 
 from pipelines.cli.flags import FlagError, add_timeout_floor, timeout_floor
+from pipelines.cli.plan_gantt import gantt_path, write_gantt
 from pipelines.core.model import Catalog, CatalogError, Plan, Test
 from pipelines.core.plan import (
     make_plan,
@@ -66,7 +67,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_timeout_floor(p)
     p.add_argument("--no-improve", action="store_true", help="plain longest-first list schedule only")
     p.add_argument("--json", action="store_true", help="print the plan as JSON")
-    p.add_argument("--gantt", type=Path, metavar="FILE", help="write a Gantt chart of the plan (PNG)")
+    p.add_argument("--gantt", type=Path, metavar="FILE",
+                   help="write a Gantt chart of the plan to FILE (.png, .svg or .pdf; no suffix: .png); "
+                        "creates FILE's folder, not folders above it")
     p.set_defaults(func=run)
 
 
@@ -123,6 +126,7 @@ def _run(args: argparse.Namespace) -> int:
     pools = override_pools(pools, [parse_pool_arg(v) for v in args.pool])
     shards = _pairs(args.shards, "--shards")
     given_floor = timeout_floor(args.timeout_floor)
+    gantt = gantt_path(args.gantt) if args.gantt else None  # before planning: a bad name fails fast
     catalog = load_catalog(path, spec)
     # plan with the estimates the next night will use (an unconfigured checkout's are under its folder name)
     from pipelines.night import Night, NightSettings, with_calibrated
@@ -160,14 +164,14 @@ def _run(args: argparse.Namespace) -> int:
         sh = static_shards([t for t in runnable if t.id not in plan.unplanned], shards)  # unlisted suites: 1 shard
         static = (sh, shards_plan(sh, timeout_floor_s=floor, timeout_factor=factor))
     tests = {t.id: t for t in catalog.tests}
-    if args.gantt:
-        write_gantt(plan, pools, args.gantt)
+    if gantt:
+        write_gantt(plan, pools, gantt)
     if args.json:
         print(json.dumps(plan_json(plan, pools, tests, skipped, catalog, static), indent=1))
     else:
         print_text(catalog, plan, pools, tests, skipped, static, changed)
-        if args.gantt:
-            print(f"gantt chart: {args.gantt}")
+    if gantt:
+        print(f"gantt chart: {gantt}", file=sys.stderr if args.json else sys.stdout)  # stdout stays JSON
     return 0
 
 
@@ -325,44 +329,3 @@ def print_text(catalog: Catalog, plan: Plan, pools, tests, skipped, static, chan
             gpus = sum(p.nodes * p.gpus_per_node for p in pools if p.name in {a.pool for a in plan.assignments})
             print(f"  this plan: {plan.makespan_s:.0f}s on {gpus} GPUs "
                   f"({plan.makespan_s / splan.makespan_s - 1:+.1%} vs static shards)")
-
-
-def write_gantt(plan: Plan, pools, path: Path) -> None:
-    """One row per GPU, one bar per test over the GPUs it holds (dispatch replayed on estimates)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from pipelines.core.plan import simulate_trace
-
-    used = {a.pool for a in plan.assignments}
-    shapes = [p for p in pools if p.name in used]
-    _, trace = simulate_trace(plan, shapes, {a.test_id: a.end_s - a.start_s for a in plan.assignments})
-    base, labels, y = {}, [], 0
-    for p in shapes:
-        for node in range(p.nodes):
-            base[(p.name, node)] = y
-            labels += [f"{p.name}/{node}:{g}" for g in range(p.gpus_per_node)]
-            y += p.gpus_per_node
-    fig, ax = plt.subplots(figsize=(13, 1.5 + 0.18 * max(1, y)))
-    cmap = plt.get_cmap("tab20")
-    for a, node, slots, start, end in trace:
-        y0 = base[(a.pool, node)]
-        for g in slots:
-            ax.barh(y0 + g, end - start, left=start, height=0.9, color=cmap(a.priority % 20),
-                    edgecolor="black", linewidth=0.3)
-        if slots and end - start > plan.makespan_s / 30:
-            ax.text((start + end) / 2, y0 + (slots[0] + slots[-1]) / 2, a.test_id, ha="center", va="center",
-                    fontsize=6)
-    ax.axvline(plan.lower_bound_s, color="red", linestyle="--", label=f"lower bound {plan.lower_bound_s:.0f}s")
-    ax.set_yticks(range(len(labels)), labels, fontsize=5)
-    ax.invert_yaxis()
-    ax.set_xlabel("seconds from the start of the night")
-    ax.set_title(f"predicted makespan {plan.makespan_s:.0f}s, lower bound {plan.lower_bound_s:.0f}s, "
-                 f"ratio {plan.ratio:.3f}")
-    ax.legend(loc="lower right")
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)

@@ -124,6 +124,22 @@ def test_gantt_writes_a_png(fake_catalog, tmp_path, capsys):
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_gantt_prints_the_path_it_wrote(fake_catalog, tmp_path, capsys):
+    assert nightly_plan(["--repo", str(tmp_path), "--pool", "h200=2x8", "--gantt", str(tmp_path / "night")]) == 0
+    assert f"gantt chart: {tmp_path / 'night.png'}\n" in capsys.readouterr().out
+    assert (tmp_path / "night.png").read_bytes()[:4] == b"\x89PNG" and not (tmp_path / "night").exists()
+
+
+def test_gantt_refuses_a_folder_and_creates_only_the_files_own_folder(fake_catalog, tmp_path, capsys):
+    assert nightly_plan(["--repo", str(tmp_path), "--gantt", str(tmp_path)]) == 2
+    assert f"--gantt: {tmp_path} is a folder; give a file name in it, e.g. --gantt {tmp_path / 'plan.png'}" in (
+        capsys.readouterr().err)
+    deep = tmp_path / "typo" / "deeper" / "plan.png"
+    assert nightly_plan(["--repo", str(tmp_path), "--gantt", str(deep)]) == 2
+    assert f"--gantt: {deep}: folder {deep.parent} cannot be created" in capsys.readouterr().err
+    assert not (tmp_path / "typo").exists()
+
+
 def test_the_example_repository_plans_on_the_default_pools(project_root: Path, capsys):
     assert nightly_plan(["--repo", str(project_root / "examples" / "minirl"), "--json"]) == 0
     out = json.loads(capsys.readouterr().out)

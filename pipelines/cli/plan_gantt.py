@@ -1,0 +1,75 @@
+"""``nightly plan --gantt FILE``: the plan drawn one row per GPU, and which file that is.
+
+The chart is written where the user can find it: the path printed is the path written (a name
+without a suffix gets ``.png``), a folder or a missing tree of folders is refused up front.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pipelines.cli.flags import FlagError
+from pipelines.core.model import Plan
+
+GANTT_FORMATS = (".png", ".svg", ".pdf")
+
+
+def gantt_path(path: Path) -> Path:
+    """The file ``--gantt`` writes: a name without a suffix gets ``.png`` (and is printed with it).
+
+    A folder, an unknown suffix, or a parent folder that is missing one level up is refused up
+    front; only the file's own folder is created, so a typo cannot build a tree of folders.
+    """
+    if path.is_dir():
+        raise FlagError(f"--gantt: {path} is a folder; give a file name in it, e.g. --gantt {path / 'plan.png'}")
+    if not path.suffix:
+        path = path.with_name(path.name + ".png")
+    if path.suffix.lower() not in GANTT_FORMATS:
+        raise FlagError(f"--gantt: {path}: cannot draw a {path.suffix} file; end the name in "
+                        f"{', '.join(GANTT_FORMATS)}")
+    parent = path.parent
+    if not parent.is_dir() and (parent.exists() or not parent.parent.is_dir()):
+        raise FlagError(f"--gantt: {path}: folder {parent} cannot be created (only the file's own folder is); "
+                        "create the folders above it first or pick another path")
+    return path
+
+
+def write_gantt(plan: Plan, pools, path: Path) -> None:
+    """One row per GPU, one bar per test over the GPUs it holds (dispatch replayed on estimates)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from pipelines.core.plan import simulate_trace
+
+    used = {a.pool for a in plan.assignments}
+    shapes = [p for p in pools if p.name in used]
+    _, trace = simulate_trace(plan, shapes, {a.test_id: a.end_s - a.start_s for a in plan.assignments})
+    base, labels, y = {}, [], 0
+    for p in shapes:
+        for node in range(p.nodes):
+            base[(p.name, node)] = y
+            labels += [f"{p.name}/{node}:{g}" for g in range(p.gpus_per_node)]
+            y += p.gpus_per_node
+    fig, ax = plt.subplots(figsize=(13, 1.5 + 0.18 * max(1, y)))
+    cmap = plt.get_cmap("tab20")
+    for a, node, slots, start, end in trace:
+        y0 = base[(a.pool, node)]
+        for g in slots:
+            ax.barh(y0 + g, end - start, left=start, height=0.9, color=cmap(a.priority % 20),
+                    edgecolor="black", linewidth=0.3)
+        if slots and end - start > plan.makespan_s / 30:
+            ax.text((start + end) / 2, y0 + (slots[0] + slots[-1]) / 2, a.test_id, ha="center", va="center",
+                    fontsize=6)
+    ax.axvline(plan.lower_bound_s, color="red", linestyle="--", label=f"lower bound {plan.lower_bound_s:.0f}s")
+    ax.set_yticks(range(len(labels)), labels, fontsize=5)
+    ax.invert_yaxis()
+    ax.set_xlabel("seconds from the start of the night")
+    ax.set_title(f"predicted makespan {plan.makespan_s:.0f}s, lower bound {plan.lower_bound_s:.0f}s, "
+                 f"ratio {plan.ratio:.3f}")
+    ax.legend(loc="lower right")
+    fig.tight_layout()
+    path.parent.mkdir(exist_ok=True)  # gantt_path checked that only this folder is missing
+    fig.savefig(path, dpi=120, format=path.suffix.lstrip(".").lower())
+    plt.close(fig)
