@@ -17,6 +17,7 @@ import subprocess
 from collections.abc import Sequence
 from pathlib import Path
 
+from pipelines.cli.flags import FlagError
 from pipelines.core.coverage import (
     CoverageReport,
     Design,
@@ -86,7 +87,16 @@ class GitSource:
         return sorted(line[len(prefix):] for line in done.stdout.splitlines() if line.startswith(prefix) and line.endswith(".py"))
 
 
+def check_groups_flag(path: Path | None) -> None:
+    """``--groups`` must be a file: a mistyped path would otherwise check no groups and pass."""
+    if path is not None and not path.is_file():
+        what = "not a file" if path.exists() else "no such file"
+        raise FlagError(f"--groups: {path}: {what}; give the groups file (default: assets/coverage.yaml; "
+                        "docs/coverage.md describes it)")
+
+
 def run(args: argparse.Namespace) -> int:
+    check_groups_flag(args.groups)
     where = locate(args.repo, groups_file=args.groups)
     now = check_repo(where)
     lost: tuple[LostCell, ...] = ()

@@ -191,3 +191,22 @@ def test_design_rejects_a_malformed_dimension_and_a_budget_without_tests(capsys)
 
     code, _, err = coverage(capsys, "design", "--dim", "a=1,2", "--dim", "b=1,2", "--budget", "2")
     assert code == 2 and "--budget:1: 2: needs --tests N (at most K configurations for each of N tests)" in err
+
+
+def test_a_groups_file_that_does_not_exist_is_an_error_naming_it(framework, capsys, tmp_path):
+    repo, _ = framework
+
+    code, out, err = coverage(capsys, "--repo", str(repo), "--groups", str(tmp_path / "nonexist.yaml"))
+
+    assert (code, out) == (2, "")
+    assert f"--groups: {tmp_path / 'nonexist.yaml'}: no such file; give the groups file (default: " \
+           "assets/coverage.yaml; docs/coverage.md describes it)" in err
+
+
+def test_a_groups_path_that_is_a_folder_is_an_error_naming_it(framework, capsys, tmp_path):
+    repo, _ = framework
+
+    code, _, err = coverage(capsys, "--repo", str(repo), "--groups", str(tmp_path))
+
+    assert code == 2
+    assert f"--groups: {tmp_path}: not a file; give the groups file" in err
