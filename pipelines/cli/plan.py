@@ -99,6 +99,20 @@ def changed_in_range(repo: Path, rev_range: str) -> list[str]:
     return [line for line in out.stdout.splitlines() if line.strip()]
 
 
+def _check_new_pools(tests, pools, deployment, overrides) -> None:
+    """A pool ``--pool`` adds that no test would run on is a typo (h20=2x8 meant h200), not a plan."""
+    from pipelines.core.plan.cluster import pools_no_test_uses
+
+    added = [o.name for o in overrides if o.name not in {p.name for p in deployment.pools}]
+    unused = pools_no_test_uses(tests, pools, added)
+    if unused:
+        have = ", ".join(p.name for p in deployment.pools) or "none"
+        needed = ", ".join(sorted({_hw(t) for t in tests if _hw(t)})) or "none"
+        raise FlagError(f"--pool: no registered test runs on the new pool(s) {', '.join(unused)} (a new pool runs "
+                        f"the hardware of its name); reshape one of deployment {deployment.name}'s pools ({have}) or "
+                        f"name the hardware the tests need ({needed})")
+
+
 def _pairs(values: list[str], flag: str) -> dict[str, int]:
     out = {}
     for v in values:
@@ -122,12 +136,14 @@ def run(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace) -> int:
     specs = load_specs()
     path, spec = _repo(specs, args.repo)
-    pools: tuple[PoolSpec, ...] = specs.deployment(args.deployment).pools
-    pools = override_pools(pools, [parse_pool_arg(v) for v in args.pool])
+    deployment = specs.deployment(args.deployment)
+    overrides = [parse_pool_arg(v) for v in args.pool]
+    pools: tuple[PoolSpec, ...] = override_pools(deployment.pools, overrides)
     shards = _pairs(args.shards, "--shards")
     given_floor = timeout_floor(args.timeout_floor)
     gantt = gantt_path(args.gantt) if args.gantt else None  # before planning: a bad name fails fast
     catalog = load_catalog(path, spec)
+    _check_new_pools(catalog.tests, pools, deployment, overrides)
     # plan with the estimates the next night will use (an unconfigured checkout's are under its folder name)
     from pipelines.night import Night, NightSettings, with_calibrated
 
@@ -151,6 +167,11 @@ def _run(args: argparse.Namespace) -> int:
     if unknown:
         raise SelectionError(f"--shards: unknown suite(s) {', '.join(unknown)}")
     runnable = [t for t in chosen if t.enabled]
+    for suite, n in shards.items():
+        most = max(1, sum(1 for t in runnable if t.suite == suite))
+        if n > most:
+            raise FlagError(f"--shards {suite}={n}: more shards than the suite has selected tests ({most}); the rest "
+                            f"would hold runners with nothing to run; give N from 1 to {most}")
     skipped = [t for t in chosen if not t.enabled]
     floor = given_floor if given_floor is not None else (spec.timeout_floor_s if spec else 1800)
     factor = spec.timeout_factor if spec else 1.25

@@ -208,3 +208,21 @@ def test_changed_paths_may_be_absolute_inside_the_repo(fake_catalog, tmp_path, c
     assert nightly_plan(["--repo", str(tmp_path), "--changed", "/elsewhere/tests/test_b.py"]) == 2
     assert (f"--changed: /elsewhere/tests/test_b.py: outside the repo {tmp_path.resolve()}; give paths inside it"
             in capsys.readouterr().err)
+
+
+def test_pool_and_shard_counts_past_any_real_fleet_are_refused(fake_catalog, tmp_path, capsys):
+    assert nightly_plan(["--repo", str(tmp_path), "--pool", "h200=99999999999x8"]) == 2
+    assert ("--pool 'h200=99999999999x8': at most 4096 nodes of at most 64 GPUs per pool; give a real fleet's "
+            "shape, e.g. h200=4x8") in capsys.readouterr().err
+    assert nightly_plan(["--repo", str(tmp_path), "--pool", "h200=4096x8", "--json"]) == 0  # the limit itself plans
+    capsys.readouterr()
+    assert nightly_plan(["--repo", str(tmp_path), "--pool", "h200=1x8", "--shards", "stage-c-4-gpu-h200=99999999"]) == 2
+    assert ("--shards stage-c-4-gpu-h200=99999999: more shards than the suite has selected tests (2); the rest "
+            "would hold runners with nothing to run; give N from 1 to 2") in capsys.readouterr().err
+
+
+def test_a_new_pool_no_test_can_use_is_a_typo_not_a_plan(fake_catalog, tmp_path, capsys):
+    assert nightly_plan(["--repo", str(tmp_path), "--pool", "h20=2x8"]) == 2
+    assert ("--pool: no registered test runs on the new pool(s) h20 (a new pool runs the hardware of its name); "
+            "reshape one of deployment local's pools (h200) or name the hardware the tests need (h100, h200)"
+            ) in capsys.readouterr().err

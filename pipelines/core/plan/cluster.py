@@ -60,12 +60,27 @@ def as_pool(p: PoolShape) -> Pool:
     return Pool(p.name, int(p.nodes), int(p.gpus_per_node))
 
 
+#: the largest pool a plan is made for: far above any fleet, far below what exhausts memory
+MAX_POOL_NODES = 4096
+MAX_GPUS_PER_NODE = 64
+
+
 def parse_pool_arg(text: str) -> PoolSpec:
     """``h200=4x8`` -> a pool named h200 of 4 nodes with 8 GPUs each (hardware h200)."""
     m = _POOL_ARG.match(text.strip())
     if not m or int(m.group(2)) <= 0 or int(m.group(3)) <= 0:
         raise ValueError(f"--pool {text!r}: expected NAME=NODESxGPUS with positive numbers, e.g. h200=4x8")
-    return PoolSpec(name=m.group(1), nodes=int(m.group(2)), gpus_per_node=int(m.group(3)), hardware=(m.group(1),))
+    nodes, gpus = int(m.group(2)), int(m.group(3))
+    if nodes > MAX_POOL_NODES or gpus > MAX_GPUS_PER_NODE:
+        raise ValueError(f"--pool {text!r}: at most {MAX_POOL_NODES} nodes of at most {MAX_GPUS_PER_NODE} GPUs "
+                         f"per pool; give a real fleet's shape, e.g. {m.group(1)}=4x8")
+    return PoolSpec(name=m.group(1), nodes=nodes, gpus_per_node=gpus, hardware=(m.group(1),))
+
+
+def pools_no_test_uses(tests: Sequence[Test], pools: Sequence[PoolSpec], names: Sequence[str]) -> list[str]:
+    """Which of the pools ``names`` no test would be planned on (``pool_for`` never picks them)."""
+    used = {p.name for t in tests if (p := pool_for(t, pools)) is not None}
+    return [n for n in names if n not in used]
 
 
 def override_pools(base: Sequence[PoolSpec], overrides: Sequence[PoolSpec]) -> tuple[PoolSpec, ...]:
