@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import subprocess
 from collections.abc import Sequence
 from pathlib import Path
@@ -30,7 +31,6 @@ from pipelines.core.coverage import (
     locate,
     lost_cells,
 )
-from pipelines.core.model import CatalogError, Problem
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -46,11 +46,12 @@ def register(sub: argparse._SubParsersAction) -> None:
                          description="Search for the fewest configurations (a covering array) that cover every "
                                      "required combination of dimension values, optionally dealt to N sibling tests.")
     d.add_argument("--dim", action="append", required=True, metavar="NAME=V1,V2,...", help="a dimension and its values (repeat)")
-    d.add_argument("--strength", type=int, default=2, help="cover every combination of this many dimensions (default 2: pairs)")
+    d.add_argument("--strength", type=int, help="cover every combination of this many dimensions, at most the number "
+                                                "of --dim (default 2: pairs)")
     d.add_argument("--require", action="append", default=[], metavar="A,B", help="cover these dimension tuples instead (repeat)")
     d.add_argument("--tests", type=int, metavar="N", help="deal the configurations to N sibling tests")
     d.add_argument("--budget", type=int, metavar="K", help="at most K configurations per test (needs --tests)")
-    d.add_argument("--est-time", type=float, metavar="S", help="seconds one configuration runs: prints GPU-seconds per night")
+    d.add_argument("--est-time", type=float, metavar="S", help="seconds one configuration runs (> 0): prints GPU-seconds per night")
     d.add_argument("--gpus", type=int, default=1, help="GPUs one configuration uses (default 1)")
     d.add_argument("--seed", type=int, default=0, help="search seed (the result is deterministic for a seed)")
     d.add_argument("--json", action="store_true", help="print the design as JSON")
@@ -65,17 +66,18 @@ class GitSource:
 
     def __init__(self, repo: Path, rev: str):
         if not rev or rev.startswith("-"):
-            raise CatalogError(Problem("--against", 1, "REV", f"{rev!r} is not a revision; give a commit, tag or branch"))
+            raise FlagError(f"--against: {rev!r} is not a revision; give a commit, tag or branch")
         self.repo, self.rev = repo, rev
         done = self._git("rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}")
         if done.returncode != 0:
-            raise CatalogError(Problem("--against", 1, "REV", f"{rev!r} is not a commit of {repo}; check `git -C {repo} log`"))
+            raise FlagError(f"--against: {rev!r} is not a commit of {repo}; give a commit, tag or branch of it "
+                            f"(`git -C {repo} log` lists them)")
 
     def _git(self, *args: str) -> subprocess.CompletedProcess:
         try:
             return subprocess.run(["git", "-C", str(self.repo), *args], capture_output=True, text=True, check=False)
         except FileNotFoundError as exc:
-            raise CatalogError(Problem("--against", 1, "git", "needs git on PATH")) from exc
+            raise FlagError("--against: needs git on PATH; install git or leave out --against") from exc
 
     def read(self, path: str) -> str | None:
         done = self._git("show", f"{self.rev}:./{path}")
@@ -196,28 +198,53 @@ def _dims(values: Sequence[str]) -> list[tuple[str, list[str]]]:
         name, _, vals = raw.partition("=")
         items = [v.strip() for v in vals.split(",") if v.strip()]
         if not name.strip() or not items or len(set(items)) != len(items):
-            raise CatalogError(Problem("--dim", 1, raw, "expected NAME=V1,V2,... with distinct values"))
+            raise FlagError(f"--dim: {raw!r} is not NAME=V1,V2,... with distinct values; give e.g. --dim tp=1,2,4")
         if name.strip() in {n for n, _ in out}:
-            raise CatalogError(Problem("--dim", 1, raw, f"dimension {name.strip()!r} is given twice"))
+            raise FlagError(f"--dim: dimension {name.strip()!r} is given twice; give each dimension once")
         out.append((name.strip(), items))
     return out
+
+
+#: each whole-number flag of ``design``: what it counts, and an example value
+_COUNTS = {"--strength": ("how many dimensions each cell combines", 2), "--tests": ("the number of sibling tests", 2),
+           "--budget": ("the most configurations one test may run", 2), "--gpus": ("the GPUs one configuration uses", 8)}
+
+
+def check_design_flags(args: argparse.Namespace, dims: Sequence[tuple[str, Sequence[str]]]) -> int:
+    """Every number ``design`` takes in its range before any search; returns the strength to use.
+
+    Unchecked, a negative ``--est-time`` printed negative GPU-seconds and a ``--strength`` above
+    the number of dimensions was silently lowered.
+    """
+    for flag, value in (("--strength", args.strength), ("--tests", args.tests), ("--budget", args.budget),
+                        ("--gpus", args.gpus)):
+        if value is not None and value < 1:
+            what, example = _COUNTS[flag]
+            raise FlagError(f"{flag}: {value} is not a positive whole number; give {what}, e.g. {flag} {example}")
+    if args.est_time is not None and not (math.isfinite(args.est_time) and args.est_time > 0):
+        raise FlagError(f"--est-time: {args.est_time:g} is not a positive number of seconds; give the seconds one "
+                        "configuration runs, e.g. --est-time 600")
+    if args.budget is not None and not args.tests:
+        raise FlagError("--budget: needs --tests N (at most K configurations for each of N tests); add --tests")
+    if args.strength is None:
+        return min(2, len(dims))
+    if args.strength > len(dims) and not args.require:
+        raise FlagError(f"--strength: {args.strength} is more than the {len(dims)} dimensions given; "
+                        f"give at most --strength {len(dims)}")
+    return args.strength
 
 
 def run_design(args: argparse.Namespace) -> int:
     dims = _dims(args.dim)
     names = {n for n, _ in dims}
+    strength = check_design_flags(args, dims)
     require = [tuple(x.strip() for x in r.split(",")) for r in args.require]
     for t in require:
         if not set(t) <= names or len(set(t)) != len(t):
-            raise CatalogError(Problem("--require", 1, ",".join(t), f"must name distinct dimensions among {sorted(names)}"))
-    if args.strength < 1:
-        raise CatalogError(Problem("--strength", 1, str(args.strength), "must be >= 1 (2: all pairs)"))
-    if args.budget is not None and not args.tests:
-        raise CatalogError(Problem("--budget", 1, str(args.budget), "needs --tests N (at most K configurations for each of N tests)"))
-    if (args.tests is not None and args.tests < 1) or (args.budget is not None and args.budget < 1):
-        raise CatalogError(Problem("--tests/--budget", 1, "N/K", "must be >= 1"))
+            raise FlagError(f"--require: {','.join(t)!r} must name distinct dimensions among {', '.join(sorted(names))}; "
+                            "give e.g. --require " + ",".join(sorted(names)[:2]))
     cap = args.tests * args.budget if args.budget else None
-    found = design(dims, args.strength, require, max_rows=cap, seed=args.seed)
+    found = design(dims, strength, require, max_rows=cap, seed=args.seed)
     tests = args.tests or 1
     dealt = assign(found.rows, tests)
     owner = {i: t for t, rows in enumerate(dealt) for i in rows}

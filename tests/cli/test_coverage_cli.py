@@ -126,7 +126,8 @@ def test_an_unknown_revision_is_refused_with_what_to_check(framework, capsys):
     code, _, err = coverage(capsys, "--repo", str(repo), "--groups", str(groups), "--against", "no-such-rev")
 
     assert code == 2
-    assert f"--against:1: REV: 'no-such-rev' is not a commit of {repo}; check `git -C {repo} log`" in err
+    assert f"--against: 'no-such-rev' is not a commit of {repo}; give a commit, tag or branch of it " \
+           f"(`git -C {repo} log` lists them)" in err
 
 
 def test_a_broken_groups_file_stops_with_the_located_problem(framework, capsys):
@@ -187,10 +188,31 @@ def test_design_within_a_budget_too_small_exits_one_with_the_cells_left_out(caps
 
 def test_design_rejects_a_malformed_dimension_and_a_budget_without_tests(capsys):
     code, _, err = coverage(capsys, "design", "--dim", "backend")
-    assert code == 2 and "--dim:1: backend: expected NAME=V1,V2,... with distinct values" in err
+    assert code == 2 and "--dim: 'backend' is not NAME=V1,V2,... with distinct values; give e.g. --dim tp=1,2,4" in err
 
     code, _, err = coverage(capsys, "design", "--dim", "a=1,2", "--dim", "b=1,2", "--budget", "2")
-    assert code == 2 and "--budget:1: 2: needs --tests N (at most K configurations for each of N tests)" in err
+    assert code == 2 and "--budget: needs --tests N (at most K configurations for each of N tests); add --tests" in err
+
+
+@pytest.mark.parametrize(("flags", "message"), [
+    (("--est-time", "-3"), "--est-time: -3 is not a positive number of seconds; give the seconds one configuration "
+                           "runs, e.g. --est-time 600"),
+    (("--est-time", "0"), "--est-time: 0 is not a positive number of seconds; give"),
+    (("--est-time", "nan"), "--est-time: nan is not a positive number of seconds; give"),
+    (("--est-time", "inf"), "--est-time: inf is not a positive number of seconds; give"),
+    (("--gpus", "0"), "--gpus: 0 is not a positive whole number; give the GPUs one configuration uses, e.g. --gpus 8"),
+    (("--tests", "-1"), "--tests: -1 is not a positive whole number; give the number of sibling tests, e.g. --tests 2"),
+    (("--tests", "2", "--budget", "0"), "--budget: 0 is not a positive whole number; give the most configurations "
+                                        "one test may run, e.g. --budget 2"),
+    (("--strength", "0"), "--strength: 0 is not a positive whole number; give how many dimensions each cell "
+                          "combines, e.g. --strength 2"),
+    (("--strength", "3"), "--strength: 3 is more than the 2 dimensions given; give at most --strength 2"),
+])
+def test_design_refuses_numbers_out_of_range_and_says_which_flag_and_what_to_give(capsys, flags, message):
+    code, out, err = coverage(capsys, "design", "--dim", "a=1,2", "--dim", "b=1,2", *flags)
+
+    assert (code, out) == (2, "")
+    assert message in err
 
 
 def test_a_groups_file_that_does_not_exist_is_an_error_naming_it(framework, capsys, tmp_path):
