@@ -55,7 +55,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--pool", action="append", default=[], metavar="NAME=NxG",
                    help="pool NAME with N nodes of G GPUs, replacing the deployment's (e.g. h200=4x8)")
     p.add_argument("--suite", action="append", dest="suites", help="only these suites (a,b)")
-    p.add_argument("--backend", choices=("cuda", "rocm", "cpu"), help="only this backend")
+    p.add_argument("--backend", metavar="B", help="only this backend, any the catalog reads (cuda, rocm, cpu, or the "
+                                                  "framework's own: amd, npu, ...); one no test has lists those that exist")
     p.add_argument("--cadence", default="nightly", choices=CADENCES, help="which scope (default: nightly)")
     p.add_argument("--labels", action="append", help="only tests with one of these labels (a,b)")
     changed = p.add_mutually_exclusive_group()

@@ -226,3 +226,14 @@ def test_a_new_pool_no_test_can_use_is_a_typo_not_a_plan(fake_catalog, tmp_path,
     assert ("--pool: no registered test runs on the new pool(s) h20 (a new pool runs the hardware of its name); "
             "reshape one of deployment local's pools (h200) or name the hardware the tests need (h100, h200)"
             ) in capsys.readouterr().err
+
+
+def test_any_backend_the_catalog_reads_can_be_planned(monkeypatch, tmp_path, capsys):
+    amd = make_test(id="test/registered/test_amd.py", path="test/registered/test_amd.py", backend="amd",
+                    suite="nightly-amd-1-gpu", gpus=1, hardware="mi300")
+    monkeypatch.setattr(plan_cli, "load_catalog", lambda path, spec: Catalog(repo=str(path), tests=(*TESTS, amd)))
+    assert nightly_plan(["--repo", str(tmp_path), "--backend", "amd", "--pool", "mi300=1x8", "--json"]) == 0
+    assert [a["test_id"] for a in json.loads(capsys.readouterr().out)["assignments"]] == [amd.id]
+    assert nightly_plan(["--repo", str(tmp_path), "--backend", "npu"]) == 3
+    assert "--backend npu selects none of the 7 test(s) the other flags leave; backends there: amd, cuda" in (
+        capsys.readouterr().err)
