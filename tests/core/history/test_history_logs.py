@@ -175,3 +175,89 @@ def test_an_unbounded_estimated_time_is_reported_and_not_used():
     assert str(problems[0]).startswith("job.log:2: _estimated_time: '111111111111...(50 characters)' is not a number "
                                        "of seconds; not used to infer the suite")
     assert problems[1].field == "suite"
+
+
+def test_a_missing_end_block_leaves_its_attempt_without_a_clock_and_never_shifts_the_next_ones():
+    lines = STAMPED.splitlines(keepends=True)
+    without_first_y_end = "".join(lines[:6] + lines[8:])  # attempt 1 of test_y lost its End block
+    got = {(a.file, a.attempt): a for a in parse_ci_log(without_first_y_end)}
+    first, retry = got[("tests/e2e/test_y.py", 1)], got[("tests/e2e/test_y.py", 2)]
+    assert (first.estimated, first.started_at) == (None, "2026-11-30T15:18:09.100000+00:00")  # its own line's clock
+    assert (retry.estimated, retry.started_at) == (600.0, "2026-11-30T15:18:50+00:00")
+    assert got[("tests/e2e/test_z.py", 1)].started_at == "2026-11-30T15:35:20+00:00"
+
+
+def test_the_est_time_of_a_retry_picks_the_retry_s_registration_even_when_an_earlier_end_block_is_missing():
+    log = ("[1/1] tests/e2e/test_m.py  FAIL  elapsed=41s exit=1\n"
+           "End (1/1):\nfilename='tests/e2e/test_m.py', elapsed=957, _estimated_time=1300\n"
+           "[1/1] tests/e2e/test_m.py  PASS  elapsed=957s retry_of=attempt=1\n")
+    samples, problems = import_logs({"job.log": log}, catalog(CUDA_M, ROCM_M))
+    assert [(s.test_id, s.attempt) for s in samples] == [(CUDA_M.id, 2)]
+    assert [p.line for p in problems] == [1] and "no _estimated_time for it" in problems[0].message
+
+
+CUT = [
+    ("[2/3] tests/e2e/test_y.py  PA", "`[2/3] tests/e2e/test_y.py  PA` is cut off or garbled: not `[i/N] <file>  "
+                                      "PASS|FAIL|TIMEOUT  elapsed=Ns`"),
+    ("[2/3] tests/e2e/te", "`[2/3] tests/e2e/te` is cut off or garbled: not `[i/N] <file>  PASS|FAIL|TIMEOUT  "
+                           "elapsed=Ns`"),
+    ("TIMEOUT: tests/e2e/test_y.py aft", "`TIMEOUT: tests/e2e/test_y.py aft` is cut off or garbled: not `TIMEOUT: "
+                                         "<file> after N seconds`"),
+    ("End (2/3):\nfilename='tests/e2e/te", "`filename='tests/e2e/te` is cut off or garbled: not `End (i/N):` then "
+                                           "`filename='<file>', elapsed=N`"),
+    ("End (2/3):", "End block without its `filename='<file>', elapsed=N` line"),
+]
+
+
+@pytest.mark.parametrize(("cut", "why"), CUT, ids=[c for c, _ in CUT])
+def test_a_cut_off_runner_line_is_reported_with_its_line_and_the_rest_is_imported(cut, why):
+    log = "[1/3] tests/e2e/test_a.py  PASS  elapsed=10s\n" + cut + "\n[3/3] tests/e2e/test_a.py  PASS  elapsed=12s\n"
+    samples, problems = import_logs({"j.log": log}, catalog(make_test()))
+    assert [s.elapsed_s for s in samples] == [10.0, 12.0]
+    line = 2 + cut.count("\n")
+    assert [str(p) for p in problems] == [
+        f"j.log:{line}: log: {why}; that attempt's record is incomplete, check the log was saved whole"]
+
+
+def test_an_end_block_whose_summary_line_is_missing_is_reported():
+    log = "End (1/2):\nfilename='tests/e2e/test_a.py', elapsed=10, _estimated_time=600\n" + \
+          "[2/2] tests/e2e/test_a.py  PASS  elapsed=12s\n"
+    samples, problems = import_logs({"j.log": log}, catalog(make_test()))
+    assert [s.elapsed_s for s in samples] == [12.0]
+    assert [str(p) for p in problems] == [
+        "j.log:2: log: End block of tests/e2e/test_a.py has no summary line `[i/N] <file>  PASS|FAIL|TIMEOUT  "
+        "elapsed=Ns` after it (the log may be cut off); attempt not imported"]
+
+
+def test_a_file_name_with_spaces_is_read_whole():
+    log = "TIMEOUT: tests/e2e/my test.py after 30 seconds\n[1/1] tests/e2e/my test.py  TIMEOUT  elapsed=30s timeout_after=30s\n"
+    (got,) = parse_ci_log(log)
+    assert (got.file, got.status, got.elapsed_s) == ("tests/e2e/my test.py", "TIMEOUT", 30.0)
+    assert read_ci_log(log).refused == ()
+
+
+def test_a_form_feed_in_test_output_does_not_shift_the_line_numbers():
+    log = "training step 1\x0cstep 2\x1cdone\n[1/1] tests/e2e/test_a.py  PASS  elapsed=10s\n"
+    assert [a.line for a in parse_ci_log(log)] == [2]
+
+
+def test_a_runner_line_with_bytes_that_are_not_utf8_is_reported_not_dropped():
+    raw = b"[1/2] tests/e2e/caf\xe9.py  PASS  elapsed=10s\n[2/2] tests/e2e/test_a.py  PASS  elapsed=12s\n"
+    samples, problems = import_logs({"j.log": raw.decode("utf-8", errors="replace")}, catalog(make_test()))
+    assert [s.elapsed_s for s in samples] == [12.0]
+    assert [str(p) for p in problems] == [
+        "j.log:1: filename: 'tests/e2e/caf\ufffd.py' holds bytes that are not UTF-8 (shown as U+FFFD), so it cannot "
+        "match a test file; save the job log as it was downloaded, without re-encoding it; attempt not imported"]
+
+
+def test_a_log_naming_a_file_the_catalog_could_not_read_says_what_is_wrong_with_the_file():
+    from pipelines.core.model import Problem
+
+    broken = Catalog(repo="/repo", tests=(make_test(),), problems=(
+        Problem("tests/e2e/test_b.py", 3, "syntax", "invalid syntax; fix the file so Python can parse it"),))
+    samples, problems = import_logs({"j.log": "[1/1] tests/e2e/test_b.py  PASS  elapsed=10s\n"}, broken)
+    assert samples == []
+    assert [str(p) for p in problems] == [
+        "j.log:1: filename: tests/e2e/test_b.py has no test in the catalog because of its own problem "
+        "(tests/e2e/test_b.py:3: syntax: invalid syntax; fix the file so Python can parse it); fix the file, then "
+        "import the log again"]
