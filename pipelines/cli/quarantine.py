@@ -8,6 +8,10 @@ States come from history (the repo's ``flaky:`` rules) with the manual actions r
 ``<home>/quarantine/<repo>.json`` applied at the time they were made. A quarantined test still
 runs; its failure does not fail the night, but an infra error or a bad node always does.
 A quarantine added by hand holds until released by hand.
+
+Exit status: 0 done; 1 ``release`` of a test that is not quarantined now (never was, or already
+released: nothing is recorded); 2 bad input (an unknown test, an empty --by/--why, an unreadable
+quarantine file or state store).
 """
 
 from __future__ import annotations
@@ -72,6 +76,14 @@ def _record(args: argparse.Namespace) -> int:
         print(f"nightly quarantine {args.quarantine_command}: TEST: {args.test!r} is not a test of {name}{hint}",
               file=sys.stderr)
         return 2
+    if args.quarantine_command == "release":
+        from pipelines.core.flaky import not_releasable, replay
+
+        why_not = not_releasable(replay(inputs.samples, inputs.rules, inputs.quarantine).get(args.test))
+        if why_not:
+            print(f"nightly quarantine release: TEST: {args.test} is not quarantined ({why_not}); nothing changed; "
+                  "`nightly quarantine list` shows the quarantined tests", file=sys.stderr)
+            return 1
     at = datetime.now(UTC).isoformat(timespec="seconds")
     try:
         doc = record(load_doc(store, name), args.test, args.quarantine_command, args.by, args.why, at)

@@ -289,6 +289,21 @@ def record(doc: Mapping | None, test: str, action: str, by: str, why: str, at: s
     return {"version": 1, "actions": actions}
 
 
+def not_releasable(state: FlakyState | None) -> str | None:
+    """Why releasing this test would change nothing (where it stands instead), or None when it is quarantined.
+
+    A release of a test that is not quarantined used to be recorded and reported as done, which
+    hid a mistyped or wrong test id behind a success.
+    """
+    if state is None:
+        return "it is healthy, not quarantined"
+    if state.state == "quarantined":
+        return None
+    if state.state == "released":
+        return f"it was already released by {state.by or '-'} at {state.since or '-'}: {state.why or '-'}"
+    return f"it is {state.state}, not quarantined"
+
+
 _HINT = {"test": "which test (its id as `nightly catalog` prints it)", "--by": "who decides (a name or handle)",
          "--why": "why, e.g. an issue link"}
 

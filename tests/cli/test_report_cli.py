@@ -163,3 +163,19 @@ def test_a_corrupt_night_before_still_renders_tonight_compared_with_the_last_rea
                "list; was it written by `nightly run`?; left out: compared with 2026-11-04T150000Z instead")
     assert f"nightly report: warning: {warning}" in err
     assert warning in data["notes"]
+
+
+def test_releasing_a_test_that_is_not_quarantined_says_so_exits_1_and_changes_nothing(tmp_path, capsys):
+    home = write_home(example_night(tmp_path))
+    argv = ("--home", str(home), "--repo", "minirl", "--by", "bob", "--why", "fixed")
+    code, out, err = nightly(capsys, "quarantine", "release", tid(SFT), *argv)
+    assert (code, out) == (1, "")
+    assert err.strip() == (f"nightly quarantine release: TEST: {tid(SFT)} is not quarantined (it is healthy, not "
+                           "quarantined); nothing changed; `nightly quarantine list` shows the quarantined tests")
+    assert not (home / "quarantine" / "minirl.json").exists()
+    nightly(capsys, "quarantine", "add", tid(SFT), *argv[:4], "--by", "alice", "--why", "issue #7")
+    assert nightly(capsys, "quarantine", "release", tid(SFT), *argv)[0] == 0
+    before = (home / "quarantine" / "minirl.json").read_text()
+    code, _, err = nightly(capsys, "quarantine", "release", tid(SFT), *argv)
+    assert code == 1 and "is not quarantined (it was already released by bob at " in err
+    assert (home / "quarantine" / "minirl.json").read_text() == before

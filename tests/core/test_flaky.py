@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from pipelines.core.flaky import FlakyRules, FlakyState, night_verdict, record, replay, runnable
+from pipelines.core.flaky import (
+    FlakyRules,
+    FlakyState,
+    night_verdict,
+    not_releasable,
+    record,
+    replay,
+    runnable,
+)
 from pipelines.core.model import Attempt, CatalogError, Sample
 
 T = "tests/e2e/test_grpo.py"
@@ -206,3 +214,13 @@ def test_states_a_night_recorded_come_back_with_only_the_later_manual_actions_ap
     back = states_from_summary(recorded, doc, after="2026-11-03T01:02:00+00:00")
     assert back[T] == states[T] and back[T].state == "quarantined"
     assert (back["tests/ok.py"].state, back["tests/ok.py"].by) == ("quarantined", "alice")
+
+
+def test_only_a_quarantined_test_can_be_released_and_otherwise_it_says_where_the_test_stands():
+    doc = record(None, T, "add", "alice", "issue #12", "2026-11-01T00:00:00+00:00")
+    quarantined = state_of(history("passed"), overrides=doc)
+    released = state_of(history("passed"), overrides=record(doc, T, "release", "bob", "fixed", "2026-11-02T00:00:00+00:00"))
+    assert not_releasable(quarantined) is None
+    assert not_releasable(None) == not_releasable(FlakyState(T)) == "it is healthy, not quarantined"
+    assert not_releasable(FlakyState(T, "flaky")) == "it is flaky, not quarantined"
+    assert not_releasable(released) == "it was already released by bob at 2026-11-02T00:00:00+00:00: fixed"
