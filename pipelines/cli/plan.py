@@ -167,13 +167,16 @@ def _run(args: argparse.Namespace) -> int:
     unknown = [s for s in shards if s not in {t.suite for t in catalog.tests}]
     if unknown:
         raise SelectionError(f"--shards: unknown suite(s) {', '.join(unknown)}")
-    runnable = [t for t in chosen if t.enabled]
+    # as `nightly run` does: hardware the deployment knowingly never runs is skipped, not unplanned
+    not_here = {t.id for t in chosen if t.enabled and _hw(t) in set(deployment.skip_hardware)}
+    runnable = [t for t in chosen if t.enabled and t.id not in not_here]
     for suite, n in shards.items():
         most = max(1, sum(1 for t in runnable if t.suite == suite))
         if n > most:
             raise FlagError(f"--shards {suite}={n}: more shards than the suite has selected tests ({most}); the rest "
                             f"would hold runners with nothing to run; give N from 1 to {most}")
-    skipped = [t for t in chosen if not t.enabled]
+    skipped = [(t, t.disabled) if not t.enabled else (t, skipped_hardware_reason(_hw(t))) for t in chosen
+               if not t.enabled or t.id in not_here]
     floor = given_floor if given_floor is not None else (spec.timeout_floor_s if spec else 1800)
     factor = spec.timeout_factor if spec else 1.25
     from pipelines.core.plan.durations import duration_model  # order and predictions from measured durations
@@ -219,7 +222,7 @@ def plan_json(plan: Plan, pools, tests: dict[str, Test], skipped, catalog: Catal
                          "expected_from": expected.get(a.test_id, (None, None, "est_time"))[2],
                          "path": tests[a.test_id].path if a.test_id in tests else ""} for a in plan.ordered()],
         "unplanned": [{"test_id": tid, "hardware": _hw(tests.get(tid))} for tid in plan.unplanned],
-        "skipped": [{"test_id": t.id, "reason": t.disabled} for t in skipped],
+        "skipped": [{"test_id": t.id, "reason": why} for t, why in skipped],
         "problems": [str(p) for p in catalog.problems],
     }
     if static:
@@ -229,6 +232,11 @@ def plan_json(plan: Plan, pools, tests: dict[str, Test], skipped, catalog: Catal
             "shards": [{"suite": s, "shard": k, "tests": [t.id for t in shard], "est_s": sum(t.est_time for t in shard)}
                        for s, ss in sh.items() for k, shard in enumerate(ss)]}
     return out
+
+
+def skipped_hardware_reason(hardware: str) -> str:
+    """The words `nightly run` uses for a test the deployment skips (core/runset.resolve_run)."""
+    return f"not run here: this deployment skips hardware {hardware!r} (skip_hardware)"
 
 
 def _hw(t: Test | None) -> str:
@@ -332,10 +340,17 @@ def print_text(catalog: Catalog, plan: Plan, pools, tests, skipped, static, chan
                 print(f"    {a.priority:>4} {a.start_s:>7.0f} {a.end_s:>7.0f} {a.gpus:>4} {a.timeout_s:>7}  {a.test_id}{mark}")
     for line in hardware_summary(plan, pools, tests):
         print(line)
-    if skipped:
+    disabled = [(t, why) for t, why in skipped if not t.enabled]
+    if disabled:
         print("\n  skipped (disabled):")
-        for t in skipped:
-            print(f"    {t.id}: {t.disabled}")
+        for t, why in disabled:
+            print(f"    {t.id}: {why}")
+    elsewhere = [(t, why) for t, why in skipped if t.enabled]
+    if elsewhere:
+        print(f"\n  skipped by the deployment: {len(elsewhere)} test(s) on hardware it never runs (skip_hardware in "
+              "assets/cluster.yaml; remove the hardware there to plan them):")
+        for t, why in elsewhere:
+            print(f"    {t.id}: {why}")
     if catalog.problems:
         print("\n  problems:")
         for p in catalog.problems:

@@ -230,10 +230,28 @@ def test_a_new_pool_no_test_can_use_is_a_typo_not_a_plan(fake_catalog, tmp_path,
 
 def test_any_backend_the_catalog_reads_can_be_planned(monkeypatch, tmp_path, capsys):
     amd = make_test(id="test/registered/test_amd.py", path="test/registered/test_amd.py", backend="amd",
-                    suite="nightly-amd-1-gpu", gpus=1, hardware="mi300")
+                    suite="nightly-amd-1-gpu", gpus=1, hardware="mi355")
     monkeypatch.setattr(plan_cli, "load_catalog", lambda path, spec: Catalog(repo=str(path), tests=(*TESTS, amd)))
-    assert nightly_plan(["--repo", str(tmp_path), "--backend", "amd", "--pool", "mi300=1x8", "--json"]) == 0
+    assert nightly_plan(["--repo", str(tmp_path), "--backend", "amd", "--pool", "mi355=1x8", "--json"]) == 0
     assert [a["test_id"] for a in json.loads(capsys.readouterr().out)["assignments"]] == [amd.id]
     assert nightly_plan(["--repo", str(tmp_path), "--backend", "npu"]) == 3
     assert "--backend npu selects none of the 7 test(s) the other flags leave; backends there: amd, cuda" in (
         capsys.readouterr().err)
+
+
+def test_plan_skips_the_hardware_the_deployment_skips_as_run_does(tmp_path, monkeypatch, capsys):
+    from pipelines.core.runset import RunSelection
+    from pipelines.night import Night, NightSettings
+
+    monkeypatch.setenv("NIGHTLY_HOME", str(tmp_path))
+    rocm = "tests/e2e/ckpt/test_ckpt_resume.py::rocm-stage-c-4-gpu-mi300"  # mi300: in the local deployment's skip_hardware
+    assert nightly_plan(["--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    run_reasons = {t.id: why for t, why in Night(NightSettings(home=tmp_path)).runset(
+        None, RunSelection(cadence="nightly")).skipped}
+    assert [u["test_id"] for u in out["unplanned"]] == []
+    assert {s["test_id"]: s["reason"] for s in out["skipped"]}[rocm] == run_reasons[rocm]
+    assert nightly_plan([]) == 0
+    text = capsys.readouterr().out
+    assert "skipped by the deployment: 1 test(s) on hardware it never runs (skip_hardware" in text
+    assert "add a pool" not in text
