@@ -20,7 +20,7 @@ from datetime import UTC, datetime
 from functools import cached_property
 from pathlib import Path
 
-from pipelines.core.calibrate import calibrate, drift, evidence_csv, make_patch, near_timeout
+from pipelines.core.calibrate import calibrate, drift, evidence_csv, near_timeout
 from pipelines.core.catalog import load_catalog
 from pipelines.core.catalog.ids import safe_filename
 from pipelines.core.health import avoid_nodes, detect_bad_nodes
@@ -46,7 +46,7 @@ from pipelines.core.specs import RepoSpec, Specs, load_specs
 from pipelines.launch.base import Launcher, LaunchRequest
 from pipelines.launch.dispatch import DispatchResult, run_plan
 from pipelines.storage.cache import AssetCache, Built
-from pipelines.storage.history import history_store
+from pipelines.storage.history import history_store, recorded_patch, successions
 from pipelines.storage.state import StateStore, state_store
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
@@ -240,7 +240,7 @@ class Night:
         return make_plan(
             tests, self.deployment.pools,
             timeout_floor_s=self.timeout_floor_s, timeout_factor=self.repo_spec.timeout_factor,
-            durations=duration_model(tests, self.history.read()),
+            durations=duration_model(tests, self.history.read(), successions=successions(self.history)),
         )
 
     # -- requirements ------------------------------------------------------------------
@@ -412,7 +412,8 @@ class Night:
     def estimates(self, tests: list[Test] | None = None) -> list[Estimate]:
         """Proposed est_time per test from history, computed without writing anything."""
         tests = self.registered_tests() if tests is None else tests
-        return calibrate(tests, self.history.read(), self.repo_spec.policy, self.repo_spec.policy_params)
+        return calibrate(tests, self.history.read(), self.repo_spec.policy, self.repo_spec.policy_params,
+                         successions=successions(self.history))
 
     def calibrate(self) -> tuple[list[Estimate], dict[str, str]]:
         """Propose est_time from history; store estimates, evidence CSV and source patch in the state store."""
@@ -424,7 +425,7 @@ class Night:
                 for e in estimates if e.samples_used}
         where = {
             "evidence": self.state.put(keys["evidence"], evidence_csv(estimates)),
-            "patch": self.state.put(keys["patch"], make_patch(self.repo_spec.path, tests, estimates)),
+            "patch": self.state.put(keys["patch"], recorded_patch(self.history, self.repo_spec.path, tests, estimates)),
             "estimates": self.state.put(keys["estimates"], json.dumps(data, indent=1, sort_keys=True)),
         }
         return estimates, where

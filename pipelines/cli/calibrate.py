@@ -44,15 +44,16 @@ def _table(estimates) -> str:
 
 def run(args: argparse.Namespace) -> int:
     from pipelines.core.calibrate import (
-        apply_patch,
         calibrate,
         drift,
         near_timeout,
         plan_patch,
         write_atomic,
         write_evidence_csv,
+        write_plan,
     )
     from pipelines.core.history import HistoryError
+    from pipelines.storage.history import record_successions, successions
 
     path, spec, specs = history_cli.resolve_repo(args.repo)
     catalog = history_cli.load_catalog_for(path, spec, specs)
@@ -63,11 +64,12 @@ def run(args: argparse.Namespace) -> int:
     store = history_cli.open_store(args.store)
     try:
         samples = store.read()
+        rewrites = successions(store)
     except HistoryError as exc:
         print(f"nightly calibrate: error: {exc}", file=sys.stderr)
         return 2
     try:
-        estimates = calibrate(tests, samples, policy, params)
+        estimates = calibrate(tests, samples, policy, params, successions=rewrites)
     except ValueError as exc:
         print(f"nightly calibrate: error: {exc}", file=sys.stderr)
         return 2
@@ -84,7 +86,18 @@ def run(args: argparse.Namespace) -> int:
     if args.evidence:
         write_evidence_csv(args.evidence, estimates)
         print(f"evidence: {args.evidence}")
-    plan = apply_patch(path, tests, estimates) if args.write else plan_patch(path, tests, estimates)
+    plan = plan_patch(path, tests, estimates)
+    if args.write or args.patch:
+        # before any file changes: the rewritten files' samples must stay current (lineage.py)
+        try:
+            warning = record_successions(store, plan.successions())
+        except HistoryError as exc:
+            print(f"nightly calibrate: error: {exc}", file=sys.stderr)
+            return 2
+        if warning:
+            print(f"nightly calibrate: warning: {warning}", file=sys.stderr)
+    if args.write:
+        write_plan(path, plan)
     if args.patch:
         write_atomic(args.patch, plan.diff())
         print(f"patch: {args.patch} ({len(plan.edits)} files)")

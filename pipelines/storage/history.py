@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
+from pipelines.core.calibrate.lineage import Succession
 from pipelines.core.history import FileHistoryStore, HistoryStore
-from pipelines.core.model import CatalogError, Problem
+from pipelines.core.model import CatalogError, Estimate, Problem, Test
 from pipelines.core.specs import DeploymentSpec
+
+log = logging.getLogger(__name__)
 
 STORAGES = ("local", "s3")
 #: checked in this order; the first one set wins (boto3 reads AWS_ENDPOINT_URL itself too)
@@ -38,3 +42,36 @@ def history_store(deployment: DeploymentSpec, home: Path, env: Mapping[str, str]
         return S3HistoryStore(deployment.s3_bucket, deployment.s3_prefix, endpoint_url=s3_endpoint(env))
     raise _problem(deployment, "storage", f"unknown storage {deployment.storage!r}; "
                                           f"use one of {', '.join(STORAGES)}")
+
+
+def successions(store: HistoryStore) -> list[Succession]:
+    """The store's record of calibrate's est_time rewrites (lineage.py); a store that keeps no
+    such record (S3 for now) has none, and samples of rewritten files count as stale there."""
+    read = getattr(store, "successions", None)
+    return list(read()) if read is not None else []
+
+
+def record_successions(store: HistoryStore, items: Iterable[Succession]) -> str:
+    """Record calibrate's rewrites; "" when done, else why the store cannot (a warning to print)."""
+    items = list(items)
+    add = getattr(store, "add_successions", None)
+    if not items:
+        return ""
+    if add is None:
+        return (f"{store!r}: this history store cannot record calibrate's rewrites; the samples of the "
+                f"{len(items)} rewritten file(s) will count as stale next night. Use a local store (--store FILE) "
+                "to keep them.")
+    add(items)
+    return ""
+
+
+def recorded_patch(store: HistoryStore, repo: Path | str, tests: Sequence[Test], estimates: Sequence[Estimate]) -> str:
+    """The est_time patch of a night's calibration, its rewrites recorded first so that applying
+    it (``git apply``) keeps the patched tests' history current; a store that cannot record says so."""
+    from pipelines.core.calibrate import plan_patch
+
+    plan = plan_patch(repo, tests, estimates)
+    warning = record_successions(store, plan.successions())
+    if warning:
+        log.warning("%s", warning)
+    return plan.diff()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import dataclasses
 import hashlib
 from datetime import UTC, datetime, timedelta
 
@@ -11,8 +12,10 @@ import pytest
 
 from pipelines.cli import calibrate as calibrate_cli
 from pipelines.cli import history as history_cli
+from pipelines.core.calibrate import Lineage, Succession, calibrate
 from pipelines.core.history import FileHistoryStore
 from pipelines.core.model import Catalog, Sample
+from pipelines.core.plan.durations import duration_model, usable
 from tests.conftest import make_test
 
 SRC = "import os\nregister_cuda_ci(est_time={}, suite='stage-c-4-gpu-h200', labels=['megatron'])  # note\n"
@@ -79,3 +82,39 @@ def test_p90_needs_three_samples_so_a_single_night_changes_nothing(repo, capsys)
     row_b = next(line for line in out.splitlines() if line.startswith("tests/e2e/test_b.py"))
     assert "too few samples: 1 passed of the current file, p90 needs 3" in row_b
     assert "drift (>= 30 s and 30 %): 1" in out
+
+
+def sha(path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_calibrate_write_keeps_the_samples_it_learned_from_current_but_a_real_edit_makes_them_stale(repo, tmp_path):
+    store = FileHistoryStore(tmp_path / "home" / "history.sqlite")
+    path = repo / "tests/e2e/test_a.py"
+    assert cli("calibrate", "--repo", str(repo), "--write") == 0
+    rewritten = make_test(id="tests/e2e/test_a.py", path="tests/e2e/test_a.py", est_time=1300, line=2, sha256=sha(path))
+    samples, rewrites = store.read(), store.successions()
+    assert usable(rewritten, samples, Lineage.of(rewrites)) == [957, 966, 960]
+    assert duration_model([rewritten], samples, successions=rewrites)[rewritten.id].source == "history"
+    [estimate] = calibrate([rewritten], samples, successions=rewrites)
+    assert (estimate.samples_used, estimate.stale_samples, estimate.proposed) == (3, 0, 1300)
+
+    path.write_text(path.read_text() + "print('a real change')\n")
+    edited = dataclasses.replace(rewritten, sha256=sha(path))
+    assert usable(edited, samples, Lineage.of(rewrites)) == []
+    [estimate] = calibrate([edited], samples, successions=store.successions())
+    assert (estimate.samples_used, estimate.stale_samples) == (0, 3)
+
+
+def test_calibrate_patch_records_the_digest_the_patched_file_will_have(repo, tmp_path):
+    before = sha(repo / "tests/e2e/test_a.py")
+    assert cli("calibrate", "--repo", str(repo), "--patch", str(tmp_path / "p.diff")) == 0
+    after = hashlib.sha256(SRC.format(1300).encode()).hexdigest()
+    recorded = FileHistoryStore(tmp_path / "home" / "history.sqlite").successions()
+    assert Succession(before, after, "tests/e2e/test_a.py") in recorded
+    assert sha(repo / "tests/e2e/test_a.py") == before
+
+
+def test_calibrate_without_write_or_patch_records_nothing(repo, tmp_path):
+    assert cli("calibrate", "--repo", str(repo)) == 0
+    assert FileHistoryStore(tmp_path / "home" / "history.sqlite").successions() == []

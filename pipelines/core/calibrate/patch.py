@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pipelines.core.calibrate.evidence import write_atomic
+from pipelines.core.calibrate.lineage import Succession, rewrite_successions
 from pipelines.core.model import Estimate, Test
 
 
@@ -35,6 +36,10 @@ class PatchPlan:
         for path, (old, new) in sorted(self.edits.items()):
             out.extend(_unified(old, new, path))
         return "".join(head + out) if out else "".join(head)
+
+    def successions(self) -> list[Succession]:
+        """Old -> new digest of every rewritten file: record them before writing (lineage.py)."""
+        return rewrite_successions(self.edits)
 
 
 def _lines(text: str) -> list[str]:
@@ -150,9 +155,15 @@ def make_patch(repo: Path | str, tests: Sequence[Test], estimates: Sequence[Esti
     return plan_patch(repo, tests, estimates).diff()
 
 
-def apply_patch(repo: Path | str, tests: Sequence[Test], estimates: Sequence[Estimate]) -> PatchPlan:
-    """Write the edits into the checkout (temp file + rename per file); returns what was done."""
-    plan = plan_patch(repo, tests, estimates)
+def write_plan(repo: Path | str, plan: PatchPlan) -> None:
+    """Write a plan's edits into the checkout (temp file + rename per file)."""
     for path, (_, new) in plan.edits.items():
         write_atomic(Path(repo) / path, new)
+
+
+def apply_patch(repo: Path | str, tests: Sequence[Test], estimates: Sequence[Estimate]) -> PatchPlan:
+    """Plan and write the edits into the checkout; returns what was done. Callers that keep history
+    record ``plan.successions()`` first (see ``nightly calibrate``)."""
+    plan = plan_patch(repo, tests, estimates)
+    write_plan(repo, plan)
     return plan

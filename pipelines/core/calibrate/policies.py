@@ -1,7 +1,7 @@
 """Calibration policies: from measured passing durations to a proposed est_time.
 
 Every policy sees the same evidence: passed, uncapped samples of the test's current file
-revision on its hardware. Failed, timed-out, infra-error and capped samples say nothing about
+revision on its hardware (its digest, or one calibrate's own est_time rewrite led from). Failed, timed-out, infra-error and capped samples say nothing about
 how long the test takes; samples of another file revision are counted as stale and not used.
 """
 
@@ -10,11 +10,12 @@ from __future__ import annotations
 import math
 import statistics
 from collections import defaultdict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from pipelines.core.calibrate.guards import bound_proposal, screen_relative, screen_samples
+from pipelines.core.calibrate.lineage import Lineage, Succession
 from pipelines.core.model import MAX_EST_TIME_S, Estimate, Sample, Test
 
 #: Defaults per policy; bucket125 looks at every sample of the current revision (framework M's rule).
@@ -100,8 +101,8 @@ class _Evidence:
     outliers: list[str]
 
 
-def _select(test: Test, samples: Sequence[Sample], p: Mapping, now: datetime) -> _Evidence:
-    current = [s for s in samples if s.sha256 == test.sha256]
+def _select(test: Test, samples: Sequence[Sample], p: Mapping, now: datetime, digests: frozenset[str]) -> _Evidence:
+    current = [s for s in samples if s.sha256 in digests]
     passed = [s for s in current if s.outcome == "passed" and not s.capped]
     good, outliers = screen_samples(passed, p)
     kept = good
@@ -135,8 +136,9 @@ def _timeout_raise(current: list[Sample], proposed: int) -> tuple[int, str, Samp
     return floor, f"raised: the newest run timed out after {last.elapsed_s:g} s", last
 
 
-def _estimate(test: Test, samples: Sequence[Sample], policy: str, p: Mapping, now: datetime) -> Estimate:
-    ev = _select(test, samples, p, now)
+def _estimate(test: Test, samples: Sequence[Sample], policy: str, p: Mapping, now: datetime,
+              digests: frozenset[str]) -> Estimate:
+    ev = _select(test, samples, p, now, digests)
     values = [s.elapsed_s for s in ev.used]
     notes = []
     if ev.ignored:
@@ -160,8 +162,8 @@ def _estimate(test: Test, samples: Sequence[Sample], policy: str, p: Mapping, no
         proposed, how = POLICIES[policy](values, p)
         reason = f"{policy}: {how} from {len(values)} passed"
     if p.get("raise_on_timeout"):
-        plausible, _ = screen_samples([s for s in samples if s.sha256 == test.sha256 and s.outcome == "timed_out"], p)
-        raised = _timeout_raise([s for s in samples if s.sha256 == test.sha256 and
+        plausible, _ = screen_samples([s for s in samples if s.sha256 in digests and s.outcome == "timed_out"], p)
+        raised = _timeout_raise([s for s in samples if s.sha256 in digests and
                                  (s.outcome == "passed" or s in plausible)], proposed)
         if raised:
             proposed, reason = raised[0], f"{raised[1]}; {reason}"
@@ -179,8 +181,11 @@ def _estimate(test: Test, samples: Sequence[Sample], policy: str, p: Mapping, no
 
 
 def calibrate(tests: Sequence[Test], samples: Sequence[Sample], policy: str = "bucket125",
-              params: Mapping | None = None, now: datetime | None = None) -> list[Estimate]:
-    """One estimate per test, keyed by (test id, hardware), in the order of ``tests``."""
+              params: Mapping | None = None, now: datetime | None = None,
+              successions: Iterable[Succession] = ()) -> list[Estimate]:
+    """One estimate per test, keyed by (test id, hardware), in the order of ``tests``; samples of a
+    digest that ``successions`` lead to the test's current one count as current (see lineage.py)."""
+    lineage = Lineage.of(successions)
     p = policy_params(policy, params)
     now = now or datetime.now(UTC)
     if now.tzinfo is None:
@@ -188,7 +193,8 @@ def calibrate(tests: Sequence[Test], samples: Sequence[Sample], policy: str = "b
     by_key: dict[tuple[str, str], list[Sample]] = defaultdict(list)
     for s in samples:
         by_key[(s.test_id, s.hardware)].append(s)
-    return [_estimate(t, by_key.get((t.id, t.hardware), []), policy, p, now) for t in tests]
+    return [_estimate(t, by_key.get((t.id, t.hardware), []), policy, p, now, lineage.same_revision(t.sha256))
+            for t in tests]
 
 
 def estimates_by_id(estimates: Sequence[Estimate]) -> dict[str, int]:

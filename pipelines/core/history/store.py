@@ -13,9 +13,11 @@ import errno
 import os
 import sqlite3
 from collections.abc import Iterable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Protocol
 
+from pipelines.core.calibrate.lineage import Succession
 from pipelines.core.model import Sample
 
 OUTCOMES = ("passed", "failed", "timed_out", "infra_error", "skipped", "interrupted")
@@ -36,6 +38,14 @@ CREATE TABLE IF NOT EXISTS {name} (
 );
 """.replace("OUTCOMES_SQL", ", ".join(repr(o) for o in OUTCOMES))
 _SCHEMA = _TABLE.format(name="samples")
+#: calibrate's est_time rewrites (see pipelines.core.calibrate.lineage); created on first record,
+#: so a store without one reads as before and older readers ignore it
+_SUCCESSIONS = """
+CREATE TABLE IF NOT EXISTS successions (
+  before TEXT NOT NULL, after TEXT NOT NULL, path TEXT NOT NULL, why TEXT NOT NULL,
+  recorded_at TEXT NOT NULL, PRIMARY KEY (before, after)
+);
+"""
 
 
 class HistoryError(RuntimeError):
@@ -167,6 +177,47 @@ class FileHistoryStore:
             columns = _COLUMNS if version == SCHEMA_VERSION else _V1_COLUMNS
             cur = conn.execute(f"SELECT {', '.join(columns)} FROM samples ORDER BY seq")
             return [_sample(r) for r in cur.fetchall()]
+        except sqlite3.Error as exc:
+            raise self._fail(exc) from exc
+        finally:
+            conn.close()
+
+
+    def add_successions(self, successions: Iterable[Succession]) -> int:
+        """Record calibrate's rewrites in one transaction; returns how many were new."""
+        now = datetime.now(UTC).isoformat(timespec="seconds")
+        rows = [(s.before, s.after, s.path, s.why, now) for s in successions]
+        if not rows:
+            return 0
+        conn = self._connect()
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            conn.execute(_SUCCESSIONS)
+            before = conn.total_changes
+            conn.executemany("INSERT OR IGNORE INTO successions (before, after, path, why, recorded_at) "
+                             "VALUES (?, ?, ?, ?, ?)", rows)
+            added = conn.total_changes - before
+            conn.execute("COMMIT")
+            return added
+        except sqlite3.Error as exc:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            if _is_permission(exc) and not self._writable():
+                raise self._folder_problem(exc) from exc
+            raise self._fail(exc) from exc
+        finally:
+            conn.close()
+
+    def successions(self) -> list[Succession]:
+        """Every recorded rewrite, oldest first; none when the store or its table does not exist."""
+        if not self.path.exists():
+            return []
+        conn = self._connect(read_only=True)
+        try:
+            if not conn.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name='successions'").fetchone():
+                return []
+            cur = conn.execute("SELECT before, after, path, why FROM successions ORDER BY rowid")
+            return [Succession(*map(str, r)) for r in cur.fetchall()]
         except sqlite3.Error as exc:
             raise self._fail(exc) from exc
         finally:

@@ -6,7 +6,7 @@ prediction long and hides what history knows, so the planner uses this model ins
 timeouts stay on est_time.
 
 Each test's passing, uncapped samples of its current file digest on its hardware (the same
-evidence calibration uses) are fitted as a lognormal: the median is the geometric mean of the
+evidence calibration uses, including digests calibrate's own est_time rewrites led from) are fitted as a lognormal: the median is the geometric mean of the
 newest samples and the spread (``sigma``, of log duration) is shrunk towards the spread pooled
 over all tests with history, so two or three samples do not claim a precision they lack. The
 spread is predictive: it includes the uncertainty of the median itself (``sigma^2 (1 + 1/n)``).
@@ -20,6 +20,7 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from pipelines.core.calibrate.lineage import Lineage, Succession
 from pipelines.core.model import Sample, Test
 
 #: the calibration rule's padding, undone for tests without history
@@ -61,24 +62,29 @@ def fallback(test: Test, sigma: float = FALLBACK_SIGMA) -> Duration:
     return Duration(test.id, max(1.0, test.est_time / PADDING), sigma, 0, "fallback")
 
 
-def usable(test: Test, samples: Iterable[Sample]) -> list[float]:
+def usable(test: Test, samples: Iterable[Sample], lineage: Lineage | None = None) -> list[float]:
     """Elapsed seconds of the test's passed, uncapped, plausible (not ``outlier``) runs of its
-    current digest on its hardware, oldest first (by start time, then stored order)."""
+    current digest (or one calibrate's est_time rewrite led from, per ``lineage``) on its
+    hardware, oldest first (by start time, then stored order)."""
+    digests = (lineage or Lineage()).same_revision(test.sha256)
     good = [(s.started_at, i, s.elapsed_s) for i, s in enumerate(samples)
-            if s.test_id == test.id and s.sha256 == test.sha256 and s.hardware == test.hardware
+            if s.test_id == test.id and s.sha256 in digests and s.hardware == test.hardware
             and s.outcome == "passed" and not s.capped and not s.outlier and s.elapsed_s > 0]
     return [e for *_, e in sorted(good)]
 
 
 def duration_model(tests: Iterable[Test], samples: Iterable[Sample], *, max_samples: int = MAX_SAMPLES,
                    prior_sigma: float = PRIOR_SIGMA, prior_weight: float = PRIOR_WEIGHT,
-                   fallback_sigma: float = FALLBACK_SIGMA) -> dict[str, Duration]:
-    """Test id -> Duration for every test, from ``samples`` (any mix of tests, digests, hardware)."""
+                   fallback_sigma: float = FALLBACK_SIGMA,
+                   successions: Iterable[Succession] = ()) -> dict[str, Duration]:
+    """Test id -> Duration for every test, from ``samples`` (any mix of tests, digests, hardware);
+    ``successions``: the history store's record of calibrate's est_time rewrites."""
     tests = list(tests)
+    lineage = Lineage.of(successions)
     by_test: dict[str, list[Sample]] = {}
     for s in samples:
         by_test.setdefault(s.test_id, []).append(s)
-    logs = {t.id: [math.log(e) for e in usable(t, by_test.get(t.id, ()))[-max_samples:]] for t in tests}
+    logs = {t.id: [math.log(e) for e in usable(t, by_test.get(t.id, ()), lineage)[-max_samples:]] for t in tests}
     pooled = pooled_sigma(logs.values(), prior_sigma)
     out = {}
     for t in tests:

@@ -199,3 +199,23 @@ def test_implausible_durations_are_kept_as_outliers_with_their_reason(tmp_path):
     kept = store.read()
     assert [s.outlier for s in kept] == list(cases.values())
     assert [s.elapsed_s for s in kept] == [0.0, 0.0, 1e9]
+
+
+def test_calibrate_rewrites_are_recorded_once_and_read_back_in_order(tmp_path):
+    from pipelines.core.calibrate import Succession
+
+    store = FileHistoryStore(tmp_path / "h.sqlite")
+    store.append([sample(1)])
+    rewrites = [Succession("a" * 64, "b" * 64, "tests/e2e/test_1.py"), Succession("b" * 64, "c" * 64, "tests/e2e/test_1.py")]
+    assert store.add_successions(rewrites) == 2
+    assert store.add_successions(rewrites[:1]) == 0
+    assert store.successions() == rewrites
+    assert store.read() == [sample(1)]
+
+
+def test_a_store_without_recorded_rewrites_has_none_and_reading_creates_nothing(tmp_path):
+    store = FileHistoryStore(tmp_path / "h.sqlite")
+    assert store.successions() == []
+    assert not store.path.exists()
+    store.append([sample(1)])
+    assert store.successions() == []
