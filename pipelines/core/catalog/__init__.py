@@ -230,7 +230,8 @@ def _template(
     try:
         source = (repo / rel).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
-        return [], [Problem(rel, 1, "template", f"cannot be read ({exc})")], notes, []
+        return [], [Problem(rel, 1, "template", f"cannot be read ({exc}); save it as UTF-8 or fix `template:` in "
+                                                "assets/repos.yaml")], notes, []
     tmpl = parse_template(source, rel)
     notes += list(tmpl.notes)
     # only files inside the repo are ever opened; template_tests reports the others

@@ -117,7 +117,8 @@ def _registrations(call: ast.Call, dialect: Dialect) -> tuple[list[Registration]
             raise _Bad(func, f"**kwargs is not allowed; write each argument literally: {sig.text()}")
         if kw.arg not in sig.keywords:
             hint = " (the GPU count comes from the suite name: -<N>-gpu-)" if kw.arg == "num_gpus" else ""
-            raise _Bad(kw.arg, f"unknown argument to {func}{hint}; known: {', '.join(sorted(sig.keywords))}")
+            raise _Bad(kw.arg, f"unknown argument to {func}{hint}; known: {', '.join(sorted(sig.keywords))}; "
+                               "remove it or fix the spelling")
         if kw.arg in args:
             raise _Bad(kw.arg, "given twice (positionally or as a keyword); pass it once")
         args[kw.arg] = _literal(kw.arg, kw.value)
@@ -129,7 +130,7 @@ def _registrations(call: ast.Call, dialect: Dialect) -> tuple[list[Registration]
     labels = _labels(args, required="labels" in sig.required)
     nightly = args.get("nightly", False)
     if not isinstance(nightly, bool):
-        raise _Bad("nightly", f"must be True or False, got {nightly!r}")
+        raise _Bad("nightly", f"must be True or False, got {nightly!r}; write nightly=True or leave it out")
     disabled = args.get("disabled")
     if disabled is not None and (not isinstance(disabled, str) or not disabled.strip()):
         raise _Bad("disabled", f"must be None or a non-empty reason string, got {disabled!r}; say why it is disabled")
@@ -142,7 +143,7 @@ def _literal(name: str, node: ast.AST) -> object:
     ok, value = literal(node)
     if not ok:
         if isinstance(node, ast.List):
-            raise _Bad(name, f"must be a list of string literals, got `{ast.unparse(node)}`")
+            raise _Bad(name, f"must be a list of string literals, got `{ast.unparse(node)}`; write each item as a quoted string")
         raise _Bad(name, f"must be a literal (number, string, True/False/None, list of strings), got "
                          f"`{ast.unparse(node)}`; the runner reads files without importing them, so write the value itself")
     return value
@@ -153,7 +154,8 @@ def _est_time(args: dict[str, object], dialect: Dialect, func: str) -> int:
         raise _Bad("est_time", f"required: the expected run time in seconds, e.g. {func}(600, ...)")
     v = args["est_time"]
     if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
-        raise _Bad("est_time", f"must be a number of seconds, got {v!r}")
+        raise _Bad("est_time", f"must be a number of seconds, got {v!r}; write the expected run time as a plain number, "
+                               f"e.g. {func}(600, ...)")
     if dialect.est_time == "non-negative":
         if v < 0:
             raise _Bad("est_time", f"must be 0 or more, got {v!r}; set the expected run time in seconds")
@@ -173,24 +175,28 @@ def _suite(args: dict[str, object], stage_form: bool) -> str:
         stage, runner = args.get("stage"), args.get("runner_config")
         for name, v in (("stage", stage), ("runner_config", runner)):
             if not isinstance(v, str) or not _SUITE.fullmatch(v):
-                raise _Bad(name, f"must be a name of letters, digits, '.', '_' or '-' (stage= needs runner_config= too), got {v!r}")
+                raise _Bad(name, f"must be a name of letters, digits, '.', '_' or '-', got {v!r}; give both stage= and "
+                                     "runner_config= as names, e.g. stage=\"stage-b\", runner_config=\"1-gpu-large\"")
         return f"{stage}-test-{runner}"
     if "suite" not in args:
-        raise _Bad("suite", "required: the suite name" + (" (or stage= with runner_config=)" if stage_form else ""))
+        raise _Bad("suite", "required: the suite name" + (" (or stage= with runner_config=)" if stage_form else "")
+                   + "; pass it as the second argument, e.g. (600, \"<stage>-<N>-gpu-<hardware>\")")
     suite = args["suite"]
     if not isinstance(suite, str) or not _SUITE.fullmatch(suite):
-        raise _Bad("suite", f"must be a name of letters, digits, '.', '_' or '-', got {suite!r}")
+        raise _Bad("suite", f"must be a name of letters, digits, '.', '_' or '-', got {suite!r}; rename the suite "
+                            "with only those characters")
     return suite
 
 
 def _labels(args: dict[str, object], required: bool) -> tuple[str, ...]:
     if "labels" not in args or args["labels"] is None:
         if required:
-            raise _Bad("labels", "required for GPU tests by this framework's register function: a list of label strings")
+            raise _Bad("labels", "required for GPU tests by this framework's register function: a list of label strings; "
+                                 "add labels=[\"<label>\"]")
         return ()
     labels = args["labels"]
     if not isinstance(labels, list):
-        raise _Bad("labels", f"must be a list of strings, got {labels!r}")
+        raise _Bad("labels", f"must be a list of strings, got {labels!r}; write labels=[\"{labels}\"]")
     for label in labels:
         if not _LABEL.fullmatch(label):
             raise _Bad("labels", f"{label!r} is not a label; use letters, digits, '.', '_' or '-'")

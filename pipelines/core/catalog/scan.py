@@ -141,7 +141,8 @@ def scan_file(repo: str, rel: str, registry: bool = True, dialect: Dialect = M, 
     try:
         data = (Path(repo) / rel).read_bytes()
     except OSError as exc:
-        return FileScan(rel, problems=(Problem(rel, 1, "file", f"cannot be read ({exc.strerror or exc})"),))
+        return FileScan(rel, problems=(Problem(rel, 1, "file", f"cannot be read ({exc.strerror or exc}); check the file's "
+                                                                     "permissions or remove it"),))
     return scan_bytes(rel, data, registry, dialect, parse_all)
 
 
@@ -152,7 +153,9 @@ def scan_bytes(rel: str, data: bytes, registry: bool = True, dialect: Dialect = 
     try:
         source = data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        return FileScan(rel, sha, problems=(Problem(rel, 1, "file", f"is not UTF-8 ({exc.reason} at byte {exc.start})"),))
+        line = data.count(b"\n", 0, exc.start) + 1
+        return FileScan(rel, sha, problems=(Problem(rel, line, "file", (
+            f"is not UTF-8 ({exc.reason} at byte {exc.start}); save the file as UTF-8 (Python reads it so)")),))
     if registry and not parse_all and "register_" not in source:  # cannot register anything: no ast needed
         return FileScan(rel, sha, parsed=True)
     try:

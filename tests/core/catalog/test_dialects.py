@@ -93,7 +93,7 @@ def test_sglang_rules_reject_what_its_runner_rejects_and_quote_only_its_own_sign
         'register_npu_ci call at module level; register the file e.g. register_cuda_ci(60, "nightly-1-gpu", ...) '
         "as other files here do",
         "test/registered/test_labels.py:2: labels: unknown argument to register_cuda_ci; known: disabled, est_time, "
-        "nightly, runner_config, stage, suite",
+        "nightly, runner_config, stage, suite; remove it or fix the spelling",
         "test/registered/test_negative.py:2: est_time: must be 0 or more, got -1; set the expected run time in seconds",
     ]
     assert not any("megatron" in p or "stage-c-4-gpu-h200" in p for p in problems)
@@ -103,7 +103,7 @@ def test_m_rules_still_require_labels_on_gpu_calls_without_quoting_a_label(tree)
     repo = tree({"fw/ci.py": M_MODULE, "tests/test_a.py": 'register_cuda_ci(60, "stage-c-4-gpu-h200")\n'})
     (problem,) = load_catalog(repo).problems
     assert str(problem) == ("tests/test_a.py:1: labels: required for GPU tests by this framework's register function: "
-                            "a list of label strings")
+                            "a list of label strings; add labels=[\"<label>\"]")
 
 
 def test_a_positional_argument_beyond_the_signature_names_the_framework_signature(tree):

@@ -123,18 +123,24 @@ BAD_CALLS = [
     ('register_cuda_ci(60, "stage-c-4-gpu-h200", labels=["x"], suite="other")', "suite: given twice"),
     ('register_cuda_ci(0, "stage-c-4-gpu-h200", labels=["x"])', "est_time: must be positive, got 0"),
     ('register_cuda_ci(-5, "stage-c-4-gpu-h200", labels=["x"])', "est_time: must be positive, got -5"),
-    ('register_cuda_ci("600", "stage-c-4-gpu-h200", labels=["x"])', "est_time: must be a number of seconds, got '600'"),
-    ('register_cuda_ci(True, "stage-c-4-gpu-h200", labels=["x"])', "est_time: must be a number of seconds, got True"),
+    ('register_cuda_ci("600", "stage-c-4-gpu-h200", labels=["x"])',
+     "est_time: must be a number of seconds, got '600'; write the expected run time as a plain number, "
+     "e.g. register_cuda_ci(600, ...)"),
+    ('register_cuda_ci(True, "stage-c-4-gpu-h200", labels=["x"])', "est_time: must be a number of seconds, got True; "),
     ('register_cuda_ci(suite="stage-c-4-gpu-h200", labels=["x"])', "est_time: required"),
-    ('register_cuda_ci(60, labels=["x"])', "suite: required"),
+    ('register_cuda_ci(60, labels=["x"])', "suite: required: the suite name (or stage= with runner_config=); pass it "
+     'as the second argument, e.g. (600, "<stage>-<N>-gpu-<hardware>")'),
     ('register_cuda_ci(60, "stage-c-h200", labels=["x"])', "suite: unknown suite shape 'stage-c-h200'"),
     ('register_cuda_ci(60, "stage-c-0-gpu-h200", labels=["x"])', "suite: 'stage-c-0-gpu-h200' asks for 0 GPUs"),
-    ('register_cuda_ci(60, "stage c", labels=["x"])', "suite: must be a name of letters, digits"),
+    ('register_cuda_ci(60, "stage c", labels=["x"])',
+     "suite: must be a name of letters, digits, '.', '_' or '-', got 'stage c'; rename the suite with only those "
+     "characters"),
     ('register_cuda_ci(60, "stage-c-4-gpu-h200")', "labels: required for GPU tests"),
     ('register_cuda_ci(60, "stage-c-4-gpu-h200", labels="megatron")', "labels: must be a list of strings, got 'megatron'"),
     ('register_cuda_ci(60, "stage-c-4-gpu-h200", labels=["a", 3])', "labels: must be a list of string literals"),
     ('register_cuda_ci(60, "stage-c-4-gpu-h200", labels=["a,b"])', "labels: 'a,b' is not a label"),
-    ('register_cuda_ci(60, "stage-c-4-gpu-h200", labels=["x"], nightly="yes")', "nightly: must be True or False"),
+    ('register_cuda_ci(60, "stage-c-4-gpu-h200", labels=["x"], nightly="yes")',
+     "nightly: must be True or False, got 'yes'; write nightly=True or leave it out"),
     ('register_cuda_ci(60, "stage-c-4-gpu-h200", labels=["x"], disabled="")', "disabled: must be None or a non-empty reason"),
     ('register_cuda_ci(60, "stage-c-4-gpu-h200", labels=["x"], hardware=[])', "hardware: must be a non-empty list"),
     ('register_cuda_ci(60, "stage-c-4-gpu-h200", labels=["x"], hardware=["h100"])',
@@ -145,7 +151,8 @@ BAD_CALLS = [
      "(write 'h200' or fix the suite name)"),
     ('register_cuda_ci(60, "stage-c-4-gpu-h200", labels=["x"], stage="base-b", runner_config="1-gpu-large")',
      "suite: give either suite= or stage= with runner_config=, not both"),
-    ('register_cuda_ci(60, stage="base-b")', "runner_config: must be a name"),
+    ('register_cuda_ci(60, stage="base-b")', "runner_config: must be a name of letters, digits, '.', '_' or '-', "
+     "got None; give both stage= and runner_config= as names, e.g. stage=\"stage-b\", runner_config=\"1-gpu-large\""),
 ]
 
 
@@ -203,8 +210,17 @@ def test_a_file_that_is_not_utf8_is_reported(tree):
     repo = tree({"tests/test_fine.py": HEADER + 'register_cpu_ci(3, "stage-a-cpu")\n'})
     (repo / "tests/test_latin1.py").write_bytes(b"# caf\xe9\n")
     cat = load_catalog(repo, RepoSpec(name="fw", path=repo, format="registry"))
-    assert only_problem(cat).startswith("tests/test_latin1.py:1: file: is not UTF-8")
+    assert only_problem(cat) == ("tests/test_latin1.py:1: file: is not UTF-8 (invalid continuation byte at byte 5); "
+                                 "save the file as UTF-8 (Python reads it so)")
     assert len(cat.tests) == 1
+
+
+def test_a_file_that_is_not_utf8_is_reported_on_the_line_of_the_bad_byte(tree):
+    repo = tree({})
+    (repo / "tests").mkdir()
+    (repo / "tests/test_latin1.py").write_bytes(b"x = 1\n\n# caf\xe9\n")
+    cat = load_catalog(repo, RepoSpec(name="fw", path=repo, format="registry"))
+    assert only_problem(cat).startswith("tests/test_latin1.py:3: file: is not UTF-8 (invalid continuation byte at byte 12)")
 
 
 def test_only_configured_roots_are_searched_and_a_missing_root_is_reported(tree):
