@@ -6,13 +6,16 @@
 Prints one row per test (current, proposed, delta, samples, reason), the drift list (changes of
 at least 30 s and 30 %) and tests whose last run used over 90 % of its timeout. Without
 ``--write`` nothing in the checkout changes (the dry run); ``--write`` rewrites the literal
-est_time of files with exactly one registration for the test's hardware.
+est_time of files with exactly one registration for the test's hardware. Output paths are
+checked before anything is written, and the checkout is rewritten last; a bad path or a failed
+write exits 2 naming the path.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from pipelines.cli import history as history_cli
 
@@ -42,19 +45,23 @@ def _table(estimates) -> str:
     )
 
 
-def run(args: argparse.Namespace) -> int:
-    from pipelines.core.calibrate import (
-        calibrate,
-        drift,
-        near_timeout,
-        plan_patch,
-        write_atomic,
-        write_evidence_csv,
-        write_plan,
-    )
-    from pipelines.core.history import HistoryError
-    from pipelines.storage.history import record_successions, successions
+def _fail(message: str) -> int:
+    print(f"nightly calibrate: error: {message}", file=sys.stderr)
+    return 2
 
+
+def run(args: argparse.Namespace) -> int:
+    from pipelines.core.calibrate import calibrate, drift, near_timeout, output_problem, plan_patch
+    from pipelines.core.history import HistoryError
+    from pipelines.storage.history import successions
+
+    # every output is checked before anything is read or written: a bad path costs nothing
+    outputs = [(args.evidence, "--evidence"), (args.patch, "--patch")]
+    problems = [m for f, flag in outputs if f and (m := output_problem(f, flag))]
+    if args.evidence and args.patch and Path(args.evidence).resolve() == Path(args.patch).resolve():
+        problems.append(f"{args.patch}: --patch: the same file as --evidence; give each its own path")
+    if problems:
+        return _fail("\n".join(problems))
     path, spec, specs = history_cli.resolve_repo(args.repo)
     catalog = history_cli.load_catalog_for(path, spec, specs)
     tests = list(catalog.tests)
@@ -66,13 +73,11 @@ def run(args: argparse.Namespace) -> int:
         samples = store.read()
         rewrites = successions(store)
     except HistoryError as exc:
-        print(f"nightly calibrate: error: {exc}", file=sys.stderr)
-        return 2
+        return _fail(str(exc))
     try:
         estimates = calibrate(tests, samples, policy, params, successions=rewrites)
     except ValueError as exc:
-        print(f"nightly calibrate: error: {exc}", file=sys.stderr)
-        return 2
+        return _fail(str(exc))
     print(f"calibrate: {catalog.repo}, policy {policy}, {len(samples)} samples in {getattr(store, 'path', store)}")
     print(_table(estimates))
     drifted = drift(estimates)
@@ -83,26 +88,47 @@ def run(args: argparse.Namespace) -> int:
     print(f"near timeout (last run > 90 % of max({floor}, {factor:g} x est_time)): {len(near) or 'none'}")
     for n in near:
         print(f"  {n}")
-    if args.evidence:
-        write_evidence_csv(args.evidence, estimates)
-        print(f"evidence: {args.evidence}")
     plan = plan_patch(path, tests, estimates)
+    status = _write_outputs(args, path, plan, estimates, store)
+    for p, why in plan.skipped:
+        print(f"left alone: {p}: {why}")
+    return status
+
+
+def _write_outputs(args: argparse.Namespace, repo: Path, plan, estimates, store) -> int:
+    """Evidence, patch, the rewrites' record, then the checkout: the checkout changes last, and
+    only when everything before it was written."""
+    from pipelines.core.calibrate import evidence_csv, output_problem, write_atomic, write_problem
+    from pipelines.core.history import HistoryError
+    from pipelines.storage.history import record_successions
+
+    targets = [repo / p for p in plan.edits] if args.write else []
+    problems = [m for t in targets if (m := output_problem(t, "--write"))]
+    if problems:
+        return _fail("\n".join(problems))
+    files = [(args.evidence, evidence_csv(estimates)), (args.patch, plan.diff())]
+    for dest, text in [(Path(f), text) for f, text in files if f]:
+        try:
+            write_atomic(dest, text)
+        except OSError as exc:
+            return _fail(write_problem(dest, exc))
+    if args.evidence:
+        print(f"evidence: {args.evidence}")
+    if args.patch:
+        print(f"patch: {args.patch} ({len(plan.edits)} files)")
     if args.write or args.patch:
-        # before any file changes: the rewritten files' samples must stay current (lineage.py)
+        # before any test file changes: the rewritten files' samples must stay current (lineage.py)
         try:
             warning = record_successions(store, plan.successions())
         except HistoryError as exc:
-            print(f"nightly calibrate: error: {exc}", file=sys.stderr)
-            return 2
+            return _fail(str(exc))
         if warning:
             print(f"nightly calibrate: warning: {warning}", file=sys.stderr)
-    if args.write:
-        write_plan(path, plan)
-    if args.patch:
-        write_atomic(args.patch, plan.diff())
-        print(f"patch: {args.patch} ({len(plan.edits)} files)")
-    for p in plan.edits:
-        print(f"{'rewrote' if args.write else 'would rewrite'}: {p}")
-    for p, why in plan.skipped:
-        print(f"left alone: {p}: {why}")
+    for rel, (_, new) in plan.edits.items():
+        if args.write:
+            try:
+                write_atomic(repo / rel, new)
+            except OSError as exc:
+                return _fail(write_problem(repo / rel, exc))
+        print(f"{'rewrote' if args.write else 'would rewrite'}: {rel}")
     return 0

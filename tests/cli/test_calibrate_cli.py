@@ -118,3 +118,38 @@ def test_calibrate_patch_records_the_digest_the_patched_file_will_have(repo, tmp
 def test_calibrate_without_write_or_patch_records_nothing(repo, tmp_path):
     assert cli("calibrate", "--repo", str(repo)) == 0
     assert FileHistoryStore(tmp_path / "home" / "history.sqlite").successions() == []
+
+
+def test_a_patch_path_that_is_a_folder_is_refused_before_the_checkout_is_touched(repo, tmp_path, capsys):
+    folder = tmp_path / "out"
+    folder.mkdir()
+    before = (repo / "tests/e2e/test_a.py").read_bytes()
+    assert cli("calibrate", "--repo", str(repo), "--write", "--patch", str(folder)) == 2
+    err = capsys.readouterr().err
+    assert f"nightly calibrate: error: {folder}: --patch: is a folder; give a file path such as {folder}/est_time.patch" in err
+    assert (repo / "tests/e2e/test_a.py").read_bytes() == before
+    assert FileHistoryStore(tmp_path / "home" / "history.sqlite").successions() == []
+
+
+def test_an_evidence_path_under_a_file_is_refused_before_anything_is_written(repo, tmp_path, capsys):
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("x")
+    patch = tmp_path / "p.diff"
+    assert cli("calibrate", "--repo", str(repo), "--patch", str(patch), "--evidence", str(blocker / "ev.csv")) == 2
+    err = capsys.readouterr().err
+    assert f"{blocker / 'ev.csv'}: --evidence: {blocker} is a file, not a folder; choose a path in a folder" in err
+    assert not patch.exists()
+
+
+def test_a_failed_write_is_reported_with_the_path_and_the_checkout_is_left_alone(repo, tmp_path, capsys, monkeypatch):
+    import os
+
+    def full_disk(fd):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", full_disk)
+    before = (repo / "tests/e2e/test_a.py").read_bytes()
+    assert cli("calibrate", "--repo", str(repo), "--write", "--patch", str(tmp_path / "p.diff")) == 2
+    err = capsys.readouterr().err
+    assert f"nightly calibrate: error: {tmp_path / 'p.diff'}: cannot write (No space left on device); " in err
+    assert (repo / "tests/e2e/test_a.py").read_bytes() == before

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import csv
 import io
-import os
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
+from pipelines.core.calibrate.output import write_atomic
 from pipelines.core.calibrate.policies import parse_time
 from pipelines.core.model import Estimate, Sample, Test, effective_timeout
 
@@ -30,26 +29,6 @@ def evidence_rows(estimates: Sequence[Estimate]) -> list[dict[str, str]]:
         "median_s": _num(e.median_s), "proposed_est_time": str(e.proposed), "delta": f"{e.delta:+d}",
         "stale_samples": str(e.stale_samples), "reason": e.reason, "sources": " ".join(e.sources),
     } for e in estimates]
-
-
-def write_atomic(path: Path | str, text: str) -> None:
-    """Write through a temporary file in the same folder and rename: readers never see half a file."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    mode = path.stat().st_mode & 0o7777 if path.exists() else None
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        if mode is not None:
-            os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
 
 
 def evidence_csv(estimates: Sequence[Estimate]) -> str:

@@ -17,8 +17,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pipelines.core.calibrate.evidence import write_atomic
 from pipelines.core.calibrate.lineage import Succession, rewrite_successions
+from pipelines.core.calibrate.output import write_atomic
 from pipelines.core.model import Estimate, Test
 
 
