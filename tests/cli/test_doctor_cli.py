@@ -193,3 +193,23 @@ def test_an_unknown_context_lists_the_contexts_there_are(tmp_path, monkeypatch, 
     assert code == 2
     assert err == (f"nightly doctor: kubeconfig {tmp_path / 'kubeconfig'}: no context 'h100'; its contexts are: "
                    "h200-launcher (current); pass --context with one of them\n")
+
+
+def test_an_unreachable_api_server_is_one_row_with_what_to_check_and_the_api_checks_stop(tmp_path, monkeypatch, capsys):
+    import socket
+
+    with socket.socket() as s:  # a port nobody listens on once closed: the connection is refused at once
+        s.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{s.getsockname()[1]}"
+    (tmp_path / "kubeconfig").write_text(ONE_CONTEXT.replace("https://127.0.0.1:1", url))
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    code = main(["doctor", "--deployment", "production", "--kubeconfig", str(tmp_path / "kubeconfig")])
+    out = capsys.readouterr().out
+    assert code == 1
+    row = cols(out, "api: cluster unreachable")
+    assert row[:2] == ["api: cluster unreachable", "FAIL"]
+    assert row[2].startswith(f"{url}: ") and row[2].endswith("Connection refused") and "object at 0x" not in row[2]
+    assert row[3] == ("check the server address in the kubeconfig (`kubectl cluster-info`), the network or VPN to it, "
+                      "and that the API server is up; the checks that need the API were not run")
+    assert [x.split()[0] for x in out.splitlines()[2:] if x and not x[0].isdigit()] == ["api:", "pool"]
+    assert cols(out, "pool h200: image pinned")[1] == "ok"  # the one check that needs no API still runs

@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import io
 import json
+import re
 import uuid
 from collections.abc import Iterable
 from pathlib import Path
@@ -212,27 +213,52 @@ def check_image(pool: PoolSpec) -> Check:
                  "" if digest else f"set pools.{pool.name}.image_digest (crane digest {pool.image}) so no node runs a stale tag")
 
 
+UNREACHABLE_FIX = ("check the server address in the kubeconfig (`kubectl cluster-info`), the network or VPN to it, "
+                   "and that the API server is up; the checks that need the API were not run")
+
+
+def connection_problem(exc: BaseException) -> str:
+    """A connection failure in one line: urllib3's innermost reason, without object reprs."""
+    reason: BaseException = exc
+    while isinstance(getattr(reason, "reason", None), BaseException):
+        reason = reason.reason  # type: ignore[attr-defined]
+    text = re.sub(r"<[^<>]* object at 0x[0-9a-f]+>:?\s*", "", str(reason) or type(reason).__name__)
+    text = re.sub(r"^\w+\(host='[^']*', port=\d+\):\s*", "", " ".join(text.split()))
+    return text[:200]
+
+
 def diagnose(api: client.CoreV1Api, deployment: DeploymentSpec, *, pods: bool = True, **launcher_kwargs: Any) -> list[Check]:
-    """Every check, in the order a maintainer fixes things; never raises for an API answer."""
-    steps: list[Any] = [lambda: check_rbac(api, deployment)]
+    """Every check, in the order a maintainer fixes things; never raises for an API answer.
+
+    When the API server cannot be reached at all, that is one row (the server, the error, what to
+    check) and the checks that need the API stop there: each would only fail the same way.
+    """
+    steps: list[tuple[bool, Any]] = [(True, lambda: check_rbac(api, deployment))]
     if deployment.cache_pvc:
-        steps.append(lambda: check_pvc(api, deployment))
+        steps.append((True, lambda: check_pvc(api, deployment)))
     launcher = KubernetesLauncher(api, deployment, pin_nodes=False, retries=0, **launcher_kwargs)
     for pool in deployment.pools:
-        steps.append(lambda p=pool: check_nodes(api, p))
+        steps.append((True, lambda p=pool: check_nodes(api, p)))
         if pool.queue:
-            steps.append(lambda p=pool: check_kueue(api, deployment, p))
-        steps.append(lambda p=pool: [check_image(p)])
+            steps.append((True, lambda p=pool: check_kueue(api, deployment, p)))
+        steps.append((False, lambda p=pool: [check_image(p)]))
         if pods:
             for gpus in dict.fromkeys((1, pool.gpus_per_node)):
-                steps.append(lambda p=pool, g=gpus: check_preflight(launcher, p, deployment, g))
+                steps.append((True, lambda p=pool, g=gpus: check_preflight(launcher, p, deployment, g)))
     checks: list[Check] = []
-    for step in steps:
+    reachable = True
+    for needs_api, step in steps:
+        if needs_api and not reachable:
+            continue
         try:
             checks += step()
-        except (ApiException, *CONNECTION_ERRORS) as exc:
-            status = f"{exc.status} {api_message(exc)[:120]}" if isinstance(exc, ApiException) else type(exc).__name__
-            checks.append(Check("api", False, f"the API answered {status}", "check KUBECONFIG / the cluster's address"))
+        except CONNECTION_ERRORS as exc:
+            reachable = False
+            host = api.api_client.configuration.host
+            checks.append(Check("api: cluster unreachable", False, f"{host}: {connection_problem(exc)}", UNREACHABLE_FIX))
+        except ApiException as exc:
+            checks.append(Check("api", False, f"the API answered {exc.status} {api_message(exc)[:120]}",
+                                "check KUBECONFIG / the cluster's address"))
     return checks
 
 
