@@ -27,7 +27,7 @@ from pipelines.core.catalog.incremental import inputs_digest, remember, reuse
 from pipelines.core.catalog.requirements import build_requirements
 from pipelines.core.catalog.scan import FileScan, checked_path, discover, scan_files
 from pipelines.core.catalog.template import parse_template
-from pipelines.core.model import Catalog, Problem, Test
+from pipelines.core.model import Catalog, Problem, Test, effective_timeout
 from pipelines.core.specs import RepoSpec, Specs
 
 __all__ = ["load_catalog", "detect_format", "find_template", "id_problem", "safe_filename", "test_id_to_path"]
@@ -195,7 +195,7 @@ def _load(repo: Path, spec: RepoSpec, specs: Specs | None, estimates: Mapping[st
     elif fmt == "template":
         tests, more, notes, scans = _template(repo, spec, estimates or {}, workers, cache)
         problems += more
-        assumptions += notes
+        assumptions += notes + _first_night_timeout(tests, spec)
     else:
         problems.append(Problem(f"repos.{spec.name}", 1, "format", f"unknown format {fmt!r}; use registry, template or auto"))
         tests, scans = [], []
@@ -245,6 +245,19 @@ def _template(
     by_path = {s.path: s for s in scans}
     tests, problems = template_tests(repo, tmpl, rel, by_path, spec.default_num_gpus, spec.default_est_time, estimates)
     return tests, problems, notes, scans
+
+
+def _first_night_timeout(tests: list[Test], spec: RepoSpec) -> list[str]:
+    """Framework S registers no est_time and has no per-test timeout (each entry is its own CI job), so
+    the timeout of a test without history is ours, from ``default_est_time``: say so, with the figure."""
+    guessed = sum(t.uncalibrated for t in tests)
+    if not guessed:
+        return []
+    timeout = effective_timeout(spec.default_est_time, spec.timeout_floor_s, spec.timeout_factor)
+    return [f"{guessed} template test(s) have no history: they plan with est_time {spec.default_est_time} s "
+            f"(default_est_time) and time out after {timeout} s, max(timeout floor {spec.timeout_floor_s} s, "
+            f"{spec.timeout_factor:g} x est_time); the framework's own CI sets no per-test timeout, so raise "
+            "default_est_time in assets/repos.yaml above its longest test, or import history first"]
 
 
 def _unique(tests: list[Test]) -> tuple[list[Test], list[Problem]]:

@@ -145,6 +145,18 @@ def test_est_time_comes_from_history_else_a_default_marked_uncalibrated(tree):
     assert (moe.est_time, moe.est_source, moe.uncalibrated) == (900, "default", True)
 
 
+def test_the_first_night_timeout_of_tests_without_history_is_stated_as_ours_not_the_framework_s(tree):
+    cat = load(tree, estimates={"tests/test_short.py": 420}, default_est_time=2000, timeout_floor_s=1800)
+    guessed = sum(t.uncalibrated for t in cat.tests)
+    assert guessed == len(cat.tests) - 1
+    assert f"{guessed} template test(s) have no history: they plan with est_time 2000 s (default_est_time) and time " \
+           "out after 2500 s, max(timeout floor 1800 s, 1.25 x est_time); the framework's own CI sets no per-test " \
+           "timeout, so raise default_est_time in assets/repos.yaml above its longest test, or import history " \
+           "first" in cat.assumptions
+    all_known = {t.id: 600 for t in cat.tests}
+    assert not any("no history" in a for a in load(tree, estimates=all_known).assumptions)
+
+
 def test_requirements_are_inferred_from_the_listed_files(tree):
     cat = load(tree)
     assert cat.by_id()["tests/test_eval.py"].requirements == ("M",)
