@@ -129,7 +129,9 @@ def _import(args: argparse.Namespace) -> int:
 
 
 def _show(args: argparse.Namespace) -> int:
-    samples = open_store(args.store).read()
+    store = open_store(args.store)
+    samples = store.read()
+    damaged = len(getattr(store, "skipped", ()))
     if args.test:
         samples = [s for s in samples if s.test_id == args.test or s.test_id.startswith(args.test)]
     shown = samples[-args.limit:] if args.limit else samples
@@ -138,7 +140,10 @@ def _show(args: argparse.Namespace) -> int:
         cap = "*" if s.capped else " "
         print(f"{s.started_at[:25] or '-':<25} {s.test_id:<48} {s.hardware:<6} {s.outcome:<11} "
               f"{s.elapsed_s:>7g}{cap} {s.attempt:>3} {s.sha256[:8]:<8} {s.source}")
-    print(f"{len(shown)} of {len(samples)} samples" + (" (* capped by a timeout)" if any(s.capped for s in shown) else ""))
+    notes = [f"{damaged} row{'s' if damaged > 1 else ''} skipped or marked: see the warnings"] if damaged else []
+    if any(s.capped for s in shown):
+        notes.append("* capped by a timeout")
+    print(f"{len(shown)} of {len(samples)} samples" + (f" ({'; '.join(notes)})" if notes else ""))
     return 0
 
 

@@ -153,3 +153,17 @@ def test_a_failed_write_is_reported_with_the_path_and_the_checkout_is_left_alone
     err = capsys.readouterr().err
     assert f"nightly calibrate: error: {tmp_path / 'p.diff'}: cannot write (No space left on device); " in err
     assert (repo / "tests/e2e/test_a.py").read_bytes() == before
+
+
+def test_a_damaged_history_row_is_skipped_and_calibration_uses_the_rest(repo, tmp_path, capsys, caplog):
+    import contextlib
+    import sqlite3
+
+    store = tmp_path / "home" / "history.sqlite"
+    with contextlib.closing(sqlite3.connect(store)) as conn:
+        conn.execute("UPDATE samples SET elapsed_s = 'abc' WHERE seq = 4")  # test_b's only sample
+        conn.commit()
+    assert cli("calibrate", "--repo", str(repo)) == 0
+    row_b = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("tests/e2e/test_b.py"))
+    assert "too few samples: 0 passed of the current file" in row_b
+    assert f"{store}: row 4: elapsed_s: 'abc' is not a number; the row is skipped" in caplog.text

@@ -111,3 +111,21 @@ def test_refused_log_lines_are_listed_with_file_line_and_why_and_the_rest_import
     assert "would import 1 samples from 1 logs" in out
     assert f"  {log}:2: elapsed: '999999999999...(400 characters)' is not a number of seconds; attempt not imported" in out
     assert f"  {log}:3: elapsed: -3 s is negative; attempt not imported" in out
+
+
+def test_show_skips_a_damaged_row_with_a_warning_naming_it_and_lists_the_rest(repo, tmp_path, capsys, caplog):
+    import contextlib
+    import sqlite3
+
+    log = tmp_path / "job.log"
+    log.write_text(LOG)
+    cli("history", "import", "--repo", str(repo), str(log))
+    store = tmp_path / "home" / "history.sqlite"
+    with contextlib.closing(sqlite3.connect(store)) as conn:
+        conn.execute("UPDATE samples SET elapsed_s = 'abc' WHERE seq = 2")
+        conn.commit()
+    capsys.readouterr()
+    assert cli("history", "show") == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[-1] == "2 of 2 samples (1 row skipped or marked: see the warnings)"
+    assert f"{store}: row 2: elapsed_s: 'abc' is not a number; the row is skipped" in caplog.text

@@ -2,14 +2,17 @@
 
 The local store is SQLite in WAL mode with one transaction per ``append``: a writer killed
 mid-night loses at most the batch it was writing, never an earlier sample, and never leaves a
-half-written row. Anything unreadable is reported with the file and what to do, never skipped:
+half-written row. A file that cannot be read is reported with the file and what to do, never skipped:
 a 0-byte file is an error (SQLite would silently treat it as a new, empty history), and a
-state folder this process cannot write is named as such. Reading never creates anything.
+state folder this process cannot write is named as such. Reading never creates anything. One bad
+row in a readable file (text where a number belongs) is skipped with a warning naming the row.
 """
 
 from __future__ import annotations
 
 import errno
+import logging
+import math
 import os
 import sqlite3
 from collections.abc import Iterable
@@ -18,7 +21,10 @@ from pathlib import Path
 from typing import Protocol
 
 from pipelines.core.calibrate.lineage import Succession
+from pipelines.core.history.samples import implausible, screen
 from pipelines.core.model import Sample
+
+log = logging.getLogger(__name__)
 
 OUTCOMES = ("passed", "failed", "timed_out", "infra_error", "skipped", "interrupted")
 #: 2: ``interrupted`` outcome and the ``outlier`` reason (version 1 stores are upgraded in place)
@@ -65,6 +71,8 @@ class FileHistoryStore:
 
     def __init__(self, path: Path | str):
         self.path = Path(path)
+        #: one message per row the last ``read`` skipped or marked (also logged as a warning)
+        self.skipped: list[str] = []
 
     def __repr__(self) -> str:
         return f"FileHistoryStore({str(self.path)!r})"
@@ -175,8 +183,8 @@ class FileHistoryStore:
         try:
             version = conn.execute("PRAGMA user_version").fetchone()[0]
             columns = _COLUMNS if version == SCHEMA_VERSION else _V1_COLUMNS
-            cur = conn.execute(f"SELECT {', '.join(columns)} FROM samples ORDER BY seq")
-            return [_sample(r) for r in cur.fetchall()]
+            cur = conn.execute(f"SELECT seq, {', '.join(columns)} FROM samples ORDER BY seq")
+            return self._samples(cur.fetchall())
         except sqlite3.Error as exc:
             raise self._fail(exc) from exc
         finally:
@@ -222,6 +230,51 @@ class FileHistoryStore:
             raise self._fail(exc) from exc
         finally:
             conn.close()
+
+
+    def _samples(self, rows: list[tuple]) -> list[Sample]:
+        """Rows as samples; a row that cannot be one (a hand edit, another tool) is skipped with a
+        located warning, and an implausible duration is kept as an outlier, so one bad row never
+        stops calibration, planning or ``history show``."""
+        self.skipped = []
+        out = []
+        for seq, *values in rows:
+            field, what = _bad_field(dict(zip(_COLUMNS, values, strict=False)))
+            if field:
+                self._warn(f"{self.path}: row {seq}: {field}: {what}; the row is skipped and the other rows are "
+                           f"used. Delete it (sqlite3 {self.path} \"DELETE FROM samples WHERE seq={seq}\"), "
+                           "or re-import its night")
+                continue
+            sample = _sample(values)
+            marked = screen(sample)
+            if marked.outlier and not sample.outlier:
+                self._warn(f"{self.path}: row {seq}: elapsed_s: {marked.outlier.removeprefix('elapsed ')}; kept as an "
+                           "outlier that calibration and planning never use")
+            out.append(marked)
+        return out
+
+    def _warn(self, message: str) -> None:
+        self.skipped.append(message)
+        log.warning("%s", message)
+
+
+def _bad_field(values: dict) -> tuple[str, str]:
+    """(column, what is wrong) for the first value no Sample can hold, else ("", "")."""
+    for name in ("test_id", "hardware", "sha256", "started_at", "node", "image", "run_id", "source", "outlier"):
+        if name in values and not isinstance(values[name], str):
+            return name, f"{values[name]!r} is not text"
+    if values["outcome"] not in OUTCOMES:
+        return "outcome", f"{values['outcome']!r} is not one of {', '.join(OUTCOMES)}"
+    elapsed = values["elapsed_s"]
+    if isinstance(elapsed, str) or elapsed is None:
+        return "elapsed_s", f"{elapsed!r} is not a number"
+    why = implausible(elapsed, math.inf)
+    if why:
+        return "elapsed_s", why.removeprefix("elapsed ")
+    for name in ("attempt", "capped"):
+        if type(values[name]) is not int:
+            return name, f"{values[name]!r} is not a whole number"
+    return "", ""
 
 
 def _row(s: Sample) -> tuple:

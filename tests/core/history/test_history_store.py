@@ -219,3 +219,42 @@ def test_a_store_without_recorded_rewrites_has_none_and_reading_creates_nothing(
     assert not store.path.exists()
     store.append([sample(1)])
     assert store.successions() == []
+
+
+def damaged(path: Path, *elapsed: object) -> None:
+    """A store holding one good row, then rows whose elapsed_s a hand edit or another tool broke."""
+    import sqlite3
+
+    FileHistoryStore(path).append([sample(1)])
+    with contextlib.closing(sqlite3.connect(path)) as conn:
+        conn.execute("PRAGMA ignore_check_constraints=1")  # how a negative value gets past the schema
+        for i, value in enumerate(elapsed, start=2):
+            row = sample(i)
+            conn.execute("INSERT INTO samples (test_id, hardware, sha256, outcome, elapsed_s, started_at, node, image, "
+                         "run_id, attempt, source, capped, outlier) VALUES (?, ?, ?, ?, ?, ?, '', '', ?, 1, '', 0, '')",
+                         (row.test_id, row.hardware, row.sha256, row.outcome, value, row.started_at, row.run_id))
+        conn.commit()
+
+
+@pytest.mark.parametrize(("value", "why"), [("abc", "'abc' is not a number"), ("NaN", "'NaN' is not a number"),
+                                            (-5.0, "-5 s is negative")])
+def test_a_row_that_cannot_be_a_sample_is_skipped_with_a_located_warning_and_the_rest_is_read(tmp_path, caplog,
+                                                                                              value, why):
+    path = tmp_path / "history.sqlite"
+    damaged(path, value)
+    store = FileHistoryStore(path)
+    assert store.read() == [sample(1)]
+    expected = f"{path}: row 2: elapsed_s: {why}; the row is skipped"
+    [skipped] = store.skipped
+    assert skipped.startswith(expected)
+    assert skipped.endswith(f'sqlite3 {path} "DELETE FROM samples WHERE seq=2"), or re-import its night')
+    assert expected in caplog.text
+
+
+def test_an_astronomical_elapsed_is_read_as_an_outlier_that_calibration_never_uses(tmp_path, caplog):
+    path = tmp_path / "history.sqlite"
+    damaged(path, 1e308)
+    [good, far] = FileHistoryStore(path).read()
+    assert good == sample(1)
+    assert far.outlier == "elapsed 1e+308 s is over the ceiling of 86400 s"
+    assert f"{path}: row 2: elapsed_s: 1e+308 s is over the ceiling of 86400 s; kept as an outlier" in caplog.text
