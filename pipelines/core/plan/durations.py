@@ -20,7 +20,9 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from pipelines.core.calibrate.guards import screen_relative, screen_samples
 from pipelines.core.calibrate.lineage import Lineage, Succession
+from pipelines.core.calibrate.policies import GUARDS
 from pipelines.core.model import Sample, Test
 
 #: the calibration rule's padding, undone for tests without history
@@ -33,6 +35,8 @@ FALLBACK_SIGMA = 0.5
 PRIOR_WEIGHT = 2.0
 #: newest samples used per test (older runs of the same digest still count, up to this many)
 MAX_SAMPLES = 15
+#: the shortest median the model gives (a fallback's floor too): sub-second runs plan as one second
+MIN_MEDIAN_S = 1.0
 #: standard normal quantile of 0.9
 Z90 = 1.2815515655446004
 
@@ -59,18 +63,24 @@ class Duration:
 
 def fallback(test: Test, sigma: float = FALLBACK_SIGMA) -> Duration:
     """``est_time / 1.25``: the padding undone, nothing measured (at least one second)."""
-    return Duration(test.id, max(1.0, test.est_time / PADDING), sigma, 0, "fallback")
+    return Duration(test.id, max(MIN_MEDIAN_S, test.est_time / PADDING), sigma, 0, "fallback")
 
 
-def usable(test: Test, samples: Iterable[Sample], lineage: Lineage | None = None) -> list[float]:
-    """Elapsed seconds of the test's passed, uncapped, plausible (not ``outlier``) runs of its
-    current digest (or one calibrate's est_time rewrite led from, per ``lineage``) on its
-    hardware, oldest first (by start time, then stored order)."""
+def usable(test: Test, samples: Iterable[Sample], lineage: Lineage | None = None,
+           newest: int | None = None) -> list[float]:
+    """Elapsed seconds of the test's passed, uncapped runs of its current digest (or one
+    calibrate's est_time rewrite led from, per ``lineage``) on its hardware that calibration would
+    find plausible (its ``screen_samples`` and ``screen_relative`` with the default guards: not
+    marked, not over a day, not ten times off the test's other runs), oldest first (by start
+    time, then stored order); ``newest``: only the last so many, as calibration's window."""
     digests = (lineage or Lineage()).same_revision(test.sha256)
-    good = [(s.started_at, i, s.elapsed_s) for i, s in enumerate(samples)
-            if s.test_id == test.id and s.sha256 in digests and s.hardware == test.hardware
-            and s.outcome == "passed" and not s.capped and not s.outlier and s.elapsed_s > 0]
-    return [e for *_, e in sorted(good)]
+    mine = [s for s in samples if s.test_id == test.id and s.sha256 in digests and s.hardware == test.hardware
+            and s.outcome == "passed" and not s.capped and s.elapsed_s > 0]
+    plausible, _ = screen_samples(mine, GUARDS)
+    order = sorted(range(len(plausible)), key=lambda i: (plausible[i].started_at, i))
+    window = [plausible[i] for i in order][-newest:] if newest else [plausible[i] for i in order]
+    kept, _ = screen_relative(window, GUARDS)
+    return [s.elapsed_s for s in kept]
 
 
 def duration_model(tests: Iterable[Test], samples: Iterable[Sample], *, max_samples: int = MAX_SAMPLES,
@@ -84,7 +94,7 @@ def duration_model(tests: Iterable[Test], samples: Iterable[Sample], *, max_samp
     by_test: dict[str, list[Sample]] = {}
     for s in samples:
         by_test.setdefault(s.test_id, []).append(s)
-    logs = {t.id: [math.log(e) for e in usable(t, by_test.get(t.id, ()), lineage)[-max_samples:]] for t in tests}
+    logs = {t.id: [math.log(e) for e in usable(t, by_test.get(t.id, ()), lineage, max_samples)] for t in tests}
     pooled = pooled_sigma(logs.values(), prior_sigma)
     out = {}
     for t in tests:
@@ -95,7 +105,7 @@ def duration_model(tests: Iterable[Test], samples: Iterable[Sample], *, max_samp
         n = len(xs)
         mean = sum(xs) / n
         var = (prior_weight * pooled ** 2 + _ss(xs)) / (prior_weight + n - 1)
-        out[t.id] = Duration(t.id, math.exp(mean), math.sqrt(var * (1 + 1 / n)), n, "history")
+        out[t.id] = Duration(t.id, max(MIN_MEDIAN_S, math.exp(mean)), math.sqrt(var * (1 + 1 / n)), n, "history")
     return out
 
 

@@ -3,7 +3,7 @@
 A single makespan computed from expected durations is optimistic: the night ends with its
 slowest pool and its latest test, and noise only ever pushes that later. So the planner
 replays the finished plan on seeded draws of every test's duration (its median times
-lognormal(0, its sigma)) and reports the median and p90 of the makespans. Small nights are
+lognormal(0, its sigma), cut at the test's timeout, where the runner kills it) and reports the median and p90 of the makespans. Small nights are
 replayed with the live dispatcher itself (``DispatchQueue`` with a clock: reservation and
 re-planning); large ones with the greedy list schedule, fewer draws, to stay within budget.
 """
@@ -39,7 +39,10 @@ def predict_makespan(plan: Plan, pools: Sequence[Pool], tests: Sequence[Test], m
     live = n * draws <= LIVE_STEPS
     if not live:
         draws = max(MIN_DRAWS, min(draws, LIST_STEPS // n))
-    nights = evaluation_draws(tests, draws, seed=seed + SEED_OFFSET, model=model)
+    # a test cannot run longer than its timeout: the runner kills it there
+    timeouts = {a.test_id: float(a.timeout_s) for a in plan.assignments if a.timeout_s > 0}
+    nights = [{k: min(v, timeouts.get(k, v)) for k, v in night.items()}
+              for night in evaluation_draws(tests, draws, seed=seed + SEED_OFFSET, model=model)]
     spans = sorted(simulate(plan, pools, d, live=True) if live else _greedy(plan, pools, d) for d in nights)
     p90 = spans[max(0, -(-9 * len(spans) // 10) - 1)]
     return statistics.median(spans), p90

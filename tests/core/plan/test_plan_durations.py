@@ -72,3 +72,21 @@ def test_p90_lies_above_the_median_by_the_spread():
     d = duration_model([make_test(id="a", est_time=1250)], [])["a"]
     assert d.p90_s == pytest.approx(1000 * math.exp(1.2815515655446004 * FALLBACK_SIGMA))
     assert d.quantile(0) == d.median_s
+
+
+def test_a_run_longer_than_a_day_is_not_used_even_when_history_did_not_mark_it():
+    t = make_test(id="a", est_time=5000)
+    assert usable(t, [sample("a", 300), sample("a", 200_000, day=2)]) == [300]
+
+
+def test_a_run_ten_times_off_the_tests_other_runs_is_left_out_as_calibration_does():
+    t = make_test(id="a", est_time=5000)
+    runs = [sample("a", 100, day=1), sample("a", 110, day=2), sample("a", 5_000, day=3), sample("a", 105, day=4)]
+    assert usable(t, runs) == [100, 110, 105]
+    assert duration_model([t], runs)["a"].samples == 3
+
+
+def test_the_median_is_never_below_one_second():
+    t = make_test(id="a", est_time=5000)
+    d = duration_model([t], [sample("a", 0.001, day=1), sample("a", 0.002, day=2)])["a"]
+    assert (d.median_s, d.source) == (1.0, "history")
