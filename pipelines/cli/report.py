@@ -17,6 +17,7 @@ import sys
 import webbrowser
 from pathlib import Path
 
+from pipelines.cli.flags import FlagError
 from pipelines.core.model import CatalogError
 from pipelines.storage.state import StateError
 
@@ -99,12 +100,21 @@ def run(args: argparse.Namespace) -> int:
         return 2
 
 
+def check_paths(args: argparse.Namespace) -> None:
+    """``--out`` and ``--screenshot`` name files: a folder is refused before anything is read or drawn."""
+    for flag, path, what, example in (("--out", args.out, "the page's", "night.html"),
+                                      ("--screenshot", args.screenshot, "the PNG's", "night.png")):
+        if path is not None and path.is_dir():
+            raise FlagError(f"{flag}: {path} is a folder; give {what} file name, e.g. {flag} {path / example}")
+
+
 def _report(args: argparse.Namespace) -> int:
     import dataclasses
 
     from pipelines.core.report import to_json
     from pipelines.reporting.inputs import night_report, write_html
 
+    check_paths(args)
     home = (args.home or default_home()).resolve()
     _, inputs, store = repo_context(home, args.repo, args.deployment)
     data = night_report(store, args.night, dataclasses.replace(inputs, uncovered=(*inputs.uncovered, *args.uncovered)),
@@ -112,7 +122,12 @@ def _report(args: argparse.Namespace) -> int:
     if args.json:
         print(to_json(data))
         return 0
-    where = write_html(store, data, args.out)
+    try:
+        where = write_html(store, data, args.out)
+    except OSError as exc:  # --out is a local file; the store raises StateError
+        if args.out is None:
+            raise
+        raise FlagError(f"--out: cannot write {args.out} ({exc.strerror or exc}); give a writable path") from exc
     print(f"report: {data.verdict}")
     print(f"report: {where}")
     path = Path(where)

@@ -179,3 +179,25 @@ def test_releasing_a_test_that_is_not_quarantined_says_so_exits_1_and_changes_no
     code, _, err = nightly(capsys, "quarantine", "release", tid(SFT), *argv)
     assert code == 1 and "is not quarantined (it was already released by bob at " in err
     assert (home / "quarantine" / "minirl.json").read_text() == before
+
+
+def test_an_out_path_that_is_a_folder_is_refused_with_the_fix_before_anything_is_drawn(home, tmp_path, capsys):
+    code, out, err = nightly(capsys, "report", "--home", str(home), "--repo", "minirl", "--out", str(tmp_path))
+    assert (code, out) == (2, "")
+    assert err.strip() == (f"nightly report: error:\n--out: {tmp_path} is a folder; give the page's file name, "
+                           f"e.g. --out {tmp_path / 'night.html'}")
+
+
+def test_a_screenshot_path_that_is_a_folder_is_refused_with_the_fix(home, tmp_path, capsys):
+    code, _, err = nightly(capsys, "report", "--home", str(home), "--repo", "minirl", "--screenshot", str(tmp_path))
+    assert code == 2
+    assert f"--screenshot: {tmp_path} is a folder; give the PNG's file name, e.g. --screenshot {tmp_path / 'night.png'}" \
+        in err
+
+
+def test_an_out_path_that_cannot_be_written_is_named_with_the_reason(home, tmp_path, capsys):
+    (tmp_path / "file").write_text("")
+    code, _, err = nightly(capsys, "report", "--home", str(home), "--repo", "minirl", "--out",
+                           str(tmp_path / "file" / "night.html"))
+    assert code == 2
+    assert f"--out: cannot write {tmp_path / 'file' / 'night.html'} (" in err and "); give a writable path" in err
