@@ -39,10 +39,11 @@ def test_an_unconfigured_template_repo_is_detected_from_its_workflow(tree):
     repo = tree({".github/workflows/ci.yml.j2": TEMPLATE, "tests/test_a.py": ""})
     cat = load_catalog(repo)
     assert [(t.id, t.gpus, t.fmt) for t in cat.tests] == [("tests/test_a.py", 2, "template")]
-    assert cat.assumptions[1:] == (
+    assert cat.assumptions[1:3] == (
         "format: template (.github/workflows/ci.yml.j2 sets the test lists)",
         "template: .github/workflows/ci.yml.j2 (found under .github/workflows; set `template:` in assets/repos.yaml to pin it)",
     )
+    assert cat.assumptions[3].startswith("1 template test(s) have no history: ") and len(cat.assumptions) == 4
 
 
 def test_registry_calls_win_over_a_template_when_both_exist(tree):
