@@ -81,8 +81,8 @@ class _Reader:
         self.problems: list[Problem] = []
 
     def assign(self, name: str, node: nodes.Node, line: int) -> None:
-        try:
-            self.scope[name] = self.value(node, name)
+        try:  # a set dict (the jobs) keeps its readable jobs, as a list keeps its readable items
+            self.scope[name] = self._dict(node, name, skip_bad=True) if isinstance(node, nodes.Dict) else self.value(node, name)
             self.lines[name] = line
         except _NotLiteral as bad:
             self.failed[name] = line
@@ -97,14 +97,7 @@ class _Reader:
         if isinstance(node, nodes.List | nodes.Tuple):
             return self._items(node, where)
         if isinstance(node, nodes.Dict):
-            out = _LineDict()
-            out.line = node.lineno
-            for pair in node.items:
-                key = self.value(pair.key, where)
-                if not isinstance(key, str | int | float | bool):
-                    raise _NotLiteral(pair.lineno, where, f"dict key {key!r} is not a string; quote the key")
-                out[key] = self.value(pair.value, f"{where}.{key}")
-            return out
+            return self._dict(node, where, skip_bad=False)
         if isinstance(node, nodes.Name) and node.name in self.scope:
             return self.scope[node.name]
         if isinstance(node, nodes.Name) and node.name in self.failed:
@@ -114,6 +107,22 @@ class _Reader:
             raise _NotLiteral(node.lineno, where, f"`{node.name}` is not set earlier in the template; set it with "
                                                   f"`<% set {node.name} = [...] %>` above this line, or {_WRITE_IT}")
         raise _NotLiteral(node.lineno, where, f"{type(node).__name__} is not a literal; {_WRITE_IT}")
+
+    def _dict(self, node: nodes.Dict, where: str, skip_bad: bool) -> _LineDict:
+        """``skip_bad``: an unreadable value drops its key alone (a job), else the whole dict (an entry)."""
+        out = _LineDict()
+        out.line = node.lineno
+        for pair in node.items:
+            try:
+                key = self.value(pair.key, where)
+                if not isinstance(key, str | int | float | bool):
+                    raise _NotLiteral(pair.lineno, where, f"dict key {key!r} is not a string; quote the key")
+                out[key] = self.value(pair.value, f"{where}.{key}")
+            except _NotLiteral as bad:
+                if not skip_bad:
+                    raise
+                self.problems.append(Problem(self.path, bad.line, bad.field, f"{bad.message}; this entry is skipped"))
+        return out
 
     def _items(self, node: nodes.List | nodes.Tuple, where: str) -> list[object]:
         """The readable items; each unreadable one is a problem of its own (``<list>[i]``) and the rest stay."""

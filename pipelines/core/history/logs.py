@@ -195,7 +195,7 @@ def read_ci_log(text: str) -> ParsedLog:
 
 
 def _end_block(line: int, fm: re.Match[str], stamp: datetime | None, refused: list) -> _Ended | None:
-    """The ``filename=..., elapsed=...`` line after ``End (i/N):``; refused parts are reported."""
+    """The End block's ``filename=..., elapsed=...`` line (its ``End (i/N):`` line adds nothing); refused parts are reported."""
     try:
         name = ast.literal_eval(fm.group(1))
     except (ValueError, SyntaxError):

@@ -218,7 +218,20 @@ def test_one_bad_item_of_a_matrix_list_is_reported_alone_and_the_good_items_load
 def test_a_list_that_cannot_be_read_is_named_where_it_is_used_not_called_unset(tree):
     files = {**FILES, WORKFLOW: "<% set gpu_tests = lookup('x') %>\n<% set jobs = {'j': {'tests': gpu_tests}} %>\n"}
     assert [str(p) for p in load(tree, files).problems][1:] == [
-        f"{WORKFLOW}:2: jobs.j.tests: `gpu_tests` could not be read (line 1); fix the problem reported there"]
+        f"{WORKFLOW}:2: jobs.j.tests: `gpu_tests` could not be read (line 1); fix the problem reported there; "
+        "this entry is skipped"]
+
+
+def test_a_job_that_cannot_be_read_is_skipped_alone_and_the_other_jobs_load(tree):
+    files = {**FILES, WORKFLOW: ("<% set jobs = {\n"
+                                 "  'bad': {'label': label_of('x'), 'tests': [{'test_file': 'test_eval.py'}]},\n"
+                                 "  'good': {'label': 'run-ci-good', 'tests': [{'test_file': 'test_short.py'}]},\n"
+                                 "} %>\n")}
+    cat = load(tree, files)
+    assert [(t.id, t.suite) for t in cat.tests] == [("tests/test_short.py", "good")]
+    assert [str(p) for p in cat.problems] == [
+        f"{WORKFLOW}:2: jobs.bad.label: Call is not a literal; write the value itself (a string, number, list or dict): "
+        "the catalog reads the template without rendering it; this entry is skipped"]
 
 
 def test_test_args_with_an_unbalanced_quote_are_a_located_problem_not_split_by_guess(tree):
