@@ -29,10 +29,20 @@ def chromium() -> str:
 def browse(page: Path, *action: str, timeout_s: float = 120) -> subprocess.CompletedProcess:
     """Run one headless Chromium on a local page with ``action`` flags (``--dump-dom``, ``--screenshot=...``)."""
     with tempfile.TemporaryDirectory(prefix="nightly-chromium-") as profile:
-        out = subprocess.run([chromium(), *FLAGS, f"--user-data-dir={profile}", *action, Path(page).resolve().as_uri()],
-                             capture_output=True, text=True, timeout=timeout_s, check=False)
+        try:
+            out = subprocess.run([chromium(), *FLAGS, f"--user-data-dir={profile}", *action,
+                                  Path(page).resolve().as_uri()],
+                                 capture_output=True, text=True, timeout=timeout_s, check=False)
+        except subprocess.TimeoutExpired as exc:
+            raise BrowserError(f"chromium did not finish {page} within {timeout_s:g} s and was stopped; on a loaded "
+                               "machine run the command again, or open the page in a browser") from exc
+        except OSError as exc:
+            raise BrowserError(f"chromium could not start ({exc.strerror}); reinstall it with "
+                               "`apt-get install -y chromium` (`make system-deps`)") from exc
     if out.returncode != 0:
-        raise BrowserError(f"chromium exited {out.returncode} on {page}:\n{out.stderr[-2000:]}")
+        said = next((line.strip() for line in reversed(out.stderr.splitlines()) if line.strip()), "no message")
+        raise BrowserError(f"chromium exited {out.returncode} on {page}: {said[:300]}; check that "
+                           f"`chromium --headless {' '.join(action)} {page}` works here (`make system-deps` installs it)")
     return out
 
 
@@ -42,7 +52,8 @@ def screenshot(page: Path, png: Path, width: int = 1300, height: int = 2200) -> 
     png.parent.mkdir(parents=True, exist_ok=True)
     browse(page, f"--window-size={width},{height}", f"--screenshot={png}")
     if not png.exists() or png.stat().st_size == 0:
-        raise BrowserError(f"chromium wrote no screenshot to {png}")
+        raise BrowserError(f"chromium wrote no screenshot to {png}; check that "
+                           f"`chromium --headless --screenshot=PNG {page}` works here")
     return png
 
 
