@@ -11,12 +11,11 @@ Keys are relative paths such as ``nights/<night>.json`` or ``estimates/<repo>.js
 
 from __future__ import annotations
 
-import os
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Protocol
 
+from pipelines.core.calibrate.output import write_atomic
 from pipelines.core.specs import DeploymentSpec
 
 
@@ -71,11 +70,7 @@ class LocalStateStore:
     def put(self, key: str, text: str) -> str:
         target = self.path(key)
         try:
-            target.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.")
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                fh.write(text)
-            os.replace(tmp, target)
+            write_atomic(target, text)  # whole or not at all, with the mode a plain write gives
         except OSError as exc:
             raise StateError(f"{target}: cannot be written ({exc.strerror}); the state folder {self.root} "
                              "must be writable (set NIGHTLY_HOME or --home to a writable folder)") from exc

@@ -2,7 +2,8 @@
 
 A command that rewrites the checkout and then fails on its patch path leaves a maintainer with
 edits and no record of them, so every output path is checked first (``output_problem``), and
-each file is written through a temporary file in its own folder and renamed into place.
+each file is written through a temporary file in its own folder and renamed into place, with the
+mode a plain write would give it (0666 less the umask) or, replacing a file, that file's mode.
 """
 
 from __future__ import annotations
@@ -37,20 +38,35 @@ def write_atomic(path: Path | str, text: str) -> None:
     """Write through a temporary file in the same folder and rename: readers never see half a file."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    mode = path.stat().st_mode & 0o7777 if path.exists() else None
+    # mkstemp makes 0600 files; a report or patch must be as readable as any file the user makes
+    mode = path.stat().st_mode & 0o7777 if path.exists() else 0o666 & ~current_umask()
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
             fh.write(text)
             fh.flush()
             os.fsync(fh.fileno())
-        if mode is not None:
-            os.chmod(tmp, mode)
+        os.chmod(tmp, mode)
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+
+
+def current_umask() -> int:
+    """The process umask, read without changing it where Linux shows it (another thread may be
+    creating files); elsewhere set and restored at once."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def write_problem(path: Path | str, exc: OSError) -> str:
