@@ -12,7 +12,10 @@ Prints one table; exits 1 when any check fails, 0 when all pass, 2 when there ar
 from __future__ import annotations
 
 import argparse
+import math
 import sys
+
+from pipelines.cli.flags import FlagError
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -23,13 +26,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--context", help="kubeconfig context (default: the current one)")
     p.add_argument("--no-pods", action="store_true", help="skip the pre-flight pods (uses no GPUs)")
     p.add_argument("--wait", type=float, default=900.0, metavar="S",
-                   help="seconds a pre-flight pod may wait for a node, then pull and start (default 900)")
+                   help="seconds (> 0) a pre-flight pod may wait for a node, then pull and start (default 900)")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from pipelines.core.specs import load_specs
 
+    if not (math.isfinite(args.wait) and args.wait > 0):
+        raise FlagError(f"--wait: {args.wait:g} is not a positive number of seconds; give how long a pre-flight "
+                        "pod may wait, e.g. --wait 900")
     deployment = load_specs().deployment(args.deployment)
     if deployment.launcher != "kubernetes":
         print(f"nightly doctor: deployment {deployment.name} runs tests locally (launcher: {deployment.launcher}); "

@@ -213,3 +213,10 @@ def test_an_unreachable_api_server_is_one_row_with_what_to_check_and_the_api_che
                       "and that the API server is up; the checks that need the API were not run")
     assert [x.split()[0] for x in out.splitlines()[2:] if x and not x[0].isdigit()] == ["api:", "pool"]
     assert cols(out, "pool h200: image pinned")[1] == "ok"  # the one check that needs no API still runs
+
+
+@pytest.mark.parametrize("wait", ["0", "-5", "nan", "inf"])
+def test_a_wait_that_is_not_a_positive_number_of_seconds_is_refused_before_connecting(wait, capsys):
+    assert main(["doctor", "--deployment", "production", "--kubeconfig", "/nonexistent", "--wait", wait]) == 2
+    assert capsys.readouterr().err == (f"nightly doctor: error:\n--wait: {float(wait):g} is not a positive number of "
+                                       "seconds; give how long a pre-flight pod may wait, e.g. --wait 900\n")
