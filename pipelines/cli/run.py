@@ -129,6 +129,7 @@ def _dry_run(night, runset, plan) -> int:
 
 
 def _execute(night, args, selection, env: dict[str, str], home: Path) -> int:
+    from pipelines.cli.run_console import night_console, sigint_for_this_process_only
     from pipelines.core.report import table
     from pipelines.definitions import build_definitions
     from pipelines.defs.jobs import selection_config
@@ -143,6 +144,7 @@ def _execute(night, args, selection, env: dict[str, str], home: Path) -> int:
     instance = open_instance(home)
     keys = sorted(t.id for t in night.catalog.tests)
     job = defs.resolve_job_def(args.cadence if args.cadence in ("nightly", "weekly") else "tests")
+    job = job.with_logger_defs({"console": night_console})  # an interruption is said once, below
     pools = [p.name for p in night.deployment.pools]
     tags = {**range_tags(keys), **request_tags(night.deployment.name, selection, pools),
             TAG_CALIBRATION: "inline", TAG_REASON: "nightly run (command line)"}
@@ -151,19 +153,23 @@ def _execute(night, args, selection, env: dict[str, str], home: Path) -> int:
                   "loggers": {"console": {"config": {"log_level": "WARNING"}}}}
     t0 = time.monotonic()
     print("\nnightly: running (progress below; each line is one finished step or test)", flush=True)
-    result = job.execute_in_process(run_config=run_config, instance=instance, tags=tags, raise_on_error=False)
+    with sigint_for_this_process_only():  # Ctrl-C: Dagster's log helpers must not print tracebacks
+        result = job.execute_in_process(run_config=run_config, instance=instance, tags=tags, raise_on_error=False)
     run = instance.get_run_by_id(result.run_id)
     try:
         summary = night.summary(result.run_id)
     except ValueError:
         summary = None
     status = run.status.value if run else "?"
+    if status == "CANCELED" or (summary or {}).get("interrupted"):
+        kept = f"the night's record {night.state.uri('runs/' + result.run_id + '.json')}" if summary else "history"
+        print(f"nightly: interrupted: running tests were killed and recorded as `interrupted`; finished tests are "
+              f"kept in history and {kept} (Dagster run {result.run_id} CANCELED)\n"
+              "nightly: to resume, run the same `nightly run` again (it runs the whole selection; interrupted "
+              "attempts never feed calibration)", file=sys.stderr)
+        return EXIT_INTERRUPTED
     if summary is None or not result.success:
         print(f"nightly: the night's run {result.run_id} ended {status}; see `make ui` -> Runs", file=sys.stderr)
-    if status == "CANCELED" or (summary or {}).get("interrupted"):
-        print("nightly: interrupted: no new test started; running tests were killed and recorded as "
-              "`interrupted`; the next `nightly run` (or the calibration sensor) recalibrates", file=sys.stderr)
-        return EXIT_INTERRUPTED
     if summary is None:
         return EXIT_TEST_FAILED
     calib = defs.resolve_job_def("calibration").execute_in_process(

@@ -1,0 +1,95 @@
+"""What ``nightly run`` prints while Dagster runs the night in this process, Ctrl-C included.
+
+A Ctrl-C used to end in ~80 lines: Dagster's console logger printed the cancelled run's stack,
+and Dagster's log-mirroring helpers (``tail`` and a ``watch_orphans.py`` per stream, spawned in
+our process group) each died with a KeyboardInterrupt traceback. The interruption itself is
+expected and the command says so in two lines of its own, so:
+
+- :data:`night_console` is the console logger of the night: Dagster's warnings and errors as
+  before, except the records that only say "interrupted" (the run's stack stays in the UI);
+- :func:`sigint_for_this_process_only` keeps the terminal's SIGINT from the helpers Dagster
+  spawns (they inherit a blocked SIGINT and are stopped by Dagster as usual) while this process
+  still gets it at once. Tests and builds run in their own sessions and reset their signal mask
+  (launch/wrapper.py), so nothing we launch changes: the night still kills and records them.
+"""
+
+from __future__ import annotations
+
+import _thread
+import logging
+import signal
+import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import dagster as dg
+
+#: errors that mean "the run was interrupted", not "something broke"
+INTERRUPTIONS = ("DagsterExecutionInterruptedError", "KeyboardInterrupt")
+
+
+def is_interruption(record: logging.LogRecord) -> bool:
+    """Whether a Dagster log record reports only that the run or a step was interrupted."""
+    meta = getattr(record, "dagster_meta", None) or {}
+    event = meta.get("dagster_event") if isinstance(meta, dict) else None
+    error = getattr(getattr(event, "event_specific_data", None), "error", None)
+    while error is not None:
+        if getattr(error, "cls_name", None) in INTERRUPTIONS:
+            return True
+        error = getattr(error, "cause", None) or getattr(error, "context", None)
+    return False
+
+
+class _DropInterruptions(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not is_interruption(record)
+
+
+@dg.logger(config_schema={"log_level": dg.Field(str, is_required=False, default_value="WARNING"),
+                          "name": dg.Field(str, is_required=False, default_value="dagster")},
+           description="Dagster's warnings and errors on the terminal, without the stacks of an interruption.")
+def night_console(init_context) -> logging.Logger:
+    config = init_context.logger_config
+    logger = logging.Logger(config["name"], level=logging.getLevelName(config["log_level"].upper()))
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s - %(name)s - %(levelname)s - %(message)s"))
+    handler.addFilter(_DropInterruptions())
+    logger.addHandler(handler)
+    return logger
+
+
+@contextmanager
+def sigint_for_this_process_only() -> Iterator[None]:
+    """While the block runs, a SIGINT reaches this process's handlers but not the processes it starts.
+
+    SIGINT is blocked in every thread (children inherit the mask); a relay thread takes it with
+    ``sigwait`` and hands it to the main thread (``interrupt_main``), plus a SIGUSR1 poke so a
+    main thread waiting in a system call wakes up and sees it at once.
+    """
+    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "pthread_sigmask"):
+        yield
+        return
+    main = threading.main_thread().ident
+    stop = threading.Event()
+    previous_poke = signal.signal(signal.SIGUSR1, lambda *_: None)
+    previous_mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+
+    def relay() -> None:
+        while True:
+            signal.sigwait({signal.SIGINT})
+            if stop.is_set():
+                return
+            _thread.interrupt_main(signal.SIGINT)
+            signal.pthread_kill(main, signal.SIGUSR1)  # type: ignore[arg-type]
+
+    thread = threading.Thread(target=relay, name="sigint-relay", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        signal.pthread_kill(thread.ident, signal.SIGINT)  # type: ignore[arg-type]  # wakes the relay to end it
+        thread.join(timeout=5)
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous_mask)
+        signal.signal(signal.SIGUSR1, previous_poke)

@@ -1,0 +1,81 @@
+"""Ctrl-C during ``nightly run``: two lines that say what happened and what to do, and nothing left running.
+
+The signal goes to the whole process group, as a terminal's Ctrl-C does. The test waits for what
+the night wrote (the hanging test's running record and log line), never for a fixed time.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from pipelines.core.history import FileHistoryStore
+from tests.conftest import PROJECT_ROOT
+
+pytestmark = pytest.mark.slow  # a real night in a fresh Python with Dagster
+
+HANG = "tests/e2e/lora/test_lora_math.py"
+WAIT_S = 600  # hang guard only
+
+
+def _hanging_record(home: Path, proc: subprocess.Popen) -> dict:
+    deadline = time.monotonic() + WAIT_S
+    while time.monotonic() < deadline:
+        for f in sorted((home / "running").glob("*.json")) if (home / "running").is_dir() else ():
+            try:
+                record = json.loads(f.read_text())
+            except (OSError, ValueError):
+                continue
+            log = Path(record.get("log_path") or "/nonexistent")
+            if record.get("test_id") == HANG and record.get("pid") and log.is_file() \
+                    and "hanging on purpose" in log.read_text(errors="replace"):
+                return record
+        if proc.poll() is not None:
+            pytest.fail(f"the night ended before {HANG} hung:\n{proc.stderr.read()[-3000:]}")
+        time.sleep(0.3)
+    pytest.fail(f"{HANG} never started")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_ctrl_c_says_in_two_lines_what_was_kept_and_how_to_resume(tmp_path):
+    home = tmp_path / "home"
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith(("NIGHTLY_", "DAGSTER_", "MINIRL_"))},
+           "NIGHTLY_HOME": str(home)}
+    proc = subprocess.Popen([sys.executable, "-m", "pipelines", "run", "--home", str(home), "--labels", "lora",
+                             "--env", "MINIRL_HANG=test_lora_math", "--timeout-floor", "900"],
+                            cwd=PROJECT_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        record = _hanging_record(home, proc)
+        os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C: the whole foreground group, Dagster's helpers included
+        out, err = proc.communicate(timeout=WAIT_S)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 130, err[-3000:]
+    for noise in ("Traceback", "Stack Trace", "DagsterExecutionInterruptedError", "KeyboardInterrupt"):
+        assert noise not in out + err, err[-3000:]
+    said = err.strip().splitlines()
+    assert len(said) == 2, err
+    assert said[0].startswith("nightly: interrupted: running tests were killed and recorded as `interrupted`; "
+                              f"finished tests are kept in history and the night's record {home / 'runs'}")
+    assert said[1].startswith("nightly: to resume, run the same `nightly run` again")
+    assert not _alive(int(record["pid"])), "the hanging test outlived its night"
+    assert (HANG, "interrupted") in {(s.test_id, s.outcome) for s in FileHistoryStore(home / "history.sqlite").read()}
