@@ -16,6 +16,11 @@ from pathlib import Path
 def output_problem(path: Path | str, flag: str) -> str:
     """``path: flag: what is wrong; how to fix`` when ``path`` cannot take a file, else ""."""
     path = Path(path)
+    if path.is_symlink():  # written through (write_atomic): the target's folder must take it
+        try:
+            path = path.resolve(strict=False)
+        except (OSError, RuntimeError) as exc:
+            return f"{path}: {flag}: a symlink that cannot be followed ({exc}); fix the link or give another path"
     if path.is_dir():
         return f"{path}: {flag}: is a folder; give a file path such as {path / _example(flag)}"
     if path.exists() and not path.is_file():
@@ -35,8 +40,11 @@ def _example(flag: str) -> str:
 
 
 def write_atomic(path: Path | str, text: str) -> None:
-    """Write through a temporary file in the same folder and rename: readers never see half a file."""
+    """Write through a temporary file in the same folder and rename: readers never see half a file.
+    A symlink is written through: its target (resolved once) is replaced and the link stays."""
     path = Path(path)
+    if path.is_symlink():
+        path = path.resolve()
     path.parent.mkdir(parents=True, exist_ok=True)
     # mkstemp makes 0600 files; a report or patch must be as readable as any file the user makes
     mode = path.stat().st_mode & 0o7777 if path.exists() else 0o666 & ~current_umask()

@@ -58,3 +58,16 @@ def test_the_nightly_calibration_files_in_the_local_state_store_get_the_same_mod
     umask(0o022)
     written = LocalStateStore(tmp_path).put("estimates/minirl.json", "{}")
     assert mode(written) == 0o644
+
+
+def test_a_symlinked_output_is_written_through_and_a_looping_link_is_refused_with_the_fix(tmp_path):
+    from pipelines.core.calibrate import output_problem
+
+    target = tmp_path / "real.csv"
+    (tmp_path / "link.csv").symlink_to(target)
+    assert output_problem(tmp_path / "link.csv", "--evidence") == ""
+    write_atomic(tmp_path / "link.csv", "x\n")
+    assert (tmp_path / "link.csv").is_symlink() and target.read_text() == "x\n"
+    (tmp_path / "loop.csv").symlink_to(tmp_path / "loop.csv")
+    assert output_problem(tmp_path / "loop.csv", "--evidence").startswith(
+        f"{tmp_path / 'loop.csv'}: --evidence: a symlink that cannot be followed (")

@@ -112,3 +112,17 @@ def test_estimates_without_enough_samples_never_touch_a_file(repo):
     cuda, rocm = registered(repo)
     e = Estimate(cuda.id, "h200", 3600, 3600, 0, "too few samples")
     assert make_patch(repo, [cuda, rocm], [e]) == ""
+
+
+def test_write_mode_writes_a_symlinked_test_file_through_its_link_and_the_link_stays(repo, tmp_path_factory):
+    shared = tmp_path_factory.mktemp("shared") / "test_x.py"
+    shared.write_text(ONE)
+    link = repo / "tests/e2e/test_x.py"
+    link.parent.mkdir(parents=True)
+    link.symlink_to(shared)
+    cuda, rocm = registered(repo, text=ONE)  # writes through the new link: same text
+    assert link.is_symlink()
+    apply_patch(repo, [cuda, rocm], [est(cuda, 1300)])
+    assert link.is_symlink() and link.resolve() == shared.resolve()
+    assert shared.read_text() == ONE.replace("est_time=3600,", "est_time=1300,")
+    assert [p.name for p in shared.parent.iterdir()] == ["test_x.py"]  # no temporary file left beside it
