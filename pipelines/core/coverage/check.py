@@ -152,7 +152,8 @@ def label_rows(configs: Sequence[Configuration], dims: Sequence[Dimension]) -> t
             label = d.label_of(raw) if raw is not None else None
             if raw is None:
                 missing = [f for f in d.fields if c.field(f) is None]
-                problems.append(Problem(c.path, c.line, c.name, f"has no field {', '.join(missing)} for dimension {d.name}"))
+                problems.append(Problem(c.path, c.line, c.name, f"has no field {', '.join(missing)} for dimension {d.name}; add it to the "
+                                        "configuration or fix the dimension's fields in assets/coverage.yaml"))
             elif label is None:
                 problems.append(Problem(c.path, c.line, c.name, (
                     f"{d.name} {'+'.join(raw)} is not one of {', '.join(d.labels)}; add it to the dimension's values "

@@ -63,7 +63,7 @@ def load_groups(path: Path | str, repo: str) -> tuple[Group, ...]:
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
-        raise CatalogError(Problem(str(path), 1, "file", f"cannot be read ({exc.strerror})")) from exc
+        raise CatalogError(Problem(str(path), 1, "file", f"cannot be read ({exc.strerror}); check the path and its permissions")) from exc
     return parse_groups(text, str(path), repo)
 
 

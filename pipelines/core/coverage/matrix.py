@@ -36,7 +36,7 @@ def python_matrix(source: str, path: str, var: str, fields: tuple[str, ...] | No
     try:
         tree = ast.parse(source, path)
     except SyntaxError as exc:
-        return [], [Problem(path, exc.lineno or 1, "syntax", f"{exc.msg}; the matrix cannot be read")]
+        return [], [Problem(path, exc.lineno or 1, "syntax", f"{exc.msg}; fix the file's syntax (the matrix is read without running it)")]
     node = _assignment(tree, var)
     if node is None:
         return [], [Problem(path, 1, var, f"no module-level `{var} = [...]`; add the matrix or fix the group's `matrix:`")]
@@ -101,7 +101,8 @@ def _pairs(value: object, fields: tuple[str, ...] | None, path: str, line: int, 
                 f"has {len(value)} values but the fields are ({', '.join(fields)}); make them agree")))
             return None
         return tuple((f, norm(v)) for f, v in zip(fields, value, strict=True))
-    problems.append(Problem(path, line, where, f"must be a tuple or a dict, got {type(value).__name__}"))
+    problems.append(Problem(path, line, where, f"must be a tuple or a dict, got {type(value).__name__}; "
+                                              "write each configuration as a tuple or a dict"))
     return None
 
 

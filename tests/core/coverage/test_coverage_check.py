@@ -72,6 +72,16 @@ def test_a_value_no_dimension_declares_is_reported_at_the_configuration_line():
         "values in assets/coverage.yaml or fix the configuration"]
 
 
+def test_a_configuration_missing_a_dimensions_field_is_located_with_the_fix():
+    text = '_CONFIGS = [\n    {"name": "m", "backend": "megatron", "shared_outer": True},\n]\n'
+
+    report = check_group(lora_group(FIVE), FilesSource({FIVE: text}))
+
+    assert [str(p) for p in report.problems] == [
+        f"{FIVE}:2: m: has no field virtual_experts for dimension layout; add it to the configuration or fix the "
+        "dimension's fields in assets/coverage.yaml"]
+
+
 def test_a_group_declared_in_file_comments_takes_every_field_but_name_as_a_dimension():
     source = FilesSource({FIVE: sibling(*DIAGONAL, group="moe"), SIX: sibling(ANTI_DIAGONAL[0], group="moe")})
 

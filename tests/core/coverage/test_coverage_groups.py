@@ -59,6 +59,12 @@ def test_an_absent_file_declares_no_groups(tmp_path):
     assert load_groups(tmp_path / "coverage.yaml", "minirl") == ()
 
 
+def test_a_groups_path_that_cannot_be_read_is_located_with_the_fix(tmp_path):
+    with pytest.raises(CatalogError) as err:
+        load_groups(tmp_path, "minirl")
+    assert str(err.value) == f"{tmp_path}:1: file: cannot be read (Is a directory); check the path and its permissions"
+
+
 def test_every_mistake_is_reported_at_once_with_its_line():
     assert errors("""\
         repos:

@@ -65,7 +65,9 @@ def test_a_missing_or_computed_matrix_is_a_problem_never_an_exception():
     assert [str(p) for p in python_matrix("_CONFIGS = make()\n", "t.py", "_CONFIGS")[1]] == [
         "t.py:1: _CONFIGS: must be a literal list of tuples or dicts; the checker never runs test code"]
     assert [str(p) for p in python_matrix("_CONFIGS = [\n", "t.py", "_CONFIGS")[1]] == [
-        "t.py:1: syntax: '[' was never closed; the matrix cannot be read"]
+        "t.py:1: syntax: '[' was never closed; fix the file's syntax (the matrix is read without running it)"]
+    assert [str(p) for p in python_matrix("_CONFIGS = [1]\n", "t.py", "_CONFIGS")[1]] == [
+        "t.py:1: _CONFIGS[0]: must be a tuple or a dict, got int; write each configuration as a tuple or a dict"]
 
 
 def test_group_comments_are_found_with_their_lines():
