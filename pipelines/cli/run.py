@@ -19,8 +19,8 @@ import sys
 import time
 from pathlib import Path
 
-from pipelines.cli.flags import add_timeout_floor, timeout_floor
-from pipelines.core.select import Selection, split_csv, why_nothing
+from pipelines.cli.flags import FlagError, add_timeout_floor, timeout_floor
+from pipelines.core.select import CADENCES, Selection, split_csv, why_nothing
 
 EXIT_TEST_FAILED, EXIT_PROBLEMS, EXIT_INTERRUPTED = 1, 3, 130
 
@@ -28,7 +28,9 @@ EXIT_TEST_FAILED, EXIT_PROBLEMS, EXIT_INTERRUPTED = 1, 3, 130
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("run", help="run one night (catalog, plan, inputs, tests, calibration, report)",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--cadence", default="nightly", choices=("pr", "nightly", "weekly", "release"))
+    p.add_argument("--cadence", default="nightly", choices=CADENCES,
+                   help="which scope (default: nightly): nightly skips long/ft-long tests, pr skips nightly-only "
+                        "ones, weekly and release run all")
     p.add_argument("--labels", action="append", help="only tests with one of these labels (a,b)")
     p.add_argument("--suite", action="append", dest="suites", help="only these suites")
     p.add_argument("--repo", help="a repo name in assets/repos.yaml (default: its `default`) or any checkout path")
@@ -52,7 +54,8 @@ def _parse_env(pairs: list[str]) -> dict[str, str]:
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep or not key or not key.replace("_", "").isalnum():
-            raise SystemExit(f"nightly run: --env {pair!r}: expected KEY=VALUE with KEY made of letters, digits, _")
+            raise FlagError(f"--env {pair!r}: expected KEY=VALUE with KEY made of letters, digits and _; "
+                            "e.g. --env MINIRL_FAIL=test_grpo")
         out[key] = value
     return out
 
