@@ -1,7 +1,7 @@
 """``nightly history``: import framework M's past job logs into the duration history, and show it.
 
   nightly history import --repo PATH [--suite S] [--store FILE] [--dry-run] LOGFILE...
-  nightly history show [--test ID] [--store FILE] [--limit N]
+  nightly history show [--test ID] [--store FILE] [--limit N|all]
 
 The store defaults to ``$NIGHTLY_HOME/history.sqlite`` (``<project>/.nightly`` when unset).
 Imported samples carry the sha256 of each test file in the ``--repo`` checkout: give the
@@ -61,8 +61,21 @@ def register(sub: argparse._SubParsersAction) -> None:
     show = hs.add_parser("show", help="list stored samples")
     add_common(show, repo=False)
     show.add_argument("--test", help="only this test id (or a path prefix)")
-    show.add_argument("--limit", type=int, default=50, help="newest N rows (0 = all; default 50)")
+    show.add_argument("--limit", type=_limit, default=50, help="newest N rows, N >= 1, or 'all' (default 50)")
     p.set_defaults(func=run)
+
+
+def _limit(text: str) -> int | None:
+    """``--limit``: a positive row count, or ``all`` (None); anything else is refused by argparse."""
+    if text.strip().lower() == "all":
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number of rows; give N >= 1, or 'all'")
+    return value
 
 
 def _load_specs() -> Specs | None:

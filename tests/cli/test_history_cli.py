@@ -129,3 +129,22 @@ def test_show_skips_a_damaged_row_with_a_warning_naming_it_and_lists_the_rest(re
     out = capsys.readouterr().out.splitlines()
     assert out[-1] == "2 of 2 samples (1 row skipped or marked: see the warnings)"
     assert f"{store}: row 2: elapsed_s: 'abc' is not a number; the row is skipped" in caplog.text
+
+
+@pytest.mark.parametrize("limit", ["-1", "0", "ten"])
+def test_show_refuses_a_limit_that_is_not_a_positive_number_of_rows(repo, capsys, limit):
+    with pytest.raises(SystemExit) as exc:
+        cli("history", "show", "--limit", limit)
+    assert exc.value.code == 2
+    assert f"argument --limit: {limit!r} is not a positive number of rows; give N >= 1, or 'all'" in capsys.readouterr().err
+
+
+def test_show_with_limit_all_lists_every_sample(repo, tmp_path, capsys):
+    log = tmp_path / "job.log"
+    log.write_text(LOG)
+    cli("history", "import", "--repo", str(repo), str(log))
+    capsys.readouterr()
+    assert cli("history", "show", "--limit", "all") == 0
+    assert capsys.readouterr().out.splitlines()[-1] == "3 of 3 samples"
+    assert cli("history", "show", "--limit", "1") == 0
+    assert capsys.readouterr().out.splitlines()[-1] == "1 of 3 samples"
