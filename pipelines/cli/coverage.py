@@ -1,9 +1,13 @@
 """``nightly coverage``: do sibling tests' configuration matrices still cover every required cell?
 
-  nightly coverage --repo PATH [--json]              prove each group's cells covered (exit 1 if not)
-  nightly coverage --repo PATH --against REV [--json] the cells covered at REV and lost since
-  nightly coverage design --dim NAME=V1,V2 ... [--strength 2] [--tests N --budget K] [--est-time S]
-                                                     the fewest configurations that cover every cell
+  nightly coverage --repo PATH [--groups FILE] [--json]
+      prove each group's cells covered (exit 1 if not, 2 for an unreadable or missing groups file)
+  nightly coverage --repo PATH [--groups FILE] --against REV [--json]
+      the cells covered at REV and lost since (exit 1 if any)
+  nightly coverage design --dim NAME=V1,V2 ... [--strength 2] [--require A,B] [--tests N [--budget K]]
+                          [--est-time S] [--gpus G] [--seed N] [--json]
+      the fewest configurations that cover every cell (exit 1 if N x K is too small, 2 for a flag
+      out of range)
 
 Groups of sibling tests and their dimensions live in assets/coverage.yaml (or in the tests'
 ``# coverage-group: NAME`` comments); docs/coverage.md explains both.

@@ -232,3 +232,18 @@ def test_a_groups_path_that_is_a_folder_is_an_error_naming_it(framework, capsys,
 
     assert code == 2
     assert f"--groups: {tmp_path}: not a file; give the groups file" in err
+
+
+def test_the_overview_in_help_lists_every_flag_as_docs_coverage_md_does(capsys, project_root):
+    from pipelines.cli import build_parser
+
+    with pytest.raises(SystemExit):
+        main(["coverage", "--help"])
+    overview = capsys.readouterr().out
+    docs = (project_root / "docs" / "coverage.md").read_text()
+    coverage_parser = build_parser()._subparsers._group_actions[0].choices["coverage"]
+    design_parser = coverage_parser._subparsers._group_actions[0].choices["design"]
+    flags = {o for p in (coverage_parser, design_parser) for a in p._actions for o in a.option_strings
+             if o.startswith("--") and o != "--help"}
+    assert sorted(f for f in flags if f not in overview) == []
+    assert sorted(f for f in flags if f not in docs) == []
