@@ -33,8 +33,10 @@ from pipelines.core.model import MAX_EST_TIME_S, Catalog, Problem, Sample, Test
 _STAMP = re.compile(r"^\ufeff?(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:Z|[+-]\d{2}:?\d{2})?) ")
 #: the file name runs to the two spaces before the status, so a name may hold single spaces
 _SUMMARY = re.compile(r"^\[(\d{1,9})/(\d{1,9})\] (\S(?:.*?\S)?)  (PASS|FAIL|TIMEOUT)  elapsed=(\S+?)s((?: \S+)*)\s*$")
-#: a line that means to be a summary line (reported when it is not one exactly)
-_LOOSE = re.compile(r"^\[\d+/\d+\]\s+\S.*?\s+(?:PASS|FAIL|TIMEOUT)\w*\s+elapsed=")
+#: a line that means to be a summary line (reported when it is not one exactly); two patterns, not one
+#: ``\S.*?\s+STATUS``, whose backtracking over a long run of spaces would take quadratic time
+_LOOSE_HEAD = re.compile(r"^\[\d+/\d+\]\s+\S")
+_LOOSE_TAIL = re.compile(r"\s(?:PASS|FAIL|TIMEOUT)\w*\s+elapsed=")
 #: the start of a runner line (a summary naming a path, an End block, a timeout): reported when the rest is not right
 _RUNNER_START = re.compile(r"^(?:\[\d{1,9}/\d{1,9}\] \S*(?:/|\.py\b)|End \(|filename=|TIMEOUT: )")
 _END = re.compile(r"^End \((\d+)/(\d+)\):\s*$")
@@ -152,7 +154,7 @@ def read_ci_log(text: str) -> ParsedLog:
                 refused.append((i, "elapsed", f"{why}; attempt not imported"))
             else:
                 summaries.append((i, m, stamp, value))
-        elif _LOOSE.match(line):
+        elif _LOOSE_HEAD.match(line) and _LOOSE_TAIL.search(line):
             refused.append((i, "log", f"looks like a summary line but is not {_SUMMARY_FORM} (two spaces around the "
                                       "status); attempt not imported"))
         elif m := _TIMEOUT.match(line):

@@ -261,3 +261,12 @@ def test_a_log_naming_a_file_the_catalog_could_not_read_says_what_is_wrong_with_
         "j.log:1: filename: tests/e2e/test_b.py has no test in the catalog because of its own problem "
         "(tests/e2e/test_b.py:3: syntax: invalid syntax; fix the file so Python can parse it); fix the file, then "
         "import the log again"]
+
+
+def test_a_long_line_of_output_costs_linear_time_not_quadratic():
+    import time
+
+    hostile = "[1/1] tests/e2e/x" + " " * 100_000 + "y\n"  # quadratic backtracking took minutes on this
+    started = time.process_time()  # CPU time: other processes' load does not count
+    assert read_ci_log(hostile * 3).attempts == ()
+    assert time.process_time() - started < 10  # linear: milliseconds
