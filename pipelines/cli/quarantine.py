@@ -1,8 +1,8 @@
 """``nightly quarantine``: flaky and quarantined tests, and who put them there or let them out.
 
   nightly quarantine list [--json] [--all] [--home DIR] [--repo R] [--deployment D]
-  nightly quarantine add TEST --by WHO --why TEXT [--home DIR] [--repo R]
-  nightly quarantine release TEST --by WHO --why TEXT [--home DIR] [--repo R]
+  nightly quarantine add TEST --by WHO --why TEXT [--home DIR] [--repo R] [--deployment D]
+  nightly quarantine release TEST --by WHO --why TEXT [--home DIR] [--repo R] [--deployment D]
 
 States come from history (the repo's ``flaky:`` rules) with the manual actions recorded in
 ``<home>/quarantine/<repo>.json`` applied at the time they were made. A quarantined test still

@@ -3,9 +3,10 @@
   nightly report [--night ID] [--home DIR] [--repo R] [--deployment D] [--out FILE]
                  [--open] [--json] [--screenshot PNG] [--uncovered CELL ...]
 
-Reads ``<home>/nights/<night>.json`` (the newest unless --night), the night before it, the
-deployment's history store and the repo's catalog; writes ``<home>/reports/<night>.html`` and
-prints its path. ``--json`` prints every section as JSON instead (for scripts); ``--open`` opens
+Reads ``<home>/nights/<night>.json`` (the newest unless --night, which also takes a run id:
+``runs/<id>.json``), the night before it, the deployment's history store and the repo's catalog;
+writes ``<home>/reports/<night>.html`` and prints its path (with an S3 deployment, the same keys in
+its bucket). Exit 2 for a night that cannot be read or a flag that cannot be used. ``--json`` prints every section as JSON instead (for scripts); ``--open`` opens
 the page in a browser; ``--screenshot`` also saves a PNG of it made by headless Chromium.
 """
 
@@ -31,14 +32,16 @@ def default_home() -> Path:
 def add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--home", type=Path, help="state folder (default: $NIGHTLY_HOME or .nightly/)")
     p.add_argument("--repo", help="a repo name in assets/repos.yaml (default: its `default`) or any checkout path")
-    p.add_argument("--deployment", help="deployment in assets/cluster.yaml: where history lives (default: local)")
+    p.add_argument("--deployment", help="deployment in assets/cluster.yaml: where history and the state (night "
+                                        "summaries, reports, quarantine file) live (default: local)")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("report", help="the night report as a self-contained HTML page (or JSON)",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_common(p)
-    p.add_argument("--night", metavar="ID", help="the night to report, as named in <home>/nights/ (default: newest)")
+    p.add_argument("--night", metavar="ID", help="the night to report: its name in <home>/nights/ or a run id "
+                                                 "(runs/<id>.json) (default: the newest night)")
     p.add_argument("--out", type=Path, metavar="FILE", help="write the page here (default: <home>/reports/<night>.html)")
     p.add_argument("--open", action="store_true", help="open the page in the default browser")
     p.add_argument("--json", action="store_true", help="print every section as JSON and write no page")

@@ -201,3 +201,14 @@ def test_an_out_path_that_cannot_be_written_is_named_with_the_reason(home, tmp_p
                            str(tmp_path / "file" / "night.html"))
     assert code == 2
     assert f"--out: cannot write {tmp_path / 'file' / 'night.html'} (" in err and "); give a writable path" in err
+
+
+@pytest.mark.parametrize(("argv", "said"), [
+    (("report",), "--night ID the night to report: its name in <home>/nights/ or a run id (runs/<id>.json)"),
+    (("report",), "where history and the state (night summaries, reports, quarantine file) live"),
+    (("quarantine", "release"), "where history and the state (night summaries, reports, quarantine file) live"),
+])
+def test_help_says_what_the_flags_really_take_as_docs_report_md_does(capsys, argv, said):
+    with pytest.raises(SystemExit):
+        main([*argv, "--help"])
+    assert said in " ".join(capsys.readouterr().out.split())
