@@ -7,7 +7,7 @@ import textwrap
 import pytest
 
 from pipelines.core.history import import_logs, parse_ci_log
-from pipelines.core.history.logs import read_ci_log
+from pipelines.core.history.joblog import read_ci_log
 from pipelines.core.model import Catalog
 from tests.conftest import make_test
 

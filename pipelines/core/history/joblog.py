@@ -1,0 +1,246 @@
+"""Reading one of framework M's CI job logs into attempts (formats in ci-facts.md).
+
+Every attempt prints one summary line ``[i/N] <file>  PASS|FAIL|TIMEOUT  elapsed=Ns ...``; an
+attempt that ran to the end also prints an ``End (i/N):`` block, a timed-out one a
+``TIMEOUT: <file> after N seconds`` line. Those are printed when the attempt ends, so their
+timestamp minus elapsed is when it started. Each summary line is paired with its End block or
+TIMEOUT line by identity (same file, same kind of ending, same seconds, printed before it), so a
+line lost from the log costs one attempt its clock and never moves another's onto it. GitHub
+Actions prefixes each line with an ISO-8601 timestamp and a space; logs saved without it parse
+the same, with no start time. A file name may hold spaces (the status is set off by two).
+
+Numbers are bounded: an elapsed time that is not a number, negative, or above a day is refused,
+and every line that looks like the runner's but cannot be read (cut off, garbled, bytes that
+were not UTF-8), and every End block without its summary line, is reported with its line and
+why, never silently dropped.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections import defaultdict
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from pipelines.core.model import MAX_EST_TIME_S
+
+_STAMP = re.compile(r"^\ufeff?(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:Z|[+-]\d{2}:?\d{2})?) ")
+#: the file name runs to the two spaces before the status, so a name may hold single spaces
+_SUMMARY = re.compile(r"^\[(\d{1,9})/(\d{1,9})\] (\S(?:.*?\S)?)  (PASS|FAIL|TIMEOUT)  elapsed=(\S+?)s((?: \S+)*)\s*$")
+#: a line that means to be a summary line (reported when it is not one exactly); two patterns, not one
+#: ``\S.*?\s+STATUS``, whose backtracking over a long run of spaces would take quadratic time
+_LOOSE_HEAD = re.compile(r"^\[\d+/\d+\]\s+\S")
+_LOOSE_TAIL = re.compile(r"\s(?:PASS|FAIL|TIMEOUT)\w*\s+elapsed=")
+#: the start of a runner line (a summary naming a path, an End block, a timeout): reported when the rest is not right
+_RUNNER_START = re.compile(r"^(?:\[\d{1,9}/\d{1,9}\] \S*(?:/|\.py\b)|End \(|filename=|TIMEOUT: )")
+_END = re.compile(r"^End \((\d+)/(\d+)\):\s*$")
+_FILENAME = re.compile(r"""^filename=('(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*"), elapsed=([^,\s]+)(?:, _estimated_time=([^,\s]+))?""")
+_TIMEOUT = re.compile(r"^TIMEOUT: (\S(?:.*\S)?) after (\S+) seconds\s*$")
+_SUMMARY_FORM = "`[i/N] <file>  PASS|FAIL|TIMEOUT  elapsed=Ns`"
+_NOT_UTF8 = ("holds bytes that are not UTF-8 (shown as U+FFFD), so it cannot match a test file; "
+             "save the job log as it was downloaded, without re-encoding it")
+_NUMBER = re.compile(r"\d{1,9}(?:\.\d{1,6})?")
+#: the runner's command line: `python3 run_suite.py --suite stage-c-4-gpu-h200 --hw cuda ...`
+_COMMAND_SUITE = re.compile(r"\.py\b.*?\s--suite(?:=|\s+)([A-Za-z0-9][A-Za-z0-9._-]*)")
+_COMMAND_HW = re.compile(r"\.py\b.*?\s--hw(?:=|\s+)([A-Za-z0-9_-]+)")
+OUTCOME = {"PASS": "passed", "FAIL": "failed", "TIMEOUT": "timed_out"}
+
+
+@dataclass(frozen=True)
+class LogAttempt:
+    """One attempt of one file as a job log reports it."""
+
+    file: str
+    status: str  # PASS | FAIL | TIMEOUT
+    elapsed_s: float
+    attempt: int
+    line: int
+    started_at: str = ""
+    exit_code: int | None = None
+    retry_of: int | None = None
+    #: the est_time the runner printed for this attempt (``_estimated_time=``), if any
+    estimated: float | None = None
+
+
+@dataclass(frozen=True)
+class ParsedLog:
+    """Everything one job log says: attempts, lines refused (line, field, why), the runner's command."""
+
+    attempts: tuple[LogAttempt, ...]
+    refused: tuple[tuple[int, str, str], ...] = ()
+    suite: str | None = None
+    hw: str | None = None
+
+
+def seconds(text: str) -> tuple[float | None, str]:
+    """A bounded number of seconds from log text, or (None, why it is refused)."""
+    if text.startswith("-") and _NUMBER.fullmatch(text[1:]):
+        return None, f"{text} s is negative"
+    if not _NUMBER.fullmatch(text):
+        shown = text if len(text) <= 24 else f"{text[:12]}...({len(text)} characters)"
+        return None, f"{shown!r} is not a number of seconds"
+    value = float(text)
+    if value > MAX_EST_TIME_S:
+        return None, f"{value:g} s is more than a day ({MAX_EST_TIME_S} s); no test attempt lasts that long"
+    return value, ""
+
+
+def _strip_stamp(line: str) -> tuple[str, datetime | None]:
+    m = _STAMP.match(line)
+    if not m:
+        return line.lstrip("\ufeff"), None
+    try:
+        stamp = datetime.fromisoformat(m.group(1).replace("Z", "+00:00"))
+    except ValueError:
+        return line[m.end():], None
+    return line[m.end():], stamp
+
+
+def _extras(tail: str) -> dict[str, str]:
+    out = {}
+    for word in tail.split():
+        key, _, value = word.partition("=")
+        out[key] = value
+    return out
+
+
+def _int_suffix(value: str | None) -> int | None:
+    m = re.search(r"(\d{1,9})s?$", value or "")
+    return int(m.group(1)) if m else None
+
+
+def parse_ci_log(text: str) -> list[LogAttempt]:
+    """Every attempt in one job log, in order; attempts of a file are numbered from 1."""
+    return list(read_ci_log(text).attempts)
+
+
+@dataclass(frozen=True)
+class _Ended:
+    """An End block or a TIMEOUT line: the runner's word that one attempt of ``file`` ended."""
+
+    line: int
+    file: str
+    timeout: bool
+    seconds: float | None  # End: elapsed; TIMEOUT: after N seconds
+    stamp: datetime | None
+    estimated: float | None = None
+
+
+def read_ci_log(text: str) -> ParsedLog:
+    """Attempts, refused lines and the runner's command line (suite, hw) of one job log.
+
+    Lines are split on newlines only (``str.splitlines`` would also cut at form feeds and other
+    separators that test output may hold). A line that starts like the runner's but is cut off or
+    garbled is refused with why, never skipped.
+    """
+    summaries: list[tuple[int, re.Match[str], datetime | None, float]] = []
+    ended: list[_Ended] = []
+    refused: list[tuple[int, str, str]] = []
+    suites: list[str] = []
+    hws: list[str] = []
+    lines = [_strip_stamp(raw.rstrip("\r")) for raw in text.split("\n")]
+    for i, (line, stamp) in enumerate(lines, start=1):
+        if m := _SUMMARY.match(line):
+            value, why = seconds(m.group(5))
+            if "\ufffd" in m.group(3):
+                refused.append((i, "filename", f"{m.group(3)[:60]!r} {_NOT_UTF8}; attempt not imported"))
+            elif value is None:
+                refused.append((i, "elapsed", f"{why}; attempt not imported"))
+            else:
+                summaries.append((i, m, stamp, value))
+        elif _LOOSE_HEAD.match(line) and _LOOSE_TAIL.search(line):
+            refused.append((i, "log", f"looks like a summary line but is not {_SUMMARY_FORM} (two spaces around the "
+                                      "status); attempt not imported"))
+        elif m := _TIMEOUT.match(line):
+            after, _ = seconds(m.group(2))
+            ended.append(_Ended(i, m.group(1), True, after, stamp))
+        elif fm := _FILENAME.match(line):  # the End block's line that says which attempt ended
+            event = _end_block(i, fm, stamp, refused)
+            ended += [event] if event else []
+        elif _END.match(line):
+            if i == len(lines) or not lines[i][0].startswith("filename="):  # else that line is read (or refused) next
+                refused.append((i, "log", "End block without its `filename='<file>', elapsed=N` line; that attempt's "
+                                          "record is incomplete, check the log was saved whole"))
+        elif _RUNNER_START.match(line):
+            refused.append((i, "log", _cut(line)))
+        elif "--suite" in line or "--hw" in line:
+            if cm := _COMMAND_SUITE.search(line):
+                suites.append(cm.group(1))
+            if hm := _COMMAND_HW.search(line):
+                hws.append(hm.group(1))
+    pairs, unpaired = _pair(summaries, ended)
+    refused += [(e.line, "log", f"{'TIMEOUT line' if e.timeout else 'End block'} of {e.file} has no summary line "
+                                f"{_SUMMARY_FORM} after it (the log may be cut off); attempt not imported")
+                for e in unpaired]
+    counts: dict[str, int] = defaultdict(int)
+    out = []
+    for i, m, stamp, elapsed in summaries:
+        file, status = m.group(3), m.group(4)
+        counts[file] += 1
+        event = pairs.get(i)
+        end = (event.stamp if event else None) or stamp  # the End block's clock is the better one
+        extras = _extras(m.group(6))
+        out.append(LogAttempt(
+            file=file, status=status, elapsed_s=elapsed, attempt=counts[file], line=i,
+            started_at=(end - timedelta(seconds=elapsed)).isoformat() if end else "",
+            exit_code=_int_suffix(extras.get("exit")), retry_of=_int_suffix(extras.get("retry_of")),
+            estimated=event.estimated if event else None,
+        ))
+    one = lambda xs: xs[0] if len(set(xs)) == 1 else None  # noqa: E731 - two uses, both here
+    return ParsedLog(tuple(out), tuple(sorted(refused)), one(suites), one(hws))
+
+
+def _end_block(line: int, fm: re.Match[str], stamp: datetime | None, refused: list) -> _Ended | None:
+    """The End block's ``filename=..., elapsed=...`` line (its ``End (i/N):`` line adds nothing); refused parts are reported."""
+    try:
+        name = ast.literal_eval(fm.group(1))
+    except (ValueError, SyntaxError):
+        refused.append((line, "filename", f"{fm.group(1)[:60]} is not a quoted path; End block not used"))
+        return None
+    if "\ufffd" in name:
+        refused.append((line, "filename", f"{name[:60]!r} {_NOT_UTF8}; End block not used"))
+        return None
+    elapsed, why = seconds(fm.group(2))
+    if elapsed is None:
+        refused.append((line, "elapsed", f"{why}; End block not used to time the attempt"))
+    estimated = None
+    if fm.group(3) is not None:
+        estimated, why = seconds(fm.group(3))
+        if estimated is None:
+            refused.append((line, "_estimated_time", f"{why}; not used to infer the suite"))
+    return _Ended(line, name, False, elapsed, stamp, estimated)
+
+
+def _cut(line: str) -> str:
+    shown = line if len(line) <= 60 else line[:57] + "..."
+    form = "`TIMEOUT: <file> after N seconds`" if line.startswith("TIMEOUT: ") else (
+        "`End (i/N):` then `filename='<file>', elapsed=N`" if line.startswith(("End (", "filename=")) else _SUMMARY_FORM)
+    why = f"`{shown}` is cut off or garbled: not {form}"
+    if "\ufffd" in line:
+        why += f"; it {_NOT_UTF8}"
+    return why + "; that attempt's record is incomplete, check the log was saved whole"
+
+
+def _pair(summaries: list, ended: list[_Ended]) -> tuple[dict[int, _Ended], list[_Ended]]:
+    """Each summary line's End block or TIMEOUT line, by identity: the same file, the same kind of
+    ending, the same seconds (to the second), printed before it and not taken by another attempt.
+    A missing line leaves one attempt without its clock; it never moves another attempt's onto it."""
+    by_file: dict[str, list[_Ended]] = defaultdict(list)
+    for e in ended:
+        by_file[e.file].append(e)
+    pairs: dict[int, _Ended] = {}
+    taken: set[int] = set()
+    for i, m, _, elapsed in summaries:
+        timeout = m.group(4) == "TIMEOUT"
+        after = _int_suffix(_extras(m.group(6)).get("timeout_after")) if timeout else None
+        want = after if after is not None else elapsed
+        for e in by_file.get(m.group(3), ()):
+            if e.line in taken or e.line > i or e.timeout != timeout:
+                continue
+            if e.seconds is not None and abs(e.seconds - want) > 1:
+                continue
+            taken.add(e.line)
+            pairs[i] = e
+            break
+    return pairs, [e for e in ended if e.line not in taken]
