@@ -220,3 +220,40 @@ def test_a_wait_that_is_not_a_positive_number_of_seconds_is_refused_before_conne
     assert main(["doctor", "--deployment", "production", "--kubeconfig", "/nonexistent", "--wait", wait]) == 2
     assert capsys.readouterr().err == (f"nightly doctor: error:\n--wait: {float(wait):g} is not a positive number of "
                                        "seconds; give how long a pre-flight pod may wait, e.g. --wait 900\n")
+
+
+def test_refused_credentials_are_one_row_with_how_to_renew_them_and_the_api_checks_stop(tmp_path, monkeypatch, capsys):
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Unauthorized(BaseHTTPRequestHandler):
+        def _refuse(self) -> None:
+            body = json.dumps({"kind": "Status", "status": "Failure", "message": "Unauthorized", "code": 401}).encode()
+            self.send_response(401)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        do_GET = do_POST = _refuse
+
+        def log_message(self, *args) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Unauthorized)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        (tmp_path / "kubeconfig").write_text(ONE_CONTEXT.replace("https://127.0.0.1:1", url))
+        monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+        code = main(["doctor", "--deployment", "production", "--kubeconfig", str(tmp_path / "kubeconfig")])
+    finally:
+        server.shutdown()
+        server.server_close()
+    out = capsys.readouterr().out
+    assert code == 1
+    assert cols(out, "api: credentials refused") == [
+        "api: credentials refused", "FAIL", f"{url}: 401 Unauthorized",
+        "the kubeconfig's token or certificate is not accepted (expired?): get a fresh one, e.g. "
+        "`kubectl -n nightly-e2e create token nightly-launcher`; the checks that need the API were not run"]
+    assert [x.split()[0] for x in out.splitlines()[2:] if x and not x[0].isdigit()] == ["api:", "pool"]

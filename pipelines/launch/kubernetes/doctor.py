@@ -217,6 +217,10 @@ UNREACHABLE_FIX = ("check the server address in the kubeconfig (`kubectl cluster
                    "and that the API server is up; the checks that need the API were not run")
 
 
+CREDENTIALS_FIX = ("the kubeconfig's token or certificate is not accepted (expired?): get a fresh one, e.g. "
+                   "`kubectl -n {namespace} create token nightly-launcher`; the checks that need the API were not run")
+
+
 def connection_problem(exc: BaseException) -> str:
     """A connection failure in one line: urllib3's innermost reason, without object reprs."""
     reason: BaseException = exc
@@ -230,8 +234,9 @@ def connection_problem(exc: BaseException) -> str:
 def diagnose(api: client.CoreV1Api, deployment: DeploymentSpec, *, pods: bool = True, **launcher_kwargs: Any) -> list[Check]:
     """Every check, in the order a maintainer fixes things; never raises for an API answer.
 
-    When the API server cannot be reached at all, that is one row (the server, the error, what to
-    check) and the checks that need the API stop there: each would only fail the same way.
+    When the API server cannot be reached at all, or refuses the credentials (401), that is one row
+    (the server, the error, what to do) and the checks that need the API stop there: each would
+    only fail the same way.
     """
     steps: list[tuple[bool, Any]] = [(True, lambda: check_rbac(api, deployment))]
     if deployment.cache_pvc:
@@ -246,17 +251,23 @@ def diagnose(api: client.CoreV1Api, deployment: DeploymentSpec, *, pods: bool = 
             for gpus in dict.fromkeys((1, pool.gpus_per_node)):
                 steps.append((True, lambda p=pool, g=gpus: check_preflight(launcher, p, deployment, g)))
     checks: list[Check] = []
-    reachable = True
+    api_usable = True
     for needs_api, step in steps:
-        if needs_api and not reachable:
+        if needs_api and not api_usable:
             continue
         try:
             checks += step()
         except CONNECTION_ERRORS as exc:
-            reachable = False
+            api_usable = False
             host = api.api_client.configuration.host
             checks.append(Check("api: cluster unreachable", False, f"{host}: {connection_problem(exc)}", UNREACHABLE_FIX))
         except ApiException as exc:
+            if exc.status == 401:  # every later call would be refused the same way
+                api_usable = False
+                host = api.api_client.configuration.host
+                checks.append(Check("api: credentials refused", False, f"{host}: 401 {api_message(exc)[:120]}",
+                                    CREDENTIALS_FIX.format(namespace=deployment.namespace)))
+                continue
             checks.append(Check("api", False, f"the API answered {exc.status} {api_message(exc)[:120]}",
                                 "check KUBECONFIG / the cluster's address"))
     return checks
