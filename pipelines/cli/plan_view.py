@@ -1,10 +1,11 @@
-"""The plan as a CI maintainer reads it before the night starts."""
+"""The plan as a CI maintainer reads it: ``nightly run``'s table, ``nightly plan``'s text and JSON."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from pipelines.core.model import Plan, Test
+from pipelines.core.model import Catalog, Plan, Test
+from pipelines.core.plan import shards_gpus
 
 
 def print_plan(plan: Plan, tests: Mapping[str, Test], skipped: Sequence[Test] = ()) -> None:
@@ -22,3 +23,172 @@ def print_plan(plan: Plan, tests: Mapping[str, Test], skipped: Sequence[Test] = 
         print(f"  {'skip':>5}  {t.id:<48} disabled: {t.disabled}")
     for tid in plan.unplanned:
         print(f"  {'-':>5}  {tid:<48} not planned: no pool runs its hardware")
+
+
+def plan_json(plan: Plan, pools, tests: dict[str, Test], skipped, catalog: Catalog, static=None) -> dict:
+    shapes = {p.name: p for p in pools}
+    expected = {tid: (median, p90, source) for tid, median, p90, source in plan.expected}
+    out = {
+        "repo": catalog.repo,
+        "makespan_s": plan.makespan_s,
+        "predicted_median_s": plan.predicted_median_s,
+        "predicted_p90_s": plan.predicted_p90_s,
+        "lower_bound_s": plan.lower_bound_s,
+        "ratio": round(plan.ratio, 6),
+        "pools": [{"pool": name, "nodes": shapes[name].nodes, "gpus_per_node": shapes[name].gpus_per_node,
+                   "makespan_s": m, "lower_bound_s": lb, "ratio": round(m / lb, 6) if lb else 1.0,
+                   "gpu_utilization": round(u, 6)} for name, m, lb, u in plan.pools],
+        "assignments": [{"test_id": a.test_id, "pool": a.pool, "node": a.node, "start_s": a.start_s,
+                         "end_s": a.end_s, "gpus": a.gpus, "timeout_s": a.timeout_s, "priority": a.priority,
+                         "est_time": tests[a.test_id].est_time if a.test_id in tests else None,
+                         "est_source": tests[a.test_id].est_source if a.test_id in tests else "",
+                         "expected_s": expected.get(a.test_id, (None,))[0],
+                         "expected_p90_s": expected.get(a.test_id, (None, None))[1],
+                         "expected_from": expected.get(a.test_id, (None, None, "est_time"))[2],
+                         "path": tests[a.test_id].path if a.test_id in tests else ""} for a in plan.ordered()],
+        "unplanned": [{"test_id": tid, "hardware": hardware_text(tests.get(tid))} for tid in plan.unplanned],
+        "skipped": [{"test_id": t.id, "reason": why} for t, why in skipped],
+        "problems": [str(p) for p in catalog.problems],
+    }
+    if static:
+        sh, splan = static
+        out["static_shards"] = {
+            "makespan_s": splan.makespan_s, "gpus": shards_gpus(sh),
+            "shards": [{"suite": s, "shard": k, "tests": [t.id for t in shard], "est_s": sum(t.est_time for t in shard)}
+                       for s, ss in sh.items() for k, shard in enumerate(ss)]}
+    return out
+
+
+def skipped_hardware_reason(hardware: str) -> str:
+    """The words `nightly run` uses for a test the deployment skips (core/runset.resolve_run)."""
+    return f"not run here: this deployment skips hardware {hardware!r} (skip_hardware)"
+
+
+def hardware_text(t: Test | None) -> str:
+    """The hardware a test names (its own field, else its suite's suffix); "" for no test."""
+    from pipelines.core.plan import hardware_of
+
+    return hardware_of(t) if t else ""
+
+
+def hardware_summary(plan: Plan, pools, tests: dict[str, Test]) -> list[str]:
+    """Unplanned tests per hardware with the pool (or alias) to add, and aliases assumed onto the default pool."""
+    from pipelines.core.plan.cluster import pool_hardware
+
+    lines: list[str] = []
+    by_hw: dict[str, list[Test]] = {}
+    for tid in plan.unplanned:
+        t = tests.get(tid)
+        if t is not None:
+            by_hw.setdefault(hardware_text(t) or "?", []).append(t)
+    if by_hw:
+        lines.append(f"\n  unplanned: {len(plan.unplanned)} test(s) need hardware no pool runs:")
+        default = pools[0].name if pools else "POOL"
+        for hw, ts in sorted(by_hw.items(), key=lambda kv: (-len(kv[1]), kv[0])):
+            gpus = max(t.gpus for t in ts)
+            alias = f", or list {hw} as an alias of pool {default}" if all(t.backend == "cuda" for t in ts) else ""
+            lines.append(f"    {hw:<14} {len(ts):>4} test(s), up to {gpus} GPUs: add a pool with `hardware: [{hw}]` in "
+                         f"assets/cluster.yaml (or --pool {hw}=NODESxGPUS){alias}")
+            lines += [f"      {t.id}" for t in ts[:5]] + ([f"      ... and {len(ts) - 5} more"] if len(ts) > 5 else [])
+    listed = {hw for p in pools for hw in pool_hardware(p)}
+    assumed: dict[str, int] = {}
+    for a in plan.assignments:
+        t = tests.get(a.test_id)
+        hw = hardware_text(t) if t else ""
+        if t and t.gpus and hw and hw not in listed:
+            assumed[hw] = assumed.get(hw, 0) + 1
+    for hw, n in sorted(assumed.items()):
+        lines.append(f"\n  {n} test(s) of runner config {hw} (no GPU type) planned on the default pool "
+                     f"{pools[0].name}; list {hw} under another pool's `hardware:` in assets/cluster.yaml to move them")
+    return lines
+
+
+def _hms(s: float) -> str:
+    s = int(round(s))
+    return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
+
+
+def duration_basis(plan: Plan) -> str:
+    """Where the durations the plan and its prediction use come from (history or est_time / 1.25)."""
+    if not plan.expected:
+        return ""
+    guessed = sum(1 for *_, source in plan.expected if source == "fallback")
+    measured = len(plan.expected) - guessed
+    if not guessed:
+        return f"every test's duration from its history ({measured} tests)"
+    if not measured:
+        return ("every duration is est_time / 1.25: history has no passing run of these test files on this "
+                "hardware yet, so the prediction sharpens after the first night")
+    return (f"durations from history for {measured} tests, est_time / 1.25 for {guessed} without a passing run "
+            "of their current file (marked below)")
+
+
+def print_text(catalog: Catalog, plan: Plan, pools, tests, skipped, static, changed) -> None:
+    shapes = {p.name: p for p in pools}
+    spread = (f"; median of simulated nights {plan.predicted_median_s:.0f}s, p90 {plan.predicted_p90_s:.0f}s"
+              if plan.predicted_median_s else "")
+    print(f"plan for {catalog.repo}: {len(plan.assignments)} tests; predicted makespan {plan.makespan_s:.0f}s "
+          f"({_hms(plan.makespan_s)}{spread}), lower bound {plan.lower_bound_s:.0f}s, ratio {plan.ratio:.3f}")
+    basis = duration_basis(plan)
+    if basis:
+        print(f"  {basis}; timeouts stay on est_time")
+    if changed is not None:
+        print(f"  selected by {len(changed)} changed path(s)"
+              + ("" if plan.assignments or plan.unplanned or skipped else "; they select no test: nothing to plan"))
+        from pipelines.core.select import is_test_file, normalize_path
+
+        listed = {normalize_path(t.path) for t in catalog.tests}
+        for path in changed:
+            if is_test_file(path) and normalize_path(path) not in listed:
+                print(f"  {path}: no registration or template job lists this test file; it selects nothing "
+                      "(list it in a job or register it to run it)")
+    print(f"\n  {'pool':<10} {'nodes':>9} {'tests':>5} {'makespan':>9} {'lower bd':>9} {'ratio':>6} {'GPU util':>8}")
+    for name, m, lb, u in plan.pools:
+        n = sum(1 for a in plan.assignments if a.pool == name)
+        shape = f"{shapes[name].nodes}x{shapes[name].gpus_per_node}"
+        print(f"  {name:<10} {shape:>9} {n:>5} {m:>8.0f}s {lb:>8.0f}s {(m / lb if lb else 1):>6.3f} {u:>7.1%}")
+    sources = {tid: source for tid, _m, _p, source in plan.expected}
+    guessed = {tid for tid, source in sources.items() if source == "fallback"}
+    if len(guessed) == len(sources):
+        guessed = set()  # the header says so once; no row marks on a first night
+    for name, *_ in plan.pools:
+        for node in range(shapes[name].nodes):
+            rows = sorted((a for a in plan.assignments if a.pool == name and a.node == node),
+                          key=lambda a: (a.start_s, a.priority))
+            busy = max((a.end_s for a in rows), default=0.0)
+            print(f"\n  {name}/node {node}: {len(rows)} tests, busy until {busy:.0f}s")
+            print(f"    {'prio':>4} {'start':>7} {'end':>7} {'gpus':>4} {'timeout':>7}  test")
+            for a in rows:
+                t = tests.get(a.test_id)
+                mark = " (uncalibrated estimate)" if t and t.uncalibrated else ""
+                if a.test_id in guessed:
+                    mark += " (no history: est_time / 1.25)"
+                print(f"    {a.priority:>4} {a.start_s:>7.0f} {a.end_s:>7.0f} {a.gpus:>4} {a.timeout_s:>7}  {a.test_id}{mark}")
+    for line in hardware_summary(plan, pools, tests):
+        print(line)
+    disabled = [(t, why) for t, why in skipped if not t.enabled]
+    if disabled:
+        print("\n  skipped (disabled):")
+        for t, why in disabled:
+            print(f"    {t.id}: {why}")
+    elsewhere = [(t, why) for t, why in skipped if t.enabled]
+    if elsewhere:
+        print(f"\n  skipped by the deployment: {len(elsewhere)} test(s) on hardware it never runs (skip_hardware in "
+              "assets/cluster.yaml; remove the hardware there to plan them):")
+        for t, why in elsewhere:
+            print(f"    {t.id}: {why}")
+    if catalog.problems:
+        print("\n  problems:")
+        for p in catalog.problems:
+            print(f"    {p}")
+    if static:
+        sh, splan = static
+        print(f"\n  static shards (the framework's split): {shards_gpus(sh)} GPUs held, makespan {splan.makespan_s:.0f}s")
+        for suite, ss in sh.items():
+            for k, shard in enumerate(ss):
+                print(f"    {suite} shard {k + 1}/{len(ss)}: {sum(t.est_time for t in shard):>6}s  "
+                      f"{', '.join(t.id for t in shard)}")
+        if splan.makespan_s:
+            gpus = sum(p.nodes * p.gpus_per_node for p in pools if p.name in {a.pool for a in plan.assignments})
+            print(f"  this plan: {plan.makespan_s:.0f}s on {gpus} GPUs "
+                  f"({plan.makespan_s / splan.makespan_s - 1:+.1%} vs static shards)")
