@@ -106,21 +106,21 @@ def run(args: argparse.Namespace) -> int:
     where = locate(args.repo, groups_file=args.groups)
     now = check_repo(where)
     lost: tuple[LostCell, ...] = ()
-    if args.against:
+    if args.against is not None:
         before = GitSource(where.repo, args.against)
         then = check_repo(where, before, adopt=True)
         lost = lost_cells(then.groups, now.groups, before, TreeSource(where.repo))
     if args.json:
         out = {"repo": str(where.repo), "groups_file": str(where.groups_file), "ok": now.ok and not lost,
                "groups": [group_json(g) for g in now.groups], "problems": [str(p) for p in now.problems]}
-        if args.against:
+        if args.against is not None:
             out.update(against=args.against, lost=[lost_json(c) for c in lost])
         print(json.dumps(out, indent=2))
-    elif args.against:
+    elif args.against is not None:
         print_lost(args.against, lost)
     else:
         print_report(where.name, where.repo, where.groups_file, now)
-    if args.against:
+    if args.against is not None:
         return 1 if lost else 0
     return 0 if now.ok else 1
 

@@ -247,3 +247,12 @@ def test_the_overview_in_help_lists_every_flag_as_docs_coverage_md_does(capsys, 
              if o.startswith("--") and o != "--help"}
     assert sorted(f for f in flags if f not in overview) == []
     assert sorted(f for f in flags if f not in docs) == []
+
+
+def test_an_empty_against_is_refused_not_ignored(framework, capsys):
+    repo, groups = framework
+
+    code, out, err = coverage(capsys, "--repo", str(repo), "--groups", str(groups), "--against=")
+
+    assert (code, out) == (2, "")
+    assert "--against: '' is not a revision; give a commit, tag or branch" in err
