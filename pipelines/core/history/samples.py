@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Mapping
 
 from pipelines.core.model import MAX_EST_TIME_S, Attempt, Sample, Test
+
+OUTCOMES = ("passed", "failed", "timed_out", "infra_error", "skipped", "interrupted")
 
 
 def implausible(elapsed_s: object, ceiling_s: float = MAX_EST_TIME_S) -> str:
@@ -59,3 +62,22 @@ def sample_from_attempt(attempt: Attempt, test: Test, run_id: str, image: str = 
         source=attempt.log_path or f"run {run_id}",
         capped=attempt.outcome == "timed_out",
     ), ceiling_s)
+
+
+def row_problem(values: Mapping[str, object]) -> tuple[str, str]:
+    """(column, what is wrong) for the first stored value no Sample can hold, else ("", "")."""
+    for name in ("test_id", "hardware", "sha256", "started_at", "node", "image", "run_id", "source", "outlier"):
+        if name in values and not isinstance(values[name], str):
+            return name, f"{values[name]!r} is not text"
+    if values["outcome"] not in OUTCOMES:
+        return "outcome", f"{values['outcome']!r} is not one of {', '.join(OUTCOMES)}"
+    elapsed = values["elapsed_s"]
+    if isinstance(elapsed, str) or elapsed is None:
+        return "elapsed_s", f"{elapsed!r} is not a number"
+    why = implausible(elapsed, math.inf)
+    if why:
+        return "elapsed_s", why.removeprefix("elapsed ")
+    for name in ("attempt", "capped"):
+        if type(values[name]) is not int:
+            return name, f"{values[name]!r} is not a whole number"
+    return "", ""

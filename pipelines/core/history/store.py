@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import errno
 import logging
-import math
 import os
 import sqlite3
 from collections.abc import Iterable
@@ -21,12 +20,11 @@ from pathlib import Path
 from typing import Protocol
 
 from pipelines.core.calibrate.lineage import Succession
-from pipelines.core.history.samples import implausible, screen
+from pipelines.core.history.samples import OUTCOMES, row_problem, screen
 from pipelines.core.model import Sample
 
 log = logging.getLogger(__name__)
 
-OUTCOMES = ("passed", "failed", "timed_out", "infra_error", "skipped", "interrupted")
 #: 2: ``interrupted`` outcome and the ``outlier`` reason (version 1 stores are upgraded in place)
 SCHEMA_VERSION = 2
 _COLUMNS = ("test_id", "hardware", "sha256", "outcome", "elapsed_s", "started_at", "node", "image",
@@ -239,7 +237,7 @@ class FileHistoryStore:
         self.skipped = []
         out = []
         for seq, *values in rows:
-            field, what = _bad_field(dict(zip(_COLUMNS, values, strict=False)))
+            field, what = row_problem(dict(zip(_COLUMNS, values, strict=False)))
             if field:
                 self._warn(f"{self.path}: row {seq}: {field}: {what}; the row is skipped and the other rows are "
                            f"used. Delete it (sqlite3 {self.path} \"DELETE FROM samples WHERE seq={seq}\"), "
@@ -256,25 +254,6 @@ class FileHistoryStore:
     def _warn(self, message: str) -> None:
         self.skipped.append(message)
         log.warning("%s", message)
-
-
-def _bad_field(values: dict) -> tuple[str, str]:
-    """(column, what is wrong) for the first value no Sample can hold, else ("", "")."""
-    for name in ("test_id", "hardware", "sha256", "started_at", "node", "image", "run_id", "source", "outlier"):
-        if name in values and not isinstance(values[name], str):
-            return name, f"{values[name]!r} is not text"
-    if values["outcome"] not in OUTCOMES:
-        return "outcome", f"{values['outcome']!r} is not one of {', '.join(OUTCOMES)}"
-    elapsed = values["elapsed_s"]
-    if isinstance(elapsed, str) or elapsed is None:
-        return "elapsed_s", f"{elapsed!r} is not a number"
-    why = implausible(elapsed, math.inf)
-    if why:
-        return "elapsed_s", why.removeprefix("elapsed ")
-    for name in ("attempt", "capped"):
-        if type(values[name]) is not int:
-            return name, f"{values[name]!r} is not a whole number"
-    return "", ""
 
 
 def _row(s: Sample) -> tuple:
