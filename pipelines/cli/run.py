@@ -108,12 +108,30 @@ def run(args: argparse.Namespace) -> int:
         print(f"nightly: nothing to run: {why or 'every selected test is disabled or on hardware no pool runs'}",
               file=sys.stderr)
         return EXIT_PROBLEMS if not args.accept_problems else 0
+    refused = _credentials(night)
+    if refused:
+        print(f"nightly run: error:\n{refused}", file=sys.stderr)
+        return 2
     code = _execute(night, args, selection, env, home)
     if code == 0 and problems and not args.accept_problems:
         print(f"nightly: every launched test passed, but the night had {len(problems)} problem(s) (above); "
               "fix them or pass --accept-problems", file=sys.stderr)
         return EXIT_PROBLEMS
     return code
+
+
+def _credentials(night) -> str | None:
+    """A Kubernetes night checks its API credentials before Dagster starts: a missing or broken
+    kubeconfig is one message here, not a failed first step with a stack in the middle of the night."""
+    if night.deployment.launcher != "kubernetes":
+        return None
+    from pipelines.launch.kubernetes.connect import KubeconfigError, core_v1_api
+
+    try:
+        core_v1_api()
+    except KubeconfigError as exc:
+        return str(exc)
+    return None
 
 
 def _dry_run(night, runset, plan) -> int:

@@ -45,3 +45,14 @@ def test_dry_run_prints_every_pod_of_the_night_and_each_validates_strictly(tmp_p
 def test_dry_run_of_a_local_deployment_says_what_to_use_instead(tmp_path, capsys):
     assert main(["run", "--home", str(tmp_path), "--dry-run"]) == 2
     assert "--dry-run shows the pods of a Kubernetes deployment" in capsys.readouterr().err
+
+
+def test_a_kubernetes_night_without_a_usable_kubeconfig_stops_before_it_starts(tmp_path, capsys, monkeypatch,
+                                                                             project_root):
+    monkeypatch.setenv("NIGHTLY_ASSETS_DIR", str(_assets(tmp_path, project_root)))
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "no-such-kubeconfig"))
+    assert main(["run", "--home", str(tmp_path / "home"), "--deployment", "production"]) == 2
+    err = capsys.readouterr().err
+    assert f"nightly run: error:\nkubeconfig {tmp_path / 'no-such-kubeconfig'}: no such file; pass --kubeconfig" in err
+    assert not (tmp_path / "home" / "dagster").exists(), "no Dagster run was started"
