@@ -45,8 +45,8 @@ def history_store(deployment: DeploymentSpec, home: Path, env: Mapping[str, str]
 
 
 def successions(store: HistoryStore) -> list[Succession]:
-    """The store's record of calibrate's est_time rewrites (lineage.py); a store that keeps no
-    such record (S3 for now) has none, and samples of rewritten files count as stale there."""
+    """The store's record of calibrate's est_time rewrites (lineage.py), local or S3; a store
+    that keeps no such record (a stand-in) has none, and samples of rewritten files count as stale."""
     read = getattr(store, "successions", None)
     return list(read()) if read is not None else []
 

@@ -28,6 +28,7 @@ from boto3.s3.transfer import TransferConfig
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
+from pipelines.core.calibrate.lineage import CALIBRATE_REWRITE, Succession
 from pipelines.core.history.store import OUTCOMES, HistoryError
 from pipelines.core.model import Problem, Sample
 
@@ -144,6 +145,19 @@ def decode(where: str, body: bytes) -> tuple[list[Sample], Problem | None]:
     return out, None
 
 
+def _succession(where: str, n: int, line: str) -> Succession:
+    try:
+        row = json.loads(line)
+        ok = isinstance(row, dict) and all(isinstance(row.get(k), str) and row[k] for k in ("before", "after", "path"))
+    except ValueError:
+        ok = False
+    if not ok:
+        raise HistoryError(f"{where}:{n}: succession: expected a JSON object with before, after and path strings, "
+                           f"got {line[:80]!r}; move the object aside (the samples of the files it names will count "
+                           "as stale) or restore it from a backup")
+    return Succession(row["before"], row["after"], row["path"], str(row.get("why") or CALIBRATE_REWRITE))
+
+
 class S3HistoryStore:
     """Append-only samples in ``s3://bucket/<prefix>history/``; safe for writers on any host."""
 
@@ -204,6 +218,41 @@ class S3HistoryStore:
                 new.append(s)
         self.append(new)
         return len(new)
+
+    def add_successions(self, successions: Iterable[Succession]) -> int:
+        """Record calibrate's est_time rewrites (lineage.py) as one new object under
+        ``history/successions/``; returns how many are in it. Like samples: no read, no overwrite."""
+        items = list(dict.fromkeys(successions))
+        if not items:
+            return 0
+        body = "".join(json.dumps(dataclasses.asdict(s), sort_keys=True) + "\n" for s in items).encode()
+        now = datetime.now(UTC)
+        key = f"{self.prefix}history/successions/{now:%Y-%m-%d}/{now:%H%M%S%f}-{uuid.uuid4().hex}.jsonl"
+        try:
+            self.client.put_object(Bucket=self.bucket, Key=key, Body=body, IfNoneMatch="*",
+                                   ContentType="application/x-ndjson",
+                                   ContentMD5=base64.b64encode(hashlib.md5(body).digest()).decode(),
+                                   Metadata={"nightly-schema": SCHEMA})
+        except (ClientError, BotoCoreError) as exc:
+            raise self._fail(f"recording {len(items)} est_time rewrites (not stored) to {key}", exc) from exc
+        return len(items)
+
+    def successions(self) -> list[Succession]:
+        """Every recorded rewrite, oldest object first. A damaged line is an error naming its object
+        and line: a lost succession would silently make the history of a calibrated file stale."""
+        paginator = self.client.get_paginator("list_objects_v2")
+        out: list[Succession] = []
+        try:
+            keys = [o["Key"] for page in paginator.paginate(Bucket=self.bucket,
+                                                            Prefix=f"{self.prefix}history/successions/")
+                    for o in page.get("Contents", []) if o["Key"].endswith(".jsonl")]
+            for key in keys:
+                body = self.client.get_object(Bucket=self.bucket, Key=key)["Body"].read()
+                for n, line in enumerate(body.decode("utf-8", errors="replace").splitlines(), 1):
+                    out.append(_succession(f"s3://{self.bucket}/{key}", n, line))
+        except (ClientError, BotoCoreError) as exc:
+            raise self._fail("reading the est_time rewrites", exc) from exc
+        return out
 
     # -- reading -------------------------------------------------------------------------------
     def _keys(self) -> list[str]:

@@ -263,3 +263,31 @@ def test_artifact_errors_name_the_object_and_the_fix(client, tmp_path):
         art.upload_file(tmp_path / "f", "f")
     with pytest.raises(ArtifactError, match=r"missing: not a file; nothing was uploaded to s3://no-such-bucket-here/n/k"):
         art.upload_file(tmp_path / "missing", "k")
+
+
+def test_calibrate_rewrites_recorded_in_s3_are_read_back_by_a_fresh_client_and_survive_compaction(endpoint, client,
+                                                                                                  bucket):
+    from pipelines.core.calibrate import Succession
+    from pipelines.storage.history import record_successions, successions
+
+    writer = S3HistoryStore(bucket, "nightly", client=client)
+    writer.append([sample(1)])
+    rewrites = [Succession("a" * 64, "b" * 64, "tests/e2e/test_1.py"), Succession("b" * 64, "c" * 64,
+                                                                                   "tests/e2e/test_1.py")]
+    assert record_successions(writer, rewrites[:1]) == ""  # "": recorded, no warning to print
+    writer.add_successions(rewrites[1:])
+    writer.append([sample(2)])
+    assert writer.compact() == 2
+    fresh = S3HistoryStore(bucket, "nightly", client=s3_client(endpoint))  # another pod, another night
+    assert successions(fresh) == rewrites
+    assert fresh.read() == [sample(1), sample(2)], "successions are not samples"
+    assert S3HistoryStore(bucket, "other", client=client).successions() == []
+
+
+def test_a_damaged_succession_is_an_error_naming_its_object_and_line(client, bucket):
+    store = S3HistoryStore(bucket, "nightly", client=client)
+    key = "nightly/history/successions/2026-12-01/000000000000-x.jsonl"
+    client.put_object(Bucket=bucket, Key=key, Body=b'{"before": "a", "after": "b", "path": "t.py"}\n{"before": 1}\n')
+    with pytest.raises(HistoryError, match=rf"s3://{bucket}/{key}:2: succession: expected a JSON object with before, "
+                                           r"after and path strings, got .*; move the object aside"):
+        store.successions()
