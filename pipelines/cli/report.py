@@ -81,12 +81,16 @@ def repo_context(home: Path, repo: str | None, deployment: str | None):
         except CatalogError as exc:
             print(f"nightly: warning: matrix coverage not checked:\n{exc}", file=sys.stderr)
     where = specs.deployment(deployment)
-    samples = history_store(where, home).read()
+    history = history_store(where, home)
+    samples = history.read()
     store = state_store(where, home)
     estimates = stored_estimates(store, name)  # the night's calibration; recomputed when there is none
     if estimates is None:
+        from pipelines.storage.history import successions  # calibrate's own rewrites keep history current
+
         policy = spec.policy if spec else "bucket125"
-        estimates = calibrate(tests, samples, policy, spec.policy_params if spec else None) if tests else []
+        estimates = calibrate(tests, samples, policy, spec.policy_params if spec else None,
+                              successions=successions(history)) if tests else []
     rules = FlakyRules.from_mapping(getattr(spec, "flaky", None), key=f"repos.{name}.flaky")
     return name, ReportInputs(
         samples=samples, tests=tests, estimates=estimates, rules=rules,
