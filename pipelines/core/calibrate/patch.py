@@ -14,7 +14,7 @@ import hashlib
 import re
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from pipelines.core.calibrate.lineage import Succession, rewrite_successions
@@ -105,7 +105,7 @@ def plan_patch(repo: Path | str, tests: Sequence[Test], estimates: Sequence[Esti
     texts: dict[str, str] = {}
     originals: dict[str, str] = {}
     skipped: list[tuple[str, str]] = []
-    for e in estimates:
+    for e in one_per_call(tests, estimates):
         t = by_id.get(e.test_id)
         if t is None or not e.samples_used or e.proposed == e.current:
             continue
@@ -114,6 +114,40 @@ def plan_patch(repo: Path | str, tests: Sequence[Test], estimates: Sequence[Esti
             skipped.append((t.path, why))
     edits = {p: (originals[p], texts[p]) for p in texts if texts[p] != originals[p]}
     return PatchPlan(edits, tuple(dict.fromkeys(skipped)))
+
+
+def one_per_call(tests: Sequence[Test], estimates: Sequence[Estimate]) -> list[Estimate]:
+    """One estimate per registration call: a call listing several hardware (``hardware=[...]``)
+    registers a test per entry but holds ONE est_time literal, which sets every one's timeout.
+
+    So it gets the largest proposal of its tests, and keeps its value when one of them has no
+    evidence to lower it; without this, the hardware calibrated last would win and the slower
+    hardware's timeout could be cut below what it needs.
+    """
+    by_id = {t.id: t for t in tests}
+    groups: dict[tuple[str, int, str], list[Test]] = defaultdict(list)
+    for t in tests:
+        if t.fmt == "registry":
+            groups[(t.path, t.line, t.backend)].append(t)
+    mine = {e.test_id: e for e in estimates}
+    out: list[Estimate] = []
+    done: set[tuple[str, int, str]] = set()
+    for e in estimates:
+        t = by_id.get(e.test_id)
+        key = (t.path, t.line, t.backend) if t is not None and t.fmt == "registry" else None
+        if key is None or len(groups[key]) < 2:
+            out.append(e)
+            continue
+        if key in done:
+            continue
+        done.add(key)
+        members = [mine.get(m.id) for m in groups[key]]
+        votes = [m.proposed if m is not None and m.samples_used else e.current for m in members]
+        used = sum(m.samples_used for m in members if m is not None)
+        reason = (f"largest of {len(members)} hardware sharing one est_time literal "
+                  f"({', '.join(sorted(m.hardware for m in groups[key]))}): " + e.reason)
+        out.append(replace(e, proposed=max(votes), samples_used=used, reason=reason))
+    return out
 
 
 def _edit(repo: Path, t: Test, e: Estimate, same_hw: int, texts: dict[str, str], originals: dict[str, str]) -> str:

@@ -126,3 +126,19 @@ def test_write_mode_writes_a_symlinked_test_file_through_its_link_and_the_link_s
     assert link.is_symlink() and link.resolve() == shared.resolve()
     assert shared.read_text() == ONE.replace("est_time=3600,", "est_time=1300,")
     assert [p.name for p in shared.parent.iterdir()] == ["test_x.py"]  # no temporary file left beside it
+
+
+LISTED = "register_cuda_ci(est_time=1200, suite='nightly-big', labels=[], hardware=['8-gpu-h100', '4-gpu-h200'])\n"
+
+
+def test_one_call_for_several_hardware_gets_the_largest_proposal_of_its_tests(repo):
+    sha = write(repo, "tests/e2e/test_l.py", LISTED)
+    h100, h200 = (make_test(id=f"tests/e2e/test_l.py::cuda-nightly-big@{hw}", path="tests/e2e/test_l.py", hardware=hw,
+                            suite="nightly-big", sha256=sha, est_time=1200, line=1) for hw in ("h100", "h200"))
+    for order in ([est(h100, 900), est(h200, 600)], [est(h200, 600), est(h100, 900)]):
+        plan = plan_patch(repo, [h100, h200], order)
+        assert plan.skipped == ()
+        assert plan.edits["tests/e2e/test_l.py"][1] == LISTED.replace("est_time=1200", "est_time=900")
+    no_evidence = Estimate(h100.id, "h100", 1200, 1200, 0, "too few samples")
+    assert plan_patch(repo, [h100, h200], [no_evidence, est(h200, 600)]).edits == {}, \
+        "a hardware without evidence keeps the shared literal from being lowered for it"
