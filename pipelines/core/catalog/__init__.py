@@ -256,8 +256,9 @@ def _first_night_timeout(tests: list[Test], spec: RepoSpec) -> list[str]:
     timeout = effective_timeout(spec.default_est_time, spec.timeout_floor_s, spec.timeout_factor)
     return [f"{guessed} template test(s) have no history: they plan with est_time {spec.default_est_time} s "
             f"(default_est_time) and time out after {timeout} s, max(timeout floor {spec.timeout_floor_s} s, "
-            f"{spec.timeout_factor:g} x est_time); the framework's own CI sets no per-test timeout, so raise "
-            "default_est_time in assets/repos.yaml above its longest test, or import history first"]
+            f"{spec.timeout_factor:g} x est_time; a test killed there gets about 1.56 x that limit next night); "
+            "the framework's own CI sets no per-test timeout, so raise default_est_time in assets/repos.yaml "
+            "above its longest test, or import history first"]
 
 
 def _unique(tests: list[Test]) -> tuple[list[Test], list[Problem]]:

@@ -117,3 +117,11 @@ def test_raise_on_timeout_lifts_a_test_whose_newest_run_was_killed(policy):
     assert one([killed], policy, est_time=600).proposed == 600  # off by default
     passed_after = s(700, days_ago=0.1)
     assert one([killed, passed_after] * 3, policy, {"raise_on_timeout": True}).reason.startswith(policy)
+
+
+def test_a_template_test_killed_by_the_first_night_s_limit_is_raised_without_the_opt_in():
+    killed = s(2250, days_ago=0.5, outcome="timed_out", capped=True, source="n1.log:7")
+    e = one([killed], est_time=1800, fmt="template", est_source="default")
+    assert (e.proposed, e.samples_used) == (2900, 1)  # bucket(ceil(2812.5)): the next limit is 3625 s
+    assert e.reason.startswith("raised: the newest run timed out after 2250 s")
+    assert one([killed], est_time=1800).proposed == 1800, "a registry test keeps its own est_time (opt-in)"
