@@ -203,6 +203,7 @@ class Night:
                                        f"corrupt estimates file ({exc}); delete it, the next calibration writes it again")) from exc
         good, bad = checked_estimates(data, text, self.state.uri(key))
         self.estimate_warnings = bad  # the CLI prints them; the night goes on without those entries
+        self.notes.extend(f"estimates entry left out: {p}" for p in bad)  # every way in: the night's record
         return good
 
     @cached_property

@@ -30,6 +30,7 @@ FLOOR_S = 90
 DISABLED_ID = "tests/e2e/megatron/test_multinode_sft.py"
 LONG_ID = "tests/e2e/fsdp/test_fsdp_long_math.py"
 ROCM_ID = "tests/e2e/ckpt/test_ckpt_resume.py::rocm-stage-c-4-gpu-mi300"
+GONE_ID = "tests/e2e/test_removed_since.py"
 
 
 def _events(instance, key: str, event_type):
@@ -72,6 +73,8 @@ def nights(tmp_path_factory, project_root_module):
             mats_first = _by_partition(_events(instance, "test_runs", dg.DagsterEventType.ASSET_MATERIALIZATION))
             built_first = _by_partition(_events(instance, "converted_checkpoints",
                                                 dg.DagsterEventType.ASSET_MATERIALIZATION))
+            estimates = home / "estimates" / "minirl.json"  # a hand edit left one entry of the wrong shape
+            estimates.write_text(json.dumps({**json.loads(estimates.read_text()), GONE_ID: {"est_time": "soon"}}))
             second = job.execute_in_process(run_config={"ops": {"test_runs": {"config": {"timeout_floor_s": FLOOR_S,
                                                                                              "cadence": "nightly"}}}},
                                             instance=instance, tags=tags)
@@ -179,7 +182,7 @@ def test_the_next_night_plans_with_the_calibrated_estimates(nights):
     estimates = json.loads((nights["home"] / "estimates" / "minirl.json").read_text())  # the local store
     night = Night(NightSettings(home=nights["home"], assets_dir=nights["assets"]))
     tests = night.catalog.by_id()
-    calibrated = list(estimates)
+    calibrated = [tid for tid in estimates if tid != GONE_ID]
     assert calibrated
     for tid in calibrated:
         assert tests[tid].est_time == estimates[tid]["est_time"]
@@ -195,6 +198,13 @@ def test_calibration_and_report_assets_are_materialized(nights):
     assert FAIL_ID in text and "failed" in text and "timed_out" in text and "skipped" in text
     checks = {e.asset_check_key.name: e.passed for e in calib.get_asset_check_evaluations()}
     assert set(checks) == {"no_estimate_drift", "no_test_near_timeout"}
+
+
+def test_an_estimates_entry_of_the_wrong_shape_is_noted_in_the_scheduled_night_s_record(nights):
+    assert any(n.startswith("estimates entry left out: ") and f"estimates['{GONE_ID}'].est_time: expected whole "
+               "seconds from 0 to 86400, got 'soon'" in n for n in nights["summary_second"]["notes"]), \
+        nights["summary_second"]["notes"]
+    assert nights["second"].success
 
 
 def test_predicted_and_actual_makespan_and_the_plan_are_recorded(nights):
