@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -160,7 +161,9 @@ def _run(args: argparse.Namespace) -> int:
         print(f"warning: {problem}", file=sys.stderr)
     changed = None
     if args.changed is not None:
-        changed = repo_relative(args.changed, str(path.resolve()))
+        # absolute paths resolved like the root, so a path through a symlinked checkout stays inside it
+        changed = repo_relative([os.path.realpath(c) if os.path.isabs(c) else c for c in args.changed],
+                                str(path.resolve()))
     elif args.git_range:
         changed = tuple(changed_in_range(path, args.git_range))
     selection = Selection(cadence=args.cadence, labels=split_csv(args.labels), suites=split_csv(args.suites),
@@ -177,10 +180,12 @@ def _run(args: argparse.Namespace) -> int:
     not_here = {t.id for t in chosen if t.enabled and hardware_text(t) in set(deployment.skip_hardware)}
     runnable = [t for t in chosen if t.enabled and t.id not in not_here]
     for suite, n in shards.items():
-        most = max(1, sum(1 for t in runnable if t.suite == suite))
+        # bounded by the suite's registered tests, not tonight's selection: a CI job passes the
+        # framework's fixed shard count together with --changed or --labels
+        most = max(1, sum(1 for t in catalog.tests if t.suite == suite and t.enabled))
         if n > most:
-            raise FlagError(f"--shards {suite}={n}: more shards than the suite has selected tests ({most}); the rest "
-                            f"would hold runners with nothing to run; give N from 1 to {most}")
+            raise FlagError(f"--shards {suite}={n}: more shards than the suite has enabled tests ({most}); the "
+                            f"rest would hold runners with nothing to run; give N from 1 to {most}")
     skipped = [(t, t.disabled) if not t.enabled else (t, skipped_hardware_reason(hardware_text(t))) for t in chosen
                if not t.enabled or t.id in not_here]
     floor = given_floor if given_floor is not None else (spec.timeout_floor_s if spec else 1800)

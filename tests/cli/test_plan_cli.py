@@ -205,6 +205,11 @@ def test_changed_paths_may_be_absolute_inside_the_repo(fake_catalog, tmp_path, c
     absolute = str(tmp_path / "tests" / "test_b.py")
     assert nightly_plan(["--repo", str(tmp_path), "--pool", "h200=1x8", "--json", "--changed", absolute]) == 0
     assert [a["test_id"] for a in json.loads(capsys.readouterr().out)["assignments"]] == ["tests/test_b.py"]
+    link = tmp_path.parent / f"{tmp_path.name}-link"  # a checkout reached through a symlink
+    link.symlink_to(tmp_path)
+    through = str(link / "tests" / "test_b.py")
+    assert nightly_plan(["--repo", str(link), "--pool", "h200=1x8", "--json", "--changed", through]) == 0
+    assert [a["test_id"] for a in json.loads(capsys.readouterr().out)["assignments"]] == ["tests/test_b.py"]
     assert nightly_plan(["--repo", str(tmp_path), "--changed", "/elsewhere/tests/test_b.py"]) == 2
     assert (f"--changed: /elsewhere/tests/test_b.py: outside the repo {tmp_path.resolve()}; give paths inside it"
             in capsys.readouterr().err)
@@ -217,8 +222,11 @@ def test_pool_and_shard_counts_past_any_real_fleet_are_refused(fake_catalog, tmp
     assert nightly_plan(["--repo", str(tmp_path), "--pool", "h200=4096x8", "--json"]) == 0  # the limit itself plans
     capsys.readouterr()
     assert nightly_plan(["--repo", str(tmp_path), "--pool", "h200=1x8", "--shards", "stage-c-4-gpu-h200=99999999"]) == 2
-    assert ("--shards stage-c-4-gpu-h200=99999999: more shards than the suite has selected tests (2); the rest "
-            "would hold runners with nothing to run; give N from 1 to 2") in capsys.readouterr().err
+    assert ("--shards stage-c-4-gpu-h200=99999999: more shards than the suite has enabled tests (3); the rest "
+            "would hold runners with nothing to run; give N from 1 to 3") in capsys.readouterr().err
+    # the framework's fixed shard count stays valid when tonight's selection is narrower
+    assert nightly_plan(["--repo", str(tmp_path), "--pool", "h200=1x8", "--shards", "stage-c-4-gpu-h200=2",
+                         "--changed", "tests/test_b.py"]) == 0
 
 
 def test_a_new_pool_no_test_can_use_is_a_typo_not_a_plan(fake_catalog, tmp_path, capsys):
