@@ -109,7 +109,9 @@ def plan_patch(repo: Path | str, tests: Sequence[Test], estimates: Sequence[Esti
         t = by_id.get(e.test_id)
         if t is None or not e.samples_used or e.proposed == e.current:
             continue
-        why = _edit(repo, t, e, per_hw[(t.path, t.backend, t.hardware)], texts, originals)
+        shared = sum(1 for o in tests if (o.path, o.line, o.backend) == (t.path, t.line, t.backend)) > 1
+        # a call listing several hardware is found by its line: other calls for one of its hardware do not make it ambiguous
+        why = _edit(repo, t, e, 1 if shared else per_hw[(t.path, t.backend, t.hardware)], texts, originals, shared)
         if why:
             skipped.append((t.path, why))
     edits = {p: (originals[p], texts[p]) for p in texts if texts[p] != originals[p]}
@@ -150,7 +152,8 @@ def one_per_call(tests: Sequence[Test], estimates: Sequence[Estimate]) -> list[E
     return out
 
 
-def _edit(repo: Path, t: Test, e: Estimate, same_hw: int, texts: dict[str, str], originals: dict[str, str]) -> str:
+def _edit(repo: Path, t: Test, e: Estimate, same_hw: int, texts: dict[str, str], originals: dict[str, str],
+          by_line: bool = False) -> str:
     if t.fmt != "registry":
         return f"{t.fmt} tests have no est_time in the file; keep {e.proposed} s in the calibrated estimates"
     path = repo / t.path
@@ -168,7 +171,7 @@ def _edit(repo: Path, t: Test, e: Estimate, same_hw: int, texts: dict[str, str],
     except SyntaxError as exc:
         return f"line {exc.lineno}: not valid Python ({exc.msg})"
     calls = _registrations(tree)
-    mine = [c for c in calls if _for_hardware(c, t)]
+    mine = [] if by_line else [c for c in calls if _for_hardware(c, t)]
     if max(same_hw, len(mine)) > 1:
         return f"{max(same_hw, len(mine))} registrations for {t.backend}/{t.hardware or 'any hardware'}; edit by hand"
     call = next((c for c in calls if c.lineno <= t.line <= (c.end_lineno or c.lineno)), None)

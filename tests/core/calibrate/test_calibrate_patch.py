@@ -142,3 +142,17 @@ def test_one_call_for_several_hardware_gets_the_largest_proposal_of_its_tests(re
     no_evidence = Estimate(h100.id, "h100", 1200, 1200, 0, "too few samples")
     assert plan_patch(repo, [h100, h200], [no_evidence, est(h200, 600)]).edits == {}, \
         "a hardware without evidence keeps the shared literal from being lowered for it"
+
+
+def test_a_call_listing_several_hardware_is_edited_whatever_the_order_beside_another_call_for_one_of_them(repo):
+    text = LISTED.replace("['8-gpu-h100', '4-gpu-h200']", "['4-gpu-h100', '4-gpu-h200']").replace(
+        "nightly-big", "stage-c-4-gpu") + "register_cuda_ci(est_time=900, suite='stage-d-8-gpu-h200', labels=[])\n"
+    sha = write(repo, "tests/e2e/test_l.py", text)
+    h100, h200 = (make_test(id=f"tests/e2e/test_l.py::cuda-stage-c-4-gpu@{hw}", path="tests/e2e/test_l.py", hardware=hw,
+                            suite="stage-c-4-gpu", sha256=sha, est_time=1200, line=1) for hw in ("h100", "h200"))
+    other = make_test(id="tests/e2e/test_l.py::cuda-stage-d-8-gpu-h200", path="tests/e2e/test_l.py", hardware="h200",
+                      suite="stage-d-8-gpu-h200", sha256=sha, est_time=900, line=2)
+    for order in ([est(h100, 600), est(h200, 700)], [est(h200, 700), est(h100, 600)]):
+        plan = plan_patch(repo, [h100, h200, other], order)
+        assert plan.skipped == ()
+        assert plan.edits["tests/e2e/test_l.py"][1] == text.replace("est_time=1200", "est_time=700")
