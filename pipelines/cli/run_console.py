@@ -9,8 +9,9 @@ expected and the command says so in two lines of its own, so:
   before, except the records that only say "interrupted" (the run's stack stays in the UI);
 - :func:`sigint_for_this_process_only` keeps the terminal's SIGINT from the helpers Dagster
   spawns (they inherit a blocked SIGINT and are stopped by Dagster as usual) while this process
-  still gets it at once. Tests and builds run in their own sessions and reset their signal mask
-  (launch/wrapper.py), so nothing we launch changes: the night still kills and records them.
+  still gets it at once. Tests (launch/wrapper.py) and input builds (storage/cache.py, through
+  launch/procs.with_signals_unblocked) start with nothing blocked, so nothing we launch changes:
+  the night still kills and records them.
 """
 
 from __future__ import annotations

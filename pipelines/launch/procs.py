@@ -92,3 +92,28 @@ def kill_attempt(token: str, pgid: int | None, grace_s: float = 0.0, rounds: int
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(pgid, signal.SIGKILL)
     return first
+
+
+#: clears the signal mask, then becomes the command (argv[1:]); see :func:`with_signals_unblocked`
+_UNBLOCK = ("import os, signal, sys; signal.pthread_sigmask(signal.SIG_SETMASK, set()); "
+            "os.execv(sys.argv[1], sys.argv[1:])")
+
+
+def with_signals_unblocked(argv: list[str], env: dict[str, str] | None = None) -> list[str]:
+    """``argv``, started through a trampoline that clears the signal mask when this thread blocks any.
+
+    A signal mask survives fork and exec: a build started while ``nightly run`` keeps SIGINT from
+    Dagster's helpers (cli/run_console.py) would otherwise run with SIGINT blocked and ignore it.
+    The command is looked up on ``env``'s PATH first, so a missing one still fails in the parent
+    (FileNotFoundError) exactly as without the trampoline.
+    """
+    import shutil
+    import sys
+
+    if not hasattr(signal, "pthread_sigmask") or not signal.pthread_sigmask(signal.SIG_BLOCK, set()):
+        return list(argv)
+    path = (env or os.environ).get("PATH", os.defpath)
+    found = argv[0] if os.sep in argv[0] else shutil.which(argv[0], path=path)
+    if not found:
+        return list(argv)
+    return [sys.executable, "-c", _UNBLOCK, found, *argv[1:]]

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from pipelines.core.model import Requirement
 from pipelines.core.specs import ConversionSpec
-from pipelines.launch.procs import pid_alive
+from pipelines.launch.procs import pid_alive, with_signals_unblocked
 from pipelines.storage.manifest import MARKER, damage, make_manifest
 
 #: a download or conversion that takes longer than this is stuck (override per AssetCache)
@@ -211,7 +211,8 @@ def conversion_command(conversion: ConversionSpec, req: Requirement, python: str
 def _run(argv: list[str], cwd: Path | None, env: dict[str, str], what: str, log_path: Path | None,
          timeout_s: float = BUILD_TIMEOUT_S) -> None:
     """Run one build command in its own process group; past ``timeout_s`` the whole group is killed."""
-    proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+    proc = subprocess.Popen(with_signals_unblocked(argv, env), cwd=cwd, env=env, stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
         out, err = proc.communicate(timeout=timeout_s)

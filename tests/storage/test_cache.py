@@ -165,3 +165,28 @@ def test_a_build_past_its_time_limit_is_killed_and_named(tmp_path, hub):
                                          r"build timeout; it was killed"):
         cache.build(CONV, repo=repo, conversion=spec, models={"m1": MODEL})
     assert not cache.is_built(CONV)
+
+
+def test_a_build_started_while_sigint_is_blocked_runs_with_nothing_blocked(tmp_path):
+    """`nightly run` blocks SIGINT in its threads while Dagster runs; a build must not inherit it."""
+    import signal
+    import threading
+
+    from pipelines.storage.cache import _run
+
+    seen = {}
+
+    def build() -> None:  # a thread of its own: the mask is per thread, the test's own stays as it was
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        try:
+            _run(["grep", "SigBlk", "/proc/self/status"], None, dict(os.environ), "probe", tmp_path / "b.log")
+        except Exception as exc:  # noqa: BLE001 - reported by the assert below
+            seen["error"] = exc
+
+    worker = threading.Thread(target=build)
+    worker.start()
+    worker.join(timeout=120)
+    assert "error" not in seen, seen
+    assert "SigBlk:\t0000000000000000" in (tmp_path / "b.log").read_text()
+    with pytest.raises(FileNotFoundError):  # a missing command fails in this process, as it always did
+        _run(["no-such-converter"], None, dict(os.environ), "probe", None)
