@@ -1,6 +1,6 @@
 """``nightly history``: import framework M's past job logs into the duration history, and show it.
 
-  nightly history import --repo PATH [--suite S] [--store FILE] [--dry-run] LOGFILE...
+  nightly history import --repo PATH [--suite S] [--hardware H] [--store FILE] [--dry-run] LOGFILE...
   nightly history show [--test ID] [--store FILE] [--limit N|all]
 
 The store defaults to ``$NIGHTLY_HOME/history.sqlite`` (``<project>/.nightly`` when unset).
@@ -56,6 +56,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_common(imp)
     imp.add_argument("--suite", help="the suite the logs' job ran (default: inferred per log from the runner's "
                                      "command line, the one suite all its files register, or the est_time it prints)")
+    imp.add_argument("--hardware", help="the hardware the logs' job ran on, for files whose registration lists "
+                                        "several (hardware=[...]), e.g. h200")
     imp.add_argument("--dry-run", action="store_true", help="parse and match, store nothing")
     imp.add_argument("logs", nargs="+", type=Path, metavar="LOGFILE")
     show = hs.add_parser("show", help="list stored samples")
@@ -120,7 +122,7 @@ def _import(args: argparse.Namespace) -> int:
             problems.append(Problem(str(log), 1, "log", f"cannot read ({exc.strerror}); check the path"))
     from pipelines.core.history import import_logs
 
-    samples, found = import_logs(texts, catalog, args.suite)
+    samples, found = import_logs(texts, catalog, args.suite, args.hardware)
     problems += found
     store = open_store(args.store)
     new = 0 if args.dry_run else store.add(samples)

@@ -148,3 +148,14 @@ def test_show_with_limit_all_lists_every_sample(repo, tmp_path, capsys):
     assert capsys.readouterr().out.splitlines()[-1] == "3 of 3 samples"
     assert cli("history", "show", "--limit", "1") == 0
     assert capsys.readouterr().out.splitlines()[-1] == "1 of 3 samples"
+
+
+def test_import_with_hardware_takes_only_that_hardware_s_tests(repo, tmp_path, capsys):
+    log = tmp_path / "job.log"
+    log.write_text(LOG)
+    assert cli("history", "import", "--repo", str(repo), "--hardware", "b200", "--dry-run", str(log)) == 1
+    out = capsys.readouterr().out
+    assert "would import 0 samples" in out
+    assert f"{log}:3: hardware: tests/e2e/test_a.py has no test on hardware 'b200' (it has: h200); check --hardware" in out
+    assert cli("history", "import", "--repo", str(repo), "--hardware", "h200", "--dry-run", str(log)) == 0
+    assert "would import 3 samples" in capsys.readouterr().out

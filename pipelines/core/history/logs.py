@@ -30,10 +30,12 @@ def _candidates(file: str, by_path: Mapping[str, list[Test]]) -> tuple[str, list
 
 
 def import_logs(texts_by_source: Mapping[str, str], catalog: Catalog,
-                suite: str | None = None) -> tuple[list[Sample], list[Problem]]:
+                suite: str | None = None, hardware: str | None = None) -> tuple[list[Sample], list[Problem]]:
     """Samples for every attempt whose file and suite are known; one problem per file otherwise.
 
     The suite is ``suite`` (the job's, from --suite) or else inferred per log (module docstring).
+    ``hardware`` (from --hardware) picks among the tests of a call that lists several
+    (``hardware=[...]``): they share the suite, and a log does not say which hardware ran it.
     Every refused line is a problem. Samples carry the sha256 the catalog read from the checkout
     the logs ran, and ``capped`` for timeouts.
     """
@@ -56,6 +58,16 @@ def import_logs(texts_by_source: Mapping[str, str], catalog: Catalog,
             path, tests = _candidates(a.file, by_path)
             if log.hw and not suite:
                 tests = [t for t in tests if t.backend == log.hw or (log.hw, t.backend) in _SAME_HW] or tests
+            if hardware:
+                on_hw = [t for t in tests if t.hardware == hardware]
+                if tests and not on_hw:
+                    if a.file not in reported:
+                        reported.add(a.file)
+                        kinds = ", ".join(sorted({t.hardware or "any" for t in tests}))
+                        problems.append(Problem(source, a.line, "hardware", f"{a.file} has no test on hardware "
+                                                f"{hardware!r} (it has: {kinds}); check --hardware"))
+                    continue
+                tests = on_hw
             chosen, how = _choose(tests, a, job_suite, common)
             if len(chosen) != 1:
                 if a.file not in reported:
@@ -110,6 +122,11 @@ def _why(file: str, tests: list[Test], suite: str | None, said: str, catalog: Ca
                     "then import the log again")
         return f"{file} is not a registered test in {catalog.repo}; check --repo is the checkout the log ran"
     suites = ", ".join(sorted(t.suite for t in tests))
+    one_suite = {t.suite for t in tests}
+    if len(tests) > 1 and len(one_suite) == 1 and (not suite or suite in one_suite):
+        kinds = ", ".join(sorted(t.hardware for t in tests))
+        return (f"{file} registers suite {tests[0].suite!r} on several hardware ({kinds}) and the log does not say "
+                "which ran it; pass the job's hardware with --hardware")
     if suite:
         return f"{file} has no registration for suite {suite!r} from {said} (it registers: {suites}); pass the job's --suite"
     est = (f"_estimated_time={a.estimated:g} matches {sum(t.est_time == math.ceil(a.estimated) for t in tests)} of them"

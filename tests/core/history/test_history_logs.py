@@ -270,3 +270,17 @@ def test_a_long_line_of_output_costs_linear_time_not_quadratic():
     started = time.process_time()  # CPU time: other processes' load does not count
     assert read_ci_log(hostile * 3).attempts == ()
     assert time.process_time() - started < 10  # linear: milliseconds
+
+
+def test_a_call_listing_several_hardware_needs_the_job_s_hardware_and_says_so():
+    log = "[1/1] tests/e2e/test_m.py  PASS  elapsed=100s\n"
+    h200, b200 = (make_test(id=f"tests/e2e/test_m.py::cuda-stage-c-4-gpu@{hw}", path="tests/e2e/test_m.py",
+                            suite="stage-c-4-gpu", hardware=hw) for hw in ("h200", "b200"))
+    for suite in (None, "stage-c-4-gpu"):
+        samples, problems = import_logs({"job.log": log}, catalog(h200, b200), suite=suite)
+        assert samples == []
+        assert [str(p) for p in problems] == [
+            "job.log:1: suite: tests/e2e/test_m.py registers suite 'stage-c-4-gpu' on several hardware (b200, h200) "
+            "and the log does not say which ran it; pass the job's hardware with --hardware"]
+    samples, problems = import_logs({"job.log": log}, catalog(h200, b200), hardware="b200")
+    assert problems == [] and [(s.test_id, s.hardware) for s in samples] == [(b200.id, "b200")]
