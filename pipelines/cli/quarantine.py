@@ -10,7 +10,7 @@ runs; its failure does not fail the night, but an infra error or a bad node alwa
 A quarantine added by hand holds until released by hand.
 
 Exit status: 0 done; 1 ``release`` of a test that is not quarantined now (never was, or already
-released: nothing is recorded); 2 bad input (an unknown test, an empty --by/--why, an unreadable
+released), or ``add`` of a test already quarantined by hand (nothing is recorded); 2 bad input (an unknown test, an empty --by/--why, an unreadable
 quarantine file or state store).
 """
 
@@ -83,6 +83,14 @@ def _record(args: argparse.Namespace) -> int:
         if why_not:
             print(f"nightly quarantine release: TEST: {args.test} is not quarantined ({why_not}); nothing changed; "
                   "`nightly quarantine list` shows the quarantined tests", file=sys.stderr)
+            return 1
+    if args.quarantine_command == "add":
+        from pipelines.core.flaky import not_addable, replay
+
+        why_not = not_addable(replay(inputs.samples, inputs.rules, inputs.quarantine).get(args.test))
+        if why_not:
+            print(f"nightly quarantine add: TEST: {args.test} is not added again ({why_not}); nothing changed; "
+                  "`nightly quarantine release` first to change who holds it or why", file=sys.stderr)
             return 1
     at = datetime.now(UTC).isoformat(timespec="seconds")
     try:

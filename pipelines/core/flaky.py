@@ -304,6 +304,14 @@ def not_releasable(state: FlakyState | None) -> str | None:
     return f"it is {state.state}, not quarantined"
 
 
+def not_addable(state: FlakyState | None) -> str | None:
+    """Why quarantining this test by hand would change nothing, or None. A test the rules
+    quarantined can still be held by hand (a manual quarantine outlasts clean nights)."""
+    if state is not None and state.state == "quarantined" and state.manual:
+        return f"it is already quarantined by {state.by or '-'} since {state.since or '-'}: {state.why or '-'}"
+    return None
+
+
 _HINT = {"test": "which test (its id as `nightly catalog` prints it)", "--by": "who decides (a name or handle)",
          "--why": "why, e.g. an issue link"}
 

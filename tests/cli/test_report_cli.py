@@ -174,6 +174,10 @@ def test_releasing_a_test_that_is_not_quarantined_says_so_exits_1_and_changes_no
                            "quarantined); nothing changed; `nightly quarantine list` shows the quarantined tests")
     assert not (home / "quarantine" / "minirl.json").exists()
     nightly(capsys, "quarantine", "add", tid(SFT), *argv[:4], "--by", "alice", "--why", "issue #7")
+    held = (home / "quarantine" / "minirl.json").read_text()
+    code, _, err = nightly(capsys, "quarantine", "add", tid(SFT), *argv[:4], "--by", "carol", "--why", "again")
+    assert code == 1 and f"TEST: {tid(SFT)} is not added again (it is already quarantined by alice since " in err
+    assert (home / "quarantine" / "minirl.json").read_text() == held
     assert nightly(capsys, "quarantine", "release", tid(SFT), *argv)[0] == 0
     before = (home / "quarantine" / "minirl.json").read_text()
     code, _, err = nightly(capsys, "quarantine", "release", tid(SFT), *argv)
