@@ -76,22 +76,17 @@ def _record(args: argparse.Namespace) -> int:
         print(f"nightly quarantine {args.quarantine_command}: TEST: {args.test!r} is not a test of {name}{hint}",
               file=sys.stderr)
         return 2
-    if args.quarantine_command == "release":
-        from pipelines.core.flaky import not_releasable, replay
+    from pipelines.core.flaky import not_addable, not_releasable, replay
 
-        why_not = not_releasable(replay(inputs.samples, inputs.rules, inputs.quarantine).get(args.test))
-        if why_not:
-            print(f"nightly quarantine release: TEST: {args.test} is not quarantined ({why_not}); nothing changed; "
-                  "`nightly quarantine list` shows the quarantined tests", file=sys.stderr)
-            return 1
-    if args.quarantine_command == "add":
-        from pipelines.core.flaky import not_addable, replay
-
-        why_not = not_addable(replay(inputs.samples, inputs.rules, inputs.quarantine).get(args.test))
-        if why_not:
-            print(f"nightly quarantine add: TEST: {args.test} is not added again ({why_not}); nothing changed; "
-                  "`nightly quarantine release` first to change who holds it or why", file=sys.stderr)
-            return 1
+    refuse, said, instead = {
+        "release": (not_releasable, "is not quarantined", "`nightly quarantine list` shows the quarantined tests"),
+        "add": (not_addable, "is not added again", "`nightly quarantine release` first to change who holds it or why"),
+    }[args.quarantine_command]
+    why_not = refuse(replay(inputs.samples, inputs.rules, inputs.quarantine).get(args.test))
+    if why_not:  # nothing would change: say where the test stands, record nothing
+        print(f"nightly quarantine {args.quarantine_command}: TEST: {args.test} {said} ({why_not}); nothing changed; "
+              f"{instead}", file=sys.stderr)
+        return 1
     at = datetime.now(UTC).isoformat(timespec="seconds")
     try:
         doc = record(load_doc(store, name), args.test, args.quarantine_command, args.by, args.why, at)
