@@ -182,18 +182,22 @@ class S3HistoryStore:
     # -- writing -------------------------------------------------------------------------------
     def _put(self, samples: list[Sample], folder: str, label: str) -> str:
         body = encode(samples)
+        return self._write(body, folder, label, f"writing {len(samples)} samples",
+                           {"nightly-schema": SCHEMA, "nightly-sha256": hashlib.sha256(body).hexdigest(),
+                            "nightly-samples": str(len(samples))})
+
+    def _write(self, body: bytes, folder: str, label: str, action: str, metadata: dict[str, str]) -> str:
+        """One new JSON-lines object under ``history/<folder>/``, never replacing one (If-None-Match)."""
         now = datetime.now(UTC)
         label = re.sub(r"[^A-Za-z0-9._-]+", "_", label)[:64] or "none"
         key = f"{self.prefix}history/{folder}/{now:%Y-%m-%d}/{now:%H%M%S%f}-{label}-{uuid.uuid4().hex}.jsonl"
         try:
             self.client.put_object(
                 Bucket=self.bucket, Key=key, Body=body, IfNoneMatch="*", ContentType="application/x-ndjson",
-                ContentMD5=base64.b64encode(hashlib.md5(body).digest()).decode(),
-                Metadata={"nightly-schema": SCHEMA, "nightly-sha256": hashlib.sha256(body).hexdigest(),
-                          "nightly-samples": str(len(samples))},
+                ContentMD5=base64.b64encode(hashlib.md5(body).digest()).decode(), Metadata=metadata,
             )
         except (ClientError, BotoCoreError) as exc:
-            raise self._fail(f"writing {len(samples)} samples (not stored) to {key}", exc) from exc
+            raise self._fail(f"{action} (not stored) to {key}", exc) from exc
         return key
 
     def append(self, samples: Iterable[Sample]) -> None:
@@ -226,27 +230,16 @@ class S3HistoryStore:
         if not items:
             return 0
         body = "".join(json.dumps(dataclasses.asdict(s), sort_keys=True) + "\n" for s in items).encode()
-        now = datetime.now(UTC)
-        key = f"{self.prefix}history/successions/{now:%Y-%m-%d}/{now:%H%M%S%f}-{uuid.uuid4().hex}.jsonl"
-        try:
-            self.client.put_object(Bucket=self.bucket, Key=key, Body=body, IfNoneMatch="*",
-                                   ContentType="application/x-ndjson",
-                                   ContentMD5=base64.b64encode(hashlib.md5(body).digest()).decode(),
-                                   Metadata={"nightly-schema": SCHEMA})
-        except (ClientError, BotoCoreError) as exc:
-            raise self._fail(f"recording {len(items)} est_time rewrites (not stored) to {key}", exc) from exc
+        self._write(body, "successions", "calibrate", f"recording {len(items)} est_time rewrites",
+                    {"nightly-schema": SCHEMA})
         return len(items)
 
     def successions(self) -> list[Succession]:
         """Every recorded rewrite, oldest object first. A damaged line is an error naming its object
         and line: a lost succession would silently make the history of a calibrated file stale."""
-        paginator = self.client.get_paginator("list_objects_v2")
         out: list[Succession] = []
         try:
-            keys = [o["Key"] for page in paginator.paginate(Bucket=self.bucket,
-                                                            Prefix=f"{self.prefix}history/successions/")
-                    for o in page.get("Contents", []) if o["Key"].endswith(".jsonl")]
-            for key in keys:
+            for key in self._keys(("successions",)):
                 body = self.client.get_object(Bucket=self.bucket, Key=key)["Body"].read()
                 for n, line in enumerate(body.decode("utf-8", errors="replace").splitlines(), 1):
                     out.append(_succession(f"s3://{self.bucket}/{key}", n, line))
@@ -255,11 +248,12 @@ class S3HistoryStore:
         return out
 
     # -- reading -------------------------------------------------------------------------------
-    def _keys(self) -> list[str]:
-        """Compacted objects first (older samples), then batches by key, i.e. by write time."""
+    def _keys(self, folders: tuple[str, ...] = ("compacted", "samples")) -> list[str]:
+        """The objects of ``folders`` in that order, each by key, i.e. by write time (the default:
+        compacted objects first, the older samples, then the batches)."""
         keys: list[str] = []
         paginator = self.client.get_paginator("list_objects_v2")
-        for folder in ("compacted", "samples"):
+        for folder in folders:
             pages = paginator.paginate(Bucket=self.bucket, Prefix=f"{self.prefix}history/{folder}/",
                                        PaginationConfig={"PageSize": self.page_size})
             for page in pages:
