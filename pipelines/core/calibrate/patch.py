@@ -100,8 +100,10 @@ def plan_patch(repo: Path | str, tests: Sequence[Test], estimates: Sequence[Esti
     repo = Path(repo)
     by_id = {t.id: t for t in tests}
     per_hw: dict[tuple[str, str, str], int] = defaultdict(int)
+    per_call: dict[tuple[str, int, str], int] = defaultdict(int)
     for t in tests:
         per_hw[(t.path, t.backend, t.hardware)] += 1
+        per_call[(t.path, t.line, t.backend)] += 1
     texts: dict[str, str] = {}
     originals: dict[str, str] = {}
     skipped: list[tuple[str, str]] = []
@@ -109,7 +111,7 @@ def plan_patch(repo: Path | str, tests: Sequence[Test], estimates: Sequence[Esti
         t = by_id.get(e.test_id)
         if t is None or not e.samples_used or e.proposed == e.current:
             continue
-        shared = sum(1 for o in tests if (o.path, o.line, o.backend) == (t.path, t.line, t.backend)) > 1
+        shared = per_call[(t.path, t.line, t.backend)] > 1
         # a call listing several hardware is found by its line: other calls for one of its hardware do not make it ambiguous
         why = _edit(repo, t, e, 1 if shared else per_hw[(t.path, t.backend, t.hardware)], texts, originals, shared)
         if why:
