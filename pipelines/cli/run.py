@@ -150,7 +150,7 @@ def _dry_run(night, runset, plan) -> int:
 
 
 def _execute(night, args, selection, env: dict[str, str], home: Path) -> int:
-    from pipelines.cli.run_console import night_console, sigint_for_this_process_only
+    from pipelines.cli.run_console import interruptions_unlogged, night_console, sigint_for_this_process_only
     from pipelines.core.report import table
     from pipelines.definitions import build_definitions
     from pipelines.defs.jobs import selection_config
@@ -174,7 +174,7 @@ def _execute(night, args, selection, env: dict[str, str], home: Path) -> int:
                   "loggers": {"console": {"config": {"log_level": "WARNING"}}}}
     t0 = time.monotonic()
     print("\nnightly: running (progress below; each line is one finished step or test)", flush=True)
-    with sigint_for_this_process_only():  # Ctrl-C: Dagster's log helpers must not print tracebacks
+    with sigint_for_this_process_only(), interruptions_unlogged():  # Ctrl-C: said once, below, without stacks
         result = job.execute_in_process(run_config=run_config, instance=instance, tags=tags, raise_on_error=False)
     run = instance.get_run_by_id(result.run_id)
     try:

@@ -11,7 +11,10 @@ expected and the command says so in two lines of its own, so:
   spawns (they inherit a blocked SIGINT and are stopped by Dagster as usual) while this process
   still gets it at once. Tests (launch/wrapper.py) and input builds (storage/cache.py, through
   launch/procs.with_signals_unblocked) start with nothing blocked, so nothing we launch changes:
-  the night still kills and records them.
+  the night still kills and records them;
+- :func:`interruptions_unlogged` keeps libraries that log an exception before re-raising it
+  (sqlalchemy's pool, when the interrupt lands while it closes a connection) from printing the
+  interruption's stack.
 """
 
 from __future__ import annotations
@@ -45,6 +48,36 @@ def is_interruption(record: logging.LogRecord) -> bool:
 class _DropInterruptions(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         return not is_interruption(record)
+
+
+class _DropRaisedInterruptions(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        raised = record.exc_info[0] if record.exc_info else None
+        return not (raised is not None and raised.__name__ in INTERRUPTIONS)
+
+
+@contextmanager
+def interruptions_unlogged(names: tuple[str, ...] = ("sqlalchemy",)) -> Iterator[None]:
+    """While the block runs, the named libraries' warnings and errors reach stderr as before, except an interruption.
+
+    A Ctrl-C can land while sqlalchemy's pool closes a connection; the pool then logs "Exception
+    closing connection" with the interruption's stack before re-raising it, and the interruption
+    is already said once by the command. Everything else those loggers say still prints.
+    """
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setLevel(logging.WARNING)
+    handler.addFilter(_DropRaisedInterruptions())
+    loggers = [logging.getLogger(name) for name in names]
+    saved = [logger.propagate for logger in loggers]
+    for logger in loggers:
+        logger.addHandler(handler)
+        logger.propagate = False  # said here, not a second time by a root handler (or Python's last resort)
+    try:
+        yield
+    finally:
+        for logger, propagate in zip(loggers, saved, strict=True):
+            logger.removeHandler(handler)
+            logger.propagate = propagate
 
 
 @dg.logger(config_schema={"log_level": dg.Field(str, is_required=False, default_value="WARNING"),
