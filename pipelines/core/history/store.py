@@ -147,17 +147,22 @@ class FileHistoryStore:
 
     def add(self, samples: Iterable[Sample]) -> int:
         """Append in one transaction; returns how many were new (an attempt already stored is kept once)."""
-        rows = [_row(s) for s in samples]
+        return self._insert(
+            f"INSERT OR IGNORE INTO samples ({', '.join(_COLUMNS)}) VALUES ({', '.join('?' * len(_COLUMNS))})",
+            [_row(s) for s in samples])
+
+    def _insert(self, sql: str, rows: list[tuple], *setup: str) -> int:
+        """``sql`` (an INSERT OR IGNORE) over ``rows`` in one transaction, after the ``setup``
+        statements; returns how many rows were new. Nothing is written when any statement fails."""
         if not rows:
             return 0
         conn = self._connect()
         try:
             conn.execute("BEGIN IMMEDIATE")
+            for statement in setup:
+                conn.execute(statement)
             before = conn.total_changes
-            conn.executemany(
-                f"INSERT OR IGNORE INTO samples ({', '.join(_COLUMNS)}) VALUES ({', '.join('?' * len(_COLUMNS))})",
-                rows,
-            )
+            conn.executemany(sql, rows)
             added = conn.total_changes - before
             conn.execute("COMMIT")
             return added
@@ -188,31 +193,12 @@ class FileHistoryStore:
         finally:
             conn.close()
 
-
     def add_successions(self, successions: Iterable[Succession]) -> int:
         """Record calibrate's rewrites in one transaction; returns how many were new."""
         now = datetime.now(UTC).isoformat(timespec="seconds")
-        rows = [(s.before, s.after, s.path, s.why, now) for s in successions]
-        if not rows:
-            return 0
-        conn = self._connect()
-        try:
-            conn.execute("BEGIN IMMEDIATE")
-            conn.execute(_SUCCESSIONS)
-            before = conn.total_changes
-            conn.executemany("INSERT OR IGNORE INTO successions (before, after, path, why, recorded_at) "
-                             "VALUES (?, ?, ?, ?, ?)", rows)
-            added = conn.total_changes - before
-            conn.execute("COMMIT")
-            return added
-        except sqlite3.Error as exc:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
-            if _is_permission(exc) and not self._writable():
-                raise self._folder_problem(exc) from exc
-            raise self._fail(exc) from exc
-        finally:
-            conn.close()
+        return self._insert("INSERT OR IGNORE INTO successions (before, after, path, why, recorded_at) "
+                            "VALUES (?, ?, ?, ?, ?)",
+                            [(s.before, s.after, s.path, s.why, now) for s in successions], _SUCCESSIONS)
 
     def successions(self) -> list[Succession]:
         """Every recorded rewrite, oldest first; none when the store or its table does not exist."""
