@@ -11,6 +11,7 @@ import json
 
 import dagster as dg
 
+from pipelines.core.catalog.ids import safe_filename
 from pipelines.core.runset import RunSelection
 from pipelines.defs.jobs import TEST_JOBS, run_request
 from pipelines.defs.keys import TAG_CALIBRATION, TAG_SOURCE_RUN, TEST_RUNS
@@ -53,10 +54,16 @@ def build_sensors(jobs: dict, keys: list[str], deployment: str, pools: list[str]
                               default_status=dg.DefaultSensorStatus.RUNNING,
                               description=f"After any run that ran tests ends ({status.value.lower()}): schedule, UI "
                                           "pick, backfill or sensor: recalibrate est_time and report that run.")
-        def _sensor(context: dg.RunStatusSensorContext):
+        def _sensor(context: dg.RunStatusSensorContext, nightly: NightlyResource):
             run = context.dagster_run
-            if not ran_tests(context.instance, run) or run.tags.get(TAG_CALIBRATION) == "inline":
-                return dg.SkipReason(f"run {run.run_id} ran no tests, or calibrated itself")
+            # a re-execution (UI "Re-execute") copies its parent's tags, inline included, but calibrates nothing itself
+            if run.tags.get(TAG_CALIBRATION) == "inline" and not run.parent_run_id:
+                return dg.SkipReason(f"run {run.run_id} calibrated itself (nightly run)")
+            if not ran_tests(context.instance, run):
+                return dg.SkipReason(f"run {run.run_id} ran no tests")
+            if nightly.night().state.get(f"runs/{safe_filename(run.run_id)}.json") is None:
+                return dg.SkipReason(f"run {run.run_id} wrote no night record (it ended before any test started: "
+                                     "see the run's log)")
             return dg.RunRequest(run_key=f"calibrate-{run.run_id}", tags={TAG_SOURCE_RUN: run.run_id})
 
         return _sensor

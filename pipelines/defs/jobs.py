@@ -18,11 +18,13 @@ from pipelines.defs.tags import range_tags, request_tags
 TEST_JOBS = ("nightly", "weekly", "tests")
 
 
-def selection_config(selection: RunSelection, *, env_from: Sequence[str] = (), timeout_floor_s: int = 0) -> dict:
-    """Run config of ``test_runs`` for a selection (env values never go in here, only names)."""
+def selection_config(selection: RunSelection, *, env_from: Sequence[str] = (), timeout_floor_s: int = 0,
+                     all_registered: bool = True) -> dict:
+    """Run config of ``test_runs`` for a selection (env values never go in here, only names);
+    ``all_registered``: over every test registered when the run starts, not only the partition keys."""
     cfg = {"cadence": selection.cadence, "labels": list(selection.labels), "suites": list(selection.suites),
            "pools": list(selection.pools), "tests": list(selection.tests), "env_from": list(env_from),
-           "timeout_floor_s": timeout_floor_s}
+           "timeout_floor_s": timeout_floor_s, "all_registered": all_registered}
     return {"ops": {"test_runs": {"config": cfg}}}
 
 
@@ -39,7 +41,7 @@ def build_jobs(deployment: str, pools: Sequence[str]) -> dict[str, dg.Unresolved
     def tests_job(name: str, cadence: str, description: str):
         return dg.define_asset_job(
             name, selection=dg.AssetSelection.assets(TEST_RUNS).without_checks(), description=description,
-            config=selection_config(RunSelection(cadence=cadence)),
+            config=selection_config(RunSelection(cadence=cadence), all_registered=bool(cadence)),
             tags=request_tags(deployment, RunSelection(cadence=cadence), pools),
         )
 

@@ -3,6 +3,11 @@
 With a single-run backfill policy one run receives every picked key (a UI pick, a backfill of
 all partitions, ``dagster asset materialize --partition-range``); schedules, sensors and the CLI
 request the whole key range plus a selection in the run config, so any selection is ONE run.
+Those requests set ``all_registered``: the run covers every test registered when it starts, read
+afresh, so a test file added since the code location loaded runs too (its partition shows once
+the location is reloaded); a UI pick of every partition means the same.
+A run that would run nothing (a typo'd label, a named test outside the picked keys) fails with
+the reason before it writes any record, as ``nightly run`` exits 3.
 The body plans the run's tests together and dispatches them on free GPUs
 (``pipelines.execute``); each finished test is reported at once as a materialization of its
 partition and a ``test_passed`` check result. Disabled and unplanned tests are observed with
@@ -15,7 +20,8 @@ import os
 import dagster as dg
 
 from pipelines.core.model import Catalog, timeout_floor_problem
-from pipelines.core.runset import RunSelection
+from pipelines.core.runset import RunSelection, RunSet
+from pipelines.core.select import Selection, SelectionError, why_nothing
 from pipelines.defs.keys import CONVERTED, DATASETS, MODEL_WEIGHTS, TEST_PASSED, TEST_RUNS
 from pipelines.defs.metadata import (
     attempt_metadata,
@@ -46,6 +52,9 @@ class TestRunsConfig(dg.Config):
     env_from: list[str] = []
     #: override the repo's timeout floor in seconds (0 = assets/repos.yaml)
     timeout_floor_s: int = 0
+    #: run over every test registered when the run starts (a test file added since the code location
+    #: loaded included), not only the partition keys; schedules, sensors and `nightly run` set it
+    all_registered: bool = False
 
     def floor(self) -> int | None:
         """The floor to use (None: the repo's); a value out of range fails the run before any test starts."""
@@ -72,6 +81,41 @@ def _keys(context: dg.AssetExecutionContext) -> list[str] | None:
         return list(context.partition_keys)
     except Exception:  # noqa: BLE001 - an unpartitioned launch means every test
         return None
+
+
+def _nothing_to_run(night, keys: list[str] | None, selection: RunSelection) -> str:
+    """Why a run covers no test at all (what the CLI says before exiting 3)."""
+    by_id = night.catalog.by_id()
+    among = [by_id[k] for k in keys if k in by_id] if keys is not None else list(night.catalog.tests)
+    if keys is not None and not among:
+        return (f"none of the {len(keys)} picked partition(s) is a registered test now; reload the code location "
+                "(Deployment -> Reload) and pick again")
+    if selection.tests:
+        return (f"the named test(s) {', '.join(selection.tests)} are not among the run's {len(among)} partition "
+                "key(s); pick their partitions, or launch the whole range")
+    why = why_nothing(among, Selection(cadence=selection.cadence or None, labels=selection.labels,
+                                       suites=selection.suites))
+    return why or f"{selection.describe()} selects none of the run's {len(among)} test(s)"
+
+
+def _resolve(context: dg.AssetExecutionContext, night, selection: RunSelection, whole: frozenset[str],
+             all_registered: bool) -> RunSet:
+    """The run's tests; ``all_registered`` or the whole key range: every test registered now. A
+    selection naming nothing that exists, or a run covering no test, fails the run with the reason."""
+    keys = _keys(context)
+    stale: list[str] = []
+    if keys is not None and (all_registered or (whole and set(keys) >= whole)):
+        stale, keys = [k for k in keys if k not in night.catalog.by_id()], None
+    try:
+        runset = night.runset(keys, selection)
+    except SelectionError as exc:
+        raise dg.Failure(f"run config: {exc}") from exc
+    if not runset.run and not runset.skipped:
+        raise dg.Failure(f"nothing to run: {_nothing_to_run(night, keys, selection)}")
+    for key in (*stale, *runset.unknown):
+        _say(context, f"{key}: no longer registered; reload the code location to refresh the partitions",
+             "warning")
+    return runset
 
 
 def _dagster_events(context: dg.AssetExecutionContext, night, events, selection: RunSelection, by_id: dict,
@@ -114,6 +158,7 @@ def _dagster_events(context: dg.AssetExecutionContext, night, events, selection:
 
 def build_test_runs(catalog: Catalog, test_parts: dg.PartitionsDefinition, deps: list[dg.AssetDep]):
     """The asset and its partitioned check (the check's results come from the asset's own run)."""
+    whole = frozenset(test_parts.get_partition_keys())
 
     @dg.asset(key=TEST_RUNS, partitions_def=test_parts, group_name="tests", deps=deps,
               backfill_policy=dg.BackfillPolicy.single_run(), output_required=False,
@@ -131,10 +176,7 @@ def build_test_runs(catalog: Catalog, test_parts: dg.PartitionsDefinition, deps:
         selection = config.selection()
         for problem in night.catalog.problems:
             _say(context, f"catalog problem: {problem}", "warning")
-        runset = night.runset(_keys(context), selection)
-        for key in runset.unknown:
-            _say(context, f"{key}: no longer registered; reload the code location to refresh the partitions",
-                 "warning")
+        runset = _resolve(context, night, selection, whole, config.all_registered)
 
         from pipelines.launch.infra import probe
 

@@ -106,20 +106,51 @@ def _failed_run(instance, kind: str):
     return instance.get_run_by_id(result.run_id), result.get_run_failure_event()
 
 
+def _evaluate(sensor, instance, run, event, resource):
+    ctx = dg.build_run_status_sensor_context(sensor_name=sensor.name, dagster_instance=instance, dagster_run=run,
+                                             dagster_event=event, resources={"nightly": resource})
+    return sensor(ctx)
+
+
 @pytest.mark.parametrize("kind,expected", [("nightly", True), ("asset pick", True), ("calibration", False)])
 def test_calibration_follows_any_run_that_ran_tests(setup, kind, expected):
     defs, resource, _, _ = setup
     sensor = defs.resolve_sensor_def("calibrate_after_failed_tests")
     with dg.instance_for_test() as instance:
         run, event = _failed_run(instance, kind)
-        ctx = dg.build_run_status_sensor_context(sensor_name=sensor.name, dagster_instance=instance,
-                                                 dagster_run=run, dagster_event=event,
-                                                 resources={"nightly": resource})
-        result = sensor(ctx)
+        resource.night().state.put(f"runs/{run.run_id}.json", "{}")  # the night's record: tests ran
+        result = _evaluate(sensor, instance, run, event, resource)
     if expected:
         assert isinstance(result, dg.RunRequest) and result.tags["nightly/source_run"] == run.run_id
     else:
         assert isinstance(result, dg.SkipReason)
+
+
+def test_a_run_that_ended_before_any_test_started_is_not_calibrated(setup):
+    """No night record (a config error, an unreadable history): nothing to report, no red calibration run."""
+    defs, resource, _, _ = setup
+    sensor = defs.resolve_sensor_def("calibrate_after_failed_tests")
+    with dg.instance_for_test() as instance:
+        run, event = _failed_run(instance, "nightly")
+        result = _evaluate(sensor, instance, run, event, resource)
+    assert isinstance(result, dg.SkipReason) and "wrote no night record" in result.skip_message
+
+
+def test_a_ui_re_execution_of_a_command_line_night_is_calibrated(setup):
+    """`nightly run` calibrates inline and tags its run so; Re-execute copies that tag but calibrates nothing."""
+    defs, resource, _, _ = setup
+    sensor = defs.resolve_sensor_def("calibrate_after_failed_tests")
+    with dg.instance_for_test() as instance:
+        run, event = _failed_run(instance, "nightly")
+        instance.add_run_tags(run.run_id, {"nightly/calibration": "inline"})
+        resource.night().state.put(f"runs/{run.run_id}.json", "{}")
+        cli = instance.get_run_by_id(run.run_id)
+        assert isinstance(_evaluate(sensor, instance, cli, event, resource), dg.SkipReason)
+        again = cli.with_status(cli.status)._replace(run_id="re-" + cli.run_id, parent_run_id=cli.run_id,
+                                                     root_run_id=cli.run_id)
+        resource.night().state.put(f"runs/{again.run_id}.json", "{}")
+        result = _evaluate(sensor, instance, again, event, resource)
+    assert isinstance(result, dg.RunRequest) and result.tags["nightly/source_run"] == again.run_id
 
 
 def test_sensors_that_feed_back_are_running_by_default(setup):

@@ -1,0 +1,75 @@
+"""Ways in other than `nightly run` behave like it: a sensor's request as the daemon launches it
+(the code location loaded again by the run), and run config a UI user types in the Launchpad."""
+
+from __future__ import annotations
+
+import shutil
+
+import dagster as dg
+import pytest
+
+from pipelines.definitions import build_definitions
+from pipelines.defs.resources import NightlyResource
+
+pytestmark = pytest.mark.slow  # real tests run in a real (temporary) Dagster instance
+
+NEW = "tests/e2e/test_zz_added_tonight.py"
+
+
+@pytest.fixture
+def location(tmp_path, project_root):
+    repo = tmp_path / "minirl"
+    shutil.copytree(project_root / "examples" / "minirl", repo)
+    assets = tmp_path / "assets"
+    shutil.copytree(project_root / "assets", assets)
+    repos = assets / "repos.yaml"
+    repos.write_text(repos.read_text().replace("path: examples/minirl", f"path: {repo}")
+                     .replace("hub: examples/minirl/hub", f"hub: {project_root}/examples/minirl/hub"))
+    resource = NightlyResource(home=str(tmp_path / "home"), assets_dir=str(assets))
+    return resource, repo, tmp_path / "home"
+
+
+def _materialized(instance) -> dict[str, str]:
+    records = instance.fetch_materializations(dg.AssetKey("test_runs"), limit=100).records
+    return {r.asset_materialization.partition: r.asset_materialization.metadata["outcome"].value for r in records}
+
+
+def test_a_test_file_added_after_the_code_location_loaded_runs_when_the_sensor_asks(location):
+    resource, repo, _ = location
+    loaded = build_definitions(nightly=resource)  # the code location, loaded before the file exists
+    sensor = loaded.resolve_sensor_def("rerun_changed_tests")
+
+    def tick(cursor):
+        return sensor.evaluate_tick(dg.build_sensor_context(cursor=cursor, resources={"nightly": resource},
+                                                            definitions=loaded))
+
+    first = tick(None)
+    (repo / NEW).write_text((repo / "tests/e2e/lora/test_lora_moe_6layer.py").read_text())
+    [request] = tick(first.cursor).run_requests
+    assert request.run_config["ops"]["test_runs"]["config"]["tests"] == [NEW]
+    assert NEW > request.tags["dagster/asset_partition_range_end"]  # outside the range the location knew
+    with dg.instance_for_test() as instance:
+        run = build_definitions(nightly=resource).resolve_job_def("tests").execute_in_process(  # the run's own load
+            run_config=request.run_config, tags=request.tags, instance=instance, raise_on_error=False)
+        assert run.success
+        assert _materialized(instance) == {NEW: "passed"}
+
+
+@pytest.mark.parametrize("config,said", [
+    ({"labels": ["nosuch"]}, "nothing to run: --labels nosuch selects none of the"),
+    ({"suites": ["nosuch"]}, "run config: unknown suite(s) nosuch"),
+    ({"cadence": "nighty"}, "run config: unknown cadence 'nighty'"),
+])
+def test_a_launchpad_typo_fails_the_run_with_the_reason_and_records_nothing(location, config, said):
+    resource, _, home = location
+    defs = build_definitions(nightly=resource)
+    with dg.instance_for_test() as instance:
+        run = defs.resolve_job_def("nightly").execute_in_process(
+            run_config={"ops": {"test_runs": {"config": config}}}, instance=instance, raise_on_error=False)
+        assert not run.success
+        failure = run.get_run_failure_event() or next(e for e in run.all_events if e.is_step_failure)
+        errors = [e.step_failure_data.error for e in run.all_events if e.is_step_failure]
+        assert any(said in (err.message or "") for err in errors), [err.message for err in errors] or failure
+        assert not any("Traceback" in (err.message or "") for err in errors)
+        assert _materialized(instance) == {}
+    assert not (home / "nights" / "latest.json").exists()  # the previous report stays the latest
