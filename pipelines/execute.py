@@ -162,26 +162,34 @@ def _dispatch(night: Night, plan: Plan, tests: list[Test], launcher: Launcher, s
     worker = threading.Thread(target=dispatch, name="nightly-dispatch", daemon=True)
     worker.start()
     done, total = 0, len(plan.assignments)
+
+    def report(attempt: Attempt) -> Finished:
+        nonlocal done
+        done += 1
+        test = by_id[attempt.test_id]
+        configs = _config_outcomes(attempt)
+        if configs:  # a matrix test that reports each configuration: kept with the attempt
+            attempt.details["configs"] = ",".join(f"{k}={v}" for k, v in configs.items())
+        say(f"[{done}/{total}] {attempt.test_id}  {attempt.outcome.upper()}  elapsed={attempt.elapsed_s:.1f}s "
+            f"est={test.est_time}s node={attempt.node}")
+        return Finished(attempt, test, done, total)
+
     try:
         while worker.is_alive() or not finished.empty():
             try:
                 attempt = finished.get(timeout=0.5)
             except queue.Empty:
                 continue
-            done += 1
-            test = by_id[attempt.test_id]
-            configs = _config_outcomes(attempt)
-            if configs:  # a matrix test that reports each configuration: kept with the attempt
-                attempt.details["configs"] = ",".join(f"{k}={v}" for k, v in configs.items())
-            say(f"[{done}/{total}] {attempt.test_id}  {attempt.outcome.upper()}  elapsed={attempt.elapsed_s:.1f}s "
-                f"est={test.est_time}s node={attempt.node}")
-            yield Finished(attempt, test, done, total)
-    except BaseException:  # interrupted (SIGINT/SIGTERM, a terminated run): stop, kill, keep what ran
+            yield report(attempt)
+    except BaseException as exc:  # interrupted (SIGINT/SIGTERM, a terminated run): stop, kill, keep what ran
         stop.set()
         interrupt = getattr(launcher, "interrupt", None) or getattr(launcher, "cancel_all", None)
         if interrupt is not None:
             interrupt()  # local: kill the process trees; Kubernetes: delete the pods
         worker.join()
+        if not isinstance(exc, GeneratorExit):  # still iterated: the killed attempts are reported like any other
+            while not finished.empty():
+                yield report(finished.get())
         raise
     worker.join()
     if "error" in outcome:

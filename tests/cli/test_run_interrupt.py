@@ -14,9 +14,11 @@ import sys
 import time
 from pathlib import Path
 
+import dagster as dg
 import pytest
 
 from pipelines.core.history import FileHistoryStore
+from pipelines.instance import open_instance
 from tests.conftest import PROJECT_ROOT
 
 pytestmark = pytest.mark.slow  # a real night in a fresh Python with Dagster
@@ -79,3 +81,12 @@ def test_ctrl_c_says_in_two_lines_what_was_kept_and_how_to_resume(tmp_path):
     assert said[1].startswith("nightly: to resume, run the same `nightly run` again")
     assert not _alive(int(record["pid"])), "the hanging test outlived its night"
     assert (HANG, "interrupted") in {(s.test_id, s.outcome) for s in FileHistoryStore(home / "history.sqlite").read()}
+    # the UI shows the killed attempt too: its partition is materialized and its check warns
+    with open_instance(home) as instance:
+        [mat] = instance.fetch_materializations(
+            dg.AssetRecordsFilter(asset_key=dg.AssetKey("test_runs"), asset_partitions=[HANG]), limit=1).records
+        assert mat.asset_materialization.metadata["outcome"].value == "interrupted"
+        [check] = [e for e in instance.all_logs(mat.run_id, of_type=dg.DagsterEventType.ASSET_CHECK_EVALUATION)
+                   if e.dagster_event.event_specific_data.partition == HANG]
+        evaluation = check.dagster_event.event_specific_data
+        assert not evaluation.passed and evaluation.severity == dg.AssetCheckSeverity.WARN
