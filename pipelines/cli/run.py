@@ -154,7 +154,7 @@ def _execute(night, args, selection, env: dict[str, str], home: Path) -> int:
     from pipelines.core.report import table
     from pipelines.definitions import build_definitions
     from pipelines.defs.jobs import selection_config
-    from pipelines.defs.keys import TAG_CALIBRATION, TAG_REASON, TAG_SOURCE_RUN
+    from pipelines.defs.keys import TAG_CALIBRATION, TAG_REASON
     from pipelines.defs.resources import NightlyResource
     from pipelines.defs.tags import range_tags, request_tags
     from pipelines.instance import open_instance
@@ -183,9 +183,18 @@ def _execute(night, args, selection, env: dict[str, str], home: Path) -> int:
         summary = None
     status = run.status.value if run else "?"
     if status == "CANCELED" or (summary or {}).get("interrupted"):
+        # like a run cancelled in the UI (its sensor calibrates it): what finished is calibrated and reported
+        report = None
+        if summary is not None:
+            try:
+                with sigint_for_this_process_only(), interruptions_unlogged():
+                    report = _calibrate(defs, instance, result.run_id)[1]
+            except KeyboardInterrupt:  # a second Ctrl-C: stop calibrating, say the same two lines
+                report = None
         kept = f"the night's record {night.state.uri('runs/' + result.run_id + '.json')}" if summary else "history"
         print(f"nightly: interrupted: running tests were killed and recorded as `interrupted`; finished tests are "
-              f"kept in history and {kept} (Dagster run {result.run_id} CANCELED)\n"
+              f"kept in history and {kept} (Dagster run {result.run_id} CANCELED)"
+              + (f"; its report: {report}" if report else "") + "\n"
               "nightly: to resume, run the same `nightly run` again (it runs the whole selection; interrupted "
               "attempts never feed calibration)", file=sys.stderr)
         return EXIT_INTERRUPTED
@@ -193,16 +202,7 @@ def _execute(night, args, selection, env: dict[str, str], home: Path) -> int:
         print(f"nightly: the night's run {result.run_id} ended {status}; see `make ui` -> Runs", file=sys.stderr)
     if summary is None:
         return EXIT_TEST_FAILED
-    calib = defs.resolve_job_def("calibration").execute_in_process(
-        instance=instance, raise_on_error=False, tags={TAG_SOURCE_RUN: result.run_id},
-        run_config={"loggers": {"console": {"config": {"log_level": "WARNING"}}}},
-    )
-    report = "?"
-    if calib.success:
-        mats = calib.asset_materializations_for_node("night_report")
-        report = mats[0].metadata["report"].value if mats else "?"
-    else:
-        print(f"nightly: calibration run {calib.run_id} failed; see `make ui` -> Runs", file=sys.stderr)
+    calib, report = _calibrate(defs, instance, result.run_id)
 
     rows = night.report_rows(summary)  # est_time as the night ran it; proposals from the history it wrote
     paths = night.calibration_paths()
@@ -214,7 +214,7 @@ def _execute(night, args, selection, env: dict[str, str], home: Path) -> int:
           f"whole night {time.monotonic() - t0:.1f}s")
     for note in summary["notes"]:
         print(f"note: {note}")
-    print(f"report: {report}")
+    print(f"report: {report or '?'}")
     print(f"evidence: {paths['evidence']}\npatch: {paths['patch']}\nestimates: {paths['estimates']}")
     print(f"dagster runs: {result.run_id} (night), {calib.run_id} (calibration); `make ui` to browse")
     verdict = summary.get("verdict") or {}
@@ -223,3 +223,19 @@ def _execute(night, args, selection, env: dict[str, str], home: Path) -> int:
     bad = [r for r in rows if r.outcome not in ("passed", "skipped", "unplanned")
            and r.test_id not in verdict.get("excused_quarantined", ())]
     return EXIT_TEST_FAILED if bad or not calib.success else 0
+
+
+def _calibrate(defs, instance, run_id: str):
+    """The calibration job for the night's run (est_time proposals and its report), in this process:
+    (the job's result, the report's location or None)."""
+    from pipelines.defs.keys import TAG_SOURCE_RUN
+
+    calib = defs.resolve_job_def("calibration").execute_in_process(
+        instance=instance, raise_on_error=False, tags={TAG_SOURCE_RUN: run_id},
+        run_config={"loggers": {"console": {"config": {"log_level": "WARNING"}}}},
+    )
+    if not calib.success:
+        print(f"nightly: calibration run {calib.run_id} failed; see `make ui` -> Runs", file=sys.stderr)
+        return calib, None
+    mats = calib.asset_materializations_for_node("night_report")
+    return calib, (mats[0].metadata["report"].value if mats else None)

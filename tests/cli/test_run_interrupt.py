@@ -79,6 +79,9 @@ def test_ctrl_c_says_in_two_lines_what_was_kept_and_how_to_resume(tmp_path):
     assert said[0].startswith("nightly: interrupted: running tests were killed and recorded as `interrupted`; "
                               f"finished tests are kept in history and the night's record {home / 'runs'}")
     assert said[1].startswith("nightly: to resume, run the same `nightly run` again")
+    # calibrated and reported like a night cancelled in the UI (the sensor calibrates that one)
+    report = Path(said[0].split("; its report: ")[1])
+    assert report.is_file() and report.parent == home / "reports", said[0]
     assert not _alive(int(record["pid"])), "the hanging test outlived its night"
     assert (HANG, "interrupted") in {(s.test_id, s.outcome) for s in FileHistoryStore(home / "history.sqlite").read()}
     # the UI shows the killed attempt too: its partition is materialized and its check warns
