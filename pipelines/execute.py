@@ -52,6 +52,8 @@ class Finished:
     #: 1-based count of finished attempts, and how many tests the run launches
     done: int = 0
     total: int = 0
+    #: the test was quarantined as flaky when the night started: a failure does not fail the night
+    quarantined: bool = False
 
 
 @dataclass(frozen=True)
@@ -129,7 +131,7 @@ def run_tests(night: Night, runset: RunSet, selection: RunSelection, *, launcher
         return night.write_summary(summary)
 
     try:
-        yield from _dispatch(night, plan, tests, launcher, say, images, outcome)
+        yield from _dispatch(night, plan, tests, launcher, say, images, outcome, _quarantined(night))
     except BaseException:  # interrupted: what ran is recorded before the interruption goes on
         if "result" in outcome:
             record(outcome["result"], ["interrupted: no new test started after the signal; running tests "
@@ -143,8 +145,16 @@ def run_tests(night: Night, runset: RunSet, selection: RunSelection, *, launcher
     yield NightDone(record(result, notes, False))
 
 
+def _quarantined(night: Night) -> frozenset[str]:
+    """Tests quarantined as flaky as the night starts (advice: unreadable rules or states mean none)."""
+    try:
+        return frozenset(tid for tid, st in night.flaky_states().items() if st.state == "quarantined")
+    except Exception:  # noqa: BLE001 - the night's record notes why (flaky_verdict)
+        return frozenset()
+
+
 def _dispatch(night: Night, plan: Plan, tests: list[Test], launcher: Launcher, say: Callable[[str], None],
-              images: dict[str, str], outcome: dict) -> Iterator[Finished]:
+              images: dict[str, str], outcome: dict, quarantined: frozenset[str] = frozenset()) -> Iterator[Finished]:
     """Dispatch in a worker thread and yield each finished attempt here, in the caller's thread.
 
     ``outcome["result"]`` holds the DispatchResult once the worker ends, even when interrupted.
@@ -172,7 +182,7 @@ def _dispatch(night: Night, plan: Plan, tests: list[Test], launcher: Launcher, s
             attempt.details["configs"] = ",".join(f"{k}={v}" for k, v in configs.items())
         say(f"[{done}/{total}] {attempt.test_id}  {attempt.outcome.upper()}  elapsed={attempt.elapsed_s:.1f}s "
             f"est={test.est_time}s node={attempt.node}")
-        return Finished(attempt, test, done, total)
+        return Finished(attempt, test, done, total, attempt.test_id in quarantined)
 
     try:
         while worker.is_alive() or not finished.empty():
@@ -214,7 +224,7 @@ def night_summary(night: Night, runset: RunSet, selection: RunSelection, plan: P
         "deployment": night.deployment.name, "cadence": selection.cadence or "picked",
         "selection": dataclasses.asdict(selection),
         "selected": [t.id for t in runset.run] + [t.id for t in runset.unplanned],
-        "skipped": [t.id for t in runset.disabled] + [t.id for t in runset.not_here],
+        "skipped": [t.id for t in runset.disabled] + [t.id for t in runset.not_here] + [t.id for t in runset.held],
         "skip_reasons": {t.id: why for t, why in runset.skipped},
         "unplanned": [t.id for t in runset.unplanned],
         "unknown_keys": list(runset.unknown),
@@ -234,12 +244,10 @@ def night_summary(night: Night, runset: RunSet, selection: RunSelection, plan: P
 def flaky_verdict(night: Night, attempts: list[Attempt], notes: list[str]) -> dict:
     """Flaky/quarantine states after tonight, and the night's verdict: a quarantined test's failure
     does not fail the night, an infra fault or a bad node always does (``pipelines.core.flaky``)."""
-    from pipelines.core.flaky import FlakyRules, night_verdict, recorded_states, replay
-    from pipelines.reporting.state import load_doc
+    from pipelines.core.flaky import night_verdict, recorded_states
 
     try:
-        rules = FlakyRules.from_mapping(night.repo_spec.flaky, key=f"repos.{night.repo_spec.name}.flaky")
-        states = replay(night.history.read(), rules, load_doc(night.state, night.repo_spec.name))
+        states = night.flaky_states()
     except Exception as exc:  # noqa: BLE001 - flakiness is advice; the record must still be written
         notes.append(f"flaky states not computed: {exc}")
         states = {}

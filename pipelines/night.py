@@ -231,8 +231,46 @@ class Night:
         return list(rs.run), rs.disabled
 
     def runset(self, keys: Iterable[str] | None, selection: RunSelection) -> RunSet:
-        """What a run of ``keys`` (None = every test) with ``selection`` launches, and why not the rest."""
-        return resolve_run(keys, self.catalog.tests, selection, self.deployment.pools, self.deployment.skip_hardware)
+        """What a run of ``keys`` (None = every test) with ``selection`` launches, and why not the rest
+        (quarantined tests too, when the repo's ``flaky: run_quarantined`` is off)."""
+        rs = resolve_run(keys, self.catalog.tests, selection, self.deployment.pools, self.deployment.skip_hardware)
+        return self._hold_quarantined(rs)
+
+    def flaky_rules(self):
+        """The repo's ``flaky:`` rules (assets/repos.yaml); a located CatalogError when they are wrong."""
+        from pipelines.core.flaky import FlakyRules
+
+        return FlakyRules.from_mapping(self.repo_spec.flaky, key=f"repos.{self.repo_spec.name}.flaky")
+
+    def flaky_states(self) -> dict:
+        """Test id -> FlakyState: history replayed with the quarantine document's manual actions, as
+        the night's verdict and `nightly quarantine` see them."""
+        from pipelines.core.flaky import replay
+        from pipelines.reporting.state import load_doc
+
+        return replay(self.history.read(), self.flaky_rules(), load_doc(self.state, self.repo_spec.name))
+
+    def quarantine_holds(self, tests: Iterable[Test]) -> dict[str, str]:
+        """Test id -> why it is not launched: quarantined as flaky while the repo's
+        ``flaky: run_quarantined`` is off (empty when it is on, or the rules are wrong: the
+        night's record notes those, see execute.flaky_verdict)."""
+        tests = list(tests)
+        try:
+            if self.flaky_rules().run_quarantined or not tests:
+                return {}
+        except CatalogError:
+            return {}
+        states = self.flaky_states()
+        return {t.id: f"quarantined as flaky since {states[t.id].since or '?'} and run_quarantined is off "
+                      f"(repos.yaml flaky:); `nightly quarantine release {t.id}` to run it again"
+                for t in tests if getattr(states.get(t.id), "state", "") == "quarantined"}
+
+    def _hold_quarantined(self, rs: RunSet) -> RunSet:
+        why = self.quarantine_holds(rs.run)
+        if not why:
+            return rs
+        return dataclasses.replace(rs, run=tuple(t for t in rs.run if t.id not in why),
+                                   skipped=(*rs.skipped, *((t, why[t.id]) for t in rs.run if t.id in why)))
 
     # -- plan --------------------------------------------------------------------------
     def plan(self, tests: Iterable[Test]) -> Plan:

@@ -178,7 +178,8 @@ def _run(args: argparse.Namespace) -> int:
         raise SelectionError(f"--shards: unknown suite(s) {', '.join(unknown)}")
     # as `nightly run` does: hardware the deployment knowingly never runs is skipped, not unplanned
     not_here = {t.id for t in chosen if t.enabled and hardware_text(t) in set(deployment.skip_hardware)}
-    runnable = [t for t in chosen if t.enabled and t.id not in not_here]
+    held = night.quarantine_holds(t for t in chosen if t.enabled and t.id not in not_here)  # as `nightly run`
+    runnable = [t for t in chosen if t.enabled and t.id not in not_here and t.id not in held]
     for suite, n in shards.items():
         # bounded by the suite's registered tests, not tonight's selection: a CI job passes the
         # framework's fixed shard count together with --changed or --labels
@@ -186,8 +187,8 @@ def _run(args: argparse.Namespace) -> int:
         if n > most:
             raise FlagError(f"--shards {suite}={n}: more shards than the suite has enabled tests ({most}); the "
                             f"rest would hold runners with nothing to run; give N from 1 to {most}")
-    skipped = [(t, t.disabled) if not t.enabled else (t, skipped_hardware_reason(hardware_text(t))) for t in chosen
-               if not t.enabled or t.id in not_here]
+    skipped = [(t, t.disabled) if not t.enabled else (t, held.get(t.id) or skipped_hardware_reason(hardware_text(t)))
+               for t in chosen if not t.enabled or t.id in not_here or t.id in held]
     floor = given_floor if given_floor is not None else (spec.timeout_floor_s if spec else 1800)
     factor = spec.timeout_factor if spec else 1.25
     from pipelines.core.plan.durations import duration_model  # order and predictions from measured durations

@@ -63,6 +63,11 @@ class RunSet:
         return [t for t, why in self.skipped if why.startswith("not run here")]
 
     @property
+    def held(self) -> list[Test]:
+        """Quarantined tests held back (the repo's ``flaky: run_quarantined`` is off)."""
+        return [t for t, why in self.skipped if why.startswith("quarantined")]
+
+    @property
     def unplanned(self) -> list[Test]:
         return [t for t, why in self.skipped if why.startswith("no pool")]
 

@@ -80,17 +80,20 @@ def plan_markdown(plan: Plan) -> str:
 INFRA_OUTCOMES = frozenset({"infra_error", "interrupted"})
 
 
-def check_result(attempt: Attempt, test: Test) -> dg.AssetCheckEvaluation:
-    """The test_passed check of the attempt's partition: failed/timed out fail, infra warns."""
+def check_result(attempt: Attempt, test: Test, quarantined: bool = False) -> dg.AssetCheckEvaluation:
+    """The test_passed check of the attempt's partition: failed/timed out fail, infra warns, and so
+    does the failure of a test quarantined as flaky (it does not fail the night either)."""
     from pipelines.defs.keys import TEST_PASSED
 
     passed = attempt.outcome == "passed"
     infra = attempt.outcome in INFRA_OUTCOMES
+    excused = quarantined and not passed and not infra
     why = attempt.reason or ("" if passed else attempt.outcome)
     return dg.AssetCheckEvaluation(
         asset_key=TEST_PASSED.asset_key, check_name=TEST_PASSED.name, passed=passed, partition=test.id,
-        severity=dg.AssetCheckSeverity.WARN if infra else dg.AssetCheckSeverity.ERROR,
-        description=f"{attempt.outcome}" + (f": {why}" if why and why != attempt.outcome else ""),
-        metadata={"outcome": attempt.outcome, "kind": "infra" if infra else "test",
+        severity=dg.AssetCheckSeverity.WARN if infra or excused else dg.AssetCheckSeverity.ERROR,
+        description=f"{attempt.outcome}" + (f": {why}" if why and why != attempt.outcome else "")
+        + ("; quarantined as flaky (`nightly quarantine list`): it does not fail the night" if excused else ""),
+        metadata={"outcome": attempt.outcome, "kind": "infra" if infra else ("quarantined" if excused else "test"),
                   "elapsed_s": float(attempt.elapsed_s), "timeout_s": attempt.timeout_s, "node": attempt.node},
     )

@@ -149,7 +149,7 @@ def _dagster_events(context: dg.AssetExecutionContext, night, events, selection:
                 yield dg.MaterializeResult(asset_key=TEST_RUNS, metadata=meta)
             else:
                 yield dg.AssetMaterialization(asset_key=TEST_RUNS, partition=event.test.id, metadata=meta)
-            yield check_result(event.attempt, event.test)
+            yield check_result(event.attempt, event.test, event.quarantined)
         elif isinstance(event, NightDone):
             s = event.summary
             _say(context, f"done: predicted makespan {s['predicted_makespan_s']:.1f}s, actual "
