@@ -16,6 +16,8 @@ from pipelines.core.catalog.dialect import PROFILES, Dialect, M, derive, may_def
 
 #: folders that never hold the framework's own registry module
 _SKIP = frozenset({"node_modules", "site-packages", "venv", "build", "dist"})
+#: folders holding another project's checkout: a registry module there is that project's, not the repo's
+_VENDORED = frozenset({"3rdparty", "third_party", "thirdparty", "vendor", "vendored"})
 _MAX_MODULE = 1 << 20
 
 #: (repo-relative path, stat) -> bytes; the catalog cache passes one that remembers answers
@@ -109,6 +111,13 @@ def choose(repo: Path, dialect_name: str = "", roots: tuple[str, ...] | None = N
             return data is not None and may_define_registry(data)
 
     modules = registry_modules(repo, python_files(repo) if files is None else files, defines)
+    own = [rel for rel in modules if not _VENDORED.intersection(rel.split("/")[:-1])]
+    if own and len(own) < len(modules):
+        notes.append(f"ignored the registry module(s) of vendored checkouts ({', '.join(sorted(set(modules) - set(own)))}): "
+                     "another project's rules; set `dialect:` in assets/repos.yaml if the repo's tests use them")
+        modules = own
+    elif modules and not own:
+        notes.append(f"the only registry module(s) are in vendored checkouts ({', '.join(modules)}); using them")
     if modules:
         counts = {}
         for rel in modules:

@@ -174,3 +174,18 @@ def test_two_registry_modules_use_the_richer_one_and_say_so_even_to_a_configured
     assert cat.problems == ()
     assert ("several files define register_*_ci (python/pkg/test/ci/ci_register.py, tools/old_ci.py); the rules come "
             "from python/pkg/test/ci/ci_register.py") in cat.assumptions
+
+
+def test_a_vendored_sglang_checkout_does_not_take_over_the_repo_s_own_m_registry(tree):
+    repo = tree({
+        "3rdparty/sglang/python/sglang/test/ci/ci_register.py": SG_MODULE,
+        "fwm/ci/registry.py": M_MODULE,
+        "tests/e2e/test_a.py": ('from fwm.ci.registry import register_cuda_ci\n'
+                                'register_cuda_ci(600, "stage-c-4-gpu-h200", labels=["megatron"])\n'),
+    })
+    cat = load_catalog(repo)
+    assert cat.problems == ()
+    assert [(t.path, t.gpus) for t in cat.tests] == [("tests/e2e/test_a.py", 4)]
+    assert any("ignored the registry module(s) of vendored checkouts (3rdparty/sglang/python/sglang/test/ci/"
+               "ci_register.py)" in n for n in cat.assumptions)
+    assert any(n.startswith("dialect m (fwm/ci/registry.py") for n in cat.assumptions)
