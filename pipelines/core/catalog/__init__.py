@@ -26,11 +26,11 @@ from pipelines.core.catalog.ids import id_problem, safe_filename, test_id_to_pat
 from pipelines.core.catalog.incremental import inputs_digest, remember, reuse
 from pipelines.core.catalog.requirements import build_requirements
 from pipelines.core.catalog.scan import FileScan, checked_path, discover, scan_files
-from pipelines.core.catalog.template import parse_template
+from pipelines.core.catalog.template import Template, parse_template
 from pipelines.core.model import Catalog, Problem, Test, effective_timeout
 from pipelines.core.specs import RepoSpec, Specs
 
-__all__ = ["load_catalog", "detect_format", "find_template", "id_problem", "safe_filename", "test_id_to_path"]
+__all__ = ["load_catalog", "detect_format", "find_template", "find_templates", "id_problem", "safe_filename", "test_id_to_path"]
 
 _WORKFLOWS = ".github/workflows"
 _SURPRISE = re.compile(r"several files define|cannot be parsed|not a built-in profile|defines no register|"
@@ -38,11 +38,12 @@ _SURPRISE = re.compile(r"several files define|cannot be parsed|not a built-in pr
 _TEMPLATE_SET = re.compile(r"<%[-+]?\s*set\s")  # `<% set`, `<%set`, and whitespace control `<%- set`
 
 
-def find_template(repo: Path) -> str | None:
-    """The workflow template holding a ``<% set ... %>`` test list, repo-relative, if any."""
+def find_templates(repo: Path) -> list[str]:
+    """Every workflow template holding a ``<% set ... %>`` statement, repo-relative, sorted."""
     folder = repo / _WORKFLOWS
     if not folder.is_dir():
-        return None
+        return []
+    found = []
     for name in sorted(os.listdir(folder)):
         if not name.endswith((".j2", ".jinja", ".jinja2", ".yml", ".yaml")):
             continue
@@ -51,8 +52,13 @@ def find_template(repo: Path) -> str | None:
         except OSError:
             continue
         if _TEMPLATE_SET.search(text):
-            return f"{_WORKFLOWS}/{name}"
-    return None
+            found.append(f"{_WORKFLOWS}/{name}")
+    return found
+
+
+def find_template(repo: Path) -> str | None:
+    """The first workflow template holding a ``<% set ... %>`` test list, repo-relative, if any."""
+    return next(iter(find_templates(repo)), None)
 
 
 def detect_format(repo: Path, roots: tuple[str, ...], dialect: Dialect = M,
@@ -68,9 +74,9 @@ def detect_format(repo: Path, roots: tuple[str, ...], dialect: Dialect = M,
     names = ", ".join(dialect.discovery)
     if registering:
         return "registry", f"format: registry ({registering} of {len(scans)} {names} files under {', '.join(roots)} call register_*_ci)"
-    template = find_template(repo)
-    if template:
-        return "template", f"format: template ({template} sets the test lists)"
+    templates = find_templates(repo)
+    if templates:
+        return "template", f"format: template ({', '.join(templates)} {'sets' if len(templates) == 1 else 'set'} the test lists)"
     return "registry", (f"format: registry (no register_*_ci call in {len(scans)} {names} files under {', '.join(roots)} "
                         f"and no workflow template under {_WORKFLOWS}; every file will be reported as unregistered)")
 
@@ -220,22 +226,36 @@ def _load(repo: Path, spec: RepoSpec, specs: Specs | None, estimates: Mapping[st
 def _template(
     repo: Path, spec: RepoSpec, estimates: Mapping[str, int], workers: int | None, cache: ScanCache | None = None,
 ) -> tuple[list[Test], list[Problem], list[str], list[FileScan]]:
-    rel = spec.template or find_template(repo)
+    found = [spec.template] if spec.template else find_templates(repo)
     notes: list[str] = []
-    if not spec.template and rel:
-        notes.append(f"template: {rel} (found under {_WORKFLOWS}; set `template:` in assets/repos.yaml to pin it)")
-    if not rel:
+    if not found:
         return [], [Problem(_WORKFLOWS, 1, "template", "no workflow template with a `<% set ... %>` test list; "
                                                      "set `template:` for the repo in assets/repos.yaml")], notes, []
-    try:
-        source = (repo / rel).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        return [], [Problem(rel, 1, "template", f"cannot be read ({exc}); save it as UTF-8 or fix `template:` in "
-                                                "assets/repos.yaml")], notes, []
-    tmpl = parse_template(source, rel)
-    notes += list(tmpl.notes)
+    tmpls: list[tuple[str, Template]] = []
+    problems: list[Problem] = []
+    skipped: list[str] = []
+    for rel in found:
+        try:
+            source = (repo / rel).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            problems.append(Problem(rel, 1, "template", f"cannot be read ({exc}); save it as UTF-8 or fix `template:` "
+                                                        "in assets/repos.yaml"))
+            continue
+        tmpl = parse_template(source, rel)
+        if len(found) > 1 and not tmpl.entries and not tmpl.problems:
+            skipped.append(rel)  # sets other things (a version, a runner list), not tests
+            continue
+        tmpls.append((rel, tmpl))
+        notes += list(tmpl.notes)
+    if not spec.template and tmpls:
+        used = ", ".join(rel for rel, _ in tmpls)
+        notes.insert(0, f"template{'s' if len(tmpls) > 1 else ''}: {used} (found under {_WORKFLOWS}; "
+                        + ("an entry listed by several is one test; " if len(tmpls) > 1 else "")
+                        + "set `template:` in assets/repos.yaml to pin " + ("one)" if len(tmpls) > 1 else "it)"))
+    if skipped:
+        notes.append(f"skipped {', '.join(skipped)}: no test list in its `<% set %>` statements")
     # only files inside the repo are ever opened; template_tests reports the others
-    files = sorted({path for path in (template_path(e.test_file) for e in tmpl.entries)
+    files = sorted({path for path in (template_path(e.test_file) for _, t in tmpls for e in t.entries)
                     if checked_path(repo, path) is None and (repo / path).is_file()})
     if cache is not None:
         cache.use_rules("template")
@@ -243,8 +263,8 @@ def _template(
     else:
         scans = scan_files(repo, files, registry=False, workers=workers)
     by_path = {s.path: s for s in scans}
-    tests, problems = template_tests(repo, tmpl, rel, by_path, spec.default_num_gpus, spec.default_est_time, estimates)
-    return tests, problems, notes, scans
+    tests, more = template_tests(repo, tmpls, by_path, spec.default_num_gpus, spec.default_est_time, estimates)
+    return tests, problems + more, notes, scans
 
 
 def _first_night_timeout(tests: list[Test], spec: RepoSpec) -> list[str]:

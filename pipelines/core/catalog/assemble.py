@@ -17,7 +17,7 @@ import hashlib
 import json
 import posixpath
 import shlex
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from pipelines.core.catalog.dialect import Dialect, M
@@ -122,19 +122,20 @@ def _variant(entry: Entry, gpus_differ: bool) -> str:
 
 
 def template_tests(
-    repo: Path, tmpl: Template, tmpl_path: str, scans: Mapping[str, FileScan], default_gpus: int,
+    repo: Path, tmpls: Sequence[tuple[str, Template]], scans: Mapping[str, FileScan], default_gpus: int,
     default_est_time: int, estimates: Mapping[str, int],
 ) -> tuple[list[Test], list[Problem]]:
-    problems = list(tmpl.problems)
-    merged: dict[tuple, tuple[Entry, list[str]]] = {}
-    for e in tmpl.entries:
+    """Tests of every ``(path, template)``: an entry listed by several templates (or jobs) is one test."""
+    problems = [p for _, t in tmpls for p in t.problems]
+    merged: dict[tuple, tuple[Entry, list[str], list[str]]] = {}
+    for e in (e for _, t in tmpls for e in t.entries):
         path = template_path(e.test_file)
         bad = checked_path(repo, path, "test_file")
         if bad:
-            problems.append(Problem(tmpl_path, e.line, "test_file", f"{bad.path}: {bad.message}"))
+            problems.append(Problem(e.source, e.line, "test_file", f"{bad.path}: {bad.message}"))
             continue
         if not (repo / path).is_file():
-            problems.append(Problem(tmpl_path, e.line, "test_file", f"{path} does not exist; fix the path in the template"))
+            problems.append(Problem(e.source, e.line, "test_file", f"{path} does not exist; fix the path in the template"))
             continue
         key = (path, e.test_args, e.extra, e.num_gpus, e.cpu)
         if key in merged:
@@ -149,7 +150,8 @@ def template_tests(
     file_gpus = {key[0] for key in merged if key[3] is None}
     problems += [p for s in scans.values() for p in s.problems if p.field != "NUM_GPUS" or s.path in file_gpus]
     tests: list[Test] = []
-    env_names = {key: (var, default) for var, key, default in tmpl.env}
+    # each template names the env vars of its own entries' keys
+    env_of = {rel: {key: (var, default) for var, key, default in t.env} for rel, t in tmpls}
     for path, keys in by_path.items():
         scan = scans.get(path)
         if scan is None or not scan.parsed:
@@ -161,7 +163,7 @@ def template_tests(
             gpus = e.num_gpus if e.num_gpus is not None else (scan.num_gpus if scan.num_gpus is not None else default_gpus)
             cpu = e.cpu or gpus == 0
             given = dict(e.extra)
-            env = {var: given.pop(k, default) for k, (var, default) in env_names.items()}
+            env = {var: given.pop(k, default) for k, (var, default) in env_of.get(e.source, {}).items()}
             env.update({k.upper(): v for k, v in given.items()})
             test_id = make_id(path, variant)
             history = estimates.get(test_id)

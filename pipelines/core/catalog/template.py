@@ -39,6 +39,8 @@ class Entry:
     test_args: str
     extra: tuple[tuple[str, str], ...]
     cpu: bool
+    #: the template it came from (a repo may keep its matrix in several)
+    source: str = ""
 
 
 @dataclass(frozen=True)
@@ -222,4 +224,4 @@ def _entry(path: str, job: str, label: str, cpu: bool, item: object, line: int) 
             return Problem(path, line, str(key), f"must be a string or number, got {value!r}; "
                                                  "the job passes it as one environment variable, so write one value")
         extra.append((str(key), str(value)))
-    return Entry(test_file, job, label, line, gpus, args, tuple(sorted(extra)), cpu)
+    return Entry(test_file, job, label, line, gpus, args, tuple(sorted(extra)), cpu, path)

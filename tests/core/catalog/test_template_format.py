@@ -335,3 +335,31 @@ def test_a_changed_test_file_that_no_job_lists_selects_nothing_while_library_cod
     assert [t.path for t in select(tests, Selection(changed=("tests/test_new.py", "tests/test_sft.py")))] == [
         "tests/test_sft.py"]
     assert len(select(tests, Selection(changed=("fw/trainer.py",)))) == 2
+
+
+NIGHTLY_WORKFLOW = ".github/workflows/nightly-test.yml.j2"
+NIGHTLY_TEMPLATE = """
+<% set nightly_tests = [
+    {'test_file': 'test_long.py', 'num_gpus': 8},
+    {'test_file': 'test_short.py', 'num_gpus': 4},
+] %>
+<% set jobs = {'e2e-test-nightly': {'label': 'run-ci-long', 'tests': nightly_tests}} %>
+env:
+  LONG_MODE: ${{ matrix.info.long_mode || '0' }}
+"""
+
+
+def test_every_workflow_template_with_a_test_list_is_read_and_an_entry_both_list_is_one_test(tree):
+    repo = tree({**FILES, NIGHTLY_WORKFLOW: NIGHTLY_TEMPLATE, "tests/test_long.py": "",
+                 ".github/workflows/lint.yml.j2": "<% set python = '3.11' %>\nname: lint\n"})
+    cat = load_catalog(repo)  # unconfigured: every template found is read
+    by_id = cat.by_id()
+    assert by_id["tests/test_long.py"].suite == "e2e-test-nightly"
+    short = [t for t in cat.tests if t.path == "tests/test_short.py"]
+    assert len(short) == 1 and set([short[0].suite, *short[0].also_suites]) == {
+        "e2e-test-gpu", "e2e-test-image", "e2e-test-nightly"}
+    assert by_id["tests/test_long.py"].env == (("LONG_MODE", "0"),)  # the nightly template's own env lines
+    assert ("FW_TEST_USE_DEEPEP", "1") in by_id["tests/test_moe.py::use_deepep=1"].env
+    assert len(cat.tests) == 8  # the 7 of pr-test, and test_long
+    assert any(a.startswith(f"templates: {NIGHTLY_WORKFLOW}, {WORKFLOW} (found under .github/workflows") for a in cat.assumptions)
+    assert "skipped .github/workflows/lint.yml.j2: no test list in its `<% set %>` statements" in cat.assumptions
