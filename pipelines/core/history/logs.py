@@ -44,10 +44,11 @@ def import_logs(texts_by_source: Mapping[str, str], catalog: Catalog,
         by_path[t.path].append(t)
     samples: list[Sample] = []
     problems: list[Problem] = []
+    seen: set[tuple] = set()
     for source, text in texts_by_source.items():
-        run_id = "log-" + hashlib.sha256(text.encode("utf-8", "replace")).hexdigest()[:12]
         reported: set[str] = set()
         log = read_ci_log(text)
+        run_id = _run_id(log, text)
         problems += [Problem(source, line, field, why) for line, field, why in log.refused]
         if not log.attempts and not log.refused:
             problems.append(Problem(source, 1, "log", "no `[i/N] <file>  PASS|FAIL|TIMEOUT  elapsed=Ns` "
@@ -76,12 +77,27 @@ def import_logs(texts_by_source: Mapping[str, str], catalog: Catalog,
                                             _why(a.file, tests, job_suite, said, catalog, a)))
                 continue
             t = chosen[0]
+            same = (t.id, t.hardware, a.file, a.started_at, a.elapsed_s, a.status, a.attempt)
+            if a.started_at and same in seen:
+                continue  # also in another log given (the whole job's log and its step's log)
+            seen.add(same)
             samples.append(Sample(
                 test_id=t.id, hardware=t.hardware, sha256=t.sha256, outcome=OUTCOME[a.status],  # type: ignore[arg-type]
                 elapsed_s=a.elapsed_s, started_at=a.started_at, run_id=run_id, attempt=a.attempt,
                 source=f"{source}:{a.line}", capped=a.status == "TIMEOUT",
             ))
     return samples, problems
+
+
+def _run_id(log: ParsedLog, text: str) -> str:
+    """The job run's id, from what its attempts say (file, start, elapsed, outcome), not from the whole text:
+    GitHub's whole-job log and the same job's step log differ in their other lines but are one run, and
+    the store keeps an attempt once per run id. A log without timestamps keeps the hash of its text
+    (two unstamped runs with equal results are not one)."""
+    if not log.attempts or not all(a.started_at for a in log.attempts):
+        return "log-" + hashlib.sha256(text.encode("utf-8", "replace")).hexdigest()[:12]
+    said = "\n".join(f"{a.file}\t{a.started_at}\t{a.elapsed_s:g}\t{a.status}\t{a.attempt}" for a in log.attempts)
+    return "log-" + hashlib.sha256(said.encode("utf-8", "replace")).hexdigest()[:12]
 
 
 #: ``--hw`` names as runners spell them vs our backends

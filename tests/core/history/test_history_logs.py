@@ -284,3 +284,25 @@ def test_a_call_listing_several_hardware_needs_the_job_s_hardware_and_says_so():
             "and the log does not say which ran it; pass the job's hardware with --hardware"]
     samples, problems = import_logs({"job.log": log}, catalog(h200, b200), hardware="b200")
     assert problems == [] and [(s.test_id, s.hardware) for s in samples] == [(b200.id, "b200")]
+
+
+def test_the_whole_job_s_log_and_its_step_log_store_each_attempt_once(tmp_path):
+    from pipelines.core.history import FileHistoryStore
+
+    whole = ("2026-11-30T15:01:00.0000000Z ##[group]Set up job\n" + STAMPED
+             + "2026-11-30T16:06:00.0000000Z Post job cleanup.\n")
+    tests = catalog(*(make_test(id=p, path=p) for p in
+                      ("tests/e2e/megatron/test_x.py", "tests/e2e/test_y.py", "tests/e2e/test_z.py")))
+    together, problems = import_logs({"job.txt": whole, "job/5_Run tests.txt": STAMPED}, tests)
+    assert problems == [] and len(together) == 4
+    store = FileHistoryStore(tmp_path / "history.sqlite")
+    for text in (whole, STAMPED):  # one import each, as `nightly history import` run twice
+        store.add(import_logs({"log.txt": text}, tests)[0])
+    assert sorted((s.test_id, s.outcome) for s in store.read()) == sorted((s.test_id, s.outcome) for s in together)
+
+
+def test_two_unstamped_logs_with_other_lines_stay_two_runs():
+    plain = "\n".join(line.split(" ", 1)[1] for line in STAMPED.splitlines()) + "\n"
+    x = make_test(id="tests/e2e/megatron/test_x.py", path="tests/e2e/megatron/test_x.py")
+    samples, _ = import_logs({"a.txt": plain, "b.txt": "Monday\n" + plain}, catalog(x))
+    assert len(samples) == 2 and len({s.run_id for s in samples}) == 2
