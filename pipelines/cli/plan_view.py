@@ -8,7 +8,7 @@ from pipelines.core.model import Catalog, Plan, Test
 from pipelines.core.plan import shards_gpus
 
 
-def print_plan(plan: Plan, tests: Mapping[str, Test], skipped: Sequence[Test] = ()) -> None:
+def print_plan(plan: Plan, tests: Mapping[str, Test], skipped: Sequence[Test] = (), pools: Sequence = ()) -> None:
     spread = (f" (median of simulated nights {plan.predicted_median_s:.1f}s, p90 {plan.predicted_p90_s:.1f}s)"
               if plan.predicted_median_s else "")
     print(f"plan: {len(plan.assignments)} tests, predicted makespan {plan.makespan_s:.1f}s{spread}, "
@@ -22,7 +22,16 @@ def print_plan(plan: Plan, tests: Mapping[str, Test], skipped: Sequence[Test] = 
     for t in skipped:
         print(f"  {'skip':>5}  {t.id:<48} disabled: {t.disabled}")
     for tid in plan.unplanned:
-        print(f"  {'-':>5}  {tid:<48} not planned: no pool runs its hardware")
+        print(f"  {'-':>5}  {tid:<48} not planned: {_why_unplanned(tests.get(tid), pools)}")
+
+
+def _why_unplanned(t: Test | None, pools: Sequence) -> str:
+    from pipelines.core.plan.planner import unplanned_reason
+
+    if t is not None and pools:
+        return unplanned_reason(t, pools)
+    gpus = f", or its nodes have fewer than {t.gpus} GPUs" if t is not None and t.gpus > 1 else ""
+    return f"no pool runs its hardware{gpus}"
 
 
 def plan_json(plan: Plan, pools, tests: dict[str, Test], skipped, catalog: Catalog, static=None) -> dict:
@@ -46,7 +55,8 @@ def plan_json(plan: Plan, pools, tests: dict[str, Test], skipped, catalog: Catal
                          "expected_p90_s": expected.get(a.test_id, (None, None))[1],
                          "expected_from": expected.get(a.test_id, (None, None, "est_time"))[2],
                          "path": tests[a.test_id].path if a.test_id in tests else ""} for a in plan.ordered()],
-        "unplanned": [{"test_id": tid, "hardware": hardware_text(tests.get(tid))} for tid in plan.unplanned],
+        "unplanned": [{"test_id": tid, "hardware": hardware_text(tests.get(tid)),
+                       "reason": _why_unplanned(tests.get(tid), pools)} for tid in plan.unplanned],
         "skipped": [{"test_id": t.id, "reason": why} for t, why in skipped],
         "problems": [str(p) for p in catalog.problems],
     }
@@ -74,15 +84,23 @@ def hardware_text(t: Test | None) -> str:
 def hardware_summary(plan: Plan, pools, tests: dict[str, Test]) -> list[str]:
     """Unplanned tests per hardware with the pool (or alias) to add, and aliases assumed onto the default pool."""
     from pipelines.core.plan.cluster import pool_hardware
+    from pipelines.core.plan.planner import too_wide
 
     lines: list[str] = []
     by_hw: dict[str, list[Test]] = {}
+    wide: list[tuple[Test, str]] = []
     for tid in plan.unplanned:
         t = tests.get(tid)
-        if t is not None:
+        why = too_wide(t, pools) if t is not None else None
+        if why:
+            wide.append((t, why))
+        elif t is not None:
             by_hw.setdefault(hardware_text(t) or "?", []).append(t)
+    if wide:
+        lines.append(f"\n  unplanned: {len(wide)} test(s) need more GPUs on one node than their pool's nodes have:")
+        lines += [f"    {t.id}: {why}" for t, why in wide]
     if by_hw:
-        lines.append(f"\n  unplanned: {len(plan.unplanned)} test(s) need hardware no pool runs:")
+        lines.append(f"\n  unplanned: {sum(map(len, by_hw.values()))} test(s) need hardware no pool runs:")
         default = pools[0].name if pools else "POOL"
         for hw, ts in sorted(by_hw.items(), key=lambda kv: (-len(kv[1]), kv[0])):
             gpus = max(t.gpus for t in ts)

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from pipelines.cli import plan as plan_cli
-from pipelines.core.model import Catalog, CatalogError
+from pipelines.core.model import Catalog
 from tests.conftest import make_test
 
 TESTS = (
@@ -55,7 +55,8 @@ def test_json_has_the_figures_and_every_assignment(fake_catalog, tmp_path, capsy
     assert set(rows["tests/test_a.py"]) >= {"test_id", "pool", "node", "start_s", "end_s", "gpus", "timeout_s"}
     assert rows["tests/test_a.py"]["end_s"] - rows["tests/test_a.py"]["start_s"] == 600 / 1.25
     assert rows["tests/test_a.py"]["est_time"] == 600 and rows["tests/test_a.py"]["est_source"] == "registered"
-    assert out["unplanned"] == [{"test_id": "tests/test_h100.py", "hardware": "h100"}]
+    assert out["unplanned"] == [{"test_id": "tests/test_h100.py", "hardware": "h100", "reason": (
+        "no pool runs hardware 'h100'; add it to a pool's `hardware:` list in assets/cluster.yaml")}]
     assert out["skipped"] == [{"test_id": "tests/test_off.py", "reason": "broken on H200"}]
     assert fake_catalog["path"] == tmp_path.resolve()
 
@@ -113,9 +114,17 @@ def test_bad_flags_are_errors_that_say_how_to_fix_them(fake_catalog, tmp_path, c
     assert "unknown suite(s) stage-zz" in capsys.readouterr().err
 
 
-def test_a_test_too_large_for_its_pool_is_reported_by_name(fake_catalog, tmp_path):
-    with pytest.raises(CatalogError, match=r"tests/test_c.py:1: gpus: test tests/test_c.py .* needs 8 GPUs"):
-        nightly_plan(["--repo", str(tmp_path), "--pool", "h200=2x4"])
+def test_a_test_too_large_for_its_pool_is_unplanned_with_why_and_the_rest_is_planned(fake_catalog, tmp_path, capsys):
+    assert nightly_plan(["--repo", str(tmp_path), "--pool", "h200=2x4"]) == 0
+    out = capsys.readouterr().out
+    assert "tests/test_a.py" in out.split("unplanned:")[0]
+    assert ("unplanned: 1 test(s) need more GPUs on one node than their pool's nodes have:\n"
+            "    tests/test_c.py: needs 8 GPUs on one node but pool h200 has 4 per node; lower the suite's GPU count, "
+            "disable the test, or add a pool with larger nodes in assets/cluster.yaml") in out
+    assert nightly_plan(["--repo", str(tmp_path), "--pool", "h200=2x4", "--json"]) == 0
+    unplanned = {u["test_id"]: u["reason"] for u in json.loads(capsys.readouterr().out)["unplanned"]}
+    assert unplanned["tests/test_c.py"].startswith("no pool has nodes of 8 GPUs: the test needs 8 GPUs on one node")
+    assert unplanned["tests/test_h100.py"].startswith("no pool runs hardware 'h100'")
 
 
 def test_gantt_writes_a_png(fake_catalog, tmp_path, capsys):

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 
 from pipelines.core.model import Assignment, CatalogError, Plan, Pool, Problem, Test, effective_timeout
 from pipelines.core.plan.bounds import lower_bound, utilization
-from pipelines.core.plan.cluster import as_pool, pool_for
+from pipelines.core.plan.cluster import as_pool, hardware_of, pool_for
 from pipelines.core.plan.durations import Duration, medians
 from pipelines.core.plan.improve import improve_candidates
 from pipelines.core.plan.packing import Schedule, list_schedule, lpt_order
@@ -65,19 +65,36 @@ def wide_first(group: Sequence[Test], model: Mapping[str, Duration]) -> list[int
                                                     group[i].id))
 
 
+def too_wide(test: Test, pools: Sequence[PoolSpec]) -> str | None:
+    """Why ``test`` cannot be planned on its pool's nodes (more GPUs than one node has), else None.
+
+    A multi-node registration (``stage-d-16-gpu-h200`` on 8-GPU nodes) is one test the deployment
+    cannot run, not a broken catalog: it is left unplanned and the rest of the night planned.
+    """
+    p = pool_for(test, pools)
+    if p is None or test.gpus <= p.gpus_per_node:
+        return None
+    return (f"needs {test.gpus} GPUs on one node but pool {p.name} has {p.gpus_per_node} per node; lower the "
+            "suite's GPU count, disable the test, or add a pool with larger nodes in assets/cluster.yaml")
+
+
+def unplanned_reason(test: Test, pools: Sequence[PoolSpec]) -> str:
+    """Why :func:`make_plan` left ``test`` unplanned: no pool for its hardware, or nodes too small.
+
+    Both start with "no pool", as ``runset.RunSet.unplanned`` expects of the reasons it records.
+    """
+    wide = too_wide(test, pools)
+    if wide:
+        return f"no pool has nodes of {test.gpus} GPUs: the test {wide}"
+    return (f"no pool runs hardware {hardware_of(test) or test.suite!r}; add it to a pool's `hardware:` list in "
+            "assets/cluster.yaml")
+
+
 def check_fit(tests: Sequence[Test], pools: Sequence[PoolSpec]) -> None:
-    """Raise one CatalogError naming every test larger than every node of its pool."""
-    problems = []
-    for t in tests:
-        p = pool_for(t, pools)
-        if p is not None and t.gpus > p.gpus_per_node:
-            problems.append(Problem(
-                t.path, t.line, "gpus",
-                f"test {t.id} (suite {t.suite}) needs {t.gpus} GPUs on one node but pool {p.name} has "
-                f"{p.gpus_per_node} per node; lower the suite's GPU count, disable the test, or add a "
-                f"pool with larger nodes in assets/cluster.yaml"))
-        elif t.gpus < 0:
-            problems.append(Problem(t.path, t.line, "gpus", f"test {t.id} needs {t.gpus} GPUs; must be 0 or more"))
+    """Raise one CatalogError naming every test with a negative GPU count (a broken record, not a
+    plan choice); a test larger than its pool's nodes is unplanned instead (:func:`too_wide`)."""
+    problems = [Problem(t.path, t.line, "gpus", f"test {t.id} needs {t.gpus} GPUs; must be 0 or more")
+                for t in tests if t.gpus < 0]
     if problems:
         raise CatalogError(problems)
 
@@ -87,7 +104,8 @@ def make_plan(tests: Sequence[Test], pools: Sequence[PoolSpec], *, timeout_floor
               max_evals: int = 4000, seed: int = 0, robust: int = 8, eval_draws: int = EVAL_DRAWS,
               sigma: float = SIGMA, gate_candidates: int = GATE_CANDIDATES,
               durations: Mapping[str, Duration] | None = None, predict_draws: int = PREDICT_DRAWS) -> Plan:
-    """Plan every enabled test on its pool; tests whose hardware has no pool are ``unplanned``.
+    """Plan every enabled test on its pool; tests whose hardware has no pool, or that need more GPUs
+    than one node of it has, are ``unplanned`` (:func:`unplanned_reason` says which).
 
     The improvement step's work is fixed by instance size (same input, same plan; a few seconds
     at worst); ``time_budget_s`` is only a safety net over all pools together. ``robust`` is the number of
@@ -115,7 +133,7 @@ def make_plan(tests: Sequence[Test], pools: Sequence[PoolSpec], *, timeout_floor
     specs = {p.name: p for p in pools}
     for t in tests:
         p = pool_for(t, pools)
-        if p is None:
+        if p is None or too_wide(t, pools):
             unplanned.append(t.id)
         else:
             by_pool.setdefault(p.name, []).append(t)

@@ -95,14 +95,20 @@ def test_disabled_tests_are_not_planned():
     assert [a.test_id for a in plan.assignments] == ["a"] and plan.unplanned == ()
 
 
-def test_a_test_larger_than_every_node_names_the_test_and_the_fix():
+def test_a_test_larger_than_every_node_is_unplanned_with_why_and_the_rest_is_planned():
+    from pipelines.core.plan.planner import unplanned_reason
+
     big = t("huge", 100, 16, line=12)
-    with pytest.raises(CatalogError) as err:
-        make_plan([t("a", 100, 4), big], [H200])
-    assert str(err.value) == (
-        "tests/huge.py:12: gpus: test huge (suite stage-c-16-gpu-h200) needs 16 GPUs on one node but pool h200 "
-        "has 8 per node; lower the suite's GPU count, disable the test, or add a pool with larger nodes in "
-        "assets/cluster.yaml")
+    plan = make_plan([t("a", 100, 4), big], [H200])
+    assert [a.test_id for a in plan.assignments] == ["a"] and plan.unplanned == ("huge",)
+    assert unplanned_reason(big, [H200]) == (
+        "no pool has nodes of 16 GPUs: the test needs 16 GPUs on one node but pool h200 has 8 per node; lower the "
+        "suite's GPU count, disable the test, or add a pool with larger nodes in assets/cluster.yaml")
+
+
+def test_a_negative_gpu_count_is_still_a_located_error():
+    with pytest.raises(CatalogError, match=r"tests/bad.py:3: gpus: test bad needs -1 GPUs; must be 0 or more"):
+        make_plan([t("a", 100, 4), t("bad", 100, -1, line=3)], [H200])
 
 
 def test_timeouts_follow_the_runner_rule():
