@@ -13,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from pipelines.core.catalog.dialect import PROFILES, Dialect, M, derive, may_define_registry
+from pipelines.core.catalog.scan import python_source
 
 #: folders that never hold the framework's own registry module
 _SKIP = frozenset({"node_modules", "site-packages", "venv", "build", "dist"})
@@ -122,8 +123,8 @@ def choose(repo: Path, dialect_name: str = "", roots: tuple[str, ...] | None = N
         counts = {}
         for rel in modules:
             try:
-                counts[rel] = (repo / rel).read_text(encoding="utf-8")
-            except (OSError, UnicodeDecodeError):
+                counts[rel], _ = python_source((repo / rel).read_bytes())
+            except (OSError, UnicodeDecodeError, SyntaxError):
                 continue
         module = max(counts, key=lambda r: (counts[r].count("def register_"), -len(r)), default=None)
         if module is None:

@@ -4,7 +4,9 @@ Discovery walks the roots for the file names the dialect's runner collects (``te
 every ``*.py`` but ``conftest.py``/``__init__.py``) without following symlinked folders;
 a file whose name is unsafe for an id, or a symlink resolving outside the repository, is
 reported and skipped. Scanning is a pure function of (repo, file) so it can run in a process
-pool for big trees; every failure (unreadable, not UTF-8, syntax error) is a located problem.
+pool for big trees; every failure (unreadable, undecodable, syntax error) is a located problem.
+Files are decoded as Python decodes them: UTF-8, unless a BOM or a ``# -*- coding: ... -*-`` line says
+otherwise.
 A registry file without the bytes ``register_`` cannot register anything and is not parsed.
 """
 
@@ -14,8 +16,10 @@ import ast
 import fnmatch
 import functools
 import hashlib
+import io
 import os
 import re
+import tokenize
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -133,6 +137,24 @@ def discover(repo: Path, roots: tuple[str, ...], patterns: tuple[str, ...] = ("t
     return paths, problems
 
 
+_BOM = b"\xef\xbb\xbf"
+
+
+def python_source(data: bytes) -> tuple[str, str]:
+    """(text, encoding) of a ``.py`` file's bytes as Python reads them: a UTF-8 BOM or a PEP 263 coding
+    line in the first two lines decides, else UTF-8 (the runner runs what Python accepts, so must we).
+
+    Raises SyntaxError for an unknown or conflicting declaration, UnicodeDecodeError for bytes that are
+    not in the encoding.
+    """
+    first = data.find(b"\n")
+    second = data.find(b"\n", first + 1) if first >= 0 else -1
+    if not data.startswith(_BOM) and b"coding" not in data[:second if second >= 0 else len(data)]:
+        return data.decode("utf-8"), "utf-8"  # the usual file: no need to tokenize its first lines
+    encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
+    return data.decode(encoding), encoding
+
+
 def scan_file(repo: str, rel: str, registry: bool = True, dialect: Dialect = M, parse_all: bool = False) -> FileScan:
     """Read one test file: never raises, every failure is a problem on the file.
 
@@ -151,11 +173,18 @@ def scan_bytes(rel: str, data: bytes, registry: bool = True, dialect: Dialect = 
     """:func:`scan_file` on bytes already read (``sha``: their digest, when the caller has it)."""
     sha = sha or hashlib.sha256(data).hexdigest()
     try:
-        source = data.decode("utf-8")
+        source, _ = python_source(data)
     except UnicodeDecodeError as exc:
         line = data.count(b"\n", 0, exc.start) + 1
+        said = "UTF-8" if exc.encoding in ("utf-8", "utf-8-sig") else f"{exc.encoding}, as its coding line says"
         return FileScan(rel, sha, problems=(Problem(rel, line, "file", (
-            f"is not UTF-8 ({exc.reason} at byte {exc.start}); save the file as UTF-8 (Python reads it so)")),))
+            f"is not {said} ({exc.reason} at byte {exc.start}); save the file as UTF-8 or declare its encoding "
+            "with a `# -*- coding: <name> -*-` line, as Python reads it so")),))
+    except SyntaxError as exc:  # an unknown encoding, or a coding line that contradicts a UTF-8 BOM
+        line = 1 if b"coding" in data.split(b"\n", 1)[0] else 2
+        return FileScan(rel, sha, problems=(Problem(rel, line, "file", (
+            f"{exc.msg} (Python refuses to run it); fix the `# -*- coding: <name> -*-` line: name a codec Python "
+            "knows, and only utf-8 in a file that starts with a UTF-8 BOM")),))
     if registry and not parse_all and "register_" not in source:  # cannot register anything: no ast needed
         return FileScan(rel, sha, parsed=True)
     try:

@@ -189,3 +189,13 @@ def test_a_vendored_sglang_checkout_does_not_take_over_the_repo_s_own_m_registry
     assert any("ignored the registry module(s) of vendored checkouts (3rdparty/sglang/python/sglang/test/ci/"
                "ci_register.py)" in n for n in cat.assumptions)
     assert any(n.startswith("dialect m (fwm/ci/registry.py") for n in cat.assumptions)
+
+
+def test_a_registry_module_saved_with_a_utf8_bom_still_gives_the_dialect(tree):
+    repo = tree({"tests/e2e/test_a.py": ('from fw.ci import register_cuda_ci\n'
+                                         'register_cuda_ci(600, "stage-c-4-gpu-h200", labels=["megatron"])\n')})
+    (repo / "fw").mkdir()
+    (repo / "fw/ci.py").write_bytes(b"\xef\xbb\xbf" + M_MODULE.encode())
+    cat = load_catalog(repo)
+    assert cat.problems == () and any(n.startswith("dialect m (fw/ci.py, m profile)") for n in cat.assumptions)
+    assert not any("cannot be parsed" in n for n in cat.assumptions)

@@ -211,8 +211,32 @@ def test_a_file_that_is_not_utf8_is_reported(tree):
     (repo / "tests/test_latin1.py").write_bytes(b"# caf\xe9\n")
     cat = load_catalog(repo, RepoSpec(name="fw", path=repo, format="registry"))
     assert only_problem(cat) == ("tests/test_latin1.py:1: file: is not UTF-8 (invalid continuation byte at byte 5); "
-                                 "save the file as UTF-8 (Python reads it so)")
+                                 "save the file as UTF-8 or declare its encoding with a `# -*- coding: <name> -*-` "
+                                 "line, as Python reads it so")
     assert len(cat.tests) == 1
+
+
+def test_a_file_with_a_utf8_bom_or_a_coding_line_is_read_as_python_reads_it(tree):
+    repo = tree({})
+    (repo / "tests").mkdir()
+    reg = HEADER + 'register_cpu_ci(3, "stage-a-cpu")\n'
+    (repo / "tests/test_bom.py").write_bytes(b"\xef\xbb\xbf" + reg.encode())
+    (repo / "tests/test_latin1.py").write_bytes(b"# -*- coding: latin-1 -*-\n# caf\xe9\n" + reg.encode())
+    cat = load_catalog(repo, RepoSpec(name="fw", path=repo, format="registry"))
+    assert cat.problems == ()
+    assert [(t.id, t.line) for t in cat.tests] == [("tests/test_bom.py", 2), ("tests/test_latin1.py", 4)]
+
+
+def test_a_coding_line_python_refuses_is_reported_on_its_line(tree):
+    repo = tree({})
+    (repo / "tests").mkdir()
+    (repo / "tests/test_odd.py").write_bytes(b"#!/usr/bin/env python\n# coding: klingon\nx = 1\n")
+    (repo / "tests/test_bad.py").write_bytes(b"# coding: latin-1\nx = '\xe9'\n")  # fine: latin-1 decodes any byte
+    cat = load_catalog(repo, RepoSpec(name="fw", path=repo, format="registry"))
+    problems = [str(p) for p in cat.problems if p.field == "file"]
+    assert problems == ["tests/test_odd.py:2: file: unknown encoding: klingon (Python refuses to run it); fix the "
+                        "`# -*- coding: <name> -*-` line: name a codec Python knows, and only utf-8 in a file that "
+                        "starts with a UTF-8 BOM"]
 
 
 def test_a_file_that_is_not_utf8_is_reported_on_the_line_of_the_bad_byte(tree):
