@@ -170,16 +170,7 @@ def _hf_download(v: Value, line: int, downloads: list[tuple], unresolved: list[s
     except ValueError:
         unresolved.append(_unresolved(text, "hf download: unbalanced quotes", line))
         return
-    repo_id = argv[2] if len(argv) > 2 else ""
-    opts: dict[str, str] = {}
-    i, n = 3, len(argv)
-    while i < n:
-        flag, eq, value = argv[i].partition("=")
-        i += 1
-        if not eq and i < n and not argv[i].startswith("-"):
-            value = argv[i]
-            i += 1
-        opts[flag] = value
+    repo_id, opts = _hf_args(argv[2:])
     if not repo_id or repo_id.startswith("-") or "/" not in repo_id:
         unresolved.append(_unresolved(text, "hf download: no org/name repository id", line))
         return
@@ -189,6 +180,37 @@ def _hf_download(v: Value, line: int, downloads: list[tuple], unresolved: list[s
         return
     kind = "dataset" if opts.get("--repo-type") == "dataset" else "model"
     downloads.append((kind, local_dir.rpartition("/")[2], repo_id, local_dir))
+
+
+#: ``hf download`` flags that take no value, and those that take every value up to the next flag (argparse nargs="*")
+_HF_SWITCHES = frozenset({"--force-download", "--resume-download", "--quiet", "--dry-run", "-h", "--help"})
+_HF_MANY = frozenset({"--include", "--exclude"})
+
+
+def _hf_args(argv: list[str]) -> tuple[str, dict[str, str]]:
+    """(repo id, options) of ``hf download``'s arguments as its argparse reads them: the repo id is the
+    first argument that is no option nor an option's value, wherever it stands (``--local-dir X org/name``)."""
+    positional: list[str] = []
+    opts: dict[str, str] = {}
+    i, n = 0, len(argv)
+    while i < n:
+        arg = argv[i]
+        i += 1
+        if arg == "--":
+            positional += argv[i:]
+            break
+        if not arg.startswith("-"):
+            positional.append(arg)
+            continue
+        flag, eq, value = arg.partition("=")
+        if not eq and flag not in _HF_SWITCHES:
+            taken = []
+            while i < n and not argv[i].startswith("-") and (flag in _HF_MANY or not taken):
+                taken.append(argv[i])
+                i += 1
+            value = " ".join(taken)
+        opts[flag] = value
+    return (positional[0] if positional else ""), opts
 
 
 def _conversion(call: ast.Call, env: dict, conversions: list[tuple], unresolved: list[str]) -> None:

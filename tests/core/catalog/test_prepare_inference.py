@@ -72,6 +72,17 @@ def test_a_dataset_downloaded_with_hf_download_is_a_dataset(tree):
     assert cat.requirement("gsm8k") == Requirement("dataset", "gsm8k", "org/gsm8k", "/root/datasets/gsm8k")
 
 
+def test_options_before_the_repo_id_do_not_hide_the_model(tree):
+    cat = load(tree, {"tests/test_o.py": REG + dedent('''
+        def prepare():
+            exec_command("hf download --local-dir /root/models/Qwen3-8B Qwen/Qwen3-8B")
+            exec_command("hf download --quiet --repo-type=dataset --include *.json *.parquet --local-dir /root/datasets/gsm8k -- org/gsm8k")
+        ''').lstrip("\n")})
+    assert cat.requirement("Qwen3-8B") == Requirement("model", "Qwen3-8B", "Qwen/Qwen3-8B", "/root/models/Qwen3-8B")
+    assert cat.requirement("gsm8k") == Requirement("dataset", "gsm8k", "org/gsm8k", "/root/datasets/gsm8k")
+    assert cat.tests[0].unresolved == ()
+
+
 def test_what_cannot_be_resolved_is_listed_per_test_without_a_problem(tree):
     cat = load(tree, {"tests/test_glm5.py": REG + dedent('''
         def prepare(args=None):
