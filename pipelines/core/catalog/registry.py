@@ -128,6 +128,7 @@ def _registrations(call: ast.Call, dialect: Dialect) -> tuple[list[Registration]
     est_time = _est_time(args, dialect, func)
     suite = _suite(args, stage_form="runner_config" in sig.keywords)
     labels = _labels(args, required="labels" in sig.required)
+    _required(args, sig.required, func)
     nightly = args.get("nightly", False)
     if not isinstance(nightly, bool):
         raise _Bad("nightly", f"must be True or False, got {nightly!r}; write nightly=True or leave it out")
@@ -186,6 +187,19 @@ def _suite(args: dict[str, object], stage_form: bool) -> str:
         raise _Bad("suite", f"must be a name of letters, digits, '.', '_' or '-', got {suite!r}; rename the suite "
                             "with only those characters")
     return suite
+
+
+#: what to write for a required parameter the framework's signature names (others get a generic hint)
+_REQUIRED_HINT = {"hardware": "a list of hardware names; add hardware=[\"<gpu type>\"]"}
+
+
+def _required(args: dict[str, object], required: tuple[str, ...], func: str) -> None:
+    """Every parameter without a default in the framework's signature is given (running the test file
+    would raise TypeError otherwise); est_time, suite and labels have checks of their own above."""
+    for name in required:
+        if name not in args and name not in ("est_time", "suite", "labels"):
+            what = _REQUIRED_HINT.get(name, f"add {name}=<value> as the signature asks")
+            raise _Bad(name, f"required by this framework's {func} (no default in its signature): {what}")
 
 
 def _labels(args: dict[str, object], required: bool) -> tuple[str, ...]:

@@ -199,3 +199,17 @@ def test_a_registry_module_saved_with_a_utf8_bom_still_gives_the_dialect(tree):
     cat = load_catalog(repo)
     assert cat.problems == () and any(n.startswith("dialect m (fw/ci.py, m profile)") for n in cat.assumptions)
     assert not any("cannot be parsed" in n for n in cat.assumptions)
+
+
+def test_every_parameter_the_signature_leaves_without_a_default_must_be_given(tree):
+    module = ("def register_cuda_ci(est_time, suite, *, labels, hardware, nightly=False, disabled=None):\n    pass\n"
+              "def register_cpu_ci(est_time, suite, *, labels=None, nightly=False, disabled=None):\n    pass\n")
+    header = "from fw.ci import register_cuda_ci\n"
+    repo = tree({"fw/ci.py": module,
+                 "tests/test_hw.py": header + 'register_cuda_ci(600, "stage-c-4-gpu", labels=["a"], hardware=["h200"])\n',
+                 "tests/test_nohw.py": header + 'register_cuda_ci(600, "stage-c-8-gpu-h200", labels=["a"])\n'})
+    cat = load_catalog(repo)
+    assert [t.id for t in cat.tests] == ["tests/test_hw.py"]
+    assert [str(p) for p in cat.problems] == [
+        "tests/test_nohw.py:2: hardware: required by this framework's register_cuda_ci (no default in its signature): "
+        "a list of hardware names; add hardware=[\"<gpu type>\"]"]
