@@ -34,6 +34,7 @@ __all__ = ["load_catalog", "detect_format", "find_template", "find_templates", "
 
 _WORKFLOWS = ".github/workflows"
 _SURPRISE = re.compile(r"several files define|cannot be parsed|not a built-in profile|defines no register|"
+                       r"signature cannot say|"
                        r"rules from assets/repos.yaml override")
 _TEMPLATE_SET = re.compile(r"<%[-+]?\s*set\s")  # `<% set`, `<%set`, and whitespace control `<%- set`
 

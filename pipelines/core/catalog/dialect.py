@@ -139,23 +139,35 @@ def may_define_registry(data: bytes) -> bool:
     return b"def" in data and _DEF.search(data) is not None
 
 
-def signatures(source: str) -> tuple[list[Signature], list[str]]:
-    """The ``register_*_ci`` functions a module defines, and est_time bounds its body checks."""
+def signatures(source: str) -> tuple[list[Signature], list[str], list[str]]:
+    """The ``register_*_ci`` functions a module defines, the est_time bounds its bodies check, and
+    the functions whose signature says nothing (``*args``/``**kwargs``: any argument is accepted)."""
     tree = ast.parse(source)
     out: list[Signature] = []
     bounds: list[str] = []
+    opaque: list[str] = []
     for node in ast.walk(tree):
         if not (isinstance(node, ast.FunctionDef) and _FUNC.fullmatch(node.name)):
             continue
         a = node.args
+        bounds += _est_bounds(node)
+        if a.vararg is not None or a.kwarg is not None:
+            opaque.append(node.name)
+            continue
         positional = [p.arg for p in a.posonlyargs + a.args]
         n_defaults = len(a.defaults)
         required = positional[: len(positional) - n_defaults] if n_defaults else list(positional)
         kwonly = [p.arg for p in a.kwonlyargs]
         required += [p for p, d in zip(kwonly, a.kw_defaults, strict=True) if d is None]
         out.append(_sig(node.name, tuple(positional), tuple(positional + kwonly), tuple(required)))
-        bounds += _est_bounds(node)
-    return out, bounds
+    return out, bounds, opaque
+
+
+def _like(profile: Dialect, name: str) -> Signature:
+    """``name`` as ``profile`` defines it, or shaped like the profile's first GPU function when it has none."""
+    by_name = {s.name: s for s in profile.functions}
+    model = by_name.get(name) or next(s for s in profile.functions if s.backend != "cpu")
+    return _sig(name, model.positional, model.keywords, model.required)
 
 
 def _est_bounds(fn: ast.FunctionDef) -> list[str]:
@@ -186,17 +198,24 @@ def derive(module: str, source: str, base: Dialect | None = None) -> tuple[Diale
     keywords and the est_time bound always come from the module itself.
     """
     try:
-        sigs, bounds = signatures(source)
+        sigs, bounds, opaque = signatures(source)
     except (SyntaxError, ValueError) as exc:
         profile = base or M
         return profile, [f"{module}: cannot be parsed ({exc}); using the {profile.source}"]
-    if not sigs:
+    if not sigs and not opaque:
         profile = base or M
         return profile, [f"{module}: defines no register_*_ci function; using the {profile.source}"]
-    profile = base or resembles(sigs)
+    profile = base or (resembles(sigs) if sigs else M)
+    notes = []
+    if opaque:  # `def register_cuda_ci(*args, **kwargs)`: the runner's rules cannot come from it
+        one = len(opaque) == 1
+        notes.append(f"{module}: {', '.join(opaque)} take{'s' if one else ''} *args/**kwargs, so {'its' if one else 'their'} "
+                     f"signature cannot say which arguments are allowed; checking {'it' if one else 'them'} with the "
+                     f"{profile.source}'s arguments (set `dialect:` in assets/repos.yaml to pick the profile)")
+        sigs = sigs + [_like(profile, name) for name in opaque]
     est = bounds[0] if len(set(bounds)) == 1 else profile.est_time
     return dataclasses.replace(profile, functions=tuple(sorted(sigs, key=lambda s: s.name)), est_time=est,
-                               source=f"{module}, {profile.name} profile"), []
+                               source=f"{module}, {profile.name} profile"), notes
 
 
 #: the rules a repo may override in assets/repos.yaml (``rules:``), each a Dialect field but

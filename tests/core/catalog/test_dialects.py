@@ -213,3 +213,20 @@ def test_every_parameter_the_signature_leaves_without_a_default_must_be_given(tr
     assert [str(p) for p in cat.problems] == [
         "tests/test_nohw.py:2: hardware: required by this framework's register_cuda_ci (no default in its signature): "
         "a list of hardware names; add hardware=[\"<gpu type>\"]"]
+
+
+def test_a_register_function_taking_star_args_is_checked_with_the_built_in_profile_and_said_once(tree):
+    repo = tree({"fw/ci.py": "def register_cuda_ci(*args, **kwargs):\n    pass\n",
+                 "tests/test_a.py": ('from fw.ci import register_cuda_ci\n'
+                                     'register_cuda_ci(600, "stage-c-2-gpu-h200", labels=["x"])\n'),
+                 "tests/test_b.py": ('from fw.ci import register_cuda_ci\n'
+                                     'register_cuda_ci(600, "stage-c-2-gpu-h200", labels=["x"], owner="me")\n')})
+    cat = load_catalog(repo)
+    assert [t.id for t in cat.tests] == ["tests/test_a.py"]
+    assert [(p.path, p.field) for p in cat.problems] == [("tests/test_b.py", "owner")]  # M's unknown keyword
+    said = [n for n in cat.assumptions if "*args/**kwargs" in n]
+    assert said == ["fw/ci.py: register_cuda_ci takes *args/**kwargs, so its signature cannot say which arguments are "
+                    "allowed; checking it with the built-in profile m's arguments (set `dialect:` in assets/repos.yaml "
+                    "to pick the profile)"]
+    configured = load_catalog(repo, RepoSpec(name="fw", path=repo))
+    assert said[0] in configured.assumptions
