@@ -107,8 +107,10 @@ def plan_patch(repo: Path | str, tests: Sequence[Test], estimates: Sequence[Esti
     texts: dict[str, str] = {}
     originals: dict[str, str] = {}
     skipped: list[tuple[str, str]] = []
-    for e in one_per_call(tests, estimates):
+    for e, held in _per_call(tests, estimates):
         t = by_id.get(e.test_id)
+        if t is not None and held:
+            skipped.append((t.path, held))
         if t is None or not e.samples_used or e.proposed == e.current:
             continue
         shared = per_call[(t.path, t.line, t.backend)] > 1
@@ -128,19 +130,25 @@ def one_per_call(tests: Sequence[Test], estimates: Sequence[Estimate]) -> list[E
     evidence to lower it; without this, the hardware calibrated last would win and the slower
     hardware's timeout could be cut below what it needs.
     """
+    return [e for e, _ in _per_call(tests, estimates)]
+
+
+def _per_call(tests: Sequence[Test], estimates: Sequence[Estimate]) -> list[tuple[Estimate, str]]:
+    """:func:`one_per_call`, each with why a hardware's proposed change is not written ("" when it is):
+    calibrate shows that change per test, so the patch must say where it went."""
     by_id = {t.id: t for t in tests}
     groups: dict[tuple[str, int, str], list[Test]] = defaultdict(list)
     for t in tests:
         if t.fmt == "registry":
             groups[(t.path, t.line, t.backend)].append(t)
     mine = {e.test_id: e for e in estimates}
-    out: list[Estimate] = []
+    out: list[tuple[Estimate, str]] = []
     done: set[tuple[str, int, str]] = set()
     for e in estimates:
         t = by_id.get(e.test_id)
         key = (t.path, t.line, t.backend) if t is not None and t.fmt == "registry" else None
         if key is None or len(groups[key]) < 2:
-            out.append(e)
+            out.append((e, ""))
             continue
         if key in done:
             continue
@@ -148,10 +156,29 @@ def one_per_call(tests: Sequence[Test], estimates: Sequence[Estimate]) -> list[E
         members = [mine.get(m.id) for m in groups[key]]
         votes = [m.proposed if m is not None and m.samples_used else e.current for m in members]
         used = sum(m.samples_used for m in members if m is not None)
-        reason = (f"largest of {len(members)} hardware sharing one est_time literal "
-                  f"({', '.join(sorted(m.hardware for m in groups[key]))}): " + e.reason)
-        out.append(replace(e, proposed=max(votes), samples_used=used, reason=reason))
+        hardware = sorted(m.hardware for m in groups[key])
+        reason = (f"largest of {len(members)} hardware sharing one est_time literal ({', '.join(hardware)}): "
+                  + e.reason)
+        merged = replace(e, proposed=max(votes), samples_used=used, reason=reason)
+        out.append((merged, _held(groups[key], members, merged)))
     return out
+
+
+def _held(group: list[Test], members: list[Estimate | None], merged: Estimate) -> str:
+    """Why a call's literal stays although one of its hardware proposes a change: the literal is shared
+    with hardware that has no evidence, which keeps the value for them ("" when nothing is held back)."""
+    if merged.proposed != merged.current:
+        return ""
+    changed = sorted((t.hardware, m.proposed) for t, m in zip(group, members, strict=True)
+                     if m is not None and m.samples_used and m.proposed != merged.current)
+    bare = sorted(t.hardware for t, m in zip(group, members, strict=True) if m is None or not m.samples_used)
+    if not changed or not bare:
+        return ""
+    wanted = ", ".join(f"{hw} {value} s" for hw, value in changed)
+    return (f"line {group[0].line}: est_time {merged.current} is shared with {', '.join(bare)} (one literal for "
+            f"hardware {', '.join(sorted(t.hardware for t in group))}), which {'has' if len(bare) == 1 else 'have'} "
+            f"no evidence for a change, so the proposal ({wanted}) is not written; import or run "
+            f"{', '.join(bare)} first, or register each hardware with its own call")
 
 
 def _edit(repo: Path, t: Test, e: Estimate, same_hw: int, texts: dict[str, str], originals: dict[str, str],

@@ -144,6 +144,20 @@ def test_one_call_for_several_hardware_gets_the_largest_proposal_of_its_tests(re
         "a hardware without evidence keeps the shared literal from being lowered for it"
 
 
+def test_a_shared_literal_held_by_a_hardware_without_evidence_says_why_it_is_left_alone(repo):
+    sha = write(repo, "tests/e2e/test_l.py", LISTED)
+    h100, h200 = (make_test(id=f"tests/e2e/test_l.py::cuda-nightly-big@{hw}", path="tests/e2e/test_l.py", hardware=hw,
+                            suite="nightly-big", sha256=sha, est_time=1200, line=1) for hw in ("h100", "h200"))
+    no_evidence = Estimate(h100.id, "h100", 1200, 1200, 0, "too few samples")
+    why = ("line 1: est_time 1200 is shared with h100 (one literal for hardware h100, h200), which has no evidence for "
+           "a change, so the proposal (h200 600 s) is not written; import or run h100 first, or register each "
+           "hardware with its own call")
+    for given in ([no_evidence, est(h200, 600)], [est(h200, 600)]):  # h100 with no estimate at all alike
+        plan = plan_patch(repo, [h100, h200], given)
+        assert plan.edits == {} and plan.skipped == (("tests/e2e/test_l.py", why),)
+        assert plan.diff() == f"# left alone: tests/e2e/test_l.py: {why}\n"
+
+
 def test_a_call_listing_several_hardware_is_edited_whatever_the_order_beside_another_call_for_one_of_them(repo):
     text = LISTED.replace("['8-gpu-h100', '4-gpu-h200']", "['4-gpu-h100', '4-gpu-h200']").replace(
         "nightly-big", "stage-c-4-gpu") + "register_cuda_ci(est_time=900, suite='stage-d-8-gpu-h200', labels=[])\n"
