@@ -40,6 +40,44 @@ def _example(scans: list[FileScan], dialect: Dialect) -> str:
     return f"with the framework's signature {dialect.functions[0].text()}" if dialect.functions else ""
 
 
+#: folder names that hold CPU unit tests in the frameworks we serve (M's runner treats its ``fast`` one so)
+_CPU_FOLDERS = frozenset({"fast", "unit", "units", "unittest", "unittests", "unit_tests", "cpu"})
+
+
+def _cpu_folder(path: str, beside: dict[str, set[str]]) -> str | None:
+    """The folder of ``path`` when it looks like one of CPU unit tests: a CPU-test folder name, or only
+    CPU registrations beside the file (``beside``: folder -> backends registered there). Such a file must
+    not be told to register as an 8-GPU test."""
+    folder = posixpath.dirname(path)
+    if _CPU_FOLDERS.intersection(folder.split("/")):
+        return folder
+    return folder if beside.get(folder) == {"cpu"} else None
+
+
+def _backends_by_folder(scans: list[FileScan]) -> dict[str, set[str]]:
+    out: dict[str, set[str]] = {}
+    for s in scans:
+        for r in s.registrations:
+            out.setdefault(posixpath.dirname(s.path), set()).add(r.backend)
+    return out
+
+
+def _cpu_example(scans: list[FileScan], dialect: Dialect) -> str:
+    """A CPU registration to copy: this repo's own first one, else the framework's signature."""
+    cpu_fn = next((s for s in dialect.functions if s.backend == "cpu"), None)
+    if cpu_fn is None:
+        return ""
+    return next((f'{cpu_fn.name}({r.est_time}, "{r.suite}")' for s in scans for r in s.registrations
+                 if r.backend == "cpu"), cpu_fn.text())
+
+
+def _cpu_advice(folder: str, example: str, names: str) -> str:
+    return (f"no {names} call at module level; {folder}/ looks like a folder of CPU unit tests: list \"{folder}\" "
+            "under `implicit_cpu_dirs:` for this repo in assets/repos.yaml (its unregistered files become CPU tests "
+            "of est_time 1, as the framework's runner treats its fast folder)"
+            + (f", or register the file as a CPU test, e.g. {example}" if example else ""))
+
+
 #: every field of Test with its default (required ones are always given)
 _TEST_DEFAULTS = {f.name: f.default for f in dataclasses.fields(Test)}
 _PLAIN = not hasattr(Test, "__post_init__") and all(f.default_factory is dataclasses.MISSING for f in dataclasses.fields(Test))
@@ -61,6 +99,8 @@ def registry_tests(scans: list[FileScan], implicit_cpu_dirs: tuple[str, ...], di
     problems: list[Problem] = []
     implicit = tuple(d.strip("/") + "/" for d in implicit_cpu_dirs)
     example = None
+    beside: dict[str, set[str]] | None = None  # built at the first unregistered file
+    cpu_example = None
     for scan in scans:
         problems += scan.problems
         if not scan.parsed:
@@ -69,8 +109,14 @@ def registry_tests(scans: list[FileScan], implicit_cpu_dirs: tuple[str, ...], di
         if not regs and not any(scan.problems):
             home = next((d for d in implicit if scan.path.startswith(d)), None)
             if home is None:
-                example = _example(scans, dialect) if example is None else example
                 names = "/".join(s.name for s in dialect.functions)
+                beside = _backends_by_folder(scans) if beside is None else beside
+                cpu = _cpu_folder(scan.path, beside)
+                if cpu is not None:
+                    cpu_example = _cpu_example(scans, dialect) if cpu_example is None else cpu_example
+                    problems.append(Problem(scan.path, 1, "registration", _cpu_advice(cpu, cpu_example, names)))
+                    continue
+                example = _example(scans, dialect) if example is None else example
                 problems.append(Problem(scan.path, 1, "registration", (
                     f"no {names} call at module level; register the file {example}"
                     + (" or move it to an implicit CPU folder" if implicit else ""))))

@@ -252,3 +252,22 @@ def test_only_configured_roots_are_searched_and_a_missing_root_is_reported(tree)
                             "tests/unit/test_b.py": "x = 1\n"}, roots=("tests/e2e", "tests/gone"))
     assert [t.id for t in cat.tests] == ["tests/e2e/test_a.py"]
     assert only_problem(cat) == "tests/gone:1: roots: no such folder in the repository; pass --roots or fix `roots:` in assets/repos.yaml"
+
+
+def test_an_unregistered_file_in_a_cpu_unit_test_folder_is_advised_implicit_cpu_dirs_not_an_8_gpu_registration(tree):
+    cat = catalog_of(tree, {
+        "tests/e2e/test_big.py": HEADER + 'register_cuda_ci(7200, "stage-d-8-gpu-h200", labels=["long"])\n',
+        "tests/fast/test_utils.py": "def test_x():\n    assert 1\n",
+        "tests/cpu_only/test_reg.py": HEADER + 'register_cpu_ci(30, "stage-a-cpu")\n',
+        "tests/cpu_only/test_plain.py": "def test_y():\n    assert 1\n",
+        "tests/other/test_noreg.py": "x = 1\n",
+    })
+    by_path = {p.path: p.message for p in cat.problems}
+    for folder in ("tests/fast", "tests/cpu_only"):  # by its name; by its only registrations being CPU ones
+        message = by_path[f"{folder}/" + ("test_utils.py" if folder == "tests/fast" else "test_plain.py")]
+        assert message == (
+            f"no register_cuda_ci/register_rocm_ci/register_cpu_ci call at module level; {folder}/ looks like a folder "
+            f"of CPU unit tests: list \"{folder}\" under `implicit_cpu_dirs:` for this repo in assets/repos.yaml (its "
+            "unregistered files become CPU tests of est_time 1, as the framework's runner treats its fast folder), or "
+            "register the file as a CPU test, e.g. register_cpu_ci(30, \"stage-a-cpu\")")
+    assert "implicit_cpu_dirs" not in by_path["tests/other/test_noreg.py"]  # elsewhere: the usual advice
