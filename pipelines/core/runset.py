@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from pipelines.core.model import Test
 from pipelines.core.plan.cluster import PoolShape, hardware_of, pool_for
+from pipelines.core.plan.planner import too_wide, unplanned_reason
 from pipelines.core.select import Selection, SelectionError, select
 
 
@@ -107,9 +108,8 @@ def resolve_run(keys: Iterable[str] | None, tests: Sequence[Test], selection: Ru
             skipped.append((t, f"disabled: {t.disabled}"))
         elif hardware_of(t) in skip_hw:
             skipped.append((t, f"not run here: this deployment skips hardware {hardware_of(t)!r} (skip_hardware)"))
-        elif pool_for(t, pools) is None:
-            skipped.append((t, f"no pool runs hardware {hardware_of(t) or t.suite!r}; add it to a pool's "
-                               "`hardware:` list in assets/cluster.yaml"))
+        elif pool_for(t, pools) is None or too_wide(t, pools):  # the plan leaves it unplanned, and says why
+            skipped.append((t, unplanned_reason(t, pools)))
         else:
             run.append(t)
     return RunSet(tuple(run), tuple(skipped), unknown)
