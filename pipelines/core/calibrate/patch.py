@@ -19,6 +19,7 @@ from pathlib import Path
 
 from pipelines.core.calibrate.lineage import Succession, rewrite_successions
 from pipelines.core.calibrate.output import write_atomic
+from pipelines.core.catalog.scan import python_source
 from pipelines.core.model import Estimate, Test
 
 
@@ -189,9 +190,12 @@ def _edit(repo: Path, t: Test, e: Estimate, same_hw: int, texts: dict[str, str],
     if t.path not in texts:
         try:
             data = path.read_bytes()
-            text = data.decode("utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
+            text, encoding = python_source(data)
+        except (OSError, UnicodeDecodeError, SyntaxError) as exc:
             return f"cannot read the file ({exc})"
+        if encoding != "utf-8":  # every byte is kept, so the rewrite would have to be in that encoding
+            return (f"the file is {encoding} (a BOM or coding line); the patch edits UTF-8 files only: set "
+                    f"est_time to {e.proposed} by hand")
         if t.sha256 and hashlib.sha256(data).hexdigest() != t.sha256:
             return "the file changed since the catalog read it; recalibrate against this revision"
         texts[t.path] = originals[t.path] = text

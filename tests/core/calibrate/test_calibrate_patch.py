@@ -170,3 +170,21 @@ def test_a_call_listing_several_hardware_is_edited_whatever_the_order_beside_ano
         plan = plan_patch(repo, [h100, h200, other], order)
         assert plan.skipped == ()
         assert plan.edits["tests/e2e/test_l.py"][1] == text.replace("est_time=1200", "est_time=700")
+
+
+@pytest.mark.parametrize("head,encoding", [(b"\xef\xbb\xbf", "utf-8-sig"),
+                                           (b"# -*- coding: latin-1 -*-\n", "iso-8859-1")])
+def test_a_file_python_reads_in_another_encoding_is_left_alone_with_the_value_to_set(repo, head, encoding):
+    """The catalog reads BOM and PEP 263 files as Python does; the patch keeps every byte, so it
+    says what to set by hand instead of calling the file invalid Python."""
+    rel = "tests/e2e/test_enc.py"
+    path = repo / rel
+    path.parent.mkdir(parents=True)
+    path.write_bytes(head + "# caf\u00e9\nregister_cuda_ci(600, 'stage-c-4-gpu-h200', labels=[])\n".encode(
+        "latin-1" if encoding != "utf-8-sig" else "utf-8"))
+    t = make_test(id=rel, path=rel, sha256=hashlib.sha256(path.read_bytes()).hexdigest(), est_time=600,
+                  line=3 if encoding != "utf-8-sig" else 2)
+    plan = plan_patch(repo, [t], [est(t, 900)])
+    assert plan.edits == {}
+    assert plan.skipped == ((rel, f"the file is {encoding} (a BOM or coding line); the patch edits UTF-8 files "
+                                  "only: set est_time to 900 by hand"),)
