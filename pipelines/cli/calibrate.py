@@ -1,6 +1,6 @@
 """``nightly calibrate``: propose est_time from the duration history, with evidence and a patch.
 
-  nightly calibrate [--repo PATH] [--policy bucket125|p90|median] [--store FILE]
+  nightly calibrate [--repo PATH] [--policy bucket125|p90|median] [--deployment D | --store FILE]
                     [--evidence FILE] [--patch FILE] [--write]
 
 Prints one row per test (current, proposed, delta, samples, reason), the drift list (changes of
@@ -68,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
     policy = args.policy or (spec.policy if spec else "bucket125")
     params = spec.policy_params if spec and spec.policy == policy else {}
     floor, factor = (spec.timeout_floor_s, spec.timeout_factor) if spec else (1800, 1.25)
-    store = history_cli.open_store(args.store)
+    store = history_cli.open_store(args.store, args.deployment, args.home)
     try:
         samples = store.read()
         rewrites = successions(store)

@@ -1,9 +1,11 @@
 """``nightly history``: import framework M's past job logs into the duration history, and show it.
 
-  nightly history import --repo PATH [--suite S] [--hardware H] [--store FILE] [--dry-run] LOGFILE...
-  nightly history show [--test ID] [--store FILE] [--limit N|all]
+  nightly history import --repo PATH [--suite S] [--hardware H] [--deployment D | --store FILE] [--dry-run] LOGFILE...
+  nightly history show [--test ID] [--deployment D | --store FILE] [--limit N|all]
 
-The store defaults to ``$NIGHTLY_HOME/history.sqlite`` (``<project>/.nightly`` when unset).
+The store is the deployment's (``--deployment``, else ``$NIGHTLY_DEPLOYMENT``, else local):
+``$NIGHTLY_HOME/history.sqlite`` (``<project>/.nightly`` when unset), or the S3 history of a
+deployment with ``storage: s3``, the one production nights write.
 Imported samples carry the sha256 of each test file in the ``--repo`` checkout: give the
 checkout of the revision the logs ran, or calibration will count them as stale. Without
 ``--suite`` each log's suite is inferred (its ``run_suite.py --suite`` line, else the one suite
@@ -17,6 +19,7 @@ import argparse
 import os
 import sys
 from collections import Counter
+from datetime import UTC, datetime
 from pathlib import Path
 
 from pipelines.core.model import Catalog, CatalogError, Problem
@@ -28,8 +31,9 @@ def default_store() -> Path:
     return Path(home) / "history.sqlite"
 
 
-def open_store(store: Path | None):
-    """``--store FILE`` when given, else the default deployment's store (local file or S3)."""
+def open_store(store: Path | None, deployment: str | None = None, home: Path | None = None):
+    """``--store FILE`` when given, else the deployment's store: ``<home>/history.sqlite``, or S3
+    for a deployment with ``storage: s3`` (the production history every pod shares)."""
     from pipelines.core.history import FileHistoryStore
 
     if store is not None:
@@ -37,11 +41,16 @@ def open_store(store: Path | None):
     from pipelines.core.specs import load_specs
     from pipelines.storage.history import history_store
 
-    return history_store(load_specs().deployment(), default_store().parent)
+    return history_store(load_specs().deployment(deployment), Path(home) if home else default_store().parent)
 
 
 def add_common(p: argparse.ArgumentParser, repo: bool = True) -> None:
-    p.add_argument("--store", type=Path, help="history file (default: $NIGHTLY_HOME/history.sqlite)")
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("--store", type=Path, help="a history file to use instead of the deployment's store")
+    where.add_argument("--deployment", help="deployment in assets/cluster.yaml whose history this is: "
+                                        "<home>/history.sqlite, or S3 with `storage: s3` (default: "
+                                        "$NIGHTLY_DEPLOYMENT, else local)")
+    p.add_argument("--home", type=Path, help="state folder of a local deployment (default: $NIGHTLY_HOME or .nightly/)")
     if repo:
         p.add_argument("--repo", help="framework checkout (a path, or a repo name in assets/repos.yaml; "
                                       "default: the assets default repo)")
@@ -124,7 +133,7 @@ def _import(args: argparse.Namespace) -> int:
 
     samples, found = import_logs(texts, catalog, args.suite, args.hardware)
     problems += found
-    store = open_store(args.store)
+    store = open_store(args.store, args.deployment, args.home)
     new = 0 if args.dry_run else store.add(samples)
     verb = "would import" if args.dry_run else "imported"
     where = getattr(store, "path", store)
@@ -144,11 +153,12 @@ def _import(args: argparse.Namespace) -> int:
 
 
 def _show(args: argparse.Namespace) -> int:
-    store = open_store(args.store)
+    store = open_store(args.store, args.deployment, args.home)
     samples = store.read()
     damaged = len(getattr(store, "skipped", ()))
     if args.test:
         samples = [s for s in samples if s.test_id == args.test or s.test_id.startswith(args.test)]
+    samples = sorted(samples, key=_started)  # oldest first, newest last: an import of old logs stores them last
     shown = samples[-args.limit:] if args.limit else samples
     print(f"{'started_at':<25} {'test':<48} {'hw':<6} {'outcome':<11} {'elapsed':>8} {'try':>3} {'sha':<8} source")
     for s in shown:
@@ -160,6 +170,13 @@ def _show(args: argparse.Namespace) -> int:
         notes.append("* capped by a timeout")
     print(f"{len(shown)} of {len(samples)} samples" + (f" ({'; '.join(notes)})" if notes else ""))
     return 0
+
+
+def _started(sample) -> datetime:
+    """When the sample's run started, for ordering (no or an unreadable stamp: before every other)."""
+    from pipelines.core.calibrate.policies import parse_time
+
+    return parse_time(sample.started_at) or datetime.min.replace(tzinfo=UTC)
 
 
 def run(args: argparse.Namespace) -> int:

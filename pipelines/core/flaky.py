@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass, fields, replace
 from datetime import UTC, datetime
 from typing import NamedTuple
 
+from pipelines.core.calibrate.policies import parse_time
 from pipelines.core.health import detect_bad_nodes
 from pipelines.core.model import Attempt, CatalogError, Problem, Sample
 
@@ -122,11 +123,7 @@ class NightRecord(NamedTuple):
 
 
 def _time(value: str) -> datetime:
-    try:
-        t = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return datetime.min.replace(tzinfo=UTC)
-    return t if t.tzinfo else t.replace(tzinfo=UTC)
+    return parse_time(value) or datetime.min.replace(tzinfo=UTC)
 
 
 def night_records(samples: Sequence[Sample]) -> list[NightRecord]:

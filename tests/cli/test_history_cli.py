@@ -159,3 +159,14 @@ def test_import_with_hardware_takes_only_that_hardware_s_tests(repo, tmp_path, c
     assert f"{log}:3: hardware: tests/e2e/test_a.py has no test on hardware 'b200' (it has: h200); check --hardware" in out
     assert cli("history", "import", "--repo", str(repo), "--hardware", "h200", "--dry-run", str(log)) == 0
     assert "would import 3 samples" in capsys.readouterr().out
+
+
+def test_show_limit_gives_the_newest_runs_even_when_older_logs_were_imported_last(repo, tmp_path, capsys):
+    from pipelines.core.model import Sample
+
+    store = FileHistoryStore(tmp_path / "home" / "history.sqlite")
+    store.add([Sample("tests/e2e/test_a.py", "h200", "a" * 64, "passed", 30.0, "2026-12-03T15:00:00Z", run_id="tonight")])
+    store.add([Sample("tests/e2e/test_a.py", "h200", "a" * 64, "passed", 40.0, "2026-11-30T15:18:01Z", run_id="old-log")])
+    assert cli("history", "show", "--limit", "1") == 0
+    [row] = [line for line in capsys.readouterr().out.splitlines() if line.startswith("2026-")]
+    assert row.startswith("2026-12-03T15:00:00Z"), row

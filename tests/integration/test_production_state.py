@@ -123,3 +123,18 @@ def test_attempt_logs_are_readable_from_s3(production):
     assert len(uris) == len(summary["attempts"])
     key = uris[0].removeprefix(f"s3://{BUCKET}/")
     assert "loss went down" in s3.get_object(Bucket=BUCKET, Key=key)["Body"].read().decode()
+
+
+def test_history_and_calibrate_read_the_production_history_when_told_the_deployment(production, capsys, monkeypatch):
+    """From a maintainer's laptop (no NIGHTLY_DEPLOYMENT): --deployment names the store the pods wrote."""
+    monkeypatch.delenv("NIGHTLY_DEPLOYMENT")
+    laptop = production["homes"]["next"].parent / "laptop"
+    ran = {a["test_id"] for a in json.loads(production["s3"].get_object(
+        Bucket=BUCKET, Key=f"state/runs/{production['night'].run_id}.json")["Body"].read())["attempts"]}
+    assert main(["history", "show", "--deployment", "production", "--home", str(laptop), "--limit", "all"]) == 0
+    shown = capsys.readouterr().out
+    assert ran and all(tid in shown for tid in ran), shown
+    assert main(["calibrate", "--deployment", "production", "--home", str(laptop)]) == 0
+    said = capsys.readouterr().out.splitlines()[0]
+    assert f"s3://{BUCKET}" in said and " 0 samples" not in said, said
+    assert not (laptop / "history.sqlite").exists()  # nothing local was created or read
