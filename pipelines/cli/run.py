@@ -83,7 +83,8 @@ def run(args: argparse.Namespace) -> int:
     night = Night(NightSettings(home=home, repo=args.repo, deployment=args.deployment, cadence=args.cadence,
                                 extra_env=tuple(sorted(env.items())), timeout_floor_s=args.timeout_floor))
     print(f"nightly: repo {night.repo_spec.name} ({night.repo_spec.path}), deployment {night.deployment.name}, "
-          f"cadence {args.cadence}, state {home}", flush=True, file=sys.stderr if args.dry_run else sys.stdout)
+          f"cadence {args.cadence}, state {_state_where(night, home)}", flush=True,
+          file=sys.stderr if args.dry_run else sys.stdout)
     for note in night.catalog.assumptions:
         print(f"assumed: {note}", file=sys.stderr if args.dry_run else sys.stdout)
     for problem in night.estimate_warnings:
@@ -147,6 +148,13 @@ def _dry_run(night, runset, plan) -> int:
     print(render_night_pods(plan, night.deployment, night.request, requirements=night.requirements_for(runset.run),
                             conversion=night.specs.conversion, run_id=night.run_id, **night.pod_settings()), end="")
     return 0
+
+
+def _state_where(night, home: Path) -> str:
+    """Where the night's state lives: the home folder, or S3 (the folder then only holds scratch)."""
+    if night.deployment.storage != "s3":
+        return str(home)
+    return f"{night.state.uri('runs').removesuffix('/runs')} (history and records; {home} holds scratch)"
 
 
 def _execute(night, args, selection, env: dict[str, str], home: Path) -> int:

@@ -114,6 +114,7 @@ def test_the_next_night_plans_with_the_calibrated_estimates_from_a_third_fresh_f
     out = capsys.readouterr().out
     some_id, some = next(iter(estimates.items()))
     assert some_id in out
+    assert f"state s3://{BUCKET}/state (history and records; " in out  # not the pod's throwaway folder
 
 
 def test_attempt_logs_are_readable_from_s3(production):
