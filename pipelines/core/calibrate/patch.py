@@ -108,6 +108,7 @@ def plan_patch(repo: Path | str, tests: Sequence[Test], estimates: Sequence[Esti
     texts: dict[str, str] = {}
     originals: dict[str, str] = {}
     skipped: list[tuple[str, str]] = []
+    frozen: set[str] = set()  # files where one call could not be told from another: no edit at all
     for e, held in _per_call(tests, estimates):
         t = by_id.get(e.test_id)
         if t is not None and held:
@@ -116,10 +117,11 @@ def plan_patch(repo: Path | str, tests: Sequence[Test], estimates: Sequence[Esti
             continue
         shared = per_call[(t.path, t.line, t.backend)] > 1
         # a call listing several hardware is found by its line: other calls for one of its hardware do not make it ambiguous
-        why = _edit(repo, t, e, 1 if shared else per_hw[(t.path, t.backend, t.hardware)], texts, originals, shared)
+        why = _edit(repo, t, e, 1 if shared else per_hw[(t.path, t.backend, t.hardware)], texts, originals, shared,
+                    frozen)
         if why:
             skipped.append((t.path, why))
-    edits = {p: (originals[p], texts[p]) for p in texts if texts[p] != originals[p]}
+    edits = {p: (originals[p], texts[p]) for p in texts if texts[p] != originals[p] and p not in frozen}
     return PatchPlan(edits, tuple(dict.fromkeys(skipped)))
 
 
@@ -183,7 +185,7 @@ def _held(group: list[Test], members: list[Estimate | None], merged: Estimate) -
 
 
 def _edit(repo: Path, t: Test, e: Estimate, same_hw: int, texts: dict[str, str], originals: dict[str, str],
-          by_line: bool = False) -> str:
+          by_line: bool = False, frozen: set[str] | None = None) -> str:
     if t.fmt != "registry":
         return f"{t.fmt} tests have no est_time in the file; keep {e.proposed} s in the calibrated estimates"
     path = repo / t.path
@@ -207,8 +209,15 @@ def _edit(repo: Path, t: Test, e: Estimate, same_hw: int, texts: dict[str, str],
     mine = [] if by_line else [c for c in calls if _for_hardware(c, t)]
     if max(same_hw, len(mine)) > 1:
         return f"{max(same_hw, len(mine))} registrations for {t.backend}/{t.hardware or 'any hardware'}; edit by hand"
-    call = next((c for c in calls if c.lineno <= t.line <= (c.end_lineno or c.lineno)), None)
-    call = call or (mine[0] if len(mine) == 1 else None)
+    on_line = [c for c in calls if c.lineno <= t.line <= (c.end_lineno or c.lineno)]
+    if len(on_line) > 1:  # `register_rocm_ci(...); register_cuda_ci(...)`: the line alone does not say which
+        call, why = _pick_on_line(on_line, t, by_line)
+        if why:
+            if frozen is not None:
+                frozen.add(t.path)
+            return why
+    else:
+        call = on_line[0] if on_line else (mine[0] if len(mine) == 1 else None)
     if call is None:
         return f"line {t.line}: no registration call found; edit by hand"
     node = _est_node(call)
@@ -218,6 +227,23 @@ def _edit(repo: Path, t: Test, e: Estimate, same_hw: int, texts: dict[str, str],
         return f"line {node.lineno}: est_time is {node.value} in the file, not {e.current}; recalibrate"
     texts[t.path] = _replace(texts[t.path], node, e.proposed)
     return ""
+
+
+def _pick_on_line(calls: list[ast.Call], t: Test, by_line: bool) -> tuple[ast.Call | None, str]:
+    """The one call of several on ``t``'s line that registers its backend and hardware, or why none is.
+
+    A shared call (``by_line``: one literal for several hardware) is found by its line; beside another
+    call of the same backend on that line nothing says which literal is shared, so neither is edited."""
+    name = f"register_{t.backend}_ci"
+    mine = [c for c in calls if c.func.id == name]  # type: ignore[attr-defined]
+    if not by_line:
+        mine = [c for c in mine if _for_hardware(c, t)]
+    if len(mine) == 1:
+        return mine[0], ""
+    hw = "" if by_line else f" for {t.hardware or 'any hardware'}"
+    found = f"{len(mine)} {name} calls{hw}" if mine else f"no {name} call{hw}"
+    return None, (f"line {t.line}: {len(calls)} registration calls on one line and {found} among them; the file "
+                  "is left alone: put each call on its own line, or edit by hand")
 
 
 def make_patch(repo: Path | str, tests: Sequence[Test], estimates: Sequence[Estimate]) -> str:

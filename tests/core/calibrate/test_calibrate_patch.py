@@ -188,3 +188,42 @@ def test_a_file_python_reads_in_another_encoding_is_left_alone_with_the_value_to
     assert plan.edits == {}
     assert plan.skipped == ((rel, f"the file is {encoding} (a BOM or coding line); the patch edits UTF-8 files "
                                   "only: set est_time to 900 by hand"),)
+
+
+ONE_LINE = ('register_rocm_ci(1800, "stage-c-4-gpu-mi300", labels=["a"]); '
+            'register_cuda_ci(1800, "stage-c-4-gpu-h200", labels=["a"])\n')
+
+
+def one_line_tests(repo, text=ONE_LINE):
+    sha = write(repo, "tests/e2e/test_o.py", text)
+    rocm = make_test(id="tests/e2e/test_o.py::rocm-stage-c-4-gpu-mi300", path="tests/e2e/test_o.py", backend="rocm",
+                     hardware="mi300", suite="stage-c-4-gpu-mi300", sha256=sha, est_time=1800, line=1)
+    cuda = make_test(id="tests/e2e/test_o.py::cuda-stage-c-4-gpu-h200", path="tests/e2e/test_o.py",
+                     suite="stage-c-4-gpu-h200", sha256=sha, est_time=1800, line=1)
+    return rocm, cuda
+
+
+def test_two_calls_on_one_line_each_get_their_own_proposal(repo):
+    rocm, cuda = one_line_tests(repo)
+    for given in ([est(cuda, 600)], [est(cuda, 600), est(rocm, 2400)], [est(rocm, 2400), est(cuda, 600)]):
+        plan = plan_patch(repo, [rocm, cuda], given)
+        want = ONE_LINE.replace("cuda_ci(1800", "cuda_ci(600")
+        if len(given) == 2:
+            want = want.replace("rocm_ci(1800", "rocm_ci(2400")
+        assert plan.skipped == () and plan.edits["tests/e2e/test_o.py"][1] == want
+
+
+def test_two_calls_of_one_backend_on_one_line_leave_the_file_alone_with_the_reason(repo):
+    text = ONE_LINE.replace("register_rocm_ci(1800, \"stage-c-4-gpu-mi300\"", "register_cuda_ci(1800, \"stage-c-4-gpu-b200\"")
+    text += "register_rocm_ci(900, 'stage-c-4-gpu-mi300', labels=[])\n"
+    sha = write(repo, "tests/e2e/test_o.py", text)
+    b200, h200 = (make_test(id=f"tests/e2e/test_o.py::cuda-stage-c-4-gpu-{hw}", path="tests/e2e/test_o.py",
+                            hardware=hw, suite=f"stage-c-4-gpu-{hw}", sha256=sha, est_time=1800, line=1)
+                  for hw in ("b200", "h200"))
+    rocm = make_test(id="tests/e2e/test_o.py::rocm", path="tests/e2e/test_o.py", backend="rocm", hardware="mi300",
+                     suite="stage-c-4-gpu-mi300", sha256=sha, est_time=900, line=2)
+    plan = plan_patch(repo, [b200, h200, rocm], [est(rocm, 500), est(h200, 600), est(b200, 700)])
+    assert plan.edits == {}, "neither literal nor any other of the file is rewritten"
+    assert plan.skipped == (("tests/e2e/test_o.py",
+                             "line 1: 2 registration calls on one line and 2 register_cuda_ci calls among "
+                             "them; the file is left alone: put each call on its own line, or edit by hand"),)
