@@ -19,7 +19,6 @@ from pathlib import Path
 
 from pipelines.core.calibrate.lineage import Succession, rewrite_successions
 from pipelines.core.calibrate.output import write_atomic
-from pipelines.core.catalog.scan import python_source
 from pipelines.core.model import Estimate, Test
 
 
@@ -191,6 +190,8 @@ def _edit(repo: Path, t: Test, e: Estimate, same_hw: int, texts: dict[str, str],
     path = repo / t.path
     if t.path not in texts:
         try:
+            from pipelines.core.catalog.scan import python_source  # here: the catalog imports calibrate
+
             data = path.read_bytes()
             text, encoding = python_source(data)
         except (OSError, UnicodeDecodeError, SyntaxError) as exc:
