@@ -63,9 +63,13 @@ def _list(args: argparse.Namespace) -> int:
     return 0
 
 
+class _Unchanged(Exception):
+    """The action would change nothing on the document as it is now (another writer may have got there first)."""
+
+
 def _record(args: argparse.Namespace) -> int:
     from pipelines.core.flaky import record
-    from pipelines.reporting.state import load_doc, save_doc
+    from pipelines.reporting.state import update_doc
 
     home = (args.home or default_home()).resolve()
     name, inputs, store = repo_context(home, args.repo, args.deployment)
@@ -82,18 +86,25 @@ def _record(args: argparse.Namespace) -> int:
         "release": (not_releasable, "is not quarantined", "`nightly quarantine list` shows the quarantined tests"),
         "add": (not_addable, "is not added again", "`nightly quarantine release` first to change who holds it or why"),
     }[args.quarantine_command]
-    why_not = refuse(replay(inputs.samples, inputs.rules, inputs.quarantine).get(args.test))
-    if why_not:  # nothing would change: say where the test stands, record nothing
-        print(f"nightly quarantine {args.quarantine_command}: TEST: {args.test} {said} ({why_not}); nothing changed; "
+    at = datetime.now(UTC).isoformat(timespec="seconds")
+
+    def change(doc: dict) -> dict:
+        # checked against the document as stored now, under the store's lock or conditional write: another
+        # `quarantine add|release` that got there first is seen, never overwritten
+        why_not = refuse(replay(inputs.samples, inputs.rules, doc).get(args.test))
+        if why_not:
+            raise _Unchanged(why_not)
+        return record(doc, args.test, args.quarantine_command, args.by, args.why, at)
+
+    try:
+        where = update_doc(store, name, change)
+    except _Unchanged as exc:  # nothing would change: say where the test stands, record nothing
+        print(f"nightly quarantine {args.quarantine_command}: TEST: {args.test} {said} ({exc}); nothing changed; "
               f"{instead}", file=sys.stderr)
         return 1
-    at = datetime.now(UTC).isoformat(timespec="seconds")
-    try:
-        doc = record(load_doc(store, name), args.test, args.quarantine_command, args.by, args.why, at)
     except ValueError as exc:
         print(f"nightly {exc}", file=sys.stderr)
         return 2
-    where = save_doc(store, name, doc)
     verb = "quarantined" if args.quarantine_command == "add" else "released"
     print(f"quarantine: {args.test} {verb} by {args.by.strip()} at {at}: {args.why.strip()} ({where})")
     return 0

@@ -11,7 +11,11 @@ Keys are relative paths such as ``nights/<night>.json`` or ``estimates/<repo>.js
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import fcntl
+import os
+import random
+import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Protocol
 
@@ -42,6 +46,17 @@ class StateStore(Protocol):
     def keys(self, prefix: str) -> list[str]: ...
 
     def uri(self, key: str) -> str: ...
+
+    def update(self, key: str, change: Callable[[str | None], str]) -> str: ...
+
+
+#: how many times an update is tried again when another writer changed the object meanwhile
+UPDATE_TRIES = 20
+
+
+def _conflict(where: str, tries: int) -> StateError:
+    return StateError(f"{where}: changed by another writer {tries} times while this change was being made; "
+                      "nothing was recorded; run the command again")
 
 
 class LocalStateStore:
@@ -81,6 +96,25 @@ class LocalStateStore:
         if Path(path).resolve() == target.resolve():
             return str(target)  # already where it belongs (local attempt logs are written in place)
         return self.put(key, Path(path).read_text(encoding="utf-8", errors="replace"))
+
+    def update(self, key: str, change: Callable[[str | None], str]) -> str:
+        """Read-modify-write of one file, atomic against every other ``update`` of it (any process):
+        ``change`` gets the current text (None when absent) and returns the new one; whatever it
+        raises leaves the file as it was. An exclusive lock on ``.<name>.lock`` beside it is held
+        throughout, so two writers never both build on the same text (neither change is lost)."""
+        target = self.path(key)
+        lock = target.with_name(f".{target.name}.lock")
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o666)
+        except OSError as exc:
+            raise StateError(f"{lock}: cannot be created ({exc.strerror}); the state folder {self.root} "
+                             "must be writable (set NIGHTLY_HOME or --home to a writable folder)") from exc
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)  # released when fd closes, also if this process dies
+            return self.put(key, change(self.get(key)))
+        finally:
+            os.close(fd)
 
     def keys(self, prefix: str) -> list[str]:
         base = self.root / prefix if prefix else self.root
@@ -133,6 +167,27 @@ class S3StateStore:
             return self.artifacts.upload_file(path, _check_key(key))
         except ArtifactError as exc:
             raise StateError(str(exc)) from exc
+
+    def update(self, key: str, change: Callable[[str | None], str]) -> str:
+        """Read-modify-write of one object with S3's conditional write: the new text is stored only
+        if the object is still the one read (``If-Match`` its ETag; ``If-None-Match: *`` when there was
+        none); otherwise it is read again and ``change`` applied to the newer text. ``change`` may
+        raise to store nothing. After UPDATE_TRIES conflicts it gives up with a StateError (nothing
+        stored, nothing lost)."""
+        from pipelines.storage.s3 import ArtifactError
+
+        _check_key(key)
+        for attempt in range(UPDATE_TRIES):
+            try:
+                got = self.artifacts.get_text(key)
+                text, etag = got if got is not None else (None, None)
+                new = change(text)
+                if self.artifacts.put_text_if(key, new, etag):
+                    return self.uri(key)
+            except ArtifactError as exc:
+                raise StateError(str(exc)) from exc
+            time.sleep(random.uniform(0.05, 0.2) * min(attempt + 1, 5))  # let the other writer finish
+        raise _conflict(self.uri(key), UPDATE_TRIES)
 
     def keys(self, prefix: str) -> list[str]:
         a = self.artifacts
