@@ -43,8 +43,14 @@ class PatchPlan:
 
 
 def _lines(text: str) -> list[str]:
-    """Split on newlines only, as git and ast count lines (str.splitlines also splits on form feeds)."""
+    """Split on newlines only, as git counts lines (str.splitlines also splits on form feeds)."""
     return re.findall(r".*?\n|.+\Z", text, re.S)
+
+
+def _source_lines(text: str) -> list[str]:
+    """Split where ast ends a line (``\\r\\n``, a lone ``\\r``, ``\\n``), each line keeping its ending, so
+    ``lineno`` indexes them in a file with old Mac or mixed line endings too."""
+    return re.findall(r".*?(?:\r\n|\r|\n)|.+\Z", text, re.S)
 
 
 def _unified(old: str, new: str, path: str) -> list[str]:
@@ -89,7 +95,7 @@ def _est_node(call: ast.Call) -> ast.expr | None:
 
 def _replace(text: str, node: ast.expr, value: int) -> str:
     """Swap one single-line token; ast columns are UTF-8 byte offsets."""
-    lines = _lines(text)
+    lines = _source_lines(text)
     raw = lines[node.lineno - 1].encode("utf-8")
     lines[node.lineno - 1] = (raw[:node.col_offset] + str(value).encode() + raw[node.end_col_offset:]).decode("utf-8")
     return "".join(lines)
@@ -226,7 +232,10 @@ def _edit(repo: Path, t: Test, e: Estimate, same_hw: int, texts: dict[str, str],
         return f"line {call.lineno}: est_time is not an integer literal; edit by hand"
     if node.value != e.current:
         return f"line {node.lineno}: est_time is {node.value} in the file, not {e.current}; recalibrate"
-    texts[t.path] = _replace(texts[t.path], node, e.proposed)
+    try:
+        texts[t.path] = _replace(texts[t.path], node, e.proposed)
+    except IndexError:  # a line ending ast and the splitting disagree on: never a traceback
+        return f"line {node.lineno}: line endings the patch cannot follow; set est_time to {e.proposed} by hand"
     return ""
 
 

@@ -227,3 +227,20 @@ def test_two_calls_of_one_backend_on_one_line_leave_the_file_alone_with_the_reas
     assert plan.skipped == (("tests/e2e/test_o.py",
                              "line 1: 2 registration calls on one line and 2 register_cuda_ci calls among "
                              "them; the file is left alone: put each call on its own line, or edit by hand"),)
+
+
+@pytest.mark.parametrize("eol", ["\r", "\r\n", "mixed"])
+def test_old_mac_and_mixed_line_endings_are_edited_on_the_line_ast_names_and_every_byte_is_kept(repo, eol):
+    lines = ["from ci_register import register_cuda_ci", "# note", "",
+             "register_cuda_ci(1800, 'stage-c-4-gpu-h200', labels=[])  # keep", "x = 1", ""]
+    text = ("\r".join(lines[:3]) + "\n" + "\r\n".join(lines[3:])) if eol == "mixed" else eol.join(lines)
+    sha = write(repo, "tests/e2e/test_cr.py", text)
+    t = make_test(id="tests/e2e/test_cr.py", path="tests/e2e/test_cr.py", sha256=sha, est_time=1800, line=4)
+    want = text.replace("(1800,", "(700,").encode()
+    patch = make_patch(repo, [t], [est(t, 700)])
+    (repo / "p.diff").write_bytes(patch.encode())
+    assert git(repo, "apply", "p.diff").returncode == 0
+    assert (repo / t.path).read_bytes() == want
+    write(repo, t.path, text)
+    apply_patch(repo, [t], [est(t, 700)])
+    assert (repo / t.path).read_bytes() == want
