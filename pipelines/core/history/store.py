@@ -69,6 +69,8 @@ class FileHistoryStore:
 
     def __init__(self, path: Path | str):
         self.path = Path(path)
+        #: how long a write waits for another process's transaction before it is reported busy
+        self.busy_timeout_s = 30.0
         #: one message per row the last ``read`` skipped or marked (also logged as a warning)
         self.skipped: list[str] = []
 
@@ -76,6 +78,11 @@ class FileHistoryStore:
         return f"FileHistoryStore({str(self.path)!r})"
 
     def _fail(self, exc: Exception) -> HistoryError:
+        if isinstance(exc, sqlite3.Error) and _is_busy(exc):  # a healthy file in use: moving it aside would lose it
+            return HistoryError(
+                f"{self.path}: busy: another nightly process is writing {self.path}; retry when it ends "
+                f"(waited {self.busy_timeout_s:g} s; {exc}); nothing was changed."
+            )
         return HistoryError(
             f"{self.path}: history store is unreadable ({exc}); nothing was changed. Move the file "
             "aside (keep it for recovery, e.g. `sqlite3 FILE .recover`) and re-import past nights with "
@@ -122,7 +129,7 @@ class FileHistoryStore:
                     self.path.parent.mkdir(parents=True, exist_ok=True)
                 except OSError as exc:
                     raise self._folder_problem(exc) from exc
-                conn = sqlite3.connect(self.path, timeout=30, isolation_level=None)
+                conn = sqlite3.connect(self.path, timeout=self.busy_timeout_s, isolation_level=None)
                 conn.execute("PRAGMA journal_mode=WAL")
                 conn.execute("PRAGMA synchronous=FULL")
             version = conn.execute("PRAGMA user_version").fetchone()[0]
@@ -255,6 +262,13 @@ def _sample(r: tuple) -> Sample:
     values = dict(zip(_COLUMNS, r, strict=False))
     values["capped"] = bool(values["capped"])
     return Sample(**values)
+
+
+def _is_busy(exc: sqlite3.Error) -> bool:
+    """Another connection holds the lock: the file is fine, only in use."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    return code in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED) or "database is locked" in str(exc) or (
+        "database table is locked" in str(exc))
 
 
 def _is_permission(exc: sqlite3.Error) -> bool:

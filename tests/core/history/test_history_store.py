@@ -258,3 +258,28 @@ def test_an_astronomical_elapsed_is_read_as_an_outlier_that_calibration_never_us
     assert good == sample(1)
     assert far.outlier == "elapsed 1e+308 s is over the ceiling of 86400 s"
     assert f"{path}: row 2: elapsed_s: 1e+308 s is over the ceiling of 86400 s; kept as an outlier" in caplog.text
+
+
+def test_a_store_another_process_is_writing_is_reported_busy_never_as_a_file_to_move_aside(tmp_path):
+    import sqlite3
+
+    from pipelines.core.calibrate import Succession
+
+    store = FileHistoryStore(tmp_path / "history.sqlite")
+    store.append([sample(1)])
+    store.busy_timeout_s = 0.05
+    other = sqlite3.connect(store.path, isolation_level=None)
+    try:
+        other.execute("BEGIN IMMEDIATE")  # another nightly process mid-transaction
+        for write in (lambda: store.append([sample(2)]),
+                      lambda: store.add_successions([Succession("a" * 64, "b" * 64, "tests/e2e/test_1.py")])):
+            with pytest.raises(HistoryError) as err:
+                write()
+            message = str(err.value)
+            assert message.startswith(f"{store.path}: busy: another nightly process is writing {store.path}; "
+                                      "retry when it ends")
+            assert "aside" not in message and "recover" not in message
+    finally:
+        other.execute("ROLLBACK")
+        other.close()
+    assert store.read() == [sample(1)]
