@@ -96,9 +96,16 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _write_outputs(args: argparse.Namespace, repo: Path, plan, estimates, store) -> int:
-    """Evidence, patch, the rewrites' record, then the checkout: the checkout changes last, and
-    only when everything before it was written."""
-    from pipelines.core.calibrate import evidence_csv, output_problem, write_atomic, write_problem
+    """The rewrites' record, evidence, patch, then the checkout. A recorded succession is harmless
+    if the patch is never applied; a patch or rewrite without one would make the history stale. A
+    failure stops there, and test files already rewritten are put back."""
+    from pipelines.core.calibrate import (
+        evidence_csv,
+        output_problem,
+        remove_stale_patch,
+        write_atomic,
+        write_problem,
+    )
     from pipelines.core.history import HistoryError
     from pipelines.storage.history import record_successions
 
@@ -106,7 +113,17 @@ def _write_outputs(args: argparse.Namespace, repo: Path, plan, estimates, store)
     problems = [m for t in targets if (m := output_problem(t, "--write"))]
     if problems:
         return _fail("\n".join(problems))
-    files = [(args.evidence, evidence_csv(estimates)), (args.patch, plan.diff())]
+    if (args.write or args.patch) and plan.edits:
+        # before any patch or test file exists: the rewritten files' samples must stay current (lineage.py)
+        try:
+            warning = record_successions(store, plan.successions())
+        except HistoryError as exc:
+            return _fail(f"{exc} No evidence, patch or test file was written.")
+        if warning:
+            print(f"nightly calibrate: warning: {warning}", file=sys.stderr)
+    files = [(args.evidence, evidence_csv(estimates))]
+    if args.patch and plan.edits:
+        files.append((args.patch, plan.diff()))
     for dest, text in [(Path(f), text) for f, text in files if f]:
         try:
             write_atomic(dest, text)
@@ -114,21 +131,40 @@ def _write_outputs(args: argparse.Namespace, repo: Path, plan, estimates, store)
             return _fail(write_problem(dest, exc))
     if args.evidence:
         print(f"evidence: {args.evidence}")
-    if args.patch:
+    if args.patch and plan.edits:
         print(f"patch: {args.patch} ({len(plan.edits)} files)")
-    if args.write or args.patch:
-        # before any test file changes: the rewritten files' samples must stay current (lineage.py)
-        try:
-            warning = record_successions(store, plan.successions())
-        except HistoryError as exc:
-            return _fail(str(exc))
-        if warning:
-            print(f"nightly calibrate: warning: {warning}", file=sys.stderr)
+    elif args.patch:
+        # git apply refuses a patch with no diff in it ("No valid patches in input")
+        print(f"patch: nothing to change; {args.patch} not written{remove_stale_patch(args.patch)}")
+    return _rewrite(args, repo, plan)
+
+
+def _rewrite(args: argparse.Namespace, repo: Path, plan) -> int:
+    """The checkout last: all of the plan's files, or (a write failing) none of them."""
+    from pipelines.core.calibrate import write_atomic, write_problem
+
+    done: list[str] = []
     for rel, (_, new) in plan.edits.items():
         if args.write:
             try:
                 write_atomic(repo / rel, new)
             except OSError as exc:
-                return _fail(write_problem(repo / rel, exc))
+                return _fail(write_problem(repo / rel, exc) + _put_back(repo, plan, done))
+            done.append(rel)
         print(f"{'rewrote' if args.write else 'would rewrite'}: {rel}")
     return 0
+
+
+def _put_back(repo: Path, plan, done: list[str]) -> str:
+    """Restore the test files this run already rewrote; what could not be restored is named."""
+    from pipelines.core.calibrate import write_atomic
+
+    failed = []
+    for rel in done:
+        try:
+            write_atomic(repo / rel, plan.edits[rel][0])
+        except OSError as exc:
+            failed.append(f"{rel} ({exc.strerror or exc})")
+    if failed:
+        return f"; these test files keep the new est_time, check them with `git diff`: {', '.join(failed)}"
+    return f"; the {len(done)} test file(s) rewritten before it were put back" if done else ""

@@ -167,3 +167,63 @@ def test_a_damaged_history_row_is_skipped_and_calibration_uses_the_rest(repo, tm
     row_b = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("tests/e2e/test_b.py"))
     assert "too few samples: 0 passed of the current file" in row_b
     assert f"{store}: row 4: elapsed_s: 'abc' is not a number; the row is skipped" in caplog.text
+
+
+def test_a_quiet_week_writes_no_patch_says_so_and_removes_the_stale_one_git_apply_would_take(repo, tmp_path, capsys):
+    patch = tmp_path / "p.diff"
+    assert cli("calibrate", "--repo", str(repo), "--write") == 0  # this week's change goes in
+    capsys.readouterr()
+    for stale in ("--- a/tests/e2e/test_a.py\n+++ b/tests/e2e/test_a.py\n", ""):
+        patch.write_text(stale)
+        assert cli("calibrate", "--repo", str(repo), "--patch", str(patch)) == 0
+        out = capsys.readouterr().out
+        assert f"patch: nothing to change; {patch} not written; removed the patch an earlier run left there" in out
+        assert not patch.exists()
+    assert cli("calibrate", "--repo", str(repo), "--patch", str(patch)) == 0
+    assert f"patch: nothing to change; {patch} not written\n" in capsys.readouterr().out
+    notes = tmp_path / "notes.txt"
+    notes.write_text("my notes\n")
+    assert cli("calibrate", "--repo", str(repo), "--patch", str(notes)) == 0
+    assert f"{notes} is there but is not a calibrate patch, so it is kept" in capsys.readouterr().out
+    assert notes.read_text() == "my notes\n"
+
+
+def test_the_rewrites_are_recorded_before_the_patch_exists_so_a_failed_record_leaves_no_patch(repo, tmp_path, capsys,
+                                                                                            monkeypatch):
+    from pipelines.core.history import HistoryError
+
+    def busy(self, items):
+        raise HistoryError(f"{self.path}: busy: another nightly process is writing {self.path}; retry when it ends")
+
+    monkeypatch.setattr(FileHistoryStore, "add_successions", busy)
+    patch, evidence = tmp_path / "p.diff", tmp_path / "ev.csv"
+    before = (repo / "tests/e2e/test_a.py").read_bytes()
+    assert cli("calibrate", "--repo", str(repo), "--patch", str(patch), "--evidence", str(evidence), "--write") == 2
+    assert "busy: another nightly process is writing" in capsys.readouterr().err
+    assert not patch.exists() and not evidence.exists()
+    assert (repo / "tests/e2e/test_a.py").read_bytes() == before
+
+
+def test_a_rewrite_failing_half_way_puts_back_the_test_files_already_rewritten(repo, tmp_path, capsys, monkeypatch):
+    from pipelines.core import calibrate as core
+
+    (repo / "tests/e2e/test_c.py").write_text(SRC.format(600))
+    store = FileHistoryStore(tmp_path / "home" / "history.sqlite")
+    tests_c = hashlib.sha256(SRC.format(600).encode()).hexdigest()
+    store.append([Sample("tests/e2e/test_c.py", "h200", tests_c, "passed", 100, datetime.now(UTC).isoformat(),
+                         source="n1.log:12")])
+    before = {p.name: p.read_bytes() for p in (repo / "tests/e2e").iterdir()}
+    real = core.write_atomic
+    calls = []
+
+    def full_on_second(path, text):
+        calls.append(path)
+        if len(calls) == 2:
+            raise OSError(28, "No space left on device")
+        real(path, text)
+
+    monkeypatch.setattr(core, "write_atomic", full_on_second)
+    assert cli("calibrate", "--repo", str(repo), "--write") == 2
+    err = capsys.readouterr().err
+    assert "cannot write (No space left on device)" in err and "1 test file(s) rewritten before it were put back" in err
+    assert {p.name: p.read_bytes() for p in (repo / "tests/e2e").iterdir()} == before

@@ -81,3 +81,23 @@ def write_problem(path: Path | str, exc: OSError) -> str:
     """A failed write as ``path: cannot write (reason); how to fix``."""
     return (f"{path}: cannot write ({exc.strerror or exc}); free space or fix permissions there, or give "
             "another path; nothing after this file was written")
+
+
+def remove_stale_patch(path: Path | str) -> str:
+    """Remove an earlier run's patch at ``path`` when this run has nothing to change, so that
+    ``git apply`` never applies last week's edits; returns what was done, for the message.
+    A file that does not look like a patch is kept (nothing is lost) and named."""
+    path = Path(path)
+    if not path.is_file():
+        return ""
+    try:
+        head = path.read_bytes()[:200].decode("utf-8", "replace")
+    except OSError as exc:
+        return f"; {path} from an earlier run is still there and cannot be read ({exc.strerror or exc}); remove it"
+    if head and not head.startswith(("# left alone: ", "--- a/", "diff --git ")):
+        return f"; {path} is there but is not a calibrate patch, so it is kept; do not `git apply` it"
+    try:
+        path.unlink()
+    except OSError as exc:
+        return f"; the patch from an earlier run is still there ({exc.strerror or exc}); remove it before `git apply`"
+    return "; removed the patch an earlier run left there"
