@@ -454,11 +454,18 @@ class Night:
         return calibrate(tests, self.history.read(), self.repo_spec.policy, self.repo_spec.policy_params,
                          successions=successions(self.history))
 
-    def calibrate(self) -> tuple[list[Estimate], dict[str, str]]:
-        """Propose est_time from history; store estimates, evidence CSV and source patch in the state store."""
+    def calibrate(self, source_run: str | None = None) -> tuple[list[Estimate], dict[str, str]]:
+        """Propose est_time from history; store estimates, evidence CSV and source patch in the state store.
+
+        ``source_run``: the run this calibration follows; its evidence is also kept under that run,
+        so a later report of that night shows the proposals made after it, not the newest ones."""
         tests = self.registered_tests()
         estimates = self.estimates(tests)
         keys = self.calibration_keys()
+        if source_run:
+            from pipelines.reporting.inputs import evidence_key
+
+            self.state.put(evidence_key(self.repo_spec.name, source_run), evidence_csv(estimates))
         sha = {t.id: t.sha256 for t in tests}
         data = {e.test_id: {"est_time": e.proposed, "sha256": sha.get(e.test_id, ""), "hardware": e.hardware}
                 for e in estimates if e.samples_used}

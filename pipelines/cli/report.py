@@ -96,6 +96,7 @@ def repo_context(home: Path, repo: str | None, deployment: str | None):
         samples=samples, tests=tests, estimates=estimates, rules=rules,
         quarantine=load_doc(store, name), uncovered=tuple(uncovered),
         timeout_floor_s=spec.timeout_floor_s if spec else 1800, timeout_factor=spec.timeout_factor if spec else 1.25,
+        repo=name,
     ), store
 
 

@@ -348,6 +348,17 @@ def night_verdict(attempts: Iterable[Attempt], states: Mapping[str, FlakyState])
     return Verdict(tuple(failed), tuple(excused), tuple(infra), tuple(sorted(bad)), tuple(interrupted))
 
 
+def recorded_verdict(summary: Mapping) -> Verdict | None:
+    """The verdict the night itself reached (its exit status), as its record keeps it; None for a
+    record written before verdicts were kept. A report must not recompute it from this morning's
+    quarantine: releasing a test would turn a night that passed into a failed one after the fact."""
+    v = summary.get("verdict")
+    if not isinstance(v, Mapping) or "failed" not in v:
+        return None
+    return Verdict(tuple(v.get("failed", ())), tuple(v.get("excused_quarantined", ())), tuple(v.get("infra", ())),
+                   tuple(v.get("bad_nodes", ())), tuple(v.get("interrupted", ())))
+
+
 def runnable(test_ids: Iterable[str], states: Mapping[str, FlakyState], rules: FlakyRules) -> list[str]:
     """The tests to launch: all of them, or without the quarantined ones when ``run_quarantined`` is off."""
     if rules.run_quarantined:

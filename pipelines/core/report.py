@@ -15,7 +15,7 @@ from dataclasses import dataclass, fields
 
 from pipelines.core.calibrate.evidence import NearTimeout, drift, near_timeout
 from pipelines.core.calibrate.policies import parse_time
-from pipelines.core.flaky import FlakyState, night_verdict, replay
+from pipelines.core.flaky import FlakyState, night_verdict, recorded_verdict, replay
 from pipelines.core.health import NodeFinding, detect_bad_nodes
 from pipelines.core.model import Attempt, Estimate, Plan, Sample, Test
 from pipelines.core.trends import (
@@ -302,7 +302,7 @@ def build_report(
             summary.get("flaky"), Mapping) else replay(samples)
     findings = detect_bad_nodes(attempts)
     bad = {f.node for f in findings}
-    verdict = night_verdict(attempts, states)
+    verdict = recorded_verdict(summary) or night_verdict(attempts, states)  # as the night decided it
     prev = previous[-1] if previous else None
     changes = night_changes(summary, prev)
     # where a stored copy of each log is (the state store on S3); the local path otherwise

@@ -86,7 +86,7 @@ def build_assets(catalog: Catalog) -> tuple[list[dg.AssetsDefinition], list[dg.A
               description="est_time proposed from measured passing durations, with evidence CSV and a source patch.")
     def calibrated_estimates(context: dg.AssetExecutionContext, nightly: NightlyResource) -> dg.MaterializeResult:
         night = nightly.night(run_id=context.run.run_id)
-        estimates, paths = night.calibrate()
+        estimates, paths = night.calibrate(context.run.tags.get(TAG_SOURCE_RUN) or None)
         compacted = 0
         compact = getattr(night.history, "compact", None)  # S3: merge the night's small objects
         if compact is not None:

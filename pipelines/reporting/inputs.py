@@ -122,8 +122,11 @@ def log_tails(summary: Mapping, store: StateStore | None = None, lines: int = LO
     return out
 
 
-def evidence_key(repo: str) -> str:
-    """Where the night's calibration left its evidence CSV in the state store (Night.calibration_keys)."""
+def evidence_key(repo: str, run_id: str | None = None) -> str:
+    """Where the latest calibration left its evidence CSV in the state store (Night.calibration_keys),
+    or, with ``run_id``, the one made after that run (kept for reports of that night)."""
+    if run_id:
+        return f"calibration/{safe_filename(repo)}/runs/{safe_filename(run_id)}.csv"
     return f"calibration/{safe_filename(repo)}/evidence.csv"
 
 
@@ -138,9 +141,10 @@ def estimates_from_evidence(text: str) -> list[Estimate]:
             for r in csv.DictReader(io.StringIO(text))]
 
 
-def stored_estimates(store: StateStore, repo: str) -> list[Estimate] | None:
-    """The last calibration's proposals, or None when there are none (or they cannot be read)."""
-    text = store.get(evidence_key(repo))
+def stored_estimates(store: StateStore, repo: str, run_id: str | None = None) -> list[Estimate] | None:
+    """The last calibration's proposals (``run_id``: the one after that run), or None when there
+    are none (or they cannot be read)."""
+    text = store.get(evidence_key(repo, run_id))
     if text is None:
         return None
     try:
@@ -162,6 +166,8 @@ class ReportInputs:
     capacity_gpus: int | None = None
     timeout_floor_s: int = 1800
     timeout_factor: float = 1.25
+    #: the repo's name: where each night's own calibration evidence is (evidence_key)
+    repo: str = ""
 
 
 def as_of(summary: Mapping, samples: Sequence[Sample], quarantine: Mapping | None,
@@ -190,13 +196,19 @@ def night_report(store: StateStore, night: str | None, inputs: ReportInputs,
     for text in left_out:
         warn(text)
     samples, quarantine = as_of(summary, inputs.samples, inputs.quarantine, newest=night is None)
+    estimates = inputs.estimates
+    own = stored_estimates(store, inputs.repo, str(summary.get("run_id") or "")) if inputs.repo else None
+    if own is not None:
+        estimates = own
+    elif night is not None and inputs.repo and estimates:
+        left_out.append("est_time proposals: the latest calibration's (the one made after this night was not kept)")
     if isinstance(summary.get("flaky"), Mapping):  # the night recorded its states: only later manual actions
         ends = [a.get("started_at", "") for a in summary.get("attempts", ())]
         states = states_from_summary(summary["flaky"], quarantine, max(ends, default=""))
     else:
         states = replay(samples, inputs.rules, quarantine)
     data = build_report(
-        summary, [previous] if previous else [], samples, inputs.tests, inputs.estimates, states=states,
+        summary, [previous] if previous else [], samples, inputs.tests, estimates, states=states,
         log_tails=log_tails(summary, store), uncovered=inputs.uncovered, capacity_gpus=inputs.capacity_gpus,
         timeout_floor_s=inputs.timeout_floor_s, timeout_factor=inputs.timeout_factor,
     )
@@ -236,4 +248,5 @@ def inputs_for_night(night, uncovered: Sequence[str] | None = None,
         rules=FlakyRules.from_mapping(getattr(night.repo_spec, "flaky", None), key=f"repos.{night.repo_spec.name}.flaky"),
         quarantine=load_doc(night.state, night.repo_spec.name), uncovered=tuple(uncovered),
         timeout_floor_s=night.timeout_floor_s, timeout_factor=night.repo_spec.timeout_factor,
+        repo=night.repo_spec.name,
     )

@@ -189,3 +189,22 @@ def test_tonights_attempts_that_used_most_of_their_timeout_are_near_timeout_with
                             {**attempt("tests/b.py", "passed", "n0"), "elapsed_s": 10.0, "timeout_s": 20}]}
     [near] = build_report(summary).near_timeout
     assert (near.test_id, near.elapsed_s, near.timeout_s, near.outcome) == ("tests/a.py", 19.0, 20, "passed")
+
+
+def test_the_verdict_is_the_one_the_night_recorded_not_one_recomputed_from_a_later_quarantine(night):
+    """The night exited 1 with two failures; a quarantine added the next morning must not turn its
+    report green after the fact (nor a release turn an excused night red)."""
+    from pipelines.core.flaky import night_verdict
+    from pipelines.core.report import attempts_of
+
+    before = build_report(night.summary, night.previous, night.samples, night.tests)
+    failed = list(night_verdict(attempts_of(night.summary), {}).failed)
+    recorded = {**night.summary, "verdict": {"ok": False, "failed": failed, "excused_quarantined": [], "infra": [],
+                                             "bad_nodes": [], "interrupted": []}}
+    later = replay(night.samples, overrides=record(None, tid(SFT), "add", "alice", "issue #7",
+                                                    "2026-11-07T09:00:00+00:00"))
+    r = build_report(recorded, night.previous, night.samples, night.tests, states=later)
+    assert r.verdict == before.verdict == "FAILED: 2 test(s) failed" and r.excused == ()
+    excused = {**recorded, "verdict": {**recorded["verdict"], "ok": True, "failed": [], "excused_quarantined": failed}}
+    r = build_report(excused, night.previous, night.samples, night.tests, states={})
+    assert r.verdict == "OK: 2 quarantined failure(s) excused" and r.excused == tuple(failed)

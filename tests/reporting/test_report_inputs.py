@@ -136,3 +136,27 @@ def test_a_corrupt_night_before_is_left_out_with_a_warning_and_the_one_before_it
     assert warnings[0].endswith("; left out: compared with 2026-11-04T150000Z instead")
     data = night_report(LocalStateStore(copy), None, ReportInputs(samples=()), warn=lambda _: None)
     assert data.changes.previous == "2026-11-04T150000Z" and warnings[0] in data.notes
+
+
+def test_an_older_night_shows_the_proposals_made_after_it_not_the_newest(tmp_path):
+    """Calibration keeps its evidence per source run; `nightly report --night` of an older night reads that."""
+    import dataclasses
+
+    from pipelines.core.calibrate import evidence_csv
+    from pipelines.reporting.inputs import evidence_key
+    from tests.reporting.nights import ESTIMATES
+
+    home = write_home(example_night(tmp_path / "home"))
+    store = LocalStateStore(home)
+    older, _ = select_night(store, "2026-11-05T150000Z")
+    then = [dataclasses.replace(e, proposed=e.proposed + 100) for e in ESTIMATES]
+    store.put(evidence_key("minirl", older["run_id"]), evidence_csv(then))
+    inputs = ReportInputs(estimates=ESTIMATES, repo="minirl")
+    data = night_report(store, "2026-11-05T150000Z", inputs)
+    assert {(d.test_id, d.proposed) for d in data.drift} | {(r.test_id, r.proposed) for r in data.rows
+                                                          if r.proposed is not None} >= {(e.test_id, e.proposed)
+                                                                                         for e in then}
+    newest = night_report(store, None, inputs)  # the newest night has no evidence of its own here: the latest
+    assert not any("proposals" in n for n in newest.notes)
+    first = night_report(store, "2026-11-01T150000Z", inputs)
+    assert "est_time proposals: the latest calibration's (the one made after this night was not kept)" in first.notes
