@@ -47,7 +47,8 @@ class RepoGroups:
     groups: tuple[Group, ...]
     groups_file: Path
     roots: tuple[str, ...] = ("tests",)
-    template: str | None = None
+    #: the workflow templates holding test matrices (framework S may split them over several)
+    templates: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -65,7 +66,7 @@ def locate(repo: str | Path | None, specs_dir: Path | str | None = None, groups_
 
     A checkout nobody configured is looked up under its folder name.
     """
-    from pipelines.core.catalog import find_template
+    from pipelines.core.catalog import find_templates
     from pipelines.core.specs import load_specs
 
     specs = load_specs(specs_dir)
@@ -73,8 +74,8 @@ def locate(repo: str | Path | None, specs_dir: Path | str | None = None, groups_
     name = spec.name if spec else path.name
     groups_file = Path(groups_file) if groups_file else specs.root / FILE_NAME
     roots = tuple(spec.roots) if spec else ("tests",)
-    template = (spec.template if spec and spec.template else None) or find_template(path)
-    return RepoGroups(path, name, load_groups(groups_file, name), groups_file, roots, template)
+    templates = (spec.template,) if spec and spec.template else tuple(find_templates(path))
+    return RepoGroups(path, name, load_groups(groups_file, name), groups_file, roots, templates)
 
 
 def check_repo(where: RepoGroups, source: Source | None = None, adopt: bool = False) -> CoverageReport:
@@ -83,7 +84,7 @@ def check_repo(where: RepoGroups, source: Source | None = None, adopt: bool = Fa
     ``adopt``: test files whose ``# coverage-group:`` comment names a declared group join it (for
     an earlier revision) instead of being reported as missing from assets/coverage.yaml.
     """
-    reports, problems = check_groups(where.groups, source or TreeSource(where.repo), where.roots, where.template, adopt)
+    reports, problems = check_groups(where.groups, source or TreeSource(where.repo), where.roots, where.templates, adopt)
     return CoverageReport(reports, problems)
 
 

@@ -97,18 +97,30 @@ def file_groups(source: Source, roots: Sequence[str], declared: Sequence[Group],
     return [by_name[g.name] for g in declared] + groups, problems
 
 
-def read_configurations(group: Group, source: Source, template: str | None) -> tuple[list[Configuration], list[Problem]]:
-    """Every configuration of every test of the group; a missing test is a located problem."""
+def read_configurations(group: Group, source: Source, template: str | Sequence[str] | None
+                        ) -> tuple[list[Configuration], list[Problem]]:
+    """Every configuration of every test of the group; a missing test is a located problem.
+
+    ``template``: the workflow template(s); a test's entries may be in any of them (framework S
+    keeps a PR template and a nightly one)."""
     configs: list[Configuration] = []
     problems: list[Problem] = []
-    template_text = source.read(template) if template and group.matrix == TEMPLATE_MATRIX else None
+    names = (template,) if isinstance(template, str) else tuple(template or ())
+    texts = [(n, t) for n in names if (t := source.read(n)) is not None] if group.matrix == TEMPLATE_MATRIX else []
     for test in group.tests:
         if group.matrix == TEMPLATE_MATRIX:
-            if template_text is None:
-                problems.append(Problem(template or ".github/workflows", 1, "template", (
+            if not texts:
+                problems.append(Problem(names[0] if names else ".github/workflows", 1, "template", (
                     f"group {group.name} reads a workflow template but none was found; set `template:` in assets/repos.yaml")))
                 break
-            found, bad = template_matrix(template_text, template or "", test)
+            found, bad = [], []
+            for name, text in texts:
+                here, wrong = template_matrix(text, name, test)
+                found += here
+                bad += [p for p in wrong if p.field != "test_file"]
+            if not found and not bad:
+                bad.append(Problem(texts[0][0], 1, "test_file", f"no entry runs {test} in "
+                                   f"{', '.join(n for n, _ in texts)}; add one or drop it from the group"))
         else:
             text = source.read(test)
             if text is None:
@@ -164,7 +176,7 @@ def label_rows(configs: Sequence[Configuration], dims: Sequence[Dimension]) -> t
     return rows, problems
 
 
-def check_group(group: Group, source: Source, template: str | None = None) -> GroupCoverage:
+def check_group(group: Group, source: Source, template: str | Sequence[str] | None = None) -> GroupCoverage:
     """What the group's tests cover at ``source``: cells, the rows covering each, and problems."""
     configs, problems = read_configurations(group, source, template)
     dims = infer_dimensions(configs) if group.inferred else group.dimensions
@@ -174,7 +186,7 @@ def check_group(group: Group, source: Source, template: str | None = None) -> Gr
 
 
 def check_groups(declared: Sequence[Group], source: Source, roots: Sequence[str] = ("tests",),
-                 template: str | None = None, adopt: bool = False) -> tuple[tuple[GroupCoverage, ...], tuple[Problem, ...]]:
+                 template: str | Sequence[str] | None = None, adopt: bool = False) -> tuple[tuple[GroupCoverage, ...], tuple[Problem, ...]]:
     """Every declared group and every group declared in test-file comments, plus stray members."""
     groups, problems = file_groups(source, roots, declared, adopt)
     reports = tuple(check_group(g, source, template) for g in groups)

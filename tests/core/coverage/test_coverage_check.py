@@ -130,3 +130,29 @@ def test_a_template_groups_cells_come_from_the_workflow_template_entries():
     assert report.ok
     assert [(c.label, [(x.path, x.line) for x in report.covered_by(c)]) for c in report.cells] == [
         ("fp8=off", [(template[0], 2)]), ("fp8=on", [(template[0], 3)])]
+
+
+def test_a_template_groups_entries_may_be_split_over_several_templates():
+    """Framework S keeps a PR template and a nightly one: cells covered in either count."""
+    pr = (".github/workflows/pr-test.yml.j2", """\
+<% set jobs = {'e2e': {'label': 'run-ci-e2e', 'tests': [
+    {'test_file': 'test_fp8.py', 'use_fp8_rollout': '0'},
+]}} -%>
+""")
+    nightly = (".github/workflows/nightly-test.yml.j2", """\
+<% set jobs = {'nightly': {'label': 'run-ci-nightly', 'tests': [
+    {'test_file': 'test_fp8.py', 'use_fp8_rollout': '1'},
+]}} -%>
+""")
+    fp8 = Dimension("fp8", ("use_fp8_rollout",), (("off", ("0",)), ("on", ("1",))))
+    group = Group("fp8", ("tests/test_fp8.py",), (fp8,), "coverage.yaml:9", matrix="template", strength=1)
+
+    report = check_group(group, FilesSource(dict([pr, nightly])), (pr[0], nightly[0]))
+
+    assert report.ok, report.problems
+    assert [(c.label, [x.path for x in report.covered_by(c)]) for c in report.cells] == [
+        ("fp8=off", [pr[0]]), ("fp8=on", [nightly[0]])]
+    missing = Group("gone", ("tests/test_gone.py",), (fp8,), "coverage.yaml:12", matrix="template", strength=1)
+    [problem] = check_group(missing, FilesSource(dict([pr, nightly])), (pr[0], nightly[0])).problems
+    assert problem.message == ("no entry runs tests/test_gone.py in .github/workflows/pr-test.yml.j2, "
+                               ".github/workflows/nightly-test.yml.j2; add one or drop it from the group")
