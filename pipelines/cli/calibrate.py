@@ -92,6 +92,8 @@ def run(args: argparse.Namespace) -> int:
     status = _write_outputs(args, path, plan, estimates, store)
     for p, why in plan.skipped:
         print(f"left alone: {p}: {why}")
+    for p, why in plan.unpatchable if args.patch else ():
+        print(f"left out of the patch: {p}: {why}")
     return status
 
 
@@ -122,7 +124,7 @@ def _write_outputs(args: argparse.Namespace, repo: Path, plan, estimates, store)
         if warning:
             print(f"nightly calibrate: warning: {warning}", file=sys.stderr)
     files = [(args.evidence, evidence_csv(estimates))]
-    if args.patch and plan.edits:
+    if args.patch and plan.patched:
         files.append((args.patch, plan.diff()))
     for dest, text in [(Path(f), text) for f, text in files if f]:
         try:
@@ -131,8 +133,8 @@ def _write_outputs(args: argparse.Namespace, repo: Path, plan, estimates, store)
             return _fail(write_problem(dest, exc))
     if args.evidence:
         print(f"evidence: {args.evidence}")
-    if args.patch and plan.edits:
-        print(f"patch: {args.patch} ({len(plan.edits)} files)")
+    if args.patch and plan.patched:
+        print(f"patch: {args.patch} ({len(plan.patched)} files)")
     elif args.patch:
         # git apply refuses a patch with no diff in it ("No valid patches in input")
         print(f"patch: nothing to change; {args.patch} not written{remove_stale_patch(args.patch)}")

@@ -227,3 +227,19 @@ def test_a_rewrite_failing_half_way_puts_back_the_test_files_already_rewritten(r
     err = capsys.readouterr().err
     assert "cannot write (No space left on device)" in err and "1 test file(s) rewritten before it were put back" in err
     assert {p.name: p.read_bytes() for p in (repo / "tests/e2e").iterdir()} == before
+
+
+def test_a_patch_whose_only_edit_is_through_a_link_out_of_the_repo_is_not_written_and_says_why(repo, tmp_path, capsys):
+    outside = tmp_path / "elsewhere" / "test_a.py"
+    outside.parent.mkdir()
+    link = repo / "tests/e2e/test_a.py"
+    outside.write_bytes(link.read_bytes())
+    link.unlink()
+    link.symlink_to(outside)
+    (repo / "tests/e2e/test_b.py").unlink()  # only test_a has a change to make
+    patch = tmp_path / "p.diff"
+    assert cli("calibrate", "--repo", str(repo), "--patch", str(patch)) == 0
+    out = capsys.readouterr().out
+    assert f"patch: nothing to change; {patch} not written" in out
+    assert f"left out of the patch: tests/e2e/test_a.py: a symlink to {outside}, outside the repository" in out
+    assert not patch.exists()

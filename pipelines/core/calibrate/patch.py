@@ -28,12 +28,20 @@ class PatchPlan:
 
     edits: dict[str, tuple[str, str]] = field(default_factory=dict)  # path -> (old text, new text)
     skipped: tuple[tuple[str, str], ...] = ()
+    #: edits ``--write`` makes through a symlink to a file outside the repo, and why a patch cannot
+    unpatchable: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def patched(self) -> dict[str, tuple[str, str]]:
+        """The edits a patch can carry (git stores a symlink as the link, not the file it names)."""
+        out = {p for p, _ in self.unpatchable}
+        return {p: edit for p, edit in self.edits.items() if p not in out}
 
     def diff(self) -> str:
         """A unified diff with ``a/`` and ``b/`` prefixes that ``git apply`` takes from the repo root."""
-        head = [f"# left alone: {p}: {why}\n" for p, why in self.skipped]
+        head = [f"# left alone: {p}: {why}\n" for p, why in (*self.skipped, *self.unpatchable)]
         out: list[str] = []
-        for path, (old, new) in sorted(self.edits.items()):
+        for path, (old, new) in sorted(self.patched.items()):
             out.extend(_unified(old, new, path))
         return "".join(head + out) if out else "".join(head)
 
@@ -110,10 +118,8 @@ def plan_patch(repo: Path | str, tests: Sequence[Test], estimates: Sequence[Esti
     for t in tests:
         per_hw[(t.path, t.backend, t.hardware)] += 1
         per_call[(t.path, t.line, t.backend)] += 1
-    texts: dict[str, str] = {}
-    originals: dict[str, str] = {}
+    files = _Files()
     skipped: list[tuple[str, str]] = []
-    frozen: set[str] = set()  # files where one call could not be told from another: no edit at all
     for e, held in _per_call(tests, estimates):
         t = by_id.get(e.test_id)
         if t is not None and held:
@@ -122,12 +128,42 @@ def plan_patch(repo: Path | str, tests: Sequence[Test], estimates: Sequence[Esti
             continue
         shared = per_call[(t.path, t.line, t.backend)] > 1
         # a call listing several hardware is found by its line: other calls for one of its hardware do not make it ambiguous
-        why = _edit(repo, t, e, 1 if shared else per_hw[(t.path, t.backend, t.hardware)], texts, originals, shared,
-                    frozen)
+        why = _edit(repo, t, e, 1 if shared else per_hw[(t.path, t.backend, t.hardware)], files, shared)
         if why:
             skipped.append((t.path, why))
-    edits = {p: (originals[p], texts[p]) for p in texts if texts[p] != originals[p] and p not in frozen}
-    return PatchPlan(edits, tuple(dict.fromkeys(skipped)))
+    edits = {p: (files.originals[p], new) for p, new in files.texts.items()
+             if new != files.originals[p] and p not in files.frozen}
+    unpatchable = tuple((p, why) for p, why in files.outside.items() if p in edits)
+    return PatchPlan(edits, tuple(dict.fromkeys(skipped)), unpatchable)
+
+
+@dataclass
+class _Files:
+    """The files a plan reads, keyed by where git stores their text (a symlink's target inside the repo)."""
+
+    texts: dict[str, str] = field(default_factory=dict)
+    originals: dict[str, str] = field(default_factory=dict)
+    keys: dict[str, str] = field(default_factory=dict)  # test path -> key
+    frozen: set[str] = field(default_factory=set)  # one call could not be told from another: no edit at all
+    outside: dict[str, str] = field(default_factory=dict)  # key -> why a patch cannot carry it
+
+    def key(self, repo: Path, rel: str) -> str:
+        """``rel`` itself, or for a path through a symlink the repo-relative path of the file it names
+        (``git apply`` refuses to patch a link); a target outside the repo keeps ``rel`` and is noted."""
+        if rel not in self.keys:
+            self.keys[rel] = rel
+            try:
+                real, root = (repo / rel).resolve(), repo.resolve()
+            except (OSError, RuntimeError):
+                return rel  # read next, and reported there
+            if real != root / rel:
+                if real.is_relative_to(root):
+                    self.keys[rel] = real.relative_to(root).as_posix()
+                else:
+                    self.outside[rel] = (f"a symlink to {real}, outside the repository; git stores the link, not "
+                                         "that file, so no patch can change it: `--write` writes through the link, "
+                                         "or edit the file by hand")
+        return self.keys[rel]
 
 
 def one_per_call(tests: Sequence[Test], estimates: Sequence[Estimate]) -> list[Estimate]:
@@ -189,12 +225,13 @@ def _held(group: list[Test], members: list[Estimate | None], merged: Estimate) -
             f"{', '.join(bare)} first, or register each hardware with its own call")
 
 
-def _edit(repo: Path, t: Test, e: Estimate, same_hw: int, texts: dict[str, str], originals: dict[str, str],
-          by_line: bool = False, frozen: set[str] | None = None) -> str:
+def _edit(repo: Path, t: Test, e: Estimate, same_hw: int, files: _Files, by_line: bool = False) -> str:
     if t.fmt != "registry":
         return f"{t.fmt} tests have no est_time in the file; keep {e.proposed} s in the calibrated estimates"
     path = repo / t.path
-    if t.path not in texts:
+    key = files.key(repo, t.path)
+    texts = files.texts
+    if key not in texts:
         try:
             from pipelines.core.catalog.scan import python_source  # here: the catalog imports calibrate
 
@@ -207,9 +244,9 @@ def _edit(repo: Path, t: Test, e: Estimate, same_hw: int, texts: dict[str, str],
                     f"est_time to {e.proposed} by hand")
         if t.sha256 and hashlib.sha256(data).hexdigest() != t.sha256:
             return "the file changed since the catalog read it; recalibrate against this revision"
-        texts[t.path] = originals[t.path] = text
+        texts[key] = files.originals[key] = text
     try:
-        tree = ast.parse(texts[t.path], filename=t.path)
+        tree = ast.parse(texts[key], filename=t.path)
     except SyntaxError as exc:
         return f"line {exc.lineno}: not valid Python ({exc.msg})"
     calls = _registrations(tree)
@@ -220,8 +257,7 @@ def _edit(repo: Path, t: Test, e: Estimate, same_hw: int, texts: dict[str, str],
     if len(on_line) > 1:  # `register_rocm_ci(...); register_cuda_ci(...)`: the line alone does not say which
         call, why = _pick_on_line(on_line, t, by_line)
         if why:
-            if frozen is not None:
-                frozen.add(t.path)
+            files.frozen.add(key)
             return why
     else:
         call = on_line[0] if on_line else (mine[0] if len(mine) == 1 else None)
@@ -233,7 +269,7 @@ def _edit(repo: Path, t: Test, e: Estimate, same_hw: int, texts: dict[str, str],
     if node.value != e.current:
         return f"line {node.lineno}: est_time is {node.value} in the file, not {e.current}; recalibrate"
     try:
-        texts[t.path] = _replace(texts[t.path], node, e.proposed)
+        texts[key] = _replace(texts[key], node, e.proposed)
     except IndexError:  # a line ending ast and the splitting disagree on: never a traceback
         return f"line {node.lineno}: line endings the patch cannot follow; set est_time to {e.proposed} by hand"
     return ""

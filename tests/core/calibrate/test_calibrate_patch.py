@@ -244,3 +244,37 @@ def test_old_mac_and_mixed_line_endings_are_edited_on_the_line_ast_names_and_eve
     write(repo, t.path, text)
     apply_patch(repo, [t], [est(t, 700)])
     assert (repo / t.path).read_bytes() == want
+
+
+def test_a_symlinked_test_file_is_patched_at_the_file_it_names_inside_the_repo(repo):
+    target = repo / "shared/real_test.py"
+    target.parent.mkdir(parents=True)
+    target.write_text(ONE)
+    link = repo / "tests/e2e/test_x.py"
+    link.parent.mkdir(parents=True)
+    link.symlink_to("../../shared/real_test.py")
+    git(repo, "add", ".")
+    cuda, rocm = registered(repo, text=ONE)
+    patch = make_patch(repo, [cuda, rocm], [est(cuda, 1300)])
+    assert patch.startswith("--- a/shared/real_test.py\n+++ b/shared/real_test.py\n")
+    (repo / "p.diff").write_text(patch)
+    applied = git(repo, "apply", "p.diff")
+    assert applied.returncode == 0, applied.stderr
+    assert link.is_symlink() and target.read_text() == ONE.replace("est_time=3600,", "est_time=1300,")
+
+
+def test_a_symlink_to_a_file_outside_the_repo_is_left_out_of_the_patch_with_the_reason_but_written(repo,
+                                                                                                   tmp_path_factory):
+    shared = tmp_path_factory.mktemp("outside") / "test_x.py"
+    shared.write_text(ONE)
+    link = repo / "tests/e2e/test_x.py"
+    link.parent.mkdir(parents=True)
+    link.symlink_to(shared)
+    cuda, rocm = registered(repo, text=ONE)
+    plan = plan_patch(repo, [cuda, rocm], [est(cuda, 1300)])
+    assert plan.patched == {} and list(plan.edits) == ["tests/e2e/test_x.py"]
+    assert plan.diff() == (f"# left alone: tests/e2e/test_x.py: a symlink to {shared.resolve()}, outside the "
+                           "repository; git stores the link, not that file, so no patch can change it: `--write` "
+                           "writes through the link, or edit the file by hand\n")
+    apply_patch(repo, [cuda, rocm], [est(cuda, 1300)])
+    assert link.is_symlink() and shared.read_text() == ONE.replace("est_time=3600,", "est_time=1300,")
