@@ -84,8 +84,8 @@ def run(args: argparse.Namespace) -> int:
     print(f"\ndrift (>= 30 s and 30 %): {len(drifted) or 'none'}")
     for e in drifted:
         print(f"  {e.test_id} [{e.hardware}]: {e.current} -> {e.proposed} ({e.delta:+d} s)")
-    near = near_timeout(tests, samples, floor, factor)
-    print(f"near timeout (last run > 90 % of max({floor}, {factor:g} x est_time)): {len(near) or 'none'}")
+    near = near_timeout(tests, samples, floor, factor, estimates=estimates)
+    print(f"near timeout (last run > 90 % of max({floor}, {factor:g} x proposed est_time)): {len(near) or 'none'}")
     for n in near:
         print(f"  {n}")
     plan = plan_patch(path, tests, estimates)

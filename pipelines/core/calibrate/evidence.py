@@ -71,8 +71,11 @@ class NearTimeout:
 
 
 def near_timeout(tests: Sequence[Test], samples: Sequence[Sample], floor: int = 1800, factor: float = 1.25,
-                 threshold: float = 0.9) -> list[NearTimeout]:
-    """Tests whose last passed/failed/timed-out run took over ``threshold`` of ``max(floor, factor*est)``."""
+                 threshold: float = 0.9, estimates: Sequence[Estimate] = ()) -> list[NearTimeout]:
+    """Tests whose last passed/failed/timed-out run took over ``threshold`` of ``max(floor, factor*est)``,
+    ``est`` being the proposal of ``estimates`` when there is one: next night runs with it, and a stale
+    high est_time must not hide a run close to the timeout the proposal brings."""
+    proposed = {(e.test_id, e.hardware): e.proposed for e in estimates}
     last: dict[tuple[str, str], tuple[datetime, int, Sample]] = {}
     oldest = datetime.min.replace(tzinfo=UTC)
     for i, s in enumerate(samples):
@@ -88,7 +91,7 @@ def near_timeout(tests: Sequence[Test], samples: Sequence[Sample], floor: int = 
         if not hit:
             continue
         s = hit[2]
-        timeout = effective_timeout(t.est_time, floor, factor)
+        timeout = effective_timeout(proposed.get((t.id, t.hardware), t.est_time), floor, factor)
         if s.elapsed_s > threshold * timeout:
             out.append(NearTimeout(t.id, t.hardware, s.elapsed_s, timeout, s.outcome, s.started_at))
     return out

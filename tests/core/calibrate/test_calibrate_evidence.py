@@ -50,3 +50,12 @@ def test_a_stale_high_est_time_does_not_hide_a_run_close_to_the_floor_once_recal
     runs = [sample(1827, "2026-12-01T00:00:00Z")]
     assert near_timeout([make_test(est_time=3600)], runs, 1800, 1.25) == []  # timeout 4500
     assert len(near_timeout([make_test(est_time=1300)], runs, 1800, 1.25)) == 1  # timeout 1800
+
+
+def test_the_timeout_judged_is_the_one_the_proposal_gives_next_night():
+    t = make_test(est_time=3600)
+    runs = [sample(1700, "2026-12-01T00:00:00Z")]
+    assert near_timeout([t], runs, 1800, 1.25) == []  # est 3600: 4500 s
+    hit = near_timeout([t], runs, 1800, 1.25, estimates=[est(3600, 1000)])  # max(1800, 1250) = 1800 s
+    assert [str(h) for h in hit] == ["tests/e2e/test_a.py: last run passed after 1700 s of its 1800 s timeout (94%)"]
+    assert near_timeout([t], runs, 1800, 1.25, estimates=[est(3600, 1000, tid="tests/e2e/test_b.py")]) == []
