@@ -6,7 +6,9 @@ would otherwise become a 1.25e9 s est_time. Three guards, each reported, never s
   ``outlier_factor`` times away from the median of the test's other samples) are left out;
 - no proposal goes above ``max_est_time_s``;
 - a proposal moving a calibrated est_time by more than ``max_step_factor`` in one step is held
-  for explicit acceptance (``accept: [test id]``), not applied.
+  for explicit acceptance (``accept: [test id]``), not applied; a ``raise_on_timeout`` raise is not
+  (it is 1.25x a run the timeout killed, so bounded by that timeout: holding it would keep a
+  placeholder est_time that is killed every night).
 """
 
 from __future__ import annotations
@@ -55,8 +57,9 @@ def screen_relative(samples: Sequence[Sample], p: Mapping) -> tuple[list[Sample]
     return usable, out
 
 
-def bound_proposal(test: Test, proposed: int, p: Mapping) -> tuple[int, int | None, str]:
-    """(est_time to apply, proposal held for acceptance or None, note for the reason)."""
+def bound_proposal(test: Test, proposed: int, p: Mapping, killed: bool = False) -> tuple[int, int | None, str]:
+    """(est_time to apply, proposal held for acceptance or None, note for the reason); ``killed``: the
+    proposal is a raise after a timeout kill, which the step guard does not hold."""
     top = int(p.get("max_est_time_s") or MAX_EST_TIME_S)
     note = ""
     if proposed > top:
@@ -64,7 +67,8 @@ def bound_proposal(test: Test, proposed: int, p: Mapping) -> tuple[int, int | No
         proposed = top
     step = float(p.get("max_step_factor") or 0)
     accepted = test.id in tuple(p.get("accept") or ())
-    if step and test.est_time > 0 and proposed != test.est_time and not accepted and not test.uncalibrated:
+    raise_after_kill = killed and proposed > test.est_time
+    if step and test.est_time > 0 and proposed != test.est_time and not (accepted or test.uncalibrated or raise_after_kill):
         ratio = proposed / test.est_time
         if ratio > step or ratio < 1 / step:
             held = (f"held for acceptance: {proposed} s moves est_time {test.est_time} s by x{ratio:.3g}, more "

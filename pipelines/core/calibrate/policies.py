@@ -130,10 +130,12 @@ def _timeout_raise(current: list[Sample], proposed: int) -> tuple[int, str, Samp
     last = max(runs, key=lambda r: r[:2])[2]
     if last.outcome != "timed_out":
         return None
-    floor = bucket_round(_ceil(last.elapsed_s * 1.25))
+    raw = _ceil(last.elapsed_s * 1.25)
+    floor = bucket_round(raw)
     if proposed >= floor:
         return None
-    return floor, f"raised: the newest run timed out after {last.elapsed_s:g} s", last
+    return floor, (f"raised: the newest run timed out after {last.elapsed_s:g} s, so 1.25 x that = {raw} s, rounded "
+                   f"up to {floor} s"), last
 
 
 def _estimate(test: Test, samples: Sequence[Sample], policy: str, p: Mapping, now: datetime,
@@ -156,13 +158,14 @@ def _estimate(test: Test, samples: Sequence[Sample], policy: str, p: Mapping, no
     k = int(p.get("min_samples") or 1)
     used = ev.used if len(values) >= k else []
     if not used:
-        reason = f"too few samples: {len(values)} passed of the current file, {policy} needs {k}; keeps est_time"
+        reason = f"too few samples: {len(values)} passed of the current file, {policy} needs {k}"
         proposed = test.est_time
     else:
         proposed, how = POLICIES[policy](values, p)
         reason = f"{policy}: {how} from {len(values)} passed"
     # a template test's est_time is ours (framework S has none, and no per-test timeout to set by
     # hand): without the raise, a test longer than the first night's limit is killed every night
+    raised = None
     if p.get("raise_on_timeout") or test.fmt == "template":
         plausible, _ = screen_samples([s for s in samples if s.sha256 in digests and s.outcome == "timed_out"], p)
         raised = _timeout_raise([s for s in samples if s.sha256 in digests and
@@ -170,7 +173,10 @@ def _estimate(test: Test, samples: Sequence[Sample], policy: str, p: Mapping, no
         if raised:
             proposed, reason = raised[0], f"{raised[1]}; {reason}"
             used = [*used, raised[2]]
-    proposed, held, bound = bound_proposal(test, int(proposed), p)
+    if not used:
+        reason += "; keeps est_time"
+    # a raise to what an observed timeout kill needs is bounded by that kill: never a poisoned number
+    proposed, held, bound = bound_proposal(test, int(proposed), p, killed=bool(raised))
     if bound:
         reason = f"{reason}; {bound}"
     if notes:
