@@ -97,7 +97,9 @@ class _Evidence:
     used: list[Sample]
     stale: int
     ignored: int
-    outside: int
+    old: int  # dated before the window
+    beyond: int  # past the newest max_samples
+    undated: int  # used without a start time (a log without timestamps), as the oldest in stored order
     outliers: list[str]
 
 
@@ -107,16 +109,22 @@ def _select(test: Test, samples: Sequence[Sample], p: Mapping, now: datetime, di
     good, outliers = screen_samples(passed, p)
     kept = good
     if p.get("window_days") is not None:
+        # a sample without a start time (a log without the GitHub timestamp prefix) is not known to be
+        # old: it counts, as the oldest
         since = now - timedelta(days=float(p["window_days"]))
-        kept = [s for s in good if (t := parse_time(s.started_at)) is not None and t >= since]
+        kept = [s for s in good if (t := parse_time(s.started_at)) is None or t >= since]
+    old = len(good) - len(kept)
     # Newest last: by start time, undated ones first, ties in stored order.
     order = sorted(range(len(kept)), key=lambda i: (parse_time(kept[i].started_at) or datetime.min.replace(tzinfo=UTC), i))
     kept = [kept[i] for i in order]
+    before = len(kept)
     if p.get("max_samples") is not None:
         kept = kept[-int(p["max_samples"]):]
-    outside = len(good) - len(kept)
+    beyond = before - len(kept)
     kept, far = screen_relative(kept, p)
-    return _Evidence(kept, len(samples) - len(current), len(current) - len(passed), outside, outliers + far)
+    undated = sum(1 for s in kept if parse_time(s.started_at) is None)
+    return _Evidence(kept, len(samples) - len(current), len(current) - len(passed), old, beyond, undated,
+                     outliers + far)
 
 
 def _timeout_raise(current: list[Sample], proposed: int) -> tuple[int, str, Sample] | None:
@@ -145,9 +153,12 @@ def _estimate(test: Test, samples: Sequence[Sample], policy: str, p: Mapping, no
     notes = []
     if ev.ignored:
         notes.append(f"{ev.ignored} failed/timed-out/infra samples ignored")
-    if ev.outside:
-        notes.append(f"{ev.outside} outside the newest {p.get('max_samples') or 'all'} within "
-                     f"{p.get('window_days')} days")
+    if ev.old:
+        notes.append(f"{ev.old} older than {p.get('window_days'):g} days")
+    if ev.beyond:
+        notes.append(f"{ev.beyond} beyond the newest {p.get('max_samples')}")
+    if ev.undated:
+        notes.append(f"{ev.undated} without a start time, used as the oldest")
     if ev.stale:
         notes.append(f"{ev.stale} stale (other file revision)")
     if ev.outliers:

@@ -49,7 +49,22 @@ def test_p90_uses_the_newest_15_within_21_days_and_needs_3():
     assert e.samples_used == 15
     assert e.proposed == 113  # nearest rank: 14th of 100..114
     assert e.max_s == 114 and e.median_s == 107
-    assert "6 outside the newest 15 within 21 days" in e.reason
+    assert "(1 older than 21 days; 5 beyond the newest 15)" in e.reason
+
+
+@pytest.mark.parametrize("policy", ["p90", "median"])
+def test_samples_without_a_start_time_count_in_stored_order_and_are_not_called_old(policy):
+    """Logs without the GitHub timestamp prefix (which import reads) give samples no start time;
+    the window must not drop them as if they were old."""
+    undated = [s(600 + i, started_at="", source=f"plain.log:{i}") for i in range(20)]
+    e = one(undated, policy, est_time=1800)
+    assert e.samples_used == 15 and e.sources == tuple(f"plain.log:{i}" for i in range(5, 20))  # the last 15 stored
+    assert e.proposed == (618 if policy == "p90" else 612)
+    assert "older than" not in e.reason and "within" not in e.reason
+    assert "(5 beyond the newest 15; 15 without a start time, used as the oldest)" in e.reason
+    dated = [s(100 + i, days_ago=1 + i / 100) for i in range(3)]
+    mixed = one(undated[:2] + dated, policy, est_time=1800)
+    assert mixed.samples_used == 5 and mixed.sources[:2] == ("plain.log:0", "plain.log:1")
 
 
 def test_p90_with_two_samples_keeps_est_time_and_says_why():
