@@ -109,7 +109,8 @@ def test_refused_log_lines_are_listed_with_file_line_and_why_and_the_rest_import
     assert cli("history", "import", "--repo", str(repo), "--dry-run", str(log)) == 0
     out = capsys.readouterr().out
     assert "would import 1 samples from 1 logs" in out
-    assert f"  {log}:2: elapsed: '999999999999...(400 characters)' is not a number of seconds; attempt not imported" in out
+    assert (f"  {log}:2: elapsed: 999999999999...(400 characters) s is more than a day (86400 s); no test attempt "
+            "lasts that long; attempt not imported") in out
     assert f"  {log}:3: elapsed: -3 s is negative; attempt not imported" in out
 
 

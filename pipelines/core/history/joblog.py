@@ -77,8 +77,11 @@ def seconds(text: str) -> tuple[float | None, str]:
     """A bounded number of seconds from log text, or (None, why it is refused)."""
     if text.startswith("-") and _NUMBER.fullmatch(text[1:]):
         return None, f"{text} s is negative"
+    shown = text if len(text) <= 24 else f"{text[:12]}...({len(text)} characters)"
+    if re.fullmatch(r"\d{10,}(?:\.\d+)?", text):  # a number, too long for _NUMBER: far above the bound
+        value = f"{float(text):g}" if len(text) <= 24 else shown
+        return None, f"{value} s is more than a day ({MAX_EST_TIME_S} s); no test attempt lasts that long"
     if not _NUMBER.fullmatch(text):
-        shown = text if len(text) <= 24 else f"{text[:12]}...({len(text)} characters)"
         return None, f"{shown!r} is not a number of seconds"
     value = float(text)
     if value > MAX_EST_TIME_S:

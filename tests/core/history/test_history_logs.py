@@ -144,7 +144,10 @@ def test_else_the_registration_whose_est_time_the_log_prints_is_the_one_that_ran
 
 
 REFUSED = [
-    ("elapsed=" + "9" * 400 + "s", "elapsed: '999999999999...(400 characters)' is not a number of seconds"),
+    ("elapsed=" + "9" * 400 + "s", "elapsed: 999999999999...(400 characters) s is more than a day (86400 s); no test "
+                                   "attempt lasts that long"),
+    ("elapsed=1000000000s", "elapsed: 1e+09 s is more than a day (86400 s); no test attempt lasts that long"),
+    ("elapsed=12345678901.5s", "elapsed: 1.23457e+10 s is more than a day (86400 s); no test attempt lasts that long"),
     ("elapsed=1e9s", "elapsed: '1e9' is not a number of seconds"),
     ("elapsed=999999999s", "elapsed: 1e+09 s is more than a day (86400 s); no test attempt lasts that long"),
     ("elapsed=-5s", "elapsed: -5 s is negative"),
@@ -172,8 +175,9 @@ def test_an_unbounded_estimated_time_is_reported_and_not_used():
     log = "End (1/1):\nfilename='tests/e2e/test_m.py', elapsed=957, _estimated_time=" + "1" * 50 + "\n" + M_LOG
     samples, problems = import_logs({"job.log": log}, catalog(CUDA_M, ROCM_M))
     assert samples == []
-    assert str(problems[0]).startswith("job.log:2: _estimated_time: '111111111111...(50 characters)' is not a number "
-                                       "of seconds; not used to infer the suite")
+    assert str(problems[0]).startswith("job.log:2: _estimated_time: 111111111111...(50 characters) s is more than a "
+                                       "day (86400 s)")
+    assert str(problems[0]).endswith("; not used to infer the suite")
     assert problems[1].field == "suite"
 
 
