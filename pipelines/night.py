@@ -488,7 +488,8 @@ class Night:
     def checks(self, estimates: list[Estimate]) -> tuple[list[Estimate], list]:
         """(drifted estimates, tests whose last run used over 90% of their timeout)."""
         tests = self.catalog.tests
-        return drift(estimates), near_timeout(tests, self.history.read(), self.timeout_floor_s, self.repo_spec.timeout_factor)
+        return drift(estimates), near_timeout(tests, self.history.read(), self.timeout_floor_s,
+                                              self.repo_spec.timeout_factor, estimates=estimates)
 
     # -- the night's record ----------------------------------------------------------------
     def write_summary(self, summary: dict) -> dict:

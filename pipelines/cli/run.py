@@ -223,7 +223,8 @@ def _execute(night, args, selection, env: dict[str, str], home: Path) -> int:
     for note in summary["notes"]:
         print(f"note: {note}")
     print(f"report: {report or '?'}")
-    print(f"evidence: {paths['evidence']}\npatch: {paths['patch']}\nestimates: {paths['estimates']}")
+    print(f"evidence: {paths['evidence']}\npatch: {_patch_line(night, paths['patch'])}\n"
+          f"estimates: {paths['estimates']}")
     print(f"dagster runs: {result.run_id} (night), {calib.run_id} (calibration); `make ui` to browse")
     verdict = summary.get("verdict") or {}
     for tid in verdict.get("excused_quarantined", ()):
@@ -231,6 +232,14 @@ def _execute(night, args, selection, env: dict[str, str], home: Path) -> int:
     bad = [r for r in rows if r.outcome not in ("passed", "skipped", "unplanned")
            and r.test_id not in verdict.get("excused_quarantined", ())]
     return EXIT_TEST_FAILED if bad or not calib.success else 0
+
+
+def _patch_line(night, where: str) -> str:
+    """The patch's location, or that there is nothing to apply (git apply refuses an empty patch)."""
+    from pipelines.storage.history import NOTHING_TO_APPLY
+
+    text = night.state.get(night.calibration_keys()["patch"]) or ""
+    return f"nothing to change ({where} says so)" if text.startswith(NOTHING_TO_APPLY) else where
 
 
 def _calibrate(defs, instance, run_id: str):

@@ -341,7 +341,8 @@ def build_report(
         counts=tuple(sorted(Counter(r.outcome for r in rows).items())), rows=tuple(rows),
         failures=tuple(failures), infra=tuple(infra), bad_nodes=tuple(findings),
         drift=tuple(drift(estimates)),
-        near_timeout=_near_timeout(attempts, near_timeout(selected, recent, timeout_floor_s, timeout_factor), by_id),
+        near_timeout=_near_timeout(attempts, near_timeout(selected, recent, timeout_floor_s, timeout_factor,
+                                                                 estimates=estimates), by_id),
         usage=_usage(bars, attempts, summary, makespan, capacity_gpus),
         makespan=tuple((k, summary.get(f)) for k, f in (
             ("predicted", "predicted_makespan_s"), ("predicted median", "predicted_median_s"), ("predicted p50", "predicted_p50_s"),

@@ -65,6 +65,10 @@ def record_successions(store: HistoryStore, items: Iterable[Succession]) -> str:
     return ""
 
 
+#: first line of a night's patch that changes nothing (``nightly run`` prints it instead of the path)
+NOTHING_TO_APPLY = "# nothing to change: no est_time differs from its file; there is nothing to git apply"
+
+
 def recorded_patch(store: HistoryStore, repo: Path | str, tests: Sequence[Test], estimates: Sequence[Estimate]) -> str:
     """The est_time patch of a night's calibration, its rewrites recorded first so that applying
     it (``git apply``) keeps the patched tests' history current; a store that cannot record says so."""
@@ -74,4 +78,6 @@ def recorded_patch(store: HistoryStore, repo: Path | str, tests: Sequence[Test],
     warning = record_successions(store, plan.successions())
     if warning:
         log.warning("%s", warning)
+    if not plan.edits:  # git apply refuses a patch without hunks: say so in the file itself
+        return f"{NOTHING_TO_APPLY}\n" + plan.diff()
     return plan.diff()

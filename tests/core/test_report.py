@@ -12,7 +12,7 @@ import json
 import pytest
 
 from pipelines.core.flaky import FlakyState, record, replay
-from pipelines.core.model import Attempt
+from pipelines.core.model import Attempt, Test
 from pipelines.core.report import build_report, markdown, night_rows, table, to_json
 from tests.reporting.nights import (
     BACKEND,
@@ -208,3 +208,19 @@ def test_the_verdict_is_the_one_the_night_recorded_not_one_recomputed_from_a_lat
     excused = {**recorded, "verdict": {**recorded["verdict"], "ok": True, "failed": [], "excused_quarantined": failed}}
     r = build_report(excused, night.previous, night.samples, night.tests, states={})
     assert r.verdict == "OK: 2 quarantined failure(s) excused" and r.excused == tuple(failed)
+
+
+def test_near_timeout_judges_the_last_run_against_the_timeout_the_proposal_brings():
+    """est_time 3600 proposed down to 1000: next night's timeout is max(1800, 1250) = 1800, and a
+    1700 s run is 94 % of it; against the old 4500 s it would look safe."""
+    from pipelines.core.model import Estimate, Sample
+
+    t = Test("tests/a.py", "tests/a.py", "cuda", "stage-c-4-gpu-h200", 4, 3600, hardware="h200")
+    run = attempt("tests/a.py", "passed", "n0")
+    summary = {"night": "n", "run_id": "r1", "selected": [t.id],
+               "attempts": [{**run, "elapsed_s": 1700.0, "timeout_s": 4500}]}
+    samples = [Sample(t.id, "h200", "", "passed", e, f"2026-11-0{d}T15:00:00+00:00", run_id=f"r{d}")
+               for d, e in ((4, 1000.0), (5, 1000.0), (6, 1700.0))]
+    proposal = Estimate(t.id, "h200", 3600, 1000, 3, "median")
+    [near] = build_report(summary, (), samples, [t], [proposal], timeout_floor_s=1800).near_timeout
+    assert (near.test_id, near.elapsed_s, near.timeout_s) == ("tests/a.py", 1700.0, 1800)

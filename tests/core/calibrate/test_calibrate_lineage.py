@@ -81,6 +81,21 @@ def test_a_nights_patch_is_recorded_in_the_store_before_anyone_applies_it(tmp_pa
     assert successions(store) == [Succession(digest(old), digest(old.replace("3600", "1300")), t.path)]
 
 
+def test_a_nights_patch_that_changes_nothing_says_so_in_its_first_line(tmp_path):
+    """git apply refuses a patch without hunks; the stored file tells whoever fetches it, and
+    `nightly run` prints that instead of the path."""
+    from pipelines.core.history import FileHistoryStore
+    from pipelines.storage.history import NOTHING_TO_APPLY, recorded_patch
+
+    old = "register_cuda_ci(est_time=3600, suite='stage-c-4-gpu-h200', labels=[])\n"
+    (tmp_path / "tests/e2e").mkdir(parents=True)
+    (tmp_path / "tests/e2e/test_a.py").write_text(old)
+    t = make_test(est_time=3600, sha256=digest(old), line=1)
+    store = FileHistoryStore(tmp_path / "history.sqlite")
+    diff = recorded_patch(store, tmp_path, [t], [Estimate(t.id, "h200", 3600, 3600, 3, "bucket125")])
+    assert diff.splitlines()[0] == NOTHING_TO_APPLY
+
+
 def test_a_store_that_cannot_record_rewrites_says_what_will_go_stale():
     from pipelines.storage.history import record_successions, successions
 
