@@ -7,6 +7,12 @@ observations and check results, and stays thin. No Dagster import here.
 
 When the consumer stops early (SIGINT/SIGTERM, a terminated run), nothing new starts, running
 tests are killed through the launcher, and every attempt still reaches history and the record.
+
+A worker can also die without a word (kill -9, an evicted run pod). So the record is not only
+written at the end: a partial one (``"status": "running"``) is stored as soon as the run is planned
+and rewritten after each finished attempt, and each attempt's log goes to the state store as the
+attempt finishes. A night whose worker died is then in ``nightly report`` as incomplete, with the
+attempts and logs that finished, instead of missing.
 """
 
 from __future__ import annotations
@@ -14,8 +20,10 @@ from __future__ import annotations
 import dataclasses
 import queue
 import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 
 from pipelines.core.health import detect_bad_nodes
 from pipelines.core.model import Attempt, Plan, Requirement, Test
@@ -90,8 +98,21 @@ def run_tests(night: Night, runset: RunSet, selection: RunSelection, *, launcher
             f"interrupted: {', '.join(a.test_id for a in reaped)}")
     tests = list(runset.run)
     plan = night.plan(tests)
-    yield Planned(plan, runset)
+    states = _flaky_states(night)
+    progress = _Progress(night, runset, selection, plan, infra or {}, tags or {}, states, say)
+    progress.write()  # from here on the run is in the store, even if its worker dies without a word
+    try:
+        yield Planned(plan, runset)
+        yield from _run_planned(night, runset, selection, tests, plan, progress, launcher, say, infra, tags)
+    except BaseException as exc:
+        if not progress.done:  # ended before its record: say how, keep what finished
+            progress.write(*_how_it_ended(exc))
+        raise
 
+
+def _run_planned(night: Night, runset: RunSet, selection: RunSelection, tests: list[Test], plan: Plan,
+                 progress: _Progress, launcher: Launcher | None, say: Callable[[str], None], infra: dict | None,
+                 tags: dict[str, str] | None) -> Iterator[Event]:
     attempts_before: list[Attempt] = []
     failed_inputs: dict[str, str] = {}
     reqs = night.requirements_for(tests)
@@ -115,9 +136,11 @@ def run_tests(night: Night, runset: RunSet, selection: RunSelection, *, launcher
             key = next(k for k in t.requirements if k in failed_inputs)
             a = _input_failure(t, failed_inputs[key], night.timeout_for(t))
             attempts_before.append(a)
+            progress.finished(a)
             yield Finished(a, t)
         tests = [t for t in tests if t not in blocked]
         plan = night.plan(tests)
+        progress.plan = plan
 
     images = {pool: (info or {}).get("image_digest", "") for pool, info in (infra or {}).items()}
     launcher = launcher or night.launcher()
@@ -127,11 +150,15 @@ def run_tests(night: Night, runset: RunSet, selection: RunSelection, *, launcher
         summary = night_summary(night, runset, selection, plan, result, attempts_before, notes,
                                 infra=infra or {}, tags=tags or {}, interrupted=interrupted)
         summary.update(flaky_verdict(night, [*attempts_before, *result.attempts], notes))
-        _store_logs(night, summary)
-        return night.write_summary(summary)
+        _store_logs(night, summary, progress.log_uris)
+        written = night.write_summary(summary)
+        progress.done = True  # the whole record replaced the partial one
+        return written
 
+    progress.dispatching()
     try:
-        yield from _dispatch(night, plan, tests, launcher, say, images, outcome, _quarantined(night))
+        yield from _dispatch(night, plan, tests, launcher, say, images, outcome, progress.quarantined,
+                             after=progress.finished)
     except BaseException:  # interrupted: what ran is recorded before the interruption goes on
         if "result" in outcome:
             record(outcome["result"], ["interrupted: no new test started after the signal; running tests "
@@ -145,19 +172,103 @@ def run_tests(night: Night, runset: RunSet, selection: RunSelection, *, launcher
     yield NightDone(record(result, notes, False))
 
 
-def _quarantined(night: Night) -> frozenset[str]:
-    """Tests quarantined as flaky as the night starts (advice: unreadable rules or states mean none)."""
+def _how_it_ended(exc: BaseException) -> tuple[str, str]:
+    """(status, note) of a run that ended before its whole record was written."""
+    if isinstance(exc, (GeneratorExit, KeyboardInterrupt, SystemExit)):
+        how = f"stopped (exit {exc.code})" if isinstance(exc, SystemExit) else "interrupted"
+        return "interrupted", f"the run was {how} before its tests were dispatched; tests without an attempt never ran"
+    what = f"{type(exc).__name__}: {exc}".strip().rstrip(":")
+    return "failed", (f"the run failed ({what[:500]}); tests without an attempt never ran; see the Dagster run's "
+                      "log for where it failed")
+
+
+class _Progress:
+    """The run's record while it runs, for a worker that may die at any moment (kill -9, an evicted pod).
+
+    ``write`` stores a partial record (the whole record's shape, ``"status": "running"`` and a note
+    saying it is incomplete) under the same keys as the whole one; ``finished`` stores the attempt's
+    log and rewrites the record. Both are best effort: a store that fails is said once and the night
+    goes on (the whole record at the end is written as before, and fails loudly).
+    """
+
+    def __init__(self, night: Night, runset: RunSet, selection: RunSelection, plan: Plan, infra: dict,
+                 tags: dict[str, str], states: dict, say: Callable[[str], None]):
+        self.night, self.runset, self.selection, self.plan = night, runset, selection, plan
+        self.infra, self.tags, self.states, self.say = infra, tags, states, say
+        self.quarantined = frozenset(tid for tid, st in states.items() if st.state == "quarantined")
+        self.attempts: list[Attempt] = []
+        self.log_uris: dict[str, str] = {}  # an attempt's log path -> its stored copy
+        self.notes: list[str] = []
+        self.started = 0.0  # monotonic time the dispatch started (0: not yet)
+        self.done = False
+        self._warned = False
+
+    def dispatching(self) -> None:
+        self.started = time.monotonic()
+
+    def finished(self, attempt: Attempt) -> None:
+        self.attempts.append(attempt)
+        uri = _store_log(self.night, attempt.log_path, self.notes, attempt.test_id)
+        if uri:
+            self.log_uris[attempt.log_path] = uri
+        self.write()
+
+    def summary(self, status: str = "running", note: str = "") -> dict:
+        from pipelines.core.flaky import night_verdict
+
+        ran = self.started and time.monotonic() - self.started
+        result = DispatchResult(attempts=list(self.attempts), makespan_s=round(ran or 0.0, 3))
+        finished = {a.test_id for a in self.attempts}
+        unfinished = [t.id for t in self.runset.run if t.id not in finished]
+        now = datetime.now(UTC).isoformat(timespec="seconds")
+        head = (f"INCOMPLETE: this record was written at {now} while the run was going ({len(finished)} of "
+                f"{len(self.runset.run)} test(s) had finished); if the run is no longer running (its worker died), "
+                "the tests without an attempt never finished; a run that ends replaces this record"
+                if status == "running" else f"INCOMPLETE: {note}")
+        summary = night_summary(self.night, self.runset, self.selection, self.plan, result, [], [head, *self.notes],
+                                infra=self.infra, tags=self.tags, interrupted=status == "interrupted")
+        v = night_verdict(self.attempts, self.states)
+        summary.update({
+            "status": status, "updated_at": now,
+            # unfinished tests are not passes: the night is not OK until a whole record says so
+            "verdict": {"ok": False, "failed": list(v.failed), "excused_quarantined": list(v.excused),
+                        "infra": list(v.infra), "bad_nodes": list(v.bad_nodes),
+                        "interrupted": [*v.interrupted, *unfinished], "unfinished": unfinished},
+        })
+        for a in summary["attempts"]:
+            if a.get("log_path") in self.log_uris:
+                a["log_uri"] = self.log_uris[a["log_path"]]
+        return summary
+
+    def write(self, status: str = "running", note: str = "") -> None:
+        from pipelines.storage.state import StateError
+
+        if self.done:
+            return
+        try:
+            self.night.write_summary(self.summary(status, note))
+        except (StateError, OSError) as exc:
+            if not self._warned:
+                self._warned = True
+                self.say(f"warning: the run's partial record was not stored ({exc}); the whole record is "
+                         "written when the run ends")
+
+
+def _flaky_states(night: Night) -> dict:
+    """Flaky states as the night starts (advice: unreadable rules or states mean none)."""
     try:
-        return frozenset(tid for tid, st in night.flaky_states().items() if st.state == "quarantined")
+        return night.flaky_states()
     except Exception:  # noqa: BLE001 - the night's record notes why (flaky_verdict)
-        return frozenset()
+        return {}
 
 
 def _dispatch(night: Night, plan: Plan, tests: list[Test], launcher: Launcher, say: Callable[[str], None],
-              images: dict[str, str], outcome: dict, quarantined: frozenset[str] = frozenset()) -> Iterator[Finished]:
+              images: dict[str, str], outcome: dict, quarantined: frozenset[str] = frozenset(),
+              after: Callable[[Attempt], None] | None = None) -> Iterator[Finished]:
     """Dispatch in a worker thread and yield each finished attempt here, in the caller's thread.
 
     ``outcome["result"]`` holds the DispatchResult once the worker ends, even when interrupted.
+    ``after`` sees each finished attempt before it is yielded (its log stored, the record rewritten).
     """
     by_id = {t.id: t for t in tests}
     finished: queue.Queue = queue.Queue()
@@ -182,6 +293,8 @@ def _dispatch(night: Night, plan: Plan, tests: list[Test], launcher: Launcher, s
             attempt.details["configs"] = ",".join(f"{k}={v}" for k, v in configs.items())
         say(f"[{done}/{total}] {attempt.test_id}  {attempt.outcome.upper()}  elapsed={attempt.elapsed_s:.1f}s "
             f"est={test.est_time}s node={attempt.node}")
+        if after is not None:
+            after(attempt)
         return Finished(attempt, test, done, total, attempt.test_id in quarantined)
 
     try:
@@ -238,6 +351,9 @@ def night_summary(night: Night, runset: RunSet, selection: RunSelection, plan: P
         "actual_makespan_s": result.makespan_s, "notes": notes, "interrupted": interrupted,
         "infra": infra or {}, "tags": tags or {},
         "est_time": {t.id: t.est_time for t in runset.run},
+        #: "finished" or "interrupted" for a whole record; a partial one (written while the run goes) says
+        #: "running", or "failed"/"interrupted" when the run ended before its whole record (see _Progress)
+        "status": "interrupted" if interrupted else "finished",
     }
 
 
@@ -257,19 +373,27 @@ def flaky_verdict(night: Night, attempts: list[Attempt], notes: list[str]) -> di
                         "infra": list(v.infra), "bad_nodes": list(v.bad_nodes), "interrupted": list(v.interrupted)}}
 
 
-def _store_logs(night: Night, summary: dict) -> None:
-    """Put each attempt's log in the state store (a no-op locally, where logs are written in place)."""
+def _store_log(night: Night, log_path: str, notes: list[str], test_id: str) -> str | None:
+    """Put one attempt's log in the state store, as ``logs/<night>/<file>``; returns where, or None
+    (locally logs are written in place: nothing to do; a failure is noted, never raised)."""
     from pathlib import Path
 
     from pipelines.storage.state import LocalStateStore, StateError
 
-    if isinstance(night.state, LocalStateStore):
-        return
+    if isinstance(night.state, LocalStateStore) or not log_path or not Path(log_path).is_file():
+        return None
+    try:
+        return night.state.put_file(f"logs/{night.night}/{Path(log_path).name}", Path(log_path))
+    except StateError as exc:
+        notes.append(f"log of {test_id} not stored: {exc}")
+        return None
+
+
+def _store_logs(night: Night, summary: dict, stored: dict[str, str] | None = None) -> None:
+    """Put each attempt's log in the state store (a no-op locally, where logs are written in place);
+    a log already stored as its attempt finished (``stored``: log path -> where) is not sent again."""
     for a in summary["attempts"]:
-        path = Path(a.get("log_path") or "")
-        if not a.get("log_path") or not path.is_file():
-            continue
-        try:
-            a["log_uri"] = night.state.put_file(f"logs/{summary['night']}/{path.name}", path)
-        except StateError as exc:
-            summary["notes"].append(f"log of {a['test_id']} not stored: {exc}")
+        path = a.get("log_path") or ""
+        uri = (stored or {}).get(path) or _store_log(night, path, summary["notes"], a["test_id"])
+        if uri:
+            a["log_uri"] = uri
