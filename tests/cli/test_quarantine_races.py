@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 
@@ -17,6 +16,7 @@ import pytest
 import yaml
 
 from tests.conftest import PROJECT_ROOT
+from tests.support.assets import example_assets
 from tests.support.moto import CREDENTIALS, moto_server, s3_client
 
 pytestmark = pytest.mark.slow  # parallel fresh interpreters, a moto server
@@ -28,11 +28,7 @@ TESTS = [f"tests/e2e/{t}" for t in ("lora/test_lora_math.py", "megatron/test_sft
 
 @pytest.fixture(scope="module")
 def assets(tmp_path_factory):
-    assets = tmp_path_factory.mktemp("assets")
-    shutil.copytree(PROJECT_ROOT / "assets", assets, dirs_exist_ok=True)
-    repos = assets / "repos.yaml"
-    repos.write_text(repos.read_text().replace("path: examples/minirl", f"path: {PROJECT_ROOT}/examples/minirl")
-                     .replace("hub: examples/minirl/hub", f"hub: {PROJECT_ROOT}/examples/minirl/hub"))
+    assets = example_assets(tmp_path_factory.mktemp("assets"))
     cluster = yaml.safe_load((assets / "cluster.yaml").read_text())
     cluster["deployments"]["s3race"] = {"launcher": "local", "storage": "s3", "s3_bucket": BUCKET,
                                         "skip_hardware": ["mi300"], "pools": {"h200": {"nodes": 1, "gpus_per_node": 8}}}

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import shutil
-
 import yaml
 
 from pipelines.cli import main
 from pipelines.core.runset import RunSelection
 from pipelines.night import Night, NightSettings
+from tests.support.assets import example_assets
 
 ROCM_ID = "tests/e2e/ckpt/test_ckpt_resume.py::rocm-stage-c-4-gpu-mi300"
 
@@ -24,14 +23,10 @@ def test_list_only_prints_the_plan_and_starts_nothing(tmp_path, capsys):
 
 
 def _assets_without_skip(tmp_path, project_root):
-    assets = tmp_path / "assets"
-    shutil.copytree(project_root / "assets", assets)
+    assets = example_assets(tmp_path / "assets")
     cluster = yaml.safe_load((assets / "cluster.yaml").read_text())
     del cluster["deployments"]["local"]["skip_hardware"]
     (assets / "cluster.yaml").write_text(yaml.safe_dump(cluster))
-    repos = assets / "repos.yaml"
-    repos.write_text(repos.read_text().replace("path: examples/minirl", f"path: {project_root}/examples/minirl")
-                     .replace("hub: examples/minirl/hub", f"hub: {project_root}/examples/minirl/hub"))
     return assets
 
 

@@ -2,23 +2,18 @@
 
 from __future__ import annotations
 
-import shutil
-
 import kubernetes_validate
 import yaml
 
 from pipelines.cli import main
+from tests.support.assets import example_assets
 
 
 def _assets(tmp_path, project_root):
-    assets = tmp_path / "assets"
-    shutil.copytree(project_root / "assets", assets)
+    assets = example_assets(tmp_path / "assets")
     cluster = yaml.safe_load((assets / "cluster.yaml").read_text())
     cluster["deployments"]["production"]["storage"] = "local"  # the night's state here; no S3 needed to look
     (assets / "cluster.yaml").write_text(yaml.safe_dump(cluster))
-    repos = assets / "repos.yaml"
-    repos.write_text(repos.read_text().replace("path: examples/minirl", f"path: {project_root}/examples/minirl")
-                     .replace("hub: examples/minirl/hub", f"hub: {project_root}/examples/minirl/hub"))
     return assets
 
 

@@ -8,6 +8,7 @@ import yaml
 
 from pipelines.definitions import build_definitions
 from pipelines.defs.resources import NightlyResource
+from tests.support.assets import example_assets
 
 pytestmark = pytest.mark.slow  # sensor ticks over a copied repo and Dagster instances: ~10 s, not the edit loop
 
@@ -18,10 +19,7 @@ FIRST = "tests/e2e/ckpt/test_ckpt_resume.py::cuda-stage-c-4-gpu-h200"
 def setup(tmp_path, project_root):
     repo = tmp_path / "minirl"
     shutil.copytree(project_root / "examples" / "minirl", repo)
-    assets = tmp_path / "assets"
-    shutil.copytree(project_root / "assets", assets)
-    repos = assets / "repos.yaml"
-    repos.write_text(repos.read_text().replace("path: examples/minirl", f"path: {repo}"))
+    assets = example_assets(tmp_path / "assets", repo)
     digest = tmp_path / "digest.txt"
     digest.write_text("sha256:" + "a" * 64 + "\n")
     cluster = assets / "cluster.yaml"

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import time
 from datetime import datetime
 from pathlib import Path
@@ -24,7 +23,8 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.test_ui import cli
-from tests.support.dagster_dev import PROJECT, dagster_dev, graphql
+from tests.support.assets import example_assets
+from tests.support.dagster_dev import dagster_dev, graphql
 
 pytestmark = pytest.mark.slow
 
@@ -79,12 +79,8 @@ def interval(attempt: dict) -> tuple[float, float]:
 @pytest.fixture(scope="module")
 def ui(tmp_path_factory):
     home = tmp_path_factory.mktemp("ui-paths")
-    assets = home.parent / "assets"
-    shutil.copytree(PROJECT / "assets", assets)
-    repos = assets / "repos.yaml"  # a timeout floor above the barrier's wait: a slow start is no timeout
-    repos.write_text(repos.read_text().replace("path: examples/minirl", f"path: {PROJECT}/examples/minirl")
-                     .replace("hub: examples/minirl/hub", f"hub: {PROJECT}/examples/minirl/hub")
-                     .replace("floor_s: 60", "floor_s: 900"))
+    # a timeout floor above the barrier's wait: a slow start is no timeout
+    assets = example_assets(home.parent / "assets", floor_s=900)
     env = {**{k: v for k, v in os.environ.items() if not k.startswith(("NIGHTLY_", "DAGSTER_", "MINIRL_"))},
            "NIGHTLY_HOME": str(home), "DAGSTER_HOME": str(home / "dagster"), "NIGHTLY_ASSETS_DIR": str(assets),
            "MINIRL_BARRIER": f"{home.parent / 'barrier'}:{','.join(Path(p).stem for p in PICKS)}",

@@ -22,6 +22,7 @@ import pytest
 import yaml
 
 from tests.conftest import PROJECT_ROOT
+from tests.support.assets import example_assets
 from tests.support.moto import CREDENTIALS, moto_server, s3_client
 
 pytestmark = pytest.mark.slow  # a real night in a fresh interpreter, a moto server
@@ -32,11 +33,7 @@ HANG = "test_lora_math"
 
 @pytest.fixture
 def setup(tmp_path):
-    assets = tmp_path / "assets"
-    shutil.copytree(PROJECT_ROOT / "assets", assets)
-    repos = assets / "repos.yaml"
-    repos.write_text(repos.read_text().replace("path: examples/minirl", f"path: {PROJECT_ROOT}/examples/minirl")
-                     .replace("hub: examples/minirl/hub", f"hub: {PROJECT_ROOT}/examples/minirl/hub"))
+    assets = example_assets(tmp_path / "assets")
     cluster = yaml.safe_load((assets / "cluster.yaml").read_text())
     cluster["deployments"]["s3dead"] = {"launcher": "local", "storage": "s3", "s3_bucket": BUCKET,
                                         "skip_hardware": ["mi300"], "pools": {"h200": {"nodes": 1, "gpus_per_node": 8}}}

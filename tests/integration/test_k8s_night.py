@@ -13,7 +13,6 @@ and must reuse every built input.
 from __future__ import annotations
 
 import json
-import shutil
 import textwrap
 
 import dagster as dg
@@ -27,6 +26,7 @@ from tests.conftest import PROJECT_ROOT
 from tests.launch.kubernetes import pods
 from tests.launch.kubernetes.apiserver import StandInApiServer, Step
 from tests.launch.kubernetes.kubelet import Kubelet
+from tests.support.assets import example_assets
 from tests.support.moto import CREDENTIALS, moto_server, s3_client
 
 pytestmark = pytest.mark.slow
@@ -66,10 +66,7 @@ def _settings(home, assets) -> NightSettings:
 def cluster(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("k8s-night")
     home, assets = tmp / "home", tmp / "assets"
-    shutil.copytree(PROJECT_ROOT / "assets", assets)
-    repos = assets / "repos.yaml"
-    repos.write_text(repos.read_text().replace("path: examples/minirl", f"path: {EXAMPLE}")
-                     .replace("hub: examples/minirl/hub", f"hub: {EXAMPLE / 'hub'}"))
+    example_assets(assets)
     kubelet = Kubelet.create(tmp, EXAMPLE, EXAMPLE / "hub", {"hf-token": {"token": SECRET}})
     needs: dict[str, list[str]] = {}  # test id -> container paths of its inputs, once the night is open
 

@@ -1,6 +1,5 @@
 """Production mode: the Dagster instance on a real PostgreSQL server stores our materializations."""
 
-import shutil
 
 import dagster as dg
 import psycopg2
@@ -9,6 +8,7 @@ import pytest
 from pipelines.definitions import build_definitions
 from pipelines.defs.resources import NightlyResource
 from pipelines.instance import POSTGRES_ENV, ensure_dagster_home
+from tests.support.assets import example_assets
 from tests.support.postgres import postgres_server
 
 pytestmark = pytest.mark.slow
@@ -27,11 +27,7 @@ def test_assets_materialize_into_postgres_storage(pg_url, tmp_path, monkeypatch,
     monkeypatch.setenv("NIGHTLY_HOME", str(home))
     dagster_home = ensure_dagster_home(home)
     assert "postgres_url" in (dagster_home / "dagster.yaml").read_text()
-    assets = tmp_path / "assets"
-    shutil.copytree(project_root / "assets", assets)
-    repos = assets / "repos.yaml"
-    repos.write_text(repos.read_text().replace("path: examples/minirl", f"path: {project_root}/examples/minirl")
-                     .replace("hub: examples/minirl/hub", f"hub: {project_root}/examples/minirl/hub"))
+    assets = example_assets(tmp_path / "assets")
     defs = build_definitions(nightly=NightlyResource(home=str(home), assets_dir=str(assets)))
     job = defs.resolve_job_def("tests")
     test_id = "tests/e2e/megatron/test_dp8_chat.py"

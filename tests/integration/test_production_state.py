@@ -9,7 +9,6 @@ read back from S3.
 from __future__ import annotations
 
 import json
-import shutil
 import textwrap
 
 import dagster as dg
@@ -23,6 +22,7 @@ from tests.conftest import PROJECT_ROOT
 from tests.launch.kubernetes import pods
 from tests.launch.kubernetes.apiserver import StandInApiServer, Step
 from tests.launch.kubernetes.kubelet import Kubelet
+from tests.support.assets import example_assets
 from tests.support.moto import CREDENTIALS, moto_server, s3_client
 
 pytestmark = pytest.mark.slow
@@ -46,11 +46,7 @@ def _kubeconfig(path, url: str) -> None:
 @pytest.fixture(scope="module")
 def production(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("production")
-    assets = tmp / "assets"
-    shutil.copytree(PROJECT_ROOT / "assets", assets)
-    repos = assets / "repos.yaml"
-    repos.write_text(repos.read_text().replace("path: examples/minirl", f"path: {EXAMPLE}")
-                     .replace("hub: examples/minirl/hub", f"hub: {EXAMPLE / 'hub'}"))
+    assets = example_assets(tmp / "assets")
     kubelet = Kubelet.create(tmp, EXAMPLE, EXAMPLE / "hub", {"hf-token": {"token": "hf_x"}})
 
     def script(pod, node):

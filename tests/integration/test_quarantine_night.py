@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 
@@ -17,6 +16,7 @@ import yaml
 from pipelines.core.history import FileHistoryStore
 from pipelines.instance import open_instance
 from tests.conftest import PROJECT_ROOT
+from tests.support.assets import example_assets
 
 pytestmark = pytest.mark.slow  # real nights in a fresh Python with Dagster
 
@@ -25,11 +25,8 @@ FLAKY = "tests/e2e/lora/test_lora_math.py"
 
 @pytest.fixture
 def setup(tmp_path):
-    assets = tmp_path / "assets"
-    shutil.copytree(PROJECT_ROOT / "assets", assets)
+    assets = example_assets(tmp_path / "assets")
     repos = assets / "repos.yaml"
-    repos.write_text(repos.read_text().replace("path: examples/minirl", f"path: {PROJECT_ROOT}/examples/minirl")
-                     .replace("hub: examples/minirl/hub", f"hub: {PROJECT_ROOT}/examples/minirl/hub"))
     home = tmp_path / "home"
     env = {**{k: v for k, v in os.environ.items() if not k.startswith(("NIGHTLY_", "DAGSTER_", "MINIRL_"))},
            "NIGHTLY_HOME": str(home), "NIGHTLY_ASSETS_DIR": str(assets)}

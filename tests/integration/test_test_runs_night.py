@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 
 import dagster as dg
 import pytest
@@ -17,6 +16,7 @@ import pytest
 from pipelines.definitions import build_definitions
 from pipelines.defs.resources import NightlyResource
 from pipelines.night import Night, NightSettings
+from tests.support.assets import example_assets
 
 pytestmark = pytest.mark.slow
 
@@ -50,11 +50,7 @@ def _by_partition(records) -> dict[str, dict]:
 @pytest.fixture(scope="module")
 def nights(tmp_path_factory, project_root_module):
     home = tmp_path_factory.mktemp("home")
-    assets = tmp_path_factory.mktemp("assets")
-    shutil.copytree(project_root_module / "assets", assets, dirs_exist_ok=True)
-    repos = assets / "repos.yaml"
-    repos.write_text(repos.read_text().replace("path: examples/minirl", f"path: {project_root_module}/examples/minirl")
-                     .replace("hub: examples/minirl/hub", f"hub: {project_root_module}/examples/minirl/hub"))
+    assets = example_assets(tmp_path_factory.mktemp("assets"))
     resource = NightlyResource(home=str(home), assets_dir=str(assets))
     os.environ.update({"MINIRL_FAIL": FAIL, "MINIRL_HANG": HANG})
     try:

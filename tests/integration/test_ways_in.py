@@ -10,6 +10,7 @@ import pytest
 
 from pipelines.definitions import build_definitions
 from pipelines.defs.resources import NightlyResource
+from tests.support.assets import example_assets
 
 pytestmark = pytest.mark.slow  # real tests run in a real (temporary) Dagster instance
 
@@ -20,11 +21,7 @@ NEW = "tests/e2e/test_zz_added_tonight.py"
 def location(tmp_path, project_root):
     repo = tmp_path / "minirl"
     shutil.copytree(project_root / "examples" / "minirl", repo)
-    assets = tmp_path / "assets"
-    shutil.copytree(project_root / "assets", assets)
-    repos = assets / "repos.yaml"
-    repos.write_text(repos.read_text().replace("path: examples/minirl", f"path: {repo}")
-                     .replace("hub: examples/minirl/hub", f"hub: {project_root}/examples/minirl/hub"))
+    assets = example_assets(tmp_path / "assets", repo)
     resource = NightlyResource(home=str(tmp_path / "home"), assets_dir=str(assets))
     return resource, repo, tmp_path / "home"
 

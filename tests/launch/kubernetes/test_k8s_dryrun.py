@@ -7,7 +7,6 @@ with history kept locally so no S3 is needed); no API server runs, so nothing ca
 from __future__ import annotations
 
 import json
-import shutil
 
 import kubernetes_validate
 import pytest
@@ -16,6 +15,7 @@ import yaml
 from pipelines.launch.kubernetes.dryrun import render_night_pods
 from pipelines.night import Night, NightSettings
 from tests.conftest import PROJECT_ROOT
+from tests.support.assets import example_assets
 
 EXAMPLE = PROJECT_ROOT / "examples" / "minirl"
 TONIGHT = "sha256:" + "5d" * 32
@@ -24,11 +24,7 @@ TONIGHT = "sha256:" + "5d" * 32
 @pytest.fixture(scope="module")
 def night_yaml(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("dry-run")
-    assets = tmp / "assets"
-    shutil.copytree(PROJECT_ROOT / "assets", assets)
-    repos = assets / "repos.yaml"
-    repos.write_text(repos.read_text().replace("path: examples/minirl", f"path: {EXAMPLE}")
-                     .replace("hub: examples/minirl/hub", f"hub: {EXAMPLE / 'hub'}"))
+    assets = example_assets(tmp / "assets")
     cluster = assets / "cluster.yaml"
     cluster.write_text(cluster.read_text().replace("storage: s3", "storage: local"))
     night = Night(NightSettings(home=tmp / "home", assets_dir=assets, deployment="production",
