@@ -208,7 +208,7 @@ class _Progress:
 
     def finished(self, attempt: Attempt) -> None:
         self.attempts.append(attempt)
-        uri = _store_log(self.night, attempt.log_path, self.notes, attempt.test_id)
+        uri = attempt.details.get("log_uri") or _store_log(self.night, attempt.log_path, self.notes, attempt.test_id)
         if uri:
             self.log_uris[attempt.log_path] = uri
         self.write()

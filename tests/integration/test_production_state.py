@@ -131,6 +131,9 @@ def test_history_and_calibrate_read_the_production_history_when_told_the_deploym
     assert main(["history", "show", "--deployment", "production", "--home", str(laptop), "--limit", "all"]) == 0
     shown = capsys.readouterr().out
     assert ran and all(tid in shown for tid in ran), shown
+    # each sample's source is the log's stored copy, not the folder of the pod that ran it
+    rows = [line for line in shown.splitlines() if any(tid in line for tid in ran)]
+    assert rows and all(f"s3://{BUCKET}/state/logs/" in line for line in rows), rows
     assert main(["calibrate", "--deployment", "production", "--home", str(laptop)]) == 0
     said = capsys.readouterr().out.splitlines()[0]
     assert f"s3://{BUCKET}" in said and " 0 samples" not in said, said

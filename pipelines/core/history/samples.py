@@ -59,7 +59,7 @@ def sample_from_attempt(attempt: Attempt, test: Test, run_id: str, image: str = 
         image=image,
         run_id=run_id,
         attempt=attempt.attempt,
-        source=attempt.log_path or f"run {run_id}",
+        source=attempt.details.get("log_uri") or attempt.log_path or f"run {run_id}",  # the stored copy first
         capped=attempt.outcome == "timed_out",
     ), ceiling_s)
 
