@@ -331,6 +331,10 @@ def build_report(
                     f"{len(verdict.interrupted)} interrupted" if verdict.interrupted else "",
                     f"{len(verdict.excused)} quarantined failure(s) excused" if verdict.excused else "") if x
     ) if (not verdict.ok or verdict.excused) else "OK: every test passed"
+    if summary.get("status") == "running":  # a partial record: the run goes on, or its worker died
+        unfinished = (summary.get("verdict") or {}).get("unfinished") or ()
+        verdict_text = (f"INCOMPLETE: {len(unfinished)} test(s) had not finished when the record was last written "
+                        f"({summary.get('updated_at') or '?'}); the run is still going or its worker died")
     trends = duration_trends(samples, [t.id for t in selected], trend_nights)
     # a test's last run is within the trend window when it ran lately: the rest cannot be near tonight's timeout
     runs = {p.run_id for t in trends.values() for p in t.points}
