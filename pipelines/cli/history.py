@@ -119,6 +119,18 @@ def load_catalog_for(path: Path, spec: RepoSpec | None, specs: Specs | None) -> 
     return load_catalog(path, spec=spec, specs=specs)
 
 
+def _attempt_key(s) -> tuple:
+    return s.test_id, s.hardware, s.started_at, round(s.elapsed_s, 3), s.outcome
+
+
+def _not_stored(samples: list, stored: list) -> list:
+    """The samples whose attempt is not in the store yet: the same file, hardware, start stamp,
+    elapsed and outcome is the same attempt, whichever log it came from (a job's whole log and one
+    step's log, imported in separate commands, hold the same lines under different run ids)."""
+    seen = {_attempt_key(s) for s in stored if s.started_at}
+    return [s for s in samples if not (s.started_at and _attempt_key(s) in seen)]
+
+
 def _import(args: argparse.Namespace) -> int:
     path, spec, specs = resolve_repo(args.repo)
     catalog = load_catalog_for(path, spec, specs)
@@ -134,7 +146,7 @@ def _import(args: argparse.Namespace) -> int:
     samples, found = import_logs(texts, catalog, args.suite, args.hardware)
     problems += found
     store = open_store(args.store, args.deployment, args.home)
-    new = 0 if args.dry_run else store.add(samples)
+    new = 0 if args.dry_run else store.add(_not_stored(samples, store.read()))
     verb = "would import" if args.dry_run else "imported"
     where = getattr(store, "path", store)
     detail = "dry run" if args.dry_run else f"{new} new, {len(samples) - new} already stored in {where}"

@@ -171,3 +171,16 @@ def test_show_limit_gives_the_newest_runs_even_when_older_logs_were_imported_las
     assert cli("history", "show", "--limit", "1") == 0
     [row] = [line for line in capsys.readouterr().out.splitlines() if line.startswith("2026-")]
     assert row.startswith("2026-12-03T15:00:00Z"), row
+
+
+def test_the_same_attempts_from_a_jobs_whole_log_and_its_step_log_are_stored_once_across_imports(repo, tmp_path,
+                                                                                                  capsys):
+    whole = tmp_path / "0_stage-c.txt"  # the job's whole log: setup lines, then the step's lines
+    whole.write_text("2026-11-30T15:00:00Z ##[group]Run actions/checkout@v4\n" + LOG)
+    step = tmp_path / "5_Run tests.txt"  # one step's own log: test_b's two attempts
+    step.write_text("".join(LOG.splitlines(keepends=True)[3:5]))
+    assert cli("history", "import", "--repo", str(repo), str(whole)) == 0
+    capsys.readouterr()
+    assert cli("history", "import", "--repo", str(repo), str(step)) == 0
+    assert "(0 new, 2 already stored in" in capsys.readouterr().out
+    assert len(FileHistoryStore(tmp_path / "home" / "history.sqlite").read()) == 3
