@@ -390,28 +390,28 @@ class S3Artifacts:
 
     def put_text(self, key: str, text: str, content_type: str = "text/plain; charset=utf-8") -> str:
         """Store a small text (a log, a night report) in one checksummed PUT; returns its URI."""
-        body = text.encode("utf-8")
         try:
-            self.client.put_object(Bucket=self.bucket, Key=self.prefix + key.lstrip("/"), Body=body,
-                                   ContentType=content_type,
-                                   ContentMD5=base64.b64encode(hashlib.md5(body).digest()).decode())
+            self._put_object(key, text, content_type)
         except (ClientError, BotoCoreError) as exc:
             raise self._fail(key, exc) from exc
         return self.uri(key)
+
+    def _put_object(self, key: str, text: str, content_type: str, **condition: str) -> None:
+        """One checksummed PUT of a small text; ``condition``: IfMatch / IfNoneMatch, as S3 takes them."""
+        body = text.encode("utf-8")
+        self.client.put_object(Bucket=self.bucket, Key=self.prefix + key.lstrip("/"), Body=body,
+                               ContentType=content_type, **condition,
+                               ContentMD5=base64.b64encode(hashlib.md5(body).digest()).decode())
 
     def get_text(self, key: str) -> tuple[str, str] | None:
         """``(text, etag)`` of a small text, ``None`` when there is no such object."""
         try:
             obj = self.client.get_object(Bucket=self.bucket, Key=self.prefix + key.lstrip("/"))
             return obj["Body"].read().decode("utf-8"), obj["ETag"]
-        except ClientError as exc:
-            if _describe(exc)[0] in ("NoSuchKey", "404"):
+        except (ClientError, BotoCoreError) as exc:
+            code, text = _describe(exc)
+            if isinstance(exc, ClientError) and code in ("NoSuchKey", "404"):
                 return None
-            code, text = _describe(exc)
-            raise ArtifactError(f"{self.uri(key)}: cannot be read ({text}); "
-                                f"{_hint(code).replace('BUCKET', self.bucket)}") from exc
-        except BotoCoreError as exc:
-            code, text = _describe(exc)
             raise ArtifactError(f"{self.uri(key)}: cannot be read ({text}); "
                                 f"{_hint(code).replace('BUCKET', self.bucket)}") from exc
 
@@ -420,12 +420,9 @@ class S3Artifacts:
         """Store a small text only if the object is still the one read (``etag``), or still absent
         (``etag`` None): S3's conditional write (``If-Match`` / ``If-None-Match: *``). False when
         someone else wrote it meanwhile (412, or 409 for a conditional write racing another)."""
-        body = text.encode("utf-8")
         condition = {"IfMatch": etag} if etag is not None else {"IfNoneMatch": "*"}
         try:
-            self.client.put_object(Bucket=self.bucket, Key=self.prefix + key.lstrip("/"), Body=body,
-                                   ContentType=content_type, **condition,
-                                   ContentMD5=base64.b64encode(hashlib.md5(body).digest()).decode())
+            self._put_object(key, text, content_type, **condition)
         except ClientError as exc:
             if _describe(exc)[0] in ("PreconditionFailed", "412", "ConditionalRequestConflict", "409", "NoSuchKey"):
                 return False

@@ -139,18 +139,13 @@ class S3StateStore:
         return self.artifacts.uri(key)
 
     def get(self, key: str) -> str | None:
-        from botocore.exceptions import BotoCoreError, ClientError
+        from pipelines.storage.s3 import ArtifactError
 
-        a = self.artifacts
         try:
-            body = a.client.get_object(Bucket=a.bucket, Key=a.prefix + _check_key(key))["Body"].read()
-        except ClientError as exc:
-            if exc.response.get("Error", {}).get("Code") in ("NoSuchKey", "404"):
-                return None
-            raise StateError(f"{self.uri(key)}: cannot be read ({exc}); check the bucket and credentials") from exc
-        except BotoCoreError as exc:
-            raise StateError(f"{self.uri(key)}: cannot be read ({exc}); check the endpoint and network") from exc
-        return body.decode("utf-8")
+            got = self.artifacts.get_text(_check_key(key))
+        except ArtifactError as exc:
+            raise StateError(str(exc)) from exc
+        return got[0] if got is not None else None
 
     def put(self, key: str, text: str) -> str:
         from pipelines.storage.s3 import ArtifactError
