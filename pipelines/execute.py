@@ -147,10 +147,11 @@ def _run_planned(night: Night, runset: RunSet, selection: RunSelection, tests: l
     outcome: dict = {}
 
     def record(result: DispatchResult, notes: list[str], interrupted: bool) -> dict:
+        for a in [*attempts_before, *result.attempts]:  # those stored as their attempt finished are not sent again
+            night.store_log(a, notes)
         summary = night_summary(night, runset, selection, plan, result, attempts_before, notes,
                                 infra=infra or {}, tags=tags or {}, interrupted=interrupted)
         summary.update(flaky_verdict(night, [*attempts_before, *result.attempts], notes))
-        _store_logs(night, summary, progress.log_uris)
         written = night.write_summary(summary)
         progress.done = True  # the whole record replaced the partial one
         return written
@@ -197,7 +198,6 @@ class _Progress:
         self.infra, self.tags, self.states, self.say = infra, tags, states, say
         self.quarantined = frozenset(tid for tid, st in states.items() if st.state == "quarantined")
         self.attempts: list[Attempt] = []
-        self.log_uris: dict[str, str] = {}  # an attempt's log path -> its stored copy
         self.notes: list[str] = []
         self.started = 0.0  # monotonic time the dispatch started (0: not yet)
         self.done = False
@@ -208,9 +208,7 @@ class _Progress:
 
     def finished(self, attempt: Attempt) -> None:
         self.attempts.append(attempt)
-        uri = attempt.details.get("log_uri") or _store_log(self.night, attempt.log_path, self.notes, attempt.test_id)
-        if uri:
-            self.log_uris[attempt.log_path] = uri
+        self.night.store_log(attempt, self.notes)
         self.write()
 
     def summary(self, status: str = "running", note: str = "") -> dict:
@@ -235,9 +233,6 @@ class _Progress:
                         "infra": list(v.infra), "bad_nodes": list(v.bad_nodes),
                         "interrupted": [*v.interrupted, *unfinished], "unfinished": unfinished},
         })
-        for a in summary["attempts"]:
-            if a.get("log_path") in self.log_uris:
-                a["log_uri"] = self.log_uris[a["log_path"]]
         return summary
 
     def write(self, status: str = "running", note: str = "") -> None:
@@ -341,7 +336,7 @@ def night_summary(night: Night, runset: RunSet, selection: RunSelection, plan: P
         "skip_reasons": {t.id: why for t, why in runset.skipped},
         "unplanned": [t.id for t in runset.unplanned],
         "unknown_keys": list(runset.unknown),
-        "attempts": [dataclasses.asdict(a) for a in attempts],
+        "attempts": [_recorded(a) for a in attempts],
         "plan": [dataclasses.asdict(a) for a in plan.ordered()],
         "predicted_makespan_s": plan.makespan_s, "lower_bound_s": plan.lower_bound_s,
         "predicted_median_s": plan.predicted_median_s, "predicted_p90_s": plan.predicted_p90_s,
@@ -373,27 +368,9 @@ def flaky_verdict(night: Night, attempts: list[Attempt], notes: list[str]) -> di
                         "infra": list(v.infra), "bad_nodes": list(v.bad_nodes), "interrupted": list(v.interrupted)}}
 
 
-def _store_log(night: Night, log_path: str, notes: list[str], test_id: str) -> str | None:
-    """Put one attempt's log in the state store, as ``logs/<night>/<file>``; returns where, or None
-    (locally logs are written in place: nothing to do; a failure is noted, never raised)."""
-    from pathlib import Path
-
-    from pipelines.storage.state import LocalStateStore, StateError
-
-    if isinstance(night.state, LocalStateStore) or not log_path or not Path(log_path).is_file():
-        return None
-    try:
-        return night.state.put_file(f"logs/{night.night}/{Path(log_path).name}", Path(log_path))
-    except StateError as exc:
-        notes.append(f"log of {test_id} not stored: {exc}")
-        return None
-
-
-def _store_logs(night: Night, summary: dict, stored: dict[str, str] | None = None) -> None:
-    """Put each attempt's log in the state store (a no-op locally, where logs are written in place);
-    a log already stored as its attempt finished (``stored``: log path -> where) is not sent again."""
-    for a in summary["attempts"]:
-        path = a.get("log_path") or ""
-        uri = (stored or {}).get(path) or _store_log(night, path, summary["notes"], a["test_id"])
-        if uri:
-            a["log_uri"] = uri
+def _recorded(attempt: Attempt) -> dict:
+    """An attempt as the record keeps it, with ``log_uri``: its log's stored copy, when it has one."""
+    out = dataclasses.asdict(attempt)
+    if attempt.details.get("log_uri"):
+        out["log_uri"] = attempt.details["log_uri"]
+    return out

@@ -405,9 +405,7 @@ class Night:
         lock = threading.Lock()
 
         def finished(attempt: Attempt) -> None:
-            uri = self.store_log(attempt)  # before history: a sample's source is the copy that outlives the pod
-            if uri:
-                attempt.details["log_uri"] = uri
+            self.store_log(attempt)  # before history: a sample's source is the copy that outlives the pod
             with lock:
                 test = by_id[attempt.test_id]
                 image = attempt.details.get("image_digest") or (images or {}).get(self.pool_of(test)) or self.settings.image
@@ -432,20 +430,27 @@ class Night:
             store.append(unsaved)  # a second failure is raised: the attempts are still in the night's summary
         return result
 
-    def store_log(self, attempt: Attempt) -> str | None:
+    def store_log(self, attempt: Attempt, notes: list[str] | None = None) -> str | None:
         """Put the attempt's log in the state store (S3 in production, where the pod's folder goes
-        with the pod) as ``logs/<night>/<file>``; returns where, or None (local state: the log is
-        already in place; a failure is logged, and the night's end tries again and notes it)."""
+        with the pod) as ``logs/<night>/<file>``, once: where it went is kept in
+        ``attempt.details["log_uri"]`` and returned. None for local state (the log is already in
+        place) or a failure, which goes to ``notes`` when given (else the log): a later call tries again."""
         from pipelines.storage.state import LocalStateStore, StateError
 
+        if attempt.details.get("log_uri"):
+            return attempt.details["log_uri"]
         path = Path(attempt.log_path) if attempt.log_path else None
         if isinstance(self.state, LocalStateStore) or path is None or not path.is_file():
             return None
         try:
-            return self.state.put_file(f"logs/{self.night}/{path.name}", path)
+            attempt.details["log_uri"] = self.state.put_file(f"logs/{self.night}/{path.name}", path)
         except StateError as exc:
-            log.warning("log of %s not stored yet: %s", attempt.test_id, exc)
+            if notes is None:
+                log.warning("log of %s not stored yet: %s", attempt.test_id, exc)
+            else:
+                notes.append(f"log of {attempt.test_id} not stored: {exc}")
             return None
+        return attempt.details["log_uri"]
 
     def cordon(self, findings) -> list[str]:
         """Cordon bad nodes when the deployment asks for it; returns notes (a refusal is a note, not a crash)."""
