@@ -212,7 +212,7 @@ class _Progress:
         self.write()
 
     def summary(self, status: str = "running", note: str = "") -> dict:
-        from pipelines.core.flaky import night_verdict
+        from pipelines.core.flaky import night_verdict, verdict_record
 
         ran = self.started and time.monotonic() - self.started
         result = DispatchResult(attempts=list(self.attempts), makespan_s=round(ran or 0.0, 3))
@@ -229,9 +229,8 @@ class _Progress:
         summary.update({
             "status": status, "updated_at": now,
             # unfinished tests are not passes: the night is not OK until a whole record says so
-            "verdict": {"ok": False, "failed": list(v.failed), "excused_quarantined": list(v.excused),
-                        "infra": list(v.infra), "bad_nodes": list(v.bad_nodes),
-                        "interrupted": [*v.interrupted, *unfinished], "unfinished": unfinished},
+            "verdict": {**verdict_record(v), "ok": False, "interrupted": [*v.interrupted, *unfinished],
+                        "unfinished": unfinished},
         })
         return summary
 
@@ -355,7 +354,7 @@ def night_summary(night: Night, runset: RunSet, selection: RunSelection, plan: P
 def flaky_verdict(night: Night, attempts: list[Attempt], notes: list[str]) -> dict:
     """Flaky/quarantine states after tonight, and the night's verdict: a quarantined test's failure
     does not fail the night, an infra fault or a bad node always does (``pipelines.core.flaky``)."""
-    from pipelines.core.flaky import night_verdict, recorded_states
+    from pipelines.core.flaky import night_verdict, recorded_states, verdict_record
 
     try:
         states = night.flaky_states()
@@ -364,8 +363,7 @@ def flaky_verdict(night: Night, attempts: list[Attempt], notes: list[str]) -> di
         states = {}
     v = night_verdict(attempts, states)
     return {"flaky": recorded_states(states),
-            "verdict": {"ok": v.ok, "failed": list(v.failed), "excused_quarantined": list(v.excused),
-                        "infra": list(v.infra), "bad_nodes": list(v.bad_nodes), "interrupted": list(v.interrupted)}}
+            "verdict": verdict_record(v)}
 
 
 def _recorded(attempt: Attempt) -> dict:

@@ -348,6 +348,12 @@ def night_verdict(attempts: Iterable[Attempt], states: Mapping[str, FlakyState])
     return Verdict(tuple(failed), tuple(excused), tuple(infra), tuple(sorted(bad)), tuple(interrupted))
 
 
+def verdict_record(v: Verdict) -> dict:
+    """The verdict as a night's record keeps it (``recorded_verdict`` reads it back)."""
+    return {"ok": v.ok, "failed": list(v.failed), "excused_quarantined": list(v.excused), "infra": list(v.infra),
+            "bad_nodes": list(v.bad_nodes), "interrupted": list(v.interrupted)}
+
+
 def recorded_verdict(summary: Mapping) -> Verdict | None:
     """The verdict the night itself reached (its exit status), as its record keeps it; None for a
     record written before verdicts were kept. A report must not recompute it from this morning's

@@ -245,7 +245,7 @@ def inputs_for_night(night, uncovered: Sequence[str] | None = None,
     return ReportInputs(
         samples=samples, tests=tests,
         estimates=stored_estimates(night.state, night.repo_spec.name) or night.estimates(tests),
-        rules=FlakyRules.from_mapping(getattr(night.repo_spec, "flaky", None), key=f"repos.{night.repo_spec.name}.flaky"),
+        rules=night.flaky_rules(),
         quarantine=load_doc(night.state, night.repo_spec.name), uncovered=tuple(uncovered),
         timeout_floor_s=night.timeout_floor_s, timeout_factor=night.repo_spec.timeout_factor,
         repo=night.repo_spec.name,
