@@ -78,6 +78,6 @@ def recorded_patch(store: HistoryStore, repo: Path | str, tests: Sequence[Test],
     warning = record_successions(store, plan.successions())
     if warning:
         log.warning("%s", warning)
-    if not plan.edits:  # git apply refuses a patch without hunks: say so in the file itself
+    if not plan.patched:  # git apply refuses a patch without hunks: say so in the file itself
         return f"{NOTHING_TO_APPLY}\n" + plan.diff()
     return plan.diff()

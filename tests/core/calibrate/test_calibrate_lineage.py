@@ -94,6 +94,13 @@ def test_a_nights_patch_that_changes_nothing_says_so_in_its_first_line(tmp_path)
     store = FileHistoryStore(tmp_path / "history.sqlite")
     diff = recorded_patch(store, tmp_path, [t], [Estimate(t.id, "h200", 3600, 3600, 3, "bucket125")])
     assert diff.splitlines()[0] == NOTHING_TO_APPLY
+    # an edit the patch cannot carry (a test file linked from outside the repository) is nothing to apply either
+    outside = tmp_path.parent / f"{tmp_path.name}-shared.py"
+    outside.write_text(old)
+    (tmp_path / "tests/e2e/test_a.py").unlink()
+    (tmp_path / "tests/e2e/test_a.py").symlink_to(outside)
+    diff = recorded_patch(store, tmp_path, [t], [Estimate(t.id, "h200", 3600, 1300, 3, "bucket125")])
+    assert diff.splitlines()[0] == NOTHING_TO_APPLY and "@@" not in diff
 
 
 def test_a_store_that_cannot_record_rewrites_says_what_will_go_stale():
