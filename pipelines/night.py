@@ -240,7 +240,7 @@ class Night:
         """The repo's ``flaky:`` rules (assets/repos.yaml); a located CatalogError when they are wrong."""
         from pipelines.core.flaky import FlakyRules
 
-        return FlakyRules.from_mapping(self.repo_spec.flaky, key=f"repos.{self.repo_spec.name}.flaky")
+        return FlakyRules.for_repo(self.repo_spec)
 
     def flaky_states(self) -> dict:
         """Test id -> FlakyState: history replayed with the quarantine document's manual actions, as

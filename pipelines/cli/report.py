@@ -91,7 +91,7 @@ def repo_context(home: Path, repo: str | None, deployment: str | None):
         policy = spec.policy if spec else "bucket125"
         estimates = calibrate(tests, samples, policy, spec.policy_params if spec else None,
                               successions=successions(history)) if tests else []
-    rules = FlakyRules.from_mapping(getattr(spec, "flaky", None), key=f"repos.{name}.flaky")
+    rules = FlakyRules.for_repo(spec)
     return name, ReportInputs(
         samples=samples, tests=tests, estimates=estimates, rules=rules,
         quarantine=load_doc(store, name), uncovered=tuple(uncovered),

@@ -66,6 +66,14 @@ class FlakyRules:
             values[name] = value
         return cls(**values)
 
+    @classmethod
+    def for_repo(cls, spec) -> FlakyRules:
+        """The rules of a RepoSpec from assets/repos.yaml (its ``flaky:``); defaults for None (a
+        checkout nobody configured)."""
+        if spec is None:
+            return cls()
+        return cls.from_mapping(spec.flaky, key=f"repos.{spec.name}.flaky")
+
 
 @dataclass(frozen=True)
 class Evidence:

@@ -188,8 +188,9 @@ def test_a_repos_rules_are_read_from_repos_yaml(tmp_path, project_root):
 
     specs = load_specs(assets_with(tmp_path, project_root, "{release_after: 7, run_quarantined: false}"))
     _, spec = specs.locate_repo("minirl")
-    rules = FlakyRules.from_mapping(spec.flaky)
+    rules = FlakyRules.for_repo(spec)
     assert (rules.release_after, rules.run_quarantined, rules.window_nights) == (7, False, 14)
+    assert FlakyRules.for_repo(None) == FlakyRules()  # a checkout nobody configured: the defaults
 
 
 def test_a_misspelled_rule_in_repos_yaml_is_located_with_the_fix(tmp_path, project_root):
