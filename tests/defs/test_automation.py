@@ -1,6 +1,5 @@
 """Sensors and schedules request ONE run of test_runs over the key range, with the selection as config."""
 
-import shutil
 
 import dagster as dg
 import pytest
@@ -8,7 +7,7 @@ import yaml
 
 from pipelines.definitions import build_definitions
 from pipelines.defs.resources import NightlyResource
-from tests.support.assets import example_assets
+from tests.support.assets import copied_example
 
 pytestmark = pytest.mark.slow  # sensor ticks over a copied repo and Dagster instances: ~10 s, not the edit loop
 
@@ -16,10 +15,8 @@ FIRST = "tests/e2e/ckpt/test_ckpt_resume.py::cuda-stage-c-4-gpu-h200"
 
 
 @pytest.fixture
-def setup(tmp_path, project_root):
-    repo = tmp_path / "minirl"
-    shutil.copytree(project_root / "examples" / "minirl", repo)
-    assets = example_assets(tmp_path / "assets", repo)
+def setup(tmp_path):
+    repo, assets = copied_example(tmp_path)
     digest = tmp_path / "digest.txt"
     digest.write_text("sha256:" + "a" * 64 + "\n")
     cluster = assets / "cluster.yaml"

@@ -3,14 +3,12 @@
 
 from __future__ import annotations
 
-import shutil
-
 import dagster as dg
 import pytest
 
 from pipelines.definitions import build_definitions
 from pipelines.defs.resources import NightlyResource
-from tests.support.assets import example_assets
+from tests.support.assets import copied_example
 
 pytestmark = pytest.mark.slow  # real tests run in a real (temporary) Dagster instance
 
@@ -18,10 +16,8 @@ NEW = "tests/e2e/test_zz_added_tonight.py"
 
 
 @pytest.fixture
-def location(tmp_path, project_root):
-    repo = tmp_path / "minirl"
-    shutil.copytree(project_root / "examples" / "minirl", repo)
-    assets = example_assets(tmp_path / "assets", repo)
+def location(tmp_path):
+    repo, assets = copied_example(tmp_path)
     resource = NightlyResource(home=str(tmp_path / "home"), assets_dir=str(assets))
     return resource, repo, tmp_path / "home"
 

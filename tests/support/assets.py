@@ -25,3 +25,11 @@ def example_assets(dest: Path, repo: Path = EXAMPLE, floor_s: int | None = None)
         text = text.replace("floor_s: 60", f"floor_s: {floor_s}")
     repos.write_text(text)
     return dest
+
+
+def copied_example(tmp: Path) -> tuple[Path, Path]:
+    """(repo, assets): the example framework copied to ``tmp/minirl`` (so a test may add or change
+    its test files) and ``assets/`` at ``tmp/assets`` pointing at that copy."""
+    repo = tmp / "minirl"
+    shutil.copytree(EXAMPLE, repo)
+    return repo, example_assets(tmp / "assets", repo)
