@@ -85,6 +85,13 @@ def terminated(pod: dict[str, Any]) -> dict[str, Any]:
 
 
 def waiting(pod: dict[str, Any]) -> dict[str, Any]:
+    """Why the pod's containers wait: the first init container held back by more than its turn
+    (every GPU pod's pre-flight pulls the test image first, so a bad image or secret shows there
+    while the test container only says PodInitializing), else the test container's."""
+    for s in (pod.get("status") or {}).get("initContainerStatuses") or ():
+        w = (s.get("state") or {}).get("waiting") or {}
+        if w.get("reason") and w["reason"] != "PodInitializing":
+            return w
     return (main_status(pod).get("state") or {}).get("waiting") or {}
 
 

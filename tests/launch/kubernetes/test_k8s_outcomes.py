@@ -81,6 +81,21 @@ PENDING = [
 ]
 
 
+
+
+def held_at_preflight(reason):
+    """Every GPU pod's pre-flight init container uses the test image: its pull fails first."""
+    p = pod("Pending", state={"waiting": {"reason": "PodInitializing"}})
+    p["status"]["initContainerStatuses"] = [{"name": "preflight", "state": {"waiting": {"reason": reason}}}]
+    return p
+
+
+PENDING += [
+    ("image pull at the pre-flight", held_at_preflight("ImagePullBackOff"), "image_pull", True),
+    ("missing secret at the pre-flight", held_at_preflight("CreateContainerConfigError"), "container_config", False),
+]
+
+
 @pytest.mark.parametrize("row, last, reason, retriable", PENDING, ids=[r[0] for r in PENDING])
 def test_pending_pods_wait_until_the_limit_then_are_infra(row, last, reason, retriable):
     assert classify(last, False, 59.0, 60.0) is None
@@ -93,6 +108,14 @@ def test_a_running_pod_on_an_unready_node_becomes_node_lost_only_after_the_wait(
     assert classify(last, False, 10.0, 300.0) is None
     assert classify(last, False, 300.0, 300.0) == Verdict("infra_error", "node_lost", True, "h200-a")
     assert classify(pod("Running", conditions=[("Ready", "True", "")], state={"running": {}}), False, 1e9, 300.0) is None
+
+
+@pytest.mark.parametrize("reason", ["InvalidImageName", "ErrImageNeverPull"])
+def test_a_bad_image_at_the_preflight_is_an_image_pull_error_at_once_and_said(reason):
+    last = held_at_preflight(reason)
+    verdict = classify(last, False, 0.0, 900.0)
+    assert verdict == Verdict("infra_error", "image_pull", True, "h200-a")
+    assert f"waiting={reason}" in explain(last, verdict)
 
 
 def test_a_pod_deleted_before_any_event_is_deleted_and_a_pod_not_yet_seen_waits():
