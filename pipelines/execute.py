@@ -21,7 +21,7 @@ import dataclasses
 import queue
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -80,14 +80,15 @@ def _input_failure(test: Test, error: str, timeout_s: int) -> Attempt:
 
 def run_tests(night: Night, runset: RunSet, selection: RunSelection, *, launcher: Launcher | None = None,
               say: Callable[[str], None] = print, infra: dict | None = None,
-              tags: dict[str, str] | None = None, live_run_ids: tuple[str, ...] = ()) -> Iterator[Event]:
+              tags: dict[str, str] | None = None,
+              ended_runs: Callable[[list[str]], Iterable[str]] | None = None) -> Iterator[Event]:
     """Plan and run ``runset``; yields events as they happen and ends with the night's record.
 
-    ``live_run_ids``: runs still alive (Kubernetes: pods of any other run are swept first).
+    ``ended_runs``: which of the given run ids have ended (Kubernetes: their pods are swept first).
     """
     night.history.read()  # an unreadable history store stops the run before any test starts
     night.pin_images(infra or {})
-    for pod in night.sweep_pods(live_run_ids):
+    for pod in night.sweep_pods(ended_runs):
         say(f"deleted pod {pod}, left running by a run that is gone")
     if night.deployment.launcher == "local":
         for leftover in night.cache.clean_partials():

@@ -348,16 +348,17 @@ class Night:
             self.image_digests = {pool: info["image_digest"] for pool, info in infra.items()
                                   if info.get("image_digest", "").startswith("sha256:")}
 
-    def sweep_pods(self, live_run_ids: Iterable[str]) -> list[str]:
-        """Delete our pods left running by dead runs (Kubernetes); returns their names."""
-        if self.deployment.launcher != "kubernetes":
+    def sweep_pods(self, ended: Callable[[list[str]], Iterable[str]] | None) -> list[str]:
+        """Delete our pods left running by runs that ended (Kubernetes; ``ended``: which of the given
+        run ids the Dagster instance knows to have ended); returns their names."""
+        if self.deployment.launcher != "kubernetes" or ended is None:
             return []
         from pipelines.launch.kubernetes import launcher_from_deployment
         from pipelines.launch.kubernetes.ownership import sweep_stale_pods
 
         try:
             return sweep_stale_pods(launcher_from_deployment(self.deployment).api, self.deployment,
-                                    [*live_run_ids, self.run_id])
+                                    lambda runs: [r for r in ended(runs) if r != self.run_id])
         except Exception as exc:  # noqa: BLE001 - a sweep that cannot run must not stop the night
             self.notes.append(f"stale pods not swept: {exc}")
             return []

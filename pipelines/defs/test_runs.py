@@ -193,10 +193,11 @@ def build_test_runs(catalog: Catalog, test_parts: dg.PartitionsDefinition, deps:
             launcher = pipes_launcher_for(context, night.deployment, **night.pod_settings())
 
         by_id = night.catalog.by_id()
-        live = tuple(r.run_id for r in context.instance.get_runs(filters=dg.RunsFilter(statuses=[
-            dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.STARTING, dg.DagsterRunStatus.STARTED])))
+        def ended(run_ids: list[str]) -> list[str]:  # only runs this instance knows: not another's night
+            return [r.run_id for r in context.instance.get_runs(filters=dg.RunsFilter(run_ids=run_ids)) if r.is_finished]
+
         events = run_tests(night, runset, selection, launcher=launcher, say=lambda m: _say(context, m),
-                           infra=infra, tags=tags, live_run_ids=live)
+                           infra=infra, tags=tags, ended_runs=ended)
         with canceled_on_interrupt(context):
             yield from _dagster_events(context, night, events, selection, by_id, pipes=launcher is not None)
 

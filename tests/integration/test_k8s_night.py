@@ -44,6 +44,8 @@ FLOOR_S = 300
 RERUN_ID = "tests/e2e/megatron/test_dp8_chat.py"  # rerun alone through the PipesK8sClient path
 POD_KIND = "app.kubernetes.io/name"
 BUCKET = "nightly-e2e-history"  # the production deployment's s3_bucket in assets/cluster.yaml
+LEFTOVER = "leftover"
+ANOTHER_RUN = "0b7c1d2e-9f3a-4c55-8e21-another-instance"
 
 
 def _kubeconfig(path, url: str) -> None:
@@ -89,6 +91,8 @@ def cluster(tmp_path_factory):
 
     def script(pod, node):
         kind = pod["metadata"]["labels"][POD_KIND]
+        if kind == LEFTOVER:  # a test pod some other run left running
+            return [Step(mutate=pods.scheduled(node)), Step(mutate=pods.running())]
         return kubelet.steps(pod, node) if kind == "nightly-e2e-build" else test_pod(pod, node)
 
     with StandInApiServer(script=script) as server, moto_server() as s3_url, pytest.MonkeyPatch.context() as mp:
@@ -128,6 +132,13 @@ def cluster(tmp_path_factory):
 def rerun(cluster):
     """One test_runs partition alone, as a rerun from the UI: the PipesK8sClient path."""
     server, instance = cluster["server"], cluster["instance"]
+    # pods left running: one by the nightly run this instance saw end, one by a run of another
+    # instance (a workstation's `nightly run --deployment production` beside the cluster's)
+    for name, run_id in (("left-by-an-ended-run", cluster["second"].run_id), ("another-instances", ANOTHER_RUN)):
+        server.core_v1().create_namespaced_pod("nightly-e2e", {
+            "apiVersion": "v1", "kind": "Pod", "spec": {"containers": [{"name": "test", "image": "x"}]},
+            "metadata": {"name": name, "labels": {"app.kubernetes.io/managed-by": "nightly-e2e", POD_KIND: LEFTOVER,
+                                                  "nightly-e2e.io/run-id": run_id}}})
     before = len(server.created)
     result = cluster["defs"].resolve_job_def("tests").execute_in_process(instance=instance, partition_key=RERUN_ID,
                                                                          raise_on_error=False)
@@ -247,3 +258,10 @@ def test_a_single_partition_rerun_goes_through_pipes_k8s_with_the_same_pod_and_o
     assert "DAGSTER_PIPES_CONTEXT" in env, "the pod was not created by PipesK8sClient"
     for path in cluster["needs"][RERUN_ID]:
         assert cluster["kubelet"].local(pod, path) is not None, path
+
+
+def test_a_run_deletes_the_pods_of_runs_its_instance_saw_end_and_no_others(cluster, rerun):
+    assert rerun["result"].success
+    left = set(cluster["server"].state.pods)
+    assert "left-by-an-ended-run" not in left
+    assert "another-instances" in left, "a pod of another instance's night was deleted"

@@ -5,7 +5,7 @@ A killed Dagster run used to leave GPU pods running to their deadline. Three def
 - ``ownerReferences`` to the run's pod (env ``POD_NAME``/``POD_UID`` from the downward API, or
   the pod named like this host when running in the cluster): deleting the run's pod lets the
   garbage collector delete its test pods;
-- :func:`sweep_stale_pods` at night start: our labelled pods whose run is not live are deleted;
+- :func:`sweep_stale_pods` at night start: our labelled pods whose run has ended are deleted;
 - :meth:`KubernetesLauncher.cancel_all` on interrupt (the signal handler calls it).
 """
 
@@ -15,7 +15,7 @@ import json
 import logging
 import os
 import socket
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from kubernetes import client
@@ -58,25 +58,34 @@ def run_pod_owner(api: client.CoreV1Api | None, namespace: str,
     return owner_reference(meta["name"], meta["uid"]) if meta.get("uid") else None
 
 
-def sweep_stale_pods(api: client.CoreV1Api, deployment: DeploymentSpec, live_run_ids: Iterable[str]) -> list[str]:
-    """Delete our labelled pods whose run is not in ``live_run_ids``; returns the pods deleted.
+def sweep_stale_pods(api: client.CoreV1Api, deployment: DeploymentSpec,
+                     ended: Callable[[list[str]], Iterable[str]]) -> list[str]:
+    """Delete our labelled pods whose run has ended; returns the pods deleted.
 
-    Pods without a run id (made by hand, or by an old version) are left alone.
+    ``ended`` is given the run ids found on our pods and returns those the caller's Dagster
+    instance knows to have ended. A run it does not know is left alone: it may be another
+    instance's night in the same namespace (a workstation's ``nightly run --deployment
+    production`` beside the cluster's), and its pods end by their own deadline or owner anyway.
+    Pods without a run id (made by hand, or by an old version) are left alone too.
     """
-    live = {label_value(r) for r in live_run_ids if r}
     selector = f"{MANAGED_BY[0]}={MANAGED_BY[1]}"
     resp = with_retries(api.list_namespaced_pod, deployment.namespace, label_selector=selector, _preload_content=False)
-    gone = []
+    ours = []
     for pod in json.loads(resp.data).get("items") or []:
         meta = pod.get("metadata") or {}
         run = (meta.get("labels") or {}).get(RUN_ID_LABEL, "")
-        if not run or run in live or meta.get("deletionTimestamp"):
+        if run and not meta.get("deletionTimestamp"):
+            ours.append((meta["name"], run))
+    dead = {label_value(r) for r in ended(sorted({run for _, run in ours}))} if ours else set()
+    gone = []
+    for name, run in ours:
+        if run not in dead:
             continue
         try:
-            with_retries(api.delete_namespaced_pod, meta["name"], deployment.namespace)
+            with_retries(api.delete_namespaced_pod, name, deployment.namespace)
         except ApiException as exc:
             if exc.status != 404:
                 raise
-        gone.append(meta["name"])
-        log.warning("deleted pod %s of dead run %s", meta["name"], run)
+        gone.append(name)
+        log.warning("deleted pod %s of ended run %s", name, run)
     return sorted(gone)

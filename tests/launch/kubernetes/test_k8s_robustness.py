@@ -149,17 +149,26 @@ def test_cancel_all_deletes_running_pods_and_starts_no_more(tmp_path):
     assert not server.state.pods
 
 
-def test_the_sweeper_deletes_pods_of_dead_runs_only(tmp_path):
+def test_the_sweeper_deletes_pods_of_ended_runs_only(tmp_path):
+    """run-1 ended, run-2 is alive, run-3 is another instance's (a workstation's production night):
+    only run-1's pod goes."""
+    asked = []
+
+    def ended(run_ids):
+        asked.append(run_ids)
+        return [r for r in run_ids if r == "run-1"]
+
     with StandInApiServer(script=lambda pod, node: forever(node)) as server:
         api = server.core_v1()
         for name, labels in (("dead", {"nightly-e2e.io/run-id": "run-1"}), ("live", {"nightly-e2e.io/run-id": "run-2"}),
-                             ("by-hand", {})):
+                             ("elsewhere", {"nightly-e2e.io/run-id": "run-3"}), ("by-hand", {})):
             labels = {"app.kubernetes.io/managed-by": "nightly-e2e", **labels}
             api.create_namespaced_pod("nightly-e2e", {"apiVersion": "v1", "kind": "Pod",
                                                       "metadata": {"name": name, "labels": labels},
                                                       "spec": {"containers": [{"name": "test", "image": "x"}]}})
-        assert sweep_stale_pods(api, DEPLOYMENT, ["run-2"]) == ["dead"]
-        assert sorted(server.state.pods) == ["by-hand", "live"]
+        assert sweep_stale_pods(api, DEPLOYMENT, ended) == ["dead"]
+        assert sorted(server.state.pods) == ["by-hand", "elsewhere", "live"]
+    assert asked == [["run-1", "run-2", "run-3"]]
 
 
 def test_the_runs_pod_is_found_from_the_downward_api_or_by_hostname(tmp_path):
