@@ -31,19 +31,16 @@ from kubernetes.client.rest import ApiException
 from pipelines.core.model import Attempt
 from pipelines.core.specs import DeploymentSpec, PoolSpec
 from pipelines.launch.base import LaunchRequest, LogSink
+from pipelines.launch.kubernetes.clock import NODE_LOST_WAIT_S, PodClock
 from pipelines.launch.kubernetes.logstream import STREAM_ERRORS, LogFollower
 from pipelines.launch.kubernetes.nodes import NodePins
 from pipelines.launch.kubernetes.outcomes import (
     MAIN_CONTAINER,
     Verdict,
-    classify,
     explain,
     image_id,
     main_status,
-    node_of,
-    not_ready,
     terminated,
-    test_started,
     timestamp,
 )
 from pipelines.launch.kubernetes.podspec import ATTEMPT_UID, build_pod
@@ -104,7 +101,7 @@ class KubernetesLauncher:
         retries: int | None = None,
         pending_wait_s: float | None = None,
         startup_wait_s: float | None = None,
-        node_lost_wait_s: float = 300.0,
+        node_lost_wait_s: float = NODE_LOST_WAIT_S,
         tick_s: float = 5.0,
         watch_timeout_s: int = 60,
         log_join_s: float = 10.0,
@@ -313,11 +310,8 @@ class KubernetesLauncher:
         watcher = threading.Thread(target=self._watch, args=(name, events, stop, since), daemon=True,
                                    name=f"watch:{name}")
         watcher.start()
-        created = time.monotonic()
-        pending_s = 0.0
-        scheduled_at: float | None = None
-        stuck_since: float | None = None
-        test_since: float | None = None
+        clock = PodClock(time.monotonic(), pending_wait_s=self.pending_wait_s, startup_wait_s=self.startup_wait_s,
+                         node_lost_wait_s=self.node_lost_wait_s, timeout_s=limit)
         deleted = False
         pod: dict[str, Any] | None = last
         try:
@@ -331,32 +325,14 @@ class KubernetesLauncher:
                             pod = ev["raw_object"]
                         ev = events.get_nowait()
                 now = time.monotonic()
-                phase = ((pod or {}).get("status") or {}).get("phase") or "Pending"
-                if node_of(pod) and scheduled_at is None:
-                    scheduled_at = now
-                if phase == "Pending":
-                    pending_s = now - created
-                    if scheduled_at is not None:  # pulling the image or in the pre-flight
-                        waited, wait_limit = now - scheduled_at, self.startup_wait_s
-                    else:
-                        waited, wait_limit = pending_s, self.pending_wait_s
-                elif phase == "Running" and pod is not None and not_ready(pod):
-                    stuck_since = stuck_since or now
-                    waited, wait_limit = now - stuck_since, self.node_lost_wait_s
-                else:
-                    stuck_since = None
-                    waited, wait_limit = 0.0, float("inf")
                 state = (main_status(pod or {}).get("state") or {})
                 if not deleted and ("running" in state or "terminated" in state):
                     sink.start(self.api, name, self.namespace, container)
-                if test_since is None and pod is not None and test_started(pod):
-                    test_since = now
-                verdict = classify(pod, deleted, waited, wait_limit)
-                if verdict is None and test_since is not None and now - test_since > limit:
-                    verdict = Verdict("timed_out", "test_timeout", False, node_of(pod))
+                verdict = clock.judge(pod, deleted, now)
+                if verdict is not None and verdict.reason == "test_timeout":
                     self._delete(name)  # now, not at the backstop deadline
                 if verdict is not None:
-                    return verdict, pod, round(pending_s, 3), (now - test_since if test_since is not None else None)
+                    return verdict, pod, round(clock.pending_s, 3), clock.ran_s(now)
         finally:
             stop.set()
 
