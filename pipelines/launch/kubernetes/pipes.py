@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import logging
 import sys
 import threading
 import time
@@ -27,6 +28,7 @@ from kubernetes.client.rest import ApiException
 from pipelines.core.model import Attempt
 from pipelines.core.specs import DeploymentSpec, PoolSpec
 from pipelines.launch.base import LaunchRequest
+from pipelines.launch.kubernetes.clock import PodClock
 from pipelines.launch.kubernetes.logstream import LogFollower, redact
 from pipelines.launch.kubernetes.outcomes import (
     Verdict,
@@ -39,6 +41,9 @@ from pipelines.launch.kubernetes.outcomes import (
 )
 from pipelines.launch.kubernetes.podspec import LABEL_PREFIX, build_pod
 from pipelines.launch.kubernetes.resources import pinned_image
+from pipelines.launch.kubernetes.retries import CONNECTION_ERRORS, with_retries
+
+logger = logging.getLogger(__name__)
 
 
 class MaskingStream(io.TextIOBase):
@@ -107,12 +112,18 @@ class PodRecorder:
 def run_test_pod(context: Any, request: LaunchRequest, pool: PoolSpec, deployment: DeploymentSpec, *,
                  pipes_client: Any = None, core_v1_api: client.CoreV1Api | None = None,
                  settle_s: float = 5.0, cache_paths: Any = (), digest: str = "", owner: Any = None,
-                 log_join_s: float = 10.0) -> tuple[Attempt, Any]:
+                 log_join_s: float = 10.0, tick_s: float = 1.0) -> tuple[Attempt, Any]:
     """Run one attempt through ``PipesK8sClient.run``; returns our Attempt and the Pipes invocation.
 
     The invocation is None when dagster-k8s raised (it does on any non-zero exit); the Attempt
     says what really happened. Retrying infra outcomes stays with the caller (Dagster retries or
     the dispatcher), avoiding ``attempt.node``.
+
+    The pod is held to the watch launcher's limits (:class:`clock.PodClock`: the test timeout from
+    its container's start, the unscheduled and startup waits), which dagster-k8s does not know:
+    past one, the pod is deleted and the verdict is ours. dagster-k8s then raises, or, when the pod
+    never got a container status (unschedulable), keeps polling for it for a day: its call runs in
+    a thread of its own, which is left to end with the process after ``settle_s``.
     """
     from dagster_k8s import PipesK8sClient
     from dagster_k8s.client import DagsterK8sError
@@ -125,35 +136,65 @@ def run_test_pod(context: Any, request: LaunchRequest, pool: PoolSpec, deploymen
     api = core_v1_api or client.CoreV1Api()
     wait_s = request.timeout_s + deployment.startup_wait_s + deployment.unschedulable_wait_s
     t0 = time.monotonic()
-    invocation, error = None, ""
+    clock = PodClock(t0, pending_wait_s=deployment.unschedulable_wait_s, startup_wait_s=deployment.startup_wait_s,
+                     timeout_s=request.timeout_s)
+    outcome: dict[str, Any] = {}
+
+    def call() -> None:  # dagster-k8s's run, in its own thread so that our limits hold while it waits
+        try:
+            outcome["invocation"] = pipes_client.run(context=context, namespace=deployment.namespace,
+                                                     base_pod_meta=meta, base_pod_spec=body["spec"],
+                                                     pod_wait_timeout=wait_s)
+        except (DagsterK8sError, ApiException) as exc:
+            outcome["error"] = f"{type(exc).__name__}: {exc}"
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread below
+            outcome["raised"] = exc
+
+    enforced: Verdict | None = None
+    ran_s: float | None = None
     request.log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(request.log_path, "w", encoding="utf-8") as log:
         log.write(f"# nightly: {request.test.id} attempt {request.attempt} through dagster-k8s Pipes, pool {pool.name} "
                   f"gpus={request.test.gpus} timeout={request.timeout_s}s image={body['spec']['containers'][0]['image']}\n")
         follower = LogFollower(log, None)
-        with PodRecorder(api, deployment.namespace, f"{LABEL_PREFIX}/attempt-uid={uid}", follower) as rec:
+        with PodRecorder(api, deployment.namespace, f"{LABEL_PREFIX}/attempt-uid={uid}", follower) as rec, \
+                contextlib.redirect_stdout(MaskingStream(sys.stdout)):
+            worker = threading.Thread(target=call, daemon=True, name=f"pipes:{request.test.id}")
+            worker.start()
             try:
-                with contextlib.redirect_stdout(MaskingStream(sys.stdout)):
-                    invocation = pipes_client.run(context=context, namespace=deployment.namespace, base_pod_meta=meta,
-                                                  base_pod_spec=body["spec"], pod_wait_timeout=wait_s)
-            except (DagsterK8sError, ApiException) as exc:
-                error = f"{type(exc).__name__}: {exc}"
+                while worker.is_alive():
+                    worker.join(tick_s)
+                    if enforced is None and worker.is_alive():
+                        enforced, ran_s = _enforce(rec, clock, api, deployment.namespace)
+                        if enforced is not None:
+                            log.write(f"# nightly: {enforced.reason}: the pod was deleted\n")
+                            worker.join(settle_s)
+                            break
+            except BaseException:  # interrupted: the pod must not run on to its deadline
+                _delete(api, rec, deployment.namespace)
+                raise
+            if "raised" in outcome:
+                raise outcome["raised"]
             deadline = time.monotonic() + settle_s
-            while True:  # the final events may still be in flight
+            while enforced is None:  # the final events may still be in flight
                 last, deleted = rec.verdict_input()
                 verdict = classify(last, deleted, 0.0, float("inf"))
                 if verdict is not None or time.monotonic() > deadline:
                     break
                 time.sleep(0.05)
+            last, deleted = rec.verdict_input()
         follower.join(log_join_s)
-        if verdict is None:  # dagster-k8s gave up on a pod that never finished: judge it as stuck
+        if enforced is not None:
+            verdict = enforced
+        elif verdict is None:  # dagster-k8s gave up on a pod that never finished: judge it as stuck
             verdict = classify(last, deleted, float("inf"), 0.0) or Verdict("infra_error", "unknown", False, "")
         message = explain(last, verdict)
         log.write(f"# nightly: verdict {verdict.outcome}: {message}\n")
     term = terminated(last or {})
     start, end = timestamp(term.get("startedAt")), timestamp(term.get("finishedAt"))
-    # the test container's own time; without its timestamps (never started) nothing ran worth timing
-    elapsed = (end - start).total_seconds() if start and end else 0.0
+    # the test container's own time; without its timestamps (never started, or deleted at its timeout) as seen here
+    elapsed = (end - start).total_seconds() if start and end else (ran_s or 0.0)
+    error = outcome.get("error", "")
     details = {"message": message, "retriable": str(verdict.retriable_infra).lower(),
                "pod": ((last or {}).get("metadata") or {}).get("name", ""), "namespace": deployment.namespace,
                "image_digest": pinned_image(pool, digest)[1], "wall_s": f"{time.monotonic() - t0:.1f}"}
@@ -167,7 +208,31 @@ def run_test_pod(context: Any, request: LaunchRequest, pool: PoolSpec, deploymen
         attempt=request.attempt, node=verdict.node, exit_code=term.get("exitCode"), reason=verdict.reason,
         log_path=str(request.log_path), timeout_s=request.timeout_s, details=details,
     )
-    return attempt, invocation
+    return attempt, outcome.get("invocation")
+
+
+def _enforce(rec: PodRecorder, clock: PodClock, api: client.CoreV1Api,
+             namespace: str) -> tuple[Verdict | None, float | None]:
+    """Our limits on the pod dagster-k8s waits for: past one (a verdict while the pod has not ended
+    by itself), delete it and return (verdict, seconds its test ran); else (None, None)."""
+    last, deleted = rec.last, rec.deleted
+    now = time.monotonic()
+    verdict = clock.judge(last, deleted, now)
+    phase = ((last or {}).get("status") or {}).get("phase")
+    if verdict is None or deleted or last is None or phase in ("Succeeded", "Failed"):
+        return None, None  # running, or ended: dagster-k8s sees the end and our classify judges it
+    _delete(api, rec, namespace)
+    return verdict, clock.ran_s(now)
+
+
+def _delete(api: client.CoreV1Api, rec: PodRecorder, namespace: str) -> None:
+    name = ((rec.last or {}).get("metadata") or {}).get("name")
+    if not name:
+        return
+    try:
+        with_retries(api.delete_namespaced_pod, name, namespace, attempts=3)
+    except (ApiException, *CONNECTION_ERRORS) as exc:  # the backstop deadline ends it
+        logger.warning("pod %s not deleted (%s); its activeDeadlineSeconds ends it", name, type(exc).__name__)
 
 
 class PipesLauncher:

@@ -5,6 +5,8 @@ Runs dagster-k8s's real client against the stand-in API server through a kubecon
 
 from __future__ import annotations
 
+import dataclasses
+import time
 from pathlib import Path
 
 import pytest
@@ -32,19 +34,22 @@ def kubeconfig(tmp_path: Path, url: str) -> str:
     return str(path)
 
 
-def run_pipes(tmp_path, script):
+def run_pipes(tmp_path, script, timeout_s=600, **waits):
+    """One attempt through run_test_pod in a real Dagster step; ``waits``: the deployment's
+    unschedulable_wait_s / startup_wait_s."""
     from pipelines.launch.kubernetes.pipes import run_test_pod
 
     req = LaunchRequest(test=make_test(id="tests/e2e/test_grpo.py", path="tests/e2e/test_grpo.py", gpus=4), repo_path=tmp_path,
-                        timeout_s=600, log_path=tmp_path / "grpo.log", run_id="r1", night="2026-12-01", pool="h200")
+                        timeout_s=timeout_s, log_path=tmp_path / "grpo.log", run_id="r1", night="2026-12-01", pool="h200")
+    deployment = dataclasses.replace(DEPLOYMENT, **waits)
     out: list = []
     with StandInApiServer(script=script) as server:
         client = dagster_k8s.PipesK8sClient(kubeconfig_file=kubeconfig(tmp_path, server.url), poll_interval=0.05)
 
         @dagster.asset
         def grpo(context):
-            out.extend(run_test_pod(context, req, POOL, DEPLOYMENT, pipes_client=client,
-                                    core_v1_api=server.core_v1(), settle_s=2.0))
+            out.extend(run_test_pod(context, req, POOL, deployment, pipes_client=client,
+                                    core_v1_api=server.core_v1(), settle_s=2.0, tick_s=0.1))
             return dagster.MaterializeResult(metadata={"outcome": out[0].outcome})
 
         result = dagster.materialize([grpo], instance=dagster.DagsterInstance.ephemeral())
@@ -97,3 +102,28 @@ def test_elapsed_is_the_test_containers_own_time_not_the_wall_time_around_the_po
     attempt, _, _ = run_pipes(tmp_path, lambda pod, node: [*pods.ends(node), Step(mutate=_ran_42_seconds)])
     assert attempt.outcome == "passed" and attempt.elapsed_s == 42.0
     assert float(attempt.details["wall_s"]) < 42.0
+
+
+def test_a_test_past_its_timeout_is_timed_out_and_its_pod_deleted_then_not_passed_when_it_ends(tmp_path):
+    """dagster-k8s knows no test timeout: the pod would run on and exit 0, a false pass."""
+    def slow(pod, node):
+        return [Step(mutate=pods.scheduled(node)), Step(mutate=pods.running(), logs=("training",)),
+                Step(delay_s=8.0, mutate=pods.terminated("Succeeded", 0, "Completed"))]
+
+    t0 = time.monotonic()
+    attempt, _, server = run_pipes(tmp_path, slow, timeout_s=1)
+    assert (attempt.outcome, attempt.reason) == ("timed_out", "test_timeout")
+    assert 1.0 <= attempt.elapsed_s < 6.0 and time.monotonic() - t0 < 8.0
+    assert not server.state.pods, "the pod runs on after its timeout"
+
+
+@pytest.mark.parametrize("script, waits, reason", [
+    (lambda pod, node: [Step(mutate=pods.unschedulable())], {"unschedulable_wait_s": 1}, "unschedulable"),
+    (lambda pod, node: [Step(mutate=pods.scheduled(node)), Step(mutate=pods.preflight_running())],
+     {"startup_wait_s": 1}, "startup_timeout"),
+], ids=["never scheduled", "stuck in the pre-flight"])
+def test_a_pod_that_cannot_start_is_an_infra_error_after_the_deployments_wait_not_a_day(tmp_path, script, waits, reason):
+    t0 = time.monotonic()
+    attempt, invocation, server = run_pipes(tmp_path, script, **waits)
+    assert (attempt.outcome, attempt.reason, invocation) == ("infra_error", reason, None)
+    assert time.monotonic() - t0 < 30.0 and not server.state.pods
