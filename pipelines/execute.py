@@ -329,6 +329,7 @@ def night_summary(night: Night, runset: RunSet, selection: RunSelection, plan: P
     attempts = [*attempts_before, *result.attempts]
     return {
         "night": night.night, "run_id": night.run_id, "repo": night.repo_spec.name,
+        "repo_path": str(night.repo_spec.path),
         "deployment": night.deployment.name, "cadence": selection.cadence or "picked",
         "selection": dataclasses.asdict(selection),
         "selected": [t.id for t in runset.run] + [t.id for t in runset.unplanned],

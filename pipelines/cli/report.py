@@ -4,7 +4,8 @@
                  [--open] [--json] [--screenshot PNG] [--uncovered CELL ...]
 
 Reads ``<home>/nights/<night>.json`` (the newest unless --night, which also takes a run id:
-``runs/<id>.json``), the night before it, the deployment's history store and the repo's catalog;
+``runs/<id>.json``; with --repo, the newest of that repo), the repo's night before it of the same
+cadence, the deployment's history store and the repo's catalog;
 writes ``<home>/reports/<night>.html`` and prints its path (with an S3 deployment, the same keys in
 its bucket). Exit 2 for a night that cannot be read or a flag that cannot be used. ``--json`` prints every section as JSON instead (for scripts); ``--open`` opens
 the page in a browser; ``--screenshot`` also saves a PNG of it made by headless Chromium.
@@ -100,6 +101,22 @@ def repo_context(home: Path, repo: str | None, deployment: str | None):
     ), store
 
 
+def night_repo(home: Path, night: str | None, deployment: str | None) -> str | None:
+    """Without --repo, the repo of the night to report (the newest night of any repo by default):
+    its name when assets/repos.yaml has it, else the checkout path the night recorded; None when
+    the night names neither (an older record: the default repo)."""
+    from pipelines.core.specs import load_specs
+    from pipelines.reporting.inputs import select_night
+    from pipelines.storage.state import state_store
+
+    specs = load_specs()
+    summary, _, _ = select_night(state_store(specs.deployment(deployment), home), night)
+    name, path = summary.get("repo"), summary.get("repo_path")
+    if name and name in specs.repos:
+        return str(name)
+    return str(path) if path and Path(str(path)).is_dir() else (str(name) if name else None)
+
+
 def run(args: argparse.Namespace) -> int:
     try:
         return _report(args)
@@ -124,7 +141,7 @@ def _report(args: argparse.Namespace) -> int:
 
     check_paths(args)
     home = (args.home or default_home()).resolve()
-    _, inputs, store = repo_context(home, args.repo, args.deployment)
+    _, inputs, store = repo_context(home, args.repo or night_repo(home, args.night, args.deployment), args.deployment)
     data = night_report(store, args.night, dataclasses.replace(inputs, uncovered=(*inputs.uncovered, *args.uncovered)),
                         warn=lambda text: print(f"nightly report: warning: {text}", file=sys.stderr))
     if args.json:

@@ -63,14 +63,24 @@ def parse_summary(where: str, text: str) -> dict:
     return data
 
 
-def _previous(store: StateStore, keys: Sequence[str], i: int, warn: Callable[[str], None]) -> dict | None:
-    """The newest readable night before ``keys[i]``: a damaged one is left out with a warning, not the whole report."""
+def same_repo(summary: Mapping, repo: str | None) -> bool:
+    """Whether a night is of ``repo`` (None: any); a record without a repo (an older version) is anyone's."""
+    return not repo or not summary.get("repo") or summary.get("repo") == repo
+
+
+def _previous(store: StateStore, keys: Sequence[str], i: int, warn: Callable[[str], None],
+              like: Mapping) -> dict | None:
+    """The newest readable night before ``keys[i]`` of the same repo and cadence as ``like`` (every
+    repo and cadence shares ``nights/``: a weekly night is not compared with a nightly one, nor one
+    framework's with another's); a damaged one is left out with a warning, not the whole report."""
     skipped: list[str] = []
     for key in reversed(keys[:i]):
         try:
             found = read_summary(store, key)
         except CatalogError as exc:
             skipped.append(str(exc))
+            continue
+        if not same_repo(found, like.get("repo")) or (found.get("cadence") or like.get("cadence")) != like.get("cadence"):
             continue
         for problem in skipped:
             warn(f"{problem}; left out: compared with {key[len('nights/'):-len('.json')]} instead")
@@ -80,9 +90,10 @@ def _previous(store: StateStore, keys: Sequence[str], i: int, warn: Callable[[st
     return None
 
 
-def select_night(store: StateStore, night: str | None = None,
-                 warn: Callable[[str], None] = lambda _: None) -> tuple[dict, dict | None]:
-    """(the night's summary, the one before it or None); the newest night when ``night`` is None.
+def select_night(store: StateStore, night: str | None = None, warn: Callable[[str], None] = lambda _: None,
+                 repo: str | None = None) -> tuple[dict, dict | None, bool]:
+    """(the night's summary, the one before it of the same repo and cadence or None, whether it is
+    the repo's newest night); the newest night of ``repo`` (None: of any repo) when ``night`` is None.
 
     ``night`` is a night's name (``nights/<night>.json``) or a run id (``runs/<run id>.json``).
     The chosen night must be readable; a damaged night before it is passed over and ``warn`` told.
@@ -93,17 +104,52 @@ def select_night(store: StateStore, night: str | None = None,
                                    "no night summary found; run `nightly run` first or pass --home"))
     names = [k[len("nights/"):-len(".json")] for k in keys]
     if night is None:
-        i = len(keys) - 1
+        i, summary = _newest(store, keys, repo, warn)
     elif night in names:
-        i = names.index(night)
+        i, summary = names.index(night), read_summary(store, keys[names.index(night)])
     elif (run := store.get(f"runs/{night}.json")) is not None:
         summary = parse_summary(store.uri(f"runs/{night}.json"), run)
         i = names.index(summary["night"]) if summary.get("night") in names else 0
-        return summary, _previous(store, keys, i, warn)
     else:
         raise CatalogError(Problem(store.uri("nights"), 1, "--night",
                                    f"no night or run {night!r}; the newest nights are: {', '.join(names[-5:])}"))
-    return read_summary(store, keys[i]), _previous(store, keys, i, warn)
+    if repo and not same_repo(summary, repo):
+        raise CatalogError(Problem(store.uri(keys[i]), 1, "repo",
+                                   f"night {night} is of repo {summary.get('repo')!r}, not {repo!r}; drop --repo "
+                                   "or pass that night's repo"))
+    newest = night is None or not any(_is_of(store, k, summary.get("repo")) for k in keys[i + 1:])
+    return summary, _previous(store, keys, i, warn, summary), newest
+
+
+def _newest(store: StateStore, keys: Sequence[str], repo: str | None,
+            warn: Callable[[str], None]) -> tuple[int, dict]:
+    """(index, summary) of the newest night of ``repo`` (None: the newest night, which must be readable)."""
+    if not repo:
+        return len(keys) - 1, read_summary(store, keys[-1])
+    seen: set[str] = set()
+    damaged: list[CatalogError] = []
+    for i in reversed(range(len(keys))):
+        try:
+            summary = read_summary(store, keys[i])
+        except CatalogError as exc:
+            damaged.append(exc)
+            continue
+        if same_repo(summary, repo):
+            for exc in damaged:
+                warn(f"{exc}; left out: a newer night whose repo cannot be read")
+            return i, summary
+        seen.add(str(summary.get("repo")))
+    if damaged:  # the repo's night may be the damaged one: name it
+        raise damaged[0]
+    raise CatalogError(Problem(store.uri("nights"), 1, "--repo",
+                               f"no night of repo {repo!r} here; the nights here are of: {', '.join(sorted(seen))}"))
+
+
+def _is_of(store: StateStore, key: str, repo: str | None) -> bool:
+    try:
+        return same_repo(read_summary(store, key), repo)
+    except CatalogError:
+        return False
 
 
 def log_tails(summary: Mapping, store: StateStore | None = None, lines: int = LOG_TAIL_LINES) -> dict[str, str]:
@@ -187,15 +233,15 @@ def as_of(summary: Mapping, samples: Sequence[Sample], quarantine: Mapping | Non
 
 def night_report(store: StateStore, night: str | None, inputs: ReportInputs,
                  warn: Callable[[str], None] = lambda _: None) -> ReportData:
-    """The report of one night (the newest by default) from the deployment's state store.
+    """The report of one night (the newest of ``inputs.repo`` by default) from the deployment's state store.
 
     What was left out (a damaged night before it) goes to ``warn`` and into the page's notes.
     """
     left_out: list[str] = []
-    summary, previous = select_night(store, night, warn=left_out.append)
+    summary, previous, newest = select_night(store, night, warn=left_out.append, repo=inputs.repo or None)
     for text in left_out:
         warn(text)
-    samples, quarantine = as_of(summary, inputs.samples, inputs.quarantine, newest=night is None)
+    samples, quarantine = as_of(summary, inputs.samples, inputs.quarantine, newest=newest)
     estimates = inputs.estimates
     own = stored_estimates(store, inputs.repo, str(summary.get("run_id") or "")) if inputs.repo else None
     if own is not None:

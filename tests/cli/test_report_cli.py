@@ -7,6 +7,7 @@ import json
 import pytest
 
 from pipelines.cli import main
+from tests.conftest import PROJECT_ROOT
 from tests.reporting.nights import GRPO, SFT, example_night, tid, write_home
 
 
@@ -216,3 +217,50 @@ def test_help_says_what_the_flags_really_take_as_docs_report_md_does(capsys, arg
     with pytest.raises(SystemExit):
         main([*argv, "--help"])
     assert said in " ".join(capsys.readouterr().out.split())
+
+
+@pytest.fixture
+def shared_home(home, tmp_path):
+    """The example's nights plus, in the same state folder, a later night of another framework and
+    a weekly night of the example (every repo and cadence writes to nights/)."""
+    import shutil
+
+    copy = tmp_path / "home"
+    shutil.copytree(home, copy)
+    night = json.loads((copy / "nights" / "2026-11-06T150000Z.json").read_text())
+    for name, repo, cadence in (("2026-11-06T200000Z", "minirl", "weekly"), ("2026-11-07T150000Z", "sglangish", "nightly")):
+        other = {**night, "night": name, "run_id": f"run-{name}", "repo": repo, "cadence": cadence,
+                 "repo_path": str(PROJECT_ROOT / "examples" / repo)}
+        (copy / "nights" / f"{name}.json").write_text(json.dumps(other))
+    return copy
+
+
+def test_a_report_is_of_one_repo_compared_with_that_repos_night_of_the_same_cadence(shared_home, capsys):
+    code, out, _ = nightly(capsys, "report", "--home", str(shared_home), "--repo", "minirl", "--json")
+    data = json.loads(out)
+    assert (code, data["night"], data["cadence"]) == (0, "2026-11-06T200000Z", "weekly")
+    assert data["changes"] is None, "a weekly night was compared with a nightly one"
+    code, out, _ = nightly(capsys, "report", "--home", str(shared_home), "--repo", "minirl", "--json",
+                           "--night", "2026-11-06T150000Z")
+    assert json.loads(out)["changes"]["previous"] == "2026-11-05T150000Z"
+
+
+def test_without_repo_the_newest_night_is_reported_with_its_own_repos_state(shared_home, capsys):
+    """Its quarantine file, not the default repo's: a test quarantined in that repo is shown so."""
+    (shared_home / "quarantine").mkdir(exist_ok=True)
+    (shared_home / "quarantine" / "sglangish.json").write_text(json.dumps({"version": 1, "actions": [
+        {"test": tid(SFT), "action": "add", "by": "alice", "why": "flaky in sglangish", "at": "2026-11-08T09:00:00Z"}]}))
+    code, out, err = nightly(capsys, "report", "--home", str(shared_home), "--json")
+    data = json.loads(out)
+    assert (code, data["night"]) == (0, "2026-11-07T150000Z")
+    assert data["changes"] is None, "another framework's night was its previous"
+    assert "no catalog" not in err
+    assert [(s["test_id"], s["state"], s["by"]) for s in data["flaky"] if s["test_id"] == tid(SFT)] == [
+        (tid(SFT), "quarantined", "alice")]
+
+
+def test_a_night_of_another_repo_is_not_reported_as_this_repos(shared_home, capsys):
+    code, _, err = nightly(capsys, "report", "--home", str(shared_home), "--repo", "minirl", "--night",
+                           "2026-11-07T150000Z")
+    assert code == 2
+    assert "night 2026-11-07T150000Z is of repo 'sglangish', not 'minirl'" in err

@@ -24,14 +24,14 @@ def home(tmp_path_factory):
 
 
 def test_the_newest_night_and_the_one_before_it_are_read_from_the_store(home):
-    summary, previous = select_night(LocalStateStore(home))
+    summary, previous, _ = select_night(LocalStateStore(home))
     assert (summary["night"], previous["night"]) == ("2026-11-06T150000Z", "2026-11-05T150000Z")
-    first, none = select_night(LocalStateStore(home), "2026-11-01T150000Z")
+    first, none, _ = select_night(LocalStateStore(home), "2026-11-01T150000Z")
     assert (first["night"], none) == ("2026-11-01T150000Z", None)
 
 
 def test_log_tails_come_from_the_local_log_else_from_the_stored_copy(home, tmp_path):
-    summary, _ = select_night(LocalStateStore(home))
+    summary, _, _ = select_night(LocalStateStore(home))
     tails = log_tails(summary)
     assert len(tails) == 3 and all("on purpose" in t for t in tails.values())
     moved = {**summary, "attempts": [{**a, "log_path": str(tmp_path / "gone" / a["log_path"].rsplit("/", 1)[1])}
@@ -130,7 +130,7 @@ def test_a_corrupt_night_before_is_left_out_with_a_warning_and_the_one_before_it
     shutil.copytree(home, copy)
     (copy / "nights" / "2026-11-05T150000Z.json").write_text("{")
     warnings: list[str] = []
-    summary, previous = select_night(LocalStateStore(copy), warn=warnings.append)
+    summary, previous, _ = select_night(LocalStateStore(copy), warn=warnings.append)
     assert (summary["night"], previous["night"]) == ("2026-11-06T150000Z", "2026-11-04T150000Z")
     assert len(warnings) == 1 and warnings[0].startswith(f"{copy}/nights/2026-11-05T150000Z.json:1: summary: not valid JSON")
     assert warnings[0].endswith("; left out: compared with 2026-11-04T150000Z instead")
@@ -148,7 +148,7 @@ def test_an_older_night_shows_the_proposals_made_after_it_not_the_newest(tmp_pat
 
     home = write_home(example_night(tmp_path / "home"))
     store = LocalStateStore(home)
-    older, _ = select_night(store, "2026-11-05T150000Z")
+    older, _, _ = select_night(store, "2026-11-05T150000Z")
     then = [dataclasses.replace(e, proposed=e.proposed + 100) for e in ESTIMATES]
     store.put(evidence_key("minirl", older["run_id"]), evidence_csv(then))
     inputs = ReportInputs(estimates=ESTIMATES, repo="minirl")
