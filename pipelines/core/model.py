@@ -7,12 +7,14 @@ unit-tested on its own and every edge converts foreign payloads into these once.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, get_args
 
 Backend = Literal["cuda", "rocm", "cpu"]
 Outcome = Literal["passed", "failed", "timed_out", "infra_error", "skipped", "interrupted"]
 RequirementKind = Literal["model", "dataset", "conversion"]
 
+#: every outcome an attempt can have
+OUTCOMES: frozenset[str] = frozenset(get_args(Outcome))
 #: Outcomes that say something about the test itself (infra errors and skips do not).
 TEST_OUTCOMES: frozenset[str] = frozenset({"passed", "failed", "timed_out"})
 

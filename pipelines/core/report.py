@@ -302,7 +302,12 @@ def build_report(
             summary.get("flaky"), Mapping) else replay(samples)
     findings = detect_bad_nodes(attempts)
     bad = {f.node for f in findings}
-    verdict = recorded_verdict(summary) or night_verdict(attempts, states)  # as the night decided it
+    verdict = recorded_verdict(summary)  # as the night decided it
+    if verdict is None:  # an older record: judged from its attempts, where a selected test without one is no pass
+        verdict = night_verdict(attempts, states)
+        ran = {a.test_id for a in attempts}
+        never = [t.id for t in selected if t.id not in ran and t.id not in summary.get("unplanned", ())]
+        verdict = dataclasses.replace(verdict, interrupted=(*verdict.interrupted, *never))
     prev = previous[-1] if previous else None
     changes = night_changes(summary, prev)
     # where a stored copy of each log is (the state store on S3); the local path otherwise

@@ -12,6 +12,7 @@ import csv
 import dataclasses
 import io
 import json
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,13 +21,49 @@ from pipelines.core.calibrate.evidence import write_atomic
 from pipelines.core.calibrate.policies import parse_time
 from pipelines.core.catalog.ids import safe_filename
 from pipelines.core.flaky import FlakyRules, replay, states_from_summary
-from pipelines.core.model import CatalogError, Estimate, Problem, Sample, Test
+from pipelines.core.model import OUTCOMES, CatalogError, Estimate, Problem, Sample, Test
 from pipelines.core.report import ReportData, build_report, tail_lines
 from pipelines.storage.state import StateStore
 
 LOG_TAIL_LINES = 30
 #: what every attempt of a summary must have for the report to read it (pipelines.core.model.Attempt)
 ATTEMPT_KEYS = ("test_id", "outcome", "elapsed_s", "started_at")
+
+
+def _number(v: object) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0
+
+
+def _strings(v: object) -> bool:
+    return isinstance(v, list) and all(isinstance(x, str) for x in v)
+
+
+#: the type each field must have where a record has it: (check, what to say)
+_ATTEMPT_FIELDS: dict[str, tuple[Callable[[object], bool], str]] = {
+    "test_id": (lambda v: isinstance(v, str) and bool(v), "a test id"),
+    "outcome": (lambda v: v in OUTCOMES, f"one of {', '.join(sorted(OUTCOMES))}"),
+    "elapsed_s": (_number, "seconds, a number >= 0"),
+    "started_at": (lambda v: isinstance(v, str), "an ISO time string (or empty)"),
+    "attempt": (lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 1, "a whole number >= 1"),
+    "node": (lambda v: v is None or isinstance(v, str), "a node name"),
+    "gpu_slots": (lambda v: isinstance(v, list) and all(isinstance(x, int) for x in v), "a list of GPU indices"),
+    "exit_code": (lambda v: v is None or (isinstance(v, int) and not isinstance(v, bool)), "a whole number or null"),
+    "reason": (lambda v: isinstance(v, str), "a string"),
+    "log_path": (lambda v: v is None or isinstance(v, str), "a path"),
+    "timeout_s": (_number, "seconds, a number >= 0"),
+    "details": (lambda v: isinstance(v, dict), "an object"),
+}
+_SUMMARY_FIELDS: dict[str, tuple[Callable[[object], bool], str]] = {
+    "night": (lambda v: isinstance(v, str) and bool(v), "the night's name"),
+    "run_id": (lambda v: isinstance(v, str), "a run id"),
+    **{k: (_strings, "a list of test ids") for k in ("selected", "skipped", "unplanned", "unknown_keys")},
+    "notes": (_strings, "a list of strings"),
+    "est_time": (lambda v: isinstance(v, dict) and all(_number(x) for x in v.values()), "test id -> seconds"),
+    "verdict": (lambda v: isinstance(v, dict) and all(isinstance(x, (bool, str)) or _strings(x) for x in v.values()),
+                "an object of lists of test ids"),
+    **{k: (lambda v: v is None or _number(v), "seconds, a number >= 0 or null")
+       for k in ("actual_makespan_s", "predicted_makespan_s", "lower_bound_s", "predicted_median_s", "predicted_p90_s")},
+}
 
 
 def night_keys(store: StateStore) -> list[str]:
@@ -50,17 +87,28 @@ def parse_summary(where: str, text: str) -> dict:
     except ValueError as exc:
         raise CatalogError(Problem(where, getattr(exc, "lineno", 1), "summary",
                                    f"not valid JSON ({exc}); delete the file or run the night again")) from exc
-    written = "was it written by `nightly run`?"
-    if not isinstance(data, dict) or not isinstance(data.get("attempts", []), list):
+    written = "was it written by `nightly run`? Run the night again or move the file aside"
+    if not isinstance(data, dict) or not isinstance(data.get("attempts"), list):
         raise CatalogError(Problem(where, 1, "summary", f"expected a night summary object with an `attempts` list; {written}"))
-    for i, attempt in enumerate(data.get("attempts", [])):
+    for i, attempt in enumerate(data["attempts"]):
         if not isinstance(attempt, dict):
             raise CatalogError(Problem(where, 1, f"attempts[{i}]", "expected an attempt object with test_id, outcome, "
                                                                    f"elapsed_s and started_at; {written}"))
         missing = [k for k in ATTEMPT_KEYS if k not in attempt]
         if missing:
             raise CatalogError(Problem(where, 1, f"attempts[{i}]", f"missing {', '.join(missing)}; {written}"))
+        _check(where, f"attempts[{i}].", attempt, _ATTEMPT_FIELDS, written)
+    if "night" not in data:
+        raise CatalogError(Problem(where, 1, "night", f"missing; {written}"))
+    _check(where, "", data, _SUMMARY_FIELDS, written)
     return data
+
+
+def _check(where: str, prefix: str, data: Mapping, fields: Mapping, written: str) -> None:
+    """Each field ``data`` has must have its type: a damaged record is named, never a traceback later."""
+    for name, (ok, what) in fields.items():
+        if name in data and not ok(data[name]):
+            raise CatalogError(Problem(where, 1, f"{prefix}{name}", f"expected {what}, got {data[name]!r:.80}; {written}"))
 
 
 def same_repo(summary: Mapping, repo: str | None) -> bool:

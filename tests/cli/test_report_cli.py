@@ -161,7 +161,7 @@ def test_a_corrupt_night_before_still_renders_tonight_compared_with_the_last_rea
     data = json.loads(out)
     assert (code, data["night"], data["changes"]["previous"]) == (0, "2026-11-06T150000Z", "2026-11-04T150000Z")
     warning = (f"{copy}/nights/2026-11-05T150000Z.json:1: summary: expected a night summary object with an `attempts` "
-               "list; was it written by `nightly run`?; left out: compared with 2026-11-04T150000Z instead")
+               "list; was it written by `nightly run`? Run the night again or move the file aside; left out: compared with 2026-11-04T150000Z instead")
     assert f"nightly report: warning: {warning}" in err
     assert warning in data["notes"]
 

@@ -165,6 +165,15 @@ def test_a_summary_with_only_the_oldest_fields_still_reports():
     assert json.loads(to_json(r))["counts"] == [["passed", 1]]
 
 
+def test_a_selected_test_without_an_attempt_is_no_pass_in_a_record_without_a_verdict():
+    """A damaged or cut-short record (attempts lost): never "every test passed"."""
+    summary = {"night": "n", "selected": ["tests/a.py", "tests/b.py", "tests/c.py"], "unplanned": ["tests/c.py"],
+               "attempts": [attempt("tests/a.py", "passed", "h200-a")]}
+    r = build_report(summary)
+    assert r.verdict == "FAILED: 1 interrupted"
+    assert dict(r.counts)["not_run"] == 1
+
+
 def test_the_table_and_markdown_still_render_the_rows(night):
     tests = [t for t in night.tests if t.id in (tid(SFT), tid(GRPO))]
     attempts = [Attempt(**{**a, "gpu_slots": tuple(a["gpu_slots"])}) for a in night.summary["attempts"]]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from pipelines.core.model import CatalogError
@@ -105,13 +107,32 @@ def test_a_corrupt_run_record_is_located_with_the_fix(tmp_path):
     assert str(err.value).endswith("; delete the file or run the night again")
 
 
+WRITTEN = "was it written by `nightly run`? Run the night again or move the file aside"
+GOOD = {"test_id": "t", "outcome": "passed", "elapsed_s": 12.0, "started_at": "2026-11-01T15:00:00Z"}
+
+
 @pytest.mark.parametrize(("text", "field", "message"), [
-    ("[1, 2]", "summary", "expected a night summary object with an `attempts` list; was it written by `nightly run`?"),
-    ('{"attempts": {}}', "summary", "expected a night summary object with an `attempts` list; was it written by `nightly run`?"),
-    ('{"attempts": [7]}', "attempts[0]", "expected an attempt object with test_id, outcome, elapsed_s and started_at; "
-                                         "was it written by `nightly run`?"),
-    ('{"attempts": [{"test_id": "t", "outcome": "passed"}]}', "attempts[0]",
-     "missing elapsed_s, started_at; was it written by `nightly run`?"),
+    ("[1, 2]", "summary", f"expected a night summary object with an `attempts` list; {WRITTEN}"),
+    ('{"attempts": {}}', "summary", f"expected a night summary object with an `attempts` list; {WRITTEN}"),
+    ('{"night": "n", "selected": ["t"]}', "summary", f"expected a night summary object with an `attempts` list; {WRITTEN}"),
+    ('{"attempts": [7]}', "attempts[0]", f"expected an attempt object with test_id, outcome, elapsed_s and started_at; "
+                                         f"{WRITTEN}"),
+    ('{"attempts": [{"test_id": "t", "outcome": "passed"}]}', "attempts[0]", f"missing elapsed_s, started_at; {WRITTEN}"),
+    (json.dumps({"attempts": [{**GOOD, "elapsed_s": "12s"}]}), "attempts[0].elapsed_s",
+     f"expected seconds, a number >= 0, got '12s'; {WRITTEN}"),
+    (json.dumps({"attempts": [{**GOOD, "started_at": 5}]}), "attempts[0].started_at",
+     f"expected an ISO time string (or empty), got 5; {WRITTEN}"),
+    (json.dumps({"attempts": [{**GOOD, "gpu_slots": None}]}), "attempts[0].gpu_slots",
+     f"expected a list of GPU indices, got None; {WRITTEN}"),
+    (json.dumps({"attempts": [{**GOOD, "outcome": "green"}]}), "attempts[0].outcome",
+     "expected one of failed, infra_error, interrupted, passed, skipped, timed_out, got 'green'; " + WRITTEN),
+    (json.dumps({"attempts": [GOOD]}), "night", f"missing; {WRITTEN}"),
+    (json.dumps({"night": "n", "attempts": [GOOD], "selected": None}), "selected",
+     f"expected a list of test ids, got None; {WRITTEN}"),
+    (json.dumps({"night": "n", "attempts": [GOOD], "est_time": {"t": "ten"}}), "est_time",
+     "expected test id -> seconds, got {'t': 'ten'}; " + WRITTEN),
+    (json.dumps({"night": "n", "attempts": [GOOD], "verdict": {"failed": None}}), "verdict",
+     "expected an object of lists of test ids, got {'failed': None}; " + WRITTEN),
 ])
 def test_a_run_record_of_the_wrong_shape_is_located_with_the_fix(tmp_path, text, field, message):
     (tmp_path / "nights").mkdir()
