@@ -23,7 +23,7 @@ from pipelines.core.catalog.ids import safe_filename
 from pipelines.core.flaky import FlakyRules, replay, states_from_summary
 from pipelines.core.model import OUTCOMES, CatalogError, Estimate, Problem, Sample, Test
 from pipelines.core.report import ReportData, build_report, tail_lines
-from pipelines.storage.state import StateStore
+from pipelines.storage.state import StateError, StateStore
 
 LOG_TAIL_LINES = 30
 #: what every attempt of a summary must have for the report to read it (pipelines.core.model.Attempt)
@@ -200,19 +200,22 @@ def _is_of(store: StateStore, key: str, repo: str | None) -> bool:
         return False
 
 
-def log_tails(summary: Mapping, store: StateStore | None = None, lines: int = LOG_TAIL_LINES) -> dict[str, str]:
-    """The last lines of every attempt's log that did not pass: the local file, else the stored copy."""
+def log_tails(summary: Mapping, store: StateStore, lines: int = LOG_TAIL_LINES) -> dict[str, str]:
+    """The last lines of every attempt's log that did not pass, read from the state store as
+    ``logs/<night>/<file name>`` (where the local launcher writes it and where a pod's log is
+    copied), never from the path the record names: a record is data, and a page that printed any
+    file it named (``/etc/passwd``) would publish it."""
     out = {}
     for a in summary.get("attempts", ()):
         path = a.get("log_path")
         if a.get("outcome") == "passed" or not path or path in out:
             continue
         try:
-            out[path] = tail_lines(Path(path).read_text(encoding="utf-8", errors="replace"), lines)
-        except OSError:
-            text = store.get(f"logs/{summary.get('night')}/{Path(path).name}") if store is not None else None
-            if text is not None:
-                out[path] = tail_lines(text, lines)
+            text = store.get(f"logs/{summary.get('night')}/{Path(path).name}")
+        except StateError:  # a name the store refuses (a hostile record) has no log to show
+            text = None
+        if text is not None:
+            out[path] = tail_lines(text, lines)
     return out
 
 

@@ -32,9 +32,9 @@ def test_the_newest_night_and_the_one_before_it_are_read_from_the_store(home):
     assert (first["night"], none) == ("2026-11-01T150000Z", None)
 
 
-def test_log_tails_come_from_the_local_log_else_from_the_stored_copy(home, tmp_path):
+def test_log_tails_come_from_the_nights_logs_in_the_state_store(home, tmp_path):
     summary, _, _ = select_night(LocalStateStore(home))
-    tails = log_tails(summary)
+    tails = log_tails(summary, LocalStateStore(home))
     assert len(tails) == 3 and all("on purpose" in t for t in tails.values())
     moved = {**summary, "attempts": [{**a, "log_path": str(tmp_path / "gone" / a["log_path"].rsplit("/", 1)[1])}
                                      for a in summary["attempts"]]}
@@ -42,6 +42,14 @@ def test_log_tails_come_from_the_local_log_else_from_the_stored_copy(home, tmp_p
     sft = next(a for a in moved["attempts"] if a["test_id"] == tid(SFT))
     store.put(f"logs/{summary['night']}/{sft['log_path'].rsplit('/', 1)[1]}", "line 1\nstored copy of the log\n")
     assert log_tails(moved, store) == {sft["log_path"]: "line 1\nstored copy of the log"}
+
+
+@pytest.mark.parametrize("night, path", [("n1", "/etc/hostname"), ("../../etc", "hostname"), ("n1", "../../../etc/hostname")])
+def test_a_log_path_or_night_a_record_names_outside_the_state_is_never_read(tmp_path, night, path):
+    """A record is data: the page must not publish a file it names."""
+    summary = {"night": night, "attempts": [{"test_id": "t", "outcome": "failed", "elapsed_s": 1.0, "started_at": "",
+                                             "log_path": path}]}
+    assert log_tails(summary, LocalStateStore(tmp_path / "state")) == {}
 
 
 def test_the_quarantine_document_round_trips_and_a_broken_one_is_located(tmp_path):
