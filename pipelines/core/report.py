@@ -217,10 +217,15 @@ def tail_lines(text: str, n: int = 30) -> str:
     return "\n".join(text.rstrip("\n").splitlines()[-n:])
 
 
-def _classify(attempts: list[Attempt], bad: set[str], state: str) -> str:
+def _classify(attempts: list[Attempt], bad: set[str], excused: bool) -> str:
+    """One line on why a test is in the failures; ``excused``: the night's verdict excused its
+    failure (quarantined then), which a quarantine added since must not claim."""
     a = attempts[-1]
     if a.outcome == "passed":
         first = next(x for x in attempts if x.outcome in ("failed", "timed_out"))
+        if first.node in bad:  # what flaky replay leaves out too: the node's doing, not the test's
+            return (f"bad node {first.node}: {first.outcome} there on attempt {first.attempt}, passed on attempt "
+                    f"{a.attempt} on {a.node or 'another node'}")
         return f"flaky: {first.outcome} on attempt {first.attempt}, passed on attempt {a.attempt}"
     if a.outcome == "infra_error":
         return f"infra: {a.reason or 'unknown'}" + (f" on bad node {a.node}" if a.node in bad else "")
@@ -230,7 +235,7 @@ def _classify(attempts: list[Attempt], bad: set[str], state: str) -> str:
         return f"bad node {a.node}: the node, not the test"
     kind = (f"hang: killed at its {a.timeout_s} s timeout" if a.outcome == "timed_out"
             else f"test failure (exit {a.exit_code})" if a.exit_code is not None else "test failure")
-    return kind + ("; quarantined, does not fail the night" if state == "quarantined" else "")
+    return kind + ("; quarantined, does not fail the night" if excused else "")
 
 
 def _gantt(attempts: list[Attempt], slots: dict[str, int]) -> tuple[tuple[Bar, ...], float]:
@@ -322,7 +327,7 @@ def build_report(
         if last.outcome not in _NOT_OK and not retried_pass:
             continue
         shown = last if last.outcome != "passed" else next(x for x in xs if x.outcome in ("failed", "timed_out"))
-        item = Failure(tid, last.outcome, _classify(xs, bad, states.get(tid, FlakyState(tid)).state), shown.reason,
+        item = Failure(tid, last.outcome, _classify(xs, bad, tid in verdict.excused), shown.reason,
                        shown.node, len(xs), shown.exit_code, log_uris.get((tid, shown.attempt)) or shown.log_path,
                        tail_lines((log_tails or {}).get(shown.log_path, "")),
                        bool(changes and tid in changes.new_failures))

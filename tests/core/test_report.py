@@ -214,9 +214,28 @@ def test_the_verdict_is_the_one_the_night_recorded_not_one_recomputed_from_a_lat
                                                     "2026-11-07T09:00:00+00:00"))
     r = build_report(recorded, night.previous, night.samples, night.tests, states=later)
     assert r.verdict == before.verdict == "FAILED: 2 test(s) failed" and r.excused == ()
+    sft = next(f for f in r.failures if f.test_id == tid(SFT))
+    assert sft.classification == "test failure (exit 1)", "a failure the verdict counted is said to be excused"
     excused = {**recorded, "verdict": {**recorded["verdict"], "ok": True, "failed": [], "excused_quarantined": failed}}
     r = build_report(excused, night.previous, night.samples, night.tests, states={})
     assert r.verdict == "OK: 2 quarantined failure(s) excused" and r.excused == tuple(failed)
+    sft = next(f for f in r.failures if f.test_id == tid(SFT))
+    assert sft.classification == "test failure (exit 1); quarantined, does not fail the night"
+
+
+def test_failures_on_a_bad_node_that_passed_elsewhere_on_retry_are_the_nodes_not_flaky():
+    """Error 802 on one node: three tests fail there and pass on retry elsewhere. Flaky replay
+    leaves such failures out; the page must not point at the tests either."""
+    def at(test, outcome, node, n):
+        return {**attempt(test, outcome, node), "attempt": n, "exit_code": 1 if outcome == "failed" else 0}
+
+    attempts = [at(f"tests/t{i}.py", "failed", "bad", 1) for i in range(3)]
+    attempts += [at(f"tests/t{i}.py", "passed", "good", 2) for i in range(3)]
+    attempts += [at(f"tests/u{i}.py", "passed", "good", 1) for i in range(2)]
+    summary = {"night": "n", "selected": sorted({a["test_id"] for a in attempts}), "attempts": attempts}
+    r = build_report(summary, states={})
+    assert [n.node for n in r.bad_nodes] == ["bad"]
+    assert {f.classification for f in r.failures} == {"bad node bad: failed there on attempt 1, passed on attempt 2 on good"}
 
 
 def test_near_timeout_judges_the_last_run_against_the_timeout_the_proposal_brings():
