@@ -85,7 +85,8 @@ def repo_context(home: Path, repo: str | None, deployment: str | None):
     history = history_store(where, home)
     samples = history.read()
     store = state_store(where, home)
-    estimates = stored_estimates(store, name)  # the night's calibration; recomputed when there is none
+    estimates = stored_estimates(store, name, warn=lambda text: print(f"nightly report: warning: {text}", file=sys.stderr))
+    # the night's calibration; recomputed when there is none
     if estimates is None:
         from pipelines.storage.history import successions  # calibrate's own rewrites keep history current
 

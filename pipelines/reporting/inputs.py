@@ -238,15 +238,18 @@ def estimates_from_evidence(text: str) -> list[Estimate]:
             for r in csv.DictReader(io.StringIO(text))]
 
 
-def stored_estimates(store: StateStore, repo: str, run_id: str | None = None) -> list[Estimate] | None:
+def stored_estimates(store: StateStore, repo: str, run_id: str | None = None,
+                     warn: Callable[[str], None] = lambda _: None) -> list[Estimate] | None:
     """The last calibration's proposals (``run_id``: the one after that run), or None when there
-    are none (or they cannot be read)."""
-    text = store.get(evidence_key(repo, run_id))
+    are none or they cannot be read (``warn`` is told which file, and the caller recomputes them)."""
+    key = evidence_key(repo, run_id)
+    text = store.get(key)
     if text is None:
         return None
     try:
         return estimates_from_evidence(text)
-    except (KeyError, ValueError):
+    except (KeyError, ValueError, TypeError, AttributeError) as exc:  # a short row gives None cells
+        warn(f"{store.uri(key)}: damaged calibration evidence ({type(exc).__name__}: {exc}); not used")
         return None
 
 
@@ -294,7 +297,11 @@ def night_report(store: StateStore, night: str | None, inputs: ReportInputs,
         warn(text)
     samples, quarantine = as_of(summary, inputs.samples, inputs.quarantine, newest=newest)
     estimates = inputs.estimates
-    own = stored_estimates(store, inputs.repo, str(summary.get("run_id") or "")) if inputs.repo else None
+    def damaged(text: str) -> None:
+        warn(text)
+        left_out.append(text)
+
+    own = stored_estimates(store, inputs.repo, str(summary.get("run_id") or ""), damaged) if inputs.repo else None
     if own is not None:
         estimates = own
     elif night is not None and inputs.repo and estimates:

@@ -264,3 +264,19 @@ def test_a_night_of_another_repo_is_not_reported_as_this_repos(shared_home, caps
                            "2026-11-07T150000Z")
     assert code == 2
     assert "night 2026-11-07T150000Z is of repo 'sglangish', not 'minirl'" in err
+
+
+def test_damaged_calibration_evidence_is_named_and_the_proposals_recomputed(home, tmp_path, capsys):
+    import shutil
+
+    copy = tmp_path / "home"
+    shutil.copytree(home, copy)
+    evidence = copy / "calibration" / "minirl" / "runs" / "run-2026-11-06T150000Z.csv"
+    evidence.parent.mkdir(parents=True, exist_ok=True)
+    header = ("test_id,hardware,current_est_time,proposed_est_time,samples_used,reason,max_s,p90_s,median_s,"
+              "stale_samples,sources")
+    evidence.write_text(f"{header}\n{tid(SFT)},h200,3\n")
+    code, out, err = nightly(capsys, "report", "--home", str(copy), "--repo", "minirl", "--json")
+    assert code == 0, err
+    assert f"{evidence}: damaged calibration evidence (TypeError" in err
+    assert any(str(evidence) in note for note in json.loads(out)["notes"])
