@@ -360,7 +360,10 @@ def build_report(
         usage=_usage(bars, attempts, summary, makespan, capacity_gpus),
         makespan=tuple((k, summary.get(f)) for k, f in (
             ("predicted", "predicted_makespan_s"), ("predicted median", "predicted_median_s"), ("predicted p50", "predicted_p50_s"),
-            ("predicted p90", "predicted_p90_s"), ("actual", "actual_makespan_s"), ("lower bound", "lower_bound_s"))
+            ("predicted p90", "predicted_p90_s"),
+            # a partial record's span is how long the run had gone, not how long the night took
+            ("so far (the run had not ended)" if summary.get("status") == "running" else "actual", "actual_makespan_s"),
+            ("lower bound", "lower_bound_s"))
             if summary.get(f) is not None),
         gantt=bars, trends=tuple(trends[t.id] for t in selected if t.id in trends), changes=changes,
         flaky=tuple(s for _, s in sorted(states.items()) if s.state != "healthy"),

@@ -252,3 +252,12 @@ def test_near_timeout_judges_the_last_run_against_the_timeout_the_proposal_bring
     proposal = Estimate(t.id, "h200", 3600, 1000, 3, "median")
     [near] = build_report(summary, (), samples, [t], [proposal], timeout_floor_s=1800).near_timeout
     assert (near.test_id, near.elapsed_s, near.timeout_s) == ("tests/a.py", 1700.0, 1800)
+
+
+def test_a_partial_records_span_is_not_called_the_nights_actual_makespan():
+    summary = {"night": "n", "status": "running", "selected": ["tests/a.py", "tests/b.py"], "actual_makespan_s": 6.6,
+               "attempts": [attempt("tests/a.py", "passed", "h200-a")],
+               "verdict": {"ok": False, "failed": [], "unfinished": ["tests/b.py"], "interrupted": ["tests/b.py"]}}
+    r = build_report(summary)
+    assert dict(r.makespan) == {"so far (the run had not ended)": 6.6}
+    assert r.verdict.startswith("INCOMPLETE: 1 test(s) had not finished")
