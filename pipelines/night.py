@@ -478,11 +478,14 @@ class Night:
         return calibrate(tests, self.history.read(), self.repo_spec.policy, self.repo_spec.policy_params,
                          successions=successions(self.history))
 
-    def calibrate(self, source_run: str | None = None) -> tuple[list[Estimate], dict[str, str]]:
-        """Propose est_time from history; store estimates, evidence CSV and source patch in the state store.
+    def calibrate(self, source_run: str | None = None) -> tuple[list[Estimate], dict[str, str], tuple[str, ...]]:
+        """Propose est_time from history; store estimates, evidence CSV and source patch in the state
+        store; returns (estimates, where each went, the test files the patch left alone and why).
 
         ``source_run``: the run this calibration follows; its evidence is also kept under that run,
-        so a later report of that night shows the proposals made after it, not the newest ones."""
+        so a later report of that night shows the proposals made after it, not the newest ones.
+        A patch that would change nothing is not stored (``git apply`` refuses one without hunks)
+        and an earlier night's, now stale, is removed: where it would be is then ""."""
         tests = self.registered_tests()
         estimates = self.estimates(tests)
         keys = self.calibration_keys()
@@ -493,12 +496,15 @@ class Night:
         sha = {t.id: t.sha256 for t in tests}
         data = {e.test_id: {"est_time": e.proposed, "sha256": sha.get(e.test_id, ""), "hardware": e.hardware}
                 for e in estimates if e.samples_used}
+        diff, left_alone = recorded_patch(self.history, self.repo_spec.path, tests, estimates)
+        if diff is None:
+            self.state.delete(keys["patch"])
         where = {
             "evidence": self.state.put(keys["evidence"], evidence_csv(estimates)),
-            "patch": self.state.put(keys["patch"], recorded_patch(self.history, self.repo_spec.path, tests, estimates)),
+            "patch": self.state.put(keys["patch"], diff) if diff is not None else "",
             "estimates": self.state.put(keys["estimates"], json.dumps(data, indent=1, sort_keys=True)),
         }
-        return estimates, where
+        return estimates, where, left_alone
 
     def calibration_keys(self) -> dict[str, str]:
         name = safe_filename(self.repo_spec.name)

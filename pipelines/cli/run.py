@@ -235,11 +235,11 @@ def _execute(night, args, selection, env: dict[str, str], home: Path) -> int:
 
 
 def _patch_line(night, where: str) -> str:
-    """The patch's location, or that there is nothing to apply (git apply refuses an empty patch)."""
-    from pipelines.storage.history import NOTHING_TO_APPLY
-
-    text = night.state.get(night.calibration_keys()["patch"]) or ""
-    return f"nothing to change ({where} says so)" if text.startswith(NOTHING_TO_APPLY) else where
+    """The patch's location, or that there is nothing to apply (the calibration writes no patch
+    without hunks: git apply refuses one)."""
+    if night.state.get(night.calibration_keys()["patch"]) is None:
+        return "nothing to change: no est_time differs from its file; no patch written"
+    return where
 
 
 def _calibrate(defs, instance, run_id: str):

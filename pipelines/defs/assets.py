@@ -86,7 +86,9 @@ def build_assets(catalog: Catalog) -> tuple[list[dg.AssetsDefinition], list[dg.A
               description="est_time proposed from measured passing durations, with evidence CSV and a source patch.")
     def calibrated_estimates(context: dg.AssetExecutionContext, nightly: NightlyResource) -> dg.MaterializeResult:
         night = nightly.night(run_id=context.run.run_id)
-        estimates, paths = night.calibrate(context.run.tags.get(TAG_SOURCE_RUN) or None)
+        estimates, paths, left_alone = night.calibrate(context.run.tags.get(TAG_SOURCE_RUN) or None)
+        for line in left_alone:
+            context.log.warning(f"est_time patch: left alone: {line}")
         compacted = 0
         compact = getattr(night.history, "compact", None)  # S3: merge the night's small objects
         if compact is not None:
@@ -106,7 +108,9 @@ def build_assets(catalog: Catalog) -> tuple[list[dg.AssetsDefinition], list[dg.A
             "history_objects_compacted": dg.MetadataValue.int(compacted),
             "estimates": dg.MetadataValue.path(str(paths["estimates"])),
             "evidence": dg.MetadataValue.path(str(paths["evidence"])),
-            "patch": dg.MetadataValue.path(str(paths["patch"])),
+            "patch": (dg.MetadataValue.path(paths["patch"]) if paths["patch"] else
+                      dg.MetadataValue.text("nothing to change: no est_time differs from its file; no patch written")),
+            "left_alone": dg.MetadataValue.md("\n".join(f"- {line}" for line in left_alone) or "none"),
             "proposals": dg.MetadataValue.md(
                 "| test | current | proposed | samples | reason |\n|---|---|---|---|---|\n"
                 + "\n".join(f"| {e.test_id} | {e.current} | {e.proposed} | {e.samples_used} | {e.reason} |" for e in estimates)

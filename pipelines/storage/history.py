@@ -65,19 +65,17 @@ def record_successions(store: HistoryStore, items: Iterable[Succession]) -> str:
     return ""
 
 
-#: first line of a night's patch that changes nothing (``nightly run`` prints it instead of the path)
-NOTHING_TO_APPLY = "# nothing to change: no est_time differs from its file; there is nothing to git apply"
-
-
-def recorded_patch(store: HistoryStore, repo: Path | str, tests: Sequence[Test], estimates: Sequence[Estimate]) -> str:
-    """The est_time patch of a night's calibration, its rewrites recorded first so that applying
-    it (``git apply``) keeps the patched tests' history current; a store that cannot record says so."""
+def recorded_patch(store: HistoryStore, repo: Path | str, tests: Sequence[Test],
+                   estimates: Sequence[Estimate]) -> tuple[str | None, tuple[str, ...]]:
+    """(the est_time patch of a night's calibration, or None when it would change no file; the
+    files left alone, ``path: why`` each). The rewrites are recorded first so that applying the
+    patch (``git apply``) keeps the patched tests' history current; a store that cannot record
+    says so. None rather than a patch without hunks, which ``git apply`` refuses."""
     from pipelines.core.calibrate import plan_patch
 
     plan = plan_patch(repo, tests, estimates)
     warning = record_successions(store, plan.successions())
     if warning:
         log.warning("%s", warning)
-    if not plan.patched:  # git apply refuses a patch without hunks: say so in the file itself
-        return f"{NOTHING_TO_APPLY}\n" + plan.diff()
-    return plan.diff()
+    left_alone = tuple(f"{p}: {why}" for p, why in (*plan.skipped, *plan.unpatchable))
+    return (plan.diff() if plan.patched else None), left_alone

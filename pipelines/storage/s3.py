@@ -403,6 +403,15 @@ class S3Artifacts:
                                ContentType=content_type, **condition,
                                ContentMD5=base64.b64encode(hashlib.md5(body).digest()).decode())
 
+    def delete(self, key: str) -> None:
+        """Delete one object (S3 answers a missing key with success too)."""
+        try:
+            self.client.delete_object(Bucket=self.bucket, Key=self.prefix + key.lstrip("/"))
+        except (ClientError, BotoCoreError) as exc:
+            code, text = _describe(exc)
+            raise ArtifactError(f"{self.uri(key)}: cannot be deleted ({text}); "
+                                f"{_hint(code).replace('BUCKET', self.bucket)}") from exc
+
     def get_text(self, key: str) -> tuple[str, str] | None:
         """``(text, etag)`` of a small text, ``None`` when there is no such object."""
         try:

@@ -49,6 +49,8 @@ class StateStore(Protocol):
 
     def update(self, key: str, change: Callable[[str | None], str]) -> str: ...
 
+    def delete(self, key: str) -> None: ...
+
 
 #: how many times an update is tried again when another writer changed the object meanwhile
 UPDATE_TRIES = 20
@@ -115,6 +117,13 @@ class LocalStateStore:
             return self.put(key, change(self.get(key)))
         finally:
             os.close(fd)
+
+    def delete(self, key: str) -> None:
+        """Remove a file that no longer holds (a stale patch); absent is fine."""
+        try:
+            self.path(key).unlink(missing_ok=True)
+        except OSError as exc:
+            raise StateError(f"{self.path(key)}: cannot be removed ({exc.strerror}); check its permissions") from exc
 
     def keys(self, prefix: str) -> list[str]:
         base = self.root / prefix if prefix else self.root
@@ -183,6 +192,15 @@ class S3StateStore:
                 raise StateError(str(exc)) from exc
             time.sleep(random.uniform(0.05, 0.2) * min(attempt + 1, 5))  # let the other writer finish
         raise _conflict(self.uri(key), UPDATE_TRIES)
+
+    def delete(self, key: str) -> None:
+        """Remove an object that no longer holds (a stale patch); absent is fine."""
+        from pipelines.storage.s3 import ArtifactError
+
+        try:
+            self.artifacts.delete(_check_key(key))
+        except ArtifactError as exc:
+            raise StateError(str(exc)) from exc
 
     def keys(self, prefix: str) -> list[str]:
         a = self.artifacts

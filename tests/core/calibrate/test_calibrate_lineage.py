@@ -76,31 +76,29 @@ def test_a_nights_patch_is_recorded_in_the_store_before_anyone_applies_it(tmp_pa
     (tmp_path / "tests/e2e/test_a.py").write_text(old)
     t = make_test(est_time=3600, sha256=digest(old), line=1)
     store = FileHistoryStore(tmp_path / "history.sqlite")
-    diff = recorded_patch(store, tmp_path, [t], [Estimate(t.id, "h200", 3600, 1300, 3, "bucket125")])
-    assert "+register_cuda_ci(est_time=1300," in diff
+    diff, left_alone = recorded_patch(store, tmp_path, [t], [Estimate(t.id, "h200", 3600, 1300, 3, "bucket125")])
+    assert "+register_cuda_ci(est_time=1300," in diff and left_alone == ()
     assert successions(store) == [Succession(digest(old), digest(old.replace("3600", "1300")), t.path)]
 
 
-def test_a_nights_patch_that_changes_nothing_says_so_in_its_first_line(tmp_path):
-    """git apply refuses a patch without hunks; the stored file tells whoever fetches it, and
-    `nightly run` prints that instead of the path."""
+def test_a_nights_patch_that_changes_nothing_is_none_with_the_files_left_alone(tmp_path):
+    """git apply refuses a patch without hunks: the night stores none (and `nightly run` says so)."""
     from pipelines.core.history import FileHistoryStore
-    from pipelines.storage.history import NOTHING_TO_APPLY, recorded_patch
+    from pipelines.storage.history import recorded_patch
 
     old = "register_cuda_ci(est_time=3600, suite='stage-c-4-gpu-h200', labels=[])\n"
     (tmp_path / "tests/e2e").mkdir(parents=True)
     (tmp_path / "tests/e2e/test_a.py").write_text(old)
     t = make_test(est_time=3600, sha256=digest(old), line=1)
     store = FileHistoryStore(tmp_path / "history.sqlite")
-    diff = recorded_patch(store, tmp_path, [t], [Estimate(t.id, "h200", 3600, 3600, 3, "bucket125")])
-    assert diff.splitlines()[0] == NOTHING_TO_APPLY
+    assert recorded_patch(store, tmp_path, [t], [Estimate(t.id, "h200", 3600, 3600, 3, "bucket125")]) == (None, ())
     # an edit the patch cannot carry (a test file linked from outside the repository) is nothing to apply either
     outside = tmp_path.parent / f"{tmp_path.name}-shared.py"
     outside.write_text(old)
     (tmp_path / "tests/e2e/test_a.py").unlink()
     (tmp_path / "tests/e2e/test_a.py").symlink_to(outside)
-    diff = recorded_patch(store, tmp_path, [t], [Estimate(t.id, "h200", 3600, 1300, 3, "bucket125")])
-    assert diff.splitlines()[0] == NOTHING_TO_APPLY and "@@" not in diff
+    diff, left_alone = recorded_patch(store, tmp_path, [t], [Estimate(t.id, "h200", 3600, 1300, 3, "bucket125")])
+    assert diff is None and len(left_alone) == 1 and left_alone[0].startswith("tests/e2e/test_a.py: ")
 
 
 def test_a_store_that_cannot_record_rewrites_says_what_will_go_stale():

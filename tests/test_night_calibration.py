@@ -1,0 +1,37 @@
+"""A night's calibration outputs in the state store: the patch is one `git apply` takes, or none."""
+
+from __future__ import annotations
+
+import subprocess
+
+from pipelines.core.model import Estimate
+from pipelines.night import Night, NightSettings
+from tests.support.assets import copied_example
+
+
+def _night(tmp_path, monkeypatch, change: dict[str, int]) -> Night:
+    _, assets = copied_example(tmp_path)
+    night = Night(NightSettings(home=tmp_path / "home", assets_dir=assets))
+    tests = night.registered_tests()
+    proposals = [Estimate(t.id, t.hardware, t.est_time, change.get(t.id, t.est_time), 3, "bucket125") for t in tests]
+    monkeypatch.setattr(night, "estimates", lambda _tests=None: proposals)
+    return night
+
+
+def test_a_quiet_calibration_stores_no_patch_and_removes_the_stale_one(tmp_path, monkeypatch):
+    night = _night(tmp_path, monkeypatch, {})
+    key = night.calibration_keys()["patch"]
+    night.state.put(key, "--- a/old\n+++ b/old\n")  # an earlier night's patch, now stale
+    _, where, left_alone = night.calibrate()
+    assert (where["patch"], left_alone, night.state.get(key)) == ("", (), None)
+
+
+def test_a_calibration_that_changes_a_file_stores_a_patch_git_applies(tmp_path, monkeypatch):
+    night = _night(tmp_path, monkeypatch, {})
+    test = next(t for t in night.registered_tests() if t.est_time > 0)
+    proposals = [Estimate(test.id, test.hardware, test.est_time, test.est_time + 7, 3, "bucket125")]
+    monkeypatch.setattr(night, "estimates", lambda _tests=None: proposals)
+    _, where, _ = night.calibrate()
+    check = subprocess.run(["git", "apply", "--check", where["patch"]], cwd=night.repo_spec.path,
+                           capture_output=True, text=True)
+    assert check.returncode == 0, check.stderr
