@@ -10,8 +10,10 @@ runs; its failure does not fail the night, but an infra error or a bad node alwa
 A quarantine added by hand holds until released by hand.
 
 Exit status: 0 done; 1 ``release`` of a test that is not quarantined now (never was, or already
-released), or ``add`` of a test already quarantined by hand (nothing is recorded); 2 bad input (an unknown test, an empty --by/--why, an unreadable
-quarantine file or state store).
+released), or ``add`` of a test already quarantined by hand (nothing is recorded); 2 bad input (an unknown test,
+an empty --by/--why, an unreadable state store, or a quarantine file that is not exactly
+``{"version": 1, "actions": [{test, action, by, why, at}, ...]}``: each problem is located as
+``FILE:LINE: actions[i].field: ...`` and the file is left as it is, never rewritten without it).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import sys
 from datetime import UTC, datetime
 
 from pipelines.cli.report import add_common, default_home, repo_context
+from pipelines.core.model import CatalogError
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -102,6 +105,8 @@ def _record(args: argparse.Namespace) -> int:
         print(f"nightly quarantine {args.quarantine_command}: TEST: {args.test} {said} ({exc}); nothing changed; "
               f"{instead}", file=sys.stderr)
         return 1
+    except CatalogError:  # the stored document became unusable meanwhile: main() says where, nothing is written
+        raise
     except ValueError as exc:
         print(f"nightly {exc}", file=sys.stderr)
         return 2

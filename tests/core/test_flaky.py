@@ -225,3 +225,10 @@ def test_only_a_quarantined_test_can_be_released_and_otherwise_it_says_where_the
     assert not_releasable(None) == not_releasable(FlakyState(T)) == "it is healthy, not quarantined"
     assert not_releasable(FlakyState(T, "flaky")) == "it is flaky, not quarantined"
     assert not_releasable(released) == "it was already released by bob at 2026-11-02T00:00:00+00:00: fixed"
+
+
+def test_an_unknown_manual_action_is_never_taken_for_a_release():
+    doc = {"version": 1, "actions": [{"test": T, "action": "addd", "by": "a", "why": "w",
+                                      "at": "2026-11-01T00:00:00+00:00"}]}
+    with pytest.raises(ValueError, match="unknown action 'addd'; use add or release"):
+        replay(history("passed"), RULES, doc)
