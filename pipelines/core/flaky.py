@@ -243,13 +243,21 @@ def _replay_one(tid: str, nights: Sequence[NightRecord], actions: Sequence[Mappi
     state, window, before, k = FlakyState(tid), [], None, 0
     for i, night in enumerate(nights):
         while k < len(actions) and _time(actions[k]["at"]) <= _time(night.started_at):
-            state, window = _apply(state, actions[k]), []
+            state, window = _apply(state, actions[k]), _window_after(actions[k], window)
             k += 1
         state, window = step(state, night, before, rules, window, i)
         before = night
     for action in actions[k:]:
-        state, window = _apply(state, action), []
+        state = _apply(state, action)
     return state
+
+
+def _window_after(action: Mapping, window: list) -> list:
+    """The evidence window after a manual action: a release starts it afresh; a quarantine by hand
+    keeps it, so the evidence that led to the quarantine stays with it after the next night (it ages
+    out of ``window_nights`` as any evidence does). A manual quarantine is only released by hand,
+    so the window never decides its state."""
+    return window if action["action"] == "add" else []
 
 
 def _apply(state: FlakyState, action: Mapping) -> FlakyState:

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from pipelines.cli import main
-from tests.reporting.nights import LORA, SFT, example_night, tid, write_home
+from pipelines.core.history import FileHistoryStore
+from tests.reporting.nights import GRPO, LORA, SFT, example_night, tid, write_home
 
 
 @pytest.fixture(scope="module")
@@ -26,6 +29,12 @@ def nightly(capsys, *argv: str) -> tuple[int, str, str]:
     code = main(list(argv))
     out = capsys.readouterr()
     return code, out.out, out.err
+
+
+def listed(capsys, home, repo: str = "minirl") -> dict[str, dict]:
+    code, out, err = nightly(capsys, "quarantine", "list", "--json", "--home", str(home), "--repo", repo)
+    assert code == 0, err
+    return {s["test_id"]: s for s in json.loads(out)}
 
 
 MISSPELLED = json.dumps({"version": 1, "actions_": [{"test": tid(SFT), "action": "add", "by": "alice",
@@ -49,3 +58,20 @@ def test_every_command_that_reads_a_broken_quarantine_document_says_where_and_le
     assert "move the file aside" in err and "Traceback" not in err
     assert doc.read_text() == MISSPELLED, "alice's action must not be lost"
 
+
+def test_a_manual_quarantine_keeps_its_evidence_after_the_next_night(home, capsys):
+    before = listed(capsys, home)[tid(GRPO)]["evidence"]
+    assert [e["kind"] for e in before] == ["passed_on_retry"]
+    code, _, err = nightly(capsys, "quarantine", "add", tid(GRPO), "--home", str(home), "--repo", "minirl",
+                           "--by", "alice", "--why", "issue #9")
+    assert code == 0, err
+    # the next night, after the quarantine: on the same code and image the test now fails outright
+    history = FileHistoryStore(home / "history.sqlite")
+    last = [s for s in history.read() if s.test_id == tid(GRPO) and s.run_id == "run-2026-11-06T150000Z"][-1]
+    later = (datetime.now(UTC) + timedelta(hours=1)).isoformat(timespec="seconds")
+    history.append([dataclasses.replace(last, run_id="run-next", started_at=later, outcome="failed", attempt=1)])
+    after = listed(capsys, home)[tid(GRPO)]
+    assert (after["state"], after["by"]) == ("quarantined", "alice")
+    assert [e["text"] for e in after["evidence"]] == [
+        before[0]["text"],
+        "passed in run run-2026-11-06T150000Z, failed in run run-next on the same code and image"]
