@@ -5,13 +5,16 @@
   nightly quarantine release TEST --by WHO --why TEXT [--home DIR] [--repo R] [--deployment D]
 
 States come from history (the repo's ``flaky:`` rules) with the manual actions recorded in
-``<home>/quarantine/<repo>.json`` applied at the time they were made. A quarantined test still
+``<home>/quarantine/<repo>.json`` applied at the time they were made. Only the repo's own tests
+are listed or accepted (its catalog's; without one, those its quarantine file and nights name). A quarantined test still
 runs; its failure does not fail the night, but an infra error or a bad node always does.
 A quarantine added by hand holds until released by hand.
 
 Exit status: 0 done; 1 ``release`` of a test that is not quarantined now (never was, or already
-released), or ``add`` of a test already quarantined by hand (nothing is recorded); 2 bad input (an unknown test, an empty --by/--why, an unreadable
-quarantine file or state store).
+released), or ``add`` of a test already quarantined by hand (nothing is recorded); 2 bad input (an unknown test,
+an empty --by/--why, an unreadable state store, or a quarantine file that is not exactly
+``{"version": 1, "actions": [{test, action, by, why, at}, ...]}``: each problem is located as
+``FILE:LINE: actions[i].field: ...`` and the file is left as it is, never rewritten without it).
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import sys
 from datetime import UTC, datetime
 
 from pipelines.cli.report import add_common, default_home, repo_context
+from pipelines.core.model import CatalogError
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -42,12 +46,41 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
+def repo_tests(name: str, inputs, store) -> tuple[set[str], str]:
+    """The ids of the repo's tests, and ``""`` or, when its catalog gave none, which records they come from.
+
+    Every repo's nights write to one history store, so history alone would give other repos' tests.
+    Without a catalog: the tests its quarantine document and its night summaries name.
+    """
+    if inputs.tests:
+        return {t.id for t in inputs.tests}, ""
+    from pipelines.core.flaky import overrides_of
+    from pipelines.reporting.inputs import night_keys
+
+    ids, nights = {a["test"] for a in overrides_of(inputs.quarantine)}, 0
+    for key in night_keys(store):
+        try:
+            summary = json.loads(store.get(key) or "null")
+        except ValueError:
+            continue  # `nightly report` names a damaged summary; here it names no test
+        if not isinstance(summary, dict) or summary.get("repo") != name:
+            continue
+        nights += 1
+        ids.update(a.get("test_id") for a in summary.get("attempts") or () if isinstance(a, dict))
+        ids.update(summary.get("selected") or ())
+    return {i for i in ids if isinstance(i, str)}, \
+        f"no tests from the catalog of {name}; using the tests its quarantine document and its {nights} night(s) name"
+
+
 def _list(args: argparse.Namespace) -> int:
     from pipelines.core.flaky import replay
 
     home = (args.home or default_home()).resolve()
-    name, inputs, _ = repo_context(home, args.repo, args.deployment)
-    states = replay(inputs.samples, inputs.rules, inputs.quarantine)
+    name, inputs, store = repo_context(home, args.repo, args.deployment)
+    mine, fallback = repo_tests(name, inputs, store)
+    if fallback:
+        print(f"nightly quarantine list: warning: {fallback}", file=sys.stderr)
+    states = {k: s for k, s in replay(inputs.samples, inputs.rules, inputs.quarantine).items() if k in mine}
     shown = [s for _, s in sorted(states.items()) if args.all or s.state != "healthy"]
     if args.json:
         print(json.dumps([s.to_dict() for s in shown], indent=1))
@@ -73,10 +106,12 @@ def _record(args: argparse.Namespace) -> int:
 
     home = (args.home or default_home()).resolve()
     name, inputs, store = repo_context(home, args.repo, args.deployment)
-    known = {t.id for t in inputs.tests}
-    if known and args.test not in known:
+    known, fallback = repo_tests(name, inputs, store)
+    if args.test not in known:
         near = sorted(t for t in known if args.test in t)[:5]
         hint = f"; did you mean: {', '.join(near)}" if near else "; `nightly catalog` lists the test ids"
+        if fallback:
+            hint = f" ({fallback}, and it is not one of them){hint}; fix the catalog first"
         print(f"nightly quarantine {args.quarantine_command}: TEST: {args.test!r} is not a test of {name}{hint}",
               file=sys.stderr)
         return 2
@@ -102,6 +137,8 @@ def _record(args: argparse.Namespace) -> int:
         print(f"nightly quarantine {args.quarantine_command}: TEST: {args.test} {said} ({exc}); nothing changed; "
               f"{instead}", file=sys.stderr)
         return 1
+    except CatalogError:  # the stored document became unusable meanwhile: main() says where, nothing is written
+        raise
     except ValueError as exc:
         print(f"nightly {exc}", file=sys.stderr)
         return 2

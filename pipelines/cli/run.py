@@ -73,6 +73,7 @@ def run(args: argparse.Namespace) -> int:
     from pipelines.cli.plan_view import print_plan
     from pipelines.core.runset import RunSelection
     from pipelines.night import Night, NightSettings, default_home
+    from pipelines.reporting.state import load_doc
 
     home = (args.home or default_home()).resolve()
     if args.repo and Path(args.repo).is_dir():
@@ -101,6 +102,7 @@ def run(args: argparse.Namespace) -> int:
     for p in problems:
         print(f"problem: {p}", file=sys.stderr)
     night.history.read()  # an unreadable history store fails here, before any test runs
+    load_doc(night.state, night.repo_spec.name)  # and an unusable quarantine document (its quarantines would not hold)
     if args.list_only:
         return EXIT_PROBLEMS if problems and not args.accept_problems else 0
     if not runset.run:

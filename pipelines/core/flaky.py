@@ -243,21 +243,32 @@ def _replay_one(tid: str, nights: Sequence[NightRecord], actions: Sequence[Mappi
     state, window, before, k = FlakyState(tid), [], None, 0
     for i, night in enumerate(nights):
         while k < len(actions) and _time(actions[k]["at"]) <= _time(night.started_at):
-            state, window = _apply(state, actions[k]), []
+            state, window = _apply(state, actions[k]), _window_after(actions[k], window)
             k += 1
         state, window = step(state, night, before, rules, window, i)
         before = night
     for action in actions[k:]:
-        state, window = _apply(state, action), []
+        state = _apply(state, action)
     return state
 
 
+def _window_after(action: Mapping, window: list) -> list:
+    """The evidence window after a manual action: a release starts it afresh; a quarantine by hand
+    keeps it, so the evidence that led to the quarantine stays with it after the next night (it ages
+    out of ``window_nights`` as any evidence does). A manual quarantine is only released by hand,
+    so the window never decides its state."""
+    return window if action["action"] == "add" else []
+
+
 def _apply(state: FlakyState, action: Mapping) -> FlakyState:
-    """A manual action: a quarantine by hand keeps the evidence; a release clears it (and the window)."""
+    """A manual action: a quarantine by hand keeps the evidence; a release clears it (and the window).
+    Anything else is refused: a misspelled action once counted as a release."""
     if action["action"] == "add":
         return FlakyState(state.test_id, "quarantined", state.evidence, 0, action["at"], action["by"], action["why"],
                           manual=True)
-    return FlakyState(state.test_id, "released", (), 0, action["at"], action["by"], action["why"])
+    if action["action"] == "release":
+        return FlakyState(state.test_id, "released", (), 0, action["at"], action["by"], action["why"])
+    raise ValueError(f"quarantine: action: unknown action {action['action']!r}; use add or release")
 
 
 def states_from_summary(recorded: Mapping, overrides: Mapping | None = None, after: str = "") -> dict[str, FlakyState]:
@@ -284,11 +295,14 @@ def overrides_of(doc: Mapping | None) -> list[dict]:
 
 def record(doc: Mapping | None, test: str, action: str, by: str, why: str, at: str) -> dict:
     """The document with one more manual action; who and why are required (they are the point)."""
-    if action not in ("add", "release"):
+    if action not in ACTIONS:
         raise ValueError(f"quarantine: action: unknown action {action!r}; use add or release")
     for name, value in (("test", test), ("--by", by), ("--why", why)):
         if not value or not value.strip():
             raise ValueError(f"quarantine {action}: {name}: must not be empty; say {_HINT[name]}")
+    bad_id = _id_problem(test)
+    if bad_id:
+        raise ValueError(f"quarantine {action}: TEST: {bad_id}")
     actions = overrides_of(doc)
     actions.append({"test": test, "action": action, "by": by.strip(), "why": why.strip(), "at": at})
     return {"version": 1, "actions": actions}
@@ -318,7 +332,77 @@ def not_addable(state: FlakyState | None) -> str | None:
 
 
 _HINT = {"test": "which test (its id as `nightly catalog` prints it)", "--by": "who decides (a name or handle)",
-         "--why": "why, e.g. an issue link"}
+         "--why": "why, e.g. an issue link", "by": "who decides (a name or handle)", "why": "why, e.g. an issue link"}
+
+ACTIONS = ("add", "release")
+#: the fields of every manual action, all strings
+ACTION_FIELDS = ("test", "action", "by", "why", "at")
+
+
+def doc_problems(doc: object) -> list[tuple[tuple, str]]:
+    """What is wrong with a quarantine document, as (JSON path, message) pairs; [] when it can be used.
+
+    Strict, because anything read loosely is lost on the next write: a misspelled ``actions`` read
+    as no actions was rewritten with only the next maintainer's action.
+    """
+    if not isinstance(doc, Mapping):
+        return [((), f'expected {{"version": 1, "actions": [...]}}, got {type(doc).__name__}')]
+    out = [((key,), f"unknown key{_did_you_mean(key, ('version', 'actions'))} a quarantine document is "
+                    '{"version": 1, "actions": [...]}') for key in doc if key not in ("version", "actions")]
+    if "version" not in doc:
+        out.append((("version",), 'missing; a quarantine document is {"version": 1, "actions": [...]}'))
+    elif type(doc["version"]) is not int or doc["version"] != 1:
+        out.append((("version",), f"expected 1, got {doc['version']!r} (written by a newer nightly-e2e?)"))
+    actions = doc.get("actions")
+    if "actions" not in doc:
+        if not out:
+            out.append((("actions",), 'missing; a quarantine document is {"version": 1, "actions": [...]}'))
+    elif not isinstance(actions, list):
+        out.append((("actions",), f"expected a list of actions, got {type(actions).__name__}"))
+    else:
+        for i, action in enumerate(actions):
+            out += _action_problems(("actions", i), action)
+    return out
+
+
+def _action_problems(path: tuple, a: object) -> list[tuple[tuple, str]]:
+    shape = ", ".join(ACTION_FIELDS)
+    if not isinstance(a, Mapping):
+        return [(path, f"expected an object {{{shape}}}, got {type(a).__name__}")]
+    out = []
+    for key, value in a.items():
+        where = (*path, key)
+        if key not in ACTION_FIELDS:
+            out.append((where, f"unknown key{_did_you_mean(key, ACTION_FIELDS)} an action has {shape}"))
+        elif not isinstance(value, str):
+            out.append((where, f"expected a string, got {value!r} ({type(value).__name__})"))
+        elif key in ("by", "why") and not value.strip():
+            out.append((where, f"must not be empty; say {_HINT[key]}"))
+        elif key == "action" and value not in ACTIONS:
+            out.append((where, f"unknown action {value!r}; use add or release"))
+        elif key == "at" and parse_time(value) is None:
+            out.append((where, f"{value!r} is not an ISO-8601 time; write it like 2026-11-01T09:00:00+00:00"))
+        elif key == "test" and (bad := _id_problem(value)):
+            out.append((where, bad))
+    missing = [k for k in ACTION_FIELDS if k not in a]
+    if missing:
+        out.append((path, f"missing {', '.join(missing)}; every action needs {shape}"))
+    return out
+
+
+def _id_problem(test: str) -> str | None:
+    from pipelines.core.catalog.ids import id_problem  # the catalog's own rule for ids from outside
+
+    why = id_problem(test)
+    return f"{test!r} is not a test id ({why}); use the id as `nightly catalog` prints it" if why else None
+
+
+def _did_you_mean(key: object, known: Sequence[str]) -> str:
+    """``; did you mean 'x'?`` for a near miss, else ``;``: the sentence goes on after it."""
+    import difflib
+
+    near = difflib.get_close_matches(str(key), known, n=1)
+    return f"; did you mean {near[0]!r}?" if near else ";"
 
 
 @dataclass(frozen=True)

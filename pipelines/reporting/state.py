@@ -8,9 +8,11 @@ conditional write on S3), so concurrent ``nightly quarantine add|release`` never
 
 from __future__ import annotations
 
+import bisect
 import json
 from collections.abc import Callable
 
+from pipelines.core.flaky import doc_problems
 from pipelines.core.model import CatalogError, Problem
 from pipelines.storage.state import StateStore
 
@@ -20,32 +22,84 @@ def quarantine_key(repo: str) -> str:
 
 
 def load_doc(store: StateStore, repo: str) -> dict:
-    """The document, ``{}`` when there is none; a broken one is an error naming the file and the fix."""
+    """The document, ``{}`` when there is none; a broken one is an error naming the file, line and
+    field, and the fix: every command that reads it refuses it (nothing is written over it)."""
     key = quarantine_key(repo)
     return parse_doc(store.get(key), store.uri(key))
 
 
+#: what to do about a document that cannot be used (commands refuse it rather than lose its actions)
+ASIDE = "fix it by hand, or move the file aside to start an empty quarantine"
+
+
 def parse_doc(text: str | None, where: str) -> dict:
-    """The document in ``text`` (``{}`` for None), checked; ``where`` locates its problems."""
+    """The document in ``text`` (``{}`` for None), checked strictly; ``where`` locates its problems
+    as ``where:LINE: actions[i].field: what is wrong; what to do``."""
     if text is None:
         return {}
     try:
         doc = json.loads(text)
     except ValueError as exc:
         raise CatalogError(Problem(where, getattr(exc, "lineno", 1), "quarantine",
-                                   f"not valid JSON ({exc}); fix it by hand or restore it from a backup")) from exc
-    if not isinstance(doc, dict) or not isinstance(doc.get("actions", []), list):
-        raise CatalogError(Problem(where, 1, "quarantine",
-                                   'expected {"version": 1, "actions": [...]}; fix it by hand or restore it'))
-    for i, a in enumerate(doc.get("actions", [])):
-        missing = [k for k in ("test", "action", "by", "why", "at") if not isinstance(a, dict) or k not in a]
-        if missing:
-            raise CatalogError(Problem(where, 1, f"actions[{i}]",
-                                       f"missing {', '.join(missing)}; every action needs test, action, by, why, at"))
+                                   f"not valid JSON ({exc}); {ASIDE} (or restore it from a backup)")) from exc
+    problems = doc_problems(doc)
+    if problems:
+        lines = _lines(text)
+        raise CatalogError([Problem(where, lines.get(path, 1), _field(path), f"{message}; {ASIDE}")
+                            for path, message in problems])
     return doc
 
 
+def _field(path: tuple) -> str:
+    """``("actions", 3, "by")`` as ``actions[3].by``."""
+    out = ""
+    for part in path:
+        out += f"[{part}]" if isinstance(part, int) else f".{part}" if out else str(part)
+    return out or "quarantine"
+
+
+def _lines(text: str) -> dict[tuple, int]:
+    """The line of every key and list item of a valid JSON text, by its path (``("actions", 3, "by")``).
+
+    The json module keeps no positions; a document edited by hand is small, so walking it again is cheap.
+    """
+    decoder = json.JSONDecoder()
+    breaks = [i for i, ch in enumerate(text) if ch == "\n"]
+    out: dict[tuple, int] = {}
+
+    def ws(i: int) -> int:
+        while i < len(text) and text[i] in " \t\r\n":
+            i += 1
+        return i
+
+    def walk(i: int, path: tuple) -> int:
+        i = ws(i)
+        out.setdefault(path, bisect.bisect_left(breaks, i) + 1)
+        if text[i] not in "{[":
+            return decoder.raw_decode(text, i)[1]
+        close, i, n = "}" if text[i] == "{" else "]", ws(i + 1), 0
+        while text[i] != close:
+            if close == "}":
+                start = i
+                key, i = json.decoder.scanstring(text, i + 1)
+                out[(*path, key)] = bisect.bisect_left(breaks, start) + 1
+                i = walk(ws(i) + 1, (*path, key))  # past the ':'
+            else:
+                i, n = walk(i, (*path, n)), n + 1
+            i = ws(i)
+            if text[i] == ",":
+                i = ws(i + 1)
+        return i + 1
+
+    walk(0, ())
+    return out
+
+
 def dump_doc(doc: dict) -> str:
+    """The text stored for ``doc``; a document the next read would refuse is never written."""
+    problems = doc_problems(doc)
+    if problems:
+        raise ValueError("quarantine: not stored: " + "; ".join(f"{_field(p)}: {m}" for p, m in problems))
     return json.dumps(doc, indent=1, sort_keys=True) + "\n"
 
 

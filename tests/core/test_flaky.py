@@ -225,3 +225,39 @@ def test_only_a_quarantined_test_can_be_released_and_otherwise_it_says_where_the
     assert not_releasable(None) == not_releasable(FlakyState(T)) == "it is healthy, not quarantined"
     assert not_releasable(FlakyState(T, "flaky")) == "it is flaky, not quarantined"
     assert not_releasable(released) == "it was already released by bob at 2026-11-02T00:00:00+00:00: fixed"
+
+
+def test_a_manual_quarantine_keeps_the_evidence_gathered_before_it_within_the_window():
+    doc = record(None, T, "add", "alice", "issue #9", "2026-11-02T12:00:00+00:00")  # after night 2
+    s = state_of(history("timed_out", "passed", "failed"), overrides=doc)
+    assert (s.state, s.by, s.manual) == ("quarantined", "alice", True)
+    assert [e.text for e in s.evidence] == [
+        "timed_out in run run01, passed in run run02 on the same code and image",
+        "passed in run run02, failed in run run03 on the same code and image"]
+    narrow = FlakyRules(window_nights=2, quarantine_after=3, release_after=3)
+    s = state_of(history("timed_out", "passed", "failed", "failed"), narrow, overrides=doc)
+    assert [e.run_id for e in s.evidence] == ["run03"], "evidence older than the window is forgotten as before"
+
+
+def test_keeping_the_evidence_changes_no_state_and_a_release_by_hand_still_clears_it():
+    doc = record(None, T, "add", "alice", "issue #9", "2026-11-02T12:00:00+00:00")
+    doc = record(doc, T, "release", "bob", "fixed", "2026-11-04T12:00:00+00:00")
+    nights = ["timed_out", "passed", "failed", "passed", "passed", ("failed", "passed")]
+
+    def after_night(n: int) -> FlakyState:  # the actions made by the morning after night n
+        made = [a for a in doc["actions"] if a["at"] < f"2026-11-{n + 1:02d}"]
+        return state_of(history(*nights[:n]), overrides={"version": 1, "actions": made})
+
+    seen = [(s.state, s.passes, s.since, s.by) for s in map(after_night, range(1, len(nights) + 1))]
+    assert seen == [("healthy", 0, "", ""), ("quarantined", 0, "2026-11-02T12:00:00+00:00", "alice"),
+                    ("quarantined", 0, "2026-11-02T12:00:00+00:00", "alice"),
+                    ("released", 0, "2026-11-04T12:00:00+00:00", "bob"), ("healthy", 0, "run05", ""),
+                    ("flaky", 0, "run06", "flaky rules")]
+    assert [e.run_id for e in state_of(history(*nights), overrides=doc).evidence] == ["run06"]
+
+
+def test_an_unknown_manual_action_is_never_taken_for_a_release():
+    doc = {"version": 1, "actions": [{"test": T, "action": "addd", "by": "a", "why": "w",
+                                      "at": "2026-11-01T00:00:00+00:00"}]}
+    with pytest.raises(ValueError, match="unknown action 'addd'; use add or release"):
+        replay(history("passed"), RULES, doc)

@@ -1,0 +1,122 @@
+"""``nightly quarantine`` as a maintainer types it, on a laid-out state folder shared by several repos."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shutil
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from pipelines.cli import main
+from pipelines.core.history import FileHistoryStore
+from tests.conftest import PROJECT_ROOT
+from tests.reporting.nights import GRPO, LORA, SFT, example_night, tid, write_home
+
+#: a test of examples/sglangish, flaky in the same history store as the example's tests
+OTHER = "test/registered/basic/test_generate.py::cuda-stage-b-test-1-gpu-large"
+SGLANGISH = str(PROJECT_ROOT / "examples" / "sglangish")
+
+
+@pytest.fixture(scope="module")
+def laid_out(tmp_path_factory):
+    return write_home(example_night(tmp_path_factory.mktemp("home")))
+
+
+@pytest.fixture
+def home(laid_out, tmp_path):
+    shutil.copytree(laid_out, tmp_path / "home")
+    return tmp_path / "home"
+
+
+def nightly(capsys, *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def listed(capsys, home, repo: str = "minirl") -> dict[str, dict]:
+    code, out, err = nightly(capsys, "quarantine", "list", "--json", "--home", str(home), "--repo", repo)
+    assert code == 0, err
+    return {s["test_id"]: s for s in json.loads(out)}
+
+
+MISSPELLED = json.dumps({"version": 1, "actions_": [{"test": tid(SFT), "action": "add", "by": "alice",
+                                                     "why": "issue #7", "at": "2026-11-06T09:00:00+00:00"}]})
+
+
+@pytest.mark.parametrize("argv", [
+    ("quarantine", "list"),
+    ("quarantine", "add", tid(LORA), "--by", "bob", "--why", "hangs"),
+    ("quarantine", "release", tid(SFT), "--by", "bob", "--why", "fixed"),
+    ("report", "--json"),
+    ("run", "--list-only"),
+], ids=lambda argv: " ".join(argv[:2]))
+def test_every_command_that_reads_a_broken_quarantine_document_says_where_and_leaves_it_as_it_was(home, capsys, argv):
+    doc = home / "quarantine" / "minirl.json"
+    doc.parent.mkdir()
+    doc.write_text(MISSPELLED)
+    code, _, err = nightly(capsys, *argv, "--home", str(home), "--repo", "minirl")
+    assert code == 2, err
+    assert f"{doc}:1: actions_: unknown key; did you mean 'actions'? " in err
+    assert "move the file aside" in err and "Traceback" not in err
+    assert doc.read_text() == MISSPELLED, "alice's action must not be lost"
+
+
+def test_a_manual_quarantine_keeps_its_evidence_after_the_next_night(home, capsys):
+    before = listed(capsys, home)[tid(GRPO)]["evidence"]
+    assert [e["kind"] for e in before] == ["passed_on_retry"]
+    code, _, err = nightly(capsys, "quarantine", "add", tid(GRPO), "--home", str(home), "--repo", "minirl",
+                           "--by", "alice", "--why", "issue #9")
+    assert code == 0, err
+    # the next night, after the quarantine: on the same code and image the test now fails outright
+    history = FileHistoryStore(home / "history.sqlite")
+    last = [s for s in history.read() if s.test_id == tid(GRPO) and s.run_id == "run-2026-11-06T150000Z"][-1]
+    later = (datetime.now(UTC) + timedelta(hours=1)).isoformat(timespec="seconds")
+    history.append([dataclasses.replace(last, run_id="run-next", started_at=later, outcome="failed", attempt=1)])
+    after = listed(capsys, home)[tid(GRPO)]
+    assert (after["state"], after["by"]) == ("quarantined", "alice")
+    assert [e["text"] for e in after["evidence"]] == [
+        before[0]["text"],
+        "passed in run run-2026-11-06T150000Z, failed in run run-next on the same code and image"]
+
+
+def with_other_repos_flaky_test(home):
+    """The same history store holds another repo's samples (every repo's nights write to it)."""
+    history = FileHistoryStore(home / "history.sqlite")
+    grpo = [s for s in history.read() if s.test_id == tid(GRPO)]
+    history.append([dataclasses.replace(s, test_id=OTHER, run_id=s.run_id + "-sglangish") for s in grpo])
+
+
+def test_list_shows_only_the_repos_own_tests(home, capsys):
+    with_other_repos_flaky_test(home)
+    assert list(listed(capsys, home)) == [tid(GRPO)]
+    assert list(listed(capsys, home, SGLANGISH)) == [OTHER]
+    _, out, _ = nightly(capsys, "quarantine", "list", "--home", str(home), "--repo", SGLANGISH)
+    assert tid(GRPO) not in out and OTHER in out
+
+
+def test_without_a_catalog_list_falls_back_to_the_tests_of_the_repos_document_and_nights_and_says_so(home, capsys):
+    with_other_repos_flaky_test(home)
+    gone = str(home / "checkouts" / "minirl")  # the repo's checkout is not here: its catalog cannot be read
+    code, out, err = nightly(capsys, "quarantine", "list", "--json", "--home", str(home), "--repo", gone)
+    assert code == 0, err
+    assert [s["test_id"] for s in json.loads(out)] == [tid(GRPO)]
+    assert ("nightly quarantine list: warning: no tests from the catalog of minirl; using the tests its quarantine "
+            "document and its 6 night(s) name") in err
+
+
+def test_add_and_release_refuse_a_test_of_another_repo(home, capsys):
+    code, _, err = nightly(capsys, "quarantine", "add", tid(SFT), "--home", str(home), "--repo", SGLANGISH,
+                           "--by", "alice", "--why", "x")
+    assert code == 2 and f"TEST: '{tid(SFT)}' is not a test of sglangish" in err
+    gone = str(home / "checkouts" / "minirl")
+    code, _, err = nightly(capsys, "quarantine", "add", OTHER, "--home", str(home), "--repo", gone,
+                           "--by", "alice", "--why", "x")
+    assert code == 2 and f"TEST: '{OTHER}' is not a test of minirl (no tests from the catalog of minirl; " in err
+    assert "and it is not one of them); `nightly catalog` lists the test ids; fix the catalog first" in err
+    assert not (home / "quarantine" / "minirl.json").exists()
+    code, _, err = nightly(capsys, "quarantine", "add", tid(GRPO), "--home", str(home), "--repo", gone,
+                           "--by", "alice", "--why", "x")
+    assert code == 0, err
