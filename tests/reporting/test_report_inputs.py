@@ -189,3 +189,22 @@ def test_an_older_night_shows_the_proposals_made_after_it_not_the_newest(tmp_pat
     assert not any("proposals" in n for n in newest.notes)
     first = night_report(store, "2026-11-01T150000Z", inputs)
     assert "est_time proposals: the latest calibration's (the one made after this night was not kept)" in first.notes
+
+
+def test_the_flaky_section_lists_this_repos_tests_only(home, tmp_path):
+    """Every repo's nights share one history store: another framework's flaky test is not this page's."""
+    import shutil
+
+    from pipelines.core.flaky import FlakyState, recorded_states
+    from tests.reporting.nights import example_tests
+
+    copy = tmp_path / "home"
+    shutil.copytree(home, copy)
+    key = copy / "nights" / "2026-11-06T150000Z.json"
+    summary = json.loads(key.read_text())
+    summary["flaky"] = recorded_states({"test/registered/other_repo.py": FlakyState("test/registered/other_repo.py",
+                                                                                     "quarantined"),
+                                        tid(SFT): FlakyState(tid(SFT), "flaky")})
+    key.write_text(json.dumps(summary))
+    data = night_report(LocalStateStore(copy), None, ReportInputs(tests=example_tests(), repo="minirl"))
+    assert [s.test_id for s in data.flaky] == [tid(SFT)]
