@@ -19,7 +19,7 @@ import os
 
 import dagster as dg
 
-from pipelines.core.model import Catalog, timeout_floor_problem
+from pipelines.core.model import Catalog, CatalogError, timeout_floor_problem
 from pipelines.core.runset import RunSelection, RunSet
 from pipelines.core.select import Selection, SelectionError, why_nothing
 from pipelines.defs.keys import CONVERTED, DATASETS, MODEL_WEIGHTS, TEST_PASSED, TEST_RUNS
@@ -34,6 +34,7 @@ from pipelines.defs.resources import NightlyResource
 from pipelines.defs.runs import canceled_on_interrupt, fail_stale_runs, process_tags
 from pipelines.defs.tags import run_tags
 from pipelines.execute import Finished, InputFailed, InputReady, NightDone, Planned, run_tests
+from pipelines.reporting.state import load_doc
 
 KIND_ASSET = {"model": MODEL_WEIGHTS, "dataset": DATASETS, "conversion": CONVERTED}
 
@@ -177,6 +178,10 @@ def build_test_runs(catalog: Catalog, test_parts: dg.PartitionsDefinition, deps:
         for problem in night.catalog.problems:
             _say(context, f"catalog problem: {problem}", "warning")
         runset = _resolve(context, night, selection, whole, config.all_registered)
+        try:  # as `nightly run`: a broken quarantine file stops the run before any test (its quarantines would not hold)
+            load_doc(night.state, night.repo_spec.name)
+        except CatalogError as exc:
+            raise dg.Failure(f"quarantine file: {exc}") from exc
 
         from pipelines.launch.infra import probe
 

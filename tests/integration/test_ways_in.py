@@ -66,3 +66,17 @@ def test_a_launchpad_typo_fails_the_run_with_the_reason_and_records_nothing(loca
         assert not any("Traceback" in (err.message or "") for err in errors)
         assert _materialized(instance) == {}
     assert not (home / "nights" / "latest.json").exists()  # the previous report stays the latest
+
+
+def test_a_broken_quarantine_file_stops_a_dagster_run_before_any_test_as_nightly_run_does(location):
+    """Its quarantines would not hold (a quarantined test's failure would fail the night)."""
+    resource, _, home = location
+    (home / "quarantine").mkdir(parents=True)
+    (home / "quarantine" / "minirl.json").write_text('{"version": 1, "actions_": []}')
+    defs = build_definitions(nightly=resource)
+    with dg.instance_for_test() as instance:
+        run = defs.resolve_job_def("nightly").execute_in_process(instance=instance, raise_on_error=False)
+        assert not run.success
+        errors = [e.step_failure_data.error.message or "" for e in run.all_events if e.is_step_failure]
+        assert any(f"{home}/quarantine/minirl.json:1: actions_" in m for m in errors), errors
+        assert _materialized(instance) == {}
