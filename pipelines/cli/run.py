@@ -64,9 +64,14 @@ def problems_of(night, runset) -> list[str]:
     """What makes a night not green even when every launched test passed."""
     out = [f"catalog problem: {p}" for p in night.catalog.problems]
     out += [f"unplanned: {t.id}: {why}" for t, why in runset.skipped if t in runset.unplanned]
-    if not runset.run:
-        out.append("nothing to run: the selection matched no enabled, plannable test")
-    return out
+    return out  # an empty selection is its own line (`nothing_to_run`), which says which flag to change
+
+
+def nothing_to_run(night, args: argparse.Namespace, selection) -> str:
+    """Why no test will run, naming the flag that emptied the selection (same with and without --list-only)."""
+    why = why_nothing(night.catalog.tests, Selection(cadence=args.cadence, labels=selection.labels,
+                                                     suites=selection.suites))
+    return f"nightly: nothing to run: {why or 'every selected test is disabled or on hardware no pool runs'}"
 
 
 def run(args: argparse.Namespace) -> int:
@@ -101,14 +106,11 @@ def run(args: argparse.Namespace) -> int:
     for p in problems:
         print(f"problem: {p}", file=sys.stderr)
     night.history.read()  # an unreadable history store fails here, before any test runs
+    if not runset.run:
+        print(nothing_to_run(night, args, selection), file=sys.stderr)
+        return EXIT_PROBLEMS if not args.accept_problems else 0
     if args.list_only:
         return EXIT_PROBLEMS if problems and not args.accept_problems else 0
-    if not runset.run:
-        why = why_nothing(night.catalog.tests, Selection(cadence=args.cadence, labels=selection.labels,
-                                                         suites=selection.suites))
-        print(f"nightly: nothing to run: {why or 'every selected test is disabled or on hardware no pool runs'}",
-              file=sys.stderr)
-        return EXIT_PROBLEMS if not args.accept_problems else 0
     refused = _credentials(night)
     if refused:
         print(f"nightly run: error:\n{refused}", file=sys.stderr)
