@@ -12,7 +12,8 @@ A quarantine added by hand holds until released by hand.
 
 Exit status: 0 done; 1 ``release`` of a test that is not quarantined now (never was, or already
 released), or ``add`` of a test already quarantined by hand (nothing is recorded); 2 bad input (an unknown test,
-an empty --by/--why, an unreadable state store, or a quarantine file that is not exactly
+an empty --by/--why or one with control characters such as a line break or a terminal escape, an
+unreadable state store, or a quarantine file that is not exactly
 ``{"version": 1, "actions": [{test, action, by, why, at}, ...]}``: each problem is located as
 ``FILE:LINE: actions[i].field: ...`` and the file is left as it is, never rewritten without it).
 """
@@ -22,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import unicodedata
 from datetime import UTC, datetime
 
 from pipelines.cli.report import add_common, default_home, repo_context
@@ -96,6 +98,17 @@ def _list(args: argparse.Namespace) -> int:
     return 0
 
 
+def control_characters(flag: str, value: str) -> str | None:
+    """Why a --by/--why value cannot be recorded: it is printed as is by `quarantine list` and the
+    report, where a line break forges a line and an escape sequence repaints the terminal."""
+    found = sorted({c for c in value if unicodedata.category(c) == "Cc"}, key=value.index)
+    if not found:
+        return None
+    what = "a control character" if len(found) == 1 else "control characters"
+    return (f"{flag}: {value!r} contains {what} ({', '.join(repr(c) for c in found)}); give one line of plain "
+            "text (line breaks, tabs and terminal escapes would garble `quarantine list` and the report)")
+
+
 class _Unchanged(Exception):
     """The action would change nothing on the document as it is now (another writer may have got there first)."""
 
@@ -104,6 +117,11 @@ def _record(args: argparse.Namespace) -> int:
     from pipelines.core.flaky import record
     from pipelines.reporting.state import update_doc
 
+    for flag, value in (("--by", args.by), ("--why", args.why)):
+        bad = control_characters(flag, value)
+        if bad:  # before any state is read: nothing is recorded
+            print(f"nightly quarantine {args.quarantine_command}: {bad}", file=sys.stderr)
+            return 2
     home = (args.home or default_home()).resolve()
     name, inputs, store = repo_context(home, args.repo, args.deployment)
     known, fallback = repo_tests(name, inputs, store)

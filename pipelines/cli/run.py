@@ -34,7 +34,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--labels", action="append", help="only tests with one of these labels (a,b)")
     p.add_argument("--suite", action="append", dest="suites", help="only these suites")
     p.add_argument("--repo", help="a repo name in assets/repos.yaml (default: its `default`) or any checkout path")
-    p.add_argument("--deployment", help="deployment in assets/cluster.yaml (default: local)")
+    p.add_argument("--deployment", help="deployment in assets/cluster.yaml (default: $NIGHTLY_DEPLOYMENT, else local)")
     p.add_argument("--home", type=Path, help="state folder (default: $NIGHTLY_HOME or .nightly/)")
     p.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
                    help="extra environment for every test (e.g. MINIRL_FAIL=test_grpo); only the names reach "
@@ -64,9 +64,14 @@ def problems_of(night, runset) -> list[str]:
     """What makes a night not green even when every launched test passed."""
     out = [f"catalog problem: {p}" for p in night.catalog.problems]
     out += [f"unplanned: {t.id}: {why}" for t, why in runset.skipped if t in runset.unplanned]
-    if not runset.run:
-        out.append("nothing to run: the selection matched no enabled, plannable test")
-    return out
+    return out  # an empty selection is its own line (`nothing_to_run`), which says which flag to change
+
+
+def nothing_to_run(night, args: argparse.Namespace, selection) -> str:
+    """Why no test will run, naming the flag that emptied the selection (same with and without --list-only)."""
+    why = why_nothing(night.catalog.tests, Selection(cadence=args.cadence, labels=selection.labels,
+                                                     suites=selection.suites))
+    return f"nightly: nothing to run: {why or 'every selected test is disabled or on hardware no pool runs'}"
 
 
 def run(args: argparse.Namespace) -> int:
@@ -103,14 +108,11 @@ def run(args: argparse.Namespace) -> int:
         print(f"problem: {p}", file=sys.stderr)
     night.history.read()  # an unreadable history store fails here, before any test runs
     load_doc(night.state, night.repo_spec.name)  # and an unusable quarantine document (its quarantines would not hold)
+    if not runset.run:
+        print(nothing_to_run(night, args, selection), file=sys.stderr)
+        return EXIT_PROBLEMS if not args.accept_problems else 0
     if args.list_only:
         return EXIT_PROBLEMS if problems and not args.accept_problems else 0
-    if not runset.run:
-        why = why_nothing(night.catalog.tests, Selection(cadence=args.cadence, labels=selection.labels,
-                                                         suites=selection.suites))
-        print(f"nightly: nothing to run: {why or 'every selected test is disabled or on hardware no pool runs'}",
-              file=sys.stderr)
-        return EXIT_PROBLEMS if not args.accept_problems else 0
     refused = _credentials(night)
     if refused:
         print(f"nightly run: error:\n{refused}", file=sys.stderr)

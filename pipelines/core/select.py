@@ -115,31 +115,52 @@ def why_nothing(tests: Iterable[Test], selection: Selection) -> str:
 def repo_relative(paths: Iterable[str], root: str) -> tuple[str, ...]:
     """Changed paths as the catalog writes them: an absolute path inside ``root`` becomes relative to it.
 
-    ``root`` is the repo's absolute path (resolved by the caller). A path outside it cannot name
-    anything the repo's tests depend on: SelectionError lists those paths, never ignores them.
+    ``root`` is the repo's absolute path (resolved by the caller). A path outside it, absolute or
+    relative with ``..`` climbing above the root, cannot name anything the repo's tests depend on:
+    SelectionError lists those paths, never ignores them (nor lets them select everything).
     """
     base = normalize_path(root)
     out: list[str] = []
     outside: list[str] = []
     for raw in paths:
-        if not raw.replace("\\", "/").startswith("/"):
-            out.append(raw)
-            continue
         p = normalize_path(raw)
-        if p == base or p.startswith(base + "/"):
-            out.append(p[len(base) + 1:])
-        else:
+        if raw.replace("\\", "/").startswith("/"):
+            p = p[len(base) + 1:] if p.startswith(base + "/") else ("" if p == base else "..")
+        if climbs_out(p):
             outside.append(raw)
+        else:
+            out.append(p)
     if outside:
-        raise SelectionError(f"--changed: {', '.join(outside)}: outside the repo /{base}; give paths inside it "
-                             "(absolute, or relative to the repo's root)")
+        raise SelectionError(_outside_message(outside, "/" + base))
     return tuple(out)
 
 
+def _outside_message(paths: Iterable[str], root: str = "") -> str:
+    return (f"--changed: {', '.join(paths)}: outside the repo{' ' + root if root else ''}; give paths inside it "
+            "(absolute, or relative to the repo's root)")
+
+
 def normalize_path(path: str) -> str:
-    """``./tests//a.py`` and ``tests\\a.py`` -> ``tests/a.py`` (the catalog's form)."""
-    parts = [p for p in path.replace("\\", "/").split("/") if p not in ("", ".")]
+    """``./tests//a.py``, ``tests\\a.py`` and ``tests/x/../a.py`` -> ``tests/a.py`` (the catalog's form).
+
+    Purely textual (no filesystem access): a path that climbs above where it starts keeps its
+    leading ``..`` segments, so ``climbs_out`` can refuse it instead of it naming library code.
+    """
+    parts: list[str] = []
+    for part in path.replace("\\", "/").split("/"):
+        if part in ("", "."):
+            continue
+        if part == ".." and parts and parts[-1] != "..":
+            parts.pop()
+        else:
+            parts.append(part)
     return "/".join(parts)
+
+
+def climbs_out(path: str) -> bool:
+    """Whether a relative path leaves the folder it is relative to (``../x``, ``a/../../x``)."""
+    p = normalize_path(path)
+    return p == ".." or p.startswith("../")
 
 
 def is_doc_path(path: str) -> bool:
@@ -164,9 +185,12 @@ def select_changed(tests: Iterable[Test], changed: Iterable[str], registered: It
     ``registered`` is every registered test file (default: those of ``tests``), so a changed test
     that other flags filtered out still counts as a test file rather than as library code.
     """
-    tests = list(tests)
+    tests, changed = list(tests), list(changed)
     known = {normalize_path(p) for p in (registered if registered is not None else (t.path for t in tests))}
     hit: set[str] = set()
+    outside = [raw for raw in changed if climbs_out(raw)]
+    if outside:  # a caller that skipped repo_relative: an outside path must not read as library code
+        raise SelectionError(_outside_message(outside))
     for raw in changed:
         p = normalize_path(raw)
         if not p or is_doc_path(p):

@@ -16,6 +16,7 @@ their own partitions within the same run, so lineage shows what each test used.
 """
 
 import os
+from pathlib import Path
 
 import dagster as dg
 
@@ -69,6 +70,18 @@ class TestRunsConfig(dg.Config):
     def selection(self) -> RunSelection:
         return RunSelection(cadence=self.cadence, labels=tuple(self.labels), suites=tuple(self.suites),
                             pools=tuple(self.pools), tests=tuple(self.tests))
+
+
+def throwaway_instance_warning(home, dagster_home: str | None, ephemeral: bool) -> str:
+    """Why nothing will follow a run on a throwaway instance ('' on a lasting one): it still runs the
+    tests, but the UI and the calibration sensors look at the instance in DAGSTER_HOME, and
+    `dagster asset materialize` without it runs on a temporary folder it deletes at exit."""
+    if dagster_home and not ephemeral:
+        return ""
+    why = "an in-memory one" if ephemeral else "DAGSTER_HOME is not set"
+    return (f"this run is on a throwaway Dagster instance ({why}): the UI will not list it and no calibration "
+            "run or report follows it (history still keeps its attempts); run it with "
+            f"DAGSTER_HOME={Path(home).resolve() / 'dagster'} (docs/ui.md)")
 
 
 def _say(context: dg.AssetExecutionContext, message: str, level: str = "info") -> None:
@@ -175,6 +188,10 @@ def build_test_runs(catalog: Catalog, test_parts: dg.PartitionsDefinition, deps:
         night = nightly.night(run_id=context.run.run_id, extra_env=tuple(sorted(env.items())),
                               timeout_floor_s=config.floor(), cadence=config.cadence or "release")
         selection = config.selection()
+        throwaway = throwaway_instance_warning(night.home, os.environ.get("DAGSTER_HOME"),
+                                               context.instance.is_ephemeral)
+        if throwaway:
+            _say(context, throwaway, "warning")
         for problem in night.catalog.problems:
             _say(context, f"catalog problem: {problem}", "warning")
         runset = _resolve(context, night, selection, whole, config.all_registered)

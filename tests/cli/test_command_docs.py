@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 
 import pytest
@@ -30,3 +31,28 @@ def test_the_plan_page_lists_every_field_of_the_json(project_root, tmp_path, mon
     fields = {field for row in rows for field in row}
     text = (project_root / "docs" / "plan.md").read_text()
     assert sorted(f for f in fields if f"`{f}`" not in text) == []
+
+
+def _options(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()):
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield from _options(sub, (*path, name))
+        elif action.option_strings and action.option_strings != ["-h"] and "--help" not in action.option_strings:
+            yield " ".join(path), action
+
+
+def test_every_flag_of_every_command_says_what_it_takes():
+    bare = [f"{command} {'/'.join(a.option_strings)}" for command, a in _options(build_parser()) if not a.help]
+    assert bare == []
+
+
+@pytest.mark.parametrize(("argv", "said"), [
+    (("ui",), "--port PORT the port the UI listens on (default: 3000)"),
+    (("ui",), "--host HOST the address the UI listens on (default: 127.0.0.1; 0.0.0.0 for every interface)"),
+    (("run",), "(default: $NIGHTLY_DEPLOYMENT, else local)"),
+])
+def test_help_gives_the_defaults_the_command_really_uses(capsys, argv, said):
+    with pytest.raises(SystemExit):
+        main([*argv, "--help"])
+    assert said in " ".join(capsys.readouterr().out.split())

@@ -272,3 +272,16 @@ def test_plan_skips_the_hardware_the_deployment_skips_as_run_does(tmp_path, monk
     text = capsys.readouterr().out
     assert "skipped by the deployment: 1 test(s) on hardware it never runs (skip_hardware" in text
     assert "add a pool" not in text
+
+
+def test_changed_paths_that_climb_out_of_the_repo_are_refused_like_absolute_ones(fake_catalog, tmp_path, capsys):
+    for climbing in ("../../etc/passwd", "tests/../../x"):
+        assert nightly_plan(["--repo", str(tmp_path), "--changed", climbing]) == 2
+        captured = capsys.readouterr()
+        assert captured.out == ""
+        assert (f"--changed: {climbing}: outside the repo {tmp_path.resolve()}; give paths inside it"
+                in captured.err)
+    # a `..` that stays inside names the test it leads to, not "library code" that selects everything
+    assert nightly_plan(["--repo", str(tmp_path), "--pool", "h200=1x8", "--json",
+                         "--changed", "tests/sub/../test_b.py"]) == 0
+    assert [a["test_id"] for a in json.loads(capsys.readouterr().out)["assignments"]] == ["tests/test_b.py"]

@@ -104,6 +104,22 @@ def test_an_empty_why_is_refused(home, capsys):
     assert err.strip() == "nightly quarantine add: --why: must not be empty; say why, e.g. an issue link"
 
 
+@pytest.mark.parametrize(("flag", "by", "why", "shown"), [
+    ("--by", "me\nroot", "flaky port", "'me\\nroot' contains a control character ('\\n')"),
+    ("--why", "alice", "\x1b[31m", "'\\x1b[31m' contains a control character ('\\x1b')"),
+    ("--why", "alice", "issue #7\r\tlater", "'issue #7\\r\\tlater' contains control characters ('\\r', '\\t')"),
+])
+def test_control_characters_in_who_or_why_are_refused_and_nothing_is_recorded(home, capsys, flag, by, why, shown):
+    stored = home / "quarantine" / "minirl.json"
+    before = stored.read_text() if stored.exists() else None
+    code, out, err = nightly(capsys, "quarantine", "add", tid(SFT), "--home", str(home), "--repo", "minirl",
+                             "--by", by, "--why", why)
+    assert (code, out) == (2, "")
+    assert err.strip() == (f"nightly quarantine add: {flag}: {shown}; give one line of plain text (line breaks, "
+                           "tabs and terminal escapes would garble `quarantine list` and the report)")
+    assert (stored.read_text() if stored.exists() else None) == before
+
+
 def test_a_broken_quarantine_file_is_named_with_the_fix(tmp_path, capsys):
     write_home(example_night(tmp_path))
     (tmp_path / "quarantine").mkdir()

@@ -46,6 +46,18 @@ def test_a_selection_that_matches_nothing_is_a_problem(tmp_path, capsys):
     assert not (tmp_path / "dagster").exists()
 
 
+def test_list_only_says_why_nothing_matched_as_the_night_does(tmp_path, capsys):
+    assert main(["run", "--home", str(tmp_path), "--labels", "no-such-label"]) == 3
+    night = [line for line in capsys.readouterr().err.splitlines() if "nothing to run" in line]
+    assert main(["run", "--home", str(tmp_path), "--labels", "no-such-label", "--list-only"]) == 3
+    listed = [line for line in capsys.readouterr().err.splitlines() if "nothing to run" in line]
+    assert listed == night and len(listed) == 1
+    assert listed[0].startswith("nightly: nothing to run: --labels no-such-label selects none of the")
+    assert "labels there: ckpt, fsdp, long, lora, megatron" in listed[0]
+    assert main(["run", "--home", str(tmp_path), "--labels", "no-such-label", "--list-only",
+                 "--accept-problems"]) == 0
+
+
 def test_a_corrupt_history_store_stops_the_night_with_what_to_do(tmp_path, capsys):
     (tmp_path / "history.sqlite").write_text("not a database")
     assert main(["run", "--home", str(tmp_path)]) == 2

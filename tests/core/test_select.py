@@ -107,3 +107,17 @@ def test_changed_paths_outside_the_repo_are_an_error_that_lists_them():
     with pytest.raises(SelectionError, match=r"--changed: /src/other/test_b.py, /src/fwx/a.py: outside the repo "
                                              r"/src/fw; give paths inside it"):
         repo_relative(["/src/other/test_b.py", "/src/fw/ok.py", "/src/fwx/a.py"], "/src/fw")
+
+
+def test_dot_dot_segments_collapse_so_a_changed_test_selects_only_itself():
+    assert ids(select_changed(ALL, ["tests/e2e/../e2e/test_b.py"])) == ["b"]
+    assert repo_relative(["tests/x/../e2e/test_b.py", "/src/fw/tests/../tests/e2e/test_a.py"], "/src/fw") == (
+        "tests/e2e/test_b.py", "tests/e2e/test_a.py")
+
+
+def test_changed_paths_that_climb_above_the_repo_are_an_error_that_lists_them():
+    with pytest.raises(SelectionError, match=r"--changed: \.\./\.\./etc/passwd, test/\.\./\.\./x, /src/fw/\.\./fwx/a.py: "
+                                             r"outside the repo /src/fw; give paths inside it"):
+        repo_relative(["../../etc/passwd", "tests/ok.py", "test/../../x", "/src/fw/../fwx/a.py"], "/src/fw")
+    with pytest.raises(SelectionError, match=r"--changed: \.\./setup.py: outside the repo; give paths inside it"):
+        select(ALL, Selection(changed=("../setup.py",)))  # a caller that skipped repo_relative still cannot select all
