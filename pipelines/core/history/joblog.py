@@ -108,6 +108,10 @@ def _extras(tail: str) -> dict[str, str]:
     return out
 
 
+#: summary-line extras that carry a number (``exit=1``, ``retry_of=attempt=1``, ``timeout_after=1800s``)
+_NUMBERED = frozenset({"exit", "retry_of", "timeout_after"})
+
+
 def _int_suffix(value: str | None) -> int | None:
     m = re.search(r"(\d{1,9})s?$", value or "")
     return int(m.group(1)) if m else None
@@ -152,6 +156,10 @@ def read_ci_log(text: str) -> ParsedLog:
                 refused.append((i, "elapsed", f"{why}; attempt not imported"))
             else:
                 summaries.append((i, m, stamp, value))
+                for key, raw in _extras(m.group(6)).items():  # a garbled number is said, not silently dropped
+                    if key in _NUMBERED and _int_suffix(raw) is None:
+                        refused.append((i, key, f"{raw[:40]!r} is not a number; read as absent (the attempt is "
+                                                "imported)"))
         elif _LOOSE_HEAD.match(line) and _LOOSE_TAIL.search(line):
             refused.append((i, "log", f"looks like a summary line but is not {_SUMMARY_FORM} (two spaces around the "
                                       "status); attempt not imported"))

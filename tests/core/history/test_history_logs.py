@@ -171,6 +171,13 @@ def test_lines_that_mean_to_be_summaries_but_are_not_exactly_are_reported_not_dr
                                                     "attempt not imported"),)
 
 
+def test_a_garbled_number_after_the_elapsed_is_reported_and_the_attempt_still_imported():
+    text = "[1/1] tests/e2e/test_x.py  TIMEOUT  elapsed=5s timeout_after=xs\n"
+    parsed = read_ci_log(text)
+    assert [(a.status, a.elapsed_s) for a in parsed.attempts] == [("TIMEOUT", 5.0)]
+    assert parsed.refused == ((1, "timeout_after", "'xs' is not a number; read as absent (the attempt is imported)"),)
+
+
 def test_an_unbounded_estimated_time_is_reported_and_not_used():
     log = "End (1/1):\nfilename='tests/e2e/test_m.py', elapsed=957, _estimated_time=" + "1" * 50 + "\n" + M_LOG
     samples, problems = import_logs({"job.log": log}, catalog(CUDA_M, ROCM_M))
