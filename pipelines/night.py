@@ -245,12 +245,11 @@ class Night:
     def flaky_states(self) -> dict:
         """Test id -> FlakyState: history replayed with the quarantine document's manual actions, as
         the night's verdict and `nightly quarantine` see them."""
-        from pipelines.core.flaky import overrides_of, replay
+        from pipelines.core.flaky import own_tests, replay
         from pipelines.reporting.state import load_doc
 
         doc = load_doc(self.state, self.repo_spec.name)
-        # every repo's nights share one history store: only this repo's tests (its catalog, its quarantine file)
-        mine = {t.id for t in self.catalog.tests} | {a["test"] for a in overrides_of(doc)}
+        mine = own_tests((t.id for t in self.catalog.tests), doc)  # every repo's nights share one history store
         return replay([s for s in self.history.read() if s.test_id in mine], self.flaky_rules(), doc)
 
     def quarantine_holds(self, tests: Iterable[Test]) -> dict[str, str]:

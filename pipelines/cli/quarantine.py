@@ -54,23 +54,24 @@ def repo_tests(name: str, inputs, store) -> tuple[set[str], str]:
     Every repo's nights write to one history store, so history alone would give other repos' tests.
     Without a catalog: the tests its quarantine document and its night summaries name.
     """
-    if inputs.tests:
-        return {t.id for t in inputs.tests}, ""
-    from pipelines.core.flaky import overrides_of
-    from pipelines.reporting.inputs import night_keys
+    from pipelines.core.flaky import own_tests
 
-    ids, nights = {a["test"] for a in overrides_of(inputs.quarantine)}, 0
+    if inputs.tests:
+        return own_tests((t.id for t in inputs.tests), inputs.quarantine), ""
+    from pipelines.core.model import CatalogError
+    from pipelines.reporting.inputs import night_keys, read_summary
+
+    named, nights = [], 0
     for key in night_keys(store):
         try:
-            summary = json.loads(store.get(key) or "null")
-        except ValueError:
+            summary = read_summary(store, key)
+        except CatalogError:
             continue  # `nightly report` names a damaged summary; here it names no test
-        if not isinstance(summary, dict) or summary.get("repo") != name:
+        if summary.get("repo") != name:
             continue
         nights += 1
-        ids.update(a.get("test_id") for a in summary.get("attempts") or () if isinstance(a, dict))
-        ids.update(summary.get("selected") or ())
-    return {i for i in ids if isinstance(i, str)}, \
+        named += [a["test_id"] for a in summary["attempts"]] + list(summary.get("selected", ()))
+    return own_tests((), inputs.quarantine, named), \
         f"no tests from the catalog of {name}; using the tests its quarantine document and its {nights} night(s) name"
 
 

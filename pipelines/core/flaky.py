@@ -288,6 +288,17 @@ def recorded_states(states: Mapping[str, FlakyState]) -> dict[str, dict]:
     return {k: s.to_dict() for k, s in sorted(states.items()) if s.state != "healthy" or s.evidence}
 
 
+def own_tests(registered: Iterable[str], doc: Mapping | None, *named: Iterable[str]) -> set[str]:
+    """The ids of one repo's tests, for flaky states kept apart per repo: its catalog's, those its
+    quarantine file names (a test quarantined by hand and since renamed or removed stays listable
+    and releasable), and any its own records name (``named``). Every repo's nights share one
+    history store and a sample carries no repo, so test ids are what tell repos apart."""
+    out = set(registered) | {a["test"] for a in overrides_of(doc)}
+    for ids in named:
+        out.update(ids)
+    return out
+
+
 def overrides_of(doc: Mapping | None) -> list[dict]:
     """The manual actions in a quarantine document (``{"actions": [{test, action, by, why, at}]}``)."""
     return [dict(a) for a in (doc or {}).get("actions", ())]

@@ -20,7 +20,7 @@ from pathlib import Path
 from pipelines.core.calibrate.evidence import write_atomic
 from pipelines.core.calibrate.policies import parse_time
 from pipelines.core.catalog.ids import safe_filename
-from pipelines.core.flaky import FlakyRules, overrides_of, replay, states_from_summary
+from pipelines.core.flaky import FlakyRules, own_tests, replay, states_from_summary
 from pipelines.core.model import OUTCOMES, CatalogError, Estimate, Problem, Sample, Test
 from pipelines.core.report import ReportData, build_report, tail_lines
 from pipelines.storage.state import StateError, StateStore
@@ -312,8 +312,8 @@ def night_report(store: StateStore, night: str | None, inputs: ReportInputs,
     else:
         states = replay(samples, inputs.rules, quarantine)
     # one history store and one nights/ for every repo: the page lists this repo's tests only
-    mine = ({t.id for t in inputs.tests} | set(summary.get("selected", ())) | {a["test_id"] for a in summary["attempts"]}
-            | {a["test"] for a in overrides_of(quarantine)})
+    mine = own_tests((t.id for t in inputs.tests), quarantine, summary.get("selected", ()),
+                     (a["test_id"] for a in summary["attempts"]))
     states = {k: v for k, v in states.items() if k in mine}
     data = build_report(
         summary, [previous] if previous else [], samples, inputs.tests, estimates, states=states,

@@ -120,3 +120,17 @@ def test_add_and_release_refuse_a_test_of_another_repo(home, capsys):
     code, _, err = nightly(capsys, "quarantine", "add", tid(GRPO), "--home", str(home), "--repo", gone,
                            "--by", "alice", "--why", "x")
     assert code == 0, err
+
+
+def test_a_test_quarantined_by_hand_and_since_renamed_can_still_be_listed_and_released(home, capsys):
+    """The night's record and the report still show it quarantined: the maintainer must be able to end that."""
+    gone = "tests/e2e/megatron/test_old_name.py"
+    doc = home / "quarantine" / "minirl.json"
+    doc.parent.mkdir()
+    doc.write_text(json.dumps({"version": 1, "actions": [{"test": gone, "action": "add", "by": "alice",
+                                                          "why": "flaky, issue 12", "at": "2026-11-01T09:00:00+00:00"}]}))
+    assert listed(capsys, home)[gone]["state"] == "quarantined"
+    code, _, err = nightly(capsys, "quarantine", "release", gone, "--by", "alice", "--why", "renamed",
+                           "--home", str(home), "--repo", "minirl")
+    assert code == 0, err
+    assert listed(capsys, home)[gone]["state"] == "released"
