@@ -107,11 +107,11 @@ def night_repo(home: Path, night: str | None, deployment: str | None) -> str | N
     its name when assets/repos.yaml has it, else the checkout path the night recorded; None when
     the night names neither (an older record: the default repo)."""
     from pipelines.core.specs import load_specs
-    from pipelines.reporting.inputs import select_night
+    from pipelines.reporting.inputs import locate_night
     from pipelines.storage.state import state_store
 
     specs = load_specs()
-    summary, _, _ = select_night(state_store(specs.deployment(deployment), home), night)
+    _, _, summary = locate_night(state_store(specs.deployment(deployment), home), night)
     name, path = summary.get("repo"), summary.get("repo_path")
     if name and name in specs.repos:
         return str(name)

@@ -116,7 +116,33 @@ def same_repo(summary: Mapping, repo: str | None) -> bool:
     return not repo or not summary.get("repo") or summary.get("repo") == repo
 
 
-def _previous(store: StateStore, keys: Sequence[str], i: int, warn: Callable[[str], None],
+class _Summaries:
+    """Night summaries read and checked once each per report (on S3 every read is a GET)."""
+
+    def __init__(self, store: StateStore):
+        self.store = store
+        self._got: dict[str, dict | CatalogError] = {}
+
+    def __call__(self, key: str) -> dict:
+        if key not in self._got:
+            try:
+                self._got[key] = read_summary(self.store, key)
+            except CatalogError as exc:
+                self._got[key] = exc
+        got = self._got[key]
+        if isinstance(got, CatalogError):
+            raise got
+        return got
+
+    def of(self, key: str, repo: str | None) -> bool:
+        """Whether a readable night of ``repo`` is at ``key``."""
+        try:
+            return same_repo(self(key), repo)
+        except CatalogError:
+            return False
+
+
+def _previous(read: _Summaries, keys: Sequence[str], i: int, warn: Callable[[str], None],
               like: Mapping) -> dict | None:
     """The newest readable night before ``keys[i]`` of the same repo and cadence as ``like`` (every
     repo and cadence shares ``nights/``: a weekly night is not compared with a nightly one, nor one
@@ -124,7 +150,7 @@ def _previous(store: StateStore, keys: Sequence[str], i: int, warn: Callable[[st
     skipped: list[str] = []
     for key in reversed(keys[:i]):
         try:
-            found = read_summary(store, key)
+            found = read(key)
         except CatalogError as exc:
             skipped.append(str(exc))
             continue
@@ -138,23 +164,21 @@ def _previous(store: StateStore, keys: Sequence[str], i: int, warn: Callable[[st
     return None
 
 
-def select_night(store: StateStore, night: str | None = None, warn: Callable[[str], None] = lambda _: None,
-                 repo: str | None = None) -> tuple[dict, dict | None, bool]:
-    """(the night's summary, the one before it of the same repo and cadence or None, whether it is
-    the repo's newest night); the newest night of ``repo`` (None: of any repo) when ``night`` is None.
-
-    ``night`` is a night's name (``nights/<night>.json``) or a run id (``runs/<run id>.json``).
-    The chosen night must be readable; a damaged night before it is passed over and ``warn`` told.
-    """
+def locate_night(store: StateStore, night: str | None = None, warn: Callable[[str], None] = lambda _: None,
+                 repo: str | None = None, read: _Summaries | None = None) -> tuple[list[str], int, dict]:
+    """(every night key, the chosen night's index among them, its summary): ``night`` by name
+    (``nights/<night>.json``) or run id (``runs/<run id>.json``), else the newest night of ``repo``
+    (None: of any repo). The chosen night must be readable and of ``repo`` when given."""
+    read = read or _Summaries(store)
     keys = night_keys(store)
     if not keys:
         raise CatalogError(Problem(store.uri("nights"), 1, "nights",
                                    "no night summary found; run `nightly run` first or pass --home"))
     names = [k[len("nights/"):-len(".json")] for k in keys]
     if night is None:
-        i, summary = _newest(store, keys, repo, warn)
+        i, summary = _newest(read, keys, repo, warn)
     elif night in names:
-        i, summary = names.index(night), read_summary(store, keys[names.index(night)])
+        i, summary = names.index(night), read(keys[names.index(night)])
     elif (run := store.get(f"runs/{night}.json")) is not None:
         summary = parse_summary(store.uri(f"runs/{night}.json"), run)
         i = names.index(summary["night"]) if summary.get("night") in names else 0
@@ -165,20 +189,30 @@ def select_night(store: StateStore, night: str | None = None, warn: Callable[[st
         raise CatalogError(Problem(store.uri(keys[i]), 1, "repo",
                                    f"night {night} is of repo {summary.get('repo')!r}, not {repo!r}; drop --repo "
                                    "or pass that night's repo"))
-    newest = night is None or not any(_is_of(store, k, summary.get("repo")) for k in keys[i + 1:])
-    return summary, _previous(store, keys, i, warn, summary), newest
+    return keys, i, summary
 
 
-def _newest(store: StateStore, keys: Sequence[str], repo: str | None,
+def select_night(store: StateStore, night: str | None = None, warn: Callable[[str], None] = lambda _: None,
+                 repo: str | None = None) -> tuple[dict, dict | None, bool]:
+    """(the night's summary, the one before it of the same repo and cadence or None, whether it is
+    the repo's newest night); the night as :func:`locate_night` finds it. A damaged night before
+    it is passed over and ``warn`` told."""
+    read = _Summaries(store)
+    keys, i, summary = locate_night(store, night, warn, repo, read)
+    newest = night is None or not any(read.of(k, summary.get("repo")) for k in keys[i + 1:])
+    return summary, _previous(read, keys, i, warn, summary), newest
+
+
+def _newest(read: _Summaries, keys: Sequence[str], repo: str | None,
             warn: Callable[[str], None]) -> tuple[int, dict]:
     """(index, summary) of the newest night of ``repo`` (None: the newest night, which must be readable)."""
     if not repo:
-        return len(keys) - 1, read_summary(store, keys[-1])
+        return len(keys) - 1, read(keys[-1])
     seen: set[str] = set()
     damaged: list[CatalogError] = []
     for i in reversed(range(len(keys))):
         try:
-            summary = read_summary(store, keys[i])
+            summary = read(keys[i])
         except CatalogError as exc:
             damaged.append(exc)
             continue
@@ -189,15 +223,8 @@ def _newest(store: StateStore, keys: Sequence[str], repo: str | None,
         seen.add(str(summary.get("repo")))
     if damaged:  # the repo's night may be the damaged one: name it
         raise damaged[0]
-    raise CatalogError(Problem(store.uri("nights"), 1, "--repo",
+    raise CatalogError(Problem(read.store.uri("nights"), 1, "--repo",
                                f"no night of repo {repo!r} here; the nights here are of: {', '.join(sorted(seen))}"))
-
-
-def _is_of(store: StateStore, key: str, repo: str | None) -> bool:
-    try:
-        return same_repo(read_summary(store, key), repo)
-    except CatalogError:
-        return False
 
 
 def log_tails(summary: Mapping, store: StateStore, lines: int = LOG_TAIL_LINES) -> dict[str, str]:

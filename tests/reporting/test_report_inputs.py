@@ -208,3 +208,32 @@ def test_the_flaky_section_lists_this_repos_tests_only(home, tmp_path):
     key.write_text(json.dumps(summary))
     data = night_report(LocalStateStore(copy), None, ReportInputs(tests=example_tests(), repo="minirl"))
     assert [s.test_id for s in data.flaky] == [tid(SFT)]
+
+
+def test_a_report_reads_each_night_summary_about_once(home, tmp_path, monkeypatch, capsys):
+    """On S3 every read is a GET: `nightly report --night` of an older night among many nights of
+    another repo reads each summary once (the chosen one twice: once to learn its repo)."""
+    import shutil
+    from collections import Counter
+
+    from pipelines.cli import main
+
+    copy = tmp_path / "home"
+    shutil.copytree(home, copy)
+    night = json.loads((copy / "nights" / "2026-11-06T150000Z.json").read_text())
+    for day in range(7, 27):
+        name = f"2026-11-{day:02d}T150000Z"
+        (copy / "nights" / f"{name}.json").write_text(json.dumps({**night, "night": name, "repo": "sglangish"}))
+    reads: Counter = Counter()
+    get = LocalStateStore.get
+
+    def counting(self, key):
+        reads[key] += 1
+        return get(self, key)
+
+    monkeypatch.setattr(LocalStateStore, "get", counting)
+    assert main(["report", "--home", str(copy), "--night", "2026-11-05T150000Z", "--json"]) == 0
+    capsys.readouterr()
+    nights = {k: n for k, n in reads.items() if k.startswith("nights/")}
+    assert nights.pop("nights/2026-11-05T150000Z.json") == 2
+    assert nights and max(nights.values()) == 1, nights
