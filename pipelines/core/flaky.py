@@ -342,8 +342,8 @@ def not_addable(state: FlakyState | None) -> str | None:
     return None
 
 
-_HINT = {"test": "which test (its id as `nightly catalog` prints it)", "--by": "who decides (a name or handle)",
-         "--why": "why, e.g. an issue link", "by": "who decides (a name or handle)", "why": "why, e.g. an issue link"}
+_WHO, _WHY = "who decides (a name or handle)", "why, e.g. an issue link"
+_HINT = {"test": "which test (its id as `nightly catalog` prints it)", "--by": _WHO, "--why": _WHY, "by": _WHO, "why": _WHY}
 
 ACTIONS = ("add", "release")
 #: the fields of every manual action, all strings
