@@ -80,20 +80,28 @@ def plan_markdown(plan: Plan) -> str:
 INFRA_OUTCOMES = frozenset({"infra_error", "interrupted"})
 
 
+def check_verdict(outcome: str, reason: str, quarantined: bool) -> tuple[bool, dg.AssetCheckSeverity, str, str]:
+    """(passed, severity, description, kind) of a test_passed result: failed/timed out fail, infra
+    warns, and so does the failure of a test quarantined as flaky (it does not fail the night either).
+    One rule for the result a run reports inline and for the check run on its own."""
+    passed = outcome == "passed"
+    infra = outcome in INFRA_OUTCOMES
+    excused = quarantined and not passed and not infra
+    why = reason or ("" if passed else outcome)
+    description = (f"{outcome}" + (f": {why}" if why and why != outcome else "")
+                   + ("; quarantined as flaky (`nightly quarantine list`): it does not fail the night" if excused else ""))
+    severity = dg.AssetCheckSeverity.WARN if infra or excused else dg.AssetCheckSeverity.ERROR
+    return passed, severity, description, "infra" if infra else ("quarantined" if excused else "test")
+
+
 def check_result(attempt: Attempt, test: Test, quarantined: bool = False) -> dg.AssetCheckEvaluation:
-    """The test_passed check of the attempt's partition: failed/timed out fail, infra warns, and so
-    does the failure of a test quarantined as flaky (it does not fail the night either)."""
+    """The test_passed check of the attempt's partition (:func:`check_verdict`)."""
     from pipelines.defs.keys import TEST_PASSED
 
-    passed = attempt.outcome == "passed"
-    infra = attempt.outcome in INFRA_OUTCOMES
-    excused = quarantined and not passed and not infra
-    why = attempt.reason or ("" if passed else attempt.outcome)
+    passed, severity, description, kind = check_verdict(attempt.outcome, attempt.reason, quarantined)
     return dg.AssetCheckEvaluation(
         asset_key=TEST_PASSED.asset_key, check_name=TEST_PASSED.name, passed=passed, partition=test.id,
-        severity=dg.AssetCheckSeverity.WARN if infra or excused else dg.AssetCheckSeverity.ERROR,
-        description=f"{attempt.outcome}" + (f": {why}" if why and why != attempt.outcome else "")
-        + ("; quarantined as flaky (`nightly quarantine list`): it does not fail the night" if excused else ""),
-        metadata={"outcome": attempt.outcome, "kind": "infra" if infra else ("quarantined" if excused else "test"),
+        severity=severity, description=description,
+        metadata={"outcome": attempt.outcome, "kind": kind,
                   "elapsed_s": float(attempt.elapsed_s), "timeout_s": attempt.timeout_s, "node": attempt.node},
     )

@@ -47,3 +47,13 @@ def run_tags(night, selection: RunSelection, infra: dict[str, dict[str, str]]) -
     tags[TAG_IMAGE] = ",".join(digests)[:255]
     tags[TAG_COMMIT] = framework_commit(night.repo_spec.path)
     return tags
+
+
+def launch_reason(tags: dict[str, str]) -> str:
+    """Why a run that no schedule, sensor or the CLI named was launched, from Dagster's own tags:
+    a re-execution, a backfill, or a launch from the UI (pick, Launchpad)."""
+    if tags.get("dagster/parent_run_id"):
+        return f"re-execution of run {tags['dagster/parent_run_id']}"
+    if tags.get("dagster/backfill"):
+        return f"backfill {tags['dagster/backfill']} (UI)"
+    return "launched from the UI or Dagster's command line"

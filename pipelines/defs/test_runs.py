@@ -15,6 +15,7 @@ their reason, never launched, never red. Inputs are materialized (or observed as
 their own partitions within the same run, so lineage shows what each test used.
 """
 
+import json
 import os
 from pathlib import Path
 
@@ -23,17 +24,18 @@ import dagster as dg
 from pipelines.core.model import Catalog, CatalogError, timeout_floor_problem
 from pipelines.core.runset import RunSelection, RunSet
 from pipelines.core.select import Selection, SelectionError, why_nothing
-from pipelines.defs.keys import CONVERTED, DATASETS, MODEL_WEIGHTS, TEST_PASSED, TEST_RUNS
+from pipelines.defs.keys import CONVERTED, DATASETS, MODEL_WEIGHTS, TAG_REASON, TEST_PASSED, TEST_RUNS
 from pipelines.defs.metadata import (
     attempt_metadata,
     built_metadata,
     check_result,
+    check_verdict,
     plan_markdown,
     planned_metadata,
 )
 from pipelines.defs.resources import NightlyResource
 from pipelines.defs.runs import canceled_on_interrupt, fail_stale_runs, process_tags
-from pipelines.defs.tags import run_tags
+from pipelines.defs.tags import launch_reason, run_tags
 from pipelines.execute import Finished, InputFailed, InputReady, NightDone, Planned, run_tests
 from pipelines.reporting.state import load_doc
 
@@ -170,6 +172,19 @@ def _dagster_events(context: dg.AssetExecutionContext, night, events, selection:
                           f"{s['actual_makespan_s']:.1f}s; record {night.state.uri('runs/' + night.run_id + '.json')}")
 
 
+def _excused(nightly: NightlyResource, event, key: str | None) -> bool:
+    """Whether the night that materialized the partition excused its failure (quarantined then), as
+    its record's verdict says; False when the record cannot be read."""
+    run_id = getattr(event, "run_id", None) or getattr(getattr(event, "event_log_entry", None), "run_id", None)
+    if not run_id or key is None:
+        return False
+    try:
+        text = nightly.night(run_id=run_id).state.get(f"runs/{run_id}.json")
+        return key in ((json.loads(text) if text else {}).get("verdict") or {}).get("excused_quarantined", ())
+    except Exception:  # noqa: BLE001 - a record that cannot be read leaves the plain rule
+        return False
+
+
 def build_test_runs(catalog: Catalog, test_parts: dg.PartitionsDefinition, deps: list[dg.AssetDep]):
     """The asset and its partitioned check (the check's results come from the asset's own run)."""
     whole = frozenset(test_parts.get_partition_keys())
@@ -204,6 +219,8 @@ def build_test_runs(catalog: Catalog, test_parts: dg.PartitionsDefinition, deps:
 
         infra = probe(night.deployment)
         tags = run_tags(night, selection, infra)
+        if TAG_REASON not in context.run.tags:  # schedules, sensors and the CLI name theirs
+            tags[TAG_REASON] = launch_reason(dict(context.run.tags))
         context.instance.add_run_tags(context.run.run_id, {**tags, **process_tags()})
         for note in fail_stale_runs(context.instance, context.run.run_id):
             _say(context, note, "warning")
@@ -227,8 +244,9 @@ def build_test_runs(catalog: Catalog, test_parts: dg.PartitionsDefinition, deps:
                     description="The test's last attempt passed. Fails for failed and timed-out tests with "
                                 "the reason; infra outcomes (lost node, unusable GPU, interrupted) fail with "
                                 "severity WARN so they are told apart. Evaluated by test_runs as each test ends.")
-    def test_passed(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResult:
-        """Re-evaluate from the partition's latest materialization (when launched on its own)."""
+    def test_passed(context: dg.AssetCheckExecutionContext, nightly: NightlyResource) -> dg.AssetCheckResult:
+        """Re-evaluate from the partition's latest materialization (when launched on its own), by the
+        rule the run used inline: infra and a quarantine the night excused warn."""
         key = context.partition_key if context.has_partition_key else None
         event = context.instance.get_latest_materialization_event(TEST_RUNS) if key is None else next(
             iter(context.instance.fetch_materializations(
@@ -240,6 +258,7 @@ def build_test_runs(catalog: Catalog, test_parts: dg.PartitionsDefinition, deps:
                                        description="the test has not run yet")
         outcome = mat.metadata.get("outcome").value if "outcome" in mat.metadata else "?"
         reason = mat.metadata.get("reason").value if "reason" in mat.metadata else ""
-        return dg.AssetCheckResult(passed=outcome == "passed", description=f"{outcome}: {reason}".strip(": "))
+        passed, severity, description, _ = check_verdict(outcome, reason, _excused(nightly, event, key))
+        return dg.AssetCheckResult(passed=passed, severity=severity, description=description)
 
     return test_runs, test_passed

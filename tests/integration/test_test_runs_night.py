@@ -98,6 +98,8 @@ def test_the_nightly_job_is_one_run_of_test_runs_over_every_partition(nights):
     first = nights["instance"].get_run_by_id(nights["first"].run_id)
     assert first.tags["nightly/cadence"] == "nightly" and first.tags["nightly/deployment"] == "local"
     assert first.tags["nightly/image_digest"].startswith("sha256:")
+    # launched as the UI's Launchpad does (no schedule, sensor or CLI named a reason): the run says so
+    assert first.tags["nightly/reason"] == "launched from the UI or Dagster's command line"
     # the injected values stay in the process environment: only their names reach run storage
     assert first.run_config["ops"]["test_runs"]["config"]["env_from"] == ["MINIRL_FAIL", "MINIRL_HANG"]
     assert FAIL not in json.dumps(first.run_config) and HANG not in json.dumps(first.run_config)
