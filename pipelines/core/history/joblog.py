@@ -89,7 +89,13 @@ def seconds(text: str) -> tuple[float | None, str]:
     return value, ""
 
 
+#: terminal colour and cursor sequences (a runner's PASS/FAIL in colour, kept in GitHub's raw logs)
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+
+
 def _strip_stamp(line: str) -> tuple[str, datetime | None]:
+    """The line without GitHub's timestamp (returned) and without colour codes."""
+    line = _ANSI.sub("", line)
     m = _STAMP.match(line)
     if not m:
         return line.lstrip("\ufeff"), None

@@ -22,11 +22,17 @@ __all__ = ["OUTCOME", "LogAttempt", "ParsedLog", "import_logs", "parse_ci_log", 
 
 
 def _candidates(file: str, by_path: Mapping[str, list[Test]]) -> tuple[str, list[Test]]:
+    """The catalog path a log's file name means: itself; else the one catalog path it ends with (an
+    absolute path in the log); else the one catalog path that ends with it (a runner started from a
+    subfolder, ``cd test && python run_suite.py`` printing ``registered/...``)."""
     path = file[2:] if file.startswith("./") else file
     if path in by_path:
         return path, by_path[path]
     suffix = [p for p in by_path if path.endswith("/" + p)]
-    return (suffix[0], by_path[suffix[0]]) if len(suffix) == 1 else (path, [])
+    if len(suffix) == 1:
+        return suffix[0], by_path[suffix[0]]
+    inside = [p for p in by_path if p.endswith("/" + path)]
+    return (inside[0], by_path[inside[0]]) if len(inside) == 1 and not suffix else (path, [])
 
 
 def import_logs(texts_by_source: Mapping[str, str], catalog: Catalog,

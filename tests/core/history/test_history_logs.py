@@ -317,3 +317,24 @@ def test_two_unstamped_logs_with_other_lines_stay_two_runs():
     x = make_test(id="tests/e2e/megatron/test_x.py", path="tests/e2e/megatron/test_x.py")
     samples, _ = import_logs({"a.txt": plain, "b.txt": "Monday\n" + plain}, catalog(x))
     assert len(samples) == 2 and len({s.run_id for s in samples}) == 2
+
+
+def test_runner_lines_in_colour_are_read_as_the_plain_ones():
+    """GitHub keeps a runner's colour codes in the raw log; a coloured TIMEOUT must not vanish."""
+    red, green, off = "\x1b[31m", "\x1b[32m", "\x1b[0m"
+    coloured = "\n".join(
+        line if " PASS " not in line and "TIMEOUT" not in line else
+        (f"{line[:29]}{green if 'PASS' in line else red}{line[29:]}{off}" if line[:4].isdigit() else line)
+        for line in STAMPED.splitlines()) + "\n"
+    assert "\x1b[31m[3/3]" in coloured and "\x1b[31mTIMEOUT:" in coloured
+    plain, got = read_ci_log(STAMPED), read_ci_log(coloured)
+    assert got.attempts == plain.attempts and got.refused == ()
+
+
+def test_a_runner_started_in_a_subfolder_names_files_below_it_and_they_are_still_matched():
+    """The SGLang family's `cd test && python run_suite.py` prints `registered/...` for test/registered/..."""
+    t = make_test(id="test/registered/basic/test_generate.py", path="test/registered/basic/test_generate.py",
+                  suite="stage-b-test-1-gpu-large")
+    log = "[1/1] registered/basic/test_generate.py  PASS  elapsed=42s\n"
+    samples, problems = import_logs({"j.log": log}, catalog(t), suite="stage-b-test-1-gpu-large")
+    assert [(s.test_id, s.elapsed_s) for s in samples] == [(t.id, 42.0)] and problems == []
