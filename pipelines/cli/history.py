@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import zipfile
 from collections import Counter
 from datetime import UTC, datetime
 from pathlib import Path
@@ -68,7 +69,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     imp.add_argument("--hardware", help="the hardware the logs' job ran on, for files whose registration lists "
                                         "several (hardware=[...]), e.g. h200")
     imp.add_argument("--dry-run", action="store_true", help="parse and match, store nothing")
-    imp.add_argument("logs", nargs="+", type=Path, metavar="LOGFILE")
+    imp.add_argument("logs", nargs="+", type=Path, metavar="LOGFILE",
+                     help="job logs as CI saved them (GitHub raw logs, or the run's log archive .zip)")
     show = hs.add_parser("show", help="list stored samples")
     add_common(show, repo=False)
     show.add_argument("--test", help="only this test id (or a path prefix)")
@@ -131,6 +133,19 @@ def _not_stored(samples: list, stored: list) -> list:
     return [s for s in samples if not (s.started_at and _attempt_key(s) in seen)]
 
 
+def _log_texts(log: Path) -> dict[str, str]:
+    """Source name -> text of a job log, or of each ``.txt`` log in a GitHub log archive (the .zip
+    a run's "Download log archive" gives: the whole job's log and one per step; the same attempt
+    in two of them is stored once)."""
+    with open(log, "rb") as fh:
+        zipped = fh.read(4) == b"PK\x03\x04"
+    if not zipped:
+        return {str(log): log.read_text(encoding="utf-8", errors="replace")}
+    with zipfile.ZipFile(log) as archive:
+        return {f"{log}:{name}": archive.read(name).decode("utf-8", errors="replace")
+                for name in sorted(archive.namelist()) if name.endswith(".txt")}
+
+
 def _import(args: argparse.Namespace) -> int:
     path, spec, specs = resolve_repo(args.repo)
     catalog = load_catalog_for(path, spec, specs)
@@ -138,9 +153,11 @@ def _import(args: argparse.Namespace) -> int:
     problems: list[Problem] = []
     for log in args.logs:
         try:
-            texts[str(log)] = log.read_text(encoding="utf-8", errors="replace")
+            texts.update(_log_texts(log))
         except OSError as exc:
             problems.append(Problem(str(log), 1, "log", f"cannot read ({exc.strerror}); check the path"))
+        except zipfile.BadZipFile as exc:
+            problems.append(Problem(str(log), 1, "log", f"a damaged zip archive ({exc}); download the logs again"))
     from pipelines.core.history import import_logs
 
     samples, found = import_logs(texts, catalog, args.suite, args.hardware)

@@ -184,3 +184,21 @@ def test_the_same_attempts_from_a_jobs_whole_log_and_its_step_log_are_stored_onc
     assert cli("history", "import", "--repo", str(repo), str(step)) == 0
     assert "(0 new, 2 already stored in" in capsys.readouterr().out
     assert len(FileHistoryStore(tmp_path / "home" / "history.sqlite").read()) == 3
+
+
+@pytest.mark.parametrize("compression", ["stored", "deflated"])
+def test_a_github_log_archive_is_read_member_by_member_and_each_attempt_stored_once(repo, tmp_path, capsys,
+                                                                                   compression):
+    """The .zip a run's "Download log archive" gives: the whole job's log and each step's."""
+    import zipfile
+
+    archive = tmp_path / "logs_123.zip"
+    mode = zipfile.ZIP_DEFLATED if compression == "deflated" else zipfile.ZIP_STORED
+    with zipfile.ZipFile(archive, "w", mode) as z:
+        z.writestr("0_stage-c.txt", "2026-11-30T15:00:00Z ##[group]Run actions/checkout@v4\n" + LOG)
+        z.writestr("stage-c/5_Run tests.txt", "".join(LOG.splitlines(keepends=True)[3:5]))
+    assert cli("history", "import", "--repo", str(repo), str(archive)) == 0
+    assert "imported 3 samples from 2 logs (3 new, 0 already stored in" in capsys.readouterr().out
+    stored = FileHistoryStore(tmp_path / "home" / "history.sqlite").read()
+    assert sorted((s.test_id, s.attempt, s.outcome) for s in stored) == [
+        ("tests/e2e/test_a.py", 1, "passed"), ("tests/e2e/test_b.py", 1, "failed"), ("tests/e2e/test_b.py", 2, "passed")]
