@@ -52,6 +52,7 @@ def _fail(message: str) -> int:
 
 def run(args: argparse.Namespace) -> int:
     from pipelines.core.calibrate import calibrate, drift, near_timeout, output_problem, plan_patch
+    from pipelines.core.calibrate.evidence import held
     from pipelines.core.history import HistoryError
     from pipelines.storage.history import successions
 
@@ -84,6 +85,11 @@ def run(args: argparse.Namespace) -> int:
     print(f"\ndrift (>= 30 s and 30 %): {len(drifted) or 'none'}")
     for e in drifted:
         print(f"  {e.test_id} [{e.hardware}]: {e.current} -> {e.proposed} ({e.delta:+d} s)")
+    waiting = held(estimates)
+    print(f"held for acceptance (more than max_step_factor in one step; add to the repo's calibration: accept: "
+          f"list to apply): {len(waiting) or 'none'}")
+    for e in waiting:
+        print(f"  {e.test_id} [{e.hardware}]: {e.current} -> {e.held} held ({e.held - e.current:+d} s)")
     near = near_timeout(tests, samples, floor, factor, estimates=estimates)
     print(f"near timeout (last run > 90 % of max({floor}, {factor:g} x proposed est_time)): {len(near) or 'none'}")
     for n in near:

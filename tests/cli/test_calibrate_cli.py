@@ -255,3 +255,18 @@ def test_near_timeout_judges_the_last_run_against_the_timeout_the_proposal_gives
     row = next(line for line in out.splitlines() if line.startswith("tests/e2e/test_a.py"))
     assert row.split()[2:4] == ["3600", "963"]  # est 3600 gave 4500 s; 963 gives max(1800, 1204) = 1800 s
     assert "tests/e2e/test_a.py: last run passed after 1700 s of its 1800 s timeout (94%)" in out
+
+
+def test_a_proposal_held_for_acceptance_is_listed_and_in_the_evidence_not_shown_as_no_change(repo, tmp_path, capsys):
+    """test_c is registered at 600 s and now runs 9000 s: x18 in one step is held, not silently dropped."""
+    c = next(t for t in history_cli.load_catalog_for(None, None, None).tests if t.id == "tests/e2e/test_c.py")
+    FileHistoryStore(tmp_path / "home" / "history.sqlite").append(
+        [Sample(c.id, "h200", c.sha256, "passed", 9000, datetime.now(UTC).isoformat(), source="n1.log:12")])
+    evidence = tmp_path / "evidence.csv"
+    assert cli("calibrate", "--repo", str(repo), "--evidence", str(evidence)) == 0
+    out = capsys.readouterr().out
+    assert "held for acceptance (more than max_step_factor in one step; add to the repo's calibration: accept: " \
+           "list to apply): 1" in out
+    assert "  tests/e2e/test_c.py [h200]: 600 -> 11300 held (+10700 s)" in out
+    [row] = [r for r in csv.DictReader(evidence.open()) if r["test_id"] == c.id]
+    assert (row["proposed_est_time"], row["delta"], row["held_est_time"]) == ("600", "+0", "11300")
