@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import subprocess
+from pathlib import Path
 
 from pipelines.core.model import Estimate
 from pipelines.night import Night, NightSettings
@@ -35,3 +36,10 @@ def test_a_calibration_that_changes_a_file_stores_a_patch_git_applies(tmp_path, 
     check = subprocess.run(["git", "apply", "--check", where["patch"]], cwd=night.repo_spec.path,
                            capture_output=True, text=True)
     assert check.returncode == 0, check.stderr
+
+
+def test_the_night_of_an_unconfigured_sglang_repo_calibrates_with_sglang_s_rule_not_framework_m_s(tmp_path):
+    sglangish = Path(__file__).resolve().parents[1] / "examples" / "sglangish"
+    night = Night(NightSettings(home=tmp_path / "home", repo=str(sglangish)))
+    assert (night.repo_spec.policy, night.repo_spec.policy_params) == (
+        "p90", {"max_samples": 16, "window_days": 7, "min_samples": 3})

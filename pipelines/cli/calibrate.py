@@ -25,7 +25,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     history_cli.add_common(p)
     p.add_argument("--policy", choices=("bucket125", "p90", "median"),
-                   help="default: the repo's calibration.policy in assets/repos.yaml, else bucket125")
+                   help="default: the repo's calibration.policy in assets/repos.yaml, else its framework family's "
+                        "(SGLang: p90 of the newest 16 passes within 7 days; otherwise bucket125)")
     p.add_argument("--evidence", metavar="FILE", help="write the evidence CSV here")
     p.add_argument("--patch", metavar="FILE", help="write the unified diff here (apply with `git apply FILE`)")
     p.add_argument("--write", action="store_true", help="rewrite the est_time literals in the checkout")
@@ -53,6 +54,8 @@ def _fail(message: str) -> int:
 def run(args: argparse.Namespace) -> int:
     from pipelines.core.calibrate import calibrate, drift, near_timeout, output_problem, plan_patch
     from pipelines.core.calibrate.evidence import held
+    from pipelines.core.calibrate.policies import default_policy
+    from pipelines.core.catalog.detect import choose
     from pipelines.core.history import HistoryError
     from pipelines.storage.history import successions
 
@@ -66,8 +69,16 @@ def run(args: argparse.Namespace) -> int:
     path, spec, specs = history_cli.resolve_repo(args.repo)
     catalog = history_cli.load_catalog_for(path, spec, specs)
     tests = list(catalog.tests)
-    policy = args.policy or (spec.policy if spec else "bucket125")
-    params = spec.policy_params if spec and spec.policy == policy else {}
+    policy, params = args.policy, {}
+    if spec is not None:
+        policy = policy or spec.policy
+        params = spec.policy_params if spec.policy == policy else {}
+    else:
+        family, family_params, note = default_policy(choose(path)[0].name)
+        if policy in (None, family):
+            policy, params = family, family_params
+            if note:
+                print(f"assumed: {note}")
     floor, factor = (spec.timeout_floor_s, spec.timeout_factor) if spec else (1800, 1.25)
     store = history_cli.open_store(args.store, args.deployment, args.home)
     try:

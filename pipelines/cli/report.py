@@ -68,7 +68,7 @@ def repo_context(home: Path, repo: str | None, deployment: str | None):
     from pipelines.storage.state import state_store
 
     specs = load_specs()
-    tests, spec, name = [], None, Path(repo).name if repo else "default"
+    tests, spec, name, path = [], None, Path(repo).name if repo else "default", None
     try:
         path, spec, _ = history_cli.resolve_repo(repo)
         name = spec.name if spec else path.name
@@ -90,9 +90,14 @@ def repo_context(home: Path, repo: str | None, deployment: str | None):
     if estimates is None:
         from pipelines.storage.history import successions  # calibrate's own rewrites keep history current
 
-        policy = spec.policy if spec else "bucket125"
-        estimates = calibrate(tests, samples, policy, spec.policy_params if spec else None,
-                              successions=successions(history)) if tests else []
+        if spec is not None:
+            policy, params = spec.policy, spec.policy_params
+        else:  # an unconfigured repo: its framework family's rule, as `nightly calibrate` uses
+            from pipelines.core.calibrate.policies import default_policy
+            from pipelines.core.catalog.detect import choose
+
+            policy, params, _ = default_policy(choose(path)[0].name) if path is not None else ("bucket125", {}, "")
+        estimates = calibrate(tests, samples, policy, params, successions=successions(history)) if tests else []
     rules = FlakyRules.for_repo(spec)
     return name, ReportInputs(
         samples=samples, tests=tests, estimates=estimates, rules=rules,

@@ -270,3 +270,24 @@ def test_a_proposal_held_for_acceptance_is_listed_and_in_the_evidence_not_shown_
     assert "  tests/e2e/test_c.py [h200]: 600 -> 11300 held (+10700 s)" in out
     [row] = [r for r in csv.DictReader(evidence.open()) if r["test_id"] == c.id]
     assert (row["proposed_est_time"], row["delta"], row["held_est_time"]) == ("600", "+0", "11300")
+
+
+SG_MODULE = "".join(f"def register_{b}_ci(est_time, suite=None, nightly=False, disabled=None, *, stage=None, "
+                    f"runner_config=None):\n    pass\n\n\n" for b in ("cpu", "cuda", "amd"))
+
+
+def test_an_unconfigured_sglang_repo_is_calibrated_with_sglang_s_p90_of_a_week_and_says_so(repo, tmp_path, capsys):
+    (repo / "python/pkg/test/ci").mkdir(parents=True)
+    (repo / "python/pkg/test/ci/ci_register.py").write_text(SG_MODULE)
+    t = make_test(id="tests/e2e/test_a.py", path="tests/e2e/test_a.py", est_time=3600, line=2,
+                  sha256=hashlib.sha256((repo / "tests/e2e/test_a.py").read_bytes()).hexdigest())
+    old = (datetime.now(UTC) - timedelta(days=10)).isoformat()
+    FileHistoryStore(tmp_path / "home" / "history.sqlite").append(
+        [Sample(t.id, "h200", t.sha256, "passed", 2000, old, source="old.log:3")])
+    assert cli("calibrate", "--repo", str(repo)) == 0
+    out = capsys.readouterr().out
+    assert ("assumed: calibration policy p90 (max_samples=16, window_days=7, min_samples=3): the SGLang family's rule; "
+            "set calibration.policy in assets/repos.yaml to change") in out
+    assert "policy p90, 5 samples in" in out
+    row = next(line for line in out.splitlines() if line.startswith("tests/e2e/test_a.py"))
+    assert row.split()[:4] == ["tests/e2e/test_a.py", "h200", "3600", "966"]  # the 10-day-old 2000 s is out

@@ -1,7 +1,8 @@
 """Rewrite the literal ``est_time`` of registry test files, keeping every other byte.
 
 Only a file with exactly one registration for the estimate's hardware is edited, and only when
-its est_time is a plain integer literal (positional first argument or ``est_time=``): the edit
+its est_time is a plain number literal (positional first argument or ``est_time=``; a float is
+written back as whole seconds): the edit
 replaces that token's exact source span found with ``ast``, so comments, quotes and spacing stay.
 Everything else is left alone and listed, the way framework M's maintainers do it by hand.
 """
@@ -11,6 +12,7 @@ from __future__ import annotations
 import ast
 import difflib
 import hashlib
+import math
 import re
 from collections import defaultdict
 from collections.abc import Sequence
@@ -264,9 +266,10 @@ def _edit(repo: Path, t: Test, e: Estimate, same_hw: int, files: _Files, by_line
     if call is None:
         return f"line {t.line}: no registration call found; edit by hand"
     node = _est_node(call)
-    if not (isinstance(node, ast.Constant) and type(node.value) is int and node.lineno == node.end_lineno):
-        return f"line {call.lineno}: est_time is not an integer literal; edit by hand"
-    if node.value != e.current:
+    if not (isinstance(node, ast.Constant) and type(node.value) in (int, float) and node.lineno == node.end_lineno):
+        return f"line {call.lineno}: est_time is not a number literal; edit by hand"
+    # a float (SGLang's est_time=120.5) is what the catalog rounded up; the proposal is written as an int
+    if math.ceil(node.value) != e.current:
         return f"line {node.lineno}: est_time is {node.value} in the file, not {e.current}; recalibrate"
     try:
         texts[key] = _replace(texts[key], node, e.proposed)

@@ -79,6 +79,23 @@ def parse_time(value: str) -> datetime | None:
     return t if t.tzinfo else t.replace(tzinfo=UTC)
 
 
+#: a framework family's own calibration rule, used when a repo sets no policy (framework M's is bucket125):
+#: SGLang takes p90 of the newest <= 16 passing samples within 7 days, at least 3
+FAMILY_POLICY: dict[str, tuple[str, dict[str, object]]] = {
+    "sglang": ("p90", {"max_samples": 16, "window_days": 7, "min_samples": 3}),
+}
+
+
+def default_policy(dialect: str) -> tuple[str, dict[str, object], str]:
+    """(policy, params, note) for a repo whose spec sets no policy: its framework family's rule, said aloud."""
+    if dialect not in FAMILY_POLICY:
+        return "bucket125", {}, ""
+    policy, params = FAMILY_POLICY[dialect]
+    shown = ", ".join(f"{k}={v}" for k, v in params.items())
+    return policy, dict(params), (f"calibration policy {policy} ({shown}): the SGLang family's rule; "
+                                  "set calibration.policy in assets/repos.yaml to change")
+
+
 def policy_params(policy: str, params: Mapping | None) -> dict:
     """The policy's defaults overridden by ``params``; unknown names are errors that list the known ones."""
     if policy not in POLICIES:

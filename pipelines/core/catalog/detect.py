@@ -76,16 +76,30 @@ def python_files(repo: Path) -> PyFiles:
     return out
 
 
-def registry_modules(repo: Path, files: list[tuple[str, os.stat_result]], defines: Callable[[str, os.stat_result], bool]
-                     ) -> list[str]:
+def registry_modules(repo: Path, files: list[tuple[str, os.stat_result]], defines: Callable[[str, os.stat_result], bool],
+                     roots: tuple[str, ...] = ()) -> list[str]:
     """The files that define ``register_*_ci`` functions (usually one; never a symlink or a vendored copy).
 
-    ``test_*.py`` files are not read: a test imports the register functions, it never defines them.
+    A ``test_*.py`` file under the test ``roots`` is a test (it imports the register functions) and is
+    read only when no other file defines them; elsewhere the name says nothing (``ci/test_utils.py``
+    may well be the registry module).
     """
     links = getattr(files, "links", frozenset())
-    return [rel for rel, st in files if st.st_size < _MAX_MODULE and rel not in links
-            and not rel.rpartition("/")[2].startswith("test_")
-            and not _SKIP.intersection(rel.split("/")[:-1]) and defines(rel, st)]
+    under = tuple(r.strip("/") + "/" for r in roots)
+    everywhere = any(r in ("/", "./", "") for r in under)
+
+    def a_test(rel: str) -> bool:
+        return rel.rpartition("/")[2].startswith("test_") and (everywhere or rel.startswith(under))
+
+    candidates = [rel for rel, st in files if st.st_size < _MAX_MODULE and rel not in links
+                  and not _SKIP.intersection(rel.split("/")[:-1])]
+    stat = dict(files)
+    found = [rel for rel in candidates if not a_test(rel) and defines(rel, stat[rel])]
+    return found or [rel for rel in candidates if a_test(rel) and defines(rel, stat[rel])]
+
+
+#: where any built-in profile's runner collects tests (the roots, while the dialect is not yet known)
+_ANY_ROOTS = tuple(dict.fromkeys(r for d in PROFILES.values() for r in d.roots))
 
 
 def choose(repo: Path, dialect_name: str = "", roots: tuple[str, ...] | None = None,
@@ -111,7 +125,8 @@ def choose(repo: Path, dialect_name: str = "", roots: tuple[str, ...] | None = N
             data = read(rel, st)
             return data is not None and may_define_registry(data)
 
-    modules = registry_modules(repo, python_files(repo) if files is None else files, defines)
+    modules = registry_modules(repo, python_files(repo) if files is None else files, defines,
+                               _ANY_ROOTS if roots is None else roots)
     own = [rel for rel in modules if not _VENDORED.intersection(rel.split("/")[:-1])]
     if own and len(own) < len(modules):
         notes.append(f"ignored the registry module(s) of vendored checkouts ({', '.join(sorted(set(modules) - set(own)))}): "

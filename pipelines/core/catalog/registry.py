@@ -26,6 +26,8 @@ from pipelines.core.model import Problem
 _SUITE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 _LABEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 _GPU_SUITE = re.compile(r"(?:^|-)(\d+)-gpu(?:-([A-Za-z0-9][A-Za-z0-9._-]*))?$")
+#: the SGLang family counts other devices the same way (``stage-c-test-2-npu-a3``: 2 NPUs of type a3)
+_DEVICE_SUITE = re.compile(r"(?:^|-)(\d+)-(?:gpu|npu|xpu)(?:-([A-Za-z0-9][A-Za-z0-9._-]*))?$")
 _HARDWARE = re.compile(r"(?:(\d+)-gpu-)?([A-Za-z0-9][A-Za-z0-9._-]*)")
 #: a GPU type names a chip and so holds a digit (h200, b200, mi300x); ``large``/``small`` do not
 _GPU_TYPE = re.compile(r"[A-Za-z]*\d")
@@ -249,7 +251,7 @@ def _placements(backend: str, suite: str, hw: list[tuple[int | None, str]], dial
     """
     if backend == "cpu":
         return [(0, "cpu", False)], []
-    m = _GPU_SUITE.search(suite)
+    m = (_DEVICE_SUITE if dialect.suites == "free" else _GPU_SUITE).search(suite)
     suite_gpus, suite_hw = (int(m.group(1)), m.group(2) or "") if m else (None, "")
     if not hw:
         return [_placement(backend, suite, suite_gpus, suite_hw, dialect)], []
@@ -283,6 +285,8 @@ def _placement(backend: str, suite: str, gpus: int | None, named: str, dialect: 
         gpus, assumed = 1, True
     if gpus <= 0:
         raise _Bad("suite", f"{suite!r} asks for {gpus} GPUs; a {backend} test needs at least 1; fix the GPU count")
+    if named == backend:  # "stage-b-test-1-gpu-amd" says the backend again, as "nightly-amd-2-gpu" says it before
+        named = ""
     hardware = hardware_name(gpus, named)
     if not hardware and backend not in dialect.default_pool_backends:
         hardware = backend  # an NPU/XPU/MLX test naming no hardware must not land on the default (NVIDIA) pool

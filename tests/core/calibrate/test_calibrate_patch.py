@@ -103,7 +103,7 @@ def test_non_literal_values_changed_files_and_unchanged_proposals_are_not_edited
     plan = plan_patch(repo, [n, cuda, rocm], [est(n, 300), est(cuda, 1300), est(rocm, 2400)])
     assert plan.edits == {}
     assert plan.skipped == (
-        ("tests/e2e/test_n.py", "line 2: est_time is not an integer literal; edit by hand"),
+        ("tests/e2e/test_n.py", "line 2: est_time is not a number literal; edit by hand"),
         ("tests/e2e/test_x.py", "the file changed since the catalog read it; recalibrate against this revision"),
     )
 
@@ -278,3 +278,13 @@ def test_a_symlink_to_a_file_outside_the_repo_is_left_out_of_the_patch_with_the_
                            "writes through the link, or edit the file by hand\n")
     apply_patch(repo, [cuda, rocm], [est(cuda, 1300)])
     assert link.is_symlink() and shared.read_text() == ONE.replace("est_time=3600,", "est_time=1300,")
+
+
+def test_a_float_est_time_literal_is_rewritten_as_a_whole_number_of_seconds(repo):
+    text = "register_cuda_ci(est_time=120.5, suite='stage-b-test-1-gpu-large')  # SGLang writes floats\n"
+    sha = write(repo, "test/registered/test_f.py", text)
+    f = make_test(id="test/registered/test_f.py", path="test/registered/test_f.py", sha256=sha, est_time=121,
+                  line=1, hardware="1-gpu-large")  # the catalog rounds 120.5 up
+    plan = plan_patch(repo, [f], [est(f, 300)])
+    assert plan.skipped == ()
+    assert plan.edits["test/registered/test_f.py"] == (text, text.replace("120.5", "300"))

@@ -230,3 +230,19 @@ def test_a_register_function_taking_star_args_is_checked_with_the_built_in_profi
                     "to pick the profile)"]
     configured = load_catalog(repo, RepoSpec(name="fw", path=repo))
     assert said[0] in configured.assumptions
+
+
+def test_sglang_device_counts_read_npu_and_xpu_suites_and_amd_hardware_is_named_one_way(tree):
+    repo = sglang_repo(tree, {
+        "test/registered/test_npu.py": SG_HEADER + 'register_npu_ci(400, "stage-c-test-2-npu-a3")\n',
+        "test/registered/test_npu_plain.py": SG_HEADER + 'register_npu_ci(400, "nightly-4-npu")\n',
+        "test/registered/test_amd_stage.py": SG_HEADER + 'register_amd_ci(200, "stage-b-test-1-gpu-amd")\n',
+        "test/registered/test_amd_legacy.py": SG_HEADER + 'register_amd_ci(300, "nightly-amd-2-gpu", nightly=True)\n',
+        "test/registered/test_amd_typed.py": SG_HEADER + 'register_amd_ci(300, "stage-c-test-8-gpu-mi300x")\n',
+    })
+    cat = load_catalog(repo)
+    assert cat.problems == ()
+    assert {t.path.rpartition("/")[2]: (t.gpus, t.hardware) for t in cat.tests} == {
+        "test_npu.py": (2, "a3"), "test_npu_plain.py": (4, "npu"), "test_amd_stage.py": (1, "amd"),
+        "test_amd_legacy.py": (2, "amd"), "test_amd_typed.py": (8, "mi300x")}
+    assert not any("name no GPU count" in n for n in cat.assumptions)

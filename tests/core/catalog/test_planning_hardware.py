@@ -45,7 +45,7 @@ def test_the_example_catalog_plans_its_untyped_configs_and_summarizes_the_rest_p
     assert b200.split()[:5] == ["b200", "1", "test(s),", "up", "to"]
     assert ("add a pool with `hardware: [b200]` in assets/cluster.yaml (or --pool b200=NODESxGPUS), or list b200 "
             "as an alias of pool h200") in b200
-    npu = next(line for line in lines if line.lstrip().startswith("npu "))
-    assert npu.endswith("(or --pool npu=NODESxGPUS)"), "another vendor's hardware is never an alias of an NVIDIA pool"
+    npu = next(line for line in lines if line.lstrip().startswith("a2 "))  # per-commit-1-npu-a2
+    assert npu.endswith("(or --pool a2=NODESxGPUS)"), "another vendor's hardware is never an alias of an NVIDIA pool"
     assert ("\n  1 test(s) of runner config 1-gpu-large (no GPU type) planned on the default pool h200; list "
             "1-gpu-large under another pool's `hardware:` in assets/cluster.yaml to move them") in lines
