@@ -2,7 +2,7 @@
 
 The template uses ``<% %>`` / ``<< >>`` delimiters. We parse it with Jinja2's own parser and read
 the ``<% set name = [...] %>`` lists and the ``jobs`` dict from its syntax tree as literals
-(a list may refer to an earlier ``set``); nothing is rendered or executed. Each job maps to a
+(a list may refer to an earlier ``set``, or join lists with ``+``); nothing is rendered or executed. Each job maps to a
 suite, its ``label`` (``run-ci-<x>``) to label ``x``. Entry keys other than ``test_file``,
 ``num_gpus`` and ``test_args`` become environment variables, named as the template's own
 ``VAR: ${{ matrix.info.<key> || 'default' }}`` lines name them (else the key upper-cased).
@@ -100,6 +100,8 @@ class _Reader:
             return self._items(node, where)
         if isinstance(node, nodes.Dict):
             return self._dict(node, where, skip_bad=False)
+        if isinstance(node, nodes.Add):
+            return self._add(node, where)
         if isinstance(node, nodes.Name) and node.name in self.scope:
             return self.scope[node.name]
         if isinstance(node, nodes.Name) and node.name in self.failed:
@@ -109,6 +111,18 @@ class _Reader:
             raise _NotLiteral(node.lineno, where, f"`{node.name}` is not set earlier in the template; set it with "
                                                   f"`<% set {node.name} = [...] %>` above this line, or {_WRITE_IT}")
         raise _NotLiteral(node.lineno, where, f"{type(node).__name__} is not a literal; {_WRITE_IT}")
+
+    def _add(self, node: nodes.Add, where: str) -> object:
+        """``a + b`` as Jinja renders it: two lists (``fsdp_tests + megatron_tests``) or two strings joined, numbers added."""
+        left, right = self.value(node.left, where), self.value(node.right, where)
+        if isinstance(left, list) and isinstance(right, list):
+            return left + right
+        if isinstance(left, str) and isinstance(right, str):
+            return left + right
+        if _is_number(left) and _is_number(right):
+            return left + right  # type: ignore[operator]
+        raise _NotLiteral(node.lineno, where, f"`+` joins two lists or two strings here, not a {type(left).__name__} "
+                                              f"and a {type(right).__name__}; write both sides as lists (or both as strings)")
 
     def _dict(self, node: nodes.Dict, where: str, skip_bad: bool) -> _LineDict:
         """``skip_bad``: an unreadable value drops its key alone (a job), else the whole dict (an entry)."""
