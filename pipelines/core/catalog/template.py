@@ -151,6 +151,17 @@ class _Reader:
         return out
 
 
+def _used(roots: set[str], refs: dict[str, set[str]]) -> set[str]:
+    """The sets ``roots`` depend on, themselves included (a problem elsewhere cannot change the test lists)."""
+    used, todo = set(), list(roots)
+    while todo:
+        name = todo.pop()
+        if name not in used:
+            used.add(name)
+            todo += refs.get(name, ())
+    return used
+
+
 def _is_number(value: object) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
@@ -162,20 +173,38 @@ def parse_template(source: str, path: str) -> Template:
     except jinja2.TemplateSyntaxError as exc:
         return Template((), (), (Problem(path, exc.lineno or 1, "template", f"{exc.message}; fix the Jinja2 syntax"),))
     reader = _Reader(path)
-    for assign in tree.find_all(nodes.Assign):
-        if isinstance(assign.target, nodes.Name):
-            reader.assign(assign.target.name, assign.node, assign.lineno)
-    scope, lines, problems = reader.scope, reader.lines, reader.problems
+    # only top-level sets can hold the test lists: a set inside a for/if block (the image of the job being
+    # rendered) is scoped to it; each set's problems wait until we know whether `jobs` uses it
+    refs: dict[str, set[str]] = {}
+    own: dict[str, list[Problem]] = {}
+    kinds: dict[str, bool] = {}  # name -> written as a list (a test list even when unreadable)
+    for assign in tree.body:
+        if isinstance(assign, nodes.Assign) and isinstance(assign.target, nodes.Name):
+            name, before = assign.target.name, len(reader.problems)
+            reader.assign(name, assign.node, assign.lineno)
+            own.setdefault(name, []).extend(reader.problems[before:])
+            refs.setdefault(name, set()).update(n.name for n in (assign.node, *assign.node.find_all(nodes.Name))
+                                                 if isinstance(n, nodes.Name))
+            kinds[name] = isinstance(assign.node, nodes.List | nodes.Tuple | nodes.Add)
+    scope, lines = reader.scope, reader.lines
     env = tuple((m.group(1), m.group(2), m.group(3)) for m in _ENV_LINE.finditer(source)
                 if m.group(2) not in ENTRY_KEYS)
     notes: list[str] = []
     jobs = scope.get("jobs")
-    if jobs is None and "jobs" in reader.failed:
-        return Template((), env, tuple(problems), tuple(notes))
-    if jobs is None:
+    if "jobs" in own:
+        roots = {"jobs"}
+    else:
         jobs = {name: {"tests": value} for name, value in scope.items()
                 if isinstance(value, list) and value and all(isinstance(v, dict) and "test_file" in v for v in value)}
+        roots = set(jobs) | {name for name, listed in kinds.items() if listed}
         notes.append(f"{path}: no `jobs` dict; each `set` list of tests is taken as a job named after it")
+    used = _used(roots, refs)
+    problems = [p for name, found in own.items() if name in used for p in found]
+    notes += [f"{path}:{reader.failed[name]}: set {name}: not used by `jobs`, and the catalog cannot read it "
+              f"({own[name][-1].message.split(';')[0]}); ignored"
+              for name in own if name not in used and name in reader.failed and own[name]]
+    if jobs is None:
+        return Template((), env, tuple(problems), tuple(notes))
     if not isinstance(jobs, dict):
         problems.append(Problem(path, lines.get("jobs", 1), "set jobs", "must be a dict of job name -> {label, tests}; "
                                                                         "write `<% set jobs = {'<job>': {...}} %>`"))

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
 from pipelines.core.catalog import load_catalog
 from pipelines.core.specs import RepoSpec
 
@@ -36,3 +41,49 @@ def test_plus_of_a_list_and_a_string_is_a_located_problem_naming_both_types(tree
     assert [str(p) for p in cat.problems] == [
         f"{WORKFLOW}:2: jobs.k.tests: `+` joins two lists or two strings here, not a list and a str; "
         "write both sides as lists (or both as strings); this entry is skipped"]
+
+
+CONFIG_IN_LOOP = """
+    <% set megatron_tests = [{'test_file': 'test_megatron.py', 'num_gpus': 8}] %>
+    <% set jobs = {'e2e-megatron': {'label': 'run-ci-megatron', 'tests': megatron_tests}} %>
+    <% set python_version = env_python | default('3.11') %>
+    jobs:
+    <% for name, config in jobs.items() %>
+    <% set image = config.image | default('fws/ci:latest') %>
+      << name >>:
+        container: << image >>
+    <% endfor %>
+    """
+
+
+def test_a_set_inside_the_jobs_loop_is_not_a_problem(tree):
+    cat = load(tree, CONFIG_IN_LOOP)
+    assert cat.problems == ()
+    assert [t.id for t in cat.tests] == ["tests/test_megatron.py"]
+
+
+def test_an_unreadable_set_that_no_job_uses_is_a_note_not_a_problem(tree):
+    cat = load(tree, CONFIG_IN_LOOP)
+    assert (f"{WORKFLOW}:3: set python_version: not used by `jobs`, and the catalog cannot read it (Filter is not a "
+            "literal); ignored") in cat.assumptions
+
+
+def test_an_unreadable_set_that_a_job_uses_is_still_a_problem(tree):
+    cat = load(tree, """
+        <% set megatron_tests = lookup('x') %>
+        <% set all_tests = megatron_tests %>
+        <% set jobs = {'j': {'tests': all_tests}} %>
+        """)
+    assert [str(p).split(";")[0] for p in cat.problems] == [
+        f"{WORKFLOW}:1: set megatron_tests: Call is not a literal",
+        f"{WORKFLOW}:2: set all_tests: `megatron_tests` could not be read (line 1)",
+        f"{WORKFLOW}:3: jobs.j.tests: `all_tests` could not be read (line 2)"]
+
+
+def test_a_night_with_a_set_inside_the_loop_exits_zero_in_nightly_catalog(tree, tmp_path):
+    repo = tree({**TESTS, WORKFLOW: textwrap.dedent(CONFIG_IN_LOOP)})
+    done = subprocess.run([sys.executable, "-m", "pipelines", "catalog", "--repo", str(repo), "--strict", "--no-cache"],
+                          capture_output=True, text=True, cwd=Path(__file__).parents[3],
+                          env={"NIGHTLY_HOME": str(tmp_path / "state"), "PATH": "/usr/bin:/bin"})
+    assert done.returncode == 0, done.stderr
+    assert "tests/test_megatron.py" in done.stdout
