@@ -211,12 +211,41 @@ def parse_template(source: str, path: str) -> Template:
         return Template((), env, tuple(problems), tuple(notes))
     entries: list[Entry] = []
     for job, config in jobs.items():
-        entries += _job_entries(path, str(job), config, lines.get("jobs", 1), problems)
+        entries += _job_entries(path, str(job), config, lines.get("jobs", 1), problems, notes)
     # a list shared by several jobs would report each bad entry once per job
     return Template(tuple(entries), env, tuple(dict.fromkeys(problems)), tuple(notes))
 
 
-def _job_entries(path: str, job: str, config: object, line: int, problems: list[Problem]) -> list[Entry]:
+#: the job keys the catalog reads; any other is named in a note (it may change how the job runs)
+JOB_KEYS = ("label", "tests", "cpu", "include", "exclude")
+
+
+def _matrix(path: str, where: str, config: dict, tests: list, line: int, notes: list[str]) -> list:
+    """``tests`` after the job's ``exclude`` and ``include`` lists, as GitHub expands ``strategy.matrix`` whose one
+    dimension is ``info``: an exclude drops the entries whose ``info`` equals it, an include adds its ``info`` as a new
+    combination unless an identical one is there already."""
+    for key in ("exclude", "include"):
+        for i, item in enumerate(config.get(key) or ()):
+            at = f"{path}:{getattr(item, 'line', line)}: {where}.{key}[{i}]"
+            info = item.get("info") if isinstance(item, dict) else None
+            if not isinstance(info, dict):
+                notes.append(f"{at}: has no `info` dict; not read (the catalog reads {{'info': {{...}}}} entries)")
+                continue
+            notes += [f"{at}.{k}: not read by the catalog (it reads `info` of an include or exclude entry); the "
+                      f"{key}d entry is listed without it" for k in item if k != "info"]
+            if key == "exclude":
+                kept = [t for t in tests if t != info]
+                if len(kept) == len(tests):
+                    notes.append(f"{at}: matches no entry of the job (GitHub compares the whole `info`: give every key "
+                                 "the entry has); nothing is excluded")
+                tests = kept
+            elif info not in tests:
+                tests = [*tests, info]
+    return tests
+
+
+def _job_entries(path: str, job: str, config: object, line: int, problems: list[Problem],
+                 notes: list[str]) -> list[Entry]:
     where = f"jobs.{job}"
     if not isinstance(config, dict):
         problems.append(Problem(path, line, where, "must be a dict with `tests` (and usually `label`); "
@@ -228,6 +257,11 @@ def _job_entries(path: str, job: str, config: object, line: int, problems: list[
         problems.append(Problem(path, line, f"{where}.tests", "must be a list of {'test_file': ..., 'num_gpus': ...} dicts; "
                                                            "give the job a `tests` list"))
         return []
+    for key in config:
+        if key not in JOB_KEYS:
+            notes.append(f"{path}:{line}: {where}.{key}: not read by the catalog (it reads {', '.join(JOB_KEYS)}); "
+                         "the job's tests are listed without it")
+    tests = _matrix(path, where, config, tests, line, notes)
     label = config.get("label", "")
     label = label.removeprefix("run-ci-") if isinstance(label, str) else ""
     cpu = bool(config.get("cpu"))

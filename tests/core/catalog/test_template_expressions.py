@@ -87,3 +87,45 @@ def test_a_night_with_a_set_inside_the_loop_exits_zero_in_nightly_catalog(tree, 
                           env={"NIGHTLY_HOME": str(tmp_path / "state"), "PATH": "/usr/bin:/bin"})
     assert done.returncode == 0, done.stderr
     assert "tests/test_megatron.py" in done.stdout
+
+
+MATRIX_JOB = """
+    <% set megatron_tests = [
+        {'test_file': 'test_megatron.py', 'num_gpus': 8},
+        {'test_file': 'test_megatron.py', 'num_gpus': 8, 'use_deepep': '1'},
+    ] %>
+    <% set jobs = {
+        'e2e-megatron': {
+            'label': 'run-ci-megatron', 'tests': megatron_tests, 'image': 'fws/ci:latest',
+            'exclude': [{'info': {'test_file': 'test_megatron.py', 'num_gpus': 8, 'use_deepep': '1'}}],
+            'include': [{'info': {'test_file': 'test_moe.py', 'num_gpus': 4}},
+                        {'info': {'test_file': 'test_megatron.py', 'num_gpus': 8}},
+                        {'info': {'test_file': 'test_fsdp.py', 'num_gpus': 2}, 'runner': 'big'}],
+        },
+    } %>
+    """
+
+
+def test_a_job_matrix_exclude_drops_the_combination_and_include_adds_one_as_github_does(tree):
+    cat = load(tree, MATRIX_JOB)
+    assert cat.problems == ()
+    assert [(t.id, t.gpus) for t in cat.tests] == [  # the included copy of an existing entry adds nothing
+        ("tests/test_fsdp.py", 2), ("tests/test_megatron.py", 8), ("tests/test_moe.py", 4)]
+
+
+def test_a_job_key_the_catalog_does_not_read_is_a_located_note(tree):
+    notes = load(tree, MATRIX_JOB).assumptions
+    assert (f"{WORKFLOW}:6: jobs.e2e-megatron.image: not read by the catalog (it reads label, tests, cpu, include, "
+            "exclude); the job's tests are listed without it") in notes
+    assert (f"{WORKFLOW}:11: jobs.e2e-megatron.include[2].runner: not read by the catalog (it reads `info` of an "
+            "include or exclude entry); the included entry is listed without it") in notes
+
+
+def test_an_exclude_that_matches_no_entry_is_named(tree):
+    cat = load(tree, """
+        <% set jobs = {'j': {'tests': [{'test_file': 'test_moe.py', 'num_gpus': 8}],
+                             'exclude': [{'info': {'test_file': 'test_moe.py'}}]}} %>
+        """)
+    assert [t.id for t in cat.tests] == ["tests/test_moe.py"]
+    assert (f"{WORKFLOW}:2: jobs.j.exclude[0]: matches no entry of the job (GitHub compares the whole `info`: give "
+            "every key the entry has); nothing is excluded") in cat.assumptions
