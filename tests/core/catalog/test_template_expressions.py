@@ -129,3 +129,23 @@ def test_an_exclude_that_matches_no_entry_is_named(tree):
     assert [t.id for t in cat.tests] == ["tests/test_moe.py"]
     assert (f"{WORKFLOW}:2: jobs.j.exclude[0]: matches no entry of the job (GitHub compares the whole `info`: give "
             "every key the entry has); nothing is excluded") in cat.assumptions
+
+
+BOTH = {
+    "tests/test_registered.py": 'register_cuda_ci(60, "stage-c-8-gpu-h200", labels=["megatron"])\n',
+    "tests/test_template_only.py": "",
+    ".github/workflows/nightly-test.yml.j2": """
+        <% set jobs = {'nightly': {'label': 'run-ci-nightly', 'tests': [
+            {'test_file': 'test_registered.py', 'num_gpus': 8}, {'test_file': 'test_template_only.py', 'num_gpus': 4}]}} %>
+        """,
+}
+
+
+def test_a_repo_with_registrations_and_a_template_names_the_template_it_does_not_read(tree):
+    cat = load_catalog(tree(BOTH))
+    assert [t.id for t in cat.tests] == ["tests/test_registered.py"]
+    assert ("format: registry, so .github/workflows/nightly-test.yml.j2 (2 entries) is not read; set `format: "
+            "template` for this repo in assets/repos.yaml to read the template instead") in cat.assumptions
+    assert [str(p).split(";")[0] for p in cat.problems] == [
+        "tests/test_template_only.py:1: registration: no register_cuda_ci/register_rocm_ci/register_cpu_ci call at "
+        "module level, but .github/workflows/nightly-test.yml.j2 lists it (not read: format registry)"]
