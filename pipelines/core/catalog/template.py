@@ -19,6 +19,17 @@ from jinja2 import nodes
 
 from pipelines.core.model import Problem
 
+_ON_BLOCK = re.compile(r"^[\"']?on[\"']?\s*:(.*(?:\n(?:[ \t].*|[ \t]*$))*)", re.MULTILINE)
+_PR_EVENTS = re.compile(r"\b(pull_request|pull_request_target|merge_group)\b")
+
+
+def _nightly_only(source: str) -> bool:
+    """The workflow's top-level ``on:`` exists and names no pull-request event (``on: schedule``): GitHub never runs
+    it for a PR, so neither does ``--cadence pr``. No ``on:`` found: not assumed nightly-only."""
+    found = _ON_BLOCK.search(source)
+    return found is not None and not _PR_EVENTS.search(found.group(1))
+
+
 _ENV_LINE = re.compile(
     r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s*:\s*\$\{\{\s*matrix\.info\.([A-Za-z_][A-Za-z0-9_]*)\s*"
     r"(?:\|\|\s*'([^']*)'\s*)?\}\}\s*$",
@@ -50,6 +61,8 @@ class Template:
     env: tuple[tuple[str, str, str | None], ...]
     problems: tuple[Problem, ...]
     notes: tuple[str, ...] = ()
+    #: its ``on:`` names no pull-request event (a scheduled workflow): its entries run only on nightly cadences
+    nightly_only: bool = False
 
 
 class _LineDict(dict):
@@ -213,7 +226,7 @@ def parse_template(source: str, path: str) -> Template:
     for job, config in jobs.items():
         entries += _job_entries(path, str(job), config, lines.get("jobs", 1), problems, notes)
     # a list shared by several jobs would report each bad entry once per job
-    return Template(tuple(entries), env, tuple(dict.fromkeys(problems)), tuple(notes))
+    return Template(tuple(entries), env, tuple(dict.fromkeys(problems)), tuple(notes), _nightly_only(source))
 
 
 #: the job keys the catalog reads; any other is named in a note (it may change how the job runs)

@@ -149,3 +149,20 @@ def test_a_repo_with_registrations_and_a_template_names_the_template_it_does_not
     assert [str(p).split(";")[0] for p in cat.problems] == [
         "tests/test_template_only.py:1: registration: no register_cuda_ci/register_rocm_ci/register_cpu_ci call at "
         "module level, but .github/workflows/nightly-test.yml.j2 lists it (not read: format registry)"]
+
+
+def _workflow(name: str, on: str, test_file: str) -> str:
+    return (f"<% set jobs = {{'{name}': {{'label': 'run-ci-{name}', 'tests': [{{'test_file': '{test_file}'}}]}}}} %>\n"
+            f"on:\n{on}jobs:\n  x: {{}}\n")
+
+
+def test_entries_only_a_scheduled_workflow_lists_are_nightly_only(tree):
+    from pipelines.core.select import in_cadence
+    repo = tree({**TESTS,
+                 ".github/workflows/nightly-test.yml.j2": _workflow("nightly", "  schedule:\n    - cron: '0 3 * * *'\n",
+                                                                    "test_moe.py"),
+                 ".github/workflows/pr-test.yml.j2": _workflow("pr", "  pull_request:\n    types: [labeled]\n",
+                                                               "test_fsdp.py")})
+    by_id = load_catalog(repo, RepoSpec(name="fw", path=repo, format="template")).by_id()
+    assert [c for c in ("pr", "nightly") if in_cadence(by_id["tests/test_moe.py"], c)] == ["nightly"]
+    assert [c for c in ("pr", "nightly") if in_cadence(by_id["tests/test_fsdp.py"], c)] == ["pr", "nightly"]
