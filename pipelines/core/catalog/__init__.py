@@ -166,6 +166,7 @@ def _load(repo: Path, spec: RepoSpec, specs: Specs | None, estimates: Mapping[st
     scans: list[FileScan] = []
     problems: list[Problem] = []
     memo = None
+    listed: dict[str, str] = {}  # test file -> the unread template listing it
     if fmt in ("auto", "registry"):
         files, problems = discover(repo, roots, dialect.discovery, dialect.exclude, py_files.symlinks())
         implicit = tuple(d.strip("/") + "/" for d in spec.implicit_cpu_dirs)
@@ -186,6 +187,8 @@ def _load(repo: Path, spec: RepoSpec, specs: Specs | None, estimates: Mapping[st
         assumptions.append(why)
         if fmt != "registry":
             problems = []
+        else:
+            listed = _unread_templates(repo, assumptions)
     if not configured:
         assumptions.insert(0, f"repo {repo} is not configured in assets/repos.yaml; using defaults: no implicit CPU "
                               f"folders, NUM_GPUS default {spec.default_num_gpus}, est_time default "
@@ -194,7 +197,9 @@ def _load(repo: Path, spec: RepoSpec, specs: Specs | None, estimates: Mapping[st
         # a configured repo hears only about surprises; an unconfigured one about every choice made
         assumptions += notes if not configured else [n for n in notes if _SURPRISE.search(n)]
         tests, more = registry_tests(scans, spec.implicit_cpu_dirs, dialect)
-        problems += more
+        problems += [dataclasses.replace(p, message=p.message.replace(
+            " call at module level;", f" call at module level, but {listed[p.path]} lists it (not read: format registry);",
+            1)) if p.field == "registration" and p.path in listed else p for p in more]
         assumed = sorted({r.suite for s in scans for r in s.registrations if r.assumed_gpus})
         if assumed:
             assumptions.append(f"suite(s) {', '.join(assumed)} name no GPU count (-<N>-gpu); their GPU tests are "
@@ -266,6 +271,26 @@ def _template(
     by_path = {s.path: s for s in scans}
     tests, more = template_tests(repo, tmpls, by_path, spec.default_num_gpus, spec.default_est_time, estimates)
     return tests, problems + more, notes, scans
+
+
+def _unread_templates(repo: Path, assumptions: list[str]) -> dict[str, str]:
+    """A repo detected as registry that also keeps a workflow template: name each template and how many entries it
+    lists (they are not read, so a maintainer can tell which format wins), and tell an unregistered file the
+    template lists that the template is why it looked like a test, rather than only to register it."""
+    listed: dict[str, str] = {}
+    for rel in find_templates(repo):
+        try:
+            entries = parse_template((repo / rel).read_text(encoding="utf-8"), rel).entries
+        except (OSError, UnicodeDecodeError):
+            continue
+        if not entries:
+            continue
+        assumptions.append(f"format: registry, so {rel} ({len(entries)} entr{'y' if len(entries) == 1 else 'ies'}) is "
+                           "not read; set `format: template` for this repo in assets/repos.yaml to read the template "
+                           "instead")
+        for e in entries:
+            listed.setdefault(template_path(e.test_file), rel)
+    return listed
 
 
 def _first_night_timeout(tests: list[Test], spec: RepoSpec) -> list[str]:

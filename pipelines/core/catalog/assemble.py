@@ -174,6 +174,8 @@ def template_tests(
     """Tests of every ``(path, template)``: an entry listed by several templates (or jobs) is one test."""
     problems = [p for _, t in tmpls for p in t.problems]
     merged: dict[tuple, tuple[Entry, list[str], list[str]]] = {}
+    nightly_only = {rel: t.nightly_only for rel, t in tmpls}
+    on_pr: dict[tuple, bool] = {}  # an entry some pull-request workflow lists runs on PRs
     for e in (e for _, t in tmpls for e in t.entries):
         path = template_path(e.test_file)
         bad = checked_path(repo, path, "test_file")
@@ -184,6 +186,8 @@ def template_tests(
             problems.append(Problem(e.source, e.line, "test_file", f"{path} does not exist; fix the path in the template"))
             continue
         key = (path, e.test_args, e.extra, e.num_gpus, e.cpu)
+        on_pr.setdefault(key, False)
+        on_pr[key] |= not nightly_only.get(e.source, False)
         if key in merged:
             merged[key][1].append(e.label)
             merged[key][2].append(e.job)
@@ -218,6 +222,6 @@ def template_tests(
                 est_time=int(history) if history else default_est_time, labels=tuple(dict.fromkeys(x for x in labels if x)),
                 sha256=scan.sha256, line=1, hardware="cpu" if cpu else "", est_source="history" if history else "default",
                 fmt="template", env=tuple(sorted((k, v) for k, v in env.items() if v is not None)), args=_args(e),
-                also_suites=tuple(dict.fromkeys(j for j in jobs if j != e.job)),
+                also_suites=tuple(dict.fromkeys(j for j in jobs if j != e.job)), nightly=not on_pr[key],
             ))
     return tests, problems

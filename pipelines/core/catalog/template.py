@@ -2,7 +2,7 @@
 
 The template uses ``<% %>`` / ``<< >>`` delimiters. We parse it with Jinja2's own parser and read
 the ``<% set name = [...] %>`` lists and the ``jobs`` dict from its syntax tree as literals
-(a list may refer to an earlier ``set``); nothing is rendered or executed. Each job maps to a
+(a list may refer to an earlier ``set``, or join lists with ``+``); nothing is rendered or executed. Each job maps to a
 suite, its ``label`` (``run-ci-<x>``) to label ``x``. Entry keys other than ``test_file``,
 ``num_gpus`` and ``test_args`` become environment variables, named as the template's own
 ``VAR: ${{ matrix.info.<key> || 'default' }}`` lines name them (else the key upper-cased).
@@ -18,6 +18,17 @@ import jinja2
 from jinja2 import nodes
 
 from pipelines.core.model import Problem
+
+_ON_BLOCK = re.compile(r"^[\"']?on[\"']?\s*:(.*(?:\n(?:[ \t].*|[ \t]*$))*)", re.MULTILINE)
+_PR_EVENTS = re.compile(r"\b(pull_request|pull_request_target|merge_group)\b")
+
+
+def _nightly_only(source: str) -> bool:
+    """The workflow's top-level ``on:`` exists and names no pull-request event (``on: schedule``): GitHub never runs
+    it for a PR, so neither does ``--cadence pr``. No ``on:`` found: not assumed nightly-only."""
+    found = _ON_BLOCK.search(source)
+    return found is not None and not _PR_EVENTS.search(found.group(1))
+
 
 _ENV_LINE = re.compile(
     r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s*:\s*\$\{\{\s*matrix\.info\.([A-Za-z_][A-Za-z0-9_]*)\s*"
@@ -50,6 +61,8 @@ class Template:
     env: tuple[tuple[str, str, str | None], ...]
     problems: tuple[Problem, ...]
     notes: tuple[str, ...] = ()
+    #: its ``on:`` names no pull-request event (a scheduled workflow): its entries run only on nightly cadences
+    nightly_only: bool = False
 
 
 class _LineDict(dict):
@@ -100,6 +113,8 @@ class _Reader:
             return self._items(node, where)
         if isinstance(node, nodes.Dict):
             return self._dict(node, where, skip_bad=False)
+        if isinstance(node, nodes.Add):
+            return self._add(node, where)
         if isinstance(node, nodes.Name) and node.name in self.scope:
             return self.scope[node.name]
         if isinstance(node, nodes.Name) and node.name in self.failed:
@@ -109,6 +124,18 @@ class _Reader:
             raise _NotLiteral(node.lineno, where, f"`{node.name}` is not set earlier in the template; set it with "
                                                   f"`<% set {node.name} = [...] %>` above this line, or {_WRITE_IT}")
         raise _NotLiteral(node.lineno, where, f"{type(node).__name__} is not a literal; {_WRITE_IT}")
+
+    def _add(self, node: nodes.Add, where: str) -> object:
+        """``a + b`` as Jinja renders it: two lists (``fsdp_tests + megatron_tests``) or two strings joined, numbers added."""
+        left, right = self.value(node.left, where), self.value(node.right, where)
+        if isinstance(left, list) and isinstance(right, list):
+            return left + right
+        if isinstance(left, str) and isinstance(right, str):
+            return left + right
+        if _is_number(left) and _is_number(right):
+            return left + right  # type: ignore[operator]
+        raise _NotLiteral(node.lineno, where, f"`+` joins two lists or two strings here, not a {type(left).__name__} "
+                                              f"and a {type(right).__name__}; write both sides as lists (or both as strings)")
 
     def _dict(self, node: nodes.Dict, where: str, skip_bad: bool) -> _LineDict:
         """``skip_bad``: an unreadable value drops its key alone (a job), else the whole dict (an entry)."""
@@ -137,6 +164,17 @@ class _Reader:
         return out
 
 
+def _used(roots: set[str], refs: dict[str, set[str]]) -> set[str]:
+    """The sets ``roots`` depend on, themselves included (a problem elsewhere cannot change the test lists)."""
+    used, todo = set(), list(roots)
+    while todo:
+        name = todo.pop()
+        if name not in used:
+            used.add(name)
+            todo += refs.get(name, ())
+    return used
+
+
 def _is_number(value: object) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
@@ -148,32 +186,79 @@ def parse_template(source: str, path: str) -> Template:
     except jinja2.TemplateSyntaxError as exc:
         return Template((), (), (Problem(path, exc.lineno or 1, "template", f"{exc.message}; fix the Jinja2 syntax"),))
     reader = _Reader(path)
-    for assign in tree.find_all(nodes.Assign):
-        if isinstance(assign.target, nodes.Name):
-            reader.assign(assign.target.name, assign.node, assign.lineno)
-    scope, lines, problems = reader.scope, reader.lines, reader.problems
+    # only top-level sets can hold the test lists: a set inside a for/if block (the image of the job being
+    # rendered) is scoped to it; each set's problems wait until we know whether `jobs` uses it
+    refs: dict[str, set[str]] = {}
+    own: dict[str, list[Problem]] = {}
+    kinds: dict[str, bool] = {}  # name -> written as a list (a test list even when unreadable)
+    for assign in tree.body:
+        if isinstance(assign, nodes.Assign) and isinstance(assign.target, nodes.Name):
+            name, before = assign.target.name, len(reader.problems)
+            reader.assign(name, assign.node, assign.lineno)
+            own.setdefault(name, []).extend(reader.problems[before:])
+            refs.setdefault(name, set()).update(n.name for n in (assign.node, *assign.node.find_all(nodes.Name))
+                                                 if isinstance(n, nodes.Name))
+            kinds[name] = isinstance(assign.node, nodes.List | nodes.Tuple | nodes.Add)
+    scope, lines = reader.scope, reader.lines
     env = tuple((m.group(1), m.group(2), m.group(3)) for m in _ENV_LINE.finditer(source)
                 if m.group(2) not in ENTRY_KEYS)
     notes: list[str] = []
     jobs = scope.get("jobs")
-    if jobs is None and "jobs" in reader.failed:
-        return Template((), env, tuple(problems), tuple(notes))
-    if jobs is None:
+    if "jobs" in own:
+        roots = {"jobs"}
+    else:
         jobs = {name: {"tests": value} for name, value in scope.items()
                 if isinstance(value, list) and value and all(isinstance(v, dict) and "test_file" in v for v in value)}
+        roots = set(jobs) | {name for name, listed in kinds.items() if listed}
         notes.append(f"{path}: no `jobs` dict; each `set` list of tests is taken as a job named after it")
+    used = _used(roots, refs)
+    problems = [p for name, found in own.items() if name in used for p in found]
+    notes += [f"{path}:{reader.failed[name]}: set {name}: not used by `jobs`, and the catalog cannot read it "
+              f"({own[name][-1].message.split(';')[0]}); ignored"
+              for name in own if name not in used and name in reader.failed and own[name]]
+    if jobs is None:
+        return Template((), env, tuple(problems), tuple(notes))
     if not isinstance(jobs, dict):
         problems.append(Problem(path, lines.get("jobs", 1), "set jobs", "must be a dict of job name -> {label, tests}; "
                                                                         "write `<% set jobs = {'<job>': {...}} %>`"))
         return Template((), env, tuple(problems), tuple(notes))
     entries: list[Entry] = []
     for job, config in jobs.items():
-        entries += _job_entries(path, str(job), config, lines.get("jobs", 1), problems)
+        entries += _job_entries(path, str(job), config, lines.get("jobs", 1), problems, notes)
     # a list shared by several jobs would report each bad entry once per job
-    return Template(tuple(entries), env, tuple(dict.fromkeys(problems)), tuple(notes))
+    return Template(tuple(entries), env, tuple(dict.fromkeys(problems)), tuple(notes), _nightly_only(source))
 
 
-def _job_entries(path: str, job: str, config: object, line: int, problems: list[Problem]) -> list[Entry]:
+#: the job keys the catalog reads; any other is named in a note (it may change how the job runs)
+JOB_KEYS = ("label", "tests", "cpu", "include", "exclude")
+
+
+def _matrix(path: str, where: str, config: dict, tests: list, line: int, notes: list[str]) -> list:
+    """``tests`` after the job's ``exclude`` and ``include`` lists, as GitHub expands ``strategy.matrix`` whose one
+    dimension is ``info``: an exclude drops the entries whose ``info`` equals it, an include adds its ``info`` as a new
+    combination unless an identical one is there already."""
+    for key in ("exclude", "include"):
+        for i, item in enumerate(config.get(key) or ()):
+            at = f"{path}:{getattr(item, 'line', line)}: {where}.{key}[{i}]"
+            info = item.get("info") if isinstance(item, dict) else None
+            if not isinstance(info, dict):
+                notes.append(f"{at}: has no `info` dict; not read (the catalog reads {{'info': {{...}}}} entries)")
+                continue
+            notes += [f"{at}.{k}: not read by the catalog (it reads `info` of an include or exclude entry); the "
+                      f"{key}d entry is listed without it" for k in item if k != "info"]
+            if key == "exclude":
+                kept = [t for t in tests if t != info]
+                if len(kept) == len(tests):
+                    notes.append(f"{at}: matches no entry of the job (GitHub compares the whole `info`: give every key "
+                                 "the entry has); nothing is excluded")
+                tests = kept
+            elif info not in tests:
+                tests = [*tests, info]
+    return tests
+
+
+def _job_entries(path: str, job: str, config: object, line: int, problems: list[Problem],
+                 notes: list[str]) -> list[Entry]:
     where = f"jobs.{job}"
     if not isinstance(config, dict):
         problems.append(Problem(path, line, where, "must be a dict with `tests` (and usually `label`); "
@@ -185,6 +270,11 @@ def _job_entries(path: str, job: str, config: object, line: int, problems: list[
         problems.append(Problem(path, line, f"{where}.tests", "must be a list of {'test_file': ..., 'num_gpus': ...} dicts; "
                                                            "give the job a `tests` list"))
         return []
+    for key in config:
+        if key not in JOB_KEYS:
+            notes.append(f"{path}:{line}: {where}.{key}: not read by the catalog (it reads {', '.join(JOB_KEYS)}); "
+                         "the job's tests are listed without it")
+    tests = _matrix(path, where, config, tests, line, notes)
     label = config.get("label", "")
     label = label.removeprefix("run-ci-") if isinstance(label, str) else ""
     cpu = bool(config.get("cpu"))

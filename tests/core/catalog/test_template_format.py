@@ -175,15 +175,16 @@ def test_a_variant_that_would_be_an_unsafe_key_uses_a_short_hash(tree):
 
 def test_a_non_literal_value_is_a_problem_on_its_line_naming_the_list_item(tree):
     files = dict(FILES)
-    files[WORKFLOW] = ("<% set jobs = {'j': {'label': 'run-ci-j', 'tests': [{'test_file': 'test_short.py'}]}} %>\n"
-                       "<% set extra = [\n  {'test_file': lookup('x')}\n] %>\n<% set other = lookup('y') %>\n")
+    files[WORKFLOW] = ("<% set extra = [\n  {'test_file': lookup('x')},\n  {'test_file': 'test_short.py'}\n] %>\n"
+                       "<% set other = lookup('y') %>\n<% set jobs = {'j': {'label': 'run-ci-j', 'tests': extra}} %>\n")
     cat = load(tree, files)
     assert [str(p) for p in cat.problems] == [
-        f"{WORKFLOW}:3: extra[0].test_file: Call is not a literal; write the value itself (a string, number, list or "
-        "dict): the catalog reads the template without rendering it; this entry is skipped",
-        f"{WORKFLOW}:5: set other: Call is not a literal; write the value itself (a string, number, list or dict): "
-        "the catalog reads the template without rendering it"]
+        f"{WORKFLOW}:2: extra[0].test_file: Call is not a literal; write the value itself (a string, number, list or "
+        "dict): the catalog reads the template without rendering it; this entry is skipped"]
     assert [t.id for t in cat.tests] == ["tests/test_short.py"]
+    # no job uses `other`: its value cannot change what runs, so it is named, not a problem of the night
+    assert (f"{WORKFLOW}:5: set other: not used by `jobs`, and the catalog cannot read it (Call is not a literal); "
+            "ignored") in cat.assumptions
 
 
 MATRIX = """<% set gpu_tests = [

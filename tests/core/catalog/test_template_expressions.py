@@ -1,0 +1,168 @@
+"""Framework S templates as maintainers write them: concatenated lists, sets inside blocks, job matrices."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+from pipelines.core.catalog import load_catalog
+from pipelines.core.specs import RepoSpec
+
+WORKFLOW = ".github/workflows/pr-test.yml.j2"
+TESTS = {f"tests/{name}": "" for name in ("test_fsdp.py", "test_megatron.py", "test_moe.py")}
+
+
+def load(tree, template: str):
+    repo = tree({**TESTS, WORKFLOW: template})
+    return load_catalog(repo, RepoSpec(name="fw", path=repo, format="template"))
+
+
+def test_two_test_lists_joined_with_plus_are_one_job_holding_both(tree):
+    cat = load(tree, """
+        <% set fsdp_tests = [{'test_file': 'test_fsdp.py', 'num_gpus': 4}] %>
+        <% set megatron_tests = [{'test_file': 'test_megatron.py', 'num_gpus': 8}] %>
+        <% set jobs = {
+            'e2e-all': {'label': 'run-ci-all', 'tests': fsdp_tests + megatron_tests + [{'test_file': 'test_moe.py'}]},
+        } %>
+        """)
+    assert cat.problems == ()
+    assert [(t.id, t.suite, t.gpus) for t in cat.tests] == [
+        ("tests/test_fsdp.py", "e2e-all", 4), ("tests/test_megatron.py", "e2e-all", 8), ("tests/test_moe.py", "e2e-all", 8)]
+
+
+def test_plus_of_a_list_and_a_string_is_a_located_problem_naming_both_types(tree):
+    cat = load(tree, """
+        <% set jobs = {'j': {'label': 'run-ci-j', 'tests': [{'test_file': 'test_fsdp.py', 'test_args': '--a ' + 'b'}]},
+                       'k': {'tests': [{'test_file': 'test_moe.py'}] + 'x'}} %>
+        """)
+    assert [(t.id, t.args) for t in cat.tests] == [("tests/test_fsdp.py", ("--a", "b"))]
+    assert [str(p) for p in cat.problems] == [
+        f"{WORKFLOW}:2: jobs.k.tests: `+` joins two lists or two strings here, not a list and a str; "
+        "write both sides as lists (or both as strings); this entry is skipped"]
+
+
+CONFIG_IN_LOOP = """
+    <% set megatron_tests = [{'test_file': 'test_megatron.py', 'num_gpus': 8}] %>
+    <% set jobs = {'e2e-megatron': {'label': 'run-ci-megatron', 'tests': megatron_tests}} %>
+    <% set python_version = env_python | default('3.11') %>
+    jobs:
+    <% for name, config in jobs.items() %>
+    <% set image = config.image | default('fws/ci:latest') %>
+      << name >>:
+        container: << image >>
+    <% endfor %>
+    """
+
+
+def test_a_set_inside_the_jobs_loop_is_not_a_problem(tree):
+    cat = load(tree, CONFIG_IN_LOOP)
+    assert cat.problems == ()
+    assert [t.id for t in cat.tests] == ["tests/test_megatron.py"]
+
+
+def test_an_unreadable_set_that_no_job_uses_is_a_note_not_a_problem(tree):
+    cat = load(tree, CONFIG_IN_LOOP)
+    assert (f"{WORKFLOW}:3: set python_version: not used by `jobs`, and the catalog cannot read it (Filter is not a "
+            "literal); ignored") in cat.assumptions
+
+
+def test_an_unreadable_set_that_a_job_uses_is_still_a_problem(tree):
+    cat = load(tree, """
+        <% set megatron_tests = lookup('x') %>
+        <% set all_tests = megatron_tests %>
+        <% set jobs = {'j': {'tests': all_tests}} %>
+        """)
+    assert [str(p).split(";")[0] for p in cat.problems] == [
+        f"{WORKFLOW}:1: set megatron_tests: Call is not a literal",
+        f"{WORKFLOW}:2: set all_tests: `megatron_tests` could not be read (line 1)",
+        f"{WORKFLOW}:3: jobs.j.tests: `all_tests` could not be read (line 2)"]
+
+
+def test_a_night_with_a_set_inside_the_loop_exits_zero_in_nightly_catalog(tree, tmp_path):
+    repo = tree({**TESTS, WORKFLOW: textwrap.dedent(CONFIG_IN_LOOP)})
+    done = subprocess.run([sys.executable, "-m", "pipelines", "catalog", "--repo", str(repo), "--strict", "--no-cache"],
+                          capture_output=True, text=True, cwd=Path(__file__).parents[3],
+                          env={"NIGHTLY_HOME": str(tmp_path / "state"), "PATH": "/usr/bin:/bin"})
+    assert done.returncode == 0, done.stderr
+    assert "tests/test_megatron.py" in done.stdout
+
+
+MATRIX_JOB = """
+    <% set megatron_tests = [
+        {'test_file': 'test_megatron.py', 'num_gpus': 8},
+        {'test_file': 'test_megatron.py', 'num_gpus': 8, 'use_deepep': '1'},
+    ] %>
+    <% set jobs = {
+        'e2e-megatron': {
+            'label': 'run-ci-megatron', 'tests': megatron_tests, 'image': 'fws/ci:latest',
+            'exclude': [{'info': {'test_file': 'test_megatron.py', 'num_gpus': 8, 'use_deepep': '1'}}],
+            'include': [{'info': {'test_file': 'test_moe.py', 'num_gpus': 4}},
+                        {'info': {'test_file': 'test_megatron.py', 'num_gpus': 8}},
+                        {'info': {'test_file': 'test_fsdp.py', 'num_gpus': 2}, 'runner': 'big'}],
+        },
+    } %>
+    """
+
+
+def test_a_job_matrix_exclude_drops_the_combination_and_include_adds_one_as_github_does(tree):
+    cat = load(tree, MATRIX_JOB)
+    assert cat.problems == ()
+    assert [(t.id, t.gpus) for t in cat.tests] == [  # the included copy of an existing entry adds nothing
+        ("tests/test_fsdp.py", 2), ("tests/test_megatron.py", 8), ("tests/test_moe.py", 4)]
+
+
+def test_a_job_key_the_catalog_does_not_read_is_a_located_note(tree):
+    notes = load(tree, MATRIX_JOB).assumptions
+    assert (f"{WORKFLOW}:6: jobs.e2e-megatron.image: not read by the catalog (it reads label, tests, cpu, include, "
+            "exclude); the job's tests are listed without it") in notes
+    assert (f"{WORKFLOW}:11: jobs.e2e-megatron.include[2].runner: not read by the catalog (it reads `info` of an "
+            "include or exclude entry); the included entry is listed without it") in notes
+
+
+def test_an_exclude_that_matches_no_entry_is_named(tree):
+    cat = load(tree, """
+        <% set jobs = {'j': {'tests': [{'test_file': 'test_moe.py', 'num_gpus': 8}],
+                             'exclude': [{'info': {'test_file': 'test_moe.py'}}]}} %>
+        """)
+    assert [t.id for t in cat.tests] == ["tests/test_moe.py"]
+    assert (f"{WORKFLOW}:2: jobs.j.exclude[0]: matches no entry of the job (GitHub compares the whole `info`: give "
+            "every key the entry has); nothing is excluded") in cat.assumptions
+
+
+BOTH = {
+    "tests/test_registered.py": 'register_cuda_ci(60, "stage-c-8-gpu-h200", labels=["megatron"])\n',
+    "tests/test_template_only.py": "",
+    ".github/workflows/nightly-test.yml.j2": """
+        <% set jobs = {'nightly': {'label': 'run-ci-nightly', 'tests': [
+            {'test_file': 'test_registered.py', 'num_gpus': 8}, {'test_file': 'test_template_only.py', 'num_gpus': 4}]}} %>
+        """,
+}
+
+
+def test_a_repo_with_registrations_and_a_template_names_the_template_it_does_not_read(tree):
+    cat = load_catalog(tree(BOTH))
+    assert [t.id for t in cat.tests] == ["tests/test_registered.py"]
+    assert ("format: registry, so .github/workflows/nightly-test.yml.j2 (2 entries) is not read; set `format: "
+            "template` for this repo in assets/repos.yaml to read the template instead") in cat.assumptions
+    assert [str(p).split(";")[0] for p in cat.problems] == [
+        "tests/test_template_only.py:1: registration: no register_cuda_ci/register_rocm_ci/register_cpu_ci call at "
+        "module level, but .github/workflows/nightly-test.yml.j2 lists it (not read: format registry)"]
+
+
+def _workflow(name: str, on: str, test_file: str) -> str:
+    return (f"<% set jobs = {{'{name}': {{'label': 'run-ci-{name}', 'tests': [{{'test_file': '{test_file}'}}]}}}} %>\n"
+            f"on:\n{on}jobs:\n  x: {{}}\n")
+
+
+def test_entries_only_a_scheduled_workflow_lists_are_nightly_only(tree):
+    from pipelines.core.select import in_cadence
+    repo = tree({**TESTS,
+                 ".github/workflows/nightly-test.yml.j2": _workflow("nightly", "  schedule:\n    - cron: '0 3 * * *'\n",
+                                                                    "test_moe.py"),
+                 ".github/workflows/pr-test.yml.j2": _workflow("pr", "  pull_request:\n    types: [labeled]\n",
+                                                               "test_fsdp.py")})
+    by_id = load_catalog(repo, RepoSpec(name="fw", path=repo, format="template")).by_id()
+    assert [c for c in ("pr", "nightly") if in_cadence(by_id["tests/test_moe.py"], c)] == ["nightly"]
+    assert [c for c in ("pr", "nightly") if in_cadence(by_id["tests/test_fsdp.py"], c)] == ["pr", "nightly"]
