@@ -162,6 +162,14 @@ def _load(repo: Path, spec: RepoSpec, specs: Specs | None, estimates: Mapping[st
     dialect, overridden = with_rules(dialect, dict(getattr(spec, "rules", None) or {}))
     if overridden:
         notes = [*notes, overridden]
+    if not configured and dialect.name == "m" and not spec.implicit_cpu_dirs:
+        # framework M's runner takes an unregistered file of its "fast" folder as a CPU test of est_time 1
+        fast = tuple(f"{r}/fast" for r in roots if (repo / r / "fast").is_dir())
+        if fast:
+            spec = dataclasses.replace(spec, implicit_cpu_dirs=fast)
+            notes = [*notes, f"implicit CPU folder(s) {', '.join(fast)}: framework M's runner takes an unregistered "
+                             "file there as a CPU test of est_time 1 (set implicit_cpu_dirs in assets/repos.yaml "
+                             "to change)"]
     fmt = spec.format
     scans: list[FileScan] = []
     problems: list[Problem] = []
@@ -190,8 +198,10 @@ def _load(repo: Path, spec: RepoSpec, specs: Specs | None, estimates: Mapping[st
         else:
             listed = _unread_templates(repo, assumptions)
     if not configured:
-        assumptions.insert(0, f"repo {repo} is not configured in assets/repos.yaml; using defaults: no implicit CPU "
-                              f"folders, NUM_GPUS default {spec.default_num_gpus}, est_time default "
+        cpu = f"implicit CPU folders {', '.join(spec.implicit_cpu_dirs)}" if spec.implicit_cpu_dirs else \
+            "no implicit CPU folders"
+        assumptions.insert(0, f"repo {repo} is not configured in assets/repos.yaml; using defaults: {cpu}, "
+                              f"NUM_GPUS default {spec.default_num_gpus}, est_time default "
                               f"{spec.default_est_time} s for template tests")
     if fmt == "registry":
         # a configured repo hears only about surprises; an unconfigured one about every choice made

@@ -40,3 +40,16 @@ def test_a_test_file_under_the_roots_that_is_the_only_one_defining_register_func
                  "tests/e2e/test_ok.py": HEADER + 'register_cuda_ci(600, "stage-c-4-gpu-h200", labels=["megatron"])\n'})
     cat = load_catalog(repo)
     assert any(n.startswith("dialect m (tests/test_registry.py, m profile)") for n in cat.assumptions)
+
+
+def test_an_unconfigured_framework_m_repo_takes_its_fast_folder_as_cpu_tests_of_est_time_1_and_says_so(tree):
+    """M's runner: a file of its "fast" folder with no registration is a CPU test of est_time 1 (ci-facts)."""
+    repo = tree({"fw/ci.py": M_MODULE,
+                 "tests/fast/test_utils_cpu.py": "def test_x():\n    assert True\n",
+                 "tests/e2e/test_ok.py": HEADER + 'register_cuda_ci(600, "stage-c-4-gpu-h200", labels=["megatron"])\n'})
+    cat = load_catalog(repo)
+    assert cat.problems == ()
+    fast = next(t for t in cat.tests if t.path == "tests/fast/test_utils_cpu.py")
+    assert (fast.backend, fast.est_time, fast.gpus) == ("cpu", 1, 0)
+    assert any(n.startswith("implicit CPU folder(s) tests/fast: framework M's runner") for n in cat.assumptions)
+    assert any("using defaults: implicit CPU folders tests/fast," in n for n in cat.assumptions)
