@@ -15,19 +15,37 @@ import shlex
 from dataclasses import dataclass
 
 import jinja2
+import yaml
 from jinja2 import nodes
 
 from pipelines.core.model import Problem
 
-_ON_BLOCK = re.compile(r"^[\"']?on[\"']?\s*:(.*(?:\n(?:[ \t].*|[ \t]*$))*)", re.MULTILINE)
-_PR_EVENTS = re.compile(r"\b(pull_request|pull_request_target|merge_group)\b")
+#: the template's Jinja statements and expressions (custom delimiters), removed before its YAML is read
+_JINJA = re.compile(r"<%.*?%>|<<.*?>>", re.DOTALL)
+#: events that run a workflow for a change under review (a reusable workflow may be called by one)
+_PR_EVENTS = frozenset({"pull_request", "pull_request_target", "merge_group", "workflow_call"})
 
 
 def _nightly_only(source: str) -> bool:
-    """The workflow's top-level ``on:`` exists and names no pull-request event (``on: schedule``): GitHub never runs
-    it for a PR, so neither does ``--cadence pr``. No ``on:`` found: not assumed nightly-only."""
-    found = _ON_BLOCK.search(source)
-    return found is not None and not _PR_EVENTS.search(found.group(1))
+    """Whether GitHub runs the workflow only on a schedule (its ``on:`` has ``schedule`` and no
+    pull-request event): then neither does ``--cadence pr``. An ``on:`` that cannot be read, or none,
+    is not assumed nightly-only (the template's tests run on every cadence)."""
+    try:
+        doc = yaml.safe_load(_JINJA.sub("", source))
+    except yaml.YAMLError:
+        return False
+    if not isinstance(doc, dict):
+        return False
+    on = doc.get("on", doc.get(True))  # YAML 1.1 reads a bare `on` as True
+    if isinstance(on, str):
+        events = {on}
+    elif isinstance(on, list):
+        events = {e for e in on if isinstance(e, str)}
+    elif isinstance(on, dict):
+        events = {e for e in on if isinstance(e, str)}
+    else:
+        return False
+    return "schedule" in events and not events & _PR_EVENTS
 
 
 _ENV_LINE = re.compile(
@@ -233,10 +251,19 @@ def parse_template(source: str, path: str) -> Template:
 JOB_KEYS = ("label", "tests", "cpu", "include", "exclude")
 
 
+def _matches(value: object, pattern: object) -> bool:
+    """GitHub's matrix exclude: a dict pattern matches a dict that has each of its keys with a matching
+    value (the rest of the entry does not matter); anything else must be equal."""
+    if isinstance(pattern, dict):
+        return isinstance(value, dict) and all(k in value and _matches(value[k], v) for k, v in pattern.items())
+    return value == pattern
+
+
 def _matrix(path: str, where: str, config: dict, tests: list, line: int, notes: list[str]) -> list:
     """``tests`` after the job's ``exclude`` and ``include`` lists, as GitHub expands ``strategy.matrix`` whose one
-    dimension is ``info``: an exclude drops the entries whose ``info`` equals it, an include adds its ``info`` as a new
-    combination unless an identical one is there already."""
+    dimension is ``info``: an exclude drops the entries whose ``info`` has every key and value it gives (a partial
+    match, nested dicts too), an include adds its ``info`` as a new combination unless an identical one is there
+    already (includes apply after excludes)."""
     for key in ("exclude", "include"):
         for i, item in enumerate(config.get(key) or ()):
             at = f"{path}:{getattr(item, 'line', line)}: {where}.{key}[{i}]"
@@ -247,10 +274,10 @@ def _matrix(path: str, where: str, config: dict, tests: list, line: int, notes: 
             notes += [f"{at}.{k}: not read by the catalog (it reads `info` of an include or exclude entry); the "
                       f"{key}d entry is listed without it" for k in item if k != "info"]
             if key == "exclude":
-                kept = [t for t in tests if t != info]
+                kept = [t for t in tests if not _matches(t, info)]
                 if len(kept) == len(tests):
-                    notes.append(f"{at}: matches no entry of the job (GitHub compares the whole `info`: give every key "
-                                 "the entry has); nothing is excluded")
+                    notes.append(f"{at}: matches no entry of the job (no entry's `info` has every key and value it "
+                                 "gives); nothing is excluded")
                 tests = kept
             elif info not in tests:
                 tests = [*tests, info]

@@ -7,6 +7,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 from pipelines.core.catalog import load_catalog
 from pipelines.core.specs import RepoSpec
 
@@ -121,14 +123,25 @@ def test_a_job_key_the_catalog_does_not_read_is_a_located_note(tree):
             "include or exclude entry); the included entry is listed without it") in notes
 
 
+def test_an_exclude_drops_every_entry_it_partly_matches_as_github_does(tree):
+    """GitHub: an excluded configuration only has to be a partial match (object values too)."""
+    cat = load(tree, """
+        <% set jobs = {'j': {'tests': [{'test_file': 'test_moe.py', 'num_gpus': 8},
+                                       {'test_file': 'test_moe.py', 'num_gpus': 8, 'test_args': '--tp 4'},
+                                       {'test_file': 'test_fsdp.py', 'num_gpus': 2}],
+                             'exclude': [{'info': {'test_file': 'test_moe.py'}}]}} %>
+        """)
+    assert [t.id for t in cat.tests] == ["tests/test_fsdp.py"]
+
+
 def test_an_exclude_that_matches_no_entry_is_named(tree):
     cat = load(tree, """
         <% set jobs = {'j': {'tests': [{'test_file': 'test_moe.py', 'num_gpus': 8}],
-                             'exclude': [{'info': {'test_file': 'test_moe.py'}}]}} %>
+                             'exclude': [{'info': {'test_file': 'test_moe.py', 'num_gpus': 4}}]}} %>
         """)
     assert [t.id for t in cat.tests] == ["tests/test_moe.py"]
-    assert (f"{WORKFLOW}:2: jobs.j.exclude[0]: matches no entry of the job (GitHub compares the whole `info`: give "
-            "every key the entry has); nothing is excluded") in cat.assumptions
+    assert (f"{WORKFLOW}:2: jobs.j.exclude[0]: matches no entry of the job (no entry's `info` has every key and value "
+            "it gives); nothing is excluded") in cat.assumptions
 
 
 BOTH = {
@@ -166,3 +179,15 @@ def test_entries_only_a_scheduled_workflow_lists_are_nightly_only(tree):
     by_id = load_catalog(repo, RepoSpec(name="fw", path=repo, format="template")).by_id()
     assert [c for c in ("pr", "nightly") if in_cadence(by_id["tests/test_moe.py"], c)] == ["nightly"]
     assert [c for c in ("pr", "nightly") if in_cadence(by_id["tests/test_fsdp.py"], c)] == ["pr", "nightly"]
+
+
+@pytest.mark.parametrize("on", [
+    "#  push:\n#    branches: [main]\n  pull_request:\n",   # a trigger commented out at column 0
+    "  workflow_call:\n",                                  # a reusable workflow a PR workflow calls
+    "  schedule:\n    - cron: '0 3 * * *'\n  pull_request:\n",
+], ids=["comment at column 0", "workflow_call", "schedule and PR"])
+def test_a_workflow_that_may_run_for_a_pr_is_not_nightly_only(tree, on):
+    from pipelines.core.select import in_cadence
+    repo = tree({**TESTS, ".github/workflows/pr-test.yml.j2": _workflow("pr", on, "test_fsdp.py")})
+    by_id = load_catalog(repo, RepoSpec(name="fw", path=repo, format="template")).by_id()
+    assert in_cadence(by_id["tests/test_fsdp.py"], "pr")
