@@ -15,6 +15,7 @@ from pipelines.defs.keys import (
     TAG_DEPLOYMENT,
     TAG_IMAGE,
     TAG_POOLS,
+    TAG_REASON,
 )
 
 
@@ -52,8 +53,9 @@ def run_tags(night, selection: RunSelection, infra: dict[str, dict[str, str]]) -
 def launch_reason(tags: dict[str, str]) -> str:
     """Why a run that no schedule, sensor or the CLI named was launched, from Dagster's own tags:
     a re-execution, a backfill, or a launch from the UI (pick, Launchpad)."""
-    if tags.get("dagster/parent_run_id"):
-        return f"re-execution of run {tags['dagster/parent_run_id']}"
+    if tags.get("dagster/parent_run_id"):  # a re-execution copies its parent's tags, reason included
+        first = tags.get(TAG_REASON, "")
+        return (f"re-execution of run {tags['dagster/parent_run_id']}" + (f" ({first})" if first else ""))[:255]
     if tags.get("dagster/backfill"):
         return f"backfill {tags['dagster/backfill']} (UI)"
     return "launched from the UI or Dagster's command line"
