@@ -151,16 +151,11 @@ class Night:
     @cached_property
     def repo_spec(self) -> RepoSpec:
         """The configured repo, or runner defaults for a checkout nobody configured."""
-        path, spec = self.specs.locate_repo(self.settings.repo)
-        if spec is not None:
-            return spec
-        from pipelines.core.calibrate.policies import (
-            default_policy,  # its framework family's calibration rule
-        )
-        from pipelines.core.catalog.detect import choose
+        from pipelines.core.calibrate.policies import repo_policy  # its framework family's rule when unset
 
-        policy, params, _ = default_policy(choose(path)[0].name) if path.is_dir() else ("bucket125", {}, "")
-        return RepoSpec(name=path.name, path=path, policy=policy, policy_params=params)
+        path, spec = self.specs.locate_repo(self.settings.repo)
+        policy, params, _ = repo_policy(spec, path)
+        return dataclasses.replace(spec or RepoSpec(name=path.name, path=path), policy=policy, policy_params=params)
 
     @cached_property
     def deployment(self):

@@ -43,3 +43,26 @@ def test_the_night_of_an_unconfigured_sglang_repo_calibrates_with_sglang_s_rule_
     night = Night(NightSettings(home=tmp_path / "home", repo=str(sglangish)))
     assert (night.repo_spec.policy, night.repo_spec.policy_params) == (
         "p90", {"max_samples": 16, "window_days": 7, "min_samples": 3})
+
+
+def _configured(tmp_path, calibration: str) -> Night:
+    """examples/sglangish configured in repos.yaml (roots and timeouts pinned), with this calibration: block."""
+    from tests.support.assets import example_assets
+
+    assets = example_assets(tmp_path / "assets")
+    sglangish = Path(__file__).resolve().parents[1] / "examples" / "sglangish"
+    with open(assets / "repos.yaml", "a") as fh:
+        fh.write(f"  sglangish:\n    path: {sglangish}\n    timeout: {{floor_s: 600}}\n{calibration}")
+    return Night(NightSettings(home=tmp_path / "home", assets_dir=assets, repo="sglangish"))
+
+
+def test_a_configured_sglang_repo_that_sets_no_policy_still_gets_sglang_s_rule_with_its_own_parameters(tmp_path):
+    """Pinning roots or timeouts, or adding an accept: list, must not switch it to framework M's bucket125."""
+    spec = _configured(tmp_path, "    calibration: {accept: [test/registered/x.py]}\n").repo_spec
+    assert (spec.policy, spec.policy_params["window_days"], spec.policy_params["accept"]) == (
+        "p90", 7, ("test/registered/x.py",))
+
+
+def test_a_policy_repos_yaml_sets_is_kept(tmp_path):
+    spec = _configured(tmp_path, "    calibration: {policy: bucket125}\n").repo_spec
+    assert (spec.policy, spec.policy_params) == ("bucket125", {})

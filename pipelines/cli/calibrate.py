@@ -54,8 +54,7 @@ def _fail(message: str) -> int:
 def run(args: argparse.Namespace) -> int:
     from pipelines.core.calibrate import calibrate, drift, near_timeout, output_problem, plan_patch
     from pipelines.core.calibrate.evidence import held
-    from pipelines.core.calibrate.policies import default_policy
-    from pipelines.core.catalog.detect import choose
+    from pipelines.core.calibrate.policies import repo_policy
     from pipelines.core.history import HistoryError
     from pipelines.storage.history import successions
 
@@ -69,16 +68,12 @@ def run(args: argparse.Namespace) -> int:
     path, spec, specs = history_cli.resolve_repo(args.repo)
     catalog = history_cli.load_catalog_for(path, spec, specs)
     tests = list(catalog.tests)
+    chosen, chosen_params, note = repo_policy(spec, path)
     policy, params = args.policy, {}
-    if spec is not None:
-        policy = policy or spec.policy
-        params = spec.policy_params if spec.policy == policy else {}
-    else:
-        family, family_params, note = default_policy(choose(path)[0].name)
-        if policy in (None, family):
-            policy, params = family, family_params
-            if note:
-                print(f"assumed: {note}")
+    if policy in (None, chosen):
+        policy, params = chosen, chosen_params
+        if note:
+            print(f"assumed: {note}")
     floor, factor = (spec.timeout_floor_s, spec.timeout_factor) if spec else (1800, 1.25)
     store = history_cli.open_store(args.store, args.deployment, args.home)
     try:

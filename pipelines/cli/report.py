@@ -88,15 +88,10 @@ def repo_context(home: Path, repo: str | None, deployment: str | None):
     estimates = stored_estimates(store, name, warn=lambda text: print(f"nightly report: warning: {text}", file=sys.stderr))
     # the night's calibration; recomputed when there is none
     if estimates is None:
+        from pipelines.core.calibrate.policies import repo_policy  # as `nightly calibrate` and the night
         from pipelines.storage.history import successions  # calibrate's own rewrites keep history current
 
-        if spec is not None:
-            policy, params = spec.policy, spec.policy_params
-        else:  # an unconfigured repo: its framework family's rule, as `nightly calibrate` uses
-            from pipelines.core.calibrate.policies import default_policy
-            from pipelines.core.catalog.detect import choose
-
-            policy, params, _ = default_policy(choose(path)[0].name) if path is not None else ("bucket125", {}, "")
+        policy, params, _ = repo_policy(spec, path)
         estimates = calibrate(tests, samples, policy, params, successions=successions(history)) if tests else []
     rules = FlakyRules.for_repo(spec)
     return name, ReportInputs(

@@ -148,6 +148,8 @@ class RepoSpec:
     default_num_gpus: int = 8
     policy: str = "bucket125"
     policy_params: dict[str, Any] = field(default_factory=dict)
+    #: repos.yaml sets ``calibration.policy`` (else the framework family's rule applies: policies.repo_policy)
+    policy_explicit: bool = False
     timeout_floor_s: int = 1800
     timeout_factor: float = 1.25
     #: environment for every test; ``{cache}`` expands to the local asset cache root
@@ -269,7 +271,7 @@ def _repo(name: str, m: RepoModel, root: Path) -> RepoSpec:
         name=name, path=Path(m.path) if os.path.isabs(m.path) else (root.parent / m.path).resolve(),
         format=m.format, roots=tuple(m.roots), implicit_cpu_dirs=tuple(m.implicit_cpu_dirs), template=m.template,
         default_est_time=m.default_est_time, default_num_gpus=m.default_num_gpus, policy=m.calibration.policy,
-        policy_params=params, timeout_floor_s=m.timeout.floor_s, timeout_factor=m.timeout.factor,
+        policy_params=params, policy_explicit="policy" in m.calibration.model_fields_set, timeout_floor_s=m.timeout.floor_s, timeout_factor=m.timeout.factor,
         env=dict(m.env), requirements={k: tuple(v) for k, v in m.requirements.items()}, hub=m.hub,
         dialect=m.dialect, implicit_cpu_suite=m.implicit_cpu_suite,
         rules={k: tuple(v) if isinstance(v, list) else v for k, v in m.rules.model_dump(exclude_unset=True).items()},

@@ -96,6 +96,22 @@ def default_policy(dialect: str) -> tuple[str, dict[str, object], str]:
                                   "set calibration.policy in assets/repos.yaml to change")
 
 
+def repo_policy(spec, path) -> tuple[str, dict[str, object], str]:
+    """(policy, params, note) a repo is calibrated with: the one its repos.yaml entry sets, else its
+    framework family's (:func:`default_policy`, the dialect configured or detected from the
+    checkout) with the entry's own parameters (an ``accept:`` list) on top. One rule for
+    ``nightly calibrate``, the night's calibration and ``nightly report``."""
+    if spec is not None and spec.policy_explicit:
+        return spec.policy, dict(spec.policy_params), ""
+    dialect = getattr(spec, "dialect", "auto") or "auto"
+    if dialect == "auto":
+        from pipelines.core.catalog.detect import choose  # reads the checkout's registry module
+
+        dialect = choose(path)[0].name if path is not None and path.is_dir() else "m"
+    policy, params, note = default_policy(dialect)
+    return policy, {**params, **(spec.policy_params if spec is not None else {})}, note
+
+
 def policy_params(policy: str, params: Mapping | None) -> dict:
     """The policy's defaults overridden by ``params``; unknown names are errors that list the known ones."""
     if policy not in POLICIES:
