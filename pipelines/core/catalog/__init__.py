@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import gc
+import hashlib
 import os
 import re
 from collections.abc import Mapping
@@ -180,7 +181,8 @@ def _load(repo: Path, spec: RepoSpec, specs: Specs | None, estimates: Mapping[st
         implicit = tuple(d.strip("/") + "/" for d in spec.implicit_cpu_dirs)
         if cache is not None:
             memo = inputs_digest([dialect.digest(), roots, notes, repr(spec), configured,
-                                  repr(specs.models if specs else None), repr(specs.datasets if specs else None)])
+                                  repr(specs.models if specs else None), repr(specs.datasets if specs else None),
+                                  _workflows_digest(repo)])  # a template's entries are named in what is kept
             cache.use_rules(dialect.digest())
             known = reuse(repo, files, dict(py_files), cache, memo, dialect, spec.implicit_cpu_dirs)
             if known is not None:
@@ -281,6 +283,18 @@ def _template(
     by_path = {s.path: s for s in scans}
     tests, more = template_tests(repo, tmpls, by_path, spec.default_num_gpus, spec.default_est_time, estimates)
     return tests, problems + more, notes, scans
+
+
+def _workflows_digest(repo: Path) -> str:
+    """The workflow templates' names and contents, so a kept catalog that names them is kept only while
+    they are unchanged."""
+    h = hashlib.sha256()
+    for rel in find_templates(repo):
+        try:
+            h.update(rel.encode() + b"\0" + (repo / rel).read_bytes() + b"\0")
+        except OSError:
+            continue
+    return h.hexdigest()
 
 
 def _unread_templates(repo: Path, assumptions: list[str]) -> dict[str, str]:

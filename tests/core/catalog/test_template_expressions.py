@@ -191,3 +191,15 @@ def test_a_workflow_that_may_run_for_a_pr_is_not_nightly_only(tree, on):
     repo = tree({**TESTS, ".github/workflows/pr-test.yml.j2": _workflow("pr", on, "test_fsdp.py")})
     by_id = load_catalog(repo, RepoSpec(name="fw", path=repo, format="template")).by_id()
     assert in_cadence(by_id["tests/test_fsdp.py"], "pr")
+
+
+def test_a_kept_catalog_is_not_reused_once_the_unread_template_changes(tree, tmp_path):
+    both = dict(BOTH)
+    repo = tree(both)
+    cache = tmp_path / "cache"
+    first = load_catalog(repo, cache_dir=cache)
+    assert any("(2 entries) is not read" in n for n in first.assumptions)
+    assert any("(2 entries) is not read" in n for n in load_catalog(repo, cache_dir=cache).assumptions)  # kept
+    wf = repo / ".github/workflows/nightly-test.yml.j2"
+    wf.write_text(wf.read_text().replace("'tests': [", "'tests': [{'test_file': 'test_registered.py'}, ", 1))
+    assert any("(3 entries) is not read" in n for n in load_catalog(repo, cache_dir=cache).assumptions)
