@@ -150,17 +150,20 @@ def _import(args: argparse.Namespace) -> int:
     path, spec, specs = resolve_repo(args.repo)
     catalog = load_catalog_for(path, spec, specs)
     texts: dict[str, str] = {}
+    archives: dict[str, str] = {}  # an archive member -> its archive
     problems: list[Problem] = []
     for log in args.logs:
         try:
-            texts.update(_log_texts(log))
+            found = _log_texts(log)
+            texts.update(found)
+            archives.update({name: str(log) for name in found if name != str(log)})
         except OSError as exc:
             problems.append(Problem(str(log), 1, "log", f"cannot read ({exc.strerror}); check the path"))
         except zipfile.BadZipFile as exc:
             problems.append(Problem(str(log), 1, "log", f"a damaged zip archive ({exc}); download the logs again"))
     from pipelines.core.history import import_logs
 
-    samples, found = import_logs(texts, catalog, args.suite, args.hardware)
+    samples, found = import_logs(texts, catalog, args.suite, args.hardware, archives)
     problems += found
     store = open_store(args.store, args.deployment, args.home)
     new = 0 if args.dry_run else store.add(_not_stored(samples, store.read()))

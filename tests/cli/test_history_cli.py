@@ -197,8 +197,11 @@ def test_a_github_log_archive_is_read_member_by_member_and_each_attempt_stored_o
     with zipfile.ZipFile(archive, "w", mode) as z:
         z.writestr("0_stage-c.txt", "2026-11-30T15:00:00Z ##[group]Run actions/checkout@v4\n" + LOG)
         z.writestr("stage-c/5_Run tests.txt", "".join(LOG.splitlines(keepends=True)[3:5]))
+        z.writestr("stage-c/1_Set up job.txt", "2026-11-30T15:00:00Z Current runner version: '2.321.0'\n")
     assert cli("history", "import", "--repo", str(repo), str(archive)) == 0
-    assert "imported 3 samples from 2 logs (3 new, 0 already stored in" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "imported 3 samples from 3 logs (3 new, 0 already stored in" in out
+    assert "no `[i/N]" not in out, "a setup step's log in an archive is no problem"
     stored = FileHistoryStore(tmp_path / "home" / "history.sqlite").read()
     assert sorted((s.test_id, s.attempt, s.outcome) for s in stored) == [
         ("tests/e2e/test_a.py", 1, "passed"), ("tests/e2e/test_b.py", 1, "failed"), ("tests/e2e/test_b.py", 2, "passed")]

@@ -36,14 +36,16 @@ def _candidates(file: str, by_path: Mapping[str, list[Test]]) -> tuple[str, list
 
 
 def import_logs(texts_by_source: Mapping[str, str], catalog: Catalog,
-                suite: str | None = None, hardware: str | None = None) -> tuple[list[Sample], list[Problem]]:
+                suite: str | None = None, hardware: str | None = None,
+                archives: Mapping[str, str] | None = None) -> tuple[list[Sample], list[Problem]]:
     """Samples for every attempt whose file and suite are known; one problem per file otherwise.
 
     The suite is ``suite`` (the job's, from --suite) or else inferred per log (module docstring).
     ``hardware`` (from --hardware) picks among the tests of a call that lists several
     (``hardware=[...]``): they share the suite, and a log does not say which hardware ran it.
     Every refused line is a problem. Samples carry the sha256 the catalog read from the checkout
-    the logs ran, and ``capped`` for timeouts.
+    the logs ran, and ``capped`` for timeouts. ``archives`` (source -> the archive it came from): a
+    member without summary lines (a setup step's log) is said only when no member of its archive has any.
     """
     by_path: dict[str, list[Test]] = defaultdict(list)
     for t in catalog.tests:
@@ -51,12 +53,15 @@ def import_logs(texts_by_source: Mapping[str, str], catalog: Catalog,
     samples: list[Sample] = []
     problems: list[Problem] = []
     seen: set[tuple] = set()
+    logs = {source: read_ci_log(text) for source, text in texts_by_source.items()}
+    archives = archives or {}
+    with_runs = {archives[s] for s, log in logs.items() if s in archives and log.attempts}
     for source, text in texts_by_source.items():
         reported: set[str] = set()
-        log = read_ci_log(text)
+        log = logs[source]
         run_id = _run_id(log, text)
         problems += [Problem(source, line, field, why) for line, field, why in log.refused]
-        if not log.attempts and not log.refused:
+        if not log.attempts and not log.refused and archives.get(source) not in with_runs:
             problems.append(Problem(source, 1, "log", "no `[i/N] <file>  PASS|FAIL|TIMEOUT  elapsed=Ns` "
                                     "summary lines found; is this a framework M job log?"))
         job_suite, said = (suite, "--suite") if suite else (log.suite, "the log's command line (--suite)")
