@@ -549,13 +549,15 @@ class Night:
             raise CatalogError(Problem(self.state.uri(key), 1, "summary",
                                        f"corrupt night record ({exc}); delete it, the next run writes a new one")) from exc
 
-    def report_rows(self, summary: dict) -> list[Row]:
-        """The report's rows for a night summary (``write_summary``), with the current proposals."""
+    def report_rows(self, summary: dict, estimates: list[Estimate] | None = None) -> list[Row]:
+        """The report's rows for a night summary (``write_summary``), with the current proposals
+        (``estimates``, computed from history when not given)."""
         by_id = self.tests_by_id
         attempts = [attempt_from_dict(a) for a in summary["attempts"]]
         tests = [by_id[i] for i in summary["selected"] if i in by_id]
         skipped = [by_id[i] for i in summary["skipped"] if i in by_id]
-        return night_rows(tests, skipped, attempts, self.estimates(), summary.get("unplanned", ()))
+        return night_rows(tests, skipped, attempts, self.estimates() if estimates is None else estimates,
+                          summary.get("unplanned", ()))
 
     def pool_of(self, test: Test) -> str:
         p = pool_for(test, self.deployment.pools)

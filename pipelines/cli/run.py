@@ -216,7 +216,8 @@ def _execute(night, args, selection, env: dict[str, str], home: Path) -> int:
         return EXIT_TEST_FAILED
     calib, report = _calibrate(defs, instance, result.run_id)
 
-    rows = night.report_rows(summary)  # est_time as the night ran it; proposals from the history it wrote
+    estimates = night.estimates()
+    rows = night.report_rows(summary, estimates)  # est_time as the night ran it; proposals from the history it wrote
     paths = night.calibration_paths()
     print()
     print(table(rows))
@@ -226,6 +227,10 @@ def _execute(night, args, selection, env: dict[str, str], home: Path) -> int:
           f"whole night {time.monotonic() - t0:.1f}s")
     for note in summary["notes"]:
         print(f"note: {note}")
+    for e in estimates:
+        if e.held is not None:
+            print(f"held for acceptance: {e.test_id}: est_time {e.current} -> {e.held} (more than max_step_factor in "
+                  "one step; add it to the repo's calibration: accept: list to apply it)")
     print(f"report: {report or '?'}")
     print(f"evidence: {paths['evidence']}\npatch: {_patch_line(night, paths['patch'])}\n"
           f"estimates: {paths['estimates']}")

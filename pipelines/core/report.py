@@ -203,6 +203,8 @@ class ReportData:
     uncovered: tuple[str, ...]
     notes: tuple[str, ...]
     environment: tuple[tuple[str, str], ...] = ()
+    #: proposals the step guard holds for a maintainer's acceptance (est_time stays until accepted)
+    held: tuple[Estimate, ...] = ()
 
 
 def attempts_of(summary: Mapping) -> list[Attempt]:
@@ -354,7 +356,7 @@ def build_report(
         cadence=str(summary.get("cadence", "")), verdict=verdict_text,
         counts=tuple(sorted(Counter(r.outcome for r in rows).items())), rows=tuple(rows),
         failures=tuple(failures), infra=tuple(infra), bad_nodes=tuple(findings),
-        drift=tuple(drift(estimates)),
+        drift=tuple(drift(estimates)), held=tuple(e for e in estimates if e.held is not None),
         near_timeout=_near_timeout(attempts, near_timeout(selected, recent, timeout_floor_s, timeout_factor,
                                                                  estimates=estimates), by_id),
         usage=_usage(bars, attempts, summary, makespan, capacity_gpus),

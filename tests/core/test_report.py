@@ -261,3 +261,14 @@ def test_a_partial_records_span_is_not_called_the_nights_actual_makespan():
     r = build_report(summary)
     assert dict(r.makespan) == {"so far (the run had not ended)": 6.6}
     assert r.verdict.startswith("INCOMPLETE: 1 test(s) had not finished")
+
+
+def test_a_proposal_held_for_acceptance_is_on_the_page_not_hidden_as_no_change():
+    from pipelines.core.model import Estimate
+    from pipelines.reporting.html import render_html
+
+    summary = {"night": "n", "selected": ["tests/a.py"], "attempts": [attempt("tests/a.py", "passed", "h200-a")]}
+    held = Estimate("tests/a.py", "h200", 10, 10, 1, "bucket125 ...; held for acceptance", held=1300)
+    r = build_report(summary, estimates=[held])
+    assert [(e.test_id, e.current, e.held) for e in r.held] == [("tests/a.py", 10, 1300)]
+    assert "tests/a.py: est_time 10 s &rarr; 1300 s held for acceptance" in render_html(r)
