@@ -67,15 +67,23 @@ def test_a_patch_plan_names_the_old_and_new_digest_of_each_rewritten_file(tmp_pa
     assert plan.successions() == [Succession(digest(old), digest(new), "tests/e2e/test_a.py")]
 
 
-def test_a_nights_patch_is_recorded_in_the_store_before_anyone_applies_it(tmp_path):
+OLD = "register_cuda_ci(est_time=3600, suite='stage-c-4-gpu-h200', labels=[])\n"
+
+
+def _one_test_repo(tmp_path):
+    """(test, history store) of a repo whose one test file registers est_time 3600 (OLD)."""
     from pipelines.core.history import FileHistoryStore
+
+    (tmp_path / "tests/e2e").mkdir(parents=True)
+    (tmp_path / "tests/e2e/test_a.py").write_text(OLD)
+    return make_test(est_time=3600, sha256=digest(OLD), line=1), FileHistoryStore(tmp_path / "history.sqlite")
+
+
+def test_a_nights_patch_is_recorded_in_the_store_before_anyone_applies_it(tmp_path):
     from pipelines.storage.history import recorded_patch, successions
 
-    old = "register_cuda_ci(est_time=3600, suite='stage-c-4-gpu-h200', labels=[])\n"
-    (tmp_path / "tests/e2e").mkdir(parents=True)
-    (tmp_path / "tests/e2e/test_a.py").write_text(old)
-    t = make_test(est_time=3600, sha256=digest(old), line=1)
-    store = FileHistoryStore(tmp_path / "history.sqlite")
+    old = OLD
+    t, store = _one_test_repo(tmp_path)
     diff, left_alone = recorded_patch(store, tmp_path, [t], [Estimate(t.id, "h200", 3600, 1300, 3, "bucket125")])
     assert "+register_cuda_ci(est_time=1300," in diff and left_alone == ()
     assert successions(store) == [Succession(digest(old), digest(old.replace("3600", "1300")), t.path)]
@@ -83,14 +91,10 @@ def test_a_nights_patch_is_recorded_in_the_store_before_anyone_applies_it(tmp_pa
 
 def test_a_nights_patch_that_changes_nothing_is_none_with_the_files_left_alone(tmp_path):
     """git apply refuses a patch without hunks: the night stores none (and `nightly run` says so)."""
-    from pipelines.core.history import FileHistoryStore
     from pipelines.storage.history import recorded_patch
 
-    old = "register_cuda_ci(est_time=3600, suite='stage-c-4-gpu-h200', labels=[])\n"
-    (tmp_path / "tests/e2e").mkdir(parents=True)
-    (tmp_path / "tests/e2e/test_a.py").write_text(old)
-    t = make_test(est_time=3600, sha256=digest(old), line=1)
-    store = FileHistoryStore(tmp_path / "history.sqlite")
+    old = OLD
+    t, store = _one_test_repo(tmp_path)
     assert recorded_patch(store, tmp_path, [t], [Estimate(t.id, "h200", 3600, 3600, 3, "bucket125")]) == (None, ())
     # an edit the patch cannot carry (a test file linked from outside the repository) is nothing to apply either
     outside = tmp_path.parent / f"{tmp_path.name}-shared.py"
