@@ -25,6 +25,7 @@ from pipelines.core.catalog import load_catalog
 from pipelines.core.catalog.ids import safe_filename
 from pipelines.core.health import avoid_nodes, detect_bad_nodes
 from pipelines.core.history import HistoryError, HistoryStore, sample_from_attempt
+from pipelines.core.jsonlines import key_lines
 from pipelines.core.model import (
     MAX_EST_TIME_S,
     Assignment,
@@ -74,8 +75,9 @@ def checked_estimates(data: dict, text: str, where: str) -> tuple[dict[str, dict
     good: dict[str, dict] = {}
     bad: list[Problem] = []
     fix = "the test plans with its registered est_time; the next calibration rewrites the entry (or delete the file)"
+    lines = key_lines(text)
     for test_id, entry in data.items():
-        line = _line_of(text, test_id)
+        line = lines.get((test_id,), 1)
         if not isinstance(entry, dict):
             bad.append(Problem(where, line, f"estimates[{test_id!r}]", f"expected an object with est_time and sha256, got "
                                                           f"{type(entry).__name__}; {fix}"))
@@ -84,24 +86,15 @@ def checked_estimates(data: dict, text: str, where: str) -> tuple[dict[str, dict
         if isinstance(est, float) and est.is_integer():
             est = int(est)
         if isinstance(est, bool) or not isinstance(est, int) or not 0 <= est <= MAX_EST_TIME_S:
-            bad.append(Problem(where, _line_of(text, "est_time", after=line), f"estimates[{test_id!r}].est_time",
+            bad.append(Problem(where, lines.get((test_id, "est_time"), line), f"estimates[{test_id!r}].est_time",
                                f"expected whole seconds from 0 to {MAX_EST_TIME_S}, got {est!r}; {fix}"))
             continue
         if not isinstance(entry.get("sha256"), str):
-            bad.append(Problem(where, _line_of(text, "sha256", after=line), f"estimates[{test_id!r}].sha256",
+            bad.append(Problem(where, lines.get((test_id, "sha256"), line), f"estimates[{test_id!r}].sha256",
                                f"expected the test file's sha256 as text, got {entry.get('sha256')!r}; {fix}"))
             continue
         good[test_id] = {**entry, "est_time": est}
     return good, bad
-
-
-def _line_of(text: str, key: str, after: int = 1) -> int:
-    """The line (1-based, from ``after``) where ``"key":`` first appears; ``after`` when not found."""
-    needle = json.dumps(key) + ":"
-    for number, line in enumerate(text.splitlines()[after - 1:], start=after):
-        if needle in line:
-            return number
-    return after
 
 
 def default_home() -> Path:

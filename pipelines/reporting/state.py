@@ -8,11 +8,11 @@ conditional write on S3), so concurrent ``nightly quarantine add|release`` never
 
 from __future__ import annotations
 
-import bisect
 import json
 from collections.abc import Callable
 
 from pipelines.core.flaky import doc_problems
+from pipelines.core.jsonlines import key_lines
 from pipelines.core.model import CatalogError, Problem
 from pipelines.storage.state import StateStore
 
@@ -44,7 +44,7 @@ def parse_doc(text: str | None, where: str) -> dict:
                                    f"not valid JSON ({exc}); {ASIDE} (or restore it from a backup)")) from exc
     problems = doc_problems(doc)
     if problems:
-        lines = _lines(text)
+        lines = key_lines(text)
         raise CatalogError([Problem(where, lines.get(path, 1), _field(path), f"{message}; {ASIDE}")
                             for path, message in problems])
     return doc
@@ -56,43 +56,6 @@ def _field(path: tuple) -> str:
     for part in path:
         out += f"[{part}]" if isinstance(part, int) else f".{part}" if out else str(part)
     return out or "quarantine"
-
-
-def _lines(text: str) -> dict[tuple, int]:
-    """The line of every key and list item of a valid JSON text, by its path (``("actions", 3, "by")``).
-
-    The json module keeps no positions; a document edited by hand is small, so walking it again is cheap.
-    """
-    decoder = json.JSONDecoder()
-    breaks = [i for i, ch in enumerate(text) if ch == "\n"]
-    out: dict[tuple, int] = {}
-
-    def ws(i: int) -> int:
-        while i < len(text) and text[i] in " \t\r\n":
-            i += 1
-        return i
-
-    def walk(i: int, path: tuple) -> int:
-        i = ws(i)
-        out.setdefault(path, bisect.bisect_left(breaks, i) + 1)
-        if text[i] not in "{[":
-            return decoder.raw_decode(text, i)[1]
-        close, i, n = "}" if text[i] == "{" else "]", ws(i + 1), 0
-        while text[i] != close:
-            if close == "}":
-                start = i
-                key, i = json.decoder.scanstring(text, i + 1)
-                out[(*path, key)] = bisect.bisect_left(breaks, start) + 1
-                i = walk(ws(i) + 1, (*path, key))  # past the ':'
-            else:
-                i, n = walk(i, (*path, n)), n + 1
-            i = ws(i)
-            if text[i] == ",":
-                i = ws(i + 1)
-        return i + 1
-
-    walk(0, ())
-    return out
 
 
 def dump_doc(doc: dict) -> str:
