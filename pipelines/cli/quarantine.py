@@ -58,7 +58,6 @@ def repo_tests(name: str, inputs, store) -> tuple[set[str], str]:
 
     if inputs.tests:
         return own_tests((t.id for t in inputs.tests), inputs.quarantine), ""
-    from pipelines.core.model import CatalogError
     from pipelines.reporting.inputs import night_keys, read_summary
 
     named, nights = [], 0
