@@ -1,7 +1,8 @@
 """``nightly coverage``: do sibling tests' configuration matrices still cover every required cell?
 
   nightly coverage --repo PATH [--groups FILE] [--json]
-      prove each group's cells covered (exit 1 if not, 2 for an unreadable or missing groups file)
+      prove each group's cells covered (exit 1 if not, 2 for an unreadable, invalid or missing groups
+      file, or a --groups file that declares no group for the repo)
   nightly coverage --repo PATH [--groups FILE] --against REV [--json]
       the cells covered at REV and lost since (exit 1 if any)
   nightly coverage design --dim NAME=V1,V2 ... [--strength 2] [--require A,B] [--tests N [--budget K]]
@@ -104,6 +105,10 @@ def check_groups_flag(path: Path | None) -> None:
 def run(args: argparse.Namespace) -> int:
     check_groups_flag(args.groups)
     where = locate(args.repo, groups_file=args.groups)
+    if args.groups is not None and not where.groups:
+        raise FlagError(f"--groups: {args.groups} declares no groups for {where.name} (repos.{where.name}.groups); "
+                        f"declare them under that name (its name in repos.yaml, else its folder name) or give "
+                        "the file that does (docs/coverage.md)")
     now = check_repo(where)
     lost: tuple[LostCell, ...] = ()
     if args.against is not None:

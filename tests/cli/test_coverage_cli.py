@@ -256,3 +256,29 @@ def test_an_empty_against_is_refused_not_ignored(framework, capsys):
 
     assert (code, out) == (2, "")
     assert "--against: '' is not a revision; give a commit, tag or branch" in err
+
+
+def test_a_misspelt_key_is_refused_instead_of_checking_the_default(framework, capsys):
+    repo, groups = framework
+    groups.write_text(GROUPS + "        strenght: 3\n")
+
+    code, out, err = coverage(capsys, "--repo", str(repo), "--groups", str(groups))
+
+    assert (code, out) == (2, "")
+    assert f"{groups}:11: repos.fw.groups[0].strenght: unknown key; did you mean 'strength'?" in err
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("", "declares no groups for fw (repos.fw.groups)"),
+    ("repos:\n  fw: {groups: []}\n", "declares no groups for fw (repos.fw.groups)"),
+    ("- fw\n", ":1: repos: the file must be a mapping `repos: {NAME: {groups: [...]}}`"),
+    (GROUPS.replace("  fw:", "  fw2:"), ":2: repos.fw2: 'fw2' is not a repo in repos.yaml"),
+])
+def test_a_groups_file_declaring_nothing_for_the_repo_is_refused(framework, capsys, text, message):
+    repo, groups = framework
+    groups.write_text(text)
+
+    code, out, err = coverage(capsys, "--repo", str(repo), "--groups", str(groups))
+
+    assert (code, out) == (2, "")
+    assert message in err

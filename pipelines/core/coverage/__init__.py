@@ -75,7 +75,7 @@ def locate(repo: str | Path | None, specs_dir: Path | str | None = None, groups_
     groups_file = Path(groups_file) if groups_file else specs.root / FILE_NAME
     roots = tuple(spec.roots) if spec else ("tests",)
     templates = (spec.template,) if spec and spec.template else tuple(find_templates(path))
-    return RepoGroups(path, name, load_groups(groups_file, name), groups_file, roots, templates)
+    return RepoGroups(path, name, load_groups(groups_file, name, set(specs.repos)), groups_file, roots, templates)
 
 
 def check_repo(where: RepoGroups, source: Source | None = None, adopt: bool = False) -> CoverageReport:
