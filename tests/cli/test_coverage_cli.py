@@ -282,3 +282,22 @@ def test_a_groups_file_declaring_nothing_for_the_repo_is_refused(framework, caps
 
     assert (code, out) == (2, "")
     assert message in err
+
+
+def test_an_unconfigured_sglang_style_checkout_reads_its_group_comments_under_the_detected_roots(capsys, project_root, tmp_path):
+    import shutil
+
+    repo = tmp_path / "sgcopy"
+    shutil.copytree(project_root / "examples" / "sglangish", repo)
+    matrix = "\n# coverage-group: sg-matrix\n# (name, tp, dtype)\n_CONFIGS = [{rows}]\n"
+    generate, tp2 = "test/registered/basic/test_generate.py", "test/registered/multi/test_tp2_consistency.py"
+    with (repo / generate).open("a") as f:
+        f.write(matrix.format(rows='("tp1-bf16", 1, "bf16"), ("tp2-fp8", 2, "fp8")'))
+    with (repo / tp2).open("a") as f:
+        f.write(matrix.format(rows='("tp1-fp8", 1, "fp8"), ("tp2-bf16", 2, "bf16")'))
+
+    code, out, _ = coverage(capsys, "--repo", str(repo))
+
+    assert code == 0
+    assert f"group sg-matrix ({generate}:" in out and "4 of 4 cells covered" in out
+    assert [c.name for c in configurations_by_test(repo)[tp2]] == ["tp1-fp8", "tp2-bf16"]

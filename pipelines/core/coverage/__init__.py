@@ -64,16 +64,20 @@ class CoverageReport:
 def locate(repo: str | Path | None, specs_dir: Path | str | None = None, groups_file: Path | None = None) -> RepoGroups:
     """Resolve ``--repo`` as every command does and load its groups from ``coverage.yaml``.
 
-    A checkout nobody configured is looked up under its folder name.
+    A checkout nobody configured is looked up under its folder name; its test roots are the ones
+    ``nightly catalog`` detects, so ``# coverage-group:`` comments are found where its tests are.
     """
-    from pipelines.core.catalog import find_templates
+    from pipelines.core.catalog import configured_roots, find_templates
+    from pipelines.core.catalog.detect import choose
     from pipelines.core.specs import load_specs
 
     specs = load_specs(specs_dir)
     path, spec = specs.locate_repo(repo)
     name = spec.name if spec else path.name
     groups_file = Path(groups_file) if groups_file else specs.root / FILE_NAME
-    roots = tuple(spec.roots) if spec else ("tests",)
+    roots = configured_roots(path, spec)
+    if roots is None:  # the roots the catalog detects (framework S keeps its tests under test/registered)
+        _, roots, _ = choose(path, spec.dialect if spec else "")
     templates = (spec.template,) if spec and spec.template else tuple(find_templates(path))
     return RepoGroups(path, name, load_groups(groups_file, name, set(specs.repos)), groups_file, roots, templates)
 
