@@ -301,3 +301,25 @@ def test_an_unconfigured_sglang_style_checkout_reads_its_group_comments_under_th
     assert code == 0
     assert f"group sg-matrix ({generate}:" in out and "4 of 4 cells covered" in out
     assert [c.name for c in configurations_by_test(repo)[tp2]] == ["tp1-fp8", "tp2-bf16"]
+
+
+def test_template_entries_without_num_gpus_take_the_test_files_or_the_default_gpu_count(capsys, project_root, tmp_path):
+    """As `nightly catalog` lists them: sft_dense NUM_GPUS = 4, ckpt_resume 2, dpo_short none (8)."""
+    groups = tmp_path / "coverage.yaml"
+    groups.write_text("""\
+repos:
+  templaterl:
+    groups:
+      - name: fsdp
+        matrix: template
+        tests: [tests/test_sft_dense.py, tests/test_dpo_short.py, tests/test_ckpt_resume.py]
+        dimensions: {enable_eval: ['0', '1'], num_gpus: [2, 4, 8]}
+        require: [[num_gpus]]
+""")
+
+    code, out, _ = coverage(capsys, "--repo", str(project_root / "examples" / "templaterl"), "--groups", str(groups))
+
+    assert code == 0, out
+    assert "num_gpus=2  .github/workflows/pr-test.yml.j2:6 e2e-test-fsdp" in out
+    assert "num_gpus=4  .github/workflows/pr-test.yml.j2:5 e2e-test-fsdp enable_eval=1" in out
+    assert "num_gpus=8  .github/workflows/pr-test.yml.j2:7 e2e-test-fsdp enable_eval=0" in out

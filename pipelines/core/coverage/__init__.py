@@ -12,7 +12,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipelines.core.coverage.check import Source, TreeSource, check_groups, required_cells
+from pipelines.core.coverage.check import DEFAULT_GPUS, Source, TreeSource, check_groups, required_cells
 from pipelines.core.coverage.deal import assign
 from pipelines.core.coverage.design import Design, design
 from pipelines.core.coverage.diff import lost_cells
@@ -49,6 +49,8 @@ class RepoGroups:
     roots: tuple[str, ...] = ("tests",)
     #: the workflow templates holding test matrices (framework S may split them over several)
     templates: tuple[str, ...] = ()
+    #: GPUs of a template entry that neither the entry nor its test file's NUM_GPUS gives (repos.yaml)
+    default_gpus: int = DEFAULT_GPUS
 
 
 @dataclass(frozen=True)
@@ -79,7 +81,9 @@ def locate(repo: str | Path | None, specs_dir: Path | str | None = None, groups_
     if roots is None:  # the roots the catalog detects (framework S keeps its tests under test/registered)
         _, roots, _ = choose(path, spec.dialect if spec else "")
     templates = (spec.template,) if spec and spec.template else tuple(find_templates(path))
-    return RepoGroups(path, name, load_groups(groups_file, name, set(specs.repos)), groups_file, roots, templates)
+    default_gpus = spec.default_num_gpus if spec else DEFAULT_GPUS
+    return RepoGroups(path, name, load_groups(groups_file, name, set(specs.repos)), groups_file, roots, templates,
+                      default_gpus)
 
 
 def check_repo(where: RepoGroups, source: Source | None = None, adopt: bool = False) -> CoverageReport:
@@ -88,7 +92,8 @@ def check_repo(where: RepoGroups, source: Source | None = None, adopt: bool = Fa
     ``adopt``: test files whose ``# coverage-group:`` comment names a declared group join it (for
     an earlier revision) instead of being reported as missing from assets/coverage.yaml.
     """
-    reports, problems = check_groups(where.groups, source or TreeSource(where.repo), where.roots, where.templates, adopt)
+    reports, problems = check_groups(where.groups, source or TreeSource(where.repo), where.roots, where.templates, adopt,
+                                     where.default_gpus)
     return CoverageReport(reports, problems)
 
 
