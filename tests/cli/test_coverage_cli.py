@@ -323,3 +323,14 @@ repos:
     assert "num_gpus=2  .github/workflows/pr-test.yml.j2:6 e2e-test-fsdp" in out
     assert "num_gpus=4  .github/workflows/pr-test.yml.j2:5 e2e-test-fsdp enable_eval=1" in out
     assert "num_gpus=8  .github/workflows/pr-test.yml.j2:7 e2e-test-fsdp enable_eval=0" in out
+
+
+def test_test_paths_spelt_with_a_leading_dot_slash_are_the_files_that_name_the_group(capsys, project_root, tmp_path):
+    groups = tmp_path / "coverage.yaml"
+    groups.write_text((project_root / "assets" / "coverage.yaml").read_text().replace(
+        "- tests/e2e/lora/", "- ./tests/e2e/lora/"))
+
+    code, out, _ = coverage(capsys, "--repo", "minirl", "--groups", str(groups))
+
+    assert code == 0, out
+    assert "does not list it" not in out and "4 of 4 cells covered" in out

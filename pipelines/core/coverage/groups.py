@@ -8,6 +8,7 @@ has its own small line-remembering loader so it does not depend on how ``specs.p
 from __future__ import annotations
 
 import difflib
+import posixpath
 import re
 from collections.abc import Collection
 from pathlib import Path
@@ -184,9 +185,7 @@ class _Reader:
         name = self.typed(g, "name", str, at, "", "a group name")
         if not _NAME.fullmatch(name):
             self.add(g.lines.get("name", g.line), f"{at}.name", f"required: a name of letters, digits, '.', '_', '-' (got {name!r})")
-        tests = self.typed(g, "tests", list, at, [], "a list of repo-relative test paths")
-        if not tests or not all(isinstance(t, str) and t and not t.startswith("/") and ".." not in t.split("/") for t in tests):
-            self.add(g.lines.get("tests", g.line), f"{at}.tests", "required: a list of repo-relative test paths inside the repo (tests/...py)")
+        tests = self.tests(g, at)
         matrix = self.typed(g, "matrix", str, at, DEFAULT_MATRIX, f"a module variable name or {TEMPLATE_MATRIX!r}")
         if matrix != TEMPLATE_MATRIX and not _IDENT.fullmatch(matrix):
             self.add(g.lines.get("matrix", g.line), f"{at}.matrix", f"{matrix!r} is not a Python name; use e.g. _CONFIGS or {TEMPLATE_MATRIX!r}")
@@ -202,6 +201,15 @@ class _Reader:
             return None
         return Group(name, tuple(tests), dims, f"{self.where}:{g.line}", matrix,
                      tuple(fields) if fields is not None else None, strength, require)
+
+    def tests(self, g: Any, at: str) -> tuple[str, ...]:
+        """The group's test paths spelt as the checkout lists its files (``./tests/a.py`` is
+        ``tests/a.py``), so a test file's own ``# coverage-group:`` comment finds itself listed."""
+        raw = self.typed(g, "tests", list, at, [], "a list of repo-relative test paths")
+        if not raw or not all(isinstance(t, str) and t and not t.startswith("/") and ".." not in t.split("/") for t in raw):
+            self.add(g.lines.get("tests", g.line), f"{at}.tests", "required: a list of repo-relative test paths inside the repo (tests/...py)")
+            return ()
+        return tuple(posixpath.normpath(t) for t in raw)
 
     def dimensions(self, g: Any, at: str) -> tuple[Dimension, ...]:
         raw = self.typed(g, "dimensions", dict, at, _Map(), "a mapping of dimension name -> values")
