@@ -157,13 +157,19 @@ def _table(rows: list[tuple[str, str]], indent: str = "  ") -> list[str]:
     return [f"{indent}{a.ljust(width)}  {b}".rstrip() for a, b in rows]
 
 
+def required_text(require: Sequence[tuple[str, ...]], strength: int) -> str:
+    """What must be covered, in the header: ``backendxlayout`` per named tuple, else all pairs (or k-way)."""
+    if require:
+        return " and ".join("x".join(t) for t in require)
+    return f"all {'pairs' if strength == 2 else f'{strength}-way combinations'}"
+
+
 def print_report(name: str, repo: Path, groups_file: Path, report: CoverageReport) -> None:
     print(f"coverage of {name} ({repo}); groups from {groups_file} and # coverage-group: comments")
     if not report.groups:
         print(f"no groups: declare sibling tests under repos.{name}.groups in {groups_file} (docs/coverage.md)")
     for g in report.groups:
-        required = (" and ".join("x".join(t) for t in g.group.require) if g.group.require
-                    else f"all {'pairs' if g.group.strength == 2 else f'{g.group.strength}-way combinations'}")
+        required = required_text(g.group.require, g.group.strength)
         dims = ", ".join(f"{d.name} ({len(d.labels)})" for d in g.dimensions)
         print(f"\ngroup {g.group.name} ({g.group.origin}): {required} of {dims}")
         by_test: dict[str, list[str]] = {t: [] for t in g.tests}
@@ -261,7 +267,7 @@ def run_design(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(design_json(found, dealt, test_name, owner, args), indent=2))
     else:
-        print_design(found, dealt, test_name, owner, args)
+        print_design(found, dealt, test_name, owner, args, require)
     return 1 if found.uncovered else 0
 
 
@@ -286,9 +292,8 @@ def design_json(found: Design, dealt, test_name, owner, args) -> dict:
     }
 
 
-def print_design(found: Design, dealt, test_name, owner, args) -> None:
-    required = (" and ".join("x".join(t) for t in args.require) if args.require
-                else f"all {'pairs' if found.strength == 2 else f'{found.strength}-way combinations'}")
+def print_design(found: Design, dealt, test_name, owner, args, require: Sequence[tuple[str, ...]]) -> None:
+    required = required_text(require, found.strength)
     dims = ", ".join(f"{n} ({len(v)})" for n, v in found.dims)
     print(f"design: {required} of {dims}: {found.size} configurations "
           f"(lower bound {found.lower_bound}, full product {found.cartesian}; {found.method})")

@@ -334,3 +334,11 @@ def test_test_paths_spelt_with_a_leading_dot_slash_are_the_files_that_name_the_g
 
     assert code == 0, out
     assert "does not list it" not in out and "4 of 4 cells covered" in out
+
+
+def test_design_names_the_required_tuples_in_its_header(capsys):
+    code, out, _ = coverage(capsys, "design", "--dim", "backend=megatron,tilelang", "--dim", "layout=a,b",
+                            "--dim", "tp=1,2", "--require", "backend,layout", "--require", "layout,tp")
+
+    assert code == 0
+    assert out.startswith("design: backendxlayout and layoutxtp of backend (2), layout (2), tp (2): ")
