@@ -342,3 +342,13 @@ def test_design_names_the_required_tuples_in_its_header(capsys):
 
     assert code == 0
     assert out.startswith("design: backendxlayout and layoutxtp of backend (2), layout (2), tp (2): ")
+
+
+def test_a_list_as_a_yaml_key_is_a_located_problem_not_a_crash(framework, capsys):
+    repo, groups = framework
+    groups.write_text(GROUPS.replace("backend: [megatron, tilelang]", "? [backend, x] : [megatron, tilelang]"))
+
+    code, out, err = coverage(capsys, "--repo", str(repo), "--groups", str(groups))
+
+    assert (code, out) == (2, "")
+    assert f"{groups}:7: key: a key must be a plain name, not a list or a mapping; write it as text" in err

@@ -29,12 +29,12 @@ DIMENSION_KEYS = ("field", "fields", "values")
 
 
 class _Lines(yaml.SafeLoader):
-    """Mappings remember the line of each key in ``.lines``; a key given twice is kept in ``.twice``
-    (YAML would keep the last value without a word)."""
+    """Mappings remember the line of each key in ``.lines``. A key given twice (YAML would keep the
+    last value without a word) or one that is not a scalar is kept in ``.bad`` as (line, field, message)."""
 
     def __init__(self, stream: str):
         super().__init__(stream)
-        self.twice: list[tuple[int, str, int]] = []
+        self.bad: list[tuple[int, str, str]] = []
 
 
 class _Map(dict):
@@ -54,11 +54,15 @@ def _mapping(loader: _Lines, node: yaml.MappingNode) -> _Map:
     out.lines, out.line = {}, node.start_mark.line + 1
     seen: dict[Any, int] = {}
     for i, (key_node, value_node) in enumerate(node.value):
-        key = loader.construct_object(key_node, deep=True)
         line = key_node.start_mark.line + 1
+        if not isinstance(key_node, yaml.ScalarNode):  # `? [a, b] : x`: a list or mapping as a key
+            loader.bad.append((line, "key", "a key must be a plain name, not a list or a mapping; write it as text"))
+            continue
+        key = loader.construct_object(key_node, deep=True)
         if i >= merged:
             if key in seen:
-                loader.twice.append((line, str(key), seen[key]))
+                loader.bad.append((line, str(key), f"is given twice (also on line {seen[key]}); YAML would keep only "
+                                                   "this one, keep one"))
             seen[key] = line
         out[key] = loader.construct_object(value_node, deep=True)
         out.lines[str(key)] = line
@@ -104,8 +108,8 @@ def parse_groups(text: str, where: str, repo: str, known: Collection[str] | None
     finally:
         loader.dispose()
     reader = _Reader(where)
-    for line, key, first in loader.twice:
-        reader.add(line, key, f"is given twice (also on line {first}); YAML would keep only this one, keep one")
+    for line, field, message in loader.bad:
+        reader.add(line, field, message)
     if raw is None:
         raw = _Map()
     if not isinstance(raw, dict):
