@@ -352,3 +352,13 @@ def test_a_list_as_a_yaml_key_is_a_located_problem_not_a_crash(framework, capsys
 
     assert (code, out) == (2, "")
     assert f"{groups}:7: key: a key must be a plain name, not a list or a mapping; write it as text" in err
+
+
+def test_two_configurations_of_one_test_with_one_name_fail_the_check_at_the_second(framework, capsys):
+    repo, groups = framework
+    (repo / SIX).write_text(sibling(*ANTI_DIAGONAL, ("m-per", "tilelang", False, False)))
+
+    code, out, _ = coverage(capsys, "--repo", str(repo), "--groups", str(groups))
+
+    assert code == 1
+    assert f"{SIX}:8: m-per: another configuration of this test is named 'm-per' (line 6); give each a name of its own" in out

@@ -208,12 +208,17 @@ class _Reader:
 
     def tests(self, g: Any, at: str) -> tuple[str, ...]:
         """The group's test paths spelt as the checkout lists its files (``./tests/a.py`` is
-        ``tests/a.py``), so a test file's own ``# coverage-group:`` comment finds itself listed."""
+        ``tests/a.py``), so a test file's own ``# coverage-group:`` comment finds itself listed;
+        each once."""
         raw = self.typed(g, "tests", list, at, [], "a list of repo-relative test paths")
         if not raw or not all(isinstance(t, str) and t and not t.startswith("/") and ".." not in t.split("/") for t in raw):
             self.add(g.lines.get("tests", g.line), f"{at}.tests", "required: a list of repo-relative test paths inside the repo (tests/...py)")
             return ()
-        return tuple(posixpath.normpath(t) for t in raw)
+        paths = [posixpath.normpath(t) for t in raw]
+        twice = sorted({t for t in paths if paths.count(t) > 1})
+        if twice:  # its rows would be counted, and its problems reported, once per listing
+            self.add(g.lines.get("tests", g.line), f"{at}.tests", f"{', '.join(twice)} is listed twice; list each test once")
+        return tuple(dict.fromkeys(paths))
 
     def dimensions(self, g: Any, at: str) -> tuple[Dimension, ...]:
         raw = self.typed(g, "dimensions", dict, at, _Map(), "a mapping of dimension name -> values")

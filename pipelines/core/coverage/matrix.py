@@ -59,7 +59,19 @@ def python_matrix(source: str, path: str, var: str, fields: tuple[str, ...] | No
             continue
         named = dict(pairs)
         configs.append(Configuration(test, named.get("name", where), path, item.lineno, pairs))
-    return configs, problems
+    return configs, problems + _named_twice(configs)
+
+
+def _named_twice(configs: list[Configuration]) -> list[Problem]:
+    """A name two rows share: a log's ``config NAME: failed`` could not say which of them failed."""
+    first: dict[str, int] = {}
+    problems = []
+    for c in configs:
+        if c.name in first:
+            problems.append(Problem(c.path, c.line, c.name, f"another configuration of this test is named {c.name!r} "
+                                                            f"(line {first[c.name]}); give each a name of its own"))
+        first.setdefault(c.name, c.line)
+    return problems
 
 
 def _assignment(tree: ast.Module, var: str) -> ast.expr | None:

@@ -192,3 +192,12 @@ def test_a_repo_name_repos_yaml_does_not_know_is_refused_unless_it_is_the_checko
         "coverage.yaml:3: repos.minirll: 'minirll' is not a repo in repos.yaml (known: minirl, other); fix the name, "
         "or keep an unconfigured checkout's groups (under its folder name) in a file of their own given with --groups"]
     assert parse_groups(text, "coverage.yaml", "minirll", known={"minirl"}) == ()
+
+
+def test_a_test_listed_twice_is_located():
+    assert errors("""\
+        repos:
+          minirl:
+            groups:
+              - {name: a, tests: [tests/t.py, ./tests/t.py, tests/u.py], dimensions: {x: [1, 2]}}
+        """) == ["coverage.yaml:4: repos.minirl.groups[0].tests: tests/t.py is listed twice; list each test once"]
