@@ -362,3 +362,16 @@ def test_two_configurations_of_one_test_with_one_name_fail_the_check_at_the_seco
 
     assert code == 1
     assert f"{SIX}:8: m-per: another configuration of this test is named 'm-per' (line 6); give each a name of its own" in out
+
+
+def test_a_yaml_null_value_is_the_value_of_a_python_none_in_the_matrix(framework, capsys):
+    repo, groups = framework
+    groups.write_text(GROUPS + "          quant: [null, fp8]\n        require: [[quant]]\n")
+    for path, quant in ((FIVE, None), (SIX, "fp8")):
+        (repo / path).write_text(f"# (name, backend, shared_outer, virtual_experts, quant)\n"
+                                 f"_CONFIGS = [('x', 'megatron', True, True, {quant!r})]\n")
+
+    code, out, err = coverage(capsys, "--repo", str(repo), "--groups", str(groups))
+
+    assert (code, err) == (0, "")
+    assert f"quant=null  {FIVE}:2 x" in out and f"quant=fp8   {SIX}:2 x" in out

@@ -288,4 +288,5 @@ class _Reader:
 
 
 def _scalar(value: Any) -> bool:
-    return isinstance(value, str | int | float | bool)
+    """A value a dimension may take; YAML ``null`` is one (the label ``null``, as a row's Python ``None``)."""
+    return value is None or isinstance(value, str | int | float | bool)
