@@ -59,7 +59,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     d.add_argument("--est-time", type=float, metavar="S", help="seconds one configuration runs (> 0): prints GPU-seconds per night")
     d.add_argument("--gpus", type=int, default=1, help="GPUs one configuration uses (default 1)")
     d.add_argument("--seed", type=int, default=0, help="search seed (the result is deterministic for a seed)")
-    d.add_argument("--json", action="store_true", help="print the design as JSON")
+    # SUPPRESS: an unset --json here must not overwrite `coverage --json design ...`
+    d.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print the design as JSON")
     d.set_defaults(func=run_design)
 
 
@@ -249,7 +250,15 @@ def check_design_flags(args: argparse.Namespace, dims: Sequence[tuple[str, Seque
     return args.strength
 
 
+#: the flags of the check, which `design` (no repo involved) would otherwise silently ignore
+_CHECK_FLAGS = (("--repo", "repo"), ("--groups", "groups"), ("--against", "against"))
+
+
 def run_design(args: argparse.Namespace) -> int:
+    given = [flag for flag, dest in _CHECK_FLAGS if getattr(args, dest, None) is not None]
+    if given:
+        raise FlagError(f"{', '.join(given)}: check a repo's groups, and `design` reads no repo; drop "
+                        f"{'it' if len(given) == 1 else 'them'} or leave out `design`")
     dims = _dims(args.dim)
     names = {n for n, _ in dims}
     strength = check_design_flags(args, dims)

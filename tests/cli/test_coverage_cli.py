@@ -375,3 +375,17 @@ def test_a_yaml_null_value_is_the_value_of_a_python_none_in_the_matrix(framework
 
     assert (code, err) == (0, "")
     assert f"quant=null  {FIVE}:2 x" in out and f"quant=fp8   {SIX}:2 x" in out
+
+
+@pytest.mark.parametrize("argv", [("--json", "design"), ("design", "--json")])
+def test_design_prints_json_whichever_side_of_design_json_is_given(capsys, argv):
+    code, out, _ = coverage(capsys, *argv, "--dim", "a=1,2", "--dim", "b=1,2")
+
+    assert code == 0 and json.loads(out)["size"] == 4
+
+
+def test_design_refuses_the_checks_flags_instead_of_ignoring_them(capsys):
+    code, out, err = coverage(capsys, "--repo", "X", "--against", "HEAD", "design", "--dim", "a=1,2", "--dim", "b=1,2")
+
+    assert (code, out) == (2, "")
+    assert "--repo, --against: check a repo's groups, and `design` reads no repo; drop them or leave out `design`" in err
