@@ -117,13 +117,18 @@ def run(args: argparse.Namespace) -> int:
         then = check_repo(where, before, adopt=True)
         lost = lost_cells(then.groups, now.groups, before, TreeSource(where.repo))
     if args.json:
-        out = {"repo": str(where.repo), "groups_file": str(where.groups_file), "ok": now.ok and not lost,
+        # with --against, ok answers the question asked, "was nothing lost?", as the exit code does
+        ok = not lost if args.against is not None else now.ok
+        out = {"repo": str(where.repo), "groups_file": str(where.groups_file), "ok": ok,
                "groups": [group_json(g) for g in now.groups], "problems": [str(p) for p in now.problems]}
         if args.against is not None:
             out.update(against=args.against, lost=[lost_json(c) for c in lost])
         print(json.dumps(out, indent=2))
     elif args.against is not None:
         print_lost(args.against, lost)
+        uncovered, problems = totals(now)
+        print(f"now: {uncovered} uncovered cell(s), {problems} problem(s)"
+              + ("; `nightly coverage` without --against lists them" if uncovered or problems else ""))
     else:
         print_report(where.name, where.repo, where.groups_file, now)
     if args.against is not None:
@@ -189,9 +194,14 @@ def print_report(name: str, repo: Path, groups_file: Path, report: CoverageRepor
         print(f"  {len(g.cells) - len(g.uncovered)} of {len(g.cells)} cells covered")
     for problem in report.problems:
         print(problem)
-    uncovered = sum(len(g.uncovered) for g in report.groups)
-    problems = len(report.problems) + sum(len(g.problems) for g in report.groups)
+    uncovered, problems = totals(report)
     print(f"\n{len(report.groups)} group(s), {uncovered} uncovered cell(s), {problems} problem(s)")
+
+
+def totals(report: CoverageReport) -> tuple[int, int]:
+    """(uncovered cells, problems) over every group of the report."""
+    return (sum(len(g.uncovered) for g in report.groups),
+            len(report.problems) + sum(len(g.problems) for g in report.groups))
 
 
 def print_lost(rev: str, lost: Sequence[LostCell]) -> None:

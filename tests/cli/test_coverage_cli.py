@@ -106,6 +106,7 @@ def test_against_a_revision_reports_the_cells_a_deleted_sibling_took_with_it(fra
         f"      was covered by {SIX}:6 m-per (deleted)",
         "  lora-moe: backend=tilelang, layout=shared+virtual",
         f"      was covered by {SIX}:7 t-shared (deleted)",
+        "now: 2 uncovered cell(s), 1 problem(s); `nightly coverage` without --against lists them",
     ]
 
 
@@ -389,3 +390,18 @@ def test_design_refuses_the_checks_flags_instead_of_ignoring_them(capsys):
 
     assert (code, out) == (2, "")
     assert "--repo, --against: check a repo's groups, and `design` reads no repo; drop them or leave out `design`" in err
+
+
+def test_against_a_revision_that_lost_nothing_still_counts_what_is_uncovered_now(framework, capsys):
+    repo, groups = framework
+    (repo / SIX).write_text(sibling(*DIAGONAL))
+    git(repo, "commit", "-q", "-am", "both on one diagonal")
+
+    code, out, _ = coverage(capsys, "--repo", str(repo), "--groups", str(groups), "--against", "HEAD")
+
+    assert code == 0
+    assert out.splitlines() == ["against HEAD: no cell covered then is uncovered now",
+                                "now: 2 uncovered cell(s), 0 problem(s); `nightly coverage` without --against lists them"]
+    code, out, _ = coverage(capsys, "--repo", str(repo), "--groups", str(groups), "--against", "HEAD", "--json")
+    assert (code, json.loads(out)["ok"], json.loads(out)["lost"]) == (0, True, [])
+    assert len(json.loads(out)["groups"][0]["uncovered"]) == 2
