@@ -1,7 +1,8 @@
 """``nightly coverage``: do sibling tests' configuration matrices still cover every required cell?
 
   nightly coverage --repo PATH [--groups FILE] [--json]
-      prove each group's cells covered (exit 1 if not, 2 for an unreadable or missing groups file)
+      prove each group's cells covered (exit 1 if not, 2 for an unreadable, invalid or missing groups
+      file, or a --groups file that declares no group for the repo)
   nightly coverage --repo PATH [--groups FILE] --against REV [--json]
       the cells covered at REV and lost since (exit 1 if any)
   nightly coverage design --dim NAME=V1,V2 ... [--strength 2] [--require A,B] [--tests N [--budget K]]
@@ -58,7 +59,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     d.add_argument("--est-time", type=float, metavar="S", help="seconds one configuration runs (> 0): prints GPU-seconds per night")
     d.add_argument("--gpus", type=int, default=1, help="GPUs one configuration uses (default 1)")
     d.add_argument("--seed", type=int, default=0, help="search seed (the result is deterministic for a seed)")
-    d.add_argument("--json", action="store_true", help="print the design as JSON")
+    # SUPPRESS: an unset --json here must not overwrite `coverage --json design ...`
+    d.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print the design as JSON")
     d.set_defaults(func=run_design)
 
 
@@ -104,6 +106,10 @@ def check_groups_flag(path: Path | None) -> None:
 def run(args: argparse.Namespace) -> int:
     check_groups_flag(args.groups)
     where = locate(args.repo, groups_file=args.groups)
+    if args.groups is not None and not where.groups:
+        raise FlagError(f"--groups: {args.groups} declares no groups for {where.name} (repos.{where.name}.groups); "
+                        f"declare them under that name (its name in repos.yaml, else its folder name) or give "
+                        "the file that does (docs/coverage.md)")
     now = check_repo(where)
     lost: tuple[LostCell, ...] = ()
     if args.against is not None:
@@ -111,13 +117,18 @@ def run(args: argparse.Namespace) -> int:
         then = check_repo(where, before, adopt=True)
         lost = lost_cells(then.groups, now.groups, before, TreeSource(where.repo))
     if args.json:
-        out = {"repo": str(where.repo), "groups_file": str(where.groups_file), "ok": now.ok and not lost,
+        # with --against, ok answers the question asked, "was nothing lost?", as the exit code does
+        ok = not lost if args.against is not None else now.ok
+        out = {"repo": str(where.repo), "groups_file": str(where.groups_file), "ok": ok,
                "groups": [group_json(g) for g in now.groups], "problems": [str(p) for p in now.problems]}
         if args.against is not None:
             out.update(against=args.against, lost=[lost_json(c) for c in lost])
         print(json.dumps(out, indent=2))
     elif args.against is not None:
         print_lost(args.against, lost)
+        uncovered, problems = totals(now)
+        print(f"now: {uncovered} uncovered cell(s), {problems} problem(s)"
+              + ("; `nightly coverage` without --against lists them" if uncovered or problems else ""))
     else:
         print_report(where.name, where.repo, where.groups_file, now)
     if args.against is not None:
@@ -152,13 +163,19 @@ def _table(rows: list[tuple[str, str]], indent: str = "  ") -> list[str]:
     return [f"{indent}{a.ljust(width)}  {b}".rstrip() for a, b in rows]
 
 
+def required_text(require: Sequence[tuple[str, ...]], strength: int) -> str:
+    """What must be covered, in the header: ``backendxlayout`` per named tuple, else all pairs (or k-way)."""
+    if require:
+        return " and ".join("x".join(t) for t in require)
+    return f"all {'pairs' if strength == 2 else f'{strength}-way combinations'}"
+
+
 def print_report(name: str, repo: Path, groups_file: Path, report: CoverageReport) -> None:
     print(f"coverage of {name} ({repo}); groups from {groups_file} and # coverage-group: comments")
     if not report.groups:
         print(f"no groups: declare sibling tests under repos.{name}.groups in {groups_file} (docs/coverage.md)")
     for g in report.groups:
-        required = (" and ".join("x".join(t) for t in g.group.require) if g.group.require
-                    else f"all {'pairs' if g.group.strength == 2 else f'{g.group.strength}-way combinations'}")
+        required = required_text(g.group.require, g.group.strength)
         dims = ", ".join(f"{d.name} ({len(d.labels)})" for d in g.dimensions)
         print(f"\ngroup {g.group.name} ({g.group.origin}): {required} of {dims}")
         by_test: dict[str, list[str]] = {t: [] for t in g.tests}
@@ -177,9 +194,14 @@ def print_report(name: str, repo: Path, groups_file: Path, report: CoverageRepor
         print(f"  {len(g.cells) - len(g.uncovered)} of {len(g.cells)} cells covered")
     for problem in report.problems:
         print(problem)
-    uncovered = sum(len(g.uncovered) for g in report.groups)
-    problems = len(report.problems) + sum(len(g.problems) for g in report.groups)
+    uncovered, problems = totals(report)
     print(f"\n{len(report.groups)} group(s), {uncovered} uncovered cell(s), {problems} problem(s)")
+
+
+def totals(report: CoverageReport) -> tuple[int, int]:
+    """(uncovered cells, problems) over every group of the report."""
+    return (sum(len(g.uncovered) for g in report.groups),
+            len(report.problems) + sum(len(g.problems) for g in report.groups))
 
 
 def print_lost(rev: str, lost: Sequence[LostCell]) -> None:
@@ -238,7 +260,15 @@ def check_design_flags(args: argparse.Namespace, dims: Sequence[tuple[str, Seque
     return args.strength
 
 
+#: the flags of the check, which `design` (no repo involved) would otherwise silently ignore
+_CHECK_FLAGS = (("--repo", "repo"), ("--groups", "groups"), ("--against", "against"))
+
+
 def run_design(args: argparse.Namespace) -> int:
+    given = [flag for flag, dest in _CHECK_FLAGS if getattr(args, dest, None) is not None]
+    if given:
+        raise FlagError(f"{', '.join(given)}: check a repo's groups, and `design` reads no repo; drop "
+                        f"{'it' if len(given) == 1 else 'them'} or leave out `design`")
     dims = _dims(args.dim)
     names = {n for n, _ in dims}
     strength = check_design_flags(args, dims)
@@ -256,7 +286,7 @@ def run_design(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(design_json(found, dealt, test_name, owner, args), indent=2))
     else:
-        print_design(found, dealt, test_name, owner, args)
+        print_design(found, dealt, test_name, owner, args, require)
     return 1 if found.uncovered else 0
 
 
@@ -281,9 +311,8 @@ def design_json(found: Design, dealt, test_name, owner, args) -> dict:
     }
 
 
-def print_design(found: Design, dealt, test_name, owner, args) -> None:
-    required = (" and ".join("x".join(t) for t in args.require) if args.require
-                else f"all {'pairs' if found.strength == 2 else f'{found.strength}-way combinations'}")
+def print_design(found: Design, dealt, test_name, owner, args, require: Sequence[tuple[str, ...]]) -> None:
+    required = required_text(require, found.strength)
     dims = ", ".join(f"{n} ({len(v)})" for n, v in found.dims)
     print(f"design: {required} of {dims}: {found.size} configurations "
           f"(lower bound {found.lower_bound}, full product {found.cartesian}; {found.method})")

@@ -106,6 +106,7 @@ def test_against_a_revision_reports_the_cells_a_deleted_sibling_took_with_it(fra
         f"      was covered by {SIX}:6 m-per (deleted)",
         "  lora-moe: backend=tilelang, layout=shared+virtual",
         f"      was covered by {SIX}:7 t-shared (deleted)",
+        "now: 2 uncovered cell(s), 1 problem(s); `nightly coverage` without --against lists them",
     ]
 
 
@@ -256,3 +257,151 @@ def test_an_empty_against_is_refused_not_ignored(framework, capsys):
 
     assert (code, out) == (2, "")
     assert "--against: '' is not a revision; give a commit, tag or branch" in err
+
+
+def test_a_misspelt_key_is_refused_instead_of_checking_the_default(framework, capsys):
+    repo, groups = framework
+    groups.write_text(GROUPS + "        strenght: 3\n")
+
+    code, out, err = coverage(capsys, "--repo", str(repo), "--groups", str(groups))
+
+    assert (code, out) == (2, "")
+    assert f"{groups}:11: repos.fw.groups[0].strenght: unknown key; did you mean 'strength'?" in err
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("", "declares no groups for fw (repos.fw.groups)"),
+    ("repos:\n  fw: {groups: []}\n", "declares no groups for fw (repos.fw.groups)"),
+    ("- fw\n", ":1: repos: the file must be a mapping `repos: {NAME: {groups: [...]}}`"),
+    (GROUPS.replace("  fw:", "  fw2:"), ":2: repos.fw2: 'fw2' is not a repo in repos.yaml"),
+])
+def test_a_groups_file_declaring_nothing_for_the_repo_is_refused(framework, capsys, text, message):
+    repo, groups = framework
+    groups.write_text(text)
+
+    code, out, err = coverage(capsys, "--repo", str(repo), "--groups", str(groups))
+
+    assert (code, out) == (2, "")
+    assert message in err
+
+
+def test_an_unconfigured_sglang_style_checkout_reads_its_group_comments_under_the_detected_roots(capsys, project_root, tmp_path):
+    import shutil
+
+    repo = tmp_path / "sgcopy"
+    shutil.copytree(project_root / "examples" / "sglangish", repo)
+    matrix = "\n# coverage-group: sg-matrix\n# (name, tp, dtype)\n_CONFIGS = [{rows}]\n"
+    generate, tp2 = "test/registered/basic/test_generate.py", "test/registered/multi/test_tp2_consistency.py"
+    with (repo / generate).open("a") as f:
+        f.write(matrix.format(rows='("tp1-bf16", 1, "bf16"), ("tp2-fp8", 2, "fp8")'))
+    with (repo / tp2).open("a") as f:
+        f.write(matrix.format(rows='("tp1-fp8", 1, "fp8"), ("tp2-bf16", 2, "bf16")'))
+
+    code, out, _ = coverage(capsys, "--repo", str(repo))
+
+    assert code == 0
+    assert f"group sg-matrix ({generate}:" in out and "4 of 4 cells covered" in out
+    assert [c.name for c in configurations_by_test(repo)[tp2]] == ["tp1-fp8", "tp2-bf16"]
+
+
+def test_template_entries_without_num_gpus_take_the_test_files_or_the_default_gpu_count(capsys, project_root, tmp_path):
+    """As `nightly catalog` lists them: sft_dense NUM_GPUS = 4, ckpt_resume 2, dpo_short none (8)."""
+    groups = tmp_path / "coverage.yaml"
+    groups.write_text("""\
+repos:
+  templaterl:
+    groups:
+      - name: fsdp
+        matrix: template
+        tests: [tests/test_sft_dense.py, tests/test_dpo_short.py, tests/test_ckpt_resume.py]
+        dimensions: {enable_eval: ['0', '1'], num_gpus: [2, 4, 8]}
+        require: [[num_gpus]]
+""")
+
+    code, out, _ = coverage(capsys, "--repo", str(project_root / "examples" / "templaterl"), "--groups", str(groups))
+
+    assert code == 0, out
+    assert "num_gpus=2  .github/workflows/pr-test.yml.j2:6 e2e-test-fsdp" in out
+    assert "num_gpus=4  .github/workflows/pr-test.yml.j2:5 e2e-test-fsdp enable_eval=1" in out
+    assert "num_gpus=8  .github/workflows/pr-test.yml.j2:7 e2e-test-fsdp enable_eval=0" in out
+
+
+def test_test_paths_spelt_with_a_leading_dot_slash_are_the_files_that_name_the_group(capsys, project_root, tmp_path):
+    groups = tmp_path / "coverage.yaml"
+    groups.write_text((project_root / "assets" / "coverage.yaml").read_text().replace(
+        "- tests/e2e/lora/", "- ./tests/e2e/lora/"))
+
+    code, out, _ = coverage(capsys, "--repo", "minirl", "--groups", str(groups))
+
+    assert code == 0, out
+    assert "does not list it" not in out and "4 of 4 cells covered" in out
+
+
+def test_design_names_the_required_tuples_in_its_header(capsys):
+    code, out, _ = coverage(capsys, "design", "--dim", "backend=megatron,tilelang", "--dim", "layout=a,b",
+                            "--dim", "tp=1,2", "--require", "backend,layout", "--require", "layout,tp")
+
+    assert code == 0
+    assert out.startswith("design: backendxlayout and layoutxtp of backend (2), layout (2), tp (2): ")
+
+
+def test_a_list_as_a_yaml_key_is_a_located_problem_not_a_crash(framework, capsys):
+    repo, groups = framework
+    groups.write_text(GROUPS.replace("backend: [megatron, tilelang]", "? [backend, x] : [megatron, tilelang]"))
+
+    code, out, err = coverage(capsys, "--repo", str(repo), "--groups", str(groups))
+
+    assert (code, out) == (2, "")
+    assert f"{groups}:7: key: a key must be a plain name, not a list or a mapping; write it as text" in err
+
+
+def test_two_configurations_of_one_test_with_one_name_fail_the_check_at_the_second(framework, capsys):
+    repo, groups = framework
+    (repo / SIX).write_text(sibling(*ANTI_DIAGONAL, ("m-per", "tilelang", False, False)))
+
+    code, out, _ = coverage(capsys, "--repo", str(repo), "--groups", str(groups))
+
+    assert code == 1
+    assert f"{SIX}:8: m-per: another configuration of this test is named 'm-per' (line 6); give each a name of its own" in out
+
+
+def test_a_yaml_null_value_is_the_value_of_a_python_none_in_the_matrix(framework, capsys):
+    repo, groups = framework
+    groups.write_text(GROUPS + "          quant: [null, fp8]\n        require: [[quant]]\n")
+    for path, quant in ((FIVE, None), (SIX, "fp8")):
+        (repo / path).write_text(f"# (name, backend, shared_outer, virtual_experts, quant)\n"
+                                 f"_CONFIGS = [('x', 'megatron', True, True, {quant!r})]\n")
+
+    code, out, err = coverage(capsys, "--repo", str(repo), "--groups", str(groups))
+
+    assert (code, err) == (0, "")
+    assert f"quant=null  {FIVE}:2 x" in out and f"quant=fp8   {SIX}:2 x" in out
+
+
+@pytest.mark.parametrize("argv", [("--json", "design"), ("design", "--json")])
+def test_design_prints_json_whichever_side_of_design_json_is_given(capsys, argv):
+    code, out, _ = coverage(capsys, *argv, "--dim", "a=1,2", "--dim", "b=1,2")
+
+    assert code == 0 and json.loads(out)["size"] == 4
+
+
+def test_design_refuses_the_checks_flags_instead_of_ignoring_them(capsys):
+    code, out, err = coverage(capsys, "--repo", "X", "--against", "HEAD", "design", "--dim", "a=1,2", "--dim", "b=1,2")
+
+    assert (code, out) == (2, "")
+    assert "--repo, --against: check a repo's groups, and `design` reads no repo; drop them or leave out `design`" in err
+
+
+def test_against_a_revision_that_lost_nothing_still_counts_what_is_uncovered_now(framework, capsys):
+    repo, groups = framework
+    (repo / SIX).write_text(sibling(*DIAGONAL))
+    git(repo, "commit", "-q", "-am", "both on one diagonal")
+
+    code, out, _ = coverage(capsys, "--repo", str(repo), "--groups", str(groups), "--against", "HEAD")
+
+    assert code == 0
+    assert out.splitlines() == ["against HEAD: no cell covered then is uncovered now",
+                                "now: 2 uncovered cell(s), 0 problem(s); `nightly coverage` without --against lists them"]
+    code, out, _ = coverage(capsys, "--repo", str(repo), "--groups", str(groups), "--against", "HEAD", "--json")
+    assert (code, json.loads(out)["ok"], json.loads(out)["lost"]) == (0, True, [])
+    assert len(json.loads(out)["groups"][0]["uncovered"]) == 2

@@ -167,6 +167,16 @@ def _variant(entry: Entry, gpus_differ: bool) -> str:
     return variant
 
 
+def entry_gpus(entry: Entry, file_gpus: int | None, default: int) -> int:
+    """The GPUs a template entry's test runs on: its ``num_gpus``, else the test file's ``NUM_GPUS``,
+    else the repo's ``default_num_gpus``; 0 in a CPU job. One rule for the catalog and coverage."""
+    if entry.cpu:
+        return 0
+    if entry.num_gpus is not None:
+        return entry.num_gpus
+    return file_gpus if file_gpus is not None else default
+
+
 def template_tests(
     repo: Path, tmpls: Sequence[tuple[str, Template]], scans: Mapping[str, FileScan], default_gpus: int,
     default_est_time: int, estimates: Mapping[str, int],
@@ -210,15 +220,15 @@ def template_tests(
         for key in keys:
             e, labels, jobs = merged[key]
             variant = _variant(e, gpus_differ) if len(keys) > 1 else None
-            gpus = e.num_gpus if e.num_gpus is not None else (scan.num_gpus if scan.num_gpus is not None else default_gpus)
-            cpu = e.cpu or gpus == 0
+            gpus = entry_gpus(e, scan.num_gpus, default_gpus)
+            cpu = gpus == 0
             given = dict(e.extra)
             env = {var: given.pop(k, default) for k, (var, default) in env_of.get(e.source, {}).items()}
             env.update({k.upper(): v for k, v in given.items()})
             test_id = make_id(path, variant)
             history = estimates.get(test_id)
             tests.append(Test(
-                id=test_id, path=path, backend="cpu" if cpu else "cuda", suite=e.job, gpus=0 if cpu else gpus,
+                id=test_id, path=path, backend="cpu" if cpu else "cuda", suite=e.job, gpus=gpus,
                 est_time=int(history) if history else default_est_time, labels=tuple(dict.fromkeys(x for x in labels if x)),
                 sha256=scan.sha256, line=1, hardware="cpu" if cpu else "", est_source="history" if history else "default",
                 fmt="template", env=tuple(sorted((k, v) for k, v in env.items() if v is not None)), args=_args(e),

@@ -12,7 +12,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipelines.core.coverage.check import Source, TreeSource, check_groups, required_cells
+from pipelines.core.coverage.check import DEFAULT_GPUS, Source, TreeSource, check_groups, required_cells
 from pipelines.core.coverage.deal import assign
 from pipelines.core.coverage.design import Design, design
 from pipelines.core.coverage.diff import lost_cells
@@ -49,6 +49,8 @@ class RepoGroups:
     roots: tuple[str, ...] = ("tests",)
     #: the workflow templates holding test matrices (framework S may split them over several)
     templates: tuple[str, ...] = ()
+    #: GPUs of a template entry that neither the entry nor its test file's NUM_GPUS gives (repos.yaml)
+    default_gpus: int = DEFAULT_GPUS
 
 
 @dataclass(frozen=True)
@@ -64,18 +66,24 @@ class CoverageReport:
 def locate(repo: str | Path | None, specs_dir: Path | str | None = None, groups_file: Path | None = None) -> RepoGroups:
     """Resolve ``--repo`` as every command does and load its groups from ``coverage.yaml``.
 
-    A checkout nobody configured is looked up under its folder name.
+    A checkout nobody configured is looked up under its folder name; its test roots are the ones
+    ``nightly catalog`` detects, so ``# coverage-group:`` comments are found where its tests are.
     """
-    from pipelines.core.catalog import find_templates
+    from pipelines.core.catalog import configured_roots, find_templates
+    from pipelines.core.catalog.detect import choose
     from pipelines.core.specs import load_specs
 
     specs = load_specs(specs_dir)
     path, spec = specs.locate_repo(repo)
     name = spec.name if spec else path.name
     groups_file = Path(groups_file) if groups_file else specs.root / FILE_NAME
-    roots = tuple(spec.roots) if spec else ("tests",)
+    roots = configured_roots(path, spec)
+    if roots is None:  # the roots the catalog detects (framework S keeps its tests under test/registered)
+        _, roots, _ = choose(path, spec.dialect if spec else "")
     templates = (spec.template,) if spec and spec.template else tuple(find_templates(path))
-    return RepoGroups(path, name, load_groups(groups_file, name), groups_file, roots, templates)
+    default_gpus = spec.default_num_gpus if spec else DEFAULT_GPUS
+    return RepoGroups(path, name, load_groups(groups_file, name, set(specs.repos)), groups_file, roots, templates,
+                      default_gpus)
 
 
 def check_repo(where: RepoGroups, source: Source | None = None, adopt: bool = False) -> CoverageReport:
@@ -84,7 +92,8 @@ def check_repo(where: RepoGroups, source: Source | None = None, adopt: bool = Fa
     ``adopt``: test files whose ``# coverage-group:`` comment names a declared group join it (for
     an earlier revision) instead of being reported as missing from assets/coverage.yaml.
     """
-    reports, problems = check_groups(where.groups, source or TreeSource(where.repo), where.roots, where.templates, adopt)
+    reports, problems = check_groups(where.groups, source or TreeSource(where.repo), where.roots, where.templates, adopt,
+                                     where.default_gpus)
     return CoverageReport(reports, problems)
 
 

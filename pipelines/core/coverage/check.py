@@ -13,6 +13,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Protocol
 
+from pipelines.core.catalog.scan import scan_bytes
 from pipelines.core.coverage.matrix import GROUP_MARKER, declared_groups, python_matrix, template_matrix
 from pipelines.core.coverage.model import (
     TEMPLATE_MATRIX,
@@ -24,6 +25,10 @@ from pipelines.core.coverage.model import (
     Row,
 )
 from pipelines.core.model import Problem
+from pipelines.core.specs import RepoSpec
+
+#: the GPUs of a template entry that neither the template nor the test file gives (repos.yaml's default)
+DEFAULT_GPUS = RepoSpec.default_num_gpus
 
 
 class Source(Protocol):
@@ -97,12 +102,12 @@ def file_groups(source: Source, roots: Sequence[str], declared: Sequence[Group],
     return [by_name[g.name] for g in declared] + groups, problems
 
 
-def read_configurations(group: Group, source: Source, template: str | Sequence[str] | None
-                        ) -> tuple[list[Configuration], list[Problem]]:
+def read_configurations(group: Group, source: Source, template: str | Sequence[str] | None,
+                        default_gpus: int = DEFAULT_GPUS) -> tuple[list[Configuration], list[Problem]]:
     """Every configuration of every test of the group; a missing test is a located problem.
 
     ``template``: the workflow template(s); a test's entries may be in any of them (framework S
-    keeps a PR template and a nightly one)."""
+    keeps a PR template and a nightly one). ``default_gpus``: the repo's ``default_num_gpus``."""
     configs: list[Configuration] = []
     problems: list[Problem] = []
     names = (template,) if isinstance(template, str) else tuple(template or ())
@@ -114,10 +119,11 @@ def read_configurations(group: Group, source: Source, template: str | Sequence[s
                     f"group {group.name} reads a workflow template but none was found; set `template:` in assets/repos.yaml")))
                 break
             found, bad = [], []
+            scan = scan_bytes(test, (source.read(test) or "").encode(), registry=False)
             for name, text in texts:
-                here, wrong = template_matrix(text, name, test)
+                here, wrong = template_matrix(text, name, test, scan=scan, default_gpus=default_gpus)
                 found += here
-                bad += [p for p in wrong if p.field != "test_file"]
+                bad += [p for p in wrong if p.field != "test_file" and p not in bad]
             if not found and not bad:
                 bad.append(Problem(texts[0][0], 1, "test_file", f"no entry runs {test} in "
                                    f"{', '.join(n for n, _ in texts)}; add one or drop it from the group"))
@@ -176,9 +182,10 @@ def label_rows(configs: Sequence[Configuration], dims: Sequence[Dimension]) -> t
     return rows, problems
 
 
-def check_group(group: Group, source: Source, template: str | Sequence[str] | None = None) -> GroupCoverage:
+def check_group(group: Group, source: Source, template: str | Sequence[str] | None = None,
+                default_gpus: int = DEFAULT_GPUS) -> GroupCoverage:
     """What the group's tests cover at ``source``: cells, the rows covering each, and problems."""
-    configs, problems = read_configurations(group, source, template)
+    configs, problems = read_configurations(group, source, template, default_gpus)
     dims = infer_dimensions(configs) if group.inferred else group.dimensions
     rows, bad = label_rows(configs, dims)
     cells = required_cells(dims, group.strength, group.require)
@@ -186,8 +193,9 @@ def check_group(group: Group, source: Source, template: str | Sequence[str] | No
 
 
 def check_groups(declared: Sequence[Group], source: Source, roots: Sequence[str] = ("tests",),
-                 template: str | Sequence[str] | None = None, adopt: bool = False) -> tuple[tuple[GroupCoverage, ...], tuple[Problem, ...]]:
+                 template: str | Sequence[str] | None = None, adopt: bool = False,
+                 default_gpus: int = DEFAULT_GPUS) -> tuple[tuple[GroupCoverage, ...], tuple[Problem, ...]]:
     """Every declared group and every group declared in test-file comments, plus stray members."""
     groups, problems = file_groups(source, roots, declared, adopt)
-    reports = tuple(check_group(g, source, template) for g in groups)
+    reports = tuple(check_group(g, source, template, default_gpus) for g in groups)
     return reports, tuple(problems)

@@ -7,7 +7,10 @@ has its own small line-remembering loader so it does not depend on how ``specs.p
 
 from __future__ import annotations
 
+import difflib
+import posixpath
 import re
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
@@ -19,10 +22,19 @@ from pipelines.core.model import CatalogError, Problem
 FILE_NAME = "coverage.yaml"
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]*")
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+#: the keys each level takes; any other is a misspelling that would otherwise be silently ignored
+TOP_KEYS, REPO_KEYS = ("repos",), ("groups",)
+GROUP_KEYS = ("name", "tests", "matrix", "fields", "dimensions", "strength", "require")
+DIMENSION_KEYS = ("field", "fields", "values")
 
 
 class _Lines(yaml.SafeLoader):
-    """Mappings remember the line of each key in ``.lines``."""
+    """Mappings remember the line of each key in ``.lines``. A key given twice (YAML would keep the
+    last value without a word) or one that is not a scalar is kept in ``.bad`` as (line, field, message)."""
+
+    def __init__(self, stream: str):
+        super().__init__(stream)
+        self.bad: list[tuple[int, str, str]] = []
 
 
 class _Map(dict):
@@ -35,13 +47,25 @@ class _Seq(list):
 
 
 def _mapping(loader: _Lines, node: yaml.MappingNode) -> _Map:
+    explicit = sum(1 for k, _ in node.value if k.tag != "tag:yaml.org,2002:merge")
     loader.flatten_mapping(node)
+    merged = len(node.value) - explicit  # flatten_mapping puts the merged (`<<:`) pairs first; they may be overridden
     out = _Map()
     out.lines, out.line = {}, node.start_mark.line + 1
-    for key_node, value_node in node.value:
+    seen: dict[Any, int] = {}
+    for i, (key_node, value_node) in enumerate(node.value):
+        line = key_node.start_mark.line + 1
+        if not isinstance(key_node, yaml.ScalarNode):  # `? [a, b] : x`: a list or mapping as a key
+            loader.bad.append((line, "key", "a key must be a plain name, not a list or a mapping; write it as text"))
+            continue
         key = loader.construct_object(key_node, deep=True)
+        if i >= merged:
+            if key in seen:
+                loader.bad.append((line, str(key), f"is given twice (also on line {seen[key]}); YAML would keep only "
+                                                   "this one, keep one"))
+            seen[key] = line
         out[key] = loader.construct_object(value_node, deep=True)
-        out.lines[str(key)] = key_node.start_mark.line + 1
+        out.lines[str(key)] = line
     return out
 
 
@@ -55,8 +79,10 @@ _Lines.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping)
 _Lines.add_constructor(yaml.resolver.BaseResolver.DEFAULT_SEQUENCE_TAG, _sequence)
 
 
-def load_groups(path: Path | str, repo: str) -> tuple[Group, ...]:
-    """The groups declared for ``repo`` (its name in repos.yaml); none when the file is absent."""
+def load_groups(path: Path | str, repo: str, known: Collection[str] | None = None) -> tuple[Group, ...]:
+    """The groups declared for ``repo`` (its name in repos.yaml); none when the file is absent.
+
+    ``known``: the repo names the file may use (see :func:`parse_groups`)."""
     path = Path(path)
     if not path.exists():
         return ()
@@ -64,22 +90,45 @@ def load_groups(path: Path | str, repo: str) -> tuple[Group, ...]:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise CatalogError(Problem(str(path), 1, "file", f"cannot be read ({exc.strerror}); check the path and its permissions")) from exc
-    return parse_groups(text, str(path), repo)
+    return parse_groups(text, str(path), repo, known)
 
 
-def parse_groups(text: str, where: str, repo: str) -> tuple[Group, ...]:
-    """Validate the whole file (every repo's groups) and return ``repo``'s; raise all problems at once."""
+def parse_groups(text: str, where: str, repo: str, known: Collection[str] | None = None) -> tuple[Group, ...]:
+    """Validate the whole file (every repo's groups) and return ``repo``'s; raise all problems at once.
+
+    ``known``: the repo names of repos.yaml; any other name but ``repo`` itself (an unconfigured
+    checkout goes by its folder name) is a misspelling whose groups would never be checked.
+    """
+    loader = _Lines(text)
     try:
-        raw = yaml.load(text, Loader=_Lines) or _Map()
+        raw = loader.get_single_data()
     except yaml.MarkedYAMLError as exc:
         line = exc.problem_mark.line + 1 if exc.problem_mark else 1
         raise CatalogError(Problem(where, line, "yaml", f"{exc.problem}; fix the YAML syntax")) from exc
+    finally:
+        loader.dispose()
     reader = _Reader(where)
+    for line, field, message in loader.bad:
+        reader.add(line, field, message)
+    if raw is None:
+        raw = _Map()
+    if not isinstance(raw, dict):
+        reader.add(getattr(raw, "line", 1), "repos", f"the file must be a mapping `repos: {{NAME: {{groups: [...]}}}}`, "
+                                                     f"got {'a list' if isinstance(raw, list) else repr(raw)}; see docs/coverage.md")
+        raw = _Map()
+    reader.unknown(raw, "", TOP_KEYS)
     repos = reader.typed(raw, "repos", dict, "", _Map(), "a mapping of repo name -> {groups: [...]}")
     out: dict[str, tuple[Group, ...]] = {}
     for name, body in repos.items():
         at = f"repos.{name}"
-        groups = reader.typed(body, "groups", list, at, _Seq(), "a list of groups") if reader.is_map(body, at, repos, name) else []
+        if known is not None and str(name) not in known and str(name) != repo:
+            reader.add(repos.lines.get(str(name), repos.line), at, (
+                f"{name!r} is not a repo in repos.yaml (known: {', '.join(sorted(known)) or 'none'}); fix the name, or keep "
+                "an unconfigured checkout's groups (under its folder name) in a file of their own given with --groups"))
+        is_map = reader.is_map(body, at, repos, name)
+        if is_map:
+            reader.unknown(body, at, REPO_KEYS)
+        groups = reader.typed(body, "groups", list, at, _Seq(), "a list of groups") if is_map else []
         parsed = [reader.group(g, f"{at}.groups[{i}]", _line(groups, i, body, "groups")) for i, g in enumerate(groups)]
         seen: set[str] = set()
         for group in filter(None, parsed):
@@ -88,7 +137,7 @@ def parse_groups(text: str, where: str, repo: str) -> tuple[Group, ...]:
             seen.add(group.name)
         out[str(name)] = tuple(filter(None, parsed))
     if reader.problems:
-        raise CatalogError(reader.problems)
+        raise CatalogError(sorted(reader.problems, key=lambda p: p.line))
     return out.get(repo, ())
 
 
@@ -112,6 +161,15 @@ class _Reader:
         self.add(getattr(parent, "lines", {}).get(str(key), 1), field, f"must be a mapping, got {value!r}")
         return False
 
+    def unknown(self, m: Any, at: str, keys: tuple[str, ...]) -> None:
+        """Each key of ``m`` not among ``keys``: a misspelt ``strenght:`` must not leave the default in force."""
+        for key in m:
+            if key not in keys:
+                near = difflib.get_close_matches(str(key), keys, n=1)
+                hint = f"did you mean {near[0]!r}? " if near else ""
+                self.add(m.lines.get(str(key), m.line), f"{at}.{key}" if at else str(key),
+                         f"unknown key; {hint}the keys here are {', '.join(keys)}")
+
     def typed(self, m: Any, key: str, typ: type, at: str, default: Any, what: str) -> Any:
         field = f"{at}.{key}" if at else key
         if not isinstance(m, dict) or key not in m:
@@ -127,12 +185,11 @@ class _Reader:
             self.add(line, at, f"must be a mapping with name, tests and dimensions, got {g!r}")
             return None
         before = len(self.problems)
+        self.unknown(g, at, GROUP_KEYS)
         name = self.typed(g, "name", str, at, "", "a group name")
         if not _NAME.fullmatch(name):
             self.add(g.lines.get("name", g.line), f"{at}.name", f"required: a name of letters, digits, '.', '_', '-' (got {name!r})")
-        tests = self.typed(g, "tests", list, at, [], "a list of repo-relative test paths")
-        if not tests or not all(isinstance(t, str) and t and not t.startswith("/") and ".." not in t.split("/") for t in tests):
-            self.add(g.lines.get("tests", g.line), f"{at}.tests", "required: a list of repo-relative test paths inside the repo (tests/...py)")
+        tests = self.tests(g, at)
         matrix = self.typed(g, "matrix", str, at, DEFAULT_MATRIX, f"a module variable name or {TEMPLATE_MATRIX!r}")
         if matrix != TEMPLATE_MATRIX and not _IDENT.fullmatch(matrix):
             self.add(g.lines.get("matrix", g.line), f"{at}.matrix", f"{matrix!r} is not a Python name; use e.g. _CONFIGS or {TEMPLATE_MATRIX!r}")
@@ -148,6 +205,20 @@ class _Reader:
             return None
         return Group(name, tuple(tests), dims, f"{self.where}:{g.line}", matrix,
                      tuple(fields) if fields is not None else None, strength, require)
+
+    def tests(self, g: Any, at: str) -> tuple[str, ...]:
+        """The group's test paths spelt as the checkout lists its files (``./tests/a.py`` is
+        ``tests/a.py``), so a test file's own ``# coverage-group:`` comment finds itself listed;
+        each once."""
+        raw = self.typed(g, "tests", list, at, [], "a list of repo-relative test paths")
+        if not raw or not all(isinstance(t, str) and t and not t.startswith("/") and ".." not in t.split("/") for t in raw):
+            self.add(g.lines.get("tests", g.line), f"{at}.tests", "required: a list of repo-relative test paths inside the repo (tests/...py)")
+            return ()
+        paths = [posixpath.normpath(t) for t in raw]
+        twice = sorted({t for t in paths if paths.count(t) > 1})
+        if twice:  # its rows would be counted, and its problems reported, once per listing
+            self.add(g.lines.get("tests", g.line), f"{at}.tests", f"{', '.join(twice)} is listed twice; list each test once")
+        return tuple(dict.fromkeys(paths))
 
     def dimensions(self, g: Any, at: str) -> tuple[Dimension, ...]:
         raw = self.typed(g, "dimensions", dict, at, _Map(), "a mapping of dimension name -> values")
@@ -165,6 +236,7 @@ class _Reader:
         fields: list[Any] = [name]
         values: Any = spec
         if isinstance(spec, dict):
+            self.unknown(spec, field, DIMENSION_KEYS)
             if ("field" in spec) == ("fields" in spec):
                 self.add(line, field, "give exactly one of `field: NAME` or `fields: [A, B]` (the tuple positions it reads)")
                 return None
@@ -216,4 +288,5 @@ class _Reader:
 
 
 def _scalar(value: Any) -> bool:
-    return isinstance(value, str | int | float | bool)
+    """A value a dimension may take; YAML ``null`` is one (the label ``null``, as a row's Python ``None``)."""
+    return value is None or isinstance(value, str | int | float | bool)

@@ -14,7 +14,8 @@ from __future__ import annotations
 import ast
 import re
 
-from pipelines.core.catalog.assemble import template_path
+from pipelines.core.catalog.assemble import entry_gpus, template_path
+from pipelines.core.catalog.scan import FileScan
 from pipelines.core.catalog.template import parse_template
 from pipelines.core.coverage.model import Configuration, norm
 from pipelines.core.model import Problem
@@ -58,7 +59,19 @@ def python_matrix(source: str, path: str, var: str, fields: tuple[str, ...] | No
             continue
         named = dict(pairs)
         configs.append(Configuration(test, named.get("name", where), path, item.lineno, pairs))
-    return configs, problems
+    return configs, problems + _named_twice(configs)
+
+
+def _named_twice(configs: list[Configuration]) -> list[Problem]:
+    """A name two rows share: a log's ``config NAME: failed`` could not say which of them failed."""
+    first: dict[str, int] = {}
+    problems = []
+    for c in configs:
+        if c.name in first:
+            problems.append(Problem(c.path, c.line, c.name, f"another configuration of this test is named {c.name!r} "
+                                                            f"(line {first[c.name]}); give each a name of its own"))
+        first.setdefault(c.name, c.line)
+    return problems
 
 
 def _assignment(tree: ast.Module, var: str) -> ast.expr | None:
@@ -106,19 +119,25 @@ def _pairs(value: object, fields: tuple[str, ...] | None, path: str, line: int, 
     return None
 
 
-def template_matrix(source: str, template: str, test: str) -> tuple[list[Configuration], list[Problem]]:
-    """The entries of ``test`` (a repo-relative path) in the workflow template, one configuration each."""
+def template_matrix(source: str, template: str, test: str, *, scan: FileScan,
+                    default_gpus: int) -> tuple[list[Configuration], list[Problem]]:
+    """The entries of ``test`` (a repo-relative path) in the workflow template, one configuration each.
+
+    An entry without ``num_gpus`` runs on the test file's ``NUM_GPUS`` (read by the catalog's
+    ``scan``), else on the repo's ``default_gpus``, as ``nightly catalog`` lists it."""
     parsed = parse_template(source, template)
     defaults = {key: default for _, key, default in parsed.env if default is not None}
     configs = []
+    problems = list(parsed.problems)
     for entry in parsed.entries:
         if template_path(entry.test_file) != test:
             continue
-        fields = {"job": entry.job, "num_gpus": norm(entry.num_gpus), "test_args": entry.test_args,
-                  **defaults, **dict(entry.extra)}
+        if entry.num_gpus is None and not entry.cpu:  # a NUM_GPUS the catalog cannot read matters here
+            problems += [p for p in scan.problems if p.field == "NUM_GPUS" and p not in problems]
+        fields = {"job": entry.job, "num_gpus": norm(entry_gpus(entry, scan.num_gpus, default_gpus)),
+                  "test_args": entry.test_args, **defaults, **dict(entry.extra)}
         name = " ".join(filter(None, (entry.job, entry.test_args, *(f"{k}={v}" for k, v in entry.extra))))
         configs.append(Configuration(test, name, template, entry.line, tuple(sorted(fields.items()))))
-    problems = list(parsed.problems)
     if not configs and not problems:
         problems.append(Problem(template, 1, "test_file", f"no entry runs {test}; add one or drop it from the group"))
     return configs, problems

@@ -15,8 +15,13 @@ _LINE = re.compile(r"(?:^|\s)config (\S+): (passed|failed)\s*$", re.MULTILINE)
 
 
 def config_outcomes(log: str) -> dict[str, str]:
-    """Configuration name -> ``passed`` / ``failed`` in the order reported (a later report wins)."""
+    """Configuration name -> ``passed`` / ``failed`` in the order first reported.
+
+    A configuration reported twice (a retry inside the test, or two rows sharing a name) keeps
+    ``failed`` if either report says so: a later pass must not hide a failure."""
     out: dict[str, str] = {}
     for match in _LINE.finditer(log):
-        out[match.group(1)] = match.group(2)
+        name, outcome = match.groups()
+        if out.get(name) != "failed":
+            out[name] = outcome
     return out

@@ -156,3 +156,21 @@ def test_a_template_groups_entries_may_be_split_over_several_templates():
     [problem] = check_group(missing, FilesSource(dict([pr, nightly])), (pr[0], nightly[0])).problems
     assert problem.message == ("no entry runs tests/test_gone.py in .github/workflows/pr-test.yml.j2, "
                                ".github/workflows/nightly-test.yml.j2; add one or drop it from the group")
+
+
+def test_a_template_entry_without_num_gpus_takes_the_files_count_and_an_unreadable_one_is_located():
+    template = (".github/workflows/pr-test.yml.j2", """\
+<% set jobs = {'e2e': {'label': 'run-ci-e2e', 'tests': [
+    {'test_file': 'test_a.py'},
+    {'test_file': 'test_b.py'},
+]}} -%>
+""")
+    gpus = Dimension("num_gpus", ("num_gpus",), (("4", ("4",)), ("6", ("6",))))
+    group = Group("g", ("tests/test_a.py", "tests/test_b.py"), (gpus,), "coverage.yaml:9", matrix="template", strength=1)
+    files = FilesSource(dict([template, ("tests/test_a.py", "NUM_GPUS = 4\n"), ("tests/test_b.py", "NUM_GPUS = 'x'\n")]))
+
+    report = check_group(group, files, template[0], default_gpus=6)
+
+    assert [(c.label, [x.test for x in report.covered_by(c)]) for c in report.cells] == [
+        ("num_gpus=4", ["tests/test_a.py"]), ("num_gpus=6", ["tests/test_b.py"])]
+    assert [p.path + ":" + p.field for p in report.problems] == ["tests/test_b.py:NUM_GPUS"]

@@ -127,3 +127,77 @@ def test_a_test_path_outside_the_repo_is_refused():
               - {name: a, tests: [tests/../../secret.py], dimensions: {x: [1, 2]}}
         """) == ["coverage.yaml:4: repos.minirl.groups[0].tests: required: a list of repo-relative test paths "
                  "inside the repo (tests/...py)"]
+
+
+def test_a_misspelt_or_misplaced_key_is_located_not_ignored():
+    assert errors("""\
+        repos:
+          minirl:
+            group: []
+            groups:
+              - name: tri
+                tests: [tests/a.py]
+                dimensions:
+                  a: [0, 1]
+                  b: {field: b, value: [0, 1]}
+                strenght: 3
+        """) == [
+        "coverage.yaml:3: repos.minirl.group: unknown key; did you mean 'groups'? the keys here are groups",
+        "coverage.yaml:9: repos.minirl.groups[0].dimensions.b.value: unknown key; did you mean 'values'? "
+        "the keys here are field, fields, values",
+        "coverage.yaml:9: repos.minirl.groups[0].dimensions.b.values: must be a list of values, or a mapping label -> "
+        "value (a list of values when the dimension reads several fields), got None",
+        "coverage.yaml:10: repos.minirl.groups[0].strenght: unknown key; did you mean 'strength'? the keys here "
+        "are name, tests, matrix, fields, dimensions, strength, require",
+    ]
+    assert errors("repo:\n  minirl: {groups: []}\n") == [
+        "coverage.yaml:1: repo: unknown key; did you mean 'repos'? the keys here are repos"]
+
+
+def test_a_file_that_is_not_a_mapping_is_refused():
+    assert errors("- minirl\n") == [
+        "coverage.yaml:1: repos: the file must be a mapping `repos: {NAME: {groups: [...]}}`, got a list; see docs/coverage.md"]
+
+
+def test_a_key_given_twice_is_refused_where_yaml_would_keep_the_last():
+    assert errors("""\
+        repos:
+          minirl:
+            groups:
+              - {name: a, tests: [t.py], dimensions: {x: [1, 2]}, strength: 1, strength: 2}
+          minirl: {groups: []}
+        """) == [
+        "coverage.yaml:4: strength: is given twice (also on line 4); YAML would keep only this one, keep one",
+        "coverage.yaml:5: minirl: is given twice (also on line 2); YAML would keep only this one, keep one",
+    ]
+
+
+def test_a_merged_key_may_be_overridden():
+    a, b = parse_groups(textwrap.dedent("""\
+        repos:
+          minirl:
+            groups:
+              - &base {name: a, tests: [t.py], dimensions: {x: [1, 2]}, strength: 2}
+              - {<<: *base, name: b, strength: 1}
+        """), "coverage.yaml", "minirl")
+
+    assert (a.strength, b.name, b.strength, b.tests) == (2, "b", 1, ("t.py",))
+
+
+def test_a_repo_name_repos_yaml_does_not_know_is_refused_unless_it_is_the_checkout_s():
+    text = "repos:\n  minirl: {groups: []}\n  minirll: {groups: []}\n"
+    with pytest.raises(CatalogError) as caught:
+        parse_groups(text, "coverage.yaml", "minirl", known={"minirl", "other"})
+    assert [str(p) for p in caught.value.problems] == [
+        "coverage.yaml:3: repos.minirll: 'minirll' is not a repo in repos.yaml (known: minirl, other); fix the name, "
+        "or keep an unconfigured checkout's groups (under its folder name) in a file of their own given with --groups"]
+    assert parse_groups(text, "coverage.yaml", "minirll", known={"minirl"}) == ()
+
+
+def test_a_test_listed_twice_is_located():
+    assert errors("""\
+        repos:
+          minirl:
+            groups:
+              - {name: a, tests: [tests/t.py, ./tests/t.py, tests/u.py], dimensions: {x: [1, 2]}}
+        """) == ["coverage.yaml:4: repos.minirl.groups[0].tests: tests/t.py is listed twice; list each test once"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import textwrap
 
+from pipelines.core.catalog.scan import FileScan
 from pipelines.core.coverage.matrix import declared_groups, python_matrix, template_matrix
 
 
@@ -88,7 +89,8 @@ jobs:
 
 
 def test_a_templates_entries_for_one_test_are_its_configurations_with_env_defaults_filled_in():
-    configs, problems = template_matrix(TEMPLATE, ".github/workflows/pr-test.yml.j2", "tests/test_fp8.py")
+    configs, problems = template_matrix(TEMPLATE, ".github/workflows/pr-test.yml.j2", "tests/test_fp8.py",
+                                         scan=FileScan("tests/test_fp8.py"), default_gpus=8)
 
     assert problems == []
     assert [(c.name, c.path, c.line, c.field("use_fp8_rollout"), c.field("enable_eval")) for c in configs] == [
@@ -98,6 +100,16 @@ def test_a_templates_entries_for_one_test_are_its_configurations_with_env_defaul
 
 
 def test_a_test_the_template_never_runs_is_a_problem():
-    _, problems = template_matrix(TEMPLATE, "t.j2", "tests/test_gone.py")
+    _, problems = template_matrix(TEMPLATE, "t.j2", "tests/test_gone.py", scan=FileScan("tests/test_gone.py"), default_gpus=8)
 
     assert [str(p) for p in problems] == ["t.j2:1: test_file: no entry runs tests/test_gone.py; add one or drop it from the group"]
+
+
+def test_two_rows_of_one_matrix_with_one_name_are_located():
+    source = '# (name, tp)\n_CONFIGS = [\n    ("a", 1),\n    ("b", 2),\n    ("a", 4),\n]\n'
+
+    configs, problems = python_matrix(source, "tests/t.py", "_CONFIGS")
+
+    assert len(configs) == 3
+    assert [str(p) for p in problems] == [
+        "tests/t.py:5: a: another configuration of this test is named 'a' (line 3); give each a name of its own"]

@@ -17,6 +17,7 @@ def test_each_reported_configuration_has_its_outcome_and_unreported_ones_are_abs
     assert "never-ran" not in config_outcomes(LOG)
 
 
-def test_a_later_report_of_the_same_configuration_wins_and_other_words_are_ignored():
-    assert config_outcomes("config a: failed\nconfig a: passed\nconfig b: skipped\nmy config c: passed\n") == {
-        "a": "passed", "c": "passed"}
+def test_a_configuration_reported_twice_keeps_a_failure_and_other_words_are_ignored():
+    assert config_outcomes("config a: failed\nconfig a: passed\nconfig b: passed\nconfig b: failed\n"
+                           "config d: passed\nconfig d: passed\nconfig e: skipped\nmy config c: passed\n") == {
+        "a": "failed", "b": "failed", "d": "passed", "c": "passed"}
