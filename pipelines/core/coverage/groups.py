@@ -96,8 +96,9 @@ def load_groups(path: Path | str, repo: str, known: Collection[str] | None = Non
 def parse_groups(text: str, where: str, repo: str, known: Collection[str] | None = None) -> tuple[Group, ...]:
     """Validate the whole file (every repo's groups) and return ``repo``'s; raise all problems at once.
 
-    ``known``: the repo names of repos.yaml; any other name but ``repo`` itself (an unconfigured
-    checkout goes by its folder name) is a misspelling whose groups would never be checked.
+    ``known``: the repo names of repos.yaml. When ``repo`` has no groups here, every other name
+    repos.yaml lacks is reported: it is most likely ``repo`` misspelt, whose groups would never be
+    checked. (Checking a repo that has its groups leaves other unconfigured checkouts' names alone.)
     """
     loader = _Lines(text)
     try:
@@ -121,10 +122,6 @@ def parse_groups(text: str, where: str, repo: str, known: Collection[str] | None
     out: dict[str, tuple[Group, ...]] = {}
     for name, body in repos.items():
         at = f"repos.{name}"
-        if known is not None and str(name) not in known and str(name) != repo:
-            reader.add(repos.lines.get(str(name), repos.line), at, (
-                f"{name!r} is not a repo in repos.yaml (known: {', '.join(sorted(known)) or 'none'}); fix the name, or keep "
-                "an unconfigured checkout's groups (under its folder name) in a file of their own given with --groups"))
         is_map = reader.is_map(body, at, repos, name)
         if is_map:
             reader.unknown(body, at, REPO_KEYS)
@@ -136,6 +133,14 @@ def parse_groups(text: str, where: str, repo: str, known: Collection[str] | None
                 reader.add(int(group.origin.rsplit(":", 1)[1]), f"{at}.groups", f"two groups are named {group.name!r}; rename one")
             seen.add(group.name)
         out[str(name)] = tuple(filter(None, parsed))
+    if known is not None and repo not in out:
+        for name in repos:
+            if str(name) not in known:
+                near = difflib.get_close_matches(repo, [str(name)], n=1)
+                hint = f"did you mean {repo!r}? " if near else ""
+                reader.add(repos.lines.get(str(name), repos.line), f"repos.{name}", (
+                    f"{name!r} is not a repo in repos.yaml (known: {', '.join(sorted(known)) or 'none'}) and {repo!r} "
+                    f"has no groups here; {hint}fix the name (an unconfigured checkout goes by its folder name)"))
     if reader.problems:
         raise CatalogError(sorted(reader.problems, key=lambda p: p.line))
     return out.get(repo, ())

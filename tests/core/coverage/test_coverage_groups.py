@@ -184,14 +184,20 @@ def test_a_merged_key_may_be_overridden():
     assert (a.strength, b.name, b.strength, b.tests) == (2, "b", 1, ("t.py",))
 
 
-def test_a_repo_name_repos_yaml_does_not_know_is_refused_unless_it_is_the_checkout_s():
-    text = "repos:\n  minirl: {groups: []}\n  minirll: {groups: []}\n"
+def test_a_misspelt_repo_name_is_refused_when_the_checked_repo_has_no_groups():
+    text = "repos:\n  other: {groups: []}\n  minirll: {groups: []}\n"
     with pytest.raises(CatalogError) as caught:
         parse_groups(text, "coverage.yaml", "minirl", known={"minirl", "other"})
     assert [str(p) for p in caught.value.problems] == [
-        "coverage.yaml:3: repos.minirll: 'minirll' is not a repo in repos.yaml (known: minirl, other); fix the name, "
-        "or keep an unconfigured checkout's groups (under its folder name) in a file of their own given with --groups"]
-    assert parse_groups(text, "coverage.yaml", "minirll", known={"minirl"}) == ()
+        "coverage.yaml:3: repos.minirll: 'minirll' is not a repo in repos.yaml (known: minirl, other) and 'minirl' "
+        "has no groups here; did you mean 'minirl'? fix the name (an unconfigured checkout goes by its folder name)"]
+    # the unconfigured checkout itself, by its folder name, reads its groups
+    assert parse_groups(text, "coverage.yaml", "minirll", known={"minirl", "other"}) == ()
+
+
+def test_an_unconfigured_checkout_s_groups_do_not_break_checking_another_repo():
+    text = "repos:\n  minirl: {groups: []}\n  somefolder: {groups: []}\n"
+    assert parse_groups(text, "coverage.yaml", "minirl", known={"minirl"}) == ()
 
 
 def test_a_test_listed_twice_is_located():
