@@ -167,8 +167,8 @@ def _run_planned(night: Night, runset: RunSet, selection: RunSelection, tests: l
                                        "were killed and recorded as `interrupted`"], True)
         raise
     result = outcome["result"]
-    findings = detect_bad_nodes(result.attempts)
-    notes = [f.summary for f in findings] + night.cordon(findings) + night.notes + list(getattr(launcher, "notes", []))
+    findings = detect_bad_nodes(result.attempts, history=night.node_history)
+    notes = [_bad_node_note(f, result.attempts) for f in findings] + night.cordon(findings) + night.notes + list(getattr(launcher, "notes", []))
     for n in notes:
         say(n)
     yield NightDone(record(result, notes, False))
@@ -226,7 +226,7 @@ class _Progress:
                 if status == "running" else f"INCOMPLETE: {note}")
         summary = night_summary(self.night, self.runset, self.selection, self.plan, result, [], [head, *self.notes],
                                 infra=self.infra, tags=self.tags, interrupted=status == "interrupted")
-        v = night_verdict(self.attempts, self.states)
+        v = night_verdict(self.attempts, self.states, self.night.node_history)
         summary.update({
             "status": status, "updated_at": now,
             # unfinished tests are not passes: the night is not OK until a whole record says so
@@ -363,9 +363,22 @@ def flaky_verdict(night: Night, attempts: list[Attempt], notes: list[str]) -> di
     except Exception as exc:  # noqa: BLE001 - flakiness is advice; the record must still be written
         notes.append(f"flaky states not computed: {exc}")
         states = {}
-    v = night_verdict(attempts, states)
+    v = night_verdict(attempts, states, night.node_history)
+    findings = detect_bad_nodes(attempts, history=night.node_history)
     return {"flaky": recorded_states(states),
-            "verdict": verdict_record(v)}
+            "verdict": verdict_record(v),
+            # the evidence as the night saw it (with its history window): the report prints this
+            "bad_nodes": [dataclasses.asdict(f) for f in findings]}
+
+
+def _bad_node_note(finding, attempts: list[Attempt]) -> str:
+    """The night's line about a bad node: its evidence, and what became of the tests it failed."""
+    retried = [a for a in attempts if a.details.get("retry_of") == finding.node]
+    passed = sum(1 for a in retried if a.outcome == "passed")
+    if not retried:
+        return f"{finding.summary}; no test was retried on another node (none failed there, or the pool has no other node)"
+    return (f"{finding.summary}; {len(retried)} test(s) that failed there were retried on another node, "
+            f"{passed} passed (the retry's outcome is the test's)")
 
 
 def _recorded(attempt: Attempt) -> dict:

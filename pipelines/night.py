@@ -23,7 +23,7 @@ from pathlib import Path
 from pipelines.core.calibrate import calibrate, drift, evidence_csv, near_timeout
 from pipelines.core.catalog import load_catalog
 from pipelines.core.catalog.ids import safe_filename
-from pipelines.core.health import avoid_nodes, detect_bad_nodes
+from pipelines.core.health import assess_nodes, avoid_nodes, passed_nodes
 from pipelines.core.history import HistoryError, HistoryStore, sample_from_attempt
 from pipelines.core.jsonlines import key_lines
 from pipelines.core.model import (
@@ -418,9 +418,14 @@ class Night:
             if on_finish:
                 on_finish(attempt)
 
+        recent = self.node_history
+
         def bad_nodes() -> tuple[str, ...]:
-            """Nodes tonight's attempts so far prove bad: later attempts keep off them."""
-            return avoid_nodes(detect_bad_nodes(list(seen)))
+            """Nodes tonight's attempts so far prove bad or make suspect: later attempts keep off
+            them, and each failure there is retried once elsewhere (the evidence that names a suspect)."""
+            with lock:
+                attempts = list(seen)
+            return avoid_nodes(*assess_nodes(attempts, history=recent))
 
         pools = [p.pool() for p in self.deployment.pools]
         result = run_plan(plan, pools, launcher or self.launcher(), self.request, max_infra_retries=self.deployment.max_infra_retries,
@@ -428,6 +433,17 @@ class Night:
         if unsaved:
             store.append(unsaved)  # a second failure is raised: the attempts are still in the night's summary
         return result
+
+    @cached_property
+    def node_history(self) -> dict[str, frozenset[str]]:
+        """Per test, the nodes it passed on in its recent runs before this one: what says a test
+        that failed on a suspect node tonight is fine (pipelines.core.health.passed_nodes). Read
+        once: tonight's own samples are left out anyway."""
+        try:
+            return passed_nodes(self.history.read(), exclude_run=self.run_id)
+        except HistoryError as exc:  # the night goes on judging nodes by tonight's attempts alone
+            log.warning("history store unavailable for judging nodes: %s", exc)
+            return {}
 
     def store_log(self, attempt: Attempt, notes: list[str] | None = None) -> str | None:
         """Put the attempt's log in the state store (S3 in production, where the pod's folder goes

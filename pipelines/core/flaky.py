@@ -16,13 +16,13 @@ when) come from a JSON document: a hand-made quarantine holds until released by 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, fields, replace
 from datetime import UTC, datetime
 from typing import NamedTuple
 
 from pipelines.core.calibrate.policies import parse_time
-from pipelines.core.health import detect_bad_nodes
+from pipelines.core.health import detect_bad_nodes, passed_nodes
 from pipelines.core.model import Attempt, CatalogError, Problem, Sample
 
 STATES = ("healthy", "flaky", "quarantined", "released")
@@ -143,9 +143,10 @@ def night_records(samples: Sequence[Sample]) -> list[NightRecord]:
         if s.started_at and (s.run_id not in first or s.started_at < first[s.run_id]):
             first[s.run_id] = s.started_at
     out = []
-    for run_id in sorted(runs, key=lambda r: _time(first.get(r, ""))):
+    order = sorted(runs, key=lambda r: _time(first.get(r, "")))
+    for i, run_id in enumerate(order):
         mine = runs[run_id]
-        bad = _bad_nodes(mine)
+        bad = _bad_nodes(mine, lambda i=i: (s for r in order[:i] for s in runs[r]))
         per_test: dict[str, list[Sample]] = {}
         for s in mine:
             if s.outcome == "passed" or (s.outcome in _FAIL and s.node not in bad):
@@ -158,10 +159,11 @@ def night_records(samples: Sequence[Sample]) -> list[NightRecord]:
     return out
 
 
-def _bad_nodes(run: Sequence[Sample]) -> set[str]:
-    """The run's bad nodes (pipelines.core.health), asked only when some node failed half its attempts.
-
-    Samples carry no infra reason, so only the failure-rate rule can fire; it needs that rate.
+def _bad_nodes(run: Sequence[Sample], earlier: Callable[[], Iterable[Sample]] = tuple) -> set[str]:
+    """The run's bad nodes (pipelines.core.health), judged as the night judged them: from the run's
+    samples (a failure retried elsewhere that passed is there) and the runs before it (``earlier``).
+    Asked only when some node failed half its attempts: samples carry no infra reason, so only the
+    failure-rate rules can fire, and they need that rate.
     """
     total: dict[str, int] = defaultdict(int)
     failed: dict[str, int] = defaultdict(int)
@@ -171,7 +173,7 @@ def _bad_nodes(run: Sequence[Sample]) -> set[str]:
             failed[s.node] += s.outcome in _FAIL
     if not any(failed[n] >= 2 and failed[n] * 2 >= total[n] for n in total):
         return set()
-    return {f.node for f in detect_bad_nodes([_attempt(s) for s in run if s.node])}
+    return {f.node for f in detect_bad_nodes([_attempt(s) for s in run if s.node], history=passed_nodes(earlier()))}
 
 
 def _attempt(s: Sample) -> Attempt:
@@ -429,13 +431,17 @@ class Verdict:
 
     @property
     def ok(self) -> bool:
-        return not (self.failed or self.infra or self.bad_nodes or self.interrupted)
+        """A bad node alone does not fail the night: its failures were retried elsewhere, and a test
+        whose retry failed too (or that had nowhere else to go) is in ``failed``."""
+        return not (self.failed or self.infra or self.interrupted)
 
 
-def night_verdict(attempts: Iterable[Attempt], states: Mapping[str, FlakyState]) -> Verdict:
-    """Each test's last attempt decides; a quarantined test's failure is excused unless its node was bad."""
+def night_verdict(attempts: Iterable[Attempt], states: Mapping[str, FlakyState],
+                  history: Mapping[str, Iterable[str]] | None = None) -> Verdict:
+    """Each test's last attempt decides; a quarantined test's failure is excused unless its node was bad.
+    ``history``: ``passed_nodes`` of the runs before, as the night judged its nodes with."""
     attempts = list(attempts)
-    bad = {f.node for f in detect_bad_nodes(attempts)}
+    bad = {f.node for f in detect_bad_nodes(attempts, history=history)}
     last: dict[str, Attempt] = {}
     for a in attempts:
         last[a.test_id] = a

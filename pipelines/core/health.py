@@ -1,31 +1,41 @@
-"""Bad GPU nodes, found from one night's attempts.
+"""Bad GPU nodes, found from one night's attempts (and, where the caller has it, recent history).
 
 The real case: one H200 host returned CUDA "Error 802" and failed 12 of 12 tests that passed on
-another host; nothing pointed at the host. Two rules, both needing only :class:`Attempt` records
-with ``node`` set:
+another host; nothing pointed at the host. Every node is judged against the night's other nodes:
 
 - *infra*: the node's attempts end in node-attributable infra errors (GPU not usable, node lost,
   shutdown, eviction). One "GPU not usable" is enough (the pre-flight proved it); others need
   ``min_infra`` hits.
-- *failure rate*: the node's failure rate stands far above the rest of the night's nodes *and*
-  tests that failed there passed elsewhere the same night (so it is the node, not the tests).
+- *suspect*: the node's failure rate stands far above the other nodes' (``min_rate``, ``min_gap``)
+  on at least ``min_tests`` *different* tests that did not also fail on another node tonight (a
+  test failing everywhere is the test's). A suspect is not named: it is avoided, and the night
+  retries its failures elsewhere (``retries_due``) to learn which it is.
+- *failure_rate*: a suspect whose tests are fine: ``min_tests`` of them passed on another node
+  tonight (a retry), or passed on another node in their recent history (``passed_nodes``).
+- *contrast*: a suspect whose contrast alone is overwhelming: ``contrast_tests`` different tests
+  failed there while the other nodes ran ``contrast_rest`` attempts with at most
+  ``contrast_rest_rate`` failing (12 of 12 against 0 of 23).
 
+Guards: one broken test failing three times on a node is one test, never a node; a night where
+everything fails everywhere has no gap; failures the retry repeats elsewhere clear the node.
 The findings carry the evidence text the night report prints; the dispatcher passes their nodes
-as ``avoid_nodes`` to later attempts.
+(and the suspects) as ``avoid_nodes`` to later attempts.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from pipelines.core.model import Attempt
+from pipelines.core.model import Attempt, Sample
 
 #: Infra reasons that point at the node the attempt ran on (the launchers' Attempt.reason values).
 NODE_FAULTS = frozenset({"gpu_unusable", "node_lost", "node_shutdown", "evicted"})
 #: One of these alone proves the node bad.
 HARD_FAULTS = frozenset({"gpu_unusable"})
+#: Outcomes a retry on another node may turn around.
+RETRIABLE = ("failed", "timed_out")
 
 
 @dataclass(frozen=True)
@@ -33,7 +43,7 @@ class NodeFinding:
     """A node the night should stop using, and why."""
 
     node: str
-    rule: str  # "infra" or "failure_rate"
+    rule: str  # "infra", "failure_rate" or "contrast"
     failed: int
     total: int
     rest_failed: int
@@ -46,59 +56,147 @@ class NodeFinding:
         return f"bad node {self.node}: {self.evidence}"
 
 
+@dataclass(frozen=True)
+class Thresholds:
+    """When a node is suspect, and when it is bad (defaults: see the module's docstring)."""
+
+    min_infra: int = 2
+    min_attempts: int = 2
+    min_rate: float = 0.5
+    min_gap: float = 0.5
+    min_tests: int = 2
+    contrast_tests: int = 3
+    contrast_rest: int = 10
+    contrast_rest_rate: float = 0.1
+
+
 def _failed(a: Attempt) -> bool:
-    return a.outcome in ("failed", "timed_out") or (a.outcome == "infra_error" and a.reason in NODE_FAULTS)
+    return a.outcome in RETRIABLE or (a.outcome == "infra_error" and a.reason in NODE_FAULTS)
 
 
-def detect_bad_nodes(
-    attempts: Sequence[Attempt],
-    *,
-    min_infra: int = 2,
-    min_attempts: int = 3,
-    min_rate: float = 0.5,
-    min_gap: float = 0.5,
-    min_passed_elsewhere: int = 2,
-) -> list[NodeFinding]:
-    """Nodes whose attempts this night say the node, not the tests, is broken (worst first)."""
+def passed_nodes(history: Iterable[Sample], runs: int = 14, exclude_run: str = "") -> dict[str, frozenset[str]]:
+    """Per test, the nodes it passed on in its newest ``runs`` runs of ``history`` (``exclude_run``:
+    tonight's, whose attempts are judged as such): the "its recent history says it passes" evidence."""
+    by_run: dict[str, dict[str, tuple[str, set[str]]]] = defaultdict(dict)
+    for s in history:
+        if s.run_id == exclude_run:
+            continue
+        when, nodes = by_run[s.test_id].get(s.run_id, ("", set()))
+        if s.outcome == "passed" and s.node:
+            nodes.add(s.node)
+        by_run[s.test_id][s.run_id] = (max(when, s.started_at), nodes)
+    out = {}
+    for test_id, per_run in by_run.items():
+        newest = sorted(per_run.values(), key=lambda x: x[0])[-runs:]
+        nodes = frozenset(n for _, ns in newest for n in ns)
+        if nodes:
+            out[test_id] = nodes
+    return out
+
+
+def detect_bad_nodes(attempts: Sequence[Attempt], *, history: Mapping[str, Collection[str]] | None = None,
+                     limits: Thresholds = Thresholds()) -> list[NodeFinding]:
+    """Nodes whose attempts this night say the node, not the tests, is broken (worst first).
+
+    ``history``: ``passed_nodes(...)`` of the runs before this one, where the caller has them."""
+    return assess_nodes(attempts, history=history, limits=limits)[0]
+
+
+def suspect_nodes(attempts: Sequence[Attempt], *, history: Mapping[str, Collection[str]] | None = None,
+                  limits: Thresholds = Thresholds()) -> tuple[str, ...]:
+    """Nodes failing far more than the others tonight without the evidence yet to name them."""
+    return assess_nodes(attempts, history=history, limits=limits)[1]
+
+
+def assess_nodes(attempts: Sequence[Attempt], *, history: Mapping[str, Collection[str]] | None = None,
+                 limits: Thresholds = Thresholds()) -> tuple[list[NodeFinding], tuple[str, ...]]:
+    """(bad nodes, worst first; suspects that are not bad), from the night's attempts so far."""
     by_node: dict[str, list[Attempt]] = defaultdict(list)
     passed_on: dict[str, set[str]] = defaultdict(set)
+    failed_on: dict[str, set[str]] = defaultdict(set)
     for a in attempts:
         if not a.node or a.outcome == "skipped":
             continue
         by_node[a.node].append(a)
         if a.outcome == "passed":
             passed_on[a.test_id].add(a.node)
-
+        elif a.outcome in RETRIABLE:
+            failed_on[a.test_id].add(a.node)
     findings: list[NodeFinding] = []
+    suspects: list[str] = []
     for node, mine in sorted(by_node.items()):
         rest = [a for n, xs in by_node.items() if n != node for a in xs]
         failed = [a for a in mine if _failed(a)]
-        rest_failed = sum(1 for a in rest if _failed(a))
-        infra = [a for a in mine if a.outcome == "infra_error" and a.reason in NODE_FAULTS]
-        tests = tuple(dict.fromkeys(a.test_id for a in failed))
-        base = dict(node=node, failed=len(failed), total=len(mine), rest_failed=rest_failed, rest_total=len(rest), tests=tests)
-        if infra and (len(infra) >= min_infra or any(a.reason in HARD_FAULTS for a in infra)):
-            kinds = ", ".join(f"{k} x{sum(1 for a in infra if a.reason == k)}" for k in sorted({a.reason for a in infra}))
-            evidence = (f"{len(infra)} infra error(s) on this node ({kinds}); "
-                        f"{len(failed)} of {len(mine)} attempts failed here; {_examples(infra)}")
-            findings.append(NodeFinding(rule="infra", evidence=evidence, **base))
+        base = dict(node=node, failed=len(failed), total=len(mine), rest_failed=sum(1 for a in rest if _failed(a)),
+                    rest_total=len(rest), tests=tuple(dict.fromkeys(a.test_id for a in failed)))
+        infra = _infra(node, mine, failed, base, limits)
+        if infra is not None:
+            findings.append(infra)
             continue
-        if len(mine) < min_attempts or not rest:
+        # a test that failed on another node tonight too, and passed on none, is the test's own doing
+        blamed = [a for a in failed if a.outcome in RETRIABLE
+                  and not (failed_on[a.test_id] - {node} and not passed_on[a.test_id] - {node})]
+        if not _suspect(mine, blamed, rest, base, limits):
             continue
-        rate = len(failed) / len(mine)
-        rest_rate = rest_failed / len(rest)
-        elsewhere = {a.test_id: sorted(passed_on[a.test_id] - {node}) for a in failed if passed_on[a.test_id] - {node}}
-        if rate >= min_rate and rate - rest_rate >= min_gap and len(elsewhere) >= min(min_passed_elsewhere, len(failed)):
-            hosts: dict[str, int] = defaultdict(int)
-            for nodes in elsewhere.values():
-                for n in nodes:
-                    hosts[n] += 1
-            where = ", ".join(f"{n}: {c}" for n, c in sorted(hosts.items(), key=lambda x: (-x[1], x[0])))
-            evidence = (f"{len(failed)} of {len(mine)} attempts failed here (other nodes: {rest_failed} of {len(rest)}); "
-                        f"{len(elsewhere)} of these tests passed elsewhere the same night ({where}); "
-                        f"{_examples([a for a in failed if a.test_id in elsewhere])}")
-            findings.append(NodeFinding(rule="failure_rate", evidence=evidence, **base))
-    return sorted(findings, key=lambda f: (-f.failed, f.node))
+        finding = _judged(node, blamed, rest, base, passed_on, history or {}, limits)
+        if finding is None:
+            suspects.append(node)
+        else:
+            findings.append(finding)
+    return sorted(findings, key=lambda f: (-f.failed, f.node)), tuple(suspects)
+
+
+def _infra(node: str, mine: list[Attempt], failed: list[Attempt], base: dict, limits: Thresholds) -> NodeFinding | None:
+    infra = [a for a in mine if a.outcome == "infra_error" and a.reason in NODE_FAULTS]
+    if not infra or (len(infra) < limits.min_infra and not any(a.reason in HARD_FAULTS for a in infra)):
+        return None
+    kinds = ", ".join(f"{k} x{sum(1 for a in infra if a.reason == k)}" for k in sorted({a.reason for a in infra}))
+    return NodeFinding(rule="infra", evidence=(f"{len(infra)} infra error(s) on this node ({kinds}); "
+                                               f"{len(failed)} of {len(mine)} attempts failed here; {_examples(infra)}"),
+                       **base)
+
+
+def _distinct(attempts: Iterable[Attempt]) -> list[str]:
+    return list(dict.fromkeys(a.test_id for a in attempts))
+
+
+def _suspect(mine: list[Attempt], blamed: list[Attempt], rest: list[Attempt], base: dict, limits: Thresholds) -> bool:
+    """Far more failures here than on the other nodes, on different tests."""
+    if len(mine) < limits.min_attempts or not rest or len(_distinct(blamed)) < limits.min_tests:
+        return False
+    rate = base["failed"] / len(mine)
+    return rate >= limits.min_rate and rate - base["rest_failed"] / len(rest) >= limits.min_gap
+
+
+def _judged(node: str, blamed: list[Attempt], rest: list[Attempt], base: dict, passed_on: Mapping[str, set[str]],
+            history: Mapping[str, Collection[str]], limits: Thresholds) -> NodeFinding | None:
+    """The suspect named bad when the evidence says its tests are fine; None while it does not."""
+    tests = _distinct(blamed)
+    tonight = {t: passed_on[t] - {node} for t in tests if passed_on[t] - {node}}
+    recent = {t: set(history.get(t, ())) - {node} for t in tests if t not in tonight and set(history.get(t, ())) - {node}}
+    head = f"{base['failed']} of {base['total']} attempts failed here (other nodes: {base['rest_failed']} of {len(rest)}); "
+    if len(tonight) + len(recent) >= limits.min_tests:
+        parts = []
+        if tonight:
+            parts.append(f"{len(tonight)} of these tests passed elsewhere the same night ({_hosts(tonight)})")
+        if recent:
+            parts.append(f"{len(recent)} passed on other nodes in their recent history ({_hosts(recent)})")
+        shown = [a for a in blamed if a.test_id in tonight or a.test_id in recent]
+        return NodeFinding(rule="failure_rate", evidence=head + "; ".join(parts) + f"; {_examples(shown)}", **base)
+    rest_rate = base["rest_failed"] / len(rest)
+    if len(tests) >= limits.contrast_tests and len(rest) >= limits.contrast_rest and rest_rate <= limits.contrast_rest_rate:
+        return NodeFinding(rule="contrast", evidence=(
+            head + f"{len(tests)} different tests failed here while the other nodes almost never failed: "
+            f"the node, not {len(tests)} tests at once; {_examples(blamed)}"), **base)
+    return None
+
+
+def _hosts(where: Mapping[str, Collection[str]]) -> str:
+    count: dict[str, int] = defaultdict(int)
+    for nodes in where.values():
+        for n in nodes:
+            count[n] += 1
+    return ", ".join(f"{n}: {c}" for n, c in sorted(count.items(), key=lambda x: (-x[1], x[0])))
 
 
 def _examples(attempts: Sequence[Attempt], limit: int = 3) -> str:
@@ -108,9 +206,19 @@ def _examples(attempts: Sequence[Attempt], limit: int = 3) -> str:
     return "e.g. " + "; ".join(shown) + more
 
 
-def avoid_nodes(findings: Sequence[NodeFinding]) -> tuple[str, ...]:
-    """The nodes later attempts must not land on."""
-    return tuple(f.node for f in findings)
+def avoid_nodes(findings: Sequence[NodeFinding], suspects: Sequence[str] = ()) -> tuple[str, ...]:
+    """The nodes later attempts must not land on: the bad ones, and the suspects until they are cleared."""
+    return tuple(dict.fromkeys((*(f.node for f in findings), *suspects)))
+
+
+def retries_due(attempts: Sequence[Attempt], avoid: Collection[str], retried: Collection[str] = ()) -> list[Attempt]:
+    """The failed or timed-out attempts on an avoided node whose test has had no later attempt and
+    no such retry yet (``retried``): each gets one retry on another node, whose outcome is the test's.
+    Failures from before the node was found count too: they were the node's all along."""
+    last: dict[str, Attempt] = {}
+    for a in attempts:
+        last[a.test_id] = a
+    return [a for a in last.values() if a.outcome in RETRIABLE and a.node in avoid and a.test_id not in retried]
 
 
 def report_lines(findings: Sequence[NodeFinding]) -> list[str]:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, fields
 from pipelines.core.calibrate.evidence import NearTimeout, drift, near_timeout
 from pipelines.core.calibrate.policies import parse_time
 from pipelines.core.flaky import FlakyState, night_verdict, recorded_verdict, replay
-from pipelines.core.health import NodeFinding, detect_bad_nodes
+from pipelines.core.health import NodeFinding, detect_bad_nodes, passed_nodes
 from pipelines.core.model import Attempt, Estimate, Plan, Sample, Test
 from pipelines.core.trends import (
     Changes,
@@ -214,6 +214,17 @@ def attempts_of(summary: Mapping) -> list[Attempt]:
             for a in summary.get("attempts", ())]
 
 
+def recorded_findings(summary: Mapping) -> list[NodeFinding]:
+    """The bad nodes the night found, with the evidence it had (its history window included); []
+    for a record written before they were kept (``build_report`` then judges the attempts again)."""
+    known = {f.name for f in fields(NodeFinding)}
+    out = []
+    for f in summary.get("bad_nodes") or ():
+        if isinstance(f, Mapping) and known <= set(f):
+            out.append(NodeFinding(**{**{k: f[k] for k in known}, "tests": tuple(f["tests"])}))
+    return out
+
+
 def tail_lines(text: str, n: int = 30) -> str:
     """The last ``n`` lines of a log: where the error usually is."""
     return "\n".join(text.rstrip("\n").splitlines()[-n:])
@@ -307,7 +318,8 @@ def build_report(
     if states is None:
         states = {k: FlakyState.from_dict(v) for k, v in summary["flaky"].items()} if isinstance(
             summary.get("flaky"), Mapping) else replay(samples)
-    findings = detect_bad_nodes(attempts)
+    findings = recorded_findings(summary) if "bad_nodes" in summary else detect_bad_nodes(
+        attempts, history=passed_nodes(samples, exclude_run=str(summary.get("run_id", ""))))
     bad = {f.node for f in findings}
     verdict = recorded_verdict(summary)  # as the night decided it
     if verdict is None:  # an older record: judged from its attempts, where a selected test without one is no pass
@@ -339,10 +351,12 @@ def build_report(
     verdict_text = ("FAILED: " if not verdict.ok else "OK: ") + ", ".join(
         x for x in (f"{len(verdict.failed)} test(s) failed" if verdict.failed else "",
                     f"{len(verdict.infra)} infra error(s)" if verdict.infra else "",
-                    f"bad node(s) {', '.join(verdict.bad_nodes)}" if verdict.bad_nodes else "",
+                    f"bad node(s) {', '.join(verdict.bad_nodes)}" + (
+                        "; every test that failed there passed on another node" if verdict.ok else "")
+                    if verdict.bad_nodes else "",
                     f"{len(verdict.interrupted)} interrupted" if verdict.interrupted else "",
                     f"{len(verdict.excused)} quarantined failure(s) excused" if verdict.excused else "") if x
-    ) if (not verdict.ok or verdict.excused) else "OK: every test passed"
+    ) if (not verdict.ok or verdict.excused or verdict.bad_nodes) else "OK: every test passed"
     if summary.get("status") == "running":  # a partial record: the run goes on, or its worker died
         unfinished = (summary.get("verdict") or {}).get("unfinished") or ()
         verdict_text = (f"INCOMPLETE: {len(unfinished)} test(s) had not finished when the record was last written "

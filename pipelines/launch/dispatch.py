@@ -1,7 +1,8 @@
 """Dynamic dispatch: start tests in plan priority as soon as enough GPUs free up.
 
 The choice of what starts next is the pure ``DispatchQueue`` of the planner; this module only
-adds threads, the launcher calls, infra retries on another node and progress callbacks. A
+adds threads, the launcher calls, retries on another node (infra errors, and failures on a node
+found bad) and progress callbacks. A
 launcher never decides what runs next; this loop never decides how a test is launched.
 """
 
@@ -12,6 +13,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from pipelines.core.health import retries_due
 from pipelines.core.model import Assignment, Attempt, Plan, Pool
 from pipelines.core.plan import DispatchQueue
 from pipelines.launch.base import Launcher, LaunchRequest, LogSink
@@ -52,8 +54,11 @@ def run_plan(
 
     Infra errors (lost node, unusable GPU, eviction) are retried up to ``max_infra_retries``
     times, avoiding the nodes they failed on and every node ``avoid_nodes()`` names at that
-    moment; test failures, timeouts and infra errors a launcher marks ``retriable=false``
-    (unschedulable, config errors: another node would not help) are final. Once ``stop`` is
+    moment; infra errors a launcher marks ``retriable=false`` (unschedulable, config errors:
+    another node would not help) are final. A test failure or timeout is final unless it
+    happened on a node ``avoid_nodes()`` names (found bad, or suspect, at any time later in the
+    night): then the test gets one retry elsewhere (``details["retry_of"]``: the node it left),
+    whose outcome is the test's; not in a one-node pool, where there is no elsewhere. Once ``stop`` is
     set (the run was interrupted) nothing new starts and no retry is made; running attempts end
     as their launcher ends them (``interrupt()`` kills them) and are still returned.
     """
@@ -62,23 +67,31 @@ def run_plan(
     result = DispatchResult(started_at=time.monotonic())
     finished = threading.Condition()
     done_ids: list[str] = []
+    retries_done: list[str] = []
     errors: list[BaseException] = []
+    threads: list[threading.Thread] = []
+    placed: dict[str, tuple[Assignment, int, tuple[int, ...]]] = {}
+    retried: set[str] = set()
+    nodes_of = {p.name: p.nodes for p in pools}
 
-    def worker(a: Assignment, node: int, slots: tuple[int, ...]) -> None:
+    def worker(a: Assignment, node: int, slots: tuple[int, ...], attempt_no: int = 1,
+               failed_nodes: tuple[str, ...] = ()) -> None:
+        first = attempt_no
         try:
-            attempt_no, failed_nodes = 1, ()
             while True:
                 avoid = tuple(dict.fromkeys((*failed_nodes, *(avoid_nodes() if avoid_nodes else ()))))
                 req = make_request(a, node, slots, attempt_no, avoid)
                 if on_start:
                     on_start(req)
                 attempt = launcher.launch(req, on_log(a.test_id) if on_log else None)
+                if first > 1 and attempt_no == first:  # the retry of a failure on a node found bad
+                    attempt.details["retry_of"] = failed_nodes[-1]
                 with finished:
                     result.attempts.append(attempt)
                 if on_finish:
                     on_finish(attempt)
                 retriable = attempt.details.get("retriable", "true") != "false"
-                if (attempt.outcome != "infra_error" or not retriable or attempt_no > max_infra_retries
+                if (attempt.outcome != "infra_error" or not retriable or attempt_no - first >= max_infra_retries
                         or stop.is_set()):
                     break
                 attempt_no += 1
@@ -88,21 +101,40 @@ def run_plan(
                 errors.append(exc)
         finally:
             with finished:
-                done_ids.append(a.test_id)
+                (retries_done if first > 1 else done_ids).append(a.test_id)
                 finished.notify_all()
 
-    threads: list[threading.Thread] = []
+    def start(*args) -> None:
+        t = threading.Thread(target=worker, args=args, name=f"test:{args[0].test_id}", daemon=True)
+        threads.append(t)
+        t.start()
+
+    def start_retries() -> int:
+        """One retry elsewhere for each failure on a node tonight's attempts now say to avoid."""
+        avoid = avoid_nodes() if avoid_nodes and not stop.is_set() else ()
+        started = 0
+        for failed in retries_due(result.attempts, avoid, retried) if avoid else ():
+            retried.add(failed.test_id)
+            a, node, slots = placed[failed.test_id]
+            if nodes_of.get(a.pool, 0) > 1:  # a one-node pool has nowhere else to go: the failure stands
+                start(a, node, slots, failed.attempt + 1, (failed.node,))
+                started += 1
+        return started
+
+    retrying = 0
     with finished:
-        while not queue.done() and not errors and not stop.is_set():
+        while (not queue.done() or retrying) and not errors and not stop.is_set():
             for a, node, slots in queue.start_ready():
-                t = threading.Thread(target=worker, args=(a, node, slots), name=f"test:{a.test_id}", daemon=True)
-                threads.append(t)
-                t.start()
-            while not done_ids and not errors and not stop.is_set():
+                placed[a.test_id] = (a, node, slots)
+                start(a, node, slots)
+            while not done_ids and not retries_done and not errors and not stop.is_set():
                 finished.wait(timeout=0.5)
             for test_id in done_ids:
                 queue.finish(test_id)
             done_ids.clear()
+            retrying -= len(retries_done)
+            retries_done.clear()
+            retrying += start_retries()
     # after an error no new test starts, but the running ones finish (each has its timeout):
     # returning early would leave their processes or pods behind
     for t in threads:

@@ -80,10 +80,13 @@ class LocalLauncher:
                 "--deadline-s", f"{deadline:g}", "--", *test.args]
 
     def _shape(self, request: LaunchRequest) -> tuple[list[int], int]:
-        """Nodes to look on (the requested one first) and GPUs per node of the request's pool."""
+        """Nodes to look on (the requested one first, none the night avoids unless it avoids them
+        all: running there beats not running) and GPUs per node of the request's pool."""
         if request.pool in self.pools:
             nodes, per_node = self.pools[request.pool]
-            return [request.node, *(n for n in range(nodes) if n != request.node)], per_node
+            order = [request.node, *(n for n in range(nodes) if n != request.node)]
+            usable = [n for n in order if node_name(request.pool, n) not in request.avoid_nodes]
+            return usable or order, per_node
         return [request.node], max([len(request.gpu_slots), *(s + 1 for s in request.gpu_slots)])
 
     def launch(self, request: LaunchRequest, on_log: LogSink | None = None) -> Attempt:
@@ -103,8 +106,7 @@ class LocalLauncher:
                 held.release()
             return self._not_started(request, started_at, "interrupted", "the night was interrupted before it started")
         try:
-            return self._run(request, held, f"local-{request.pool}-{held.node}" if request.pool else
-                             f"local-{held.node}", started_at, on_log)
+            return self._run(request, held, node_name(request.pool, held.node), started_at, on_log)
         finally:
             held.release()
 
@@ -132,6 +134,7 @@ class LocalLauncher:
         env = {**os.environ, **request.env, **dict(request.test.env)}
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(s) for s in held.slots)
         env.update({"NIGHTLY_TEST_ID": request.test.id, "NIGHTLY_ATTEMPT": str(request.attempt), MARKER: token,
+                    "NIGHTLY_NODE_NAME": node,
                     "NIGHTLY_GPU_LOCK_FDS": ",".join(map(str, held.fds))})
         env.setdefault("PYTHONUNBUFFERED", "1")
         log.write(f"# nightly: {request.test.id} attempt {request.attempt} on {node} gpus={env['CUDA_VISIBLE_DEVICES']} "
@@ -216,6 +219,11 @@ class LocalLauncher:
                        started_at=started_at, attempt=request.attempt, node=node, gpu_slots=slots,
                        exit_code=proc.returncode, reason=reason, log_path=str(request.log_path),
                        timeout_s=request.timeout_s, details=details)
+
+
+def node_name(pool: str, node: int) -> str:
+    """A local node's name, as attempts, reports and ``avoid_nodes`` say it."""
+    return f"local-{pool}-{node}" if pool else f"local-{node}"
 
 
 def _state_problem(state_dir: Path, exc: OSError) -> str:

@@ -261,3 +261,51 @@ def test_an_unknown_manual_action_is_never_taken_for_a_release():
                                       "at": "2026-11-01T00:00:00+00:00"}]}
     with pytest.raises(ValueError, match="unknown action 'addd'; use add or release"):
         replay(history("passed"), RULES, doc)
+
+
+def _node_night(day: int, bad: str) -> list[Sample]:
+    """The reviewer's night as the dispatcher now runs it: test_f_node1..6, odd ones placed on node0,
+    even ones on node1; the first two tests on the ``bad`` node fail with CUDA error 802, which makes it
+    suspect, so its third test starts on the other node and both failures pass there on attempt 2."""
+    out, failed = [], 0
+    for i in range(1, 7):
+        node = "local-h200-0" if i % 2 else "local-h200-1"
+        other = "local-h200-1" if i % 2 else "local-h200-0"
+        test = f"tests/e2e/test_f_node{i}.py"
+        if node != bad or failed == 2:
+            out += history("passed", test=test, node=node if node != bad else other, start=day)
+            continue
+        failed += 1
+        out += history("failed", test=test, node=node, start=day)
+        out += history(("failed", "passed"), test=test, node=other, start=day)[1:]
+    return out
+
+
+def test_a_node_broken_on_alternate_nights_quarantines_no_test():
+    """Night 1 with node1 broken, then 6 nights flipping node0/node1 (`--env FNODE_BAD=...`): every
+    failure was the night's broken node's, so no test flipped and none passed 'on retry' as a flaky one."""
+    samples = _node_night(1, "local-h200-1")
+    for day in range(2, 8):
+        samples += _node_night(day, "local-h200-0" if day % 2 == 0 else "local-h200-1")
+    states = replay(samples, RULES)
+    assert {t: (s.state, s.evidence) for t, s in states.items()} == {
+        f"tests/e2e/test_f_node{i}.py": ("healthy", ()) for i in range(1, 7)}
+
+
+def test_a_failure_the_retry_repeats_elsewhere_is_still_the_tests():
+    """A suspect node whose retries failed too was not bad: the test's nights count as its own."""
+    samples = []
+    for day in range(1, 5):
+        for i in (1, 2, 3):
+            test = f"tests/t{i}.py"
+            samples += history("failed", test=test, node="n1", start=day)
+            samples += history(("failed", "failed" if day % 2 else "passed"), test=test, node="n0", start=day)[1:]
+        samples += history("passed", test="tests/ok.py", node="n0", start=day)
+    assert replay(samples, RULES)["tests/t1.py"].state != "healthy"
+
+
+def test_a_bad_node_whose_failures_passed_on_retry_does_not_fail_the_night():
+    night = [Attempt(f"tests/t{i}.py", "failed", 1.0, "2026-11-01T00:00:00Z", 1, node="bad") for i in range(3)]
+    night += [Attempt(f"tests/t{i}.py", "passed", 1.0, "2026-11-01T00:00:00Z", 2, node="good") for i in range(3)]
+    v = night_verdict(night, {})
+    assert (v.ok, v.bad_nodes, v.failed) == (True, ("bad",), ())

@@ -2,8 +2,15 @@
 
 from __future__ import annotations
 
-from pipelines.core.health import avoid_nodes, detect_bad_nodes, report_lines
-from pipelines.core.model import Attempt
+from pipelines.core.health import (
+    avoid_nodes,
+    detect_bad_nodes,
+    passed_nodes,
+    report_lines,
+    retries_due,
+    suspect_nodes,
+)
+from pipelines.core.model import Attempt, Sample
 
 
 def attempt(test: str, node: str, outcome: str = "passed", reason: str = "", exit_code: int | None = None) -> Attempt:
@@ -31,10 +38,12 @@ def test_tests_that_fail_everywhere_do_not_blame_a_node():
     assert detect_bad_nodes(night) == []
 
 
-def test_failures_that_never_passed_elsewhere_are_the_tests_own():
+def test_failures_the_retry_repeats_on_another_node_are_the_tests_own():
     night = [attempt(f"tests/new_{i}.py", "h200-a", "failed", "exit_code", 1) for i in range(5)]
     night += [attempt(f"tests/ok_{i}.py", "h200-b") for i in range(10)]
-    assert detect_bad_nodes(night) == []
+    assert [f.rule for f in detect_bad_nodes(night)] == ["contrast"]  # 5 different tests on one node: retried elsewhere
+    night += [attempt(f"tests/new_{i}.py", "h200-b", "failed", "exit_code", 1) for i in range(5)]  # the retries
+    assert detect_bad_nodes(night) == [] and suspect_nodes(night) == ()
 
 
 def test_one_gpu_unusable_attempt_is_enough_to_name_the_node():
@@ -64,3 +73,69 @@ def test_a_single_node_night_has_nothing_to_compare_against():
 def test_attempts_without_a_node_and_skips_are_not_counted():
     night = [attempt("tests/a.py", "", "failed"), attempt("tests/b.py", "h200-a", "skipped")]
     assert detect_bad_nodes(night) == []
+
+
+def test_the_802_host_is_named_by_the_contrast_alone_when_no_test_ran_twice():
+    """ci-facts: 12 tests failed on one host and 23 others passed on another; no test ran on both."""
+    night = [attempt(f"tests/test_{i}.py", "h200-c", "failed", "CUDA error 802", 1) for i in range(12)]
+    night += [attempt(f"tests/other_{i}.py", "h200-a") for i in range(23)]
+    [finding] = detect_bad_nodes(night)
+    assert (finding.node, finding.rule, finding.failed, finding.total) == ("h200-c", "contrast", 12, 12)
+    assert finding.evidence.startswith("12 of 12 attempts failed here (other nodes: 0 of 23); 12 different tests "
+                                       "failed here while the other nodes almost never failed")
+
+
+def test_three_against_three_is_a_suspect_until_the_retries_pass_elsewhere():
+    """The reviewer's night: three 8-GPU tests per node, every one on node 1 failed with 802."""
+    night = [attempt(f"tests/test_f_node{i}.py", "local-h200-1", "failed", "CUDA error 802", 1) for i in (2, 4, 6)]
+    night += [attempt(f"tests/test_f_node{i}.py", "local-h200-0") for i in (1, 3, 5)]
+    assert detect_bad_nodes(night) == []  # three tests against three: not enough to name a node on its own
+    assert suspect_nodes(night) == ("local-h200-1",)
+    assert avoid_nodes([], suspect_nodes(night)) == ("local-h200-1",)
+    night += [attempt(f"tests/test_f_node{i}.py", "local-h200-0") for i in (2, 4, 6)]  # the retries passed
+    [finding] = detect_bad_nodes(night)
+    assert (finding.node, finding.rule) == ("local-h200-1", "failure_rate")
+    assert "3 of these tests passed elsewhere the same night (local-h200-0: 3)" in finding.evidence
+    assert suspect_nodes(night) == ()
+
+
+def test_recent_history_on_other_nodes_names_the_node_without_a_retry():
+    night = [attempt(f"tests/t{i}.py", "n1", "failed", "CUDA error 802", 1) for i in range(3)]
+    night += [attempt(f"tests/u{i}.py", "n0") for i in range(3)]
+    samples = [Sample(f"tests/t{i}.py", "h200", "x", "passed", 10.0, f"2026-11-0{d}T00:00:00Z", node="n0",
+                      run_id=f"r{d}") for i in range(3) for d in (1, 2)]
+    [finding] = detect_bad_nodes(night, history=passed_nodes(samples))
+    assert "3 passed on other nodes in their recent history (n0: 3)" in finding.evidence
+    same_node = passed_nodes([Sample("tests/t0.py", "h200", "x", "passed", 1.0, "2026-11-01", node="n1", run_id="r1"),
+                              Sample("tests/t1.py", "h200", "x", "passed", 1.0, "2026-11-01", node="n1", run_id="r1")])
+    assert detect_bad_nodes(night, history=same_node) == []  # passing on this very node before says nothing
+
+
+def test_one_broken_test_failing_three_times_on_a_node_is_not_a_bad_node():
+    night = [attempt("tests/broken.py", "n1", "failed", "exit_code", 1) for _ in range(3)]
+    night += [attempt(f"tests/ok_{i}.py", "n0") for i in range(30)] + [attempt("tests/broken.py", "n0")]
+    assert detect_bad_nodes(night, history={"tests/broken.py": {"n0"}}) == []
+    assert suspect_nodes(night) == ()
+
+
+def test_a_night_where_everything_fails_everywhere_blames_no_node():
+    night = [attempt(f"tests/t{i}.py", n, "failed", "exit_code", 1) for i in range(12) for n in ("n0", "n1", "n2")]
+    history = {f"tests/t{i}.py": {"n0", "n1", "n2"} for i in range(12)}
+    assert detect_bad_nodes(night, history=history) == [] and suspect_nodes(night) == ()
+
+
+def test_each_failure_on_an_avoided_node_is_retried_once_including_those_before_it_was_found():
+    night = [attempt("a", "n1", "failed"), attempt("b", "n0", "failed"), attempt("c", "n1", "timed_out"),
+             attempt("d", "n1"), attempt("e", "n1", "infra_error", "evicted")]
+    assert [a.test_id for a in retries_due(night, {"n1"})] == ["a", "c"]
+    assert [a.test_id for a in retries_due(night, {"n1"}, retried={"a"})] == ["c"]
+    assert retries_due(night + [attempt("a", "n0")], {"n1"}, retried={"c"}) == []  # a's last attempt passed
+    assert retries_due(night, ()) == []
+
+
+def test_passed_nodes_keeps_each_tests_newest_runs_and_leaves_tonight_out():
+    old = [Sample("t", "h200", "x", "passed", 1.0, f"2026-10-{d:02d}T00:00:00Z", node=f"n{d}", run_id=f"r{d}")
+           for d in range(1, 21)]
+    tonight = Sample("t", "h200", "x", "passed", 1.0, "2026-10-30T00:00:00Z", node="tonight", run_id="now")
+    failed = Sample("u", "h200", "x", "failed", 1.0, "2026-10-01T00:00:00Z", node="n1", run_id="r1")
+    assert passed_nodes([*old, tonight, failed], runs=3, exclude_run="now") == {"t": frozenset({"n18", "n19", "n20"})}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from pathlib import Path
@@ -144,3 +145,54 @@ def test_after_an_error_no_new_test_starts_and_running_tests_are_waited_for():
     started = [r.test.id for r in launcher.requests]
     assert started == ["t0"], "a test started after the error"
     assert finished == ["t0"]
+
+
+class TwoNodeLauncher(ScriptedLauncher):
+    """Node n1 fails every test it runs (CUDA error 802); n0 passes; an avoided node is never used."""
+
+    def launch(self, request, on_log=None):
+        with self.lock:
+            self.requests.append(request)
+        time.sleep(self.seconds)
+        node = "n1" if request.node == 1 and "n1" not in request.avoid_nodes else "n0"
+        outcome = "failed" if node == "n1" else "passed"
+        return Attempt(request.test.id, outcome, self.seconds, "2026-12-03T00:00:00+00:00", request.attempt,
+                       node=node, gpu_slots=request.gpu_slots, exit_code=1 if node == "n1" else 0,
+                       reason="CUDA error 802" if node == "n1" else "")
+
+
+def _night_on_two_nodes(nodes: int):
+    tests = [make_test(id=f"t{i}", path=f"tests/t{i}.py", gpus=8, est_time=10) for i in range(6)]
+    pool = PoolSpec("h200", nodes=nodes, gpus_per_node=8)
+    launcher = TwoNodeLauncher(seconds=0.02)
+    attempts = []
+
+    def bad():  # what the night's callback says: n1 once two of its attempts failed
+        return ("n1",) if sum(a.node == "n1" and a.outcome == "failed" for a in list(attempts)) >= 2 else ()
+
+    result = run_plan(make_plan(tests, [pool]), [Pool("h200", nodes, 8)], launcher, _factory(tests),
+                      on_finish=attempts.append, avoid_nodes=bad)
+    return result, launcher
+
+
+def test_each_failure_on_a_node_found_bad_is_retried_once_elsewhere_even_from_before_it_was_found():
+    result, launcher = _night_on_two_nodes(2)
+    failed = [a for a in result.attempts if a.outcome == "failed"]
+    assert len(failed) >= 2 and all(a.node == "n1" and a.attempt == 1 for a in failed)
+    retries = [a for a in result.attempts if a.attempt == 2]
+    assert sorted(a.test_id for a in retries) == sorted(a.test_id for a in failed)  # the first failure too
+    assert all(a.outcome == "passed" and a.node == "n0" and a.details["retry_of"] == "n1" for a in retries)
+    assert all(r.avoid_nodes[0] == "n1" for r in launcher.requests if r.attempt == 2)
+    assert {a.outcome for a in result.final().values()} == {"passed"} and len(result.final()) == 6
+
+
+def test_a_one_node_pool_has_nowhere_to_retry_and_its_failures_stand():
+    class OneNode(TwoNodeLauncher):
+        def launch(self, request, on_log=None):
+            return super().launch(dataclasses.replace(request, node=1, avoid_nodes=()), on_log)
+
+    tests = [make_test(id=f"t{i}", path=f"tests/t{i}.py", gpus=8, est_time=10) for i in range(3)]
+    result = run_plan(make_plan(tests, [POOL]), [Pool("h200", 1, 8)], OneNode(seconds=0.01), _factory(tests),
+                      avoid_nodes=lambda: ("n1",))
+    assert [a.attempt for a in result.attempts] == [1, 1, 1]
+    assert {a.outcome for a in result.final().values()} == {"failed"}

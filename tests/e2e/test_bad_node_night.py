@@ -1,0 +1,76 @@
+"""A night on two local nodes, one of them broken: the node is named, its failures are retried on
+the other node and pass, and the night is green with a note naming the node (docs/reliability.md)."""
+
+from __future__ import annotations
+
+import json
+
+import yaml
+
+from pipelines.cli import main
+from tests.support.assets import copied_example
+
+#: fails like the 802 host when it runs on the node $FNODE_BAD names (the launcher says where: NIGHTLY_NODE_NAME)
+FIXTURE = '''"""Fails with CUDA error 802 on the broken node."""
+import os
+import time
+
+from minirl.ci_register import register_cuda_ci
+
+register_cuda_ci(est_time=1, suite="stage-c-8-gpu-h200", labels=["fnode"])
+
+
+def execute():
+    time.sleep(0.3)
+    if os.environ["NIGHTLY_NODE_NAME"].endswith("-" + os.environ.get("FNODE_BAD", "node1").removeprefix("node")):
+        raise RuntimeError("CUDA error 802: system not yet initialized")
+
+
+if __name__ == "__main__":
+    execute()
+'''
+
+
+def _two_nodes(tmp_path):
+    repo, assets = copied_example(tmp_path)
+    for i in range(1, 7):
+        (repo / "tests" / "e2e" / f"test_f_node{i}.py").write_text(FIXTURE)
+    cluster = yaml.safe_load((assets / "cluster.yaml").read_text())
+    cluster["deployments"]["two"] = {"launcher": "local", "storage": "local", "skip_hardware": ["mi300"],
+                                     "pools": {"h200": {"nodes": 2, "gpus_per_node": 8}}}
+    (assets / "cluster.yaml").write_text(yaml.safe_dump(cluster))
+    return repo, assets
+
+
+def test_a_broken_node_is_named_its_failures_pass_on_the_other_node_and_the_night_is_green(
+        tmp_path, monkeypatch, capsys):
+    repo, assets = _two_nodes(tmp_path)
+    home = tmp_path / "home"
+    monkeypatch.setenv("NIGHTLY_ASSETS_DIR", str(assets))
+    assert main(["run", "--home", str(home), "--repo", str(repo), "--deployment", "two", "--labels", "fnode",
+                 "--timeout-floor", "20"]) == 0
+    out = capsys.readouterr().out
+    [note] = [line for line in out.splitlines() if line.startswith("note: bad node local-h200-1: ")]
+    assert "passed elsewhere the same night (local-h200-0: " in note
+    assert "test(s) that failed there were retried on another node" in note
+
+    summary = json.loads((home / "nights" / "latest.json").read_text())
+    assert summary["verdict"]["ok"] is True and summary["verdict"]["bad_nodes"] == ["local-h200-1"]
+    failed = [a for a in summary["attempts"] if a["outcome"] == "failed"]
+    retried = [a for a in summary["attempts"] if a["details"].get("retry_of") == "local-h200-1"]
+    assert len(failed) >= 2 and {a["node"] for a in failed} == {"local-h200-1"}
+    assert "CUDA error 802" in failed[0]["reason"]
+    assert sorted(a["test_id"] for a in retried) == sorted(a["test_id"] for a in failed)
+    assert all((a["attempt"], a["node"], a["outcome"]) == (2, "local-h200-0", "passed") for a in retried)
+    finals = {a["test_id"]: a["outcome"] for a in summary["attempts"]}
+    assert len(finals) == 6 and set(finals.values()) == {"passed"}
+
+    assert main(["report", "--home", str(home), "--repo", str(repo), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["verdict"].startswith("OK: bad node(s) local-h200-1; every test that failed there passed on another")
+    assert [n["node"] for n in report["bad_nodes"]] == ["local-h200-1"]
+    assert {f["classification"] for f in report["failures"]} == {
+        "bad node local-h200-1: failed there on attempt 1, passed on attempt 2 on local-h200-0"}
+
+    assert main(["quarantine", "list", "--home", str(home), "--repo", str(repo), "--json"]) == 0
+    assert not any("test_f_node" in line for line in capsys.readouterr().out.splitlines())
