@@ -412,6 +412,19 @@ class S3Artifacts:
             raise ArtifactError(f"{self.uri(key)}: cannot be deleted ({text}); "
                                 f"{_hint(code).replace('BUCKET', self.bucket)}") from exc
 
+    def keys(self, prefix: str) -> list[str]:
+        """Every key under ``prefix`` (relative to this store's prefix), sorted; all pages."""
+        out: list[str] = []
+        try:
+            for page in self.client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket,
+                                                                              Prefix=self.prefix + prefix):
+                out += [o["Key"][len(self.prefix):] for o in page.get("Contents", [])]
+        except (ClientError, BotoCoreError) as exc:
+            code, text = _describe(exc)
+            raise ArtifactError(f"{self.uri(prefix)}: cannot be listed ({text}); "
+                                f"{_hint(code).replace('BUCKET', self.bucket)}") from exc
+        return sorted(out)
+
     def get_text(self, key: str) -> tuple[str, str] | None:
         """``(text, etag)`` of a small text, ``None`` when there is no such object."""
         try:
