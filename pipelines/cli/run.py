@@ -7,8 +7,9 @@ as config, the same path a schedule takes, executed in this process on the proje
 
 Exit status: 0 when every launched test passed and the night had no problems; 1 when a test
 did not pass; 3 when the night had problems (catalog problems, tests no pool runs, nothing
-selected) unless ``--accept-problems``; 130 when interrupted (running tests are killed and
-recorded as ``interrupted``, the Dagster run ends CANCELED).
+selected) unless ``--accept-problems``; 4 when the store refused the night's results (they are
+kept under ``<home>/unsaved/<night>/``, with the commands that re-add them); 130 when interrupted
+(running tests are killed and recorded as ``interrupted``, the Dagster run ends CANCELED).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from pathlib import Path
 from pipelines.cli.flags import FlagError, add_timeout_floor, timeout_floor
 from pipelines.core.select import CADENCES, Selection, split_csv, why_nothing
 
-EXIT_TEST_FAILED, EXIT_PROBLEMS, EXIT_INTERRUPTED = 1, 3, 130
+EXIT_TEST_FAILED, EXIT_PROBLEMS, EXIT_NOT_STORED, EXIT_INTERRUPTED = 1, 3, 4, 130
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -170,6 +171,7 @@ def _execute(night, args, selection, env: dict[str, str], home: Path) -> int:
     from pipelines.defs.resources import NightlyResource
     from pipelines.defs.tags import range_tags, request_tags
     from pipelines.instance import open_instance
+    from pipelines.night import unsaved_notice
 
     os.environ.update(env)  # the run reads the values by name (env_from): they never enter run storage
     resource = NightlyResource(home=str(home), repo=args.repo or "", deployment=args.deployment or "")
@@ -189,6 +191,10 @@ def _execute(night, args, selection, env: dict[str, str], home: Path) -> int:
     with sigint_for_this_process_only(), interruptions_unlogged():  # Ctrl-C: said once, below, without stacks
         result = job.execute_in_process(run_config=run_config, instance=instance, tags=tags, raise_on_error=False)
     run = instance.get_run_by_id(result.run_id)
+    kept = unsaved_notice(home, result.run_id)
+    if kept:  # the store refused the results (credentials expired mid-night): no calibration, no report
+        print(f"nightly run: error: {kept}", file=sys.stderr)
+        return EXIT_NOT_STORED
     try:
         summary = night.summary(result.run_id)
     except ValueError:

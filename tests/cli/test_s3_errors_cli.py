@@ -66,3 +66,67 @@ def test_an_endpoint_that_does_not_answer_is_one_line_naming_the_setting(tmp_pat
     assert main(["report", "--home", str(tmp_path / "home")]) == 2
     err = capsys.readouterr().err
     assert "Could not connect to the endpoint" in err and "NIGHTLY_S3_ENDPOINT" in err and "Traceback" not in err, err
+
+
+class Expiry:
+    """A botocore hook: the credentials "expire" at the night's first log upload; every request
+    after it (that upload included) is refused with InvalidAccessKeyId, as S3 refuses an expired key."""
+
+    def __init__(self):
+        self.expired = False
+
+    def __call__(self, params, model, **_):
+        if not self.expired and model.name == "PutObject" and "/state/logs/" in params.get("Key", ""):
+            self.expired = True
+        if self.expired:
+            from botocore.exceptions import ClientError
+
+            raise ClientError({"Error": {"Code": "InvalidAccessKeyId", "Message": "The AWS Access Key Id you "
+                                         "provided does not exist in our records."}}, model.name)
+
+
+def test_a_store_that_refuses_writes_mid_night_keeps_the_results_in_home_and_says_how_to_re_add_them(
+        endpoint, tmp_path, monkeypatch, capsys):
+    import json
+    import shlex
+
+    from pipelines.storage import s3
+    from tests.support.moto import s3_client
+
+    client = s3_client(endpoint)
+    client.create_bucket(Bucket="refusing")
+    use(monkeypatch, s3_assets(tmp_path / "assets", "refusing"), endpoint)
+    expiry = Expiry()
+    make_client = s3.make_client
+
+    def expiring_client(endpoint_url=None):
+        c = make_client(endpoint_url)
+        c.meta.events.register("before-parameter-build.s3", expiry)
+        return c
+
+    monkeypatch.setattr(s3, "make_client", expiring_client)
+    home = tmp_path / "home"
+    assert main(["run", "--home", str(home), "--labels", "short"]) == 4
+    out, err = capsys.readouterr()
+    assert expiry.expired
+    assert "Traceback" not in err and "STEP_FAILURE" not in err and "RUN_FAILURE" not in err, err
+    (folder,) = (home / "unsaved").iterdir()
+    said = err[err.index("nightly run: error: "):]
+    assert said.startswith(f"nightly run: error: 2 result(s) of night {folder.name} and its record were not stored: "
+                           "the store refused writes (") and "InvalidAccessKeyId" in said, said
+    assert said.rstrip("\n").removeprefix("nightly run: error: ") == (folder / "README.txt").read_text().rstrip("\n")
+    assert not client.list_objects_v2(Bucket="refusing", Prefix="team-a/nightly/history/").get("KeyCount")
+    (record,) = (folder / "state" / "runs").iterdir()
+    attempts = json.loads(record.read_text())["attempts"]
+    assert len(attempts) == 2 and all(a["log_uri"].startswith("s3://refusing/team-a/nightly/state/logs/") for a in attempts)
+    # the credentials renewed: the two commands it printed put everything back
+    monkeypatch.setattr(s3, "make_client", make_client)  # new clients, without the hook
+    imports, copy = [line.strip() for line in said.splitlines()[-2:]]
+    assert main(shlex.split(imports)[1:]) == 0
+    assert "imported 2 samples from 1 logs (2 new, 0 already stored" in capsys.readouterr().out
+    assert copy == f"aws s3 cp --recursive {folder}/state/ s3://refusing/team-a/nightly/state/"
+    for f in (folder / "state").rglob("*"):  # what `aws s3 cp --recursive` does
+        if f.is_file():
+            client.upload_file(str(f), "refusing", f"team-a/nightly/state/{f.relative_to(folder / 'state')}")
+    assert main(["report", "--home", str(home), "--night", record.stem, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["night"] == folder.name
