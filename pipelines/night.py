@@ -516,7 +516,9 @@ class Night:
         ``source_run``: the run this calibration follows; its evidence is also kept under that run,
         so a later report of that night shows the proposals made after it, not the newest ones.
         A patch that would change nothing is not stored (``git apply`` refuses one without hunks)
-        and an earlier night's, now stale, is removed: where it would be is then ""."""
+        and an earlier night's, now stale, is removed: where it would be is then "". The evidence
+        and estimates are written first: a stale patch that cannot be removed (no s3:DeleteObject)
+        is a warning in ``notes``, never a calibration without estimates."""
         tests = self.registered_tests()
         estimates = self.estimates(tests)
         keys = self.calibration_keys()
@@ -528,14 +530,28 @@ class Night:
         data = {e.test_id: {"est_time": e.proposed, "sha256": sha.get(e.test_id, ""), "hardware": e.hardware}
                 for e in estimates if e.samples_used}
         diff, left_alone = recorded_patch(self.history, self.repo_spec.path, tests, estimates)
-        if diff is None:
-            self.state.delete(keys["patch"])
         where = {
             "evidence": self.state.put(keys["evidence"], evidence_csv(estimates)),
-            "patch": self.state.put(keys["patch"], diff) if diff is not None else "",
             "estimates": self.state.put(keys["estimates"], json.dumps(data, indent=1, sort_keys=True)),
+            "patch": self.state.put(keys["patch"], diff) if diff is not None else "",
         }
+        if diff is None:
+            self._remove_stale_patch(keys["patch"])
         return estimates, where, left_alone
+
+    def _remove_stale_patch(self, key: str) -> None:
+        """Delete an earlier calibration's patch that no longer holds; one that cannot be deleted is a
+        warning (``notes`` and the log): applying it would set est_time this calibration did not propose."""
+        from pipelines.storage.state import StateError
+
+        try:
+            if self.state.get(key) is not None:  # nothing to delete on a first calibration
+                self.state.delete(key)
+        except StateError as exc:
+            note = (f"stale est_time patch not removed: {exc}; it is an earlier calibration's, do not apply it: "
+                    "delete it by hand, and grant s3:DeleteObject (docs/storage.md)")
+            log.warning(note)
+            self.notes.append(note)
 
     def calibration_keys(self) -> dict[str, str]:
         name = safe_filename(self.repo_spec.name)

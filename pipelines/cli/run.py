@@ -224,7 +224,6 @@ def _execute(night, args, selection, env: dict[str, str], home: Path) -> int:
 
     estimates = night.estimates()
     rows = night.report_rows(summary, estimates)  # est_time as the night ran it; proposals from the history it wrote
-    paths = night.calibration_paths()
     print()
     print(table(rows))
     print()
@@ -237,9 +236,7 @@ def _execute(night, args, selection, env: dict[str, str], home: Path) -> int:
         if e.held is not None:
             print(f"held for acceptance: {e.test_id}: est_time {e.current} -> {e.held} (more than max_step_factor in "
                   "one step; add it to the repo's calibration: accept: list to apply it)")
-    print(f"report: {report or '?'}")
-    print(f"evidence: {paths['evidence']}\npatch: {_patch_line(night, paths['patch'])}\n"
-          f"estimates: {paths['estimates']}")
+    _print_calibration(calib, report)
     print(f"dagster runs: {result.run_id} (night), {calib.run_id} (calibration); `make ui` to browse")
     verdict = summary.get("verdict") or {}
     for tid in verdict.get("excused_quarantined", ()):
@@ -249,12 +246,19 @@ def _execute(night, args, selection, env: dict[str, str], home: Path) -> int:
     return EXIT_TEST_FAILED if bad or not calib.success else 0
 
 
-def _patch_line(night, where: str) -> str:
-    """The patch's location, or that there is nothing to apply (the calibration writes no patch
-    without hunks: git apply refuses one)."""
-    if night.state.get(night.calibration_keys()["patch"]) is None:
-        return "nothing to change: no est_time differs from its file; no patch written"
-    return where
+def _print_calibration(calib, report: str | None) -> None:
+    """Where the calibration put the report, evidence, patch and estimates, as its run recorded them
+    (the patch line says when there is nothing to apply); what it did not write is said, not printed as a path."""
+    from pipelines.defs.keys import CALIBRATED
+
+    mats = calib.asset_materializations_for_node(CALIBRATED.path[-1]) if calib.success else []
+    if not mats:
+        print(f"calibration: failed (Dagster run {calib.run_id}): no report, evidence, patch or estimates were "
+              "written; its step's error is in `make ui` -> Runs; `nightly calibrate` recomputes the proposals")
+        return
+    meta = {k: v.value for k, v in mats[0].metadata.items()}
+    print(f"report: {report or 'not written (see the calibration run in `make ui` -> Runs)'}")
+    print(f"evidence: {meta['evidence']}\npatch: {meta['patch']}\nestimates: {meta['estimates']}")
 
 
 def _calibrate(defs, instance, run_id: str):

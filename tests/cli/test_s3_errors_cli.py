@@ -68,21 +68,42 @@ def test_an_endpoint_that_does_not_answer_is_one_line_naming_the_setting(tmp_pat
     assert "Could not connect to the endpoint" in err and "NIGHTLY_S3_ENDPOINT" in err and "Traceback" not in err, err
 
 
+class Refuse:
+    """A botocore hook on every S3 client the nightly makes: requests ``refused(operation, key)``
+    picks fail with ``code``, as S3 answers an expired key or a policy that lacks the action."""
+
+    def __init__(self, refused, code: str = "AccessDenied"):
+        self.refused, self.code, self.count = refused, code, 0
+
+    def __call__(self, params, model, **_):
+        if self.refused(model.name, params.get("Key", "")):
+            from botocore.exceptions import ClientError
+
+            self.count += 1
+            raise ClientError({"Error": {"Code": self.code, "Message": f"refused ({self.code})"}}, model.name)
+
+    def install(self, monkeypatch) -> None:
+        from pipelines.storage import s3
+
+        make_client = s3.make_client
+
+        def refusing_client(endpoint_url=None):
+            c = make_client(endpoint_url)
+            c.meta.events.register("before-parameter-build.s3", self)
+            return c
+
+        monkeypatch.setattr(s3, "make_client", refusing_client)
+
+
 class Expiry:
-    """A botocore hook: the credentials "expire" at the night's first log upload; every request
-    after it (that upload included) is refused with InvalidAccessKeyId, as S3 refuses an expired key."""
+    """The credentials "expire" at the night's first log upload: it and every request after are refused."""
 
     def __init__(self):
         self.expired = False
 
-    def __call__(self, params, model, **_):
-        if not self.expired and model.name == "PutObject" and "/state/logs/" in params.get("Key", ""):
-            self.expired = True
-        if self.expired:
-            from botocore.exceptions import ClientError
-
-            raise ClientError({"Error": {"Code": "InvalidAccessKeyId", "Message": "The AWS Access Key Id you "
-                                         "provided does not exist in our records."}}, model.name)
+    def __call__(self, operation: str, key: str) -> bool:
+        self.expired = self.expired or (operation == "PutObject" and "/state/logs/" in key)
+        return self.expired
 
 
 def test_a_store_that_refuses_writes_mid_night_keeps_the_results_in_home_and_says_how_to_re_add_them(
@@ -96,15 +117,9 @@ def test_a_store_that_refuses_writes_mid_night_keeps_the_results_in_home_and_say
     client = s3_client(endpoint)
     client.create_bucket(Bucket="refusing")
     use(monkeypatch, s3_assets(tmp_path / "assets", "refusing"), endpoint)
-    expiry = Expiry()
     make_client = s3.make_client
-
-    def expiring_client(endpoint_url=None):
-        c = make_client(endpoint_url)
-        c.meta.events.register("before-parameter-build.s3", expiry)
-        return c
-
-    monkeypatch.setattr(s3, "make_client", expiring_client)
+    expiry = Expiry()
+    Refuse(expiry, "InvalidAccessKeyId").install(monkeypatch)
     home = tmp_path / "home"
     assert main(["run", "--home", str(home), "--labels", "short"]) == 4
     out, err = capsys.readouterr()
@@ -130,3 +145,39 @@ def test_a_store_that_refuses_writes_mid_night_keeps_the_results_in_home_and_say
             client.upload_file(str(f), "refusing", f"team-a/nightly/state/{f.relative_to(folder / 'state')}")
     assert main(["report", "--home", str(home), "--night", record.stem, "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["night"] == folder.name
+
+
+def _failing_night(endpoint, tmp_path, monkeypatch, bucket: str, refuse: Refuse) -> list[str]:
+    """A night whose two tests fail (so calibration proposes nothing and a stale patch is removed),
+    with an earlier night's patch in the store; returns ``nightly run``'s exit code, stdout, stderr."""
+    from tests.support.moto import s3_client
+
+    client = s3_client(endpoint)
+    client.create_bucket(Bucket=bucket)
+    client.put_object(Bucket=bucket, Key="team-a/nightly/state/calibration/minirl/est_time.patch", Body=b"--- a/x\n")
+    use(monkeypatch, s3_assets(tmp_path / "assets", bucket), endpoint)
+    refuse.install(monkeypatch)
+    return main(["run", "--home", str(tmp_path / "home"), "--labels", "short",
+                 "--env", "MINIRL_FAIL=test_sft_math,test_fsdp_sft_chat"])
+
+
+def test_without_delete_permission_the_calibration_still_writes_evidence_and_estimates(endpoint, tmp_path, monkeypatch,
+                                                                                      capsys):
+    """The documented policy without s3:DeleteObject: the stale patch stays, with a warning."""
+    refuse = Refuse(lambda op, key: op in ("DeleteObject", "DeleteObjects"))
+    assert _failing_night(endpoint, tmp_path, monkeypatch, "no-delete", refuse) == 1
+    out, err = capsys.readouterr()
+    assert refuse.count and "calibration: failed" not in out, out
+    assert "stale est_time patch not removed: s3://no-delete/team-a/nightly/state/calibration/minirl/est_time.patch: " \
+           "cannot be deleted (AccessDenied" in err, err
+    assert "evidence: s3://no-delete/team-a/nightly/state/calibration/minirl/evidence.csv\n" in out
+    assert "estimates: s3://no-delete/team-a/nightly/state/estimates/minirl.json\n" in out
+    assert "report: s3://no-delete/team-a/nightly/state/reports/" in out
+
+
+def test_a_calibration_that_fails_prints_no_paths_it_did_not_write(endpoint, tmp_path, monkeypatch, capsys):
+    refuse = Refuse(lambda op, key: op == "PutObject" and "/state/calibration/" in key)
+    assert _failing_night(endpoint, tmp_path, monkeypatch, "no-calibration", refuse) == 1
+    out, err = capsys.readouterr()
+    assert "evidence:" not in out and "estimates:" not in out and "report:" not in out, out
+    assert "calibration: failed (Dagster run " in out and "no report, evidence, patch or estimates were written" in out
