@@ -250,15 +250,19 @@ class S3HistoryStore:
     # -- reading -------------------------------------------------------------------------------
     def _keys(self, folders: tuple[str, ...] = ("compacted", "samples")) -> list[str]:
         """The objects of ``folders`` in that order, each by key, i.e. by write time (the default:
-        compacted objects first, the older samples, then the batches)."""
-        keys: list[str] = []
+        compacted objects first, the older samples, then the batches).
+
+        Listed in the reverse order: samples only ever move from ``samples/`` to ``compacted/``
+        (compact() writes the merged copy, then deletes), so a compaction between the two listings
+        leaves a sample in the first one listed or in the second, never in neither. Listed
+        ``compacted/`` first, it would read as no samples at all."""
+        listed: dict[str, list[str]] = {}
         paginator = self.client.get_paginator("list_objects_v2")
-        for folder in folders:
+        for folder in reversed(folders):
             pages = paginator.paginate(Bucket=self.bucket, Prefix=f"{self.prefix}history/{folder}/",
                                        PaginationConfig={"PageSize": self.page_size})
-            for page in pages:
-                keys.extend(o["Key"] for o in page.get("Contents", []) if o["Key"].endswith(".jsonl"))
-        return keys
+            listed[folder] = [o["Key"] for page in pages for o in page.get("Contents", []) if o["Key"].endswith(".jsonl")]
+        return [key for folder in folders for key in listed[folder]]
 
     def _get(self, key: str) -> tuple[list[Sample], Problem | None]:
         where = f"s3://{self.bucket}/{key}"
