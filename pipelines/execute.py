@@ -31,8 +31,9 @@ from pipelines.core.plan.accuracy import night_record, record_to_json
 from pipelines.core.runset import RunSelection, RunSet
 from pipelines.launch.base import Launcher
 from pipelines.launch.dispatch import DispatchResult
-from pipelines.night import Night
+from pipelines.night import UNSAVED, Night, ResultsNotStored, SamplesNotStored
 from pipelines.storage.cache import BuildError, Built
+from pipelines.storage.state import StateError
 
 
 @dataclass(frozen=True)
@@ -148,14 +149,22 @@ def _run_planned(night: Night, runset: RunSet, selection: RunSelection, tests: l
     outcome: dict = {}
 
     def record(result: DispatchResult, notes: list[str], interrupted: bool) -> dict:
-        for a in [*attempts_before, *result.attempts]:  # those stored as their attempt finished are not sent again
+        attempts = [*attempts_before, *result.attempts]
+        for a in attempts:  # those stored as their attempt finished are not sent again
             night.store_log(a, notes)
         summary = night_summary(night, runset, selection, plan, result, attempts_before, notes,
                                 infra=infra or {}, tags=tags or {}, interrupted=interrupted)
-        summary.update(flaky_verdict(night, [*attempts_before, *result.attempts], notes))
-        written = night.write_summary(summary)
+        summary.update(flaky_verdict(night, attempts, notes))
+        unsaved = outcome.get("unsaved")
+        try:
+            night.write_summary(summary)
+        except StateError as exc:  # the store refuses writes (credentials expired mid-night): keep it here
+            progress.done = True  # a partial record would be refused too
+            raise night.keep_unsaved(summary, unsaved.samples if unsaved else [], attempts, str(exc)) from exc
         progress.done = True  # the whole record replaced the partial one
-        return written
+        if unsaved:
+            raise night.keep_unsaved(summary, unsaved.samples, attempts, str(unsaved), record_stored=True) from unsaved
+        return summary
 
     progress.dispatching()
     try:
@@ -163,8 +172,11 @@ def _run_planned(night: Night, runset: RunSet, selection: RunSelection, tests: l
                              after=progress.finished)
     except BaseException:  # interrupted: what ran is recorded before the interruption goes on
         if "result" in outcome:
-            record(outcome["result"], ["interrupted: no new test started after the signal; running tests "
-                                       "were killed and recorded as `interrupted`"], True)
+            try:
+                record(outcome["result"], ["interrupted: no new test started after the signal; running tests "
+                                           "were killed and recorded as `interrupted`"], True)
+            except ResultsNotStored as exc:
+                say(f"error: {exc}")  # said; the interruption goes on
         raise
     result = outcome["result"]
     findings = detect_bad_nodes(result.attempts, history=night.node_history)
@@ -236,8 +248,6 @@ class _Progress:
         return summary
 
     def write(self, status: str = "running", note: str = "") -> None:
-        from pipelines.storage.state import StateError
-
         if self.done:
             return
         try:
@@ -246,7 +256,8 @@ class _Progress:
             if not self._warned:
                 self._warned = True
                 self.say(f"warning: the run's partial record was not stored ({exc}); the whole record is "
-                         "written when the run ends")
+                         f"written when the run ends (kept under {self.night.home / UNSAVED}/ if the store "
+                         "still refuses)")
 
 
 def _flaky_states(night: Night) -> dict:
@@ -272,6 +283,8 @@ def _dispatch(night: Night, plan: Plan, tests: list[Test], launcher: Launcher, s
     def dispatch() -> None:
         try:
             outcome["result"] = night.run(plan, on_finish=finished.put, launcher=launcher, stop=stop, images=images)
+        except SamplesNotStored as exc:  # every test ran: the record is written, the samples kept (record())
+            outcome["result"], outcome["unsaved"] = exc.result, exc
         except BaseException as exc:  # re-raised below, in the caller's thread
             outcome["error"] = exc
 

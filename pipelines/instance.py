@@ -1,15 +1,19 @@
 """The Dagster instance of the embedded default: SQLite storage in the project's state folder.
 
 ``nightly run`` and ``nightly ui`` (``dagster dev``) share it, so the UI shows every night
-the command line ran. Production mode uses PostgreSQL instead (see k8s/helm/values.yaml).
+the command line ran. With ``NIGHTLY_POSTGRES_URL`` set it uses that PostgreSQL instead, as production
+does (see k8s/helm/values.yaml and docs/storage.md).
 """
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import yaml
+
+from pipelines.storage.state import StateError
 
 POSTGRES_ENV = "NIGHTLY_POSTGRES_URL"
 
@@ -47,13 +51,61 @@ def ensure_dagster_home(home: Path) -> Path:
     return dagster_home
 
 
+class InstanceError(StateError):
+    """The Dagster instance's storage cannot be reached; the message names it (never the password)."""
+
+
+#: seconds one connection attempt to NIGHTLY_POSTGRES_URL may take before it is an error
+CONNECT_TIMEOUT_S = 10
+
+
+def _where(url: str) -> str:
+    """``HOST:PORT/DB`` of a PostgreSQL URL: what a message may show of it (no user, no password)."""
+    parts = urlsplit(url)
+    try:
+        port = parts.port or 5432
+    except ValueError:
+        port = "?"
+    return f"{parts.hostname or '?'}:{port}/{parts.path.lstrip('/') or '?'}"
+
+
+def _refused(url: str, exc: BaseException) -> InstanceError:
+    first = next((line.strip() for line in str(getattr(exc, "orig", None) or exc).splitlines() if line.strip()), "")
+    password = urlsplit(url).password
+    if password:
+        first = first.replace(password, "***")
+    return InstanceError(f"{POSTGRES_ENV}: cannot connect to {_where(url)} ({type(exc).__name__}: {first}); "
+                         "check the server or unset it to use SQLite")
+
+
+def check_postgres(url: str) -> None:
+    """One connection within CONNECT_TIMEOUT_S: an unreachable server is one line at once, not
+    Dagster's five retries per storage and a stack."""
+    import psycopg2
+
+    try:
+        psycopg2.connect(url.replace("postgresql+psycopg2://", "postgresql://", 1),
+                         connect_timeout=CONNECT_TIMEOUT_S).close()
+    except psycopg2.Error as exc:
+        raise _refused(url, exc) from exc
+
+
 def open_instance(home: Path):
-    """The instance, its SQLite tables created under a lock (``run`` and ``ui`` race on a fresh home)."""
+    """The instance, its SQLite tables created under a lock (``run`` and ``ui`` race on a fresh home);
+    with NIGHTLY_POSTGRES_URL, the server is checked first (InstanceError when it cannot be reached)."""
     import fcntl
 
     import dagster as dg
 
+    url = os.environ.get(POSTGRES_ENV)
+    if url:
+        check_postgres(url)
     dagster_home = ensure_dagster_home(home)
     with open(dagster_home / ".init.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        return dg.DagsterInstance.get()
+        try:
+            return dg.DagsterInstance.get()
+        except Exception as exc:  # a server that went away between the check and Dagster's connections
+            if url and type(exc).__name__ in ("DagsterPostgresException", "OperationalError"):
+                raise _refused(url, exc.__cause__ or exc) from exc
+            raise

@@ -97,6 +97,36 @@ def checked_estimates(data: dict, text: str, where: str) -> tuple[dict[str, dict
     return good, bad
 
 
+#: the folder under the home where a night keeps what its stores refused (Night.keep_unsaved)
+UNSAVED = "unsaved"
+
+
+class SamplesNotStored(HistoryError):
+    """``Night.run``: every test ran, but the history store refused these samples, the retry too."""
+
+    def __init__(self, message: str, samples: list, result: DispatchResult):
+        super().__init__(message)
+        self.samples = samples
+        self.result = result
+
+
+class ResultsNotStored(RuntimeError):
+    """The stores refused a night's results; ``folder`` keeps them (Night.keep_unsaved says how to re-add)."""
+
+    def __init__(self, message: str, folder: Path):
+        super().__init__(message)
+        self.folder = folder
+
+
+def unsaved_notice(home: Path, run_id: str) -> str | None:
+    """The README.txt of the folder that keeps run ``run_id``'s refused results, None when it has none."""
+    for record in sorted((Path(home) / UNSAVED).glob(f"*/state/runs/{safe_filename(run_id)}.json")):
+        readme = record.parents[2] / "README.txt"
+        if readme.is_file():
+            return readme.read_text(encoding="utf-8").rstrip("\n")
+    return None
+
+
 def default_home() -> Path:
     """Where the embedded default keeps its state: ``$NIGHTLY_HOME`` or ``<project>/.nightly``."""
     return Path(os.environ.get("NIGHTLY_HOME") or PROJECT_ROOT / ".nightly").resolve()
@@ -431,7 +461,10 @@ class Night:
         result = run_plan(plan, pools, launcher or self.launcher(), self.request, max_infra_retries=self.deployment.max_infra_retries,
                           on_start=on_start, on_finish=finished, avoid_nodes=bad_nodes, stop=stop)
         if unsaved:
-            store.append(unsaved)  # a second failure is raised: the attempts are still in the night's summary
+            try:
+                store.append(unsaved)
+            except HistoryError as exc:  # the caller keeps them (keep_unsaved): never lost in memory
+                raise SamplesNotStored(str(exc), list(unsaved), result) from exc
         return result
 
     @cached_property
@@ -499,7 +532,9 @@ class Night:
         ``source_run``: the run this calibration follows; its evidence is also kept under that run,
         so a later report of that night shows the proposals made after it, not the newest ones.
         A patch that would change nothing is not stored (``git apply`` refuses one without hunks)
-        and an earlier night's, now stale, is removed: where it would be is then ""."""
+        and an earlier night's, now stale, is removed: where it would be is then "". The evidence
+        and estimates are written first: a stale patch that cannot be removed (no s3:DeleteObject)
+        is a warning in ``notes``, never a calibration without estimates."""
         tests = self.registered_tests()
         estimates = self.estimates(tests)
         keys = self.calibration_keys()
@@ -511,14 +546,28 @@ class Night:
         data = {e.test_id: {"est_time": e.proposed, "sha256": sha.get(e.test_id, ""), "hardware": e.hardware}
                 for e in estimates if e.samples_used}
         diff, left_alone = recorded_patch(self.history, self.repo_spec.path, tests, estimates)
-        if diff is None:
-            self.state.delete(keys["patch"])
         where = {
             "evidence": self.state.put(keys["evidence"], evidence_csv(estimates)),
-            "patch": self.state.put(keys["patch"], diff) if diff is not None else "",
             "estimates": self.state.put(keys["estimates"], json.dumps(data, indent=1, sort_keys=True)),
+            "patch": self.state.put(keys["patch"], diff) if diff is not None else "",
         }
+        if diff is None:
+            self._remove_stale_patch(keys["patch"])
         return estimates, where, left_alone
+
+    def _remove_stale_patch(self, key: str) -> None:
+        """Delete an earlier calibration's patch that no longer holds; one that cannot be deleted is a
+        warning (``notes`` and the log): applying it would set est_time this calibration did not propose."""
+        from pipelines.storage.state import StateError
+
+        try:
+            if self.state.get(key) is not None:  # nothing to delete on a first calibration
+                self.state.delete(key)
+        except StateError as exc:
+            note = (f"stale est_time patch not removed: {exc}; it is an earlier calibration's, do not apply it: "
+                    "delete it by hand, and grant s3:DeleteObject (docs/storage.md)")
+            log.warning(note)
+            self.notes.append(note)
 
     def calibration_keys(self) -> dict[str, str]:
         name = safe_filename(self.repo_spec.name)
@@ -536,13 +585,64 @@ class Night:
                                               self.repo_spec.timeout_factor, estimates=estimates)
 
     # -- the night's record ----------------------------------------------------------------
-    def write_summary(self, summary: dict) -> dict:
-        """Store the run's record where the next run finds it: ``nights/<night>.json``, ``runs/<run id>.json``."""
+    def write_summary(self, summary: dict, store: StateStore | None = None) -> dict:
+        """Store the run's record where the next run finds it: ``nights/<night>.json``, ``runs/<run id>.json``
+        and ``nights/latest.json`` (not in another ``store``: a copy re-added later is not the newest)."""
         text = json.dumps(summary, indent=1)
-        self.state.put(f"nights/{summary['night']}.json", text)
-        self.state.put(f"runs/{safe_filename(summary['run_id'])}.json", text)
-        self.state.put("nights/latest.json", text)
+        store = store or self.state
+        store.put(f"nights/{summary['night']}.json", text)
+        store.put(f"runs/{safe_filename(summary['run_id'])}.json", text)
+        if store is self.state:
+            store.put("nights/latest.json", text)
         return summary
+
+    def keep_unsaved(self, summary: dict, samples: list, attempts: Iterable[Attempt], why: str,
+                     record_stored: bool = False) -> ResultsNotStored:
+        """What the stores refused (the samples, the record, the logs not uploaded) written under
+        ``<home>/unsaved/<night>/`` in the stores' own formats and layout, with a README.txt saying
+        how to re-add it; returns the error that says so (``nightly run`` prints the README, exit 4).
+        The kept record links each kept log where the re-add puts it."""
+        from pipelines.core.calibrate.output import write_atomic
+        from pipelines.storage.s3 import encode  # the S3 history's object format; `history import` reads it
+        from pipelines.storage.state import LocalStateStore, StateError
+
+        folder = self.home / UNSAVED / self.night
+        what = (f"{len(samples)} result(s) of night {self.night}" + (" and its record" if not record_stored else "")
+                + " were not stored" + (" (its record was)" if record_stored else "")) if samples \
+            else f"the record of night {self.night} was not stored"
+        try:
+            kept = LocalStateStore(folder / "state")
+            logs: dict[tuple, str] = {}
+            for a in attempts:
+                if not a.details.get("log_uri") and a.log_path and Path(a.log_path).is_file():
+                    key = f"logs/{self.night}/{Path(a.log_path).name}"
+                    kept.put_file(key, Path(a.log_path))
+                    logs[(a.test_id, a.attempt)] = self.state.uri(key)
+            self.write_summary({**summary, "attempts": [
+                {**r, **({"log_uri": logs[r["test_id"], r["attempt"]]} if (r["test_id"], r["attempt"]) in logs else {})}
+                for r in summary["attempts"]]}, kept)
+            if samples:
+                write_atomic(folder / "history.jsonl", encode(samples).decode())
+        except (OSError, StateError) as exc:
+            return ResultsNotStored(f"{what}: the store refused writes ({why}); keeping them in {folder} failed "
+                                    f"too ({exc}); they are in this run's log only", folder)
+        message = (f"{what}: the store refused writes ({why}).\nThey are kept in {folder}; when the store takes "
+                   "writes again, re-add them:\n" + "\n".join(f"  {c}" for c in self._readd(folder, samples)))
+        write_atomic(folder / "README.txt", message + "\n")
+        return ResultsNotStored(message, folder)
+
+    def _readd(self, folder: Path, samples: list) -> list[str]:
+        """The commands that put a kept folder (keep_unsaved) back into this deployment's stores."""
+        import shlex
+
+        from pipelines.storage.state import LocalStateStore
+
+        d = shlex.quote(self.deployment.name)
+        out = [f"nightly history import --deployment {d} --home {shlex.quote(str(self.home))} "
+               f"{shlex.quote(str(folder / 'history.jsonl'))}"] if samples else []
+        if isinstance(self.state, LocalStateStore):
+            return [*out, f"cp -R {shlex.quote(str(folder / 'state'))}/. {shlex.quote(str(self.state.root))}/"]
+        return [*out, f"aws s3 cp --recursive {shlex.quote(str(folder / 'state'))}/ {shlex.quote(self.state.uri(''))}"]
 
     def summary(self, run_id: str | None = None) -> dict:
         """A run's record (the latest night when ``run_id`` is None); a clear error when there is none."""

@@ -66,3 +66,38 @@ def test_a_configured_sglang_repo_that_sets_no_policy_still_gets_sglang_s_rule_w
 def test_a_policy_repos_yaml_sets_is_kept(tmp_path):
     spec = _configured(tmp_path, "    calibration: {policy: bucket125}\n").repo_spec
     assert (spec.policy, spec.policy_params) == ("bucket125", {})
+
+
+class _NoDelete:
+    """A state store whose identity may not delete (the documented policy without s3:DeleteObject)."""
+
+    def __init__(self, store):
+        self.store, self.deletes = store, 0
+
+    def __getattr__(self, name):
+        return getattr(self.store, name)
+
+    def delete(self, key):
+        from pipelines.storage.state import StateError
+
+        self.deletes += 1
+        raise StateError(f"s3://b/state/{key}: cannot be deleted (AccessDenied: Access Denied); check the credentials")
+
+
+def test_a_stale_patch_that_cannot_be_deleted_is_a_warning_after_evidence_and_estimates_are_written(tmp_path, monkeypatch):
+    night = _night(tmp_path, monkeypatch, {})
+    keys = night.calibration_keys()
+    night.state.put(keys["patch"], "--- a/old\n+++ b/old\n")
+    night.__dict__["state"] = _NoDelete(night.state)
+    _, where, _ = night.calibrate()
+    assert where["patch"] == "" and night.state.get(keys["evidence"]) and night.state.get(keys["estimates"])
+    (note,) = night.notes
+    assert note.startswith("stale est_time patch not removed: s3://b/state/calibration/") and "AccessDenied" in note
+    assert "do not apply it" in note and "s3:DeleteObject" in note
+
+
+def test_a_first_quiet_calibration_deletes_nothing(tmp_path, monkeypatch):
+    night = _night(tmp_path, monkeypatch, {})
+    night.__dict__["state"] = store = _NoDelete(night.state)
+    night.calibrate()
+    assert (store.deletes, night.notes) == (0, [])

@@ -11,6 +11,9 @@ checkout of the revision the logs ran, or calibration will count them as stale. 
 ``--suite`` each log's suite is inferred (its ``run_suite.py --suite`` line, else the one suite
 all its files register, else the registration whose est_time it prints); every log line that is
 refused (unreadable or unbounded numbers, near-miss summary lines) is listed with file:line.
+A ``.jsonl`` LOGFILE is samples in the S3 history's object format, as a night whose store refused
+writes keeps them (``<home>/unsaved/<night>/history.jsonl``): they are added as they are (no
+``--repo`` needed), each attempt once.
 """
 
 from __future__ import annotations
@@ -70,7 +73,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                                         "several (hardware=[...]), e.g. h200")
     imp.add_argument("--dry-run", action="store_true", help="parse and match, store nothing")
     imp.add_argument("logs", nargs="+", type=Path, metavar="LOGFILE",
-                     help="job logs as CI saved them (GitHub raw logs, or the run's log archive .zip)")
+                     help="job logs as CI saved them (GitHub raw logs, or the run's log archive .zip), or a "
+                          "history.jsonl a night kept when its store refused writes")
     show = hs.add_parser("show", help="list stored samples")
     add_common(show, repo=False)
     show.add_argument("--test", help="only this test id (or a path prefix)")
@@ -146,31 +150,37 @@ def _log_texts(log: Path) -> dict[str, str]:
                 for name in sorted(archive.namelist()) if name.endswith(".txt")}
 
 
-def _import(args: argparse.Namespace) -> int:
-    path, spec, specs = resolve_repo(args.repo)
-    catalog = load_catalog_for(path, spec, specs)
-    texts: dict[str, str] = {}
-    archives: dict[str, str] = {}  # an archive member -> its archive
-    problems: list[Problem] = []
-    for log in args.logs:
-        try:
-            found = _log_texts(log)
-            texts.update(found)
-            archives.update({name: str(log) for name in found if name != str(log)})
-        except OSError as exc:
-            problems.append(Problem(str(log), 1, "log", f"cannot read ({exc.strerror}); check the path"))
-        except zipfile.BadZipFile as exc:
-            problems.append(Problem(str(log), 1, "log", f"a damaged zip archive ({exc}); download the logs again"))
-    from pipelines.core.history import import_logs
+def _kept_samples(files: list[Path]) -> tuple[list, list[Problem]]:
+    """Samples of ``.jsonl`` files in the S3 history's object format, as a night whose store refused
+    them keeps them (``<home>/unsaved/<night>/history.jsonl``); a damaged file is a located problem."""
+    from pipelines.storage.s3 import decode
 
-    samples, found = import_logs(texts, catalog, args.suite, args.hardware, archives)
-    problems += found
+    samples, problems = [], []
+    for f in files:
+        try:
+            got, problem = decode(str(f), f.read_bytes())
+        except OSError as exc:
+            got, problem = [], Problem(str(f), 1, "samples", f"cannot read ({exc.strerror}); check the path")
+        samples += got
+        problems += [problem] if problem else []
+    return samples, problems
+
+
+def _import(args: argparse.Namespace) -> int:
+    kept = [log for log in args.logs if log.suffix == ".jsonl"]
+    samples, problems = _kept_samples(kept)
+    logs = [log for log in args.logs if log.suffix != ".jsonl"]
+    texts: dict[str, str] = {}
+    if logs:
+        texts, found = _import_logs(args, logs)
+        samples += found[0]
+        problems += found[1]
     store = open_store(args.store, args.deployment, args.home)
     new = 0 if args.dry_run else store.add(_not_stored(samples, store.read()))
     verb = "would import" if args.dry_run else "imported"
     where = getattr(store, "path", store)
     detail = "dry run" if args.dry_run else f"{new} new, {len(samples) - new} already stored in {where}"
-    print(f"history: {verb} {len(samples)} samples from {len(texts)} logs ({detail})")
+    print(f"history: {verb} {len(samples)} samples from {len(texts) + len(kept)} logs ({detail})")
     by_outcome = Counter(s.outcome for s in samples)
     print("  " + (", ".join(f"{k} {v}" for k, v in sorted(by_outcome.items())) or "no attempts matched"))
     unmatched = [p for p in problems if p.field == "filename"]
@@ -182,6 +192,28 @@ def _import(args: argparse.Namespace) -> int:
         if p.field != "filename":
             print(f"  {p}")
     return 0 if samples else 1
+
+
+def _import_logs(args: argparse.Namespace, logs: list[Path]) -> tuple[dict[str, str], tuple[list, list[Problem]]]:
+    """(source -> text, (samples, problems)) of CI job logs, matched against the --repo catalog."""
+    path, spec, specs = resolve_repo(args.repo)
+    catalog = load_catalog_for(path, spec, specs)
+    texts: dict[str, str] = {}
+    archives: dict[str, str] = {}  # an archive member -> its archive
+    problems: list[Problem] = []
+    for log in logs:
+        try:
+            found = _log_texts(log)
+            texts.update(found)
+            archives.update({name: str(log) for name in found if name != str(log)})
+        except OSError as exc:
+            problems.append(Problem(str(log), 1, "log", f"cannot read ({exc.strerror}); check the path"))
+        except zipfile.BadZipFile as exc:
+            problems.append(Problem(str(log), 1, "log", f"a damaged zip archive ({exc}); download the logs again"))
+    from pipelines.core.history import import_logs
+
+    samples, found = import_logs(texts, catalog, args.suite, args.hardware, archives)
+    return texts, (samples, problems + found)
 
 
 def _show(args: argparse.Namespace) -> int:

@@ -34,7 +34,8 @@ def add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--home", type=Path, help="state folder (default: $NIGHTLY_HOME or .nightly/)")
     p.add_argument("--repo", help="a repo name in assets/repos.yaml (default: its `default`) or any checkout path")
     p.add_argument("--deployment", help="deployment in assets/cluster.yaml: where history and the state (night "
-                                        "summaries, reports, quarantine file) live (default: local)")
+                                        "summaries, reports, quarantine file) live (default: "
+                                        "$NIGHTLY_DEPLOYMENT, else local)")
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -7,8 +7,9 @@ as config, the same path a schedule takes, executed in this process on the proje
 
 Exit status: 0 when every launched test passed and the night had no problems; 1 when a test
 did not pass; 3 when the night had problems (catalog problems, tests no pool runs, nothing
-selected) unless ``--accept-problems``; 130 when interrupted (running tests are killed and
-recorded as ``interrupted``, the Dagster run ends CANCELED).
+selected) unless ``--accept-problems``; 4 when the store refused the night's results (they are
+kept under ``<home>/unsaved/<night>/``, with the commands that re-add them); 130 when interrupted
+(running tests are killed and recorded as ``interrupted``, the Dagster run ends CANCELED).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from pathlib import Path
 from pipelines.cli.flags import FlagError, add_timeout_floor, timeout_floor
 from pipelines.core.select import CADENCES, Selection, split_csv, why_nothing
 
-EXIT_TEST_FAILED, EXIT_PROBLEMS, EXIT_INTERRUPTED = 1, 3, 130
+EXIT_TEST_FAILED, EXIT_PROBLEMS, EXIT_NOT_STORED, EXIT_INTERRUPTED = 1, 3, 4, 130
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -170,6 +171,7 @@ def _execute(night, args, selection, env: dict[str, str], home: Path) -> int:
     from pipelines.defs.resources import NightlyResource
     from pipelines.defs.tags import range_tags, request_tags
     from pipelines.instance import open_instance
+    from pipelines.night import unsaved_notice
 
     os.environ.update(env)  # the run reads the values by name (env_from): they never enter run storage
     resource = NightlyResource(home=str(home), repo=args.repo or "", deployment=args.deployment or "")
@@ -189,6 +191,10 @@ def _execute(night, args, selection, env: dict[str, str], home: Path) -> int:
     with sigint_for_this_process_only(), interruptions_unlogged():  # Ctrl-C: said once, below, without stacks
         result = job.execute_in_process(run_config=run_config, instance=instance, tags=tags, raise_on_error=False)
     run = instance.get_run_by_id(result.run_id)
+    kept = unsaved_notice(home, result.run_id)
+    if kept:  # the store refused the results (credentials expired mid-night): no calibration, no report
+        print(f"nightly run: error: {kept}", file=sys.stderr)
+        return EXIT_NOT_STORED
     try:
         summary = night.summary(result.run_id)
     except ValueError:
@@ -218,7 +224,6 @@ def _execute(night, args, selection, env: dict[str, str], home: Path) -> int:
 
     estimates = night.estimates()
     rows = night.report_rows(summary, estimates)  # est_time as the night ran it; proposals from the history it wrote
-    paths = night.calibration_paths()
     print()
     print(table(rows))
     print()
@@ -231,9 +236,7 @@ def _execute(night, args, selection, env: dict[str, str], home: Path) -> int:
         if e.held is not None:
             print(f"held for acceptance: {e.test_id}: est_time {e.current} -> {e.held} (more than max_step_factor in "
                   "one step; add it to the repo's calibration: accept: list to apply it)")
-    print(f"report: {report or '?'}")
-    print(f"evidence: {paths['evidence']}\npatch: {_patch_line(night, paths['patch'])}\n"
-          f"estimates: {paths['estimates']}")
+    _print_calibration(calib, report)
     print(f"dagster runs: {result.run_id} (night), {calib.run_id} (calibration); `make ui` to browse")
     verdict = summary.get("verdict") or {}
     for tid in verdict.get("excused_quarantined", ()):
@@ -243,12 +246,19 @@ def _execute(night, args, selection, env: dict[str, str], home: Path) -> int:
     return EXIT_TEST_FAILED if bad or not calib.success else 0
 
 
-def _patch_line(night, where: str) -> str:
-    """The patch's location, or that there is nothing to apply (the calibration writes no patch
-    without hunks: git apply refuses one)."""
-    if night.state.get(night.calibration_keys()["patch"]) is None:
-        return "nothing to change: no est_time differs from its file; no patch written"
-    return where
+def _print_calibration(calib, report: str | None) -> None:
+    """Where the calibration put the report, evidence, patch and estimates, as its run recorded them
+    (the patch line says when there is nothing to apply); what it did not write is said, not printed as a path."""
+    from pipelines.defs.keys import CALIBRATED
+
+    mats = calib.asset_materializations_for_node(CALIBRATED.path[-1]) if calib.success else []
+    if not mats:
+        print(f"calibration: failed (Dagster run {calib.run_id}): no report, evidence, patch or estimates were "
+              "written; its step's error is in `make ui` -> Runs; `nightly calibrate` recomputes the proposals")
+        return
+    meta = {k: v.value for k, v in mats[0].metadata.items()}
+    print(f"report: {report or 'not written (see the calibration run in `make ui` -> Runs)'}")
+    print(f"evidence: {meta['evidence']}\npatch: {meta['patch']}\nestimates: {meta['estimates']}")
 
 
 def _calibrate(defs, instance, run_id: str):

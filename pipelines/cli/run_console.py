@@ -6,7 +6,8 @@ our process group) each died with a KeyboardInterrupt traceback. The interruptio
 expected and the command says so in two lines of its own, so:
 
 - :data:`night_console` is the console logger of the night: Dagster's warnings and errors as
-  before, except the records that only say "interrupted" (the run's stack stays in the UI);
+  before, except the records that only say "interrupted", or that the store refused the night's
+  results (the command says where they are kept; the run's stack stays in the UI);
 - :func:`sigint_for_this_process_only` keeps the terminal's SIGINT from the helpers Dagster
   spawns (they inherit a blocked SIGINT and are stopped by Dagster as usual) while this process
   still gets it at once. Tests (launch/wrapper.py) and input builds (storage/cache.py, through
@@ -31,15 +32,19 @@ import dagster as dg
 
 #: errors that mean "the run was interrupted", not "something broke"
 INTERRUPTIONS = ("DagsterExecutionInterruptedError", "KeyboardInterrupt")
+#: errors the command says in its own words, so their stack stays in the UI: an interruption, and
+#: results the store refused (pipelines.night.ResultsNotStored: the command prints where they are kept)
+SAID_BY_THE_COMMAND = (*INTERRUPTIONS, "ResultsNotStored")
 
 
-def is_interruption(record: logging.LogRecord) -> bool:
-    """Whether a Dagster log record reports only that the run or a step was interrupted."""
+def is_interruption(record: logging.LogRecord, names: tuple[str, ...] = INTERRUPTIONS) -> bool:
+    """Whether a Dagster log record reports only that the run or a step was interrupted (or, with
+    ``names``, failed with one of those errors anywhere in its chain)."""
     meta = getattr(record, "dagster_meta", None) or {}
     event = meta.get("dagster_event") if isinstance(meta, dict) else None
     error = getattr(getattr(event, "event_specific_data", None), "error", None)
     while error is not None:
-        if getattr(error, "cls_name", None) in INTERRUPTIONS:
+        if getattr(error, "cls_name", None) in names:
             return True
         error = getattr(error, "cause", None) or getattr(error, "context", None)
     return False
@@ -47,7 +52,7 @@ def is_interruption(record: logging.LogRecord) -> bool:
 
 class _DropInterruptions(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
-        return not is_interruption(record)
+        return not is_interruption(record, SAID_BY_THE_COMMAND)
 
 
 class _DropRaisedInterruptions(logging.Filter):

@@ -6,6 +6,7 @@ knows it was looked at rather than forgotten.
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 
 import jinja2
@@ -33,6 +34,14 @@ def _link(path: str) -> str:
     return Path(path).absolute().as_uri()
 
 
+def _fetch(path: str) -> str:
+    """For a log in S3 (no browser opens ``s3://``), the command that prints it, to copy; "" for any
+    other location. A presigned URL would expire while the report is still read, so none is made."""
+    if not path.startswith("s3://"):
+        return ""
+    return f"aws s3 cp {shlex.quote(path)} -"
+
+
 def _fmt(v, unit: str = "") -> str:
     if v is None:
         return "-"
@@ -47,7 +56,7 @@ def render_html(data: ReportData, trend_rows: int = 40) -> str:
                     key=lambda r: -(r.elapsed_s or 0) / r.est_time)
     moved = sorted(data.trends, key=lambda t: -abs((t.change or 1) - 1))[:trend_rows]
     return _TEMPLATE.render(
-        d=data, keys=keys, colors=COLORS, fmt=_fmt, link=_link, short=short_name,
+        d=data, keys=keys, colors=COLORS, fmt=_fmt, link=_link, fetch=_fetch, short=short_name,
         gantt=gantt_svg(data, keys), durations=durations_svg(data.rows, keys),
         trends_plot=trends_svg(data.trends, keys), sparkline=sparkline, moved=moved,
         ratios=ratios[:15], legend=sorted(((keys[t], t) for t in {b.test_id for b in data.gantt}), key=lambda kt: int(kt[0][1:])),

@@ -14,6 +14,7 @@ th{background:#fafafa} td.num{text-align:right;font-variant-numeric:tabular-nums
 pre{background:#263238;color:#eceff1;padding:.6em;overflow-x:auto;font-size:12px;max-height:22em}
 .none{color:#777;font-style:italic} .key{font-family:monospace;color:#555} .plot{display:flex;gap:1.5em;flex-wrap:wrap;align-items:flex-start}
 .legend{font-size:12px} .legend td{padding:0 .4em} details{margin:.3em 0}
+code.fetch{user-select:all;background:#f3f3f3;padding:0 .3em;font-size:12px}
 </style></head><body>
 <h1>Night {{ d.night }}</h1>
 <div>{{ d.cadence }} run {{ d.run_id }}{% for k, v in d.environment %} &middot; {{ k }} <code>{{ v }}</code>{% endfor %}</div>
@@ -24,18 +25,19 @@ pre{background:#263238;color:#eceff1;padding:.6em;overflow-x:auto;font-size:12px
 <tr>{% for o, n in d.counts %}<td class="num" data-outcome="{{ o }}">{{ n }}</td>{% endfor %}</tr></table>
 </section>
 
+{% macro log_ref(path, label) %}{% if fetch(path) %}{{ label }}: <code class="fetch" title="copy and run to print the log">{{ fetch(path) }}</code>{% else %}<a href="{{ link(path) }}">{{ label }}</a>{% endif %}{% endmacro %}
 <section id="failures"><h2>Failures ({{ d.failures|length }})</h2>
 {% for f in d.failures %}
 <details open><summary><b>{{ f.test_id }}</b> &mdash; <span class="classification">{{ f.classification }}</span>
 {% if f.new %}<b>(new since last night)</b>{% endif %} on {{ f.node or '-' }}, {{ f.attempts }} attempt(s)
-{% if f.log_path %}&middot; <a href="{{ link(f.log_path) }}">full log</a>{% endif %}</summary>
+{% if f.log_path %}&middot; {{ log_ref(f.log_path, 'full log') }}{% endif %}</summary>
 {% if f.log_tail %}<pre>{{ f.log_tail }}</pre>{% else %}<p class="none">no log tail available{% if f.reason %} (reason: {{ f.reason }}){% endif %}</p>{% endif %}
 </details>
 {% else %}<p class="none">no test failed, hung or passed only on retry</p>{% endfor %}
 </section>
 
 <section id="infra"><h2>Infrastructure ({{ d.infra|length }} infra outcome(s), {{ d.bad_nodes|length }} bad node(s))</h2>
-{% for f in d.infra %}<p><b>{{ f.test_id }}</b>: {{ f.classification }} on {{ f.node or '-' }}{% if f.log_path %} &middot; <a href="{{ link(f.log_path) }}">log</a>{% endif %}</p>
+{% for f in d.infra %}<p><b>{{ f.test_id }}</b>: {{ f.classification }} on {{ f.node or '-' }}{% if f.log_path %} &middot; {{ log_ref(f.log_path, 'log') }}{% endif %}</p>
 {% else %}<p class="none">no infra errors</p>{% endfor %}
 {% for n in d.bad_nodes %}<p class="bad-node"><b>bad node {{ n.node }}</b> ({{ n.rule }}): {{ n.evidence }}</p>
 {% else %}<p class="none">no bad nodes</p>{% endfor %}

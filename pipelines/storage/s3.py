@@ -250,15 +250,19 @@ class S3HistoryStore:
     # -- reading -------------------------------------------------------------------------------
     def _keys(self, folders: tuple[str, ...] = ("compacted", "samples")) -> list[str]:
         """The objects of ``folders`` in that order, each by key, i.e. by write time (the default:
-        compacted objects first, the older samples, then the batches)."""
-        keys: list[str] = []
+        compacted objects first, the older samples, then the batches).
+
+        Listed in the reverse order: samples only ever move from ``samples/`` to ``compacted/``
+        (compact() writes the merged copy, then deletes), so a compaction between the two listings
+        leaves a sample in the first one listed or in the second, never in neither. Listed
+        ``compacted/`` first, it would read as no samples at all."""
+        listed: dict[str, list[str]] = {}
         paginator = self.client.get_paginator("list_objects_v2")
-        for folder in folders:
+        for folder in reversed(folders):
             pages = paginator.paginate(Bucket=self.bucket, Prefix=f"{self.prefix}history/{folder}/",
                                        PaginationConfig={"PageSize": self.page_size})
-            for page in pages:
-                keys.extend(o["Key"] for o in page.get("Contents", []) if o["Key"].endswith(".jsonl"))
-        return keys
+            listed[folder] = [o["Key"] for page in pages for o in page.get("Contents", []) if o["Key"].endswith(".jsonl")]
+        return [key for folder in folders for key in listed[folder]]
 
     def _get(self, key: str) -> tuple[list[Sample], Problem | None]:
         where = f"s3://{self.bucket}/{key}"
@@ -411,6 +415,19 @@ class S3Artifacts:
             code, text = _describe(exc)
             raise ArtifactError(f"{self.uri(key)}: cannot be deleted ({text}); "
                                 f"{_hint(code).replace('BUCKET', self.bucket)}") from exc
+
+    def keys(self, prefix: str) -> list[str]:
+        """Every key under ``prefix`` (relative to this store's prefix), sorted; all pages."""
+        out: list[str] = []
+        try:
+            for page in self.client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket,
+                                                                              Prefix=self.prefix + prefix):
+                out += [o["Key"][len(self.prefix):] for o in page.get("Contents", [])]
+        except (ClientError, BotoCoreError) as exc:
+            code, text = _describe(exc)
+            raise ArtifactError(f"{self.uri(prefix)}: cannot be listed ({text}); "
+                                f"{_hint(code).replace('BUCKET', self.bucket)}") from exc
+        return sorted(out)
 
     def get_text(self, key: str) -> tuple[str, str] | None:
         """``(text, etag)`` of a small text, ``None`` when there is no such object."""

@@ -203,11 +203,12 @@ class S3StateStore:
             raise StateError(str(exc)) from exc
 
     def keys(self, prefix: str) -> list[str]:
-        a = self.artifacts
-        out: list[str] = []
-        for page in a.client.get_paginator("list_objects_v2").paginate(Bucket=a.bucket, Prefix=a.prefix + prefix):
-            out += [o["Key"][len(a.prefix):] for o in page.get("Contents", [])]
-        return sorted(out)
+        from pipelines.storage.s3 import ArtifactError
+
+        try:
+            return self.artifacts.keys(prefix)
+        except ArtifactError as exc:
+            raise StateError(str(exc)) from exc
 
 
 def state_store(deployment: DeploymentSpec, home: Path, env: Mapping[str, str] | None = None) -> StateStore:

@@ -228,6 +228,9 @@ def test_an_out_path_that_cannot_be_written_is_named_with_the_reason(home, tmp_p
     (("report",), "--night ID the night to report: its name in <home>/nights/ or a run id (runs/<id>.json)"),
     (("report",), "where history and the state (night summaries, reports, quarantine file) live"),
     (("quarantine", "release"), "where history and the state (night summaries, reports, quarantine file) live"),
+    (("report",), "live (default: $NIGHTLY_DEPLOYMENT, else local)"),
+    (("quarantine", "list"), "live (default: $NIGHTLY_DEPLOYMENT, else local)"),
+    (("quarantine", "add"), "live (default: $NIGHTLY_DEPLOYMENT, else local)"),
 ])
 def test_help_says_what_the_flags_really_take_as_docs_report_md_does(capsys, argv, said):
     with pytest.raises(SystemExit):

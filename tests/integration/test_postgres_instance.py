@@ -1,6 +1,8 @@
 """Production mode: the Dagster instance on a real PostgreSQL server stores our materializations."""
 
 
+import contextlib
+
 import dagster as dg
 import psycopg2
 import pytest
@@ -42,3 +44,25 @@ def test_assets_materialize_into_postgres_storage(pg_url, tmp_path, monkeypatch,
         cur.execute("select count(*) from event_logs where dagster_event_type = 'ASSET_MATERIALIZATION' and partition = %s",
                     (test_id,))
         assert cur.fetchone()[0] == 1
+
+
+@pytest.mark.parametrize("where, said", [("closed port", "Connection refused"),
+                                         ("no such database", 'database "nosuch" does not exist')])
+def test_a_postgres_url_that_cannot_be_reached_is_one_line_without_the_password(where, said, tmp_path, monkeypatch,
+                                                                                 capsys):
+    from pipelines.cli import main
+    from tests.support.moto import _free_port
+
+    server = postgres_server() if where == "no such database" else \
+        contextlib.nullcontext(f"postgresql://nightly@127.0.0.1:{_free_port()}/dagster")
+    with server as base:
+        url = base.replace("nightly@", "nightly:s3cret@").rsplit("/", 1)[0] + \
+            ("/nosuch" if where == "no such database" else "/dagster")
+        monkeypatch.setenv(POSTGRES_ENV, url)
+        monkeypatch.setenv("NIGHTLY_ASSETS_DIR", str(example_assets(tmp_path / "assets")))
+        monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "home" / "dagster"))  # restored after the test
+        assert main(["run", "--home", str(tmp_path / "home"), "--labels", "short"]) == 2
+    err = capsys.readouterr().err
+    assert f"{POSTGRES_ENV}: cannot connect to {url.split('@', 1)[1]} (OperationalError: " in err and said in err, err
+    assert "check the server or unset it to use SQLite" in err
+    assert "s3cret" not in err and "Traceback" not in err

@@ -95,3 +95,17 @@ def test_the_asset_metadata_counts_and_explains_the_night(tmp_path):
     assert f"- `{tid(LORA)}`: hang: killed at its {FLOOR} s timeout" in text
     assert f"| `{tid(GRPO)}` | flaky | flaky rules |" in text
     assert "- image_digest (h200): `sha256:1111aaaa` -> `sha256:2222bbbb`" in text
+
+
+def test_a_log_in_s3_is_the_command_that_prints_it_not_a_link_no_browser_opens():
+    uri = "s3://b/team-a/nightly/state/logs/n/tests%2Fe2e%2Fx.py.attempt1.log"
+    summary = {"night": "n", "selected": ["tests/e2e/x.py", "tests/e2e/y.py"],
+               "attempts": [{"test_id": "tests/e2e/x.py", "outcome": "failed", "elapsed_s": 1.0, "node": "n0",
+                             "started_at": "2026-11-01T00:00:00+00:00", "log_path": "/pod/x.log", "log_uri": uri},
+                            {"test_id": "tests/e2e/y.py", "outcome": "infra_error", "elapsed_s": 1.0, "node": "n0",
+                             "started_at": "2026-11-01T00:00:00+00:00", "log_path": "/pod/y.log",
+                             "log_uri": uri.replace("x.py", "y.py")}]}
+    page = render_html(build_report(summary))
+    assert 'href="s3://' not in page
+    assert f'full log: <code class="fetch" title="copy and run to print the log">aws s3 cp {uri} -</code>' in page
+    assert f"· log: aws s3 cp {uri.replace('x.py', 'y.py')} -" in section(page, "infra")

@@ -291,3 +291,21 @@ def test_a_damaged_succession_is_an_error_naming_its_object_and_line(client, buc
     with pytest.raises(HistoryError, match=rf"s3://{bucket}/{key}:2: succession: expected a JSON object with before, "
                                            r"after and path strings, got .*; move the object aside"):
         store.successions()
+
+
+def test_a_compaction_between_the_two_listings_hides_no_sample(endpoint, client, bucket):
+    """The first calibration's race: a compaction moves every sample from samples/ to compacted/
+    right after the reader's first listing; the reader still reads them all."""
+    S3HistoryStore(bucket, "n", client=client).append([sample(1)])
+    S3HistoryStore(bucket, "n", client=client).append([sample(2)])
+    reader_client = s3_client(endpoint)
+    compactor = S3HistoryStore(bucket, "n", client=s3_client(endpoint))
+    lists = []
+
+    def after_list(**_):
+        lists.append(1)
+        if len(lists) == 1:
+            assert compactor.compact() == 2
+    reader_client.meta.events.register("after-call.s3.ListObjectsV2", after_list)
+    assert S3HistoryStore(bucket, "n", client=reader_client).read() == [sample(1), sample(2)]
+    assert len(lists) >= 2

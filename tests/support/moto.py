@@ -34,14 +34,18 @@ def _free_port() -> int:
 
 
 @contextlib.contextmanager
-def moto_server(timeout_s: float = 180) -> Iterator[str]:
+def moto_server(timeout_s: float = 180, auth_after: int | None = None) -> Iterator[str]:
     """Yield the endpoint URL of a fresh moto S3 server; stop it after.
 
     It answers after ~3 s idle (importing moto); ``timeout_s`` only stops a hang on a loaded machine.
+    ``auth_after=N``: moto checks credentials from the N+1-th request on and refuses the test ones
+    (InvalidAccessKeyId), as S3 does when credentials expire mid-night.
     """
     port = _free_port()
     url = f"http://127.0.0.1:{port}"
     env = {**os.environ, **CREDENTIALS}
+    if auth_after is not None:
+        env["INITIAL_NO_AUTH_ACTION_COUNT"] = str(auth_after)
     log = tempfile.TemporaryFile()  # a file, not a pipe: moto logs every request and a full pipe blocks it
     proc = subprocess.Popen([_moto_server(), "-H", "127.0.0.1", "-p", str(port)], env=env,
                             stdout=subprocess.DEVNULL, stderr=log)

@@ -1,0 +1,183 @@
+"""Every command that reads an S3 deployment's state answers a refused request with one line that
+says what to do (exit 2), never a botocore traceback: a missing bucket, refused credentials, an
+endpoint that does not answer."""
+
+from __future__ import annotations
+
+import pytest
+
+from pipelines.cli import main
+from tests.support.assets import example_assets
+from tests.support.moto import CREDENTIALS, moto_server
+
+pytestmark = pytest.mark.slow
+
+
+def s3_assets(dest, bucket: str):
+    """assets/ with a deployment ``s3local``: local launcher, state and history in ``bucket``."""
+    assets = example_assets(dest)
+    cluster = assets / "cluster.yaml"
+    cluster.write_text(cluster.read_text().replace("deployments:\n", (
+        "deployments:\n"
+        "  s3local:\n"
+        "    launcher: local\n"
+        "    storage: s3\n"
+        f"    s3_bucket: {bucket}\n"
+        "    s3_prefix: team-a/nightly\n"
+        "    skip_hardware: [mi300]\n"
+        "    pools:\n"
+        "      h200: {nodes: 1, gpus_per_node: 8}\n"), 1))
+    return assets
+
+
+def use(monkeypatch, assets, endpoint: str) -> None:
+    for k, v in {**CREDENTIALS, "NIGHTLY_S3_ENDPOINT": endpoint, "NIGHTLY_DEPLOYMENT": "s3local",
+                 "NIGHTLY_ASSETS_DIR": str(assets)}.items():
+        monkeypatch.setenv(k, v)
+
+
+@pytest.fixture(scope="module")
+def endpoint():
+    with moto_server() as url:
+        yield url
+
+
+@pytest.mark.parametrize("argv", [["report"], ["report", "--json"], ["quarantine", "list"]])
+def test_a_missing_bucket_is_one_line_naming_it_and_how_to_create_it(endpoint, tmp_path, monkeypatch, capsys, argv):
+    use(monkeypatch, s3_assets(tmp_path / "assets", "no-such-bucket-x"), endpoint)
+    assert main([*argv, "--home", str(tmp_path / "home")]) == 2
+    err = capsys.readouterr().err
+    assert "s3://no-such-bucket-x/team-a/nightly/" in err and "NoSuchBucket" in err, err
+    assert "`aws s3 mb s3://no-such-bucket-x`" in err and "Traceback" not in err
+
+
+def test_refused_credentials_are_one_line_naming_the_credentials(tmp_path, monkeypatch, capsys):
+    with moto_server(auth_after=0) as url:
+        use(monkeypatch, s3_assets(tmp_path / "assets", "nightly-e2e-history"), url)
+        assert main(["report", "--home", str(tmp_path / "home")]) == 2
+    err = capsys.readouterr().err
+    assert "InvalidAccessKeyId" in err and "AWS_ACCESS_KEY_ID" in err and "Traceback" not in err, err
+
+
+def test_an_endpoint_that_does_not_answer_is_one_line_naming_the_setting(tmp_path, monkeypatch, capsys):
+    from tests.support.moto import _free_port
+
+    use(monkeypatch, s3_assets(tmp_path / "assets", "nightly-e2e-history"), f"http://127.0.0.1:{_free_port()}")
+    assert main(["report", "--home", str(tmp_path / "home")]) == 2
+    err = capsys.readouterr().err
+    assert "Could not connect to the endpoint" in err and "NIGHTLY_S3_ENDPOINT" in err and "Traceback" not in err, err
+
+
+class Refuse:
+    """A botocore hook on every S3 client the nightly makes: requests ``refused(operation, key)``
+    picks fail with ``code``, as S3 answers an expired key or a policy that lacks the action."""
+
+    def __init__(self, refused, code: str = "AccessDenied"):
+        self.refused, self.code, self.count = refused, code, 0
+
+    def __call__(self, params, model, **_):
+        if self.refused(model.name, params.get("Key", "")):
+            from botocore.exceptions import ClientError
+
+            self.count += 1
+            raise ClientError({"Error": {"Code": self.code, "Message": f"refused ({self.code})"}}, model.name)
+
+    def install(self, monkeypatch) -> None:
+        from pipelines.storage import s3
+
+        make_client = s3.make_client
+
+        def refusing_client(endpoint_url=None):
+            c = make_client(endpoint_url)
+            c.meta.events.register("before-parameter-build.s3", self)
+            return c
+
+        monkeypatch.setattr(s3, "make_client", refusing_client)
+
+
+class Expiry:
+    """The credentials "expire" at the night's first log upload: it and every request after are refused."""
+
+    def __init__(self):
+        self.expired = False
+
+    def __call__(self, operation: str, key: str) -> bool:
+        self.expired = self.expired or (operation == "PutObject" and "/state/logs/" in key)
+        return self.expired
+
+
+def test_a_store_that_refuses_writes_mid_night_keeps_the_results_in_home_and_says_how_to_re_add_them(
+        endpoint, tmp_path, monkeypatch, capsys):
+    import json
+    import shlex
+
+    from pipelines.storage import s3
+    from tests.support.moto import s3_client
+
+    client = s3_client(endpoint)
+    client.create_bucket(Bucket="refusing")
+    use(monkeypatch, s3_assets(tmp_path / "assets", "refusing"), endpoint)
+    make_client = s3.make_client
+    expiry = Expiry()
+    Refuse(expiry, "InvalidAccessKeyId").install(monkeypatch)
+    home = tmp_path / "home"
+    assert main(["run", "--home", str(home), "--labels", "short"]) == 4
+    out, err = capsys.readouterr()
+    assert expiry.expired
+    assert "Traceback" not in err and "STEP_FAILURE" not in err and "RUN_FAILURE" not in err, err
+    (folder,) = (home / "unsaved").iterdir()
+    said = err[err.index("nightly run: error: "):]
+    assert said.startswith(f"nightly run: error: 2 result(s) of night {folder.name} and its record were not stored: "
+                           "the store refused writes (") and "InvalidAccessKeyId" in said, said
+    assert said.rstrip("\n").removeprefix("nightly run: error: ") == (folder / "README.txt").read_text().rstrip("\n")
+    assert not client.list_objects_v2(Bucket="refusing", Prefix="team-a/nightly/history/").get("KeyCount")
+    (record,) = (folder / "state" / "runs").iterdir()
+    attempts = json.loads(record.read_text())["attempts"]
+    assert len(attempts) == 2 and all(a["log_uri"].startswith("s3://refusing/team-a/nightly/state/logs/") for a in attempts)
+    # the credentials renewed: the two commands it printed put everything back
+    monkeypatch.setattr(s3, "make_client", make_client)  # new clients, without the hook
+    imports, copy = [line.strip() for line in said.splitlines()[-2:]]
+    assert main(shlex.split(imports)[1:]) == 0
+    assert "imported 2 samples from 1 logs (2 new, 0 already stored" in capsys.readouterr().out
+    assert copy == f"aws s3 cp --recursive {folder}/state/ s3://refusing/team-a/nightly/state/"
+    for f in (folder / "state").rglob("*"):  # what `aws s3 cp --recursive` does
+        if f.is_file():
+            client.upload_file(str(f), "refusing", f"team-a/nightly/state/{f.relative_to(folder / 'state')}")
+    assert main(["report", "--home", str(home), "--night", record.stem, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["night"] == folder.name
+
+
+def _failing_night(endpoint, tmp_path, monkeypatch, bucket: str, refuse: Refuse) -> list[str]:
+    """A night whose two tests fail (so calibration proposes nothing and a stale patch is removed),
+    with an earlier night's patch in the store; returns ``nightly run``'s exit code, stdout, stderr."""
+    from tests.support.moto import s3_client
+
+    client = s3_client(endpoint)
+    client.create_bucket(Bucket=bucket)
+    client.put_object(Bucket=bucket, Key="team-a/nightly/state/calibration/minirl/est_time.patch", Body=b"--- a/x\n")
+    use(monkeypatch, s3_assets(tmp_path / "assets", bucket), endpoint)
+    refuse.install(monkeypatch)
+    return main(["run", "--home", str(tmp_path / "home"), "--labels", "short",
+                 "--env", "MINIRL_FAIL=test_sft_math,test_fsdp_sft_chat"])
+
+
+def test_without_delete_permission_the_calibration_still_writes_evidence_and_estimates(endpoint, tmp_path, monkeypatch,
+                                                                                      capsys):
+    """The documented policy without s3:DeleteObject: the stale patch stays, with a warning."""
+    refuse = Refuse(lambda op, key: op in ("DeleteObject", "DeleteObjects"))
+    assert _failing_night(endpoint, tmp_path, monkeypatch, "no-delete", refuse) == 1
+    out, err = capsys.readouterr()
+    assert refuse.count and "calibration: failed" not in out, out
+    assert "stale est_time patch not removed: s3://no-delete/team-a/nightly/state/calibration/minirl/est_time.patch: " \
+           "cannot be deleted (AccessDenied" in err, err
+    assert "evidence: s3://no-delete/team-a/nightly/state/calibration/minirl/evidence.csv\n" in out
+    assert "estimates: s3://no-delete/team-a/nightly/state/estimates/minirl.json\n" in out
+    assert "report: s3://no-delete/team-a/nightly/state/reports/" in out
+
+
+def test_a_calibration_that_fails_prints_no_paths_it_did_not_write(endpoint, tmp_path, monkeypatch, capsys):
+    refuse = Refuse(lambda op, key: op == "PutObject" and "/state/calibration/" in key)
+    assert _failing_night(endpoint, tmp_path, monkeypatch, "no-calibration", refuse) == 1
+    out, err = capsys.readouterr()
+    assert "evidence:" not in out and "estimates:" not in out and "report:" not in out, out
+    assert "calibration: failed (Dagster run " in out and "no report, evidence, patch or estimates were written" in out
