@@ -17,8 +17,9 @@ help:
 	@echo "make bench     print the benchmark figures (bench/)"
 	@echo "make lint      ruff over the package, tests and benchmarks"
 
+# a venv without pip (made by a python3 lacking python3-venv) is made again, not kept forever
 $(STAMP): requirements.lock pyproject.toml
-	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/python -m pip --version >/dev/null 2>&1 || { rm -rf $(VENV); $(PY) -m venv $(VENV) && $(BIN)/python -m pip --version >/dev/null 2>&1 || { rm -rf $(VENV); echo "make: '$(PY) -m venv' failed: install python3-venv (apt-get install python3-venv)" >&2; exit 1; }; }
 	$(BIN)/python -m pip install -q --disable-pip-version-check uv==0.13.9
 	$(BIN)/uv pip install -q --python $(BIN)/python -r requirements.lock
 	$(BIN)/uv pip install -q --python $(BIN)/python --no-deps -e .

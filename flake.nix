@@ -21,9 +21,10 @@
       };
     in
     {
-      # nix build: the application (python with pipelines, bin/nightly and bin/dagster).
+      # nix build: the application (python with pipelines, bin/dagster), its bin/nightly keeping
+      # state in $NIGHTLY_HOME, by default ./.nightly (the store is read-only).
       packages = forAllSystems (b: {
-        default = b.app;
+        inherit (b) default;
         inherit (b) nightly-e2e;
       });
 

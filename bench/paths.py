@@ -27,7 +27,18 @@ from pathlib import Path
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
-BIN = Path(sys.executable).parent
+
+
+def tool(module: str) -> list[str]:
+    """``python -m pipelines`` / ``-m dagster`` with this interpreter: the scripts in its bin/ belong to
+    whichever checkout the venv installed (editable), maybe not this one."""
+    return [sys.executable, "-m", module]
+
+
+def environment(extra: dict[str, str]) -> dict[str, str]:
+    """This checkout first on the path, as bench/overhead.py runs it (cwd ROOT as well)."""
+    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
+    return {**os.environ, **extra, "PYTHONPATH": path}
 
 
 def _assets(tmp: Path, digest_file: Path) -> Path:
@@ -55,20 +66,20 @@ def main() -> int:
     digest = tmp / "digest.txt"
     digest.write_text("sha256:" + "a" * 64)
     home = tmp / "home"
-    env = {**os.environ, "NIGHTLY_HOME": str(home), "DAGSTER_HOME": str(home / "dagster"),
-           "NIGHTLY_ASSETS_DIR": str(_assets(tmp, digest))}
-    nightly = [str(BIN / "nightly"), "run", "--home", str(home), "--accept-problems"]
+    env = environment({"NIGHTLY_HOME": str(home), "DAGSTER_HOME": str(home / "dagster"),
+                       "NIGHTLY_ASSETS_DIR": str(_assets(tmp, digest))})
+    nightly = [*tool("pipelines"), "run", "--home", str(home), "--accept-problems"]
     print("warming up (first night builds the inputs) ...", flush=True)
     _timed(nightly, env)
 
     figures = {"nightly (nightly run)": _timed(nightly, env),
                "weekly: every test, as a full backfill runs (nightly run --cadence weekly)":
                    _timed([*nightly, "--cadence", "weekly"], env)}
-    keys = json.loads(subprocess.run([str(BIN / "nightly"), "catalog", "--json"], cwd=ROOT, env=env,
+    keys = json.loads(subprocess.run([*tool("pipelines"), "catalog", "--json"], cwd=ROOT, env=env,
                                      capture_output=True, text=True, check=True).stdout)
     ids = sorted(t["id"] for t in keys)
     figures["full backfill (asset materialize --partition-range)"] = _timed(
-        [str(BIN / "dagster"), "asset", "materialize", "-m", "pipelines.definitions", "--select", "test_runs",
+        [*tool("dagster"), "asset", "materialize", "-m", "pipelines.definitions", "--select", "test_runs",
          "--partition-range", f"{ids[0]}...{ids[-1]}"], env)
     sensor_script = (
         "import os, dagster as dg\n"

@@ -49,6 +49,16 @@ let
   nightly = command "nightly" "";
   nightly-ui = command "nightly-ui" "ui";
 
+  # `nix build`: the application's bin/ (dagster, python3, ...) with bin/nightly and
+  # bin/nightly-ui replaced by the commands above, so result/bin/nightly keeps its state in
+  # ./.nightly as `nix run` does, not in the read-only store.
+  default = pkgs.runCommand "nightly-e2e-${project.version}" { } ''
+    mkdir -p $out/bin
+    ln -s ${app}/bin/* $out/bin/
+    ln -sfn ${nightly}/bin/nightly $out/bin/nightly
+    ln -sfn ${nightly-ui}/bin/nightly-ui $out/bin/nightly-ui
+  '';
+
   # Every pin (runtime and test): what the checks and the dev shell run with.
   devEnv = python.withPackages (_: lib.attrValues wheels);
 
@@ -125,6 +135,7 @@ in
   inherit
     nightly-e2e
     app
+    default
     nightly
     nightly-ui
     devEnv

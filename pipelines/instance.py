@@ -39,8 +39,11 @@ def instance_yaml(home: Path) -> dict:
 
 
 def ensure_dagster_home(home: Path) -> Path:
-    """Create ``<home>/dagster/dagster.yaml`` and point ``DAGSTER_HOME`` at it."""
-    dagster_home = Path(home) / "dagster"
+    """Create ``<home>/dagster/dagster.yaml`` and point ``DAGSTER_HOME`` at it; an unwritable home
+    is a StateError that says what to do (``nightly ui`` exits 2 with it)."""
+    from pipelines.storage.state import writable_home
+
+    dagster_home = writable_home(Path(home)) / "dagster"
     dagster_home.mkdir(parents=True, exist_ok=True)
     path = dagster_home / "dagster.yaml"
     text = yaml.safe_dump(instance_yaml(Path(home)), sort_keys=False)

@@ -80,8 +80,9 @@ def run(args: argparse.Namespace) -> int:
     from pipelines.core.runset import RunSelection
     from pipelines.night import Night, NightSettings, default_home
     from pipelines.reporting.state import load_doc
+    from pipelines.storage.state import writable_home
 
-    home = (args.home or default_home()).resolve()
+    home = writable_home((args.home or default_home()).resolve())  # before any work: exit 2 if it is not
     if args.repo and Path(args.repo).is_dir():
         args.repo = str(Path(args.repo).resolve())  # the Dagster run resolves it again, maybe elsewhere
     env = _parse_env(args.env)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import fcntl
 import os
 import random
+import tempfile
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -25,6 +26,26 @@ from pipelines.core.specs import DeploymentSpec
 
 class StateError(RuntimeError):
     """The store cannot be read or written; the message names the place and what to do."""
+
+
+def must_be_writable(root: Path) -> str:
+    """What to do about a state folder that cannot be written (one wording for every command)."""
+    return f"the state folder {root} must be writable (set NIGHTLY_HOME or --home to a writable folder)"
+
+
+def writable_home(home: Path) -> Path:
+    """Create the state folder and make (and remove) a file in it, before a command does any work:
+    an unwritable home (read-only install, a file in the path) is then one message and exit 2,
+    not a traceback halfway through a night."""
+    home = Path(home)
+    try:
+        home.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(dir=home, prefix=".writable-")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        raise StateError(f"{home}: cannot be written ({exc.strerror}); {must_be_writable(home)}") from exc
+    return home
 
 
 def _check_key(key: str) -> str:
@@ -89,8 +110,7 @@ class LocalStateStore:
         try:
             write_atomic(target, text)  # whole or not at all, with the mode a plain write gives
         except OSError as exc:
-            raise StateError(f"{target}: cannot be written ({exc.strerror}); the state folder {self.root} "
-                             "must be writable (set NIGHTLY_HOME or --home to a writable folder)") from exc
+            raise StateError(f"{target}: cannot be written ({exc.strerror}); {must_be_writable(self.root)}") from exc
         return str(target)
 
     def put_file(self, key: str, path: Path) -> str:
@@ -110,8 +130,7 @@ class LocalStateStore:
             target.parent.mkdir(parents=True, exist_ok=True)
             fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o666)
         except OSError as exc:
-            raise StateError(f"{lock}: cannot be created ({exc.strerror}); the state folder {self.root} "
-                             "must be writable (set NIGHTLY_HOME or --home to a writable folder)") from exc
+            raise StateError(f"{lock}: cannot be created ({exc.strerror}); {must_be_writable(self.root)}") from exc
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)  # released when fd closes, also if this process dies
             return self.put(key, change(self.get(key)))

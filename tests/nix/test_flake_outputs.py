@@ -26,7 +26,7 @@ def test_every_output_of_both_systems_evaluates_against_the_recorded_release(pro
 
 def test_the_default_package_is_python_with_the_project_built_from_pyproject(project_root):
     out = evaluate(f"""let p = out.packages.{X86}; n = p.nightly-e2e; in {{
-        default = map (x: x.name) p.default.packages;
+        default = map (x: x.name) build.app.packages;
         inherit (n) pname version pyproject pythonImportsCheck postInstall;
         build = map (x: x.name) n.build-system;
         deps = map (x: x.pname) n.dependencies;
@@ -52,6 +52,19 @@ def test_each_dependency_is_the_locked_wheel_for_its_system(project_root):
             wheel = pin["wheels"].get("any") or pin["wheels"][system]
             assert (dep["version"], dep["url"], dep["sha256"]) == (pin["version"], wheel["url"], wheel["sha256"])
             assert dep["patched"] == pin["native"], dep["pname"]
+
+
+def test_nix_build_gives_the_commands_that_keep_state_outside_the_store(project_root):
+    """result/bin/nightly is the NIGHTLY_HOME wrapper (docs/nix.md: state in ./.nightly), beside the app's bin/."""
+    out = evaluate(f"""{{
+        inherit (out.packages.{X86}.default) name script;
+        app = build.app.outPath; nightly = build.nightly.outPath; ui = build.nightly-ui.outPath;
+    }}""", project_root).value
+    assert out["name"] == "nightly-e2e-0.1.0"
+    lines = [line.strip() for line in out["script"].strip().splitlines()]
+    assert lines == ["mkdir -p $out/bin", f"ln -s {out['app']}/bin/* $out/bin/",
+                     f"ln -sfn {out['nightly']}/bin/nightly $out/bin/nightly",
+                     f"ln -sfn {out['ui']}/bin/nightly-ui $out/bin/nightly-ui"]
 
 
 def test_apps_run_the_nightly_cli_and_the_ui_with_state_outside_the_store(project_root):

@@ -11,6 +11,7 @@ it can cost time, never correctness.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -271,5 +272,6 @@ class ScanCache:
             return True
         except OSError as exc:
             self.notes.append(f"cache {path} not written ({exc.strerror}); the next catalog reads every file")
-            tmp.unlink(missing_ok=True)
+            with contextlib.suppress(OSError):  # the folder may not be one (ENOTDIR): nothing was left there
+                tmp.unlink(missing_ok=True)
             return False

@@ -190,3 +190,11 @@ def test_successive_edits_of_different_files_each_parse_one_file_and_stay_equal_
     parses.clear()
     again = load(repo, tmp_path / "cache")
     assert parses == [] and again.by_id()["tests/test_0.py"].est_time == 1002
+
+
+def test_a_cache_folder_under_a_file_leaves_the_catalog_read(tree, tmp_path):
+    """ENOTDIR on the write and again on removing the temp file: not a crash (NIGHTLY_HOME=/dev/null/x)."""
+    (tmp_path / "afile").write_text("")
+    repo = checkout(tree)
+    got = load(repo, tmp_path / "afile" / "cache")
+    assert got.tests == load(repo, None).tests

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import re
 import shutil
 import subprocess
 from functools import cache
@@ -15,11 +17,34 @@ from tests.conftest import PROJECT_ROOT
 K8S = PROJECT_ROOT / "k8s"
 OVERLAYS = ["base", "overlays/production", "overlays/kueue", "overlays/cordon", "overlays/irsa"]
 KUEUE_KINDS = {"ResourceFlavor", "ClusterQueue", "LocalQueue"}
-pytestmark = pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl renders the kustomizations")
+#: the oldest kubectl whose kustomize (v4.2) reads k8s/: `labels:` came in kustomize v4.1; Debian 12's
+#: kubectl 1.20 (kustomize v2) fails every overlay with "unknown field" (as scripts/system-deps.sh says)
+MIN_KUBECTL = (1, 22)
+
+
+def kubectl_too_old(version_json: str) -> str | None:
+    """Why this ``kubectl version --client -o json`` cannot render k8s/, or None when it can."""
+    git = json.loads(version_json).get("clientVersion", {}).get("gitVersion", "")
+    found = re.match(r"v(\d+)\.(\d+)", git)
+    if found and (int(found[1]), int(found[2])) >= MIN_KUBECTL:
+        return None
+    return (f"kubectl {git or '(version unknown)'} is too old to render k8s/: kubectl {'.'.join(map(str, MIN_KUBECTL))} "
+            "or newer is needed (its kustomize reads `labels:` and `components:`); install a current one "
+            "(`make system-deps` does, from pkgs.k8s.io) and put it first on PATH")
+
+
+@cache
+def kubectl_problem() -> str | None:
+    out = subprocess.run(["kubectl", "version", "--client", "-o", "json"], capture_output=True, text=True, timeout=60)
+    return kubectl_too_old(out.stdout) if out.returncode == 0 else f"`kubectl version --client` failed: {out.stderr}"
 
 
 @cache
 def render(overlay: str) -> tuple[dict, ...]:
+    if shutil.which("kubectl") is None:
+        pytest.skip("kubectl renders the kustomizations (`make system-deps` installs it)")
+    if kubectl_problem():
+        pytest.skip(kubectl_problem())  # said once as a failure by the test below, not once per rendering test
     out = subprocess.run(["kubectl", "kustomize", str(K8S / overlay)], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     return tuple(d for d in yaml.safe_load_all(out.stdout) if d)
@@ -27,6 +52,22 @@ def render(overlay: str) -> tuple[dict, ...]:
 
 def by_kind(overlay: str, kind: str) -> list[dict]:
     return [d for d in render(overlay) if d["kind"] == kind]
+
+
+def test_the_kubectl_on_path_can_render_k8s():
+    if shutil.which("kubectl") is None:
+        pytest.skip("kubectl renders the kustomizations (`make system-deps` installs it)")
+    if kubectl_problem():
+        pytest.fail(kubectl_problem(), pytrace=False)
+
+
+@pytest.mark.parametrize(("git", "ok"), [("v1.20.2", False), ("v1.21.14", False), ("v1.22.0", True),
+                                         ("v1.32.4-dispatcher", True), ("v2.0.0", True), ("", False)])
+def test_a_kubectl_older_than_1_22_is_named_with_the_version_needed(git, ok):
+    problem = kubectl_too_old(json.dumps({"clientVersion": {"gitVersion": git}}))
+    assert (problem is None) == ok
+    if not ok:
+        assert problem.startswith(f"kubectl {git or '(version unknown)'} is too old to render k8s/: kubectl 1.22 or newer")
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)

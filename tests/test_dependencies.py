@@ -1,0 +1,68 @@
+"""pyproject.toml declares every distribution pipelines/ imports, within the pins of requirements.lock.
+
+An import satisfied only through another package's dependency breaks when that package drops
+it; and a bound the lock's pin does not meet would send `uv pip install -e .` to the network."""
+
+from __future__ import annotations
+
+import ast
+import importlib.metadata
+import re
+import sys
+import tomllib
+
+from packaging.requirements import Requirement
+
+from tests.conftest import PROJECT_ROOT
+
+
+def normalize(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def declared() -> dict[str, Requirement]:
+    project = tomllib.loads((PROJECT_ROOT / "pyproject.toml").read_text())["project"]
+    return {normalize(r.name): r for r in map(Requirement, project["dependencies"])}
+
+
+def imported_distributions() -> dict[str, str]:
+    """distribution -> one file:line importing it, over every module of pipelines/ (lazy imports too)."""
+    dists = importlib.metadata.packages_distributions()
+    found: dict[str, str] = {}
+    for path in sorted((PROJECT_ROOT / "pipelines").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module]
+            else:
+                continue
+            for top in {n.split(".")[0] for n in names} - set(sys.stdlib_module_names) - {"pipelines"}:
+                for dist in dists.get(top, [top]):
+                    found.setdefault(normalize(dist), f"{path.relative_to(PROJECT_ROOT)}:{node.lineno}")
+    return found
+
+
+def locked() -> dict[str, str]:
+    pins = re.findall(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==(\S+)", (PROJECT_ROOT / "requirements.lock").read_text(), re.M)
+    return {normalize(n): v for n, v in pins}
+
+
+def test_every_distribution_pipelines_imports_is_declared_in_pyproject():
+    missing = {d: where for d, where in imported_distributions().items() if d not in declared()}
+    assert missing == {}, "add these to [project] dependencies of pyproject.toml (within the lock's pins)"
+
+
+def test_every_declared_dependency_is_met_by_its_locked_pin():
+    pins = locked()
+    unmet = {name: (str(req), pins.get(name)) for name, req in declared().items()
+             if name not in pins or not req.specifier.contains(pins[name], prereleases=True)}
+    assert unmet == {}, "a bound the lock does not meet: widen it, or re-lock (uv pip compile) and rerun nix/lock2nix.py"
+
+
+def test_the_lock_says_pyproject_asks_for_each_declared_dependency():
+    """As `uv pip compile` writes it: the lock was compiled from this pyproject (its `# via` lines)."""
+    text = (PROJECT_ROOT / "requirements.lock").read_text()
+    for name in declared():
+        block = re.search(rf"^{re.escape(name)}==\S+\n((?:    #.*\n)*)", text, re.M | re.I)
+        assert block and "nightly-e2e (pyproject.toml)" in block.group(1), name

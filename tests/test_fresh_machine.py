@@ -1,0 +1,118 @@
+"""What a fresh Debian machine gets: scripts/system-deps.sh and the Makefile's virtualenv step.
+
+Both run with stand-in commands on a PATH of their own (no apt, no network): a kubectl that says
+its version, a python3 whose venv has pip or not.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import stat
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import PROJECT_ROOT
+
+TOOLS = ("bash", "sed", "head", "mktemp", "rm", "mkdir", "id", "cat", "ls", "env", "sh", "chmod")
+
+
+def script(path: Path, text: str) -> Path:
+    path.write_text("#!/bin/sh\n" + text)
+    path.chmod(path.stat().st_mode | stat.S_IXUSR)
+    return path
+
+
+def fake_python(path: Path, pip: bool) -> Path:
+    """A python3 whose ``-m venv DIR`` makes DIR/bin/python, with pip or (no python3-venv) without."""
+    inner = "exit 0" if pip else 'echo "No module named pip" >&2; exit 1'
+    status = 0 if pip else 1  # Debian's: "ensurepip is not available", the venv left without pip
+    return script(path, f"""[ "$1 $2" = "-m venv" ] || exit 1
+echo "$3" >> "{path}.made"
+mkdir -p "$3/bin"
+printf '#!/bin/sh\\n{inner}\\n' > "$3/bin/python"
+chmod +x "$3/bin/python"
+exit {status}
+""")
+
+
+def machine(tmp_path: Path, kubectl: str | None, venv_pip: bool = True) -> dict[str, str]:
+    """A PATH with only the stand-ins (and every other tool system-deps looks for, present)."""
+    bin_ = tmp_path / "bin"
+    bin_.mkdir()
+    for tool in TOOLS:
+        os.symlink(shutil.which(tool), bin_ / tool)
+    for present in ("chromium", "nix-instantiate", "initdb"):
+        script(bin_ / present, "exit 0\n")
+    if kubectl is not None:
+        version = json.dumps({"clientVersion": {"gitVersion": kubectl}})
+        script(bin_ / "kubectl", f"echo '{version}'\n")
+    fake_python(bin_ / "python3", venv_pip)
+    (tmp_path / "tmp").mkdir()
+    return {"PATH": str(bin_), "HOME": str(tmp_path), "TMPDIR": str(tmp_path / "tmp")}
+
+
+def dry_run(env: dict[str, str]) -> str:
+    out = subprocess.run(["bash", str(PROJECT_ROOT / "scripts" / "system-deps.sh"), "--dry-run"], env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    return out.stdout.strip()
+
+
+@pytest.mark.parametrize("kubectl", [None, "v1.20.2", "v1.21.14"])
+def test_system_deps_installs_kubectl_from_pkgs_k8s_io_when_missing_or_older_than_1_22(tmp_path, kubectl):
+    assert dry_run(machine(tmp_path, kubectl)) == ("system-deps: would install kubectl "
+                                                   "(kubectl from https://pkgs.k8s.io/core:/stable:/v1.32/deb/)")
+
+
+@pytest.mark.parametrize("kubectl", ["v1.22.0", "v1.32.4-dispatcher"])
+def test_system_deps_keeps_a_current_kubectl(tmp_path, kubectl):
+    assert dry_run(machine(tmp_path, kubectl)) == ""
+
+
+def test_system_deps_installs_python3_venv_when_a_venv_gets_no_pip(tmp_path):
+    assert dry_run(machine(tmp_path, "v1.32.0", venv_pip=False)) == "system-deps: would install python3-venv"
+    assert not list((tmp_path / "tmp").iterdir()), "the trial venv is removed"
+
+
+def venv_step() -> str:
+    """The Makefile's recipe line that makes the virtualenv."""
+    [line] = [ln.strip() for ln in (PROJECT_ROOT / "Makefile").read_text().splitlines() if "-m venv" in ln]
+    return line
+
+
+def run_venv_step(tmp_path: Path, pip: bool) -> subprocess.CompletedProcess:
+    py = fake_python(tmp_path / "python3", pip)
+    venv = tmp_path / ".venv"
+    line = venv_step().replace("$(BIN)", f"{venv}/bin").replace("$(VENV)", str(venv)).replace("$(PY)", str(py))
+    assert "$(" not in line, line
+    return subprocess.run(["bash", "-c", line], capture_output=True, text=True, timeout=60)
+
+
+def test_make_remakes_a_venv_that_has_no_pip(tmp_path):
+    broken = tmp_path / ".venv" / "bin"
+    broken.mkdir(parents=True)
+    script(broken / "python", 'echo "No module named pip" >&2; exit 1\n')  # made before python3-venv was installed
+    (broken / "leftover").write_text("")
+    assert run_venv_step(tmp_path, pip=True).returncode == 0
+    assert (tmp_path / "python3.made").read_text().split() == [str(tmp_path / ".venv")]
+    assert not (broken / "leftover").exists()
+    assert subprocess.run([broken / "python", "-m", "pip", "--version"]).returncode == 0
+
+
+def test_make_keeps_a_working_venv(tmp_path):
+    fake_python(tmp_path / "first", pip=True)
+    subprocess.run([tmp_path / "first", "-m", "venv", tmp_path / ".venv"], check=True)
+    assert run_venv_step(tmp_path, pip=True).returncode == 0
+    assert not (tmp_path / "python3.made").exists()
+
+
+def test_make_says_to_install_python3_venv_when_the_venv_it_makes_has_no_pip(tmp_path):
+    out = run_venv_step(tmp_path, pip=False)
+    assert out.returncode != 0
+    assert re.search(r"-m venv' failed: install python3-venv \(apt-get install python3-venv\)", out.stderr)
+    assert not (tmp_path / ".venv").exists(), "no broken venv is left for the next make to trust"
