@@ -59,7 +59,7 @@ def _alive(pid: int) -> bool:
 def test_ctrl_c_says_in_two_lines_what_was_kept_and_how_to_resume(tmp_path):
     home = tmp_path / "home"
     env = {**{k: v for k, v in os.environ.items() if not k.startswith(("NIGHTLY_", "DAGSTER_", "MINIRL_"))},
-           "NIGHTLY_HOME": str(home)}
+           "NIGHTLY_HOME": str(home), "NIGHTLY_GPU_LOCK_DIR": os.environ["NIGHTLY_GPU_LOCK_DIR"]}
     proc = subprocess.Popen([sys.executable, "-m", "pipelines", "run", "--home", str(home), "--labels", "lora",
                              "--env", "MINIRL_HANG=test_lora_math", "--timeout-floor", "900"],
                             cwd=PROJECT_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
