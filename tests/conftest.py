@@ -24,6 +24,14 @@ def make_test(**overrides) -> Test:
     return dataclasses.replace(base, **overrides)
 
 
+@pytest.fixture(autouse=True)
+def _own_gpu_locks(tmp_path_factory, monkeypatch):
+    """Each test locks GPUs in its own folder: the host's folder is shared by every night on the
+    machine, so tests running side by side (or a real night) would otherwise wait on each other.
+    A test that starts a night in a subprocess must pass NIGHTLY_GPU_LOCK_DIR on."""
+    monkeypatch.setenv("NIGHTLY_GPU_LOCK_DIR", str(tmp_path_factory.mktemp("gpu-locks")))
+
+
 @pytest.fixture
 def project_root() -> Path:
     return PROJECT_ROOT

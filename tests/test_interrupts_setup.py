@@ -40,3 +40,21 @@ def test_without_the_fix_dagster_leaves_sigterm_ignored():
 def test_answer_interrupts_keeps_sigterm_and_sigint_working_after_dagster():
     setup = "from pipelines.interrupts import answer_interrupts\nassert answer_interrupts()"
     assert _ignored_after_dagster(setup) == "False False"
+
+
+def test_signals_seen_reports_a_signal_whichever_handler_took_it():
+    import os
+    import signal
+
+    from pipelines.interrupts import signals_seen
+
+    previous = signal.signal(signal.SIGTERM, lambda *_: None)  # as Dagster's flag-only handler
+    try:
+        with signals_seen() as seen:
+            os.kill(os.getpid(), signal.SIGTERM)
+        assert seen == {signal.SIGTERM}
+        with signals_seen() as seen:
+            pass
+        assert seen == set()
+    finally:
+        signal.signal(signal.SIGTERM, previous)

@@ -172,6 +172,7 @@ def _execute(night, args, selection, env: dict[str, str], home: Path) -> int:
     from pipelines.defs.resources import NightlyResource
     from pipelines.defs.tags import range_tags, request_tags
     from pipelines.instance import open_instance
+    from pipelines.interrupts import signals_seen
     from pipelines.night import unsaved_notice
 
     os.environ.update(env)  # the run reads the values by name (env_from): they never enter run storage
@@ -189,7 +190,7 @@ def _execute(night, args, selection, env: dict[str, str], home: Path) -> int:
                   "loggers": {"console": {"config": {"log_level": "WARNING"}}}}
     t0 = time.monotonic()
     print("\nnightly: running (progress below; each line is one finished step or test)", flush=True)
-    with sigint_for_this_process_only(), interruptions_unlogged():  # Ctrl-C: said once, below, without stacks
+    with sigint_for_this_process_only(), interruptions_unlogged(), signals_seen() as signalled:  # Ctrl-C: said once
         result = job.execute_in_process(run_config=run_config, instance=instance, tags=tags, raise_on_error=False)
     run = instance.get_run_by_id(result.run_id)
     kept = unsaved_notice(home, result.run_id)
@@ -201,8 +202,10 @@ def _execute(night, args, selection, env: dict[str, str], home: Path) -> int:
     except ValueError:
         summary = None
     status = run.status.value if run else "?"
-    if status == "CANCELED" or (summary or {}).get("interrupted"):
-        # like a run cancelled in the UI (its sensor calibrates it): what finished is calibrated and reported
+    if status == "CANCELED" or (summary or {}).get("interrupted") or signalled:
+        # like a run cancelled in the UI (its sensor calibrates it): what finished is calibrated and reported;
+        # a signal Dagster kept to itself (the run FAILURE "interrupted unexpectedly", or even SUCCESS) is one too
+        _mark_canceled(instance, result.run_id)
         report = None
         if summary is not None:
             try:
@@ -262,15 +265,41 @@ def _print_calibration(calib, report: str | None) -> None:
     print(f"evidence: {meta['evidence']}\npatch: {meta['patch']}\nestimates: {meta['estimates']}")
 
 
+def _mark_canceled(instance, run_id: str) -> None:
+    """End a run a signal interrupted CANCELED, as a run cancelled in the UI, whatever Dagster made of it:
+    FAILURE ("interrupted unexpectedly"), SUCCESS (the signal never reached a checkpoint) or NOT_STARTED
+    (interrupted while Dagster set it up, where it would otherwise stay for ever)."""
+    import dagster as dg
+
+    run = instance.get_run_by_id(run_id)
+    if run is not None and run.status != dg.DagsterRunStatus.CANCELED:
+        instance.report_run_canceled(run, "interrupted (SIGINT/SIGTERM) while `nightly run` ran it")
+
+
 def _calibrate(defs, instance, run_id: str):
     """The calibration job for the night's run (est_time proposals and its report), in this process:
-    (the job's result, the report's location or None)."""
-    from pipelines.defs.keys import TAG_SOURCE_RUN
+    (the job's result, the report's location or None). A SIGINT/SIGTERM meanwhile ends the calibration
+    run CANCELED and is raised on as KeyboardInterrupt."""
+    import uuid
 
-    calib = defs.resolve_job_def("calibration").execute_in_process(
-        instance=instance, raise_on_error=False, tags={TAG_SOURCE_RUN: run_id},
-        run_config={"loggers": {"console": {"config": {"log_level": "WARNING"}}}},
-    )
+    from pipelines.defs.keys import TAG_SOURCE_RUN
+    from pipelines.defs.runs import process_tags
+    from pipelines.interrupts import signals_seen
+
+    calib_id = str(uuid.uuid4())  # known before Dagster creates the run, so an early interrupt can still end it
+    try:
+        with signals_seen() as signalled:
+            calib = defs.resolve_job_def("calibration").execute_in_process(
+                instance=instance, raise_on_error=False, run_id=calib_id,
+                tags={TAG_SOURCE_RUN: run_id, **process_tags()},  # a killed process's run is failed by the next run
+                run_config={"loggers": {"console": {"config": {"log_level": "WARNING"}}}},
+            )
+    except KeyboardInterrupt:
+        _mark_canceled(instance, calib_id)
+        raise
+    if signalled:
+        _mark_canceled(instance, calib_id)
+        raise KeyboardInterrupt
     if not calib.success:
         print(f"nightly: calibration run {calib.run_id} failed; see `make ui` -> Runs", file=sys.stderr)
         return calib, None

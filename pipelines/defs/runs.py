@@ -2,7 +2,8 @@
 
 Dagster marks an interrupted run CANCELED only when someone asked for the cancel first; a
 SIGINT/SIGTERM to ``nightly run`` (or to a run worker) is such a request, so the asset reports it
-before the interruption goes on. Runs executed in-process (the CLI) have no run monitor: a
+before the interruption goes on, wherever the signal landed (see :func:`canceled_on_interrupt`).
+Runs executed in-process (the CLI) have no run monitor: a
 ``kill -9`` leaves them STARTED forever, so every run marks dead ones on this host as failed.
 """
 
@@ -11,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 
 import dagster as dg
 
@@ -27,28 +28,72 @@ def process_tags() -> dict[str, str]:
 
 
 def fail_stale_runs(instance: dg.DagsterInstance, current_run_id: str) -> list[str]:
-    """Mark STARTED runs of dead processes on this host as failed; returns what was done."""
+    """Mark STARTED or NOT_STARTED runs of dead processes on this host as failed; returns what was done.
+
+    NOT_STARTED: a run created in-process whose process died (or was interrupted) before Dagster
+    started it, e.g. the calibration run `nightly run` creates after the night.
+    """
     notes = []
     host = socket.gethostname()
-    runs = instance.get_runs(filters=dg.RunsFilter(statuses=[dg.DagsterRunStatus.STARTED], tags={TAG_HOST: host}))
+    waiting = [dg.DagsterRunStatus.STARTED, dg.DagsterRunStatus.NOT_STARTED]
+    runs = instance.get_runs(filters=dg.RunsFilter(statuses=waiting, tags={TAG_HOST: host}))
     for run in runs:
         pid = run.tags.get(TAG_PID, "")
         if run.run_id == current_run_id or not pid.isdigit() or pid_alive(int(pid)):
             continue
         instance.report_run_failed(run, f"its process {pid} on {host} is gone (killed?); marked failed by run "
                                         f"{current_run_id}")
-        notes.append(f"run {run.run_id} was left STARTED by dead process {pid}; marked failed")
+        notes.append(f"run {run.run_id} was left {run.status.value} by dead process {pid}; marked failed")
     return notes
 
 
+CANCEL_MESSAGE = "interrupted (SIGINT/SIGTERM): running tests were killed and recorded as `interrupted`"
+
+
+def request_cancel(instance: dg.DagsterInstance, run_id: str, message: str = CANCEL_MESSAGE) -> None:
+    """Ask for the run's cancel (CANCELING) unless it has ended or is already being cancelled."""
+    run = instance.get_run_by_id(run_id)
+    if run is not None and not run.is_finished and run.status != dg.DagsterRunStatus.CANCELING:
+        instance.report_run_canceling(run, message)
+
+
+def is_interrupted_step(entry) -> bool:
+    """Whether an event log entry is a step failing because its process was interrupted."""
+    event = getattr(entry, "dagster_event", None)
+    if event is None or event.event_type != dg.DagsterEventType.STEP_FAILURE:
+        return False
+    data = event.step_failure_data
+    source = getattr(data.error_source, "value", data.error_source)
+    return source == "INTERRUPT" or getattr(data.error, "cls_name", None) in (
+        "DagsterExecutionInterruptedError", "KeyboardInterrupt")
+
+
 @contextlib.contextmanager
-def canceled_on_interrupt(context: dg.AssetExecutionContext) -> Iterator[None]:
-    """A SIGINT/SIGTERM while tests run ends the run CANCELED, not FAILURE."""
+def canceled_on_interrupt(context: dg.AssetExecutionContext, events: Generator) -> Iterator[None]:
+    """A SIGINT/SIGTERM while ``events`` (the night's tests) runs: the tests stop at once and the run
+    ends CANCELED, not FAILURE; ``events`` is closed however the block ends.
+
+    The signal lands either in our frames (``events`` raises and ends itself) or in Dagster's own,
+    while it stores an event we yielded: Dagster then raises there and leaves this generator
+    suspended, to be closed only when the garbage collector reaches it (seconds later, the tests
+    still running and the night's record partial). The step's failure event says so at once: it
+    asks for the cancel and closes ``events`` then (its tests are killed, its record written).
+    """
+    instance, run_id = context.instance, context.run.run_id
+    live = [events]
+
+    def on_event(entry) -> None:
+        if live and is_interrupted_step(entry):
+            request_cancel(instance, run_id)
+            with contextlib.suppress(ValueError):  # still executing: it is ending in our frame already
+                live[0].close()
+
+    instance.add_event_listener(run_id, on_event)
     try:
-        yield
+        with contextlib.closing(events):
+            yield
     except (KeyboardInterrupt, dg.DagsterExecutionInterruptedError):
-        run = context.instance.get_run_by_id(context.run.run_id)
-        if run is not None and run.status not in (dg.DagsterRunStatus.CANCELING, dg.DagsterRunStatus.CANCELED):
-            context.instance.report_run_canceling(run, "interrupted (SIGINT/SIGTERM): running tests were killed "
-                                                       "and recorded as `interrupted`")
+        request_cancel(instance, run_id)
         raise
+    finally:
+        live.clear()

@@ -237,7 +237,7 @@ def build_test_runs(catalog: Catalog, test_parts: dg.PartitionsDefinition, deps:
 
         events = run_tests(night, runset, selection, launcher=launcher, say=lambda m: _say(context, m),
                            infra=infra, tags=tags, ended_runs=ended)
-        with canceled_on_interrupt(context):
+        with canceled_on_interrupt(context, events):
             yield from _dagster_events(context, night, events, selection, by_id, pipes=launcher is not None)
 
     @dg.asset_check(asset=TEST_RUNS, name=TEST_PASSED.name, partitions_def=test_parts, blocking=False,

@@ -1,5 +1,11 @@
 """GPU slots held as ``flock`` locks on per-GPU files, shared by every nightly on this host.
 
+The lock folder belongs to the host, not to a night's state folder: two nights with different
+``--home`` folders on one machine still share its GPUs. It is ``$NIGHTLY_GPU_LOCK_DIR``, else
+:data:`DEFAULT_LOCK_DIR`; a folder this module creates is world-writable with the sticky bit (as
+``/tmp``), and lock files are opened read-only (``flock`` needs no write access), so the nights of
+two users on one host lock the same files.
+
 Why the child holds the lock: the lock lives on the open file, and the test process inherits
 that file (``pass_fds``). If the night is killed with ``kill -9``, its copy goes away but the
 test's copy keeps the GPU locked until the test itself dies, so the next night cannot start a
@@ -22,6 +28,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+LOCK_DIR_ENV = "NIGHTLY_GPU_LOCK_DIR"
+#: the host's lock folder when $NIGHTLY_GPU_LOCK_DIR is not set (one per host, whoever runs the night)
+DEFAULT_LOCK_DIR = Path("/tmp/nightly-gpu-locks")
+
+
+def host_lock_dir() -> Path:
+    """The folder of this host's GPU locks: $NIGHTLY_GPU_LOCK_DIR, else :data:`DEFAULT_LOCK_DIR`."""
+    return Path(os.environ.get(LOCK_DIR_ENV) or DEFAULT_LOCK_DIR)
+
 
 @dataclass
 class HeldSlots:
@@ -42,8 +57,32 @@ def lock_path(lock_dir: Path, pool: str, node: int, slot: int) -> Path:
     return lock_dir / f"{pool}-node{node}-gpu{slot}.lock"
 
 
+def _ensure_dir(lock_dir: Path) -> None:
+    """Create the folder for every user of the host (mode 1777, as /tmp); an existing one is left as it is."""
+    try:
+        lock_dir.mkdir(parents=True)
+    except FileExistsError:
+        return
+    os.chmod(lock_dir, 0o1777)
+
+
+def _open(path: Path) -> int:
+    """The lock file, read-only; created readable by all. An existing file is opened without O_CREAT:
+    in a sticky world-writable folder Linux refuses O_CREAT on another user's file (protected_regular)."""
+    try:
+        return os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        pass
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+    except FileExistsError:  # another night created it just now
+        return os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    os.fchmod(fd, 0o644)  # whatever the umask: other users must be able to open it
+    return fd
+
+
 def _try_lock(path: Path) -> int | None:
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    fd = _open(path)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -58,7 +97,7 @@ def try_acquire(lock_dir: Path, pool: str, count: int, nodes: Sequence[int], gpu
 
     Nodes are tried in the given order; on each node the preferred slots first, then the rest.
     """
-    lock_dir.mkdir(parents=True, exist_ok=True)
+    _ensure_dir(lock_dir)
     for node in nodes:
         order = [s for s in prefer if 0 <= s < gpus_per_node]
         order += [s for s in range(gpus_per_node) if s not in order]

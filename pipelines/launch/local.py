@@ -6,7 +6,8 @@ What makes a local outcome trustworthy:
 - every process of the attempt carries ``NIGHTLY_ATTEMPT_TOKEN``; at the end (pass, timeout or
   interrupt) the process group and every marked process, ``setsid`` daemons included, are killed;
 - GPU slots are ``flock`` locks the test process itself holds (see :mod:`gpu_slots`), taken
-  from whatever is free on the pool's nodes right now;
+  from whatever is free on the pool's nodes right now, in the host's lock folder (not the state
+  folder: nights with different homes share the host's GPUs);
 - a running record in ``<state>/running/`` lets a later night reap what a killed night left
   behind (see :mod:`orphans`); ``interrupt()`` ends every running attempt as ``interrupted``;
 - output goes through a capped writer (head and tail kept, the cut noted).
@@ -53,8 +54,10 @@ class LocalLauncher:
 
     def __init__(self, state_dir: Path, python: str = sys.executable, kill_grace_s: float = KILL_GRACE_S, *,
                  pools: Sequence[_PoolShape] = (), log_cap_bytes: int = DEFAULT_LOG_CAP_BYTES,
-                 poll_s: float = 0.2, night: str = "", backstop_s: float = WRAPPER_BACKSTOP_S):
+                 poll_s: float = 0.2, night: str = "", backstop_s: float = WRAPPER_BACKSTOP_S,
+                 lock_dir: Path | None = None):
         self.state_dir = Path(state_dir)
+        self.lock_dir = Path(lock_dir) if lock_dir else gpu_slots.host_lock_dir()
         self.python = python
         self.kill_grace_s = kill_grace_s
         self.pools = {p.name: (p.nodes, p.gpus_per_node) for p in pools}
@@ -97,10 +100,10 @@ class LocalLauncher:
             return self._not_started(request, started_at, "infra_error",
                                      f"needs {len(request.gpu_slots)} GPUs but a {pool} node has {per_node}")
         try:
-            held = gpu_slots.acquire(self.state_dir / "gpu-locks", pool, len(request.gpu_slots), nodes, per_node,
+            held = gpu_slots.acquire(self.lock_dir, pool, len(request.gpu_slots), nodes, per_node,
                                      prefer=request.gpu_slots, stop=self._stop, poll_s=self.poll_s)
         except OSError as exc:
-            return self._not_started(request, started_at, "infra_error", _state_problem(self.state_dir, exc))
+            return self._not_started(request, started_at, "infra_error", _lock_problem(self.lock_dir, exc))
         if held is None or self._stop.is_set():
             if held is not None:
                 held.release()
@@ -227,8 +230,14 @@ def node_name(pool: str, node: int) -> str:
 
 
 def _state_problem(state_dir: Path, exc: OSError) -> str:
-    return (f"{state_dir}: the state folder is not writable ({exc.strerror or exc}); GPU locks and running "
-            "records live there. Make it writable by this user or point NIGHTLY_HOME at a writable folder.")
+    return (f"{state_dir}: the state folder is not writable ({exc.strerror or exc}); the running records "
+            "live there. Make it writable by this user or point NIGHTLY_HOME at a writable folder.")
+
+
+def _lock_problem(lock_dir: Path, exc: OSError) -> str:
+    return (f"{lock_dir}: the host's GPU lock folder is not usable ({exc.strerror or exc}); every night on this "
+            f"host locks its GPUs there. Make it writable by every user who runs nights (chmod 1777 {lock_dir}) "
+            f"or point {gpu_slots.LOCK_DIR_ENV} at such a folder.")
 
 
 def _read_result(path: Path) -> dict:

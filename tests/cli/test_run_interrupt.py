@@ -59,7 +59,7 @@ def _alive(pid: int) -> bool:
 def test_ctrl_c_says_in_two_lines_what_was_kept_and_how_to_resume(tmp_path):
     home = tmp_path / "home"
     env = {**{k: v for k, v in os.environ.items() if not k.startswith(("NIGHTLY_", "DAGSTER_", "MINIRL_"))},
-           "NIGHTLY_HOME": str(home)}
+           "NIGHTLY_HOME": str(home), "NIGHTLY_GPU_LOCK_DIR": os.environ["NIGHTLY_GPU_LOCK_DIR"]}
     proc = subprocess.Popen([sys.executable, "-m", "pipelines", "run", "--home", str(home), "--labels", "lora",
                              "--env", "MINIRL_HANG=test_lora_math", "--timeout-floor", "900"],
                             cwd=PROJECT_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -93,3 +93,87 @@ def test_ctrl_c_says_in_two_lines_what_was_kept_and_how_to_resume(tmp_path):
                    if e.dagster_event.event_specific_data.partition == HANG]
         evaluation = check.dagster_event.event_specific_data
         assert not evaluation.passed and evaluation.severity == dg.AssetCheckSeverity.WARN
+
+
+# `nightly run` with a signal sent while Dagster itself stores an event (the signal lands in Dagster's
+# frame, not the asset's): argv = signal, home, when, nightly's own arguments; when "test": the
+# materialization of the first test that finished while the hanging one runs; "ended": the night's
+# step success (every test done); "calibration": the calibration run's first event (before it starts)
+INJECT = """
+import os, signal, sys, time
+from pathlib import Path
+import dagster._core.instance as inst
+store, sig, home, when = inst.DagsterInstance.handle_new_event, int(sys.argv[1]), Path(sys.argv[2]), sys.argv[3]
+hang, sent = "tests/e2e/lora/test_lora_math.py", []
+def hanging():
+    return any("hanging on purpose" in p.read_text(errors="replace") for p in (home / "logs").rglob("*lora_math*"))
+def now(de):
+    if when == "calibration":
+        return de.job_name == "calibration"
+    if when == "ended":
+        return de.event_type_value == "STEP_SUCCESS" and de.job_name != "calibration"
+    return (de.event_type_value == "ASSET_MATERIALIZATION" and "test_runs" in str(de.asset_key)
+            and de.partition not in (None, hang) and hanging())
+def handle_new_event(self, event, *a, **k):
+    done = store(self, event, *a, **k)
+    de = getattr(event, "dagster_event", None)
+    if not sent and de is not None and now(de):
+        sent.append(de.event_type_value)
+        print(f"INJECT: signal {sig} while Dagster stores {de.event_type_value} of {de.job_name}", file=sys.stderr,
+              flush=True)
+        os.kill(os.getpid(), sig)
+        for _ in range(500):
+            time.sleep(0.002)  # the signal is handled here, in Dagster's frame
+    return done
+inst.DagsterInstance.handle_new_event = handle_new_event
+from pipelines.cli import entrypoint
+sys.argv = ["nightly", *sys.argv[4:]]
+entrypoint()
+"""
+
+
+def _injected_night(home: Path, sig: int, when: str, *args: str) -> subprocess.CompletedProcess:
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith(("NIGHTLY_", "DAGSTER_", "MINIRL_"))},
+           "NIGHTLY_HOME": str(home), "NIGHTLY_GPU_LOCK_DIR": os.environ["NIGHTLY_GPU_LOCK_DIR"]}
+    done = subprocess.run([sys.executable, "-c", INJECT, str(int(sig)), str(home), when, "run", "--home", str(home),
+                           "--labels", "lora", *args], cwd=PROJECT_ROOT, env=env, capture_output=True, text=True,
+                          timeout=WAIT_S)
+    assert "INJECT: signal" in done.stderr, done.stderr[-3000:]
+    return done
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_while_dagster_stores_an_event_still_interrupts_the_night(tmp_path, sig):
+    home = tmp_path / "home"
+    done = _injected_night(home, sig, "test", "--env", "MINIRL_HANG=test_lora_math", "--timeout-floor", "900")
+    assert done.returncode == 130, done.stdout[-2000:] + done.stderr[-3000:]
+    assert "nightly: interrupted: running tests were killed" in done.stderr
+    summary = json.loads((home / "nights" / "latest.json").read_text())
+    # the whole record, written as the run ended (not the partial one of a run still going)
+    assert summary["status"] == "interrupted" and summary["interrupted"], summary.get("notes")
+    outcomes = {a["test_id"]: a["outcome"] for a in summary["attempts"]}
+    assert outcomes[HANG] == "interrupted" and "passed" in outcomes.values(), outcomes
+    with open_instance(home) as instance:
+        night = instance.get_run_by_id(summary["run_id"])
+        assert night.status == dg.DagsterRunStatus.CANCELED, night.status
+        # Dagster itself ended it CANCELED (the cancel was asked for at once), never FAILURE first
+        ended = {e.dagster_event.event_type for e in instance.all_logs(night.run_id) if e.dagster_event}
+        assert dg.DagsterEventType.RUN_FAILURE not in ended, ended
+
+
+def test_sigterm_as_the_calibration_starts_cancels_that_run_and_exits_130(tmp_path):
+    home = tmp_path / "home"
+    done = _injected_night(home, signal.SIGTERM, "calibration")
+    assert done.returncode == 130, done.stdout[-2000:] + done.stderr[-3000:]
+    with open_instance(home) as instance:
+        [calibration] = [r for r in instance.get_runs() if r.job_name == "calibration"]
+        assert calibration.status == dg.DagsterRunStatus.CANCELED, calibration.status  # not NOT_STARTED for ever
+
+
+def test_sigterm_after_every_test_ended_is_not_swallowed(tmp_path):
+    home = tmp_path / "home"
+    done = _injected_night(home, signal.SIGTERM, "ended")
+    assert done.returncode == 130, done.stdout[-2000:] + done.stderr[-3000:]
+    summary = json.loads((home / "nights" / "latest.json").read_text())
+    with open_instance(home) as instance:
+        assert instance.get_run_by_id(summary["run_id"]).status == dg.DagsterRunStatus.CANCELED

@@ -33,7 +33,7 @@ WAIT_S = 600  # hang guard only
 
 def start_night(home: Path, *extra: str) -> subprocess.Popen:
     env = {**{k: v for k, v in os.environ.items() if not k.startswith(("NIGHTLY_", "DAGSTER_", "MINIRL_"))},
-           "NIGHTLY_HOME": str(home)}
+           "NIGHTLY_HOME": str(home), "NIGHTLY_GPU_LOCK_DIR": os.environ["NIGHTLY_GPU_LOCK_DIR"]}
     return subprocess.Popen([sys.executable, "-m", "pipelines", "run", "--home", str(home), "--labels", "lora",
                              "--env", "MINIRL_HANG=test_lora_math", "--timeout-floor", "900", *extra],
                             cwd=PROJECT_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -125,3 +125,21 @@ def test_after_kill_9_the_next_night_reaps_the_orphan_and_fails_the_dead_run(tmp
     assert (HANG, "interrupted", first_run) in samples, samples
     statuses = runs(home)
     assert statuses[first_run] == dg.DagsterRunStatus.FAILURE, statuses
+
+
+def test_a_not_started_run_of_a_dead_process_is_failed_by_the_next_run():
+    """A run created in-process whose process died before Dagster started it (the calibration run of a
+    `nightly run` killed at that moment) would stay NOT_STARTED for ever."""
+    import socket
+
+    from pipelines.defs.runs import TAG_HOST, TAG_PID, fail_stale_runs
+
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    with dg.DagsterInstance.ephemeral() as instance:
+        run = instance.add_run(dg.DagsterRun(job_name="calibration", run_id="a" * 8 + "-dead",
+                                             status=dg.DagsterRunStatus.NOT_STARTED,
+                                             tags={TAG_HOST: socket.gethostname(), TAG_PID: str(dead.pid)}))
+        notes = fail_stale_runs(instance, "current")
+        assert notes == [f"run {run.run_id} was left NOT_STARTED by dead process {dead.pid}; marked failed"]
+        assert instance.get_run_by_id(run.run_id).status == dg.DagsterRunStatus.FAILURE

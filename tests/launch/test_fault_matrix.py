@@ -23,7 +23,7 @@ from pipelines.core.history import FileHistoryStore, HistoryError, sample_from_a
 from pipelines.core.model import Attempt, CatalogError, Requirement
 from pipelines.core.specs import load_specs
 from pipelines.launch.base import LaunchRequest, tail
-from pipelines.launch.gpu_slots import try_acquire
+from pipelines.launch.gpu_slots import host_lock_dir, try_acquire
 from pipelines.launch.local import LocalLauncher
 from pipelines.launch.orphans import find_orphans, reap_orphans
 from pipelines.storage.cache import AssetCache
@@ -245,7 +245,7 @@ def test_after_kill_9_of_the_night_the_test_keeps_its_gpu_and_the_next_night_rea
     night.send_signal(signal.SIGKILL)
     night.wait()
     assert not _gone(test_pid, 0.5)
-    other = try_acquire(tmp_path / "state" / "gpu-locks", "h200", 1, [0], 4, prefer=(3,))
+    other = try_acquire(host_lock_dir(), "h200", 1, [0], 4, prefer=(3,))
     assert other is not None and other.slots == (0,)  # GPU 3 is still locked by the orphaned test
     other.release()
     (orphan,) = find_orphans(tmp_path / "state")
@@ -256,7 +256,7 @@ def test_after_kill_9_of_the_night_the_test_keeps_its_gpu_and_the_next_night_rea
     assert (attempt.outcome, attempt.test_id, attempt.gpu_slots) == ("interrupted", "tests/test_x.py", (3,))
     assert "the night n-killed" in attempt.reason and "killed by a later night" in attempt.reason
     assert _gone(test_pid)
-    held = try_acquire(tmp_path / "state" / "gpu-locks", "h200", 1, [0], 4, prefer=(3,))
+    held = try_acquire(host_lock_dir(), "h200", 1, [0], 4, prefer=(3,))
     assert held is not None and held.slots == (3,)
     held.release()
     assert find_orphans(tmp_path / "state") == []

@@ -110,7 +110,7 @@ def test_test_data_never_reaches_a_shell(tmp_path):
 
 def test_busy_requested_slots_are_swapped_for_free_ones_of_the_pool(tmp_path):
     from pipelines.core.model import Pool
-    from pipelines.launch.gpu_slots import try_acquire
+    from pipelines.launch.gpu_slots import host_lock_dir, try_acquire
 
     repo = _repo(tmp_path, """
         import os
@@ -118,7 +118,7 @@ def test_busy_requested_slots_are_swapped_for_free_ones_of_the_pool(tmp_path):
             print("gpus", os.environ["CUDA_VISIBLE_DEVICES"])
     """)
     state = tmp_path / "state"
-    other = try_acquire(state / "gpu-locks", "h200", 2, [0], 8, prefer=(0, 1))  # another night holds 0 and 1
+    other = try_acquire(host_lock_dir(), "h200", 2, [0], 8, prefer=(0, 1))  # another night holds 0 and 1
     assert other is not None and other.slots == (0, 1)
     launcher = LocalLauncher(state, pools=[Pool("h200", 1, 8)])
     attempt = launcher.launch(_request(repo, tmp_path, slots=(0, 1)))
@@ -178,11 +178,11 @@ def test_when_too_few_slots_are_free_the_launch_waits_for_one(tmp_path):
     import threading
 
     from pipelines.core.model import Pool
-    from pipelines.launch.gpu_slots import try_acquire
+    from pipelines.launch.gpu_slots import host_lock_dir, try_acquire
 
     repo = _repo(tmp_path, "def execute():\n    pass\n")
     state = tmp_path / "state"
-    busy = try_acquire(state / "gpu-locks", "h200", 2, [0], 2)  # another night holds the whole node
+    busy = try_acquire(host_lock_dir(), "h200", 2, [0], 2)  # another night holds the whole node
     assert busy is not None
     launcher = LocalLauncher(state, pools=[Pool("h200", 1, 2)], poll_s=0.05)
     out = []
@@ -193,3 +193,49 @@ def test_when_too_few_slots_are_free_the_launch_waits_for_one(tmp_path):
     busy.release()
     t.join(timeout=60)
     assert out and out[0].outcome == "passed" and out[0].gpu_slots == (0,)
+
+
+def test_nights_with_different_homes_share_the_hosts_gpu_locks(tmp_path):
+    """Two nights on one host with their own --home: the second never gets the GPUs the first holds."""
+    import threading
+
+    from pipelines.core.model import Pool
+
+    repo = _repo(tmp_path, """
+        import os, time
+        def execute():
+            if not os.path.exists("second"):
+                open("first.pid", "w").write(str(os.getpid()))
+                while not os.path.exists("release"):
+                    time.sleep(0.02)
+    """)
+    first = LocalLauncher(tmp_path / "home1", pools=[Pool("h200", 1, 8)])
+    out = []
+    t = threading.Thread(target=lambda: out.append(first.launch(_request(repo, tmp_path, slots=(0, 1)))))
+    t.start()
+    assert wait_until(lambda: (repo / "first.pid").exists()), "the first night's test never started"
+    (repo / "second").touch()
+    second = LocalLauncher(tmp_path / "home2", pools=[Pool("h200", 1, 8)])
+    attempt = second.launch(_request(repo, tmp_path, slots=(0, 1)))
+    (repo / "release").touch()
+    t.join(timeout=60)
+    assert attempt.outcome == "passed" and out[0].outcome == "passed", tail(attempt.log_path)
+    assert (out[0].gpu_slots, attempt.gpu_slots) == ((0, 1), (2, 3))
+
+
+def test_the_lock_folder_is_the_hosts_and_usable_by_every_user(tmp_path, monkeypatch):
+    from pipelines.launch import gpu_slots
+
+    monkeypatch.delenv(gpu_slots.LOCK_DIR_ENV)
+    assert gpu_slots.host_lock_dir() == gpu_slots.DEFAULT_LOCK_DIR  # not under any --home
+    lock_dir = tmp_path / "locks"
+    monkeypatch.setenv(gpu_slots.LOCK_DIR_ENV, str(lock_dir))
+    old = os.umask(0o077)
+    try:
+        held = gpu_slots.try_acquire(gpu_slots.host_lock_dir(), "h200", 1, [0], 8)
+    finally:
+        os.umask(old)
+    assert held is not None
+    held.release()
+    assert lock_dir.stat().st_mode & 0o7777 == 0o1777  # as /tmp: any user adds locks, none removes another's
+    assert {f.stat().st_mode & 0o777 for f in lock_dir.iterdir()} == {0o644}  # flock needs read access only
