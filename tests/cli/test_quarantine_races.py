@@ -8,7 +8,6 @@ on one local state folder. Two that add the same test at once: one records, the 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 
@@ -17,6 +16,7 @@ import yaml
 
 from tests.conftest import PROJECT_ROOT
 from tests.support.assets import example_assets
+from tests.support.env import child_env
 from tests.support.moto import CREDENTIALS, moto_server, s3_client
 
 pytestmark = pytest.mark.slow  # parallel fresh interpreters, a moto server
@@ -45,7 +45,7 @@ def s3_env(assets):
 
 def at_once(commands: list[tuple[list[str], dict]]) -> list[subprocess.CompletedProcess]:
     """Start every command, then wait for all: their reads and writes overlap."""
-    base = {k: v for k, v in os.environ.items() if not k.startswith(("NIGHTLY_", "DAGSTER_", "AWS_"))}
+    base = child_env("NIGHTLY_", "DAGSTER_", "AWS_")
     procs = [(argv, subprocess.Popen([sys.executable, "-m", "pipelines", *argv], cwd=PROJECT_ROOT,
                                      env={**base, **env}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
              for argv, env in commands]

@@ -20,6 +20,7 @@ import pytest
 from pipelines.core.history import FileHistoryStore
 from pipelines.instance import open_instance
 from tests.conftest import PROJECT_ROOT
+from tests.support.env import child_env
 
 pytestmark = pytest.mark.slow  # a real night in a fresh Python with Dagster
 
@@ -58,8 +59,8 @@ def _alive(pid: int) -> bool:
 
 def test_ctrl_c_says_in_two_lines_what_was_kept_and_how_to_resume(tmp_path):
     home = tmp_path / "home"
-    env = {**{k: v for k, v in os.environ.items() if not k.startswith(("NIGHTLY_", "DAGSTER_", "MINIRL_"))},
-           "NIGHTLY_HOME": str(home), "NIGHTLY_GPU_LOCK_DIR": os.environ["NIGHTLY_GPU_LOCK_DIR"]}
+    env = {**child_env("NIGHTLY_", "DAGSTER_", "MINIRL_"),
+           "NIGHTLY_HOME": str(home)}
     proc = subprocess.Popen([sys.executable, "-m", "pipelines", "run", "--home", str(home), "--labels", "lora",
                              "--env", "MINIRL_HANG=test_lora_math", "--timeout-floor", "900"],
                             cwd=PROJECT_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -133,8 +134,8 @@ entrypoint()
 
 
 def _injected_night(home: Path, sig: int, when: str, *args: str) -> subprocess.CompletedProcess:
-    env = {**{k: v for k, v in os.environ.items() if not k.startswith(("NIGHTLY_", "DAGSTER_", "MINIRL_"))},
-           "NIGHTLY_HOME": str(home), "NIGHTLY_GPU_LOCK_DIR": os.environ["NIGHTLY_GPU_LOCK_DIR"]}
+    env = {**child_env("NIGHTLY_", "DAGSTER_", "MINIRL_"),
+           "NIGHTLY_HOME": str(home)}
     done = subprocess.run([sys.executable, "-c", INJECT, str(int(sig)), str(home), when, "run", "--home", str(home),
                            "--labels", "lora", *args], cwd=PROJECT_ROOT, env=env, capture_output=True, text=True,
                           timeout=WAIT_S)

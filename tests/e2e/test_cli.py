@@ -7,7 +7,6 @@ code under test, so a catalog that drops or invents a test fails.
 from __future__ import annotations
 
 import json
-import os
 import re
 import shlex
 import subprocess
@@ -18,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from pipelines.cli import COMMANDS
+from tests.support.env import child_env
 
 pytestmark = pytest.mark.slow
 
@@ -28,7 +28,7 @@ REGISTER = re.compile(r"^register_(cuda|rocm|cpu)_ci\(", re.M)
 
 def clean_environ() -> dict[str, str]:
     """This process's environment without settings another test may have left (DAGSTER_HOME ...)."""
-    return {k: v for k, v in os.environ.items() if not k.startswith(("NIGHTLY_", "DAGSTER_"))}
+    return child_env("NIGHTLY_", "DAGSTER_")
 
 
 def nightly(*args: str, home: Path, timeout: float = 600) -> subprocess.CompletedProcess:

@@ -24,6 +24,7 @@ import pytest
 
 from pipelines.core.history import FileHistoryStore
 from tests.conftest import PROJECT_ROOT
+from tests.support.env import child_env
 
 pytestmark = pytest.mark.slow
 
@@ -32,8 +33,8 @@ WAIT_S = 600  # hang guard only
 
 
 def start_night(home: Path, *extra: str) -> subprocess.Popen:
-    env = {**{k: v for k, v in os.environ.items() if not k.startswith(("NIGHTLY_", "DAGSTER_", "MINIRL_"))},
-           "NIGHTLY_HOME": str(home), "NIGHTLY_GPU_LOCK_DIR": os.environ["NIGHTLY_GPU_LOCK_DIR"]}
+    env = {**child_env("NIGHTLY_", "DAGSTER_", "MINIRL_"),
+           "NIGHTLY_HOME": str(home)}
     return subprocess.Popen([sys.executable, "-m", "pipelines", "run", "--home", str(home), "--labels", "lora",
                              "--env", "MINIRL_HANG=test_lora_math", "--timeout-floor", "900", *extra],
                             cwd=PROJECT_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,

@@ -9,7 +9,6 @@ Assertions are on outcomes, the exit code and the table's rows, not on wording.
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -18,6 +17,7 @@ import pytest
 import yaml
 
 from tests.examples.test_sglangish import SGLANGISH, collected, recorded
+from tests.support.env import child_env
 
 pytestmark = pytest.mark.slow
 
@@ -25,7 +25,7 @@ PROJECT = Path(__file__).resolve().parents[2]
 
 
 def nightly(*args: str, home: Path) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("NIGHTLY_", "DAGSTER_"))}
+    env = child_env("NIGHTLY_", "DAGSTER_")
     return subprocess.run([sys.executable, "-m", "pipelines", *args], cwd=PROJECT, env={**env, "NIGHTLY_HOME": str(home)},
                           capture_output=True, text=True, timeout=900, check=False)  # hang guard: minutes loaded
 

@@ -23,6 +23,7 @@ import pytest
 
 from tests.support import browser as chromium
 from tests.support.dagster_dev import PROJECT, dagster_dev, graphql
+from tests.support.env import child_env
 
 pytestmark = pytest.mark.slow
 
@@ -70,7 +71,7 @@ def night_table(stdout: str) -> dict[str, dict]:
 @pytest.fixture(scope="module")
 def ui(tmp_path_factory) -> Iterator[Ui]:
     home = tmp_path_factory.mktemp("nightly-home")
-    env = {**{k: v for k, v in os.environ.items() if not k.startswith(("NIGHTLY_", "DAGSTER_"))},
+    env = {**child_env("NIGHTLY_", "DAGSTER_"),
            "NIGHTLY_HOME": str(home), "DAGSTER_HOME": str(home / "dagster")}
     # the same instance `make ui` opens: `nightly ui` writes its dagster.yaml and names its DAGSTER_HOME
     printed = cli("ui", "--print-command", env=env).stdout

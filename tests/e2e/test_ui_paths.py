@@ -15,7 +15,6 @@ Expectations come from what the runs recorded, never from wall-clock speed.
 from __future__ import annotations
 
 import json
-import os
 import time
 from datetime import datetime
 from pathlib import Path
@@ -25,6 +24,7 @@ import pytest
 from tests.e2e.test_ui import cli
 from tests.support.assets import example_assets
 from tests.support.dagster_dev import dagster_dev, graphql
+from tests.support.env import child_env
 
 pytestmark = pytest.mark.slow
 
@@ -81,7 +81,7 @@ def ui(tmp_path_factory):
     home = tmp_path_factory.mktemp("ui-paths")
     # a timeout floor above the barrier's wait: a slow start is no timeout
     assets = example_assets(home.parent / "assets", floor_s=900)
-    env = {**{k: v for k, v in os.environ.items() if not k.startswith(("NIGHTLY_", "DAGSTER_", "MINIRL_"))},
+    env = {**child_env("NIGHTLY_", "DAGSTER_", "MINIRL_"),
            "NIGHTLY_HOME": str(home), "DAGSTER_HOME": str(home / "dagster"), "NIGHTLY_ASSETS_DIR": str(assets),
            "MINIRL_BARRIER": f"{home.parent / 'barrier'}:{','.join(Path(p).stem for p in PICKS)}",
            "MINIRL_BARRIER_S": "600"}

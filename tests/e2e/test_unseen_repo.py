@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import shlex
 import subprocess
 import sys
@@ -23,6 +22,7 @@ import yaml
 
 from pipelines.core.specs import RepoSpec
 from tests.examples.test_templaterl import TEMPLATERL, Run, num_gpus_declared, workflow_runs
+from tests.support.env import child_env
 
 pytestmark = pytest.mark.slow
 
@@ -36,7 +36,7 @@ COMMAND_TIMEOUT_S = 900
 
 
 def nightly(*args: str, home: Path) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("NIGHTLY_", "DAGSTER_"))}
+    env = child_env("NIGHTLY_", "DAGSTER_")
     return subprocess.run([sys.executable, "-m", "pipelines", *args], cwd=PROJECT, env={**env, "NIGHTLY_HOME": str(home)},
                           capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S, check=False)
 

@@ -23,6 +23,7 @@ import yaml
 
 from tests.conftest import PROJECT_ROOT
 from tests.support.assets import example_assets
+from tests.support.env import child_env
 from tests.support.moto import CREDENTIALS, moto_server, s3_client
 
 pytestmark = pytest.mark.slow  # a real night in a fresh interpreter, a moto server
@@ -41,7 +42,7 @@ def setup(tmp_path):
     with moto_server() as url:
         s3 = s3_client(url)
         s3.create_bucket(Bucket=BUCKET)
-        env = {**{k: v for k, v in os.environ.items() if not k.startswith(("NIGHTLY_", "DAGSTER_", "MINIRL_", "AWS_"))},
+        env = {**child_env("NIGHTLY_", "DAGSTER_", "MINIRL_", "AWS_"),
                **CREDENTIALS, "NIGHTLY_S3_ENDPOINT": url, "NIGHTLY_DEPLOYMENT": "s3dead",
                "NIGHTLY_ASSETS_DIR": str(assets)}
         yield s3, env, tmp_path

@@ -5,7 +5,6 @@ the repo's `flaky: run_quarantined: false` it is not launched at all."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 
@@ -17,6 +16,7 @@ from pipelines.core.history import FileHistoryStore
 from pipelines.instance import open_instance
 from tests.conftest import PROJECT_ROOT
 from tests.support.assets import example_assets
+from tests.support.env import child_env
 
 pytestmark = pytest.mark.slow  # real nights in a fresh Python with Dagster
 
@@ -28,7 +28,7 @@ def setup(tmp_path):
     assets = example_assets(tmp_path / "assets")
     repos = assets / "repos.yaml"
     home = tmp_path / "home"
-    env = {**{k: v for k, v in os.environ.items() if not k.startswith(("NIGHTLY_", "DAGSTER_", "MINIRL_"))},
+    env = {**child_env("NIGHTLY_", "DAGSTER_", "MINIRL_"),
            "NIGHTLY_HOME": str(home), "NIGHTLY_ASSETS_DIR": str(assets)}
 
     def nightly(*argv: str) -> subprocess.CompletedProcess:
