@@ -95,9 +95,14 @@ def run_tests(night: Night, runset: RunSet, selection: RunSelection, *, launcher
         for leftover in night.cache.clean_partials():
             say(f"removed a half-built input an earlier build left: {leftover}")
     reaped = night.reap_orphans()
-    if reaped:
-        say(f"killed {len(reaped)} test process(es) an earlier night left running and recorded them as "
-            f"interrupted: {', '.join(a.test_id for a in reaped)}")
+    killed = [a.test_id for a in reaped if a.details.get("reaped") == "killed"]
+    ended = [a.test_id for a in reaped if a.details.get("reaped") != "killed"]
+    if killed:
+        say(f"killed {len(killed)} test(s) an earlier night left running and recorded them as interrupted: "
+            f"{', '.join(killed)}")
+    if ended:
+        say(f"recorded {len(ended)} test(s) an earlier night left, which ended unobserved, as interrupted: "
+            f"{', '.join(ended)}")
     tests = list(runset.run)
     plan = night.plan(tests)
     states = _flaky_states(night)

@@ -73,14 +73,12 @@ def find_orphans(state_dir: Path) -> list[Orphan]:
 def _attempt(orphan: Orphan, now: datetime) -> Attempt:
     r = orphan.record
     started = r.get("started_at", "")
-    try:
-        elapsed = max(0.0, (now - datetime.fromisoformat(started)).total_seconds())
-    except (TypeError, ValueError):
-        elapsed = 0.0
+    result = _result(r)
+    elapsed = _elapsed(r, result, started, now, running=bool(orphan.pids))
     state = (f"still running (pids {', '.join(map(str, orphan.pids))}); killed" if orphan.pids
              else "no longer running; its result was never observed")
-    details = {"night": str(r.get("night", "")), "run_id": str(r.get("run_id", "")), "orphan_record": str(orphan.path)}
-    result = _result(r)
+    details = {"night": str(r.get("night", "")), "run_id": str(r.get("run_id", "")), "orphan_record": str(orphan.path),
+               "reaped": "killed" if orphan.pids else "ended"}
     if result.get("finished") is True and result.get("token") == r.get("token"):
         # what the wrapper recorded, kept for the reader; the outcome stays interrupted (never observed)
         details["wrapper_result"] = "ok" if result.get("ok") is True else str(result.get("error") or "failed")
@@ -94,6 +92,23 @@ def _attempt(orphan: Orphan, now: datetime) -> Attempt:
                f"finished; it was {state} by a later night",
         log_path=str(r.get("log_path", "")), timeout_s=int(r.get("timeout_s") or 0), details=details,
     )
+
+
+def _elapsed(record: dict, result: dict, started: str, now: datetime, running: bool) -> float:
+    """How long the attempt ran: until now if it was still running; else the wrapper's own
+    measure if it finished, else until the last write to its log (when it went quiet, near when
+    it died); until now only when neither is known."""
+    try:
+        start = datetime.fromisoformat(started)
+    except (TypeError, ValueError):
+        return 0.0
+    if not running:
+        if isinstance(result.get("elapsed_s"), int | float) and result.get("token") == record.get("token"):
+            return max(0.0, float(result["elapsed_s"]))
+        with contextlib.suppress(OSError, ValueError, TypeError):
+            last = datetime.fromtimestamp(Path(str(record.get("log_path") or "")).stat().st_mtime, UTC)
+            return max(0.0, min((last - start).total_seconds(), (now - start).total_seconds()))
+    return max(0.0, (now - start).total_seconds())
 
 
 def _result(record: dict) -> dict:

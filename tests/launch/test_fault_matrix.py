@@ -303,3 +303,33 @@ def test_a_test_that_finished_after_its_night_died_is_recorded_with_what_its_wra
     assert _gone(test_pid, 60)
     (attempt,) = reap_orphans(tmp_path / "state")
     assert attempt.outcome == "interrupted" and attempt.details["wrapper_result"] == "ok"
+
+
+def test_an_orphan_that_ended_unobserved_is_timed_by_its_wrapper_or_its_log_not_by_the_reaping(tmp_path):
+    """A later night reaps it long after it ended: until-now would be the gap between the nights,
+    and the night's "killed N test(s)" line would count tests that were already gone."""
+    from datetime import UTC, datetime, timedelta
+
+    from pipelines.launch.orphans import write_record
+
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()  # a night that was killed: its pid is no longer alive
+    started = datetime.now(UTC) - timedelta(seconds=100)
+    for token, result in (("quiet", None), ("finished", 7.5)):
+        log = tmp_path / "logs" / f"{token}.log"
+        log.parent.mkdir(exist_ok=True)
+        log.write_text("# nightly: ...\n")
+        os.utime(log, (started.timestamp() + 12, started.timestamp() + 12))
+        if result is not None:
+            log.with_suffix(".result.json").write_text(json.dumps(
+                {"finished": True, "ok": True, "token": token, "elapsed_s": result}))
+        write_record(tmp_path / "state", {"token": token, "test_id": f"tests/{token}.py", "attempt": 1,
+                                          "started_at": started.isoformat(timespec="seconds"), "log_path": str(log),
+                                          "owner_pid": gone.pid, "owner_start": 0, "pid": 0, "pgid": 0})
+
+    reaped = {a.test_id: a for a in reap_orphans(tmp_path / "state")}
+
+    quiet, finished = reaped["tests/quiet.py"], reaped["tests/finished.py"]
+    assert 11 <= quiet.elapsed_s <= 13 and finished.elapsed_s == 7.5
+    assert quiet.details["reaped"] == finished.details["reaped"] == "ended"
+    assert finished.details["wrapper_result"] == "ok"
