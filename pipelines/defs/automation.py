@@ -52,6 +52,10 @@ def build_sensors(jobs: dict, keys: list[str], deployment: str, pools: list[str]
     def calibrate_after(status: dg.DagsterRunStatus, name: str):
         @dg.run_status_sensor(name=name, run_status=status, request_job=calibration, minimum_interval_seconds=5,
                               default_status=dg.DefaultSensorStatus.RUNNING,
+                              # an in-process run (`dagster asset materialize`, execute_in_process) has no code
+                              # location origin, and without this Dagster drops it before the sensor sees it;
+                              # ran_tests and the inline tag below keep it to our runs, calibrated once
+                              monitor_all_code_locations=True,
                               description=f"After any run that ran tests ends ({status.value.lower()}): schedule, UI "
                                           "pick, backfill or sensor: recalibrate est_time and report that run.")
         def _sensor(context: dg.RunStatusSensorContext, nightly: NightlyResource):

@@ -153,3 +153,31 @@ def test_sensors_that_feed_back_are_running_by_default(setup):
     for name in ("calibrate_after_tests", "calibrate_after_failed_tests", "calibrate_after_canceled_tests",
                  "infra_change_backfill"):
         assert defs.resolve_sensor_def(name).default_status == dg.DefaultSensorStatus.RUNNING, name
+
+
+def _daemon_tick(defs, resource, name, instance, cursor):
+    """A tick as the daemon runs it: inside the code location's repository, so origins are compared."""
+    ctx = dg.build_sensor_context(instance=instance, cursor=cursor, repository_name="__repository__",
+                                  resources={"nightly": resource}, definitions=defs)
+    result = defs.resolve_sensor_def(name).evaluate_tick(ctx)
+    return result, result.cursor
+
+
+@pytest.mark.parametrize("inline", [False, True])
+def test_a_run_executed_in_process_is_calibrated_once(setup, inline):
+    """`dagster asset materialize` / execute_in_process: no code location origin, still calibrated; a
+    `nightly run` (tagged inline, it calibrated itself) is not calibrated a second time."""
+    defs, resource, _, _ = setup
+    with dg.instance_for_test() as instance:
+        _, cursor = _daemon_tick(defs, resource, "calibrate_after_failed_tests", instance, None)
+        run, _ = _failed_run(instance, "nightly")
+        assert run.remote_job_origin is None
+        if inline:
+            instance.add_run_tags(run.run_id, {"nightly/calibration": "inline"})
+        resource.night().state.put(f"runs/{run.run_id}.json", "{}")
+        result, _ = _daemon_tick(defs, resource, "calibrate_after_failed_tests", instance, cursor)
+    if inline:
+        assert result.run_requests == []
+    else:
+        [request] = result.run_requests
+        assert request.run_key == f"calibrate-{run.run_id}" and request.tags["nightly/source_run"] == run.run_id
