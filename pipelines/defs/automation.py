@@ -95,17 +95,19 @@ def build_sensors(jobs: dict, keys: list[str], deployment: str, pools: list[str]
                description="When a pool's image digest (same tag, new push), GPU driver / CUDA version or "
                            "spec changes: ONE run of that pool's enabled tests of the nightly cadence.")
     def infra_change_backfill(context: dg.SensorEvaluationContext, nightly: NightlyResource):
-        from pipelines.launch.infra import changed_pools, probe
+        from pipelines.launch.infra import changed_pools, keep_last_observed, probe
 
         night = nightly.night()
-        now = probe(night.deployment)
         before = json.loads(context.cursor) if context.cursor else None
+        now, problems = keep_last_observed(before or {}, probe(night.deployment))
         context.update_cursor(json.dumps(now, sort_keys=True))
+        unprobed = f" (probe failed, last observed value kept: {'; '.join(problems)})" if problems else ""
         if before is None:
-            return dg.SkipReason("first evaluation: remembering each pool's image digest, driver and spec")
+            return dg.SkipReason("first evaluation: remembering each pool's image digest, driver and spec"
+                                 + unprobed)
         changed = changed_pools(before, now)
         if not changed:
-            return dg.SkipReason("no pool's image digest, driver or spec changed")
+            return dg.SkipReason("no pool's image digest, driver or spec changed" + unprobed)
         requests = []
         for pool, what in sorted(changed.items()):
             fingerprint = "-".join((now[pool].get(k) or "none")[-12:] for k in ("image_digest", "driver", "spec"))

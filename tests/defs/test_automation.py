@@ -181,3 +181,33 @@ def test_a_run_executed_in_process_is_calibrated_once(setup, inline):
     else:
         [request] = result.run_requests
         assert request.run_key == f"calibrate-{run.run_id}" and request.tags["nightly/source_run"] == run.run_id
+
+
+def test_an_image_digest_command_outage_between_two_good_ticks_requests_nothing(setup):
+    """The digest command failing once is not a new image: the last observed digest is kept."""
+    defs, resource, _, digest = setup
+    _, cursor = _tick(defs, resource, "infra_change_backfill", None)
+    good = digest.read_text()
+    digest.unlink()  # `crane digest` down: `cat` exits 1
+    result, cursor = _tick(defs, resource, "infra_change_backfill", cursor)
+    assert result.run_requests == [] and "h200 image_digest: cat" in result.skip_message
+    digest.write_text(good)
+    result, _ = _tick(defs, resource, "infra_change_backfill", cursor)
+    assert result.run_requests == [] and result.skip_message == "no pool's image digest, driver or spec changed"
+
+
+def test_an_nvidia_smi_outage_requests_nothing_and_says_so(setup, tmp_path, monkeypatch):
+    defs, resource, _, _ = setup
+    smi = tmp_path / "bin" / "nvidia-smi"
+    smi.parent.mkdir()
+    smi.write_text("#!/bin/sh\necho 570.86.15\n")
+    smi.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{smi.parent}:{__import__('os').environ['PATH']}")
+    _, cursor = _tick(defs, resource, "infra_change_backfill", None)
+    smi.write_text("#!/bin/sh\necho 'NVIDIA-SMI has failed' >&2\nexit 9\n")
+    result, cursor = _tick(defs, resource, "infra_change_backfill", cursor)
+    assert result.run_requests == [] and "h200 driver: nvidia-smi" in result.skip_message
+    assert "exit 9" in result.skip_message
+    smi.write_text("#!/bin/sh\necho 570.86.15\n")
+    result, _ = _tick(defs, resource, "infra_change_backfill", cursor)
+    assert result.run_requests == [] and result.skip_message == "no pool's image digest, driver or spec changed"
