@@ -95,7 +95,7 @@ def build_sensors(jobs: dict, keys: list[str], deployment: str, pools: list[str]
                description="When a pool's image digest (same tag, new push), GPU driver / CUDA version or "
                            "spec changes: ONE run of that pool's enabled tests of the nightly cadence.")
     def infra_change_backfill(context: dg.SensorEvaluationContext, nightly: NightlyResource):
-        from pipelines.launch.infra import changed_pools, keep_last_observed, probe
+        from pipelines.launch.infra import changed_pools, fingerprint, keep_last_observed, probe
 
         night = nightly.night()
         before = json.loads(context.cursor) if context.cursor else None
@@ -110,9 +110,8 @@ def build_sensors(jobs: dict, keys: list[str], deployment: str, pools: list[str]
             return dg.SkipReason("no pool's image digest, driver or spec changed" + unprobed)
         requests = []
         for pool, what in sorted(changed.items()):
-            fingerprint = "-".join((now[pool].get(k) or "none")[-12:] for k in ("image_digest", "driver", "spec"))
             requests.append(run_request(keys, RunSelection(cadence="nightly", pools=(pool,)), deployment, pools,
-                                        run_key=f"infra-{pool}-{fingerprint}",
+                                        run_key=f"infra-{pool}-{fingerprint(now[pool])}",
                                         reason=f"infra change on {pool}: {'; '.join(what)}"))
         return requests
 

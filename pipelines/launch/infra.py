@@ -132,6 +132,12 @@ def probe(deployment: DeploymentSpec) -> dict[str, dict[str, str]]:
     return {p.name: probe_pool(deployment, p) for p in deployment.pools}
 
 
+def fingerprint(observed: dict[str, str]) -> str:
+    """A short digest of all of a pool's observed values, in full: two states that differ only early in
+    a long value (a mixed-driver pool, then the finished upgrade) must not share a run key."""
+    return _sha(json.dumps([observed.get(f, "") for f in FIELDS]))[7:23]
+
+
 def keep_last_observed(before: dict[str, dict[str, str]],
                        now: dict[str, dict[str, str]]) -> tuple[dict[str, dict[str, str]], list[str]]:
     """``now`` with each field whose probe failed set to its value in ``before`` (the last observed

@@ -211,3 +211,19 @@ def test_an_nvidia_smi_outage_requests_nothing_and_says_so(setup, tmp_path, monk
     smi.write_text("#!/bin/sh\necho 570.86.15\n")
     result, _ = _tick(defs, resource, "infra_change_backfill", cursor)
     assert result.run_requests == [] and result.skip_message == "no pool's image digest, driver or spec changed"
+
+
+def test_each_driver_state_of_an_upgrade_gets_its_own_run_key(setup, monkeypatch):
+    """Half the nodes upgraded, then all: both states end in the same characters, yet both are requested."""
+    from pipelines.launch import infra
+
+    defs, resource, _, _ = setup
+    states = iter(["550.54.15/12.4", "550.54.15/12.4,570.86.15/12.8", "570.86.15/12.8"])
+    monkeypatch.setattr(infra, "local_driver", lambda: (next(states), ""))
+    _, cursor = _tick(defs, resource, "infra_change_backfill", None)
+    result, cursor = _tick(defs, resource, "infra_change_backfill", cursor)
+    [mixed] = result.run_requests
+    result, _ = _tick(defs, resource, "infra_change_backfill", cursor)
+    [upgraded] = result.run_requests
+    assert mixed.run_key != upgraded.run_key
+    assert "-> 570.86.15/12.8" in upgraded.tags["nightly/reason"]
