@@ -7,15 +7,18 @@ A sensor never parses a test file itself: it asks the catalog, and the infra pro
 
 from __future__ import annotations
 
+import functools
 import json
 
 import dagster as dg
 
 from pipelines.core.catalog.ids import safe_filename
+from pipelines.core.model import CatalogError
 from pipelines.core.runset import RunSelection
 from pipelines.defs.jobs import TEST_JOBS, run_request
 from pipelines.defs.keys import TAG_CALIBRATION, TAG_SOURCE_RUN, TEST_RUNS
 from pipelines.defs.resources import NightlyResource
+from pipelines.storage.state import StateError
 
 NIGHTLY_CRON = "0 15 * * 0-5"
 WEEKLY_CRON = "0 15 * * 6"
@@ -46,6 +49,19 @@ def ran_tests(instance: dg.DagsterInstance, run: dg.DagsterRun) -> bool:
     return any(step.key == TEST_RUNS.path[-1] for step in plan.steps)
 
 
+def skip_on_unreadable_state(evaluate):
+    """A corrupt estimates file or an unreachable state store skips the tick, saying where and what to do,
+    instead of erroring every tick; the cursor is not moved (the sensor raised before it would)."""
+    @functools.wraps(evaluate)
+    def _evaluate(*args, **kwargs):
+        try:
+            return evaluate(*args, **kwargs)
+        except (CatalogError, StateError) as exc:
+            return dg.SkipReason(f"nightly state unreadable: {exc}")
+
+    return _evaluate
+
+
 def build_sensors(jobs: dict, keys: list[str], deployment: str, pools: list[str]) -> list:
     calibration = jobs["calibration"]
 
@@ -74,6 +90,7 @@ def build_sensors(jobs: dict, keys: list[str], deployment: str, pools: list[str]
 
     @dg.sensor(name="rerun_changed_tests", job=jobs["tests"], minimum_interval_seconds=300,
                description="ONE run of the enabled tests whose file changed since the last evaluation.")
+    @skip_on_unreadable_state
     def rerun_changed_tests(context: dg.SensorEvaluationContext, nightly: NightlyResource):
         night = nightly.night()
         shas = {t.id: t.sha256 for t in night.catalog.tests if t.enabled}
@@ -94,6 +111,7 @@ def build_sensors(jobs: dict, keys: list[str], deployment: str, pools: list[str]
                default_status=dg.DefaultSensorStatus.RUNNING,
                description="When a pool's image digest (same tag, new push), GPU driver / CUDA version or "
                            "spec changes: ONE run of that pool's enabled tests of the nightly cadence.")
+    @skip_on_unreadable_state
     def infra_change_backfill(context: dg.SensorEvaluationContext, nightly: NightlyResource):
         from pipelines.launch.infra import changed_pools, fingerprint, keep_last_observed, probe
 

@@ -227,3 +227,15 @@ def test_each_driver_state_of_an_upgrade_gets_its_own_run_key(setup, monkeypatch
     [upgraded] = result.run_requests
     assert mixed.run_key != upgraded.run_key
     assert "-> 570.86.15/12.8" in upgraded.tags["nightly/reason"]
+
+
+def test_a_corrupt_estimates_file_skips_the_changed_tests_tick_without_moving_the_cursor(setup):
+    defs, resource, repo, _ = setup
+    _, cursor = _tick(defs, resource, "rerun_changed_tests", None)
+    night = resource.night()
+    night.state.put(night.calibration_keys()["estimates"], "{not json")
+    f = repo / "tests" / "e2e" / "lora" / "test_lora_math.py"
+    f.write_text(f.read_text() + "\n# tweaked\n")
+    result, after = _tick(defs, resource, "rerun_changed_tests", cursor)
+    assert result.run_requests == [] and after == cursor
+    assert "corrupt estimates file" in result.skip_message and "delete it" in result.skip_message
