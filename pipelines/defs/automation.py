@@ -49,6 +49,14 @@ def ran_tests(instance: dg.DagsterInstance, run: dg.DagsterRun) -> bool:
     return any(step.key == TEST_RUNS.path[-1] for step in plan.steps)
 
 
+def _broken(night, changed: list[str], vanished: set[str]) -> str:
+    """The catalog problems of test files that changed or whose tests vanished since the last tick:
+    a file edited into a broken registration must say so, not just drop out of the catalog."""
+    files = {t.split("::")[0] for t in (*changed, *vanished)}
+    problems = [str(p) for p in night.catalog.problems if p.path in files]
+    return f"; changed test files with catalog problems (fix them to run them): {'; '.join(problems)}" if problems else ""
+
+
 def skip_on_unreadable_state(evaluate):
     """A corrupt estimates file or an unreachable state store skips the tick, saying where and what to do,
     instead of erroring every tick; the cursor is not moved (the sensor raised before it would)."""
@@ -101,7 +109,7 @@ def build_sensors(jobs: dict, keys: list[str], deployment: str, pools: list[str]
         changed = sorted(t for t, s in shas.items() if previous.get(t) != s)
         runnable = night.runset(None, RunSelection(tests=tuple(changed))).run if changed else ()
         if not runnable:
-            return dg.SkipReason("no enabled, plannable test file changed")
+            return dg.SkipReason("no enabled, plannable test file changed" + _broken(night, changed, set(previous) - set(shas)))
         ids = tuple(t.id for t in runnable)
         return run_request(keys, RunSelection(tests=ids), deployment, pools,
                            run_key="changed-" + "-".join(shas[i][:8] for i in ids)[:200],

@@ -239,3 +239,14 @@ def test_a_corrupt_estimates_file_skips_the_changed_tests_tick_without_moving_th
     result, after = _tick(defs, resource, "rerun_changed_tests", cursor)
     assert result.run_requests == [] and after == cursor
     assert "corrupt estimates file" in result.skip_message and "delete it" in result.skip_message
+
+
+def test_a_test_file_edited_into_a_broken_registration_is_named_with_its_problem(setup):
+    defs, resource, repo, _ = setup
+    _, cursor = _tick(defs, resource, "rerun_changed_tests", None)
+    f = repo / "tests" / "e2e" / "lora" / "test_lora_math.py"
+    f.write_text(f.read_text() + "\ndef broken(:\n")
+    line = len(f.read_text().splitlines())
+    result, _ = _tick(defs, resource, "rerun_changed_tests", cursor)
+    assert result.run_requests == []
+    assert f"tests/e2e/lora/test_lora_math.py:{line}: syntax: invalid syntax" in result.skip_message
