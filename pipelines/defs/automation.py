@@ -7,15 +7,18 @@ A sensor never parses a test file itself: it asks the catalog, and the infra pro
 
 from __future__ import annotations
 
+import functools
 import json
 
 import dagster as dg
 
 from pipelines.core.catalog.ids import safe_filename
+from pipelines.core.model import CatalogError
 from pipelines.core.runset import RunSelection
 from pipelines.defs.jobs import TEST_JOBS, run_request
 from pipelines.defs.keys import TAG_CALIBRATION, TAG_SOURCE_RUN, TEST_RUNS
 from pipelines.defs.resources import NightlyResource
+from pipelines.storage.state import StateError
 
 NIGHTLY_CRON = "0 15 * * 0-5"
 WEEKLY_CRON = "0 15 * * 6"
@@ -46,12 +49,37 @@ def ran_tests(instance: dg.DagsterInstance, run: dg.DagsterRun) -> bool:
     return any(step.key == TEST_RUNS.path[-1] for step in plan.steps)
 
 
+def _broken(night, changed: list[str], vanished: set[str]) -> str:
+    """The catalog problems of test files that changed or whose tests vanished since the last tick:
+    a file edited into a broken registration must say so, not just drop out of the catalog."""
+    files = {t.split("::")[0] for t in (*changed, *vanished)}
+    problems = [str(p) for p in night.catalog.problems if p.path in files]
+    return f"; changed test files with catalog problems (fix them to run them): {'; '.join(problems)}" if problems else ""
+
+
+def skip_on_unreadable_state(evaluate):
+    """A corrupt estimates file or an unreachable state store skips the tick, saying where and what to do,
+    instead of erroring every tick; the cursor is not moved (the sensor raised before it would)."""
+    @functools.wraps(evaluate)
+    def _evaluate(*args, **kwargs):
+        try:
+            return evaluate(*args, **kwargs)
+        except (CatalogError, StateError) as exc:
+            return dg.SkipReason(f"nightly state unreadable: {exc}")
+
+    return _evaluate
+
+
 def build_sensors(jobs: dict, keys: list[str], deployment: str, pools: list[str]) -> list:
     calibration = jobs["calibration"]
 
     def calibrate_after(status: dg.DagsterRunStatus, name: str):
         @dg.run_status_sensor(name=name, run_status=status, request_job=calibration, minimum_interval_seconds=5,
                               default_status=dg.DefaultSensorStatus.RUNNING,
+                              # an in-process run (`dagster asset materialize`, execute_in_process) has no code
+                              # location origin, and without this Dagster drops it before the sensor sees it;
+                              # ran_tests and the inline tag below keep it to our runs, calibrated once
+                              monitor_all_code_locations=True,
                               description=f"After any run that ran tests ends ({status.value.lower()}): schedule, UI "
                                           "pick, backfill or sensor: recalibrate est_time and report that run.")
         def _sensor(context: dg.RunStatusSensorContext, nightly: NightlyResource):
@@ -70,6 +98,7 @@ def build_sensors(jobs: dict, keys: list[str], deployment: str, pools: list[str]
 
     @dg.sensor(name="rerun_changed_tests", job=jobs["tests"], minimum_interval_seconds=300,
                description="ONE run of the enabled tests whose file changed since the last evaluation.")
+    @skip_on_unreadable_state
     def rerun_changed_tests(context: dg.SensorEvaluationContext, nightly: NightlyResource):
         night = nightly.night()
         shas = {t.id: t.sha256 for t in night.catalog.tests if t.enabled}
@@ -80,7 +109,7 @@ def build_sensors(jobs: dict, keys: list[str], deployment: str, pools: list[str]
         changed = sorted(t for t, s in shas.items() if previous.get(t) != s)
         runnable = night.runset(None, RunSelection(tests=tuple(changed))).run if changed else ()
         if not runnable:
-            return dg.SkipReason("no enabled, plannable test file changed")
+            return dg.SkipReason("no enabled, plannable test file changed" + _broken(night, changed, set(previous) - set(shas)))
         ids = tuple(t.id for t in runnable)
         return run_request(keys, RunSelection(tests=ids), deployment, pools,
                            run_key="changed-" + "-".join(shas[i][:8] for i in ids)[:200],
@@ -90,23 +119,25 @@ def build_sensors(jobs: dict, keys: list[str], deployment: str, pools: list[str]
                default_status=dg.DefaultSensorStatus.RUNNING,
                description="When a pool's image digest (same tag, new push), GPU driver / CUDA version or "
                            "spec changes: ONE run of that pool's enabled tests of the nightly cadence.")
+    @skip_on_unreadable_state
     def infra_change_backfill(context: dg.SensorEvaluationContext, nightly: NightlyResource):
-        from pipelines.launch.infra import changed_pools, probe
+        from pipelines.launch.infra import changed_pools, fingerprint, keep_last_observed, probe
 
         night = nightly.night()
-        now = probe(night.deployment)
         before = json.loads(context.cursor) if context.cursor else None
+        now, problems = keep_last_observed(before or {}, probe(night.deployment))
         context.update_cursor(json.dumps(now, sort_keys=True))
+        unprobed = f" (probe failed, last observed value kept: {'; '.join(problems)})" if problems else ""
         if before is None:
-            return dg.SkipReason("first evaluation: remembering each pool's image digest, driver and spec")
+            return dg.SkipReason("first evaluation: remembering each pool's image digest, driver and spec"
+                                 + unprobed)
         changed = changed_pools(before, now)
         if not changed:
-            return dg.SkipReason("no pool's image digest, driver or spec changed")
+            return dg.SkipReason("no pool's image digest, driver or spec changed" + unprobed)
         requests = []
         for pool, what in sorted(changed.items()):
-            fingerprint = "-".join((now[pool].get(k) or "none")[-12:] for k in ("image_digest", "driver", "spec"))
             requests.append(run_request(keys, RunSelection(cadence="nightly", pools=(pool,)), deployment, pools,
-                                        run_key=f"infra-{pool}-{fingerprint}",
+                                        run_key=f"infra-{pool}-{fingerprint(now[pool])}",
                                         reason=f"infra change on {pool}: {'; '.join(what)}"))
         return requests
 

@@ -9,7 +9,10 @@ A tag such as ``:nightly`` can move under the same name and a driver upgrade cha
 - driver: ``nvidia-smi`` when present (local), the GPU nodes' feature-discovery labels
   (Kubernetes), else the pool's declared ``driver``;
 - spec: a digest of the pool's declared shape (nodes, GPUs, hardware, image, selector, ...).
-Probing never raises: what cannot be observed is reported empty with the reason in ``notes``.
+Probing never raises: what cannot be observed is reported empty with the reason in ``notes``;
+where a probe that should answer failed (the digest command, nvidia-smi, the node API), the field
+also carries ``<field>_problem``: its value is a fallback, not an observation, and the
+infra-change sensor keeps the last observed value instead (an outage is not an infra change).
 """
 
 from __future__ import annotations
@@ -23,11 +26,13 @@ import sys
 from importlib import metadata
 
 from pipelines.core.specs import DeploymentSpec, PoolSpec
+from pipelines.core.trends import INFRA_FIELDS as FIELDS
 
 PROBE_TIMEOUT_S = 30
 #: GPU feature discovery's node labels for the driver and CUDA versions
 DRIVER_LABELS = ("nvidia.com/cuda.driver-version.full", "nvidia.com/cuda.driver.major")
 CUDA_LABELS = ("nvidia.com/cuda.runtime-version.full", "nvidia.com/cuda.runtime.major")
+NO_NVIDIA_SMI = "no nvidia-smi on this machine"
 
 
 def _sha(text: str) -> str:
@@ -60,7 +65,7 @@ def _run(argv: list[str]) -> tuple[str, str]:
 def local_driver() -> tuple[str, str]:
     """(driver/cuda, problem) from nvidia-smi, or ("", why) where there is none."""
     if not shutil.which("nvidia-smi"):
-        return "", "no nvidia-smi on this machine"
+        return "", NO_NVIDIA_SMI
     out, problem = _run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"])
     driver = out.splitlines()[0].strip() if out else ""
     cuda_out, _ = _run(["nvidia-smi"])
@@ -95,12 +100,14 @@ def kubernetes_driver(deployment: DeploymentSpec, pool: PoolSpec) -> tuple[str, 
 def probe_pool(deployment: DeploymentSpec, pool: PoolSpec) -> dict[str, str]:
     """What the pool runs now: image, image_digest, driver, spec and notes (why something is empty)."""
     notes: list[str] = []
+    failed: dict[str, str] = {}
     digest = ""
     if pool.image_digest_command:
         digest, problem = _run(list(pool.image_digest_command))
         digest = digest.splitlines()[0].strip() if digest else ""
-        if problem:
-            notes.append(f"image digest: {problem}")
+        if problem or not digest:
+            failed["image_digest"] = problem or f"{' '.join(pool.image_digest_command[:3])}: printed nothing"
+            notes.append(f"image digest: {failed['image_digest']}")
     if not digest:
         digest = pool.image_digest
     if not digest and deployment.launcher == "local":
@@ -110,16 +117,43 @@ def probe_pool(deployment: DeploymentSpec, pool: PoolSpec) -> dict[str, str]:
     else:
         driver, problem = local_driver()
     if not driver:
+        if problem and problem != NO_NVIDIA_SMI:  # no nvidia-smi: the declared driver is the answer, always
+            failed["driver"] = problem
         driver = pool.driver
         if problem and not driver:
             notes.append(f"driver: {problem}")
     return {"image": pool.image or ("local python environment" if deployment.launcher == "local" else ""),
-            "image_digest": digest, "driver": driver, "spec": spec_digest(pool), "notes": "; ".join(notes)}
+            "image_digest": digest, "driver": driver, "spec": spec_digest(pool), "notes": "; ".join(notes),
+            **{f"{field}_problem": why for field, why in failed.items()}}
 
 
 def probe(deployment: DeploymentSpec) -> dict[str, dict[str, str]]:
     """Every pool of the deployment, by pool name."""
     return {p.name: probe_pool(deployment, p) for p in deployment.pools}
+
+
+def fingerprint(observed: dict[str, str]) -> str:
+    """A short digest of all of a pool's observed values, in full: two states that differ only early in
+    a long value (a mixed-driver pool, then the finished upgrade) must not share a run key."""
+    return _sha(json.dumps([observed.get(f, "") for f in FIELDS]))[7:23]
+
+
+def keep_last_observed(before: dict[str, dict[str, str]],
+                       now: dict[str, dict[str, str]]) -> tuple[dict[str, dict[str, str]], list[str]]:
+    """``now`` with each field whose probe failed set to its value in ``before`` (the last observed
+    one), and those failures as ``"pool field: problem"``: a probe outage must not read as a change."""
+    kept: dict[str, dict[str, str]] = {}
+    problems: list[str] = []
+    for pool, cur in now.items():
+        cur = dict(cur)
+        for field in FIELDS:
+            problem = cur.pop(f"{field}_problem", "")
+            if problem:
+                problems.append(f"{pool} {field}: {problem}")
+                if field in before.get(pool, {}):
+                    cur[field] = before[pool][field]
+        kept[pool] = cur
+    return kept, problems
 
 
 def changed_pools(before: dict[str, dict[str, str]], now: dict[str, dict[str, str]]) -> dict[str, list[str]]:
@@ -129,7 +163,7 @@ def changed_pools(before: dict[str, dict[str, str]], now: dict[str, dict[str, st
         old = before.get(pool)
         if not old:
             continue
-        what = [f"{k} {old.get(k) or '?'} -> {cur.get(k) or '?'}" for k in ("image_digest", "driver", "spec")
+        what = [f"{k} {old.get(k) or '?'} -> {cur.get(k) or '?'}" for k in FIELDS
                 if old.get(k, "") != cur.get(k, "")]
         if what:
             out[pool] = what

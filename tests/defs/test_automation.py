@@ -153,3 +153,100 @@ def test_sensors_that_feed_back_are_running_by_default(setup):
     for name in ("calibrate_after_tests", "calibrate_after_failed_tests", "calibrate_after_canceled_tests",
                  "infra_change_backfill"):
         assert defs.resolve_sensor_def(name).default_status == dg.DefaultSensorStatus.RUNNING, name
+
+
+def _daemon_tick(defs, resource, name, instance, cursor):
+    """A tick as the daemon runs it: inside the code location's repository, so origins are compared."""
+    ctx = dg.build_sensor_context(instance=instance, cursor=cursor, repository_name="__repository__",
+                                  resources={"nightly": resource}, definitions=defs)
+    result = defs.resolve_sensor_def(name).evaluate_tick(ctx)
+    return result, result.cursor
+
+
+@pytest.mark.parametrize("inline", [False, True])
+def test_a_run_executed_in_process_is_calibrated_once(setup, inline):
+    """`dagster asset materialize` / execute_in_process: no code location origin, still calibrated; a
+    `nightly run` (tagged inline, it calibrated itself) is not calibrated a second time."""
+    defs, resource, _, _ = setup
+    with dg.instance_for_test() as instance:
+        _, cursor = _daemon_tick(defs, resource, "calibrate_after_failed_tests", instance, None)
+        run, _ = _failed_run(instance, "nightly")
+        assert run.remote_job_origin is None
+        if inline:
+            instance.add_run_tags(run.run_id, {"nightly/calibration": "inline"})
+        resource.night().state.put(f"runs/{run.run_id}.json", "{}")
+        result, _ = _daemon_tick(defs, resource, "calibrate_after_failed_tests", instance, cursor)
+    if inline:
+        assert result.run_requests == []
+    else:
+        [request] = result.run_requests
+        assert request.run_key == f"calibrate-{run.run_id}" and request.tags["nightly/source_run"] == run.run_id
+
+
+def test_an_image_digest_command_outage_between_two_good_ticks_requests_nothing(setup):
+    """The digest command failing once is not a new image: the last observed digest is kept."""
+    defs, resource, _, digest = setup
+    _, cursor = _tick(defs, resource, "infra_change_backfill", None)
+    good = digest.read_text()
+    digest.unlink()  # `crane digest` down: `cat` exits 1
+    result, cursor = _tick(defs, resource, "infra_change_backfill", cursor)
+    assert result.run_requests == [] and "h200 image_digest: cat" in result.skip_message
+    digest.write_text(good)
+    result, _ = _tick(defs, resource, "infra_change_backfill", cursor)
+    assert result.run_requests == [] and result.skip_message == "no pool's image digest, driver or spec changed"
+
+
+def test_an_nvidia_smi_outage_requests_nothing_and_says_so(setup, tmp_path, monkeypatch):
+    defs, resource, _, _ = setup
+    smi = tmp_path / "bin" / "nvidia-smi"
+    smi.parent.mkdir()
+    smi.write_text("#!/bin/sh\necho 570.86.15\n")
+    smi.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{smi.parent}:{__import__('os').environ['PATH']}")
+    _, cursor = _tick(defs, resource, "infra_change_backfill", None)
+    smi.write_text("#!/bin/sh\necho 'NVIDIA-SMI has failed' >&2\nexit 9\n")
+    result, cursor = _tick(defs, resource, "infra_change_backfill", cursor)
+    assert result.run_requests == [] and "h200 driver: nvidia-smi" in result.skip_message
+    assert "exit 9" in result.skip_message
+    smi.write_text("#!/bin/sh\necho 570.86.15\n")
+    result, _ = _tick(defs, resource, "infra_change_backfill", cursor)
+    assert result.run_requests == [] and result.skip_message == "no pool's image digest, driver or spec changed"
+
+
+def test_each_driver_state_of_an_upgrade_gets_its_own_run_key(setup, monkeypatch):
+    """Half the nodes upgraded, then all: both states end in the same characters, yet both are requested."""
+    from pipelines.launch import infra
+
+    defs, resource, _, _ = setup
+    states = iter(["550.54.15/12.4", "550.54.15/12.4,570.86.15/12.8", "570.86.15/12.8"])
+    monkeypatch.setattr(infra, "local_driver", lambda: (next(states), ""))
+    _, cursor = _tick(defs, resource, "infra_change_backfill", None)
+    result, cursor = _tick(defs, resource, "infra_change_backfill", cursor)
+    [mixed] = result.run_requests
+    result, _ = _tick(defs, resource, "infra_change_backfill", cursor)
+    [upgraded] = result.run_requests
+    assert mixed.run_key != upgraded.run_key
+    assert "-> 570.86.15/12.8" in upgraded.tags["nightly/reason"]
+
+
+def test_a_corrupt_estimates_file_skips_the_changed_tests_tick_without_moving_the_cursor(setup):
+    defs, resource, repo, _ = setup
+    _, cursor = _tick(defs, resource, "rerun_changed_tests", None)
+    night = resource.night()
+    night.state.put(night.calibration_keys()["estimates"], "{not json")
+    f = repo / "tests" / "e2e" / "lora" / "test_lora_math.py"
+    f.write_text(f.read_text() + "\n# tweaked\n")
+    result, after = _tick(defs, resource, "rerun_changed_tests", cursor)
+    assert result.run_requests == [] and after == cursor
+    assert "corrupt estimates file" in result.skip_message and "delete it" in result.skip_message
+
+
+def test_a_test_file_edited_into_a_broken_registration_is_named_with_its_problem(setup):
+    defs, resource, repo, _ = setup
+    _, cursor = _tick(defs, resource, "rerun_changed_tests", None)
+    f = repo / "tests" / "e2e" / "lora" / "test_lora_math.py"
+    f.write_text(f.read_text() + "\ndef broken(:\n")
+    line = len(f.read_text().splitlines())
+    result, _ = _tick(defs, resource, "rerun_changed_tests", cursor)
+    assert result.run_requests == []
+    assert f"tests/e2e/lora/test_lora_math.py:{line}: syntax: invalid syntax" in result.skip_message

@@ -152,6 +152,21 @@ def test_s3_credentials_come_from_irsa_on_the_launcher_not_from_static_keys():
     assert env["POD_UID"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.uid"}}, "run pods own their test pods"
 
 
+@pytest.mark.parametrize("overlay", ["overlays/production", "overlays/irsa", "overlays/kueue", "overlays/cordon"])
+def test_the_code_location_loads_with_the_launchers_s3_identity_and_node_read(overlay):
+    """Loading the definitions reads estimates from S3 and the infra sensor reads node labels: without
+    an identity and a token the production code location does not load."""
+    [dep] = by_kind(overlay, "Deployment")
+    pod = dep["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == "nightly-launcher" and pod.get("automountServiceAccountToken", True)
+    [sa] = by_kind(overlay, "ServiceAccount")
+    assert sa["metadata"]["name"] == pod["serviceAccountName"]
+    if overlay == "overlays/irsa":
+        assert "eks.amazonaws.com/role-arn" in sa["metadata"]["annotations"]
+    [reader] = [b for b in by_kind(overlay, "ClusterRoleBinding") if b["roleRef"]["name"] == "nightly-e2e-node-reader"]
+    assert {"kind": "ServiceAccount", "name": pod["serviceAccountName"], "namespace": "nightly-e2e"} in reader["subjects"]
+
+
 def test_the_code_location_serves_the_definitions_on_port_4000():
     [dep] = by_kind("overlays/production", "Deployment")
     c = dep["spec"]["template"]["spec"]["containers"][0]
