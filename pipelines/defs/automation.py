@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import json
+from datetime import UTC, datetime
 
 import dagster as dg
 
@@ -135,9 +136,12 @@ def build_sensors(jobs: dict, keys: list[str], deployment: str, pools: list[str]
         if not changed:
             return dg.SkipReason("no pool's image digest, driver or spec changed" + unprobed)
         requests = []
+        # the cursor already fires each change once; the time keeps a return to an earlier state (a
+        # rollback, then the upgrade again) from reusing that state's key, which Dagster would drop
+        at = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
         for pool, what in sorted(changed.items()):
             requests.append(run_request(keys, RunSelection(cadence="nightly", pools=(pool,)), deployment, pools,
-                                        run_key=f"infra-{pool}-{fingerprint(now[pool])}",
+                                        run_key=f"infra-{pool}-{fingerprint(now[pool])}-{at}",
                                         reason=f"infra change on {pool}: {'; '.join(what)}"))
         return requests
 

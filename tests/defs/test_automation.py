@@ -250,3 +250,31 @@ def test_a_test_file_edited_into_a_broken_registration_is_named_with_its_problem
     result, _ = _tick(defs, resource, "rerun_changed_tests", cursor)
     assert result.run_requests == []
     assert f"tests/e2e/lora/test_lora_math.py:{line}: syntax: invalid syntax" in result.skip_message
+
+
+def test_a_rollback_and_the_upgrade_again_is_requested_again(setup, monkeypatch):
+    """a -> b -> a -> b: the second upgrade must not reuse the first one's run key (Dagster drops a
+    request whose key a run of the sensor already has); ticks are minutes apart as the sensor's are."""
+    import datetime as real
+
+    from pipelines.defs import automation
+    from pipelines.launch import infra
+
+    defs, resource, _, _ = setup
+    states = iter(["550.54.15/12.4", "570.86.15/12.8", "550.54.15/12.4", "570.86.15/12.8"])
+    monkeypatch.setattr(infra, "local_driver", lambda: (next(states), ""))
+    ticks = iter(real.datetime(2026, 12, 1, 15, m, tzinfo=real.UTC) for m in (0, 5, 10, 15))
+
+    class Clock(real.datetime):
+        @classmethod
+        def now(cls, tz=None):
+            return next(ticks)
+
+    monkeypatch.setattr(automation, "datetime", Clock)
+    _, cursor = _tick(defs, resource, "infra_change_backfill", None)
+    keys = []
+    for _ in range(3):
+        result, cursor = _tick(defs, resource, "infra_change_backfill", cursor)
+        [request] = result.run_requests
+        keys.append(request.run_key)
+    assert len(set(keys)) == 3, keys
