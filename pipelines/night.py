@@ -118,13 +118,18 @@ class ResultsNotStored(RuntimeError):
         self.folder = folder
 
 
+def unsaved_folder(home: Path, run_id: str) -> Path | None:
+    """The folder that keeps run ``run_id``'s refused results (with its README.txt), None when none does."""
+    for record in sorted((Path(home) / UNSAVED).glob(f"*/state/runs/{safe_filename(run_id)}.json")):
+        if (record.parents[2] / "README.txt").is_file():
+            return record.parents[2]
+    return None
+
+
 def unsaved_notice(home: Path, run_id: str) -> str | None:
     """The README.txt of the folder that keeps run ``run_id``'s refused results, None when it has none."""
-    for record in sorted((Path(home) / UNSAVED).glob(f"*/state/runs/{safe_filename(run_id)}.json")):
-        readme = record.parents[2] / "README.txt"
-        if readme.is_file():
-            return readme.read_text(encoding="utf-8").rstrip("\n")
-    return None
+    folder = unsaved_folder(home, run_id)
+    return (folder / "README.txt").read_text(encoding="utf-8").rstrip("\n") if folder else None
 
 
 def default_home() -> Path:

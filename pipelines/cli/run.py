@@ -173,7 +173,7 @@ def _execute(night, args, selection, env: dict[str, str], home: Path) -> int:
     from pipelines.defs.tags import range_tags, request_tags
     from pipelines.instance import open_instance
     from pipelines.interrupts import signals_seen
-    from pipelines.night import unsaved_notice
+    from pipelines.night import unsaved_folder, unsaved_notice
 
     os.environ.update(env)  # the run reads the values by name (env_from): they never enter run storage
     resource = NightlyResource(home=str(home), repo=args.repo or "", deployment=args.deployment or "")
@@ -195,6 +195,15 @@ def _execute(night, args, selection, env: dict[str, str], home: Path) -> int:
     run = instance.get_run_by_id(result.run_id)
     kept = unsaved_notice(home, result.run_id)
     if kept:  # the store refused the results (credentials expired mid-night): no calibration, no report
+        if (run is not None and run.status.value == "CANCELED") or signalled:
+            # interrupted as well: the interruption decides the exit; the kept folder's README was said above
+            _mark_canceled(instance, result.run_id)
+            print(f"nightly: interrupted: running tests were killed and recorded as `interrupted` (Dagster run "
+                  f"{result.run_id} CANCELED); the store refused the night's results, which are kept as said "
+                  f"above: {unsaved_folder(home, result.run_id)}\n"
+                  "nightly: to resume, re-add them as that folder's README.txt says, then run the same "
+                  "`nightly run` again", file=sys.stderr)
+            return EXIT_INTERRUPTED
         print(f"nightly run: error: {kept}", file=sys.stderr)
         return EXIT_NOT_STORED
     try:

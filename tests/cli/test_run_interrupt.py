@@ -178,3 +178,43 @@ def test_sigterm_after_every_test_ended_is_not_swallowed(tmp_path):
     summary = json.loads((home / "nights" / "latest.json").read_text())
     with open_instance(home) as instance:
         assert instance.get_run_by_id(summary["run_id"]).status == dg.DagsterRunStatus.CANCELED
+
+
+REFUSED = r"""
+import os, signal, sys, threading, time
+from pathlib import Path
+home = Path(sys.argv[1])
+from pipelines.storage import state
+from pipelines.storage.state import StateError
+put = state.LocalStateStore.put
+def refusing(self, key, text, *a, **k):
+    if key.startswith(("runs/", "nights/")) and "unsaved" not in str(self.root):
+        raise StateError(f"{key}: refused (credentials expired)")
+    return put(self, key, text, *a, **k)
+state.LocalStateStore.put = refusing
+def watch():
+    while True:
+        for p in (home / "logs").rglob("*lora_math*") if (home / "logs").is_dir() else ():
+            if "hanging on purpose" in p.read_text(errors="replace"):
+                os.kill(os.getpid(), signal.SIGINT)
+                return
+        time.sleep(0.3)
+threading.Thread(target=watch, daemon=True).start()
+from pipelines.cli import entrypoint
+sys.argv = ["nightly", "run", "--home", str(home), "--labels", "lora", "--env", f"MINIRL_HANG={sys.argv[2]}",
+            "--timeout-floor", "900"]
+entrypoint()
+"""
+
+
+def test_ctrl_c_on_a_night_whose_store_refuses_writes_is_an_interrupt_that_says_where_the_results_are(tmp_path):
+    """Both at once: the interruption decides the exit (130, CANCELED), and the kept folder is named."""
+    home = tmp_path / "home"
+    env = {**child_env("NIGHTLY_", "DAGSTER_", "MINIRL_"), "NIGHTLY_HOME": str(home)}
+    done = subprocess.run([sys.executable, "-c", REFUSED, str(home), "test_lora_math"], cwd=PROJECT_ROOT, env=env,
+                          capture_output=True, text=True, timeout=WAIT_S)
+    assert done.returncode == 130, done.stdout[-2000:] + done.stderr[-3000:]
+    assert "nightly: interrupted: running tests were killed" in done.stderr
+    folders = list((home / "unsaved").iterdir())
+    assert len(folders) == 1 and str(folders[0]) in done.stderr
+    assert "nightly run: error:" not in done.stderr  # the kept folder's README is said once, not again as an error
