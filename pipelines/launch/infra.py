@@ -141,7 +141,8 @@ def fingerprint(observed: dict[str, str]) -> str:
 def keep_last_observed(before: dict[str, dict[str, str]],
                        now: dict[str, dict[str, str]]) -> tuple[dict[str, dict[str, str]], list[str]]:
     """``now`` with each field whose probe failed set to its value in ``before`` (the last observed
-    one), and those failures as ``"pool field: problem"``: a probe outage must not read as a change."""
+    one), or left out when nothing was observed yet (a first tick, a new pool), and those failures
+    as ``"pool field: problem"``: a probe outage must not read as a change, then or later."""
     kept: dict[str, dict[str, str]] = {}
     problems: list[str] = []
     for pool, cur in now.items():
@@ -152,19 +153,22 @@ def keep_last_observed(before: dict[str, dict[str, str]],
                 problems.append(f"{pool} {field}: {problem}")
                 if field in before.get(pool, {}):
                     cur[field] = before[pool][field]
+                else:  # the fallback (declared value, or nothing) was never observed
+                    cur.pop(field, None)
         kept[pool] = cur
     return kept, problems
 
 
 def changed_pools(before: dict[str, dict[str, str]], now: dict[str, dict[str, str]]) -> dict[str, list[str]]:
-    """Pools whose digest, driver or spec changed, with what changed (pools new to ``before`` are not changes)."""
+    """Pools whose digest, driver or spec changed, with what changed (pools new to ``before`` are not
+    changes, nor are fields ``before`` never observed: the first observation after a probe outage)."""
     out: dict[str, list[str]] = {}
     for pool, cur in now.items():
         old = before.get(pool)
         if not old:
             continue
         what = [f"{k} {old.get(k) or '?'} -> {cur.get(k) or '?'}" for k in FIELDS
-                if old.get(k, "") != cur.get(k, "")]
+                if k in old and k in cur and old[k] != cur[k]]
         if what:
             out[pool] = what
     return out

@@ -278,3 +278,19 @@ def test_a_rollback_and_the_upgrade_again_is_requested_again(setup, monkeypatch)
         [request] = result.run_requests
         keys.append(request.run_key)
     assert len(set(keys)) == 3, keys
+
+
+def test_an_image_digest_command_outage_on_the_first_tick_is_no_change_once_it_answers(setup):
+    """Nothing was observed on the first tick, so the first answer is an observation, not a new image."""
+    defs, resource, _, digest = setup
+    good = digest.read_text()
+    digest.unlink()
+    result, cursor = _tick(defs, resource, "infra_change_backfill", None)
+    assert result.run_requests == [] and "h200 image_digest: cat" in result.skip_message
+    digest.write_text(good)
+    result, cursor = _tick(defs, resource, "infra_change_backfill", cursor)
+    assert result.run_requests == [] and result.skip_message == "no pool's image digest, driver or spec changed"
+    digest.write_text("sha256:" + "c" * 64 + "\n")  # a real change after that is still one
+    result, _ = _tick(defs, resource, "infra_change_backfill", cursor)
+    [request] = result.run_requests
+    assert "sha256:cccc" in request.tags["nightly/reason"]
