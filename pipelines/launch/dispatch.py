@@ -85,6 +85,7 @@ def run_plan(
                 if on_start:
                     on_start(req)
                 attempt = launcher.launch(req, on_log(a.test_id) if on_log else None)
+                attempt.details.setdefault("pool", a.pool)  # bad nodes are judged within their pool
                 if first > 1 and attempt_no == first:  # the retry of a failure on a node found bad
                     attempt.details["retry_of"] = failed_nodes[-1]
                 with finished:

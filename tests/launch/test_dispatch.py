@@ -226,3 +226,4 @@ def test_retries_elsewhere_wait_for_freed_gpus_so_the_pool_is_never_oversubscrib
     assert {a.outcome for a in result.final().values()} == {"passed"} and len(result.final()) == 8
     retries = [a for a in result.attempts if a.attempt == 2]
     assert retries and all(a.node == "n0" and a.details["retry_of"] == "n1" for a in retries)
+    assert {a.details["pool"] for a in result.attempts} == {"h200"}  # bad nodes are judged within their pool
