@@ -454,13 +454,14 @@ class Night:
                 on_finish(attempt)
 
         recent = self.node_history
+        pool_by_test = {a.test_id: a.pool for a in plan.assignments}  # a node is judged within its pool
 
         def bad_nodes() -> tuple[str, ...]:
             """Nodes tonight's attempts so far prove bad or make suspect: later attempts keep off
             them, and each failure there is retried once elsewhere (the evidence that names a suspect)."""
             with lock:
                 attempts = list(seen)
-            return avoid_nodes(*assess_nodes(attempts, history=recent))
+            return avoid_nodes(*assess_nodes(attempts, history=recent, pools=pool_by_test))
 
         pools = [p.pool() for p in self.deployment.pools]
         result = run_plan(plan, pools, launcher or self.launcher(), self.request, max_infra_retries=self.deployment.max_infra_retries,

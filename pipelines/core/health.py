@@ -16,6 +16,13 @@ another host; nothing pointed at the host. Every node is judged against the nigh
   failed there while the other nodes ran ``contrast_rest`` attempts with at most
   ``contrast_rest_rate`` failing (12 of 12 against 0 of 23).
 
+Nodes are compared only with nodes of their own pool (a test's pool: the caller's ``pools`` map,
+else the ``details["pool"]`` the dispatcher stamps): a hardware-specific regression fails every
+test of a one-node mi300 pool without the h200 nodes passing theirs saying anything about it. A
+node with no other node of its pool tonight is never named by ``failure_rate`` or ``contrast``
+(only by ``infra``), and history counts passes only on other nodes of its pool seen tonight (a
+replaced node's old passes say nothing about the one there now).
+
 Guards: one broken test failing three times on a node is one test, never a node; a night where
 everything fails everywhere has no gap; failures the retry repeats elsewhere clear the node.
 The findings carry the evidence text the night report prints; the dispatcher passes their nodes
@@ -95,29 +102,42 @@ def passed_nodes(history: Iterable[Sample], runs: int = 14, exclude_run: str = "
 
 
 def detect_bad_nodes(attempts: Sequence[Attempt], *, history: Mapping[str, Collection[str]] | None = None,
+                     pools: Mapping[str, str] | None = None,
                      limits: Thresholds = Thresholds()) -> list[NodeFinding]:
     """Nodes whose attempts this night say the node, not the tests, is broken (worst first).
 
-    ``history``: ``passed_nodes(...)`` of the runs before this one, where the caller has them."""
-    return assess_nodes(attempts, history=history, limits=limits)[0]
+    ``history``: ``passed_nodes(...)`` of the runs before this one, where the caller has them;
+    ``pools``: each test's pool (see ``pool_of``)."""
+    return assess_nodes(attempts, history=history, pools=pools, limits=limits)[0]
 
 
 def suspect_nodes(attempts: Sequence[Attempt], *, history: Mapping[str, Collection[str]] | None = None,
+                  pools: Mapping[str, str] | None = None,
                   limits: Thresholds = Thresholds()) -> tuple[str, ...]:
     """Nodes failing far more than the others tonight without the evidence yet to name them."""
-    return assess_nodes(attempts, history=history, limits=limits)[1]
+    return assess_nodes(attempts, history=history, pools=pools, limits=limits)[1]
+
+
+def pool_of(a: Attempt, pools: Mapping[str, str] | None = None) -> str:
+    """The pool the attempt ran in: ``pools[test]`` where the caller knows it, else what the
+    dispatcher stamped in ``details["pool"]``; "" (one pool for all) when neither says."""
+    return (pools or {}).get(a.test_id) or a.details.get("pool", "")
 
 
 def assess_nodes(attempts: Sequence[Attempt], *, history: Mapping[str, Collection[str]] | None = None,
+                 pools: Mapping[str, str] | None = None,
                  limits: Thresholds = Thresholds()) -> tuple[list[NodeFinding], tuple[str, ...]]:
-    """(bad nodes, worst first; suspects that are not bad), from the night's attempts so far."""
+    """(bad nodes, worst first; suspects that are not bad), from the night's attempts so far.
+    ``pools``: test id -> pool; a node is judged against the other nodes of its pool only."""
     by_node: dict[str, list[Attempt]] = defaultdict(list)
+    node_pool: dict[str, str] = {}
     passed_on: dict[str, set[str]] = defaultdict(set)
     failed_on: dict[str, set[str]] = defaultdict(set)
     for a in attempts:
         if not a.node or a.outcome == "skipped":
             continue
         by_node[a.node].append(a)
+        node_pool.setdefault(a.node, pool_of(a, pools))
         if a.outcome == "passed":
             passed_on[a.test_id].add(a.node)
         elif a.outcome in RETRIABLE:
@@ -125,7 +145,8 @@ def assess_nodes(attempts: Sequence[Attempt], *, history: Mapping[str, Collectio
     findings: list[NodeFinding] = []
     suspects: list[str] = []
     for node, mine in sorted(by_node.items()):
-        rest = [a for n, xs in by_node.items() if n != node for a in xs]
+        peers = {n for n, p in node_pool.items() if p == node_pool[node]} - {node}
+        rest = [a for n in sorted(peers) for a in by_node[n]]
         failed = [a for a in mine if _failed(a)]
         base = dict(node=node, failed=len(failed), total=len(mine), rest_failed=sum(1 for a in rest if _failed(a)),
                     rest_total=len(rest), tests=tuple(dict.fromkeys(a.test_id for a in failed)))
@@ -138,7 +159,7 @@ def assess_nodes(attempts: Sequence[Attempt], *, history: Mapping[str, Collectio
                   and not (failed_on[a.test_id] - {node} and not passed_on[a.test_id] - {node})]
         if not _suspect(mine, blamed, rest, base, limits):
             continue
-        finding = _judged(node, blamed, rest, base, passed_on, history or {}, limits)
+        finding = _judged(node, peers, blamed, rest, base, passed_on, history or {}, limits)
         if finding is None:
             suspects.append(node)
         else:
@@ -168,12 +189,15 @@ def _suspect(mine: list[Attempt], blamed: list[Attempt], rest: list[Attempt], ba
     return rate >= limits.min_rate and rate - base["rest_failed"] / len(rest) >= limits.min_gap
 
 
-def _judged(node: str, blamed: list[Attempt], rest: list[Attempt], base: dict, passed_on: Mapping[str, set[str]],
-            history: Mapping[str, Collection[str]], limits: Thresholds) -> NodeFinding | None:
-    """The suspect named bad when the evidence says its tests are fine; None while it does not."""
+def _judged(node: str, peers: Collection[str], blamed: list[Attempt], rest: list[Attempt], base: dict,
+            passed_on: Mapping[str, set[str]], history: Mapping[str, Collection[str]],
+            limits: Thresholds) -> NodeFinding | None:
+    """The suspect named bad when the evidence says its tests are fine (passes on ``peers``: the
+    other nodes of its pool tonight); None while it does not."""
     tests = _distinct(blamed)
-    tonight = {t: passed_on[t] - {node} for t in tests if passed_on[t] - {node}}
-    recent = {t: set(history.get(t, ())) - {node} for t in tests if t not in tonight and set(history.get(t, ())) - {node}}
+    tonight = {t: passed_on[t] & set(peers) for t in tests if passed_on[t] & set(peers)}
+    recent = {t: set(history.get(t, ())) & set(peers) for t in tests
+              if t not in tonight and set(history.get(t, ())) & set(peers)}
     head = f"{base['failed']} of {base['total']} attempts failed here (other nodes: {base['rest_failed']} of {len(rest)}); "
     if len(tonight) + len(recent) >= limits.min_tests:
         parts = []

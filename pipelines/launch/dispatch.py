@@ -58,7 +58,8 @@ def run_plan(
     another node would not help) are final. A test failure or timeout is final unless it
     happened on a node ``avoid_nodes()`` names (found bad, or suspect, at any time later in the
     night): then the test gets one retry elsewhere (``details["retry_of"]``: the node it left),
-    whose outcome is the test's; not in a one-node pool, where there is no elsewhere. Once ``stop`` is
+    whose outcome is the test's; the retry goes back into the queue first in priority and starts
+    on GPUs freed on another node, so the pool is never oversubscribed; not in a one-node pool, where there is no elsewhere. Once ``stop`` is
     set (the run was interrupted) nothing new starts and no retry is made; running attempts end
     as their launcher ends them (``interrupt()`` kills them) and are still returned.
     """
@@ -67,11 +68,11 @@ def run_plan(
     result = DispatchResult(started_at=time.monotonic())
     finished = threading.Condition()
     done_ids: list[str] = []
-    retries_done: list[str] = []
     errors: list[BaseException] = []
     threads: list[threading.Thread] = []
     placed: dict[str, tuple[Assignment, int, tuple[int, ...]]] = {}
     retried: set[str] = set()
+    requeued: dict[str, tuple[int, str]] = {}  # test -> (attempt number, node name it left)
     nodes_of = {p.name: p.nodes for p in pools}
 
     def worker(a: Assignment, node: int, slots: tuple[int, ...], attempt_no: int = 1,
@@ -84,6 +85,7 @@ def run_plan(
                 if on_start:
                     on_start(req)
                 attempt = launcher.launch(req, on_log(a.test_id) if on_log else None)
+                attempt.details.setdefault("pool", a.pool)  # bad nodes are judged within their pool
                 if first > 1 and attempt_no == first:  # the retry of a failure on a node found bad
                     attempt.details["retry_of"] = failed_nodes[-1]
                 with finished:
@@ -101,7 +103,7 @@ def run_plan(
                 errors.append(exc)
         finally:
             with finished:
-                (retries_done if first > 1 else done_ids).append(a.test_id)
+                done_ids.append(a.test_id)
                 finished.notify_all()
 
     def start(*args) -> None:
@@ -109,32 +111,35 @@ def run_plan(
         threads.append(t)
         t.start()
 
-    def start_retries() -> int:
-        """One retry elsewhere for each failure on a node tonight's attempts now say to avoid."""
+    def requeue_retries() -> None:
+        """One retry elsewhere for each failure on a node tonight's attempts now say to avoid: back
+        into the queue, first in priority, so it starts on GPUs freed on another node (the ones the
+        failure ran on are already released and may be another test's)."""
         avoid = avoid_nodes() if avoid_nodes and not stop.is_set() else ()
-        started = 0
         for failed in retries_due(result.attempts, avoid, retried) if avoid else ():
+            if failed.test_id in running:  # its worker has not ended yet: next round
+                continue
             retried.add(failed.test_id)
-            a, node, slots = placed[failed.test_id]
+            a, node, _ = placed[failed.test_id]
             if nodes_of.get(a.pool, 0) > 1:  # a one-node pool has nowhere else to go: the failure stands
-                start(a, node, slots, failed.attempt + 1, (failed.node,))
-                started += 1
-        return started
+                requeued[a.test_id] = (failed.attempt + 1, failed.node)
+                queue.requeue(a, node)
 
-    retrying = 0
+    running: set[str] = set()
     with finished:
-        while (not queue.done() or retrying) and not errors and not stop.is_set():
+        while not queue.done() and not errors and not stop.is_set():
             for a, node, slots in queue.start_ready():
                 placed[a.test_id] = (a, node, slots)
-                start(a, node, slots)
-            while not done_ids and not retries_done and not errors and not stop.is_set():
+                running.add(a.test_id)
+                attempt_no, left = requeued.pop(a.test_id, (1, ""))
+                start(a, node, slots, attempt_no, (left,) if left else ())
+            while not done_ids and not errors and not stop.is_set():
                 finished.wait(timeout=0.5)
             for test_id in done_ids:
                 queue.finish(test_id)
+                running.discard(test_id)
             done_ids.clear()
-            retrying -= len(retries_done)
-            retries_done.clear()
-            retrying += start_retries()
+            requeue_retries()
     # after an error no new test starts, but the running ones finish (each has its timeout):
     # returning early would leave their processes or pods behind
     for t in threads:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from pipelines.core.health import (
     avoid_nodes,
     detect_bad_nodes,
@@ -139,3 +141,31 @@ def test_passed_nodes_keeps_each_tests_newest_runs_and_leaves_tonight_out():
     tonight = Sample("t", "h200", "x", "passed", 1.0, "2026-10-30T00:00:00Z", node="tonight", run_id="now")
     failed = Sample("u", "h200", "x", "failed", 1.0, "2026-10-01T00:00:00Z", node="n1", run_id="r1")
     assert passed_nodes([*old, tonight, failed], runs=3, exclude_run="now") == {"t": frozenset({"n18", "n19", "n20"})}
+
+
+def test_a_rocm_only_regression_on_a_one_node_pool_does_not_name_its_healthy_node():
+    """Three mi300 tests broken by a ROCm-only change on the one mi300 node; the h200 nodes pass
+    theirs. Comparing with the h200 nodes named the mi300 node bad by contrast (3 of 4 vs 0 of 12)."""
+    night = [attempt(f"tests/rocm_{i}.py", "mi300-0", "failed", "exit_code", 1) for i in range(3)]
+    night += [attempt("tests/rocm_ok.py", "mi300-0")]
+    night += [attempt(f"tests/cuda_{i}.py", f"h200-{i % 2}") for i in range(12)]
+    pools = {a.test_id: "mi300" if a.node.startswith("mi300") else "h200" for a in night}
+    assert detect_bad_nodes(night, pools=pools) == [] and suspect_nodes(night, pools=pools) == ()
+    stamped = [dataclasses.replace(a, details={"pool": pools[a.test_id]}) for a in night]  # as run_plan leaves them
+    assert detect_bad_nodes(stamped) == [] and suspect_nodes(stamped) == ()
+    assert [f.rule for f in detect_bad_nodes(night)] == ["contrast"]  # without pools: one pool, as before
+
+
+def test_history_passes_count_only_on_other_nodes_of_the_pool_seen_tonight():
+    """The tests passed last week on a k8s node since replaced: that says nothing about tonight's nodes."""
+    night = [attempt(f"tests/t{i}.py", "n1", "failed", "CUDA error 802", 1) for i in range(3)]
+    night += [attempt(f"tests/u{i}.py", "n0") for i in range(3)]
+    pools = {a.test_id: "h200" for a in night}
+    gone = {f"tests/t{i}.py": {"n-replaced"} for i in range(3)}
+    assert detect_bad_nodes(night, history=gone, pools=pools) == []
+    assert suspect_nodes(night, history=gone, pools=pools) == ("n1",)  # still avoided, and its failures retried
+    other_pool = {f"tests/t{i}.py": {"m0"} for i in range(3)}
+    night_m = night + [attempt("tests/m.py", "m0")]
+    assert detect_bad_nodes(night_m, history=other_pool, pools={**pools, "tests/m.py": "mi300"}) == []
+    [finding] = detect_bad_nodes(night, history={f"tests/t{i}.py": {"n0"} for i in range(3)}, pools=pools)
+    assert finding.rule == "failure_rate" and "recent history (n0: 3)" in finding.evidence

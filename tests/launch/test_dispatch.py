@@ -196,3 +196,34 @@ def test_a_one_node_pool_has_nowhere_to_retry_and_its_failures_stand():
                       avoid_nodes=lambda: ("n1",))
     assert [a.attempt for a in result.attempts] == [1, 1, 1]
     assert {a.outcome for a in result.final().values()} == {"failed"}
+
+
+def test_retries_elsewhere_wait_for_freed_gpus_so_the_pool_is_never_oversubscribed():
+    """Reviewer's night: eight 8-GPU tests on 2x8 GPUs, n1 fails everything; the retries once
+    reused GPUs already handed to another test (32 GPUs requested at once)."""
+
+    class Counting(TwoNodeLauncher):
+        def launch(self, request, on_log=None):
+            with self.lock:
+                self.in_use += len(request.gpu_slots)
+                self.peak = max(self.peak, self.in_use)
+            try:
+                return super().launch(request, on_log)
+            finally:
+                with self.lock:
+                    self.in_use -= len(request.gpu_slots)
+
+    tests = [make_test(id=f"t{i}", path=f"tests/t{i}.py", gpus=8, est_time=10) for i in range(8)]
+    launcher = Counting(seconds=0.05)
+    attempts: list[Attempt] = []
+
+    def bad():
+        return ("n1",) if sum(a.node == "n1" and a.outcome == "failed" for a in list(attempts)) >= 2 else ()
+
+    result = run_plan(make_plan(tests, [PoolSpec("h200", 2, 8)]), [Pool("h200", 2, 8)], launcher, _factory(tests),
+                      on_finish=attempts.append, avoid_nodes=bad)
+    assert launcher.peak <= 16
+    assert {a.outcome for a in result.final().values()} == {"passed"} and len(result.final()) == 8
+    retries = [a for a in result.attempts if a.attempt == 2]
+    assert retries and all(a.node == "n0" and a.details["retry_of"] == "n1" for a in retries)
+    assert {a.details["pool"] for a in result.attempts} == {"h200"}  # bad nodes are judged within their pool

@@ -36,6 +36,7 @@ class _PoolState:
     def __init__(self, nodes: int, gpus_per_node: int):
         self.free = [set(range(gpus_per_node)) for _ in range(nodes)]
         self.queues: dict[int, deque[Assignment]] = {}
+        self.retries: deque[tuple[Assignment, int]] = deque()  # (assignment, the node it left)
 
     def counts(self) -> list[int]:
         return [len(f) for f in self.free]
@@ -71,8 +72,9 @@ class DispatchQueue:
         started = []
         now = self._clock() if self._clock is not None else 0.0
         for name, st in self._pools.items():
+            held = self._start_retries(st, now, started)
             while True:
-                counts = st.counts()
+                counts = [0 if k in held else c for k, c in enumerate(st.counts())]
                 most = max(counts, default=0)
                 if self._live is not None and self._backfill:
                     pick = self._reserving_pick(name, st, counts, now)
@@ -101,6 +103,39 @@ class DispatchQueue:
                 started.append((head, node, slots))
         started.sort(key=lambda x: x[0].priority)
         return started
+
+    def requeue(self, assignment: Assignment, left: int) -> None:
+        """Run a finished test once more, first in priority, on a node other than ``left`` (the
+        retry of a failure on a node found bad): it waits for freed GPUs like any pending test, so
+        the pool is never oversubscribed. A one-node pool has no other node: refused."""
+        if assignment.test_id in self._running:
+            raise ValueError(f"{assignment.test_id} is still running")
+        st = self._pools[assignment.pool]
+        if len(st.free) < 2:
+            raise ValueError(f"{assignment.test_id}: pool {assignment.pool} has no node other than {left}")
+        st.retries.append((assignment, left))
+        self._pending += 1
+
+    def _start_retries(self, st: _PoolState, now: float, started: list) -> set[int]:
+        """Start the requeued retries that fit on a node they did not leave; returns the nodes held
+        for the ones still waiting (their best node: nothing else starts there until they do)."""
+        held: set[int] = set()
+        for a, left in list(st.retries):
+            counts = [0 if k == left or k in held else c for k, c in enumerate(st.counts())]
+            node = best_fit(counts, a.gpus)
+            if node < 0:
+                held.add(max((k for k in range(len(counts)) if k != left and k not in held),
+                             key=lambda k: counts[k], default=-1))
+                continue
+            st.retries.remove((a, left))
+            slots = tuple(sorted(st.free[node])[: a.gpus])
+            st.free[node].difference_update(slots)
+            self._running[a.test_id] = (a, node, slots)
+            if self._live is not None:
+                self._live.started(a.test_id, now)
+            self._pending -= 1
+            started.append((a, node, slots))
+        return held - {-1}
 
     def _reserving_pick(self, name: str, st: _PoolState, counts: list[int], now: float) -> tuple[Assignment, int] | None:
         """The test to start now and its node: the head if it fits; else the highest-priority
@@ -146,8 +181,9 @@ class DispatchQueue:
         return sorted(self._running.values(), key=lambda x: x[0].priority)
 
     def pending(self) -> list[Assignment]:
-        return sorted((a for st in self._pools.values() for q in st.queues.values() for a in q),
-                      key=lambda a: a.priority)
+        """Waiting tests, requeued retries first."""
+        return [a for st in self._pools.values() for a, _ in st.retries] + sorted(
+            (a for st in self._pools.values() for q in st.queues.values() for a in q), key=lambda a: a.priority)
 
 
 def simulate(plan: Plan, pools: Sequence[PoolShape], actual_durations: Mapping[str, float], *,

@@ -89,3 +89,22 @@ def test_strict_list_order_starts_nothing_past_a_waiting_head():
     assert [a.test_id for a, *_ in q.start_ready()] == ["a"]
     q.finish("a")
     assert [a.test_id for a, *_ in q.start_ready()] == ["b"]
+
+
+def test_a_requeued_retry_starts_first_on_another_node_once_gpus_free_there():
+    q = DispatchQueue(plan_of(("a", 10, 8), ("b", 10, 8), ("c", 10, 8), ("d", 10, 8)), [POOL])
+    assert [(a.test_id, node) for a, node, _ in q.start_ready()] == [("a", 0), ("b", 1)]
+    q.finish("b")
+    q.requeue(plan_of(("b", 10, 8)).assignments[0], 1)  # b failed on node 1: retry elsewhere
+    assert not q.done()
+    assert [(a.test_id, node) for a, node, _ in q.start_ready()] == [("c", 1)]  # node 1 may run another test
+    assert [a.test_id for a in q.pending()] == ["b", "d"]  # the retry is first
+    q.finish("a")
+    assert [(a.test_id, node) for a, node, _ in q.start_ready()] == [("b", 0)]  # before d, on the node it did not leave
+    q.finish("c")
+    assert [(a.test_id, node) for a, node, _ in q.start_ready()] == [("d", 1)]
+    for t in "bd":
+        q.finish(t)
+    assert q.done()
+    with pytest.raises(ValueError, match="no node other than 0"):
+        DispatchQueue(plan_of(("a", 10, 8)), [Pool("h200", 1, 8)]).requeue(plan_of(("a", 10, 8)).assignments[0], 0)
