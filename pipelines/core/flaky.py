@@ -173,7 +173,9 @@ def _bad_nodes(run: Sequence[Sample], earlier: Callable[[], Iterable[Sample]] = 
             failed[s.node] += s.outcome in _FAIL
     if not any(failed[n] >= 2 and failed[n] * 2 >= total[n] for n in total):
         return set()
-    return {f.node for f in detect_bad_nodes([_attempt(s) for s in run if s.node], history=passed_nodes(earlier()))}
+    # a sample's hardware stands for its pool: nodes are judged only against nodes of the same hardware
+    return {f.node for f in detect_bad_nodes([_attempt(s) for s in run if s.node], history=passed_nodes(earlier()),
+                                             pools={s.test_id: s.hardware for s in run if s.hardware})}
 
 
 def _attempt(s: Sample) -> Attempt:

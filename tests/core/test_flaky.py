@@ -309,3 +309,18 @@ def test_a_bad_node_whose_failures_passed_on_retry_does_not_fail_the_night():
     night += [Attempt(f"tests/t{i}.py", "passed", 1.0, "2026-11-01T00:00:00Z", 2, node="good") for i in range(3)]
     v = night_verdict(night, {})
     assert (v.ok, v.bad_nodes, v.failed) == (True, ("bad",), ())
+
+
+def test_a_one_node_pool_s_own_flips_count_though_other_hardware_passes():
+    """Three mi300 tests flipping on the only mi300 node, while twelve h200 runs pass: nodes are
+    judged against their own hardware's, so the mi300 node is not "bad" and the flips are the tests'."""
+    import dataclasses
+
+    samples = []
+    for day in range(1, 7):
+        for i in (1, 2, 3):
+            samples += [dataclasses.replace(s, hardware="mi300") for s in
+                        history("failed" if day % 2 else "passed", test=f"tests/m{i}.py", node="m0", start=day)]
+        for i in range(12):
+            samples += history("passed", test=f"tests/h{i}.py", node=f"h{i % 2}", start=day)
+    assert replay(samples, RULES)["tests/m1.py"].state != "healthy"
