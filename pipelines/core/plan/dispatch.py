@@ -94,13 +94,7 @@ class DispatchQueue:
                     q.popleft()
                 else:  # a reserving queue may start a test from deeper in its size's queue
                     q.remove(head)
-                slots = tuple(sorted(st.free[node])[: head.gpus])
-                st.free[node].difference_update(slots)
-                self._running[head.test_id] = (head, node, slots)
-                if self._live is not None:
-                    self._live.started(head.test_id, now)
-                self._pending -= 1
-                started.append((head, node, slots))
+                started.append(self._start(st, head, node, now))
         started.sort(key=lambda x: x[0].priority)
         return started
 
@@ -128,14 +122,18 @@ class DispatchQueue:
                              key=lambda k: counts[k], default=-1))
                 continue
             st.retries.remove((a, left))
-            slots = tuple(sorted(st.free[node])[: a.gpus])
-            st.free[node].difference_update(slots)
-            self._running[a.test_id] = (a, node, slots)
-            if self._live is not None:
-                self._live.started(a.test_id, now)
-            self._pending -= 1
-            started.append((a, node, slots))
+            started.append(self._start(st, a, node, now))
         return held - {-1}
+
+    def _start(self, st: _PoolState, a: Assignment, node: int, now: float) -> tuple[Assignment, int, tuple[int, ...]]:
+        """Take ``a``'s GPUs on ``node`` (the lowest free slots) and mark it running."""
+        slots = tuple(sorted(st.free[node])[: a.gpus])
+        st.free[node].difference_update(slots)
+        self._running[a.test_id] = (a, node, slots)
+        if self._live is not None:
+            self._live.started(a.test_id, now)
+        self._pending -= 1
+        return a, node, slots
 
     def _reserving_pick(self, name: str, st: _PoolState, counts: list[int], now: float) -> tuple[Assignment, int] | None:
         """The test to start now and its node: the head if it fits; else the highest-priority
