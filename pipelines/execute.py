@@ -87,7 +87,7 @@ def run_tests(night: Night, runset: RunSet, selection: RunSelection, *, launcher
 
     ``ended_runs``: which of the given run ids have ended (Kubernetes: their pods are swept first).
     """
-    night.history.read()  # an unreadable history store stops the run before any test starts
+    night.history_at_start  # noqa: B018 - an unreadable history store stops the run before any test starts
     night.pin_images(infra or {})
     for pod in night.sweep_pods(ended_runs):
         say(f"deleted pod {pod}, left running by a run that is gone")

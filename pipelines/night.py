@@ -36,6 +36,7 @@ from pipelines.core.model import (
     Plan,
     Problem,
     Requirement,
+    Sample,
     Test,
     effective_timeout,
 )
@@ -201,6 +202,13 @@ class Night:
         return history_store(self.deployment, self.home)
 
     @cached_property
+    def history_at_start(self) -> list[Sample]:
+        """The history as this night found it, read once (on S3 a read lists and fetches every
+        object): the plan's durations and the node evidence start from it. What must see the
+        night's own samples (the flaky states after it, calibration) reads the store afresh."""
+        return self.history.read()
+
+    @cached_property
     def state(self) -> StateStore:
         """Summaries, estimates, reports and logs: the state folder, or S3 when ``storage: s3``."""
         return state_store(self.deployment, self.home)
@@ -312,7 +320,7 @@ class Night:
         return make_plan(
             tests, self.deployment.pools,
             timeout_floor_s=self.timeout_floor_s, timeout_factor=self.repo_spec.timeout_factor,
-            durations=duration_model(tests, self.history.read(), successions=successions(self.history)),
+            durations=duration_model(tests, self.history_at_start, successions=successions(self.history)),
         )
 
     # -- requirements ------------------------------------------------------------------
@@ -476,10 +484,10 @@ class Night:
     @cached_property
     def node_history(self) -> dict[str, frozenset[str]]:
         """Per test, the nodes it passed on in its recent runs before this one: what says a test
-        that failed on a suspect node tonight is fine (pipelines.core.health.passed_nodes). Read
-        once: tonight's own samples are left out anyway."""
+        that failed on a suspect node tonight is fine (pipelines.core.health.passed_nodes), from
+        the history the night started with (tonight's own samples are left out anyway)."""
         try:
-            return passed_nodes(self.history.read(), exclude_run=self.run_id)
+            return passed_nodes(self.history_at_start, exclude_run=self.run_id)
         except HistoryError as exc:  # the night goes on judging nodes by tonight's attempts alone
             log.warning("history store unavailable for judging nodes: %s", exc)
             return {}
