@@ -127,12 +127,6 @@ def unsaved_folder(home: Path, run_id: str) -> Path | None:
     return None
 
 
-def unsaved_notice(home: Path, run_id: str) -> str | None:
-    """The README.txt of the folder that keeps run ``run_id``'s refused results, None when it has none."""
-    folder = unsaved_folder(home, run_id)
-    return (folder / "README.txt").read_text(encoding="utf-8").rstrip("\n") if folder else None
-
-
 def default_home() -> Path:
     """Where the embedded default keeps its state: ``$NIGHTLY_HOME`` or ``<project>/.nightly``."""
     return Path(os.environ.get("NIGHTLY_HOME") or PROJECT_ROOT / ".nightly").resolve()

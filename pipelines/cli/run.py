@@ -15,6 +15,7 @@ kept under ``<home>/unsaved/<night>/``, with the commands that re-add them); 130
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 import time
@@ -173,7 +174,7 @@ def _execute(night, args, selection, env: dict[str, str], home: Path) -> int:
     from pipelines.defs.tags import range_tags, request_tags
     from pipelines.instance import open_instance
     from pipelines.interrupts import signals_seen
-    from pipelines.night import unsaved_folder, unsaved_notice
+    from pipelines.night import unsaved_folder
 
     os.environ.update(env)  # the run reads the values by name (env_from): they never enter run storage
     resource = NightlyResource(home=str(home), repo=args.repo or "", deployment=args.deployment or "")
@@ -193,24 +194,16 @@ def _execute(night, args, selection, env: dict[str, str], home: Path) -> int:
     with sigint_for_this_process_only(), interruptions_unlogged(), signals_seen() as signalled:  # Ctrl-C: said once
         result = job.execute_in_process(run_config=run_config, instance=instance, tags=tags, raise_on_error=False)
     run = instance.get_run_by_id(result.run_id)
-    kept = unsaved_notice(home, result.run_id)
-    if kept:  # the store refused the results (credentials expired mid-night): no calibration, no report
-        if (run is not None and run.status.value == "CANCELED") or signalled:
-            # interrupted as well: the interruption decides the exit; the kept folder's README was said above
-            _mark_canceled(instance, result.run_id)
-            print(f"nightly: interrupted: running tests were killed and recorded as `interrupted` (Dagster run "
-                  f"{result.run_id} CANCELED); the store refused the night's results, which are kept as said "
-                  f"above: {unsaved_folder(home, result.run_id)}\n"
-                  "nightly: to resume, re-add them as that folder's README.txt says, then run the same "
-                  "`nightly run` again", file=sys.stderr)
-            return EXIT_INTERRUPTED
-        print(f"nightly run: error: {kept}", file=sys.stderr)
-        return EXIT_NOT_STORED
-    try:
-        summary = night.summary(result.run_id)
-    except ValueError:
-        summary = None
     status = run.status.value if run else "?"
+    kept = unsaved_folder(home, result.run_id)  # the store refused the results (credentials expired mid-night)
+    if kept is not None and status != "CANCELED" and not signalled:  # no calibration, no report
+        readme = (kept / "README.txt").read_text(encoding="utf-8").rstrip("\n")
+        print(f"nightly run: error: {readme}", file=sys.stderr)
+        return EXIT_NOT_STORED
+    summary = None
+    if kept is None:
+        with contextlib.suppress(ValueError):
+            summary = night.summary(result.run_id)
     if status == "CANCELED" or (summary or {}).get("interrupted") or signalled:
         # like a run cancelled in the UI (its sensor calibrates it): what finished is calibrated and reported;
         # a signal Dagster kept to itself (the run FAILURE "interrupted unexpectedly", or even SUCCESS) is one too
@@ -222,12 +215,17 @@ def _execute(night, args, selection, env: dict[str, str], home: Path) -> int:
                     report = _calibrate(defs, instance, result.run_id)[1]
             except KeyboardInterrupt:  # a second Ctrl-C: stop calibrating, say the same two lines
                 report = None
-        kept = f"the night's record {night.state.uri('runs/' + result.run_id + '.json')}" if summary else "history"
-        print(f"nightly: interrupted: running tests were killed and recorded as `interrupted`; finished tests are "
-              f"kept in history and {kept} (Dagster run {result.run_id} CANCELED)"
-              + (f"; its report: {report}" if report else "") + "\n"
-              "nightly: to resume, run the same `nightly run` again (it runs the whole selection; interrupted "
-              "attempts never feed calibration)", file=sys.stderr)
+        if kept is not None:  # its README was said above, by the run
+            where = f"the store refused the night's results, which are kept as said above: {kept}"
+            resume = "re-add them as that folder's README.txt says, then run the same `nightly run` again"
+        else:
+            record = f"the night's record {night.state.uri('runs/' + result.run_id + '.json')}" if summary else "history"
+            where = f"finished tests are kept in history and {record}"
+            resume = ("run the same `nightly run` again (it runs the whole selection; interrupted attempts never "
+                      "feed calibration)")
+        print(f"nightly: interrupted: running tests were killed and recorded as `interrupted`; {where} (Dagster run "
+              f"{result.run_id} CANCELED)" + (f"; its report: {report}" if report else "") + f"\nnightly: to resume, "
+              f"{resume}", file=sys.stderr)
         return EXIT_INTERRUPTED
     if summary is None or not result.success:
         print(f"nightly: the night's run {result.run_id} ended {status}; see `make ui` -> Runs", file=sys.stderr)
