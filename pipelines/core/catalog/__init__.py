@@ -180,9 +180,11 @@ def _load(repo: Path, spec: RepoSpec, specs: Specs | None, estimates: Mapping[st
         files, problems = discover(repo, roots, dialect.discovery, dialect.exclude, py_files.symlinks())
         implicit = tuple(d.strip("/") + "/" for d in spec.implicit_cpu_dirs)
         if cache is not None:
+            # a template's entries are named in what is kept; so are the files discovery refused (a new
+            # `tests/new dir/test_x.py` is left out of ``files``, so only its problem tells the catalogs apart)
             memo = inputs_digest([dialect.digest(), roots, notes, repr(spec), configured,
                                   repr(specs.models if specs else None), repr(specs.datasets if specs else None),
-                                  _workflows_digest(repo)])  # a template's entries are named in what is kept
+                                  _workflows_digest(repo), repr(problems)])
             cache.use_rules(dialect.digest())
             known = reuse(repo, files, dict(py_files), cache, memo, dialect, spec.implicit_cpu_dirs)
             if known is not None:
