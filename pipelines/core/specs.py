@@ -167,6 +167,8 @@ class RepoSpec:
     rules: dict[str, Any] = field(default_factory=dict)
     #: flaky-test rules as set in repos.yaml (pipelines.core.flaky.FlakyRules.from_mapping)
     flaky: dict[str, Any] = field(default_factory=dict)
+    #: the repo's own registry module ("": the one found, see pipelines.core.catalog.detect.choose)
+    registry_module: str = ""
 
 
 @dataclass(frozen=True)
@@ -275,7 +277,7 @@ def _repo(name: str, m: RepoModel, root: Path) -> RepoSpec:
         env=dict(m.env), requirements={k: tuple(v) for k, v in m.requirements.items()}, hub=m.hub,
         dialect=m.dialect, implicit_cpu_suite=m.implicit_cpu_suite,
         rules={k: tuple(v) if isinstance(v, list) else v for k, v in m.rules.model_dump(exclude_unset=True).items()},
-        flaky=m.flaky.model_dump(exclude_unset=True),
+        flaky=m.flaky.model_dump(exclude_unset=True), registry_module=m.registry_module,
     )
 
 
