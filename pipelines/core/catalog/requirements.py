@@ -119,6 +119,7 @@ def build_requirements(
     globs = spec.requirements
     spec_file = f"{specs.root}/repos.yaml" if specs is not None else "assets/repos.yaml"
     where = f"repos.{spec.name}.requirements"
+    lines = getattr(spec, "requirement_lines", None) or {}
     used_globs: set[str] = set()
     out_tests: list[Test] = []
     used: dict[str, Requirement] = {}
@@ -149,7 +150,8 @@ def build_requirements(
                     for key in extra:
                         req = used.get(key) or found.get(key) or declared.get(key)
                         if req is None:
-                            problems.append(Problem(spec_file, 1, where, f"{pattern}: unknown requirement {key!r}; "
+                            problems.append(Problem(spec_file, lines.get(pattern, 1), where,
+                                                    f"{pattern}: unknown requirement {key!r}; "
                                                                          "declare it in assets/models.yaml or datasets.yaml"))
                             continue
                         used[key] = req
@@ -161,7 +163,8 @@ def build_requirements(
         out_tests.append(with_requirements(t, held_keys, held_unresolved))
     for pattern in globs:
         if pattern not in used_globs:
-            problems.append(Problem(spec_file, 1, where, f"{pattern}: matches no test id; fix or remove the glob"))
+            problems.append(Problem(spec_file, lines.get(pattern, 1), where,
+                                    f"{pattern}: matches no test id; fix or remove the glob"))
     problems = list(dict.fromkeys(problems))
     reqs = sorted(used.values(), key=lambda r: (_ORDER[r.kind], r.key))
     return out_tests, reqs, problems
