@@ -234,6 +234,14 @@ def _hardware_list(args: dict[str, object]) -> list[tuple[int | None, str]]:
     return out
 
 
+def suite_hardware(tail: str) -> str:
+    """The hardware a suite names after ``-<N>-gpu-``: its first word when that is a chip (``h200`` of
+    ``h200-fp8``, ``gb300`` of ``gb300-kimi-k25``, ``mi35x`` of ``mi35x-deepseek-r1-mxfp4-tp2``; the rest
+    qualifies the suite), else the whole tail (a runner config such as ``large``)."""
+    first = tail.split("-", 1)[0]
+    return first if _GPU_TYPE.match(first) else tail
+
+
 def hardware_name(gpus: int, named: str) -> str:
     """``h200`` stays; a runner config without a GPU type (``1-gpu-large``) stays whole as an alias."""
     if not named or _GPU_TYPE.match(named):
@@ -252,7 +260,7 @@ def _placements(backend: str, suite: str, hw: list[tuple[int | None, str]], dial
     if backend == "cpu":
         return [(0, "cpu", False)], []
     m = (_DEVICE_SUITE if dialect.suites == "free" else _GPU_SUITE).search(suite)
-    suite_gpus, suite_hw = (int(m.group(1)), m.group(2) or "") if m else (None, "")
+    suite_gpus, suite_hw = (int(m.group(1)), suite_hardware(m.group(2) or "")) if m else (None, "")
     if not hw:
         return [_placement(backend, suite, suite_gpus, suite_hw, dialect)], []
     placements, conflicts = [], []
