@@ -47,7 +47,7 @@ from pipelines.core.select import (
     split_csv,
     why_nothing,
 )
-from pipelines.core.specs import PoolSpec, RepoSpec, load_specs
+from pipelines.core.specs import PoolSpec, RepoSpec, Specs, load_specs
 
 #: the selection flags matched no test (the message names the flag and what exists); as `nightly run`
 EXIT_NOTHING_SELECTED = 3
@@ -81,12 +81,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def load_catalog(path: Path, spec: RepoSpec | None) -> Catalog:
-    """The catalog stage (imported here so this module loads without it)."""
+def load_catalog(path: Path, spec: RepoSpec | None, specs: Specs) -> Catalog:
+    """The catalog as the night reads it (``Night.registered``: models.yaml/datasets.yaml and the same
+    cache), so the plan reports the problems a run would; imported here so this module loads without it."""
     from pipelines.cli.catalog import default_cache_dir
     from pipelines.core.catalog import load_catalog as load
 
-    return load(path, spec, cache_dir=default_cache_dir())
+    return load(path, spec, specs, cache_dir=default_cache_dir())
 
 
 def _repo(specs, value: str | None) -> tuple[Path, RepoSpec | None]:
@@ -150,7 +151,7 @@ def _run(args: argparse.Namespace) -> int:
     shards = _pairs(args.shards, "--shards")
     given_floor = timeout_floor(args.timeout_floor)
     gantt = gantt_path(args.gantt) if args.gantt else None  # before planning: a bad name fails fast
-    catalog = load_catalog(path, spec)
+    catalog = load_catalog(path, spec, specs)
     _check_new_pools(catalog.tests, pools, deployment, overrides)
     # plan with the estimates the next night will use (an unconfigured checkout's are under its folder name)
     from pipelines.night import Night, NightSettings, with_calibrated

@@ -167,6 +167,10 @@ class RepoSpec:
     rules: dict[str, Any] = field(default_factory=dict)
     #: flaky-test rules as set in repos.yaml (pipelines.core.flaky.FlakyRules.from_mapping)
     flaky: dict[str, Any] = field(default_factory=dict)
+    #: the repo's own registry module ("": the one found, see pipelines.core.catalog.detect.choose)
+    registry_module: str = ""
+    #: line of each ``requirements:`` glob in repos.yaml (problems about a glob name its line)
+    requirement_lines: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -263,7 +267,7 @@ def _pool(name: str, m: PoolModel) -> PoolSpec:
                     image_digest_command=tuple(m.image_digest_command), driver=m.driver)
 
 
-def _repo(name: str, m: RepoModel, root: Path) -> RepoSpec:
+def _repo(name: str, m: RepoModel, root: Path, raw: Any = None) -> RepoSpec:
     params = m.calibration.model_dump(exclude_unset=True, exclude={"policy"})
     if "accept" in params:
         params["accept"] = tuple(params["accept"])
@@ -275,8 +279,16 @@ def _repo(name: str, m: RepoModel, root: Path) -> RepoSpec:
         env=dict(m.env), requirements={k: tuple(v) for k, v in m.requirements.items()}, hub=m.hub,
         dialect=m.dialect, implicit_cpu_suite=m.implicit_cpu_suite,
         rules={k: tuple(v) if isinstance(v, list) else v for k, v in m.rules.model_dump(exclude_unset=True).items()},
-        flaky=m.flaky.model_dump(exclude_unset=True),
+        flaky=m.flaky.model_dump(exclude_unset=True), registry_module=m.registry_module,
+        requirement_lines=_lines(raw, "repos", name, "requirements"),
     )
+
+
+def _lines(raw: Any, *keys: str) -> dict[str, int]:
+    """The line of each key of the mapping at ``raw[keys[0]][keys[1]]...`` as read from the file ({} when absent)."""
+    for key in keys:
+        raw = raw.get(key) if isinstance(raw, dict) else None
+    return {str(k): line for k, line in getattr(raw, "lines", {}).items()}
 
 
 def _deployment(name: str, m: DeploymentModel) -> DeploymentSpec:
@@ -289,11 +301,14 @@ def _deployment(name: str, m: DeploymentModel) -> DeploymentSpec:
     )
 
 
-def _file(path: Path, model: type, problems: list[Problem], optional: bool = False) -> Any:
-    """One spec file validated against its schema; problems are collected, never raised here."""
+def _file(path: Path, model: type, problems: list[Problem], optional: bool = False, keep: dict | None = None) -> Any:
+    """One spec file validated against its schema; problems are collected, never raised here.
+    ``keep`` receives the file as read (``keep["raw"]``, mappings with their lines)."""
     if optional and not path.exists():
         return model()
     raw, dupes = _read_yaml(path)
+    if keep is not None:
+        keep["raw"] = raw
     parsed, bad = validate(model, raw, path)
     problems += dupes + bad
     return parsed
@@ -307,14 +322,15 @@ def load_specs(assets_dir: Path | str | None = None) -> Specs:
     """
     root = Path(assets_dir or os.environ.get("NIGHTLY_ASSETS_DIR") or DEFAULT_ASSETS_DIR).resolve()
     problems: list[Problem] = []
-    repos_file = _file(root / "repos.yaml", ReposFile, problems)
+    repos_raw: dict[str, Any] = {}
+    repos_file = _file(root / "repos.yaml", ReposFile, problems, keep=repos_raw)
     cluster_file = _file(root / "cluster.yaml", ClusterFile, problems)
     models_file = _file(root / "models.yaml", ModelsFile, problems, optional=True)
     datasets_file = _file(root / "datasets.yaml", DatasetsFile, problems, optional=True)
     checkpoints_file = _file(root / "checkpoints.yaml", CheckpointsFile, problems, optional=True)
     if problems:
         raise CatalogError(problems)
-    repos = {str(k): _repo(str(k), m, root) for k, m in repos_file.repos.items()}
+    repos = {str(k): _repo(str(k), m, root, repos_raw.get("raw")) for k, m in repos_file.repos.items()}
     deployments = {str(k): _deployment(str(k), m) for k, m in cluster_file.deployments.items()}
     models = {str(k): ModelSpec(str(k), m.source, m.path) for k, m in models_file.models.items()}
     datasets = {str(k): ModelSpec(str(k), m.source, m.path) for k, m in datasets_file.datasets.items()}

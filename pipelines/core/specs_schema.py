@@ -8,6 +8,7 @@ pydantic checks every key, type and range in one pass (unknown keys, ``roots: [1
 from __future__ import annotations
 
 import difflib
+import re
 import string
 import types
 import typing
@@ -96,6 +97,16 @@ def _requirement_keys(value: Any) -> Any:
     return value
 
 
+_MODULE_PATH = re.compile(r"(?:[A-Za-z0-9_-][A-Za-z0-9._-]*/)*[A-Za-z0-9_-][A-Za-z0-9._-]*\.py")
+
+
+def _registry_module(value: str) -> str:
+    if value and not _MODULE_PATH.fullmatch(value):
+        raise ValueError(f"{value!r} is not the path of a .py file inside the repository; write it relative to the "
+                         "repo's path, e.g. fw/ci_register.py (no leading /, no '..' or hidden folders)")
+    return value
+
+
 class FlakyModel(_Strict):
     window_nights: int = Field(14, ge=1)
     min_flips: int = Field(2, ge=1)
@@ -144,6 +155,8 @@ class RepoModel(_Strict):
     rules: RulesModel = RulesModel()
     #: flaky-test rules (pipelines.core.flaky.FlakyRules)
     flaky: FlakyModel = FlakyModel()
+    #: the repo's own registry module, when several files define register_*_ci (repo-relative .py path)
+    registry_module: Annotated[str, AfterValidator(_registry_module)] = ""
 
     @model_validator(mode="after")
     def _template_needs_template_format(self) -> RepoModel:

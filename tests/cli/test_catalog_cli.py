@@ -189,3 +189,23 @@ def test_a_configured_repo_hears_which_rules_its_assets_entry_overrides(tmp_path
     assert run(["--repo", str(repo)]) == 0
     err = capsys.readouterr().err.splitlines()
     assert "assumed: rules from assets/repos.yaml override the m dialect: est_time=non-negative (was positive)" in err
+
+
+def test_a_template_job_labelled_long_runs_on_every_cadence_its_workflow_does(tmp_path, capsys):
+    """Skipping `long` on nightly is framework M's runner's rule; a template's jobs run when their workflow runs."""
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests/test_a.py").write_text("NUM_GPUS = 2\n")
+    (tmp_path / ".github/workflows").mkdir(parents=True)
+    (tmp_path / ".github/workflows/pr-test.yml.j2").write_text(textwrap.dedent("""\
+        <% set jobs = {
+            'e2e-test-fsdp': {'label': 'run-ci-fsdp', 'tests': [{'test_file': 'test_a.py', 'num_gpus': 2}]},
+            'e2e-test-long': {'label': 'run-ci-long', 'tests': [{'test_file': 'test_a.py', 'num_gpus': 2}]},
+        } %>
+        on:
+          pull_request:
+        jobs:
+          x: {}
+        """))
+    for cadence in ("pr", "nightly", "weekly"):
+        assert run(["--repo", str(tmp_path), "--cadence", cadence, "--json"]) == 0, cadence
+        assert [t["id"] for t in json.loads(capsys.readouterr().out)] == ["tests/test_a.py"], cadence

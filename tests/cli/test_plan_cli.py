@@ -29,7 +29,7 @@ TESTS = (
 def fake_catalog(monkeypatch):
     seen = {}
 
-    def load(path, spec):
+    def load(path, spec, specs):
         seen["path"] = path
         return Catalog(repo=str(path), tests=TESTS)
 
@@ -248,7 +248,7 @@ def test_a_new_pool_no_test_can_use_is_a_typo_not_a_plan(fake_catalog, tmp_path,
 def test_any_backend_the_catalog_reads_can_be_planned(monkeypatch, tmp_path, capsys):
     amd = make_test(id="test/registered/test_amd.py", path="test/registered/test_amd.py", backend="amd",
                     suite="nightly-amd-1-gpu", gpus=1, hardware="mi355")
-    monkeypatch.setattr(plan_cli, "load_catalog", lambda path, spec: Catalog(repo=str(path), tests=(*TESTS, amd)))
+    monkeypatch.setattr(plan_cli, "load_catalog", lambda path, spec, specs: Catalog(repo=str(path), tests=(*TESTS, amd)))
     assert nightly_plan(["--repo", str(tmp_path), "--backend", "amd", "--pool", "mi355=1x8", "--json"]) == 0
     assert [a["test_id"] for a in json.loads(capsys.readouterr().out)["assignments"]] == [amd.id]
     assert nightly_plan(["--repo", str(tmp_path), "--backend", "npu"]) == 3
@@ -285,3 +285,27 @@ def test_changed_paths_that_climb_out_of_the_repo_are_refused_like_absolute_ones
     assert nightly_plan(["--repo", str(tmp_path), "--pool", "h200=1x8", "--json",
                          "--changed", "tests/sub/../test_b.py"]) == 0
     assert [a["test_id"] for a in json.loads(capsys.readouterr().out)["assignments"]] == ["tests/test_b.py"]
+
+
+def test_plan_reads_the_catalog_with_models_yaml_as_the_run_does(project_root: Path, tmp_path, monkeypatch, capsys):
+    """A requirement declared in models.yaml is no problem to plan, and one that is not is named where it is written."""
+    import shutil
+
+    assets = tmp_path / "assets"
+    shutil.copytree(project_root / "assets", assets)
+    repos = (assets / "repos.yaml").read_text().replace("path: examples/minirl", f"path: {project_root}/examples/minirl")
+    repos = repos.replace("hub: examples/minirl/hub", f"hub: {project_root}/examples/minirl/hub")
+    glob = '    requirements: {"tests/e2e/megatron/test_dp8_chat.py": [extra-judge]}\n'
+    repos = repos.replace("    implicit_cpu_dirs: []\n", "    implicit_cpu_dirs: []\n" + glob, 1)
+    (assets / "repos.yaml").write_text(repos)
+    with (assets / "models.yaml").open("a") as fh:
+        fh.write("  extra-judge: {source: org/extra-judge, path: /root/models/extra-judge}\n")
+    monkeypatch.setenv("NIGHTLY_ASSETS_DIR", str(assets))
+    monkeypatch.setenv("NIGHTLY_HOME", str(tmp_path / "home"))
+    assert nightly_plan(["--repo", "minirl"]) == 0
+    assert "extra-judge" not in capsys.readouterr().out
+    (assets / "repos.yaml").write_text(repos.replace("[extra-judge]", "[extra-judgx]"))
+    assert nightly_plan(["--repo", "minirl"]) == 0
+    line = repos.splitlines().index(glob.rstrip("\n")) + 1
+    assert (f"{assets}/repos.yaml:{line}: repos.minirl.requirements: tests/e2e/megatron/test_dp8_chat.py: unknown "
+            "requirement 'extra-judgx'") in capsys.readouterr().out

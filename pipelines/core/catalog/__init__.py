@@ -35,7 +35,7 @@ __all__ = ["load_catalog", "detect_format", "find_template", "find_templates", "
 
 _WORKFLOWS = ".github/workflows"
 _SURPRISE = re.compile(r"several files define|cannot be parsed|not a built-in profile|defines no register|"
-                       r"signature cannot say|"
+                       r"signature cannot say|registry_module .* \(assets/repos.yaml\)|"
                        r"rules from assets/repos.yaml override")
 _TEMPLATE_SET = re.compile(r"<%[-+]?\s*set\s")  # `<% set`, `<%set`, and whitespace control `<%- set`
 
@@ -156,7 +156,8 @@ def _load(repo: Path, spec: RepoSpec, specs: Specs | None, estimates: Mapping[st
         roots = configured_roots(repo, spec if configured else None)
     defines = defines_registry(repo, cache) if cache is not None else None
     py_files = python_files(repo)
-    dialect, roots, notes = choose(repo, getattr(spec, "dialect", "") or "", roots, defines, py_files)
+    dialect, roots, notes = choose(repo, getattr(spec, "dialect", "") or "", roots, defines, py_files,
+                                   getattr(spec, "registry_module", "") or "")
     implicit_suite = getattr(spec, "implicit_cpu_suite", "") or ""
     if implicit_suite:
         dialect = dataclasses.replace(dialect, implicit_suite=implicit_suite)
@@ -180,9 +181,11 @@ def _load(repo: Path, spec: RepoSpec, specs: Specs | None, estimates: Mapping[st
         files, problems = discover(repo, roots, dialect.discovery, dialect.exclude, py_files.symlinks())
         implicit = tuple(d.strip("/") + "/" for d in spec.implicit_cpu_dirs)
         if cache is not None:
+            # a template's entries are named in what is kept; so are the files discovery refused (a new
+            # `tests/new dir/test_x.py` is left out of ``files``, so only its problem tells the catalogs apart)
             memo = inputs_digest([dialect.digest(), roots, notes, repr(spec), configured,
                                   repr(specs.models if specs else None), repr(specs.datasets if specs else None),
-                                  _workflows_digest(repo)])  # a template's entries are named in what is kept
+                                  _workflows_digest(repo), repr(problems)])
             cache.use_rules(dialect.digest())
             known = reuse(repo, files, dict(py_files), cache, memo, dialect, spec.implicit_cpu_dirs)
             if known is not None:

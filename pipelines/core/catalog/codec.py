@@ -42,7 +42,8 @@ _BY_ID: dict[int, tuple[Needs, list]] = {}
 @functools.lru_cache(maxsize=4096)
 def _encode_needs(n: Needs) -> list:
     return [[list(d.__dict__.values()) for d in n.downloads],
-            [[c.model, c.source_model, c.path, [list(p) for p in c.params]] for c in n.conversions], list(n.unresolved)]
+            [[c.model, c.source_model, c.path, [list(p) for p in c.params], c.line] for c in n.conversions],
+            list(n.unresolved)]
 
 
 def encode(scan: FileScan) -> list:
@@ -63,7 +64,8 @@ def decode(rel: str, data: list) -> FileScan:
         backend, suite, gpus, hardware, est, labels, nightly, disabled, line, assumed = r
         registrations.append(Registration(backend, suite, gpus, hardware, est, tuple(labels), nightly, disabled, line, assumed))
     needs = Needs(tuple(_download(*d) for d in downloads),
-                  tuple(_conversion(m, s, p, tuple(tuple(x) for x in params)) for m, s, p, params in conversions),
+                  tuple(_conversion(m, s, p, tuple(tuple(x) for x in params), line)
+                        for m, s, p, params, line in conversions),
                   tuple(unresolved)) if downloads or conversions or unresolved else _NO_NEEDS
     return FileScan(rel, sha, tuple(registrations), needs, num_gpus, tuple(Problem(*p) for p in problems), parsed)
 

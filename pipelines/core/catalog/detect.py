@@ -9,10 +9,19 @@ and the roots. Every choice made without configuration becomes one line of
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable
 from pathlib import Path
 
-from pipelines.core.catalog.dialect import PROFILES, Dialect, M, derive, may_define_registry
+from pipelines.core.catalog.dialect import (
+    PROFILES,
+    Dialect,
+    M,
+    derive,
+    may_define_registry,
+    resembles,
+    signatures,
+)
 from pipelines.core.catalog.scan import python_source
 
 #: folders that never hold the framework's own registry module
@@ -104,12 +113,14 @@ _ANY_ROOTS = tuple(dict.fromkeys(r for d in PROFILES.values() for r in d.roots))
 
 def choose(repo: Path, dialect_name: str = "", roots: tuple[str, ...] | None = None,
            defines: Callable[[str, os.stat_result], bool] | None = None,
-           files: list[tuple[str, os.stat_result]] | None = None) -> tuple[Dialect, tuple[str, ...], list[str]]:
+           files: list[tuple[str, os.stat_result]] | None = None,
+           module: str = "") -> tuple[Dialect, tuple[str, ...], list[str]]:
     """(dialect, roots, notes) for ``repo``.
 
     ``dialect_name`` pins a profile ("" = from the registry module); ``roots`` None means "not
     configured": the dialect's roots, else ``tests``. ``defines`` answers "does this file define
-    register functions" (default: read it); ``files`` is :func:`python_files` when already listed.
+    register functions" (default: read it); ``files`` is :func:`python_files` when already listed;
+    ``module`` is the registry module named in assets/repos.yaml (``registry_module:``), if any.
     """
     notes: list[str] = []
     base = None
@@ -118,37 +129,44 @@ def choose(repo: Path, dialect_name: str = "", roots: tuple[str, ...] | None = N
         if base is None:
             notes.append(f"dialect {dialect_name!r} is not a built-in profile ({', '.join(PROFILES)}); reading the "
                          "registry module instead")
+    read = _read(repo)
     if defines is None:
-        read = _read(repo)
-
         def defines(rel: str, st: os.stat_result) -> bool:
             data = read(rel, st)
             return data is not None and may_define_registry(data)
 
-    modules = registry_modules(repo, python_files(repo) if files is None else files, defines,
-                               _ANY_ROOTS if roots is None else roots)
-    own = [rel for rel in modules if not _VENDORED.intersection(rel.split("/")[:-1])]
-    if own and len(own) < len(modules):
-        notes.append(f"ignored the registry module(s) of vendored checkouts ({', '.join(sorted(set(modules) - set(own)))}): "
-                     "another project's rules; set `dialect:` in assets/repos.yaml if the repo's tests use them")
-        modules = own
-    elif modules and not own:
-        notes.append(f"the only registry module(s) are in vendored checkouts ({', '.join(modules)}); using them")
-    if modules:
-        counts = {}
+    listing = python_files(repo) if files is None else files
+    named = _named(repo, module, notes) if module else None
+    if named is not None:
+        modules = [module]
+        sources = {module: named}
+    else:
+        modules = registry_modules(repo, listing, defines, _ANY_ROOTS if roots is None else roots)
+        own = [rel for rel in modules if not _VENDORED.intersection(rel.split("/")[:-1])]
+        if own and len(own) < len(modules):
+            notes.append(f"ignored the registry module(s) of vendored checkouts ({', '.join(sorted(set(modules) - set(own)))}): "
+                         "another project's rules; set `dialect:` in assets/repos.yaml if the repo's tests use them")
+            modules = own
+        elif modules and not own:
+            notes.append(f"the only registry module(s) are in vendored checkouts ({', '.join(modules)}); using them")
+        sources = {}
         for rel in modules:
             try:
-                counts[rel], _ = python_source((repo / rel).read_bytes())
+                sources[rel], _ = python_source((repo / rel).read_bytes())
             except (OSError, UnicodeDecodeError, SyntaxError):
                 continue
-        module = max(counts, key=lambda r: (counts[r].count("def register_"), -len(r)), default=None)
-        if module is None:
+    if modules:
+        chosen_module, why = _pick(sources, base, listing, _ANY_ROOTS if roots is None else roots, read)
+        if chosen_module is None:
             dialect = base or M
         else:
-            dialect, more = derive(module, counts[module], base)
+            dialect, more = derive(chosen_module, sources[chosen_module], base)
             notes += more
-            if len(modules) > 1:
-                notes.append(f"several files define register_*_ci ({', '.join(modules)}); the rules come from {module}")
+            if named is not None:
+                notes.append(f"the rules come from {module} (registry_module in assets/repos.yaml)")
+            elif len(modules) > 1:
+                notes.append(f"several files define register_*_ci ({', '.join(modules)}); the rules come from "
+                             f"{chosen_module} ({why}; set `registry_module:` in assets/repos.yaml to name another)")
     else:
         dialect = base or M
         notes.append("no module of the repo defines register_*_ci; " + (
@@ -161,3 +179,88 @@ def choose(repo: Path, dialect_name: str = "", roots: tuple[str, ...] | None = N
         chosen = roots
     notes.insert(0, dialect.describe())
     return dialect, chosen, notes
+
+
+def _named(repo: Path, module: str, notes: list[str]) -> str | None:
+    """The source of the registry module named in assets/repos.yaml, or None (with a note) when it cannot be used."""
+    full = repo / module
+    try:
+        full.resolve().relative_to(repo.resolve())
+    except (ValueError, OSError):
+        why = "is outside the repository"
+    else:
+        try:
+            source, _ = python_source(full.read_bytes())
+            return source
+        except OSError as exc:
+            why = f"cannot be read ({exc.strerror or exc})"
+        except (UnicodeDecodeError, SyntaxError) as exc:
+            why = f"cannot be decoded ({exc})"
+    notes.append(f"registry_module {module} (assets/repos.yaml) {why}; reading the registry modules found instead "
+                 "(fix `registry_module:`, a path relative to the repository)")
+    return None
+
+
+#: ``from pkg.ci_register import register_cuda_ci`` (one line, or a parenthesized list)
+_IMPORT = re.compile(r"^[ \t]*from[ \t]+([\w.]+)[ \t]+import[ \t]+(\([^)]*\)|[^\n]*)", re.MULTILINE)
+#: test files read for their imports before the most imported module is taken as the repo's own
+_IMPORTS_SEEN = 50
+
+
+def _pick(sources: dict[str, str], base: Dialect | None, files: list[tuple[str, os.stat_result]],
+          roots: tuple[str, ...], read: Reader) -> tuple[str | None, str]:
+    """The registry module the rules come from, and why, when several define ``register_*_ci``.
+
+    A module that fits the pinned profile (``dialect:``) first, then the one the test files import
+    the register functions from (an SGLang checkout under ``external/`` defines more functions but
+    is not the repo's own), then the one defining most functions.
+    """
+    if len(sources) <= 1:
+        return next(iter(sources), None), ""
+    fits = {rel: base is not None and _profile(text) is base for rel, text in sources.items()}
+    imported = _imported(sources, files, roots, read)
+    defs = {rel: text.count("def register_") for rel, text in sources.items()}
+    best = max(sources, key=lambda r: (fits[r], imported.get(r, 0), defs[r], -len(r)))
+    rivals = [r for r in sources if r != best]
+    if fits[best] and not all(fits[r] for r in rivals):
+        why = f"the {base.name} profile pinned in assets/repos.yaml"  # type: ignore[union-attr]
+    elif imported.get(best, 0) > max(imported.get(r, 0) for r in rivals):
+        n = imported[best]
+        why = f"{n} test file{'s import' if n > 1 else ' imports'} the register functions from it"
+    else:
+        why = "it defines most register functions"
+    return best, why
+
+
+def _profile(source: str) -> Dialect | None:
+    try:
+        sigs, _, _ = signatures(source)
+    except (SyntaxError, ValueError):
+        return None
+    return resembles(sigs) if sigs else None
+
+
+def _imported(sources: dict[str, str], files: list[tuple[str, os.stat_result]], roots: tuple[str, ...],
+              read: Reader) -> dict[str, int]:
+    """How many files under the roots import ``register_*_ci`` names from each module (the first
+    :data:`_IMPORTS_SEEN` importing files are enough to tell the repo's own module)."""
+    dotted = {rel: rel[:-3].removesuffix("/__init__").replace("/", ".") for rel in sources}
+    under = tuple(r.strip("/") + "/" for r in roots)
+    everywhere = any(r in ("/", "./", "") for r in under)
+    counts: dict[str, int] = {}
+    seen = 0
+    for rel, st in files:
+        if rel in sources or not (everywhere or rel.startswith(under)):
+            continue
+        data = read(rel, st)
+        if not data or b"register_" not in data or b"import" not in data:
+            continue
+        text = data.decode("utf-8", errors="replace")
+        hits = {m for name, names in _IMPORT.findall(text) if "register_" in names
+                for m, d in dotted.items() if d == name or d.endswith("." + name)}
+        for m in hits:
+            counts[m] = counts.get(m, 0) + 1
+        seen += bool(hits)
+        if seen >= _IMPORTS_SEEN:
+            break
+    return counts

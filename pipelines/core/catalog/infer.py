@@ -33,6 +33,8 @@ class Download:
     key: str
     source: str
     path: str
+    #: line of the call in the test file (a problem about it points there)
+    line: int = 1
 
 
 @dataclass(frozen=True)
@@ -42,6 +44,8 @@ class Conversion:
     source_model: str
     path: str
     params: tuple[tuple[str, str], ...]
+    #: line of the call in the test file
+    line: int = 1
 
 
 @dataclass(frozen=True)
@@ -157,7 +161,7 @@ def _dataset(call: ast.Call, env: dict, downloads: list[tuple], unresolved: list
         unresolved.append(_unresolved(v.text, "hf_download_dataset", call.lineno))
         return
     name = v.value.rstrip("/").split("/")[-1]
-    downloads.append(("dataset", name, v.value, f"/root/datasets/{name}"))
+    downloads.append(("dataset", name, v.value, f"/root/datasets/{name}", call.lineno))
 
 
 def _hf_download(v: Value, line: int, downloads: list[tuple], unresolved: list[str]) -> None:
@@ -179,7 +183,7 @@ def _hf_download(v: Value, line: int, downloads: list[tuple], unresolved: list[s
         unresolved.append(_unresolved(text, "hf download without --local-dir: where it lands is unknown", line))
         return
     kind = "dataset" if opts.get("--repo-type") == "dataset" else "model"
-    downloads.append((kind, local_dir.rpartition("/")[2], repo_id, local_dir))
+    downloads.append((kind, local_dir.rpartition("/")[2], repo_id, local_dir, line))
 
 
 #: ``hf download`` flags that take no value, and those that take every value up to the next flag (argparse nargs="*")
@@ -245,7 +249,7 @@ def _conversion(call: ast.Call, env: dict, conversions: list[tuple], unresolved:
     path = f"{str(values['dir_dst']).rstrip('/')}/{model}_torch_dist"
     # every parameter has a value, so sorting by name alone is the order sorted((name, value)) gives
     params = tuple((k, str(values[k])) for k in _SORTED_PARAMS if k != "hf_checkpoint" or hf_checkpoint is not None)
-    conversions.append((model, source, path, params))
+    conversions.append((model, source, path, params, call.lineno))
 
 
 _PARAMS = frozenset(CONVERT_PARAMS)

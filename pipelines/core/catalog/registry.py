@@ -137,6 +137,8 @@ def _registrations(call: ast.Call, dialect: Dialect) -> tuple[list[Registration]
     disabled = args.get("disabled")
     if disabled is not None and (not isinstance(disabled, str) or not disabled.strip()):
         raise _Bad("disabled", f"must be None or a non-empty reason string, got {disabled!r}; say why it is disabled")
+    if disabled is not None and not disabled.isprintable():
+        disabled = printable(disabled)
     placements, conflicts = _placements(sig.backend, suite, _hardware_list(args), dialect)
     return [Registration(sig.backend, suite, gpus, hardware, est_time, labels, nightly, disabled, call.lineno, assumed)
             for gpus, hardware, assumed in placements], conflicts
@@ -177,18 +179,29 @@ def _suite(args: dict[str, object], stage_form: bool) -> str:
     if has_stage:
         stage, runner = args.get("stage"), args.get("runner_config")
         for name, v in (("stage", stage), ("runner_config", runner)):
-            if not isinstance(v, str) or not _SUITE.fullmatch(v):
-                raise _Bad(name, f"must be a name of letters, digits, '.', '_' or '-', got {v!r}; give both stage= and "
-                                     "runner_config= as names, e.g. stage=\"stage-b\", runner_config=\"1-gpu-large\"")
+            if not _name(v):
+                raise _Bad(name, f"must be a name of letters, digits, '.', '_' or '-' (no '..'), got {v!r}; give both "
+                                 "stage= and runner_config= as names, e.g. stage=\"stage-b\", runner_config=\"1-gpu-large\"")
         return f"{stage}-test-{runner}"
     if "suite" not in args:
         raise _Bad("suite", "required: the suite name" + (" (or stage= with runner_config=)" if stage_form else "")
                    + "; pass it as the second argument, e.g. (600, \"<stage>-<N>-gpu-<hardware>\")")
     suite = args["suite"]
-    if not isinstance(suite, str) or not _SUITE.fullmatch(suite):
-        raise _Bad("suite", f"must be a name of letters, digits, '.', '_' or '-', got {suite!r}; rename the suite "
-                            "with only those characters")
+    if not _name(suite):
+        raise _Bad("suite", f"must be a name of letters, digits, '.', '_' or '-' (no '..'), got {suite!r}; rename "
+                            "the suite with only those characters")
     return suite
+
+
+def _name(v: object) -> bool:
+    """A suite, stage or runner config that can be part of a test id (``..`` cannot: ids are paths too)."""
+    return isinstance(v, str) and _SUITE.fullmatch(v) is not None and ".." not in v
+
+
+def printable(text: str) -> str:
+    """``text`` with control characters escaped (``\\n``, ``\\x1b``): a disabled reason is printed by every
+    listing, and a terminal must not act on escapes written in a test file."""
+    return "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in text)
 
 
 #: what to write for a required parameter the framework's signature names (others get a generic hint)
@@ -227,11 +240,19 @@ def _hardware_list(args: dict[str, object]) -> list[tuple[int | None, str]]:
         raise _Bad("hardware", f"must be a non-empty list of strings such as [\"<gpu type>\"] or [\"<N>-gpu-<gpu type>\"], got {hw!r}")
     out = []
     for item in hw:
-        m = _HARDWARE.fullmatch(item)
+        m = _HARDWARE.fullmatch(item) if ".." not in item else None  # it becomes part of a test id
         if not m:
             raise _Bad("hardware", f"{item!r} is not a hardware name; use <gpu type> or <N>-gpu-<gpu type>")
         out.append((int(m.group(1)) if m.group(1) else None, m.group(2)))
     return out
+
+
+def suite_hardware(tail: str) -> str:
+    """The hardware a suite names after ``-<N>-gpu-``: its first word when that is a chip (``h200`` of
+    ``h200-fp8``, ``gb300`` of ``gb300-kimi-k25``, ``mi35x`` of ``mi35x-deepseek-r1-mxfp4-tp2``; the rest
+    qualifies the suite), else the whole tail (a runner config such as ``large``)."""
+    first = tail.split("-", 1)[0]
+    return first if _GPU_TYPE.match(first) else tail
 
 
 def hardware_name(gpus: int, named: str) -> str:
@@ -252,7 +273,7 @@ def _placements(backend: str, suite: str, hw: list[tuple[int | None, str]], dial
     if backend == "cpu":
         return [(0, "cpu", False)], []
     m = (_DEVICE_SUITE if dialect.suites == "free" else _GPU_SUITE).search(suite)
-    suite_gpus, suite_hw = (int(m.group(1)), m.group(2) or "") if m else (None, "")
+    suite_gpus, suite_hw = (int(m.group(1)), suite_hardware(m.group(2) or "")) if m else (None, "")
     if not hw:
         return [_placement(backend, suite, suite_gpus, suite_hw, dialect)], []
     placements, conflicts = [], []

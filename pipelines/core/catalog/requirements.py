@@ -5,8 +5,8 @@ checkpoint is identified by its output folder, as in the frameworks (conversion 
 the folder exists): conversions into one folder collapse into one requirement keyed
 ``<model>_torch_dist``, with a short hash of the folder appended only when one model is converted
 into several folders. Two conversions into one folder with different output parameters are a
-problem (the night would silently reuse whichever ran first); ``multinode`` only changes how the
-conversion is launched, not its output. ``assets/models.yaml`` / ``datasets.yaml`` override sources and paths, and
+problem (the night would silently reuse whichever ran first); ``multinode`` and ``num_gpus_per_node``
+only change how the conversion is launched, not its output. ``assets/models.yaml`` / ``datasets.yaml`` override sources and paths, and
 a repo's ``requirements:`` globs add keys for what inference cannot see.
 """
 
@@ -34,8 +34,10 @@ def _key_problem(key: str) -> str | None:
     return variant_problem(key)
 
 
-#: convert_checkpoint arguments that do not change what is written
-_LAUNCH_ONLY = frozenset({"multinode"})
+#: convert_checkpoint arguments that only change how the conversion is launched, not what it writes:
+#: ``multinode`` and ``num_gpus_per_node`` (torchrun's process count; a torch_dist checkpoint loads at any
+#: parallelism, and the framework skips the conversion when the folder exists, whoever wrote it)
+_LAUNCH_ONLY = frozenset({"multinode", "num_gpus_per_node"})
 
 
 def output_params(c: Conversion) -> tuple[tuple[str, str], ...]:
@@ -84,20 +86,20 @@ def build_requirements(
     owner: dict[str, str] = {}
     all_conversions: list[Conversion] = []
     nothing = Needs()
-    #: id of a Needs -> (the Needs, its download problems as (field, message)); the Needs kept alive
-    download_memo: dict[int, tuple[Needs, list[tuple[str, str]]]] = {}
+    #: id of a Needs -> (the Needs, its download problems as (line, field, message)); the Needs kept alive
+    download_memo: dict[int, tuple[Needs, list[tuple[int, str, str]]]] = {}
     for t in tests:
         n = needs.get(t.id, nothing)
         memo = download_memo.get(id(n))
         if memo is not None:
             # every key of n was settled in `found` at its first test: only the problems recur
-            problems += [Problem(t.path, 1, field, message) for field, message in memo[1]]
+            problems += [Problem(t.path, line, field, message) for line, field, message in memo[1]]
             continue
-        said: list[tuple[str, str]] = []
+        said: list[tuple[int, str, str]] = []
         for d in n.downloads:
             why = _key_problem(d.key)
             if why:
-                said.append(("prepare", f"download folder {d.path!r} {why}; it cannot be a key"))
+                said.append((d.line, "prepare", f"download folder {d.path!r} {why}; it cannot be a key"))
                 continue
             prev = found.get(d.key)
             if prev is not None and (prev.kind, prev.source, prev.path) == (d.kind, d.source, d.path):
@@ -105,27 +107,29 @@ def build_requirements(
             req = declared.get(d.key) or Requirement(d.kind, d.key, d.source, d.path)  # type: ignore[arg-type]
             if prev is not None and (prev.kind, prev.source, prev.path) != (d.kind, d.source, d.path) \
                     and d.key not in declared:
-                said.append(("prepare", (
+                said.append((d.line, "prepare", (
                     f"{d.kind} {d.key!r} is {d.source} at {d.path} here but {prev.kind} {prev.source} at {prev.path} "
                     f"in {owner[d.key]}; use one source per folder or declare it in assets/{prev.kind}s.yaml")))
                 continue
             found.setdefault(d.key, req)
             owner.setdefault(d.key, t.id)
         download_memo[id(n)] = (n, said)
-        problems += [Problem(t.path, 1, field, message) for field, message in said]
+        problems += [Problem(t.path, line, field, message) for line, field, message in said]
         all_conversions += n.conversions  # keys depend on the distinct conversions only
     conv_key = conversion_keys(all_conversions)
 
     globs = spec.requirements
     spec_file = f"{specs.root}/repos.yaml" if specs is not None else "assets/repos.yaml"
     where = f"repos.{spec.name}.requirements"
+    lines = getattr(spec, "requirement_lines", None) or {}
     used_globs: set[str] = set()
     out_tests: list[Test] = []
     used: dict[str, Requirement] = {}
     first_writer: dict[str, tuple[Conversion, str]] = {}
-    #: id of a Needs -> (the Needs, its keys, unresolved notes and problems as (field, message), and the
-    #: first two as a test holds them)
-    memo2: dict[int, tuple[Needs, list[str], list[str], list[tuple[str, str]], tuple[str, ...], tuple[str, ...]]] = {}
+    #: id of a Needs -> (the Needs, its keys, unresolved notes and problems as (line, field, message), and
+    #: the first two as a test holds them)
+    memo2: dict[int, tuple[Needs, list[str], list[str], list[tuple[int, str, str]], tuple[str, ...],
+                           tuple[str, ...]]] = {}
     for t in tests:
         n = needs.get(t.id, nothing)
         memo = memo2.get(id(n))
@@ -138,7 +142,7 @@ def build_requirements(
         # later tests of n: what it adds to `used` and `first_writer` is settled, only its answer recurs
         _, keys, unresolved, said, held_keys, held_unresolved = memo
         if said:
-            problems += [Problem(t.path, 1, field, message) for field, message in said]
+            problems += [Problem(t.path, line, field, message) for line, field, message in said]
         if t.unresolved:
             held_unresolved = tuple(dict.fromkeys([*t.unresolved, *unresolved]))
         if globs:
@@ -149,7 +153,8 @@ def build_requirements(
                     for key in extra:
                         req = used.get(key) or found.get(key) or declared.get(key)
                         if req is None:
-                            problems.append(Problem(spec_file, 1, where, f"{pattern}: unknown requirement {key!r}; "
+                            problems.append(Problem(spec_file, lines.get(pattern, 1), where,
+                                                    f"{pattern}: unknown requirement {key!r}; "
                                                                          "declare it in assets/models.yaml or datasets.yaml"))
                             continue
                         used[key] = req
@@ -161,7 +166,8 @@ def build_requirements(
         out_tests.append(with_requirements(t, held_keys, held_unresolved))
     for pattern in globs:
         if pattern not in used_globs:
-            problems.append(Problem(spec_file, 1, where, f"{pattern}: matches no test id; fix or remove the glob"))
+            problems.append(Problem(spec_file, lines.get(pattern, 1), where,
+                                    f"{pattern}: matches no test id; fix or remove the glob"))
     problems = list(dict.fromkeys(problems))
     reqs = sorted(used.values(), key=lambda r: (_ORDER[r.kind], r.key))
     return out_tests, reqs, problems
@@ -170,17 +176,17 @@ def build_requirements(
 def _conversions(n: Needs, found: dict[str, Requirement], declared: dict[str, Requirement],
                  conv_key: dict[Conversion, str], used: dict[str, Requirement],
                  first_writer: dict[str, tuple[Conversion, str]], test_id: str
-                 ) -> tuple[list[str], list[str], list[tuple[str, str]]]:
-    """The keys and unresolved notes ``n`` gives a test, and its problems as (field, message);
+                 ) -> tuple[list[str], list[str], list[tuple[int, str, str]]]:
+    """The keys and unresolved notes ``n`` gives a test, and its problems as (line, field, message);
     records the requirements it uses and the first writer of each conversion folder."""
     keys: list[str] = [d.key for d in n.downloads if d.key in found]
     unresolved = list(n.unresolved)
-    said: list[tuple[str, str]] = []
+    said: list[tuple[int, str, str]] = []
     for c in n.conversions:
         key = conv_key[c]
         why = _key_problem(key)
         if why:
-            said.append(("convert_checkpoint", f"model name {c.model!r} {why}"))
+            said.append((c.line, "convert_checkpoint", f"model name {c.model!r} {why}"))
             continue
         source = found.get(c.source_model) or declared.get(c.source_model)
         if source is None:
@@ -195,7 +201,7 @@ def _conversions(n: Needs, found: dict[str, Requirement], declared: dict[str, Re
             theirs, ours = dict(output_params(prev[0])), dict(output_params(c))
             diff = ", ".join(f"{k}={ours.get(k)!r} vs {theirs.get(k)!r}" for k in sorted(set(ours) | set(theirs))
                              if ours.get(k) != theirs.get(k))
-            said.append(("convert_checkpoint", (
+            said.append((c.line, "convert_checkpoint", (
                 f"converts into {c.path} like {prev[1]} but with other parameters ({diff}); the night would "
                 "reuse whichever ran first: give one of them another dir_dst")))
         elif key not in used:

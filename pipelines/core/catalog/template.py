@@ -20,32 +20,47 @@ from jinja2 import nodes
 
 from pipelines.core.model import Problem
 
-#: the template's Jinja statements and expressions (custom delimiters), removed before its YAML is read
-_JINJA = re.compile(r"<%.*?%>|<<.*?>>", re.DOTALL)
-#: events that run a workflow for a change under review (a reusable workflow may be called by one)
-_PR_EVENTS = frozenset({"pull_request", "pull_request_target", "merge_group", "workflow_call"})
+#: the template's Jinja parts: statements and comments are dropped, expressions become a placeholder
+_JINJA_DROP = re.compile(r"<%.*?%>|<#.*?#>", re.DOTALL)
+_JINJA_EXPR = re.compile(r"<<.*?>>", re.DOTALL)
+#: the top-level ``on:`` key of a workflow (``"on":`` and ``'on':`` too)
+_ON = re.compile(r"""^(?:on|"on"|'on')[ \t]*:""")
+#: events that run a workflow for each change: under review, in the merge queue, or pushed (a reusable
+#: workflow may be called by one of those)
+_PR_EVENTS = frozenset({"pull_request", "pull_request_target", "merge_group", "workflow_call", "push"})
 
 
-def _nightly_only(source: str) -> bool:
+def _nightly_only(source: str, path: str = "") -> tuple[bool, str]:
     """Whether GitHub runs the workflow only on a schedule (its ``on:`` has ``schedule`` and no
-    pull-request event): then neither does ``--cadence pr``. An ``on:`` that cannot be read, or none,
-    is not assumed nightly-only (the template's tests run on every cadence)."""
+    per-change event): then neither does ``--cadence pr``. An ``on:`` that cannot be read (said in the
+    note), or none, is not assumed nightly-only (the template's tests run on every cadence).
+
+    Only the top-level ``on:`` block is read, as YAML once the template's Jinja parts are out: the rest
+    of the file (``<< name >>:`` job keys, loops) need not be YAML.
+    """
+    text = _JINJA_EXPR.sub("x", _JINJA_DROP.sub("", source))
+    lines = text.splitlines()
+    start = next((i for i, line in enumerate(lines) if _ON.match(line)), None)
+    if start is None:  # a fragment, not a workflow of its own: nothing says when it runs
+        return False, ""
+    block = [lines[start]]
+    for line in lines[start + 1:]:
+        if line.strip() and not line[0].isspace() and not line.lstrip().startswith("#"):
+            break
+        block.append(line)
     try:
-        doc = yaml.safe_load(_JINJA.sub("", source))
+        doc = yaml.safe_load("\n".join(block))
     except yaml.YAMLError:
-        return False
-    if not isinstance(doc, dict):
-        return False
-    on = doc.get("on", doc.get(True))  # YAML 1.1 reads a bare `on` as True
+        doc = None
+    on = doc.get("on", doc.get(True)) if isinstance(doc, dict) else None  # YAML 1.1 reads a bare `on` as True
     if isinstance(on, str):
         events = {on}
-    elif isinstance(on, list):
-        events = {e for e in on if isinstance(e, str)}
-    elif isinstance(on, dict):
+    elif isinstance(on, list | dict):
         events = {e for e in on if isinstance(e, str)}
     else:
-        return False
-    return "schedule" in events and not events & _PR_EVENTS
+        return False, (f"{path}:{start + 1}: `on:` cannot be read as a list of events; its entries are taken to run "
+                       "on every cadence")
+    return "schedule" in events and not events & _PR_EVENTS, ""
 
 
 _ENV_LINE = re.compile(
@@ -244,7 +259,9 @@ def parse_template(source: str, path: str) -> Template:
     for job, config in jobs.items():
         entries += _job_entries(path, str(job), config, lines.get("jobs", 1), problems, notes)
     # a list shared by several jobs would report each bad entry once per job
-    return Template(tuple(entries), env, tuple(dict.fromkeys(problems)), tuple(notes), _nightly_only(source))
+    nightly_only, why = _nightly_only(source, path)
+    notes += [why] if why and entries else []
+    return Template(tuple(entries), env, tuple(dict.fromkeys(problems)), tuple(notes), nightly_only)
 
 
 #: the job keys the catalog reads; any other is named in a note (it may change how the job runs)

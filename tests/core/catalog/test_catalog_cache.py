@@ -198,3 +198,14 @@ def test_a_cache_folder_under_a_file_leaves_the_catalog_read(tree, tmp_path):
     repo = checkout(tree)
     got = load(repo, tmp_path / "afile" / "cache")
     assert got.tests == load(repo, None).tests
+
+
+def test_a_new_file_whose_path_is_refused_is_reported_with_a_warm_cache(tree, tmp_path):
+    """Discovery leaves such a file out of the listing, so the kept catalog must not hide its problem."""
+    repo = checkout(tree)
+    load(repo, tmp_path / "cache")
+    (repo / "tests/new dir").mkdir()
+    (repo / "tests/new dir/test_x.py").write_text(REG.format(est=60))
+    cached = load(repo, tmp_path / "cache")
+    assert [p.path for p in cached.problems] == ["tests/new dir/test_x.py"]
+    assert cached.problems == load_catalog(repo, RepoSpec(name="fw", path=repo)).problems

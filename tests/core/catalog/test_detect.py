@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import shutil
+
+import pytest
+
 from pipelines.core.catalog import load_catalog
+from pipelines.core.model import CatalogError
+from pipelines.core.specs import RepoSpec, load_specs
 
 M_MODULE = '''
 def register_cuda_ci(est_time, suite, *, labels, nightly=False, disabled=None):
@@ -53,3 +59,50 @@ def test_an_unconfigured_framework_m_repo_takes_its_fast_folder_as_cpu_tests_of_
     assert (fast.backend, fast.est_time, fast.gpus) == ("cpu", 1, 0)
     assert any(n.startswith("implicit CPU folder(s) tests/fast: framework M's runner") for n in cat.assumptions)
     assert any("using defaults: implicit CPU folders tests/fast," in n for n in cat.assumptions)
+
+
+SG_MODULE = "".join(f"def register_{b}_ci(est_time, suite=None, nightly=False, disabled=None, *, stage=None, "
+                    "runner_config=None):\n    pass\n" for b in ("cpu", "cuda", "amd", "npu", "xpu"))
+SG_CHECKOUT = "external/sglang/python/sglang/test/ci/ci_register.py"
+GRPO = 'register_cuda_ci(600, "stage-c-4-gpu-h200", labels=["megatron"])\n'
+
+
+def test_an_sglang_checkout_outside_the_vendored_folder_names_does_not_take_over_the_repos_own_rules(tree):
+    """The SGLang copy defines more functions, but the tests import the register functions from fw/ci_register.py."""
+    repo = tree({"fw/ci_register.py": M_MODULE, SG_CHECKOUT: SG_MODULE,
+                 "tests/e2e/test_grpo.py": "from fw.ci_register import register_cuda_ci\n" + GRPO})
+    cat = load_catalog(repo)
+    assert [t.id for t in cat.tests] == ["tests/e2e/test_grpo.py"] and cat.problems == ()
+    assert any(n.startswith("dialect m (fw/ci_register.py, m profile)") for n in cat.assumptions)
+    assert any(n.startswith(f"several files define register_*_ci ({SG_CHECKOUT}, fw/ci_register.py); the rules come "
+                            "from fw/ci_register.py (1 test file imports the register functions from it; set "
+                            "`registry_module:`") for n in cat.assumptions)
+
+
+def test_a_pinned_dialect_takes_the_module_that_fits_its_profile(tree):
+    """No import says which module is the repo's (a conftest puts them in scope): `dialect: m` decides."""
+    repo = tree({"fw/ci_register.py": M_MODULE, SG_CHECKOUT: SG_MODULE, "tests/e2e/test_grpo.py": GRPO})
+    spec = RepoSpec(name="fw", path=repo, dialect="m")
+    cat = load_catalog(repo, spec)
+    assert [t.id for t in cat.tests] == ["tests/e2e/test_grpo.py"] and cat.problems == ()
+    assert any("the rules come from fw/ci_register.py (the m profile pinned in assets/repos.yaml" in n
+               for n in cat.assumptions)
+
+
+def test_registry_module_in_repos_yaml_names_the_module_the_rules_come_from(tree):
+    repo = tree({"fw/ci_register.py": M_MODULE, SG_CHECKOUT: SG_MODULE, "tests/e2e/test_grpo.py": GRPO})
+    cat = load_catalog(repo, RepoSpec(name="fw", path=repo, registry_module="fw/ci_register.py"))
+    assert [t.id for t in cat.tests] == ["tests/e2e/test_grpo.py"] and cat.problems == ()
+    missing = load_catalog(repo, RepoSpec(name="fw", path=repo, registry_module="fw/gone.py"))
+    assert any(n.startswith("registry_module fw/gone.py (assets/repos.yaml) cannot be read (") for n in missing.assumptions)
+
+
+def test_registry_module_is_checked_like_the_other_keys_of_repos_yaml(project_root, tmp_path):
+    d = tmp_path / "assets"
+    shutil.copytree(project_root / "assets", d)
+    (d / "repos.yaml").write_text("repos:\n  fw:\n    path: .\n    registry_module: ../x/ci.py\n")
+    with pytest.raises(CatalogError) as exc:
+        load_specs(d)
+    assert ":4: repos.fw.registry_module: '../x/ci.py' is not the path of a .py file inside the repository" in str(exc.value)
+    (d / "repos.yaml").write_text("repos:\n  fw:\n    path: .\n    registry_module: fw/ci_register.py\n")
+    assert load_specs(d).repo("fw").registry_module == "fw/ci_register.py"

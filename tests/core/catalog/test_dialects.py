@@ -173,7 +173,8 @@ def test_two_registry_modules_use_the_richer_one_and_say_so_even_to_a_configured
     cat = load_catalog(repo, RepoSpec(name="fw", path=repo, roots=("test/registered",)))
     assert cat.problems == ()
     assert ("several files define register_*_ci (python/pkg/test/ci/ci_register.py, tools/old_ci.py); the rules come "
-            "from python/pkg/test/ci/ci_register.py") in cat.assumptions
+            "from python/pkg/test/ci/ci_register.py (1 test file imports the register functions from it; set "
+            "`registry_module:` in assets/repos.yaml to name another)") in cat.assumptions
 
 
 def test_a_vendored_sglang_checkout_does_not_take_over_the_repo_s_own_m_registry(tree):

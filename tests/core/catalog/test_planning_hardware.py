@@ -49,3 +49,26 @@ def test_the_example_catalog_plans_its_untyped_configs_and_summarizes_the_rest_p
     assert npu.endswith("(or --pool a2=NODESxGPUS)"), "another vendor's hardware is never an alias of an NVIDIA pool"
     assert ("\n  1 test(s) of runner config 1-gpu-large (no GPU type) planned on the default pool h200; list "
             "1-gpu-large under another pool's `hardware:` in assets/cluster.yaml to move them") in lines
+
+
+def test_a_suite_with_words_after_the_gpu_type_runs_on_that_gpu_type(tree):
+    """`nightly-8-gpu-h200-basic` is an h200 suite; the words after the chip qualify it, they are no hardware."""
+    sg = "".join(f"def register_{b}_ci(est_time, suite=None, nightly=False, disabled=None, *, stage=None, "
+                 "runner_config=None):\n    pass\n" for b in ("cpu", "cuda", "amd"))
+    suites = {"nightly-8-gpu-h200": "cuda", "nightly-8-gpu-h200-basic": "cuda", "nightly-4-gpu-gb300-kimi-k25": "cuda",
+              "nightly-amd-2-gpu-mi35x-deepseek-r1-mxfp4-tp2": "amd", "stage-b-test-1-gpu-large": "cuda"}
+    files = {f"test/registered/test_{i}.py": f'from sgx.test.ci.ci_register import register_{b}_ci\n'
+                                             f'register_{b}_ci(100, "{s}", nightly=True)\n'
+             for i, (s, b) in enumerate(suites.items())}
+    cat = load_catalog(tree({"python/sgx/test/ci/ci_register.py": sg, **files}))
+    assert [t.hardware for t in cat.tests] == ["h200", "h200", "gb300", "mi35x", "1-gpu-large"]
+    assert make_plan([t for t in cat.tests if t.hardware == "h200"], [H200], timeout_floor_s=60).unplanned == ()
+
+
+def test_a_framework_m_suite_with_a_qualifier_keeps_its_gpu_type_and_agrees_with_hardware(tree):
+    m = "def register_cuda_ci(est_time, suite, *, labels, nightly=False, disabled=None, hardware=None):\n    pass\n"
+    repo = tree({"fw/ci.py": m, "tests/test_fp8.py": (
+        'register_cuda_ci(60, "stage-c-4-gpu-h200-fp8", labels=["x"])\n'
+        'register_cuda_ci(60, "stage-c-8-gpu-h200-fp8", labels=["x"], hardware=["h200"])\n')})
+    cat = load_catalog(repo)
+    assert cat.problems == () and [t.hardware for t in cat.tests] == ["h200", "h200"]

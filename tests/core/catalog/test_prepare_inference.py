@@ -121,12 +121,21 @@ def test_conversions_of_one_model_into_different_folders_get_distinct_suffixed_k
     assert {t.requirements[-1] for t in cat.tests} == set(keys)
 
 
-def test_two_conversions_into_one_folder_with_other_parameters_are_a_problem(tree):
-    cat = load(tree, {"tests/test_a.py": GRPO, "tests/test_b.py": GRPO.replace("NUM_GPUS = 4", "NUM_GPUS = 8")})
+def test_two_conversions_into_one_folder_with_other_parameters_are_a_problem_on_the_call_s_line(tree):
+    other = GRPO.replace('megatron_model_type="qwen3-0.6B"', 'megatron_model_type="qwen3-1.7B"')
+    cat = load(tree, {"tests/test_a.py": GRPO, "tests/test_b.py": other})
     (problem,) = cat.problems
-    assert str(problem).startswith("tests/test_b.py:1: convert_checkpoint: converts into /root/models/Qwen3-0.6B_torch_dist"
-                                   " like tests/test_a.py but with other parameters (num_gpus_per_node='8' vs '4')")
+    assert str(problem).startswith("tests/test_b.py:9: convert_checkpoint: converts into /root/models/Qwen3-0.6B_torch_dist"
+                                   " like tests/test_a.py but with other parameters "
+                                   "(megatron_model_type='qwen3-1.7B' vs 'qwen3-0.6B')")
     assert "give one of them another dir_dst" in str(problem)
+
+
+def test_the_gpu_count_of_a_conversion_alone_does_not_make_another_checkpoint(tree):
+    """num_gpus_per_node is torchrun's process count: the framework reuses the folder whoever converted it."""
+    cat = load(tree, {"tests/test_a.py": GRPO, "tests/test_b.py": GRPO.replace("NUM_GPUS = 4", "NUM_GPUS = 8")})
+    assert cat.problems == ()
+    assert [r.key for r in cat.requirements if r.kind == "conversion"] == ["Qwen3-0.6B_torch_dist"]
 
 
 def test_multinode_alone_does_not_make_another_checkpoint(tree):
@@ -185,7 +194,7 @@ def test_one_folder_downloaded_from_two_sources_is_a_problem(tree):
     other = GRPO.replace('MODEL_ORG = "Qwen"', 'MODEL_ORG = "Fork"')
     cat = load(tree, {"tests/test_a.py": GRPO, "tests/test_b.py": other})
     assert [str(p) for p in cat.problems] == [
-        "tests/test_b.py:1: prepare: model 'Qwen3-0.6B' is Fork/Qwen3-0.6B at /root/models/Qwen3-0.6B here but model "
+        "tests/test_b.py:7: prepare: model 'Qwen3-0.6B' is Fork/Qwen3-0.6B at /root/models/Qwen3-0.6B here but model "
         "Qwen/Qwen3-0.6B at /root/models/Qwen3-0.6B in tests/test_a.py; use one source per folder or declare it in "
         "assets/models.yaml"]
 
@@ -193,7 +202,7 @@ def test_one_folder_downloaded_from_two_sources_is_a_problem(tree):
 def test_a_download_folder_that_cannot_be_a_key_is_a_problem(tree):
     cat = load(tree, {"tests/test_k.py": REG + "def prepare():\n    exec_command('hf download o/m --local-dir \"/root/models/a b\"')\n"})
     assert [str(p) for p in cat.problems] == [
-        "tests/test_k.py:1: prepare: download folder '/root/models/a b' contains whitespace ' '; variants may only use "
+        "tests/test_k.py:3: prepare: download folder '/root/models/a b' contains whitespace ' '; variants may only use "
         "ASCII letters, digits and ._-+=@/; it cannot be a key"]
 
 
@@ -204,18 +213,18 @@ def test_files_with_the_same_prepare_each_get_their_own_problems_and_requirement
         def prepare():
             exec_command('hf download o/m --local-dir "/root/models/a b"')
             exec_command("hf download Fork/Qwen3-0.6B --local-dir /root/models/Qwen3-0.6B")
-            convert_checkpoint("Qwen3-0.6B", "qwen3-0.6B", 8, dir_dst="/root/models")
+            convert_checkpoint("Qwen3-0.6B", "qwen3", 8, dir_dst="/root/models")
             hf_download_dataset(f"{ORG}/x")
         ''').lstrip("\n")
     files = {"tests/test_a.py": GRPO, "tests/test_b.py": shared, "tests/test_c.py": shared, "tests/test_d.py": shared}
     cat = load(tree, files)
     for path in ("tests/test_b.py", "tests/test_c.py", "tests/test_d.py"):
-        assert [p.message.split(";")[0] for p in cat.problems if p.path == path] == [
-            "download folder '/root/models/a b' contains whitespace ' '",
-            "model 'Qwen3-0.6B' is Fork/Qwen3-0.6B at /root/models/Qwen3-0.6B here but model Qwen/Qwen3-0.6B at "
-            "/root/models/Qwen3-0.6B in tests/test_a.py",
-            "converts into /root/models/Qwen3-0.6B_torch_dist like tests/test_a.py but with other parameters "
-            "(num_gpus_per_node='8' vs '4')"], path
+        assert [(p.line, p.message.split(";")[0]) for p in cat.problems if p.path == path] == [
+            (3, "download folder '/root/models/a b' contains whitespace ' '"),
+            (4, "model 'Qwen3-0.6B' is Fork/Qwen3-0.6B at /root/models/Qwen3-0.6B here but model Qwen/Qwen3-0.6B at "
+                "/root/models/Qwen3-0.6B in tests/test_a.py"),
+            (5, "converts into /root/models/Qwen3-0.6B_torch_dist like tests/test_a.py but with other parameters "
+                "(megatron_model_type='qwen3' vs 'qwen3-0.6B')")], path
     by_path = {t.path: t for t in cat.tests}
     for path in ("tests/test_c.py", "tests/test_d.py"):
         assert (by_path[path].requirements, by_path[path].unresolved) == (

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 
 import pytest
 
+from pipelines.cli import catalog as catalog_cli
 from pipelines.core.catalog import load_catalog
 from pipelines.core.specs import RepoSpec
 
@@ -133,8 +135,10 @@ BAD_CALLS = [
     ('register_cuda_ci(60, "stage-c-h200", labels=["x"])', "suite: unknown suite shape 'stage-c-h200'"),
     ('register_cuda_ci(60, "stage-c-0-gpu-h200", labels=["x"])', "suite: 'stage-c-0-gpu-h200' asks for 0 GPUs"),
     ('register_cuda_ci(60, "stage c", labels=["x"])',
-     "suite: must be a name of letters, digits, '.', '_' or '-', got 'stage c'; rename the suite with only those "
-     "characters"),
+     "suite: must be a name of letters, digits, '.', '_' or '-' (no '..'), got 'stage c'; rename the suite with only "
+     "those characters"),
+    ('register_cuda_ci(60, "stage-b-2-gpu-h200..fp8", labels=["x"])',
+     "suite: must be a name of letters, digits, '.', '_' or '-' (no '..'), got 'stage-b-2-gpu-h200..fp8'"),
     ('register_cuda_ci(60, "stage-c-4-gpu-h200")', "labels: required for GPU tests"),
     ('register_cuda_ci(60, "stage-c-4-gpu-h200", labels="megatron")', "labels: must be a list of strings, got 'megatron'"),
     ('register_cuda_ci(60, "stage-c-4-gpu-h200", labels=["a", 3])', "labels: must be a list of string literals"),
@@ -151,7 +155,7 @@ BAD_CALLS = [
      "(write 'h200' or fix the suite name)"),
     ('register_cuda_ci(60, "stage-c-4-gpu-h200", labels=["x"], stage="base-b", runner_config="1-gpu-large")',
      "suite: give either suite= or stage= with runner_config=, not both"),
-    ('register_cuda_ci(60, stage="base-b")', "runner_config: must be a name of letters, digits, '.', '_' or '-', "
+    ('register_cuda_ci(60, stage="base-b")', "runner_config: must be a name of letters, digits, '.', '_' or '-' (no '..'), "
      "got None; give both stage= and runner_config= as names, e.g. stage=\"stage-b\", runner_config=\"1-gpu-large\""),
 ]
 
@@ -271,3 +275,16 @@ def test_an_unregistered_file_in_a_cpu_unit_test_folder_is_advised_implicit_cpu_
             "unregistered files become CPU tests of est_time 1, as the framework's runner treats its fast folder), or "
             "register the file as a CPU test, e.g. register_cpu_ci(30, \"stage-a-cpu\")")
     assert "implicit_cpu_dirs" not in by_path["tests/other/test_noreg.py"]  # elsewhere: the usual advice
+
+
+def test_a_disabled_reason_is_kept_with_its_control_characters_escaped(tree, capsys):
+    """A reason is printed by every listing (catalog, plan, run): a terminal must not act on escapes in a test file."""
+    cat = catalog_of(tree, {"tests/test_x.py": HEADER + (
+        'register_cuda_ci(60, "stage-c-8-gpu-h200", labels=["x"], disabled="flaky\\n\\x1b[2J\\x1b[31mHACKED")\n')})
+    assert cat.tests[0].disabled == "flaky\\n\\x1b[2J\\x1b[31mHACKED"
+    parser = argparse.ArgumentParser(prog="nightly")
+    catalog_cli.register(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["catalog", "--repo", str(cat.repo), "--no-cache"])
+    args.func(args)
+    out = capsys.readouterr().out
+    assert "\x1b" not in out and "flaky\\n\\x1b[2J" in out

@@ -185,12 +185,50 @@ def test_entries_only_a_scheduled_workflow_lists_are_nightly_only(tree):
     "#  push:\n#    branches: [main]\n  pull_request:\n",   # a trigger commented out at column 0
     "  workflow_call:\n",                                  # a reusable workflow a PR workflow calls
     "  schedule:\n    - cron: '0 3 * * *'\n  pull_request:\n",
-], ids=["comment at column 0", "workflow_call", "schedule and PR"])
+    "  schedule:\n    - cron: '0 3 * * *'\n  push:\n    branches: [main]\n",  # every commit to main
+], ids=["comment at column 0", "workflow_call", "schedule and PR", "schedule and push"])
 def test_a_workflow_that_may_run_for_a_pr_is_not_nightly_only(tree, on):
     from pipelines.core.select import in_cadence
     repo = tree({**TESTS, ".github/workflows/pr-test.yml.j2": _workflow("pr", on, "test_fsdp.py")})
     by_id = load_catalog(repo, RepoSpec(name="fw", path=repo, format="template")).by_id()
     assert in_cadence(by_id["tests/test_fsdp.py"], "pr")
+
+
+SCHEDULED_WITH_JINJA = """\
+<# The GPU tests. Delimiters <% %>, << >> and these comments. #>
+<% set jobs = {'nightly': {'label': 'run-ci-nightly', 'tests': [{'test_file': 'test_moe.py'}]}} %>
+name: nightly
+on:
+  schedule:
+    - cron: '0 3 * * *'
+jobs:
+<% for name, config in jobs.items() %>
+  << name >>:
+    runs-on: [self-hosted]
+    strategy:
+      matrix:
+        info: << config.tests | tojson >>
+<% endfor %>
+"""
+
+
+def test_a_scheduled_template_with_comments_and_templated_job_keys_is_nightly_only(tree):
+    """Only the top-level `on:` is read: the `<< name >>:` job keys below it need not be YAML."""
+    from pipelines.core.select import in_cadence
+    repo = tree({**TESTS, ".github/workflows/nightly.yml.j2": SCHEDULED_WITH_JINJA})
+    cat = load_catalog(repo, RepoSpec(name="fw", path=repo, format="template"))
+    assert [c for c in ("pr", "nightly") if in_cadence(cat.by_id()["tests/test_moe.py"], c)] == ["nightly"]
+    assert not any("`on:`" in n for n in cat.assumptions)
+
+
+def test_an_on_block_that_cannot_be_read_runs_on_every_cadence_and_says_so(tree):
+    from pipelines.core.select import in_cadence
+    broken = SCHEDULED_WITH_JINJA.replace("    - cron: '0 3 * * *'", "    - cron: [unclosed")
+    repo = tree({**TESTS, ".github/workflows/nightly.yml.j2": broken})
+    cat = load_catalog(repo, RepoSpec(name="fw", path=repo, format="template"))
+    assert in_cadence(cat.by_id()["tests/test_moe.py"], "pr")
+    assert (".github/workflows/nightly.yml.j2:4: `on:` cannot be read as a list of events; its entries are taken to "
+            "run on every cadence") in cat.assumptions
 
 
 def test_a_kept_catalog_is_not_reused_once_the_unread_template_changes(tree, tmp_path):
