@@ -26,7 +26,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     history_cli.add_common(p)
     p.add_argument("--policy", choices=("bucket125", "p90", "median"),
                    help="default: the repo's calibration.policy in assets/repos.yaml, else its framework family's "
-                        "(SGLang: p90 of the newest 16 passes within 7 days; otherwise bucket125)")
+                        "(SGLang: p90 of the newest 16 passes within 7 days; otherwise bucket125); another policy keeps the "
+                        "repo's accept: list, guards and raise_on_timeout, and uses its own window and samples")
     p.add_argument("--evidence", metavar="FILE", help="write the evidence CSV here")
     p.add_argument("--patch", metavar="FILE", help="write the unified diff here (apply with `git apply FILE`)")
     p.add_argument("--write", action="store_true", help="rewrite the est_time literals in the checkout")
@@ -68,12 +69,9 @@ def run(args: argparse.Namespace) -> int:
     path, spec, specs = history_cli.resolve_repo(args.repo)
     catalog = history_cli.load_catalog_for(path, spec, specs)
     tests = list(catalog.tests)
-    chosen, chosen_params, note = repo_policy(spec, path)
-    policy, params = args.policy, {}
-    if policy in (None, chosen):
-        policy, params = chosen, chosen_params
-        if note:
-            print(f"assumed: {note}")
+    policy, params, note = repo_policy(spec, path, args.policy)
+    if note:
+        print(f"{'policy' if args.policy else 'assumed'}: {note}")
     floor, factor = (spec.timeout_floor_s, spec.timeout_factor) if spec else (1800, 1.25)
     store = history_cli.open_store(args.store, args.deployment, args.home)
     try:

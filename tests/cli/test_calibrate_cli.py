@@ -7,6 +7,7 @@ import csv
 import dataclasses
 import hashlib
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 
@@ -291,3 +292,26 @@ def test_an_unconfigured_sglang_repo_is_calibrated_with_sglang_s_p90_of_a_week_a
     assert "policy p90, 5 samples in" in out
     row = next(line for line in out.splitlines() if line.startswith("tests/e2e/test_a.py"))
     assert row.split()[:4] == ["tests/e2e/test_a.py", "h200", "3600", "966"]  # the 10-day-old 2000 s is out
+
+
+def test_another_policy_keeps_the_repo_s_accept_list_and_guards(repo, tmp_path, monkeypatch, capsys):
+    """--policy median swaps the rule, not the repo's calibration: settings: test_c stays accepted."""
+    assets = tmp_path / "assets"
+    assets.mkdir()
+    (assets / "cluster.yaml").write_text((Path(__file__).parents[2] / "assets" / "cluster.yaml").read_text())
+    (assets / "repos.yaml").write_text(f"default: fw\nrepos:\n  fw:\n    path: {repo}\n    calibration: "
+                                       "{policy: bucket125, factor: 1.5, accept: [tests/e2e/test_c.py]}\n")
+    monkeypatch.setenv("NIGHTLY_ASSETS_DIR", str(assets))
+    c = next(t for t in history_cli.load_catalog_for(None, None, None).tests if t.id == "tests/e2e/test_c.py")
+    now = datetime.now(UTC)
+    FileHistoryStore(tmp_path / "home" / "history.sqlite").append(
+        [Sample(c.id, "h200", c.sha256, "passed", 9000 + d, (now - timedelta(days=d)).isoformat(),
+                source=f"n{d}.log:1") for d in range(3)])
+    assert cli("calibrate", "--repo", "fw", "--policy", "median") == 0
+    out = capsys.readouterr().out
+    row = next(line for line in out.splitlines() if line.startswith("tests/e2e/test_c.py"))
+    assert row.split()[2:4] == ["600", "9001"]  # x15 in one step, applied: the test is on the accept: list
+    assert ("policy: --policy median instead of the repo's bucket125; not used: bucket125's factor=1.5; "
+            "kept: accept") in out
+    assert "held for acceptance (more than max_step_factor in one step; add to the repo's calibration: accept: " \
+           "list to apply): none" in out
