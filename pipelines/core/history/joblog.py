@@ -32,8 +32,10 @@ _SUMMARY = re.compile(r"^\[(\d{1,9})/(\d{1,9})\] (\S(?:.*?\S)?)  (PASS|FAIL|TIME
 #: ``\S.*?\s+STATUS``, whose backtracking over a long run of spaces would take quadratic time
 _LOOSE_HEAD = re.compile(r"^\[\d+/\d+\]\s+\S")
 _LOOSE_TAIL = re.compile(r"\s(?:PASS|FAIL|TIMEOUT)\w*\s+elapsed=")
-#: the start of a runner line (a summary naming a path, an End block, a timeout): reported when the rest is not right
-_RUNNER_START = re.compile(r"^(?:\[\d{1,9}/\d{1,9}\] \S*(?:/|\.py\b)|End \(|filename=|TIMEOUT: )")
+#: the start of a runner line (an End block, a timeout): reported when the rest is not right; a
+#: ``[i/N]`` line only when it names a test file the way the runner does (:func:`_cut_summary`)
+_RUNNER_START = re.compile(r"^(?:End \(|filename=|TIMEOUT: )")
+_INDEXED = re.compile(r"^\[\d{1,9}/\d{1,9}\] (.*)$")
 _END = re.compile(r"^End \((\d+)/(\d+)\):\s*$")
 _FILENAME = re.compile(r"""^filename=('(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*"), elapsed=([^,\s]+)(?:, _estimated_time=([^,\s]+))?""")
 _TIMEOUT = re.compile(r"^TIMEOUT: (\S(?:.*\S)?) after (\S+) seconds\s*$")
@@ -179,7 +181,7 @@ def read_ci_log(text: str) -> ParsedLog:
             if i == len(lines) or not lines[i][0].startswith("filename="):  # else that line is read (or refused) next
                 refused.append((i, "log", "End block without its `filename='<file>', elapsed=N` line; that attempt's "
                                           "record is incomplete, check the log was saved whole"))
-        elif _RUNNER_START.match(line):
+        elif _RUNNER_START.match(line) or _cut_summary(line):
             refused.append((i, "log", _cut(line)))
         elif "--suite" in line or "--hw" in line:
             if cm := _COMMAND_SUITE.search(line):
@@ -227,6 +229,27 @@ def _end_block(line: int, fm: re.Match[str], stamp: datetime | None, refused: li
         if estimated is None:
             refused.append((line, "_estimated_time", f"{why}; not used to infer the suite"))
     return _Ended(line, name, False, elapsed, stamp, estimated)
+
+
+def _cut_summary(line: str) -> bool:
+    """Whether a ``[i/N] ...`` line that is not a summary line is one cut off or garbled, not test
+    output that counts too (ninja's ``[3/7] /usr/bin/c++ ... -o fused_adam.so`` while a test
+    JIT-builds a kernel, ``[1/20] ./checkpoints/iter_10 saved``). The runner names a repo-relative
+    test file, so: the text before the two spaces is such a ``.py`` path, or, the line ending there,
+    the start of one (a relative path whose last part is cut inside its name or its ``.py``)."""
+    m = _INDEXED.match(line)
+    if not m:
+        return False
+    file, sep, _ = m.group(1).partition("  ")
+    file = file.rstrip()
+    if not file or file.startswith(("/", ".")):
+        return False
+    if file.endswith(".py"):
+        return True
+    if sep or re.search(r"\s", file) or "/" not in file:
+        return False
+    _, dot, ext = file.rpartition("/")[2].rpartition(".")
+    return not dot or "py".startswith(ext)
 
 
 def _cut(line: str) -> str:
