@@ -51,6 +51,11 @@ def _table(estimates) -> str:
     )
 
 
+def _on(e) -> str:
+    """`` [h200]`` after a test id; nothing for a test registered for no hardware in particular."""
+    return f" [{e.hardware}]" if e.hardware else ""
+
+
 def _fail(message: str) -> int:
     print(f"nightly calibrate: error: {message}", file=sys.stderr)
     return 2
@@ -92,12 +97,12 @@ def run(args: argparse.Namespace) -> int:
     drifted = drift(estimates)
     print(f"\ndrift (>= 30 s and 30 %): {len(drifted) or 'none'}")
     for e in drifted:
-        print(f"  {e.test_id} [{e.hardware}]: {e.current} -> {e.proposed} ({e.delta:+d} s)")
+        print(f"  {e.test_id}{_on(e)}: {e.current} -> {e.proposed} ({e.delta:+d} s)")
     waiting = held(estimates)
     print(f"held for acceptance (more than max_step_factor in one step; add to the repo's calibration: accept: "
           f"list to apply): {len(waiting) or 'none'}")
     for e in waiting:
-        print(f"  {e.test_id} [{e.hardware}]: {e.current} -> {e.held} held ({e.held - e.current:+d} s)")
+        print(f"  {e.test_id}{_on(e)}: {e.current} -> {e.held} held ({e.held - e.current:+d} s)")
     near = near_timeout(tests, samples, floor, factor, estimates=estimates)
     print(f"near timeout (last run > 90 % of max({floor}, {factor:g} x proposed est_time)): {len(near) or 'none'}")
     for n in near:

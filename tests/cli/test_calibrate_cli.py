@@ -335,6 +335,9 @@ def test_write_stores_a_template_test_s_proposal_where_the_next_night_plans_from
     out = capsys.readouterr().out
     assert "would store estimates: 1 tests with evidence (--write stores them where the next night plans from)" in out
     assert not (tmp_path / "home" / "estimates").exists()
+    assert "\n  tests/test_dpo_short.py: 1800 -> 2900 (+1100 s)\n" in out  # drift; no hardware, no empty []
+    row = next(line for line in out.splitlines() if line.startswith("tests/test_dpo_short.py"))
+    assert row.split()[1:4] == ["1800", "2900", "+1100"] and "no bucket125 proposal without it" in row
     assert cli("calibrate", "--repo", str(repo), "--write") == 0
     out = capsys.readouterr().out
     stored = tmp_path / "home" / "estimates" / "templaterl.json"

@@ -116,7 +116,8 @@ def repo_policy(spec, path, override: str | None = None) -> tuple[str, dict[str,
     kept = {k: v for k, v in params.items() if k in POLICY_INDEPENDENT}
     dropped = ", ".join(f"{k}={v}" for k, v in params.items() if k not in POLICY_INDEPENDENT)
     note = (f"--policy {override} instead of the repo's {policy}"
-            + (f"; not used: {policy}'s {dropped}" if dropped else "") + (f"; kept: {', '.join(kept)}" if kept else ""))
+            + (f"; not used: {policy}'s {dropped}" if dropped else "")
+            + (f"; kept: {', '.join(kept)}" if kept else ""))
     return override, kept, note
 
 
@@ -235,7 +236,10 @@ def _estimate(test: Test, samples: Sequence[Sample], policy: str, p: Mapping, no
         raised = _timeout_raise([s for s in samples if s.sha256 in digests and
                                  (s.outcome == "passed" or s in plausible)], proposed)
         if raised:
-            proposed, reason = raised[0], f"{raised[1]}; {reason}"
+            # without passes the kill is the one sample used: "too few samples" beside samples=1 reads as a contradiction
+            why = reason if used else (f"no {policy} proposal without it ({len(values)} passed of the current file, "
+                                       f"needs {k})")
+            proposed, reason = raised[0], f"{raised[1]}; {why}"
             used = [*used, raised[2]]
     if not used:
         reason += "; keeps est_time"
