@@ -70,6 +70,7 @@ bench: install
 	$(BIN)/python bench/catalog.py
 	$(BIN)/python bench/plan.py
 	$(BIN)/python bench/calibration.py
+	$(BIN)/python bench/history_import.py
 	$(BIN)/python bench/coverage.py
 	$(BIN)/python bench/report.py
 	$(BIN)/python bench/reliability.py

@@ -550,18 +550,26 @@ class Night:
             from pipelines.reporting.inputs import evidence_key
 
             self.state.put(evidence_key(self.repo_spec.name, source_run), evidence_csv(estimates))
-        sha = {t.id: t.sha256 for t in tests}
-        data = {e.test_id: {"est_time": e.proposed, "sha256": sha.get(e.test_id, ""), "hardware": e.hardware}
-                for e in estimates if e.samples_used}
         diff, left_alone = recorded_patch(self.history, self.repo_spec.path, tests, estimates)
         where = {
             "evidence": self.state.put(keys["evidence"], evidence_csv(estimates)),
-            "estimates": self.state.put(keys["estimates"], json.dumps(data, indent=1, sort_keys=True)),
+            "estimates": self.store_estimates(tests, estimates),
             "patch": self.state.put(keys["patch"], diff) if diff is not None else "",
         }
         if diff is None:
             self._remove_stale_patch(keys["patch"])
         return estimates, where, left_alone
+
+    def store_estimates(self, tests: list[Test], estimates: list[Estimate]) -> str:
+        """Store the proposals the next night plans with (``estimates/<repo>.json``; where it went is
+        returned): each test with evidence, with the sha256 of the file they are for, so an edited
+        file plans with its own est_time again (:func:`with_calibrated`). A template test has no
+        est_time in any file: this is where its calibrated one lives. ``nightly calibrate --write``
+        stores its proposals here too."""
+        sha = {t.id: t.sha256 for t in tests}
+        data = {e.test_id: {"est_time": e.proposed, "sha256": sha.get(e.test_id, ""), "hardware": e.hardware}
+                for e in estimates if e.samples_used}
+        return self.state.put(self.calibration_keys()["estimates"], json.dumps(data, indent=1, sort_keys=True))
 
     def _remove_stale_patch(self, key: str) -> None:
         """Delete an earlier calibration's patch that no longer holds; one that cannot be deleted is a

@@ -8,7 +8,9 @@ at least 30 s and 30 %) and tests whose last run used over 90 % of its timeout. 
 ``--write`` nothing in the checkout changes (the dry run); ``--write`` rewrites the literal
 est_time of files with exactly one registration for the test's hardware. Output paths are
 checked before anything is written, and the checkout is rewritten last; a bad path or a failed
-write exits 2 naming the path.
+write exits 2 naming the path. ``--write`` also stores the proposals where the next night plans
+from (the deployment's ``estimates/<repo>.json``, as the night's calibration does): a template
+test has no est_time in any file, so that is where its calibrated one goes.
 """
 
 from __future__ import annotations
@@ -26,10 +28,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     history_cli.add_common(p)
     p.add_argument("--policy", choices=("bucket125", "p90", "median"),
                    help="default: the repo's calibration.policy in assets/repos.yaml, else its framework family's "
-                        "(SGLang: p90 of the newest 16 passes within 7 days; otherwise bucket125)")
+                        "(SGLang: p90 of the newest 16 passes within 7 days; otherwise bucket125); another policy keeps the "
+                        "repo's accept: list, guards and raise_on_timeout, and uses its own window and samples")
     p.add_argument("--evidence", metavar="FILE", help="write the evidence CSV here")
     p.add_argument("--patch", metavar="FILE", help="write the unified diff here (apply with `git apply FILE`)")
-    p.add_argument("--write", action="store_true", help="rewrite the est_time literals in the checkout")
+    p.add_argument("--write", action="store_true",
+                   help="rewrite the est_time literals in the checkout, and store the proposals where the next "
+                        "night plans from (the deployment's estimates/<repo>.json; a template test's only place)")
     p.set_defaults(func=run)
 
 
@@ -44,6 +49,11 @@ def _table(estimates) -> str:
         "  ".join(c.rjust(widths[i]) if i in right else c.ljust(widths[i]) for i, c in enumerate(r[:6])) + "  " + r[6]
         for r in rows
     )
+
+
+def _on(e) -> str:
+    """`` [h200]`` after a test id; nothing for a test registered for no hardware in particular."""
+    return f" [{e.hardware}]" if e.hardware else ""
 
 
 def _fail(message: str) -> int:
@@ -68,12 +78,9 @@ def run(args: argparse.Namespace) -> int:
     path, spec, specs = history_cli.resolve_repo(args.repo)
     catalog = history_cli.load_catalog_for(path, spec, specs)
     tests = list(catalog.tests)
-    chosen, chosen_params, note = repo_policy(spec, path)
-    policy, params = args.policy, {}
-    if policy in (None, chosen):
-        policy, params = chosen, chosen_params
-        if note:
-            print(f"assumed: {note}")
+    policy, params, note = repo_policy(spec, path, args.policy)
+    if note:
+        print(f"{'policy' if args.policy else 'assumed'}: {note}")
     floor, factor = (spec.timeout_floor_s, spec.timeout_factor) if spec else (1800, 1.25)
     store = history_cli.open_store(args.store, args.deployment, args.home)
     try:
@@ -90,18 +97,18 @@ def run(args: argparse.Namespace) -> int:
     drifted = drift(estimates)
     print(f"\ndrift (>= 30 s and 30 %): {len(drifted) or 'none'}")
     for e in drifted:
-        print(f"  {e.test_id} [{e.hardware}]: {e.current} -> {e.proposed} ({e.delta:+d} s)")
+        print(f"  {e.test_id}{_on(e)}: {e.current} -> {e.proposed} ({e.delta:+d} s)")
     waiting = held(estimates)
     print(f"held for acceptance (more than max_step_factor in one step; add to the repo's calibration: accept: "
           f"list to apply): {len(waiting) or 'none'}")
     for e in waiting:
-        print(f"  {e.test_id} [{e.hardware}]: {e.current} -> {e.held} held ({e.held - e.current:+d} s)")
+        print(f"  {e.test_id}{_on(e)}: {e.current} -> {e.held} held ({e.held - e.current:+d} s)")
     near = near_timeout(tests, samples, floor, factor, estimates=estimates)
     print(f"near timeout (last run > 90 % of max({floor}, {factor:g} x proposed est_time)): {len(near) or 'none'}")
     for n in near:
         print(f"  {n}")
     plan = plan_patch(path, tests, estimates)
-    status = _write_outputs(args, path, plan, estimates, store)
+    status = _write_outputs(args, path, plan, estimates, store, (spec.name if spec else str(path), tests))
     for p, why in plan.skipped:
         print(f"left alone: {p}: {why}")
     for p, why in plan.unpatchable if args.patch else ():
@@ -109,10 +116,11 @@ def run(args: argparse.Namespace) -> int:
     return status
 
 
-def _write_outputs(args: argparse.Namespace, repo: Path, plan, estimates, store) -> int:
-    """The rewrites' record, evidence, patch, then the checkout. A recorded succession is harmless
-    if the patch is never applied; a patch or rewrite without one would make the history stale. A
-    failure stops there, and test files already rewritten are put back."""
+def _write_outputs(args: argparse.Namespace, repo: Path, plan, estimates, store, night_repo: tuple) -> int:
+    """The rewrites' record, evidence, patch, the estimates the next night plans with, then the
+    checkout. A recorded succession is harmless if the patch is never applied; a patch or rewrite
+    without one would make the history stale. A failure stops there, and test files already
+    rewritten are put back."""
     from pipelines.core.calibrate import (
         evidence_csv,
         output_problem,
@@ -150,7 +158,32 @@ def _write_outputs(args: argparse.Namespace, repo: Path, plan, estimates, store)
     elif args.patch:
         # git apply refuses a patch with no diff in it ("No valid patches in input")
         print(f"patch: nothing to change; {args.patch} not written{remove_stale_patch(args.patch)}")
+    if not _store_estimates(args, *night_repo, estimates):
+        return 2
     return _rewrite(args, repo, plan)
+
+
+def _store_estimates(args: argparse.Namespace, repo: str, tests, estimates) -> bool:
+    """``--write``: the proposals where the next night plans from, as the night's calibration stores
+    them (``Night.store_estimates``: the deployment's ``estimates/<repo>.json``, locally or on S3).
+    A template test has no est_time literal, so this is the only place its proposal can go."""
+    from pipelines.storage.state import StateError
+
+    count = sum(1 for e in estimates if e.samples_used)
+    if not args.write:
+        print(f"would store estimates: {count} tests with evidence (--write stores them where the next night "
+              "plans from)")
+        return True
+    from pipelines.night import Night, NightSettings
+
+    settings = NightSettings(repo=repo, deployment=args.deployment, **({"home": args.home} if args.home else {}))
+    try:
+        where = Night(settings).store_estimates(tests, estimates)
+    except StateError as exc:
+        _fail(f"{exc}; the checkout was not changed")
+        return False
+    print(f"estimates: {where} ({count} tests with evidence; the next night plans with them)")
+    return True
 
 
 def _rewrite(args: argparse.Namespace, repo: Path, plan) -> int:

@@ -19,6 +19,7 @@ writes keeps them (``<home>/unsaved/<night>/history.jsonl``): they are added as 
 from __future__ import annotations
 
 import argparse
+import io
 import os
 import sys
 import zipfile
@@ -137,17 +138,27 @@ def _not_stored(samples: list, stored: list) -> list:
     return [s for s in samples if not (s.started_at and _attempt_key(s) in seen)]
 
 
-def _log_texts(log: Path) -> dict[str, str]:
-    """Source name -> text of a job log, or of each ``.txt`` log in a GitHub log archive (the .zip
-    a run's "Download log archive" gives: the whole job's log and one per step; the same attempt
-    in two of them is stored once)."""
+def _read_logs(log: Path):
+    """Source name -> what a job log says (``ParsedLog``), or each ``.txt`` log in a GitHub log
+    archive (the .zip a run's "Download log archive" gives: the whole job's log and one per step;
+    the same attempt in two of them is stored once). Read line by line, archive members straight
+    from the archive: a log of hundreds of MB is never held whole."""
+    from pipelines.core.history.joblog import read_ci_log
+
     with open(log, "rb") as fh:
         zipped = fh.read(4) == b"PK\x03\x04"
     if not zipped:
-        return {str(log): log.read_text(encoding="utf-8", errors="replace")}
+        # universal newlines, as a text read gives: a log saved with CRLF or CR line ends reads the same
+        with open(log, encoding="utf-8", errors="replace") as text:
+            return {str(log): read_ci_log(text)}
+    found = {}
     with zipfile.ZipFile(log) as archive:
-        return {f"{log}:{name}": archive.read(name).decode("utf-8", errors="replace")
-                for name in sorted(archive.namelist()) if name.endswith(".txt")}
+        for name in sorted(n for n in archive.namelist() if n.endswith(".txt")):
+            with archive.open(name) as member:
+                # lines end at \n only: a progress bar's lone \r stays inside its line, as GitHub shows it
+                found[f"{log}:{name}"] = read_ci_log(io.TextIOWrapper(member, encoding="utf-8", errors="replace",
+                                                                      newline="\n"))
+    return found
 
 
 def _kept_samples(files: list[Path]) -> tuple[list, list[Problem]]:
@@ -170,9 +181,9 @@ def _import(args: argparse.Namespace) -> int:
     kept = [log for log in args.logs if log.suffix == ".jsonl"]
     samples, problems = _kept_samples(kept)
     logs = [log for log in args.logs if log.suffix != ".jsonl"]
-    texts: dict[str, str] = {}
+    parsed: dict = {}
     if logs:
-        texts, found = _import_logs(args, logs)
+        parsed, found = _import_logs(args, logs)
         samples += found[0]
         problems += found[1]
     store = open_store(args.store, args.deployment, args.home)
@@ -180,7 +191,7 @@ def _import(args: argparse.Namespace) -> int:
     verb = "would import" if args.dry_run else "imported"
     where = getattr(store, "path", store)
     detail = "dry run" if args.dry_run else f"{new} new, {len(samples) - new} already stored in {where}"
-    print(f"history: {verb} {len(samples)} samples from {len(texts) + len(kept)} logs ({detail})")
+    print(f"history: {verb} {len(samples)} samples from {len(parsed) + len(kept)} logs ({detail})")
     by_outcome = Counter(s.outcome for s in samples)
     print("  " + (", ".join(f"{k} {v}" for k, v in sorted(by_outcome.items())) or "no attempts matched"))
     unmatched = [p for p in problems if p.field == "filename"]
@@ -194,26 +205,26 @@ def _import(args: argparse.Namespace) -> int:
     return 0 if samples else 1
 
 
-def _import_logs(args: argparse.Namespace, logs: list[Path]) -> tuple[dict[str, str], tuple[list, list[Problem]]]:
-    """(source -> text, (samples, problems)) of CI job logs, matched against the --repo catalog."""
+def _import_logs(args: argparse.Namespace, logs: list[Path]) -> tuple[dict, tuple[list, list[Problem]]]:
+    """(source -> what it says, (samples, problems)) of CI job logs, matched against the --repo catalog."""
     path, spec, specs = resolve_repo(args.repo)
     catalog = load_catalog_for(path, spec, specs)
-    texts: dict[str, str] = {}
+    parsed: dict = {}
     archives: dict[str, str] = {}  # an archive member -> its archive
     problems: list[Problem] = []
     for log in logs:
         try:
-            found = _log_texts(log)
-            texts.update(found)
+            found = _read_logs(log)
+            parsed.update(found)
             archives.update({name: str(log) for name in found if name != str(log)})
         except OSError as exc:
             problems.append(Problem(str(log), 1, "log", f"cannot read ({exc.strerror}); check the path"))
         except zipfile.BadZipFile as exc:
             problems.append(Problem(str(log), 1, "log", f"a damaged zip archive ({exc}); download the logs again"))
-    from pipelines.core.history import import_logs
+    from pipelines.core.history import import_parsed
 
-    samples, found = import_logs(texts, catalog, args.suite, args.hardware, archives)
-    return texts, (samples, problems + found)
+    samples, found = import_parsed(parsed, catalog, args.suite, args.hardware, archives)
+    return parsed, (samples, problems + found)
 
 
 def _show(args: argparse.Namespace) -> int:

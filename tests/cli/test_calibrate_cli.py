@@ -6,7 +6,9 @@ import argparse
 import csv
 import dataclasses
 import hashlib
+import json
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 
@@ -291,3 +293,86 @@ def test_an_unconfigured_sglang_repo_is_calibrated_with_sglang_s_p90_of_a_week_a
     assert "policy p90, 5 samples in" in out
     row = next(line for line in out.splitlines() if line.startswith("tests/e2e/test_a.py"))
     assert row.split()[:4] == ["tests/e2e/test_a.py", "h200", "3600", "966"]  # the 10-day-old 2000 s is out
+
+
+def test_another_policy_keeps_the_repo_s_accept_list_and_guards(repo, tmp_path, monkeypatch, capsys):
+    """--policy median swaps the rule, not the repo's calibration: settings: test_c stays accepted."""
+    assets = tmp_path / "assets"
+    assets.mkdir()
+    (assets / "cluster.yaml").write_text((Path(__file__).parents[2] / "assets" / "cluster.yaml").read_text())
+    (assets / "repos.yaml").write_text(f"default: fw\nrepos:\n  fw:\n    path: {repo}\n    calibration: "
+                                       "{policy: bucket125, factor: 1.5, accept: [tests/e2e/test_c.py]}\n")
+    monkeypatch.setenv("NIGHTLY_ASSETS_DIR", str(assets))
+    c = next(t for t in history_cli.load_catalog_for(None, None, None).tests if t.id == "tests/e2e/test_c.py")
+    now = datetime.now(UTC)
+    FileHistoryStore(tmp_path / "home" / "history.sqlite").append(
+        [Sample(c.id, "h200", c.sha256, "passed", 9000 + d, (now - timedelta(days=d)).isoformat(),
+                source=f"n{d}.log:1") for d in range(3)])
+    assert cli("calibrate", "--repo", "fw", "--policy", "median") == 0
+    out = capsys.readouterr().out
+    row = next(line for line in out.splitlines() if line.startswith("tests/e2e/test_c.py"))
+    assert row.split()[2:4] == ["600", "9001"]  # x15 in one step, applied: the test is on the accept: list
+    assert ("policy: --policy median instead of the repo's bucket125; not used: bucket125's factor=1.5; "
+            "kept: accept") in out
+    assert "held for acceptance (more than max_step_factor in one step; add to the repo's calibration: accept: " \
+           "list to apply): none" in out
+
+
+def test_write_stores_a_template_test_s_proposal_where_the_next_night_plans_from(tmp_path, monkeypatch, capsys):
+    """A framework S test has no est_time literal: --write keeps its proposal in the estimates file."""
+    import shutil
+
+    from pipelines.night import Night, NightSettings
+
+    repo = tmp_path / "templaterl"
+    shutil.copytree(Path(__file__).parents[2] / "examples" / "templaterl", repo)
+    monkeypatch.setenv("NIGHTLY_HOME", str(tmp_path / "home"))
+    by_id = history_cli.load_catalog_for(*history_cli.resolve_repo(str(repo))).by_id()
+    dpo = by_id["tests/test_dpo_short.py"]
+    FileHistoryStore(tmp_path / "home" / "history.sqlite").append([Sample(
+        dpo.id, dpo.hardware, dpo.sha256, "timed_out", 2250, datetime.now(UTC).isoformat(), source="n1.log:4")])
+    assert cli("calibrate", "--repo", str(repo)) == 0
+    out = capsys.readouterr().out
+    assert "would store estimates: 1 tests with evidence (--write stores them where the next night plans from)" in out
+    assert not (tmp_path / "home" / "estimates").exists()
+    assert "\n  tests/test_dpo_short.py: 1800 -> 2900 (+1100 s)\n" in out  # drift; no hardware, no empty []
+    row = next(line for line in out.splitlines() if line.startswith("tests/test_dpo_short.py"))
+    assert row.split()[1:4] == ["1800", "2900", "+1100"] and "no bucket125 proposal without it" in row
+    assert cli("calibrate", "--repo", str(repo), "--write") == 0
+    out = capsys.readouterr().out
+    stored = tmp_path / "home" / "estimates" / "templaterl.json"
+    assert f"estimates: {stored} (1 tests with evidence; the next night plans with them)" in out
+    assert ("left alone: tests/test_dpo_short.py: template tests have no est_time in the file; 2900 s goes to the "
+            "calibrated estimates the next night plans with") in out
+    night = Night(NightSettings(repo=str(repo), home=tmp_path / "home"))
+    assert night.catalog.by_id()[dpo.id].est_time == 2900  # killed at 2250 s: 1.25 x that, bucketed
+
+
+@pytest.mark.slow
+def test_write_stores_the_estimates_of_an_s3_deployment_in_its_bucket(tmp_path, monkeypatch, capsys):
+    """--deployment with storage: s3: the estimates go where that deployment's nights read them."""
+    import shutil
+
+    from tests.support.assets import example_assets
+    from tests.support.moto import CREDENTIALS, moto_server, s3_client
+
+    repo = tmp_path / "templaterl"
+    shutil.copytree(Path(__file__).parents[2] / "examples" / "templaterl", repo)
+    assets = example_assets(tmp_path / "assets")
+    cluster = assets / "cluster.yaml"
+    cluster.write_text(cluster.read_text().replace("deployments:\n", (
+        "deployments:\n  s3local:\n    launcher: local\n    storage: s3\n    s3_bucket: calib\n    s3_prefix: t/\n"
+        "    pools:\n      h200: {nodes: 1, gpus_per_node: 8}\n"), 1))
+    with moto_server() as url:
+        for k, v in {**CREDENTIALS, "NIGHTLY_S3_ENDPOINT": url, "NIGHTLY_ASSETS_DIR": str(assets)}.items():
+            monkeypatch.setenv(k, v)
+        s3_client(url).create_bucket(Bucket="calib")
+        laptop = tmp_path / "laptop"
+        dpo = history_cli.load_catalog_for(*history_cli.resolve_repo(str(repo))).by_id()["tests/test_dpo_short.py"]
+        history_cli.open_store(None, "s3local", laptop).add([Sample(
+            dpo.id, dpo.hardware, dpo.sha256, "timed_out", 2250, datetime.now(UTC).isoformat(), source="n1.log:4")])
+        assert cli("calibrate", "--repo", str(repo), "--deployment", "s3local", "--home", str(laptop), "--write") == 0
+        assert "estimates: s3://calib/t/state/estimates/templaterl.json (1 tests" in capsys.readouterr().out
+        body = s3_client(url).get_object(Bucket="calib", Key="t/state/estimates/templaterl.json")["Body"].read()
+    assert json.loads(body)[dpo.id]["est_time"] == 2900
+    assert not (laptop / "estimates").exists()

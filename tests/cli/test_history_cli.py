@@ -205,3 +205,61 @@ def test_a_github_log_archive_is_read_member_by_member_and_each_attempt_stored_o
     stored = FileHistoryStore(tmp_path / "home" / "history.sqlite").read()
     assert sorted((s.test_id, s.attempt, s.outcome) for s in stored) == [
         ("tests/e2e/test_a.py", 1, "passed"), ("tests/e2e/test_b.py", 1, "failed"), ("tests/e2e/test_b.py", 2, "passed")]
+
+
+#: a job log with every format feature the reader knows: a BOM, GitHub timestamps and none, CRLF and
+#: a lone CR (a progress bar), colour codes, the runner's command line, End blocks, a retry, a
+#: timeout, cut-off and garbled runner lines, an End block without its filename line (also at the
+#: very end, without a newline), a form feed, ninja's [i/N] lines, UTF-8 text and bytes that are not
+#: UTF-8
+EVERY_FEATURE = b"".join(line.encode() if isinstance(line, str) else line for line in (
+    "\ufeff2026-11-30T15:00:00.1234567Z python3 run_suite.py --suite stage-c-4-gpu-h200 --hw cuda\r\n",
+    "2026-11-30T15:00:01.1234567Z [1/3] /usr/local/cuda/bin/nvcc -c /root/x/adam.cu -o a.o\n",
+    "2026-11-30T15:00:02.1234567Z Loading: 20%|##\r40%|####\r100%|##########\n",
+    "2026-11-30T15:00:03.1234567Z step 1 loss 0.5 \u6b65\u9aa4 \u2713\x0cpage\n",
+    LOG,
+    "2026-11-30T16:06:00.1234567Z \x1b[32m[1/2] tests/e2e/test_a.py  PASS  elapsed=12s\x1b[0m\r\n",
+    "[2/2] tests/e2e/test_b.py  FAIL  elapsed=3s exit=x\n",
+    "[2/3] tests/e2e/te\n",
+    "TIMEOUT: tests/e2e/test_b.py aft\n",
+    "[1/1] tests/e2e/test_a.py  PASS  elapsed=99999999999s\n",
+    b"[1/1] tests/e2e/caf\xe9.py  PASS  elapsed=10s\n",
+    "End (2/3):\nsomething else\n",
+    "End (1/1):\nfilename='tests/e2e/test_b.py', elapsed=77, _estimated_time=600\n",
+    "[1/2] tests/e2e/test_a.py PASS elapsed=9s\n",
+    "End (1/1):",
+))
+
+
+def test_logs_read_line_by_line_say_exactly_what_the_whole_text_says(repo, tmp_path):
+    """A plain log and each archive member, streamed, give what reading them whole gave (the attempts,
+    every refused line, the suite, the run id) and so the same samples and problems."""
+    import zipfile
+
+    from pipelines.core.history import import_logs, import_parsed
+    from pipelines.core.history.joblog import read_ci_log
+
+    plain = tmp_path / "job.txt"
+    plain.write_bytes(EVERY_FEATURE)
+    archive = tmp_path / "logs.zip"
+    with zipfile.ZipFile(archive, "w", zipfile.ZIP_DEFLATED) as z:
+        z.writestr("0_job.txt", EVERY_FEATURE)
+        z.writestr("job/3_Run tests.txt", EVERY_FEATURE.replace(b"\r", b""))
+        z.writestr("job/meta.json", "{}")
+    # what `history import` read before: the whole text (a plain file through universal newlines)
+    whole = {str(plain): plain.read_text(encoding="utf-8", errors="replace")}
+    with zipfile.ZipFile(archive) as z:
+        whole |= {f"{archive}:{n}": z.read(n).decode("utf-8", errors="replace") for n in ("0_job.txt",
+                                                                                            "job/3_Run tests.txt")}
+    streamed = history_cli._read_logs(plain) | history_cli._read_logs(archive)
+    assert streamed == {source: read_ci_log(text) for source, text in whole.items()}
+    parsed = streamed[f"{archive}:0_job.txt"]
+    assert parsed.suite == "stage-c-4-gpu-h200" and len(parsed.attempts) == 6 and parsed.digest
+    assert {field for _, field, _ in parsed.refused} == {"exit", "log", "elapsed", "filename"}
+    last = EVERY_FEATURE.count(b"\n") + 1
+    assert [line for line, _, why in parsed.refused if why.startswith("End block without")] == [last - 5, last]
+    catalog = history_cli.load_catalog_for(None, None, None)
+    archives = {s: str(archive) for s in streamed if s.startswith(f"{archive}:")}
+    assert import_parsed(streamed, catalog, archives=archives) == import_logs(whole, catalog, archives=archives)
+    # as before, a lone CR ends a plain file's line (a text read's universal newlines), not an archive member's
+    assert [a.line for a in streamed[str(plain)].attempts] == [a.line + 2 for a in parsed.attempts]

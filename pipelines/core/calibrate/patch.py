@@ -229,7 +229,8 @@ def _held(group: list[Test], members: list[Estimate | None], merged: Estimate) -
 
 def _edit(repo: Path, t: Test, e: Estimate, same_hw: int, files: _Files, by_line: bool = False) -> str:
     if t.fmt != "registry":
-        return f"{t.fmt} tests have no est_time in the file; keep {e.proposed} s in the calibrated estimates"
+        return (f"{t.fmt} tests have no est_time in the file; {e.proposed} s goes to the calibrated estimates the "
+                "next night plans with")
     path = repo / t.path
     key = files.key(repo, t.path)
     texts = files.texts

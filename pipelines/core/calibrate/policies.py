@@ -96,11 +96,32 @@ def default_policy(dialect: str) -> tuple[str, dict[str, object], str]:
                                   "set calibration.policy in assets/repos.yaml to change")
 
 
-def repo_policy(spec, path) -> tuple[str, dict[str, object], str]:
+#: the ``calibration:`` settings that are no one policy's rule (what calibration refuses to learn
+#: from, which tests are accepted, the timeout raise): they hold whichever policy runs
+POLICY_INDEPENDENT: tuple[str, ...] = (*GUARDS, "raise_on_timeout")
+
+
+def repo_policy(spec, path, override: str | None = None) -> tuple[str, dict[str, object], str]:
     """(policy, params, note) a repo is calibrated with: the one its repos.yaml entry sets, else its
     framework family's (:func:`default_policy`, the dialect configured or detected from the
     checkout) with the entry's own parameters (an ``accept:`` list) on top. One rule for
-    ``nightly calibrate``, the night's calibration and ``nightly report``."""
+    ``nightly calibrate``, the night's calibration and ``nightly report``.
+
+    ``override`` (``nightly calibrate --policy``) replaces the policy and drops only that policy's
+    window and sample parameters: the repo's guards, ``accept:`` list and ``raise_on_timeout``
+    still hold, so a test accepted for the night is not held when calibrating by hand."""
+    policy, params, note = _configured_policy(spec, path)
+    if override is None or override == policy:
+        return policy, params, note
+    kept = {k: v for k, v in params.items() if k in POLICY_INDEPENDENT}
+    dropped = ", ".join(f"{k}={v}" for k, v in params.items() if k not in POLICY_INDEPENDENT)
+    note = (f"--policy {override} instead of the repo's {policy}"
+            + (f"; not used: {policy}'s {dropped}" if dropped else "")
+            + (f"; kept: {', '.join(kept)}" if kept else ""))
+    return override, kept, note
+
+
+def _configured_policy(spec, path) -> tuple[str, dict[str, object], str]:
     if spec is not None and spec.policy_explicit:
         return spec.policy, dict(spec.policy_params), ""
     dialect = getattr(spec, "dialect", "auto") or "auto"
@@ -215,7 +236,10 @@ def _estimate(test: Test, samples: Sequence[Sample], policy: str, p: Mapping, no
         raised = _timeout_raise([s for s in samples if s.sha256 in digests and
                                  (s.outcome == "passed" or s in plausible)], proposed)
         if raised:
-            proposed, reason = raised[0], f"{raised[1]}; {reason}"
+            # without passes the kill is the one sample used: "too few samples" beside samples=1 reads as a contradiction
+            why = reason if used else (f"no {policy} proposal without it ({len(values)} passed of the current file, "
+                                       f"needs {k})")
+            proposed, reason = raised[0], f"{raised[1]}; {why}"
             used = [*used, raised[2]]
     if not used:
         reason += "; keeps est_time"

@@ -18,8 +18,10 @@ why, never silently dropped.
 from __future__ import annotations
 
 import ast
+import hashlib
 import re
 from collections import defaultdict
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -32,12 +34,18 @@ _SUMMARY = re.compile(r"^\[(\d{1,9})/(\d{1,9})\] (\S(?:.*?\S)?)  (PASS|FAIL|TIME
 #: ``\S.*?\s+STATUS``, whose backtracking over a long run of spaces would take quadratic time
 _LOOSE_HEAD = re.compile(r"^\[\d+/\d+\]\s+\S")
 _LOOSE_TAIL = re.compile(r"\s(?:PASS|FAIL|TIMEOUT)\w*\s+elapsed=")
-#: the start of a runner line (a summary naming a path, an End block, a timeout): reported when the rest is not right
-_RUNNER_START = re.compile(r"^(?:\[\d{1,9}/\d{1,9}\] \S*(?:/|\.py\b)|End \(|filename=|TIMEOUT: )")
+#: the start of a runner line (an End block, a timeout): reported when the rest is not right; a
+#: ``[i/N]`` line only when it names a test file the way the runner does (:func:`_cut_summary`)
+_RUNNER_START = re.compile(r"^(?:End \(|filename=|TIMEOUT: )")
+#: the first character of every line the runner prints (``[i/N]``, ``End (``, ``filename=``, ``TIMEOUT:``)
+_RUNNER_HEADS = frozenset("[EfT")
+_INDEXED = re.compile(r"^\[\d{1,9}/\d{1,9}\] (.*)$")
 _END = re.compile(r"^End \((\d+)/(\d+)\):\s*$")
 _FILENAME = re.compile(r"""^filename=('(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*"), elapsed=([^,\s]+)(?:, _estimated_time=([^,\s]+))?""")
 _TIMEOUT = re.compile(r"^TIMEOUT: (\S(?:.*\S)?) after (\S+) seconds\s*$")
 _SUMMARY_FORM = "`[i/N] <file>  PASS|FAIL|TIMEOUT  elapsed=Ns`"
+_NO_FILENAME = ("End block without its `filename='<file>', elapsed=N` line; that attempt's record is incomplete, "
+                "check the log was saved whole")
 _NOT_UTF8 = ("holds bytes that are not UTF-8 (shown as U+FFFD), so it cannot match a test file; "
              "save the job log as it was downloaded, without re-encoding it")
 _NUMBER = re.compile(r"\d{1,9}(?:\.\d{1,6})?")
@@ -65,12 +73,14 @@ class LogAttempt:
 
 @dataclass(frozen=True)
 class ParsedLog:
-    """Everything one job log says: attempts, lines refused (line, field, why), the runner's command."""
+    """Everything one job log says: attempts, lines refused (line, field, why), the runner's command,
+    and the sha256 of its text (what names a run whose lines have no timestamps)."""
 
     attempts: tuple[LogAttempt, ...]
     refused: tuple[tuple[int, str, str], ...] = ()
     suite: str | None = None
     hw: str | None = None
+    digest: str = ""
 
 
 def seconds(text: str) -> tuple[float | None, str]:
@@ -93,17 +103,23 @@ def seconds(text: str) -> tuple[float | None, str]:
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
 
-def _strip_stamp(line: str) -> tuple[str, datetime | None]:
-    """The line without GitHub's timestamp (returned) and without colour codes."""
-    line = _ANSI.sub("", line)
+def _strip_stamp(line: str) -> tuple[str, str]:
+    """The line without GitHub's timestamp and without colour codes, and the timestamp's text ("" when
+    none): :func:`_when` reads it only for the runner's lines, not for every line of test output."""
+    if "\x1b" in line:
+        line = _ANSI.sub("", line)
     m = _STAMP.match(line)
     if not m:
-        return line.lstrip("\ufeff"), None
+        return line.lstrip("\ufeff"), ""
+    return line[m.end():], m.group(1)
+
+
+def _when(stamp: str) -> datetime | None:
+    """A timestamp's text as a datetime; None when there is none or it is no date."""
     try:
-        stamp = datetime.fromisoformat(m.group(1).replace("Z", "+00:00"))
+        return datetime.fromisoformat(stamp.replace("Z", "+00:00")) if stamp else None
     except ValueError:
-        return line[m.end():], None
-    return line[m.end():], stamp
+        return None
 
 
 def _extras(tail: str) -> dict[str, str]:
@@ -140,20 +156,40 @@ class _Ended:
     estimated: float | None = None
 
 
-def read_ci_log(text: str) -> ParsedLog:
+def _pieces(text: str) -> Iterator[str]:
+    """The lines of ``text``, each with its ``\\n``, without a second copy of the whole text."""
+    start = 0
+    while (end := text.find("\n", start)) >= 0:
+        yield text[start:end + 1]
+        start = end + 1
+    yield text[start:]
+
+
+def read_ci_log(text: str | Iterable[str]) -> ParsedLog:
     """Attempts, refused lines and the runner's command line (suite, hw) of one job log.
 
-    Lines are split on newlines only (``str.splitlines`` would also cut at form feeds and other
-    separators that test output may hold). A line that starts like the runner's but is cut off or
-    garbled is refused with why, never skipped.
+    ``text`` is the whole log, or its lines each ending in ``\\n`` as a file opened with
+    ``newline="\\n"`` gives them: a log of hundreds of MB is read line by line, keeping only the
+    runner's lines. Lines are split on newlines only (``str.splitlines`` would also cut at form
+    feeds and other separators that test output may hold). A line that starts like the runner's
+    but is cut off or garbled is refused with why, never skipped.
     """
     summaries: list[tuple[int, re.Match[str], datetime | None, float]] = []
     ended: list[_Ended] = []
     refused: list[tuple[int, str, str]] = []
     suites: list[str] = []
     hws: list[str] = []
-    lines = [_strip_stamp(raw.rstrip("\r")) for raw in text.split("\n")]
-    for i, (line, stamp) in enumerate(lines, start=1):
+    digest = hashlib.sha256()
+    end_at = 0  # an `End (i/N):` line whose next line must be its `filename=` line
+    for i, raw in enumerate(_pieces(text) if isinstance(text, str) else text, start=1):
+        digest.update(raw.encode("utf-8", "replace"))
+        line, stamp = _strip_stamp(raw.removesuffix("\n").rstrip("\r"))
+        if end_at and not line.startswith("filename="):  # else that line is read (or refused) here
+            refused.append((end_at, "log", _NO_FILENAME))
+        end_at = 0
+        if line[:1] not in _RUNNER_HEADS:  # test output, the bulk of a log: only a command line matters
+            _command(line, suites, hws)
+            continue
         if m := _SUMMARY.match(line):
             value, why = seconds(m.group(5))
             if "\ufffd" in m.group(3):
@@ -161,31 +197,28 @@ def read_ci_log(text: str) -> ParsedLog:
             elif value is None:
                 refused.append((i, "elapsed", f"{why}; attempt not imported"))
             else:
-                summaries.append((i, m, stamp, value))
-                for key, raw in _extras(m.group(6)).items():  # a garbled number is said, not silently dropped
-                    if key in _NUMBERED and _int_suffix(raw) is None:
-                        refused.append((i, key, f"{raw[:40]!r} is not a number; read as absent (the attempt is "
+                summaries.append((i, m, _when(stamp), value))
+                for key, given in _extras(m.group(6)).items():  # a garbled number is said, not silently dropped
+                    if key in _NUMBERED and _int_suffix(given) is None:
+                        refused.append((i, key, f"{given[:40]!r} is not a number; read as absent (the attempt is "
                                                 "imported)"))
         elif _LOOSE_HEAD.match(line) and _LOOSE_TAIL.search(line):
             refused.append((i, "log", f"looks like a summary line but is not {_SUMMARY_FORM} (two spaces around the "
                                       "status); attempt not imported"))
         elif m := _TIMEOUT.match(line):
             after, _ = seconds(m.group(2))
-            ended.append(_Ended(i, m.group(1), True, after, stamp))
+            ended.append(_Ended(i, m.group(1), True, after, _when(stamp)))
         elif fm := _FILENAME.match(line):  # the End block's line that says which attempt ended
-            event = _end_block(i, fm, stamp, refused)
+            event = _end_block(i, fm, _when(stamp), refused)
             ended += [event] if event else []
         elif _END.match(line):
-            if i == len(lines) or not lines[i][0].startswith("filename="):  # else that line is read (or refused) next
-                refused.append((i, "log", "End block without its `filename='<file>', elapsed=N` line; that attempt's "
-                                          "record is incomplete, check the log was saved whole"))
-        elif _RUNNER_START.match(line):
+            end_at = i
+        elif _RUNNER_START.match(line) or _cut_summary(line):
             refused.append((i, "log", _cut(line)))
-        elif "--suite" in line or "--hw" in line:
-            if cm := _COMMAND_SUITE.search(line):
-                suites.append(cm.group(1))
-            if hm := _COMMAND_HW.search(line):
-                hws.append(hm.group(1))
+        else:
+            _command(line, suites, hws)
+    if end_at:  # the log ends after an `End (i/N):` line
+        refused.append((end_at, "log", _NO_FILENAME))
     pairs, unpaired = _pair(summaries, ended)
     refused += [(e.line, "log", f"{'TIMEOUT line' if e.timeout else 'End block'} of {e.file} has no summary line "
                                 f"{_SUMMARY_FORM} after it (the log may be cut off); attempt not imported")
@@ -205,7 +238,16 @@ def read_ci_log(text: str) -> ParsedLog:
             estimated=event.estimated if event else None,
         ))
     one = lambda xs: xs[0] if len(set(xs)) == 1 else None  # noqa: E731 - two uses, both here
-    return ParsedLog(tuple(out), tuple(sorted(refused)), one(suites), one(hws))
+    return ParsedLog(tuple(out), tuple(sorted(refused)), one(suites), one(hws), digest.hexdigest())
+
+
+def _command(line: str, suites: list[str], hws: list[str]) -> None:
+    """The suite and hardware of a runner's command line (``run_suite.py --suite S --hw B``), if it is one."""
+    if "--suite" in line or "--hw" in line:
+        if cm := _COMMAND_SUITE.search(line):
+            suites.append(cm.group(1))
+        if hm := _COMMAND_HW.search(line):
+            hws.append(hm.group(1))
 
 
 def _end_block(line: int, fm: re.Match[str], stamp: datetime | None, refused: list) -> _Ended | None:
@@ -227,6 +269,27 @@ def _end_block(line: int, fm: re.Match[str], stamp: datetime | None, refused: li
         if estimated is None:
             refused.append((line, "_estimated_time", f"{why}; not used to infer the suite"))
     return _Ended(line, name, False, elapsed, stamp, estimated)
+
+
+def _cut_summary(line: str) -> bool:
+    """Whether a ``[i/N] ...`` line that is not a summary line is one cut off or garbled, not test
+    output that counts too (ninja's ``[3/7] /usr/bin/c++ ... -o fused_adam.so`` while a test
+    JIT-builds a kernel, ``[1/20] ./checkpoints/iter_10 saved``). The runner names a repo-relative
+    test file, so: the text before the two spaces is such a ``.py`` path, or, the line ending there,
+    the start of one (a relative path whose last part is cut inside its name or its ``.py``)."""
+    m = _INDEXED.match(line)
+    if not m:
+        return False
+    file, sep, _ = m.group(1).partition("  ")
+    file = file.rstrip()
+    if not file or file.startswith(("/", ".")):
+        return False
+    if file.endswith(".py"):
+        return True
+    if sep or re.search(r"\s", file) or "/" not in file:
+        return False
+    _, dot, ext = file.rpartition("/")[2].rpartition(".")
+    return not dot or "py".startswith(ext)
 
 
 def _cut(line: str) -> str:

@@ -18,7 +18,8 @@ from pipelines.core.history.joblog import OUTCOME, LogAttempt, ParsedLog, parse_
 from pipelines.core.model import Catalog, Problem, Sample, Test
 
 #: what callers imported from here before the reading moved to :mod:`.joblog`
-__all__ = ["OUTCOME", "LogAttempt", "ParsedLog", "import_logs", "parse_ci_log", "read_ci_log", "seconds"]
+__all__ = ["OUTCOME", "LogAttempt", "ParsedLog", "import_logs", "import_parsed", "parse_ci_log", "read_ci_log",
+           "seconds"]
 
 
 def _candidates(file: str, by_path: Mapping[str, list[Test]]) -> tuple[str, list[Test]]:
@@ -38,6 +39,14 @@ def _candidates(file: str, by_path: Mapping[str, list[Test]]) -> tuple[str, list
 def import_logs(texts_by_source: Mapping[str, str], catalog: Catalog,
                 suite: str | None = None, hardware: str | None = None,
                 archives: Mapping[str, str] | None = None) -> tuple[list[Sample], list[Problem]]:
+    """:func:`import_parsed` of whole log texts."""
+    logs = {source: read_ci_log(text) for source, text in texts_by_source.items()}
+    return import_parsed(logs, catalog, suite, hardware, archives)
+
+
+def import_parsed(logs: Mapping[str, ParsedLog], catalog: Catalog,
+                  suite: str | None = None, hardware: str | None = None,
+                  archives: Mapping[str, str] | None = None) -> tuple[list[Sample], list[Problem]]:
     """Samples for every attempt whose file and suite are known; one problem per file otherwise.
 
     The suite is ``suite`` (the job's, from --suite) or else inferred per log (module docstring).
@@ -53,13 +62,11 @@ def import_logs(texts_by_source: Mapping[str, str], catalog: Catalog,
     samples: list[Sample] = []
     problems: list[Problem] = []
     seen: set[tuple] = set()
-    logs = {source: read_ci_log(text) for source, text in texts_by_source.items()}
     archives = archives or {}
     with_runs = {archives[s] for s, log in logs.items() if s in archives and log.attempts}
-    for source, text in texts_by_source.items():
+    for source, log in logs.items():
         reported: set[str] = set()
-        log = logs[source]
-        run_id = _run_id(log, text)
+        run_id = _run_id(log)
         problems += [Problem(source, line, field, why) for line, field, why in log.refused]
         if not log.attempts and not log.refused and archives.get(source) not in with_runs:
             problems.append(Problem(source, 1, "log", "no `[i/N] <file>  PASS|FAIL|TIMEOUT  elapsed=Ns` "
@@ -100,13 +107,13 @@ def import_logs(texts_by_source: Mapping[str, str], catalog: Catalog,
     return samples, problems
 
 
-def _run_id(log: ParsedLog, text: str) -> str:
+def _run_id(log: ParsedLog) -> str:
     """The job run's id, from what its attempts say (file, start, elapsed, outcome), not from the whole text:
     GitHub's whole-job log and the same job's step log differ in their other lines but are one run, and
     the store keeps an attempt once per run id. A log without timestamps keeps the hash of its text
     (two unstamped runs with equal results are not one)."""
     if not log.attempts or not all(a.started_at for a in log.attempts):
-        return "log-" + hashlib.sha256(text.encode("utf-8", "replace")).hexdigest()[:12]
+        return "log-" + log.digest[:12]
     said = "\n".join(f"{a.file}\t{a.started_at}\t{a.elapsed_s:g}\t{a.status}\t{a.attempt}" for a in log.attempts)
     return "log-" + hashlib.sha256(said.encode("utf-8", "replace")).hexdigest()[:12]
 

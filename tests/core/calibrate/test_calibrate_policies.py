@@ -129,7 +129,7 @@ def test_raise_on_timeout_lifts_a_test_whose_newest_run_was_killed(policy):
     e = one([killed], policy, {"raise_on_timeout": True}, est_time=600)
     assert (e.proposed, e.samples_used, e.sources) == (1000, 1, ("n9.log:4",))  # ceil(937.5) -> 1000
     assert e.reason.startswith("raised: the newest run timed out after 750 s, so 1.25 x that = 938 s, rounded up "
-                               "to 1000 s; too few samples")
+                               f"to 1000 s; no {policy} proposal without it (0 passed of the current file, needs")
     assert "keeps est_time" not in e.reason
     assert one([killed], policy, est_time=600).proposed == 600  # off by default
     passed_after = s(700, days_ago=0.1)
@@ -140,7 +140,9 @@ def test_a_template_test_killed_by_the_first_night_s_limit_is_raised_without_the
     killed = s(2250, days_ago=0.5, outcome="timed_out", capped=True, source="n1.log:7")
     e = one([killed], est_time=1800, fmt="template", est_source="default")
     assert (e.proposed, e.samples_used) == (2900, 1)  # bucket(ceil(2812.5)): the next limit is 3625 s
-    assert e.reason.startswith("raised: the newest run timed out after 2250 s")
+    assert e.reason.startswith("raised: the newest run timed out after 2250 s, so 1.25 x that = 2813 s, rounded up "
+                               "to 2900 s; no bucket125 proposal without it (0 passed of the current file, needs 1)")
+    assert "too few samples" not in e.reason  # it used one sample: the kill
     assert one([killed], est_time=1800).proposed == 1800, "a registry test keeps its own est_time (opt-in)"
 
 
@@ -151,7 +153,7 @@ def test_a_placeholder_est_time_killed_every_night_is_raised_past_the_step_guard
     e = one(killed, "p90", {"raise_on_timeout": True}, est_time=300)
     assert (e.proposed, e.held, e.samples_used) == (2300, None, 1)  # x7.67, past max_step_factor 4
     assert e.reason.startswith("raised: the newest run timed out after 1800 s, so 1.25 x that = 2250 s, rounded up "
-                               "to 2300 s; too few samples: 0 passed of the current file, p90 needs 3")
+                               "to 2300 s; no p90 proposal without it (0 passed of the current file, needs 3)")
     assert "keeps est_time" not in e.reason and "held" not in e.reason
     lowered = one([s(100, days_ago=d) for d in (3, 2, 1)], "p90", {"raise_on_timeout": True}, est_time=3000)
     assert (lowered.proposed, lowered.held) == (3000, 100), "a large step down is still held"

@@ -212,6 +212,10 @@ CUT = [
                                       "PASS|FAIL|TIMEOUT  elapsed=Ns`"),
     ("[2/3] tests/e2e/te", "`[2/3] tests/e2e/te` is cut off or garbled: not `[i/N] <file>  PASS|FAIL|TIMEOUT  "
                            "elapsed=Ns`"),
+    ("[2/3] tests/e2e/test_y.p", "`[2/3] tests/e2e/test_y.p` is cut off or garbled: not `[i/N] <file>  "
+                                 "PASS|FAIL|TIMEOUT  elapsed=Ns`"),
+    ("[2/3] tests/e2e/my test.py  PA", "`[2/3] tests/e2e/my test.py  PA` is cut off or garbled: not `[i/N] <file>  "
+                                       "PASS|FAIL|TIMEOUT  elapsed=Ns`"),
     ("TIMEOUT: tests/e2e/test_y.py aft", "`TIMEOUT: tests/e2e/test_y.py aft` is cut off or garbled: not `TIMEOUT: "
                                          "<file> after N seconds`"),
     ("End (2/3):\nfilename='tests/e2e/te", "`filename='tests/e2e/te` is cut off or garbled: not `End (i/N):` then "
@@ -228,6 +232,28 @@ def test_a_cut_off_runner_line_is_reported_with_its_line_and_the_rest_is_importe
     line = 2 + cut.count("\n")
     assert [str(p) for p in problems] == [
         f"j.log:{line}: log: {why}; that attempt's record is incomplete, check the log was saved whole"]
+
+
+BUILD_OUTPUT = [
+    "[1/3] /usr/local/cuda/bin/nvcc --generate-dependencies-with-compile -c /root/x/multi_tensor_adam.cu -o a.o",
+    "[2/3] c++ -MMD -MF b.o.d -c /root/x/fused_adam_frontend.cpp -o b.o",
+    "[3/3] /usr/bin/c++ a.o b.o -shared -o fused_adam.so",
+    "[1/20] ./checkpoints/iter_0000010 saved",
+    "[4/7] build/temp.linux-x86_64/kernels.cu",
+    "[1/2] Building CUDA object csrc/CMakeFiles/ops.dir/attention.cu.o",
+]
+
+
+def test_a_test_s_own_i_of_n_output_such_as_ninja_build_steps_is_not_reported_as_a_cut_off_runner_line():
+    """Every test that JIT-builds a kernel prints ninja's ``[i/N]`` lines; they are not the runner's."""
+    stamp = "2025-05-01T12:00:00.1234567Z "
+    log = "".join(f"{stamp}{line}\n" for line in BUILD_OUTPUT) + (
+        "2025-05-01T12:15:57.1234567Z End (1/1):\n"
+        "2025-05-01T12:15:57.1234567Z filename='tests/e2e/test_a.py', elapsed=957, _estimated_time=600\n"
+        "2025-05-01T12:15:57.1234567Z [1/1] tests/e2e/test_a.py  PASS  elapsed=957s\n")
+    samples, problems = import_logs({"j.log": log}, catalog(make_test()))
+    assert [(s.elapsed_s, s.started_at) for s in samples] == [(957.0, "2025-05-01T12:00:00.123456+00:00")]
+    assert problems == []
 
 
 def test_an_end_block_whose_summary_line_is_missing_is_reported():
