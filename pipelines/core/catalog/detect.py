@@ -22,7 +22,7 @@ from pipelines.core.catalog.dialect import (
     resembles,
     signatures,
 )
-from pipelines.core.catalog.scan import python_source
+from pipelines.core.catalog.scan import ROOTS_SETTING, python_source, root_folder
 
 #: folders that never hold the framework's own registry module
 _SKIP = frozenset({"node_modules", "site-packages", "venv", "build", "dist"})
@@ -85,6 +85,12 @@ def python_files(repo: Path) -> PyFiles:
     return out
 
 
+def _under(roots: tuple[str, ...]) -> tuple[tuple[str, ...], bool]:
+    """The path prefixes of ``roots`` (``tests/``), and whether one of them is the whole repository."""
+    folders = [root_folder(r) for r in roots]
+    return tuple(f + "/" for f in folders), "." in folders
+
+
 def registry_modules(repo: Path, files: list[tuple[str, os.stat_result]], defines: Callable[[str, os.stat_result], bool],
                      roots: tuple[str, ...] = ()) -> list[str]:
     """The files that define ``register_*_ci`` functions (usually one; never a symlink or a vendored copy).
@@ -94,8 +100,7 @@ def registry_modules(repo: Path, files: list[tuple[str, os.stat_result]], define
     may well be the registry module).
     """
     links = getattr(files, "links", frozenset())
-    under = tuple(r.strip("/") + "/" for r in roots)
-    everywhere = any(r in ("/", "./", "") for r in under)
+    under, everywhere = _under(roots)
 
     def a_test(rel: str) -> bool:
         return rel.rpartition("/")[2].startswith("test_") and (everywhere or rel.startswith(under))
@@ -173,8 +178,7 @@ def choose(repo: Path, dialect_name: str = "", roots: tuple[str, ...] | None = N
             f"using the {dialect.source}" if base else f"assuming the {dialect.source} (set `dialect:` in assets/repos.yaml)"))
     if roots is None:
         chosen = tuple(r for r in dialect.roots if (repo / r).is_dir()) or dialect.roots
-        notes.append(f"roots: {', '.join(chosen)} (the {dialect.name} runner's; set `roots:` in assets/repos.yaml "
-                     "or pass --roots to change)")
+        notes.append(f"roots: {', '.join(chosen)} (the {dialect.name} runner's; {ROOTS_SETTING} to change)")
     else:
         chosen = roots
     notes.insert(0, dialect.describe())
@@ -245,8 +249,7 @@ def _imported(sources: dict[str, str], files: list[tuple[str, os.stat_result]], 
     """How many files under the roots import ``register_*_ci`` names from each module (the first
     :data:`_IMPORTS_SEEN` importing files are enough to tell the repo's own module)."""
     dotted = {rel: rel[:-3].removesuffix("/__init__").replace("/", ".") for rel in sources}
-    under = tuple(r.strip("/") + "/" for r in roots)
-    everywhere = any(r in ("/", "./", "") for r in under)
+    under, everywhere = _under(roots)
     counts: dict[str, int] = {}
     seen = 0
     for rel, st in files:

@@ -18,6 +18,7 @@ import functools
 import hashlib
 import io
 import os
+import posixpath
 import re
 import tokenize
 from dataclasses import dataclass
@@ -68,6 +69,16 @@ def checked_path(repo: Path, rel: str, field: str = "path") -> Problem | None:
     return None
 
 
+#: how a user changes the roots for every command; ``nightly catalog`` adds its own ``--roots``
+ROOTS_SETTING = "set `roots:` in assets/repos.yaml"
+
+
+def root_folder(root: str) -> str:
+    """A root as written (``.``, ``./tests``, ``tests/``, ``/``) as the repo-relative folder it names: ``.`` for
+    the repository itself, else ``a/b``. A root leaving the repository keeps its ``..`` for discovery to refuse."""
+    return posixpath.normpath(root.strip("/") or ".")
+
+
 def collected(name: str, patterns: tuple[str, ...], exclude: tuple[str, ...] = ()) -> bool:
     """Whether the runner collects a file of this name."""
     return name not in exclude and _any_pattern(tuple(patterns))(name) is not None
@@ -98,26 +109,32 @@ def discover(repo: Path, roots: tuple[str, ...], patterns: tuple[str, ...] = ("t
              exclude: tuple[str, ...] = (), listing: dict[str, bool] | None = None) -> tuple[list[str], list[Problem]]:
     """Repo-relative paths of collected files under ``roots`` (sorted), and what was wrong on the way.
 
-    Symlinked folders are not followed; a symlinked file is kept only if it resolves inside.
+    A root may be written ``.``/``/`` (the whole repository) or ``./tests``; one leaving the repository is a
+    problem. Symlinked folders are not followed; a symlinked file is kept only if it resolves inside.
     ``listing`` (every ``.py`` file -> is a symlink, walked the same way) saves walking again.
     """
     if listing is not None and not all(p.endswith(".py") for p in patterns):
         listing = None
     found: dict[str, bool] = {}
     problems: list[Problem] = []
-    for root in roots:
-        root = root.strip("/")
-        base = repo / root
-        if (root and path_problem(root)) or not _inside(repo, base):
-            problems.append(Problem(shown(root), 1, "roots", "must be a folder inside the repository; pass --roots or fix `roots:` in assets/repos.yaml"))
+    seen: set[str] = set()
+    for written in roots:
+        root = root_folder(written)
+        if root in seen:
+            continue
+        seen.add(root)
+        whole = root == "."
+        base = repo if whole else repo / root
+        if (not whole and path_problem(root)) or not _inside(repo, base):
+            problems.append(Problem(shown(written), 1, "roots", f"must be a folder inside the repository; {ROOTS_SETTING}"))
             continue
         if not base.is_dir():
-            problems.append(Problem(shown(root), 1, "roots", "no such folder in the repository; pass --roots or fix `roots:` in assets/repos.yaml"))
+            problems.append(Problem(shown(written), 1, "roots", f"no such folder in the repository; {ROOTS_SETTING}"))
             continue
         if listing is None:
-            _walk(repo, root, found, patterns, exclude)
+            _walk(repo, "" if whole else root, found, patterns, exclude)
             continue
-        prefix = root + "/" if root else ""
+        prefix = "" if whole else root + "/"
         matches = _any_pattern(tuple(patterns))
         for rel, link in listing.items():
             if rel.startswith(prefix):
