@@ -21,7 +21,7 @@ from pathlib import Path
 from pipelines.core.catalog.assemble import registry_tests, template_path, template_tests
 from pipelines.core.catalog.cache import ScanCache, cache_file
 from pipelines.core.catalog.cached import defines_registry, scan_cached
-from pipelines.core.catalog.detect import choose, python_files
+from pipelines.core.catalog.detect import choose, python_files, skipped_folders
 from pipelines.core.catalog.dialect import Dialect, M, with_rules
 from pipelines.core.catalog.ids import id_problem, safe_filename, test_id_to_path
 from pipelines.core.catalog.incremental import inputs_digest, remember, reuse
@@ -36,7 +36,7 @@ __all__ = ["load_catalog", "detect_format", "find_template", "find_templates", "
 _WORKFLOWS = ".github/workflows"
 _SURPRISE = re.compile(r"several files define|cannot be parsed|not a built-in profile|defines no register|"
                        r"signature cannot say|registry_module .* \(assets/repos.yaml\)|"
-                       r"rules from assets/repos.yaml override")
+                       r"rules from assets/repos.yaml override|symlinked folder .* not followed")
 _TEMPLATE_SET = re.compile(r"<%[-+]?\s*set\s")  # `<% set`, `<%set`, and whitespace control `<%- set`
 
 
@@ -166,6 +166,7 @@ def _load(repo: Path, spec: RepoSpec, specs: Specs | None, estimates: Mapping[st
     dialect, overridden = with_rules(dialect, dict(getattr(spec, "rules", None) or {}))
     if overridden:
         notes = [*notes, overridden]
+    notes = [*notes, *skipped_folders(py_files, roots)]
     if not configured and dialect.name == "m" and not spec.implicit_cpu_dirs:
         # framework M's runner takes an unregistered file of its "fast" folder as a CPU test of est_time 1
         fast = tuple("fast" if r == "." else f"{r}/fast" for r in roots if (repo / r / "fast").is_dir())
