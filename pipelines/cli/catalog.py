@@ -81,6 +81,14 @@ def next_step(catalog: Catalog, selected: int, filtered: bool) -> str:
             "`roots:` (and `dialect:`) for this repo in assets/repos.yaml")
 
 
+def _with_roots_flag(line: str) -> str:
+    """The catalog names only assets/repos.yaml for changing the roots (``run`` and ``plan`` have no --roots);
+    this command also has its flag."""
+    from pipelines.core.catalog.scan import ROOTS_SETTING
+
+    return line.replace(ROOTS_SETTING, f"{ROOTS_SETTING} or pass --roots", 1)
+
+
 def _with_history(catalog: Catalog, path: Path) -> Catalog:
     """Template tests register no est_time: list the one the next night plans with, as ``run`` does."""
     from pipelines.night import Night, NightSettings, with_calibrated
@@ -139,9 +147,9 @@ def run(args: argparse.Namespace) -> int:
         print(f"nightly catalog: error: {exc}", file=sys.stderr)
         return 2
     for note in catalog.assumptions:
-        print(f"assumed: {note}", file=sys.stderr)
+        print(f"assumed: {_with_roots_flag(note)}", file=sys.stderr)
     for problem in catalog.problems:
-        print(str(problem), file=sys.stderr)
+        print(_with_roots_flag(str(problem)), file=sys.stderr)
     uncalibrated = [t.id for t in tests if t.uncalibrated]
     if args.json and uncalibrated:  # the table marks each row; the JSON fields are fixed
         print(f"uncalibrated: {len(uncalibrated)} test(s) have the default est_time until a night's history "

@@ -147,6 +147,33 @@ def test_roots_override_the_assumed_ones_and_an_empty_catalog_exits_1_with_the_n
     assert [r["id"] for r in json.loads(capsys.readouterr().out)] == ["e2e/test_a.py"]
 
 
+def test_roots_may_be_written_as_a_shell_user_does_and_may_not_leave_the_repository(capsys):
+    """``.`` is the whole checkout and ``./tests`` is ``tests``; ``..`` is refused where it was written."""
+    assert run(["--repo", str(EXAMPLE), "--roots", "tests", "--json"]) == 0
+    expected = [r["id"] for r in json.loads(capsys.readouterr().out)]
+    assert len(expected) == 14
+    for root in (".", "./tests", "/", "tests/", "./tests/../tests"):
+        assert run(["--repo", str(EXAMPLE), "--roots", root, "--json"]) == 0, root
+        out, err = capsys.readouterr()
+        assert [r["id"] for r in json.loads(out)] == expected and "roots:" not in err, root
+    for root, shown in (("..", ".."), ("./tests/../..", ".."), ("../minirl/tests", "../minirl/tests")):
+        assert run(["--repo", str(EXAMPLE), "--roots", root]) == 1
+        assert f"{shown}:1: roots: must be a folder inside the repository; set `roots:` in assets/repos.yaml or " \
+               "pass --roots" in capsys.readouterr().err, root
+
+
+def test_the_roots_hint_names_the_flag_only_where_the_command_has_it(capsys):
+    """``nightly run`` prints the same assumptions and has no --roots: the catalog names assets/repos.yaml, and
+    ``nightly catalog`` adds its own flag."""
+    from pipelines.core.catalog import load_catalog
+
+    assert "roots: test/registered (the sglang runner's; set `roots:` in assets/repos.yaml to change)" in (
+        load_catalog(SGLANGISH).assumptions)
+    assert run(["--repo", str(SGLANGISH)]) == 0
+    assert "assumed: roots: test/registered (the sglang runner's; set `roots:` in assets/repos.yaml or pass --roots " \
+           "to change)" in capsys.readouterr().err
+
+
 def test_a_selection_that_matches_nothing_exits_1_and_says_what_exists(repo, capsys):
     assert run(["--repo", str(repo), "--backend", "cpu"]) == 1
     assert ("nightly catalog: nothing matches the selection among 3 tests; drop or change --suite/--backend/--labels/"

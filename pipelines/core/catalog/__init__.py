@@ -21,12 +21,12 @@ from pathlib import Path
 from pipelines.core.catalog.assemble import registry_tests, template_path, template_tests
 from pipelines.core.catalog.cache import ScanCache, cache_file
 from pipelines.core.catalog.cached import defines_registry, scan_cached
-from pipelines.core.catalog.detect import choose, python_files
+from pipelines.core.catalog.detect import choose, python_files, skipped_folders
 from pipelines.core.catalog.dialect import Dialect, M, with_rules
 from pipelines.core.catalog.ids import id_problem, safe_filename, test_id_to_path
 from pipelines.core.catalog.incremental import inputs_digest, remember, reuse
 from pipelines.core.catalog.requirements import build_requirements
-from pipelines.core.catalog.scan import FileScan, checked_path, discover, scan_files
+from pipelines.core.catalog.scan import FileScan, checked_path, discover, root_folder, scan_files
 from pipelines.core.catalog.template import Template, parse_template
 from pipelines.core.model import Catalog, Problem, Test, effective_timeout
 from pipelines.core.specs import RepoSpec, Specs
@@ -36,7 +36,7 @@ __all__ = ["load_catalog", "detect_format", "find_template", "find_templates", "
 _WORKFLOWS = ".github/workflows"
 _SURPRISE = re.compile(r"several files define|cannot be parsed|not a built-in profile|defines no register|"
                        r"signature cannot say|registry_module .* \(assets/repos.yaml\)|"
-                       r"rules from assets/repos.yaml override")
+                       r"rules from assets/repos.yaml override|symlinked folder .* not followed")
 _TEMPLATE_SET = re.compile(r"<%[-+]?\s*set\s")  # `<% set`, `<%set`, and whitespace control `<%- set`
 
 
@@ -154,6 +154,8 @@ def _load(repo: Path, spec: RepoSpec, specs: Specs | None, estimates: Mapping[st
     """load_catalog's work once the repo is known to be a folder (see there)."""
     if roots is None:
         roots = configured_roots(repo, spec if configured else None)
+    if roots is not None:  # `.`, `./tests` and `tests/` as the folders they name; `..` is kept for discovery to refuse
+        roots = tuple(dict.fromkeys(root_folder(r) for r in roots))
     defines = defines_registry(repo, cache) if cache is not None else None
     py_files = python_files(repo)
     dialect, roots, notes = choose(repo, getattr(spec, "dialect", "") or "", roots, defines, py_files,
@@ -164,9 +166,10 @@ def _load(repo: Path, spec: RepoSpec, specs: Specs | None, estimates: Mapping[st
     dialect, overridden = with_rules(dialect, dict(getattr(spec, "rules", None) or {}))
     if overridden:
         notes = [*notes, overridden]
+    notes = [*notes, *skipped_folders(py_files, roots)]
     if not configured and dialect.name == "m" and not spec.implicit_cpu_dirs:
         # framework M's runner takes an unregistered file of its "fast" folder as a CPU test of est_time 1
-        fast = tuple(f"{r}/fast" for r in roots if (repo / r / "fast").is_dir())
+        fast = tuple("fast" if r == "." else f"{r}/fast" for r in roots if (repo / r / "fast").is_dir())
         if fast:
             spec = dataclasses.replace(spec, implicit_cpu_dirs=fast)
             notes = [*notes, f"implicit CPU folder(s) {', '.join(fast)}: framework M's runner takes an unregistered "

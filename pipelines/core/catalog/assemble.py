@@ -167,6 +167,22 @@ def _variant(entry: Entry, gpus_differ: bool) -> str:
     return variant
 
 
+def _env(entry: Entry, lines: Mapping[str, tuple[str, str | None]]) -> dict[str, str | None]:
+    """The environment GitHub gives the entry's job: ``VAR: ${{ matrix.info.<key> || 'd' }}`` is the value
+    as GitHub renders it (``true``, ``2``), or ``d`` when the value is absent or falsy (false, 0, '', null);
+    a key no line names is passed upper-cased (None: no value and no default, so not set)."""
+    given = {key: (text, truthy) for key, text, truthy in entry.github}
+    env: dict[str, str | None] = {}
+    for key, (var, default) in lines.items():
+        if key not in given:
+            env[var] = default
+            continue
+        text, truthy = given.pop(key)
+        env[var] = text if truthy or default is None else default
+    env.update({key.upper(): text for key, (text, _) in given.items()})
+    return env
+
+
 def entry_gpus(entry: Entry, file_gpus: int | None, default: int) -> int:
     """The GPUs a template entry's test runs on: its ``num_gpus``, else the test file's ``NUM_GPUS``,
     else the repo's ``default_num_gpus``; 0 in a CPU job. One rule for the catalog and coverage."""
@@ -222,9 +238,7 @@ def template_tests(
             variant = _variant(e, gpus_differ) if len(keys) > 1 else None
             gpus = entry_gpus(e, scan.num_gpus, default_gpus)
             cpu = gpus == 0
-            given = dict(e.extra)
-            env = {var: given.pop(k, default) for k, (var, default) in env_of.get(e.source, {}).items()}
-            env.update({k.upper(): v for k, v in given.items()})
+            env = _env(e, env_of.get(e.source, {}))
             test_id = make_id(path, variant)
             history = estimates.get(test_id)
             tests.append(Test(

@@ -22,7 +22,7 @@ from pipelines.core.catalog.dialect import (
     resembles,
     signatures,
 )
-from pipelines.core.catalog.scan import python_source
+from pipelines.core.catalog.scan import ROOTS_SETTING, python_source, root_folder, walk_files
 
 #: folders that never hold the framework's own registry module
 _SKIP = frozenset({"node_modules", "site-packages", "venv", "build", "dist"})
@@ -44,9 +44,11 @@ def _read(repo: Path) -> Reader:
 
 
 class PyFiles(list):
-    """``[(rel, stat)]`` of every ``.py`` file, sorted, plus ``links``: the symlinked ones."""
+    """``[(rel, stat)]`` of every ``.py`` file, sorted, plus ``links``: the symlinked ones (or under a
+    symlinked folder), and ``skipped``: the symlinked folders not followed (rel -> why)."""
 
     links: frozenset[str] = frozenset()
+    skipped: dict[str, str] = {}
 
     def symlinks(self) -> dict[str, bool]:
         """rel -> is a symlink, as :func:`scan.discover` takes a listing."""
@@ -54,35 +56,42 @@ class PyFiles(list):
 
 
 def python_files(repo: Path) -> PyFiles:
-    """Every ``.py`` file of the checkout, walked once (no hidden or ``__pycache__`` folders, no
-    symlinked folders); the test discovery and the registry-module search both read this listing."""
+    """Every ``.py`` file of the checkout, walked once as the runner's glob walks (no hidden or ``__pycache__``
+    folders; symlinked folders inside the repository followed, see :func:`scan.walk_files`); the test
+    discovery and the registry-module search both read this listing."""
     out = PyFiles()
     links: set[str] = set()
-    stack = [""]
-    base = str(repo) + os.sep
-    while stack:
-        folder = stack.pop()
+    skipped: dict[str, str] = {}
+    for rel, e, linked in walk_files(repo, "", skipped):
+        if not e.name.endswith(".py"):
+            continue
         try:
-            entries = list(os.scandir(base + folder if folder else repo))
+            if e.is_symlink() or linked:
+                links.add(rel)
+                out.append((rel, os.stat(e.path)))
+            elif e.is_file(follow_symlinks=False):
+                out.append((rel, e.stat(follow_symlinks=False)))
         except OSError:
             continue
-        for e in entries:
-            rel = f"{folder}/{e.name}" if folder else e.name
-            if e.is_dir(follow_symlinks=False):
-                if not e.name.startswith(".") and e.name != "__pycache__":
-                    stack.append(rel)
-            elif e.name.endswith(".py"):
-                try:
-                    if e.is_symlink():
-                        links.add(rel)
-                        out.append((rel, os.stat(base + rel)))
-                    elif e.is_file(follow_symlinks=False):
-                        out.append((rel, e.stat(follow_symlinks=False)))
-                except OSError:
-                    continue
     out.sort()
     out.links = frozenset(links)
+    out.skipped = skipped
     return out
+
+
+def skipped_folders(files: list[tuple[str, os.stat_result]], roots: tuple[str, ...]) -> list[str]:
+    """One note per symlinked folder under ``roots`` that the catalog did not follow (the runner's glob would,
+    or would loop)."""
+    under, everywhere = _under(roots)
+    return [f"symlinked folder {rel} not followed, its files are not listed: it {why}"
+            for rel, why in sorted(getattr(files, "skipped", {}).items())
+            if everywhere or rel.startswith(under)]
+
+
+def _under(roots: tuple[str, ...]) -> tuple[tuple[str, ...], bool]:
+    """The path prefixes of ``roots`` (``tests/``), and whether one of them is the whole repository."""
+    folders = [root_folder(r) for r in roots]
+    return tuple(f + "/" for f in folders), "." in folders
 
 
 def registry_modules(repo: Path, files: list[tuple[str, os.stat_result]], defines: Callable[[str, os.stat_result], bool],
@@ -94,8 +103,7 @@ def registry_modules(repo: Path, files: list[tuple[str, os.stat_result]], define
     may well be the registry module).
     """
     links = getattr(files, "links", frozenset())
-    under = tuple(r.strip("/") + "/" for r in roots)
-    everywhere = any(r in ("/", "./", "") for r in under)
+    under, everywhere = _under(roots)
 
     def a_test(rel: str) -> bool:
         return rel.rpartition("/")[2].startswith("test_") and (everywhere or rel.startswith(under))
@@ -173,8 +181,7 @@ def choose(repo: Path, dialect_name: str = "", roots: tuple[str, ...] | None = N
             f"using the {dialect.source}" if base else f"assuming the {dialect.source} (set `dialect:` in assets/repos.yaml)"))
     if roots is None:
         chosen = tuple(r for r in dialect.roots if (repo / r).is_dir()) or dialect.roots
-        notes.append(f"roots: {', '.join(chosen)} (the {dialect.name} runner's; set `roots:` in assets/repos.yaml "
-                     "or pass --roots to change)")
+        notes.append(f"roots: {', '.join(chosen)} (the {dialect.name} runner's; {ROOTS_SETTING} to change)")
     else:
         chosen = roots
     notes.insert(0, dialect.describe())
@@ -245,8 +252,7 @@ def _imported(sources: dict[str, str], files: list[tuple[str, os.stat_result]], 
     """How many files under the roots import ``register_*_ci`` names from each module (the first
     :data:`_IMPORTS_SEEN` importing files are enough to tell the repo's own module)."""
     dotted = {rel: rel[:-3].removesuffix("/__init__").replace("/", ".") for rel in sources}
-    under = tuple(r.strip("/") + "/" for r in roots)
-    everywhere = any(r in ("/", "./", "") for r in under)
+    under, everywhere = _under(roots)
     counts: dict[str, int] = {}
     seen = 0
     for rel, st in files:

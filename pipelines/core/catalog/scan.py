@@ -1,7 +1,8 @@
 """Finding test files and reading each one once: bytes, sha256, registrations, NUM_GPUS, needs.
 
 Discovery walks the roots for the file names the dialect's runner collects (``test_*.py``, or
-every ``*.py`` but ``conftest.py``/``__init__.py``) without following symlinked folders;
+every ``*.py`` but ``conftest.py``/``__init__.py``) as the runner's recursive glob does, following
+symlinked folders that stay inside the repository (a loop or a folder outside is named, not walked);
 a file whose name is unsafe for an id, or a symlink resolving outside the repository, is
 reported and skipped. Scanning is a pure function of (repo, file) so it can run in a process
 pool for big trees; every failure (unreadable, undecodable, syntax error) is a located problem.
@@ -18,6 +19,7 @@ import functools
 import hashlib
 import io
 import os
+import posixpath
 import re
 import tokenize
 from dataclasses import dataclass
@@ -68,6 +70,16 @@ def checked_path(repo: Path, rel: str, field: str = "path") -> Problem | None:
     return None
 
 
+#: how a user changes the roots for every command; ``nightly catalog`` adds its own ``--roots``
+ROOTS_SETTING = "set `roots:` in assets/repos.yaml"
+
+
+def root_folder(root: str) -> str:
+    """A root as written (``.``, ``./tests``, ``tests/``, ``/``) as the repo-relative folder it names: ``.`` for
+    the repository itself, else ``a/b``. A root leaving the repository keeps its ``..`` for discovery to refuse."""
+    return posixpath.normpath(root.strip("/") or ".")
+
+
 def collected(name: str, patterns: tuple[str, ...], exclude: tuple[str, ...] = ()) -> bool:
     """Whether the runner collects a file of this name."""
     return name not in exclude and _any_pattern(tuple(patterns))(name) is not None
@@ -79,45 +91,105 @@ def _any_pattern(patterns: tuple[str, ...]):
     return re.compile("|".join(f"(?:{fnmatch.translate(p)})" for p in patterns) or "(?!)").match
 
 
-def _walk(repo: Path, folder: str, found: dict[str, bool], patterns: tuple[str, ...], exclude: tuple[str, ...]) -> None:
-    """Collect the files the runner collects under ``folder`` (repo-relative); True marks a symlinked file."""
+def _hidden(name: str) -> bool:
+    return name.startswith(".") or name == "__pycache__"
+
+
+def walk_files(repo: Path, folder: str = "", skipped: dict[str, str] | None = None):
+    """Yield ``(rel, entry, linked)`` for every file under ``folder`` (repo-relative) as the runner's recursive
+    glob finds it: hidden and ``__pycache__`` folders skipped, a symlinked folder resolving inside the
+    repository followed (its files keep the link's path, the one the runner names; ``linked`` marks them).
+
+    A symlinked folder leading outside, or back to a folder it is in (a loop), is not followed and goes into
+    ``skipped`` (rel -> why) for the catalog to say so.
+    """
+    real_repo = os.path.realpath(repo)
+    start = os.path.realpath(repo / folder) if folder else real_repo
+    # each entry: (rel, its real path, the real (first, last) folders of the stretches walked before the
+    # latest link, where that stretch began, under a link): a link to any folder on the way is a loop
+    stack: list[tuple[str, str, tuple[tuple[str, str], ...], str, bool]] = [(folder, start, (), start, False)]
+    base = str(repo) + os.sep
+    while stack:
+        rel_dir, real, before, began, linked = stack.pop()
+        try:
+            entries = list(os.scandir(base + rel_dir if rel_dir else repo))
+        except OSError:
+            continue
+        for entry in entries:
+            rel = f"{rel_dir}/{entry.name}" if rel_dir else entry.name
+            if entry.is_dir(follow_symlinks=False):
+                if not _hidden(entry.name):
+                    stack.append((rel, f"{real}/{entry.name}", before, began, linked))
+                continue
+            if entry.is_symlink() and _is_folder(entry):
+                if _hidden(entry.name):
+                    continue
+                target = os.path.realpath(entry.path)
+                if not _under(target, real_repo):
+                    if skipped is not None:
+                        skipped[rel] = (f"leads outside the repository ({target}); replace the link with the "
+                                        "folder itself if the runner should collect its files")
+                elif any(_under(target, first) and _under(last, target) for first, last in (*before, (began, real))):
+                    if skipped is not None:
+                        skipped[rel] = (f"leads back to {os.path.relpath(target, real_repo)}, a folder it is in; "
+                                        "the runner's recursive glob walks such a loop again and again: remove the link")
+                else:
+                    stack.append((rel, target, (*before, (began, real)), target, True))
+                continue
+            yield rel, entry, linked
+
+
+def _is_folder(entry: os.DirEntry) -> bool:
     try:
-        entries = sorted(os.scandir(repo / folder), key=lambda e: e.name)
+        return entry.is_dir()
     except OSError:
-        return
-    for entry in entries:
-        rel = f"{folder}/{entry.name}" if folder else entry.name
-        if entry.is_dir(follow_symlinks=False):
-            if not entry.name.startswith(".") and entry.name != "__pycache__":
-                _walk(repo, rel, found, patterns, exclude)
-        elif collected(entry.name, patterns, exclude):
-            found[rel] = entry.is_symlink()
+        return False
+
+
+def _under(path: str, folder: str) -> bool:
+    """Whether real path ``path`` is ``folder`` or inside it."""
+    return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
+
+
+def _walk(repo: Path, folder: str, found: dict[str, bool], patterns: tuple[str, ...], exclude: tuple[str, ...]) -> None:
+    """Collect the files the runner collects under ``folder`` (repo-relative); True marks a symlinked file or
+    one under a symlinked folder."""
+    for rel, entry, linked in walk_files(repo, folder):
+        if collected(entry.name, patterns, exclude):
+            found[rel] = linked or entry.is_symlink()
 
 
 def discover(repo: Path, roots: tuple[str, ...], patterns: tuple[str, ...] = ("test_*.py",),
              exclude: tuple[str, ...] = (), listing: dict[str, bool] | None = None) -> tuple[list[str], list[Problem]]:
     """Repo-relative paths of collected files under ``roots`` (sorted), and what was wrong on the way.
 
-    Symlinked folders are not followed; a symlinked file is kept only if it resolves inside.
+    A root may be written ``.``/``/`` (the whole repository) or ``./tests``; one leaving the repository is a
+    problem. A symlinked folder is followed when it stays inside (:func:`walk_files`); a symlinked file is kept only
+    if it resolves inside.
     ``listing`` (every ``.py`` file -> is a symlink, walked the same way) saves walking again.
     """
     if listing is not None and not all(p.endswith(".py") for p in patterns):
         listing = None
     found: dict[str, bool] = {}
     problems: list[Problem] = []
-    for root in roots:
-        root = root.strip("/")
-        base = repo / root
-        if (root and path_problem(root)) or not _inside(repo, base):
-            problems.append(Problem(shown(root), 1, "roots", "must be a folder inside the repository; pass --roots or fix `roots:` in assets/repos.yaml"))
+    seen: set[str] = set()
+    for written in roots:
+        root = root_folder(written)
+        if root in seen:
+            continue
+        seen.add(root)
+        whole = root == "."
+        base = repo if whole else repo / root
+        if (not whole and path_problem(root)) or not _inside(repo, base):
+            problems.append(Problem(shown(written), 1, "roots", f"must be a folder inside the repository; {ROOTS_SETTING}"))
             continue
         if not base.is_dir():
-            problems.append(Problem(shown(root), 1, "roots", "no such folder in the repository; pass --roots or fix `roots:` in assets/repos.yaml"))
+            problems.append(Problem(shown(written), 1, "roots", f"no such folder in the repository; {ROOTS_SETTING}"))
             continue
         if listing is None:
-            _walk(repo, root, found, patterns, exclude)
+            _walk(repo, "" if whole else root, found, patterns, exclude)
             continue
-        prefix = root + "/" if root else ""
+        prefix = "" if whole else root + "/"
         matches = _any_pattern(tuple(patterns))
         for rel, link in listing.items():
             if rel.startswith(prefix):

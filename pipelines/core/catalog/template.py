@@ -85,6 +85,9 @@ class Entry:
     cpu: bool
     #: the template it came from (a repo may keep its matrix in several)
     source: str = ""
+    #: each ``extra`` key's value as a GitHub expression gives it (``true``, ``2``), and whether it is truthy
+    #: there (``false``, ``0``, ``''`` and ``null`` are not: ``matrix.info.<key> || 'd'`` then gives ``d``)
+    github: tuple[tuple[str, str, bool], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -350,7 +353,7 @@ def _entry(path: str, job: str, label: str, cpu: bool, item: object, line: int) 
     except ValueError as exc:  # the job's shell would fail on it too: never guess how it splits
         return Problem(path, line, "test_args", f"{args!r} cannot be split into arguments ({exc}); "
                                                 "close the quote or escape it with a backslash")
-    extra = []
+    extra, github = [], []
     for key, value in item.items():
         if key in ENTRY_KEYS:
             continue
@@ -358,4 +361,20 @@ def _entry(path: str, job: str, label: str, cpu: bool, item: object, line: int) 
             return Problem(path, line, str(key), f"must be a string or number, got {value!r}; "
                                                  "the job passes it as one environment variable, so write one value")
         extra.append((str(key), str(value)))
-    return Entry(test_file, job, label, line, gpus, args, tuple(sorted(extra)), cpu, path)
+        github.append((str(key), *as_github(value)))
+    return Entry(test_file, job, label, line, gpus, args, tuple(sorted(extra)), cpu, path, tuple(sorted(github)))
+
+
+def as_github(value: object) -> tuple[str, bool]:
+    """(text, truthy) of a matrix value in ``${{ matrix.info.<key> }}``: GitHub turns the JSON value into a
+    string (booleans lower-case, numbers as JSON, null as ''), and ``||`` skips the falsy ones."""
+    if value is None:
+        return "", False
+    if isinstance(value, bool):
+        return ("true" if value else "false"), value
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value)), value != 0
+    if isinstance(value, int | float):
+        return str(value), value != 0
+    text = str(value)
+    return text, text != ""

@@ -119,10 +119,45 @@ def test_a_symlink_escaping_the_repo_is_rejected_and_one_inside_is_kept(tree, tm
                             "replace the symlink with the file itself")
 
 
-def test_symlinked_folders_are_not_followed(tree, tmp_path):
+def test_a_symlinked_folder_outside_the_repo_is_not_followed_and_said_so(tree, tmp_path):
     repo = tree({"tests/test_real.py": REGISTERED})
     (tmp_path / "other").mkdir()
     (tmp_path / "other/test_out.py").write_text(REGISTERED)
     os.symlink(tmp_path / "other", repo / "tests/linked")
     cat = load_catalog(repo, RepoSpec(name="fw", path=repo, format="registry"))
     assert [t.id for t in cat.tests] == ["tests/test_real.py"]
+    assert cat.assumptions == (
+        f"symlinked folder tests/linked not followed, its files are not listed: it leads outside the repository "
+        f"({tmp_path / 'other'}); replace the link with the folder itself if the runner should collect its files",)
+
+
+def test_a_symlinked_folder_inside_the_repo_is_followed_under_the_link_path_as_the_runners_glob_does(tree, tmp_path):
+    """SGLang's runner collects ``glob("registered/**/*.py", recursive=True)``, which follows linked folders."""
+    import glob
+
+    repo = tree({"tests/a/test_a.py": REGISTERED, "shared/test_s.py": REGISTERED})
+    os.symlink("../shared", repo / "tests/shared")
+    runner = sorted(glob.glob("tests/**/test_*.py", root_dir=repo, recursive=True))
+    cache = tmp_path / "cache"
+    cat = load_catalog(repo, RepoSpec(name="fw", path=repo, format="registry"), cache_dir=cache)
+    assert [t.id for t in cat.tests] == runner == ["tests/a/test_a.py", "tests/shared/test_s.py"]
+    assert cat.problems == () and cat.assumptions == ()
+    (repo / "shared/test_s.py").write_text('register_cpu_ci(7, "stage-a-cpu")\n')  # the kept catalog sees edits
+    (repo / "shared/test_t.py").write_text(REGISTERED)  # ... and new files under the link
+    cat = load_catalog(repo, RepoSpec(name="fw", path=repo, format="registry"), cache_dir=cache)
+    assert [(t.id, t.est_time) for t in cat.tests] == [
+        ("tests/a/test_a.py", 1), ("tests/shared/test_s.py", 7), ("tests/shared/test_t.py", 1)]
+
+
+def test_a_symlinked_folder_leading_back_up_is_a_loop_not_followed_and_said_so(tree):
+    repo = tree({"tests/a/test_a.py": REGISTERED})
+    os.symlink("..", repo / "tests/a/up")
+    os.symlink("../a", repo / "tests/a/again")  # the folder it is in
+    cat = load_catalog(repo, RepoSpec(name="fw", path=repo, format="registry"))
+    assert [t.id for t in cat.tests] == ["tests/a/test_a.py"]
+    assert cat.assumptions == tuple(
+        f"symlinked folder tests/a/{name} not followed, its files are not listed: it leads back to {target}, a folder "
+        "it is in; the runner's recursive glob walks such a loop again and again: remove the link"
+        for name, target in (("again", "tests/a"), ("up", "tests")))
+
+

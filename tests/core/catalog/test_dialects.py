@@ -139,7 +139,7 @@ def test_the_catalog_says_which_module_gave_the_rules(tree):
     assert any(n.startswith("dialect sglang (python/pkg/test/ci/ci_register.py, sglang profile): register_amd_ci, "
                             "register_cpu_ci, register_cuda_ci, register_npu_ci; no labels; collects *.py except "
                             "conftest.py, __init__.py; est_time >= 0") for n in notes)
-    assert "roots: test/registered (the sglang runner's; set `roots:` in assets/repos.yaml or pass --roots to change)" in notes
+    assert "roots: test/registered (the sglang runner's; set `roots:` in assets/repos.yaml to change)" in notes
 
 
 def test_assets_may_name_the_profile_when_the_framework_has_no_registry_module(tree):

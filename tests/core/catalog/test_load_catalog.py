@@ -31,7 +31,7 @@ def test_an_unconfigured_registry_repo_is_detected_and_the_assumptions_listed(tr
                                          "collects test_*.py; est_time > 0")
     assert cat.assumptions[3:] == (
         "no module of the repo defines register_*_ci; assuming the built-in profile m (set `dialect:` in assets/repos.yaml)",
-        "roots: tests (the m runner's; set `roots:` in assets/repos.yaml or pass --roots to change)",
+        "roots: tests (the m runner's; set `roots:` in assets/repos.yaml to change)",
     )
 
 

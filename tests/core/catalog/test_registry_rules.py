@@ -255,7 +255,7 @@ def test_only_configured_roots_are_searched_and_a_missing_root_is_reported(tree)
     cat = catalog_of(tree, {"tests/e2e/test_a.py": HEADER + 'register_cpu_ci(3, "stage-a-cpu")\n',
                             "tests/unit/test_b.py": "x = 1\n"}, roots=("tests/e2e", "tests/gone"))
     assert [t.id for t in cat.tests] == ["tests/e2e/test_a.py"]
-    assert only_problem(cat) == "tests/gone:1: roots: no such folder in the repository; pass --roots or fix `roots:` in assets/repos.yaml"
+    assert only_problem(cat) == "tests/gone:1: roots: no such folder in the repository; set `roots:` in assets/repos.yaml"
 
 
 def test_an_unregistered_file_in_a_cpu_unit_test_folder_is_advised_implicit_cpu_dirs_not_an_8_gpu_registration(tree):

@@ -98,6 +98,26 @@ def test_keys_the_template_does_not_map_become_upper_cased_env(tree):
     assert t.env == (("USE_FP8", "1"),)
 
 
+def test_env_values_are_what_github_sets_booleans_and_numbers_as_json_and_the_default_for_falsy_ones(tree):
+    """``${{ matrix.info.x || 'd' }}`` renders true as 'true', and gives 'd' for false, 0, '' and null; the
+    string '0' is truthy there. A key no line names is rendered the same way, with no default."""
+    files = dict(FILES)
+    values = {"t": "True", "f": "False", "zero": "0", "two": "2", "half": "0.5", "whole": "2.0", "empty": "''",
+              "null": "none", "text0": "'0'", "text": "'on'"}
+    files[WORKFLOW] = ("<% set jobs = {'j': {'label': 'run-ci-j', 'tests': [\n"
+                       + ",\n".join(f"  {{'test_file': 'test_short.py', 'use_deepep': {v}, 'extra_{k}': {v}}}"
+                                     for k, v in values.items())
+                       + "]}} %>\nenv:\n  FW_TEST_USE_DEEPEP: ${{ matrix.info.use_deepep || '7' }}\n")
+    got = {}
+    for t in load(tree, files).tests:
+        env = dict(t.env)
+        (extra,) = [k for k in env if k.startswith("EXTRA_")]
+        got[extra.removeprefix("EXTRA_").lower()] = (env["FW_TEST_USE_DEEPEP"], env[extra])
+    assert got == {"t": ("true", "true"), "f": ("7", "false"), "zero": ("7", "0"), "two": ("2", "2"),
+                   "half": ("0.5", "0.5"), "whole": ("2", "2"), "empty": ("7", ""), "null": ("7", ""),
+                   "text0": ("0", "0"), "text": ("on", "on")}
+
+
 def test_num_gpus_comes_from_the_entry_else_the_file_else_the_default(tree):
     files = dict(FILES)
     files[WORKFLOW] = ("<% set jobs = {'j': {'label': 'run-ci-j', 'tests': [\n"
