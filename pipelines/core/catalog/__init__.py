@@ -334,7 +334,8 @@ def _first_night_timeout(tests: list[Test], spec: RepoSpec) -> list[str]:
             f"(default_est_time) and time out after {timeout} s, max(timeout floor {spec.timeout_floor_s} s, "
             f"{spec.timeout_factor:g} x est_time; a test killed there gets about 1.56 x that limit next night); "
             "the framework's own CI sets no per-test timeout, so raise default_est_time in assets/repos.yaml "
-            "above its longest test, or import history first"]
+            "above its longest test; after a night (or `nightly calibrate --write` on measured history) they plan "
+            "from the calibrated estimates"]
 
 
 def _unique(tests: list[Test]) -> tuple[list[Test], list[Problem]]:

@@ -172,7 +172,8 @@ def test_the_first_night_timeout_of_tests_without_history_is_stated_as_ours_not_
     assert f"{guessed} template test(s) have no history: they plan with est_time 2000 s (default_est_time) and time " \
            "out after 2500 s, max(timeout floor 1800 s, 1.25 x est_time; a test killed there gets about 1.56 x that " \
            "limit next night); the framework's own CI sets no per-test timeout, so raise default_est_time in " \
-           "assets/repos.yaml above its longest test, or import history first" in cat.assumptions
+           "assets/repos.yaml above its longest test; after a night (or `nightly calibrate --write` on measured " \
+           "history) they plan from the calibrated estimates" in cat.assumptions
     all_known = {t.id: 600 for t in cat.tests}
     assert not any("no history" in a for a in load(tree, estimates=all_known).assumptions)
 
