@@ -1,15 +1,24 @@
-"""Runs inside the test's process: import a test file as a module and call its ``execute()``.
+"""Runs inside the test's process: run a test file as its runner would, without its prepare().
 
 Why not ``python3 tests/test_x.py``? Its ``__main__`` calls ``prepare()`` first, which downloads
 and converts again; the orchestrator's assets have already done that work at the paths the test
-expects. Importing the file under a non-``__main__`` name runs its registrations (no-ops) and
-module constants, then only ``execute()`` is called.
+expects. So the wrapper reads the file (``ast``) and picks one of two ways:
+
+- the usual anatomy, a ``if __name__ == "__main__":`` block of bare ``prepare()`` calls and one
+  ``execute()`` (or no such block): import the file under a non-``__main__`` name (its
+  registrations are no-ops) and call ``execute()``;
+- a ``__main__`` block that does anything more (checks a result, calls ``unittest.main()``, passes
+  arguments): run the file as ``__main__``, as its runner would, with each ``prepare(...)``
+  statement of that block replaced by ``pass`` (same line numbers, so tracebacks point at the
+  file's real lines). Skipping the block would skip its checks: a false pass.
+
+The log's first line from the wrapper says which way it took.
 
 Standard library only (plus optional dagster-pipes): this file must also run inside a framework's
-own image. It writes a small JSON result (measured time of ``execute()`` alone, error text) and,
+own image. It writes a small JSON result (measured time of the test's run, error text) and,
 when launched by Dagster Pipes, reports the same fields through Pipes.
 
-The result is the positive evidence of a pass: it is written only after ``execute()`` returned
+The result is the positive evidence of a pass: it is written only after the test returned
 (``"finished": true`` and the attempt's token), so a test that calls ``os._exit(0)`` halfway is
 not taken for a pass by its exit code. With ``--deadline-s`` the wrapper also kills its own
 process group past that deadline: a test the night lost track of (night killed with ``kill -9``)
@@ -19,6 +28,7 @@ still cannot run for ever.
 from __future__ import annotations
 
 import argparse
+import ast
 import importlib.util
 import json
 import os
@@ -27,6 +37,7 @@ import sys
 import threading
 import time
 import traceback
+import types
 
 
 def _load_module(path: str):
@@ -38,6 +49,98 @@ def _load_module(path: str):
     sys.modules[name] = module
     spec.loader.exec_module(module)
     return module
+
+
+def _is_main_guard(stmt: ast.stmt) -> bool:
+    """``if __name__ == "__main__":`` (either side of the ``==``)."""
+    if not isinstance(stmt, ast.If) or not isinstance(stmt.test, ast.Compare):
+        return False
+    test = stmt.test
+    if len(test.ops) != 1 or not isinstance(test.ops[0], ast.Eq):
+        return False
+    sides = [test.left, test.comparators[0]]
+    return (any(isinstance(s, ast.Name) and s.id == "__name__" for s in sides)
+            and any(isinstance(s, ast.Constant) and s.value == "__main__" for s in sides))
+
+
+def _called(stmt: ast.stmt) -> str | None:
+    """The name a statement calls when it is just ``name(...)``, else None."""
+    if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call) and isinstance(stmt.value.func, ast.Name):
+        return stmt.value.func.id
+    return None
+
+
+def _usual_anatomy(blocks: list[ast.If]) -> bool:
+    """The ``__main__`` block(s) only call ``prepare()`` and, once, ``execute()``, with no arguments."""
+    stmts = [s for b in blocks for s in b.body]
+    bare = all(_called(s) in ("prepare", "execute") and not s.value.args and not s.value.keywords  # type: ignore[attr-defined]
+               for s in stmts)
+    return bare and sum(_called(s) == "execute" for s in stmts) == 1
+
+
+class _SkipPrepare(ast.NodeTransformer):
+    """``prepare(...)`` statements become ``pass`` at the same line: the night's assets did that work."""
+
+    skipped = 0
+
+    def visit_Expr(self, node: ast.Expr) -> ast.AST:
+        if _called(node) == "prepare":
+            self.skipped += 1
+            return ast.copy_location(ast.Pass(), node)
+        return node
+
+
+def _main_program(tree: ast.Module) -> tuple[ast.Module, int]:
+    """The file with every ``prepare(...)`` statement of its ``__main__`` block(s) replaced by ``pass``."""
+    skip = _SkipPrepare()
+    for stmt in tree.body:
+        if _is_main_guard(stmt):
+            stmt.body = [skip.visit(s) for s in stmt.body]  # type: ignore[attr-defined]
+    return ast.fix_missing_locations(tree), skip.skipped
+
+
+def _run_as_main(path: str, tree: ast.Module) -> None:
+    """Run the (rewritten) file as ``__main__``, as ``python3 FILE`` would."""
+    full = os.path.abspath(path)
+    code = compile(tree, full, "exec")
+    module = types.ModuleType("__main__")
+    module.__dict__.update(__file__=full, __cached__=None, __loader__=None, __package__=None, __spec__=None)
+    saved = sys.modules.get("__main__")
+    sys.modules["__main__"] = module
+    try:
+        exec(code, module.__dict__)
+    finally:
+        if saved is not None:
+            sys.modules["__main__"] = saved
+
+
+def _say(text: str) -> None:
+    """A line for the test's log; a test that closed its stdout must not turn this into the error."""
+    try:
+        print(f"# nightly wrapper: {text}", flush=True)
+    except (OSError, ValueError):
+        pass
+
+
+def _test_function(file: str, func_name: str):
+    """What to call to run the test file, saying in the log which way it runs (see the module's docstring)."""
+    with open(file, "rb") as fh:
+        tree = ast.parse(fh.read(), filename=file)
+    blocks = [s for s in tree.body if _is_main_guard(s)]
+    if func_name == "execute" and blocks and not _usual_anatomy(blocks):
+        program, skipped = _main_program(tree)
+        _say(f"running {file} as __main__, as `python3 {file}` would: its __main__ block does more than "
+             f"prepare() and execute(); {skipped} prepare() call(s) in it skipped (the night's assets built its inputs)")
+        return lambda: _run_as_main(file, program)
+    module = _load_module(file)
+    func = getattr(module, func_name, None)
+    if not callable(func):
+        if func_name == "execute" and not blocks and not hasattr(module, "prepare"):
+            _say(f"running {file} as __main__, as `python3 {file}` would")
+            return lambda: _run_as_main(file, tree)
+        raise AttributeError(f"{file}: has no function {func_name}(); the nightly calls it to run the test")
+    _say(f"importing {file} and calling its {func_name}() (prepare() skipped: the night's assets built its inputs)")
+    return func
 
 
 def _write_result(path: str | None, result: dict) -> None:
@@ -111,17 +214,7 @@ def main(argv: list[str] | None = None) -> int:
     result: dict = {"file": ns.file, "func": ns.func, "ok": False, "exit_code": 1}
     started = time.monotonic()
     try:
-        module = _load_module(ns.file)
-        func = getattr(module, ns.func, None)
-        if not callable(func) and ns.func == "execute" and not hasattr(module, "prepare"):
-            # a plain test script (unittest style, as SGLang-family runners run them): run it as its
-            # runner would, `python3 FILE`; it has no prepare() whose downloads we would repeat
-            import runpy
-
-            def func() -> None:
-                runpy.run_path(ns.file, run_name="__main__")
-        if not callable(func):
-            raise AttributeError(f"{ns.file}: has no function {ns.func}(); the nightly calls it to run the test")
+        func = _test_function(ns.file, ns.func)
         call_started = time.monotonic()
         func()
         result.update(ok=True, exit_code=0, execute_s=round(time.monotonic() - call_started, 3))

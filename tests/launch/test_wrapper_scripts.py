@@ -65,3 +65,69 @@ def test_the_test_gets_sigterm_and_sigint_unblocked_and_not_ignored_whatever_the
     for sig in (signal.SIGTERM, signal.SIGINT):
         assert not blocked & (1 << (sig - 1)), f"{sig.name} blocked in the test: {blocked:#x}"
         assert not ignored & (1 << (sig - 1)), f"{sig.name} ignored in the test: {ignored:#x}"
+
+
+def _wrap(tmp_path, body: str, name: str = "test_x.py") -> tuple[subprocess.CompletedProcess, dict]:
+    (tmp_path / name).write_text(textwrap.dedent(body))
+    out = subprocess.run([sys.executable, str(WRAPPER), "--file", name, "--result", "r.json"],
+                         cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    return out, json.loads((tmp_path / "r.json").read_text())
+
+
+PREPARE_MUST_NOT_RUN = """\
+    def prepare():
+        open("prepared", "w").close()  # the night's assets did this; running it again downloads again
+
+    def execute():
+        print("training done")
+"""
+
+
+def test_a_check_in_the_main_block_runs_as_the_runner_would_and_its_failure_fails(tmp_path):
+    out, result = _wrap(tmp_path, PREPARE_MUST_NOT_RUN + """
+    if __name__ == "__main__":
+        prepare()
+        execute()
+        raise SystemExit("accuracy 0.12 < 0.80")
+    """)
+    assert out.returncode == 1 and result["ok"] is False, out.stdout + out.stderr
+    assert "accuracy 0.12 < 0.80" in out.stderr and "accuracy 0.12 < 0.80" in result["error"]
+    assert "training done" in out.stdout
+    assert "as __main__" in out.stdout and "1 prepare() call(s) in it skipped" in out.stdout
+    assert not (tmp_path / "prepared").exists()
+
+
+def test_a_main_block_that_passes_its_check_passes(tmp_path):
+    out, result = _wrap(tmp_path, PREPARE_MUST_NOT_RUN + """
+    import sys
+    if __name__ == "__main__":
+        prepare()
+        execute()
+        sys.exit(0 if 0.9 > 0.8 else 1)
+    """)
+    assert out.returncode == 0 and result["ok"] is True and result["finished"] is True, out.stderr
+    assert not (tmp_path / "prepared").exists()
+
+
+def test_an_error_in_the_main_block_points_at_the_files_real_line(tmp_path):
+    out, _ = _wrap(tmp_path, PREPARE_MUST_NOT_RUN + """
+    if __name__ == "__main__":
+        prepare()
+        score = execute()
+        assert score is not None, "execute() returned no score"
+    """)
+    lines = (tmp_path / "test_x.py").read_text().splitlines()
+    line = next(i for i, text in enumerate(lines, 1) if "assert score" in text)
+    assert out.returncode == 1
+    assert f'test_x.py", line {line}, in <module>' in out.stderr, out.stderr
+
+
+def test_the_usual_anatomy_is_imported_and_only_execute_is_called(tmp_path):
+    out, result = _wrap(tmp_path, PREPARE_MUST_NOT_RUN + """
+    if __name__ == "__main__":
+        prepare()
+        execute()
+    """)
+    assert out.returncode == 0 and result["ok"] is True, out.stderr
+    assert "calling its execute()" in out.stdout and "training done" in out.stdout
+    assert not (tmp_path / "prepared").exists()
