@@ -12,7 +12,9 @@ expects. So the wrapper reads the file (``ast``) and picks one of two ways:
   statement of that block replaced by ``pass`` (same line numbers, so tracebacks point at the
   file's real lines). Skipping the block would skip its checks: a false pass.
 
-The log's first line from the wrapper says which way it took.
+The log's first line from the wrapper says which way it took. A file that runs no test fails
+saying so: one with neither an ``execute()`` nor a ``__main__`` block (``python3 FILE`` would run
+nothing), and one whose unittest run ran no test or skipped every test it found.
 
 Standard library only (plus optional dagster-pipes): this file must also run inside a framework's
 own image. It writes a small JSON result (measured time of the test's run, error text) and,
@@ -114,6 +116,40 @@ def _run_as_main(path: str, tree: ast.Module) -> None:
             sys.modules["__main__"] = saved
 
 
+class NoTest(Exception):
+    """The file ran no test: nothing to call, no test found, or every test skipped."""
+
+
+class _UnittestRuns:
+    """Every unittest run that ends in this process (``unittest.main()``, a ``TextTestRunner``, ...):
+    a file whose unittest run ran nothing exits 0 on Python 3.11 ("Ran 0 tests ... OK")."""
+
+    def __init__(self) -> None:
+        import unittest
+
+        self.results: list = []
+        stop = unittest.TestResult.stopTestRun
+        runs = self.results
+
+        def stopTestRun(result) -> None:  # noqa: N802 (unittest's name)
+            runs.append(result)
+            stop(result)
+
+        unittest.TestResult.stopTestRun = stopTestRun  # type: ignore[method-assign]
+
+    def verdict(self) -> str:
+        """Why the runs verified nothing ("" when they ran a test, or no unittest run ended)."""
+        if not self.results:
+            return ""
+        ran = sum(r.testsRun for r in self.results)
+        skipped = sum(len(r.skipped) for r in self.results)
+        if ran == 0:
+            return "ran no test: its unittest run found no test to run (\"Ran 0 tests\")"
+        if skipped >= ran:
+            return f"ran no test: all {ran} of its unittest tests were skipped"
+        return ""
+
+
 def _say(text: str) -> None:
     """A line for the test's log; a test that closed its stdout must not turn this into the error."""
     try:
@@ -135,9 +171,10 @@ def _test_function(file: str, func_name: str):
     module = _load_module(file)
     func = getattr(module, func_name, None)
     if not callable(func):
-        if func_name == "execute" and not blocks and not hasattr(module, "prepare"):
-            _say(f"running {file} as __main__, as `python3 {file}` would")
-            return lambda: _run_as_main(file, tree)
+        if func_name == "execute" and not blocks:
+            raise NoTest(f"{file}: has no function execute() and no `if __name__ == \"__main__\":` block, so "
+                         f"`python3 {file}` would run no test (test functions alone are never called); the nightly "
+                         "calls execute(), or runs the __main__ block")
         raise AttributeError(f"{file}: has no function {func_name}(); the nightly calls it to run the test")
     _say(f"importing {file} and calling its {func_name}() (prepare() skipped: the night's assets built its inputs)")
     return func
@@ -206,6 +243,7 @@ def main(argv: list[str] | None = None) -> int:
     ns = parser.parse_args(argv)
 
     _fresh_signals()
+    unittest_runs = _UnittestRuns()  # the standard library's unittest, before the test's folders are on the path
     # as `python3 tests/x.py` would: the file's own folder first, then the checkout
     if ns.deadline_s > 0 and os.getpgrp() == os.getpid():  # only when it leads its own group
         _deadline(ns.deadline_s)
@@ -223,9 +261,17 @@ def main(argv: list[str] | None = None) -> int:
         if exc.code not in (None, 0) and not isinstance(exc.code, int):
             print(exc.code, file=sys.stderr)
         result.update(ok=code == 0, exit_code=code, error="" if code == 0 else f"SystemExit({exc.code!r})")
+    except NoTest as exc:
+        print(f"# nightly wrapper: {exc}", file=sys.stderr)
+        result.update(error=str(exc))
     except BaseException as exc:  # the test's own failure: report it, never hide it
         traceback.print_exc()
         result.update(error=f"{type(exc).__name__}: {exc}")
+    # a unittest run that ran nothing passes on 3.11 and exits 5 on 3.12+: either way no test ran
+    nothing = unittest_runs.verdict() if result["ok"] or result["exit_code"] == 5 else ""
+    if nothing:
+        print(f"# nightly wrapper: {ns.file}: {nothing}", file=sys.stderr)
+        result.update(ok=False, exit_code=1, error=f"{ns.file}: {nothing}")
     result["elapsed_s"] = round(time.monotonic() - started, 3)
     result["finished"] = True
     result["token"] = os.environ.get("NIGHTLY_ATTEMPT_TOKEN", "")

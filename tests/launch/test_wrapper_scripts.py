@@ -131,3 +131,51 @@ def test_the_usual_anatomy_is_imported_and_only_execute_is_called(tmp_path):
     assert out.returncode == 0 and result["ok"] is True, out.stderr
     assert "calling its execute()" in out.stdout and "training done" in out.stdout
     assert not (tmp_path / "prepared").exists()
+
+
+def test_a_unittest_file_that_ran_no_test_fails_saying_so(tmp_path):
+    out, result = _wrap(tmp_path, """
+    import unittest
+
+    class TestGen(unittest.TestCase):
+        pass
+
+    if __name__ == "__main__":
+        unittest.main()
+    """)
+    assert "Ran 0 tests" in out.stderr
+    assert out.returncode == 1 and result["ok"] is False, out.stderr
+    assert "ran no test" in result["error"] and "test_x.py" in result["error"]
+
+
+def test_a_unittest_file_whose_tests_were_all_skipped_fails_and_one_that_ran_a_test_passes(tmp_path):
+    body = """
+    import unittest
+
+    class TestGpu(unittest.TestCase):
+        @unittest.skip("needs an H100")
+        def test_a(self):
+            pass
+
+        def test_b(self):
+            if {skip_b}:
+                self.skipTest("needs an H100")
+
+    if __name__ == "__main__":
+        unittest.main()
+    """
+    out, result = _wrap(tmp_path, body.format(skip_b=True))
+    assert out.returncode == 1 and result["ok"] is False
+    assert "all 2 of its unittest tests were skipped" in result["error"]
+    out, result = _wrap(tmp_path, body.format(skip_b=False))
+    assert out.returncode == 0 and result["ok"] is True, out.stderr
+
+
+def test_a_file_of_test_functions_without_execute_or_main_block_fails_as_running_nothing(tmp_path):
+    out, result = _wrap(tmp_path, """
+    def test_x():
+        assert False, "never called by `python3 FILE`"
+    """)
+    assert out.returncode == 1 and result["ok"] is False
+    assert 'has no function execute() and no `if __name__ == "__main__":` block' in result["error"]
+    assert "would run no test" in result["error"] and "Traceback" not in out.stderr
