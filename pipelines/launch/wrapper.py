@@ -150,12 +150,18 @@ class _UnittestRuns:
         return ""
 
 
-def _say(text: str) -> None:
-    """A line for the test's log; a test that closed its stdout must not turn this into the error."""
+def _quietly(write, *args, **kwargs) -> None:
+    """Write to the test's output if it still can: a test may close its stdout and stderr (fd 1 and 2)
+    and then fail; the wrapper must still record why (the result file), not die of the OSError."""
     try:
-        print(f"# nightly wrapper: {text}", flush=True)
+        write(*args, **kwargs)
     except (OSError, ValueError):
         pass
+
+
+def _say(text: str) -> None:
+    """A line for the test's log."""
+    _quietly(print, f"# nightly wrapper: {text}", flush=True)
 
 
 def _test_function(file: str, func_name: str):
@@ -258,25 +264,25 @@ def main(argv: list[str] | None = None) -> int:
         result.update(ok=True, exit_code=0, execute_s=round(time.monotonic() - call_started, 3))
     except SystemExit as exc:
         code = int(exc.code) if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-        if exc.code not in (None, 0) and not isinstance(exc.code, int):
-            print(exc.code, file=sys.stderr)
         result.update(ok=code == 0, exit_code=code, error="" if code == 0 else f"SystemExit({exc.code!r})")
+        if exc.code not in (None, 0) and not isinstance(exc.code, int):
+            _quietly(print, exc.code, file=sys.stderr)
     except NoTest as exc:
-        print(f"# nightly wrapper: {exc}", file=sys.stderr)
         result.update(error=str(exc))
+        _quietly(print, f"# nightly wrapper: {exc}", file=sys.stderr)
     except BaseException as exc:  # the test's own failure: report it, never hide it
-        traceback.print_exc()
         result.update(error=f"{type(exc).__name__}: {exc}")
+        _quietly(traceback.print_exc)  # the error is in the result even when the test closed its stderr
     # a unittest run that ran nothing passes on 3.11 and exits 5 on 3.12+: either way no test ran
     nothing = unittest_runs.verdict() if result["ok"] or result["exit_code"] == 5 else ""
     if nothing:
-        print(f"# nightly wrapper: {ns.file}: {nothing}", file=sys.stderr)
         result.update(ok=False, exit_code=1, error=f"{ns.file}: {nothing}")
+        _quietly(print, f"# nightly wrapper: {ns.file}: {nothing}", file=sys.stderr)
     result["elapsed_s"] = round(time.monotonic() - started, 3)
     result["finished"] = True
     result["token"] = os.environ.get("NIGHTLY_ATTEMPT_TOKEN", "")
-    sys.stdout.flush()
-    sys.stderr.flush()
+    _quietly(sys.stdout.flush)
+    _quietly(sys.stderr.flush)
     _write_result(ns.result, result)
     _report_pipes(result)
     return int(result["exit_code"])

@@ -115,6 +115,20 @@ def test_garbage_then_os_exit_0_before_the_end_is_failed_not_passed(tmp_path):
     assert "PASSED  all 12 checks ok" in Path(attempt.log_path).read_text()
 
 
+def test_a_test_that_closes_its_stdout_and_stderr_then_raises_keeps_its_error(tmp_path):
+    repo = _repo(tmp_path, """
+        import os
+        def execute():
+            os.close(1)
+            os.close(2)
+            raise RuntimeError("real error")
+    """)
+    attempt = LocalLauncher(tmp_path / "state").launch(_request(repo, tmp_path))
+    assert attempt.outcome == "failed"
+    assert attempt.reason == "RuntimeError: real error", attempt.reason
+    assert attempt.details["error"] == "RuntimeError: real error"
+
+
 def test_bad_specs_are_located_errors_before_anything_runs(tmp_path):
     import shutil
 
