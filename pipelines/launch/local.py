@@ -93,33 +93,42 @@ class LocalLauncher:
         return [request.node], max([len(request.gpu_slots), *(s + 1 for s in request.gpu_slots)])
 
     def launch(self, request: LaunchRequest, on_log: LogSink | None = None) -> Attempt:
-        started_at = datetime.now(UTC).isoformat(timespec="seconds")
         pool = request.pool or "pool"
         nodes, per_node = self._shape(request)
         if len(request.gpu_slots) > per_node:
-            return self._not_started(request, started_at, "infra_error",
+            return self._not_started(request, _now(), "infra_error",
                                      f"needs {len(request.gpu_slots)} GPUs but a {pool} node has {per_node}")
+        waiting = time.monotonic()
         try:
             held = gpu_slots.acquire(self.lock_dir, pool, len(request.gpu_slots), nodes, per_node,
                                      prefer=request.gpu_slots, stop=self._stop, poll_s=self.poll_s)
         except OSError as exc:
-            return self._not_started(request, started_at, "infra_error", _lock_problem(self.lock_dir, exc))
+            return self._not_started(request, _now(), "infra_error", _lock_problem(self.lock_dir, exc))
+        gpu_wait_s = round(time.monotonic() - waiting, 3)
         if held is None or self._stop.is_set():
             if held is not None:
                 held.release()
-            return self._not_started(request, started_at, "interrupted", "the night was interrupted before it started")
+            return self._not_started(request, _now(), "interrupted", "the night was interrupted before it started",
+                                     gpu_wait_s=gpu_wait_s)
+        # the test's time starts once its GPUs are held: a wait for GPUs another night (or a leftover
+        # process) holds is not the test's, and the report's timeline must not overlap it with theirs
+        started_at = _now()
         try:
-            return self._run(request, held, node_name(request.pool, held.node), started_at, on_log)
+            return self._run(request, held, node_name(request.pool, held.node), started_at, on_log, gpu_wait_s)
         finally:
             held.release()
 
-    def _not_started(self, request: LaunchRequest, started_at: str, outcome: str, reason: str) -> Attempt:
+    def _not_started(self, request: LaunchRequest, started_at: str, outcome: str, reason: str,
+                     gpu_wait_s: float | None = None) -> Attempt:
+        details = {"retriable": "false"}
+        if gpu_wait_s is not None:
+            details["gpu_wait_s"] = str(gpu_wait_s)
         return Attempt(test_id=request.test.id, outcome=outcome, elapsed_s=0.0, started_at=started_at,  # type: ignore[arg-type]
                        attempt=request.attempt, reason=reason, log_path=str(request.log_path),
-                       timeout_s=request.timeout_s, details={"retriable": "false"})
+                       timeout_s=request.timeout_s, details=details)
 
     def _run(self, request: LaunchRequest, held: gpu_slots.HeldSlots, node: str, started_at: str,
-             on_log: LogSink | None) -> Attempt:
+             on_log: LogSink | None, gpu_wait_s: float = 0.0) -> Attempt:
         token = uuid.uuid4().hex
         result_path = request.log_path.with_suffix(".result.json")
         record_fields = {
@@ -171,6 +180,7 @@ class LocalLauncher:
                              f"{', '.join(map(str, leftover))}\n".encode())
             attempt = self._attempt(request, proc, ended, elapsed, token, result_path, capped, started_at, node,
                                     held.slots, leftover)
+            attempt.details["gpu_wait_s"] = str(gpu_wait_s)
             record.unlink(missing_ok=True)
             return attempt
         except BaseException:
@@ -222,6 +232,10 @@ class LocalLauncher:
                        started_at=started_at, attempt=request.attempt, node=node, gpu_slots=slots,
                        exit_code=proc.returncode, reason=reason, log_path=str(request.log_path),
                        timeout_s=request.timeout_s, details=details)
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
 
 
 def node_name(pool: str, node: int) -> str:
