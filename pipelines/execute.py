@@ -301,9 +301,6 @@ def _dispatch(night: Night, plan: Plan, tests: list[Test], launcher: Launcher, s
         nonlocal done
         done += 1
         test = by_id[attempt.test_id]
-        configs = _config_outcomes(attempt)
-        if configs:  # a matrix test that reports each configuration: kept with the attempt
-            attempt.details["configs"] = ",".join(f"{k}={v}" for k, v in configs.items())
         say(f"[{done}/{total}] {attempt.test_id}  {attempt.outcome.upper()}  elapsed={attempt.elapsed_s:.1f}s "
             f"est={test.est_time}s node={attempt.node}")
         if after is not None:
@@ -330,14 +327,6 @@ def _dispatch(night: Night, plan: Plan, tests: list[Test], launcher: Launcher, s
     worker.join()
     if "error" in outcome:
         raise outcome["error"]
-
-
-def _config_outcomes(attempt: Attempt) -> dict[str, str]:
-    """Per-configuration outcomes the test printed (``config NAME: passed|failed``), from its log."""
-    from pipelines.core.coverage.outcomes import config_outcomes
-    from pipelines.launch.base import tail
-
-    return config_outcomes(tail(attempt.log_path, max_lines=2000, max_chars=200_000)) if attempt.log_path else {}
 
 
 def night_summary(night: Night, runset: RunSet, selection: RunSelection, plan: Plan, result: DispatchResult,

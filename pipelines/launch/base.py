@@ -7,7 +7,7 @@ runs next (that is the dispatcher's job) and never retries test failures.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Protocol
 
@@ -64,3 +64,28 @@ def tail(path: Path | str, max_lines: int = 40, max_chars: int = 4000) -> str:
         return ""
     lines = data.splitlines()[-max_lines:]
     return "\n".join(lines)[-max_chars:]
+
+
+def judge_reported_configs(attempt: Attempt) -> Attempt:
+    """Keep the configurations the test reported (``config NAME: passed|failed``, docs/coverage.md) with the
+    attempt, and fail a pass whose log reports a failed one: a matrix test may print a cell's failure
+    and still exit 0, and the night must not call that green. Every launcher's attempt goes through
+    this (the dispatcher calls it), so local and Kubernetes attempts are judged alike. The whole log
+    is read: a failure reported early in a long log counts as much as one at its end."""
+    from pipelines.core.coverage.outcomes import config_outcomes
+
+    if not attempt.log_path:
+        return attempt
+    try:  # only the lines that can report a configuration: a log may be 20 MB
+        with open(attempt.log_path, encoding="utf-8", errors="replace") as fh:
+            lines = [line for line in fh if "config " in line]
+    except OSError:
+        return attempt
+    configs = config_outcomes("".join(lines))
+    if not configs:
+        return attempt
+    attempt.details["configs"] = ",".join(f"{k}={v}" for k, v in configs.items())
+    failed = [name for name, outcome in configs.items() if outcome == "failed"]
+    if failed and attempt.outcome == "passed":
+        return replace(attempt, outcome="failed", reason=f"config {', '.join(failed)} reported failed")
+    return attempt

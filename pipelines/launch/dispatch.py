@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pipelines.core.health import retries_due
 from pipelines.core.model import Assignment, Attempt, Plan, Pool
 from pipelines.core.plan import DispatchQueue
-from pipelines.launch.base import Launcher, LaunchRequest, LogSink
+from pipelines.launch.base import Launcher, LaunchRequest, LogSink, judge_reported_configs
 
 RequestFactory = Callable[[Assignment, int, tuple[int, ...], int, tuple[str, ...]], LaunchRequest]
 
@@ -84,7 +84,8 @@ def run_plan(
                 req = make_request(a, node, slots, attempt_no, avoid)
                 if on_start:
                     on_start(req)
-                attempt = launcher.launch(req, on_log(a.test_id) if on_log else None)
+                # a pass whose log reports a failed configuration fails
+                attempt = judge_reported_configs(launcher.launch(req, on_log(a.test_id) if on_log else None))
                 attempt.details.setdefault("pool", a.pool)  # bad nodes are judged within their pool
                 if first > 1 and attempt_no == first:  # the retry of a failure on a node found bad
                     attempt.details["retry_of"] = failed_nodes[-1]

@@ -11,6 +11,12 @@ that file (``pass_fds``). If the night is killed with ``kill -9``, its copy goes
 test's copy keeps the GPU locked until the test itself dies, so the next night cannot start a
 test on GPUs that are still busy.
 
+The other side of that choice: every process the test starts inherits the lock too, so one that
+outlives the test (a daemon that also left the attempt's process group and environment marker)
+would keep the GPUs locked. At each attempt's end the launcher kills every process still holding
+the attempt's locks (:func:`pipelines.launch.procs.lock_holders`), and a launch waits for busy
+GPUs no longer than the test's timeout, naming the processes that hold them.
+
 Why take any free slot instead of the dispatcher's choice: two nights (or a night and a
 developer) on one host each plan as if the whole pool were theirs; taking whichever slots are
 free right now (the requested ones first) shares the host without waiting on a busy slot
@@ -24,7 +30,7 @@ import fcntl
 import os
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -45,6 +51,8 @@ class HeldSlots:
     node: int
     slots: tuple[int, ...]
     fds: tuple[int, ...]
+    #: the lock files (to find every process that still holds them when the attempt ends)
+    paths: tuple[Path, ...] = ()
 
     def release(self) -> None:
         for fd in self.fds:
@@ -108,7 +116,8 @@ def try_acquire(lock_dir: Path, pool: str, count: int, nodes: Sequence[int], gpu
                 got.append((slot, fd))
                 if len(got) == count:
                     got.sort()
-                    return HeldSlots(node, tuple(s for s, _ in got), tuple(fd for _, fd in got))
+                    return HeldSlots(node, tuple(s for s, _ in got), tuple(fd for _, fd in got),
+                                     tuple(lock_path(lock_dir, pool, node, s) for s, _ in got))
         for _, fd in got:
             os.close(fd)
     return None
@@ -116,14 +125,26 @@ def try_acquire(lock_dir: Path, pool: str, count: int, nodes: Sequence[int], gpu
 
 def acquire(lock_dir: Path, pool: str, count: int, nodes: Sequence[int], gpus_per_node: int,
             prefer: tuple[int, ...] = (), stop: threading.Event | None = None,
-            poll_s: float = 0.2) -> HeldSlots | None:
-    """Like :func:`try_acquire`, polling until enough slots are free; None once ``stop`` is set."""
+            poll_s: float = 0.2, timeout_s: float | None = None,
+            on_wait: Callable[[float], None] | None = None, note_after_s: float = 5.0,
+            note_every_s: float = 60.0) -> HeldSlots | None:
+    """Like :func:`try_acquire`, polling until enough slots are free; None once ``stop`` is set or
+    ``timeout_s`` has passed. ``on_wait(seconds waited)`` is called after ``note_after_s`` of waiting,
+    then every ``note_every_s``: a wait is said, never silent."""
     if count == 0:
         return HeldSlots(nodes[0] if nodes else 0, (), ())
+    started = time.monotonic()
+    note_at = started + note_after_s
     while True:
         held = try_acquire(lock_dir, pool, count, nodes, gpus_per_node, prefer)
         if held is not None:
             return held
+        now = time.monotonic()
+        if timeout_s is not None and now - started >= timeout_s:
+            return None
+        if on_wait is not None and now >= note_at:
+            on_wait(now - started)
+            note_at = now + note_every_s
         if stop is not None and stop.wait(poll_s):
             return None
         if stop is None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -33,7 +34,9 @@ from pipelines.launch import gpu_slots
 from pipelines.launch.base import LaunchRequest, LogSink
 from pipelines.launch.logcap import DEFAULT_LOG_CAP_BYTES, CappedLog, pump
 from pipelines.launch.orphans import owner_fields, write_record
-from pipelines.launch.procs import MARKER, kill_attempt
+from pipelines.launch.procs import MARKER, describe, kill_attempt, kill_lock_holders, lock_holders
+
+logger = logging.getLogger(__name__)
 
 WRAPPER = Path(__file__).with_name("wrapper.py")
 KILL_GRACE_S = 5.0
@@ -55,7 +58,7 @@ class LocalLauncher:
     def __init__(self, state_dir: Path, python: str = sys.executable, kill_grace_s: float = KILL_GRACE_S, *,
                  pools: Sequence[_PoolShape] = (), log_cap_bytes: int = DEFAULT_LOG_CAP_BYTES,
                  poll_s: float = 0.2, night: str = "", backstop_s: float = WRAPPER_BACKSTOP_S,
-                 lock_dir: Path | None = None):
+                 lock_dir: Path | None = None, gpu_wait_note_s: float = 5.0):
         self.state_dir = Path(state_dir)
         self.lock_dir = Path(lock_dir) if lock_dir else gpu_slots.host_lock_dir()
         self.python = python
@@ -65,6 +68,8 @@ class LocalLauncher:
         self.poll_s = poll_s
         self.night = night
         self.backstop_s = backstop_s
+        #: a wait for busy GPUs is said (a warning naming who holds them) after this long, then every minute
+        self.gpu_wait_note_s = gpu_wait_note_s
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._running: dict[str, str] = {}
@@ -93,33 +98,62 @@ class LocalLauncher:
         return [request.node], max([len(request.gpu_slots), *(s + 1 for s in request.gpu_slots)])
 
     def launch(self, request: LaunchRequest, on_log: LogSink | None = None) -> Attempt:
-        started_at = datetime.now(UTC).isoformat(timespec="seconds")
         pool = request.pool or "pool"
         nodes, per_node = self._shape(request)
         if len(request.gpu_slots) > per_node:
-            return self._not_started(request, started_at, "infra_error",
+            return self._not_started(request, _now(), "infra_error",
                                      f"needs {len(request.gpu_slots)} GPUs but a {pool} node has {per_node}")
-        try:
+        waiting = time.monotonic()
+
+        def busy(waited_s: float) -> str:
+            return (f"{request.test.id}: waited {waited_s:.0f} s for {len(request.gpu_slots)} free GPU(s) of a {pool} "
+                    f"node ({self.lock_dir}); {self._holders(pool, nodes, per_node)}")
+
+        try:  # never longer than the test's own timeout: a process that keeps the locks must not stall the night
             held = gpu_slots.acquire(self.lock_dir, pool, len(request.gpu_slots), nodes, per_node,
-                                     prefer=request.gpu_slots, stop=self._stop, poll_s=self.poll_s)
+                                     prefer=request.gpu_slots, stop=self._stop, poll_s=self.poll_s,
+                                     timeout_s=request.timeout_s, note_after_s=self.gpu_wait_note_s,
+                                     on_wait=lambda s: logger.warning("waiting for GPUs: %s", busy(s)))
         except OSError as exc:
-            return self._not_started(request, started_at, "infra_error", _lock_problem(self.lock_dir, exc))
+            return self._not_started(request, _now(), "infra_error", _lock_problem(self.lock_dir, exc))
+        gpu_wait_s = round(time.monotonic() - waiting, 3)
+        if held is None and not self._stop.is_set():
+            return self._not_started(request, _now(), "infra_error",
+                                     f"{busy(gpu_wait_s)}; gave up after the test's {request.timeout_s}s timeout",
+                                     gpu_wait_s=gpu_wait_s)
         if held is None or self._stop.is_set():
             if held is not None:
                 held.release()
-            return self._not_started(request, started_at, "interrupted", "the night was interrupted before it started")
+            return self._not_started(request, _now(), "interrupted", "the night was interrupted before it started",
+                                     gpu_wait_s=gpu_wait_s)
+        # the test's time starts once its GPUs are held: a wait for GPUs another night (or a leftover
+        # process) holds is not the test's, and the report's timeline must not overlap it with theirs
+        started_at = _now()
         try:
-            return self._run(request, held, node_name(request.pool, held.node), started_at, on_log)
+            return self._run(request, held, node_name(request.pool, held.node), started_at, on_log, gpu_wait_s)
         finally:
             held.release()
 
-    def _not_started(self, request: LaunchRequest, started_at: str, outcome: str, reason: str) -> Attempt:
+    def _holders(self, pool: str, nodes: list[int], per_node: int) -> str:
+        """Who holds the GPU locks of these nodes, for a maintainer to find (or kill) them."""
+        paths = [gpu_slots.lock_path(self.lock_dir, pool, n, s) for n in nodes for s in range(per_node)]
+        holders = lock_holders(paths)
+        if not holders:
+            return "their locks are held by processes this user cannot see (another user's night?)"
+        mine = os.getpid()
+        return "held by " + ", ".join("this night" if pid == mine else describe(pid) for pid in sorted(holders))
+
+    def _not_started(self, request: LaunchRequest, started_at: str, outcome: str, reason: str,
+                     gpu_wait_s: float | None = None) -> Attempt:
+        details = {"retriable": "false"}
+        if gpu_wait_s is not None:
+            details["gpu_wait_s"] = str(gpu_wait_s)
         return Attempt(test_id=request.test.id, outcome=outcome, elapsed_s=0.0, started_at=started_at,  # type: ignore[arg-type]
                        attempt=request.attempt, reason=reason, log_path=str(request.log_path),
-                       timeout_s=request.timeout_s, details={"retriable": "false"})
+                       timeout_s=request.timeout_s, details=details)
 
     def _run(self, request: LaunchRequest, held: gpu_slots.HeldSlots, node: str, started_at: str,
-             on_log: LogSink | None) -> Attempt:
+             on_log: LogSink | None, gpu_wait_s: float = 0.0) -> Attempt:
         token = uuid.uuid4().hex
         result_path = request.log_path.with_suffix(".result.json")
         record_fields = {
@@ -141,7 +175,8 @@ class LocalLauncher:
                     "NIGHTLY_GPU_LOCK_FDS": ",".join(map(str, held.fds))})
         env.setdefault("PYTHONUNBUFFERED", "1")
         log.write(f"# nightly: {request.test.id} attempt {request.attempt} on {node} gpus={env['CUDA_VISIBLE_DEVICES']} "
-                  f"timeout={request.timeout_s}s\n".encode())
+                  f"timeout={request.timeout_s}s{f' (waited {gpu_wait_s:.0f} s for free GPUs)' if gpu_wait_s >= 1 else ''}\n"
+                  .encode())
         log.flush()
         t0 = time.monotonic()
         try:
@@ -163,14 +198,25 @@ class LocalLauncher:
             ended, elapsed = self._wait(proc, request.timeout_s, t0)
             grace = self.kill_grace_s if ended else 0.0
             leftover = kill_attempt(token, proc.pid, grace_s=grace)
+            # what escaped the marker and the group (env -i + setsid) but still holds the test's GPU locks
+            holding = kill_lock_holders(held.paths)
             proc.wait()
             pumping.join(timeout=10)
+            notes = []
             if leftover and not ended:
+                notes.append(f"killed {len(leftover)} process(es) the test left running: {', '.join(map(str, leftover))}")
+            if holding:
+                notes.append(f"killed {len(holding)} process(es) still holding the test's GPU locks: "
+                             f"{', '.join(holding.values())}")
+            if notes:
                 with open(request.log_path, "ab") as fh:
-                    fh.write(f"# nightly: killed {len(leftover)} process(es) the test left running: "
-                             f"{', '.join(map(str, leftover))}\n".encode())
+                    fh.write("".join(f"# nightly: {note}\n" for note in notes).encode())
             attempt = self._attempt(request, proc, ended, elapsed, token, result_path, capped, started_at, node,
                                     held.slots, leftover)
+            attempt.details["gpu_wait_s"] = str(gpu_wait_s)
+            if holding:  # however the test ended: these escaped every other kill
+                kept = attempt.details.get("killed_leftovers", "")
+                attempt.details["killed_leftovers"] = ",".join(filter(None, [kept, *map(str, holding)]))
             record.unlink(missing_ok=True)
             return attempt
         except BaseException:
@@ -222,6 +268,10 @@ class LocalLauncher:
                        started_at=started_at, attempt=request.attempt, node=node, gpu_slots=slots,
                        exit_code=proc.returncode, reason=reason, log_path=str(request.log_path),
                        timeout_s=request.timeout_s, details=details)
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
 
 
 def node_name(pool: str, node: int) -> str:

@@ -4,8 +4,10 @@ A test's process group is not enough: a daemon that double-forks and calls ``set
 the group, and after a ``kill -9`` of the night its children are re-parented to PID 1. Every
 process the launcher starts carries ``NIGHTLY_ATTEMPT_TOKEN=<uuid>`` in its environment, which
 children inherit across fork, exec and setsid; scanning ``/proc/*/environ`` for it finds them all.
-(A process that wipes its own environment at exec escapes the scan; the process group and the
-wrapper's own deadline still catch the ordinary cases.)
+A process that wipes its own environment at exec escapes that scan, and one that also calls
+``setsid`` leaves the process group too; if it still holds the attempt's GPU locks (inherited with
+the test's open lock files), :func:`lock_holders` finds it by those. One that escapes all three
+(no marker, its own session, the lock files closed) holds no GPU lock of the night.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import contextlib
 import os
 import signal
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 MARKER = "NIGHTLY_ATTEMPT_TOKEN"
@@ -92,6 +95,65 @@ def kill_attempt(token: str, pgid: int | None, grace_s: float = 0.0, rounds: int
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(pgid, signal.SIGKILL)
     return first
+
+
+def lock_holders(paths: Sequence[Path], exclude: Sequence[int] = (), proc: Path = Path("/proc")) -> list[int]:
+    """Live processes holding the ``flock`` of one of ``paths``, except the pids in ``exclude``.
+
+    A flock belongs to the open file that took it, which every process that inherited the file
+    shares; ``/proc/PID/fdinfo/FD`` shows a ``lock:`` line only on such a file. So a process of
+    another night that merely opened a lock file to try it is never taken for a holder.
+    """
+    targets = {os.path.realpath(p) for p in paths}
+    skip = {str(pid) for pid in exclude}
+    found: list[int] = []
+    if not targets:  # a test without GPUs holds no lock
+        return found
+    for entry in proc.iterdir() if proc.is_dir() else ():
+        if not entry.name.isdigit() or entry.name in skip:
+            continue
+        try:
+            fds = os.listdir(entry / "fd")
+        except OSError:  # gone, or another user's process
+            continue
+        for fd in fds:
+            try:
+                if os.readlink(entry / "fd" / fd) not in targets:
+                    continue
+                info = (entry / "fdinfo" / fd).read_text()
+            except OSError:
+                continue
+            if any(line.startswith("lock:") for line in info.splitlines()):
+                found.append(int(entry.name))
+                break
+    return found
+
+
+def describe(pid: int, limit: int = 80) -> str:
+    """``PID 123 (sleep 45)``: a process as a maintainer can find it (its command line, cut)."""
+    try:
+        cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+    except OSError:
+        cmd = ""
+    cmd = cmd if len(cmd) <= limit else cmd[: limit - 3] + "..."
+    return f"PID {pid} ({cmd})" if cmd else f"PID {pid}"
+
+
+def kill_lock_holders(paths: Sequence[Path], rounds: int = 20) -> dict[int, str]:
+    """SIGKILL every process but this one still holding a lock of ``paths``: what an attempt left
+    behind that the marker scan and the process group missed (a daemon started with an empty
+    environment in its own session). Returns the pids found, each described (:func:`describe`)."""
+    me = (os.getpid(),)
+    found = {pid: describe(pid) for pid in lock_holders(paths, exclude=me)}
+    for _ in range(rounds if found else 0):
+        left = lock_holders(paths, exclude=me)
+        if not left:
+            break
+        for pid in left:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(0.05)
+    return found
 
 
 #: clears the signal mask, then becomes the command (argv[1:]); see :func:`with_signals_unblocked`

@@ -1,15 +1,26 @@
-"""Runs inside the test's process: import a test file as a module and call its ``execute()``.
+"""Runs inside the test's process: run a test file as its runner would, without its prepare().
 
 Why not ``python3 tests/test_x.py``? Its ``__main__`` calls ``prepare()`` first, which downloads
 and converts again; the orchestrator's assets have already done that work at the paths the test
-expects. Importing the file under a non-``__main__`` name runs its registrations (no-ops) and
-module constants, then only ``execute()`` is called.
+expects. So the wrapper reads the file (``ast``) and picks one of two ways:
+
+- the usual anatomy, a ``if __name__ == "__main__":`` block of bare ``prepare()`` calls and one
+  ``execute()`` (or no such block): import the file under a non-``__main__`` name (its
+  registrations are no-ops) and call ``execute()``;
+- a ``__main__`` block that does anything more (checks a result, calls ``unittest.main()``, passes
+  arguments): run the file as ``__main__``, as its runner would, with each ``prepare(...)``
+  statement of that block replaced by ``pass`` (same line numbers, so tracebacks point at the
+  file's real lines). Skipping the block would skip its checks: a false pass.
+
+The log's first line from the wrapper says which way it took. A file that runs no test fails
+saying so: one with neither an ``execute()`` nor a ``__main__`` block (``python3 FILE`` would run
+nothing), and one whose unittest run ran no test or skipped every test it found.
 
 Standard library only (plus optional dagster-pipes): this file must also run inside a framework's
-own image. It writes a small JSON result (measured time of ``execute()`` alone, error text) and,
+own image. It writes a small JSON result (measured time of the test's run, error text) and,
 when launched by Dagster Pipes, reports the same fields through Pipes.
 
-The result is the positive evidence of a pass: it is written only after ``execute()`` returned
+The result is the positive evidence of a pass: it is written only after the test returned
 (``"finished": true`` and the attempt's token), so a test that calls ``os._exit(0)`` halfway is
 not taken for a pass by its exit code. With ``--deadline-s`` the wrapper also kills its own
 process group past that deadline: a test the night lost track of (night killed with ``kill -9``)
@@ -19,6 +30,7 @@ still cannot run for ever.
 from __future__ import annotations
 
 import argparse
+import ast
 import importlib.util
 import json
 import os
@@ -27,6 +39,7 @@ import sys
 import threading
 import time
 import traceback
+import types
 
 
 def _load_module(path: str):
@@ -38,6 +51,139 @@ def _load_module(path: str):
     sys.modules[name] = module
     spec.loader.exec_module(module)
     return module
+
+
+def _is_main_guard(stmt: ast.stmt) -> bool:
+    """``if __name__ == "__main__":`` (either side of the ``==``)."""
+    if not isinstance(stmt, ast.If) or not isinstance(stmt.test, ast.Compare):
+        return False
+    test = stmt.test
+    if len(test.ops) != 1 or not isinstance(test.ops[0], ast.Eq):
+        return False
+    sides = [test.left, test.comparators[0]]
+    return (any(isinstance(s, ast.Name) and s.id == "__name__" for s in sides)
+            and any(isinstance(s, ast.Constant) and s.value == "__main__" for s in sides))
+
+
+def _called(stmt: ast.stmt) -> str | None:
+    """The name a statement calls when it is just ``name(...)``, else None."""
+    if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call) and isinstance(stmt.value.func, ast.Name):
+        return stmt.value.func.id
+    return None
+
+
+def _usual_anatomy(blocks: list[ast.If]) -> bool:
+    """The ``__main__`` block(s) only call ``prepare()`` and, once, ``execute()``, with no arguments."""
+    stmts = [s for b in blocks for s in b.body]
+    bare = all(_called(s) in ("prepare", "execute") and not s.value.args and not s.value.keywords  # type: ignore[attr-defined]
+               for s in stmts)
+    return bare and sum(_called(s) == "execute" for s in stmts) == 1
+
+
+class _SkipPrepare(ast.NodeTransformer):
+    """``prepare(...)`` statements become ``pass`` at the same line: the night's assets did that work."""
+
+    skipped = 0
+
+    def visit_Expr(self, node: ast.Expr) -> ast.AST:
+        if _called(node) == "prepare":
+            self.skipped += 1
+            return ast.copy_location(ast.Pass(), node)
+        return node
+
+
+def _main_program(tree: ast.Module) -> tuple[ast.Module, int]:
+    """The file with every ``prepare(...)`` statement of its ``__main__`` block(s) replaced by ``pass``."""
+    skip = _SkipPrepare()
+    for stmt in tree.body:
+        if _is_main_guard(stmt):
+            stmt.body = [skip.visit(s) for s in stmt.body]  # type: ignore[attr-defined]
+    return ast.fix_missing_locations(tree), skip.skipped
+
+
+def _run_as_main(path: str, tree: ast.Module) -> None:
+    """Run the (rewritten) file as ``__main__``, as ``python3 FILE`` would."""
+    full = os.path.abspath(path)
+    code = compile(tree, full, "exec")
+    module = types.ModuleType("__main__")
+    module.__dict__.update(__file__=full, __cached__=None, __loader__=None, __package__=None, __spec__=None)
+    saved = sys.modules.get("__main__")
+    sys.modules["__main__"] = module
+    try:
+        exec(code, module.__dict__)
+    finally:
+        if saved is not None:
+            sys.modules["__main__"] = saved
+
+
+class NoTest(Exception):
+    """The file ran no test: nothing to call, no test found, or every test skipped."""
+
+
+class _UnittestRuns:
+    """Every unittest run that ends in this process (``unittest.main()``, a ``TextTestRunner``, ...):
+    a file whose unittest run ran nothing exits 0 on Python 3.11 ("Ran 0 tests ... OK")."""
+
+    def __init__(self) -> None:
+        import unittest
+
+        self.results: list = []
+        stop = unittest.TestResult.stopTestRun
+        runs = self.results
+
+        def stopTestRun(result) -> None:  # noqa: N802 (unittest's name)
+            runs.append(result)
+            stop(result)
+
+        unittest.TestResult.stopTestRun = stopTestRun  # type: ignore[method-assign]
+
+    def verdict(self) -> str:
+        """Why the runs verified nothing ("" when they ran a test, or no unittest run ended)."""
+        if not self.results:
+            return ""
+        ran = sum(r.testsRun for r in self.results)
+        skipped = sum(len(r.skipped) for r in self.results)
+        if ran == 0:
+            return "ran no test: its unittest run found no test to run (\"Ran 0 tests\")"
+        if skipped >= ran:
+            return f"ran no test: all {ran} of its unittest tests were skipped"
+        return ""
+
+
+def _quietly(write, *args, **kwargs) -> None:
+    """Write to the test's output if it still can: a test may close its stdout and stderr (fd 1 and 2)
+    and then fail; the wrapper must still record why (the result file), not die of the OSError."""
+    try:
+        write(*args, **kwargs)
+    except (OSError, ValueError):
+        pass
+
+
+def _say(text: str) -> None:
+    """A line for the test's log."""
+    _quietly(print, f"# nightly wrapper: {text}", flush=True)
+
+
+def _test_function(file: str, func_name: str):
+    """What to call to run the test file, saying in the log which way it runs (see the module's docstring)."""
+    with open(file, "rb") as fh:
+        tree = ast.parse(fh.read(), filename=file)
+    blocks = [s for s in tree.body if _is_main_guard(s)]
+    if func_name == "execute" and blocks and not _usual_anatomy(blocks):
+        program, skipped = _main_program(tree)
+        _say(f"running {file} as __main__, as `python3 {file}` would: its __main__ block does more than "
+             f"prepare() and execute(); {skipped} prepare() call(s) in it skipped (the night's assets built its inputs)")
+        return lambda: _run_as_main(file, program)
+    module = _load_module(file)
+    func = getattr(module, func_name, None)
+    if not callable(func):
+        if func_name == "execute" and not blocks:
+            raise NoTest(f"{file}: has no function execute() and no `if __name__ == \"__main__\":` block, so "
+                         f"`python3 {file}` would run no test (test functions alone are never called); the nightly "
+                         "calls execute(), or runs the __main__ block")
+        raise AttributeError(f"{file}: has no function {func_name}(); the nightly calls it to run the test")
+    _say(f"importing {file} and calling its {func_name}() (prepare() skipped: the night's assets built its inputs)")
+    return func
 
 
 def _write_result(path: str | None, result: dict) -> None:
@@ -103,6 +249,7 @@ def main(argv: list[str] | None = None) -> int:
     ns = parser.parse_args(argv)
 
     _fresh_signals()
+    unittest_runs = _UnittestRuns()  # the standard library's unittest, before the test's folders are on the path
     # as `python3 tests/x.py` would: the file's own folder first, then the checkout
     if ns.deadline_s > 0 and os.getpgrp() == os.getpid():  # only when it leads its own group
         _deadline(ns.deadline_s)
@@ -111,33 +258,31 @@ def main(argv: list[str] | None = None) -> int:
     result: dict = {"file": ns.file, "func": ns.func, "ok": False, "exit_code": 1}
     started = time.monotonic()
     try:
-        module = _load_module(ns.file)
-        func = getattr(module, ns.func, None)
-        if not callable(func) and ns.func == "execute" and not hasattr(module, "prepare"):
-            # a plain test script (unittest style, as SGLang-family runners run them): run it as its
-            # runner would, `python3 FILE`; it has no prepare() whose downloads we would repeat
-            import runpy
-
-            def func() -> None:
-                runpy.run_path(ns.file, run_name="__main__")
-        if not callable(func):
-            raise AttributeError(f"{ns.file}: has no function {ns.func}(); the nightly calls it to run the test")
+        func = _test_function(ns.file, ns.func)
         call_started = time.monotonic()
         func()
         result.update(ok=True, exit_code=0, execute_s=round(time.monotonic() - call_started, 3))
     except SystemExit as exc:
         code = int(exc.code) if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-        if exc.code not in (None, 0) and not isinstance(exc.code, int):
-            print(exc.code, file=sys.stderr)
         result.update(ok=code == 0, exit_code=code, error="" if code == 0 else f"SystemExit({exc.code!r})")
+        if exc.code not in (None, 0) and not isinstance(exc.code, int):
+            _quietly(print, exc.code, file=sys.stderr)
+    except NoTest as exc:
+        result.update(error=str(exc))
+        _quietly(print, f"# nightly wrapper: {exc}", file=sys.stderr)
     except BaseException as exc:  # the test's own failure: report it, never hide it
-        traceback.print_exc()
         result.update(error=f"{type(exc).__name__}: {exc}")
+        _quietly(traceback.print_exc)  # the error is in the result even when the test closed its stderr
+    # a unittest run that ran nothing passes on 3.11 and exits 5 on 3.12+: either way no test ran
+    nothing = unittest_runs.verdict() if result["ok"] or result["exit_code"] == 5 else ""
+    if nothing:
+        result.update(ok=False, exit_code=1, error=f"{ns.file}: {nothing}")
+        _quietly(print, f"# nightly wrapper: {ns.file}: {nothing}", file=sys.stderr)
     result["elapsed_s"] = round(time.monotonic() - started, 3)
     result["finished"] = True
     result["token"] = os.environ.get("NIGHTLY_ATTEMPT_TOKEN", "")
-    sys.stdout.flush()
-    sys.stderr.flush()
+    _quietly(sys.stdout.flush)
+    _quietly(sys.stderr.flush)
     _write_result(ns.result, result)
     _report_pipes(result)
     return int(result["exit_code"])

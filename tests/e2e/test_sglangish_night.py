@@ -9,6 +9,8 @@ Assertions are on outcomes, the exit code and the table's rows, not on wording.
 
 from __future__ import annotations
 
+import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -70,3 +72,54 @@ def test_the_catalog_of_the_example_says_which_dialect_and_roots_it_assumed(tmp_
     assert done.returncode == 0, done.stderr
     assert "dialect sglang (sglangish/test/ci/ci_register.py" in done.stderr
     assert "roots: test/registered" in done.stderr
+
+
+REGISTER = ("from sglangish.test.ci.ci_register import register_cuda_ci\n"
+            'register_cuda_ci(est_time={est}, suite="{suite}", nightly=True)\n')
+
+#: files a framework's runner would judge by `python3 FILE`, each with what the night must say of it
+FALSE_PASSES = {
+    "test_main_check.py": ("def prepare(): pass\ndef execute(): print('training done')\n"
+                           "if __name__ == '__main__':\n    prepare()\n    execute()\n"
+                           "    raise SystemExit('accuracy 0.12 < 0.80')\n", "accuracy 0.12 < 0.80"),
+    "test_configs.py": ("def prepare(): pass\ndef execute():\n"
+                        "    print('config megatron-tp2: passed'); print('config fsdp-tp1: failed')\n",
+                        "config fsdp-tp1 reported failed"),
+    "test_nothing_ran.py": ("import unittest\nclass TestGen(unittest.TestCase):\n    pass\n"
+                            "if __name__ == '__main__':\n    unittest.main()\n", "ran no test"),
+    "test_pytest_only.py": ("def test_x(): assert False\n", "would run no test"),
+    "test_closed_output.py": ("import os\ndef prepare(): pass\ndef execute():\n"
+                              "    os.close(1); os.close(2); raise RuntimeError('real error')\n", "RuntimeError: real error"),
+}
+
+
+def test_a_night_fails_what_its_runner_would_fail_and_a_stray_daemon_never_holds_the_gpus(tmp_path):
+    """One night of a fixture framework through `nightly run`: a check in the __main__ block, a failed
+    configuration, a file that ran no test, a test that closed its output; and a daemon that escapes
+    the attempt's marker and group (`env -i setsid`) with the test's GPU locks: killed at its test's
+    end, so the next 8-GPU test starts without waiting."""
+    repo = tmp_path / "fw"
+    (repo / "test" / "registered").mkdir(parents=True)
+    shutil.copytree(SGLANGISH / "sglangish", repo / "sglangish")
+    (repo / "test" / "registered" / "__init__.py").touch()
+    for name, (body, _) in FALSE_PASSES.items():
+        (repo / "test" / "registered" / name).write_text(REGISTER.format(est=2, suite="nightly-1-gpu") + body)
+    (repo / "test" / "registered" / "t_a_daemon.py").write_text(
+        REGISTER.format(est=5, suite="nightly-8-gpu") + "import os\ndef prepare(): pass\n"
+        "def execute(): os.system('env -i setsid sleep 30 >/dev/null 2>&1 </dev/null &')\n")
+    (repo / "test" / "registered" / "t_b_next.py").write_text(
+        REGISTER.format(est=4, suite="nightly-8-gpu") + "def prepare(): pass\ndef execute(): print('b ran')\n")
+    git = ["git", "-c", "user.email=a@b", "-c", "user.name=a"]
+    for cmd in (["git", "init", "-q"], ["git", "add", "-A"], [*git, "commit", "-qm", "fixture"]):
+        subprocess.run(cmd, cwd=repo, check=True)
+    home = tmp_path / "home"
+    done = nightly("run", "--repo", str(repo), "--home", str(home), "--timeout-floor", "20", home=home)
+    assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-3000:]
+    record = json.loads((home / "nights" / "latest.json").read_text())
+    attempts = {Path(a["test_id"]).name: a for a in record["attempts"]}
+    for name, (_, reason) in FALSE_PASSES.items():
+        assert attempts[name]["outcome"] == "failed" and reason in attempts[name]["reason"], attempts[name]
+    daemon, after = attempts["t_a_daemon.py"], attempts["t_b_next.py"]
+    assert daemon["outcome"] == "passed" and daemon["details"]["killed_leftovers"]
+    assert after["outcome"] == "passed" and float(after["details"]["gpu_wait_s"]) < 10, after
+    assert sorted(record["verdict"]["failed"]) == sorted(f"test/registered/{name}" for name in FALSE_PASSES)

@@ -227,3 +227,41 @@ def test_retries_elsewhere_wait_for_freed_gpus_so_the_pool_is_never_oversubscrib
     retries = [a for a in result.attempts if a.attempt == 2]
     assert retries and all(a.node == "n0" and a.details["retry_of"] == "n1" for a in retries)
     assert {a.details["pool"] for a in result.attempts} == {"h200"}  # bad nodes are judged within their pool
+
+
+class LoggingLauncher(ScriptedLauncher):
+    """Passes every test (exit 0) after writing the scripted log text to the attempt's log."""
+
+    def __init__(self, logs: dict[str, str]):
+        super().__init__(seconds=0.0)
+        self.logs = logs
+
+    def launch(self, request, on_log=None):
+        request.log_path.write_text(self.logs[request.test.id])
+        attempt = super().launch(request, on_log)
+        return dataclasses.replace(attempt, log_path=str(request.log_path), exit_code=0)
+
+
+def _logged_night(tmp_path, logs: dict[str, str]):
+    tests = [make_test(id=tid, path=f"tests/{tid}.py", gpus=1, est_time=10) for tid in logs]
+    make = _factory(tests)
+
+    def with_log(a, node, slots, attempt, avoid):
+        return dataclasses.replace(make(a, node, slots, attempt, avoid), log_path=tmp_path / f"{a.test_id}.log")
+
+    return run_plan(make_plan(tests, [POOL]), [Pool("h200", 1, 8)], LoggingLauncher(logs), with_log).final()
+
+
+def test_a_test_that_exits_0_but_reports_a_failed_configuration_is_failed(tmp_path):
+    final = _logged_night(tmp_path, {
+        "matrix": "config megatron-tp2: passed\nconfig fsdp-tp1: failed\n",
+        "early": "[minirl] config dense-tp1: failed\n" + "step ok\n" * 5000 + "config moe-tp2: passed\n",
+        "green": "config megatron-tp2: passed\nconfig fsdp-tp1: passed\n",
+        "plain": "no configurations here\n",
+    })
+    assert final["matrix"].outcome == "failed" and final["matrix"].reason == "config fsdp-tp1 reported failed"
+    assert final["matrix"].details["configs"] == "megatron-tp2=passed,fsdp-tp1=failed"
+    # a failure reported far before the log's end counts as much as one at its end
+    assert final["early"].outcome == "failed" and final["early"].reason == "config dense-tp1 reported failed"
+    assert final["green"].outcome == "passed" and final["green"].details["configs"] == "megatron-tp2=passed,fsdp-tp1=passed"
+    assert final["plain"].outcome == "passed" and "configs" not in final["plain"].details

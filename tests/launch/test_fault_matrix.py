@@ -101,6 +101,53 @@ def test_a_setsid_daemon_of_a_passing_test_is_killed_and_reported(tmp_path):
     assert f"the test left running: {daemon}" in Path(attempt.log_path).read_text()
 
 
+def test_a_daemon_that_escapes_marker_and_group_but_holds_the_gpu_locks_is_killed_at_the_end(tmp_path):
+    """`env -i` drops the attempt's marker and `setsid` leaves its group; os.system hands the shell the
+    test's open lock files, so the daemon would keep the GPUs locked for every later test."""
+    repo = _repo(tmp_path, """
+        import os, time
+        def execute():
+            os.system("env -i setsid sh -c 'echo $$ > daemon.tmp; mv daemon.tmp daemon.pid; exec sleep 600' "
+                      ">/dev/null 2>&1 </dev/null &")
+            while not os.path.exists("daemon.pid"):
+                time.sleep(0.01)
+    """)
+    attempt = LocalLauncher(tmp_path / "state").launch(_request(repo, tmp_path))
+    daemon = int(_wait_for(repo / "daemon.pid"))
+    assert attempt.outcome == "passed", tail(attempt.log_path)
+    assert _gone(daemon)
+    assert str(daemon) in attempt.details["killed_leftovers"].split(",")
+    assert f"still holding the test's GPU locks: PID {daemon} (sleep 600)" in Path(attempt.log_path).read_text()
+    free = try_acquire(host_lock_dir(), "h200", 1, [0], 1, prefer=attempt.gpu_slots)
+    assert free is not None and free.slots == attempt.gpu_slots  # the next test gets the GPU at once
+    free.release()
+
+
+def test_a_launch_waits_for_gpus_held_by_a_stray_process_no_longer_than_its_timeout_and_names_it(tmp_path, caplog):
+    import logging
+
+    from pipelines.core.model import Pool
+
+    repo = _repo(tmp_path, "def execute():\n    pass\n")
+    lock = try_acquire(host_lock_dir(), "h200", 1, [0], 1)
+    assert lock is not None
+    stray = subprocess.Popen(["sleep", "600"], pass_fds=lock.fds)  # now the stray process holds the GPU
+    lock.release()
+    try:
+        launcher = LocalLauncher(tmp_path / "state", pools=[Pool("h200", 1, 1)], poll_s=0.05, gpu_wait_note_s=0.2)
+        t0 = time.monotonic()
+        with caplog.at_level(logging.WARNING, logger="pipelines.launch.local"):
+            attempt = launcher.launch(_request(repo, tmp_path, timeout_s=2))
+        assert time.monotonic() - t0 < 60  # bounded by the test's 2 s timeout, not by the stray process
+    finally:
+        stray.kill()
+        stray.wait()
+    assert attempt.outcome == "infra_error"
+    assert f"held by PID {stray.pid} (sleep 600)" in attempt.reason and "gave up after the test's 2s timeout" in attempt.reason
+    assert float(attempt.details["gpu_wait_s"]) >= 2
+    assert "waiting for GPUs" in caplog.text and f"PID {stray.pid} (sleep 600)" in caplog.text
+
+
 def test_garbage_then_os_exit_0_before_the_end_is_failed_not_passed(tmp_path):
     repo = _repo(tmp_path, """
         import os
@@ -113,6 +160,20 @@ def test_garbage_then_os_exit_0_before_the_end_is_failed_not_passed(tmp_path):
     assert (attempt.outcome, attempt.exit_code) == ("failed", 0)
     assert attempt.reason.startswith("exited before the test finished")
     assert "PASSED  all 12 checks ok" in Path(attempt.log_path).read_text()
+
+
+def test_a_test_that_closes_its_stdout_and_stderr_then_raises_keeps_its_error(tmp_path):
+    repo = _repo(tmp_path, """
+        import os
+        def execute():
+            os.close(1)
+            os.close(2)
+            raise RuntimeError("real error")
+    """)
+    attempt = LocalLauncher(tmp_path / "state").launch(_request(repo, tmp_path))
+    assert attempt.outcome == "failed"
+    assert attempt.reason == "RuntimeError: real error", attempt.reason
+    assert attempt.details["error"] == "RuntimeError: real error"
 
 
 def test_bad_specs_are_located_errors_before_anything_runs(tmp_path):

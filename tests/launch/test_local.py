@@ -170,7 +170,7 @@ def test_the_log_is_streamed_and_the_running_record_removed_at_the_end(tmp_path)
     lines: list[str] = []
     attempt = LocalLauncher(tmp_path / "state").launch(_request(repo, tmp_path), on_log=lines.append)
     assert attempt.outcome == "passed"
-    assert lines == ["line one", "line two"]
+    assert [line for line in lines if not line.startswith("# nightly wrapper:")] == ["line one", "line two"]
     assert list((tmp_path / "state" / "running").glob("*.json")) == []
 
 
@@ -193,6 +193,31 @@ def test_when_too_few_slots_are_free_the_launch_waits_for_one(tmp_path):
     busy.release()
     t.join(timeout=60)
     assert out and out[0].outcome == "passed" and out[0].gpu_slots == (0,)
+
+
+def test_a_test_starts_when_its_gpus_are_held_and_the_wait_is_recorded_apart(tmp_path):
+    """started_at is when the test got its GPUs, not when it began to wait for them (the report's timeline)."""
+    import threading
+    from datetime import UTC, datetime
+
+    from pipelines.core.model import Pool
+    from pipelines.launch.gpu_slots import host_lock_dir, try_acquire
+
+    repo = _repo(tmp_path, "def execute():\n    pass\n")
+    busy = try_acquire(host_lock_dir(), "h200", 1, [0], 1)  # another night holds the only GPU
+    assert busy is not None
+    launcher = LocalLauncher(tmp_path / "state", pools=[Pool("h200", 1, 1)], poll_s=0.05)
+    out = []
+    t = threading.Thread(target=lambda: out.append(launcher.launch(_request(repo, tmp_path, slots=(0,)))))
+    t.start()
+    time.sleep(1.5)
+    released = datetime.now(UTC).replace(microsecond=0)
+    busy.release()
+    t.join(timeout=60)
+    attempt = out[0]
+    assert attempt.outcome == "passed", tail(attempt.log_path)
+    assert datetime.fromisoformat(attempt.started_at) >= released
+    assert float(attempt.details["gpu_wait_s"]) >= 1.4
 
 
 def test_nights_with_different_homes_share_the_hosts_gpu_locks(tmp_path):

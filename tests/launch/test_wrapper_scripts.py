@@ -65,3 +65,117 @@ def test_the_test_gets_sigterm_and_sigint_unblocked_and_not_ignored_whatever_the
     for sig in (signal.SIGTERM, signal.SIGINT):
         assert not blocked & (1 << (sig - 1)), f"{sig.name} blocked in the test: {blocked:#x}"
         assert not ignored & (1 << (sig - 1)), f"{sig.name} ignored in the test: {ignored:#x}"
+
+
+def _wrap(tmp_path, body: str, name: str = "test_x.py") -> tuple[subprocess.CompletedProcess, dict]:
+    (tmp_path / name).write_text(textwrap.dedent(body))
+    out = subprocess.run([sys.executable, str(WRAPPER), "--file", name, "--result", "r.json"],
+                         cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    return out, json.loads((tmp_path / "r.json").read_text())
+
+
+PREPARE_MUST_NOT_RUN = """\
+    def prepare():
+        open("prepared", "w").close()  # the night's assets did this; running it again downloads again
+
+    def execute():
+        print("training done")
+"""
+
+
+def test_a_check_in_the_main_block_runs_as_the_runner_would_and_its_failure_fails(tmp_path):
+    out, result = _wrap(tmp_path, PREPARE_MUST_NOT_RUN + """
+    if __name__ == "__main__":
+        prepare()
+        execute()
+        raise SystemExit("accuracy 0.12 < 0.80")
+    """)
+    assert out.returncode == 1 and result["ok"] is False, out.stdout + out.stderr
+    assert "accuracy 0.12 < 0.80" in out.stderr and "accuracy 0.12 < 0.80" in result["error"]
+    assert "training done" in out.stdout
+    assert "as __main__" in out.stdout and "1 prepare() call(s) in it skipped" in out.stdout
+    assert not (tmp_path / "prepared").exists()
+
+
+def test_a_main_block_that_passes_its_check_passes(tmp_path):
+    out, result = _wrap(tmp_path, PREPARE_MUST_NOT_RUN + """
+    import sys
+    if __name__ == "__main__":
+        prepare()
+        execute()
+        sys.exit(0 if 0.9 > 0.8 else 1)
+    """)
+    assert out.returncode == 0 and result["ok"] is True and result["finished"] is True, out.stderr
+    assert not (tmp_path / "prepared").exists()
+
+
+def test_an_error_in_the_main_block_points_at_the_files_real_line(tmp_path):
+    out, _ = _wrap(tmp_path, PREPARE_MUST_NOT_RUN + """
+    if __name__ == "__main__":
+        prepare()
+        score = execute()
+        assert score is not None, "execute() returned no score"
+    """)
+    lines = (tmp_path / "test_x.py").read_text().splitlines()
+    line = next(i for i, text in enumerate(lines, 1) if "assert score" in text)
+    assert out.returncode == 1
+    assert f'test_x.py", line {line}, in <module>' in out.stderr, out.stderr
+
+
+def test_the_usual_anatomy_is_imported_and_only_execute_is_called(tmp_path):
+    out, result = _wrap(tmp_path, PREPARE_MUST_NOT_RUN + """
+    if __name__ == "__main__":
+        prepare()
+        execute()
+    """)
+    assert out.returncode == 0 and result["ok"] is True, out.stderr
+    assert "calling its execute()" in out.stdout and "training done" in out.stdout
+    assert not (tmp_path / "prepared").exists()
+
+
+def test_a_unittest_file_that_ran_no_test_fails_saying_so(tmp_path):
+    out, result = _wrap(tmp_path, """
+    import unittest
+
+    class TestGen(unittest.TestCase):
+        pass
+
+    if __name__ == "__main__":
+        unittest.main()
+    """)
+    assert "Ran 0 tests" in out.stderr
+    assert out.returncode == 1 and result["ok"] is False, out.stderr
+    assert "ran no test" in result["error"] and "test_x.py" in result["error"]
+
+
+def test_a_unittest_file_whose_tests_were_all_skipped_fails_and_one_that_ran_a_test_passes(tmp_path):
+    body = """
+    import unittest
+
+    class TestGpu(unittest.TestCase):
+        @unittest.skip("needs an H100")
+        def test_a(self):
+            pass
+
+        def test_b(self):
+            if {skip_b}:
+                self.skipTest("needs an H100")
+
+    if __name__ == "__main__":
+        unittest.main()
+    """
+    out, result = _wrap(tmp_path, body.format(skip_b=True))
+    assert out.returncode == 1 and result["ok"] is False
+    assert "all 2 of its unittest tests were skipped" in result["error"]
+    out, result = _wrap(tmp_path, body.format(skip_b=False))
+    assert out.returncode == 0 and result["ok"] is True, out.stderr
+
+
+def test_a_file_of_test_functions_without_execute_or_main_block_fails_as_running_nothing(tmp_path):
+    out, result = _wrap(tmp_path, """
+    def test_x():
+        assert False, "never called by `python3 FILE`"
+    """)
+    assert out.returncode == 1 and result["ok"] is False
+    assert 'has no function execute() and no `if __name__ == "__main__":` block' in result["error"]
+    assert "would run no test" in result["error"] and "Traceback" not in out.stderr
