@@ -55,15 +55,30 @@ PROJECT_ROOT = Path(__file__).resolve().parents[1]
 log = logging.getLogger(__name__)
 
 
+def calibrated_est_time(test: Test, calibrated: dict[str, dict]) -> int | None:
+    """Last calibration's est_time for ``test`` when it was made for the test's current file and
+    hardware (an entry without hardware, from an older file, is taken for any), else None."""
+    e = calibrated.get(test.id)
+    if e and e.get("sha256") == test.sha256 and e.get("hardware", test.hardware) == test.hardware:
+        return int(e["est_time"])
+    return None
+
+
 def with_calibrated(catalog: Catalog, calibrated: dict[str, dict]) -> Catalog:
     """The catalog with last calibration's est_time, for tests whose file is unchanged since (any format)."""
     tests = []
     for t in catalog.tests:
-        e = calibrated.get(t.id)
-        if e and e.get("sha256") == t.sha256:
-            t = dataclasses.replace(t, est_time=int(e["est_time"]), est_source="history")
+        est = calibrated_est_time(t, calibrated)
+        if est is not None:
+            t = dataclasses.replace(t, est_time=est, est_source="history")
         tests.append(t)
     return dataclasses.replace(catalog, tests=tuple(tests))
+
+
+def in_force_est_times(tests: Iterable[Test], calibrated: dict[str, dict]) -> dict[tuple[str, str], int]:
+    """(test id, hardware) -> the calibrated est_time a night plans ``tests`` with (with_calibrated):
+    what the step guard judges the next proposal from (pipelines.core.calibrate.guards)."""
+    return {(t.id, t.hardware): est for t in tests if (est := calibrated_est_time(t, calibrated)) is not None}
 
 
 def checked_estimates(data: dict, text: str, where: str) -> tuple[dict[str, dict], list[Problem]]:
@@ -223,10 +238,16 @@ class Night:
         An entry of the wrong shape is left out and noted in ``estimate_warnings`` (its test plans
         with the est_time its file registers); a file that is not a JSON object stops the caller.
         """
+        good, bad = self._stored_calibrated()
+        self.estimate_warnings = bad  # the CLI prints them; the night goes on without those entries
+        self.notes.extend(f"estimates entry left out: {p}" for p in bad)  # every way in: the night's record
+        return good
+
+    def _stored_calibrated(self) -> tuple[dict[str, dict], list[Problem]]:
         key = self.calibration_keys()["estimates"]
         text = self.state.get(key)
         if text is None:
-            return {}
+            return {}, []
         try:
             data = json.loads(text)
             if not isinstance(data, dict):
@@ -234,10 +255,7 @@ class Night:
         except ValueError as exc:
             raise CatalogError(Problem(self.state.uri(key), 1, "estimates",
                                        f"corrupt estimates file ({exc}); delete it, the next calibration writes it again")) from exc
-        good, bad = checked_estimates(data, text, self.state.uri(key))
-        self.estimate_warnings = bad  # the CLI prints them; the night goes on without those entries
-        self.notes.extend(f"estimates entry left out: {p}" for p in bad)  # every way in: the night's record
-        return good
+        return checked_estimates(data, text, self.state.uri(key))
 
     @cached_property
     def catalog(self) -> Catalog:
@@ -528,10 +546,21 @@ class Night:
         return list(self.registered.tests)
 
     def estimates(self, tests: list[Test] | None = None) -> list[Estimate]:
-        """Proposed est_time per test from history, computed without writing anything."""
+        """Proposed est_time per test from history, computed without writing anything; each step is
+        judged from the est_time in force (the estimates file as it is now, see ``in_force``)."""
         tests = self.registered_tests() if tests is None else tests
         return calibrate(tests, self.history.read(), self.repo_spec.policy, self.repo_spec.policy_params,
-                         successions=successions(self.history))
+                         successions=successions(self.history), in_force=self.in_force(tests))
+
+    def in_force(self, tests: Iterable[Test]) -> dict[tuple[str, str], int]:
+        """The calibrated est_time each of ``tests`` plans with now (``in_force_est_times``), read afresh:
+        a calibration after the catalog was loaded counts. A corrupt estimates file is none (this
+        calibration writes it again); its bad entries are noted where the catalog reads it."""
+        try:
+            return in_force_est_times(tests, self._stored_calibrated()[0])
+        except CatalogError as exc:
+            log.warning("est_time steps judged from the registered values: %s", exc)
+            return {}
 
     def calibrate(self, source_run: str | None = None) -> tuple[list[Estimate], dict[str, str], tuple[str, ...]]:
         """Propose est_time from history; store estimates, evidence CSV and source patch in the state
@@ -567,8 +596,9 @@ class Night:
         est_time in any file: this is where its calibrated one lives. ``nightly calibrate --write``
         stores its proposals here too."""
         sha = {t.id: t.sha256 for t in tests}
+        # an estimate in force stays with too few samples (a window passed): keeping it is not re-deciding it
         data = {e.test_id: {"est_time": e.proposed, "sha256": sha.get(e.test_id, ""), "hardware": e.hardware}
-                for e in estimates if e.samples_used}
+                for e in estimates if e.samples_used or e.in_force is not None}
         return self.state.put(self.calibration_keys()["estimates"], json.dumps(data, indent=1, sort_keys=True))
 
     def _remove_stale_patch(self, key: str) -> None:

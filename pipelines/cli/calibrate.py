@@ -11,6 +11,10 @@ checked before anything is written, and the checkout is rewritten last; a bad pa
 write exits 2 naming the path. ``--write`` also stores the proposals where the next night plans
 from (the deployment's ``estimates/<repo>.json``, as the night's calibration does): a template
 test has no est_time in any file, so that is where its calibrated one goes.
+
+The step guard (``max_step_factor``) judges each proposal from the est_time in force, the one in
+that estimates file when the last calibration set it for the same file, as the night does; the
+table's ``current`` and the patch start from the registered value, the literal in the file.
 """
 
 from __future__ import annotations
@@ -67,6 +71,7 @@ def run(args: argparse.Namespace) -> int:
     from pipelines.core.calibrate.policies import repo_policy
     from pipelines.core.history import HistoryError
     from pipelines.storage.history import successions
+    from pipelines.storage.state import StateError
 
     # every output is checked before anything is read or written: a bad path costs nothing
     outputs = [(args.evidence, "--evidence"), (args.patch, "--patch")]
@@ -88,8 +93,13 @@ def run(args: argparse.Namespace) -> int:
         rewrites = successions(store)
     except HistoryError as exc:
         return _fail(str(exc))
+    night_repo = (spec.name if spec else str(path), tests)
     try:
-        estimates = calibrate(tests, samples, policy, params, successions=rewrites)
+        in_force = _in_force(args, *night_repo)
+    except StateError as exc:
+        return _fail(str(exc))
+    try:
+        estimates = calibrate(tests, samples, policy, params, successions=rewrites, in_force=in_force)
     except ValueError as exc:
         return _fail(str(exc))
     print(f"calibrate: {catalog.repo}, policy {policy}, {len(samples)} samples in {getattr(store, 'path', store)}")
@@ -102,13 +112,14 @@ def run(args: argparse.Namespace) -> int:
     print(f"held for acceptance (more than max_step_factor in one step; add to the repo's calibration: accept: "
           f"list to apply): {len(waiting) or 'none'}")
     for e in waiting:
-        print(f"  {e.test_id}{_on(e)}: {e.current} -> {e.held} held ({e.held - e.current:+d} s)")
+        print(f"  {e.test_id}{_on(e)}: {e.baseline} -> {e.held} held ({e.held - e.baseline:+d} s)"
+              + (" (from the calibrated est_time in force)" if e.in_force is not None else ""))
     near = near_timeout(tests, samples, floor, factor, estimates=estimates)
     print(f"near timeout (last run > 90 % of max({floor}, {factor:g} x proposed est_time)): {len(near) or 'none'}")
     for n in near:
         print(f"  {n}")
     plan = plan_patch(path, tests, estimates)
-    status = _write_outputs(args, path, plan, estimates, store, (spec.name if spec else str(path), tests))
+    status = _write_outputs(args, path, plan, estimates, store, night_repo)
     for p, why in plan.skipped:
         print(f"left alone: {p}: {why}")
     for p, why in plan.unpatchable if args.patch else ():
@@ -163,22 +174,43 @@ def _write_outputs(args: argparse.Namespace, repo: Path, plan, estimates, store,
     return _rewrite(args, repo, plan)
 
 
+def _night(args: argparse.Namespace, repo: str):
+    from pipelines.night import Night, NightSettings
+
+    return Night(NightSettings(repo=repo, deployment=args.deployment, **({"home": args.home} if args.home else {})))
+
+
+def _in_force(args: argparse.Namespace, repo: str, tests) -> dict[tuple[str, str], int]:
+    """The calibrated est_time each test plans with now (the deployment's estimates/<repo>.json, for
+    the test's current file): the step guard judges from it, as the night's calibration does. A
+    corrupt file or entry is a warning, and those tests are judged from the registered value."""
+    from pipelines.core.model import CatalogError
+    from pipelines.night import in_force_est_times
+
+    night = _night(args, repo)
+    try:
+        calibrated = night.calibrated()
+    except CatalogError as exc:
+        print(f"nightly calibrate: warning: {exc}; steps are judged from the registered est_time", file=sys.stderr)
+        return {}
+    for problem in night.estimate_warnings:
+        print(f"nightly calibrate: warning: {problem}", file=sys.stderr)
+    return in_force_est_times(tests, calibrated)
+
+
 def _store_estimates(args: argparse.Namespace, repo: str, tests, estimates) -> bool:
     """``--write``: the proposals where the next night plans from, as the night's calibration stores
     them (``Night.store_estimates``: the deployment's ``estimates/<repo>.json``, locally or on S3).
     A template test has no est_time literal, so this is the only place its proposal can go."""
     from pipelines.storage.state import StateError
 
-    count = sum(1 for e in estimates if e.samples_used)
+    count = sum(1 for e in estimates if e.samples_used or e.in_force is not None)
     if not args.write:
         print(f"would store estimates: {count} tests with evidence (--write stores them where the next night "
               "plans from)")
         return True
-    from pipelines.night import Night, NightSettings
-
-    settings = NightSettings(repo=repo, deployment=args.deployment, **({"home": args.home} if args.home else {}))
     try:
-        where = Night(settings).store_estimates(tests, estimates)
+        where = _night(args, repo).store_estimates(tests, estimates)
     except StateError as exc:
         _fail(f"{exc}; the checkout was not changed")
         return False

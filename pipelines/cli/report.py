@@ -93,7 +93,13 @@ def repo_context(home: Path, repo: str | None, deployment: str | None):
         from pipelines.storage.history import successions  # calibrate's own rewrites keep history current
 
         policy, params, _ = repo_policy(spec, path)
-        estimates = calibrate(tests, samples, policy, params, successions=successions(history)) if tests else []
+        estimates = []
+        if tests:
+            from pipelines.night import Night, NightSettings
+
+            # the step guard judges from the est_time in force, as the night's calibration does
+            in_force = Night(NightSettings(home=home, repo=name if spec else str(path), deployment=deployment)).in_force(tests)
+            estimates = calibrate(tests, samples, policy, params, successions=successions(history), in_force=in_force)
     rules = FlakyRules.for_repo(spec)
     return name, ReportInputs(
         samples=samples, tests=tests, estimates=estimates, rules=rules,

@@ -231,10 +231,18 @@ class Estimate:
     held: int | None = None
     #: samples of this test left out as implausible, each with its reason
     outliers: tuple[str, ...] = ()
+    #: the calibrated est_time in force (the last calibration's, which the night plans with) when
+    #: there is one: the step guard judged from it, not from ``current`` (the registered value)
+    in_force: int | None = None
 
     @property
     def delta(self) -> int:
         return self.proposed - self.current
+
+    @property
+    def baseline(self) -> int:
+        """The est_time this proposal moves: the one in force, else the registered one."""
+        return self.current if self.in_force is None else self.in_force
 
 
 #: No est_time (nor timeout) above one day: a longer nightly test cannot fit in a night, and a

@@ -376,3 +376,32 @@ def test_write_stores_the_estimates_of_an_s3_deployment_in_its_bucket(tmp_path, 
         body = s3_client(url).get_object(Bucket="calib", Key="t/state/estimates/templaterl.json")["Body"].read()
     assert json.loads(body)[dpo.id]["est_time"] == 2900
     assert not (laptop / "estimates").exists()
+
+
+def test_calibrate_judges_the_step_from_the_est_time_the_last_calibration_put_in_force(tmp_path, monkeypatch, capsys):
+    """The night calibrated dp8 from its registered 3 s to 10 s; `nightly calibrate` holds a proposal
+    against those 10 s, keeps them (table, patch, --write's estimates), and never goes back to 3."""
+    from pipelines.night import Night, NightSettings
+    from tests.support.assets import copied_example
+
+    repo, assets = copied_example(tmp_path)
+    monkeypatch.setenv("NIGHTLY_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("NIGHTLY_ASSETS_DIR", str(assets))
+    dp8 = Night(NightSettings()).registered.by_id()["tests/e2e/megatron/test_dp8_chat.py"]
+    store = FileHistoryStore(tmp_path / "home" / "history.sqlite")
+
+    def ran(elapsed: float, night: int) -> None:
+        store.append([Sample(dp8.id, dp8.hardware, dp8.sha256, "passed", elapsed, f"2026-12-0{night}T01:00:00+00:00",
+                             run_id=f"run{night}", source=f"run{night}.log")])
+
+    ran(6.6, 1)
+    Night(NightSettings()).calibrate()  # the night's calibration: 3 -> 10, x3.3
+    ran(8.43, 2)
+    ran(70, 3)  # 90 s: x9 from the 10 in force
+    assert cli("calibrate", "--repo", "minirl", "--write") == 0
+    out = capsys.readouterr().out
+    row = next(line for line in out.splitlines() if line.startswith(dp8.id))
+    assert row.split()[2:5] == ["3", "10", "+7"]
+    assert f"\n  {dp8.id} [h200]: 10 -> 90 held (+80 s) (from the calibrated est_time in force)\n" in out
+    assert "est_time=10," in (repo / dp8.path).read_text()
+    assert json.loads((tmp_path / "home" / "estimates" / "minirl.json").read_text())[dp8.id]["est_time"] == 10

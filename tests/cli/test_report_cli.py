@@ -299,3 +299,24 @@ def test_damaged_calibration_evidence_is_named_and_the_proposals_recomputed(home
     assert code == 0, err
     assert f"{evidence}: damaged calibration evidence (TypeError" in err
     assert any(str(evidence) in note for note in json.loads(out)["notes"])
+
+
+def test_recomputed_proposals_judge_the_step_from_the_est_time_in_force(home, tmp_path, capsys):
+    """No stored evidence: the report recomputes, and a step the last calibration already took (the
+    registered 12 s calibrated to 30 s) is not held against the registered value."""
+    import shutil
+
+    from pipelines.night import Night, NightSettings
+
+    copy = tmp_path / "home"
+    shutil.copytree(home, copy)
+    rollout = Night(NightSettings(home=copy)).registered.by_id()["tests/e2e/sglang/test_sglang_rollout.py"]
+    _, out, _ = nightly(capsys, "report", "--home", str(copy), "--repo", "minirl", "--json")
+    assert [(h["test_id"], h["proposed"], h["held"]) for h in json.loads(out)["held"]] == [(rollout.id, 12, 60)]
+    (copy / "estimates").mkdir()
+    (copy / "estimates" / "minirl.json").write_text(json.dumps(
+        {rollout.id: {"est_time": 30, "sha256": rollout.sha256, "hardware": rollout.hardware}}))
+    code, out, err = nightly(capsys, "report", "--home", str(copy), "--repo", "minirl", "--json")
+    data = json.loads(out)
+    assert code == 0, err
+    assert data["held"] == [] and [r["proposed"] for r in data["rows"] if r["test_id"] == rollout.id] == [60]

@@ -14,7 +14,8 @@ from pipelines.core.calibrate.policies import parse_time
 from pipelines.core.model import Estimate, Sample, Test, effective_timeout
 
 EVIDENCE_COLUMNS = ("test_id", "hardware", "current_est_time", "samples_used", "max_s", "p90_s", "median_s",
-                    "proposed_est_time", "delta", "held_est_time", "stale_samples", "reason", "sources")
+                    "proposed_est_time", "delta", "held_est_time", "in_force_est_time", "stale_samples", "reason",
+                    "sources")
 
 
 def _num(x: float | None) -> str:
@@ -27,8 +28,10 @@ def evidence_rows(estimates: Sequence[Estimate]) -> list[dict[str, str]]:
         "test_id": e.test_id, "hardware": e.hardware, "current_est_time": str(e.current),
         "samples_used": str(e.samples_used), "max_s": _num(e.max_s), "p90_s": _num(e.p90_s),
         "median_s": _num(e.median_s), "proposed_est_time": str(e.proposed), "delta": f"{e.delta:+d}",
-        # what the policy wants but the step guard holds for acceptance (proposed stays the current value)
+        # what the policy wants but the step guard holds for acceptance (proposed stays the value in force)
         "held_est_time": "" if e.held is None else str(e.held),
+        # the last calibration's est_time, which the step was judged from; empty: the registered one was
+        "in_force_est_time": "" if e.in_force is None else str(e.in_force),
         "stale_samples": str(e.stale_samples), "reason": e.reason, "sources": " ".join(e.sources),
     } for e in estimates]
 
@@ -47,7 +50,7 @@ def write_evidence_csv(path: Path | str, estimates: Sequence[Estimate]) -> None:
 
 
 def held(estimates: Sequence[Estimate]) -> list[Estimate]:
-    """Proposals the step guard holds for a maintainer's acceptance (est_time stays as it is until then)."""
+    """Proposals the step guard holds for a maintainer's acceptance (the est_time in force stays until then)."""
     return [e for e in estimates if e.held is not None]
 
 

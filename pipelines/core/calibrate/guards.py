@@ -5,8 +5,9 @@ would otherwise become a 1.25e9 s est_time. Three guards, each reported, never s
 - implausible samples (marked when stored, longer than ``ceiling_s``, or more than
   ``outlier_factor`` times away from the median of the test's other samples) are left out;
 - no proposal goes above ``max_est_time_s``;
-- a proposal moving a calibrated est_time by more than ``max_step_factor`` in one step is held
-  for explicit acceptance (``accept: [test id]``), not applied; a ``raise_on_timeout`` raise is not
+- a proposal moving the est_time in force (the last calibration's, else the registered one) by
+  more than ``max_step_factor`` in one step is held for explicit acceptance (``accept: [test
+  id]``), not applied, and that est_time stays in force; a ``raise_on_timeout`` raise is not
   (it is 1.25x a run the timeout killed, so bounded by that timeout: holding it would keep a
   placeholder est_time that is killed every night).
 """
@@ -57,22 +58,31 @@ def screen_relative(samples: Sequence[Sample], p: Mapping) -> tuple[list[Sample]
     return usable, out
 
 
-def bound_proposal(test: Test, proposed: int, p: Mapping, killed: bool = False) -> tuple[int, int | None, str]:
+def bound_proposal(test: Test, proposed: int, p: Mapping, killed: bool = False,
+                   in_force: int | None = None) -> tuple[int, int | None, str]:
     """(est_time to apply, proposal held for acceptance or None, note for the reason); ``killed``: the
-    proposal is a raise after a timeout kill, which the step guard does not hold."""
+    proposal is a raise after a timeout kill, which the step guard does not hold.
+
+    The step is judged from the est_time in force: ``in_force`` (the last calibration's, which the
+    night plans with) when there is one, else the registered ``test.est_time``; a held proposal
+    keeps that same value. Judging from the registered value would hold a step the last
+    calibration already took, and send est_time back to the registered value every other night."""
     top = int(p.get("max_est_time_s") or MAX_EST_TIME_S)
     note = ""
     if proposed > top:
         note = f"capped at max_est_time_s {top} s (wanted {proposed} s)"
         proposed = top
+    base = test.est_time if in_force is None else in_force
     step = float(p.get("max_step_factor") or 0)
     accepted = test.id in tuple(p.get("accept") or ())
-    raise_after_kill = killed and proposed > test.est_time
-    if step and test.est_time > 0 and proposed != test.est_time and not (accepted or test.uncalibrated or raise_after_kill):
-        ratio = proposed / test.est_time
+    placeholder = test.uncalibrated and in_force is None  # a default est_time nobody measured
+    raise_after_kill = killed and proposed > base
+    if step and base > 0 and proposed != base and not (accepted or placeholder or raise_after_kill):
+        ratio = proposed / base
         if ratio > step or ratio < 1 / step:
-            held = (f"held for acceptance: {proposed} s moves est_time {test.est_time} s by x{ratio:.3g}, more "
+            what = f"est_time {base} s" if in_force is None else f"the calibrated est_time in force {base} s"
+            held = (f"held for acceptance: {proposed} s moves {what} by x{ratio:.3g}, more "
                     f"than max_step_factor x{step:g} in one step; to apply it, add {test.id!r} to the repo's "
                     "calibration: accept: list")
-            return test.est_time, proposed, "; ".join(x for x in (note, held) if x)
+            return base, proposed, "; ".join(x for x in (note, held) if x)
     return proposed, None, note

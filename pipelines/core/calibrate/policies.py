@@ -201,8 +201,9 @@ def _timeout_raise(current: list[Sample], proposed: int) -> tuple[int, str, Samp
 
 
 def _estimate(test: Test, samples: Sequence[Sample], policy: str, p: Mapping, now: datetime,
-              digests: frozenset[str]) -> Estimate:
+              digests: frozenset[str], in_force: int | None = None) -> Estimate:
     ev = _select(test, samples, p, now, digests)
+    keep = test.est_time if in_force is None else in_force  # what the next night plans with unless this moves it
     values = [s.elapsed_s for s in ev.used]
     notes = []
     if ev.ignored:
@@ -224,7 +225,7 @@ def _estimate(test: Test, samples: Sequence[Sample], policy: str, p: Mapping, no
     used = ev.used if len(values) >= k else []
     if not used:
         reason = f"too few samples: {len(values)} passed of the current file, {policy} needs {k}"
-        proposed = test.est_time
+        proposed = keep
     else:
         proposed, how = POLICIES[policy](values, p)
         reason = f"{policy}: {how} from {len(values)} passed"
@@ -244,7 +245,7 @@ def _estimate(test: Test, samples: Sequence[Sample], policy: str, p: Mapping, no
     if not used:
         reason += "; keeps est_time"
     # a raise to what an observed timeout kill needs is bounded by that kill: never a poisoned number
-    proposed, held, bound = bound_proposal(test, int(proposed), p, killed=bool(raised))
+    proposed, held, bound = bound_proposal(test, int(proposed), p, killed=bool(raised), in_force=in_force)
     if bound:
         reason = f"{reason}; {bound}"
     if notes:
@@ -252,15 +253,23 @@ def _estimate(test: Test, samples: Sequence[Sample], policy: str, p: Mapping, no
     return Estimate(
         test_id=test.id, hardware=test.hardware, current=test.est_time, proposed=int(proposed),
         samples_used=len(used), reason=reason, stale_samples=ev.stale,
-        sources=tuple(s.source for s in (used or ev.used)), held=held, outliers=tuple(ev.outliers), **stats,
+        sources=tuple(s.source for s in (used or ev.used)), held=held, outliers=tuple(ev.outliers),
+        in_force=in_force, **stats,
     )
 
 
 def calibrate(tests: Sequence[Test], samples: Sequence[Sample], policy: str = "bucket125",
               params: Mapping | None = None, now: datetime | None = None,
-              successions: Iterable[Succession] = ()) -> list[Estimate]:
+              successions: Iterable[Succession] = (),
+              in_force: Mapping[tuple[str, str], int] | None = None) -> list[Estimate]:
     """One estimate per test, keyed by (test id, hardware), in the order of ``tests``; samples of a
-    digest that ``successions`` lead to the test's current one count as current (see lineage.py)."""
+    digest that ``successions`` lead to the test's current one count as current (see lineage.py).
+
+    ``in_force``: per (test id, hardware), the est_time the night plans with when a calibration set
+    it (the estimates file's, for the test's current file); the step guard judges from it and a held
+    or evidence-less test keeps it. ``current`` stays the registered value (the file's literal,
+    which the patch rewrites)."""
+    in_force = in_force or {}
     lineage = Lineage.of(successions)
     p = policy_params(policy, params)
     now = now or datetime.now(UTC)
@@ -269,7 +278,8 @@ def calibrate(tests: Sequence[Test], samples: Sequence[Sample], policy: str = "b
     by_key: dict[tuple[str, str], list[Sample]] = defaultdict(list)
     for s in samples:
         by_key[(s.test_id, s.hardware)].append(s)
-    return [_estimate(t, by_key.get((t.id, t.hardware), []), policy, p, now, lineage.same_revision(t.sha256))
+    return [_estimate(t, by_key.get((t.id, t.hardware), []), policy, p, now, lineage.same_revision(t.sha256),
+                      in_force.get((t.id, t.hardware)))
             for t in tests]
 
 

@@ -76,3 +76,32 @@ def test_no_proposal_goes_above_the_upper_bound_even_when_accepted():
     e = one([s(80_000, 1)], params={"accept": ("tests/e2e/test_a.py",)}, est_time=70_000)
     assert e.proposed == 86_400
     assert "capped at max_est_time_s 86400 s (wanted 100000 s)" in e.reason
+
+
+def _in_force(samples, in_force, policy="bucket125", **test_kw):
+    t = make_test(**test_kw)
+    return calibrate([t], samples, policy, now=NOW, in_force={(t.id, t.hardware): in_force})[0]
+
+
+def test_the_step_is_judged_from_the_calibrated_est_time_in_force_not_the_registered_one():
+    """Registered 3, calibrated to 10 last night: 20 is x2 from what is in force, so it applies."""
+    e = _in_force([s(6.6, 2), s(8.43, 1)], 10, est_time=3)
+    assert (e.current, e.in_force, e.proposed, e.held, e.baseline) == (3, 10, 20, None, 10)
+
+
+def test_a_held_proposal_keeps_the_est_time_in_force():
+    e = _in_force([s(70, 1)], 20, est_time=3)
+    assert (e.proposed, e.held) == (20, 90)
+    assert "held for acceptance: 90 s moves the calibrated est_time in force 20 s by x4.5" in e.reason
+    assert estimates_by_id([e]) == {"tests/e2e/test_a.py": 20}
+
+
+def test_without_enough_samples_the_est_time_in_force_is_kept():
+    e = _in_force([s(70, 1)], 20, policy="p90", est_time=3)
+    assert (e.proposed, e.samples_used, e.held) == (20, 0, None) and "keeps est_time" in e.reason
+
+
+def test_a_default_est_time_once_calibrated_is_guarded_like_any_other():
+    assert _in_force([s(20, 1)], 30, est_time=1800, est_source="default").proposed == 30
+    e = _in_force([s(900, 1)], 30, est_time=1800, est_source="default")
+    assert (e.proposed, e.held) == (30, 1200)
