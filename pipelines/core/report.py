@@ -357,6 +357,10 @@ def build_report(
                     f"{len(verdict.interrupted)} interrupted" if verdict.interrupted else "",
                     f"{len(verdict.excused)} quarantined failure(s) excused" if verdict.excused else "") if x
     ) if (not verdict.ok or verdict.excused or verdict.bad_nodes) else "OK: every test passed"
+    if verdict.ok and not attempts:  # nothing launched (a record written before such runs were refused): no pass
+        verdict_text = "NOTHING RAN: " + ", ".join(
+            f"{n} {what}" for n, what in ((len(summary.get("skipped", ())), "skipped"),
+                                          (len(summary.get("unplanned", ())), "unplanned")) if n or what == "skipped")
     if summary.get("status") == "running":  # a partial record: the run goes on, or its worker died
         unfinished = (summary.get("verdict") or {}).get("unfinished") or ()
         verdict_text = (f"INCOMPLETE: {len(unfinished)} test(s) had not finished when the record was last written "

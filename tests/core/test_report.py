@@ -165,6 +165,16 @@ def test_a_summary_with_only_the_oldest_fields_still_reports():
     assert json.loads(to_json(r))["counts"] == [["passed", 1]]
 
 
+def test_a_night_that_launched_nothing_is_not_every_test_passed():
+    """A record of a pick of disabled tests only (written before such runs were refused)."""
+    summary = {"night": "n", "selected": [], "skipped": ["tests/e2e/test_multinode.py"], "attempts": [],
+               "verdict": {"ok": True, "failed": [], "excused_quarantined": [], "infra": [], "bad_nodes": [],
+                           "interrupted": []}}
+    assert build_report(summary).verdict == "NOTHING RAN: 1 skipped"
+    unplanned = {**summary, "selected": ["tests/a.py"], "unplanned": ["tests/a.py"]}
+    assert build_report(unplanned).verdict == "NOTHING RAN: 1 skipped, 1 unplanned"
+
+
 def test_a_selected_test_without_an_attempt_is_no_pass_in_a_record_without_a_verdict():
     """A damaged or cut-short record (attempts lost): never "every test passed"."""
     summary = {"night": "n", "selected": ["tests/a.py", "tests/b.py", "tests/c.py"], "unplanned": ["tests/c.py"],
