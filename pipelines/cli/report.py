@@ -4,8 +4,8 @@
                  [--open] [--json] [--screenshot PNG] [--uncovered CELL ...]
 
 Reads ``<home>/nights/<night>.json`` (the newest unless --night, which also takes a run id:
-``runs/<id>.json``; with --repo, the newest of that repo), the repo's night before it of the same
-cadence, the deployment's history store and the repo's catalog;
+``runs/<id>.json``; with --repo, the newest of that repo), the repo's nights before it (each test
+is compared with the last of them that ran it), the deployment's history store and the repo's catalog;
 writes ``<home>/reports/<night>.html`` and prints its path (with an S3 deployment, the same keys in
 its bucket). Exit 2 for a night that cannot be read or a flag that cannot be used. ``--json`` prints every section as JSON instead (for scripts); ``--open`` opens
 the page in a browser; ``--screenshot`` also saves a PNG of it made by headless Chromium.

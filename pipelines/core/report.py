@@ -304,7 +304,8 @@ def build_report(
     timeout_factor: float = 1.25,
     trend_nights: int = 14,
 ) -> ReportData:
-    """The night's report from its summary, the nights before it (oldest first) and history; pure."""
+    """The night's report from its summary, the nights before it (oldest first: each test is compared
+    with the last of them that ran it) and history; pure."""
     attempts = attempts_of(summary)
     by_id = {t.id: t for t in tests}
     est_then = est_times(summary)
@@ -327,8 +328,7 @@ def build_report(
         ran = {a.test_id for a in attempts}
         never = [t.id for t in selected if t.id not in ran and t.id not in summary.get("unplanned", ())]
         verdict = dataclasses.replace(verdict, interrupted=(*verdict.interrupted, *never))
-    prev = previous[-1] if previous else None
-    changes = night_changes(summary, prev)
+    changes = night_changes(summary, previous)
     # where a stored copy of each log is (the state store on S3); the local path otherwise
     log_uris = {(a.get("test_id"), a.get("attempt", 1)): a["log_uri"] for a in summary.get("attempts", ()) if a.get("log_uri")}
     per_test: dict[str, list[Attempt]] = {}
@@ -361,6 +361,8 @@ def build_report(
         verdict_text = "NOTHING RAN: " + ", ".join(
             f"{n} {what}" for n, what in ((len(summary.get("skipped", ())), "skipped"),
                                           (len(summary.get("unplanned", ())), "unplanned")) if n or what == "skipped")
+    if changes and changes.still_failing_not_run:  # said, never counted: the night did not run them
+        verdict_text += f"; {len(changes.still_failing_not_run)} earlier failure(s) not run tonight"
     if summary.get("status") == "running":  # a partial record: the run goes on, or its worker died
         unfinished = (summary.get("verdict") or {}).get("unfinished") or ()
         verdict_text = (f"INCOMPLETE: {len(unfinished)} test(s) had not finished when the record was last written "

@@ -52,10 +52,11 @@ code.fetch{user-select:all;background:#f3f3f3;padding:0 .3em;font-size:12px}
 </section>
 
 <section id="changes"><h2>What changed since the last night</h2>
-{% if d.changes %}{% set c = d.changes %}<p>Compared with night {{ c.previous }}.</p>
+{% if d.changes %}{% set c = d.changes %}<p>Each test compared with the last night that ran it; the environment with night {{ c.previous }}.</p>
 <table>
 <tr><th>new failures</th><td>{{ c.new_failures|join(', ') or 'none' }}</td></tr>
 <tr><th>still failing</th><td>{{ c.still_failing|join(', ') or 'none' }}</td></tr>
+<tr><th>still failing (not run tonight)</th><td>{{ c.still_failing_not_run|join(', ') or 'none' }}</td></tr>
 <tr><th>fixed</th><td>{{ c.fixed|join(', ') or 'none' }}</td></tr>
 <tr><th>tests added / removed</th><td>{{ c.added|join(', ') or 'none' }} / {{ c.removed|join(', ') or 'none' }}</td></tr>
 </table>

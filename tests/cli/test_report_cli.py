@@ -254,11 +254,14 @@ def shared_home(home, tmp_path):
     return copy
 
 
-def test_a_report_is_of_one_repo_compared_with_that_repos_night_of_the_same_cadence(shared_home, capsys):
+def test_a_report_is_of_one_repo_each_test_compared_with_that_repos_last_night_that_ran_it(shared_home, capsys):
     code, out, _ = nightly(capsys, "report", "--home", str(shared_home), "--repo", "minirl", "--json")
     data = json.loads(out)
     assert (code, data["night"], data["cadence"]) == (0, "2026-11-06T200000Z", "weekly")
-    assert data["changes"] is None, "a weekly night was compared with a nightly one"
+    changes = data["changes"]  # the weekly's tests last ran in the nightly before it: the same failures
+    assert changes["previous"] == "2026-11-06T150000Z" and changes["new_failures"] == []
+    assert changes["still_failing"] == [tid(SFT), tid("lora/test_lora_math.py")]
+    assert (changes["added"], changes["removed"]) == ([], []), "a weekly's tests were diffed against a nightly's"
     code, out, _ = nightly(capsys, "report", "--home", str(shared_home), "--repo", "minirl", "--json",
                            "--night", "2026-11-06T150000Z")
     assert json.loads(out)["changes"]["previous"] == "2026-11-05T150000Z"

@@ -60,6 +60,18 @@ def test_changes_and_timing_show_the_numbers(page):
     assert "actual makespan 128.0 s" in timing and "GPU-hours used 0.23" in timing and "GPU-hours idle 0.05" in timing
 
 
+def test_a_failure_from_an_earlier_night_not_run_tonight_is_listed_as_such():
+    def night(n, outcomes):
+        return {"night": f"n{n}", "run_id": f"r{n}", "cadence": "nightly", "selected": list(outcomes),
+                "attempts": [{"test_id": t, "outcome": o, "elapsed_s": 5.0, "started_at": f"2026-12-0{n}T15:00:00Z"}
+                             for t, o in outcomes.items()]}
+
+    a, b = "tests/e2e/test_a.py", "tests/e2e/test_b.py"
+    page = render_html(build_report(night(2, {b: "passed"}), [night(1, {a: "failed", b: "passed"})]))
+    assert f"still failing (not run tonight) {a}" in section(page, "changes")
+    assert "Each test compared with the last night that ran it; the environment with night n1." in page
+
+
 def test_the_gantt_legend_maps_every_key_to_a_short_name(page):
     legend = re.findall(r'<td class="key">(#\d+)</td><td title="([^"]+)">([^<]+)</td>', page)
     assert [k for k, _, _ in legend] == [f"#{i}" for i in range(1, 10)]
