@@ -25,7 +25,7 @@ code.fetch{user-select:all;background:#f3f3f3;padding:0 .3em;font-size:12px}
 <tr>{% for o, n in d.counts %}<td class="num" data-outcome="{{ o }}">{{ n }}</td>{% endfor %}</tr></table>
 </section>
 
-{% macro log_ref(path, label) %}{% if fetch(path) %}{{ label }}: <code class="fetch" title="copy and run to print the log">{{ fetch(path) }}</code>{% else %}<a href="{{ link(path) }}">{{ label }}</a>{% endif %}{% endmacro %}
+{% macro log_ref(path, label) %}{% if fetch(path) %}{{ label }}: <code class="fetch" title="copy and run to print the log">{{ fetch(path) }}</code>{% elif link(path) %}<a href="{{ link(path) }}">{{ label }}</a>{% else %}{{ label }}: <code>{{ path }}</code>{% endif %}{% endmacro %}
 <section id="failures"><h2>Failures ({{ d.failures|length }})</h2>
 {% for f in d.failures %}
 <details open><summary><b>{{ f.test_id }}</b> &mdash; <span class="classification">{{ f.classification }}</span>
