@@ -48,6 +48,19 @@ def test_an_earlier_night_can_be_chosen_and_compares_with_the_one_before_it(home
     assert data["changes"]["new_failures"] == [tid("test_backend_matrix.py")]
 
 
+def test_dollar_signs_in_test_and_node_names_are_drawn_as_text_not_mathtext(tmp_path, capsys):
+    """matplotlib would parse `$\\sqrt$` as mathtext, fail, and stop the whole page."""
+    test_id = "tests/e2e/test_$\\sqrt$_a.py"
+    record = {"night": "n1", "run_id": "r1", "cadence": "nightly", "selected": [test_id], "attempts": [
+        {"test_id": test_id, "outcome": "passed", "elapsed_s": 3.0, "started_at": "2026-12-01T15:00:00+00:00",
+         "attempt": 1, "node": "gpu-$\\sqrt$-node", "gpu_slots": [0], "exit_code": 0}]}
+    (tmp_path / "nights").mkdir()
+    (tmp_path / "nights" / "n1.json").write_text(json.dumps(record))
+    code, out, err = nightly(capsys, "report", "--home", str(tmp_path))
+    assert (code, err) == (0, "")
+    assert out.splitlines()[0] == "report: OK: every test passed"
+    assert "gpu-$\\sqrt$-node" in (tmp_path / "reports" / "n1.html").read_text()
+
 def test_an_unknown_night_lists_the_newest_ones(home, capsys):
     code, _, err = nightly(capsys, "report", "--home", str(home), "--repo", "minirl", "--night", "2026-13-01")
     assert code == 2
