@@ -128,11 +128,22 @@ def run(args: argparse.Namespace) -> int:
 
 
 def check_paths(args: argparse.Namespace) -> None:
-    """``--out`` and ``--screenshot`` name files: a folder is refused before anything is read or drawn."""
+    """``--out`` and ``--screenshot`` name files: a folder, or a place no file can be written (under a
+    file, in a folder this user cannot write), is refused before anything is read or drawn (and before
+    a browser starts)."""
     for flag, path, what, example in (("--out", args.out, "the page's", "night.html"),
                                       ("--screenshot", args.screenshot, "the PNG's", "night.png")):
-        if path is not None and path.is_dir():
+        if path is None:
+            continue
+        if path.is_dir():
             raise FlagError(f"{flag}: {path} is a folder; give {what} file name, e.g. {flag} {path / example}")
+        folder = path.absolute().parent
+        while not folder.exists() and folder != folder.parent:  # the folders to make must be makeable
+            folder = folder.parent
+        why = (f"{folder} is not a folder" if not folder.is_dir()
+               else f"{folder} is not writable" if not os.access(folder, os.W_OK | os.X_OK) else "")
+        if why:
+            raise FlagError(f"{flag}: cannot write {path} ({why}); give a writable path")
 
 
 def _report(args: argparse.Namespace) -> int:

@@ -229,6 +229,20 @@ def test_a_screenshot_path_that_is_a_folder_is_refused_with_the_fix(home, tmp_pa
         in err
 
 
+@pytest.mark.parametrize("under", ["file", "file/deeper"])
+def test_a_screenshot_path_under_a_file_is_refused_before_anything_is_drawn(home, tmp_path, capsys, monkeypatch,
+                                                                            under):
+    import pipelines.reporting.browser as browser
+
+    monkeypatch.setattr(browser, "browse", lambda *a, **k: pytest.fail("a browser was started"))
+    (tmp_path / "file").write_text("")
+    png = tmp_path / under / "x.png"
+    code, out, err = nightly(capsys, "report", "--home", str(home), "--repo", "minirl", "--screenshot", str(png))
+    assert (code, out) == (2, "")
+    assert err.strip() == (f"nightly report: error:\n--screenshot: cannot write {png} ({tmp_path / 'file'} is not a "
+                           "folder); give a writable path")
+
+
 def test_an_out_path_that_cannot_be_written_is_named_with_the_reason(home, tmp_path, capsys):
     (tmp_path / "file").write_text("")
     code, _, err = nightly(capsys, "report", "--home", str(home), "--repo", "minirl", "--out",
