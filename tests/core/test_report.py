@@ -331,3 +331,15 @@ def test_added_and_removed_come_from_two_records_that_each_cover_their_whole_cad
     assert (c.added, c.removed) == ((C,), (B,))
     assert c.still_failing_not_run == ()  # B is gone, not still failing
     assert build_report(narrowed, [before]).changes.removed == ()
+
+
+def test_an_interrupted_nights_verdict_counts_the_tests_that_never_started_and_its_span_is_not_the_nights():
+    summary = {"night": "n", "selected": [A, B, C, "tests/e2e/test_d.py"], "interrupted": True,
+               "status": "interrupted", "actual_makespan_s": 12.5,
+               "attempts": [attempt(A, "passed", "n0"), attempt(B, "interrupted", "n0")],
+               "verdict": {"ok": False, "failed": [], "excused_quarantined": [], "infra": [], "bad_nodes": [],
+                           "interrupted": [B]}}
+    r = build_report(summary)
+    assert r.verdict == "FAILED: 1 interrupted, 2 never started"
+    assert dict(r.makespan) == {"until interrupted": 12.5}
+    assert dict(build_report({**summary, "interrupted": False, "status": "finished"}).makespan) == {"actual": 12.5}
