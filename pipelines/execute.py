@@ -338,6 +338,7 @@ def night_summary(night: Night, runset: RunSet, selection: RunSelection, plan: P
         "night": night.night, "run_id": night.run_id, "repo": night.repo_spec.name,
         "repo_path": str(night.repo_spec.path),
         "deployment": night.deployment.name, "cadence": selection.cadence or "picked",
+        "env": night.env_digest,  # extra environment: names and a hash (flaky evidence compares like with like)
         "selection": dataclasses.asdict(selection),
         "selected": [t.id for t in runset.run] + [t.id for t in runset.unplanned],
         "skipped": [t.id for t in runset.disabled] + [t.id for t in runset.not_here] + [t.id for t in runset.held],

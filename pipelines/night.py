@@ -39,6 +39,7 @@ from pipelines.core.model import (
     Sample,
     Test,
     effective_timeout,
+    env_digest,
 )
 from pipelines.core.plan import make_plan, pool_for
 from pipelines.core.plan.durations import duration_model
@@ -221,6 +222,11 @@ class Night:
     def state(self) -> StateStore:
         """Summaries, estimates, reports and logs: the state folder, or S3 when ``storage: s3``."""
         return state_store(self.deployment, self.home)
+
+    @property
+    def env_digest(self) -> str:
+        """The night's extra environment as its record and samples keep it: names and a hash, never values."""
+        return env_digest(self.settings.extra_env)
 
     @property
     def timeout_floor_s(self) -> int:
@@ -463,7 +469,7 @@ class Night:
             with lock:
                 test = by_id[attempt.test_id]
                 image = attempt.details.get("image_digest") or (images or {}).get(self.pool_of(test)) or self.settings.image
-                unsaved.append(sample_from_attempt(attempt, test, self.run_id, image))
+                unsaved.append(sample_from_attempt(attempt, test, self.run_id, image, env=self.env_digest))
                 try:
                     store.append(list(unsaved))
                     unsaved.clear()

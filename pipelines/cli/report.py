@@ -4,8 +4,8 @@
                  [--open] [--json] [--screenshot PNG] [--uncovered CELL ...]
 
 Reads ``<home>/nights/<night>.json`` (the newest unless --night, which also takes a run id:
-``runs/<id>.json``; with --repo, the newest of that repo), the repo's night before it of the same
-cadence, the deployment's history store and the repo's catalog;
+``runs/<id>.json``; with --repo, the newest of that repo), the repo's nights before it (each test
+is compared with the last of them that ran it), the deployment's history store and the repo's catalog;
 writes ``<home>/reports/<night>.html`` and prints its path (with an S3 deployment, the same keys in
 its bucket). Exit 2 for a night that cannot be read or a flag that cannot be used. ``--json`` prints every section as JSON instead (for scripts); ``--open`` opens
 the page in a browser; ``--screenshot`` also saves a PNG of it made by headless Chromium.
@@ -134,11 +134,22 @@ def run(args: argparse.Namespace) -> int:
 
 
 def check_paths(args: argparse.Namespace) -> None:
-    """``--out`` and ``--screenshot`` name files: a folder is refused before anything is read or drawn."""
+    """``--out`` and ``--screenshot`` name files: a folder, or a place no file can be written (under a
+    file, in a folder this user cannot write), is refused before anything is read or drawn (and before
+    a browser starts)."""
     for flag, path, what, example in (("--out", args.out, "the page's", "night.html"),
                                       ("--screenshot", args.screenshot, "the PNG's", "night.png")):
-        if path is not None and path.is_dir():
+        if path is None:
+            continue
+        if path.is_dir():
             raise FlagError(f"{flag}: {path} is a folder; give {what} file name, e.g. {flag} {path / example}")
+        folder = path.absolute().parent
+        while not folder.exists() and folder != folder.parent:  # the folders to make must be makeable
+            folder = folder.parent
+        why = (f"{folder} is not a folder" if not folder.is_dir()
+               else f"{folder} is not writable" if not os.access(folder, os.W_OK | os.X_OK) else "")
+        if why:
+            raise FlagError(f"{flag}: cannot write {path} ({why}); give a writable path")
 
 
 def _report(args: argparse.Namespace) -> int:

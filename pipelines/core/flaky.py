@@ -1,11 +1,14 @@
 """Flaky tests from history, and the quarantine that keeps them from failing the night.
 
-Two kinds of evidence, both on the *same code and image* (a test file's sha256 and the image
-digest), so a fix or a new image is never mistaken for flakiness:
+Two kinds of evidence, both on the *same code, image and environment* (a test file's sha256, the
+image digest and the night's extra environment, ``env_digest``), so a fix, a new image or a
+failure injected with ``--env`` is never mistaken for flakiness:
 
 - *passed on retry*: a night where the test failed (or hung) and a later attempt passed;
 - *alternating*: the test's final outcome flips between passed and failed from one of its nights
-  to the next; ``min_flips`` flips within the window are needed (one flip is a breakage or a fix).
+  to the next night run under the same extra environment (a night with ``--env MINIRL_FAIL=...``
+  is compared with the last such night, not with the plain night between them); ``min_flips``
+  flips within the window are needed (one flip is a breakage or a fix).
 
 States: healthy -> flaky -> quarantined -> released (after ``release_after`` consecutive passing
 nights) -> healthy. Infra errors and skips say nothing about a test: they are ignored here, and
@@ -120,6 +123,8 @@ class NightRecord(NamedTuple):
     sha256: str
     image: str
     outcomes: tuple[str, ...]
+    #: the night's extra environment (``env_digest``; "" for none)
+    env: str = ""
 
     @property
     def final(self) -> str:
@@ -155,7 +160,7 @@ def night_records(samples: Sequence[Sample]) -> list[NightRecord]:
             if len(xs) > 1:
                 xs.sort(key=lambda s: (s.attempt, s.started_at))
             out.append(NightRecord(test_id, run_id, xs[0].started_at, xs[-1].sha256, xs[-1].image,
-                                   tuple(s.outcome for s in xs)))
+                                   tuple(s.outcome for s in xs), xs[-1].env))
     return out
 
 
@@ -195,11 +200,12 @@ def step(state: FlakyState, night: NightRecord, prev: NightRecord | None, rules:
         first = next(o for o in outs if o in _FAIL)
         new.append((index, Evidence("passed_on_retry", night.run_id, night.started_at,
                                     f"{first} then passed on attempt {len(outs)} in run {night.run_id}")))
-    elif prev is not None and (prev.sha256, prev.image) == (night.sha256, night.image) and \
+    elif prev is not None and (prev.sha256, prev.image, prev.env) == (night.sha256, night.image, night.env) and \
             (prev.final == "passed") != (night.final == "passed"):
+        same = "on the same code and image" + (f" with the same extra environment ({_names(night.env)})"
+                                               if night.env else "")
         new.append((index, Evidence("alternating", night.run_id, night.started_at,
-                                    f"{prev.final} in run {prev.run_id}, {night.final} in run {night.run_id} "
-                                    "on the same code and image")))
+                                    f"{prev.final} in run {prev.run_id}, {night.final} in run {night.run_id} {same}")))
     retries = sum(1 for _, e in new if e.kind == "passed_on_retry")
     flips = sum(1 for _, e in new if e.kind == "alternating")
     score = retries + flips
@@ -244,16 +250,22 @@ def replay(samples: Sequence[Sample], rules: FlakyRules = FlakyRules(),
 
 
 def _replay_one(tid: str, nights: Sequence[NightRecord], actions: Sequence[Mapping], rules: FlakyRules) -> FlakyState:
-    state, window, before, k = FlakyState(tid), [], None, 0
+    """Each night is compared with the test's last night under the same extra environment."""
+    state, window, before, k = FlakyState(tid), [], {}, 0
     for i, night in enumerate(nights):
         while k < len(actions) and _time(actions[k]["at"]) <= _time(night.started_at):
             state, window = _apply(state, actions[k]), _window_after(actions[k], window)
             k += 1
-        state, window = step(state, night, before, rules, window, i)
-        before = night
+        state, window = step(state, night, before.get(night.env), rules, window, i)
+        before[night.env] = night
     for action in actions[k:]:
         state = _apply(state, action)
     return state
+
+
+def _names(env: str) -> str:
+    """The variable names of an ``env_digest`` (never values: the digest holds none)."""
+    return env.partition("#")[0].replace(",", ", ")
 
 
 def _window_after(action: Mapping, window: list) -> list:

@@ -6,6 +6,9 @@ unit-tested on its own and every edge converts foreign payloads into these once.
 
 from __future__ import annotations
 
+import hashlib
+import json
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Literal, get_args
 
@@ -210,6 +213,20 @@ class Sample:
     capped: bool = False
     #: why this sample is implausible (negative, NaN, over the ceiling); kept, never used
     outlier: str = ""
+    #: the night's extra environment as ``env_digest`` gives it ("" for none, and in older records)
+    env: str = ""
+
+
+def env_digest(env: Iterable[tuple[str, str]]) -> str:
+    """A night's extra environment (``--env``, a run's ``env_from``) as its records keep it: the
+    names and a short hash of names and values, e.g. ``MINIRL_FAIL#3f2a9c1b0d4e``; "" for none.
+    Never the values: they may be secrets. Two nights with the same one ran under the same
+    environment, which flaky evidence needs (a failure injected one night is no flip)."""
+    pairs = sorted(env)
+    if not pairs:
+        return ""
+    digest = hashlib.sha256(json.dumps(pairs).encode()).hexdigest()[:12]
+    return ",".join(name for name, _ in pairs) + "#" + digest
 
 
 @dataclass(frozen=True)

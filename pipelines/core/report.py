@@ -304,7 +304,8 @@ def build_report(
     timeout_factor: float = 1.25,
     trend_nights: int = 14,
 ) -> ReportData:
-    """The night's report from its summary, the nights before it (oldest first) and history; pure."""
+    """The night's report from its summary, the nights before it (oldest first: each test is compared
+    with the last of them that ran it) and history; pure."""
     attempts = attempts_of(summary)
     by_id = {t.id: t for t in tests}
     est_then = est_times(summary)
@@ -327,8 +328,7 @@ def build_report(
         ran = {a.test_id for a in attempts}
         never = [t.id for t in selected if t.id not in ran and t.id not in summary.get("unplanned", ())]
         verdict = dataclasses.replace(verdict, interrupted=(*verdict.interrupted, *never))
-    prev = previous[-1] if previous else None
-    changes = night_changes(summary, prev)
+    changes = night_changes(summary, previous)
     # where a stored copy of each log is (the state store on S3); the local path otherwise
     log_uris = {(a.get("test_id"), a.get("attempt", 1)): a["log_uri"] for a in summary.get("attempts", ()) if a.get("log_uri")}
     per_test: dict[str, list[Attempt]] = {}
@@ -348,6 +348,9 @@ def build_report(
         (infra if last.outcome in _NOT_TESTS else failures).append(item)
     bars, span = _gantt(attempts, {t.id: t.gpus for t in selected})
     makespan = summary.get("actual_makespan_s") or span or None
+    # selected tests without an attempt that the verdict does not count yet: an interruption stopped the
+    # night before they started (a partial record's verdict already counts them as interrupted)
+    never = [r.test_id for r in rows if r.outcome == "not_run" and r.test_id not in verdict.interrupted]
     verdict_text = ("FAILED: " if not verdict.ok else "OK: ") + ", ".join(
         x for x in (f"{len(verdict.failed)} test(s) failed" if verdict.failed else "",
                     f"{len(verdict.infra)} infra error(s)" if verdict.infra else "",
@@ -355,8 +358,15 @@ def build_report(
                         "; every test that failed there passed on another node" if verdict.ok else "")
                     if verdict.bad_nodes else "",
                     f"{len(verdict.interrupted)} interrupted" if verdict.interrupted else "",
+                    f"{len(never)} never started" if never else "",
                     f"{len(verdict.excused)} quarantined failure(s) excused" if verdict.excused else "") if x
-    ) if (not verdict.ok or verdict.excused or verdict.bad_nodes) else "OK: every test passed"
+    ) if (not verdict.ok or verdict.excused or verdict.bad_nodes or never) else "OK: every test passed"
+    if verdict.ok and not attempts:  # nothing launched (a record written before such runs were refused): no pass
+        verdict_text = "NOTHING RAN: " + ", ".join(
+            f"{n} {what}" for n, what in ((len(summary.get("skipped", ())), "skipped"),
+                                          (len(summary.get("unplanned", ())), "unplanned")) if n or what == "skipped")
+    if changes and changes.still_failing_not_run:  # said, never counted: the night did not run them
+        verdict_text += f"; {len(changes.still_failing_not_run)} earlier failure(s) not run tonight"
     if summary.get("status") == "running":  # a partial record: the run goes on, or its worker died
         unfinished = (summary.get("verdict") or {}).get("unfinished") or ()
         verdict_text = (f"INCOMPLETE: {len(unfinished)} test(s) had not finished when the record was last written "
@@ -377,8 +387,10 @@ def build_report(
         makespan=tuple((k, summary.get(f)) for k, f in (
             ("predicted", "predicted_makespan_s"), ("predicted median", "predicted_median_s"), ("predicted p50", "predicted_p50_s"),
             ("predicted p90", "predicted_p90_s"),
-            # a partial record's span is how long the run had gone, not how long the night took
-            ("so far (the run had not ended)" if summary.get("status") == "running" else "actual", "actual_makespan_s"),
+            # a partial or interrupted record's span is how long the run had gone, not how long the night took
+            ("so far (the run had not ended)" if summary.get("status") == "running" else
+             "until interrupted" if summary.get("status") == "interrupted" or summary.get("interrupted") is True
+             else "actual", "actual_makespan_s"),
             ("lower bound", "lower_bound_s"))
             if summary.get(f) is not None),
         gantt=bars, trends=tuple(trends[t.id] for t in selected if t.id in trends), changes=changes,

@@ -1,8 +1,9 @@
 """Across nights: per-test duration trends from history, and what changed since the last night.
 
 Trends read the history store's samples in one pass (100 nights x 1,000 tests is 100,000 samples),
-keeping each test's last attempt per run. Changes compare two night summaries (the JSON each night
-writes); every field they read may be missing from older summaries.
+keeping each test's last attempt per run. Changes compare a night summary (the JSON each night
+writes) with the nights before it: each test with the last night that ran it, whatever that night
+selected; every field they read may be missing from older summaries.
 """
 
 from __future__ import annotations
@@ -113,10 +114,15 @@ class Comparison:
 
 @dataclass(frozen=True)
 class Changes:
+    """Each test against the last earlier night that ran it; the environment against ``previous``."""
+
+    #: the newest earlier night (the environment and the before/after comparison are against it)
     previous: str
     new_failures: tuple[str, ...] = ()
     still_failing: tuple[str, ...] = ()
     fixed: tuple[str, ...] = ()
+    #: tests registered tonight but not at the last night of the same cadence that covered all of it, and
+    #: the reverse; both empty unless both records cover every test of the cadence (``covered``)
     added: tuple[str, ...] = ()
     removed: tuple[str, ...] = ()
     #: (test, est_time last night, est_time tonight)
@@ -124,30 +130,66 @@ class Changes:
     #: (field, last night, tonight)
     environment: tuple[tuple[str, str, str], ...] = ()
     comparison: Comparison | None = None
+    #: tests whose last run before tonight failed or hung and that did not run tonight (not selected,
+    #: skipped, or cut off by an interruption): still failing as far as anyone knows
+    still_failing_not_run: tuple[str, ...] = ()
 
 
 _BAD = ("failed", "timed_out")
+#: outcomes that say how the test itself did (not_run, skipped, infra errors and interruptions do not)
+_RAN = ("passed", "failed", "timed_out")
+_FILTERS = ("labels", "suites", "pools", "tests")
 
 
-def night_changes(summary: Mapping, previous: Mapping | None) -> Changes | None:
-    """What changed since the previous night; None on the first night."""
-    if not previous:
+def covered(summary: Mapping) -> set[str] | None:
+    """Every test registered for the night's cadence, as its record lists them (selected, skipped,
+    unplanned), when its selection was the whole cadence (no labels, suites, pools or named tests);
+    None when the record does not say (a pick, a narrowed run, an older record without ``selection``)."""
+    selection = summary.get("selection")
+    if not isinstance(selection, Mapping) or summary.get("cadence") in (None, "", "picked") or \
+            any(selection.get(k) for k in _FILTERS):
         return None
-    now, before = final_outcomes(summary), final_outcomes(previous)
-    ran_now = {t for t, o in now.items() if o not in ("skipped",)}
-    ran_before = {t for t, o in before.items() if o not in ("skipped",)}
-    new_failures = tuple(t for t, o in now.items() if o in _BAD and before.get(t) not in _BAD)
-    still = tuple(t for t, o in now.items() if o in _BAD and before.get(t) in _BAD)
-    fixed = tuple(t for t, o in now.items() if o == "passed" and before.get(t) in _BAD)
-    est_now, est_before = est_times(summary), est_times(previous)
-    est = tuple((t, est_before[t], v) for t, v in sorted(est_now.items()) if t in est_before and est_before[t] != v)
+    return {*summary.get("selected", ()), *summary.get("skipped", ()), *summary.get("unplanned", ())}
+
+
+def night_changes(summary: Mapping, earlier: Sequence[Mapping]) -> Changes | None:
+    """What changed since the nights before (``earlier``, oldest first); None when there are none.
+
+    Each test is compared with the last earlier night that ran it, so a night that selected fewer
+    tests (a label, a UI pick) or was interrupted neither drops nor re-flags anything: a test merely
+    not run tonight is not removed, not fixed, and its last failure is listed as still failing (not
+    run tonight). Added and removed come only from two records that each cover their whole cadence.
+    """
+    if not earlier:
+        return None
+    previous = earlier[-1]
+    ran_now = {t: o for t, o in final_outcomes(summary).items() if o in _RAN}
+    last: dict[str, str] = {}  # each test's outcome in the last earlier night that ran it
+    est_before: dict[str, int] = {}
+    for night in reversed(earlier):
+        for t, o in final_outcomes(night).items():
+            if o in _RAN:
+                last.setdefault(t, o)
+        for t, v in est_times(night).items():
+            est_before.setdefault(t, v)
+    new_failures = tuple(t for t, o in ran_now.items() if o in _BAD and last.get(t) not in _BAD)
+    still = tuple(t for t, o in ran_now.items() if o in _BAD and last.get(t) in _BAD)
+    fixed = tuple(t for t, o in ran_now.items() if o == "passed" and last.get(t) in _BAD)
+    now_all = covered(summary)
+    before_all = next((c for night in reversed(earlier) if night.get("cadence") == summary.get("cadence")
+                       and (c := covered(night)) is not None), None) if now_all is not None else None
+    added = tuple(sorted(now_all - before_all)) if now_all is not None and before_all is not None else ()
+    removed = tuple(sorted(before_all - now_all)) if now_all is not None and before_all is not None else ()
+    not_run = tuple(sorted(t for t, o in last.items() if o in _BAD and t not in ran_now and t not in removed))
+    est = tuple((t, est_before[t], v) for t, v in sorted(est_times(summary).items())
+                if t in est_before and est_before[t] != v)
     env_now, env_before = environment(summary), environment(previous)
     env = tuple((f, env_before.get(f, "-"), env_now.get(f, "-")) for f in dict.fromkeys([*env_before, *env_now])
                 if env_before.get(f) != env_now.get(f))
     return Changes(
         previous=str(previous.get("night", "")), new_failures=new_failures, still_failing=still, fixed=fixed,
-        added=tuple(sorted(ran_now - ran_before)), removed=tuple(sorted(ran_before - ran_now)),
-        est_time=est, environment=env, comparison=compare(summary, previous) if env else None,
+        added=added, removed=removed, est_time=est, environment=env,
+        comparison=compare(summary, previous) if env else None, still_failing_not_run=not_run,
     )
 
 

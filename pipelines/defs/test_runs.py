@@ -6,8 +6,8 @@ request the whole key range plus a selection in the run config, so any selection
 Those requests set ``all_registered``: the run covers every test registered when it starts, read
 afresh, so a test file added since the code location loaded runs too (its partition shows once
 the location is reloaded); a UI pick of every partition means the same.
-A run that would run nothing (a typo'd label, a named test outside the picked keys) fails with
-the reason before it writes any record, as ``nightly run`` exits 3.
+A run that would run nothing (a typo'd label, a named test outside the picked keys, a pick of
+disabled tests only) fails with the reason before it writes any record, as ``nightly run`` exits 3.
 The body plans the run's tests together and dispatches them on free GPUs
 (``pipelines.execute``); each finished test is reported at once as a materialization of its
 partition and a ``test_passed`` check result. Disabled and unplanned tests are observed with
@@ -99,13 +99,17 @@ def _keys(context: dg.AssetExecutionContext) -> list[str] | None:
         return None
 
 
-def _nothing_to_run(night, keys: list[str] | None, selection: RunSelection) -> str:
-    """Why a run covers no test at all (what the CLI says before exiting 3)."""
+def _nothing_to_run(night, keys: list[str] | None, selection: RunSelection, runset: RunSet) -> str:
+    """Why a run launches no test at all (what the CLI says before exiting 3)."""
     by_id = night.catalog.by_id()
     among = [by_id[k] for k in keys if k in by_id] if keys is not None else list(night.catalog.tests)
     if keys is not None and not among:
         return (f"none of the {len(keys)} picked partition(s) is a registered test now; reload the code location "
                 "(Deployment -> Reload) and pick again")
+    if runset.skipped:  # a pick of disabled tests only: a night that ran nothing is no record to keep
+        shown = "; ".join(f"{t.id} ({why})" for t, why in runset.skipped[:5])
+        more = f"; and {len(runset.skipped) - 5} more" if len(runset.skipped) > 5 else ""
+        return f"every selected test is disabled or on hardware no pool runs: {shown}{more}"
     if selection.tests:
         return (f"the named test(s) {', '.join(selection.tests)} are not among the run's {len(among)} partition "
                 "key(s); pick their partitions, or launch the whole range")
@@ -117,7 +121,8 @@ def _nothing_to_run(night, keys: list[str] | None, selection: RunSelection) -> s
 def _resolve(context: dg.AssetExecutionContext, night, selection: RunSelection, whole: frozenset[str],
              all_registered: bool) -> RunSet:
     """The run's tests; ``all_registered`` or the whole key range: every test registered now. A
-    selection naming nothing that exists, or a run covering no test, fails the run with the reason."""
+    selection naming nothing that exists, or a run launching no test (a pick of disabled tests only),
+    fails the run with the reason before any record is written."""
     keys = _keys(context)
     stale: list[str] = []
     if keys is not None and (all_registered or (whole and set(keys) >= whole)):
@@ -126,8 +131,8 @@ def _resolve(context: dg.AssetExecutionContext, night, selection: RunSelection, 
         runset = night.runset(keys, selection)
     except SelectionError as exc:
         raise dg.Failure(f"run config: {exc}") from exc
-    if not runset.run and not runset.skipped:
-        raise dg.Failure(f"nothing to run: {_nothing_to_run(night, keys, selection)}")
+    if not runset.run:
+        raise dg.Failure(f"nothing to run: {_nothing_to_run(night, keys, selection, runset)}")
     for key in (*stale, *runset.unknown):
         _say(context, f"{key}: no longer registered; reload the code location to refresh the partitions",
              "warning")

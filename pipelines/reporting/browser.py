@@ -49,7 +49,10 @@ def browse(page: Path, *action: str, timeout_s: float = 120) -> subprocess.Compl
 def screenshot(page: Path, png: Path, width: int = 1300, height: int = 2200) -> Path:
     """A PNG of the top of the page (what a reader sees first)."""
     png = Path(png).resolve()
-    png.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        png.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:  # the CLI checks first; this is the race where the folder changed since
+        raise BrowserError(f"cannot write the screenshot {png} ({exc.strerror or exc}); give a writable path") from exc
     browse(page, f"--window-size={width},{height}", f"--screenshot={png}")
     if not png.exists() or png.stat().st_size == 0:
         raise BrowserError(f"chromium wrote no screenshot to {png}; check that "

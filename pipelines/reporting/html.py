@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import shlex
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import jinja2
 
@@ -27,11 +28,23 @@ _TEMPLATE = jinja2.Environment(autoescape=True, undefined=jinja2.StrictUndefined
                                lstrip_blocks=True).from_string(PAGE)
 
 
+#: the schemes a log link may have (s3:// logs are shown as the command that prints them, ``_fetch``)
+LINK_SCHEMES = ("file", "http", "https")
+
+
 def _link(path: str) -> str:
-    """A link to a log: URLs as they are, local paths as file:// URLs."""
-    if not path or "://" in path:
-        return path
-    return Path(path).absolute().as_uri()
+    """A link to a log: file and http(s) URLs as they are, local paths as file:// URLs; "" for anything
+    else, which the page shows as plain text: a record is data, and a ``javascript:`` URL in it must
+    never become a live link."""
+    if not path:
+        return ""
+    try:
+        scheme = urlsplit(path).scheme.lower()
+    except ValueError:  # not a URL at all (an unbalanced [ in the host)
+        return ""
+    if not scheme:
+        return Path(path).absolute().as_uri()
+    return path if scheme in LINK_SCHEMES else ""
 
 
 def _fetch(path: str) -> str:

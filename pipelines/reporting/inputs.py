@@ -142,26 +142,37 @@ class _Summaries:
             return False
 
 
-def _previous(read: _Summaries, keys: Sequence[str], i: int, warn: Callable[[str], None],
-              like: Mapping) -> dict | None:
-    """The newest readable night before ``keys[i]`` of the same repo and cadence as ``like`` (every
-    repo and cadence shares ``nights/``: a weekly night is not compared with a nightly one, nor one
-    framework's with another's); a damaged one is left out with a warning, not the whole report."""
+#: how many earlier nights of the repo the report reads to find each test's last run (on S3, one GET each)
+EARLIER_NIGHTS = 14
+
+
+def _earlier(read: _Summaries, keys: Sequence[str], i: int, warn: Callable[[str], None],
+             like: Mapping, limit: int = EARLIER_NIGHTS) -> list[dict]:
+    """The newest ``limit`` readable nights before ``keys[i]`` of the same repo as ``like``, oldest
+    first: "what changed" compares each test with the last of them that ran it, whatever its cadence or
+    selection (every repo and cadence shares ``nights/``; another framework's nights are left out).
+    A damaged one is left out with a warning, not the whole report."""
+    found: list[dict] = []
     skipped: list[str] = []
     for key in reversed(keys[:i]):
+        if len(found) >= limit:
+            break
         try:
-            found = read(key)
+            night = read(key)
         except CatalogError as exc:
             skipped.append(str(exc))
             continue
-        if not same_repo(found, like.get("repo")) or (found.get("cadence") or like.get("cadence")) != like.get("cadence"):
+        if not same_repo(night, like.get("repo")):
             continue
         for problem in skipped:
-            warn(f"{problem}; left out: compared with {key[len('nights/'):-len('.json')]} instead")
-        return found
+            warn(f"{problem}; left out: compared with {key[len('nights/'):-len('.json')]} instead" if not found
+                 else f"{problem}; left out of the comparison")
+        skipped = []
+        found.append(night)
     for problem in skipped:
-        warn(f"{problem}; left out: no earlier night to compare with")
-    return None
+        warn(f"{problem}; left out: no earlier night to compare with" if not found
+             else f"{problem}; left out of the comparison")
+    return found[::-1]
 
 
 def locate_night(store: StateStore, night: str | None = None, warn: Callable[[str], None] = lambda _: None,
@@ -193,14 +204,14 @@ def locate_night(store: StateStore, night: str | None = None, warn: Callable[[st
 
 
 def select_night(store: StateStore, night: str | None = None, warn: Callable[[str], None] = lambda _: None,
-                 repo: str | None = None) -> tuple[dict, dict | None, bool]:
-    """(the night's summary, the one before it of the same repo and cadence or None, whether it is
-    the repo's newest night); the night as :func:`locate_night` finds it. A damaged night before
-    it is passed over and ``warn`` told."""
+                 repo: str | None = None) -> tuple[dict, list[dict], bool]:
+    """(the night's summary, the repo's nights before it, oldest first and at most
+    ``EARLIER_NIGHTS``, whether it is the repo's newest night); the night as :func:`locate_night`
+    finds it. A damaged night before it is passed over and ``warn`` told."""
     read = _Summaries(store)
     keys, i, summary = locate_night(store, night, warn, repo, read)
     newest = night is None or not any(read.of(k, summary.get("repo")) for k in keys[i + 1:])
-    return summary, _previous(read, keys, i, warn, summary), newest
+    return summary, _earlier(read, keys, i, warn, summary), newest
 
 
 def _newest(read: _Summaries, keys: Sequence[str], repo: str | None,
@@ -320,7 +331,7 @@ def night_report(store: StateStore, night: str | None, inputs: ReportInputs,
     What was left out (a damaged night before it) goes to ``warn`` and into the page's notes.
     """
     left_out: list[str] = []
-    summary, previous, newest = select_night(store, night, warn=left_out.append, repo=inputs.repo or None)
+    summary, earlier, newest = select_night(store, night, warn=left_out.append, repo=inputs.repo or None)
     for text in left_out:
         warn(text)
     samples, quarantine = as_of(summary, inputs.samples, inputs.quarantine, newest=newest)
@@ -344,7 +355,7 @@ def night_report(store: StateStore, night: str | None, inputs: ReportInputs,
                      (a["test_id"] for a in summary["attempts"]))
     states = {k: v for k, v in states.items() if k in mine}
     data = build_report(
-        summary, [previous] if previous else [], samples, inputs.tests, estimates, states=states,
+        summary, earlier, samples, inputs.tests, estimates, states=states,
         log_tails=log_tails(summary, store), uncovered=inputs.uncovered, capacity_gpus=inputs.capacity_gpus,
         timeout_floor_s=inputs.timeout_floor_s, timeout_factor=inputs.timeout_factor,
     )

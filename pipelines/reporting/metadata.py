@@ -38,7 +38,9 @@ def report_markdown(data: ReportData) -> str:
             evidence = "; ".join(e.text for e in s.evidence) or "-"
             lines.append(f"| `{s.test_id}` | {s.state} | {s.by or '-'} | {s.why or '-'} | {evidence} |")
     c = data.changes
-    if c and (c.new_failures or c.fixed or c.environment):
-        lines += ["", f"Since {c.previous}: new failures {len(c.new_failures)}, fixed {len(c.fixed)}"]
+    if c and (c.new_failures or c.fixed or c.environment or c.still_failing_not_run):
+        lines += ["", f"Since {c.previous}: new failures {len(c.new_failures)}, fixed {len(c.fixed)}"
+                  + (f", still failing but not run tonight {len(c.still_failing_not_run)}" if c.still_failing_not_run
+                     else "")]
         lines += [f"- {f}: `{a}` -> `{b}`" for f, a, b in c.environment]
     return "\n".join(lines) + "\n"

@@ -28,7 +28,10 @@ from pipelines.core.trends import Trend  # noqa: E402
 
 COLORS = {"passed": "#2e7d32", "failed": "#c62828", "timed_out": "#ef6c00", "infra_error": "#6a1b9a",
           "skipped": "#9e9e9e", "not_run": "#bdbdbd", "unplanned": "#757575"}
-plt.rcParams.update({"svg.fonttype": "none", "font.size": 9, "svg.hashsalt": "nightly-report"})
+# text.parse_math off: test and node names come from records, and a `$...$` in one is a name, not
+# mathtext (which would fail to parse and stop the whole page)
+plt.rcParams.update({"svg.fonttype": "none", "font.size": 9, "svg.hashsalt": "nightly-report",
+                     "text.parse_math": False})
 
 
 def short_keys(test_ids: Sequence[str]) -> dict[str, str]:

@@ -25,7 +25,7 @@ code.fetch{user-select:all;background:#f3f3f3;padding:0 .3em;font-size:12px}
 <tr>{% for o, n in d.counts %}<td class="num" data-outcome="{{ o }}">{{ n }}</td>{% endfor %}</tr></table>
 </section>
 
-{% macro log_ref(path, label) %}{% if fetch(path) %}{{ label }}: <code class="fetch" title="copy and run to print the log">{{ fetch(path) }}</code>{% else %}<a href="{{ link(path) }}">{{ label }}</a>{% endif %}{% endmacro %}
+{% macro log_ref(path, label) %}{% if fetch(path) %}{{ label }}: <code class="fetch" title="copy and run to print the log">{{ fetch(path) }}</code>{% elif link(path) %}<a href="{{ link(path) }}">{{ label }}</a>{% else %}{{ label }}: <code>{{ path }}</code>{% endif %}{% endmacro %}
 <section id="failures"><h2>Failures ({{ d.failures|length }})</h2>
 {% for f in d.failures %}
 <details open><summary><b>{{ f.test_id }}</b> &mdash; <span class="classification">{{ f.classification }}</span>
@@ -52,10 +52,11 @@ code.fetch{user-select:all;background:#f3f3f3;padding:0 .3em;font-size:12px}
 </section>
 
 <section id="changes"><h2>What changed since the last night</h2>
-{% if d.changes %}{% set c = d.changes %}<p>Compared with night {{ c.previous }}.</p>
+{% if d.changes %}{% set c = d.changes %}<p>Each test compared with the last night that ran it; the environment with night {{ c.previous }}.</p>
 <table>
 <tr><th>new failures</th><td>{{ c.new_failures|join(', ') or 'none' }}</td></tr>
 <tr><th>still failing</th><td>{{ c.still_failing|join(', ') or 'none' }}</td></tr>
+<tr><th>still failing (not run tonight)</th><td>{{ c.still_failing_not_run|join(', ') or 'none' }}</td></tr>
 <tr><th>fixed</th><td>{{ c.fixed|join(', ') or 'none' }}</td></tr>
 <tr><th>tests added / removed</th><td>{{ c.added|join(', ') or 'none' }} / {{ c.removed|join(', ') or 'none' }}</td></tr>
 </table>

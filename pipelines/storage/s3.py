@@ -108,8 +108,16 @@ def _check(s: Sample) -> None:
 
 
 def encode(samples: list[Sample]) -> bytes:
-    """One sample per line, every field by name; the bytes one object holds."""
-    return "".join(json.dumps(dataclasses.asdict(s), sort_keys=True) + "\n" for s in samples).encode()
+    """One sample per line, every field by name; the bytes one object holds. An empty ``env`` is left
+    out: a sample without extra environment stays readable by a nightly from before that field."""
+    return "".join(json.dumps(_row(s), sort_keys=True) + "\n" for s in samples).encode()
+
+
+def _row(s: Sample) -> dict:
+    row = dataclasses.asdict(s)
+    if not row["env"]:
+        del row["env"]
+    return row
 
 
 def decode(where: str, body: bytes) -> tuple[list[Sample], Problem | None]:

@@ -48,6 +48,19 @@ def test_an_earlier_night_can_be_chosen_and_compares_with_the_one_before_it(home
     assert data["changes"]["new_failures"] == [tid("test_backend_matrix.py")]
 
 
+def test_dollar_signs_in_test_and_node_names_are_drawn_as_text_not_mathtext(tmp_path, capsys):
+    """matplotlib would parse `$\\sqrt$` as mathtext, fail, and stop the whole page."""
+    test_id = "tests/e2e/test_$\\sqrt$_a.py"
+    record = {"night": "n1", "run_id": "r1", "cadence": "nightly", "selected": [test_id], "attempts": [
+        {"test_id": test_id, "outcome": "passed", "elapsed_s": 3.0, "started_at": "2026-12-01T15:00:00+00:00",
+         "attempt": 1, "node": "gpu-$\\sqrt$-node", "gpu_slots": [0], "exit_code": 0}]}
+    (tmp_path / "nights").mkdir()
+    (tmp_path / "nights" / "n1.json").write_text(json.dumps(record))
+    code, out, err = nightly(capsys, "report", "--home", str(tmp_path))
+    assert (code, err) == (0, "")
+    assert out.splitlines()[0] == "report: OK: every test passed"
+    assert "gpu-$\\sqrt$-node" in (tmp_path / "reports" / "n1.html").read_text()
+
 def test_an_unknown_night_lists_the_newest_ones(home, capsys):
     code, _, err = nightly(capsys, "report", "--home", str(home), "--repo", "minirl", "--night", "2026-13-01")
     assert code == 2
@@ -216,6 +229,20 @@ def test_a_screenshot_path_that_is_a_folder_is_refused_with_the_fix(home, tmp_pa
         in err
 
 
+@pytest.mark.parametrize("under", ["file", "file/deeper"])
+def test_a_screenshot_path_under_a_file_is_refused_before_anything_is_drawn(home, tmp_path, capsys, monkeypatch,
+                                                                            under):
+    import pipelines.reporting.browser as browser
+
+    monkeypatch.setattr(browser, "browse", lambda *a, **k: pytest.fail("a browser was started"))
+    (tmp_path / "file").write_text("")
+    png = tmp_path / under / "x.png"
+    code, out, err = nightly(capsys, "report", "--home", str(home), "--repo", "minirl", "--screenshot", str(png))
+    assert (code, out) == (2, "")
+    assert err.strip() == (f"nightly report: error:\n--screenshot: cannot write {png} ({tmp_path / 'file'} is not a "
+                           "folder); give a writable path")
+
+
 def test_an_out_path_that_cannot_be_written_is_named_with_the_reason(home, tmp_path, capsys):
     (tmp_path / "file").write_text("")
     code, _, err = nightly(capsys, "report", "--home", str(home), "--repo", "minirl", "--out",
@@ -254,11 +281,14 @@ def shared_home(home, tmp_path):
     return copy
 
 
-def test_a_report_is_of_one_repo_compared_with_that_repos_night_of_the_same_cadence(shared_home, capsys):
+def test_a_report_is_of_one_repo_each_test_compared_with_that_repos_last_night_that_ran_it(shared_home, capsys):
     code, out, _ = nightly(capsys, "report", "--home", str(shared_home), "--repo", "minirl", "--json")
     data = json.loads(out)
     assert (code, data["night"], data["cadence"]) == (0, "2026-11-06T200000Z", "weekly")
-    assert data["changes"] is None, "a weekly night was compared with a nightly one"
+    changes = data["changes"]  # the weekly's tests last ran in the nightly before it: the same failures
+    assert changes["previous"] == "2026-11-06T150000Z" and changes["new_failures"] == []
+    assert changes["still_failing"] == [tid(SFT), tid("lora/test_lora_math.py")]
+    assert (changes["added"], changes["removed"]) == ([], []), "a weekly's tests were diffed against a nightly's"
     code, out, _ = nightly(capsys, "report", "--home", str(shared_home), "--repo", "minirl", "--json",
                            "--night", "2026-11-06T150000Z")
     assert json.loads(out)["changes"]["previous"] == "2026-11-05T150000Z"

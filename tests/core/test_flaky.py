@@ -13,21 +13,21 @@ from pipelines.core.flaky import (
     replay,
     runnable,
 )
-from pipelines.core.model import Attempt, CatalogError, Sample
+from pipelines.core.model import Attempt, CatalogError, Sample, env_digest
 
 T = "tests/e2e/test_grpo.py"
 RULES = FlakyRules(window_nights=14, min_flips=2, quarantine_after=3, release_after=3)
 
 
 def history(*nights: str | tuple[str, ...], test: str = T, sha: str = "a" * 64, image: str = "img@1",
-            node: str = "n0", start: int = 1) -> list[Sample]:
+            node: str = "n0", start: int = 1, env: str = "") -> list[Sample]:
     """One run per night; each night is one outcome or the outcomes of its attempts in order."""
     out = []
     for i, night in enumerate(nights, start=start):
         for k, outcome in enumerate((night,) if isinstance(night, str) else night, start=1):
             out.append(Sample(test_id=test, hardware="h200", sha256=sha, outcome=outcome, elapsed_s=60.0,  # type: ignore[arg-type]
                               started_at=f"2026-11-{i:02d}T01:{k:02d}:00+00:00", node=node, image=image,
-                              run_id=f"run{i:02d}", attempt=k, capped=outcome == "timed_out"))
+                              run_id=f"run{i:02d}", attempt=k, capped=outcome == "timed_out", env=env))
     return out
 
 
@@ -61,6 +61,37 @@ def test_a_fix_in_the_code_or_a_new_image_is_not_a_flip():
     assert state_of(fixed).state == "healthy"
     new_image = history("passed", "failed") + history("passed", image="img@2", start=3)
     assert state_of(new_image).state == "healthy"
+
+
+def test_a_failure_injected_with_env_on_alternate_nights_is_not_a_flip():
+    inject = env_digest([("MINIRL_FAIL", "test_grpo")])
+    nights = [*history("passed"), *history("failed", start=2, env=inject), *history("passed", start=3),
+              *history("failed", start=4, env=inject)]
+    s = state_of(nights)
+    assert (s.state, s.evidence) == ("healthy", ())
+    verdict = night_verdict([Attempt(T, "failed", 60.0, "2026-11-04T01:01:00+00:00", node="n0")], {T: s})
+    assert verdict.failed == (T,) and not verdict.ok  # the 4th night's deterministic failure fails it
+
+
+def test_nights_are_compared_with_the_last_night_under_the_same_env():
+    inject = env_digest([("MINIRL_FAIL", "test_grpo")])
+    # plain nights pass, fail, pass with injected nights between them: the plain nights still alternate
+    nights = [*history("passed"), *history("failed", start=2, env=inject), *history("failed", start=3),
+              *history("failed", start=4, env=inject), *history("passed", start=5)]
+    s = state_of(nights)
+    assert s.state == "flaky"
+    assert [e.text for e in s.evidence] == ["passed in run run01, failed in run run03 on the same code and image",
+                                            "failed in run run03, passed in run run05 on the same code and image"]
+    flips = [*history("passed", env=inject), *history("failed", start=2, env=inject)]
+    [ev] = state_of(flips).evidence
+    assert ev.text.endswith("on the same code and image with the same extra environment (MINIRL_FAIL)")
+
+
+def test_the_env_digest_keeps_names_and_never_values():
+    d = env_digest([("MINIRL_FAIL", "s3cr3t-value"), ("A_TOKEN", "x")])
+    assert d.startswith("A_TOKEN,MINIRL_FAIL#") and "s3cr3t" not in d and len(d.partition("#")[2]) == 12
+    assert d == env_digest([("A_TOKEN", "x"), ("MINIRL_FAIL", "s3cr3t-value")])
+    assert d != env_digest([("A_TOKEN", "y"), ("MINIRL_FAIL", "s3cr3t-value")]) and env_digest([]) == ""
 
 
 def test_enough_evidence_in_the_window_quarantines_and_says_why():

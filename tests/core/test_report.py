@@ -165,6 +165,16 @@ def test_a_summary_with_only_the_oldest_fields_still_reports():
     assert json.loads(to_json(r))["counts"] == [["passed", 1]]
 
 
+def test_a_night_that_launched_nothing_is_not_every_test_passed():
+    """A record of a pick of disabled tests only (written before such runs were refused)."""
+    summary = {"night": "n", "selected": [], "skipped": ["tests/e2e/test_multinode.py"], "attempts": [],
+               "verdict": {"ok": True, "failed": [], "excused_quarantined": [], "infra": [], "bad_nodes": [],
+                           "interrupted": []}}
+    assert build_report(summary).verdict == "NOTHING RAN: 1 skipped"
+    unplanned = {**summary, "selected": ["tests/a.py"], "unplanned": ["tests/a.py"]}
+    assert build_report(unplanned).verdict == "NOTHING RAN: 1 skipped, 1 unplanned"
+
+
 def test_a_selected_test_without_an_attempt_is_no_pass_in_a_record_without_a_verdict():
     """A damaged or cut-short record (attempts lost): never "every test passed"."""
     summary = {"night": "n", "selected": ["tests/a.py", "tests/b.py", "tests/c.py"], "unplanned": ["tests/c.py"],
@@ -272,3 +282,64 @@ def test_a_proposal_held_for_acceptance_is_on_the_page_not_hidden_as_no_change()
     r = build_report(summary, estimates=[held])
     assert [(e.test_id, e.current, e.held) for e in r.held] == [("tests/a.py", 10, 1300)]
     assert "tests/a.py: est_time 10 s &rarr; 1300 s held for acceptance" in render_html(r)
+
+
+A, B, C = "tests/e2e/test_a.py", "tests/e2e/test_b.py", "tests/e2e/test_c.py"
+WHOLE = {"cadence": "nightly", "labels": [], "suites": [], "pools": [], "tests": []}
+
+
+def _night(n: int, outcomes: dict[str, str], selected=None, cadence="nightly", selection=None) -> dict:
+    at = f"2026-12-0{n}T15:00:00+00:00"
+    out = {"night": f"n{n}", "run_id": f"r{n}", "cadence": cadence, "selected": list(selected or outcomes),
+           "attempts": [{"test_id": t, "outcome": o, "elapsed_s": 5.0, "started_at": at, "attempt": 1, "node": "n0",
+                         "gpu_slots": [0], "exit_code": 0 if o == "passed" else 1} for t, o in outcomes.items()]}
+    return {**out, "selection": selection} if selection else out
+
+
+def test_a_night_that_selected_fewer_tests_neither_removes_nor_forgets_the_others():
+    full = _night(1, {A: "failed", B: "passed", C: "failed"})
+    part = _night(2, {B: "passed"})
+    r = build_report(part, [full])
+    c = r.changes
+    assert (c.new_failures, c.still_failing, c.fixed, c.added, c.removed) == ((), (), (), (), ())
+    assert c.still_failing_not_run == (A, C)
+    assert r.verdict == "OK: every test passed; 2 earlier failure(s) not run tonight"
+
+
+def test_each_test_is_compared_with_the_last_night_that_ran_it_past_an_interrupted_night():
+    failed = _night(1, {A: "failed", B: "passed"})
+    interrupted = _night(2, {B: "interrupted"}, selected=[A, B])  # A never started: not_run
+    again = _night(3, {A: "failed", B: "passed"})
+    c = build_report(again, [failed, interrupted]).changes
+    assert (c.new_failures, c.still_failing, c.still_failing_not_run) == ((), (A,), ())
+    fixed = build_report(_night(3, {A: "passed", B: "passed"}), [failed, interrupted]).changes
+    assert (fixed.fixed, fixed.new_failures) == ((A,), ())
+
+
+def test_picks_are_never_diffed_as_added_or_removed_tests():
+    first = _night(1, {A: "passed"}, cadence="picked", selection={**WHOLE, "cadence": ""})
+    second = _night(2, {B: "failed"}, cadence="picked", selection={**WHOLE, "cadence": ""})
+    c = build_report(second, [first]).changes
+    assert (c.added, c.removed, c.new_failures, c.still_failing_not_run) == ((), (), (B,), ())
+
+
+def test_added_and_removed_come_from_two_records_that_each_cover_their_whole_cadence():
+    before = _night(1, {A: "passed", B: "failed"}, selection=WHOLE)
+    narrowed = _night(2, {A: "passed"}, selection={**WHOLE, "labels": ["short"]})  # says nothing of the others
+    tonight = _night(3, {A: "passed", C: "passed"}, selection=WHOLE)
+    c = build_report(tonight, [before, narrowed]).changes
+    assert (c.added, c.removed) == ((C,), (B,))
+    assert c.still_failing_not_run == ()  # B is gone, not still failing
+    assert build_report(narrowed, [before]).changes.removed == ()
+
+
+def test_an_interrupted_nights_verdict_counts_the_tests_that_never_started_and_its_span_is_not_the_nights():
+    summary = {"night": "n", "selected": [A, B, C, "tests/e2e/test_d.py"], "interrupted": True,
+               "status": "interrupted", "actual_makespan_s": 12.5,
+               "attempts": [attempt(A, "passed", "n0"), attempt(B, "interrupted", "n0")],
+               "verdict": {"ok": False, "failed": [], "excused_quarantined": [], "infra": [], "bad_nodes": [],
+                           "interrupted": [B]}}
+    r = build_report(summary)
+    assert r.verdict == "FAILED: 1 interrupted, 2 never started"
+    assert dict(r.makespan) == {"until interrupted": 12.5}
+    assert dict(build_report({**summary, "interrupted": False, "status": "finished"}).makespan) == {"actual": 12.5}

@@ -68,6 +68,19 @@ def test_a_launchpad_typo_fails_the_run_with_the_reason_and_records_nothing(loca
     assert not (home / "nights" / "latest.json").exists()  # the previous report stays the latest
 
 
+def test_a_pick_of_a_disabled_test_only_fails_the_run_and_records_nothing_as_nightly_run_does(location):
+    resource, _, home = location
+    with dg.instance_for_test() as instance:
+        run = build_definitions(nightly=resource).resolve_job_def("tests").execute_in_process(
+            instance=instance, partition_key="tests/e2e/megatron/test_multinode_sft.py", raise_on_error=False)
+        assert not run.success
+        errors = [e.step_failure_data.error.message or "" for e in run.all_events if e.is_step_failure]
+        assert any("nothing to run: every selected test is disabled or on hardware no pool runs: "
+                   "tests/e2e/megatron/test_multinode_sft.py (disabled: " in m for m in errors), errors
+        assert _materialized(instance) == {}
+    assert not (home / "nights").exists() and not (home / "runs").exists()
+
+
 def test_a_broken_quarantine_file_stops_a_dagster_run_before_any_test_as_nightly_run_does(location):
     """Its quarantines would not hold (a quarantined test's failure would fail the night)."""
     resource, _, home = location

@@ -56,3 +56,11 @@ def test_a_chromium_that_writes_no_picture_says_where_it_should_be(fake_chromium
         screenshot(page, tmp_path / "shots" / "night.png")
     assert str(err.value) == (f"chromium wrote no screenshot to {tmp_path / 'shots' / 'night.png'}; check that "
                               f"`chromium --headless --screenshot=PNG {page}` works here")
+
+
+def test_a_screenshot_under_a_file_is_an_error_before_the_browser_starts(tmp_path, fake_chromium):
+    fake_chromium(f"touch {tmp_path / 'started'}")
+    (tmp_path / "file").write_text("")
+    with pytest.raises(BrowserError, match=r"cannot write the screenshot .*/file/x\.png \(.*\); give a writable path"):
+        screenshot(tmp_path / "page.html", tmp_path / "file" / "x.png")
+    assert not (tmp_path / "started").exists()

@@ -60,6 +60,18 @@ def test_changes_and_timing_show_the_numbers(page):
     assert "actual makespan 128.0 s" in timing and "GPU-hours used 0.23" in timing and "GPU-hours idle 0.05" in timing
 
 
+def test_a_failure_from_an_earlier_night_not_run_tonight_is_listed_as_such():
+    def night(n, outcomes):
+        return {"night": f"n{n}", "run_id": f"r{n}", "cadence": "nightly", "selected": list(outcomes),
+                "attempts": [{"test_id": t, "outcome": o, "elapsed_s": 5.0, "started_at": f"2026-12-0{n}T15:00:00Z"}
+                             for t, o in outcomes.items()]}
+
+    a, b = "tests/e2e/test_a.py", "tests/e2e/test_b.py"
+    page = render_html(build_report(night(2, {b: "passed"}), [night(1, {a: "failed", b: "passed"})]))
+    assert f"still failing (not run tonight) {a}" in section(page, "changes")
+    assert "Each test compared with the last night that ran it; the environment with night n1." in page
+
+
 def test_the_gantt_legend_maps_every_key_to_a_short_name(page):
     legend = re.findall(r'<td class="key">(#\d+)</td><td title="([^"]+)">([^<]+)</td>', page)
     assert [k for k, _, _ in legend] == [f"#{i}" for i in range(1, 10)]
@@ -109,3 +121,25 @@ def test_a_log_in_s3_is_the_command_that_prints_it_not_a_link_no_browser_opens()
     assert 'href="s3://' not in page
     assert f'full log: <code class="fetch" title="copy and run to print the log">aws s3 cp {uri} -</code>' in page
     assert f"· log: aws s3 cp {uri.replace('x.py', 'y.py')} -" in section(page, "infra")
+
+
+@pytest.mark.parametrize("where", ["javascript:alert(document.cookie)//://", " JavaScript:alert(1)",
+                                   "data:text/html,<script>alert(1)</script>", "vbscript:msgbox(1)", "http://[::1"])
+def test_a_log_location_of_another_scheme_is_plain_text_never_a_link(where):
+    summary = {"night": "n1", "run_id": "r1", "cadence": "nightly", "selected": ["tests/e2e/test_a.py"],
+               "attempts": [{"test_id": "tests/e2e/test_a.py", "outcome": "failed", "elapsed_s": 3.0, "attempt": 1,
+                             "started_at": "2026-12-01T15:00:00+00:00", "node": "n0", "gpu_slots": [0],
+                             "exit_code": 1, "log_path": where}]}
+    page = render_html(build_report(summary))
+    failures = re.search(r'<section id="failures">(.*?)</section>', page, re.S).group(1)
+    assert "<a " not in failures and not re.search(r'href="\s*(javascript|data|vbscript)', page, re.I)
+    assert f"full log: {where.strip()}" in section(page, "failures")
+
+
+def test_file_and_http_logs_are_links():
+    def page(where):
+        return render_html(build_report({"night": "n", "selected": ["t"], "attempts": [
+            {"test_id": "t", "outcome": "failed", "elapsed_s": 1.0, "started_at": "", "log_path": where}]}))
+
+    assert '<a href="file:///var/log/x.log">full log</a>' in page("/var/log/x.log")
+    assert '<a href="https://ci.example/x.log">full log</a>' in page("https://ci.example/x.log")

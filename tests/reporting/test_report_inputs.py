@@ -25,11 +25,12 @@ def home(tmp_path_factory):
     return write_home(example_night(tmp_path_factory.mktemp("home")))
 
 
-def test_the_newest_night_and_the_one_before_it_are_read_from_the_store(home):
-    summary, previous, _ = select_night(LocalStateStore(home))
-    assert (summary["night"], previous["night"]) == ("2026-11-06T150000Z", "2026-11-05T150000Z")
+def test_the_newest_night_and_the_ones_before_it_are_read_from_the_store(home):
+    summary, earlier, _ = select_night(LocalStateStore(home))
+    assert (summary["night"], [e["night"] for e in earlier]) == (
+        "2026-11-06T150000Z", [f"2026-11-0{d}T150000Z" for d in range(1, 6)])
     first, none, _ = select_night(LocalStateStore(home), "2026-11-01T150000Z")
-    assert (first["night"], none) == ("2026-11-01T150000Z", None)
+    assert (first["night"], none) == ("2026-11-01T150000Z", [])
 
 
 def test_log_tails_come_from_the_nights_logs_in_the_state_store(home, tmp_path):
@@ -159,8 +160,8 @@ def test_a_corrupt_night_before_is_left_out_with_a_warning_and_the_one_before_it
     shutil.copytree(home, copy)
     (copy / "nights" / "2026-11-05T150000Z.json").write_text("{")
     warnings: list[str] = []
-    summary, previous, _ = select_night(LocalStateStore(copy), warn=warnings.append)
-    assert (summary["night"], previous["night"]) == ("2026-11-06T150000Z", "2026-11-04T150000Z")
+    summary, earlier, _ = select_night(LocalStateStore(copy), warn=warnings.append)
+    assert (summary["night"], earlier[-1]["night"]) == ("2026-11-06T150000Z", "2026-11-04T150000Z")
     assert len(warnings) == 1 and warnings[0].startswith(f"{copy}/nights/2026-11-05T150000Z.json:1: summary: not valid JSON")
     assert warnings[0].endswith("; left out: compared with 2026-11-04T150000Z instead")
     data = night_report(LocalStateStore(copy), None, ReportInputs(samples=()), warn=lambda _: None)

@@ -42,8 +42,9 @@ def screen(sample: Sample, ceiling_s: float = MAX_EST_TIME_S) -> Sample:
 
 
 def sample_from_attempt(attempt: Attempt, test: Test, run_id: str, image: str = "",
-                        ceiling_s: float = MAX_EST_TIME_S) -> Sample:
-    """One finished attempt as a history sample, tagged with the file revision it ran.
+                        ceiling_s: float = MAX_EST_TIME_S, env: str = "") -> Sample:
+    """One finished attempt as a history sample, tagged with the file revision it ran (and the
+    night's extra environment, ``env_digest``).
 
     A timed-out attempt is ``capped``: its elapsed is the timeout, not the test's duration.
     An ``interrupted`` attempt is kept as such (infra: calibration never uses it).
@@ -61,12 +62,13 @@ def sample_from_attempt(attempt: Attempt, test: Test, run_id: str, image: str = 
         attempt=attempt.attempt,
         source=attempt.details.get("log_uri") or attempt.log_path or f"run {run_id}",  # the stored copy first
         capped=attempt.outcome == "timed_out",
+        env=env,
     ), ceiling_s)
 
 
 def row_problem(values: Mapping[str, object]) -> tuple[str, str]:
     """(column, what is wrong) for the first stored value no Sample can hold, else ("", "")."""
-    for name in ("test_id", "hardware", "sha256", "started_at", "node", "image", "run_id", "source", "outlier"):
+    for name in ("test_id", "hardware", "sha256", "started_at", "node", "image", "run_id", "source", "outlier", "env"):
         if name in values and not isinstance(values[name], str):
             return name, f"{values[name]!r} is not text"
     if values["outcome"] not in OUTCOMES:

@@ -25,11 +25,14 @@ from pipelines.core.model import Sample
 
 log = logging.getLogger(__name__)
 
-#: 2: ``interrupted`` outcome and the ``outlier`` reason (version 1 stores are upgraded in place)
+#: 2: ``interrupted`` outcome and the ``outlier`` reason (version 1 stores are upgraded in place).
+#: The ``env`` column came later without a new version: it is added in place on the first write, and
+#: an older nightly, which names its columns, reads and writes such a store as before.
 SCHEMA_VERSION = 2
 _COLUMNS = ("test_id", "hardware", "sha256", "outcome", "elapsed_s", "started_at", "node", "image",
-            "run_id", "attempt", "source", "capped", "outlier")
-_V1_COLUMNS = _COLUMNS[:-1]
+            "run_id", "attempt", "source", "capped", "outlier", "env")
+_V2_COLUMNS = _COLUMNS[:-1]  # a version 2 store not yet written by a nightly that keeps ``env``
+_V1_COLUMNS = _V2_COLUMNS[:-1]
 _TABLE = """
 CREATE TABLE IF NOT EXISTS {name} (
   seq INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -37,7 +40,7 @@ CREATE TABLE IF NOT EXISTS {name} (
   outcome TEXT NOT NULL CHECK (outcome IN (OUTCOMES_SQL)),
   elapsed_s REAL NOT NULL CHECK (elapsed_s >= 0), started_at TEXT NOT NULL,
   node TEXT NOT NULL, image TEXT NOT NULL, run_id TEXT NOT NULL, attempt INTEGER NOT NULL,
-  source TEXT NOT NULL, capped INTEGER NOT NULL, outlier TEXT NOT NULL DEFAULT '',
+  source TEXT NOT NULL, capped INTEGER NOT NULL, outlier TEXT NOT NULL DEFAULT '', env TEXT NOT NULL DEFAULT '',
   UNIQUE (run_id, test_id, hardware, attempt, started_at)
 );
 """.replace("OUTCOMES_SQL", ", ".join(repr(o) for o in OUTCOMES))
@@ -140,6 +143,8 @@ class FileHistoryStore:
                 conn.execute("COMMIT")
             elif version == 1 and not read_only:
                 _upgrade_v1(conn)
+            elif version == SCHEMA_VERSION and not read_only and "env" not in _columns(conn):
+                _add_env(conn)
             elif version not in (1, SCHEMA_VERSION):
                 conn.close()
                 raise HistoryError(
@@ -192,7 +197,7 @@ class FileHistoryStore:
         conn = self._connect(read_only=True)
         try:
             version = conn.execute("PRAGMA user_version").fetchone()[0]
-            columns = _COLUMNS if version == SCHEMA_VERSION else _V1_COLUMNS
+            columns = _V1_COLUMNS if version != SCHEMA_VERSION else _COLUMNS if "env" in _columns(conn) else _V2_COLUMNS
             cur = conn.execute(f"SELECT seq, {', '.join(columns)} FROM samples ORDER BY seq")
             return self._samples(cur.fetchall())
         except sqlite3.Error as exc:
@@ -255,7 +260,7 @@ def _row(s: Sample) -> tuple:
     if not s.elapsed_s >= 0:
         raise ValueError(f"sample {s.test_id}: elapsed_s: {s.elapsed_s!r} must be a number >= 0")
     return (s.test_id, s.hardware, s.sha256, s.outcome, float(s.elapsed_s), s.started_at, s.node, s.image,
-            s.run_id, int(s.attempt), s.source, int(bool(s.capped)), s.outlier)
+            s.run_id, int(s.attempt), s.source, int(bool(s.capped)), s.outlier, s.env)
 
 
 def _sample(r: tuple) -> Sample:
@@ -288,6 +293,22 @@ def _upgrade_v1(conn: sqlite3.Connection) -> None:
             conn.execute("DROP TABLE samples")
             conn.execute("ALTER TABLE samples_v2 RENAME TO samples")
             conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+        conn.execute("COMMIT")
+    except sqlite3.Error:
+        conn.execute("ROLLBACK")
+        raise
+
+
+def _columns(conn: sqlite3.Connection) -> set[str]:
+    return {row[1] for row in conn.execute("PRAGMA table_info(samples)")}
+
+
+def _add_env(conn: sqlite3.Connection) -> None:
+    """A version 2 store gets the ``env`` column (empty in every existing row: no extra environment known)."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        if "env" not in _columns(conn):  # another process may have added it while this one waited
+            conn.execute("ALTER TABLE samples ADD COLUMN env TEXT NOT NULL DEFAULT ''")
         conn.execute("COMMIT")
     except sqlite3.Error:
         conn.execute("ROLLBACK")
