@@ -37,6 +37,25 @@ def test_dry_run_prints_every_pod_of_the_night_and_each_validates_strictly(tmp_p
     assert not (tmp_path / "home" / "dagster").exists()
 
 
+def _test_pods(tmp_path, capsys, monkeypatch, project_root) -> list[dict]:
+    monkeypatch.setenv("NIGHTLY_ASSETS_DIR", str(_assets(tmp_path, project_root)))
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "no-such-kubeconfig"))
+    assert main(["run", "--home", str(tmp_path / "home"), "--deployment", "production", "--dry-run"]) == 0
+    pods = [p for p in yaml.safe_load_all(capsys.readouterr().out) if p]
+    return [p for p in pods if p["metadata"]["labels"]["app.kubernetes.io/name"] == "nightly-e2e-test"]
+
+
+def test_each_test_pod_asks_the_wrapper_for_its_completion_record_with_a_token_of_its_own(tmp_path, capsys, monkeypatch,
+                                                                                         project_root):
+    """Exit 0 alone is no pass: the record goes to the termination message, with the attempt's token."""
+    tokens = []
+    for pod in _test_pods(tmp_path, capsys, monkeypatch, project_root):
+        c = pod["spec"]["containers"][0]
+        assert c["command"][c["command"].index("--result") + 1] == "/dev/termination-log" == c["terminationMessagePath"]
+        tokens += [e["value"] for e in c["env"] if e["name"] == "NIGHTLY_ATTEMPT_TOKEN"]
+    assert len(tokens) == len(set(tokens)) >= 9 and all(len(t) == 32 for t in tokens)
+
+
 def test_dry_run_of_a_local_deployment_says_what_to_use_instead(tmp_path, capsys):
     assert main(["run", "--home", str(tmp_path), "--dry-run"]) == 2
     assert "--dry-run shows the pods of a Kubernetes deployment" in capsys.readouterr().err

@@ -12,8 +12,12 @@ Choices that matter:
 - Time: the test's timeout is enforced by the launcher from the *test container's* start;
   ``activeDeadlineSeconds`` (counted by Kubernetes from ``status.startTime``, image pull and
   pre-flight included) is only a backstop: timeout + the deployment's ``startup_wait_s``.
-- The command is the wrapper argv, no shell: test data never becomes shell text.
-- No token in test pods: ``HF_TOKEN`` goes only to build pods that download (:mod:`builds`);
+- The command is the wrapper argv, no shell: test data never becomes shell text. A pass needs
+  the wrapper's completion record, as on the local launcher: the wrapper writes it to the
+  container's termination-message file (``--result /dev/termination-log``), the kubelet hands it
+  on in ``state.terminated.message``, and it carries the attempt's fresh
+  ``NIGHTLY_ATTEMPT_TOKEN`` (:func:`outcomes.classify`). A test that exits 0 halfway writes none.
+- No credential in test pods: ``HF_TOKEN`` goes only to build pods that download (:mod:`builds`);
   any literal token in the request's environment is dropped, never copied into a spec.
 - The cache PVC mirrors ``/root``: ``/root/models/x`` is ``models/x`` on the volume (as in
   :class:`pipelines.storage.cache.AssetCache`). Test pods mount ``models`` and ``datasets``
@@ -25,13 +29,14 @@ from __future__ import annotations
 
 import hashlib
 import re
+import uuid
 from collections.abc import Iterable, Mapping
 from pathlib import PurePosixPath
 from typing import Any
 
 from pipelines.core.specs import DeploymentSpec, PoolSpec
 from pipelines.launch.base import LaunchRequest
-from pipelines.launch.kubernetes.outcomes import MAIN_CONTAINER
+from pipelines.launch.kubernetes.outcomes import MAIN_CONTAINER, TOKEN_ENV
 from pipelines.launch.kubernetes.preflight import preflight_container
 from pipelines.launch.kubernetes.resources import pinned_image, pod_resources, pull_policy
 
@@ -46,6 +51,8 @@ MODELS_DIR, DATASETS_DIR = "/root/models", "/root/datasets"
 CACHE_VOLUME = "cache"
 #: the wrapper, with python3: images often have no ``python``
 WRAPPER = ("python3", "-m", "pipelines.launch.wrapper")
+#: where the wrapper writes its completion record: the kubelet reads it into the pod status
+RESULT_PATH = "/dev/termination-log"
 
 _LABEL_BAD = re.compile(r"[^A-Za-z0-9_.-]+")
 _NAME_BAD = re.compile(r"[^a-z0-9-]+")
@@ -85,9 +92,10 @@ def labels(request: LaunchRequest, pool: PoolSpec) -> dict[str, str]:
     return out
 
 
-def _env(request: LaunchRequest) -> list[dict[str, Any]]:
+def _env(request: LaunchRequest, token: str) -> list[dict[str, Any]]:
     plain = {**request.env, **dict(request.test.env)}
     plain.update(
+        {TOKEN_ENV: token},
         NIGHTLY_TEST_ID=request.test.id,
         NIGHTLY_ATTEMPT=str(request.attempt),
         NIGHTLY_RUN_ID=request.run_id,
@@ -171,6 +179,7 @@ def build_pod(
     node_name: str = "",
     owner: Mapping[str, Any] | None = None,
     attempt_uid: str = "",
+    token: str = "",
 ) -> dict[str, Any]:
     """The Pod body for one attempt (apiVersion v1, kind Pod).
 
@@ -178,10 +187,13 @@ def build_pod(
     checkpoint outside ``/root/models`` is mounted too. ``digest``: the night's image digest
     (default: the pool's ``image_digest``). ``node_name``: the real node the plan's virtual
     node maps to (ignored when that node is to be avoided). ``owner``: an ownerReference (the
-    run's pod), so that deleting the run deletes its test pods.
+    run's pod), so that deleting the run deletes its test pods. ``token``: the attempt's
+    ``NIGHTLY_ATTEMPT_TOKEN``, which the wrapper's completion record must carry for a pass
+    (default: a fresh one; every attempt needs its own, so a record can never be a stale one).
     """
     test = request.test
-    argv = [*WRAPPER, "--file", test.path, "--func", "execute"]
+    token = token or uuid.uuid4().hex
+    argv = [*WRAPPER, "--file", test.path, "--func", "execute", "--result", RESULT_PATH]
     if test.args:
         argv += ["--", *test.args]
     ref, _ = pinned_image(pool, digest) if not image else (image, "")
@@ -192,8 +204,10 @@ def build_pod(
         "image": ref,
         "imagePullPolicy": policy,
         "command": argv,
-        "env": _env(request),
+        "env": _env(request, token),
         "resources": resources,
+        "terminationMessagePath": RESULT_PATH,
+        "terminationMessagePolicy": "File",
         "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}],
     }
     if workdir:

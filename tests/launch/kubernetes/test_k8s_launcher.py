@@ -83,6 +83,36 @@ def test_oom_killed_is_a_test_failure_even_when_the_exit_code_is_zero(tmp_path):
     assert (final.outcome, final.reason, len(seen)) == ("failed", "oom_killed", 1)
 
 
+NO_RECORD = "exited before the test finished (exit code 0 without the wrapper's completion record)"
+
+
+def test_exit_0_without_the_wrappers_completion_record_is_a_test_failure_as_locally(tmp_path):
+    final, seen, _, _ = run(tmp_path, lambda pod, node: pods.ends(
+        node, pods.terminated("Succeeded", 0, "Completed", record=False)))
+    assert (final.outcome, final.reason, final.exit_code, len(seen)) == ("failed", NO_RECORD, 0, 1)
+    assert f"verdict failed: {NO_RECORD}" in Path(final.log_path).read_text()
+
+
+HALFWAY = "import os\n\ndef execute():\n    print('step 1 of 10', flush=True)\n    os._exit(0)\n"
+WHOLE = "def execute():\n    print('step 10 of 10', flush=True)\n"
+
+
+@pytest.mark.parametrize("source, outcome", [(HALFWAY, "failed"), (WHOLE, "passed")], ids=["os._exit(0) halfway", "whole"])
+def test_the_real_wrapper_in_the_pod_passes_only_a_test_that_ran_to_its_end(tmp_path, source, outcome):
+    from tests.launch.kubernetes.kubelet import TestPodKubelet
+
+    repo = tmp_path / "fw"
+    (repo / "tests").mkdir(parents=True)
+    (repo / "tests" / "test_t.py").write_text(source)
+    kubelet = TestPodKubelet.create(tmp_path, repo, "/opt/nightly-e2e")
+    req = dataclasses.replace(request(tmp_path), test=make_test(id="tests/test_t.py", path="tests/test_t.py", gpus=0))
+    with StandInApiServer(script=kubelet.steps) as server:
+        launch, _ = launcher(server, retries=0)
+        final = launch.launch(req)
+    assert [rc for rc, _ in kubelet.runs] == [0], kubelet.runs
+    assert (final.outcome, final.reason) == (outcome, NO_RECORD if outcome == "failed" else "")
+
+
 def _bad_first_node(*mutations):
     """h200-a breaks as described; every other node passes."""
     def script(pod, node):

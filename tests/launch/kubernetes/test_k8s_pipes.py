@@ -73,6 +73,18 @@ def test_oom_killed_with_exit_0_is_a_failure_although_dagster_k8s_calls_it_succe
     assert (attempt.outcome, attempt.reason) == ("failed", "oom_killed")
 
 
+def test_exit_0_without_the_wrappers_completion_record_fails_although_dagster_k8s_calls_it_success(tmp_path):
+    """A test that calls os._exit(0) halfway: the pod Succeeds, the wrapper wrote no record."""
+    attempt, invocation, server = run_pipes(tmp_path, lambda pod, node: pods.ends(
+        node, pods.terminated("Succeeded", 0, "Completed", record=False)))
+    assert invocation is not None, "dagster-k8s judged the exit code only"
+    assert (attempt.outcome, attempt.reason) == (
+        "failed", "exited before the test finished (exit code 0 without the wrapper's completion record)")
+    [body] = server.created
+    assert "--result" in body["spec"]["containers"][0]["command"]
+    assert "NIGHTLY_ATTEMPT_TOKEN" in {e["name"] for e in body["spec"]["containers"][0]["env"]}
+
+
 def test_a_failed_preflight_is_an_infra_error_on_that_node(tmp_path):
     attempt, invocation, _ = run_pipes(tmp_path, lambda pod, node: pods.ends(node, pods.preflight_failed(86)))
     assert (attempt.outcome, attempt.reason, attempt.node, invocation) == ("infra_error", "gpu_unusable", "h200-a", None)

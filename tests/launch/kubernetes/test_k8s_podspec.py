@@ -103,7 +103,8 @@ def test_shm_is_a_memory_empty_dir_and_caches_are_read_only_sub_paths():
 def test_test_pods_get_no_token_at_all_neither_literal_nor_from_the_secret():
     pod = build_pod(request(), POOL, PRODUCTION)
     assert SECRET not in json.dumps(pod)
-    assert not [e for e in container(pod)["env"] if "TOKEN" in e["name"]]
+    # the attempt token is no credential: the wrapper's completion record must carry it for a pass
+    assert not [e for e in container(pod)["env"] if "TOKEN" in e["name"] and e["name"] != "NIGHTLY_ATTEMPT_TOKEN"]
     assert "hf-token" not in json.dumps(pod), "downloads happen in build pods only"
 
 
@@ -165,7 +166,20 @@ def test_the_backstop_deadline_leaves_room_for_pulls_and_preflight():
 def test_the_command_is_the_wrapper_with_python3_and_test_data_as_plain_arguments():
     cmd = container(build_pod(request(), POOL, PRODUCTION))["command"]
     assert cmd == ["python3", "-m", "pipelines.launch.wrapper", "--file", "tests/e2e/megatron/test_qwen.py",
-                   "--func", "execute", "--", "--config", "fp8; rm -rf /"]
+                   "--func", "execute", "--result", "/dev/termination-log", "--", "--config", "fp8; rm -rf /"]
+
+
+def test_each_attempt_gets_a_fresh_token_and_the_record_goes_where_the_kubelet_reads_it():
+    """A pass needs the wrapper's completion record with this attempt's token (as locally)."""
+    def token(pod):
+        return next(e["value"] for e in container(pod)["env"] if e["name"] == "NIGHTLY_ATTEMPT_TOKEN")
+    first, second = build_pod(request(), POOL, PRODUCTION), build_pod(request(), POOL, PRODUCTION)
+    assert len(token(first)) == 32 and token(first) != token(second)
+    assert token(build_pod(request(), POOL, PRODUCTION, token="t-1")) == "t-1"
+    c = container(first)
+    assert (c["terminationMessagePath"], c["terminationMessagePolicy"]) == ("/dev/termination-log", "File")
+    assert c["command"][c["command"].index("--result") + 1] == c["terminationMessagePath"]
+    kubernetes_validate.validate(first, "1.31", strict=True)
 
 
 def test_a_pinned_node_is_required_unless_it_is_to_be_avoided():
