@@ -53,6 +53,9 @@ CACHE_VOLUME = "cache"
 WRAPPER = ("python3", "-m", "pipelines.launch.wrapper")
 #: where the wrapper writes its completion record: the kubelet reads it into the pod status
 RESULT_PATH = "/dev/termination-log"
+#: where the test image holds the wrapper's package (the Dockerfile's and nix/images.nix's
+#: ``test-pod`` layer): ``/opt/nightly-e2e/pipelines``, on the image's ``PYTHONPATH``
+WRAPPER_PYTHONPATH = "/opt/nightly-e2e"
 
 _LABEL_BAD = re.compile(r"[^A-Za-z0-9_.-]+")
 _NAME_BAD = re.compile(r"[^a-z0-9-]+")
@@ -92,6 +95,19 @@ def labels(request: LaunchRequest, pool: PoolSpec) -> dict[str, str]:
     return out
 
 
+def wrapper_pythonpath(value: str) -> str:
+    """A ``PYTHONPATH`` the pod sets, with the image's wrapper folder first.
+
+    A container's env entry replaces the image's ``ENV PYTHONPATH=/opt/nightly-e2e``, so a repo env
+    of ``PYTHONPATH: "{repo}"`` (``.`` in a pod) would leave ``python3 -m pipelines.launch.wrapper``
+    without its package. First, not last: ``pipelines`` must be ours even when the checkout has a
+    package of that name; the test's own folders still come before it for the test's imports,
+    because the wrapper puts the test's folder and the checkout at the front of ``sys.path``.
+    """
+    rest = [p for p in value.split(":") if p != WRAPPER_PYTHONPATH] if value else []
+    return ":".join([WRAPPER_PYTHONPATH, *rest])
+
+
 def _env(request: LaunchRequest, token: str) -> list[dict[str, Any]]:
     plain = {**request.env, **dict(request.test.env)}
     plain.update(
@@ -102,6 +118,8 @@ def _env(request: LaunchRequest, token: str) -> list[dict[str, Any]]:
         NIGHTLY_NIGHT=request.night,
         PYTHONUNBUFFERED="1",
     )
+    if "PYTHONPATH" in plain:
+        plain["PYTHONPATH"] = wrapper_pythonpath(str(plain["PYTHONPATH"]))
     if request.test.gpus == 0:  # the NVIDIA runtime shows every GPU of the node to a pod that asked for none
         plain["NVIDIA_VISIBLE_DEVICES"] = "void"
     env: list[dict[str, Any]] = [

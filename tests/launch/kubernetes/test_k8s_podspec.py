@@ -199,3 +199,20 @@ def test_the_runs_pod_owns_the_test_pod():
     assert pod["metadata"]["ownerReferences"] == [owner]
     assert pod["metadata"]["annotations"]["nightly-e2e.io/attempt-uid"] == "u1"
     kubernetes_validate.validate(pod, "1.31", strict=True)
+
+
+@pytest.mark.parametrize("value, expected", [
+    (".", "/opt/nightly-e2e:."),
+    ("/src:/src/megatron", "/opt/nightly-e2e:/src:/src/megatron"),
+    ("/opt/nightly-e2e:.", "/opt/nightly-e2e:."),
+    (".:/opt/nightly-e2e", "/opt/nightly-e2e:."),
+    ("", "/opt/nightly-e2e"),
+])
+def test_a_pythonpath_the_pod_sets_starts_with_the_images_wrapper_folder(value, expected):
+    """A container's PYTHONPATH replaces the image's: without its folder the wrapper has no package."""
+    pod = build_pod(dataclasses.replace(request(), env={"PYTHONPATH": value}), POOL, PRODUCTION)
+    assert {e["name"]: e.get("value") for e in container(pod)["env"]}["PYTHONPATH"] == expected
+
+
+def test_a_pod_that_sets_no_pythonpath_keeps_the_images():
+    assert "PYTHONPATH" not in {e["name"] for e in container(build_pod(request(), POOL, PRODUCTION))["env"]}
