@@ -197,6 +197,13 @@ def classify(
     if term.get("reason") in ("StartError", "ContainerCannotRun"):
         return _infra("start_error", node)
     if deleted or (last_pod.get("metadata") or {}).get("deletionTimestamp"):
+        # deleted while its image or config could not be had (dagster-k8s deletes the pod at the
+        # first ErrImagePull): that is why it ended, as on the watch path after its wait
+        w = waiting(last_pod) if phase == "Pending" else {}
+        if w.get("reason") in _PULL_WAITING:
+            return _infra("image_pull", node)
+        if w.get("reason") in _CONFIG_WAITING:
+            return _infra("container_config", node)
         return _infra("deleted", node)
     if phase == "Succeeded" and term.get("exitCode", 0) == 0:
         return _test("passed", "", node) if finished(last_pod) else _test("failed", NO_COMPLETION_RECORD, node)

@@ -180,3 +180,16 @@ def test_pods_without_a_token_are_judged_by_exit_code_and_a_failed_tests_error_i
     verdict = classify(last, False, 0.0, 60.0)
     assert (verdict.outcome, verdict.reason) == ("failed", "exit_code")
     assert "error='AssertionError: loss 2.3 > 1.0'" in explain(last, verdict)
+
+
+@pytest.mark.parametrize("last, reason, retriable", [
+    (pod("Pending", state={"waiting": {"reason": "ErrImagePull"}}, deleting=True), "image_pull", True),
+    (held_at_preflight("ImagePullBackOff"), "image_pull", True),
+    (pod("Pending", state={"waiting": {"reason": "CreateContainerConfigError"}}), "container_config", False),
+    (pod("Pending", state={"waiting": {"reason": "PodInitializing"}}), "deleted", False),
+    (pod("Running", state={"running": {}}), "deleted", False),
+], ids=["pull error", "pull error at the pre-flight", "missing secret", "starting", "running"])
+def test_a_pod_deleted_while_its_image_or_config_could_not_be_had_keeps_that_reason(last, reason, retriable):
+    """dagster-k8s deletes the pod at the first ErrImagePull: the Pipes path must judge it as the
+    watch path does after its wait (image_pull, retried elsewhere), not as someone's delete."""
+    assert classify(last, True, 0.0, 900.0) == Verdict("infra_error", reason, retriable, "h200-a")

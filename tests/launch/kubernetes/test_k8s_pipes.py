@@ -139,3 +139,16 @@ def test_a_pod_that_cannot_start_is_an_infra_error_after_the_deployments_wait_no
     attempt, invocation, server = run_pipes(tmp_path, script, **waits)
     assert (attempt.outcome, attempt.reason, invocation) == ("infra_error", reason, None)
     assert time.monotonic() - t0 < 30.0 and not server.state.pods
+
+
+def test_an_image_pull_error_is_a_retriable_image_pull_as_on_the_watch_path_not_a_delete(tmp_path):
+    """dagster-k8s raises at the first ErrImagePull and deletes the pod; a throttled registry is
+    the infrastructure's trouble, worth another node, as the watch launcher says after its wait."""
+    def pull_error(pod, node):
+        return [Step(mutate=pods.scheduled(node)), Step(mutate=pods.waiting("ErrImagePull", "429 Too Many Requests")),
+                Step(delay_s=0.3, mutate=pods.waiting("ImagePullBackOff", "Back-off pulling image"))]
+
+    attempt, invocation, _ = run_pipes(tmp_path, pull_error, startup_wait_s=30)
+    assert (attempt.outcome, attempt.reason, attempt.details["retriable"], attempt.node) == (
+        "infra_error", "image_pull", "true", "h200-a")
+    assert "ErrImagePull" in attempt.details["message"] and invocation is None
