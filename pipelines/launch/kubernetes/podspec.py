@@ -44,6 +44,8 @@ LABEL_PREFIX = "nightly-e2e.io"
 MANAGED_BY = ("app.kubernetes.io/managed-by", "nightly-e2e")
 #: the launcher's own key for a pod, so a create retried after a lost answer adopts its own pod
 ATTEMPT_UID = f"{LABEL_PREFIX}/attempt-uid"
+#: ``HOST:PID`` of the process that created the pod (:func:`ownership.launched_by`), for the sweeper
+LAUNCHED_BY = f"{LABEL_PREFIX}/launched-by"
 HF_TOKEN_KEY = "token"
 #: Environment names that must only ever come from a Secret.
 SECRET_ENV = frozenset({"HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HUGGINGFACE_TOKEN"})
@@ -198,6 +200,7 @@ def build_pod(
     owner: Mapping[str, Any] | None = None,
     attempt_uid: str = "",
     token: str = "",
+    launched_by: str = "",
 ) -> dict[str, Any]:
     """The Pod body for one attempt (apiVersion v1, kind Pod).
 
@@ -205,7 +208,8 @@ def build_pod(
     checkpoint outside ``/root/models`` is mounted too. ``digest``: the night's image digest
     (default: the pool's ``image_digest``). ``node_name``: the real node the plan's virtual
     node maps to (ignored when that node is to be avoided). ``owner``: an ownerReference (the
-    run's pod), so that deleting the run deletes its test pods. ``token``: the attempt's
+    run's pod), so that deleting the run deletes its test pods; ``launched_by``: the creating
+    process (``HOST:PID``), for the sweeper when there is no owner. ``token``: the attempt's
     ``NIGHTLY_ATTEMPT_TOKEN``, which the wrapper's completion record must carry for a pass
     (default: a fresh one; every attempt needs its own, so a record can never be a stale one).
     """
@@ -261,6 +265,8 @@ def build_pod(
         annotations[f"{LABEL_PREFIX}/avoid-nodes"] = ",".join(sorted(set(request.avoid_nodes)))
     if attempt_uid:
         annotations[ATTEMPT_UID] = attempt_uid
+    if launched_by:
+        annotations[LAUNCHED_BY] = launched_by
     metadata: dict[str, Any] = {
         "name": name or pod_name(request),
         "namespace": deployment.namespace,
