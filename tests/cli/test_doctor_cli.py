@@ -36,11 +36,14 @@ def preflight_fails(pod, node):
 
 
 def doctor(tmp_path, monkeypatch, capsys, *, nodes=None, pvc=HEALTHY_PVC, denied=(), script=preflight_passes,
-           args=()) -> tuple[int, str]:
+           args=(), forbidden=()) -> tuple[int, str]:
+    """``forbidden``: (method, path fragment) the API answers 403 Forbidden, every time."""
     server = StandInApiServer(script=script, node_objects=nodes)
     server.pvcs = {"nightly-model-cache": pvc}
     server.kueue = dict(QUEUES)
     server.denied = set(denied)
+    for method, fragment in forbidden:
+        server.fail(method, fragment, 403, times=1000)
     with server:
         (tmp_path / "kubeconfig").write_text(textwrap.dedent(f"""\
             apiVersion: v1
@@ -120,6 +123,40 @@ def test_a_failing_preflight_fails_with_what_the_node_said(tmp_path, monkeypatch
     assert check[1:3] == ["FAIL", "infra_error/gpu_unusable on h200-a: nightly-preflight: CUDA init failed on h200-a: "
                                   "CUresult 802 (fabric manager down)"]
     assert "fix the node's driver / fabric manager (gpu_unusable)" in check[3]
+
+
+def api_rows(out: str) -> list[str]:
+    return [x for x in out.splitlines() if x.startswith("api")]
+
+
+def test_nodes_the_launcher_may_not_list_fail_the_pools_nodes_check_with_the_overlay(tmp_path, monkeypatch, capsys):
+    """Without the node-reader ClusterRole the node list is 403: that is the nodes check, not the API's address."""
+    code, out = doctor(tmp_path, monkeypatch, capsys, forbidden=[("GET", "/api/v1/nodes")], args=("--no-pods",))
+    assert code == 1 and not api_rows(out)
+    assert cols(out, "pool h200: nodes")[1:] == [
+        "FAIL", "listing nodes refused (403 stand-in fault 403)",
+        "kubectl apply -k k8s/overlays/production (its node-reader ClusterRole grants get/list nodes to nightly-launcher)"]
+    assert cols(out, "cache PVC nightly-model-cache")[1] == "ok", "the checks after it still ran"
+
+
+def test_an_identity_refused_access_reviews_is_one_rbac_row_and_the_other_checks_run(tmp_path, monkeypatch, capsys):
+    code, out = doctor(tmp_path, monkeypatch, capsys, forbidden=[("POST", "selfsubjectaccessreviews")],
+                       args=("--no-pods",))
+    assert code == 1 and not api_rows(out)
+    row = cols(out, "rbac: access review")
+    assert row[1] == "FAIL" and row[2].startswith("SelfSubjectAccessReview refused (403 ")
+    assert "run the doctor with the nightly-launcher's identity" in row[3]
+    assert cols(out, "pool h200: nodes")[1] == "ok" and cols(out, "cache PVC nightly-model-cache")[1] == "ok"
+
+
+def test_preflight_pods_the_api_refuses_say_which_rights_are_missing_not_a_nodes_driver(tmp_path, monkeypatch, capsys):
+    code, out = doctor(tmp_path, monkeypatch, capsys, forbidden=[("POST", "/namespaces/nightly-e2e/pods")])
+    assert code == 1
+    for check in ("pool h200: pre-flight 1 GPU", "pool h200: pre-flight 8 GPUs"):
+        row = cols(out, check)
+        assert row[1] == "FAIL" and row[2].startswith("infra_error/create_rejected on -: the API refused the pod (403")
+        assert row[3] == "kubectl apply -k k8s/overlays/production (its Role grants create pods in nightly-e2e to nightly-launcher)"
+        assert "driver" not in row[3]
 
 
 def test_a_local_deployment_is_refused_with_the_fix(capsys):

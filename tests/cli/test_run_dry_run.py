@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import kubernetes_validate
 import yaml
 
 from pipelines.cli import main
+from pipelines.launch.kubernetes.podspec import WRAPPER_PYTHONPATH
 from tests.support.assets import example_assets
 
 
@@ -35,6 +39,46 @@ def test_dry_run_prints_every_pod_of_the_night_and_each_validates_strictly(tmp_p
         env = {e["name"] for c in pod["spec"]["containers"] for e in c.get("env", [])}
         assert "HF_TOKEN" not in env, "test pods never get the Hub token"
     assert not (tmp_path / "home" / "dagster").exists()
+
+
+def _test_pods(tmp_path, capsys, monkeypatch, project_root) -> list[dict]:
+    monkeypatch.setenv("NIGHTLY_ASSETS_DIR", str(_assets(tmp_path, project_root)))
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "no-such-kubeconfig"))
+    assert main(["run", "--home", str(tmp_path / "home"), "--deployment", "production", "--dry-run"]) == 0
+    pods = [p for p in yaml.safe_load_all(capsys.readouterr().out) if p]
+    return [p for p in pods if p["metadata"]["labels"]["app.kubernetes.io/name"] == "nightly-e2e-test"]
+
+
+def test_each_test_pod_asks_the_wrapper_for_its_completion_record_with_a_token_of_its_own(tmp_path, capsys, monkeypatch,
+                                                                                         project_root):
+    """Exit 0 alone is no pass: the record goes to the termination message, with the attempt's token."""
+    tokens = []
+    for pod in _test_pods(tmp_path, capsys, monkeypatch, project_root):
+        c = pod["spec"]["containers"][0]
+        assert c["command"][c["command"].index("--result") + 1] == "/dev/termination-log" == c["terminationMessagePath"]
+        tokens += [e["value"] for e in c["env"] if e["name"] == "NIGHTLY_ATTEMPT_TOKEN"]
+    assert len(tokens) == len(set(tokens)) >= 9 and all(len(t) == 32 for t in tokens)
+
+
+def test_with_the_pods_env_the_wrapper_is_importable_in_the_image_and_the_checkout_stays_on_the_path(
+        tmp_path, capsys, monkeypatch, project_root):
+    """assets/repos.yaml sets PYTHONPATH "{repo}" ("." in a pod), which replaces the image's
+    PYTHONPATH=/opt/nightly-e2e: the pod must put the image's wrapper folder back."""
+    pod = _test_pods(tmp_path, capsys, monkeypatch, project_root)[0]
+    c = pod["spec"]["containers"][0]
+    env = {e["name"]: e["value"] for e in c["env"] if "value" in e}
+    assert env["PYTHONPATH"] == f"{WRAPPER_PYTHONPATH}:."
+    # the image as a folder: its wrapper package where the Dockerfile puts it; the checkout has no pipelines
+    image = tmp_path / "image"
+    (image / WRAPPER_PYTHONPATH.lstrip("/")).mkdir(parents=True)
+    (image / WRAPPER_PYTHONPATH.lstrip("/") / "pipelines").symlink_to(project_root / "pipelines")
+    (tmp_path / "checkout").mkdir()
+    pythonpath = ":".join(str(image / p.lstrip("/")) if p.startswith("/") else p for p in env["PYTHONPATH"].split(":"))
+    argv = [sys.executable, "-S", *c["command"][1:3], "--help"]  # python3 -m pipelines.launch.wrapper --help
+    proc = subprocess.run(argv, cwd=tmp_path / "checkout", env={"PATH": "/usr/bin:/bin", "PYTHONPATH": pythonpath},
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert "--result" in proc.stdout
 
 
 def test_dry_run_of_a_local_deployment_says_what_to_use_instead(tmp_path, capsys):

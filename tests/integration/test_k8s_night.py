@@ -132,13 +132,18 @@ def cluster(tmp_path_factory):
 def rerun(cluster):
     """One test_runs partition alone, as a rerun from the UI: the PipesK8sClient path."""
     server, instance = cluster["server"], cluster["instance"]
-    # pods left running: one by the nightly run this instance saw end, one by a run of another
-    # instance (a workstation's `nightly run --deployment production` beside the cluster's)
-    for name, run_id in (("left-by-an-ended-run", cluster["second"].run_id), ("another-instances", ANOTHER_RUN)):
+    # pods left running: one by a run pod of a nightly run this instance saw end, one by a run of
+    # another instance, and one by a workstation's night this instance has as ended (the cluster's
+    # run monitor fails such a night while it runs): only the first may go
+    owner = {"ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": "dagster-run-x", "uid": "u"}]}
+    workstation = {"annotations": {"nightly-e2e.io/launched-by": "laptop-7:4242"}}
+    for name, run_id, meta in (("left-by-an-ended-run", cluster["second"].run_id, owner),
+                               ("another-instances", ANOTHER_RUN, owner),
+                               ("a-live-workstations", cluster["second"].run_id, workstation)):
         server.core_v1().create_namespaced_pod("nightly-e2e", {
             "apiVersion": "v1", "kind": "Pod", "spec": {"containers": [{"name": "test", "image": "x"}]},
             "metadata": {"name": name, "labels": {"app.kubernetes.io/managed-by": "nightly-e2e", POD_KIND: LEFTOVER,
-                                                  "nightly-e2e.io/run-id": run_id}}})
+                                                  "nightly-e2e.io/run-id": run_id}, **meta}})
     before = len(server.created)
     result = cluster["defs"].resolve_job_def("tests").execute_in_process(instance=instance, partition_key=RERUN_ID,
                                                                          raise_on_error=False)
@@ -265,3 +270,4 @@ def test_a_run_deletes_the_pods_of_runs_its_instance_saw_end_and_no_others(clust
     left = set(cluster["server"].state.pods)
     assert "left-by-an-ended-run" not in left
     assert "another-instances" in left, "a pod of another instance's night was deleted"
+    assert "a-live-workstations" in left, "a pod of a workstation's night was deleted by its Dagster status"

@@ -11,6 +11,7 @@ import shlex
 
 import yaml
 
+from pipelines.launch.kubernetes.podspec import WRAPPER_PYTHONPATH
 from tests.conftest import PROJECT_ROOT
 
 
@@ -105,9 +106,16 @@ def test_the_test_pod_target_adds_the_pipelines_package_to_the_framework_image_b
     pod = stages(DOCKERFILE)["test-pod"]
     assert pod[0] == ("FROM", "${FRAMEWORK_IMAGE} AS test-pod")
     copies = [a for op, a in pod if op == "COPY"]
-    assert "--from=build /src/pipelines /opt/nightly-e2e/pipelines" in copies
-    assert any(a.endswith("/dagster_pipes /opt/nightly-e2e/dagster_pipes") for a in copies)
-    assert ("ENV", "PYTHONPATH=/opt/nightly-e2e${PYTHONPATH:+:${PYTHONPATH}}") in pod
+    assert f"--from=build /src/pipelines {WRAPPER_PYTHONPATH}/pipelines" in copies
+    assert any(a.endswith(f"/dagster_pipes {WRAPPER_PYTHONPATH}/dagster_pipes") for a in copies)
+    assert ("ENV", f"PYTHONPATH={WRAPPER_PYTHONPATH}${{PYTHONPATH:+:${{PYTHONPATH}}}}") in pod
+
+
+def test_the_images_wrapper_folder_is_the_one_every_test_pod_puts_on_a_pythonpath_it_sets():
+    """A pod's PYTHONPATH replaces the image's: podspec puts this folder back (the same constant)."""
+    assert ("ENV", f"PYTHONPATH={WRAPPER_PYTHONPATH}${{PYTHONPATH:+:${{PYTHONPATH}}}}") in stages(DOCKERFILE)["test-pod"]
+    nix = (PROJECT_ROOT / "nix/images.nix").read_text()
+    assert f"$out{WRAPPER_PYTHONPATH}/pipelines" in nix and f'"PYTHONPATH={WRAPPER_PYTHONPATH}"' in nix
 
 
 def test_local_state_and_virtualenvs_stay_out_of_the_build_context():

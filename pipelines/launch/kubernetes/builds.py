@@ -32,9 +32,11 @@ from kubernetes import client
 from pipelines.core.model import Requirement
 from pipelines.core.specs import ConversionSpec, DeploymentSpec, PoolSpec
 from pipelines.launch.kubernetes.launcher import KubernetesLauncher
+from pipelines.launch.kubernetes.ownership import launched_by
 from pipelines.launch.kubernetes.podspec import (
     CACHE_VOLUME,
     LABEL_PREFIX,
+    LAUNCHED_BY,
     MANAGED_BY,
     SECRET_ENV,
     cache_mounts,
@@ -210,7 +212,8 @@ class ClusterBuilder:
             labels[f"{LABEL_PREFIX}/run-id"] = label_value(self.run_id)
         if self.pool.queue:
             labels["kueue.x-k8s.io/queue-name"] = self.pool.queue
-        annotations = {f"{LABEL_PREFIX}/requirement-key": req.key, f"{LABEL_PREFIX}/path": req.path}
+        annotations = {f"{LABEL_PREFIX}/requirement-key": req.key, f"{LABEL_PREFIX}/path": req.path,
+                       LAUNCHED_BY: launched_by()}
         metadata: dict[str, Any] = {"name": name, "namespace": self.deployment.namespace, "labels": labels,
                                     "annotations": annotations}
         if self.owner:

@@ -4,6 +4,12 @@ Also where a launcher for a deployment is made, with the run's own pod as the ow
 pods it creates (:func:`ownership.run_pod_owner`). A kubeconfig that cannot give credentials
 (missing, not YAML, no such context) is a :class:`KubeconfigError` naming the file and the fix,
 never the client's traceback: it is the first thing a maintainer gets wrong on a new cluster.
+
+Every call has a deadline (:class:`TimedApiClient`): the kubernetes client waits for ever by
+default, so an API server or load balancer that accepts a connection and never answers would
+hang the doctor, the launcher and the infra probe. With a deadline that becomes a timeout, which
+each caller already reports as an unreachable cluster (``api: cluster unreachable``,
+``infra_error/api_unreachable``).
 """
 
 from __future__ import annotations
@@ -17,6 +23,43 @@ from kubernetes import client
 
 from pipelines.core.specs import DeploymentSpec
 from pipelines.launch.kubernetes.launcher import KubernetesLauncher
+
+#: (connect, read) seconds for a call that is not a stream. An API call answers in well under a
+#: second; admission webhooks may take up to 30 s.
+REQUEST_TIMEOUT_S: tuple[float, float] = (10.0, 60.0)
+#: a watch ends by itself after its ``timeoutSeconds``; this much longer without a byte is a hang
+WATCH_GRACE_S = 30.0
+
+
+class TimedApiClient(client.ApiClient):
+    """An ``ApiClient`` that gives every call a deadline unless the call names its own.
+
+    Plain calls get ``timeout`` (connect, read). A watch (``watch=true``) may be quiet for its
+    whole ``timeoutSeconds``, so its read limit is that plus :data:`WATCH_GRACE_S`. A log
+    ``follow`` stream of a quiet test may rightly say nothing for an hour: it gets the connect
+    limit only (the watch of its pod, not its log, decides the verdict).
+    """
+
+    def __init__(self, configuration: Any = None, *, timeout: tuple[float, float] | None = None):
+        super().__init__(configuration)
+        self.timeout = timeout or REQUEST_TIMEOUT_S
+
+    def timeout_for(self, query_params: Any) -> tuple[float, float | None]:
+        query = dict(query_params or ())
+        connect, read = self.timeout
+        if str(query.get("follow")).lower() == "true":
+            return connect, None
+        if str(query.get("watch")).lower() == "true":
+            window = query.get("timeoutSeconds")
+            return connect, (float(window) + WATCH_GRACE_S if window else None)
+        return connect, read
+
+    def request(self, method: str, url: str, query_params: Any = None, headers: Any = None, post_params: Any = None,
+                body: Any = None, _preload_content: bool = True, _request_timeout: Any = None) -> Any:
+        if _request_timeout is None:
+            _request_timeout = self.timeout_for(query_params)
+        return super().request(method, url, query_params=query_params, headers=headers, post_params=post_params,
+                               body=body, _preload_content=_preload_content, _request_timeout=_request_timeout)
 
 
 def launcher_from_deployment(deployment: DeploymentSpec, *, kubeconfig: str | None = None,
@@ -100,7 +143,7 @@ def core_v1_api(*, kubeconfig: str | None = None, context: str | None = None) ->
         except ConfigException as exc:
             raise KubeconfigError(f"in-cluster service account: {exc}; run in a pod with the nightly-launcher "
                                   "ServiceAccount, or pass --kubeconfig") from exc
-        return client.CoreV1Api()
+        return client.CoreV1Api(TimedApiClient())
     # $KUBECONFIG read now: the client reads it once, when kubernetes is first imported
     paths = kubeconfig_paths(kubeconfig)
     check_kubeconfig(paths, context)
@@ -110,4 +153,4 @@ def core_v1_api(*, kubeconfig: str | None = None, context: str | None = None) ->
         first = (str(exc).splitlines() or [type(exc).__name__])[0]
         raise KubeconfigError(f"kubeconfig {os.pathsep.join(paths)}: {first}; check the context's cluster and user "
                               "(`kubectl config view --minify`)") from exc
-    return client.CoreV1Api()
+    return client.CoreV1Api(TimedApiClient())

@@ -41,6 +41,8 @@ from pipelines.launch.kubernetes.retries import CONNECTION_ERRORS, api_message
 
 KUEUE = ("kueue.x-k8s.io", "v1beta1")
 OVERLAY = "kubectl apply -k k8s/overlays/production"
+#: what a 403 on listing nodes means: the production overlay's node-reader ClusterRole is missing
+NODES_FIX = f"{OVERLAY} (its node-reader ClusterRole grants get/list nodes to nightly-launcher)"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,7 +76,17 @@ def check_rbac(api: client.CoreV1Api, deployment: DeploymentSpec) -> list[Check]
                  **({"namespace": deployment.namespace} if namespaced else {})}
         body = {"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview",
                 "spec": {"resourceAttributes": attrs}}
-        answer = authz.create_self_subject_access_review(body, _preload_content=False)
+        try:
+            answer = authz.create_self_subject_access_review(body, _preload_content=False)
+        except ApiException as exc:
+            if exc.status != 403:
+                raise
+            # every authenticated user may ask this (system:basic-user): this identity is not the launcher's
+            return [Check("rbac: access review", False, f"SelfSubjectAccessReview refused (403 {api_message(exc)[:120]}); "
+                          "the launcher's rights below were not checked",
+                          "run the doctor with the nightly-launcher's identity (`kubectl -n "
+                          f"{deployment.namespace} create token nightly-launcher` in a kubeconfig, after {OVERLAY}); "
+                          "an identity refused even this has lost the system:basic-user ClusterRoleBinding")]
         allowed = bool((json.loads(answer.data).get("status") or {}).get("allowed"))
         where = f" in {deployment.namespace}" if namespaced else " (cluster)"
         fix = OVERLAY if resource != "nodes" or verb != "patch" else "kubectl apply -k k8s/overlays/cordon"
@@ -97,7 +109,12 @@ def _tolerated(taint: dict[str, Any], tolerations: Iterable[dict[str, Any]]) -> 
 def check_nodes(api: client.CoreV1Api, pool: PoolSpec) -> list[Check]:
     name = f"pool {pool.name}: nodes"
     selector = ",".join(f"{k}={v}" for k, v in sorted(pool.node_selector.items())) or "(none)"
-    nodes = read_nodes(api, pool.node_selector)
+    try:
+        nodes = read_nodes(api, pool.node_selector)
+    except ApiException as exc:
+        if exc.status != 403:
+            raise
+        return [Check(name, False, f"listing nodes refused (403 {api_message(exc)[:120]})", NODES_FIX)]
     if not nodes:
         return [Check(name, False, f"no node matches {selector}",
                       "label the GPU nodes (the NVIDIA GPU operator's feature discovery sets nvidia.com/gpu.product) "
@@ -190,9 +207,7 @@ def check_preflight(launcher: KubernetesLauncher, pool: PoolSpec, deployment: De
         code = terminated(run.pod or {}).get("exitCode")
         if run.verdict.reason == "exit_code" and code:  # the probe's container *is* the pre-flight
             verdict = f"infra_error/{preflight_verdict(int(code))[0]}"
-        return [Check(name, False, f"{verdict} on {run.verdict.node or '-'}: {said[:200]}",
-                      "fix the node's driver / fabric manager (gpu_unusable), the image (preflight_tool_missing) or "
-                      "scheduling (unschedulable); the pod's events say more")]
+        return [Check(name, False, f"{verdict} on {run.verdict.node or '-'}: {said[:200]}", _preflight_fix(run, deployment.namespace))]
     facts = json.loads(facts_line[len(OK_PREFIX):])
     shm_ok = facts.get("shm_bytes", 0) >= 0.9 * bytes_of(pool.shm_size)
     checks = [Check(name, facts.get("gpus") == gpus and shm_ok,
@@ -205,6 +220,19 @@ def check_preflight(launcher: KubernetesLauncher, pool: PoolSpec, deployment: De
         checks.append(Check(f"pool {pool.name}: image digest", same, f"node ran {ran.rsplit('@', 1)[-1][:19]}…",
                             "" if same else f"set pools.{pool.name}.image_digest to {ran.rsplit('@', 1)[-1]} (crane digest)"))
     return checks
+
+
+def _preflight_fix(run: Any, namespace: str) -> str:
+    """What to do about a pre-flight pod that did not pass: a pod the API refused is no node's fault."""
+    if run.verdict.reason == "create_rejected":  # the launcher's message: "the API refused the pod (403 Forbidden): ..."
+        if "(403 " in run.message:
+            return f"{OVERLAY} (its Role grants create pods in {namespace} to nightly-launcher)"
+        return ("admission refused the pod (Pod Security, a ResourceQuota, Kueue's webhook): the detail says which; "
+                f"`kubectl -n {namespace} get events`")
+    if run.verdict.reason == "api_unreachable":
+        return UNREACHABLE_FIX
+    return ("fix the node's driver / fabric manager (gpu_unusable), the image (preflight_tool_missing) or "
+            "scheduling (unschedulable); the pod's events say more")
 
 
 def check_image(pool: PoolSpec) -> Check:
@@ -238,21 +266,22 @@ def diagnose(api: client.CoreV1Api, deployment: DeploymentSpec, *, pods: bool = 
     (the server, the error, what to do) and the checks that need the API stop there: each would
     only fail the same way.
     """
-    steps: list[tuple[bool, Any]] = [(True, lambda: check_rbac(api, deployment))]
+    steps: list[tuple[bool, str, Any]] = [(True, "rbac", lambda: check_rbac(api, deployment))]
     if deployment.cache_pvc:
-        steps.append((True, lambda: check_pvc(api, deployment)))
+        steps.append((True, f"cache PVC {deployment.cache_pvc}", lambda: check_pvc(api, deployment)))
     launcher = KubernetesLauncher(api, deployment, pin_nodes=False, retries=0, **launcher_kwargs)
     for pool in deployment.pools:
-        steps.append((True, lambda p=pool: check_nodes(api, p)))
+        steps.append((True, f"pool {pool.name}: nodes", lambda p=pool: check_nodes(api, p)))
         if pool.queue:
-            steps.append((True, lambda p=pool: check_kueue(api, deployment, p)))
-        steps.append((False, lambda p=pool: [check_image(p)]))
+            steps.append((True, f"pool {pool.name}: Kueue queue {pool.queue}", lambda p=pool: check_kueue(api, deployment, p)))
+        steps.append((False, f"pool {pool.name}: image pinned", lambda p=pool: [check_image(p)]))
         if pods:
             for gpus in dict.fromkeys((1, pool.gpus_per_node)):
-                steps.append((True, lambda p=pool, g=gpus: check_preflight(launcher, p, deployment, g)))
+                steps.append((True, f"pool {pool.name}: pre-flight {gpus} GPU{'s' if gpus > 1 else ''}",
+                              lambda p=pool, g=gpus: check_preflight(launcher, p, deployment, g)))
     checks: list[Check] = []
     api_usable = True
-    for needs_api, step in steps:
+    for needs_api, name, step in steps:
         if needs_api and not api_usable:
             continue
         try:
@@ -268,8 +297,9 @@ def diagnose(api: client.CoreV1Api, deployment: DeploymentSpec, *, pods: bool = 
                 checks.append(Check("api: credentials refused", False, f"{host}: 401 {api_message(exc)[:120]}",
                                     CREDENTIALS_FIX.format(namespace=deployment.namespace)))
                 continue
-            checks.append(Check("api", False, f"the API answered {exc.status} {api_message(exc)[:120]}",
-                                "check KUBECONFIG / the cluster's address"))
+            fix = (f"{OVERLAY} (the Role and ClusterRoles nightly-launcher needs); run the doctor with its identity"
+                   if exc.status == 403 else "check KUBECONFIG / the cluster's address")
+            checks.append(Check(name, False, f"the API answered {exc.status} {api_message(exc)[:120]}", fix))
     return checks
 
 

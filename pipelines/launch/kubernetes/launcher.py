@@ -43,6 +43,7 @@ from pipelines.launch.kubernetes.outcomes import (
     terminated,
     timestamp,
 )
+from pipelines.launch.kubernetes.ownership import launched_by
 from pipelines.launch.kubernetes.podspec import ATTEMPT_UID, build_pod
 from pipelines.launch.kubernetes.resources import pinned_image
 from pipelines.launch.kubernetes.retries import CONNECTION_ERRORS, api_message, delay_for, with_retries
@@ -202,7 +203,7 @@ class KubernetesLauncher:
         node = self.pins.real(pool, request.node) if self.pins else ""
         return build_pod(request, pool, self.deployment, workdir=self.workdir, cache_paths=paths,
                          digest=self.image_digests.get(pool.name, ""), node_name=node, owner=self.owner,
-                         attempt_uid=attempt_uid)
+                         attempt_uid=attempt_uid, launched_by=launched_by())
 
     # -- one pod -----------------------------------------------------------------------
     def launch_once(self, request: LaunchRequest, on_log: LogSink | None = None) -> Attempt:

@@ -11,12 +11,17 @@ Pure: plain dicts in Kubernetes JSON shape (camelCase) in, a :class:`Verdict` ou
 from __future__ import annotations
 
 import contextlib
+import json
 from datetime import datetime
 from typing import Any, NamedTuple
 
 from pipelines.launch.kubernetes.preflight import preflight_verdict
 
 MAIN_CONTAINER = "test"
+#: the attempt's token in the test container's env; the wrapper copies it into its completion record
+TOKEN_ENV = "NIGHTLY_ATTEMPT_TOKEN"
+#: as the local launcher says it: exit 0 alone is no pass (a test may call ``os._exit(0)`` halfway)
+NO_COMPLETION_RECORD = "exited before the test finished (exit code 0 without the wrapper's completion record)"
 
 #: Infra reasons where another node may well succeed.
 RETRIABLE = frozenset({"evicted", "preempted", "node_lost", "node_shutdown", "gpu_unusable", "image_pull",
@@ -95,6 +100,35 @@ def waiting(pod: dict[str, Any]) -> dict[str, Any]:
     return (main_status(pod).get("state") or {}).get("waiting") or {}
 
 
+def attempt_token(pod: dict[str, Any]) -> str:
+    """The test container's ``NIGHTLY_ATTEMPT_TOKEN`` ("" for pods without one: build and probe pods)."""
+    for c in (pod.get("spec") or {}).get("containers") or ():
+        if c.get("name") == MAIN_CONTAINER:
+            for e in c.get("env") or ():
+                if e.get("name") == TOKEN_ENV:
+                    return str(e.get("value") or "")
+    return ""
+
+
+def completion_record(pod: dict[str, Any]) -> dict[str, Any]:
+    """The wrapper's completion record, as the kubelet copied it from the termination-message
+    file into ``state.terminated.message``; {} when there is none or it is not one."""
+    try:
+        record = json.loads(terminated(pod).get("message") or "")
+    except ValueError:
+        return {}
+    return record if isinstance(record, dict) else {}
+
+
+def finished(pod: dict[str, Any]) -> bool:
+    """The test ran to its end: a pod with a token needs the wrapper's record carrying that token."""
+    token = attempt_token(pod)
+    if not token:
+        return True
+    record = completion_record(pod)
+    return record.get("finished") is True and record.get("token") == token and record.get("ok") is True
+
+
 def node_of(pod: dict[str, Any] | None) -> str:
     return ((pod or {}).get("spec") or {}).get("nodeName") or ""
 
@@ -163,9 +197,16 @@ def classify(
     if term.get("reason") in ("StartError", "ContainerCannotRun"):
         return _infra("start_error", node)
     if deleted or (last_pod.get("metadata") or {}).get("deletionTimestamp"):
+        # deleted while its image or config could not be had (dagster-k8s deletes the pod at the
+        # first ErrImagePull): that is why it ended, as on the watch path after its wait
+        w = waiting(last_pod) if phase == "Pending" else {}
+        if w.get("reason") in _PULL_WAITING:
+            return _infra("image_pull", node)
+        if w.get("reason") in _CONFIG_WAITING:
+            return _infra("container_config", node)
         return _infra("deleted", node)
     if phase == "Succeeded" and term.get("exitCode", 0) == 0:
-        return _test("passed", "", node)
+        return _test("passed", "", node) if finished(last_pod) else _test("failed", NO_COMPLETION_RECORD, node)
     if phase in ("Failed", "Succeeded"):
         if term:
             return _test("failed", "exit_code", node)
@@ -222,6 +263,8 @@ def explain(last_pod: dict[str, Any] | None, verdict: Verdict) -> str:
             parts.append(f"said={init['message'].strip()[-200:]!r}")
     if term:
         parts.append(f"container={term.get('reason', '')} exit={term.get('exitCode')}")
+        if completion_record(last_pod).get("error"):
+            parts.append(f"error={str(completion_record(last_pod)['error'])[:200]!r}")
     elif wait:
         parts.append(f"waiting={wait.get('reason', '')}")
     message = status.get("message") or wait.get("message") or (sched or {}).get("message") or ""

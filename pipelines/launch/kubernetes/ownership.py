@@ -7,6 +7,13 @@ A killed Dagster run used to leave GPU pods running to their deadline. Three def
   garbage collector delete its test pods;
 - :func:`sweep_stale_pods` at night start: our labelled pods whose run has ended are deleted;
 - :meth:`KubernetesLauncher.cancel_all` on interrupt (the signal handler calls it).
+
+A run's Dagster status speaks for its pods only when the run is a pod of the cluster (its pods
+name it as their owner): the cluster's run monitor checks that run's Job. A run executed in a
+process outside the cluster (a workstation's ``nightly run --deployment production``) has no Job:
+if it records into the cluster's PostgreSQL, the monitor marks it FAILURE while it still runs. Its
+pods say where their process lives (``launched-by: HOST:PID``); only that host can tell whether
+it has gone.
 """
 
 from __future__ import annotations
@@ -22,11 +29,23 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from pipelines.core.specs import DeploymentSpec
-from pipelines.launch.kubernetes.podspec import LABEL_PREFIX, MANAGED_BY, label_value
+from pipelines.launch.kubernetes.podspec import LABEL_PREFIX, LAUNCHED_BY, MANAGED_BY, label_value
 from pipelines.launch.kubernetes.retries import CONNECTION_ERRORS, with_retries
+from pipelines.launch.procs import pid_alive
 
 log = logging.getLogger(__name__)
 RUN_ID_LABEL = f"{LABEL_PREFIX}/run-id"
+
+
+def launched_by() -> str:
+    """``HOST:PID`` of this process, as pods it creates record it (:data:`podspec.LAUNCHED_BY`)."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def process_gone(launcher: str) -> bool:
+    """Whether the ``HOST:PID`` that created a pod is known to be gone: only this host can tell."""
+    host, _, pid = launcher.rpartition(":")
+    return host == socket.gethostname() and pid.isdigit() and not pid_alive(int(pid))
 
 
 def owner_reference(name: str, uid: str) -> dict[str, Any]:
@@ -62,25 +81,30 @@ def sweep_stale_pods(api: client.CoreV1Api, deployment: DeploymentSpec,
                      ended: Callable[[list[str]], Iterable[str]]) -> list[str]:
     """Delete our labelled pods whose run has ended; returns the pods deleted.
 
-    ``ended`` is given the run ids found on our pods and returns those the caller's Dagster
-    instance knows to have ended. A run it does not know is left alone: it may be another
-    instance's night in the same namespace (a workstation's ``nightly run --deployment
-    production`` beside the cluster's), and its pods end by their own deadline or owner anyway.
+    A pod owned by a run's pod (a run in the cluster) goes when ``ended`` says its run ended:
+    ``ended`` is given those pods' run ids and returns the ones the caller's Dagster instance
+    knows to have ended. A run it does not know is left alone: another instance's night in the same
+    namespace. A pod with no owner was created by a process outside the cluster: its run's status
+    is no evidence (the cluster's run monitor fails such a run while it runs), so it goes only
+    when it was launched from this host by a process that is gone (a workstation's night killed
+    with ``kill -9``, swept by that workstation's next night); others end by their own deadline.
     Pods without a run id (made by hand, or by an old version) are left alone too.
     """
     selector = f"{MANAGED_BY[0]}={MANAGED_BY[1]}"
     resp = with_retries(api.list_namespaced_pod, deployment.namespace, label_selector=selector, _preload_content=False)
-    ours = []
+    owned, stale = [], []
     for pod in json.loads(resp.data).get("items") or []:
         meta = pod.get("metadata") or {}
         run = (meta.get("labels") or {}).get(RUN_ID_LABEL, "")
-        if run and not meta.get("deletionTimestamp"):
-            ours.append((meta["name"], run))
-    dead = {label_value(r) for r in ended(sorted({run for _, run in ours}))} if ours else set()
-    gone = []
-    for name, run in ours:
-        if run not in dead:
+        if not run or meta.get("deletionTimestamp"):
             continue
+        if any(o.get("kind") == "Pod" for o in meta.get("ownerReferences") or ()):
+            owned.append((meta["name"], run))
+        elif process_gone((meta.get("annotations") or {}).get(LAUNCHED_BY, "")):
+            stale.append((meta["name"], run))
+    dead = {label_value(r) for r in ended(sorted({run for _, run in owned}))} if owned else set()
+    gone = []
+    for name, run in sorted([*stale, *((n, r) for n, r in owned if r in dead)]):
         try:
             with_retries(api.delete_namespaced_pod, name, deployment.namespace)
         except ApiException as exc:

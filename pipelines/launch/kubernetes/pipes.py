@@ -39,6 +39,7 @@ from pipelines.launch.kubernetes.outcomes import (
     terminated,
     timestamp,
 )
+from pipelines.launch.kubernetes.ownership import launched_by
 from pipelines.launch.kubernetes.podspec import LABEL_PREFIX, build_pod
 from pipelines.launch.kubernetes.resources import pinned_image
 from pipelines.launch.kubernetes.retries import CONNECTION_ERRORS, with_retries
@@ -128,7 +129,8 @@ def run_test_pod(context: Any, request: LaunchRequest, pool: PoolSpec, deploymen
     from dagster_k8s import PipesK8sClient
     from dagster_k8s.client import DagsterK8sError
 
-    body = build_pod(request, pool, deployment, cache_paths=list(cache_paths), digest=digest, owner=owner)
+    body = build_pod(request, pool, deployment, cache_paths=list(cache_paths), digest=digest, owner=owner,
+                     launched_by=launched_by())
     uid = uuid.uuid4().hex[:16]
     meta = {k: v for k, v in body["metadata"].items() if k not in ("name", "namespace")}
     meta["labels"] = {**meta["labels"], f"{LABEL_PREFIX}/attempt-uid": uid}

@@ -12,8 +12,12 @@ Choices that matter:
 - Time: the test's timeout is enforced by the launcher from the *test container's* start;
   ``activeDeadlineSeconds`` (counted by Kubernetes from ``status.startTime``, image pull and
   pre-flight included) is only a backstop: timeout + the deployment's ``startup_wait_s``.
-- The command is the wrapper argv, no shell: test data never becomes shell text.
-- No token in test pods: ``HF_TOKEN`` goes only to build pods that download (:mod:`builds`);
+- The command is the wrapper argv, no shell: test data never becomes shell text. A pass needs
+  the wrapper's completion record, as on the local launcher: the wrapper writes it to the
+  container's termination-message file (``--result /dev/termination-log``), the kubelet hands it
+  on in ``state.terminated.message``, and it carries the attempt's fresh
+  ``NIGHTLY_ATTEMPT_TOKEN`` (:func:`outcomes.classify`). A test that exits 0 halfway writes none.
+- No credential in test pods: ``HF_TOKEN`` goes only to build pods that download (:mod:`builds`);
   any literal token in the request's environment is dropped, never copied into a spec.
 - The cache PVC mirrors ``/root``: ``/root/models/x`` is ``models/x`` on the volume (as in
   :class:`pipelines.storage.cache.AssetCache`). Test pods mount ``models`` and ``datasets``
@@ -25,13 +29,14 @@ from __future__ import annotations
 
 import hashlib
 import re
+import uuid
 from collections.abc import Iterable, Mapping
 from pathlib import PurePosixPath
 from typing import Any
 
 from pipelines.core.specs import DeploymentSpec, PoolSpec
 from pipelines.launch.base import LaunchRequest
-from pipelines.launch.kubernetes.outcomes import MAIN_CONTAINER
+from pipelines.launch.kubernetes.outcomes import MAIN_CONTAINER, TOKEN_ENV
 from pipelines.launch.kubernetes.preflight import preflight_container
 from pipelines.launch.kubernetes.resources import pinned_image, pod_resources, pull_policy
 
@@ -39,6 +44,8 @@ LABEL_PREFIX = "nightly-e2e.io"
 MANAGED_BY = ("app.kubernetes.io/managed-by", "nightly-e2e")
 #: the launcher's own key for a pod, so a create retried after a lost answer adopts its own pod
 ATTEMPT_UID = f"{LABEL_PREFIX}/attempt-uid"
+#: ``HOST:PID`` of the process that created the pod (:func:`ownership.launched_by`), for the sweeper
+LAUNCHED_BY = f"{LABEL_PREFIX}/launched-by"
 HF_TOKEN_KEY = "token"
 #: Environment names that must only ever come from a Secret.
 SECRET_ENV = frozenset({"HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HUGGINGFACE_TOKEN"})
@@ -46,6 +53,11 @@ MODELS_DIR, DATASETS_DIR = "/root/models", "/root/datasets"
 CACHE_VOLUME = "cache"
 #: the wrapper, with python3: images often have no ``python``
 WRAPPER = ("python3", "-m", "pipelines.launch.wrapper")
+#: where the wrapper writes its completion record: the kubelet reads it into the pod status
+RESULT_PATH = "/dev/termination-log"
+#: where the test image holds the wrapper's package (the Dockerfile's and nix/images.nix's
+#: ``test-pod`` layer): ``/opt/nightly-e2e/pipelines``, on the image's ``PYTHONPATH``
+WRAPPER_PYTHONPATH = "/opt/nightly-e2e"
 
 _LABEL_BAD = re.compile(r"[^A-Za-z0-9_.-]+")
 _NAME_BAD = re.compile(r"[^a-z0-9-]+")
@@ -85,15 +97,31 @@ def labels(request: LaunchRequest, pool: PoolSpec) -> dict[str, str]:
     return out
 
 
-def _env(request: LaunchRequest) -> list[dict[str, Any]]:
+def wrapper_pythonpath(value: str) -> str:
+    """A ``PYTHONPATH`` the pod sets, with the image's wrapper folder first.
+
+    A container's env entry replaces the image's ``ENV PYTHONPATH=/opt/nightly-e2e``, so a repo env
+    of ``PYTHONPATH: "{repo}"`` (``.`` in a pod) would leave ``python3 -m pipelines.launch.wrapper``
+    without its package. First, not last: ``pipelines`` must be ours even when the checkout has a
+    package of that name; the test's own folders still come before it for the test's imports,
+    because the wrapper puts the test's folder and the checkout at the front of ``sys.path``.
+    """
+    rest = [p for p in value.split(":") if p != WRAPPER_PYTHONPATH] if value else []
+    return ":".join([WRAPPER_PYTHONPATH, *rest])
+
+
+def _env(request: LaunchRequest, token: str) -> list[dict[str, Any]]:
     plain = {**request.env, **dict(request.test.env)}
     plain.update(
+        {TOKEN_ENV: token},
         NIGHTLY_TEST_ID=request.test.id,
         NIGHTLY_ATTEMPT=str(request.attempt),
         NIGHTLY_RUN_ID=request.run_id,
         NIGHTLY_NIGHT=request.night,
         PYTHONUNBUFFERED="1",
     )
+    if "PYTHONPATH" in plain:
+        plain["PYTHONPATH"] = wrapper_pythonpath(str(plain["PYTHONPATH"]))
     if request.test.gpus == 0:  # the NVIDIA runtime shows every GPU of the node to a pod that asked for none
         plain["NVIDIA_VISIBLE_DEVICES"] = "void"
     env: list[dict[str, Any]] = [
@@ -171,6 +199,8 @@ def build_pod(
     node_name: str = "",
     owner: Mapping[str, Any] | None = None,
     attempt_uid: str = "",
+    token: str = "",
+    launched_by: str = "",
 ) -> dict[str, Any]:
     """The Pod body for one attempt (apiVersion v1, kind Pod).
 
@@ -178,10 +208,14 @@ def build_pod(
     checkpoint outside ``/root/models`` is mounted too. ``digest``: the night's image digest
     (default: the pool's ``image_digest``). ``node_name``: the real node the plan's virtual
     node maps to (ignored when that node is to be avoided). ``owner``: an ownerReference (the
-    run's pod), so that deleting the run deletes its test pods.
+    run's pod), so that deleting the run deletes its test pods; ``launched_by``: the creating
+    process (``HOST:PID``), for the sweeper when there is no owner. ``token``: the attempt's
+    ``NIGHTLY_ATTEMPT_TOKEN``, which the wrapper's completion record must carry for a pass
+    (default: a fresh one; every attempt needs its own, so a record can never be a stale one).
     """
     test = request.test
-    argv = [*WRAPPER, "--file", test.path, "--func", "execute"]
+    token = token or uuid.uuid4().hex
+    argv = [*WRAPPER, "--file", test.path, "--func", "execute", "--result", RESULT_PATH]
     if test.args:
         argv += ["--", *test.args]
     ref, _ = pinned_image(pool, digest) if not image else (image, "")
@@ -192,8 +226,10 @@ def build_pod(
         "image": ref,
         "imagePullPolicy": policy,
         "command": argv,
-        "env": _env(request),
+        "env": _env(request, token),
         "resources": resources,
+        "terminationMessagePath": RESULT_PATH,
+        "terminationMessagePolicy": "File",
         "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}],
     }
     if workdir:
@@ -229,6 +265,8 @@ def build_pod(
         annotations[f"{LABEL_PREFIX}/avoid-nodes"] = ",".join(sorted(set(request.avoid_nodes)))
     if attempt_uid:
         annotations[ATTEMPT_UID] = attempt_uid
+    if launched_by:
+        annotations[LAUNCHED_BY] = launched_by
     metadata: dict[str, Any] = {
         "name": name or pod_name(request),
         "namespace": deployment.namespace,

@@ -123,3 +123,71 @@ class Kubelet:
             phase, reason = ("Succeeded", "Completed") if rc == 0 else ("Failed", "Error")
             return Step(mutate=pods.terminated(phase, rc, reason), logs=tuple(lines))
         return [Step(mutate=pods.scheduled(node)), Step(mutate=pods.running()), Step(work=work)]
+
+
+@dataclass
+class TestPodKubelet:
+    """Runs a test pod's container for real, as the test image and the kubelet would.
+
+    The image is a folder: ``image/opt/nightly-e2e/pipelines`` is a link to this checkout's
+    package (the Dockerfile's ``test-pod`` layer) and the image's own ``PYTHONPATH`` is the
+    Dockerfile's; the pod's env replaces the image's names it sets, as a container's env does.
+    Container paths under ``/opt`` are mapped into the image folder, ``--result
+    /dev/termination-log`` to a file of this machine, whose first 4096 bytes become the
+    termination message. ``python3`` is this interpreter; the working directory is ``repo``.
+    """
+
+    __test__ = False  # not a pytest class
+
+    repo: Path
+    root: Path
+    bin_dir: Path
+    image_env: dict[str, str]
+    runs: list[tuple[int, str]] = field(default_factory=list)
+
+    @classmethod
+    def create(cls, tmp: Path, repo: Path, image_pythonpath: str) -> TestPodKubelet:
+        from tests.conftest import PROJECT_ROOT
+
+        root = tmp / "image"
+        site = root / image_pythonpath.lstrip("/")
+        site.mkdir(parents=True, exist_ok=True)
+        (site / "pipelines").symlink_to(PROJECT_ROOT / "pipelines", target_is_directory=True)
+        bin_dir = tmp / "image-bin"
+        bin_dir.mkdir(parents=True, exist_ok=True)
+        python = bin_dir / "python3"
+        python.write_text(f'#!/bin/sh\nexec "{sys.executable}" -S "$@"\n')  # -S: no site-packages, as a bare image
+        python.chmod(0o755)
+        return cls(repo, root, bin_dir, {"PATH": f"{bin_dir}:/usr/bin:/bin", "PYTHONPATH": image_pythonpath})
+
+    def _map(self, value: str, log: Path) -> str:
+        if value == "/dev/termination-log":
+            return str(log)
+        return ":".join(str(self.root / p.lstrip("/")) if p.startswith("/opt/") else p for p in value.split(":"))
+
+    def run(self, pod: Pod, log: Path) -> tuple[int, str, str]:
+        """(exit code, output, termination message) of the pod's test container."""
+        container = pod["spec"]["containers"][0]
+        env = {k: self._map(v, log) for k, v in self.image_env.items()}
+        env.update({e["name"]: self._map(e["value"], log) for e in container.get("env", []) if "value" in e})
+        argv = [self._map(a, log) for a in container["command"]]
+        log.write_text("")  # the kubelet creates the file before the container starts
+        proc = subprocess.run(argv, env=env, cwd=self.repo, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True, timeout=120)
+        message = log.read_bytes()[:4096].decode(errors="replace")
+        self.runs.append((proc.returncode, proc.stdout))
+        return proc.returncode, proc.stdout, message
+
+    def steps(self, pod: Pod, node: str) -> list[Step]:
+        log = self.root.parent / f"termination-{pod['metadata']['name']}.log"
+
+        def work() -> Step:
+            rc, out, message = self.run(pod, log)
+
+            def ended(p: Pod) -> None:
+                pods.terminated("Succeeded" if rc == 0 else "Failed", rc, "Completed" if rc == 0 else "Error",
+                                record=False)(p)
+                if message:
+                    p["status"]["containerStatuses"][0]["state"]["terminated"]["message"] = message
+            return Step(mutate=ended, logs=tuple(out.splitlines()))
+        return [Step(mutate=pods.scheduled(node)), Step(mutate=pods.running()), Step(work=work)]

@@ -6,8 +6,10 @@ so a scenario reads like the table row it checks.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
+from pipelines.launch.kubernetes.outcomes import TOKEN_ENV
 from tests.launch.kubernetes.apiserver import Step, now
 
 Pod = dict[str, Any]
@@ -105,7 +107,19 @@ def running():
     return m
 
 
-def terminated(phase: str, exit_code: int, reason: str, pod_reason: str = "", message: str = ""):
+def completion_record(pod: Pod, **fields: Any) -> str:
+    """The wrapper's record for a test that ran to its end, with the pod's token (``fields`` override)."""
+    env = {e["name"]: e.get("value", "") for e in pod["spec"]["containers"][0].get("env", [])}
+    record = {"file": "t.py", "func": "execute", "ok": True, "exit_code": 0, "execute_s": 1.0, "elapsed_s": 1.0,
+              "finished": True, "token": env.get(TOKEN_ENV, "")}
+    return json.dumps({**record, **fields})
+
+
+def terminated(phase: str, exit_code: int, reason: str, pod_reason: str = "", message: str = "",
+               record: bool = True):
+    """The test container ended. A clean exit 0 carries the wrapper's completion record (the
+    termination message the kubelet reads from ``--result /dev/termination-log``), unless
+    ``record=False``: a test that called ``os._exit(0)`` halfway."""
     def m(pod: Pod) -> None:
         st = _status(pod)
         started = ((st.get("containerStatuses") or [{}])[0].get("state") or {}).get("running", {}).get("startedAt") or now()
@@ -114,7 +128,10 @@ def terminated(phase: str, exit_code: int, reason: str, pod_reason: str = "", me
             st["reason"] = pod_reason
         if message:
             st["message"] = message
-        _container(pod, {"terminated": {"exitCode": exit_code, "reason": reason, "startedAt": started, "finishedAt": now()}})
+        state = {"exitCode": exit_code, "reason": reason, "startedAt": started, "finishedAt": now()}
+        if record and exit_code == 0 and reason == "Completed" and TOKEN_ENV in json.dumps(pod["spec"]["containers"][0]):
+            state["message"] = completion_record(pod)
+        _container(pod, {"terminated": state})
         _cond(pod, "Ready", "False", "PodCompleted")
     return m
 

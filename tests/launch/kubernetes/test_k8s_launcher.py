@@ -16,6 +16,7 @@ from pipelines.core.specs import DeploymentSpec, PoolSpec
 from pipelines.launch.base import LaunchRequest
 from pipelines.launch.kubernetes.launcher import KubernetesLauncher, attempt_log_path
 from pipelines.launch.kubernetes.nodes import cordon, cordon_bad_nodes
+from pipelines.launch.kubernetes.podspec import WRAPPER_PYTHONPATH
 from tests.conftest import make_test
 from tests.launch.kubernetes import pods
 from tests.launch.kubernetes.apiserver import StandInApiServer, Step
@@ -81,6 +82,40 @@ def test_the_active_deadline_is_timed_out_not_retried(tmp_path):
 def test_oom_killed_is_a_test_failure_even_when_the_exit_code_is_zero(tmp_path):
     final, seen, _, _ = run(tmp_path, lambda pod, node: pods.ends(node, pods.terminated("Failed", 0, "OOMKilled")))
     assert (final.outcome, final.reason, len(seen)) == ("failed", "oom_killed", 1)
+
+
+NO_RECORD = "exited before the test finished (exit code 0 without the wrapper's completion record)"
+
+
+def test_exit_0_without_the_wrappers_completion_record_is_a_test_failure_as_locally(tmp_path):
+    final, seen, _, _ = run(tmp_path, lambda pod, node: pods.ends(
+        node, pods.terminated("Succeeded", 0, "Completed", record=False)))
+    assert (final.outcome, final.reason, final.exit_code, len(seen)) == ("failed", NO_RECORD, 0, 1)
+    assert f"verdict failed: {NO_RECORD}" in Path(final.log_path).read_text()
+
+
+HALFWAY = "import os\n\ndef execute():\n    print('step 1 of 10', flush=True)\n    os._exit(0)\n"
+WHOLE = "def execute():\n    print('step 10 of 10', flush=True)\n"
+
+
+@pytest.mark.parametrize("source, outcome, env", [
+    (HALFWAY, "failed", {}),
+    (WHOLE, "passed", {}),
+    (WHOLE, "passed", {"PYTHONPATH": "."}),  # assets/repos.yaml's "{repo}" in a pod: replaces the image's
+], ids=["os._exit(0) halfway", "whole", "the repo sets PYTHONPATH"])
+def test_the_real_wrapper_in_the_pod_passes_only_a_test_that_ran_to_its_end(tmp_path, source, outcome, env):
+    from tests.launch.kubernetes.kubelet import TestPodKubelet
+
+    repo = tmp_path / "fw"
+    (repo / "tests").mkdir(parents=True)
+    (repo / "tests" / "test_t.py").write_text(source)
+    kubelet = TestPodKubelet.create(tmp_path, repo, WRAPPER_PYTHONPATH)
+    req = dataclasses.replace(request(tmp_path), test=make_test(id="tests/test_t.py", path="tests/test_t.py", gpus=0))
+    with StandInApiServer(script=kubelet.steps) as server:
+        launch, _ = launcher(server, retries=0, env=env)
+        final = launch.launch(req)
+    assert [rc for rc, _ in kubelet.runs] == [0], kubelet.runs
+    assert (final.outcome, final.reason) == (outcome, NO_RECORD if outcome == "failed" else "")
 
 
 def _bad_first_node(*mutations):

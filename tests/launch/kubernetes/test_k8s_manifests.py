@@ -171,8 +171,8 @@ def test_the_code_location_serves_the_definitions_on_port_4000():
     [dep] = by_kind("overlays/production", "Deployment")
     c = dep["spec"]["template"]["spec"]["containers"][0]
     assert c["command"] == ["dagster", "api", "grpc", "-m", "pipelines.definitions", "-h", "0.0.0.0", "-p", "4000"]
-    assert c["image"] == "ghcr.io/example/nightly-e2e:2026.12.01"
-    assert {e["name"]: e["value"] for e in c["env"]}["DAGSTER_CURRENT_IMAGE"] == c["image"]
+    assert re.fullmatch(r"ghcr\.io/example/nightly-e2e:2026\.12\.01@sha256:[0-9a-f]{64}", c["image"]), c["image"]
+    assert {e["name"]: e["value"] for e in c["env"]}["DAGSTER_CURRENT_IMAGE"] == c["image"], "run pods: the same digest"
     [svc] = by_kind("overlays/production", "Service")
     assert svc["spec"]["ports"][0]["port"] == 4000
 

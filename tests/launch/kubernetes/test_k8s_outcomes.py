@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from pipelines.launch.kubernetes.outcomes import Verdict, classify, explain
@@ -140,3 +142,54 @@ def test_explain_quotes_what_a_failed_preflight_said():
     last["status"]["initContainerStatuses"][0]["state"]["terminated"]["message"] = "CUDA init failed on h200-a: CUresult 802"
     text = explain(last, classify(last, False, 0, 60))
     assert text.startswith("gpu_unusable: phase=Failed init preflight exit=86 said='CUDA init failed on h200-a: CUresult 802'")
+
+
+def wrapped_pod(token, message=None, code=0, phase="Succeeded"):
+    """A test pod (its container carries the attempt token) that ended with ``message`` as the
+    kubelet's termination message (what the wrapper wrote to ``--result /dev/termination-log``)."""
+    state = term(code, "Completed" if code == 0 else "Error")
+    if message is not None:
+        state["terminated"]["message"] = message
+    p = pod(phase, state=state)
+    p["spec"]["containers"] = [{"name": "test", "env": [{"name": "NIGHTLY_ATTEMPT_TOKEN", "value": token}]}]
+    return p
+
+
+def record(**kw):
+    return json.dumps({"ok": True, "exit_code": 0, "finished": True, "token": "t-1", **kw})
+
+
+@pytest.mark.parametrize("message, expected", [
+    (None, "failed"),                                   # os._exit(0) halfway: the wrapper wrote nothing
+    ("", "failed"),
+    ('{"ok": true, "finished": tr', "failed"),          # cut: not a record
+    (record(token="t-0"), "failed"),                   # another attempt's record
+    (record(finished=False), "failed"),
+    (record(), "passed"),
+], ids=["no record", "empty", "cut", "stale token", "not finished", "the attempt's record"])
+def test_exit_0_passes_only_with_the_wrappers_completion_record_carrying_the_attempts_token(message, expected):
+    verdict = classify(wrapped_pod("t-1", message), False, 0.0, 60.0)
+    assert (verdict.outcome, verdict.retriable_infra) == (expected, False)
+    if expected == "failed":  # worded as the local launcher words it
+        assert verdict.reason == "exited before the test finished (exit code 0 without the wrapper's completion record)"
+
+
+def test_pods_without_a_token_are_judged_by_exit_code_and_a_failed_tests_error_is_said():
+    assert classify(pod("Succeeded", state=term(0, "Completed")), False, 0.0, 60.0).outcome == "passed"  # build pods
+    last = wrapped_pod("t-1", record(ok=False, exit_code=1, error="AssertionError: loss 2.3 > 1.0"), code=1, phase="Failed")
+    verdict = classify(last, False, 0.0, 60.0)
+    assert (verdict.outcome, verdict.reason) == ("failed", "exit_code")
+    assert "error='AssertionError: loss 2.3 > 1.0'" in explain(last, verdict)
+
+
+@pytest.mark.parametrize("last, reason, retriable", [
+    (pod("Pending", state={"waiting": {"reason": "ErrImagePull"}}, deleting=True), "image_pull", True),
+    (held_at_preflight("ImagePullBackOff"), "image_pull", True),
+    (pod("Pending", state={"waiting": {"reason": "CreateContainerConfigError"}}), "container_config", False),
+    (pod("Pending", state={"waiting": {"reason": "PodInitializing"}}), "deleted", False),
+    (pod("Running", state={"running": {}}), "deleted", False),
+], ids=["pull error", "pull error at the pre-flight", "missing secret", "starting", "running"])
+def test_a_pod_deleted_while_its_image_or_config_could_not_be_had_keeps_that_reason(last, reason, retriable):
+    """dagster-k8s deletes the pod at the first ErrImagePull: the Pipes path must judge it as the
+    watch path does after its wait (image_pull, retried elsewhere), not as someone's delete."""
+    assert classify(last, True, 0.0, 900.0) == Verdict("infra_error", reason, retriable, "h200-a")

@@ -73,6 +73,18 @@ def test_oom_killed_with_exit_0_is_a_failure_although_dagster_k8s_calls_it_succe
     assert (attempt.outcome, attempt.reason) == ("failed", "oom_killed")
 
 
+def test_exit_0_without_the_wrappers_completion_record_fails_although_dagster_k8s_calls_it_success(tmp_path):
+    """A test that calls os._exit(0) halfway: the pod Succeeds, the wrapper wrote no record."""
+    attempt, invocation, server = run_pipes(tmp_path, lambda pod, node: pods.ends(
+        node, pods.terminated("Succeeded", 0, "Completed", record=False)))
+    assert invocation is not None, "dagster-k8s judged the exit code only"
+    assert (attempt.outcome, attempt.reason) == (
+        "failed", "exited before the test finished (exit code 0 without the wrapper's completion record)")
+    [body] = server.created
+    assert "--result" in body["spec"]["containers"][0]["command"]
+    assert "NIGHTLY_ATTEMPT_TOKEN" in {e["name"] for e in body["spec"]["containers"][0]["env"]}
+
+
 def test_a_failed_preflight_is_an_infra_error_on_that_node(tmp_path):
     attempt, invocation, _ = run_pipes(tmp_path, lambda pod, node: pods.ends(node, pods.preflight_failed(86)))
     assert (attempt.outcome, attempt.reason, attempt.node, invocation) == ("infra_error", "gpu_unusable", "h200-a", None)
@@ -127,3 +139,16 @@ def test_a_pod_that_cannot_start_is_an_infra_error_after_the_deployments_wait_no
     attempt, invocation, server = run_pipes(tmp_path, script, **waits)
     assert (attempt.outcome, attempt.reason, invocation) == ("infra_error", reason, None)
     assert time.monotonic() - t0 < 30.0 and not server.state.pods
+
+
+def test_an_image_pull_error_is_a_retriable_image_pull_as_on_the_watch_path_not_a_delete(tmp_path):
+    """dagster-k8s raises at the first ErrImagePull and deletes the pod; a throttled registry is
+    the infrastructure's trouble, worth another node, as the watch launcher says after its wait."""
+    def pull_error(pod, node):
+        return [Step(mutate=pods.scheduled(node)), Step(mutate=pods.waiting("ErrImagePull", "429 Too Many Requests")),
+                Step(delay_s=0.3, mutate=pods.waiting("ImagePullBackOff", "Back-off pulling image"))]
+
+    attempt, invocation, _ = run_pipes(tmp_path, pull_error, startup_wait_s=30)
+    assert (attempt.outcome, attempt.reason, attempt.details["retriable"], attempt.node) == (
+        "infra_error", "image_pull", "true", "h200-a")
+    assert "ErrImagePull" in attempt.details["message"] and invocation is None

@@ -103,7 +103,8 @@ def test_shm_is_a_memory_empty_dir_and_caches_are_read_only_sub_paths():
 def test_test_pods_get_no_token_at_all_neither_literal_nor_from_the_secret():
     pod = build_pod(request(), POOL, PRODUCTION)
     assert SECRET not in json.dumps(pod)
-    assert not [e for e in container(pod)["env"] if "TOKEN" in e["name"]]
+    # the attempt token is no credential: the wrapper's completion record must carry it for a pass
+    assert not [e for e in container(pod)["env"] if "TOKEN" in e["name"] and e["name"] != "NIGHTLY_ATTEMPT_TOKEN"]
     assert "hf-token" not in json.dumps(pod), "downloads happen in build pods only"
 
 
@@ -165,7 +166,20 @@ def test_the_backstop_deadline_leaves_room_for_pulls_and_preflight():
 def test_the_command_is_the_wrapper_with_python3_and_test_data_as_plain_arguments():
     cmd = container(build_pod(request(), POOL, PRODUCTION))["command"]
     assert cmd == ["python3", "-m", "pipelines.launch.wrapper", "--file", "tests/e2e/megatron/test_qwen.py",
-                   "--func", "execute", "--", "--config", "fp8; rm -rf /"]
+                   "--func", "execute", "--result", "/dev/termination-log", "--", "--config", "fp8; rm -rf /"]
+
+
+def test_each_attempt_gets_a_fresh_token_and_the_record_goes_where_the_kubelet_reads_it():
+    """A pass needs the wrapper's completion record with this attempt's token (as locally)."""
+    def token(pod):
+        return next(e["value"] for e in container(pod)["env"] if e["name"] == "NIGHTLY_ATTEMPT_TOKEN")
+    first, second = build_pod(request(), POOL, PRODUCTION), build_pod(request(), POOL, PRODUCTION)
+    assert len(token(first)) == 32 and token(first) != token(second)
+    assert token(build_pod(request(), POOL, PRODUCTION, token="t-1")) == "t-1"
+    c = container(first)
+    assert (c["terminationMessagePath"], c["terminationMessagePolicy"]) == ("/dev/termination-log", "File")
+    assert c["command"][c["command"].index("--result") + 1] == c["terminationMessagePath"]
+    kubernetes_validate.validate(first, "1.31", strict=True)
 
 
 def test_a_pinned_node_is_required_unless_it_is_to_be_avoided():
@@ -185,3 +199,20 @@ def test_the_runs_pod_owns_the_test_pod():
     assert pod["metadata"]["ownerReferences"] == [owner]
     assert pod["metadata"]["annotations"]["nightly-e2e.io/attempt-uid"] == "u1"
     kubernetes_validate.validate(pod, "1.31", strict=True)
+
+
+@pytest.mark.parametrize("value, expected", [
+    (".", "/opt/nightly-e2e:."),
+    ("/src:/src/megatron", "/opt/nightly-e2e:/src:/src/megatron"),
+    ("/opt/nightly-e2e:.", "/opt/nightly-e2e:."),
+    (".:/opt/nightly-e2e", "/opt/nightly-e2e:."),
+    ("", "/opt/nightly-e2e"),
+])
+def test_a_pythonpath_the_pod_sets_starts_with_the_images_wrapper_folder(value, expected):
+    """A container's PYTHONPATH replaces the image's: without its folder the wrapper has no package."""
+    pod = build_pod(dataclasses.replace(request(), env={"PYTHONPATH": value}), POOL, PRODUCTION)
+    assert {e["name"]: e.get("value") for e in container(pod)["env"]}["PYTHONPATH"] == expected
+
+
+def test_a_pod_that_sets_no_pythonpath_keeps_the_images():
+    assert "PYTHONPATH" not in {e["name"] for e in container(build_pod(request(), POOL, PRODUCTION))["env"]}

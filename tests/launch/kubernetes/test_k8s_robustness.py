@@ -8,7 +8,9 @@ All against the stand-in API server with the real client; faults are injected by
 from __future__ import annotations
 
 import dataclasses
+import os
 import socket
+import subprocess
 import threading
 from pathlib import Path
 
@@ -150,25 +152,45 @@ def test_cancel_all_deletes_running_pods_and_starts_no_more(tmp_path):
 
 
 def test_the_sweeper_deletes_pods_of_ended_runs_only(tmp_path):
-    """run-1 ended, run-2 is alive, run-3 is another instance's (a workstation's production night):
-    only run-1's pod goes."""
+    """Pods owned by a run's pod: run-1 ended, run-2 is alive, run-3 is another instance's; only
+    run-1's pod goes. Pods no run pod owns were made outside the cluster: their run's Dagster
+    status is no evidence (the cluster's run monitor fails a workstation's live night), only a
+    gone process on this host is; a live one, or one on another host, is left alone."""
     asked = []
 
     def ended(run_ids):
         asked.append(run_ids)
         return [r for r in run_ids if r == "run-1"]
 
+    gone_pid = _dead_pid()
+    here = socket.gethostname()
+    owner = [{"apiVersion": "v1", "kind": "Pod", "name": "dagster-run-x", "uid": "u"}]
     with StandInApiServer(script=lambda pod, node: forever(node)) as server:
         api = server.core_v1()
-        for name, labels in (("dead", {"nightly-e2e.io/run-id": "run-1"}), ("live", {"nightly-e2e.io/run-id": "run-2"}),
-                             ("elsewhere", {"nightly-e2e.io/run-id": "run-3"}), ("by-hand", {})):
-            labels = {"app.kubernetes.io/managed-by": "nightly-e2e", **labels}
+        for name, run, meta in (
+                ("dead", "run-1", {"ownerReferences": owner}), ("live", "run-2", {"ownerReferences": owner}),
+                ("elsewhere", "run-3", {"ownerReferences": owner}), ("by-hand", "", {}),
+                ("workstation", "run-1", {"annotations": {"nightly-e2e.io/launched-by": "laptop-7:4242"}}),
+                ("running-here", "run-1", {"annotations": {"nightly-e2e.io/launched-by": f"{here}:{os.getpid()}"}}),
+                ("killed-here", "run-4", {"annotations": {"nightly-e2e.io/launched-by": f"{here}:{gone_pid}"}})):
+            labels = {"app.kubernetes.io/managed-by": "nightly-e2e", **({"nightly-e2e.io/run-id": run} if run else {})}
             api.create_namespaced_pod("nightly-e2e", {"apiVersion": "v1", "kind": "Pod",
-                                                      "metadata": {"name": name, "labels": labels},
+                                                      "metadata": {"name": name, "labels": labels, **meta},
                                                       "spec": {"containers": [{"name": "test", "image": "x"}]}})
-        assert sweep_stale_pods(api, DEPLOYMENT, ended) == ["dead"]
-        assert sorted(server.state.pods) == ["by-hand", "elsewhere", "live"]
+        assert sweep_stale_pods(api, DEPLOYMENT, ended) == ["dead", "killed-here"]
+        assert sorted(server.state.pods) == ["by-hand", "elsewhere", "live", "running-here", "workstation"]
     assert asked == [["run-1", "run-2", "run-3"]]
+
+
+def _dead_pid() -> int:
+    proc = subprocess.Popen(["true"])
+    proc.wait()
+    return proc.pid
+
+
+def test_every_pod_says_which_process_on_which_host_created_it(tmp_path):
+    _, _, server, _ = launch(tmp_path, lambda pod, node: pods.passes(node))
+    assert server.created[0]["metadata"]["annotations"]["nightly-e2e.io/launched-by"] == f"{socket.gethostname()}:{os.getpid()}"
 
 
 def test_the_runs_pod_is_found_from_the_downward_api_or_by_hostname(tmp_path):

@@ -1,0 +1,65 @@
+"""Where the wrapper's completion record can go: a file it may rename onto, or, on Kubernetes, the
+container's termination-message file (a bind mount the kubelet reads, 4096 bytes at most)."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import subprocess
+import sys
+import threading
+
+from pipelines.launch import wrapper
+from tests.conftest import PROJECT_ROOT
+
+RECORD = {"file": "t.py", "func": "execute", "ok": False, "exit_code": 1, "finished": True, "token": "t-1"}
+
+
+def test_a_target_that_refuses_a_rename_is_written_in_place_and_no_tmp_is_left(tmp_path, monkeypatch):
+    """/dev/termination-log is bind-mounted: os.replace onto it fails with EBUSY."""
+    target = tmp_path / "termination-log"
+    target.write_text("")
+
+    def busy(src, dst):
+        raise OSError(errno.EBUSY, "Device or resource busy", dst)
+
+    monkeypatch.setattr(os, "replace", busy)
+    wrapper._write_result(str(target), RECORD)
+    assert json.loads(target.read_text()) == RECORD
+    assert [p.name for p in tmp_path.iterdir()] == ["termination-log"]
+
+
+def test_a_long_error_is_cut_so_the_record_stays_within_what_the_kubelet_reads(tmp_path, monkeypatch):
+    target = tmp_path / "termination-log"
+    monkeypatch.setattr(os, "replace", lambda src, dst: (_ for _ in ()).throw(OSError(errno.EBUSY, "busy")))
+    error = "RuntimeError: " + "é" * 20000  # non-ASCII: 6 bytes each in JSON
+    wrapper._write_result(str(target), {**RECORD, "error": error})
+    assert len(target.read_bytes()) <= 4096
+    record = json.loads(target.read_text())
+    assert record["token"] == "t-1" and record["finished"] is True and record["error"].startswith("RuntimeError: éé")
+
+
+def test_an_ordinary_result_file_is_still_replaced_atomically_and_kept_whole(tmp_path):
+    target = tmp_path / "r.json"
+    wrapper._write_result(str(target), {**RECORD, "error": "x" * 10000})
+    assert json.loads(target.read_text())["error"] == "x" * 10000
+    assert [p.name for p in tmp_path.iterdir()] == ["r.json"]
+
+
+def test_the_wrapper_writes_its_record_into_a_target_that_is_not_a_regular_file(tmp_path):
+    """A FIFO stands in for a file that must not be replaced: the reader gets the record."""
+    (tmp_path / "test_t.py").write_text("def execute():\n    print('step 10 of 10')\n")
+    fifo = tmp_path / "result.fifo"
+    os.mkfifo(fifo)
+    got: list[str] = []
+    reader = threading.Thread(target=lambda: got.append(fifo.read_text()), daemon=True)
+    reader.start()
+    env = {"PATH": os.environ["PATH"], "PYTHONPATH": str(PROJECT_ROOT), "NIGHTLY_ATTEMPT_TOKEN": "t-9"}
+    proc = subprocess.run([sys.executable, "-m", "pipelines.launch.wrapper", "--file", "test_t.py", "--result", str(fifo)],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+    reader.join(10)
+    assert proc.returncode == 0, proc.stderr
+    record = json.loads(got[0])
+    assert (record["ok"], record["finished"], record["token"]) == (True, True, "t-9")
+    assert fifo.exists() and not fifo.is_file()
