@@ -12,8 +12,8 @@ A run's Dagster status speaks for its pods only when the run is a pod of the clu
 name it as their owner): the cluster's run monitor checks that run's Job. A run executed in a
 process outside the cluster (a workstation's ``nightly run --deployment production``) has no Job:
 if it records into the cluster's PostgreSQL, the monitor marks it FAILURE while it still runs. Its
-pods say where their process lives (``launched-by: HOST:PID``); only that host can tell whether
-it has gone.
+pods say which process made them (``launched-by``: host, boot, PID namespace, pid, start time);
+only a process on that boot of that machine, in that PID namespace, can tell whether it has gone.
 """
 
 from __future__ import annotations
@@ -21,8 +21,10 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import socket
 from collections.abc import Callable, Iterable
+from pathlib import Path
 from typing import Any
 
 from kubernetes import client
@@ -31,21 +33,69 @@ from kubernetes.client.rest import ApiException
 from pipelines.core.specs import DeploymentSpec
 from pipelines.launch.kubernetes.podspec import LABEL_PREFIX, LAUNCHED_BY, MANAGED_BY, label_value
 from pipelines.launch.kubernetes.retries import CONNECTION_ERRORS, with_retries
-from pipelines.launch.procs import pid_alive
+from pipelines.launch.procs import pid_alive, start_time
 
 log = logging.getLogger(__name__)
 RUN_ID_LABEL = f"{LABEL_PREFIX}/run-id"
 
 
+def boot_id() -> str:
+    """This boot of this machine's kernel: a random id, unique across machines and reboots.
+
+    Not the hostname (workstations and dev containers share names like ``localhost``) nor
+    ``/etc/machine-id`` (absent in many containers, copied into images): a process can only be
+    judged gone by a process on the same boot, and a reboot ends every process anyway.
+    """
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return ""
+
+
+def pid_namespace() -> str:
+    """This process's PID namespace (its inode): containers on one machine share the boot id but
+    not their pids; a pid means the same process only within one namespace."""
+    try:
+        return "".join(ch for ch in os.readlink("/proc/self/ns/pid") if ch.isdigit())
+    except OSError:
+        return ""
+
+
 def launched_by() -> str:
-    """``HOST:PID`` of this process, as pods it creates record it (:data:`podspec.LAUNCHED_BY`)."""
-    return f"{socket.gethostname()}:{os.getpid()}"
+    """Which process creates our pods, as they record it (:data:`podspec.LAUNCHED_BY`).
+
+    ``host=H boot=B pidns=N pid=P start=S``: the hostname for people, the rest for
+    :func:`process_gone`; a field this system cannot read is left out (such pods are never swept).
+    """
+    pid = os.getpid()
+    fields = {"host": re.sub(r"[^A-Za-z0-9._-]", "_", socket.gethostname()), "boot": boot_id(),
+              "pidns": pid_namespace(), "pid": str(pid), "start": start_time(pid)}
+    return " ".join(f"{key}={value}" for key, value in fields.items() if value)
 
 
-def process_gone(launcher: str) -> bool:
-    """Whether the ``HOST:PID`` that created a pod is known to be gone: only this host can tell."""
-    host, _, pid = launcher.rpartition(":")
-    return host == socket.gethostname() and pid.isdigit() and not pid_alive(int(pid))
+def launcher_fields(value: str) -> dict[str, str]:
+    """The ``key=value`` fields of a launched-by annotation; ``{}`` for the old ``HOST:PID`` form."""
+    return dict(part.split("=", 1) for part in value.split() if "=" in part)
+
+
+def process_gone(value: str) -> bool:
+    """Whether the process a launched-by annotation names is known to be gone.
+
+    Only a process on the same boot of the same machine and in the same PID namespace can tell:
+    there the pid is gone, or alive with another start time (reused). Anything else, including
+    the old ``HOST:PID`` form (which two machines named alike could not tell apart), is not
+    known to be gone.
+    """
+    fields = launcher_fields(value)
+    pid, started = fields.get("pid", ""), fields.get("start", "")
+    if not (pid.isdigit() and started and fields.get("boot") and fields.get("pidns")):
+        return False
+    if fields["boot"] != boot_id() or fields["pidns"] != pid_namespace():
+        return False
+    if not pid_alive(int(pid)):
+        return True
+    now = start_time(int(pid))
+    return bool(now) and now != started  # unreadable (hidepid): alive as far as we know
 
 
 def owner_reference(name: str, uid: str) -> dict[str, Any]:
@@ -86,7 +136,7 @@ def sweep_stale_pods(api: client.CoreV1Api, deployment: DeploymentSpec,
     knows to have ended. A run it does not know is left alone: another instance's night in the same
     namespace. A pod with no owner was created by a process outside the cluster: its run's status
     is no evidence (the cluster's run monitor fails such a run while it runs), so it goes only
-    when it was launched from this host by a process that is gone (a workstation's night killed
+    when :func:`process_gone` says the process that made it is gone (a workstation's night killed
     with ``kill -9``, swept by that workstation's next night); others end by their own deadline.
     Pods without a run id (made by hand, or by an old version) are left alone too.
     """
