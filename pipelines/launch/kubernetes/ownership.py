@@ -9,11 +9,12 @@ A killed Dagster run used to leave GPU pods running to their deadline. Three def
 - :meth:`KubernetesLauncher.cancel_all` on interrupt (the signal handler calls it).
 
 A run's Dagster status speaks for its pods only when the run is a pod of the cluster (its pods
-name it as their owner): the cluster's run monitor checks that run's Job. A run executed in a
-process outside the cluster (a workstation's ``nightly run --deployment production``) has no Job:
-if it records into the cluster's PostgreSQL, the monitor marks it FAILURE while it still runs. Its
-pods say which process made them (``launched-by``: host, boot, PID namespace, pid, start time);
-only a process on that boot of that machine, in that PID namespace, can tell whether it has gone.
+name it as their owner, or say ``launched-by: run-pod=NAME`` where no owner could be set): the
+cluster's run monitor checks that run's Job. A run executed in another process (a workstation's
+``nightly run --deployment production``) has no Job: if it records into the cluster's
+PostgreSQL, the monitor marks it FAILURE while it still runs. Its pods say which process made
+them (``launched-by``: host, boot, PID namespace, pid, start time); only a process on that boot
+of that machine, in that PID namespace, can tell whether it has gone.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import logging
 import os
 import re
 import socket
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +38,8 @@ from pipelines.launch.procs import pid_alive, start_time
 
 log = logging.getLogger(__name__)
 RUN_ID_LABEL = f"{LABEL_PREFIX}/run-id"
+#: set by dagster-k8s's K8sRunLauncher in every run pod it starts (the Dagster job's name)
+RUN_POD_ENV = "DAGSTER_RUN_JOB_NAME"
 
 
 def boot_id() -> str:
@@ -61,15 +64,30 @@ def pid_namespace() -> str:
         return ""
 
 
-def launched_by() -> str:
+def in_cluster_run(environ: Mapping[str, str] | None = None) -> bool:
+    """Whether this process is a run pod the cluster's K8sRunLauncher started: in a pod
+    (``KUBERNETES_SERVICE_HOST``) with the launcher's :data:`RUN_POD_ENV`. The cluster's run
+    monitor watches that run's Job, so its Dagster status speaks for its pods even when no owner
+    could be set. A pod started otherwise (a dev pod running ``nightly run``) is not one."""
+    env = os.environ if environ is None else environ
+    return bool(env.get("KUBERNETES_SERVICE_HOST") and env.get(RUN_POD_ENV))
+
+
+def launched_by(environ: Mapping[str, str] | None = None) -> str:
     """Which process creates our pods, as they record it (:data:`podspec.LAUNCHED_BY`).
 
-    ``host=H boot=B pidns=N pid=P start=S``: the hostname for people, the rest for
-    :func:`process_gone`; a field this system cannot read is left out (such pods are never swept).
+    ``run-pod=NAME`` in a run pod of the cluster (:func:`in_cluster_run`): the sweeper judges its
+    pods by their run's status. Elsewhere ``host=H boot=B pidns=N pid=P start=S``: the hostname
+    for people, the rest for :func:`process_gone`; a field this system cannot read is left out
+    (such pods are never swept).
     """
+    env = os.environ if environ is None else environ
+    host = re.sub(r"[^A-Za-z0-9._-]", "_", socket.gethostname())
+    if in_cluster_run(env):
+        return f"run-pod={re.sub(r'[^A-Za-z0-9._-]', '_', env.get('POD_NAME') or host)}"
     pid = os.getpid()
-    fields = {"host": re.sub(r"[^A-Za-z0-9._-]", "_", socket.gethostname()), "boot": boot_id(),
-              "pidns": pid_namespace(), "pid": str(pid), "start": start_time(pid)}
+    fields = {"host": host, "boot": boot_id(), "pidns": pid_namespace(), "pid": str(pid),
+              "start": start_time(pid)}
     return " ".join(f"{key}={value}" for key, value in fields.items() if value)
 
 
@@ -114,6 +132,8 @@ def run_pod_owner(api: client.CoreV1Api | None, namespace: str,
     env = os.environ if environ is None else environ
     if env.get("POD_NAME") and env.get("POD_UID"):
         if env.get("POD_NAMESPACE", namespace) != namespace:
+            log.info("the run's pod is in namespace %s, not %s: no owner for its test pods; %s",
+                     env["POD_NAMESPACE"], namespace, _without_owner(env))
             return None
         return owner_reference(env["POD_NAME"], env["POD_UID"])
     if api is None or not env.get("KUBERNETES_SERVICE_HOST"):
@@ -121,40 +141,52 @@ def run_pod_owner(api: client.CoreV1Api | None, namespace: str,
     try:
         resp = with_retries(api.read_namespaced_pod, socket.gethostname(), namespace, _preload_content=False, attempts=3)
     except (ApiException, *CONNECTION_ERRORS) as exc:
-        log.info("no owner pod for this run (%s): test pods are cleaned up by the sweeper", exc)
+        log.info("no owner pod for this run (%s); %s", exc, _without_owner(env))
         return None
     meta = json.loads(resp.data).get("metadata") or {}
     return owner_reference(meta["name"], meta["uid"]) if meta.get("uid") else None
+
+
+def _without_owner(env: Mapping[str, str]) -> str:
+    """What becomes of test pods no run pod owns, for the log: the sweep's rule for them."""
+    if in_cluster_run(env):
+        return "a later night's sweep deletes them once this run has ended"
+    return ("a later night in this container sweeps them once this process is gone; "
+            "otherwise they end by their activeDeadlineSeconds")
 
 
 def sweep_stale_pods(api: client.CoreV1Api, deployment: DeploymentSpec,
                      ended: Callable[[list[str]], Iterable[str]]) -> list[str]:
     """Delete our labelled pods whose run has ended; returns the pods deleted.
 
-    A pod owned by a run's pod (a run in the cluster) goes when ``ended`` says its run ended:
-    ``ended`` is given those pods' run ids and returns the ones the caller's Dagster instance
-    knows to have ended. A run it does not know is left alone: another instance's night in the same
-    namespace. A pod with no owner was created by a process outside the cluster: its run's status
-    is no evidence (the cluster's run monitor fails such a run while it runs), so it goes only
-    when :func:`process_gone` says the process that made it is gone (a workstation's night killed
-    with ``kill -9``, swept by that workstation's next night); others end by their own deadline.
+    A pod of a run in the cluster (owned by the run's pod, or ``launched-by: run-pod=NAME`` where
+    no owner could be set: a run pod in another namespace, or one that could not look itself up)
+    goes when ``ended`` says its run ended: ``ended`` is given those pods' run ids and returns the
+    ones the caller's Dagster instance knows to have ended. A run it does not know is left alone:
+    another instance's night in the same namespace. Any other pod was created by a process that is
+    not a run pod of the cluster: its run's status is no evidence (the cluster's run monitor fails
+    such a run while it runs, when it records into the cluster's instance), so it goes only when
+    :func:`process_gone` says the process that made it is gone (a workstation's night killed with
+    ``kill -9``, swept by that workstation's next night); others end by their own deadline.
     Pods without a run id (made by hand, or by an old version) are left alone too.
     """
     selector = f"{MANAGED_BY[0]}={MANAGED_BY[1]}"
     resp = with_retries(api.list_namespaced_pod, deployment.namespace, label_selector=selector, _preload_content=False)
-    owned, stale = [], []
+    in_cluster, stale = [], []
     for pod in json.loads(resp.data).get("items") or []:
         meta = pod.get("metadata") or {}
         run = (meta.get("labels") or {}).get(RUN_ID_LABEL, "")
         if not run or meta.get("deletionTimestamp"):
             continue
-        if any(o.get("kind") == "Pod" for o in meta.get("ownerReferences") or ()):
-            owned.append((meta["name"], run))
-        elif process_gone((meta.get("annotations") or {}).get(LAUNCHED_BY, "")):
+        launcher = (meta.get("annotations") or {}).get(LAUNCHED_BY, "")
+        if any(o.get("kind") == "Pod" for o in meta.get("ownerReferences") or ()) or \
+                launcher_fields(launcher).get("run-pod"):
+            in_cluster.append((meta["name"], run))
+        elif process_gone(launcher):
             stale.append((meta["name"], run))
-    dead = {label_value(r) for r in ended(sorted({run for _, run in owned}))} if owned else set()
+    dead = {label_value(r) for r in ended(sorted({run for _, run in in_cluster}))} if in_cluster else set()
     gone = []
-    for name, run in sorted([*stale, *((n, r) for n, r in owned if r in dead)]):
+    for name, run in sorted([*stale, *((n, r) for n, r in in_cluster if r in dead)]):
         try:
             with_retries(api.delete_namespaced_pod, name, deployment.namespace)
         except ApiException as exc:

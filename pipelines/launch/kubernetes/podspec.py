@@ -44,7 +44,7 @@ LABEL_PREFIX = "nightly-e2e.io"
 MANAGED_BY = ("app.kubernetes.io/managed-by", "nightly-e2e")
 #: the launcher's own key for a pod, so a create retried after a lost answer adopts its own pod
 ATTEMPT_UID = f"{LABEL_PREFIX}/attempt-uid"
-#: the process that created the pod (:func:`ownership.launched_by`: host, boot, pid, start), for the sweeper
+#: who created the pod (:func:`ownership.launched_by`: a run pod of the cluster, or a process), for the sweeper
 LAUNCHED_BY = f"{LABEL_PREFIX}/launched-by"
 HF_TOKEN_KEY = "token"
 #: Environment names that must only ever come from a Secret.
