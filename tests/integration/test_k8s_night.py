@@ -132,12 +132,15 @@ def cluster(tmp_path_factory):
 def rerun(cluster):
     """One test_runs partition alone, as a rerun from the UI: the PipesK8sClient path."""
     server, instance = cluster["server"], cluster["instance"]
-    # pods left running: one by a run pod of a nightly run this instance saw end, one by a run of
-    # another instance, and one by a workstation's night this instance has as ended (the cluster's
-    # run monitor fails such a night while it runs): only the first may go
+    # pods left running: one by a run pod of a nightly run this instance saw end, one by such a run
+    # pod that could not own it (in another namespace), one by a run of another instance, and one
+    # by a workstation's night this instance has as ended (the cluster's run monitor fails such a
+    # night while it runs): only the first two may go
     owner = {"ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": "dagster-run-x", "uid": "u"}]}
-    workstation = {"annotations": {"nightly-e2e.io/launched-by": "laptop-7:4242"}}
+    unowned = {"annotations": {"nightly-e2e.io/launched-by": "run-pod=dagster-run-y"}}
+    workstation = {"annotations": {"nightly-e2e.io/launched-by": "host=laptop-7 boot=b pidns=1 pid=4242 start=9"}}
     for name, run_id, meta in (("left-by-an-ended-run", cluster["second"].run_id, owner),
+                               ("left-by-an-ended-run-unowned", cluster["second"].run_id, unowned),
                                ("another-instances", ANOTHER_RUN, owner),
                                ("a-live-workstations", cluster["second"].run_id, workstation)):
         server.core_v1().create_namespaced_pod("nightly-e2e", {
@@ -269,5 +272,6 @@ def test_a_run_deletes_the_pods_of_runs_its_instance_saw_end_and_no_others(clust
     assert rerun["result"].success
     left = set(cluster["server"].state.pods)
     assert "left-by-an-ended-run" not in left
+    assert "left-by-an-ended-run-unowned" not in left, "a cluster run's pod without an owner was never swept"
     assert "another-instances" in left, "a pod of another instance's night was deleted"
     assert "a-live-workstations" in left, "a pod of a workstation's night was deleted by its Dagster status"

@@ -44,7 +44,7 @@ LABEL_PREFIX = "nightly-e2e.io"
 MANAGED_BY = ("app.kubernetes.io/managed-by", "nightly-e2e")
 #: the launcher's own key for a pod, so a create retried after a lost answer adopts its own pod
 ATTEMPT_UID = f"{LABEL_PREFIX}/attempt-uid"
-#: ``HOST:PID`` of the process that created the pod (:func:`ownership.launched_by`), for the sweeper
+#: who created the pod (:func:`ownership.launched_by`: a run pod of the cluster, or a process), for the sweeper
 LAUNCHED_BY = f"{LABEL_PREFIX}/launched-by"
 HF_TOKEN_KEY = "token"
 #: Environment names that must only ever come from a Secret.
@@ -209,7 +209,7 @@ def build_pod(
     (default: the pool's ``image_digest``). ``node_name``: the real node the plan's virtual
     node maps to (ignored when that node is to be avoided). ``owner``: an ownerReference (the
     run's pod), so that deleting the run deletes its test pods; ``launched_by``: the creating
-    process (``HOST:PID``), for the sweeper when there is no owner. ``token``: the attempt's
+    process (:func:`ownership.launched_by`), for the sweeper when there is no owner. ``token``: the attempt's
     ``NIGHTLY_ATTEMPT_TOKEN``, which the wrapper's completion record must carry for a pass
     (default: a fresh one; every attempt needs its own, so a record can never be a stale one).
     """

@@ -18,7 +18,8 @@ import pytest
 
 from pipelines.launch.kubernetes.launcher import KubernetesLauncher
 from pipelines.launch.kubernetes.nodes import cordon_bad_nodes
-from pipelines.launch.kubernetes.ownership import run_pod_owner, sweep_stale_pods
+from pipelines.launch.kubernetes.ownership import launched_by, run_pod_owner, sweep_stale_pods
+from pipelines.launch.procs import start_time
 from tests.launch.kubernetes import pods
 from tests.launch.kubernetes.apiserver import StandInApiServer, Step, gpu_node, qos_class
 from tests.launch.kubernetes.test_k8s_launcher import DEPLOYMENT, PENDING_WAIT_S, POOL, launcher, request
@@ -163,7 +164,8 @@ def test_the_sweeper_deletes_pods_of_ended_runs_only(tmp_path):
         return [r for r in run_ids if r == "run-1"]
 
     gone_pid = _dead_pid()
-    here = socket.gethostname()
+    here = launched_by()  # this process, on this boot, in this PID namespace
+    killed = here.replace(f"pid={os.getpid()} start={start_time(os.getpid())}", f"pid={gone_pid} start=1")
     owner = [{"apiVersion": "v1", "kind": "Pod", "name": "dagster-run-x", "uid": "u"}]
     with StandInApiServer(script=lambda pod, node: forever(node)) as server:
         api = server.core_v1()
@@ -171,8 +173,8 @@ def test_the_sweeper_deletes_pods_of_ended_runs_only(tmp_path):
                 ("dead", "run-1", {"ownerReferences": owner}), ("live", "run-2", {"ownerReferences": owner}),
                 ("elsewhere", "run-3", {"ownerReferences": owner}), ("by-hand", "", {}),
                 ("workstation", "run-1", {"annotations": {"nightly-e2e.io/launched-by": "laptop-7:4242"}}),
-                ("running-here", "run-1", {"annotations": {"nightly-e2e.io/launched-by": f"{here}:{os.getpid()}"}}),
-                ("killed-here", "run-4", {"annotations": {"nightly-e2e.io/launched-by": f"{here}:{gone_pid}"}})):
+                ("running-here", "run-1", {"annotations": {"nightly-e2e.io/launched-by": here}}),
+                ("killed-here", "run-4", {"annotations": {"nightly-e2e.io/launched-by": killed}})):
             labels = {"app.kubernetes.io/managed-by": "nightly-e2e", **({"nightly-e2e.io/run-id": run} if run else {})}
             api.create_namespaced_pod("nightly-e2e", {"apiVersion": "v1", "kind": "Pod",
                                                       "metadata": {"name": name, "labels": labels, **meta},
@@ -190,7 +192,7 @@ def _dead_pid() -> int:
 
 def test_every_pod_says_which_process_on_which_host_created_it(tmp_path):
     _, _, server, _ = launch(tmp_path, lambda pod, node: pods.passes(node))
-    assert server.created[0]["metadata"]["annotations"]["nightly-e2e.io/launched-by"] == f"{socket.gethostname()}:{os.getpid()}"
+    assert server.created[0]["metadata"]["annotations"]["nightly-e2e.io/launched-by"] == launched_by()
 
 
 def test_the_runs_pod_is_found_from_the_downward_api_or_by_hostname(tmp_path):
