@@ -131,7 +131,8 @@ class Changes:
     environment: tuple[tuple[str, str, str], ...] = ()
     comparison: Comparison | None = None
     #: tests whose last run before tonight failed or hung and that did not run tonight (not selected,
-    #: skipped, or cut off by an interruption): still failing as far as anyone knows
+    #: skipped, or cut off by an interruption) and that no whole-cadence night since has left out
+    #: (deleted or renamed): still failing as far as anyone knows
     still_failing_not_run: tuple[str, ...] = ()
 
 
@@ -152,6 +153,19 @@ def covered(summary: Mapping) -> set[str] | None:
     return {*summary.get("selected", ()), *summary.get("skipped", ()), *summary.get("unplanned", ())}
 
 
+#: cadences that run every registered test (nightly leaves out ``long``, pr leaves out nightly-only tests)
+_WHOLE_CADENCES = ("weekly", "release")
+
+
+def _gone(test_id: str, ran_under: str | None, later: Sequence[tuple[str | None, set[str] | None]]) -> bool:
+    """Whether a night after the one the test last ran in says it is no longer registered: one that
+    covers its whole cadence (``later``: (cadence, :func:`covered`) per night) without listing it,
+    where that cadence runs every test or is the one it last ran under (``ran_under``; a nightly
+    night without a ``long`` test says nothing of that test)."""
+    return any(c is not None and test_id not in c and cadence in (*_WHOLE_CADENCES, ran_under)
+               for cadence, c in later)
+
+
 def night_changes(summary: Mapping, earlier: Sequence[Mapping]) -> Changes | None:
     """What changed since the nights before (``earlier``, oldest first); None when there are none.
 
@@ -165,11 +179,13 @@ def night_changes(summary: Mapping, earlier: Sequence[Mapping]) -> Changes | Non
     previous = earlier[-1]
     ran_now = {t: o for t, o in final_outcomes(summary).items() if o in _RAN}
     last: dict[str, str] = {}  # each test's outcome in the last earlier night that ran it
+    last_at: dict[str, int] = {}  # and that night's index in ``earlier``
     est_before: dict[str, int] = {}
-    for night in reversed(earlier):
+    for i in range(len(earlier) - 1, -1, -1):
+        night = earlier[i]
         for t, o in final_outcomes(night).items():
-            if o in _RAN:
-                last.setdefault(t, o)
+            if o in _RAN and t not in last:
+                last[t], last_at[t] = o, i
         for t, v in est_times(night).items():
             est_before.setdefault(t, v)
     new_failures = tuple(t for t, o in ran_now.items() if o in _BAD and last.get(t) not in _BAD)
@@ -180,7 +196,9 @@ def night_changes(summary: Mapping, earlier: Sequence[Mapping]) -> Changes | Non
                        and (c := covered(night)) is not None), None) if now_all is not None else None
     added = tuple(sorted(now_all - before_all)) if now_all is not None and before_all is not None else ()
     removed = tuple(sorted(before_all - now_all)) if now_all is not None and before_all is not None else ()
-    not_run = tuple(sorted(t for t, o in last.items() if o in _BAD and t not in ran_now and t not in removed))
+    since = [(night.get("cadence"), covered(night)) for night in (*earlier, summary)]
+    not_run = tuple(sorted(t for t, o in last.items() if o in _BAD and t not in ran_now and t not in removed
+                           and not _gone(t, since[last_at[t]][0], since[last_at[t] + 1:])))
     est = tuple((t, est_before[t], v) for t, v in sorted(est_times(summary).items())
                 if t in est_before and est_before[t] != v)
     env_now, env_before = environment(summary), environment(previous)
