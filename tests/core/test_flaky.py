@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+
 import pytest
 
 from pipelines.core.flaky import (
@@ -91,7 +93,21 @@ def test_the_env_digest_keeps_names_and_never_values():
     d = env_digest([("MINIRL_FAIL", "s3cr3t-value"), ("A_TOKEN", "x")])
     assert d.startswith("A_TOKEN,MINIRL_FAIL#") and "s3cr3t" not in d and len(d.partition("#")[2]) == 12
     assert d == env_digest([("A_TOKEN", "x"), ("MINIRL_FAIL", "s3cr3t-value")])
-    assert d != env_digest([("A_TOKEN", "y"), ("MINIRL_FAIL", "s3cr3t-value")]) and env_digest([]) == ""
+    assert d != env_digest([("A_TOKEN", "x"), ("MINIRL_FAIL", "other")]) and env_digest([]) == ""
+    assert env_digest([("MINIRL_FAIL", "a")]) == "MINIRL_FAIL#" + hashlib.sha256(b'[["MINIRL_FAIL", "a"]]').hexdigest()[:12]
+
+
+def test_a_rotated_credential_changes_no_env_digest_and_so_turns_off_no_flip_detection():
+    """docs/reliability.md documents --env WANDB_API_KEY=... for secrets: a token rotated every night
+    must not make every night's environment look new (no two nights compared, no flip ever seen)."""
+    for name in ("WANDB_API_KEY", "HF_TOKEN", "aws_secret_access_key", "DB_PASSWORD", "X-PASSWD", "GCP_CREDENTIALS",
+                 "HF_AUTH", "SESSION_COOKIE"):
+        assert env_digest([(name, "old")]) == env_digest([(name, "new")]), name
+    assert env_digest([("MONKEY", "a")]) != env_digest([("MONKEY", "b")])  # KEY only as a word of the name
+    assert env_digest([("WANDB_API_KEY", "k")]) != env_digest([("HF_TOKEN", "k")])  # the names still count
+    nights = [Sample("t.py", "h200", "s", o, 5.0, f"2026-12-0{i + 1}T15:00:00+00:00", "n", "img", f"r{i}", 1,
+                     env=env_digest([("WANDB_API_KEY", f"k{i}")])) for i, o in enumerate(["passed", "failed"] * 3)]
+    assert replay(nights)["t.py"].state == "quarantined"
 
 
 def test_enough_evidence_in_the_window_quarantines_and_says_why():
