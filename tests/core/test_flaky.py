@@ -135,6 +135,21 @@ def test_a_quarantine_stays_while_the_test_still_fails_and_releases_after_n_clea
     assert released.evidence == ()
 
 
+def test_a_failure_injected_with_env_neither_resets_nor_extends_a_quarantined_tests_release_streak():
+    """Quarantined on plain nights; plain passes alternate with nights that inject its failure with
+    --env. The injected failures say nothing of the flakiness: three plain passes release it."""
+    inject = env_digest([("MINIRL_FAIL", "test_grpo")])
+    flaky = history(*[("failed", "passed")] * 3)
+    mixed = [s for i in range(3) for s in (*history("passed", start=4 + 2 * i),
+                                              *history("failed", start=5 + 2 * i, env=inject))]
+    two = state_of(flaky + mixed[:4])  # pass, injected failure, pass, injected failure
+    assert (two.state, two.passes) == ("quarantined", 2)
+    released = state_of(flaky + mixed[:-1])  # ... and a third pass
+    assert (released.state, released.since) == ("released", "run08")
+    plain_failure = state_of(flaky + history("passed", "passed", "failed", start=4))
+    assert (plain_failure.state, plain_failure.passes) == ("quarantined", 0)  # under its own environment it still resets
+
+
 def test_a_released_test_is_healthy_after_a_clean_night_and_flaky_again_on_new_evidence():
     base = [("failed", "passed")] * 3 + ["passed"] * 3
     assert state_of(history(*base, "passed")).state == "healthy"
