@@ -273,7 +273,8 @@ def estimates_from_evidence(text: str) -> list[Estimate]:
     return [Estimate(r["test_id"], r["hardware"], int(r["current_est_time"]), int(r["proposed_est_time"]),
                      int(r["samples_used"]), r["reason"], num(r["max_s"]), num(r["p90_s"]), num(r["median_s"]),
                      int(r["stale_samples"] or 0), tuple(r["sources"].split()),
-                     held=int(r["held_est_time"]) if r.get("held_est_time") else None)
+                     held=int(r["held_est_time"]) if r.get("held_est_time") else None,
+                     in_force=int(r["in_force_est_time"]) if r.get("in_force_est_time") else None)
             for r in csv.DictReader(io.StringIO(text))]
 
 

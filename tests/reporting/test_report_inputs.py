@@ -90,6 +90,23 @@ def test_the_report_reuses_calibrations_evidence_csv(tmp_path):
     assert stored_estimates(store, "minirl") is None, "an unreadable CSV means: calibrate again"
 
 
+def test_a_held_proposal_reads_back_with_the_est_time_in_force_and_the_page_names_it_as_calibrate_does():
+    """Registered 3 s, 10 s in force (accepted earlier), 20 s held: nightly calibrate says 10 -> 20."""
+    from pipelines.core.calibrate import evidence_csv
+    from pipelines.core.model import Estimate
+    from pipelines.core.report import build_report
+    from pipelines.reporting.html import render_html
+    from pipelines.reporting.inputs import estimates_from_evidence
+
+    held = Estimate("tests/a.py", "h200", 3, 10, 2, "x; held for acceptance", held=20, in_force=10)
+    [back] = estimates_from_evidence(evidence_csv([held]))
+    assert back == held and back.baseline == 10
+    summary = {"night": "n", "selected": ["tests/a.py"],
+               "attempts": [{"test_id": "tests/a.py", "outcome": "passed", "elapsed_s": 5.0,
+                             "started_at": "2026-12-01T15:00:00+00:00", "node": "n0", "attempt": 1}]}
+    assert "tests/a.py: est_time 10 s &rarr; 20 s held for acceptance" in render_html(build_report(summary, estimates=[back]))
+
+
 def test_a_night_that_recorded_its_flaky_states_is_reported_with_them(tmp_path):
     import json
 
