@@ -21,9 +21,16 @@ ENVIRONMENT_FIELDS = ("image_digest", "image", "driver")
 INFRA_FIELDS = ("image_digest", "driver", "spec")
 
 
+#: the night's extra environment (``--env``, a run's ``env_from``) as its record keeps it: the variable
+#: names and a hash (``env_digest``), never the values
+EXTRA_ENV = "extra environment"
+
+
 def environment(summary: Mapping) -> dict[str, str]:
     """The night's environment as ``{"image_digest (h200)": "sha256:...", ...}``; {} when not recorded."""
     out = {f: str(summary[f]) for f in ENVIRONMENT_FIELDS if summary.get(f)}
+    if summary.get("env"):
+        out[EXTRA_ENV] = str(summary["env"])
     infra = summary.get("infra")
     for pool, probe in sorted(infra.items()) if isinstance(infra, Mapping) else ():
         if isinstance(probe, Mapping):
@@ -169,7 +176,8 @@ def _gone(test_id: str, ran_under: str | None, later: Sequence[tuple[str | None,
 def night_changes(summary: Mapping, earlier: Sequence[Mapping]) -> Changes | None:
     """What changed since the nights before (``earlier``, oldest first); None when there are none.
 
-    Each test is compared with the last earlier night that ran it, so a night that selected fewer
+    Each test is compared with the last earlier night that ran it under the same extra environment
+    (a failure injected with ``--env`` is not fixed by the plain night after it), so a night that selected fewer
     tests (a label, a UI pick) or was interrupted neither drops nor re-flags anything: a test merely
     not run tonight is not removed, not fixed, and its last failure is listed as still failing (not
     run tonight). Added and removed come only from two records that each cover their whole cadence.
@@ -178,12 +186,13 @@ def night_changes(summary: Mapping, earlier: Sequence[Mapping]) -> Changes | Non
         return None
     previous = earlier[-1]
     ran_now = {t: o for t, o in final_outcomes(summary).items() if o in _RAN}
-    last: dict[str, str] = {}  # each test's outcome in the last earlier night that ran it
+    last: dict[str, str] = {}  # each test's outcome in the last earlier night under tonight's env that ran it
     last_at: dict[str, int] = {}  # and that night's index in ``earlier``
     est_before: dict[str, int] = {}
+    env = summary.get("env") or ""
     for i in range(len(earlier) - 1, -1, -1):
         night = earlier[i]
-        for t, o in final_outcomes(night).items():
+        for t, o in final_outcomes(night).items() if (night.get("env") or "") == env else ():
             if o in _RAN and t not in last:
                 last[t], last_at[t] = o, i
         for t, v in est_times(night).items():
@@ -202,19 +211,19 @@ def night_changes(summary: Mapping, earlier: Sequence[Mapping]) -> Changes | Non
     est = tuple((t, est_before[t], v) for t, v in sorted(est_times(summary).items())
                 if t in est_before and est_before[t] != v)
     env_now, env_before = environment(summary), environment(previous)
-    env = tuple((f, env_before.get(f, "-"), env_now.get(f, "-")) for f in dict.fromkeys([*env_before, *env_now])
-                if env_before.get(f) != env_now.get(f))
+    changed = tuple((f, env_before.get(f, "-"), env_now.get(f, "-")) for f in dict.fromkeys([*env_before, *env_now])
+                    if env_before.get(f) != env_now.get(f))
     return Changes(
         previous=str(previous.get("night", "")), new_failures=new_failures, still_failing=still, fixed=fixed,
-        added=added, removed=removed, est_time=est, environment=env,
-        comparison=compare(summary, previous) if env else None, still_failing_not_run=not_run,
+        added=added, removed=removed, est_time=est, environment=changed,
+        comparison=compare(summary, previous) if changed else None, still_failing_not_run=not_run,
     )
 
 
 def _elapsed(summary: Mapping) -> dict[str, float]:
     out = {}
     for a in summary.get("attempts", ()):
-        if a["outcome"] == "passed":
+        if a["outcome"] == "passed" and a.get("elapsed_s") is not None:
             out[a["test_id"]] = float(a["elapsed_s"])
     return out
 
