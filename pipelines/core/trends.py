@@ -149,6 +149,11 @@ _RAN = ("passed", "failed", "timed_out")
 _FILTERS = ("labels", "suites", "pools", "tests")
 
 
+def ran(summary: Mapping) -> set[str]:
+    """The tests the night ran (passed, failed or hung: what "what changed" compares)."""
+    return {t for t, o in final_outcomes(summary).items() if o in _RAN}
+
+
 def covered(summary: Mapping) -> set[str] | None:
     """Every test registered for the night's cadence, as its record lists them (selected, skipped,
     unplanned), when its selection was the whole cadence (no labels, suites, pools or named tests);
