@@ -189,8 +189,14 @@ def _attempt(s: Sample) -> Attempt:
 
 
 def step(state: FlakyState, night: NightRecord, prev: NightRecord | None, rules: FlakyRules,
-         window: Sequence[tuple[int, Evidence]] = (), index: int = 0) -> tuple[FlakyState, list[tuple[int, Evidence]]]:
-    """One night of one test: the new state and the evidence window (``(night index, evidence)`` pairs)."""
+         window: Sequence[tuple[int, Evidence]] = (), index: int = 0,
+         evidence_envs: frozenset[str] = frozenset()) -> tuple[FlakyState, list[tuple[int, Evidence]]]:
+    """One night of one test: the new state and the evidence window (``(night index, evidence)`` pairs).
+
+    ``evidence_envs``: the extra environments the evidence of a quarantine came from; a night of a
+    quarantined test that failed under another one (a failure injected with ``--env``) says nothing
+    of the flakiness it was quarantined for: it neither resets the release streak nor counts in it.
+    """
     outs = night.outcomes
     if state.state == "healthy" and not window and not state.evidence and outs == ("passed",) and \
             (prev is None or prev.final == "passed"):
@@ -213,7 +219,10 @@ def step(state: FlakyState, night: NightRecord, prev: NightRecord | None, rules:
     evidence = tuple(e for _, e in new)
     s = state.state
     if s == "quarantined":
-        passes = state.passes + 1 if night.clean_pass else 0
+        if night.clean_pass:
+            passes = state.passes + 1
+        else:
+            passes = state.passes if evidence_envs and night.env not in evidence_envs else 0
         if passes >= rules.release_after and not state.manual:
             return replace(state, state="released", passes=passes, since=night.run_id, by="flaky rules",
                            why=f"{passes} consecutive passing nights", evidence=()), []
@@ -252,11 +261,15 @@ def replay(samples: Sequence[Sample], rules: FlakyRules = FlakyRules(),
 def _replay_one(tid: str, nights: Sequence[NightRecord], actions: Sequence[Mapping], rules: FlakyRules) -> FlakyState:
     """Each night is compared with the test's last night under the same extra environment."""
     state, window, before, k = FlakyState(tid), [], {}, 0
+    env_of: dict[str, str] = {}  # each run's extra environment, for the evidence that cites it
     for i, night in enumerate(nights):
+        env_of[night.run_id] = night.env
         while k < len(actions) and _time(actions[k]["at"]) <= _time(night.started_at):
             state, window = _apply(state, actions[k]), _window_after(actions[k], window)
             k += 1
-        state, window = step(state, night, before.get(night.env), rules, window, i)
+        envs = frozenset(env_of[e.run_id] for e in state.evidence if e.run_id in env_of) \
+            if state.state == "quarantined" else frozenset()
+        state, window = step(state, night, before.get(night.env), rules, window, i, envs)
         before[night.env] = night
     for action in actions[k:]:
         state = _apply(state, action)

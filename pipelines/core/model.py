@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Literal, get_args
@@ -217,15 +218,29 @@ class Sample:
     env: str = ""
 
 
+#: a name word that says the variable holds a credential (``WANDB_API_KEY``, ``HF_TOKEN``, ``DB_PASSWORD``)
+_SECRET_WORD = re.compile(r"(?:^|[^A-Z0-9])(?:KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|AUTH|COOKIE)S?(?:$|[^A-Z0-9])",
+                          re.IGNORECASE)
+
+
+def is_secret_name(name: str) -> bool:
+    """Whether an environment variable's name says it holds a credential (KEY, TOKEN, SECRET,
+    PASSWORD, PASSWD, CREDENTIAL, AUTH or COOKIE as a word of it, any case)."""
+    return bool(_SECRET_WORD.search(name))
+
+
 def env_digest(env: Iterable[tuple[str, str]]) -> str:
     """A night's extra environment (``--env``, a run's ``env_from``) as its records keep it: the
     names and a short hash of names and values, e.g. ``MINIRL_FAIL#3f2a9c1b0d4e``; "" for none.
     Never the values: they may be secrets. Two nights with the same one ran under the same
-    environment, which flaky evidence needs (a failure injected one night is no flip)."""
+    environment, which flaky evidence needs (a failure injected one night is no flip). A
+    credential's value (:func:`is_secret_name`) is left out of the hash, only its name counts: a
+    token rotated between nights changes nothing about how the tests run."""
     pairs = sorted(env)
     if not pairs:
         return ""
-    digest = hashlib.sha256(json.dumps(pairs).encode()).hexdigest()[:12]
+    hashed = [(name, None if is_secret_name(name) else value) for name, value in pairs]
+    digest = hashlib.sha256(json.dumps(hashed).encode()).hexdigest()[:12]
     return ",".join(name for name, _ in pairs) + "#" + digest
 
 

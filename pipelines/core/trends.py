@@ -21,9 +21,16 @@ ENVIRONMENT_FIELDS = ("image_digest", "image", "driver")
 INFRA_FIELDS = ("image_digest", "driver", "spec")
 
 
+#: the night's extra environment (``--env``, a run's ``env_from``) as its record keeps it: the variable
+#: names and a hash (``env_digest``), never the values
+EXTRA_ENV = "extra environment"
+
+
 def environment(summary: Mapping) -> dict[str, str]:
     """The night's environment as ``{"image_digest (h200)": "sha256:...", ...}``; {} when not recorded."""
     out = {f: str(summary[f]) for f in ENVIRONMENT_FIELDS if summary.get(f)}
+    if summary.get("env"):
+        out[EXTRA_ENV] = str(summary["env"])
     infra = summary.get("infra")
     for pool, probe in sorted(infra.items()) if isinstance(infra, Mapping) else ():
         if isinstance(probe, Mapping):
@@ -131,7 +138,8 @@ class Changes:
     environment: tuple[tuple[str, str, str], ...] = ()
     comparison: Comparison | None = None
     #: tests whose last run before tonight failed or hung and that did not run tonight (not selected,
-    #: skipped, or cut off by an interruption): still failing as far as anyone knows
+    #: skipped, or cut off by an interruption) and that no whole-cadence night since has left out
+    #: (deleted or renamed): still failing as far as anyone knows
     still_failing_not_run: tuple[str, ...] = ()
 
 
@@ -139,6 +147,11 @@ _BAD = ("failed", "timed_out")
 #: outcomes that say how the test itself did (not_run, skipped, infra errors and interruptions do not)
 _RAN = ("passed", "failed", "timed_out")
 _FILTERS = ("labels", "suites", "pools", "tests")
+
+
+def ran(summary: Mapping) -> set[str]:
+    """The tests the night ran (passed, failed or hung: what "what changed" compares)."""
+    return {t for t, o in final_outcomes(summary).items() if o in _RAN}
 
 
 def covered(summary: Mapping) -> set[str] | None:
@@ -152,10 +165,24 @@ def covered(summary: Mapping) -> set[str] | None:
     return {*summary.get("selected", ()), *summary.get("skipped", ()), *summary.get("unplanned", ())}
 
 
+#: cadences that run every registered test (nightly leaves out ``long``, pr leaves out nightly-only tests)
+_WHOLE_CADENCES = ("weekly", "release")
+
+
+def _gone(test_id: str, ran_under: str | None, later: Sequence[tuple[str | None, set[str] | None]]) -> bool:
+    """Whether a night after the one the test last ran in says it is no longer registered: one that
+    covers its whole cadence (``later``: (cadence, :func:`covered`) per night) without listing it,
+    where that cadence runs every test or is the one it last ran under (``ran_under``; a nightly
+    night without a ``long`` test says nothing of that test)."""
+    return any(c is not None and test_id not in c and cadence in (*_WHOLE_CADENCES, ran_under)
+               for cadence, c in later)
+
+
 def night_changes(summary: Mapping, earlier: Sequence[Mapping]) -> Changes | None:
     """What changed since the nights before (``earlier``, oldest first); None when there are none.
 
-    Each test is compared with the last earlier night that ran it, so a night that selected fewer
+    Each test is compared with the last earlier night that ran it under the same extra environment
+    (a failure injected with ``--env`` is not fixed by the plain night after it), so a night that selected fewer
     tests (a label, a UI pick) or was interrupted neither drops nor re-flags anything: a test merely
     not run tonight is not removed, not fixed, and its last failure is listed as still failing (not
     run tonight). Added and removed come only from two records that each cover their whole cadence.
@@ -164,12 +191,15 @@ def night_changes(summary: Mapping, earlier: Sequence[Mapping]) -> Changes | Non
         return None
     previous = earlier[-1]
     ran_now = {t: o for t, o in final_outcomes(summary).items() if o in _RAN}
-    last: dict[str, str] = {}  # each test's outcome in the last earlier night that ran it
+    last: dict[str, str] = {}  # each test's outcome in the last earlier night under tonight's env that ran it
+    last_at: dict[str, int] = {}  # and that night's index in ``earlier``
     est_before: dict[str, int] = {}
-    for night in reversed(earlier):
-        for t, o in final_outcomes(night).items():
-            if o in _RAN:
-                last.setdefault(t, o)
+    env = summary.get("env") or ""
+    for i in range(len(earlier) - 1, -1, -1):
+        night = earlier[i]
+        for t, o in final_outcomes(night).items() if (night.get("env") or "") == env else ():
+            if o in _RAN and t not in last:
+                last[t], last_at[t] = o, i
         for t, v in est_times(night).items():
             est_before.setdefault(t, v)
     new_failures = tuple(t for t, o in ran_now.items() if o in _BAD and last.get(t) not in _BAD)
@@ -180,23 +210,25 @@ def night_changes(summary: Mapping, earlier: Sequence[Mapping]) -> Changes | Non
                        and (c := covered(night)) is not None), None) if now_all is not None else None
     added = tuple(sorted(now_all - before_all)) if now_all is not None and before_all is not None else ()
     removed = tuple(sorted(before_all - now_all)) if now_all is not None and before_all is not None else ()
-    not_run = tuple(sorted(t for t, o in last.items() if o in _BAD and t not in ran_now and t not in removed))
+    since = [(night.get("cadence"), covered(night)) for night in (*earlier, summary)]
+    not_run = tuple(sorted(t for t, o in last.items() if o in _BAD and t not in ran_now and t not in removed
+                           and not _gone(t, since[last_at[t]][0], since[last_at[t] + 1:])))
     est = tuple((t, est_before[t], v) for t, v in sorted(est_times(summary).items())
                 if t in est_before and est_before[t] != v)
     env_now, env_before = environment(summary), environment(previous)
-    env = tuple((f, env_before.get(f, "-"), env_now.get(f, "-")) for f in dict.fromkeys([*env_before, *env_now])
-                if env_before.get(f) != env_now.get(f))
+    changed = tuple((f, env_before.get(f, "-"), env_now.get(f, "-")) for f in dict.fromkeys([*env_before, *env_now])
+                    if env_before.get(f) != env_now.get(f))
     return Changes(
         previous=str(previous.get("night", "")), new_failures=new_failures, still_failing=still, fixed=fixed,
-        added=added, removed=removed, est_time=est, environment=env,
-        comparison=compare(summary, previous) if env else None, still_failing_not_run=not_run,
+        added=added, removed=removed, est_time=est, environment=changed,
+        comparison=compare(summary, previous) if changed else None, still_failing_not_run=not_run,
     )
 
 
 def _elapsed(summary: Mapping) -> dict[str, float]:
     out = {}
     for a in summary.get("attempts", ()):
-        if a["outcome"] == "passed":
+        if a["outcome"] == "passed" and a.get("elapsed_s") is not None:
             out[a["test_id"]] = float(a["elapsed_s"])
     return out
 

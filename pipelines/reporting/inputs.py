@@ -15,6 +15,7 @@ import json
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from pathlib import Path
 
 from pipelines.core.calibrate.evidence import write_atomic
@@ -23,6 +24,7 @@ from pipelines.core.catalog.ids import safe_filename
 from pipelines.core.flaky import FlakyRules, own_tests, replay, states_from_summary
 from pipelines.core.model import OUTCOMES, CatalogError, Estimate, Problem, Sample, Test
 from pipelines.core.report import ReportData, build_report, tail_lines
+from pipelines.core.trends import ran
 from pipelines.storage.state import StateError, StateStore
 
 LOG_TAIL_LINES = 30
@@ -142,21 +144,44 @@ class _Summaries:
             return False
 
 
-#: how many earlier nights of the repo the report reads to find each test's last run (on S3, one GET each)
+#: how many earlier nights of the repo the report reads at least to find each test's last run (on S3,
+#: one GET each)
 EARLIER_NIGHTS = 14
+#: past those, it reads on while some test that ran tonight has no earlier run under tonight's extra
+#: environment (a weekly test behind a week of release runs, sensor reruns and UI picks), back to this
+#: long before tonight (two weekly periods) ...
+EARLIER_LOOKBACK = timedelta(days=15)
+#: ... and at most this many records read in all (every repo's nights share ``nights/``), so a
+#: test that never ran before costs a bounded number of GETs
+EARLIER_MAX_READS = 100
+
+
+def _started(summary: Mapping) -> datetime | None:
+    """When the night started: its first attempt's start (None when no attempt says)."""
+    times = [t for a in summary.get("attempts", ()) if isinstance(a, Mapping)
+             and (t := parse_time(str(a.get("started_at") or ""))) is not None]
+    return min(times) if times else None
 
 
 def _earlier(read: _Summaries, keys: Sequence[str], i: int, warn: Callable[[str], None],
-             like: Mapping, limit: int = EARLIER_NIGHTS) -> list[dict]:
-    """The newest ``limit`` readable nights before ``keys[i]`` of the same repo as ``like``, oldest
-    first: "what changed" compares each test with the last of them that ran it, whatever its cadence or
+             like: Mapping, limit: int = EARLIER_NIGHTS, lookback: timedelta = EARLIER_LOOKBACK,
+             max_reads: int = EARLIER_MAX_READS) -> list[dict]:
+    """The repo's readable nights before ``keys[i]`` (of the same repo as ``like``), oldest first:
+    the newest ``limit`` of them, and older ones while some test ``like`` ran has no run in them
+    under its extra environment, back to ``lookback`` before it and ``max_reads`` records read.
+    "What changed" compares each test with the last of them that ran it, whatever its cadence or
     selection (every repo and cadence shares ``nights/``; another framework's nights are left out).
     A damaged one is left out with a warning, not the whole report."""
     found: list[dict] = []
     skipped: list[str] = []
+    unseen = ran(like)  # tonight's tests without an earlier run yet (under tonight's env)
+    env = like.get("env") or ""
+    start = _started(like)
+    reads = 0
     for key in reversed(keys[:i]):
-        if len(found) >= limit:
+        if len(found) >= limit and (not unseen or reads >= max_reads or start is None):
             break
+        reads += 1
         try:
             night = read(key)
         except CatalogError as exc:
@@ -164,11 +189,15 @@ def _earlier(read: _Summaries, keys: Sequence[str], i: int, warn: Callable[[str]
             continue
         if not same_repo(night, like.get("repo")):
             continue
+        if len(found) >= limit and (when := _started(night)) is not None and when < start - lookback:
+            break
         for problem in skipped:
             warn(f"{problem}; left out: compared with {key[len('nights/'):-len('.json')]} instead" if not found
                  else f"{problem}; left out of the comparison")
         skipped = []
         found.append(night)
+        if (night.get("env") or "") == env:
+            unseen -= ran(night)
     for problem in skipped:
         warn(f"{problem}; left out: no earlier night to compare with" if not found
              else f"{problem}; left out of the comparison")
@@ -205,8 +234,9 @@ def locate_night(store: StateStore, night: str | None = None, warn: Callable[[st
 
 def select_night(store: StateStore, night: str | None = None, warn: Callable[[str], None] = lambda _: None,
                  repo: str | None = None) -> tuple[dict, list[dict], bool]:
-    """(the night's summary, the repo's nights before it, oldest first and at most
-    ``EARLIER_NIGHTS``, whether it is the repo's newest night); the night as :func:`locate_night`
+    """(the night's summary, the repo's nights before it, oldest first (``EARLIER_NIGHTS``, and
+    older ones while a test of tonight has no earlier run: :func:`_earlier`), whether it is the
+    repo's newest night); the night as :func:`locate_night`
     finds it. A damaged night before it is passed over and ``warn`` told."""
     read = _Summaries(store)
     keys, i, summary = locate_night(store, night, warn, repo, read)
@@ -273,7 +303,8 @@ def estimates_from_evidence(text: str) -> list[Estimate]:
     return [Estimate(r["test_id"], r["hardware"], int(r["current_est_time"]), int(r["proposed_est_time"]),
                      int(r["samples_used"]), r["reason"], num(r["max_s"]), num(r["p90_s"]), num(r["median_s"]),
                      int(r["stale_samples"] or 0), tuple(r["sources"].split()),
-                     held=int(r["held_est_time"]) if r.get("held_est_time") else None)
+                     held=int(r["held_est_time"]) if r.get("held_est_time") else None,
+                     in_force=int(r["in_force_est_time"]) if r.get("in_force_est_time") else None)
             for r in csv.DictReader(io.StringIO(text))]
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+
 import pytest
 
 from pipelines.core.flaky import (
@@ -91,7 +93,21 @@ def test_the_env_digest_keeps_names_and_never_values():
     d = env_digest([("MINIRL_FAIL", "s3cr3t-value"), ("A_TOKEN", "x")])
     assert d.startswith("A_TOKEN,MINIRL_FAIL#") and "s3cr3t" not in d and len(d.partition("#")[2]) == 12
     assert d == env_digest([("A_TOKEN", "x"), ("MINIRL_FAIL", "s3cr3t-value")])
-    assert d != env_digest([("A_TOKEN", "y"), ("MINIRL_FAIL", "s3cr3t-value")]) and env_digest([]) == ""
+    assert d != env_digest([("A_TOKEN", "x"), ("MINIRL_FAIL", "other")]) and env_digest([]) == ""
+    assert env_digest([("MINIRL_FAIL", "a")]) == "MINIRL_FAIL#" + hashlib.sha256(b'[["MINIRL_FAIL", "a"]]').hexdigest()[:12]
+
+
+def test_a_rotated_credential_changes_no_env_digest_and_so_turns_off_no_flip_detection():
+    """docs/reliability.md documents --env WANDB_API_KEY=... for secrets: a token rotated every night
+    must not make every night's environment look new (no two nights compared, no flip ever seen)."""
+    for name in ("WANDB_API_KEY", "HF_TOKEN", "aws_secret_access_key", "DB_PASSWORD", "X-PASSWD", "GCP_CREDENTIALS",
+                 "HF_AUTH", "SESSION_COOKIE"):
+        assert env_digest([(name, "old")]) == env_digest([(name, "new")]), name
+    assert env_digest([("MONKEY", "a")]) != env_digest([("MONKEY", "b")])  # KEY only as a word of the name
+    assert env_digest([("WANDB_API_KEY", "k")]) != env_digest([("HF_TOKEN", "k")])  # the names still count
+    nights = [Sample("t.py", "h200", "s", o, 5.0, f"2026-12-0{i + 1}T15:00:00+00:00", "n", "img", f"r{i}", 1,
+                     env=env_digest([("WANDB_API_KEY", f"k{i}")])) for i, o in enumerate(["passed", "failed"] * 3)]
+    assert replay(nights)["t.py"].state == "quarantined"
 
 
 def test_enough_evidence_in_the_window_quarantines_and_says_why():
@@ -117,6 +133,21 @@ def test_a_quarantine_stays_while_the_test_still_fails_and_releases_after_n_clea
     released = state_of(history(*flaky, "passed", "passed", "failed", "passed", "passed", "passed"))
     assert (released.state, released.why, released.since) == ("released", "3 consecutive passing nights", "run09")
     assert released.evidence == ()
+
+
+def test_a_failure_injected_with_env_neither_resets_nor_extends_a_quarantined_tests_release_streak():
+    """Quarantined on plain nights; plain passes alternate with nights that inject its failure with
+    --env. The injected failures say nothing of the flakiness: three plain passes release it."""
+    inject = env_digest([("MINIRL_FAIL", "test_grpo")])
+    flaky = history(*[("failed", "passed")] * 3)
+    mixed = [s for i in range(3) for s in (*history("passed", start=4 + 2 * i),
+                                              *history("failed", start=5 + 2 * i, env=inject))]
+    two = state_of(flaky + mixed[:4])  # pass, injected failure, pass, injected failure
+    assert (two.state, two.passes) == ("quarantined", 2)
+    released = state_of(flaky + mixed[:-1])  # ... and a third pass
+    assert (released.state, released.since) == ("released", "run08")
+    plain_failure = state_of(flaky + history("passed", "passed", "failed", start=4))
+    assert (plain_failure.state, plain_failure.passes) == ("quarantined", 0)  # under its own environment it still resets
 
 
 def test_a_released_test_is_healthy_after_a_clean_night_and_flaky_again_on_new_evidence():

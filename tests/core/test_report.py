@@ -333,6 +333,45 @@ def test_added_and_removed_come_from_two_records_that_each_cover_their_whole_cad
     assert build_report(narrowed, [before]).changes.removed == ()
 
 
+def test_a_removed_failing_test_is_not_still_failing_on_the_nights_after_its_removal():
+    """A failing test deleted (or renamed) is removed on the first night without it, and not listed
+    as still failing (not run tonight) on the nights after, a narrowed one included."""
+    before = _night(1, {A: "failed", B: "passed"}, selection=WHOLE)
+    gone = _night(2, {C: "failed", B: "passed"}, selection=WHOLE)
+    assert build_report(gone, [before]).changes.removed == (A,)
+    again = build_report(_night(3, {C: "failed", B: "passed"}, selection=WHOLE), [before, gone]).changes
+    assert (again.removed, again.still_failing_not_run) == ((), ())
+    narrowed = _night(3, {B: "passed"}, selection={**WHOLE, "labels": ["short"]})
+    assert build_report(narrowed, [before, gone]).changes.still_failing_not_run == (C,)
+
+
+def test_a_weekly_failure_is_still_failing_on_a_nightly_night_that_leaves_its_test_out():
+    """The nightly cadence leaves out long tests: its records do not list them, which says nothing
+    of whether they are still registered; a whole weekly night without the test does."""
+    weekly = _night(1, {A: "failed", B: "passed"}, cadence="weekly", selection={**WHOLE, "cadence": "weekly"})
+    nightly = _night(2, {B: "passed"}, selection=WHOLE)
+    assert build_report(_night(3, {B: "passed"}, selection=WHOLE), [weekly, nightly]).changes.still_failing_not_run == (A,)
+    weekly_without = _night(3, {B: "passed"}, cadence="weekly", selection={**WHOLE, "cadence": "weekly"})
+    assert build_report(_night(4, {B: "passed"}, selection=WHOLE),
+                        [weekly, nightly, weekly_without]).changes.still_failing_not_run == ()
+
+
+def test_a_night_under_another_extra_environment_is_named_as_a_change_and_no_test_is_compared_with_it():
+    """A failure injected with --env one night: the plain night after it does not call the test
+    fixed, and the injected night after a plain one does not call it new; the environment line names
+    the variables (and their hash), never the values."""
+    from pipelines.core.model import env_digest
+
+    inject = env_digest([("MINIRL_FAIL", "test_a")])
+    plain, injected = _night(1, {A: "passed", B: "failed"}), {**_night(2, {A: "failed", B: "passed"}), "env": inject}
+    c = build_report(_night(3, {A: "passed", B: "failed"}), [plain, injected]).changes
+    assert (c.fixed, c.new_failures, c.still_failing) == ((), (), (B,))
+    assert c.environment == (("extra environment", inject, "-"),) and inject.startswith("MINIRL_FAIL#")
+    again = build_report({**_night(4, {A: "failed", B: "passed"}), "env": inject}, [plain, injected]).changes
+    assert (again.new_failures, again.still_failing, again.fixed) == ((), (A,), ())
+    assert again.environment == ()
+
+
 def test_an_interrupted_nights_verdict_counts_the_tests_that_never_started_and_its_span_is_not_the_nights():
     summary = {"night": "n", "selected": [A, B, C, "tests/e2e/test_d.py"], "interrupted": True,
                "status": "interrupted", "actual_makespan_s": 12.5,

@@ -33,6 +33,49 @@ def test_the_newest_night_and_the_ones_before_it_are_read_from_the_store(home):
     assert (first["night"], none) == ("2026-11-01T150000Z", [])
 
 
+def _put_night(store, name: str, cadence: str, outcomes: dict[str, str], tests=(), day: str = "") -> None:
+    at = (day or name[:10]) + "T15:00:00+00:00"
+    store.put(f"nights/{name}.json", json.dumps({
+        "night": name, "run_id": name, "repo": "minirl", "cadence": cadence,
+        "selection": {"cadence": cadence, "labels": [], "suites": [], "pools": [], "tests": list(tests)},
+        "selected": list(outcomes), "skipped": [], "unplanned": [],
+        "attempts": [{"test_id": t, "outcome": o, "attempt": 1, "elapsed_s": 1.0, "started_at": at}
+                     for t, o in outcomes.items()]}))
+
+
+def test_a_weekly_tests_last_run_is_found_behind_more_than_14_other_records(tmp_path):
+    """Sensor reruns and UI picks between two weekly nights: the ongoing weekly failure is still
+    failing, not new."""
+    from pipelines.core.trends import night_changes
+
+    store = LocalStateStore(tmp_path)
+    _put_night(store, "2026-11-28T150000Z-w1", "weekly", {"tests/test_long.py": "failed", "tests/test_a.py": "passed"})
+    for i in range(14):
+        _put_night(store, f"2026-12-0{1 + i // 7}T{10 + i % 7:02d}0000Z-s{i}", "release", {"tests/test_a.py": "passed"},
+                   tests=["tests/test_a.py"])
+    _put_night(store, "2026-12-05T150000Z-w2", "weekly", {"tests/test_long.py": "failed", "tests/test_a.py": "passed"})
+    summary, earlier, _ = select_night(store, None, repo="minirl")
+    assert len(earlier) == 15
+    c = night_changes(summary, earlier)
+    assert (c.new_failures, c.still_failing) == ((), ("tests/test_long.py",))
+
+
+def test_the_search_for_a_tests_last_run_stops_at_15_days_and_100_records(tmp_path):
+    """A test new tonight has no earlier run: the report reads back no further than 15 days before
+    tonight, and no more than 100 records in all (on S3, one GET each)."""
+    store = LocalStateStore(tmp_path)
+    for day in range(1, 31):
+        _put_night(store, f"2026-10-{day:02d}T150000Z", "nightly", {"tests/test_a.py": "passed"})
+    _put_night(store, "2026-10-31T150000Z", "nightly", {"tests/test_a.py": "passed", "tests/test_new.py": "failed"})
+    _, earlier, _ = select_night(store, None, repo="minirl")
+    assert [e["night"][:10] for e in earlier][0] == "2026-10-16"  # 15 days before, not the 14 newest only
+    busy = LocalStateStore(tmp_path / "busy")
+    for i in range(150):
+        _put_night(busy, f"2026-10-30T{i // 60:02d}{i % 60:02d}00Z", "picked", {"tests/test_a.py": "passed"}, day="2026-10-30")
+    _put_night(busy, "2026-10-31T150000Z", "nightly", {"tests/test_new.py": "failed"})
+    assert len(select_night(busy, None, repo="minirl")[1]) == 100
+
+
 def test_log_tails_come_from_the_nights_logs_in_the_state_store(home, tmp_path):
     summary, _, _ = select_night(LocalStateStore(home))
     tails = log_tails(summary, LocalStateStore(home))
@@ -88,6 +131,23 @@ def test_the_report_reuses_calibrations_evidence_csv(tmp_path):
     assert stored_estimates(store, "minirl") == ESTIMATES
     store.put(evidence_key("minirl"), "not,the,columns\n1,2,3\n")
     assert stored_estimates(store, "minirl") is None, "an unreadable CSV means: calibrate again"
+
+
+def test_a_held_proposal_reads_back_with_the_est_time_in_force_and_the_page_names_it_as_calibrate_does():
+    """Registered 3 s, 10 s in force (accepted earlier), 20 s held: nightly calibrate says 10 -> 20."""
+    from pipelines.core.calibrate import evidence_csv
+    from pipelines.core.model import Estimate
+    from pipelines.core.report import build_report
+    from pipelines.reporting.html import render_html
+    from pipelines.reporting.inputs import estimates_from_evidence
+
+    held = Estimate("tests/a.py", "h200", 3, 10, 2, "x; held for acceptance", held=20, in_force=10)
+    [back] = estimates_from_evidence(evidence_csv([held]))
+    assert back == held and back.baseline == 10
+    summary = {"night": "n", "selected": ["tests/a.py"],
+               "attempts": [{"test_id": "tests/a.py", "outcome": "passed", "elapsed_s": 5.0,
+                             "started_at": "2026-12-01T15:00:00+00:00", "node": "n0", "attempt": 1}]}
+    assert "tests/a.py: est_time 10 s &rarr; 20 s held for acceptance" in render_html(build_report(summary, estimates=[back]))
 
 
 def test_a_night_that_recorded_its_flaky_states_is_reported_with_them(tmp_path):
