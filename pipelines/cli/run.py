@@ -243,10 +243,8 @@ def _execute(night, args, selection, env: dict[str, str], home: Path) -> int:
           f"whole night {time.monotonic() - t0:.1f}s")
     for note in summary["notes"]:
         print(f"note: {note}")
-    for e in estimates:
-        if e.held is not None:
-            print(f"held for acceptance: {e.test_id}: est_time {e.current} -> {e.held} (more than max_step_factor in "
-                  "one step; add it to the repo's calibration: accept: list to apply it)")
+    for line in held_lines(estimates):
+        print(line)
     _print_calibration(calib, report)
     print(f"dagster runs: {result.run_id} (night), {calib.run_id} (calibration); `make ui` to browse")
     verdict = summary.get("verdict") or {}
@@ -255,6 +253,14 @@ def _execute(night, args, selection, env: dict[str, str], home: Path) -> int:
     bad = [r for r in rows if r.outcome not in ("passed", "skipped", "unplanned")
            and r.test_id not in verdict.get("excused_quarantined", ())]
     return EXIT_TEST_FAILED if bad or not calib.success else 0
+
+
+def held_lines(estimates) -> list[str]:
+    """One line per proposal the step guard held, from the est_time the night planned with (the
+    calibrated one in force, else the registered one), as `nightly calibrate` says it."""
+    return [f"held for acceptance: {e.test_id}: est_time {e.baseline} -> {e.held} (more than max_step_factor in "
+            "one step; add it to the repo's calibration: accept: list to apply it)"
+            for e in estimates if e.held is not None]
 
 
 def _print_calibration(calib, report: str | None) -> None:

@@ -76,3 +76,19 @@ def test_an_unknown_suite_names_the_registered_ones(tmp_path, capsys):
 def test_a_malformed_env_pair_is_rejected(tmp_path, capsys):
     assert main(["run", "--home", str(tmp_path), "--env", "NOEQUALS", "--list-only"]) == 2
     assert "--env 'NOEQUALS': expected KEY=VALUE with KEY made of letters, digits and _" in capsys.readouterr().err
+
+
+def test_a_held_proposal_is_said_from_the_est_time_in_force_as_nightly_calibrate_says_it():
+    from pipelines.cli.run import held_lines
+    from pipelines.core.model import Estimate
+
+    calibrated = Estimate(test_id="tests/e2e/t.py", hardware="h200", current=3, proposed=10, samples_used=2,
+                          reason="x", held=20, in_force=10)
+    registered = Estimate(test_id="tests/e2e/u.py", hardware="h200", current=3, proposed=3, samples_used=2,
+                          reason="x", held=30)
+    passed = Estimate(test_id="tests/e2e/v.py", hardware="h200", current=3, proposed=4, samples_used=2, reason="x")
+    lines = held_lines([calibrated, registered, passed])
+    assert [line.split(" (")[0] for line in lines] == [
+        "held for acceptance: tests/e2e/t.py: est_time 10 -> 20",
+        "held for acceptance: tests/e2e/u.py: est_time 3 -> 30",
+    ]
