@@ -104,7 +104,7 @@ def _main_program(tree: ast.Module) -> tuple[ast.Module, int]:
 def _run_as_main(path: str, tree: ast.Module) -> None:
     """Run the (rewritten) file as ``__main__``, as ``python3 FILE`` would."""
     full = os.path.abspath(path)
-    code = compile(tree, full, "exec")
+    code = compile(tree, full, "exec", dont_inherit=True)  # not the wrapper's `from __future__` imports
     module = types.ModuleType("__main__")
     module.__dict__.update(__file__=full, __cached__=None, __loader__=None, __package__=None, __spec__=None)
     saved = sys.modules.get("__main__")

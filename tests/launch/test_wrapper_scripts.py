@@ -179,3 +179,17 @@ def test_a_file_of_test_functions_without_execute_or_main_block_fails_as_running
     assert out.returncode == 1 and result["ok"] is False
     assert 'has no function execute() and no `if __name__ == "__main__":` block' in result["error"]
     assert "would run no test" in result["error"] and "Traceback" not in out.stderr
+
+
+def test_a_file_run_as_main_keeps_its_own_annotations_not_the_wrappers_future_import(tmp_path):
+    out, result = _wrap(tmp_path, """
+    import dataclasses
+
+    @dataclasses.dataclass
+    class Cfg:
+        lr: float = 0.1
+
+    if __name__ == "__main__":
+        assert Cfg.__annotations__["lr"] is float, repr(Cfg.__annotations__["lr"])
+    """)
+    assert out.returncode == 0 and result["ok"] is True, out.stderr
