@@ -128,26 +128,53 @@ class _UnittestRuns:
         import unittest
 
         self.results: list = []
-        stop = unittest.TestResult.stopTestRun
+        base = unittest.TestResult
+        stop, success, subtest = base.stopTestRun, base.addSuccess, base.addSubTest
         runs = self.results
 
-        def stopTestRun(result) -> None:  # noqa: N802 (unittest's name)
+        def stopTestRun(result) -> None:  # noqa: N802 (unittest's names)
             runs.append(result)
             stop(result)
 
-        unittest.TestResult.stopTestRun = stopTestRun  # type: ignore[method-assign]
+        # a test with a skipped subTest is never addSuccess'ed; its passing subTests say it ran
+        def addSuccess(result, test) -> None:  # noqa: N802
+            _ran_part(result, test)
+            success(result, test)
+
+        def addSubTest(result, test, sub, err) -> None:  # noqa: N802
+            _ran_part(result, test)
+            subtest(result, test, sub, err)
+
+        base.stopTestRun, base.addSuccess, base.addSubTest = stopTestRun, addSuccess, addSubTest  # type: ignore[method-assign]
 
     def verdict(self) -> str:
         """Why the runs verified nothing ("" when they ran a test, or no unittest run ended)."""
         if not self.results:
             return ""
         ran = sum(r.testsRun for r in self.results)
-        skipped = sum(len(r.skipped) for r in self.results)
         if ran == 0:
             return "ran no test: its unittest run found no test to run (\"Ran 0 tests\")"
-        if skipped >= ran:
+        if sum(len(_wholly_skipped(r)) for r in self.results) >= ran:
             return f"ran no test: all {ran} of its unittest tests were skipped"
         return ""
+
+
+def _test_id(test) -> str:
+    """The id of the test a result line is about: a subTest's is its test method's."""
+    return getattr(test, "test_case", test).id()
+
+
+def _ran_part(result, test) -> None:
+    result.__dict__.setdefault("_nightly_ran", set()).add(_test_id(test))
+
+
+def _wholly_skipped(result) -> set[str]:
+    """Tests of a run that were skipped and ran no part (a subTest) that passed or failed: a method
+    whose 3 configurations skip and 1 passes was not skipped."""
+    ran = set(result.__dict__.get("_nightly_ran", ()))
+    ran |= {_test_id(t) for t, _ in [*result.failures, *result.errors, *result.expectedFailures]}
+    ran |= {_test_id(t) for t in result.unexpectedSuccesses}
+    return {_test_id(t) for t, _ in result.skipped} - ran
 
 
 def _quietly(write, *args, **kwargs) -> None:

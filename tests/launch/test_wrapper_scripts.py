@@ -193,3 +193,27 @@ def test_a_file_run_as_main_keeps_its_own_annotations_not_the_wrappers_future_im
         assert Cfg.__annotations__["lr"] is float, repr(Cfg.__annotations__["lr"])
     """)
     assert out.returncode == 0 and result["ok"] is True, out.stderr
+
+
+def test_skipped_subtests_of_a_test_that_also_ran_do_not_make_it_a_skipped_test(tmp_path):
+    body = """
+    import unittest
+
+    CONFIGS = ["fp16", "bf16", "fp8", "fp4"]
+
+    class TestTrain(unittest.TestCase):
+        def test_matrix(self):
+            for c in CONFIGS:
+                with self.subTest(config=c):
+                    if c not in {supported}:
+                        self.skipTest(f"{{c}} not supported on this GPU")
+                    self.assertIn(c, {supported})
+
+    if __name__ == "__main__":
+        unittest.main()
+    """
+    out, result = _wrap(tmp_path, body.format(supported={"bf16"}))
+    assert "OK (skipped=3)" in out.stderr
+    assert out.returncode == 0 and result["ok"] is True, result
+    out, result = _wrap(tmp_path, body.format(supported=set()))  # every configuration skipped: nothing verified
+    assert out.returncode == 1 and "all 1 of its unittest tests were skipped" in result["error"]
