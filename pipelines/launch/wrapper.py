@@ -14,7 +14,8 @@ expects. So the wrapper reads the file (``ast``) and picks one of two ways:
 
 The log's first line from the wrapper says which way it took. A file that runs no test fails
 saying so: one with neither an ``execute()`` nor a ``__main__`` block (``python3 FILE`` would run
-nothing), and one whose unittest run ran no test or skipped every test it found.
+nothing), and one whose unittest program (``unittest.main()``, not a sub-suite inside ``execute()``)
+ran no test or skipped every test it found.
 
 Standard library only (plus optional dagster-pipes): this file must also run inside a framework's
 own image. It writes a small JSON result (measured time of the test's run, error text) and,
@@ -121,20 +122,34 @@ class NoTest(Exception):
 
 
 class _UnittestRuns:
-    """Every unittest run that ends in this process (``unittest.main()``, a ``TextTestRunner``, ...):
-    a file whose unittest run ran nothing exits 0 on Python 3.11 ("Ran 0 tests ... OK")."""
+    """The runs of the file's unittest program (``unittest.main()``): a file whose program ran nothing
+    exits 0 on Python 3.11 ("Ran 0 tests ... OK"). Only a program the file runs as its test counts:
+    not one started inside ``execute()`` (there ``execute()`` is the test, and a sub-suite of optional
+    checks may skip), nor a bare ``TextTestRunner`` (a helper's run, not the file's program)."""
 
     def __init__(self) -> None:
         import unittest
 
         self.results: list = []
+        self.file = ""  # the test file's absolute path, once known
         base = unittest.TestResult
         stop, success, subtest = base.stopTestRun, base.addSuccess, base.addSubTest
+        program = unittest.TestProgram.__init__
         runs = self.results
+        deciding = [0]  # programs of the file running now
 
         def stopTestRun(result) -> None:  # noqa: N802 (unittest's names)
-            runs.append(result)
+            if deciding[0]:
+                runs.append(result)
             stop(result)
+
+        def __init__(prog, *args, **kwargs) -> None:  # noqa: N807
+            decides = not self._inside_execute(sys._getframe(1))
+            deciding[0] += decides
+            try:
+                program(prog, *args, **kwargs)
+            finally:
+                deciding[0] -= decides
 
         # a test with a skipped subTest is never addSuccess'ed; its passing subTests say it ran
         def addSuccess(result, test) -> None:  # noqa: N802
@@ -146,6 +161,16 @@ class _UnittestRuns:
             subtest(result, test, sub, err)
 
         base.stopTestRun, base.addSuccess, base.addSubTest = stopTestRun, addSuccess, addSubTest  # type: ignore[method-assign]
+        unittest.TestProgram.__init__ = __init__  # type: ignore[method-assign]
+
+    def _inside_execute(self, frame) -> bool:
+        """Whether the test file's ``execute()`` is on this stack."""
+        while frame is not None:
+            code = frame.f_code
+            if code.co_name == "execute" and os.path.abspath(code.co_filename) == self.file:
+                return True
+            frame = frame.f_back
+        return False
 
     def verdict(self) -> str:
         """Why the runs verified nothing ("" when they ran a test, or no unittest run ended)."""
@@ -305,6 +330,7 @@ def main(argv: list[str] | None = None) -> int:
     # as `python3 tests/x.py` would: the file's own folder first, then the checkout
     if ns.deadline_s > 0 and os.getpgrp() == os.getpid():  # only when it leads its own group
         _deadline(ns.deadline_s)
+    unittest_runs.file = os.path.abspath(ns.file)
     sys.path[:0] = [os.path.dirname(os.path.abspath(ns.file)), os.getcwd()]
     sys.argv = [ns.file, *ns.args]
     result: dict = {"file": ns.file, "func": ns.func, "ok": False, "exit_code": 1}

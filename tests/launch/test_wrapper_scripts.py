@@ -217,3 +217,39 @@ def test_skipped_subtests_of_a_test_that_also_ran_do_not_make_it_a_skipped_test(
     assert out.returncode == 0 and result["ok"] is True, result
     out, result = _wrap(tmp_path, body.format(supported=set()))  # every configuration skipped: nothing verified
     assert out.returncode == 1 and "all 1 of its unittest tests were skipped" in result["error"]
+
+
+OPTIONAL_CHECKS = """
+    import unittest
+
+    def prepare():
+        pass
+
+    class OptionalChecks(unittest.TestCase):
+        @unittest.skipUnless(False, "needs 8 GPUs")
+        def test_big(self):
+            pass
+
+    def execute():
+        print("training ... accuracy 0.93 >= 0.80: OK")
+        {run_checks}
+
+    if __name__ == "__main__":
+        prepare()
+        execute()
+        {after}
+"""
+
+
+def test_a_skipping_sub_suite_run_inside_execute_does_not_decide_the_outcome(tmp_path):
+    runner = "unittest.TextTestRunner().run(unittest.defaultTestLoader.loadTestsFromTestCase(OptionalChecks))"
+    program = "unittest.main(module=__name__, argv=['x'], exit=False)"
+    for run_checks, after in [(runner, ""), (program, ""), ("pass", runner)]:
+        out, result = _wrap(tmp_path, OPTIONAL_CHECKS.format(run_checks=run_checks, after=after))
+        assert "OK (skipped=1)" in out.stderr, out.stderr
+        assert out.returncode == 0 and result["ok"] is True, (run_checks, after, result)
+
+
+def test_the_files_own_unittest_program_still_decides_when_it_skips_everything(tmp_path):
+    out, result = _wrap(tmp_path, OPTIONAL_CHECKS.format(run_checks="pass", after="unittest.main()"))
+    assert out.returncode == 1 and "all 1 of its unittest tests were skipped" in result["error"]
