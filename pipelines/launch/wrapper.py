@@ -4,13 +4,17 @@ Why not ``python3 tests/test_x.py``? Its ``__main__`` calls ``prepare()`` first,
 and converts again; the orchestrator's assets have already done that work at the paths the test
 expects. So the wrapper reads the file (``ast``) and picks one of two ways:
 
-- the usual anatomy, a ``if __name__ == "__main__":`` block of bare ``prepare()`` calls and one
-  ``execute()`` (or no such block): import the file under a non-``__main__`` name (its
-  registrations are no-ops) and call ``execute()``;
-- a ``__main__`` block that does anything more (checks a result, calls ``unittest.main()``, passes
-  arguments): run the file as ``__main__``, as its runner would, with each ``prepare(...)``
-  statement of that block replaced by ``pass`` (same line numbers, so tracebacks point at the
-  file's real lines). Skipping the block would skip its checks: a false pass.
+- a file with an ``if __name__ == "__main__":`` block (run for ``execute``, the default): run the
+  file as ``__main__``, as its runner would, with each ``prepare(...)`` statement of that block
+  replaced by ``pass`` (same line numbers, so tracebacks point at the file's real lines). The
+  usual anatomy (``prepare()`` then ``execute()``) so runs exactly ``execute()``; a block that
+  does more (checks a result, calls ``unittest.main()``) keeps its checks;
+- a file without one that defines ``execute()`` (or any other ``--func``): import it as
+  multiprocessing's spawn children do (``__mp_main__``, its ``__main__`` block not run) and call
+  the function.
+
+Either way the file is ``__main__`` while it runs, so a child started with multiprocessing's
+"spawn" (``torch.multiprocessing.spawn``) re-imports it and finds the functions it was given.
 
 The log's first line from the wrapper says which way it took. A file that runs no test fails
 saying so: one with neither an ``execute()`` nor a ``__main__`` block (``python3 FILE`` would run
@@ -32,7 +36,6 @@ from __future__ import annotations
 
 import argparse
 import ast
-import importlib.util
 import json
 import os
 import signal
@@ -43,14 +46,18 @@ import traceback
 import types
 
 
-def _load_module(path: str):
-    name = "nightly_test_" + "".join(c if c.isalnum() else "_" for c in path)
-    spec = importlib.util.spec_from_file_location(name, path)
-    if spec is None or spec.loader is None:
-        raise ImportError(f"{path}: cannot be imported as a Python module")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
+def _load_module(path: str, source: bytes) -> types.ModuleType:
+    """Import the file as multiprocessing's spawn children do: named ``__mp_main__`` (its ``__main__``
+    block does not run) and registered as ``__main__`` too (until :func:`main` restores its own). A
+    spawned child (``multiprocessing`` "spawn", ``torch.multiprocessing.spawn``) finds the file from
+    ``__main__.__file__``, re-runs it as ``__mp_main__`` and so finds the functions and classes
+    pickled for it; under a name of its own the child could not import them."""
+    full = os.path.abspath(path)
+    code = compile(source, full, "exec", dont_inherit=True)  # not the wrapper's `from __future__` imports
+    module = types.ModuleType("__mp_main__")
+    module.__dict__.update(__file__=full, __cached__=None, __loader__=None, __package__=None, __spec__=None)
+    sys.modules["__main__"] = sys.modules["__mp_main__"] = module
+    exec(code, module.__dict__)
     return module
 
 
@@ -71,14 +78,6 @@ def _called(stmt: ast.stmt) -> str | None:
     if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call) and isinstance(stmt.value.func, ast.Name):
         return stmt.value.func.id
     return None
-
-
-def _usual_anatomy(blocks: list[ast.If]) -> bool:
-    """The ``__main__`` block(s) only call ``prepare()`` and, once, ``execute()``, with no arguments."""
-    stmts = [s for b in blocks for s in b.body]
-    bare = all(_called(s) in ("prepare", "execute") and not s.value.args and not s.value.keywords  # type: ignore[attr-defined]
-               for s in stmts)
-    return bare and sum(_called(s) == "execute" for s in stmts) == 1
 
 
 class _SkipPrepare(ast.NodeTransformer):
@@ -103,7 +102,8 @@ def _main_program(tree: ast.Module) -> tuple[ast.Module, int]:
 
 
 def _run_as_main(path: str, tree: ast.Module) -> None:
-    """Run the (rewritten) file as ``__main__``, as ``python3 FILE`` would."""
+    """Run the (rewritten) file as ``__main__``, as ``python3 FILE`` would (a spawned child re-runs
+    the file itself as ``__mp_main__``, as it would under ``python3 FILE``)."""
     full = os.path.abspath(path)
     code = compile(tree, full, "exec", dont_inherit=True)  # not the wrapper's `from __future__` imports
     module = types.ModuleType("__main__")
@@ -219,14 +219,15 @@ def _say(text: str) -> None:
 def _test_function(file: str, func_name: str):
     """What to call to run the test file, saying in the log which way it runs (see the module's docstring)."""
     with open(file, "rb") as fh:
-        tree = ast.parse(fh.read(), filename=file)
+        source = fh.read()
+    tree = ast.parse(source, filename=file)
     blocks = [s for s in tree.body if _is_main_guard(s)]
-    if func_name == "execute" and blocks and not _usual_anatomy(blocks):
+    if func_name == "execute" and blocks:
         program, skipped = _main_program(tree)
-        _say(f"running {file} as __main__, as `python3 {file}` would: its __main__ block does more than "
-             f"prepare() and execute(); {skipped} prepare() call(s) in it skipped (the night's assets built its inputs)")
+        _say(f"running {file} as __main__, as `python3 {file}` would, with the {skipped} prepare() call(s) of its "
+             "__main__ block skipped (the night's assets built its inputs)")
         return lambda: _run_as_main(file, program)
-    module = _load_module(file)
+    module = _load_module(file, source)
     func = getattr(module, func_name, None)
     if not callable(func):
         if func_name == "execute" and not blocks:
@@ -234,7 +235,8 @@ def _test_function(file: str, func_name: str):
                          f"`python3 {file}` would run no test (test functions alone are never called); the nightly "
                          "calls execute(), or runs the __main__ block")
         raise AttributeError(f"{file}: has no function {func_name}(); the nightly calls it to run the test")
-    _say(f"importing {file} and calling its {func_name}() (prepare() skipped: the night's assets built its inputs)")
+    _say(f"importing {file} (its __main__ block not run) and calling its {func_name}() (prepare() skipped: the "
+         "night's assets built its inputs)")
     return func
 
 
@@ -335,6 +337,7 @@ def main(argv: list[str] | None = None) -> int:
     sys.argv = [ns.file, *ns.args]
     result: dict = {"file": ns.file, "func": ns.func, "ok": False, "exit_code": 1}
     started = time.monotonic()
+    wrapper_main = sys.modules.get("__main__")
     try:
         func = _test_function(ns.file, ns.func)
         call_started = time.monotonic()
@@ -351,6 +354,8 @@ def main(argv: list[str] | None = None) -> int:
     except BaseException as exc:  # the test's own failure: report it, never hide it
         result.update(error=f"{type(exc).__name__}: {exc}")
         _quietly(traceback.print_exc)  # the error is in the result even when the test closed its stderr
+    if wrapper_main is not None:  # an imported test file was __main__ while it ran
+        sys.modules["__main__"] = wrapper_main
     # a unittest run that ran nothing passes on 3.11 and exits 5 on 3.12+: either way no test ran
     nothing = unittest_runs.verdict() if result["ok"] or result["exit_code"] == 5 else ""
     if nothing:
