@@ -14,8 +14,10 @@ test on GPUs that are still busy.
 The other side of that choice: every process the test starts inherits the lock too, so one that
 outlives the test (a daemon that also left the attempt's process group and environment marker)
 would keep the GPUs locked. At each attempt's end the launcher kills every process still holding
-the attempt's locks (:func:`pipelines.launch.procs.lock_holders`), and a launch waits for busy
-GPUs no longer than the test's timeout, naming the processes that hold them.
+the attempt's locks (:func:`pipelines.launch.procs.lock_holders`). A launch waits for busy GPUs
+(saying every minute who holds them) as long as nightly tests hold them, whichever night's (a
+test of another night may rightly run for hours); past the test's own timeout it gives up only
+when a process that is not a nightly test holds one (a stray that escaped a kill), naming it.
 
 Why take any free slot instead of the dispatcher's choice: two nights (or a night and a
 developer) on one host each plan as if the whole pool were theirs; taking whichever slots are
@@ -127,21 +129,26 @@ def acquire(lock_dir: Path, pool: str, count: int, nodes: Sequence[int], gpus_pe
             prefer: tuple[int, ...] = (), stop: threading.Event | None = None,
             poll_s: float = 0.2, timeout_s: float | None = None,
             on_wait: Callable[[float], None] | None = None, note_after_s: float = 5.0,
-            note_every_s: float = 60.0) -> HeldSlots | None:
+            note_every_s: float = 60.0, keep_waiting: Callable[[], bool] | None = None,
+            recheck_s: float = 5.0) -> HeldSlots | None:
     """Like :func:`try_acquire`, polling until enough slots are free; None once ``stop`` is set or
-    ``timeout_s`` has passed. ``on_wait(seconds waited)`` is called after ``note_after_s`` of waiting,
-    then every ``note_every_s``: a wait is said, never silent."""
+    ``timeout_s`` has passed and ``keep_waiting()`` (asked then and every ``recheck_s`` after) says
+    the holders are not worth waiting for. ``on_wait(seconds waited)`` is called after
+    ``note_after_s`` of waiting, then every ``note_every_s``: a wait is said, never silent."""
     if count == 0:
         return HeldSlots(nodes[0] if nodes else 0, (), ())
     started = time.monotonic()
+    give_up_at = None if timeout_s is None else started + timeout_s
     note_at = started + note_after_s
     while True:
         held = try_acquire(lock_dir, pool, count, nodes, gpus_per_node, prefer)
         if held is not None:
             return held
         now = time.monotonic()
-        if timeout_s is not None and now - started >= timeout_s:
-            return None
+        if give_up_at is not None and now >= give_up_at:
+            if keep_waiting is None or not keep_waiting():
+                return None
+            give_up_at = now + recheck_s
         if on_wait is not None and now >= note_at:
             on_wait(now - started)
             note_at = now + note_every_s

@@ -34,7 +34,15 @@ from pipelines.launch import gpu_slots
 from pipelines.launch.base import LaunchRequest, LogSink
 from pipelines.launch.logcap import DEFAULT_LOG_CAP_BYTES, CappedLog, pump
 from pipelines.launch.orphans import owner_fields, write_record
-from pipelines.launch.procs import MARKER, describe, kill_attempt, kill_lock_holders, lock_holders
+from pipelines.launch.procs import (
+    MARKER,
+    describe,
+    holders_by_lock,
+    is_stray,
+    kill_attempt,
+    kill_lock_holders,
+    lock_holders,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -58,7 +66,7 @@ class LocalLauncher:
     def __init__(self, state_dir: Path, python: str = sys.executable, kill_grace_s: float = KILL_GRACE_S, *,
                  pools: Sequence[_PoolShape] = (), log_cap_bytes: int = DEFAULT_LOG_CAP_BYTES,
                  poll_s: float = 0.2, night: str = "", backstop_s: float = WRAPPER_BACKSTOP_S,
-                 lock_dir: Path | None = None, gpu_wait_note_s: float = 5.0):
+                 lock_dir: Path | None = None, gpu_wait_note_s: float = 5.0, gpu_recheck_s: float = 5.0):
         self.state_dir = Path(state_dir)
         self.lock_dir = Path(lock_dir) if lock_dir else gpu_slots.host_lock_dir()
         self.python = python
@@ -70,6 +78,8 @@ class LocalLauncher:
         self.backstop_s = backstop_s
         #: a wait for busy GPUs is said (a warning naming who holds them) after this long, then every minute
         self.gpu_wait_note_s = gpu_wait_note_s
+        #: past the test's timeout, how often to check that only nightly tests still hold the GPUs it waits for
+        self.gpu_recheck_s = gpu_recheck_s
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._running: dict[str, str] = {}
@@ -109,17 +119,29 @@ class LocalLauncher:
             return (f"{request.test.id}: waited {waited_s:.0f} s for {len(request.gpu_slots)} free GPU(s) of a {pool} "
                     f"node ({self.lock_dir}); {self._holders(pool, nodes, per_node)}")
 
-        try:  # never longer than the test's own timeout: a process that keeps the locks must not stall the night
+        strays: list[int] = []
+
+        def only_nightly_holders() -> bool:
+            strays[:] = self._strays(pool, nodes, per_node)
+            return not strays
+
+        # past the test's own timeout, wait on only while nightly tests (any night's) hold the GPUs: a
+        # stray that escaped a kill and keeps a lock must not stall the night, another night's long test may
+        try:
             held = gpu_slots.acquire(self.lock_dir, pool, len(request.gpu_slots), nodes, per_node,
                                      prefer=request.gpu_slots, stop=self._stop, poll_s=self.poll_s,
                                      timeout_s=request.timeout_s, note_after_s=self.gpu_wait_note_s,
-                                     on_wait=lambda s: logger.warning("waiting for GPUs: %s", busy(s)))
+                                     on_wait=lambda s: logger.warning("waiting for GPUs: %s", busy(s)),
+                                     keep_waiting=only_nightly_holders, recheck_s=self.gpu_recheck_s)
         except OSError as exc:
             return self._not_started(request, _now(), "infra_error", _lock_problem(self.lock_dir, exc))
         gpu_wait_s = round(time.monotonic() - waiting, 3)
         if held is None and not self._stop.is_set():
+            stray = ", ".join(describe(pid) for pid in strays) or "a process"
             return self._not_started(request, _now(), "infra_error",
-                                     f"{busy(gpu_wait_s)}; gave up after the test's {request.timeout_s}s timeout",
+                                     f"{busy(gpu_wait_s)}; gave up after the test's {request.timeout_s}s timeout: "
+                                     f"{stray} is not a nightly test (no {MARKER} in its environment), likely a "
+                                     "process that escaped a kill; end it to free the GPUs",
                                      gpu_wait_s=gpu_wait_s)
         if held is None or self._stop.is_set():
             if held is not None:
@@ -142,6 +164,19 @@ class LocalLauncher:
             return "their locks are held by processes this user cannot see (another user's night?)"
         mine = os.getpid()
         return "held by " + ", ".join("this night" if pid == mine else describe(pid) for pid in sorted(holders))
+
+    def _strays(self, pool: str, nodes: list[int], per_node: int) -> list[int]:
+        """Processes this user can see that hold a GPU lock of these nodes where no nightly test does
+        (this night's own process holds the locks of the tests it runs). A lock whose holders cannot be
+        seen (another user's night) is waited for: it cannot be told from a stray."""
+        paths = [gpu_slots.lock_path(self.lock_dir, pool, n, s) for n in nodes for s in range(per_node)]
+        mine = os.getpid()
+        found: set[int] = set()
+        for pids in holders_by_lock(paths).values():
+            others = [pid for pid in pids if pid != mine]
+            if others and all(is_stray(pid) for pid in others):
+                found.update(others)
+        return sorted(found)
 
     def _not_started(self, request: LaunchRequest, started_at: str, outcome: str, reason: str,
                      gpu_wait_s: float | None = None) -> Attempt:

@@ -98,7 +98,13 @@ def kill_attempt(token: str, pgid: int | None, grace_s: float = 0.0, rounds: int
 
 
 def lock_holders(paths: Sequence[Path], exclude: Sequence[int] = (), proc: Path = Path("/proc")) -> list[int]:
-    """Live processes holding the ``flock`` of one of ``paths``, except the pids in ``exclude``.
+    """Live processes holding the ``flock`` of one of ``paths``, except the pids in ``exclude``."""
+    return sorted({pid for pids in holders_by_lock(paths, exclude, proc).values() for pid in pids})
+
+
+def holders_by_lock(paths: Sequence[Path], exclude: Sequence[int] = (),
+                    proc: Path = Path("/proc")) -> dict[str, list[int]]:
+    """For each of ``paths`` (real path) held by a process this user can see, the processes holding its ``flock``.
 
     A flock belongs to the open file that took it, which every process that inherited the file
     shares; ``/proc/PID/fdinfo/FD`` shows a ``lock:`` line only on such a file. So a process of
@@ -106,7 +112,7 @@ def lock_holders(paths: Sequence[Path], exclude: Sequence[int] = (), proc: Path 
     """
     targets = {os.path.realpath(p) for p in paths}
     skip = {str(pid) for pid in exclude}
-    found: list[int] = []
+    found: dict[str, list[int]] = {}
     if not targets:  # a test without GPUs holds no lock
         return found
     for entry in proc.iterdir() if proc.is_dir() else ():
@@ -118,15 +124,32 @@ def lock_holders(paths: Sequence[Path], exclude: Sequence[int] = (), proc: Path 
             continue
         for fd in fds:
             try:
-                if os.readlink(entry / "fd" / fd) not in targets:
+                target = os.readlink(entry / "fd" / fd)
+                if target not in targets:
                     continue
                 info = (entry / "fdinfo" / fd).read_text()
             except OSError:
                 continue
             if any(line.startswith("lock:") for line in info.splitlines()):
-                found.append(int(entry.name))
-                break
+                pids = found.setdefault(target, [])
+                if int(entry.name) not in pids:
+                    pids.append(int(entry.name))
     return found
+
+
+def is_stray(pid: int) -> bool:
+    """Whether ``pid`` is known to be no nightly attempt's process (any night's): its environment is
+    readable and has no attempt marker, and it is not the test wrapper. One that cannot be read
+    (another user's, or one exiting right now) is not called a stray: it cannot be told apart."""
+    try:
+        env = Path(f"/proc/{pid}/environ").read_bytes()
+        cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
+    except OSError:
+        return False
+    if not env and not cmd:  # exiting: its memory is gone
+        return False
+    marked = any(v.startswith(f"{MARKER}=".encode()) for v in env.split(b"\0"))
+    return not marked and b"pipelines.launch.wrapper" not in cmd and b"pipelines/launch/wrapper.py" not in cmd
 
 
 def describe(pid: int, limit: int = 80) -> str:

@@ -4,17 +4,22 @@ Why not ``python3 tests/test_x.py``? Its ``__main__`` calls ``prepare()`` first,
 and converts again; the orchestrator's assets have already done that work at the paths the test
 expects. So the wrapper reads the file (``ast``) and picks one of two ways:
 
-- the usual anatomy, a ``if __name__ == "__main__":`` block of bare ``prepare()`` calls and one
-  ``execute()`` (or no such block): import the file under a non-``__main__`` name (its
-  registrations are no-ops) and call ``execute()``;
-- a ``__main__`` block that does anything more (checks a result, calls ``unittest.main()``, passes
-  arguments): run the file as ``__main__``, as its runner would, with each ``prepare(...)``
-  statement of that block replaced by ``pass`` (same line numbers, so tracebacks point at the
-  file's real lines). Skipping the block would skip its checks: a false pass.
+- a file with an ``if __name__ == "__main__":`` block (run for ``execute``, the default): run the
+  file as ``__main__``, as its runner would, with each ``prepare(...)`` statement of that block
+  replaced by ``pass`` (same line numbers, so tracebacks point at the file's real lines). The
+  usual anatomy (``prepare()`` then ``execute()``) so runs exactly ``execute()``; a block that
+  does more (checks a result, calls ``unittest.main()``) keeps its checks;
+- a file without one that defines ``execute()`` (or any other ``--func``): import it as
+  multiprocessing's spawn children do (``__mp_main__``, its ``__main__`` block not run) and call
+  the function.
+
+Either way the file is ``__main__`` while it runs, so a child started with multiprocessing's
+"spawn" (``torch.multiprocessing.spawn``) re-imports it and finds the functions it was given.
 
 The log's first line from the wrapper says which way it took. A file that runs no test fails
 saying so: one with neither an ``execute()`` nor a ``__main__`` block (``python3 FILE`` would run
-nothing), and one whose unittest run ran no test or skipped every test it found.
+nothing), and one whose unittest program (``unittest.main()``, not a sub-suite inside ``execute()``)
+ran no test or skipped every test it found.
 
 Standard library only (plus optional dagster-pipes): this file must also run inside a framework's
 own image. It writes a small JSON result (measured time of the test's run, error text) and,
@@ -31,7 +36,6 @@ from __future__ import annotations
 
 import argparse
 import ast
-import importlib.util
 import json
 import os
 import signal
@@ -42,14 +46,18 @@ import traceback
 import types
 
 
-def _load_module(path: str):
-    name = "nightly_test_" + "".join(c if c.isalnum() else "_" for c in path)
-    spec = importlib.util.spec_from_file_location(name, path)
-    if spec is None or spec.loader is None:
-        raise ImportError(f"{path}: cannot be imported as a Python module")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
+def _load_module(path: str, source: bytes) -> types.ModuleType:
+    """Import the file as multiprocessing's spawn children do: named ``__mp_main__`` (its ``__main__``
+    block does not run) and registered as ``__main__`` too (until :func:`main` restores its own). A
+    spawned child (``multiprocessing`` "spawn", ``torch.multiprocessing.spawn``) finds the file from
+    ``__main__.__file__``, re-runs it as ``__mp_main__`` and so finds the functions and classes
+    pickled for it; under a name of its own the child could not import them."""
+    full = os.path.abspath(path)
+    code = compile(source, full, "exec", dont_inherit=True)  # not the wrapper's `from __future__` imports
+    module = types.ModuleType("__mp_main__")
+    module.__dict__.update(__file__=full, __cached__=None, __loader__=None, __package__=None, __spec__=None)
+    sys.modules["__main__"] = sys.modules["__mp_main__"] = module
+    exec(code, module.__dict__)
     return module
 
 
@@ -70,14 +78,6 @@ def _called(stmt: ast.stmt) -> str | None:
     if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call) and isinstance(stmt.value.func, ast.Name):
         return stmt.value.func.id
     return None
-
-
-def _usual_anatomy(blocks: list[ast.If]) -> bool:
-    """The ``__main__`` block(s) only call ``prepare()`` and, once, ``execute()``, with no arguments."""
-    stmts = [s for b in blocks for s in b.body]
-    bare = all(_called(s) in ("prepare", "execute") and not s.value.args and not s.value.keywords  # type: ignore[attr-defined]
-               for s in stmts)
-    return bare and sum(_called(s) == "execute" for s in stmts) == 1
 
 
 class _SkipPrepare(ast.NodeTransformer):
@@ -102,9 +102,10 @@ def _main_program(tree: ast.Module) -> tuple[ast.Module, int]:
 
 
 def _run_as_main(path: str, tree: ast.Module) -> None:
-    """Run the (rewritten) file as ``__main__``, as ``python3 FILE`` would."""
+    """Run the (rewritten) file as ``__main__``, as ``python3 FILE`` would (a spawned child re-runs
+    the file itself as ``__mp_main__``, as it would under ``python3 FILE``)."""
     full = os.path.abspath(path)
-    code = compile(tree, full, "exec")
+    code = compile(tree, full, "exec", dont_inherit=True)  # not the wrapper's `from __future__` imports
     module = types.ModuleType("__main__")
     module.__dict__.update(__file__=full, __cached__=None, __loader__=None, __package__=None, __spec__=None)
     saved = sys.modules.get("__main__")
@@ -121,33 +122,84 @@ class NoTest(Exception):
 
 
 class _UnittestRuns:
-    """Every unittest run that ends in this process (``unittest.main()``, a ``TextTestRunner``, ...):
-    a file whose unittest run ran nothing exits 0 on Python 3.11 ("Ran 0 tests ... OK")."""
+    """The runs of the file's unittest program (``unittest.main()``): a file whose program ran nothing
+    exits 0 on Python 3.11 ("Ran 0 tests ... OK"). Only a program the file runs as its test counts:
+    not one started inside ``execute()`` (there ``execute()`` is the test, and a sub-suite of optional
+    checks may skip), nor a bare ``TextTestRunner`` (a helper's run, not the file's program)."""
 
     def __init__(self) -> None:
         import unittest
 
         self.results: list = []
-        stop = unittest.TestResult.stopTestRun
+        self.file = ""  # the test file's absolute path, once known
+        base = unittest.TestResult
+        stop, success, subtest = base.stopTestRun, base.addSuccess, base.addSubTest
+        program = unittest.TestProgram.__init__
         runs = self.results
+        deciding = [0]  # programs of the file running now
 
-        def stopTestRun(result) -> None:  # noqa: N802 (unittest's name)
-            runs.append(result)
+        def stopTestRun(result) -> None:  # noqa: N802 (unittest's names)
+            if deciding[0]:
+                runs.append(result)
             stop(result)
 
-        unittest.TestResult.stopTestRun = stopTestRun  # type: ignore[method-assign]
+        def __init__(prog, *args, **kwargs) -> None:  # noqa: N807
+            decides = not self._inside_execute(sys._getframe(1))
+            deciding[0] += decides
+            try:
+                program(prog, *args, **kwargs)
+            finally:
+                deciding[0] -= decides
+
+        # a test with a skipped subTest is never addSuccess'ed; its passing subTests say it ran
+        def addSuccess(result, test) -> None:  # noqa: N802
+            _ran_part(result, test)
+            success(result, test)
+
+        def addSubTest(result, test, sub, err) -> None:  # noqa: N802
+            _ran_part(result, test)
+            subtest(result, test, sub, err)
+
+        base.stopTestRun, base.addSuccess, base.addSubTest = stopTestRun, addSuccess, addSubTest  # type: ignore[method-assign]
+        unittest.TestProgram.__init__ = __init__  # type: ignore[method-assign]
+
+    def _inside_execute(self, frame) -> bool:
+        """Whether the test file's ``execute()`` is on this stack."""
+        while frame is not None:
+            code = frame.f_code
+            if code.co_name == "execute" and os.path.abspath(code.co_filename) == self.file:
+                return True
+            frame = frame.f_back
+        return False
 
     def verdict(self) -> str:
         """Why the runs verified nothing ("" when they ran a test, or no unittest run ended)."""
         if not self.results:
             return ""
         ran = sum(r.testsRun for r in self.results)
-        skipped = sum(len(r.skipped) for r in self.results)
         if ran == 0:
             return "ran no test: its unittest run found no test to run (\"Ran 0 tests\")"
-        if skipped >= ran:
+        if sum(len(_wholly_skipped(r)) for r in self.results) >= ran:
             return f"ran no test: all {ran} of its unittest tests were skipped"
         return ""
+
+
+def _test_id(test) -> str:
+    """The id of the test a result line is about: a subTest's is its test method's."""
+    return getattr(test, "test_case", test).id()
+
+
+def _ran_part(result, test) -> None:
+    result.__dict__.setdefault("_nightly_ran", set()).add(_test_id(test))
+
+
+def _wholly_skipped(result) -> set[str]:
+    """Tests of a run that were skipped and ran no part (a subTest) that passed or failed: a method
+    whose 3 configurations skip and 1 passes was not skipped."""
+    ran = set(result.__dict__.get("_nightly_ran", ()))
+    ran |= {_test_id(t) for t, _ in [*result.failures, *result.errors, *result.expectedFailures]}
+    ran |= {_test_id(t) for t in result.unexpectedSuccesses}
+    return {_test_id(t) for t, _ in result.skipped} - ran
 
 
 def _quietly(write, *args, **kwargs) -> None:
@@ -167,14 +219,15 @@ def _say(text: str) -> None:
 def _test_function(file: str, func_name: str):
     """What to call to run the test file, saying in the log which way it runs (see the module's docstring)."""
     with open(file, "rb") as fh:
-        tree = ast.parse(fh.read(), filename=file)
+        source = fh.read()
+    tree = ast.parse(source, filename=file)
     blocks = [s for s in tree.body if _is_main_guard(s)]
-    if func_name == "execute" and blocks and not _usual_anatomy(blocks):
+    if func_name == "execute" and blocks:
         program, skipped = _main_program(tree)
-        _say(f"running {file} as __main__, as `python3 {file}` would: its __main__ block does more than "
-             f"prepare() and execute(); {skipped} prepare() call(s) in it skipped (the night's assets built its inputs)")
+        _say(f"running {file} as __main__, as `python3 {file}` would, with the {skipped} prepare() call(s) of its "
+             "__main__ block skipped (the night's assets built its inputs)")
         return lambda: _run_as_main(file, program)
-    module = _load_module(file)
+    module = _load_module(file, source)
     func = getattr(module, func_name, None)
     if not callable(func):
         if func_name == "execute" and not blocks:
@@ -182,7 +235,8 @@ def _test_function(file: str, func_name: str):
                          f"`python3 {file}` would run no test (test functions alone are never called); the nightly "
                          "calls execute(), or runs the __main__ block")
         raise AttributeError(f"{file}: has no function {func_name}(); the nightly calls it to run the test")
-    _say(f"importing {file} and calling its {func_name}() (prepare() skipped: the night's assets built its inputs)")
+    _say(f"importing {file} (its __main__ block not run) and calling its {func_name}() (prepare() skipped: the "
+         "night's assets built its inputs)")
     return func
 
 
@@ -278,10 +332,12 @@ def main(argv: list[str] | None = None) -> int:
     # as `python3 tests/x.py` would: the file's own folder first, then the checkout
     if ns.deadline_s > 0 and os.getpgrp() == os.getpid():  # only when it leads its own group
         _deadline(ns.deadline_s)
+    unittest_runs.file = os.path.abspath(ns.file)
     sys.path[:0] = [os.path.dirname(os.path.abspath(ns.file)), os.getcwd()]
     sys.argv = [ns.file, *ns.args]
     result: dict = {"file": ns.file, "func": ns.func, "ok": False, "exit_code": 1}
     started = time.monotonic()
+    wrapper_main = sys.modules.get("__main__")
     try:
         func = _test_function(ns.file, ns.func)
         call_started = time.monotonic()
@@ -298,6 +354,8 @@ def main(argv: list[str] | None = None) -> int:
     except BaseException as exc:  # the test's own failure: report it, never hide it
         result.update(error=f"{type(exc).__name__}: {exc}")
         _quietly(traceback.print_exc)  # the error is in the result even when the test closed its stderr
+    if wrapper_main is not None:  # an imported test file was __main__ while it ran
+        sys.modules["__main__"] = wrapper_main
     # a unittest run that ran nothing passes on 3.11 and exits 5 on 3.12+: either way no test ran
     nothing = unittest_runs.verdict() if result["ok"] or result["exit_code"] == 5 else ""
     if nothing:

@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -144,6 +145,7 @@ def test_a_launch_waits_for_gpus_held_by_a_stray_process_no_longer_than_its_time
         stray.wait()
     assert attempt.outcome == "infra_error"
     assert f"held by PID {stray.pid} (sleep 600)" in attempt.reason and "gave up after the test's 2s timeout" in attempt.reason
+    assert f"PID {stray.pid} (sleep 600) is not a nightly test" in attempt.reason
     assert float(attempt.details["gpu_wait_s"]) >= 2
     assert "waiting for GPUs" in caplog.text and f"PID {stray.pid} (sleep 600)" in caplog.text
 
@@ -394,3 +396,33 @@ def test_an_orphan_that_ended_unobserved_is_timed_by_its_wrapper_or_its_log_not_
     assert 11 <= quiet.elapsed_s <= 13 and finished.elapsed_s == 7.5
     assert quiet.details["reaped"] == finished.details["reaped"] == "ended"
     assert finished.details["wrapper_result"] == "ok"
+
+
+def test_a_launch_waits_past_its_timeout_while_another_nights_test_holds_the_gpus(tmp_path, caplog):
+    """Another night's legitimate long test holds the GPUs: the wait is not bounded by this test's
+    timeout. A nightly holder is simulated by a process with the attempt marker in its environment
+    (a plain `flock ... sleep`, as in the test above, is a stray by that definition)."""
+    import logging
+
+    from pipelines.core.model import Pool
+
+    repo = _repo(tmp_path, "def execute():\n    print('trained')\n")
+    lock = try_acquire(host_lock_dir(), "h200", 2, [0], 2)
+    assert lock is not None
+    other_night = subprocess.Popen(["sleep", "600"], pass_fds=lock.fds,
+                                   env={**os.environ, "NIGHTLY_ATTEMPT_TOKEN": "other-night"})
+    lock.release()
+    ends = threading.Timer(3, other_night.kill)  # the other night's test ends 3 s into the wait
+    try:
+        launcher = LocalLauncher(tmp_path / "state", pools=[Pool("h200", 1, 2)], poll_s=0.05, gpu_wait_note_s=0.2,
+                                 gpu_recheck_s=0.2)
+        with caplog.at_level(logging.WARNING, logger="pipelines.launch.local"):
+            ends.start()
+            attempt = launcher.launch(_request(repo, tmp_path, timeout_s=1, slots=(0, 1)))
+    finally:
+        ends.cancel()
+        other_night.kill()
+        other_night.wait()
+    assert attempt.outcome == "passed", attempt.reason
+    assert float(attempt.details["gpu_wait_s"]) >= 2.5  # well past the 1 s timeout
+    assert f"PID {other_night.pid} (sleep 600)" in caplog.text

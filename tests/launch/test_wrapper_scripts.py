@@ -93,7 +93,7 @@ def test_a_check_in_the_main_block_runs_as_the_runner_would_and_its_failure_fail
     assert out.returncode == 1 and result["ok"] is False, out.stdout + out.stderr
     assert "accuracy 0.12 < 0.80" in out.stderr and "accuracy 0.12 < 0.80" in result["error"]
     assert "training done" in out.stdout
-    assert "as __main__" in out.stdout and "1 prepare() call(s) in it skipped" in out.stdout
+    assert "as __main__" in out.stdout and "1 prepare() call(s) of its __main__ block skipped" in out.stdout
     assert not (tmp_path / "prepared").exists()
 
 
@@ -122,14 +122,14 @@ def test_an_error_in_the_main_block_points_at_the_files_real_line(tmp_path):
     assert f'test_x.py", line {line}, in <module>' in out.stderr, out.stderr
 
 
-def test_the_usual_anatomy_is_imported_and_only_execute_is_called(tmp_path):
+def test_the_usual_anatomy_runs_as_main_with_only_execute_called(tmp_path):
     out, result = _wrap(tmp_path, PREPARE_MUST_NOT_RUN + """
     if __name__ == "__main__":
         prepare()
         execute()
     """)
     assert out.returncode == 0 and result["ok"] is True, out.stderr
-    assert "calling its execute()" in out.stdout and "training done" in out.stdout
+    assert "as __main__" in out.stdout and "training done" in out.stdout
     assert not (tmp_path / "prepared").exists()
 
 
@@ -179,3 +179,127 @@ def test_a_file_of_test_functions_without_execute_or_main_block_fails_as_running
     assert out.returncode == 1 and result["ok"] is False
     assert 'has no function execute() and no `if __name__ == "__main__":` block' in result["error"]
     assert "would run no test" in result["error"] and "Traceback" not in out.stderr
+
+
+def test_a_file_run_as_main_keeps_its_own_annotations_not_the_wrappers_future_import(tmp_path):
+    out, result = _wrap(tmp_path, """
+    import dataclasses
+
+    @dataclasses.dataclass
+    class Cfg:
+        lr: float = 0.1
+
+    if __name__ == "__main__":
+        assert Cfg.__annotations__["lr"] is float, repr(Cfg.__annotations__["lr"])
+    """)
+    assert out.returncode == 0 and result["ok"] is True, out.stderr
+
+
+def test_skipped_subtests_of_a_test_that_also_ran_do_not_make_it_a_skipped_test(tmp_path):
+    body = """
+    import unittest
+
+    CONFIGS = ["fp16", "bf16", "fp8", "fp4"]
+
+    class TestTrain(unittest.TestCase):
+        def test_matrix(self):
+            for c in CONFIGS:
+                with self.subTest(config=c):
+                    if c not in {supported}:
+                        self.skipTest(f"{{c}} not supported on this GPU")
+                    self.assertIn(c, {supported})
+
+    if __name__ == "__main__":
+        unittest.main()
+    """
+    out, result = _wrap(tmp_path, body.format(supported={"bf16"}))
+    assert "OK (skipped=3)" in out.stderr
+    assert out.returncode == 0 and result["ok"] is True, result
+    out, result = _wrap(tmp_path, body.format(supported=set()))  # every configuration skipped: nothing verified
+    assert out.returncode == 1 and "all 1 of its unittest tests were skipped" in result["error"]
+
+
+OPTIONAL_CHECKS = """
+    import unittest
+
+    def prepare():
+        pass
+
+    class OptionalChecks(unittest.TestCase):
+        @unittest.skipUnless(False, "needs 8 GPUs")
+        def test_big(self):
+            pass
+
+    def execute():
+        print("training ... accuracy 0.93 >= 0.80: OK")
+        {run_checks}
+
+    if __name__ == "__main__":
+        prepare()
+        execute()
+        {after}
+"""
+
+
+def test_a_skipping_sub_suite_run_inside_execute_does_not_decide_the_outcome(tmp_path):
+    runner = "unittest.TextTestRunner().run(unittest.defaultTestLoader.loadTestsFromTestCase(OptionalChecks))"
+    program = "unittest.main(module=__name__, argv=['x'], exit=False)"
+    for run_checks, after in [(runner, ""), (program, ""), ("pass", runner)]:
+        out, result = _wrap(tmp_path, OPTIONAL_CHECKS.format(run_checks=run_checks, after=after))
+        assert "OK (skipped=1)" in out.stderr, out.stderr
+        assert out.returncode == 0 and result["ok"] is True, (run_checks, after, result)
+
+
+def test_the_files_own_unittest_program_still_decides_when_it_skips_everything(tmp_path):
+    out, result = _wrap(tmp_path, OPTIONAL_CHECKS.format(run_checks="pass", after="unittest.main()"))
+    assert out.returncode == 1 and "all 1 of its unittest tests were skipped" in result["error"]
+
+
+SPAWN = """
+    import multiprocessing as mp
+
+    class Box:
+        def __init__(self, v):
+            self.v = v
+
+    def work(q, b):
+        q.put(b.v * 2)
+
+    def prepare():
+        open("prepared", "w").close()
+
+    def {func}():
+        ctx = mp.get_context("spawn")
+        q = ctx.Queue()
+        p = ctx.Process(target=work, args=(q, Box(21)))
+        p.start()
+        r = q.get(timeout=10)
+        p.join()
+        assert r == 42, r
+        print("spawned child answered", r)
+"""
+
+
+def test_a_child_started_with_spawn_finds_the_test_files_functions_whichever_way_it_runs(tmp_path):
+    main_block = """
+    if __name__ == "__main__":
+        prepare()
+        execute()
+    """
+    for body, way in [(SPAWN.format(func="execute") + main_block, "as __main__"),  # the usual anatomy
+                      (SPAWN.format(func="execute"), "importing")]:  # execute() and no __main__ block
+        out, result = _wrap(tmp_path, body)
+        assert out.returncode == 0 and result["ok"] is True, out.stderr
+        assert way in out.stdout and "spawned child answered 42" in out.stdout
+        assert not (tmp_path / "prepared").exists()
+
+
+def test_another_func_is_called_without_running_the_main_block_and_can_spawn(tmp_path):
+    (tmp_path / "test_x.py").write_text(textwrap.dedent(SPAWN.format(func="smoke") + """
+    if __name__ == "__main__":
+        raise SystemExit("the __main__ block must not run for --func smoke")
+    """))
+    out = subprocess.run([sys.executable, str(WRAPPER), "--file", "test_x.py", "--func", "smoke", "--result", "r.json"],
+                         cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "calling its smoke()" in out.stdout and "spawned child answered 42" in out.stdout
