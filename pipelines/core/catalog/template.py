@@ -30,6 +30,10 @@ _ON = re.compile(r"""^(?:on|"on"|'on')[ \t]*:""")
 _PR_EVENTS = frozenset({"pull_request", "pull_request_target", "merge_group", "workflow_call", "push"})
 
 
+def _newlines(m: re.Match[str]) -> str:
+    return "\n" * m.group().count("\n")
+
+
 def _nightly_only(source: str, path: str = "") -> tuple[bool, str]:
     """Whether GitHub runs the workflow only on a schedule (its ``on:`` has ``schedule`` and no
     per-change event): then neither does ``--cadence pr``. An ``on:`` that cannot be read (said in the
@@ -38,7 +42,8 @@ def _nightly_only(source: str, path: str = "") -> tuple[bool, str]:
     Only the top-level ``on:`` block is read, as YAML once the template's Jinja parts are out: the rest
     of the file (``<< name >>:`` job keys, loops) need not be YAML.
     """
-    text = _JINJA_EXPR.sub("x", _JINJA_DROP.sub("", source))
+    # each Jinja part keeps its newlines, so a line of ``text`` is the same line of the file (for the note)
+    text = _JINJA_EXPR.sub(lambda m: "x" + _newlines(m), _JINJA_DROP.sub(_newlines, source))
     lines = text.splitlines()
     start = next((i for i, line in enumerate(lines) if _ON.match(line)), None)
     if start is None:  # a fragment, not a workflow of its own: nothing says when it runs

@@ -231,6 +231,20 @@ def test_an_on_block_that_cannot_be_read_runs_on_every_cadence_and_says_so(tree)
             "run on every cadence") in cat.assumptions
 
 
+def test_the_note_on_an_unreadable_on_names_its_line_below_multi_line_jinja_parts(tree):
+    """Multi-line `<# #>` and `<% set %>` parts above `on:` still count their lines."""
+    broken = SCHEDULED_WITH_JINJA.replace("    - cron: '0 3 * * *'", "    - cron: [unclosed").replace(
+        "<# The GPU tests. Delimiters <% %>, << >> and these comments. #>",
+        "<# The GPU tests.\n   Delimiters <% %>, << >> and these comments. #>").replace(
+        "'tests': [{'test_file': 'test_moe.py'}]}} %>", "\n  'tests': [{'test_file': 'test_moe.py'}]}}\n%>")
+    repo = tree({**TESTS, ".github/workflows/nightly.yml.j2": broken})
+    on_line = broken.splitlines().index("on:") + 1
+    assert on_line == 7
+    cat = load_catalog(repo, RepoSpec(name="fw", path=repo, format="template"))
+    assert (f".github/workflows/nightly.yml.j2:{on_line}: `on:` cannot be read as a list of events; its entries are "
+            "taken to run on every cadence") in cat.assumptions
+
+
 def test_a_kept_catalog_is_not_reused_once_the_unread_template_changes(tree, tmp_path):
     both = dict(BOTH)
     repo = tree(both)
