@@ -186,12 +186,26 @@ def test_entries_only_a_scheduled_workflow_lists_are_nightly_only(tree):
     "  workflow_call:\n",                                  # a reusable workflow a PR workflow calls
     "  schedule:\n    - cron: '0 3 * * *'\n  pull_request:\n",
     "  schedule:\n    - cron: '0 3 * * *'\n  push:\n    branches: [main]\n",  # every commit to main
-], ids=["comment at column 0", "workflow_call", "schedule and PR", "schedule and push"])
+    "  schedule:\n    - cron: '0 3 * * *'\n  push:\n    tags: ['v*']\n    branches: [main]\n",
+], ids=["comment at column 0", "workflow_call", "schedule and PR", "schedule and push", "push of tags and branches"])
 def test_a_workflow_that_may_run_for_a_pr_is_not_nightly_only(tree, on):
     from pipelines.core.select import in_cadence
     repo = tree({**TESTS, ".github/workflows/pr-test.yml.j2": _workflow("pr", on, "test_fsdp.py")})
     by_id = load_catalog(repo, RepoSpec(name="fw", path=repo, format="template")).by_id()
     assert in_cadence(by_id["tests/test_fsdp.py"], "pr")
+
+
+@pytest.mark.parametrize("on", [
+    "  schedule:\n    - cron: '0 3 * * *'\n  push:\n    tags: ['v*']\n",
+    "  {schedule: [{cron: '0 3 * * *'}], push: {tags: ['v*']}}\n",
+    "  schedule:\n    - cron: '0 3 * * *'\n  push:\n    tags-ignore: ['nightly-*']\n",
+], ids=["block", "flow", "tags-ignore"])
+def test_a_scheduled_workflow_also_pushed_for_tags_only_is_nightly_only(tree, on):
+    """`push: {tags: [...]}` runs for a release tag, never for a pushed commit: no per-change event."""
+    from pipelines.core.select import in_cadence
+    repo = tree({**TESTS, ".github/workflows/nightly.yml.j2": _workflow("nightly", on, "test_moe.py")})
+    by_id = load_catalog(repo, RepoSpec(name="fw", path=repo, format="template")).by_id()
+    assert [c for c in ("pr", "nightly") if in_cadence(by_id["tests/test_moe.py"], c)] == ["nightly"]
 
 
 SCHEDULED_WITH_JINJA = """\
