@@ -31,6 +31,9 @@ _DEVICE_SUITE = re.compile(r"(?:^|-)(\d+)-(?:gpu|npu|xpu)(?:-([A-Za-z0-9][A-Za-z
 _HARDWARE = re.compile(r"(?:(\d+)-gpu-)?([A-Za-z0-9][A-Za-z0-9._-]*)")
 #: a GPU type names a chip and so holds a digit (h200, b200, mi300x); ``large``/``small`` do not
 _GPU_TYPE = re.compile(r"[A-Za-z]*\d")
+#: a word after the chip that names a variant of it, not the suite's purpose: memory (``80gb``, ``40g``),
+#: form factor or interconnect (``sxm``, ``sxm5``, ``pcie``, ``nvl``, ``nvl72``), memory kind (``hbm3``)
+_CHIP_VARIANT = re.compile(r"\d+(?:gb?|tb)|sxm\d*|pcie\d*|nvl\d*|hbm\d*e?", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -248,11 +251,17 @@ def _hardware_list(args: dict[str, object]) -> list[tuple[int | None, str]]:
 
 
 def suite_hardware(tail: str) -> str:
-    """The hardware a suite names after ``-<N>-gpu-``: its first word when that is a chip (``h200`` of
-    ``h200-fp8``, ``gb300`` of ``gb300-kimi-k25``, ``mi35x`` of ``mi35x-deepseek-r1-mxfp4-tp2``; the rest
-    qualifies the suite), else the whole tail (a runner config such as ``large``)."""
-    first = tail.split("-", 1)[0]
-    return first if _GPU_TYPE.match(first) else tail
+    """The hardware a suite names after ``-<N>-gpu-``: the chip with its variant words (``h100-80gb``,
+    ``a100-40g``, ``h200-sxm``: pools and history know the chip by that name), without the words that only
+    qualify the suite (``h200`` of ``h200-fp8``, ``gb300`` of ``gb300-kimi-k25``, ``mi35x`` of
+    ``mi35x-deepseek-r1-mxfp4-tp2``); a tail that names no chip stays whole (a runner config such as ``large``)."""
+    words = tail.split("-")
+    if not _GPU_TYPE.match(words[0]):
+        return tail
+    n = 1
+    while n < len(words) and _CHIP_VARIANT.fullmatch(words[n]):
+        n += 1
+    return "-".join(words[:n])
 
 
 def hardware_name(gpus: int, named: str) -> str:
@@ -273,7 +282,10 @@ def _placements(backend: str, suite: str, hw: list[tuple[int | None, str]], dial
     if backend == "cpu":
         return [(0, "cpu", False)], []
     m = (_DEVICE_SUITE if dialect.suites == "free" else _GPU_SUITE).search(suite)
-    suite_gpus, suite_hw = (int(m.group(1)), suite_hardware(m.group(2) or "")) if m else (None, "")
+    suite_gpus, tail = (int(m.group(1)), m.group(2) or "") if m else (None, "")
+    suite_hw = suite_hardware(tail)
+    # an entry may name the chip alone, the chip with its variant or the whole tail (h200, h200-fp8 of h200-fp8)
+    agreeing = {suite_hw, tail, tail.split("-", 1)[0] if _GPU_TYPE.match(tail) else tail} - {""}
     if not hw:
         return [_placement(backend, suite, suite_gpus, suite_hw, dialect)], []
     placements, conflicts = [], []
@@ -283,7 +295,7 @@ def _placements(backend: str, suite: str, hw: list[tuple[int | None, str]], dial
         if suite_gpus is not None and n is not None and n != suite_gpus:
             conflicts.append(_Bad("hardware", f"{shown!r} asks for {n} GPUs but the suite name {suite!r} says "
                                               f"{suite_gpus}; make them agree (write {name!r} or fix the suite name)"))
-        elif suite_hw and name != suite_hw:
+        elif agreeing and name not in agreeing:
             conflicts.append(_Bad("hardware", f"{shown!r} is not {suite_hw!r}, which the suite name {suite!r} asks "
                                               f"for; list only {suite_hw!r} or register the file once per suite"))
         else:

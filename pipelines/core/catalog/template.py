@@ -26,8 +26,19 @@ _JINJA_EXPR = re.compile(r"<<.*?>>", re.DOTALL)
 #: the top-level ``on:`` key of a workflow (``"on":`` and ``'on':`` too)
 _ON = re.compile(r"""^(?:on|"on"|'on')[ \t]*:""")
 #: events that run a workflow for each change: under review, in the merge queue, or pushed (a reusable
-#: workflow may be called by one of those)
+#: workflow may be called by one of those); a push of tags alone is not one (see _tags_only)
 _PR_EVENTS = frozenset({"pull_request", "pull_request_target", "merge_group", "workflow_call", "push"})
+
+
+def _newlines(m: re.Match[str]) -> str:
+    return "\n" * m.group().count("\n")
+
+
+def _tags_only(push: object) -> bool:
+    """A ``push:`` filtered to tags alone (``tags:``/``tags-ignore:``, no ``branches:``/``branches-ignore:``):
+    GitHub then runs it for a pushed tag, never for a pushed commit, so it is no per-change event."""
+    return (isinstance(push, dict) and bool({"tags", "tags-ignore"} & push.keys())
+            and not {"branches", "branches-ignore"} & push.keys())
 
 
 def _nightly_only(source: str, path: str = "") -> tuple[bool, str]:
@@ -38,7 +49,8 @@ def _nightly_only(source: str, path: str = "") -> tuple[bool, str]:
     Only the top-level ``on:`` block is read, as YAML once the template's Jinja parts are out: the rest
     of the file (``<< name >>:`` job keys, loops) need not be YAML.
     """
-    text = _JINJA_EXPR.sub("x", _JINJA_DROP.sub("", source))
+    # each Jinja part keeps its newlines, so a line of ``text`` is the same line of the file (for the note)
+    text = _JINJA_EXPR.sub(lambda m: "x" + _newlines(m), _JINJA_DROP.sub(_newlines, source))
     lines = text.splitlines()
     start = next((i for i, line in enumerate(lines) if _ON.match(line)), None)
     if start is None:  # a fragment, not a workflow of its own: nothing says when it runs
@@ -57,6 +69,8 @@ def _nightly_only(source: str, path: str = "") -> tuple[bool, str]:
         events = {on}
     elif isinstance(on, list | dict):
         events = {e for e in on if isinstance(e, str)}
+        if isinstance(on, dict) and _tags_only(on.get("push")):
+            events.discard("push")  # a release trigger: no branch push starts it
     else:
         return False, (f"{path}:{start + 1}: `on:` cannot be read as a list of events; its entries are taken to run "
                        "on every cadence")

@@ -72,3 +72,21 @@ def test_a_framework_m_suite_with_a_qualifier_keeps_its_gpu_type_and_agrees_with
         'register_cuda_ci(60, "stage-c-8-gpu-h200-fp8", labels=["x"], hardware=["h200"])\n')})
     cat = load_catalog(repo)
     assert cat.problems == () and [t.hardware for t in cat.tests] == ["h200", "h200"]
+
+
+def test_a_chip_s_memory_or_form_factor_word_stays_part_of_its_hardware(tree):
+    """`h100-80gb`, `a100-40g`, `h200-sxm` name a chip variant pools and history know; `fp8` only qualifies."""
+    m = "def register_cuda_ci(est_time, suite, *, labels, nightly=False, disabled=None, hardware=None):\n    pass\n"
+    calls = ['"stage-c-8-gpu-h100-80gb", labels=["x"], hardware=["8-gpu-h100-80gb"]',
+             '"stage-c-8-gpu-a100-40g", labels=["x"]',
+             '"stage-c-4-gpu-h200-sxm-fp8", labels=["x"]',
+             '"stage-c-8-gpu-gb200-nvl72", labels=["x"]',
+             '"stage-c-8-gpu-h100-80gb-perf", labels=["x"], hardware=["h100"]',
+             '"stage-c-4-gpu-h200-fp8", labels=["x"], hardware=["4-gpu-h200-fp8"]',
+             '"stage-c-4-gpu-h200-basic", labels=["x"], hardware=["h200-fp8"]']
+    files = {f"tests/test_{i}.py": f"register_cuda_ci(60, {c})\n" for i, c in enumerate(calls)}
+    cat = load_catalog(tree({"fw/ci.py": m, **files}))
+    assert [t.hardware for t in cat.tests] == ["h100-80gb", "a100-40g", "h200-sxm", "gb200-nvl72", "h100", "h200-fp8"]
+    assert [(p.field, p.message) for p in cat.problems] == [("hardware",
+        "'h200-fp8' is not 'h200', which the suite name 'stage-c-4-gpu-h200-basic' asks for; "
+        "list only 'h200' or register the file once per suite")]

@@ -186,12 +186,26 @@ def test_entries_only_a_scheduled_workflow_lists_are_nightly_only(tree):
     "  workflow_call:\n",                                  # a reusable workflow a PR workflow calls
     "  schedule:\n    - cron: '0 3 * * *'\n  pull_request:\n",
     "  schedule:\n    - cron: '0 3 * * *'\n  push:\n    branches: [main]\n",  # every commit to main
-], ids=["comment at column 0", "workflow_call", "schedule and PR", "schedule and push"])
+    "  schedule:\n    - cron: '0 3 * * *'\n  push:\n    tags: ['v*']\n    branches: [main]\n",
+], ids=["comment at column 0", "workflow_call", "schedule and PR", "schedule and push", "push of tags and branches"])
 def test_a_workflow_that_may_run_for_a_pr_is_not_nightly_only(tree, on):
     from pipelines.core.select import in_cadence
     repo = tree({**TESTS, ".github/workflows/pr-test.yml.j2": _workflow("pr", on, "test_fsdp.py")})
     by_id = load_catalog(repo, RepoSpec(name="fw", path=repo, format="template")).by_id()
     assert in_cadence(by_id["tests/test_fsdp.py"], "pr")
+
+
+@pytest.mark.parametrize("on", [
+    "  schedule:\n    - cron: '0 3 * * *'\n  push:\n    tags: ['v*']\n",
+    "  {schedule: [{cron: '0 3 * * *'}], push: {tags: ['v*']}}\n",
+    "  schedule:\n    - cron: '0 3 * * *'\n  push:\n    tags-ignore: ['nightly-*']\n",
+], ids=["block", "flow", "tags-ignore"])
+def test_a_scheduled_workflow_also_pushed_for_tags_only_is_nightly_only(tree, on):
+    """`push: {tags: [...]}` runs for a release tag, never for a pushed commit: no per-change event."""
+    from pipelines.core.select import in_cadence
+    repo = tree({**TESTS, ".github/workflows/nightly.yml.j2": _workflow("nightly", on, "test_moe.py")})
+    by_id = load_catalog(repo, RepoSpec(name="fw", path=repo, format="template")).by_id()
+    assert [c for c in ("pr", "nightly") if in_cadence(by_id["tests/test_moe.py"], c)] == ["nightly"]
 
 
 SCHEDULED_WITH_JINJA = """\
@@ -229,6 +243,20 @@ def test_an_on_block_that_cannot_be_read_runs_on_every_cadence_and_says_so(tree)
     assert in_cadence(cat.by_id()["tests/test_moe.py"], "pr")
     assert (".github/workflows/nightly.yml.j2:4: `on:` cannot be read as a list of events; its entries are taken to "
             "run on every cadence") in cat.assumptions
+
+
+def test_the_note_on_an_unreadable_on_names_its_line_below_multi_line_jinja_parts(tree):
+    """Multi-line `<# #>` and `<% set %>` parts above `on:` still count their lines."""
+    broken = SCHEDULED_WITH_JINJA.replace("    - cron: '0 3 * * *'", "    - cron: [unclosed").replace(
+        "<# The GPU tests. Delimiters <% %>, << >> and these comments. #>",
+        "<# The GPU tests.\n   Delimiters <% %>, << >> and these comments. #>").replace(
+        "'tests': [{'test_file': 'test_moe.py'}]}} %>", "\n  'tests': [{'test_file': 'test_moe.py'}]}}\n%>")
+    repo = tree({**TESTS, ".github/workflows/nightly.yml.j2": broken})
+    on_line = broken.splitlines().index("on:") + 1
+    assert on_line == 7
+    cat = load_catalog(repo, RepoSpec(name="fw", path=repo, format="template"))
+    assert (f".github/workflows/nightly.yml.j2:{on_line}: `on:` cannot be read as a list of events; its entries are "
+            "taken to run on every cadence") in cat.assumptions
 
 
 def test_a_kept_catalog_is_not_reused_once_the_unread_template_changes(tree, tmp_path):
