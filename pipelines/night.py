@@ -602,7 +602,8 @@ class Night:
         est_time in any file: this is where its calibrated one lives. ``nightly calibrate --write``
         stores its proposals here too."""
         sha = {t.id: t.sha256 for t in tests}
-        # an estimate in force stays with too few samples (a window passed): keeping it is not re-deciding it
+        # an estimate in force stays with too few samples while a pass for it is in the window (else
+        # calibrate() released it): keeping it is not re-deciding it
         data = {e.test_id: {"est_time": e.proposed, "sha256": sha.get(e.test_id, ""), "hardware": e.hardware}
                 for e in estimates if e.samples_used or e.in_force is not None}
         return self.state.put(self.calibration_keys()["estimates"], json.dumps(data, indent=1, sort_keys=True))

@@ -14,7 +14,9 @@ test has no est_time in any file, so that is where its calibrated one goes.
 
 The step guard (``max_step_factor``) judges each proposal from the est_time in force, the one in
 that estimates file when the last calibration set it for the same file, as the night does; the
-table's ``current`` and the patch start from the registered value, the literal in the file.
+table's ``current`` and the patch start from the registered value, the literal in the file. A dry
+run with ``--store FILE`` reads no deployment's estimates (it says so) and judges from the
+registered values, as does a dry run whose estimates cannot be read (a warning).
 """
 
 from __future__ import annotations
@@ -96,8 +98,8 @@ def run(args: argparse.Namespace) -> int:
     night_repo = (spec.name if spec else str(path), tests)
     try:
         in_force = _in_force(args, *night_repo)
-    except StateError as exc:
-        return _fail(str(exc))
+    except StateError as exc:  # --write would store over estimates it could not read
+        return _fail(f"{exc}; nothing was written")
     try:
         estimates = calibrate(tests, samples, policy, params, successions=rewrites, in_force=in_force)
     except ValueError as exc:
@@ -183,14 +185,29 @@ def _night(args: argparse.Namespace, repo: str):
 def _in_force(args: argparse.Namespace, repo: str, tests) -> dict[tuple[str, str], int]:
     """The calibrated est_time each test plans with now (the deployment's estimates/<repo>.json, for
     the test's current file): the step guard judges from it, as the night's calibration does. A
-    corrupt file or entry is a warning, and those tests are judged from the registered value."""
+    corrupt file or entry is a warning, and those tests are judged from the registered value.
+
+    ``--store FILE`` without ``--write`` is a dry run over a local history file: no deployment's
+    estimates are read (they may be on S3, needing credentials this run has no use for). A dry run
+    whose estimates store cannot be read warns and judges from the registered values; only
+    ``--write``, which would store over them, stops (StateError)."""
     from pipelines.core.model import CatalogError
     from pipelines.night import in_force_est_times
+    from pipelines.storage.state import StateError
 
+    if args.store is not None and not args.write:
+        print("est_time in force: not read with --store (a dry run over that file); steps are judged from the "
+              "registered est_time")
+        return {}
     night = _night(args, repo)
     try:
         calibrated = night.calibrated()
     except CatalogError as exc:
+        print(f"nightly calibrate: warning: {exc}; steps are judged from the registered est_time", file=sys.stderr)
+        return {}
+    except StateError as exc:
+        if args.write:
+            raise
         print(f"nightly calibrate: warning: {exc}; steps are judged from the registered est_time", file=sys.stderr)
         return {}
     for problem in night.estimate_warnings:

@@ -405,3 +405,59 @@ def test_calibrate_judges_the_step_from_the_est_time_the_last_calibration_put_in
     assert f"\n  {dp8.id} [h200]: 10 -> 90 held (+80 s) (from the calibrated est_time in force)\n" in out
     assert "est_time=10," in (repo / dp8.path).read_text()
     assert json.loads((tmp_path / "home" / "estimates" / "minirl.json").read_text())[dp8.id]["est_time"] == 10
+
+
+def _default_on_s3(tmp_path, monkeypatch) -> Path:
+    """assets/ whose default deployment keeps its state on S3 at an endpoint nobody answers, with
+    no credentials: reading that deployment's estimates cannot succeed."""
+    from tests.support.assets import example_assets
+    from tests.support.moto import _free_port
+
+    assets = example_assets(tmp_path / "assets")
+    cluster = assets / "cluster.yaml"
+    cluster.write_text(cluster.read_text().replace("default: local", "default: production", 1))
+    for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE", "NIGHTLY_DEPLOYMENT"):
+        monkeypatch.delenv(k, raising=False)
+    for k, v in {"NIGHTLY_ASSETS_DIR": str(assets), "NIGHTLY_S3_ENDPOINT": f"http://127.0.0.1:{_free_port()}",
+                 "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "none"), "AWS_CONFIG_FILE": str(tmp_path / "none"),
+                 "NIGHTLY_HOME": str(tmp_path / "home")}.items():
+        monkeypatch.setenv(k, v)
+    return assets
+
+
+def test_a_dry_run_over_a_history_file_reads_no_deployment_s_estimates(tmp_path, monkeypatch, capsys):
+    """`--store FILE` is a dry run over a local file: it needs no S3 credentials for the default
+    deployment's estimates, judges from the registered est_time, and says so."""
+    _default_on_s3(tmp_path, monkeypatch)
+    dp8 = history_cli.load_catalog_for(*history_cli.resolve_repo(None)).by_id()["tests/e2e/megatron/test_dp8_chat.py"]
+    FileHistoryStore(tmp_path / "h.sqlite").append([Sample(dp8.id, dp8.hardware, dp8.sha256, "passed", 6.6,
+                                                           "2026-12-01T00:00:00+00:00", source="n1.log:1")])
+    assert cli("calibrate", "--store", str(tmp_path / "h.sqlite")) == 0
+    out, err = capsys.readouterr()
+    assert ("est_time in force: not read with --store (a dry run over that file); steps are judged from the "
+            "registered est_time") in out
+    row = next(line for line in out.splitlines() if line.startswith(dp8.id))
+    assert row.split()[2:5] == ["3", "10", "+7"] and "error" not in err, err
+
+
+def test_a_dry_run_whose_estimates_cannot_be_read_warns_and_judges_from_the_registered_values(
+        tmp_path, monkeypatch, capsys):
+    """An estimates store that does not answer is a warning for a dry run (as a corrupt file is);
+    --write, which would store over those estimates, stops before writing anything."""
+    from pipelines.night import Night
+    from pipelines.storage.state import StateError
+
+    _default_on_s3(tmp_path, monkeypatch)
+
+    def unreadable(self):
+        raise StateError("s3://nightly-e2e-history/state/estimates/minirl.json: cannot be read (refused)")
+
+    monkeypatch.setattr(Night, "calibrated", unreadable)
+    local = ("--deployment", "local", "--home", str(tmp_path / "home"))  # its history is local, its state refused
+    assert cli("calibrate", *local) == 0
+    out, err = capsys.readouterr()
+    assert ("nightly calibrate: warning: s3://nightly-e2e-history/state/estimates/minirl.json: cannot be read "
+            "(refused); steps are judged from the registered est_time") in err
+    assert "would store estimates:" in out
+    assert cli("calibrate", *local, "--write") == 2
+    assert "(refused); nothing was written" in capsys.readouterr().err

@@ -7,7 +7,8 @@ would otherwise become a 1.25e9 s est_time. Three guards, each reported, never s
 - no proposal goes above ``max_est_time_s``;
 - a proposal moving the est_time in force (the last calibration's, else the registered one) by
   more than ``max_step_factor`` in one step is held for explicit acceptance (``accept: [test
-  id]``), not applied, and that est_time stays in force; a ``raise_on_timeout`` raise is not
+  id]``), not applied, and that est_time stays in force (while it has evidence: see
+  ``policies._released``); a ``raise_on_timeout`` raise is not
   (it is 1.25x a run the timeout killed, so bounded by that timeout: holding it would keep a
   placeholder est_time that is killed every night).
 """

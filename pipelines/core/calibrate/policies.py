@@ -181,16 +181,23 @@ def _select(test: Test, samples: Sequence[Sample], p: Mapping, now: datetime, di
                      outliers + far)
 
 
-def _timeout_raise(current: list[Sample], proposed: int) -> tuple[int, str, Sample] | None:
-    """A test whose newest run of this revision was killed by its timeout never yields a passing
-    sample to calibrate from; it only says the test needs longer than that. Raise the estimate to
-    the bucket of 1.25x the killed run's elapsed so the next timeout is about 1.56x longer."""
+def _newest_kill(current: Sequence[Sample]) -> Sample | None:
+    """The newest run of ``current`` (passed or timed out, by start time, undated ones oldest) when
+    the timeout killed it, else None."""
     runs = [(parse_time(s.started_at) or datetime.min.replace(tzinfo=UTC), i, s) for i, s in enumerate(current)
             if s.outcome in ("passed", "timed_out")]
     if not runs:
         return None
     last = max(runs, key=lambda r: r[:2])[2]
-    if last.outcome != "timed_out":
+    return last if last.outcome == "timed_out" else None
+
+
+def _timeout_raise(current: list[Sample], proposed: int) -> tuple[int, str, Sample] | None:
+    """A test whose newest run of this revision was killed by its timeout never yields a passing
+    sample to calibrate from; it only says the test needs longer than that. Raise the estimate to
+    the bucket of 1.25x the killed run's elapsed so the next timeout is about 1.56x longer."""
+    last = _newest_kill(current)
+    if last is None:
         return None
     raw = _ceil(last.elapsed_s * 1.25)
     floor = bucket_round(raw)
@@ -203,8 +210,11 @@ def _timeout_raise(current: list[Sample], proposed: int) -> tuple[int, str, Samp
 def _estimate(test: Test, samples: Sequence[Sample], policy: str, p: Mapping, now: datetime,
               digests: frozenset[str], in_force: int | None = None) -> Estimate:
     ev = _select(test, samples, p, now, digests)
-    keep = test.est_time if in_force is None else in_force  # what the next night plans with unless this moves it
     values = [s.elapsed_s for s in ev.used]
+    released = _released(test, [s for s in samples if s.sha256 in digests], values, p, in_force)
+    if released:
+        in_force = None  # judged from, and falling back to, the registered est_time
+    keep = test.est_time if in_force is None else in_force  # what the next night plans with unless this moves it
     notes = []
     if ev.ignored:
         notes.append(f"{ev.ignored} failed/timed-out/infra samples ignored")
@@ -229,6 +239,10 @@ def _estimate(test: Test, samples: Sequence[Sample], policy: str, p: Mapping, no
     else:
         proposed, how = POLICIES[policy](values, p)
         reason = f"{policy}: {how} from {len(values)} passed"
+        if released and proposed < test.est_time:  # killed at a lower est_time: not below the registered one
+            proposed = test.est_time
+    if released:
+        reason = f"{reason}; {released}"
     # a template test's est_time is ours (framework S has none, and no per-test timeout to set by
     # hand): without the raise, a test longer than the first night's limit is killed every night
     raised = None
@@ -242,7 +256,7 @@ def _estimate(test: Test, samples: Sequence[Sample], policy: str, p: Mapping, no
                                        f"needs {k})")
             proposed, reason = raised[0], f"{raised[1]}; {why}"
             used = [*used, raised[2]]
-    if not used:
+    if not used and not released:
         reason += "; keeps est_time"
     # a raise to what an observed timeout kill needs is bounded by that kill: never a poisoned number
     proposed, held, bound = bound_proposal(test, int(proposed), p, killed=bool(raised), in_force=in_force)
@@ -258,6 +272,26 @@ def _estimate(test: Test, samples: Sequence[Sample], policy: str, p: Mapping, no
     )
 
 
+def _released(test: Test, current: Sequence[Sample], values: Sequence[float], p: Mapping,
+              in_force: int | None) -> str:
+    """Why the calibrated est_time in force no longer holds ("" while it does): it is kept only while
+    passing evidence for it is inside the policy's window, and a timeout kill while it is below the
+    registered est_time releases it. Else a kept value outlives its evidence: calibrated down to
+    300 s, a test that now takes 1900 s is killed every night, never passes again, and stays at 300 s."""
+    if in_force is None:
+        return ""
+    if not values:
+        window = "" if p.get("window_days") is None else f" in the last {float(p['window_days']):g} days"
+        return (f"released the calibrated est_time {in_force} s in force: no passing sample{window}; back to the "
+                f"registered est_time {test.est_time} s")
+    kill = _newest_kill(current)
+    if kill is not None and in_force < test.est_time:
+        return (f"released the calibrated est_time {in_force} s in force: the newest run was killed at the timeout "
+                f"after {kill.elapsed_s:g} s; judged from the registered est_time {test.est_time} s again, never "
+                "below it")
+    return ""
+
+
 def calibrate(tests: Sequence[Test], samples: Sequence[Sample], policy: str = "bucket125",
               params: Mapping | None = None, now: datetime | None = None,
               successions: Iterable[Succession] = (),
@@ -267,8 +301,10 @@ def calibrate(tests: Sequence[Test], samples: Sequence[Sample], policy: str = "b
 
     ``in_force``: per (test id, hardware), the est_time the night plans with when a calibration set
     it (the estimates file's, for the test's current file); the step guard judges from it and a held
-    or evidence-less test keeps it. ``current`` stays the registered value (the file's literal,
-    which the patch rewrites)."""
+    test, or one with too few samples, keeps it, but only while a passing sample for it is inside the
+    policy's window and no timeout kill says a value below the registered one is too short
+    (:func:`_released`). ``current`` stays the registered value (the file's literal, which the
+    patch rewrites)."""
     in_force = in_force or {}
     lineage = Lineage.of(successions)
     p = policy_params(policy, params)

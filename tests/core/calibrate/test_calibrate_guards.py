@@ -105,3 +105,38 @@ def test_a_default_est_time_once_calibrated_is_guarded_like_any_other():
     assert _in_force([s(20, 1)], 30, est_time=1800, est_source="default").proposed == 30
     e = _in_force([s(900, 1)], 30, est_time=1800, est_source="default")
     assert (e.proposed, e.held) == (30, 1200)
+
+
+def _ago(elapsed: float, days: float, outcome: str = "passed") -> Sample:
+    return s(elapsed, started_at=(NOW - timedelta(days=days)).isoformat(), outcome=outcome,
+             capped=outcome == "timed_out", source=f"{outcome}:{days:g}")
+
+
+def test_an_est_time_in_force_without_a_passing_sample_in_the_window_falls_back_to_the_registered_one():
+    """Calibrated down to 300 s from old passes; the test now takes longer than the 1800 s timeout and
+    is killed every night: without a pass in the window the 300 s must not stay in force."""
+    history = [_ago(230, 40 + i) for i in range(5)] + [_ago(1800, i, "timed_out") for i in range(1, 8)]
+    e = _in_force(history, 300, policy="p90", est_time=3600)
+    assert (e.proposed, e.samples_used, e.held, e.in_force) == (3600, 0, None, None), e.reason
+    assert ("released the calibrated est_time 300 s in force: no passing sample in the last 21 days; "
+            "back to the registered est_time 3600 s") in e.reason
+    assert estimates_by_id([e]) == {}
+    # a pass inside the window (the newest run) still keeps it: too few for p90, but evidence for it
+    kept = _in_force([*history, _ago(250, 0.5)], 300, policy="p90", est_time=3600)
+    assert (kept.proposed, kept.in_force) == (300, 300) and "keeps est_time" in kept.reason
+
+
+def test_a_timeout_kill_releases_an_est_time_in_force_below_the_registered_one_and_is_not_held():
+    """In force 300 s; passes of 1500 s were held (x5); then the timeout killed it: back to the
+    registered 3600 s, a x12 step the guard does not hold."""
+    history = [_ago(1500, 10 + i) for i in range(5)] + [_ago(1800, i, "timed_out") for i in (1, 2)]
+    e = _in_force(history, 300, policy="p90", est_time=3600)
+    assert (e.proposed, e.held, e.in_force, e.samples_used) == (3600, None, None, 5), e.reason
+    assert ("released the calibrated est_time 300 s in force: the newest run was killed at the timeout after "
+            "1800 s; judged from the registered est_time 3600 s again, never below it") in e.reason
+    # before the kill the held proposal keeps the value in force
+    before = _in_force(history[:5], 300, policy="p90", est_time=3600)
+    assert (before.proposed, before.held, before.in_force) == (300, 1500, 300)
+    # a kill with an est_time in force above the registered one is no grounds to go back down
+    above = _in_force([_ago(3000, 3), _ago(3500, 2), _ago(4000, 1, "timed_out")], 4500, est_time=3600)
+    assert above.in_force == 4500 and "released" not in above.reason
