@@ -46,19 +46,26 @@ import traceback
 import types
 
 
-def _load_module(path: str, source: bytes) -> types.ModuleType:
-    """Import the file as multiprocessing's spawn children do: named ``__mp_main__`` (its ``__main__``
-    block does not run) and registered as ``__main__`` too (until :func:`main` restores its own). A
-    spawned child (``multiprocessing`` "spawn", ``torch.multiprocessing.spawn``) finds the file from
-    ``__main__.__file__``, re-runs it as ``__mp_main__`` and so finds the functions and classes
-    pickled for it; under a name of its own the child could not import them."""
+def _run_module(name: str, source: bytes | ast.Module, path: str) -> types.ModuleType:
+    """Run the file's code (its bytes, or its rewritten tree) as module ``name``, registered as
+    ``__main__`` while :func:`main` runs it (it puts its own back after). Compiled without the
+    wrapper's ``from __future__`` imports, which the test never asked for."""
     full = os.path.abspath(path)
-    code = compile(source, full, "exec", dont_inherit=True)  # not the wrapper's `from __future__` imports
-    module = types.ModuleType("__mp_main__")
+    code = compile(source, full, "exec", dont_inherit=True)
+    module = types.ModuleType(name)
     module.__dict__.update(__file__=full, __cached__=None, __loader__=None, __package__=None, __spec__=None)
-    sys.modules["__main__"] = sys.modules["__mp_main__"] = module
+    sys.modules["__main__"] = sys.modules[name] = module
     exec(code, module.__dict__)
     return module
+
+
+def _load_module(path: str, source: bytes) -> types.ModuleType:
+    """Import the file as multiprocessing's spawn children do: named ``__mp_main__`` (its ``__main__``
+    block does not run) and registered as ``__main__`` too. A spawned child (``multiprocessing``
+    "spawn", ``torch.multiprocessing.spawn``) finds the file from ``__main__.__file__``, re-runs it as
+    ``__mp_main__`` and so finds the functions and classes pickled for it; under a name of its own
+    the child could not import them."""
+    return _run_module("__mp_main__", source, path)
 
 
 def _is_main_guard(stmt: ast.stmt) -> bool:
@@ -104,17 +111,7 @@ def _main_program(tree: ast.Module) -> tuple[ast.Module, int]:
 def _run_as_main(path: str, tree: ast.Module) -> None:
     """Run the (rewritten) file as ``__main__``, as ``python3 FILE`` would (a spawned child re-runs
     the file itself as ``__mp_main__``, as it would under ``python3 FILE``)."""
-    full = os.path.abspath(path)
-    code = compile(tree, full, "exec", dont_inherit=True)  # not the wrapper's `from __future__` imports
-    module = types.ModuleType("__main__")
-    module.__dict__.update(__file__=full, __cached__=None, __loader__=None, __package__=None, __spec__=None)
-    saved = sys.modules.get("__main__")
-    sys.modules["__main__"] = module
-    try:
-        exec(code, module.__dict__)
-    finally:
-        if saved is not None:
-            sys.modules["__main__"] = saved
+    _run_module("__main__", tree, path)
 
 
 class NoTest(Exception):
