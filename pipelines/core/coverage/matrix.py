@@ -16,7 +16,7 @@ import re
 
 from pipelines.core.catalog.assemble import entry_gpus, template_path
 from pipelines.core.catalog.scan import FileScan
-from pipelines.core.catalog.template import parse_template
+from pipelines.core.catalog.template import job_value, parse_template
 from pipelines.core.coverage.model import Configuration, norm
 from pipelines.core.model import Problem
 
@@ -135,7 +135,7 @@ def template_matrix(source: str, template: str, test: str, *, scan: FileScan,
         if entry.num_gpus is None and not entry.cpu:  # a NUM_GPUS the catalog cannot read matters here
             problems += [p for p in scan.problems if p.field == "NUM_GPUS" and p not in problems]
         # as the job's environment gets them: GitHub's spelling (``true``), a falsy value replaced by its default
-        given = {key: text if truthy or defaults.get(key) is None else defaults[key] for key, text, truthy in entry.github}
+        given = {key: job_value(text, truthy, defaults.get(key)) for key, text, truthy in entry.github}
         fields = {"job": entry.job, "num_gpus": norm(entry_gpus(entry, scan.num_gpus, default_gpus)),
                   "test_args": entry.test_args, **defaults, **given}
         name = " ".join(filter(None, (entry.job, entry.test_args, *(f"{k}={v}" for k, v, _ in entry.github))))
