@@ -51,6 +51,10 @@ class Orphan:
 
 
 def _owner_alive(record: dict) -> bool:
+    """Whether the night that wrote the record still runs. Its owner is a process of this user (the
+    state folder is ours), whose start time we can always read; an unreadable one (hidepid) is
+    another user's process that took the pid, so the owner is gone. The Kubernetes sweeper's
+    ``process_gone`` answers the other way, because a launcher there may be another user's."""
     pid = int(record.get("owner_pid") or 0)
     return pid > 0 and pid_alive(pid) and start_time(pid) == record.get("owner_start", "")
 

@@ -24,7 +24,7 @@ from pipelines.core.catalog.dialect import Dialect, M
 from pipelines.core.catalog.ids import make_id, variant_problem
 from pipelines.core.catalog.registry import Registration
 from pipelines.core.catalog.scan import FileScan, checked_path
-from pipelines.core.catalog.template import Entry, Template
+from pipelines.core.catalog.template import Entry, Template, job_value
 from pipelines.core.model import Problem, Test
 
 _MAX_VARIANT = 80
@@ -178,7 +178,7 @@ def _env(entry: Entry, lines: Mapping[str, tuple[str, str | None]]) -> dict[str,
             env[var] = default
             continue
         text, truthy = given.pop(key)
-        env[var] = text if truthy or default is None else default
+        env[var] = job_value(text, truthy, default)
     env.update({key.upper(): text for key, (text, _) in given.items()})
     return env
 

@@ -379,6 +379,12 @@ def _entry(path: str, job: str, label: str, cpu: bool, item: object, line: int) 
     return Entry(test_file, job, label, line, gpus, args, tuple(sorted(extra)), cpu, path, tuple(sorted(github)))
 
 
+def job_value(text: str, truthy: bool, default: str | None) -> str:
+    """What ``${{ matrix.info.<key> || 'default' }}`` gives the job for a value GitHub renders as ``text``:
+    the default replaces a falsy value (false, 0, '', null); without a default the text stands."""
+    return text if truthy or default is None else default
+
+
 def as_github(value: object) -> tuple[str, bool]:
     """(text, truthy) of a matrix value in ``${{ matrix.info.<key> }}``: GitHub turns the JSON value into a
     string (booleans lower-case, numbers as JSON, null as ''), and ``||`` skips the falsy ones."""

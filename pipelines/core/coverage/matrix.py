@@ -16,7 +16,7 @@ import re
 
 from pipelines.core.catalog.assemble import entry_gpus, template_path
 from pipelines.core.catalog.scan import FileScan
-from pipelines.core.catalog.template import parse_template
+from pipelines.core.catalog.template import job_value, parse_template
 from pipelines.core.coverage.model import Configuration, norm
 from pipelines.core.model import Problem
 
@@ -134,9 +134,11 @@ def template_matrix(source: str, template: str, test: str, *, scan: FileScan,
             continue
         if entry.num_gpus is None and not entry.cpu:  # a NUM_GPUS the catalog cannot read matters here
             problems += [p for p in scan.problems if p.field == "NUM_GPUS" and p not in problems]
+        # as the job's environment gets them: GitHub's spelling (``true``), a falsy value replaced by its default
+        given = {key: job_value(text, truthy, defaults.get(key)) for key, text, truthy in entry.github}
         fields = {"job": entry.job, "num_gpus": norm(entry_gpus(entry, scan.num_gpus, default_gpus)),
-                  "test_args": entry.test_args, **defaults, **dict(entry.extra)}
-        name = " ".join(filter(None, (entry.job, entry.test_args, *(f"{k}={v}" for k, v in entry.extra))))
+                  "test_args": entry.test_args, **defaults, **given}
+        name = " ".join(filter(None, (entry.job, entry.test_args, *(f"{k}={v}" for k, v, _ in entry.github))))
         configs.append(Configuration(test, name, template, entry.line, tuple(sorted(fields.items()))))
     if not configs and not problems:
         problems.append(Problem(template, 1, "test_file", f"no entry runs {test}; add one or drop it from the group"))

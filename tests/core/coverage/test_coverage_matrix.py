@@ -113,3 +113,24 @@ def test_two_rows_of_one_matrix_with_one_name_are_located():
     assert len(configs) == 3
     assert [str(p) for p in problems] == [
         "tests/t.py:5: a: another configuration of this test is named 'a' (line 3); give each a name of its own"]
+
+
+def test_a_templates_boolean_and_falsy_values_are_named_and_matched_as_the_job_sees_them():
+    """GitHub renders a YAML/Jinja boolean as ``true``/``false`` and ``|| 'd'`` replaces a falsy value by its
+    default: coverage names and matches the configuration by what the job's environment gets, never ``True``."""
+    template = """\\
+<% set megatron_tests = [
+    {'test_file': 'test_fp8.py', 'num_gpus': 2, 'use_fp8_rollout': True, 'enable_eval': False},
+] -%>
+<% set jobs = {'e2e-megatron': {'label': 'run-ci-megatron', 'tests': megatron_tests}} -%>
+jobs:
+    env:
+      ENABLE_EVAL: ${{ matrix.info.enable_eval || '1' }}
+"""
+    configs, problems = template_matrix(template, "t.j2", "tests/test_fp8.py",
+                                        scan=FileScan("tests/test_fp8.py"), default_gpus=8)
+
+    assert problems == []
+    [config] = configs
+    assert config.name == "e2e-megatron enable_eval=false use_fp8_rollout=true"
+    assert config.field("use_fp8_rollout") == "true" and config.field("enable_eval") == "1"
