@@ -12,7 +12,7 @@ FROM ${PYTHON_IMAGE} AS build
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1 UV_NO_CACHE=1
 RUN python -m pip install uv==0.13.9
 WORKDIR /src
-COPY requirements.lock pyproject.toml README.md ./
+COPY requirements.lock build-constraints.lock pyproject.toml README.md ./
 RUN python -m venv /opt/venv \
  && uv pip install --python /opt/venv/bin/python -r requirements.lock
 COPY pipelines ./pipelines
@@ -20,7 +20,7 @@ COPY assets ./assets
 COPY examples ./examples
 COPY workspace.yaml ./
 # pipelines/ looks for assets/, examples/ and workspace.yaml next to itself.
-RUN uv pip install --python /opt/venv/bin/python --no-deps . \
+RUN uv pip install --python /opt/venv/bin/python --no-deps --build-constraint build-constraints.lock . \
  && cp -r assets examples workspace.yaml /opt/venv/lib/python3.11/site-packages/
 
 # ---- test-pod: the framework's image plus the pipelines package for the in-pod wrapper,

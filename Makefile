@@ -3,7 +3,7 @@
 PY      ?= python3
 VENV    := .venv
 BIN     := $(VENV)/bin
-STAMP   := $(VENV)/.installed-$(shell cat requirements.lock pyproject.toml | cksum | cut -d' ' -f1)
+STAMP   := $(VENV)/.installed-$(shell cat requirements.lock build-constraints.lock pyproject.toml | cksum | cut -d' ' -f1)
 PYTEST_ARGS ?=
 
 .PHONY: install system-deps nightly test test-fast test-fast-lane-a test-fast-lane-b test-loaded ui bench lint clean help
@@ -15,14 +15,14 @@ help:
 	@echo "make test-loaded  make test under 4 busy processes (scripts/loaded-test.sh; LOADED_ARGS=\"--runs 3\")"
 	@echo "make ui        open the Dagster UI on the same instance (http://127.0.0.1:3000)"
 	@echo "make bench     print the benchmark figures (bench/)"
-	@echo "make lint      ruff over the package, tests and benchmarks"
+	@echo "make lint      ruff over the package, tests, benchmarks and examples (as make test)"
 
 # a venv without pip (made by a python3 lacking python3-venv) is made again, not kept forever
-$(STAMP): requirements.lock pyproject.toml
+$(STAMP): requirements.lock build-constraints.lock pyproject.toml
 	$(BIN)/python -m pip --version >/dev/null 2>&1 || { rm -rf $(VENV); $(PY) -m venv $(VENV) && $(BIN)/python -m pip --version >/dev/null 2>&1 || { rm -rf $(VENV); echo "make: '$(PY) -m venv' failed: install python3-venv (apt-get install python3-venv)" >&2; exit 1; }; }
 	$(BIN)/python -m pip install -q --disable-pip-version-check uv==0.13.9
 	$(BIN)/uv pip install -q --python $(BIN)/python -r requirements.lock
-	$(BIN)/uv pip install -q --python $(BIN)/python --no-deps -e .
+	$(BIN)/uv pip install -q --python $(BIN)/python --no-deps --build-constraint build-constraints.lock -e .
 	rm -f $(VENV)/.installed-*
 	touch $(STAMP)
 
@@ -77,7 +77,7 @@ bench: install
 	$(BIN)/python bench/paths.py
 
 lint: install
-	$(BIN)/ruff check pipelines tests bench
+	$(BIN)/ruff check pipelines tests bench examples
 
 clean:
 	rm -rf .nightly .pytest_cache

@@ -81,10 +81,23 @@ def _refused(url: str, exc: BaseException) -> InstanceError:
                          "check the server or unset it to use SQLite")
 
 
+#: the URL schemes Dagster's PostgreSQL storage (SQLAlchemy with psycopg2) reads
+SCHEMES = ("postgresql", "postgresql+psycopg2")
+
+
 def check_postgres(url: str) -> None:
     """One connection within CONNECT_TIMEOUT_S: an unreachable server is one line at once, not
-    Dagster's five retries per storage and a stack."""
+    Dagster's five retries per storage and a stack. A scheme SQLAlchemy would refuse after the
+    check (``postgres://``, which psycopg2 accepts) or cannot drive (``postgresql+psycopg://``) is
+    refused first, saying which to write."""
     import psycopg2
+
+    scheme, sep, rest = url.partition("://")
+    if scheme not in SCHEMES:
+        password = urlsplit(url).password if sep else None
+        rest = rest.replace(password, "***") if password else (rest if sep else "USER:PASSWORD@HOST:5432/DB")
+        raise InstanceError(f"{POSTGRES_ENV}: {scheme + '://' if sep else 'a URL without a scheme'} is not read by "
+                            f"Dagster's PostgreSQL storage; write postgresql://{rest} (or postgresql+psycopg2://)")
 
     try:
         psycopg2.connect(url.replace("postgresql+psycopg2://", "postgresql://", 1),

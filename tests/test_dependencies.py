@@ -66,3 +66,18 @@ def test_the_lock_says_pyproject_asks_for_each_declared_dependency():
     for name in declared():
         block = re.search(rf"^{re.escape(name)}==\S+\n((?:    #.*\n)*)", text, re.M | re.I)
         assert block and "nightly-e2e (pyproject.toml)" in block.group(1), name
+
+
+def test_the_build_backend_is_pinned_within_pyproject_bounds_and_every_install_of_the_project_uses_the_pin():
+    """`uv pip install -e .` builds in an isolated environment: without a constraint it takes the
+    newest setuptools the bounds allow on the day, the one unpinned piece of an install."""
+    requires = [Requirement(r) for r in tomllib.loads((PROJECT_ROOT / "pyproject.toml").read_text())["build-system"]["requires"]]
+    text = (PROJECT_ROOT / "build-constraints.lock").read_text()
+    pins = {normalize(n): v for n, v in re.findall(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==(\S+)", text, re.M)}
+    assert {normalize(r.name) for r in requires} == set(pins)
+    assert all(r.specifier.contains(pins[normalize(r.name)]) for r in requires)
+    makefile = (PROJECT_ROOT / "Makefile").read_text()
+    dockerfile = (PROJECT_ROOT / "Dockerfile").read_text()
+    assert "--no-deps --build-constraint build-constraints.lock -e ." in makefile
+    assert "--no-deps --build-constraint build-constraints.lock ." in dockerfile
+    assert "COPY requirements.lock build-constraints.lock" in dockerfile

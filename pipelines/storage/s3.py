@@ -31,6 +31,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 from pipelines.core.calibrate.lineage import CALIBRATE_REWRITE, Succession
 from pipelines.core.history.store import OUTCOMES, HistoryError
 from pipelines.core.model import Problem, Sample
+from pipelines.storage.state import not_utf8
 
 SCHEMA = "1"
 _FIELDS = {f.name: f.type for f in dataclasses.fields(Sample)}
@@ -108,15 +109,21 @@ def _check(s: Sample) -> None:
 
 
 def encode(samples: list[Sample]) -> bytes:
-    """One sample per line, every field by name; the bytes one object holds. An empty ``env`` is left
-    out: a sample without extra environment stays readable by a nightly from before that field."""
+    """One sample per line, every field by name; the bytes one object holds. An empty field of
+    ``LATER_FIELDS`` is left out: such a sample stays readable by a nightly from before that field."""
     return "".join(json.dumps(_row(s), sort_keys=True) + "\n" for s in samples).encode()
+
+
+#: fields added after the first release, written only when set: a nightly from before them (a rollback,
+#: a run pod of the old image during an upgrade) rejects a field it does not know, object by object
+LATER_FIELDS = ("outlier", "env")
 
 
 def _row(s: Sample) -> dict:
     row = dataclasses.asdict(s)
-    if not row["env"]:
-        del row["env"]
+    for name in LATER_FIELDS:
+        if not row[name]:
+            del row[name]
     return row
 
 
@@ -441,13 +448,17 @@ class S3Artifacts:
         """``(text, etag)`` of a small text, ``None`` when there is no such object."""
         try:
             obj = self.client.get_object(Bucket=self.bucket, Key=self.prefix + key.lstrip("/"))
-            return obj["Body"].read().decode("utf-8"), obj["ETag"]
+            body = obj["Body"].read()
         except (ClientError, BotoCoreError) as exc:
             code, text = _describe(exc)
             if isinstance(exc, ClientError) and code in ("NoSuchKey", "404"):
                 return None
             raise ArtifactError(f"{self.uri(key)}: cannot be read ({text}); "
                                 f"{_hint(code).replace('BUCKET', self.bucket)}") from exc
+        try:
+            return body.decode("utf-8"), obj["ETag"]
+        except UnicodeDecodeError as exc:
+            raise ArtifactError(f"{self.uri(key)}: {not_utf8(exc)}") from exc
 
     def put_text_if(self, key: str, text: str, etag: str | None,
                     content_type: str = "text/plain; charset=utf-8") -> bool:

@@ -28,6 +28,12 @@ class StateError(RuntimeError):
     """The store cannot be read or written; the message names the place and what to do."""
 
 
+def not_utf8(exc: UnicodeDecodeError) -> str:
+    """Why a state file cannot be read as text (a hand edit saved as Latin-1), and what to do."""
+    return (f"not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at offset {exc.start}); "
+            "re-save it as UTF-8, or move it aside to start it afresh")
+
+
 def must_be_writable(root: Path) -> str:
     """What to do about a state folder that cannot be written (one wording for every command)."""
     return f"the state folder {root} must be writable (set NIGHTLY_HOME or --home to a writable folder)"
@@ -104,6 +110,8 @@ class LocalStateStore:
             return None
         except OSError as exc:
             raise StateError(f"{self.path(key)}: cannot be read ({exc.strerror}); check its permissions") from exc
+        except UnicodeDecodeError as exc:
+            raise StateError(f"{self.path(key)}: {not_utf8(exc)}") from exc
 
     def put(self, key: str, text: str) -> str:
         target = self.path(key)

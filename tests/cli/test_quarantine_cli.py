@@ -64,6 +64,23 @@ def test_every_command_that_reads_a_broken_quarantine_document_says_where_and_le
     assert doc.read_text() == MISSPELLED, "alice's action must not be lost"
 
 
+@pytest.mark.parametrize("argv", [
+    ("quarantine", "list"),
+    ("quarantine", "add", tid(LORA), "--by", "bob", "--why", "hangs"),
+    ("report", "--json"),
+    ("run", "--list-only"),
+], ids=lambda argv: " ".join(argv[:2]))
+def test_a_quarantine_document_saved_as_latin_1_is_named_with_the_byte_not_a_traceback(home, capsys, argv):
+    doc = home / "quarantine" / "minirl.json"
+    doc.parent.mkdir()
+    latin1 = '{"version": 1, "actions": [{"test": "x", "why": "caf\u00e9"}]}'.encode("latin-1")
+    doc.write_bytes(latin1)
+    code, _, err = nightly(capsys, *argv, "--home", str(home), "--repo", "minirl")
+    assert code == 2, err
+    assert f"{doc}: not UTF-8 text (byte 0xe9 at offset 52); re-save it as UTF-8" in err
+    assert "Traceback" not in err and doc.read_bytes() == latin1
+
+
 def test_a_manual_quarantine_keeps_its_evidence_after_the_next_night(home, capsys):
     before = listed(capsys, home)[tid(GRPO)]["evidence"]
     assert [e["kind"] for e in before] == ["passed_on_retry"]

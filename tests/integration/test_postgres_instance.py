@@ -66,3 +66,21 @@ def test_a_postgres_url_that_cannot_be_reached_is_one_line_without_the_password(
     assert f"{POSTGRES_ENV}: cannot connect to {url.split('@', 1)[1]} (OperationalError: " in err and said in err, err
     assert "check the server or unset it to use SQLite" in err
     assert "s3cret" not in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("scheme", ["postgres", "postgresql+psycopg"])
+def test_a_postgres_url_in_a_scheme_dagster_cannot_read_is_refused_before_the_night_saying_what_to_write(
+        scheme, pg_url, tmp_path, monkeypatch, capsys):
+    """psycopg2 accepts ``postgres://`` and the server is up, but SQLAlchemy refuses the scheme halfway
+    through the night; ``postgresql+psycopg://`` (psycopg 3) is not installed. Both are one line, exit 2."""
+    from pipelines.cli import main
+
+    url = pg_url.replace("postgresql://", f"{scheme}://", 1).replace("nightly@", "nightly:s3cret@")
+    monkeypatch.setenv(POSTGRES_ENV, url)
+    monkeypatch.setenv("NIGHTLY_ASSETS_DIR", str(example_assets(tmp_path / "assets")))
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "home" / "dagster"))  # restored after the test
+    assert main(["run", "--home", str(tmp_path / "home"), "--labels", "short"]) == 2
+    err = capsys.readouterr().err
+    fixed = "postgresql://" + url.split("://", 1)[1].replace("s3cret", "***")
+    assert f"{POSTGRES_ENV}: {scheme}:// is not read by Dagster's PostgreSQL storage; write {fixed}" in err, err
+    assert "s3cret" not in err and "Traceback" not in err

@@ -63,7 +63,7 @@ def test_the_stages_build_once_and_the_default_target_is_the_code_location():
 def test_the_build_stage_installs_the_lock_first_and_then_the_project_without_dependencies():
     build = [args for op, args in stages(DOCKERFILE)["build"]]
     lock_at = next(i for i, a in enumerate(build) if "-r requirements.lock" in a)
-    project_at = next(i for i, a in enumerate(build) if "--no-deps ." in a)
+    project_at = next(i for i, a in enumerate(build) if "--no-deps --build-constraint build-constraints.lock ." in a)
     copy_lock_at = next(i for i, a in enumerate(build) if a.startswith("requirements.lock"))
     copy_code_at = next(i for i, a in enumerate(build) if a.startswith("pipelines"))
     assert copy_lock_at < lock_at < copy_code_at < project_at, "the locked layer must not depend on the code"

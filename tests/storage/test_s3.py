@@ -318,3 +318,15 @@ def test_a_samples_env_round_trips_and_one_without_is_written_as_an_older_nightl
     body = encode([plain, injected])
     assert b'"env"' not in body.splitlines()[0]  # an older nightly reads this line: it knows no `env` field
     assert decode("s3://b/k", body) == ([plain, injected], None)
+
+
+def test_a_sample_without_an_outlier_mark_is_written_without_the_field_and_one_with_it_round_trips():
+    """``outlier`` came after the first release: a plain sample must stay readable by a nightly from
+    before it (a rollback, an old run pod during an upgrade), which rejects a field it does not know."""
+    from pipelines.storage.s3 import decode, encode
+
+    plain, marked = sample(1), sample(2, outlier="slow node")
+    body = encode([plain, marked])
+    assert b'"outlier"' not in body.splitlines()[0]
+    assert b'"outlier": "slow node"' in body.splitlines()[1]
+    assert decode("s3://b/k", body) == ([plain, marked], None)

@@ -137,3 +137,13 @@ def test_an_s3_change_that_raises_writes_nothing(s3_store):
     with pytest.raises(ValueError):
         s3_store.update(KEY, refuse)
     assert s3_store.get(KEY) is None and s3_store.keys("") == []
+
+
+def test_an_s3_state_object_that_is_not_utf8_is_a_state_error_naming_the_object(s3_store):
+    s3_store.artifacts.client.put_object(Bucket=s3_store.artifacts.bucket, Key=s3_store.artifacts.prefix + KEY,
+                                         Body='{"why": "caf\u00e9"}'.encode("latin-1"))
+    with pytest.raises(StateError, match=r"s3://.*/team-a/nightly/state/quarantine/minirl.json: not UTF-8 text "
+                                         r"\(byte 0xe9 at offset 12\)"):
+        s3_store.get(KEY)
+    with pytest.raises(StateError, match="not UTF-8"):
+        s3_store.update(KEY, lambda text: (text or "") + "x")
