@@ -139,6 +139,12 @@ def _resolve(context: dg.AssetExecutionContext, night, selection: RunSelection, 
     return runset
 
 
+def one_partition(keys: list[str] | None, runset: RunSet) -> bool:
+    """Whether the run is exactly one test's partition: the Pipes path's result carries no partition,
+    and Dagster applies it to every partition of the run (one test of a range stays on the watch path)."""
+    return len(runset.run) == 1 and keys == [runset.run[0].id]
+
+
 def _dagster_events(context: dg.AssetExecutionContext, night, events, selection: RunSelection, by_id: dict,
                     pipes: bool = False):
     """Our events as Dagster events: observations, materializations and check results."""
@@ -230,7 +236,7 @@ def build_test_runs(catalog: Catalog, test_parts: dg.PartitionsDefinition, deps:
         for note in fail_stale_runs(context.instance, context.run.run_id):
             _say(context, note, "warning")
         launcher = None
-        if night.deployment.launcher == "kubernetes" and len(runset.run) == 1:
+        if night.deployment.launcher == "kubernetes" and one_partition(_keys(context), runset):
             from pipelines.launch.kubernetes.pipes import pipes_launcher_for  # one pod through Pipes
 
             night.pin_images(infra)
