@@ -117,3 +117,23 @@ def test_one_test_in_a_run_over_many_partitions_materializes_its_own_partition_o
     assert {k: [m["outcome"] for m in ms] for k, ms in materialized.items()} == {ONE: ["failed"]}
     assert pods["watch"].launched == [(ONE, 1)] and pods["pipes"].launched == []
 
+
+def test_a_single_partition_rerun_goes_through_pipes_and_materializes_only_its_final_attempt(cluster):
+    """An infra error, then a pass on retry: one materialization (the pass), the first attempt an
+    observation with its metadata, and the check judges the pass; the run succeeds."""
+    defs, pods = cluster
+    pods["pipes"].outcomes = ["infra_error", "passed"]
+    with dg.instance_for_test() as instance:
+        result = _run(defs, instance, partition_key=ONE)
+        assert result.success, _failures(result)
+        materialized = _records(instance, instance.fetch_materializations)
+        observed = _records(instance, instance.fetch_observations)
+    checks = [(e.event_specific_data.partition, e.event_specific_data.passed) for e in result.all_events
+              if e.event_type_value == "ASSET_CHECK_EVALUATION"]
+    assert pods["pipes"].launched == [(ONE, 1), (ONE, 2)] and pods["watch"].launched == []
+    [final] = materialized[ONE]
+    assert (final["outcome"], final["attempt"], final["node"]) == ("passed", 2, "h200-2")
+    assert list(materialized) == [ONE]
+    retried = [o for o in observed[ONE] if o["outcome"] == "infra_error"]
+    assert [(o["attempt"], o["reason"], o["node"]) for o in retried] == [(1, "node_lost", "h200-1")]
+    assert checks == [(ONE, False), (ONE, True)], "each attempt judged as it ended, the pass last"
