@@ -60,7 +60,8 @@ def _broken(night, changed: list[str], vanished: set[str]) -> str:
 
 def skip_on_unreadable_state(evaluate):
     """A corrupt estimates file or an unreachable state store skips the tick, saying where and what to do,
-    instead of erroring every tick; the cursor is not moved (the sensor raised before it would)."""
+    instead of erroring every tick; the cursor is not moved (each sensor moves it only once what could
+    raise has run), so the next tick after the fix sees the same changes."""
     @functools.wraps(evaluate)
     def _evaluate(*args, **kwargs):
         try:
@@ -104,11 +105,13 @@ def build_sensors(jobs: dict, keys: list[str], deployment: str, pools: list[str]
         night = nightly.night()
         shas = {t.id: t.sha256 for t in night.catalog.tests if t.enabled}
         previous = json.loads(context.cursor) if context.cursor else None
-        context.update_cursor(json.dumps(shas))
         if previous is None:
+            context.update_cursor(json.dumps(shas))
             return dg.SkipReason("first evaluation: remembering test file digests")
         changed = sorted(t for t, s in shas.items() if previous.get(t) != s)
+        # may raise (a broken quarantine file, an unreadable store): the cursor stays, the change is seen again
         runnable = night.runset(None, RunSelection(tests=tuple(changed))).run if changed else ()
+        context.update_cursor(json.dumps(shas))
         if not runnable:
             return dg.SkipReason("no enabled, plannable test file changed" + _broken(night, changed, set(previous) - set(shas)))
         ids = tuple(t.id for t in runnable)

@@ -294,3 +294,27 @@ def test_an_image_digest_command_outage_on_the_first_tick_is_no_change_once_it_a
     result, _ = _tick(defs, resource, "infra_change_backfill", cursor)
     [request] = result.run_requests
     assert "sha256:cccc" in request.tags["nightly/reason"]
+
+
+def test_a_changed_test_file_seen_while_the_quarantine_file_is_broken_runs_once_it_is_fixed(setup):
+    """The tick that cannot read the quarantine (run_quarantined off: the run's tests depend on it)
+    skips without moving the cursor, so the change is still a change on the tick after the fix."""
+    from pipelines.reporting.state import quarantine_key
+
+    defs, resource, repo, _ = setup
+    repos = __import__("pathlib").Path(resource.assets_dir) / "repos.yaml"
+    data = yaml.safe_load(repos.read_text())
+    data["repos"]["minirl"]["flaky"] = {"run_quarantined": False}
+    repos.write_text(yaml.safe_dump(data))
+    _, cursor = _tick(defs, resource, "rerun_changed_tests", None)
+    f = repo / "tests" / "e2e" / "lora" / "test_lora_math.py"
+    f.write_text(f.read_text() + "\n# tweaked\n")
+    state, key = resource.night().state, quarantine_key("minirl")
+    state.put(key, "{not json")
+    result, after = _tick(defs, resource, "rerun_changed_tests", cursor)
+    assert result.run_requests == [] and "nightly state unreadable" in result.skip_message
+    assert f"{state.uri(key)}:1: quarantine: not valid JSON" in result.skip_message and after == cursor
+    state.delete(key)
+    result, _ = _tick(defs, resource, "rerun_changed_tests", after)
+    [request] = result.run_requests
+    assert _config(request)["tests"] == ["tests/e2e/lora/test_lora_math.py"]
