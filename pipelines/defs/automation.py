@@ -8,6 +8,7 @@ A sensor never parses a test file itself: it asks the catalog, and the infra pro
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 from datetime import UTC, datetime
 
@@ -115,8 +116,11 @@ def build_sensors(jobs: dict, keys: list[str], deployment: str, pools: list[str]
         if not runnable:
             return dg.SkipReason("no enabled, plannable test file changed" + _broken(night, changed, set(previous) - set(shas)))
         ids = tuple(t.id for t in runnable)
-        return run_request(keys, RunSelection(tests=ids), deployment, pools,
-                           run_key="changed-" + "-".join(shas[i][:8] for i in ids)[:200],
+        # the contents, in full, and the time: a file reverted and relanded (A -> B -> A) has contents
+        # an earlier request had, and Dagster drops a request whose key it has seen
+        contents = hashlib.sha256(json.dumps([[i, shas[i]] for i in ids]).encode()).hexdigest()[:16]
+        at = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+        return run_request(keys, RunSelection(tests=ids), deployment, pools, run_key=f"changed-{contents}-{at}",
                            reason=f"test file changed: {', '.join(ids)}"[:255])
 
     @dg.sensor(name="infra_change_backfill", job=jobs["tests"], minimum_interval_seconds=300,

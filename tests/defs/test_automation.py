@@ -318,3 +318,31 @@ def test_a_changed_test_file_seen_while_the_quarantine_file_is_broken_runs_once_
     result, _ = _tick(defs, resource, "rerun_changed_tests", after)
     [request] = result.run_requests
     assert _config(request)["tests"] == ["tests/e2e/lora/test_lora_math.py"]
+
+
+def test_a_test_file_reverted_then_relanded_is_requested_again(setup, monkeypatch):
+    """A -> B -> A -> B: each change is requested, though the file's content (hence its digest)
+    repeats; a key Dagster saw before would drop the request. Ticks are minutes apart."""
+    import datetime as real
+
+    from pipelines.defs import automation
+
+    defs, resource, repo, _ = setup
+    ticks = iter(real.datetime(2026, 12, 1, 15, m, tzinfo=real.UTC) for m in (0, 5, 10, 15))
+
+    class Clock(real.datetime):
+        @classmethod
+        def now(cls, tz=None):
+            return next(ticks)
+
+    monkeypatch.setattr(automation, "datetime", Clock)
+    f = repo / "tests" / "e2e" / "lora" / "test_lora_math.py"
+    a, b = f.read_text(), f.read_text() + "\n# tweaked\n"
+    _, cursor = _tick(defs, resource, "rerun_changed_tests", None)
+    keys = []
+    for text in (b, a, b):
+        f.write_text(text)
+        result, cursor = _tick(defs, resource, "rerun_changed_tests", cursor)
+        [request] = result.run_requests
+        keys.append(request.run_key)
+    assert len(set(keys)) == 3 and all(len(k) <= 64 for k in keys), keys
