@@ -346,3 +346,55 @@ def test_a_test_file_reverted_then_relanded_is_requested_again(setup, monkeypatc
         [request] = result.run_requests
         keys.append(request.run_key)
     assert len(set(keys)) == 3 and all(len(k) <= 64 for k in keys), keys
+
+
+def _edit_pool(resource, **fields) -> None:
+    path = __import__("pathlib").Path(resource.assets_dir) / "cluster.yaml"
+    data = yaml.safe_load(path.read_text())
+    data["deployments"]["local"]["pools"]["h200"].update(fields)
+    path.write_text(yaml.safe_dump(data))
+
+
+def test_a_scheduling_only_edit_of_a_pool_requests_nothing_a_node_edit_does(setup):
+    """Queue, priority, tolerations, shm, CPU/memory requests and the node count change where and when
+    pods run, not what a test sees on its node: no full nightly run for them."""
+    defs, resource, _, _ = setup
+    _, cursor = _tick(defs, resource, "infra_change_backfill", None)
+    _edit_pool(resource, nodes=2, queue="h200-nightly", priority_class="nightly-e2e", shm_size="64Gi",
+               cpu_per_gpu="20", memory_per_gpu="200Gi",
+               tolerations=[{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}])
+    result, cursor = _tick(defs, resource, "infra_change_backfill", cursor)
+    assert result.run_requests == [] and result.skip_message == "no pool's image digest, driver or spec changed"
+    _edit_pool(resource, node_selector={"nvidia.com/gpu.product": "NVIDIA-H200"})
+    result, _ = _tick(defs, resource, "infra_change_backfill", cursor)
+    [request] = result.run_requests
+    assert "spec node-v1:" in request.tags["nightly/reason"]
+
+
+def test_a_pool_field_added_with_a_default_leaves_the_spec_digest_as_it_was():
+    """A pipeline upgrade that adds a defaulted PoolSpec field must not read as a spec change on every pool."""
+    import dataclasses
+
+    from pipelines.core.specs import PoolSpec
+    from pipelines.launch.infra import spec_digest
+
+    upgraded = dataclasses.make_dataclass("PoolSpec", [("runtime_hint", str, dataclasses.field(default=""))],
+                                          bases=(PoolSpec,), frozen=True)
+    shape = {"name": "h200", "nodes": 4, "gpus_per_node": 8, "image": "ghcr.io/x:nightly"}
+    assert spec_digest(upgraded(**shape)) == spec_digest(PoolSpec(**shape))
+
+
+def test_the_first_tick_after_the_spec_digest_changed_form_re_baselines_without_a_run(setup):
+    """A cursor written before the upgrade holds the old digest of every field: not comparable, so it is
+    replaced, not reported as a change; a real change after that is one."""
+    defs, resource, _, _ = setup
+    _, cursor = _tick(defs, resource, "infra_change_backfill", None)
+    old = __import__("json").loads(cursor)
+    old["h200"]["spec"] = "sha256:d52e60f2e650ab12"  # the old form: a digest of the whole PoolSpec
+    result, cursor = _tick(defs, resource, "infra_change_backfill", __import__("json").dumps(old))
+    assert result.run_requests == [] and result.skip_message == "no pool's image digest, driver or spec changed"
+    assert __import__("json").loads(cursor)["h200"]["spec"].startswith("node-v1:")
+    _edit_pool(resource, gpus_per_node=4)
+    result, _ = _tick(defs, resource, "infra_change_backfill", cursor)
+    [request] = result.run_requests
+    assert "spec node-v1:" in request.tags["nightly/reason"]
