@@ -8,6 +8,7 @@ A sensor never parses a test file itself: it asks the catalog, and the infra pro
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 from datetime import UTC, datetime
 
@@ -60,7 +61,8 @@ def _broken(night, changed: list[str], vanished: set[str]) -> str:
 
 def skip_on_unreadable_state(evaluate):
     """A corrupt estimates file or an unreachable state store skips the tick, saying where and what to do,
-    instead of erroring every tick; the cursor is not moved (the sensor raised before it would)."""
+    instead of erroring every tick; the cursor is not moved (each sensor moves it only once what could
+    raise has run), so the next tick after the fix sees the same changes."""
     @functools.wraps(evaluate)
     def _evaluate(*args, **kwargs):
         try:
@@ -104,16 +106,21 @@ def build_sensors(jobs: dict, keys: list[str], deployment: str, pools: list[str]
         night = nightly.night()
         shas = {t.id: t.sha256 for t in night.catalog.tests if t.enabled}
         previous = json.loads(context.cursor) if context.cursor else None
-        context.update_cursor(json.dumps(shas))
         if previous is None:
+            context.update_cursor(json.dumps(shas))
             return dg.SkipReason("first evaluation: remembering test file digests")
         changed = sorted(t for t, s in shas.items() if previous.get(t) != s)
+        # may raise (a broken quarantine file, an unreadable store): the cursor stays, the change is seen again
         runnable = night.runset(None, RunSelection(tests=tuple(changed))).run if changed else ()
+        context.update_cursor(json.dumps(shas))
         if not runnable:
             return dg.SkipReason("no enabled, plannable test file changed" + _broken(night, changed, set(previous) - set(shas)))
         ids = tuple(t.id for t in runnable)
-        return run_request(keys, RunSelection(tests=ids), deployment, pools,
-                           run_key="changed-" + "-".join(shas[i][:8] for i in ids)[:200],
+        # the contents, in full, and the time: a file reverted and relanded (A -> B -> A) has contents
+        # an earlier request had, and Dagster drops a request whose key it has seen
+        contents = hashlib.sha256(json.dumps([[i, shas[i]] for i in ids]).encode()).hexdigest()[:16]
+        at = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+        return run_request(keys, RunSelection(tests=ids), deployment, pools, run_key=f"changed-{contents}-{at}",
                            reason=f"test file changed: {', '.join(ids)}"[:255])
 
     @dg.sensor(name="infra_change_backfill", job=jobs["tests"], minimum_interval_seconds=300,

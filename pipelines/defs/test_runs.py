@@ -139,42 +139,77 @@ def _resolve(context: dg.AssetExecutionContext, night, selection: RunSelection, 
     return runset
 
 
+def one_partition(keys: list[str] | None, runset: RunSet) -> bool:
+    """Whether the run is exactly one test's partition: the Pipes path's result carries no partition,
+    and Dagster applies it to every partition of the run (one test of a range stays on the watch path)."""
+    return len(runset.run) == 1 and keys == [runset.run[0].id]
+
+
 def _dagster_events(context: dg.AssetExecutionContext, night, events, selection: RunSelection, by_id: dict,
                     pipes: bool = False):
-    """Our events as Dagster events: observations, materializations and check results."""
-    for event in events:
-        if isinstance(event, Planned):
-            plan = event.plan
-            _say(context, f"{len(plan.assignments)} test(s) of {selection.describe()}; predicted makespan "
-                          f"{plan.makespan_s:.0f}s (lower bound {plan.lower_bound_s:.0f}s); "
-                          f"{len(event.runset.skipped)} not launched")
-            context.log.info("plan:\n" + plan_markdown(plan))
-            for a in plan.ordered():
-                yield dg.AssetObservation(asset_key=TEST_RUNS, partition=a.test_id,
-                                          metadata=planned_metadata(a, by_id[a.test_id], night.night))
-            for t, why in event.runset.skipped:
-                yield dg.AssetObservation(asset_key=TEST_RUNS, partition=t.id,
-                                          metadata={"outcome": "not launched", "reason": why,
-                                                    "est_time_s": t.est_time, "est_source": t.est_source})
-        elif isinstance(event, InputReady):
-            cls = dg.AssetObservation if event.built.reused else dg.AssetMaterialization
-            yield cls(asset_key=KIND_ASSET[event.requirement.kind], partition=event.requirement.key,
-                      metadata=built_metadata(event.built, event.requirement.source))
-        elif isinstance(event, InputFailed):
-            yield dg.AssetObservation(asset_key=KIND_ASSET[event.requirement.kind],
-                                      partition=event.requirement.key,
-                                      metadata={"outcome": "build failed", "reason": event.error})
-        elif isinstance(event, Finished):
-            meta = attempt_metadata(event.attempt, event.test, night.night)
-            if pipes:  # a Pipes session ran in this step: Dagster expects the step's own result
-                yield dg.MaterializeResult(asset_key=TEST_RUNS, metadata=meta)
-            else:
-                yield dg.AssetMaterialization(asset_key=TEST_RUNS, partition=event.test.id, metadata=meta)
-            yield check_result(event.attempt, event.test, event.quarantined)
-        elif isinstance(event, NightDone):
-            s = event.summary
-            _say(context, f"done: predicted makespan {s['predicted_makespan_s']:.1f}s, actual "
-                          f"{s['actual_makespan_s']:.1f}s; record {night.state.uri('runs/' + night.run_id + '.json')}")
+    """Our events as Dagster events: observations, materializations and check results.
+
+    ``pipes``: a Pipes session ran in this step, so Dagster expects the step's own result, exactly
+    once: the test's final attempt. An attempt retried after an infra error is observed on the
+    partition with its metadata, so its result waits until the next attempt or the end of the night.
+    """
+    held: list = []  # Pipes: the latest attempt, (test id, metadata, check) not yet reported
+    try:
+        for event in events:
+            if isinstance(event, Planned):
+                plan = event.plan
+                _say(context, f"{len(plan.assignments)} test(s) of {selection.describe()}; predicted makespan "
+                              f"{plan.makespan_s:.0f}s (lower bound {plan.lower_bound_s:.0f}s); "
+                              f"{len(event.runset.skipped)} not launched")
+                context.log.info("plan:\n" + plan_markdown(plan))
+                for a in plan.ordered():
+                    yield dg.AssetObservation(asset_key=TEST_RUNS, partition=a.test_id,
+                                              metadata=planned_metadata(a, by_id[a.test_id], night.night))
+                for t, why in event.runset.skipped:
+                    yield dg.AssetObservation(asset_key=TEST_RUNS, partition=t.id,
+                                              metadata={"outcome": "not launched", "reason": why,
+                                                        "est_time_s": t.est_time, "est_source": t.est_source})
+            elif isinstance(event, InputReady):
+                cls = dg.AssetObservation if event.built.reused else dg.AssetMaterialization
+                yield cls(asset_key=KIND_ASSET[event.requirement.kind], partition=event.requirement.key,
+                          metadata=built_metadata(event.built, event.requirement.source))
+            elif isinstance(event, InputFailed):
+                yield dg.AssetObservation(asset_key=KIND_ASSET[event.requirement.kind],
+                                          partition=event.requirement.key,
+                                          metadata={"outcome": "build failed", "reason": event.error})
+            elif isinstance(event, Finished):
+                meta = attempt_metadata(event.attempt, event.test, night.night)
+                check = check_result(event.attempt, event.test, event.quarantined)
+                if pipes:
+                    yield from _held_attempt(held, final=False)  # another attempt followed: that one was retried
+                    held.append((event.test.id, meta, check))
+                else:
+                    yield dg.AssetMaterialization(asset_key=TEST_RUNS, partition=event.test.id, metadata=meta)
+                    yield check
+            elif isinstance(event, NightDone):
+                yield from _held_attempt(held, final=True)
+                s = event.summary
+                _say(context, f"done: predicted makespan {s['predicted_makespan_s']:.1f}s, actual "
+                              f"{s['actual_makespan_s']:.1f}s; record {night.state.uri('runs/' + night.run_id + '.json')}")
+    except GeneratorExit:  # closed by Dagster while suspended here: nothing more may be yielded
+        raise
+    except BaseException:  # the night failed or was interrupted after its last attempt: still its result
+        yield from _held_attempt(held, final=True)
+        raise
+    yield from _held_attempt(held, final=True)
+
+
+def _held_attempt(held: list, final: bool):
+    """The Pipes path's held attempt: the step's result when ``final``, else an observation of the
+    partition with the same metadata (the attempt was retried); then its check result."""
+    if not held:
+        return
+    test_id, meta, check = held.pop()
+    if final:
+        yield dg.MaterializeResult(asset_key=TEST_RUNS, metadata=meta)
+    else:
+        yield dg.AssetObservation(asset_key=TEST_RUNS, partition=test_id, metadata=meta)
+    yield check
 
 
 def _excused(nightly: NightlyResource, event, key: str | None) -> bool:
@@ -230,7 +265,7 @@ def build_test_runs(catalog: Catalog, test_parts: dg.PartitionsDefinition, deps:
         for note in fail_stale_runs(context.instance, context.run.run_id):
             _say(context, note, "warning")
         launcher = None
-        if night.deployment.launcher == "kubernetes" and len(runset.run) == 1:
+        if night.deployment.launcher == "kubernetes" and one_partition(_keys(context), runset):
             from pipelines.launch.kubernetes.pipes import pipes_launcher_for  # one pod through Pipes
 
             night.pin_images(infra)

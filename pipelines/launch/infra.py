@@ -8,7 +8,9 @@ A tag such as ``:nightly`` can move under the same name and a driver upgrade cha
   local tests run in;
 - driver: ``nvidia-smi`` when present (local), the GPU nodes' feature-discovery labels
   (Kubernetes), else the pool's declared ``driver``;
-- spec: a digest of the pool's declared shape (nodes, GPUs, hardware, image, selector, ...).
+- spec: a digest of what a test sees on the pool's nodes (``SPEC_FIELDS``); where and when pods
+  are scheduled (node count, queue, priority, tolerations, shm and CPU/memory requests) is left
+  out, and so is any field a later version adds, so neither starts a full nightly run.
 Probing never raises: what cannot be observed is reported empty with the reason in ``notes``;
 where a probe that should answer failed (the digest command, nvidia-smi, the node API), the field
 also carries ``<field>_problem``: its value is a fallback, not an observation, and the
@@ -17,7 +19,6 @@ infra-change sensor keeps the last observed value instead (an outage is not an i
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 import shutil
@@ -39,10 +40,22 @@ def _sha(text: str) -> str:
     return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
 
 
+#: the pool fields that change what a test sees on its node (docs/ui.md lists them); changing this
+#: list changes SPEC_FORM, so a value of the former form is taken as the new baseline, not a change
+SPEC_FIELDS = ("hardware", "gpus_per_node", "image", "image_digest", "node_selector")
+SPEC_FORM = "node-v1"
+
+
 def spec_digest(pool: PoolSpec) -> str:
-    """The pool's declared shape; the digest command itself is left out (it is how, not what)."""
-    fields = {k: v for k, v in dataclasses.asdict(pool).items() if k not in ("image_digest_command",)}
-    return _sha(json.dumps(fields, sort_keys=True, default=str))[:23]
+    """``node-v1:<16 hex>``, a digest of the pool's ``SPEC_FIELDS``."""
+    fields = {k: getattr(pool, k) for k in SPEC_FIELDS}
+    return f"{SPEC_FORM}:{_sha(json.dumps(fields, sort_keys=True, default=str))[7:23]}"
+
+
+def comparable(field: str, old: str, new: str) -> bool:
+    """Whether two observed values of a field tell a change: spec digests of different forms (one
+    stored before an upgrade changed what it covers, ``sha256:...`` before ``node-v1``) do not."""
+    return field != "spec" or old.partition(":")[0] == new.partition(":")[0]
 
 
 def environment_digest() -> str:
@@ -161,14 +174,15 @@ def keep_last_observed(before: dict[str, dict[str, str]],
 
 def changed_pools(before: dict[str, dict[str, str]], now: dict[str, dict[str, str]]) -> dict[str, list[str]]:
     """Pools whose digest, driver or spec changed, with what changed (pools new to ``before`` are not
-    changes, nor are fields ``before`` never observed: the first observation after a probe outage)."""
+    changes, nor are fields ``before`` never observed: the first observation after a probe outage,
+    nor a spec digest ``before`` holds in an earlier form: the first tick after an upgrade)."""
     out: dict[str, list[str]] = {}
     for pool, cur in now.items():
         old = before.get(pool)
         if not old:
             continue
         what = [f"{k} {old.get(k) or '?'} -> {cur.get(k) or '?'}" for k in FIELDS
-                if k in old and k in cur and old[k] != cur[k]]
+                if k in old and k in cur and old[k] != cur[k] and comparable(k, old[k], cur[k])]
         if what:
             out[pool] = what
     return out

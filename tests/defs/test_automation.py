@@ -294,3 +294,107 @@ def test_an_image_digest_command_outage_on_the_first_tick_is_no_change_once_it_a
     result, _ = _tick(defs, resource, "infra_change_backfill", cursor)
     [request] = result.run_requests
     assert "sha256:cccc" in request.tags["nightly/reason"]
+
+
+def test_a_changed_test_file_seen_while_the_quarantine_file_is_broken_runs_once_it_is_fixed(setup):
+    """The tick that cannot read the quarantine (run_quarantined off: the run's tests depend on it)
+    skips without moving the cursor, so the change is still a change on the tick after the fix."""
+    from pipelines.reporting.state import quarantine_key
+
+    defs, resource, repo, _ = setup
+    repos = __import__("pathlib").Path(resource.assets_dir) / "repos.yaml"
+    data = yaml.safe_load(repos.read_text())
+    data["repos"]["minirl"]["flaky"] = {"run_quarantined": False}
+    repos.write_text(yaml.safe_dump(data))
+    _, cursor = _tick(defs, resource, "rerun_changed_tests", None)
+    f = repo / "tests" / "e2e" / "lora" / "test_lora_math.py"
+    f.write_text(f.read_text() + "\n# tweaked\n")
+    state, key = resource.night().state, quarantine_key("minirl")
+    state.put(key, "{not json")
+    result, after = _tick(defs, resource, "rerun_changed_tests", cursor)
+    assert result.run_requests == [] and "nightly state unreadable" in result.skip_message
+    assert f"{state.uri(key)}:1: quarantine: not valid JSON" in result.skip_message and after == cursor
+    state.delete(key)
+    result, _ = _tick(defs, resource, "rerun_changed_tests", after)
+    [request] = result.run_requests
+    assert _config(request)["tests"] == ["tests/e2e/lora/test_lora_math.py"]
+
+
+def test_a_test_file_reverted_then_relanded_is_requested_again(setup, monkeypatch):
+    """A -> B -> A -> B: each change is requested, though the file's content (hence its digest)
+    repeats; a key Dagster saw before would drop the request. Ticks are minutes apart."""
+    import datetime as real
+
+    from pipelines.defs import automation
+
+    defs, resource, repo, _ = setup
+    ticks = iter(real.datetime(2026, 12, 1, 15, m, tzinfo=real.UTC) for m in (0, 5, 10, 15))
+
+    class Clock(real.datetime):
+        @classmethod
+        def now(cls, tz=None):
+            return next(ticks)
+
+    monkeypatch.setattr(automation, "datetime", Clock)
+    f = repo / "tests" / "e2e" / "lora" / "test_lora_math.py"
+    a, b = f.read_text(), f.read_text() + "\n# tweaked\n"
+    _, cursor = _tick(defs, resource, "rerun_changed_tests", None)
+    keys = []
+    for text in (b, a, b):
+        f.write_text(text)
+        result, cursor = _tick(defs, resource, "rerun_changed_tests", cursor)
+        [request] = result.run_requests
+        keys.append(request.run_key)
+    assert len(set(keys)) == 3 and all(len(k) <= 64 for k in keys), keys
+
+
+def _edit_pool(resource, **fields) -> None:
+    path = __import__("pathlib").Path(resource.assets_dir) / "cluster.yaml"
+    data = yaml.safe_load(path.read_text())
+    data["deployments"]["local"]["pools"]["h200"].update(fields)
+    path.write_text(yaml.safe_dump(data))
+
+
+def test_a_scheduling_only_edit_of_a_pool_requests_nothing_a_node_edit_does(setup):
+    """Queue, priority, tolerations, shm, CPU/memory requests and the node count change where and when
+    pods run, not what a test sees on its node: no full nightly run for them."""
+    defs, resource, _, _ = setup
+    _, cursor = _tick(defs, resource, "infra_change_backfill", None)
+    _edit_pool(resource, nodes=2, queue="h200-nightly", priority_class="nightly-e2e", shm_size="64Gi",
+               cpu_per_gpu="20", memory_per_gpu="200Gi",
+               tolerations=[{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}])
+    result, cursor = _tick(defs, resource, "infra_change_backfill", cursor)
+    assert result.run_requests == [] and result.skip_message == "no pool's image digest, driver or spec changed"
+    _edit_pool(resource, node_selector={"nvidia.com/gpu.product": "NVIDIA-H200"})
+    result, _ = _tick(defs, resource, "infra_change_backfill", cursor)
+    [request] = result.run_requests
+    assert "spec node-v1:" in request.tags["nightly/reason"]
+
+
+def test_a_pool_field_added_with_a_default_leaves_the_spec_digest_as_it_was():
+    """A pipeline upgrade that adds a defaulted PoolSpec field must not read as a spec change on every pool."""
+    import dataclasses
+
+    from pipelines.core.specs import PoolSpec
+    from pipelines.launch.infra import spec_digest
+
+    upgraded = dataclasses.make_dataclass("PoolSpec", [("runtime_hint", str, dataclasses.field(default=""))],
+                                          bases=(PoolSpec,), frozen=True)
+    shape = {"name": "h200", "nodes": 4, "gpus_per_node": 8, "image": "ghcr.io/x:nightly"}
+    assert spec_digest(upgraded(**shape)) == spec_digest(PoolSpec(**shape))
+
+
+def test_the_first_tick_after_the_spec_digest_changed_form_re_baselines_without_a_run(setup):
+    """A cursor written before the upgrade holds the old digest of every field: not comparable, so it is
+    replaced, not reported as a change; a real change after that is one."""
+    defs, resource, _, _ = setup
+    _, cursor = _tick(defs, resource, "infra_change_backfill", None)
+    old = __import__("json").loads(cursor)
+    old["h200"]["spec"] = "sha256:d52e60f2e650ab12"  # the old form: a digest of the whole PoolSpec
+    result, cursor = _tick(defs, resource, "infra_change_backfill", __import__("json").dumps(old))
+    assert result.run_requests == [] and result.skip_message == "no pool's image digest, driver or spec changed"
+    assert __import__("json").loads(cursor)["h200"]["spec"].startswith("node-v1:")
+    _edit_pool(resource, gpus_per_node=4)
+    result, _ = _tick(defs, resource, "infra_change_backfill", cursor)
+    [request] = result.run_requests
+    assert "spec node-v1:" in request.tags["nightly/reason"]

@@ -240,7 +240,7 @@ def _delete(api: client.CoreV1Api, rec: PodRecorder, namespace: str) -> None:
 class PipesLauncher:
     """The Launcher interface over ``PipesK8sClient``, where one step context runs one test pod.
 
-    Used for single ``test_runs`` partitions on Kubernetes (reruns, backfills, sensor requests):
+    Used for a run of exactly one ``test_runs`` partition on Kubernetes (a rerun of one partition):
     one container per asset partition, its logs and Pipes messages in that run's UI. Retries on
     another node stay with the dispatcher, exactly as for the watch-based launcher.
     """

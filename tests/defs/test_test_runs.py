@@ -1,0 +1,139 @@
+"""test_runs on Kubernetes: which launcher a run takes, and what Dagster records of each attempt.
+
+The Pipes path (dagster-k8s ``PipesK8sClient``) reports the step's own result, which Dagster applies
+to every partition of the run: it is for a run of exactly one partition. The pods are scripted here
+(no cluster): the Pipes stand-in opens a real Pipes session in the step, as ``PipesK8sClient.run``
+does, and both stand-ins return the attempts a pod would have ended with.
+"""
+
+from __future__ import annotations
+
+import dagster as dg
+import pytest
+import yaml
+
+from pipelines.core.model import Attempt
+from pipelines.core.runset import RunSelection
+from pipelines.definitions import build_definitions
+from pipelines.defs.jobs import run_request
+from pipelines.defs.resources import NightlyResource
+from pipelines.night import Night
+from pipelines.storage.cache import Built
+from tests.support.assets import copied_example
+
+pytestmark = pytest.mark.slow  # real runs of test_runs in a Dagster instance: a few seconds each
+
+ONE = "tests/e2e/lora/test_lora_math.py"
+PICK = ("tests/e2e/fsdp/test_fsdp_sft_chat.py", ONE, "tests/e2e/lora/test_lora_moe_5layer.py")
+
+
+class ScriptedPods:
+    """A Kubernetes launcher whose pods end as scripted, one outcome per launch."""
+
+    def __init__(self, name: str, outcomes: list[str], context=None):
+        self.name, self.outcomes, self.context = name, list(outcomes), context
+        self.launched: list[tuple[str, int]] = []
+
+    def launch(self, request, on_log=None) -> Attempt:
+        if self.context is not None:  # PipesK8sClient.run opens a Pipes session in the step
+            with dg.open_pipes_session(self.context, dg.PipesEnvContextInjector(), dg.PipesTempFileMessageReader()):
+                pass
+        outcome = self.outcomes.pop(0)
+        self.launched.append((request.test.id, request.attempt))
+        request.log_path.parent.mkdir(parents=True, exist_ok=True)
+        request.log_path.write_text(f"attempt {request.attempt}: {outcome}\n")
+        return Attempt(test_id=request.test.id, outcome=outcome, elapsed_s=1.0, started_at="2026-12-01T02:00:00Z",
+                       attempt=request.attempt, node=f"h200-{request.attempt}", log_path=str(request.log_path),
+                       timeout_s=request.timeout_s, reason="node_lost" if outcome == "infra_error" else "",
+                       details={"retriable": "true"})
+
+
+@pytest.fixture
+def cluster(tmp_path, monkeypatch):
+    """The production deployment (Kubernetes, two infra retries) with local state and scripted pods."""
+    from pipelines.launch import infra
+    from pipelines.launch.kubernetes import pipes
+
+    _, assets = copied_example(tmp_path)
+    path = assets / "cluster.yaml"
+    data = yaml.safe_load(path.read_text())
+    data["deployments"]["production"]["storage"] = "local"
+    path.write_text(yaml.safe_dump(data))
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "no-kubeconfig"))  # anything else reaching for a cluster fails fast
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    monkeypatch.setattr(infra, "kubernetes_driver", lambda deployment, pool: ("570.86.15/12.8", ""))
+    monkeypatch.setattr(Night, "build", lambda self, req: Built(req.key, tmp_path / req.key, True, 0.0, 0, 0))
+    pods = {"watch": ScriptedPods("kubernetes", []), "pipes": ScriptedPods("kubernetes-pipes", [])}
+    monkeypatch.setattr(Night, "launcher", lambda self: pods["watch"])
+
+    def pipes_launcher_for(context, deployment, **_):
+        pods["pipes"].context = context
+        return pods["pipes"]
+
+    monkeypatch.setattr(pipes, "pipes_launcher_for", pipes_launcher_for)
+    resource = NightlyResource(home=str(tmp_path / "home"), assets_dir=str(assets), deployment="production")
+    return build_definitions(nightly=resource), pods
+
+
+def _run(defs, instance, *, partition_key=None, request=None, tags=None, config=None):
+    job = defs.resolve_job_def("tests")
+    if request is not None:
+        return job.execute_in_process(instance=instance, run_config=request.run_config, tags=request.tags,
+                                      raise_on_error=False)
+    return job.execute_in_process(instance=instance, partition_key=partition_key, tags=tags or {},
+                                  run_config=config or {}, raise_on_error=False)
+
+
+def _records(instance, fetch) -> dict[str, list[dict]]:
+    out: dict[str, list[dict]] = {}
+    for r in fetch(dg.AssetKey("test_runs"), limit=100).records:
+        event = r.event_log_entry.dagster_event.event_specific_data
+        data = getattr(event, "materialization", None) or event.asset_observation
+        out.setdefault(data.partition, []).append({k: v.value for k, v in data.metadata.items()})
+    return out
+
+
+def _failures(result) -> list[str]:
+    return [e.step_failure_data.error.message for e in result.all_events if e.is_step_failure]
+
+
+@pytest.mark.parametrize("way", ["sensor request", "pick of three"])
+def test_one_test_in_a_run_over_many_partitions_materializes_its_own_partition_only(cluster, way):
+    """A changed-file sensor naming one test over the whole range, or a pick of three partitions with
+    one test selected: the one test runs through the watch launcher and only its partition is
+    materialized; the others never ran and show nothing."""
+    defs, pods = cluster
+    pods["watch"].outcomes = pods["pipes"].outcomes = ["failed"]
+    keys = sorted(defs.resolve_assets_def("test_runs").partitions_def.get_partition_keys())
+    with dg.instance_for_test() as instance:
+        if way == "sensor request":
+            result = _run(defs, instance, request=run_request(keys, RunSelection(tests=(ONE,)), "production", ["h200"]))
+        else:
+            result = _run(defs, instance, tags={"dagster/asset_partition_range_start": PICK[0],
+                                                "dagster/asset_partition_range_end": PICK[-1]},
+                          config={"ops": {"test_runs": {"config": {"tests": [ONE]}}}})
+        assert result.success, _failures(result)
+        materialized = _records(instance, instance.fetch_materializations)
+    assert {k: [m["outcome"] for m in ms] for k, ms in materialized.items()} == {ONE: ["failed"]}
+    assert pods["watch"].launched == [(ONE, 1)] and pods["pipes"].launched == []
+
+
+def test_a_single_partition_rerun_goes_through_pipes_and_materializes_only_its_final_attempt(cluster):
+    """An infra error, then a pass on retry: one materialization (the pass), the first attempt an
+    observation with its metadata, and the check judges the pass; the run succeeds."""
+    defs, pods = cluster
+    pods["pipes"].outcomes = ["infra_error", "passed"]
+    with dg.instance_for_test() as instance:
+        result = _run(defs, instance, partition_key=ONE)
+        assert result.success, _failures(result)
+        materialized = _records(instance, instance.fetch_materializations)
+        observed = _records(instance, instance.fetch_observations)
+    checks = [(e.event_specific_data.partition, e.event_specific_data.passed) for e in result.all_events
+              if e.event_type_value == "ASSET_CHECK_EVALUATION"]
+    assert pods["pipes"].launched == [(ONE, 1), (ONE, 2)] and pods["watch"].launched == []
+    [final] = materialized[ONE]
+    assert (final["outcome"], final["attempt"], final["node"]) == ("passed", 2, "h200-2")
+    assert list(materialized) == [ONE]
+    retried = [o for o in observed[ONE] if o["outcome"] == "infra_error"]
+    assert [(o["attempt"], o["reason"], o["node"]) for o in retried] == [(1, "node_lost", "h200-1")]
+    assert checks == [(ONE, False), (ONE, True)], "each attempt judged as it ended, the pass last"
