@@ -632,8 +632,9 @@ class Night:
         return {k: self.state.uri(v) for k, v in self.calibration_keys().items()}
 
     def checks(self, estimates: list[Estimate]) -> tuple[list[Estimate], list]:
-        """(drifted estimates, tests whose last run used over 90% of their timeout)."""
-        tests = self.catalog.tests
+        """(drifted estimates, tests whose last run used over 90% of their timeout: the proposal's, or
+        the shorter one their file's est_time gives the framework's runner)."""
+        tests = self.registered_tests()
         return drift(estimates), near_timeout(tests, self.history.read(), self.timeout_floor_s,
                                               self.repo_spec.timeout_factor, estimates=estimates)
 

@@ -245,6 +245,8 @@ def _execute(night, args, selection, env: dict[str, str], home: Path) -> int:
         print(f"note: {note}")
     for line in held_lines(estimates):
         print(line)
+    for near in night.checks(estimates)[1]:
+        print(f"near timeout: {near}")
     _print_calibration(calib, report)
     print(f"dagster runs: {result.run_id} (night), {calib.run_id} (calibration); `make ui` to browse")
     verdict = summary.get("verdict") or {}

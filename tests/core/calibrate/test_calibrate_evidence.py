@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import dataclasses
 
 from pipelines.core.calibrate import drift, evidence_rows, near_timeout, write_evidence_csv
 from pipelines.core.model import Estimate, Sample
@@ -59,3 +60,17 @@ def test_the_timeout_judged_is_the_one_the_proposal_gives_next_night():
     hit = near_timeout([t], runs, 1800, 1.25, estimates=[est(3600, 1000)])  # max(1800, 1250) = 1800 s
     assert [str(h) for h in hit] == ["tests/e2e/test_a.py: last run passed after 1700 s of its 1800 s timeout (94%)"]
     assert near_timeout([t], runs, 1800, 1.25, estimates=[est(3600, 1000, tid="tests/e2e/test_b.py")]) == []
+
+
+def test_a_pass_past_the_timeout_its_file_gives_the_frameworks_runner_is_listed_though_calibration_raised_it():
+    """The night ran with a calibrated est_time above the file's: the framework's own runner (PR CI) still
+    kills the test at max(floor, 1.25 x the file's est_time) until the patch is merged."""
+    t = make_test(est_time=4)  # the file: timeout max(1, 5) = 5 s
+    runs = [sample(9.2, "2026-12-01T00:00:00Z")]
+    hit = near_timeout([t], runs, 1, 1.25, estimates=[est(4, 10)])  # proposal 10: 12 s next night
+    assert [str(h) for h in hit] == [
+        "tests/e2e/test_a.py: last run passed after 9.2 s of its 5 s timeout (184%), the one its file's est_time=4 "
+        "gives the framework's own runner (the night ran with the calibrated est_time; merge the est_time patch)"]
+    assert near_timeout([dataclasses.replace(t, fmt="template", est_source="default")], runs, 1, 1.25,
+                        estimates=[est(4, 10)]) == []  # a template registers no timeout
+    assert near_timeout([t], [sample(4.0, "2026-12-01T00:00:00Z")], 1, 1.25, estimates=[est(4, 10)]) == []
