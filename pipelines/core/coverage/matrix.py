@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import ast
 import re
+from collections.abc import Sequence
 
-from pipelines.core.catalog.assemble import entry_gpus, template_path
+from pipelines.core.catalog.assemble import entry_gpus, entry_ids, entry_key, template_path
 from pipelines.core.catalog.scan import FileScan
 from pipelines.core.catalog.template import job_value, parse_template
 from pipelines.core.coverage.model import Configuration, norm
@@ -119,13 +120,18 @@ def _pairs(value: object, fields: tuple[str, ...] | None, path: str, line: int, 
     return None
 
 
-def template_matrix(source: str, template: str, test: str, *, scan: FileScan,
-                    default_gpus: int) -> tuple[list[Configuration], list[Problem]]:
+def template_matrix(source: str, template: str, test: str, *, scan: FileScan, default_gpus: int,
+                    others: Sequence[tuple[str, str]] = ()) -> tuple[list[Configuration], list[Problem]]:
     """The entries of ``test`` (a repo-relative path) in the workflow template, one configuration each.
 
     An entry without ``num_gpus`` runs on the test file's ``NUM_GPUS`` (read by the catalog's
-    ``scan``), else on the repo's ``default_gpus``, as ``nightly catalog`` lists it."""
+    ``scan``), else on the repo's ``default_gpus``, as ``nightly catalog`` lists it. Each carries
+    its catalog test id, which depends on the test's entries in every template: ``others`` are
+    the other templates, (path, text)."""
     parsed = parse_template(source, template)
+    mine = [e for t in (parsed, *(parse_template(text, name) for name, text in others))
+            for e in t.entries if template_path(e.test_file) == test]
+    ids = entry_ids(mine)
     defaults = {key: default for _, key, default in parsed.env if default is not None}
     configs = []
     problems = list(parsed.problems)
@@ -139,7 +145,8 @@ def template_matrix(source: str, template: str, test: str, *, scan: FileScan,
         fields = {"job": entry.job, "num_gpus": norm(entry_gpus(entry, scan.num_gpus, default_gpus)),
                   "test_args": entry.test_args, **defaults, **given}
         name = " ".join(filter(None, (entry.job, entry.test_args, *(f"{k}={v}" for k, v, _ in entry.github))))
-        configs.append(Configuration(test, name, template, entry.line, tuple(sorted(fields.items()))))
+        configs.append(Configuration(test, name, template, entry.line, tuple(sorted(fields.items())),
+                                     ids[entry_key(entry)]))
     if not configs and not problems:
         problems.append(Problem(template, 1, "test_file", f"no entry runs {test}; add one or drop it from the group"))
     return configs, problems
