@@ -152,6 +152,17 @@ def test_against_a_revision_a_sibling_disabled_since_lost_its_cells_and_one_disa
     assert (code, out.splitlines()[0]) == (0, "against HEAD: no cell covered then is uncovered now")
 
 
+def test_rows_a_sibling_appends_at_module_level_cover_their_cells(framework, capsys):
+    repo, groups = framework
+    m_per, t_shared = ANTI_DIAGONAL
+    (repo / SIX).write_text(sibling(m_per) + f"_CONFIGS.append({t_shared!r})\n")
+
+    code, out, _ = coverage(capsys, "--repo", str(repo), "--groups", str(groups))
+
+    assert code == 0, out
+    assert f"backend=tilelang, layout=shared+virtual  {SIX}:10 t-shared" in out
+
+
 def test_against_a_revision_reports_the_cells_a_deleted_sibling_took_with_it(framework, capsys):
     repo, groups = framework
     (repo / SIX).unlink()
