@@ -25,12 +25,16 @@ from pathlib import Path
 
 from pipelines.cli.flags import FlagError
 from pipelines.core.coverage import (
+    Catalogued,
     CoverageReport,
     Design,
     GroupCoverage,
     LostCell,
+    RepoGroups,
+    Source,
     TreeSource,
     assign,
+    catalogued,
     check_repo,
     design,
     locate,
@@ -103,6 +107,25 @@ def check_groups_flag(path: Path | None) -> None:
                         "docs/coverage.md describes it)")
 
 
+def registered_tests(repo: str | None) -> Catalogued:
+    """The catalog's tests (as ``nightly catalog`` reads them, its cache too): only a registered,
+    enabled test's configurations cover a cell. Its own problems are ``nightly catalog``'s to list."""
+    from pipelines.cli.plan import load_catalog
+    from pipelines.core.specs import load_specs
+
+    specs = load_specs()
+    path, spec = specs.locate_repo(repo)
+    return catalogued(load_catalog(path, spec, specs).tests)
+
+
+def as_of(catalog: Catalogued, before: Source, after: Source, where: RepoGroups) -> Catalogued:
+    """What the catalog says of an earlier revision: only files unchanged since (and templates, for
+    their entries' ids) are known; the others count at ``before`` as they read."""
+    same = all(before.read(t) == after.read(t) for t in where.templates)
+    return Catalogued({p: regs for p, regs in catalog.files.items() if same and before.read(p) == after.read(p)},
+                      complete=False)
+
+
 def run(args: argparse.Namespace) -> int:
     check_groups_flag(args.groups)
     where = locate(args.repo, groups_file=args.groups)
@@ -110,11 +133,12 @@ def run(args: argparse.Namespace) -> int:
         raise FlagError(f"--groups: {args.groups} declares no groups for {where.name} (repos.{where.name}.groups); "
                         f"declare them under that name (its name in repos.yaml, else its folder name) or give "
                         "the file that does (docs/coverage.md)")
-    now = check_repo(where)
+    catalog = registered_tests(args.repo)
+    now = check_repo(where, catalog=catalog)
     lost: tuple[LostCell, ...] = ()
     if args.against is not None:
         before = GitSource(where.repo, args.against)
-        then = check_repo(where, before, adopt=True)
+        then = check_repo(where, before, adopt=True, catalog=as_of(catalog, before, TreeSource(where.repo), where))
         lost = lost_cells(then.groups, now.groups, before, TreeSource(where.repo))
     if args.json:
         # with --against, ok answers the question asked, "was nothing lost?", as the exit code does
@@ -150,6 +174,7 @@ def group_json(g: GroupCoverage) -> dict:
         "covered_by": {c.label: [_config_json(x) for x in g.covered_by(c)] for c in g.cells},
         "uncovered": [c.as_dict() for c in g.uncovered],
         "problems": [str(p) for p in g.problems],
+        "idle": dict(g.idle),
     }
 
 
@@ -181,7 +206,9 @@ def print_report(name: str, repo: Path, groups_file: Path, report: CoverageRepor
         by_test: dict[str, list[str]] = {t: [] for t in g.tests}
         for row in g.rows:
             by_test.setdefault(row.config.test, []).append(row.config.name)
-        for line in _table([(t, ", ".join(names) or "(no configurations)") for t, names in by_test.items()]):
+        idle = dict(g.idle)
+        for line in _table([(t, ", ".join(names) or (f"(covers nothing: {idle[t]})" if t in idle else "(no configurations)"))
+                            for t, names in by_test.items()]):
             print(line)
         rows = [("cell", "covered by")]
         for cell in g.cells:

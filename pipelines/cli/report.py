@@ -63,7 +63,7 @@ def repo_context(home: Path, repo: str | None, deployment: str | None):
     from pipelines.core.calibrate import calibrate
     from pipelines.core.flaky import FlakyRules
     from pipelines.core.specs import load_specs
-    from pipelines.reporting.inputs import ReportInputs, stored_estimates, uncovered_for
+    from pipelines.reporting.inputs import ReportInputs, stored_estimates
     from pipelines.reporting.state import load_doc
     from pipelines.storage.history import history_store
     from pipelines.storage.state import state_store
@@ -76,12 +76,6 @@ def repo_context(home: Path, repo: str | None, deployment: str | None):
         tests = list(history_cli.load_catalog_for(path, spec, specs).tests)
     except CatalogError as exc:
         print(f"nightly: warning: no catalog, the report shows only what the night recorded:\n{exc}", file=sys.stderr)
-    uncovered: list[str] = []
-    if tests:
-        try:
-            uncovered = uncovered_for(path)
-        except CatalogError as exc:
-            print(f"nightly: warning: matrix coverage not checked:\n{exc}", file=sys.stderr)
     where = specs.deployment(deployment)
     history = history_store(where, home)
     samples = history.read()
@@ -103,7 +97,7 @@ def repo_context(home: Path, repo: str | None, deployment: str | None):
     rules = FlakyRules.for_repo(spec)
     return name, ReportInputs(
         samples=samples, tests=tests, estimates=estimates, rules=rules,
-        quarantine=load_doc(store, name), uncovered=tuple(uncovered),
+        quarantine=load_doc(store, name), repo_path=path if tests else None,  # coverage: against the night's selection
         timeout_floor_s=spec.timeout_floor_s if spec else 1800, timeout_factor=spec.timeout_factor if spec else 1.25,
         repo=name,
     ), store

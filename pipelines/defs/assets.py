@@ -138,15 +138,10 @@ def build_assets(catalog: Catalog) -> tuple[list[dg.AssetsDefinition], list[dg.A
 def write_night_report(night, run_id: str | None = None, warn=print):
     """Build a run's report (the newest night when ``run_id`` is None) and store its HTML page."""
     from pipelines.core.model import CatalogError
-    from pipelines.reporting.inputs import inputs_for_night, night_report, uncovered_for, write_html
+    from pipelines.reporting.inputs import inputs_for_night, night_report, write_html
 
-    try:
-        uncovered = uncovered_for(night.repo_spec.path)
-    except CatalogError as exc:  # a broken coverage.yaml must not hide the night
-        warn(f"coverage not checked: {exc}")
-        uncovered = [f"coverage not checked: {exc}"]
-    try:
-        data = night_report(night.state, run_id, inputs_for_night(night, uncovered=uncovered))
+    try:  # coverage is checked against the night's selection; a broken coverage.yaml is a warning
+        data = night_report(night.state, run_id, inputs_for_night(night), warn=warn)
     except CatalogError as exc:
         raise dg.Failure(str(exc)) from exc
     return write_html(night.state, data), data

@@ -338,6 +338,9 @@ class ReportInputs:
     timeout_factor: float = 1.25
     #: the repo's name: where each night's own calibration evidence is (evidence_key)
     repo: str = ""
+    #: the checkout whose coverage groups the report checks against the night's selection; None: not checked
+    #: (``uncovered`` then holds all the cells to list)
+    repo_path: Path | None = None
 
 
 def as_of(summary: Mapping, samples: Sequence[Sample], quarantine: Mapping | None,
@@ -387,7 +390,8 @@ def night_report(store: StateStore, night: str | None, inputs: ReportInputs,
     states = {k: v for k, v in states.items() if k in mine}
     data = build_report(
         summary, earlier, samples, inputs.tests, estimates, states=states,
-        log_tails=log_tails(summary, store), uncovered=inputs.uncovered, capacity_gpus=inputs.capacity_gpus,
+        log_tails=log_tails(summary, store), uncovered=(*night_uncovered(inputs, summary, warn), *inputs.uncovered),
+        capacity_gpus=inputs.capacity_gpus,
         timeout_floor_s=inputs.timeout_floor_s, timeout_factor=inputs.timeout_factor,
     )
     return dataclasses.replace(data, notes=(*data.notes, *left_out)) if left_out else data
@@ -404,27 +408,61 @@ def write_html(store: StateStore, data: ReportData, out: Path | None = None) -> 
     return store.put(f"reports/{data.night or 'night'}.html", page)
 
 
-def uncovered_for(repo_path: Path) -> list[str]:
-    """The repo's declared matrix cells no test covers (pipelines.core.coverage), one line each."""
-    from pipelines.core.coverage import uncovered_cells
+def tonight(summary: Mapping) -> tuple[set[str] | None, dict[str, str]]:
+    """(ids the night ran or planned, why each other test of its catalog did not run); None for a
+    record that does not say what it selected (an older version)."""
+    if not isinstance(summary.get("selected"), list):
+        return None, {}
+    unplanned = set(summary.get("unplanned", ()))
+    ran = {i for i in summary["selected"] if i not in unplanned} | {a["test_id"] for a in summary["attempts"]}
+    reasons = summary.get("skip_reasons")
+    why = {i: f"not run tonight: {r}" for i, r in reasons.items()} if isinstance(reasons, dict) else {}
+    why.update({i: "not run tonight: no pool of the deployment runs it" for i in unplanned if i not in ran})
+    return ran, why
 
-    return [f"{u.group}: {u.cell.label} (group: {', '.join(u.tests)})" for u in uncovered_cells(repo_path)]
+
+def uncovered_for(repo_path: Path, tests: Sequence[Test] | None = None, summary: Mapping | None = None) -> list[str]:
+    """The repo's declared matrix cells no test covers (pipelines.core.coverage), one line each.
+
+    ``tests``: the catalog's; only configurations of an enabled one count, and (given the night's
+    ``summary``) only of one the night ran or planned. None: every configuration the files hold."""
+    from pipelines.core.coverage import catalogued, uncovered_cells
+
+    catalog = None
+    if tests is not None:
+        ran, why = tonight(summary) if summary is not None else (None, {})
+        catalog = catalogued(tests, ran, why)
+    return [f"{u.group}: {u.cell.label} (group: {', '.join(u.tests)})"
+            for u in uncovered_cells(repo_path, catalog=catalog)]
+
+
+def night_uncovered(inputs: ReportInputs, summary: Mapping, warn: Callable[[str], None]) -> list[str]:
+    """The cells the night's tests leave uncovered; a broken coverage.yaml is a warning and a line,
+    never a missing report."""
+    if inputs.repo_path is None or not inputs.tests:
+        return []
+    try:
+        return uncovered_for(inputs.repo_path, inputs.tests, summary)
+    except CatalogError as exc:
+        warn(f"matrix coverage not checked: {exc}")
+        return [f"coverage not checked: {exc}"]
 
 
 def inputs_for_night(night, uncovered: Sequence[str] | None = None,
                      samples: Sequence[Sample] | None = None) -> ReportInputs:
-    """The inputs from a ``pipelines.night.Night`` (what the night_report asset has at hand)."""
+    """The inputs from a ``pipelines.night.Night`` (what the night_report asset has at hand).
+
+    ``uncovered``: the cells to list as given; None: the report checks the repo's coverage
+    groups against the reported night's selection (``night_uncovered``)."""
     from pipelines.reporting.state import load_doc
 
-    if uncovered is None:
-        uncovered = uncovered_for(night.repo_spec.path)
     tests = night.registered_tests()
     samples = night.history.read() if samples is None else samples
     return ReportInputs(
         samples=samples, tests=tests,
         estimates=stored_estimates(night.state, night.repo_spec.name) or night.estimates(tests),
         rules=night.flaky_rules(),
-        quarantine=load_doc(night.state, night.repo_spec.name), uncovered=tuple(uncovered),
+        quarantine=load_doc(night.state, night.repo_spec.name), uncovered=tuple(uncovered or ()),
         timeout_floor_s=night.timeout_floor_s, timeout_factor=night.repo_spec.timeout_factor,
-        repo=night.repo_spec.name,
+        repo=night.repo_spec.name, repo_path=night.repo_spec.path if uncovered is None else None,
     )

@@ -10,7 +10,11 @@ import pytest
 
 from pipelines.cli import main
 from pipelines.core.coverage import configurations_by_test, uncovered_cells
-from tests.core.coverage.siblings import ANTI_DIAGONAL, DIAGONAL, sibling
+from tests.core.coverage.siblings import ANTI_DIAGONAL, DIAGONAL
+from tests.core.coverage.siblings import sibling as unregistered
+
+#: appended, so that the matrix keeps its lines: only a registered test's configurations count
+REGISTER = '\nregister_cuda_ci(est_time=60, suite="stage-b-2-gpu-h200", labels=["lora"])\n'
 
 FIVE, SIX = "tests/lora/test_moe_5layer.py", "tests/lora/test_moe_6layer.py"
 GROUPS = """\
@@ -25,6 +29,17 @@ repos:
             fields: [shared_outer, virtual_experts]
             values: {shared+virtual: [true, true], per-expert: [false, false]}
 """
+
+
+def sibling(*configs: tuple, **kwargs) -> str:
+    """A registered sibling test whose `_CONFIGS` holds these rows."""
+    return unregistered(*configs, **kwargs) + REGISTER
+
+
+@pytest.fixture(autouse=True)
+def _own_home(tmp_path, monkeypatch):
+    """The catalog's cache goes under the test's own state folder."""
+    monkeypatch.setenv("NIGHTLY_HOME", str(tmp_path / "home"))
 
 
 def git(repo: Path, *args: str) -> None:
@@ -91,6 +106,61 @@ def test_siblings_on_the_same_diagonal_exit_one_and_name_the_missing_cells(frame
     assert "backend=megatron, layout=per-expert      UNCOVERED" in out
     assert "backend=tilelang, layout=shared+virtual  UNCOVERED" in out
     assert "1 group(s), 2 uncovered cell(s), 0 problem(s)" in out
+
+
+DISABLED = 'labels=["lora"], disabled="flaky, see #123")'
+
+
+def test_a_disabled_sibling_covers_nothing_and_its_cells_are_uncovered(framework, capsys):
+    repo, groups = framework
+    (repo / SIX).write_text(sibling(*ANTI_DIAGONAL).replace('labels=["lora"])', DISABLED))
+
+    code, out, _ = coverage(capsys, "--repo", str(repo), "--groups", str(groups))
+
+    assert code == 1
+    assert f"  {SIX}  (covers nothing: disabled: flaky, see #123)" in out
+    assert "backend=megatron, layout=per-expert      UNCOVERED" in out
+    assert "backend=tilelang, layout=shared+virtual  UNCOVERED" in out
+    assert (f"  {SIX}:10: registration: covers nothing: disabled: flaky, see #123; its configurations count for "
+            "group lora-moe once the test runs") in out
+    assert "  2 of 4 cells covered" in out and "1 group(s), 2 uncovered cell(s), 1 problem(s)" in out
+
+
+def test_an_unregistered_sibling_covers_nothing_and_the_json_says_why(framework, capsys):
+    repo, groups = framework
+    (repo / SIX).write_text(unregistered(*ANTI_DIAGONAL))
+
+    code, out, _ = coverage(capsys, "--repo", str(repo), "--groups", str(groups), "--json")
+
+    [group] = json.loads(out)["groups"]
+    assert code == 1 and len(group["uncovered"]) == 2
+    assert group["idle"] == {SIX: "not registered (no register_*_ci call the catalog reads; `nightly catalog` says why)"}
+    assert group["problems"] == [f"{SIX}:1: registration: covers nothing: {group['idle'][SIX]}; its configurations "
+                                 "count for group lora-moe once the test runs"]
+
+
+def test_against_a_revision_a_sibling_disabled_since_lost_its_cells_and_one_disabled_before_did_not(framework, capsys):
+    repo, groups = framework
+    (repo / SIX).write_text(sibling(*ANTI_DIAGONAL).replace('labels=["lora"])', DISABLED))
+
+    code, out, _ = coverage(capsys, "--repo", str(repo), "--groups", str(groups), "--against", "HEAD")
+
+    assert code == 1
+    assert f"      was covered by {SIX}:6 m-per (disabled: flaky, see #123)" in out
+    git(repo, "commit", "-q", "-am", "disable the 6-layer sibling")
+    code, out, _ = coverage(capsys, "--repo", str(repo), "--groups", str(groups), "--against", "HEAD")
+    assert (code, out.splitlines()[0]) == (0, "against HEAD: no cell covered then is uncovered now")
+
+
+def test_rows_a_sibling_appends_at_module_level_cover_their_cells(framework, capsys):
+    repo, groups = framework
+    m_per, t_shared = ANTI_DIAGONAL
+    (repo / SIX).write_text(sibling(m_per) + f"_CONFIGS.append({t_shared!r})\n")
+
+    code, out, _ = coverage(capsys, "--repo", str(repo), "--groups", str(groups))
+
+    assert code == 0, out
+    assert f"backend=tilelang, layout=shared+virtual  {SIX}:10 t-shared" in out
 
 
 def test_against_a_revision_reports_the_cells_a_deleted_sibling_took_with_it(framework, capsys):
@@ -370,7 +440,7 @@ def test_a_yaml_null_value_is_the_value_of_a_python_none_in_the_matrix(framework
     groups.write_text(GROUPS + "          quant: [null, fp8]\n        require: [[quant]]\n")
     for path, quant in ((FIVE, None), (SIX, "fp8")):
         (repo / path).write_text(f"# (name, backend, shared_outer, virtual_experts, quant)\n"
-                                 f"_CONFIGS = [('x', 'megatron', True, True, {quant!r})]\n")
+                                 f"_CONFIGS = [('x', 'megatron', True, True, {quant!r})]\n" + REGISTER)
 
     code, out, err = coverage(capsys, "--repo", str(repo), "--groups", str(groups))
 

@@ -193,6 +193,22 @@ def entry_gpus(entry: Entry, file_gpus: int | None, default: int) -> int:
     return file_gpus if file_gpus is not None else default
 
 
+def entry_key(entry: Entry) -> tuple:
+    """What makes two template entries one test: an entry listed by several templates or jobs is one."""
+    return template_path(entry.test_file), entry.test_args, entry.extra, entry.num_gpus, entry.cpu
+
+
+def entry_ids(entries: Sequence[Entry]) -> dict[tuple, str]:
+    """The test id of each distinct entry (by :func:`entry_key`) of one test file, given all its entries:
+    the path alone for a file with one entry, else ``<path>::<variant>``. One rule for the catalog and
+    coverage (an entry the catalog disabled or left out of the night covers nothing)."""
+    first: dict[tuple, Entry] = {}
+    for e in entries:
+        first.setdefault(entry_key(e), e)
+    gpus_differ = len({e.num_gpus for e in first.values()}) > 1
+    return {key: make_id(key[0], _variant(e, gpus_differ) if len(first) > 1 else None) for key, e in first.items()}
+
+
 def template_tests(
     repo: Path, tmpls: Sequence[tuple[str, Template]], scans: Mapping[str, FileScan], default_gpus: int,
     default_est_time: int, estimates: Mapping[str, int],
@@ -211,7 +227,7 @@ def template_tests(
         if not (repo / path).is_file():
             problems.append(Problem(e.source, e.line, "test_file", f"{path} does not exist; fix the path in the template"))
             continue
-        key = (path, e.test_args, e.extra, e.num_gpus, e.cpu)
+        key = entry_key(e)
         on_pr.setdefault(key, False)
         on_pr[key] |= not nightly_only.get(e.source, False)
         if key in merged:
@@ -232,14 +248,13 @@ def template_tests(
         scan = scans.get(path)
         if scan is None or not scan.parsed:
             continue
-        gpus_differ = len({merged[k][0].num_gpus for k in keys}) > 1
+        ids = entry_ids([merged[k][0] for k in keys])
         for key in keys:
             e, labels, jobs = merged[key]
-            variant = _variant(e, gpus_differ) if len(keys) > 1 else None
             gpus = entry_gpus(e, scan.num_gpus, default_gpus)
             cpu = gpus == 0
             env = _env(e, env_of.get(e.source, {}))
-            test_id = make_id(path, variant)
+            test_id = ids[key]
             history = estimates.get(test_id)
             tests.append(Test(
                 id=test_id, path=path, backend="cpu" if cpu else "cuda", suite=e.job, gpus=gpus,

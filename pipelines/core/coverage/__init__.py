@@ -9,6 +9,7 @@ the night report and the catalog listing call.
 from __future__ import annotations
 
 import os
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,20 +21,22 @@ from pipelines.core.coverage.groups import FILE_NAME, load_groups, parse_groups
 from pipelines.core.coverage.matrix import python_matrix
 from pipelines.core.coverage.model import (
     DEFAULT_MATRIX,
+    Catalogued,
     Cell,
     Configuration,
     Dimension,
     Group,
     GroupCoverage,
     LostCell,
+    Registered,
     UncoveredCell,
 )
 from pipelines.core.coverage.outcomes import config_outcomes
-from pipelines.core.model import Problem
+from pipelines.core.model import Problem, Test
 
 __all__ = [
-    "Cell", "Configuration", "config_outcomes", "CoverageReport", "Design", "Dimension", "Group", "GroupCoverage", "LostCell",
-    "RepoGroups", "Source", "TreeSource", "UncoveredCell", "assign", "check_repo", "design", "locate",
+    "Catalogued", "catalogued", "Cell", "Configuration", "config_outcomes", "CoverageReport", "Design", "Dimension", "Group", "GroupCoverage", "LostCell",
+    "Registered", "RepoGroups", "Source", "TreeSource", "UncoveredCell", "assign", "check_repo", "design", "locate",
     "lost_cells", "parse_groups", "required_cells", "configurations_by_test", "uncovered_cells",
 ]
 
@@ -86,20 +89,39 @@ def locate(repo: str | Path | None, specs_dir: Path | str | None = None, groups_
                       default_gpus)
 
 
-def check_repo(where: RepoGroups, source: Source | None = None, adopt: bool = False) -> CoverageReport:
+def catalogued(tests: Iterable[Test], ran: Collection[str] | None = None,
+               why_not: Mapping[str, str] | None = None) -> Catalogued:
+    """The catalog's tests as coverage counts them: a disabled test covers nothing, nor (given
+    ``ran``, the ids a night ran or planned) one the night left out, for ``why_not[id]`` if given."""
+    files: dict[str, list[Registered]] = {}
+    for t in tests:
+        idle = f"disabled: {t.disabled}" if t.disabled is not None else None
+        if idle is None and ran is not None and t.id not in ran:
+            idle = (why_not or {}).get(t.id) or "not in tonight's selection"
+        files.setdefault(t.path, []).append(Registered(t.id, t.path, t.line, idle))
+    return Catalogued({path: tuple(regs) for path, regs in files.items()})
+
+
+def check_repo(where: RepoGroups, source: Source | None = None, adopt: bool = False,
+               catalog: Catalogued | None = None) -> CoverageReport:
     """Every group of the repo checked at ``source`` (the working tree by default).
 
     ``adopt``: test files whose ``# coverage-group:`` comment names a declared group join it (for
     an earlier revision) instead of being reported as missing from assets/coverage.yaml.
+    ``catalog``: only configurations of the tests it runs count (``catalogued``); None: all do.
     """
     reports, problems = check_groups(where.groups, source or TreeSource(where.repo), where.roots, where.templates, adopt,
-                                     where.default_gpus)
+                                     where.default_gpus, catalog)
     return CoverageReport(reports, problems)
 
 
-def uncovered_cells(repo_path: str | Path, specs_dir: str | Path | None = None) -> list[UncoveredCell]:
-    """The cells no sibling test covers tonight, for the night report (empty when all are covered)."""
-    report = check_repo(locate(repo_path, specs_dir))
+def uncovered_cells(repo_path: str | Path, specs_dir: str | Path | None = None,
+                    catalog: Catalogued | None = None) -> list[UncoveredCell]:
+    """The cells no sibling test covers tonight, for the night report (empty when all are covered).
+
+    ``catalog``: the catalog's tests with what the night ran (``catalogued``), so a disabled or
+    skipped sibling covers nothing; None counts every configuration the files hold."""
+    report = check_repo(locate(repo_path, specs_dir), catalog=catalog)
     return [UncoveredCell(g.group.name, cell, g.tests) for g in report.groups for cell in g.uncovered]
 
 

@@ -17,6 +17,7 @@ from pipelines.core.catalog.scan import scan_bytes
 from pipelines.core.coverage.matrix import GROUP_MARKER, declared_groups, python_matrix, template_matrix
 from pipelines.core.coverage.model import (
     TEMPLATE_MATRIX,
+    Catalogued,
     Cell,
     Configuration,
     Dimension,
@@ -121,7 +122,8 @@ def read_configurations(group: Group, source: Source, template: str | Sequence[s
             found, bad = [], []
             scan = scan_bytes(test, (source.read(test) or "").encode(), registry=False)
             for name, text in texts:
-                here, wrong = template_matrix(text, name, test, scan=scan, default_gpus=default_gpus)
+                here, wrong = template_matrix(text, name, test, scan=scan, default_gpus=default_gpus,
+                                              others=[(n, t) for n, t in texts if n != name])
                 found += here
                 bad += [p for p in wrong if p.field != "test_file" and p not in bad]
             if not found and not bad:
@@ -137,6 +139,47 @@ def read_configurations(group: Group, source: Source, template: str | Sequence[s
         configs += found
         problems += bad
     return configs, problems
+
+
+def running(group: Group, configs: Sequence[Configuration], catalog: Catalogued
+            ) -> tuple[list[Configuration], list[tuple[str, str]], list[Problem]]:
+    """The configurations of tests the catalog runs; each member that covers nothing is a located problem.
+
+    A file's matrix counts while any of its registrations runs (a rocm twin may be disabled while
+    the cuda one runs every row); a template entry counts while its own test id runs."""
+    kept: list[Configuration] = []
+    idle: list[tuple[str, str]] = []
+    problems: list[Problem] = []
+    for test in dict.fromkeys(c.test for c in configs):
+        rows = [c for c in configs if c.test == test]
+        regs = catalog.files.get(test)
+        if regs is None and not catalog.complete:
+            kept += rows
+            continue
+        if rows[0].test_id:  # template entries: one test each
+            by_id = {r.id: r for r in regs or ()}
+            for c in rows:
+                reg = by_id.get(c.test_id)
+                why = reg.idle if reg else f"the catalog has no test {c.test_id} (see `nightly catalog`)"
+                if why is None:
+                    kept.append(c)
+                else:
+                    problems.append(Problem(c.path, c.line, c.name, f"covers nothing: {why}; its cells count "
+                                                                    f"for group {group.name} once it runs"))
+            continue
+        if regs and any(r.idle is None for r in regs):
+            kept += rows
+            continue
+        if regs:
+            why = "; ".join(dict.fromkeys(r.idle or "" for r in regs))
+            where = (regs[0].path, regs[0].line)
+        else:
+            why = "not registered (no register_*_ci call the catalog reads; `nightly catalog` says why)"
+            where = (test, 1)
+        idle.append((test, why))
+        problems.append(Problem(*where, "registration", f"covers nothing: {why}; its configurations count for "
+                                                        f"group {group.name} once the test runs"))
+    return kept, idle, problems
 
 
 def infer_dimensions(configs: Sequence[Configuration]) -> tuple[Dimension, ...]:
@@ -183,19 +226,29 @@ def label_rows(configs: Sequence[Configuration], dims: Sequence[Dimension]) -> t
 
 
 def check_group(group: Group, source: Source, template: str | Sequence[str] | None = None,
-                default_gpus: int = DEFAULT_GPUS) -> GroupCoverage:
-    """What the group's tests cover at ``source``: cells, the rows covering each, and problems."""
+                default_gpus: int = DEFAULT_GPUS, catalog: Catalogued | None = None) -> GroupCoverage:
+    """What the group's tests cover at ``source``: cells, the rows covering each, and problems.
+
+    ``catalog``: only configurations of tests it runs count (None: every configuration read)."""
     configs, problems = read_configurations(group, source, template, default_gpus)
+    counted, idle = configs, []
+    if catalog is not None:
+        counted, idle, quiet = running(group, configs, catalog)
+        problems += quiet
+    # an idle test's values are still its group's (inferred dimensions) and still checked
     dims = infer_dimensions(configs) if group.inferred else group.dimensions
     rows, bad = label_rows(configs, dims)
+    keep = set(counted)
+    rows = [r for r in rows if r.config in keep]
     cells = required_cells(dims, group.strength, group.require)
-    return GroupCoverage(group, group.tests, dims, tuple(rows), cells, tuple(problems + bad))
+    return GroupCoverage(group, group.tests, dims, tuple(rows), cells, tuple(problems + bad), tuple(idle))
 
 
 def check_groups(declared: Sequence[Group], source: Source, roots: Sequence[str] = ("tests",),
                  template: str | Sequence[str] | None = None, adopt: bool = False,
-                 default_gpus: int = DEFAULT_GPUS) -> tuple[tuple[GroupCoverage, ...], tuple[Problem, ...]]:
+                 default_gpus: int = DEFAULT_GPUS,
+                 catalog: Catalogued | None = None) -> tuple[tuple[GroupCoverage, ...], tuple[Problem, ...]]:
     """Every declared group and every group declared in test-file comments, plus stray members."""
     groups, problems = file_groups(source, roots, declared, adopt)
-    reports = tuple(check_group(g, source, template, default_gpus) for g in groups)
+    reports = tuple(check_group(g, source, template, default_gpus, catalog) for g in groups)
     return reports, tuple(problems)

@@ -22,6 +22,9 @@ def describe_change(test: str, before: Source, after: Source, now: GroupCoverage
         return DELETED
     if now is None or test not in now.tests:
         return LEFT
+    idle = dict(now.idle)
+    if test in idle:  # still there, but disabled or no longer registered: it covers nothing now
+        return idle[test]
     return UNCHANGED if before.read(test) == text_after else EDITED
 
 

@@ -1,7 +1,8 @@
 """Reading a test's configuration matrix from source, never importing it.
 
 Python: a module-level ``_CONFIGS = [...]`` (or the group's ``matrix:`` name) of tuples or dicts,
-every value a literal. Tuple positions are named by the group's ``fields:`` or, by convention, by
+every value a literal, with the literal ``+=``, ``.append(...)`` and ``.extend(...)`` that follow it
+at module level; any other change of it is a located problem. Tuple positions are named by the group's ``fields:`` or, by convention, by
 a comment directly above the matrix: ``# (name, backend, use_lora, grad_accum_2)``. A field called
 ``name`` names the configuration. A file joins a group by itself with ``# coverage-group: NAME``.
 
@@ -13,8 +14,9 @@ from __future__ import annotations
 
 import ast
 import re
+from collections.abc import Sequence
 
-from pipelines.core.catalog.assemble import entry_gpus, template_path
+from pipelines.core.catalog.assemble import entry_gpus, entry_ids, entry_key, template_path
 from pipelines.core.catalog.scan import FileScan
 from pipelines.core.catalog.template import job_value, parse_template
 from pipelines.core.coverage.model import Configuration, norm
@@ -38,16 +40,13 @@ def python_matrix(source: str, path: str, var: str, fields: tuple[str, ...] | No
         tree = ast.parse(source, path)
     except SyntaxError as exc:
         return [], [Problem(path, exc.lineno or 1, "syntax", f"{exc.msg}; fix the file's syntax (the matrix is read without running it)")]
-    node = _assignment(tree, var)
-    if node is None:
+    rows, line, problems = _rows(tree, var, path)
+    if line is None:
         return [], [Problem(path, 1, var, f"no module-level `{var} = [...]`; add the matrix or fix the group's `matrix:`")]
-    if not isinstance(node, ast.List | ast.Tuple):
-        return [], [Problem(path, node.lineno, var, "must be a literal list of tuples or dicts; the checker never runs test code")]
     if fields is None:
-        fields = _comment_fields(source, node.lineno)
+        fields = _comment_fields(source, line)
     configs: list[Configuration] = []
-    problems: list[Problem] = []
-    for i, item in enumerate(node.elts):
+    for i, item in enumerate(rows):
         where = f"{var}[{i}]"
         try:
             value = ast.literal_eval(item)
@@ -74,14 +73,105 @@ def _named_twice(configs: list[Configuration]) -> list[Problem]:
     return problems
 
 
-def _assignment(tree: ast.Module, var: str) -> ast.expr | None:
-    found = None
+#: the compound statements a module-level change may hide in, as the reader writes them
+_BLOCKS = {ast.If: "if", ast.For: "for", ast.AsyncFor: "async for", ast.While: "while", ast.With: "with",
+           ast.AsyncWith: "async with", ast.Try: "try", ast.Match: "match"}
+
+
+def _rows(tree: ast.Module, var: str, path: str) -> tuple[list[ast.expr], int | None, list[Problem]]:
+    """The matrix's row expressions as the module builds them, in order; the line of its first
+    assignment (None: never assigned); and each change of it the checker cannot read.
+
+    Read: ``var = [...]`` (also annotated), ``var += [...]``, ``var.append(row)`` and
+    ``var.extend([...])`` at module level. An addition it cannot read (a computed list, a change
+    inside an ``if`` or a loop) adds rows that are not counted; any other change (``del``, an item
+    or slice assignment, ``insert``, ``sort``, ...) may drop or move rows, so the rows before it are
+    not counted either. Either is a located problem: the checker never runs test code."""
+    rows: list[ast.expr] = []
+    line: int | None = None
+    problems: list[Problem] = []
+    reads = (f"the checker reads only literal `{var} = [...]`, `{var} += [...]`, `{var}.append(...)` and "
+             f"`{var}.extend([...])` at module level")
+
+    def unread(stmt: ast.stmt, what: str, drops: bool) -> None:
+        nonlocal rows
+        if drops:
+            rows = []
+        problems.append(Problem(path, stmt.lineno, var, f"{what}; {reads}, so "
+                                + ("rows before this line are not counted" if drops else "its rows are not counted")
+                                + "; write the rows out as one of those"))
+
     for stmt in tree.body:
-        if isinstance(stmt, ast.Assign) and any(isinstance(t, ast.Name) and t.id == var for t in stmt.targets):
-            found = stmt.value
-        elif isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name) and stmt.target.id == var and stmt.value:
-            found = stmt.value
-    return found
+        kind, value = _change(stmt, var)
+        if kind == "assign":
+            line = stmt.lineno if line is None else line
+            if isinstance(value, ast.List | ast.Tuple):
+                rows, line = list(value.elts), stmt.lineno
+            else:
+                rows = []
+                problems.append(Problem(path, stmt.lineno, var, "must be a literal list of tuples or dicts; the checker "
+                                                                 "never runs test code"))
+            continue
+        if line is None:  # not the module's matrix yet (an import of the name, say)
+            continue
+        if kind in ("+=", "extend"):
+            if isinstance(value, ast.List | ast.Tuple):
+                rows += value.elts
+            else:
+                unread(stmt, f"`{'+=' if kind == '+=' else '.extend()'}` of a value that is not a literal list", False)
+        elif kind == "append":
+            rows.append(value)  # type: ignore[arg-type]  # a row that is not a literal is reported as such
+        elif kind is not None:
+            unread(stmt, str(value), True)
+        elif type(stmt) in _BLOCKS:
+            for inner in _nested(stmt):
+                inner_kind, _ = _change(inner, var)
+                if inner_kind is not None:
+                    unread(inner, f"a change inside {'an' if _BLOCKS[type(stmt)][0] in 'aio' else 'a'} "
+                                  f"`{_BLOCKS[type(stmt)]}` block", inner_kind not in ("+=", "extend", "append"))
+    return rows, line, problems
+
+
+def _nested(stmt: ast.stmt):
+    """Every statement inside a compound statement, functions and classes left out (they run later, if ever)."""
+    for child in ast.iter_child_nodes(stmt):
+        if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            continue
+        if isinstance(child, ast.stmt):
+            yield child
+        if isinstance(child, ast.stmt | ast.excepthandler | ast.match_case):
+            yield from _nested(child)
+
+
+def _names(node: ast.expr, var: str) -> bool:
+    return isinstance(node, ast.Name) and node.id == var
+
+
+def _change(stmt: ast.stmt, var: str) -> tuple[str | None, object]:
+    """How one statement changes ``var``: ("assign", value), ("+=", value), ("append", row),
+    ("extend", value), ("other", what it is), or (None, None) when it does not."""
+    targets = (stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+               if isinstance(stmt, ast.AnnAssign | ast.AugAssign) else stmt.targets if isinstance(stmt, ast.Delete) else [])
+    if isinstance(stmt, ast.Delete) and any(_names(t, var) or (isinstance(t, ast.Subscript) and _names(t.value, var))
+                                            for t in targets):
+        return "other", "`del`"
+    if any(isinstance(t, ast.Subscript) and _names(t.value, var) for t in targets):
+        return "other", "an item or slice assignment"
+    if any(isinstance(t, ast.Tuple | ast.List | ast.Starred) and any(_names(n, var) for n in ast.walk(t)) for t in targets):
+        return "other", "an unpacking assignment"
+    if any(_names(t, var) for t in targets):
+        if isinstance(stmt, ast.AugAssign):
+            return ("+=", stmt.value) if isinstance(stmt.op, ast.Add) else ("other", f"`{ast.unparse(stmt)}`")
+        if stmt.value is not None:  # type: ignore[union-attr]  # a bare annotation assigns nothing
+            return "assign", stmt.value  # type: ignore[union-attr]
+    if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call):
+        call = stmt.value
+        if isinstance(call.func, ast.Attribute) and _names(call.func.value, var):
+            plain = len(call.args) == 1 and not call.keywords and not isinstance(call.args[0], ast.Starred)
+            if call.func.attr in ("append", "extend") and plain:
+                return call.func.attr, call.args[0]
+            return "other", f"`.{call.func.attr}()`"
+    return None, None
 
 
 def _comment_fields(source: str, line: int) -> tuple[str, ...] | None:
@@ -119,13 +209,18 @@ def _pairs(value: object, fields: tuple[str, ...] | None, path: str, line: int, 
     return None
 
 
-def template_matrix(source: str, template: str, test: str, *, scan: FileScan,
-                    default_gpus: int) -> tuple[list[Configuration], list[Problem]]:
+def template_matrix(source: str, template: str, test: str, *, scan: FileScan, default_gpus: int,
+                    others: Sequence[tuple[str, str]] = ()) -> tuple[list[Configuration], list[Problem]]:
     """The entries of ``test`` (a repo-relative path) in the workflow template, one configuration each.
 
     An entry without ``num_gpus`` runs on the test file's ``NUM_GPUS`` (read by the catalog's
-    ``scan``), else on the repo's ``default_gpus``, as ``nightly catalog`` lists it."""
+    ``scan``), else on the repo's ``default_gpus``, as ``nightly catalog`` lists it. Each carries
+    its catalog test id, which depends on the test's entries in every template: ``others`` are
+    the other templates, (path, text)."""
     parsed = parse_template(source, template)
+    mine = [e for t in (parsed, *(parse_template(text, name) for name, text in others))
+            for e in t.entries if template_path(e.test_file) == test]
+    ids = entry_ids(mine)
     defaults = {key: default for _, key, default in parsed.env if default is not None}
     configs = []
     problems = list(parsed.problems)
@@ -139,7 +234,8 @@ def template_matrix(source: str, template: str, test: str, *, scan: FileScan,
         fields = {"job": entry.job, "num_gpus": norm(entry_gpus(entry, scan.num_gpus, default_gpus)),
                   "test_args": entry.test_args, **defaults, **given}
         name = " ".join(filter(None, (entry.job, entry.test_args, *(f"{k}={v}" for k, v, _ in entry.github))))
-        configs.append(Configuration(test, name, template, entry.line, tuple(sorted(fields.items()))))
+        configs.append(Configuration(test, name, template, entry.line, tuple(sorted(fields.items())),
+                                     ids[entry_key(entry)]))
     if not configs and not problems:
         problems.append(Problem(template, 1, "test_file", f"no entry runs {test}; add one or drop it from the group"))
     return configs, problems

@@ -7,6 +7,7 @@ Frozen dataclasses, no I/O, so reading, checking, diffing and designing are test
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from pipelines.core.model import Problem
@@ -72,6 +73,8 @@ class Configuration:
     path: str
     line: int
     fields: tuple[tuple[str, str], ...]
+    #: the catalog's id of the test this row is (a template entry); "": the file's tests run every row
+    test_id: str = ""
 
     def field(self, name: str) -> str | None:
         return next((v for k, v in self.fields if k == name), None)
@@ -79,6 +82,28 @@ class Configuration:
     def raw(self, dim: Dimension) -> tuple[str, ...] | None:
         out = tuple(self.field(f) for f in dim.fields)
         return None if any(v is None for v in out) else out  # type: ignore[return-value]
+
+
+@dataclass(frozen=True)
+class Registered:
+    """One test the catalog registered, as coverage needs it: where, and why it covers nothing, if it does not."""
+
+    id: str
+    path: str
+    line: int
+    #: ``disabled: <reason>``, or why tonight's selection left it out; None: its configurations count
+    idle: str | None = None
+
+
+@dataclass(frozen=True)
+class Catalogued:
+    """The catalog's tests by file, so that only configurations of tests that run cover a cell.
+
+    ``complete``: a file it does not hold registers no test (False for an earlier revision, where
+    only files unchanged since are known: the others count as they read)."""
+
+    files: Mapping[str, tuple[Registered, ...]]
+    complete: bool = True
 
 
 @dataclass(frozen=True)
@@ -118,6 +143,8 @@ class GroupCoverage:
     rows: tuple[Row, ...]
     cells: tuple[Cell, ...]
     problems: tuple[Problem, ...] = ()
+    #: (test, why) for each test whose configurations cover nothing: disabled, not registered, not run tonight
+    idle: tuple[tuple[str, str], ...] = ()
 
     def covered_by(self, cell: Cell) -> tuple[Configuration, ...]:
         return tuple(r.config for r in self.rows if r.covers(cell))

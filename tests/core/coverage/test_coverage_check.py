@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from pipelines.core.coverage import catalogued
 from pipelines.core.coverage.check import check_group, check_groups, required_cells
-from pipelines.core.coverage.model import Cell, Dimension, Group
+from pipelines.core.coverage.model import Catalogued, Cell, Dimension, Group, Registered
+from tests.conftest import make_test
 from tests.core.coverage.siblings import (
     ANTI_DIAGONAL,
     BACKEND,
@@ -174,3 +176,80 @@ def test_a_template_entry_without_num_gpus_takes_the_files_count_and_an_unreadab
     assert [(c.label, [x.test for x in report.covered_by(c)]) for c in report.cells] == [
         ("num_gpus=4", ["tests/test_a.py"]), ("num_gpus=6", ["tests/test_b.py"])]
     assert [p.path + ":" + p.field for p in report.problems] == ["tests/test_b.py:NUM_GPUS"]
+
+
+# ---- only tests the catalog runs cover a cell ---------------------------------------------------
+
+FP8_TEMPLATE = (".github/workflows/pr-test.yml.j2", """\
+<% set jobs = {'e2e': {'label': 'run-ci-e2e', 'tests': [
+    {'test_file': 'test_fp8.py', 'use_fp8_rollout': '0'},
+    {'test_file': 'test_fp8.py', 'use_fp8_rollout': '1'},
+]}} -%>
+""")
+FP8 = Dimension("fp8", ("use_fp8_rollout",), (("off", ("0",)), ("on", ("1",))))
+
+
+def test_a_disabled_sibling_covers_nothing_and_is_reported_at_its_registration():
+    source = FilesSource({FIVE: sibling(*DIAGONAL), SIX: sibling(*ANTI_DIAGONAL)})
+    catalog = catalogued([make_test(id=FIVE, path=FIVE, line=4),
+                          make_test(id=SIX, path=SIX, line=4, disabled="flaky, see #123")])
+
+    report = check_group(lora_group(), source, catalog=catalog)
+
+    assert [c.label for c in report.uncovered] == [
+        "backend=megatron, layout=per-expert", "backend=tilelang, layout=shared+virtual"]
+    assert [str(p) for p in report.problems] == [
+        f"{SIX}:4: registration: covers nothing: disabled: flaky, see #123; its configurations count for group lora "
+        "once the test runs"]
+    assert report.idle == ((SIX, "disabled: flaky, see #123"),)
+
+
+def test_a_sibling_the_catalog_does_not_hold_covers_nothing_and_one_running_registration_is_enough():
+    source = FilesSource({FIVE: sibling(*DIAGONAL), SIX: sibling(*ANTI_DIAGONAL)})
+    rocm_off = make_test(id=f"{FIVE}::rocm", path=FIVE, backend="rocm", disabled="no MI300 runner")
+    catalog = catalogued([make_test(id=f"{FIVE}::cuda", path=FIVE), rocm_off])
+
+    report = check_group(lora_group(), source, catalog=catalog)
+
+    assert {c.test for r in report.rows for c in [r.config]} == {FIVE}
+    assert [str(p) for p in report.problems] == [
+        f"{SIX}:1: registration: covers nothing: not registered (no register_*_ci call the catalog reads; "
+        "`nightly catalog` says why); its configurations count for group lora once the test runs"]
+
+
+def test_a_sibling_tonights_selection_left_out_covers_nothing_with_the_nights_reason():
+    source = FilesSource({FIVE: sibling(*DIAGONAL), SIX: sibling(*ANTI_DIAGONAL)})
+    tests = [make_test(id=FIVE, path=FIVE), make_test(id=SIX, path=SIX, labels=("lora", "long"))]
+
+    report = check_group(lora_group(), source, catalog=catalogued(tests, ran={FIVE}))
+
+    assert len(report.uncovered) == 2 and report.idle == ((SIX, "not in tonight's selection"),)
+    assert check_group(lora_group(), source, catalog=catalogued(tests, ran={FIVE, SIX})).ok
+
+
+def test_a_template_entry_whose_test_id_is_disabled_covers_nothing_while_its_sibling_entry_does():
+    group = Group("fp8", ("tests/test_fp8.py",), (FP8,), "coverage.yaml:9", matrix="template", strength=1)
+    off, on = "tests/test_fp8.py::use_fp8_rollout=0", "tests/test_fp8.py::use_fp8_rollout=1"
+    catalog = catalogued([make_test(id=off, path="tests/test_fp8.py"),
+                          make_test(id=on, path="tests/test_fp8.py", disabled="fp8 kernels broken")])
+
+    report = check_group(group, FilesSource(dict([FP8_TEMPLATE])), FP8_TEMPLATE[0], catalog=catalog)
+
+    assert [c.label for c in report.uncovered] == ["fp8=on"]
+    assert [str(p) for p in report.problems] == [
+        f"{FP8_TEMPLATE[0]}:3: e2e use_fp8_rollout=1: covers nothing: disabled: fp8 kernels broken; its cells count "
+        "for group fp8 once it runs"]
+    assert check_group(group, FilesSource(dict([FP8_TEMPLATE])), FP8_TEMPLATE[0],
+                       catalog=catalogued([make_test(id=off, path="tests/test_fp8.py"),
+                                           make_test(id=on, path="tests/test_fp8.py")])).ok
+
+
+def test_an_earlier_revision_counts_a_file_the_catalog_does_not_know_as_it_reads():
+    source = FilesSource({FIVE: sibling(*DIAGONAL), SIX: sibling(*ANTI_DIAGONAL)})
+
+    idle_five = Registered(FIVE, FIVE, 4, "disabled: flaky")
+
+    report = check_group(lora_group(), source, catalog=Catalogued({FIVE: (idle_five,)}, complete=False))
+
+    assert [t for r in report.rows for t in [r.config.test]] == [SIX, SIX], "SIX changed since: counted as it reads"
+    assert report.idle == ((FIVE, "disabled: flaky"),)

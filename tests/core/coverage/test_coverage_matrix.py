@@ -71,6 +71,74 @@ def test_a_missing_or_computed_matrix_is_a_problem_never_an_exception():
         "t.py:1: _CONFIGS[0]: must be a tuple or a dict, got int; write each configuration as a tuple or a dict"]
 
 
+def test_rows_added_with_plus_equals_append_and_extend_at_module_level_are_read_in_order():
+    source = textwrap.dedent("""\
+        # (name, backend)
+        _CONFIGS = [("a", "megatron")]
+        _CONFIGS += [("b", "fsdp")]
+        _CONFIGS.append(("c", "tilelang"))
+        _CONFIGS.extend([("d", "megatron"), ("e", "fsdp")])
+        _CONFIGS += ("f", "tilelang"),
+        """)
+
+    configs, problems = python_matrix(source, "tests/t.py", "_CONFIGS")
+
+    assert problems == []
+    assert [(c.name, c.line, c.field("backend")) for c in configs] == [
+        ("a", 2, "megatron"), ("b", 3, "fsdp"), ("c", 4, "tilelang"), ("d", 5, "megatron"), ("e", 5, "fsdp"),
+        ("f", 6, "tilelang")]
+
+
+def test_a_change_of_the_matrix_the_checker_cannot_read_is_located_and_rows_it_may_drop_are_not_counted():
+    source = textwrap.dedent("""\
+        # (name, backend)
+        _CONFIGS = [("a", "megatron")]
+        _CONFIGS.insert(0, ("b", "fsdp"))
+        _CONFIGS.append(("c", "tilelang"))
+        del _CONFIGS[0]
+        _CONFIGS[1:] = []
+        _CONFIGS *= 2
+        _CONFIGS.append(("d", "fsdp"))
+        _CONFIGS += make_more()
+        _CONFIGS.extend(MORE)
+        if FAST:
+            _CONFIGS.append(("e", "fsdp"))
+        for backend in BACKENDS:
+            _CONFIGS = []
+        _CONFIGS.append(EXTRA)
+        _CONFIGS.append(("f", "megatron"))
+        """)
+
+    configs, problems = python_matrix(source, "tests/t.py", "_CONFIGS")
+
+    assert [c.name for c in configs] == ["f"]
+    reads = ("the checker reads only literal `_CONFIGS = [...]`, `_CONFIGS += [...]`, `_CONFIGS.append(...)` and "
+             "`_CONFIGS.extend([...])` at module level, so ")
+    dropped, added = f"; {reads}rows before this line are not counted; write the rows out as one of those", \
+        f"; {reads}its rows are not counted; write the rows out as one of those"
+    assert [str(p) for p in problems] == [
+        f"tests/t.py:3: _CONFIGS: `.insert()`{dropped}",
+        f"tests/t.py:5: _CONFIGS: `del`{dropped}",
+        f"tests/t.py:6: _CONFIGS: an item or slice assignment{dropped}",
+        f"tests/t.py:7: _CONFIGS: `_CONFIGS *= 2`{dropped}",
+        f"tests/t.py:9: _CONFIGS: `+=` of a value that is not a literal list{added}",
+        f"tests/t.py:10: _CONFIGS: `.extend()` of a value that is not a literal list{added}",
+        f"tests/t.py:12: _CONFIGS: a change inside an `if` block{added}",
+        f"tests/t.py:14: _CONFIGS: a change inside a `for` block{dropped}",
+        "tests/t.py:15: _CONFIGS[0]: is not a literal; write the values out (strings, numbers, booleans)",
+    ]
+
+
+def test_reassigning_the_matrix_from_a_computed_value_counts_none_of_the_rows_before():
+    source = '# (name, backend)\n_CONFIGS = [("a", "megatron")]\n_CONFIGS = _CONFIGS + [("b", "fsdp")]\n'
+
+    configs, problems = python_matrix(source, "tests/t.py", "_CONFIGS")
+
+    assert configs == []
+    assert [str(p) for p in problems] == [
+        "tests/t.py:3: _CONFIGS: must be a literal list of tuples or dicts; the checker never runs test code"]
+
+
 def test_group_comments_are_found_with_their_lines():
     assert declared_groups('"""doc"""\n# coverage-group: lora-moe\nX = 1\n  # coverage-group: indented\n') == [("lora-moe", 2)]
 
