@@ -117,7 +117,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"  {e.test_id}{_on(e)}: {e.baseline} -> {e.held} held ({e.held - e.baseline:+d} s)"
               + (" (from the calibrated est_time in force)" if e.in_force is not None else ""))
     near = near_timeout(tests, samples, floor, factor, estimates=estimates)
-    print(f"near timeout (last run > 90 % of max({floor}, {factor:g} x proposed est_time)): {len(near) or 'none'}")
+    print(f"near timeout (last run > 90 % of max({floor}, {factor:g} x est_time), est_time the proposed one or the "
+          f"file's when that gives the shorter timeout): {len(near) or 'none'}")
     for n in near:
         print(f"  {n}")
     plan = plan_patch(path, tests, estimates)
