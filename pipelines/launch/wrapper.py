@@ -14,7 +14,8 @@ expects. So the wrapper reads the file (``ast``) and picks one of two ways:
   the function.
 
 Either way the file is ``__main__`` while it runs, so a child started with multiprocessing's
-"spawn" (``torch.multiprocessing.spawn``) re-imports it and finds the functions it was given.
+"spawn" (``torch.multiprocessing.spawn``) re-imports it and finds the functions it was given, and
+``sys.path`` is the one ``python3 FILE`` would give it (:func:`script_path`).
 
 The log's first line from the wrapper says which way it took. A file that runs no test fails
 saying so: one with neither an ``execute()`` nor a ``__main__`` block (``python3 FILE`` would run
@@ -314,7 +315,23 @@ def _fresh_signals() -> None:
         signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
+def script_path(file: str, started_path: list[str]) -> list[str]:
+    """``sys.path`` as ``python3 FILE`` would start with, from the one this interpreter started with.
+
+    The interpreter put one entry first for the wrapper itself: its own folder
+    (``python3 .../pipelines/launch/wrapper.py``, which holds a ``kubernetes`` package that would shadow
+    the real client) or the working directory (``python3 -m pipelines.launch.wrapper``). ``python3 FILE``
+    puts the folder of the file there instead, symlinks resolved, and nothing else: not the checkout,
+    whose modules a test then imports only through ``PYTHONPATH``, as in CI. Every other entry
+    (``PYTHONPATH``'s, the standard library, site-packages) is the environment's and stays. With
+    ``PYTHONSAFEPATH`` (``-P``) neither adds an entry."""
+    if getattr(sys.flags, "safe_path", False):
+        return list(started_path)
+    return [os.path.dirname(os.path.realpath(file)), *started_path[1:]]
+
+
 def main(argv: list[str] | None = None) -> int:
+    """The wrapper's program: run the test file in this process (it makes ``sys.path`` the test's)."""
     parser = argparse.ArgumentParser(prog="python -m pipelines.launch.wrapper")
     parser.add_argument("--file", required=True, help="test file, relative to the working directory")
     parser.add_argument("--func", default="execute", help="function to call (default: execute)")
@@ -326,11 +343,10 @@ def main(argv: list[str] | None = None) -> int:
 
     _fresh_signals()
     unittest_runs = _UnittestRuns()  # the standard library's unittest, before the test's folders are on the path
-    # as `python3 tests/x.py` would: the file's own folder first, then the checkout
     if ns.deadline_s > 0 and os.getpgrp() == os.getpid():  # only when it leads its own group
         _deadline(ns.deadline_s)
     unittest_runs.file = os.path.abspath(ns.file)
-    sys.path[:0] = [os.path.dirname(os.path.abspath(ns.file)), os.getcwd()]
+    sys.path[:] = script_path(ns.file, sys.path)  # still the path the interpreter started the wrapper with
     sys.argv = [ns.file, *ns.args]
     result: dict = {"file": ns.file, "func": ns.func, "ok": False, "exit_code": 1}
     started = time.monotonic()
