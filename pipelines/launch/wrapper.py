@@ -40,6 +40,7 @@ import ast
 import json
 import os
 import signal
+import struct
 import sys
 import threading
 import time
@@ -315,6 +316,22 @@ def _fresh_signals() -> None:
         signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
+def exit_status(code: int) -> int:
+    """The status the OS reports for ``sys.exit(code)`` under ``python3 FILE``: CPython exits with the
+    code as a C ``long`` and the OS keeps its low 8 bits, so ``sys.exit(256)`` exits 0 (a pass in CI)
+    and ``sys.exit(-1)`` 255; a code too large for a C ``long`` exits 255 (CPython's -1)."""
+    limit = 2 ** (8 * struct.calcsize("l") - 1)
+    return code & 0xFF if -limit <= code < limit else 255
+
+
+def _shown(code: object) -> str:
+    """``repr(code)``, or what it is when Python refuses to print it (an int of over 4300 digits)."""
+    try:
+        return repr(code)
+    except ValueError:
+        return f"<an int of {code.bit_length()} bits>" if isinstance(code, int) else type(code).__name__
+
+
 def script_path(file: str, started_path: list[str]) -> list[str]:
     """``sys.path`` as ``python3 FILE`` would start with, from the one this interpreter started with.
 
@@ -357,10 +374,12 @@ def main(argv: list[str] | None = None) -> int:
         func()
         result.update(ok=True, exit_code=0, execute_s=round(time.monotonic() - call_started, 3))
     except SystemExit as exc:
-        code = int(exc.code) if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-        result.update(ok=code == 0, exit_code=code, error="" if code == 0 else f"SystemExit({exc.code!r})")
+        code = exit_status(exc.code) if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        result.update(ok=code == 0, exit_code=code, error="" if code == 0 else f"SystemExit({_shown(exc.code)})")
         if exc.code not in (None, 0) and not isinstance(exc.code, int):
             _quietly(print, exc.code, file=sys.stderr)
+        elif isinstance(exc.code, int) and code != exc.code:
+            _say(f"SystemExit({_shown(exc.code)}) is exit status {code}, as under `python3 {ns.file}`")
     except NoTest as exc:
         result.update(error=str(exc))
         _quietly(print, f"# nightly wrapper: {exc}", file=sys.stderr)
