@@ -71,7 +71,8 @@ def judge_reported_configs(attempt: Attempt) -> Attempt:
     attempt, and fail a pass whose log reports a failed one: a matrix test may print a cell's failure
     and still exit 0, and the night must not call that green. Every launcher's attempt goes through
     this (the dispatcher calls it), so local and Kubernetes attempts are judged alike. The whole log
-    is read: a failure reported early in a long log counts as much as one at its end."""
+    file is read: a failure reported early in a long log counts as much as one at its end, and the
+    local launcher's capped log writes the reports of the part it cut at the cut (``logcap``)."""
     from pipelines.core.coverage.outcomes import config_outcomes
 
     if not attempt.log_path:

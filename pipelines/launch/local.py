@@ -287,6 +287,10 @@ class LocalLauncher:
             outcome, reason = "timed_out", f"killed after the {request.timeout_s}s timeout"
         elif proc.returncode == 0 and finished and result.get("ok") is True:
             outcome, reason = "passed", ""
+        elif proc.returncode == 0 and finished:  # the test ended and the wrapper judged it failed
+            outcome = "failed"
+            reason = result.get("error") or (f"the wrapper's completion record says the test failed (exit code "
+                                             f"{result.get('exit_code')}) though its process exited 0")
         elif proc.returncode == 0:
             outcome, reason = "failed", "exited before the test finished (exit code 0 without the wrapper's completion record)"
         else:

@@ -14,7 +14,8 @@ expects. So the wrapper reads the file (``ast``) and picks one of two ways:
   the function.
 
 Either way the file is ``__main__`` while it runs, so a child started with multiprocessing's
-"spawn" (``torch.multiprocessing.spawn``) re-imports it and finds the functions it was given.
+"spawn" (``torch.multiprocessing.spawn``) re-imports it and finds the functions it was given, and
+``sys.path`` is the one ``python3 FILE`` would give it (:func:`script_path`).
 
 The log's first line from the wrapper says which way it took. A file that runs no test fails
 saying so: one with neither an ``execute()`` nor a ``__main__`` block (``python3 FILE`` would run
@@ -39,6 +40,7 @@ import ast
 import json
 import os
 import signal
+import struct
 import sys
 import threading
 import time
@@ -314,7 +316,39 @@ def _fresh_signals() -> None:
         signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
+def exit_status(code: int) -> int:
+    """The status the OS reports for ``sys.exit(code)`` under ``python3 FILE``: CPython exits with the
+    code as a C ``long`` and the OS keeps its low 8 bits, so ``sys.exit(256)`` exits 0 (a pass in CI)
+    and ``sys.exit(-1)`` 255; a code too large for a C ``long`` exits 255 (CPython's -1)."""
+    limit = 2 ** (8 * struct.calcsize("l") - 1)
+    return code & 0xFF if -limit <= code < limit else 255
+
+
+def _shown(code: object) -> str:
+    """``repr(code)``, or what it is when Python refuses to print it (an int of over 4300 digits)."""
+    try:
+        return repr(code)
+    except ValueError:
+        return f"<an int of {code.bit_length()} bits>" if isinstance(code, int) else type(code).__name__
+
+
+def script_path(file: str, started_path: list[str]) -> list[str]:
+    """``sys.path`` as ``python3 FILE`` would start with, from the one this interpreter started with.
+
+    The interpreter put one entry first for the wrapper itself: its own folder
+    (``python3 .../pipelines/launch/wrapper.py``, which holds a ``kubernetes`` package that would shadow
+    the real client) or the working directory (``python3 -m pipelines.launch.wrapper``). ``python3 FILE``
+    puts the folder of the file there instead, symlinks resolved, and nothing else: not the checkout,
+    whose modules a test then imports only through ``PYTHONPATH``, as in CI. Every other entry
+    (``PYTHONPATH``'s, the standard library, site-packages) is the environment's and stays. With
+    ``PYTHONSAFEPATH`` (``-P``) neither adds an entry."""
+    if getattr(sys.flags, "safe_path", False):
+        return list(started_path)
+    return [os.path.dirname(os.path.realpath(file)), *started_path[1:]]
+
+
 def main(argv: list[str] | None = None) -> int:
+    """The wrapper's program: run the test file in this process (it makes ``sys.path`` the test's)."""
     parser = argparse.ArgumentParser(prog="python -m pipelines.launch.wrapper")
     parser.add_argument("--file", required=True, help="test file, relative to the working directory")
     parser.add_argument("--func", default="execute", help="function to call (default: execute)")
@@ -326,11 +360,10 @@ def main(argv: list[str] | None = None) -> int:
 
     _fresh_signals()
     unittest_runs = _UnittestRuns()  # the standard library's unittest, before the test's folders are on the path
-    # as `python3 tests/x.py` would: the file's own folder first, then the checkout
     if ns.deadline_s > 0 and os.getpgrp() == os.getpid():  # only when it leads its own group
         _deadline(ns.deadline_s)
     unittest_runs.file = os.path.abspath(ns.file)
-    sys.path[:0] = [os.path.dirname(os.path.abspath(ns.file)), os.getcwd()]
+    sys.path[:] = script_path(ns.file, sys.path)  # still the path the interpreter started the wrapper with
     sys.argv = [ns.file, *ns.args]
     result: dict = {"file": ns.file, "func": ns.func, "ok": False, "exit_code": 1}
     started = time.monotonic()
@@ -341,10 +374,12 @@ def main(argv: list[str] | None = None) -> int:
         func()
         result.update(ok=True, exit_code=0, execute_s=round(time.monotonic() - call_started, 3))
     except SystemExit as exc:
-        code = int(exc.code) if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-        result.update(ok=code == 0, exit_code=code, error="" if code == 0 else f"SystemExit({exc.code!r})")
+        code = exit_status(exc.code) if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        result.update(ok=code == 0, exit_code=code, error="" if code == 0 else f"SystemExit({_shown(exc.code)})")
         if exc.code not in (None, 0) and not isinstance(exc.code, int):
             _quietly(print, exc.code, file=sys.stderr)
+        elif isinstance(exc.code, int) and code != exc.code:
+            _say(f"SystemExit({_shown(exc.code)}) is exit status {code}, as under `python3 {ns.file}`")
     except NoTest as exc:
         result.update(error=str(exc))
         _quietly(print, f"# nightly wrapper: {exc}", file=sys.stderr)

@@ -23,7 +23,7 @@ from pipelines.core.calibrate import calibrate
 from pipelines.core.history import FileHistoryStore, HistoryError, sample_from_attempt
 from pipelines.core.model import Attempt, CatalogError, Requirement
 from pipelines.core.specs import load_specs
-from pipelines.launch.base import LaunchRequest, tail
+from pipelines.launch.base import LaunchRequest, judge_reported_configs, tail
 from pipelines.launch.gpu_slots import host_lock_dir, try_acquire
 from pipelines.launch.local import LocalLauncher
 from pipelines.launch.orphans import find_orphans, reap_orphans
@@ -273,6 +273,23 @@ def test_a_flood_of_output_is_capped_to_head_and_tail(tmp_path):
     assert "FIRST LINE" in text and text.rstrip().endswith("LAST LINE")
     assert "# nightly: output cut here:" in text and int(attempt.details["log_cut_bytes"]) > 4_000_000
     assert len(lines) < 3000 and lines[-1].startswith("# nightly: output over")
+
+
+def test_a_failed_configuration_reported_in_the_cut_middle_of_a_flood_still_fails_the_test(tmp_path):
+    repo = _repo(tmp_path, """
+        import sys
+        def execute():
+            for i in range(40_000):
+                sys.stdout.write(f"line {i:06d} " + "x" * 100 + "\\n")
+                if i == 20_000:
+                    print("[minirl] config fsdp-tp1: failed")
+            print("config megatron-tp2: passed")
+    """)
+    cap = 256 * 1024
+    attempt = judge_reported_configs(LocalLauncher(tmp_path / "state", log_cap_bytes=cap).launch(_request(repo, tmp_path)))
+    assert int(attempt.details["log_cut_bytes"]) > 4_000_000 and Path(attempt.log_path).stat().st_size < cap + 1024
+    assert attempt.outcome == "failed" and attempt.reason == "config fsdp-tp1 reported failed"
+    assert attempt.details["configs"] == "fsdp-tp1=failed,megatron-tp2=passed"
 
 
 _NIGHT = """

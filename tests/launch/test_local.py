@@ -71,6 +71,31 @@ def test_a_failing_execute_is_failed_with_its_error(tmp_path):
     assert "loss did not go down" in attempt.reason
 
 
+def test_sys_exit_256_passes_as_python3_file_exits_0_with_it(tmp_path):
+    repo = _repo(tmp_path, """
+        import sys
+        if __name__ == "__main__":
+            sys.exit(256)  # the OS keeps the low 8 bits: `python3 FILE` exits 0, green in CI
+    """)
+    attempt = LocalLauncher(tmp_path / "state").launch(_request(repo, tmp_path))
+    assert (attempt.outcome, attempt.exit_code, attempt.reason) == ("passed", 0, ""), tail(attempt.log_path)
+
+
+def test_a_completion_record_that_says_failed_is_the_reason_even_when_the_process_exited_0(tmp_path):
+    result_path = tmp_path / "logs" / "x.result.json"
+    repo = _repo(tmp_path, """
+        import json, os
+        def execute():  # leaves a finished record that says not ok, then exits 0
+            record = {"ok": False, "exit_code": 1, "finished": True, "token": os.environ["NIGHTLY_ATTEMPT_TOKEN"]}
+            open(os.environ["RESULT"], "w").write(json.dumps(record))
+            os._exit(0)
+    """)
+    attempt = LocalLauncher(tmp_path / "state").launch(_request(repo, tmp_path, env={"RESULT": str(result_path)}))
+    assert attempt.outcome == "failed"
+    assert attempt.reason == ("the wrapper's completion record says the test failed (exit code 1) though its "
+                              "process exited 0")
+
+
 @pytest.mark.slow  # waits out a real 5 s timeout
 def test_a_hanging_test_is_killed_with_its_children_at_the_timeout(tmp_path):
     repo = _repo(tmp_path, """

@@ -9,6 +9,8 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 from pipelines.launch.local import WRAPPER
 
 SCRIPT = textwrap.dedent("""\
@@ -303,3 +305,17 @@ def test_another_func_is_called_without_running_the_main_block_and_can_spawn(tmp
                          cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert "calling its smoke()" in out.stdout and "spawned child answered 42" in out.stdout
+
+
+@pytest.mark.parametrize("code", ["256", "-256", "2**64", "-2**64", "2**32 + 3", "-1", "True", "10**5000"])
+def test_the_exit_status_and_the_record_say_what_python3_file_exits_with(tmp_path, code):
+    """The OS keeps the low 8 bits of the code (``sys.exit(256)`` exits 0: green in CI); a code too large
+    for a C long exits 255. The wrapper's record judges that status, not the raw number."""
+    body = f"""\
+    if __name__ == "__main__":
+        raise SystemExit({code})
+    """
+    out, result = _wrap(tmp_path, body)
+    plain = subprocess.run([sys.executable, "test_x.py"], cwd=tmp_path, capture_output=True, timeout=60)
+    assert out.returncode == plain.returncode, out.stderr
+    assert result["exit_code"] == plain.returncode and result["ok"] is (plain.returncode == 0)

@@ -103,8 +103,8 @@ def wrapper_pythonpath(value: str) -> str:
     A container's env entry replaces the image's ``ENV PYTHONPATH=/opt/nightly-e2e``, so a repo env
     of ``PYTHONPATH: "{repo}"`` (``.`` in a pod) would leave ``python3 -m pipelines.launch.wrapper``
     without its package. First, not last: ``pipelines`` must be ours even when the checkout has a
-    package of that name; the test's own folders still come before it for the test's imports,
-    because the wrapper puts the test's folder and the checkout at the front of ``sys.path``.
+    package of that name. The test's own folder still comes before it: the wrapper gives the test
+    the ``sys.path`` of ``python3 FILE`` (the file's folder first, then ``PYTHONPATH``'s entries).
     """
     rest = [p for p in value.split(":") if p != WRAPPER_PYTHONPATH] if value else []
     return ":".join([WRAPPER_PYTHONPATH, *rest])
