@@ -67,6 +67,11 @@ POLICIES: dict[str, Callable[[list[float], Mapping], tuple[int, str]]] = {
     "bucket125": _bucket125, "p90": _p90, "median": _median,
 }
 
+#: the least each policy proposes from a passing run of any positive length: bucket125's first bucket
+#: (10 s), else a whole second. The step guard counts a move up to it as no step (guards.bound_proposal):
+#: a test registered at 1 s must be able to reach 10 s under bucket125.
+SMALLEST: dict[str, int] = {"bucket125": bucket_round(1), "p90": 1, "median": 1}
+
 
 def parse_time(value: str) -> datetime | None:
     """An ISO-8601 start time as an aware datetime (naive means UTC); None when absent or unreadable."""
@@ -259,7 +264,8 @@ def _estimate(test: Test, samples: Sequence[Sample], policy: str, p: Mapping, no
     if not used and not released:
         reason += "; keeps est_time"
     # a raise to what an observed timeout kill needs is bounded by that kill: never a poisoned number
-    proposed, held, bound = bound_proposal(test, int(proposed), p, killed=bool(raised), in_force=in_force)
+    proposed, held, bound = bound_proposal(test, int(proposed), p, killed=bool(raised), in_force=in_force,
+                                          smallest=SMALLEST[policy])
     if bound:
         reason = f"{reason}; {bound}"
     if notes:
