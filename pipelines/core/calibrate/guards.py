@@ -17,6 +17,7 @@ would otherwise become a 1.25e9 s est_time. Three guards, each reported, never s
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Mapping, Sequence
 
@@ -90,6 +91,8 @@ def bound_proposal(test: Test, proposed: int, p: Mapping, killed: bool = False,
         ratio = proposed / start
         if ratio > step or ratio < 1 / step:
             what = f"est_time {base} s" if in_force is None else f"the calibrated est_time in force {base} s"
+            if in_force is None and test.est_literal is not None and math.ceil(test.est_literal) == base:
+                what += f" ({test.est_literal:g} in the file, rounded up)"
             if start != base:
                 what += f" by x{proposed / base:.3g}, x{ratio:.3g} from {start} s, the least the policy proposes,"
             else:

@@ -274,8 +274,15 @@ def _estimate(test: Test, samples: Sequence[Sample], policy: str, p: Mapping, no
         test_id=test.id, hardware=test.hardware, current=test.est_time, proposed=int(proposed),
         samples_used=len(used), reason=reason, stale_samples=ev.stale,
         sources=tuple(s.source for s in (used or ev.used)), held=held, outliers=tuple(ev.outliers),
-        in_force=in_force, **stats,
+        in_force=in_force, current_literal=_literal(test), **stats,
     )
+
+
+def _literal(test: Test) -> float | None:
+    """The file's est_time as written when it is not whole seconds and ``est_time`` is still it rounded up
+    (a test whose est_time was replaced by a calibrated one has no literal to show)."""
+    lit = test.est_literal
+    return lit if lit is not None and math.ceil(lit) == test.est_time else None
 
 
 def _released(test: Test, current: Sequence[Sample], values: Sequence[float], p: Mapping,
