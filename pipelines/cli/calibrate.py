@@ -45,10 +45,12 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _table(estimates) -> str:
+    from pipelines.core.calibrate.evidence import seconds
+
     rows = [("test", "hw", "current", "proposed", "delta", "samples", "reason")]
     for e in estimates:
-        rows.append((e.test_id, e.hardware, str(e.current), str(e.proposed),
-                     f"{e.delta:+d}" if e.samples_used else "", str(e.samples_used), e.reason))
+        rows.append((e.test_id, e.hardware, seconds(e.registered), seconds(e.registered_proposed),
+                     seconds(e.registered_delta, True) if e.samples_used else "", str(e.samples_used), e.reason))
     widths = [max(len(r[i]) for r in rows) for i in range(6)]
     right = {2, 3, 4, 5}
     return "\n".join(
@@ -69,7 +71,7 @@ def _fail(message: str) -> int:
 
 def run(args: argparse.Namespace) -> int:
     from pipelines.core.calibrate import calibrate, drift, near_timeout, output_problem, plan_patch
-    from pipelines.core.calibrate.evidence import held
+    from pipelines.core.calibrate.evidence import held, seconds
     from pipelines.core.calibrate.policies import repo_policy
     from pipelines.core.history import HistoryError
     from pipelines.storage.history import successions
@@ -109,12 +111,15 @@ def run(args: argparse.Namespace) -> int:
     drifted = drift(estimates)
     print(f"\ndrift (>= 30 s and 30 %): {len(drifted) or 'none'}")
     for e in drifted:
-        print(f"  {e.test_id}{_on(e)}: {e.current} -> {e.proposed} ({e.delta:+d} s)")
+        # the file's est_time as written (SGLang's 12.5), as the patch shows it
+        print(f"  {e.test_id}{_on(e)}: {seconds(e.registered)} -> {seconds(e.registered_proposed)} "
+              f"({seconds(e.registered_delta, True)} s)")
     waiting = held(estimates)
     print(f"held for acceptance (more than max_step_factor in one step; add to the repo's calibration: accept: "
           f"list to apply): {len(waiting) or 'none'}")
     for e in waiting:
-        print(f"  {e.test_id}{_on(e)}: {e.baseline} -> {e.held} held ({e.held - e.baseline:+d} s)"
+        base = e.registered if e.in_force is None else e.in_force
+        print(f"  {e.test_id}{_on(e)}: {seconds(base)} -> {e.held} held ({seconds(e.held - base, True)} s)"
               + (" (from the calibrated est_time in force)" if e.in_force is not None else ""))
     near = near_timeout(tests, samples, floor, factor, estimates=estimates)
     print(f"near timeout (last run > 90 % of max({floor}, {factor:g} x est_time), est_time the proposed one or the "

@@ -219,6 +219,10 @@ def print_report(name: str, repo: Path, groups_file: Path, report: CoverageRepor
         for problem in g.problems:
             print(f"  {problem}")
         print(f"  {len(g.cells) - len(g.uncovered)} of {len(g.cells)} cells covered")
+        if g.group.inferred and g.uncovered:  # every field its own dimension: correlated fields read as gaps
+            print(f"  group {g.group.name} is declared only by # coverage-group: comments, so each field is a "
+                  "dimension of its own; fields that vary together (one axis, as a diagonal split uses them) need "
+                  "a group in coverage.yaml with explicit dimensions (docs/coverage.md)")
     for problem in report.problems:
         print(problem)
     uncovered, problems = totals(report)

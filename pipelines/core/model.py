@@ -93,6 +93,9 @@ class Test:
     nightly_rule: str = "also"
     #: other template jobs that list this same entry (each job is a suite ``--suite`` selects)
     also_suites: tuple[str, ...] = ()
+    #: the registered est_time as its file writes it when that is not whole seconds (SGLang's ``12.5``):
+    #: ``est_time`` is it rounded up, which plans and timeouts use; calibration shows the file's value
+    est_literal: float | None = None
 
     @property
     def enabled(self) -> bool:
@@ -266,10 +269,29 @@ class Estimate:
     #: the calibrated est_time in force (the last calibration's, which the night plans with) when
     #: there is one: the step guard judged from it, not from ``current`` (the registered value)
     in_force: int | None = None
+    #: the file's est_time when it is not whole seconds (``Test.est_literal``, SGLang's ``12.5``): ``current``
+    #: is it rounded up; the table, evidence and drift show this one, as the file and the patch do
+    current_literal: float | None = None
 
     @property
     def delta(self) -> int:
         return self.proposed - self.current
+
+    @property
+    def registered(self) -> float:
+        """The est_time the test's file registers, as written (``12.5``, not the rounded-up 13)."""
+        return self.current if self.current_literal is None else self.current_literal
+
+    @property
+    def registered_proposed(self) -> float:
+        """The est_time the file holds after the patch: the literal as written when the proposal is it
+        rounded up (12.5 kept as 13: the patch leaves the file alone), else the proposal."""
+        return self.registered if self.proposed == self.current else self.proposed
+
+    @property
+    def registered_delta(self) -> float:
+        """The proposal's change to the file's est_time as written."""
+        return self.registered_proposed - self.registered
 
     @property
     def baseline(self) -> int:

@@ -465,3 +465,39 @@ def test_a_dry_run_whose_estimates_cannot_be_read_warns_and_judges_from_the_regi
     assert "would store estimates:" in out
     assert cli("calibrate", *local, "--write") == 2
     assert "(refused); nothing was written" in capsys.readouterr().err
+
+
+def test_a_float_est_time_is_shown_as_the_file_writes_it_in_the_table_evidence_drift_and_held_list(
+        tmp_path, monkeypatch, capsys):
+    """SGLang-family files register floats (12.5): the table, evidence, drift and held list start from
+    12.5 as the file and the patch do, not from the 13 s plans round it up to."""
+    repo = tmp_path / "fw"
+    sources = {"test_f": 12.5, "test_g": 40.5, "test_h": 7.5, "test_k": 12.5}
+    for name, est in sources.items():
+        (repo / "tests/e2e").mkdir(parents=True, exist_ok=True)
+        (repo / f"tests/e2e/{name}.py").write_text(
+            f"from x import register_cuda_ci\nregister_cuda_ci({est}, 'stage-c-4-gpu-h200', labels=['m'])\n")
+    monkeypatch.setenv("NIGHTLY_HOME", str(tmp_path / "home"))
+    by_id = history_cli.load_catalog_for(*history_cli.resolve_repo(str(repo))).by_id()
+    now = datetime.now(UTC).isoformat()
+    runs = {"test_f": 15, "test_g": 100, "test_h": 250}  # 20 s; 130 s (+89.5: drift); 400 s from 7.5: held
+    FileHistoryStore(tmp_path / "home" / "history.sqlite").append([
+        Sample(t.id, t.hardware, t.sha256, "passed", runs[name], now, source=f"{name}.log:1")
+        for name in runs for t in [by_id[f"tests/e2e/{name}.py"]]])
+    evidence, patch = tmp_path / "ev.csv", tmp_path / "p.diff"
+    assert cli("calibrate", "--repo", str(repo), "--evidence", str(evidence), "--patch", str(patch)) == 0
+    out = capsys.readouterr().out
+    rows = {line.split()[0]: line.split() for line in out.splitlines() if line.startswith("tests/e2e/")}
+    assert rows["tests/e2e/test_f.py"][2:6] == ["12.5", "20", "+7.5", "1"]
+    assert rows["tests/e2e/test_g.py"][2:6] == ["40.5", "130", "+89.5", "1"]
+    assert rows["tests/e2e/test_k.py"][2:5] == ["12.5", "12.5", "0"]  # no evidence: the file keeps 12.5
+    assert "  tests/e2e/test_g.py [h200]: 40.5 -> 130 (+89.5 s)\n" in out
+    assert "  tests/e2e/test_h.py [h200]: 7.5 -> 400 held (+392.5 s)\n" in out
+    assert "moves est_time 8 s (7.5 in the file, rounded up) by x50, x40 from 10 s" in out
+    csv_rows = {r["test_id"]: r for r in csv.DictReader(evidence.open())}
+    f = csv_rows["tests/e2e/test_f.py"]
+    assert (f["current_est_time"], f["proposed_est_time"], f["delta"]) == ("12.5", "20", "+7.5")
+    k = csv_rows["tests/e2e/test_k.py"]
+    assert (k["current_est_time"], k["proposed_est_time"], k["delta"]) == ("12.5", "12.5", "+0")
+    assert "-register_cuda_ci(12.5, 'stage-c-4-gpu-h200'" in patch.read_text()
+    assert "+register_cuda_ci(20, 'stage-c-4-gpu-h200'" in patch.read_text()

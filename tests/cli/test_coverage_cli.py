@@ -475,3 +475,24 @@ def test_against_a_revision_that_lost_nothing_still_counts_what_is_uncovered_now
     code, out, _ = coverage(capsys, "--repo", str(repo), "--groups", str(groups), "--against", "HEAD", "--json")
     assert (code, json.loads(out)["ok"], json.loads(out)["lost"]) == (0, True, [])
     assert len(json.loads(out)["groups"][0]["uncovered"]) == 2
+
+
+def test_a_group_only_in_comments_with_correlated_fields_says_they_need_a_declared_group(capsys, tmp_path):
+    """The diagonal split of GROUPS, declared only by comments: each of shared_outer and virtual_experts is
+    a dimension of its own, so the two cells no diagonal has read as gaps; the report says how to declare them."""
+    repo = tmp_path / "fw"
+    (repo / "tests" / "lora").mkdir(parents=True)
+    (repo / FIVE).write_text(sibling(*DIAGONAL, group="lora-moe"))
+    (repo / SIX).write_text(sibling(*ANTI_DIAGONAL, group="lora-moe"))
+
+    code, out, _ = coverage(capsys, "--repo", str(repo))
+
+    assert code == 1 and "2 uncovered cell(s)" in out
+    assert ("  group lora-moe is declared only by # coverage-group: comments, so each field is a dimension of its "
+            "own; fields that vary together (one axis, as a diagonal split uses them) need a group in coverage.yaml "
+            "with explicit dimensions (docs/coverage.md)") in out
+
+    (repo / SIX).write_text(sibling(*ANTI_DIAGONAL, ("m-x", "megatron", True, False), ("t-x", "tilelang", False, True),
+                                    group="lora-moe"))
+    code, out, _ = coverage(capsys, "--repo", str(repo))
+    assert code == 0 and "declared only by" not in out  # nothing uncovered: no hint

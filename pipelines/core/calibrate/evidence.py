@@ -22,12 +22,18 @@ def _num(x: float | None) -> str:
     return "" if x is None else f"{x:g}"
 
 
+def seconds(x: float, sign: bool = False) -> str:
+    """Seconds as a file writes them: ``12.5``, ``3600``, ``10000000`` (never ``1e+07``); ``sign``: ``+7.5``."""
+    return format(x, "+.10g" if sign else ".10g")
+
+
 def evidence_rows(estimates: Sequence[Estimate]) -> list[dict[str, str]]:
     """One row per test; sources cite the log lines or run logs the samples came from."""
     return [{
-        "test_id": e.test_id, "hardware": e.hardware, "current_est_time": str(e.current),
+        # the file's est_time as written (SGLang's 12.5, not the 13 plans round it up to), as the patch shows it
+        "test_id": e.test_id, "hardware": e.hardware, "current_est_time": seconds(e.registered),
         "samples_used": str(e.samples_used), "max_s": _num(e.max_s), "p90_s": _num(e.p90_s),
-        "median_s": _num(e.median_s), "proposed_est_time": str(e.proposed), "delta": f"{e.delta:+d}",
+        "median_s": _num(e.median_s), "proposed_est_time": seconds(e.registered_proposed), "delta": seconds(e.registered_delta, True),
         # what the policy wants but the step guard holds for acceptance (proposed stays the value in force)
         "held_est_time": "" if e.held is None else str(e.held),
         # the last calibration's est_time, which the step was judged from; empty: the registered one was

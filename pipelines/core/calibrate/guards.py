@@ -10,11 +10,14 @@ would otherwise become a 1.25e9 s est_time. Three guards, each reported, never s
   id]``), not applied, and that est_time stays in force (while it has evidence: see
   ``policies._released``); a ``raise_on_timeout`` raise is not
   (it is 1.25x a run the timeout killed, so bounded by that timeout: holding it would keep a
-  placeholder est_time that is killed every night).
+  placeholder est_time that is killed every night), and a step is counted from the policy's
+  smallest proposal when the est_time in force is below it (bucket125 never proposes under 10 s:
+  est_time 1 s -> 10 s is no step at all, while 1 s -> 60 s is x6 from 10 s and held).
 """
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Mapping, Sequence
 
@@ -60,14 +63,19 @@ def screen_relative(samples: Sequence[Sample], p: Mapping) -> tuple[list[Sample]
 
 
 def bound_proposal(test: Test, proposed: int, p: Mapping, killed: bool = False,
-                   in_force: int | None = None) -> tuple[int, int | None, str]:
+                   in_force: int | None = None, smallest: int = 0) -> tuple[int, int | None, str]:
     """(est_time to apply, proposal held for acceptance or None, note for the reason); ``killed``: the
     proposal is a raise after a timeout kill, which the step guard does not hold.
 
     The step is judged from the est_time in force: ``in_force`` (the last calibration's, which the
     night plans with) when there is one, else the registered ``test.est_time``; a held proposal
     keeps that same value. Judging from the registered value would hold a step the last
-    calibration already took, and send est_time back to the registered value every other night."""
+    calibration already took, and send est_time back to the registered value every other night.
+
+    ``smallest`` is the least the policy proposes from any passing run (bucket125: 10 s): the step is
+    counted from it when the est_time in force is lower, so a 1 s or 2 s est_time (framework M's fast
+    CPU folder is 1 s) can reach the policy's first value, which no evidence could ever move it past.
+    """
     top = int(p.get("max_est_time_s") or MAX_EST_TIME_S)
     note = ""
     if proposed > top:
@@ -79,10 +87,17 @@ def bound_proposal(test: Test, proposed: int, p: Mapping, killed: bool = False,
     placeholder = test.uncalibrated and in_force is None  # a default est_time nobody measured
     raise_after_kill = killed and proposed > base
     if step and base > 0 and proposed != base and not (accepted or placeholder or raise_after_kill):
-        ratio = proposed / base
+        start = max(base, smallest)
+        ratio = proposed / start
         if ratio > step or ratio < 1 / step:
             what = f"est_time {base} s" if in_force is None else f"the calibrated est_time in force {base} s"
-            held = (f"held for acceptance: {proposed} s moves {what} by x{ratio:.3g}, more "
+            if in_force is None and test.est_literal is not None and math.ceil(test.est_literal) == base:
+                what += f" ({test.est_literal:g} in the file, rounded up)"
+            if start != base:
+                what += f" by x{proposed / base:.3g}, x{ratio:.3g} from {start} s, the least the policy proposes,"
+            else:
+                what += f" by x{ratio:.3g},"
+            held = (f"held for acceptance: {proposed} s moves {what} more "
                     f"than max_step_factor x{step:g} in one step; to apply it, add {test.id!r} to the repo's "
                     "calibration: accept: list")
             return base, proposed, "; ".join(x for x in (note, held) if x)

@@ -67,6 +67,11 @@ POLICIES: dict[str, Callable[[list[float], Mapping], tuple[int, str]]] = {
     "bucket125": _bucket125, "p90": _p90, "median": _median,
 }
 
+#: the least each policy proposes from a passing run of any positive length: bucket125's first bucket
+#: (10 s), else a whole second. The step guard counts a move up to it as no step (guards.bound_proposal):
+#: a test registered at 1 s must be able to reach 10 s under bucket125.
+SMALLEST: dict[str, int] = {"bucket125": bucket_round(1), "p90": 1, "median": 1}
+
 
 def parse_time(value: str) -> datetime | None:
     """An ISO-8601 start time as an aware datetime (naive means UTC); None when absent or unreadable."""
@@ -259,7 +264,8 @@ def _estimate(test: Test, samples: Sequence[Sample], policy: str, p: Mapping, no
     if not used and not released:
         reason += "; keeps est_time"
     # a raise to what an observed timeout kill needs is bounded by that kill: never a poisoned number
-    proposed, held, bound = bound_proposal(test, int(proposed), p, killed=bool(raised), in_force=in_force)
+    proposed, held, bound = bound_proposal(test, int(proposed), p, killed=bool(raised), in_force=in_force,
+                                          smallest=SMALLEST[policy])
     if bound:
         reason = f"{reason}; {bound}"
     if notes:
@@ -268,8 +274,15 @@ def _estimate(test: Test, samples: Sequence[Sample], policy: str, p: Mapping, no
         test_id=test.id, hardware=test.hardware, current=test.est_time, proposed=int(proposed),
         samples_used=len(used), reason=reason, stale_samples=ev.stale,
         sources=tuple(s.source for s in (used or ev.used)), held=held, outliers=tuple(ev.outliers),
-        in_force=in_force, **stats,
+        in_force=in_force, current_literal=_literal(test), **stats,
     )
+
+
+def _literal(test: Test) -> float | None:
+    """The file's est_time as written when it is not whole seconds and ``est_time`` is still it rounded up
+    (a test whose est_time was replaced by a calibrated one has no literal to show)."""
+    lit = test.est_literal
+    return lit if lit is not None and math.ceil(lit) == test.est_time else None
 
 
 def _released(test: Test, current: Sequence[Sample], values: Sequence[float], p: Mapping,

@@ -129,7 +129,7 @@ def registry_tests(scans: list[FileScan], implicit_cpu_dirs: tuple[str, ...], di
                 id=make_id(scan.path, variant), path=scan.path, backend=r.backend, suite=r.suite,  # type: ignore[arg-type]
                 gpus=r.gpus, est_time=r.est_time, labels=r.labels, nightly=r.nightly, disabled=r.disabled,
                 sha256=scan.sha256, line=r.line, hardware=r.hardware, est_source="registered", fmt="registry",
-                nightly_rule=dialect.nightly,
+                nightly_rule=dialect.nightly, est_literal=r.est_literal,
             ))
     return tests, problems
 

@@ -61,8 +61,9 @@ def decode(rel: str, data: list) -> FileScan:
     sha, regs, (downloads, conversions, unresolved), num_gpus, problems, parsed = data
     registrations = []
     for r in regs:
-        backend, suite, gpus, hardware, est, labels, nightly, disabled, line, assumed = r
-        registrations.append(Registration(backend, suite, gpus, hardware, est, tuple(labels), nightly, disabled, line, assumed))
+        backend, suite, gpus, hardware, est, labels, nightly, disabled, line, assumed, literal = r
+        registrations.append(Registration(backend, suite, gpus, hardware, est, tuple(labels), nightly, disabled, line, assumed,
+                                          literal))
     needs = Needs(tuple(_download(*d) for d in downloads),
                   tuple(_conversion(m, s, p, tuple(tuple(x) for x in params), line)
                         for m, s, p, params, line in conversions),

@@ -51,6 +51,9 @@ class Registration:
     line: int
     #: the suite names no GPU count (a free-form suite such as ``stress``): one GPU is assumed
     assumed_gpus: bool = False
+    #: the est_time as the file writes it when that is not whole seconds (SGLang's ``12.5``); ``est_time``
+    #: is it rounded up. Calibration shows and patches the file's value, not the rounded one
+    est_literal: float | None = None
 
 
 class _Bad(Exception):
@@ -143,8 +146,9 @@ def _registrations(call: ast.Call, dialect: Dialect) -> tuple[list[Registration]
     if disabled is not None and not disabled.isprintable():
         disabled = printable(disabled)
     placements, conflicts = _placements(sig.backend, suite, _hardware_list(args), dialect)
-    return [Registration(sig.backend, suite, gpus, hardware, est_time, labels, nightly, disabled, call.lineno, assumed)
-            for gpus, hardware, assumed in placements], conflicts
+    literal = args["est_time"] if est_time != args["est_time"] else None
+    return [Registration(sig.backend, suite, gpus, hardware, est_time, labels, nightly, disabled, call.lineno, assumed,
+                         literal) for gpus, hardware, assumed in placements], conflicts
 
 
 def _literal(name: str, node: ast.AST) -> object:

@@ -72,6 +72,36 @@ def test_a_step_within_the_factor_applies_and_an_uncalibrated_test_is_not_held()
     assert (first.proposed, first.held) == (30, None)
 
 
+@pytest.mark.parametrize(("est_time", "runs"), [(1, [0.4]), (1, [2.0]), (2, [0.4, 1.5]), (2, [2.0])])
+def test_a_one_or_two_second_est_time_reaches_bucket125s_first_bucket_without_acceptance(est_time, runs):
+    """bucket125 never proposes under 10 s: from est_time 1 s (framework M's fast CPU folder) the move to
+    10 s is no step, else such a test would be held at 1 s for good."""
+    e = one([s(x, i) for i, x in enumerate(runs)], est_time=est_time)
+    assert (e.proposed, e.held) == (10, None) and "held" not in e.reason
+
+
+def test_from_a_tiny_est_time_a_large_step_is_counted_from_the_first_bucket_and_still_held():
+    e = one([s(40, 1)], est_time=1)  # 40 x 1.25 = 50 s: x5 from 10 s, bucket125's least proposal
+    assert (e.proposed, e.held) == (1, 50)
+    assert ("held for acceptance: 50 s moves est_time 1 s by x50, x5 from 10 s, the least the policy proposes, "
+            "more than max_step_factor x4 in one step") in e.reason
+    assert one([s(30, 1)], est_time=1).proposed == 40  # x4 from 10 s: applies
+    assert one([s(30, 1)], est_time=10).proposed == 40  # the same step from a registered 10 s
+    lower = _in_force([s(0.4, 1)], 60, est_time=60)  # a real x6 lowering is still held
+    assert (lower.proposed, lower.held) == (60, 10)
+
+
+@pytest.mark.parametrize("policy", ["p90", "median"])
+def test_p90_and_median_propose_whole_seconds_so_a_tiny_est_time_is_judged_as_it_is(policy):
+    """Their least proposal is 1 s, below which no est_time is registered: a fast test moves freely,
+    and x5 from 1 s is held as from any other value."""
+    fast = one([s(0.4, 1), s(1.5, 2), s(1.2, 3)], policy, est_time=1)
+    assert (fast.proposed, fast.held) == (2, None)
+    slow = one([s(5, 1), s(5, 2), s(5, 3)], policy, est_time=1)
+    assert (slow.proposed, slow.held) == (1, 5)
+    assert "moves est_time 1 s by x5, more than" in slow.reason
+
+
 def test_no_proposal_goes_above_the_upper_bound_even_when_accepted():
     e = one([s(80_000, 1)], params={"accept": ("tests/e2e/test_a.py",)}, est_time=70_000)
     assert e.proposed == 86_400

@@ -112,7 +112,7 @@ def test_a_test_built_the_fast_way_is_the_record_the_constructor_makes():
     every = dict(id="tests/a.py::x", path="tests/a.py", backend="rocm", suite="s", gpus=2, est_time=7, labels=("l",),
                  nightly=True, disabled="why", sha256="f" * 64, line=3, hardware="mi300", est_source="history",
                  fmt="template", env=(("K", "v"),), args=("--x",), requirements=("m",), unresolved=("u",),
-                 nightly_rule="exclusive", also_suites=("t",))
+                 nightly_rule="exclusive", also_suites=("t",), est_literal=6.5)
     assert set(every) == {f.name for f in dataclasses.fields(model.Test)}, "a new Test field: give it a value here"
     fast, slow = new_test(**every), model.Test(**every)
     assert fast == slow and hash(fast) == hash(slow) and repr(fast) == repr(slow)
