@@ -135,6 +135,8 @@ def _run_planned(night: Night, runset: RunSet, selection: RunSelection, tests: l
             yield InputFailed(req, str(exc))
             continue
         verb = "reused" if built.reused else f"built in {built.seconds:.1f}s"
+        if built.rebuilt:
+            verb += f" (rebuilt: {built.rebuilt})"
         say(f"[{i}/{len(reqs)}] {req.kind} {req.key}: {verb}")
         yield InputReady(req, built)
     if failed_inputs:  # tests whose inputs are missing are infra errors, never launched

@@ -366,7 +366,7 @@ class Night:
             pool = max(self.deployment.pools, key=lambda p: p.gpus_per_node)  # where builds run
             builder = builder_from_deployment(self.deployment, run_id=self.run_id,
                                               digest=self.image_digests.get(pool.name, ""))
-            return builder.build(req, models, self.specs.conversion, env, log_path=log_path)
+            return builder.build(req, models, self.specs.conversion, env, repo=self.repo_spec.path, log_path=log_path)
         return self.cache.build(
             req, repo=self.repo_spec.path, conversion=self.specs.conversion, env=self.test_env(),
             models=models, log_path=log_path,

@@ -153,7 +153,8 @@ def _dry_run(night, runset, plan) -> int:
 
     night.pin_images(probe(night.deployment))
     print(render_night_pods(plan, night.deployment, night.request, requirements=night.requirements_for(runset.run),
-                            conversion=night.specs.conversion, run_id=night.run_id, **night.pod_settings()), end="")
+                            conversion=night.specs.conversion, run_id=night.run_id, repo=night.repo_spec.path,
+                            **night.pod_settings()), end="")
     return 0
 
 

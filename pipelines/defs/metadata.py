@@ -50,6 +50,8 @@ def built_metadata(built: Built, source: str) -> dict[str, dg.MetadataValue]:
         "build_s": dg.MetadataValue.float(built.seconds),
         "files": dg.MetadataValue.int(built.files),
         "bytes": dg.MetadataValue.int(built.bytes),
+        **({"identity": dg.MetadataValue.text(built.identity)} if built.identity else {}),
+        **({"rebuilt_because": dg.MetadataValue.text(built.rebuilt)} if built.rebuilt else {}),
     }
 
 

@@ -7,6 +7,12 @@ is renamed into place with a completion marker, so an interrupted build is never
 finished one. The marker carries a manifest (files, sizes, sha256) checked before every reuse: a
 damaged entry is rebuilt and reported as ``repaired`` (infra), leftover ``.partial`` folders of
 dead builders are removed, and every build command has a time limit.
+
+The marker also records what the entry was built from: a download's source, and a conversion's
+identity (:mod:`pipelines.core.recipe`: the converter's files, argv, environment and its model's
+own identity). An entry whose recorded source or identity differs from what the catalog asks for
+now is rebuilt in place (``Built.rebuilt`` says why; not infra), so a changed converter is never
+hidden by yesterday's checkpoint.
 """
 
 from __future__ import annotations
@@ -24,9 +30,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pipelines.core.model import Requirement
+from pipelines.core.recipe import Recipe, identity, make_recipe, model_identity
 from pipelines.core.specs import ConversionSpec
 from pipelines.launch.procs import pid_alive, with_signals_unblocked
-from pipelines.storage.manifest import MARKER, damage, make_manifest
+from pipelines.storage.manifest import MARKER, damage, make_manifest, read_marker
 
 #: a download or conversion that takes longer than this is stuck (override per AssetCache)
 BUILD_TIMEOUT_S = 4 * 3600
@@ -50,6 +57,10 @@ class Built:
     #: the entry was found damaged (why in ``damage``) and rebuilt: an infra event, not a test's
     repaired: bool = False
     damage: str = ""
+    #: why a complete, undamaged entry was built again (its source or conversion identity changed)
+    rebuilt: str = ""
+    #: a conversion's identity as recorded in its marker (see :mod:`pipelines.core.recipe`)
+    identity: str = ""
 
 
 def _size(path: Path) -> tuple[int, int]:
@@ -96,22 +107,51 @@ class AssetCache:
                 removed.append(tmp)
         return removed
 
+    def stale(self, req: Requirement, want: str = "", recipe: Recipe | None = None) -> str:
+        """Why the built entry is not what ``req`` asks for now ("" when it is): another source, or
+        for a conversion another identity ``want`` (see :func:`conversion_identity`)."""
+        marker = read_marker(self.host_path(req.path)) or {}
+        if marker.get("source", req.source) != req.source:
+            return f"built from {marker.get('source')!r}, the catalog now says {req.source!r}"
+        if req.kind == "conversion" and want and marker.get("identity") != want:
+            if not marker.get("identity"):
+                return "its marker records no conversion identity (built by an older nightly)"
+            return f"the conversion's identity changed: {_recipe_change(marker.get('recipe'), recipe)}"
+        return ""
+
+    def conversion_identity(self, req: Requirement, repo: Path | None, conversion: ConversionSpec | None,
+                            env: dict[str, str], models: dict[str, Requirement]) -> tuple[str, Recipe | None]:
+        """(identity, recipe) of ``req`` as it would be built now; ("", None) when it cannot be built
+        (no command, no model yet: the build itself says why)."""
+        if req.kind != "conversion" or conversion is None or repo is None or not req.depends_on \
+                or req.depends_on[0] not in models:
+            return "", None
+        model = read_marker(self.host_path(models[req.depends_on[0]].path))
+        if model is None:
+            return "", None
+        recipe = conversion_recipe(conversion, req, repo, env)
+        return identity(recipe.digest, model_identity(model)), recipe
+
     def build(self, req: Requirement, *, repo: Path | None = None, conversion: ConversionSpec | None = None,
               env: dict[str, str] | None = None, models: dict[str, Requirement] | None = None,
               log_path: Path | None = None, timeout_s: float | None = None) -> Built:
-        """Build one requirement unless a complete, undamaged entry is there; a damaged one is rebuilt."""
+        """Build one requirement unless a complete, undamaged, current entry is there; a damaged
+        one is rebuilt (``repaired``), one built from something else too (``rebuilt``)."""
         dest = self.host_path(req.path)
         t0 = time.monotonic()
-        if self.is_built(req) and not self.damage(req):
-            return Built(req.key, dest, True, 0.0, *_size(dest))
+        env, models = env or {}, models or {}
+        want, recipe = self.conversion_identity(req, repo, conversion, env, models)
+        if self.is_built(req) and not self.damage(req) and not self.stale(req, want, recipe):
+            return Built(req.key, dest, True, 0.0, *_size(dest), identity=want)
         dest.parent.mkdir(parents=True, exist_ok=True)
         # one builder per folder across processes (a night beside a rerun or a backfill); the
         # second one waits, then finds the marker and reuses
         with open(dest.with_name(f".{dest.name}.lock"), "a+") as lock:
             fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
             found = self.damage(req) if self.is_built(req) else ""
-            if self.is_built(req) and not found:
-                return Built(req.key, dest, True, 0.0, *_size(dest))
+            stale = self.stale(req, want, recipe) if self.is_built(req) and not found else ""
+            if self.is_built(req) and not found and not stale:
+                return Built(req.key, dest, True, 0.0, *_size(dest), identity=want)
             for old in dest.parent.glob(f".{dest.name}.partial-*"):  # we hold the lock: all are leftovers
                 shutil.rmtree(old, ignore_errors=True)
             tmp = dest.with_name(f".{dest.name}.partial-{os.getpid()}")
@@ -119,16 +159,18 @@ class AssetCache:
                 if req.kind in ("model", "dataset"):
                     self._download(req, tmp, timeout_s or self.build_timeout_s)
                 else:
-                    self._convert(req, tmp, repo, conversion, env or {}, models or {}, log_path,
+                    self._convert(req, tmp, repo, conversion, env, models, log_path,
                                   timeout_s or self.build_timeout_s)
                 marker = {"key": req.key, "source": req.source, "built_at": time.time(), "manifest": make_manifest(tmp)}
+                if want and recipe is not None:
+                    marker.update(identity=want, recipe=recipe.as_json())
                 (tmp / MARKER).write_text(json.dumps(marker))
                 shutil.rmtree(dest, ignore_errors=True)
                 os.replace(tmp, dest)
             finally:
                 shutil.rmtree(tmp, ignore_errors=True)
         return Built(req.key, dest, False, round(time.monotonic() - t0, 3), *_size(dest), repaired=bool(found),
-                     damage=found)
+                     damage=found, rebuilt=stale, identity=want)
 
     def _download(self, req: Requirement, tmp: Path, timeout_s: float) -> None:
         check_hub_id(req)
@@ -206,6 +248,27 @@ def conversion_command(conversion: ConversionSpec, req: Requirement, python: str
             f"use only {{{'}, {'.join(values)}}}"
         ) from None
     return argv, env
+
+
+def conversion_recipe(conversion: ConversionSpec, req: Requirement, repo: Path, env: dict[str, str],
+                      image: str = "") -> Recipe:
+    """What the conversion of ``req`` runs from ``repo``, wherever it runs: the argv and extra env with
+    ``{python}``, ``{model_path}`` and ``{output}`` left as placeholders, and the checkout's files it runs."""
+    argv, conv_env = conversion_command(conversion, req, "{python}", "{model_path}", "{output}")
+    pythonpath = conv_env.get("PYTHONPATH") or env.get("PYTHONPATH", "")
+    return make_recipe(repo, argv, conv_env, pythonpath=pythonpath, image=image)
+
+
+def _recipe_change(old: object, new: Recipe | None) -> str:
+    """Which part of a conversion's recipe differs from the one its marker records (for the log)."""
+    if not isinstance(old, dict) or new is None:
+        return "the recorded identity differs"
+    now = new.as_json()
+    files_then, files_now = old.get("files") or {}, now["files"]
+    changed = sorted(f for f in set(files_then) | set(files_now) if files_then.get(f) != files_now.get(f))
+    said = [f"files {', '.join(changed)}"] if changed else []
+    said += [f"its {part}" for part in ("argv", "env", "image") if old.get(part) != now[part]]
+    return "; ".join(said) or "its model changed"
 
 
 def _run(argv: list[str], cwd: Path | None, env: dict[str, str], what: str, log_path: Path | None,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 
@@ -190,3 +191,100 @@ def test_a_build_started_while_sigint_is_blocked_runs_with_nothing_blocked(tmp_p
     assert "SigBlk:\t0000000000000000" in (tmp_path / "b.log").read_text()
     with pytest.raises(FileNotFoundError):  # a missing command fails in this process, as it always did
         _run(["no-such-converter"], None, dict(os.environ), "probe", None)
+
+
+def converter_checkout(tmp_path):
+    """A checkout whose converter imports a module of its own (``fw/layout.py``)."""
+    repo = tmp_path / "repo"
+    (repo / "tools").mkdir(parents=True)
+    (repo / "fw").mkdir()
+    (repo / "fw" / "__init__.py").write_text("")
+    (repo / "fw" / "layout.py").write_text("TAG = 'v1'\n")
+    (repo / "tools" / "conv.py").write_text(
+        "import os, sys\n"
+        "sys.path.insert(0, os.getcwd())\n"
+        "from fw.layout import TAG\n"
+        "a = dict(zip(sys.argv[1::2], sys.argv[2::2]))\n"
+        "os.makedirs(a['--save'])\n"
+        "open(os.path.join(a['--save'], 'shard'), 'w').write(a['--type'] + ':' + TAG)\n")
+    spec = ConversionSpec(command=("{python}", "tools/conv.py", "--src", "{model_path}", "--save", "{output}",
+                                   "--type", "{megatron_model_type}", "{extra_args}"))
+    return repo, spec
+
+
+def test_an_unchanged_converter_reuses_the_conversion_and_records_its_identity(tmp_path, hub):
+    import json
+
+    repo, spec = converter_checkout(tmp_path)
+    cache = AssetCache(tmp_path / "c", hub)
+    cache.build(MODEL)
+    first = cache.build(CONV, repo=repo, conversion=spec, models={"m1": MODEL})
+    (repo / "README.md").write_text("not run by the converter\n")
+    second = cache.build(CONV, repo=repo, conversion=spec, models={"m1": MODEL})
+    assert (first.reused, second.reused, second.rebuilt) == (False, True, "")
+    assert first.identity and second.identity == first.identity
+    marker = json.loads((tmp_path / "c" / "models" / "m1_torch_dist" / ".nightly-complete.json").read_text())
+    assert marker["identity"] == first.identity
+    assert sorted(marker["recipe"]["files"]) == ["fw/__init__.py", "fw/layout.py", "tools/conv.py"]
+
+
+@pytest.mark.parametrize(("change", "why"), [
+    (lambda repo: (repo / "tools" / "conv.py").write_text((repo / "tools" / "conv.py").read_text() + "# v2\n"),
+     "files tools/conv.py"),
+    (lambda repo: (repo / "fw" / "layout.py").write_text("TAG = 'v2'\n"), "files fw/layout.py"),
+])
+def test_a_change_in_the_converter_or_a_module_it_imports_rebuilds_the_conversion(tmp_path, hub, change, why):
+    repo, spec = converter_checkout(tmp_path)
+    cache = AssetCache(tmp_path / "c", hub)
+    cache.build(MODEL)
+    first = cache.build(CONV, repo=repo, conversion=spec, models={"m1": MODEL})
+    change(repo)
+    again = cache.build(CONV, repo=repo, conversion=spec, models={"m1": MODEL})
+    assert (again.reused, again.repaired) == (False, False), "a new converter is not damage"
+    assert why in again.rebuilt and again.identity != first.identity
+    assert cache.build(CONV, repo=repo, conversion=spec, models={"m1": MODEL}).reused
+
+
+def test_a_converter_that_now_fails_fails_the_build_and_the_old_entry_is_not_passed_off_as_current(tmp_path, hub):
+    repo, spec = converter_checkout(tmp_path)
+    cache = AssetCache(tmp_path / "c", hub)
+    cache.build(MODEL)
+    cache.build(CONV, repo=repo, conversion=spec, models={"m1": MODEL})
+    (repo / "fw" / "layout.py").write_text("raise RuntimeError('converter regression')\n")
+    for _ in range(2):  # and the next night tries again rather than reusing yesterday's output
+        with pytest.raises(BuildError, match="converter regression"):
+            cache.build(CONV, repo=repo, conversion=spec, models={"m1": MODEL})
+
+
+def test_other_extra_args_another_model_or_an_old_marker_rebuild_the_conversion(tmp_path, hub):
+    import dataclasses
+    import json
+
+    repo, spec = converter_checkout(tmp_path)
+    cache = AssetCache(tmp_path / "c", hub)
+    cache.build(MODEL)
+    cache.build(CONV, repo=repo, conversion=spec, models={"m1": MODEL})
+    other = dataclasses.replace(CONV, params=(*CONV.params, ("extra_args", "--dtype bf16")))
+    assert "its argv" in cache.build(other, repo=repo, conversion=spec, models={"m1": MODEL}).rebuilt
+    (hub / "models" / "org" / "m1" / "weights.bin").write_bytes(b"v" * 100)  # a new upstream revision
+    shutil.rmtree(tmp_path / "c" / "models" / "m1")
+    cache.build(MODEL)
+    assert cache.build(other, repo=repo, conversion=spec, models={"m1": MODEL}).rebuilt.endswith("identity changed: its model changed")
+    marker = tmp_path / "c" / "models" / "m1_torch_dist" / ".nightly-complete.json"
+    old = json.loads(marker.read_text())
+    del old["identity"], old["recipe"]
+    marker.write_text(json.dumps(old))
+    assert "no conversion identity" in cache.build(other, repo=repo, conversion=spec, models={"m1": MODEL}).rebuilt
+
+
+def test_a_model_whose_source_changed_is_downloaded_again(tmp_path, hub):
+    import dataclasses
+
+    cache = AssetCache(tmp_path / "c", hub)
+    cache.build(MODEL)
+    (hub / "models" / "org" / "m2").mkdir()
+    (hub / "models" / "org" / "m2" / "weights.bin").write_bytes(b"2" * 10)
+    moved = dataclasses.replace(MODEL, source="org/m2")
+    built = cache.build(moved)
+    assert "built from 'org/m1', the catalog now says 'org/m2'" in built.rebuilt and not built.reused
+    assert cache.build(moved).reused

@@ -6,7 +6,9 @@ the folder exists): conversions into one folder collapse into one requirement ke
 ``<model>_torch_dist``, with a short hash of the folder appended only when one model is converted
 into several folders. Two conversions into one folder with different output parameters are a
 problem (the night would silently reuse whichever ran first); ``multinode`` and ``num_gpus_per_node``
-only change how the conversion is launched, not its output. ``assets/models.yaml`` / ``datasets.yaml`` override sources and paths, and
+only change how the conversion is launched, not its output. The key names the folder only: what
+built it (converter, argv, model) is its identity, recorded in the cache's marker and compared
+before reuse (:mod:`pipelines.core.recipe`). ``assets/models.yaml`` / ``datasets.yaml`` override sources and paths, and
 a repo's ``requirements:`` globs add keys for what inference cannot see.
 """
 

@@ -4,8 +4,12 @@ In production the test pods mount the cache PVC read-only, so its inputs must be
 the PVC lives: one pod per requirement, with the PVC mounted read-write. The pod runs a
 constant Python script (data reaches it only through environment variables and arguments):
 
-1. probe: the destination already holds the completion marker -> print ``nightly: reused`` and
-   exit 0 (a second night starts a tiny pod and builds nothing);
+1. probe: the destination already holds a completion marker of the same source and, for a
+   conversion, the same identity -> print ``nightly: reused`` and exit 0 (a second night starts a
+   tiny pod and builds nothing). The identity is the one :class:`pipelines.storage.cache.AssetCache`
+   records (:mod:`pipelines.core.recipe`): the recipe digest comes in ``NIGHTLY_RECIPE``, computed
+   here from the checkout the catalog reads plus the pod's image digest, and the pod adds its
+   model's identity read from the model's marker on the PVC. Another identity is rebuilt;
 2. run the command (``hf download ...`` or the framework's conversion argv) into a temporary
    sibling folder, write the same marker as :class:`pipelines.storage.cache.AssetCache`, and
    rename it into place; an interrupted build is never mistaken for a finished one.
@@ -46,7 +50,14 @@ from pipelines.launch.kubernetes.podspec import (
     node_affinity,
 )
 from pipelines.launch.kubernetes.resources import pinned_image, pod_resources, pull_policy
-from pipelines.storage.cache import MARKER, BuildError, Built, check_hub_id, conversion_command
+from pipelines.storage.cache import (
+    MARKER,
+    BuildError,
+    Built,
+    check_hub_id,
+    conversion_command,
+    conversion_recipe,
+)
 
 #: The whole cache PVC, read-write, in build pods only: temporary folder and destination share
 #: one mount, so the final rename is atomic (a rename across two subPath mounts is not).
@@ -58,11 +69,37 @@ BUILT = "nightly: built"
 MISSING_INPUT_EXIT = 3
 
 #: Constant: never formatted with data. Inputs: NIGHTLY_DEST, NIGHTLY_TMP, NIGHTLY_KEY,
-#: NIGHTLY_SOURCE, NIGHTLY_NEEDS (a marker that must exist first) and the command as argv.
+#: NIGHTLY_SOURCE, NIGHTLY_NEEDS (a marker that must exist first), NIGHTLY_RECIPE (a conversion's
+#: recipe digest) and the command as argv. ``identity`` and ``model_id`` are
+#: :func:`pipelines.core.recipe.identity` and :func:`~pipelines.core.recipe.model_identity`.
 BUILD_SCRIPT = f"""\
-import json, os, shutil, subprocess, sys, time
+import hashlib, json, os, shutil, subprocess, sys, time
 dest, tmp = os.environ["NIGHTLY_DEST"], os.environ["NIGHTLY_TMP"]
 marker = os.path.join(dest, {MARKER!r})
+needs, recipe = os.environ.get("NIGHTLY_NEEDS", ""), os.environ.get("NIGHTLY_RECIPE", "")
+def read(path):
+    try:
+        with open(path) as fh:
+            data = json.load(fh)
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+def model_id(m):
+    if not m:
+        return ""
+    man = m.get("manifest")
+    if isinstance(man, dict) and man.get("digest"):
+        return "files:" + man["digest"]
+    return "built:%s|%s|%s" % (m.get("key", ""), m.get("source", ""), m.get("built_at", ""))
+def identity():
+    if not recipe:
+        return ""
+    return hashlib.sha256((recipe + "\\0" + model_id(read(needs))).encode()).hexdigest()
+def current(path):
+    m = read(path)
+    if m is None or m.get("source", "") != os.environ.get("NIGHTLY_SOURCE", ""):
+        return False
+    return not recipe or m.get("identity") == identity()
 def report(word, path):
     files = size = 0
     for root, _dirs, names in os.walk(path):
@@ -71,16 +108,16 @@ def report(word, path):
                 files += 1
                 size += os.path.getsize(os.path.join(root, n))
     print("nightly: " + word, "files=%d" % files, "bytes=%d" % size, flush=True)
-if os.path.isfile(marker):
+if current(marker):
     report("reused", dest)
     sys.exit(0)
-needs = os.environ.get("NIGHTLY_NEEDS", "")
 if needs and not os.path.isfile(needs):
     print("nightly: input missing:", os.path.dirname(needs), "(build it first)", flush=True)
     sys.exit({MISSING_INPUT_EXIT})
 shutil.rmtree(tmp, ignore_errors=True)
 os.makedirs(os.path.dirname(tmp), exist_ok=True)
-print("nightly: building", os.environ.get("NIGHTLY_KEY", ""), flush=True)
+print("nightly: building", os.environ.get("NIGHTLY_KEY", ""),
+      "(its marker is from another source or conversion identity)" if os.path.isfile(marker) else "", flush=True)
 rc = subprocess.call(sys.argv[1:], stdin=subprocess.DEVNULL)
 if rc != 0:
     shutil.rmtree(tmp, ignore_errors=True)
@@ -89,10 +126,13 @@ if rc != 0:
 if not os.path.isdir(tmp):
     print("nightly: the command exited 0 but wrote nothing to", tmp, flush=True)
     sys.exit(1)
+done = {{"key": os.environ.get("NIGHTLY_KEY", ""), "source": os.environ.get("NIGHTLY_SOURCE", ""),
+        "built_at": time.time()}}
+if recipe:
+    done.update(identity=identity(), recipe={{"digest": recipe}})
 with open(os.path.join(tmp, {MARKER!r}), "w") as fh:
-    json.dump({{"key": os.environ.get("NIGHTLY_KEY", ""), "source": os.environ.get("NIGHTLY_SOURCE", ""),
-               "built_at": time.time()}}, fh)
-if os.path.isfile(marker):
+    json.dump(done, fh)
+if current(marker):
     shutil.rmtree(tmp, ignore_errors=True)
     report("reused", dest)
     sys.exit(0)
@@ -142,8 +182,10 @@ class ClusterBuilder:
 
     # -- what runs ---------------------------------------------------------------------
     def command(self, req: Requirement, tmp: str, conversion: ConversionSpec | None,
-                models: Mapping[str, Requirement]) -> tuple[list[str], dict[str, str], int]:
-        """(argv, extra environment, GPUs) of the build of ``req`` writing into ``tmp``."""
+                models: Mapping[str, Requirement], repo: Path | None = None,
+                env: Mapping[str, str] | None = None) -> tuple[list[str], dict[str, str], int]:
+        """(argv, extra environment, GPUs) of the build of ``req`` writing into ``tmp``; a conversion's
+        recipe digest is read from ``repo``, the checkout the image carries (see the module docstring)."""
         if req.kind in ("model", "dataset"):
             check_hub_id(req)
             argv = ["hf", "download", req.source, "--local-dir", tmp]
@@ -163,9 +205,14 @@ class ClusterBuilder:
         if gpus > self.pool.gpus_per_node:
             raise BuildError(f"conversion {req.key}: needs {gpus} GPUs but pool {self.pool.name} has "
                              f"{self.pool.gpus_per_node} per node; lower num_gpus_per_node or add a larger pool")
-        argv, env = conversion_command(conversion, req, "python3", on_pvc(model.path), tmp)
-        env["NIGHTLY_NEEDS"] = f"{on_pvc(model.path)}/{MARKER}"
-        return argv, env, gpus
+        if repo is None:
+            raise BuildError(f"conversion {req.key}: no checkout to read what the conversion runs from; "
+                             "pass the repo the catalog reads (its converter decides whether the cache is current)")
+        recipe = conversion_recipe(conversion, req, repo, dict(env or {}), image=self.digest)
+        argv, extra = conversion_command(conversion, req, "python3", on_pvc(model.path), tmp)
+        extra["NIGHTLY_NEEDS"] = f"{on_pvc(model.path)}/{MARKER}"
+        extra["NIGHTLY_RECIPE"] = recipe.digest
+        return argv, extra, gpus
 
     def pod(self, req: Requirement, name: str, argv: list[str], env: Mapping[str, str], gpus: int,
             avoid: tuple[str, ...] = ()) -> dict[str, Any]:
@@ -221,12 +268,12 @@ class ClusterBuilder:
         return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
 
     def prepared(self, req: Requirement, models: Mapping[str, Requirement], conversion: ConversionSpec | None,
-                 env: Mapping[str, str], nonce: str) -> tuple[list[str], dict[str, str], int]:
+                 env: Mapping[str, str], nonce: str, repo: Path | None = None) -> tuple[list[str], dict[str, str], int]:
         """(argv, pod environment, GPUs) of the build of ``req``, its temporary folder named by ``nonce``."""
         dest = on_pvc(req.path)
         parent, leaf = PurePosixPath(dest).parent, PurePosixPath(dest).name
         tmp = f"{parent}/.{leaf}.partial-{nonce}"
-        argv, extra, gpus = self.command(req, tmp, conversion, models)
+        argv, extra, gpus = self.command(req, tmp, conversion, models, repo, env)
         pod_env = {**env, **extra, "NIGHTLY_DEST": dest, "NIGHTLY_TMP": tmp, "NIGHTLY_KEY": req.key,
                    "NIGHTLY_SOURCE": req.source, "PYTHONUNBUFFERED": "1", "HF_HUB_DISABLE_PROGRESS_BARS": "1"}
         if req.kind in ("model", "dataset"):
@@ -237,10 +284,10 @@ class ClusterBuilder:
 
     # -- running it --------------------------------------------------------------------
     def build(self, req: Requirement, models: Mapping[str, Requirement], conversion: ConversionSpec | None,
-              env: Mapping[str, str], *, log_path: Path | None = None) -> Built:
-        """Build ``req`` into the PVC unless its marker is there; one pod (per infra retry)."""
+              env: Mapping[str, str], *, repo: Path | None = None, log_path: Path | None = None) -> Built:
+        """Build ``req`` into the PVC unless a current marker is there; one pod (per infra retry)."""
         nonce = uuid.uuid4().hex[:12]
-        argv, pod_env, gpus = self.prepared(req, models, conversion, env, nonce)
+        argv, pod_env, gpus = self.prepared(req, models, conversion, env, nonce, repo)
         t0 = time.monotonic()
         failed: list[str] = []
         for attempt in range(1, self.retries + 2):

@@ -11,6 +11,7 @@ would be sent. Nodes are not pinned here (that needs the API); everything else i
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -29,7 +30,7 @@ def night_pods(plan: Plan, deployment: DeploymentSpec, make_request: RequestFact
                requirements: Iterable[Requirement] = (), conversion: ConversionSpec | None = None,
                env: Mapping[str, str] | None = None, cache_paths: Mapping[str, str] | None = None,
                image_digests: Mapping[str, str] | None = None, run_id: str = "", workdir: str = "",
-               owner: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
+               owner: Mapping[str, Any] | None = None, repo: Path | None = None) -> list[dict[str, Any]]:
     """The pod bodies, builds first then tests in the order the dispatcher starts them."""
     reqs = list(requirements)
     models = {r.key: r for r in reqs if r.kind == "model"}
@@ -39,7 +40,7 @@ def night_pods(plan: Plan, deployment: DeploymentSpec, make_request: RequestFact
         builder = ClusterBuilder(None, deployment, pool, workdir=workdir, run_id=run_id,  # type: ignore[arg-type]
                                  digest=(image_digests or {}).get(pool.name, ""), owner=dict(owner) if owner else None)
         for req in reqs:
-            argv, pod_env, gpus = builder.prepared(req, models, conversion, dict(env or {}), DRY_RUN_NONCE)
+            argv, pod_env, gpus = builder.prepared(req, models, conversion, dict(env or {}), DRY_RUN_NONCE, repo)
             pods.append(builder.pod(req, build_pod_name(req, DRY_RUN_NONCE, 1), argv, pod_env, gpus))
     launcher = KubernetesLauncher(None, deployment, pin_nodes=False, workdir=workdir,  # type: ignore[arg-type]
                                   cache_paths=cache_paths, env=env, image_digests=image_digests, owner=owner)

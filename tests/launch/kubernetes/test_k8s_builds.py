@@ -65,10 +65,10 @@ def container(body: dict) -> dict:
 
 def test_a_model_is_downloaded_into_the_pvc_once_and_reused_by_the_next_pod(kubelet, tmp_path):
     with serve(kubelet) as server:
-        first = builder(server).build(MODEL, MODELS, CONVERSION, {}, log_path=tmp_path / "logs" / "tiny-lm.log")
+        first = builder(server).build(MODEL, MODELS, CONVERSION, {}, repo=EXAMPLE, log_path=tmp_path / "logs" / "tiny-lm.log")
         marker = kubelet.pvc / "models" / "tiny-lm" / MARKER
         stamp = marker.stat().st_mtime_ns
-        second = builder(server).build(MODEL, MODELS, CONVERSION, {})
+        second = builder(server).build(MODEL, MODELS, CONVERSION, {}, repo=EXAMPLE)
     assert (first.reused, first.path, first.key) == (False, Path("/root/models/tiny-lm"), "tiny-lm")
     hub_files = sorted(p.name for p in (EXAMPLE / "hub" / "models" / "minirl" / "tiny-lm").rglob("*") if p.is_file())
     assert first.files == len(hub_files) and first.bytes > 0
@@ -82,15 +82,15 @@ def test_a_model_is_downloaded_into_the_pvc_once_and_reused_by_the_next_pod(kube
 
 def test_the_reused_pod_says_so_in_its_log(kubelet, tmp_path):
     with serve(kubelet) as server:
-        builder(server).build(MODEL, MODELS, CONVERSION, {})
-        builder(server).build(MODEL, MODELS, CONVERSION, {}, log_path=tmp_path / "again.log")
+        builder(server).build(MODEL, MODELS, CONVERSION, {}, repo=EXAMPLE)
+        builder(server).build(MODEL, MODELS, CONVERSION, {}, repo=EXAMPLE, log_path=tmp_path / "again.log")
     assert f"{REUSED} files=" in (tmp_path / "again.log").read_text()
 
 
 def test_a_dataset_pod_downloads_with_the_token_from_the_secret_and_the_configured_endpoint(kubelet, tmp_path):
     env = {"HF_ENDPOINT": "https://hf-mirror.internal", "HF_TOKEN": SECRET, "MARK": "m"}
     with serve(kubelet) as server:
-        built = builder(server).build(DATASET, MODELS, CONVERSION, env, log_path=tmp_path / "ds.log")
+        built = builder(server).build(DATASET, MODELS, CONVERSION, env, repo=EXAMPLE, log_path=tmp_path / "ds.log")
     body = server.created[0]
     argv = container(body)["command"][3:]
     assert argv[:5] == ["hf", "download", "minirl/toy-math", "--repo-type", "dataset"]
@@ -107,8 +107,8 @@ def test_a_dataset_pod_downloads_with_the_token_from_the_secret_and_the_configur
 
 def test_a_conversion_pod_runs_the_declared_argv_on_pvc_paths_with_the_gpus_it_asks_for(kubelet):
     with serve(kubelet) as server:
-        builder(server).build(MODEL, MODELS, CONVERSION, {})
-        built = builder(server).build(CONVERTED, MODELS, CONVERSION, {"MINIRL_ROOT": "/root"})
+        builder(server).build(MODEL, MODELS, CONVERSION, {}, repo=EXAMPLE)
+        built = builder(server).build(CONVERTED, MODELS, CONVERSION, {"MINIRL_ROOT": "/root"}, repo=EXAMPLE)
     body = server.created[1]
     argv = container(body)["command"][3:]
     assert argv[:4] == ["python3", "tools/convert_hf_to_torch_dist.py", "--hf-checkpoint", f"{BUILD_MOUNT}/models/tiny-lm"]
@@ -125,7 +125,7 @@ def test_a_conversion_pod_runs_the_declared_argv_on_pvc_paths_with_the_gpus_it_a
 def test_the_test_pod_reads_every_input_where_the_build_pod_wrote_it(kubelet, tmp_path):
     with serve(kubelet) as server:
         for req in (MODEL, DATASET, CONVERTED):
-            builder(server).build(req, MODELS, CONVERSION, {})
+            builder(server).build(req, MODELS, CONVERSION, {}, repo=EXAMPLE)
     test = make_test(gpus=8, requirements=(MODEL.key, DATASET.key, CONVERTED.key))
     request = LaunchRequest(test=test, repo_path=tmp_path, timeout_s=600, log_path=tmp_path / "t.log", pool="h200")
     pod = build_pod(request, POOL, PRODUCTION, cache_paths=[MODEL.path, DATASET.path, CONVERTED.path])
@@ -147,7 +147,7 @@ def test_cache_mounts_add_a_read_only_mount_only_for_paths_outside_models_and_da
 
 def test_a_conversion_before_its_model_fails_with_the_missing_input_named(kubelet):
     with serve(kubelet) as server, pytest.raises(BuildError) as err:
-        builder(server).build(CONVERTED, MODELS, CONVERSION, {})
+        builder(server).build(CONVERTED, MODELS, CONVERSION, {}, repo=EXAMPLE)
     assert "conversion tiny-lm_torch_dist-8e0219: build pod nb-conve" in str(err.value)
     assert "ended failed/exit_code" in str(err.value)
     assert f"nightly: input missing: {kubelet.pvc}/models/tiny-lm (build it first)" in str(err.value)
@@ -156,7 +156,7 @@ def test_a_conversion_before_its_model_fails_with_the_missing_input_named(kubele
 def test_a_failed_download_is_a_build_error_with_the_log_tail_and_leaves_nothing_behind(kubelet):
     missing = dataclasses.replace(MODEL, key="ghost", source="minirl/ghost", path="/root/models/ghost")
     with serve(kubelet) as server, pytest.raises(BuildError) as err:
-        builder(server).build(missing, MODELS, CONVERSION, {})
+        builder(server).build(missing, MODELS, CONVERSION, {}, repo=EXAMPLE)
     assert "model ghost: build pod" in str(err.value) and "ended failed/exit_code on h200-a" in str(err.value)
     assert "404 Client Error: Repository Not Found for url: minirl/ghost" in str(err.value)
     assert "nightly: command exited 1" in str(err.value)
@@ -168,7 +168,7 @@ def test_an_oom_killed_build_is_a_build_error_naming_the_reason(kubelet):
     def oom(pod, node):
         return pods.ends(node, pods.terminated("Failed", 137, "OOMKilled"), logs=("converting...",))
     with serve(kubelet, oom) as server, pytest.raises(BuildError, match=r"ended failed/oom_killed on h200-a: .*OOMKilled"):
-        builder(server).build(MODEL, MODELS, CONVERSION, {})
+        builder(server).build(MODEL, MODELS, CONVERSION, {}, repo=EXAMPLE)
 
 
 def test_a_build_pod_on_a_broken_node_is_retried_on_another_node(kubelet):
@@ -177,7 +177,7 @@ def test_a_build_pod_on_a_broken_node_is_retried_on_another_node(kubelet):
             return [Step(mutate=pods.scheduled(node)), Step(mutate=pods.failed_at_admission())]
         return None
     with serve(kubelet, broken_a) as server:
-        built = builder(server).build(MODEL, MODELS, CONVERSION, {})
+        built = builder(server).build(MODEL, MODELS, CONVERSION, {}, repo=EXAMPLE)
     assert not built.reused and len(server.created) == 2
     terms = server.created[1]["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
     assert terms["nodeSelectorTerms"][0]["matchExpressions"] == [
@@ -190,7 +190,7 @@ def test_a_conversion_needing_more_gpus_than_a_node_has_fails_before_any_pod(kub
     with serve(kubelet) as server:
         with pytest.raises(BuildError, match=r"conversion tiny-lm_torch_dist-8e0219: needs 16 GPUs but pool h200 has 8 "
                                              r"per node; lower num_gpus_per_node or add a larger pool"):
-            builder(server).build(big, MODELS, CONVERSION, {})
+            builder(server).build(big, MODELS, CONVERSION, {}, repo=EXAMPLE)
         assert server.created == []
 
 
@@ -203,7 +203,7 @@ def test_a_deployment_without_a_cache_pvc_cannot_build_on_the_cluster(kubelet):
 def test_every_build_pod_validates_strictly_and_runs_a_constant_script(kubelet):
     with serve(kubelet) as server:
         for req in (MODEL, DATASET, CONVERTED, MODEL):
-            builder(server).build(req, MODELS, CONVERSION, {"X": "$(rm -rf /); `id`"})
+            builder(server).build(req, MODELS, CONVERSION, {"X": "$(rm -rf /); `id`"}, repo=EXAMPLE)
     assert len(server.created) == 4
     for body in server.created:
         kubernetes_validate.validate(body, "1.31", strict=True)
@@ -221,7 +221,38 @@ def test_pods_see_the_cache_at_root_not_the_planning_machines_folders():
 def test_build_pods_carry_the_run_id_and_owner_so_a_dead_runs_builds_are_cleaned_up(kubelet):
     owner = {"apiVersion": "v1", "kind": "Pod", "name": "dagster-run-7", "uid": "uid-7"}
     with serve(kubelet) as server:
-        builder(server, run_id="run-7", owner=owner).build(MODEL, MODELS, CONVERSION, {})
+        builder(server, run_id="run-7", owner=owner).build(MODEL, MODELS, CONVERSION, {}, repo=EXAMPLE)
     meta = server.created[0]["metadata"]
     assert meta["labels"]["nightly-e2e.io/run-id"] == "run-7" and meta["ownerReferences"] == [owner]
     kubernetes_validate.validate(server.created[0], "1.31", strict=True)
+
+
+def test_a_conversion_pod_reuses_the_same_converter_and_rebuilds_after_a_change_in_a_module_it_imports(tmp_path):
+    import shutil
+
+    from pipelines.core.recipe import identity, model_identity
+    from pipelines.storage.cache import conversion_recipe
+
+    repo = tmp_path / "minirl"
+    shutil.copytree(EXAMPLE, repo, ignore=shutil.ignore_patterns("hub"))
+    kubelet = Kubelet.create(tmp_path, repo, EXAMPLE / "hub", {"hf-token": {"token": SECRET}})
+    marker = kubelet.pvc / "tiny-lm_torch_dist" / MARKER
+    with serve(kubelet) as server:
+        builder(server).build(MODEL, MODELS, CONVERSION, {}, repo=repo)
+        first = builder(server).build(CONVERTED, MODELS, CONVERSION, {}, repo=repo)
+        recorded = json.loads(marker.read_text())
+        same = builder(server).build(CONVERTED, MODELS, CONVERSION, {}, repo=repo, log_path=tmp_path / "same.log")
+        checkpoint = repo / "minirl" / "checkpoint.py"  # imported by tools/convert_hf_to_torch_dist.py
+        checkpoint.write_text(checkpoint.read_text() + "\n# a converter change\n")
+        again = builder(server).build(CONVERTED, MODELS, CONVERSION, {}, repo=repo, log_path=tmp_path / "again.log")
+    assert (first.reused, same.reused, again.reused) == (False, True, False)
+    assert f"{REUSED} files=" in (tmp_path / "same.log").read_text()
+    assert "its marker is from another source or conversion identity" in (tmp_path / "again.log").read_text()
+    # the pod records the identity the local cache would: the recipe (image digest included) and its model
+    recipe = {e["name"]: e.get("value") for e in container(server.created[1])["env"]}["NIGHTLY_RECIPE"]
+    model_marker = json.loads((kubelet.pvc / "models" / "tiny-lm" / MARKER).read_text())
+    assert recipe == recorded["recipe"]["digest"]
+    assert recorded["identity"] == identity(recipe, model_identity(model_marker))
+    shutil.copy(EXAMPLE / "minirl" / "checkpoint.py", checkpoint)
+    assert recipe == conversion_recipe(CONVERSION, CONVERTED, repo, {}, image=POOL.image_digest).digest
+    assert json.loads(marker.read_text())["identity"] != recorded["identity"]

@@ -32,7 +32,8 @@ def night_yaml(tmp_path_factory):
     tests, _ = night.selected()
     plan = night.plan(tests)
     text = render_night_pods(plan, night.deployment, night.request, requirements=night.requirements_for(tests),
-                             conversion=night.specs.conversion, run_id=night.run_id, **night.pod_settings())
+                             conversion=night.specs.conversion, run_id=night.run_id, repo=night.repo_spec.path,
+                             **night.pod_settings())
     return text, plan, night
 
 
