@@ -238,8 +238,8 @@ def template_tests(
     by_path: dict[str, list[tuple]] = {}
     for key in merged:
         by_path.setdefault(key[0], []).append(key)
-    # a NUM_GPUS the catalog cannot read matters only to entries that give no num_gpus
-    file_gpus = {key[0] for key in merged if key[3] is None}
+    # a NUM_GPUS the catalog cannot read matters only to entries that give no num_gpus and run in a GPU job
+    file_gpus = {key[0] for key in merged if key[3] is None and not key[4]}
     problems += [p for s in scans.values() for p in s.problems if p.field != "NUM_GPUS" or s.path in file_gpus]
     tests: list[Test] = []
     # each template names the env vars of its own entries' keys

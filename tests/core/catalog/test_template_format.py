@@ -385,3 +385,12 @@ def test_every_workflow_template_with_a_test_list_is_read_and_an_entry_both_list
     assert len(cat.tests) == 8  # the 7 of pr-test, and test_long
     assert any(a.startswith(f"templates: {NIGHTLY_WORKFLOW}, {WORKFLOW} (found under .github/workflows") for a in cat.assumptions)
     assert "skipped .github/workflows/lint.yml.j2: no test list in its `<% set %>` statements" in cat.assumptions
+
+
+def test_a_computed_num_gpus_in_a_file_only_a_cpu_job_runs_is_no_problem(tree):
+    files = {WORKFLOW: "<% set jobs = {'unit': {'label': 'run-ci-cpu', 'cpu': True, "
+                       "'tests': [{'test_file': 'test_unit.py'}]}} %>\n",
+             "tests/test_unit.py": "import os\nNUM_GPUS = int(os.environ.get('N', '8'))\n"}
+    cat = load(tree, files)
+    assert cat.problems == ()
+    assert [(t.id, t.backend, t.gpus) for t in cat.tests] == [("tests/test_unit.py", "cpu", 0)]
