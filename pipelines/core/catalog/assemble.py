@@ -24,7 +24,7 @@ from pipelines.core.catalog.dialect import Dialect, M
 from pipelines.core.catalog.ids import make_id, variant_problem
 from pipelines.core.catalog.registry import Registration
 from pipelines.core.catalog.scan import FileScan, checked_path
-from pipelines.core.catalog.template import Entry, Template, job_value
+from pipelines.core.catalog.template import Entry, Template, as_github, job_value
 from pipelines.core.model import Problem, Test
 
 _MAX_VARIANT = 80
@@ -167,15 +167,17 @@ def _variant(entry: Entry, gpus_differ: bool) -> str:
     return variant
 
 
-def _env(entry: Entry, lines: Mapping[str, tuple[str, str | None]]) -> dict[str, str | None]:
+def _env(entry: Entry, lines: Mapping[str, tuple[str, str | None]]) -> dict[str, str]:
     """The environment GitHub gives the entry's job: ``VAR: ${{ matrix.info.<key> || 'd' }}`` is the value
     as GitHub renders it (``true``, ``2``), or ``d`` when the value is absent or falsy (false, 0, '', null);
-    a key no line names is passed upper-cased (None: no value and no default, so not set)."""
+    without ``|| 'd'`` an absent key renders as '' like null, so VAR is set, empty. A key no line names is
+    passed upper-cased."""
     given = {key: (text, truthy) for key, text, truthy in entry.github}
-    env: dict[str, str | None] = {}
+    env: dict[str, str] = {}
+    absent = as_github(None)  # GitHub renders a missing matrix key as it renders null
     for key, (var, default) in lines.items():
         if key not in given:
-            env[var] = default
+            env[var] = job_value(*absent, default)
             continue
         text, truthy = given.pop(key)
         env[var] = job_value(text, truthy, default)
@@ -260,7 +262,7 @@ def template_tests(
                 id=test_id, path=path, backend="cpu" if cpu else "cuda", suite=e.job, gpus=gpus,
                 est_time=int(history) if history else default_est_time, labels=tuple(dict.fromkeys(x for x in labels if x)),
                 sha256=scan.sha256, line=1, hardware="cpu" if cpu else "", est_source="history" if history else "default",
-                fmt="template", env=tuple(sorted((k, v) for k, v in env.items() if v is not None)), args=_args(e),
+                fmt="template", env=tuple(sorted(env.items())), args=_args(e),
                 also_suites=tuple(dict.fromkeys(j for j in jobs if j != e.job)), nightly=not on_pr[key],
             ))
     return tests, problems

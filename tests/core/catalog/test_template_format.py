@@ -394,3 +394,16 @@ def test_a_computed_num_gpus_in_a_file_only_a_cpu_job_runs_is_no_problem(tree):
     cat = load(tree, files)
     assert cat.problems == ()
     assert [(t.id, t.backend, t.gpus) for t in cat.tests] == [("tests/test_unit.py", "cpu", 0)]
+
+
+def test_a_mapped_key_the_entry_lacks_without_a_default_is_set_empty_as_github_sets_it(tree):
+    """`ENABLE_EVAL: ${{ matrix.info.enable_eval }}` renders an absent key as '' (as an explicit none): the
+    variable is set, empty, never left unset."""
+    files = dict(FILES)
+    files[WORKFLOW] = ("<% set jobs = {'j': {'label': 'run-ci-j', 'tests': [{'test_file': 'test_short.py'}, "
+                       "{'test_file': 'test_eval.py', 'enable_eval': none}]}} %>\n"
+                       "env:\n  ENABLE_EVAL: ${{ matrix.info.enable_eval }}\n")
+    by_id = load(tree, files).by_id()
+    assert by_id["tests/test_short.py"].env == (("ENABLE_EVAL", ""),)
+    assert by_id["tests/test_eval.py"].env == (("ENABLE_EVAL", ""),)
+
