@@ -276,7 +276,7 @@ def _template(
     if not spec.template and tmpls:
         used = ", ".join(rel for rel, _ in tmpls)
         notes.insert(0, f"template{'s' if len(tmpls) > 1 else ''}: {used} (found under {_WORKFLOWS}; "
-                        + ("an entry listed by several is one test; " if len(tmpls) > 1 else "")
+                        + ("an entry listed by several with the same environment is one test; " if len(tmpls) > 1 else "")
                         + "set `template:` in assets/repos.yaml to pin " + ("one)" if len(tmpls) > 1 else "it)"))
     if skipped:
         notes.append(f"skipped {', '.join(skipped)}: no test list in its `<% set %>` statements")
@@ -289,8 +289,8 @@ def _template(
     else:
         scans = scan_files(repo, files, registry=False, workers=workers)
     by_path = {s.path: s for s in scans}
-    tests, more = template_tests(repo, tmpls, by_path, spec.default_num_gpus, spec.default_est_time, estimates)
-    return tests, problems + more, notes, scans
+    tests, more, split = template_tests(repo, tmpls, by_path, spec.default_num_gpus, spec.default_est_time, estimates)
+    return tests, problems + more, notes + split, scans
 
 
 def _workflows_digest(repo: Path) -> str:
