@@ -17,13 +17,14 @@ import dataclasses
 import hashlib
 import json
 import posixpath
+import re
 import shlex
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from pipelines.core.catalog.dialect import Dialect, M
 from pipelines.core.catalog.ids import make_id, variant_problem
-from pipelines.core.catalog.registry import Registration
+from pipelines.core.catalog.registry import SUITE_REQUIRED, Registration
 from pipelines.core.catalog.scan import FileScan, checked_path
 from pipelines.core.catalog.template import Entry, Template, as_github, job_value
 from pipelines.core.model import Problem, Test
@@ -39,6 +40,40 @@ def _example(scans: list[FileScan], dialect: Dialect) -> str:
             if fn:
                 return f"e.g. {fn}({r.est_time}, \"{r.suite}\", ...) as other files here do"
     return f"with the framework's signature {dialect.functions[0].text()}" if dialect.functions else ""
+
+
+def _suite_example(scans: list[FileScan], dialect: Dialect, backend: str) -> str:
+    """A ``backend`` registration's suite to copy, in the form this repo's files write it (stage= +
+    runner_config=, or a suite name), for a call that names none; "" when the repo has none."""
+    sig = next((s for s in dialect.functions if s.backend == backend), None)
+    if sig is None:
+        return ""
+    for scan in scans:
+        for r in scan.registrations:
+            if r.backend != backend:
+                continue
+            stage, sep, runner = r.suite.partition("-test-")
+            if sep and stage and runner and "runner_config" in sig.keywords:
+                return (f"e.g. {sig.name}({r.est_time}, stage=\"{stage}\", runner_config=\"{runner}\", ...) as other "
+                        "files here do")
+            return f"e.g. {sig.name}({r.est_time}, \"{r.suite}\", ...) as other files here do"
+    return ""
+
+
+_CALLED = re.compile(r"e\.g\. (\w+)\(")
+
+
+def _with_repo_suite(problem: Problem, scans: list[FileScan], dialect: Dialect, memo: dict[str, str]) -> Problem:
+    """A "suite required" problem advising what the repo's own registrations of that backend write (the
+    dialect's own forms stay when it has none)."""
+    called = _CALLED.search(problem.message)
+    backend = next((s.backend for s in dialect.functions if called and s.name == called.group(1)), "")
+    if backend not in memo:
+        memo[backend] = _suite_example(scans, dialect, backend) if backend else ""
+    if not memo[backend]:
+        return problem
+    head, _, _ = problem.message.partition("; ")
+    return dataclasses.replace(problem, message=f"{head}; {memo[backend]}")
 
 
 #: folder names that hold CPU unit tests in the frameworks we serve (M's runner treats its ``fast`` one so)
@@ -102,8 +137,10 @@ def registry_tests(scans: list[FileScan], implicit_cpu_dirs: tuple[str, ...], di
     example = None
     beside: dict[str, set[str]] | None = None  # built at the first unregistered file
     cpu_example = None
+    suites: dict[str, str] = {}  # backend -> a suite to copy, built at the first call naming no suite
     for scan in scans:
-        problems += scan.problems
+        problems += [_with_repo_suite(p, scans, dialect, suites) if p.field == "suite" and
+                     p.message.startswith(SUITE_REQUIRED) else p for p in scan.problems]
         if not scan.parsed:
             continue
         regs = list(scan.registrations)

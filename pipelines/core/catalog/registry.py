@@ -19,7 +19,7 @@ import math
 import re
 from dataclasses import dataclass
 
-from pipelines.core.catalog.dialect import Dialect, M
+from pipelines.core.catalog.dialect import Dialect, M, Signature
 from pipelines.core.catalog.resolve import literal
 from pipelines.core.model import Problem
 
@@ -131,7 +131,7 @@ def _registrations(call: ast.Call, dialect: Dialect) -> tuple[list[Registration]
         args.pop("suite", None)
 
     est_time = _est_time(args, dialect, func)
-    suite = _suite(args, stage_form="runner_config" in sig.keywords)
+    suite = _suite(args, stage_form="runner_config" in sig.keywords, sig=sig, free=dialect.suites == "free")
     labels = _labels(args, required="labels" in sig.required)
     _required(args, sig.required, func)
     nightly = args.get("nightly", False)
@@ -175,7 +175,25 @@ def _est_time(args: dict[str, object], dialect: Dialect, func: str) -> int:
     return math.ceil(v)
 
 
-def _suite(args: dict[str, object], stage_form: bool) -> str:
+#: how a "suite required" problem starts; the catalog replaces what follows ``; `` by a registration of the repo
+#: with the backend of the function its first ``e.g. <function>(`` names
+SUITE_REQUIRED = "required: the suite name"
+
+
+def _suite_forms(func: str, backend: str, est_time: object, stage_form: bool, free: bool) -> str:
+    """The dialect's own ways to name a suite, for a call that names none: the SGLang family's stage= +
+    runner_config= pair and free legacy names, or framework M's shaped ``<stage>-<N>-gpu-<hardware>``.
+    The example names ``func`` first: the catalog finds the call's backend by it (:data:`SUITE_REQUIRED`)."""
+    est = est_time if isinstance(est_time, int | float) and not isinstance(est_time, bool) else 600
+    if not free:
+        shape = "<stage>-cpu" if backend == "cpu" else "<stage>-<N>-gpu-<hardware>"
+        return f"pass it as the second argument, e.g. {func}({est}, \"{shape}\", ...)"
+    pair = (f"give stage= and runner_config= (the suite is <stage>-test-<runner_config>), e.g. {func}({est}, "
+            "stage=\"stage-b\", runner_config=\"1-gpu-large\"), or " if stage_form else "give ")
+    return pair + f"a suite as the second argument, e.g. {func}({est}, \"nightly-1-gpu\")"
+
+
+def _suite(args: dict[str, object], stage_form: bool, sig: Signature, free: bool = False) -> str:
     has_stage = "stage" in args or "runner_config" in args
     if "suite" in args and has_stage:
         raise _Bad("suite", "give either suite= or stage= with runner_config=, not both")
@@ -187,8 +205,8 @@ def _suite(args: dict[str, object], stage_form: bool) -> str:
                                  "stage= and runner_config= as names, e.g. stage=\"stage-b\", runner_config=\"1-gpu-large\"")
         return f"{stage}-test-{runner}"
     if "suite" not in args:
-        raise _Bad("suite", "required: the suite name" + (" (or stage= with runner_config=)" if stage_form else "")
-                   + "; pass it as the second argument, e.g. (600, \"<stage>-<N>-gpu-<hardware>\")")
+        raise _Bad("suite", SUITE_REQUIRED + (" (or stage= with runner_config=)" if stage_form else "")
+                   + "; " + _suite_forms(sig.name, sig.backend, args.get("est_time"), stage_form, free))
     suite = args["suite"]
     if not _name(suite):
         raise _Bad("suite", f"must be a name of letters, digits, '.', '_' or '-' (no '..'), got {suite!r}; rename "
