@@ -82,7 +82,24 @@ def parse_registrations(tree: ast.Module, path: str, source: str, dialect: Diale
     mentions = sum(source.count(name + "(") for name in backends)
     if mentions > len(top_lines):
         problems += _misplaced(tree, path, top_lines, backends)
+    if any(name + " as " in source for name in backends):
+        problems = sorted(problems + _aliased(tree, path, backends), key=lambda p: p.line)
     return regs, problems
+
+
+def _aliased(tree: ast.Module, path: str, backends: dict[str, str]) -> list[Problem]:
+    """Calls through ``from ... import register_cuda_ci as reg`` (an alias that is no register name itself):
+    the runner finds registrations by the function's own name, so ``reg(...)`` registers nothing; say so at
+    the call, not as a file without one."""
+    aliases = {a.asname: a.name for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
+               for a in node.names if a.name in backends and a.asname and a.asname not in backends}
+    if not aliases:
+        return []
+    return [Problem(path, node.lineno, aliases[node.func.id], (
+        f"{node.func.id} is an alias of {aliases[node.func.id]}; the framework's runner only reads calls by that "
+        f"name: call {aliases[node.func.id]}(...)"))
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in aliases]
 
 
 def _misplaced(tree: ast.Module, path: str, top_lines: set[int], backends: dict[str, str]) -> list[Problem]:

@@ -177,6 +177,17 @@ def test_a_call_without_a_suite_is_told_the_suite_a_registration_of_its_backend_
                                  "files here do")
 
 
+def test_a_call_through_an_import_alias_is_located_with_the_reason_the_runner_skips_it(tree):
+    """Framework M's runner reads calls by the function's name only: `reg(...)` registers nothing there."""
+    cat = catalog_of(tree, {"tests/test_alias.py": (
+        "import os\nfrom fw.ci import register_cuda_ci as reg, register_cpu_ci\n\n"
+        'reg(900, "stage-b-2-gpu-h200", labels=["x"])\n')})
+    assert cat.tests == ()
+    assert only_problem(cat) == (
+        "tests/test_alias.py:4: register_cuda_ci: reg is an alias of register_cuda_ci; the framework's runner only "
+        "reads calls by that name: call register_cuda_ci(...)")
+
+
 def test_a_bad_call_does_not_hide_the_good_call_next_to_it(tree):
     cat = catalog_of(tree, {"tests/test_mix.py": HEADER + (
         'register_cuda_ci(60, "stage-c-4-gpu-h200", labels=["x"])\n'
