@@ -62,17 +62,17 @@ def repo_context(home: Path, repo: str | None, deployment: str | None):
     from pipelines.cli import history as history_cli
     from pipelines.core.calibrate import calibrate
     from pipelines.core.flaky import FlakyRules
-    from pipelines.core.specs import load_specs
+    from pipelines.core.specs import load_specs, repo_name
     from pipelines.reporting.inputs import ReportInputs, stored_estimates
     from pipelines.reporting.state import load_doc
     from pipelines.storage.history import history_store
     from pipelines.storage.state import state_store
 
     specs = load_specs()
-    tests, spec, name, path = [], None, Path(repo).name if repo else "default", None
+    name, tests, spec, path = recorded_name(specs, repo), [], None, None
     try:
         path, spec, _ = history_cli.resolve_repo(repo)
-        name = spec.name if spec else path.name
+        name = repo_name(path, spec)  # an unconfigured checkout's state is under its own name, never a namesake's
         tests = list(history_cli.load_catalog_for(path, spec, specs).tests)
     except CatalogError as exc:
         print(f"nightly: warning: no catalog, the report shows only what the night recorded:\n{exc}", file=sys.stderr)
@@ -101,6 +101,20 @@ def repo_context(home: Path, repo: str | None, deployment: str | None):
         timeout_floor_s=spec.timeout_floor_s if spec else 1800, timeout_factor=spec.timeout_factor if spec else 1.25,
         repo=name,
     ), store
+
+
+def recorded_name(specs, repo: str | None) -> str:
+    """The name the nights and state of ``--repo`` go by when its checkout is gone (no catalog): a repo
+    name as given, the path of a configured repo as that repo, any other path as an unconfigured checkout
+    there went by (never its folder name alone: that is another repo's)."""
+    from pipelines.core.specs import repo_name
+
+    if not repo:
+        return "default"
+    if repo in specs.repos or "/" not in repo:
+        return repo
+    path = Path(repo).resolve()
+    return repo_name(path, next((s for s in specs.repos.values() if s.path.resolve() == path), None))
 
 
 def night_repo(home: Path, night: str | None, deployment: str | None) -> str | None:

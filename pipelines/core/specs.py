@@ -6,6 +6,7 @@ wrong; how to fix`` before anything runs (the schema: :mod:`pipelines.core.specs
 
 from __future__ import annotations
 
+import hashlib
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -132,6 +133,23 @@ class PoolSpec:
 
     def pool(self) -> Pool:
         return Pool(self.name, self.nodes, self.gpus_per_node)
+
+
+def unconfigured_name(path: Path) -> str:
+    """The name a checkout nobody configured goes by: its folder name and 6 hex of its resolved path.
+
+    Every state key is derived from a repo's name (``estimates/<name>.json``, ``calibration/<name>/``,
+    the quarantine document, the nights a report or ``quarantine list`` counts as the repo's), so a
+    checkout named like a configured repo, or like another checkout (``src``, ``repo``, GitHub's
+    ``work/<n>/<n>``), must not go by that name alone: it would read and overwrite the other's state.
+    """
+    path = Path(path).resolve()
+    return f"{path.name or 'repo'}-{hashlib.sha256(str(path).encode()).hexdigest()[:6]}"
+
+
+def repo_name(path: Path, spec: RepoSpec | None) -> str:
+    """The state name of ``--repo``: its name in assets/repos.yaml, else :func:`unconfigured_name`."""
+    return spec.name if spec is not None else unconfigured_name(path)
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ from pipelines.core.calibrate import Lineage, Succession, calibrate
 from pipelines.core.history import FileHistoryStore
 from pipelines.core.model import Catalog, Sample
 from pipelines.core.plan.durations import duration_model, usable
+from pipelines.core.specs import unconfigured_name
 from tests.conftest import make_test
 
 SRC = "import os\nregister_cuda_ci(est_time={}, suite='stage-c-4-gpu-h200', labels=['megatron'])  # note\n"
@@ -344,7 +345,7 @@ def test_write_stores_a_template_test_s_proposal_where_the_next_night_plans_from
     assert row.split()[1:4] == ["1800", "2900", "+1100"] and "no bucket125 proposal without it" in row
     assert cli("calibrate", "--repo", str(repo), "--write") == 0
     out = capsys.readouterr().out
-    stored = tmp_path / "home" / "estimates" / "templaterl.json"
+    stored = tmp_path / "home" / "estimates" / f"{unconfigured_name(repo)}.json"
     assert f"estimates: {stored} (1 tests with evidence; the next night plans with them)" in out
     assert ("left alone: tests/test_dpo_short.py: template tests have no est_time in the file; 2900 s goes to the "
             "calibrated estimates the next night plans with") in out
@@ -376,8 +377,9 @@ def test_write_stores_the_estimates_of_an_s3_deployment_in_its_bucket(tmp_path, 
         history_cli.open_store(None, "s3local", laptop).add([Sample(
             dpo.id, dpo.hardware, dpo.sha256, "timed_out", 2250, datetime.now(UTC).isoformat(), source="n1.log:4")])
         assert cli("calibrate", "--repo", str(repo), "--deployment", "s3local", "--home", str(laptop), "--write") == 0
-        assert "estimates: s3://calib/t/state/estimates/templaterl.json (1 tests" in capsys.readouterr().out
-        body = s3_client(url).get_object(Bucket="calib", Key="t/state/estimates/templaterl.json")["Body"].read()
+        key = f"t/state/estimates/{unconfigured_name(repo)}.json"
+        assert f"estimates: s3://calib/{key} (1 tests" in capsys.readouterr().out
+        body = s3_client(url).get_object(Bucket="calib", Key=key)["Body"].read()
     assert json.loads(body)[dpo.id]["est_time"] == 2900
     assert not (laptop / "estimates").exists()
 
@@ -501,3 +503,39 @@ def test_a_float_est_time_is_shown_as_the_file_writes_it_in_the_table_evidence_d
     assert (k["current_est_time"], k["proposed_est_time"], k["delta"]) == ("12.5", "12.5", "+0")
     assert "-register_cuda_ci(12.5, 'stage-c-4-gpu-h200'" in patch.read_text()
     assert "+register_cuda_ci(20, 'stage-c-4-gpu-h200'" in patch.read_text()
+
+
+def test_an_unconfigured_checkout_named_like_a_configured_repo_keeps_its_own_state(tmp_path, monkeypatch, capsys):
+    """A checkout nobody configured whose folder is called `minirl` (or `src`, `repo`, GitHub's `work/<n>/<n>`)
+    goes by its folder name plus a digest of its path: `calibrate --write` stores its own estimates and
+    leaves the configured minirl's calibrated entries alone; `run --list-only` names it so."""
+    from pipelines.cli import main
+    from pipelines.night import Night, NightSettings
+    from tests.support.assets import copied_example
+
+    _, assets = copied_example(tmp_path)
+    home = tmp_path / "home"
+    monkeypatch.setenv("NIGHTLY_HOME", str(home))
+    monkeypatch.setenv("NIGHTLY_ASSETS_DIR", str(assets))
+    mine = home / "estimates" / "minirl.json"
+    mine.parent.mkdir(parents=True)
+    mine.write_text(json.dumps({"tests/e2e/megatron/test_dp8_chat.py": {"est_time": 10, "sha256": "0" * 64}}))
+    other = tmp_path / "x1" / "minirl"
+    (other / "tests").mkdir(parents=True)
+    (other / "tests" / "test_z.py").write_text(SRC.format(600))
+    z = history_cli.load_catalog_for(other, None, None).by_id()["tests/test_z.py"]
+    FileHistoryStore(home / "history.sqlite").append([
+        Sample(z.id, z.hardware, z.sha256, "passed", 100 + d, (datetime.now(UTC) - timedelta(days=d)).isoformat(),
+               source=f"n{d}.log:1") for d in (1, 2, 3)])
+    assert main(["calibrate", "--repo", str(other), "--write"]) == 0
+    name = unconfigured_name(other)
+    assert name.startswith("minirl-") and len(name) == len("minirl-") + 6
+    assert json.loads(mine.read_text()) == {"tests/e2e/megatron/test_dp8_chat.py": {"est_time": 10, "sha256": "0" * 64}}
+    assert list(json.loads((home / "estimates" / f"{name}.json").read_text())) == ["tests/test_z.py"]
+    keys = Night(NightSettings(repo=str(other))).calibration_keys()
+    assert keys["estimates"] == f"estimates/{name}.json" and keys["evidence"] == f"calibration/{name}/evidence.csv"
+    capsys.readouterr()
+    assert main(["run", "--repo", str(other), "--list-only", "--accept-problems"]) == 0
+    captured = capsys.readouterr()
+    assert f"nightly: repo {name} ({other}), deployment local" in captured.out
+    assert f"nights go by the name {name} (the folder name and a digest of the path" in captured.out + captured.err

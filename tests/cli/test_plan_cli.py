@@ -12,6 +12,7 @@ import pytest
 
 from pipelines.cli import plan as plan_cli
 from pipelines.core.model import Catalog
+from pipelines.core.specs import unconfigured_name
 from tests.conftest import make_test
 
 TESTS = (
@@ -185,7 +186,7 @@ def test_text_gives_the_simulated_night_and_says_where_each_duration_comes_from(
 def test_a_wrong_shaped_estimates_entry_is_left_out_with_where_it_is(fake_catalog, tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("NIGHTLY_HOME", str(tmp_path / "home"))
     (tmp_path / "repo").mkdir()
-    estimates = tmp_path / "home" / "estimates" / "repo.json"
+    estimates = tmp_path / "home" / "estimates" / f"{unconfigured_name(tmp_path / 'repo')}.json"
     estimates.parent.mkdir(parents=True)
     text = json.dumps({"tests/test_a.py": [600], "tests/test_b.py": {"est_time": 1000, "sha256": "0" * 64},
                        "tests/test_c.py": {"est_time": "soon", "sha256": "0" * 64}}, indent=1)

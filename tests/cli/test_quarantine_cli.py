@@ -6,13 +6,16 @@ import dataclasses
 import json
 import shutil
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 
 from pipelines.cli import main
 from pipelines.core.history import FileHistoryStore
+from pipelines.core.specs import unconfigured_name
 from tests.conftest import PROJECT_ROOT
 from tests.reporting.nights import GRPO, LORA, SFT, example_night, tid, write_home
+from tests.support.assets import example_assets
 
 #: a test of examples/sglangish, flaky in the same history store as the example's tests
 OTHER = "test/registered/basic/test_generate.py::cuda-stage-b-test-1-gpu-large"
@@ -114,9 +117,18 @@ def test_list_shows_only_the_repos_own_tests(home, capsys):
     assert tid(GRPO) not in out and OTHER in out
 
 
-def test_without_a_catalog_list_falls_back_to_the_tests_of_the_repos_document_and_nights_and_says_so(home, capsys):
+def gone_checkout(home, tmp_path, monkeypatch) -> str:
+    """The path of minirl's checkout as assets/repos.yaml configures it, which is not here: its catalog
+    cannot be read, and its nights and quarantine are still under its name."""
+    gone = home / "checkouts" / "minirl"
+    monkeypatch.setenv("NIGHTLY_ASSETS_DIR", str(example_assets(tmp_path / "assets", repo=gone)))
+    return str(gone)
+
+
+def test_without_a_catalog_list_falls_back_to_the_tests_of_the_repos_document_and_nights_and_says_so(
+        home, capsys, tmp_path, monkeypatch):
     with_other_repos_flaky_test(home)
-    gone = str(home / "checkouts" / "minirl")  # the repo's checkout is not here: its catalog cannot be read
+    gone = gone_checkout(home, tmp_path, monkeypatch)
     code, out, err = nightly(capsys, "quarantine", "list", "--json", "--home", str(home), "--repo", gone)
     assert code == 0, err
     assert [s["test_id"] for s in json.loads(out)] == [tid(GRPO)]
@@ -124,11 +136,11 @@ def test_without_a_catalog_list_falls_back_to_the_tests_of_the_repos_document_an
             "document and its 6 night(s) name") in err
 
 
-def test_add_and_release_refuse_a_test_of_another_repo(home, capsys):
+def test_add_and_release_refuse_a_test_of_another_repo(home, capsys, tmp_path, monkeypatch):
     code, _, err = nightly(capsys, "quarantine", "add", tid(SFT), "--home", str(home), "--repo", SGLANGISH,
                            "--by", "alice", "--why", "x")
-    assert code == 2 and f"TEST: '{tid(SFT)}' is not a test of sglangish" in err
-    gone = str(home / "checkouts" / "minirl")
+    assert code == 2 and f"TEST: '{tid(SFT)}' is not a test of {unconfigured_name(Path(SGLANGISH))}" in err
+    gone = gone_checkout(home, tmp_path, monkeypatch)
     code, _, err = nightly(capsys, "quarantine", "add", OTHER, "--home", str(home), "--repo", gone,
                            "--by", "alice", "--why", "x")
     assert code == 2 and f"TEST: '{OTHER}' is not a test of minirl (no tests from the catalog of minirl; " in err

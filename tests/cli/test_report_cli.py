@@ -7,6 +7,7 @@ import json
 import pytest
 
 from pipelines.cli import main
+from pipelines.core.specs import unconfigured_name
 from tests.conftest import PROJECT_ROOT
 from tests.reporting.nights import GRPO, SFT, example_night, tid, write_home
 
@@ -286,6 +287,10 @@ def test_help_says_what_the_flags_really_take_as_docs_report_md_does(capsys, arg
     assert said in " ".join(capsys.readouterr().out.split())
 
 
+#: the name an unconfigured checkout's nights and state go by (its folder name and a digest of its path)
+SGLANGISH = unconfigured_name(PROJECT_ROOT / "examples" / "sglangish")
+
+
 @pytest.fixture
 def shared_home(home, tmp_path):
     """The example's nights plus, in the same state folder, a later night of another framework and
@@ -295,9 +300,9 @@ def shared_home(home, tmp_path):
     copy = tmp_path / "home"
     shutil.copytree(home, copy)
     night = json.loads((copy / "nights" / "2026-11-06T150000Z.json").read_text())
-    for name, repo, cadence in (("2026-11-06T200000Z", "minirl", "weekly"), ("2026-11-07T150000Z", "sglangish", "nightly")):
+    for name, repo, cadence in (("2026-11-06T200000Z", "minirl", "weekly"), ("2026-11-07T150000Z", SGLANGISH, "nightly")):
         other = {**night, "night": name, "run_id": f"run-{name}", "repo": repo, "cadence": cadence,
-                 "repo_path": str(PROJECT_ROOT / "examples" / repo)}
+                 "repo_path": str(PROJECT_ROOT / "examples" / repo.split("-")[0])}
         (copy / "nights" / f"{name}.json").write_text(json.dumps(other))
     return copy
 
@@ -318,7 +323,7 @@ def test_a_report_is_of_one_repo_each_test_compared_with_that_repos_last_night_t
 def test_without_repo_the_newest_night_is_reported_with_its_own_repos_state(shared_home, capsys):
     """Its quarantine file, not the default repo's: a test quarantined in that repo is shown so."""
     (shared_home / "quarantine").mkdir(exist_ok=True)
-    (shared_home / "quarantine" / "sglangish.json").write_text(json.dumps({"version": 1, "actions": [
+    (shared_home / "quarantine" / f"{SGLANGISH}.json").write_text(json.dumps({"version": 1, "actions": [
         {"test": tid(SFT), "action": "add", "by": "alice", "why": "flaky in sglangish", "at": "2026-11-08T09:00:00Z"}]}))
     code, out, err = nightly(capsys, "report", "--home", str(shared_home), "--json")
     data = json.loads(out)
@@ -333,7 +338,7 @@ def test_a_night_of_another_repo_is_not_reported_as_this_repos(shared_home, caps
     code, _, err = nightly(capsys, "report", "--home", str(shared_home), "--repo", "minirl", "--night",
                            "2026-11-07T150000Z")
     assert code == 2
-    assert "night 2026-11-07T150000Z is of repo 'sglangish', not 'minirl'" in err
+    assert f"night 2026-11-07T150000Z is of repo '{SGLANGISH}', not 'minirl'" in err
 
 
 def test_damaged_calibration_evidence_is_named_and_the_proposals_recomputed(home, tmp_path, capsys):

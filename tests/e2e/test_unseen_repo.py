@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pipelines.core.specs import RepoSpec
+from pipelines.core.specs import RepoSpec, unconfigured_name
 from tests.examples.test_templaterl import TEMPLATERL, Run, num_gpus_declared, workflow_runs
 from tests.support.env import child_env
 
@@ -161,7 +161,7 @@ def test_plan_places_every_template_test_on_the_local_pool(plan_json):
 def test_a_whole_night_runs_every_entry_through_dagster_and_passes(nights, home):
     first, _ = nights
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
-    assert f"repo templaterl ({TEMPLATERL})" in first.stdout
+    assert f"repo {unconfigured_name(TEMPLATERL)} ({TEMPLATERL})" in first.stdout
     planned = plan_rows(first.stdout)
     assert set(planned) == set(EXPECTED)
     assert all(row[6] == f"{DEFAULTS['default_est_time']}*" for row in planned.values()), "uncalibrated: starred"

@@ -29,7 +29,7 @@ from pipelines.core.catalog.requirements import build_requirements
 from pipelines.core.catalog.scan import FileScan, checked_path, discover, root_folder, scan_files
 from pipelines.core.catalog.template import Template, parse_template
 from pipelines.core.model import Catalog, Problem, Test, effective_timeout
-from pipelines.core.specs import RepoSpec, Specs
+from pipelines.core.specs import RepoSpec, Specs, unconfigured_name
 
 __all__ = ["load_catalog", "detect_format", "find_template", "find_templates", "id_problem", "safe_filename", "test_id_to_path"]
 
@@ -84,7 +84,7 @@ def detect_format(repo: Path, roots: tuple[str, ...], dialect: Dialect = M,
 
 
 def _auto_spec(repo: Path) -> RepoSpec:
-    return RepoSpec(name=repo.name or "repo", path=repo)
+    return RepoSpec(name=unconfigured_name(repo), path=repo)
 
 
 def configured_roots(repo: Path, spec: RepoSpec | None) -> tuple[str, ...] | None:
@@ -210,7 +210,9 @@ def _load(repo: Path, spec: RepoSpec, specs: Specs | None, estimates: Mapping[st
             "no implicit CPU folders"
         assumptions.insert(0, f"repo {repo} is not configured in assets/repos.yaml; using defaults: {cpu}, "
                               f"NUM_GPUS default {spec.default_num_gpus}, est_time default "
-                              f"{spec.default_est_time} s for template tests")
+                              f"{spec.default_est_time} s for template tests; its estimates, calibration, quarantine "
+                              f"and nights go by the name {spec.name} (the folder name and a digest of the path, so "
+                              "that no other checkout's state is read or overwritten)")
     if fmt == "registry":
         # a configured repo hears only about surprises; an unconfigured one about every choice made
         assumptions += notes if not configured else [n for n in notes if _SURPRISE.search(n)]
@@ -274,7 +276,7 @@ def _template(
     if not spec.template and tmpls:
         used = ", ".join(rel for rel, _ in tmpls)
         notes.insert(0, f"template{'s' if len(tmpls) > 1 else ''}: {used} (found under {_WORKFLOWS}; "
-                        + ("an entry listed by several is one test; " if len(tmpls) > 1 else "")
+                        + ("an entry listed by several with the same environment is one test; " if len(tmpls) > 1 else "")
                         + "set `template:` in assets/repos.yaml to pin " + ("one)" if len(tmpls) > 1 else "it)"))
     if skipped:
         notes.append(f"skipped {', '.join(skipped)}: no test list in its `<% set %>` statements")
@@ -287,8 +289,8 @@ def _template(
     else:
         scans = scan_files(repo, files, registry=False, workers=workers)
     by_path = {s.path: s for s in scans}
-    tests, more = template_tests(repo, tmpls, by_path, spec.default_num_gpus, spec.default_est_time, estimates)
-    return tests, problems + more, notes, scans
+    tests, more, split = template_tests(repo, tmpls, by_path, spec.default_num_gpus, spec.default_est_time, estimates)
+    return tests, problems + more, notes + split, scans
 
 
 def _workflows_digest(repo: Path) -> str:

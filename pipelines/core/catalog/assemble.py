@@ -4,7 +4,8 @@ Registry: one test per registration; the id is the file path when the file regis
 ``<path>::<backend>-<suite>`` for each registration when it registers several (``@<hardware>`` added
 where one suite runs on several hardware, from a ``hardware=[...]`` list). Template: one
 test per distinct entry (identical entries in several jobs merge, their labels unite, and the
-other jobs become ``also_suites`` so that ``--suite`` selects any job); the id
+other jobs become ``also_suites`` so that ``--suite`` selects any job; entries that templates give
+different environments stay apart, one test per environment); the id
 is the path, or ``<path>::<variant>`` when the file appears with different args/env, where the
 variant spells out what differs (``use_deepep=1+--async-save``) or, when that would not be a
 safe key, a short hash of the entry.
@@ -16,15 +17,16 @@ import dataclasses
 import hashlib
 import json
 import posixpath
+import re
 import shlex
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from pipelines.core.catalog.dialect import Dialect, M
 from pipelines.core.catalog.ids import make_id, variant_problem
-from pipelines.core.catalog.registry import Registration
+from pipelines.core.catalog.registry import SUITE_REQUIRED, Registration
 from pipelines.core.catalog.scan import FileScan, checked_path
-from pipelines.core.catalog.template import Entry, Template, job_value
+from pipelines.core.catalog.template import Entry, Template, as_github, job_value
 from pipelines.core.model import Problem, Test
 
 _MAX_VARIANT = 80
@@ -38,6 +40,40 @@ def _example(scans: list[FileScan], dialect: Dialect) -> str:
             if fn:
                 return f"e.g. {fn}({r.est_time}, \"{r.suite}\", ...) as other files here do"
     return f"with the framework's signature {dialect.functions[0].text()}" if dialect.functions else ""
+
+
+def _suite_example(scans: list[FileScan], dialect: Dialect, backend: str) -> str:
+    """A ``backend`` registration's suite to copy, in the form this repo's files write it (stage= +
+    runner_config=, or a suite name), for a call that names none; "" when the repo has none."""
+    sig = next((s for s in dialect.functions if s.backend == backend), None)
+    if sig is None:
+        return ""
+    for scan in scans:
+        for r in scan.registrations:
+            if r.backend != backend:
+                continue
+            stage, sep, runner = r.suite.partition("-test-")
+            if sep and stage and runner and "runner_config" in sig.keywords:
+                return (f"e.g. {sig.name}({r.est_time}, stage=\"{stage}\", runner_config=\"{runner}\", ...) as other "
+                        "files here do")
+            return f"e.g. {sig.name}({r.est_time}, \"{r.suite}\", ...) as other files here do"
+    return ""
+
+
+_CALLED = re.compile(r"e\.g\. (\w+)\(")
+
+
+def _with_repo_suite(problem: Problem, scans: list[FileScan], dialect: Dialect, memo: dict[str, str]) -> Problem:
+    """A "suite required" problem advising what the repo's own registrations of that backend write (the
+    dialect's own forms stay when it has none)."""
+    called = _CALLED.search(problem.message)
+    backend = next((s.backend for s in dialect.functions if called and s.name == called.group(1)), "")
+    if backend not in memo:
+        memo[backend] = _suite_example(scans, dialect, backend) if backend else ""
+    if not memo[backend]:
+        return problem
+    head, _, _ = problem.message.partition("; ")
+    return dataclasses.replace(problem, message=f"{head}; {memo[backend]}")
 
 
 #: folder names that hold CPU unit tests in the frameworks we serve (M's runner treats its ``fast`` one so)
@@ -101,8 +137,10 @@ def registry_tests(scans: list[FileScan], implicit_cpu_dirs: tuple[str, ...], di
     example = None
     beside: dict[str, set[str]] | None = None  # built at the first unregistered file
     cpu_example = None
+    suites: dict[str, str] = {}  # backend -> a suite to copy, built at the first call naming no suite
     for scan in scans:
-        problems += scan.problems
+        problems += [_with_repo_suite(p, scans, dialect, suites) if p.field == "suite" and
+                     p.message.startswith(SUITE_REQUIRED) else p for p in scan.problems]
         if not scan.parsed:
             continue
         regs = list(scan.registrations)
@@ -167,15 +205,17 @@ def _variant(entry: Entry, gpus_differ: bool) -> str:
     return variant
 
 
-def _env(entry: Entry, lines: Mapping[str, tuple[str, str | None]]) -> dict[str, str | None]:
+def _env(entry: Entry, lines: Mapping[str, tuple[str, str | None]]) -> dict[str, str]:
     """The environment GitHub gives the entry's job: ``VAR: ${{ matrix.info.<key> || 'd' }}`` is the value
     as GitHub renders it (``true``, ``2``), or ``d`` when the value is absent or falsy (false, 0, '', null);
-    a key no line names is passed upper-cased (None: no value and no default, so not set)."""
+    without ``|| 'd'`` an absent key renders as '' like null, so VAR is set, empty. A key no line names is
+    passed upper-cased."""
     given = {key: (text, truthy) for key, text, truthy in entry.github}
-    env: dict[str, str | None] = {}
+    env: dict[str, str] = {}
+    absent = as_github(None)  # GitHub renders a missing matrix key as it renders null
     for key, (var, default) in lines.items():
         if key not in given:
-            env[var] = default
+            env[var] = job_value(*absent, default)
             continue
         text, truthy = given.pop(key)
         env[var] = job_value(text, truthy, default)
@@ -193,30 +233,84 @@ def entry_gpus(entry: Entry, file_gpus: int | None, default: int) -> int:
     return file_gpus if file_gpus is not None else default
 
 
-def entry_key(entry: Entry) -> tuple:
-    """What makes two template entries one test: an entry listed by several templates or jobs is one."""
-    return template_path(entry.test_file), entry.test_args, entry.extra, entry.num_gpus, entry.cpu
+#: each template's ``VAR: ${{ matrix.info.<key> ... }}`` lines: template -> entry key -> (VAR, default or None)
+EnvLines = Mapping[str, Mapping[str, tuple[str, str | None]]]
 
 
-def entry_ids(entries: Sequence[Entry]) -> dict[tuple, str]:
+def env_lines(tmpls: Sequence[tuple[str, Template]]) -> dict[str, dict[str, tuple[str, str | None]]]:
+    """The env lines of each ``(path, template)``: each template names the env vars of its own entries' keys."""
+    return {rel: {key: (var, default) for var, key, default in t.env} for rel, t in tmpls}
+
+
+def entry_env(entry: Entry, lines: EnvLines) -> tuple[tuple[str, str], ...]:
+    """The environment the entry's job gets from its own template's env lines, sorted."""
+    return tuple(sorted(_env(entry, lines.get(entry.source, {})).items()))
+
+
+def entry_key(entry: Entry, lines: EnvLines) -> tuple:
+    """What makes two template entries one test: an entry listed by several templates or jobs is one, unless
+    the templates give it different environments (a PR template's ``|| 'false'`` and a nightly one's ``|| '0'``):
+    the test then runs differently in each, so each environment is a test of its own."""
+    return (template_path(entry.test_file), entry.test_args, entry.extra, entry.num_gpus, entry.cpu,
+            entry_env(entry, lines))
+
+
+def entry_ids(entries: Sequence[Entry], lines: EnvLines) -> dict[tuple, str]:
     """The test id of each distinct entry (by :func:`entry_key`) of one test file, given all its entries:
-    the path alone for a file with one entry, else ``<path>::<variant>``. One rule for the catalog and
-    coverage (an entry the catalog disabled or left out of the night covers nothing)."""
+    the path alone for a file with one entry, else ``<path>::<variant>``. When templates give one entry
+    different environments, the first template's (in file-name order, as the catalog reads them) keeps the
+    id and each other one gets ``+<its template's file name>``. One rule for the catalog and coverage (an
+    entry the catalog disabled or left out of the night covers nothing)."""
     first: dict[tuple, Entry] = {}
-    for e in entries:
-        first.setdefault(entry_key(e), e)
+    for e in sorted(entries, key=lambda e: e.source):  # stable: each template's entries keep their order
+        first.setdefault(entry_key(e, lines), e)
+    by_entry: dict[tuple, list[tuple]] = {}  # the same entry, one key per environment
+    for key in first:
+        by_entry.setdefault(key[:5], []).append(key)
     gpus_differ = len({e.num_gpus for e in first.values()}) > 1
-    return {key: make_id(key[0], _variant(e, gpus_differ) if len(first) > 1 else None) for key, e in first.items()}
+    ids = {}
+    for keys in by_entry.values():
+        variant = _variant(first[keys[0]], gpus_differ) if len(by_entry) > 1 else None
+        ids[keys[0]] = make_id(keys[0][0], variant)
+        for key in keys[1:]:
+            ids[key] = make_id(key[0], _from_template(variant, first[key]))
+    return ids
+
+
+def _from_template(variant: str | None, entry: Entry) -> str:
+    """``<variant>+<template file name>``: the same entry with the environment of another template."""
+    name = posixpath.basename(entry.source)
+    out = f"{variant}+{name}" if variant else name
+    if variant_problem(out) or len(out) > _MAX_VARIANT:
+        out = "v-" + hashlib.sha256(json.dumps([variant, entry.source]).encode()).hexdigest()[:10]
+    return out
+
+
+def _env_split_note(split: list[list[tuple[str, Entry, tuple]]]) -> list[str]:
+    """Say that entries several templates list with different environments became one test each."""
+    if not split:
+        return []
+
+    def one(test_id: str, e: Entry, env: tuple) -> str:
+        return f"{test_id} ({e.source}: {', '.join(f'{k}={v}' for k, v in env) or 'no env'})"
+
+    shown = "; ".join(" and ".join(one(*g) for g in groups) for groups in split[:3])
+    more = f"; and {len(split) - 3} more" if len(split) > 3 else ""
+    return [f"{len(split)} entr{'y' if len(split) == 1 else 'ies'} listed by several templates get"
+            f"{'s' if len(split) == 1 else ''} a different environment from each, so each environment is its own "
+            f"test: {shown}{more}"]
 
 
 def template_tests(
     repo: Path, tmpls: Sequence[tuple[str, Template]], scans: Mapping[str, FileScan], default_gpus: int,
     default_est_time: int, estimates: Mapping[str, int],
-) -> tuple[list[Test], list[Problem]]:
-    """Tests of every ``(path, template)``: an entry listed by several templates (or jobs) is one test."""
+) -> tuple[list[Test], list[Problem], list[str]]:
+    """Tests of every ``(path, template)``: an entry listed by several templates (or jobs) is one test, one per
+    environment when the templates give it different ones; and a note naming those."""
     problems = [p for _, t in tmpls for p in t.problems]
     merged: dict[tuple, tuple[Entry, list[str], list[str]]] = {}
     nightly_only = {rel: t.nightly_only for rel, t in tmpls}
+    lines = env_lines(tmpls)
     on_pr: dict[tuple, bool] = {}  # an entry some pull-request workflow lists runs on PRs
     for e in (e for _, t in tmpls for e in t.entries):
         path = template_path(e.test_file)
@@ -227,7 +321,7 @@ def template_tests(
         if not (repo / path).is_file():
             problems.append(Problem(e.source, e.line, "test_file", f"{path} does not exist; fix the path in the template"))
             continue
-        key = entry_key(e)
+        key = entry_key(e, lines)
         on_pr.setdefault(key, False)
         on_pr[key] |= not nightly_only.get(e.source, False)
         if key in merged:
@@ -238,29 +332,28 @@ def template_tests(
     by_path: dict[str, list[tuple]] = {}
     for key in merged:
         by_path.setdefault(key[0], []).append(key)
-    # a NUM_GPUS the catalog cannot read matters only to entries that give no num_gpus
-    file_gpus = {key[0] for key in merged if key[3] is None}
+    # a NUM_GPUS the catalog cannot read matters only to entries that give no num_gpus and run in a GPU job
+    file_gpus = {key[0] for key in merged if key[3] is None and not key[4]}
     problems += [p for s in scans.values() for p in s.problems if p.field != "NUM_GPUS" or s.path in file_gpus]
     tests: list[Test] = []
-    # each template names the env vars of its own entries' keys
-    env_of = {rel: {key: (var, default) for var, key, default in t.env} for rel, t in tmpls}
+    split: dict[tuple, list[tuple[str, Entry, tuple]]] = {}  # an entry -> (id, entry, env) per environment
     for path, keys in by_path.items():
         scan = scans.get(path)
         if scan is None or not scan.parsed:
             continue
-        ids = entry_ids([merged[k][0] for k in keys])
+        ids = entry_ids([merged[k][0] for k in keys], lines)
         for key in keys:
             e, labels, jobs = merged[key]
             gpus = entry_gpus(e, scan.num_gpus, default_gpus)
             cpu = gpus == 0
-            env = _env(e, env_of.get(e.source, {}))
             test_id = ids[key]
+            split.setdefault(key[:5], []).append((test_id, e, key[5]))
             history = estimates.get(test_id)
             tests.append(Test(
                 id=test_id, path=path, backend="cpu" if cpu else "cuda", suite=e.job, gpus=gpus,
                 est_time=int(history) if history else default_est_time, labels=tuple(dict.fromkeys(x for x in labels if x)),
                 sha256=scan.sha256, line=1, hardware="cpu" if cpu else "", est_source="history" if history else "default",
-                fmt="template", env=tuple(sorted((k, v) for k, v in env.items() if v is not None)), args=_args(e),
+                fmt="template", env=key[5], args=_args(e),
                 also_suites=tuple(dict.fromkeys(j for j in jobs if j != e.job)), nightly=not on_pr[key],
             ))
-    return tests, problems
+    return tests, problems, _env_split_note([groups for groups in split.values() if len(groups) > 1])

@@ -19,7 +19,7 @@ import math
 import re
 from dataclasses import dataclass
 
-from pipelines.core.catalog.dialect import Dialect, M
+from pipelines.core.catalog.dialect import Dialect, M, Signature
 from pipelines.core.catalog.resolve import literal
 from pipelines.core.model import Problem
 
@@ -85,7 +85,24 @@ def parse_registrations(tree: ast.Module, path: str, source: str, dialect: Diale
     mentions = sum(source.count(name + "(") for name in backends)
     if mentions > len(top_lines):
         problems += _misplaced(tree, path, top_lines, backends)
+    if any(name + " as " in source for name in backends):
+        problems = sorted(problems + _aliased(tree, path, backends), key=lambda p: p.line)
     return regs, problems
+
+
+def _aliased(tree: ast.Module, path: str, backends: dict[str, str]) -> list[Problem]:
+    """Calls through ``from ... import register_cuda_ci as reg`` (an alias that is no register name itself):
+    the runner finds registrations by the function's own name, so ``reg(...)`` registers nothing; say so at
+    the call, not as a file without one."""
+    aliases = {a.asname: a.name for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
+               for a in node.names if a.name in backends and a.asname and a.asname not in backends}
+    if not aliases:
+        return []
+    return [Problem(path, node.lineno, aliases[node.func.id], (
+        f"{node.func.id} is an alias of {aliases[node.func.id]}; the framework's runner only reads calls by that "
+        f"name: call {aliases[node.func.id]}(...)"))
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in aliases]
 
 
 def _misplaced(tree: ast.Module, path: str, top_lines: set[int], backends: dict[str, str]) -> list[Problem]:
@@ -134,7 +151,7 @@ def _registrations(call: ast.Call, dialect: Dialect) -> tuple[list[Registration]
         args.pop("suite", None)
 
     est_time = _est_time(args, dialect, func)
-    suite = _suite(args, stage_form="runner_config" in sig.keywords)
+    suite = _suite(args, stage_form="runner_config" in sig.keywords, sig=sig, free=dialect.suites == "free")
     labels = _labels(args, required="labels" in sig.required)
     _required(args, sig.required, func)
     nightly = args.get("nightly", False)
@@ -179,7 +196,25 @@ def _est_time(args: dict[str, object], dialect: Dialect, func: str) -> int:
     return math.ceil(v)
 
 
-def _suite(args: dict[str, object], stage_form: bool) -> str:
+#: how a "suite required" problem starts; the catalog replaces what follows ``; `` by a registration of the repo
+#: with the backend of the function its first ``e.g. <function>(`` names
+SUITE_REQUIRED = "required: the suite name"
+
+
+def _suite_forms(func: str, backend: str, est_time: object, stage_form: bool, free: bool) -> str:
+    """The dialect's own ways to name a suite, for a call that names none: the SGLang family's stage= +
+    runner_config= pair and free legacy names, or framework M's shaped ``<stage>-<N>-gpu-<hardware>``.
+    The example names ``func`` first: the catalog finds the call's backend by it (:data:`SUITE_REQUIRED`)."""
+    est = est_time if isinstance(est_time, int | float) and not isinstance(est_time, bool) else 600
+    if not free:
+        shape = "<stage>-cpu" if backend == "cpu" else "<stage>-<N>-gpu-<hardware>"
+        return f"pass it as the second argument, e.g. {func}({est}, \"{shape}\", ...)"
+    pair = (f"give stage= and runner_config= (the suite is <stage>-test-<runner_config>), e.g. {func}({est}, "
+            "stage=\"stage-b\", runner_config=\"1-gpu-large\"), or " if stage_form else "give ")
+    return pair + f"a suite as the second argument, e.g. {func}({est}, \"nightly-1-gpu\")"
+
+
+def _suite(args: dict[str, object], stage_form: bool, sig: Signature, free: bool = False) -> str:
     has_stage = "stage" in args or "runner_config" in args
     if "suite" in args and has_stage:
         raise _Bad("suite", "give either suite= or stage= with runner_config=, not both")
@@ -191,8 +226,8 @@ def _suite(args: dict[str, object], stage_form: bool) -> str:
                                  "stage= and runner_config= as names, e.g. stage=\"stage-b\", runner_config=\"1-gpu-large\"")
         return f"{stage}-test-{runner}"
     if "suite" not in args:
-        raise _Bad("suite", "required: the suite name" + (" (or stage= with runner_config=)" if stage_form else "")
-                   + "; pass it as the second argument, e.g. (600, \"<stage>-<N>-gpu-<hardware>\")")
+        raise _Bad("suite", SUITE_REQUIRED + (" (or stage= with runner_config=)" if stage_form else "")
+                   + "; " + _suite_forms(sig.name, sig.backend, args.get("est_time"), stage_form, free))
     suite = args["suite"]
     if not _name(suite):
         raise _Bad("suite", f"must be a name of letters, digits, '.', '_' or '-' (no '..'), got {suite!r}; rename "

@@ -16,7 +16,7 @@ import ast
 import re
 from collections.abc import Sequence
 
-from pipelines.core.catalog.assemble import entry_gpus, entry_ids, entry_key, template_path
+from pipelines.core.catalog.assemble import entry_gpus, entry_ids, entry_key, env_lines, template_path
 from pipelines.core.catalog.scan import FileScan
 from pipelines.core.catalog.template import job_value, parse_template
 from pipelines.core.coverage.model import Configuration, norm
@@ -218,9 +218,10 @@ def template_matrix(source: str, template: str, test: str, *, scan: FileScan, de
     its catalog test id, which depends on the test's entries in every template: ``others`` are
     the other templates, (path, text)."""
     parsed = parse_template(source, template)
-    mine = [e for t in (parsed, *(parse_template(text, name) for name, text in others))
-            for e in t.entries if template_path(e.test_file) == test]
-    ids = entry_ids(mine)
+    every = [(template, parsed), *((name, parse_template(text, name)) for name, text in others)]
+    mine = [e for _, t in every for e in t.entries if template_path(e.test_file) == test]
+    lines = env_lines(every)  # the catalog's ids depend on the environment each template gives
+    ids = entry_ids(mine, lines)
     defaults = {key: default for _, key, default in parsed.env if default is not None}
     configs = []
     problems = list(parsed.problems)
@@ -235,7 +236,7 @@ def template_matrix(source: str, template: str, test: str, *, scan: FileScan, de
                   "test_args": entry.test_args, **defaults, **given}
         name = " ".join(filter(None, (entry.job, entry.test_args, *(f"{k}={v}" for k, v, _ in entry.github))))
         configs.append(Configuration(test, name, template, entry.line, tuple(sorted(fields.items())),
-                                     ids[entry_key(entry)]))
+                                     ids[entry_key(entry, lines)]))
     if not configs and not problems:
         problems.append(Problem(template, 1, "test_file", f"no entry runs {test}; add one or drop it from the group"))
     return configs, problems

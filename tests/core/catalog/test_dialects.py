@@ -99,6 +99,29 @@ def test_sglang_rules_reject_what_its_runner_rejects_and_quote_only_its_own_sign
     assert not any("megatron" in p or "stage-c-4-gpu-h200" in p for p in problems)
 
 
+def test_an_sglang_call_without_a_suite_is_told_the_suite_form_other_files_here_use(tree):
+    """Never framework M's `<stage>-<N>-gpu-<hardware>`: a registration of the repo when there is one, else
+    the SGLang family's own forms."""
+    missing = SG_HEADER + "register_cuda_ci(60)\n"
+    repo = sglang_repo(tree, {"test/registered/test_missing.py": missing, "test/registered/test_ok.py": SG_HEADER
+                              + 'register_cuda_ci(300, stage="stage-b", runner_config="1-gpu-large")\n'})
+    (problem,) = load_catalog(repo).problems
+    assert str(problem) == (
+        "test/registered/test_missing.py:2: suite: required: the suite name (or stage= with runner_config=); "
+        'e.g. register_cuda_ci(300, stage="stage-b", runner_config="1-gpu-large", ...) as other files here do')
+    legacy = sglang_repo(tree, {"test/registered/test_ok.py": SG_HEADER + 'register_cuda_ci(60, "nightly-1-gpu")\n'})
+    (problem,) = load_catalog(legacy).problems
+    assert problem.message.endswith('; e.g. register_cuda_ci(60, "nightly-1-gpu", ...) as other files here do')
+    (legacy / "test/registered/test_ok.py").unlink()
+    (problem,) = load_catalog(legacy).problems
+    assert str(problem) == (
+        "test/registered/test_missing.py:2: suite: required: the suite name (or stage= with runner_config=); give "
+        'stage= and runner_config= (the suite is <stage>-test-<runner_config>), e.g. register_cuda_ci(60, '
+        'stage="stage-b", runner_config="1-gpu-large"), or a suite as the second argument, e.g. '
+        'register_cuda_ci(60, "nightly-1-gpu")')
+    assert "<N>-gpu-<hardware>" not in str(problem)
+
+
 def test_m_rules_still_require_labels_on_gpu_calls_without_quoting_a_label(tree):
     repo = tree({"fw/ci.py": M_MODULE, "tests/test_a.py": 'register_cuda_ci(60, "stage-c-4-gpu-h200")\n'})
     (problem,) = load_catalog(repo).problems

@@ -131,7 +131,7 @@ BAD_CALLS = [
     ('register_cuda_ci(True, "stage-c-4-gpu-h200", labels=["x"])', "est_time: must be a number of seconds, got True; "),
     ('register_cuda_ci(suite="stage-c-4-gpu-h200", labels=["x"])', "est_time: required"),
     ('register_cuda_ci(60, labels=["x"])', "suite: required: the suite name (or stage= with runner_config=); pass it "
-     'as the second argument, e.g. (600, "<stage>-<N>-gpu-<hardware>")'),
+     'as the second argument, e.g. register_cuda_ci(60, "<stage>-<N>-gpu-<hardware>", ...)'),  # no CUDA call to copy
     ('register_cuda_ci(60, "stage-c-h200", labels=["x"])', "suite: unknown suite shape 'stage-c-h200'"),
     ('register_cuda_ci(60, "stage-c-0-gpu-h200", labels=["x"])', "suite: 'stage-c-0-gpu-h200' asks for 0 GPUs"),
     ('register_cuda_ci(60, "stage c", labels=["x"])',
@@ -166,6 +166,26 @@ def test_each_bad_registration_is_one_located_problem(tree, call, expected):
         'register_cpu_ci(1, "stage-a-cpu")\n')})
     assert only_problem(cat).startswith("tests/test_bad.py:2: " + expected)
     assert [t.id for t in cat.tests] == ["tests/test_ok.py"]
+
+
+def test_a_call_without_a_suite_is_told_the_suite_a_registration_of_its_backend_here_uses(tree):
+    cat = catalog_of(tree, {"tests/test_bad.py": HEADER + 'register_cuda_ci(60, labels=["x"])\n',
+                            "tests/test_cpu.py": HEADER + 'register_cpu_ci(1, "stage-a-cpu")\n',
+                            "tests/test_ok.py": HEADER + 'register_cuda_ci(900, "stage-b-2-gpu-h200", labels=["x"])\n'})
+    assert only_problem(cat) == ("tests/test_bad.py:2: suite: required: the suite name (or stage= with "
+                                 'runner_config=); e.g. register_cuda_ci(900, "stage-b-2-gpu-h200", ...) as other '
+                                 "files here do")
+
+
+def test_a_call_through_an_import_alias_is_located_with_the_reason_the_runner_skips_it(tree):
+    """Framework M's runner reads calls by the function's name only: `reg(...)` registers nothing there."""
+    cat = catalog_of(tree, {"tests/test_alias.py": (
+        "import os\nfrom fw.ci import register_cuda_ci as reg, register_cpu_ci\n\n"
+        'reg(900, "stage-b-2-gpu-h200", labels=["x"])\n')})
+    assert cat.tests == ()
+    assert only_problem(cat) == (
+        "tests/test_alias.py:4: register_cuda_ci: reg is an alias of register_cuda_ci; the framework's runner only "
+        "reads calls by that name: call register_cuda_ci(...)")
 
 
 def test_a_bad_call_does_not_hide_the_good_call_next_to_it(tree):

@@ -371,17 +371,85 @@ env:
 """
 
 
-def test_every_workflow_template_with_a_test_list_is_read_and_an_entry_both_list_is_one_test(tree):
+def test_every_workflow_template_with_a_test_list_is_read_and_an_entry_both_list_is_one_test_per_env(tree):
     repo = tree({**FILES, NIGHTLY_WORKFLOW: NIGHTLY_TEMPLATE, "tests/test_long.py": "",
                  ".github/workflows/lint.yml.j2": "<% set python = '3.11' %>\nname: lint\n"})
     cat = load_catalog(repo)  # unconfigured: every template found is read
     by_id = cat.by_id()
     assert by_id["tests/test_long.py"].suite == "e2e-test-nightly"
-    short = [t for t in cat.tests if t.path == "tests/test_short.py"]
-    assert len(short) == 1 and set([short[0].suite, *short[0].also_suites]) == {
-        "e2e-test-gpu", "e2e-test-image", "e2e-test-nightly"}
+    # both list test_short.py, and each gives it its own env lines: one test per environment, the first
+    # template (file-name order) keeping the id
+    short = {t.id: (t.suite, t.also_suites, t.env) for t in cat.tests if t.path == "tests/test_short.py"}
+    assert short == {
+        "tests/test_short.py": ("e2e-test-nightly", (), (("LONG_MODE", "0"),)),
+        "tests/test_short.py::pr-test.yml.j2": ("e2e-test-gpu", ("e2e-test-image",), (
+            ("FW_TEST_ENABLE_EVAL", "1"), ("FW_TEST_USE_DEEPEP", "0")))}
     assert by_id["tests/test_long.py"].env == (("LONG_MODE", "0"),)  # the nightly template's own env lines
     assert ("FW_TEST_USE_DEEPEP", "1") in by_id["tests/test_moe.py::use_deepep=1"].env
-    assert len(cat.tests) == 8  # the 7 of pr-test, and test_long
+    assert len(cat.tests) == 9  # the 7 of pr-test, test_long, and test_short with the nightly template's env
     assert any(a.startswith(f"templates: {NIGHTLY_WORKFLOW}, {WORKFLOW} (found under .github/workflows") for a in cat.assumptions)
     assert "skipped .github/workflows/lint.yml.j2: no test list in its `<% set %>` statements" in cat.assumptions
+
+
+def test_a_computed_num_gpus_in_a_file_only_a_cpu_job_runs_is_no_problem(tree):
+    files = {WORKFLOW: "<% set jobs = {'unit': {'label': 'run-ci-cpu', 'cpu': True, "
+                       "'tests': [{'test_file': 'test_unit.py'}]}} %>\n",
+             "tests/test_unit.py": "import os\nNUM_GPUS = int(os.environ.get('N', '8'))\n"}
+    cat = load(tree, files)
+    assert cat.problems == ()
+    assert [(t.id, t.backend, t.gpus) for t in cat.tests] == [("tests/test_unit.py", "cpu", 0)]
+
+
+def test_a_mapped_key_the_entry_lacks_without_a_default_is_set_empty_as_github_sets_it(tree):
+    """`ENABLE_EVAL: ${{ matrix.info.enable_eval }}` renders an absent key as '' (as an explicit none): the
+    variable is set, empty, never left unset."""
+    files = dict(FILES)
+    files[WORKFLOW] = ("<% set jobs = {'j': {'label': 'run-ci-j', 'tests': [{'test_file': 'test_short.py'}, "
+                       "{'test_file': 'test_eval.py', 'enable_eval': none}]}} %>\n"
+                       "env:\n  ENABLE_EVAL: ${{ matrix.info.enable_eval }}\n")
+    by_id = load(tree, files).by_id()
+    assert by_id["tests/test_short.py"].env == (("ENABLE_EVAL", ""),)
+    assert by_id["tests/test_eval.py"].env == (("ENABLE_EVAL", ""),)
+
+
+def _two_workflows(pr_default: str, nightly_default: str) -> dict[str, str]:
+    """A PR workflow and a scheduled one listing the same entries, each mapping use_deepep with its own default."""
+    def workflow(job: str, on: str, default: str) -> str:
+        return ("<% set moe_tests = [{'test_file': 'test_moe.py', 'num_gpus': 8}, "
+                "{'test_file': 'test_moe.py', 'num_gpus': 8, 'use_deepep': '1'}] %>\n"
+                f"<% set jobs = {{'{job}': {{'label': 'run-ci-{job}', 'tests': moe_tests}}}} %>\n"
+                f"on:\n{on}env:\n  USE_DEEPEP: ${{{{ matrix.info.use_deepep || '{default}' }}}}\n")
+
+    return {"tests/test_moe.py": "",
+            ".github/workflows/nightly-test.yml.j2": workflow("e2e-nightly", "  schedule:\n    - cron: '0 3 * * *'\n",
+                                                              nightly_default),
+            ".github/workflows/pr-test.yml.j2": workflow("e2e-pr", "  pull_request:\n", pr_default)}
+
+
+def test_an_entry_two_templates_give_different_env_is_one_test_per_env_each_on_its_own_cadence(tree):
+    """The PR job runs test_moe.py with USE_DEEPEP=false (its `|| 'false'`), the nightly job with 0: two tests,
+    never the first template's env on every cadence. The first template (file-name order) keeps the id."""
+    from pipelines.core.select import in_cadence
+
+    cat = load_catalog(tree(_two_workflows("false", "0")))
+    assert cat.problems == ()
+    got = {t.id: (dict(t.env)["USE_DEEPEP"], t.suite, t.also_suites, [c for c in ("pr", "nightly") if in_cadence(t, c)])
+           for t in cat.tests}
+    assert got == {
+        "tests/test_moe.py::default": ("0", "e2e-nightly", (), ["nightly"]),
+        "tests/test_moe.py::default+pr-test.yml.j2": ("false", "e2e-pr", (), ["pr", "nightly"]),
+        # the same env from both: one test, as before
+        "tests/test_moe.py::use_deepep=1": ("1", "e2e-nightly", ("e2e-pr",), ["pr", "nightly"]),
+    }
+    (note,) = [a for a in cat.assumptions if "different environment" in a]
+    assert note == ("1 entry listed by several templates gets a different environment from each, so each environment "
+                    "is its own test: tests/test_moe.py::default (.github/workflows/nightly-test.yml.j2: USE_DEEPEP=0) "
+                    "and tests/test_moe.py::default+pr-test.yml.j2 (.github/workflows/pr-test.yml.j2: "
+                    "USE_DEEPEP=false)")
+
+
+def test_an_entry_two_templates_give_the_same_env_stays_one_test_with_its_id(tree):
+    cat = load_catalog(tree(_two_workflows("0", "0")))
+    assert sorted(t.id for t in cat.tests) == ["tests/test_moe.py::default", "tests/test_moe.py::use_deepep=1"]
+    assert not any("different environment" in a for a in cat.assumptions)
+

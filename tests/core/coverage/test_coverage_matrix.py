@@ -202,3 +202,28 @@ jobs:
     [config] = configs
     assert config.name == "e2e-megatron enable_eval=false use_fp8_rollout=true"
     assert config.field("use_fp8_rollout") == "true" and config.field("enable_eval") == "1"
+
+
+def test_an_entry_two_templates_give_different_env_has_each_templates_catalog_id(tmp_path):
+    """Coverage names a configuration by its catalog test id: when the PR and nightly templates give one entry
+    different environments, the catalog has a test per environment, and each template's entry is its own."""
+    from pipelines.core.catalog import load_catalog
+
+    nightly = ("<% set t = [{'test_file': 'test_moe.py', 'num_gpus': 8}] %>\n<% set jobs = {'n': {'tests': t}} %>\n"
+               "on:\n  schedule:\n    - cron: '0 3 * * *'\nenv:\n  USE_DEEPEP: ${{ matrix.info.use_deepep || '0' }}\n")
+    pr = nightly.replace("'n'", "'p'").replace("  schedule:\n    - cron: '0 3 * * *'\n", "  pull_request:\n") \
+        .replace("|| '0'", "|| 'false'")
+    names = {".github/workflows/nightly-test.yml.j2": nightly, ".github/workflows/pr-test.yml.j2": pr}
+    repo = tmp_path / "repo"
+    for rel, text in {**names, "tests/test_moe.py": ""}.items():
+        (repo / rel).parent.mkdir(parents=True, exist_ok=True)
+        (repo / rel).write_text(text)
+    catalog_ids = {t.suite: t.id for t in load_catalog(repo).tests}
+    got = {}
+    for name, text in names.items():
+        others = [(n, t) for n, t in names.items() if n != name]
+        configs, problems = template_matrix(text, name, "tests/test_moe.py", scan=FileScan("tests/test_moe.py"),
+                                            default_gpus=8, others=others)
+        assert problems == []
+        got.update({c.field("job"): c.test_id for c in configs})
+    assert got == catalog_ids == {"n": "tests/test_moe.py", "p": "tests/test_moe.py::pr-test.yml.j2"}
