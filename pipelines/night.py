@@ -45,7 +45,7 @@ from pipelines.core.plan import make_plan, pool_for
 from pipelines.core.plan.durations import duration_model
 from pipelines.core.report import Row, night_rows
 from pipelines.core.runset import RunSelection, RunSet, resolve_run
-from pipelines.core.specs import RepoSpec, Specs, load_specs, unconfigured_name
+from pipelines.core.specs import RepoSpec, Specs, load_specs, unconfigured_spec
 from pipelines.launch.base import Launcher, LaunchRequest
 from pipelines.launch.dispatch import DispatchResult, run_plan
 from pipelines.storage.cache import AssetCache, Built
@@ -194,7 +194,7 @@ class Night:
 
         path, spec = self.specs.locate_repo(self.settings.repo)
         policy, params, _ = repo_policy(spec, path)
-        return dataclasses.replace(spec or RepoSpec(name=unconfigured_name(path), path=path), policy=policy,
+        return dataclasses.replace(spec or unconfigured_spec(path), policy=policy,
                                    policy_params=params)
 
     @cached_property

@@ -191,6 +191,17 @@ class RepoSpec:
     requirement_lines: dict[str, int] = field(default_factory=dict)
 
 
+#: the environment a checkout nobody configured runs its tests with: its root importable, as after
+#: the `pip install -e .` a framework's CI job (or image) does first; ``python3 FILE`` alone puts only
+#: the test's own folder on the path (repos.yaml's ``env:`` says otherwise for a configured repo)
+UNCONFIGURED_ENV = {"PYTHONPATH": "{repo}"}
+
+
+def unconfigured_spec(path: Path) -> RepoSpec:
+    """The runner defaults a checkout nobody configured gets (named by :func:`unconfigured_name`)."""
+    return RepoSpec(name=unconfigured_name(path), path=path, env=dict(UNCONFIGURED_ENV))
+
+
 @dataclass(frozen=True)
 class ModelSpec:
     key: str

@@ -29,7 +29,7 @@ from pipelines.core.catalog.requirements import build_requirements
 from pipelines.core.catalog.scan import FileScan, checked_path, discover, root_folder, scan_files
 from pipelines.core.catalog.template import Template, parse_template
 from pipelines.core.model import Catalog, Problem, Test, effective_timeout
-from pipelines.core.specs import RepoSpec, Specs, unconfigured_name
+from pipelines.core.specs import RepoSpec, Specs, unconfigured_spec
 
 __all__ = ["load_catalog", "detect_format", "find_template", "find_templates", "id_problem", "safe_filename", "test_id_to_path"]
 
@@ -84,7 +84,7 @@ def detect_format(repo: Path, roots: tuple[str, ...], dialect: Dialect = M,
 
 
 def _auto_spec(repo: Path) -> RepoSpec:
-    return RepoSpec(name=unconfigured_name(repo), path=repo)
+    return unconfigured_spec(repo)
 
 
 def configured_roots(repo: Path, spec: RepoSpec | None) -> tuple[str, ...] | None:
@@ -210,7 +210,9 @@ def _load(repo: Path, spec: RepoSpec, specs: Specs | None, estimates: Mapping[st
             "no implicit CPU folders"
         assumptions.insert(0, f"repo {repo} is not configured in assets/repos.yaml; using defaults: {cpu}, "
                               f"NUM_GPUS default {spec.default_num_gpus}, est_time default "
-                              f"{spec.default_est_time} s for template tests; its estimates, calibration, quarantine "
+                              f"{spec.default_est_time} s for template tests, tests run with the checkout importable "
+                              "(PYTHONPATH=<checkout>, as after the `pip install -e .` CI does first); its estimates, "
+                              "calibration, quarantine "
                               f"and nights go by the name {spec.name} (the folder name and a digest of the path, so "
                               "that no other checkout's state is read or overwritten)")
     if fmt == "registry":
