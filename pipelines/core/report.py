@@ -313,6 +313,8 @@ def build_report(
     # tests a summary did not list (an older writer) still count: their attempts say they ran
     selected = [known(t) for t in dict.fromkeys([*summary.get("selected", ()), *(a.test_id for a in attempts)])
                 if t not in summary.get("skipped", ())]
+    # near timeout judges the file's own est_time too (the framework's runner): the catalog's tests as registered
+    as_registered = [by_id.get(t.id) or dataclasses.replace(t, est_source="history") for t in selected]
     selected = [dataclasses.replace(t, est_time=est_then.get(t.id, t.est_time)) for t in selected]
     rows = night_rows(selected, [known(t) for t in summary.get("skipped", ())], attempts, estimates,
                       summary.get("unplanned", ()))
@@ -381,7 +383,7 @@ def build_report(
         counts=tuple(sorted(Counter(r.outcome for r in rows).items())), rows=tuple(rows),
         failures=tuple(failures), infra=tuple(infra), bad_nodes=tuple(findings),
         drift=tuple(drift(estimates)), held=tuple(e for e in estimates if e.held is not None),
-        near_timeout=_near_timeout(attempts, near_timeout(selected, recent, timeout_floor_s, timeout_factor,
+        near_timeout=_near_timeout(attempts, near_timeout(as_registered, recent, timeout_floor_s, timeout_factor,
                                                                  estimates=estimates), by_id),
         usage=_usage(bars, attempts, summary, makespan, capacity_gpus),
         makespan=tuple((k, summary.get(f)) for k, f in (

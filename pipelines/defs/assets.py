@@ -10,6 +10,7 @@ from collections import defaultdict
 
 import dagster as dg
 
+from pipelines.core.calibrate.evidence import seconds
 from pipelines.core.model import Catalog
 from pipelines.defs.keys import (
     CALIBRATED,
@@ -115,7 +116,8 @@ def build_assets(catalog: Catalog) -> tuple[list[dg.AssetsDefinition], list[dg.A
             "left_alone": dg.MetadataValue.md("\n".join(f"- {line}" for line in left_alone) or "none"),
             "proposals": dg.MetadataValue.md(
                 "| test | current | proposed | samples | reason |\n|---|---|---|---|---|\n"
-                + "\n".join(f"| {e.test_id} | {e.current} | {e.proposed} | {e.samples_used} | {e.reason} |" for e in estimates)
+                + "\n".join(f"| {e.test_id} | {seconds(e.registered)} | {seconds(e.registered_proposed)} | {e.samples_used} "
+                            f"| {e.reason} |" for e in estimates)
             ),
         })
 

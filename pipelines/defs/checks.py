@@ -7,6 +7,7 @@ from collections.abc import Iterable
 
 import dagster as dg
 
+from pipelines.core.calibrate.evidence import seconds
 from pipelines.defs.assets import CALIBRATED
 from pipelines.defs.resources import NightlyResource
 
@@ -28,5 +29,6 @@ def calibration_checks(nightly: NightlyResource) -> Iterable[dg.AssetCheckResult
     night = nightly.night()
     estimates = night.estimates()
     drifted, near = night.checks(estimates)
-    yield _result(DRIFT, [f"{e.test_id}: {e.current} -> {e.proposed}" for e in drifted], "drifted")
+    yield _result(DRIFT, [f"{e.test_id}: {seconds(e.registered)} -> {seconds(e.registered_proposed)}" for e in drifted],
+                  "drifted")
     yield _result(NEAR_TIMEOUT, [str(n) for n in near], "near_timeout")

@@ -8,9 +8,10 @@ A tag such as ``:nightly`` can move under the same name and a driver upgrade cha
   local tests run in;
 - driver: ``nvidia-smi`` when present (local), the GPU nodes' feature-discovery labels
   (Kubernetes), else the pool's declared ``driver``;
-- spec: a digest of what a test sees on the pool's nodes (``SPEC_FIELDS``); where and when pods
-  are scheduled (node count, queue, priority, tolerations, shm and CPU/memory requests) is left
-  out, and so is any field a later version adds, so neither starts a full nightly run.
+- spec: a digest of what a test sees on the pool's nodes (``SPEC_FIELDS``: hardware, image, selector,
+  its /dev/shm and CPU/memory limits); where and when pods are scheduled (node count, queue,
+  priority, tolerations) is left out, and so is any field a later version adds, so neither starts
+  a full nightly run.
 Probing never raises: what cannot be observed is reported empty with the reason in ``notes``;
 where a probe that should answer failed (the digest command, nvidia-smi, the node API), the field
 also carries ``<field>_problem``: its value is a fallback, not an observation, and the
@@ -42,7 +43,10 @@ def _sha(text: str) -> str:
 
 #: the pool fields that change what a test sees on its node (docs/ui.md lists them); changing this
 #: list changes SPEC_FORM, so a value of the former form is taken as the new baseline, not a change
-SPEC_FIELDS = ("hardware", "gpus_per_node", "image", "image_digest", "node_selector")
+SPEC_FIELDS = ("hardware", "gpus_per_node", "image", "image_digest", "node_selector",
+               # a test pod's /dev/shm size and its CPU and memory limits: a conversion or data loader
+               # that fit before can fail after a cut
+               "shm_size", "cpu_per_gpu", "memory_per_gpu")
 SPEC_FORM = "node-v1"
 
 

@@ -264,6 +264,22 @@ def test_near_timeout_judges_the_last_run_against_the_timeout_the_proposal_bring
     assert (near.test_id, near.elapsed_s, near.timeout_s) == ("tests/a.py", 1700.0, 1800)
 
 
+def test_near_timeout_also_judges_the_file_est_time_the_framework_runner_kills_at_after_a_calibrated_night():
+    """The file says 1440 (timeout 1800 under the framework's runner); the night ran with a calibrated 2000
+    (timeout 2500) and the test passed at 1700 s: PR CI would be at 94 % of its timeout. The record keeps
+    the est_time the night ran with; near timeout must still judge the catalog's registered one."""
+    from pipelines.core.model import Estimate, Sample
+
+    t = Test("tests/a.py", "tests/a.py", "cuda", "stage-c-4-gpu-h200", 4, 1440, hardware="h200")
+    run = {**attempt("tests/a.py", "passed", "n0"), "elapsed_s": 1700.0, "timeout_s": 2500}
+    summary = {"night": "n", "run_id": "r6", "selected": [t.id], "est_time": {t.id: 2000}, "attempts": [run]}
+    samples = [Sample(t.id, "h200", "", "passed", 1700.0, "2026-11-06T15:00:00+00:00", run_id="r6")]
+    proposal = Estimate(t.id, "h200", 1440, 2200, 1, "bucket125", in_force=2000)
+    [near] = build_report(summary, (), samples, [t], [proposal], timeout_floor_s=1800).near_timeout
+    assert (near.timeout_s, near.file_est_time, near.in_force_est_time) == (1800, 1440, 2000)
+    assert str(near).endswith("until the est_time patch is merged (the nights run with the calibrated 2000)")
+
+
 def test_a_partial_records_span_is_not_called_the_nights_actual_makespan():
     summary = {"night": "n", "status": "running", "selected": ["tests/a.py", "tests/b.py"], "actual_makespan_s": 6.6,
                "attempts": [attempt("tests/a.py", "passed", "h200-a")],

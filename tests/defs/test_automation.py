@@ -356,19 +356,21 @@ def _edit_pool(resource, **fields) -> None:
 
 
 def test_a_scheduling_only_edit_of_a_pool_requests_nothing_a_node_edit_does(setup):
-    """Queue, priority, tolerations, shm, CPU/memory requests and the node count change where and when
-    pods run, not what a test sees on its node: no full nightly run for them."""
+    """Queue, priority, tolerations and the node count change where and when pods run, not what a test
+    sees on its node: no full nightly run for them. A node selector, or a pod's /dev/shm or memory
+    limit (a conversion that fit can fail after a cut), is a change."""
     defs, resource, _, _ = setup
     _, cursor = _tick(defs, resource, "infra_change_backfill", None)
-    _edit_pool(resource, nodes=2, queue="h200-nightly", priority_class="nightly-e2e", shm_size="64Gi",
-               cpu_per_gpu="20", memory_per_gpu="200Gi",
+    _edit_pool(resource, nodes=2, queue="h200-nightly", priority_class="nightly-e2e",
                tolerations=[{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}])
     result, cursor = _tick(defs, resource, "infra_change_backfill", cursor)
     assert result.run_requests == [] and result.skip_message == "no pool's image digest, driver or spec changed"
-    _edit_pool(resource, node_selector={"nvidia.com/gpu.product": "NVIDIA-H200"})
-    result, _ = _tick(defs, resource, "infra_change_backfill", cursor)
-    [request] = result.run_requests
-    assert "spec node-v1:" in request.tags["nightly/reason"]
+    for change in ({"node_selector": {"nvidia.com/gpu.product": "NVIDIA-H200"}}, {"shm_size": "1Gi"},
+                   {"memory_per_gpu": "4Gi"}):
+        _edit_pool(resource, **change)
+        result, cursor = _tick(defs, resource, "infra_change_backfill", cursor)
+        [request] = result.run_requests
+        assert "spec node-v1:" in request.tags["nightly/reason"], change
 
 
 def test_a_pool_field_added_with_a_default_leaves_the_spec_digest_as_it_was():

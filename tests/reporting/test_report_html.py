@@ -143,3 +143,24 @@ def test_file_and_http_logs_are_links():
 
     assert '<a href="file:///var/log/x.log">full log</a>' in page("/var/log/x.log")
     assert '<a href="https://ci.example/x.log">full log</a>' in page("https://ci.example/x.log")
+
+
+def test_a_float_est_time_and_a_near_timeout_past_the_files_timeout_read_as_the_cli_says_them():
+    """12.5 s in the file is 12.5 here as in `nightly calibrate` (not the 13 plans round it to); a run past the
+    timeout the file gives the framework's runner says so, as `nightly run` prints it."""
+    from pipelines.core.model import Estimate, Sample, Test
+
+    f = Test("tests/f.py", "tests/f.py", "cuda", "stage-c-4-gpu-h200", 4, 41, hardware="h200")
+    g = Test("tests/g.py", "tests/g.py", "cuda", "stage-c-4-gpu-h200", 4, 1440, hardware="h200")
+    runs = [{"test_id": t, "outcome": "passed", "elapsed_s": e, "started_at": "2026-12-01T15:00:00Z", "timeout_s": s}
+            for t, e, s in (("tests/f.py", 100.0, 1800), ("tests/g.py", 1700.0, 2500))]
+    summary = {"night": "n", "run_id": "r1", "selected": [f.id, g.id], "est_time": {g.id: 2000}, "attempts": runs}
+    samples = [Sample(g.id, "h200", "", "passed", 1700.0, "2026-12-01T15:00:00Z", run_id="r1")]
+    estimates = [Estimate(f.id, "h200", 41, 130, 3, "bucket125", current_literal=40.5),
+                 Estimate(g.id, "h200", 1440, 2200, 1, "bucket125", in_force=2000)]
+    page = render_html(build_report(summary, (), samples, [f, g], estimates, timeout_floor_s=1800))
+    drift = section(page, "drift")
+    assert "tests/f.py: est_time 40.5 s → proposed 130 s" in drift
+    assert ("tests/g.py: last run passed after 1700 s of its 1800 s timeout (94%), the one its file's est_time=1440 "
+            "gives the framework's own runner until the est_time patch is merged (the nights run with the "
+            "calibrated 2000)") in drift

@@ -77,9 +77,11 @@ class NearTimeout:
     timeout_s: int
     outcome: str
     started_at: str
-    #: the est_time its file registers when ``timeout_s`` comes from it (a calibrated est_time above
-    #: it raised the night's timeout, but the framework's runner still kills the test there); else 0
+    #: the est_time its file registers when ``timeout_s`` comes from it (a calibrated est_time or the
+    #: proposal above it raises the night's timeout, but the framework's runner still kills the test there); else 0
     file_est_time: int = 0
+    #: the calibrated est_time the nights ran with when it was above the file's (0: none in force)
+    in_force_est_time: int = 0
 
     @property
     def used(self) -> float:
@@ -89,8 +91,10 @@ class NearTimeout:
         text = (f"{self.test_id}: last run {self.outcome} after {self.elapsed_s:g} s of its {self.timeout_s} s "
                 f"timeout ({self.used:.0%})")
         if self.file_est_time:
-            text += (f", the one its file's est_time={self.file_est_time} gives the framework's own runner (the "
-                     "night ran with the calibrated est_time; merge the est_time patch)")
+            text += (f", the one its file's est_time={self.file_est_time} gives the framework's own runner until the "
+                     "est_time patch is merged")
+            if self.in_force_est_time:
+                text += f" (the nights run with the calibrated {self.in_force_est_time})"
         return text
 
 
@@ -103,6 +107,7 @@ def near_timeout(tests: Sequence[Test], samples: Sequence[Sample], floor: int = 
     framework's own runner uses it until the est_time patch is merged (a raised calibrated est_time
     must not hide a run past it either); template tests register no timeout."""
     proposed = {(e.test_id, e.hardware): e.proposed for e in estimates}
+    in_force = {(e.test_id, e.hardware): e.in_force for e in estimates if e.in_force is not None}
     last: dict[tuple[str, str], tuple[datetime, int, Sample]] = {}
     oldest = datetime.min.replace(tzinfo=UTC)
     for i, s in enumerate(samples):
@@ -125,5 +130,7 @@ def near_timeout(tests: Sequence[Test], samples: Sequence[Sample], floor: int = 
         else:
             file_est = 0
         if s.elapsed_s > threshold * timeout:
-            out.append(NearTimeout(t.id, t.hardware, s.elapsed_s, timeout, s.outcome, s.started_at, file_est))
+            forced = in_force.get((t.id, t.hardware), 0) if file_est else 0
+            out.append(NearTimeout(t.id, t.hardware, s.elapsed_s, timeout, s.outcome, s.started_at, file_est,
+                                   forced if forced > file_est else 0))
     return out

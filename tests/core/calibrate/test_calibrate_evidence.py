@@ -67,10 +67,12 @@ def test_a_pass_past_the_timeout_its_file_gives_the_frameworks_runner_is_listed_
     kills the test at max(floor, 1.25 x the file's est_time) until the patch is merged."""
     t = make_test(est_time=4)  # the file: timeout max(1, 5) = 5 s
     runs = [sample(9.2, "2026-12-01T00:00:00Z")]
-    hit = near_timeout([t], runs, 1, 1.25, estimates=[est(4, 10)])  # proposal 10: 12 s next night
+    hit = near_timeout([t], runs, 1, 1.25, estimates=[dataclasses.replace(est(4, 10), in_force=10)])  # 12 s
     assert [str(h) for h in hit] == [
         "tests/e2e/test_a.py: last run passed after 9.2 s of its 5 s timeout (184%), the one its file's est_time=4 "
-        "gives the framework's own runner (the night ran with the calibrated est_time; merge the est_time patch)"]
+        "gives the framework's own runner until the est_time patch is merged (the nights run with the calibrated 10)"]
+    # no calibrated est_time in force (the night ran with the file's 4): the proposal alone would raise it
+    assert str(near_timeout([t], runs, 1, 1.25, estimates=[est(4, 10)])[0]).endswith("until the est_time patch is merged")
     assert near_timeout([dataclasses.replace(t, fmt="template", est_source="default")], runs, 1, 1.25,
                         estimates=[est(4, 10)]) == []  # a template registers no timeout
     assert near_timeout([t], [sample(4.0, "2026-12-01T00:00:00Z")], 1, 1.25, estimates=[est(4, 10)]) == []
