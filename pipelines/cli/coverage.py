@@ -22,17 +22,19 @@ import math
 import subprocess
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pipelines.cli.flags import FlagError
 from pipelines.core.coverage import (
+    CatalogReading,
     Catalogued,
     CoverageReport,
     Design,
     GroupCoverage,
     LostCell,
-    RepoGroups,
     Source,
     TreeSource,
+    as_of,
     assign,
     catalogued,
     check_repo,
@@ -40,6 +42,9 @@ from pipelines.core.coverage import (
     locate,
     lost_cells,
 )
+
+if TYPE_CHECKING:
+    from pipelines.core.specs import RepoSpec
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -99,6 +104,16 @@ class GitSource:
         return sorted(line[len(prefix):] for line in done.stdout.splitlines() if line.startswith(prefix) and line.endswith(".py"))
 
 
+class Differs:
+    """``path in Differs(before, after)``: the file reads differently at the two sources (None: absent)."""
+
+    def __init__(self, before: Source, after: Source):
+        self.before, self.after = before, after
+
+    def __contains__(self, path: object) -> bool:
+        return self.before.read(str(path)) != self.after.read(str(path))
+
+
 def check_groups_flag(path: Path | None) -> None:
     """``--groups`` must be a file: a mistyped path would otherwise check no groups and pass."""
     if path is not None and not path.is_file():
@@ -107,23 +122,48 @@ def check_groups_flag(path: Path | None) -> None:
                         "docs/coverage.md describes it)")
 
 
-def registered_tests(repo: str | None) -> Catalogued:
+def registered_tests(repo: str | None, against: bool = False) -> tuple[Catalogued, CatalogReading]:
     """The catalog's tests (as ``nightly catalog`` reads them, its cache too): only a registered,
-    enabled test's configurations cover a cell. Its own problems are ``nightly catalog``'s to list."""
+    enabled test's configurations cover a cell. Its own problems are ``nightly catalog``'s to list.
+    With ``against``, also how it reads the checkout, to read a file again at an earlier revision."""
     from pipelines.cli.plan import load_catalog
     from pipelines.core.specs import load_specs
 
     specs = load_specs()
     path, spec = specs.locate_repo(repo)
-    return catalogued(load_catalog(path, spec, specs).tests)
+    tests = load_catalog(path, spec, specs).tests
+    if not against:
+        return catalogued(tests), CatalogReading()
+    if any(t.fmt == "template" for t in tests):
+        return catalogued(tests), CatalogReading("template")
+    return catalogued(tests), registry_reading(path, spec)
 
 
-def as_of(catalog: Catalogued, before: Source, after: Source, where: RepoGroups) -> Catalogued:
-    """What the catalog says of an earlier revision: only files unchanged since (and templates, for
-    their entries' ids) are known; the others count at ``before`` as they read."""
-    same = all(before.read(t) == after.read(t) for t in where.templates)
-    return Catalogued({p: regs for p, regs in catalog.files.items() if same and before.read(p) == after.read(p)},
-                      complete=False)
+def registry_reading(path: Path, spec: RepoSpec | None) -> CatalogReading:
+    """The dialect and implicit CPU folders ``load_catalog`` reads a registry checkout with (its choice,
+    step by step: the spec's dialect or the one its registry module defines, repos.yaml's rules, and
+    an unconfigured framework M checkout's ``fast`` folders)."""
+    import dataclasses
+
+    from pipelines.core.catalog import configured_roots
+    from pipelines.core.catalog.detect import choose
+    from pipelines.core.catalog.dialect import with_rules
+    from pipelines.core.catalog.scan import root_folder
+    from pipelines.core.specs import unconfigured_spec
+
+    configured = spec is not None
+    spec = spec or unconfigured_spec(path)
+    roots = configured_roots(path, spec if configured else None)
+    if roots is not None:
+        roots = tuple(dict.fromkeys(root_folder(r) for r in roots))
+    dialect, roots, _ = choose(path, spec.dialect or "", roots, module=spec.registry_module or "")
+    if spec.implicit_cpu_suite:
+        dialect = dataclasses.replace(dialect, implicit_suite=spec.implicit_cpu_suite)
+    dialect, _ = with_rules(dialect, dict(spec.rules or {}))
+    implicit = tuple(spec.implicit_cpu_dirs)
+    if not configured and dialect.name == "m" and not implicit:
+        implicit = tuple("fast" if r == "." else f"{r}/fast" for r in roots if (path / r / "fast").is_dir())
+    return CatalogReading("registry", dialect, implicit)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -133,12 +173,12 @@ def run(args: argparse.Namespace) -> int:
         raise FlagError(f"--groups: {args.groups} declares no groups for {where.name} (repos.{where.name}.groups); "
                         f"declare them under that name (its name in repos.yaml, else its folder name) or give "
                         "the file that does (docs/coverage.md)")
-    catalog = registered_tests(args.repo)
+    catalog, reading = registered_tests(args.repo, against=args.against is not None)
     now = check_repo(where, catalog=catalog)
     lost: tuple[LostCell, ...] = ()
     if args.against is not None:
         before = GitSource(where.repo, args.against)
-        then = check_repo(where, before, adopt=True, catalog=as_of(catalog, before, TreeSource(where.repo), where))
+        then = check_repo(where, before, adopt=True, catalog=as_of(catalog, where, before, Differs(before, TreeSource(where.repo)), reading))
         lost = lost_cells(then.groups, now.groups, before, TreeSource(where.repo))
     if args.json:
         # with --against, ok answers the question asked, "was nothing lost?", as the exit code does

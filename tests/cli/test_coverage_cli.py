@@ -152,6 +152,32 @@ def test_against_a_revision_a_sibling_disabled_since_lost_its_cells_and_one_disa
     assert (code, out.splitlines()[0]) == (0, "against HEAD: no cell covered then is uncovered now")
 
 
+@pytest.mark.parametrize("staged", [False, True], ids=["edited", "edited-and-staged"])
+def test_against_a_revision_a_sibling_disabled_then_and_edited_since_lost_nothing(framework, capsys, staged):
+    repo, groups = framework
+    (repo / SIX).write_text(sibling(*ANTI_DIAGONAL).replace('labels=["lora"])', DISABLED))
+    git(repo, "commit", "-q", "-am", "disable the 6-layer sibling")
+    with (repo / SIX).open("a") as f:
+        f.write("# a comment\n")
+    if staged:
+        git(repo, "add", SIX)
+
+    code, out, _ = coverage(capsys, "--repo", str(repo), "--groups", str(groups), "--against", "HEAD")
+
+    assert (code, out.splitlines()[0]) == (0, "against HEAD: no cell covered then is uncovered now")
+
+
+def test_against_a_revision_a_sibling_unregistered_then_and_disabled_now_lost_nothing(framework, capsys):
+    repo, groups = framework
+    (repo / SIX).write_text(unregistered(*ANTI_DIAGONAL))
+    git(repo, "commit", "-q", "-am", "the 6-layer sibling is not registered")
+    (repo / SIX).write_text(sibling(*ANTI_DIAGONAL).replace('labels=["lora"])', DISABLED))
+
+    code, out, _ = coverage(capsys, "--repo", str(repo), "--groups", str(groups), "--against", "HEAD")
+
+    assert (code, out.splitlines()[0]) == (0, "against HEAD: no cell covered then is uncovered now")
+
+
 def test_rows_a_sibling_appends_at_module_level_cover_their_cells(framework, capsys):
     repo, groups = framework
     m_per, t_shared = ANTI_DIAGONAL
