@@ -22,17 +22,15 @@ import math
 import subprocess
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from pipelines.cli.flags import FlagError
 from pipelines.core.coverage import (
-    CatalogReading,
     Catalogued,
     CoverageReport,
     Design,
     GroupCoverage,
     LostCell,
-    Source,
+    RegistryReading,
     TreeSource,
     as_of,
     assign,
@@ -42,9 +40,6 @@ from pipelines.core.coverage import (
     locate,
     lost_cells,
 )
-
-if TYPE_CHECKING:
-    from pipelines.core.specs import RepoSpec
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -103,15 +98,16 @@ class GitSource:
         prefix = f"{self.rev}:"
         return sorted(line[len(prefix):] for line in done.stdout.splitlines() if line.startswith(prefix) and line.endswith(".py"))
 
-
-class Differs:
-    """``path in Differs(before, after)``: the file reads differently at the two sources (None: absent)."""
-
-    def __init__(self, before: Source, after: Source):
-        self.before, self.after = before, after
-
-    def __contains__(self, path: object) -> bool:
-        return self.before.read(str(path)) != self.after.read(str(path))
+    def changed(self) -> set[str]:
+        """Repo-relative files that differ between the revision and the working tree: committed,
+        staged or not, deleted, and untracked ones; two git calls, not one per file."""
+        diff = self._git("diff", "--name-only", "--relative", "--no-renames", "-z", self.rev, "--")
+        new = self._git("ls-files", "--others", "--exclude-standard", "-z")
+        for done in (diff, new):
+            if done.returncode != 0:
+                raise FlagError(f"--against: git could not compare {self.rev} with the working tree of {self.repo} "
+                                f"({done.stderr.strip()}); check the checkout with `git -C {self.repo} status`")
+        return {p for p in (diff.stdout + new.stdout).split("\0") if p}
 
 
 def check_groups_flag(path: Path | None) -> None:
@@ -122,24 +118,20 @@ def check_groups_flag(path: Path | None) -> None:
                         "docs/coverage.md describes it)")
 
 
-def registered_tests(repo: str | None, against: bool = False) -> tuple[Catalogued, CatalogReading]:
+def registered_tests(repo: str | None) -> tuple[Catalogued, bool]:
     """The catalog's tests (as ``nightly catalog`` reads them, its cache too): only a registered,
-    enabled test's configurations cover a cell. Its own problems are ``nightly catalog``'s to list.
-    With ``against``, also how it reads the checkout, to read a file again at an earlier revision."""
+    enabled test's configurations cover a cell; and whether it read them from a workflow template.
+    Its own problems are ``nightly catalog``'s to list."""
     from pipelines.cli.plan import load_catalog
     from pipelines.core.specs import load_specs
 
     specs = load_specs()
     path, spec = specs.locate_repo(repo)
     tests = load_catalog(path, spec, specs).tests
-    if not against:
-        return catalogued(tests), CatalogReading()
-    if any(t.fmt == "template" for t in tests):
-        return catalogued(tests), CatalogReading("template")
-    return catalogued(tests), registry_reading(path, spec)
+    return catalogued(tests), any(t.fmt == "template" for t in tests)
 
 
-def registry_reading(path: Path, spec: RepoSpec | None) -> CatalogReading:
+def registry_reading(repo: str | None) -> RegistryReading:
     """The dialect and implicit CPU folders ``load_catalog`` reads a registry checkout with (its choice,
     step by step: the spec's dialect or the one its registry module defines, repos.yaml's rules, and
     an unconfigured framework M checkout's ``fast`` folders)."""
@@ -149,8 +141,9 @@ def registry_reading(path: Path, spec: RepoSpec | None) -> CatalogReading:
     from pipelines.core.catalog.detect import choose
     from pipelines.core.catalog.dialect import with_rules
     from pipelines.core.catalog.scan import root_folder
-    from pipelines.core.specs import unconfigured_spec
+    from pipelines.core.specs import load_specs, unconfigured_spec
 
+    path, spec = load_specs().locate_repo(repo)
     configured = spec is not None
     spec = spec or unconfigured_spec(path)
     roots = configured_roots(path, spec if configured else None)
@@ -163,7 +156,7 @@ def registry_reading(path: Path, spec: RepoSpec | None) -> CatalogReading:
     implicit = tuple(spec.implicit_cpu_dirs)
     if not configured and dialect.name == "m" and not implicit:
         implicit = tuple("fast" if r == "." else f"{r}/fast" for r in roots if (path / r / "fast").is_dir())
-    return CatalogReading("registry", dialect, implicit)
+    return RegistryReading(dialect, implicit)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -173,12 +166,14 @@ def run(args: argparse.Namespace) -> int:
         raise FlagError(f"--groups: {args.groups} declares no groups for {where.name} (repos.{where.name}.groups); "
                         f"declare them under that name (its name in repos.yaml, else its folder name) or give "
                         "the file that does (docs/coverage.md)")
-    catalog, reading = registered_tests(args.repo, against=args.against is not None)
+    catalog, template = registered_tests(args.repo)
     now = check_repo(where, catalog=catalog)
     lost: tuple[LostCell, ...] = ()
     if args.against is not None:
         before = GitSource(where.repo, args.against)
-        then = check_repo(where, before, adopt=True, catalog=as_of(catalog, where, before, Differs(before, TreeSource(where.repo)), reading))
+        # one `git diff` for what changed since; the dialect is chosen only if a group member did
+        known = as_of(catalog, where, before, before.changed(), template, lambda: registry_reading(args.repo))
+        then = check_repo(where, before, adopt=True, catalog=known)
         lost = lost_cells(then.groups, now.groups, before, TreeSource(where.repo))
     if args.json:
         # with --against, ok answers the question asked, "was nothing lost?", as the exit code does

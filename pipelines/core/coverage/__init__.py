@@ -9,7 +9,7 @@ the night report and the catalog listing call.
 from __future__ import annotations
 
 import os
-from collections.abc import Collection, Container, Iterable, Mapping
+from collections.abc import Callable, Collection, Container, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -39,8 +39,8 @@ from pipelines.core.coverage.outcomes import config_outcomes
 from pipelines.core.model import Problem, Test
 
 __all__ = [
-    "as_of", "Catalogued", "catalogued", "CatalogReading", "Cell", "Configuration", "config_outcomes", "CoverageReport", "Design", "Dimension", "Group", "GroupCoverage", "LostCell",
-    "Registered", "RepoGroups", "Source", "TreeSource", "UncoveredCell", "assign", "check_repo", "design", "locate",
+    "as_of", "Catalogued", "catalogued", "Cell", "Configuration", "config_outcomes", "CoverageReport", "Design", "Dimension", "Group", "GroupCoverage", "LostCell",
+    "Registered", "RegistryReading", "RepoGroups", "Source", "TreeSource", "UncoveredCell", "assign", "check_repo", "design", "locate",
     "lost_cells", "parse_groups", "required_cells", "configurations_by_test", "uncovered_cells",
 ]
 
@@ -107,20 +107,21 @@ def catalogued(tests: Iterable[Test], ran: Collection[str] | None = None,
 
 
 @dataclass(frozen=True)
-class CatalogReading:
-    """How ``nightly catalog`` reads the checkout: its format and, for a registry, the dialect and
-    implicit CPU folders it reads registrations with (as ``load_catalog`` chose them)."""
+class RegistryReading:
+    """How ``nightly catalog`` reads a registry checkout's registrations: the dialect and implicit CPU
+    folders ``load_catalog`` chose."""
 
-    fmt: str = "registry"
     dialect: Dialect = M
     implicit_cpu_dirs: tuple[str, ...] = ()
 
 
-def as_of(now: Catalogued, where: RepoGroups, then: Source, changed: Container[str],
-          reading: CatalogReading) -> Catalogued:
+def as_of(now: Catalogued, where: RepoGroups, then: Source, changed: Container[str], template: bool,
+          registry: Callable[[], RegistryReading]) -> Catalogued:
     """What the catalog registered at an earlier revision ``then``, for the files its groups name there.
 
-    ``now`` is read from today's tree; ``changed``: the repo-relative files that differ since. A file
+    ``now`` is read from today's tree; ``changed``: the repo-relative files that differ since;
+    ``template``: the catalog reads a workflow template; ``registry``: how it reads a registry file,
+    asked only when a group member changed (choosing the dialect reads the whole tree). A file
     unchanged since registered then what it registers now. A changed one is read again from its text
     at ``then`` with the catalog's own scanner, so a test disabled then and still disabled (a comment
     added since) lost nothing. In a template repo the templates decide: unchanged, today's ids hold;
@@ -128,18 +129,23 @@ def as_of(now: Catalogued, where: RepoGroups, then: Source, changed: Container[s
     entry) and one they did not list registered nothing."""
     members = {t for g in where.groups for t in g.tests} | set(then.files_mentioning(GROUP_MARKER, where.roots))
     files: dict[str, tuple[Registered, ...]] = {}
-    if reading.fmt == "template":
+    if template:
         if not any(t in changed for t in where.templates):
             return Catalogued({p: now.files.get(p, ()) for p in members}, complete=False)
         listed = {template_path(e.test_file) for t in where.templates if (text := then.read(t)) is not None
                   for e in parse_template(text, t).entries}
         return Catalogued({p: () for p in members if p not in listed}, complete=False)
+    reading: RegistryReading | None = None
     for path in sorted(members):
-        files[path] = registered_then(path, then, reading) if path in changed else now.files.get(path, ())
+        if path in changed:
+            reading = reading or registry()
+            files[path] = registered_then(path, then, reading)
+        else:
+            files[path] = now.files.get(path, ())
     return Catalogued(files, complete=False)
 
 
-def registered_then(path: str, then: Source, reading: CatalogReading) -> tuple[Registered, ...]:
+def registered_then(path: str, then: Source, reading: RegistryReading) -> tuple[Registered, ...]:
     """The tests a registry file registered at ``then``, read from its text there as the catalog reads it."""
     text = then.read(path)
     if text is None:
