@@ -209,6 +209,7 @@ def group_json(g: GroupCoverage) -> dict:
         "covered_by": {c.label: [_config_json(x) for x in g.covered_by(c)] for c in g.cells},
         "uncovered": [c.as_dict() for c in g.uncovered],
         "problems": [str(p) for p in g.problems],
+        "notes": [str(n) for n in g.notes],
         "idle": dict(g.idle),
     }
 
@@ -237,7 +238,11 @@ def print_report(name: str, repo: Path, groups_file: Path, report: CoverageRepor
     for g in report.groups:
         required = required_text(g.group.require, g.group.strength)
         dims = ", ".join(f"{d.name} ({len(d.labels)})" for d in g.dimensions)
-        print(f"\ngroup {g.group.name} ({g.group.origin}): {required} of {dims}")
+        if dims:
+            print(f"\ngroup {g.group.name} ({g.group.origin}): {required} of {dims}")
+        else:  # a group from comments whose rows could not be read has no dimensions to pair
+            print(f"\ngroup {g.group.name} ({g.group.origin}): no configuration read, so no dimensions and no "
+                  "cells to check")
         by_test: dict[str, list[str]] = {t: [] for t in g.tests}
         for row in g.rows:
             by_test.setdefault(row.config.test, []).append(row.config.name)
@@ -249,11 +254,14 @@ def print_report(name: str, repo: Path, groups_file: Path, report: CoverageRepor
         for cell in g.cells:
             by = g.covered_by(cell)
             rows.append((cell.label, "; ".join(f"{c.path}:{c.line} {c.name}" for c in by) or "UNCOVERED"))
-        for line in _table(rows):
+        for line in _table(rows) if g.cells else ():
             print(line)
         for problem in g.problems:
             print(f"  {problem}")
-        print(f"  {len(g.cells) - len(g.uncovered)} of {len(g.cells)} cells covered")
+        for note in g.notes:
+            print(f"  note: {note}")
+        if g.cells:
+            print(f"  {len(g.cells) - len(g.uncovered)} of {len(g.cells)} cells covered")
         if g.group.inferred and g.uncovered:  # every field its own dimension: correlated fields read as gaps
             print(f"  group {g.group.name} is declared only by # coverage-group: comments, so each field is a "
                   "dimension of its own; fields that vary together (one axis, as a diagonal split uses them) need "
@@ -261,7 +269,9 @@ def print_report(name: str, repo: Path, groups_file: Path, report: CoverageRepor
     for problem in report.problems:
         print(problem)
     uncovered, problems = totals(report)
-    print(f"\n{len(report.groups)} group(s), {uncovered} uncovered cell(s), {problems} problem(s)")
+    notes = sum(len(g.notes) for g in report.groups)
+    print(f"\n{len(report.groups)} group(s), {uncovered} uncovered cell(s), {problems} problem(s)"
+          + (f", {notes} note(s) (rows not counted that could only add coverage; not a failure)" if notes else ""))
 
 
 def totals(report: CoverageReport) -> tuple[int, int]:

@@ -223,6 +223,45 @@ def test_rows_a_sibling_appends_at_module_level_cover_their_cells(framework, cap
     assert f"backend=tilelang, layout=shared+virtual  {SIX}:10 t-shared" in out
 
 
+def test_rows_a_sibling_adds_only_under_a_condition_are_a_note_that_does_not_fail_the_check(framework, capsys):
+    repo, groups = framework
+    extra = 'if os.environ.get("EXTRA"):\n    _CONFIGS.append(("c", "fsdp", True, True))\n'
+    (repo / SIX).write_text("import os\n" + sibling(*ANTI_DIAGONAL) + extra)
+
+    code, out, _ = coverage(capsys, "--repo", str(repo), "--groups", str(groups))
+
+    assert code == 0 and "  4 of 4 cells covered" in out
+    assert (f"  note: {SIX}:13: _CONFIGS: an addition inside an `if` block; the checker reads only literal") in out
+    assert out.rstrip().endswith("1 group(s), 0 uncovered cell(s), 0 problem(s), 1 note(s) (rows not counted that "
+                                 "could only add coverage; not a failure)")
+    code, out, _ = coverage(capsys, "--repo", str(repo), "--groups", str(groups), "--json")
+    [group] = json.loads(out)["groups"]
+    assert (code, group["problems"], len(group["notes"])) == (0, [], 1)
+
+
+def test_a_sibling_that_sorts_its_matrix_keeps_its_rows(framework, capsys):
+    repo, groups = framework
+    (repo / SIX).write_text(sibling(*ANTI_DIAGONAL) + "_CONFIGS.sort()\n_CONFIGS.reverse()\n")
+
+    code, out, _ = coverage(capsys, "--repo", str(repo), "--groups", str(groups))
+
+    assert code == 0 and "  4 of 4 cells covered" in out and "(no configurations)" not in out
+
+
+def test_a_group_from_comments_with_no_readable_row_says_so_instead_of_an_empty_cell(capsys, tmp_path):
+    repo = tmp_path / "fw"
+    (repo / "tests" / "lora").mkdir(parents=True)
+    (repo / FIVE).write_text(sibling(*DIAGONAL, group="lora-moe") + "del _CONFIGS[0]\n")
+
+    code, out, _ = coverage(capsys, "--repo", str(repo))
+
+    assert code == 1
+    assert "group lora-moe (tests/lora/test_moe_5layer.py:4): no configuration read, so no dimensions and no cells " \
+           "to check" in out
+    assert "all pairs of \n" not in out and "UNCOVERED" not in out and "cell  " not in out
+    assert out.rstrip().endswith("1 group(s), 0 uncovered cell(s), 1 problem(s)")
+
+
 def test_against_a_revision_reports_the_cells_a_deleted_sibling_took_with_it(framework, capsys):
     repo, groups = framework
     (repo / SIX).unlink()
