@@ -30,9 +30,9 @@ from pipelines.core.coverage import (
     Design,
     GroupCoverage,
     LostCell,
-    RepoGroups,
-    Source,
+    RegistryReading,
     TreeSource,
+    as_of,
     assign,
     catalogued,
     check_repo,
@@ -98,6 +98,17 @@ class GitSource:
         prefix = f"{self.rev}:"
         return sorted(line[len(prefix):] for line in done.stdout.splitlines() if line.startswith(prefix) and line.endswith(".py"))
 
+    def changed(self) -> set[str]:
+        """Repo-relative files that differ between the revision and the working tree: committed,
+        staged or not, deleted, and untracked ones; two git calls, not one per file."""
+        diff = self._git("diff", "--name-only", "--relative", "--no-renames", "-z", self.rev, "--")
+        new = self._git("ls-files", "--others", "--exclude-standard", "-z")
+        for done in (diff, new):
+            if done.returncode != 0:
+                raise FlagError(f"--against: git could not compare {self.rev} with the working tree of {self.repo} "
+                                f"({done.stderr.strip()}); check the checkout with `git -C {self.repo} status`")
+        return {p for p in (diff.stdout + new.stdout).split("\0") if p}
+
 
 def check_groups_flag(path: Path | None) -> None:
     """``--groups`` must be a file: a mistyped path would otherwise check no groups and pass."""
@@ -107,23 +118,45 @@ def check_groups_flag(path: Path | None) -> None:
                         "docs/coverage.md describes it)")
 
 
-def registered_tests(repo: str | None) -> Catalogued:
+def registered_tests(repo: str | None) -> tuple[Catalogued, bool]:
     """The catalog's tests (as ``nightly catalog`` reads them, its cache too): only a registered,
-    enabled test's configurations cover a cell. Its own problems are ``nightly catalog``'s to list."""
+    enabled test's configurations cover a cell; and whether it read them from a workflow template.
+    Its own problems are ``nightly catalog``'s to list."""
     from pipelines.cli.plan import load_catalog
     from pipelines.core.specs import load_specs
 
     specs = load_specs()
     path, spec = specs.locate_repo(repo)
-    return catalogued(load_catalog(path, spec, specs).tests)
+    tests = load_catalog(path, spec, specs).tests
+    return catalogued(tests), any(t.fmt == "template" for t in tests)
 
 
-def as_of(catalog: Catalogued, before: Source, after: Source, where: RepoGroups) -> Catalogued:
-    """What the catalog says of an earlier revision: only files unchanged since (and templates, for
-    their entries' ids) are known; the others count at ``before`` as they read."""
-    same = all(before.read(t) == after.read(t) for t in where.templates)
-    return Catalogued({p: regs for p, regs in catalog.files.items() if same and before.read(p) == after.read(p)},
-                      complete=False)
+def registry_reading(repo: str | None) -> RegistryReading:
+    """The dialect and implicit CPU folders ``load_catalog`` reads a registry checkout with (its choice,
+    step by step: the spec's dialect or the one its registry module defines, repos.yaml's rules, and
+    an unconfigured framework M checkout's ``fast`` folders)."""
+    import dataclasses
+
+    from pipelines.core.catalog import configured_roots
+    from pipelines.core.catalog.detect import choose
+    from pipelines.core.catalog.dialect import with_rules
+    from pipelines.core.catalog.scan import root_folder
+    from pipelines.core.specs import load_specs, unconfigured_spec
+
+    path, spec = load_specs().locate_repo(repo)
+    configured = spec is not None
+    spec = spec or unconfigured_spec(path)
+    roots = configured_roots(path, spec if configured else None)
+    if roots is not None:
+        roots = tuple(dict.fromkeys(root_folder(r) for r in roots))
+    dialect, roots, _ = choose(path, spec.dialect or "", roots, module=spec.registry_module or "")
+    if spec.implicit_cpu_suite:
+        dialect = dataclasses.replace(dialect, implicit_suite=spec.implicit_cpu_suite)
+    dialect, _ = with_rules(dialect, dict(spec.rules or {}))
+    implicit = tuple(spec.implicit_cpu_dirs)
+    if not configured and dialect.name == "m" and not implicit:
+        implicit = tuple("fast" if r == "." else f"{r}/fast" for r in roots if (path / r / "fast").is_dir())
+    return RegistryReading(dialect, implicit)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -133,12 +166,14 @@ def run(args: argparse.Namespace) -> int:
         raise FlagError(f"--groups: {args.groups} declares no groups for {where.name} (repos.{where.name}.groups); "
                         f"declare them under that name (its name in repos.yaml, else its folder name) or give "
                         "the file that does (docs/coverage.md)")
-    catalog = registered_tests(args.repo)
+    catalog, template = registered_tests(args.repo)
     now = check_repo(where, catalog=catalog)
     lost: tuple[LostCell, ...] = ()
     if args.against is not None:
         before = GitSource(where.repo, args.against)
-        then = check_repo(where, before, adopt=True, catalog=as_of(catalog, before, TreeSource(where.repo), where))
+        # one `git diff` for what changed since; the dialect is chosen only if a group member did
+        known = as_of(catalog, where, before, before.changed(), template, lambda: registry_reading(args.repo))
+        then = check_repo(where, before, adopt=True, catalog=known)
         lost = lost_cells(then.groups, now.groups, before, TreeSource(where.repo))
     if args.json:
         # with --against, ok answers the question asked, "was nothing lost?", as the exit code does
@@ -174,6 +209,7 @@ def group_json(g: GroupCoverage) -> dict:
         "covered_by": {c.label: [_config_json(x) for x in g.covered_by(c)] for c in g.cells},
         "uncovered": [c.as_dict() for c in g.uncovered],
         "problems": [str(p) for p in g.problems],
+        "notes": [str(n) for n in g.notes],
         "idle": dict(g.idle),
     }
 
@@ -202,7 +238,11 @@ def print_report(name: str, repo: Path, groups_file: Path, report: CoverageRepor
     for g in report.groups:
         required = required_text(g.group.require, g.group.strength)
         dims = ", ".join(f"{d.name} ({len(d.labels)})" for d in g.dimensions)
-        print(f"\ngroup {g.group.name} ({g.group.origin}): {required} of {dims}")
+        if dims:
+            print(f"\ngroup {g.group.name} ({g.group.origin}): {required} of {dims}")
+        else:  # a group from comments whose rows could not be read has no dimensions to pair
+            print(f"\ngroup {g.group.name} ({g.group.origin}): no configuration read, so no dimensions and no "
+                  "cells to check")
         by_test: dict[str, list[str]] = {t: [] for t in g.tests}
         for row in g.rows:
             by_test.setdefault(row.config.test, []).append(row.config.name)
@@ -214,11 +254,14 @@ def print_report(name: str, repo: Path, groups_file: Path, report: CoverageRepor
         for cell in g.cells:
             by = g.covered_by(cell)
             rows.append((cell.label, "; ".join(f"{c.path}:{c.line} {c.name}" for c in by) or "UNCOVERED"))
-        for line in _table(rows):
+        for line in _table(rows) if g.cells else ():
             print(line)
         for problem in g.problems:
             print(f"  {problem}")
-        print(f"  {len(g.cells) - len(g.uncovered)} of {len(g.cells)} cells covered")
+        for note in g.notes:
+            print(f"  note: {note}")
+        if g.cells:
+            print(f"  {len(g.cells) - len(g.uncovered)} of {len(g.cells)} cells covered")
         if g.group.inferred and g.uncovered:  # every field its own dimension: correlated fields read as gaps
             print(f"  group {g.group.name} is declared only by # coverage-group: comments, so each field is a "
                   "dimension of its own; fields that vary together (one axis, as a diagonal split uses them) need "
@@ -226,7 +269,9 @@ def print_report(name: str, repo: Path, groups_file: Path, report: CoverageRepor
     for problem in report.problems:
         print(problem)
     uncovered, problems = totals(report)
-    print(f"\n{len(report.groups)} group(s), {uncovered} uncovered cell(s), {problems} problem(s)")
+    notes = sum(len(g.notes) for g in report.groups)
+    print(f"\n{len(report.groups)} group(s), {uncovered} uncovered cell(s), {problems} problem(s)"
+          + (f", {notes} note(s) (rows not counted that could only add coverage; not a failure)" if notes else ""))
 
 
 def totals(report: CoverageReport) -> tuple[int, int]:

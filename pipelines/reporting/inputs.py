@@ -13,7 +13,7 @@ import dataclasses
 import io
 import json
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -425,15 +425,50 @@ def uncovered_for(repo_path: Path, tests: Sequence[Test] | None = None, summary:
     """The repo's declared matrix cells no test covers (pipelines.core.coverage), one line each.
 
     ``tests``: the catalog's; only configurations of an enabled one count, and (given the night's
-    ``summary``) only of one the night ran or planned. None: every configuration the files hold."""
+    ``summary``) only of one the night ran or planned. None: every configuration the files hold.
+    A partial night (a sensor rerun of one file, a one-pool backfill, ``--labels x``) leaves most
+    groups unrun: a group none of whose runnable tests the night ran is not listed cell by cell but
+    named on one line as not checked; a partly run group's lines name the siblings it did not run, and why."""
     from pipelines.core.coverage import catalogued, uncovered_cells
 
-    catalog = None
+    catalog, ran, why = None, None, {}
     if tests is not None:
         ran, why = tonight(summary) if summary is not None else (None, {})
         catalog = catalogued(tests, ran, why)
-    return [f"{u.group}: {u.cell.label} (group: {', '.join(u.tests)})"
-            for u in uncovered_cells(repo_path, catalog=catalog)]
+    cells = uncovered_cells(repo_path, catalog=catalog)
+    if ran is None:
+        return [f"{u.group}: {u.cell.label} (group: {', '.join(u.tests)})" for u in cells]
+    by_path: dict[str, list[Test]] = {}
+    for t in tests or ():
+        by_path.setdefault(t.path, []).append(t)
+    lines: list[str] = []
+    unchecked: list[str] = []
+    for group in dict.fromkeys(u.group for u in cells):
+        mine = [u for u in cells if u.group == group]
+        left = not_run_tonight(mine[0].tests, by_path, ran, why)
+        if left and not any(t.id in ran for m in mine[0].tests for t in by_path.get(m, ())):
+            unchecked.append(group)
+            continue
+        said = "; siblings not run tonight: " + ", ".join(left) if left else ""
+        lines += [f"{u.group}: {u.cell.label} (group: {', '.join(u.tests)}{said})" for u in mine]
+    if unchecked:
+        lines.append(f"not checked tonight: group(s) {', '.join(unchecked)}, none of whose tests tonight's selection "
+                     "ran (a partial night: a rerun, a backfill or a label filter)")
+    return lines
+
+
+def not_run_tonight(members: Sequence[str], by_path: Mapping[str, Sequence[Test]], ran: Collection[str],
+                    why: Mapping[str, str]) -> list[str]:
+    """``path (why)`` for each member with an enabled test the night did not run: left out by tonight's
+    selection, not by the catalog (a disabled or unregistered sibling covers nothing on any night)."""
+    out = []
+    for path in members:
+        idle = [t for t in by_path.get(path, ()) if t.disabled is None and t.id not in ran]
+        if idle and not any(t.id in ran for t in by_path.get(path, ())):
+            reasons = dict.fromkeys(why.get(t.id, "").removeprefix("not run tonight: ") for t in idle)
+            reason = "; ".join(r for r in reasons if r)
+            out.append(f"{path} ({reason})" if reason else path)
+    return out
 
 
 def night_uncovered(inputs: ReportInputs, summary: Mapping, warn: Callable[[str], None]) -> list[str]:

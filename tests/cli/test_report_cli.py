@@ -171,20 +171,30 @@ def test_cells_the_declared_coverage_leaves_uncovered_are_listed(home, capsys, m
 
 
 LORA = "tests/e2e/lora/test_lora_moe_{}layer.py"
-SIX_LAYER_CELLS = [f"lora-moe-diagonals: {cell} (group: {LORA.format(5)}, {LORA.format(6)})" for cell in (
+SIX_LAYER_CELLS = [f"lora-moe-diagonals: {cell} (group: {LORA.format(5)}, {LORA.format(6)}; siblings not run tonight: "
+                   f"{LORA.format(6)}{{}})" for cell in (
     "backend=megatron, layout=per-expert+no-virtual-experts", "backend=tilelang, layout=shared-outer+virtual-experts")]
+NOT_CHECKED = ("not checked tonight: group(s) lora-moe-diagonals, none of whose tests tonight's selection ran (a partial "
+               "night: a rerun, a backfill or a label filter)")
+OTHER = "tests/e2e/ckpt/test_ckpt_resume.py"
 
 
-@pytest.mark.parametrize(("selected", "uncovered"), [
-    ([LORA.format(5), LORA.format(6)], []),
-    ([LORA.format(5)], SIX_LAYER_CELLS),  # e.g. a `long` sibling the nightly cadence leaves out
-], ids=["both-siblings-ran", "one-sibling-left-out"])
-def test_a_sibling_the_night_did_not_run_covers_nothing_in_the_report(tmp_path, capsys, selected, uncovered):
+@pytest.mark.parametrize(("selected", "reasons", "uncovered"), [
+    ([LORA.format(5), LORA.format(6)], {}, []),
+    ([LORA.format(5)], {}, [line.format("") for line in SIX_LAYER_CELLS]),
+    # e.g. a `long` sibling the nightly cadence leaves out: the night's reason is on each line
+    ([LORA.format(5)], {LORA.format(6): "cadence nightly leaves out label long"},
+     [line.format(" (cadence nightly leaves out label long)") for line in SIX_LAYER_CELLS]),
+    # a sensor rerun of one file: the group was not checked tonight, not found uncovered
+    ([OTHER], {}, [NOT_CHECKED]),
+], ids=["both-siblings-ran", "one-sibling-left-out", "one-sibling-left-out-with-reason", "partial-night"])
+def test_a_sibling_the_night_did_not_run_covers_nothing_in_the_report(tmp_path, capsys, selected, reasons, uncovered):
     attempts = [{"test_id": t, "outcome": "passed", "elapsed_s": 3.0, "started_at": "2026-12-01T15:00:00+00:00"}
                 for t in selected]
     (tmp_path / "nights").mkdir()
     (tmp_path / "nights" / "n1.json").write_text(json.dumps(
-        {"night": "n1", "run_id": "r1", "repo": "minirl", "selected": selected, "attempts": attempts}))
+        {"night": "n1", "run_id": "r1", "repo": "minirl", "selected": selected, "attempts": attempts,
+         "skip_reasons": reasons}))
 
     code, out, _ = nightly(capsys, "report", "--home", str(tmp_path), "--repo", "minirl", "--json")
 

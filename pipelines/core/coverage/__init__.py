@@ -9,16 +9,20 @@ the night report and the catalog listing call.
 from __future__ import annotations
 
 import os
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Container, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from pipelines.core.catalog.assemble import registry_tests, template_path
+from pipelines.core.catalog.dialect import Dialect, M
+from pipelines.core.catalog.scan import scan_bytes
+from pipelines.core.catalog.template import parse_template
 from pipelines.core.coverage.check import DEFAULT_GPUS, Source, TreeSource, check_groups, required_cells
 from pipelines.core.coverage.deal import assign
 from pipelines.core.coverage.design import Design, design
 from pipelines.core.coverage.diff import lost_cells
 from pipelines.core.coverage.groups import FILE_NAME, load_groups, parse_groups
-from pipelines.core.coverage.matrix import python_matrix
+from pipelines.core.coverage.matrix import GROUP_MARKER, python_matrix
 from pipelines.core.coverage.model import (
     DEFAULT_MATRIX,
     Catalogued,
@@ -35,8 +39,8 @@ from pipelines.core.coverage.outcomes import config_outcomes
 from pipelines.core.model import Problem, Test
 
 __all__ = [
-    "Catalogued", "catalogued", "Cell", "Configuration", "config_outcomes", "CoverageReport", "Design", "Dimension", "Group", "GroupCoverage", "LostCell",
-    "Registered", "RepoGroups", "Source", "TreeSource", "UncoveredCell", "assign", "check_repo", "design", "locate",
+    "as_of", "Catalogued", "catalogued", "Cell", "Configuration", "config_outcomes", "CoverageReport", "Design", "Dimension", "Group", "GroupCoverage", "LostCell",
+    "Registered", "RegistryReading", "RepoGroups", "Source", "TreeSource", "UncoveredCell", "assign", "check_repo", "design", "locate",
     "lost_cells", "parse_groups", "required_cells", "configurations_by_test", "uncovered_cells",
 ]
 
@@ -100,6 +104,55 @@ def catalogued(tests: Iterable[Test], ran: Collection[str] | None = None,
             idle = (why_not or {}).get(t.id) or "not in tonight's selection"
         files.setdefault(t.path, []).append(Registered(t.id, t.path, t.line, idle))
     return Catalogued({path: tuple(regs) for path, regs in files.items()})
+
+
+@dataclass(frozen=True)
+class RegistryReading:
+    """How ``nightly catalog`` reads a registry checkout's registrations: the dialect and implicit CPU
+    folders ``load_catalog`` chose."""
+
+    dialect: Dialect = M
+    implicit_cpu_dirs: tuple[str, ...] = ()
+
+
+def as_of(now: Catalogued, where: RepoGroups, then: Source, changed: Container[str], template: bool,
+          registry: Callable[[], RegistryReading]) -> Catalogued:
+    """What the catalog registered at an earlier revision ``then``, for the files its groups name there.
+
+    ``now`` is read from today's tree; ``changed``: the repo-relative files that differ since;
+    ``template``: the catalog reads a workflow template; ``registry``: how it reads a registry file,
+    asked only when a group member changed (choosing the dialect reads the whole tree). A file
+    unchanged since registered then what it registers now. A changed one is read again from its text
+    at ``then`` with the catalog's own scanner, so a test disabled then and still disabled (a comment
+    added since) lost nothing. In a template repo the templates decide: unchanged, today's ids hold;
+    changed, a file the templates listed then counts as it reads (a template never disables an
+    entry) and one they did not list registered nothing."""
+    members = {t for g in where.groups for t in g.tests} | set(then.files_mentioning(GROUP_MARKER, where.roots))
+    files: dict[str, tuple[Registered, ...]] = {}
+    if template:
+        if not any(t in changed for t in where.templates):
+            return Catalogued({p: now.files.get(p, ()) for p in members}, complete=False)
+        listed = {template_path(e.test_file) for t in where.templates if (text := then.read(t)) is not None
+                  for e in parse_template(text, t).entries}
+        return Catalogued({p: () for p in members if p not in listed}, complete=False)
+    reading: RegistryReading | None = None
+    for path in sorted(members):
+        if path in changed:
+            reading = reading or registry()
+            files[path] = registered_then(path, then, reading)
+        else:
+            files[path] = now.files.get(path, ())
+    return Catalogued(files, complete=False)
+
+
+def registered_then(path: str, then: Source, reading: RegistryReading) -> tuple[Registered, ...]:
+    """The tests a registry file registered at ``then``, read from its text there as the catalog reads it."""
+    text = then.read(path)
+    if text is None:
+        return ()
+    scan = scan_bytes(path, text.encode("utf-8"), registry=True, dialect=reading.dialect)
+    tests, _ = registry_tests([scan], reading.implicit_cpu_dirs, reading.dialect)
+    return catalogued(t for t in tests if t.path == path).files.get(path, ())
 
 
 def check_repo(where: RepoGroups, source: Source | None = None, adopt: bool = False,

@@ -23,6 +23,7 @@ from pipelines.core.coverage.model import (
     Dimension,
     Group,
     GroupCoverage,
+    Note,
     Row,
 )
 from pipelines.core.model import Problem
@@ -193,7 +194,10 @@ def infer_dimensions(configs: Sequence[Configuration]) -> tuple[Dimension, ...]:
 
 
 def required_cells(dims: Sequence[Dimension], strength: int, require: Sequence[tuple[str, ...]] = ()) -> tuple[Cell, ...]:
-    """Each value combination of each required dimension tuple (every ``strength``-subset by default)."""
+    """Each value combination of each required dimension tuple (every ``strength``-subset by default);
+    none without dimensions (a group from comments none of whose rows could be read)."""
+    if not dims:
+        return ()
     by_name = {d.name: d for d in dims}
     tuples = list(require) or list(itertools.combinations([d.name for d in dims], min(strength, len(dims))))
     cells = []
@@ -241,7 +245,9 @@ def check_group(group: Group, source: Source, template: str | Sequence[str] | No
     keep = set(counted)
     rows = [r for r in rows if r.config in keep]
     cells = required_cells(dims, group.strength, group.require)
-    return GroupCoverage(group, group.tests, dims, tuple(rows), cells, tuple(problems + bad), tuple(idle))
+    notes = tuple(p for p in problems if isinstance(p, Note))
+    problems = [p for p in problems if not isinstance(p, Note)]
+    return GroupCoverage(group, group.tests, dims, tuple(rows), cells, tuple(problems + bad), tuple(idle), notes)
 
 
 def check_groups(declared: Sequence[Group], source: Source, roots: Sequence[str] = ("tests",),

@@ -2,7 +2,8 @@
 
 Python: a module-level ``_CONFIGS = [...]`` (or the group's ``matrix:`` name) of tuples or dicts,
 every value a literal, with the literal ``+=``, ``.append(...)`` and ``.extend(...)`` that follow it
-at module level; any other change of it is a located problem. Tuple positions are named by the group's ``fields:`` or, by convention, by
+at module level (``sort()``/``reverse()`` change nothing); an addition it cannot read is a located
+note, any other change of it a located problem. Tuple positions are named by the group's ``fields:`` or, by convention, by
 a comment directly above the matrix: ``# (name, backend, use_lora, grad_accum_2)``. A field called
 ``name`` names the configuration. A file joins a group by itself with ``# coverage-group: NAME``.
 
@@ -19,7 +20,7 @@ from collections.abc import Sequence
 from pipelines.core.catalog.assemble import entry_gpus, entry_ids, entry_key, env_lines, template_path
 from pipelines.core.catalog.scan import FileScan
 from pipelines.core.catalog.template import job_value, parse_template
-from pipelines.core.coverage.model import Configuration, norm
+from pipelines.core.coverage.model import Configuration, Note, norm
 from pipelines.core.model import Problem
 
 GROUP_MARKER = "coverage-group:"
@@ -83,10 +84,12 @@ def _rows(tree: ast.Module, var: str, path: str) -> tuple[list[ast.expr], int | 
     assignment (None: never assigned); and each change of it the checker cannot read.
 
     Read: ``var = [...]`` (also annotated), ``var += [...]``, ``var.append(row)`` and
-    ``var.extend([...])`` at module level. An addition it cannot read (a computed list, a change
-    inside an ``if`` or a loop) adds rows that are not counted; any other change (``del``, an item
-    or slice assignment, ``insert``, ``sort``, ...) may drop or move rows, so the rows before it are
-    not counted either. Either is a located problem: the checker never runs test code."""
+    ``var.extend([...])`` at module level; ``sort()`` and ``reverse()`` only reorder, so change nothing.
+    An addition it cannot read (a computed list, an addition inside an ``if`` or a loop) adds rows
+    that are not counted: a located ``Note``, never a failure, since those rows could only add
+    coverage. Any other change (``del``, an item or slice assignment, ``insert``, ...) may drop or
+    move rows, so the rows before it are not counted either: a located problem. The checker never
+    runs test code."""
     rows: list[ast.expr] = []
     line: int | None = None
     problems: list[Problem] = []
@@ -97,9 +100,12 @@ def _rows(tree: ast.Module, var: str, path: str) -> tuple[list[ast.expr], int | 
         nonlocal rows
         if drops:
             rows = []
-        problems.append(Problem(path, stmt.lineno, var, f"{what}; {reads}, so "
-                                + ("rows before this line are not counted" if drops else "its rows are not counted")
-                                + "; write the rows out as one of those"))
+            problems.append(Problem(path, stmt.lineno, var, f"{what}; {reads}, so rows before this line are not "
+                                                            "counted; write the rows out as one of those"))
+        else:
+            problems.append(Note(path, stmt.lineno, var, f"{what}; {reads}, so its rows are not counted (they could "
+                                                         "only add coverage: not a failure); write them out as one "
+                                                         "of those to count them"))
 
     for stmt in tree.body:
         kind, value = _change(stmt, var)
@@ -121,14 +127,18 @@ def _rows(tree: ast.Module, var: str, path: str) -> tuple[list[ast.expr], int | 
                 unread(stmt, f"`{'+=' if kind == '+=' else '.extend()'}` of a value that is not a literal list", False)
         elif kind == "append":
             rows.append(value)  # type: ignore[arg-type]  # a row that is not a literal is reported as such
+        elif kind == "order":
+            continue
         elif kind is not None:
             unread(stmt, str(value), True)
         elif type(stmt) in _BLOCKS:
             for inner in _nested(stmt):
                 inner_kind, _ = _change(inner, var)
-                if inner_kind is not None:
-                    unread(inner, f"a change inside {'an' if _BLOCKS[type(stmt)][0] in 'aio' else 'a'} "
-                                  f"`{_BLOCKS[type(stmt)]}` block", inner_kind not in ("+=", "extend", "append"))
+                if inner_kind not in (None, "order"):
+                    adds = inner_kind in ("+=", "extend", "append")
+                    unread(inner, f"{'an addition' if adds else 'a change'} inside "
+                                  f"{'an' if _BLOCKS[type(stmt)][0] in 'aio' else 'a'} `{_BLOCKS[type(stmt)]}` block",
+                           not adds)
     return rows, line, problems
 
 
@@ -143,13 +153,18 @@ def _nested(stmt: ast.stmt):
             yield from _nested(child)
 
 
+#: list methods that leave the same rows in the matrix (reorder it, or only read it)
+_SAME_ROWS = ("sort", "reverse", "copy", "count", "index")
+
+
 def _names(node: ast.expr, var: str) -> bool:
     return isinstance(node, ast.Name) and node.id == var
 
 
 def _change(stmt: ast.stmt, var: str) -> tuple[str | None, object]:
     """How one statement changes ``var``: ("assign", value), ("+=", value), ("append", row),
-    ("extend", value), ("other", what it is), or (None, None) when it does not."""
+    ("extend", value), ("order", None) for a call that only reorders or reads it (the rows are the
+    same), ("other", what it is), or (None, None) when it does not."""
     targets = (stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
                if isinstance(stmt, ast.AnnAssign | ast.AugAssign) else stmt.targets if isinstance(stmt, ast.Delete) else [])
     if isinstance(stmt, ast.Delete) and any(_names(t, var) or (isinstance(t, ast.Subscript) and _names(t.value, var))
@@ -170,6 +185,8 @@ def _change(stmt: ast.stmt, var: str) -> tuple[str | None, object]:
             plain = len(call.args) == 1 and not call.keywords and not isinstance(call.args[0], ast.Starred)
             if call.func.attr in ("append", "extend") and plain:
                 return call.func.attr, call.args[0]
+            if call.func.attr in _SAME_ROWS:
+                return "order", None
             return "other", f"`.{call.func.attr}()`"
     return None, None
 

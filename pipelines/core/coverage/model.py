@@ -28,6 +28,12 @@ def norm(value: object) -> str:
 
 
 @dataclass(frozen=True)
+class Note(Problem):
+    """A located remark that does not fail the check: rows the checker cannot read that could only
+    add coverage (a ``_CONFIGS.append`` inside an ``if``), so the cells are judged without them."""
+
+
+@dataclass(frozen=True)
 class Dimension:
     """A named axis of the matrix, read from one field (or several, for a combined layout)."""
 
@@ -145,6 +151,8 @@ class GroupCoverage:
     problems: tuple[Problem, ...] = ()
     #: (test, why) for each test whose configurations cover nothing: disabled, not registered, not run tonight
     idle: tuple[tuple[str, str], ...] = ()
+    #: rows the checker could not read that could only add coverage: said, never a failure
+    notes: tuple[Note, ...] = ()
 
     def covered_by(self, cell: Cell) -> tuple[Configuration, ...]:
         return tuple(r.config for r in self.rows if r.covers(cell))

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import pytest
+
 from pipelines.core.coverage import catalogued
 from pipelines.core.coverage.check import check_group, check_groups, required_cells
 from pipelines.core.coverage.model import Catalogued, Cell, Dimension, Group, Registered
@@ -253,3 +255,22 @@ def test_an_earlier_revision_counts_a_file_the_catalog_does_not_know_as_it_reads
 
     assert [t for r in report.rows for t in [r.config.test]] == [SIX, SIX], "SIX changed since: counted as it reads"
     assert report.idle == ((FIVE, "disabled: flaky"),)
+
+
+def test_an_earlier_revision_of_a_template_repo_knows_its_tests_from_the_templates_then():
+    """A template entry is never disabled: a file the templates listed then counts as it reads; one
+    they did not list registered nothing; with the templates unchanged, today's ids hold."""
+    from pathlib import Path
+
+    from pipelines.core.coverage import RepoGroups, as_of
+
+    fp8 = Group("fp8", ("tests/test_fp8.py", "tests/test_new.py"), (FP8,), "coverage.yaml:9", matrix="template")
+    where = RepoGroups(Path("s"), "s", (fp8,), Path("coverage.yaml"), ("tests",), (FP8_TEMPLATE[0],))
+    then = FilesSource(dict([FP8_TEMPLATE]))
+    now = catalogued([make_test(id="tests/test_fp8.py::use_fp8_rollout=0", path="tests/test_fp8.py")])
+
+    changed = as_of(now, where, then, {FP8_TEMPLATE[0]}, True, lambda: pytest.fail("a template repo has no dialect"))
+    same = as_of(now, where, then, set(), True, lambda: pytest.fail("a template repo has no dialect"))
+
+    assert dict(changed.files) == {"tests/test_new.py": ()} and not changed.complete
+    assert dict(same.files) == {"tests/test_fp8.py": now.files["tests/test_fp8.py"], "tests/test_new.py": ()}
