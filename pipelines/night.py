@@ -379,6 +379,8 @@ class Night:
         values = {"cache": str(cache.root), "repo": str(self.repo_spec.path), "home": str(self.home),
                   "hub": str(cache.hub or "")}
         env = {k: v.format(**values) for k, v in self.repo_spec.env.items()}
+        if self.repo_spec.importable and "PYTHONPATH" not in env:  # ahead of what this shell has, not instead
+            env["PYTHONPATH"] = os.pathsep.join(filter(None, (str(self.repo_spec.path), os.environ.get("PYTHONPATH"))))
         env.update(dict(self.settings.extra_env))
         return env
 

@@ -189,17 +189,16 @@ class RepoSpec:
     registry_module: str = ""
     #: line of each ``requirements:`` glob in repos.yaml (problems about a glob name its line)
     requirement_lines: dict[str, int] = field(default_factory=dict)
-
-
-#: the environment a checkout nobody configured runs its tests with: its root importable, as after
-#: the `pip install -e .` a framework's CI job (or image) does first; ``python3 FILE`` alone puts only
-#: the test's own folder on the path (repos.yaml's ``env:`` says otherwise for a configured repo)
-UNCONFIGURED_ENV = {"PYTHONPATH": "{repo}"}
+    #: put the checkout first on the PYTHONPATH local tests and builds inherit (an unconfigured repo: as
+    #: after `pip install -e .`); pods run the framework's image, which has it installed, and keep its path
+    importable: bool = False
 
 
 def unconfigured_spec(path: Path) -> RepoSpec:
-    """The runner defaults a checkout nobody configured gets (named by :func:`unconfigured_name`)."""
-    return RepoSpec(name=unconfigured_name(path), path=path, env=dict(UNCONFIGURED_ENV))
+    """The runner defaults a checkout nobody configured gets (named by :func:`unconfigured_name`): its
+    root importable by local tests and builds, as after the `pip install -e .` a framework's CI job
+    does first (``python3 FILE`` alone puts only the test's own folder on the path)."""
+    return RepoSpec(name=unconfigured_name(path), path=path, importable=True)
 
 
 @dataclass(frozen=True)

@@ -210,8 +210,9 @@ def _load(repo: Path, spec: RepoSpec, specs: Specs | None, estimates: Mapping[st
             "no implicit CPU folders"
         assumptions.insert(0, f"repo {repo} is not configured in assets/repos.yaml; using defaults: {cpu}, "
                               f"NUM_GPUS default {spec.default_num_gpus}, est_time default "
-                              f"{spec.default_est_time} s for template tests, tests run with the checkout importable "
-                              "(PYTHONPATH=<checkout>, as after the `pip install -e .` CI does first); its estimates, "
+                              f"{spec.default_est_time} s for template tests, local tests run with the checkout importable "
+                              "(PYTHONPATH=<checkout> ahead of the shell's, as after the `pip install -e .` CI does "
+                              "first; pods use the framework's image); its estimates, "
                               "calibration, quarantine "
                               f"and nights go by the name {spec.name} (the folder name and a digest of the path, so "
                               "that no other checkout's state is read or overwritten)")
