@@ -132,31 +132,13 @@ def registered_tests(repo: str | None) -> tuple[Catalogued, bool]:
 
 
 def registry_reading(repo: str | None) -> RegistryReading:
-    """The dialect and implicit CPU folders ``load_catalog`` reads a registry checkout with (its choice,
-    step by step: the spec's dialect or the one its registry module defines, repos.yaml's rules, and
-    an unconfigured framework M checkout's ``fast`` folders)."""
-    import dataclasses
-
-    from pipelines.core.catalog import configured_roots
-    from pipelines.core.catalog.detect import choose
-    from pipelines.core.catalog.dialect import with_rules
-    from pipelines.core.catalog.scan import root_folder
+    """The dialect and implicit CPU folders ``load_catalog`` reads a registry checkout with."""
+    from pipelines.core.catalog import registry_reading as reading
     from pipelines.core.specs import load_specs, unconfigured_spec
 
     path, spec = load_specs().locate_repo(repo)
-    configured = spec is not None
-    spec = spec or unconfigured_spec(path)
-    roots = configured_roots(path, spec if configured else None)
-    if roots is not None:
-        roots = tuple(dict.fromkeys(root_folder(r) for r in roots))
-    dialect, roots, _ = choose(path, spec.dialect or "", roots, module=spec.registry_module or "")
-    if spec.implicit_cpu_suite:
-        dialect = dataclasses.replace(dialect, implicit_suite=spec.implicit_cpu_suite)
-    dialect, _ = with_rules(dialect, dict(spec.rules or {}))
-    implicit = tuple(spec.implicit_cpu_dirs)
-    if not configured and dialect.name == "m" and not implicit:
-        implicit = tuple("fast" if r == "." else f"{r}/fast" for r in roots if (path / r / "fast").is_dir())
-    return RegistryReading(dialect, implicit)
+    dialect, _, _, spec = reading(path, spec or unconfigured_spec(path), spec is not None)
+    return RegistryReading(dialect, tuple(spec.implicit_cpu_dirs))
 
 
 def run(args: argparse.Namespace) -> int:

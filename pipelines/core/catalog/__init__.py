@@ -148,17 +148,18 @@ def load_catalog(
             cache.close()  # a load that raised must not leave the scans writer unreaped
 
 
-def _load(repo: Path, spec: RepoSpec, specs: Specs | None, estimates: Mapping[str, int] | None,
-          workers: int | None, roots: tuple[str, ...] | None, cache: ScanCache | None, configured: bool,
-          assumptions: list[str]) -> Catalog:
-    """load_catalog's work once the repo is known to be a folder (see there)."""
+def registry_reading(repo: Path, spec: RepoSpec, configured: bool, roots: tuple[str, ...] | None = None,
+                     defines=None, py_files=None) -> tuple[Dialect, tuple[str, ...], list[str], RepoSpec]:
+    """How the registry files of ``repo`` are read: (dialect, roots, notes, spec with the implicit CPU
+    folders in force): the spec's dialect or the one its registry module defines, repos.yaml's rules,
+    and an unconfigured framework M checkout's ``fast`` folders. One choice for the catalog and for
+    reading a file as an earlier revision registered it (``nightly coverage --against``)."""
     if roots is None:
         roots = configured_roots(repo, spec if configured else None)
     if roots is not None:  # `.`, `./tests` and `tests/` as the folders they name; `..` is kept for discovery to refuse
         roots = tuple(dict.fromkeys(root_folder(r) for r in roots))
-    defines = defines_registry(repo, cache) if cache is not None else None
-    py_files = python_files(repo)
-    dialect, roots, notes = choose(repo, getattr(spec, "dialect", "") or "", roots, defines, py_files,
+    dialect, roots, notes = choose(repo, getattr(spec, "dialect", "") or "", roots, defines,
+                                   py_files if py_files is not None else python_files(repo),
                                    getattr(spec, "registry_module", "") or "")
     implicit_suite = getattr(spec, "implicit_cpu_suite", "") or ""
     if implicit_suite:
@@ -166,7 +167,6 @@ def _load(repo: Path, spec: RepoSpec, specs: Specs | None, estimates: Mapping[st
     dialect, overridden = with_rules(dialect, dict(getattr(spec, "rules", None) or {}))
     if overridden:
         notes = [*notes, overridden]
-    notes = [*notes, *skipped_folders(py_files, roots)]
     if not configured and dialect.name == "m" and not spec.implicit_cpu_dirs:
         # framework M's runner takes an unregistered file of its "fast" folder as a CPU test of est_time 1
         fast = tuple("fast" if r == "." else f"{r}/fast" for r in roots if (repo / r / "fast").is_dir())
@@ -175,6 +175,17 @@ def _load(repo: Path, spec: RepoSpec, specs: Specs | None, estimates: Mapping[st
             notes = [*notes, f"implicit CPU folder(s) {', '.join(fast)}: framework M's runner takes an unregistered "
                              "file there as a CPU test of est_time 1 (set implicit_cpu_dirs in assets/repos.yaml "
                              "to change)"]
+    return dialect, roots, list(notes), spec
+
+
+def _load(repo: Path, spec: RepoSpec, specs: Specs | None, estimates: Mapping[str, int] | None,
+          workers: int | None, roots: tuple[str, ...] | None, cache: ScanCache | None, configured: bool,
+          assumptions: list[str]) -> Catalog:
+    """load_catalog's work once the repo is known to be a folder (see there)."""
+    defines = defines_registry(repo, cache) if cache is not None else None
+    py_files = python_files(repo)
+    dialect, roots, notes, spec = registry_reading(repo, spec, configured, roots, defines, py_files)
+    notes = [*notes, *skipped_folders(py_files, roots)]
     fmt = spec.format
     scans: list[FileScan] = []
     problems: list[Problem] = []
