@@ -74,9 +74,10 @@ def test_a_conversion_built_from_the_ui_uses_the_nights_image_and_identity_and_t
     job = build_definitions(nightly=resource).resolve_implicit_global_asset_job_def()
     with dg.instance_for_test() as instance:
         for asset, key in (("model_weights", conv.depends_on[0]), ("converted_checkpoints", conv.key)):
-            job.get_subset(asset_selection={dg.AssetKey(asset)}).execute_in_process(
+            result = job.get_subset(asset_selection={dg.AssetKey(asset)}).execute_in_process(
                 instance=instance, partition_key=key
             )
+        [mat] = result.asset_materializations_for_node("converted_checkpoints")
     [ui_pod] = [b for b in server.created if b["metadata"]["labels"]["nightly-e2e.io/kind"] == "conversion"]
     pool = night.deployment.pools[0]
     assert ui_pod["spec"]["containers"][0]["image"] == f"{pool.image}@{MOVED}", "the image the night pins"
@@ -88,3 +89,4 @@ def test_a_conversion_built_from_the_ui_uses_the_nights_image_and_identity_and_t
     night.pin_images(probe(night.deployment))
     built = night.build(conv)
     assert built.reused, "the night rebuilt the checkpoint the UI built"
+    assert built.identity == mat.metadata["identity"].value == marker["identity"], "the UI shows the identity"
