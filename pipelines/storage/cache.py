@@ -17,6 +17,7 @@ hidden by yesterday's checkpoint.
 
 from __future__ import annotations
 
+import dataclasses
 import fcntl
 import json
 import os
@@ -29,6 +30,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from pipelines.core.catalog.requirements import LAUNCH_ONLY
 from pipelines.core.model import Requirement
 from pipelines.core.recipe import Recipe, identity, make_recipe, model_identity
 from pipelines.core.specs import ConversionSpec
@@ -246,8 +248,12 @@ def conversion_command(conversion: ConversionSpec, req: Requirement, python: str
 def conversion_recipe(conversion: ConversionSpec, req: Requirement, repo: Path, env: dict[str, str],
                       image: str = "") -> Recipe:
     """What the conversion of ``req`` runs from ``repo``, wherever it runs: the argv and extra env with
-    ``{python}``, ``{model_path}`` and ``{output}`` left as placeholders, and the checkout's files it runs."""
-    argv, conv_env = conversion_command(conversion, req, "{python}", "{model_path}", "{output}")
+    ``{python}``, ``{model_path}`` and ``{output}`` left as placeholders, and the checkout's files it runs.
+    The launch-only ``{num_gpus_per_node}`` is left as a placeholder too: it changes how the conversion
+    is launched, not what it writes (the catalog merges conversions differing only in it)."""
+    launch = tuple(sorted({**dict(req.params), **{k: f"{{{k}}}" for k in LAUNCH_ONLY}}.items()))
+    argv, conv_env = conversion_command(conversion, dataclasses.replace(req, params=launch), "{python}",
+                                        "{model_path}", "{output}")
     pythonpath = conv_env.get("PYTHONPATH") or env.get("PYTHONPATH", "")
     return make_recipe(repo, argv, conv_env, pythonpath=pythonpath, image=image)
 
