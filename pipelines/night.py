@@ -177,6 +177,8 @@ class Night:
         self.home = Path(self.settings.home)
         #: tonight's image digest per pool (the infra probe's): every pod of the night runs exactly it
         self.image_digests: dict[str, str] = {}
+        #: pin_images had a probe's findings (whatever digests they hold): a build need not probe again
+        self.images_pinned = False
         #: what the launchers noted on the way (unpinned pods, refused cordons) for the night's record
         self.notes: list[str] = []
         #: entries of the estimates file left out for their shape (``calibrated``), each located
@@ -363,6 +365,10 @@ class Night:
             from pipelines.launch.kubernetes.builds import builder_from_deployment
             from pipelines.launch.kubernetes.podspec import pod_env
 
+            if not self.images_pinned:  # built alone (the UI's converted_checkpoints): the image a night pins
+                from pipelines.launch.infra import probe
+
+                self.pin_images(probe(self.deployment))
             env = pod_env(self.repo_spec.env, dict(self.settings.extra_env))
             pool = max(self.deployment.pools, key=lambda p: p.gpus_per_node)  # where builds run
             builder = builder_from_deployment(self.deployment, run_id=self.run_id,
@@ -405,7 +411,10 @@ class Night:
         return LocalLauncher(self.home, pools=[p.pool() for p in self.deployment.pools], night=self.night)
 
     def pin_images(self, infra: dict[str, dict[str, str]]) -> None:
-        """Pods of this night run exactly the digests the infra probe saw (Kubernetes; locally a no-op)."""
+        """Pods of this night run exactly the digests the infra probe saw (Kubernetes; locally a no-op).
+        Its builds too: a build on its own (``build`` before any pin) probes and pins first, so an
+        input materialized from the UI is built by the image, and so with the identity, a night uses."""
+        self.images_pinned = bool(infra)  # no probe given (run_tests without one): a build probes
         if self.deployment.launcher == "kubernetes":
             self.image_digests = {pool: info["image_digest"] for pool, info in infra.items()
                                   if info.get("image_digest", "").startswith("sha256:")}

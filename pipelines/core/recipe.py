@@ -2,7 +2,8 @@
 
 A conversion's output folder (its requirement key) is fixed by the tests, so the key cannot say
 which converter wrote it. Its *identity* does: the argv the conversion runs (with the machine's
-python, model path and output folder left as placeholders, so a laptop and a build pod agree),
+python, model path and output folder left as placeholders, so a laptop and a build pod agree, and
+the launch-only GPU count too: it does not change the checkpoint),
 the extra environment of ``assets/checkpoints.yaml``, the content of every file of the checkout
 it runs (a script named in the argv, or ``-m module``, and the repo-local Python modules those
 import, transitively, read with ``ast`` and never imported), the image digest where the

@@ -17,6 +17,7 @@ hidden by yesterday's checkpoint.
 
 from __future__ import annotations
 
+import dataclasses
 import fcntl
 import json
 import os
@@ -29,6 +30,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from pipelines.core.catalog.requirements import LAUNCH_ONLY
 from pipelines.core.model import Requirement
 from pipelines.core.recipe import Recipe, identity, make_recipe, model_identity
 from pipelines.core.specs import ConversionSpec
@@ -110,14 +112,7 @@ class AssetCache:
     def stale(self, req: Requirement, want: str = "", recipe: Recipe | None = None) -> str:
         """Why the built entry is not what ``req`` asks for now ("" when it is): another source, or
         for a conversion another identity ``want`` (see :func:`conversion_identity`)."""
-        marker = read_marker(self.host_path(req.path)) or {}
-        if marker.get("source", req.source) != req.source:
-            return f"built from {marker.get('source')!r}, the catalog now says {req.source!r}"
-        if req.kind == "conversion" and want and marker.get("identity") != want:
-            if not marker.get("identity"):
-                return "its marker records no conversion identity (built by an older nightly)"
-            return f"the conversion's identity changed: {_recipe_change(marker.get('recipe'), recipe)}"
-        return ""
+        return stale_reason(read_marker(self.host_path(req.path)) or {}, req, want, recipe)
 
     def conversion_identity(self, req: Requirement, repo: Path | None, conversion: ConversionSpec | None,
                             env: dict[str, str], models: dict[str, Requirement]) -> tuple[str, Recipe | None]:
@@ -253,16 +248,36 @@ def conversion_command(conversion: ConversionSpec, req: Requirement, python: str
 def conversion_recipe(conversion: ConversionSpec, req: Requirement, repo: Path, env: dict[str, str],
                       image: str = "") -> Recipe:
     """What the conversion of ``req`` runs from ``repo``, wherever it runs: the argv and extra env with
-    ``{python}``, ``{model_path}`` and ``{output}`` left as placeholders, and the checkout's files it runs."""
-    argv, conv_env = conversion_command(conversion, req, "{python}", "{model_path}", "{output}")
+    ``{python}``, ``{model_path}`` and ``{output}`` left as placeholders, and the checkout's files it runs.
+    The launch-only ``{num_gpus_per_node}`` is left as a placeholder too: it changes how the conversion
+    is launched, not what it writes (the catalog merges conversions differing only in it)."""
+    launch = tuple(sorted({**dict(req.params), **{k: f"{{{k}}}" for k in LAUNCH_ONLY}}.items()))
+    argv, conv_env = conversion_command(conversion, dataclasses.replace(req, params=launch), "{python}",
+                                        "{model_path}", "{output}")
     pythonpath = conv_env.get("PYTHONPATH") or env.get("PYTHONPATH", "")
     return make_recipe(repo, argv, conv_env, pythonpath=pythonpath, image=image)
+
+
+def stale_reason(marker: dict, req: Requirement, want: str = "", recipe: Recipe | None = None) -> str:
+    """Why an entry whose completion ``marker`` is this is not what ``req`` asks for now ("" when it
+    is): another source, or for a conversion another identity than ``want`` (which ``recipe`` of
+    the marker's changed). The local cache and the build pods' run worker (Kubernetes) say it alike."""
+    if marker.get("source", req.source) != req.source:
+        return f"built from {marker.get('source')!r}, the catalog now says {req.source!r}"
+    if req.kind == "conversion" and want and marker.get("identity") != want:
+        if not marker.get("identity"):
+            return "its marker records no conversion identity (built by an older nightly)"
+        return f"the conversion's identity changed: {_recipe_change(marker.get('recipe'), recipe)}"
+    return ""
 
 
 def _recipe_change(old: object, new: Recipe | None) -> str:
     """Which part of a conversion's recipe differs from the one its marker records (for the log)."""
     if not isinstance(old, dict) or new is None:
         return "the recorded identity differs"
+    if "argv" not in old:  # a build pod's marker that kept the recipe's digest only
+        return "its model changed" if old.get("digest") == new.digest else \
+            "its recipe changed (the marker records only the recipe's digest, not which part)"
     now = new.as_json()
     files_then, files_now = old.get("files") or {}, now["files"]
     changed = sorted(f for f in set(files_then) | set(files_now) if files_then.get(f) != files_now.get(f))

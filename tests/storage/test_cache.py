@@ -277,6 +277,24 @@ def test_other_extra_args_another_model_or_an_old_marker_rebuild_the_conversion(
     assert "no conversion identity" in cache.build(other, repo=repo, conversion=spec, models={"m1": MODEL}).rebuilt
 
 
+def test_a_conversion_asked_with_another_gpu_count_or_multinode_reuses_the_checkpoint(tmp_path, hub):
+    """num_gpus_per_node and multinode only launch the conversion: its identity leaves them out."""
+    import dataclasses
+
+    from pipelines.storage.cache import conversion_recipe
+
+    repo, spec = converter_checkout(tmp_path)
+    spec = dataclasses.replace(spec, command=(*spec.command, "--gpus", "{num_gpus_per_node}"))
+    cache = AssetCache(tmp_path / "c", hub)
+    cache.build(MODEL)
+    first = cache.build(CONV, repo=repo, conversion=spec, models={"m1": MODEL})
+    wider = dataclasses.replace(CONV, params=(("megatron_model_type", "tiny"), ("multinode", "True"),
+                                              ("num_gpus_per_node", "8")))
+    again = cache.build(wider, repo=repo, conversion=spec, models={"m1": MODEL})
+    assert (again.reused, again.rebuilt, again.identity) == (True, "", first.identity)
+    assert conversion_recipe(spec, wider, repo, {}).argv[-2:] == ("--gpus", "{num_gpus_per_node}")
+
+
 def test_a_model_whose_source_changed_is_downloaded_again(tmp_path, hub):
     import dataclasses
 

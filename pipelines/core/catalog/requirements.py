@@ -6,7 +6,8 @@ the folder exists): conversions into one folder collapse into one requirement ke
 ``<model>_torch_dist``, with a short hash of the folder appended only when one model is converted
 into several folders. Two conversions into one folder with different output parameters are a
 problem (the night would silently reuse whichever ran first); ``multinode`` and ``num_gpus_per_node``
-only change how the conversion is launched, not its output. The key names the folder only: what
+only change how the conversion is launched, not its output (the merged requirement launches with the
+most GPUs any of its tests asks for, and its identity leaves them out). The key names the folder only: what
 built it (converter, argv, model) is its identity, recorded in the cache's marker and compared
 before reuse (:mod:`pipelines.core.recipe`). ``assets/models.yaml`` / ``datasets.yaml`` override sources and paths, and
 a repo's ``requirements:`` globs add keys for what inference cannot see.
@@ -14,6 +15,7 @@ a repo's ``requirements:`` globs add keys for what inference cannot see.
 
 from __future__ import annotations
 
+import dataclasses
 import fnmatch
 import functools
 import hashlib
@@ -39,11 +41,24 @@ def _key_problem(key: str) -> str | None:
 #: convert_checkpoint arguments that only change how the conversion is launched, not what it writes:
 #: ``multinode`` and ``num_gpus_per_node`` (torchrun's process count; a torch_dist checkpoint loads at any
 #: parallelism, and the framework skips the conversion when the folder exists, whoever wrote it)
-_LAUNCH_ONLY = frozenset({"multinode", "num_gpus_per_node"})
+LAUNCH_ONLY = frozenset({"multinode", "num_gpus_per_node"})
 
 
 def output_params(c: Conversion) -> tuple[tuple[str, str], ...]:
-    return tuple(p for p in c.params if p[0] not in _LAUNCH_ONLY)
+    return tuple(p for p in c.params if p[0] not in LAUNCH_ONLY)
+
+
+def launch_params(merged: list[Conversion]) -> tuple[tuple[str, str], ...]:
+    """The params of one conversion requirement merged from ``merged`` (same output, first first):
+    the first one's, with the most GPUs any of them asks for and multinode when any is, so the
+    build's argv and GPU request do not depend on which test sorts first."""
+    params = dict(merged[0].params)
+    gpus = [dict(c.params).get("num_gpus_per_node", "") for c in merged]
+    if all(g.isdigit() for g in gpus):  # an unusable value is the build's clear error, kept as written
+        params["num_gpus_per_node"] = str(max(int(g) for g in gpus))
+    if any(dict(c.params).get("multinode") == "True" for c in merged):
+        params["multinode"] = "True"
+    return tuple(sorted(params.items()))
 
 
 def conversion_keys(conversions: list[Conversion]) -> dict[Conversion, str]:
@@ -171,6 +186,13 @@ def build_requirements(
             problems.append(Problem(spec_file, lines.get(pattern, 1), where,
                                     f"{pattern}: matches no test id; fix or remove the glob"))
     problems = list(dict.fromkeys(problems))
+    by_key: dict[str, list[Conversion]] = {}
+    for c in dict.fromkeys(all_conversions):
+        by_key.setdefault(conv_key[c], []).append(c)
+    for key, (first, _test) in first_writer.items():
+        if key in used and used[key].kind == "conversion":  # merged: the same output (a conflict is a problem)
+            same = [c for c in by_key.get(key, ()) if output_params(c) == output_params(first)]
+            used[key] = dataclasses.replace(used[key], params=launch_params([first, *same]))
     reqs = sorted(used.values(), key=lambda r: (_ORDER[r.kind], r.key))
     return out_tests, reqs, problems
 

@@ -12,7 +12,9 @@ constant Python script (data reaches it only through environment variables and a
    model's identity read from the model's marker on the PVC. Another identity is rebuilt;
 2. run the command (``hf download ...`` or the framework's conversion argv) into a temporary
    sibling folder, write the same marker as :class:`pipelines.storage.cache.AssetCache`, and
-   rename it into place; an interrupted build is never mistaken for a finished one.
+   rename it into place; an interrupted build is never mistaken for a finished one. The pod
+   says the identity it wrote and, when it replaced an entry, that entry's marker, so the run
+   worker fills ``Built.identity`` and ``Built.rebuilt`` as the local cache does.
 
 The pod is followed and classified like a test pod (:meth:`KubernetesLauncher.run_pod`,
 :func:`outcomes.classify`); infra failures are retried on another node, anything else is a
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import json
 import os
 import re
 import time
@@ -34,6 +37,7 @@ from typing import Any
 from kubernetes import client
 
 from pipelines.core.model import Requirement
+from pipelines.core.recipe import Recipe
 from pipelines.core.specs import ConversionSpec, DeploymentSpec, PoolSpec
 from pipelines.launch.kubernetes.launcher import KubernetesLauncher
 from pipelines.launch.kubernetes.ownership import launched_by
@@ -57,6 +61,7 @@ from pipelines.storage.cache import (
     check_hub_id,
     conversion_command,
     conversion_recipe,
+    stale_reason,
 )
 
 #: The whole cache PVC, read-write, in build pods only: temporary folder and destination share
@@ -70,13 +75,19 @@ MISSING_INPUT_EXIT = 3
 
 #: Constant: never formatted with data. Inputs: NIGHTLY_DEST, NIGHTLY_TMP, NIGHTLY_KEY,
 #: NIGHTLY_SOURCE, NIGHTLY_NEEDS (a marker that must exist first), NIGHTLY_RECIPE (a conversion's
-#: recipe digest) and the command as argv. ``identity`` and ``model_id`` are
+#: recipe digest), NIGHTLY_RECIPE_PARTS (the recipe as JSON, for the marker) and the command as argv.
+#: It reports ``nightly: reused|built files=N bytes=M [identity=X]``, and before it replaces a
+#: complete entry ``nightly: replacing {source, identity, recipe}`` of the marker it found. ``identity`` and ``model_id`` are
 #: :func:`pipelines.core.recipe.identity` and :func:`~pipelines.core.recipe.model_identity`.
 BUILD_SCRIPT = f"""\
 import hashlib, json, os, shutil, subprocess, sys, time
 dest, tmp = os.environ["NIGHTLY_DEST"], os.environ["NIGHTLY_TMP"]
 marker = os.path.join(dest, {MARKER!r})
 needs, recipe = os.environ.get("NIGHTLY_NEEDS", ""), os.environ.get("NIGHTLY_RECIPE", "")
+try:
+    parts = json.loads(os.environ.get("NIGHTLY_RECIPE_PARTS", ""))
+except ValueError:
+    parts = None
 def read(path):
     try:
         with open(path) as fh:
@@ -107,7 +118,8 @@ def report(word, path):
             if n != {MARKER!r}:
                 files += 1
                 size += os.path.getsize(os.path.join(root, n))
-    print("nightly: " + word, "files=%d" % files, "bytes=%d" % size, flush=True)
+    print("nightly: " + word, "files=%d" % files, "bytes=%d" % size,
+          *(["identity=" + identity()] if recipe else []), flush=True)
 if current(marker):
     report("reused", dest)
     sys.exit(0)
@@ -118,6 +130,9 @@ shutil.rmtree(tmp, ignore_errors=True)
 os.makedirs(os.path.dirname(tmp), exist_ok=True)
 print("nightly: building", os.environ.get("NIGHTLY_KEY", ""),
       "(its marker is from another source or conversion identity)" if os.path.isfile(marker) else "", flush=True)
+old = read(marker)
+if old is not None:
+    print("nightly: replacing", json.dumps({{k: old.get(k) for k in ("source", "identity", "recipe")}}), flush=True)
 rc = subprocess.call(sys.argv[1:], stdin=subprocess.DEVNULL)
 if rc != 0:
     shutil.rmtree(tmp, ignore_errors=True)
@@ -129,7 +144,8 @@ if not os.path.isdir(tmp):
 done = {{"key": os.environ.get("NIGHTLY_KEY", ""), "source": os.environ.get("NIGHTLY_SOURCE", ""),
         "built_at": time.time()}}
 if recipe:
-    done.update(identity=identity(), recipe={{"digest": recipe}})
+    whole = isinstance(parts, dict) and parts.get("digest") == recipe
+    done.update(identity=identity(), recipe=parts if whole else {{"digest": recipe}})
 with open(os.path.join(tmp, {MARKER!r}), "w") as fh:
     json.dump(done, fh)
 if current(marker):
@@ -141,7 +157,11 @@ os.rename(tmp, dest)
 report("built", dest)
 """
 
-_STATS = re.compile(r"^nightly: (reused|built) files=(\d+) bytes=(\d+)\s*$")
+_STATS = re.compile(r"^nightly: (reused|built) files=(\d+) bytes=(\d+)(?: identity=([0-9a-f]+))?\s*$")
+REPLACING = "nightly: replacing "
+#: a recipe longer than this as JSON (a converter importing thousands of modules) is passed as its
+#: digest only: the pod's environment stays small, and its marker then cannot say which part changed
+MAX_RECIPE_PARTS = 64 * 1024
 _NAME_BAD = re.compile(r"[^a-z0-9-]+")
 
 
@@ -212,6 +232,9 @@ class ClusterBuilder:
         argv, extra = conversion_command(conversion, req, "python3", on_pvc(model.path), tmp)
         extra["NIGHTLY_NEEDS"] = f"{on_pvc(model.path)}/{MARKER}"
         extra["NIGHTLY_RECIPE"] = recipe.digest
+        parts = json.dumps(recipe.as_json(), sort_keys=True)
+        if len(parts) <= MAX_RECIPE_PARTS:
+            extra["NIGHTLY_RECIPE_PARTS"] = parts
         return argv, extra, gpus
 
     def pod(self, req: Requirement, name: str, argv: list[str], env: Mapping[str, str], gpus: int,
@@ -302,7 +325,7 @@ class ClusterBuilder:
                 log.close()
             v = run.verdict
             if v.outcome == "passed":
-                return _built(req, lines, time.monotonic() - t0)
+                return _built(req, lines, time.monotonic() - t0, _recipe_of(pod_env))
             if not (v.outcome == "infra_error" and v.retriable_infra and attempt <= self.retries):
                 tail = "\n".join(lines[-15:])
                 raise BuildError(f"{req.kind} {req.key}: build pod {run.name} ended {v.outcome}"
@@ -321,16 +344,42 @@ def _log_file(log_path: Path | None, attempt: int):
     return open(path, "w", encoding="utf-8")
 
 
-def _built(req: Requirement, lines: list[str], seconds: float) -> Built:
-    """The pod's own report: ``nightly: reused|built files=N bytes=M`` (the last such line)."""
+def _recipe_of(pod_env: Mapping[str, str]) -> Recipe | None:
+    """The recipe a conversion pod was given (None: a download, or one passed as its digest only)."""
+    try:
+        data = json.loads(pod_env.get("NIGHTLY_RECIPE_PARTS", ""))
+        return Recipe(tuple(data["argv"]), tuple(sorted(data["env"].items())), data["files"], data["image"])
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return None
+
+
+def _built(req: Requirement, lines: list[str], seconds: float, recipe: Recipe | None = None) -> Built:
+    """The pod's own report: ``nightly: reused|built files=N bytes=M [identity=X]`` (the last such
+    line), and when it replaced an entry, why (the marker it found, as the local cache says it)."""
     for line in reversed(lines):
         m = _STATS.match(line.strip())
         if m:
             reused = m.group(1) == "reused"
+            want = m.group(4) or ""
+            rebuilt = "" if reused else _why_rebuilt(req, lines, want, recipe)
             return Built(req.key, Path(req.path), reused, 0.0 if reused else round(seconds, 3),
-                         int(m.group(2)), int(m.group(3)))
+                         int(m.group(2)), int(m.group(3)), rebuilt=rebuilt, identity=want)
     raise BuildError(f"{req.kind} {req.key}: the build pod succeeded but never reported '{BUILT}' or '{REUSED}'; "
                      "check that the pool image runs python3 and that the log reached the API")
+
+
+def _why_rebuilt(req: Requirement, lines: list[str], want: str, recipe: Recipe | None) -> str:
+    """Why the pod replaced the complete entry it found ("" when there was none)."""
+    for line in reversed(lines):
+        if line.strip().startswith(REPLACING):
+            try:
+                old = json.loads(line.strip()[len(REPLACING):])
+            except ValueError:
+                old = None
+            if not isinstance(old, dict):
+                return "its marker is from another source or conversion identity"
+            return stale_reason(old, req, want, recipe) or "its marker is from another source or conversion identity"
+    return ""
 
 
 def builder_from_deployment(deployment: DeploymentSpec, *, kubeconfig: str | None = None,

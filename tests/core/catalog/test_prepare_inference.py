@@ -138,11 +138,21 @@ def test_the_gpu_count_of_a_conversion_alone_does_not_make_another_checkpoint(tr
     assert [r.key for r in cat.requirements if r.kind == "conversion"] == ["Qwen3-0.6B_torch_dist"]
 
 
+def test_a_merged_conversion_launches_with_the_most_gpus_any_of_its_tests_asks_whichever_sorts_first(tree):
+    """The build's argv and GPU request follow the set of tests, not which of them sorts first."""
+    eight, two = GRPO.replace("NUM_GPUS = 4", "NUM_GPUS = 8"), GRPO.replace("NUM_GPUS = 4", "NUM_GPUS = 2")
+    for files in ({"tests/test_a.py": GRPO, "tests/test_b.py": eight, "tests/test_c.py": two},
+                  {"tests/test_a.py": two, "tests/test_b.py": GRPO, "tests/test_c.py": eight}):
+        params = dict(load(tree, files).requirement("Qwen3-0.6B_torch_dist").params)
+        assert params["num_gpus_per_node"] == "8", files
+
+
 def test_multinode_alone_does_not_make_another_checkpoint(tree):
     multi = GRPO.replace('dir_dst="/root/models")', 'dir_dst="/root/models", multinode=True)')
     cat = load(tree, {"tests/test_a.py": GRPO, "tests/test_b.py": multi})
     assert cat.problems == ()
     assert [r.key for r in cat.requirements if r.kind == "conversion"] == ["Qwen3-0.6B_torch_dist"]
+    assert dict(cat.requirement("Qwen3-0.6B_torch_dist").params)["multinode"] == "True"
 
 
 def test_hf_checkpoint_makes_the_conversion_depend_on_that_model(tree):

@@ -256,3 +256,38 @@ def test_a_conversion_pod_reuses_the_same_converter_and_rebuilds_after_a_change_
     shutil.copy(EXAMPLE / "minirl" / "checkpoint.py", checkpoint)
     assert recipe == conversion_recipe(CONVERSION, CONVERTED, repo, {}, image=POOL.image_digest).digest
     assert json.loads(marker.read_text())["identity"] != recorded["identity"]
+
+
+def test_a_rebuilt_conversion_pod_says_its_identity_and_why_it_was_rebuilt_as_the_local_cache_does(tmp_path):
+    import shutil
+
+    repo = tmp_path / "minirl"
+    shutil.copytree(EXAMPLE, repo, ignore=shutil.ignore_patterns("hub"))
+    kubelet = Kubelet.create(tmp_path, repo, EXAMPLE / "hub", {"hf-token": {"token": SECRET}})
+    marker = kubelet.pvc / "tiny-lm_torch_dist" / MARKER
+    with serve(kubelet) as server:
+        builder(server).build(MODEL, MODELS, CONVERSION, {}, repo=repo)
+        first = builder(server).build(CONVERTED, MODELS, CONVERSION, {}, repo=repo)
+        recorded = json.loads(marker.read_text())
+        same = builder(server).build(CONVERTED, MODELS, CONVERSION, {}, repo=repo)
+        checkpoint = repo / "minirl" / "checkpoint.py"  # imported by tools/convert_hf_to_torch_dist.py
+        checkpoint.write_text(checkpoint.read_text() + "\n# a converter change\n")
+        again = builder(server).build(CONVERTED, MODELS, CONVERSION, {}, repo=repo)
+        after = json.loads(marker.read_text())
+        image = builder(server, digest="sha256:" + "c" * 64).build(CONVERTED, MODELS, CONVERSION, {}, repo=repo)
+    assert first.identity == same.identity == recorded["identity"] and (first.rebuilt, same.rebuilt) == ("", "")
+    # the marker records the whole recipe, as the local cache's does
+    assert recorded["recipe"]["files"]["minirl/checkpoint.py"] and recorded["recipe"]["image"] == POOL.image_digest
+    assert again.identity == after["identity"] != first.identity
+    assert again.rebuilt == "the conversion's identity changed: files minirl/checkpoint.py"
+    assert image.rebuilt == "the conversion's identity changed: its image"
+
+
+def test_a_conversion_pods_marker_without_the_recipes_parts_still_says_its_identity_changed():
+    lines = ['nightly: replacing {"source": "tiny-lm", "identity": "ab12", "recipe": {"digest": "cd34"}}',
+             "nightly: built files=3 bytes=10 identity=ef56"]
+    from pipelines.launch.kubernetes.builds import _built
+
+    built = _built(CONVERTED, lines, 1.0)
+    assert (built.identity, built.reused) == ("ef56", False)
+    assert built.rebuilt == "the conversion's identity changed: the recorded identity differs"
