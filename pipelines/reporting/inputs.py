@@ -24,6 +24,7 @@ from pipelines.core.catalog.ids import safe_filename
 from pipelines.core.flaky import FlakyRules, own_tests, replay, states_from_summary
 from pipelines.core.model import OUTCOMES, CatalogError, Estimate, Problem, Sample, Test
 from pipelines.core.report import ReportData, build_report, tail_lines
+from pipelines.core.select import CADENCES, in_cadence
 from pipelines.core.trends import ran
 from pipelines.storage.state import StateError, StateStore
 
@@ -428,12 +429,18 @@ def uncovered_for(repo_path: Path, tests: Sequence[Test] | None = None, summary:
     ``summary``) only of one the night ran or planned. None: every configuration the files hold.
     A partial night (a sensor rerun of one file, a one-pool backfill, ``--labels x``) leaves most
     groups unrun: a group none of whose runnable tests the night ran is not listed cell by cell but
-    named on one line as not checked; a partly run group's lines name the siblings it did not run, and why."""
+    named on one line as not checked; a partly run group's lines name the siblings it did not run, and why.
+    A sibling the night's cadence never runs (framework M's nightly leaves out ``long``) is no partial
+    night: its group's cells are listed, with that reason."""
     from pipelines.core.coverage import catalogued, uncovered_cells
 
     catalog, ran, why = None, None, {}
     if tests is not None:
         ran, why = tonight(summary) if summary is not None else (None, {})
+        if ran is not None:  # a test the night's cadence never runs is left out by the cadence, not by a narrowed pick
+            cadence = summary.get("cadence") if summary.get("cadence") in CADENCES else None
+            why.update({t.id: f"not run tonight: the {cadence} cadence does not run it" for t in tests
+                        if cadence and t.id not in ran and t.id not in why and not in_cadence(t, cadence)})
         catalog = catalogued(tests, ran, why)
     cells = uncovered_cells(repo_path, catalog=catalog)
     if ran is None:
@@ -446,8 +453,10 @@ def uncovered_for(repo_path: Path, tests: Sequence[Test] | None = None, summary:
     for group in dict.fromkeys(u.group for u in cells):
         mine = [u for u in cells if u.group == group]
         left = not_run_tonight(mine[0].tests, by_path, ran, why)
-        if left and not any(t.id in ran for m in mine[0].tests for t in by_path.get(m, ())):
-            unchecked.append(group)
+        cadenced = any(why.get(t.id, "").endswith("cadence does not run it") for m in mine[0].tests
+                       for t in by_path.get(m, ()))
+        if left and not cadenced and not any(t.id in ran for m in mine[0].tests for t in by_path.get(m, ())):
+            unchecked.append(group)  # tonight's pick (a rerun, a backfill, a label filter) left the whole group out
             continue
         said = "; siblings not run tonight: " + ", ".join(left) if left else ""
         lines += [f"{u.group}: {u.cell.label} (group: {', '.join(u.tests)}{said})" for u in mine]

@@ -239,6 +239,27 @@ def test_rows_a_sibling_adds_only_under_a_condition_are_a_note_that_does_not_fai
     assert (code, group["problems"], len(group["notes"])) == (0, [], 1)
 
 
+def test_rows_added_under_a_condition_fail_a_group_declared_only_by_comments(tmp_path, capsys, monkeypatch):
+    """Such a group takes its dimensions' values from the rows, so rows the checker cannot read may add
+    values and cells: not a note (an empty matrix must not pass as nothing to check)."""
+    monkeypatch.setenv("NIGHTLY_HOME", str(tmp_path / "home"))
+    repo = tmp_path / "fw"
+    (repo / "tests").mkdir(parents=True)
+    for n in ("a", "b"):
+        (repo / "tests" / f"test_sib_{n}.py").write_text(
+            'import os\n# coverage-group: lora-pair\n# (name, backend, use_lora)\n_CONFIGS = []\n'
+            'if os.environ.get("FULL_MATRIX"):\n    _CONFIGS.append(("m-lora", "megatron", True))\n'
+            'register_cuda_ci(60, "stage-b-2-gpu-h200", labels=["lora"])\n')
+    git(repo, "init", "-q")
+
+    code, out, _ = coverage(capsys, "--repo", str(repo))
+
+    assert code == 1, out
+    assert ("tests/test_sib_a.py:6: _CONFIGS: an addition inside an `if` block; the checker reads only literal") in out
+    assert "(this group, declared by comments, takes its values from the rows, so they may add cells" in out
+    assert out.rstrip().endswith("1 group(s), 0 uncovered cell(s), 2 problem(s)")
+
+
 def test_a_sibling_that_sorts_its_matrix_keeps_its_rows(framework, capsys):
     repo, groups = framework
     (repo / SIX).write_text(sibling(*ANTI_DIAGONAL) + "_CONFIGS.sort()\n_CONFIGS.reverse()\n")

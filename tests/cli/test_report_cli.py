@@ -201,6 +201,31 @@ def test_a_sibling_the_night_did_not_run_covers_nothing_in_the_report(tmp_path, 
     assert (code, json.loads(out)["uncovered"]) == (0, uncovered)
 
 
+def test_a_group_the_nights_cadence_never_runs_is_listed_uncovered_with_why_not_called_a_partial_night(
+        tmp_path, capsys, monkeypatch):
+    """Both siblings labelled `long`: framework M's nightly cadence never runs them, so a full nightly
+    leaves the group's cells uncovered every night, which the report must say, not excuse."""
+    from tests.support.assets import copied_example
+
+    repo, assets = copied_example(tmp_path)
+    monkeypatch.setenv("NIGHTLY_ASSETS_DIR", str(assets))
+    for n in (5, 6):
+        path = repo / LORA.format(n)
+        path.write_text(path.read_text().replace('labels=["lora"])', 'labels=["lora", "long"])'))
+    home = tmp_path / "home"
+    (home / "nights").mkdir(parents=True)
+    attempts = [{"test_id": OTHER, "outcome": "passed", "elapsed_s": 3.0, "started_at": "2026-12-01T15:00:00+00:00"}]
+    (home / "nights" / "n1.json").write_text(json.dumps(
+        {"night": "n1", "run_id": "r1", "repo": "minirl", "cadence": "nightly", "selected": [OTHER],
+         "attempts": attempts, "skip_reasons": {}}))
+
+    code, out, _ = nightly(capsys, "report", "--home", str(home), "--repo", "minirl", "--json")
+
+    uncovered = json.loads(out)["uncovered"]
+    assert code == 0 and len(uncovered) == 4 and not any(line.startswith("not checked tonight") for line in uncovered)
+    assert all(f"{LORA.format(5)} (the nightly cadence does not run it)" in line for line in uncovered), uncovered
+
+
 def test_a_corrupt_run_record_is_named_with_the_fix_and_nothing_is_written(home, capsys):
     (home / "runs").mkdir(exist_ok=True)
     (home / "runs" / "r1.json").write_text('{"night": "2026-11-04T150000Z", "attempts": [')

@@ -245,8 +245,13 @@ def check_group(group: Group, source: Source, template: str | Sequence[str] | No
     keep = set(counted)
     rows = [r for r in rows if r.config in keep]
     cells = required_cells(dims, group.strength, group.require)
-    notes = tuple(p for p in problems if isinstance(p, Note))
-    problems = [p for p in problems if not isinstance(p, Note)]
+    # unread rows only add coverage when the dimensions are declared; a group declared by comments takes
+    # its dimensions (values, hence cells) from the rows, so rows it cannot read may hide cells: a problem
+    notes = () if group.inferred else tuple(p for p in problems if isinstance(p, Note))
+    problems = [Problem(p.path, p.line, p.field, p.message.replace(
+        "(they could only add coverage: not a failure)", "(this group, declared by comments, takes its values "
+        "from the rows, so they may add cells; declare its dimensions in assets/coverage.yaml to check without them)"))
+        if group.inferred and isinstance(p, Note) else p for p in problems if group.inferred or not isinstance(p, Note)]
     return GroupCoverage(group, group.tests, dims, tuple(rows), cells, tuple(problems + bad), tuple(idle), notes)
 
 
