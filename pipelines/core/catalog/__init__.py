@@ -223,7 +223,7 @@ def _load(repo: Path, spec: RepoSpec, specs: Specs | None, estimates: Mapping[st
                               f"NUM_GPUS default {spec.default_num_gpus}, est_time default "
                               f"{spec.default_est_time} s for template tests, local tests run with the checkout importable "
                               "(PYTHONPATH=<checkout> ahead of the shell's, as after the `pip install -e .` CI does "
-                              "first; pods use the framework's image); its estimates, "
+                              "first; pods rely on the framework's image having it installed); its estimates, "
                               "calibration, quarantine "
                               f"and nights go by the name {spec.name} (the folder name and a digest of the path, so "
                               "that no other checkout's state is read or overwritten)")

@@ -25,7 +25,7 @@ def test_an_unconfigured_registry_repo_is_detected_and_the_assumptions_listed(tr
         f"repo {repo} is not configured in assets/repos.yaml; using defaults: no implicit CPU folders, "
         "NUM_GPUS default 8, est_time default 1800 s for template tests, local tests run with the checkout "
         "importable (PYTHONPATH=<checkout> ahead of the shell's, as after the `pip install -e .` CI does first; "
-        "pods use the framework's image); its estimates, calibration, quarantine "
+        "pods rely on the framework's image having it installed); its estimates, calibration, quarantine "
         f"and nights go by the name {unconfigured_name(repo)} (the folder name and a digest of the path, so that no "
         "other checkout's state is read or overwritten)",
         "format: registry (2 of 2 test_*.py files under tests call register_*_ci)",
