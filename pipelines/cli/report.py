@@ -62,7 +62,7 @@ def repo_context(home: Path, repo: str | None, deployment: str | None):
     from pipelines.cli import history as history_cli
     from pipelines.core.calibrate import calibrate
     from pipelines.core.flaky import FlakyRules
-    from pipelines.core.specs import load_specs, repo_name
+    from pipelines.core.specs import legacy_checkout, load_specs, repo_name
     from pipelines.reporting.inputs import ReportInputs, stored_estimates
     from pipelines.reporting.state import load_doc
     from pipelines.storage.history import history_store
@@ -95,11 +95,12 @@ def repo_context(home: Path, repo: str | None, deployment: str | None):
             in_force = Night(NightSettings(home=home, repo=name if spec else str(path), deployment=deployment)).in_force(tests)
             estimates = calibrate(tests, samples, policy, params, successions=successions(history), in_force=in_force)
     rules = FlakyRules.for_repo(spec)
+    legacy = legacy_checkout(path, spec, specs.repos) if path else None
     return name, ReportInputs(
         samples=samples, tests=tests, estimates=estimates, rules=rules,
-        quarantine=load_doc(store, name), repo_path=path if tests else None,  # coverage: against the night's selection
+        quarantine=load_doc(store, name, legacy), repo_path=path if tests else None,  # coverage: against the night's selection
         timeout_floor_s=spec.timeout_floor_s if spec else 1800, timeout_factor=spec.timeout_factor if spec else 1.25,
-        repo=name,
+        repo=name, legacy_checkout=legacy,
     ), store
 
 
