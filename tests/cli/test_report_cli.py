@@ -414,3 +414,23 @@ def test_an_unconfigured_checkout_s_nights_under_its_folder_name_are_still_its_o
     data = json.loads(out)
     assert (data["night"], data["changes"]["previous"]) == ("2026-11-07T150000Z", "2026-11-06T150000Z")
     assert [(s["state"], s["by"]) for s in data["flaky"] if s["test_id"] == tid(GRPO)] == [("quarantined", "alice")]
+
+
+def test_a_gone_unconfigured_checkout_is_found_by_its_path_however_it_is_spelt(home, tmp_path, capsys, monkeypatch):
+    """`--repo fw` (not a configured name) is the path ./fw as `--repo ./fw` is, gone or not; without --repo the
+    night's recorded path names it: all read its nights (the older ones under its folder name) and quarantine."""
+    import shutil
+
+    copy, gone = tmp_path / "home", tmp_path / "fw"  # the checkout is not there any more
+    shutil.copytree(home, copy)
+    as_unconfigured_before_digest(copy, gone, quarantined=tid(GRPO))
+    newest = copy / "nights" / "2026-11-06T150000Z.json"
+    newest.write_text(json.dumps({**json.loads(newest.read_text()), "repo": unconfigured_name(gone)}))
+    monkeypatch.chdir(tmp_path)
+    for argv in ((), ("--repo", "fw"), ("--repo", "./fw"), ("--repo", str(gone))):
+        code, out, err = nightly(capsys, "report", "--home", str(copy), "--json", *argv)
+        assert code == 0, (argv, err)
+        data = json.loads(out)
+        assert (data["night"], data["changes"]["previous"]) == ("2026-11-06T150000Z", "2026-11-05T150000Z"), argv
+        assert [(s["state"], s["by"]) for s in data["flaky"] if s["test_id"] == tid(GRPO)] == [
+            ("quarantined", "alice")], argv
