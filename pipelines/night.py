@@ -302,13 +302,22 @@ class Night:
 
         return FlakyRules.for_repo(self.repo_spec)
 
+    def quarantine_doc(self) -> dict:
+        """The repo's quarantine document, as `nightly quarantine` reads it (an unconfigured checkout's
+        from before its name had a digest too: reporting.state.legacy_doc); a located CatalogError when
+        it cannot be used."""
+        from pipelines.core.specs import legacy_checkout
+        from pipelines.reporting.state import load_doc
+
+        spec = self.repo_spec
+        return load_doc(self.state, spec.name, legacy_checkout(spec.path, spec, self.specs.repos))
+
     def flaky_states(self) -> dict:
         """Test id -> FlakyState: history replayed with the quarantine document's manual actions, as
         the night's verdict and `nightly quarantine` see them."""
         from pipelines.core.flaky import own_tests, replay
-        from pipelines.reporting.state import load_doc
 
-        doc = load_doc(self.state, self.repo_spec.name)
+        doc = self.quarantine_doc()
         mine = own_tests((t.id for t in self.catalog.tests), doc)  # every repo's nights share one history store
         return replay([s for s in self.history.read() if s.test_id in mine], self.flaky_rules(), doc)
 

@@ -58,7 +58,7 @@ def repo_tests(name: str, inputs, store) -> tuple[set[str], str]:
 
     if inputs.tests:
         return own_tests((t.id for t in inputs.tests), inputs.quarantine), ""
-    from pipelines.reporting.inputs import night_keys, read_summary
+    from pipelines.reporting.inputs import night_keys, night_of, read_summary
 
     named, nights = [], 0
     for key in night_keys(store):
@@ -66,7 +66,7 @@ def repo_tests(name: str, inputs, store) -> tuple[set[str], str]:
             summary = read_summary(store, key)
         except CatalogError:
             continue  # `nightly report` names a damaged summary; here it names no test
-        if summary.get("repo") != name:
+        if not night_of(summary, name):  # its own, or recorded under its folder name before it had a digest
             continue
         nights += 1
         named += [a["test_id"] for a in summary["attempts"]] + list(summary.get("selected", ()))
@@ -150,7 +150,7 @@ def _record(args: argparse.Namespace) -> int:
         return record(doc, args.test, args.quarantine_command, args.by, args.why, at)
 
     try:
-        where = update_doc(store, name, change)
+        where = update_doc(store, name, change, inputs.legacy_checkout)
     except _Unchanged as exc:  # nothing would change: say where the test stands, record nothing
         print(f"nightly quarantine {args.quarantine_command}: TEST: {args.test} {said} ({exc}); nothing changed; "
               f"{instead}", file=sys.stderr)

@@ -18,10 +18,14 @@ import os
 import sys
 import webbrowser
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pipelines.cli.flags import FlagError
 from pipelines.core.model import CatalogError
 from pipelines.storage.state import StateError
+
+if TYPE_CHECKING:
+    from pipelines.core.specs import RepoSpec, Specs
 
 
 def default_home() -> Path:
@@ -62,16 +66,18 @@ def repo_context(home: Path, repo: str | None, deployment: str | None):
     from pipelines.cli import history as history_cli
     from pipelines.core.calibrate import calibrate
     from pipelines.core.flaky import FlakyRules
-    from pipelines.core.specs import load_specs, repo_name
+    from pipelines.core.specs import legacy_checkout, load_specs, repo_name
     from pipelines.reporting.inputs import ReportInputs, stored_estimates
     from pipelines.reporting.state import load_doc
     from pipelines.storage.history import history_store
     from pipelines.storage.state import state_store
 
     specs = load_specs()
-    name, tests, spec, path = recorded_name(specs, repo), [], None, None
+    name, checkout, configured = recorded_name(specs, repo)
+    tests, spec, path = [], None, None
     try:
         path, spec, _ = history_cli.resolve_repo(repo)
+        checkout, configured = path, spec
         name = repo_name(path, spec)  # an unconfigured checkout's state is under its own name, never a namesake's
         tests = list(history_cli.load_catalog_for(path, spec, specs).tests)
     except CatalogError as exc:
@@ -95,32 +101,37 @@ def repo_context(home: Path, repo: str | None, deployment: str | None):
             in_force = Night(NightSettings(home=home, repo=name if spec else str(path), deployment=deployment)).in_force(tests)
             estimates = calibrate(tests, samples, policy, params, successions=successions(history), in_force=in_force)
     rules = FlakyRules.for_repo(spec)
+    legacy = legacy_checkout(checkout, configured, specs.repos) if checkout else None  # a gone one's too
     return name, ReportInputs(
         samples=samples, tests=tests, estimates=estimates, rules=rules,
-        quarantine=load_doc(store, name), repo_path=path if tests else None,  # coverage: against the night's selection
+        quarantine=load_doc(store, name, legacy), repo_path=path if tests else None,  # coverage: against the night's selection
         timeout_floor_s=spec.timeout_floor_s if spec else 1800, timeout_factor=spec.timeout_factor if spec else 1.25,
-        repo=name,
+        repo=name, legacy_checkout=legacy,
     ), store
 
 
-def recorded_name(specs, repo: str | None) -> str:
-    """The name the nights and state of ``--repo`` go by when its checkout is gone (no catalog): a repo
-    name as given, the path of a configured repo as that repo, any other path as an unconfigured checkout
-    there went by (never its folder name alone: that is another repo's)."""
+def recorded_name(specs: Specs, repo: str | None) -> tuple[str, Path | None, RepoSpec | None]:
+    """(name, checkout, its spec) the nights and state of ``--repo`` go by when its checkout is gone (no
+    catalog): a configured repo's name as that repo; anything else is a path, relative ones against the
+    working folder as when the checkout was there (``fw`` as ``./fw``): a configured repo's path as that
+    repo, any other as an unconfigured checkout there went by (never its folder name alone: that is
+    another repo's)."""
     from pipelines.core.specs import repo_name
 
     if not repo:
-        return "default"
-    if repo in specs.repos or "/" not in repo:
-        return repo
+        return "default", None, None
+    if repo in specs.repos:
+        return repo, specs.repos[repo].path, specs.repos[repo]
     path = Path(repo).resolve()
-    return repo_name(path, next((s for s in specs.repos.values() if s.path.resolve() == path), None))
+    spec = next((s for s in specs.repos.values() if s.path.resolve() == path), None)
+    return repo_name(path, spec), path, spec
 
 
 def night_repo(home: Path, night: str | None, deployment: str | None) -> str | None:
     """Without --repo, the repo of the night to report (the newest night of any repo by default):
-    its name when assets/repos.yaml has it, else the checkout path the night recorded; None when
-    the night names neither (an older record: the default repo)."""
+    its name when assets/repos.yaml has it, else the checkout path the night recorded, there or gone
+    (its name is the path's: recorded_name); None when the night names neither (an older record: the
+    default repo)."""
     from pipelines.core.specs import load_specs
     from pipelines.reporting.inputs import locate_night
     from pipelines.storage.state import state_store
@@ -130,7 +141,7 @@ def night_repo(home: Path, night: str | None, deployment: str | None) -> str | N
     name, path = summary.get("repo"), summary.get("repo_path")
     if name and name in specs.repos:
         return str(name)
-    return str(path) if path and Path(str(path)).is_dir() else (str(name) if name else None)
+    return str(path) if path else (str(name) if name else None)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -80,7 +80,6 @@ def run(args: argparse.Namespace) -> int:
     from pipelines.cli.plan_view import print_plan
     from pipelines.core.runset import RunSelection
     from pipelines.night import Night, NightSettings, default_home
-    from pipelines.reporting.state import load_doc
     from pipelines.storage.state import writable_home
 
     home = writable_home((args.home or default_home()).resolve())  # before any work: exit 2 if it is not
@@ -110,7 +109,7 @@ def run(args: argparse.Namespace) -> int:
     for p in problems:
         print(f"problem: {p}", file=sys.stderr)
     night.history.read()  # an unreadable history store fails here, before any test runs
-    load_doc(night.state, night.repo_spec.name)  # and an unusable quarantine document (its quarantines would not hold)
+    night.quarantine_doc()  # and an unusable quarantine document (its quarantines would not hold)
     if not runset.run:
         print(nothing_to_run(night, args, selection), file=sys.stderr)
         return EXIT_PROBLEMS if not args.accept_problems else 0

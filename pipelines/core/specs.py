@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+from collections.abc import Container
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -150,6 +151,15 @@ def unconfigured_name(path: Path) -> str:
 def repo_name(path: Path, spec: RepoSpec | None) -> str:
     """The state name of ``--repo``: its name in assets/repos.yaml, else :func:`unconfigured_name`."""
     return spec.name if spec is not None else unconfigured_name(path)
+
+
+def legacy_checkout(path: Path, spec: RepoSpec | None, configured: Container[str]) -> Path | None:
+    """The checkout whose state may still be under its folder name alone, as an unconfigured checkout's
+    was before :func:`unconfigured_name`: None for a configured repo, and for a folder called like one
+    (``configured``: the names in assets/repos.yaml), whose state under that name is that repo's."""
+    if spec is not None and spec.name != unconfigured_name(spec.path):
+        return None
+    return None if Path(path).name in configured else Path(path)
 
 
 @dataclass(frozen=True)

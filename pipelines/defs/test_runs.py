@@ -37,7 +37,6 @@ from pipelines.defs.resources import NightlyResource
 from pipelines.defs.runs import canceled_on_interrupt, fail_stale_runs, process_tags
 from pipelines.defs.tags import launch_reason, run_tags
 from pipelines.execute import Finished, InputFailed, InputReady, NightDone, Planned, run_tests
-from pipelines.reporting.state import load_doc
 
 KIND_ASSET = {"model": MODEL_WEIGHTS, "dataset": DATASETS, "conversion": CONVERTED}
 
@@ -251,7 +250,7 @@ def build_test_runs(catalog: Catalog, test_parts: dg.PartitionsDefinition, deps:
             _say(context, f"catalog problem: {problem}", "warning")
         runset = _resolve(context, night, selection, whole, config.all_registered)
         try:  # as `nightly run`: a broken quarantine file stops the run before any test (its quarantines would not hold)
-            load_doc(night.state, night.repo_spec.name)
+            night.quarantine_doc()
         except CatalogError as exc:
             raise dg.Failure(f"quarantine file: {exc}") from exc
 

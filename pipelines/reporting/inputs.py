@@ -25,6 +25,7 @@ from pipelines.core.flaky import FlakyRules, own_tests, replay, states_from_summ
 from pipelines.core.model import OUTCOMES, CatalogError, Estimate, Problem, Sample, Test
 from pipelines.core.report import ReportData, build_report, tail_lines
 from pipelines.core.select import CADENCES, in_cadence
+from pipelines.core.specs import unconfigured_name
 from pipelines.core.trends import ran
 from pipelines.storage.state import StateError, StateStore
 
@@ -116,7 +117,19 @@ def _check(where: str, prefix: str, data: Mapping, fields: Mapping, written: str
 
 def same_repo(summary: Mapping, repo: str | None) -> bool:
     """Whether a night is of ``repo`` (None: any); a record without a repo (an older version) is anyone's."""
-    return not repo or not summary.get("repo") or summary.get("repo") == repo
+    return not repo or not summary.get("repo") or night_of(summary, repo)
+
+
+def night_of(summary: Mapping, repo: str) -> bool:
+    """Whether a night was recorded under ``repo``, or ran in the checkout that name is of: an unconfigured
+    checkout's nights from before it went by ``unconfigured_name`` are recorded under its folder name alone."""
+    if summary.get("repo") == repo:
+        return True
+    path = summary.get("repo_path")
+    try:
+        return isinstance(path, str) and bool(path) and unconfigured_name(Path(path)) == repo
+    except (OSError, ValueError, RuntimeError):  # a path no system could resolve (a damaged record) is no checkout
+        return False
 
 
 class _Summaries:
@@ -165,11 +178,13 @@ def _started(summary: Mapping) -> datetime | None:
 
 
 def _earlier(read: _Summaries, keys: Sequence[str], i: int, warn: Callable[[str], None],
-             like: Mapping, limit: int = EARLIER_NIGHTS, lookback: timedelta = EARLIER_LOOKBACK,
+             like: Mapping, repo: str | None = None, limit: int = EARLIER_NIGHTS, lookback: timedelta = EARLIER_LOOKBACK,
              max_reads: int = EARLIER_MAX_READS) -> list[dict]:
     """The repo's readable nights before ``keys[i]`` (of the same repo as ``like``), oldest first:
     the newest ``limit`` of them, and older ones while some test ``like`` ran has no run in them
     under its extra environment, back to ``lookback`` before it and ``max_reads`` records read.
+    ``repo``: the repo asked for (default: the one ``like`` was recorded under), whose nights may
+    have been recorded under an earlier name (:func:`night_of`).
     "What changed" compares each test with the last of them that ran it, whatever its cadence or
     selection (every repo and cadence shares ``nights/``; another framework's nights are left out).
     A damaged one is left out with a warning, not the whole report."""
@@ -188,7 +203,7 @@ def _earlier(read: _Summaries, keys: Sequence[str], i: int, warn: Callable[[str]
         except CatalogError as exc:
             skipped.append(str(exc))
             continue
-        if not same_repo(night, like.get("repo")):
+        if not same_repo(night, repo or like.get("repo")):
             continue
         if len(found) >= limit and (when := _started(night)) is not None and when < start - lookback:
             break
@@ -241,8 +256,9 @@ def select_night(store: StateStore, night: str | None = None, warn: Callable[[st
     finds it. A damaged night before it is passed over and ``warn`` told."""
     read = _Summaries(store)
     keys, i, summary = locate_night(store, night, warn, repo, read)
-    newest = night is None or not any(read.of(k, summary.get("repo")) for k in keys[i + 1:])
-    return summary, _earlier(read, keys, i, warn, summary), newest
+    repo = repo or summary.get("repo")  # the name asked for also finds nights recorded under an earlier one
+    newest = night is None or not any(read.of(k, repo) for k in keys[i + 1:])
+    return summary, _earlier(read, keys, i, warn, summary, repo), newest
 
 
 def _newest(read: _Summaries, keys: Sequence[str], repo: str | None,
@@ -342,6 +358,9 @@ class ReportInputs:
     #: the checkout whose coverage groups the report checks against the night's selection; None: not checked
     #: (``uncovered`` then holds all the cells to list)
     repo_path: Path | None = None
+    #: an unconfigured checkout's path: its quarantine document may still be under its folder name
+    #: (reporting.state.legacy_doc), which `nightly quarantine add|release` carries over to ``repo``'s
+    legacy_checkout: Path | None = None
 
 
 def as_of(summary: Mapping, samples: Sequence[Sample], quarantine: Mapping | None,
@@ -498,15 +517,13 @@ def inputs_for_night(night, uncovered: Sequence[str] | None = None,
 
     ``uncovered``: the cells to list as given; None: the report checks the repo's coverage
     groups against the reported night's selection (``night_uncovered``)."""
-    from pipelines.reporting.state import load_doc
-
     tests = night.registered_tests()
     samples = night.history.read() if samples is None else samples
     return ReportInputs(
         samples=samples, tests=tests,
         estimates=stored_estimates(night.state, night.repo_spec.name) or night.estimates(tests),
         rules=night.flaky_rules(),
-        quarantine=load_doc(night.state, night.repo_spec.name), uncovered=tuple(uncovered or ()),
+        quarantine=night.quarantine_doc(), uncovered=tuple(uncovered or ()),
         timeout_floor_s=night.timeout_floor_s, timeout_factor=night.repo_spec.timeout_factor,
         repo=night.repo_spec.name, repo_path=night.repo_spec.path if uncovered is None else None,
     )

@@ -14,8 +14,16 @@ from pipelines.cli import main
 from pipelines.core.history import FileHistoryStore
 from pipelines.core.specs import unconfigured_name
 from tests.conftest import PROJECT_ROOT
-from tests.reporting.nights import GRPO, LORA, SFT, example_night, tid, write_home
-from tests.support.assets import example_assets
+from tests.reporting.nights import (
+    GRPO,
+    LORA,
+    SFT,
+    as_unconfigured_before_digest,
+    example_night,
+    tid,
+    write_home,
+)
+from tests.support.assets import EXAMPLE, example_assets
 
 #: a test of examples/sglangish, flaky in the same history store as the example's tests
 OTHER = "test/registered/basic/test_generate.py::cuda-stage-b-test-1-gpu-large"
@@ -163,3 +171,40 @@ def test_a_test_quarantined_by_hand_and_since_renamed_can_still_be_listed_and_re
                            "--home", str(home), "--repo", "minirl")
     assert code == 0, err
     assert listed(capsys, home)[gone]["state"] == "released"
+
+
+def test_an_unconfigured_checkout_keeps_the_quarantines_it_had_under_its_folder_name(home, capsys, tmp_path):
+    """Before its name had a digest, a checkout nobody configured kept its quarantine under its folder name:
+    every way in still reads it, and the first change carries it over to the new name (the old file stays)."""
+    from pipelines.night import Night, NightSettings
+
+    fw = tmp_path / "fw"
+    shutil.copytree(EXAMPLE, fw)
+    old = as_unconfigured_before_digest(home, fw, quarantined=tid(GRPO))
+    before = old.read_text()
+    assert (listed(capsys, home, str(fw))[tid(GRPO)]["state"], listed(capsys, home, str(fw))[tid(GRPO)]["by"]) == (
+        "quarantined", "alice")
+    assert Night(NightSettings(home=home, repo=str(fw))).flaky_states()[tid(GRPO)].state == "quarantined"
+    code, out, err = nightly(capsys, "quarantine", "add", tid(LORA), "--by", "bob", "--why", "hangs",
+                             "--home", str(home), "--repo", str(fw))
+    new = home / "quarantine" / f"{unconfigured_name(fw)}.json"
+    assert code == 0 and f"({new})" in out, err
+    assert [(a["test"], a["by"]) for a in json.loads(new.read_text())["actions"]] == [(tid(GRPO), "alice"),
+                                                                                    (tid(LORA), "bob")]
+    assert old.read_text() == before
+    assert {t: s["by"] for t, s in listed(capsys, home, str(fw)).items() if s["state"] == "quarantined"} == {
+        tid(GRPO): "alice", tid(LORA): "bob"}
+
+
+def test_a_folder_name_quarantine_two_checkouts_shared_is_neither_ones(home, capsys, tmp_path):
+    """Another checkout called `fw` never ran a night: alice's quarantine is not its. Once it has one, the
+    document was shared by two checkouts and is read by neither."""
+    fw, other = tmp_path / "fw", tmp_path / "x" / "fw"
+    shutil.copytree(EXAMPLE, fw)
+    shutil.copytree(EXAMPLE, other)
+    as_unconfigured_before_digest(home, fw, quarantined=tid(GRPO))
+    assert listed(capsys, home, str(other))[tid(GRPO)]["state"] == "flaky"
+    night = json.loads((home / "nights" / "2026-11-01T150000Z.json").read_text())
+    (home / "nights" / "2026-10-31T150000Z.json").write_text(json.dumps({**night, "night": "2026-10-31T150000Z",
+                                                                         "repo_path": str(other)}))
+    assert listed(capsys, home, str(fw))[tid(GRPO)]["state"] == "flaky"

@@ -9,7 +9,8 @@ import pytest
 from pipelines.cli import main
 from pipelines.core.specs import unconfigured_name
 from tests.conftest import PROJECT_ROOT
-from tests.reporting.nights import GRPO, SFT, example_night, tid, write_home
+from tests.reporting.nights import GRPO, SFT, as_unconfigured_before_digest, example_night, tid, write_home
+from tests.support.assets import EXAMPLE
 
 
 @pytest.fixture(scope="module")
@@ -411,3 +412,50 @@ def test_recomputed_proposals_judge_the_step_from_the_est_time_in_force(home, tm
     data = json.loads(out)
     assert code == 0, err
     assert data["held"] == [] and [r["proposed"] for r in data["rows"] if r["test_id"] == rollout.id] == [60]
+
+
+def test_an_unconfigured_checkout_s_nights_under_its_folder_name_are_still_its_own(home, tmp_path, capsys):
+    """Nights and a quarantine the version before `unconfigured_name` left under the folder name `fw`: the bare
+    report, a --night of them and the next night's report (under the new name) read them as this checkout's."""
+    import shutil
+
+    copy, fw = tmp_path / "home", tmp_path / "fw"
+    shutil.copytree(home, copy)
+    shutil.copytree(EXAMPLE, fw)
+    as_unconfigured_before_digest(copy, fw, quarantined=tid(GRPO))
+    code, out, err = nightly(capsys, "report", "--home", str(copy), "--json")
+    assert code == 0, err
+    data = json.loads(out)
+    assert (data["night"], data["changes"]["previous"]) == ("2026-11-06T150000Z", "2026-11-05T150000Z")
+    assert [(s["state"], s["by"]) for s in data["flaky"] if s["test_id"] == tid(GRPO)] == [("quarantined", "alice")]
+    code, out, err = nightly(capsys, "report", "--home", str(copy), "--night", "2026-11-05T150000Z", "--repo", str(fw),
+                             "--json")
+    assert code == 0 and json.loads(out)["changes"]["previous"] == "2026-11-04T150000Z", err
+    night = json.loads((copy / "nights" / "2026-11-06T150000Z.json").read_text())
+    (copy / "nights" / "2026-11-07T150000Z.json").write_text(json.dumps(
+        {**night, "night": "2026-11-07T150000Z", "run_id": "run-2026-11-07T150000Z", "repo": unconfigured_name(fw)}))
+    code, out, err = nightly(capsys, "report", "--home", str(copy), "--json")
+    assert code == 0, err
+    data = json.loads(out)
+    assert (data["night"], data["changes"]["previous"]) == ("2026-11-07T150000Z", "2026-11-06T150000Z")
+    assert [(s["state"], s["by"]) for s in data["flaky"] if s["test_id"] == tid(GRPO)] == [("quarantined", "alice")]
+
+
+def test_a_gone_unconfigured_checkout_is_found_by_its_path_however_it_is_spelt(home, tmp_path, capsys, monkeypatch):
+    """`--repo fw` (not a configured name) is the path ./fw as `--repo ./fw` is, gone or not; without --repo the
+    night's recorded path names it: all read its nights (the older ones under its folder name) and quarantine."""
+    import shutil
+
+    copy, gone = tmp_path / "home", tmp_path / "fw"  # the checkout is not there any more
+    shutil.copytree(home, copy)
+    as_unconfigured_before_digest(copy, gone, quarantined=tid(GRPO))
+    newest = copy / "nights" / "2026-11-06T150000Z.json"
+    newest.write_text(json.dumps({**json.loads(newest.read_text()), "repo": unconfigured_name(gone)}))
+    monkeypatch.chdir(tmp_path)
+    for argv in ((), ("--repo", "fw"), ("--repo", "./fw"), ("--repo", str(gone))):
+        code, out, err = nightly(capsys, "report", "--home", str(copy), "--json", *argv)
+        assert code == 0, (argv, err)
+        data = json.loads(out)
+        assert (data["night"], data["changes"]["previous"]) == ("2026-11-06T150000Z", "2026-11-05T150000Z"), argv
+        assert [(s["state"], s["by"]) for s in data["flaky"] if s["test_id"] == tid(GRPO)] == [
+            ("quarantined", "alice")], argv

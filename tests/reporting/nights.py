@@ -149,3 +149,20 @@ def write_home(night: ExampleNight) -> Path:
     (night.home / "nights" / "latest.json").write_text(json.dumps(night.summary, indent=1))
     FileHistoryStore(night.home / "history.sqlite").append(night.samples)
     return night.home
+
+
+def as_unconfigured_before_digest(home: Path, checkout: Path, quarantined: str | None = None) -> Path:
+    """The nights under ``home`` rewritten as the version before ``specs.unconfigured_name`` left them for a
+    checkout nobody configured: recorded under its folder name alone, with its path; ``quarantined``: a
+    test alice quarantined by hand then, in ``quarantine/<folder>.json``. Returns that document's path."""
+    import json
+
+    for path in (home / "nights").glob("*.json"):
+        record = json.loads(path.read_text())
+        path.write_text(json.dumps({**record, "repo": checkout.name, "repo_path": str(checkout)}, indent=1))
+    doc = home / "quarantine" / f"{checkout.name}.json"
+    if quarantined:
+        doc.parent.mkdir(parents=True, exist_ok=True)
+        doc.write_text(json.dumps({"version": 1, "actions": [{"test": quarantined, "action": "add", "by": "alice",
+                                                              "why": "issue 9", "at": "2026-11-06T09:00:00+00:00"}]}))
+    return doc
