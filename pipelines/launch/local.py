@@ -156,10 +156,13 @@ class LocalLauncher:
         finally:
             held.release()
 
+    def _lock_paths(self, pool: str, nodes: list[int], per_node: int) -> list[Path]:
+        """Every GPU lock file of these nodes of the pool."""
+        return [gpu_slots.lock_path(self.lock_dir, pool, n, s) for n in nodes for s in range(per_node)]
+
     def _holders(self, pool: str, nodes: list[int], per_node: int) -> str:
         """Who holds the GPU locks of these nodes, for a maintainer to find (or kill) them."""
-        paths = [gpu_slots.lock_path(self.lock_dir, pool, n, s) for n in nodes for s in range(per_node)]
-        holders = lock_holders(paths)
+        holders = lock_holders(self._lock_paths(pool, nodes, per_node))
         if not holders:
             return "their locks are held by processes this user cannot see (another user's night?)"
         mine = os.getpid()
@@ -169,11 +172,8 @@ class LocalLauncher:
         """Processes this user can see that hold a GPU lock of these nodes where no nightly test does
         (this night's own process holds the locks of the tests it runs). A lock whose holders cannot be
         seen (another user's night) is waited for: it cannot be told from a stray."""
-        paths = [gpu_slots.lock_path(self.lock_dir, pool, n, s) for n in nodes for s in range(per_node)]
-        mine = os.getpid()
         found: set[int] = set()
-        for pids in holders_by_lock(paths).values():
-            others = [pid for pid in pids if pid != mine]
+        for others in holders_by_lock(self._lock_paths(pool, nodes, per_node), exclude=(os.getpid(),)).values():
             if others and all(is_stray(pid) for pid in others):
                 found.update(others)
         return sorted(found)
