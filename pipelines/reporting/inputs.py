@@ -453,13 +453,14 @@ def uncovered_for(repo_path: Path, tests: Sequence[Test] | None = None, summary:
     night: its group's cells are listed, with that reason."""
     from pipelines.core.coverage import catalogued, uncovered_cells
 
-    catalog, ran, why = None, None, {}
+    catalog, ran, why, by_cadence = None, None, {}, set()
     if tests is not None:
         ran, why = tonight(summary) if summary is not None else (None, {})
         if ran is not None:  # a test the night's cadence never runs is left out by the cadence, not by a narrowed pick
             cadence = summary.get("cadence") if summary.get("cadence") in CADENCES else None
-            why.update({t.id: f"not run tonight: the {cadence} cadence does not run it" for t in tests
-                        if cadence and t.id not in ran and t.id not in why and not in_cadence(t, cadence)})
+            by_cadence = {t.id for t in tests if cadence and t.id not in ran and t.id not in why
+                          and not in_cadence(t, cadence)}
+            why.update({i: f"not run tonight: the {cadence} cadence does not run it" for i in by_cadence})
         catalog = catalogued(tests, ran, why)
     cells = uncovered_cells(repo_path, catalog=catalog)
     if ran is None:
@@ -472,8 +473,7 @@ def uncovered_for(repo_path: Path, tests: Sequence[Test] | None = None, summary:
     for group in dict.fromkeys(u.group for u in cells):
         mine = [u for u in cells if u.group == group]
         left = not_run_tonight(mine[0].tests, by_path, ran, why)
-        cadenced = any(why.get(t.id, "").endswith("cadence does not run it") for m in mine[0].tests
-                       for t in by_path.get(m, ()))
+        cadenced = any(t.id in by_cadence for m in mine[0].tests for t in by_path.get(m, ()))
         if left and not cadenced and not any(t.id in ran for m in mine[0].tests for t in by_path.get(m, ())):
             unchecked.append(group)  # tonight's pick (a rerun, a backfill, a label filter) left the whole group out
             continue
