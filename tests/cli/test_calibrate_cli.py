@@ -539,3 +539,40 @@ def test_an_unconfigured_checkout_named_like_a_configured_repo_keeps_its_own_sta
     captured = capsys.readouterr()
     assert f"nightly: repo {name} ({other}), deployment local" in captured.out
     assert f"nights go by the name {name} (the folder name and a digest of the path" in captured.out + captured.err
+
+
+def _sglangish_with_history(tmp_path, monkeypatch, suites=("nightly-1-gpu",)) -> Path:
+    """A copy of examples/sglangish whose test_generate.py (a stage-b call and a suite="nightly-1-gpu"
+    call) ran 21 s in three CI logs of each suite in ``suites``, imported as a maintainer would."""
+    import shutil
+
+    from pipelines.cli import main
+
+    repo = tmp_path / "sglangish"
+    shutil.copytree(Path(__file__).parents[2] / "examples" / "sglangish", repo)
+    monkeypatch.setenv("NIGHTLY_HOME", str(tmp_path / "home"))
+    logs = []
+    for suite in suites:
+        est = 5 if suite.startswith("stage-b") else 8
+        for day in (1, 2, 3):
+            ts = (datetime.now(UTC) - timedelta(days=day)).strftime("%Y-%m-%dT%H:%M:%S.0000000Z")
+            log = tmp_path / f"{suite}-{day}.txt"
+            log.write_text(f"{ts} python3 run_suite.py --suite {suite}\n{ts} End (1/1):\n"
+                           f"{ts} filename='registered/basic/test_generate.py', elapsed=21, _estimated_time={est}\n"
+                           f"{ts} [1/1] registered/basic/test_generate.py  PASS  elapsed=21s\n")
+            logs.append(str(log))
+    assert main(["history", "import", "--repo", str(repo), *logs]) == 0
+    return repo
+
+
+def test_a_suite_registration_beside_a_stage_registration_of_the_backend_is_patched(tmp_path, monkeypatch, capsys):
+    """SGLang's suite="nightly-1-gpu" names no hardware; the file's stage= call registers another test,
+    so it is not a second est_time for it and the nightly literal is the one patched."""
+    repo = _sglangish_with_history(tmp_path, monkeypatch)
+    patch = tmp_path / "p.diff"
+    assert cli("calibrate", "--repo", str(repo), "--patch", str(patch)) == 0
+    out = capsys.readouterr().out
+    assert "left alone" not in out
+    changed = [ln for ln in patch.read_text().splitlines() if ln[:1] in "-+" and ln[:3] not in ("---", "+++")]
+    assert changed == ['-register_cuda_ci(est_time=8, suite="nightly-1-gpu", nightly=True)',
+                       '+register_cuda_ci(est_time=21, suite="nightly-1-gpu", nightly=True)']
