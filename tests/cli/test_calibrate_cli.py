@@ -576,3 +576,33 @@ def test_a_suite_registration_beside_a_stage_registration_of_the_backend_is_patc
     changed = [ln for ln in patch.read_text().splitlines() if ln[:1] in "-+" and ln[:3] not in ("---", "+++")]
     assert changed == ['-register_cuda_ci(est_time=8, suite="nightly-1-gpu", nightly=True)',
                        '+register_cuda_ci(est_time=21, suite="nightly-1-gpu", nightly=True)']
+
+
+def test_a_proposal_write_leaves_out_of_the_file_it_rewrites_is_in_force_the_next_night(tmp_path, monkeypatch, capsys):
+    """--write stores the estimates under the digest before its rewrite; the rewrite it records leads
+    there from the new digest, so h200's 500 s (its literal is shared with h100, which has no evidence,
+    so the file keeps 1200) is what the next night plans with and what the next step is judged from."""
+    from pipelines.night import Night, NightSettings
+
+    repo = tmp_path / "fw"
+    (repo / "tests/e2e").mkdir(parents=True)
+    text = ("from x import register_cuda_ci\n"
+            "register_cuda_ci(1200, 'stage-c-4-gpu', labels=['m'], hardware=['4-gpu-h100', '4-gpu-h200'])\n"
+            "register_cuda_ci(900, 'stage-d-8-gpu-b200', labels=['m'])\n")
+    (repo / "tests/e2e/test_l.py").write_text(text)
+    monkeypatch.setenv("NIGHTLY_HOME", str(tmp_path / "home"))
+    tests = history_cli.load_catalog_for(*history_cli.resolve_repo(str(repo))).tests
+    listed = next(t for t in tests if t.suite == "stage-c-4-gpu" and t.hardware == "h200")
+    other = next(t for t in tests if t.suite == "stage-d-8-gpu-b200")
+    now = datetime.now(UTC).isoformat()
+    FileHistoryStore(tmp_path / "home" / "history.sqlite").append(
+        [Sample(t.id, t.hardware, t.sha256, "passed", s, now, source=f"n.log:{s}") for t, s in ((listed, 400), (other, 300))])
+    assert cli("calibrate", "--repo", str(repo), "--write") == 0
+    assert "left alone: tests/e2e/test_l.py: line 2: est_time 1200 is shared with h100" in capsys.readouterr().out
+    assert (repo / "tests/e2e/test_l.py").read_text() == text.replace("(900,", "(400,")
+    planned = Night(NightSettings(repo=str(repo))).catalog.by_id()
+    assert (planned[listed.id].est_time, planned[other.id].est_time) == (500, 400)
+    evidence = tmp_path / "ev.csv"
+    assert cli("calibrate", "--repo", str(repo), "--evidence", str(evidence)) == 0
+    rows = {r["test_id"]: r for r in csv.DictReader(evidence.open())}
+    assert (rows[listed.id]["in_force_est_time"], rows[listed.id]["proposed_est_time"]) == ("500", "500")
