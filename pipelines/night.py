@@ -20,7 +20,7 @@ from datetime import UTC, datetime
 from functools import cached_property
 from pathlib import Path
 
-from pipelines.core.calibrate import calibrate, drift, evidence_csv, near_timeout
+from pipelines.core.calibrate import Lineage, calibrate, drift, evidence_csv, near_timeout
 from pipelines.core.catalog import load_catalog
 from pipelines.core.catalog.ids import safe_filename
 from pipelines.core.health import assess_nodes, avoid_nodes, passed_nodes
@@ -56,30 +56,41 @@ PROJECT_ROOT = Path(__file__).resolve().parents[1]
 log = logging.getLogger(__name__)
 
 
-def calibrated_est_time(test: Test, calibrated: dict[str, dict]) -> int | None:
+def calibrated_est_time(test: Test, calibrated: dict[str, dict], rewrites: Lineage | None = None) -> int | None:
     """Last calibration's est_time for ``test`` when it was made for the test's current file and
-    hardware (an entry without hardware, from an older file, is taken for any), else None."""
+    hardware (an entry without hardware, from an older file, is taken for any), else None.
+
+    A file calibrate rewrote since (``--write``, or the night's patch applied) is the same file: its
+    entry was stored under the digest before the rewrite, and ``rewrites`` (the recorded digest
+    successions) leads from it to the digest now. Without them a proposal the rewrite did not carry
+    into the file (left alone, or kept only in the estimates) would be lost the next night."""
     e = calibrated.get(test.id)
-    if e and e.get("sha256") == test.sha256 and e.get("hardware", test.hardware) == test.hardware:
+    if not e or e.get("hardware", test.hardware) != test.hardware:
+        return None
+    sha = e.get("sha256")
+    if sha == test.sha256 or (rewrites is not None and sha in rewrites.same_revision(test.sha256)):
         return int(e["est_time"])
     return None
 
 
-def with_calibrated(catalog: Catalog, calibrated: dict[str, dict]) -> Catalog:
-    """The catalog with last calibration's est_time, for tests whose file is unchanged since (any format)."""
+def with_calibrated(catalog: Catalog, calibrated: dict[str, dict], rewrites: Lineage | None = None) -> Catalog:
+    """The catalog with last calibration's est_time, for tests whose file is unchanged since, or changed
+    only by calibrate's own rewrites (any format)."""
     tests = []
     for t in catalog.tests:
-        est = calibrated_est_time(t, calibrated)
+        est = calibrated_est_time(t, calibrated, rewrites)
         if est is not None:
             t = dataclasses.replace(t, est_time=est, est_source="history")
         tests.append(t)
     return dataclasses.replace(catalog, tests=tuple(tests))
 
 
-def in_force_est_times(tests: Iterable[Test], calibrated: dict[str, dict]) -> dict[tuple[str, str], int]:
+def in_force_est_times(tests: Iterable[Test], calibrated: dict[str, dict],
+                       rewrites: Lineage | None = None) -> dict[tuple[str, str], int]:
     """(test id, hardware) -> the calibrated est_time a night plans ``tests`` with (with_calibrated):
     what the step guard judges the next proposal from (pipelines.core.calibrate.guards)."""
-    return {(t.id, t.hardware): est for t in tests if (est := calibrated_est_time(t, calibrated)) is not None}
+    return {(t.id, t.hardware): est for t in tests
+            if (est := calibrated_est_time(t, calibrated, rewrites)) is not None}
 
 
 def checked_estimates(data: dict, text: str, where: str) -> tuple[dict[str, dict], list[Problem]]:
@@ -252,6 +263,21 @@ class Night:
         self.notes.extend(f"estimates entry left out: {p}" for p in bad)  # every way in: the night's record
         return good
 
+    def rewrites_for(self, tests: Iterable[Test], calibrated: dict[str, dict]) -> Lineage | None:
+        """Calibrate's est_time rewrites (the history's digest successions), read only when an entry of
+        ``calibrated`` was made for another digest than its test's file has now (``calibrated_est_time``).
+        A history that cannot be read is a note: those tests plan with their registered est_time."""
+        if all(calibrated[t.id].get("sha256") == t.sha256 for t in tests if t.id in calibrated):
+            return None
+        try:
+            return Lineage.of(successions(self.history))
+        except HistoryError as exc:
+            note = (f"calibrated est_time of files calibrate rewrote not used: {exc}; those tests plan with the "
+                    "est_time their file registers")
+            log.warning(note)
+            self.notes.append(note)
+            return None
+
     def _stored_calibrated(self) -> tuple[dict[str, dict], list[Problem]]:
         key = self.calibration_keys()["estimates"]
         text = self.state.get(key)
@@ -271,7 +297,8 @@ class Night:
         if not self.repo_spec.path.is_dir():
             raise CatalogError(Problem(str(self.specs.root / "repos.yaml"), 1, f"repos.{self.repo_spec.name}.path",
                                        f"{self.repo_spec.path} is not a folder; point it at the framework checkout"))
-        return with_calibrated(self.registered, self.calibrated())
+        calibrated = self.calibrated()
+        return with_calibrated(self.registered, calibrated, self.rewrites_for(self.registered.tests, calibrated))
 
     @cached_property
     def registered(self) -> Catalog:
@@ -583,8 +610,10 @@ class Night:
         """The calibrated est_time each of ``tests`` plans with now (``in_force_est_times``), read afresh:
         a calibration after the catalog was loaded counts. A corrupt estimates file is none (this
         calibration writes it again); its bad entries are noted where the catalog reads it."""
+        tests = list(tests)
         try:
-            return in_force_est_times(tests, self._stored_calibrated()[0])
+            calibrated = self._stored_calibrated()[0]
+            return in_force_est_times(tests, calibrated, self.rewrites_for(tests, calibrated))
         except CatalogError as exc:
             log.warning("est_time steps judged from the registered values: %s", exc)
             return {}

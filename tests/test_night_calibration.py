@@ -101,3 +101,27 @@ def test_a_first_quiet_calibration_deletes_nothing(tmp_path, monkeypatch):
     night.__dict__["state"] = store = _NoDelete(night.state)
     night.calibrate()
     assert (store.deletes, night.notes) == (0, [])
+
+
+def test_a_proposal_the_applied_patch_does_not_carry_is_still_planned_with_after_git_apply(tmp_path, monkeypatch):
+    """The night stores its estimates under the file's digest before the patch; a maintainer who
+    `git apply`s it changes that digest. The recorded rewrite leads from one to the other, so the rocm
+    est_time kept only in the estimates (too few samples to re-decide it) is still the one planned."""
+    night = _night(tmp_path, monkeypatch, {})
+    tests = {t.id: t for t in night.registered_tests() if t.path == "tests/e2e/ckpt/test_ckpt_resume.py"}
+    cuda, rocm = sorted(tests.values(), key=lambda t: t.backend)
+    proposals = [Estimate(cuda.id, cuda.hardware, 15, 22, 3, "bucket125"),
+                 Estimate(rocm.id, rocm.hardware, 20, 30, 0, "too few samples; keeps the est_time in force", in_force=30)]
+    monkeypatch.setattr(night, "estimates", lambda _tests=None: proposals)
+    _, where, _ = night.calibrate()
+    applied = subprocess.run(["git", "apply", where["patch"]], cwd=night.repo_spec.path, capture_output=True, text=True)
+    assert applied.returncode == 0, applied.stderr
+    next_night = Night(NightSettings(home=tmp_path / "home", assets_dir=tmp_path / "assets"))
+    planned = next_night.catalog.by_id()
+    assert planned[cuda.id].est_time == 22  # the file's literal now
+    assert (planned[rocm.id].est_time, planned[rocm.id].est_source) == (30, "history")
+    assert next_night.in_force(planned.values())[(rocm.id, rocm.hardware)] == 30
+    (tmp_path / "home" / "history.sqlite").write_bytes(b"not a database" * 100)  # the rewrites cannot be read
+    unread = Night(NightSettings(home=tmp_path / "home", assets_dir=tmp_path / "assets"))
+    assert unread.catalog.by_id()[rocm.id].est_time == 20
+    assert any(n.startswith("calibrated est_time of files calibrate rewrote not used: ") for n in unread.notes)

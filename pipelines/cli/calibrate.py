@@ -190,8 +190,9 @@ def _night(args: argparse.Namespace, repo: str):
 
 def _in_force(args: argparse.Namespace, repo: str, tests) -> dict[tuple[str, str], int]:
     """The calibrated est_time each test plans with now (the deployment's estimates/<repo>.json, for
-    the test's current file): the step guard judges from it, as the night's calibration does. A
-    corrupt file or entry is a warning, and those tests are judged from the registered value.
+    the test's current file or one calibrate's rewrite led from): the step guard judges from it, as
+    the night's calibration does. A corrupt file or entry is a warning, and those tests are judged
+    from the registered value.
 
     ``--store FILE`` without ``--write`` is a dry run over a local history file: no deployment's
     estimates are read (they may be on S3, needing credentials this run has no use for). A dry run
@@ -218,7 +219,7 @@ def _in_force(args: argparse.Namespace, repo: str, tests) -> dict[tuple[str, str
         return {}
     for problem in night.estimate_warnings:
         print(f"nightly calibrate: warning: {problem}", file=sys.stderr)
-    return in_force_est_times(tests, calibrated)
+    return in_force_est_times(tests, calibrated, night.rewrites_for(tests, calibrated))
 
 
 def _store_estimates(args: argparse.Namespace, repo: str, tests, estimates) -> bool:

@@ -157,7 +157,8 @@ def _run(args: argparse.Namespace) -> int:
     from pipelines.night import Night, NightSettings, with_calibrated
 
     night = Night(NightSettings(repo=spec.name if spec else str(path), deployment=args.deployment))
-    catalog = with_calibrated(catalog, night.calibrated())
+    calibrated = night.calibrated()
+    catalog = with_calibrated(catalog, calibrated, night.rewrites_for(catalog.tests, calibrated))
     for problem in night.estimate_warnings:
         print(f"warning: {problem}", file=sys.stderr)
     changed = None

@@ -539,3 +539,70 @@ def test_an_unconfigured_checkout_named_like_a_configured_repo_keeps_its_own_sta
     captured = capsys.readouterr()
     assert f"nightly: repo {name} ({other}), deployment local" in captured.out
     assert f"nights go by the name {name} (the folder name and a digest of the path" in captured.out + captured.err
+
+
+def _sglangish_with_history(tmp_path, monkeypatch, suites=("nightly-1-gpu",)) -> Path:
+    """A copy of examples/sglangish whose test_generate.py (a stage-b call and a suite="nightly-1-gpu"
+    call) ran 21 s in three CI logs of each suite in ``suites``, imported as a maintainer would."""
+    import shutil
+
+    from pipelines.cli import main
+
+    repo = tmp_path / "sglangish"
+    shutil.copytree(Path(__file__).parents[2] / "examples" / "sglangish", repo)
+    monkeypatch.setenv("NIGHTLY_HOME", str(tmp_path / "home"))
+    logs = []
+    for suite in suites:
+        est = 5 if suite.startswith("stage-b") else 8
+        for day in (1, 2, 3):
+            ts = (datetime.now(UTC) - timedelta(days=day)).strftime("%Y-%m-%dT%H:%M:%S.0000000Z")
+            log = tmp_path / f"{suite}-{day}.txt"
+            log.write_text(f"{ts} python3 run_suite.py --suite {suite}\n{ts} End (1/1):\n"
+                           f"{ts} filename='registered/basic/test_generate.py', elapsed=21, _estimated_time={est}\n"
+                           f"{ts} [1/1] registered/basic/test_generate.py  PASS  elapsed=21s\n")
+            logs.append(str(log))
+    assert main(["history", "import", "--repo", str(repo), *logs]) == 0
+    return repo
+
+
+def test_a_suite_registration_beside_a_stage_registration_of_the_backend_is_patched(tmp_path, monkeypatch, capsys):
+    """SGLang's suite="nightly-1-gpu" names no hardware; the file's stage= call registers another test,
+    so it is not a second est_time for it and the nightly literal is the one patched."""
+    repo = _sglangish_with_history(tmp_path, monkeypatch)
+    patch = tmp_path / "p.diff"
+    assert cli("calibrate", "--repo", str(repo), "--patch", str(patch)) == 0
+    out = capsys.readouterr().out
+    assert "left alone" not in out
+    changed = [ln for ln in patch.read_text().splitlines() if ln[:1] in "-+" and ln[:3] not in ("---", "+++")]
+    assert changed == ['-register_cuda_ci(est_time=8, suite="nightly-1-gpu", nightly=True)',
+                       '+register_cuda_ci(est_time=21, suite="nightly-1-gpu", nightly=True)']
+
+
+def test_a_proposal_write_leaves_out_of_the_file_it_rewrites_is_in_force_the_next_night(tmp_path, monkeypatch, capsys):
+    """--write stores the estimates under the digest before its rewrite; the rewrite it records leads
+    there from the new digest, so h200's 500 s (its literal is shared with h100, which has no evidence,
+    so the file keeps 1200) is what the next night plans with and what the next step is judged from."""
+    from pipelines.night import Night, NightSettings
+
+    repo = tmp_path / "fw"
+    (repo / "tests/e2e").mkdir(parents=True)
+    text = ("from x import register_cuda_ci\n"
+            "register_cuda_ci(1200, 'stage-c-4-gpu', labels=['m'], hardware=['4-gpu-h100', '4-gpu-h200'])\n"
+            "register_cuda_ci(900, 'stage-d-8-gpu-b200', labels=['m'])\n")
+    (repo / "tests/e2e/test_l.py").write_text(text)
+    monkeypatch.setenv("NIGHTLY_HOME", str(tmp_path / "home"))
+    tests = history_cli.load_catalog_for(*history_cli.resolve_repo(str(repo))).tests
+    listed = next(t for t in tests if t.suite == "stage-c-4-gpu" and t.hardware == "h200")
+    other = next(t for t in tests if t.suite == "stage-d-8-gpu-b200")
+    now = datetime.now(UTC).isoformat()
+    FileHistoryStore(tmp_path / "home" / "history.sqlite").append(
+        [Sample(t.id, t.hardware, t.sha256, "passed", s, now, source=f"n.log:{s}") for t, s in ((listed, 400), (other, 300))])
+    assert cli("calibrate", "--repo", str(repo), "--write") == 0
+    assert "left alone: tests/e2e/test_l.py: line 2: est_time 1200 is shared with h100" in capsys.readouterr().out
+    assert (repo / "tests/e2e/test_l.py").read_text() == text.replace("(900,", "(400,")
+    planned = Night(NightSettings(repo=str(repo))).catalog.by_id()
+    assert (planned[listed.id].est_time, planned[other.id].est_time) == (500, 400)
+    evidence = tmp_path / "ev.csv"
+    assert cli("calibrate", "--repo", str(repo), "--evidence", str(evidence)) == 0
+    rows = {r["test_id"]: r for r in csv.DictReader(evidence.open())}
+    assert (rows[listed.id]["in_force_est_time"], rows[listed.id]["proposed_est_time"]) == ("500", "500")

@@ -87,11 +87,25 @@ def _literal(node: ast.expr | None):
         return None
 
 
+def _call_suite(call: ast.Call) -> str | None:
+    """The suite a call names, as the catalog resolves it (``suite=`` or the second argument, else
+    ``f"{stage}-test-{runner_config}"``); None when its literals do not say."""
+    suite = _literal(_kw(call, "suite") or (call.args[1] if len(call.args) > 1 else None))
+    if isinstance(suite, str):
+        return suite
+    stage, runner = _literal(_kw(call, "stage")), _literal(_kw(call, "runner_config"))
+    return f"{stage}-test-{runner}" if isinstance(stage, str) and isinstance(runner, str) else None
+
+
 def _for_hardware(call: ast.Call, test: Test) -> bool:
+    """Whether ``call`` registers ``test``'s backend on its hardware. A test registered for no hardware
+    in particular (SGLang's ``suite="nightly-1-gpu"``) is found by its suite, or by its line when the
+    call names none: any other call of the backend registers another test, not a second est_time."""
     if call.func.id != f"register_{test.backend}_ci":  # type: ignore[attr-defined]
         return False
     if not test.hardware:
-        return True
+        named = _call_suite(call)
+        return named == test.suite if named is not None else call.lineno <= test.line <= (call.end_lineno or call.lineno)
     suite = _kw(call, "suite") or (call.args[1] if len(call.args) > 1 else None)
     hw = _literal(_kw(call, "hardware"))
     suite_value = _literal(suite)

@@ -52,6 +52,10 @@ _NUMBER = re.compile(r"\d{1,9}(?:\.\d{1,6})?")
 #: the runner's command line: `python3 run_suite.py --suite stage-c-4-gpu-h200 --hw cuda ...`
 _COMMAND_SUITE = re.compile(r"\.py\b.*?\s--suite(?:=|\s+)([A-Za-z0-9][A-Za-z0-9._-]*)")
 _COMMAND_HW = re.compile(r"\.py\b.*?\s--hw(?:=|\s+)([A-Za-z0-9_-]+)")
+#: the most physical lines one command line is joined from (GitHub echoes a multi-line ``run:`` block
+#: line by line, each continued with ``\``): enough for any command, and test output whose lines end
+#: in ``\`` (a printed shell script, a C macro) never joins more
+_CONTINUED_MAX = 16
 OUTCOME = {"PASS": "passed", "FAIL": "failed", "TIMEOUT": "timed_out"}
 
 
@@ -181,14 +185,23 @@ def read_ci_log(text: str | Iterable[str]) -> ParsedLog:
     hws: list[str] = []
     digest = hashlib.sha256()
     end_at = 0  # an `End (i/N):` line whose next line must be its `filename=` line
+    continued: list[str] = []  # the lines so far of a command continued with `\`
     for i, raw in enumerate(_pieces(text) if isinstance(text, str) else text, start=1):
         digest.update(raw.encode("utf-8", "replace"))
         line, stamp = _strip_stamp(raw.removesuffix("\n").rstrip("\r"))
+        # `run_suite.py \` then `  --suite S \`: one command over several lines, read as one line once whole;
+        # each physical line is still read below as itself (its own number in every attempt and refusal)
+        if joined := bool(continued) or line.endswith("\\"):
+            continued.append(line.removesuffix("\\"))
+            if not line.endswith("\\") or len(continued) == _CONTINUED_MAX:
+                _command(" ".join(continued), suites, hws)
+                continued = []
         if end_at and not line.startswith("filename="):  # else that line is read (or refused) here
             refused.append((end_at, "log", _NO_FILENAME))
         end_at = 0
         if line[:1] not in _RUNNER_HEADS:  # test output, the bulk of a log: only a command line matters
-            _command(line, suites, hws)
+            if not joined:
+                _command(line, suites, hws)
             continue
         if m := _SUMMARY.match(line):
             value, why = seconds(m.group(5))
@@ -215,8 +228,10 @@ def read_ci_log(text: str | Iterable[str]) -> ParsedLog:
             end_at = i
         elif _RUNNER_START.match(line) or _cut_summary(line):
             refused.append((i, "log", _cut(line)))
-        else:
+        elif not joined:
             _command(line, suites, hws)
+    if continued:  # the log ends inside a continued command
+        _command(" ".join(continued), suites, hws)
     if end_at:  # the log ends after an `End (i/N):` line
         refused.append((end_at, "log", _NO_FILENAME))
     pairs, unpaired = _pair(summaries, ended)

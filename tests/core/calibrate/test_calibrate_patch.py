@@ -288,3 +288,30 @@ def test_a_float_est_time_literal_is_rewritten_as_a_whole_number_of_seconds(repo
     plan = plan_patch(repo, [f], [est(f, 300)])
     assert plan.skipped == ()
     assert plan.edits["test/registered/test_f.py"] == (text, text.replace("120.5", "300"))
+
+
+SG_TWO = textwrap.dedent("""\
+    register_cuda_ci(est_time=5, stage="stage-b", runner_config="1-gpu-large")
+    register_cuda_ci(est_time=8, suite="nightly-1-gpu", nightly=True)
+""")
+
+
+def test_a_test_without_hardware_is_found_by_its_suite_beside_other_calls_of_the_backend(repo):
+    sha = write(repo, "test/registered/test_g.py", SG_TWO)
+    stage = make_test(id="test/registered/test_g.py::cuda-stage-b-test-1-gpu-large", path="test/registered/test_g.py",
+                      suite="stage-b-test-1-gpu-large", hardware="1-gpu-large", sha256=sha, est_time=5, line=1)
+    nightly = make_test(id="test/registered/test_g.py::cuda-nightly-1-gpu", path="test/registered/test_g.py",
+                        suite="nightly-1-gpu", hardware="", sha256=sha, est_time=8, line=2)
+    plan = plan_patch(repo, [stage, nightly], [est(stage, 30), est(nightly, 23)])
+    assert plan.skipped == ()
+    assert plan.edits["test/registered/test_g.py"][1] == SG_TWO.replace("=5,", "=30,").replace("=8,", "=23,")
+
+
+def test_two_calls_naming_the_same_suite_without_hardware_still_leave_the_file_alone(repo):
+    text = SG_TWO.replace('stage="stage-b", runner_config="1-gpu-large"', 'suite="nightly-1-gpu"')
+    sha = write(repo, "test/registered/test_g.py", text)
+    nightly = make_test(id="test/registered/test_g.py::cuda-nightly-1-gpu", path="test/registered/test_g.py",
+                        suite="nightly-1-gpu", hardware="", sha256=sha, est_time=8, line=2)
+    plan = plan_patch(repo, [nightly], [est(nightly, 23)])
+    assert plan.edits == {}
+    assert plan.skipped == (("test/registered/test_g.py", "2 registrations for cuda/any hardware; edit by hand"),)

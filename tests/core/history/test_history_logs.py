@@ -123,6 +123,31 @@ def test_without_suite_the_runner_command_line_in_the_log_names_the_job_suite():
     assert read_ci_log(log).suite == "stage-c-4-gpu-mi300"
 
 
+#: how GitHub Actions echoes a multi-line `run:` block: each line with its own timestamp, continued with `\`
+ECHOED = ("2026-11-30T15:00:00.1234567Z ##[group]Run cd test && python3 run_suite.py \\\n"
+          "2026-11-30T15:00:00.1234567Z   --suite stage-c-4-gpu-mi300 \\\n"
+          "2026-11-30T15:00:00.1234567Z   --hw rocm \\\n"
+          "2026-11-30T15:00:00.1234567Z   --auto-partition-id 0 --auto-partition-size 2\n"
+          "2026-11-30T15:00:00.1234567Z shell: /usr/bin/bash -e {0}\n"
+          "2026-11-30T15:00:00.1234567Z ##[endgroup]\n")
+
+
+def test_a_command_line_continued_with_backslashes_names_the_job_suite_and_keeps_line_numbers():
+    log = ECHOED + M_LOG
+    parsed = read_ci_log(log)
+    assert (parsed.suite, parsed.hw) == ("stage-c-4-gpu-mi300", "rocm")
+    samples, problems = import_logs({"job.log": log}, catalog(CUDA_M, ROCM_M))
+    assert problems == [] and [(s.test_id, s.source) for s in samples] == [(ROCM_M.id, "job.log:7")]
+
+
+def test_only_a_few_continued_lines_are_joined_into_one_command():
+    """Test output whose lines end in `\\` does not join the whole log into one line."""
+    far = "python3 run_suite.py \\\n" + "  x \\\n" * 16 + "  --suite stage-c-4-gpu-mi300\n"
+    assert read_ci_log(far + M_LOG).suite is None
+    near = "python3 run_suite.py \\\n" + "  x \\\n" * 14 + "  --suite stage-c-4-gpu-mi300\n"
+    assert read_ci_log(near + M_LOG).suite == "stage-c-4-gpu-mi300"
+
+
 def test_the_hw_flag_of_the_command_line_picks_the_backend():
     log = "python3 run_suite.py --hw cuda\n" + M_LOG
     samples, problems = import_logs({"job.log": log}, catalog(CUDA_M, ROCM_M))
