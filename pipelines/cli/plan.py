@@ -200,7 +200,10 @@ def _run(args: argparse.Namespace) -> int:
     static = None
     if shards:
         sh = static_shards([t for t in runnable if t.id not in plan.unplanned], shards)  # unlisted suites: 1 shard
-        static = (sh, shards_plan(sh, timeout_floor_s=floor, timeout_factor=factor))
+        # on the durations the plan itself used (its medians), so "vs static shards" compares splits, not
+        # the plan's medians with the shards' padded est_time
+        medians = {tid: median for tid, median, _p90, _source in plan.expected}
+        static = (sh, shards_plan(sh, timeout_floor_s=floor, timeout_factor=factor, durations=medians))
     tests = {t.id: t for t in catalog.tests}
     if gantt:
         write_gantt(plan, pools, gantt)

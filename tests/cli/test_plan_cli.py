@@ -102,8 +102,27 @@ def test_a_bad_git_range_is_a_clear_error(fake_catalog, tmp_path, capsys):
 def test_static_shards_print_beside_the_plan(fake_catalog, tmp_path, capsys):
     assert nightly_plan(["--repo", str(tmp_path), "--pool", "h200=2x8", "--shards", "stage-c-4-gpu-h200=2"]) == 0
     out = capsys.readouterr().out
-    assert "static shards (the framework's split): 16 GPUs held, makespan 900s" in out
+    # on the plan's durations (no history: est_time / 1.25), as the plan's own makespan is
+    assert ("static shards (the framework's split): 16 GPUs held, makespan 720s on this plan's durations, "
+            "900s of est_time (the shard sums below)") in out
     assert "stage-c-4-gpu-h200 shard 1/2:    600s  tests/test_a.py" in out
+
+
+def test_the_plan_and_the_static_shards_compare_on_the_same_durations(monkeypatch, tmp_path, capsys):
+    """One 2000 s test binds both the plan and the shards: 0 %, not the -20 % of est_time's 1.25 padding."""
+    tests = (make_test(id="tests/test_long.py", path="tests/test_long.py", est_time=2000),
+             make_test(id="tests/test_short.py", path="tests/test_short.py", est_time=400))
+    monkeypatch.setattr(plan_cli, "load_catalog", lambda path, spec, specs: Catalog(repo=str(path), tests=tests))
+    argv = ["--repo", str(tmp_path), "--pool", "h200=2x8", "--shards", "stage-c-4-gpu-h200=2"]
+    assert nightly_plan(argv) == 0
+    out = capsys.readouterr().out
+    assert "makespan 1600s on this plan's durations, 2000s of est_time" in out
+    assert ("this plan: 1600s on 16 GPUs (+0.0% vs static shards; both on each test's expected duration (median "
+            "from history, else est_time / 1.25))") in out
+    assert nightly_plan([*argv, "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["makespan_s"] == out["static_shards"]["makespan_s"] == 1600.0
+    assert out["static_shards"]["basis"] == "expected_s" and out["static_shards"]["est_makespan_s"] == 2000.0
 
 
 def test_bad_flags_are_errors_that_say_how_to_fix_them(fake_catalog, tmp_path, capsys):
