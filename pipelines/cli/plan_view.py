@@ -154,7 +154,8 @@ def duration_basis(plan: Plan) -> str:
             "of their current file (marked below)")
 
 
-def print_text(catalog: Catalog, plan: Plan, pools, tests, skipped, static, changed) -> None:
+def print_text(catalog: Catalog, plan: Plan, pools, tests, skipped, static, changed, recent: str = "") -> None:
+    """``recent``: the prediction error over the repo's recent nights (one line; "" before any)."""
     shapes = {p.name: p for p in pools}
     spread = (f"; median of simulated nights {plan.predicted_median_s:.0f}s, p90 {plan.predicted_p90_s:.0f}s"
               if plan.predicted_median_s else "")
@@ -163,6 +164,8 @@ def print_text(catalog: Catalog, plan: Plan, pools, tests, skipped, static, chan
     basis = duration_basis(plan)
     if basis:
         print(f"  {basis}; timeouts stay on est_time")
+    if recent:
+        print(f"  {recent}")
     if changed is not None:
         print(f"  selected by {len(changed)} changed path(s)"
               + ("" if plan.assignments or plan.unplanned or skipped else "; they select no test: nothing to plan"))

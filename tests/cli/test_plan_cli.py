@@ -329,3 +329,26 @@ def test_plan_reads_the_catalog_with_models_yaml_as_the_run_does(project_root: P
     line = repos.splitlines().index(glob.rstrip("\n")) + 1
     assert (f"{assets}/repos.yaml:{line}: repos.minirl.requirements: tests/e2e/megatron/test_dp8_chat.py: unknown "
             "requirement 'extra-judgx'") in capsys.readouterr().out
+
+
+def test_the_header_says_how_far_the_recent_nights_predictions_were_off(fake_catalog, tmp_path, monkeypatch, capsys):
+    home, repo = tmp_path / "home", tmp_path / "fw"
+    repo.mkdir()
+    (home / "nights").mkdir(parents=True)
+    monkeypatch.setenv("NIGHTLY_HOME", str(home))
+    assert nightly_plan(["--repo", str(repo), "--pool", "h200=1x8"]) == 0
+    assert "prediction error" not in capsys.readouterr().out  # no night recorded yet: nothing to say
+    nights = [(1, unconfigured_name(repo), "local", 120.0, 130.0), (2, unconfigured_name(repo), "local", 90.0, 95.0),
+              (3, unconfigured_name(repo), "k8s", 300.0, 400.0),  # another deployment's pools: left out
+              (4, "other-framework", "local", 500.0, 600.0)]  # another repo's night: left out
+    for day, name, deployment, median, p90 in nights:
+        night = f"2026-11-0{day}T150000Z"
+        (home / "nights" / f"{night}.json").write_text(json.dumps({
+            "night": night, "run_id": f"r{day}", "repo": name, "deployment": deployment, "attempts": [],
+            "status": "finished", "prediction": {"night": night, "predicted_median_s": median,
+                                                 "predicted_p90_s": p90, "actual_s": 100.0, "tests": []}}))
+    assert nightly_plan(["--repo", str(repo), "--pool", "h200=1x8"]) == 0
+    header = capsys.readouterr().out.split("\n\n")[0].splitlines()
+    # +20 % and -10 %: off by 15 % on average, 5 % long; the second night (100 s) ran past its p90 (95 s)
+    assert header[-1] == ("  prediction error over the last 2 night(s): makespan off by 15% on average (long by 5%), "
+                          "within the p90 on 1/2")
