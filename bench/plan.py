@@ -22,6 +22,7 @@ Prints tables; goals are checked and reported, never asserted.
 
 from __future__ import annotations
 
+import argparse
 import csv
 import dataclasses
 import math
@@ -322,36 +323,73 @@ def speed() -> None:
           f"p90 {planned.predicted_p90_s:.0f} s); goal < 1 s")
 
 
-def main(argv: list[str]) -> None:
-    """``--seeds A-B`` and ``--sigmas X,Y`` re-run the realistic nights on other seeds (the reported
-    ones are 0-19; the planner's constants were chosen on 100-139 and checked on 200-399);
-    ``--history N``: past runs per test (default 5); ``--uncut``: a run past its timeout runs on
-    (the runner kills it there; before 2026-12-04 the bench let it run)."""
-    seeds, sigmas, runs = REAL_SEEDS, REAL_SIGMAS, HISTORY_RUNS
-    uncut = "--uncut" in argv
-    argv = [a for a in argv if a != "--uncut"]
-    if "--history" in argv:
-        k = argv.index("--history")
-        runs = int(argv[k + 1])
-        if runs < 1:
-            raise SystemExit("bench/plan.py: --history needs 1 or more past runs per test")
-        del argv[k:k + 2]
-    if "--seeds" in argv:
-        k = argv.index("--seeds")
-        first, _, last = argv[k + 1].partition("-")
+#: the parts in the order they run; none named: all of them
+PARTS = ("framework", "synthetic", "realistic", "speed")
+
+
+def _seeds(text: str) -> range:
+    """``A-B`` (both included) or ``A``."""
+    first, _, last = text.partition("-")
+    try:
         seeds = range(int(first), int(last or first) + 1)
-        del argv[k:k + 2]
-    if "--sigmas" in argv:
-        k = argv.index("--sigmas")
-        sigmas = tuple(float(x) for x in argv[k + 1].split(","))
-        del argv[k:k + 2]
-    parts = argv or ["framework", "synthetic", "realistic", "speed"]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected A-B or A, whole numbers (e.g. 200-399)") from None
+    if not seeds:
+        raise argparse.ArgumentTypeError(f"{text!r}: the last seed is before the first")
+    return seeds
+
+
+def _sigmas(text: str) -> tuple[float, ...]:
+    """``X,Y``: lognormal spreads, each >= 0."""
+    try:
+        sigmas = tuple(float(x) for x in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected numbers separated by commas (e.g. 0.1,0.5)") from None
+    if not all(math.isfinite(x) and x >= 0 for x in sigmas):
+        raise argparse.ArgumentTypeError(f"{text!r}: each sigma must be a number >= 0")
+    return sigmas
+
+
+def _runs(text: str) -> int:
+    try:
+        runs = int(text)
+    except ValueError:
+        runs = 0
+    if runs < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: needs 1 or more past runs per test")
+    return runs
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="bench/plan.py", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("parts", nargs="*", metavar="PART", help=f"the parts to run: {', '.join(PARTS)} (default: all)")
+    p.add_argument("--seeds", type=_seeds, default=REAL_SEEDS, metavar="A-B",
+                   help="the realistic nights' seeds (default 0-19, the reported ones; the planner's constants "
+                        "were chosen on 100-139 and checked on 200-399)")
+    p.add_argument("--sigmas", type=_sigmas, default=REAL_SIGMAS, metavar="X,Y",
+                   help=f"the realistic nights' spreads (default {','.join(map(str, REAL_SIGMAS))})")
+    p.add_argument("--history", type=_runs, default=HISTORY_RUNS, metavar="N",
+                   help=f"past runs per test in the realistic nights' history (default {HISTORY_RUNS})")
+    p.add_argument("--uncut", action="store_true",
+                   help="a run past its timeout runs on (the runner kills it there; before 2026-12-04 the bench "
+                        "let it run)")
+    return p
+
+
+def main(argv: list[str]) -> None:
+    p = parser()
+    args = p.parse_intermixed_args(argv)  # parts and flags in any order: `realistic --seeds 200-399 speed`
+    unknown = [x for x in args.parts if x not in PARTS]
+    if unknown:  # checked here, not by choices=: an empty PART list is the default, not a bad choice
+        p.error(f"unknown part(s) {', '.join(map(repr, unknown))}; choose from {', '.join(PARTS)}")
+    parts = args.parts or list(PARTS)
     if "framework" in parts:
         framework(load_workload())
     if "synthetic" in parts:
         synthetic()
     if "realistic" in parts:
-        realistic(load_workload(), sigmas, seeds, runs, uncut)
+        realistic(load_workload(), args.sigmas, args.seeds, args.history, args.uncut)
     if "speed" in parts:
         speed()
 

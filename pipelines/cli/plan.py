@@ -132,6 +132,24 @@ def _pairs(values: list[str], flag: str) -> dict[str, int]:
     return out
 
 
+def _recent_error(night) -> str:
+    """How far the predictions were off over the repo's recent nights on this deployment (what the
+    night report shows in full); "" before the first recorded night. A damaged record is a warning."""
+    from pipelines.core.plan.accuracy import error_lines, prediction_error
+    from pipelines.reporting.inputs import recent_predictions
+    from pipelines.storage.state import StateError
+
+    try:
+        records, problems = recent_predictions(night.state, night.repo_spec.name, night.deployment.name)
+    except StateError as exc:  # the plan stands without it
+        print(f"warning: prediction error of recent nights not read: {exc}", file=sys.stderr)
+        return ""
+    for problem in problems:
+        print(f"warning: {problem}", file=sys.stderr)
+    error = prediction_error(records)
+    return error_lines(error)[0] if error.nights else ""
+
+
 def run(args: argparse.Namespace) -> int:
     try:
         return _run(args)
@@ -201,14 +219,17 @@ def _run(args: argparse.Namespace) -> int:
     static = None
     if shards:
         sh = static_shards([t for t in runnable if t.id not in plan.unplanned], shards)  # unlisted suites: 1 shard
-        static = (sh, shards_plan(sh, timeout_floor_s=floor, timeout_factor=factor))
+        # on the durations the plan itself used (its medians), so "vs static shards" compares splits, not
+        # the plan's medians with the shards' padded est_time
+        medians = {tid: median for tid, median, _p90, _source in plan.expected}
+        static = (sh, shards_plan(sh, timeout_floor_s=floor, timeout_factor=factor, durations=medians))
     tests = {t.id: t for t in catalog.tests}
     if gantt:
         write_gantt(plan, pools, gantt)
     if args.json:
         print(json.dumps(plan_json(plan, pools, tests, skipped, catalog, static), indent=1))
     else:
-        print_text(catalog, plan, pools, tests, skipped, static, changed)
+        print_text(catalog, plan, pools, tests, skipped, static, changed, recent=_recent_error(night))
     if gantt:
         print(f"gantt chart: {gantt}", file=sys.stderr if args.json else sys.stdout)  # stdout stays JSON
     return 0

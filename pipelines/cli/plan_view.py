@@ -63,10 +63,23 @@ def plan_json(plan: Plan, pools, tests: dict[str, Test], skipped, catalog: Catal
     if static:
         sh, splan = static
         out["static_shards"] = {
-            "makespan_s": splan.makespan_s, "gpus": shards_gpus(sh),
+            "makespan_s": splan.makespan_s, "basis": "expected_s" if plan.expected else "est_time",
+            "est_makespan_s": float(_est_makespan(sh)), "gpus": shards_gpus(sh),
             "shards": [{"suite": s, "shard": k, "tests": [t.id for t in shard], "est_s": sum(t.est_time for t in shard)}
                        for s, ss in sh.items() for k, shard in enumerate(ss)]}
     return out
+
+
+def _est_makespan(sh) -> int:
+    """The static shards' makespan on raw est_time (the framework's own figure, padded by 1.25)."""
+    return max((sum(t.est_time for t in shard) for ss in sh.values() for shard in ss), default=0)
+
+
+def shards_basis(plan: Plan) -> str:
+    """The durations both sides of "vs static shards" are on (the same, or the figure measures the padding)."""
+    if not plan.expected:
+        return "both on est_time"
+    return "both on each test's expected duration (median from history, else est_time / 1.25)"
 
 
 def skipped_hardware_reason(hardware: str) -> str:
@@ -141,7 +154,8 @@ def duration_basis(plan: Plan) -> str:
             "of their current file (marked below)")
 
 
-def print_text(catalog: Catalog, plan: Plan, pools, tests, skipped, static, changed) -> None:
+def print_text(catalog: Catalog, plan: Plan, pools, tests, skipped, static, changed, recent: str = "") -> None:
+    """``recent``: the prediction error over the repo's recent nights (one line; "" before any)."""
     shapes = {p.name: p for p in pools}
     spread = (f"; median of simulated nights {plan.predicted_median_s:.0f}s, p90 {plan.predicted_p90_s:.0f}s"
               if plan.predicted_median_s else "")
@@ -150,6 +164,8 @@ def print_text(catalog: Catalog, plan: Plan, pools, tests, skipped, static, chan
     basis = duration_basis(plan)
     if basis:
         print(f"  {basis}; timeouts stay on est_time")
+    if recent:
+        print(f"  {recent}")
     if changed is not None:
         print(f"  selected by {len(changed)} changed path(s)"
               + ("" if plan.assignments or plan.unplanned or skipped else "; they select no test: nothing to plan"))
@@ -201,7 +217,9 @@ def print_text(catalog: Catalog, plan: Plan, pools, tests, skipped, static, chan
             print(f"    {p}")
     if static:
         sh, splan = static
-        print(f"\n  static shards (the framework's split): {shards_gpus(sh)} GPUs held, makespan {splan.makespan_s:.0f}s")
+        raw = f" on this plan's durations, {_est_makespan(sh)}s of est_time (the shard sums below)" if plan.expected else ""
+        print(f"\n  static shards (the framework's split): {shards_gpus(sh)} GPUs held, makespan {splan.makespan_s:.0f}s"
+              f"{raw}")
         for suite, ss in sh.items():
             for k, shard in enumerate(ss):
                 print(f"    {suite} shard {k + 1}/{len(ss)}: {sum(t.est_time for t in shard):>6}s  "
@@ -209,4 +227,4 @@ def print_text(catalog: Catalog, plan: Plan, pools, tests, skipped, static, chan
         if splan.makespan_s:
             gpus = sum(p.nodes * p.gpus_per_node for p in pools if p.name in {a.pool for a in plan.assignments})
             print(f"  this plan: {plan.makespan_s:.0f}s on {gpus} GPUs "
-                  f"({plan.makespan_s / splan.makespan_s - 1:+.1%} vs static shards)")
+                  f"({plan.makespan_s / splan.makespan_s - 1:+.1%} vs static shards; {shards_basis(plan)})")

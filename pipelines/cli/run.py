@@ -238,9 +238,7 @@ def _execute(night, args, selection, env: dict[str, str], home: Path) -> int:
     print()
     print(table(rows))
     print()
-    print(f"predicted makespan {summary['predicted_makespan_s']:.1f}s (p90 {summary.get('predicted_p90_s', 0):.1f}s), "
-          f"actual {summary['actual_makespan_s']:.1f}s, lower bound {summary['lower_bound_s']:.1f}s; "
-          f"whole night {time.monotonic() - t0:.1f}s")
+    print(makespan_line(summary, time.monotonic() - t0))
     for note in summary["notes"]:
         print(f"note: {note}")
     for line in held_lines(estimates):
@@ -255,6 +253,17 @@ def _execute(night, args, selection, env: dict[str, str], home: Path) -> int:
     bad = [r for r in rows if r.outcome not in ("passed", "skipped", "unplanned")
            and r.test_id not in verdict.get("excused_quarantined", ())]
     return EXIT_TEST_FAILED if bad or not calib.success else 0
+
+
+def makespan_line(summary: dict, whole_s: float) -> str:
+    """The predicted against the actual makespan: the simulated nights' median beside their p90, as
+    `nightly plan`'s header pairs them (the schedule's makespan on the medians is another, shorter
+    figure); the makespan alone for a night planned without durations (no simulated nights)."""
+    median, p90 = summary.get("predicted_median_s") or 0, summary.get("predicted_p90_s") or 0
+    predicted = (f"predicted median makespan {median:.1f}s (p90 {p90:.1f}s)" if median
+                 else f"predicted makespan {summary['predicted_makespan_s']:.1f}s")
+    return (f"{predicted}, actual {summary['actual_makespan_s']:.1f}s, lower bound {summary['lower_bound_s']:.1f}s; "
+            f"whole night {whole_s:.1f}s")
 
 
 def held_lines(estimates) -> list[str]:

@@ -18,6 +18,7 @@ from pipelines.core.calibrate.policies import parse_time
 from pipelines.core.flaky import FlakyState, night_verdict, recorded_verdict, replay
 from pipelines.core.health import NodeFinding, detect_bad_nodes, passed_nodes
 from pipelines.core.model import Attempt, Estimate, Plan, Sample, Test
+from pipelines.core.plan.accuracy import PredictionError, error_lines, prediction_error, recorded_predictions
 from pipelines.core.trends import (
     Changes,
     Trend,
@@ -205,6 +206,10 @@ class ReportData:
     environment: tuple[tuple[str, str], ...] = ()
     #: proposals the step guard holds for a maintainer's acceptance (est_time stays until accepted)
     held: tuple[Estimate, ...] = ()
+    #: how far the plan's predictions were from the nights, over the repo's recent whole nights on this
+    #: deployment up to this one (``pipelines.core.plan.accuracy``), and the lines the page shows
+    prediction_error: PredictionError | None = None
+    prediction: tuple[str, ...] = ()
 
 
 def attempts_of(summary: Mapping) -> list[Attempt]:
@@ -373,6 +378,9 @@ def build_report(
         unfinished = (summary.get("verdict") or {}).get("unfinished") or ()
         verdict_text = (f"INCOMPLETE: {len(unfinished)} test(s) had not finished when the record was last written "
                         f"({summary.get('updated_at') or '?'}); the run is still going or its worker died")
+    # the error of the predictions over the nights read (``previous`` is this repo's), this one included
+    predictions, damaged = recorded_predictions([*previous, summary], summary.get("deployment"))
+    accuracy = prediction_error(predictions)
     trends = duration_trends(samples, [t.id for t in selected], trend_nights)
     # a test's last run is within the trend window when it ran lately: the rest cannot be near tonight's timeout
     runs = {p.run_id for t in trends.values() for p in t.points}
@@ -397,8 +405,9 @@ def build_report(
             if summary.get(f) is not None),
         gantt=bars, trends=tuple(trends[t.id] for t in selected if t.id in trends), changes=changes,
         flaky=tuple(s for _, s in sorted(states.items()) if s.state != "healthy"),
-        excused=verdict.excused, uncovered=tuple(uncovered), notes=tuple(summary.get("notes", ())),
+        excused=verdict.excused, uncovered=tuple(uncovered), notes=(*summary.get("notes", ()), *damaged),
         environment=tuple(environment(summary).items()),
+        prediction_error=accuracy, prediction=tuple(error_lines(accuracy)),
     )
 
 

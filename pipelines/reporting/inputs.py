@@ -23,6 +23,7 @@ from pipelines.core.calibrate.policies import parse_time
 from pipelines.core.catalog.ids import safe_filename
 from pipelines.core.flaky import FlakyRules, own_tests, replay, states_from_summary
 from pipelines.core.model import OUTCOMES, CatalogError, Estimate, Problem, Sample, Test
+from pipelines.core.plan.accuracy import RECENT_NIGHTS, NightPrediction, recorded_predictions
 from pipelines.core.report import ReportData, build_report, tail_lines
 from pipelines.core.select import CADENCES, in_cadence
 from pipelines.core.specs import unconfigured_name
@@ -283,6 +284,26 @@ def _newest(read: _Summaries, keys: Sequence[str], repo: str | None,
         raise damaged[0]
     raise CatalogError(Problem(read.store.uri("nights"), 1, "--repo",
                                f"no night of repo {repo!r} here; the nights here are of: {', '.join(sorted(seen))}"))
+
+
+def recent_predictions(store: StateStore, repo: str, deployment: str | None,
+                       max_reads: int = EARLIER_MAX_READS) -> tuple[list[NightPrediction], list[str]]:
+    """The ``prediction`` entries of the repo's newest whole nights on ``deployment`` (as many as the
+    report's prediction error looks back over, ``accuracy.RECENT_NIGHTS``), and a located problem for
+    each damaged one; what `nightly plan` shows under its header. Reads at most ``max_reads`` records
+    (on S3, one GET each; every repo's nights share ``nights/``), newest first; an unreadable night
+    is passed over (the report names it)."""
+    read = _Summaries(store)
+    records: list[NightPrediction] = []
+    problems: list[str] = []
+    for key in reversed(night_keys(store)[-max_reads:]):
+        if len(records) >= RECENT_NIGHTS:
+            break
+        if read.of(key, repo):
+            got, bad = recorded_predictions([read(key)], deployment)
+            records += got
+            problems += bad
+    return records, problems
 
 
 def log_tails(summary: Mapping, store: StateStore, lines: int = LOG_TAIL_LINES) -> dict[str, str]:

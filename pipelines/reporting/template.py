@@ -75,6 +75,7 @@ passed {{ k.passed_before }} &rarr; {{ k.passed_after }}; median duration tonigh
 <tr><th>GPU-hours idle</th><td class="num">{{ '%.2f'|format(d.usage.idle_gpu_h) }}</td></tr>
 <tr><th>capacity</th><td>{{ d.usage.gpus }} GPUs x {{ fmt(d.usage.makespan_s, ' s') }} ({{ d.usage.source }})</td></tr>{% endif %}
 </table>
+{% for line in d.prediction %}<p class="prediction">{{ line }}</p>{% endfor %}
 </section>
 
 <section id="gantt"><h2>The night as it ran, per node</h2>

@@ -102,8 +102,27 @@ def test_a_bad_git_range_is_a_clear_error(fake_catalog, tmp_path, capsys):
 def test_static_shards_print_beside_the_plan(fake_catalog, tmp_path, capsys):
     assert nightly_plan(["--repo", str(tmp_path), "--pool", "h200=2x8", "--shards", "stage-c-4-gpu-h200=2"]) == 0
     out = capsys.readouterr().out
-    assert "static shards (the framework's split): 16 GPUs held, makespan 900s" in out
+    # on the plan's durations (no history: est_time / 1.25), as the plan's own makespan is
+    assert ("static shards (the framework's split): 16 GPUs held, makespan 720s on this plan's durations, "
+            "900s of est_time (the shard sums below)") in out
     assert "stage-c-4-gpu-h200 shard 1/2:    600s  tests/test_a.py" in out
+
+
+def test_the_plan_and_the_static_shards_compare_on_the_same_durations(monkeypatch, tmp_path, capsys):
+    """One 2000 s test binds both the plan and the shards: 0 %, not the -20 % of est_time's 1.25 padding."""
+    tests = (make_test(id="tests/test_long.py", path="tests/test_long.py", est_time=2000),
+             make_test(id="tests/test_short.py", path="tests/test_short.py", est_time=400))
+    monkeypatch.setattr(plan_cli, "load_catalog", lambda path, spec, specs: Catalog(repo=str(path), tests=tests))
+    argv = ["--repo", str(tmp_path), "--pool", "h200=2x8", "--shards", "stage-c-4-gpu-h200=2"]
+    assert nightly_plan(argv) == 0
+    out = capsys.readouterr().out
+    assert "makespan 1600s on this plan's durations, 2000s of est_time" in out
+    assert ("this plan: 1600s on 16 GPUs (+0.0% vs static shards; both on each test's expected duration (median "
+            "from history, else est_time / 1.25))") in out
+    assert nightly_plan([*argv, "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["makespan_s"] == out["static_shards"]["makespan_s"] == 1600.0
+    assert out["static_shards"]["basis"] == "expected_s" and out["static_shards"]["est_makespan_s"] == 2000.0
 
 
 def test_bad_flags_are_errors_that_say_how_to_fix_them(fake_catalog, tmp_path, capsys):
@@ -310,3 +329,26 @@ def test_plan_reads_the_catalog_with_models_yaml_as_the_run_does(project_root: P
     line = repos.splitlines().index(glob.rstrip("\n")) + 1
     assert (f"{assets}/repos.yaml:{line}: repos.minirl.requirements: tests/e2e/megatron/test_dp8_chat.py: unknown "
             "requirement 'extra-judgx'") in capsys.readouterr().out
+
+
+def test_the_header_says_how_far_the_recent_nights_predictions_were_off(fake_catalog, tmp_path, monkeypatch, capsys):
+    home, repo = tmp_path / "home", tmp_path / "fw"
+    repo.mkdir()
+    (home / "nights").mkdir(parents=True)
+    monkeypatch.setenv("NIGHTLY_HOME", str(home))
+    assert nightly_plan(["--repo", str(repo), "--pool", "h200=1x8"]) == 0
+    assert "prediction error" not in capsys.readouterr().out  # no night recorded yet: nothing to say
+    nights = [(1, unconfigured_name(repo), "local", 120.0, 130.0), (2, unconfigured_name(repo), "local", 90.0, 95.0),
+              (3, unconfigured_name(repo), "k8s", 300.0, 400.0),  # another deployment's pools: left out
+              (4, "other-framework", "local", 500.0, 600.0)]  # another repo's night: left out
+    for day, name, deployment, median, p90 in nights:
+        night = f"2026-11-0{day}T150000Z"
+        (home / "nights" / f"{night}.json").write_text(json.dumps({
+            "night": night, "run_id": f"r{day}", "repo": name, "deployment": deployment, "attempts": [],
+            "status": "finished", "prediction": {"night": night, "predicted_median_s": median,
+                                                 "predicted_p90_s": p90, "actual_s": 100.0, "tests": []}}))
+    assert nightly_plan(["--repo", str(repo), "--pool", "h200=1x8"]) == 0
+    header = capsys.readouterr().out.split("\n\n")[0].splitlines()
+    # +20 % and -10 %: off by 15 % on average, 5 % long; the second night (100 s) ran past its p90 (95 s)
+    assert header[-1] == ("  prediction error over the last 2 night(s): makespan off by 15% on average (long by 5%), "
+                          "within the p90 on 1/2")

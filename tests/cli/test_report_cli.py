@@ -459,3 +459,24 @@ def test_a_gone_unconfigured_checkout_is_found_by_its_path_however_it_is_spelt(h
         assert (data["night"], data["changes"]["previous"]) == ("2026-11-06T150000Z", "2026-11-05T150000Z"), argv
         assert [(s["state"], s["by"]) for s in data["flaky"] if s["test_id"] == tid(GRPO)] == [
             ("quarantined", "alice")], argv
+
+
+def test_report_json_has_the_prediction_error_of_the_recent_nights(tmp_path, capsys):
+    import dataclasses
+
+    night = example_night(tmp_path)
+
+    def predicted(summary: dict, median: float) -> dict:
+        return {**summary, "prediction": {"night": summary["night"], "predicted_median_s": median,
+                                          "predicted_p90_s": 130.0, "actual_s": 100.0, "tests": []}}
+
+    # three earlier nights recorded a prediction (+10 %, -10 %, +40 %), tonight +0 %
+    previous = [predicted(s, m) for s, m in zip(night.previous[:3], (110.0, 90.0, 140.0), strict=True)]
+    home = write_home(dataclasses.replace(night, previous=[*previous, *night.previous[3:]],
+                                          summary=predicted(night.summary, 100.0)))
+    code, out, _ = nightly(capsys, "report", "--home", str(home), "--repo", "minirl", "--json")
+    data = json.loads(out)
+    assert code == 0
+    assert data["prediction"][0] == ("prediction error over the last 4 night(s): makespan off by 15% on average "
+                                     "(long by 10%), within the p90 on 4/4")
+    assert (data["prediction_error"]["nights"], data["prediction_error"]["within_p90"]) == (4, 4)

@@ -92,3 +92,19 @@ def test_a_held_proposal_is_said_from_the_est_time_in_force_as_nightly_calibrate
         "held for acceptance: tests/e2e/t.py: est_time 10 -> 20",
         "held for acceptance: tests/e2e/u.py: est_time 3 -> 30",
     ]
+
+
+def test_the_end_of_night_line_pairs_the_simulated_median_with_its_own_p90():
+    """The schedule's makespan on the medians (61.6 s) is not the median of the simulated nights (64.1 s)
+    whose p90 it was printed beside; the record's predicted_median_s is what the report calls the prediction."""
+    from pipelines.cli.run import makespan_line
+
+    summary = {"predicted_makespan_s": 61.6, "predicted_median_s": 64.06, "predicted_p90_s": 80.79,
+               "actual_makespan_s": 98.1, "lower_bound_s": 58.8}
+    assert makespan_line(summary, 120.0) == ("predicted median makespan 64.1s (p90 80.8s), actual 98.1s, "
+                                             "lower bound 58.8s; whole night 120.0s")
+    # planned without durations (no simulated nights: 0), or a record from before they were kept
+    for older in ({**summary, "predicted_median_s": 0.0, "predicted_p90_s": 0.0},
+                  {k: v for k, v in summary.items() if k not in ("predicted_median_s", "predicted_p90_s")}):
+        assert makespan_line(older, 120.0) == ("predicted makespan 61.6s, actual 98.1s, lower bound 58.8s; "
+                                               "whole night 120.0s")

@@ -398,3 +398,36 @@ def test_an_interrupted_nights_verdict_counts_the_tests_that_never_started_and_i
     assert r.verdict == "FAILED: 1 interrupted, 2 never started"
     assert dict(r.makespan) == {"until interrupted": 12.5}
     assert dict(build_report({**summary, "interrupted": False, "status": "finished"}).makespan) == {"actual": 12.5}
+
+
+def _predicted(summary: dict, median, p90: float, actual: float, **extra) -> dict:
+    """``summary`` with the ``prediction`` entry `nightly run` records (pipelines/execute.py)."""
+    return {**summary, **extra, "prediction": {
+        "night": summary["night"], "predicted_median_s": median, "predicted_p90_s": p90, "actual_s": actual,
+        "tests": [{"test_id": tid(SGLANG), "predicted_s": 30.0, "actual_s": 41.0}]}}
+
+
+def test_the_prediction_error_over_the_repos_recent_whole_nights_on_this_deployment_is_shown(night):
+    from pipelines.reporting.html import render_html
+
+    previous = [_predicted(night.previous[0], 110.0, 130.0, 100.0),
+                _predicted(night.previous[1], 90.0, 95.0, 100.0, deployment="k8s"),  # other pools: left out
+                _predicted(night.previous[2], 500.0, 600.0, 100.0, status="interrupted", interrupted=True),  # partial
+                _predicted(night.previous[3], "soon", 95.0, 100.0),  # damaged: named, left out
+                night.previous[4]]  # an older record without a prediction
+    r = build_report(_predicted(night.summary, 100.0, 120.0, 128.0), previous, night.samples, night.tests)
+    # +10 % on the first night, -21.9 % tonight (128 s over the p90 of 120 s)
+    e = r.prediction_error
+    assert (e.nights, e.within_p90, e.tests) == (2, 1, 1)
+    assert (e.makespan_bias, e.makespan_error) == (pytest.approx(-0.059375), pytest.approx(0.159375))
+    assert r.prediction == (
+        "prediction error over the last 2 night(s): makespan off by 16% on average (short by 6%), within the p90 on 1/2",
+        f"per test: typical error 37% over 1 test(s); worst: {tid(SGLANG)} 37% (2 runs)")
+    assert ("nights/2026-11-04T150000Z.json:1: prediction.predicted_median_s: 'soon' is not a number of seconds >= 0; "
+            "rewrite the night's summary or drop its prediction entry; left out of the prediction error") in r.notes
+    assert json.loads(to_json(r))["prediction_error"]["nights"] == 2
+    assert f'<p class="prediction">{r.prediction[0]}</p>' in render_html(r)
+
+
+def test_without_a_recorded_prediction_the_report_says_so(report):
+    assert report.prediction == ("prediction error: no night with a prediction yet",)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from pipelines.core.model import Plan
@@ -68,6 +68,13 @@ def record_to_json(r: NightPrediction) -> dict:
 
 def record_from_json(d: dict, where: str) -> NightPrediction:
     """Read back :func:`record_to_json`; ``where`` (e.g. ``summary.json:1``) locates a bad field."""
+    if not isinstance(d, dict):
+        raise ValueError(f"{where}: prediction: expected an object with predicted_median_s, predicted_p90_s, "
+                         f"actual_s and tests, got {d!r:.60}; rewrite the night's summary or drop its prediction entry")
+    if not isinstance(d.get("tests") or [], list):
+        raise ValueError(f"{where}: prediction.tests: expected a list of {{test_id, predicted_s, actual_s}}, got "
+                         f"{d['tests']!r:.60}; rewrite the night's summary or drop its prediction entry")
+
     def num(obj: dict, key: str, at: str) -> float:
         v = obj.get(key)
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
@@ -84,6 +91,32 @@ def record_from_json(d: dict, where: str) -> NightPrediction:
         tests.append((t["test_id"], num(t, "predicted_s", at), num(t, "actual_s", at)))
     return NightPrediction(str(d.get("night", "")), num(d, "predicted_median_s", "prediction."),
                            num(d, "predicted_p90_s", "prediction."), num(d, "actual_s", "prediction."), tuple(tests))
+
+
+def recorded_predictions(summaries: Iterable[Mapping], deployment: str | None = None
+                         ) -> tuple[list[NightPrediction], list[str]]:
+    """The ``prediction`` entries of the whole nights among ``summaries`` (night summaries, any order)
+    run on ``deployment`` (None: any), and a located problem for each damaged entry, which is left out.
+
+    A partial (``running``) or interrupted night is left out: its makespan is how long the run had
+    gone, not the night the plan predicted. Another deployment's pools make another prediction. A
+    record without a deployment (an older version) counts."""
+    records: dict[str, NightPrediction] = {}
+    problems: list[str] = []
+    for s in summaries:
+        entry = s.get("prediction")
+        if entry is None or s.get("status", "finished") != "finished" or s.get("interrupted") is True:
+            continue
+        if deployment and s.get("deployment") not in (None, "", deployment):
+            continue
+        night = str(s.get("night", ""))
+        try:
+            r = record_from_json(entry, f"nights/{night}.json:1")
+        except ValueError as exc:
+            problems.append(f"{exc}; left out of the prediction error")
+            continue
+        records[r.night or night] = r
+    return list(records.values()), problems
 
 
 def prediction_error(records: Sequence[NightPrediction], recent: int = RECENT_NIGHTS,

@@ -45,21 +45,28 @@ def shards_gpus(shards: Shards) -> int:
     return sum(max((t.gpus for s in suite for t in s), default=0) * len(suite) for suite in shards.values())
 
 
-def shards_plan(shards: Shards, *, timeout_floor_s: int = 1800, timeout_factor: float = 1.25) -> Plan:
-    """The static shards as a Plan: pool = suite, node = shard index, tests back to back."""
+def shards_plan(shards: Shards, *, timeout_floor_s: int = 1800, timeout_factor: float = 1.25,
+                durations: Mapping[str, float] | None = None) -> Plan:
+    """The static shards as a Plan: pool = suite, node = shard index, tests back to back.
+
+    Each test takes ``durations[test_id]`` where given, else its est_time: compared with a plan made
+    on the duration model's medians, the shards must run on those same medians, or the comparison
+    measures est_time's 1.25 padding rather than the split. Timeouts stay on est_time."""
+    durations = durations or {}
     placed = []
     rows = []
     for suite, suite_shards in shards.items():
         gpus = max((t.gpus for s in suite_shards for t in s), default=0)
-        pairs = [(float(t.est_time), t.gpus) for s in suite_shards for t in s]
+        took = {t.id: float(durations.get(t.id, t.est_time)) for s in suite_shards for t in s}
+        pairs = [(took[t.id], t.gpus) for s in suite_shards for t in s]
         ends = []
         for k, shard in enumerate(suite_shards):
             clock = 0.0
             for pos, t in enumerate(shard):
                 placed.append((clock, pos, suite, Assignment(
-                    t.id, suite, k, clock, clock + t.est_time, t.gpus,
+                    t.id, suite, k, clock, clock + took[t.id], t.gpus,
                     effective_timeout(t.est_time, timeout_floor_s, timeout_factor))))
-                clock += t.est_time
+                clock += took[t.id]
             ends.append(clock)
         runners = Pool(suite, len(suite_shards), max(gpus, 1))
         makespan = max(ends, default=0.0)

@@ -81,3 +81,24 @@ def test_a_damaged_summary_entry_is_located_and_says_how_to_fix_it():
         record_from_json(entry, "summary.json:1")
     with pytest.raises(ValueError, match=r"summary.json:1: prediction.predicted_median_s: None is not a number"):
         record_from_json({"night": "x", "actual_s": 1, "predicted_p90_s": 1}, "summary.json:1")
+
+
+def test_recorded_predictions_keep_whole_nights_of_the_deployment_and_name_damaged_entries():
+    from pipelines.core.plan.accuracy import recorded_predictions
+
+    entry = record_to_json(night("2026-11-01", 90, 120, 95))
+    summaries = [
+        {"night": "2026-11-01", "deployment": "local", "status": "finished", "prediction": entry},
+        {"night": "2026-11-02", "deployment": "k8s", "prediction": {**entry, "night": "2026-11-02"}},
+        {"night": "2026-11-03", "deployment": "local", "status": "running", "prediction": entry},
+        {"night": "2026-11-04", "deployment": "local", "interrupted": True, "prediction": entry},
+        {"night": "2026-11-05", "deployment": "local", "prediction": ["not", "an", "object"]},
+        {"night": "2026-11-06", "deployment": "local", "prediction": {**entry, "tests": 7}},
+        {"night": "2026-11-07", "deployment": "local"},  # recorded before predictions were kept
+    ]
+    records, problems = recorded_predictions(summaries, "local")
+    assert [r.night for r in records] == ["2026-11-01"]
+    assert [p.split(": ")[:2] for p in problems] == [["nights/2026-11-05.json:1", "prediction"],
+                                                     ["nights/2026-11-06.json:1", "prediction.tests"]]
+    assert all(p.endswith("; left out of the prediction error") for p in problems)
+    assert [r.night for r in recorded_predictions(summaries, None)[0]] == ["2026-11-01", "2026-11-02"]

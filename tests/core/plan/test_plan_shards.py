@@ -45,3 +45,12 @@ def test_the_shard_plan_runs_each_shard_back_to_back_and_counts_the_runners_gpus
     assert plan.makespan_s == 500.0 and shards_gpus(shards) == 2 * 4 + 8
     actual = {"tests/a.py": 10.0, "tests/b.py": 400.0, "tests/c.py": 300.0, "tests/x.py": 600.0}
     assert shard_makespan(shards, actual) == 700.0
+
+
+def test_the_shard_plan_runs_on_given_durations_and_keeps_timeouts_on_est_time():
+    tests = [t("tests/a.py", 2000), t("tests/b.py", 400)]
+    shards = static_shards(tests, {"stage-c-4-gpu-h200": 2})
+    plan = shards_plan(shards, timeout_floor_s=60, durations={"tests/a.py": 1600.0})
+    got = {a.test_id: (a.start_s, a.end_s, a.timeout_s) for a in plan.assignments}
+    assert got == {"tests/a.py": (0.0, 1600.0, 2500), "tests/b.py": (0.0, 400.0, 500)}  # b: not given, est_time
+    assert plan.makespan_s == 1600.0
