@@ -42,12 +42,15 @@ from pipelines.launch.procs import (
     kill_attempt,
     kill_lock_holders,
     lock_holders,
+    start_time,
 )
 
 logger = logging.getLogger(__name__)
 
 WRAPPER = Path(__file__).with_name("wrapper.py")
 KILL_GRACE_S = 5.0
+#: how long an attempt's end waits for the last of its output after its processes were killed
+PUMP_JOIN_S = 10.0
 #: the wrapper kills its own group this long after the timeout if the night never did
 WRAPPER_BACKSTOP_S = 60
 
@@ -66,7 +69,8 @@ class LocalLauncher:
     def __init__(self, state_dir: Path, python: str = sys.executable, kill_grace_s: float = KILL_GRACE_S, *,
                  pools: Sequence[_PoolShape] = (), log_cap_bytes: int = DEFAULT_LOG_CAP_BYTES,
                  poll_s: float = 0.2, night: str = "", backstop_s: float = WRAPPER_BACKSTOP_S,
-                 lock_dir: Path | None = None, gpu_wait_note_s: float = 5.0, gpu_recheck_s: float = 5.0):
+                 lock_dir: Path | None = None, gpu_wait_note_s: float = 5.0, gpu_recheck_s: float = 5.0,
+                 stray_confirm_s: float | None = None):
         self.state_dir = Path(state_dir)
         self.lock_dir = Path(lock_dir) if lock_dir else gpu_slots.host_lock_dir()
         self.python = python
@@ -80,6 +84,9 @@ class LocalLauncher:
         self.gpu_wait_note_s = gpu_wait_note_s
         #: past the test's timeout, how often to check that only nightly tests still hold the GPUs it waits for
         self.gpu_recheck_s = gpu_recheck_s
+        #: a holder must still look stray this long after it first did before a launch gives up on it: a
+        #: night ending an attempt (its kill's grace, then the wait for the last output) lets go after that
+        self.stray_confirm_s = kill_grace_s + PUMP_JOIN_S if stray_confirm_s is None else stray_confirm_s
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._running: dict[str, str] = {}
@@ -113,6 +120,18 @@ class LocalLauncher:
         if len(request.gpu_slots) > per_node:
             return self._not_started(request, _now(), "infra_error",
                                      f"needs {len(request.gpu_slots)} GPUs but a {pool} node has {per_node}")
+        try:  # before any GPU lock is taken, until all are let go: another night must not take us for a stray
+            gpu_slots.mark_launcher(self.lock_dir)
+        except OSError as exc:
+            return self._not_started(request, _now(), "infra_error", _lock_problem(self.lock_dir, exc))
+        try:
+            return self._launch(request, on_log, pool, nodes, per_node)
+        finally:
+            gpu_slots.unmark_launcher(self.lock_dir)
+
+    def _launch(self, request: LaunchRequest, on_log: LogSink | None, pool: str, nodes: list[int],
+                per_node: int) -> Attempt:
+        """Wait for free GPUs, then run the attempt on them."""
         waiting = time.monotonic()
 
         def busy(waited_s: float) -> str:
@@ -120,9 +139,15 @@ class LocalLauncher:
                     f"node ({self.lock_dir}); {self._holders(pool, nodes, per_node)}")
 
         strays: list[int] = []
+        first_seen: dict[tuple[int, str], float] = {}  # (pid, start time): when it first looked stray
 
         def only_nightly_holders() -> bool:
-            strays[:] = self._strays(pool, nodes, per_node)
+            now = time.monotonic()
+            seen = {(pid, start_time(pid)): pid for pid in self._strays(pool, nodes, per_node)}
+            for key in set(first_seen) - set(seen):
+                del first_seen[key]
+            strays[:] = sorted(pid for key, pid in seen.items()
+                               if now - first_seen.setdefault(key, now) >= self.stray_confirm_s)
             return not strays
 
         # past the test's own timeout, wait on only while nightly tests (any night's) hold the GPUs: a
@@ -140,7 +165,8 @@ class LocalLauncher:
             stray = ", ".join(describe(pid) for pid in strays) or "a process"
             return self._not_started(request, _now(), "infra_error",
                                      f"{busy(gpu_wait_s)}; gave up after the test's {request.timeout_s}s timeout: "
-                                     f"{stray} is not a nightly test (no {MARKER} in its environment), likely a "
+                                     f"{stray} is not a nightly test (no {MARKER} in its environment) and still "
+                                     f"held them {self.stray_confirm_s:g} s after it was first seen, likely a "
                                      "process that escaped a kill; end it to free the GPUs",
                                      gpu_wait_s=gpu_wait_s)
         if held is None or self._stop.is_set():
@@ -165,16 +191,28 @@ class LocalLauncher:
         holders = lock_holders(self._lock_paths(pool, nodes, per_node))
         if not holders:
             return "their locks are held by processes this user cannot see (another user's night?)"
-        mine = os.getpid()
-        return "held by " + ", ".join("this night" if pid == mine else describe(pid) for pid in sorted(holders))
+        mine, nights = os.getpid(), self._launchers()
+
+        def who(pid: int) -> str:
+            if pid == mine:
+                return "this night"
+            return f"another night's {describe(pid)}" if pid in nights else describe(pid)
+
+        return "held by " + ", ".join(who(pid) for pid in sorted(holders))
+
+    def _launchers(self) -> set[int]:
+        """The nightly launcher processes of this lock folder (any night's, this one's too)."""
+        return set(lock_holders([gpu_slots.launchers_path(self.lock_dir)]))
 
     def _strays(self, pool: str, nodes: list[int], per_node: int) -> list[int]:
-        """Processes this user can see that hold a GPU lock of these nodes where no nightly test does
-        (this night's own process holds the locks of the tests it runs). A lock whose holders cannot be
-        seen (another user's night) is waited for: it cannot be told from a stray."""
+        """Processes this user can see that hold a GPU lock of these nodes where no nightly test and no
+        night does (a night's own process holds the locks of the tests it runs until it has killed what
+        they left and read their output). A lock whose holders cannot be seen (another user's night) is
+        waited for: it cannot be told from a stray."""
         found: set[int] = set()
+        nights = self._launchers()
         for others in holders_by_lock(self._lock_paths(pool, nodes, per_node), exclude=(os.getpid(),)).values():
-            if others and all(is_stray(pid) for pid in others):
+            if others and all(pid not in nights and is_stray(pid) for pid in others):
                 found.update(others)
         return sorted(found)
 
@@ -236,7 +274,7 @@ class LocalLauncher:
             # what escaped the marker and the group (env -i + setsid) but still holds the test's GPU locks
             holding = kill_lock_holders(held.paths)
             proc.wait()
-            pumping.join(timeout=10)
+            pumping.join(timeout=PUMP_JOIN_S)
             notes = []
             if leftover and not ended:
                 notes.append(f"killed {len(leftover)} process(es) the test left running: {', '.join(map(str, leftover))}")

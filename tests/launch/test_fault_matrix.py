@@ -135,7 +135,8 @@ def test_a_launch_waits_for_gpus_held_by_a_stray_process_no_longer_than_its_time
     stray = subprocess.Popen(["sleep", "600"], pass_fds=lock.fds)  # now the stray process holds the GPU
     lock.release()
     try:
-        launcher = LocalLauncher(tmp_path / "state", pools=[Pool("h200", 1, 1)], poll_s=0.05, gpu_wait_note_s=0.2)
+        launcher = LocalLauncher(tmp_path / "state", pools=[Pool("h200", 1, 1)], poll_s=0.05, gpu_wait_note_s=0.2,
+                                 gpu_recheck_s=0.1, stray_confirm_s=0.5)
         t0 = time.monotonic()
         with caplog.at_level(logging.WARNING, logger="pipelines.launch.local"):
             attempt = launcher.launch(_request(repo, tmp_path, timeout_s=2))
@@ -443,3 +444,77 @@ def test_a_launch_waits_past_its_timeout_while_another_nights_test_holds_the_gpu
     assert attempt.outcome == "passed", attempt.reason
     assert float(attempt.details["gpu_wait_s"]) >= 2.5  # well past the 1 s timeout
     assert f"PID {other_night.pid} (sleep 600)" in caplog.text
+
+
+_OTHER_NIGHT = """
+import sys
+from pathlib import Path
+from pipelines.core.model import Pool
+from pipelines.launch.base import LaunchRequest
+from pipelines.launch.local import LocalLauncher
+from tests.conftest import make_test
+tmp = Path(sys.argv[1])
+test = make_test(id="tests/test_x.py", path="tests/test_x.py", gpus=1)
+attempt = LocalLauncher(tmp / "state-a", kill_grace_s=2, pools=[Pool("h200", 1, 1)], night="A").launch(LaunchRequest(
+    test=test, repo_path=tmp / "repo", timeout_s=1, log_path=tmp / "logs-a" / "x.log", pool="h200", gpu_slots=(0,)))
+print(attempt.outcome)
+"""
+
+
+@pytest.mark.slow  # another night in a subprocess, through its test's timeout and kill grace
+def test_another_nights_launcher_holding_its_timed_out_tests_gpus_while_it_kills_it_is_waited_for(tmp_path):
+    """Night A's test times out and leaves a child that ignores SIGTERM: A keeps the GPU lock for the
+    kill's grace with only its own process holding it. Night B (another home, the same host's locks),
+    past its own test's timeout, must wait for that night, not call it a stray and give up."""
+    from pipelines.core.model import Pool
+
+    repo = _repo(tmp_path, """
+        import os, subprocess, sys, time
+        def execute():
+            subprocess.Popen([sys.executable, "-c", "import os, signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+                              "open('child.tmp', 'w').write(str(os.getpid())); os.rename('child.tmp', 'child.pid'); time.sleep(600)"])
+            while not os.path.exists("child.pid"):
+                time.sleep(0.01)
+            open("test.pid", "w").write(str(os.getpid()))
+            time.sleep(600)
+    """)
+    night_a = subprocess.Popen([sys.executable, "-c", _OTHER_NIGHT, str(tmp_path)], cwd=PROJECT_ROOT,
+                               stdout=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        _wait_for(repo / "test.pid")
+        launcher = LocalLauncher(tmp_path / "state-b", pools=[Pool("h200", 1, 1)], poll_s=0.05, gpu_recheck_s=0.1,
+                                 stray_confirm_s=0.5)
+        attempt = launcher.launch(_request(_repo(tmp_path / "b", "def execute():\n    pass\n"), tmp_path, timeout_s=1))
+        out, _ = night_a.communicate(timeout=60)
+    finally:
+        if night_a.poll() is None:
+            os.killpg(night_a.pid, signal.SIGKILL)
+            night_a.wait()
+    assert out.strip() == "timed_out"
+    assert attempt.outcome == "passed", attempt.reason
+    assert float(attempt.details["gpu_wait_s"]) >= 2  # A's 1 s timeout and its 2 s grace, past B's 1 s timeout
+
+
+def test_a_holder_that_looks_stray_is_given_time_to_go_before_the_launch_gives_up(tmp_path):
+    """A process without the marker holding the GPU past the test's timeout may be a night between
+    killing its test and letting go of its locks: the launch gives up only when it still holds it
+    ``stray_confirm_s`` later."""
+    from pipelines.core.model import Pool
+
+    repo = _repo(tmp_path, "def execute():\n    pass\n")
+    lock = try_acquire(host_lock_dir(), "h200", 1, [0], 1)
+    assert lock is not None
+    holder = subprocess.Popen(["sleep", "600"], pass_fds=lock.fds)
+    lock.release()
+    ends = threading.Timer(1.5, holder.kill)
+    try:
+        launcher = LocalLauncher(tmp_path / "state", pools=[Pool("h200", 1, 1)], poll_s=0.05, gpu_recheck_s=0.1,
+                                 stray_confirm_s=3)
+        ends.start()
+        attempt = launcher.launch(_request(repo, tmp_path, timeout_s=1))
+    finally:
+        ends.cancel()
+        holder.kill()
+        holder.wait()
+    assert attempt.outcome == "passed", attempt.reason
+    assert float(attempt.details["gpu_wait_s"]) >= 1.4
