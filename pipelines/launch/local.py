@@ -233,7 +233,8 @@ class LocalLauncher:
             "token": token, "pid": 0, "pgid": 0, "test_id": request.test.id, "attempt": request.attempt,
             "night": request.night or self.night, "run_id": request.run_id, "log_path": str(request.log_path),
             "started_at": started_at, "timeout_s": request.timeout_s, "node": node, "gpu_slots": list(held.slots),
-            **owner_fields()}
+            # a later night kills what still holds these if this night dies (kill -9) before the attempt ends
+            "lock_paths": [str(p) for p in held.paths], **owner_fields()}
         try:  # the record first: an attempt without one could vanish with a killed night
             record = write_record(self.state_dir, record_fields)
             request.log_path.parent.mkdir(parents=True, exist_ok=True)

@@ -7,6 +7,7 @@ holds the same table with each row's result.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -341,6 +342,76 @@ def test_after_kill_9_of_the_night_the_test_keeps_its_gpu_and_the_next_night_rea
     assert held is not None and held.slots == (3,)
     held.release()
     assert find_orphans(tmp_path / "state") == []
+
+
+@pytest.mark.slow  # a night killed -9 in a subprocess
+def test_after_kill_9_the_next_night_kills_the_daemon_that_escaped_marker_and_group_and_frees_the_gpu(tmp_path):
+    """The test's `env -i setsid sleep` daemon carries no marker and left the group, but holds the test's
+    GPU lock: the reaper kills it by that lock, as the live night would have at the attempt's end."""
+    repo = _repo(tmp_path, """
+        import os, time
+        def execute():
+            os.system("env -i setsid sh -c 'echo $$ > daemon.tmp; mv daemon.tmp daemon.pid; exec sleep 302' "
+                      ">/dev/null 2>&1 </dev/null &")
+            while not os.path.exists("daemon.pid"):
+                time.sleep(0.01)
+            open("test.pid", "w").write(str(os.getpid()))
+            time.sleep(600)
+    """)
+    night = _night(tmp_path, 600, 600)
+    _wait_for(repo / "test.pid")
+    daemon = int(_wait_for(repo / "daemon.pid"))
+    night.send_signal(signal.SIGKILL)
+    night.wait()
+    try:
+        (attempt,) = reap_orphans(tmp_path / "state")
+        assert _gone(daemon)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(daemon, signal.SIGKILL)
+    assert attempt.details["reaped"] == "killed" and str(daemon) in attempt.details["killed_leftovers"].split(",")
+    assert f"still holding its GPU locks were killed: PID {daemon} (sleep 302)" in attempt.reason
+    held = try_acquire(host_lock_dir(), "h200", 1, [0], 4, prefer=(3,))
+    assert held is not None and held.slots == (3,)  # the next night's test gets the GPU at once
+    held.release()
+
+
+_LIVE_NIGHT = """
+import subprocess, sys, time
+from pathlib import Path
+from pipelines.launch import gpu_slots
+lock_dir = gpu_slots.host_lock_dir()
+gpu_slots.mark_launcher(lock_dir)
+held = gpu_slots.try_acquire(lock_dir, "h200", 1, [0], 4, prefer=(3,))
+daemon = subprocess.Popen(["sleep", "600"], pass_fds=held.fds, start_new_session=True, env={})
+Path(sys.argv[1]).write_text(str(daemon.pid))
+time.sleep(600)
+"""
+
+
+def test_the_reaper_leaves_alone_a_gpu_lock_that_a_live_night_holds_now(tmp_path):
+    """A dead night's record names GPU 3's lock, but that GPU was freed and a live night holds it now,
+    with a daemon of its test (no marker, its own session) sharing the lock: none of them is killed."""
+    from pipelines.launch.gpu_slots import lock_path
+    from pipelines.launch.orphans import write_record
+
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    pid_file = tmp_path / "daemon.pid"
+    live = subprocess.Popen([sys.executable, "-c", _LIVE_NIGHT, str(pid_file)], cwd=PROJECT_ROOT, start_new_session=True)
+    try:
+        daemon = int(_wait_for(pid_file))
+        write_record(tmp_path / "state", {"token": "dead", "test_id": "tests/test_x.py", "attempt": 1, "pid": 0,
+                                          "pgid": 0, "owner_pid": gone.pid, "owner_start": "0",
+                                          "lock_paths": [str(lock_path(host_lock_dir(), "h200", 0, 3))]})
+        (attempt,) = reap_orphans(tmp_path / "state")
+        assert not _gone(daemon, 0.3) and live.poll() is None
+        assert attempt.details["reaped"] == "ended" and "killed_leftovers" not in attempt.details
+    finally:
+        os.killpg(live.pid, signal.SIGKILL)
+        live.wait()
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(int(pid_file.read_text()), signal.SIGKILL)
 
 
 @pytest.mark.slow  # a night killed -9 in a subprocess, then its test's timeout
