@@ -44,6 +44,7 @@ from pipelines.launch.procs import (
     lock_holders,
     start_time,
 )
+from pipelines.launch.wrapper import RESULT_NOT_WRITTEN
 
 logger = logging.getLogger(__name__)
 
@@ -237,11 +238,15 @@ class LocalLauncher:
             "lock_paths": [str(p) for p in held.paths], **owner_fields()}
         try:  # the record first: an attempt without one could vanish with a killed night
             record = write_record(self.state_dir, record_fields)
+        except OSError as exc:
+            return self._not_started(request, started_at, "infra_error", _state_problem(self.state_dir, exc))
+        try:
             request.log_path.parent.mkdir(parents=True, exist_ok=True)
             result_path.unlink(missing_ok=True)
             log = open(request.log_path, "wb")  # noqa: SIM115 (closed by the pump's CappedLog)
-        except OSError as exc:
-            return self._not_started(request, started_at, "infra_error", _state_problem(self.state_dir, exc))
+        except OSError as exc:  # the test never started: no record may say it ran
+            record.unlink(missing_ok=True)
+            return self._not_started(request, started_at, "infra_error", _log_problem(request.log_path, exc))
         env = {**os.environ, **request.env, **dict(request.test.env)}
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(s) for s in held.slots)
         env.update({"NIGHTLY_TEST_ID": request.test.id, "NIGHTLY_ATTEMPT": str(request.attempt), MARKER: token,
@@ -283,7 +288,7 @@ class LocalLauncher:
                 notes.append(f"killed {len(holding)} process(es) still holding the test's GPU locks: "
                              f"{', '.join(holding.values())}")
             if notes:
-                with open(request.log_path, "ab") as fh:
+                with contextlib.suppress(OSError), open(request.log_path, "ab") as fh:  # the log's folder may be gone
                     fh.write("".join(f"# nightly: {note}\n" for note in notes).encode())
             attempt = self._attempt(request, proc, ended, elapsed, token, result_path, capped, started_at, node,
                                     held.slots, leftover)
@@ -324,6 +329,11 @@ class LocalLauncher:
             outcome, reason = "interrupted", "the night was interrupted; the test's processes were killed"
         elif ended == "timed_out":
             outcome, reason = "timed_out", f"killed after the {request.timeout_s}s timeout"
+        elif proc.returncode == RESULT_NOT_WRITTEN and not finished:  # not the test's: its verdict was lost
+            outcome = "infra_error"
+            reason = (f"{result_path}: the test's wrapper could not write its result there ({_why_unwritable(result_path)}), "
+                      "so the test's outcome is unknown (its log says how it ended); make the night's logs folder "
+                      "writable by this user or point NIGHTLY_HOME at a writable folder")
         elif proc.returncode == 0 and finished and result.get("ok") is True:
             outcome, reason = "passed", ""
         elif proc.returncode == 0 and finished:  # the test ended and the wrapper judged it failed
@@ -342,6 +352,8 @@ class LocalLauncher:
             details["killed_leftovers"] = ",".join(map(str, leftover))
         if capped.dropped:
             details["log_cut_bytes"] = str(capped.dropped)
+        if outcome == "infra_error":  # the folder, not the node: another node would fare no better
+            details["retriable"] = "false"
         return Attempt(test_id=request.test.id, outcome=outcome, elapsed_s=round(elapsed, 3),  # type: ignore[arg-type]
                        started_at=started_at, attempt=request.attempt, node=node, gpu_slots=slots,
                        exit_code=proc.returncode, reason=reason, log_path=str(request.log_path),
@@ -360,6 +372,20 @@ def node_name(pool: str, node: int) -> str:
 def _state_problem(state_dir: Path, exc: OSError) -> str:
     return (f"{state_dir}: the state folder is not writable ({exc.strerror or exc}); the running records "
             "live there. Make it writable by this user or point NIGHTLY_HOME at a writable folder.")
+
+
+def _log_problem(log_path: Path, exc: OSError) -> str:
+    return (f"{exc.filename or log_path}: cannot write the test's log ({exc.strerror or exc}), so the test was not "
+            f"started. Make {log_path.parent} writable by this user or point NIGHTLY_HOME at a writable folder.")
+
+
+def _why_unwritable(path: Path) -> str:
+    """What is wrong with the folder of ``path``, as far as this process can tell."""
+    if not path.parent.is_dir():
+        return f"its folder {path.parent} is gone"
+    if not os.access(path.parent, os.W_OK):
+        return f"its folder {path.parent} is not writable"
+    return "see the log"
 
 
 def _lock_problem(lock_dir: Path, exc: OSError) -> str:

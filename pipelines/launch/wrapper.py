@@ -47,6 +47,10 @@ import time
 import traceback
 import types
 
+#: the wrapper's exit status when it could not write the test's result (sysexits' EX_IOERR): the test's
+#: outcome is unknown. A test that exits with it itself has its result written, which tells them apart.
+RESULT_NOT_WRITTEN = 74
+
 
 def _run_module(name: str, source: bytes | ast.Module, path: str) -> types.ModuleType:
     """Run the file's code (its bytes, or its rewritten tree) as module ``name``, registered as
@@ -398,7 +402,14 @@ def main(argv: list[str] | None = None) -> int:
     result["token"] = os.environ.get("NIGHTLY_ATTEMPT_TOKEN", "")
     _quietly(sys.stdout.flush)
     _quietly(sys.stderr.flush)
-    _write_result(ns.result, result)
+    try:
+        _write_result(ns.result, result)
+    except OSError as exc:  # e.g. the logs folder went away: say so, and never as the test's own failure
+        _quietly(print, f"# nightly wrapper: could not write the test's result to {ns.result} "
+                 f"({exc.strerror or exc}); exiting {RESULT_NOT_WRITTEN}: the test's outcome is unknown "
+                 f"(it {'passed' if result['ok'] else 'failed'} here)", file=sys.stderr, flush=True)
+        _report_pipes(result)
+        return RESULT_NOT_WRITTEN
     _report_pipes(result)
     return int(result["exit_code"])
 

@@ -225,6 +225,32 @@ def test_a_read_only_state_folder_is_named_by_the_launcher_and_the_history(tmp_p
     assert attempt.reason.startswith(f"{state}: the state folder is not writable")
 
 
+def test_a_logs_folder_gone_mid_test_is_an_infra_error_naming_the_result_file_not_a_failure(tmp_path):
+    repo = _repo(tmp_path, """
+        import os, shutil
+        def execute():
+            shutil.rmtree(os.environ["LOGS"])  # the logs folder goes away while the test runs
+    """)
+    request = _request(repo, tmp_path, env={"LOGS": str(tmp_path / "logs")})
+    attempt = LocalLauncher(tmp_path / "state").launch(request)
+    assert attempt.outcome == "infra_error", attempt.reason
+    assert str(request.log_path.with_suffix(".result.json")) in attempt.reason
+    assert "outcome is unknown" in attempt.reason and attempt.details["retriable"] == "false"
+    assert not list((tmp_path / "state" / "running").glob("*.json"))
+
+
+def test_a_logs_folder_that_is_not_writable_is_named_and_leaves_no_running_record(tmp_path):
+    repo = _repo(tmp_path, "def execute():\n    pass\n")
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    with read_only_folder(logs):
+        attempt = LocalLauncher(tmp_path / "state").launch(_request(repo, tmp_path))
+    assert attempt.outcome == "infra_error"
+    assert attempt.reason.startswith(f"{logs / 'x.log'}: cannot write the test's log"), attempt.reason
+    assert "state folder" not in attempt.reason
+    assert not list((tmp_path / "state" / "running").glob("*.json"))  # a later night must not call it interrupted
+
+
 def test_a_damaged_cache_entry_is_rebuilt_as_infra_and_the_test_passes(tmp_path):
     hub = tmp_path / "hub" / "models" / "org" / "m1"
     hub.mkdir(parents=True)
