@@ -2,7 +2,8 @@
 
 What makes a local outcome trustworthy:
 - a pass needs the wrapper's completion record, not just exit code 0 (a test that calls
-  ``os._exit(0)`` halfway is ``failed``: "exited before the test finished");
+  ``os._exit(0)`` halfway is ``failed``: "exited before the test finished"), written by the
+  wrapper process this launcher started (its pid in the record);
 - every process of the attempt carries ``NIGHTLY_ATTEMPT_TOKEN``; at the end (pass, timeout or
   interrupt) the process group and every marked process, ``setsid`` daemons included, are killed;
 - GPU slots are ``flock`` locks the test process itself holds (see :mod:`gpu_slots`), taken
@@ -324,7 +325,9 @@ class LocalLauncher:
                  result_path: Path, capped: CappedLog, started_at: str, node: str, slots: tuple[int, ...],
                  leftover: list[int]) -> Attempt:
         result = _read_result(result_path)
-        finished = result.get("finished") is True and result.get("token") == token
+        # the wrapper's own process wrote it: not a child the test forked, nor anything else with the token
+        by_wrapper = result.get("pid") == proc.pid
+        finished = result.get("finished") is True and result.get("token") == token and by_wrapper
         if ended == "interrupted":
             outcome, reason = "interrupted", "the night was interrupted; the test's processes were killed"
         elif ended == "timed_out":
@@ -340,6 +343,10 @@ class LocalLauncher:
             outcome = "failed"
             reason = result.get("error") or (f"the wrapper's completion record says the test failed (exit code "
                                              f"{result.get('exit_code')}) though its process exited 0")
+        elif proc.returncode == 0 and result.get("token") == token and not by_wrapper:
+            outcome = "failed"
+            reason = (f"the completion record was written by PID {result.get('pid', '?')}, not by the test's wrapper "
+                      f"(PID {proc.pid}), so it proves nothing; the wrapper exited 0 without its own")
         elif proc.returncode == 0:
             outcome, reason = "failed", "exited before the test finished (exit code 0 without the wrapper's completion record)"
         else:

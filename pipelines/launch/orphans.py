@@ -118,7 +118,7 @@ def _attempt(orphan: Orphan, now: datetime, holding: dict[int, str] | None = Non
                "reaped": "killed" if orphan.pids or holding else "ended"}
     if holding:
         details["killed_leftovers"] = ",".join(map(str, holding))
-    if result.get("finished") is True and result.get("token") == r.get("token"):
+    if result.get("finished") is True and result.get("token") == r.get("token") and _by_wrapper(result, r):
         # what the wrapper recorded, kept for the reader; the outcome stays interrupted (never observed)
         details["wrapper_result"] = "ok" if result.get("ok") is True else str(result.get("error") or "failed")
         if "execute_s" in result:
@@ -148,6 +148,11 @@ def _elapsed(record: dict, result: dict, started: str, now: datetime, running: b
             last = datetime.fromtimestamp(Path(str(record.get("log_path") or "")).stat().st_mtime, UTC)
             return max(0.0, min((last - start).total_seconds(), (now - start).total_seconds()))
     return max(0.0, (now - start).total_seconds())
+
+
+def _by_wrapper(result: dict, record: dict) -> bool:
+    """The record was written by the attempt's wrapper process (when both say which pid that is)."""
+    return not result.get("pid") or not record.get("pid") or result["pid"] == record["pid"]
 
 
 def _result(record: dict) -> dict:

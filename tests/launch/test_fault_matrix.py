@@ -166,6 +166,42 @@ def test_garbage_then_os_exit_0_before_the_end_is_failed_not_passed(tmp_path):
     assert "PASSED  all 12 checks ok" in Path(attempt.log_path).read_text()
 
 
+def test_a_forked_child_that_reaches_the_wrappers_end_does_not_pass_a_test_that_exited_halfway(tmp_path):
+    """The child's sys.exit(0) unwinds through the wrapper's own code, which would write the attempt's
+    completion record (same token); the test itself then calls os._exit(0) before its end."""
+    repo = _repo(tmp_path, """
+        import os, sys, time
+        def execute():
+            if os.fork() == 0:
+                time.sleep(0.5)
+                sys.exit(0)
+            time.sleep(1.0)
+            os._exit(0)
+            raise AssertionError("the real check, never reached")
+    """)
+    attempt = LocalLauncher(tmp_path / "state").launch(_request(repo, tmp_path))
+    assert (attempt.outcome, attempt.exit_code) == ("failed", 0)
+    assert attempt.reason.startswith("exited before the test finished"), attempt.reason
+    assert not Path(attempt.log_path).with_suffix(".result.json").exists()
+
+
+def test_a_completion_record_written_by_another_process_than_the_wrapper_is_no_pass(tmp_path):
+    """Belt and braces: whatever writes the attempt's record with its token, only the wrapper's own
+    process (the one the launcher started) can pass the test."""
+    result_path = tmp_path / "logs" / "x.result.json"
+    repo = _repo(tmp_path, """
+        import json, os
+        def execute():
+            record = {"ok": True, "exit_code": 0, "finished": True, "token": os.environ["NIGHTLY_ATTEMPT_TOKEN"],
+                      "pid": os.getpid() + 1}
+            open(os.environ["RESULT"], "w").write(json.dumps(record))
+            os._exit(0)
+    """)
+    attempt = LocalLauncher(tmp_path / "state").launch(_request(repo, tmp_path, env={"RESULT": str(result_path)}))
+    assert attempt.outcome == "failed"
+    assert "was written by PID" in attempt.reason and "not by the test's wrapper" in attempt.reason, attempt.reason
+
+
 def test_a_test_that_closes_its_stdout_and_stderr_then_raises_keeps_its_error(tmp_path):
     repo = _repo(tmp_path, """
         import os

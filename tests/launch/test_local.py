@@ -86,7 +86,8 @@ def test_a_completion_record_that_says_failed_is_the_reason_even_when_the_proces
     repo = _repo(tmp_path, """
         import json, os
         def execute():  # leaves a finished record that says not ok, then exits 0
-            record = {"ok": False, "exit_code": 1, "finished": True, "token": os.environ["NIGHTLY_ATTEMPT_TOKEN"]}
+            record = {"ok": False, "exit_code": 1, "finished": True, "token": os.environ["NIGHTLY_ATTEMPT_TOKEN"],
+                      "pid": os.getpid()}
             open(os.environ["RESULT"], "w").write(json.dumps(record))
             os._exit(0)
     """)
