@@ -43,6 +43,7 @@ from pipelines.launch.procs import (
     kill_attempt,
     kill_lock_holders,
     lock_holders,
+    marked_pids,
     start_time,
 )
 from pipelines.launch.wrapper import RESULT_NOT_WRITTEN
@@ -277,20 +278,31 @@ class LocalLauncher:
         try:
             ended, elapsed = self._wait(proc, request.timeout_s, t0)
             grace = self.kill_grace_s if ended else 0.0
+            # named before they die: the log says what a timeout or an interrupt killed
+            running = {pid: describe(pid, limit=160) for pid in marked_pids(token)} if ended else {}
             leftover = kill_attempt(token, proc.pid, grace_s=grace)
             # what escaped the marker and the group (env -i + setsid) but still holds the test's GPU locks
             holding = kill_lock_holders(held.paths)
             proc.wait()
             pumping.join(timeout=PUMP_JOIN_S)
-            notes = []
-            if leftover and not ended:
-                notes.append(f"killed {len(leftover)} process(es) the test left running: {', '.join(map(str, leftover))}")
+            lines = []
+            if ended == "timed_out":  # the framework's runner's own line, so a maintainer finds it as in CI
+                lines.append(f"TIMEOUT: {request.test.path} after {request.timeout_s} seconds")
+            if ended:
+                what = (f"timed out after {request.timeout_s} s" if ended == "timed_out"
+                        else f"interrupted {elapsed:.0f} s into the test (the night was interrupted)")
+                killed = [running.get(pid) or f"PID {pid}" for pid in leftover]
+                lines.append(f"# nightly: {what}: killed {len(killed)} process(es) of the test"
+                             f"{': ' + ', '.join(killed) if killed else ' (none was left)'}")
+            elif leftover:
+                lines.append(f"# nightly: killed {len(leftover)} process(es) the test left running: "
+                             f"{', '.join(map(str, leftover))}")
             if holding:
-                notes.append(f"killed {len(holding)} process(es) still holding the test's GPU locks: "
+                lines.append(f"# nightly: killed {len(holding)} process(es) still holding the test's GPU locks: "
                              f"{', '.join(holding.values())}")
-            if notes:
+            if lines:
                 with contextlib.suppress(OSError), open(request.log_path, "ab") as fh:  # the log's folder may be gone
-                    fh.write("".join(f"# nightly: {note}\n" for note in notes).encode())
+                    fh.write("".join(f"{line}\n" for line in lines).encode())
             attempt = self._attempt(request, proc, ended, elapsed, token, result_path, capped, started_at, node,
                                     held.slots, leftover)
             attempt.details["gpu_wait_s"] = str(gpu_wait_s)

@@ -116,6 +116,27 @@ def test_a_hanging_test_is_killed_with_its_children_at_the_timeout(tmp_path):
     assert wait_until(lambda: dead(child)), "the child outlived its test"
 
 
+def test_a_timed_out_tests_log_says_so_in_the_runners_words_and_what_was_killed(tmp_path):
+    from pipelines.core.history.joblog import read_ci_log
+
+    repo = _repo(tmp_path, """
+        import time
+        def execute():
+            print("training step 1", flush=True)
+            time.sleep(600)
+    """)
+    attempt = LocalLauncher(tmp_path / "state", kill_grace_s=0.5).launch(_request(repo, tmp_path, timeout_s=1))
+    assert attempt.outcome == "timed_out"
+    lines = Path(attempt.log_path).read_text().splitlines()
+    assert "TIMEOUT: tests/test_x.py after 1 seconds" in lines  # as the framework's runner prints it
+    killed = next(line for line in lines if line.startswith("# nightly: timed out after 1 s: killed 1 process(es) "))
+    assert "wrapper.py --file tests/test_x.py" in killed, killed
+    # a maintainer who feeds the attempt's log to `nightly history import` is told what it is, not that it is cut
+    parsed = read_ci_log(Path(attempt.log_path).read_text())
+    assert parsed.attempts == () and len(parsed.refused) == 1, parsed.refused
+    assert "a nightly attempt log" in parsed.refused[0][2] and "cut off" not in parsed.refused[0][2]
+
+
 def test_a_missing_execute_function_fails_with_a_message_that_says_so(tmp_path):
     # a prepare()/execute() test without its execute(); a plain script without both runs as `python3 FILE`
     repo = _repo(tmp_path, "def prepare():\n    pass\n")
@@ -183,6 +204,8 @@ def test_interrupt_kills_a_running_test_and_records_it_as_interrupted(tmp_path):
     (attempt,) = out
     assert attempt.outcome == "interrupted"
     assert attempt.reason == "the night was interrupted; the test's processes were killed"
+    said = [line for line in Path(attempt.log_path).read_text().splitlines() if line.startswith("# nightly: interrupted")]
+    assert len(said) == 1 and "killed 1 process(es) of the test: PID" in said[0], said
     assert not Path(f"/proc/{(repo / 'pid').read_text()}/environ").exists()
     assert launcher.launch(_request(repo, tmp_path)).outcome == "interrupted"  # nothing new starts
 
