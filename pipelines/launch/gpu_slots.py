@@ -19,6 +19,12 @@ the attempt's locks (:func:`pipelines.launch.procs.lock_holders`). A launch wait
 test of another night may rightly run for hours); past the test's own timeout it gives up only
 when a process that is not a nightly test holds one (a stray that escaped a kill), naming it.
 
+The night's own process holds its tests' locks too (it takes them, and lets go only once the
+attempt's processes are killed and its output read), so a process holding a GPU lock may be a
+night: every launcher holds a shared lock on :data:`LAUNCHERS_FILE` of the lock folder while any of
+its launches is in progress (:func:`mark_launcher`), and :func:`launcher_pids` lists them for the others to tell it apart
+from a stray (its environment carries no attempt marker: a running process cannot add one).
+
 Why take any free slot instead of the dispatcher's choice: two nights (or a night and a
 developer) on one host each plan as if the whole pool were theirs; taking whichever slots are
 free right now (the requested ones first) shares the host without waiting on a busy slot
@@ -39,6 +45,11 @@ from pathlib import Path
 LOCK_DIR_ENV = "NIGHTLY_GPU_LOCK_DIR"
 #: the host's lock folder when $NIGHTLY_GPU_LOCK_DIR is not set (one per host, whoever runs the night)
 DEFAULT_LOCK_DIR = Path("/tmp/nightly-gpu-locks")
+#: every nightly launcher process holds a shared ``flock`` on this file of the lock folder while it lives
+LAUNCHERS_FILE = "launchers.lock"
+#: per lock folder of this process: the open launchers file and how many launches are in progress
+_launcher_marks: dict[str, tuple[int, int]] = {}
+_marking = threading.Lock()
 
 
 def host_lock_dir() -> Path:
@@ -89,6 +100,45 @@ def _open(path: Path) -> int:
         return os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     os.fchmod(fd, 0o644)  # whatever the umask: other users must be able to open it
     return fd
+
+
+def mark_launcher(lock_dir: Path) -> None:
+    """Say that this process is a nightly launcher until as many :func:`unmark_launcher` calls (one per
+    launch in progress): a shared lock on the folder's :data:`LAUNCHERS_FILE`, which the kernel drops
+    if the process dies (no record to go stale, a reused pid never inherits it). The file is
+    close-on-exec and never passed to a test."""
+    key = os.path.realpath(lock_dir)
+    with _marking:
+        if key in _launcher_marks:
+            fd, count = _launcher_marks[key]
+            _launcher_marks[key] = (fd, count + 1)
+            return
+        _ensure_dir(lock_dir)
+        fd = _open(lock_dir / LAUNCHERS_FILE)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH)
+        except OSError:
+            os.close(fd)
+            raise
+        _launcher_marks[key] = (fd, 1)
+
+
+def unmark_launcher(lock_dir: Path) -> None:
+    """One launch of this process ended (its GPU locks already let go): the last one drops the mark."""
+    key = os.path.realpath(lock_dir)
+    with _marking:
+        fd, count = _launcher_marks.get(key, (-1, 0))
+        if count > 1:
+            _launcher_marks[key] = (fd, count - 1)
+        elif count == 1:
+            del _launcher_marks[key]
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+
+def launchers_path(lock_dir: Path) -> Path:
+    """The file every nightly launcher of this lock folder holds a shared lock on (:func:`mark_launcher`)."""
+    return lock_dir / LAUNCHERS_FILE
 
 
 def _try_lock(path: Path) -> int | None:

@@ -2,7 +2,8 @@
 
 What makes a local outcome trustworthy:
 - a pass needs the wrapper's completion record, not just exit code 0 (a test that calls
-  ``os._exit(0)`` halfway is ``failed``: "exited before the test finished");
+  ``os._exit(0)`` halfway is ``failed``: "exited before the test finished"), written by the
+  wrapper process this launcher started (its pid in the record);
 - every process of the attempt carries ``NIGHTLY_ATTEMPT_TOKEN``; at the end (pass, timeout or
   interrupt) the process group and every marked process, ``setsid`` daemons included, are killed;
 - GPU slots are ``flock`` locks the test process itself holds (see :mod:`gpu_slots`), taken
@@ -42,12 +43,17 @@ from pipelines.launch.procs import (
     kill_attempt,
     kill_lock_holders,
     lock_holders,
+    marked_pids,
+    start_time,
 )
+from pipelines.launch.wrapper import RESULT_NOT_WRITTEN
 
 logger = logging.getLogger(__name__)
 
 WRAPPER = Path(__file__).with_name("wrapper.py")
 KILL_GRACE_S = 5.0
+#: how long an attempt's end waits for the last of its output after its processes were killed
+PUMP_JOIN_S = 10.0
 #: the wrapper kills its own group this long after the timeout if the night never did
 WRAPPER_BACKSTOP_S = 60
 
@@ -66,7 +72,8 @@ class LocalLauncher:
     def __init__(self, state_dir: Path, python: str = sys.executable, kill_grace_s: float = KILL_GRACE_S, *,
                  pools: Sequence[_PoolShape] = (), log_cap_bytes: int = DEFAULT_LOG_CAP_BYTES,
                  poll_s: float = 0.2, night: str = "", backstop_s: float = WRAPPER_BACKSTOP_S,
-                 lock_dir: Path | None = None, gpu_wait_note_s: float = 5.0, gpu_recheck_s: float = 5.0):
+                 lock_dir: Path | None = None, gpu_wait_note_s: float = 5.0, gpu_recheck_s: float = 5.0,
+                 stray_confirm_s: float | None = None):
         self.state_dir = Path(state_dir)
         self.lock_dir = Path(lock_dir) if lock_dir else gpu_slots.host_lock_dir()
         self.python = python
@@ -80,6 +87,9 @@ class LocalLauncher:
         self.gpu_wait_note_s = gpu_wait_note_s
         #: past the test's timeout, how often to check that only nightly tests still hold the GPUs it waits for
         self.gpu_recheck_s = gpu_recheck_s
+        #: a holder must still look stray this long after it first did before a launch gives up on it: a
+        #: night ending an attempt (its kill's grace, then the wait for the last output) lets go after that
+        self.stray_confirm_s = kill_grace_s + PUMP_JOIN_S if stray_confirm_s is None else stray_confirm_s
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._running: dict[str, str] = {}
@@ -113,6 +123,18 @@ class LocalLauncher:
         if len(request.gpu_slots) > per_node:
             return self._not_started(request, _now(), "infra_error",
                                      f"needs {len(request.gpu_slots)} GPUs but a {pool} node has {per_node}")
+        try:  # before any GPU lock is taken, until all are let go: another night must not take us for a stray
+            gpu_slots.mark_launcher(self.lock_dir)
+        except OSError as exc:
+            return self._not_started(request, _now(), "infra_error", _lock_problem(self.lock_dir, exc))
+        try:
+            return self._launch(request, on_log, pool, nodes, per_node)
+        finally:
+            gpu_slots.unmark_launcher(self.lock_dir)
+
+    def _launch(self, request: LaunchRequest, on_log: LogSink | None, pool: str, nodes: list[int],
+                per_node: int) -> Attempt:
+        """Wait for free GPUs, then run the attempt on them."""
         waiting = time.monotonic()
 
         def busy(waited_s: float) -> str:
@@ -120,9 +142,15 @@ class LocalLauncher:
                     f"node ({self.lock_dir}); {self._holders(pool, nodes, per_node)}")
 
         strays: list[int] = []
+        first_seen: dict[tuple[int, str], float] = {}  # (pid, start time): when it first looked stray
 
         def only_nightly_holders() -> bool:
-            strays[:] = self._strays(pool, nodes, per_node)
+            now = time.monotonic()
+            seen = {(pid, start_time(pid)): pid for pid in self._strays(pool, nodes, per_node)}
+            for key in set(first_seen) - set(seen):
+                del first_seen[key]
+            strays[:] = sorted(pid for key, pid in seen.items()
+                               if now - first_seen.setdefault(key, now) >= self.stray_confirm_s)
             return not strays
 
         # past the test's own timeout, wait on only while nightly tests (any night's) hold the GPUs: a
@@ -140,7 +168,8 @@ class LocalLauncher:
             stray = ", ".join(describe(pid) for pid in strays) or "a process"
             return self._not_started(request, _now(), "infra_error",
                                      f"{busy(gpu_wait_s)}; gave up after the test's {request.timeout_s}s timeout: "
-                                     f"{stray} is not a nightly test (no {MARKER} in its environment), likely a "
+                                     f"{stray} is not a nightly test (no {MARKER} in its environment) and still "
+                                     f"held them {self.stray_confirm_s:g} s after it was first seen, likely a "
                                      "process that escaped a kill; end it to free the GPUs",
                                      gpu_wait_s=gpu_wait_s)
         if held is None or self._stop.is_set():
@@ -165,16 +194,28 @@ class LocalLauncher:
         holders = lock_holders(self._lock_paths(pool, nodes, per_node))
         if not holders:
             return "their locks are held by processes this user cannot see (another user's night?)"
-        mine = os.getpid()
-        return "held by " + ", ".join("this night" if pid == mine else describe(pid) for pid in sorted(holders))
+        mine, nights = os.getpid(), self._launchers()
+
+        def who(pid: int) -> str:
+            if pid == mine:
+                return "this night"
+            return f"another night's {describe(pid)}" if pid in nights else describe(pid)
+
+        return "held by " + ", ".join(who(pid) for pid in sorted(holders))
+
+    def _launchers(self) -> set[int]:
+        """The nightly launcher processes of this lock folder (any night's, this one's too)."""
+        return set(lock_holders([gpu_slots.launchers_path(self.lock_dir)]))
 
     def _strays(self, pool: str, nodes: list[int], per_node: int) -> list[int]:
-        """Processes this user can see that hold a GPU lock of these nodes where no nightly test does
-        (this night's own process holds the locks of the tests it runs). A lock whose holders cannot be
-        seen (another user's night) is waited for: it cannot be told from a stray."""
+        """Processes this user can see that hold a GPU lock of these nodes where no nightly test and no
+        night does (a night's own process holds the locks of the tests it runs until it has killed what
+        they left and read their output). A lock whose holders cannot be seen (another user's night) is
+        waited for: it cannot be told from a stray."""
         found: set[int] = set()
+        nights = self._launchers()
         for others in holders_by_lock(self._lock_paths(pool, nodes, per_node), exclude=(os.getpid(),)).values():
-            if others and all(is_stray(pid) for pid in others):
+            if others and all(pid not in nights and is_stray(pid) for pid in others):
                 found.update(others)
         return sorted(found)
 
@@ -195,14 +236,19 @@ class LocalLauncher:
             "token": token, "pid": 0, "pgid": 0, "test_id": request.test.id, "attempt": request.attempt,
             "night": request.night or self.night, "run_id": request.run_id, "log_path": str(request.log_path),
             "started_at": started_at, "timeout_s": request.timeout_s, "node": node, "gpu_slots": list(held.slots),
-            **owner_fields()}
+            # a later night kills what still holds these if this night dies (kill -9) before the attempt ends
+            "lock_paths": [str(p) for p in held.paths], **owner_fields()}
         try:  # the record first: an attempt without one could vanish with a killed night
             record = write_record(self.state_dir, record_fields)
+        except OSError as exc:
+            return self._not_started(request, started_at, "infra_error", _state_problem(self.state_dir, exc))
+        try:
             request.log_path.parent.mkdir(parents=True, exist_ok=True)
             result_path.unlink(missing_ok=True)
             log = open(request.log_path, "wb")  # noqa: SIM115 (closed by the pump's CappedLog)
-        except OSError as exc:
-            return self._not_started(request, started_at, "infra_error", _state_problem(self.state_dir, exc))
+        except OSError as exc:  # the test never started: no record may say it ran
+            record.unlink(missing_ok=True)
+            return self._not_started(request, started_at, "infra_error", _log_problem(request.log_path, exc))
         env = {**os.environ, **request.env, **dict(request.test.env)}
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(s) for s in held.slots)
         env.update({"NIGHTLY_TEST_ID": request.test.id, "NIGHTLY_ATTEMPT": str(request.attempt), MARKER: token,
@@ -232,20 +278,31 @@ class LocalLauncher:
         try:
             ended, elapsed = self._wait(proc, request.timeout_s, t0)
             grace = self.kill_grace_s if ended else 0.0
+            # named before they die: the log says what a timeout or an interrupt killed
+            running = {pid: describe(pid, limit=160) for pid in marked_pids(token)} if ended else {}
             leftover = kill_attempt(token, proc.pid, grace_s=grace)
             # what escaped the marker and the group (env -i + setsid) but still holds the test's GPU locks
             holding = kill_lock_holders(held.paths)
             proc.wait()
-            pumping.join(timeout=10)
-            notes = []
-            if leftover and not ended:
-                notes.append(f"killed {len(leftover)} process(es) the test left running: {', '.join(map(str, leftover))}")
+            pumping.join(timeout=PUMP_JOIN_S)
+            lines = []
+            if ended == "timed_out":  # the framework's runner's own line, so a maintainer finds it as in CI
+                lines.append(f"TIMEOUT: {request.test.path} after {request.timeout_s} seconds")
+            if ended:
+                what = (f"timed out after {request.timeout_s} s" if ended == "timed_out"
+                        else f"interrupted {elapsed:.0f} s into the test (the night was interrupted)")
+                killed = [running.get(pid) or f"PID {pid}" for pid in leftover]
+                lines.append(f"# nightly: {what}: killed {len(killed)} process(es) of the test"
+                             f"{': ' + ', '.join(killed) if killed else ' (none was left)'}")
+            elif leftover:
+                lines.append(f"# nightly: killed {len(leftover)} process(es) the test left running: "
+                             f"{', '.join(map(str, leftover))}")
             if holding:
-                notes.append(f"killed {len(holding)} process(es) still holding the test's GPU locks: "
+                lines.append(f"# nightly: killed {len(holding)} process(es) still holding the test's GPU locks: "
                              f"{', '.join(holding.values())}")
-            if notes:
-                with open(request.log_path, "ab") as fh:
-                    fh.write("".join(f"# nightly: {note}\n" for note in notes).encode())
+            if lines:
+                with contextlib.suppress(OSError), open(request.log_path, "ab") as fh:  # the log's folder may be gone
+                    fh.write("".join(f"{line}\n" for line in lines).encode())
             attempt = self._attempt(request, proc, ended, elapsed, token, result_path, capped, started_at, node,
                                     held.slots, leftover)
             attempt.details["gpu_wait_s"] = str(gpu_wait_s)
@@ -280,17 +337,28 @@ class LocalLauncher:
                  result_path: Path, capped: CappedLog, started_at: str, node: str, slots: tuple[int, ...],
                  leftover: list[int]) -> Attempt:
         result = _read_result(result_path)
-        finished = result.get("finished") is True and result.get("token") == token
+        # the wrapper's own process wrote it: not a child the test forked, nor anything else with the token
+        by_wrapper = result.get("pid") == proc.pid
+        finished = result.get("finished") is True and result.get("token") == token and by_wrapper
         if ended == "interrupted":
             outcome, reason = "interrupted", "the night was interrupted; the test's processes were killed"
         elif ended == "timed_out":
             outcome, reason = "timed_out", f"killed after the {request.timeout_s}s timeout"
+        elif proc.returncode == RESULT_NOT_WRITTEN and not finished:  # not the test's: its verdict was lost
+            outcome = "infra_error"
+            reason = (f"{result_path}: the test's wrapper could not write its result there ({_why_unwritable(result_path)}), "
+                      "so the test's outcome is unknown (its log says how it ended); make the night's logs folder "
+                      "writable by this user or point NIGHTLY_HOME at a writable folder")
         elif proc.returncode == 0 and finished and result.get("ok") is True:
             outcome, reason = "passed", ""
         elif proc.returncode == 0 and finished:  # the test ended and the wrapper judged it failed
             outcome = "failed"
             reason = result.get("error") or (f"the wrapper's completion record says the test failed (exit code "
                                              f"{result.get('exit_code')}) though its process exited 0")
+        elif proc.returncode == 0 and result.get("token") == token and not by_wrapper:
+            outcome = "failed"
+            reason = (f"the completion record was written by PID {result.get('pid', '?')}, not by the test's wrapper "
+                      f"(PID {proc.pid}), so it proves nothing; the wrapper exited 0 without its own")
         elif proc.returncode == 0:
             outcome, reason = "failed", "exited before the test finished (exit code 0 without the wrapper's completion record)"
         else:
@@ -303,6 +371,8 @@ class LocalLauncher:
             details["killed_leftovers"] = ",".join(map(str, leftover))
         if capped.dropped:
             details["log_cut_bytes"] = str(capped.dropped)
+        if outcome == "infra_error":  # the folder, not the node: another node would fare no better
+            details["retriable"] = "false"
         return Attempt(test_id=request.test.id, outcome=outcome, elapsed_s=round(elapsed, 3),  # type: ignore[arg-type]
                        started_at=started_at, attempt=request.attempt, node=node, gpu_slots=slots,
                        exit_code=proc.returncode, reason=reason, log_path=str(request.log_path),
@@ -321,6 +391,20 @@ def node_name(pool: str, node: int) -> str:
 def _state_problem(state_dir: Path, exc: OSError) -> str:
     return (f"{state_dir}: the state folder is not writable ({exc.strerror or exc}); the running records "
             "live there. Make it writable by this user or point NIGHTLY_HOME at a writable folder.")
+
+
+def _log_problem(log_path: Path, exc: OSError) -> str:
+    return (f"{exc.filename or log_path}: cannot write the test's log ({exc.strerror or exc}), so the test was not "
+            f"started. Make {log_path.parent} writable by this user or point NIGHTLY_HOME at a writable folder.")
+
+
+def _why_unwritable(path: Path) -> str:
+    """What is wrong with the folder of ``path``, as far as this process can tell."""
+    if not path.parent.is_dir():
+        return f"its folder {path.parent} is gone"
+    if not os.access(path.parent, os.W_OK):
+        return f"its folder {path.parent} is not writable"
+    return "see the log"
 
 
 def _lock_problem(lock_dir: Path, exc: OSError) -> str:

@@ -1,10 +1,12 @@
 """Attempts a dead night left behind: found, killed and recorded by the next night.
 
 While an attempt runs, the launcher keeps a small JSON in ``<state>/running/`` (test, night, log,
-start, the night's pid). If the night dies with ``kill -9`` the file stays; a later night calls
-:func:`reap_orphans`, which kills whatever of that attempt still runs (found by its environment
-marker, see :mod:`pipelines.launch.procs`) and returns an ``interrupted`` :class:`Attempt` per
-file, so the attempt reaches history instead of vanishing.
+start, the night's pid, the GPU lock files it holds). If the night dies with ``kill -9`` the file
+stays; a later night calls :func:`reap_orphans`, which kills whatever of that attempt still runs
+(found by its environment marker and process group, see :mod:`pipelines.launch.procs`, and then
+whatever still holds its GPU locks: a daemon that dropped the marker and left the group) and
+returns an ``interrupted`` :class:`Attempt` per file, so the attempt reaches history instead of
+vanishing.
 """
 
 from __future__ import annotations
@@ -18,7 +20,16 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from pipelines.core.model import Attempt
-from pipelines.launch.procs import kill_attempt, marked_pids, pid_alive, start_time
+from pipelines.launch.gpu_slots import launchers_path
+from pipelines.launch.procs import (
+    attempt_token_of,
+    kill_attempt,
+    kill_lock_holders,
+    lock_holders,
+    marked_pids,
+    pid_alive,
+    start_time,
+)
 
 
 def running_dir(state_dir: Path) -> Path:
@@ -74,16 +85,40 @@ def find_orphans(state_dir: Path) -> list[Orphan]:
     return out
 
 
-def _attempt(orphan: Orphan, now: datetime) -> Attempt:
+def _kill_lock_holders(record: dict) -> dict[int, str]:
+    """Kill what still holds the dead attempt's GPU locks (a daemon started as ``env -i setsid ...``
+    carries no marker and left the group, but inherited the test's lock files). A lock that a live
+    night holds now is no longer the attempt's: one whose holders include a night's launcher, a
+    process of another attempt, or one whose environment cannot be read is left alone."""
+    paths = [Path(p) for p in record.get("lock_paths") or () if p]
+    if not paths:
+        return {}
+    token = str(record.get("token", ""))
+    launchers = [launchers_path(folder) for folder in {p.parent for p in paths}]
+
+    def a_live_nights(holders: list[int]) -> bool:  # asked afresh each round: a night may take a lock just freed
+        nights = set(lock_holders(launchers))
+        return any(pid in nights or attempt_token_of(pid) not in ("", token) for pid in holders)
+
+    return kill_lock_holders(paths, spare=a_live_nights)
+
+
+def _attempt(orphan: Orphan, now: datetime, holding: dict[int, str] | None = None) -> Attempt:
     r = orphan.record
+    holding = holding or {}
     started = r.get("started_at", "")
     result = _result(r)
     elapsed = _elapsed(r, result, started, now, running=bool(orphan.pids))
     state = (f"still running (pids {', '.join(map(str, orphan.pids))}); killed" if orphan.pids
              else "no longer running; its result was never observed")
+    if holding:
+        state += (f"; {len(holding)} process(es) still holding its GPU locks were killed: "
+                  f"{', '.join(holding.values())}")
     details = {"night": str(r.get("night", "")), "run_id": str(r.get("run_id", "")), "orphan_record": str(orphan.path),
-               "reaped": "killed" if orphan.pids else "ended"}
-    if result.get("finished") is True and result.get("token") == r.get("token"):
+               "reaped": "killed" if orphan.pids or holding else "ended"}
+    if holding:
+        details["killed_leftovers"] = ",".join(map(str, holding))
+    if result.get("finished") is True and result.get("token") == r.get("token") and _by_wrapper(result, r):
         # what the wrapper recorded, kept for the reader; the outcome stays interrupted (never observed)
         details["wrapper_result"] = "ok" if result.get("ok") is True else str(result.get("error") or "failed")
         if "execute_s" in result:
@@ -115,6 +150,11 @@ def _elapsed(record: dict, result: dict, started: str, now: datetime, running: b
     return max(0.0, (now - start).total_seconds())
 
 
+def _by_wrapper(result: dict, record: dict) -> bool:
+    """The record was written by the attempt's wrapper process (when both say which pid that is)."""
+    return not result.get("pid") or not record.get("pid") or result["pid"] == record["pid"]
+
+
 def _result(record: dict) -> dict:
     """The wrapper's completion record next to the attempt's log, if it wrote one."""
     log = str(record.get("log_path") or "")
@@ -140,7 +180,7 @@ def reap_orphans(state_dir: Path, record: Callable[[Attempt], None] | None = Non
         pgid = int(orphan.record.get("pgid") or 0) or None
         if orphan.pids or pgid:
             kill_attempt(str(orphan.record.get("token", orphan.path.stem)), pgid if orphan.pids else None)
-        attempt = _attempt(orphan, now)
+        attempt = _attempt(orphan, now, _kill_lock_holders(orphan.record))
         attempts.append(attempt)
         if record is not None:
             record(attempt)

@@ -16,7 +16,7 @@ import contextlib
 import os
 import signal
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 MARKER = "NIGHTLY_ATTEMPT_TOKEN"
@@ -162,21 +162,40 @@ def describe(pid: int, limit: int = 80) -> str:
     return f"PID {pid} ({cmd})" if cmd else f"PID {pid}"
 
 
-def kill_lock_holders(paths: Sequence[Path], rounds: int = 20) -> dict[int, str]:
+def kill_lock_holders(paths: Sequence[Path], rounds: int = 20,
+                      spare: Callable[[list[int]], bool] | None = None) -> dict[int, str]:
     """SIGKILL every process but this one still holding a lock of ``paths``: what an attempt left
     behind that the marker scan and the process group missed (a daemon started with an empty
-    environment in its own session). Returns the pids found, each described (:func:`describe`)."""
-    me = (os.getpid(),)
-    found = {pid: describe(pid) for pid in lock_holders(paths, exclude=me)}
-    for _ in range(rounds if found else 0):
-        left = lock_holders(paths, exclude=me)
+    environment in its own session). ``spare(holders)``, asked of each lock's holders at every round,
+    says a lock is no longer the attempt's (a live night took it once it was free): its holders are
+    left alone. Returns the pids found, each described (:func:`describe`)."""
+    me = os.getpid()
+    found: dict[int, str] = {}
+    for _ in range(rounds):
+        left = sorted({pid for pids in holders_by_lock(paths).values() if not (spare and spare(pids))
+                       for pid in pids if pid != me})
         if not left:
             break
         for pid in left:
+            found.setdefault(pid, describe(pid))
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGKILL)
         time.sleep(0.05)
     return found
+
+
+def attempt_token_of(pid: int) -> str | None:
+    """The attempt marker's value in ``pid``'s environment: "" when it has none, None when its
+    environment cannot be read (another user's process, or gone)."""
+    try:
+        env = Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return None
+    prefix = f"{MARKER}=".encode()
+    for var in env.split(b"\0"):
+        if var.startswith(prefix):
+            return var[len(prefix):].decode(errors="replace")
+    return ""
 
 
 #: clears the signal mask, then becomes the command (argv[1:]); see :func:`with_signals_unblocked`

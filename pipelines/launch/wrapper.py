@@ -27,8 +27,9 @@ own image. It writes a small JSON result (measured time of the test's run, error
 when launched by Dagster Pipes, reports the same fields through Pipes.
 
 The result is the positive evidence of a pass: it is written only after the test returned
-(``"finished": true`` and the attempt's token), so a test that calls ``os._exit(0)`` halfway is
-not taken for a pass by its exit code. With ``--deadline-s`` the wrapper also kills its own
+(``"finished": true``, the attempt's token and the wrapper's pid), so a test that calls
+``os._exit(0)`` halfway is not taken for a pass by its exit code; and only by the wrapper's own
+process, never by a child the test forked whose ``sys.exit()`` unwinds into the wrapper's code. With ``--deadline-s`` the wrapper also kills its own
 process group past that deadline: a test the night lost track of (night killed with ``kill -9``)
 still cannot run for ever.
 """
@@ -46,6 +47,10 @@ import threading
 import time
 import traceback
 import types
+
+#: the wrapper's exit status when it could not write the test's result (sysexits' EX_IOERR): the test's
+#: outcome is unknown. A test that exits with it itself has its result written, which tells them apart.
+RESULT_NOT_WRITTEN = 74
 
 
 def _run_module(name: str, source: bytes | ast.Module, path: str) -> types.ModuleType:
@@ -357,6 +362,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="kill the own process group after this many seconds (0: never)")
     parser.add_argument("args", nargs="*", help="arguments the test sees in sys.argv[1:]")
     ns = parser.parse_args(argv)
+    wrapper_pid = os.getpid()  # a child the test forks runs this code too, from where the test forked
 
     _fresh_signals()
     unittest_runs = _UnittestRuns()  # the standard library's unittest, before the test's folders are on the path
@@ -386,6 +392,11 @@ def main(argv: list[str] | None = None) -> int:
     except BaseException as exc:  # the test's own failure: report it, never hide it
         result.update(error=f"{type(exc).__name__}: {exc}")
         _quietly(traceback.print_exc)  # the error is in the result even when the test closed its stderr
+    if os.getpid() != wrapper_pid:
+        # a child the test forked ended (sys.exit, return, an exception) and unwound into this code: it
+        # never writes the attempt's result (it would pass a test whose own process may still fail or
+        # os._exit halfway); it exits as that child would under `python3 FILE`
+        return int(result["exit_code"])
     if wrapper_main is not None:  # an imported test file was __main__ while it ran
         sys.modules["__main__"] = wrapper_main
     # a unittest run that ran nothing passes on 3.11 and exits 5 on 3.12+: either way no test ran
@@ -396,9 +407,17 @@ def main(argv: list[str] | None = None) -> int:
     result["elapsed_s"] = round(time.monotonic() - started, 3)
     result["finished"] = True
     result["token"] = os.environ.get("NIGHTLY_ATTEMPT_TOKEN", "")
+    result["pid"] = wrapper_pid  # the local launcher checks it is the process it started
     _quietly(sys.stdout.flush)
     _quietly(sys.stderr.flush)
-    _write_result(ns.result, result)
+    try:
+        _write_result(ns.result, result)
+    except OSError as exc:  # e.g. the logs folder went away: say so, and never as the test's own failure
+        _quietly(print, f"# nightly wrapper: could not write the test's result to {ns.result} "
+                 f"({exc.strerror or exc}); exiting {RESULT_NOT_WRITTEN}: the test's outcome is unknown "
+                 f"(it {'passed' if result['ok'] else 'failed'} here)", file=sys.stderr, flush=True)
+        _report_pipes(result)
+        return RESULT_NOT_WRITTEN
     _report_pipes(result)
     return int(result["exit_code"])
 

@@ -7,6 +7,7 @@ holds the same table with each row's result.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -135,7 +136,8 @@ def test_a_launch_waits_for_gpus_held_by_a_stray_process_no_longer_than_its_time
     stray = subprocess.Popen(["sleep", "600"], pass_fds=lock.fds)  # now the stray process holds the GPU
     lock.release()
     try:
-        launcher = LocalLauncher(tmp_path / "state", pools=[Pool("h200", 1, 1)], poll_s=0.05, gpu_wait_note_s=0.2)
+        launcher = LocalLauncher(tmp_path / "state", pools=[Pool("h200", 1, 1)], poll_s=0.05, gpu_wait_note_s=0.2,
+                                 gpu_recheck_s=0.1, stray_confirm_s=0.5)
         t0 = time.monotonic()
         with caplog.at_level(logging.WARNING, logger="pipelines.launch.local"):
             attempt = launcher.launch(_request(repo, tmp_path, timeout_s=2))
@@ -162,6 +164,42 @@ def test_garbage_then_os_exit_0_before_the_end_is_failed_not_passed(tmp_path):
     assert (attempt.outcome, attempt.exit_code) == ("failed", 0)
     assert attempt.reason.startswith("exited before the test finished")
     assert "PASSED  all 12 checks ok" in Path(attempt.log_path).read_text()
+
+
+def test_a_forked_child_that_reaches_the_wrappers_end_does_not_pass_a_test_that_exited_halfway(tmp_path):
+    """The child's sys.exit(0) unwinds through the wrapper's own code, which would write the attempt's
+    completion record (same token); the test itself then calls os._exit(0) before its end."""
+    repo = _repo(tmp_path, """
+        import os, sys, time
+        def execute():
+            if os.fork() == 0:
+                time.sleep(0.5)
+                sys.exit(0)
+            time.sleep(1.0)
+            os._exit(0)
+            raise AssertionError("the real check, never reached")
+    """)
+    attempt = LocalLauncher(tmp_path / "state").launch(_request(repo, tmp_path))
+    assert (attempt.outcome, attempt.exit_code) == ("failed", 0)
+    assert attempt.reason.startswith("exited before the test finished"), attempt.reason
+    assert not Path(attempt.log_path).with_suffix(".result.json").exists()
+
+
+def test_a_completion_record_written_by_another_process_than_the_wrapper_is_no_pass(tmp_path):
+    """Belt and braces: whatever writes the attempt's record with its token, only the wrapper's own
+    process (the one the launcher started) can pass the test."""
+    result_path = tmp_path / "logs" / "x.result.json"
+    repo = _repo(tmp_path, """
+        import json, os
+        def execute():
+            record = {"ok": True, "exit_code": 0, "finished": True, "token": os.environ["NIGHTLY_ATTEMPT_TOKEN"],
+                      "pid": os.getpid() + 1}
+            open(os.environ["RESULT"], "w").write(json.dumps(record))
+            os._exit(0)
+    """)
+    attempt = LocalLauncher(tmp_path / "state").launch(_request(repo, tmp_path, env={"RESULT": str(result_path)}))
+    assert attempt.outcome == "failed"
+    assert "was written by PID" in attempt.reason and "not by the test's wrapper" in attempt.reason, attempt.reason
 
 
 def test_a_test_that_closes_its_stdout_and_stderr_then_raises_keeps_its_error(tmp_path):
@@ -221,6 +259,32 @@ def test_a_read_only_state_folder_is_named_by_the_launcher_and_the_history(tmp_p
                 [sample_from_attempt(Attempt("t", "passed", 1.0, "2026-12-01T00:00:00"), make_test(), "r")])
     assert attempt.outcome == "infra_error"
     assert attempt.reason.startswith(f"{state}: the state folder is not writable")
+
+
+def test_a_logs_folder_gone_mid_test_is_an_infra_error_naming_the_result_file_not_a_failure(tmp_path):
+    repo = _repo(tmp_path, """
+        import os, shutil
+        def execute():
+            shutil.rmtree(os.environ["LOGS"])  # the logs folder goes away while the test runs
+    """)
+    request = _request(repo, tmp_path, env={"LOGS": str(tmp_path / "logs")})
+    attempt = LocalLauncher(tmp_path / "state").launch(request)
+    assert attempt.outcome == "infra_error", attempt.reason
+    assert str(request.log_path.with_suffix(".result.json")) in attempt.reason
+    assert "outcome is unknown" in attempt.reason and attempt.details["retriable"] == "false"
+    assert not list((tmp_path / "state" / "running").glob("*.json"))
+
+
+def test_a_logs_folder_that_is_not_writable_is_named_and_leaves_no_running_record(tmp_path):
+    repo = _repo(tmp_path, "def execute():\n    pass\n")
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    with read_only_folder(logs):
+        attempt = LocalLauncher(tmp_path / "state").launch(_request(repo, tmp_path))
+    assert attempt.outcome == "infra_error"
+    assert attempt.reason.startswith(f"{logs / 'x.log'}: cannot write the test's log"), attempt.reason
+    assert "state folder" not in attempt.reason
+    assert not list((tmp_path / "state" / "running").glob("*.json"))  # a later night must not call it interrupted
 
 
 def test_a_damaged_cache_entry_is_rebuilt_as_infra_and_the_test_passes(tmp_path):
@@ -342,6 +406,76 @@ def test_after_kill_9_of_the_night_the_test_keeps_its_gpu_and_the_next_night_rea
     assert find_orphans(tmp_path / "state") == []
 
 
+@pytest.mark.slow  # a night killed -9 in a subprocess
+def test_after_kill_9_the_next_night_kills_the_daemon_that_escaped_marker_and_group_and_frees_the_gpu(tmp_path):
+    """The test's `env -i setsid sleep` daemon carries no marker and left the group, but holds the test's
+    GPU lock: the reaper kills it by that lock, as the live night would have at the attempt's end."""
+    repo = _repo(tmp_path, """
+        import os, time
+        def execute():
+            os.system("env -i setsid sh -c 'echo $$ > daemon.tmp; mv daemon.tmp daemon.pid; exec sleep 302' "
+                      ">/dev/null 2>&1 </dev/null &")
+            while not os.path.exists("daemon.pid"):
+                time.sleep(0.01)
+            open("test.pid", "w").write(str(os.getpid()))
+            time.sleep(600)
+    """)
+    night = _night(tmp_path, 600, 600)
+    _wait_for(repo / "test.pid")
+    daemon = int(_wait_for(repo / "daemon.pid"))
+    night.send_signal(signal.SIGKILL)
+    night.wait()
+    try:
+        (attempt,) = reap_orphans(tmp_path / "state")
+        assert _gone(daemon)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(daemon, signal.SIGKILL)
+    assert attempt.details["reaped"] == "killed" and str(daemon) in attempt.details["killed_leftovers"].split(",")
+    assert f"still holding its GPU locks were killed: PID {daemon} (sleep 302)" in attempt.reason
+    held = try_acquire(host_lock_dir(), "h200", 1, [0], 4, prefer=(3,))
+    assert held is not None and held.slots == (3,)  # the next night's test gets the GPU at once
+    held.release()
+
+
+_LIVE_NIGHT = """
+import subprocess, sys, time
+from pathlib import Path
+from pipelines.launch import gpu_slots
+lock_dir = gpu_slots.host_lock_dir()
+gpu_slots.mark_launcher(lock_dir)
+held = gpu_slots.try_acquire(lock_dir, "h200", 1, [0], 4, prefer=(3,))
+daemon = subprocess.Popen(["sleep", "600"], pass_fds=held.fds, start_new_session=True, env={})
+Path(sys.argv[1]).write_text(str(daemon.pid))
+time.sleep(600)
+"""
+
+
+def test_the_reaper_leaves_alone_a_gpu_lock_that_a_live_night_holds_now(tmp_path):
+    """A dead night's record names GPU 3's lock, but that GPU was freed and a live night holds it now,
+    with a daemon of its test (no marker, its own session) sharing the lock: none of them is killed."""
+    from pipelines.launch.gpu_slots import lock_path
+    from pipelines.launch.orphans import write_record
+
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    pid_file = tmp_path / "daemon.pid"
+    live = subprocess.Popen([sys.executable, "-c", _LIVE_NIGHT, str(pid_file)], cwd=PROJECT_ROOT, start_new_session=True)
+    try:
+        daemon = int(_wait_for(pid_file))
+        write_record(tmp_path / "state", {"token": "dead", "test_id": "tests/test_x.py", "attempt": 1, "pid": 0,
+                                          "pgid": 0, "owner_pid": gone.pid, "owner_start": "0",
+                                          "lock_paths": [str(lock_path(host_lock_dir(), "h200", 0, 3))]})
+        (attempt,) = reap_orphans(tmp_path / "state")
+        assert not _gone(daemon, 0.3) and live.poll() is None
+        assert attempt.details["reaped"] == "ended" and "killed_leftovers" not in attempt.details
+    finally:
+        os.killpg(live.pid, signal.SIGKILL)
+        live.wait()
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(int(pid_file.read_text()), signal.SIGKILL)
+
+
 @pytest.mark.slow  # a night killed -9 in a subprocess, then its test's timeout
 def test_after_kill_9_of_the_night_a_hung_test_still_dies_near_its_timeout(tmp_path):
     repo = _repo(tmp_path, HANG)
@@ -443,3 +577,77 @@ def test_a_launch_waits_past_its_timeout_while_another_nights_test_holds_the_gpu
     assert attempt.outcome == "passed", attempt.reason
     assert float(attempt.details["gpu_wait_s"]) >= 2.5  # well past the 1 s timeout
     assert f"PID {other_night.pid} (sleep 600)" in caplog.text
+
+
+_OTHER_NIGHT = """
+import sys
+from pathlib import Path
+from pipelines.core.model import Pool
+from pipelines.launch.base import LaunchRequest
+from pipelines.launch.local import LocalLauncher
+from tests.conftest import make_test
+tmp = Path(sys.argv[1])
+test = make_test(id="tests/test_x.py", path="tests/test_x.py", gpus=1)
+attempt = LocalLauncher(tmp / "state-a", kill_grace_s=2, pools=[Pool("h200", 1, 1)], night="A").launch(LaunchRequest(
+    test=test, repo_path=tmp / "repo", timeout_s=1, log_path=tmp / "logs-a" / "x.log", pool="h200", gpu_slots=(0,)))
+print(attempt.outcome)
+"""
+
+
+@pytest.mark.slow  # another night in a subprocess, through its test's timeout and kill grace
+def test_another_nights_launcher_holding_its_timed_out_tests_gpus_while_it_kills_it_is_waited_for(tmp_path):
+    """Night A's test times out and leaves a child that ignores SIGTERM: A keeps the GPU lock for the
+    kill's grace with only its own process holding it. Night B (another home, the same host's locks),
+    past its own test's timeout, must wait for that night, not call it a stray and give up."""
+    from pipelines.core.model import Pool
+
+    repo = _repo(tmp_path, """
+        import os, subprocess, sys, time
+        def execute():
+            subprocess.Popen([sys.executable, "-c", "import os, signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+                              "open('child.tmp', 'w').write(str(os.getpid())); os.rename('child.tmp', 'child.pid'); time.sleep(600)"])
+            while not os.path.exists("child.pid"):
+                time.sleep(0.01)
+            open("test.pid", "w").write(str(os.getpid()))
+            time.sleep(600)
+    """)
+    night_a = subprocess.Popen([sys.executable, "-c", _OTHER_NIGHT, str(tmp_path)], cwd=PROJECT_ROOT,
+                               stdout=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        _wait_for(repo / "test.pid")
+        launcher = LocalLauncher(tmp_path / "state-b", pools=[Pool("h200", 1, 1)], poll_s=0.05, gpu_recheck_s=0.1,
+                                 stray_confirm_s=0.5)
+        attempt = launcher.launch(_request(_repo(tmp_path / "b", "def execute():\n    pass\n"), tmp_path, timeout_s=1))
+        out, _ = night_a.communicate(timeout=60)
+    finally:
+        if night_a.poll() is None:
+            os.killpg(night_a.pid, signal.SIGKILL)
+            night_a.wait()
+    assert out.strip() == "timed_out"
+    assert attempt.outcome == "passed", attempt.reason
+    assert float(attempt.details["gpu_wait_s"]) >= 2  # A's 1 s timeout and its 2 s grace, past B's 1 s timeout
+
+
+def test_a_holder_that_looks_stray_is_given_time_to_go_before_the_launch_gives_up(tmp_path):
+    """A process without the marker holding the GPU past the test's timeout may be a night between
+    killing its test and letting go of its locks: the launch gives up only when it still holds it
+    ``stray_confirm_s`` later."""
+    from pipelines.core.model import Pool
+
+    repo = _repo(tmp_path, "def execute():\n    pass\n")
+    lock = try_acquire(host_lock_dir(), "h200", 1, [0], 1)
+    assert lock is not None
+    holder = subprocess.Popen(["sleep", "600"], pass_fds=lock.fds)
+    lock.release()
+    ends = threading.Timer(1.5, holder.kill)
+    try:
+        launcher = LocalLauncher(tmp_path / "state", pools=[Pool("h200", 1, 1)], poll_s=0.05, gpu_recheck_s=0.1,
+                                 stray_confirm_s=3)
+        ends.start()
+        attempt = launcher.launch(_request(repo, tmp_path, timeout_s=1))
+    finally:
+        ends.cancel()
+        holder.kill()
+        holder.wait()
+    assert attempt.outcome == "passed", attempt.reason
+    assert float(attempt.details["gpu_wait_s"]) >= 1.4

@@ -86,7 +86,8 @@ def test_a_completion_record_that_says_failed_is_the_reason_even_when_the_proces
     repo = _repo(tmp_path, """
         import json, os
         def execute():  # leaves a finished record that says not ok, then exits 0
-            record = {"ok": False, "exit_code": 1, "finished": True, "token": os.environ["NIGHTLY_ATTEMPT_TOKEN"]}
+            record = {"ok": False, "exit_code": 1, "finished": True, "token": os.environ["NIGHTLY_ATTEMPT_TOKEN"],
+                      "pid": os.getpid()}
             open(os.environ["RESULT"], "w").write(json.dumps(record))
             os._exit(0)
     """)
@@ -113,6 +114,27 @@ def test_a_hanging_test_is_killed_with_its_children_at_the_timeout(tmp_path):
     assert time.monotonic() - t0 < 300
     child = int((repo / "child.pid").read_text())
     assert wait_until(lambda: dead(child)), "the child outlived its test"
+
+
+def test_a_timed_out_tests_log_says_so_in_the_runners_words_and_what_was_killed(tmp_path):
+    from pipelines.core.history.joblog import read_ci_log
+
+    repo = _repo(tmp_path, """
+        import time
+        def execute():
+            print("training step 1", flush=True)
+            time.sleep(600)
+    """)
+    attempt = LocalLauncher(tmp_path / "state", kill_grace_s=0.5).launch(_request(repo, tmp_path, timeout_s=1))
+    assert attempt.outcome == "timed_out"
+    lines = Path(attempt.log_path).read_text().splitlines()
+    assert "TIMEOUT: tests/test_x.py after 1 seconds" in lines  # as the framework's runner prints it
+    killed = next(line for line in lines if line.startswith("# nightly: timed out after 1 s: killed 1 process(es) "))
+    assert "wrapper.py --file tests/test_x.py" in killed, killed
+    # a maintainer who feeds the attempt's log to `nightly history import` is told what it is, not that it is cut
+    parsed = read_ci_log(Path(attempt.log_path).read_text())
+    assert parsed.attempts == () and len(parsed.refused) == 1, parsed.refused
+    assert "a nightly attempt log" in parsed.refused[0][2] and "cut off" not in parsed.refused[0][2]
 
 
 def test_a_missing_execute_function_fails_with_a_message_that_says_so(tmp_path):
@@ -182,6 +204,8 @@ def test_interrupt_kills_a_running_test_and_records_it_as_interrupted(tmp_path):
     (attempt,) = out
     assert attempt.outcome == "interrupted"
     assert attempt.reason == "the night was interrupted; the test's processes were killed"
+    said = [line for line in Path(attempt.log_path).read_text().splitlines() if line.startswith("# nightly: interrupted")]
+    assert len(said) == 1 and "killed 1 process(es) of the test: PID" in said[0], said
     assert not Path(f"/proc/{(repo / 'pid').read_text()}/environ").exists()
     assert launcher.launch(_request(repo, tmp_path)).outcome == "interrupted"  # nothing new starts
 

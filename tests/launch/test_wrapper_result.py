@@ -63,3 +63,16 @@ def test_the_wrapper_writes_its_record_into_a_target_that_is_not_a_regular_file(
     record = json.loads(got[0])
     assert (record["ok"], record["finished"], record["token"]) == (True, True, "t-9")
     assert fifo.exists() and not fifo.is_file()
+
+
+def test_a_result_that_cannot_be_written_is_said_and_exits_with_the_reserved_code(tmp_path):
+    """The test passed, but its record cannot be written (the logs folder went away): exit 1 would
+    read as the test's failure; the reserved code tells the launcher it is the folder's."""
+    (tmp_path / "test_t.py").write_text("def execute():\n    pass\n")
+    result = tmp_path / "gone" / "x.result.json"
+    env = {"PATH": os.environ["PATH"], "PYTHONPATH": str(PROJECT_ROOT), "NIGHTLY_ATTEMPT_TOKEN": "t-3"}
+    proc = subprocess.run([sys.executable, "-m", "pipelines.launch.wrapper", "--file", "test_t.py", "--result",
+                           str(result)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == wrapper.RESULT_NOT_WRITTEN, proc.stderr
+    assert f"# nightly wrapper: could not write the test's result to {result}" in proc.stderr
+    assert "Traceback" not in proc.stderr

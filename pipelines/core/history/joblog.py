@@ -44,6 +44,12 @@ _END = re.compile(r"^End \((\d+)/(\d+)\):\s*$")
 _FILENAME = re.compile(r"""^filename=('(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*"), elapsed=([^,\s]+)(?:, _estimated_time=([^,\s]+))?""")
 _TIMEOUT = re.compile(r"^TIMEOUT: (\S(?:.*\S)?) after (\S+) seconds\s*$")
 _SUMMARY_FORM = "`[i/N] <file>  PASS|FAIL|TIMEOUT  elapsed=Ns`"
+#: the first line of a log the nightly's local launcher wrote for one attempt (pipelines/launch/local.py);
+#: such a log holds the runner's `TIMEOUT: <file> after N seconds` line on a timeout, never a summary line
+_NIGHTLY_ATTEMPT = re.compile(r"^# nightly: \S.* attempt \d+ on \S+ gpus=\S* timeout=\d+s")
+_NIGHTLY_ATTEMPT_LOG = ("a nightly attempt log (its first line `# nightly: TEST attempt N on NODE ...`, written by "
+                        "`nightly run`), not a framework CI job log: the night recorded this attempt in history "
+                        "already; import the framework's own job logs")
 _NO_FILENAME = ("End block without its `filename='<file>', elapsed=N` line; that attempt's record is incomplete, "
                 "check the log was saved whole")
 _NOT_UTF8 = ("holds bytes that are not UTF-8 (shown as U+FFFD), so it cannot match a test file; "
@@ -189,6 +195,8 @@ def read_ci_log(text: str | Iterable[str]) -> ParsedLog:
     for i, raw in enumerate(_pieces(text) if isinstance(text, str) else text, start=1):
         digest.update(raw.encode("utf-8", "replace"))
         line, stamp = _strip_stamp(raw.removesuffix("\n").rstrip("\r"))
+        if i == 1 and _NIGHTLY_ATTEMPT.match(line):  # its TIMEOUT line is ours, no attempt of a job to import
+            return ParsedLog((), ((1, "log", _NIGHTLY_ATTEMPT_LOG),), digest=digest.hexdigest())
         # `run_suite.py \` then `  --suite S \`: one command over several lines, read as one line once whole;
         # each physical line is still read below as itself (its own number in every attempt and refusal)
         if joined := bool(continued) or line.endswith("\\"):

@@ -16,6 +16,7 @@ from datetime import datetime
 from typing import Any, NamedTuple
 
 from pipelines.launch.kubernetes.preflight import preflight_verdict
+from pipelines.launch.wrapper import RESULT_NOT_WRITTEN
 
 MAIN_CONTAINER = "test"
 #: the attempt's token in the test container's env; the wrapper copies it into its completion record
@@ -208,6 +209,8 @@ def classify(
     if phase == "Succeeded" and term.get("exitCode", 0) == 0:
         return _test("passed", "", node) if finished(last_pod) else _test("failed", NO_COMPLETION_RECORD, node)
     if phase in ("Failed", "Succeeded"):
+        if term.get("exitCode") == RESULT_NOT_WRITTEN and attempt_token(last_pod) and not completion_record(last_pod):
+            return _infra("result_not_written", node)  # the wrapper could not write its record: the test's outcome is unknown
         if term:
             return _test("failed", "exit_code", node)
         return _infra("failed_without_container", node)

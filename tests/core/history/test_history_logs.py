@@ -389,3 +389,19 @@ def test_a_runner_started_in_a_subfolder_names_files_below_it_and_they_are_still
     log = "[1/1] registered/basic/test_generate.py  PASS  elapsed=42s\n"
     samples, problems = import_logs({"j.log": log}, catalog(t), suite="stage-b-test-1-gpu-large")
     assert [(s.test_id, s.elapsed_s) for s in samples] == [(t.id, 42.0)] and problems == []
+
+
+def test_a_nightly_attempt_log_is_said_to_be_one_and_its_timeout_line_is_not_read_as_a_cut_job_log():
+    """The local launcher ends a timed-out attempt's log with the runner's own `TIMEOUT:` line; fed to
+    the import, that log is named for what it is, not reported as a job log cut before its summary."""
+    log = textwrap.dedent("""\
+        # nightly: tests/e2e/test_z.py attempt 1 on local-h200-0 gpus=0,1 timeout=20s (waited 3 s for free GPUs)
+        training step 1
+        TIMEOUT: tests/e2e/test_z.py after 20 seconds
+        # nightly: timed out after 20 s: killed 1 process(es) of the test: PID 12 (python wrapper.py)
+    """)
+    samples, problems = import_logs({"x.attempt1.log": log}, catalog(make_test(path="tests/e2e/test_z.py")))
+    assert samples == []
+    assert [(p.line, p.field) for p in problems] == [(1, "log")]
+    assert "a nightly attempt log" in problems[0].message and "cut off" not in problems[0].message
+    assert read_ci_log("noise\n" + log).refused[0][2].startswith("TIMEOUT line of tests/e2e/test_z.py")  # a job log's

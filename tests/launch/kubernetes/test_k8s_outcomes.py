@@ -174,6 +174,16 @@ def test_exit_0_passes_only_with_the_wrappers_completion_record_carrying_the_att
         assert verdict.reason == "exited before the test finished (exit code 0 without the wrapper's completion record)"
 
 
+def test_a_wrapper_that_could_not_write_its_record_is_an_infra_error_and_a_test_exiting_74_is_failed():
+    from pipelines.launch.wrapper import RESULT_NOT_WRITTEN
+
+    lost = classify(wrapped_pod("t-1", code=RESULT_NOT_WRITTEN, phase="Failed"), False, 0.0, 60.0)
+    assert (lost.outcome, lost.reason, lost.retriable_infra) == ("infra_error", "result_not_written", False)
+    own = wrapped_pod("t-1", record(ok=False, exit_code=RESULT_NOT_WRITTEN, error="SystemExit(74)"),
+                      code=RESULT_NOT_WRITTEN, phase="Failed")
+    assert classify(own, False, 0.0, 60.0).outcome == "failed"
+
+
 def test_pods_without_a_token_are_judged_by_exit_code_and_a_failed_tests_error_is_said():
     assert classify(pod("Succeeded", state=term(0, "Completed")), False, 0.0, 60.0).outcome == "passed"  # build pods
     last = wrapped_pod("t-1", record(ok=False, exit_code=1, error="AssertionError: loss 2.3 > 1.0"), code=1, phase="Failed")
