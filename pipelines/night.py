@@ -45,7 +45,7 @@ from pipelines.core.plan import make_plan, pool_for
 from pipelines.core.plan.durations import duration_model
 from pipelines.core.report import Row, night_rows
 from pipelines.core.runset import RunSelection, RunSet, resolve_run
-from pipelines.core.specs import RepoSpec, Specs, load_specs, unconfigured_spec
+from pipelines.core.specs import RepoSpec, Specs, load_specs, project_path, unconfigured_spec
 from pipelines.launch.base import Launcher, LaunchRequest
 from pipelines.launch.dispatch import DispatchResult, run_plan
 from pipelines.storage.cache import AssetCache, Built
@@ -217,7 +217,7 @@ class Night:
     @property
     def cache(self) -> AssetCache:
         hub = self.repo_spec.hub
-        hub_path = (self.specs.root.parent / hub).resolve() if hub else None
+        hub_path = project_path(hub) if hub else None
         return AssetCache(self.home / "cache", hub_path)
 
     @cached_property
@@ -294,9 +294,9 @@ class Night:
 
     @cached_property
     def catalog(self) -> Catalog:
-        if not self.repo_spec.path.is_dir():
-            raise CatalogError(Problem(str(self.specs.root / "repos.yaml"), 1, f"repos.{self.repo_spec.name}.path",
-                                       f"{self.repo_spec.path} is not a folder; point it at the framework checkout"))
+        problem = self.repo_spec.path_problem(self.specs.root)
+        if problem is not None:
+            raise CatalogError(problem)
         calibrated = self.calibrated()
         return with_calibrated(self.registered, calibrated, self.rewrites_for(self.registered.tests, calibrated))
 

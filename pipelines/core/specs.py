@@ -29,6 +29,15 @@ from pipelines.core.specs_schema import (
 )
 
 DEFAULT_ASSETS_DIR = Path(__file__).resolve().parents[2] / "assets"
+#: where relative paths in repos.yaml (a repo's ``path:`` and ``hub:``) start: this project's root, whichever
+#: specs folder is read, so a copy of ``assets/`` kept elsewhere (``NIGHTLY_ASSETS_DIR``) names the same
+#: folders as the original; installed images keep ``examples/`` beside ``assets/`` here too (Dockerfile)
+PROJECT_ROOT = DEFAULT_ASSETS_DIR.parent
+
+
+def project_path(value: str | Path) -> Path:
+    """A path as repos.yaml writes it: an absolute one as it is, a relative one from this project's root."""
+    return Path(value) if os.path.isabs(value) else (PROJECT_ROOT / value).resolve()
 
 
 class _LineLoader(yaml.SafeLoader):
@@ -202,6 +211,19 @@ class RepoSpec:
     #: put the checkout first on the PYTHONPATH local tests and builds inherit (an unconfigured repo: as
     #: after `pip install -e .`); pods run the framework's image, which has it installed, and keep its path
     importable: bool = False
+    #: ``path:`` as repos.yaml writes it, and its line (a checkout that is not there is located by them)
+    path_written: str = ""
+    path_line: int = 1
+
+    def path_problem(self, specs_root: Path) -> Problem | None:
+        """Why the checkout cannot be read (None when it can), naming what a relative path was taken from."""
+        if self.path.is_dir():
+            return None
+        how = "" if not self.path_written or os.path.isabs(self.path_written) else (
+            f" ({self.path_written}, relative to this project's root {PROJECT_ROOT})")
+        return Problem(str(specs_root / "repos.yaml"), self.path_line, f"repos.{self.name}.path",
+                       f"{self.path} is not a folder{how}; point it at the framework checkout, by an absolute path "
+                       "or one relative to the project's root")
 
 
 def unconfigured_spec(path: Path) -> RepoSpec:
@@ -310,7 +332,8 @@ def _repo(name: str, m: RepoModel, root: Path, raw: Any = None) -> RepoSpec:
     if "accept" in params:
         params["accept"] = tuple(params["accept"])
     return RepoSpec(
-        name=name, path=Path(m.path) if os.path.isabs(m.path) else (root.parent / m.path).resolve(),
+        name=name, path=project_path(m.path), path_written=m.path,
+        path_line=_lines(raw, "repos", name).get("path", 1),
         format=m.format, roots=tuple(m.roots), implicit_cpu_dirs=tuple(m.implicit_cpu_dirs), template=m.template,
         default_est_time=m.default_est_time, default_num_gpus=m.default_num_gpus, policy=m.calibration.policy,
         policy_params=params, policy_explicit="policy" in m.calibration.model_fields_set, timeout_floor_s=m.timeout.floor_s, timeout_factor=m.timeout.factor,

@@ -3,6 +3,13 @@
 Every request is ONE run of ``test_runs`` over the whole key range with a selection in its
 config. The cron strings are framework M's (nightly Sunday-Friday 15:00 UTC, weekly Saturday).
 A sensor never parses a test file itself: it asks the catalog, and the infra probe.
+
+Calibration follows a run that ran tests from two sensors: the run-status sensors, within seconds
+of the run's end, and ``calibrate_missed_runs``, for runs no run-status sensor will ever see (a run
+status sensor's first tick starts after the newest run, so runs made before the daemon first
+started, e.g. ``dagster asset materialize`` right after ``nightly ui --print-command``, are skipped).
+Both ask :func:`calibration_request`, which refuses a run that already has a calibration run tagged
+with it, so a run is calibrated once whichever sensor gets there first.
 """
 
 from __future__ import annotations
@@ -10,7 +17,8 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-from datetime import UTC, datetime
+import time
+from datetime import UTC, datetime, timedelta
 
 import dagster as dg
 
@@ -23,6 +31,12 @@ from pipelines.defs.resources import NightlyResource
 from pipelines.storage.state import StateError
 
 NIGHTLY_CRON = "0 15 * * 0-5"
+#: the runs the catch-up looks at: the newest finished runs of the last days, not the whole past
+CATCH_UP_DAYS = 7
+CATCH_UP_RUNS = 100
+#: how long the catch-up leaves a freshly ended run to its run-status sensor (which asks within seconds)
+CATCH_UP_GRACE_S = 120
+FINISHED = [dg.DagsterRunStatus.SUCCESS, dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.CANCELED]
 WEEKLY_CRON = "0 15 * * 6"
 
 
@@ -49,6 +63,23 @@ def ran_tests(instance: dg.DagsterInstance, run: dg.DagsterRun) -> bool:
         return False
     plan = instance.get_execution_plan_snapshot(run.execution_plan_snapshot_id)
     return any(step.key == TEST_RUNS.path[-1] for step in plan.steps)
+
+
+def calibration_request(instance: dg.DagsterInstance, run: dg.DagsterRun, night) -> dg.RunRequest | dg.SkipReason:
+    """The calibration run a finished run calls for, or why none: it calibrated itself (``nightly run``),
+    ran no tests, already has a calibration run (either sensor's, or the CLI's), or wrote no night record."""
+    # a re-execution (UI "Re-execute") copies its parent's tags, inline included, but calibrates nothing itself
+    if run.tags.get(TAG_CALIBRATION) == "inline" and not run.parent_run_id:
+        return dg.SkipReason(f"run {run.run_id} calibrated itself (nightly run)")
+    if not ran_tests(instance, run):
+        return dg.SkipReason(f"run {run.run_id} ran no tests")
+    done = instance.get_runs(filters=dg.RunsFilter(tags={TAG_SOURCE_RUN: run.run_id}), limit=1)
+    if done:
+        return dg.SkipReason(f"run {run.run_id} is calibrated by run {done[0].run_id} already")
+    if night.state.get(f"runs/{safe_filename(run.run_id)}.json") is None:
+        return dg.SkipReason(f"run {run.run_id} wrote no night record (it ended before any test started: "
+                             "see the run's log)")
+    return dg.RunRequest(run_key=f"calibrate-{run.run_id}", tags={TAG_SOURCE_RUN: run.run_id})
 
 
 def _broken(night, changed: list[str], vanished: set[str]) -> str:
@@ -86,18 +117,42 @@ def build_sensors(jobs: dict, keys: list[str], deployment: str, pools: list[str]
                               description=f"After any run that ran tests ends ({status.value.lower()}): schedule, UI "
                                           "pick, backfill or sensor: recalibrate est_time and report that run.")
         def _sensor(context: dg.RunStatusSensorContext, nightly: NightlyResource):
-            run = context.dagster_run
-            # a re-execution (UI "Re-execute") copies its parent's tags, inline included, but calibrates nothing itself
-            if run.tags.get(TAG_CALIBRATION) == "inline" and not run.parent_run_id:
-                return dg.SkipReason(f"run {run.run_id} calibrated itself (nightly run)")
-            if not ran_tests(context.instance, run):
-                return dg.SkipReason(f"run {run.run_id} ran no tests")
-            if nightly.night().state.get(f"runs/{safe_filename(run.run_id)}.json") is None:
-                return dg.SkipReason(f"run {run.run_id} wrote no night record (it ended before any test started: "
-                                     "see the run's log)")
-            return dg.RunRequest(run_key=f"calibrate-{run.run_id}", tags={TAG_SOURCE_RUN: run.run_id})
+            return calibration_request(context.instance, context.dagster_run, nightly.night())
 
         return _sensor
+
+    @dg.sensor(name="calibrate_missed_runs", job=calibration, minimum_interval_seconds=60,
+               default_status=dg.DefaultSensorStatus.RUNNING,
+               description=f"Calibration and a report for runs that ran tests and have none: runs that ended "
+                           f"before the daemon first started (the run-status sensors begin after the newest "
+                           f"run), of the last {CATCH_UP_DAYS} days ({CATCH_UP_RUNS} runs at most).")
+    @skip_on_unreadable_state
+    def calibrate_missed_runs(context: dg.SensorEvaluationContext, nightly: NightlyResource):
+        """The cursor lists the runs already decided (requested or never to be), so a run is requested
+        once; a run that ended less than CATCH_UP_GRACE_S ago is left to its run-status sensor for now."""
+        decided = set(json.loads(context.cursor)) if context.cursor else set()
+        since = datetime.now(UTC) - timedelta(days=CATCH_UP_DAYS)
+        records = context.instance.get_run_records(filters=dg.RunsFilter(statuses=FINISHED, updated_after=since),
+                                                   limit=CATCH_UP_RUNS)
+        night, now, requests, waiting = nightly.night(), time.time(), [], 0
+        for record in reversed(records):  # oldest first
+            run = record.dagster_run
+            if run.run_id in decided:
+                continue
+            if record.end_time is None or now - record.end_time < CATCH_UP_GRACE_S:
+                waiting += 1
+                continue
+            request = calibration_request(context.instance, run, night)
+            if isinstance(request, dg.RunRequest):
+                requests.append(request)
+            decided.add(run.run_id)
+        # only the runs still in the window: the cursor stays as small as the window
+        context.update_cursor(json.dumps(sorted(decided & {r.dagster_run.run_id for r in records})))
+        if requests:
+            return requests
+        return dg.SkipReason("no finished run that ran tests is without calibration"
+                             + (f" ({waiting} ended in the last {CATCH_UP_GRACE_S} s: left to the run-status "
+                                "sensors for now)" if waiting else ""))
 
     @dg.sensor(name="rerun_changed_tests", job=jobs["tests"], minimum_interval_seconds=300,
                description="ONE run of the enabled tests whose file changed since the last evaluation.")
@@ -155,4 +210,4 @@ def build_sensors(jobs: dict, keys: list[str], deployment: str, pools: list[str]
     return [calibrate_after(dg.DagsterRunStatus.SUCCESS, "calibrate_after_tests"),
             calibrate_after(dg.DagsterRunStatus.FAILURE, "calibrate_after_failed_tests"),
             calibrate_after(dg.DagsterRunStatus.CANCELED, "calibrate_after_canceled_tests"),
-            rerun_changed_tests, infra_change_backfill]
+            calibrate_missed_runs, rerun_changed_tests, infra_change_backfill]

@@ -9,7 +9,13 @@ from pipelines.night import Night, NightSettings, default_home
 
 
 class NightlyResource(dg.ConfigurableResource):
-    """Points at ``assets/`` and the state folder; empty fields take the embedded defaults."""
+    """Points at ``assets/`` and the state folder; empty fields take the embedded defaults.
+
+    Relative paths (``NIGHTLY_HOME=relhome dagster asset materialize ...``) are resolved here, against
+    the working folder Dagster was started in, as ``nightly run`` resolves them: every Dagster way in
+    (assets, sensors, schedules) reads its settings through :meth:`settings`, and the tests and
+    converters run in the framework's checkout, where a relative cache path would point elsewhere.
+    """
 
     home: str = ""
     assets_dir: str = ""
@@ -18,8 +24,8 @@ class NightlyResource(dg.ConfigurableResource):
 
     def settings(self, **overrides) -> NightSettings:
         return NightSettings(
-            home=Path(self.home) if self.home else default_home(),
-            assets_dir=Path(self.assets_dir) if self.assets_dir else None,
+            home=Path(self.home).resolve() if self.home else default_home(),
+            assets_dir=Path(self.assets_dir).resolve() if self.assets_dir else None,
             repo=self.repo or None,
             deployment=self.deployment or None,
             **overrides,

@@ -10,6 +10,7 @@ Runs executed in-process (the CLI) have no run monitor: a
 from __future__ import annotations
 
 import contextlib
+import multiprocessing
 import os
 import socket
 from collections.abc import Generator, Iterator
@@ -22,9 +23,23 @@ TAG_HOST = "nightly/host"
 TAG_PID = "nightly/pid"
 
 
+def run_worker_pid() -> int:
+    """The process that lives until the run ends, seen from a step of that run.
+
+    In-process execution (``nightly run``, execute_in_process) runs the step in the run's own process.
+    Dagster's multiprocess executor (a daemon-launched run, ``dagster asset materialize``) runs each step
+    in a child the run worker starts (spawn or forkserver: ``parent_process`` is the worker either way);
+    that child exits at STEP_SUCCESS, seconds (more under load) before the worker reports the run's end,
+    and later steps of the run may follow. So the worker, not the step, is what a later run asks about:
+    judging by the step's process, or by how long the run has been quiet, would fail a live run.
+    """
+    parent = multiprocessing.parent_process()
+    return parent.pid if parent is not None else os.getpid()
+
+
 def process_tags() -> dict[str, str]:
-    """Where this run's process lives, so a later run can tell whether it is still alive."""
-    return {TAG_HOST: socket.gethostname(), TAG_PID: str(os.getpid())}
+    """Where this run's worker lives, so a later run can tell whether it is still alive."""
+    return {TAG_HOST: socket.gethostname(), TAG_PID: str(run_worker_pid())}
 
 
 def fail_stale_runs(instance: dg.DagsterInstance, current_run_id: str) -> list[str]:

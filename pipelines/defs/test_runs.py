@@ -6,8 +6,11 @@ request the whole key range plus a selection in the run config, so any selection
 Those requests set ``all_registered``: the run covers every test registered when it starts, read
 afresh, so a test file added since the code location loaded runs too (its partition shows once
 the location is reloaded); a UI pick of every partition means the same.
-A run that would run nothing (a typo'd label, a named test outside the picked keys, a pick of
-disabled tests only) fails with the reason before it writes any record, as ``nightly run`` exits 3.
+A run whose config selects nothing (a typo'd label, a named test outside the picked keys) fails
+with the reason before it writes any record, as ``nightly run`` exits 3. A pick or backfill whose
+keys are all disabled (or on hardware no pool runs) is no mistake: a backfill splits into one run per
+contiguous key range, so a disabled test alone in a pick gets a run of its own; that run observes its
+tests as not launched and ends SUCCESS, never red, with no record.
 The body plans the run's tests together and dispatches them on free GPUs
 (``pipelines.execute``); each finished test is reported at once as a materialization of its
 partition and a ``test_passed`` check result. Disabled and unplanned tests are observed with
@@ -120,8 +123,9 @@ def _nothing_to_run(night, keys: list[str] | None, selection: RunSelection, runs
 def _resolve(context: dg.AssetExecutionContext, night, selection: RunSelection, whole: frozenset[str],
              all_registered: bool) -> RunSet:
     """The run's tests; ``all_registered`` or the whole key range: every test registered now. A
-    selection naming nothing that exists, or a run launching no test (a pick of disabled tests only),
-    fails the run with the reason before any record is written."""
+    selection naming nothing that exists, or a config selection launching no test, fails the run with
+    the reason before any record is written; a pick (no config selection) of tests that are never
+    launched only is returned as it is, with nothing to run."""
     keys = _keys(context)
     stale: list[str] = []
     if keys is not None and (all_registered or (whole and set(keys) >= whole)):
@@ -130,7 +134,7 @@ def _resolve(context: dg.AssetExecutionContext, night, selection: RunSelection, 
         runset = night.runset(keys, selection)
     except SelectionError as exc:
         raise dg.Failure(f"run config: {exc}") from exc
-    if not runset.run:
+    if not runset.run and not (selection.empty and runset.skipped):
         raise dg.Failure(f"nothing to run: {_nothing_to_run(night, keys, selection, runset)}")
     for key in (*stale, *runset.unknown):
         _say(context, f"{key}: no longer registered; reload the code location to refresh the partitions",
@@ -164,10 +168,7 @@ def _dagster_events(context: dg.AssetExecutionContext, night, events, selection:
                 for a in plan.ordered():
                     yield dg.AssetObservation(asset_key=TEST_RUNS, partition=a.test_id,
                                               metadata=planned_metadata(a, by_id[a.test_id], night.night))
-                for t, why in event.runset.skipped:
-                    yield dg.AssetObservation(asset_key=TEST_RUNS, partition=t.id,
-                                              metadata={"outcome": "not launched", "reason": why,
-                                                        "est_time_s": t.est_time, "est_source": t.est_source})
+                yield from _not_launched(event.runset)
             elif isinstance(event, InputReady):
                 cls = dg.AssetObservation if event.built.reused else dg.AssetMaterialization
                 yield cls(asset_key=KIND_ASSET[event.requirement.kind], partition=event.requirement.key,
@@ -196,6 +197,14 @@ def _dagster_events(context: dg.AssetExecutionContext, night, events, selection:
         yield from _held_attempt(held, final=True)
         raise
     yield from _held_attempt(held, final=True)
+
+
+def _not_launched(runset: RunSet):
+    """Each test the run never launches, observed on its partition with the reason (never red)."""
+    for t, why in runset.skipped:
+        yield dg.AssetObservation(asset_key=TEST_RUNS, partition=t.id,
+                                  metadata={"outcome": "not launched", "reason": why,
+                                            "est_time_s": t.est_time, "est_source": t.est_source})
 
 
 def _held_attempt(held: list, final: bool):
@@ -249,6 +258,10 @@ def build_test_runs(catalog: Catalog, test_parts: dg.PartitionsDefinition, deps:
         for problem in night.catalog.problems:
             _say(context, f"catalog problem: {problem}", "warning")
         runset = _resolve(context, night, selection, whole, config.all_registered)
+        if not runset.run:  # a pick of tests never launched only: observed so, the run a SUCCESS, no record
+            _say(context, f"nothing to launch: {_nothing_to_run(night, _keys(context), selection, runset)}")
+            yield from _not_launched(runset)
+            return
         try:  # as `nightly run`: a broken quarantine file stops the run before any test (its quarantines would not hold)
             night.quarantine_doc()
         except CatalogError as exc:

@@ -151,7 +151,7 @@ def test_a_ui_re_execution_of_a_command_line_night_is_calibrated(setup):
 def test_sensors_that_feed_back_are_running_by_default(setup):
     defs, _, _, _ = setup
     for name in ("calibrate_after_tests", "calibrate_after_failed_tests", "calibrate_after_canceled_tests",
-                 "infra_change_backfill"):
+                 "calibrate_missed_runs", "infra_change_backfill"):
         assert defs.resolve_sensor_def(name).default_status == dg.DefaultSensorStatus.RUNNING, name
 
 
@@ -400,3 +400,63 @@ def test_the_first_tick_after_the_spec_digest_changed_form_re_baselines_without_
     result, _ = _tick(defs, resource, "infra_change_backfill", cursor)
     [request] = result.run_requests
     assert "spec node-v1:" in request.tags["nightly/reason"]
+
+
+def _calibration_run_for(instance, source_run_id: str) -> str:
+    """A calibration run as a sensor's request (or `nightly run`) creates it: tagged with its source run."""
+    @dg.op
+    def calibrate():
+        pass
+
+    job = dg.GraphDefinition(name="calibration", node_defs=[calibrate]).to_job()
+    return job.execute_in_process(instance=instance, tags={"nightly/source_run": source_run_id}).run_id
+
+
+def test_a_run_made_before_the_daemon_first_started_is_calibrated_once(setup, monkeypatch):
+    """`dagster asset materialize` right after `nightly ui --print-command`, then `dagster dev`: the
+    run-status sensors start after the newest run and never see it; the catch-up requests its
+    calibration once, and leaves alone what calibrated itself, what has no record and what is calibrated."""
+    from pipelines.defs import automation
+
+    defs, resource, _, _ = setup
+    monkeypatch.setattr(automation, "CATCH_UP_GRACE_S", 0)  # the runs below ended long enough ago
+    state = resource.night().state
+    with dg.instance_for_test() as instance:
+        missed, _ = _failed_run(instance, "nightly")
+        cli, _ = _failed_run(instance, "nightly")
+        instance.add_run_tags(cli.run_id, {"nightly/calibration": "inline"})
+        calibrated, _ = _failed_run(instance, "nightly")
+        _calibration_run_for(instance, calibrated.run_id)
+        no_record, _ = _failed_run(instance, "nightly")
+        for run in (missed, cli, calibrated):
+            state.put(f"runs/{run.run_id}.json", "{}")
+        # the daemon starts: the run-status sensor's first tick sets its cursor after the newest run
+        first, cursor = _daemon_tick(defs, resource, "calibrate_after_failed_tests", instance, None)
+        assert "Initiating" in first.skip_message
+        assert _daemon_tick(defs, resource, "calibrate_after_failed_tests", instance, cursor)[0].run_requests == []
+        result, cursor = _daemon_tick(defs, resource, "calibrate_missed_runs", instance, None)
+        [request] = result.run_requests
+        assert request.run_key == f"calibrate-{missed.run_id}" and request.tags["nightly/source_run"] == missed.run_id
+        assert _daemon_tick(defs, resource, "calibrate_missed_runs", instance, cursor)[0].run_requests == []
+        _calibration_run_for(instance, missed.run_id)  # the daemon launched it; a fresh cursor still asks nothing
+        assert _daemon_tick(defs, resource, "calibrate_missed_runs", instance, None)[0].run_requests == []
+
+
+def test_a_run_that_just_ended_is_left_to_its_run_status_sensor_and_calibrated_once(setup, monkeypatch):
+    """The run-status sensor asks within seconds; the catch-up waits, then finds the calibration there.
+    Whichever sensor asks first, the other one sees the calibration run and asks nothing."""
+    from pipelines.defs import automation
+
+    defs, resource, _, _ = setup
+    sensor = defs.resolve_sensor_def("calibrate_after_failed_tests")
+    with dg.instance_for_test() as instance:
+        run, event = _failed_run(instance, "nightly")
+        resource.night().state.put(f"runs/{run.run_id}.json", "{}")
+        result, cursor = _daemon_tick(defs, resource, "calibrate_missed_runs", instance, None)
+        assert result.run_requests == [] and "left to the run-status sensors" in result.skip_message
+        assert isinstance(_evaluate(sensor, instance, run, event, resource), dg.RunRequest)
+        calibration = _calibration_run_for(instance, run.run_id)
+        again = _evaluate(sensor, instance, run, event, resource)
+        assert isinstance(again, dg.SkipReason) and f"calibrated by run {calibration}" in again.skip_message
+        monkeypatch.setattr(automation, "CATCH_UP_GRACE_S", 0)  # the grace is over
+        assert _daemon_tick(defs, resource, "calibrate_missed_runs", instance, cursor)[0].run_requests == []

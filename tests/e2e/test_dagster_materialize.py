@@ -19,7 +19,7 @@ from tests.support.assets import example_assets
 pytestmark = pytest.mark.slow  # about 20 s: one real test of examples/minirl in a real instance
 
 KEY = "tests/e2e/megatron/test_dp8_chat.py"  # the example's shortest enabled test
-DISABLED = "tests/e2e/megatron/test_multinode_sft.py"  # never launched: the run fails at once, nothing to run
+DISABLED = "tests/e2e/megatron/test_multinode_sft.py"  # never launched: the run ends at once, launching nothing
 BIN = Path(sys.executable).parent
 
 
@@ -72,9 +72,10 @@ def test_without_dagster_home_the_run_warns_that_nothing_will_follow_it(state):
     command = re.sub(r"^DAGSTER_HOME=\S+ ", "", documented_command()).replace(
         "FIRST...LAST", f"{DISABLED}...{DISABLED}")
     done = run_documented(command, state)
-    # a pick of a disabled test only fails its run, as `nightly run` exits 3; the warning comes first
-    assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-3000:]
-    assert f"nothing to run: every selected test is disabled or on hardware no pool runs: {DISABLED}" in done.stderr
+    # a pick of a disabled test only launches nothing and is no failure; the warning comes first
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert (f"nightly: nothing to launch: every selected test is disabled or on hardware no pool runs: {DISABLED}"
+            in done.stdout)
     assert ("nightly: this run is on a throwaway Dagster instance (DAGSTER_HOME is not set): the UI will not "
             "list it and no calibration run or report follows it") in done.stdout
     assert f"DAGSTER_HOME={Path(state['NIGHTLY_HOME']).resolve() / 'dagster'}" in done.stdout

@@ -68,15 +68,40 @@ def test_a_launchpad_typo_fails_the_run_with_the_reason_and_records_nothing(loca
     assert not (home / "nights" / "latest.json").exists()  # the previous report stays the latest
 
 
-def test_a_pick_of_a_disabled_test_only_fails_the_run_and_records_nothing_as_nightly_run_does(location):
+DISABLED = "tests/e2e/megatron/test_multinode_sft.py"
+NOT_HERE = "tests/e2e/ckpt/test_ckpt_resume.py::rocm-stage-c-4-gpu-mi300"  # the local deployment skips mi300
+
+
+def _observed(instance) -> dict[str, str]:
+    records = instance.fetch_observations(dg.AssetKey("test_runs"), limit=100).records
+    return {r.asset_observation.partition: r.asset_observation.metadata["outcome"].value for r in records}
+
+
+@pytest.mark.parametrize("keys", [(DISABLED, DISABLED), (NOT_HERE, NOT_HERE)])
+def test_a_pick_of_tests_never_launched_only_is_a_success_that_observes_them_and_records_nothing(location, keys):
+    """A backfill splits into one run per contiguous key range, so a disabled test (or one on hardware
+    the deployment skips) alone in a UI pick gets a run of its own: never launched, never red."""
     resource, _, home = location
     with dg.instance_for_test() as instance:
         run = build_definitions(nightly=resource).resolve_job_def("tests").execute_in_process(
-            instance=instance, partition_key="tests/e2e/megatron/test_multinode_sft.py", raise_on_error=False)
+            instance=instance, tags={"dagster/asset_partition_range_start": keys[0],
+                                     "dagster/asset_partition_range_end": keys[1]}, raise_on_error=False)
+        assert run.success, [e.step_failure_data.error.message for e in run.all_events if e.is_step_failure]
+        assert _observed(instance) == {keys[0]: "not launched"}
+        assert _materialized(instance) == {}
+    assert not (home / "nights").exists() and not (home / "runs").exists()  # no record: nothing to calibrate
+
+
+def test_a_config_selection_that_launches_nothing_still_fails_the_run_as_nightly_run_does(location):
+    resource, _, home = location
+    with dg.instance_for_test() as instance:
+        run = build_definitions(nightly=resource).resolve_job_def("tests").execute_in_process(
+            instance=instance, partition_key=DISABLED, raise_on_error=False,
+            run_config={"ops": {"test_runs": {"config": {"labels": ["megatron"]}}}})
         assert not run.success
         errors = [e.step_failure_data.error.message or "" for e in run.all_events if e.is_step_failure]
         assert any("nothing to run: every selected test is disabled or on hardware no pool runs: "
-                   "tests/e2e/megatron/test_multinode_sft.py (disabled: " in m for m in errors), errors
+                   f"{DISABLED} (disabled: " in m for m in errors), errors
         assert _materialized(instance) == {}
     assert not (home / "nights").exists() and not (home / "runs").exists()
 
