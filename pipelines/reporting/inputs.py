@@ -21,7 +21,7 @@ from pathlib import Path
 from pipelines.core.calibrate.evidence import write_atomic
 from pipelines.core.calibrate.policies import parse_time
 from pipelines.core.catalog.ids import safe_filename
-from pipelines.core.flaky import FlakyRules, own_tests, replay, states_from_summary
+from pipelines.core.flaky import FlakyRules, own_tests, recorded_state_problem, replay, states_from_summary
 from pipelines.core.model import OUTCOMES, CatalogError, Estimate, Problem, Sample, Test
 from pipelines.core.plan.accuracy import RECENT_NIGHTS, NightPrediction, recorded_predictions
 from pipelines.core.report import ReportData, build_report, tail_lines
@@ -106,7 +106,22 @@ def parse_summary(where: str, text: str) -> dict:
     if "night" not in data:
         raise CatalogError(Problem(where, 1, "night", f"missing; {written}"))
     _check(where, "", data, _SUMMARY_FIELDS, written)
+    _check_flaky(where, data.get("flaky"), written)
     return data
+
+
+def _check_flaky(where: str, flaky: object, written: str) -> None:
+    """The flaky states a night recorded (``flaky``: test id -> state; absent or null in older
+    records), each readable by the report (pipelines.core.flaky.recorded_state_problem)."""
+    if flaky is None:
+        return
+    if not isinstance(flaky, dict):
+        raise CatalogError(Problem(where, 1, "flaky", f"expected an object of test id -> flaky state, "
+                                                      f"got {flaky!r:.80}; {written}"))
+    for test_id, state in flaky.items():
+        if (problem := recorded_state_problem(state)) is not None:
+            field, message = problem
+            raise CatalogError(Problem(where, 1, f"flaky[{json.dumps(test_id)}]{field}", f"{message}; {written}"))
 
 
 def _check(where: str, prefix: str, data: Mapping, fields: Mapping, written: str) -> None:

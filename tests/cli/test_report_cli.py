@@ -84,6 +84,18 @@ def test_a_corrupt_summary_is_named_with_the_fix(tmp_path, capsys):
     assert "delete the file or run the night again" in err
 
 
+def test_a_night_whose_flaky_states_are_damaged_is_named_not_a_traceback(tmp_path, capsys):
+    record = {"night": "n1", "run_id": "r1", "selected": [tid(SFT)], "flaky": {tid(SFT): 5}, "attempts": [
+        {"test_id": tid(SFT), "outcome": "passed", "elapsed_s": 3.0, "started_at": "2026-12-01T15:00:00+00:00"}]}
+    (tmp_path / "nights").mkdir()
+    (tmp_path / "nights" / "n1.json").write_text(json.dumps(record))
+    code, out, err = nightly(capsys, "report", "--home", str(tmp_path))
+    assert (code, out) == (2, "")
+    assert (f"{tmp_path}/nights/n1.json:1: flaky[\"{tid(SFT)}\"]: expected a flaky state object (test_id, state, "
+            "evidence, ...), got 5; was it written by `nightly run`?") in err
+    assert "Traceback" not in err
+
+
 def test_quarantine_add_list_release_records_who_and_why(home, capsys):
     code, out, _ = nightly(capsys, "quarantine", "add", tid(SFT), "--home", str(home), "--repo", "minirl",
                            "--by", "alice", "--why", "issue #7: port race")
