@@ -96,6 +96,20 @@ def test_a_night_whose_flaky_states_are_damaged_is_named_not_a_traceback(tmp_pat
     assert "Traceback" not in err
 
 
+def test_a_damaged_field_of_a_long_night_record_is_named_at_its_line(home, tmp_path, capsys):
+    import shutil
+
+    copy = tmp_path / "home"
+    shutil.copytree(home, copy)
+    path = copy / "nights" / "2026-11-06T150000Z.json"
+    text = json.dumps({**json.loads(path.read_text()), "est_time": [1]}, indent=2)
+    path.write_text(text)
+    [line] = [n for n, row in enumerate(text.splitlines(), 1) if row.startswith('  "est_time": [')]
+    code, out, err = nightly(capsys, "report", "--home", str(copy), "--night", "2026-11-06T150000Z")
+    assert (code, out) == (2, "")
+    assert line > 100 and f"{path}:{line}: est_time: expected test id -> seconds, got [1]; " in err
+
+
 def test_quarantine_add_list_release_records_who_and_why(home, capsys):
     code, out, _ = nightly(capsys, "quarantine", "add", tid(SFT), "--home", str(home), "--repo", "minirl",
                            "--by", "alice", "--why", "issue #7: port race")

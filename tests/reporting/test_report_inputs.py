@@ -331,3 +331,28 @@ def test_recorded_flaky_states_as_a_night_writes_them_are_read():
     summary = {"night": "n1", "attempts": [], "flaky": {**states, "v": {**states["t"], "evidence": [EVIDENCE]}}}
     assert parse_summary("n1.json", json.dumps(summary))["flaky"]["u"]["by"] == "alice"
     assert parse_summary("n1.json", json.dumps({**summary, "flaky": None}))["flaky"] is None
+
+
+def _line_of(text: str, needle: str, before: int = 0) -> int:
+    """The 1-based line holding ``needle`` (the only one), less ``before`` lines."""
+    [at] = [n for n, line in enumerate(text.splitlines(), 1) if needle in line]
+    return at - before
+
+
+@pytest.mark.parametrize("damage, field, needle, before", [
+    (lambda s: s.update(est_time=[1]), "est_time", '"est_time": [', 0),
+    (lambda s: s["attempts"][3].update(elapsed_s="soon"), "attempts[3].elapsed_s", '"elapsed_s": "soon"', 0),
+    (lambda s: s["attempts"][2].pop("outcome"), "attempts[2]", '"test_id": "tests/e2e/fsdp/test_fsdp_sft_chat.py"', 1),
+    (lambda s: s["attempts"].insert(4, 7), "attempts[4]", "    7,", 0),
+    (lambda s: s.update(flaky={"t": {"test_id": "t", "evidence": [{"kind": 3}]}}), 'flaky["t"].evidence[0]',
+     '"kind": 3', 1),
+])
+def test_a_damaged_night_record_is_named_at_the_line_of_the_field(home, damage, field, needle, before):
+    """A night of many tests is hundreds of lines: the problem names the line the field is on, not line 1."""
+    summary = json.loads((home / "nights" / "2026-11-06T150000Z.json").read_text())
+    damage(summary)
+    text = json.dumps(summary, indent=2)
+    with pytest.raises(CatalogError) as err:
+        parse_summary("n.json", text)
+    line = _line_of(text, needle, before)
+    assert line > 1 and str(err.value).startswith(f"n.json:{line}: {field}: "), (line, str(err.value))
