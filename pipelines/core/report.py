@@ -13,7 +13,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
 
-from pipelines.core.calibrate.evidence import NearTimeout, drift, near_timeout
+from pipelines.core.calibrate.evidence import NearTimeout, drift, near_timeout, recorded_floor
 from pipelines.core.calibrate.policies import parse_time
 from pipelines.core.flaky import FlakyState, night_verdict, recorded_verdict, replay
 from pipelines.core.health import NodeFinding, detect_bad_nodes, passed_nodes
@@ -310,7 +310,8 @@ def build_report(
     trend_nights: int = 14,
 ) -> ReportData:
     """The night's report from its summary, the nights before it (oldest first: each test is compared
-    with the last of them that ran it) and history; pure."""
+    with the last of them that ran it) and history; pure. ``timeout_floor_s``: the repo's floor, the
+    framework's own runner's (the night's, for a record that does not keep the one it ran with)."""
     attempts = attempts_of(summary)
     by_id = {t.id: t for t in tests}
     est_then = est_times(summary)
@@ -391,8 +392,10 @@ def build_report(
         counts=tuple(sorted(Counter(r.outcome for r in rows).items())), rows=tuple(rows),
         failures=tuple(failures), infra=tuple(infra), bad_nodes=tuple(findings),
         drift=tuple(drift(estimates)), held=tuple(e for e in estimates if e.held is not None),
-        near_timeout=_near_timeout(attempts, near_timeout(as_registered, recent, timeout_floor_s, timeout_factor,
-                                                                 estimates=estimates), by_id),
+        # judged with the floor the night ran with (--timeout-floor); the framework's runner keeps the repo's
+        near_timeout=_near_timeout(attempts, near_timeout(as_registered, recent, recorded_floor(summary, timeout_floor_s),
+                                                          timeout_factor, estimates=estimates,
+                                                          runner_floor=timeout_floor_s), by_id),
         usage=_usage(bars, attempts, summary, makespan, capacity_gpus),
         makespan=tuple((k, summary.get(f)) for k, f in (
             ("predicted", "predicted_makespan_s"), ("predicted median", "predicted_median_s"), ("predicted p50", "predicted_p50_s"),

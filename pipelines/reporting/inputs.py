@@ -23,7 +23,16 @@ from pipelines.core.calibrate.policies import parse_time
 from pipelines.core.catalog.ids import safe_filename
 from pipelines.core.flaky import FlakyRules, own_tests, recorded_state_problem, replay, states_from_summary
 from pipelines.core.jsonlines import key_lines
-from pipelines.core.model import OUTCOMES, CatalogError, Estimate, Problem, Sample, Test
+from pipelines.core.model import (
+    MAX_EST_TIME_S,
+    OUTCOMES,
+    CatalogError,
+    Estimate,
+    Problem,
+    Sample,
+    Test,
+    timeout_floor_problem,
+)
 from pipelines.core.plan.accuracy import RECENT_NIGHTS, NightPrediction, recorded_predictions
 from pipelines.core.report import ReportData, build_report, tail_lines
 from pipelines.core.select import CADENCES, in_cadence
@@ -67,6 +76,9 @@ _SUMMARY_FIELDS: dict[str, tuple[Callable[[object], bool], str]] = {
     "est_time": (lambda v: isinstance(v, dict) and all(_number(x) for x in v.values()), "test id -> seconds"),
     "verdict": (lambda v: isinstance(v, dict) and all(isinstance(x, (bool, str)) or _strings(x) for x in v.values()),
                 "an object of lists of test ids"),
+    "timeout_floor_s": (lambda v: v is None or (isinstance(v, int) and not isinstance(v, bool)
+                                                and not timeout_floor_problem(v)),
+                        f"whole seconds from 1 to {MAX_EST_TIME_S}, or null"),
     **{k: (lambda v: v is None or _number(v), "seconds, a number >= 0 or null")
        for k in ("actual_makespan_s", "predicted_makespan_s", "lower_bound_s", "predicted_median_s", "predicted_p90_s")},
 }
@@ -415,6 +427,8 @@ class ReportInputs:
     quarantine: Mapping | None = None
     uncovered: Sequence[str] = ()
     capacity_gpus: int | None = None
+    #: the repo's timeout floor (``timeout.floor_s``): the framework's own runner's; a night is judged with
+    #: the floor its record says it ran with (``nightly run --timeout-floor``), this one for an older record
     timeout_floor_s: int = 1800
     timeout_factor: float = 1.25
     #: the repo's name: where each night's own calibration evidence is (evidence_key)
@@ -588,6 +602,6 @@ def inputs_for_night(night, uncovered: Sequence[str] | None = None,
         estimates=stored_estimates(night.state, night.repo_spec.name) or night.estimates(tests),
         rules=night.flaky_rules(),
         quarantine=night.quarantine_doc(), uncovered=tuple(uncovered or ()),
-        timeout_floor_s=night.timeout_floor_s, timeout_factor=night.repo_spec.timeout_factor,
+        timeout_floor_s=night.repo_spec.timeout_floor_s, timeout_factor=night.repo_spec.timeout_factor,
         repo=night.repo_spec.name, repo_path=night.repo_spec.path if uncovered is None else None,
     )

@@ -110,6 +110,22 @@ def test_a_damaged_field_of_a_long_night_record_is_named_at_its_line(home, tmp_p
     assert line > 100 and f"{path}:{line}: est_time: expected test id -> seconds, got [1]; " in err
 
 
+def test_near_timeout_is_judged_with_the_floor_the_night_ran_with(home, tmp_path, capsys):
+    """`nightly run --timeout-floor 30` keeps its floor in the night's record: the report judges with it,
+    not with the repo's 60 s (a record without it: the repo's)."""
+    import shutil
+
+    copy = tmp_path / "home"
+    shutil.copytree(home, copy)
+    path = copy / "nights" / "2026-11-06T150000Z.json"
+    argv = ("report", "--home", str(copy), "--repo", "minirl", "--json")
+    near = lambda: {n["test_id"]: n["timeout_s"] for n in json.loads(nightly(capsys, *argv)[1])["near_timeout"]}  # noqa: E731
+    hang, slow = "tests/e2e/lora/test_lora_math.py", "tests/e2e/sglang/test_sglang_rollout.py"
+    assert near() == {hang: 60}
+    path.write_text(json.dumps({**json.loads(path.read_text()), "timeout_floor_s": 30}, indent=1))
+    assert near() == {hang: 30, slow: 30}  # 41 s of 30 s
+
+
 def test_quarantine_add_list_release_records_who_and_why(home, capsys):
     code, out, _ = nightly(capsys, "quarantine", "add", tid(SFT), "--home", str(home), "--repo", "minirl",
                            "--by", "alice", "--why", "issue #7: port race")

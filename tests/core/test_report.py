@@ -280,6 +280,25 @@ def test_near_timeout_also_judges_the_file_est_time_the_framework_runner_kills_a
     assert str(near).endswith("until the est_time patch is merged (the nights run with the calibrated 2000)")
 
 
+def test_near_timeout_is_judged_with_the_floor_the_night_ran_with_as_its_record_keeps_it():
+    """`nightly run --timeout-floor 20` on a repo whose floor is 60: the record keeps 20, and the report judges
+    with it (an older record, without it, with the repo's floor it is given). The night ran with a calibrated
+    est_time 24 (timeout 30); the proposal brings it down to 16: next night's timeout is max(20, 20) = 20 s."""
+    from pipelines.core.model import Estimate, Sample
+
+    t = Test("tests/a.py", "tests/a.py", "cuda", "stage-c-4-gpu-h200", 4, 8, hardware="h200")
+    run = {**attempt("tests/a.py", "passed", "n0"), "elapsed_s": 18.2, "timeout_s": 30}
+    summary = {"night": "n", "run_id": "r6", "selected": [t.id], "est_time": {t.id: 24}, "attempts": [run],
+               "timeout_floor_s": 20}
+    samples = [Sample(t.id, "h200", "", "passed", 18.2, "2026-11-06T15:00:00+00:00", run_id="r6")]
+    proposal = Estimate(t.id, "h200", 8, 16, 3, "bucket125", in_force=24)
+    [near] = build_report(summary, (), samples, [t], [proposal], timeout_floor_s=60).near_timeout
+    # the framework's runner gives the file's est_time=8 max(60, 10) = 60 s: not the timeout judged
+    assert (near.timeout_s, near.file_est_time) == (20, 0)
+    older = {k: v for k, v in summary.items() if k != "timeout_floor_s"}
+    assert build_report(older, (), samples, [t], [proposal], timeout_floor_s=60).near_timeout == ()
+
+
 def test_a_partial_records_span_is_not_called_the_nights_actual_makespan():
     summary = {"night": "n", "status": "running", "selected": ["tests/a.py", "tests/b.py"], "actual_makespan_s": 6.6,
                "attempts": [attempt("tests/a.py", "passed", "h200-a")],

@@ -356,3 +356,9 @@ def test_a_damaged_night_record_is_named_at_the_line_of_the_field(home, damage, 
         parse_summary("n.json", text)
     line = _line_of(text, needle, before)
     assert line > 1 and str(err.value).startswith(f"n.json:{line}: {field}: "), (line, str(err.value))
+
+
+@pytest.mark.parametrize("floor", [0, "20", True, 10**6])
+def test_a_timeout_floor_no_night_could_have_run_with_is_named(floor):
+    with pytest.raises(CatalogError, match=r"n.json:1: timeout_floor_s: expected whole seconds from 1 to 86400, or null"):
+        parse_summary("n.json", json.dumps({"night": "n1", "attempts": [], "timeout_floor_s": floor}))
