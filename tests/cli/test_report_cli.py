@@ -40,6 +40,9 @@ def test_report_json_is_for_scripts(home, capsys):
     assert dict(data["counts"]) == {"failed": 1, "passed": 7, "skipped": 1, "timed_out": 1, "unplanned": 1}
     assert data["uncovered"][-1] == "test_backend_matrix.py: megatron x lora"  # after the cells coverage finds
     assert [s["test_id"] for s in data["flaky"] if s["state"] == "flaky"] == [tid(GRPO)]
+    # the plan's bound (predicted durations) under its old key, and the bound of the night's own durations
+    assert {k: v for k, v in data["makespan"] if "lower bound" in k} == {
+        "lower bound": 104.0, "lower bound (actual durations)": 105.5}
 
 
 def test_an_earlier_night_can_be_chosen_and_compares_with_the_one_before_it(home, capsys):
