@@ -357,6 +357,8 @@ def night_summary(night: Night, runset: RunSet, selection: RunSelection, plan: P
         "actual_makespan_s": result.makespan_s, "notes": notes, "interrupted": interrupted,
         "infra": infra or {}, "tags": tags or {},
         "est_time": {t.id: t.est_time for t in runset.run},
+        #: the timeout floor the night ran with (``--timeout-floor``, or the repo's): near timeout is judged with it
+        "timeout_floor_s": night.timeout_floor_s,
         #: "finished" or "interrupted" for a whole record; a partial one (written while the run goes) says
         #: "running", or "failed"/"interrupted" when the run ended before its whole record (see _Progress)
         "status": "interrupted" if interrupted else "finished",

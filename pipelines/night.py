@@ -21,6 +21,7 @@ from functools import cached_property
 from pathlib import Path
 
 from pipelines.core.calibrate import Lineage, calibrate, drift, evidence_csv, near_timeout
+from pipelines.core.calibrate.evidence import recorded_floor
 from pipelines.core.catalog import load_catalog
 from pipelines.core.catalog.ids import safe_filename
 from pipelines.core.health import assess_nodes, avoid_nodes, passed_nodes
@@ -681,12 +682,22 @@ class Night:
         """Where the calibration outputs are (file paths locally, s3:// URIs in production)."""
         return {k: self.state.uri(v) for k, v in self.calibration_keys().items()}
 
-    def checks(self, estimates: list[Estimate]) -> tuple[list[Estimate], list]:
+    def checks(self, estimates: list[Estimate], run_id: str | None = None) -> tuple[list[Estimate], list]:
         """(drifted estimates, tests whose last run used over 90% of their timeout: the proposal's, or
-        the shorter one their file's est_time gives the framework's runner)."""
+        the shorter one their file's est_time gives the framework's runner, with the repo's floor).
+
+        The timeout is judged with the floor the night ran with: this Night's (``--timeout-floor``), or
+        for a calibration that follows run ``run_id``, the one that run's record keeps, as its report does."""
         tests = self.registered_tests()
-        return drift(estimates), near_timeout(tests, self.history.read(), self.timeout_floor_s,
-                                              self.repo_spec.timeout_factor, estimates=estimates)
+        floor = self.timeout_floor_s
+        if run_id and self.settings.timeout_floor_s is None:
+            try:
+                record = self.summary(run_id)
+            except CatalogError:  # no record (or a corrupt one): the repo's floor
+                record = {}
+            floor = recorded_floor(record if isinstance(record, dict) else {}, floor)
+        return drift(estimates), near_timeout(tests, self.history.read(), floor, self.repo_spec.timeout_factor,
+                                              estimates=estimates, runner_floor=self.repo_spec.timeout_floor_s)
 
     # -- the night's record ----------------------------------------------------------------
     def write_summary(self, summary: dict, store: StateStore | None = None) -> dict:

@@ -125,3 +125,26 @@ def test_a_proposal_the_applied_patch_does_not_carry_is_still_planned_with_after
     unread = Night(NightSettings(home=tmp_path / "home", assets_dir=tmp_path / "assets"))
     assert unread.catalog.by_id()[rocm.id].est_time == 20
     assert any(n.startswith("calibrated est_time of files calibrate rewrote not used: ") for n in unread.notes)
+
+
+def test_near_timeout_is_judged_with_the_nights_floor_and_the_frameworks_runner_with_the_repos(tmp_path):
+    """`nightly run --timeout-floor 20` on minirl (floor 60, the framework's timeout_per_file): the night's
+    timeouts use 20, the framework's runner does not; the calibration run after it, built without the
+    override, judges with the 20 its record keeps."""
+    import json
+
+    from pipelines.core.model import Sample
+    from tests.support.assets import example_assets
+
+    assets, home = example_assets(tmp_path / "assets"), tmp_path / "home"
+    sft = "tests/e2e/fsdp/test_fsdp_sft_chat.py"  # est_time=8
+    night = Night(NightSettings(home=home, assets_dir=assets, timeout_floor_s=20))
+    night.history.append([Sample(sft, "h200", "", "passed", 18.2, "2026-11-06T15:00:00+00:00", run_id="r1")])
+    raised = [Estimate(sft, "h200", 8, 24, 3, "bucket125")]  # next night: max(20, 30) = 30 s
+    assert night.checks(raised)[1] == []  # the framework's runner gives est_time=8 max(60, 10) = 60 s, not 20 s
+    kept = [Estimate(sft, "h200", 8, 8, 3, "bucket125")]  # next night: max(20, 10) = 20 s
+    assert [(n.test_id, n.timeout_s, n.file_est_time) for n in night.checks(kept)[1]] == [(sft, 20, 0)]
+    later = Night(NightSettings(home=home, assets_dir=assets))
+    later.state.put("runs/r1.json", json.dumps({"night": "n1", "run_id": "r1", "attempts": [], "timeout_floor_s": 20}))
+    assert [(n.test_id, n.timeout_s) for n in later.checks(kept, "r1")[1]] == [(sft, 20)]
+    assert later.checks(kept)[1] == later.checks(kept, "gone")[1] == []  # no record: the repo's 60 s

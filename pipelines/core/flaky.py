@@ -111,6 +111,33 @@ class FlakyState:
         return cls(**{**{k: v for k, v in d.items() if k in {f.name for f in fields(cls)}}, "evidence": ev})
 
 
+def recorded_state_problem(d: object) -> tuple[tuple, str] | None:
+    """What keeps :meth:`FlakyState.from_dict` from reading one state a night recorded
+    (``summary["flaky"][test]``), as (the field's path in it, what is wrong), or None when it reads: a damaged
+    record is named by whoever reads it, never a traceback."""
+    if not isinstance(d, Mapping):
+        return (), f"expected a flaky state object (test_id, state, evidence, ...), got {d!r:.80}"
+    if not isinstance(d.get("test_id"), str) or not d["test_id"]:
+        return ("test_id",), f"expected a test id, got {d.get('test_id')!r:.80}"
+    if "state" in d and d["state"] not in STATES:
+        return ("state",), f"expected one of {', '.join(STATES)}, got {d['state']!r:.80}"
+    for name in ("since", "by", "why"):
+        if name in d and not isinstance(d[name], str):
+            return (name,), f"expected a string, got {d[name]!r:.80}"
+    if "passes" in d and (isinstance(d["passes"], bool) or not isinstance(d["passes"], int) or d["passes"] < 0):
+        return ("passes",), f"expected a whole number >= 0, got {d['passes']!r:.80}"
+    if "manual" in d and not isinstance(d["manual"], bool):
+        return ("manual",), f"expected true or false, got {d['manual']!r:.80}"
+    evidence = d.get("evidence", [])
+    if not isinstance(evidence, list):
+        return ("evidence",), f"expected a list of evidence objects, got {evidence!r:.80}"
+    keys = [f.name for f in fields(Evidence)]
+    for i, e in enumerate(evidence):
+        if not isinstance(e, Mapping) or set(e) != set(keys) or not all(isinstance(v, str) for v in e.values()):
+            return ("evidence", i), f"expected an object of the strings {', '.join(keys)}, got {e!r:.80}"
+    return None
+
+
 class NightRecord(NamedTuple):
     """One test's attempts in one run that say something about the test (infra and bad nodes removed).
 

@@ -1,7 +1,8 @@
 """Where each key and list item of a JSON text is, so a hand-edited file's problem names its line.
 
 The json module keeps no positions; the files located this way (a quarantine document, an
-estimates file) are small, so walking the text once more is cheap.
+estimates file) are small, so walking the text once more is cheap; a night record, which may be
+large, is walked only once it is found wrong.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
 
-from pipelines.core.calibrate.evidence import NearTimeout, drift, near_timeout
+from pipelines.core.calibrate.evidence import NearTimeout, drift, near_timeout, recorded_floor
 from pipelines.core.calibrate.policies import parse_time
 from pipelines.core.flaky import FlakyState, night_verdict, recorded_verdict, replay
 from pipelines.core.health import NodeFinding, detect_bad_nodes, passed_nodes
@@ -282,6 +282,42 @@ def _usage(bars: Sequence[Bar], attempts: list[Attempt], summary: Mapping, makes
     return Usage(int(gpus), span, used, int(gpus) * span / 3600, source)
 
 
+#: the makespan rows' names on the page where the key alone misleads: the plan's lower bound is from
+#: predicted durations, and a night that ran faster than predicted ends below it
+MAKESPAN_LABELS = {"lower bound": "plan's lower bound (from predicted durations)",
+                   "lower bound (actual durations)": "lower bound from the night's actual durations"}
+
+
+def makespan_label(key: str) -> str:
+    """How a row of ``ReportData.makespan`` is named on the page (the JSON keeps the key)."""
+    return MAKESPAN_LABELS.get(key, f"{key} makespan")
+
+
+def _actual_bound(bars: Sequence[Bar], attempts: Sequence[Attempt], usage: Usage | None) -> float | None:
+    """No schedule of the night's attempts is shorter: ``max(longest attempt, GPU-seconds used / GPUs)``, the
+    GPUs being those of the usage section. Only where every attempt that ran recorded its GPU slots (else
+    its GPUs, and the pools', would be guessed); None otherwise."""
+    if usage is None or usage.gpus <= 0 or not bars:
+        return None
+    if any(not a.gpu_slots for a in attempts if a.outcome != "skipped" and a.elapsed_s > 0):
+        return None
+    return round(max(max(b.elapsed_s for b in bars), sum(b.elapsed_s * b.gpus for b in bars) / usage.gpus), 3)
+
+
+def _whole(summary: Mapping) -> bool:
+    """Whether the record is of a night that ended: a partial or interrupted one's attempts are not its work."""
+    return summary.get("status") not in ("running", "interrupted") and summary.get("interrupted") is not True
+
+
+def actual_lower_bound(summary: Mapping, capacity_gpus: int | None = None) -> float | None:
+    """The bound of the night's own durations (the report's ``lower bound (actual durations)``) from its
+    record alone, for the end-of-night line; None where the report shows none."""
+    attempts = attempts_of(summary)
+    bars, span = _gantt(attempts, {})
+    usage = _usage(bars, attempts, summary, summary.get("actual_makespan_s") or span or None, capacity_gpus)
+    return _actual_bound(bars, attempts, usage) if _whole(summary) else None
+
+
 def _near_timeout(attempts: Sequence[Attempt], next_night: Sequence[NearTimeout],
                   by_id: Mapping[str, Test]) -> tuple[NearTimeout, ...]:
     """Tests near the timeout they will get next night, then tonight's attempts that used over 90 % of theirs."""
@@ -310,7 +346,8 @@ def build_report(
     trend_nights: int = 14,
 ) -> ReportData:
     """The night's report from its summary, the nights before it (oldest first: each test is compared
-    with the last of them that ran it) and history; pure."""
+    with the last of them that ran it) and history; pure. ``timeout_floor_s``: the repo's floor, the
+    framework's own runner's (the night's, for a record that does not keep the one it ran with)."""
     attempts = attempts_of(summary)
     by_id = {t.id: t for t in tests}
     est_then = est_times(summary)
@@ -355,6 +392,8 @@ def build_report(
         (infra if last.outcome in _NOT_TESTS else failures).append(item)
     bars, span = _gantt(attempts, {t.id: t.gpus for t in selected})
     makespan = summary.get("actual_makespan_s") or span or None
+    usage = _usage(bars, attempts, summary, makespan, capacity_gpus)
+    bound = _actual_bound(bars, attempts, usage) if _whole(summary) else None
     # selected tests without an attempt that the verdict does not count yet: an interruption stopped the
     # night before they started (a partial record's verdict already counts them as interrupted)
     never = [r.test_id for r in rows if r.outcome == "not_run" and r.test_id not in verdict.interrupted]
@@ -391,9 +430,11 @@ def build_report(
         counts=tuple(sorted(Counter(r.outcome for r in rows).items())), rows=tuple(rows),
         failures=tuple(failures), infra=tuple(infra), bad_nodes=tuple(findings),
         drift=tuple(drift(estimates)), held=tuple(e for e in estimates if e.held is not None),
-        near_timeout=_near_timeout(attempts, near_timeout(as_registered, recent, timeout_floor_s, timeout_factor,
-                                                                 estimates=estimates), by_id),
-        usage=_usage(bars, attempts, summary, makespan, capacity_gpus),
+        # judged with the floor the night ran with (--timeout-floor); the framework's runner keeps the repo's
+        near_timeout=_near_timeout(attempts, near_timeout(as_registered, recent, recorded_floor(summary, timeout_floor_s),
+                                                          timeout_factor, estimates=estimates,
+                                                          runner_floor=timeout_floor_s), by_id),
+        usage=usage,
         makespan=tuple((k, summary.get(f)) for k, f in (
             ("predicted", "predicted_makespan_s"), ("predicted median", "predicted_median_s"), ("predicted p50", "predicted_p50_s"),
             ("predicted p90", "predicted_p90_s"),
@@ -401,8 +442,8 @@ def build_report(
             ("so far (the run had not ended)" if summary.get("status") == "running" else
              "until interrupted" if summary.get("status") == "interrupted" or summary.get("interrupted") is True
              else "actual", "actual_makespan_s"),
-            ("lower bound", "lower_bound_s"))
-            if summary.get(f) is not None),
+            ("lower bound", "lower_bound_s"))  # the plan's (makespan_label)
+            if summary.get(f) is not None) + ((("lower bound (actual durations)", bound),) if bound else ()),
         gantt=bars, trends=tuple(trends[t.id] for t in selected if t.id in trends), changes=changes,
         flaky=tuple(s for _, s in sorted(states.items()) if s.state != "healthy"),
         excused=verdict.excused, uncovered=tuple(uncovered), notes=(*summary.get("notes", ()), *damaged),

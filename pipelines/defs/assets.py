@@ -99,7 +99,7 @@ def build_assets(catalog: Catalog) -> tuple[list[dg.AssetsDefinition], list[dg.A
                 compacted = compact()
             except Exception as exc:  # noqa: BLE001 - compaction is housekeeping; calibration stands
                 context.log.warning(f"history compaction skipped: {exc}")
-        drifted, near = night.checks(estimates)
+        drifted, near = night.checks(estimates, context.run.tags.get(TAG_SOURCE_RUN) or None)
         changed = [e for e in estimates if e.samples_used and e.delta]
         return dg.MaterializeResult(metadata={
             "policy": dg.MetadataValue.text(night.repo_spec.policy),

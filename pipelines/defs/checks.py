@@ -9,6 +9,7 @@ import dagster as dg
 
 from pipelines.core.calibrate.evidence import seconds
 from pipelines.defs.assets import CALIBRATED
+from pipelines.defs.keys import TAG_SOURCE_RUN
 from pipelines.defs.resources import NightlyResource
 
 DRIFT = dg.AssetCheckSpec("no_estimate_drift", asset=CALIBRATED,
@@ -25,10 +26,11 @@ def _result(spec: dg.AssetCheckSpec, found: list, label: str) -> dg.AssetCheckRe
 
 
 @dg.multi_asset_check(specs=[DRIFT, NEAR_TIMEOUT], name="calibration_checks")
-def calibration_checks(nightly: NightlyResource) -> Iterable[dg.AssetCheckResult]:
+def calibration_checks(context: dg.AssetCheckExecutionContext, nightly: NightlyResource) -> Iterable[dg.AssetCheckResult]:
     night = nightly.night()
     estimates = night.estimates()
-    drifted, near = night.checks(estimates)
+    # near timeout with the floor the night this calibration follows ran with (its record's), as its report
+    drifted, near = night.checks(estimates, context.run.tags.get(TAG_SOURCE_RUN) or None)
     yield _result(DRIFT, [f"{e.test_id}: {seconds(e.registered)} -> {seconds(e.registered_proposed)}" for e in drifted],
                   "drifted")
     yield _result(NEAR_TIMEOUT, [str(n) for n in near], "near_timeout")

@@ -2,11 +2,23 @@
 
 from __future__ import annotations
 
+import re
+
 import dagster as dg
 
 from pipelines.core.model import Assignment, Attempt, Plan, Test
 from pipelines.launch.base import tail
 from pipelines.storage.cache import Built
+
+
+def code_block(text: str) -> str:
+    """Text as a Markdown code block shown verbatim: the fence is one backtick longer than the longest
+    run of backticks in the text, so a log line of ``` (a model generation with code fences) cannot
+    close it early and turn the rest of the log into Markdown (CommonMark: a closing fence is at least
+    as long as the opening one)."""
+    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
+    fence = "`" * max(3, longest + 1)
+    return f"{fence}\n{text}\n{fence}"
 
 
 def attempt_metadata(attempt: Attempt, test: Test, night: str) -> dict[str, dg.MetadataValue]:
@@ -27,7 +39,7 @@ def attempt_metadata(attempt: Attempt, test: Test, night: str) -> dict[str, dg.M
         "started_at": dg.MetadataValue.text(attempt.started_at),
         "night": dg.MetadataValue.text(night),
         "log": dg.MetadataValue.path(attempt.log_path),
-        "log_tail": dg.MetadataValue.md(f"```\n{log_tail}\n```"),
+        "log_tail": dg.MetadataValue.md(code_block(log_tail)),
         "test_file_sha256": dg.MetadataValue.text(test.sha256),
         **({"configs": dg.MetadataValue.text(attempt.details["configs"])} if attempt.details.get("configs") else {}),
     }

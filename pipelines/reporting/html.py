@@ -12,7 +12,7 @@ from urllib.parse import urlsplit
 
 import jinja2
 
-from pipelines.core.report import ReportData
+from pipelines.core.report import ReportData, makespan_label
 from pipelines.reporting.plots import (
     COLORS,
     durations_svg,
@@ -69,7 +69,7 @@ def render_html(data: ReportData, trend_rows: int = 40) -> str:
                     key=lambda r: -(r.elapsed_s or 0) / r.est_time)
     moved = sorted(data.trends, key=lambda t: -abs((t.change or 1) - 1))[:trend_rows]
     return _TEMPLATE.render(
-        d=data, keys=keys, colors=COLORS, fmt=_fmt, link=_link, fetch=_fetch, short=short_name,
+        d=data, keys=keys, colors=COLORS, fmt=_fmt, link=_link, fetch=_fetch, short=short_name, makespan_label=makespan_label,
         gantt=gantt_svg(data, keys), durations=durations_svg(data.rows, keys),
         trends_plot=trends_svg(data.trends, keys), sparkline=sparkline, moved=moved,
         ratios=ratios[:15], legend=sorted(((keys[t], t) for t in {b.test_id for b in data.gantt}), key=lambda kt: int(kt[0][1:])),

@@ -21,8 +21,18 @@ from pathlib import Path
 from pipelines.core.calibrate.evidence import write_atomic
 from pipelines.core.calibrate.policies import parse_time
 from pipelines.core.catalog.ids import safe_filename
-from pipelines.core.flaky import FlakyRules, own_tests, replay, states_from_summary
-from pipelines.core.model import OUTCOMES, CatalogError, Estimate, Problem, Sample, Test
+from pipelines.core.flaky import FlakyRules, own_tests, recorded_state_problem, replay, states_from_summary
+from pipelines.core.jsonlines import key_lines
+from pipelines.core.model import (
+    MAX_EST_TIME_S,
+    OUTCOMES,
+    CatalogError,
+    Estimate,
+    Problem,
+    Sample,
+    Test,
+    timeout_floor_problem,
+)
 from pipelines.core.plan.accuracy import RECENT_NIGHTS, NightPrediction, recorded_predictions
 from pipelines.core.report import ReportData, build_report, tail_lines
 from pipelines.core.select import CADENCES, in_cadence
@@ -66,6 +76,9 @@ _SUMMARY_FIELDS: dict[str, tuple[Callable[[object], bool], str]] = {
     "est_time": (lambda v: isinstance(v, dict) and all(_number(x) for x in v.values()), "test id -> seconds"),
     "verdict": (lambda v: isinstance(v, dict) and all(isinstance(x, (bool, str)) or _strings(x) for x in v.values()),
                 "an object of lists of test ids"),
+    "timeout_floor_s": (lambda v: v is None or (isinstance(v, int) and not isinstance(v, bool)
+                                                and not timeout_floor_problem(v)),
+                        f"whole seconds from 1 to {MAX_EST_TIME_S}, or null"),
     **{k: (lambda v: v is None or _number(v), "seconds, a number >= 0 or null")
        for k in ("actual_makespan_s", "predicted_makespan_s", "lower_bound_s", "predicted_median_s", "predicted_p90_s")},
 }
@@ -86,34 +99,76 @@ def read_summary(store: StateStore, key: str) -> dict:
 
 
 def parse_summary(where: str, text: str) -> dict:
-    """The summary in ``text`` checked for the shape the report reads, so a damaged file is named, not a traceback."""
+    """The summary in ``text`` checked for the shape the report reads, so a damaged file is named, not a
+    traceback: each problem at the line of its field (the key, or the attempt's object)."""
     try:
         data = json.loads(text)
     except ValueError as exc:
         raise CatalogError(Problem(where, getattr(exc, "lineno", 1), "summary",
                                    f"not valid JSON ({exc}); delete the file or run the night again")) from exc
     written = "was it written by `nightly run`? Run the night again or move the file aside"
+
+    def wrong(path: tuple, message: str) -> CatalogError:
+        """The problem of the field at ``path`` (``("attempts", 3, "elapsed_s")``), named as the record writes it."""
+        return CatalogError(Problem(where, _line(text, path), _field(path), f"{message}; {written}"))
+
     if not isinstance(data, dict) or not isinstance(data.get("attempts"), list):
-        raise CatalogError(Problem(where, 1, "summary", f"expected a night summary object with an `attempts` list; {written}"))
+        raise wrong((), "expected a night summary object with an `attempts` list")
     for i, attempt in enumerate(data["attempts"]):
         if not isinstance(attempt, dict):
-            raise CatalogError(Problem(where, 1, f"attempts[{i}]", "expected an attempt object with test_id, outcome, "
-                                                                   f"elapsed_s and started_at; {written}"))
+            raise wrong(("attempts", i), "expected an attempt object with test_id, outcome, elapsed_s and started_at")
         missing = [k for k in ATTEMPT_KEYS if k not in attempt]
         if missing:
-            raise CatalogError(Problem(where, 1, f"attempts[{i}]", f"missing {', '.join(missing)}; {written}"))
-        _check(where, f"attempts[{i}].", attempt, _ATTEMPT_FIELDS, written)
+            raise wrong(("attempts", i), f"missing {', '.join(missing)}")
+        _check(wrong, ("attempts", i), attempt, _ATTEMPT_FIELDS)
     if "night" not in data:
-        raise CatalogError(Problem(where, 1, "night", f"missing; {written}"))
-    _check(where, "", data, _SUMMARY_FIELDS, written)
+        raise wrong(("night",), "missing")
+    _check(wrong, (), data, _SUMMARY_FIELDS)
+    _check_flaky(wrong, data.get("flaky"))
     return data
 
 
-def _check(where: str, prefix: str, data: Mapping, fields: Mapping, written: str) -> None:
+def _field(path: tuple) -> str:
+    """A field of a night record as it is named in problems: ``attempts[3].elapsed_s``,
+    ``flaky["tests/e2e/t.py"].evidence[1]`` (a test id in quotes), ``summary`` for the whole record."""
+    out = ""
+    for i, part in enumerate(path):
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif i == 1 and path[0] == "flaky":
+            out += f"[{json.dumps(part)}]"
+        else:
+            out += f".{part}" if out else part
+    return out or "summary"
+
+
+def _line(text: str, path: tuple) -> int:
+    """The line of the field at ``path`` in a night record (of its key, or of a list item's start; the
+    nearest enclosing one the text has), looked up only for a record found wrong: a night of 1,000
+    tests has thousands of lines, and line 1 would send its reader to the top of them."""
+    lines = key_lines(text)
+    while path and path not in lines:
+        path = path[:-1]
+    return lines.get(path, 1)
+
+
+def _check(wrong: Callable[[tuple, str], CatalogError], at: tuple, data: Mapping, fields: Mapping) -> None:
     """Each field ``data`` has must have its type: a damaged record is named, never a traceback later."""
     for name, (ok, what) in fields.items():
         if name in data and not ok(data[name]):
-            raise CatalogError(Problem(where, 1, f"{prefix}{name}", f"expected {what}, got {data[name]!r:.80}; {written}"))
+            raise wrong((*at, name), f"expected {what}, got {data[name]!r:.80}")
+
+
+def _check_flaky(wrong: Callable[[tuple, str], CatalogError], flaky: object) -> None:
+    """The flaky states a night recorded (``flaky``: test id -> state; absent or null in older
+    records), each readable by the report (pipelines.core.flaky.recorded_state_problem)."""
+    if flaky is None:
+        return
+    if not isinstance(flaky, dict):
+        raise wrong(("flaky",), f"expected an object of test id -> flaky state, got {flaky!r:.80}")
+    for test_id, state in flaky.items():
+        if (problem := recorded_state_problem(state)) is not None:
+            raise wrong(("flaky", test_id, *problem[0]), problem[1])
 
 
 def same_repo(summary: Mapping, repo: str | None) -> bool:
@@ -372,6 +427,8 @@ class ReportInputs:
     quarantine: Mapping | None = None
     uncovered: Sequence[str] = ()
     capacity_gpus: int | None = None
+    #: the repo's timeout floor (``timeout.floor_s``): the framework's own runner's; a night is judged with
+    #: the floor its record says it ran with (``nightly run --timeout-floor``), this one for an older record
     timeout_floor_s: int = 1800
     timeout_factor: float = 1.25
     #: the repo's name: where each night's own calibration evidence is (evidence_key)
@@ -545,6 +602,6 @@ def inputs_for_night(night, uncovered: Sequence[str] | None = None,
         estimates=stored_estimates(night.state, night.repo_spec.name) or night.estimates(tests),
         rules=night.flaky_rules(),
         quarantine=night.quarantine_doc(), uncovered=tuple(uncovered or ()),
-        timeout_floor_s=night.timeout_floor_s, timeout_factor=night.repo_spec.timeout_factor,
+        timeout_floor_s=night.repo_spec.timeout_floor_s, timeout_factor=night.repo_spec.timeout_factor,
         repo=night.repo_spec.name, repo_path=night.repo_spec.path if uncovered is None else None,
     )

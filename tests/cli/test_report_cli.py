@@ -40,6 +40,9 @@ def test_report_json_is_for_scripts(home, capsys):
     assert dict(data["counts"]) == {"failed": 1, "passed": 7, "skipped": 1, "timed_out": 1, "unplanned": 1}
     assert data["uncovered"][-1] == "test_backend_matrix.py: megatron x lora"  # after the cells coverage finds
     assert [s["test_id"] for s in data["flaky"] if s["state"] == "flaky"] == [tid(GRPO)]
+    # the plan's bound (predicted durations) under its old key, and the bound of the night's own durations
+    assert {k: v for k, v in data["makespan"] if "lower bound" in k} == {
+        "lower bound": 104.0, "lower bound (actual durations)": 105.5}
 
 
 def test_an_earlier_night_can_be_chosen_and_compares_with_the_one_before_it(home, capsys):
@@ -82,6 +85,48 @@ def test_a_corrupt_summary_is_named_with_the_fix(tmp_path, capsys):
     assert code == 2
     assert "2026-11-01T150000Z.json:1: summary: not valid JSON (" in err
     assert "delete the file or run the night again" in err
+
+
+def test_a_night_whose_flaky_states_are_damaged_is_named_not_a_traceback(tmp_path, capsys):
+    record = {"night": "n1", "run_id": "r1", "selected": [tid(SFT)], "flaky": {tid(SFT): 5}, "attempts": [
+        {"test_id": tid(SFT), "outcome": "passed", "elapsed_s": 3.0, "started_at": "2026-12-01T15:00:00+00:00"}]}
+    (tmp_path / "nights").mkdir()
+    (tmp_path / "nights" / "n1.json").write_text(json.dumps(record))
+    code, out, err = nightly(capsys, "report", "--home", str(tmp_path))
+    assert (code, out) == (2, "")
+    assert (f"{tmp_path}/nights/n1.json:1: flaky[\"{tid(SFT)}\"]: expected a flaky state object (test_id, state, "
+            "evidence, ...), got 5; was it written by `nightly run`?") in err
+    assert "Traceback" not in err
+
+
+def test_a_damaged_field_of_a_long_night_record_is_named_at_its_line(home, tmp_path, capsys):
+    import shutil
+
+    copy = tmp_path / "home"
+    shutil.copytree(home, copy)
+    path = copy / "nights" / "2026-11-06T150000Z.json"
+    text = json.dumps({**json.loads(path.read_text()), "est_time": [1]}, indent=2)
+    path.write_text(text)
+    [line] = [n for n, row in enumerate(text.splitlines(), 1) if row.startswith('  "est_time": [')]
+    code, out, err = nightly(capsys, "report", "--home", str(copy), "--night", "2026-11-06T150000Z")
+    assert (code, out) == (2, "")
+    assert line > 100 and f"{path}:{line}: est_time: expected test id -> seconds, got [1]; " in err
+
+
+def test_near_timeout_is_judged_with_the_floor_the_night_ran_with(home, tmp_path, capsys):
+    """`nightly run --timeout-floor 30` keeps its floor in the night's record: the report judges with it,
+    not with the repo's 60 s (a record without it: the repo's)."""
+    import shutil
+
+    copy = tmp_path / "home"
+    shutil.copytree(home, copy)
+    path = copy / "nights" / "2026-11-06T150000Z.json"
+    argv = ("report", "--home", str(copy), "--repo", "minirl", "--json")
+    near = lambda: {n["test_id"]: n["timeout_s"] for n in json.loads(nightly(capsys, *argv)[1])["near_timeout"]}  # noqa: E731
+    hang, slow = "tests/e2e/lora/test_lora_math.py", "tests/e2e/sglang/test_sglang_rollout.py"
+    assert near() == {hang: 60}
+    path.write_text(json.dumps({**json.loads(path.read_text()), "timeout_floor_s": 30}, indent=1))
+    assert near() == {hang: 30, slow: 30}  # 41 s of 30 s
 
 
 def test_quarantine_add_list_release_records_who_and_why(home, capsys):

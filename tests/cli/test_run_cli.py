@@ -102,9 +102,26 @@ def test_the_end_of_night_line_pairs_the_simulated_median_with_its_own_p90():
     summary = {"predicted_makespan_s": 61.6, "predicted_median_s": 64.06, "predicted_p90_s": 80.79,
                "actual_makespan_s": 98.1, "lower_bound_s": 58.8}
     assert makespan_line(summary, 120.0) == ("predicted median makespan 64.1s (p90 80.8s), actual 98.1s, "
-                                             "lower bound 58.8s; whole night 120.0s")
+                                             "plan's lower bound 58.8s (from predicted durations); whole night 120.0s")
     # planned without durations (no simulated nights: 0), or a record from before they were kept
     for older in ({**summary, "predicted_median_s": 0.0, "predicted_p90_s": 0.0},
                   {k: v for k, v in summary.items() if k not in ("predicted_median_s", "predicted_p90_s")}):
-        assert makespan_line(older, 120.0) == ("predicted makespan 61.6s, actual 98.1s, lower bound 58.8s; "
-                                               "whole night 120.0s")
+        assert makespan_line(older, 120.0) == ("predicted makespan 61.6s, actual 98.1s, plan's lower bound 58.8s "
+                                               "(from predicted durations); whole night 120.0s")
+
+
+def test_the_end_of_night_line_calls_the_plans_bound_the_plans_beside_the_bound_of_the_nights_own_durations():
+    """A night faster than predicted ends below the plan's lower bound (109.7 s, from predicted durations); the
+    bound of what it ran, max(longest attempt, GPU-seconds / GPUs), never exceeds its makespan."""
+    from pipelines.cli.run import makespan_line
+
+    def ran(test: str, at: int, elapsed: float, slots: list[int]) -> dict:
+        return {"test_id": test, "outcome": "passed", "elapsed_s": elapsed, "gpu_slots": slots, "node": "n0",
+                "started_at": f"2026-11-06T15:00:{at:02d}+00:00"}
+
+    summary = {"predicted_makespan_s": 112.0, "actual_makespan_s": 107.6, "lower_bound_s": 109.7, "attempts": [
+        ran("tests/a.py", 0, 100.0, [0, 1, 2, 3]), ran("tests/b.py", 0, 50.0, [4, 5, 6, 7]),
+        ran("tests/c.py", 50, 57.0, [4, 5, 6, 7])]}
+    assert makespan_line(summary, 120.0) == (
+        "predicted makespan 112.0s, actual 107.6s, plan's lower bound 109.7s (from predicted durations), "
+        "lower bound from actual durations 103.5s; whole night 120.0s")

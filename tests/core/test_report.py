@@ -81,7 +81,8 @@ def test_gpu_hours_used_and_idle_over_the_nights_makespan(report):
     assert u.used_gpu_h == pytest.approx(GPU_SECONDS / 3600)
     assert u.idle_gpu_h == pytest.approx((8 * MAKESPAN - GPU_SECONDS) / 3600)
     assert dict(report.makespan) == {"predicted": 120.0, "predicted median": 118.0, "predicted p90": 131.0,
-                                     "actual": MAKESPAN, "lower bound": 104.0}
+                                     "actual": MAKESPAN, "lower bound": 104.0,
+                                     "lower bound (actual durations)": GPU_SECONDS / 8}  # 844 GPU-s on 8 GPUs
 
 
 def test_the_gantt_has_every_attempt_on_its_node_from_the_first_start(report):
@@ -280,6 +281,51 @@ def test_near_timeout_also_judges_the_file_est_time_the_framework_runner_kills_a
     assert str(near).endswith("until the est_time patch is merged (the nights run with the calibrated 2000)")
 
 
+def test_near_timeout_is_judged_with_the_floor_the_night_ran_with_as_its_record_keeps_it():
+    """`nightly run --timeout-floor 20` on a repo whose floor is 60: the record keeps 20, and the report judges
+    with it (an older record, without it, with the repo's floor it is given). The night ran with a calibrated
+    est_time 24 (timeout 30); the proposal brings it down to 16: next night's timeout is max(20, 20) = 20 s."""
+    from pipelines.core.model import Estimate, Sample
+
+    t = Test("tests/a.py", "tests/a.py", "cuda", "stage-c-4-gpu-h200", 4, 8, hardware="h200")
+    run = {**attempt("tests/a.py", "passed", "n0"), "elapsed_s": 18.2, "timeout_s": 30}
+    summary = {"night": "n", "run_id": "r6", "selected": [t.id], "est_time": {t.id: 24}, "attempts": [run],
+               "timeout_floor_s": 20}
+    samples = [Sample(t.id, "h200", "", "passed", 18.2, "2026-11-06T15:00:00+00:00", run_id="r6")]
+    proposal = Estimate(t.id, "h200", 8, 16, 3, "bucket125", in_force=24)
+    [near] = build_report(summary, (), samples, [t], [proposal], timeout_floor_s=60).near_timeout
+    # the framework's runner gives the file's est_time=8 max(60, 10) = 60 s: not the timeout judged
+    assert (near.timeout_s, near.file_est_time) == (20, 0)
+    older = {k: v for k, v in summary.items() if k != "timeout_floor_s"}
+    assert build_report(older, (), samples, [t], [proposal], timeout_floor_s=60).near_timeout == ()
+
+
+def test_a_night_faster_than_predicted_shows_the_plans_bound_as_the_plans_and_the_bound_of_its_own_durations():
+    """The plan's lower bound is from predicted durations (109.7 s): a night whose tests ran faster ends
+    below it (107.6 s). The bound of the night's own durations, max(longest attempt, GPU-seconds / GPUs),
+    never exceeds what it took."""
+    from pipelines.core.report import makespan_label
+
+    def ran(test: str, at: int, elapsed: float, slots: list[int]) -> dict:
+        return {**attempt(test, "passed", "n0"), "elapsed_s": elapsed, "gpu_slots": slots,
+                "started_at": f"2026-11-06T15:00:{at:02d}+00:00"}
+
+    attempts = [ran("tests/a.py", 0, 100.0, [0, 1, 2, 3]), ran("tests/b.py", 0, 50.0, [4, 5, 6, 7]),
+                ran("tests/c.py", 50, 57.0, [4, 5, 6, 7])]
+    summary = {"night": "n", "selected": ["tests/a.py", "tests/b.py", "tests/c.py"], "attempts": attempts,
+               "predicted_makespan_s": 112.0, "lower_bound_s": 109.7, "actual_makespan_s": 107.6}
+    makespan = dict(build_report(summary).makespan)
+    assert makespan == {"predicted": 112.0, "actual": 107.6, "lower bound": 109.7,
+                        "lower bound (actual durations)": 103.5}  # (400 + 200 + 228) GPU-s / 8 GPUs
+    assert [makespan_label(k) for k in makespan] == [
+        "predicted makespan", "actual makespan", "plan's lower bound (from predicted durations)",
+        "lower bound from the night's actual durations"]
+    # GPUs only guessed (an attempt without its slots), or a night that did not end: no bound from them
+    guessed = {**summary, "attempts": [*attempts[:2], {**attempts[2], "gpu_slots": []}]}
+    assert "lower bound (actual durations)" not in dict(build_report(guessed).makespan)
+    assert "lower bound (actual durations)" not in dict(build_report({**summary, "status": "running"}).makespan)
+
+
 def test_a_partial_records_span_is_not_called_the_nights_actual_makespan():
     summary = {"night": "n", "status": "running", "selected": ["tests/a.py", "tests/b.py"], "actual_makespan_s": 6.6,
                "attempts": [attempt("tests/a.py", "passed", "h200-a")],
@@ -397,7 +443,7 @@ def test_an_interrupted_nights_verdict_counts_the_tests_that_never_started_and_i
     r = build_report(summary)
     assert r.verdict == "FAILED: 1 interrupted, 2 never started"
     assert dict(r.makespan) == {"until interrupted": 12.5}
-    assert dict(build_report({**summary, "interrupted": False, "status": "finished"}).makespan) == {"actual": 12.5}
+    assert dict(build_report({**summary, "interrupted": False, "status": "finished"}).makespan)["actual"] == 12.5
 
 
 def _predicted(summary: dict, median, p90: float, actual: float, **extra) -> dict:

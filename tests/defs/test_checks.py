@@ -49,3 +49,31 @@ def test_a_run_no_schedule_sensor_or_cli_named_says_how_it_was_launched():
         "re-execution of run abc (schedule nightly_schedule)"
     assert launch_reason({"dagster/backfill": "tkvmoeei"}) == "backfill tkvmoeei (UI)"
     assert launch_reason({}) == "launched from the UI or Dagster's command line"
+
+
+@pytest.mark.slow
+def test_the_calibration_run_judges_near_timeout_with_the_floor_the_night_it_follows_ran_with(tmp_path):
+    """`nightly run --timeout-floor 10` (minirl's own floor: 60 s): the calibration run that follows it has no
+    override, and judges with the 10 the night's record keeps: its check, its metadata and its report agree."""
+    from pipelines.core.model import Sample
+    from pipelines.definitions import build_definitions
+    from pipelines.defs.keys import TAG_SOURCE_RUN
+    from pipelines.night import Night, NightSettings
+
+    assets, home = example_assets(tmp_path / "assets"), tmp_path / "home"
+    sft = "tests/e2e/fsdp/test_fsdp_sft_chat.py"  # est_time=8: max(10, 10) = 10 s (tonight: a calibrated 24, 30 s)
+    night = Night(NightSettings(home=home, assets_dir=assets))
+    night.history.append([Sample(sft, "h200", "", "passed", 9.5, "2026-11-06T15:00:00+00:00", run_id="r1")])
+    record = json.dumps({"night": "n1", "run_id": "r1", "repo": "minirl", "selected": [sft], "timeout_floor_s": 10,
+                         "attempts": [{"test_id": sft, "outcome": "passed", "elapsed_s": 9.5, "timeout_s": 30,
+                                       "started_at": "2026-11-06T15:00:00+00:00"}]})
+    for key in ("runs/r1.json", "nights/n1.json"):
+        night.state.put(key, record)
+    defs = build_definitions(nightly=NightlyResource(home=str(home), assets_dir=str(assets)))
+    with dg.instance_for_test() as instance:
+        run = defs.resolve_job_def("calibration").execute_in_process(instance=instance, tags={TAG_SOURCE_RUN: "r1"})
+    check = next(ev for ev in run.get_asset_check_evaluations() if ev.check_name == "no_test_near_timeout")
+    assert not check.passed and "9.5 s of its 10 s timeout (95%)" in check.metadata["tests"].value
+    [calibrated] = run.asset_materializations_for_node("calibrated_estimates")
+    assert calibrated.metadata["near_timeout"].value == 1
+    assert "of its 10 s timeout" in (home / "reports" / "n1.html").read_text()  # not only tonight's 30 s

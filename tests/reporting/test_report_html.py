@@ -58,6 +58,9 @@ def test_changes_and_timing_show_the_numbers(page):
     assert "passed 8 → 7; median duration tonight / last night x1.25" in changes
     timing = section(page, "timing")
     assert "actual makespan 128.0 s" in timing and "GPU-hours used 0.23" in timing and "GPU-hours idle 0.05" in timing
+    # the plan's bound is from predicted durations, and said so: a night faster than predicted ends below it
+    assert "plan's lower bound (from predicted durations) 104.0 s" in timing
+    assert "lower bound from the night's actual durations 105.5 s" in timing
 
 
 def test_a_failure_from_an_earlier_night_not_run_tonight_is_listed_as_such():

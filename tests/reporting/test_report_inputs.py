@@ -12,6 +12,7 @@ from pipelines.reporting.inputs import (
     inputs_for_night,
     log_tails,
     night_report,
+    parse_summary,
     select_night,
     write_html,
 )
@@ -298,3 +299,66 @@ def test_a_report_reads_each_night_summary_about_once(home, tmp_path, monkeypatc
     nights = {k: n for k, n in reads.items() if k.startswith("nights/")}
     assert nights.pop("nights/2026-11-05T150000Z.json") == 2
     assert nights and max(nights.values()) == 1, nights
+
+
+EVIDENCE = {"kind": "passed_on_retry", "run_id": "r0", "started_at": "2026-11-01T15:00:00+00:00", "text": "x"}
+
+
+@pytest.mark.parametrize("flaky, field, said", [
+    ([1], "flaky", "expected an object of test id -> flaky state, got [1]"),
+    ({"t": 5}, 'flaky["t"]', "expected a flaky state object (test_id, state, evidence, ...), got 5"),
+    ({"t": {"state": "flaky"}}, 'flaky["t"].test_id', "expected a test id, got None"),
+    ({"t": {"test_id": "t", "state": "sick"}}, 'flaky["t"].state', "expected one of healthy, flaky, quarantined"),
+    ({"t": {"test_id": "t", "passes": True}}, 'flaky["t"].passes', "expected a whole number >= 0, got True"),
+    ({"t": {"test_id": "t", "manual": "yes"}}, 'flaky["t"].manual', "expected true or false, got 'yes'"),
+    ({"t": {"test_id": "t", "why": 3}}, 'flaky["t"].why', "expected a string, got 3"),
+    ({"t": {"test_id": "t", "evidence": "x"}}, 'flaky["t"].evidence', "expected a list of evidence objects"),
+    ({"t": {"test_id": "t", "evidence": [EVIDENCE, {"kind": "alternating"}]}}, 'flaky["t"].evidence[1]',
+     "expected an object of the strings kind, run_id, started_at, text"),
+])
+def test_flaky_states_the_report_cannot_read_are_named_with_their_field(flaky, field, said):
+    summary = {"night": "n1", "attempts": [], "flaky": flaky}
+    with pytest.raises(CatalogError) as err:
+        parse_summary("n1.json", json.dumps(summary))
+    assert str(err.value).startswith(f"n1.json:1: {field}: {said}"), str(err.value)
+
+
+def test_recorded_flaky_states_as_a_night_writes_them_are_read():
+    from pipelines.core.flaky import FlakyState, recorded_states
+
+    states = recorded_states({"t": FlakyState("t", "flaky", (), since="2026-11-01", why="2 flips"),
+                              "u": FlakyState("u", "quarantined", manual=True, by="alice")})
+    summary = {"night": "n1", "attempts": [], "flaky": {**states, "v": {**states["t"], "evidence": [EVIDENCE]}}}
+    assert parse_summary("n1.json", json.dumps(summary))["flaky"]["u"]["by"] == "alice"
+    assert parse_summary("n1.json", json.dumps({**summary, "flaky": None}))["flaky"] is None
+
+
+def _line_of(text: str, needle: str, before: int = 0) -> int:
+    """The 1-based line holding ``needle`` (the only one), less ``before`` lines."""
+    [at] = [n for n, line in enumerate(text.splitlines(), 1) if needle in line]
+    return at - before
+
+
+@pytest.mark.parametrize("damage, field, needle, before", [
+    (lambda s: s.update(est_time=[1]), "est_time", '"est_time": [', 0),
+    (lambda s: s["attempts"][3].update(elapsed_s="soon"), "attempts[3].elapsed_s", '"elapsed_s": "soon"', 0),
+    (lambda s: s["attempts"][2].pop("outcome"), "attempts[2]", '"test_id": "tests/e2e/fsdp/test_fsdp_sft_chat.py"', 1),
+    (lambda s: s["attempts"].insert(4, 7), "attempts[4]", "    7,", 0),
+    (lambda s: s.update(flaky={"t": {"test_id": "t", "evidence": [{"kind": 3}]}}), 'flaky["t"].evidence[0]',
+     '"kind": 3', 1),
+])
+def test_a_damaged_night_record_is_named_at_the_line_of_the_field(home, damage, field, needle, before):
+    """A night of many tests is hundreds of lines: the problem names the line the field is on, not line 1."""
+    summary = json.loads((home / "nights" / "2026-11-06T150000Z.json").read_text())
+    damage(summary)
+    text = json.dumps(summary, indent=2)
+    with pytest.raises(CatalogError) as err:
+        parse_summary("n.json", text)
+    line = _line_of(text, needle, before)
+    assert line > 1 and str(err.value).startswith(f"n.json:{line}: {field}: "), (line, str(err.value))
+
+
+@pytest.mark.parametrize("floor", [0, "20", True, 10**6])
+def test_a_timeout_floor_no_night_could_have_run_with_is_named(floor):
+    with pytest.raises(CatalogError, match=r"n.json:1: timeout_floor_s: expected whole seconds from 1 to 86400, or null"):
+        parse_summary("n.json", json.dumps({"night": "n1", "attempts": [], "timeout_floor_s": floor}))

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import csv
 import io
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
 from pipelines.core.calibrate.output import write_atomic
 from pipelines.core.calibrate.policies import parse_time
-from pipelines.core.model import Estimate, Sample, Test, effective_timeout
+from pipelines.core.model import Estimate, Sample, Test, effective_timeout, timeout_floor_problem
 
 EVIDENCE_COLUMNS = ("test_id", "hardware", "current_est_time", "samples_used", "max_s", "p90_s", "median_s",
                     "proposed_est_time", "delta", "held_est_time", "in_force_est_time", "stale_samples", "reason",
@@ -66,6 +66,16 @@ def drift(estimates: Sequence[Estimate], min_s: float = 30, min_ratio: float = 0
             if e.samples_used and abs(e.delta) >= min_s and abs(e.delta) >= min_ratio * max(e.current, 0)]
 
 
+def recorded_floor(summary: Mapping, default: int) -> int:
+    """The timeout floor a night ran with, as its record keeps it (``timeout_floor_s``: ``nightly run
+    --timeout-floor``, or the repo's then); ``default`` (the repo's floor now) for a record written
+    before it was kept, or one whose value no night could have run with."""
+    floor = summary.get("timeout_floor_s")
+    if isinstance(floor, int) and not isinstance(floor, bool) and not timeout_floor_problem(floor):
+        return floor
+    return default
+
+
 @dataclass(frozen=True)
 class NearTimeout:
     """A test whose last run used most of the timeout it will get next night, or of the one its
@@ -99,13 +109,17 @@ class NearTimeout:
 
 
 def near_timeout(tests: Sequence[Test], samples: Sequence[Sample], floor: int = 1800, factor: float = 1.25,
-                 threshold: float = 0.9, estimates: Sequence[Estimate] = ()) -> list[NearTimeout]:
+                 threshold: float = 0.9, estimates: Sequence[Estimate] = (),
+                 runner_floor: int | None = None) -> list[NearTimeout]:
     """Tests whose last passed/failed/timed-out run took over ``threshold`` of ``max(floor, factor*est)``,
     ``est`` being the proposal of ``estimates`` when there is one: next night runs with it, and a stale
     high est_time must not hide a run close to the timeout the proposal brings. ``tests`` as registered:
     where the est_time a registry file registers gives a shorter timeout, that one is judged, since the
     framework's own runner uses it until the est_time patch is merged (a raised calibrated est_time
-    must not hide a run past it either); template tests register no timeout."""
+    must not hide a run past it either); template tests register no timeout. The framework's runner
+    has its own floor (its ``timeout_per_file``: the repo's ``timeout.floor_s``), ``runner_floor``,
+    whatever floor the night ran with (``nightly run --timeout-floor``); None: ``floor``."""
+    runner_floor = floor if runner_floor is None else runner_floor
     proposed = {(e.test_id, e.hardware): e.proposed for e in estimates}
     in_force = {(e.test_id, e.hardware): e.in_force for e in estimates if e.in_force is not None}
     last: dict[tuple[str, str], tuple[datetime, int, Sample]] = {}
@@ -125,8 +139,8 @@ def near_timeout(tests: Sequence[Test], samples: Sequence[Sample], floor: int = 
         s = hit[2]
         timeout = effective_timeout(proposed.get((t.id, t.hardware), t.est_time), floor, factor)
         file_est = t.est_time if t.fmt == "registry" and t.est_source == "registered" else 0
-        if file_est and effective_timeout(file_est, floor, factor) < timeout:
-            timeout = effective_timeout(file_est, floor, factor)
+        if file_est and effective_timeout(file_est, runner_floor, factor) < timeout:
+            timeout = effective_timeout(file_est, runner_floor, factor)
         else:
             file_est = 0
         if s.elapsed_s > threshold * timeout:

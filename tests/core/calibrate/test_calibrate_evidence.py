@@ -76,3 +76,16 @@ def test_a_pass_past_the_timeout_its_file_gives_the_frameworks_runner_is_listed_
     assert near_timeout([dataclasses.replace(t, fmt="template", est_source="default")], runs, 1, 1.25,
                         estimates=[est(4, 10)]) == []  # a template registers no timeout
     assert near_timeout([t], [sample(4.0, "2026-12-01T00:00:00Z")], 1, 1.25, estimates=[est(4, 10)]) == []
+
+
+def test_the_framework_runner_kills_at_its_own_floor_not_the_one_the_night_ran_with():
+    """`nightly run --timeout-floor 20` on a repo whose floor (the framework's timeout_per_file) is 60: the
+    night's timeout is max(20, 1.25 x 24) = 30 s; the framework's runner gives the file's est_time=8
+    max(60, 10) = 60 s, not 20 s, so an 18.2 s pass is near neither."""
+    t = make_test(est_time=8)
+    runs = [sample(18.2, "2026-12-01T00:00:00Z")]
+    assert near_timeout([t], runs, 20, 1.25, estimates=[est(8, 24)], runner_floor=60) == []
+    [hit] = near_timeout([t], runs, 20, 1.25, estimates=[est(8, 16)], runner_floor=60)  # max(20, 20) = 20 s
+    assert str(hit) == "tests/e2e/test_a.py: last run passed after 18.2 s of its 20 s timeout (91%)"
+    # the runner's floor is the night's unless given (`nightly calibrate`: one floor, the repo's)
+    assert near_timeout([t], runs, 20, 1.25, estimates=[est(8, 24)])[0].file_est_time == 8
