@@ -167,16 +167,15 @@ def night_records(samples: Sequence[Sample]) -> list[NightRecord]:
 def _bad_nodes(run: Sequence[Sample], earlier: Callable[[], Iterable[Sample]] = tuple) -> set[str]:
     """The run's bad nodes (pipelines.core.health), judged as the night judged them: from the run's
     samples (a failure retried elsewhere that passed is there) and the runs before it (``earlier``).
-    Asked only when some node failed half its attempts: samples carry no infra reason, so only the
-    failure-rate rules can fire, and they need that rate.
+    Asked only when some node failed twice: samples carry no infra reason, so only the failure-rate
+    rules can fire, and they need failures on two different tests (a node the night retried from
+    is named once two of them passed elsewhere, whatever its rate by then).
     """
-    total: dict[str, int] = defaultdict(int)
     failed: dict[str, int] = defaultdict(int)
     for s in run:
-        if s.node and s.outcome != "skipped":
-            total[s.node] += 1
-            failed[s.node] += s.outcome in _FAIL
-    if not any(failed[n] >= 2 and failed[n] * 2 >= total[n] for n in total):
+        if s.node and s.outcome in _FAIL:
+            failed[s.node] += 1
+    if not any(n >= 2 for n in failed.values()):
         return set()
     # a sample's hardware stands for its pool: nodes are judged only against nodes of the same hardware
     return {f.node for f in detect_bad_nodes([_attempt(s) for s in run if s.node], history=passed_nodes(earlier()),
