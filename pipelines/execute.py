@@ -161,7 +161,7 @@ def _run_planned(night: Night, runset: RunSet, selection: RunSelection, tests: l
             night.store_log(a, notes)
         summary = night_summary(night, runset, selection, plan, result, attempts_before, notes,
                                 infra=infra or {}, tags=tags or {}, interrupted=interrupted)
-        summary.update(flaky_verdict(night, attempts, notes))
+        summary.update(flaky_verdict(night, attempts, notes, progress.states))
         unsaved = outcome.get("unsaved")
         try:
             night.write_summary(summary)
@@ -363,9 +363,14 @@ def night_summary(night: Night, runset: RunSet, selection: RunSelection, plan: P
     }
 
 
-def flaky_verdict(night: Night, attempts: list[Attempt], notes: list[str]) -> dict:
-    """Flaky/quarantine states after tonight, and the night's verdict: a quarantined test's failure
-    does not fail the night, an infra fault or a bad node always does (``pipelines.core.flaky``)."""
+def flaky_verdict(night: Night, attempts: list[Attempt], notes: list[str], at_start: dict) -> dict:
+    """The night's verdict and the flaky/quarantine states after tonight (``pipelines.core.flaky``).
+
+    The verdict judges with ``at_start``, the states as the night started, which its Dagster checks
+    and partial records used too: a failure that completes a test's quarantine evidence tonight is
+    not excused by it tonight. The states after tonight (history replayed with tonight's samples)
+    are recorded for the next night. A quarantined test's failure does not fail the night, an infra
+    fault or a bad node always does."""
     from pipelines.core.flaky import night_verdict, recorded_states, verdict_record
 
     try:
@@ -373,7 +378,7 @@ def flaky_verdict(night: Night, attempts: list[Attempt], notes: list[str]) -> di
     except Exception as exc:  # noqa: BLE001 - flakiness is advice; the record must still be written
         notes.append(f"flaky states not computed: {exc}")
         states = {}
-    v = night_verdict(attempts, states, night.node_history)
+    v = night_verdict(attempts, at_start, night.node_history)
     findings = detect_bad_nodes(attempts, history=night.node_history)
     return {"flaky": recorded_states(states),
             "verdict": verdict_record(v),
