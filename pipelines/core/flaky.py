@@ -25,7 +25,7 @@ from datetime import UTC, datetime
 from typing import NamedTuple
 
 from pipelines.core.calibrate.policies import parse_time
-from pipelines.core.health import detect_bad_nodes, passed_nodes
+from pipelines.core.health import HARD_FAULTS, detect_bad_nodes, passed_nodes
 from pipelines.core.model import Attempt, CatalogError, Problem, Sample
 
 STATES = ("healthy", "flaky", "quarantined", "released")
@@ -167,15 +167,17 @@ def night_records(samples: Sequence[Sample]) -> list[NightRecord]:
 def _bad_nodes(run: Sequence[Sample], earlier: Callable[[], Iterable[Sample]] = tuple) -> set[str]:
     """The run's bad nodes (pipelines.core.health), judged as the night judged them: from the run's
     samples (a failure retried elsewhere that passed is there) and the runs before it (``earlier``).
-    Asked only when some node failed twice: samples carry no infra reason, so only the failure-rate
-    rules can fire, and they need failures on two different tests (a node the night retried from
-    is named once two of them passed elsewhere, whatever its rate by then).
+    Samples keep no infra reason, so an infra error on a node is taken as the node's, as one
+    unusable GPU is for the night (``_attempt``): a failure there is never a flip nor a "passed on
+    retry". Otherwise asked only when some node failed twice: the failure-rate rules need failures
+    on two different tests (a node the night retried from is named once two of them passed
+    elsewhere, whatever its rate by then).
     """
     failed: dict[str, int] = defaultdict(int)
     for s in run:
         if s.node and s.outcome in _FAIL:
             failed[s.node] += 1
-    if not any(n >= 2 for n in failed.values()):
+    if not any(n >= 2 for n in failed.values()) and not any(s.node and s.outcome == "infra_error" for s in run):
         return set()
     # a sample's hardware stands for its pool: nodes are judged only against nodes of the same hardware
     return {f.node for f in detect_bad_nodes([_attempt(s) for s in run if s.node], history=passed_nodes(earlier()),
@@ -183,8 +185,11 @@ def _bad_nodes(run: Sequence[Sample], earlier: Callable[[], Iterable[Sample]] = 
 
 
 def _attempt(s: Sample) -> Attempt:
+    """The sample as the attempt it was; an infra error's unknown reason as the hard node fault that
+    names its node on its own (the safe side: the node's failures then never make a test flaky)."""
+    reason = next(iter(HARD_FAULTS)) if s.outcome == "infra_error" else ""
     return Attempt(test_id=s.test_id, outcome=s.outcome, elapsed_s=s.elapsed_s, started_at=s.started_at,
-                   attempt=s.attempt, node=s.node)
+                   attempt=s.attempt, node=s.node, reason=reason)
 
 
 def step(state: FlakyState, night: NightRecord, prev: NightRecord | None, rules: FlakyRules,

@@ -405,3 +405,16 @@ def test_failures_on_a_node_the_night_named_after_its_retries_passed_are_never_p
     states = replay(samples, RULES)
     assert {t: states[f"tests/{t}.py"].state for t in ("t_n1", "t_n3")} == {"t_n1": "healthy", "t_n3": "healthy"}
     assert states["tests/t_n1.py"].evidence == ()
+
+
+def test_a_failure_on_a_node_the_night_named_bad_for_an_infra_error_is_never_passed_on_retry():
+    """Node X's GPU was unusable (one infra error names it, as the night's assess_nodes does) and
+    t_b failed there, then passed on Y: the node's failure, not a flaky test's. Samples keep no infra
+    reason, so the replay takes an infra error on a node as the node's."""
+    at = "2026-12-01T00:00:0{}+00:00"
+    runs = [("t_a", "infra_error", "X", 1), ("t_b", "failed", "X", 1), ("t_a", "passed", "Y", 2),
+            ("t_b", "passed", "Y", 2), ("t_c", "passed", "Y", 1)]
+    samples = [Sample(test, "h200", "s", outcome, 1.0, at.format(k), node=node, run_id="r1", attempt=n)  # type: ignore[arg-type]
+               for k, (test, outcome, node, n) in enumerate(runs, 1)]
+    states = replay(samples, RULES)
+    assert (states["t_b"].state, states["t_b"].evidence) == ("healthy", ())
