@@ -58,7 +58,7 @@ class InputFailed:
 class Finished:
     attempt: Attempt
     test: Test
-    #: 1-based count of finished attempts, and how many tests the run launches
+    #: how many of the run's tests have finished (a retry counts its test once), and how many it launches
     done: int = 0
     total: int = 0
     #: the test was quarantined as flaky when the night started: a failure does not fail the night
@@ -297,17 +297,21 @@ def _dispatch(night: Night, plan: Plan, tests: list[Test], launcher: Launcher, s
 
     worker = threading.Thread(target=dispatch, name="nightly-dispatch", daemon=True)
     worker.start()
-    done, total = 0, len(plan.assignments)
+    seen: set[str] = set()  # tests with a finished attempt: the count is of tests, never past the total
+    total = len(plan.assignments)
 
     def report(attempt: Attempt) -> Finished:
-        nonlocal done
-        done += 1
         test = by_id[attempt.test_id]
-        say(f"[{done}/{total}] {attempt.test_id}  {attempt.outcome.upper()}  elapsed={attempt.elapsed_s:.1f}s "
+        what = attempt.test_id
+        if attempt.test_id in seen:  # a retry (a bad node's failure, an infra error) of a test counted already
+            left = attempt.details.get("retry_of")
+            what = f"retry of {attempt.test_id}{f' from {left}' if left else ''} (attempt {attempt.attempt})"
+        seen.add(attempt.test_id)
+        say(f"[{len(seen)}/{total}] {what}  {attempt.outcome.upper()}  elapsed={attempt.elapsed_s:.1f}s "
             f"est={test.est_time}s node={attempt.node}")
         if after is not None:
             after(attempt)
-        return Finished(attempt, test, done, total, attempt.test_id in quarantined)
+        return Finished(attempt, test, len(seen), total, attempt.test_id in quarantined)
 
     try:
         while worker.is_alive() or not finished.empty():
