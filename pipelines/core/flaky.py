@@ -11,7 +11,7 @@ failure injected with ``--env`` is never mistaken for flakiness:
   flips within the window are needed (one flip is a breakage or a fix).
 
 States: healthy -> flaky -> quarantined -> released (after ``release_after`` consecutive passing
-nights) -> healthy. Infra errors and skips say nothing about a test: they are ignored here, and
+nights) -> healthy (after one more clean night; a failed one keeps it released). Infra errors and skips say nothing about a test: they are ignored here, and
 failures on a node the night found bad are the node's, not the test's. Manual overrides (who, why,
 when) come from a JSON document: a hand-made quarantine holds until released by hand.
 """
@@ -238,6 +238,8 @@ def step(state: FlakyState, night: NightRecord, prev: NightRecord | None, rules:
         keep = state.since if s == "flaky" else night.run_id
         return FlakyState(state.test_id, "flaky", evidence, 0, keep, "flaky rules",
                           f"{retries} pass(es) on retry and {flips} flip(s) in the last {rules.window_nights} nights"), new
+    if s == "released" and not night.clean_pass:  # healthy again only after a clean night
+        return replace(state, evidence=evidence), new
     if s in ("flaky", "released"):
         return FlakyState(state.test_id, "healthy", evidence, 0, night.run_id), new
     return replace(state, evidence=evidence), new

@@ -418,3 +418,14 @@ def test_a_failure_on_a_node_the_night_named_bad_for_an_infra_error_is_never_pas
                for k, (test, outcome, node, n) in enumerate(runs, 1)]
     states = replay(samples, RULES)
     assert (states["t_b"].state, states["t_b"].evidence) == ("healthy", ())
+
+
+def test_a_released_test_stays_released_after_a_night_that_failed():
+    """Released after 3 clean nights, then a failure (one flip: not flaky yet): it is not healthy
+    again until a clean night, as docs/report.md says."""
+    base = [("failed", "passed")] * 3 + ["passed"] * 3
+    assert state_of(history(*base)).state == "released"
+    failed = state_of(history(*base, "failed"))
+    assert (failed.state, failed.by) == ("released", "flaky rules")
+    assert [e.kind for e in failed.evidence] == ["alternating"]
+    assert state_of(history(*base, "failed", "failed", "passed")).state == "flaky"  # the second flip
