@@ -58,7 +58,7 @@ class InputFailed:
 class Finished:
     attempt: Attempt
     test: Test
-    #: 1-based count of finished attempts, and how many tests the run launches
+    #: how many of the run's tests have finished (a retry counts its test once), and how many it launches
     done: int = 0
     total: int = 0
     #: the test was quarantined as flaky when the night started: a failure does not fail the night
@@ -161,7 +161,7 @@ def _run_planned(night: Night, runset: RunSet, selection: RunSelection, tests: l
             night.store_log(a, notes)
         summary = night_summary(night, runset, selection, plan, result, attempts_before, notes,
                                 infra=infra or {}, tags=tags or {}, interrupted=interrupted)
-        summary.update(flaky_verdict(night, attempts, notes))
+        summary.update(flaky_verdict(night, attempts, notes, progress.states))
         unsaved = outcome.get("unsaved")
         try:
             night.write_summary(summary)
@@ -297,17 +297,21 @@ def _dispatch(night: Night, plan: Plan, tests: list[Test], launcher: Launcher, s
 
     worker = threading.Thread(target=dispatch, name="nightly-dispatch", daemon=True)
     worker.start()
-    done, total = 0, len(plan.assignments)
+    seen: set[str] = set()  # tests with a finished attempt: the count is of tests, never past the total
+    total = len(plan.assignments)
 
     def report(attempt: Attempt) -> Finished:
-        nonlocal done
-        done += 1
         test = by_id[attempt.test_id]
-        say(f"[{done}/{total}] {attempt.test_id}  {attempt.outcome.upper()}  elapsed={attempt.elapsed_s:.1f}s "
+        what = attempt.test_id
+        if attempt.test_id in seen:  # a retry (a bad node's failure, an infra error) of a test counted already
+            left = attempt.details.get("retry_of")
+            what = f"retry of {attempt.test_id}{f' from {left}' if left else ''} (attempt {attempt.attempt})"
+        seen.add(attempt.test_id)
+        say(f"[{len(seen)}/{total}] {what}  {attempt.outcome.upper()}  elapsed={attempt.elapsed_s:.1f}s "
             f"est={test.est_time}s node={attempt.node}")
         if after is not None:
             after(attempt)
-        return Finished(attempt, test, done, total, attempt.test_id in quarantined)
+        return Finished(attempt, test, len(seen), total, attempt.test_id in quarantined)
 
     try:
         while worker.is_alive() or not finished.empty():
@@ -365,9 +369,14 @@ def night_summary(night: Night, runset: RunSet, selection: RunSelection, plan: P
     }
 
 
-def flaky_verdict(night: Night, attempts: list[Attempt], notes: list[str]) -> dict:
-    """Flaky/quarantine states after tonight, and the night's verdict: a quarantined test's failure
-    does not fail the night, an infra fault or a bad node always does (``pipelines.core.flaky``)."""
+def flaky_verdict(night: Night, attempts: list[Attempt], notes: list[str], at_start: dict) -> dict:
+    """The night's verdict and the flaky/quarantine states after tonight (``pipelines.core.flaky``).
+
+    The verdict judges with ``at_start``, the states as the night started, which its Dagster checks
+    and partial records used too: a failure that completes a test's quarantine evidence tonight is
+    not excused by it tonight. The states after tonight (history replayed with tonight's samples)
+    are recorded for the next night. A quarantined test's failure does not fail the night, an infra
+    fault or a bad node always does."""
     from pipelines.core.flaky import night_verdict, recorded_states, verdict_record
 
     try:
@@ -375,7 +384,7 @@ def flaky_verdict(night: Night, attempts: list[Attempt], notes: list[str]) -> di
     except Exception as exc:  # noqa: BLE001 - flakiness is advice; the record must still be written
         notes.append(f"flaky states not computed: {exc}")
         states = {}
-    v = night_verdict(attempts, states, night.node_history)
+    v = night_verdict(attempts, at_start, night.node_history)
     findings = detect_bad_nodes(attempts, history=night.node_history)
     return {"flaky": recorded_states(states),
             "verdict": verdict_record(v),

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
-from pipelines.core.model import Sample
+from datetime import UTC, datetime
+
+from pipelines.core.model import Attempt, Sample
+from pipelines.core.report import build_report
+from pipelines.core.runset import RunSelection
+from pipelines.execute import Finished, NightDone, run_tests
 from pipelines.night import Night, NightSettings
-from tests.support.assets import copied_example
+from tests.support.assets import copied_example, example_assets
 
 
 def _flaky_runs(test_id: str) -> list[Sample]:
@@ -25,3 +30,41 @@ def test_another_repos_flaky_test_is_not_in_this_repos_states(tmp_path):
     states = night.flaky_states()
     assert states[mine].state == "quarantined"
     assert "test/registered/of_another_repo.py" not in states
+
+
+class FailsOnCue:
+    """A stand-in launcher: fails ``TEST`` when told to, passes everything else at once."""
+
+    name = "stand-in"
+
+    def __init__(self, fail: bool):
+        self.fail = fail
+
+    def launch(self, request, on_log=None) -> Attempt:
+        failed = self.fail and request.test.id == TEST
+        return Attempt(request.test.id, "failed" if failed else "passed", 1.0, datetime.now(UTC).isoformat(),
+                       node="stand-in-0", exit_code=1 if failed else 0, timeout_s=request.timeout_s)
+
+
+TEST = "tests/e2e/megatron/test_sft_math.py"
+
+
+def test_the_failure_that_completes_a_quarantine_fails_its_own_night_and_is_excused_from_the_next(tmp_path):
+    """Nights P, F, P, F: before night 4 the test is flaky (2 flips), not quarantined; night 4's failure
+    makes the third flip. The night's exit status, its Dagster check (``Finished.quarantined``) and its
+    report judge it with the states as the night started: failed. The next night starts quarantined."""
+    example_assets(tmp_path / "assets")
+    nights = []
+    for fail in (False, True, False, True, True):
+        night = Night(NightSettings(home=tmp_path / "home", assets_dir=tmp_path / "assets"))
+        events = list(run_tests(night, night.runset([TEST], RunSelection()), RunSelection(),
+                                launcher=FailsOnCue(fail), say=lambda _: None))
+        [finished] = [e for e in events if isinstance(e, Finished)]
+        [done] = [e for e in events if isinstance(e, NightDone)]
+        nights.append((finished.quarantined, done.summary))
+    fourth, fifth = nights[3][1], nights[4][1]
+    assert nights[3][0] is False and fourth["verdict"]["failed"] == [TEST]
+    assert fourth["verdict"]["excused_quarantined"] == [] and fourth["verdict"]["ok"] is False
+    assert build_report(fourth).verdict == "FAILED: 1 test(s) failed"
+    assert fourth["flaky"][TEST]["state"] == "quarantined"  # recorded for the next night
+    assert nights[4][0] is True and fifth["verdict"]["excused_quarantined"] == [TEST] and fifth["verdict"]["ok"]

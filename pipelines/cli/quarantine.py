@@ -12,7 +12,7 @@ A quarantine added by hand holds until released by hand.
 
 Exit status: 0 done; 1 ``release`` of a test that is not quarantined now (never was, or already
 released), or ``add`` of a test already quarantined by hand (nothing is recorded); 2 bad input (an unknown test,
-an empty --by/--why or one with control characters such as a line break or a terminal escape, an
+an empty TEST, an empty --by/--why or one with control characters such as a line break or a terminal escape, an
 unreadable state store, or a quarantine file that is not exactly
 ``{"version": 1, "actions": [{test, action, by, why, at}, ...]}``: each problem is located as
 ``FILE:LINE: actions[i].field: ...`` and the file is left as it is, never rewritten without it).
@@ -117,6 +117,10 @@ def _record(args: argparse.Namespace) -> int:
     from pipelines.core.flaky import record
     from pipelines.reporting.state import update_doc
 
+    if not args.test.strip():  # before any state is read: '' is in every id and would "suggest" them all
+        print(f"nightly quarantine {args.quarantine_command}: TEST: must not be empty; say which test (its id as "
+              "`nightly catalog` prints it)", file=sys.stderr)
+        return 2
     for flag, value in (("--by", args.by), ("--why", args.why)):
         bad = control_characters(flag, value)
         if bad:  # before any state is read: nothing is recorded

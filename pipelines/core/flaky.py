@@ -11,7 +11,7 @@ failure injected with ``--env`` is never mistaken for flakiness:
   flips within the window are needed (one flip is a breakage or a fix).
 
 States: healthy -> flaky -> quarantined -> released (after ``release_after`` consecutive passing
-nights) -> healthy. Infra errors and skips say nothing about a test: they are ignored here, and
+nights) -> healthy (after one more clean night; a failed one keeps it released). Infra errors and skips say nothing about a test: they are ignored here, and
 failures on a node the night found bad are the node's, not the test's. Manual overrides (who, why,
 when) come from a JSON document: a hand-made quarantine holds until released by hand.
 """
@@ -25,7 +25,7 @@ from datetime import UTC, datetime
 from typing import NamedTuple
 
 from pipelines.core.calibrate.policies import parse_time
-from pipelines.core.health import detect_bad_nodes, passed_nodes
+from pipelines.core.health import HARD_FAULTS, detect_bad_nodes, passed_nodes
 from pipelines.core.model import Attempt, CatalogError, Problem, Sample
 
 STATES = ("healthy", "flaky", "quarantined", "released")
@@ -194,16 +194,17 @@ def night_records(samples: Sequence[Sample]) -> list[NightRecord]:
 def _bad_nodes(run: Sequence[Sample], earlier: Callable[[], Iterable[Sample]] = tuple) -> set[str]:
     """The run's bad nodes (pipelines.core.health), judged as the night judged them: from the run's
     samples (a failure retried elsewhere that passed is there) and the runs before it (``earlier``).
-    Asked only when some node failed half its attempts: samples carry no infra reason, so only the
-    failure-rate rules can fire, and they need that rate.
+    Samples keep no infra reason, so an infra error on a node is taken as the node's, as one
+    unusable GPU is for the night (``_attempt``): a failure there is never a flip nor a "passed on
+    retry". Otherwise asked only when some node failed twice: the failure-rate rules need failures
+    on two different tests (a node the night retried from is named once two of them passed
+    elsewhere, whatever its rate by then).
     """
-    total: dict[str, int] = defaultdict(int)
     failed: dict[str, int] = defaultdict(int)
     for s in run:
-        if s.node and s.outcome != "skipped":
-            total[s.node] += 1
-            failed[s.node] += s.outcome in _FAIL
-    if not any(failed[n] >= 2 and failed[n] * 2 >= total[n] for n in total):
+        if s.node and s.outcome in _FAIL:
+            failed[s.node] += 1
+    if not any(n >= 2 for n in failed.values()) and not any(s.node and s.outcome == "infra_error" for s in run):
         return set()
     # a sample's hardware stands for its pool: nodes are judged only against nodes of the same hardware
     return {f.node for f in detect_bad_nodes([_attempt(s) for s in run if s.node], history=passed_nodes(earlier()),
@@ -211,8 +212,11 @@ def _bad_nodes(run: Sequence[Sample], earlier: Callable[[], Iterable[Sample]] = 
 
 
 def _attempt(s: Sample) -> Attempt:
+    """The sample as the attempt it was; an infra error's unknown reason as the hard node fault that
+    names its node on its own (the safe side: the node's failures then never make a test flaky)."""
+    reason = next(iter(HARD_FAULTS)) if s.outcome == "infra_error" else ""
     return Attempt(test_id=s.test_id, outcome=s.outcome, elapsed_s=s.elapsed_s, started_at=s.started_at,
-                   attempt=s.attempt, node=s.node)
+                   attempt=s.attempt, node=s.node, reason=reason)
 
 
 def step(state: FlakyState, night: NightRecord, prev: NightRecord | None, rules: FlakyRules,
@@ -261,6 +265,8 @@ def step(state: FlakyState, night: NightRecord, prev: NightRecord | None, rules:
         keep = state.since if s == "flaky" else night.run_id
         return FlakyState(state.test_id, "flaky", evidence, 0, keep, "flaky rules",
                           f"{retries} pass(es) on retry and {flips} flip(s) in the last {rules.window_nights} nights"), new
+    if s == "released" and not night.clean_pass:  # healthy again only after a clean night
+        return replace(state, evidence=evidence), new
     if s in ("flaky", "released"):
         return FlakyState(state.test_id, "healthy", evidence, 0, night.run_id), new
     return replace(state, evidence=evidence), new

@@ -8,8 +8,11 @@ another host; nothing pointed at the host. Every node is judged against the nigh
   ``min_infra`` hits.
 - *suspect*: the node's failure rate stands far above the other nodes' (``min_rate``, ``min_gap``)
   on at least ``min_tests`` *different* tests that did not also fail on another node tonight (a
-  test failing everywhere is the test's). A suspect is not named: it is avoided, and the night
-  retries its failures elsewhere (``retries_due``) to learn which it is.
+  test failing everywhere is the test's). The rates count first attempts only (a retry is a test
+  that already failed) and leave out the tests failing on another node too. A suspect is not
+  named: it is avoided, and the night retries its failures elsewhere (``retries_due``) to learn
+  which it is; a node retried from stays suspect, however the rates move, while ``min_tests`` of
+  its failures are not repeated elsewhere.
 - *failure_rate*: a suspect whose tests are fine: ``min_tests`` of them passed on another node
   tonight (a retry), or passed on another node in their recent history (``passed_nodes``).
 - *contrast*: a suspect whose contrast alone is overwhelming: ``contrast_tests`` different tests
@@ -142,6 +145,17 @@ def assess_nodes(attempts: Sequence[Attempt], *, history: Mapping[str, Collectio
             passed_on[a.test_id].add(a.node)
         elif a.outcome in RETRIABLE:
             failed_on[a.test_id].add(a.node)
+    retry_of = _retries(attempts)
+
+    def own(test_id: str, node: str) -> bool:
+        """The test's failure on ``node`` is its own: it failed on another node too and passed on none."""
+        return bool(failed_on[test_id] - {node} and not passed_on[test_id] - {node})
+
+    def rated(xs: list[Attempt]) -> list[Attempt]:
+        """The attempts a failure rate counts: no retries (tests that already failed once), and no
+        test failing there that is failing elsewhere too (the test's, the same on every node)."""
+        return [a for a in xs if not retry_of[id(a)] and not (a.node in failed_on[a.test_id] and own(a.test_id, a.node))]
+
     findings: list[NodeFinding] = []
     suspects: list[str] = []
     for node, mine in sorted(by_node.items()):
@@ -155,9 +169,12 @@ def assess_nodes(attempts: Sequence[Attempt], *, history: Mapping[str, Collectio
             findings.append(infra)
             continue
         # a test that failed on another node tonight too, and passed on none, is the test's own doing
-        blamed = [a for a in failed if a.outcome in RETRIABLE
-                  and not (failed_on[a.test_id] - {node} and not passed_on[a.test_id] - {node})]
-        if not _suspect(mine, blamed, rest, base, limits):
+        blamed = [a for a in failed if a.outcome in RETRIABLE and not own(a.test_id, node)]
+        # once the night retried this node's failures elsewhere it had been suspect: it stays so while
+        # min_tests of its failures are not repeated elsewhere, however the rates have moved since
+        retried = any(retry_of[id(a)] == node for n in peers for a in by_node[n])
+        if not (_suspect(rated(mine), blamed, rated(rest), limits)
+                or (retried and len(_distinct(blamed)) >= limits.min_tests)):
             continue
         finding = _judged(node, peers, blamed, rest, base, passed_on, history or {}, limits)
         if finding is None:
@@ -181,12 +198,28 @@ def _distinct(attempts: Iterable[Attempt]) -> list[str]:
     return list(dict.fromkeys(a.test_id for a in attempts))
 
 
-def _suspect(mine: list[Attempt], blamed: list[Attempt], rest: list[Attempt], base: dict, limits: Thresholds) -> bool:
-    """Far more failures here than on the other nodes, on different tests."""
+def _retries(attempts: Sequence[Attempt]) -> dict[int, str]:
+    """For each attempt (by ``id``), the node whose failure it retries elsewhere, else "": the
+    dispatcher's ``details["retry_of"]``, or (history samples keep no details) a later attempt of a
+    test that failed or timed out on another node: only a suspect's failures are ever retried."""
+    fails: dict[str, list[Attempt]] = defaultdict(list)
+    for a in attempts:
+        if a.node and a.outcome in RETRIABLE:
+            fails[a.test_id].append(a)
+    out = {}
+    for a in attempts:
+        earlier = [f for f in fails.get(a.test_id, ()) if f.attempt < a.attempt and f.node != a.node]
+        out[id(a)] = a.details.get("retry_of") or (max(earlier, key=lambda f: f.attempt).node if earlier else "")
+    return out
+
+
+def _suspect(mine: list[Attempt], blamed: list[Attempt], rest: list[Attempt], limits: Thresholds) -> bool:
+    """Far more failures here than on the other nodes, on different tests (``mine``, ``rest``: the
+    attempts the rates count)."""
     if len(mine) < limits.min_attempts or not rest or len(_distinct(blamed)) < limits.min_tests:
         return False
-    rate = base["failed"] / len(mine)
-    return rate >= limits.min_rate and rate - base["rest_failed"] / len(rest) >= limits.min_gap
+    rate = sum(1 for a in mine if _failed(a)) / len(mine)
+    return rate >= limits.min_rate and rate - sum(1 for a in rest if _failed(a)) / len(rest) >= limits.min_gap
 
 
 def _judged(node: str, peers: Collection[str], blamed: list[Attempt], rest: list[Attempt], base: dict,

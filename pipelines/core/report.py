@@ -256,6 +256,13 @@ def _classify(attempts: list[Attempt], bad: set[str], excused: bool) -> str:
     return kind + ("; quarantined, does not fail the night" if excused else "")
 
 
+def _retried_infra(a: Attempt, last: Attempt, bad: set[str]) -> str:
+    """One line on an infra error that was not the test's last attempt, and what its retry did."""
+    where = f" on {'bad node ' if a.node in bad else ''}{a.node}" if a.node else ""
+    then = f"{last.outcome} on attempt {last.attempt}" + (f" on {last.node}" if last.node else "")
+    return f"infra: {a.reason or 'unknown'}{where} on attempt {a.attempt}; {then}"
+
+
 def _gantt(attempts: list[Attempt], slots: dict[str, int]) -> tuple[tuple[Bar, ...], float]:
     times = [(a, t) for a in attempts if (t := parse_time(a.started_at)) is not None and a.outcome != "skipped"]
     if not times:
@@ -381,6 +388,11 @@ def build_report(
     failures, infra = [], []
     for tid, xs in per_test.items():
         last = xs[-1]
+        for x in xs[:-1]:  # an infra error a later attempt got past (its retry): said, never hidden by the pass
+            if x.outcome == "infra_error":
+                infra.append(Failure(tid, x.outcome, _retried_infra(x, last, bad), x.reason, x.node, len(xs),
+                                     x.exit_code, log_uris.get((tid, x.attempt)) or x.log_path,
+                                     tail_lines((log_tails or {}).get(x.log_path, ""))))
         retried_pass = last.outcome == "passed" and any(x.outcome in ("failed", "timed_out") for x in xs)
         if last.outcome not in _NOT_OK and not retried_pass:
             continue

@@ -208,3 +208,12 @@ def test_a_folder_name_quarantine_two_checkouts_shared_is_neither_ones(home, cap
     (home / "nights" / "2026-10-31T150000Z.json").write_text(json.dumps({**night, "night": "2026-10-31T150000Z",
                                                                          "repo_path": str(other)}))
     assert listed(capsys, home, str(fw))[tid(GRPO)]["state"] == "flaky"
+
+
+@pytest.mark.parametrize("action", ["add", "release"])
+def test_an_empty_test_id_is_refused_as_empty_not_answered_with_every_test(home, capsys, action):
+    code, out, err = nightly(capsys, "quarantine", action, "--home", str(home), "--by", "me", "--why", "x", "--", "")
+    assert (code, out) == (2, "")
+    assert err == (f"nightly quarantine {action}: TEST: must not be empty; say which test (its id as `nightly catalog` "
+                   "prints it)\n")
+    assert not (home / "quarantine" / "minirl.json").exists()

@@ -386,3 +386,46 @@ def test_a_one_node_pool_s_own_flips_count_though_other_hardware_passes():
         for i in range(12):
             samples += history("passed", test=f"tests/h{i}.py", node=f"h{i % 2}", start=day)
     assert replay(samples, RULES)["tests/m1.py"].state != "healthy"
+
+
+def _802_night(day: int) -> list[Sample]:
+    """The reviewer's CUDA-802 night as history keeps it: B failed 3 tests, retried on A on attempt
+    2, where two passed and one (an OOM, the test's own) failed again; A's t_always fails anyway."""
+    runs = [("t_flaky", "B", "passed", 1), ("t_always", "A", "failed", 1), ("t_n1", "B", "failed", 1),
+            ("t_n2", "A", "passed", 1), ("t_n3", "B", "failed", 1), ("t_n4", "A", "passed", 1),
+            ("t_oom", "B", "failed", 1), ("t_retry", "A", "passed", 1),
+            ("t_n1", "A", "passed", 2), ("t_n3", "A", "passed", 2), ("t_oom", "A", "failed", 2)]
+    return [Sample(f"tests/{t}.py", "h200", "a" * 64, outcome, 60.0, f"2026-11-{day:02d}T01:{k:02d}:00+00:00",  # type: ignore[arg-type]
+                   node=node, image="img@1", run_id=f"run{day:02d}", attempt=n)
+            for k, (t, node, outcome, n) in enumerate(runs)]
+
+
+def test_failures_on_a_node_the_night_named_after_its_retries_passed_are_never_passed_on_retry():
+    samples = [s for day in (1, 2, 3) for s in _802_night(day)]
+    states = replay(samples, RULES)
+    assert {t: states[f"tests/{t}.py"].state for t in ("t_n1", "t_n3")} == {"t_n1": "healthy", "t_n3": "healthy"}
+    assert states["tests/t_n1.py"].evidence == ()
+
+
+def test_a_failure_on_a_node_the_night_named_bad_for_an_infra_error_is_never_passed_on_retry():
+    """Node X's GPU was unusable (one infra error names it, as the night's assess_nodes does) and
+    t_b failed there, then passed on Y: the node's failure, not a flaky test's. Samples keep no infra
+    reason, so the replay takes an infra error on a node as the node's."""
+    at = "2026-12-01T00:00:0{}+00:00"
+    runs = [("t_a", "infra_error", "X", 1), ("t_b", "failed", "X", 1), ("t_a", "passed", "Y", 2),
+            ("t_b", "passed", "Y", 2), ("t_c", "passed", "Y", 1)]
+    samples = [Sample(test, "h200", "s", outcome, 1.0, at.format(k), node=node, run_id="r1", attempt=n)  # type: ignore[arg-type]
+               for k, (test, outcome, node, n) in enumerate(runs, 1)]
+    states = replay(samples, RULES)
+    assert (states["t_b"].state, states["t_b"].evidence) == ("healthy", ())
+
+
+def test_a_released_test_stays_released_after_a_night_that_failed():
+    """Released after 3 clean nights, then a failure (one flip: not flaky yet): it is not healthy
+    again until a clean night, as docs/report.md says."""
+    base = [("failed", "passed")] * 3 + ["passed"] * 3
+    assert state_of(history(*base)).state == "released"
+    failed = state_of(history(*base, "failed"))
+    assert (failed.state, failed.by) == ("released", "flaky rules")
+    assert [e.kind for e in failed.evidence] == ["alternating"]
+    assert state_of(history(*base, "failed", "failed", "passed")).state == "flaky"  # the second flip

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 from pipelines.core.health import (
+    assess_nodes,
     avoid_nodes,
     detect_bad_nodes,
     passed_nodes,
@@ -169,3 +170,30 @@ def test_history_passes_count_only_on_other_nodes_of_the_pool_seen_tonight():
     assert detect_bad_nodes(night_m, history=other_pool, pools={**pools, "tests/m.py": "mi300"}) == []
     [finding] = detect_bad_nodes(night, history={f"tests/t{i}.py": {"n0"} for i in range(3)}, pools=pools)
     assert finding.rule == "failure_rate" and "recent history (n0: 3)" in finding.evidence
+
+
+def _try(test: str, node: str, outcome: str, attempt: int = 1, retry_of: str = "") -> Attempt:
+    details = {"pool": "h200", **({"retry_of": retry_of} if retry_of else {})}
+    return Attempt(test, outcome, 1.0, "2026-12-01T00:00:00+00:00", attempt=attempt, node=node, details=details)  # type: ignore[arg-type]
+
+
+def test_a_suspect_whose_failures_passed_on_retry_is_named_though_a_failing_retry_shrank_the_gap():
+    """The reviewer's CUDA-802 night: node B failed 3 of 4, node A 1 of 4 (a test that fails anyway),
+    so B was suspect and its failures were retried on A: two passed, one (an OOM) failed there too.
+    Counting every attempt, B (3 of 4) against A (2 of 7) was under the gap and cleared the node, and
+    its two failures became the tests' "passed on retry"."""
+    night = [_try("t_flaky", "B", "passed"), _try("t_always", "A", "failed"), _try("t_n1", "B", "failed"),
+             _try("t_n2", "A", "passed"), _try("t_n3", "B", "failed"), _try("t_n4", "A", "passed"),
+             _try("t_oom", "B", "failed"), _try("t_retry", "A", "passed")]
+    assert assess_nodes(night) == ([], ("B",))
+    half = night + [_try("t_n1", "A", "passed", 2, "B"), _try("t_oom", "A", "failed", 2, "B")]
+    assert assess_nodes(half) == ([], ("B",))  # still avoided while t_n3 waits for its retry
+    night += [_try("t_n1", "A", "passed", 2, "B"), _try("t_n3", "A", "passed", 2, "B"),
+              _try("t_oom", "A", "failed", 2, "B")]
+    [finding], suspects = assess_nodes(night)
+    assert (finding.node, finding.rule, suspects) == ("B", "failure_rate", ())
+    assert finding.evidence.startswith("3 of 4 attempts failed here (other nodes: 2 of 7); "
+                                       "2 of these tests passed elsewhere the same night (A: 2)")
+    # history keeps no retry_of: a later attempt elsewhere of a test that failed here is the retry
+    plain = [dataclasses.replace(a, details={"pool": "h200"}) for a in night]
+    assert [f.node for f in detect_bad_nodes(plain)] == ["B"]

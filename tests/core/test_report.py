@@ -477,3 +477,19 @@ def test_the_prediction_error_over_the_repos_recent_whole_nights_on_this_deploym
 
 def test_without_a_recorded_prediction_the_report_says_so(report):
     assert report.prediction == ("prediction error: no night with a prediction yet",)
+
+
+def test_an_infra_error_whose_retry_passed_is_listed_with_the_infrastructure():
+    """An eviction, a lost node, an unusable GPU: the retry's pass keeps the night green, but the
+    infra error is there to see (it used to leave only `attempts: 2` in the row)."""
+    attempts = [attempt("tests/a.py", "infra_error", "h200-c", "evicted"),
+                {**attempt("tests/a.py", "passed", "h200-a"), "attempt": 2},
+                attempt("tests/b.py", "passed", "h200-a")]
+    summary = {"night": "n", "selected": ["tests/a.py", "tests/b.py"], "attempts": attempts,
+               "verdict": {"ok": True, "failed": [], "excused_quarantined": [], "infra": [], "bad_nodes": [],
+                           "interrupted": []}}
+    r = build_report(summary)
+    assert (r.verdict, r.failures) == ("OK: every test passed", ())
+    [infra] = r.infra
+    assert (infra.test_id, infra.outcome, infra.node, infra.reason) == ("tests/a.py", "infra_error", "h200-c", "evicted")
+    assert infra.classification == "infra: evicted on h200-c on attempt 1; passed on attempt 2 on h200-a"
