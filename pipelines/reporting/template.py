@@ -37,7 +37,7 @@ code.fetch{user-select:all;background:#f3f3f3;padding:0 .3em;font-size:12px}
 </section>
 
 <section id="infra"><h2>Infrastructure ({{ d.infra|length }} infra outcome(s), {{ d.bad_nodes|length }} bad node(s))</h2>
-{% for f in d.infra %}<p><b>{{ f.test_id }}</b>: {{ f.classification }} on {{ f.node or '-' }}{% if f.log_path %} &middot; {{ log_ref(f.log_path, 'log') }}{% endif %}</p>
+{% for f in d.infra %}<p><b>{{ f.test_id }}</b>: {{ f.classification }}{% if not f.node or f.node not in f.classification %} on {{ f.node or '-' }}{% endif %}{% if f.log_path %} &middot; {{ log_ref(f.log_path, 'log') }}{% endif %}</p>
 {% else %}<p class="none">no infra errors</p>{% endfor %}
 {% for n in d.bad_nodes %}<p class="bad-node"><b>bad node {{ n.node }}</b> ({{ n.rule }}): {{ n.evidence }}</p>
 {% else %}<p class="none">no bad nodes</p>{% endfor %}

@@ -493,3 +493,18 @@ def test_an_infra_error_whose_retry_passed_is_listed_with_the_infrastructure():
     [infra] = r.infra
     assert (infra.test_id, infra.outcome, infra.node, infra.reason) == ("tests/a.py", "infra_error", "h200-c", "evicted")
     assert infra.classification == "infra: evicted on h200-c on attempt 1; passed on attempt 2 on h200-a"
+
+
+def test_the_page_names_a_retried_infra_errors_node_once():
+    """The infra line of a retried eviction already says where each attempt ran; the page does not
+    append the node a second time (it read "... passed on attempt 2 on h200-a on h200-c")."""
+    from pipelines.reporting.html import render_html
+
+    attempts = [attempt("tests/a.py", "infra_error", "h200-c", "evicted"),
+                {**attempt("tests/a.py", "passed", "h200-a"), "attempt": 2},
+                attempt("tests/b.py", "infra_error", "h200-d", "node_lost")]
+    summary = {"night": "n", "selected": ["tests/a.py", "tests/b.py"], "attempts": attempts}
+    page = render_html(build_report(summary))
+    assert "infra: evicted on h200-c on attempt 1; passed on attempt 2 on h200-a</p>" in page.replace(" &middot;", "</p>")
+    assert "on h200-a on h200-c" not in page
+    assert " on h200-d" in page  # a last attempt's infra line still names its node
