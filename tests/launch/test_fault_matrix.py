@@ -275,6 +275,39 @@ def test_a_logs_folder_gone_mid_test_is_an_infra_error_naming_the_result_file_no
     assert not list((tmp_path / "state" / "running").glob("*.json"))
 
 
+@pytest.mark.parametrize("end", [
+    "os._exit(74)",
+    "ctypes.CDLL(None).exit(74)",  # a C-level exit (a native library giving up)
+    "os.execv('/bin/sh', ['sh', '-c', 'exit 74'])",  # the test's process becomes a program that exits 74
+], ids=["os._exit", "C exit", "exec'd program"])
+def test_a_test_that_exits_74_itself_halfway_is_failed_not_an_infra_error(tmp_path, end):
+    """74 is also the wrapper's status when it cannot write the result; without the wrapper's line
+    saying so (and with a writable logs folder) the status is the test's own."""
+    repo = _repo(tmp_path, f"""
+        import ctypes, os
+        def execute():
+            print("loss diverged; bailing out", flush=True)
+            {end}
+    """)
+    attempt = LocalLauncher(tmp_path / "state").launch(_request(repo, tmp_path))
+    assert (attempt.outcome, attempt.reason, attempt.exit_code) == ("failed", "exit code 74", 74), attempt.reason
+
+
+def test_a_result_the_wrapper_cannot_write_in_a_writable_folder_is_an_infra_error_by_the_wrappers_line(tmp_path):
+    """The folder is fine, but the result's path is taken by a folder: only the wrapper's line in the log
+    says that the 74 is the wrapper's."""
+    repo = _repo(tmp_path, """
+        import os
+        def execute():
+            os.mkdir(os.path.join(os.environ["LOGS"], "x.result.json"))
+    """)
+    request = _request(repo, tmp_path, env={"LOGS": str(tmp_path / "logs")})
+    attempt = LocalLauncher(tmp_path / "state").launch(request)
+    assert attempt.outcome == "infra_error", attempt.reason
+    assert attempt.reason.startswith(f"{request.log_path.with_suffix('.result.json')}: the test's wrapper could not "
+                                     "write its result there (it said: Is a directory)"), attempt.reason
+
+
 def test_a_logs_folder_that_is_not_writable_is_named_and_leaves_no_running_record(tmp_path):
     repo = _repo(tmp_path, "def execute():\n    pass\n")
     logs = tmp_path / "logs"
