@@ -28,6 +28,7 @@ from pipelines.launch.base import LaunchRequest, judge_reported_configs, tail
 from pipelines.launch.gpu_slots import host_lock_dir, try_acquire
 from pipelines.launch.local import LocalLauncher
 from pipelines.launch.orphans import find_orphans, reap_orphans
+from pipelines.launch.procs import lock_holders
 from pipelines.storage.cache import AssetCache
 from tests.conftest import PROJECT_ROOT, make_test
 from tests.core.history.test_history_store import read_only_folder
@@ -507,6 +508,41 @@ def test_the_reaper_leaves_alone_a_gpu_lock_that_a_live_night_holds_now(tmp_path
         live.wait()
         with contextlib.suppress(ProcessLookupError):
             os.kill(int(pid_file.read_text()), signal.SIGKILL)
+
+
+def test_the_reaper_spares_a_process_that_took_the_dead_attempts_gpu_lock_after_the_night_died(tmp_path, monkeypatch):
+    """The night died and its test ended, so GPU 3 was free; a developer then ran `flock LOCK sleep 600`
+    on its lock. That lock is no longer the attempt's (its taker is the live flock, not the dead night):
+    the next night's reaper leaves it alone, as a launch waits for such a stray and never kills it."""
+    import uuid
+
+    from pipelines.launch import gpu_slots
+    from pipelines.launch.orphans import write_record
+
+    locks = tmp_path / "locks"
+    monkeypatch.setenv("NIGHTLY_GPU_LOCK_DIR", str(locks))
+    lock = gpu_slots.lock_path(locks, "h200", 0, 3)
+    locks.mkdir()
+    lock.touch()
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    write_record(tmp_path / "state", {
+        "token": uuid.uuid4().hex, "pid": dead.pid, "pgid": dead.pid, "test_id": "tests/test_x.py", "attempt": 1,
+        "night": "n0", "run_id": "r0", "log_path": str(tmp_path / "x.log"), "started_at": "2026-01-01T00:00:00+00:00",
+        "timeout_s": 60, "node": "h200-0", "gpu_slots": [3], "lock_paths": [str(lock)], "owner_pid": dead.pid,
+        "owner_start": "gone"})
+    developer = subprocess.Popen(["flock", str(lock), "sleep", "600"])
+    try:
+        deadline = time.monotonic() + 10
+        while not lock_holders([lock]) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert lock_holders([lock]), "flock never took the lock"
+        (attempt,) = reap_orphans(tmp_path / "state")
+        assert developer.poll() is None and not _gone(developer.pid, 0.3)
+        assert attempt.details["reaped"] == "ended" and "killed_leftovers" not in attempt.details
+    finally:
+        developer.kill()
+        developer.wait()
 
 
 @pytest.mark.slow  # a night killed -9 in a subprocess, then its test's timeout
