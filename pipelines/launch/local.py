@@ -123,14 +123,26 @@ class LocalLauncher:
         if len(request.gpu_slots) > per_node:
             return self._not_started(request, _now(), "infra_error",
                                      f"needs {len(request.gpu_slots)} GPUs but a {pool} node has {per_node}")
-        try:  # before any GPU lock is taken, until all are let go: another night must not take us for a stray
-            gpu_slots.mark_launcher(self.lock_dir)
-        except OSError as exc:
-            return self._not_started(request, _now(), "infra_error", _lock_problem(self.lock_dir, exc))
+        marked = bool(request.gpu_slots) and self._mark_launcher()
         try:
             return self._launch(request, on_log, pool, nodes, per_node)
         finally:
-            gpu_slots.unmark_launcher(self.lock_dir)
+            if marked:
+                gpu_slots.unmark_launcher(self.lock_dir)
+
+    def _mark_launcher(self) -> bool:
+        """Say this process is a night's launcher (before any GPU lock is taken, until all are let go),
+        so another night does not take it for a stray holding GPUs. Only a launch that takes GPU locks
+        needs it, and a launchers file that cannot be made is a warning, not a failed test: the GPU
+        locks themselves are what a launch needs, and taking them says what is wrong with the folder."""
+        try:
+            gpu_slots.mark_launcher(self.lock_dir)
+        except OSError as exc:
+            logger.warning("%s: cannot mark this night as a launcher (%s); another night on this host may "
+                           "take this one's process for a stray while it ends a test",
+                           gpu_slots.launchers_path(self.lock_dir), exc.strerror or exc)
+            return False
+        return True
 
     def _launch(self, request: LaunchRequest, on_log: LogSink | None, pool: str, nodes: list[int],
                 per_node: int) -> Attempt:
