@@ -50,7 +50,7 @@ from pipelines.core.specs import RepoSpec, Specs, load_specs, project_path, unco
 from pipelines.launch.base import Launcher, LaunchRequest
 from pipelines.launch.dispatch import DispatchResult, run_plan
 from pipelines.storage.cache import AssetCache, Built
-from pipelines.storage.history import history_store, recorded_patch, successions
+from pipelines.storage.history import history_store, lineage, recorded_patch, successions
 from pipelines.storage.state import StateStore, state_store
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
@@ -265,13 +265,15 @@ class Night:
         return good
 
     def rewrites_for(self, tests: Iterable[Test], calibrated: dict[str, dict]) -> Lineage | None:
-        """Calibrate's est_time rewrites (the history's digest successions), read only when an entry of
-        ``calibrated`` was made for another digest than its test's file has now (``calibrated_est_time``).
-        A history that cannot be read is a note: those tests plan with their registered est_time."""
+        """Calibrate's est_time rewrites (the history's digest successions), only when an entry of
+        ``calibrated`` was made for another digest than its test's file has now (``calibrated_est_time``),
+        and read afresh only when the store's record of them changed (``storage.history.lineage``: a code
+        server plans at every sensor tick). A history that cannot be read is a note: those tests plan
+        with their registered est_time."""
         if all(calibrated[t.id].get("sha256") == t.sha256 for t in tests if t.id in calibrated):
             return None
         try:
-            return Lineage.of(successions(self.history))
+            return lineage(self.history)
         except HistoryError as exc:
             note = (f"calibrated est_time of files calibrate rewrote not used: {exc}; those tests plan with the "
                     "est_time their file registers")

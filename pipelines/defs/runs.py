@@ -26,15 +26,31 @@ TAG_PID = "nightly/pid"
 def run_worker_pid() -> int:
     """The process that lives until the run ends, seen from a step of that run.
 
-    In-process execution (``nightly run``, execute_in_process) runs the step in the run's own process.
-    Dagster's multiprocess executor (a daemon-launched run, ``dagster asset materialize``) runs each step
-    in a child the run worker starts (spawn or forkserver: ``parent_process`` is the worker either way);
-    that child exits at STEP_SUCCESS, seconds (more under load) before the worker reports the run's end,
-    and later steps of the run may follow. So the worker, not the step, is what a later run asks about:
-    judging by the step's process, or by how long the run has been quiet, would fail a live run.
+    In-process execution (``nightly run``, execute_in_process, a run whose executor is ``in_process``)
+    runs the step in the run's own process. Dagster's multiprocess executor (a daemon-launched run,
+    ``dagster asset materialize``) runs each step in a child the run worker starts (spawn or forkserver:
+    ``parent_process`` is the worker either way); that child exits at STEP_SUCCESS, seconds (more under
+    load) before the worker reports the run's end, and later steps of the run may follow. So the
+    worker, not the step, is what a later run asks about: judging by the step's process, or by how
+    long the run has been quiet, would fail a live run.
+
+    Having a parent process is not enough to tell the two apart: a code server starts each run of an
+    in-process executor in a spawn child of its own, so that run's parent is the code server, which
+    outlives it. Only a step child of the multiprocess executor gets its parent (:func:`_multiprocess_step`).
     """
     parent = multiprocessing.parent_process()
-    return parent.pid if parent is not None else os.getpid()
+    return parent.pid if parent is not None and _multiprocess_step() else os.getpid()
+
+
+def _multiprocess_step() -> bool:
+    """Whether this process is a step's child that Dagster's multiprocess executor started: the process
+    object multiprocessing runs here is Dagster's child-process entry with a multiprocess executor's
+    step command (names only, so a Dagster that renames them reads as in-process: the run is then
+    tagged with the step's process, never with a process that outlives the run)."""
+    me = multiprocessing.current_process()
+    target = getattr(me, "_target", None)
+    return (getattr(target, "__module__", "") == "dagster._core.executor.child_process_executor"
+            and any(type(arg).__name__ == "MultiprocessExecutorChildProcessCommand" for arg in getattr(me, "_args", ())))
 
 
 def process_tags() -> dict[str, str]:

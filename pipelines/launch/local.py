@@ -46,7 +46,7 @@ from pipelines.launch.procs import (
     marked_pids,
     start_time,
 )
-from pipelines.launch.wrapper import RESULT_NOT_WRITTEN
+from pipelines.launch.wrapper import RESULT_NOT_WRITTEN, why_result_not_written
 
 logger = logging.getLogger(__name__)
 
@@ -123,14 +123,26 @@ class LocalLauncher:
         if len(request.gpu_slots) > per_node:
             return self._not_started(request, _now(), "infra_error",
                                      f"needs {len(request.gpu_slots)} GPUs but a {pool} node has {per_node}")
-        try:  # before any GPU lock is taken, until all are let go: another night must not take us for a stray
-            gpu_slots.mark_launcher(self.lock_dir)
-        except OSError as exc:
-            return self._not_started(request, _now(), "infra_error", _lock_problem(self.lock_dir, exc))
+        marked = bool(request.gpu_slots) and self._mark_launcher()
         try:
             return self._launch(request, on_log, pool, nodes, per_node)
         finally:
-            gpu_slots.unmark_launcher(self.lock_dir)
+            if marked:
+                gpu_slots.unmark_launcher(self.lock_dir)
+
+    def _mark_launcher(self) -> bool:
+        """Say this process is a night's launcher (before any GPU lock is taken, until all are let go),
+        so another night does not take it for a stray holding GPUs. Only a launch that takes GPU locks
+        needs it, and a launchers file that cannot be made is a warning, not a failed test: the GPU
+        locks themselves are what a launch needs, and taking them says what is wrong with the folder."""
+        try:
+            gpu_slots.mark_launcher(self.lock_dir)
+        except OSError as exc:
+            logger.warning("%s: cannot mark this night as a launcher (%s); another night on this host may "
+                           "take this one's process for a stray while it ends a test",
+                           gpu_slots.launchers_path(self.lock_dir), exc.strerror or exc)
+            return False
+        return True
 
     def _launch(self, request: LaunchRequest, on_log: LogSink | None, pool: str, nodes: list[int],
                 per_node: int) -> Attempt:
@@ -344,9 +356,9 @@ class LocalLauncher:
             outcome, reason = "interrupted", "the night was interrupted; the test's processes were killed"
         elif ended == "timed_out":
             outcome, reason = "timed_out", f"killed after the {request.timeout_s}s timeout"
-        elif proc.returncode == RESULT_NOT_WRITTEN and not finished:  # not the test's: its verdict was lost
-            outcome = "infra_error"
-            reason = (f"{result_path}: the test's wrapper could not write its result there ({_why_unwritable(result_path)}), "
+        elif proc.returncode == RESULT_NOT_WRITTEN and not finished and (lost := _result_lost(request.log_path, result_path)):
+            outcome = "infra_error"  # not the test's: its verdict was lost
+            reason = (f"{result_path}: the test's wrapper could not write its result there ({lost}), "
                       "so the test's outcome is unknown (its log says how it ended); make the night's logs folder "
                       "writable by this user or point NIGHTLY_HOME at a writable folder")
         elif proc.returncode == 0 and finished and result.get("ok") is True:
@@ -399,12 +411,35 @@ def _log_problem(log_path: Path, exc: OSError) -> str:
 
 
 def _why_unwritable(path: Path) -> str:
-    """What is wrong with the folder of ``path``, as far as this process can tell."""
+    """What is wrong with the folder of ``path``, as far as this process can tell ("" when nothing is)."""
     if not path.parent.is_dir():
         return f"its folder {path.parent} is gone"
     if not os.access(path.parent, os.W_OK):
         return f"its folder {path.parent} is not writable"
-    return "see the log"
+    return ""
+
+
+#: how much of a log's end is searched for the wrapper's line (only launcher lines and leftovers follow it)
+_LOG_END_BYTES = 64 * 1024
+
+
+def _result_lost(log_path: Path, result_path: Path) -> str:
+    """Why an attempt that exited 74 without a result lost it to the wrapper's failed write, or "" when
+    nothing shows that it did: then the test exited 74 itself (``os._exit(74)``, a C ``exit(74)``, an
+    exec'd program) and is judged by that status like any other. Evidence is the result's folder being
+    gone or not writable, or the wrapper's own line in the log's end (a test that closed its stderr
+    leaves only the first)."""
+    why = _why_unwritable(result_path)
+    if why:
+        return why
+    try:
+        with open(log_path, "rb") as fh:
+            fh.seek(max(0, fh.seek(0, os.SEEK_END) - _LOG_END_BYTES))
+            end = fh.read().decode("utf-8", errors="replace")
+    except OSError:
+        return ""
+    said = why_result_not_written(end, str(result_path))
+    return f"it said: {said}" if said else ""
 
 
 def _lock_problem(lock_dir: Path, exc: OSError) -> str:

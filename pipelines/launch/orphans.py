@@ -26,6 +26,7 @@ from pipelines.launch.procs import (
     kill_attempt,
     kill_lock_holders,
     lock_holders,
+    lock_taker,
     marked_pids,
     pid_alive,
     start_time,
@@ -87,20 +88,28 @@ def find_orphans(state_dir: Path) -> list[Orphan]:
 
 def _kill_lock_holders(record: dict) -> dict[int, str]:
     """Kill what still holds the dead attempt's GPU locks (a daemon started as ``env -i setsid ...``
-    carries no marker and left the group, but inherited the test's lock files). A lock that a live
-    night holds now is no longer the attempt's: one whose holders include a night's launcher, a
-    process of another attempt, or one whose environment cannot be read is left alone."""
+    carries no marker and left the group, but inherited the test's lock files).
+
+    Only a lock the dead night took itself is still the attempt's: the night calls ``flock()`` and the
+    test inherits that open file, so its holders show the night's pid as the lock's taker (or 0, seen
+    from a container, the taker being gone). Once the GPU was free anyone may have taken its lock: a
+    live night, or a developer's ``flock LOCK sleep 600``; the taker is then that process, alive, and
+    the holders are left alone, as are those of a lock whose holders include a night's launcher, a
+    process of another attempt, or one whose taker or environment cannot be read."""
     paths = [Path(p) for p in record.get("lock_paths") or () if p]
     if not paths:
         return {}
     token = str(record.get("token", ""))
+    dead_night = int(record.get("owner_pid") or -1)
     launchers = [launchers_path(folder) for folder in {p.parent for p in paths}]
 
-    def a_live_nights(holders: list[int]) -> bool:  # asked afresh each round: a night may take a lock just freed
+    def not_the_attempts(path: str, holders: list[int]) -> bool:  # asked afresh each round: a lock just freed may be taken
+        if any(lock_taker(pid, Path(path)) not in (dead_night, 0) for pid in holders):
+            return True
         nights = set(lock_holders(launchers))
         return any(pid in nights or attempt_token_of(pid) not in ("", token) for pid in holders)
 
-    return kill_lock_holders(paths, spare=a_live_nights)
+    return kill_lock_holders(paths, spare=not_the_attempts)
 
 
 def _attempt(orphan: Orphan, now: datetime, holding: dict[int, str] | None = None) -> Attempt:

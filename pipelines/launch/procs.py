@@ -137,6 +137,34 @@ def holders_by_lock(paths: Sequence[Path], exclude: Sequence[int] = (),
     return found
 
 
+def lock_taker(pid: int, path: Path, proc: Path = Path("/proc")) -> int | None:
+    """Who took the ``flock`` that ``pid`` holds on ``path``: the process that called ``flock()``, as the
+    kernel shows it in ``/proc/PID/fdinfo`` (a flock belongs to the open file, so every process that
+    inherited it shows the same taker). 0 when the taker is gone and is seen from a nested pid
+    namespace (a container); the host's namespace keeps the dead taker's number. None when it cannot
+    be read (``pid`` gone, another user's, or no longer holding the lock)."""
+    target = os.path.realpath(path)
+    try:
+        fds = os.listdir(proc / str(pid) / "fd")
+    except OSError:
+        return None
+    for fd in fds:
+        try:
+            if os.readlink(proc / str(pid) / "fd" / fd) != target:
+                continue
+            info = (proc / str(pid) / "fdinfo" / fd).read_text()
+        except OSError:
+            continue
+        for line in info.splitlines():
+            # lock:\t1: FLOCK  ADVISORY  WRITE 4242 fe:00:2146511 0 EOF
+            words = line.split()
+            if words[:1] == ["lock:"] and "FLOCK" in words and "->" not in words:
+                at = words.index("FLOCK") + 3
+                if at < len(words) and words[at].lstrip("-").isdigit():
+                    return int(words[at])
+    return None
+
+
 def is_stray(pid: int) -> bool:
     """Whether ``pid`` is known to be no nightly attempt's process (any night's): its environment is
     readable and has no attempt marker, and it is not the test wrapper. One that cannot be read
@@ -163,16 +191,16 @@ def describe(pid: int, limit: int = 80) -> str:
 
 
 def kill_lock_holders(paths: Sequence[Path], rounds: int = 20,
-                      spare: Callable[[list[int]], bool] | None = None) -> dict[int, str]:
+                      spare: Callable[[str, list[int]], bool] | None = None) -> dict[int, str]:
     """SIGKILL every process but this one still holding a lock of ``paths``: what an attempt left
     behind that the marker scan and the process group missed (a daemon started with an empty
-    environment in its own session). ``spare(holders)``, asked of each lock's holders at every round,
-    says a lock is no longer the attempt's (a live night took it once it was free): its holders are
-    left alone. Returns the pids found, each described (:func:`describe`)."""
+    environment in its own session). ``spare(path, holders)``, asked of each lock (its real path) and
+    its holders at every round, says a lock is no longer the attempt's (someone took it once it was
+    free): its holders are left alone. Returns the pids found, each described (:func:`describe`)."""
     me = os.getpid()
     found: dict[int, str] = {}
     for _ in range(rounds):
-        left = sorted({pid for pids in holders_by_lock(paths).values() if not (spare and spare(pids))
+        left = sorted({pid for path, pids in holders_by_lock(paths).items() if not (spare and spare(path, pids))
                        for pid in pids if pid != me})
         if not left:
             break

@@ -40,6 +40,7 @@ import argparse
 import ast
 import json
 import os
+import re
 import signal
 import struct
 import sys
@@ -49,8 +50,22 @@ import traceback
 import types
 
 #: the wrapper's exit status when it could not write the test's result (sysexits' EX_IOERR): the test's
-#: outcome is unknown. A test that exits with it itself has its result written, which tells them apart.
+#: outcome is unknown. The status alone proves nothing: a test may exit 74 itself without the wrapper ever
+#: reaching its end (``os._exit(74)``, a C ``exit(74)``, an exec'd program), so the wrapper also says
+#: :data:`RESULT_NOT_WRITTEN_LINE` on stderr, which lands in the attempt's log (:func:`why_result_not_written`).
 RESULT_NOT_WRITTEN = 74
+#: how the wrapper's line starts when it could not write the result; the result's path follows
+RESULT_NOT_WRITTEN_LINE = "# nightly wrapper: could not write the test's result to "
+
+
+def why_result_not_written(output: str, result_path: str = "") -> str:
+    """The reason the wrapper gave (``Permission denied``) when ``output`` (the end of an attempt's log,
+    or a pod's termination message) holds its line that it could not write the result (to
+    ``result_path``; any path when not given), else "": the evidence that an exit status 74 is the
+    wrapper's, not the test's own."""
+    path = re.escape(result_path) if result_path else r"[^\n]*?"
+    found = re.findall(rf"{re.escape(RESULT_NOT_WRITTEN_LINE)}{path} \(([^\n]*?)\); exiting {RESULT_NOT_WRITTEN}\b", output)
+    return (found[-1] or "no reason given") if found else ""
 
 
 def _run_module(name: str, source: bytes | ast.Module, path: str) -> types.ModuleType:
@@ -413,7 +428,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         _write_result(ns.result, result)
     except OSError as exc:  # e.g. the logs folder went away: say so, and never as the test's own failure
-        _quietly(print, f"# nightly wrapper: could not write the test's result to {ns.result} "
+        _quietly(print, f"{RESULT_NOT_WRITTEN_LINE}{ns.result} "
                  f"({exc.strerror or exc}); exiting {RESULT_NOT_WRITTEN}: the test's outcome is unknown "
                  f"(it {'passed' if result['ok'] else 'failed'} here)", file=sys.stderr, flush=True)
         _report_pipes(result)

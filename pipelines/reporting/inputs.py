@@ -355,10 +355,23 @@ def recent_predictions(store: StateStore, repo: str, deployment: str | None,
         if len(records) >= RECENT_NIGHTS:
             break
         if read.of(key, repo):
-            got, bad = recorded_predictions([read(key)], deployment)
+            got, bad = recorded_predictions([read(key)], deployment, locate=lambda _summary, key=key: _locator(store, key))
             records += got
             problems += bad
     return records, problems
+
+
+def _locator(store: StateStore, key: str) -> Callable[[tuple], str]:
+    """``URI:LINE`` of a field of the night record at ``key``, by its path (``("prediction", "tests", 3,
+    "actual_s")``); the record's text is read again and walked only once a field is found wrong."""
+    def at(path: tuple) -> str:
+        text = store.get(key)
+        try:
+            line = _line(text, path) if text else 1
+        except (ValueError, IndexError):  # rewritten since it was read
+            line = 1
+        return f"{store.uri(key)}:{line}"
+    return at
 
 
 def log_tails(summary: Mapping, store: StateStore, lines: int = LOG_TAIL_LINES) -> dict[str, str]:

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
-from pipelines.core.calibrate.lineage import Succession
+from pipelines.core.calibrate.lineage import Lineage, Succession
 from pipelines.core.history import FileHistoryStore, HistoryStore
 from pipelines.core.model import CatalogError, Estimate, Problem, Test
 from pipelines.core.specs import DeploymentSpec
@@ -51,6 +52,39 @@ def successions(store: HistoryStore) -> list[Succession]:
     return list(read()) if read is not None else []
 
 
+#: per history store of this process (by where it lives): the stamp its rewrites were read at, and
+#: their lineage (see :func:`lineage`)
+_lineages: dict[str, tuple[object, Lineage]] = {}
+_lineages_lock = threading.Lock()
+
+
+def lineage(store: HistoryStore) -> Lineage:
+    """The lineage of the store's recorded rewrites (:func:`successions`), read again only when they may
+    have changed.
+
+    A long-running code server plans often (every sensor tick, every code-location load) and needs
+    them whenever an estimates entry was made for an older digest of its test's file, which is so
+    from any test edit until the next calibration; on S3 every read is a LIST and a GET per
+    calibration ever recorded. So the lineage is kept per store in this process, with the store's
+    ``successions_stamp()``: the keys under ``history/successions/`` on S3 (one LIST, no GET), the
+    file's size and time locally (two ``stat``). A rewrite another process records (a night's
+    calibration in its run worker, ``nightly calibrate --write``) changes the stamp, so the next
+    plan sees it; :func:`record_successions` also drops this process's copy. A store without a
+    stamp (a stand-in) is read every time."""
+    stamp_of = getattr(store, "successions_stamp", None)
+    if stamp_of is None:
+        return Lineage.of(successions(store))
+    key, stamp = f"{type(store).__name__}:{store!r}", stamp_of()
+    with _lineages_lock:
+        kept = _lineages.get(key)
+    if kept is not None and kept[0] == stamp:
+        return kept[1]
+    found = Lineage.of(successions(store))
+    with _lineages_lock:
+        _lineages[key] = (stamp, found)
+    return found
+
+
 def record_successions(store: HistoryStore, items: Iterable[Succession]) -> str:
     """Record calibrate's rewrites; "" when done, else why the store cannot (a warning to print)."""
     items = list(items)
@@ -61,7 +95,11 @@ def record_successions(store: HistoryStore, items: Iterable[Succession]) -> str:
         return (f"{store!r}: this history store cannot record calibrate's rewrites; the samples of the "
                 f"{len(items)} rewritten file(s) will count as stale next night. Use a local store (--store FILE) "
                 "to keep them.")
-    add(items)
+    try:
+        add(items)
+    finally:
+        with _lineages_lock:
+            _lineages.pop(f"{type(store).__name__}:{store!r}", None)
     return ""
 
 

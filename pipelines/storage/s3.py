@@ -249,6 +249,15 @@ class S3HistoryStore:
                     {"nightly-schema": SCHEMA})
         return len(items)
 
+    def successions_stamp(self) -> tuple[str, ...]:
+        """What changes whenever the recorded rewrites do (``storage.history.lineage`` rereads them only
+        then): the keys under ``history/successions/``, one LIST and no GET. Each calibration adds one
+        object and none is ever rewritten, so the same keys hold the same rewrites."""
+        try:
+            return tuple(self._keys(("successions",)))
+        except (ClientError, BotoCoreError) as exc:
+            raise self._fail("listing the est_time rewrites", exc) from exc
+
     def successions(self) -> list[Succession]:
         """Every recorded rewrite, oldest object first. A damaged line is an error naming its object
         and line: a lost succession would silently make the history of a calibrated file stale."""

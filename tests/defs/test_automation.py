@@ -1,6 +1,9 @@
 """Sensors and schedules request ONE run of test_runs over the key range, with the selection as config."""
 
 
+import json
+from pathlib import Path
+
 import dagster as dg
 import pytest
 import yaml
@@ -460,3 +463,39 @@ def test_a_run_that_just_ended_is_left_to_its_run_status_sensor_and_calibrated_o
         assert isinstance(again, dg.SkipReason) and f"calibrated by run {calibration}" in again.skip_message
         monkeypatch.setattr(automation, "CATCH_UP_GRACE_S", 0)  # the grace is over
         assert _daemon_tick(defs, resource, "calibrate_missed_runs", instance, cursor)[0].run_requests == []
+
+
+def test_sensor_ticks_read_the_est_time_rewrites_once_and_still_see_a_new_one(setup, monkeypatch):
+    """An estimates entry made for an older digest of its file (so from any test edit until the next
+    calibration) needs the history's record of calibrate's rewrites. A code server plans at every tick:
+    it reads that record once, not at every tick (on S3 a LIST and a GET per calibration), and a rewrite
+    another process records later (a night's calibration in its run worker) is still seen."""
+    from pipelines.core.calibrate import Succession
+    from pipelines.core.history import FileHistoryStore
+
+    defs, resource, _, _ = setup
+    night = resource.night()
+    first, second = [t for t in night.registered.tests if t.enabled and t.est_time > 0][:2]
+    old_first, old_second = "1" * 64, "2" * 64  # the digests each file had before calibrate rewrote it
+    night.state.put(night.calibration_keys()["estimates"], json.dumps({
+        first.id: {"est_time": first.est_time + 111, "sha256": old_first, "hardware": first.hardware},
+        second.id: {"est_time": second.est_time + 222, "sha256": old_second, "hardware": second.hardware}}))
+    history = FileHistoryStore(Path(resource.home) / "history.sqlite")
+    history.add_successions([Succession(old_first, first.sha256, first.path)])
+    reads = []
+    read = FileHistoryStore.successions
+    monkeypatch.setattr(FileHistoryStore, "successions", lambda self: reads.append(1) or read(self))
+
+    cursor = None
+    for _ in range(3):
+        _, cursor = _tick(defs, resource, "rerun_changed_tests", cursor)
+    planned = resource.night().catalog.by_id()
+    assert len(reads) == 1
+    assert (planned[first.id].est_time, planned[second.id].est_time) == (first.est_time + 111, second.est_time)
+
+    # recorded by another process: not through this one's record_successions
+    FileHistoryStore(history.path).add_successions([Succession(old_second, second.sha256, second.path)])
+    _tick(defs, resource, "rerun_changed_tests", cursor)
+    planned = resource.night().catalog.by_id()
+    assert planned[second.id].est_time == second.est_time + 222
+    assert len(reads) == 2

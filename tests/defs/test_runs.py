@@ -44,3 +44,28 @@ def test_a_run_executed_in_process_is_tagged_with_its_own_process():
     with dg.instance_for_test() as instance:
         result = tagged.execute_in_process(instance=instance)
         assert instance.get_run_by_id(result.run_id).tags[TAG_PID] == str(os.getpid())
+
+
+def _run_in_process_here(answers) -> None:
+    """A run worker a code server spawned for a run of the in-process executor: the step runs here."""
+    with dg.instance_for_test() as instance:
+        result = tagged.execute_in_process(instance=instance)
+        answers.put((os.getpid(), instance.get_run_by_id(result.run_id).tags[TAG_PID]))
+
+
+@pytest.mark.slow  # a spawned process that imports Dagster: ~3 s
+def test_a_run_executed_in_process_in_a_spawned_worker_is_tagged_with_that_worker_not_its_parent():
+    """Dagster's code server starts each run in a spawn child of its own; with the in-process executor the
+    step runs in that child, whose parent (the code server) outlives the run: tagged with the parent, a
+    killed run would never be found gone."""
+    import multiprocessing
+
+    spawn = multiprocessing.get_context("spawn")
+    answers = spawn.Queue()
+    worker = spawn.Process(target=_run_in_process_here, args=(answers,))
+    worker.start()
+    try:
+        pid, tagged_pid = answers.get(timeout=120)
+    finally:
+        worker.join(60)
+    assert (tagged_pid, pid) == (str(worker.pid), worker.pid) and tagged_pid != str(os.getpid())

@@ -28,6 +28,7 @@ from pipelines.launch.base import LaunchRequest, judge_reported_configs, tail
 from pipelines.launch.gpu_slots import host_lock_dir, try_acquire
 from pipelines.launch.local import LocalLauncher
 from pipelines.launch.orphans import find_orphans, reap_orphans
+from pipelines.launch.procs import lock_holders
 from pipelines.storage.cache import AssetCache
 from tests.conftest import PROJECT_ROOT, make_test
 from tests.core.history.test_history_store import read_only_folder
@@ -275,6 +276,39 @@ def test_a_logs_folder_gone_mid_test_is_an_infra_error_naming_the_result_file_no
     assert not list((tmp_path / "state" / "running").glob("*.json"))
 
 
+@pytest.mark.parametrize("end", [
+    "os._exit(74)",
+    "ctypes.CDLL(None).exit(74)",  # a C-level exit (a native library giving up)
+    "os.execv('/bin/sh', ['sh', '-c', 'exit 74'])",  # the test's process becomes a program that exits 74
+], ids=["os._exit", "C exit", "exec'd program"])
+def test_a_test_that_exits_74_itself_halfway_is_failed_not_an_infra_error(tmp_path, end):
+    """74 is also the wrapper's status when it cannot write the result; without the wrapper's line
+    saying so (and with a writable logs folder) the status is the test's own."""
+    repo = _repo(tmp_path, f"""
+        import ctypes, os
+        def execute():
+            print("loss diverged; bailing out", flush=True)
+            {end}
+    """)
+    attempt = LocalLauncher(tmp_path / "state").launch(_request(repo, tmp_path))
+    assert (attempt.outcome, attempt.reason, attempt.exit_code) == ("failed", "exit code 74", 74), attempt.reason
+
+
+def test_a_result_the_wrapper_cannot_write_in_a_writable_folder_is_an_infra_error_by_the_wrappers_line(tmp_path):
+    """The folder is fine, but the result's path is taken by a folder: only the wrapper's line in the log
+    says that the 74 is the wrapper's."""
+    repo = _repo(tmp_path, """
+        import os
+        def execute():
+            os.mkdir(os.path.join(os.environ["LOGS"], "x.result.json"))
+    """)
+    request = _request(repo, tmp_path, env={"LOGS": str(tmp_path / "logs")})
+    attempt = LocalLauncher(tmp_path / "state").launch(request)
+    assert attempt.outcome == "infra_error", attempt.reason
+    assert attempt.reason.startswith(f"{request.log_path.with_suffix('.result.json')}: the test's wrapper could not "
+                                     "write its result there (it said: Is a directory)"), attempt.reason
+
+
 def test_a_logs_folder_that_is_not_writable_is_named_and_leaves_no_running_record(tmp_path):
     repo = _repo(tmp_path, "def execute():\n    pass\n")
     logs = tmp_path / "logs"
@@ -474,6 +508,41 @@ def test_the_reaper_leaves_alone_a_gpu_lock_that_a_live_night_holds_now(tmp_path
         live.wait()
         with contextlib.suppress(ProcessLookupError):
             os.kill(int(pid_file.read_text()), signal.SIGKILL)
+
+
+def test_the_reaper_spares_a_process_that_took_the_dead_attempts_gpu_lock_after_the_night_died(tmp_path, monkeypatch):
+    """The night died and its test ended, so GPU 3 was free; a developer then ran `flock LOCK sleep 600`
+    on its lock. That lock is no longer the attempt's (its taker is the live flock, not the dead night):
+    the next night's reaper leaves it alone, as a launch waits for such a stray and never kills it."""
+    import uuid
+
+    from pipelines.launch import gpu_slots
+    from pipelines.launch.orphans import write_record
+
+    locks = tmp_path / "locks"
+    monkeypatch.setenv("NIGHTLY_GPU_LOCK_DIR", str(locks))
+    lock = gpu_slots.lock_path(locks, "h200", 0, 3)
+    locks.mkdir()
+    lock.touch()
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    write_record(tmp_path / "state", {
+        "token": uuid.uuid4().hex, "pid": dead.pid, "pgid": dead.pid, "test_id": "tests/test_x.py", "attempt": 1,
+        "night": "n0", "run_id": "r0", "log_path": str(tmp_path / "x.log"), "started_at": "2026-01-01T00:00:00+00:00",
+        "timeout_s": 60, "node": "h200-0", "gpu_slots": [3], "lock_paths": [str(lock)], "owner_pid": dead.pid,
+        "owner_start": "gone"})
+    developer = subprocess.Popen(["flock", str(lock), "sleep", "600"])
+    try:
+        deadline = time.monotonic() + 10
+        while not lock_holders([lock]) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert lock_holders([lock]), "flock never took the lock"
+        (attempt,) = reap_orphans(tmp_path / "state")
+        assert developer.poll() is None and not _gone(developer.pid, 0.3)
+        assert attempt.details["reaped"] == "ended" and "killed_leftovers" not in attempt.details
+    finally:
+        developer.kill()
+        developer.wait()
 
 
 @pytest.mark.slow  # a night killed -9 in a subprocess, then its test's timeout

@@ -313,3 +313,34 @@ def test_the_lock_folder_is_the_hosts_and_usable_by_every_user(tmp_path, monkeyp
     held.release()
     assert lock_dir.stat().st_mode & 0o7777 == 0o1777  # as /tmp: any user adds locks, none removes another's
     assert {f.stat().st_mode & 0o777 for f in lock_dir.iterdir()} == {0o644}  # flock needs read access only
+
+
+def test_a_cpu_only_test_needs_no_gpu_lock_folder(tmp_path, monkeypatch):
+    """A 0-GPU test takes no GPU lock, so a lock folder it cannot use (another user's, or a path under
+    a file) is none of its business: it runs and passes."""
+    from pipelines.launch import gpu_slots
+
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    monkeypatch.setenv(gpu_slots.LOCK_DIR_ENV, str(blocker / "locks"))
+    repo = _repo(tmp_path, "def execute():\n    print('ok')\n")
+    attempt = LocalLauncher(tmp_path / "state").launch(_request(repo, tmp_path, slots=()))
+    assert attempt.outcome == "passed", attempt.reason
+
+
+def test_a_launchers_file_that_cannot_be_made_is_a_warning_and_the_gpu_test_still_runs(tmp_path, monkeypatch, caplog):
+    """The GPU locks are what a launch needs; the launchers file only tells other nights this process
+    apart from a stray, so failing to make it is said, not a failed test."""
+    import logging
+
+    from pipelines.launch import gpu_slots
+
+    locks = tmp_path / "locks"
+    locks.mkdir()
+    (locks / gpu_slots.LAUNCHERS_FILE).symlink_to(tmp_path / "nowhere" / "launchers.lock")  # cannot be opened or made
+    monkeypatch.setenv(gpu_slots.LOCK_DIR_ENV, str(locks))
+    repo = _repo(tmp_path, "def execute():\n    print('ok')\n")
+    with caplog.at_level(logging.WARNING, logger="pipelines.launch.local"):
+        attempt = LocalLauncher(tmp_path / "state").launch(_request(repo, tmp_path, slots=(0,)))
+    assert attempt.outcome == "passed", attempt.reason
+    assert f"{locks / gpu_slots.LAUNCHERS_FILE}: cannot mark this night as a launcher" in caplog.text

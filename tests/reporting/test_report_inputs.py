@@ -362,3 +362,24 @@ def test_a_damaged_night_record_is_named_at_the_line_of_the_field(home, damage, 
 def test_a_timeout_floor_no_night_could_have_run_with_is_named(floor):
     with pytest.raises(CatalogError, match=r"n.json:1: timeout_floor_s: expected whole seconds from 1 to 86400, or null"):
         parse_summary("n.json", json.dumps({"night": "n1", "attempts": [], "timeout_floor_s": floor}))
+
+
+def test_a_damaged_prediction_is_named_at_its_files_uri_and_the_line_of_its_field(tmp_path):
+    """`nightly plan`'s prediction error reads the recent nights: a damaged entry is named where a
+    maintainer finds it (the record's full location and the field's own line), then left out."""
+    from pipelines.reporting.inputs import recent_predictions
+
+    store = LocalStateStore(tmp_path)
+    entry = {"night": "2026-11-02T150000Z", "predicted_median_s": 90, "predicted_p90_s": 120, "actual_s": 100,
+             "tests": [{"test_id": "a", "predicted_s": 10, "actual_s": 11}, {"test_id": "b", "predicted_s": 5,
+                                                                             "actual_s": "soon"}]}
+    for day, prediction in (("01", {**entry, "night": "2026-11-01T150000Z", "tests": []}), ("02", entry)):
+        store.put(f"nights/2026-11-{day}T150000Z.json", json.dumps({
+            "night": f"2026-11-{day}T150000Z", "repo": "minirl", "deployment": "local", "status": "finished",
+            "attempts": [], "prediction": prediction}, indent=1))
+    key = "nights/2026-11-02T150000Z.json"
+    line = store.get(key).splitlines().index('    "actual_s": "soon"') + 1
+    records, problems = recent_predictions(store, "minirl", "local")
+    assert [r.night for r in records] == ["2026-11-01T150000Z"]
+    assert problems == [f"{store.uri(key)}:{line}: prediction.tests[1].actual_s: 'soon' is not a number of seconds "
+                        ">= 0; rewrite the night's summary or drop its prediction entry; left out of the prediction error"]

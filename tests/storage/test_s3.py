@@ -284,6 +284,27 @@ def test_calibrate_rewrites_recorded_in_s3_are_read_back_by_a_fresh_client_and_s
     assert S3HistoryStore(bucket, "other", client=client).successions() == []
 
 
+def test_the_rewrites_lineage_is_got_once_per_change_of_the_successions_folder(endpoint, client, bucket):
+    """A code server plans at every sensor tick: it lists history/successions/ each time, and GETs its
+    objects again only once another process (a night's calibration in its run worker) added one."""
+    from pipelines.core.calibrate import Succession
+    from pipelines.storage.history import lineage
+
+    store = S3HistoryStore(bucket, "lin", client=client)
+    S3HistoryStore(bucket, "lin", client=client).add_successions([Succession("a" * 64, "b" * 64, "t.py")])
+    gets = []
+    original = client.get_object
+    client.get_object = lambda **kw: gets.append(kw["Key"]) or original(**kw)
+    try:
+        assert [lineage(store).same_revision("b" * 64) for _ in range(3)] == [frozenset({"a" * 64, "b" * 64})] * 3
+        assert len(gets) == 1
+        S3HistoryStore(bucket, "lin", client=s3_client(endpoint)).add_successions([Succession("b" * 64, "c" * 64, "t.py")])
+        assert lineage(store).same_revision("c" * 64) == frozenset({"a" * 64, "b" * 64, "c" * 64})
+        assert len(gets) == 3
+    finally:
+        del client.get_object
+
+
 def test_a_damaged_succession_is_an_error_naming_its_object_and_line(client, bucket):
     store = S3HistoryStore(bucket, "nightly", client=client)
     key = "nightly/history/successions/2026-12-01/000000000000-x.jsonl"

@@ -212,6 +212,20 @@ class FileHistoryStore:
                             "VALUES (?, ?, ?, ?, ?)",
                             [(s.before, s.after, s.path, s.why, now) for s in successions], _SUCCESSIONS)
 
+    def successions_stamp(self) -> tuple:
+        """What changes whenever the recorded rewrites may have (``storage.history.lineage`` rereads them
+        only then): the size and modification time of the file and of its write-ahead log, two ``stat``
+        calls. Any write changes it, samples too: a reread of one small table, at most once a write."""
+        stamp: list[tuple[int, int, int] | None] = []
+        for path in (self.path, self.path.with_name(self.path.name + "-wal")):
+            try:
+                st = path.stat()
+            except OSError:
+                stamp.append(None)
+                continue
+            stamp.append((st.st_ino, st.st_size, st.st_mtime_ns))
+        return tuple(stamp)
+
     def successions(self) -> list[Succession]:
         """Every recorded rewrite, oldest first; none when the store or its table does not exist."""
         if not self.path.exists():

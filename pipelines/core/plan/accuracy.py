@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from pipelines.core.model import Plan
@@ -66,37 +66,54 @@ def record_to_json(r: NightPrediction) -> dict:
             "actual_s": r.actual_s, "tests": [{"test_id": t, "predicted_s": p, "actual_s": a} for t, p, a in r.tests]}
 
 
-def record_from_json(d: dict, where: str) -> NightPrediction:
-    """Read back :func:`record_to_json`; ``where`` (e.g. ``summary.json:1``) locates a bad field."""
-    if not isinstance(d, dict):
-        raise ValueError(f"{where}: prediction: expected an object with predicted_median_s, predicted_p90_s, "
-                         f"actual_s and tests, got {d!r:.60}; rewrite the night's summary or drop its prediction entry")
-    if not isinstance(d.get("tests") or [], list):
-        raise ValueError(f"{where}: prediction.tests: expected a list of {{test_id, predicted_s, actual_s}}, got "
-                         f"{d['tests']!r:.60}; rewrite the night's summary or drop its prediction entry")
+#: ``FILE:LINE`` of a field of a night record, by its path in the record (``("prediction", "tests", 3,
+#: "actual_s")``): the caller knows the file and its text, this pure module only the field
+Locate = Callable[[tuple], str]
 
-    def num(obj: dict, key: str, at: str) -> float:
+
+def record_from_json(d: dict, where: str | Locate) -> NightPrediction:
+    """Read back :func:`record_to_json`; ``where`` locates a bad field: one place for every field
+    (``summary.json:1``), or a :data:`Locate` that gives each field its own line."""
+    locate: Locate = where if callable(where) else (lambda _path: where)
+    fix = "rewrite the night's summary or drop its prediction entry"
+    if not isinstance(d, dict):
+        raise ValueError(f"{locate(('prediction',))}: prediction: expected an object with predicted_median_s, "
+                         f"predicted_p90_s, actual_s and tests, got {d!r:.60}; {fix}")
+    if not isinstance(d.get("tests") or [], list):
+        raise ValueError(f"{locate(('prediction', 'tests'))}: prediction.tests: expected a list of {{test_id, "
+                         f"predicted_s, actual_s}}, got {d['tests']!r:.60}; {fix}")
+
+    def num(obj: dict, key: str, at: tuple) -> float:
         v = obj.get(key)
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
-            raise ValueError(f"{where}: {at}{key}: {v!r} is not a number of seconds >= 0; "
-                             f"rewrite the night's summary or drop its prediction entry")
+            raise ValueError(f"{locate((*at, key))}: {_field((*at, key))}: {v!r} is not a number of seconds >= 0; "
+                             f"{fix}")
         return float(v)
 
     tests = []
     for i, t in enumerate(d.get("tests") or []):
-        at = f"prediction.tests[{i}]."
+        at = ("prediction", "tests", i)
         if not isinstance(t, dict) or not isinstance(t.get("test_id"), str):
-            raise ValueError(f"{where}: {at}test_id: missing or not a string; each entry needs test_id, "
-                             f"predicted_s and actual_s")
+            raise ValueError(f"{locate((*at, 'test_id') if isinstance(t, dict) else at)}: {_field((*at, 'test_id'))}: "
+                             "missing or not a string; each entry needs test_id, predicted_s and actual_s")
         tests.append((t["test_id"], num(t, "predicted_s", at), num(t, "actual_s", at)))
-    return NightPrediction(str(d.get("night", "")), num(d, "predicted_median_s", "prediction."),
-                           num(d, "predicted_p90_s", "prediction."), num(d, "actual_s", "prediction."), tuple(tests))
+    top = ("prediction",)
+    return NightPrediction(str(d.get("night", "")), num(d, "predicted_median_s", top),
+                           num(d, "predicted_p90_s", top), num(d, "actual_s", top), tuple(tests))
 
 
-def recorded_predictions(summaries: Iterable[Mapping], deployment: str | None = None
+def _field(path: tuple) -> str:
+    """``prediction.tests[3].actual_s``: a field as the problem names it."""
+    return "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in path).lstrip(".")
+
+
+def recorded_predictions(summaries: Iterable[Mapping], deployment: str | None = None,
+                         locate: Callable[[Mapping], Locate] | None = None
                          ) -> tuple[list[NightPrediction], list[str]]:
     """The ``prediction`` entries of the whole nights among ``summaries`` (night summaries, any order)
     run on ``deployment`` (None: any), and a located problem for each damaged entry, which is left out.
+    ``locate(summary)`` says where each field of that summary is (its file and line, read by the
+    caller); without it a problem names ``nights/<night>.json:1``.
 
     A partial (``running``) or interrupted night is left out: its makespan is how long the run had
     gone, not the night the plan predicted. Another deployment's pools make another prediction. A
@@ -111,7 +128,7 @@ def recorded_predictions(summaries: Iterable[Mapping], deployment: str | None = 
             continue
         night = str(s.get("night", ""))
         try:
-            r = record_from_json(entry, f"nights/{night}.json:1")
+            r = record_from_json(entry, locate(s) if locate is not None else f"nights/{night}.json:1")
         except ValueError as exc:
             problems.append(f"{exc}; left out of the prediction error")
             continue

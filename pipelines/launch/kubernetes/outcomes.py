@@ -16,7 +16,7 @@ from datetime import datetime
 from typing import Any, NamedTuple
 
 from pipelines.launch.kubernetes.preflight import preflight_verdict
-from pipelines.launch.wrapper import RESULT_NOT_WRITTEN
+from pipelines.launch.wrapper import RESULT_NOT_WRITTEN, why_result_not_written
 
 MAIN_CONTAINER = "test"
 #: the attempt's token in the test container's env; the wrapper copies it into its completion record
@@ -121,6 +121,16 @@ def completion_record(pod: dict[str, Any]) -> dict[str, Any]:
     return record if isinstance(record, dict) else {}
 
 
+def result_not_written(pod: dict[str, Any]) -> bool:
+    """The wrapper could not write its completion record: none is there, and the termination message
+    (the end of the container's log when the record file stayed empty: ``FallbackToLogsOnError``)
+    holds the wrapper's line saying so. Exit status 74 alone proves nothing: a test may exit 74 itself
+    (``os._exit(74)``, an exec'd program) before the wrapper's end, and is then judged as failed."""
+    if completion_record(pod):
+        return False
+    return bool(why_result_not_written(str(terminated(pod).get("message") or "")))
+
+
 def finished(pod: dict[str, Any]) -> bool:
     """The test ran to its end: a pod with a token needs the wrapper's record carrying that token."""
     token = attempt_token(pod)
@@ -209,7 +219,7 @@ def classify(
     if phase == "Succeeded" and term.get("exitCode", 0) == 0:
         return _test("passed", "", node) if finished(last_pod) else _test("failed", NO_COMPLETION_RECORD, node)
     if phase in ("Failed", "Succeeded"):
-        if term.get("exitCode") == RESULT_NOT_WRITTEN and attempt_token(last_pod) and not completion_record(last_pod):
+        if term.get("exitCode") == RESULT_NOT_WRITTEN and attempt_token(last_pod) and result_not_written(last_pod):
             return _infra("result_not_written", node)  # the wrapper could not write its record: the test's outcome is unknown
         if term:
             return _test("failed", "exit_code", node)

@@ -229,7 +229,9 @@ def build_pod(
         "env": _env(request, token),
         "resources": resources,
         "terminationMessagePath": RESULT_PATH,
-        "terminationMessagePolicy": "File",
+        # the record when the wrapper wrote one; else, on a failure, the log's end, where the wrapper says
+        # why it could not write it (a test that exits 74 itself is told apart by that line's absence)
+        "terminationMessagePolicy": "FallbackToLogsOnError",
         "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}],
     }
     if workdir:

@@ -102,3 +102,18 @@ def test_recorded_predictions_keep_whole_nights_of_the_deployment_and_name_damag
                                                      ["nights/2026-11-06.json:1", "prediction.tests"]]
     assert all(p.endswith("; left out of the prediction error") for p in problems)
     assert [r.night for r in recorded_predictions(summaries, None)[0]] == ["2026-11-01", "2026-11-02"]
+
+
+def test_a_caller_that_knows_the_file_gives_each_damaged_field_its_own_place():
+    from pipelines.core.plan.accuracy import recorded_predictions
+
+    entry = record_to_json(night("2026-11-01", 90, 120, 95, ("a", 80, 85)))
+    entry["tests"][0]["predicted_s"] = -1
+    asked = []
+
+    def locate(summary):
+        return lambda path: asked.append(path) or f"s3://b/n/nights/{summary['night']}.json:{len(path) * 10}"
+
+    _, problems = recorded_predictions([{"night": "2026-11-01", "prediction": entry}], locate=locate)
+    assert asked == [("prediction", "tests", 0, "predicted_s")]
+    assert problems[0].startswith("s3://b/n/nights/2026-11-01.json:40: prediction.tests[0].predicted_s: -1 is not")

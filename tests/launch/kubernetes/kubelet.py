@@ -134,7 +134,9 @@ class TestPodKubelet:
     Dockerfile's; the pod's env replaces the image's names it sets, as a container's env does.
     Container paths under ``/opt`` are mapped into the image folder, ``--result
     /dev/termination-log`` to a file of this machine, whose first 4096 bytes become the
-    termination message. ``python3`` is this interpreter; the working directory is ``repo``.
+    termination message (with ``FallbackToLogsOnError``, the output's last 80 lines or 2048 bytes when
+    that file is empty and the container failed). ``python3`` is this interpreter; the working
+    directory is ``repo``.
     """
 
     __test__ = False  # not a pytest class
@@ -174,7 +176,12 @@ class TestPodKubelet:
         log.write_text("")  # the kubelet creates the file before the container starts
         proc = subprocess.run(argv, env=env, cwd=self.repo, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, text=True, timeout=120)
-        message = log.read_bytes()[:4096].decode(errors="replace")
+        try:
+            message = log.read_bytes()[:4096].decode(errors="replace")
+        except OSError:  # not a file any more: the container could not write it either
+            message = ""
+        if not message and proc.returncode != 0 and container.get("terminationMessagePolicy") == "FallbackToLogsOnError":
+            message = "\n".join(proc.stdout.splitlines()[-80:])[-2048:]  # the kubelet's limits
         self.runs.append((proc.returncode, proc.stdout))
         return proc.returncode, proc.stdout, message
 

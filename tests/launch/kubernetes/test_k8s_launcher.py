@@ -98,12 +98,20 @@ HALFWAY = "import os\n\ndef execute():\n    print('step 1 of 10', flush=True)\n 
 WHOLE = "def execute():\n    print('step 10 of 10', flush=True)\n"
 
 
-@pytest.mark.parametrize("source, outcome, env", [
-    (HALFWAY, "failed", {}),
-    (WHOLE, "passed", {}),
-    (WHOLE, "passed", {"PYTHONPATH": "."}),  # assets/repos.yaml's "{repo}" in a pod: replaces the image's
-], ids=["os._exit(0) halfway", "whole", "the repo sets PYTHONPATH"])
-def test_the_real_wrapper_in_the_pod_passes_only_a_test_that_ran_to_its_end(tmp_path, source, outcome, env):
+EXIT_74 = "import os\n\ndef execute():\n    print('loss diverged; bailing out', flush=True)\n    os._exit(74)\n"
+#: the termination-message file taken by a folder: the wrapper cannot write its record there
+RECORD_BLOCKED = ("import glob, os\n\ndef execute():\n    for f in glob.glob(os.environ['TERMINATION_LOGS'] + '/termination-*.log'):\n"
+                  "        os.unlink(f)\n        os.mkdir(f)\n")
+
+
+@pytest.mark.parametrize("source, outcome, reason, env", [
+    (HALFWAY, "failed", NO_RECORD, {}),
+    (WHOLE, "passed", "", {}),
+    (WHOLE, "passed", "", {"PYTHONPATH": "."}),  # assets/repos.yaml's "{repo}" in a pod: replaces the image's
+    (EXIT_74, "failed", "exit_code", {}),  # the test's own 74, not the wrapper's
+    (RECORD_BLOCKED, "infra_error", "result_not_written", {}),
+], ids=["os._exit(0) halfway", "whole", "the repo sets PYTHONPATH", "os._exit(74) halfway", "record not written"])
+def test_the_real_wrapper_in_the_pod_passes_only_a_test_that_ran_to_its_end(tmp_path, source, outcome, reason, env):
     from tests.launch.kubernetes.kubelet import TestPodKubelet
 
     repo = tmp_path / "fw"
@@ -111,11 +119,12 @@ def test_the_real_wrapper_in_the_pod_passes_only_a_test_that_ran_to_its_end(tmp_
     (repo / "tests" / "test_t.py").write_text(source)
     kubelet = TestPodKubelet.create(tmp_path, repo, WRAPPER_PYTHONPATH)
     req = dataclasses.replace(request(tmp_path), test=make_test(id="tests/test_t.py", path="tests/test_t.py", gpus=0))
+    env = {**env, "TERMINATION_LOGS": str(tmp_path)}  # where the kubelet keeps the termination-message files
     with StandInApiServer(script=kubelet.steps) as server:
         launch, _ = launcher(server, retries=0, env=env)
         final = launch.launch(req)
-    assert [rc for rc, _ in kubelet.runs] == [0], kubelet.runs
-    assert (final.outcome, final.reason) == (outcome, NO_RECORD if outcome == "failed" else "")
+    assert [rc for rc, _ in kubelet.runs] == [74 if source in (EXIT_74, RECORD_BLOCKED) else 0], kubelet.runs
+    assert (final.outcome, final.reason) == (outcome, reason)
 
 
 def _bad_first_node(*mutations):

@@ -175,10 +175,18 @@ def test_exit_0_passes_only_with_the_wrappers_completion_record_carrying_the_att
 
 
 def test_a_wrapper_that_could_not_write_its_record_is_an_infra_error_and_a_test_exiting_74_is_failed():
-    from pipelines.launch.wrapper import RESULT_NOT_WRITTEN
+    """The wrapper's 74 comes with its line, which the kubelet hands on as the termination message (the
+    log's end, ``FallbackToLogsOnError``) when the record file stayed empty; a test that exits 74 itself
+    (os._exit, an exec'd program) leaves no such line and is failed, as any other exit status."""
+    from pipelines.launch.wrapper import RESULT_NOT_WRITTEN, RESULT_NOT_WRITTEN_LINE
 
-    lost = classify(wrapped_pod("t-1", code=RESULT_NOT_WRITTEN, phase="Failed"), False, 0.0, 60.0)
+    said = (f"step 3 loss=0.5\n{RESULT_NOT_WRITTEN_LINE}/dev/termination-log (Read-only file system); exiting 74: "
+            "the test's outcome is unknown (it passed here)")
+    lost = classify(wrapped_pod("t-1", said, code=RESULT_NOT_WRITTEN, phase="Failed"), False, 0.0, 60.0)
     assert (lost.outcome, lost.reason, lost.retriable_infra) == ("infra_error", "result_not_written", False)
+    for message in (None, "step 3 loss=nan\nloss diverged; bailing out"):  # os._exit(74) halfway: no line
+        own = classify(wrapped_pod("t-1", message, code=RESULT_NOT_WRITTEN, phase="Failed"), False, 0.0, 60.0)
+        assert (own.outcome, own.reason) == ("failed", "exit_code")
     own = wrapped_pod("t-1", record(ok=False, exit_code=RESULT_NOT_WRITTEN, error="SystemExit(74)"),
                       code=RESULT_NOT_WRITTEN, phase="Failed")
     assert classify(own, False, 0.0, 60.0).outcome == "failed"
