@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields
 
 from pipelines.core.calibrate.evidence import NearTimeout, drift, near_timeout, recorded_floor
@@ -18,7 +18,13 @@ from pipelines.core.calibrate.policies import parse_time
 from pipelines.core.flaky import FlakyState, night_verdict, recorded_verdict, replay
 from pipelines.core.health import NodeFinding, detect_bad_nodes, passed_nodes
 from pipelines.core.model import Attempt, Estimate, Plan, Sample, Test
-from pipelines.core.plan.accuracy import PredictionError, error_lines, prediction_error, recorded_predictions
+from pipelines.core.plan.accuracy import (
+    Locate,
+    PredictionError,
+    error_lines,
+    prediction_error,
+    recorded_predictions,
+)
 from pipelines.core.trends import (
     Changes,
     Trend,
@@ -351,10 +357,12 @@ def build_report(
     timeout_floor_s: int = 1800,
     timeout_factor: float = 1.25,
     trend_nights: int = 14,
+    locate: Callable[[Mapping], Locate] | None = None,
 ) -> ReportData:
     """The night's report from its summary, the nights before it (oldest first: each test is compared
     with the last of them that ran it) and history; pure. ``timeout_floor_s``: the repo's floor, the
-    framework's own runner's (the night's, for a record that does not keep the one it ran with)."""
+    framework's own runner's (the night's, for a record that does not keep the one it ran with).
+    ``locate(summary)``: where each field of a night record is (``recorded_predictions``), read by the caller."""
     attempts = attempts_of(summary)
     by_id = {t.id: t for t in tests}
     est_then = est_times(summary)
@@ -430,7 +438,7 @@ def build_report(
         verdict_text = (f"INCOMPLETE: {len(unfinished)} test(s) had not finished when the record was last written "
                         f"({summary.get('updated_at') or '?'}); the run is still going or its worker died")
     # the error of the predictions over the nights read (``previous`` is this repo's), this one included
-    predictions, damaged = recorded_predictions([*previous, summary], summary.get("deployment"))
+    predictions, damaged = recorded_predictions([*previous, summary], summary.get("deployment"), locate)
     accuracy = prediction_error(predictions)
     trends = duration_trends(samples, [t.id for t in selected], trend_nights)
     # a test's last run is within the trend window when it ran lately: the rest cannot be near tonight's timeout

@@ -504,6 +504,7 @@ def night_report(store: StateStore, night: str | None, inputs: ReportInputs,
         log_tails=log_tails(summary, store), uncovered=(*night_uncovered(inputs, summary, warn), *inputs.uncovered),
         capacity_gpus=inputs.capacity_gpus,
         timeout_floor_s=inputs.timeout_floor_s, timeout_factor=inputs.timeout_factor,
+        locate=lambda s: _locator(store, f"nights/{s.get('night')}.json"),
     )
     return dataclasses.replace(data, notes=(*data.notes, *left_out)) if left_out else data
 

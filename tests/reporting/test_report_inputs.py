@@ -383,3 +383,22 @@ def test_a_damaged_prediction_is_named_at_its_files_uri_and_the_line_of_its_fiel
     assert [r.night for r in records] == ["2026-11-01T150000Z"]
     assert problems == [f"{store.uri(key)}:{line}: prediction.tests[1].actual_s: 'soon' is not a number of seconds "
                         ">= 0; rewrite the night's summary or drop its prediction entry; left out of the prediction error"]
+
+
+def test_the_report_names_a_damaged_prediction_at_its_files_uri_and_line_too(tmp_path):
+    """The page's prediction error reads the same records as `nightly plan`'s and names a damaged entry
+    the same way (it said `nights/<night>.json:1`)."""
+    from pipelines.reporting.inputs import ReportInputs, night_report
+
+    store = LocalStateStore(tmp_path)
+    good = {"night": "2026-11-01T150000Z", "predicted_median_s": 90, "predicted_p90_s": 120, "actual_s": 100,
+            "tests": []}
+    bad = {**good, "night": "2026-11-02T150000Z", "tests": [{"test_id": "a", "predicted_s": 5, "actual_s": "soon"}]}
+    for prediction in (good, bad):
+        store.put(f"nights/{prediction['night']}.json", json.dumps({
+            "night": prediction["night"], "repo": "minirl", "deployment": "local", "status": "finished",
+            "attempts": [], "prediction": prediction}, indent=1))
+    key = "nights/2026-11-02T150000Z.json"
+    line = store.get(key).splitlines().index('    "actual_s": "soon"') + 1
+    data = night_report(store, None, ReportInputs(repo="minirl"))
+    assert f"{store.uri(key)}:{line}: prediction.tests[0].actual_s: 'soon' is not a number" in " ".join(data.notes)
