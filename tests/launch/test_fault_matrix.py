@@ -531,7 +531,8 @@ def test_the_reaper_spares_a_process_that_took_the_dead_attempts_gpu_lock_after_
         "night": "n0", "run_id": "r0", "log_path": str(tmp_path / "x.log"), "started_at": "2026-01-01T00:00:00+00:00",
         "timeout_s": 60, "node": "h200-0", "gpu_slots": [3], "lock_paths": [str(lock)], "owner_pid": dead.pid,
         "owner_start": "gone"})
-    developer = subprocess.Popen(["flock", str(lock), "sleep", "600"])
+    # its own session, so the cleanup ends flock's `sleep` child too (it holds the lock as well)
+    developer = subprocess.Popen(["flock", str(lock), "sleep", "600"], start_new_session=True)
     try:
         deadline = time.monotonic() + 10
         while not lock_holders([lock]) and time.monotonic() < deadline:
@@ -541,7 +542,8 @@ def test_the_reaper_spares_a_process_that_took_the_dead_attempts_gpu_lock_after_
         assert developer.poll() is None and not _gone(developer.pid, 0.3)
         assert attempt.details["reaped"] == "ended" and "killed_leftovers" not in attempt.details
     finally:
-        developer.kill()
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(developer.pid, signal.SIGKILL)
         developer.wait()
 
 
