@@ -4,13 +4,11 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-import yaml
-
 from pipelines.core.model import Attempt
 from pipelines.core.runset import RunSelection
 from pipelines.execute import Finished, run_tests
 from pipelines.night import Night, NightSettings
-from tests.support.assets import copied_example
+from tests.support.assets import two_node_example
 
 TEST_FILE = '''from minirl.ci_register import register_cuda_ci
 
@@ -34,13 +32,7 @@ class BrokenNode1:
 
 
 def test_retries_on_another_node_are_marked_and_never_count_past_the_total(tmp_path):
-    repo, assets = copied_example(tmp_path)
-    for i in range(1, 7):
-        (repo / "tests" / "e2e" / f"test_f_node{i}.py").write_text(TEST_FILE)
-    cluster = yaml.safe_load((assets / "cluster.yaml").read_text())
-    cluster["deployments"]["two"] = {"launcher": "local", "storage": "local", "skip_hardware": ["mi300"],
-                                     "pools": {"h200": {"nodes": 2, "gpus_per_node": 8}}}
-    (assets / "cluster.yaml").write_text(yaml.safe_dump(cluster))
+    repo, assets = two_node_example(tmp_path, TEST_FILE)
     night = Night(NightSettings(home=tmp_path / "home", assets_dir=assets, repo=str(repo), deployment="two"))
     selection = RunSelection(labels=("fnode",))
     lines: list[str] = []

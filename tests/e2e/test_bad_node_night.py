@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import json
 
-import yaml
-
 from pipelines.cli import main
-from tests.support.assets import copied_example
+from tests.support.assets import two_node_example
 
 #: fails like the 802 host when it runs on the node $FNODE_BAD names (the launcher says where: NIGHTLY_NODE_NAME)
 FIXTURE = '''"""Fails with CUDA error 802 on the broken node."""
@@ -31,20 +29,9 @@ if __name__ == "__main__":
 '''
 
 
-def _two_nodes(tmp_path):
-    repo, assets = copied_example(tmp_path)
-    for i in range(1, 7):
-        (repo / "tests" / "e2e" / f"test_f_node{i}.py").write_text(FIXTURE)
-    cluster = yaml.safe_load((assets / "cluster.yaml").read_text())
-    cluster["deployments"]["two"] = {"launcher": "local", "storage": "local", "skip_hardware": ["mi300"],
-                                     "pools": {"h200": {"nodes": 2, "gpus_per_node": 8}}}
-    (assets / "cluster.yaml").write_text(yaml.safe_dump(cluster))
-    return repo, assets
-
-
 def test_a_broken_node_is_named_its_failures_pass_on_the_other_node_and_the_night_is_green(
         tmp_path, monkeypatch, capsys):
-    repo, assets = _two_nodes(tmp_path)
+    repo, assets = two_node_example(tmp_path, FIXTURE)
     home = tmp_path / "home"
     monkeypatch.setenv("NIGHTLY_ASSETS_DIR", str(assets))
     assert main(["run", "--home", str(home), "--repo", str(repo), "--deployment", "two", "--labels", "fnode",

@@ -9,6 +9,8 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+import yaml
+
 from tests.conftest import PROJECT_ROOT
 
 EXAMPLE = PROJECT_ROOT / "examples" / "minirl"
@@ -33,3 +35,17 @@ def copied_example(tmp: Path) -> tuple[Path, Path]:
     repo = tmp / "minirl"
     shutil.copytree(EXAMPLE, repo)
     return repo, example_assets(tmp / "assets", repo)
+
+
+def two_node_example(tmp: Path, test_file: str, count: int = 6) -> tuple[Path, Path]:
+    """(repo, assets): :func:`copied_example` with ``count`` copies of ``test_file`` added as
+    ``tests/e2e/test_f_node<i>.py`` and a deployment ``two`` of two local 8-GPU H200 nodes: where a
+    broken node's failures and their retries on the other node are tried."""
+    repo, assets = copied_example(tmp)
+    for i in range(1, count + 1):
+        (repo / "tests" / "e2e" / f"test_f_node{i}.py").write_text(test_file)
+    cluster = yaml.safe_load((assets / "cluster.yaml").read_text())
+    cluster["deployments"]["two"] = {"launcher": "local", "storage": "local", "skip_hardware": ["mi300"],
+                                     "pools": {"h200": {"nodes": 2, "gpus_per_node": 8}}}
+    (assets / "cluster.yaml").write_text(yaml.safe_dump(cluster))
+    return repo, assets
