@@ -356,4 +356,5 @@ def template_tests(
                 fmt="template", env=key[5], args=_args(e),
                 also_suites=tuple(dict.fromkeys(j for j in jobs if j != e.job)), nightly=not on_pr[key],
             ))
-    return tests, problems, _env_split_note([groups for groups in split.values() if len(groups) > 1])
+    # an entry of a list several jobs reuse is checked once per job: its problem is reported once
+    return tests, list(dict.fromkeys(problems)), _env_split_note([groups for groups in split.values() if len(groups) > 1])
