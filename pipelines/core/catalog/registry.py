@@ -168,11 +168,21 @@ def _registrations(call: ast.Call, dialect: Dialect) -> tuple[list[Registration]
                          literal) for gpus, hardware, assumed in placements], conflicts
 
 
+#: the arguments whose value is a list of strings
+_LIST_ARGUMENTS = frozenset({"labels", "hardware"})
+
+
 def _literal(name: str, node: ast.AST) -> object:
     ok, value = literal(node)
     if not ok:
         if isinstance(node, ast.List):
             raise _Bad(name, f"must be a list of string literals, got `{ast.unparse(node)}`; write each item as a quoted string")
+        # a tuple is a literal in Python, but the runner takes lists of strings only
+        if name in _LIST_ARGUMENTS and isinstance(node, ast.Tuple | ast.Set):
+            kind = "tuple" if isinstance(node, ast.Tuple) else "set"
+            as_list = ast.unparse(ast.List(elts=node.elts, ctx=ast.Load()))
+            raise _Bad(name, f"must be a list, got a {kind} `{ast.unparse(node)}`; write it in square brackets: "
+                             f"{name}={as_list}")
         raise _Bad(name, f"must be a literal (number, string, True/False/None, list of strings), got "
                          f"`{ast.unparse(node)}`; the runner reads files without importing them, so write the value itself")
     return value
