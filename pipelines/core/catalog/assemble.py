@@ -196,7 +196,7 @@ def _args(entry: Entry) -> tuple[str, ...]:
 
 def _variant(entry: Entry, gpus_differ: bool) -> str:
     parts = [f"{k}={v}" for k, v in entry.extra] + list(_args(entry))
-    if gpus_differ:
+    if gpus_differ and entry.num_gpus is not None:  # an entry without num_gpus sets none: never `gpus=None`
         parts.insert(0, f"gpus={entry.num_gpus}")
     variant = "+".join(parts) or "default"
     if variant_problem(variant) or len(variant) > _MAX_VARIANT:
