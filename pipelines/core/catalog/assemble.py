@@ -22,7 +22,7 @@ import shlex
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from pipelines.core.catalog.dialect import Dialect, M
+from pipelines.core.catalog.dialect import Dialect, M, Signature
 from pipelines.core.catalog.ids import make_id, variant_problem
 from pipelines.core.catalog.registry import SUITE_REQUIRED, Registration
 from pipelines.core.catalog.scan import FileScan, checked_path
@@ -36,10 +36,20 @@ def _example(scans: list[FileScan], dialect: Dialect) -> str:
     """A registration to copy, from this repo's own files (never another framework's suites)."""
     for scan in scans:
         for r in scan.registrations:
-            fn = next((s.name for s in dialect.functions if s.backend == r.backend), "")
-            if fn:
-                return f"e.g. {fn}({r.est_time}, \"{r.suite}\", ...) as other files here do"
+            sig = next((s for s in dialect.functions if s.backend == r.backend), None)
+            if sig is not None:
+                return f"e.g. {_as_written(sig, r)} as other files here do"
     return f"with the framework's signature {dialect.functions[0].text()}" if dialect.functions else ""
+
+
+def _as_written(sig: Signature, r: Registration) -> str:
+    """``r`` as a call in the form the repo writes it: the est_time literal (``120.5``, not the rounded 121)
+    and the suite as ``stage=`` + ``runner_config=`` where the framework has that pair, else by name."""
+    est = f"{r.est_literal:g}" if r.est_literal is not None else r.est_time
+    stage, sep, runner = r.suite.partition("-test-")
+    if sep and stage and runner and "runner_config" in sig.keywords:
+        return f"{sig.name}({est}, stage=\"{stage}\", runner_config=\"{runner}\", ...)"
+    return f"{sig.name}({est}, \"{r.suite}\", ...)"
 
 
 def _suite_example(scans: list[FileScan], dialect: Dialect, backend: str) -> str:
@@ -50,13 +60,8 @@ def _suite_example(scans: list[FileScan], dialect: Dialect, backend: str) -> str
         return ""
     for scan in scans:
         for r in scan.registrations:
-            if r.backend != backend:
-                continue
-            stage, sep, runner = r.suite.partition("-test-")
-            if sep and stage and runner and "runner_config" in sig.keywords:
-                return (f"e.g. {sig.name}({r.est_time}, stage=\"{stage}\", runner_config=\"{runner}\", ...) as other "
-                        "files here do")
-            return f"e.g. {sig.name}({r.est_time}, \"{r.suite}\", ...) as other files here do"
+            if r.backend == backend:
+                return f"e.g. {_as_written(sig, r)} as other files here do"
     return ""
 
 
