@@ -236,3 +236,26 @@ def test_a_template_job_labelled_long_runs_on_every_cadence_its_workflow_does(tm
     for cadence in ("pr", "nightly", "weekly"):
         assert run(["--repo", str(tmp_path), "--cadence", cadence, "--json"]) == 0, cadence
         assert [t["id"] for t in json.loads(capsys.readouterr().out)] == ["tests/test_a.py"], cadence
+
+
+def test_a_problem_in_a_test_list_several_jobs_reuse_is_reported_once(tmp_path, capsys):
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests/test_a.py").write_text("NUM_GPUS = 2\n")
+    (tmp_path / ".github/workflows").mkdir(parents=True)
+    (tmp_path / ".github/workflows/n.yml.j2").write_text(textwrap.dedent("""\
+        <% set a_tests = [
+            {'test_file': 'test_a.py'},
+            {'test_file': 'test_missing.py'},
+        ] %>
+        <% set jobs = {'j1': {'label': 'run-ci-a', 'tests': a_tests}, 'j2': {'label': 'run-ci-b', 'tests': a_tests},
+                       'j3': {'label': 'run-ci-c', 'tests': a_tests + []}} %>
+        on:
+          schedule:
+            - cron: "0 15 * * *"
+        """))
+    assert run(["--repo", str(tmp_path)]) == 0
+    out, err = capsys.readouterr()
+    problems = [line for line in err.splitlines() if not line.startswith("assumed:")]
+    assert problems == [".github/workflows/n.yml.j2:3: test_file: tests/test_missing.py does not exist; fix the path "
+                        "in the template"]
+    assert out.rstrip().endswith("1 problems")

@@ -81,6 +81,22 @@ def test_a_missing_log_file_is_reported_and_nothing_imported_fails(repo, tmp_pat
         capsys.readouterr().out
 
 
+@pytest.mark.parametrize("dry_run", [(), ("--dry-run",)])
+def test_an_import_that_reads_no_attempt_exits_1_with_or_without_dry_run(repo, tmp_path, capsys, dry_run):
+    """A script must see that nothing was imported: a file that is no job log, or a log whose every line is
+    refused (here for a --suite no file registers), exits 1; a log whose attempts are already stored exits 0."""
+    garbage = tmp_path / "g.txt"
+    garbage.write_text("garbage\n")
+    assert cli("history", "import", "--repo", str(repo), *dry_run, str(garbage)) == 1
+    assert "no attempts matched" in capsys.readouterr().out
+    log = tmp_path / "job.log"
+    log.write_text(LOG)
+    assert cli("history", "import", "--repo", str(repo), *dry_run, "--suite", "nosuch-4-gpu-h200", str(log)) == 1
+    assert "has no registration for suite 'nosuch-4-gpu-h200'" in capsys.readouterr().out
+    assert cli("history", "import", "--repo", str(repo), str(log)) == 0
+    assert cli("history", "import", "--repo", str(repo), *dry_run, str(log)) == 0  # nothing new, nothing wrong
+
+
 def test_show_lists_samples_of_one_test(repo, tmp_path, capsys):
     log = tmp_path / "job.log"
     log.write_text(LOG)

@@ -12,7 +12,8 @@ would otherwise become a 1.25e9 s est_time. Three guards, each reported, never s
   (it is 1.25x a run the timeout killed, so bounded by that timeout: holding it would keep a
   placeholder est_time that is killed every night), and a step is counted from the policy's
   smallest proposal when the est_time in force is below it (bucket125 never proposes under 10 s:
-  est_time 1 s -> 10 s is no step at all, while 1 s -> 60 s is x6 from 10 s and held).
+  est_time 1 s -> 10 s is no step at all, while 1 s -> 60 s is x6 from 10 s and held; an est_time of
+  0 counts from 1 s at least).
 """
 
 from __future__ import annotations
@@ -75,6 +76,8 @@ def bound_proposal(test: Test, proposed: int, p: Mapping, killed: bool = False,
     ``smallest`` is the least the policy proposes from any passing run (bucket125: 10 s): the step is
     counted from it when the est_time in force is lower, so a 1 s or 2 s est_time (framework M's fast
     CPU folder is 1 s) can reach the policy's first value, which no evidence could ever move it past.
+    An est_time of 0 is counted from 1 s at least: it is a placeholder like any tiny value, and 0 -> 43 s
+    is as large a step as 1 -> 43 s.
     """
     top = int(p.get("max_est_time_s") or MAX_EST_TIME_S)
     note = ""
@@ -86,15 +89,16 @@ def bound_proposal(test: Test, proposed: int, p: Mapping, killed: bool = False,
     accepted = test.id in tuple(p.get("accept") or ())
     placeholder = test.uncalibrated and in_force is None  # a default est_time nobody measured
     raise_after_kill = killed and proposed > base
-    if step and base > 0 and proposed != base and not (accepted or placeholder or raise_after_kill):
-        start = max(base, smallest)
+    if step and proposed != base and not (accepted or placeholder or raise_after_kill):
+        start = max(base, smallest, 1)  # an est_time of 0 (the SGLang family registers some) is counted from 1 s
         ratio = proposed / start
         if ratio > step or ratio < 1 / step:
             what = f"est_time {base} s" if in_force is None else f"the calibrated est_time in force {base} s"
             if in_force is None and test.est_literal is not None and math.ceil(test.est_literal) == base:
                 what += f" ({test.est_literal:g} in the file, rounded up)"
             if start != base:
-                what += f" by x{proposed / base:.3g}, x{ratio:.3g} from {start} s, the least the policy proposes,"
+                by = f" by x{proposed / base:.3g}, x" if base else " by x"
+                what += f"{by}{ratio:.3g} from {start} s, the least the policy proposes,"
             else:
                 what += f" by x{ratio:.3g},"
             held = (f"held for acceptance: {proposed} s moves {what} more "

@@ -147,7 +147,7 @@ def plan_patch(repo: Path | str, tests: Sequence[Test], estimates: Sequence[Esti
         why = _edit(repo, t, e, 1 if shared else per_hw[(t.path, t.backend, t.hardware)], files, shared)
         if why:
             skipped.append((t.path, why))
-    edits = {p: (files.originals[p], new) for p, new in files.texts.items()
+    edits = {p: files.with_bom(p, files.originals[p], new) for p, new in files.texts.items()
              if new != files.originals[p] and p not in files.frozen}
     unpatchable = tuple((p, why) for p, why in files.outside.items() if p in edits)
     return PatchPlan(edits, tuple(dict.fromkeys(skipped)), unpatchable)
@@ -162,6 +162,12 @@ class _Files:
     keys: dict[str, str] = field(default_factory=dict)  # test path -> key
     frozen: set[str] = field(default_factory=set)  # one call could not be told from another: no edit at all
     outside: dict[str, str] = field(default_factory=dict)  # key -> why a patch cannot carry it
+    bom: set[str] = field(default_factory=set)  # keys of files that start with a UTF-8 BOM
+
+    def with_bom(self, key: str, old: str, new: str) -> tuple[str, str]:
+        """The (old, new) text of an edit as the file's bytes hold it: a BOM file keeps its BOM, so the diff's
+        first line, ``--write`` and the digests recorded for the rewrite all match the bytes."""
+        return ("\ufeff" + old, "\ufeff" + new) if key in self.bom else (old, new)
 
     def key(self, repo: Path, rel: str) -> str:
         """``rel`` itself, or for a path through a symlink the repo-relative path of the file it names
@@ -256,8 +262,10 @@ def _edit(repo: Path, t: Test, e: Estimate, same_hw: int, files: _Files, by_line
             text, encoding = python_source(data)
         except (OSError, UnicodeDecodeError, SyntaxError) as exc:
             return f"cannot read the file ({exc})"
-        if encoding != "utf-8":  # every byte is kept, so the rewrite would have to be in that encoding
-            return (f"the file is {encoding} (a BOM or coding line); the patch edits UTF-8 files only: set "
+        if encoding == "utf-8-sig":  # UTF-8 after its BOM: edit the text, and put the BOM back when writing
+            files.bom.add(key)
+        elif encoding != "utf-8":  # every byte is kept, so the rewrite would have to be in that encoding
+            return (f"the file is {encoding} (a coding line); the patch edits UTF-8 files only: set "
                     f"est_time to {e.proposed} by hand")
         if t.sha256 and hashlib.sha256(data).hexdigest() != t.sha256:
             return "the file changed since the catalog read it; recalibrate against this revision"

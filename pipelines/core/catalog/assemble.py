@@ -22,7 +22,7 @@ import shlex
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from pipelines.core.catalog.dialect import Dialect, M
+from pipelines.core.catalog.dialect import Dialect, M, Signature
 from pipelines.core.catalog.ids import make_id, variant_problem
 from pipelines.core.catalog.registry import SUITE_REQUIRED, Registration
 from pipelines.core.catalog.scan import FileScan, checked_path
@@ -36,10 +36,20 @@ def _example(scans: list[FileScan], dialect: Dialect) -> str:
     """A registration to copy, from this repo's own files (never another framework's suites)."""
     for scan in scans:
         for r in scan.registrations:
-            fn = next((s.name for s in dialect.functions if s.backend == r.backend), "")
-            if fn:
-                return f"e.g. {fn}({r.est_time}, \"{r.suite}\", ...) as other files here do"
+            sig = next((s for s in dialect.functions if s.backend == r.backend), None)
+            if sig is not None:
+                return f"e.g. {_as_written(sig, r)} as other files here do"
     return f"with the framework's signature {dialect.functions[0].text()}" if dialect.functions else ""
+
+
+def _as_written(sig: Signature, r: Registration) -> str:
+    """``r`` as a call in the form the repo writes it: the est_time literal (``120.5``, not the rounded 121)
+    and the suite as ``stage=`` + ``runner_config=`` where the framework has that pair, else by name."""
+    est = f"{r.est_literal:g}" if r.est_literal is not None else r.est_time
+    stage, sep, runner = r.suite.partition("-test-")
+    if sep and stage and runner and "runner_config" in sig.keywords:
+        return f"{sig.name}({est}, stage=\"{stage}\", runner_config=\"{runner}\", ...)"
+    return f"{sig.name}({est}, \"{r.suite}\", ...)"
 
 
 def _suite_example(scans: list[FileScan], dialect: Dialect, backend: str) -> str:
@@ -50,13 +60,8 @@ def _suite_example(scans: list[FileScan], dialect: Dialect, backend: str) -> str
         return ""
     for scan in scans:
         for r in scan.registrations:
-            if r.backend != backend:
-                continue
-            stage, sep, runner = r.suite.partition("-test-")
-            if sep and stage and runner and "runner_config" in sig.keywords:
-                return (f"e.g. {sig.name}({r.est_time}, stage=\"{stage}\", runner_config=\"{runner}\", ...) as other "
-                        "files here do")
-            return f"e.g. {sig.name}({r.est_time}, \"{r.suite}\", ...) as other files here do"
+            if r.backend == backend:
+                return f"e.g. {_as_written(sig, r)} as other files here do"
     return ""
 
 
@@ -196,7 +201,7 @@ def _args(entry: Entry) -> tuple[str, ...]:
 
 def _variant(entry: Entry, gpus_differ: bool) -> str:
     parts = [f"{k}={v}" for k, v in entry.extra] + list(_args(entry))
-    if gpus_differ:
+    if gpus_differ and entry.num_gpus is not None:  # an entry without num_gpus sets none: never `gpus=None`
         parts.insert(0, f"gpus={entry.num_gpus}")
     variant = "+".join(parts) or "default"
     if variant_problem(variant) or len(variant) > _MAX_VARIANT:
@@ -356,4 +361,5 @@ def template_tests(
                 fmt="template", env=key[5], args=_args(e),
                 also_suites=tuple(dict.fromkeys(j for j in jobs if j != e.job)), nightly=not on_pr[key],
             ))
-    return tests, problems, _env_split_note([groups for groups in split.values() if len(groups) > 1])
+    # an entry of a list several jobs reuse is checked once per job: its problem is reported once
+    return tests, list(dict.fromkeys(problems)), _env_split_note([groups for groups in split.values() if len(groups) > 1])

@@ -168,11 +168,21 @@ def _registrations(call: ast.Call, dialect: Dialect) -> tuple[list[Registration]
                          literal) for gpus, hardware, assumed in placements], conflicts
 
 
+#: the arguments whose value is a list of strings
+_LIST_ARGUMENTS = frozenset({"labels", "hardware"})
+
+
 def _literal(name: str, node: ast.AST) -> object:
     ok, value = literal(node)
     if not ok:
         if isinstance(node, ast.List):
             raise _Bad(name, f"must be a list of string literals, got `{ast.unparse(node)}`; write each item as a quoted string")
+        # a tuple is a literal in Python, but the runner takes lists of strings only
+        if name in _LIST_ARGUMENTS and isinstance(node, ast.Tuple | ast.Set):
+            kind = "tuple" if isinstance(node, ast.Tuple) else "set"
+            as_list = ast.unparse(ast.List(elts=node.elts, ctx=ast.Load()))
+            raise _Bad(name, f"must be a list, got a {kind} `{ast.unparse(node)}`; write it in square brackets: "
+                             f"{name}={as_list}")
         raise _Bad(name, f"must be a literal (number, string, True/False/None, list of strings), got "
                          f"`{ast.unparse(node)}`; the runner reads files without importing them, so write the value itself")
     return value
@@ -328,23 +338,35 @@ def _placements(backend: str, suite: str, hw: list[tuple[int | None, str]], dial
     if not hw:
         return [_placement(backend, suite, suite_gpus, suite_hw, dialect)], []
     placements, conflicts = [], []
-    for entry in dict.fromkeys(hw):
-        n, name = entry
+    first_named: dict[tuple[int, str, bool], str] = {}  # each placement -> the entry that named it first
+    repeats: list[tuple[str, str, tuple[int, str, bool]]] = []
+    for n, name in dict.fromkeys(hw):
         shown = f"{n}-gpu-{name}" if n is not None else name
         if suite_gpus is not None and n is not None and n != suite_gpus:
             conflicts.append(_Bad("hardware", f"{shown!r} asks for {n} GPUs but the suite name {suite!r} says "
                                               f"{suite_gpus}; make them agree (write {name!r} or fix the suite name)"))
-        elif agreeing and name not in agreeing:
+            continue
+        if agreeing and name not in agreeing:
             conflicts.append(_Bad("hardware", f"{shown!r} is not {suite_hw!r}, which the suite name {suite!r} asks "
                                               f"for; list only {suite_hw!r} or register the file once per suite"))
+            continue
+        try:  # the words after the chip that only qualify the suite are no hardware here either: h200-fp8 is h200
+            where = _placement(backend, suite, suite_gpus if suite_gpus is not None else n, suite_hardware(name), dialect)
+        except _Bad as bad:
+            conflicts.append(bad)
+            continue
+        if where in first_named:
+            repeats.append((first_named[where], shown, where))
         else:
-            try:
-                placements.append(_placement(backend, suite, suite_gpus if suite_gpus is not None else n, name, dialect))
-            except _Bad as bad:
-                conflicts.append(bad)
+            first_named[where] = shown
+            placements.append(where)
+    listed = [f"{n}-gpu-{x}" if n is not None else x for n, x in hw]
     if len(hw) != len(dict.fromkeys(hw)):
-        conflicts.append(_Bad("hardware", f"{[f'{n}-gpu-{x}' if n is not None else x for n, x in hw]!r} lists an "
-                                          "entry twice; remove the repeat"))
+        conflicts.append(_Bad("hardware", f"{listed!r} lists an entry twice; remove the repeat"))
+    if repeats:
+        same = "; ".join(f"{first!r} and {again!r} both name {gpus} GPUs of {hardware!r}"
+                         for first, again, (gpus, hardware, _) in repeats)
+        conflicts.append(_Bad("hardware", f"{listed!r} names the same hardware twice ({same}); list it once"))
     return placements, conflicts
 
 

@@ -273,8 +273,9 @@ def parse_template(source: str, path: str) -> Template:
                                                                         "write `<% set jobs = {'<job>': {...}} %>`"))
         return Template((), env, tuple(problems), tuple(notes))
     entries: list[Entry] = []
+    rendered = _rendered_matrix_keys(tree)
     for job, config in jobs.items():
-        entries += _job_entries(path, str(job), config, lines.get("jobs", 1), problems, notes)
+        entries += _job_entries(path, str(job), config, lines.get("jobs", 1), problems, notes, rendered)
     # a list shared by several jobs would report each bad entry once per job
     nightly_only, why = _nightly_only(source, path)
     notes += [why] if why and entries else []
@@ -285,6 +286,19 @@ def parse_template(source: str, path: str) -> Template:
 JOB_KEYS = ("label", "tests", "cpu", "include", "exclude")
 
 
+def _rendered_matrix_keys(tree: nodes.Template) -> set[str]:
+    """The job keys among ``include``/``exclude`` the template's body reads (``config.include``,
+    ``config['exclude']``, ``config.get('include')``): only those reach the job's ``strategy.matrix``. A key
+    the body never reads is not rendered, and GitHub runs the job's matrix without it."""
+    found: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, nodes.Assign) and isinstance(node.target, nodes.Name):
+            continue  # the top-level sets hold the job dicts themselves, not what is rendered
+        found |= {n.attr for n in node.find_all(nodes.Getattr)}
+        found |= {n.value for n in node.find_all(nodes.Const) if isinstance(n.value, str)}
+    return found & {"include", "exclude"}
+
+
 def _matches(value: object, pattern: object) -> bool:
     """GitHub's matrix exclude: a dict pattern matches a dict that has each of its keys with a matching
     value (the rest of the entry does not matter); anything else must be equal."""
@@ -293,12 +307,19 @@ def _matches(value: object, pattern: object) -> bool:
     return value == pattern
 
 
-def _matrix(path: str, where: str, config: dict, tests: list, line: int, notes: list[str]) -> list:
+def _matrix(path: str, where: str, config: dict, tests: list, line: int, notes: list[str],
+            rendered: set[str] | frozenset[str] = frozenset({"include", "exclude"})) -> list:
     """``tests`` after the job's ``exclude`` and ``include`` lists, as GitHub expands ``strategy.matrix`` whose one
     dimension is ``info``: an exclude drops the entries whose ``info`` has every key and value it gives (a partial
     match, nested dicts too), an include adds its ``info`` as a new combination unless an identical one is there
-    already (includes apply after excludes)."""
+    already (includes apply after excludes). A list the template never renders (not in ``rendered``) changes
+    nothing and is named."""
     for key in ("exclude", "include"):
+        if key in config and key not in rendered:
+            first = next(iter(config[key] or ()), None) if isinstance(config[key], list) else None
+            notes.append(f"{path}:{getattr(first, 'line', line)}: {where}.{key}: not rendered by the template (its body never reads "
+                         f"`config.{key}`), so GitHub runs the job without it; the job's tests are listed without it")
+            continue
         for i, item in enumerate(config.get(key) or ()):
             at = f"{path}:{getattr(item, 'line', line)}: {where}.{key}[{i}]"
             info = item.get("info") if isinstance(item, dict) else None
@@ -319,7 +340,7 @@ def _matrix(path: str, where: str, config: dict, tests: list, line: int, notes: 
 
 
 def _job_entries(path: str, job: str, config: object, line: int, problems: list[Problem],
-                 notes: list[str]) -> list[Entry]:
+                 notes: list[str], rendered: set[str]) -> list[Entry]:
     where = f"jobs.{job}"
     if not isinstance(config, dict):
         problems.append(Problem(path, line, where, "must be a dict with `tests` (and usually `label`); "
@@ -335,7 +356,7 @@ def _job_entries(path: str, job: str, config: object, line: int, problems: list[
         if key not in JOB_KEYS:
             notes.append(f"{path}:{line}: {where}.{key}: not read by the catalog (it reads {', '.join(JOB_KEYS)}); "
                          "the job's tests are listed without it")
-    tests = _matrix(path, where, config, tests, line, notes)
+    tests = _matrix(path, where, config, tests, line, notes, rendered)
     label = config.get("label", "")
     label = label.removeprefix("run-ci-") if isinstance(label, str) else ""
     cpu = bool(config.get("cpu"))

@@ -102,6 +102,17 @@ def test_p90_and_median_propose_whole_seconds_so_a_tiny_est_time_is_judged_as_it
     assert "moves est_time 1 s by x5, more than" in slow.reason
 
 
+@pytest.mark.parametrize(("policy", "start"), [("p90", 1), ("bucket125", 10)])
+def test_an_est_time_of_0_is_a_placeholder_whose_large_step_is_held(policy, start):
+    """The SGLang family registers est_time 0; 0 -> 43 s is x43 from the 1 s a policy proposes at least,
+    not exempt from the guard because nothing can be divided by 0."""
+    e = one([s(43, 1), s(43, 2), s(43, 3)], policy, est_time=0)
+    assert e.held is not None and e.proposed == 0
+    assert f"moves est_time 0 s by x{e.held / start:.3g} from {start} s, the least the policy proposes," in e.reason
+    small = one([s(2, 1), s(2, 2), s(2, 3)], "p90", est_time=0)
+    assert (small.proposed, small.held) == (2, None)  # x2 from 1 s applies
+
+
 def test_no_proposal_goes_above_the_upper_bound_even_when_accepted():
     e = one([s(80_000, 1)], params={"accept": ("tests/e2e/test_a.py",)}, est_time=70_000)
     assert e.proposed == 86_400

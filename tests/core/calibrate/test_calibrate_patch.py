@@ -172,22 +172,45 @@ def test_a_call_listing_several_hardware_is_edited_whatever_the_order_beside_ano
         assert plan.edits["tests/e2e/test_l.py"][1] == text.replace("est_time=1200", "est_time=700")
 
 
-@pytest.mark.parametrize("head,encoding", [(b"\xef\xbb\xbf", "utf-8-sig"),
-                                           (b"# -*- coding: latin-1 -*-\n", "iso-8859-1")])
-def test_a_file_python_reads_in_another_encoding_is_left_alone_with_the_value_to_set(repo, head, encoding):
-    """The catalog reads BOM and PEP 263 files as Python does; the patch keeps every byte, so it
-    says what to set by hand instead of calling the file invalid Python."""
+def test_a_file_python_reads_in_another_encoding_is_left_alone_with_the_value_to_set(repo):
+    """The catalog reads PEP 263 files as Python does; the patch keeps every byte, so it says what to
+    set by hand instead of calling the file invalid Python."""
     rel = "tests/e2e/test_enc.py"
     path = repo / rel
     path.parent.mkdir(parents=True)
-    path.write_bytes(head + "# caf\u00e9\nregister_cuda_ci(600, 'stage-c-4-gpu-h200', labels=[])\n".encode(
-        "latin-1" if encoding != "utf-8-sig" else "utf-8"))
-    t = make_test(id=rel, path=rel, sha256=hashlib.sha256(path.read_bytes()).hexdigest(), est_time=600,
-                  line=3 if encoding != "utf-8-sig" else 2)
+    path.write_bytes(b"# -*- coding: latin-1 -*-\n" + "# caf\u00e9\nregister_cuda_ci(600, 'stage-c-4-gpu-h200', "
+                     "labels=[])\n".encode("latin-1"))
+    t = make_test(id=rel, path=rel, sha256=hashlib.sha256(path.read_bytes()).hexdigest(), est_time=600, line=3)
     plan = plan_patch(repo, [t], [est(t, 900)])
     assert plan.edits == {}
-    assert plan.skipped == ((rel, f"the file is {encoding} (a BOM or coding line); the patch edits UTF-8 files "
+    assert plan.skipped == ((rel, "the file is iso-8859-1 (a coding line); the patch edits UTF-8 files "
                                   "only: set est_time to 900 by hand"),)
+
+
+def test_a_file_starting_with_a_utf8_bom_is_patched_and_keeps_its_bom(repo):
+    """A BOM file is UTF-8: the diff applies with git, --write gives the same bytes, the BOM and the CRLF
+    line endings stay, and the recorded rewrite leads to the written file's digest."""
+    rel = "tests/e2e/fsdp/test_bom.py"
+    path = repo / rel
+    path.parent.mkdir(parents=True)
+    before = (b"\xef\xbb\xbffrom fwm.ci.registry import register_cuda_ci\r\n"
+              b'register_cuda_ci(900, "stage-c-2-gpu-h200", labels=["fsdp"])\r\n')
+    path.write_bytes(before)
+    t = make_test(id=rel, path=rel, sha256=hashlib.sha256(before).hexdigest(), est_time=900, line=2,
+                  suite="stage-c-2-gpu-h200")
+    patch = make_patch(repo, [t], [est(t, 1900)])
+    assert not patch.startswith("#"), patch
+    (repo / "p.diff").write_bytes(patch.encode("utf-8"))
+    check = git(repo, "apply", "--check", "p.diff")
+    assert check.returncode == 0, check.stderr
+    plan = apply_patch(repo, [t], [est(t, 1900)])
+    after = before.replace(b"(900,", b"(1900,")
+    assert path.read_bytes() == after
+    path.write_bytes(before)
+    git(repo, "apply", "p.diff")
+    assert path.read_bytes() == after
+    assert [(x.before, x.after) for x in plan.successions()] == [
+        (hashlib.sha256(before).hexdigest(), hashlib.sha256(after).hexdigest())]
 
 
 ONE_LINE = ('register_rocm_ci(1800, "stage-c-4-gpu-mi300", labels=["a"]); '

@@ -99,6 +99,18 @@ def test_sglang_rules_reject_what_its_runner_rejects_and_quote_only_its_own_sign
     assert not any("megatron" in p or "stage-c-4-gpu-h200" in p for p in problems)
 
 
+def test_an_unregistered_sglang_file_is_shown_a_registration_in_the_form_the_repo_writes_it(tree):
+    """`est_time=120.5, stage=..., runner_config=...` is shown as 120.5 with the stage= pair, not as the rounded
+    121 with the joined suite name positional; a call naming no suite is shown the same."""
+    repo = sglang_repo(tree, {
+        "test/registered/test_gen.py": SG_HEADER
+        + 'register_cuda_ci(est_time=120.5, stage="stage-b", runner_config="1-gpu-large")\n',
+        "test/registered/helper.py": "def helper():\n    return 1\n",
+        "test/registered/test_missing.py": SG_HEADER + "register_cuda_ci(30)\n"})
+    example = 'e.g. register_cuda_ci(120.5, stage="stage-b", runner_config="1-gpu-large", ...) as other files here do'
+    assert [p.message.endswith(example) for p in load_catalog(repo).problems] == [True, True]
+
+
 def test_an_sglang_call_without_a_suite_is_told_the_suite_form_other_files_here_use(tree):
     """Never framework M's `<stage>-<N>-gpu-<hardware>`: a registration of the repo when there is one, else
     the SGLang family's own forms."""

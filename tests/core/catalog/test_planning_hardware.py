@@ -74,6 +74,25 @@ def test_a_framework_m_suite_with_a_qualifier_keeps_its_gpu_type_and_agrees_with
     assert cat.problems == () and [t.hardware for t in cat.tests] == ["h200", "h200"]
 
 
+def test_a_hardware_entry_naming_the_whole_suite_tail_runs_on_the_chip_and_is_one_test(tree):
+    """`h200` and `4-gpu-h200-fp8` in `stage-c-4-gpu-h200-fp8` both name the h200: one test on the pool that
+    runs h200 (the fp8 word qualifies the suite), and a problem for the repeat, never a second test on `h200-fp8`."""
+    m = "def register_cuda_ci(est_time, suite, *, labels, hardware, nightly=False, disabled=None):\n    pass\n"
+    cat = load_catalog(tree({"tests/ci/ci_utils.py": m, "tests/e2e/test_fp8.py": (
+        "from tests.ci.ci_utils import register_cuda_ci\n"
+        'register_cuda_ci(1200, "stage-c-4-gpu-h200-fp8", labels=["fp8"], hardware=["h200", "4-gpu-h200-fp8"])\n'
+        'register_cuda_ci(600, "stage-d-2-gpu-h200", labels=["x"], hardware=["2-gpu-h200", "h200"])\n')}))
+    assert sorted((t.id, t.gpus, t.hardware) for t in cat.tests) == [
+        ("tests/e2e/test_fp8.py::cuda-stage-c-4-gpu-h200-fp8", 4, "h200"),
+        ("tests/e2e/test_fp8.py::cuda-stage-d-2-gpu-h200", 2, "h200")]
+    assert [str(p) for p in cat.problems] == [
+        "tests/e2e/test_fp8.py:2: hardware: ['h200', '4-gpu-h200-fp8'] names the same hardware twice ('h200' and "
+        "'4-gpu-h200-fp8' both name 4 GPUs of 'h200'); list it once",
+        "tests/e2e/test_fp8.py:3: hardware: ['2-gpu-h200', 'h200'] names the same hardware twice ('2-gpu-h200' and "
+        "'h200' both name 2 GPUs of 'h200'); list it once"]
+    assert make_plan(list(cat.tests), [H200], timeout_floor_s=60).unplanned == ()
+
+
 def test_a_chip_s_memory_or_form_factor_word_stays_part_of_its_hardware(tree):
     """`h100-80gb`, `a100-40g`, `h200-sxm` name a chip variant pools and history know; `fp8` only qualifies."""
     m = "def register_cuda_ci(est_time, suite, *, labels, nightly=False, disabled=None, hardware=None):\n    pass\n"
@@ -86,7 +105,7 @@ def test_a_chip_s_memory_or_form_factor_word_stays_part_of_its_hardware(tree):
              '"stage-c-4-gpu-h200-basic", labels=["x"], hardware=["h200-fp8"]']
     files = {f"tests/test_{i}.py": f"register_cuda_ci(60, {c})\n" for i, c in enumerate(calls)}
     cat = load_catalog(tree({"fw/ci.py": m, **files}))
-    assert [t.hardware for t in cat.tests] == ["h100-80gb", "a100-40g", "h200-sxm", "gb200-nvl72", "h100", "h200-fp8"]
+    assert [t.hardware for t in cat.tests] == ["h100-80gb", "a100-40g", "h200-sxm", "gb200-nvl72", "h100", "h200"]
     assert [(p.field, p.message) for p in cat.problems] == [("hardware",
         "'h200-fp8' is not 'h200', which the suite name 'stage-c-4-gpu-h200-basic' asks for; "
         "list only 'h200' or register the file once per suite")]

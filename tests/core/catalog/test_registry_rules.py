@@ -142,6 +142,13 @@ BAD_CALLS = [
     ('register_cuda_ci(60, "stage-c-4-gpu-h200")', "labels: required for GPU tests"),
     ('register_cuda_ci(60, "stage-c-4-gpu-h200", labels="megatron")', "labels: must be a list of strings, got 'megatron'"),
     ('register_cuda_ci(60, "stage-c-4-gpu-h200", labels=["a", 3])', "labels: must be a list of string literals"),
+    ('register_cuda_ci(60, "stage-c-4-gpu-h200", labels=("megatron", "ckpt"))',
+     "labels: must be a list, got a tuple `('megatron', 'ckpt')`; write it in square brackets: "
+     "labels=['megatron', 'ckpt']"),
+    ('register_cuda_ci(60, "stage-c-4-gpu-h200", labels=["x"], hardware={"h200"})',
+     "hardware: must be a list, got a set `{'h200'}`; write it in square brackets: hardware=['h200']"),
+    ('register_cuda_ci((60,), "stage-c-4-gpu-h200", labels=["x"])',
+     "est_time: must be a literal (number, string, True/False/None, list of strings), got `(60,)`"),
     ('register_cuda_ci(60, "stage-c-4-gpu-h200", labels=["a,b"])', "labels: 'a,b' is not a label"),
     ('register_cuda_ci(60, "stage-c-4-gpu-h200", labels=["x"], nightly="yes")',
      "nightly: must be True or False, got 'yes'; write nightly=True or leave it out"),

@@ -91,6 +91,18 @@ def test_a_night_with_a_set_inside_the_loop_exits_zero_in_nightly_catalog(tree, 
     assert "tests/test_megatron.py" in done.stdout
 
 
+#: the body of a template that renders a job's include and exclude lists into its strategy.matrix
+RENDERS_MATRIX = """
+    <% for name, config in jobs.items() %>
+      << name >>:
+        strategy:
+          matrix:
+            info: << config.tests | tojson >>
+            exclude: << config['exclude'] | default([]) | tojson >>
+            include: << config.get('include', []) | tojson >>
+    <% endfor %>
+    """
+
 MATRIX_JOB = """
     <% set megatron_tests = [
         {'test_file': 'test_megatron.py', 'num_gpus': 8},
@@ -105,7 +117,7 @@ MATRIX_JOB = """
                         {'info': {'test_file': 'test_fsdp.py', 'num_gpus': 2}, 'runner': 'big'}],
         },
     } %>
-    """
+    """ + RENDERS_MATRIX
 
 
 def test_a_job_matrix_exclude_drops_the_combination_and_include_adds_one_as_github_does(tree):
@@ -130,7 +142,7 @@ def test_an_exclude_drops_every_entry_it_partly_matches_as_github_does(tree):
                                        {'test_file': 'test_moe.py', 'num_gpus': 8, 'test_args': '--tp 4'},
                                        {'test_file': 'test_fsdp.py', 'num_gpus': 2}],
                              'exclude': [{'info': {'test_file': 'test_moe.py'}}]}} %>
-        """)
+        """ + RENDERS_MATRIX)
     assert [t.id for t in cat.tests] == ["tests/test_fsdp.py"]
 
 
@@ -138,10 +150,39 @@ def test_an_exclude_that_matches_no_entry_is_named(tree):
     cat = load(tree, """
         <% set jobs = {'j': {'tests': [{'test_file': 'test_moe.py', 'num_gpus': 8}],
                              'exclude': [{'info': {'test_file': 'test_moe.py', 'num_gpus': 4}}]}} %>
-        """)
+        """ + RENDERS_MATRIX)
     assert [t.id for t in cat.tests] == ["tests/test_moe.py"]
     assert (f"{WORKFLOW}:2: jobs.j.exclude[0]: matches no entry of the job (no entry's `info` has every key and value "
             "it gives); nothing is excluded") in cat.assumptions
+
+
+def test_include_and_exclude_the_template_never_renders_change_nothing_and_are_named(tree):
+    """A body rendering only `info: << config.tests | tojson >>` gives GitHub the un-excluded matrix: the catalog
+    lists it so, never drops an excluded entry or invents an included one."""
+    cat = load(tree, """
+        <% set jobs = {'j': {'tests': [{'test_file': 'test_moe.py', 'num_gpus': 8},
+                                       {'test_file': 'test_fsdp.py', 'num_gpus': 2}],
+                             'exclude': [{'info': {'test_file': 'test_moe.py'}}],
+                             'include': [{'info': {'test_file': 'test_megatron.py', 'num_gpus': 4}}]}} %>
+        jobs:
+        <% for name, config in jobs.items() %>
+          << name >>:
+            strategy:
+              matrix:
+                info: << config.tests | tojson >>
+        <% endfor %>
+        """)
+    assert [t.id for t in cat.tests] == ["tests/test_fsdp.py", "tests/test_moe.py"]
+    for key, line in (("exclude", 3), ("include", 4)):
+        assert (f"{WORKFLOW}:{line}: jobs.j.{key}: not rendered by the template (its body never reads `config.{key}`), so "
+                "GitHub runs the job without it; the job's tests are listed without it") in cat.assumptions
+    rendered = load(tree, """
+        <% set jobs = {'j': {'tests': [{'test_file': 'test_moe.py', 'num_gpus': 8},
+                                       {'test_file': 'test_fsdp.py', 'num_gpus': 2}],
+                             'exclude': [{'info': {'test_file': 'test_moe.py'}}],
+                             'include': [{'info': {'test_file': 'test_megatron.py', 'num_gpus': 4}}]}} %>
+        """ + RENDERS_MATRIX)
+    assert [t.id for t in rendered.tests] == ["tests/test_fsdp.py", "tests/test_megatron.py"]
 
 
 BOTH = {

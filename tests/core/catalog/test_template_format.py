@@ -83,6 +83,19 @@ def test_the_same_file_with_different_args_or_env_gets_ids_showing_the_variant(t
     ]
 
 
+def test_an_entry_without_num_gpus_beside_one_with_it_has_no_none_in_its_id(tree):
+    """The variant is what the entry sets: one that sets no num_gpus gets no `gpus=None` (a Python literal
+    nobody wrote), only the entry that sets it gets `gpus=N`."""
+    files = {"tests/test_d.py": "NUM_GPUS = 2\n", "tests/test_a.py": "", ".github/workflows/n.yml.j2": """
+        <% set jobs = {'j': {'tests': [{'test_file': 'test_d.py'}, {'test_file': 'test_d.py', 'num_gpus': 1},
+                                       {'test_file': 'test_a.py', 'enable_eval': '0'},
+                                       {'test_file': 'test_a.py', 'num_gpus': 2}]}} %>
+        """}
+    assert sorted((t.id, t.gpus) for t in load(tree, files).tests) == [
+        ("tests/test_a.py::enable_eval=0", 8), ("tests/test_a.py::gpus=2", 2),
+        ("tests/test_d.py::default", 2), ("tests/test_d.py::gpus=1", 1)]
+
+
 def test_args_and_env_are_carried_as_the_framework_passes_them(tree):
     by_id = load(tree).by_id()
     ckpt = by_id["tests/test_ckpt.py::--save+gpu+--load+cpu"]
