@@ -370,6 +370,10 @@ def _job_entries(path: str, job: str, config: object, line: int, problems: list[
     return out
 
 
+#: what a matrix key must look like: the job passes it upper-cased as an environment variable
+_ENV_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
 def _entry(path: str, job: str, label: str, cpu: bool, item: object, line: int) -> Entry | Problem:
     """One checked entry, or the first thing wrong with it (the entry is then skipped)."""
     if not isinstance(item, dict):
@@ -392,9 +396,14 @@ def _entry(path: str, job: str, label: str, cpu: bool, item: object, line: int) 
     for key, value in item.items():
         if key in ENTRY_KEYS:
             continue
+        if not isinstance(key, str) or not _ENV_KEY.fullmatch(key):
+            return Problem(path, line, str(key), "not a name an environment variable can have (letters, digits and "
+                                                 "'_', not starting with a digit): the job passes every key as one")
         if isinstance(value, dict | list):
             return Problem(path, line, str(key), f"must be a string or number, got {value!r}; "
                                                  "the job passes it as one environment variable, so write one value")
+        if "\0" in str(value):
+            return Problem(path, line, str(key), "holds a NUL character, which no environment variable can")
         extra.append((str(key), str(value)))
         github.append((str(key), *as_github(value)))
     return Entry(test_file, job, label, line, gpus, args, tuple(sorted(extra)), cpu, path, tuple(sorted(github)))

@@ -309,6 +309,25 @@ def test_bad_entries_are_located_problems_and_the_rest_loads(tree):
     ]
 
 
+def test_a_matrix_key_no_environment_variable_can_have_is_a_located_problem_not_a_crash_at_launch(tree):
+    # the job passes every unmapped key upper-cased as an environment variable: `a=b` (or a NUL in a
+    # value) made Popen raise mid-night and every test of the suite went unrun
+    files = {**FILES, WORKFLOW: ("<% set jobs = {'j': {'label': 'run-ci-j', 'tests': [\n"
+                                 "  {'test_file': 'test_short.py', 'a=b': 'x'},\n"
+                                 "  {'test_file': 'test_eval.py', 'mode': 'a\\x00b'},\n"
+                                 "  {'test_file': 'test_moe.py', '2nd': '1'},\n"
+                                 "  {'test_file': 'test_ckpt.py', 'use_deepep': '1'}]}} %>\n")}
+    cat = load(tree, files)
+    assert [t.id for t in cat.tests] == ["tests/test_ckpt.py"]
+    assert [str(p) for p in cat.problems] == [
+        f"{WORKFLOW}:2: a=b: not a name an environment variable can have (letters, digits and '_', not starting "
+        "with a digit): the job passes every key as one",
+        f"{WORKFLOW}:3: mode: holds a NUL character, which no environment variable can",
+        f"{WORKFLOW}:4: 2nd: not a name an environment variable can have (letters, digits and '_', not starting "
+        "with a digit): the job passes every key as one",
+    ]
+
+
 def test_a_template_repo_without_a_template_says_where_to_declare_it(tree):
     cat = load(tree, {"tests/test_a.py": ""})
     assert [str(p) for p in cat.problems] == [
