@@ -238,6 +238,8 @@ class ModelSpec:
     key: str
     source: str
     path: str
+    #: the Hub revision to download (branch, tag or commit); "" for the default branch
+    revision: str = ""
 
 
 @dataclass(frozen=True)
@@ -393,8 +395,8 @@ def load_specs(assets_dir: Path | str | None = None) -> Specs:
         raise CatalogError(problems)
     repos = {str(k): _repo(str(k), m, root, repos_raw.get("raw")) for k, m in repos_file.repos.items()}
     deployments = {str(k): _deployment(str(k), m) for k, m in cluster_file.deployments.items()}
-    models = {str(k): ModelSpec(str(k), m.source, m.path) for k, m in models_file.models.items()}
-    datasets = {str(k): ModelSpec(str(k), m.source, m.path) for k, m in datasets_file.datasets.items()}
+    models = {str(k): ModelSpec(str(k), m.source, m.path, m.revision or "") for k, m in models_file.models.items()}
+    datasets = {str(k): ModelSpec(str(k), m.source, m.path, m.revision or "") for k, m in datasets_file.datasets.items()}
     conv = checkpoints_file.conversion
     conversion = ConversionSpec(tuple(conv.command), dict(conv.env)) if conv else None
     default_repo = repos_file.default or next(iter(repos), "")

@@ -256,6 +256,8 @@ class ClusterFile(_Strict):
 class ModelEntry(_Strict):
     source: Name
     path: Name
+    #: ``hf download --revision``: a branch, tag or commit (never an option)
+    revision: Annotated[str, Field(pattern=r"^[^-\s][^\s]*$")] | None = None
 
 
 class ModelsFile(_Strict):

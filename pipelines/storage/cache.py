@@ -8,7 +8,8 @@ finished one. The marker carries a manifest (files, sizes, sha256) checked befor
 damaged entry is rebuilt and reported as ``repaired`` (infra), leftover ``.partial`` folders of
 dead builders are removed, and every build command has a time limit.
 
-The marker also records what the entry was built from: a download's source, and a conversion's
+The marker also records what the entry was built from: a download's source (with its revision and
+``--include``/``--exclude`` filters, see :func:`built_from`), and a conversion's
 identity (:mod:`pipelines.core.recipe`: the converter's files, argv, environment and its model's
 own identity). An entry whose recorded source or identity differs from what the catalog asks for
 now is rebuilt in place (``Built.rebuilt`` says why; not infra), so a changed converter is never
@@ -156,7 +157,8 @@ class AssetCache:
                 else:
                     self._convert(req, tmp, repo, conversion, env, models, log_path,
                                   timeout_s or self.build_timeout_s)
-                marker = {"key": req.key, "source": req.source, "built_at": time.time(), "manifest": make_manifest(tmp)}
+                marker = {"key": req.key, "source": built_from(req), "built_at": time.time(),
+                          "manifest": make_manifest(tmp)}
                 if want and recipe is not None:
                     marker.update(identity=want, recipe=recipe.as_json())
                 (tmp / MARKER).write_text(json.dumps(marker))
@@ -182,9 +184,7 @@ class AssetCache:
                 f"{req.kind} {req.key}: no local hub is configured and the `hf` command is missing; "
                 "install huggingface_hub or set `hub:` for the repo in assets/repos.yaml"
             )
-        argv = [hf, "download", req.source, "--local-dir", str(tmp)]
-        if req.kind == "dataset":
-            argv[3:3] = ["--repo-type", "dataset"]
+        argv = [hf, "download", req.source, *download_args(req), "--local-dir", str(tmp)]
         _run(argv, cwd=None, env=dict(os.environ), what=f"{req.kind} {req.key}", log_path=None, timeout_s=timeout_s)
 
     def _convert(self, req: Requirement, tmp: Path, repo: Path | None, conversion: ConversionSpec | None,
@@ -212,6 +212,32 @@ def check_hub_id(req: Requirement) -> None:
     if not HUB_ID.match(req.source) or ".." in req.source:
         raise BuildError(f"{req.kind} {req.key}: {req.source!r} is not a Hub id (org/name); "
                          f"fix prepare() or declare it in assets/{req.kind}s.yaml")
+
+
+def download_args(req: Requirement) -> list[str]:
+    """The ``hf download`` options of a model or dataset after its repo id: its repo type, and the
+    revision and file filters its requirement carries (the local cache and build pods run the same)."""
+    check_hub_id(req)
+    args = ["--repo-type", "dataset"] if req.kind == "dataset" else []
+    for option, value in req.params:
+        if option not in ("revision", "include", "exclude"):
+            continue
+        words = value.split() if option != "revision" else [value]
+        bad = [w for w in words if w.startswith("-")]
+        if bad:  # an option in disguise never reaches hf
+            raise BuildError(f"{req.kind} {req.key}: --{option} {bad[0]!r} is not a revision or file pattern; "
+                             f"fix prepare() or assets/{req.kind}s.yaml")
+        args += [f"--{option}", *words]
+    return args
+
+
+def built_from(req: Requirement) -> str:
+    """What the completion marker records as the entry's ``source``: a conversion's model key, a
+    download's Hub id followed by its revision and file filters (just the id when it has none, so
+    entries built before those were recorded stay current)."""
+    if req.kind == "conversion":
+        return req.source
+    return " ".join([req.source, *download_args(req)[2 if req.kind == "dataset" else 0:]])
 
 
 def conversion_command(conversion: ConversionSpec, req: Requirement, python: str, model_path: str,
@@ -262,8 +288,9 @@ def stale_reason(marker: dict, req: Requirement, want: str = "", recipe: Recipe 
     """Why an entry whose completion ``marker`` is this is not what ``req`` asks for now ("" when it
     is): another source, or for a conversion another identity than ``want`` (which ``recipe`` of
     the marker's changed). The local cache and the build pods' run worker (Kubernetes) say it alike."""
-    if marker.get("source", req.source) != req.source:
-        return f"built from {marker.get('source')!r}, the catalog now says {req.source!r}"
+    source = built_from(req)
+    if marker.get("source", source) != source:
+        return f"built from {marker.get('source')!r}, the catalog now says {source!r}"
     if req.kind == "conversion" and want and marker.get("identity") != want:
         if not marker.get("identity"):
             return "its marker records no conversion identity (built by an older nightly)"

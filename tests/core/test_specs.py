@@ -244,3 +244,14 @@ def test_an_image_digest_must_be_a_sha256(project_root, tmp_path):
               h200: {nodes: 1, gpus_per_node: 8, image_digest: latest}
     """)
     assert ":4: deployments.local.pools.h200.image_digest: 'latest' does not match" in text
+
+
+def test_a_model_may_pin_a_revision_and_an_option_in_its_place_names_the_line(project_root, tmp_path):
+    d = _copy(project_root, tmp_path)
+    (d / "models.yaml").write_text("models:\n  m: {source: org/m, path: /root/models/m, revision: v1.0}\n")
+    assert load_specs(d).models["m"].revision == "v1.0"
+    text = _errors(project_root, tmp_path / "b", "models.yaml", """\
+        models:
+          m: {source: org/m, path: /root/models/m, revision: --force-download}
+    """)
+    assert ":2: models.m.revision: '--force-download' does not match" in text

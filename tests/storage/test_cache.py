@@ -306,3 +306,41 @@ def test_a_model_whose_source_changed_is_downloaded_again(tmp_path, hub):
     built = cache.build(moved)
     assert "built from 'org/m1', the catalog now says 'org/m2'" in built.rebuilt and not built.reused
     assert cache.build(moved).reused
+
+
+def fake_hf(tmp_path, monkeypatch):
+    """An ``hf`` on PATH that logs its argv and writes one file into --local-dir."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "hf").write_text(
+        "#!/bin/sh\n"
+        f"echo \"$*\" >> {tmp_path}/hf.log\n"
+        'while [ $# -gt 0 ]; do [ "$1" = --local-dir ] && { shift; mkdir -p "$1"; echo w > "$1/m.safetensors"; }; '
+        "shift; done\n")
+    (bin_dir / "hf").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    return tmp_path / "hf.log"
+
+
+def test_a_download_gets_its_revision_and_filters_and_a_new_revision_downloads_again(tmp_path, monkeypatch):
+    import dataclasses
+
+    log = fake_hf(tmp_path, monkeypatch)
+    cache = AssetCache(tmp_path / "c")
+    cache.build(MODEL)  # yesterday's entry, built without a revision
+    pinned = dataclasses.replace(MODEL, params=(("include", "*.safetensors config.json"), ("revision", "v1.0")))
+    built = cache.build(pinned)
+    assert not built.reused
+    assert "the catalog now says 'org/m1 --include *.safetensors config.json --revision v1.0'" in built.rebuilt
+    assert log.read_text().splitlines()[-1].startswith(
+        "download org/m1 --include *.safetensors config.json --revision v1.0 --local-dir ")
+    assert cache.build(pinned).reused
+    assert not cache.build(dataclasses.replace(pinned, params=(("revision", "v2.0"),))).reused
+
+
+def test_a_revision_that_is_an_option_never_reaches_hf(tmp_path, monkeypatch):
+    import dataclasses
+
+    fake_hf(tmp_path, monkeypatch)
+    with pytest.raises(BuildError, match="model m1: --revision '--force-download' is not a revision"):
+        AssetCache(tmp_path / "c").build(dataclasses.replace(MODEL, params=(("revision", "--force-download"),)))
