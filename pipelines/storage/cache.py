@@ -24,7 +24,6 @@ import json
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -35,7 +34,9 @@ from pipelines.core.catalog.requirements import LAUNCH_ONLY
 from pipelines.core.model import Requirement
 from pipelines.core.recipe import Recipe, identity, make_recipe, model_identity
 from pipelines.core.specs import ConversionSpec
-from pipelines.launch.procs import pid_alive, with_signals_unblocked
+from pipelines.launch.orphans import owner_fields
+from pipelines.launch.procs import MARKER as PROC_MARKER
+from pipelines.launch.procs import kill_attempt, marked_pids, pid_alive, start_time, with_signals_unblocked
 from pipelines.storage.manifest import MARKER, damage, make_manifest, read_marker
 
 #: a download or conversion that takes longer than this is stuck (override per AssetCache)
@@ -109,6 +110,32 @@ class AssetCache:
                 shutil.rmtree(tmp, ignore_errors=True)
                 removed.append(tmp)
         return removed
+
+    @property
+    def running_dir(self) -> Path:
+        """Records of the builds running now, one per command (see :meth:`reap_builds`)."""
+        return self.root / ".running"
+
+    def reap_builds(self) -> list[str]:
+        """Kill build commands whose night died without ending them (``kill -9``); returns what each
+        was (``conversion X (pids 1, 2)``) for those still running. A live night's builds are left alone."""
+        folder = self.running_dir
+        killed = []
+        for path in sorted(folder.glob("*.json")) if folder.is_dir() else ():
+            try:
+                record = json.loads(path.read_text())
+                owner, token = int(record["owner_pid"]), str(record["token"])
+            except (OSError, ValueError, KeyError, TypeError):
+                path.unlink(missing_ok=True)
+                continue
+            if owner > 0 and pid_alive(owner) and start_time(owner) == record.get("owner_start", ""):
+                continue  # its night still runs
+            pids = marked_pids(token)
+            if pids:
+                kill_attempt(token, int(record.get("pgid") or 0) or None)
+                killed.append(f"{record.get('what', token)} (pids {', '.join(map(str, pids))})")
+            path.unlink(missing_ok=True)
+        return killed
 
     def stale(self, req: Requirement, want: str = "", recipe: Recipe | None = None) -> str:
         """Why the built entry is not what ``req`` asks for now ("" when it is): another source, or
@@ -185,7 +212,8 @@ class AssetCache:
                 "install huggingface_hub or set `hub:` for the repo in assets/repos.yaml"
             )
         argv = [hf, "download", req.source, *download_args(req), "--local-dir", str(tmp)]
-        _run(argv, cwd=None, env=dict(os.environ), what=f"{req.kind} {req.key}", log_path=None, timeout_s=timeout_s)
+        _run(argv, cwd=None, env=dict(os.environ), what=f"{req.kind} {req.key}", log_path=None, timeout_s=timeout_s,
+             running=self.running_dir)
 
     def _convert(self, req: Requirement, tmp: Path, repo: Path | None, conversion: ConversionSpec | None,
                  env: dict[str, str], models: dict[str, Requirement], log_path: Path | None,
@@ -199,7 +227,8 @@ class AssetCache:
             raise BuildError(f"conversion {req.key}: model {model.key} is not downloaded yet; build model_weights first")
         argv, conv_env = conversion_command(conversion, req, sys.executable, str(self.host_path(model.path)), str(tmp))
         full_env = {**os.environ, **env, **conv_env}
-        _run(argv, cwd=repo, env=full_env, what=f"conversion {req.key}", log_path=log_path, timeout_s=timeout_s)
+        _run(argv, cwd=repo, env=full_env, what=f"conversion {req.key}", log_path=log_path, timeout_s=timeout_s,
+             running=self.running_dir)
         if not tmp.is_dir():
             raise BuildError(f"conversion {req.key}: the command exited 0 but wrote nothing to {tmp}")
 
@@ -313,17 +342,48 @@ def _recipe_change(old: object, new: Recipe | None) -> str:
     return "; ".join(said) or "its model changed"
 
 
+def _write_build_record(folder: Path, token: str, what: str, pgid: int) -> Path:
+    """Name a running build and the night that runs it (see :meth:`AssetCache.reap_builds`)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{token}.json"
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"token": token, "what": what, "pgid": pgid, **owner_fields()}))
+    os.replace(tmp, path)
+    return path
+
+
 def _run(argv: list[str], cwd: Path | None, env: dict[str, str], what: str, log_path: Path | None,
-         timeout_s: float = BUILD_TIMEOUT_S) -> None:
-    """Run one build command in its own process group; past ``timeout_s`` the whole group is killed."""
-    proc = subprocess.Popen(with_signals_unblocked(argv, env), cwd=cwd, env=env, stdin=subprocess.DEVNULL,
-                            stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+         timeout_s: float = BUILD_TIMEOUT_S, running: Path | None = None) -> None:
+    """Run one build command in its own process group; past ``timeout_s``, or when the night is
+    interrupted (Ctrl-C, SIGTERM, Dagster's terminate), the whole group is killed before this returns.
+
+    Its processes carry a token in their environment, and with ``running`` (a folder) a record names
+    it and this process, so a later night ends a build whose night was killed with ``kill -9``
+    (:meth:`AssetCache.reap_builds`)."""
+    token = f"build-{os.getpid()}-{time.monotonic_ns()}"
+    env = {**env, PROC_MARKER: token}
+    record = _write_build_record(running, token, what, 0) if running is not None else None
     try:
-        out, err = proc.communicate(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        out, err = proc.communicate()
+        proc = subprocess.Popen(with_signals_unblocked(argv, env), cwd=cwd, env=env, stdin=subprocess.DEVNULL,
+                                stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, start_new_session=True)
+        if running is not None:
+            _write_build_record(running, token, what, proc.pid)
+        timed_out = False
+        try:
+            out, err = proc.communicate(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            kill_attempt(token, proc.pid)
+            out, err = proc.communicate()
+        except BaseException:  # interrupted: the converter must not outlive the night (it holds GPUs)
+            kill_attempt(token, proc.pid)
+            proc.wait()
+            raise
+    finally:
+        if record is not None:
+            record.unlink(missing_ok=True)
+    if timed_out:
         if log_path is not None:
             log_path.parent.mkdir(parents=True, exist_ok=True)
             log_path.write_text(f"$ {argv!r}\n{out}{err}\n# killed after the {timeout_s:g} s build timeout\n")

@@ -344,3 +344,85 @@ def test_a_revision_that_is_an_option_never_reaches_hf(tmp_path, monkeypatch):
     fake_hf(tmp_path, monkeypatch)
     with pytest.raises(BuildError, match="model m1: --revision '--force-download' is not a revision"):
         AssetCache(tmp_path / "c").build(dataclasses.replace(MODEL, params=(("revision", "--force-download"),)))
+
+
+def sleeping_converter(tmp_path):
+    """A conversion whose command records its pid, then sleeps past any test (a stuck torchrun)."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    pid_file = tmp_path / "converter.pid"
+    code = f"import os, time; open({str(pid_file)!r}, 'w').write(str(os.getpid())); time.sleep(120)"
+    return repo, ConversionSpec(command=(sys.executable, "-c", code)), pid_file
+
+
+def wait_for(predicate, timeout_s=20.0):
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out waiting"
+        time.sleep(0.05)
+
+
+def gone(pid: int) -> bool:
+    """Dead or a zombie nobody reaped yet (a zombie holds no GPU)."""
+    try:
+        return open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except OSError:
+        return True
+
+
+def test_an_interrupted_build_kills_its_command_before_the_interruption_goes_on(tmp_path, hub):
+    import signal
+
+    repo, spec, pid_file = sleeping_converter(tmp_path)
+    cache = AssetCache(tmp_path / "c", hub)
+    cache.build(MODEL)
+
+    def interrupt(signum, frame):
+        if pid_file.exists():
+            raise KeyboardInterrupt  # as Ctrl-C, SIGTERM or Dagster's terminate reach the night's thread
+
+    old = signal.signal(signal.SIGALRM, interrupt)
+    signal.setitimer(signal.ITIMER_REAL, 0.2, 0.2)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            cache.build(CONV, repo=repo, conversion=spec, models={"m1": MODEL})
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+    converter = int(pid_file.read_text())
+    alive = not gone(converter)
+    if alive:  # the failure below must not leave a sleeper behind
+        os.kill(converter, signal.SIGKILL)
+    assert not alive
+    assert not [p for p in (tmp_path / "c" / "models").iterdir() if ".partial-" in p.name]
+    assert not list(cache.running_dir.iterdir())
+
+
+def test_a_build_whose_night_was_killed_is_ended_by_the_next_night(tmp_path, hub):
+    import signal
+
+    repo, spec, pid_file = sleeping_converter(tmp_path)
+    AssetCache(tmp_path / "c", hub).build(MODEL)
+    night = subprocess.Popen([sys.executable, "-c", (
+        "import sys; from pathlib import Path; from pipelines.storage.cache import AssetCache; "
+        "from pipelines.core.specs import ConversionSpec; from tests.storage.test_cache import CONV, MODEL; "
+        f"AssetCache(Path({str(tmp_path / 'c')!r})).build(CONV, repo=Path({str(repo)!r}), "
+        f"conversion=ConversionSpec(command={spec.command!r}), models={{'m1': MODEL}})")],
+        cwd=os.getcwd())
+    try:
+        wait_for(pid_file.exists)
+        converter = int(pid_file.read_text())
+        night.send_signal(signal.SIGKILL)  # kill -9: no finally runs
+        night.wait()
+        assert not gone(converter)
+        cache = AssetCache(tmp_path / "c", hub)
+        (said,) = cache.reap_builds()
+        assert said.startswith("conversion m1_torch_dist (pids ") and str(converter) in said
+        wait_for(lambda: gone(converter))
+        assert cache.reap_builds() == [] and not list(cache.running_dir.iterdir())
+    finally:
+        night.kill()
+        if pid_file.exists() and not gone(int(pid_file.read_text())):
+            os.kill(int(pid_file.read_text()), signal.SIGKILL)
