@@ -19,6 +19,7 @@ hidden by yesterday's checkpoint.
 from __future__ import annotations
 
 import dataclasses
+import errno
 import fcntl
 import json
 import os
@@ -159,8 +160,19 @@ class AssetCache:
               env: dict[str, str] | None = None, models: dict[str, Requirement] | None = None,
               log_path: Path | None = None, timeout_s: float | None = None) -> Built:
         """Build one requirement unless a complete, undamaged, current entry is there; a damaged
-        one is rebuilt (``repaired``), one built from something else too (``rebuilt``)."""
+        one is rebuilt (``repaired``), one built from something else too (``rebuilt``).
+
+        A file error on the way (a full disk, a read-only cache) is a :class:`BuildError` naming the
+        folder and its free space: the night fails the tests that need this input, not the whole run."""
         dest = self.host_path(req.path)
+        try:
+            return self._build(req, dest, repo, conversion, env, models, log_path, timeout_s)
+        except OSError as exc:
+            raise BuildError(_file_problem(req, dest, exc)) from exc
+
+    def _build(self, req: Requirement, dest: Path, repo: Path | None, conversion: ConversionSpec | None,
+               env: dict[str, str] | None, models: dict[str, Requirement] | None, log_path: Path | None,
+               timeout_s: float | None) -> Built:
         t0 = time.monotonic()
         env, models = env or {}, models or {}
         want, recipe = self.conversion_identity(req, repo, conversion, env, models)
@@ -231,6 +243,22 @@ class AssetCache:
              running=self.running_dir)
         if not tmp.is_dir():
             raise BuildError(f"conversion {req.key}: the command exited 0 but wrote nothing to {tmp}")
+
+
+def _file_problem(req: Requirement, dest: Path, exc: OSError) -> str:
+    """What a file error while building ``req`` means, with the free space where it was going."""
+    where = dest
+    while not where.exists() and where != where.parent:
+        where = where.parent
+    try:
+        free = f"{shutil.disk_usage(where).free} bytes free"
+    except OSError:
+        free = "free space unknown"
+    name = f" ({exc.filename})" if exc.filename else ""
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return (f"{req.kind} {req.key}: {dest}: disk full{name}; {free} under {where}. Free space there or point "
+                "NIGHTLY_HOME at a larger disk")
+    return f"{req.kind} {req.key}: {dest}: {exc.strerror or exc}{name} ({free} under {where})"
 
 
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")

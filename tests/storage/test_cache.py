@@ -426,3 +426,63 @@ def test_a_build_whose_night_was_killed_is_ended_by_the_next_night(tmp_path, hub
         night.kill()
         if pid_file.exists() and not gone(int(pid_file.read_text())):
             os.kill(int(pid_file.read_text()), signal.SIGKILL)
+
+
+def test_a_full_disk_during_a_build_is_a_build_error_naming_the_folder_and_its_free_space(tmp_path, hub, monkeypatch):
+    import errno
+
+    import pipelines.storage.cache as cache_module
+
+    def no_space(path):
+        raise OSError(errno.ENOSPC, "No space left on device", str(path / "weights.bin"))
+
+    monkeypatch.setattr(cache_module, "make_manifest", no_space)
+    cache = AssetCache(tmp_path / "c", hub)
+    with pytest.raises(BuildError) as exc:
+        cache.build(MODEL)
+    assert str(exc.value).startswith(f"model m1: {tmp_path / 'c' / 'models' / 'm1'}: disk full (")
+    assert " bytes free under " in str(exc.value) and "NIGHTLY_HOME" in str(exc.value)
+    assert not cache.is_built(MODEL) and not [p for p in (tmp_path / "c" / "models").iterdir() if ".partial-" in p.name]
+
+
+class Passes:
+    """A stand-in launcher: every test it is given passes at once (what matters is which it is given)."""
+
+    name = "stand-in"
+
+    def launch(self, request, on_log=None):
+        from datetime import UTC, datetime
+
+        from pipelines.core.model import Attempt
+
+        return Attempt(request.test.id, "passed", 0.1, datetime.now(UTC).isoformat(), request.attempt,
+                       node="local-h200-0", gpu_slots=request.gpu_slots, timeout_s=request.timeout_s)
+
+
+def test_a_night_whose_input_build_hits_a_full_disk_still_runs_the_tests_that_do_not_need_it(tmp_path, monkeypatch):
+    import errno
+
+    import pipelines.storage.cache as cache_module
+    from pipelines.core.runset import RunSelection
+    from pipelines.execute import InputFailed, NightDone, run_tests
+    from pipelines.night import Night, NightSettings
+    from tests.conftest import PROJECT_ROOT
+
+    real = cache_module.make_manifest
+
+    def full_for_wide(path):
+        if "tiny-lm-wide" in path.name:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(path)
+
+    monkeypatch.setattr(cache_module, "make_manifest", full_for_wide)
+    night = Night(NightSettings(home=tmp_path / "home", assets_dir=PROJECT_ROOT / "assets"))
+    selection = RunSelection(labels=("lora",))
+    lines: list[str] = []
+    events = list(run_tests(night, night.runset(None, selection), selection, launcher=Passes(), say=lines.append))
+    failed = [e.requirement.key for e in events if isinstance(e, InputFailed)]
+    assert "tiny-lm-wide" in failed, lines
+    assert any("model tiny-lm-wide: FAILED" in line and "disk full" in line for line in lines), lines
+    (done,) = [e for e in events if isinstance(e, NightDone)]
+    outcomes = {a["test_id"]: a["outcome"] for a in done.summary["attempts"]}
+    assert "passed" in outcomes.values() and "infra_error" in outcomes.values(), outcomes
