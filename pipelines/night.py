@@ -219,7 +219,8 @@ class Night:
     def cache(self) -> AssetCache:
         hub = self.repo_spec.hub
         hub_path = project_path(hub) if hub else None
-        return AssetCache(self.home / "cache", hub_path)
+        return AssetCache(self.home / "cache", hub_path, build_timeout_s=self.deployment.build_timeout_s,
+                          verify=self.deployment.cache_verify)
 
     @cached_property
     def history(self) -> HistoryStore:
@@ -411,7 +412,8 @@ class Night:
             env = pod_env(self.repo_spec.env, dict(self.settings.extra_env))
             pool = max(self.deployment.pools, key=lambda p: p.gpus_per_node)  # where builds run
             builder = builder_from_deployment(self.deployment, run_id=self.run_id,
-                                              digest=self.image_digests.get(pool.name, ""))
+                                              digest=self.image_digests.get(pool.name, ""),
+                                              timeout_s=self.deployment.build_timeout_s)
             return builder.build(req, models, self.specs.conversion, env, repo=self.repo_spec.path, log_path=log_path)
         return self.cache.build(
             req, repo=self.repo_spec.path, conversion=self.specs.conversion, env=self.test_env(),

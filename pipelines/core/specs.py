@@ -268,6 +268,9 @@ class DeploymentSpec:
     startup_wait_s: int = 900
     #: suite hardware this deployment knowingly never runs: reported as not run here, not a problem
     skip_hardware: tuple[str, ...] = ()
+    #: the input cache's reuse check ("full": sha256 of every file, "size": names and sizes) and build limit
+    cache_verify: str = "full"
+    build_timeout_s: int = 4 * 3600
 
 
 @dataclass(frozen=True)
@@ -361,6 +364,7 @@ def _deployment(name: str, m: DeploymentModel) -> DeploymentSpec:
         cache_pvc=m.cache_pvc, hf_token_secret=m.hf_token_secret, max_infra_retries=m.max_infra_retries,
         unschedulable_wait_s=m.unschedulable_wait_s, cordon_bad_nodes=m.cordon_bad_nodes,
         startup_wait_s=m.startup_wait_s, skip_hardware=tuple(m.skip_hardware),
+        cache_verify=m.cache.verify, build_timeout_s=m.cache.build_timeout_s,
     )
 
 

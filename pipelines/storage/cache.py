@@ -40,7 +40,7 @@ from pipelines.launch.procs import MARKER as PROC_MARKER
 from pipelines.launch.procs import kill_attempt, marked_pids, pid_alive, start_time, with_signals_unblocked
 from pipelines.storage.manifest import MARKER, damage, make_manifest, read_marker
 
-#: a download or conversion that takes longer than this is stuck (override per AssetCache)
+#: a download or conversion that takes longer than this is stuck (a deployment's ``cache: build_timeout_s``)
 BUILD_TIMEOUT_S = 4 * 3600
 _PARTIAL = re.compile(r"^\.(?P<name>.+)\.partial-(?P<pid>\d+)$")
 
@@ -416,8 +416,8 @@ def _run(argv: list[str], cwd: Path | None, env: dict[str, str], what: str, log_
             log_path.parent.mkdir(parents=True, exist_ok=True)
             log_path.write_text(f"$ {argv!r}\n{out}{err}\n# killed after the {timeout_s:g} s build timeout\n")
         raise BuildError(f"{what}: command {argv!r} did not finish within the {timeout_s:g} s build timeout; "
-                         "it was killed. Raise the limit (AssetCache build_timeout_s) if the build is just slow, "
-                         "or fix what it waits for.") from None
+                         "it was killed. If the build is just slow, raise the deployment's "
+                         "`cache: {build_timeout_s: N}` in assets/cluster.yaml; else fix what it waits for.") from None
     if log_path is not None:
         log_path.parent.mkdir(parents=True, exist_ok=True)
         log_path.write_text(f"$ {argv!r}\n{out}{err}")
