@@ -144,7 +144,8 @@ class AssetCache:
         return stale_reason(read_marker(self.host_path(req.path)) or {}, req, want, recipe)
 
     def conversion_identity(self, req: Requirement, repo: Path | None, conversion: ConversionSpec | None,
-                            env: dict[str, str], models: dict[str, Requirement]) -> tuple[str, Recipe | None]:
+                            env: dict[str, str], models: dict[str, Requirement],
+                            image: str = "") -> tuple[str, Recipe | None]:
         """(identity, recipe) of ``req`` as it would be built now; ("", None) when it cannot be built
         (no command, no model yet: the build itself says why)."""
         if req.kind != "conversion" or conversion is None or repo is None or not req.depends_on \
@@ -153,29 +154,31 @@ class AssetCache:
         model = read_marker(self.host_path(models[req.depends_on[0]].path))
         if model is None:
             return "", None
-        recipe = conversion_recipe(conversion, req, repo, env)
+        recipe = conversion_recipe(conversion, req, repo, env, image=image)
         return identity(recipe.digest, model_identity(model)), recipe
 
     def build(self, req: Requirement, *, repo: Path | None = None, conversion: ConversionSpec | None = None,
               env: dict[str, str] | None = None, models: dict[str, Requirement] | None = None,
-              log_path: Path | None = None, timeout_s: float | None = None) -> Built:
+              log_path: Path | None = None, timeout_s: float | None = None, image: str = "") -> Built:
         """Build one requirement unless a complete, undamaged, current entry is there; a damaged
         one is rebuilt (``repaired``), one built from something else too (``rebuilt``).
 
         A file error on the way (a full disk, a read-only cache) is a :class:`BuildError` naming the
-        folder and its free space: the night fails the tests that need this input, not the whole run."""
+        folder and its free space: the night fails the tests that need this input, not the whole run.
+        ``image``: what a conversion runs outside the checkout (the Python environment's digest), part
+        of its identity."""
         dest = self.host_path(req.path)
         try:
-            return self._build(req, dest, repo, conversion, env, models, log_path, timeout_s)
+            return self._build(req, dest, repo, conversion, env, models, log_path, timeout_s, image)
         except OSError as exc:
             raise BuildError(_file_problem(req, dest, exc)) from exc
 
     def _build(self, req: Requirement, dest: Path, repo: Path | None, conversion: ConversionSpec | None,
                env: dict[str, str] | None, models: dict[str, Requirement] | None, log_path: Path | None,
-               timeout_s: float | None) -> Built:
+               timeout_s: float | None, image: str) -> Built:
         t0 = time.monotonic()
         env, models = env or {}, models or {}
-        want, recipe = self.conversion_identity(req, repo, conversion, env, models)
+        want, recipe = self.conversion_identity(req, repo, conversion, env, models, image)
         if self.is_built(req) and not self.damage(req) and not self.stale(req, want, recipe):
             return Built(req.key, dest, True, 0.0, *_size(dest), identity=want)
         dest.parent.mkdir(parents=True, exist_ok=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -486,3 +487,26 @@ def test_a_night_whose_input_build_hits_a_full_disk_still_runs_the_tests_that_do
     (done,) = [e for e in events if isinstance(e, NightDone)]
     outcomes = {a["test_id"]: a["outcome"] for a in done.summary["attempts"]}
     assert "passed" in outcomes.values() and "infra_error" in outcomes.values(), outcomes
+
+
+def test_a_local_conversion_is_rebuilt_when_the_python_environment_changes_and_reused_when_it_does_not(
+        tmp_path, monkeypatch):
+    import pipelines.launch.infra as infra
+    from pipelines.night import Night, NightSettings
+    from tests.conftest import PROJECT_ROOT
+
+    def night() -> Night:
+        return Night(NightSettings(home=tmp_path / "home", assets_dir=PROJECT_ROOT / "assets"))
+
+    def build_all(n: Night) -> dict:  # the model, then one of its conversions
+        wide = [r for r in n.catalog.requirements if r.key.startswith("tiny-lm-wide")][:2]
+        return {r.key: n.build(r) for r in wide}
+
+    first = build_all(night())
+    conv = next(k for k in first if "_torch_dist" in k)
+    marker = json.loads((first[conv].path / ".nightly-complete.json").read_text())
+    assert marker["recipe"]["image"] == infra.environment_digest() != ""
+    assert build_all(night())[conv].reused  # the same environment: nothing to do
+    monkeypatch.setattr(infra, "environment_digest", lambda: "sha256:" + "e" * 64)  # a package upgraded
+    again = build_all(night())[conv]
+    assert not again.reused and again.rebuilt.endswith("its image")
