@@ -92,6 +92,8 @@ def run_tests(night: Night, runset: RunSet, selection: RunSelection, *, launcher
     for pod in night.sweep_pods(ended_runs):
         say(f"deleted pod {pod}, left running by a run that is gone")
     if night.deployment.launcher == "local":
+        for build in night.cache.reap_builds():  # first: a live one would write its .partial folder again
+            say(f"killed an input build an earlier night left running: {build}")
         for leftover in night.cache.clean_partials():
             say(f"removed a half-built input an earlier build left: {leftover}")
     reaped = night.reap_orphans()
@@ -193,9 +195,13 @@ def _run_planned(night: Night, runset: RunSet, selection: RunSelection, tests: l
     yield NightDone(record(result, notes, False))
 
 
+#: what Dagster raises in a step it interrupts (Ctrl-C, SIGTERM, terminate from the UI), by name: no Dagster import here
+INTERRUPTIONS = frozenset({"DagsterExecutionInterruptedError"})
+
+
 def _how_it_ended(exc: BaseException) -> tuple[str, str]:
     """(status, note) of a run that ended before its whole record was written."""
-    if isinstance(exc, (GeneratorExit, KeyboardInterrupt, SystemExit)):
+    if isinstance(exc, (GeneratorExit, KeyboardInterrupt, SystemExit)) or type(exc).__name__ in INTERRUPTIONS:
         how = f"stopped (exit {exc.code})" if isinstance(exc, SystemExit) else "interrupted"
         return "interrupted", f"the run was {how} before its tests were dispatched; tests without an attempt never ran"
     what = f"{type(exc).__name__}: {exc}".strip().rstrip(":")

@@ -191,6 +191,9 @@ class Night:
         self.image_digests: dict[str, str] = {}
         #: pin_images had a probe's findings (whatever digests they hold): a build need not probe again
         self.images_pinned = False
+        #: the probe's digest per pool on a local deployment (the Python environment): local conversions' image
+        self.local_images: dict[str, str] = {}
+        self._local_image: str | None = None
         #: what the launchers noted on the way (unpinned pods, refused cordons) for the night's record
         self.notes: list[str] = []
         #: entries of the estimates file left out for their shape (``calibrated``), each located
@@ -219,7 +222,8 @@ class Night:
     def cache(self) -> AssetCache:
         hub = self.repo_spec.hub
         hub_path = project_path(hub) if hub else None
-        return AssetCache(self.home / "cache", hub_path)
+        return AssetCache(self.home / "cache", hub_path, build_timeout_s=self.deployment.build_timeout_s,
+                          verify=self.deployment.cache_verify)
 
     @cached_property
     def history(self) -> HistoryStore:
@@ -411,12 +415,33 @@ class Night:
             env = pod_env(self.repo_spec.env, dict(self.settings.extra_env))
             pool = max(self.deployment.pools, key=lambda p: p.gpus_per_node)  # where builds run
             builder = builder_from_deployment(self.deployment, run_id=self.run_id,
-                                              digest=self.image_digests.get(pool.name, ""))
+                                              digest=self.image_digests.get(pool.name, ""),
+                                              timeout_s=self.deployment.build_timeout_s)
             return builder.build(req, models, self.specs.conversion, env, repo=self.repo_spec.path, log_path=log_path)
         return self.cache.build(
             req, repo=self.repo_spec.path, conversion=self.specs.conversion, env=self.test_env(),
-            models=models, log_path=log_path,
+            models=models, log_path=log_path, image=self.local_image() if req.kind == "conversion" else "",
         )
+
+    def local_image(self) -> str:
+        """What a local conversion runs outside the checkout, as its identity's ``image``: the digest
+        the night's infra probe saw for the largest pool (this Python environment's packages unless
+        the pool names an image digest; a build on its own probes first), else the environment's own
+        digest. A new venv or package version then rebuilds the checkpoints it converted, as a new
+        image digest does on Kubernetes; the same environment gives the same digest night after night."""
+        if self._local_image is None:
+            if not self.images_pinned:  # built alone (the UI's converted_checkpoints): probe as a night does
+                from pipelines.launch.infra import probe
+
+                self.pin_images(probe(self.deployment))
+            pool = max(self.deployment.pools, key=lambda p: p.gpus_per_node)
+            digest = self.local_images.get(pool.name, "")
+            if not digest:
+                from pipelines.launch.infra import environment_digest
+
+                digest = environment_digest()
+            self._local_image = digest
+        return self._local_image
 
     # -- launch ------------------------------------------------------------------------
     def test_env(self) -> dict[str, str]:
@@ -454,6 +479,8 @@ class Night:
         Its builds too: a build on its own (``build`` before any pin) probes and pins first, so an
         input materialized from the UI is built by the image, and so with the identity, a night uses."""
         self.images_pinned = bool(infra)  # no probe given (run_tests without one): a build probes
+        self.local_images = {pool: info.get("image_digest", "") for pool, info in infra.items()}
+        self._local_image = None
         if self.deployment.launcher == "kubernetes":
             self.image_digests = {pool: info["image_digest"] for pool, info in infra.items()
                                   if info.get("image_digest", "").startswith("sha256:")}

@@ -48,3 +48,24 @@ def test_retries_on_another_node_are_marked_and_never_count_past_the_total(tmp_p
         assert " from local-h200-1 (attempt 2)  PASSED " in line and line.endswith("node=local-h200-0"), line
     finished = [e for e in events if isinstance(e, Finished)]
     assert [e.done for e in finished][-1] == 6 and all(e.total == 6 for e in finished)
+
+
+def test_a_run_dagster_interrupts_while_it_builds_inputs_is_recorded_as_interrupted(tmp_path, monkeypatch):
+    import json
+
+    import pytest
+    from dagster._core.errors import DagsterExecutionInterruptedError
+
+    needs_model = TEST_FILE + "\ndef prepare():\n    exec_command('hf download minirl/tiny-lm --local-dir /root/models/tiny-lm')\n"
+    repo, assets = two_node_example(tmp_path, needs_model)
+    night = Night(NightSettings(home=tmp_path / "home", assets_dir=assets, repo=str(repo), deployment="two"))
+    selection = RunSelection(labels=("fnode",))
+
+    def terminated(req):  # Dagster's terminate (or SIGTERM) reaching the step while a conversion runs
+        raise DagsterExecutionInterruptedError()
+
+    monkeypatch.setattr(night, "build", terminated)
+    with pytest.raises(DagsterExecutionInterruptedError):
+        list(run_tests(night, night.runset(None, selection), selection, launcher=BrokenNode1(), say=lambda _: None))
+    record = json.loads(night.state.get(f"runs/{night.run_id}.json"))
+    assert record["status"] == "interrupted", record["status"]

@@ -238,6 +238,8 @@ class ModelSpec:
     key: str
     source: str
     path: str
+    #: the Hub revision to download (branch, tag or commit); "" for the default branch
+    revision: str = ""
 
 
 @dataclass(frozen=True)
@@ -266,6 +268,9 @@ class DeploymentSpec:
     startup_wait_s: int = 900
     #: suite hardware this deployment knowingly never runs: reported as not run here, not a problem
     skip_hardware: tuple[str, ...] = ()
+    #: the input cache's reuse check ("full": sha256 of every file, "size": names and sizes) and build limit
+    cache_verify: str = "full"
+    build_timeout_s: int = 4 * 3600
 
 
 @dataclass(frozen=True)
@@ -359,6 +364,7 @@ def _deployment(name: str, m: DeploymentModel) -> DeploymentSpec:
         cache_pvc=m.cache_pvc, hf_token_secret=m.hf_token_secret, max_infra_retries=m.max_infra_retries,
         unschedulable_wait_s=m.unschedulable_wait_s, cordon_bad_nodes=m.cordon_bad_nodes,
         startup_wait_s=m.startup_wait_s, skip_hardware=tuple(m.skip_hardware),
+        cache_verify=m.cache.verify, build_timeout_s=m.cache.build_timeout_s,
     )
 
 
@@ -393,8 +399,8 @@ def load_specs(assets_dir: Path | str | None = None) -> Specs:
         raise CatalogError(problems)
     repos = {str(k): _repo(str(k), m, root, repos_raw.get("raw")) for k, m in repos_file.repos.items()}
     deployments = {str(k): _deployment(str(k), m) for k, m in cluster_file.deployments.items()}
-    models = {str(k): ModelSpec(str(k), m.source, m.path) for k, m in models_file.models.items()}
-    datasets = {str(k): ModelSpec(str(k), m.source, m.path) for k, m in datasets_file.datasets.items()}
+    models = {str(k): ModelSpec(str(k), m.source, m.path, m.revision or "") for k, m in models_file.models.items()}
+    datasets = {str(k): ModelSpec(str(k), m.source, m.path, m.revision or "") for k, m in datasets_file.datasets.items()}
     conv = checkpoints_file.conversion
     conversion = ConversionSpec(tuple(conv.command), dict(conv.env)) if conv else None
     default_repo = repos_file.default or next(iter(repos), "")

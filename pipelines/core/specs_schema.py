@@ -210,6 +210,15 @@ class PoolModel(_Strict):
         return self
 
 
+class CacheModel(_Strict):
+    """How the deployment's input cache checks and builds entries (``deployments.<name>.cache``)."""
+
+    #: "full" hashes every file before reuse (about 190 MB/s), "size" checks names and sizes only
+    verify: Literal["full", "size"] = "full"
+    #: a download or conversion running longer than this is stuck and killed
+    build_timeout_s: int = Field(4 * 3600, ge=60, le=MAX_EST_TIME_S)
+
+
 class DeploymentModel(_Strict):
     launcher: Literal["local", "kubernetes"] = "local"
     pools: dict[Hardware, PoolModel] = Field(min_length=1)
@@ -226,6 +235,7 @@ class DeploymentModel(_Strict):
     #: suite hardware this deployment knowingly never runs (e.g. a ROCm suite on an NVIDIA fleet):
     #: its tests are reported as not run here, not as unplanned problems
     skip_hardware: list[Hardware] = []
+    cache: CacheModel = CacheModel()
 
     @model_validator(mode="after")
     def _consistent(self) -> DeploymentModel:
@@ -256,6 +266,8 @@ class ClusterFile(_Strict):
 class ModelEntry(_Strict):
     source: Name
     path: Name
+    #: ``hf download --revision``: a branch, tag or commit (never an option)
+    revision: Annotated[str, Field(pattern=r"^[^-\s][^\s]*$")] | None = None
 
 
 class ModelsFile(_Strict):

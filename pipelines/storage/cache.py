@@ -8,7 +8,8 @@ finished one. The marker carries a manifest (files, sizes, sha256) checked befor
 damaged entry is rebuilt and reported as ``repaired`` (infra), leftover ``.partial`` folders of
 dead builders are removed, and every build command has a time limit.
 
-The marker also records what the entry was built from: a download's source, and a conversion's
+The marker also records what the entry was built from: a download's source (with its revision and
+``--include``/``--exclude`` filters, see :func:`built_from`), and a conversion's
 identity (:mod:`pipelines.core.recipe`: the converter's files, argv, environment and its model's
 own identity). An entry whose recorded source or identity differs from what the catalog asks for
 now is rebuilt in place (``Built.rebuilt`` says why; not infra), so a changed converter is never
@@ -18,12 +19,12 @@ hidden by yesterday's checkpoint.
 from __future__ import annotations
 
 import dataclasses
+import errno
 import fcntl
 import json
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -34,10 +35,12 @@ from pipelines.core.catalog.requirements import LAUNCH_ONLY
 from pipelines.core.model import Requirement
 from pipelines.core.recipe import Recipe, identity, make_recipe, model_identity
 from pipelines.core.specs import ConversionSpec
-from pipelines.launch.procs import pid_alive, with_signals_unblocked
+from pipelines.launch.orphans import owner_fields
+from pipelines.launch.procs import MARKER as PROC_MARKER
+from pipelines.launch.procs import kill_attempt, marked_pids, pid_alive, start_time, with_signals_unblocked
 from pipelines.storage.manifest import MARKER, damage, make_manifest, read_marker
 
-#: a download or conversion that takes longer than this is stuck (override per AssetCache)
+#: a download or conversion that takes longer than this is stuck (a deployment's ``cache: build_timeout_s``)
 BUILD_TIMEOUT_S = 4 * 3600
 _PARTIAL = re.compile(r"^\.(?P<name>.+)\.partial-(?P<pid>\d+)$")
 
@@ -109,13 +112,40 @@ class AssetCache:
                 removed.append(tmp)
         return removed
 
+    @property
+    def running_dir(self) -> Path:
+        """Records of the builds running now, one per command (see :meth:`reap_builds`)."""
+        return self.root / ".running"
+
+    def reap_builds(self) -> list[str]:
+        """Kill build commands whose night died without ending them (``kill -9``); returns what each
+        was (``conversion X (pids 1, 2)``) for those still running. A live night's builds are left alone."""
+        folder = self.running_dir
+        killed = []
+        for path in sorted(folder.glob("*.json")) if folder.is_dir() else ():
+            try:
+                record = json.loads(path.read_text())
+                owner, token = int(record["owner_pid"]), str(record["token"])
+            except (OSError, ValueError, KeyError, TypeError):
+                path.unlink(missing_ok=True)
+                continue
+            if owner > 0 and pid_alive(owner) and start_time(owner) == record.get("owner_start", ""):
+                continue  # its night still runs
+            pids = marked_pids(token)
+            if pids:
+                kill_attempt(token, int(record.get("pgid") or 0) or None)
+                killed.append(f"{record.get('what', token)} (pids {', '.join(map(str, pids))})")
+            path.unlink(missing_ok=True)
+        return killed
+
     def stale(self, req: Requirement, want: str = "", recipe: Recipe | None = None) -> str:
         """Why the built entry is not what ``req`` asks for now ("" when it is): another source, or
         for a conversion another identity ``want`` (see :func:`conversion_identity`)."""
         return stale_reason(read_marker(self.host_path(req.path)) or {}, req, want, recipe)
 
     def conversion_identity(self, req: Requirement, repo: Path | None, conversion: ConversionSpec | None,
-                            env: dict[str, str], models: dict[str, Requirement]) -> tuple[str, Recipe | None]:
+                            env: dict[str, str], models: dict[str, Requirement],
+                            image: str = "") -> tuple[str, Recipe | None]:
         """(identity, recipe) of ``req`` as it would be built now; ("", None) when it cannot be built
         (no command, no model yet: the build itself says why)."""
         if req.kind != "conversion" or conversion is None or repo is None or not req.depends_on \
@@ -124,18 +154,31 @@ class AssetCache:
         model = read_marker(self.host_path(models[req.depends_on[0]].path))
         if model is None:
             return "", None
-        recipe = conversion_recipe(conversion, req, repo, env)
+        recipe = conversion_recipe(conversion, req, repo, env, image=image)
         return identity(recipe.digest, model_identity(model)), recipe
 
     def build(self, req: Requirement, *, repo: Path | None = None, conversion: ConversionSpec | None = None,
               env: dict[str, str] | None = None, models: dict[str, Requirement] | None = None,
-              log_path: Path | None = None, timeout_s: float | None = None) -> Built:
+              log_path: Path | None = None, timeout_s: float | None = None, image: str = "") -> Built:
         """Build one requirement unless a complete, undamaged, current entry is there; a damaged
-        one is rebuilt (``repaired``), one built from something else too (``rebuilt``)."""
+        one is rebuilt (``repaired``), one built from something else too (``rebuilt``).
+
+        A file error on the way (a full disk, a read-only cache) is a :class:`BuildError` naming the
+        folder and its free space: the night fails the tests that need this input, not the whole run.
+        ``image``: what a conversion runs outside the checkout (the Python environment's digest), part
+        of its identity."""
         dest = self.host_path(req.path)
+        try:
+            return self._build(req, dest, repo, conversion, env, models, log_path, timeout_s, image)
+        except OSError as exc:
+            raise BuildError(_file_problem(req, dest, exc)) from exc
+
+    def _build(self, req: Requirement, dest: Path, repo: Path | None, conversion: ConversionSpec | None,
+               env: dict[str, str] | None, models: dict[str, Requirement] | None, log_path: Path | None,
+               timeout_s: float | None, image: str) -> Built:
         t0 = time.monotonic()
         env, models = env or {}, models or {}
-        want, recipe = self.conversion_identity(req, repo, conversion, env, models)
+        want, recipe = self.conversion_identity(req, repo, conversion, env, models, image)
         if self.is_built(req) and not self.damage(req) and not self.stale(req, want, recipe):
             return Built(req.key, dest, True, 0.0, *_size(dest), identity=want)
         dest.parent.mkdir(parents=True, exist_ok=True)
@@ -156,7 +199,8 @@ class AssetCache:
                 else:
                     self._convert(req, tmp, repo, conversion, env, models, log_path,
                                   timeout_s or self.build_timeout_s)
-                marker = {"key": req.key, "source": req.source, "built_at": time.time(), "manifest": make_manifest(tmp)}
+                marker = {"key": req.key, "source": built_from(req), "built_at": time.time(),
+                          "manifest": make_manifest(tmp)}
                 if want and recipe is not None:
                     marker.update(identity=want, recipe=recipe.as_json())
                 (tmp / MARKER).write_text(json.dumps(marker))
@@ -182,10 +226,9 @@ class AssetCache:
                 f"{req.kind} {req.key}: no local hub is configured and the `hf` command is missing; "
                 "install huggingface_hub or set `hub:` for the repo in assets/repos.yaml"
             )
-        argv = [hf, "download", req.source, "--local-dir", str(tmp)]
-        if req.kind == "dataset":
-            argv[3:3] = ["--repo-type", "dataset"]
-        _run(argv, cwd=None, env=dict(os.environ), what=f"{req.kind} {req.key}", log_path=None, timeout_s=timeout_s)
+        argv = [hf, "download", req.source, *download_args(req), "--local-dir", str(tmp)]
+        _run(argv, cwd=None, env=dict(os.environ), what=f"{req.kind} {req.key}", log_path=None, timeout_s=timeout_s,
+             running=self.running_dir)
 
     def _convert(self, req: Requirement, tmp: Path, repo: Path | None, conversion: ConversionSpec | None,
                  env: dict[str, str], models: dict[str, Requirement], log_path: Path | None,
@@ -199,9 +242,26 @@ class AssetCache:
             raise BuildError(f"conversion {req.key}: model {model.key} is not downloaded yet; build model_weights first")
         argv, conv_env = conversion_command(conversion, req, sys.executable, str(self.host_path(model.path)), str(tmp))
         full_env = {**os.environ, **env, **conv_env}
-        _run(argv, cwd=repo, env=full_env, what=f"conversion {req.key}", log_path=log_path, timeout_s=timeout_s)
+        _run(argv, cwd=repo, env=full_env, what=f"conversion {req.key}", log_path=log_path, timeout_s=timeout_s,
+             running=self.running_dir)
         if not tmp.is_dir():
             raise BuildError(f"conversion {req.key}: the command exited 0 but wrote nothing to {tmp}")
+
+
+def _file_problem(req: Requirement, dest: Path, exc: OSError) -> str:
+    """What a file error while building ``req`` means, with the free space where it was going."""
+    where = dest
+    while not where.exists() and where != where.parent:
+        where = where.parent
+    try:
+        free = f"{shutil.disk_usage(where).free} bytes free"
+    except OSError:
+        free = "free space unknown"
+    name = f" ({exc.filename})" if exc.filename else ""
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return (f"{req.kind} {req.key}: {dest}: disk full{name}; {free} under {where}. Free space there or point "
+                "NIGHTLY_HOME at a larger disk")
+    return f"{req.kind} {req.key}: {dest}: {exc.strerror or exc}{name} ({free} under {where})"
 
 
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
@@ -212,6 +272,32 @@ def check_hub_id(req: Requirement) -> None:
     if not HUB_ID.match(req.source) or ".." in req.source:
         raise BuildError(f"{req.kind} {req.key}: {req.source!r} is not a Hub id (org/name); "
                          f"fix prepare() or declare it in assets/{req.kind}s.yaml")
+
+
+def download_args(req: Requirement) -> list[str]:
+    """The ``hf download`` options of a model or dataset after its repo id: its repo type, and the
+    revision and file filters its requirement carries (the local cache and build pods run the same)."""
+    check_hub_id(req)
+    args = ["--repo-type", "dataset"] if req.kind == "dataset" else []
+    for option, value in req.params:
+        if option not in ("revision", "include", "exclude"):
+            continue
+        words = value.split() if option != "revision" else [value]
+        bad = [w for w in words if w.startswith("-")]
+        if bad:  # an option in disguise never reaches hf
+            raise BuildError(f"{req.kind} {req.key}: --{option} {bad[0]!r} is not a revision or file pattern; "
+                             f"fix prepare() or assets/{req.kind}s.yaml")
+        args += [f"--{option}", *words]
+    return args
+
+
+def built_from(req: Requirement) -> str:
+    """What the completion marker records as the entry's ``source``: a conversion's model key, a
+    download's Hub id followed by its revision and file filters (just the id when it has none, so
+    entries built before those were recorded stay current)."""
+    if req.kind == "conversion":
+        return req.source
+    return " ".join([req.source, *download_args(req)[2 if req.kind == "dataset" else 0:]])
 
 
 def conversion_command(conversion: ConversionSpec, req: Requirement, python: str, model_path: str,
@@ -262,8 +348,9 @@ def stale_reason(marker: dict, req: Requirement, want: str = "", recipe: Recipe 
     """Why an entry whose completion ``marker`` is this is not what ``req`` asks for now ("" when it
     is): another source, or for a conversion another identity than ``want`` (which ``recipe`` of
     the marker's changed). The local cache and the build pods' run worker (Kubernetes) say it alike."""
-    if marker.get("source", req.source) != req.source:
-        return f"built from {marker.get('source')!r}, the catalog now says {req.source!r}"
+    source = built_from(req)
+    if marker.get("source", source) != source:
+        return f"built from {marker.get('source')!r}, the catalog now says {source!r}"
     if req.kind == "conversion" and want and marker.get("identity") != want:
         if not marker.get("identity"):
             return "its marker records no conversion identity (built by an older nightly)"
@@ -286,23 +373,54 @@ def _recipe_change(old: object, new: Recipe | None) -> str:
     return "; ".join(said) or "its model changed"
 
 
+def _write_build_record(folder: Path, token: str, what: str, pgid: int) -> Path:
+    """Name a running build and the night that runs it (see :meth:`AssetCache.reap_builds`)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{token}.json"
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"token": token, "what": what, "pgid": pgid, **owner_fields()}))
+    os.replace(tmp, path)
+    return path
+
+
 def _run(argv: list[str], cwd: Path | None, env: dict[str, str], what: str, log_path: Path | None,
-         timeout_s: float = BUILD_TIMEOUT_S) -> None:
-    """Run one build command in its own process group; past ``timeout_s`` the whole group is killed."""
-    proc = subprocess.Popen(with_signals_unblocked(argv, env), cwd=cwd, env=env, stdin=subprocess.DEVNULL,
-                            stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+         timeout_s: float = BUILD_TIMEOUT_S, running: Path | None = None) -> None:
+    """Run one build command in its own process group; past ``timeout_s``, or when the night is
+    interrupted (Ctrl-C, SIGTERM, Dagster's terminate), the whole group is killed before this returns.
+
+    Its processes carry a token in their environment, and with ``running`` (a folder) a record names
+    it and this process, so a later night ends a build whose night was killed with ``kill -9``
+    (:meth:`AssetCache.reap_builds`)."""
+    token = f"build-{os.getpid()}-{time.monotonic_ns()}"
+    env = {**env, PROC_MARKER: token}
+    record = _write_build_record(running, token, what, 0) if running is not None else None
     try:
-        out, err = proc.communicate(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        out, err = proc.communicate()
+        proc = subprocess.Popen(with_signals_unblocked(argv, env), cwd=cwd, env=env, stdin=subprocess.DEVNULL,
+                                stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, start_new_session=True)
+        if running is not None:
+            _write_build_record(running, token, what, proc.pid)
+        timed_out = False
+        try:
+            out, err = proc.communicate(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            kill_attempt(token, proc.pid)
+            out, err = proc.communicate()
+        except BaseException:  # interrupted: the converter must not outlive the night (it holds GPUs)
+            kill_attempt(token, proc.pid)
+            proc.wait()
+            raise
+    finally:
+        if record is not None:
+            record.unlink(missing_ok=True)
+    if timed_out:
         if log_path is not None:
             log_path.parent.mkdir(parents=True, exist_ok=True)
             log_path.write_text(f"$ {argv!r}\n{out}{err}\n# killed after the {timeout_s:g} s build timeout\n")
         raise BuildError(f"{what}: command {argv!r} did not finish within the {timeout_s:g} s build timeout; "
-                         "it was killed. Raise the limit (AssetCache build_timeout_s) if the build is just slow, "
-                         "or fix what it waits for.") from None
+                         "it was killed. If the build is just slow, raise the deployment's "
+                         "`cache: {build_timeout_s: N}` in assets/cluster.yaml; else fix what it waits for.") from None
     if log_path is not None:
         log_path.parent.mkdir(parents=True, exist_ok=True)
         log_path.write_text(f"$ {argv!r}\n{out}{err}")

@@ -244,3 +244,36 @@ def test_an_image_digest_must_be_a_sha256(project_root, tmp_path):
               h200: {nodes: 1, gpus_per_node: 8, image_digest: latest}
     """)
     assert ":4: deployments.local.pools.h200.image_digest: 'latest' does not match" in text
+
+
+def test_a_model_may_pin_a_revision_and_an_option_in_its_place_names_the_line(project_root, tmp_path):
+    d = _copy(project_root, tmp_path)
+    (d / "models.yaml").write_text("models:\n  m: {source: org/m, path: /root/models/m, revision: v1.0}\n")
+    assert load_specs(d).models["m"].revision == "v1.0"
+    text = _errors(project_root, tmp_path / "b", "models.yaml", """\
+        models:
+          m: {source: org/m, path: /root/models/m, revision: --force-download}
+    """)
+    assert ":2: models.m.revision: '--force-download' does not match" in text
+
+
+def test_a_deployment_s_cache_settings_reach_the_night_s_cache_and_bad_ones_name_the_line(project_root, tmp_path):
+    from pipelines.night import Night, NightSettings
+
+    d = _copy(project_root, tmp_path)
+    text = (d / "cluster.yaml").read_text().replace(
+        "    skip_hardware: [mi300]\n    pools:\n      h200: {nodes: 1, gpus_per_node: 8}",
+        "    skip_hardware: [mi300]\n    cache: {verify: size, build_timeout_s: 600}\n    pools:\n"
+        "      h200: {nodes: 1, gpus_per_node: 8}", 1)
+    (d / "cluster.yaml").write_text(text)
+    cache = Night(NightSettings(home=tmp_path / "home", assets_dir=d)).cache
+    assert (cache.verify, cache.build_timeout_s) == ("size", 600)
+    assert Night(NightSettings(home=tmp_path / "home", assets_dir=project_root / "assets")).cache.verify == "full"
+    bad = _errors(project_root, tmp_path / "b", "cluster.yaml", """\
+        deployments:
+          local:
+            cache: {verify: sizes}
+            pools:
+              h200: {nodes: 1, gpus_per_node: 8}
+    """)
+    assert ":3: deployments.local.cache.verify: " in bad and "'sizes'" in bad

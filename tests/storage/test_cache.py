@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -306,3 +307,206 @@ def test_a_model_whose_source_changed_is_downloaded_again(tmp_path, hub):
     built = cache.build(moved)
     assert "built from 'org/m1', the catalog now says 'org/m2'" in built.rebuilt and not built.reused
     assert cache.build(moved).reused
+
+
+def fake_hf(tmp_path, monkeypatch):
+    """An ``hf`` on PATH that logs its argv and writes one file into --local-dir."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "hf").write_text(
+        "#!/bin/sh\n"
+        f"echo \"$*\" >> {tmp_path}/hf.log\n"
+        'while [ $# -gt 0 ]; do [ "$1" = --local-dir ] && { shift; mkdir -p "$1"; echo w > "$1/m.safetensors"; }; '
+        "shift; done\n")
+    (bin_dir / "hf").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    return tmp_path / "hf.log"
+
+
+def test_a_download_gets_its_revision_and_filters_and_a_new_revision_downloads_again(tmp_path, monkeypatch):
+    import dataclasses
+
+    log = fake_hf(tmp_path, monkeypatch)
+    cache = AssetCache(tmp_path / "c")
+    cache.build(MODEL)  # yesterday's entry, built without a revision
+    pinned = dataclasses.replace(MODEL, params=(("include", "*.safetensors config.json"), ("revision", "v1.0")))
+    built = cache.build(pinned)
+    assert not built.reused
+    assert "the catalog now says 'org/m1 --include *.safetensors config.json --revision v1.0'" in built.rebuilt
+    assert log.read_text().splitlines()[-1].startswith(
+        "download org/m1 --include *.safetensors config.json --revision v1.0 --local-dir ")
+    assert cache.build(pinned).reused
+    assert not cache.build(dataclasses.replace(pinned, params=(("revision", "v2.0"),))).reused
+
+
+def test_a_revision_that_is_an_option_never_reaches_hf(tmp_path, monkeypatch):
+    import dataclasses
+
+    fake_hf(tmp_path, monkeypatch)
+    with pytest.raises(BuildError, match="model m1: --revision '--force-download' is not a revision"):
+        AssetCache(tmp_path / "c").build(dataclasses.replace(MODEL, params=(("revision", "--force-download"),)))
+
+
+def sleeping_converter(tmp_path):
+    """A conversion whose command records its pid, then sleeps past any test (a stuck torchrun)."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    pid_file = tmp_path / "converter.pid"
+    code = f"import os, time; open({str(pid_file)!r}, 'w').write(str(os.getpid())); time.sleep(120)"
+    return repo, ConversionSpec(command=(sys.executable, "-c", code)), pid_file
+
+
+def wait_for(predicate, timeout_s=20.0):
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out waiting"
+        time.sleep(0.05)
+
+
+def gone(pid: int) -> bool:
+    """Dead or a zombie nobody reaped yet (a zombie holds no GPU)."""
+    try:
+        return open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except OSError:
+        return True
+
+
+def test_an_interrupted_build_kills_its_command_before_the_interruption_goes_on(tmp_path, hub):
+    import signal
+
+    repo, spec, pid_file = sleeping_converter(tmp_path)
+    cache = AssetCache(tmp_path / "c", hub)
+    cache.build(MODEL)
+
+    def interrupt(signum, frame):
+        if pid_file.exists():
+            raise KeyboardInterrupt  # as Ctrl-C, SIGTERM or Dagster's terminate reach the night's thread
+
+    old = signal.signal(signal.SIGALRM, interrupt)
+    signal.setitimer(signal.ITIMER_REAL, 0.2, 0.2)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            cache.build(CONV, repo=repo, conversion=spec, models={"m1": MODEL})
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+    converter = int(pid_file.read_text())
+    alive = not gone(converter)
+    if alive:  # the failure below must not leave a sleeper behind
+        os.kill(converter, signal.SIGKILL)
+    assert not alive
+    assert not [p for p in (tmp_path / "c" / "models").iterdir() if ".partial-" in p.name]
+    assert not list(cache.running_dir.iterdir())
+
+
+def test_a_build_whose_night_was_killed_is_ended_by_the_next_night(tmp_path, hub):
+    import signal
+
+    repo, spec, pid_file = sleeping_converter(tmp_path)
+    AssetCache(tmp_path / "c", hub).build(MODEL)
+    night = subprocess.Popen([sys.executable, "-c", (
+        "import sys; from pathlib import Path; from pipelines.storage.cache import AssetCache; "
+        "from pipelines.core.specs import ConversionSpec; from tests.storage.test_cache import CONV, MODEL; "
+        f"AssetCache(Path({str(tmp_path / 'c')!r})).build(CONV, repo=Path({str(repo)!r}), "
+        f"conversion=ConversionSpec(command={spec.command!r}), models={{'m1': MODEL}})")],
+        cwd=os.getcwd())
+    try:
+        wait_for(pid_file.exists)
+        converter = int(pid_file.read_text())
+        night.send_signal(signal.SIGKILL)  # kill -9: no finally runs
+        night.wait()
+        assert not gone(converter)
+        cache = AssetCache(tmp_path / "c", hub)
+        (said,) = cache.reap_builds()
+        assert said.startswith("conversion m1_torch_dist (pids ") and str(converter) in said
+        wait_for(lambda: gone(converter))
+        assert cache.reap_builds() == [] and not list(cache.running_dir.iterdir())
+    finally:
+        night.kill()
+        if pid_file.exists() and not gone(int(pid_file.read_text())):
+            os.kill(int(pid_file.read_text()), signal.SIGKILL)
+
+
+def test_a_full_disk_during_a_build_is_a_build_error_naming_the_folder_and_its_free_space(tmp_path, hub, monkeypatch):
+    import errno
+
+    import pipelines.storage.cache as cache_module
+
+    def no_space(path):
+        raise OSError(errno.ENOSPC, "No space left on device", str(path / "weights.bin"))
+
+    monkeypatch.setattr(cache_module, "make_manifest", no_space)
+    cache = AssetCache(tmp_path / "c", hub)
+    with pytest.raises(BuildError) as exc:
+        cache.build(MODEL)
+    assert str(exc.value).startswith(f"model m1: {tmp_path / 'c' / 'models' / 'm1'}: disk full (")
+    assert " bytes free under " in str(exc.value) and "NIGHTLY_HOME" in str(exc.value)
+    assert not cache.is_built(MODEL) and not [p for p in (tmp_path / "c" / "models").iterdir() if ".partial-" in p.name]
+
+
+class Passes:
+    """A stand-in launcher: every test it is given passes at once (what matters is which it is given)."""
+
+    name = "stand-in"
+
+    def launch(self, request, on_log=None):
+        from datetime import UTC, datetime
+
+        from pipelines.core.model import Attempt
+
+        return Attempt(request.test.id, "passed", 0.1, datetime.now(UTC).isoformat(), request.attempt,
+                       node="local-h200-0", gpu_slots=request.gpu_slots, timeout_s=request.timeout_s)
+
+
+def test_a_night_whose_input_build_hits_a_full_disk_still_runs_the_tests_that_do_not_need_it(tmp_path, monkeypatch):
+    import errno
+
+    import pipelines.storage.cache as cache_module
+    from pipelines.core.runset import RunSelection
+    from pipelines.execute import InputFailed, NightDone, run_tests
+    from pipelines.night import Night, NightSettings
+    from tests.conftest import PROJECT_ROOT
+
+    real = cache_module.make_manifest
+
+    def full_for_wide(path):
+        if "tiny-lm-wide" in path.name:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(path)
+
+    monkeypatch.setattr(cache_module, "make_manifest", full_for_wide)
+    night = Night(NightSettings(home=tmp_path / "home", assets_dir=PROJECT_ROOT / "assets"))
+    selection = RunSelection(labels=("lora",))
+    lines: list[str] = []
+    events = list(run_tests(night, night.runset(None, selection), selection, launcher=Passes(), say=lines.append))
+    failed = [e.requirement.key for e in events if isinstance(e, InputFailed)]
+    assert "tiny-lm-wide" in failed, lines
+    assert any("model tiny-lm-wide: FAILED" in line and "disk full" in line for line in lines), lines
+    (done,) = [e for e in events if isinstance(e, NightDone)]
+    outcomes = {a["test_id"]: a["outcome"] for a in done.summary["attempts"]}
+    assert "passed" in outcomes.values() and "infra_error" in outcomes.values(), outcomes
+
+
+def test_a_local_conversion_is_rebuilt_when_the_python_environment_changes_and_reused_when_it_does_not(
+        tmp_path, monkeypatch):
+    import pipelines.launch.infra as infra
+    from pipelines.night import Night, NightSettings
+    from tests.conftest import PROJECT_ROOT
+
+    def night() -> Night:
+        return Night(NightSettings(home=tmp_path / "home", assets_dir=PROJECT_ROOT / "assets"))
+
+    def build_all(n: Night) -> dict:  # the model, then one of its conversions
+        wide = [r for r in n.catalog.requirements if r.key.startswith("tiny-lm-wide")][:2]
+        return {r.key: n.build(r) for r in wide}
+
+    first = build_all(night())
+    conv = next(k for k in first if "_torch_dist" in k)
+    marker = json.loads((first[conv].path / ".nightly-complete.json").read_text())
+    assert marker["recipe"]["image"] == infra.environment_digest() != ""
+    assert build_all(night())[conv].reused  # the same environment: nothing to do
+    monkeypatch.setattr(infra, "environment_digest", lambda: "sha256:" + "e" * 64)  # a package upgraded
+    again = build_all(night())[conv]
+    assert not again.reused and again.rebuilt.endswith("its image")

@@ -2,7 +2,8 @@
 
 Recognized (both frameworks write them this way):
 - any call whose first argument is a string or f-string starting with ``hf download``
-  (``exec_command(f"hf download {ORG}/{NAME} --local-dir /root/models/{NAME}")``);
+  (``exec_command(f"hf download {ORG}/{NAME} --local-dir /root/models/{NAME}")``), with its
+  ``--revision``, ``--include`` and ``--exclude`` (they decide what lands in the folder);
 - ``hf_download_dataset("<org/name>")`` -> ``/root/datasets/<name>``;
 - ``convert_checkpoint(model_name, megatron_model_type, num_gpus_per_node, multinode=False,
   extra_args="", dir_dst="/root", hf_checkpoint=None)`` -> ``<dir_dst>/<model>_torch_dist``.
@@ -35,6 +36,11 @@ class Download:
     path: str
     #: line of the call in the test file (a problem about it points there)
     line: int = 1
+    #: ``hf download --revision`` (a branch, tag or commit; "" for the default branch)
+    revision: str = ""
+    #: ``--include`` / ``--exclude`` patterns, space-separated as written ("" for every file)
+    include: str = ""
+    exclude: str = ""
 
 
 @dataclass(frozen=True)
@@ -183,7 +189,9 @@ def _hf_download(v: Value, line: int, downloads: list[tuple], unresolved: list[s
         unresolved.append(_unresolved(text, "hf download without --local-dir: where it lands is unknown", line))
         return
     kind = "dataset" if opts.get("--repo-type") == "dataset" else "model"
-    downloads.append((kind, local_dir.rpartition("/")[2], repo_id, local_dir, line))
+    # the revision and file filters decide what lands in the folder: they are part of the requirement
+    downloads.append((kind, local_dir.rpartition("/")[2], repo_id, local_dir, line, opts.get("--revision", ""),
+                      opts.get("--include", ""), opts.get("--exclude", "")))
 
 
 #: ``hf download`` flags that take no value, and those that take every value up to the next flag (argparse nargs="*")

@@ -44,6 +44,16 @@ def _key_problem(key: str) -> str | None:
 LAUNCH_ONLY = frozenset({"multinode", "num_gpus_per_node"})
 
 
+def download_params(revision: str = "", include: str = "", exclude: str = "") -> tuple[tuple[str, str], ...]:
+    """A download's ``hf download`` options as its requirement's params, sorted, empty ones left out:
+    they decide which files of which revision land in the folder, so the cache rebuilds on a change."""
+    return tuple((k, v) for k, v in (("exclude", exclude), ("include", include), ("revision", revision)) if v)
+
+
+def _download_text(source: str, params: tuple[tuple[str, str], ...]) -> str:
+    return " ".join([source, *(f"--{k} {v}" for k, v in params)])
+
+
 def output_params(c: Conversion) -> tuple[tuple[str, str], ...]:
     return tuple(p for p in c.params if p[0] not in LAUNCH_ONLY)
 
@@ -98,7 +108,8 @@ def build_requirements(
     if specs is not None:
         for kind, table in (("model", specs.models), ("dataset", specs.datasets)):
             for key, m in table.items():
-                declared[key] = Requirement(kind, key, m.source, m.path)  # type: ignore[arg-type]
+                declared[key] = Requirement(kind, key, m.source, m.path,  # type: ignore[arg-type]
+                                            download_params(m.revision))
     found: dict[str, Requirement] = {}
     owner: dict[str, str] = {}
     all_conversions: list[Conversion] = []
@@ -119,14 +130,15 @@ def build_requirements(
                 said.append((d.line, "prepare", f"download folder {d.path!r} {why}; it cannot be a key"))
                 continue
             prev = found.get(d.key)
-            if prev is not None and (prev.kind, prev.source, prev.path) == (d.kind, d.source, d.path):
+            params = download_params(d.revision, d.include, d.exclude)
+            if prev is not None and (prev.kind, prev.source, prev.path, prev.params) == (d.kind, d.source, d.path, params):
                 continue  # the same download as an earlier test's (the common case)
-            req = declared.get(d.key) or Requirement(d.kind, d.key, d.source, d.path)  # type: ignore[arg-type]
-            if prev is not None and (prev.kind, prev.source, prev.path) != (d.kind, d.source, d.path) \
-                    and d.key not in declared:
+            req = declared.get(d.key) or Requirement(d.kind, d.key, d.source, d.path, params)  # type: ignore[arg-type]
+            if prev is not None and d.key not in declared:
                 said.append((d.line, "prepare", (
-                    f"{d.kind} {d.key!r} is {d.source} at {d.path} here but {prev.kind} {prev.source} at {prev.path} "
-                    f"in {owner[d.key]}; use one source per folder or declare it in assets/{prev.kind}s.yaml")))
+                    f"{d.kind} {d.key!r} is {_download_text(d.source, params)} at {d.path} here but {prev.kind} "
+                    f"{_download_text(prev.source, prev.params)} at {prev.path} in {owner[d.key]}; use one source "
+                    f"(and revision) per folder or declare it in assets/{prev.kind}s.yaml")))
                 continue
             found.setdefault(d.key, req)
             owner.setdefault(d.key, t.id)

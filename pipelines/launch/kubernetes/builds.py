@@ -58,9 +58,10 @@ from pipelines.storage.cache import (
     MARKER,
     BuildError,
     Built,
-    check_hub_id,
+    built_from,
     conversion_command,
     conversion_recipe,
+    download_args,
     stale_reason,
 )
 
@@ -207,11 +208,7 @@ class ClusterBuilder:
         """(argv, extra environment, GPUs) of the build of ``req`` writing into ``tmp``; a conversion's
         recipe digest is read from ``repo``, the checkout the image carries (see the module docstring)."""
         if req.kind in ("model", "dataset"):
-            check_hub_id(req)
-            argv = ["hf", "download", req.source, "--local-dir", tmp]
-            if req.kind == "dataset":
-                argv[3:3] = ["--repo-type", "dataset"]
-            return argv, {}, 0
+            return ["hf", "download", req.source, *download_args(req), "--local-dir", tmp], {}, 0
         if conversion is None:
             raise BuildError(f"conversion {req.key}: no conversion command is declared in assets/checkpoints.yaml")
         if not req.depends_on or req.depends_on[0] not in models:
@@ -298,7 +295,7 @@ class ClusterBuilder:
         tmp = f"{parent}/.{leaf}.partial-{nonce}"
         argv, extra, gpus = self.command(req, tmp, conversion, models, repo, env)
         pod_env = {**env, **extra, "NIGHTLY_DEST": dest, "NIGHTLY_TMP": tmp, "NIGHTLY_KEY": req.key,
-                   "NIGHTLY_SOURCE": req.source, "PYTHONUNBUFFERED": "1", "HF_HUB_DISABLE_PROGRESS_BARS": "1"}
+                   "NIGHTLY_SOURCE": built_from(req), "PYTHONUNBUFFERED": "1", "HF_HUB_DISABLE_PROGRESS_BARS": "1"}
         if req.kind in ("model", "dataset"):
             endpoint = env.get("HF_ENDPOINT") or os.environ.get("HF_ENDPOINT", "")
             if endpoint:

@@ -79,8 +79,36 @@ def test_options_before_the_repo_id_do_not_hide_the_model(tree):
             exec_command("hf download --quiet --repo-type=dataset --include *.json *.parquet --local-dir /root/datasets/gsm8k -- org/gsm8k")
         ''').lstrip("\n")})
     assert cat.requirement("Qwen3-8B") == Requirement("model", "Qwen3-8B", "Qwen/Qwen3-8B", "/root/models/Qwen3-8B")
-    assert cat.requirement("gsm8k") == Requirement("dataset", "gsm8k", "org/gsm8k", "/root/datasets/gsm8k")
+    assert cat.requirement("gsm8k") == Requirement("dataset", "gsm8k", "org/gsm8k", "/root/datasets/gsm8k",
+                                                   params=(("include", "*.json *.parquet"),))
     assert cat.tests[0].unresolved == ()
+
+
+def test_a_download_s_revision_and_file_filters_are_part_of_its_requirement(tree):
+    cat = load(tree, {"tests/test_r.py": REG + dedent('''
+        def prepare():
+            exec_command("hf download Qwen/Qwen3-0.6B --revision v1.0 --include '*.safetensors' config.json "
+                         "--exclude '*.bin' --local-dir /root/models/Qwen3-0.6B")
+        ''').lstrip("\n")})
+    assert cat.requirement("Qwen3-0.6B") == Requirement(
+        "model", "Qwen3-0.6B", "Qwen/Qwen3-0.6B", "/root/models/Qwen3-0.6B",
+        params=(("exclude", "*.bin"), ("include", "*.safetensors config.json"), ("revision", "v1.0")))
+
+
+def test_one_folder_downloaded_at_two_revisions_is_a_problem_on_the_call_s_line(tree):
+    pinned = REG + "def prepare():\n    exec_command('hf download Qwen/Qwen3-0.6B --revision {} --local-dir /root/models/Qwen3-0.6B')\n"
+    cat = load(tree, {"tests/test_a.py": pinned.format("v1.0"), "tests/test_b.py": pinned.format("main")})
+    assert [str(p) for p in cat.problems] == [
+        "tests/test_b.py:3: prepare: model 'Qwen3-0.6B' is Qwen/Qwen3-0.6B --revision main at /root/models/Qwen3-0.6B "
+        "here but model Qwen/Qwen3-0.6B --revision v1.0 at /root/models/Qwen3-0.6B in tests/test_a.py; use one source "
+        "(and revision) per folder or declare it in assets/models.yaml"]
+
+
+def test_a_declared_model_s_revision_reaches_its_requirement(tree, tmp_path):
+    specs = specs_with(tmp_path, models={"Qwen3-0.6B": ModelSpec("Qwen3-0.6B", "Qwen/Qwen3-0.6B",
+                                                                 "/root/models/Qwen3-0.6B", "v2")})
+    cat = load(tree, {"tests/test_grpo.py": GRPO}, specs)
+    assert cat.requirement("Qwen3-0.6B").params == (("revision", "v2"),)
 
 
 def test_what_cannot_be_resolved_is_listed_per_test_without_a_problem(tree):
@@ -205,8 +233,8 @@ def test_one_folder_downloaded_from_two_sources_is_a_problem(tree):
     cat = load(tree, {"tests/test_a.py": GRPO, "tests/test_b.py": other})
     assert [str(p) for p in cat.problems] == [
         "tests/test_b.py:7: prepare: model 'Qwen3-0.6B' is Fork/Qwen3-0.6B at /root/models/Qwen3-0.6B here but model "
-        "Qwen/Qwen3-0.6B at /root/models/Qwen3-0.6B in tests/test_a.py; use one source per folder or declare it in "
-        "assets/models.yaml"]
+        "Qwen/Qwen3-0.6B at /root/models/Qwen3-0.6B in tests/test_a.py; use one source (and revision) per "
+        "folder or declare it in assets/models.yaml"]
 
 
 def test_a_download_folder_that_cannot_be_a_key_is_a_problem(tree):

@@ -105,6 +105,14 @@ def test_a_dataset_pod_downloads_with_the_token_from_the_secret_and_the_configur
     assert (kubelet.pvc / "datasets" / "toy-math" / MARKER).is_file() and not built.reused
 
 
+def test_a_download_pod_gets_the_revision_and_filters_and_its_marker_records_them(kubelet):
+    pinned = dataclasses.replace(MODEL, params=(("include", "*.json"), ("revision", "v1.0")))
+    with serve(kubelet) as server:
+        argv, env, _gpus = builder(server).prepared(pinned, MODELS, CONVERSION, {}, "n1", repo=EXAMPLE)
+    assert argv[:7] == ["hf", "download", "minirl/tiny-lm", "--include", "*.json", "--revision", "v1.0"]
+    assert env["NIGHTLY_SOURCE"] == "minirl/tiny-lm --include *.json --revision v1.0"
+
+
 def test_a_conversion_pod_runs_the_declared_argv_on_pvc_paths_with_the_gpus_it_asks_for(kubelet):
     with serve(kubelet) as server:
         builder(server).build(MODEL, MODELS, CONVERSION, {}, repo=EXAMPLE)
