@@ -18,7 +18,9 @@ constant Python script (data reaches it only through environment variables and a
 
 The pod is followed and classified like a test pod (:meth:`KubernetesLauncher.run_pod`,
 :func:`outcomes.classify`); infra failures are retried on another node, anything else is a
-:class:`BuildError` carrying the verdict and the log tail.
+:class:`BuildError` carrying the verdict and the log tail. A conversion pod that asks for GPUs
+starts with the test pods' GPU pre-flight (:mod:`preflight`): without it a node whose GPUs do not
+initialise (CUDA Error 802) would fail the conversion as the converter's own error, not retried.
 """
 
 from __future__ import annotations
@@ -53,6 +55,7 @@ from pipelines.launch.kubernetes.podspec import (
     label_value,
     node_affinity,
 )
+from pipelines.launch.kubernetes.preflight import preflight_container
 from pipelines.launch.kubernetes.resources import pinned_image, pod_resources, pull_policy
 from pipelines.storage.cache import (
     MARKER,
@@ -267,6 +270,9 @@ class ClusterBuilder:
             "volumes": [{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": self.pool.shm_size}},
                         {"name": CACHE_VOLUME, "persistentVolumeClaim": {"claimName": self.deployment.cache_pvc}}],
         }
+        if gpus > 0:  # as in test pods: a broken node (CUDA Error 802) is an infra outcome, retried elsewhere
+            spec["initContainers"] = [preflight_container(self.image, container["imagePullPolicy"], gpus,
+                                                          container["resources"])]
         if self.pool.node_selector:
             spec["nodeSelector"] = dict(self.pool.node_selector)
         if self.pool.tolerations:

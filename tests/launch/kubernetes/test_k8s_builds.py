@@ -291,3 +291,34 @@ def test_a_conversion_pods_marker_without_the_recipes_parts_still_says_its_ident
     built = _built(CONVERTED, lines, 1.0)
     assert (built.identity, built.reused) == ("ef56", False)
     assert built.rebuilt == "the conversion's identity changed: the recorded identity differs"
+
+
+def test_a_conversion_pod_checks_its_gpus_first_so_a_node_with_its_fabric_manager_down_is_retried_elsewhere():
+    """CUDA Error 802 (fabric manager down) is the node's fault: the pre-flight says so, the build moves on."""
+    def fabric_down_on_a(pod, node):
+        if node == "h200-a" and pod["spec"].get("initContainers"):
+            return [Step(mutate=pods.scheduled(node)), Step(mutate=pods.preflight_running()),
+                    Step(mutate=pods.preflight_failed(86, "CUDA init failed on h200-a: CUresult 802"))]
+        if node == "h200-a":  # no pre-flight: the converter meets the broken GPUs itself
+            return pods.ends(node, pods.terminated("Failed", 1, "Error"),
+                             logs=("RuntimeError: CUDA error: system not yet initialized (802)",))
+        return pods.ends(node, pods.terminated("Succeeded", 0, "Completed"),
+                         logs=("nightly: built files=3 bytes=100 identity=" + "a" * 64,))
+    with StandInApiServer(script=fabric_down_on_a) as server:
+        built = builder(server).build(CONVERTED, MODELS, CONVERSION, {}, repo=EXAMPLE)
+    assert not built.reused and built.identity == "a" * 64
+    first, second = server.created
+    [preflight] = first["spec"]["initContainers"]
+    assert preflight["name"] == "preflight" and preflight["image"] == container(first)["image"]
+    assert preflight["resources"] == container(first)["resources"], "it must see the GPUs the conversion gets"
+    assert {e["name"]: e.get("value") for e in preflight["env"]}["NIGHTLY_PREFLIGHT_GPUS"] == "8"
+    terms = second["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert terms["nodeSelectorTerms"][0]["matchExpressions"] == [
+        {"key": "kubernetes.io/hostname", "operator": "NotIn", "values": ["h200-a"]}]
+    kubernetes_validate.validate(first, "1.31", strict=True)
+
+
+def test_a_download_pod_has_no_gpu_preflight():
+    with StandInApiServer() as server:
+        body = builder(server).pod(MODEL, "x", ["true"], {}, 0)
+    assert "initContainers" not in body["spec"]
