@@ -322,3 +322,11 @@ def test_a_download_pod_has_no_gpu_preflight():
     with StandInApiServer() as server:
         body = builder(server).pod(MODEL, "x", ["true"], {}, 0)
     assert "initContainers" not in body["spec"]
+
+
+def test_the_stand_in_api_server_refuses_an_env_name_a_real_one_refuses():
+    """A name the specs now refuse would fail every pod on a 1.31 cluster: the stand-in says so too."""
+    with StandInApiServer() as server, pytest.raises(BuildError, match=r"ended infra_error/create_rejected .*422.*"
+                                                                       r'env\[\d+\]\.name: Invalid value: "9LIVES"'):
+        builder(server).build(MODEL, MODELS, CONVERSION, {"9LIVES": "1"}, repo=EXAMPLE)
+    assert server.created == []
