@@ -52,12 +52,18 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _parse_env(pairs: list[str]) -> dict[str, str]:
+    """``--env`` pairs; a name a pod or a shell would refuse stops here, not on every pod of the night."""
+    from pipelines.core.specs_schema import env_name_problem
+
     out = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
-        if not sep or not key or not key.replace("_", "").isalnum():
+        if not sep or not key:
             raise FlagError(f"--env {pair!r}: expected KEY=VALUE with KEY made of letters, digits and _; "
                             "e.g. --env MINIRL_FAIL=test_grpo")
+        bad = env_name_problem(key)
+        if bad:
+            raise FlagError(f"--env {pair!r}: {bad}")
         out[key] = value
     return out
 

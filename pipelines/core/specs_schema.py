@@ -55,6 +55,28 @@ def _env_value(value: str) -> str:
 
 
 EnvValue = Annotated[str, AfterValidator(_env_value)]
+
+#: a name every launcher takes: Kubernetes 1.31 refuses a leading digit (the whole pod, on every node),
+#: a shell cannot export a name with '-', '.' or a space
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def env_name_problem(name: str) -> str | None:
+    """Why ``name`` cannot be an environment variable of a test or build, or None."""
+    if _ENV_NAME.fullmatch(name):
+        return None
+    return (f"{name!r} is not a valid environment variable name; use ASCII letters, digits and '_', "
+            "not starting with a digit (e.g. MINIRL_FAIL)")
+
+
+def _env_name(name: str) -> str:
+    bad = env_name_problem(name)
+    if bad:
+        raise ValueError(bad)
+    return name
+
+
+EnvName = Annotated[str, AfterValidator(_env_name)]
 Name = Annotated[str, Field(min_length=1)]
 Hardware = Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9_.-]*$")]
 
@@ -145,7 +167,7 @@ class RepoModel(_Strict):
     default_num_gpus: int = Field(8, gt=0, le=64)
     timeout: TimeoutModel = TimeoutModel()
     calibration: CalibrationModel = CalibrationModel()
-    env: dict[str, EnvValue] = {}
+    env: dict[EnvName, EnvValue] = {}
     requirements: dict[str, Annotated[list[str], BeforeValidator(_requirement_keys)]] = {}
     hub: str = ""
     #: registry dialect profile (auto: from the framework's registry module) and implicit CPU suite name
@@ -179,6 +201,8 @@ class ReposFile(_Strict):
 
 #: a Kubernetes quantity as pod specs take it: "20", "0.5", "500m", "200Gi"
 _QUANTITY = r"^[0-9]+(\.[0-9]+)?(m|Ki|Mi|Gi|Ti|k|M|G|T)?$"
+#: an object name that is also a label value: what a LocalQueue can be called and a pod's label can say
+_QUEUE_NAME = r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?)?$"
 
 
 class PoolModel(_Strict):
@@ -190,7 +214,8 @@ class PoolModel(_Strict):
     tolerations: list[dict[str, Any]] = []
     shm_size: str = Field("32Gi", pattern=_QUANTITY)
     priority_class: str = ""
-    queue: str = ""
+    #: the Kueue LocalQueue, written into the pods' kueue.x-k8s.io/queue-name label
+    queue: str = Field("", max_length=63, pattern=_QUEUE_NAME)
     #: requests per GPU (a 0-GPU pod gets one GPU's share): pods are never BestEffort
     cpu_per_gpu: str = Field("4", pattern=r"^[0-9]+(\.[0-9]+)?m?$")
     memory_per_gpu: str = Field("32Gi", pattern=r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|k|M|G|T)?$")
@@ -280,7 +305,7 @@ class DatasetsFile(_Strict):
 
 class ConversionModel(_Strict):
     command: list[str] = Field(min_length=1)
-    env: dict[str, str] = {}
+    env: dict[EnvName, str] = {}
 
 
 class CheckpointsFile(_Strict):
@@ -330,6 +355,11 @@ _PATTERN_HINTS = {
     r"^(sha256:[0-9a-f]{64})?$": "write sha256: and the 64 hex digits `crane digest IMAGE` prints",
     r"^[a-z0-9][a-z0-9_.-]*$": "use the hardware part of suite names (lowercase letters, digits, '-', '_', '.')",
 }
+#: fields whose pattern mismatch reads better said in words than as the regex
+_FIELD_HINTS = {
+    "queue": "is not a Kueue LocalQueue name; use the LocalQueue's name (lowercase letters, digits, '-' and '.', "
+             "at most 63 characters, a letter or digit at both ends, e.g. h200-nightly)",
+}
 
 
 def _message(err: dict, root_model: type[BaseModel]) -> str:
@@ -353,6 +383,8 @@ def _message(err: dict, root_model: type[BaseModel]) -> str:
         bound = next(iter(ctx.values()))
         bound = f"{bound:g}" if isinstance(bound, int | float) else bound
         return f"must be {op} {bound}, got {value!r}; fix the value"
+    if kind in ("string_pattern_mismatch", "string_too_long") and loc and loc[-1] in _FIELD_HINTS:
+        return f"{value!r} {_FIELD_HINTS[str(loc[-1])]}"
     if kind == "string_pattern_mismatch":
         return f"{value!r} does not match {ctx.get('pattern')}; {_PATTERN_HINTS.get(ctx.get('pattern'), 'fix the value')}"
     if kind in ("too_short", "string_too_short"):

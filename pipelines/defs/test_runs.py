@@ -20,6 +20,7 @@ their own partitions within the same run, so lineage shows what each test used.
 
 import json
 import os
+from collections.abc import Mapping
 from pathlib import Path
 
 import dagster as dg
@@ -27,6 +28,7 @@ import dagster as dg
 from pipelines.core.model import Catalog, CatalogError, timeout_floor_problem
 from pipelines.core.runset import RunSelection, RunSet
 from pipelines.core.select import Selection, SelectionError, why_nothing
+from pipelines.core.specs_schema import env_name_problem
 from pipelines.defs.keys import CONVERTED, DATASETS, MODEL_WEIGHTS, TAG_REASON, TEST_PASSED, TEST_RUNS
 from pipelines.defs.metadata import (
     attempt_metadata,
@@ -70,6 +72,20 @@ class TestRunsConfig(dg.Config):
         if problem:
             raise dg.Failure(f"timeout_floor_s: {problem} (0 = the repo's)")
         return self.timeout_floor_s
+
+    def extra_env(self, environ: Mapping[str, str]) -> dict[str, str]:
+        """The ``env_from`` names with their values from ``environ`` (the run's process); a name a pod
+        or a shell would refuse, or one that is not set, fails the run before any test starts."""
+        env = {}
+        for name in self.env_from:
+            bad = env_name_problem(name)
+            if bad:
+                raise dg.Failure(f"env_from: {bad}")
+            if name not in environ:
+                raise dg.Failure(f"env_from names {name!r}, which is not set in the run's environment; "
+                                 f"set it where the run executes (the CLI's --env does) or drop it")
+            env[name] = environ[name]
+        return env
 
     def selection(self) -> RunSelection:
         return RunSelection(cadence=self.cadence, labels=tuple(self.labels), suites=tuple(self.suites),
@@ -242,12 +258,7 @@ def build_test_runs(catalog: Catalog, test_parts: dg.PartitionsDefinition, deps:
               description="Runs the picked tests together on free GPUs; one partition per test id "
                           "(outcome, elapsed, est_time, timeout, node and log of each attempt).")
     def test_runs(context: dg.AssetExecutionContext, config: TestRunsConfig, nightly: NightlyResource):
-        env = {}
-        for name in config.env_from:
-            if name not in os.environ:
-                raise dg.Failure(f"env_from names {name!r}, which is not set in the run's environment; "
-                                 f"set it where the run executes (the CLI's --env does) or drop it")
-            env[name] = os.environ[name]
+        env = config.extra_env(os.environ)
         night = nightly.night(run_id=context.run.run_id, extra_env=tuple(sorted(env.items())),
                               timeout_floor_s=config.floor(), cadence=config.cadence or "release")
         selection = config.selection()

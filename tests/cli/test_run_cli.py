@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import yaml
 
 from pipelines.cli import main
@@ -76,6 +77,15 @@ def test_an_unknown_suite_names_the_registered_ones(tmp_path, capsys):
 def test_a_malformed_env_pair_is_rejected(tmp_path, capsys):
     assert main(["run", "--home", str(tmp_path), "--env", "NOEQUALS", "--list-only"]) == 2
     assert "--env 'NOEQUALS': expected KEY=VALUE with KEY made of letters, digits and _" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("pair", ["9LIVES=1", "MY-FLAG=1", "CAF\u00c9=1", "\u0662X=1"])
+def test_an_env_name_a_pod_or_a_shell_would_refuse_is_rejected_before_the_night(tmp_path, capsys, pair):
+    # a leading digit fails every pod on Kubernetes 1.31; non-ASCII letters and digits pass str.isalnum()
+    assert main(["run", "--home", str(tmp_path), "--env", pair, "--list-only"]) == 2
+    err = capsys.readouterr().err
+    assert f"--env {pair!r}: {pair.split('=')[0]!r} is not a valid environment variable name" in err
+    assert "use ASCII letters, digits and '_', not starting with a digit" in err
 
 
 def test_a_held_proposal_is_said_from_the_est_time_in_force_as_nightly_calibrate_says_it():

@@ -277,3 +277,40 @@ def test_a_deployment_s_cache_settings_reach_the_night_s_cache_and_bad_ones_name
               h200: {nodes: 1, gpus_per_node: 8}
     """)
     assert ":3: deployments.local.cache.verify: " in bad and "'sizes'" in bad
+
+
+def test_an_env_name_kubernetes_or_a_shell_would_refuse_is_a_located_error(project_root, tmp_path):
+    text = _errors(project_root, tmp_path, "repos.yaml", """\
+        repos:
+          fw:
+            path: .
+            env:
+              "2ND STAGE": "1"
+              9LIVES: "1"
+              GOOD_NAME_2: "{cache}"
+              _PRIVATE: x
+    """)
+    assert (":5: repos.fw.env.2ND STAGE: '2ND STAGE' is not a valid environment variable name; "
+            "use ASCII letters, digits and '_', not starting with a digit") in text
+    assert ":6: repos.fw.env.9LIVES: '9LIVES' is not a valid environment variable name" in text
+    assert "GOOD_NAME_2" not in text and "_PRIVATE" not in text
+
+
+def test_a_conversion_env_name_is_checked_too(project_root, tmp_path):
+    text = _errors(project_root, tmp_path, "checkpoints.yaml", """\
+        conversion:
+          command: ["{python}", convert.py, "{output}"]
+          env:
+            MY-FLAG: "1"
+    """)
+    assert ":4: conversion.env.MY-FLAG: 'MY-FLAG' is not a valid environment variable name" in text
+
+
+def test_a_kueue_queue_must_be_a_valid_label_value_and_queue_name(project_root, tmp_path):
+    text = _errors(project_root, tmp_path, "cluster.yaml", """\
+        deployments:
+          local:
+            pools:
+              h200: {nodes: 1, gpus_per_node: 8, queue: "H200 nightly"}
+    """)
+    assert ":4: deployments.local.pools.h200.queue: 'H200 nightly' is not a Kueue LocalQueue name" in text

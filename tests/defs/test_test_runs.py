@@ -137,3 +137,14 @@ def test_a_single_partition_rerun_goes_through_pipes_and_materializes_only_its_f
     retried = [o for o in observed[ONE] if o["outcome"] == "infra_error"]
     assert [(o["attempt"], o["reason"], o["node"]) for o in retried] == [(1, "node_lost", "h200-1")]
     assert checks == [(ONE, False), (ONE, True)], "each attempt judged as it ended, the pass last"
+
+
+def test_env_from_refuses_a_name_a_pod_would_refuse_before_any_test_starts():
+    from pipelines.defs.test_runs import TestRunsConfig
+
+    environ = {"9LIVES": "1", "MINIRL_FAIL": "x"}
+    assert TestRunsConfig(env_from=["MINIRL_FAIL"]).extra_env(environ) == {"MINIRL_FAIL": "x"}
+    with pytest.raises(dg.Failure, match=r"env_from: '9LIVES' is not a valid environment variable name"):
+        TestRunsConfig(env_from=["9LIVES"]).extra_env(environ)
+    with pytest.raises(dg.Failure, match=r"env_from names 'MINIRL_HANG', which is not set"):
+        TestRunsConfig(env_from=["MINIRL_HANG"]).extra_env(environ)

@@ -14,11 +14,15 @@ constant Python script (data reaches it only through environment variables and a
    sibling folder, write the same marker as :class:`pipelines.storage.cache.AssetCache`, and
    rename it into place; an interrupted build is never mistaken for a finished one. The pod
    says the identity it wrote and, when it replaced an entry, that entry's marker, so the run
-   worker fills ``Built.identity`` and ``Built.rebuilt`` as the local cache does.
+   worker fills ``Built.identity`` and ``Built.rebuilt`` as the local cache does. Step 2 holds a
+   ``flock`` on the PVC, so two pods (a night beside a backfill) never convert one checkpoint twice,
+   and removes the half-built folders of pods killed mid-build.
 
 The pod is followed and classified like a test pod (:meth:`KubernetesLauncher.run_pod`,
 :func:`outcomes.classify`); infra failures are retried on another node, anything else is a
-:class:`BuildError` carrying the verdict and the log tail.
+:class:`BuildError` carrying the verdict and the log tail. A conversion pod that asks for GPUs
+starts with the test pods' GPU pre-flight (:mod:`preflight`): without it a node whose GPUs do not
+initialise (CUDA Error 802) would fail the conversion as the converter's own error, not retried.
 """
 
 from __future__ import annotations
@@ -53,6 +57,7 @@ from pipelines.launch.kubernetes.podspec import (
     label_value,
     node_affinity,
 )
+from pipelines.launch.kubernetes.preflight import preflight_container
 from pipelines.launch.kubernetes.resources import pinned_image, pod_resources, pull_policy
 from pipelines.storage.cache import (
     MARKER,
@@ -76,13 +81,19 @@ MISSING_INPUT_EXIT = 3
 
 #: Constant: never formatted with data. Inputs: NIGHTLY_DEST, NIGHTLY_TMP, NIGHTLY_KEY,
 #: NIGHTLY_SOURCE, NIGHTLY_NEEDS (a marker that must exist first), NIGHTLY_RECIPE (a conversion's
-#: recipe digest), NIGHTLY_RECIPE_PARTS (the recipe as JSON, for the marker) and the command as argv.
+#: recipe digest), NIGHTLY_RECIPE_PARTS (the recipe as JSON, for the marker), NIGHTLY_BUILD_TIMEOUT_S
+#: (the pod's deadline) and the command as argv.
+#: One build per destination at a time, across pods and nodes: ``flock`` on ``.<leaf>.lock`` beside it
+#: on the PVC, as :class:`pipelines.storage.cache.AssetCache` does locally; a pod that waited finds the
+#: marker and reuses. Under the lock every ``.<leaf>.partial-*`` is a killed build's leftover and is
+#: removed; where the volume cannot lock, only those older than the build timeout (no pod lives longer).
 #: It reports ``nightly: reused|built files=N bytes=M [identity=X]``, and before it replaces a
 #: complete entry ``nightly: replacing {source, identity, recipe}`` of the marker it found. ``identity`` and ``model_id`` are
 #: :func:`pipelines.core.recipe.identity` and :func:`~pipelines.core.recipe.model_identity`.
 BUILD_SCRIPT = f"""\
-import hashlib, json, os, shutil, subprocess, sys, time
+import fcntl, hashlib, json, os, shutil, subprocess, sys, time
 dest, tmp = os.environ["NIGHTLY_DEST"], os.environ["NIGHTLY_TMP"]
+parent, leaf = os.path.split(dest)
 marker = os.path.join(dest, {MARKER!r})
 needs, recipe = os.environ.get("NIGHTLY_NEEDS", ""), os.environ.get("NIGHTLY_RECIPE", "")
 try:
@@ -124,11 +135,38 @@ def report(word, path):
 if current(marker):
     report("reused", dest)
     sys.exit(0)
+def take_lock():
+    path = os.path.join(parent, "." + leaf + ".lock")
+    try:
+        fh = open(path, "a+")
+        try:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            print("nightly: waiting for another build of", os.environ.get("NIGHTLY_KEY", ""), "(it holds", path + ")",
+                  flush=True)
+            fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
+        return fh
+    except OSError as exc:
+        print("nightly: cannot lock", path, "(%s): building without a lock; two pods may build this input at once"
+              % exc, flush=True)
+        return None
 if needs and not os.path.isfile(needs):
     print("nightly: input missing:", os.path.dirname(needs), "(build it first)", flush=True)
     sys.exit({MISSING_INPUT_EXIT})
+os.makedirs(parent, exist_ok=True)
+lock = take_lock()
+if current(marker):
+    report("reused", dest)
+    sys.exit(0)
+limit = float(os.environ.get("NIGHTLY_BUILD_TIMEOUT_S", "") or 0)
+for name in sorted(os.listdir(parent)):
+    old_tmp = os.path.join(parent, name)
+    if not name.startswith("." + leaf + ".partial-") or old_tmp == tmp:
+        continue
+    if lock is not None or (limit and time.time() - os.path.getmtime(old_tmp) > limit):
+        shutil.rmtree(old_tmp, ignore_errors=True)
+        print("nightly: removed a half-built folder an earlier build left:", old_tmp, flush=True)
 shutil.rmtree(tmp, ignore_errors=True)
-os.makedirs(os.path.dirname(tmp), exist_ok=True)
 print("nightly: building", os.environ.get("NIGHTLY_KEY", ""),
       "(its marker is from another source or conversion identity)" if os.path.isfile(marker) else "", flush=True)
 old = read(marker)
@@ -264,6 +302,9 @@ class ClusterBuilder:
             "volumes": [{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": self.pool.shm_size}},
                         {"name": CACHE_VOLUME, "persistentVolumeClaim": {"claimName": self.deployment.cache_pvc}}],
         }
+        if gpus > 0:  # as in test pods: a broken node (CUDA Error 802) is an infra outcome, retried elsewhere
+            spec["initContainers"] = [preflight_container(self.image, container["imagePullPolicy"], gpus,
+                                                          container["resources"])]
         if self.pool.node_selector:
             spec["nodeSelector"] = dict(self.pool.node_selector)
         if self.pool.tolerations:
@@ -295,7 +336,8 @@ class ClusterBuilder:
         tmp = f"{parent}/.{leaf}.partial-{nonce}"
         argv, extra, gpus = self.command(req, tmp, conversion, models, repo, env)
         pod_env = {**env, **extra, "NIGHTLY_DEST": dest, "NIGHTLY_TMP": tmp, "NIGHTLY_KEY": req.key,
-                   "NIGHTLY_SOURCE": built_from(req), "PYTHONUNBUFFERED": "1", "HF_HUB_DISABLE_PROGRESS_BARS": "1"}
+                   "NIGHTLY_SOURCE": built_from(req), "NIGHTLY_BUILD_TIMEOUT_S": str(int(self.timeout_s)),
+                   "PYTHONUNBUFFERED": "1", "HF_HUB_DISABLE_PROGRESS_BARS": "1"}
         if req.kind in ("model", "dataset"):
             endpoint = env.get("HF_ENDPOINT") or os.environ.get("HF_ENDPOINT", "")
             if endpoint:

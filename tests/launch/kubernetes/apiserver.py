@@ -10,7 +10,9 @@ pod's ``kubernetes.io/hostname`` In/NotIn affinity allows, so retries avoiding a
 really land elsewhere and pinned pods land on their node. The QoS class is computed from the
 containers' resources as the real API server does.
 
-Faults a real API server has: :meth:`StandInApiServer.fail` answers the next matching calls
+Like a real 1.31 API server it refuses (422 Invalid) a pod whose env names or label values it would
+refuse, so a test notices a pod that no real cluster would create. Faults a real API server has:
+:meth:`StandInApiServer.fail` answers the next matching calls
 with 429/5xx or drops the connection (before or after doing the work); ``log_cuts`` cuts
 follow streams mid-way.
 
@@ -23,6 +25,7 @@ from __future__ import annotations
 import copy
 import itertools
 import json
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -161,6 +164,9 @@ class StandInApiServer:
 
     def create(self, ns: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         name = body["metadata"]["name"]
+        invalid = invalid_fields(body)
+        if invalid:  # what a real 1.31 API server answers: the pod is never created, on any node
+            return 422, _status(422, "Invalid", f'Pod "{name}" is invalid: ' + ", ".join(invalid))
         with self.cond:
             if name in self.state.pods:
                 return 409, _status(409, "AlreadyExists", f'pods "{name}" already exists')
@@ -207,6 +213,29 @@ class StandInApiServer:
             if name not in self.state.pods:
                 return 404, _status(404, "NotFound", f'pods "{name}" not found')
             return 200, self._remove(name)
+
+
+#: apimachinery's IsEnvVarName and label-value rules as Kubernetes 1.31 applies them
+_ENV_NAME = re.compile(r"[-._a-zA-Z][-._a-zA-Z0-9]*")
+_LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
+
+
+def invalid_fields(pod: dict[str, Any]) -> list[str]:
+    """The env names and label values of ``pod`` a real API server refuses (422), in its words."""
+    out = []
+    for kind in ("initContainers", "containers"):
+        for i, c in enumerate(pod.get("spec", {}).get(kind) or ()):
+            for j, e in enumerate(c.get("env") or ()):
+                if not _ENV_NAME.fullmatch(e.get("name", "")):
+                    out.append(f'spec.{kind}[{i}].env[{j}].name: Invalid value: "{e.get("name")}": a valid environment '
+                               "variable name must consist of alphabetic characters, digits, '_', '-', or '.', and "
+                               "must not start with a digit")
+    for value in (pod.get("metadata", {}).get("labels") or {}).values():
+        if not isinstance(value, str) or len(value) > 63 or not _LABEL_VALUE.fullmatch(value):
+            out.append(f'metadata.labels: Invalid value: "{value}": a valid label must be an empty string or consist '
+                       "of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric "
+                       "character (at most 63)")
+    return out
 
 
 def _status(code: int, reason: str, message: str) -> dict[str, Any]:

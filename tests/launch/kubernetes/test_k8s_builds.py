@@ -168,7 +168,8 @@ def test_a_failed_download_is_a_build_error_with_the_log_tail_and_leaves_nothing
     assert "model ghost: build pod" in str(err.value) and "ended failed/exit_code on h200-a" in str(err.value)
     assert "404 Client Error: Repository Not Found for url: minirl/ghost" in str(err.value)
     assert "nightly: command exited 1" in str(err.value)
-    assert not list((kubelet.pvc / "models").iterdir()), "no partial folder, no destination"
+    left = [p.name for p in (kubelet.pvc / "models").iterdir()]
+    assert left == [".ghost.lock"], "no partial folder, no destination (the empty lock file stays, as locally)"
     assert len(server.created) == 1, "a failing command is not retried"
 
 
@@ -299,3 +300,116 @@ def test_a_conversion_pods_marker_without_the_recipes_parts_still_says_its_ident
     built = _built(CONVERTED, lines, 1.0)
     assert (built.identity, built.reused) == ("ef56", False)
     assert built.rebuilt == "the conversion's identity changed: the recorded identity differs"
+
+
+def test_a_conversion_pod_checks_its_gpus_first_so_a_node_with_its_fabric_manager_down_is_retried_elsewhere():
+    """CUDA Error 802 (fabric manager down) is the node's fault: the pre-flight says so, the build moves on."""
+    def fabric_down_on_a(pod, node):
+        if node == "h200-a" and pod["spec"].get("initContainers"):
+            return [Step(mutate=pods.scheduled(node)), Step(mutate=pods.preflight_running()),
+                    Step(mutate=pods.preflight_failed(86, "CUDA init failed on h200-a: CUresult 802"))]
+        if node == "h200-a":  # no pre-flight: the converter meets the broken GPUs itself
+            return pods.ends(node, pods.terminated("Failed", 1, "Error"),
+                             logs=("RuntimeError: CUDA error: system not yet initialized (802)",))
+        return pods.ends(node, pods.terminated("Succeeded", 0, "Completed"),
+                         logs=("nightly: built files=3 bytes=100 identity=" + "a" * 64,))
+    with StandInApiServer(script=fabric_down_on_a) as server:
+        built = builder(server).build(CONVERTED, MODELS, CONVERSION, {}, repo=EXAMPLE)
+    assert not built.reused and built.identity == "a" * 64
+    first, second = server.created
+    [preflight] = first["spec"]["initContainers"]
+    assert preflight["name"] == "preflight" and preflight["image"] == container(first)["image"]
+    assert preflight["resources"] == container(first)["resources"], "it must see the GPUs the conversion gets"
+    assert {e["name"]: e.get("value") for e in preflight["env"]}["NIGHTLY_PREFLIGHT_GPUS"] == "8"
+    terms = second["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert terms["nodeSelectorTerms"][0]["matchExpressions"] == [
+        {"key": "kubernetes.io/hostname", "operator": "NotIn", "values": ["h200-a"]}]
+    kubernetes_validate.validate(first, "1.31", strict=True)
+
+
+def test_a_download_pod_has_no_gpu_preflight():
+    with StandInApiServer() as server:
+        body = builder(server).pod(MODEL, "x", ["true"], {}, 0)
+    assert "initContainers" not in body["spec"]
+
+
+def test_the_stand_in_api_server_refuses_an_env_name_a_real_one_refuses():
+    """A name the specs now refuse would fail every pod on a 1.31 cluster: the stand-in says so too."""
+    with StandInApiServer() as server, pytest.raises(BuildError, match=r"ended infra_error/create_rejected .*422.*"
+                                                                       r'env\[\d+\]\.name: Invalid value: "9LIVES"'):
+        builder(server).build(MODEL, MODELS, CONVERSION, {"9LIVES": "1"}, repo=EXAMPLE)
+    assert server.created == []
+
+
+# -- the build script against a folder standing in for the PVC (several pods = several processes) --
+SLOW_BUILD = """\
+import pathlib, sys, time
+out = pathlib.Path(sys.argv[1])
+with open(sys.argv[2], "a") as fh:
+    fh.write("start\\n")
+out.mkdir(parents=True)
+for i in range(3):
+    (out / f"shard{i}").write_text("x" * 100)
+    time.sleep(0.2)
+"""
+
+
+def _build_script(pvc: Path, nonce: str, **env: str):
+    """One build pod's script on ``pvc``, building ``m_torch_dist`` with a slow command (a Popen)."""
+    import subprocess
+    import sys
+
+    (pvc / "slow_build.py").write_text(SLOW_BUILD)
+    tmp = pvc / f".m_torch_dist.partial-{nonce}"
+    pod_env = {"NIGHTLY_DEST": str(pvc / "m_torch_dist"), "NIGHTLY_TMP": str(tmp), "NIGHTLY_KEY": "m_torch_dist",
+               "NIGHTLY_SOURCE": "m", "NIGHTLY_RECIPE": "abc", "PATH": "/usr/bin:/bin", **env}
+    argv = [sys.executable, "-c", BUILD_SCRIPT, sys.executable, str(pvc / "slow_build.py"), str(tmp),
+            str(pvc / "starts")]
+    return subprocess.Popen(argv, env=pod_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def test_two_build_pods_of_one_input_at_once_build_it_once_and_the_second_reuses_it(tmp_path):
+    import time
+
+    first = _build_script(tmp_path, "aaa")
+    deadline = time.monotonic() + 20
+    while not (tmp_path / "starts").exists() and time.monotonic() < deadline:  # the first one builds
+        time.sleep(0.02)
+    second = _build_script(tmp_path, "bbb")
+    out1, out2 = first.communicate(timeout=60)[0], second.communicate(timeout=60)[0]
+    assert (first.returncode, second.returncode) == (0, 0), (out1, out2)
+    assert (tmp_path / "starts").read_text() == "start\n", "the conversion ran once"
+    assert "nightly: built files=3" in out1
+    assert "nightly: waiting for another build of m_torch_dist" in out2 and "nightly: reused files=3" in out2
+    assert sorted(p.name for p in tmp_path.iterdir() if ".partial-" in p.name) == []
+
+
+def test_a_half_built_folder_a_killed_pod_left_is_removed_by_the_next_build(tmp_path):
+    left = tmp_path / ".m_torch_dist.partial-eee"
+    (left / "sub").mkdir(parents=True)
+    (left / "sub" / "shard0").write_text("half")
+    out = _build_script(tmp_path, "fff").communicate(timeout=60)[0]
+    assert f"nightly: removed a half-built folder an earlier build left: {left}" in out
+    assert not left.exists() and (tmp_path / "m_torch_dist" / MARKER).is_file()
+
+
+def test_without_a_working_lock_only_leftovers_older_than_the_build_timeout_are_removed(tmp_path):
+    import os
+    import time
+
+    (tmp_path / ".m_torch_dist.lock").mkdir()  # cannot be opened as a file: as a PVC without locks
+    old, fresh = tmp_path / ".m_torch_dist.partial-old", tmp_path / ".m_torch_dist.partial-new"
+    old.mkdir()
+    fresh.mkdir()
+    os.utime(old, (time.time() - 7200, time.time() - 7200))
+    out = _build_script(tmp_path, "ggg", NIGHTLY_BUILD_TIMEOUT_S="3600").communicate(timeout=60)[0]
+    assert "nightly: cannot lock" in out and "building without a lock" in out
+    assert not old.exists() and fresh.exists(), "a folder younger than the build timeout may be a live build's"
+    assert "nightly: built files=3" in out
+
+
+def test_build_pods_say_their_timeout_so_the_script_knows_which_leftovers_are_dead(kubelet):
+    with serve(kubelet) as server:
+        builder(server, timeout_s=5400).build(MODEL, MODELS, CONVERSION, {}, repo=EXAMPLE)
+    env = {e["name"]: e.get("value") for e in container(server.created[0])["env"]}
+    assert env["NIGHTLY_BUILD_TIMEOUT_S"] == "5400" == str(server.created[0]["spec"]["activeDeadlineSeconds"])

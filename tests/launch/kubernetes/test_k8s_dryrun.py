@@ -63,17 +63,19 @@ def test_every_pod_requests_cpu_and_memory_and_runs_a_digest_pinned_image(night_
             assert "@sha256:" in c["image"] and c["imagePullPolicy"] == "IfNotPresent"
 
 
-def test_gpu_test_pods_start_with_the_preflight_and_only_downloads_get_the_token(night_yaml):
+def test_gpu_pods_test_or_conversion_start_with_the_preflight_and_only_downloads_get_the_token(night_yaml):
+    conversions = 0
     for pod in pods_of(night_yaml[0]):
         labels = pod["metadata"]["labels"]
         env = json.dumps(pod["spec"]["containers"][0]["env"])
         downloads = labels.get("nightly-e2e.io/kind") in ("model", "dataset")
         assert ("HF_TOKEN" in env) == downloads, pod["metadata"]["name"]
         assert "DryRunT0ken" not in json.dumps(pod)
-        if labels["app.kubernetes.io/name"] == "nightly-e2e-test":
-            gpus = int(pod["spec"]["containers"][0]["resources"]["requests"].get("nvidia.com/gpu", 0))
-            inits = [c["name"] for c in pod["spec"].get("initContainers", [])]
-            assert inits == (["preflight"] if gpus else []), pod["metadata"]["name"]
+        gpus = int(pod["spec"]["containers"][0]["resources"]["requests"].get("nvidia.com/gpu", 0))
+        inits = [c["name"] for c in pod["spec"].get("initContainers", [])]
+        assert inits == (["preflight"] if gpus else []), pod["metadata"]["name"]
+        conversions += labels.get("nightly-e2e.io/kind") == "conversion"
+    assert conversions > 0, "the example night converts checkpoints on GPUs"
 
 
 def test_the_nights_digest_replaces_the_pools(night_yaml):
