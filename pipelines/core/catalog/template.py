@@ -19,6 +19,7 @@ import yaml
 from jinja2 import nodes
 
 from pipelines.core.model import Problem
+from pipelines.core.specs_schema import env_name_problem
 
 #: the template's Jinja parts: statements and comments are dropped, expressions become a placeholder
 _JINJA_DROP = re.compile(r"<%.*?%>|<#.*?#>", re.DOTALL)
@@ -370,10 +371,6 @@ def _job_entries(path: str, job: str, config: object, line: int, problems: list[
     return out
 
 
-#: what a matrix key must look like: the job passes it upper-cased as an environment variable
-_ENV_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-
-
 def _entry(path: str, job: str, label: str, cpu: bool, item: object, line: int) -> Entry | Problem:
     """One checked entry, or the first thing wrong with it (the entry is then skipped)."""
     if not isinstance(item, dict):
@@ -396,9 +393,9 @@ def _entry(path: str, job: str, label: str, cpu: bool, item: object, line: int) 
     for key, value in item.items():
         if key in ENTRY_KEYS:
             continue
-        if not isinstance(key, str) or not _ENV_KEY.fullmatch(key):
-            return Problem(path, line, str(key), "not a name an environment variable can have (letters, digits and "
-                                                 "'_', not starting with a digit): the job passes every key as one")
+        bad_name = env_name_problem(key) if isinstance(key, str) else f"{key!r} is not a string"
+        if bad_name:
+            return Problem(path, line, str(key), f"{bad_name}: the job passes every key as one")
         if isinstance(value, dict | list):
             return Problem(path, line, str(key), f"must be a string or number, got {value!r}; "
                                                  "the job passes it as one environment variable, so write one value")

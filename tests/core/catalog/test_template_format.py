@@ -320,11 +320,11 @@ def test_a_matrix_key_no_environment_variable_can_have_is_a_located_problem_not_
     cat = load(tree, files)
     assert [t.id for t in cat.tests] == ["tests/test_ckpt.py"]
     assert [str(p) for p in cat.problems] == [
-        f"{WORKFLOW}:2: a=b: not a name an environment variable can have (letters, digits and '_', not starting "
-        "with a digit): the job passes every key as one",
+        f"{WORKFLOW}:2: a=b: 'a=b' is not a valid environment variable name; use ASCII letters, digits and '_', "
+        "not starting with a digit (e.g. MINIRL_FAIL): the job passes every key as one",
         f"{WORKFLOW}:3: mode: holds a NUL character, which no environment variable can",
-        f"{WORKFLOW}:4: 2nd: not a name an environment variable can have (letters, digits and '_', not starting "
-        "with a digit): the job passes every key as one",
+        f"{WORKFLOW}:4: 2nd: '2nd' is not a valid environment variable name; use ASCII letters, digits and '_', "
+        "not starting with a digit (e.g. MINIRL_FAIL): the job passes every key as one",
     ]
 
 
