@@ -247,6 +247,8 @@ def _execute(night, args, selection, env: dict[str, str], home: Path) -> int:
         print(f"near timeout: {near}")
     _print_calibration(calib, report)
     print(f"dagster runs: {result.run_id} (night), {calib.run_id} (calibration); `make ui` to browse")
+    for line in verdict_lines(summary, night.state):
+        print(line)
     verdict = summary.get("verdict") or {}
     for tid in verdict.get("excused_quarantined", ()):
         print(f"note: {tid} failed but is quarantined as flaky (`nightly quarantine list`); it does not fail the night")
@@ -270,6 +272,27 @@ def makespan_line(summary: dict, whole_s: float) -> str:
             f"{summary['lower_bound_s']:.1f}s (from predicted durations)"
             + (f", lower bound from actual durations {bound:.1f}s" if bound is not None else "")
             + f"; whole night {whole_s:.1f}s")
+
+
+#: log lines shown under each test that did not pass (the report page shows more)
+VERDICT_TAIL_LINES = 5
+
+
+def verdict_lines(summary: dict, store=None) -> list[str]:
+    """The night's verdict, as the report states it, then one line per test that did not simply pass
+    (why, its node, where its log is) with the log's last lines: a CI job's log must say why the night
+    is red, since the HTML report stays on the runner. ``store``: the state store the logs are read from."""
+    from pipelines.core.report import build_report
+    from pipelines.reporting.inputs import log_tails
+
+    data = build_report(summary, log_tails=log_tails(summary, store) if store is not None else None)
+    lines = [f"verdict: {data.verdict}"]
+    for f in (*data.failures, *data.infra):
+        why = f.classification + (f": {f.reason}" if f.reason and f.reason not in f.classification else "")
+        lines.append(f"{f.outcome.upper()} {f.test_id}: {why}" + (f"; node {f.node}" if f.node else "")
+                     + (f"; log {f.log_path}" if f.log_path else ""))
+        lines += [f"  | {line}" for line in f.log_tail.splitlines()[-VERDICT_TAIL_LINES:]]
+    return lines
 
 
 def held_lines(estimates) -> list[str]:
