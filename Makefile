@@ -1,9 +1,14 @@
 # nightly-e2e: the two commands are `make nightly` (one whole night of the example framework)
 # and `make test` (the test suite). Both install what they need first.
+
+# the interpreter the virtualenv is made with (pyproject.toml's requires-python: 3.11 or 3.12), e.g.
+# `make nightly PY=python3.11` where python3 is another version; its version is part of the stamp, so a
+# different PY makes the virtualenv again with it
 PY      ?= python3
+PY_VERSION := $(shell $(PY) -c 'import sys; print("%d.%d.%d" % sys.version_info[:3])' 2>/dev/null)
 VENV    := .venv
 BIN     := $(VENV)/bin
-STAMP   := $(VENV)/.installed-$(shell cat requirements.lock build-constraints.lock pyproject.toml | cksum | cut -d' ' -f1)
+STAMP   := $(VENV)/.installed-py$(PY_VERSION)-$(shell cat requirements.lock build-constraints.lock pyproject.toml | cksum | cut -d' ' -f1)
 PYTEST_ARGS ?=
 
 .PHONY: install system-deps nightly test test-fast test-fast-lane-a test-fast-lane-b test-loaded ui bench lint clean help
@@ -16,10 +21,13 @@ help:
 	@echo "make ui        open the Dagster UI on the same instance (http://127.0.0.1:3000)"
 	@echo "make bench     print the benchmark figures (bench/)"
 	@echo "make lint      ruff over the package, tests, benchmarks and examples (as make test)"
+	@echo "PY=python3.11  the Python that makes .venv (default python3; 3.11 or 3.12, as pyproject.toml's requires-python)"
 
-# a venv without pip (made by a python3 lacking python3-venv) is made again, not kept forever
+# a $(PY) that requires-python excludes stops here, saying which PY= to pass; a venv without pip (made by
+# a python3 lacking python3-venv) or made by another Python than $(PY) is made again, not kept forever
 $(STAMP): requirements.lock build-constraints.lock pyproject.toml
-	$(BIN)/python -m pip --version >/dev/null 2>&1 || { rm -rf $(VENV); $(PY) -m venv $(VENV) && $(BIN)/python -m pip --version >/dev/null 2>&1 || { rm -rf $(VENV); echo "make: '$(PY) -m venv' failed: install python3-venv (apt-get install python3-venv)" >&2; exit 1; }; }
+	@command -v $(PY) >/dev/null 2>&1 || { echo "make: $(PY) not found: install Python 3.11 (apt-get install python3 python3-venv) or pass PY=/path/to/python3.11" >&2; exit 1; }; $(PY) scripts/check-python.py "$(PY)" "$(MAKECMDGOALS)" pyproject.toml
+	v='import sys; print(sys.version)'; [ "$$($(BIN)/python -c "$$v" 2>/dev/null)" = "$$($(PY) -c "$$v")" ] && $(BIN)/python -m pip --version >/dev/null 2>&1 || { rm -rf $(VENV); $(PY) -m venv $(VENV) && $(BIN)/python -m pip --version >/dev/null 2>&1 || { rm -rf $(VENV); echo "make: '$(PY) -m venv' failed: install python3-venv (apt-get install python3-venv)" >&2; exit 1; }; }
 	$(BIN)/python -m pip install -q --disable-pip-version-check uv==0.13.9
 	$(BIN)/uv pip install -q --python $(BIN)/python -r requirements.lock
 	$(BIN)/uv pip install -q --python $(BIN)/python --no-deps --build-constraint build-constraints.lock -e .
