@@ -6,10 +6,13 @@ as config, the same path a schedule takes, executed in this process on the proje
 (``nightly ui`` shows it); calibration and the report follow in a second run.
 
 Exit status: 0 when every launched test passed and the night had no problems; 1 when a test
-did not pass; 3 when the night had problems (catalog problems, tests no pool runs, nothing
-selected) unless ``--accept-problems``; 4 when the store refused the night's results (they are
-kept under ``<home>/unsaved/<night>/``, with the commands that re-add them); 130 when interrupted
-(running tests are killed and recorded as ``interrupted``, the Dagster run ends CANCELED).
+did not pass (a quarantined flaky test does not count, an infra fault always does) or the
+calibration run failed; 2 when a flag or an input is wrong, or the state folder cannot be written
+(checked first; set NIGHTLY_HOME or --home); 3 when the night had problems (catalog problems,
+tests no pool runs, nothing selected) unless ``--accept-problems``; 4 when the store refused the
+night's results (they are kept under ``<home>/unsaved/<night>/``, with the commands that re-add
+them); 130 when interrupted (running tests are killed and recorded as ``interrupted``, the Dagster
+run ends CANCELED); 141 when the reader of stdout went away (``--list-only | head``).
 """
 
 from __future__ import annotations
@@ -45,7 +48,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--list-only", action="store_true", help="print the plan and stop")
     p.add_argument("--dry-run", action="store_true",
                    help="Kubernetes deployments: print every pod the night would create as multi-document YAML "
-                        "(like kubectl --dry-run=client -o yaml) and stop; no cluster is touched")
+                        "(like kubectl --dry-run=client -o yaml) and stop; nothing is created, but it reads what "
+                        "a night reads first: each pool's image digest, the nodes' GPU driver when a kubeconfig "
+                        "reaches the cluster, and on S3 state (production) the estimates there (S3 read access)")
     p.add_argument("--accept-problems", action="store_true",
                    help="exit 0 despite catalog problems, unplanned tests or an empty selection")
     p.set_defaults(func=run)
