@@ -1,12 +1,20 @@
 # nightly-e2e: the two commands are `make nightly` (one whole night of the example framework)
 # and `make test` (the test suite). Both install what they need first.
+
+# the interpreter the virtualenv is made with (pyproject.toml's requires-python: 3.11 or 3.12), e.g.
+# `make nightly PY=python3.11` where python3 is another version; its version is part of the stamp, so a
+# different PY makes the virtualenv again with it
 PY      ?= python3
+PY_VERSION := $(shell $(PY) -c 'import sys; print("%d.%d.%d" % sys.version_info[:3])' 2>/dev/null)
 VENV    := .venv
 BIN     := $(VENV)/bin
-STAMP   := $(VENV)/.installed-$(shell cat requirements.lock build-constraints.lock pyproject.toml | cksum | cut -d' ' -f1)
+STAMP   := $(VENV)/.installed-py$(PY_VERSION)-$(shell cat requirements.lock build-constraints.lock pyproject.toml | cksum | cut -d' ' -f1)
 PYTEST_ARGS ?=
 
-.PHONY: install system-deps nightly test test-fast test-fast-lane-a test-fast-lane-b test-loaded ui bench lint clean help
+# the local state `make clean-state` removes: $NIGHTLY_HOME when set, else .nightly/ (as `nightly` reads it)
+STATE   := $(or $(NIGHTLY_HOME),.nightly)
+
+.PHONY: install system-deps nightly test test-fast test-fast-lane-a test-fast-lane-b test-loaded ui bench lint clean distclean clean-state help
 
 help:
 	@echo "make nightly   run one whole nightly of examples/minirl on the local default (Dagster, SQLite)"
@@ -16,10 +24,18 @@ help:
 	@echo "make ui        open the Dagster UI on the same instance (http://127.0.0.1:3000)"
 	@echo "make bench     print the benchmark figures (bench/)"
 	@echo "make lint      ruff over the package, tests, benchmarks and examples (as make test)"
+	@echo "make install   the virtualenv .venv only (every target above makes it first)"
+	@echo "make system-deps  Chromium, Nix, PostgreSQL, kubectl, python3-venv (apt) if missing"
+	@echo "make clean     remove caches (.pytest_cache, .ruff_cache); keeps .venv and the nightly state"
+	@echo "make distclean make clean and remove .venv (the next target makes it again)"
+	@echo "make clean-state  DELETE the local nightly state $(STATE)/ (history, quarantine, estimates, nights, logs, Dagster runs)"
+	@echo "PY=python3.11  the Python that makes .venv (default python3; 3.11 or 3.12, as pyproject.toml's requires-python)"
 
-# a venv without pip (made by a python3 lacking python3-venv) is made again, not kept forever
+# a $(PY) that requires-python excludes stops here, saying which PY= to pass; a venv without pip (made by
+# a python3 lacking python3-venv) or made by another Python than $(PY) is made again, not kept forever
 $(STAMP): requirements.lock build-constraints.lock pyproject.toml
-	$(BIN)/python -m pip --version >/dev/null 2>&1 || { rm -rf $(VENV); $(PY) -m venv $(VENV) && $(BIN)/python -m pip --version >/dev/null 2>&1 || { rm -rf $(VENV); echo "make: '$(PY) -m venv' failed: install python3-venv (apt-get install python3-venv)" >&2; exit 1; }; }
+	@command -v $(PY) >/dev/null 2>&1 || { echo "make: $(PY) not found: install Python 3.11 (apt-get install python3 python3-venv) or pass PY=/path/to/python3.11" >&2; exit 1; }; $(PY) scripts/check-python.py "$(PY)" "$(MAKECMDGOALS)" pyproject.toml
+	v='import sys; print(sys.version)'; [ "$$($(BIN)/python -c "$$v" 2>/dev/null)" = "$$($(PY) -c "$$v")" ] && $(BIN)/python -m pip --version >/dev/null 2>&1 || { rm -rf $(VENV); $(PY) -m venv $(VENV) && $(BIN)/python -m pip --version >/dev/null 2>&1 || { rm -rf $(VENV); echo "make: '$(PY) -m venv' failed: install python3-venv (apt-get install python3-venv)" >&2; exit 1; }; }
 	$(BIN)/python -m pip install -q --disable-pip-version-check uv==0.13.9
 	$(BIN)/uv pip install -q --python $(BIN)/python -r requirements.lock
 	$(BIN)/uv pip install -q --python $(BIN)/python --no-deps --build-constraint build-constraints.lock -e .
@@ -79,5 +95,13 @@ bench: install
 lint: install
 	$(BIN)/ruff check pipelines tests bench examples
 
+# build artefacts only: the state folder holds history, manual quarantines with who and why, calibrated
+# estimates and the Dagster instance, which no rebuild brings back (clean-state, by name, removes it)
 clean:
-	rm -rf .nightly .pytest_cache
+	rm -rf .pytest_cache .ruff_cache
+
+distclean: clean
+	rm -rf $(VENV)
+
+clean-state:
+	@[ -e "$(STATE)" ] || { echo "make: no state at $(STATE); nothing to remove"; exit 0; }; ls -A "$(STATE)" | grep -qxE 'history.sqlite|dagster|nights|runs|estimates|calibration|quarantine' || [ -z "$$(ls -A "$(STATE)")" ] || { echo "make: $(STATE) does not look like a nightly state folder (no history.sqlite, dagster/, nights/ ...); not removed" >&2; exit 1; }; echo "make: removing the nightly state $(STATE) (history, quarantine, estimates, nights, logs, Dagster runs)"; rm -rf "$(STATE)"

@@ -27,14 +27,16 @@ def script(path: Path, text: str) -> Path:
     return path
 
 
-def fake_python(path: Path, pip: bool) -> Path:
-    """A python3 whose ``-m venv DIR`` makes DIR/bin/python, with pip or (no python3-venv) without."""
+def fake_python(path: Path, pip: bool, version: str = "3.11.2") -> Path:
+    """A python3 whose ``-m venv DIR`` makes DIR/bin/python, with pip or (no python3-venv) without;
+    both answer ``-c CODE`` with ``version`` (what ``print(sys.version)`` would say)."""
     inner = "exit 0" if pip else 'echo "No module named pip" >&2; exit 1'
     status = 0 if pip else 1  # Debian's: "ensurepip is not available", the venv left without pip
-    return script(path, f"""[ "$1 $2" = "-m venv" ] || exit 1
+    return script(path, f"""[ "$1" = "-c" ] && {{ echo "{version}"; exit 0; }}
+[ "$1 $2" = "-m venv" ] || exit 1
 echo "$3" >> "{path}.made"
 mkdir -p "$3/bin"
-printf '#!/bin/sh\\n{inner}\\n' > "$3/bin/python"
+printf '#!/bin/sh\\n[ "$1" = "-c" ] && {{ echo "{version}"; exit 0; }}\\n{inner}\\n' > "$3/bin/python"
 chmod +x "$3/bin/python"
 exit {status}
 """)
@@ -85,11 +87,12 @@ def venv_step() -> str:
     return line
 
 
-def run_venv_step(tmp_path: Path, pip: bool) -> subprocess.CompletedProcess:
-    py = fake_python(tmp_path / "python3", pip)
+def run_venv_step(tmp_path: Path, pip: bool, version: str = "3.11.2") -> subprocess.CompletedProcess:
+    py = fake_python(tmp_path / "python3", pip, version)
     venv = tmp_path / ".venv"
     line = venv_step().replace("$(BIN)", f"{venv}/bin").replace("$(VENV)", str(venv)).replace("$(PY)", str(py))
-    assert "$(" not in line, line
+    assert not re.search(r"\$\([A-Z_]+\)", line.replace("$$", "")), line  # every make variable replaced
+    line = line.replace("$$", "$")  # make's escape for the shell's $
     return subprocess.run(["bash", "-c", line], capture_output=True, text=True, timeout=60)
 
 
@@ -109,6 +112,64 @@ def test_make_keeps_a_working_venv(tmp_path):
     subprocess.run([tmp_path / "first", "-m", "venv", tmp_path / ".venv"], check=True)
     assert run_venv_step(tmp_path, pip=True).returncode == 0
     assert not (tmp_path / "python3.made").exists()
+
+
+def test_make_remakes_a_venv_made_by_another_python(tmp_path):
+    """`make nightly PY=python3.11` after a python3 of 3.10 made the venv (uv then refused every 3.11-only
+    pin): the old venv has pip, but it is made again with $(PY); the stamp names the interpreter's version,
+    so a different PY reaches this step at all."""
+    fake_python(tmp_path / "old", pip=True, version="3.10.13")
+    subprocess.run([tmp_path / "old", "-m", "venv", tmp_path / ".venv"], check=True)
+    assert run_venv_step(tmp_path, pip=True, version="3.11.2").returncode == 0
+    assert (tmp_path / "python3.made").read_text().split() == [str(tmp_path / ".venv")]
+    assert subprocess.run([tmp_path / ".venv" / "bin" / "python", "-c", "v"], capture_output=True,
+                          text=True).stdout.strip() == "3.11.2"
+    [stamp] = [ln for ln in (PROJECT_ROOT / "Makefile").read_text().splitlines() if ln.startswith("STAMP")]
+    assert "$(PY_VERSION)" in stamp
+
+
+def run_python_check(tmp_path: Path, py: str, requires: str | None = None, on_path: str = "") -> subprocess.CompletedProcess:
+    """The Makefile's first recipe line of the venv step (is $(PY) one requires-python allows?), in a copy
+    of the project whose pyproject.toml requires ``requires`` (None: the real one), for `make nightly`."""
+    [line] = [ln.strip().lstrip("@") for ln in (PROJECT_ROOT / "Makefile").read_text().splitlines()
+              if "scripts/check-python.py" in ln]
+    line = line.replace("$(PY)", py).replace("$(MAKECMDGOALS)", "nightly")
+    assert not re.search(r"\$\([A-Z_]+\)", line), line
+    (tmp_path / "scripts").mkdir(parents=True)
+    os.symlink(PROJECT_ROOT / "scripts" / "check-python.py", tmp_path / "scripts" / "check-python.py")
+    text = (PROJECT_ROOT / "pyproject.toml").read_text()
+    if requires is not None:
+        text = re.sub(r'(?m)^requires-python = ".*"$', f'requires-python = "{requires}"', text)
+    (tmp_path / "pyproject.toml").write_text(text)
+    bin_ = tmp_path / "bin"
+    bin_.mkdir()
+    if on_path:  # another interpreter the machine has, answering the version check
+        minor = on_path.split(".")[1]
+        script(bin_ / on_path, f'echo "3 {minor} 1"\n')
+    return subprocess.run([shutil.which("bash"), "-c", line], cwd=tmp_path, env={"PATH": str(bin_)},
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_make_stops_on_a_python_that_requires_python_excludes_and_names_the_py_to_pass(tmp_path):
+    """python3 is 3.10 (or 3.13) where the project needs >=3.11,<3.13: stop before the venv, not in uv's
+    resolver, and say which PY= to pass (one on PATH that fits, else the one to install)."""
+    import sys
+
+    here = f"{sys.version_info[0]}.{sys.version_info[1]}"
+    nxt = f"python3.{sys.version_info[1] + 1}"
+    needs = f">=3.{sys.version_info[1] + 1},<3.{sys.version_info[1] + 2}"
+    out = run_python_check(tmp_path / "a", sys.executable, needs, on_path=nxt)
+    assert out.returncode == 1
+    assert f"make: {sys.executable} is Python {here}." in out.stderr
+    assert out.stderr.rstrip().endswith(f"this project needs Python {needs} (requires-python in pyproject.toml): "
+                                        f"{nxt} is on PATH: run `make nightly PY={nxt}`"), out.stderr
+    out = run_python_check(tmp_path / "b", sys.executable, needs)
+    assert out.returncode == 1
+    assert out.stderr.rstrip().endswith(f"install {nxt} (Debian: apt-get install {nxt} {nxt}-venv) and run "
+                                        f"`make nightly PY={nxt}`"), out.stderr
+    assert run_python_check(tmp_path / "c", sys.executable).returncode == 0, "the project's own range fits"
+    missing = run_python_check(tmp_path / "d", "python3.99")
+    assert missing.returncode == 1 and "make: python3.99 not found: install Python 3.11" in missing.stderr
 
 
 def test_make_says_to_install_python3_venv_when_the_venv_it_makes_has_no_pip(tmp_path):

@@ -58,7 +58,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--repo", help="framework checkout (a path) or a repo name in assets/repos.yaml "
                                   "(default: its `default`)")
-    p.add_argument("--deployment", help="deployment in assets/cluster.yaml whose pools to use (default: its `default`)")
+    p.add_argument("--deployment", help="deployment in assets/cluster.yaml whose pools to use (default: "
+                                      "$NIGHTLY_DEPLOYMENT, else its `default`)")
     p.add_argument("--pool", action="append", default=[], metavar="NAME=NxG",
                    help="pool NAME with N nodes of G GPUs, replacing the deployment's (e.g. h200=4x8)")
     p.add_argument("--suite", action="append", dest="suites", help="only these suites (a,b)")

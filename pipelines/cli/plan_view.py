@@ -23,6 +23,16 @@ def print_plan(plan: Plan, tests: Mapping[str, Test], skipped: Sequence[Test] = 
         print(f"  {'skip':>5}  {t.id:<48} disabled: {t.disabled}")
     for tid in plan.unplanned:
         print(f"  {'-':>5}  {tid:<48} not planned: {_why_unplanned(tests.get(tid), pools)}")
+    for line in timeout_warnings(plan):
+        print(line)
+
+
+def timeout_warnings(plan: Plan) -> list[str]:
+    """Tests whose expected duration (the median of their history) is past their timeout: the runner will
+    kill them there every night until est_time is calibrated (the plan counts them up to the timeout)."""
+    limits = {a.test_id: a.timeout_s for a in plan.assignments}
+    return [f"warning: {tid}: expected {median:.0f} s > timeout {limits[tid]} s: will time out; run `nightly calibrate`"
+            for tid, median, _p90, _source in plan.expected if 0 < limits.get(tid, 0) < median]
 
 
 def _why_unplanned(t: Test | None, pools: Sequence) -> str:
@@ -198,6 +208,11 @@ def print_text(catalog: Catalog, plan: Plan, pools, tests, skipped, static, chan
                 if a.test_id in guessed:
                     mark += " (no history: est_time / 1.25)"
                 print(f"    {a.priority:>4} {a.start_s:>7.0f} {a.end_s:>7.0f} {a.gpus:>4} {a.timeout_s:>7}  {a.test_id}{mark}")
+    late = timeout_warnings(plan)
+    if late:
+        print()
+        for line in late:
+            print(f"  {line}")
     for line in hardware_summary(plan, pools, tests):
         print(line)
     disabled = [(t, why) for t, why in skipped if not t.enabled]

@@ -6,10 +6,13 @@ as config, the same path a schedule takes, executed in this process on the proje
 (``nightly ui`` shows it); calibration and the report follow in a second run.
 
 Exit status: 0 when every launched test passed and the night had no problems; 1 when a test
-did not pass; 3 when the night had problems (catalog problems, tests no pool runs, nothing
-selected) unless ``--accept-problems``; 4 when the store refused the night's results (they are
-kept under ``<home>/unsaved/<night>/``, with the commands that re-add them); 130 when interrupted
-(running tests are killed and recorded as ``interrupted``, the Dagster run ends CANCELED).
+did not pass (a quarantined flaky test does not count, an infra fault always does) or the
+calibration run failed; 2 when a flag or an input is wrong, or the state folder cannot be written
+(checked first; set NIGHTLY_HOME or --home); 3 when the night had problems (catalog problems,
+tests no pool runs, nothing selected) unless ``--accept-problems``; 4 when the store refused the
+night's results (they are kept under ``<home>/unsaved/<night>/``, with the commands that re-add
+them); 130 when interrupted (running tests are killed and recorded as ``interrupted``, the Dagster
+run ends CANCELED); 141 when the reader of stdout went away (``--list-only | head``).
 """
 
 from __future__ import annotations
@@ -45,7 +48,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--list-only", action="store_true", help="print the plan and stop")
     p.add_argument("--dry-run", action="store_true",
                    help="Kubernetes deployments: print every pod the night would create as multi-document YAML "
-                        "(like kubectl --dry-run=client -o yaml) and stop; no cluster is touched")
+                        "(like kubectl --dry-run=client -o yaml) and stop; nothing is created, but it reads what "
+                        "a night reads first: each pool's image digest, the nodes' GPU driver when a kubeconfig "
+                        "reaches the cluster, and on S3 state (production) the estimates there (S3 read access)")
     p.add_argument("--accept-problems", action="store_true",
                    help="exit 0 despite catalog problems, unplanned tests or an empty selection")
     p.set_defaults(func=run)
@@ -253,6 +258,8 @@ def _execute(night, args, selection, env: dict[str, str], home: Path) -> int:
         print(f"near timeout: {near}")
     _print_calibration(calib, report)
     print(f"dagster runs: {result.run_id} (night), {calib.run_id} (calibration); `make ui` to browse")
+    for line in verdict_lines(summary, night.state):
+        print(line)
     verdict = summary.get("verdict") or {}
     for tid in verdict.get("excused_quarantined", ()):
         print(f"note: {tid} failed but is quarantined as flaky (`nightly quarantine list`); it does not fail the night")
@@ -276,6 +283,27 @@ def makespan_line(summary: dict, whole_s: float) -> str:
             f"{summary['lower_bound_s']:.1f}s (from predicted durations)"
             + (f", lower bound from actual durations {bound:.1f}s" if bound is not None else "")
             + f"; whole night {whole_s:.1f}s")
+
+
+#: log lines shown under each test that did not pass (the report page shows more)
+VERDICT_TAIL_LINES = 5
+
+
+def verdict_lines(summary: dict, store=None) -> list[str]:
+    """The night's verdict, as the report states it, then one line per test that did not simply pass
+    (why, its node, where its log is) with the log's last lines: a CI job's log must say why the night
+    is red, since the HTML report stays on the runner. ``store``: the state store the logs are read from."""
+    from pipelines.core.report import build_report
+    from pipelines.reporting.inputs import log_tails
+
+    data = build_report(summary, log_tails=log_tails(summary, store) if store is not None else None)
+    lines = [f"verdict: {data.verdict}"]
+    for f in (*data.failures, *data.infra):
+        why = f.classification + (f": {f.reason}" if f.reason and f.reason not in f.classification else "")
+        lines.append(f"{f.outcome.upper()} {f.test_id}: {why}" + (f"; node {f.node}" if f.node else "")
+                     + (f"; log {f.log_path}" if f.log_path else ""))
+        lines += [f"  | {line}" for line in f.log_tail.splitlines()[-VERDICT_TAIL_LINES:]]
+    return lines
 
 
 def held_lines(estimates) -> list[str]:

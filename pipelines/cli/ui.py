@@ -11,12 +11,23 @@ from pathlib import Path
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("ui", help="open the Dagster UI on the nightly's instance", description=__doc__)
-    p.add_argument("--port", type=int, default=3000, help="the port the UI listens on (default: 3000)")
+    p.add_argument("--port", type=_port, default=3000, help="the port the UI listens on (default: 3000)")
     p.add_argument("--host", default="127.0.0.1",
                    help="the address the UI listens on (default: 127.0.0.1; 0.0.0.0 for every interface)")
     p.add_argument("--home", type=Path, help="state folder (default: $NIGHTLY_HOME or .nightly/)")
     p.add_argument("--print-command", action="store_true", help="print the command instead of running it")
     p.set_defaults(func=run)
+
+
+def _port(text: str) -> int:
+    """A TCP port (1 to 65535): dagster-webserver takes 99999 without a word and never listens."""
+    try:
+        port = int(text)
+    except ValueError:
+        port = 0
+    if not 1 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a TCP port; give one from 1 to 65535, e.g. --port 3001")
+    return port
 
 
 def command(port: int, host: str) -> list[str]:

@@ -285,10 +285,11 @@ class Specs:
     default_deployment: str
 
     def repo(self, name: str | None = None) -> RepoSpec:
-        name = name or os.environ.get("NIGHTLY_REPO_NAME") or self.default_repo
+        name, said = _chosen(name, "NIGHTLY_REPO_NAME", "--repo", self.default_repo)
         if name not in self.repos:
             raise CatalogError(
-                Problem(str(self.root / "repos.yaml"), 1, "repos", f"unknown repo {name!r}; known: {sorted(self.repos)}")
+                Problem(str(self.root / "repos.yaml"), 1, "repos",
+                        f"unknown repo {name!r}{said[0]}; known: {sorted(self.repos)}{said[1]}")
             )
         return self.repos[name]
 
@@ -311,17 +312,27 @@ class Specs:
         return path, next((s for s in self.repos.values() if s.path.resolve() == path), None)
 
     def deployment(self, name: str | None = None) -> DeploymentSpec:
-        name = name or os.environ.get("NIGHTLY_DEPLOYMENT") or self.default_deployment
+        name, said = _chosen(name, "NIGHTLY_DEPLOYMENT", "--deployment", self.default_deployment)
         if name not in self.deployments:
             raise CatalogError(
                 Problem(
                     str(self.root / "cluster.yaml"),
                     1,
                     "deployments",
-                    f"unknown deployment {name!r}; known: {sorted(self.deployments)}",
+                    f"unknown deployment {name!r}{said[0]}; known: {sorted(self.deployments)}{said[1]}",
                 )
             )
         return self.deployments[name]
+
+
+def _chosen(name: str | None, env: str, flag: str, default: str) -> tuple[str, tuple[str, str]]:
+    """The name asked for (else ``$env``'s, else the file's default) and, when the variable chose it, what
+    an error about it adds: where the name came from and what to do, since the command line never named it."""
+    if name:
+        return name, ("", "")
+    if os.environ.get(env):
+        return os.environ[env], (f" (from ${env})", f"; unset {env} or set it to a known one, or pass {flag}")
+    return default, ("", "")
 
 
 def _pool(name: str, m: PoolModel) -> PoolSpec:

@@ -406,12 +406,19 @@ def estimates_from_evidence(text: str) -> list[Estimate]:
     def num(v: str) -> float | None:
         return float(v) if v else None
 
-    return [Estimate(r["test_id"], r["hardware"], int(r["current_est_time"]), int(r["proposed_est_time"]),
-                     int(r["samples_used"]), r["reason"], num(r["max_s"]), num(r["p90_s"]), num(r["median_s"]),
-                     int(r["stale_samples"] or 0), tuple(r["sources"].split()),
-                     held=int(r["held_est_time"]) if r.get("held_est_time") else None,
-                     in_force=int(r["in_force_est_time"]) if r.get("in_force_est_time") else None)
-            for r in csv.DictReader(io.StringIO(text))]
+    def estimate(r: Mapping[str, str]) -> Estimate:
+        # est_time columns hold the file's value as written (SGLang's 1.5): the catalog plans with it
+        # rounded up and keeps the literal; a kept proposal is that same literal, so it rounds up alike
+        registered = float(r["current_est_time"])
+        current = math.ceil(registered)
+        return Estimate(r["test_id"], r["hardware"], current, math.ceil(float(r["proposed_est_time"])),
+                        int(r["samples_used"]), r["reason"], num(r["max_s"]), num(r["p90_s"]), num(r["median_s"]),
+                        int(r["stale_samples"] or 0), tuple(r["sources"].split()),
+                        held=int(r["held_est_time"]) if r.get("held_est_time") else None,
+                        in_force=int(r["in_force_est_time"]) if r.get("in_force_est_time") else None,
+                        current_literal=None if registered == current else registered)
+
+    return [estimate(r) for r in csv.DictReader(io.StringIO(text))]
 
 
 def stored_estimates(store: StateStore, repo: str, run_id: str | None = None,
@@ -424,7 +431,7 @@ def stored_estimates(store: StateStore, repo: str, run_id: str | None = None,
         return None
     try:
         return estimates_from_evidence(text)
-    except (KeyError, ValueError, TypeError, AttributeError) as exc:  # a short row gives None cells
+    except (KeyError, ValueError, TypeError, AttributeError, OverflowError) as exc:  # a short row gives None cells; inf
         warn(f"{store.uri(key)}: damaged calibration evidence ({type(exc).__name__}: {exc}); not used")
         return None
 

@@ -352,3 +352,27 @@ def test_the_header_says_how_far_the_recent_nights_predictions_were_off(fake_cat
     # +20 % and -10 %: off by 15 % on average, 5 % long; the second night (100 s) ran past its p90 (95 s)
     assert header[-1] == ("  prediction error over the last 2 night(s): makespan off by 15% on average (long by 5%), "
                           "within the p90 on 1/2")
+
+
+def test_a_test_expected_past_its_timeout_is_flagged_and_counted_only_up_to_it(fake_catalog, tmp_path, monkeypatch,
+                                                                                capsys):
+    """History says test_a takes 2000 s; its timeout is 750 s (600 x 1.25 over a 60 s floor): the runner kills it
+    there every night. The plan says so and schedules it for 750 s, as the simulated nights already cut it."""
+    from pipelines.core.history.store import FileHistoryStore
+    from pipelines.core.model import Sample
+
+    monkeypatch.setenv("NIGHTLY_HOME", str(tmp_path / "home"))
+    (tmp_path / "repo").mkdir()
+    (tmp_path / "home").mkdir()
+    FileHistoryStore(tmp_path / "home" / "history.sqlite").append(
+        Sample("tests/test_a.py", "h200", "0" * 64, "passed", 2000.0, f"2026-11-0{day}T01:00:00Z") for day in (1, 2, 3))
+    argv = ["--repo", str(tmp_path / "repo"), "--pool", "h200=1x8", "--timeout-floor", "60"]
+    assert nightly_plan(argv) == 0
+    out = capsys.readouterr().out
+    assert ("warning: tests/test_a.py: expected 2000 s > timeout 750 s: will time out; run `nightly calibrate`"
+            in out)
+    assert "tests/test_b.py: expected" not in out
+    assert nightly_plan([*argv, "--json"]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    # test_c (8 GPUs, 900 / 1.25 = 720 s) then test_a cut at 750 s beside test_b (240 s); not 720 + 2000
+    assert plan["makespan_s"] == 1470.0

@@ -135,3 +135,34 @@ def test_the_end_of_night_line_calls_the_plans_bound_the_plans_beside_the_bound_
     assert makespan_line(summary, 120.0) == (
         "predicted makespan 112.0s, actual 107.6s, plan's lower bound 109.7s (from predicted durations), "
         "lower bound from actual durations 103.5s; whole night 120.0s")
+
+
+def test_a_red_night_ends_with_its_verdict_and_each_failures_reason_and_log(tmp_path, capsys):
+    """In a CI job the HTML report stays on the runner: the job's log itself must say why the night is
+    red (the verdict, the reason, where the log is and its last lines)."""
+    from pipelines.cli.run import verdict_lines
+    from pipelines.storage.state import LocalStateStore
+
+    night, sft = "2026-12-05T060947Z-9373949f", "tests/e2e/megatron/test_sft_math.py"
+    log = tmp_path / "logs" / night / "tests%2Fe2e%2Fmegatron%2Ftest_sft_math.py.attempt1.log"
+    log.parent.mkdir(parents=True)
+    log.write_text("# nightly: attempt 1\n[minirl] test_sft_math: failing on purpose because MINIRL_FAIL names it\n")
+
+    def attempt(test: str, outcome: str, **more) -> dict:
+        return {"test_id": test, "outcome": outcome, "elapsed_s": 0.8, "started_at": "2026-12-05T06:09:47+00:00",
+                "node": "local-h200-0", "attempt": 1, **more}
+
+    summary = {"night": night, "run_id": "9373949f", "selected": [sft, "tests/e2e/fsdp/t.py"], "attempts": [
+        attempt(sft, "failed", reason="SystemExit(1)", exit_code=1, log_path=str(log)),
+        attempt("tests/e2e/fsdp/t.py", "passed", exit_code=0)],
+        "verdict": {"ok": False, "failed": [sft], "excused_quarantined": [], "infra": [], "bad_nodes": [],
+                    "interrupted": []}}
+    assert verdict_lines(summary, LocalStateStore(tmp_path)) == [
+        "verdict: FAILED: 1 test(s) failed",
+        f"FAILED {sft}: test failure (exit 1): SystemExit(1); node local-h200-0; log {log}",
+        "  | # nightly: attempt 1",
+        "  | [minirl] test_sft_math: failing on purpose because MINIRL_FAIL names it",
+    ]
+    green = {**summary, "attempts": summary["attempts"][1:], "selected": ["tests/e2e/fsdp/t.py"],
+             "verdict": {**summary["verdict"], "ok": True, "failed": []}}
+    assert verdict_lines(green, LocalStateStore(tmp_path)) == ["verdict: OK: every test passed"]

@@ -314,3 +314,21 @@ def test_a_kueue_queue_must_be_a_valid_label_value_and_queue_name(project_root, 
               h200: {nodes: 1, gpus_per_node: 8, queue: "H200 nightly"}
     """)
     assert ":4: deployments.local.pools.h200.queue: 'H200 nightly' is not a Kueue LocalQueue name" in text
+
+
+@pytest.mark.parametrize(("variable", "command", "file", "flag"), [
+    ("NIGHTLY_REPO_NAME", ["catalog"], "repos.yaml", "--repo"),
+    ("NIGHTLY_DEPLOYMENT", ["run", "--list-only"], "cluster.yaml", "--deployment"),
+])
+def test_an_unknown_name_from_the_environment_names_the_variable(project_root, tmp_path, monkeypatch, capsys,
+                                                                 variable, command, file, flag):
+    """The command line never said 'nosuch': the error says which variable did, and what to do about it."""
+    from pipelines.cli import main
+
+    monkeypatch.setenv("NIGHTLY_HOME", str(tmp_path))
+    monkeypatch.setenv(variable, "nosuch")
+    assert main(command) == 2
+    err = capsys.readouterr().err
+    assert f"{project_root / 'assets' / file}:1: " in err
+    assert f"'nosuch' (from ${variable}); known: " in err
+    assert f"; unset {variable} or set it to a known one, or pass {flag}" in err

@@ -78,6 +78,8 @@ def test_nightly_run_records_the_env_digest_on_the_night_and_its_samples(tmp_pat
                             "MINIRL_FAIL=test_lora_math", "--env", f"A_TOKEN={SECRET}"],
                            cwd=PROJECT_ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert night.returncode == 1, night.stdout[-2000:] + night.stderr[-2000:]
+    assert "verdict: FAILED: 1 test(s) failed" in night.stdout  # a CI job's log says why the night is red
+    assert "failing on purpose because MINIRL_FAIL names it" in night.stdout, night.stdout[-2000:]
     digest = env_digest([("MINIRL_FAIL", "test_lora_math"), ("A_TOKEN", SECRET)])
     [record] = (home / "runs").glob("*.json")
     assert json.loads(record.read_text())["env"] == digest

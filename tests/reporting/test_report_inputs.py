@@ -134,6 +134,23 @@ def test_the_report_reuses_calibrations_evidence_csv(tmp_path):
     assert stored_estimates(store, "minirl") is None, "an unreadable CSV means: calibrate again"
 
 
+def test_an_sglang_fractional_est_time_reads_back_from_the_evidence_csv_calibration_wrote(tmp_path):
+    """SGLang registers est_time=1.5: the evidence CSV writes it as the file does (1.5), and the report
+    must read it back (the catalog's 2 s rounded up, the literal kept), not call the CSV damaged."""
+    from pipelines.core.calibrate import evidence_csv
+    from pipelines.core.model import Estimate
+    from pipelines.reporting.inputs import evidence_key, stored_estimates
+
+    kept = Estimate("test/registered/cpu/test_tokenizer.py", "cpu", 2, 2, 1, "kept", current_literal=1.5)
+    moved = Estimate("test/registered/cpu/test_b.py", "cpu", 13, 40, 3, "p90", current_literal=12.5)
+    whole = Estimate("test/registered/cpu/test_c.py", "cpu", 0, 5, 3, "p90")
+    store = LocalStateStore(tmp_path)
+    store.put(evidence_key("sglangish", "run-1"), evidence_csv([kept, moved, whole]))
+    warnings = []
+    assert stored_estimates(store, "sglangish", "run-1", warn=warnings.append) == [kept, moved, whole]
+    assert warnings == []
+
+
 def test_a_held_proposal_reads_back_with_the_est_time_in_force_and_the_page_names_it_as_calibrate_does():
     """Registered 3 s, 10 s in force (accepted earlier), 20 s held: nightly calibrate says 10 -> 20."""
     from pipelines.core.calibrate import evidence_csv

@@ -144,10 +144,12 @@ def make_plan(tests: Sequence[Test], pools: Sequence[PoolSpec], *, timeout_floor
         group = sorted(unsorted, key=lambda t: t.id)  # the plan never depends on the input's order
         pool = as_pool(specs[name])
         model = medians(group, durations) if durations is not None else None
-        durs = [model[t.id].median_s if model else float(t.est_time) for t in group]
+        timeouts = [effective_timeout(t.est_time, timeout_floor_s, timeout_factor) for t in group]
+        # a test runs no longer than its timeout (the runner kills it there), as the simulated nights cut it
+        durs = [min(model[t.id].median_s, float(limit)) if model else float(t.est_time)
+                for t, limit in zip(group, timeouts, strict=True)]
         spread = [model[t.id].sigma for t in group] if model else sigma
         gpus = [t.gpus for t in group]
-        timeouts = [effective_timeout(t.est_time, timeout_floor_s, timeout_factor) for t in group]
         keys = [model[t.id].quantile(ORDER_Z) for t in group] if model else durs
         order = wide_first(group, model) if model else lpt_order(keys, gpus, [t.id for t in group])
         lb = lower_bound(zip(durs, gpus, strict=True), pool)

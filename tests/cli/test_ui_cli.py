@@ -1,0 +1,22 @@
+"""`nightly ui`: the flags are checked before the Dagster UI is started."""
+
+from __future__ import annotations
+
+import pytest
+
+from pipelines.cli import main
+
+
+@pytest.mark.parametrize("port", ["0", "65536", "99999", "-1", "http"])
+def test_a_port_outside_1_to_65535_is_a_flag_error(tmp_path, capsys, port):
+    """dagster-webserver said 'Serving on :99999' and never listened; argparse now stops it (exit 2)."""
+    with pytest.raises(SystemExit) as exit_:
+        main(["ui", "--home", str(tmp_path), "--print-command", "--port", port])
+    assert exit_.value.code == 2
+    assert f"argument --port: {port!r} is not a TCP port; give one from 1 to 65535" in capsys.readouterr().err
+    assert not (tmp_path / "dagster").exists()
+
+
+def test_a_port_in_range_reaches_the_command(tmp_path, capsys):
+    assert main(["ui", "--home", str(tmp_path), "--print-command", "--port", "65535"]) == 0
+    assert "-p 65535" in capsys.readouterr().out
