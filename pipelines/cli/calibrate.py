@@ -25,6 +25,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from pipelines.cli import flags
 from pipelines.cli import history as history_cli
 
 
@@ -36,8 +37,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="default: the repo's calibration.policy in assets/repos.yaml, else its framework family's "
                         "(SGLang: p90 of the newest 16 passes within 7 days; otherwise bucket125); another policy keeps the "
                         "repo's accept: list, guards and raise_on_timeout, and uses its own window and samples")
-    p.add_argument("--evidence", metavar="FILE", help="write the evidence CSV here")
-    p.add_argument("--patch", metavar="FILE", help="write the unified diff here (apply with `git apply FILE`)")
+    p.add_argument("--evidence", type=flags.path_text, metavar="FILE", help="write the evidence CSV here")
+    p.add_argument("--patch", type=flags.path_text, metavar="FILE", help="write the unified diff here (apply with `git apply FILE`)")
     p.add_argument("--write", action="store_true",
                    help="rewrite the est_time literals in the checkout, and store the proposals where the next "
                         "night plans from (the deployment's estimates/<repo>.json; a template test's only place)")

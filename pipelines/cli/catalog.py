@@ -19,6 +19,7 @@ import json
 import sys
 from pathlib import Path
 
+from pipelines.cli import flags
 from pipelines.core.model import Catalog, CatalogError, Test
 from pipelines.core.select import CADENCES, Selection, SelectionError, select, split_csv
 
@@ -29,7 +30,7 @@ _HEADER = ("id", "backend", "suite", "gpus", "est_time", "labels", "nightly", "d
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("catalog", help="list the registered tests of a framework repository",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--repo", type=Path, help="framework checkout (default: the default repo of assets/repos.yaml)")
+    p.add_argument("--repo", type=flags.path, help="framework checkout (default: the default repo of assets/repos.yaml)")
     p.add_argument("--suite", action="append", dest="suites", metavar="S", help="only this suite (repeatable)")
     p.add_argument("--roots", action="append", metavar="DIR,DIR",
                    help="folders holding the test files (default: assets/repos.yaml, else the dialect's runner's)")

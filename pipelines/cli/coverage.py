@@ -23,6 +23,7 @@ import subprocess
 from collections.abc import Sequence
 from pathlib import Path
 
+from pipelines.cli import flags
 from pipelines.cli.flags import FlagError
 from pipelines.core.coverage import (
     Catalogued,
@@ -45,8 +46,8 @@ from pipelines.core.coverage import (
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("coverage", help="check that sibling tests' matrices cover every required cell; design matrices",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--repo", help="framework checkout (a path) or a repo name in assets/repos.yaml (default: its `default`)")
-    p.add_argument("--groups", type=Path, metavar="FILE", help="groups file (default: assets/coverage.yaml)")
+    p.add_argument("--repo", type=flags.path_text, help="framework checkout (a path) or a repo name in assets/repos.yaml (default: its `default`)")
+    p.add_argument("--groups", type=flags.path, metavar="FILE", help="groups file (default: assets/coverage.yaml)")
     p.add_argument("--against", metavar="REV", help="report the cells covered at git revision REV and no longer covered")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(func=run)

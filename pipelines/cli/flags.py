@@ -5,11 +5,16 @@
 default (the repo's ``timeout.floor_s``), one range (the one assets/repos.yaml accepts) and one
 help text; a value outside it is a :class:`FlagError`, which the dispatcher prints as
 ``--flag: what is wrong; how to fix`` with exit status 2.
+
+Path flags (``--home``, ``--repo``, ``--out`` ...) take :func:`path` or :func:`path_text` as their
+``type``: an empty value (``--home=``, ``--home "$UNSET_VAR"``) would otherwise be ``Path("")``, the
+current folder, and a night would write its state into whatever checkout it was started from.
 """
 
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from pipelines.core.model import MAX_EST_TIME_S, timeout_floor_problem
 
@@ -46,3 +51,21 @@ def _int_or_text(text: str) -> int | str:
         return int(text)
     except ValueError:
         return text
+
+
+_EMPTY = "empty path; give a folder or file, or leave the flag out for its default"
+
+
+def path(text: str) -> Path:
+    """``type=`` of a flag naming a folder or file: an empty value is a usage error (exit 2)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError(_EMPTY)
+    return Path(text)
+
+
+def path_text(text: str) -> str:
+    """``type=`` of a path flag the command keeps as text (``--repo``: a repo name in assets/repos.yaml
+    or a checkout path): an empty value is a usage error (exit 2)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError(_EMPTY)
+    return text

@@ -27,6 +27,7 @@ from collections import Counter
 from datetime import UTC, datetime
 from pathlib import Path
 
+from pipelines.cli import flags
 from pipelines.core.model import Catalog, CatalogError, Problem
 from pipelines.core.specs import DEFAULT_ASSETS_DIR, RepoSpec, Specs
 
@@ -51,13 +52,13 @@ def open_store(store: Path | None, deployment: str | None = None, home: Path | N
 
 def add_common(p: argparse.ArgumentParser, repo: bool = True) -> None:
     where = p.add_mutually_exclusive_group()
-    where.add_argument("--store", type=Path, help="a history file to use instead of the deployment's store")
+    where.add_argument("--store", type=flags.path, help="a history file to use instead of the deployment's store")
     where.add_argument("--deployment", help="deployment in assets/cluster.yaml whose history this is: "
                                         "<home>/history.sqlite, or S3 with `storage: s3` (default: "
                                         "$NIGHTLY_DEPLOYMENT, else local)")
-    p.add_argument("--home", type=Path, help="state folder of a local deployment (default: $NIGHTLY_HOME or .nightly/)")
+    p.add_argument("--home", type=flags.path, help="state folder of a local deployment (default: $NIGHTLY_HOME or .nightly/)")
     if repo:
-        p.add_argument("--repo", help="framework checkout (a path, or a repo name in assets/repos.yaml; "
+        p.add_argument("--repo", type=flags.path_text, help="framework checkout (a path, or a repo name in assets/repos.yaml; "
                                       "default: the assets default repo)")
 
 

@@ -21,6 +21,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from pipelines.cli import flags
 from pipelines.cli.flags import FlagError, add_timeout_floor, timeout_floor
 from pipelines.cli.plan_gantt import gantt_path, write_gantt
 from pipelines.cli.plan_view import (
@@ -56,7 +57,7 @@ EXIT_NOTHING_SELECTED = 3
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("plan", help="pack the selected tests onto the GPU pools and show the schedule",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--repo", help="framework checkout (a path) or a repo name in assets/repos.yaml "
+    p.add_argument("--repo", type=flags.path_text, help="framework checkout (a path) or a repo name in assets/repos.yaml "
                                   "(default: its `default`)")
     p.add_argument("--deployment", help="deployment in assets/cluster.yaml whose pools to use (default: "
                                       "$NIGHTLY_DEPLOYMENT, else its `default`)")
@@ -76,7 +77,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_timeout_floor(p)
     p.add_argument("--no-improve", action="store_true", help="plain longest-first list schedule only")
     p.add_argument("--json", action="store_true", help="print the plan as JSON")
-    p.add_argument("--gantt", type=Path, metavar="FILE",
+    p.add_argument("--gantt", type=flags.path, metavar="FILE",
                    help="write a Gantt chart of the plan to FILE (.png, .svg or .pdf; no suffix: .png); "
                         "creates FILE's folder, not folders above it")
     p.set_defaults(func=run)

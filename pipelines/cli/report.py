@@ -20,6 +20,7 @@ import webbrowser
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from pipelines.cli import flags
 from pipelines.cli.flags import FlagError
 from pipelines.core.model import CatalogError
 from pipelines.storage.state import StateError
@@ -35,8 +36,8 @@ def default_home() -> Path:
 
 
 def add_common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--home", type=Path, help="state folder (default: $NIGHTLY_HOME or .nightly/)")
-    p.add_argument("--repo", help="a repo name in assets/repos.yaml (default: its `default`) or any checkout path")
+    p.add_argument("--home", type=flags.path, help="state folder (default: $NIGHTLY_HOME or .nightly/)")
+    p.add_argument("--repo", type=flags.path_text, help="a repo name in assets/repos.yaml (default: its `default`) or any checkout path")
     p.add_argument("--deployment", help="deployment in assets/cluster.yaml: where history and the state (night "
                                         "summaries, reports, quarantine file) live (default: "
                                         "$NIGHTLY_DEPLOYMENT, else local)")
@@ -48,10 +49,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_common(p)
     p.add_argument("--night", metavar="ID", help="the night to report: its name in <home>/nights/ or a run id "
                                                  "(runs/<id>.json) (default: the newest night)")
-    p.add_argument("--out", type=Path, metavar="FILE", help="write the page here (default: <home>/reports/<night>.html)")
+    p.add_argument("--out", type=flags.path, metavar="FILE", help="write the page here (default: <home>/reports/<night>.html)")
     p.add_argument("--open", action="store_true", help="open the page in the default browser")
     p.add_argument("--json", action="store_true", help="print every section as JSON and write no page")
-    p.add_argument("--screenshot", type=Path, metavar="PNG", help="also save a screenshot of the page (headless Chromium)")
+    p.add_argument("--screenshot", type=flags.path, metavar="PNG", help="also save a screenshot of the page (headless Chromium)")
     p.add_argument("--uncovered", action="append", default=[], metavar="CELL",
                    help="also list this matrix cell as uncovered (repeatable); the cells the repo's declared "
                         "coverage groups leave uncovered are listed anyway")

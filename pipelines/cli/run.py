@@ -24,6 +24,7 @@ import sys
 import time
 from pathlib import Path
 
+from pipelines.cli import flags
 from pipelines.cli.flags import FlagError, add_timeout_floor, timeout_floor
 from pipelines.core.select import CADENCES, Selection, split_csv, why_nothing
 
@@ -38,9 +39,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "ones, weekly and release run all")
     p.add_argument("--labels", action="append", help="only tests with one of these labels (a,b)")
     p.add_argument("--suite", action="append", dest="suites", help="only these suites")
-    p.add_argument("--repo", help="a repo name in assets/repos.yaml (default: its `default`) or any checkout path")
+    p.add_argument("--repo", type=flags.path_text, help="a repo name in assets/repos.yaml (default: its `default`) or any checkout path")
     p.add_argument("--deployment", help="deployment in assets/cluster.yaml (default: $NIGHTLY_DEPLOYMENT, else local)")
-    p.add_argument("--home", type=Path, help="state folder (default: $NIGHTLY_HOME or .nightly/)")
+    p.add_argument("--home", type=flags.path, help="state folder (default: $NIGHTLY_HOME or .nightly/)")
     p.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
                    help="extra environment for every test (e.g. MINIRL_FAIL=test_grpo); only the names reach "
                         "Dagster's run storage, the values stay in this process")

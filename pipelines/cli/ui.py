@@ -6,7 +6,8 @@ import argparse
 import os
 import shutil
 import sys
-from pathlib import Path
+
+from pipelines.cli import flags
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -14,7 +15,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--port", type=_port, default=3000, help="the port the UI listens on (default: 3000)")
     p.add_argument("--host", default="127.0.0.1",
                    help="the address the UI listens on (default: 127.0.0.1; 0.0.0.0 for every interface)")
-    p.add_argument("--home", type=Path, help="state folder (default: $NIGHTLY_HOME or .nightly/)")
+    p.add_argument("--home", type=flags.path, help="state folder (default: $NIGHTLY_HOME or .nightly/)")
     p.add_argument("--print-command", action="store_true", help="print the command instead of running it")
     p.set_defaults(func=run)
 

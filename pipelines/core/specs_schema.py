@@ -36,6 +36,8 @@ POLICIES = tuple(POLICY_DEFAULTS)
 
 def env_problem(value: str) -> str | None:
     """Why an env template cannot be filled, or None."""
+    if "\0" in value:  # else Popen refuses it at night, for every test of the repo
+        return "holds a NUL character (\\0), which no process environment can carry; remove it"
     try:
         names = [name for _, name, _, _ in string.Formatter().parse(value) if name is not None]
     except ValueError as exc:
@@ -188,9 +190,21 @@ class RepoModel(_Strict):
         return self
 
 
+_REPO_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+
+
+def _repo_name(name: str) -> str:
+    """A repo's name names its state (``estimates/<repo>.json``, ``quarantine/<repo>.json``): no '/',
+    no leading '.', no space."""
+    if not _REPO_NAME.fullmatch(name):
+        raise ValueError(f"{name!r} is not a usable repo name; use letters, digits, '-', '_' and '.', starting with "
+                         "a letter or digit (e.g. megatron-lm): it names the repo's state files")
+    return name
+
+
 class ReposFile(_Strict):
     default: str | None = None
-    repos: dict[str, RepoModel] = {}
+    repos: dict[Annotated[str, AfterValidator(_repo_name)], RepoModel] = {}
 
     @model_validator(mode="after")
     def _default_is_known(self) -> ReposFile:

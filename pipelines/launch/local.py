@@ -272,11 +272,15 @@ class LocalLauncher:
                   .encode())
         log.flush()
         t0 = time.monotonic()
+        argv = self.argv(request, result_path)
         try:
-            proc = subprocess.Popen(self.argv(request, result_path), cwd=request.repo_path, env=env,
+            refused = _refused_by_the_os(env, argv, dict(request.test.env))
+            if refused:
+                raise ValueError(refused)
+            proc = subprocess.Popen(argv, cwd=request.repo_path, env=env,
                                     stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                     start_new_session=True, pass_fds=held.fds)
-        except OSError as exc:
+        except (OSError, ValueError) as exc:  # this test's, not the night's: the others still run
             log.write(f"# nightly: could not start the test: {exc}\n".encode())
             log.close()
             record.unlink(missing_ok=True)
@@ -440,6 +444,24 @@ def _result_lost(log_path: Path, result_path: Path) -> str:
         return ""
     said = why_result_not_written(end, str(result_path))
     return f"it said: {said}" if said else ""
+
+
+def _refused_by_the_os(env: dict[str, str], argv: list[str], test_env: dict[str, str]) -> str:
+    """Why the OS cannot start a process with ``env`` and ``argv`` ("" when it can): a variable name
+    that is empty or holds '=' or NUL, or a NUL in a value or an argument. Popen says only "illegal
+    environment variable name"; this names the variable and where it came from."""
+    for name, value in env.items():
+        if not name or "=" in name or "\0" in name:
+            why = "a name must be non-empty without '=' or NUL"
+        elif "\0" in value:
+            why = "its value holds a NUL character"
+        else:
+            continue
+        whose = ("the test's own env (its matrix entry or registration)" if name in test_env
+                 else "the night's env (repos.yaml env: or --env)")
+        return f"environment variable {name!r} from {whose} cannot be set: {why}"
+    bad = next((arg for arg in argv if "\0" in arg), None)
+    return f"argument {bad!r} holds a NUL character" if bad is not None else ""
 
 
 def _lock_problem(lock_dir: Path, exc: OSError) -> str:

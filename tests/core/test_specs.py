@@ -82,6 +82,27 @@ def test_env_placeholders_and_requirement_lists_are_checked_on_load(project_root
     assert ":9: repos.fw.requirements.tests/*: expected a list of requirement keys, got 'Qwen3-0.6B'" in text
 
 
+def test_a_nul_in_an_env_value_is_a_located_error_not_a_crash_at_night(project_root, tmp_path):
+    d = _copy(project_root, tmp_path)
+    (d / "repos.yaml").write_text('repos:\n  fw:\n    path: .\n    env:\n      OK: "a"\n      BAD: "x\\0y"\n')
+    with pytest.raises(CatalogError) as exc:
+        load_specs(d)
+    text = str(exc.value)
+    assert ":6: repos.fw.env.BAD: holds a NUL character (\\0), which no process environment can carry" in text
+    assert "env.OK" not in text
+
+
+@pytest.mark.parametrize("name", ["../../evil", "a/b", ".hidden", "", "my repo"])
+def test_a_repo_name_that_cannot_name_its_state_files_is_a_located_error(project_root, tmp_path, name):
+    d = _copy(project_root, tmp_path)
+    (d / "repos.yaml").write_text(f'default: "{name}"\nrepos:\n  ok-1.x_y: {{path: .}}\n  "{name}":\n    path: .\n')
+    with pytest.raises(CatalogError) as exc:
+        load_specs(d)
+    text = str(exc.value)
+    assert f"repos.yaml:4: repos.{name}: {name!r} is not a usable repo name; use letters, digits" in text
+    assert "ok-1.x_y" not in text.partition("use letters")[0]
+
+
 def _errors(project_root, tmp_path, name: str, text: str) -> str:
     d = _copy(project_root, tmp_path)
     (d / name).write_text(textwrap.dedent(text))

@@ -344,3 +344,23 @@ def test_a_launchers_file_that_cannot_be_made_is_a_warning_and_the_gpu_test_stil
         attempt = LocalLauncher(tmp_path / "state").launch(_request(repo, tmp_path, slots=(0,)))
     assert attempt.outcome == "passed", attempt.reason
     assert f"{locks / gpu_slots.LAUNCHERS_FILE}: cannot mark this night as a launcher" in caplog.text
+
+
+@pytest.mark.parametrize(("test_env", "night_env", "named"), [
+    ((("a=b", "x"),), {}, "'a=b'"),                    # a template matrix key turned into a variable
+    ((), {"A=B": "1"}, "'A=B'"),                       # the night's env (repos.yaml env:, --env)
+    ((("GOOD", "nul\0here"),), {}, "'GOOD'"),          # a value Popen cannot pass
+])
+def test_an_environment_the_os_refuses_fails_that_test_only_naming_the_variable(tmp_path, test_env, night_env, named):
+    repo = _repo(tmp_path, """
+        def execute():
+            print("ran")
+    """)
+    test = make_test(id="tests/test_x.py", path="tests/test_x.py", gpus=1, env=test_env)
+    req = LaunchRequest(test=test, repo_path=repo, timeout_s=30, log_path=tmp_path / "logs" / "x.log",
+                        pool="h200", gpu_slots=(0,), env=night_env)
+    attempt = LocalLauncher(tmp_path / "state").launch(req)
+    assert attempt.outcome == "infra_error" and attempt.details["retriable"] == "false"
+    assert named in attempt.reason and "could not start the test" in attempt.reason
+    assert named in Path(attempt.log_path).read_text()
+    assert not list((tmp_path / "state").glob("running/*")), "no running record may say it ran"

@@ -19,7 +19,9 @@ import dataclasses
 import fnmatch
 import functools
 import hashlib
+import re
 from collections.abc import Mapping
+from pathlib import PurePosixPath
 
 from pipelines.core.catalog.assemble import new_test
 from pipelines.core.catalog.ids import variant_problem
@@ -36,6 +38,36 @@ def _key_problem(key: str) -> str | None:
     if "/" in key:
         return "contains '/'"
     return variant_problem(key)
+
+
+#: a Hub id as ``hf download`` takes it: ``org/name``, never an option or a path
+HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+#: what a folder of the asset cache must look like (said by the catalog and by the builds)
+CACHE_PATH_RULE = "not a usable path for a cached asset; use an absolute path under /root, without '..' (e.g. /root/models/NAME)"
+
+
+def hub_id_problem(source: str) -> str | None:
+    """Why ``source`` is not a Hub id a download may fetch, or None. The catalog says it at the test's
+    line, before a night whose build would refuse it (it never reaches ``hf`` or the hub folder)."""
+    if HUB_ID.match(source) and ".." not in source:
+        return None
+    return f"{source!r} is not a Hub id (org/name)"
+
+
+def cache_relpath(container_path: str) -> str | None:
+    """Where a test's container path lives in the asset cache (``/root/models/x`` -> ``models/x``,
+    ``/dev/shm/x`` -> ``dev/shm/x``), or None where it cannot: a relative path, the cache's root itself,
+    or one whose '..' leaves the cache."""
+    parts = PurePosixPath(container_path).parts
+    rel = parts[2:] if parts[:2] == ("/", "root") else parts[1:]
+    if not container_path.startswith("/") or not rel or ".." in rel:
+        return None
+    return "/".join(rel)
+
+
+def cache_path_problem(container_path: str) -> str | None:
+    """Why a download's or conversion's folder cannot be in the asset cache, or None."""
+    return None if cache_relpath(container_path) is not None else f"{container_path!r} is {CACHE_PATH_RULE}"
 
 
 #: convert_checkpoint arguments that only change how the conversion is launched, not what it writes:
@@ -129,6 +161,11 @@ def build_requirements(
             if why:
                 said.append((d.line, "prepare", f"download folder {d.path!r} {why}; it cannot be a key"))
                 continue
+            # a declared entry replaces the inferred source and folder; the build would refuse these
+            why = None if d.key in declared else _download_problem(d.kind, d.source, d.path)
+            if why:
+                said.append((d.line, "prepare", f"{d.kind} {d.key!r}: {why}"))
+                continue
             prev = found.get(d.key)
             params = download_params(d.revision, d.include, d.exclude)
             if prev is not None and (prev.kind, prev.source, prev.path, prev.params) == (d.kind, d.source, d.path, params):
@@ -209,6 +246,15 @@ def build_requirements(
     return out_tests, reqs, problems
 
 
+def _download_problem(kind: str, source: str, path: str) -> str | None:
+    """Why an inferred download could never be built into the cache, or None."""
+    bad = cache_path_problem(path)
+    if bad:
+        return f"download folder {bad}"
+    bad = hub_id_problem(source)
+    return f"{bad}; fix prepare() or declare it in assets/{kind}s.yaml" if bad else None
+
+
 def _conversions(n: Needs, found: dict[str, Requirement], declared: dict[str, Requirement],
                  conv_key: dict[Conversion, str], used: dict[str, Requirement],
                  first_writer: dict[str, tuple[Conversion, str]], test_id: str
@@ -223,6 +269,10 @@ def _conversions(n: Needs, found: dict[str, Requirement], declared: dict[str, Re
         why = _key_problem(key)
         if why:
             said.append((c.line, "convert_checkpoint", f"model name {c.model!r} {why}"))
+            continue
+        why = cache_path_problem(c.path)
+        if why:
+            said.append((c.line, "convert_checkpoint", f"output folder {why}; fix dir_dst"))
             continue
         source = found.get(c.source_model) or declared.get(c.source_model)
         if source is None:

@@ -34,6 +34,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import PurePosixPath
 from typing import Any
 
+from pipelines.core.catalog.requirements import CACHE_PATH_RULE, cache_relpath
 from pipelines.core.specs import DeploymentSpec, PoolSpec
 from pipelines.launch.base import LaunchRequest
 from pipelines.launch.kubernetes.outcomes import MAIN_CONTAINER, TOKEN_ENV
@@ -153,12 +154,12 @@ def pod_env(template: Mapping[str, str], extra: Mapping[str, str] | None = None,
 
 
 def cache_subpath(container_path: str) -> str:
-    """Where a container path lives on the cache PVC (``/root/models/x`` -> ``models/x``)."""
-    parts = PurePosixPath(container_path).parts
-    rel = parts[2:] if parts[:2] == ("/", "root") else parts[1:]
-    if not container_path.startswith("/") or not rel or ".." in rel:
-        raise ValueError(f"{container_path!r}: not a usable path for a cached asset; use an absolute path under /root")
-    return "/".join(rel)
+    """Where a container path lives on the cache PVC (``/root/models/x`` -> ``models/x``); the catalog
+    checks tests' paths by the same rule."""
+    rel = cache_relpath(container_path)
+    if rel is None:
+        raise ValueError(f"{container_path!r}: {CACHE_PATH_RULE}")
+    return rel
 
 
 def cache_mounts(paths: Iterable[str] = (), *, read_only: bool = True) -> list[dict[str, Any]]:

@@ -1,0 +1,69 @@
+"""A test's download or conversion the cache could never build is a catalog problem at its line,
+not an ``infra_error`` at night (pipelines.core.catalog.requirements)."""
+
+from __future__ import annotations
+
+import argparse
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from pipelines.cli import catalog as catalog_cli
+from pipelines.core.catalog.requirements import cache_path_problem, hub_id_problem
+
+
+@pytest.fixture(autouse=True)
+def home(tmp_path_factory, monkeypatch) -> Path:
+    path = tmp_path_factory.mktemp("home")
+    monkeypatch.setenv("NIGHTLY_HOME", str(path))
+    return path
+
+
+def catalog(repo: Path, prepare: str) -> int:
+    """``nightly catalog --strict --repo REPO`` over one test whose prepare() is ``prepare``."""
+    test = repo / "tests/e2e/test_x.py"
+    test.parent.mkdir(parents=True, exist_ok=True)
+    test.write_text('register_cuda_ci(10, "stage-b-2-gpu-h200", labels=["x"])\n'
+                    "def prepare():\n" + textwrap.indent(textwrap.dedent(prepare).strip("\n"), "    ") + "\n")
+    parser = argparse.ArgumentParser(prog="nightly")
+    catalog_cli.register(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["catalog", "--strict", "--repo", str(repo)])
+    return args.func(args)
+
+
+@pytest.mark.parametrize(("prepare", "said"), [
+    ('exec_command("hf download minirl/tiny-lm --local-dir /root/models/../../../tmp/rv_escape")',
+     "tests/e2e/test_x.py:3: prepare: model 'rv_escape': download folder '/root/models/../../../tmp/rv_escape' is "
+     "not a usable path for a cached asset"),
+    ('exec_command("hf download minirl/tiny-lm --local-dir models/tiny-lm")',
+     "tests/e2e/test_x.py:3: prepare: model 'tiny-lm': download folder 'models/tiny-lm' is not a usable path"),
+    ('hf_download_dataset("../../etc/passwd")',
+     "tests/e2e/test_x.py:3: prepare: dataset 'passwd': '../../etc/passwd' is not a Hub id (org/name)"),
+    ('exec_command("hf download --include=x minirl/tiny-lm --local-dir /root/models/tiny-lm")\n'
+     'convert_checkpoint("tiny-lm", "gpt", 1, dir_dst="/../../tmp")',
+     "tests/e2e/test_x.py:4: convert_checkpoint: output folder '/../../tmp/tiny-lm_torch_dist' is not a usable path"),
+])
+def test_a_download_or_conversion_outside_the_cache_is_a_problem_at_its_line(tmp_path, capsys, prepare, said):
+    code = catalog(tmp_path, prepare)
+    err = capsys.readouterr().err
+    assert code == 1, err  # --strict: problems fail the catalog, as they stop a night (exit 3)
+    assert said in err
+
+
+def test_the_usual_downloads_and_conversions_are_no_problem(tmp_path, capsys):
+    code = catalog(tmp_path, """
+        exec_command("hf download minirl/tiny-lm --local-dir /root/models/tiny-lm")
+        hf_download_dataset("minirl/math-toy")
+        convert_checkpoint("tiny-lm", "gpt", 1, dir_dst="/dev/shm")
+    """)
+    assert code == 0, capsys.readouterr().err
+
+
+def test_the_rule_is_the_one_the_builds_apply():
+    assert cache_path_problem("/root/models/x") is None and cache_path_problem("/dev/shm/x_torch_dist") is None
+    for bad in ("/root/../etc", "/root", "/", "models/x", ""):
+        assert cache_path_problem(bad), bad
+    assert hub_id_problem("org/name") is None
+    for bad in ("--local-dir", "org/../x", "../../etc/passwd", "name"):
+        assert hub_id_problem(bad), bad
