@@ -58,6 +58,16 @@ def _env_value(value: str) -> str:
 
 EnvValue = Annotated[str, AfterValidator(_env_value)]
 
+
+def _nul_free(value: str) -> str:
+    if "\0" in value:  # else Popen refuses it at night, in the middle of a build
+        raise ValueError("holds a NUL character (\\0), which no process environment can carry; remove it")
+    return value
+
+
+#: a value passed to a process as is (no placeholders)
+PlainEnvValue = Annotated[str, AfterValidator(_nul_free)]
+
 #: a name every launcher takes: Kubernetes 1.31 refuses a leading digit (the whole pod, on every node),
 #: a shell cannot export a name with '-', '.' or a space
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -319,7 +329,7 @@ class DatasetsFile(_Strict):
 
 class ConversionModel(_Strict):
     command: list[str] = Field(min_length=1)
-    env: dict[EnvName, str] = {}
+    env: dict[EnvName, PlainEnvValue] = {}
 
 
 class CheckpointsFile(_Strict):

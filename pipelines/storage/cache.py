@@ -31,7 +31,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipelines.core.catalog.requirements import LAUNCH_ONLY
+from pipelines.core.catalog.requirements import CACHE_PATH_RULE, LAUNCH_ONLY, cache_relpath, hub_id_problem
 from pipelines.core.model import Requirement
 from pipelines.core.recipe import Recipe, identity, make_recipe, model_identity
 from pipelines.core.specs import ConversionSpec
@@ -88,11 +88,10 @@ class AssetCache:
 
     def host_path(self, container_path: str) -> Path:
         """Where a test's container path lives in this cache (``/root/models/x`` -> ``<cache>/models/x``)."""
-        parts = Path(container_path).parts
-        rel = parts[2:] if parts[:2] == ("/", "root") else parts[1:]
-        if not rel or ".." in rel:
-            raise BuildError(f"{container_path!r}: not a usable path for a cached asset")
-        return self.root.joinpath(*rel)
+        rel = cache_relpath(container_path)  # the catalog's rule, so what it accepts the cache builds
+        if rel is None:
+            raise BuildError(f"{container_path!r}: {CACHE_PATH_RULE}")
+        return self.root.joinpath(*rel.split("/"))
 
     def is_built(self, req: Requirement) -> bool:
         """A completion marker is there (see :meth:`damage` for whether the files still match it)."""
@@ -264,14 +263,12 @@ def _file_problem(req: Requirement, dest: Path, exc: OSError) -> str:
     return f"{req.kind} {req.key}: {dest}: {exc.strerror or exc}{name} ({free} under {where})"
 
 
-HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
-
-
 def check_hub_id(req: Requirement) -> None:
-    """A Hub id is ``org/name``; anything else (an option, a path) never reaches ``hf`` or the hub folder."""
-    if not HUB_ID.match(req.source) or ".." in req.source:
-        raise BuildError(f"{req.kind} {req.key}: {req.source!r} is not a Hub id (org/name); "
-                         f"fix prepare() or declare it in assets/{req.kind}s.yaml")
+    """A Hub id is ``org/name``; anything else (an option, a path) never reaches ``hf`` or the hub folder
+    (the catalog's rule: it says so at the test's line before a night gets here)."""
+    bad = hub_id_problem(req.source)
+    if bad:
+        raise BuildError(f"{req.kind} {req.key}: {bad}; fix prepare() or declare it in assets/{req.kind}s.yaml")
 
 
 def download_args(req: Requirement) -> list[str]:

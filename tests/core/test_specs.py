@@ -327,6 +327,16 @@ def test_a_conversion_env_name_is_checked_too(project_root, tmp_path):
     assert ":4: conversion.env.MY-FLAG: 'MY-FLAG' is not a valid environment variable name" in text
 
 
+def test_a_nul_in_a_conversion_env_value_is_a_located_error(project_root, tmp_path):
+    text = _errors(project_root, tmp_path, "checkpoints.yaml", """\
+        conversion:
+          command: ["{python}", convert.py, "{output}"]
+          env:
+            MODE: "a\\0b"
+    """)
+    assert ":4: conversion.env.MODE: " in text and "NUL" in text
+
+
 def test_a_kueue_queue_must_be_a_valid_label_value_and_queue_name(project_root, tmp_path):
     text = _errors(project_root, tmp_path, "cluster.yaml", """\
         deployments:

@@ -35,6 +35,17 @@ def test_container_paths_map_under_the_cache_root(tmp_path):
         cache.host_path("/root/../etc")
 
 
+@pytest.mark.parametrize("path", ["models/x", "/root", "/root/models/../../etc"])
+def test_the_cache_refuses_every_folder_the_catalog_refuses(tmp_path, path):
+    # one rule (catalog.requirements.cache_relpath): a relative folder used to land under the cache
+    # locally while the catalog and Kubernetes refused it
+    from pipelines.core.catalog.requirements import cache_path_problem
+
+    assert cache_path_problem(path)
+    with pytest.raises(BuildError, match="use an absolute path under /root"):
+        AssetCache(tmp_path / "c").host_path(path)
+
+
 def test_a_model_is_downloaded_once_then_reused(tmp_path, hub):
     cache = AssetCache(tmp_path / "c", hub)
     first = cache.build(MODEL)
