@@ -34,8 +34,10 @@ ENV PYTHONPATH=/opt/nightly-e2e${PYTHONPATH:+:${PYTHONPATH}}
 FROM ${PYTHON_IMAGE} AS code-location
 RUN useradd --system --uid 10001 --create-home --home-dir /home/nightly nightly
 COPY --from=build /opt/venv /opt/venv
+# NIGHTLY_HOME under /tmp, as in the Nix image: the Deployment's root filesystem is read-only and
+# only /tmp and DAGSTER_HOME are writable (k8s/base/code-location.yaml)
 ENV PATH=/opt/venv/bin:${PATH} \
-    NIGHTLY_HOME=/home/nightly/.nightly \
+    NIGHTLY_HOME=/tmp/nightly \
     NIGHTLY_DEPLOYMENT=production
 USER 10001
 WORKDIR /home/nightly

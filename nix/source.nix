@@ -16,31 +16,39 @@ let
         in
         builtins.elem top tops && base != "__pycache__" && base != ".pytest_cache" && base != ".nightly";
     };
+  tops = {
+    # What the Python package build needs: pyproject.toml names README.md as its readme.
+    app = [
+      "pyproject.toml"
+      "README.md"
+      "pipelines"
+      "assets"
+      "examples"
+      "workspace.yaml"
+    ];
+    # What lint and the unit tests read (checks.unit copies it): every top-level path a test outside
+    # tests/nix opens through the project root (tests/nix/test_source_tree.py checks it).
+    tree = [
+      "pyproject.toml"
+      "README.md"
+      "requirements.lock"
+      "build-constraints.lock"
+      "Dockerfile"
+      "workspace.yaml"
+      "Makefile"
+      "pipelines"
+      "tests"
+      "bench"
+      "examples"
+      "assets"
+      "k8s"
+      "docs"
+      "scripts"
+    ];
+  };
 in
 {
-  # What the Python package build needs: pyproject.toml names README.md as its readme.
-  app = pick "nightly-e2e-app-source" [
-    "pyproject.toml"
-    "README.md"
-    "pipelines"
-    "assets"
-    "examples"
-    "workspace.yaml"
-  ];
-  # What lint and the unit tests read.
-  tree = pick "nightly-e2e-source" [
-    "pyproject.toml"
-    "README.md"
-    "requirements.lock"
-    "workspace.yaml"
-    "Makefile"
-    "pipelines"
-    "tests"
-    "bench"
-    "examples"
-    "assets"
-    "k8s"
-    "docs"
-    "scripts"
-  ];
+  inherit tops;
+  app = pick "nightly-e2e-app-source" tops.app;
+  tree = pick "nightly-e2e-source" tops.tree;
 }

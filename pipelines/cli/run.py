@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import shlex
 import sys
 import time
 from pathlib import Path
@@ -169,6 +170,17 @@ def _dry_run(night, runset, plan) -> int:
     return 0
 
 
+def ui_command(home: Path) -> str:
+    """The command that opens this state folder's Dagster UI, as the closing lines name it: ``nightly ui``
+    exists in every install (checkout, ``nix run``, ``result/bin``, the images), ``make ui`` only in a
+    checkout; ``--home`` only when the night's folder is not the one ``nightly ui`` opens by default."""
+    from pipelines.night import default_home
+
+    if home.resolve() == default_home():
+        return "`nightly ui`"
+    return f"`nightly ui --home {shlex.quote(str(home))}`"
+
+
 def _state_where(night, home: Path) -> str:
     """Where the night's state lives: the home folder, or S3 (the folder then only holds scratch)."""
     if night.deployment.storage != "s3":
@@ -189,6 +201,7 @@ def _execute(night, args, selection, env: dict[str, str], home: Path) -> int:
     from pipelines.night import unsaved_folder
 
     os.environ.update(env)  # the run reads the values by name (env_from): they never enter run storage
+    ui = ui_command(home)
     resource = NightlyResource(home=str(home), repo=args.repo or "", deployment=args.deployment or "")
     defs = build_definitions(catalog=night.catalog, nightly=resource)
     instance = open_instance(home)
@@ -224,7 +237,7 @@ def _execute(night, args, selection, env: dict[str, str], home: Path) -> int:
         if summary is not None:
             try:
                 with sigint_for_this_process_only(), interruptions_unlogged():
-                    report = _calibrate(defs, instance, result.run_id)[1]
+                    report = _calibrate(defs, instance, result.run_id, ui)[1]
             except KeyboardInterrupt:  # a second Ctrl-C: stop calibrating, say the same two lines
                 report = None
         if kept is not None:  # its README was said above, by the run
@@ -240,10 +253,10 @@ def _execute(night, args, selection, env: dict[str, str], home: Path) -> int:
               f"{resume}", file=sys.stderr)
         return EXIT_INTERRUPTED
     if summary is None or not result.success:
-        print(f"nightly: the night's run {result.run_id} ended {status}; see `make ui` -> Runs", file=sys.stderr)
+        print(f"nightly: the night's run {result.run_id} ended {status}; see {ui} -> Runs", file=sys.stderr)
     if summary is None:
         return EXIT_TEST_FAILED
-    calib, report = _calibrate(defs, instance, result.run_id)
+    calib, report = _calibrate(defs, instance, result.run_id, ui)
 
     estimates = night.estimates()
     rows = night.report_rows(summary, estimates)  # est_time as the night ran it; proposals from the history it wrote
@@ -257,8 +270,8 @@ def _execute(night, args, selection, env: dict[str, str], home: Path) -> int:
         print(line)
     for near in night.checks(estimates)[1]:
         print(f"near timeout: {near}")
-    _print_calibration(calib, report)
-    print(f"dagster runs: {result.run_id} (night), {calib.run_id} (calibration); `make ui` to browse")
+    _print_calibration(calib, report, ui)
+    print(f"dagster runs: {result.run_id} (night), {calib.run_id} (calibration); {ui} to browse")
     for line in verdict_lines(summary, night.state):
         print(line)
     verdict = summary.get("verdict") or {}
@@ -315,7 +328,7 @@ def held_lines(estimates) -> list[str]:
             for e in estimates if e.held is not None]
 
 
-def _print_calibration(calib, report: str | None) -> None:
+def _print_calibration(calib, report: str | None, ui: str) -> None:
     """Where the calibration put the report, evidence, patch and estimates, as its run recorded them
     (the patch line says when there is nothing to apply); what it did not write is said, not printed as a path."""
     from pipelines.defs.keys import CALIBRATED
@@ -323,10 +336,10 @@ def _print_calibration(calib, report: str | None) -> None:
     mats = calib.asset_materializations_for_node(CALIBRATED.path[-1]) if calib.success else []
     if not mats:
         print(f"calibration: failed (Dagster run {calib.run_id}): no report, evidence, patch or estimates were "
-              "written; its step's error is in `make ui` -> Runs; `nightly calibrate` recomputes the proposals")
+              f"written; its step's error is in {ui} -> Runs; `nightly calibrate` recomputes the proposals")
         return
     meta = {k: v.value for k, v in mats[0].metadata.items()}
-    print(f"report: {report or 'not written (see the calibration run in `make ui` -> Runs)'}")
+    print(f"report: {report or f'not written (see the calibration run in {ui} -> Runs)'}")
     print(f"evidence: {meta['evidence']}\npatch: {meta['patch']}\nestimates: {meta['estimates']}")
 
 
@@ -341,7 +354,7 @@ def _mark_canceled(instance, run_id: str) -> None:
         instance.report_run_canceled(run, "interrupted (SIGINT/SIGTERM) while `nightly run` ran it")
 
 
-def _calibrate(defs, instance, run_id: str):
+def _calibrate(defs, instance, run_id: str, ui: str):
     """The calibration job for the night's run (est_time proposals and its report), in this process:
     (the job's result, the report's location or None). A SIGINT/SIGTERM meanwhile ends the calibration
     run CANCELED and is raised on as KeyboardInterrupt."""
@@ -366,7 +379,7 @@ def _calibrate(defs, instance, run_id: str):
         _mark_canceled(instance, calib_id)
         raise KeyboardInterrupt
     if not calib.success:
-        print(f"nightly: calibration run {calib.run_id} failed; see `make ui` -> Runs", file=sys.stderr)
+        print(f"nightly: calibration run {calib.run_id} failed; see {ui} -> Runs", file=sys.stderr)
         return calib, None
     mats = calib.asset_materializations_for_node("night_report")
     return calib, (mats[0].metadata["report"].value if mats else None)

@@ -121,3 +121,29 @@ def test_the_images_wrapper_folder_is_the_one_every_test_pod_puts_on_a_pythonpat
 def test_local_state_and_virtualenvs_stay_out_of_the_build_context():
     ignored = (PROJECT_ROOT / ".dockerignore").read_text().split()
     assert {".git", ".venv", ".nightly", "**/__pycache__"} <= set(ignored)
+
+
+def _writable(path: str, container: dict) -> bool:
+    """Whether ``path`` can be written in ``container``: under a mount that is not read-only, or
+    anywhere when the root filesystem is writable."""
+    if not container.get("securityContext", {}).get("readOnlyRootFilesystem"):
+        return True
+    return any(path == m["mountPath"] or path.startswith(m["mountPath"].rstrip("/") + "/")
+               for m in container.get("volumeMounts", []) if not m.get("readOnly"))
+
+
+def test_both_images_keep_the_nightly_state_where_the_code_location_deployment_can_write():
+    """The Deployment's root filesystem is read-only: a NIGHTLY_HOME outside its writable mounts
+    (the Dockerfile once had /home/nightly/.nightly) fails the first time anything writes state."""
+    deployment = next(d for d in yaml.safe_load_all((PROJECT_ROOT / "k8s/base/code-location.yaml").read_text())
+                      if d["kind"] == "Deployment")
+    [container] = deployment["spec"]["template"]["spec"]["containers"]
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    env = {e["name"]: e.get("value") for e in container.get("env", [])}
+    docker_env = dict(kv.split("=", 1) for op, a in stages(DOCKERFILE)["code-location"] if op == "ENV"
+                      for kv in shlex.split(a))
+    [nix_home] = re.findall(r'"NIGHTLY_HOME=([^"]+)"', (PROJECT_ROOT / "nix/images.nix").read_text())
+    for image, home in (("Dockerfile", docker_env["NIGHTLY_HOME"]), ("nix/images.nix", nix_home)):
+        home = env.get("NIGHTLY_HOME", home)  # the Deployment's own value would win
+        assert _writable(home, container), f"{image}: NIGHTLY_HOME={home} is read-only in the Deployment"
+    assert docker_env["NIGHTLY_HOME"] == nix_home, "both images keep state in the same place"

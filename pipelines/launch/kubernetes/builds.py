@@ -304,7 +304,7 @@ class ClusterBuilder:
         }
         if gpus > 0:  # as in test pods: a broken node (CUDA Error 802) is an infra outcome, retried elsewhere
             spec["initContainers"] = [preflight_container(self.image, container["imagePullPolicy"], gpus,
-                                                          container["resources"])]
+                                                          container["resources"], needs_wrapper=False)]
         if self.pool.node_selector:
             spec["nodeSelector"] = dict(self.pool.node_selector)
         if self.pool.tolerations:

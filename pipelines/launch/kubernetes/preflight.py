@@ -3,11 +3,14 @@
 Why an init container: its exit code is its own (a test that happens to exit 86 stays a test
 failure), and the test container's clock starts only after it. Why three exit codes: only a
 CUDA failure says the *node* is bad. A tool missing from the image (no ``python3``, no
-``nvidia-smi``, no ``libcuda``) is the image's fault and fails everywhere; a hung ``nvidia-smi``
-is stopped by its own timeout and retried elsewhere without condemning the node.
+``nvidia-smi``, no ``libcuda``, and for test pods no importable ``pipelines.launch.wrapper``) is
+the image's fault and fails everywhere; a hung ``nvidia-smi`` is stopped by its own timeout and
+retried elsewhere without condemning the node. Without the wrapper check, a pool pointed at the
+plain framework image would run every test into ``No module named 'pipelines'`` (exit 1), which
+reads as a test failure.
 
 The script is constant: its inputs are environment variables only (expected GPU count, time
-limit, node name). It prints one ``nightly-preflight: ok {json}`` line with what it saw (GPUs,
+limit, node name, whether the test wrapper must be importable). It prints one ``nightly-preflight: ok {json}`` line with what it saw (GPUs,
 ``/dev/shm`` size) that ``nightly doctor`` reads.
 """
 
@@ -18,7 +21,7 @@ from typing import Any
 PREFLIGHT_CONTAINER = "preflight"
 #: CUDA init failed or the GPU count is wrong: the node is bad (retried elsewhere, counts against the node)
 GPU_UNUSABLE_EXIT = 86
-#: python3, nvidia-smi or libcuda missing: the image is wrong (not retried, the node is not blamed)
+#: python3, nvidia-smi, libcuda or (test pods) the wrapper missing: the image is wrong (not retried, node not blamed)
 TOOL_MISSING_EXIT = 87
 #: nvidia-smi or CUDA init did not answer within the limit (retried elsewhere, the node is not blamed)
 HUNG_EXIT = 88
@@ -60,6 +63,15 @@ def end(code, message):
         with open("/dev/termination-log", "w") as fh:
             fh.write(message[:1000])
     sys.exit(code)
+if os.environ.get("NIGHTLY_PREFLIGHT_WRAPPER") == "1":
+    import importlib.util
+    try:
+        found, why = importlib.util.find_spec("pipelines.launch.wrapper"), "not found"
+    except Exception as exc:  # a package of that name that is not ours, or one that fails to import
+        found, why = None, "%s: %s" % (type(exc).__name__, exc)
+    if found is None:
+        end({TOOL_MISSING_EXIT}, "pipelines.launch.wrapper is not importable (%s; PYTHONPATH=%s): the pool's image must be "
+            "a test-pod image with /opt/nightly-e2e (docs/nix.md), not the plain framework image" % (why, os.environ.get("PYTHONPATH", "")))
 smi = shutil.which("nvidia-smi")
 if not smi:
     end({TOOL_MISSING_EXIT}, "nvidia-smi not found on PATH: the image or the NVIDIA container runtime lacks it")
@@ -102,10 +114,15 @@ VERDICTS = {
 
 
 def preflight_container(image: str, pull_policy: str, gpus: int, resources: dict[str, Any],
-                        timeout_s: int = PREFLIGHT_TIMEOUT_S) -> dict[str, Any]:
-    """The init container: same image and resources as the test (so it sees the same GPUs)."""
+                        timeout_s: int = PREFLIGHT_TIMEOUT_S, *, needs_wrapper: bool = True) -> dict[str, Any]:
+    """The init container: same image and resources as the test (so it sees the same GPUs).
+
+    ``needs_wrapper``: the pod runs ``python3 -m pipelines.launch.wrapper`` (test pods and the
+    doctor's probe of them); build pods run a script of their own and do not need the package.
+    """
     env = [{"name": "NIGHTLY_PREFLIGHT_GPUS", "value": str(gpus)},
            {"name": "NIGHTLY_PREFLIGHT_TIMEOUT_S", "value": str(timeout_s)},
+           {"name": "NIGHTLY_PREFLIGHT_WRAPPER", "value": "1" if needs_wrapper else "0"},
            {"name": "NIGHTLY_NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}]
     return {
         "name": PREFLIGHT_CONTAINER,

@@ -78,9 +78,21 @@ def test_gpu_pods_test_or_conversion_start_with_the_preflight_and_only_downloads
     assert conversions > 0, "the example night converts checkpoints on GPUs"
 
 
+def test_only_test_pods_preflight_checks_the_wrapper_is_in_the_image(night_yaml):
+    """Test pods run ``python3 -m pipelines.launch.wrapper``; build pods run a script of their own."""
+    seen = set()
+    for pod in pods_of(night_yaml[0]):
+        for init in pod["spec"].get("initContainers", []):
+            wanted = pod["metadata"]["labels"]["app.kubernetes.io/name"] == "nightly-e2e-test"
+            env = {e["name"]: e.get("value") for e in init["env"]}
+            assert env["NIGHTLY_PREFLIGHT_WRAPPER"] == ("1" if wanted else "0"), pod["metadata"]["name"]
+            seen.add(wanted)
+    assert seen == {True, False}, "the example night has GPU test pods and GPU build pods"
+
+
 def test_the_nights_digest_replaces_the_pools(night_yaml):
     _, plan, night = night_yaml
     text = render_night_pods(plan, night.deployment, night.request, image_digests={"h200": TONIGHT},
                              **night.pod_settings())
     images = {c["image"] for p in pods_of(text) for c in p["spec"]["containers"]}
-    assert images == {f"ghcr.io/example/rl-framework:nightly@{TONIGHT}"}
+    assert images == {f"ghcr.io/example/rl-framework-nightly-e2e:nightly-0.1.0@{TONIGHT}"}

@@ -131,7 +131,7 @@ def test_any_test_id_becomes_a_valid_label_value(text):
 
 def test_the_image_is_pinned_by_digest_so_if_not_present_is_safe():
     c = container(build_pod(request(), POOL, PRODUCTION))
-    assert c["image"] == f"ghcr.io/example/rl-framework:nightly@{POOL.image_digest}"
+    assert c["image"] == f"ghcr.io/example/rl-framework-nightly-e2e:nightly-0.1.0@{POOL.image_digest}"
     assert c["imagePullPolicy"] == "IfNotPresent"
 
 
@@ -139,7 +139,7 @@ def test_the_nights_digest_wins_and_an_unpinned_tag_is_always_pulled():
     tonight = "sha256:" + "1" * 64
     assert container(build_pod(request(), POOL, PRODUCTION, digest=tonight))["image"].endswith("@" + tonight)
     c = container(build_pod(request(), dataclasses.replace(POOL, image_digest=""), PRODUCTION))
-    assert (c["image"], c["imagePullPolicy"]) == ("ghcr.io/example/rl-framework:nightly", "Always")
+    assert (c["image"], c["imagePullPolicy"]) == ("ghcr.io/example/rl-framework-nightly-e2e:nightly-0.1.0", "Always")
 
 
 def test_the_preflight_is_an_init_container_with_the_same_image_gpus_and_resources():

@@ -24,6 +24,7 @@ from pipelines.launch.kubernetes.preflight import (
     PREFLIGHT_COMMAND,
     TOOL_MISSING_EXIT,
 )
+from tests.conftest import PROJECT_ROOT
 
 FAKE_CUDA = textwrap.dedent("""\
     #include <stdlib.h>
@@ -48,7 +49,8 @@ def driver(tmp_path_factory) -> Path:
     """A folder with nvidia-smi, python3 and (when a C compiler is here) libcuda.so.1."""
     d = tmp_path_factory.mktemp("driver")
     (d / "nvidia-smi").write_text(FAKE_SMI)
-    (d / "python3").write_text(f'#!/bin/sh\nexec "{sys.executable}" "$@"\n')
+    # -S: no site-packages, as in a framework's image, where this project is not installed
+    (d / "python3").write_text(f'#!/bin/sh\nexec "{sys.executable}" -S "$@"\n')
     for f in ("nvidia-smi", "python3"):
         (d / f).chmod(0o755)
     if shutil.which("gcc"):
@@ -57,10 +59,12 @@ def driver(tmp_path_factory) -> Path:
     return d
 
 
-def preflight(driver: Path, gpus: int = 8, path: str | None = None, **env: str) -> subprocess.CompletedProcess:
+def preflight(driver: Path, gpus: int = 8, path: str | None = None, cwd: Path | None = None,
+              **env: str) -> subprocess.CompletedProcess:
     full = {"PATH": path if path is not None else str(driver), "LD_LIBRARY_PATH": str(driver), "NIGHTLY_NODE_NAME": "h200-a",
             "NIGHTLY_PREFLIGHT_GPUS": str(gpus), "NIGHTLY_PREFLIGHT_TIMEOUT_S": "20", **env}
-    return subprocess.run(["/bin/sh", *PREFLIGHT_COMMAND[1:]], capture_output=True, text=True, env=full, timeout=60)
+    return subprocess.run(["/bin/sh", *PREFLIGHT_COMMAND[1:]], capture_output=True, text=True, env=full, timeout=60,
+                          cwd=cwd)
 
 
 needs_cc = pytest.mark.skipif(shutil.which("gcc") is None, reason="needs a C compiler for the fake libcuda")
@@ -103,6 +107,32 @@ def test_a_failing_nvidia_smi_means_the_gpus_are_unusable(driver):
 def test_no_libcuda_is_a_missing_tool(driver, tmp_path):
     out = preflight(driver, LD_LIBRARY_PATH=str(tmp_path))
     assert out.returncode == TOOL_MISSING_EXIT and "cannot load libcuda.so.1" in out.stdout
+
+
+def test_a_framework_image_without_the_wrapper_is_the_images_fault_not_a_test_failure(driver, tmp_path):
+    """The plain framework image (no /opt/nightly-e2e): every test would die on ``No module named 'pipelines'``."""
+    out = preflight(driver, cwd=tmp_path, NIGHTLY_PREFLIGHT_WRAPPER="1", PYTHONPATH="/opt/nightly-e2e")
+    assert out.returncode == TOOL_MISSING_EXIT, out.stdout + out.stderr
+    assert ("pipelines.launch.wrapper is not importable (ModuleNotFoundError: No module named 'pipelines'; "
+            "PYTHONPATH=/opt/nightly-e2e)") in out.stdout
+    assert "not the plain framework image" in out.stdout
+    assert classify(_failed_preflight(out.returncode), False, 0, 1)[:3] == ("infra_error", "preflight_tool_missing", False)
+
+
+def test_a_checkout_with_a_pipelines_package_of_its_own_is_no_wrapper(driver, tmp_path):
+    (tmp_path / "pipelines").mkdir()
+    (tmp_path / "pipelines" / "__init__.py").write_text("")
+    out = preflight(driver, cwd=tmp_path, NIGHTLY_PREFLIGHT_WRAPPER="1")
+    assert out.returncode == TOOL_MISSING_EXIT
+    assert "not importable (ModuleNotFoundError: No module named 'pipelines.launch'" in out.stdout
+
+
+@needs_cc
+def test_the_wrapper_on_the_images_pythonpath_passes_and_build_pods_do_not_need_it(driver, tmp_path):
+    image = preflight(driver, cwd=tmp_path, NIGHTLY_PREFLIGHT_WRAPPER="1", PYTHONPATH=str(PROJECT_ROOT))
+    assert image.returncode == 0, image.stdout + image.stderr
+    build = preflight(driver, cwd=tmp_path, NIGHTLY_PREFLIGHT_WRAPPER="0")
+    assert build.returncode == 0, build.stdout + build.stderr
 
 
 @needs_cc
