@@ -12,6 +12,7 @@ import re
 import string
 import types
 import typing
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -36,8 +37,8 @@ POLICIES = tuple(POLICY_DEFAULTS)
 
 def env_problem(value: str) -> str | None:
     """Why an env template cannot be filled, or None."""
-    if "\0" in value:  # else Popen refuses it at night, for every test of the repo
-        return "holds a NUL character (\\0), which no process environment can carry; remove it"
+    if nul_problem(value):
+        return nul_problem(value)
     try:
         names = [name for _, name, _, _ in string.Formatter().parse(value) if name is not None]
     except ValueError as exc:
@@ -49,24 +50,24 @@ def env_problem(value: str) -> str | None:
     return None
 
 
-def _env_value(value: str) -> str:
-    bad = env_problem(value)
-    if bad:
-        raise ValueError(bad)
-    return value
+def nul_problem(value: str) -> str | None:
+    """A NUL in an environment value: Popen refuses it at night, for every test or build given it."""
+    return "holds a NUL character (\\0), which no process environment can carry; remove it" if "\0" in value else None
 
 
-EnvValue = Annotated[str, AfterValidator(_env_value)]
+def _checked(problem: Callable[[str], str | None]) -> AfterValidator:
+    """A pydantic validator that refuses a value ``problem`` finds fault with, in its words."""
+    def check(value: str) -> str:
+        bad = problem(value)
+        if bad:
+            raise ValueError(bad)
+        return value
+    return AfterValidator(check)
 
 
-def _nul_free(value: str) -> str:
-    if "\0" in value:  # else Popen refuses it at night, in the middle of a build
-        raise ValueError("holds a NUL character (\\0), which no process environment can carry; remove it")
-    return value
-
-
+EnvValue = Annotated[str, _checked(env_problem)]
 #: a value passed to a process as is (no placeholders)
-PlainEnvValue = Annotated[str, AfterValidator(_nul_free)]
+PlainEnvValue = Annotated[str, _checked(nul_problem)]
 
 #: a name every launcher takes: Kubernetes 1.31 refuses a leading digit (the whole pod, on every node),
 #: a shell cannot export a name with '-', '.' or a space
@@ -81,14 +82,7 @@ def env_name_problem(name: str) -> str | None:
             "not starting with a digit (e.g. MINIRL_FAIL)")
 
 
-def _env_name(name: str) -> str:
-    bad = env_name_problem(name)
-    if bad:
-        raise ValueError(bad)
-    return name
-
-
-EnvName = Annotated[str, AfterValidator(_env_name)]
+EnvName = Annotated[str, _checked(env_name_problem)]
 Name = Annotated[str, Field(min_length=1)]
 Hardware = Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9_.-]*$")]
 

@@ -19,7 +19,7 @@ import yaml
 from jinja2 import nodes
 
 from pipelines.core.model import Problem
-from pipelines.core.specs_schema import env_name_problem
+from pipelines.core.specs_schema import env_name_problem, nul_problem
 
 #: the template's Jinja parts: statements and comments are dropped, expressions become a placeholder
 _JINJA_DROP = re.compile(r"<%.*?%>|<#.*?#>", re.DOTALL)
@@ -399,8 +399,8 @@ def _entry(path: str, job: str, label: str, cpu: bool, item: object, line: int) 
         if isinstance(value, dict | list):
             return Problem(path, line, str(key), f"must be a string or number, got {value!r}; "
                                                  "the job passes it as one environment variable, so write one value")
-        if "\0" in str(value):
-            return Problem(path, line, str(key), "holds a NUL character, which no environment variable can")
+        if nul_problem(str(value)):
+            return Problem(path, line, str(key), nul_problem(str(value)))
         extra.append((str(key), str(value)))
         github.append((str(key), *as_github(value)))
     return Entry(test_file, job, label, line, gpus, args, tuple(sorted(extra)), cpu, path, tuple(sorted(github)))

@@ -322,7 +322,7 @@ def test_a_matrix_key_no_environment_variable_can_have_is_a_located_problem_not_
     assert [str(p) for p in cat.problems] == [
         f"{WORKFLOW}:2: a=b: 'a=b' is not a valid environment variable name; use ASCII letters, digits and '_', "
         "not starting with a digit (e.g. MINIRL_FAIL): the job passes every key as one",
-        f"{WORKFLOW}:3: mode: holds a NUL character, which no environment variable can",
+        f"{WORKFLOW}:3: mode: holds a NUL character (\\0), which no process environment can carry; remove it",
         f"{WORKFLOW}:4: 2nd: '2nd' is not a valid environment variable name; use ASCII letters, digits and '_', "
         "not starting with a digit (e.g. MINIRL_FAIL): the job passes every key as one",
     ]
