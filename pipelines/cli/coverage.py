@@ -40,6 +40,7 @@ from pipelines.core.coverage import (
     design,
     locate,
     lost_cells,
+    renamed,
 )
 
 
@@ -152,22 +153,24 @@ def run(args: argparse.Namespace) -> int:
     catalog, template = registered_tests(args.repo)
     now = check_repo(where, catalog=catalog)
     lost: tuple[LostCell, ...] = ()
+    heirs: dict[str, tuple[str, ...]] = {}
     if args.against is not None:
         before = GitSource(where.repo, args.against)
         # one `git diff` for what changed since; the dialect is chosen only if a group member did
         known = as_of(catalog, where, before, before.changed(), template, lambda: registry_reading(args.repo))
         then = check_repo(where, before, adopt=True, catalog=known)
         lost = lost_cells(then.groups, now.groups, before, TreeSource(where.repo))
+        heirs = renamed(then.groups, now.groups)
     if args.json:
         # with --against, ok answers the question asked, "was nothing lost?", as the exit code does
         ok = not lost if args.against is not None else now.ok
         out = {"repo": str(where.repo), "groups_file": str(where.groups_file), "ok": ok,
                "groups": [group_json(g) for g in now.groups], "problems": [str(p) for p in now.problems]}
         if args.against is not None:
-            out.update(against=args.against, lost=[lost_json(c) for c in lost])
+            out.update(against=args.against, lost=[lost_json(c) for c in lost], renamed={k: list(v) for k, v in heirs.items()})
         print(json.dumps(out, indent=2))
     elif args.against is not None:
-        print_lost(args.against, lost)
+        print_lost(args.against, lost, heirs)
         uncovered, problems = totals(now)
         print(f"now: {uncovered} uncovered cell(s), {problems} problem(s)"
               + ("; `nightly coverage` without --against lists them" if uncovered or problems else ""))
@@ -263,11 +266,12 @@ def totals(report: CoverageReport) -> tuple[int, int]:
             len(report.problems) + sum(len(g.problems) for g in report.groups))
 
 
-def print_lost(rev: str, lost: Sequence[LostCell]) -> None:
-    if not lost:
-        print(f"against {rev}: no cell covered then is uncovered now")
-        return
-    print(f"against {rev}: {len(lost)} cell(s) covered then are uncovered now")
+def print_lost(rev: str, lost: Sequence[LostCell], heirs: dict[str, tuple[str, ...]] | None = None) -> None:
+    print(f"against {rev}: {len(lost)} cell(s) covered then are uncovered now" if lost
+          else f"against {rev}: no cell covered then is uncovered now")
+    for old, new in (heirs or {}).items():  # renamed since: its cells were judged against its tests' groups now
+        print(f"  group {old} (at {rev}) is {', '.join(new)} now: no group has its name now, so its cells count "
+              f"as covered where the group{'s' if len(new) > 1 else ''} holding its tests cover{'' if len(new) > 1 else 's'} them")
     for cell in lost:
         print(f"  {cell.group}: {cell.cell.label}")
         for config, change in cell.was:

@@ -616,3 +616,23 @@ def test_a_group_only_in_comments_with_correlated_fields_says_they_need_a_declar
                                     group="lora-moe"))
     code, out, _ = coverage(capsys, "--repo", str(repo))
     assert code == 0 and "declared only by" not in out  # nothing uncovered: no hint
+
+
+def test_against_a_revision_a_group_renamed_in_its_comments_and_the_groups_file_lost_nothing(framework, capsys):
+    repo, groups = framework
+    for path, rows in ((FIVE, DIAGONAL), (SIX, ANTI_DIAGONAL)):
+        (repo / path).write_text(sibling(*rows, group="lora-moe"))
+    git(repo, "commit", "-qam", "comments")
+    for path, rows in ((FIVE, DIAGONAL), (SIX, ANTI_DIAGONAL)):
+        (repo / path).write_text(sibling(*rows, group="lora-diag"))
+    groups.write_text(GROUPS.replace("name: lora-moe", "name: lora-diag"))
+
+    code, out, _ = coverage(capsys, "--repo", str(repo), "--groups", str(groups), "--against", "HEAD")
+
+    assert code == 0, out
+    assert out.splitlines()[:2] == [
+        "against HEAD: no cell covered then is uncovered now",
+        "  group lora-moe (at HEAD) is lora-diag now: no group has its name now, so its cells count as covered "
+        "where the group holding its tests covers them"]
+    code, out, _ = coverage(capsys, "--repo", str(repo), "--groups", str(groups), "--against", "HEAD", "--json")
+    assert code == 0 and json.loads(out)["renamed"] == {"lora-moe": ["lora-diag"]}

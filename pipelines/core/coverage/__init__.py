@@ -20,7 +20,7 @@ from pipelines.core.catalog.template import parse_template
 from pipelines.core.coverage.check import DEFAULT_GPUS, Source, TreeSource, check_groups, required_cells
 from pipelines.core.coverage.deal import assign
 from pipelines.core.coverage.design import Design, design
-from pipelines.core.coverage.diff import lost_cells
+from pipelines.core.coverage.diff import lost_cells, renamed
 from pipelines.core.coverage.groups import FILE_NAME, load_groups, parse_groups
 from pipelines.core.coverage.matrix import GROUP_MARKER, python_matrix
 from pipelines.core.coverage.model import (
@@ -41,7 +41,7 @@ from pipelines.core.model import Problem, Test
 __all__ = [
     "as_of", "Catalogued", "catalogued", "Cell", "Configuration", "config_outcomes", "CoverageReport", "Design", "Dimension", "Group", "GroupCoverage", "LostCell",
     "Registered", "RegistryReading", "RepoGroups", "Source", "TreeSource", "UncoveredCell", "assign", "check_repo", "design", "locate",
-    "lost_cells", "parse_groups", "required_cells", "configurations_by_test", "uncovered_cells",
+    "lost_cells", "parse_groups", "renamed", "required_cells", "configurations_by_test", "uncovered_cells",
 ]
 
 
