@@ -636,3 +636,25 @@ def test_against_a_revision_a_group_renamed_in_its_comments_and_the_groups_file_
         "where the group holding its tests covers them"]
     code, out, _ = coverage(capsys, "--repo", str(repo), "--groups", str(groups), "--against", "HEAD", "--json")
     assert code == 0 and json.loads(out)["renamed"] == {"lora-moe": ["lora-diag"]}
+
+
+def test_numbers_and_yaml_switch_words_match_however_each_file_spells_them(tmp_path, capsys):
+    """Python prints 1e-5 as 1e-05 and YAML 1.1 keeps `1e-5` as text and reads `on` as true."""
+    repo = tmp_path / "lr"
+    (repo / "tests").mkdir(parents=True)
+    (repo / "tests" / "test_lr.py").write_text(
+        "# (name, lr, offload, tp, scale)\n_CONFIGS = [\n    ('a', 1e-5, 'on', 1, 2.0),\n"
+        "    ('b', 3e-6, 'off', 2, 0.5),\n]\n" + REGISTER)
+    groups = tmp_path / "coverage.yaml"
+    groups.write_text("repos:\n  lr:\n    groups:\n      - name: lr\n        tests: [tests/test_lr.py]\n"
+                      "        dimensions:\n          lr: [1e-5, 3.0e-6]\n          offload: [on, off]\n"
+                      "          tp: [1, 2.0]\n          scale: [2, .5]\n        require: [[lr, offload, tp, scale]]\n")
+
+    code, out, _ = coverage(capsys, "--repo", str(repo), "--groups", str(groups), "--json")
+
+    (group,) = json.loads(out)["groups"]
+    assert (code, group["problems"]) == (1, [])  # 2 of the 16 cells only: rows a and b
+    assert group["dimensions"] == {"lr": ["1e-05", "3e-06"], "offload": ["on", "off"], "tp": ["1", "2"],
+                                   "scale": ["2", "0.5"]}
+    assert {label: [x["config"] for x in by] for label, by in group["covered_by"].items() if by} == {
+        "lr=1e-05, offload=on, tp=1, scale=2": ["a"], "lr=3e-06, offload=off, tp=2, scale=0.5": ["b"]}

@@ -75,8 +75,19 @@ def _sequence(loader: _Lines, node: yaml.SequenceNode) -> _Seq:
     return out
 
 
+def _switch(loader: _Lines, node: yaml.ScalarNode) -> bool | str:
+    """YAML 1.1 reads ``on``/``off``/``yes``/``no`` as booleans; a test that says ``"on"`` means the
+    word, so only ``true``/``false`` are booleans here and the other words stay as written."""
+    text = loader.construct_scalar(node)
+    return text.lower() == "true" if text.lower() in ("true", "false") else text
+
+
 _Lines.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping)
 _Lines.add_constructor(yaml.resolver.BaseResolver.DEFAULT_SEQUENCE_TAG, _sequence)
+_Lines.add_constructor("tag:yaml.org,2002:bool", _switch)
+# YAML 1.1 wants a dot in a float, so `1e-5` would stay the text "1e-5" while Python's 1e-5 is a number
+_Lines.add_implicit_resolver("tag:yaml.org,2002:float", re.compile(r"^[-+]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)[eE][-+]?[0-9]+$"),
+                             list("-+0123456789."))
 
 
 def load_groups(path: Path | str, repo: str, known: Collection[str] | None = None) -> tuple[Group, ...]:

@@ -19,11 +19,16 @@ TEMPLATE_MATRIX = "template"
 
 
 def norm(value: object) -> str:
-    """One spelling for a raw value wherever it comes from (YAML ``true``, Python ``True``, ``'1'``)."""
+    """One spelling for a raw value wherever it comes from (YAML ``true``, Python ``True``, ``'1'``).
+
+    Numbers compare by value: a float is Python's shortest spelling (``1e-05`` however either file
+    writes it), a whole one as an integer (YAML ``2.0`` is the test's ``2``)."""
     if isinstance(value, bool):
         return "true" if value else "false"
     if value is None:
         return "null"
+    if isinstance(value, float):
+        return str(int(value)) if value.is_integer() and abs(value) < 1e15 else repr(value)
     return str(value)
 
 
