@@ -56,10 +56,10 @@ def lost_cells(then: Sequence[GroupCoverage], now: Sequence[GroupCoverage], befo
     for old in then:
         matched = [now_by_name[n] for n in heirs.get(old.group.name, (old.group.name,)) if n in now_by_name]
         current = matched[0] if matched else None
-        rows_now = [r for g in matched for r in g.rows]
+        taken = _taken(old, [r for g in matched for r in g.rows])
         for cell in old.cells:
             was = old.covered_by(cell)
-            if not was or any(_takes(r, old, cell) for r in rows_now):
+            if not was or _raw(old, cell) in taken.get(cell.dims, ()):
                 continue
             changes = {}
             for config in was:
@@ -69,15 +69,22 @@ def lost_cells(then: Sequence[GroupCoverage], now: Sequence[GroupCoverage], befo
     return tuple(lost)
 
 
-def _takes(row: Row, old: GroupCoverage, cell: Cell) -> bool:
-    """Whether a row of today takes the cell's values as the group read them then: compared by the
-    fields each dimension reads, so a group renamed with other dimension names still matches."""
+def _taken(old: GroupCoverage, rows: Sequence[Row]) -> dict[tuple[str, ...], set[tuple]]:
+    """For each dimension tuple of the old group's cells, the field values today's rows take on it:
+    compared by the fields each dimension reads, so a group renamed with other dimension names
+    still matches; one pass over the rows per tuple, not one per cell."""
     dims = {d.name: d for d in old.dimensions}
-    for name, label in zip(cell.dims, cell.values, strict=True):
-        want = next((raw for lab, raw in dims[name].values if lab == label), None)
-        if want is None or row.config.raw(dims[name]) != want:
-            return False
-    return True
+    out: dict[tuple[str, ...], set[tuple]] = {}
+    for names in dict.fromkeys(c.dims for c in old.cells):
+        out[names] = {tuple(r.config.raw(dims[n]) for n in names) for r in rows}
+    return out
+
+
+def _raw(old: GroupCoverage, cell: Cell) -> tuple:
+    """The field values of the cell's labels, as the old group's dimensions read them."""
+    dims = {d.name: d for d in old.dimensions}
+    return tuple(next((raw for label, raw in dims[n].values if label == v), None)
+                 for n, v in zip(cell.dims, cell.values, strict=True))
 
 
 def _change(test: str, path: str, before: Source, after: Source, current: GroupCoverage | None) -> str:
