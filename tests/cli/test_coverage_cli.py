@@ -658,3 +658,16 @@ def test_numbers_and_yaml_switch_words_match_however_each_file_spells_them(tmp_p
                                    "scale": ["2", "0.5"]}
     assert {label: [x["config"] for x in by] for label, by in group["covered_by"].items() if by} == {
         "lr=1e-05, offload=on, tp=1, scale=2": ["a"], "lr=3e-06, offload=off, tp=2, scale=0.5": ["b"]}
+
+
+def test_a_group_comment_with_text_after_the_name_is_a_located_problem_not_a_file_dropped(tmp_path, capsys):
+    repo = tmp_path / "fw"
+    (repo / "tests" / "lora").mkdir(parents=True)
+    (repo / FIVE).write_text(sibling(*DIAGONAL, group="lora-moe"))
+    (repo / SIX).write_text(sibling(*ANTI_DIAGONAL, group="lora-moe  (pairs with the 5-layer test)"))
+
+    code, out, _ = coverage(capsys, "--repo", str(repo))
+
+    assert code == 1, out
+    assert (f"{SIX}:4: coverage-group: cannot read '# coverage-group: lora-moe  (pairs with the 5-layer test)'; "
+            "write '# coverage-group: NAME' alone on the line (a note goes on a line of its own)") in out
