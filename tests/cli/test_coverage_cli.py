@@ -671,3 +671,14 @@ def test_a_group_comment_with_text_after_the_name_is_a_located_problem_not_a_fil
     assert code == 1, out
     assert (f"{SIX}:4: coverage-group: cannot read '# coverage-group: lora-moe  (pairs with the 5-layer test)'; "
             "write '# coverage-group: NAME' alone on the line (a note goes on a line of its own)") in out
+
+
+def test_a_required_tuple_naming_one_dimension_twice_is_refused_with_its_line(framework, capsys):
+    repo, groups = framework
+    groups.write_text(GROUPS + "        require: [[backend, layout], [backend, backend]]\n")
+
+    code, out, err = coverage(capsys, "--repo", str(repo), "--groups", str(groups))
+
+    assert (code, out) == (2, "")
+    assert (f"{groups}:11: repos.fw.groups[0].require: ['backend', 'backend'] names backend twice; each tuple must "
+            "name distinct dimensions, e.g. [backend, layout]") in err

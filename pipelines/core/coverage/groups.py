@@ -299,6 +299,12 @@ class _Reader:
                 self.add(g.lines.get("require", g.line), f"{at}.require",
                          f"unknown dimension(s) {unknown}; declared: {sorted(dims)}")
                 continue
+            twice = [d for d in dict.fromkeys(item) if item.count(d) > 1]
+            if twice:  # its cells would need one row to take two values of one dimension: never covered
+                self.add(g.lines.get("require", g.line), f"{at}.require",
+                         f"{item!r} names {', '.join(twice)} twice; each tuple must name distinct dimensions, "
+                         f"e.g. [{', '.join(sorted(dims)[:2]) or 'backend, layout'}]")
+                continue
             out.append(tuple(item))
         return tuple(out)
 
