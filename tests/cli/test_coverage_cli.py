@@ -682,3 +682,17 @@ def test_a_required_tuple_naming_one_dimension_twice_is_refused_with_its_line(fr
     assert (code, out) == (2, "")
     assert (f"{groups}:11: repos.fw.groups[0].require: ['backend', 'backend'] names backend twice; each tuple must "
             "name distinct dimensions, e.g. [backend, layout]") in err
+
+
+def test_a_strength_above_the_number_of_dimensions_is_refused_with_its_line(framework, capsys):
+    repo, groups = framework
+    groups.write_text(GROUPS + "        strength: 5\n")
+
+    code, out, err = coverage(capsys, "--repo", str(repo), "--groups", str(groups))
+
+    assert (code, out) == (2, "")
+    assert (f"{groups}:11: repos.fw.groups[0].strength: 5 is more than the 2 dimensions declared; give at most "
+            "strength: 2") in err
+
+    groups.write_text(GROUPS + "        strength: 5\n        require: [[backend, layout]]\n")  # require decides
+    assert coverage(capsys, "--repo", str(repo), "--groups", str(groups))[0] == 0

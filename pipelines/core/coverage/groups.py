@@ -212,11 +212,16 @@ class _Reader:
         fields = self.typed(g, "fields", list, at, None, "a list of tuple position names")
         if fields is not None and not all(isinstance(f, str) and _IDENT.fullmatch(f) for f in fields):
             self.add(g.lines.get("fields", g.line), f"{at}.fields", f"must name each tuple position with a Python name, got {fields!r}")
+        read = len(self.problems)
         dims = self.dimensions(g, at)
+        dims_read = len(self.problems) == read
         strength = self.typed(g, "strength", int, at, 2, "a whole number >= 1")
         if strength < 1:
             self.add(g.lines.get("strength", g.line), f"{at}.strength", f"must be >= 1 (2: all pairs), got {strength}")
         require = self.require(g, at, {d.name for d in dims})
+        if "strength" in g and not require and dims and dims_read and strength > len(dims):
+            self.add(g.lines["strength"], f"{at}.strength", f"{strength} is more than the {len(dims)} dimensions "
+                                                            f"declared; give at most strength: {len(dims)}")
         if len(self.problems) > before:
             return None
         return Group(name, tuple(tests), dims, f"{self.where}:{g.line}", matrix,

@@ -177,7 +177,7 @@ def test_a_merged_key_may_be_overridden():
         repos:
           minirl:
             groups:
-              - &base {name: a, tests: [t.py], dimensions: {x: [1, 2]}, strength: 2}
+              - &base {name: a, tests: [t.py], dimensions: {x: [1, 2], y: [1, 2]}, strength: 2}
               - {<<: *base, name: b, strength: 1}
         """), "coverage.yaml", "minirl")
 
