@@ -343,6 +343,9 @@ def run_design(args: argparse.Namespace) -> int:
     cap = args.tests * args.budget if args.budget else None
     found = design(dims, strength, require, max_rows=cap, seed=args.seed)
     tests = args.tests or 1
+    if tests > max(found.size, 1):  # a test with no configuration is no test; dealing to 100,000 never ended
+        raise FlagError(f"--tests: {tests} is more than the {found.size} configurations the design needs; "
+                        f"give at most --tests {found.size}")
     dealt = assign(found.rows, tests)
     owner = {i: t for t, rows in enumerate(dealt) for i in rows}
     test_name = [f"test-{t + 1}" for t in range(tests)]

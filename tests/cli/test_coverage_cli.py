@@ -398,6 +398,8 @@ def test_design_rejects_a_malformed_dimension_and_a_budget_without_tests(capsys)
     (("--strength", "0"), "--strength: 0 is not a positive whole number; give how many dimensions each cell "
                           "combines, e.g. --strength 2"),
     (("--strength", "3"), "--strength: 3 is more than the 2 dimensions given; give at most --strength 2"),
+    (("--tests", "5"), "--tests: 5 is more than the 4 configurations the design needs; give at most --tests 4"),
+    (("--tests", "100000"), "--tests: 100000 is more than the 4 configurations the design needs; give at most"),
 ])
 def test_design_refuses_numbers_out_of_range_and_says_which_flag_and_what_to_give(capsys, flags, message):
     code, out, err = coverage(capsys, "design", "--dim", "a=1,2", "--dim", "b=1,2", *flags)
