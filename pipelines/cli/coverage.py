@@ -1,9 +1,10 @@
 """``nightly coverage``: do sibling tests' configuration matrices still cover every required cell?
 
-  nightly coverage --repo PATH [--groups FILE] [--json]
+  nightly coverage --repo PATH [--groups FILE] [--cadence C] [--json]
       prove each group's cells covered (exit 1 if not, 2 for an unreadable, invalid or missing groups
-      file, or a --groups file that declares no group for the repo)
-  nightly coverage --repo PATH [--groups FILE] --against REV [--json]
+      file, or a --groups file that declares no group for the repo); with --cadence, only tests that
+      cadence runs count
+  nightly coverage --repo PATH [--groups FILE] [--cadence C] --against REV [--json]
       the cells covered at REV and lost since (exit 1 if any)
   nightly coverage design --dim NAME=V1,V2 ... [--strength 2] [--require A,B] [--tests N [--budget K]]
                           [--est-time S] [--gpus G] [--seed N] [--json]
@@ -42,6 +43,7 @@ from pipelines.core.coverage import (
     lost_cells,
     renamed,
 )
+from pipelines.core.select import CADENCES
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -50,6 +52,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--repo", type=flags.path_text, help="framework checkout (a path) or a repo name in assets/repos.yaml (default: its `default`)")
     p.add_argument("--groups", type=flags.path, metavar="FILE", help="groups file (default: assets/coverage.yaml)")
     p.add_argument("--against", metavar="REV", help="report the cells covered at git revision REV and no longer covered")
+    p.add_argument("--cadence", choices=CADENCES, help="count only the tests this cadence runs, as its night would "
+                                                        "(default: every registered, enabled test)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(func=run)
     inner = p.add_subparsers(dest="coverage_command", metavar="design")
@@ -120,17 +124,17 @@ def check_groups_flag(path: Path | None) -> None:
                         "docs/coverage.md describes it)")
 
 
-def registered_tests(repo: str | None) -> tuple[Catalogued, bool]:
+def registered_tests(repo: str | None, cadence: str | None = None) -> tuple[Catalogued, bool]:
     """The catalog's tests (as ``nightly catalog`` reads them, its cache too): only a registered,
-    enabled test's configurations cover a cell; and whether it read them from a workflow template.
-    Its own problems are ``nightly catalog``'s to list."""
+    enabled test's configurations cover a cell (and, given ``cadence``, one that cadence runs); and
+    whether it read them from a workflow template. Its own problems are ``nightly catalog``'s to list."""
     from pipelines.cli.plan import load_catalog
     from pipelines.core.specs import load_specs
 
     specs = load_specs()
     path, spec = specs.locate_repo(repo)
     tests = load_catalog(path, spec, specs).tests
-    return catalogued(tests), any(t.fmt == "template" for t in tests)
+    return catalogued(tests, cadence=cadence), any(t.fmt == "template" for t in tests)
 
 
 def registry_reading(repo: str | None) -> RegistryReading:
@@ -150,21 +154,22 @@ def run(args: argparse.Namespace) -> int:
         raise FlagError(f"--groups: {args.groups} declares no groups for {where.name} (repos.{where.name}.groups); "
                         f"declare them under that name (its name in repos.yaml, else its folder name) or give "
                         "the file that does (docs/coverage.md)")
-    catalog, template = registered_tests(args.repo)
+    catalog, template = registered_tests(args.repo, args.cadence)
     now = check_repo(where, catalog=catalog)
     lost: tuple[LostCell, ...] = ()
     heirs: dict[str, tuple[str, ...]] = {}
     if args.against is not None:
         before = GitSource(where.repo, args.against)
         # one `git diff` for what changed since; the dialect is chosen only if a group member did
-        known = as_of(catalog, where, before, before.changed(), template, lambda: registry_reading(args.repo))
+        known = as_of(catalog, where, before, before.changed(), template, lambda: registry_reading(args.repo),
+                     args.cadence)
         then = check_repo(where, before, adopt=True, catalog=known)
         lost = lost_cells(then.groups, now.groups, before, TreeSource(where.repo))
         heirs = renamed(then.groups, now.groups)
     if args.json:
         # with --against, ok answers the question asked, "was nothing lost?", as the exit code does
         ok = not lost if args.against is not None else now.ok
-        out = {"repo": str(where.repo), "groups_file": str(where.groups_file), "ok": ok,
+        out = {"repo": str(where.repo), "groups_file": str(where.groups_file), "cadence": args.cadence, "ok": ok,
                "groups": [group_json(g) for g in now.groups], "problems": [str(p) for p in now.problems]}
         if args.against is not None:
             out.update(against=args.against, lost=[lost_json(c) for c in lost], renamed={k: list(v) for k, v in heirs.items()})
@@ -324,7 +329,7 @@ def check_design_flags(args: argparse.Namespace, dims: Sequence[tuple[str, Seque
 
 
 #: the flags of the check, which `design` (no repo involved) would otherwise silently ignore
-_CHECK_FLAGS = (("--repo", "repo"), ("--groups", "groups"), ("--against", "against"))
+_CHECK_FLAGS = (("--repo", "repo"), ("--groups", "groups"), ("--against", "against"), ("--cadence", "cadence"))
 
 
 def run_design(args: argparse.Namespace) -> int:

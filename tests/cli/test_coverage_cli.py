@@ -698,3 +698,22 @@ def test_a_strength_above_the_number_of_dimensions_is_refused_with_its_line(fram
 
     groups.write_text(GROUPS + "        strength: 5\n        require: [[backend, layout]]\n")  # require decides
     assert coverage(capsys, "--repo", str(repo), "--groups", str(groups))[0] == 0
+
+
+def test_with_a_cadence_a_sibling_that_cadence_never_runs_covers_nothing(framework, capsys):
+    repo, groups = framework
+    (repo / SIX).write_text(sibling(*ANTI_DIAGONAL).replace('labels=["lora"])', 'labels=["lora", "long"])'))
+    git(repo, "commit", "-qam", "six is long")
+
+    assert coverage(capsys, "--repo", str(repo), "--groups", str(groups))[0] == 0  # registered and enabled
+    code, out, _ = coverage(capsys, "--repo", str(repo), "--groups", str(groups), "--cadence", "nightly")
+
+    assert code == 1
+    assert f"{SIX}  (covers nothing: the nightly cadence does not run it)" in out
+    assert "backend=megatron, layout=per-expert      UNCOVERED" in out
+    assert coverage(capsys, "--repo", str(repo), "--groups", str(groups), "--cadence", "weekly")[0] == 0
+    # at a revision, a changed file is read again: the cadence applies to it there too
+    (repo / SIX).write_text((repo / SIX).read_text() + "# edited\n")
+    code, out, _ = coverage(capsys, "--repo", str(repo), "--groups", str(groups), "--cadence", "nightly",
+                            "--against", "HEAD")
+    assert code == 0 and "no cell covered then is uncovered now" in out

@@ -94,12 +94,17 @@ def locate(repo: str | Path | None, specs_dir: Path | str | None = None, groups_
 
 
 def catalogued(tests: Iterable[Test], ran: Collection[str] | None = None,
-               why_not: Mapping[str, str] | None = None) -> Catalogued:
+               why_not: Mapping[str, str] | None = None, cadence: str | None = None) -> Catalogued:
     """The catalog's tests as coverage counts them: a disabled test covers nothing, nor (given
-    ``ran``, the ids a night ran or planned) one the night left out, for ``why_not[id]`` if given."""
+    ``ran``, the ids a night ran or planned) one the night left out, for ``why_not[id]`` if given,
+    nor (given ``cadence``) one that cadence never runs (framework M's nightly leaves out ``long``)."""
+    from pipelines.core.select import in_cadence
+
     files: dict[str, list[Registered]] = {}
     for t in tests:
         idle = f"disabled: {t.disabled}" if t.disabled is not None else None
+        if idle is None and cadence is not None and not in_cadence(t, cadence):
+            idle = f"the {cadence} cadence does not run it"
         if idle is None and ran is not None and t.id not in ran:
             idle = (why_not or {}).get(t.id) or "not in tonight's selection"
         files.setdefault(t.path, []).append(Registered(t.id, t.path, t.line, idle))
@@ -116,7 +121,7 @@ class RegistryReading:
 
 
 def as_of(now: Catalogued, where: RepoGroups, then: Source, changed: Container[str], template: bool,
-          registry: Callable[[], RegistryReading]) -> Catalogued:
+          registry: Callable[[], RegistryReading], cadence: str | None = None) -> Catalogued:
     """What the catalog registered at an earlier revision ``then``, for the files its groups name there.
 
     ``now`` is read from today's tree; ``changed``: the repo-relative files that differ since;
@@ -126,7 +131,7 @@ def as_of(now: Catalogued, where: RepoGroups, then: Source, changed: Container[s
     at ``then`` with the catalog's own scanner, so a test disabled then and still disabled (a comment
     added since) lost nothing. In a template repo the templates decide: unchanged, today's ids hold;
     changed, a file the templates listed then counts as it reads (a template never disables an
-    entry) and one they did not list registered nothing."""
+    entry) and one they did not list registered nothing. ``cadence``: as ``catalogued`` takes it."""
     members = {t for g in where.groups for t in g.tests} | set(then.files_mentioning(GROUP_MARKER, where.roots))
     files: dict[str, tuple[Registered, ...]] = {}
     if template:
@@ -139,20 +144,21 @@ def as_of(now: Catalogued, where: RepoGroups, then: Source, changed: Container[s
     for path in sorted(members):
         if path in changed:
             reading = reading or registry()
-            files[path] = registered_then(path, then, reading)
+            files[path] = registered_then(path, then, reading, cadence)
         else:
             files[path] = now.files.get(path, ())
     return Catalogued(files, complete=False)
 
 
-def registered_then(path: str, then: Source, reading: RegistryReading) -> tuple[Registered, ...]:
+def registered_then(path: str, then: Source, reading: RegistryReading,
+                    cadence: str | None = None) -> tuple[Registered, ...]:
     """The tests a registry file registered at ``then``, read from its text there as the catalog reads it."""
     text = then.read(path)
     if text is None:
         return ()
     scan = scan_bytes(path, text.encode("utf-8"), registry=True, dialect=reading.dialect)
     tests, _ = registry_tests([scan], reading.implicit_cpu_dirs, reading.dialect)
-    return catalogued(t for t in tests if t.path == path).files.get(path, ())
+    return catalogued((t for t in tests if t.path == path), cadence=cadence).files.get(path, ())
 
 
 def check_repo(where: RepoGroups, source: Source | None = None, adopt: bool = False,
