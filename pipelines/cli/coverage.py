@@ -180,7 +180,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"now: {uncovered} uncovered cell(s), {problems} problem(s)"
               + ("; `nightly coverage` without --against lists them" if uncovered or problems else ""))
     else:
-        print_report(where.name, where.repo, where.groups_file, now)
+        print_report(where.name, where.repo, where.groups_file, now, where.configured)
     if args.against is not None:
         return 1 if lost else 0
     return 0 if now.ok else 1
@@ -222,8 +222,11 @@ def required_text(require: Sequence[tuple[str, ...]], strength: int) -> str:
     return f"all {'pairs' if strength == 2 else f'{strength}-way combinations'}"
 
 
-def print_report(name: str, repo: Path, groups_file: Path, report: CoverageReport) -> None:
-    print(f"coverage of {name} ({repo}); groups from {groups_file} and # coverage-group: comments")
+def print_report(name: str, repo: Path, groups_file: Path, report: CoverageReport, configured: bool = True) -> None:
+    # the key the groups file is read under: a checkout in another folder than its repos.yaml entry
+    # goes by its folder name, and a group declared under the repo's name would silently not apply
+    key = f"repos.{name}" + ("" if configured else ": the folder name, as no repo of assets/repos.yaml is this checkout")
+    print(f"coverage of {name} ({repo}); groups from {groups_file} ({key}) and # coverage-group: comments")
     if not report.groups:
         print(f"no groups: declare sibling tests under repos.{name}.groups in {groups_file} (docs/coverage.md)")
     for g in report.groups:
@@ -256,7 +259,7 @@ def print_report(name: str, repo: Path, groups_file: Path, report: CoverageRepor
         if g.group.inferred and g.uncovered:  # every field its own dimension: correlated fields read as gaps
             print(f"  group {g.group.name} is declared only by # coverage-group: comments, so each field is a "
                   "dimension of its own; fields that vary together (one axis, as a diagonal split uses them) need "
-                  "a group in coverage.yaml with explicit dimensions (docs/coverage.md)")
+                  f"a group under repos.{name} in {groups_file} with explicit dimensions (docs/coverage.md)")
     for problem in report.problems:
         print(problem)
     uncovered, problems = totals(report)

@@ -611,8 +611,8 @@ def test_a_group_only_in_comments_with_correlated_fields_says_they_need_a_declar
 
     assert code == 1 and "2 uncovered cell(s)" in out
     assert ("  group lora-moe is declared only by # coverage-group: comments, so each field is a dimension of its "
-            "own; fields that vary together (one axis, as a diagonal split uses them) need a group in coverage.yaml "
-            "with explicit dimensions (docs/coverage.md)") in out
+            "own; fields that vary together (one axis, as a diagonal split uses them) need a group under "
+            "repos.fw in ") in out
 
     (repo / SIX).write_text(sibling(*ANTI_DIAGONAL, ("m-x", "megatron", True, False), ("t-x", "tilelang", False, True),
                                     group="lora-moe"))
@@ -717,3 +717,19 @@ def test_with_a_cadence_a_sibling_that_cadence_never_runs_covers_nothing(framewo
     code, out, _ = coverage(capsys, "--repo", str(repo), "--groups", str(groups), "--cadence", "nightly",
                             "--against", "HEAD")
     assert code == 0 and "no cell covered then is uncovered now" in out
+
+
+def test_the_report_says_which_repo_name_the_groups_file_was_read_under(tmp_path, capsys):
+    """A checkout in a folder named otherwise than its repos.yaml name finds no group of that name:
+    the header and the hint name the key looked up, so the mismatch shows."""
+    repo = tmp_path / "fw-checkout"
+    (repo / "tests" / "lora").mkdir(parents=True)
+    (repo / FIVE).write_text(sibling(*DIAGONAL, group="lora-moe"))
+    (repo / SIX).write_text(sibling(*ANTI_DIAGONAL, group="lora-moe"))
+
+    code, out, _ = coverage(capsys, "--repo", str(repo))
+
+    assert code == 1
+    assert out.splitlines()[0].endswith("coverage.yaml (repos.fw-checkout: the folder name, as no repo of "
+                                         "assets/repos.yaml is this checkout) and # coverage-group: comments")
+    assert "need a group under repos.fw-checkout in " in out

@@ -58,6 +58,8 @@ class RepoGroups:
     templates: tuple[str, ...] = ()
     #: GPUs of a template entry that neither the entry nor its test file's NUM_GPUS gives (repos.yaml)
     default_gpus: int = DEFAULT_GPUS
+    #: False: no repo of repos.yaml is this checkout, so ``name`` is its folder name
+    configured: bool = True
 
 
 @dataclass(frozen=True)
@@ -90,7 +92,7 @@ def locate(repo: str | Path | None, specs_dir: Path | str | None = None, groups_
     templates = (spec.template,) if spec and spec.template else tuple(find_templates(path))
     default_gpus = spec.default_num_gpus if spec else DEFAULT_GPUS
     return RepoGroups(path, name, load_groups(groups_file, name, set(specs.repos)), groups_file, roots, templates,
-                      default_gpus)
+                      default_gpus, spec is not None)
 
 
 def catalogued(tests: Iterable[Test], ran: Collection[str] | None = None,
