@@ -1,12 +1,14 @@
 """Coverage benchmarks: covering designs (size found against the best known size, and seconds),
-and ``nightly coverage --against HEAD`` on a big synthetic checkout.
+``nightly coverage --against HEAD`` on a big synthetic checkout, and the check of one big group.
 
 Best known sizes of all-pairs covering arrays are from the published tables (CAN(2,k,v)); the
 binary optimum is the Kleitman-Spencer bound. ``--against`` writes a git checkout of N registered
 test files (two of them siblings of one group), then times the check and ``--against HEAD`` with a
-warm catalog cache: clean, and with one sibling edited. Prints figures; nothing is asserted.
+warm catalog cache: clean, and with one sibling edited. ``big`` checks one group of 10x10x10x5
+values whose test holds 1,000 or 5,000 rows, for pairs and triples, with and without
+``--against HEAD``. Prints figures; nothing is asserted.
 
-    python bench/coverage.py [moves] [--files N] [--only design|against]
+    python bench/coverage.py [moves] [--files N] [--only design|against|big]
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
+import itertools
 import os
 import subprocess
 import sys
@@ -106,16 +109,62 @@ def against(files: int) -> None:
             print(f"  {what:<48} {took:>6.2f}  (exit {code})")
 
 
+BIG_GROUPS = """\
+repos:
+  big:
+    groups:
+      - name: huge
+        strength: {strength}
+        tests: [tests/test_big.py]
+        dimensions:
+          a: [0, 1, 2, 3, 4, 5, 6, 7, 8, 9]
+          b: [0, 1, 2, 3, 4, 5, 6, 7, 8, 9]
+          c: [0, 1, 2, 3, 4, 5, 6, 7, 8, 9]
+          d: [0, 1, 2, 3, 4]
+"""
+
+
+def big() -> None:
+    """One group of 10x10x10x5 values: 1,000 rows (d follows a+b+c) or all 5,000, pairs and triples."""
+    print("\nnightly coverage on one group of 10x10x10x5 values (warm catalog cache), seconds:")
+    print(f"  {'rows':>5} {'strength':>8} {'check':>7} {'--against HEAD':>15}")
+    for rows in (1000, 5000):
+        if rows == 1000:
+            values = [(a, b, c, (a + b + c) % 5) for a, b, c in itertools.product(range(10), repeat=3)]
+        else:
+            values = list(itertools.product(range(10), range(10), range(10), range(5)))
+        body = "".join(f"    ('r{i}', {a}, {b}, {c}, {d}),\n" for i, (a, b, c, d) in enumerate(values))
+        with tempfile.TemporaryDirectory() as tmp:
+            root = Path(tmp)
+            os.environ["NIGHTLY_HOME"] = str(root / "home")
+            repo = root / "big"
+            (repo / "tests").mkdir(parents=True)
+            (repo / "tests" / "test_big.py").write_text(f"{REGISTER}# (name, a, b, c, d)\n_CONFIGS = [\n{body}]\n")
+            _git(repo, "init", "-q")
+            _git(repo, "add", "tests")
+            _git(repo, "commit", "-q", "-m", "big")
+            for strength in (2, 3):
+                groups = root / f"coverage{strength}.yaml"
+                groups.write_text(BIG_GROUPS.format(strength=strength))
+                check = ["coverage", "--repo", str(repo), "--groups", str(groups)]
+                _timed(check)  # warms the catalog cache
+                took, _ = _timed(check)
+                against_took, _ = _timed([*check, "--against", "HEAD"])
+                print(f"  {rows:>5,} {strength:>8} {took:>7.2f} {against_took:>15.2f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("moves", nargs="?", type=int, default=DEFAULT_MOVES, help="annealing moves per attempted size")
     parser.add_argument("--files", type=int, default=2000, help="test files of the --against checkout (default 2000)")
-    parser.add_argument("--only", choices=("design", "against"), help="run one of the two benchmarks")
+    parser.add_argument("--only", choices=("design", "against", "big"), help="run one of the benchmarks")
     args = parser.parse_args()
-    if args.only != "against":
+    if args.only in (None, "design"):
         designs(args.moves)
-    if args.only != "design":
+    if args.only in (None, "against"):
         against(args.files)
+    if args.only in (None, "big"):
+        big()
 
 
 if __name__ == "__main__":

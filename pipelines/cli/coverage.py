@@ -1,9 +1,10 @@
 """``nightly coverage``: do sibling tests' configuration matrices still cover every required cell?
 
-  nightly coverage --repo PATH [--groups FILE] [--json]
+  nightly coverage --repo PATH [--groups FILE] [--cadence C] [--json]
       prove each group's cells covered (exit 1 if not, 2 for an unreadable, invalid or missing groups
-      file, or a --groups file that declares no group for the repo)
-  nightly coverage --repo PATH [--groups FILE] --against REV [--json]
+      file, or a --groups file that declares no group for the repo); with --cadence, only tests that
+      cadence runs count
+  nightly coverage --repo PATH [--groups FILE] [--cadence C] --against REV [--json]
       the cells covered at REV and lost since (exit 1 if any)
   nightly coverage design --dim NAME=V1,V2 ... [--strength 2] [--require A,B] [--tests N [--budget K]]
                           [--est-time S] [--gpus G] [--seed N] [--json]
@@ -40,7 +41,9 @@ from pipelines.core.coverage import (
     design,
     locate,
     lost_cells,
+    renamed,
 )
+from pipelines.core.select import CADENCES
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -49,6 +52,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--repo", type=flags.path_text, help="framework checkout (a path) or a repo name in assets/repos.yaml (default: its `default`)")
     p.add_argument("--groups", type=flags.path, metavar="FILE", help="groups file (default: assets/coverage.yaml)")
     p.add_argument("--against", metavar="REV", help="report the cells covered at git revision REV and no longer covered")
+    p.add_argument("--cadence", choices=CADENCES, help="count only the tests this cadence runs, as its night would "
+                                                        "(default: every registered, enabled test)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(func=run)
     inner = p.add_subparsers(dest="coverage_command", metavar="design")
@@ -119,17 +124,17 @@ def check_groups_flag(path: Path | None) -> None:
                         "docs/coverage.md describes it)")
 
 
-def registered_tests(repo: str | None) -> tuple[Catalogued, bool]:
+def registered_tests(repo: str | None, cadence: str | None = None) -> tuple[Catalogued, bool]:
     """The catalog's tests (as ``nightly catalog`` reads them, its cache too): only a registered,
-    enabled test's configurations cover a cell; and whether it read them from a workflow template.
-    Its own problems are ``nightly catalog``'s to list."""
+    enabled test's configurations cover a cell (and, given ``cadence``, one that cadence runs); and
+    whether it read them from a workflow template. Its own problems are ``nightly catalog``'s to list."""
     from pipelines.cli.plan import load_catalog
     from pipelines.core.specs import load_specs
 
     specs = load_specs()
     path, spec = specs.locate_repo(repo)
     tests = load_catalog(path, spec, specs).tests
-    return catalogued(tests), any(t.fmt == "template" for t in tests)
+    return catalogued(tests, cadence=cadence), any(t.fmt == "template" for t in tests)
 
 
 def registry_reading(repo: str | None) -> RegistryReading:
@@ -149,30 +154,33 @@ def run(args: argparse.Namespace) -> int:
         raise FlagError(f"--groups: {args.groups} declares no groups for {where.name} (repos.{where.name}.groups); "
                         f"declare them under that name (its name in repos.yaml, else its folder name) or give "
                         "the file that does (docs/coverage.md)")
-    catalog, template = registered_tests(args.repo)
+    catalog, template = registered_tests(args.repo, args.cadence)
     now = check_repo(where, catalog=catalog)
     lost: tuple[LostCell, ...] = ()
+    heirs: dict[str, tuple[str, ...]] = {}
     if args.against is not None:
         before = GitSource(where.repo, args.against)
         # one `git diff` for what changed since; the dialect is chosen only if a group member did
-        known = as_of(catalog, where, before, before.changed(), template, lambda: registry_reading(args.repo))
+        known = as_of(catalog, where, before, before.changed(), template, lambda: registry_reading(args.repo),
+                     args.cadence)
         then = check_repo(where, before, adopt=True, catalog=known)
         lost = lost_cells(then.groups, now.groups, before, TreeSource(where.repo))
+        heirs = renamed(then.groups, now.groups)
     if args.json:
         # with --against, ok answers the question asked, "was nothing lost?", as the exit code does
         ok = not lost if args.against is not None else now.ok
-        out = {"repo": str(where.repo), "groups_file": str(where.groups_file), "ok": ok,
+        out = {"repo": str(where.repo), "groups_file": str(where.groups_file), "cadence": args.cadence, "ok": ok,
                "groups": [group_json(g) for g in now.groups], "problems": [str(p) for p in now.problems]}
         if args.against is not None:
-            out.update(against=args.against, lost=[lost_json(c) for c in lost])
+            out.update(against=args.against, lost=[lost_json(c) for c in lost], renamed={k: list(v) for k, v in heirs.items()})
         print(json.dumps(out, indent=2))
     elif args.against is not None:
-        print_lost(args.against, lost)
+        print_lost(args.against, lost, heirs)
         uncovered, problems = totals(now)
         print(f"now: {uncovered} uncovered cell(s), {problems} problem(s)"
               + ("; `nightly coverage` without --against lists them" if uncovered or problems else ""))
     else:
-        print_report(where.name, where.repo, where.groups_file, now)
+        print_report(where.name, where.repo, where.groups_file, now, where.configured)
     if args.against is not None:
         return 1 if lost else 0
     return 0 if now.ok else 1
@@ -214,8 +222,11 @@ def required_text(require: Sequence[tuple[str, ...]], strength: int) -> str:
     return f"all {'pairs' if strength == 2 else f'{strength}-way combinations'}"
 
 
-def print_report(name: str, repo: Path, groups_file: Path, report: CoverageReport) -> None:
-    print(f"coverage of {name} ({repo}); groups from {groups_file} and # coverage-group: comments")
+def print_report(name: str, repo: Path, groups_file: Path, report: CoverageReport, configured: bool = True) -> None:
+    # the key the groups file is read under: a checkout in another folder than its repos.yaml entry
+    # goes by its folder name, and a group declared under the repo's name would silently not apply
+    key = f"repos.{name}" + ("" if configured else ": the folder name, as no repo of assets/repos.yaml is this checkout")
+    print(f"coverage of {name} ({repo}); groups from {groups_file} ({key}) and # coverage-group: comments")
     if not report.groups:
         print(f"no groups: declare sibling tests under repos.{name}.groups in {groups_file} (docs/coverage.md)")
     for g in report.groups:
@@ -248,7 +259,7 @@ def print_report(name: str, repo: Path, groups_file: Path, report: CoverageRepor
         if g.group.inferred and g.uncovered:  # every field its own dimension: correlated fields read as gaps
             print(f"  group {g.group.name} is declared only by # coverage-group: comments, so each field is a "
                   "dimension of its own; fields that vary together (one axis, as a diagonal split uses them) need "
-                  "a group in coverage.yaml with explicit dimensions (docs/coverage.md)")
+                  f"a group under repos.{name} in {groups_file} with explicit dimensions (docs/coverage.md)")
     for problem in report.problems:
         print(problem)
     uncovered, problems = totals(report)
@@ -263,11 +274,12 @@ def totals(report: CoverageReport) -> tuple[int, int]:
             len(report.problems) + sum(len(g.problems) for g in report.groups))
 
 
-def print_lost(rev: str, lost: Sequence[LostCell]) -> None:
-    if not lost:
-        print(f"against {rev}: no cell covered then is uncovered now")
-        return
-    print(f"against {rev}: {len(lost)} cell(s) covered then are uncovered now")
+def print_lost(rev: str, lost: Sequence[LostCell], heirs: dict[str, tuple[str, ...]] | None = None) -> None:
+    print(f"against {rev}: {len(lost)} cell(s) covered then are uncovered now" if lost
+          else f"against {rev}: no cell covered then is uncovered now")
+    for old, new in (heirs or {}).items():  # renamed since: its cells were judged against its tests' groups now
+        print(f"  group {old} (at {rev}) is {', '.join(new)} now: no group has its name now, so its cells count "
+              f"as covered where the group{'s' if len(new) > 1 else ''} holding its tests cover{'' if len(new) > 1 else 's'} them")
     for cell in lost:
         print(f"  {cell.group}: {cell.cell.label}")
         for config, change in cell.was:
@@ -320,7 +332,7 @@ def check_design_flags(args: argparse.Namespace, dims: Sequence[tuple[str, Seque
 
 
 #: the flags of the check, which `design` (no repo involved) would otherwise silently ignore
-_CHECK_FLAGS = (("--repo", "repo"), ("--groups", "groups"), ("--against", "against"))
+_CHECK_FLAGS = (("--repo", "repo"), ("--groups", "groups"), ("--against", "against"), ("--cadence", "cadence"))
 
 
 def run_design(args: argparse.Namespace) -> int:
@@ -339,6 +351,9 @@ def run_design(args: argparse.Namespace) -> int:
     cap = args.tests * args.budget if args.budget else None
     found = design(dims, strength, require, max_rows=cap, seed=args.seed)
     tests = args.tests or 1
+    if tests > max(found.size, 1):  # a test with no configuration is no test; dealing to 100,000 never ended
+        raise FlagError(f"--tests: {tests} is more than the {found.size} configurations the design needs; "
+                        f"give at most --tests {found.size}")
     dealt = assign(found.rows, tests)
     owner = {i: t for t, rows in enumerate(dealt) for i in rows}
     test_name = [f"test-{t + 1}" for t in range(tests)]

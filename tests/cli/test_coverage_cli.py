@@ -398,6 +398,8 @@ def test_design_rejects_a_malformed_dimension_and_a_budget_without_tests(capsys)
     (("--strength", "0"), "--strength: 0 is not a positive whole number; give how many dimensions each cell "
                           "combines, e.g. --strength 2"),
     (("--strength", "3"), "--strength: 3 is more than the 2 dimensions given; give at most --strength 2"),
+    (("--tests", "5"), "--tests: 5 is more than the 4 configurations the design needs; give at most --tests 4"),
+    (("--tests", "100000"), "--tests: 100000 is more than the 4 configurations the design needs; give at most"),
 ])
 def test_design_refuses_numbers_out_of_range_and_says_which_flag_and_what_to_give(capsys, flags, message):
     code, out, err = coverage(capsys, "design", "--dim", "a=1,2", "--dim", "b=1,2", *flags)
@@ -609,10 +611,125 @@ def test_a_group_only_in_comments_with_correlated_fields_says_they_need_a_declar
 
     assert code == 1 and "2 uncovered cell(s)" in out
     assert ("  group lora-moe is declared only by # coverage-group: comments, so each field is a dimension of its "
-            "own; fields that vary together (one axis, as a diagonal split uses them) need a group in coverage.yaml "
-            "with explicit dimensions (docs/coverage.md)") in out
+            "own; fields that vary together (one axis, as a diagonal split uses them) need a group under "
+            "repos.fw in ") in out
 
     (repo / SIX).write_text(sibling(*ANTI_DIAGONAL, ("m-x", "megatron", True, False), ("t-x", "tilelang", False, True),
                                     group="lora-moe"))
     code, out, _ = coverage(capsys, "--repo", str(repo))
     assert code == 0 and "declared only by" not in out  # nothing uncovered: no hint
+
+
+def test_against_a_revision_a_group_renamed_in_its_comments_and_the_groups_file_lost_nothing(framework, capsys):
+    repo, groups = framework
+    for path, rows in ((FIVE, DIAGONAL), (SIX, ANTI_DIAGONAL)):
+        (repo / path).write_text(sibling(*rows, group="lora-moe"))
+    git(repo, "commit", "-qam", "comments")
+    for path, rows in ((FIVE, DIAGONAL), (SIX, ANTI_DIAGONAL)):
+        (repo / path).write_text(sibling(*rows, group="lora-diag"))
+    groups.write_text(GROUPS.replace("name: lora-moe", "name: lora-diag"))
+
+    code, out, _ = coverage(capsys, "--repo", str(repo), "--groups", str(groups), "--against", "HEAD")
+
+    assert code == 0, out
+    assert out.splitlines()[:2] == [
+        "against HEAD: no cell covered then is uncovered now",
+        "  group lora-moe (at HEAD) is lora-diag now: no group has its name now, so its cells count as covered "
+        "where the group holding its tests covers them"]
+    code, out, _ = coverage(capsys, "--repo", str(repo), "--groups", str(groups), "--against", "HEAD", "--json")
+    assert code == 0 and json.loads(out)["renamed"] == {"lora-moe": ["lora-diag"]}
+
+
+def test_numbers_and_yaml_switch_words_match_however_each_file_spells_them(tmp_path, capsys):
+    """Python prints 1e-5 as 1e-05 and YAML 1.1 keeps `1e-5` as text and reads `on` as true."""
+    repo = tmp_path / "lr"
+    (repo / "tests").mkdir(parents=True)
+    (repo / "tests" / "test_lr.py").write_text(
+        "# (name, lr, offload, tp, scale)\n_CONFIGS = [\n    ('a', 1e-5, 'on', 1, 2.0),\n"
+        "    ('b', 3e-6, 'off', 2, 0.5),\n]\n" + REGISTER)
+    groups = tmp_path / "coverage.yaml"
+    groups.write_text("repos:\n  lr:\n    groups:\n      - name: lr\n        tests: [tests/test_lr.py]\n"
+                      "        dimensions:\n          lr: [1e-5, 3.0e-6]\n          offload: [on, off]\n"
+                      "          tp: [1, 2.0]\n          scale: [2, .5]\n        require: [[lr, offload, tp, scale]]\n")
+
+    code, out, _ = coverage(capsys, "--repo", str(repo), "--groups", str(groups), "--json")
+
+    (group,) = json.loads(out)["groups"]
+    assert (code, group["problems"]) == (1, [])  # 2 of the 16 cells only: rows a and b
+    assert group["dimensions"] == {"lr": ["1e-05", "3e-06"], "offload": ["on", "off"], "tp": ["1", "2"],
+                                   "scale": ["2", "0.5"]}
+    assert {label: [x["config"] for x in by] for label, by in group["covered_by"].items() if by} == {
+        "lr=1e-05, offload=on, tp=1, scale=2": ["a"], "lr=3e-06, offload=off, tp=2, scale=0.5": ["b"]}
+
+
+def test_a_group_comment_with_text_after_the_name_is_a_located_problem_not_a_file_dropped(tmp_path, capsys):
+    repo = tmp_path / "fw"
+    (repo / "tests" / "lora").mkdir(parents=True)
+    (repo / FIVE).write_text(sibling(*DIAGONAL, group="lora-moe"))
+    (repo / SIX).write_text(sibling(*ANTI_DIAGONAL, group="lora-moe  (pairs with the 5-layer test)"))
+
+    code, out, _ = coverage(capsys, "--repo", str(repo))
+
+    assert code == 1, out
+    assert (f"{SIX}:4: coverage-group: cannot read '# coverage-group: lora-moe  (pairs with the 5-layer test)'; "
+            "write '# coverage-group: NAME' alone on the line (a note goes on a line of its own)") in out
+
+
+def test_a_required_tuple_naming_one_dimension_twice_is_refused_with_its_line(framework, capsys):
+    repo, groups = framework
+    groups.write_text(GROUPS + "        require: [[backend, layout], [backend, backend]]\n")
+
+    code, out, err = coverage(capsys, "--repo", str(repo), "--groups", str(groups))
+
+    assert (code, out) == (2, "")
+    assert (f"{groups}:11: repos.fw.groups[0].require: ['backend', 'backend'] names backend twice; each tuple must "
+            "name distinct dimensions, e.g. [backend, layout]") in err
+
+
+def test_a_strength_above_the_number_of_dimensions_is_refused_with_its_line(framework, capsys):
+    repo, groups = framework
+    groups.write_text(GROUPS + "        strength: 5\n")
+
+    code, out, err = coverage(capsys, "--repo", str(repo), "--groups", str(groups))
+
+    assert (code, out) == (2, "")
+    assert (f"{groups}:11: repos.fw.groups[0].strength: 5 is more than the 2 dimensions declared; give at most "
+            "strength: 2") in err
+
+    groups.write_text(GROUPS + "        strength: 5\n        require: [[backend, layout]]\n")  # require decides
+    assert coverage(capsys, "--repo", str(repo), "--groups", str(groups))[0] == 0
+
+
+def test_with_a_cadence_a_sibling_that_cadence_never_runs_covers_nothing(framework, capsys):
+    repo, groups = framework
+    (repo / SIX).write_text(sibling(*ANTI_DIAGONAL).replace('labels=["lora"])', 'labels=["lora", "long"])'))
+    git(repo, "commit", "-qam", "six is long")
+
+    assert coverage(capsys, "--repo", str(repo), "--groups", str(groups))[0] == 0  # registered and enabled
+    code, out, _ = coverage(capsys, "--repo", str(repo), "--groups", str(groups), "--cadence", "nightly")
+
+    assert code == 1
+    assert f"{SIX}  (covers nothing: the nightly cadence does not run it)" in out
+    assert "backend=megatron, layout=per-expert      UNCOVERED" in out
+    assert coverage(capsys, "--repo", str(repo), "--groups", str(groups), "--cadence", "weekly")[0] == 0
+    # at a revision, a changed file is read again: the cadence applies to it there too
+    (repo / SIX).write_text((repo / SIX).read_text() + "# edited\n")
+    code, out, _ = coverage(capsys, "--repo", str(repo), "--groups", str(groups), "--cadence", "nightly",
+                            "--against", "HEAD")
+    assert code == 0 and "no cell covered then is uncovered now" in out
+
+
+def test_the_report_says_which_repo_name_the_groups_file_was_read_under(tmp_path, capsys):
+    """A checkout in a folder named otherwise than its repos.yaml name finds no group of that name:
+    the header and the hint name the key looked up, so the mismatch shows."""
+    repo = tmp_path / "fw-checkout"
+    (repo / "tests" / "lora").mkdir(parents=True)
+    (repo / FIVE).write_text(sibling(*DIAGONAL, group="lora-moe"))
+    (repo / SIX).write_text(sibling(*ANTI_DIAGONAL, group="lora-moe"))
+
+    code, out, _ = coverage(capsys, "--repo", str(repo))
+
+    assert code == 1
+    assert out.splitlines()[0].endswith("coverage.yaml (repos.fw-checkout: the folder name, as no repo of "
+                                         "assets/repos.yaml is this checkout) and # coverage-group: comments")
+    assert "need a group under repos.fw-checkout in " in out

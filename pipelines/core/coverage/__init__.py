@@ -20,7 +20,7 @@ from pipelines.core.catalog.template import parse_template
 from pipelines.core.coverage.check import DEFAULT_GPUS, Source, TreeSource, check_groups, required_cells
 from pipelines.core.coverage.deal import assign
 from pipelines.core.coverage.design import Design, design
-from pipelines.core.coverage.diff import lost_cells
+from pipelines.core.coverage.diff import lost_cells, renamed
 from pipelines.core.coverage.groups import FILE_NAME, load_groups, parse_groups
 from pipelines.core.coverage.matrix import GROUP_MARKER, python_matrix
 from pipelines.core.coverage.model import (
@@ -41,7 +41,7 @@ from pipelines.core.model import Problem, Test
 __all__ = [
     "as_of", "Catalogued", "catalogued", "Cell", "Configuration", "config_outcomes", "CoverageReport", "Design", "Dimension", "Group", "GroupCoverage", "LostCell",
     "Registered", "RegistryReading", "RepoGroups", "Source", "TreeSource", "UncoveredCell", "assign", "check_repo", "design", "locate",
-    "lost_cells", "parse_groups", "required_cells", "configurations_by_test", "uncovered_cells",
+    "lost_cells", "parse_groups", "renamed", "required_cells", "configurations_by_test", "uncovered_cells",
 ]
 
 
@@ -58,6 +58,8 @@ class RepoGroups:
     templates: tuple[str, ...] = ()
     #: GPUs of a template entry that neither the entry nor its test file's NUM_GPUS gives (repos.yaml)
     default_gpus: int = DEFAULT_GPUS
+    #: False: no repo of repos.yaml is this checkout, so ``name`` is its folder name
+    configured: bool = True
 
 
 @dataclass(frozen=True)
@@ -90,16 +92,21 @@ def locate(repo: str | Path | None, specs_dir: Path | str | None = None, groups_
     templates = (spec.template,) if spec and spec.template else tuple(find_templates(path))
     default_gpus = spec.default_num_gpus if spec else DEFAULT_GPUS
     return RepoGroups(path, name, load_groups(groups_file, name, set(specs.repos)), groups_file, roots, templates,
-                      default_gpus)
+                      default_gpus, spec is not None)
 
 
 def catalogued(tests: Iterable[Test], ran: Collection[str] | None = None,
-               why_not: Mapping[str, str] | None = None) -> Catalogued:
+               why_not: Mapping[str, str] | None = None, cadence: str | None = None) -> Catalogued:
     """The catalog's tests as coverage counts them: a disabled test covers nothing, nor (given
-    ``ran``, the ids a night ran or planned) one the night left out, for ``why_not[id]`` if given."""
+    ``ran``, the ids a night ran or planned) one the night left out, for ``why_not[id]`` if given,
+    nor (given ``cadence``) one that cadence never runs (framework M's nightly leaves out ``long``)."""
+    from pipelines.core.select import in_cadence
+
     files: dict[str, list[Registered]] = {}
     for t in tests:
         idle = f"disabled: {t.disabled}" if t.disabled is not None else None
+        if idle is None and cadence is not None and not in_cadence(t, cadence):
+            idle = f"the {cadence} cadence does not run it"
         if idle is None and ran is not None and t.id not in ran:
             idle = (why_not or {}).get(t.id) or "not in tonight's selection"
         files.setdefault(t.path, []).append(Registered(t.id, t.path, t.line, idle))
@@ -116,7 +123,7 @@ class RegistryReading:
 
 
 def as_of(now: Catalogued, where: RepoGroups, then: Source, changed: Container[str], template: bool,
-          registry: Callable[[], RegistryReading]) -> Catalogued:
+          registry: Callable[[], RegistryReading], cadence: str | None = None) -> Catalogued:
     """What the catalog registered at an earlier revision ``then``, for the files its groups name there.
 
     ``now`` is read from today's tree; ``changed``: the repo-relative files that differ since;
@@ -126,7 +133,7 @@ def as_of(now: Catalogued, where: RepoGroups, then: Source, changed: Container[s
     at ``then`` with the catalog's own scanner, so a test disabled then and still disabled (a comment
     added since) lost nothing. In a template repo the templates decide: unchanged, today's ids hold;
     changed, a file the templates listed then counts as it reads (a template never disables an
-    entry) and one they did not list registered nothing."""
+    entry) and one they did not list registered nothing. ``cadence``: as ``catalogued`` takes it."""
     members = {t for g in where.groups for t in g.tests} | set(then.files_mentioning(GROUP_MARKER, where.roots))
     files: dict[str, tuple[Registered, ...]] = {}
     if template:
@@ -139,20 +146,21 @@ def as_of(now: Catalogued, where: RepoGroups, then: Source, changed: Container[s
     for path in sorted(members):
         if path in changed:
             reading = reading or registry()
-            files[path] = registered_then(path, then, reading)
+            files[path] = registered_then(path, then, reading, cadence)
         else:
             files[path] = now.files.get(path, ())
     return Catalogued(files, complete=False)
 
 
-def registered_then(path: str, then: Source, reading: RegistryReading) -> tuple[Registered, ...]:
+def registered_then(path: str, then: Source, reading: RegistryReading,
+                    cadence: str | None = None) -> tuple[Registered, ...]:
     """The tests a registry file registered at ``then``, read from its text there as the catalog reads it."""
     text = then.read(path)
     if text is None:
         return ()
     scan = scan_bytes(path, text.encode("utf-8"), registry=True, dialect=reading.dialect)
     tests, _ = registry_tests([scan], reading.implicit_cpu_dirs, reading.dialect)
-    return catalogued(t for t in tests if t.path == path).files.get(path, ())
+    return catalogued((t for t in tests if t.path == path), cadence=cadence).files.get(path, ())
 
 
 def check_repo(where: RepoGroups, source: Source | None = None, adopt: bool = False,

@@ -14,7 +14,13 @@ from pathlib import Path
 from typing import Protocol
 
 from pipelines.core.catalog.scan import scan_bytes
-from pipelines.core.coverage.matrix import GROUP_MARKER, declared_groups, python_matrix, template_matrix
+from pipelines.core.coverage.matrix import (
+    GROUP_MARKER,
+    declared_groups,
+    python_matrix,
+    template_matrix,
+    unreadable_group_comments,
+)
 from pipelines.core.coverage.model import (
     TEMPLATE_MATRIX,
     Catalogued,
@@ -84,11 +90,13 @@ def file_groups(source: Source, roots: Sequence[str], declared: Sequence[Group],
     instead, so a test dropped from both the tree and assets/coverage.yaml is still seen as lost.
     """
     members: dict[str, list[tuple[str, int]]] = {}
-    for path in source.files_mentioning(GROUP_MARKER, roots):
-        for name, line in declared_groups(source.read(path) or ""):
-            members.setdefault(name, []).append((path, line))
-    by_name = {g.name: g for g in declared}
     groups, problems = [], []
+    for path in source.files_mentioning(GROUP_MARKER, roots):
+        text = source.read(path) or ""
+        for name, line in declared_groups(text):
+            members.setdefault(name, []).append((path, line))
+        problems += unreadable_group_comments(text, path)
+    by_name = {g.name: g for g in declared}
     for name, files in sorted(members.items()):
         if name in by_name and adopt:
             extra = tuple(p for p, _ in files if p not in by_name[name].tests)

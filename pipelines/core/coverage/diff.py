@@ -1,8 +1,11 @@
 """What a change lost: cells covered at an earlier revision that no configuration covers now.
 
 A cell counts as lost only if nothing covers it now, so tests merged into one matrix, or a
-configuration moved to a sibling, lose nothing. For each lost cell we name the configurations
-that covered it then and what happened to their test (deleted, edited, or left the group).
+configuration moved to a sibling, lose nothing. A group with no namesake now is matched to the
+groups now holding any of its tests (a group renamed in its comments and coverage.yaml): its cells
+are lost only if none of their configurations takes the cell's values. For each lost cell we name
+the configurations that covered it then and what happened to their test (deleted, edited, or left
+the group).
 """
 
 from __future__ import annotations
@@ -10,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from pipelines.core.coverage.check import Source
-from pipelines.core.coverage.model import GroupCoverage, LostCell
+from pipelines.core.coverage.model import Cell, GroupCoverage, LostCell, Row
 
 DELETED, EDITED, LEFT, UNCHANGED = "deleted", "edited", "left the group", "unchanged"
 
@@ -28,17 +31,35 @@ def describe_change(test: str, before: Source, after: Source, now: GroupCoverage
     return UNCHANGED if before.read(test) == text_after else EDITED
 
 
+def renamed(then: Sequence[GroupCoverage], now: Sequence[GroupCoverage]) -> dict[str, tuple[str, ...]]:
+    """Each group of ``then`` with no namesake ``now`` -> the groups now holding any of its tests.
+
+    A group renamed in its tests' comments (and coverage.yaml) is read at the earlier revision
+    under its old name, so without this every one of its cells would read as lost."""
+    names = {g.group.name for g in now}
+    out = {}
+    for old in then:
+        if old.group.name not in names:
+            heirs = tuple(g.group.name for g in now if set(g.tests) & set(old.tests))
+            if heirs:
+                out[old.group.name] = heirs
+    return out
+
+
 def lost_cells(then: Sequence[GroupCoverage], now: Sequence[GroupCoverage], before: Source,
                after: Source) -> tuple[LostCell, ...]:
-    """Cells each group covered ``then`` that nothing in the same-named group covers ``now``."""
+    """Cells each group covered ``then`` that nothing in the same-named group covers ``now`` (or,
+    for a group renamed since, nothing in the groups now holding its tests: see ``renamed``)."""
     now_by_name = {g.group.name: g for g in now}
+    heirs = renamed(then, now)
     lost = []
     for old in then:
-        current = now_by_name.get(old.group.name)
-        rows_now = current.rows if current else ()
+        matched = [now_by_name[n] for n in heirs.get(old.group.name, (old.group.name,)) if n in now_by_name]
+        current = matched[0] if matched else None
+        taken = _taken(old, [r for g in matched for r in g.rows])
         for cell in old.cells:
             was = old.covered_by(cell)
-            if not was or any(r.covers(cell) for r in rows_now):
+            if not was or _raw(old, cell) in taken.get(cell.dims, ()):
                 continue
             changes = {}
             for config in was:
@@ -46,6 +67,24 @@ def lost_cells(then: Sequence[GroupCoverage], now: Sequence[GroupCoverage], befo
                     changes[config.test] = _change(config.test, config.path, before, after, current)
             lost.append(LostCell(old.group.name, cell, tuple((c, changes[c.test]) for c in was)))
     return tuple(lost)
+
+
+def _taken(old: GroupCoverage, rows: Sequence[Row]) -> dict[tuple[str, ...], set[tuple]]:
+    """For each dimension tuple of the old group's cells, the field values today's rows take on it:
+    compared by the fields each dimension reads, so a group renamed with other dimension names
+    still matches; one pass over the rows per tuple, not one per cell."""
+    dims = {d.name: d for d in old.dimensions}
+    out: dict[tuple[str, ...], set[tuple]] = {}
+    for names in dict.fromkeys(c.dims for c in old.cells):
+        out[names] = {tuple(r.config.raw(dims[n]) for n in names) for r in rows}
+    return out
+
+
+def _raw(old: GroupCoverage, cell: Cell) -> tuple:
+    """The field values of the cell's labels, as the old group's dimensions read them."""
+    dims = {d.name: d for d in old.dimensions}
+    return tuple(next((raw for label, raw in dims[n].values if label == v), None)
+                 for n, v in zip(cell.dims, cell.values, strict=True))
 
 
 def _change(test: str, path: str, before: Source, after: Source, current: GroupCoverage | None) -> str:

@@ -75,8 +75,19 @@ def _sequence(loader: _Lines, node: yaml.SequenceNode) -> _Seq:
     return out
 
 
+def _switch(loader: _Lines, node: yaml.ScalarNode) -> bool | str:
+    """YAML 1.1 reads ``on``/``off``/``yes``/``no`` as booleans; a test that says ``"on"`` means the
+    word, so only ``true``/``false`` are booleans here and the other words stay as written."""
+    text = loader.construct_scalar(node)
+    return text.lower() == "true" if text.lower() in ("true", "false") else text
+
+
 _Lines.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping)
 _Lines.add_constructor(yaml.resolver.BaseResolver.DEFAULT_SEQUENCE_TAG, _sequence)
+_Lines.add_constructor("tag:yaml.org,2002:bool", _switch)
+# YAML 1.1 wants a dot in a float, so `1e-5` would stay the text "1e-5" while Python's 1e-5 is a number
+_Lines.add_implicit_resolver("tag:yaml.org,2002:float", re.compile(r"^[-+]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)[eE][-+]?[0-9]+$"),
+                             list("-+0123456789."))
 
 
 def load_groups(path: Path | str, repo: str, known: Collection[str] | None = None) -> tuple[Group, ...]:
@@ -201,11 +212,16 @@ class _Reader:
         fields = self.typed(g, "fields", list, at, None, "a list of tuple position names")
         if fields is not None and not all(isinstance(f, str) and _IDENT.fullmatch(f) for f in fields):
             self.add(g.lines.get("fields", g.line), f"{at}.fields", f"must name each tuple position with a Python name, got {fields!r}")
+        read = len(self.problems)
         dims = self.dimensions(g, at)
+        dims_read = len(self.problems) == read
         strength = self.typed(g, "strength", int, at, 2, "a whole number >= 1")
         if strength < 1:
             self.add(g.lines.get("strength", g.line), f"{at}.strength", f"must be >= 1 (2: all pairs), got {strength}")
         require = self.require(g, at, {d.name for d in dims})
+        if "strength" in g and not require and dims and dims_read and strength > len(dims):
+            self.add(g.lines["strength"], f"{at}.strength", f"{strength} is more than the {len(dims)} dimensions "
+                                                            f"declared; give at most strength: {len(dims)}")
         if len(self.problems) > before:
             return None
         return Group(name, tuple(tests), dims, f"{self.where}:{g.line}", matrix,
@@ -287,6 +303,12 @@ class _Reader:
             if unknown and dims:
                 self.add(g.lines.get("require", g.line), f"{at}.require",
                          f"unknown dimension(s) {unknown}; declared: {sorted(dims)}")
+                continue
+            twice = [d for d in dict.fromkeys(item) if item.count(d) > 1]
+            if twice:  # its cells would need one row to take two values of one dimension: never covered
+                self.add(g.lines.get("require", g.line), f"{at}.require",
+                         f"{item!r} names {', '.join(twice)} twice; each tuple must name distinct dimensions, "
+                         f"e.g. [{', '.join(sorted(dims)[:2]) or 'backend, layout'}]")
                 continue
             out.append(tuple(item))
         return tuple(out)

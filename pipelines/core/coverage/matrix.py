@@ -25,12 +25,22 @@ from pipelines.core.model import Problem
 
 GROUP_MARKER = "coverage-group:"
 _GROUP_COMMENT = re.compile(r"^#\s*coverage-group:\s*(\S+)\s*$", re.MULTILINE)
+_ANY_GROUP_COMMENT = re.compile(r"^#\s*coverage-group:.*$", re.MULTILINE)
 _FIELDS_COMMENT = re.compile(r"^\s*#\s*\(\s*([A-Za-z_][A-Za-z0-9_]*(?:\s*,\s*[A-Za-z_][A-Za-z0-9_]*)*)\s*,?\s*\)")
 
 
 def declared_groups(source: str) -> list[tuple[str, int]]:
     """(group name, line) of each ``# coverage-group: NAME`` comment at the start of a line."""
     return [(m.group(1), source.count("\n", 0, m.start()) + 1) for m in _GROUP_COMMENT.finditer(source)]
+
+
+def unreadable_group_comments(source: str, path: str) -> list[Problem]:
+    """Each ``# coverage-group:`` comment at the start of a line that is not the name alone: read as
+    nothing, it would silently drop the file from its group (``# coverage-group: diag  (pairs with a)``)."""
+    return [Problem(path, source.count("\n", 0, m.start()) + 1, "coverage-group",
+                    f"cannot read {m.group(0).strip()!r}; write '# coverage-group: NAME' alone on the line "
+                    "(a note goes on a line of its own)")
+            for m in _ANY_GROUP_COMMENT.finditer(source) if not _GROUP_COMMENT.fullmatch(m.group(0))]
 
 
 def python_matrix(source: str, path: str, var: str, fields: tuple[str, ...] | None = None,

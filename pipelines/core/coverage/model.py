@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import cached_property
 
 from pipelines.core.model import Problem
 
@@ -19,11 +20,16 @@ TEMPLATE_MATRIX = "template"
 
 
 def norm(value: object) -> str:
-    """One spelling for a raw value wherever it comes from (YAML ``true``, Python ``True``, ``'1'``)."""
+    """One spelling for a raw value wherever it comes from (YAML ``true``, Python ``True``, ``'1'``).
+
+    Numbers compare by value: a float is Python's shortest spelling (``1e-05`` however either file
+    writes it), a whole one as an integer (YAML ``2.0`` is the test's ``2``)."""
     if isinstance(value, bool):
         return "true" if value else "false"
     if value is None:
         return "null"
+    if isinstance(value, float):
+        return str(int(value)) if value.is_integer() and abs(value) < 1e15 else repr(value)
     return str(value)
 
 
@@ -155,9 +161,29 @@ class GroupCoverage:
     notes: tuple[Note, ...] = ()
 
     def covered_by(self, cell: Cell) -> tuple[Configuration, ...]:
-        return tuple(r.config for r in self.rows if r.covers(cell))
+        return self._by_values(cell.dims).get(cell.values, ())
 
-    @property
+    def _by_values(self, dims: tuple[str, ...]) -> dict[tuple[str, ...], tuple[Configuration, ...]]:
+        """The rows by the values they take on ``dims``, built once per dimension tuple: scanning
+        every row for every cell took minutes on a group of thousands of rows (bench/coverage.py)."""
+        if dims not in self._index:
+            by: dict[tuple[str, ...], list[Configuration]] = {}
+            for labels, row in zip(self._labels, self.rows, strict=True):
+                values = tuple(labels.get(d) for d in dims)
+                if None not in values:
+                    by.setdefault(values, []).append(row.config)  # type: ignore[arg-type]
+            self._index[dims] = {values: tuple(configs) for values, configs in by.items()}
+        return self._index[dims]
+
+    @cached_property
+    def _labels(self) -> tuple[dict[str, str], ...]:
+        return tuple(dict(r.labels) for r in self.rows)
+
+    @cached_property
+    def _index(self) -> dict[tuple[str, ...], dict[tuple[str, ...], tuple[Configuration, ...]]]:
+        return {}
+
+    @cached_property
     def uncovered(self) -> tuple[Cell, ...]:
         return tuple(c for c in self.cells if not self.covered_by(c))
 

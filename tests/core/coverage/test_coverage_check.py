@@ -274,3 +274,17 @@ def test_an_earlier_revision_of_a_template_repo_knows_its_tests_from_the_templat
 
     assert dict(changed.files) == {"tests/test_new.py": ()} and not changed.complete
     assert dict(same.files) == {"tests/test_fp8.py": now.files["tests/test_fp8.py"], "tests/test_new.py": ()}
+
+
+def test_the_rows_are_indexed_once_per_dimension_tuple_not_scanned_per_cell(monkeypatch):
+    """A group of thousands of rows took minutes when every cell scanned every row (bench/coverage.py --only big)."""
+    source = FilesSource({FIVE: sibling(*DIAGONAL, ("x", "megatron", "maybe", True)), SIX: sibling(*DIAGONAL)})
+    report = check_group(lora_group(), source)
+    reads = []
+    monkeypatch.setattr(type(report.rows[0]), "labels", property(lambda row: reads.append(row) or row.__dict__["labels"]),
+                        raising=False)
+
+    assert [c.label for c in report.uncovered] == ["backend=megatron, layout=per-expert",
+                                                   "backend=tilelang, layout=shared+virtual"]
+    assert [c.name for c in report.covered_by(report.cells[0])] == ["m-shared", "m-shared"]  # row order; x has no layout
+    assert report.uncovered is report.uncovered and len(reads) <= len(report.rows)

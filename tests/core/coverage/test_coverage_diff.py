@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pipelines.core.coverage.check import check_groups
-from pipelines.core.coverage.diff import lost_cells
+from pipelines.core.coverage.diff import lost_cells, renamed
 from tests.core.coverage.siblings import ANTI_DIAGONAL, DIAGONAL, FIVE, SIX, FilesSource, lora_group, sibling
 
 BEFORE = FilesSource({FIVE: sibling(*DIAGONAL), SIX: sibling(*ANTI_DIAGONAL)})
@@ -55,3 +55,21 @@ def test_a_sibling_deleted_and_dropped_from_the_group_file_is_still_seen_through
 
     assert [(c.cell.label, c.was[0][1]) for c in lost_cells(then, now, before, after)] == [
         ("backend=megatron, layout=per-expert", "deleted"), ("backend=tilelang, layout=shared+virtual", "deleted")]
+
+
+def test_a_group_renamed_since_loses_only_what_the_group_holding_its_tests_no_longer_covers():
+    before = FilesSource({FIVE: sibling(*DIAGONAL, group="diag"), SIX: sibling(*ANTI_DIAGONAL, group="diag")})
+    after = FilesSource({FIVE: sibling(*DIAGONAL, group="lora"), SIX: sibling(*DIAGONAL, group="lora")})
+    then, _ = check_groups((lora_group(),), before, adopt=True)
+    now, _ = check_groups((lora_group(),), after)
+
+    assert renamed(then, now) == {"diag": ("lora",)}
+    # the cells of the old comment group that the anti-diagonal alone covered, by their fields then
+    assert sorted((c.group, c.cell.label, c.was[0][1]) for c in lost_cells(then, now, before, after)) == [
+        ("diag", "backend=megatron, shared_outer=false", "edited"),
+        ("diag", "backend=megatron, virtual_experts=false", "edited"),
+        ("diag", "backend=tilelang, shared_outer=true", "edited"),
+        ("diag", "backend=tilelang, virtual_experts=true", "edited"),
+        ("lora", "backend=megatron, layout=per-expert", "edited"),
+        ("lora", "backend=tilelang, layout=shared+virtual", "edited"),
+    ]

@@ -177,7 +177,7 @@ def test_a_merged_key_may_be_overridden():
         repos:
           minirl:
             groups:
-              - &base {name: a, tests: [t.py], dimensions: {x: [1, 2]}, strength: 2}
+              - &base {name: a, tests: [t.py], dimensions: {x: [1, 2], y: [1, 2]}, strength: 2}
               - {<<: *base, name: b, strength: 1}
         """), "coverage.yaml", "minirl")
 
@@ -207,3 +207,15 @@ def test_a_test_listed_twice_is_located():
             groups:
               - {name: a, tests: [tests/t.py, ./tests/t.py, tests/u.py], dimensions: {x: [1, 2]}}
         """) == ["coverage.yaml:4: repos.minirl.groups[0].tests: tests/t.py is listed twice; list each test once"]
+
+
+def test_values_are_read_as_written_words_and_numbers_by_value():
+    text = VALID.replace("world: {field: num_gpus, values: [2, 4]}",
+                         "world: {field: num_gpus, values: [2.0, 4]}\n          offload: [on, Off, yes, True]\n"
+                         "          lr: [1e-5, 3.0e-6, 2E+3]")
+    (group,) = parse_groups(text, "coverage.yaml", "minirl")
+
+    labels = {d.name: d.labels for d in group.dimensions}
+    assert labels["world"] == ("2", "4")
+    assert labels["offload"] == ("on", "Off", "yes", "true")
+    assert labels["lr"] == ("1e-05", "3e-06", "2000")

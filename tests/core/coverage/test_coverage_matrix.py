@@ -5,7 +5,12 @@ from __future__ import annotations
 import textwrap
 
 from pipelines.core.catalog.scan import FileScan
-from pipelines.core.coverage.matrix import declared_groups, python_matrix, template_matrix
+from pipelines.core.coverage.matrix import (
+    declared_groups,
+    python_matrix,
+    template_matrix,
+    unreadable_group_comments,
+)
 
 
 def test_tuple_rows_take_their_field_names_from_the_comment_above_the_matrix():
@@ -244,3 +249,10 @@ def test_an_entry_two_templates_give_different_env_has_each_templates_catalog_id
         assert problems == []
         got.update({c.field("job"): c.test_id for c in configs})
     assert got == catalog_ids == {"n": "tests/test_moe.py", "p": "tests/test_moe.py::pr-test.yml.j2"}
+
+
+def test_a_group_comment_that_is_not_the_name_alone_is_located():
+    text = '"""doc"""\n# coverage-group: lora-moe\n#coverage-group:\n# coverage-group: a b\n  # coverage-group: x y\n'
+
+    assert [(p.line, p.field) for p in unreadable_group_comments(text, "t.py")] == [(3, "coverage-group"),
+                                                                                   (4, "coverage-group")]
