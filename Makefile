@@ -3,11 +3,16 @@
 
 # the interpreter the virtualenv is made with (pyproject.toml's requires-python: 3.11 or 3.12), e.g.
 # `make nightly PY=python3.11` where python3 is another version; its version is part of the stamp, so a
-# different PY makes the virtualenv again with it
-PY      ?= python3
-PY_VERSION := $(shell $(PY) -c 'import sys; print("%d.%d.%d" % sys.version_info[:3])' 2>/dev/null)
+# different PY makes the virtualenv again with it. Not given (on the command line or in the environment):
+# the interpreter that made .venv when requires-python allows it, so after one `make install PY=python3.11`
+# a plain `make test` keeps that virtualenv; else python3
 VENV    := .venv
 BIN     := $(VENV)/bin
+ifeq ($(origin PY),undefined)
+VENV_MAKER := $(shell $(BIN)/python scripts/check-python.py --venv-maker pyproject.toml 2>/dev/null)
+PY      := $(or $(VENV_MAKER),python3)
+endif
+PY_VERSION := $(shell $(PY) -c 'import sys; print("%d.%d.%d" % sys.version_info[:3])' 2>/dev/null)
 STAMP   := $(VENV)/.installed-py$(PY_VERSION)-$(shell cat requirements.lock build-constraints.lock pyproject.toml | cksum | cut -d' ' -f1)
 PYTEST_ARGS ?=
 
@@ -29,12 +34,12 @@ help:
 	@echo "make clean     remove caches (.pytest_cache, .ruff_cache); keeps .venv and the nightly state"
 	@echo "make distclean make clean and remove .venv (the next target makes it again)"
 	@echo "make clean-state  DELETE the local nightly state $(STATE)/ (history, quarantine, estimates, nights, logs, Dagster runs)"
-	@echo "PY=python3.11  the Python that makes .venv (default python3; 3.11 or 3.12, as pyproject.toml's requires-python)"
+	@echo "PY=python3.11  the Python that makes .venv (3.11 or 3.12, as pyproject.toml's requires-python; default: the one that made .venv, else python3)"
 
 # a $(PY) that requires-python excludes stops here, saying which PY= to pass; a venv without pip (made by
 # a python3 lacking python3-venv) or made by another Python than $(PY) is made again, not kept forever
 $(STAMP): requirements.lock build-constraints.lock pyproject.toml
-	@command -v $(PY) >/dev/null 2>&1 || { echo "make: $(PY) not found: install Python 3.11 (apt-get install python3 python3-venv) or pass PY=/path/to/python3.11" >&2; exit 1; }; $(PY) scripts/check-python.py "$(PY)" "$(MAKECMDGOALS)" pyproject.toml
+	@command -v $(PY) >/dev/null 2>&1 || { echo "make: $(PY) not found: install a Python 3.11 or 3.12 with its venv module (your distribution's packages where it has one, else e.g. uv python install 3.12) or pass PY=/path/to/python3.N" >&2; exit 1; }; $(PY) scripts/check-python.py "$(PY)" "$(MAKECMDGOALS)" pyproject.toml
 	v='import sys; print(sys.version)'; [ "$$($(BIN)/python -c "$$v" 2>/dev/null)" = "$$($(PY) -c "$$v")" ] && $(BIN)/python -m pip --version >/dev/null 2>&1 || { rm -rf $(VENV); $(PY) -m venv $(VENV) && $(BIN)/python -m pip --version >/dev/null 2>&1 || { rm -rf $(VENV); echo "make: '$(PY) -m venv' failed: install python3-venv (apt-get install python3-venv)" >&2; exit 1; }; }
 	$(BIN)/python -m pip install -q --disable-pip-version-check uv==0.13.9
 	$(BIN)/uv pip install -q --python $(BIN)/python -r requirements.lock

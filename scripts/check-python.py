@@ -1,6 +1,11 @@
 """Exit 1, saying what to do, when the interpreter running this is not one pyproject.toml's
 requires-python allows (the Makefile runs it with $(PY) before it makes the virtualenv).
 
+With ``--venv-maker PYPROJECT``, run by the virtualenv's python: print the interpreter that made the
+virtualenv when requires-python allows it, nothing otherwise. The Makefile takes it as $(PY) when none
+was given, so one `make install PY=python3.11` on a machine whose python3 is 3.10 serves every later
+plain `make test`.
+
 Without it a wrong Python fails deep in the resolver ("the current Python version (3.10.13) does
 not satisfy Python>=3.11"), or a too-new one installs a set nobody tested. Plain syntax: it must run
 on whatever python3 a machine has (3.6 or newer).
@@ -48,7 +53,27 @@ def runs_and_fits(name, spec):
         return False
 
 
+def venv_maker(pyproject):
+    """The interpreter that made the virtualenv running this, or "" when it does not fit or is gone."""
+    spec = requires_python(pyproject)
+    base = getattr(sys, "_base_executable", "")
+    if sys.prefix == sys.base_prefix or not base or (spec and not allows(spec, tuple(sys.version_info[:3]))):
+        return ""
+    return base if os.access(base, os.X_OK) else ""
+
+
+def install_hint(fits, goal):
+    """Where to get an interpreter that fits, without naming one distribution's package names."""
+    versions = " or ".join(f[len("python"):] for f in fits) if len(fits) <= 3 else f"{fits[0][len('python'):]} or newer"
+    newest = fits[-1][len("python"):] if len(fits) <= 3 else fits[0][len("python"):]
+    return (f"install a Python {versions} with its venv module (your distribution's packages where it has one, "
+            f"else e.g. `uv python install {newest}`) and run `make {goal} PY={fits[0]}` (or PY=/path/to/it)")
+
+
 def main(argv):
+    if argv[1] == "--venv-maker":
+        print(venv_maker(argv[2]))
+        return 0
     py, goal, pyproject = argv[1], argv[2].strip() or "install", argv[3]
     spec = requires_python(pyproject)
     version = tuple(sys.version_info[:3])
@@ -60,7 +85,7 @@ def main(argv):
     if found:
         todo = f"{found[0]} is on PATH: run `make {goal} PY={found[0]}`"
     elif fits:
-        todo = f"install {fits[0]} (Debian: apt-get install {fits[0]} {fits[0]}-venv) and run `make {goal} PY={fits[0]}`"
+        todo = install_hint(fits, goal)
     else:
         todo = "install a Python that fits and pass it as PY=..."
     sys.stderr.write(f"make: {py} is Python {shown} ({os.path.realpath(sys.executable)}); this project needs "

@@ -18,6 +18,7 @@ import pytest
 
 from tests.conftest import PROJECT_ROOT
 
+MAKEFILE = (PROJECT_ROOT / "Makefile").read_text()
 TOOLS = ("bash", "sed", "head", "mktemp", "rm", "mkdir", "id", "cat", "ls", "env", "sh", "chmod")
 
 
@@ -131,8 +132,8 @@ def test_make_remakes_a_venv_made_by_another_python(tmp_path):
 def run_python_check(tmp_path: Path, py: str, requires: str | None = None, on_path: str = "") -> subprocess.CompletedProcess:
     """The Makefile's first recipe line of the venv step (is $(PY) one requires-python allows?), in a copy
     of the project whose pyproject.toml requires ``requires`` (None: the real one), for `make nightly`."""
-    [line] = [ln.strip().lstrip("@") for ln in (PROJECT_ROOT / "Makefile").read_text().splitlines()
-              if "scripts/check-python.py" in ln]
+    [line] = [ln.strip().lstrip("@") for ln in MAKEFILE.splitlines()
+              if ln.startswith("\t") and "scripts/check-python.py" in ln]
     line = line.replace("$(PY)", py).replace("$(MAKECMDGOALS)", "nightly")
     assert not re.search(r"\$\([A-Z_]+\)", line), line
     (tmp_path / "scripts").mkdir(parents=True)
@@ -165,11 +166,60 @@ def test_make_stops_on_a_python_that_requires_python_excludes_and_names_the_py_t
                                         f"{nxt} is on PATH: run `make nightly PY={nxt}`"), out.stderr
     out = run_python_check(tmp_path / "b", sys.executable, needs)
     assert out.returncode == 1
-    assert out.stderr.rstrip().endswith(f"install {nxt} (Debian: apt-get install {nxt} {nxt}-venv) and run "
-                                        f"`make nightly PY={nxt}`"), out.stderr
+    # no distribution's package names: Debian 13 has no python3.11 package (its python3 is 3.13)
+    assert out.stderr.rstrip().endswith(f"install a Python {nxt[6:]} with its venv module (your distribution's "
+                                        f"packages where it has one, else e.g. `uv python install {nxt[6:]}`) and run "
+                                        f"`make nightly PY={nxt}` (or PY=/path/to/it)"), out.stderr
     assert run_python_check(tmp_path / "c", sys.executable).returncode == 0, "the project's own range fits"
     missing = run_python_check(tmp_path / "d", "python3.99")
-    assert missing.returncode == 1 and "make: python3.99 not found: install Python 3.11" in missing.stderr
+    assert missing.returncode == 1 and "make: python3.99 not found: install a Python 3.11 or 3.12" in missing.stderr
+    assert "apt-get" not in missing.stderr
+
+
+def default_py(project: Path) -> str:
+    """$(PY) as make sets it when none is given: the Makefile's `ifeq ($(origin PY),undefined)` block, its
+    $(shell ...) run with bash in ``project`` (a folder with scripts/check-python.py and pyproject.toml)."""
+    block = re.search(r"(?ms)^ifeq \(\$\(origin PY\),undefined\)\n(.*?)^endif$", MAKEFILE)
+    assert block, "PY given nowhere has no default of its own"
+    assert "PY      := $(or $(VENV_MAKER),python3)" in block.group(1)
+    [command] = re.findall(r"(?m)^VENV_MAKER := \$\(shell (.*)\)$", block.group(1))
+    command = command.replace("$(BIN)", ".venv/bin")
+    assert not re.search(r"\$\([A-Z_]+\)", command), command
+    out = subprocess.run(["bash", "-c", command], cwd=project, capture_output=True, text=True, timeout=60)
+    return out.stdout.strip() or "python3"
+
+
+def _version(python: str | Path) -> str:
+    """What the Makefile's PY_VERSION (the stamp's name) would be for ``python``."""
+    [line] = [ln for ln in MAKEFILE.splitlines() if ln.startswith("PY_VERSION")]
+    command = re.fullmatch(r"PY_VERSION := \$\(shell (.*)\)", line).group(1).replace("$(PY)", str(python))
+    return subprocess.run(["bash", "-c", command], capture_output=True, text=True, timeout=60).stdout.strip()
+
+
+def test_a_plain_make_after_one_make_install_with_py_keeps_the_python_that_made_the_venv(tmp_path):
+    """Ubuntu 22.04: python3 is 3.10; after one `make install PY=python3.11` a plain `make test` named its
+    stamp after python3's 3.10 and stopped every time ("python3.11 is on PATH: run `make test PY=...`").
+    Not given, PY is the interpreter that made .venv when requires-python allows it, else python3."""
+    import sys
+
+    project = tmp_path / "p"
+    (project / "scripts").mkdir(parents=True)
+    os.symlink(PROJECT_ROOT / "scripts" / "check-python.py", project / "scripts" / "check-python.py")
+    pyproject = (PROJECT_ROOT / "pyproject.toml").read_text()
+    (project / "pyproject.toml").write_text(pyproject)
+    assert default_py(project) == "python3", "no .venv yet"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", project / ".venv"], check=True, timeout=60)
+    py = default_py(project)
+    assert Path(py).is_absolute() and not Path(py).resolve().is_relative_to(project.resolve()), py
+    assert _version(py) == _version(project / ".venv" / "bin" / "python") != "", "the stamp PY= wrote is current"
+    # the check passes with it where python3 is 3.10 and python3.11 is on PATH (what stopped before)
+    out = run_python_check(tmp_path / "check", py, on_path="python3.11")
+    assert out.returncode == 0, out.stderr
+    # a .venv requires-python no longer allows (it was raised) is not kept: python3, checked as before
+    minor = sys.version_info[1]
+    (project / "pyproject.toml").write_text(re.sub(r'(?m)^requires-python = ".*"$',
+                                                   f'requires-python = ">=3.{minor + 1}"', pyproject))
+    assert default_py(project) == "python3"
 
 
 def test_make_says_to_install_python3_venv_when_the_venv_it_makes_has_no_pip(tmp_path):

@@ -26,6 +26,7 @@ from pydantic import (
     model_validator,
 )
 
+from pipelines.core.asset_rules import cache_path_problem, hub_id_problem
 from pipelines.core.calibrate.policies import DEFAULTS as POLICY_DEFAULTS
 from pipelines.core.model import MAX_EST_TIME_S, Problem
 
@@ -307,8 +308,10 @@ class ClusterFile(_Strict):
 
 
 class ModelEntry(_Strict):
-    source: Name
-    path: Name
+    #: refused here as the builds would refuse it: a declared entry replaces what prepare() says, so the
+    #: catalog's check of inferred downloads never sees it
+    source: Annotated[str, _checked(hub_id_problem)]
+    path: Annotated[str, _checked(cache_path_problem)]
     #: ``hf download --revision``: a branch, tag or commit (never an option)
     revision: Annotated[str, Field(pattern=r"^[^-\s][^\s]*$")] | None = None
 

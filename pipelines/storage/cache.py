@@ -265,10 +265,12 @@ def _file_problem(req: Requirement, dest: Path, exc: OSError) -> str:
 
 def check_hub_id(req: Requirement) -> None:
     """A Hub id is ``org/name``; anything else (an option, a path) never reaches ``hf`` or the hub folder
-    (the catalog's rule: it says so at the test's line before a night gets here)."""
+    (the catalog's rule, said at the test's line, and the specs', said at the models.yaml / datasets.yaml
+    line, before a night gets here; the requirement no longer says which of the two its source came from)."""
     bad = hub_id_problem(req.source)
     if bad:
-        raise BuildError(f"{req.kind} {req.key}: {bad}; fix prepare() or declare it in assets/{req.kind}s.yaml")
+        raise BuildError(f"{req.kind} {req.key}: {bad}; fix its source: the download in prepare(), or the "
+                         f"{req.key!r} entry of assets/{req.kind}s.yaml where it is declared")
 
 
 def download_args(req: Requirement) -> list[str]:

@@ -278,6 +278,24 @@ def test_a_model_may_pin_a_revision_and_an_option_in_its_place_names_the_line(pr
     assert ":2: models.m.revision: '--force-download' does not match" in text
 
 
+def test_a_declared_source_or_path_the_cache_could_never_build_names_the_line(project_root, tmp_path):
+    # a declared entry replaces what prepare() says, so the catalog's check of inferred downloads never saw
+    # it: without this, the night failed every test needing it at build time (infra_error)
+    text = _errors(project_root, tmp_path, "models.yaml", """\
+        models:
+          tiny-lm: {source: 'minirl/../tiny-lm', path: /root/models/tiny-lm}
+          tiny-lm-wide: {source: minirl/tiny-lm-wide, path: models/tiny-lm-wide}
+    """)
+    assert ":2: models.tiny-lm.source: 'minirl/../tiny-lm' is not a Hub id (org/name)" in text
+    assert ":3: models.tiny-lm-wide.path: 'models/tiny-lm-wide' is not a usable path for a cached asset" in text
+    text = _errors(project_root, tmp_path / "d", "datasets.yaml", """\
+        datasets:
+          toy: {source: --local-dir, path: /root/../etc}
+    """)
+    assert ":2: datasets.toy.source: '--local-dir' is not a Hub id" in text
+    assert ":2: datasets.toy.path: '/root/../etc' is not a usable path" in text
+
+
 def test_a_deployment_s_cache_settings_reach_the_night_s_cache_and_bad_ones_name_the_line(project_root, tmp_path):
     from pipelines.night import Night, NightSettings
 

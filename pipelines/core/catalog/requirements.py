@@ -19,10 +19,12 @@ import dataclasses
 import fnmatch
 import functools
 import hashlib
-import re
 from collections.abc import Mapping
-from pathlib import PurePosixPath
 
+# the rules live in asset_rules (the spec schema uses them too); the builds import them from here
+from pipelines.core.asset_rules import CACHE_PATH_RULE as CACHE_PATH_RULE
+from pipelines.core.asset_rules import cache_path_problem, hub_id_problem
+from pipelines.core.asset_rules import cache_relpath as cache_relpath
 from pipelines.core.catalog.assemble import new_test
 from pipelines.core.catalog.ids import variant_problem
 from pipelines.core.catalog.infer import Conversion, Needs
@@ -38,36 +40,6 @@ def _key_problem(key: str) -> str | None:
     if "/" in key:
         return "contains '/'"
     return variant_problem(key)
-
-
-#: a Hub id as ``hf download`` takes it: ``org/name``, never an option or a path
-HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
-#: what a folder of the asset cache must look like (said by the catalog and by the builds)
-CACHE_PATH_RULE = "not a usable path for a cached asset; use an absolute path under /root, without '..' (e.g. /root/models/NAME)"
-
-
-def hub_id_problem(source: str) -> str | None:
-    """Why ``source`` is not a Hub id a download may fetch, or None. The catalog says it at the test's
-    line, before a night whose build would refuse it (it never reaches ``hf`` or the hub folder)."""
-    if HUB_ID.match(source) and ".." not in source:
-        return None
-    return f"{source!r} is not a Hub id (org/name)"
-
-
-def cache_relpath(container_path: str) -> str | None:
-    """Where a test's container path lives in the asset cache (``/root/models/x`` -> ``models/x``,
-    ``/dev/shm/x`` -> ``dev/shm/x``), or None where it cannot: a relative path, the cache's root itself,
-    or one whose '..' leaves the cache."""
-    parts = PurePosixPath(container_path).parts
-    rel = parts[2:] if parts[:2] == ("/", "root") else parts[1:]
-    if not container_path.startswith("/") or not rel or ".." in rel:
-        return None
-    return "/".join(rel)
-
-
-def cache_path_problem(container_path: str) -> str | None:
-    """Why a download's or conversion's folder cannot be in the asset cache, or None."""
-    return None if cache_relpath(container_path) is not None else f"{container_path!r} is {CACHE_PATH_RULE}"
 
 
 #: convert_checkpoint arguments that only change how the conversion is launched, not what it writes:
