@@ -63,7 +63,7 @@ def test_every_pod_requests_cpu_and_memory_and_runs_a_digest_pinned_image(night_
             assert "@sha256:" in c["image"] and c["imagePullPolicy"] == "IfNotPresent"
 
 
-def test_gpu_pods_test_or_conversion_start_with_the_preflight_and_only_downloads_get_the_token(night_yaml):
+def test_test_pods_and_gpu_conversions_start_with_the_preflight_and_only_downloads_get_the_token(night_yaml):
     conversions = 0
     for pod in pods_of(night_yaml[0]):
         labels = pod["metadata"]["labels"]
@@ -73,7 +73,8 @@ def test_gpu_pods_test_or_conversion_start_with_the_preflight_and_only_downloads
         assert "DryRunT0ken" not in json.dumps(pod)
         gpus = int(pod["spec"]["containers"][0]["resources"]["requests"].get("nvidia.com/gpu", 0))
         inits = [c["name"] for c in pod["spec"].get("initContainers", [])]
-        assert inits == (["preflight"] if gpus else []), pod["metadata"]["name"]
+        is_test = labels["app.kubernetes.io/name"] == "nightly-e2e-test"
+        assert inits == (["preflight"] if gpus or is_test else []), pod["metadata"]["name"]
         conversions += labels.get("nightly-e2e.io/kind") == "conversion"
     assert conversions > 0, "the example night converts checkpoints on GPUs"
 
