@@ -227,7 +227,7 @@ class AssetCache:
             )
         argv = [hf, "download", req.source, *download_args(req), "--local-dir", str(tmp)]
         _run(argv, cwd=None, env=dict(os.environ), what=f"{req.kind} {req.key}", log_path=None, timeout_s=timeout_s,
-             running=self.running_dir)
+             running=self.running_dir, fix="install huggingface_hub where the night runs")
 
     def _convert(self, req: Requirement, tmp: Path, repo: Path | None, conversion: ConversionSpec | None,
                  env: dict[str, str], models: dict[str, Requirement], log_path: Path | None,
@@ -242,7 +242,8 @@ class AssetCache:
         argv, conv_env = conversion_command(conversion, req, sys.executable, str(self.host_path(model.path)), str(tmp))
         full_env = {**os.environ, **env, **conv_env}
         _run(argv, cwd=repo, env=full_env, what=f"conversion {req.key}", log_path=log_path, timeout_s=timeout_s,
-             running=self.running_dir)
+             running=self.running_dir, fix="fix the conversion command in assets/checkpoints.yaml, or install it "
+             "where the night runs")
         if not tmp.is_dir():
             raise BuildError(f"conversion {req.key}: the command exited 0 but wrote nothing to {tmp}")
 
@@ -381,20 +382,30 @@ def _write_build_record(folder: Path, token: str, what: str, pgid: int) -> Path:
 
 
 def _run(argv: list[str], cwd: Path | None, env: dict[str, str], what: str, log_path: Path | None,
-         timeout_s: float = BUILD_TIMEOUT_S, running: Path | None = None) -> None:
+         timeout_s: float = BUILD_TIMEOUT_S, running: Path | None = None, fix: str = "") -> None:
     """Run one build command in its own process group; past ``timeout_s``, or when the night is
     interrupted (Ctrl-C, SIGTERM, Dagster's terminate), the whole group is killed before this returns.
 
     Its processes carry a token in their environment, and with ``running`` (a folder) a record names
     it and this process, so a later night ends a build whose night was killed with ``kill -9``
-    (:meth:`AssetCache.reap_builds`)."""
+    (:meth:`AssetCache.reap_builds`).
+
+    A command that cannot start (not on PATH, the checkout folder gone) is a :class:`BuildError`
+    saying so, with ``fix``: not a file error of the cache, which is what :meth:`AssetCache.build`
+    makes of any other ``OSError``."""
     token = f"build-{os.getpid()}-{time.monotonic_ns()}"
     env = {**env, PROC_MARKER: token}
     record = _write_build_record(running, token, what, 0) if running is not None else None
     try:
-        proc = subprocess.Popen(with_signals_unblocked(argv, env), cwd=cwd, env=env, stdin=subprocess.DEVNULL,
-                                stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True, start_new_session=True)
+        try:
+            proc = subprocess.Popen(with_signals_unblocked(argv, env), cwd=cwd, env=env, stdin=subprocess.DEVNULL,
+                                    stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, text=True, start_new_session=True)
+        except OSError as exc:
+            if cwd is not None and not cwd.is_dir():
+                raise BuildError(f"{what}: cannot start {argv[0]!r}: its folder {cwd} is missing") from None
+            raise BuildError(f"{what}: cannot start {argv[0]!r} ({exc.strerror or exc})"
+                             + (f"; {fix}" if fix else "")) from None
         if running is not None:
             _write_build_record(running, token, what, proc.pid)
         timed_out = False

@@ -92,6 +92,20 @@ def test_a_failed_conversion_leaves_nothing_that_looks_built(tmp_path, hub):
     assert not (tmp_path / "c" / "models" / "m1_torch_dist").exists()
 
 
+def test_a_converter_that_is_not_installed_is_named_not_taken_for_a_cache_folder_problem(tmp_path, hub):
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    spec = ConversionSpec(command=("torchrun-not-installed", "conv.py", "--save", "{output}"))
+    cache = AssetCache(tmp_path / "c", hub)
+    cache.build(MODEL)
+    with pytest.raises(BuildError) as exc:
+        cache.build(CONV, repo=repo, conversion=spec, models={"m1": MODEL})
+    said = str(exc.value)
+    assert said.startswith("conversion m1_torch_dist: cannot start 'torchrun-not-installed' (No such file or directory)")
+    assert "assets/checkpoints.yaml" in said and "bytes free" not in said
+    assert not cache.is_built(CONV)
+
+
 def test_a_conversion_before_its_model_says_what_to_build_first(tmp_path, hub):
     cache = AssetCache(tmp_path / "c", hub)
     with pytest.raises(BuildError, match="build model_weights first"):
@@ -201,7 +215,8 @@ def test_a_build_started_while_sigint_is_blocked_runs_with_nothing_blocked(tmp_p
     worker.join(timeout=120)
     assert "error" not in seen, seen
     assert "SigBlk:\t0000000000000000" in (tmp_path / "b.log").read_text()
-    with pytest.raises(FileNotFoundError):  # a missing command fails in this process, as it always did
+    # a missing command fails in this process, as it always did, and says it could not start
+    with pytest.raises(BuildError, match=r"probe: cannot start 'no-such-converter' \(No such file or directory\)"):
         _run(["no-such-converter"], None, dict(os.environ), "probe", None)
 
 
