@@ -273,29 +273,42 @@ def check_hub_id(req: Requirement) -> None:
 
 
 def download_args(req: Requirement) -> list[str]:
-    """The ``hf download`` options of a model or dataset after its repo id: its repo type, and the
-    revision and file filters its requirement carries (the local cache and build pods run the same)."""
+    """The ``hf download`` arguments of a model or dataset after its repo id: the file names it fetches
+    (none: every file), its repo type, and the revision and file filters its requirement carries (the
+    local cache and build pods run the same)."""
+    files, options = _download_filters(req)
+    return [*files, *(["--repo-type", "dataset"] if req.kind == "dataset" else []), *options]
+
+
+def _download_filters(req: Requirement) -> tuple[list[str], list[str]]:
+    """(file names, revision and filter options) of a download; none of them may pass for an option."""
     check_hub_id(req)
-    args = ["--repo-type", "dataset"] if req.kind == "dataset" else []
+    files: list[str] = []
+    options: list[str] = []
     for option, value in req.params:
-        if option not in ("revision", "include", "exclude"):
+        if option not in ("revision", "include", "exclude", "files"):
             continue
         words = value.split() if option != "revision" else [value]
         bad = [w for w in words if w.startswith("-")]
         if bad:  # an option in disguise never reaches hf
-            raise BuildError(f"{req.kind} {req.key}: --{option} {bad[0]!r} is not a revision or file pattern; "
-                             f"fix prepare() or assets/{req.kind}s.yaml")
-        args += [f"--{option}", *words]
-    return args
+            what = (f"{bad[0]!r} is not a file name" if option == "files"
+                    else f"--{option} {bad[0]!r} is not a revision or file pattern")
+            raise BuildError(f"{req.kind} {req.key}: {what}; fix prepare() or assets/{req.kind}s.yaml")
+        if option == "files":
+            files += words
+        else:
+            options += [f"--{option}", *words]
+    return files, options
 
 
 def built_from(req: Requirement) -> str:
     """What the completion marker records as the entry's ``source``: a conversion's model key, a
-    download's Hub id followed by its revision and file filters (just the id when it has none, so
-    entries built before those were recorded stay current)."""
+    download's Hub id followed by the file names, revision and file filters (just the id when it has
+    none, so entries built before those were recorded stay current)."""
     if req.kind == "conversion":
         return req.source
-    return " ".join([req.source, *download_args(req)[2 if req.kind == "dataset" else 0:]])
+    files, options = _download_filters(req)
+    return " ".join([req.source, *files, *options])
 
 
 def conversion_command(conversion: ConversionSpec, req: Requirement, python: str, model_path: str,

@@ -365,6 +365,26 @@ def test_a_download_gets_its_revision_and_filters_and_a_new_revision_downloads_a
     assert not cache.build(dataclasses.replace(pinned, params=(("revision", "v2.0"),))).reused
 
 
+def test_a_download_of_named_files_passes_them_after_the_repo_id_and_records_them(tmp_path, monkeypatch):
+    import dataclasses
+
+    from pipelines.launch.kubernetes.builds import ClusterBuilder
+
+    log = fake_hf(tmp_path, monkeypatch)
+    cache = AssetCache(tmp_path / "c")
+    cache.build(MODEL)  # the whole repository
+    files = dataclasses.replace(MODEL, params=(("files", "config.json tokenizer.json"),))
+    built = cache.build(files)
+    assert "the catalog now says 'org/m1 config.json tokenizer.json'" in built.rebuilt
+    assert log.read_text().splitlines()[-1].startswith("download org/m1 config.json tokenizer.json --local-dir ")
+    assert cache.build(files).reused
+    # a build pod runs the same hf command
+    pod_argv, _, _ = ClusterBuilder.command(None, files, "/tmp/x", None, {})  # type: ignore[arg-type]
+    assert pod_argv == ["hf", "download", "org/m1", "config.json", "tokenizer.json", "--local-dir", "/tmp/x"]
+    with pytest.raises(BuildError, match="model m1: '--force-download' is not a file name"):
+        cache.build(dataclasses.replace(MODEL, params=(("files", "--force-download"),)))
+
+
 def test_a_revision_that_is_an_option_never_reaches_hf(tmp_path, monkeypatch):
     import dataclasses
 
