@@ -415,8 +415,7 @@ class Night:
             env = pod_env(self.repo_spec.env, dict(self.settings.extra_env))
             pool = max(self.deployment.pools, key=lambda p: p.gpus_per_node)  # where builds run
             builder = builder_from_deployment(self.deployment, run_id=self.run_id,
-                                              digest=self.image_digests.get(pool.name, ""),
-                                              timeout_s=self.deployment.build_timeout_s)
+                                              digest=self.image_digests.get(pool.name, ""))
             return builder.build(req, models, self.specs.conversion, env, repo=self.repo_spec.path, log_path=log_path)
         return self.cache.build(
             req, repo=self.repo_spec.path, conversion=self.specs.conversion, env=self.test_env(),

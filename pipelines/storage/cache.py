@@ -227,7 +227,7 @@ class AssetCache:
             )
         argv = [hf, "download", req.source, *download_args(req), "--local-dir", str(tmp)]
         _run(argv, cwd=None, env=dict(os.environ), what=f"{req.kind} {req.key}", log_path=None, timeout_s=timeout_s,
-             running=self.running_dir)
+             running=self.running_dir, fix="install huggingface_hub where the night runs")
 
     def _convert(self, req: Requirement, tmp: Path, repo: Path | None, conversion: ConversionSpec | None,
                  env: dict[str, str], models: dict[str, Requirement], log_path: Path | None,
@@ -242,7 +242,8 @@ class AssetCache:
         argv, conv_env = conversion_command(conversion, req, sys.executable, str(self.host_path(model.path)), str(tmp))
         full_env = {**os.environ, **env, **conv_env}
         _run(argv, cwd=repo, env=full_env, what=f"conversion {req.key}", log_path=log_path, timeout_s=timeout_s,
-             running=self.running_dir)
+             running=self.running_dir, fix="fix the conversion command in assets/checkpoints.yaml, or install it "
+             "where the night runs")
         if not tmp.is_dir():
             raise BuildError(f"conversion {req.key}: the command exited 0 but wrote nothing to {tmp}")
 
@@ -274,29 +275,42 @@ def check_hub_id(req: Requirement) -> None:
 
 
 def download_args(req: Requirement) -> list[str]:
-    """The ``hf download`` options of a model or dataset after its repo id: its repo type, and the
-    revision and file filters its requirement carries (the local cache and build pods run the same)."""
+    """The ``hf download`` arguments of a model or dataset after its repo id: the file names it fetches
+    (none: every file), its repo type, and the revision and file filters its requirement carries (the
+    local cache and build pods run the same)."""
+    files, options = _download_filters(req)
+    return [*files, *(["--repo-type", "dataset"] if req.kind == "dataset" else []), *options]
+
+
+def _download_filters(req: Requirement) -> tuple[list[str], list[str]]:
+    """(file names, revision and filter options) of a download; none of them may pass for an option."""
     check_hub_id(req)
-    args = ["--repo-type", "dataset"] if req.kind == "dataset" else []
+    files: list[str] = []
+    options: list[str] = []
     for option, value in req.params:
-        if option not in ("revision", "include", "exclude"):
+        if option not in ("revision", "include", "exclude", "files"):
             continue
         words = value.split() if option != "revision" else [value]
         bad = [w for w in words if w.startswith("-")]
         if bad:  # an option in disguise never reaches hf
-            raise BuildError(f"{req.kind} {req.key}: --{option} {bad[0]!r} is not a revision or file pattern; "
-                             f"fix prepare() or assets/{req.kind}s.yaml")
-        args += [f"--{option}", *words]
-    return args
+            what = (f"{bad[0]!r} is not a file name" if option == "files"
+                    else f"--{option} {bad[0]!r} is not a revision or file pattern")
+            raise BuildError(f"{req.kind} {req.key}: {what}; fix prepare() or assets/{req.kind}s.yaml")
+        if option == "files":
+            files += words
+        else:
+            options += [f"--{option}", *words]
+    return files, options
 
 
 def built_from(req: Requirement) -> str:
     """What the completion marker records as the entry's ``source``: a conversion's model key, a
-    download's Hub id followed by its revision and file filters (just the id when it has none, so
-    entries built before those were recorded stay current)."""
+    download's Hub id followed by the file names, revision and file filters (just the id when it has
+    none, so entries built before those were recorded stay current)."""
     if req.kind == "conversion":
         return req.source
-    return " ".join([req.source, *download_args(req)[2 if req.kind == "dataset" else 0:]])
+    files, options = _download_filters(req)
+    return " ".join([req.source, *files, *options])
 
 
 def conversion_command(conversion: ConversionSpec, req: Requirement, python: str, model_path: str,
@@ -383,20 +397,30 @@ def _write_build_record(folder: Path, token: str, what: str, pgid: int) -> Path:
 
 
 def _run(argv: list[str], cwd: Path | None, env: dict[str, str], what: str, log_path: Path | None,
-         timeout_s: float = BUILD_TIMEOUT_S, running: Path | None = None) -> None:
+         timeout_s: float = BUILD_TIMEOUT_S, running: Path | None = None, fix: str = "") -> None:
     """Run one build command in its own process group; past ``timeout_s``, or when the night is
     interrupted (Ctrl-C, SIGTERM, Dagster's terminate), the whole group is killed before this returns.
 
     Its processes carry a token in their environment, and with ``running`` (a folder) a record names
     it and this process, so a later night ends a build whose night was killed with ``kill -9``
-    (:meth:`AssetCache.reap_builds`)."""
+    (:meth:`AssetCache.reap_builds`).
+
+    A command that cannot start (not on PATH, the checkout folder gone) is a :class:`BuildError`
+    saying so, with ``fix``: not a file error of the cache, which is what :meth:`AssetCache.build`
+    makes of any other ``OSError``."""
     token = f"build-{os.getpid()}-{time.monotonic_ns()}"
     env = {**env, PROC_MARKER: token}
     record = _write_build_record(running, token, what, 0) if running is not None else None
     try:
-        proc = subprocess.Popen(with_signals_unblocked(argv, env), cwd=cwd, env=env, stdin=subprocess.DEVNULL,
-                                stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True, start_new_session=True)
+        try:
+            proc = subprocess.Popen(with_signals_unblocked(argv, env), cwd=cwd, env=env, stdin=subprocess.DEVNULL,
+                                    stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, text=True, start_new_session=True)
+        except OSError as exc:
+            if cwd is not None and not cwd.is_dir():
+                raise BuildError(f"{what}: cannot start {argv[0]!r}: its folder {cwd} is missing") from None
+            raise BuildError(f"{what}: cannot start {argv[0]!r} ({exc.strerror or exc})"
+                             + (f"; {fix}" if fix else "")) from None
         if running is not None:
             _write_build_record(running, token, what, proc.pid)
         timed_out = False

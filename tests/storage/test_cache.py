@@ -92,6 +92,20 @@ def test_a_failed_conversion_leaves_nothing_that_looks_built(tmp_path, hub):
     assert not (tmp_path / "c" / "models" / "m1_torch_dist").exists()
 
 
+def test_a_converter_that_is_not_installed_is_named_not_taken_for_a_cache_folder_problem(tmp_path, hub):
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    spec = ConversionSpec(command=("torchrun-not-installed", "conv.py", "--save", "{output}"))
+    cache = AssetCache(tmp_path / "c", hub)
+    cache.build(MODEL)
+    with pytest.raises(BuildError) as exc:
+        cache.build(CONV, repo=repo, conversion=spec, models={"m1": MODEL})
+    said = str(exc.value)
+    assert said.startswith("conversion m1_torch_dist: cannot start 'torchrun-not-installed' (No such file or directory)")
+    assert "assets/checkpoints.yaml" in said and "bytes free" not in said
+    assert not cache.is_built(CONV)
+
+
 def test_a_conversion_before_its_model_says_what_to_build_first(tmp_path, hub):
     cache = AssetCache(tmp_path / "c", hub)
     with pytest.raises(BuildError, match="build model_weights first"):
@@ -201,7 +215,8 @@ def test_a_build_started_while_sigint_is_blocked_runs_with_nothing_blocked(tmp_p
     worker.join(timeout=120)
     assert "error" not in seen, seen
     assert "SigBlk:\t0000000000000000" in (tmp_path / "b.log").read_text()
-    with pytest.raises(FileNotFoundError):  # a missing command fails in this process, as it always did
+    # a missing command fails in this process, as it always did, and says it could not start
+    with pytest.raises(BuildError, match=r"probe: cannot start 'no-such-converter' \(No such file or directory\)"):
         _run(["no-such-converter"], None, dict(os.environ), "probe", None)
 
 
@@ -348,6 +363,26 @@ def test_a_download_gets_its_revision_and_filters_and_a_new_revision_downloads_a
         "download org/m1 --include *.safetensors config.json --revision v1.0 --local-dir ")
     assert cache.build(pinned).reused
     assert not cache.build(dataclasses.replace(pinned, params=(("revision", "v2.0"),))).reused
+
+
+def test_a_download_of_named_files_passes_them_after_the_repo_id_and_records_them(tmp_path, monkeypatch):
+    import dataclasses
+
+    from pipelines.launch.kubernetes.builds import ClusterBuilder
+
+    log = fake_hf(tmp_path, monkeypatch)
+    cache = AssetCache(tmp_path / "c")
+    cache.build(MODEL)  # the whole repository
+    files = dataclasses.replace(MODEL, params=(("files", "config.json tokenizer.json"),))
+    built = cache.build(files)
+    assert "the catalog now says 'org/m1 config.json tokenizer.json'" in built.rebuilt
+    assert log.read_text().splitlines()[-1].startswith("download org/m1 config.json tokenizer.json --local-dir ")
+    assert cache.build(files).reused
+    # a build pod runs the same hf command
+    pod_argv, _, _ = ClusterBuilder.command(None, files, "/tmp/x", None, {})  # type: ignore[arg-type]
+    assert pod_argv == ["hf", "download", "org/m1", "config.json", "tokenizer.json", "--local-dir", "/tmp/x"]
+    with pytest.raises(BuildError, match="model m1: '--force-download' is not a file name"):
+        cache.build(dataclasses.replace(MODEL, params=(("files", "--force-download"),)))
 
 
 def test_a_revision_that_is_an_option_never_reaches_hf(tmp_path, monkeypatch):

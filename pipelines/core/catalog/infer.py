@@ -3,7 +3,8 @@
 Recognized (both frameworks write them this way):
 - any call whose first argument is a string or f-string starting with ``hf download``
   (``exec_command(f"hf download {ORG}/{NAME} --local-dir /root/models/{NAME}")``), with its
-  ``--revision``, ``--include`` and ``--exclude`` (they decide what lands in the folder);
+  ``--revision``, ``--include`` and ``--exclude`` and the file names after the repo id (they decide
+  what lands in the folder);
 - ``hf_download_dataset("<org/name>")`` -> ``/root/datasets/<name>``;
 - ``convert_checkpoint(model_name, megatron_model_type, num_gpus_per_node, multinode=False,
   extra_args="", dir_dst="/root", hf_checkpoint=None)`` -> ``<dir_dst>/<model>_torch_dist``.
@@ -41,6 +42,9 @@ class Download:
     #: ``--include`` / ``--exclude`` patterns, space-separated as written ("" for every file)
     include: str = ""
     exclude: str = ""
+    #: file names after the repo id (``hf download org/m config.json``), space-separated; hf then
+    #: fetches those files only and ignores ``--include`` / ``--exclude``, so they are left out
+    files: str = ""
 
 
 @dataclass(frozen=True)
@@ -180,7 +184,7 @@ def _hf_download(v: Value, line: int, downloads: list[tuple], unresolved: list[s
     except ValueError:
         unresolved.append(_unresolved(text, "hf download: unbalanced quotes", line))
         return
-    repo_id, opts = _hf_args(argv[2:])
+    repo_id, files, opts = _hf_args(argv[2:])
     if not repo_id or repo_id.startswith("-") or "/" not in repo_id:
         unresolved.append(_unresolved(text, "hf download: no org/name repository id", line))
         return
@@ -190,8 +194,9 @@ def _hf_download(v: Value, line: int, downloads: list[tuple], unresolved: list[s
         return
     kind = "dataset" if opts.get("--repo-type") == "dataset" else "model"
     # the revision and file filters decide what lands in the folder: they are part of the requirement
+    include, exclude = ("", "") if files else (opts.get("--include", ""), opts.get("--exclude", ""))
     downloads.append((kind, local_dir.rpartition("/")[2], repo_id, local_dir, line, opts.get("--revision", ""),
-                      opts.get("--include", ""), opts.get("--exclude", "")))
+                      include, exclude, " ".join(files)))
 
 
 #: ``hf download`` flags that take no value, and those that take every value up to the next flag (argparse nargs="*")
@@ -199,9 +204,10 @@ _HF_SWITCHES = frozenset({"--force-download", "--resume-download", "--quiet", "-
 _HF_MANY = frozenset({"--include", "--exclude"})
 
 
-def _hf_args(argv: list[str]) -> tuple[str, dict[str, str]]:
-    """(repo id, options) of ``hf download``'s arguments as its argparse reads them: the repo id is the
-    first argument that is no option nor an option's value, wherever it stands (``--local-dir X org/name``)."""
+def _hf_args(argv: list[str]) -> tuple[str, list[str], dict[str, str]]:
+    """(repo id, file names, options) of ``hf download``'s arguments as its argparse reads them: the repo id
+    is the first argument that is no option nor an option's value, wherever it stands (``--local-dir X
+    org/name``); the file names are the other such arguments."""
     positional: list[str] = []
     opts: dict[str, str] = {}
     i, n = 0, len(argv)
@@ -222,7 +228,7 @@ def _hf_args(argv: list[str]) -> tuple[str, dict[str, str]]:
                 i += 1
             value = " ".join(taken)
         opts[flag] = value
-    return (positional[0] if positional else ""), opts
+    return (positional[0] if positional else ""), positional[1:], opts
 
 
 def _conversion(call: ast.Call, env: dict, conversions: list[tuple], unresolved: list[str]) -> None:

@@ -48,14 +48,17 @@ def _key_problem(key: str) -> str | None:
 LAUNCH_ONLY = frozenset({"multinode", "num_gpus_per_node"})
 
 
-def download_params(revision: str = "", include: str = "", exclude: str = "") -> tuple[tuple[str, str], ...]:
-    """A download's ``hf download`` options as its requirement's params, sorted, empty ones left out:
-    they decide which files of which revision land in the folder, so the cache rebuilds on a change."""
-    return tuple((k, v) for k, v in (("exclude", exclude), ("include", include), ("revision", revision)) if v)
+def download_params(revision: str = "", include: str = "", exclude: str = "",
+                    files: str = "") -> tuple[tuple[str, str], ...]:
+    """A download's ``hf download`` options (and ``files``, the file names after its repo id) as its
+    requirement's params, sorted, empty ones left out: they decide which files of which revision land
+    in the folder, so the cache rebuilds on a change."""
+    return tuple((k, v) for k, v in (("exclude", exclude), ("files", files), ("include", include),
+                                     ("revision", revision)) if v)
 
 
 def _download_text(source: str, params: tuple[tuple[str, str], ...]) -> str:
-    return " ".join([source, *(f"--{k} {v}" for k, v in params)])
+    return " ".join([source, *(v if k == "files" else f"--{k} {v}" for k, v in params)])
 
 
 def output_params(c: Conversion) -> tuple[tuple[str, str], ...]:
@@ -139,7 +142,7 @@ def build_requirements(
                 said.append((d.line, "prepare", f"{d.kind} {d.key!r}: {why}"))
                 continue
             prev = found.get(d.key)
-            params = download_params(d.revision, d.include, d.exclude)
+            params = download_params(d.revision, d.include, d.exclude, d.files)
             if prev is not None and (prev.kind, prev.source, prev.path, prev.params) == (d.kind, d.source, d.path, params):
                 continue  # the same download as an earlier test's (the common case)
             req = declared.get(d.key) or Requirement(d.kind, d.key, d.source, d.path, params)  # type: ignore[arg-type]

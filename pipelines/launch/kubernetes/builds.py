@@ -222,7 +222,7 @@ class ClusterBuilder:
     """Builds one requirement per pod into the deployment's cache PVC (see the module docstring)."""
 
     def __init__(self, core_v1_api: client.CoreV1Api, deployment: DeploymentSpec, pool: PoolSpec | None = None,
-                 *, timeout_s: int = 4 * 3600, workdir: str = "", retries: int | None = None, run_id: str = "",
+                 *, timeout_s: int | None = None, workdir: str = "", retries: int | None = None, run_id: str = "",
                  digest: str = "", owner: dict[str, Any] | None = None, **launcher_kwargs: Any):
         if not deployment.cache_pvc:
             raise BuildError(f"deployment {deployment.name}: no cache_pvc; set deployments.{deployment.name}.cache_pvc "
@@ -232,7 +232,9 @@ class ClusterBuilder:
                 raise BuildError(f"deployment {deployment.name}: no pools to build on; add one in assets/cluster.yaml")
             pool = max(deployment.pools, key=lambda p: p.gpus_per_node)
         self.deployment, self.pool = deployment, pool
-        self.timeout_s, self.workdir = timeout_s, workdir
+        # None: the deployment's ``cache: build_timeout_s``, so a dry run prints what a night runs
+        self.timeout_s = deployment.build_timeout_s if timeout_s is None else timeout_s
+        self.workdir = workdir
         self.run_id, self.owner = run_id, owner
         self.image, self.digest = pinned_image(pool, digest)
         self.retries = deployment.max_infra_retries if retries is None else retries

@@ -251,8 +251,9 @@ def build_pod(
         "containers": [container],
         "volumes": volumes,
     }
-    if test.gpus > 0:
-        spec["initContainers"] = [preflight_container(ref, policy, test.gpus, resources)]
+    # every test pod runs the wrapper, so every one checks it is in the image (0 GPUs: that check alone);
+    # the test's own resources, so the pre-flight adds nothing to what the pod asks of the node
+    spec["initContainers"] = [preflight_container(ref, policy, test.gpus, resources)]
     if pool.node_selector:
         spec["nodeSelector"] = dict(pool.node_selector)
     if pool.tolerations:

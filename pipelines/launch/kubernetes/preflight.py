@@ -1,4 +1,4 @@
-"""The GPU pre-flight: an init container that proves the node's GPUs work before the test starts.
+"""The pre-flight: an init container that proves the node's GPUs work before the test starts.
 
 Why an init container: its exit code is its own (a test that happens to exit 86 stays a test
 failure), and the test container's clock starts only after it. Why three exit codes: only a
@@ -7,7 +7,8 @@ CUDA failure says the *node* is bad. A tool missing from the image (no ``python3
 the image's fault and fails everywhere; a hung ``nvidia-smi`` is stopped by its own timeout and
 retried elsewhere without condemning the node. Without the wrapper check, a pool pointed at the
 plain framework image would run every test into ``No module named 'pipelines'`` (exit 1), which
-reads as a test failure.
+reads as a test failure. So CPU-only test pods get the pre-flight too, with
+``NIGHTLY_PREFLIGHT_GPUS=0``: ``python3`` and the wrapper only, no ``nvidia-smi`` or CUDA.
 
 The script is constant: its inputs are environment variables only (expected GPU count, time
 limit, node name, whether the test wrapper must be importable). It prints one ``nightly-preflight: ok {json}`` line with what it saw (GPUs,
@@ -72,28 +73,31 @@ if os.environ.get("NIGHTLY_PREFLIGHT_WRAPPER") == "1":
     if found is None:
         end({TOOL_MISSING_EXIT}, "pipelines.launch.wrapper is not importable (%s; PYTHONPATH=%s): the pool's image must be "
             "a test-pod image with /opt/nightly-e2e (docs/nix.md), not the plain framework image" % (why, os.environ.get("PYTHONPATH", "")))
-smi = shutil.which("nvidia-smi")
-if not smi:
-    end({TOOL_MISSING_EXIT}, "nvidia-smi not found on PATH: the image or the NVIDIA container runtime lacks it")
-try:
-    out = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=limit)
-except subprocess.TimeoutExpired:
-    end({HUNG_EXIT}, "nvidia-smi -L did not answer within %.0fs on %s" % (limit, node))
-if out.returncode != 0:
-    end({GPU_UNUSABLE_EXIT}, "nvidia-smi -L failed (exit %d) on %s: %s" % (out.returncode, node, (out.stderr or out.stdout).strip()[-300:]))
-listed = sum(1 for line in out.stdout.splitlines() if line.startswith("GPU "))
-try:
-    cu = subprocess.run([sys.executable, "-c", {_CUDA_PY!r}], capture_output=True, text=True, timeout=limit)
-except subprocess.TimeoutExpired:
-    end({HUNG_EXIT}, "CUDA init did not answer within %.0fs on %s" % (limit, node))
-said = cu.stdout.strip()
-if cu.returncode == {TOOL_MISSING_EXIT}:
-    end({TOOL_MISSING_EXIT}, said or "libcuda.so.1 missing")
-if cu.returncode != 0 or not said.startswith("devices "):
-    end({GPU_UNUSABLE_EXIT}, "CUDA init failed on %s: %s" % (node, said[-300:] or cu.stderr.strip()[-300:]))
-count = int(said.split()[1])
-if count != want or listed != want:
-    end({GPU_UNUSABLE_EXIT}, "%d GPU(s) usable by CUDA, %d listed by nvidia-smi, %d requested on %s" % (count, listed, want, node))
+def gpus_seen():  # (GPUs CUDA initialised, GPUs nvidia-smi listed); ends the pre-flight when they are wrong
+    smi = shutil.which("nvidia-smi")
+    if not smi:
+        end({TOOL_MISSING_EXIT}, "nvidia-smi not found on PATH: the image or the NVIDIA container runtime lacks it")
+    try:
+        out = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=limit)
+    except subprocess.TimeoutExpired:
+        end({HUNG_EXIT}, "nvidia-smi -L did not answer within %.0fs on %s" % (limit, node))
+    if out.returncode != 0:
+        end({GPU_UNUSABLE_EXIT}, "nvidia-smi -L failed (exit %d) on %s: %s" % (out.returncode, node, (out.stderr or out.stdout).strip()[-300:]))
+    listed = sum(1 for line in out.stdout.splitlines() if line.startswith("GPU "))
+    try:
+        cu = subprocess.run([sys.executable, "-c", {_CUDA_PY!r}], capture_output=True, text=True, timeout=limit)
+    except subprocess.TimeoutExpired:
+        end({HUNG_EXIT}, "CUDA init did not answer within %.0fs on %s" % (limit, node))
+    said = cu.stdout.strip()
+    if cu.returncode == {TOOL_MISSING_EXIT}:
+        end({TOOL_MISSING_EXIT}, said or "libcuda.so.1 missing")
+    if cu.returncode != 0 or not said.startswith("devices "):
+        end({GPU_UNUSABLE_EXIT}, "CUDA init failed on %s: %s" % (node, said[-300:] or cu.stderr.strip()[-300:]))
+    count = int(said.split()[1])
+    if count != want or listed != want:
+        end({GPU_UNUSABLE_EXIT}, "%d GPU(s) usable by CUDA, %d listed by nvidia-smi, %d requested on %s" % (count, listed, want, node))
+    return count, listed
+count, listed = gpus_seen() if want > 0 else (0, 0)  # a CPU-only test pod: the wrapper check alone
 st = os.statvfs("/dev/shm") if os.path.isdir("/dev/shm") else None
 facts = {{"node": node, "gpus": count, "listed": listed, "shm_bytes": st.f_frsize * st.f_blocks if st else 0}}
 print("{OK_PREFIX}" + json.dumps(facts, sort_keys=True), flush=True)
@@ -119,6 +123,7 @@ def preflight_container(image: str, pull_policy: str, gpus: int, resources: dict
 
     ``needs_wrapper``: the pod runs ``python3 -m pipelines.launch.wrapper`` (test pods and the
     doctor's probe of them); build pods run a script of their own and do not need the package.
+    ``gpus`` 0 (a CPU-only test pod): only ``python3`` and the wrapper are checked.
     """
     env = [{"name": "NIGHTLY_PREFLIGHT_GPUS", "value": str(gpus)},
            {"name": "NIGHTLY_PREFLIGHT_TIMEOUT_S", "value": str(timeout_s)},

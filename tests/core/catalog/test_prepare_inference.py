@@ -95,6 +95,18 @@ def test_a_download_s_revision_and_file_filters_are_part_of_its_requirement(tree
         params=(("exclude", "*.bin"), ("include", "*.safetensors config.json"), ("revision", "v1.0")))
 
 
+def test_file_names_after_the_repo_id_are_part_of_the_requirement_and_replace_its_filters(tree):
+    """``hf download org/m config.json`` fetches that file only (hf then ignores --include/--exclude)."""
+    cat = load(tree, {"tests/test_f.py": REG + dedent('''
+        def prepare():
+            exec_command("hf download Qwen/Qwen3-0.6B config.json tokenizer.json --include '*.bin' "
+                         "--revision v1.0 --local-dir /root/models/Qwen3-0.6B")
+        ''').lstrip("\n")})
+    assert cat.requirement("Qwen3-0.6B") == Requirement(
+        "model", "Qwen3-0.6B", "Qwen/Qwen3-0.6B", "/root/models/Qwen3-0.6B",
+        params=(("files", "config.json tokenizer.json"), ("revision", "v1.0")))
+
+
 def test_one_folder_downloaded_at_two_revisions_is_a_problem_on_the_call_s_line(tree):
     pinned = REG + "def prepare():\n    exec_command('hf download Qwen/Qwen3-0.6B --revision {} --local-dir /root/models/Qwen3-0.6B')\n"
     cat = load(tree, {"tests/test_a.py": pinned.format("v1.0"), "tests/test_b.py": pinned.format("main")})

@@ -63,7 +63,7 @@ def test_every_pod_requests_cpu_and_memory_and_runs_a_digest_pinned_image(night_
             assert "@sha256:" in c["image"] and c["imagePullPolicy"] == "IfNotPresent"
 
 
-def test_gpu_pods_test_or_conversion_start_with_the_preflight_and_only_downloads_get_the_token(night_yaml):
+def test_test_pods_and_gpu_conversions_start_with_the_preflight_and_only_downloads_get_the_token(night_yaml):
     conversions = 0
     for pod in pods_of(night_yaml[0]):
         labels = pod["metadata"]["labels"]
@@ -73,7 +73,8 @@ def test_gpu_pods_test_or_conversion_start_with_the_preflight_and_only_downloads
         assert "DryRunT0ken" not in json.dumps(pod)
         gpus = int(pod["spec"]["containers"][0]["resources"]["requests"].get("nvidia.com/gpu", 0))
         inits = [c["name"] for c in pod["spec"].get("initContainers", [])]
-        assert inits == (["preflight"] if gpus else []), pod["metadata"]["name"]
+        is_test = labels["app.kubernetes.io/name"] == "nightly-e2e-test"
+        assert inits == (["preflight"] if gpus or is_test else []), pod["metadata"]["name"]
         conversions += labels.get("nightly-e2e.io/kind") == "conversion"
     assert conversions > 0, "the example night converts checkpoints on GPUs"
 
@@ -96,3 +97,21 @@ def test_the_nights_digest_replaces_the_pools(night_yaml):
                              **night.pod_settings())
     images = {c["image"] for p in pods_of(text) for c in p["spec"]["containers"]}
     assert images == {f"ghcr.io/example/rl-framework-nightly-e2e:nightly-0.1.0@{TONIGHT}"}
+
+
+def test_dry_run_build_pods_use_the_deployments_build_timeout(tmp_path):
+    """``cache: build_timeout_s`` reaches the printed build pods, not only the night's builds."""
+    assets = example_assets(tmp_path / "assets")
+    cluster = assets / "cluster.yaml"
+    cluster.write_text(cluster.read_text().replace("storage: s3", "storage: local")
+                       .replace("  production:\n", "  production:\n    cache: {build_timeout_s: 600}\n", 1))
+    night = Night(NightSettings(home=tmp_path / "home", assets_dir=assets, deployment="production"))
+    assert night.deployment.build_timeout_s == 600
+    tests, _ = night.selected()
+    text = render_night_pods(night.plan(tests), night.deployment, night.request,
+                             requirements=night.requirements_for(tests), conversion=night.specs.conversion,
+                             run_id=night.run_id, repo=night.repo_spec.path, **night.pod_settings())
+    builds = [p for p in pods_of(text) if p["metadata"]["labels"]["app.kubernetes.io/name"] == "nightly-e2e-build"]
+    assert builds and {p["spec"]["activeDeadlineSeconds"] for p in builds} == {600}
+    envs = [{e["name"]: e.get("value") for e in p["spec"]["containers"][0]["env"]} for p in builds]
+    assert {e["NIGHTLY_BUILD_TIMEOUT_S"] for e in envs} == {"600"}

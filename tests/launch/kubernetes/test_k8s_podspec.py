@@ -151,9 +151,14 @@ def test_the_preflight_is_an_init_container_with_the_same_image_gpus_and_resourc
     assert "preflight" not in json.dumps(container(pod)["command"])
 
 
-def test_a_cpu_only_pod_has_no_preflight_and_sees_no_gpu():
+def test_a_cpu_only_pod_preflights_only_the_wrapper_and_sees_no_gpu():
+    """It runs ``python3 -m pipelines.launch.wrapper`` too: a plain framework image is exit 87, not a test failure."""
     pod = build_pod(request(test=make_test(gpus=0)), POOL, PRODUCTION)
-    assert "initContainers" not in pod["spec"]
+    assert container(pod)["command"][:3] == ["python3", "-m", "pipelines.launch.wrapper"]
+    [init] = pod["spec"]["initContainers"]
+    env = {e["name"]: e.get("value") for e in init["env"]}
+    assert (env["NIGHTLY_PREFLIGHT_GPUS"], env["NIGHTLY_PREFLIGHT_WRAPPER"]) == ("0", "1")
+    assert init["resources"] == container(pod)["resources"] and "nvidia.com/gpu" not in json.dumps(init["resources"])
     assert {"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"} in container(pod)["env"]
     gpu_pod = build_pod(request(), POOL, PRODUCTION)
     assert "NVIDIA_VISIBLE_DEVICES" not in json.dumps(container(gpu_pod)["env"])

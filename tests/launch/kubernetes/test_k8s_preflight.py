@@ -135,6 +135,21 @@ def test_the_wrapper_on_the_images_pythonpath_passes_and_build_pods_do_not_need_
     assert build.returncode == 0, build.stdout + build.stderr
 
 
+def test_a_cpu_only_pod_checks_the_wrapper_and_needs_no_gpu_tools(driver, tmp_path):
+    """0 GPUs: no nvidia-smi or libcuda in the image is fine; the wrapper missing is exit 87 as on GPU pods."""
+    only_python = tmp_path / "bin"
+    only_python.mkdir()
+    (only_python / "python3").symlink_to(driver / "python3")
+    ok = preflight(driver, gpus=0, path=str(only_python), cwd=tmp_path, LD_LIBRARY_PATH=str(tmp_path),
+                   NIGHTLY_PREFLIGHT_WRAPPER="1", PYTHONPATH=str(PROJECT_ROOT))
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    [line] = [x for x in ok.stdout.splitlines() if x.startswith(OK_PREFIX)]
+    assert json.loads(line[len(OK_PREFIX):])["gpus"] == 0
+    plain = preflight(driver, gpus=0, path=str(only_python), cwd=tmp_path, NIGHTLY_PREFLIGHT_WRAPPER="1")
+    assert plain.returncode == TOOL_MISSING_EXIT and "pipelines.launch.wrapper is not importable" in plain.stdout
+    assert classify(_failed_preflight(plain.returncode), False, 0, 1)[:3] == ("infra_error", "preflight_tool_missing", False)
+
+
 @needs_cc
 def test_cuda_error_802_means_the_gpus_are_unusable(driver):
     out = preflight(driver, FAKE_CUINIT="802")
