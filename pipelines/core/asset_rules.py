@@ -38,3 +38,16 @@ def cache_relpath(container_path: str) -> str | None:
 def cache_path_problem(container_path: str) -> str | None:
     """Why a download's or conversion's folder cannot be in the asset cache, or None."""
     return None if cache_relpath(container_path) is not None else f"{container_path!r} is {CACHE_PATH_RULE}"
+
+
+#: the ``hf download`` options a download's requirement may carry (``files`` are the names after its id)
+DOWNLOAD_OPTIONS = ("exclude", "include", "revision")
+
+
+def download_text(source: str, params: tuple[tuple[str, str], ...]) -> str:
+    """A download as one line: its Hub id, the file names, then its revision and filter options
+    (just the id when it has none). What its completion marker records as ``source`` and what the
+    catalog shows of it, so the two never read differently."""
+    files = [" ".join(v.split()) for k, v in params if k == "files"]
+    options = [f"--{k} {' '.join(v.split()) if k != 'revision' else v}" for k, v in params if k in DOWNLOAD_OPTIONS]
+    return " ".join([source, *files, *options])

@@ -31,6 +31,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from pipelines.core.asset_rules import DOWNLOAD_OPTIONS, download_text
 from pipelines.core.catalog.requirements import CACHE_PATH_RULE, LAUNCH_ONLY, cache_relpath, hub_id_problem
 from pipelines.core.model import Requirement
 from pipelines.core.recipe import Recipe, identity, make_recipe, model_identity
@@ -288,7 +289,7 @@ def _download_filters(req: Requirement) -> tuple[list[str], list[str]]:
     files: list[str] = []
     options: list[str] = []
     for option, value in req.params:
-        if option not in ("revision", "include", "exclude", "files"):
+        if option not in (*DOWNLOAD_OPTIONS, "files"):
             continue
         words = value.split() if option != "revision" else [value]
         bad = [w for w in words if w.startswith("-")]
@@ -309,8 +310,8 @@ def built_from(req: Requirement) -> str:
     none, so entries built before those were recorded stay current)."""
     if req.kind == "conversion":
         return req.source
-    files, options = _download_filters(req)
-    return " ".join([req.source, *files, *options])
+    _download_filters(req)  # what could pass for an option is refused, here as in the download
+    return download_text(req.source, req.params)
 
 
 def conversion_command(conversion: ConversionSpec, req: Requirement, python: str, model_path: str,

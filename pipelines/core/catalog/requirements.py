@@ -23,7 +23,7 @@ from collections.abc import Mapping
 
 # the rules live in asset_rules (the spec schema uses them too); the builds import them from here
 from pipelines.core.asset_rules import CACHE_PATH_RULE as CACHE_PATH_RULE
-from pipelines.core.asset_rules import cache_path_problem, hub_id_problem
+from pipelines.core.asset_rules import cache_path_problem, download_text, hub_id_problem
 from pipelines.core.asset_rules import cache_relpath as cache_relpath
 from pipelines.core.catalog.assemble import new_test
 from pipelines.core.catalog.ids import variant_problem
@@ -55,10 +55,6 @@ def download_params(revision: str = "", include: str = "", exclude: str = "",
     in the folder, so the cache rebuilds on a change."""
     return tuple((k, v) for k, v in (("exclude", exclude), ("files", files), ("include", include),
                                      ("revision", revision)) if v)
-
-
-def _download_text(source: str, params: tuple[tuple[str, str], ...]) -> str:
-    return " ".join([source, *(v if k == "files" else f"--{k} {v}" for k, v in params)])
 
 
 def output_params(c: Conversion) -> tuple[tuple[str, str], ...]:
@@ -148,8 +144,8 @@ def build_requirements(
             req = declared.get(d.key) or Requirement(d.kind, d.key, d.source, d.path, params)  # type: ignore[arg-type]
             if prev is not None and d.key not in declared:
                 said.append((d.line, "prepare", (
-                    f"{d.kind} {d.key!r} is {_download_text(d.source, params)} at {d.path} here but {prev.kind} "
-                    f"{_download_text(prev.source, prev.params)} at {prev.path} in {owner[d.key]}; use one source "
+                    f"{d.kind} {d.key!r} is {download_text(d.source, params)} at {d.path} here but {prev.kind} "
+                    f"{download_text(prev.source, prev.params)} at {prev.path} in {owner[d.key]}; use one source "
                     f"(and revision) per folder or declare it in assets/{prev.kind}s.yaml")))
                 continue
             found.setdefault(d.key, req)
