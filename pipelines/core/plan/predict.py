@@ -43,18 +43,29 @@ def predict_makespan(plan: Plan, pools: Sequence[Pool], tests: Sequence[Test], m
     timeouts = {a.test_id: float(a.timeout_s) for a in plan.assignments if a.timeout_s > 0}
     nights = [{k: min(v, timeouts.get(k, v)) for k, v in night.items()}
               for night in evaluation_draws(tests, draws, seed=seed + SEED_OFFSET, model=model)]
-    spans = sorted(simulate(plan, pools, d, live=True) if live else _greedy(plan, pools, d) for d in nights)
+    if live:
+        spans = sorted(simulate(plan, pools, d, live=True) for d in nights)
+    else:
+        queues = _queues(plan, pools)
+        spans = sorted(_greedy(queues, d) for d in nights)
     p90 = spans[max(0, -(-9 * len(spans) // 10) - 1)]
     return statistics.median(spans), p90
 
 
-def _greedy(plan: Plan, pools: Sequence[Pool], actual: Mapping[str, float]) -> float:
-    """The greedy dispatcher's makespan, pool by pool, via the fast list schedule."""
-    span = 0.0
+def _queues(plan: Plan, pools: Sequence[Pool]) -> list[tuple[Pool, list[str], list[int]]]:
+    """Each pool with its tests' ids and GPUs in priority order (the same for every draw)."""
+    out = []
     for pool in pools:
         mine = sorted((a for a in plan.assignments if a.pool == pool.name), key=lambda a: a.priority)
         if mine:
-            s = list_schedule([actual[a.test_id] for a in mine], [a.gpus for a in mine], range(len(mine)),
-                              pool.nodes, pool.gpus_per_node)
-            span = max(span, s.makespan)
+            out.append((pool, [a.test_id for a in mine], [a.gpus for a in mine]))
+    return out
+
+
+def _greedy(queues: Sequence[tuple[Pool, list[str], list[int]]], actual: Mapping[str, float]) -> float:
+    """The greedy dispatcher's makespan, pool by pool, via the fast list schedule."""
+    span = 0.0
+    for pool, ids, gpus in queues:
+        s = list_schedule([actual[t] for t in ids], gpus, range(len(ids)), pool.nodes, pool.gpus_per_node)
+        span = max(span, s.makespan)
     return span

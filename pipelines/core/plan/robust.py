@@ -44,8 +44,9 @@ def evaluation_draws(tests: Sequence[Test], k: int = EVAL_DRAWS, sigma: float = 
     test does not reshuffle them, and the result never depends on the order of ``tests``.
     """
     out: list[dict[str, float]] = [{} for _ in range(k)]
+    rng = random.Random()
     for t in tests:
-        rng = random.Random(zlib.crc32(f"{seed}:{t.id}".encode()))
+        rng.seed(zlib.crc32(f"{seed}:{t.id}".encode()))
         base, spread = (model[t.id].median_s, model[t.id].sigma) if model else (float(t.est_time), sigma)
         for j in range(k):
             out[j][t.id] = base * rng.lognormvariate(0.0, spread)
