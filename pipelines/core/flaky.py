@@ -19,13 +19,13 @@ when) come from a JSON document: a hand-made quarantine holds until released by 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, fields, replace
 from datetime import UTC, datetime
 from typing import NamedTuple
 
 from pipelines.core.calibrate.policies import parse_time
-from pipelines.core.health import HARD_FAULTS, detect_bad_nodes, passed_nodes
+from pipelines.core.health import HARD_FAULTS, RecentPasses, detect_bad_nodes
 from pipelines.core.model import Attempt, CatalogError, Problem, Sample
 
 STATES = ("healthy", "flaky", "quarantined", "released")
@@ -176,9 +176,11 @@ def night_records(samples: Sequence[Sample]) -> list[NightRecord]:
             first[s.run_id] = s.started_at
     out = []
     order = sorted(runs, key=lambda r: _time(first.get(r, "")))
-    for i, run_id in enumerate(order):
+    before = RecentPasses()  # passed_nodes of the runs before this one, kept as the replay goes
+    for run_id in order:
         mine = runs[run_id]
-        bad = _bad_nodes(mine, lambda i=i: (s for r in order[:i] for s in runs[r]))
+        bad = _bad_nodes(mine, before.nodes)
+        before.add_run(mine)
         per_test: dict[str, list[Sample]] = {}
         for s in mine:
             if s.outcome == "passed" or (s.outcome in _FAIL and s.node not in bad):
@@ -191,9 +193,10 @@ def night_records(samples: Sequence[Sample]) -> list[NightRecord]:
     return out
 
 
-def _bad_nodes(run: Sequence[Sample], earlier: Callable[[], Iterable[Sample]] = tuple) -> set[str]:
+def _bad_nodes(run: Sequence[Sample], earlier: Callable[[], Mapping[str, Collection[str]]] = dict) -> set[str]:
     """The run's bad nodes (pipelines.core.health), judged as the night judged them: from the run's
-    samples (a failure retried elsewhere that passed is there) and the runs before it (``earlier``).
+    samples (a failure retried elsewhere that passed is there) and the runs before it (``earlier``:
+    their ``passed_nodes``, asked for only when needed).
     Samples keep no infra reason, so an infra error on a node is taken as the node's, as one
     unusable GPU is for the night (``_attempt``): a failure there is never a flip nor a "passed on
     retry". Otherwise asked only when some node failed twice: the failure-rate rules need failures
@@ -207,7 +210,7 @@ def _bad_nodes(run: Sequence[Sample], earlier: Callable[[], Iterable[Sample]] = 
     if not any(n >= 2 for n in failed.values()) and not any(s.node and s.outcome == "infra_error" for s in run):
         return set()
     # a sample's hardware stands for its pool: nodes are judged only against nodes of the same hardware
-    return {f.node for f in detect_bad_nodes([_attempt(s) for s in run if s.node], history=passed_nodes(earlier()),
+    return {f.node for f in detect_bad_nodes([_attempt(s) for s in run if s.node], history=earlier(),
                                              pools={s.test_id: s.hardware for s in run if s.hardware})}
 
 

@@ -429,3 +429,42 @@ def test_a_released_test_stays_released_after_a_night_that_failed():
     assert (failed.state, failed.by) == ("released", "flaky rules")
     assert [e.kind for e in failed.evidence] == ["alternating"]
     assert state_of(history(*base, "failed", "failed", "passed")).state == "flaky"  # the second flip
+
+
+def test_the_replay_judges_each_runs_nodes_on_the_runs_before_it_as_passed_nodes_would():
+    """night_records keeps the evidence of earlier runs incrementally (it once re-read the whole
+    history at every run); the bad nodes it drops must be the ones passed_nodes of the earlier runs
+    gives, on a history where nodes go bad now and then."""
+    import random
+
+    from pipelines.core.flaky import _bad_nodes, night_records
+    from pipelines.core.health import passed_nodes
+
+    rng = random.Random(7)
+    samples = []
+    for r in range(60):
+        bad = f"n{rng.randrange(4)}" if rng.random() < 0.3 else ""
+        for k in range(12):
+            node = f"n{rng.randrange(4)}"
+            outcome = "failed" if (node == bad and rng.random() < 0.8) or rng.random() < 0.05 else "passed"
+            when = f"2026-{1 + r // 28:02d}-{1 + r % 28:02d}T01:{k:02d}:00+00:00"
+            samples.append(Sample(f"tests/t{k}.py", "h200", "x", outcome, 1.0, when, node=node, run_id=f"r{r:02d}"))
+            if outcome == "failed" and r % 2:  # the retry, on another node (odd runs: none, so the
+                # node is named only from the earlier runs' passes)
+                other = f"n{(int(node[1]) + 1) % 4}"
+                samples.append(Sample(f"tests/t{k}.py", "h200", "x", "passed", 1.0, when, node=other,
+                                      run_id=f"r{r:02d}", attempt=2))
+    expected, dropped = [], 0
+    for r in range(60):
+        mine = [s for s in samples if s.run_id == f"r{r:02d}"]
+        earlier = [s for s in samples if s.run_id < f"r{r:02d}"]
+        bad = _bad_nodes(mine, lambda earlier=earlier: passed_nodes(earlier))
+        dropped += sum(s.outcome == "failed" and s.node in bad for s in mine)
+        tests = sorted({s.test_id for s in mine if s.outcome == "passed" or s.node not in bad},
+                       key=lambda t: next(i for i, s in enumerate(mine) if s.test_id == t))
+        for t in tests:
+            xs = sorted((s for s in mine if s.test_id == t and (s.outcome == "passed" or s.node not in bad)),
+                        key=lambda s: (s.attempt, s.started_at))
+            expected.append((t, f"r{r:02d}", tuple(s.outcome for s in xs)))
+    assert dropped > 0  # some runs had a bad node, so the earlier runs' evidence mattered
+    assert [(n.test_id, n.run_id, n.outcomes) for n in night_records(samples)] == expected

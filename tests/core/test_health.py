@@ -197,3 +197,26 @@ def test_a_suspect_whose_failures_passed_on_retry_is_named_though_a_failing_retr
     # history keeps no retry_of: a later attempt elsewhere of a test that failed here is the retry
     plain = [dataclasses.replace(a, details={"pool": "h200"}) for a in night]
     assert [f.node for f in detect_bad_nodes(plain)] == ["B"]
+
+
+def test_recent_passes_added_run_by_run_says_what_passed_nodes_says_of_the_same_runs():
+    """The replay's incremental evidence must equal passed_nodes of the runs so far, at every run,
+    including ties in start time, runs without a pass and a test missing from some runs."""
+    import random
+
+    from pipelines.core.health import RecentPasses
+
+    rng = random.Random(11)
+    runs = []
+    for r in range(40):
+        when = f"2026-{1 + r // 28:02d}-{1 + r % 28:02d}T01:00:00Z" if r % 7 else "2026-01-05T01:00:00Z"  # ties
+        runs.append([Sample(f"t{k}", "h200", "x", rng.choice(["passed", "passed", "failed", "timed_out"]), 1.0,
+                            when, node=f"n{rng.randrange(6)}", run_id=f"r{r}", attempt=a)
+                     for k in range(8) if rng.random() < 0.8 for a in (1, 2) if a == 1 or rng.random() < 0.3])
+    for keep in (1, 3, 14):
+        recent, seen = RecentPasses(keep), []
+        for run in runs:
+            assert recent.nodes() == passed_nodes(seen, runs=keep)
+            recent.add_run(run)
+            seen += run
+        assert recent.nodes() == passed_nodes(seen, runs=keep)

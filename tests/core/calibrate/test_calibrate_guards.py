@@ -181,3 +181,21 @@ def test_a_timeout_kill_releases_an_est_time_in_force_below_the_registered_one_a
     # a kill with an est_time in force above the registered one is no grounds to go back down
     above = _in_force([_ago(3000, 3), _ago(3500, 2), _ago(4000, 1, "timed_out")], 4500, est_time=3600)
     assert above.in_force == 4500 and "released" not in above.reason
+
+
+def test_the_median_of_the_others_is_what_statistics_gives_for_every_value_ties_included():
+    """One sort for all samples (a test keeps thousands under bucket125) must give, for each value,
+    exactly the median of the list without it: odd and even counts, ties, one value repeated."""
+    import random
+    import statistics
+
+    from pipelines.core.calibrate.guards import medians_of_others
+
+    rng = random.Random(3)
+    cases = [[5.0, 5.0], [1.0, 2.0, 3.0], [7.0] * 6, [1.0, 100.0, 100.0, 2.0]]
+    cases += [[rng.choice([1.0, 2.5, 3.0, rng.uniform(0, 100)]) for _ in range(rng.randint(2, 11))] for _ in range(500)]
+    for values in cases:
+        assert medians_of_others(values) == [statistics.median(values[:i] + values[i + 1:])
+                                             for i in range(len(values))], values
+    with pytest.raises(ValueError):
+        medians_of_others([1.0])
