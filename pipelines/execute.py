@@ -107,7 +107,7 @@ def run_tests(night: Night, runset: RunSet, selection: RunSelection, *, launcher
             f"{', '.join(ended)}")
     tests = list(runset.run)
     plan = night.plan(tests)
-    states = _flaky_states(night)
+    states = _flaky_states(night, tests, infra)
     progress = _Progress(night, runset, selection, plan, infra or {}, tags or {}, states, say)
     progress.write()  # from here on the run is in the store, even if its worker dies without a word
     try:
@@ -273,12 +273,20 @@ class _Progress:
                          "still refuses)")
 
 
-def _flaky_states(night: Night) -> dict:
-    """Flaky states as the night starts (advice: unreadable rules or states mean none)."""
+def _flaky_states(night: Night, tests: list[Test], infra: dict | None) -> dict:
+    """Flaky states as the night starts, for each test's code and image tonight (an automatic
+    quarantine of other code or another image ends: ``flaky.for_tonight``), the image as the night's
+    samples record it (the infra probe's digest for the test's pool); advice: unreadable rules or
+    states mean none."""
+    from pipelines.core.flaky import for_tonight
+
     try:
-        return night.flaky_states()
+        states = night.flaky_states()
     except Exception:  # noqa: BLE001 - the night's record notes why (flaky_verdict)
         return {}
+    images = {pool: (info or {}).get("image_digest", "") for pool, info in (infra or {}).items()}
+    tonight = {t.id: (t.sha256, images.get(night.pool_of(t)) or night.settings.image) for t in tests}
+    return for_tonight(states, tonight, night.run_id)
 
 
 def _dispatch(night: Night, plan: Plan, tests: list[Test], launcher: Launcher, say: Callable[[str], None],
@@ -382,8 +390,9 @@ def flaky_verdict(night: Night, attempts: list[Attempt], notes: list[str], at_st
     and partial records used too: a failure that completes a test's quarantine evidence tonight is
     not excused by it tonight. The states after tonight (history replayed with tonight's samples)
     are recorded for the next night. A quarantined test's failure does not fail the night, an infra
-    fault or a bad node always does."""
-    from pipelines.core.flaky import night_verdict, recorded_states, verdict_record
+    fault or a bad node always does, and so does the failure of a test whose automatic quarantine
+    ended (a note says why)."""
+    from pipelines.core.flaky import ended_notes, night_verdict, recorded_states, verdict_record
 
     try:
         states = night.flaky_states()
@@ -391,6 +400,7 @@ def flaky_verdict(night: Night, attempts: list[Attempt], notes: list[str], at_st
         notes.append(f"flaky states not computed: {exc}")
         states = {}
     v = night_verdict(attempts, at_start, night.node_history)
+    notes.extend(ended_notes(v, at_start))  # why a quarantine no longer excused a failure
     findings = detect_bad_nodes(attempts, history=night.node_history)
     return {"flaky": recorded_states(states),
             "verdict": verdict_record(v),

@@ -148,3 +148,24 @@ def test_near_timeout_is_judged_with_the_nights_floor_and_the_frameworks_runner_
     later.state.put("runs/r1.json", json.dumps({"night": "n1", "run_id": "r1", "attempts": [], "timeout_floor_s": 20}))
     assert [(n.test_id, n.timeout_s) for n in later.checks(kept, "r1")[1]] == [(sft, 20)]
     assert later.checks(kept)[1] == later.checks(kept, "gone")[1] == []  # no record: the repo's 60 s
+
+
+def test_the_nights_calibration_leaves_out_nights_run_with_extra_environment(tmp_path):
+    """The calibrated_estimates asset runs after every night, --env nights too (Night.calibrate ->
+    Night.estimates -> calibrate, the function `nightly calibrate` calls): a failure-injection
+    night's hang and a debugging night's slow pass move no est_time."""
+    from pipelines.core.model import Sample
+
+    _, assets = copied_example(tmp_path)
+    night = Night(NightSettings(home=tmp_path / "home", assets_dir=assets))
+    test = next(t for t in night.registered_tests() if t.est_time > 0)
+    at = "2026-12-0{}T01:00:00+00:00"
+    plain = [Sample(test.id, test.hardware, test.sha256, "passed", 8.0, at.format(d), run_id=f"r{d}") for d in (1, 2, 3)]
+    injected = [Sample(test.id, test.hardware, test.sha256, "passed", 40.0, at.format(4), run_id="r4",
+                       env="CUDA_LAUNCH_BLOCKING#3f2a9c1b0d4e"),
+                Sample(test.id, test.hardware, test.sha256, "timed_out", 60.0, at.format(5), run_id="r5", capped=True,
+                       env="MINIRL_HANG#0123456789ab")]
+    night.history.append(plain + injected)
+    [e] = [e for e in night.estimates() if e.test_id == test.id]
+    assert (e.proposed, e.samples_used, e.max_s) == (10, 3, 8.0)
+    assert "2 from nights with extra environment ignored" in e.reason

@@ -68,3 +68,42 @@ def test_the_failure_that_completes_a_quarantine_fails_its_own_night_and_is_excu
     assert build_report(fourth).verdict == "FAILED: 1 test(s) failed"
     assert fourth["flaky"][TEST]["state"] == "quarantined"  # recorded for the next night
     assert nights[4][0] is True and fifth["verdict"]["excused_quarantined"] == [TEST] and fifth["verdict"]["ok"]
+
+
+def test_an_automatic_quarantine_excuses_failures_only_of_the_test_file_it_was_judged_on(tmp_path):
+    """Quarantined by the rules (three nights that passed only on retry); a night on the same file
+    fails and is excused. Then the file changes (a new bug): that very night's failure fails it, in
+    the verdict (the exit status), the Dagster check (``Finished.quarantined``) and the report, and
+    the record's notes and flaky states say why."""
+    repo, assets = copied_example(tmp_path)
+
+    def night_of(fail: bool) -> tuple[bool, dict]:
+        night = Night(NightSettings(home=tmp_path / "home", assets_dir=assets))
+        events = list(run_tests(night, night.runset([TEST], RunSelection()), RunSelection(),
+                                launcher=FailsOnCue(fail), say=lambda _: None))
+        [finished] = [e for e in events if isinstance(e, Finished)]
+        [done] = [e for e in events if isinstance(e, NightDone)]
+        return finished.quarantined, done.summary
+
+    night = Night(NightSettings(home=tmp_path / "home", assets_dir=assets))
+    sha = night.tests_by_id[TEST].sha256
+    night.history.append([Sample(TEST, "h200", sha, outcome, 10.0, f"2026-01-0{day}T01:0{attempt}:00Z",
+                                 node="stand-in-0", run_id=f"run-{day}", attempt=attempt)
+                          for day in (1, 2, 3) for attempt, outcome in ((1, "failed"), (2, "passed"))])
+    assert night.flaky_states()[TEST].state == "quarantined"
+
+    excused, same = night_of(fail=True)
+    assert excused is True and same["verdict"]["excused_quarantined"] == [TEST] and same["verdict"]["ok"]
+
+    path = repo / TEST
+    path.write_text(path.read_text() + "\n# a change that broke it\n")
+    excused, changed = night_of(fail=True)
+    verdict = changed["verdict"]
+    assert excused is False and verdict["failed"] == [TEST] and verdict["excused_quarantined"] == []
+    assert verdict["quarantine_ended"] == [TEST] and verdict["ok"] is False
+    assert build_report(changed).verdict == "FAILED: 1 test(s) failed"
+    [note] = [n for n in changed["notes"] if n.startswith(TEST)]
+    assert f"{TEST} failed and fails the night: quarantine ended: test file changed since quarantined (sha256 " \
+           f"{sha[:12]} -> " in note
+    after = changed["flaky"][TEST]
+    assert (after["state"], after["lapsed"]) == ("released", True) and "test file changed" in after["why"]

@@ -8,7 +8,9 @@ States come from history (the repo's ``flaky:`` rules) with the manual actions r
 ``<home>/quarantine/<repo>.json`` applied at the time they were made. Only the repo's own tests
 are listed or accepted (its catalog's; without one, those its quarantine file and nights name). A quarantined test still
 runs; its failure does not fail the night, but an infra error or a bad node always does.
-A quarantine added by hand holds until released by hand.
+A quarantine added by hand holds until released by hand (``list`` says how many nights in a row
+it has failed since); one the rules made ends when the test file or image changes, or after
+``lapse_after`` failing nights in a row.
 
 Exit status: 0 done; 1 ``release`` of a test that is not quarantined now (never was, or already
 released), or ``add`` of a test already quarantined by hand (nothing is recorded); 2 bad input (an unknown test,
@@ -92,7 +94,9 @@ def _list(args: argparse.Namespace) -> int:
         return 0
     for s in shown:
         who = f" by {s.by}" if s.by else ""
-        print(f"{s.state:<11} {s.test_id}  since {s.since or '-'}{who}: {s.why or '-'}")
+        # a hold by hand never ends on its own: whoever holds it sees how long the test has not passed
+        failing = f"; failed {s.failing} night(s) in a row since quarantined" if s.state == "quarantined" and s.failing else ""
+        print(f"{s.state:<11} {s.test_id}  since {s.since or '-'}{who}: {s.why or '-'}{failing}")
         for e in s.evidence:
             print(f"            - {e.text}")
     return 0

@@ -11,7 +11,11 @@ failure injected with ``--env`` is never mistaken for flakiness:
   flips within the window are needed (one flip is a breakage or a fix).
 
 States: healthy -> flaky -> quarantined -> released (after ``release_after`` consecutive passing
-nights) -> healthy (after one more clean night; a failed one keeps it released). Infra errors and skips say nothing about a test: they are ignored here, and
+nights) -> healthy (after one more clean night; a failed one keeps it released). A quarantine the
+rules made excuses failures only of the code and image it was judged on: it ends (released, its
+failures count again) when the test file or the image changes, or after ``lapse_after``
+consecutive failing nights (a flaky test passes now and then; one that never does is broken).
+Infra errors and skips say nothing about a test: they are ignored here, and
 failures on a node the night found bad are the node's, not the test's. Manual overrides (who, why,
 when) come from a JSON document: a hand-made quarantine holds until released by hand.
 """
@@ -44,6 +48,11 @@ class FlakyRules:
     quarantine_after: int = 3
     #: consecutive clean passing nights that release an automatic quarantine
     release_after: int = 5
+    #: consecutive failing nights (no pass at all, not even on retry) that end an automatic
+    #: quarantine: a flaky test passes now and then, one that fails this many nights in a row is
+    #: broken and must fail the night again. As many as release it: a test failing half its nights
+    #: at random starts such a run about once in 64 nights; a broken one is excused 5 nights at most
+    lapse_after: int = 5
     #: a quarantined test still runs (its result is reported, it does not fail the night)
     run_quarantined: bool = True
 
@@ -101,6 +110,14 @@ class FlakyState:
     by: str = ""
     why: str = ""
     manual: bool = False
+    #: the test file's sha256 and the image an automatic quarantine was judged on ("" unknown): it
+    #: excuses failures of that code and image only
+    sha256: str = ""
+    image: str = ""
+    #: consecutive failing nights while quarantined
+    failing: int = 0
+    #: the rules ended the quarantine without clean passes (``why`` says why): its failures count
+    lapsed: bool = False
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -121,13 +138,15 @@ def recorded_state_problem(d: object) -> tuple[tuple, str] | None:
         return ("test_id",), f"expected a test id, got {d.get('test_id')!r:.80}"
     if "state" in d and d["state"] not in STATES:
         return ("state",), f"expected one of {', '.join(STATES)}, got {d['state']!r:.80}"
-    for name in ("since", "by", "why"):
+    for name in ("since", "by", "why", "sha256", "image"):
         if name in d and not isinstance(d[name], str):
             return (name,), f"expected a string, got {d[name]!r:.80}"
-    if "passes" in d and (isinstance(d["passes"], bool) or not isinstance(d["passes"], int) or d["passes"] < 0):
-        return ("passes",), f"expected a whole number >= 0, got {d['passes']!r:.80}"
-    if "manual" in d and not isinstance(d["manual"], bool):
-        return ("manual",), f"expected true or false, got {d['manual']!r:.80}"
+    for name in ("passes", "failing"):
+        if name in d and (isinstance(d[name], bool) or not isinstance(d[name], int) or d[name] < 0):
+            return (name,), f"expected a whole number >= 0, got {d[name]!r:.80}"
+    for name in ("manual", "lapsed"):
+        if name in d and not isinstance(d[name], bool):
+            return (name,), f"expected true or false, got {d[name]!r:.80}"
     evidence = d.get("evidence", [])
     if not isinstance(evidence, list):
         return ("evidence",), f"expected a list of evidence objects, got {evidence!r:.80}"
@@ -235,6 +254,9 @@ def step(state: FlakyState, night: NightRecord, prev: NightRecord | None, rules:
     if state.state == "healthy" and not window and not state.evidence and outs == ("passed",) and \
             (prev is None or prev.final == "passed"):
         return state, []  # the common night: nothing to note
+    changed = changed_since(state, night.sha256, night.image)
+    if changed:  # the evidence was of other code or another image: tonight is judged afresh
+        state, window = ended(state, changed, night.run_id), []
     new = [(i, e) for i, e in window if index - i < rules.window_nights]
     if any(o in _FAIL for o in outs[:-1]) and outs[-1] == "passed":
         first = next(o for o in outs if o in _FAIL)
@@ -253,17 +275,26 @@ def step(state: FlakyState, night: NightRecord, prev: NightRecord | None, rules:
     evidence = tuple(e for _, e in new)
     s = state.state
     if s == "quarantined":
+        other_env = bool(evidence_envs) and night.env not in evidence_envs
         if night.clean_pass:
             passes = state.passes + 1
         else:
-            passes = state.passes if evidence_envs and night.env not in evidence_envs else 0
+            passes = state.passes if other_env else 0
+        if night.final == "passed":
+            failing = 0
+        else:
+            failing = state.failing if other_env else state.failing + 1
         if passes >= rules.release_after and not state.manual:
-            return replace(state, state="released", passes=passes, since=night.run_id, by="flaky rules",
+            return replace(state, state="released", passes=passes, failing=0, since=night.run_id, by="flaky rules",
                            why=f"{passes} consecutive passing nights", evidence=()), []
-        return replace(state, passes=passes, evidence=evidence or state.evidence), new
+        if failing >= rules.lapse_after and not state.manual:
+            return ended(state, f"failed {failing} nights in a row since quarantined (the last in run "
+                                f"{night.run_id})", night.run_id), []
+        return replace(state, passes=passes, failing=failing, evidence=evidence or state.evidence), new
     if is_flaky and score >= rules.quarantine_after:
         return FlakyState(state.test_id, "quarantined", evidence, 0, night.run_id, "flaky rules",
-                          f"{retries} pass(es) on retry and {flips} flip(s) in the last {rules.window_nights} nights"), new
+                          f"{retries} pass(es) on retry and {flips} flip(s) in the last {rules.window_nights} nights",
+                          sha256=night.sha256, image=night.image), new
     if is_flaky:
         keep = state.since if s == "flaky" else night.run_id
         return FlakyState(state.test_id, "flaky", evidence, 0, keep, "flaky rules",
@@ -273,6 +304,47 @@ def step(state: FlakyState, night: NightRecord, prev: NightRecord | None, rules:
     if s in ("flaky", "released"):
         return FlakyState(state.test_id, "healthy", evidence, 0, night.run_id), new
     return replace(state, evidence=evidence), new
+
+
+def changed_since(state: FlakyState, sha256: str, image: str) -> str:
+    """Why an automatic quarantine does not excuse a failure of this code and image ("" when it
+    does): it was judged on another test file or another image. An unknown value on either side
+    (older records, a sample without an image) compares nothing. A quarantine by hand is a
+    person's decision: it holds whatever changes."""
+    if state.state != "quarantined" or state.manual:
+        return ""
+    if state.sha256 and sha256 and state.sha256 != sha256:
+        return f"test file changed since quarantined (sha256 {state.sha256[:12]} -> {sha256[:12]})"
+    if state.image and image and state.image != image:
+        return f"image changed since quarantined ({_short(state.image)} -> {_short(image)})"
+    return ""
+
+
+def _short(digest: str) -> str:
+    """An image digest as a line can show it: ``sha256:`` and 12 hex digits, as git shortens a hash."""
+    return digest[:19] if digest.startswith("sha256:") else digest
+
+
+def ended(state: FlakyState, why: str, run_id: str) -> FlakyState:
+    """An automatic quarantine ended without clean passes: released, its failures count again
+    (``lapsed``), its evidence cleared as a release clears it; healthy again after a clean night."""
+    return FlakyState(state.test_id, "released", (), 0, run_id, "flaky rules",
+                      f"quarantine ended: {why}; its failures count again", lapsed=True)
+
+
+def for_tonight(states: Mapping[str, FlakyState], tonight: Mapping[str, tuple[str, str]],
+                run_id: str) -> dict[str, FlakyState]:
+    """The states a night starts with, given each test's code and image tonight (test id ->
+    (sha256, image), "" where not known yet): an automatic quarantine judged on another file or
+    image ends before the night, so tonight's failure of the changed test counts. The replay after
+    the night reaches the same state from tonight's samples."""
+    out = dict(states)
+    for tid, (sha256, image) in tonight.items():
+        state = out.get(tid)
+        why = changed_since(state, sha256, image) if state is not None else ""
+        if why:
+            out[tid] = ended(state, why, run_id)
+    return out
 
 
 def replay(samples: Sequence[Sample], rules: FlakyRules = FlakyRules(),
@@ -491,6 +563,8 @@ class Verdict:
     bad_nodes: tuple[str, ...]
     #: tests whose last attempt the run's interruption cut short (not the test's doing, not a pass either)
     interrupted: tuple[str, ...] = ()
+    #: failed tests whose automatic quarantine ended (their state's ``why`` says why): in ``failed`` too
+    quarantine_ended: tuple[str, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -502,28 +576,38 @@ class Verdict:
 def night_verdict(attempts: Iterable[Attempt], states: Mapping[str, FlakyState],
                   history: Mapping[str, Iterable[str]] | None = None) -> Verdict:
     """Each test's last attempt decides; a quarantined test's failure is excused unless its node was bad.
-    ``history``: ``passed_nodes`` of the runs before, as the night judged its nodes with."""
+    ``history``: ``passed_nodes`` of the runs before, as the night judged its nodes with. ``states``
+    are those the night started with (:func:`for_tonight`): a quarantine that ended is no excuse."""
     attempts = list(attempts)
     bad = {f.node for f in detect_bad_nodes(attempts, history=history)}
     last: dict[str, Attempt] = {}
     for a in attempts:
         last[a.test_id] = a
-    failed, excused, infra, interrupted = [], [], [], []
+    failed, excused, infra, interrupted, lapsed = [], [], [], [], []
     for tid, a in last.items():
         if a.outcome == "infra_error":
             infra.append(tid)
         elif a.outcome == "interrupted":
             interrupted.append(tid)
         elif a.outcome in _FAIL:
-            quarantined = states.get(tid, FlakyState(tid)).state == "quarantined"
-            (excused if quarantined and a.node not in bad else failed).append(tid)
-    return Verdict(tuple(failed), tuple(excused), tuple(infra), tuple(sorted(bad)), tuple(interrupted))
+            state = states.get(tid, FlakyState(tid))
+            (excused if state.state == "quarantined" and a.node not in bad else failed).append(tid)
+            if state.lapsed:
+                lapsed.append(tid)
+    return Verdict(tuple(failed), tuple(excused), tuple(infra), tuple(sorted(bad)), tuple(interrupted), tuple(lapsed))
+
+
+def ended_notes(v: Verdict, states: Mapping[str, FlakyState]) -> list[str]:
+    """The night's note for each failure its ended quarantine no longer excuses, with why."""
+    return [f"{tid} failed and fails the night: {states[tid].why} (`nightly quarantine list`)"
+            for tid in v.quarantine_ended if tid in states]
 
 
 def verdict_record(v: Verdict) -> dict:
     """The verdict as a night's record keeps it (``recorded_verdict`` reads it back)."""
     return {"ok": v.ok, "failed": list(v.failed), "excused_quarantined": list(v.excused), "infra": list(v.infra),
-            "bad_nodes": list(v.bad_nodes), "interrupted": list(v.interrupted)}
+            "bad_nodes": list(v.bad_nodes), "interrupted": list(v.interrupted),
+            "quarantine_ended": list(v.quarantine_ended)}
 
 
 def recorded_verdict(summary: Mapping) -> Verdict | None:
@@ -534,7 +618,7 @@ def recorded_verdict(summary: Mapping) -> Verdict | None:
     if not isinstance(v, Mapping) or "failed" not in v:
         return None
     return Verdict(tuple(v.get("failed", ())), tuple(v.get("excused_quarantined", ())), tuple(v.get("infra", ())),
-                   tuple(v.get("bad_nodes", ())), tuple(v.get("interrupted", ())))
+                   tuple(v.get("bad_nodes", ())), tuple(v.get("interrupted", ())), tuple(v.get("quarantine_ended", ())))
 
 
 def runnable(test_ids: Iterable[str], states: Mapping[str, FlakyState], rules: FlakyRules) -> list[str]:

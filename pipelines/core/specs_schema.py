@@ -141,6 +141,7 @@ class FlakyModel(_Strict):
     min_flips: int = Field(2, ge=1)
     quarantine_after: int = Field(3, ge=1)
     release_after: int = Field(5, ge=1)
+    lapse_after: int = Field(5, ge=1)
     run_quarantined: bool = True
 
 

@@ -84,6 +84,23 @@ def test_calibrate_writes_evidence_patch_and_with_write_the_literal(repo, tmp_pa
     assert "rewrote: tests/e2e/test_a.py" in capsys.readouterr().out
 
 
+def test_a_night_run_with_extra_environment_moves_no_est_time(repo, tmp_path, capsys):
+    """A debugging night (`nightly run --env CUDA_LAUNCH_BLOCKING=1`) ran test_a 4x slower: `nightly
+    calibrate` proposes from the plain nights alone, and its evidence says what it left out."""
+    store = FileHistoryStore(tmp_path / "home" / "history.sqlite")
+    [a] = {s.sha256 for s in store.read() if s.test_id == "tests/e2e/test_a.py"}
+    store.append([Sample("tests/e2e/test_a.py", "h200", a, "passed", 3900, datetime.now(UTC).isoformat(),
+                         source="debug.log:3", env="CUDA_LAUNCH_BLOCKING#3f2a9c1b0d4e")])
+    evidence = tmp_path / "ev.csv"
+    assert cli("calibrate", "--repo", str(repo), "--evidence", str(evidence)) == 0
+    row = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("tests/e2e/test_a.py"))
+    assert row.split()[:6] == ["tests/e2e/test_a.py", "h200", "3600", "1300", "-2300", "3"]
+    rows = {r["test_id"]: r for r in csv.DictReader(evidence.open())}
+    assert rows["tests/e2e/test_a.py"]["reason"] == ("bucket125: max 966 s x 1.25 = 1208 s, rounded up to 1300 s "
+                                                     "from 3 passed (1 from nights with extra environment ignored)")
+    assert rows["tests/e2e/test_a.py"]["sources"] == "n3.log:3 n2.log:3 n1.log:3"
+
+
 def test_p90_needs_three_samples_so_a_single_night_changes_nothing(repo, capsys):
     assert cli("calibrate", "--repo", str(repo), "--policy", "p90") == 0
     out = capsys.readouterr().out

@@ -108,6 +108,11 @@ def test_a_manual_quarantine_keeps_its_evidence_after_the_next_night(home, capsy
     assert [e["text"] for e in after["evidence"]] == [
         before[0]["text"],
         "passed in run run-2026-11-06T150000Z, failed in run run-next on the same code and image"]
+    # a hold by hand never ends on its own; the list says how long the held test has failed
+    assert (after["failing"], after["lapsed"]) == (1, False)
+    code, out, _ = nightly(capsys, "quarantine", "list", "--home", str(home), "--repo", "minirl")
+    [line] = [x for x in out.splitlines() if tid(GRPO) in x]
+    assert code == 0 and line.endswith(": issue #9; failed 1 night(s) in a row since quarantined") and " by alice" in line
 
 
 def with_other_repos_flaky_test(home):

@@ -9,6 +9,8 @@ import pytest
 from pipelines.core.flaky import (
     FlakyRules,
     FlakyState,
+    ended_notes,
+    for_tonight,
     night_verdict,
     not_releasable,
     record,
@@ -248,10 +250,10 @@ def assets_with(tmp_path, project_root, flaky: str):
 def test_a_repos_rules_are_read_from_repos_yaml(tmp_path, project_root):
     from pipelines.core.specs import load_specs
 
-    specs = load_specs(assets_with(tmp_path, project_root, "{release_after: 7, run_quarantined: false}"))
+    specs = load_specs(assets_with(tmp_path, project_root, "{release_after: 7, lapse_after: 2, run_quarantined: false}"))
     _, spec = specs.locate_repo("minirl")
     rules = FlakyRules.for_repo(spec)
-    assert (rules.release_after, rules.run_quarantined, rules.window_nights) == (7, False, 14)
+    assert (rules.release_after, rules.lapse_after, rules.run_quarantined, rules.window_nights) == (7, 2, False, 14)
     assert FlakyRules.for_repo(None) == FlakyRules()  # a checkout nobody configured: the defaults
 
 
@@ -468,3 +470,86 @@ def test_the_replay_judges_each_runs_nodes_on_the_runs_before_it_as_passed_nodes
             expected.append((t, f"r{r:02d}", tuple(s.outcome for s in xs)))
     assert dropped > 0  # some runs had a bad node, so the earlier runs' evidence mattered
     assert [(n.test_id, n.run_id, n.outcomes) for n in night_records(samples)] == expected
+
+
+def test_an_automatic_quarantine_ends_after_lapse_after_failing_nights_and_the_next_failure_counts():
+    """A flaky test passes now and then; one that failed every night since its quarantine is broken:
+    after ``lapse_after`` failing nights in a row its failure fails the night again, and says why."""
+    rules = FlakyRules(window_nights=14, min_flips=2, quarantine_after=3, release_after=3, lapse_after=3)
+    flaky = ["passed", "failed", "passed", "failed"]  # three flips: quarantined on night 4
+    two = state_of(history(*flaky, "failed", "failed"), rules)
+    assert (two.state, two.failing) == ("quarantined", 2)
+    v = night_verdict([attempt(T, "failed")], {T: two})
+    assert (v.ok, v.excused, v.quarantine_ended) == (True, (T,), ())
+    ended = state_of(history(*flaky, "failed", "failed", "failed"), rules)
+    assert (ended.state, ended.by, ended.since, ended.lapsed) == ("released", "flaky rules", "run07", True)
+    assert ended.why == ("quarantine ended: failed 3 nights in a row since quarantined (the last in run run07); "
+                         "its failures count again")
+    v = night_verdict([attempt(T, "failed")], {T: ended})
+    assert (v.ok, v.failed, v.excused, v.quarantine_ended) == (False, (T,), (), (T,))
+    assert ended_notes(v, {T: ended}) == [f"{T} failed and fails the night: {ended.why} (`nightly quarantine list`)"]
+    later = state_of(history(*flaky, *["failed"] * 10), rules)
+    assert (later.state, later.lapsed) == ("released", True), "it stays ended while it fails"
+    assert state_of(history(*flaky, *["failed"] * 3, "passed"), rules).state == "healthy"
+    # a pass, even one on retry, starts the count again
+    retry = state_of(history(*flaky, "failed", "failed", ("failed", "passed"), "failed", "failed"), rules)
+    assert (retry.state, retry.failing) == ("quarantined", 2)
+    assert FlakyRules().lapse_after == FlakyRules().release_after == 5
+
+
+def test_failures_injected_with_env_neither_count_towards_nor_reset_the_end_of_a_quarantine():
+    rules = FlakyRules(window_nights=14, min_flips=2, quarantine_after=3, release_after=3, lapse_after=3)
+    inject = env_digest([("MINIRL_FAIL", "test_grpo")])
+    nights = [*history("passed", "failed", "passed", "failed", "failed", "failed"),
+              *history("failed", "failed", start=7, env=inject)]
+    s = state_of(nights, rules)
+    assert (s.state, s.failing) == ("quarantined", 2)
+    assert state_of([*nights, *history("failed", start=9)], rules).lapsed
+
+
+def test_a_quarantine_by_hand_never_ends_on_its_own():
+    rules = FlakyRules(window_nights=14, min_flips=2, quarantine_after=3, release_after=3, lapse_after=3)
+    doc = record(None, T, "add", "alice", "issue #12", "2026-11-01T00:00:00+00:00")
+    s = state_of(history("passed", *["failed"] * 8) + history("failed", sha="b" * 64, image="img@2", start=10),
+                 rules, overrides=doc)
+    assert (s.state, s.by, s.manual, s.lapsed, s.failing) == ("quarantined", "alice", True, False, 9)
+    assert night_verdict([attempt(T, "failed")], {T: s}).excused == (T,)
+    assert for_tonight({T: s}, {T: ("c" * 64, "img@3")}, "run11") == {T: s}
+
+
+def test_an_automatic_quarantine_excuses_only_the_code_and_image_it_was_judged_on():
+    """The reviewer's case: quarantined on sha aaa, then 25 failing nights of a changed file: the
+    quarantine ends on the first night of the new file, whose failure counts."""
+    flaky = history("passed", "failed", "passed", "failed")
+    q = state_of(flaky)
+    assert (q.state, q.sha256, q.image) == ("quarantined", "a" * 64, "img@1")
+    changed = state_of(flaky + history(*["failed"] * 25, sha="b" * 64, start=5))
+    assert (changed.state, changed.since, changed.lapsed) == ("released", "run05", True)
+    assert changed.why == (f"quarantine ended: test file changed since quarantined (sha256 {'a' * 12} -> {'b' * 12}); "
+                           "its failures count again")
+    v = night_verdict([attempt(T, "failed")], {T: changed})
+    assert (v.ok, v.failed, v.quarantine_ended) == (False, (T,), (T,))
+    image = state_of(flaky + history("failed", image="img@2", start=5))
+    assert image.lapsed and "image changed since quarantined (img@1 -> img@2)" in image.why
+    assert state_of(flaky + history("failed", image="", start=5)).state == "quarantined", "no image: the sha alone"
+    fixed = state_of(flaky + history("passed", sha="b" * 64, start=5))
+    assert fixed.state == "healthy", "the new file passed: nothing to excuse"
+    # as the night starts: tonight's file and image decide before any test runs
+    assert for_tonight({T: q}, {T: ("a" * 64, "img@1")}, "run05") == {T: q}
+    assert for_tonight({T: q}, {T: ("a" * 64, "")}, "run05") == {T: q}
+    tonight = for_tonight({T: q}, {T: ("b" * 64, "img@1")}, "run05")[T]
+    assert (tonight.state, tonight.since, tonight.lapsed, tonight.why) == ("released", "run05", True, changed.why)
+
+
+def test_an_ended_quarantine_round_trips_and_a_damaged_one_is_named():
+    import json
+
+    from pipelines.core.flaky import recorded_state_problem
+
+    s = state_of(history("passed", "failed", "passed", "failed", "failed", sha="a" * 64))
+    d = json.loads(json.dumps(s.to_dict()))  # as a night's record keeps it
+    assert FlakyState.from_dict(d) == s and s.failing == 1
+    assert recorded_state_problem(d) is None
+    assert recorded_state_problem({**d, "failing": -1}) == (("failing",), "expected a whole number >= 0, got -1")
+    assert recorded_state_problem({**d, "lapsed": "yes"}) == (("lapsed",), "expected true or false, got 'yes'")
+    assert recorded_state_problem({**d, "sha256": 5}) == (("sha256",), "expected a string, got 5")

@@ -3,6 +3,10 @@
 Every policy sees the same evidence: passed, uncapped samples of the test's current file
 revision on its hardware (its digest, or one calibrate's own est_time rewrite led from). Failed, timed-out, infra-error and capped samples say nothing about
 how long the test takes; samples of another file revision are counted as stale and not used.
+Samples of nights run with extra environment (``Sample.env``: ``--env``, a run's ``env_from``:
+debugging, failure injection) are no evidence at all, for the policy, the timeout raise and the
+release of an est_time in force alike: one such night would move est_time for good. Each
+estimate's reason counts them.
 """
 
 from __future__ import annotations
@@ -212,8 +216,18 @@ def _timeout_raise(current: list[Sample], proposed: int) -> tuple[int, str, Samp
                    f"up to {floor} s"), last
 
 
+def plain(samples: Sequence[Sample]) -> list[Sample]:
+    """The samples of nights run without extra environment (``env == ""``): the only calibration
+    evidence. A night with ``--env`` (``MINIRL_HANG``, ``CUDA_LAUNCH_BLOCKING``, a barrier) runs the
+    tests as no plain night does; its durations and timeout kills are that night's, not the test's."""
+    return [s for s in samples if not s.env]
+
+
 def _estimate(test: Test, samples: Sequence[Sample], policy: str, p: Mapping, now: datetime,
               digests: frozenset[str], in_force: int | None = None) -> Estimate:
+    kept = plain(samples)
+    extra_env = len(samples) - len(kept)
+    samples = kept
     ev = _select(test, samples, p, now, digests)
     values = [s.elapsed_s for s in ev.used]
     released = _released(test, [s for s in samples if s.sha256 in digests], values, p, in_force)
@@ -233,6 +247,8 @@ def _estimate(test: Test, samples: Sequence[Sample], policy: str, p: Mapping, no
         notes.append(f"{ev.stale} stale (other file revision)")
     if ev.outliers:
         notes.append(f"{len(ev.outliers)} implausible left out")
+    if extra_env:
+        notes.append(f"{extra_env} from nights with extra environment ignored")
     stats = {}
     if values:
         stats = {"max_s": max(values), "p90_s": percentile(values, 0.9), "median_s": statistics.median(values)}

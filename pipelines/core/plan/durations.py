@@ -5,8 +5,8 @@ sets the timeout. Ordering tests and predicting the night from that padded figur
 prediction long and hides what history knows, so the planner uses this model instead and
 timeouts stay on est_time.
 
-Each test's passing, uncapped samples of its current file digest on its hardware (the same
-evidence calibration uses, including digests calibrate's own est_time rewrites led from) are fitted as a lognormal: the median is the geometric mean of the
+Each test's passing, uncapped samples of its current file digest on its hardware, from nights
+without extra environment (the same evidence calibration uses, including digests calibrate's own est_time rewrites led from) are fitted as a lognormal: the median is the geometric mean of the
 newest samples and the spread (``sigma``, of log duration) is shrunk towards the spread pooled
 over all tests with history, so two or three samples do not claim a precision they lack. The
 spread is predictive: it includes the uncertainty of the median itself (``sigma^2 (1 + 1/n)``).
@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from pipelines.core.calibrate.guards import screen_relative, screen_samples
 from pipelines.core.calibrate.lineage import Lineage, Succession
-from pipelines.core.calibrate.policies import GUARDS
+from pipelines.core.calibrate.policies import GUARDS, plain
 from pipelines.core.model import Sample, Test
 
 #: the calibration rule's padding, undone for tests without history
@@ -69,12 +69,13 @@ def fallback(test: Test, sigma: float = FALLBACK_SIGMA) -> Duration:
 def usable(test: Test, samples: Iterable[Sample], lineage: Lineage | None = None,
            newest: int | None = None) -> list[float]:
     """Elapsed seconds of the test's passed, uncapped runs of its current digest (or one
-    calibrate's est_time rewrite led from, per ``lineage``) on its hardware that calibration would
-    find plausible (its ``screen_samples`` and ``screen_relative`` with the default guards: not
-    marked, not over a day, not ten times off the test's other runs), oldest first (by start
-    time, then stored order); ``newest``: only the last so many, as calibration's window."""
+    calibrate's est_time rewrite led from, per ``lineage``) on its hardware, from nights without
+    extra environment (calibration's ``plain``: an ``--env`` night's durations are not the test's),
+    that calibration would find plausible (its ``screen_samples`` and ``screen_relative`` with the
+    default guards: not marked, not over a day, not ten times off the test's other runs), oldest
+    first (by start time, then stored order); ``newest``: only the last so many, as calibration's window."""
     digests = (lineage or Lineage()).same_revision(test.sha256)
-    mine = [s for s in samples if s.test_id == test.id and s.sha256 in digests and s.hardware == test.hardware
+    mine = [s for s in plain(samples) if s.test_id == test.id and s.sha256 in digests and s.hardware == test.hardware
             and s.outcome == "passed" and not s.capped and s.elapsed_s > 0]
     plausible, _ = screen_samples(mine, GUARDS)
     order = sorted(range(len(plausible)), key=lambda i: (plausible[i].started_at, i))

@@ -157,3 +157,47 @@ def test_a_placeholder_est_time_killed_every_night_is_raised_past_the_step_guard
     assert "keeps est_time" not in e.reason and "held" not in e.reason
     lowered = one([s(100, days_ago=d) for d in (3, 2, 1)], "p90", {"raise_on_timeout": True}, est_time=3000)
     assert (lowered.proposed, lowered.held) == (3000, 100), "a large step down is still held"
+
+
+#: a night run with extra environment (``--env``), as its samples keep it
+ENV = "CUDA_LAUNCH_BLOCKING#3f2a9c1b0d4e"
+
+
+@pytest.mark.parametrize("policy", sorted(POLICIES))
+def test_every_policy_ignores_samples_of_nights_with_extra_environment_and_counts_them(policy):
+    """One --env night (debugging, failure injection) ran 4x slower: it must not move est_time for good."""
+    plain = [s(100, days_ago=4), s(102, days_ago=3), s(101, days_ago=2)]
+    slow = s(400, days_ago=1, env=ENV)
+    e = one([*plain, slow, s(9000, days_ago=1, env=ENV, outcome="failed")], policy, est_time=150)
+    assert (e.proposed, e.samples_used, e.max_s) == (one(plain, policy, est_time=150).proposed, 3, 102)
+    assert "(2 from nights with extra environment ignored)" in e.reason
+    only_env = one([slow] * 3, policy, est_time=150)
+    assert (only_env.proposed, only_env.samples_used) == (150, 0)
+    assert only_env.reason.startswith("too few samples: 0 passed of the current file")
+
+
+@pytest.mark.parametrize("policy", sorted(POLICIES))
+def test_a_timeout_kill_on_a_night_with_extra_environment_raises_nothing(policy):
+    """MINIRL_HANG makes a test hang until its timeout kills it: that says nothing of the test's length."""
+    hang = s(750, days_ago=0.5, outcome="timed_out", capped=True, env="MINIRL_HANG#0123456789ab")
+    e = one([hang], policy, {"raise_on_timeout": True}, est_time=600)
+    assert (e.proposed, e.samples_used) == (600, 0) and "raised" not in e.reason
+    assert "1 from nights with extra environment ignored" in e.reason
+    plain_kill = s(750, days_ago=0.5, outcome="timed_out", capped=True)
+    assert one([plain_kill, hang], policy, {"raise_on_timeout": True}, est_time=600).proposed == 1000
+
+
+def test_the_est_time_in_force_is_neither_kept_nor_released_by_nights_with_extra_environment():
+    t = make_test(est_time=600)
+
+    def in_force(samples, params=None):
+        return calibrate([t], samples, "p90", {"min_samples": 3, **(params or {})}, now=NOW,
+                         in_force={(t.id, t.hardware): 300})[0]
+
+    # passes only on --env nights: no passing evidence for the value in force, so it is released
+    kept_by_env = in_force([s(250, days_ago=1, env=ENV)])
+    assert kept_by_env.in_force is None and "released the calibrated est_time 300 s in force" in kept_by_env.reason
+    # a plain pass keeps it; an --env night's timeout kill below the registered value does not release it
+    kill = s(330, days_ago=0.5, outcome="timed_out", capped=True, env="MINIRL_HANG#0123456789ab")
+    held = in_force([s(250, days_ago=1), kill])
+    assert (held.in_force, held.proposed) == (300, 300) and "released" not in held.reason

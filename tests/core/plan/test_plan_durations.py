@@ -41,6 +41,19 @@ def test_only_passed_uncapped_plausible_runs_of_the_current_digest_on_the_tests_
     assert duration_model([t], noise)["a"].source == "fallback"
 
 
+def test_runs_of_nights_with_extra_environment_are_not_the_tests_durations():
+    """A night with --env (CUDA_LAUNCH_BLOCKING, a barrier) ran the test as no plain night does: the
+    planner's model leaves it out as calibration does, also from the newest samples it keeps."""
+    t = make_test(id="a", est_time=5000)
+    slow = dataclasses.replace(sample("a", 400, day=3), env="CUDA_LAUNCH_BLOCKING#3f2a9c1b0d4e")
+    plain = [sample("a", 100, day=1), sample("a", 100, day=2)]
+    assert usable(t, [*plain, slow]) == [100, 100]
+    assert usable(t, [*plain, slow], newest=1) == [100]
+    d = duration_model([t], [*plain, slow])["a"]
+    assert (d.median_s, d.samples) == (pytest.approx(100.0), 2)
+    assert duration_model([t], [slow])["a"].source == "fallback"
+
+
 def test_only_the_newest_samples_are_used():
     t = make_test(id="a")
     samples = [sample("a", 1000, day=1), sample("a", 10, day=3), sample("a", 10, day=2)]
