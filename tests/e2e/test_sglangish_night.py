@@ -85,6 +85,10 @@ FALSE_PASSES = {
     "test_configs.py": ("def prepare(): pass\ndef execute():\n"
                         "    print('config megatron-tp2: passed'); print('config fsdp-tp1: failed')\n",
                         "config fsdp-tp1 reported failed"),
+    "test_logged_configs.py": ("import logging\ndef prepare(): pass\ndef execute():\n"
+                               "    logging.basicConfig(level=logging.INFO)\n"
+                               "    logging.getLogger(__name__).info('config fsdp-tp2: failed')\n",
+                               "config fsdp-tp2 reported failed"),
     "test_nothing_ran.py": ("import unittest\nclass TestGen(unittest.TestCase):\n    pass\n"
                             "if __name__ == '__main__':\n    unittest.main()\n", "ran no test"),
     "test_pytest_only.py": ("def test_x(): assert False\n", "would run no test"),
@@ -95,7 +99,8 @@ FALSE_PASSES = {
 
 def test_a_night_fails_what_its_runner_would_fail_and_a_stray_daemon_never_holds_the_gpus(tmp_path):
     """One night of a fixture framework through `nightly run`: a check in the __main__ block, a failed
-    configuration, a file that ran no test, a test that closed its output; and a daemon that escapes
+    configuration (bare or behind Python logging's prefix), a file that ran no test, a test that closed
+    its output; and a daemon that escapes
     the attempt's marker and group (`env -i setsid`) with the test's GPU locks: killed at its test's
     end, so the next 8-GPU test starts without waiting."""
     repo = tmp_path / "fw"
