@@ -92,6 +92,10 @@ FALSE_PASSES = {
     "test_nothing_ran.py": ("import unittest\nclass TestGen(unittest.TestCase):\n    pass\n"
                             "if __name__ == '__main__':\n    unittest.main()\n", "ran no test"),
     "test_pytest_only.py": ("def test_x(): assert False\n", "would run no test"),
+    "test_pytest_skipped.py": ("import sys, pytest\n@pytest.mark.skip(reason='needs 8 GPUs')\n"
+                               "def test_train(): assert False\n"
+                               "if __name__ == '__main__':\n    sys.exit(pytest.main([__file__, '-q']))\n",
+                               "ran no test: all 1 of its pytest tests were skipped"),
     "test_closed_output.py": ("import os\ndef prepare(): pass\ndef execute():\n"
                               "    os.close(1); os.close(2); raise RuntimeError('real error')\n", "RuntimeError: real error"),
 }
@@ -99,8 +103,8 @@ FALSE_PASSES = {
 
 def test_a_night_fails_what_its_runner_would_fail_and_a_stray_daemon_never_holds_the_gpus(tmp_path):
     """One night of a fixture framework through `nightly run`: a check in the __main__ block, a failed
-    configuration (bare or behind Python logging's prefix), a file that ran no test, a test that closed
-    its output; and a daemon that escapes
+    configuration (bare or behind Python logging's prefix), a file that ran no test (unittest, or pytest
+    skipping all), a test that closed its output; and a daemon that escapes
     the attempt's marker and group (`env -i setsid`) with the test's GPU locks: killed at its test's
     end, so the next 8-GPU test starts without waiting."""
     repo = tmp_path / "fw"
