@@ -11,12 +11,15 @@ What makes a local outcome trustworthy:
   folder: nights with different homes share the host's GPUs);
 - a running record in ``<state>/running/`` lets a later night reap what a killed night left
   behind (see :mod:`orphans`); ``interrupt()`` ends every running attempt as ``interrupted``;
-- output goes through a capped writer (head and tail kept, the cut noted).
+- output goes through a capped writer (head and tail kept, the cut noted); a process that escaped
+  the marker and the group but still writes to the test's output is killed at the end too, and an
+  attempt whose output is still open after that is not passed on its unfinished log.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import logging
 import os
@@ -42,6 +45,7 @@ from pipelines.launch.procs import (
     is_stray,
     kill_attempt,
     kill_lock_holders,
+    kill_pipe_writers,
     lock_holders,
     marked_pids,
     start_time,
@@ -257,7 +261,10 @@ class LocalLauncher:
         try:
             request.log_path.parent.mkdir(parents=True, exist_ok=True)
             result_path.unlink(missing_ok=True)
-            log = open(request.log_path, "wb")  # noqa: SIM115 (closed by the pump's CappedLog)
+            # truncated, then appended to: the night's own closing lines stay at the end even while a
+            # process it could not kill still writes through the pump's handle
+            log = open(os.open(request.log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o666),  # noqa: SIM115
+                       "wb")  # closed by the pump's CappedLog
         except OSError as exc:  # the test never started: no record may say it ran
             record.unlink(missing_ok=True)
             return self._not_started(request, started_at, "infra_error", _log_problem(request.log_path, exc))
@@ -285,6 +292,7 @@ class LocalLauncher:
             log.close()
             record.unlink(missing_ok=True)
             return self._not_started(request, started_at, "infra_error", f"could not start the test: {exc}")
+        output_pipe = os.fstat(proc.stdout.fileno()).st_ino  # type: ignore[union-attr]
         with contextlib.suppress(OSError):
             write_record(self.state_dir, {**record_fields, "pid": proc.pid, "pgid": proc.pid})
         with self._lock:
@@ -300,7 +308,11 @@ class LocalLauncher:
             # what escaped the marker and the group (env -i + setsid) but still holds the test's GPU locks
             holding = kill_lock_holders(held.paths)
             proc.wait()
+            # what escaped the marker and the group (a clean env + start_new_session) and holds no GPU lock
+            # but still writes to the test's output: it would write into the log after the attempt was judged
+            writing = {pid: who for pid, who in kill_pipe_writers(output_pipe).items() if pid not in holding}
             pumping.join(timeout=PUMP_JOIN_S)
+            unfinished = pumping.is_alive()  # a writer this night could neither see nor kill
             lines = []
             if ended == "timed_out":  # the framework's runner's own line, so a maintainer finds it as in CI
                 lines.append(f"TIMEOUT: {request.test.path} after {request.timeout_s} seconds")
@@ -316,15 +328,24 @@ class LocalLauncher:
             if holding:
                 lines.append(f"# nightly: killed {len(holding)} process(es) still holding the test's GPU locks: "
                              f"{', '.join(holding.values())}")
+            if writing:
+                lines.append(f"# nightly: killed {len(writing)} process(es) still writing to the test's output after "
+                             f"the test ended: {', '.join(writing.values())}")
+            if unfinished:
+                lines.append(f"# nightly: {_unfinished()}; the lines above may not be the test's last")
             if lines:
                 with contextlib.suppress(OSError), open(request.log_path, "ab") as fh:  # the log's folder may be gone
                     fh.write("".join(f"{line}\n" for line in lines).encode())
             attempt = self._attempt(request, proc, ended, elapsed, token, result_path, capped, started_at, node,
                                     held.slots, leftover)
             attempt.details["gpu_wait_s"] = str(gpu_wait_s)
-            if holding:  # however the test ended: these escaped every other kill
+            if holding or writing:  # however the test ended: these escaped every other kill
                 kept = attempt.details.get("killed_leftovers", "")
-                attempt.details["killed_leftovers"] = ",".join(filter(None, [kept, *map(str, holding)]))
+                attempt.details["killed_leftovers"] = ",".join(filter(None, [kept, *map(str, [*holding, *writing])]))
+            if unfinished:
+                attempt.details["log_unfinished"] = "true"
+                if attempt.outcome == "passed":  # a failure it reports later would come too late
+                    attempt = dataclasses.replace(attempt, outcome="failed", reason=f"{_unfinished()}, so it cannot pass")
             record.unlink(missing_ok=True)
             return attempt
         except BaseException:
@@ -393,6 +414,12 @@ class LocalLauncher:
                        started_at=started_at, attempt=request.attempt, node=node, gpu_slots=slots,
                        exit_code=proc.returncode, reason=reason, log_path=str(request.log_path),
                        timeout_s=request.timeout_s, details=details)
+
+
+def _unfinished() -> str:
+    """What an attempt's log and reason say when its output was still open after the wait for it."""
+    return (f"the test's output was still open {PUMP_JOIN_S:g} s after the test ended and its processes were "
+            "killed (a process this night can neither see nor kill holds it): its log is unfinished")
 
 
 def _now() -> str:

@@ -6,8 +6,10 @@ process the launcher starts carries ``NIGHTLY_ATTEMPT_TOKEN=<uuid>`` in its envi
 children inherit across fork, exec and setsid; scanning ``/proc/*/environ`` for it finds them all.
 A process that wipes its own environment at exec escapes that scan, and one that also calls
 ``setsid`` leaves the process group too; if it still holds the attempt's GPU locks (inherited with
-the test's open lock files), :func:`lock_holders` finds it by those. One that escapes all three
-(no marker, its own session, the lock files closed) holds no GPU lock of the night.
+the test's open lock files), :func:`lock_holders` finds it by those, and if it still writes to the
+test's output (stdout and stderr, inherited as they are by default), :func:`pipe_writers` finds it by
+that pipe. One that escapes all four (no marker, its own session, the lock files and the output
+closed) holds nothing of the night: no GPU lock, and no say in the attempt's log.
 """
 
 from __future__ import annotations
@@ -134,6 +136,50 @@ def holders_by_lock(paths: Sequence[Path], exclude: Sequence[int] = (),
                 pids = found.setdefault(target, [])
                 if int(entry.name) not in pids:
                     pids.append(int(entry.name))
+    return found
+
+
+def pipe_writers(inode: int, exclude: Sequence[int] = (), proc: Path = Path("/proc")) -> list[int]:
+    """Live processes, but those in ``exclude``, holding the write end of the pipe ``inode`` (its
+    ``os.fstat().st_ino``; ``/proc/PID/fd/N`` links to ``pipe:[INODE]``). The write end only: the
+    reader (the night's log pump) is no writer, so a night process that inherited it is never one."""
+    target, skip, found = f"pipe:[{inode}]", {str(pid) for pid in exclude}, []
+    for entry in proc.iterdir() if proc.is_dir() else ():
+        if not entry.name.isdigit() or entry.name in skip:
+            continue
+        try:
+            fds = os.listdir(entry / "fd")
+        except OSError:  # gone, or another user's process
+            continue
+        for fd in fds:
+            try:
+                if os.readlink(entry / "fd" / fd) != target:
+                    continue
+                info = (entry / "fdinfo" / fd).read_text()
+            except OSError:
+                continue
+            flags = next((line.split()[1] for line in info.splitlines() if line.startswith("flags:")), "0")
+            if (int(flags, 8) & os.O_ACCMODE) != os.O_RDONLY:
+                found.append(int(entry.name))
+                break
+    return found
+
+
+def kill_pipe_writers(inode: int, rounds: int = 20) -> dict[int, str]:
+    """SIGKILL every process but this one still writing to the pipe ``inode``: the attempt's output,
+    held by a process that left the marker and the group (``start_new_session=True`` with a clean
+    environment) and would write into the log after the attempt was judged. Returns the pids found,
+    each described (:func:`describe`)."""
+    found: dict[int, str] = {}
+    for _ in range(rounds):
+        left = pipe_writers(inode, exclude=(os.getpid(),))
+        if not left:
+            break
+        for pid in left:
+            found.setdefault(pid, describe(pid))
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(0.05)
     return found
 
 

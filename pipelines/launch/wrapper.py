@@ -19,8 +19,8 @@ Either way the file is ``__main__`` while it runs, so a child started with multi
 
 The log's first line from the wrapper says which way it took. A file that runs no test fails
 saying so: one with neither an ``execute()`` nor a ``__main__`` block (``python3 FILE`` would run
-nothing), and one whose unittest program (``unittest.main()``, not a sub-suite inside ``execute()``)
-ran no test or skipped every test it found.
+nothing), and one whose unittest program (``unittest.main()``) or pytest run (``pytest.main()``),
+not one started inside ``execute()``, ran no test or skipped every test it found.
 
 Standard library only (plus optional dagster-pipes): this file must also run inside a framework's
 own image. It writes a small JSON result (measured time of the test's run, error text) and,
@@ -163,7 +163,7 @@ class _UnittestRuns:
             stop(result)
 
         def __init__(prog, *args, **kwargs) -> None:  # noqa: N807
-            decides = not self._inside_execute(sys._getframe(1))
+            decides = not _inside_execute(sys._getframe(1), self.file)
             deciding[0] += decides
             try:
                 program(prog, *args, **kwargs)
@@ -182,15 +182,6 @@ class _UnittestRuns:
         base.stopTestRun, base.addSuccess, base.addSubTest = stopTestRun, addSuccess, addSubTest  # type: ignore[method-assign]
         unittest.TestProgram.__init__ = __init__  # type: ignore[method-assign]
 
-    def _inside_execute(self, frame) -> bool:
-        """Whether the test file's ``execute()`` is on this stack."""
-        while frame is not None:
-            code = frame.f_code
-            if code.co_name == "execute" and os.path.abspath(code.co_filename) == self.file:
-                return True
-            frame = frame.f_back
-        return False
-
     def verdict(self) -> str:
         """Why the runs verified nothing ("" when they ran a test, or no unittest run ended)."""
         if not self.results:
@@ -201,6 +192,98 @@ class _UnittestRuns:
         if sum(len(_wholly_skipped(r)) for r in self.results) >= ran:
             return f"ran no test: all {ran} of its unittest tests were skipped"
         return ""
+
+
+def _inside_execute(frame, file: str) -> bool:
+    """Whether the test file's ``execute()`` is on this stack."""
+    while frame is not None:
+        code = frame.f_code
+        if code.co_name == "execute" and os.path.abspath(code.co_filename) == file:
+            return True
+        frame = frame.f_back
+    return False
+
+
+class _PytestCount:
+    """A pytest plugin (a plain object: pytest finds its hooks by name) that counts one run's tests: one
+    whose call passed, or any phase of which failed, ran; the others were skipped or expected failures."""
+
+    def __init__(self) -> None:
+        self.ran: set[str] = set()
+        self.skipped: set[str] = set()
+        self.xfailed: set[str] = set()
+
+    def pytest_runtest_logreport(self, report) -> None:
+        if report.failed or (report.passed and report.when == "call"):  # an XPASS ran its body too
+            self.ran.add(report.nodeid)
+        elif report.skipped:
+            (self.xfailed if hasattr(report, "wasxfail") else self.skipped).add(report.nodeid)
+
+
+class _PytestRuns:
+    """The file's pytest runs (``pytest.main()`` in its ``__main__`` block): one whose tests were all
+    skipped or expected failures exits 0 and verified nothing. pytest is the test's to import, from
+    the test's environment: the wrapper never imports it (it may not be installed, and importing it
+    would change what the test sees). An import hook waits for the test's own ``import pytest`` and
+    wraps ``pytest.main`` so that it adds a :class:`_PytestCount`. As for unittest, a run started
+    inside ``execute()`` does not decide: there ``execute()`` is the test."""
+
+    def __init__(self) -> None:
+        self.counts: list[_PytestCount] = []
+        self.file = ""  # the test file's absolute path, once known
+        sys.meta_path.insert(0, self)  # type: ignore[arg-type]
+
+    def find_spec(self, name, path=None, target=None):
+        """The spec the other finders give ``pytest``, with a loader that wraps its ``main`` once the module
+        is loaded; None for every other module (the import system then asks the next finder)."""
+        if name != "pytest":
+            return None
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(name, path, target)
+            if spec is not None:
+                break
+        else:
+            return None  # not installed here: the test's import fails as it would without the wrapper
+        loader = spec.loader
+        if loader is None or not hasattr(loader, "exec_module"):
+            return spec
+        load = loader.exec_module
+
+        def exec_module(module) -> None:
+            load(module)
+            self._wrap(module)
+
+        loader.exec_module = exec_module  # type: ignore[method-assign] (this spec's own loader)
+        return spec
+
+    def _wrap(self, pytest) -> None:
+        real = getattr(pytest, "main", None)
+        if not callable(real):
+            return
+
+        def main(args=None, plugins=None):
+            if _inside_execute(sys._getframe(1), self.file):
+                return real(args, plugins)
+            count = _PytestCount()
+            self.counts.append(count)
+            return real(args, [*(plugins or ()), count])
+
+        main.__doc__, main.__wrapped__ = real.__doc__, real  # type: ignore[attr-defined]
+        pytest.main = main
+
+    def verdict(self) -> str:
+        """Why the runs verified nothing ("" when one ran a test, or none ran)."""
+        if not self.counts or any(c.ran for c in self.counts):
+            return ""
+        skipped = set().union(*(c.skipped for c in self.counts))
+        xfailed = set().union(*(c.xfailed for c in self.counts)) - skipped
+        if not skipped and not xfailed:
+            return ""  # nothing collected: pytest itself exits 5, which fails
+        how = (f"skipped ({len(skipped)}) or xfailed ({len(xfailed)})" if skipped and xfailed
+               else "skipped" if skipped else "xfailed (expected to fail)")
+        return f"ran no test: all {len(skipped) + len(xfailed)} of its pytest tests were {how}"
 
 
 def _test_id(test) -> str:
@@ -381,9 +464,10 @@ def main(argv: list[str] | None = None) -> int:
 
     _fresh_signals()
     unittest_runs = _UnittestRuns()  # the standard library's unittest, before the test's folders are on the path
+    pytest_runs = _PytestRuns()  # waits for the test's own `import pytest`
     if ns.deadline_s > 0 and os.getpgrp() == os.getpid():  # only when it leads its own group
         _deadline(ns.deadline_s)
-    unittest_runs.file = os.path.abspath(ns.file)
+    unittest_runs.file = pytest_runs.file = os.path.abspath(ns.file)
     sys.path[:] = script_path(ns.file, sys.path)  # still the path the interpreter started the wrapper with
     sys.argv = [ns.file, *ns.args]
     result: dict = {"file": ns.file, "func": ns.func, "ok": False, "exit_code": 1}
@@ -416,6 +500,7 @@ def main(argv: list[str] | None = None) -> int:
         sys.modules["__main__"] = wrapper_main
     # a unittest run that ran nothing passes on 3.11 and exits 5 on 3.12+: either way no test ran
     nothing = unittest_runs.verdict() if result["ok"] or result["exit_code"] == 5 else ""
+    nothing = nothing or (pytest_runs.verdict() if result["ok"] else "")  # pytest passes a run it skipped whole
     if nothing:
         result.update(ok=False, exit_code=1, error=f"{ns.file}: {nothing}")
         _quietly(print, f"# nightly wrapper: {ns.file}: {nothing}", file=sys.stderr)

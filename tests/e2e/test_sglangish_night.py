@@ -85,9 +85,17 @@ FALSE_PASSES = {
     "test_configs.py": ("def prepare(): pass\ndef execute():\n"
                         "    print('config megatron-tp2: passed'); print('config fsdp-tp1: failed')\n",
                         "config fsdp-tp1 reported failed"),
+    "test_logged_configs.py": ("import logging\ndef prepare(): pass\ndef execute():\n"
+                               "    logging.basicConfig(level=logging.INFO)\n"
+                               "    logging.getLogger(__name__).info('config fsdp-tp2: failed')\n",
+                               "config fsdp-tp2 reported failed"),
     "test_nothing_ran.py": ("import unittest\nclass TestGen(unittest.TestCase):\n    pass\n"
                             "if __name__ == '__main__':\n    unittest.main()\n", "ran no test"),
     "test_pytest_only.py": ("def test_x(): assert False\n", "would run no test"),
+    "test_pytest_skipped.py": ("import sys, pytest\n@pytest.mark.skip(reason='needs 8 GPUs')\n"
+                               "def test_train(): assert False\n"
+                               "if __name__ == '__main__':\n    sys.exit(pytest.main([__file__, '-q']))\n",
+                               "ran no test: all 1 of its pytest tests were skipped"),
     "test_closed_output.py": ("import os\ndef prepare(): pass\ndef execute():\n"
                               "    os.close(1); os.close(2); raise RuntimeError('real error')\n", "RuntimeError: real error"),
 }
@@ -95,7 +103,9 @@ FALSE_PASSES = {
 
 def test_a_night_fails_what_its_runner_would_fail_and_a_stray_daemon_never_holds_the_gpus(tmp_path):
     """One night of a fixture framework through `nightly run`: a check in the __main__ block, a failed
-    configuration, a file that ran no test, a test that closed its output; and a daemon that escapes
+    configuration (bare or behind Python logging's prefix), a file that ran no test (unittest, or pytest
+    skipping all), a test that closed its output; a process that escapes marker, group and locks but
+    keeps the test's output (killed and named); and a daemon that escapes
     the attempt's marker and group (`env -i setsid`) with the test's GPU locks: killed at its test's
     end, so the next 8-GPU test starts without waiting."""
     repo = tmp_path / "fw"
@@ -107,6 +117,11 @@ def test_a_night_fails_what_its_runner_would_fail_and_a_stray_daemon_never_holds
     (repo / "test" / "registered" / "t_a_daemon.py").write_text(
         REGISTER.format(est=5, suite="nightly-8-gpu") + "import os\ndef prepare(): pass\n"
         "def execute(): os.system('env -i setsid sleep 30 >/dev/null 2>&1 </dev/null &')\n")
+    (repo / "test" / "registered" / "test_output_escape.py").write_text(
+        REGISTER.format(est=2, suite="nightly-1-gpu") + "import subprocess, sys\ndef prepare(): pass\n"
+        "def execute():\n    subprocess.Popen([sys.executable, '-c', \"import time; time.sleep(20); "
+        "print('config cell-b: failed', flush=True)\"], env={'PATH': '/usr/bin:/bin'}, start_new_session=True)\n"
+        "    print('config cell-a: passed', flush=True)\n")
     (repo / "test" / "registered" / "t_b_next.py").write_text(
         REGISTER.format(est=4, suite="nightly-8-gpu") + "def prepare(): pass\ndef execute(): print('b ran')\n")
     git = ["git", "-c", "user.email=a@b", "-c", "user.name=a"]
@@ -122,4 +137,8 @@ def test_a_night_fails_what_its_runner_would_fail_and_a_stray_daemon_never_holds
     daemon, after = attempts["t_a_daemon.py"], attempts["t_b_next.py"]
     assert daemon["outcome"] == "passed" and daemon["details"]["killed_leftovers"]
     assert after["outcome"] == "passed" and float(after["details"]["gpu_wait_s"]) < 10, after
+    # escaped marker, group and locks but kept the output: killed and named, the log judged whole at once
+    escape = attempts["test_output_escape.py"]
+    assert escape["outcome"] == "passed" and escape["details"]["killed_leftovers"], escape
+    assert "still writing to the test's output" in Path(escape["log_path"]).read_text()
     assert sorted(record["verdict"]["failed"]) == sorted(f"test/registered/{name}" for name in FALSE_PASSES)

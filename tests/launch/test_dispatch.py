@@ -265,3 +265,14 @@ def test_a_test_that_exits_0_but_reports_a_failed_configuration_is_failed(tmp_pa
     assert final["early"].outcome == "failed" and final["early"].reason == "config dense-tp1 reported failed"
     assert final["green"].outcome == "passed" and final["green"].details["configs"] == "megatron-tp2=passed,fsdp-tp1=passed"
     assert final["plain"].outcome == "passed" and "configs" not in final["plain"].details
+
+
+def test_a_failed_configuration_behind_a_logging_or_torchrun_prefix_fails_the_test(tmp_path):
+    final = _logged_night(tmp_path, {
+        "logging": "INFO:__main__:config fsdp-tp2: failed\n",
+        "torchrun": "[default0]:config megatron-tp2: passed\n[default1]:config megatron-tp4: failed\n",
+        "near-miss": "reconfig fsdp-tp2: failed\nmyconfig a: failed\n",
+    })
+    assert final["logging"].outcome == "failed" and final["logging"].reason == "config fsdp-tp2 reported failed"
+    assert final["torchrun"].outcome == "failed" and final["torchrun"].reason == "config megatron-tp4 reported failed"
+    assert final["near-miss"].outcome == "passed" and "configs" not in final["near-miss"].details

@@ -126,6 +126,53 @@ def test_a_daemon_that_escapes_marker_and_group_but_holds_the_gpu_locks_is_kille
     free.release()
 
 
+ESCAPES_WITH_THE_OUTPUT = """
+    import subprocess, sys, time
+    def execute():
+        # a clean environment (no marker), its own session (not the group), no GPU lock (Popen closes the
+        # test's other files); stdout and stderr are the test's, inherited as Popen does by default
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep({sleep}); "
+                                  "print('config cell-b: failed', flush=True)"],
+                                 env={{"PATH": "/usr/bin:/bin"}}, start_new_session=True)
+        open("escaped.pid", "w").write(str(child.pid))
+        print("config cell-a: passed", flush=True)
+"""
+
+
+def test_a_process_that_escapes_marker_group_and_locks_but_holds_the_output_is_killed_and_named(tmp_path):
+    repo = _repo(tmp_path, ESCAPES_WITH_THE_OUTPUT.format(sleep=8))
+    t0 = time.monotonic()
+    attempt = judge_reported_configs(LocalLauncher(tmp_path / "state").launch(_request(repo, tmp_path)))
+    took = time.monotonic() - t0
+    escaped = int(_wait_for(repo / "escaped.pid"))
+    assert _gone(escaped, timeout_s=1)
+    assert took < 6, f"the attempt waited {took:.1f} s for its output instead of killing its writer"
+    assert attempt.outcome == "passed" and attempt.details["configs"] == "cell-a=passed", tail(attempt.log_path)
+    assert str(escaped) in attempt.details["killed_leftovers"].split(",")
+    log = Path(attempt.log_path).read_text()
+    assert f"killed 1 process(es) still writing to the test's output after the test ended: PID {escaped} (" in log
+    assert "log_unfinished" not in attempt.details
+
+
+def test_an_attempt_whose_output_stays_open_after_its_end_is_not_passed_on_the_unfinished_log(tmp_path, monkeypatch):
+    """A writer the night can neither see nor kill (stood in for by a night that finds none): the log is
+    unfinished, so a failure the test reports later would come too late to count."""
+    import pipelines.launch.local as local
+
+    monkeypatch.setattr(local, "kill_pipe_writers", lambda inode: {}, raising=False)
+    monkeypatch.setattr(local, "PUMP_JOIN_S", 0.5)
+    repo = _repo(tmp_path, ESCAPES_WITH_THE_OUTPUT.format(sleep=3))
+    try:
+        attempt = judge_reported_configs(LocalLauncher(tmp_path / "state").launch(_request(repo, tmp_path)))
+    finally:
+        with contextlib.suppress(OSError, ValueError):
+            os.kill(int(_wait_for(repo / "escaped.pid")), signal.SIGKILL)
+    assert attempt.outcome == "failed" and attempt.details["log_unfinished"] == "true"
+    assert attempt.reason.startswith("the test's output was still open 0.5 s after the test ended and its processes")
+    assert attempt.reason.endswith("its log is unfinished, so it cannot pass")
+    assert "# nightly: the test's output was still open 0.5 s after" in Path(attempt.log_path).read_text()
+
+
 def test_a_launch_waits_for_gpus_held_by_a_stray_process_no_longer_than_its_timeout_and_names_it(tmp_path, caplog):
     import logging
 

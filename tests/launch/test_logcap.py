@@ -64,3 +64,11 @@ def test_a_log_under_the_cap_is_written_as_it_came():
     output = b"config a: failed\n" * 10 + b"last line without newline config b: passed"
     log, text = _capped(output, 1 << 20, 7)
     assert text == output.decode() and not log.cut_configs
+
+
+def test_a_report_behind_a_logging_prefix_in_the_cut_middle_is_written_at_the_cut():
+    output = b"head\n" + b"noise\n" * 1000 + b"INFO:__main__:config fsdp-tp2: failed\n" + b"noise\n" * 1000 + b"end\n"
+    _, text = _capped(output, 2048, 4096)
+    cut = text.split("# nightly: output cut here:", 1)[1]
+    assert "reported 1 configuration(s)" in cut and "INFO:__main__:config fsdp-tp2: failed\n" in cut
+    assert config_outcomes(text) == {"fsdp-tp2": "failed"}

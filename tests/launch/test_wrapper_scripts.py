@@ -4,6 +4,7 @@ style) as ``python3 FILE``, and with the signals a shell would give it."""
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -69,10 +70,12 @@ def test_the_test_gets_sigterm_and_sigint_unblocked_and_not_ignored_whatever_the
         assert not ignored & (1 << (sig - 1)), f"{sig.name} ignored in the test: {ignored:#x}"
 
 
-def _wrap(tmp_path, body: str, name: str = "test_x.py") -> tuple[subprocess.CompletedProcess, dict]:
+def _wrap(tmp_path, body: str, name: str = "test_x.py", env: dict[str, str] | None = None,
+          ) -> tuple[subprocess.CompletedProcess, dict]:
     (tmp_path / name).write_text(textwrap.dedent(body))
     out = subprocess.run([sys.executable, str(WRAPPER), "--file", name, "--result", "r.json"],
-                         cwd=tmp_path, capture_output=True, text=True, timeout=120)
+                         cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                         env={**os.environ, **env} if env else None)
     return out, json.loads((tmp_path / "r.json").read_text())
 
 
@@ -319,3 +322,95 @@ def test_the_exit_status_and_the_record_say_what_python3_file_exits_with(tmp_pat
     plain = subprocess.run([sys.executable, "test_x.py"], cwd=tmp_path, capture_output=True, timeout=60)
     assert out.returncode == plain.returncode, out.stderr
     assert result["exit_code"] == plain.returncode and result["ok"] is (plain.returncode == 0)
+
+
+PYTEST_FILE = """
+    import sys
+    import pytest
+
+    @pytest.mark.skip(reason="needs 8 GPUs")
+    def test_train():
+        assert False
+
+    @pytest.mark.xfail(reason="known NaN at step 3")
+    def test_resume():
+        assert False
+
+    def test_eval():
+        if {skip_eval}:
+            pytest.skip("needs an H100")
+
+    if __name__ == "__main__":
+        sys.exit(pytest.main([__file__, "-q", "-p", "no:cacheprovider"]))
+"""
+
+#: the test's pytest without this venv's auto-loaded plugins, which take seconds to start
+BARE_PYTEST = {"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
+
+
+def test_a_pytest_file_whose_tests_were_all_skipped_or_xfailed_fails_and_one_that_ran_a_test_passes(tmp_path):
+    out, result = _wrap(tmp_path, PYTEST_FILE.format(skip_eval=True), env=BARE_PYTEST)
+    assert "2 skipped, 1 xfailed" in out.stdout, out.stdout
+    assert out.returncode == 1 and result["ok"] is False, out.stdout + out.stderr
+    assert result["error"] == "test_x.py: ran no test: all 3 of its pytest tests were skipped (2) or xfailed (1)"
+    out, result = _wrap(tmp_path, PYTEST_FILE.format(skip_eval=False), env=BARE_PYTEST)
+    assert "1 passed, 1 skipped, 1 xfailed" in out.stdout, out.stdout
+    assert out.returncode == 0 and result["ok"] is True, out.stdout + out.stderr
+
+
+def test_a_pytest_file_of_expected_failures_only_fails_and_a_failing_one_keeps_its_own_failure(tmp_path):
+    out, result = _wrap(tmp_path, """
+    import sys, pytest
+
+    @pytest.mark.xfail(reason="known")
+    def test_a():
+        assert False
+
+    if __name__ == "__main__":
+        sys.exit(pytest.main([__file__, "-q", "-p", "no:cacheprovider"]))
+    """, env=BARE_PYTEST)
+    assert out.returncode == 1 and "all 1 of its pytest tests were xfailed (expected to fail)" in result["error"]
+    out, result = _wrap(tmp_path, """
+    import sys, pytest
+
+    def test_a():
+        assert 1 == 2
+
+    if __name__ == "__main__":
+        sys.exit(pytest.main([__file__, "-q", "-p", "no:cacheprovider"]))
+    """, env=BARE_PYTEST)
+    assert out.returncode == 1 and result["error"] == "SystemExit(<ExitCode.TESTS_FAILED: 1>)", result
+
+
+def test_a_skipping_pytest_run_inside_execute_does_not_decide_the_outcome(tmp_path):
+    out, result = _wrap(tmp_path, """
+    import pytest
+
+    @pytest.mark.skip(reason="needs 8 GPUs")
+    def test_big():
+        pass
+
+    def execute():
+        print("training ... accuracy 0.93 >= 0.80: OK")
+        pytest.main([__file__, "-q", "-p", "no:cacheprovider"])
+
+    if __name__ == "__main__":
+        execute()
+    """, env=BARE_PYTEST)
+    assert "1 skipped" in out.stdout and out.returncode == 0 and result["ok"] is True, out.stdout + out.stderr
+
+
+def test_the_wrapper_never_imports_pytest_for_a_test_that_does_not_and_its_absence_is_the_tests_business(tmp_path):
+    out, result = _wrap(tmp_path, """
+    import sys
+
+    def execute():
+        assert "pytest" not in sys.modules and "_pytest" not in sys.modules, "the wrapper imported pytest"
+    """)
+    assert out.returncode == 0 and result["ok"] is True, out.stderr
+    # a Python without pytest (-S: no site-packages): the test's own import fails as under `python3 FILE`
+    (tmp_path / "test_y.py").write_text("def execute():\n    try:\n        import pytest\n"
+                                        "    except ModuleNotFoundError as exc:\n        print('no pytest here:', exc)\n")
+    out = subprocess.run([sys.executable, "-S", str(WRAPPER), "--file", "test_y.py", "--result", "r.json"],
+                         cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and "no pytest here: No module named 'pytest'" in out.stdout, out.stdout + out.stderr

@@ -1,9 +1,11 @@
 """Per-configuration outcomes, where a test reports them in its log.
 
 A test that loops over its matrix can print ``config NAME: passed`` or ``config NAME: failed``
-(any prefix, e.g. ``[minirl] ``) after each configuration; history can then record which cell
-failed, not only that the file did. A configuration the log never reports is absent (the run
-stopped before it), never guessed.
+after each configuration, with any prefix that does not run into the word ``config``: its own tag
+(``[minirl] ``), Python logging's default ``INFO:__main__:``, torchrun ``--tee``'s ``[default0]:``.
+``myconfig`` or ``reconfig`` is another word, never a report. Terminal colour codes are ignored. History
+can then record which cell failed, not only that the file did. A configuration the log never reports
+is absent (the run stopped before it), never guessed.
 """
 
 from __future__ import annotations
@@ -11,7 +13,10 @@ from __future__ import annotations
 import re
 
 OUTCOMES = ("passed", "failed")
-_LINE = re.compile(r"(?:^|\s)config (\S+): (passed|failed)\s*$", re.MULTILINE)
+#: ``config`` as a word of its own: at the line's start or after a character that is not a letter, digit or ``_``
+_LINE = re.compile(r"(?<!\w)config (\S+): (passed|failed)\s*$", re.MULTILINE)
+#: a terminal control sequence (``ESC [ 1;31 m``): a coloured logger wraps the report in them
+_ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]")
 
 
 def config_outcomes(log: str) -> dict[str, str]:
@@ -20,6 +25,8 @@ def config_outcomes(log: str) -> dict[str, str]:
     A configuration reported twice (a retry inside the test, or two rows sharing a name) keeps
     ``failed`` if either report says so: a later pass must not hide a failure."""
     out: dict[str, str] = {}
+    if "\x1b" in log:
+        log = _ANSI.sub("", log)
     for match in _LINE.finditer(log):
         name, outcome = match.groups()
         if out.get(name) != "failed":
