@@ -177,7 +177,8 @@ class Usage:
     makespan_s: float
     used_gpu_h: float
     capacity_gpu_h: float
-    #: where ``gpus`` came from: "given" or "inferred from the GPU slots used"
+    #: where ``gpus`` came from: "given", the night's recorded pools ("the night's pools: h200 4 x 8"),
+    #: or, for a record from before they were kept, "inferred from the GPU slots used (...)"
     source: str
 
     @property
@@ -279,19 +280,38 @@ def _gantt(attempts: list[Attempt], slots: dict[str, int]) -> tuple[tuple[Bar, .
     return bars, max(b.start_s + b.elapsed_s for b in bars)
 
 
+def _count(v: object) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 1
+
+
+def recorded_pools(summary: Mapping) -> dict[str, tuple[int, int]]:
+    """The pools the night ran on as its record keeps them (``pools``: name -> nodes and GPUs per
+    node, ``Night.pool_shapes``), as (nodes, GPUs per node); {} for a record from before they were kept."""
+    pools = summary.get("pools")
+    if not isinstance(pools, Mapping):
+        return {}
+    return {str(name): (p["nodes"], p["gpus_per_node"]) for name, p in pools.items()
+            if isinstance(p, Mapping) and _count(p.get("nodes")) and _count(p.get("gpus_per_node"))}
+
+
 def _usage(bars: Sequence[Bar], attempts: list[Attempt], summary: Mapping, makespan: float | None,
            capacity_gpus: int | None) -> Usage | None:
     span = float(makespan or 0) or max((b.start_s + b.elapsed_s for b in bars), default=0.0)
     if not span:
         return None
     used = sum(b.elapsed_s * b.gpus for b in bars) / 3600
-    gpus, source = capacity_gpus or summary.get("pool_gpus"), "given"
-    if not gpus:
+    gpus, source = capacity_gpus, "given"
+    if not gpus and (pools := recorded_pools(summary)):
+        gpus = sum(n * g for n, g in pools.values())
+        source = "the night's pools: " + ", ".join(f"{name} {n} x {g}" for name, (n, g) in pools.items())
+    if not gpus:  # a record from before the pools were kept: what the attempts' slots show, a floor
         per_node: dict[str, int] = {}
         for a in attempts:
             if a.gpu_slots:
                 per_node[a.node] = max(per_node.get(a.node, 0), max(a.gpu_slots) + 1)
-        gpus, source = sum(per_node.values()) or max((b.gpus for b in bars), default=0), "inferred from the GPU slots used"
+        gpus = sum(per_node.values()) or max((b.gpus for b in bars), default=0)
+        source = ("inferred from the GPU slots used (the night's record does not say its pools' size: "
+                  "written before it was kept)")
     return Usage(int(gpus), span, used, int(gpus) * span / 3600, source)
 
 

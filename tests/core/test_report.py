@@ -77,12 +77,24 @@ def test_the_test_that_passed_on_retry_is_flaky_with_tonights_run_as_evidence(re
 
 def test_gpu_hours_used_and_idle_over_the_nights_makespan(report):
     u = report.usage
-    assert (u.gpus, u.makespan_s, u.source) == (8, MAKESPAN, "inferred from the GPU slots used")
+    # a record from before the night kept its pools: the GPUs its attempts' slots show, and it says so
+    assert (u.gpus, u.makespan_s) == (8, MAKESPAN)
+    assert u.source == ("inferred from the GPU slots used (the night's record does not say its pools' size: "
+                        "written before it was kept)")
     assert u.used_gpu_h == pytest.approx(GPU_SECONDS / 3600)
     assert u.idle_gpu_h == pytest.approx((8 * MAKESPAN - GPU_SECONDS) / 3600)
     assert dict(report.makespan) == {"predicted": 120.0, "predicted median": 118.0, "predicted p90": 131.0,
                                      "actual": MAKESPAN, "lower bound": 104.0,
                                      "lower bound (actual durations)": GPU_SECONDS / 8}  # 844 GPU-s on 8 GPUs
+
+
+def test_gpu_capacity_is_the_pools_the_night_recorded_not_the_slots_it_used(night):
+    """Three pools' worth of GPUs, only one node's slots used: capacity and idle hours are the pools'."""
+    summary = {**night.summary, "pools": {"h200": {"nodes": 4, "gpus_per_node": 8}, "b200": {"nodes": 1, "gpus_per_node": 4}}}
+    u = build_report(summary, tests=night.tests).usage
+    assert (u.gpus, u.source) == (36, "the night's pools: h200 4 x 8, b200 1 x 4")
+    assert u.idle_gpu_h == pytest.approx((36 * MAKESPAN - GPU_SECONDS) / 3600)
+    assert dict(build_report(summary, tests=night.tests).makespan)["lower bound (actual durations)"] == 60.0
 
 
 def test_the_gantt_has_every_attempt_on_its_node_from_the_first_start(report):
