@@ -326,13 +326,24 @@ def makespan_label(key: str) -> str:
     return MAKESPAN_LABELS.get(key, f"{key} makespan")
 
 
-def _actual_bound(bars: Sequence[Bar], attempts: Sequence[Attempt], usage: Usage | None) -> float | None:
+def planned_gpus(summary: Mapping) -> dict[str, int]:
+    """Test id -> the GPUs the night's plan gave it (the record's ``plan``); {} for a record without one."""
+    plan = summary.get("plan")
+    return {p["test_id"]: p["gpus"] for p in plan if isinstance(p, Mapping) and isinstance(p.get("test_id"), str)
+            and isinstance(p.get("gpus"), int) and not isinstance(p["gpus"], bool) and p["gpus"] >= 0
+            } if isinstance(plan, list) else {}
+
+
+def _actual_bound(bars: Sequence[Bar], attempts: Sequence[Attempt], usage: Usage | None,
+                  gpus: Mapping[str, int]) -> float | None:
     """No schedule of the night's attempts is shorter: ``max(longest attempt, GPU-seconds used / GPUs)``, the
-    GPUs being those of the usage section. Only where every attempt that ran recorded its GPU slots (else
-    its GPUs, and the pools', would be guessed); None otherwise."""
+    GPUs being those of the usage section. Only where every attempt that ran on GPUs recorded its GPU slots
+    (else its GPUs, and the pools', would be guessed); None otherwise. ``gpus``: test id -> GPUs it needs
+    (a test it does not name is taken to need some): a CPU test never has slots, and uses no GPU-seconds."""
     if usage is None or usage.gpus <= 0 or not bars:
         return None
-    if any(not a.gpu_slots for a in attempts if a.outcome != "skipped" and a.elapsed_s > 0):
+    if any(not a.gpu_slots for a in attempts
+           if a.outcome != "skipped" and a.elapsed_s > 0 and gpus.get(a.test_id, 1) > 0):
         return None
     return round(max(max(b.elapsed_s for b in bars), sum(b.elapsed_s * b.gpus for b in bars) / usage.gpus), 3)
 
@@ -346,9 +357,10 @@ def actual_lower_bound(summary: Mapping, capacity_gpus: int | None = None) -> fl
     """The bound of the night's own durations (the report's ``lower bound (actual durations)``) from its
     record alone, for the end-of-night line; None where the report shows none."""
     attempts = attempts_of(summary)
-    bars, span = _gantt(attempts, {})
+    gpus = planned_gpus(summary)
+    bars, span = _gantt(attempts, gpus)
     usage = _usage(bars, attempts, summary, summary.get("actual_makespan_s") or span or None, capacity_gpus)
-    return _actual_bound(bars, attempts, usage) if _whole(summary) else None
+    return _actual_bound(bars, attempts, usage, gpus) if _whole(summary) else None
 
 
 def _near_timeout(attempts: Sequence[Attempt], next_night: Sequence[NearTimeout],
@@ -430,10 +442,12 @@ def build_report(
                        tail_lines((log_tails or {}).get(shown.log_path, "")),
                        bool(changes and tid in changes.new_failures))
         (infra if last.outcome in _NOT_TESTS else failures).append(item)
-    bars, span = _gantt(attempts, {t.id: t.gpus for t in selected})
+    # the GPUs each test ran with: the night's plan's, else the catalog's
+    gpus = {**{t.id: t.gpus for t in selected}, **planned_gpus(summary)}
+    bars, span = _gantt(attempts, gpus)
     makespan = summary.get("actual_makespan_s") or span or None
     usage = _usage(bars, attempts, summary, makespan, capacity_gpus)
-    bound = _actual_bound(bars, attempts, usage) if _whole(summary) else None
+    bound = _actual_bound(bars, attempts, usage, gpus) if _whole(summary) else None
     # selected tests without an attempt that the verdict does not count yet: an interruption stopped the
     # night before they started (a partial record's verdict already counts them as interrupted)
     never = [r.test_id for r in rows if r.outcome == "not_run" and r.test_id not in verdict.interrupted]

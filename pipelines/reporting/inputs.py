@@ -126,6 +126,7 @@ def parse_summary(where: str, text: str) -> dict:
     _check(wrong, (), data, _SUMMARY_FIELDS)
     _check_flaky(wrong, data.get("flaky"))
     _check_pools(wrong, data.get("pools"))
+    _check_plan(wrong, data.get("plan"))
     return data
 
 
@@ -186,6 +187,23 @@ def _check_pools(wrong: Callable[[tuple, str], CatalogError], pools: object) -> 
             v = pool.get(key)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise wrong(("pools", name, key), f"expected a whole number >= 1, got {v!r:.80}")
+
+
+def _check_plan(wrong: Callable[[tuple, str], CatalogError], plan: object) -> None:
+    """The night's plan, where the report reads the GPUs each test ran with (a CPU test's attempts
+    have no GPU slots); absent in older records."""
+    if plan is None:
+        return
+    if not isinstance(plan, list):
+        raise wrong(("plan",), f"expected a list of the plan's assignments, got {plan!r:.80}")
+    for i, item in enumerate(plan):
+        if not isinstance(item, dict):
+            raise wrong(("plan", i), f"expected an assignment object with test_id and gpus, got {item!r:.80}")
+        if not isinstance(item.get("test_id"), str):
+            raise wrong(("plan", i, "test_id"), f"expected a test id, got {item.get('test_id')!r:.80}")
+        gpus = item.get("gpus")
+        if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 0:
+            raise wrong(("plan", i, "gpus"), f"expected a whole number >= 0, got {gpus!r:.80}")
 
 
 def same_repo(summary: Mapping, repo: str | None) -> bool:

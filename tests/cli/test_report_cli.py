@@ -143,6 +143,34 @@ def test_gpu_capacity_is_the_pools_the_night_recorded_and_an_older_record_says_i
     assert f"{path}:{line}: pools.h200.gpus_per_node: expected a whole number >= 1, got '8'; " in err
 
 
+def test_a_cpu_test_in_the_night_does_not_remove_the_bound_of_its_actual_durations(home, tmp_path, capsys):
+    """A 0-GPU test (its attempt has no GPU slots, its plan entry 0 GPUs) ran beside the GPU tests."""
+    import shutil
+
+    copy = tmp_path / "home"
+    shutil.copytree(home, copy)
+    path = copy / "nights" / "2026-11-06T150000Z.json"
+    record = json.loads(path.read_text())
+    cpu = "tests/e2e/test_tokenizer_cpu.py"
+    record["selected"].append(cpu)
+    record["attempts"].append({"test_id": cpu, "outcome": "passed", "elapsed_s": 3.0, "attempt": 1, "node": "local-h200-0",
+                               "started_at": record["attempts"][0]["started_at"], "gpu_slots": [], "exit_code": 0})
+    record["plan"] = [{"test_id": cpu, "pool": "h200", "node": 0, "gpus": 0}]
+    text = json.dumps(record, indent=1)
+    path.write_text(text)
+    code, out, _ = nightly(capsys, "report", "--home", str(copy), "--repo", "minirl", "--json")
+    assert code == 0
+    assert dict(json.loads(out)["makespan"])["lower bound (actual durations)"] == 105.5  # 844 GPU-s / 8, as without it
+    # a damaged plan entry is named at its line
+    record["plan"][0]["gpus"] = -1
+    text = json.dumps(record, indent=1)
+    path.write_text(text)
+    [line] = [n for n, row in enumerate(text.splitlines(), 1) if row.strip() == '"gpus": -1']
+    code, out, err = nightly(capsys, "report", "--home", str(copy), "--night", "2026-11-06T150000Z")
+    assert (code, out) == (2, "")
+    assert f"{path}:{line}: plan[0].gpus: expected a whole number >= 0, got -1; " in err
+
+
 def test_near_timeout_is_judged_with_the_floor_the_night_ran_with(home, tmp_path, capsys):
     """`nightly run --timeout-floor 30` keeps its floor in the night's record: the report judges with it,
     not with the repo's 60 s (a record without it: the repo's)."""

@@ -338,6 +338,30 @@ def test_a_night_faster_than_predicted_shows_the_plans_bound_as_the_plans_and_th
     assert "lower bound (actual durations)" not in dict(build_report({**summary, "status": "running"}).makespan)
 
 
+def test_a_cpu_test_in_the_night_keeps_the_bound_of_its_actual_durations():
+    """A 0-GPU test never has GPU slots: it neither hides the bound nor adds GPU-seconds to it, whether its
+    GPUs come from the night's plan (the end-of-night line has no catalog) or from the catalog."""
+    from pipelines.core.report import actual_lower_bound
+
+    def ran(test: str, elapsed: float, slots: list[int]) -> dict:
+        return {**attempt(test, "passed", "n0"), "elapsed_s": elapsed, "gpu_slots": slots,
+                "started_at": "2026-11-06T15:00:00+00:00"}
+
+    summary = {"night": "n", "selected": ["tests/a.py", "tests/cpu.py"], "actual_makespan_s": 100.0,
+               "attempts": [ran("tests/a.py", 100.0, [0, 1, 2, 3]), ran("tests/cpu.py", 120.0, [])],
+               "plan": [{"test_id": "tests/a.py", "gpus": 4}, {"test_id": "tests/cpu.py", "gpus": 0}],
+               "pools": {"h200": {"nodes": 1, "gpus_per_node": 8}}}
+    # max(longest attempt 120 s, 400 GPU-s / 8): the CPU test's time counts, its GPU-seconds do not
+    assert dict(build_report(summary).makespan)["lower bound (actual durations)"] == 120.0
+    assert actual_lower_bound(summary) == 120.0
+    assert build_report(summary).usage.used_gpu_h == pytest.approx(400 / 3600)
+    cpu = Test("tests/cpu.py", "tests/cpu.py", "cpu", "cpu-nightly", 0, 2)
+    older = {k: v for k, v in summary.items() if k != "plan"}  # the catalog says it needs no GPU
+    assert dict(build_report(older, tests=[cpu]).makespan)["lower bound (actual durations)"] == 120.0
+    # a test needing GPUs whose attempt kept no slots still withholds it
+    assert actual_lower_bound({**summary, "plan": [{"test_id": "tests/a.py", "gpus": 4}]}) is None
+
+
 def test_a_partial_records_span_is_not_called_the_nights_actual_makespan():
     summary = {"night": "n", "status": "running", "selected": ["tests/a.py", "tests/b.py"], "actual_makespan_s": 6.6,
                "attempts": [attempt("tests/a.py", "passed", "h200-a")],
