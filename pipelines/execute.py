@@ -369,6 +369,8 @@ def night_summary(night: Night, runset: RunSet, selection: RunSelection, plan: P
         "plan": [dataclasses.asdict(a) for a in plan.ordered()],
         "predicted_makespan_s": plan.makespan_s, "lower_bound_s": plan.lower_bound_s,
         "predicted_median_s": plan.predicted_median_s, "predicted_p90_s": plan.predicted_p90_s,
+        #: the pools the night ran on, name -> nodes and GPUs per node: the report's GPU capacity
+        "pools": night.pool_shapes(plan),
         "prediction": record_to_json(night_record(
             night.night, plan, result.makespan_s,
             {a.test_id: a.elapsed_s for a in result.attempts if a.outcome == "passed"})),

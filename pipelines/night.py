@@ -387,6 +387,14 @@ class Night:
             durations=duration_model(tests, self.history_at_start, successions=successions(self.history)),
         )
 
+    def pool_shapes(self, plan: Plan) -> dict[str, dict[str, int]]:
+        """Each pool the plan places tests on, as the deployment in force has it (nodes, GPUs per node):
+        the night's record keeps it, so the report's capacity and idle GPU-hours are the pools' own, not
+        guessed from the GPU slots the tests happened to use."""
+        used = {a.pool for a in plan.assignments}
+        return {p.name: {"nodes": p.nodes, "gpus_per_node": p.gpus_per_node}
+                for p in self.deployment.pools if p.name in used}
+
     # -- requirements ------------------------------------------------------------------
     def requirements_for(self, tests: Iterable[Test]) -> list[Requirement]:
         """What the tests need, models and datasets before the conversions built from them."""

@@ -177,7 +177,8 @@ class Usage:
     makespan_s: float
     used_gpu_h: float
     capacity_gpu_h: float
-    #: where ``gpus`` came from: "given" or "inferred from the GPU slots used"
+    #: where ``gpus`` came from: "given", the night's recorded pools ("the night's pools: h200 4 x 8"),
+    #: or, for a record from before they were kept, "inferred from the GPU slots used (...)"
     source: str
 
     @property
@@ -279,19 +280,38 @@ def _gantt(attempts: list[Attempt], slots: dict[str, int]) -> tuple[tuple[Bar, .
     return bars, max(b.start_s + b.elapsed_s for b in bars)
 
 
+def _count(v: object) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 1
+
+
+def recorded_pools(summary: Mapping) -> dict[str, tuple[int, int]]:
+    """The pools the night ran on as its record keeps them (``pools``: name -> nodes and GPUs per
+    node, ``Night.pool_shapes``), as (nodes, GPUs per node); {} for a record from before they were kept."""
+    pools = summary.get("pools")
+    if not isinstance(pools, Mapping):
+        return {}
+    return {str(name): (p["nodes"], p["gpus_per_node"]) for name, p in pools.items()
+            if isinstance(p, Mapping) and _count(p.get("nodes")) and _count(p.get("gpus_per_node"))}
+
+
 def _usage(bars: Sequence[Bar], attempts: list[Attempt], summary: Mapping, makespan: float | None,
            capacity_gpus: int | None) -> Usage | None:
     span = float(makespan or 0) or max((b.start_s + b.elapsed_s for b in bars), default=0.0)
     if not span:
         return None
     used = sum(b.elapsed_s * b.gpus for b in bars) / 3600
-    gpus, source = capacity_gpus or summary.get("pool_gpus"), "given"
-    if not gpus:
+    gpus, source = capacity_gpus, "given"
+    if not gpus and (pools := recorded_pools(summary)):
+        gpus = sum(n * g for n, g in pools.values())
+        source = "the night's pools: " + ", ".join(f"{name} {n} x {g}" for name, (n, g) in pools.items())
+    if not gpus:  # a record from before the pools were kept: what the attempts' slots show, a floor
         per_node: dict[str, int] = {}
         for a in attempts:
             if a.gpu_slots:
                 per_node[a.node] = max(per_node.get(a.node, 0), max(a.gpu_slots) + 1)
-        gpus, source = sum(per_node.values()) or max((b.gpus for b in bars), default=0), "inferred from the GPU slots used"
+        gpus = sum(per_node.values()) or max((b.gpus for b in bars), default=0)
+        source = ("inferred from the GPU slots used (the night's record does not say its pools' size: "
+                  "written before it was kept)")
     return Usage(int(gpus), span, used, int(gpus) * span / 3600, source)
 
 
@@ -306,13 +326,24 @@ def makespan_label(key: str) -> str:
     return MAKESPAN_LABELS.get(key, f"{key} makespan")
 
 
-def _actual_bound(bars: Sequence[Bar], attempts: Sequence[Attempt], usage: Usage | None) -> float | None:
+def planned_gpus(summary: Mapping) -> dict[str, int]:
+    """Test id -> the GPUs the night's plan gave it (the record's ``plan``); {} for a record without one."""
+    plan = summary.get("plan")
+    return {p["test_id"]: p["gpus"] for p in plan if isinstance(p, Mapping) and isinstance(p.get("test_id"), str)
+            and isinstance(p.get("gpus"), int) and not isinstance(p["gpus"], bool) and p["gpus"] >= 0
+            } if isinstance(plan, list) else {}
+
+
+def _actual_bound(bars: Sequence[Bar], attempts: Sequence[Attempt], usage: Usage | None,
+                  gpus: Mapping[str, int]) -> float | None:
     """No schedule of the night's attempts is shorter: ``max(longest attempt, GPU-seconds used / GPUs)``, the
-    GPUs being those of the usage section. Only where every attempt that ran recorded its GPU slots (else
-    its GPUs, and the pools', would be guessed); None otherwise."""
+    GPUs being those of the usage section. Only where every attempt that ran on GPUs recorded its GPU slots
+    (else its GPUs, and the pools', would be guessed); None otherwise. ``gpus``: test id -> GPUs it needs
+    (a test it does not name is taken to need some): a CPU test never has slots, and uses no GPU-seconds."""
     if usage is None or usage.gpus <= 0 or not bars:
         return None
-    if any(not a.gpu_slots for a in attempts if a.outcome != "skipped" and a.elapsed_s > 0):
+    if any(not a.gpu_slots for a in attempts
+           if a.outcome != "skipped" and a.elapsed_s > 0 and gpus.get(a.test_id, 1) > 0):
         return None
     return round(max(max(b.elapsed_s for b in bars), sum(b.elapsed_s * b.gpus for b in bars) / usage.gpus), 3)
 
@@ -326,9 +357,10 @@ def actual_lower_bound(summary: Mapping, capacity_gpus: int | None = None) -> fl
     """The bound of the night's own durations (the report's ``lower bound (actual durations)``) from its
     record alone, for the end-of-night line; None where the report shows none."""
     attempts = attempts_of(summary)
-    bars, span = _gantt(attempts, {})
+    gpus = planned_gpus(summary)
+    bars, span = _gantt(attempts, gpus)
     usage = _usage(bars, attempts, summary, summary.get("actual_makespan_s") or span or None, capacity_gpus)
-    return _actual_bound(bars, attempts, usage) if _whole(summary) else None
+    return _actual_bound(bars, attempts, usage, gpus) if _whole(summary) else None
 
 
 def _near_timeout(attempts: Sequence[Attempt], next_night: Sequence[NearTimeout],
@@ -410,10 +442,12 @@ def build_report(
                        tail_lines((log_tails or {}).get(shown.log_path, "")),
                        bool(changes and tid in changes.new_failures))
         (infra if last.outcome in _NOT_TESTS else failures).append(item)
-    bars, span = _gantt(attempts, {t.id: t.gpus for t in selected})
+    # the GPUs each test ran with: the night's plan's, else the catalog's
+    gpus = {**{t.id: t.gpus for t in selected}, **planned_gpus(summary)}
+    bars, span = _gantt(attempts, gpus)
     makespan = summary.get("actual_makespan_s") or span or None
     usage = _usage(bars, attempts, summary, makespan, capacity_gpus)
-    bound = _actual_bound(bars, attempts, usage) if _whole(summary) else None
+    bound = _actual_bound(bars, attempts, usage, gpus) if _whole(summary) else None
     # selected tests without an attempt that the verdict does not count yet: an interruption stopped the
     # night before they started (a partial record's verdict already counts them as interrupted)
     never = [r.test_id for r in rows if r.outcome == "not_run" and r.test_id not in verdict.interrupted]

@@ -125,6 +125,8 @@ def parse_summary(where: str, text: str) -> dict:
         raise wrong(("night",), "missing")
     _check(wrong, (), data, _SUMMARY_FIELDS)
     _check_flaky(wrong, data.get("flaky"))
+    _check_pools(wrong, data.get("pools"))
+    _check_plan(wrong, data.get("plan"))
     return data
 
 
@@ -169,6 +171,39 @@ def _check_flaky(wrong: Callable[[tuple, str], CatalogError], flaky: object) -> 
     for test_id, state in flaky.items():
         if (problem := recorded_state_problem(state)) is not None:
             raise wrong(("flaky", test_id, *problem[0]), problem[1])
+
+
+def _check_pools(wrong: Callable[[tuple, str], CatalogError], pools: object) -> None:
+    """The pools the night ran on (``pools``: name -> nodes and GPUs per node; absent in older records):
+    the report's GPU capacity, so a damaged one is named rather than guessed around."""
+    if pools is None:
+        return
+    if not isinstance(pools, dict):
+        raise wrong(("pools",), f"expected an object of pool name -> nodes and gpus_per_node, got {pools!r:.80}")
+    for name, pool in pools.items():
+        if not isinstance(pool, dict):
+            raise wrong(("pools", name), f"expected an object with nodes and gpus_per_node, got {pool!r:.80}")
+        for key in ("nodes", "gpus_per_node"):
+            v = pool.get(key)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise wrong(("pools", name, key), f"expected a whole number >= 1, got {v!r:.80}")
+
+
+def _check_plan(wrong: Callable[[tuple, str], CatalogError], plan: object) -> None:
+    """The night's plan, where the report reads the GPUs each test ran with (a CPU test's attempts
+    have no GPU slots); absent in older records."""
+    if plan is None:
+        return
+    if not isinstance(plan, list):
+        raise wrong(("plan",), f"expected a list of the plan's assignments, got {plan!r:.80}")
+    for i, item in enumerate(plan):
+        if not isinstance(item, dict):
+            raise wrong(("plan", i), f"expected an assignment object with test_id and gpus, got {item!r:.80}")
+        if not isinstance(item.get("test_id"), str):
+            raise wrong(("plan", i, "test_id"), f"expected a test id, got {item.get('test_id')!r:.80}")
+        gpus = item.get("gpus")
+        if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 0:
+            raise wrong(("plan", i, "gpus"), f"expected a whole number >= 0, got {gpus!r:.80}")
 
 
 def same_repo(summary: Mapping, repo: str | None) -> bool:
@@ -446,7 +481,6 @@ class ReportInputs:
     rules: FlakyRules = FlakyRules()
     quarantine: Mapping | None = None
     uncovered: Sequence[str] = ()
-    capacity_gpus: int | None = None
     #: the repo's timeout floor (``timeout.floor_s``): the framework's own runner's; a night is judged with
     #: the floor its record says it ran with (``nightly run --timeout-floor``), this one for an older record
     timeout_floor_s: int = 1800
@@ -509,7 +543,6 @@ def night_report(store: StateStore, night: str | None, inputs: ReportInputs,
     data = build_report(
         summary, earlier, samples, inputs.tests, estimates, states=states,
         log_tails=log_tails(summary, store), uncovered=(*night_uncovered(inputs, summary, warn), *inputs.uncovered),
-        capacity_gpus=inputs.capacity_gpus,
         timeout_floor_s=inputs.timeout_floor_s, timeout_factor=inputs.timeout_factor,
         locate=lambda s: _locator(store, f"nights/{s.get('night')}.json"),
     )

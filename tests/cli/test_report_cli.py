@@ -113,6 +113,64 @@ def test_a_damaged_field_of_a_long_night_record_is_named_at_its_line(home, tmp_p
     assert line > 100 and f"{path}:{line}: est_time: expected test id -> seconds, got [1]; " in err
 
 
+def test_gpu_capacity_is_the_pools_the_night_recorded_and_an_older_record_says_it_is_inferred(home, tmp_path, capsys):
+    """Tonight ran on two 8-GPU nodes but used slots 0-7 of one: capacity 16 GPUs and the idle hours of
+    both nodes, not 8 guessed from the slots; the night before, recorded before pools were kept, says it guessed."""
+    import shutil
+
+    copy = tmp_path / "home"
+    shutil.copytree(home, copy)
+    path = copy / "nights" / "2026-11-06T150000Z.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), "pools": {"h200": {"nodes": 2, "gpus_per_node": 8}}},
+                               indent=1))
+    argv = ("report", "--home", str(copy), "--repo", "minirl", "--json")
+    code, out, _ = nightly(capsys, *argv)
+    usage = json.loads(out)["usage"]
+    assert (code, usage["gpus"], usage["source"]) == (0, 16, "the night's pools: h200 2 x 8")
+    assert usage["capacity_gpu_h"] == pytest.approx(16 * usage["makespan_s"] / 3600)
+    assert dict(json.loads(out)["makespan"])["lower bound (actual durations)"] == pytest.approx(max(60.0, 844 / 16))
+    code, out, _ = nightly(capsys, *argv, "--night", "2026-11-05T150000Z")
+    usage = json.loads(out)["usage"]
+    assert (code, usage["gpus"]) == (0, 8)
+    assert usage["source"] == ("inferred from the GPU slots used (the night's record does not say its pools' size: "
+                               "written before it was kept)")
+    # a damaged entry is named at its line, not guessed around
+    text = json.dumps({**json.loads(path.read_text()), "pools": {"h200": {"nodes": 2, "gpus_per_node": "8"}}}, indent=1)
+    path.write_text(text)
+    [line] = [n for n, row in enumerate(text.splitlines(), 1) if row.strip().startswith('"gpus_per_node"')]
+    code, out, err = nightly(capsys, *argv, "--night", "2026-11-06T150000Z")
+    assert (code, out) == (2, "")
+    assert f"{path}:{line}: pools.h200.gpus_per_node: expected a whole number >= 1, got '8'; " in err
+
+
+def test_a_cpu_test_in_the_night_does_not_remove_the_bound_of_its_actual_durations(home, tmp_path, capsys):
+    """A 0-GPU test (its attempt has no GPU slots, its plan entry 0 GPUs) ran beside the GPU tests."""
+    import shutil
+
+    copy = tmp_path / "home"
+    shutil.copytree(home, copy)
+    path = copy / "nights" / "2026-11-06T150000Z.json"
+    record = json.loads(path.read_text())
+    cpu = "tests/e2e/test_tokenizer_cpu.py"
+    record["selected"].append(cpu)
+    record["attempts"].append({"test_id": cpu, "outcome": "passed", "elapsed_s": 3.0, "attempt": 1, "node": "local-h200-0",
+                               "started_at": record["attempts"][0]["started_at"], "gpu_slots": [], "exit_code": 0})
+    record["plan"] = [{"test_id": cpu, "pool": "h200", "node": 0, "gpus": 0}]
+    text = json.dumps(record, indent=1)
+    path.write_text(text)
+    code, out, _ = nightly(capsys, "report", "--home", str(copy), "--repo", "minirl", "--json")
+    assert code == 0
+    assert dict(json.loads(out)["makespan"])["lower bound (actual durations)"] == 105.5  # 844 GPU-s / 8, as without it
+    # a damaged plan entry is named at its line
+    record["plan"][0]["gpus"] = -1
+    text = json.dumps(record, indent=1)
+    path.write_text(text)
+    [line] = [n for n, row in enumerate(text.splitlines(), 1) if row.strip() == '"gpus": -1']
+    code, out, err = nightly(capsys, "report", "--home", str(copy), "--night", "2026-11-06T150000Z")
+    assert (code, out) == (2, "")
+    assert f"{path}:{line}: plan[0].gpus: expected a whole number >= 0, got -1; " in err
+
+
 def test_near_timeout_is_judged_with_the_floor_the_night_ran_with(home, tmp_path, capsys):
     """`nightly run --timeout-floor 30` keeps its floor in the night's record: the report judges with it,
     not with the repo's 60 s (a record without it: the repo's)."""

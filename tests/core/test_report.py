@@ -77,12 +77,24 @@ def test_the_test_that_passed_on_retry_is_flaky_with_tonights_run_as_evidence(re
 
 def test_gpu_hours_used_and_idle_over_the_nights_makespan(report):
     u = report.usage
-    assert (u.gpus, u.makespan_s, u.source) == (8, MAKESPAN, "inferred from the GPU slots used")
+    # a record from before the night kept its pools: the GPUs its attempts' slots show, and it says so
+    assert (u.gpus, u.makespan_s) == (8, MAKESPAN)
+    assert u.source == ("inferred from the GPU slots used (the night's record does not say its pools' size: "
+                        "written before it was kept)")
     assert u.used_gpu_h == pytest.approx(GPU_SECONDS / 3600)
     assert u.idle_gpu_h == pytest.approx((8 * MAKESPAN - GPU_SECONDS) / 3600)
     assert dict(report.makespan) == {"predicted": 120.0, "predicted median": 118.0, "predicted p90": 131.0,
                                      "actual": MAKESPAN, "lower bound": 104.0,
                                      "lower bound (actual durations)": GPU_SECONDS / 8}  # 844 GPU-s on 8 GPUs
+
+
+def test_gpu_capacity_is_the_pools_the_night_recorded_not_the_slots_it_used(night):
+    """Three pools' worth of GPUs, only one node's slots used: capacity and idle hours are the pools'."""
+    summary = {**night.summary, "pools": {"h200": {"nodes": 4, "gpus_per_node": 8}, "b200": {"nodes": 1, "gpus_per_node": 4}}}
+    u = build_report(summary, tests=night.tests).usage
+    assert (u.gpus, u.source) == (36, "the night's pools: h200 4 x 8, b200 1 x 4")
+    assert u.idle_gpu_h == pytest.approx((36 * MAKESPAN - GPU_SECONDS) / 3600)
+    assert dict(build_report(summary, tests=night.tests).makespan)["lower bound (actual durations)"] == 60.0
 
 
 def test_the_gantt_has_every_attempt_on_its_node_from_the_first_start(report):
@@ -324,6 +336,30 @@ def test_a_night_faster_than_predicted_shows_the_plans_bound_as_the_plans_and_th
     guessed = {**summary, "attempts": [*attempts[:2], {**attempts[2], "gpu_slots": []}]}
     assert "lower bound (actual durations)" not in dict(build_report(guessed).makespan)
     assert "lower bound (actual durations)" not in dict(build_report({**summary, "status": "running"}).makespan)
+
+
+def test_a_cpu_test_in_the_night_keeps_the_bound_of_its_actual_durations():
+    """A 0-GPU test never has GPU slots: it neither hides the bound nor adds GPU-seconds to it, whether its
+    GPUs come from the night's plan (the end-of-night line has no catalog) or from the catalog."""
+    from pipelines.core.report import actual_lower_bound
+
+    def ran(test: str, elapsed: float, slots: list[int]) -> dict:
+        return {**attempt(test, "passed", "n0"), "elapsed_s": elapsed, "gpu_slots": slots,
+                "started_at": "2026-11-06T15:00:00+00:00"}
+
+    summary = {"night": "n", "selected": ["tests/a.py", "tests/cpu.py"], "actual_makespan_s": 100.0,
+               "attempts": [ran("tests/a.py", 100.0, [0, 1, 2, 3]), ran("tests/cpu.py", 120.0, [])],
+               "plan": [{"test_id": "tests/a.py", "gpus": 4}, {"test_id": "tests/cpu.py", "gpus": 0}],
+               "pools": {"h200": {"nodes": 1, "gpus_per_node": 8}}}
+    # max(longest attempt 120 s, 400 GPU-s / 8): the CPU test's time counts, its GPU-seconds do not
+    assert dict(build_report(summary).makespan)["lower bound (actual durations)"] == 120.0
+    assert actual_lower_bound(summary) == 120.0
+    assert build_report(summary).usage.used_gpu_h == pytest.approx(400 / 3600)
+    cpu = Test("tests/cpu.py", "tests/cpu.py", "cpu", "cpu-nightly", 0, 2)
+    older = {k: v for k, v in summary.items() if k != "plan"}  # the catalog says it needs no GPU
+    assert dict(build_report(older, tests=[cpu]).makespan)["lower bound (actual durations)"] == 120.0
+    # a test needing GPUs whose attempt kept no slots still withholds it
+    assert actual_lower_bound({**summary, "plan": [{"test_id": "tests/a.py", "gpus": 4}]}) is None
 
 
 def test_a_partial_records_span_is_not_called_the_nights_actual_makespan():

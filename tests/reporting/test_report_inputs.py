@@ -419,3 +419,43 @@ def test_the_report_names_a_damaged_prediction_at_its_files_uri_and_line_too(tmp
     line = store.get(key).splitlines().index('    "actual_s": "soon"') + 1
     data = night_report(store, None, ReportInputs(repo="minirl"))
     assert f"{store.uri(key)}:{line}: prediction.tests[0].actual_s: 'soon' is not a number" in " ".join(data.notes)
+
+
+class _Passes:
+    """A stand-in launcher: every test passes at once on the node and GPU slots the dispatcher gave it."""
+
+    name = "stand-in"
+
+    def launch(self, request, on_log=None):
+        from datetime import UTC, datetime
+
+        from pipelines.core.model import Attempt
+
+        return Attempt(request.test.id, "passed", 0.5, datetime.now(UTC).isoformat(), request.attempt,
+                       node=f"local-h200-{request.node}", gpu_slots=request.gpu_slots, exit_code=0,
+                       timeout_s=request.timeout_s)
+
+
+def test_the_nights_record_keeps_its_pools_and_every_report_of_it_counts_their_gpus(tmp_path):
+    """Two 1-GPU tests on a deployment of two 8-GPU nodes: capacity is the pools' 16 GPUs, on the
+    night's own path (its record, the night_report asset's inputs, the end-of-night bound), never
+    the 2 the slots used would suggest."""
+    from pipelines.core.report import actual_lower_bound
+    from pipelines.core.runset import RunSelection
+    from pipelines.execute import NightDone, run_tests
+    from pipelines.night import Night, NightSettings
+    from tests.support.assets import two_node_example
+
+    one_gpu = 'from minirl.ci_register import register_cuda_ci\n\nregister_cuda_ci(est_time=1, suite="stage-a-1-gpu-h200", labels=["cap"])\n'
+    repo, assets = two_node_example(tmp_path, one_gpu, count=2)
+    night = Night(NightSettings(home=tmp_path / "home", assets_dir=assets, repo=str(repo), deployment="two"))
+    selection = RunSelection(labels=("cap",))
+    events = list(run_tests(night, night.runset(None, selection), selection, launcher=_Passes(), say=lambda _: None))
+    record = next(e.summary for e in events if isinstance(e, NightDone))
+    assert record["pools"] == {"h200": {"nodes": 2, "gpus_per_node": 8}}
+    assert json.loads(night.state.get(f"runs/{night.run_id}.json"))["pools"] == record["pools"]
+    usage = night_report(night.state, None, inputs_for_night(night)).usage
+    assert (usage.gpus, usage.source) == (16, "the night's pools: h200 2 x 8")
+    assert usage.capacity_gpu_h == pytest.approx(16 * usage.makespan_s / 3600)
+    used = sum(a["elapsed_s"] * len(a["gpu_slots"]) for a in record["attempts"])
+    assert actual_lower_bound(record) == pytest.approx(max(0.5, used / 16), abs=1e-3)

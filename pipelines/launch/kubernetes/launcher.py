@@ -218,10 +218,10 @@ class KubernetesLauncher:
                       f"{body['metadata']['name']} pool {pool.name} gpus={request.test.gpus} timeout={request.timeout_s}s "
                       f"image={image}\n")
             log.flush()
-            if self.cancelled.is_set():
-                log.write("# nightly: verdict infra_error: the night was interrupted before this pod was created\n")
-                run = PodRun(body["metadata"]["name"], Verdict("infra_error", "cancelled", False, ""), None,
-                             "the night was interrupted", 0.0)
+            if self.cancelled.is_set():  # as the local launcher says it: the night's stop, not the infrastructure's fault
+                log.write("# nightly: verdict interrupted: the night was interrupted before this pod was created\n")
+                run = PodRun(body["metadata"]["name"], Verdict("interrupted", "cancelled", False, ""), None,
+                             "the night was interrupted before this pod was created", 0.0)
             else:
                 run = self.run_pod(body, log, on_log, timeout_s=request.timeout_s)
         pinned = self.pins.real(pool, request.node) if self.pins else ""
@@ -268,6 +268,10 @@ class KubernetesLauncher:
                 self._live.pop(name, None)
                 self._live.pop(body["metadata"]["name"], None)
         message = explain(last, verdict)
+        if self.cancelled.is_set() and verdict == Verdict("infra_error", "deleted", False, verdict.node):
+            # cancel_all deleted it: interrupted, as a local test killed by Ctrl-C is; never a node's fault
+            verdict = Verdict("interrupted", "deleted", False, verdict.node)
+            message = f"the night was interrupted and its pod deleted ({message})"
         log.write(f"# nightly: verdict {verdict.outcome}: {message}\n")
         return PodRun(name, verdict, last, message, waited, ran)
 

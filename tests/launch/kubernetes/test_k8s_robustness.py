@@ -146,10 +146,43 @@ def test_cancel_all_deletes_running_pods_and_starts_no_more(tmp_path):
         assert training.wait(30), "the test never started"
         assert run.cancel_all() == [server.created[0]["metadata"]["name"]]
         t.join(30)
+        said = Path(out[0].log_path).read_text()  # the next launch writes to the same path
         after = run.launch(dataclasses.replace(request(tmp_path), attempt=5))
-    assert (out[0].outcome, out[0].reason) == ("infra_error", "deleted")
-    assert (after.outcome, after.reason) == ("infra_error", "cancelled") and len(server.created) == 1
+    # interrupted, as a local test killed by Ctrl-C is: the night's stop, not an infra fault of the node
+    assert (out[0].outcome, out[0].reason, out[0].node) == ("interrupted", "deleted", "h200-a")
+    assert (after.outcome, after.reason) == ("interrupted", "cancelled") and len(server.created) == 1
     assert not server.state.pods
+    assert "# nightly: verdict interrupted: the night was interrupted and its pod deleted (deleted: " in said
+    assert Path(after.log_path).read_text().endswith(
+        "# nightly: verdict interrupted: the night was interrupted before this pod was created\n")
+
+
+def test_a_pod_deleted_by_an_interrupt_never_makes_its_node_bad_in_the_flaky_replay(tmp_path):
+    """History keeps no infra reason, so the flaky replay takes any infra error on a node as the node's:
+    a pod cancel_all deleted must reach history as ``interrupted``, or every node of an interrupted
+    night would excuse the failures there. Test B fails on h200-a the night test A's pod is deleted
+    there by the interrupt: B's failure is B's own (a flip), not the node's."""
+    from pipelines.core.flaky import replay
+    from pipelines.core.history import sample_from_attempt
+    from pipelines.core.model import Sample
+
+    with StandInApiServer(script=lambda pod, node: forever(node)) as server:
+        run, _ = launcher(server)
+        out: list = []
+        training = threading.Event()
+        t = threading.Thread(target=lambda: out.append(run.launch(request(tmp_path), lambda line: training.set())))
+        t.start()
+        assert training.wait(30), "the test never started"
+        run.cancel_all()
+        t.join(30)
+    [cut] = out
+    a = request(tmp_path).test
+    b = "tests/e2e/test_b.py"
+    ran = lambda run_id, day, outcome: Sample(b, "h200", a.sha256, outcome, 50.0,  # noqa: E731
+                                              f"2026-12-0{day}T02:00:00+00:00", node="h200-a", run_id=run_id)
+    history = [ran("r1", 1, "passed"), ran("r2", 2, "failed"), sample_from_attempt(cut, a, "r2"), ran("r3", 3, "passed")]
+    assert history[2].outcome == "interrupted"
+    assert replay(history)[b].state == "flaky"  # two flips on the same code and image
 
 
 def test_the_sweeper_deletes_pods_of_ended_runs_only(tmp_path):
