@@ -125,8 +125,7 @@ class FileHistoryStore:
         self._check_file()
         try:
             if read_only and not self._writable():
-                # a read-only folder cannot hold WAL's -shm file: read the file as it stands
-                conn = sqlite3.connect(f"file:{self.path}?mode=ro&immutable=1", uri=True, isolation_level=None)
+                conn = self._open_read_only()
             else:
                 try:
                     self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -156,6 +155,29 @@ class FileHistoryStore:
             if _is_permission(exc) and not self._writable():
                 raise self._folder_problem(exc) from exc
             raise self._fail(exc) from exc
+
+    def _open_read_only(self) -> sqlite3.Connection:
+        """A reader in a folder it may not write. ``mode=ro`` reads the write-ahead log, so samples a
+        writer committed but never checkpointed (it was killed) are seen, and it takes SQLite's locks,
+        so it never reads pages a live writer's checkpoint is moving. It needs the log's ``-shm`` index
+        beside the file; without one (and no folder to make it in) the file is read as it stands
+        (``immutable=1``), which misses what the ``-wal`` holds: the warning says so."""
+        conn = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, timeout=self.busy_timeout_s,
+                               isolation_level=None)
+        try:
+            conn.execute("PRAGMA user_version").fetchone()
+            return conn
+        except sqlite3.Error as exc:
+            conn.close()
+            if (getattr(exc, "sqlite_errorcode", 0) & 0xFF) not in (sqlite3.SQLITE_CANTOPEN, sqlite3.SQLITE_READONLY):
+                raise
+        wal = self.path.with_name(self.path.name + "-wal")
+        if wal.exists() and wal.stat().st_size:
+            log.warning("%s: read as it stands: the folder is read-only and %s has no -shm index beside it, so "
+                        "samples committed to it (by a writer that was killed) may be missing; make the folder "
+                        "writable, or copy the file with its -wal to a writable folder, to read them all",
+                        self.path, wal)
+        return sqlite3.connect(f"file:{self.path}?mode=ro&immutable=1", uri=True, isolation_level=None)
 
     def add(self, samples: Iterable[Sample]) -> int:
         """Append in one transaction; returns how many were new (an attempt already stored is kept once)."""

@@ -308,3 +308,49 @@ def test_a_store_another_process_is_writing_is_reported_busy_never_as_a_file_to_
         other.execute("ROLLBACK")
         other.close()
     assert store.read() == [sample(1)]
+
+
+def killed_after_commit(store: FileHistoryStore, samples: list[Sample]) -> None:
+    """Another process appends ``samples`` and is killed -9 right after its commit: they are committed,
+    but only in the write-ahead log (``-wal``, indexed by ``-shm``), never checkpointed into the file."""
+    from pipelines.core.history.store import _COLUMNS, _row
+
+    code = textwrap.dedent(f"""
+        import os, sqlite3
+        conn = sqlite3.connect({str(store.path)!r}, isolation_level=None)
+        conn.execute("BEGIN IMMEDIATE")
+        conn.executemany("INSERT INTO samples ({', '.join(_COLUMNS)}) VALUES ({', '.join('?' * len(_COLUMNS))})",
+                         {[_row(s) for s in samples]!r})
+        conn.execute("COMMIT")
+        os.kill(os.getpid(), 9)
+    """)
+    subprocess.run([sys.executable, "-c", code], check=False)
+    assert store.path.with_name(store.path.name + "-wal").stat().st_size > 0
+
+
+def test_a_read_only_folder_reads_samples_a_killed_writer_committed_to_the_write_ahead_log(tmp_path, caplog):
+    """``nightly plan``/``report`` on a state folder they may only read must see every committed sample."""
+    store = FileHistoryStore(tmp_path / "state" / "history.sqlite")
+    store.append([sample(1)])
+    killed_after_commit(store, [sample(2), sample(3)])
+    with read_only_folder(tmp_path / "state"):
+        assert store.read() == [sample(1), sample(2), sample(3)]
+    assert "may be missing" not in caplog.text
+
+
+def test_a_read_only_folder_without_the_write_ahead_index_reads_the_file_and_warns_what_may_be_missing(tmp_path,
+                                                                                                         caplog):
+    """Without its ``-shm`` index SQLite cannot read the ``-wal`` in a folder it may not write: the file
+    is read as it stands, and the warning says so and what to do."""
+    store = FileHistoryStore(tmp_path / "state" / "history.sqlite")
+    store.append([sample(1)])
+    killed_after_commit(store, [sample(2)])
+    store.path.with_name("history.sqlite-shm").unlink()
+    with read_only_folder(tmp_path / "state"):
+        assert store.read() == [sample(1)]
+    wal = store.path.with_name("history.sqlite-wal")
+    assert (f"{store.path}: read as it stands: the folder is read-only and {wal} has no -shm index beside it, "
+            "so samples committed to it (by a writer that was killed) may be missing") in caplog.text
+    caplog.clear()
+    assert store.read() == [sample(1), sample(2)]  # writable again: SQLite reads the log and makes its index
+    assert "may be missing" not in caplog.text
