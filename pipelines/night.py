@@ -147,12 +147,29 @@ class ResultsNotStored(RuntimeError):
         self.folder = folder
 
 
+def unsaved_roots(home: Path) -> list[Path]:
+    """Where a night keeps what its stores refused: ``<home>/unsaved``, else (the home's disk is full, or
+    it went read-only) ``nightly-unsaved`` in the temp folder ($TMPDIR), which is often another disk."""
+    import tempfile
+
+    return [Path(home) / UNSAVED, Path(tempfile.gettempdir()) / f"nightly-{UNSAVED}"]
+
+
 def unsaved_folder(home: Path, run_id: str) -> Path | None:
     """The folder that keeps run ``run_id``'s refused results (with its README.txt), None when none does."""
-    for record in sorted((Path(home) / UNSAVED).glob(f"*/state/runs/{safe_filename(run_id)}.json")):
-        if (record.parents[2] / "README.txt").is_file():
-            return record.parents[2]
+    for root in unsaved_roots(home):
+        for record in sorted(root.glob(f"*/state/runs/{safe_filename(run_id)}.json")):
+            if (record.parents[2] / "README.txt").is_file():
+                return record.parents[2]
     return None
+
+
+def unsaved_since(home: Path, since: float) -> Path | None:
+    """The newest kept folder whose README.txt was written at or after ``since`` (a time.time()), for a
+    command whose run ended without a run id (Dagster's own storage failed); None when there is none."""
+    found = [(readme.stat().st_mtime, readme.parent) for root in unsaved_roots(home)
+             for readme in root.glob("*/README.txt") if readme.stat().st_mtime >= since]
+    return max(found)[1] if found else None
 
 
 def default_home() -> Path:
@@ -752,35 +769,48 @@ class Night:
         """What the stores refused (the samples, the record, the logs not uploaded) written under
         ``<home>/unsaved/<night>/`` in the stores' own formats and layout, with a README.txt saying
         how to re-add it; returns the error that says so (``nightly run`` prints the README, exit 4).
-        The kept record links each kept log where the re-add puts it."""
+        The kept record links each kept log where the re-add puts it. When the home's disk refuses them
+        too (full), they go to ``$TMPDIR/nightly-unsaved/<night>/``; when that fails as well, the error's
+        message carries the samples as JSON lines, since Dagster's run log is on the home's disk."""
         from pipelines.core.calibrate.output import write_atomic
         from pipelines.storage.s3 import encode  # the S3 history's object format; `history import` reads it
         from pipelines.storage.state import LocalStateStore, StateError
 
-        folder = self.home / UNSAVED / self.night
         what = (f"{len(samples)} result(s) of night {self.night}" + (" and its record" if not record_stored else "")
                 + " were not stored" + (" (its record was)" if record_stored else "")) if samples \
             else f"the record of night {self.night} was not stored"
-        try:
-            kept = LocalStateStore(folder / "state")
-            logs: dict[tuple, str] = {}
-            for a in attempts:
-                if not a.details.get("log_uri") and a.log_path and Path(a.log_path).is_file():
-                    key = f"logs/{self.night}/{Path(a.log_path).name}"
-                    kept.put_file(key, Path(a.log_path))
-                    logs[(a.test_id, a.attempt)] = self.state.uri(key)
-            self.write_summary({**summary, "attempts": [
-                {**r, **({"log_uri": logs[r["test_id"], r["attempt"]]} if (r["test_id"], r["attempt"]) in logs else {})}
-                for r in summary["attempts"]]}, kept)
-            if samples:
-                write_atomic(folder / "history.jsonl", encode(samples).decode())
-        except (OSError, StateError) as exc:
-            return ResultsNotStored(f"{what}: the store refused writes ({why}); keeping them in {folder} failed "
-                                    f"too ({exc}); they are in this run's log only", folder)
-        message = (f"{what}: the store refused writes ({why}).\nThey are kept in {folder}; when the store takes "
-                   "writes again, re-add them:\n" + "\n".join(f"  {c}" for c in self._readd(folder, samples)))
-        write_atomic(folder / "README.txt", message + "\n")
-        return ResultsNotStored(message, folder)
+        failed: list[str] = []
+        for root in unsaved_roots(self.home):  # the home's disk may be the one that is full: then outside it
+            folder = root / self.night
+            try:
+                kept = LocalStateStore(folder / "state")
+                logs: dict[tuple, str] = {}
+                for a in attempts:
+                    if not a.details.get("log_uri") and a.log_path and Path(a.log_path).is_file():
+                        key = f"logs/{self.night}/{Path(a.log_path).name}"
+                        kept.put_file(key, Path(a.log_path))
+                        logs[(a.test_id, a.attempt)] = self.state.uri(key)
+                self.write_summary({**summary, "attempts": [
+                    {**r, **({"log_uri": logs[r["test_id"], r["attempt"]]} if (r["test_id"], r["attempt"]) in logs
+                             else {})}
+                    for r in summary["attempts"]]}, kept)
+                if samples:
+                    write_atomic(folder / "history.jsonl", encode(samples).decode())
+                message = (f"{what}: the store refused writes ({why}).\nThey are kept in {folder}"
+                           + "".join(f" (not {f})" for f in failed) + "; when the store takes writes again, re-add "
+                           "them:\n" + "\n".join(f"  {c}" for c in self._readd(folder, samples)))
+                write_atomic(folder / "README.txt", message + "\n")
+            except (OSError, StateError) as exc:
+                failed.append(f"in {folder}: {exc}")
+                continue
+            return ResultsNotStored(message, folder)
+        # nowhere to keep them: the message itself carries the samples (Dagster's run log may be on the full disk)
+        lines = encode(samples).decode()
+        return ResultsNotStored(
+            f"{what}: the store refused writes ({why}); keeping them failed too ({'; '.join(failed)})"
+            + (f"; the {len(samples)} sample(s) follow, one JSON object per line: save them as a .jsonl file and "
+               f"`nightly history import` it when the store takes writes again:\n{lines}" if samples else ""),
+            folder)
 
     def _readd(self, folder: Path, samples: list) -> list[str]:
         """The commands that put a kept folder (keep_unsaved) back into this deployment's stores."""

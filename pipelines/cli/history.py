@@ -13,7 +13,9 @@ all its files register, else the registration whose est_time it prints); every l
 refused (unreadable or unbounded numbers, near-miss summary lines) is listed with file:line.
 A ``.jsonl`` LOGFILE is samples in the S3 history's object format, as a night whose store refused
 writes keeps them (``<home>/unsaved/<night>/history.jsonl``): they are added as they are (no
-``--repo`` needed), each attempt once.
+``--repo`` needed), each attempt once. Such a file is read line by line: a line that does not read
+(the last one, cut off by a full disk or a kill -9) is listed as file:line: field, the other lines are
+added, and the command exits 1.
 """
 
 from __future__ import annotations
@@ -162,25 +164,29 @@ def _read_logs(log: Path):
     return found
 
 
-def _kept_samples(files: list[Path]) -> tuple[list, list[Problem]]:
+def _kept_samples(files: list[Path]) -> tuple[list, list[Problem], int]:
     """Samples of ``.jsonl`` files in the S3 history's object format, as a night whose store refused
-    them keeps them (``<home>/unsaved/<night>/history.jsonl``); a damaged file is a located problem."""
-    from pipelines.storage.s3 import decode
+    them keeps them (``<home>/unsaved/<night>/history.jsonl``), each bad line a located problem, and
+    how many files gave samples or were empty. Line by line, not all or nothing as an S3 object: a full
+    disk or kill -9 cuts such a file's last line off, and the lines before it are good attempts."""
+    from pipelines.storage.s3 import decode_lines
 
-    samples, problems = [], []
+    samples, problems, read = [], [], 0
     for f in files:
         try:
-            got, problem = decode(str(f), f.read_bytes())
+            got, bad = decode_lines(str(f), f.read_bytes())
         except OSError as exc:
-            got, problem = [], Problem(str(f), 1, "samples", f"cannot read ({exc.strerror}); check the path")
+            got, bad = [], [Problem(str(f), 1, "samples", f"cannot read ({exc.strerror}); check the path")]
         samples += got
-        problems += [problem] if problem else []
-    return samples, problems
+        problems += bad
+        read += bool(got or not bad)
+    return samples, problems, read
 
 
 def _import(args: argparse.Namespace) -> int:
     kept = [log for log in args.logs if log.suffix == ".jsonl"]
-    samples, problems = _kept_samples(kept)
+    samples, damaged, kept_read = _kept_samples(kept)
+    problems = list(damaged)
     logs = [log for log in args.logs if log.suffix != ".jsonl"]
     parsed: dict = {}
     if logs:
@@ -192,7 +198,7 @@ def _import(args: argparse.Namespace) -> int:
     verb = "would import" if args.dry_run else "imported"
     where = getattr(store, "path", store)
     detail = "dry run" if args.dry_run else f"{new} new, {len(samples) - new} already stored in {where}"
-    print(f"history: {verb} {len(samples)} samples from {len(parsed) + len(kept)} logs ({detail})")
+    print(f"history: {verb} {len(samples)} samples from {len(parsed) + kept_read} logs ({detail})")
     by_outcome = Counter(s.outcome for s in samples)
     print("  " + (", ".join(f"{k} {v}" for k, v in sorted(by_outcome.items())) or "no attempts matched"))
     unmatched = [p for p in problems if p.field == "filename"]
@@ -203,7 +209,8 @@ def _import(args: argparse.Namespace) -> int:
     for p in problems:
         if p.field != "filename":
             print(f"  {p}")
-    return 0 if samples else 1
+    # a damaged kept file lost attempts of a night: a script must see it even when the rest imported
+    return 0 if samples and not damaged else 1
 
 
 def _import_logs(args: argparse.Namespace, logs: list[Path]) -> tuple[dict, tuple[list, list[Problem]]]:

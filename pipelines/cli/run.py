@@ -214,10 +214,15 @@ def _execute(night, args, selection, env: dict[str, str], home: Path) -> int:
     run_config = {**selection_config(selection, env_from=sorted(env),
                                     timeout_floor_s=args.timeout_floor or 0),  # 0: the repo's floor
                   "loggers": {"console": {"config": {"log_level": "WARNING"}}}}
-    t0 = time.monotonic()
+    t0, started = time.monotonic(), time.time()
     print("\nnightly: running (progress below; each line is one finished step or test)", flush=True)
-    with sigint_for_this_process_only(), interruptions_unlogged(), signals_seen() as signalled:  # Ctrl-C: said once
-        result = job.execute_in_process(run_config=run_config, instance=instance, tags=tags, raise_on_error=False)
+    try:
+        with sigint_for_this_process_only(), interruptions_unlogged(), signals_seen() as signalled:  # Ctrl-C: said once
+            result = job.execute_in_process(run_config=run_config, instance=instance, tags=tags, raise_on_error=False)
+    except Exception as exc:  # raise_on_error=False covers the steps, not Dagster's own storage (a full disk)
+        if (failure := storage_failure(exc)) is None:
+            raise
+        return _storage_failed(home, started, failure, exc)
     run = instance.get_run_by_id(result.run_id)
     status = run.status.value if run else "?"
     kept = unsaved_folder(home, result.run_id)  # the store refused the results (credentials expired mid-night)
@@ -280,6 +285,49 @@ def _execute(night, args, selection, env: dict[str, str], home: Path) -> int:
     bad = [r for r in rows if r.outcome not in ("passed", "skipped", "unplanned")
            and r.test_id not in verdict.get("excused_quarantined", ())]
     return EXIT_TEST_FAILED if bad or not calib.success else 0
+
+
+def storage_failure(exc: BaseException) -> BaseException | None:
+    """The storage error behind ``exc`` (it or what caused it): a database error of Dagster's instance
+    (SQLite's "disk I/O error", "database or disk is full", a PostgreSQL gone), or a disk that is full,
+    read-only or failing; None for anything else, which is a bug to show with its stack."""
+    import errno
+    import sqlite3
+
+    from sqlalchemy.exc import SQLAlchemyError
+
+    return next((e for e in _chain(exc) if isinstance(e, sqlite3.Error | SQLAlchemyError) or (
+        isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO))), None)
+
+
+def _chain(exc: BaseException | None):
+    """``exc`` and what caused it, or what it was raised while handling, in turn (each once)."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        yield exc
+        exc = exc.__cause__ or exc.__context__
+
+
+def _storage_failed(home: Path, started: float, failure: BaseException, exc: BaseException) -> int:
+    """``nightly run`` when Dagster's own storage failed mid-night: one message, exit 4, and where the
+    night's results are (what the run kept, or the samples themselves), never Dagster's stack."""
+    from pipelines.night import ResultsNotStored, unsaved_since
+
+    what = " ".join(str(failure).split("\n")[0].split())  # sqlalchemy adds [SQL: ...] lines
+    said = (f"nightly run: error: the Dagster instance's storage failed mid-night ({type(failure).__name__}: "
+            f"{what}); check the disk of {home} (full?): the night stopped there and its Dagster run is not "
+            "marked ended.")
+    kept = unsaved_since(home, started)
+    refused = next((e for e in _chain(exc) if isinstance(e, ResultsNotStored)), None)  # what the run could not keep
+    if kept is not None:
+        said += "\n" + (kept / "README.txt").read_text(encoding="utf-8").rstrip("\n")
+    elif refused is not None:
+        said += f"\n{refused}"
+    else:
+        said += f" Results of this night may not be stored; `nightly history show --home {home}` lists what was."
+    print(said.rstrip("\n"), file=sys.stderr)
+    return EXIT_NOT_STORED
 
 
 def makespan_line(summary: dict, whole_s: float) -> str:

@@ -128,36 +128,59 @@ def _row(s: Sample) -> dict:
 
 
 def decode(where: str, body: bytes) -> tuple[list[Sample], Problem | None]:
-    """Samples of one object, or the first problem in it (then none of its samples: it is damaged)."""
-    try:
-        text = body.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        return [], Problem(where, 1, "encoding", f"not UTF-8 ({exc.reason})")
+    """Samples of one S3 object, or its first problem (then none of its samples: it is damaged).
+
+    All or nothing, unlike ``decode_lines``: an object is one PUT that S3 stores whole, checked against
+    the sha256 it was written with, so it is never cut off; a bad line means the object is not what a
+    nightly wrote (a newer schema, a hand edit), its other lines are suspect too, and ``compact`` must
+    leave it where it is rather than merge part of it."""
+    samples, problems = decode_lines(where, body)
+    return ([], problems[0]) if problems else (samples, None)
+
+
+def decode_lines(where: str, body: bytes) -> tuple[list[Sample], list[Problem]]:
+    """Samples of the lines that read, and one problem per line that does not, for a local file
+    (``<home>/unsaved/<night>/history.jsonl``): a full disk or a kill -9 cuts its last line off, and
+    the whole lines before it are attempts still worth keeping."""
     out: list[Sample] = []
-    for n, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
+    problems: list[Problem] = []
+    for n, raw in enumerate(body.split(b"\n"), 1):
         try:
-            row = json.loads(line)
-        except json.JSONDecodeError as exc:
-            return [], Problem(where, n, "json", f"not a JSON object ({exc.msg})")
-        if not isinstance(row, dict):
-            return [], Problem(where, n, "json", f"expected an object, got {type(row).__name__}")
-        unknown = sorted(set(row) - set(_FIELDS))
-        missing = [k for k in _REQUIRED if k not in row]
-        if unknown or missing:
-            field = (unknown or missing)[0]
-            what = "unknown field (written by a newer nightly?)" if unknown else "required field is missing"
-            return [], Problem(where, n, field, what)
-        for key, value in row.items():
-            want = _TYPES.get(key, (str,))
-            if not isinstance(value, want) or (bool not in want and isinstance(value, bool)):
-                return [], Problem(where, n, key, f"expected {' or '.join(t.__name__ for t in want)}, got {value!r}")
-        sample = Sample(**{**row, "elapsed_s": float(row["elapsed_s"])})
-        if bad := _invalid(sample):
-            return [], Problem(where, n, *bad)
-        out.append(sample)
-    return out, None
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            problems.append(Problem(where, n, "encoding", f"not UTF-8 ({exc.reason})"))
+            continue
+        if line.strip():
+            sample = _sample(where, n, line)
+            if isinstance(sample, Problem):
+                problems.append(sample)
+            else:
+                out.append(sample)
+    return out, problems
+
+
+def _sample(where: str, n: int, line: str) -> Sample | Problem:
+    """The sample of line ``n``, or what is wrong with it."""
+    try:
+        row = json.loads(line)
+    except json.JSONDecodeError as exc:
+        return Problem(where, n, "json", f"not a JSON object ({exc.msg})")
+    if not isinstance(row, dict):
+        return Problem(where, n, "json", f"expected an object, got {type(row).__name__}")
+    unknown = sorted(set(row) - set(_FIELDS))
+    missing = [k for k in _REQUIRED if k not in row]
+    if unknown or missing:
+        field = (unknown or missing)[0]
+        what = "unknown field (written by a newer nightly?)" if unknown else "required field is missing"
+        return Problem(where, n, field, what)
+    for key, value in row.items():
+        want = _TYPES.get(key, (str,))
+        if not isinstance(value, want) or (bool not in want and isinstance(value, bool)):
+            return Problem(where, n, key, f"expected {' or '.join(t.__name__ for t in want)}, got {value!r}")
+    sample = Sample(**{**row, "elapsed_s": float(row["elapsed_s"])})
+    if bad := _invalid(sample):
+        return Problem(where, n, *bad)
+    return sample
 
 
 def _succession(where: str, n: int, line: str) -> Succession:

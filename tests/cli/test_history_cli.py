@@ -279,3 +279,48 @@ def test_logs_read_line_by_line_say_exactly_what_the_whole_text_says(repo, tmp_p
     assert import_parsed(streamed, catalog, archives=archives) == import_logs(whole, catalog, archives=archives)
     # as before, a lone CR ends a plain file's line (a text read's universal newlines), not an archive member's
     assert [a.line for a in streamed[str(plain)].attempts] == [a.line + 2 for a in parsed.attempts]
+
+
+def _kept(path, run_id: str, n: int = 7) -> bytes:
+    """A night's kept ``history.jsonl`` of ``n`` attempts of run ``run_id``."""
+    from pipelines.core.model import Sample
+    from pipelines.storage.s3 import encode
+
+    body = encode([Sample(test_id=f"tests/t{i}.py", hardware="h200", sha256="x", outcome="passed", elapsed_s=5.0,
+                          started_at="2026-12-01T00:00:00+00:00", run_id=run_id) for i in range(n)])
+    path.write_bytes(body)
+    return body
+
+
+def test_a_kept_jsonl_cut_off_mid_line_imports_the_lines_before_it_and_names_the_cut_one(tmp_path, capsys,
+                                                                                        monkeypatch):
+    """A full disk or kill -9 leaves the last line of ``unsaved/<night>/history.jsonl`` cut off: the whole
+    lines are still attempts to keep; the cut one is named, and the exit status says a file was damaged."""
+    monkeypatch.setenv("NIGHTLY_HOME", str(tmp_path / "home"))
+    whole, cut = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    _kept(whole, "a")
+    cut.write_bytes(_kept(cut, "b")[:-40])
+    assert cli("history", "import", str(whole), str(cut)) == 1
+    out = capsys.readouterr().out
+    assert "imported 13 samples from 2 logs (13 new, 0 already stored in" in out
+    assert f"  {cut}:7: json: not a JSON object (" in out
+    stored = FileHistoryStore(tmp_path / "home" / "history.sqlite").read()
+    assert sorted(s.run_id for s in stored) == ["a"] * 7 + ["b"] * 6
+    # importing it again adds nothing and still says the file is damaged
+    assert cli("history", "import", str(cut)) == 1
+    assert "(0 new, 6 already stored in" in capsys.readouterr().out
+
+
+def test_every_bad_line_of_a_kept_jsonl_is_named_and_a_file_that_gives_nothing_is_not_counted(tmp_path, capsys,
+                                                                                               monkeypatch):
+    monkeypatch.setenv("NIGHTLY_HOME", str(tmp_path / "home"))
+    mixed, junk = tmp_path / "m.jsonl", tmp_path / "j.jsonl"
+    lines = _kept(mixed, "m", 3).splitlines(keepends=True)
+    mixed.write_bytes(lines[0] + b'{"test_id": "t"}\n' + lines[1] + b"\xff\xfe\n" + lines[2])
+    junk.write_bytes(b"[1, 2]\n")
+    assert cli("history", "import", "--dry-run", str(mixed), str(junk)) == 1
+    out = capsys.readouterr().out
+    assert "would import 3 samples from 1 logs (dry run)" in out
+    assert f"  {mixed}:2: hardware: required field is missing" in out
+    assert f"  {mixed}:4: encoding: not UTF-8" in out
+    assert f"  {junk}:1: json: expected an object, got list" in out

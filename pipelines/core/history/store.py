@@ -14,6 +14,7 @@ import errno
 import logging
 import os
 import sqlite3
+import time
 from collections.abc import Iterable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -74,6 +75,8 @@ class FileHistoryStore:
         self.path = Path(path)
         #: how long a write waits for another process's transaction before it is reported busy
         self.busy_timeout_s = 30.0
+        #: a 0-byte file younger than this may be another process's new history, not yet written: waited for
+        self.creating_s = 3.0
         #: one message per row the last ``read`` skipped or marked (also logged as a warning)
         self.skipped: list[str] = []
 
@@ -101,17 +104,28 @@ class FileHistoryStore:
         )
 
     def _check_file(self) -> None:
-        """A 0-byte history is damage (a full disk, a truncating copy), never a fresh start."""
-        try:
-            size = self.path.stat().st_size
-        except FileNotFoundError:
-            return
-        except OSError as exc:
-            raise self._fail(exc) from exc
-        if size == 0:
+        """A 0-byte history is damage (a full disk, a truncating copy), never a fresh start, except
+        while another process creates it: SQLite makes the file, then writes its first page, so a
+        file with SQLite's companions beside it, or one made moments ago, is waited for."""
+        deadline = time.monotonic() + self.busy_timeout_s
+        while True:
+            try:
+                st = self.path.stat()
+            except FileNotFoundError:
+                return
+            except OSError as exc:
+                raise self._fail(exc) from exc
+            beside = [p for p in (self.path.with_name(self.path.name + end) for end in ("-wal", "-shm", "-journal"))
+                      if p.exists()]
+            creating = beside or time.time() - st.st_mtime < self.creating_s
+            if st.st_size or not creating or time.monotonic() >= deadline:
+                break
+            time.sleep(0.02)
+        if st.st_size == 0:
+            aside = f"move it aside (with {' and '.join(p.name for p in beside)})" if beside else "move it aside"
             raise HistoryError(
                 f"{self.path}: history file is empty (0 bytes) but a history is never empty; nothing was "
-                "changed. Restore it from a backup, or move it aside to start a new history and re-import "
+                f"changed. Restore it from a backup, or {aside} to start a new history and re-import "
                 "past nights with `nightly history import`."
             )
 
@@ -125,15 +139,14 @@ class FileHistoryStore:
         self._check_file()
         try:
             if read_only and not self._writable():
-                # a read-only folder cannot hold WAL's -shm file: read the file as it stands
-                conn = sqlite3.connect(f"file:{self.path}?mode=ro&immutable=1", uri=True, isolation_level=None)
+                conn = self._open_read_only()
             else:
                 try:
                     self.path.parent.mkdir(parents=True, exist_ok=True)
                 except OSError as exc:
                     raise self._folder_problem(exc) from exc
                 conn = sqlite3.connect(self.path, timeout=self.busy_timeout_s, isolation_level=None)
-                conn.execute("PRAGMA journal_mode=WAL")
+                self._use_wal(conn)
                 conn.execute("PRAGMA synchronous=FULL")
             version = conn.execute("PRAGMA user_version").fetchone()[0]
             if version == 0 and not read_only:
@@ -156,6 +169,43 @@ class FileHistoryStore:
             if _is_permission(exc) and not self._writable():
                 raise self._folder_problem(exc) from exc
             raise self._fail(exc) from exc
+
+    def _use_wal(self, conn: sqlite3.Connection) -> None:
+        """``PRAGMA journal_mode=WAL``, retried while busy until ``busy_timeout_s``: on a file another
+        process is creating, SQLite can answer busy at once, without waiting in its busy handler (it
+        would deadlock), and the other process is done in moments."""
+        deadline = time.monotonic() + self.busy_timeout_s
+        while True:
+            try:
+                conn.execute("PRAGMA journal_mode=WAL")
+                return
+            except sqlite3.OperationalError as exc:
+                if not _is_busy(exc) or time.monotonic() >= deadline:
+                    raise
+            time.sleep(0.02)
+
+    def _open_read_only(self) -> sqlite3.Connection:
+        """A reader in a folder it may not write. ``mode=ro`` reads the write-ahead log, so samples a
+        writer committed but never checkpointed (it was killed) are seen, and it takes SQLite's locks,
+        so it never reads pages a live writer's checkpoint is moving. It needs the log's ``-shm`` index
+        beside the file; without one (and no folder to make it in) the file is read as it stands
+        (``immutable=1``), which misses what the ``-wal`` holds: the warning says so."""
+        conn = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, timeout=self.busy_timeout_s,
+                               isolation_level=None)
+        try:
+            conn.execute("PRAGMA user_version").fetchone()
+            return conn
+        except sqlite3.Error as exc:
+            conn.close()
+            if (getattr(exc, "sqlite_errorcode", 0) & 0xFF) not in (sqlite3.SQLITE_CANTOPEN, sqlite3.SQLITE_READONLY):
+                raise
+        wal = self.path.with_name(self.path.name + "-wal")
+        if wal.exists() and wal.stat().st_size:
+            log.warning("%s: read as it stands: the folder is read-only and %s has no -shm index beside it, so "
+                        "samples committed to it (by a writer that was killed) may be missing; make the folder "
+                        "writable, or copy the file with its -wal to a writable folder, to read them all",
+                        self.path, wal)
+        return sqlite3.connect(f"file:{self.path}?mode=ro&immutable=1", uri=True, isolation_level=None)
 
     def add(self, samples: Iterable[Sample]) -> int:
         """Append in one transaction; returns how many were new (an attempt already stored is kept once)."""

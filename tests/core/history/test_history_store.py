@@ -124,6 +124,7 @@ def test_a_writer_killed_mid_write_leaves_every_earlier_sample_readable(tmp_path
 def test_a_zero_byte_store_is_an_error_and_is_never_recreated(tmp_path):
     path = tmp_path / "history.sqlite"
     path.write_bytes(b"")
+    os.utime(path, (time.time() - 60, time.time() - 60))  # found by a later command, not being created now
     for action in (lambda s: s.read(), lambda s: s.append([sample(1)])):
         with pytest.raises(HistoryError) as exc:
             action(FileHistoryStore(path))
@@ -308,3 +309,130 @@ def test_a_store_another_process_is_writing_is_reported_busy_never_as_a_file_to_
         other.execute("ROLLBACK")
         other.close()
     assert store.read() == [sample(1)]
+
+
+def killed_after_commit(store: FileHistoryStore, samples: list[Sample]) -> None:
+    """Another process appends ``samples`` and is killed -9 right after its commit: they are committed,
+    but only in the write-ahead log (``-wal``, indexed by ``-shm``), never checkpointed into the file."""
+    from pipelines.core.history.store import _COLUMNS, _row
+
+    code = textwrap.dedent(f"""
+        import os, sqlite3
+        conn = sqlite3.connect({str(store.path)!r}, isolation_level=None)
+        conn.execute("BEGIN IMMEDIATE")
+        conn.executemany("INSERT INTO samples ({', '.join(_COLUMNS)}) VALUES ({', '.join('?' * len(_COLUMNS))})",
+                         {[_row(s) for s in samples]!r})
+        conn.execute("COMMIT")
+        os.kill(os.getpid(), 9)
+    """)
+    subprocess.run([sys.executable, "-c", code], check=False)
+    assert store.path.with_name(store.path.name + "-wal").stat().st_size > 0
+
+
+def test_a_read_only_folder_reads_samples_a_killed_writer_committed_to_the_write_ahead_log(tmp_path, caplog):
+    """``nightly plan``/``report`` on a state folder they may only read must see every committed sample."""
+    store = FileHistoryStore(tmp_path / "state" / "history.sqlite")
+    store.append([sample(1)])
+    killed_after_commit(store, [sample(2), sample(3)])
+    with read_only_folder(tmp_path / "state"):
+        assert store.read() == [sample(1), sample(2), sample(3)]
+    assert "may be missing" not in caplog.text
+
+
+def test_a_read_only_folder_without_the_write_ahead_index_reads_the_file_and_warns_what_may_be_missing(tmp_path,
+                                                                                                         caplog):
+    """Without its ``-shm`` index SQLite cannot read the ``-wal`` in a folder it may not write: the file
+    is read as it stands, and the warning says so and what to do."""
+    store = FileHistoryStore(tmp_path / "state" / "history.sqlite")
+    store.append([sample(1)])
+    killed_after_commit(store, [sample(2)])
+    store.path.with_name("history.sqlite-shm").unlink()
+    with read_only_folder(tmp_path / "state"):
+        assert store.read() == [sample(1)]
+    wal = store.path.with_name("history.sqlite-wal")
+    assert (f"{store.path}: read as it stands: the folder is read-only and {wal} has no -shm index beside it, "
+            "so samples committed to it (by a writer that was killed) may be missing") in caplog.text
+    caplog.clear()
+    assert store.read() == [sample(1), sample(2)]  # writable again: SQLite reads the log and makes its index
+    assert "may be missing" not in caplog.text
+
+
+def test_a_zero_byte_store_another_process_is_creating_is_waited_for_not_called_damaged(tmp_path):
+    """SQLite makes the file, then writes its first page: a command started beside the first night
+    sees 0 bytes for a moment, which is a history being made, not one to move aside."""
+    import sqlite3
+    import threading
+
+    path = tmp_path / "history.sqlite"
+    path.write_bytes(b"")  # the other process's sqlite3.connect and first statement: the file, still empty
+
+    def first_page():
+        time.sleep(0.3)
+        sqlite3.connect(path).execute("PRAGMA journal_mode=WAL").fetchone()  # writes the first page
+
+    other = threading.Thread(target=first_page)
+    other.start()
+    try:
+        FileHistoryStore(path).append([sample(1)])
+    finally:
+        other.join()
+    assert FileHistoryStore(path).read() == [sample(1)]
+
+
+def test_a_zero_byte_store_made_moments_ago_that_stays_empty_is_still_damage(tmp_path):
+    path = tmp_path / "history.sqlite"
+    path.write_bytes(b"")
+    path.with_name("history.sqlite-wal").write_bytes(b"")
+    store = FileHistoryStore(path)
+    store.creating_s = store.busy_timeout_s = 0.2
+    with pytest.raises(HistoryError) as exc:
+        store.append([sample(1)])
+    assert f"{path}: history file is empty (0 bytes) but a history is never empty" in str(exc.value)
+    assert "move it aside (with history.sqlite-wal) to start a new history" in str(exc.value)
+    assert path.read_bytes() == b""
+
+
+def _first_append(path: str, barrier, i: int) -> None:
+    barrier.wait()
+    FileHistoryStore(path).append([sample(i)])
+
+
+def test_two_processes_writing_the_first_samples_of_a_fresh_history_both_store_them(tmp_path):
+    """Two commands started at once on a new state folder (a night and an import): each append stores its
+    sample; neither is told the file is empty or busy while the other creates it."""
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("fork")
+    for trial in range(10):
+        path = str(tmp_path / str(trial) / "history.sqlite")
+        barrier = ctx.Barrier(2)
+        writers = [ctx.Process(target=_first_append, args=(path, barrier, i)) for i in (1, 2)]
+        for w in writers:
+            w.start()
+        for w in writers:
+            w.join(60)
+        assert [w.exitcode for w in writers] == [0, 0], f"trial {trial}: a first append failed (see its stderr)"
+        assert sorted(s.test_id for s in FileHistoryStore(path).read()) == [sample(1).test_id, sample(2).test_id]
+
+
+def test_switching_a_new_file_to_wal_is_retried_while_sqlite_answers_busy_at_once(tmp_path):
+    """On a file another process is creating, ``PRAGMA journal_mode=WAL`` can answer busy without
+    SQLite's busy wait (about 1 first append in 200 in a race): it is retried, up to busy_timeout_s."""
+    import sqlite3
+
+    class CreatedMeanwhile:
+        calls = 0
+
+        def execute(self, sql):
+            self.calls += 1
+            if self.calls < 3:
+                raise sqlite3.OperationalError("database is locked")
+            assert sql == "PRAGMA journal_mode=WAL"
+
+    conn = CreatedMeanwhile()
+    store = FileHistoryStore(tmp_path / "history.sqlite")
+    store._use_wal(conn)
+    assert conn.calls == 3
+    store.busy_timeout_s = 0.1
+    with pytest.raises(sqlite3.OperationalError, match="database is locked"):
+        store._use_wal(type("AlwaysBusy", (CreatedMeanwhile,), {"calls": -10**9})())
