@@ -36,6 +36,7 @@ from pipelines.launch.kubernetes.outcomes import (
     explain,
     image_id,
     main_status,
+    node_of,
     terminated,
     timestamp,
 )
@@ -113,7 +114,8 @@ class PodRecorder:
 def run_test_pod(context: Any, request: LaunchRequest, pool: PoolSpec, deployment: DeploymentSpec, *,
                  pipes_client: Any = None, core_v1_api: client.CoreV1Api | None = None,
                  settle_s: float = 5.0, cache_paths: Any = (), digest: str = "", owner: Any = None,
-                 log_join_s: float = 10.0, tick_s: float = 1.0) -> tuple[Attempt, Any]:
+                 log_join_s: float = 10.0, tick_s: float = 1.0,
+                 cancelled: threading.Event | None = None) -> tuple[Attempt, Any]:
     """Run one attempt through ``PipesK8sClient.run``; returns our Attempt and the Pipes invocation.
 
     The invocation is None when dagster-k8s raised (it does on any non-zero exit); the Attempt
@@ -125,6 +127,10 @@ def run_test_pod(context: Any, request: LaunchRequest, pool: PoolSpec, deploymen
     past one, the pod is deleted and the verdict is ours. dagster-k8s then raises, or, when the pod
     never got a container status (unschedulable), keeps polling for it for a day: its call runs in
     a thread of its own, which is left to end with the process after ``settle_s``.
+
+    ``cancelled`` set (the run was interrupted or terminated: ``PipesLauncher.cancel_all``): the
+    pod is deleted at the next tick and the attempt is ``interrupted``, as on the other launchers;
+    a terminated UI run must not hold its GPUs until the test's timeout.
     """
     from dagster_k8s import PipesK8sClient
     from dagster_k8s.client import DagsterK8sError
@@ -166,6 +172,10 @@ def run_test_pod(context: Any, request: LaunchRequest, pool: PoolSpec, deploymen
             try:
                 while worker.is_alive():
                     worker.join(tick_s)
+                    if enforced is None and worker.is_alive() and cancelled is not None and cancelled.is_set():
+                        enforced, ran_s = _cancel(rec, clock, api, deployment.namespace, worker, settle_s, tick_s)
+                        log.write("# nightly: the night was interrupted: the pod was deleted\n")
+                        break
                     if enforced is None and worker.is_alive():
                         enforced, ran_s = _enforce(rec, clock, api, deployment.namespace)
                         if enforced is not None:
@@ -191,6 +201,8 @@ def run_test_pod(context: Any, request: LaunchRequest, pool: PoolSpec, deploymen
         elif verdict is None:  # dagster-k8s gave up on a pod that never finished: judge it as stuck
             verdict = classify(last, deleted, float("inf"), 0.0) or Verdict("infra_error", "unknown", False, "")
         message = explain(last, verdict)
+        if verdict.outcome == "interrupted":
+            message = f"the night was interrupted and its pod deleted ({message})"
         log.write(f"# nightly: verdict {verdict.outcome}: {message}\n")
     term = terminated(last or {})
     start, end = timestamp(term.get("startedAt")), timestamp(term.get("finishedAt"))
@@ -227,6 +239,25 @@ def _enforce(rec: PodRecorder, clock: PodClock, api: client.CoreV1Api,
     return verdict, clock.ran_s(now)
 
 
+def _cancel(rec: PodRecorder, clock: PodClock, api: client.CoreV1Api, namespace: str, worker: threading.Thread,
+            settle_s: float, tick_s: float) -> tuple[Verdict, float]:
+    """Delete the attempt's pod for an interrupted run; one dagster-k8s creates while we wait
+    (the interrupt came before its create call) is deleted too. Returns (interrupted, seconds run)."""
+    now = time.monotonic()
+    ran = clock.ran_s(now)
+    done: set[str] = set()
+    deadline = now + settle_s
+    while True:
+        name = ((rec.last or {}).get("metadata") or {}).get("name")
+        if name and name not in done and not rec.deleted:
+            _delete(api, rec, namespace)
+            done.add(name)
+        if not worker.is_alive() or time.monotonic() > deadline:
+            break
+        worker.join(tick_s)
+    return Verdict("interrupted", "deleted" if done else "cancelled", False, node_of(rec.last)), ran
+
+
 def _delete(api: client.CoreV1Api, rec: PodRecorder, namespace: str) -> None:
     name = ((rec.last or {}).get("metadata") or {}).get("name")
     if not name:
@@ -261,6 +292,18 @@ class PipesLauncher:
         #: the Pipes invocations of this step: Dagster requires their results to be yielded
         #: (``yield from inv.get_results()``) or the step fails with "did not yield ... outputs"
         self.invocations: list[Any] = []
+        #: set by cancel_all: running pods are deleted, no new one is started
+        self.cancelled = threading.Event()
+        self._running: list[str] = []
+        self._lock = threading.Lock()
+
+    def cancel_all(self) -> list[str]:
+        """Start no more pods and delete the running ones (each at its next tick); returns the
+        ids of the tests running. For the run's interrupt handler (``execute._dispatch``), as the
+        other launchers: a terminated run must not leave GPU pods running to their deadline."""
+        self.cancelled.set()
+        with self._lock:
+            return list(self._running)
 
     def launch(self, request: LaunchRequest, on_log: Any = None) -> Attempt:
         import dataclasses
@@ -269,12 +312,33 @@ class PipesLauncher:
         if self.env is not None:  # pods see the cache PVC, not the planning machine's folders
             request = dataclasses.replace(request, env=dict(self.env))
         paths = [self.cache_paths[k] for k in request.test.requirements if k in self.cache_paths]
-        attempt, invocation = run_test_pod(self.context, request, pool, self.deployment, pipes_client=self.pipes_client,
-                                           core_v1_api=self.api, cache_paths=paths,
-                                           digest=self.image_digests.get(pool.name, ""), owner=self.owner)
+        if self.cancelled.is_set():  # interrupted before this attempt: no pod
+            return _not_started(request)
+        with self._lock:
+            self._running.append(request.test.id)
+        try:
+            attempt, invocation = run_test_pod(self.context, request, pool, self.deployment,
+                                               pipes_client=self.pipes_client, core_v1_api=self.api, cache_paths=paths,
+                                               digest=self.image_digests.get(pool.name, ""), owner=self.owner,
+                                               cancelled=self.cancelled)
+        finally:
+            with self._lock:
+                self._running.remove(request.test.id)
         if invocation is not None:
             self.invocations.append(invocation)
         return attempt
+
+
+def _not_started(request: LaunchRequest) -> Attempt:
+    """The attempt of a run interrupted before its pod was created: interrupted, as locally."""
+    request.log_path.parent.mkdir(parents=True, exist_ok=True)
+    request.log_path.write_text(f"# nightly: {request.test.id} attempt {request.attempt} through dagster-k8s Pipes\n"
+                                "# nightly: verdict interrupted: the night was interrupted before this pod was "
+                                "created\n", encoding="utf-8")
+    return Attempt(test_id=request.test.id, outcome="interrupted", elapsed_s=0.0, started_at="",
+                   attempt=request.attempt, reason="cancelled", log_path=str(request.log_path),
+                   timeout_s=request.timeout_s,
+                   details={"message": "the night was interrupted before this pod was created"})
 
 
 def pipes_launcher_for(context: Any, deployment: DeploymentSpec, *, cache_paths: Any = None, env: Any = None,

@@ -152,3 +152,49 @@ def test_an_image_pull_error_is_a_retriable_image_pull_as_on_the_watch_path_not_
     assert (attempt.outcome, attempt.reason, attempt.details["retriable"], attempt.node) == (
         "infra_error", "image_pull", "true", "h200-a")
     assert "ErrImagePull" in attempt.details["message"] and invocation is None
+
+
+def test_a_terminated_run_deletes_its_pod_and_is_interrupted_not_left_running_to_its_timeout(tmp_path):
+    """A UI rerun of one partition on Kubernetes, terminated from the UI: the interrupt handler calls
+    the launcher's cancel_all (execute._dispatch), as for the other launchers. The pod is deleted at
+    the next tick, the attempt is ``interrupted`` (never the node's fault), and a launch after it
+    starts no pod."""
+    import threading
+
+    from pipelines.launch.kubernetes.pipes import PipesLauncher
+
+    req = LaunchRequest(test=make_test(id="tests/e2e/test_grpo.py", path="tests/e2e/test_grpo.py", gpus=4),
+                        repo_path=tmp_path, timeout_s=600, log_path=tmp_path / "grpo.log", run_id="r1",
+                        night="2026-12-01", pool="h200")
+    out: list = []
+    with StandInApiServer(script=lambda pod, node: [Step(mutate=pods.scheduled(node)),
+                                                    Step(mutate=pods.running(), logs=("training",))]) as server:
+        client = dagster_k8s.PipesK8sClient(kubeconfig_file=kubeconfig(tmp_path, server.url), poll_interval=0.05)
+
+        @dagster.asset
+        def grpo(context):
+            launcher = PipesLauncher(context, DEPLOYMENT, pipes_client=client, core_v1_api=server.core_v1())
+
+            def cancel_when_running():
+                deadline = time.monotonic() + 30
+                while time.monotonic() < deadline and not any(
+                        (p.get("status") or {}).get("phase") == "Running" for p in server.state.pods.values()):
+                    time.sleep(0.05)
+                out.append(launcher.cancel_all())
+
+            threading.Thread(target=cancel_when_running, daemon=True).start()
+            t0 = time.monotonic()
+            out.append(launcher.launch(req))
+            out.append(time.monotonic() - t0)
+            out.append(launcher.launch(dataclasses.replace(req, attempt=2, log_path=tmp_path / "grpo.2.log")))
+            return dagster.MaterializeResult()
+
+        dagster.materialize([grpo], instance=dagster.DagsterInstance.ephemeral())
+        still = dict(server.state.pods)
+    running, attempt, took, after = out
+    assert running == ["tests/e2e/test_grpo.py"]
+    assert (attempt.outcome, attempt.reason, attempt.node) == ("interrupted", "deleted", "h200-a")
+    assert took < 20, "the step waited for the pod instead of deleting it"
+    assert not still, "the pod was left running"
+    assert "the night was interrupted and its pod deleted" in (tmp_path / "grpo.log").read_text()
+    assert (after.outcome, after.reason) == ("interrupted", "cancelled") and len(server.created) == 1
