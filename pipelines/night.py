@@ -149,10 +149,15 @@ class ResultsNotStored(RuntimeError):
 
 def unsaved_roots(home: Path) -> list[Path]:
     """Where a night keeps what its stores refused: ``<home>/unsaved``, else (the home's disk is full, or
-    it went read-only) ``nightly-unsaved`` in the temp folder ($TMPDIR), which is often another disk."""
+    it went read-only) ``nightly-unsaved/<home id>`` in the temp folder ($TMPDIR), which is often another
+    disk. The home id (12 hex digits of the home's path) keeps nights of different homes on one host apart:
+    one night's message must never name another home's kept results."""
+    import hashlib
     import tempfile
 
-    return [Path(home) / UNSAVED, Path(tempfile.gettempdir()) / f"nightly-{UNSAVED}"]
+    home = Path(home)
+    home_id = hashlib.sha256(str(home.resolve()).encode()).hexdigest()[:12]
+    return [home / UNSAVED, Path(tempfile.gettempdir()) / f"nightly-{UNSAVED}" / home_id]
 
 
 def unsaved_folder(home: Path, run_id: str) -> Path | None:
@@ -770,7 +775,7 @@ class Night:
         ``<home>/unsaved/<night>/`` in the stores' own formats and layout, with a README.txt saying
         how to re-add it; returns the error that says so (``nightly run`` prints the README, exit 4).
         The kept record links each kept log where the re-add puts it. When the home's disk refuses them
-        too (full), they go to ``$TMPDIR/nightly-unsaved/<night>/``; when that fails as well, the error's
+        too (full), they go to ``$TMPDIR/nightly-unsaved/<home id>/<night>/``; when that fails as well, the error's
         message carries the samples as JSON lines, since Dagster's run log is on the home's disk."""
         from pipelines.core.calibrate.output import write_atomic
         from pipelines.storage.s3 import encode  # the S3 history's object format; `history import` reads it

@@ -88,9 +88,28 @@ def test_a_disk_that_fills_mid_night_is_one_message_exit_4_and_the_samples_kept_
     said = err[err.index("nightly run: error:"):]
     assert said.startswith("nightly run: error: the Dagster instance's storage failed mid-night (OperationalError: "
                            "(sqlite3.OperationalError) disk I/O error); check the disk of "), said
-    (folder,) = (spare / "nightly-unsaved").iterdir()  # not under the full home
+    (mine,) = (spare / "nightly-unsaved").iterdir()  # not under the full home; this home's own folder there
+    (folder,) = mine.iterdir()
     assert f"They are kept in {folder} (not in {home / 'unsaved' / folder.name}: " in said
     assert "No space left on device" in said
     samples, problems = decode_lines("kept", (folder / "history.jsonl").read_bytes())
     assert len(samples) == 2 and not problems
     assert f"nightly history import --deployment local --home {home} {folder / 'history.jsonl'}" in said
+
+
+def test_a_night_never_names_another_homes_results_kept_in_the_shared_temp_folder(tmp_path, monkeypatch):
+    """Nights of different homes share a host and its $TMPDIR: the fallback folder of one home is not
+    where another home's night looks, so a night whose run id is lost never points at their results."""
+    import time
+
+    from pipelines.night import unsaved_roots, unsaved_since
+
+    monkeypatch.setenv("TMPDIR", str(tmp_path / "tmp"))
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    started = time.time()
+    other = unsaved_roots(tmp_path / "home_b")[1] / "2026-12-01T000000Z-bbbbbbbb"
+    (other / "state" / "runs").mkdir(parents=True)
+    (other / "README.txt").write_text(f"... --home {tmp_path / 'home_b'}\n")
+    assert unsaved_since(tmp_path / "home_a", started) is None
+    assert unsaved_since(tmp_path / "home_b", started) == other
+    assert unsaved_roots(tmp_path / "home_a")[1] != unsaved_roots(tmp_path / "home_b")[1]

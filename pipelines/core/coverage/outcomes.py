@@ -1,9 +1,10 @@
 """Per-configuration outcomes, where a test reports them in its log.
 
 A test that loops over its matrix can print ``config NAME: passed`` or ``config NAME: failed``
-after each configuration, with any prefix that does not run into the word ``config``: its own tag
-(``[minirl] ``), Python logging's default ``INFO:__main__:``, torchrun ``--tee``'s ``[default0]:``.
-``myconfig`` or ``reconfig`` is another word, never a report. Terminal colour codes are ignored. History
+after each configuration, at the line's start or after a prefix that ends in a space, ``:`` or
+``]``: its own tag (``[minirl] ``), Python logging's default ``INFO:__main__:``, torchrun
+``--tee``'s ``[default0]:``. ``myconfig``, ``auto-config`` or ``/etc/nccl.config`` is another word,
+never a report. Terminal colour codes are ignored. History
 can then record which cell failed, not only that the file did. A configuration the log never reports
 is absent (the run stopped before it), never guessed.
 """
@@ -13,8 +14,9 @@ from __future__ import annotations
 import re
 
 OUTCOMES = ("passed", "failed")
-#: ``config`` as a word of its own: at the line's start or after a character that is not a letter, digit or ``_``
-_LINE = re.compile(r"(?<!\w)config (\S+): (passed|failed)\s*$", re.MULTILINE)
+#: ``config`` at the line's start or after what ends a prefix (a space, a logger's ``:``, a tag's ``]``);
+#: any other character before it makes another word (``auto-config``, ``nccl.config``)
+_LINE = re.compile(r"(?:^|(?<=[\s:\]]))config (\S+): (passed|failed)\s*$", re.MULTILINE)
 #: a terminal control sequence (``ESC [ 1;31 m``): a coloured logger wraps the report in them
 _ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]")
 

@@ -68,6 +68,14 @@ class HistoryStore(Protocol):
     def read(self) -> list[Sample]: ...
 
 
+def _mtime(path: Path) -> float:
+    """A file's modification time; 0 when it went away meanwhile (SQLite removes its companions)."""
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return 0.0
+
+
 class FileHistoryStore:
     """Samples in one SQLite file; safe against crashes and concurrent writers on one host."""
 
@@ -106,7 +114,9 @@ class FileHistoryStore:
     def _check_file(self) -> None:
         """A 0-byte history is damage (a full disk, a truncating copy), never a fresh start, except
         while another process creates it: SQLite makes the file, then writes its first page, so a
-        file with SQLite's companions beside it, or one made moments ago, is waited for."""
+        file made moments ago, or with SQLite's companions beside it written moments ago, is waited
+        for. Old companions beside a 0-byte file are what a first write cut short (a full disk) leaves:
+        damage at once, not a wait of ``busy_timeout_s`` in every command."""
         deadline = time.monotonic() + self.busy_timeout_s
         while True:
             try:
@@ -117,7 +127,8 @@ class FileHistoryStore:
                 raise self._fail(exc) from exc
             beside = [p for p in (self.path.with_name(self.path.name + end) for end in ("-wal", "-shm", "-journal"))
                       if p.exists()]
-            creating = beside or time.time() - st.st_mtime < self.creating_s
+            now = time.time()
+            creating = now - st.st_mtime < self.creating_s or any(now - _mtime(p) < self.creating_s for p in beside)
             if st.st_size or not creating or time.monotonic() >= deadline:
                 break
             time.sleep(0.02)

@@ -137,6 +137,9 @@ class KubernetesLauncher:
         self.pins = NodePins(core_v1_api, **self.retry) if pin_nodes else None
         self.cancelled = threading.Event()
         self._live: dict[str, None] = {}
+        #: pods cancel_all deleted: whatever the API then says of them (deleted, or the image pull
+        #: it was waiting for), they ended because the night stopped
+        self._cancelled_pods: set[str] = set()
         self._lock = threading.Lock()
         self._serializer = client.ApiClient()
 
@@ -154,6 +157,7 @@ class KubernetesLauncher:
         self.cancelled.set()
         with self._lock:
             names = list(self._live)
+            self._cancelled_pods.update(names)
         for name in names:
             self._delete(name)
         return names
@@ -257,6 +261,8 @@ class KubernetesLauncher:
         with self._lock:
             self._live[name] = None
         if self.cancelled.is_set():  # cancel_all ran while the pod was being created
+            with self._lock:
+                self._cancelled_pods.add(name)
             self._delete(name)
         sink = LogFollower(log, on_log, self.retry["base_s"])
         try:
@@ -268,8 +274,11 @@ class KubernetesLauncher:
                 self._live.pop(name, None)
                 self._live.pop(body["metadata"]["name"], None)
         message = explain(last, verdict)
-        if self.cancelled.is_set() and verdict == Verdict("infra_error", "deleted", False, verdict.node):
-            # cancel_all deleted it: interrupted, as a local test killed by Ctrl-C is; never a node's fault
+        with self._lock:
+            by_cancel = name in self._cancelled_pods
+        if by_cancel and verdict.outcome == "infra_error":
+            # cancel_all deleted it (running, or still pulling its image): interrupted, as a local test
+            # killed by Ctrl-C is; never a node's fault
             verdict = Verdict("interrupted", "deleted", False, verdict.node)
             message = f"the night was interrupted and its pod deleted ({message})"
         log.write(f"# nightly: verdict {verdict.outcome}: {message}\n")

@@ -37,6 +37,9 @@ def test_a_report_after_a_logger_or_launcher_prefix_counts_and_a_longer_word_doe
         "my_config y: failed",
         "config2 z: failed",
         "config sft: failed afterwards",
+        "[INFO] apply auto-config fp8: failed",  # a hyphenated word, not a report
+        "nccl: /etc/nccl.config NCCL_IB_HCA: failed",  # a file name
+        "setting=config.yaml q: failed",
     ])
     assert config_outcomes(log) == {"fsdp-tp2": "failed", "megatron-tp2": "failed", "moe-ep2": "passed",
                                     "lora-r8": "passed", "dense-tp1": "failed"}

@@ -436,3 +436,21 @@ def test_switching_a_new_file_to_wal_is_retried_while_sqlite_answers_busy_at_onc
     store.busy_timeout_s = 0.1
     with pytest.raises(sqlite3.OperationalError, match="database is locked"):
         store._use_wal(type("AlwaysBusy", (CreatedMeanwhile,), {"calls": -10**9})())
+
+
+def test_a_zero_byte_store_with_old_companions_is_damage_at_once_not_after_the_busy_wait(tmp_path):
+    """A first write a full disk cut short leaves a 0-byte file and its journal, both old by the next
+    command: nobody is creating it, so every command must not wait its busy timeout first."""
+    path = tmp_path / "history.sqlite"
+    path.write_bytes(b"")
+    journal = path.with_name("history.sqlite-journal")
+    journal.write_bytes(b"")
+    for p in (path, journal):
+        os.utime(p, (time.time() - 86400, time.time() - 86400))
+    store = FileHistoryStore(path)
+    store.busy_timeout_s = 5.0
+    t0 = time.monotonic()
+    with pytest.raises(HistoryError) as exc:
+        store.read()
+    assert time.monotonic() - t0 < 2.0, "waited for a creation nobody is doing"
+    assert "move it aside (with history.sqlite-journal)" in str(exc.value)

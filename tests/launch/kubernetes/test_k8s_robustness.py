@@ -12,6 +12,7 @@ import os
 import socket
 import subprocess
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -155,6 +156,28 @@ def test_cancel_all_deletes_running_pods_and_starts_no_more(tmp_path):
     assert "# nightly: verdict interrupted: the night was interrupted and its pod deleted (deleted: " in said
     assert Path(after.log_path).read_text().endswith(
         "# nightly: verdict interrupted: the night was interrupted before this pod was created\n")
+
+
+def test_a_pod_deleted_by_an_interrupt_while_its_image_pulls_is_interrupted_not_an_image_pull_error(tmp_path):
+    """cancel_all deletes a pod still in ImagePullBackOff: the API then says the pod was deleted
+    while its image could not be had, which on its own is an image pull error of its node; here the
+    night's own interrupt ended it, so it is ``interrupted``, as a running pod's deletion is."""
+    script = lambda pod, node: [Step(mutate=pods.scheduled(node)),  # noqa: E731
+                                Step(mutate=pods.waiting("ImagePullBackOff", "Back-off pulling image"))]
+    with StandInApiServer(script=script) as server:
+        run, seen = launcher(server)
+        out: list = []
+        t = threading.Thread(target=lambda: out.append(run.launch(request(tmp_path))))
+        t.start()
+        deadline = time.monotonic() + 30
+        while not any(((c.get("state") or {}).get("waiting") or {}).get("reason") == "ImagePullBackOff"
+                      for p in server.state.pods.values() for c in (p.get("status") or {}).get("containerStatuses") or []):
+            assert time.monotonic() < deadline, "the pod never waited for its image"
+            time.sleep(0.05)
+        run.cancel_all()
+        t.join(30)
+    assert [(a.outcome, a.reason) for a in seen] == [("interrupted", "deleted")]
+    assert (out[0].outcome, out[0].reason) == ("interrupted", "deleted")
 
 
 def test_a_pod_deleted_by_an_interrupt_never_makes_its_node_bad_in_the_flaky_replay(tmp_path):
