@@ -357,6 +357,8 @@ def night_summary(night: Night, runset: RunSet, selection: RunSelection, plan: P
         "skip_reasons": {t.id: why for t, why in runset.skipped},
         "unplanned": [t.id for t in runset.unplanned],
         "unknown_keys": list(runset.unknown),
+        #: what keeps the night from green though every launched test passed (the report's verdict says PROBLEMS)
+        "problems": night_problems(night.catalog.problems, runset),
         "attempts": [_recorded(a) for a in attempts],
         "plan": [dataclasses.asdict(a) for a in plan.ordered()],
         "predicted_makespan_s": plan.makespan_s, "lower_bound_s": plan.lower_bound_s,
@@ -373,6 +375,15 @@ def night_summary(night: Night, runset: RunSet, selection: RunSelection, plan: P
         #: "running", or "failed"/"interrupted" when the run ended before its whole record (see _Progress)
         "status": "interrupted" if interrupted else "finished",
     }
+
+
+def night_problems(catalog_problems: Iterable, runset: RunSet) -> list[str]:
+    """What makes a night not green even when every launched test passed, the same on every way in: a
+    test file whose registration does not load silently drops out of the night, and a test no pool runs
+    never runs. Kept in the record, so the report's verdict and ``nightly run``'s exit status agree."""
+    out = [f"catalog problem: {p}" for p in catalog_problems]
+    out += [f"unplanned: {t.id}: {why}" for t, why in runset.skipped if t in runset.unplanned]
+    return out
 
 
 def flaky_verdict(night: Night, attempts: list[Attempt], notes: list[str], at_start: dict) -> dict:
