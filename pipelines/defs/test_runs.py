@@ -29,7 +29,15 @@ from pipelines.core.model import Catalog, CatalogError, timeout_floor_problem
 from pipelines.core.runset import RunSelection, RunSet
 from pipelines.core.select import Selection, SelectionError, why_nothing
 from pipelines.core.specs_schema import env_name_problem
-from pipelines.defs.keys import CONVERTED, DATASETS, MODEL_WEIGHTS, TAG_REASON, TEST_PASSED, TEST_RUNS
+from pipelines.defs.keys import (
+    CONVERTED,
+    DATASETS,
+    MODEL_WEIGHTS,
+    TAG_REASON,
+    TEST_PASSED,
+    TEST_RUNS,
+    TEST_RUNS_POOL,
+)
 from pipelines.defs.metadata import (
     attempt_metadata,
     built_metadata,
@@ -254,7 +262,7 @@ def build_test_runs(catalog: Catalog, test_parts: dg.PartitionsDefinition, deps:
     whole = frozenset(test_parts.get_partition_keys())
 
     @dg.asset(key=TEST_RUNS, partitions_def=test_parts, group_name="tests", deps=deps,
-              backfill_policy=dg.BackfillPolicy.single_run(), output_required=False,
+              backfill_policy=dg.BackfillPolicy.single_run(), output_required=False, pool=TEST_RUNS_POOL,
               description="Runs the picked tests together on free GPUs; one partition per test id "
                           "(outcome, elapsed, est_time, timeout, node and log of each attempt).")
     def test_runs(context: dg.AssetExecutionContext, config: TestRunsConfig, nightly: NightlyResource):
