@@ -310,6 +310,9 @@ class Night:
     @cached_property
     def registered(self) -> Catalog:
         """The catalog with est_time as written in the files (what calibration and the patch start from)."""
+        problem = self.repo_spec.path_problem(self.specs.root)
+        if problem is not None:
+            raise CatalogError(problem)
         path, configured = self.specs.locate_repo(self.settings.repo)
         # an unconfigured checkout gets spec=None: the catalog detects its dialect and says what it assumed
         return load_catalog(path, spec=configured, specs=self.specs, cache_dir=self.home / "cache")
