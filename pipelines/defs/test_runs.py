@@ -39,12 +39,14 @@ from pipelines.defs.keys import (
     TEST_RUNS_POOL,
 )
 from pipelines.defs.metadata import (
+    INFRA_OUTCOMES,
     attempt_metadata,
     built_metadata,
     check_result,
     check_verdict,
     plan_markdown,
     planned_metadata,
+    unexcused_checks,
 )
 from pipelines.defs.resources import NightlyResource
 from pipelines.defs.runs import canceled_on_interrupt, fail_stale_runs, process_tags
@@ -181,6 +183,7 @@ def _dagster_events(context: dg.AssetExecutionContext, night, events, selection:
     partition with its metadata, so its result waits until the next attempt or the end of the night.
     """
     held: list = []  # Pipes: the latest attempt, (test id, metadata, check) not yet reported
+    pending: dict = {}  # quarantined tests whose last attempt failed: excused only if the night's verdict says so
     try:
         for event in events:
             if isinstance(event, Planned):
@@ -204,6 +207,10 @@ def _dagster_events(context: dg.AssetExecutionContext, night, events, selection:
             elif isinstance(event, Finished):
                 meta = attempt_metadata(event.attempt, event.test, night.night)
                 check = check_result(event.attempt, event.test, event.quarantined)
+                if event.quarantined and event.attempt.outcome not in ("passed", *INFRA_OUTCOMES):
+                    pending[event.test.id] = (event.attempt, event.test)
+                else:
+                    pending.pop(event.test.id, None)  # a retry decides
                 if pipes:
                     yield from _held_attempt(held, final=False)  # another attempt followed: that one was retried
                     held.append((event.test.id, meta, check))
@@ -213,6 +220,7 @@ def _dagster_events(context: dg.AssetExecutionContext, night, events, selection:
             elif isinstance(event, NightDone):
                 yield from _held_attempt(held, final=True)
                 s = event.summary
+                yield from unexcused_checks(pending, s.get("verdict") or {})
                 _say(context, f"done: predicted makespan {s['predicted_makespan_s']:.1f}s, actual "
                               f"{s['actual_makespan_s']:.1f}s; record {night.state.uri('runs/' + night.run_id + '.json')}")
     except GeneratorExit:  # closed by Dagster while suspended here: nothing more may be yielded
