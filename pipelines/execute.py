@@ -178,7 +178,7 @@ def _run_planned(night: Night, runset: RunSet, selection: RunSelection, tests: l
     progress.dispatching()
     try:
         yield from _dispatch(night, plan, tests, launcher, say, images, outcome, progress.quarantined,
-                             after=progress.finished)
+                             after=progress.finished, ended=attempts_before)
     except BaseException:  # interrupted: what ran is recorded before the interruption goes on
         if "result" in outcome:
             try:
@@ -283,11 +283,12 @@ def _flaky_states(night: Night) -> dict:
 
 def _dispatch(night: Night, plan: Plan, tests: list[Test], launcher: Launcher, say: Callable[[str], None],
               images: dict[str, str], outcome: dict, quarantined: frozenset[str] = frozenset(),
-              after: Callable[[Attempt], None] | None = None) -> Iterator[Finished]:
+              after: Callable[[Attempt], None] | None = None, ended: list[Attempt] | None = None) -> Iterator[Finished]:
     """Dispatch in a worker thread and yield each finished attempt here, in the caller's thread.
 
     ``outcome["result"]`` holds the DispatchResult once the worker ends, even when interrupted.
     ``after`` sees each finished attempt before it is yielded (its log stored, the record rewritten).
+    ``ended``: attempts that never reached the plan (blocked by a failed input), for history (``Night.run``).
     """
     by_id = {t.id: t for t in tests}
     finished: queue.Queue = queue.Queue()
@@ -295,7 +296,8 @@ def _dispatch(night: Night, plan: Plan, tests: list[Test], launcher: Launcher, s
 
     def dispatch() -> None:
         try:
-            outcome["result"] = night.run(plan, on_finish=finished.put, launcher=launcher, stop=stop, images=images)
+            outcome["result"] = night.run(plan, on_finish=finished.put, launcher=launcher, stop=stop, images=images,
+                                          ended=list(ended or ()))
         except SamplesNotStored as exc:  # every test ran: the record is written, the samples kept (record())
             outcome["result"], outcome["unsaved"] = exc.result, exc
         except BaseException as exc:  # re-raised below, in the caller's thread
