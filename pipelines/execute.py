@@ -178,7 +178,7 @@ def _run_planned(night: Night, runset: RunSet, selection: RunSelection, tests: l
     progress.dispatching()
     try:
         yield from _dispatch(night, plan, tests, launcher, say, images, outcome, progress.quarantined,
-                             after=progress.finished)
+                             after=progress.finished, ended=attempts_before)
     except BaseException:  # interrupted: what ran is recorded before the interruption goes on
         if "result" in outcome:
             try:
@@ -291,11 +291,12 @@ def _flaky_states(night: Night, tests: list[Test], infra: dict | None) -> dict:
 
 def _dispatch(night: Night, plan: Plan, tests: list[Test], launcher: Launcher, say: Callable[[str], None],
               images: dict[str, str], outcome: dict, quarantined: frozenset[str] = frozenset(),
-              after: Callable[[Attempt], None] | None = None) -> Iterator[Finished]:
+              after: Callable[[Attempt], None] | None = None, ended: list[Attempt] | None = None) -> Iterator[Finished]:
     """Dispatch in a worker thread and yield each finished attempt here, in the caller's thread.
 
     ``outcome["result"]`` holds the DispatchResult once the worker ends, even when interrupted.
     ``after`` sees each finished attempt before it is yielded (its log stored, the record rewritten).
+    ``ended``: attempts that never reached the plan (blocked by a failed input), for history (``Night.run``).
     """
     by_id = {t.id: t for t in tests}
     finished: queue.Queue = queue.Queue()
@@ -303,7 +304,8 @@ def _dispatch(night: Night, plan: Plan, tests: list[Test], launcher: Launcher, s
 
     def dispatch() -> None:
         try:
-            outcome["result"] = night.run(plan, on_finish=finished.put, launcher=launcher, stop=stop, images=images)
+            outcome["result"] = night.run(plan, on_finish=finished.put, launcher=launcher, stop=stop, images=images,
+                                          ended=list(ended or ()))
         except SamplesNotStored as exc:  # every test ran: the record is written, the samples kept (record())
             outcome["result"], outcome["unsaved"] = exc.result, exc
         except BaseException as exc:  # re-raised below, in the caller's thread
@@ -365,6 +367,8 @@ def night_summary(night: Night, runset: RunSet, selection: RunSelection, plan: P
         "skip_reasons": {t.id: why for t, why in runset.skipped},
         "unplanned": [t.id for t in runset.unplanned],
         "unknown_keys": list(runset.unknown),
+        #: what keeps the night from green though every launched test passed (the report's verdict says PROBLEMS)
+        "problems": night_problems(night.catalog.problems, runset),
         "attempts": [_recorded(a) for a in attempts],
         "plan": [dataclasses.asdict(a) for a in plan.ordered()],
         "predicted_makespan_s": plan.makespan_s, "lower_bound_s": plan.lower_bound_s,
@@ -383,6 +387,15 @@ def night_summary(night: Night, runset: RunSet, selection: RunSelection, plan: P
         #: "running", or "failed"/"interrupted" when the run ended before its whole record (see _Progress)
         "status": "interrupted" if interrupted else "finished",
     }
+
+
+def night_problems(catalog_problems: Iterable, runset: RunSet) -> list[str]:
+    """What makes a night not green even when every launched test passed, the same on every way in: a
+    test file whose registration does not load silently drops out of the night, and a test no pool runs
+    never runs. Kept in the record, so the report's verdict and ``nightly run``'s exit status agree."""
+    out = [f"catalog problem: {p}" for p in catalog_problems]
+    out += [f"unplanned: {t.id}: {why}" for t, why in runset.skipped if t in runset.unplanned]
+    return out
 
 
 def flaky_verdict(night: Night, attempts: list[Attempt], notes: list[str], at_start: dict) -> dict:

@@ -14,7 +14,7 @@ import logging
 import os
 import threading
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import cached_property
@@ -332,6 +332,9 @@ class Night:
     @cached_property
     def registered(self) -> Catalog:
         """The catalog with est_time as written in the files (what calibration and the patch start from)."""
+        problem = self.repo_spec.path_problem(self.specs.root)
+        if problem is not None:
+            raise CatalogError(problem)
         path, configured = self.specs.locate_repo(self.settings.repo)
         # an unconfigured checkout gets spec=None: the catalog detects its dialect and says what it assumed
         return load_catalog(path, spec=configured, specs=self.specs, cache_dir=self.home / "cache")
@@ -562,21 +565,27 @@ class Night:
 
     def run(self, plan: Plan, on_start: Callable | None = None, on_finish: Callable[[Attempt], None] | None = None,
             launcher: Launcher | None = None, stop: threading.Event | None = None,
-            images: dict[str, str] | None = None) -> DispatchResult:
-        """Dispatch the plan; each finished attempt goes to history before ``on_finish`` sees it."""
+            images: dict[str, str] | None = None, ended: Sequence[Attempt] = ()) -> DispatchResult:
+        """Dispatch the plan; each finished attempt goes to history before ``on_finish`` sees it.
+        ``ended``: attempts of tests that never reached the plan (an input they need failed to build),
+        which go to history with the night's own, as every attempt does."""
         by_id = self.tests_by_id
         store = self.history
         seen: list[Attempt] = []
 
-        unsaved: list = []
         lock = threading.Lock()
+
+        def sample(attempt: Attempt):
+            test = by_id[attempt.test_id]
+            image = attempt.details.get("image_digest") or (images or {}).get(self.pool_of(test)) or self.settings.image
+            return sample_from_attempt(attempt, test, self.run_id, image, env=self.env_digest)
+
+        unsaved: list = [sample(a) for a in ended]  # stored with the first finished attempt, or at the end
 
         def finished(attempt: Attempt) -> None:
             self.store_log(attempt)  # before history: a sample's source is the copy that outlives the pod
             with lock:
-                test = by_id[attempt.test_id]
-                image = attempt.details.get("image_digest") or (images or {}).get(self.pool_of(test)) or self.settings.image
-                unsaved.append(sample_from_attempt(attempt, test, self.run_id, image, env=self.env_digest))
+                unsaved.append(sample(attempt))
                 try:
                     store.append(list(unsaved))
                     unsaved.clear()

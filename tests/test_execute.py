@@ -20,3 +20,39 @@ def test_the_record_keeps_the_timeout_floor_the_night_ran_with(tmp_path):
         summary = night_summary(night, RunSet(run=(), skipped=()), RunSelection(cadence="nightly"), night.plan([]),
                                 DispatchResult(), [], [])
         assert parse_summary("n.json", json.dumps(summary))["timeout_floor_s"] == kept
+
+
+def test_tests_an_input_build_failure_blocked_are_in_history_like_every_other_attempt(tmp_path, monkeypatch):
+    """They never launch, but their infra_error attempt is one of the night's: the record, the partitions
+    and history all have it (history lost it when it bypassed Night.run)."""
+    from datetime import UTC, datetime
+
+    from pipelines.core.model import Attempt
+    from pipelines.execute import run_tests
+    from pipelines.storage.cache import BuildError
+    from tests.support.assets import two_node_example
+
+    registered = 'from minirl.ci_register import register_cuda_ci\n\nregister_cuda_ci(est_time=1, suite="stage-c-8-gpu-h200", labels=["fnode"])\n'
+    needs_model = registered + "\ndef prepare():\n    exec_command('hf download minirl/tiny-lm --local-dir /root/models/tiny-lm')\n"
+    repo, assets = two_node_example(tmp_path, needs_model, count=2)
+    (repo / "tests" / "e2e" / "test_f_free.py").write_text(registered)
+    night = Night(NightSettings(home=tmp_path / "home", assets_dir=assets, repo=str(repo), deployment="two"))
+
+    def unavailable(req):
+        raise BuildError(f"{req.key}: the hub did not answer")
+
+    class Passes:
+        name = "stand-in"
+
+        def launch(self, request, on_log=None) -> Attempt:
+            return Attempt(request.test.id, "passed", 0.1, datetime.now(UTC).isoformat(), request.attempt,
+                           node="local-h200-0", gpu_slots=request.gpu_slots, timeout_s=request.timeout_s)
+
+    monkeypatch.setattr(night, "build", unavailable)
+    selection = RunSelection(labels=("fnode",))
+    list(run_tests(night, night.runset(None, selection), selection, launcher=Passes(), say=lambda _: None))
+    record = json.loads(night.state.get(f"runs/{night.run_id}.json"))
+    recorded = sorted((a["test_id"], a["outcome"]) for a in record["attempts"])
+    kept = sorted((s.test_id, s.outcome) for s in night.history.read() if s.run_id == night.run_id)
+    assert kept == recorded == [("tests/e2e/test_f_free.py", "passed"), ("tests/e2e/test_f_node1.py", "infra_error"),
+                                ("tests/e2e/test_f_node2.py", "infra_error")]

@@ -76,10 +76,11 @@ def _parse_env(pairs: list[str]) -> dict[str, str]:
 
 
 def problems_of(night, runset) -> list[str]:
-    """What makes a night not green even when every launched test passed."""
-    out = [f"catalog problem: {p}" for p in night.catalog.problems]
-    out += [f"unplanned: {t.id}: {why}" for t, why in runset.skipped if t in runset.unplanned]
-    return out  # an empty selection is its own line (`nothing_to_run`), which says which flag to change
+    """What makes a night not green even when every launched test passed, as its record will keep it
+    (an empty selection is its own line, `nothing_to_run`, which says which flag to change)."""
+    from pipelines.execute import night_problems
+
+    return night_problems(night.catalog.problems, runset)
 
 
 def nothing_to_run(night, args: argparse.Namespace, selection) -> str:
@@ -132,12 +133,7 @@ def run(args: argparse.Namespace) -> int:
     if refused:
         print(f"nightly run: error:\n{refused}", file=sys.stderr)
         return 2
-    code = _execute(night, args, selection, env, home)
-    if code == 0 and problems and not args.accept_problems:
-        print(f"nightly: every launched test passed, but the night had {len(problems)} problem(s) (above); "
-              "fix them or pass --accept-problems", file=sys.stderr)
-        return EXIT_PROBLEMS
-    return code
+    return _execute(night, args, selection, env, home)
 
 
 def _credentials(night) -> str | None:
@@ -284,7 +280,14 @@ def _execute(night, args, selection, env: dict[str, str], home: Path) -> int:
         print(f"note: {tid} failed but is quarantined as flaky (`nightly quarantine list`); it does not fail the night")
     bad = [r for r in rows if r.outcome not in ("passed", "skipped", "unplanned")
            and r.test_id not in verdict.get("excused_quarantined", ())]
-    return EXIT_TEST_FAILED if bad or not calib.success else 0
+    if bad or not calib.success:
+        return EXIT_TEST_FAILED
+    problems = summary.get("problems") or ()  # as the record keeps them, which the report's verdict reads too
+    if problems and not args.accept_problems:
+        print(f"nightly: every launched test passed, but the night had {len(problems)} problem(s) (above); "
+              "fix them or pass --accept-problems", file=sys.stderr)
+        return EXIT_PROBLEMS
+    return 0
 
 
 def storage_failure(exc: BaseException) -> BaseException | None:

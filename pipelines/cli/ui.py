@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import shutil
 import sys
 
@@ -46,7 +47,9 @@ def run(args: argparse.Namespace) -> int:
     ensure_dagster_home(home)
     argv = command(args.port, args.host)
     if args.print_command:
-        print(f"DAGSTER_HOME={os.environ['DAGSTER_HOME']} " + " ".join(argv))
+        # both: run as printed, the UI's runs, sensors and calibration use this state folder, not the default one
+        env = {"DAGSTER_HOME": os.environ["DAGSTER_HOME"], "NIGHTLY_HOME": str(home)}
+        print(" ".join([*(f"{k}={shlex.quote(v)}" for k, v in env.items()), *map(shlex.quote, argv)]))
         return 0
     open_instance(home).dispose()  # create the SQLite tables now: a night starting beside the UI races otherwise
     print(f"nightly ui: http://{args.host}:{args.port} (instance {os.environ['DAGSTER_HOME']}); Ctrl-C stops it", flush=True)

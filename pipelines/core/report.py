@@ -375,6 +375,31 @@ def _near_timeout(attempts: Sequence[Attempt], next_night: Sequence[NearTimeout]
     return tuple(out.values())
 
 
+def recorded_problems(summary: Mapping) -> list[str]:
+    """The night's problems as its record keeps them (catalog problems, tests no pool runs); [] for a
+    record written before they were kept."""
+    problems = summary.get("problems")
+    return [p for p in problems if isinstance(p, str)] if isinstance(problems, list) else []
+
+
+def with_problems(verdict_text: str, problems: Sequence[str]) -> str:
+    """The verdict with the night's problems: a night whose tests all passed is not OK when a test file's
+    registration did not load (it silently dropped out) or a test has no pool, as ``nightly run`` exits 3."""
+    if not problems:
+        return verdict_text
+    catalog = sum(1 for p in problems if p.startswith("catalog problem"))
+    unplanned = sum(1 for p in problems if p.startswith("unplanned"))
+    said = ", ".join(x for x in (f"{catalog} catalog problem(s)" if catalog else "",
+                                 f"{unplanned} test(s) no pool runs" if unplanned else "",
+                                 f"{len(problems) - catalog - unplanned} other problem(s)"
+                                 if len(problems) > catalog + unplanned else "") if x)
+    if verdict_text == "OK: every test passed":
+        return f"PROBLEMS: {said}; every launched test passed"
+    if verdict_text.startswith("OK: "):
+        return f"PROBLEMS: {said}; {verdict_text.removeprefix('OK: ')}"
+    return f"{verdict_text}; {said}"
+
+
 def build_report(
     summary: Mapping,
     previous: Sequence[Mapping] = (),
@@ -471,6 +496,8 @@ def build_report(
         unfinished = (summary.get("verdict") or {}).get("unfinished") or ()
         verdict_text = (f"INCOMPLETE: {len(unfinished)} test(s) had not finished when the record was last written "
                         f"({summary.get('updated_at') or '?'}); the run is still going or its worker died")
+    problems = recorded_problems(summary)
+    verdict_text = with_problems(verdict_text, problems)
     # the error of the predictions over the nights read (``previous`` is this repo's), this one included
     predictions, damaged = recorded_predictions([*previous, summary], summary.get("deployment"), locate)
     accuracy = prediction_error(predictions)
@@ -500,7 +527,8 @@ def build_report(
             if summary.get(f) is not None) + ((("lower bound (actual durations)", bound),) if bound else ()),
         gantt=bars, trends=tuple(trends[t.id] for t in selected if t.id in trends), changes=changes,
         flaky=tuple(s for _, s in sorted(states.items()) if s.state != "healthy"),
-        excused=verdict.excused, uncovered=tuple(uncovered), notes=(*summary.get("notes", ()), *damaged),
+        excused=verdict.excused, uncovered=tuple(uncovered),
+        notes=(*summary.get("notes", ()), *damaged, *(f"problem: {p}" for p in problems)),
         environment=tuple(environment(summary).items()),
         prediction_error=accuracy, prediction=tuple(error_lines(accuracy)),
     )

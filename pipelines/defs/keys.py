@@ -9,6 +9,10 @@ TEST_RUNS = dg.AssetKey("test_runs")
 CALIBRATED = dg.AssetKey("calibrated_estimates")
 NIGHT_REPORT = dg.AssetKey("night_report")
 TEST_PASSED = dg.AssetCheckKey(TEST_RUNS, "test_passed")
+#: the Dagster concurrency pool of test_runs: every run of it, whichever way in (a UI pick or a backfill
+#: of the implicit asset job included, which carries none of our run tags when it is queued), is in it
+#: from its creation, so the run queue limits them together (k8s/helm/values.yaml, concurrency.pools)
+TEST_RUNS_POOL = "nightly-test-runs"
 
 #: run tags every way in sets (schedules, sensors, the CLI; the asset adds what it observes)
 TAG_CADENCE = "nightly/cadence"

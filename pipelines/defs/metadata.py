@@ -94,28 +94,50 @@ def plan_markdown(plan: Plan) -> str:
 INFRA_OUTCOMES = frozenset({"infra_error", "interrupted"})
 
 
-def check_verdict(outcome: str, reason: str, quarantined: bool) -> tuple[bool, dg.AssetCheckSeverity, str, str]:
+#: what a quarantined test's failure says before the night's verdict is known (as the attempt ends)
+PENDING_EXCUSE = ("; quarantined as flaky (`nightly quarantine list`): it does not fail the night unless its node "
+                  "turns out bad (the night's verdict decides when the night ends)")
+
+
+def check_verdict(outcome: str, reason: str, quarantined: bool,
+                  decided: bool = True) -> tuple[bool, dg.AssetCheckSeverity, str, str]:
     """(passed, severity, description, kind) of a test_passed result: failed/timed out fail, infra
     warns, and so does the failure of a test quarantined as flaky (it does not fail the night either).
-    One rule for the result a run reports inline and for the check run on its own."""
+    One rule for the result a run reports inline and for the check run on its own. ``decided``: the
+    night's verdict excused it (False as an attempt ends: a bad node found later fails it after all)."""
     passed = outcome == "passed"
     infra = outcome in INFRA_OUTCOMES
     excused = quarantined and not passed and not infra
     why = reason or ("" if passed else outcome)
     description = (f"{outcome}" + (f": {why}" if why and why != outcome else "")
-                   + ("; quarantined as flaky (`nightly quarantine list`): it does not fail the night" if excused else ""))
+                   + (("; quarantined as flaky (`nightly quarantine list`): it does not fail the night" if decided
+                       else PENDING_EXCUSE) if excused else ""))
     severity = dg.AssetCheckSeverity.WARN if infra or excused else dg.AssetCheckSeverity.ERROR
     return passed, severity, description, "infra" if infra else ("quarantined" if excused else "test")
 
 
-def check_result(attempt: Attempt, test: Test, quarantined: bool = False) -> dg.AssetCheckEvaluation:
-    """The test_passed check of the attempt's partition (:func:`check_verdict`)."""
+def check_result(attempt: Attempt, test: Test, quarantined: bool = False, decided: bool = False,
+                 note: str = "") -> dg.AssetCheckEvaluation:
+    """The test_passed check of the attempt's partition (:func:`check_verdict`); as the attempt ends
+    (``decided`` False) a quarantined failure is excused only pending the night's verdict."""
     from pipelines.defs.keys import TEST_PASSED
 
-    passed, severity, description, kind = check_verdict(attempt.outcome, attempt.reason, quarantined)
+    passed, severity, description, kind = check_verdict(attempt.outcome, attempt.reason, quarantined, decided)
+    description += note
     return dg.AssetCheckEvaluation(
         asset_key=TEST_PASSED.asset_key, check_name=TEST_PASSED.name, passed=passed, partition=test.id,
         severity=severity, description=description,
         metadata={"outcome": attempt.outcome, "kind": kind,
                   "elapsed_s": float(attempt.elapsed_s), "timeout_s": attempt.timeout_s, "node": attempt.node},
     )
+
+
+def unexcused_checks(pending: dict, verdict: dict):
+    """The test_passed results to report again once the night's verdict is known: each quarantined
+    test whose failure its attempt's result excused pending the verdict, and the verdict did not (its
+    node was bad: ``pipelines.core.flaky.night_verdict``). ``pending``: test id -> (attempt, test)."""
+    excused = set(verdict.get("excused_quarantined") or ())
+    for tid, (attempt, test) in pending.items():
+        if tid not in excused:
+            yield check_result(attempt, test, note=f"; quarantined as flaky, but not excused by the night's verdict "
+                                                   f"(its node {attempt.node or '?'} was bad): it fails the night")

@@ -29,14 +29,24 @@ from pipelines.core.model import Catalog, CatalogError, timeout_floor_problem
 from pipelines.core.runset import RunSelection, RunSet
 from pipelines.core.select import Selection, SelectionError, why_nothing
 from pipelines.core.specs_schema import env_name_problem
-from pipelines.defs.keys import CONVERTED, DATASETS, MODEL_WEIGHTS, TAG_REASON, TEST_PASSED, TEST_RUNS
+from pipelines.defs.keys import (
+    CONVERTED,
+    DATASETS,
+    MODEL_WEIGHTS,
+    TAG_REASON,
+    TEST_PASSED,
+    TEST_RUNS,
+    TEST_RUNS_POOL,
+)
 from pipelines.defs.metadata import (
+    INFRA_OUTCOMES,
     attempt_metadata,
     built_metadata,
     check_result,
     check_verdict,
     plan_markdown,
     planned_metadata,
+    unexcused_checks,
 )
 from pipelines.defs.resources import NightlyResource
 from pipelines.defs.runs import canceled_on_interrupt, fail_stale_runs, process_tags
@@ -173,6 +183,7 @@ def _dagster_events(context: dg.AssetExecutionContext, night, events, selection:
     partition with its metadata, so its result waits until the next attempt or the end of the night.
     """
     held: list = []  # Pipes: the latest attempt, (test id, metadata, check) not yet reported
+    pending: dict = {}  # quarantined tests whose last attempt failed: excused only if the night's verdict says so
     try:
         for event in events:
             if isinstance(event, Planned):
@@ -196,6 +207,10 @@ def _dagster_events(context: dg.AssetExecutionContext, night, events, selection:
             elif isinstance(event, Finished):
                 meta = attempt_metadata(event.attempt, event.test, night.night)
                 check = check_result(event.attempt, event.test, event.quarantined)
+                if event.quarantined and event.attempt.outcome not in ("passed", *INFRA_OUTCOMES):
+                    pending[event.test.id] = (event.attempt, event.test)
+                else:
+                    pending.pop(event.test.id, None)  # a retry decides
                 if pipes:
                     yield from _held_attempt(held, final=False)  # another attempt followed: that one was retried
                     held.append((event.test.id, meta, check))
@@ -205,6 +220,7 @@ def _dagster_events(context: dg.AssetExecutionContext, night, events, selection:
             elif isinstance(event, NightDone):
                 yield from _held_attempt(held, final=True)
                 s = event.summary
+                yield from unexcused_checks(pending, s.get("verdict") or {})
                 _say(context, f"done: predicted makespan {s['predicted_makespan_s']:.1f}s, actual "
                               f"{s['actual_makespan_s']:.1f}s; record {night.state.uri('runs/' + night.run_id + '.json')}")
     except GeneratorExit:  # closed by Dagster while suspended here: nothing more may be yielded
@@ -254,7 +270,7 @@ def build_test_runs(catalog: Catalog, test_parts: dg.PartitionsDefinition, deps:
     whole = frozenset(test_parts.get_partition_keys())
 
     @dg.asset(key=TEST_RUNS, partitions_def=test_parts, group_name="tests", deps=deps,
-              backfill_policy=dg.BackfillPolicy.single_run(), output_required=False,
+              backfill_policy=dg.BackfillPolicy.single_run(), output_required=False, pool=TEST_RUNS_POOL,
               description="Runs the picked tests together on free GPUs; one partition per test id "
                           "(outcome, elapsed, est_time, timeout, node and log of each attempt).")
     def test_runs(context: dg.AssetExecutionContext, config: TestRunsConfig, nightly: NightlyResource):

@@ -4,8 +4,8 @@ A tag such as ``:nightly`` can move under the same name and a driver upgrade cha
 ``assets/``, so the infra-change sensor and every attempt's record use what is observed:
 - image digest: the pool's ``image_digest_command`` (argv, e.g. ``crane digest IMAGE``) when
   given, else the pinned ``image_digest``; for the local launcher with neither, a digest of this
-  machine's Python environment (interpreter + installed distributions), which is the "image"
-  local tests run in;
+  machine's Python environment (interpreter + the distributions installed in its site-packages,
+  whatever the working folder), which is the "image" local tests run in;
 - driver: ``nvidia-smi`` when present (local), the GPU nodes' feature-discovery labels
   (Kubernetes), else the pool's declared ``driver``;
 - spec: a digest of what a test sees on the pool's nodes (``SPEC_FIELDS``: hardware, image, selector,
@@ -22,9 +22,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
+import site
 import subprocess
 import sys
+import sysconfig
 from importlib import metadata
 
 from pipelines.core.specs import DeploymentSpec, PoolSpec
@@ -62,9 +65,24 @@ def comparable(field: str, old: str, new: str) -> bool:
     return field != "spec" or old.partition(":")[0] == new.partition(":")[0]
 
 
+def site_dirs() -> list[str]:
+    """Where this interpreter's installed distributions are: its site-packages (and dist-packages)
+    folders, those on ``sys.path`` included (a Nix environment's), never the working folder or a
+    checkout on ``PYTHONPATH``: a checkout's ``*.egg-info`` (``pip install -e .`` leaves one) is no
+    installed package, and ``python -m`` puts the working folder on ``sys.path``."""
+    dirs = [*getattr(site, "getsitepackages", list)(), *sysconfig.get_paths().values()]
+    if site.ENABLE_USER_SITE:
+        dirs.append(site.getusersitepackages())
+    dirs += [p for p in sys.path if os.path.basename(os.path.normpath(p or ".")) in ("site-packages", "dist-packages")]
+    return [d for d in dict.fromkeys(dirs) if os.path.basename(os.path.normpath(d)) in ("site-packages", "dist-packages")
+            and os.path.isdir(d)]
+
+
 def environment_digest() -> str:
-    """This machine's Python environment: what a local test 'image' is."""
-    dists = sorted(f"{d.metadata['Name']}=={d.version}" for d in metadata.distributions() if d.metadata["Name"])
+    """This machine's Python environment: what a local test 'image' is (the interpreter and its
+    installed distributions, each once by name and version), the same from any working folder."""
+    dists = sorted({f"{d.metadata['Name']}=={d.version}" for d in metadata.distributions(path=site_dirs())
+                    if d.metadata["Name"]})
     return _sha("\n".join([sys.version, *dists]))
 
 

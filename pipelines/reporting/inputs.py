@@ -73,6 +73,7 @@ _SUMMARY_FIELDS: dict[str, tuple[Callable[[object], bool], str]] = {
     "run_id": (lambda v: isinstance(v, str), "a run id"),
     **{k: (_strings, "a list of test ids") for k in ("selected", "skipped", "unplanned", "unknown_keys")},
     "notes": (_strings, "a list of strings"),
+    "problems": (_strings, "a list of strings"),
     "est_time": (lambda v: isinstance(v, dict) and all(_number(x) for x in v.values()), "test id -> seconds"),
     "verdict": (lambda v: isinstance(v, dict) and all(isinstance(x, (bool, str)) or _strings(x) for x in v.values()),
                 "an object of lists of test ids"),

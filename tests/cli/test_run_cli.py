@@ -8,7 +8,7 @@ import yaml
 from pipelines.cli import main
 from pipelines.core.runset import RunSelection
 from pipelines.night import Night, NightSettings
-from tests.support.assets import example_assets
+from tests.support.assets import QUICK_TEST, example_assets, registry_repo
 
 ROCM_ID = "tests/e2e/ckpt/test_ckpt_resume.py::rocm-stage-c-4-gpu-mi300"
 
@@ -37,6 +37,23 @@ def test_a_night_with_unplanned_tests_is_not_green_unless_accepted(tmp_path, cap
     err = capsys.readouterr().err
     assert f"problem: unplanned: {ROCM_ID}: no pool runs hardware 'mi300'" in err
     assert main(["run", "--home", str(tmp_path / "home"), "--list-only", "--accept-problems"]) == 0
+
+
+@pytest.mark.slow  # a real (tiny) night: a few seconds
+def test_a_night_with_a_broken_registration_exits_3_with_the_verdict_its_record_and_report_give(tmp_path, capsys,
+                                                                                                  monkeypatch):
+    import json
+
+    broken = QUICK_TEST.format(est=2).replace("register_cuda_ci(est_time=2,", "EST = 2\nregister_cuda_ci(est_time=EST,")
+    _, assets = registry_repo(tmp_path, {"test_ok.py": QUICK_TEST.format(est=2), "test_broken.py": broken})
+    monkeypatch.setenv("NIGHTLY_ASSETS_DIR", str(assets))
+    home = tmp_path / "home"
+    assert main(["run", "--home", str(home), "--repo", "fw"]) == 3
+    out, err = capsys.readouterr()
+    assert "verdict: PROBLEMS: 1 catalog problem(s); every launched test passed" in out.splitlines(), out
+    assert "but the night had 1 problem(s) (above); fix them or pass --accept-problems" in err
+    [record] = [json.loads(p.read_text()) for p in (home / "runs").glob("*.json")]
+    assert [p.split(":")[0] for p in record["problems"]] == ["catalog problem"]
 
 
 def test_a_selection_that_matches_nothing_is_a_problem(tmp_path, capsys):

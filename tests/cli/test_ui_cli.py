@@ -20,3 +20,18 @@ def test_a_port_outside_1_to_65535_is_a_flag_error(tmp_path, capsys, port):
 def test_a_port_in_range_reaches_the_command(tmp_path, capsys):
     assert main(["ui", "--home", str(tmp_path), "--print-command", "--port", "65535"]) == 0
     assert "-p 65535" in capsys.readouterr().out
+
+
+def test_the_printed_command_names_the_state_folder_as_well_as_the_instance(tmp_path, capsys, monkeypatch):
+    """Run as printed, the UI's launches, sensors and calibration must read and write the --home folder's
+    history, records and reports, not the project's default one."""
+    import shlex
+
+    home = tmp_path / "state folder"
+    monkeypatch.setenv("NIGHTLY_HOME", str(tmp_path / "elsewhere"))  # restored after: main() sets both
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "elsewhere" / "dagster"))
+    assert main(["ui", "--home", str(home), "--print-command"]) == 0
+    words = shlex.split(capsys.readouterr().out)
+    env = dict(w.split("=", 1) for w in words[:2])
+    assert env == {"DAGSTER_HOME": str(home.resolve() / "dagster"), "NIGHTLY_HOME": str(home.resolve())}
+    assert words[3:5] == ["dev", "-w"]

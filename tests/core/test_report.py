@@ -188,6 +188,20 @@ def test_a_night_that_launched_nothing_is_not_every_test_passed():
     assert build_report(unplanned).verdict == "NOTHING RAN: 1 skipped, 1 unplanned"
 
 
+def test_a_night_with_problems_is_not_ok_even_when_every_launched_test_passed():
+    """A test file whose registration does not load drops out of the night: the verdict says so on every path."""
+    passed = {"night": "n", "selected": ["tests/a.py"], "attempts": [attempt("tests/a.py", "passed", "h200-a")],
+              "verdict": {"ok": True, "failed": [], "excused_quarantined": [], "infra": [], "bad_nodes": [],
+                          "interrupted": []}}
+    problem = "catalog problem: tests/b.py:4: est_time: must be a literal"
+    r = build_report({**passed, "problems": [problem, "unplanned: tests/c.py: no pool runs hardware 'mi300'"]})
+    assert r.verdict == "PROBLEMS: 1 catalog problem(s), 1 test(s) no pool runs; every launched test passed"
+    assert f"problem: {problem}" in r.notes
+    failed = {**passed, "verdict": {**passed["verdict"], "ok": False, "failed": ["tests/a.py"]}}
+    assert build_report({**failed, "problems": [problem]}).verdict == "FAILED: 1 test(s) failed; 1 catalog problem(s)"
+    assert build_report(passed).verdict == "OK: every test passed", "a record without problems"
+
+
 def test_a_selected_test_without_an_attempt_is_no_pass_in_a_record_without_a_verdict():
     """A damaged or cut-short record (attempts lost): never "every test passed"."""
     summary = {"night": "n", "selected": ["tests/a.py", "tests/b.py", "tests/c.py"], "unplanned": ["tests/c.py"],

@@ -77,3 +77,30 @@ def test_the_calibration_run_judges_near_timeout_with_the_floor_the_night_it_fol
     [calibrated] = run.asset_materializations_for_node("calibrated_estimates")
     assert calibrated.metadata["near_timeout"].value == 1
     assert "of its 10 s timeout" in (home / "reports" / "n1.html").read_text()  # not only tonight's 30 s
+
+
+def test_a_quarantined_failure_the_nights_verdict_does_not_excuse_fails_its_check_when_the_night_ends(capsys):
+    """On a bad node a quarantined test's failure fails the night (pipelines.core.flaky.night_verdict): its
+    result as the attempt ends says so only pending the verdict, and the run reports it again once known."""
+    from pipelines.core.model import Attempt, Test
+    from pipelines.core.runset import RunSelection
+    from pipelines.defs.test_runs import _dagster_events
+    from pipelines.execute import Finished, NightDone
+
+    q = Attempt("tests/q.py", "failed", 5.0, "t", node="n0", exit_code=1, reason="test failure (exit 1)")
+    ok = Attempt("tests/ok.py", "failed", 5.0, "t", node="n1", exit_code=1, reason="test failure (exit 1)")
+    tests = {t: Test(t, t, "cuda", "", 1, 10) for t in ("tests/q.py", "tests/ok.py")}
+    summary = {"predicted_makespan_s": 1.0, "actual_makespan_s": 1.0,
+               "verdict": {"ok": False, "failed": ["tests/q.py"], "excused_quarantined": ["tests/ok.py"],
+                           "infra": [], "bad_nodes": ["n0"], "interrupted": []}}
+    night = SimpleNamespace(night="n", run_id="r", state=SimpleNamespace(uri=lambda key: key))
+    context = SimpleNamespace(log=SimpleNamespace(info=lambda m: None, warning=lambda m: None))
+    events = [Finished(a, tests[a.test_id], quarantined=True) for a in (q, ok)] + [NightDone(summary)]
+    checks = [e for e in _dagster_events(context, night, iter(events), RunSelection(), tests)
+              if isinstance(e, dg.AssetCheckEvaluation)]
+    said = [(c.partition, c.severity, c.description) for c in checks]
+    assert [(p, s) for p, s, _ in said] == [("tests/q.py", dg.AssetCheckSeverity.WARN),
+                                           ("tests/ok.py", dg.AssetCheckSeverity.WARN),
+                                           ("tests/q.py", dg.AssetCheckSeverity.ERROR)], said
+    assert all("does not fail the night unless its node turns out bad" in d for _, _, d in said[:2])
+    assert said[2][2].endswith("not excused by the night's verdict (its node n0 was bad): it fails the night")

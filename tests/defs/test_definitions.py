@@ -111,3 +111,19 @@ def test_definitions_build_for_a_catalog_of_thousands_of_tests():
     tests = tuple(make_test(id=f"tests/t{i:05d}.py", path=f"tests/t{i:05d}.py") for i in range(5000))
     d = build_definitions(catalog=Catalog(repo="x", tests=tests))
     assert len(wiring(d)["assets"]["test_runs"]["partitions"]) == 5000
+
+
+def test_a_corrupt_estimates_file_leaves_the_code_location_loading_and_fails_the_tick_that_reads_it(tmp_path):
+    """The estimates file is state: broken, it must not take the schedules and sensors down with the location."""
+    from pipelines.defs.resources import NightlyResource
+    from tests.support.assets import example_assets
+
+    nightly = NightlyResource(home=str(tmp_path / "home"), assets_dir=str(example_assets(tmp_path / "assets")))
+    night = nightly.night()
+    night.state.put(night.calibration_keys()["estimates"], "{not json")
+    loaded = build_definitions(nightly=nightly)  # the partitions are the registered tests
+    keys = loaded.resolve_assets_def("test_runs").partitions_def.get_partition_keys()
+    assert sorted(keys) == sorted(t.id for t in night.registered.tests)
+    tick = loaded.resolve_sensor_def("rerun_changed_tests").evaluate_tick(
+        dg.build_sensor_context(resources={"nightly": nightly}, definitions=loaded))
+    assert "corrupt estimates file" in tick.skip_message and "estimates/minirl.json:1" in tick.skip_message

@@ -228,9 +228,9 @@ def test_ui_print_command_points_dagster_dev_at_the_state_folders_instance(tmp_p
     out = nightly("ui", "--print-command", "--port", "3999", home=home)
     assert out.returncode == 0, out.stderr
     words = shlex.split(out.stdout.strip())
-    assert words[0] == f"DAGSTER_HOME={home / 'dagster'}"
-    assert Path(words[1]).name == "dagster" and words[2:4] == ["dev", "-w"]
-    assert Path(words[4]) == PROJECT / "workspace.yaml"
+    assert words[:2] == [f"DAGSTER_HOME={home / 'dagster'}", f"NIGHTLY_HOME={home}"]
+    assert Path(words[2]).name == "dagster" and words[3:5] == ["dev", "-w"]
+    assert Path(words[5]) == PROJECT / "workspace.yaml"
     assert words[-2:] == ["-p", "3999"]
     config = (home / "dagster" / "dagster.yaml").read_text()
     assert re.search(r"telemetry:\s*\n\s+enabled: false", config), config

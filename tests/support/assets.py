@@ -49,3 +49,33 @@ def two_node_example(tmp: Path, test_file: str, count: int = 6) -> tuple[Path, P
                                      "pools": {"h200": {"nodes": 2, "gpus_per_node": 8}}}
     (assets / "cluster.yaml").write_text(yaml.safe_dump(cluster))
     return repo, assets
+
+
+#: the registry module of :func:`registry_repo`: framework M's dialect, read from the files without importing them
+REGISTRY = "def register_cuda_ci(est_time, suite, *, labels=(), nightly=False, disabled=None):\n    pass\n"
+#: a test file of :func:`registry_repo` that registers one 2-GPU test and ends at once
+QUICK_TEST = """from ci_register import register_cuda_ci
+
+register_cuda_ci(est_time={est}, suite="stage-b-2-gpu-h200", labels=["fx"])
+
+if __name__ == "__main__":
+    pass
+"""
+
+
+def registry_repo(tmp: Path, files: dict[str, str]) -> tuple[Path, Path]:
+    """(repo, assets): a tiny framework checkout at ``tmp/fw`` (``files`` under ``tests/e2e/`` beside its
+    registry module, a git repository) and ``assets/`` at ``tmp/assets`` with it as repo ``fw``: a night
+    of a few tests that end at once, for the paths around the tests rather than the tests themselves."""
+    import subprocess
+
+    repo = tmp / "fw"
+    (repo / "tests" / "e2e").mkdir(parents=True)
+    (repo / "tests" / "e2e" / "ci_register.py").write_text(REGISTRY)
+    for name, text in files.items():
+        (repo / "tests" / "e2e" / name).write_text(text)
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    assets = example_assets(tmp / "assets")
+    with open(assets / "repos.yaml", "a") as fh:
+        fh.write(f"  fw:\n    path: {repo}\n")
+    return repo, assets
