@@ -363,14 +363,18 @@ class Night:
         spec = self.repo_spec
         return load_doc(self.state, spec.name, legacy_checkout(spec.path, spec, self.specs.repos))
 
-    def flaky_states(self) -> dict:
+    def flaky_states(self, tonight: dict[str, tuple[str, str]] | None = None) -> dict:
         """Test id -> FlakyState: history replayed with the quarantine document's manual actions, as
-        the night's verdict and `nightly quarantine` see them."""
-        from pipelines.core.flaky import own_tests, replay
+        the night's verdict and `nightly quarantine` see them; with ``tonight`` (test id -> (sha256,
+        image)), as a night of that code and image starts (``flaky.for_tonight``). Calibrate's est_time
+        rewrites (the history's successions) change no test: a quarantine outlasts them."""
+        from pipelines.core.flaky import for_tonight, own_tests, replay
 
         doc = self.quarantine_doc()
         mine = own_tests((t.id for t in self.catalog.tests), doc)  # every repo's nights share one history store
-        return replay([s for s in self.history.read() if s.test_id in mine], self.flaky_rules(), doc)
+        rewrites = lineage(self.history)
+        states = replay([s for s in self.history.read() if s.test_id in mine], self.flaky_rules(), doc, rewrites)
+        return states if tonight is None else for_tonight(states, tonight, self.run_id, rewrites)
 
     def quarantine_holds(self, tests: Iterable[Test]) -> dict[str, str]:
         """Test id -> why it is not launched: quarantined as flaky while the repo's

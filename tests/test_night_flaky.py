@@ -107,3 +107,34 @@ def test_an_automatic_quarantine_excuses_failures_only_of_the_test_file_it_was_j
            f"{sha[:12]} -> " in note
     after = changed["flaky"][TEST]
     assert (after["state"], after["lapsed"]) == ("released", True) and "test file changed" in after["why"]
+
+
+def test_calibrates_est_time_rewrite_of_a_quarantined_test_keeps_its_quarantine(tmp_path):
+    """`nightly calibrate --write` rewrote the quarantined test's est_time and recorded the succession in
+    the history store: the file is the same test, so that night's failure is still excused (verdict,
+    Dagster check, flaky states after it), as its samples still count for calibration."""
+    from pipelines.core.calibrate.lineage import rewrite_successions
+
+    repo, assets = copied_example(tmp_path)
+    night = Night(NightSettings(home=tmp_path / "home", assets_dir=assets))
+    sha = night.tests_by_id[TEST].sha256
+    night.history.append([Sample(TEST, "h200", sha, outcome, 10.0, f"2026-01-0{day}T01:0{attempt}:00Z",
+                                 node="stand-in-0", run_id=f"run-{day}", attempt=attempt)
+                          for day in (1, 2, 3) for attempt, outcome in ((1, "failed"), (2, "passed"))])
+    path = repo / TEST
+    before = path.read_text()
+    after = before.replace("est_time=10,", "est_time=20,")
+    assert after != before
+    path.write_text(after)
+    night.history.add_successions(rewrite_successions({TEST: (before, after)}))
+
+    night = Night(NightSettings(home=tmp_path / "home", assets_dir=assets))
+    assert night.tests_by_id[TEST].sha256 != sha
+    events = list(run_tests(night, night.runset([TEST], RunSelection()), RunSelection(),
+                            launcher=FailsOnCue(True), say=lambda _: None))
+    [finished] = [e for e in events if isinstance(e, Finished)]
+    [done] = [e for e in events if isinstance(e, NightDone)]
+    verdict = done.summary["verdict"]
+    assert finished.quarantined is True
+    assert verdict["excused_quarantined"] == [TEST] and verdict["quarantine_ended"] == [] and verdict["ok"]
+    assert done.summary["flaky"][TEST]["state"] == "quarantined"
