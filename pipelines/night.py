@@ -379,14 +379,18 @@ class Night:
     def quarantine_holds(self, tests: Iterable[Test]) -> dict[str, str]:
         """Test id -> why it is not launched: quarantined as flaky while the repo's
         ``flaky: run_quarantined`` is off (empty when it is on, or the rules are wrong: the
-        night's record notes those, see execute.flaky_verdict)."""
+        night's record notes those, see execute.flaky_verdict). Judged with each test's file and image
+        tonight as a test that runs is (``flaky.for_tonight``): a held test never runs, so no sample
+        of it would ever show that its file changed and its automatic quarantine ended."""
         tests = list(tests)
         try:
             if self.flaky_rules().run_quarantined or not tests:
                 return {}
         except CatalogError:
             return {}
-        states = self.flaky_states()
+        # the image as its samples would record it (execute._flaky_states): the probe's when pinned
+        states = self.flaky_states({t.id: (t.sha256, self.image_digests.get(self.pool_of(t)) or self.settings.image)
+                                    for t in tests})
         return {t.id: f"quarantined as flaky since {states[t.id].since or '?'} and run_quarantined is off "
                       f"(repos.yaml flaky:); `nightly quarantine release {t.id}` to run it again"
                 for t in tests if getattr(states.get(t.id), "state", "") == "quarantined"}
