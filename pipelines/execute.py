@@ -278,15 +278,12 @@ def _flaky_states(night: Night, tests: list[Test], infra: dict | None) -> dict:
     quarantine of other code or another image ends: ``flaky.for_tonight``), the image as the night's
     samples record it (the infra probe's digest for the test's pool); advice: unreadable rules or
     states mean none."""
-    from pipelines.core.flaky import for_tonight
-
-    try:
-        states = night.flaky_states()
-    except Exception:  # noqa: BLE001 - the night's record notes why (flaky_verdict)
-        return {}
     images = {pool: (info or {}).get("image_digest", "") for pool, info in (infra or {}).items()}
     tonight = {t.id: (t.sha256, images.get(night.pool_of(t)) or night.settings.image) for t in tests}
-    return for_tonight(states, tonight, night.run_id)
+    try:
+        return night.flaky_states(tonight)  # for_tonight, with calibrate's rewrites as the replay has them
+    except Exception:  # noqa: BLE001 - the night's record notes why (flaky_verdict)
+        return {}
 
 
 def _dispatch(night: Night, plan: Plan, tests: list[Test], launcher: Launcher, say: Callable[[str], None],

@@ -371,26 +371,34 @@ class Night:
         spec = self.repo_spec
         return load_doc(self.state, spec.name, legacy_checkout(spec.path, spec, self.specs.repos))
 
-    def flaky_states(self) -> dict:
+    def flaky_states(self, tonight: dict[str, tuple[str, str]] | None = None) -> dict:
         """Test id -> FlakyState: history replayed with the quarantine document's manual actions, as
-        the night's verdict and `nightly quarantine` see them."""
-        from pipelines.core.flaky import own_tests, replay
+        the night's verdict and `nightly quarantine` see them; with ``tonight`` (test id -> (sha256,
+        image)), as a night of that code and image starts (``flaky.for_tonight``). Calibrate's est_time
+        rewrites (the history's successions) change no test: a quarantine outlasts them."""
+        from pipelines.core.flaky import for_tonight, own_tests, replay
 
         doc = self.quarantine_doc()
         mine = own_tests((t.id for t in self.catalog.tests), doc)  # every repo's nights share one history store
-        return replay([s for s in self.history.read() if s.test_id in mine], self.flaky_rules(), doc)
+        rewrites = lineage(self.history)
+        states = replay([s for s in self.history.read() if s.test_id in mine], self.flaky_rules(), doc, rewrites)
+        return states if tonight is None else for_tonight(states, tonight, self.run_id, rewrites)
 
     def quarantine_holds(self, tests: Iterable[Test]) -> dict[str, str]:
         """Test id -> why it is not launched: quarantined as flaky while the repo's
         ``flaky: run_quarantined`` is off (empty when it is on, or the rules are wrong: the
-        night's record notes those, see execute.flaky_verdict)."""
+        night's record notes those, see execute.flaky_verdict). Judged with each test's file and image
+        tonight as a test that runs is (``flaky.for_tonight``): a held test never runs, so no sample
+        of it would ever show that its file changed and its automatic quarantine ended."""
         tests = list(tests)
         try:
             if self.flaky_rules().run_quarantined or not tests:
                 return {}
         except CatalogError:
             return {}
-        states = self.flaky_states()
+        # the image as its samples would record it (execute._flaky_states): the probe's when pinned
+        states = self.flaky_states({t.id: (t.sha256, self.image_digests.get(self.pool_of(t)) or self.settings.image)
+                                    for t in tests})
         return {t.id: f"quarantined as flaky since {states[t.id].since or '?'} and run_quarantined is off "
                       f"(repos.yaml flaky:); `nightly quarantine release {t.id}` to run it again"
                 for t in tests if getattr(states.get(t.id), "state", "") == "quarantined"}

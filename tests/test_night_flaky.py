@@ -107,3 +107,72 @@ def test_an_automatic_quarantine_excuses_failures_only_of_the_test_file_it_was_j
            f"{sha[:12]} -> " in note
     after = changed["flaky"][TEST]
     assert (after["state"], after["lapsed"]) == ("released", True) and "test file changed" in after["why"]
+
+
+def test_calibrates_est_time_rewrite_of_a_quarantined_test_keeps_its_quarantine(tmp_path):
+    """`nightly calibrate --write` rewrote the quarantined test's est_time and recorded the succession in
+    the history store: the file is the same test, so that night's failure is still excused (verdict,
+    Dagster check, flaky states after it), as its samples still count for calibration."""
+    from pipelines.core.calibrate.lineage import rewrite_successions
+
+    repo, assets = copied_example(tmp_path)
+    night = Night(NightSettings(home=tmp_path / "home", assets_dir=assets))
+    sha = night.tests_by_id[TEST].sha256
+    night.history.append([Sample(TEST, "h200", sha, outcome, 10.0, f"2026-01-0{day}T01:0{attempt}:00Z",
+                                 node="stand-in-0", run_id=f"run-{day}", attempt=attempt)
+                          for day in (1, 2, 3) for attempt, outcome in ((1, "failed"), (2, "passed"))])
+    path = repo / TEST
+    before = path.read_text()
+    after = before.replace("est_time=10,", "est_time=20,")
+    assert after != before
+    path.write_text(after)
+    night.history.add_successions(rewrite_successions({TEST: (before, after)}))
+
+    night = Night(NightSettings(home=tmp_path / "home", assets_dir=assets))
+    assert night.tests_by_id[TEST].sha256 != sha
+    events = list(run_tests(night, night.runset([TEST], RunSelection()), RunSelection(),
+                            launcher=FailsOnCue(True), say=lambda _: None))
+    [finished] = [e for e in events if isinstance(e, Finished)]
+    [done] = [e for e in events if isinstance(e, NightDone)]
+    verdict = done.summary["verdict"]
+    assert finished.quarantined is True
+    assert verdict["excused_quarantined"] == [TEST] and verdict["quarantine_ended"] == [] and verdict["ok"]
+    assert done.summary["flaky"][TEST]["state"] == "quarantined"
+
+
+def test_with_run_quarantined_off_a_held_test_runs_again_once_its_file_changes(tmp_path, monkeypatch, capsys):
+    """`flaky: run_quarantined: false` keeps a quarantined test from launching, so no night of it ever
+    shows a changed file: the hold is judged with tonight's file (flaky.for_tonight, as a test that runs
+    is), so a changed test runs again and its failure counts; calibrate's est_time rewrite changes nothing."""
+    import yaml
+
+    from pipelines.cli import main
+    from pipelines.core.calibrate.lineage import rewrite_successions
+
+    lora = "tests/e2e/lora/test_lora_math.py"
+    repo, assets = copied_example(tmp_path)
+    data = yaml.safe_load((assets / "repos.yaml").read_text())
+    data["repos"]["minirl"]["flaky"] = {"run_quarantined": False}
+    (assets / "repos.yaml").write_text(yaml.safe_dump(data))
+    monkeypatch.setenv("NIGHTLY_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("NIGHTLY_ASSETS_DIR", str(assets))
+    night = Night(NightSettings(home=tmp_path / "home", assets_dir=assets))
+    night.history.append([Sample(lora, "h200", night.tests_by_id[lora].sha256, outcome, 10.0,
+                                 f"2026-01-0{day}T01:0{attempt}:00Z", node="h200-a", run_id=f"run-{day}",
+                                 attempt=attempt)
+                          for day in (1, 2, 3) for attempt, outcome in ((1, "failed"), (2, "passed"))])
+
+    def listed() -> str:
+        assert main(["run", "--labels", "lora", "--list-only"]) == 0
+        return next(x for x in capsys.readouterr().out.splitlines() if lora in x and "release" not in x.split(lora)[0])
+
+    assert listed().split()[0] == "-" and "run_quarantined is off" in listed()
+    path = repo / lora
+    before = path.read_text()
+    rewritten = before.replace("est_time=", "est_time=1", 1)
+    path.write_text(rewritten)  # as `nightly calibrate --write` does, with the succession it records
+    night.history.add_successions(rewrite_successions({lora: (before, rewritten)}))
+    assert listed().split()[0] == "-", "calibrate's own rewrite is the same test"
+    path.write_text(rewritten + "\n# a change that may have fixed or broken it\n")
+    line = listed()
+    assert line.split()[0] != "-" and "run_quarantined is off" not in line

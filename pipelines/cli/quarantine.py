@@ -84,7 +84,8 @@ def _list(args: argparse.Namespace) -> int:
     mine, fallback = repo_tests(name, inputs, store)
     if fallback:
         print(f"nightly quarantine list: warning: {fallback}", file=sys.stderr)
-    states = {k: s for k, s in replay(inputs.samples, inputs.rules, inputs.quarantine).items() if k in mine}
+    states = {k: s for k, s in replay(inputs.samples, inputs.rules, inputs.quarantine, inputs.rewrites).items()
+              if k in mine}
     shown = [s for _, s in sorted(states.items()) if args.all or s.state != "healthy"]
     if args.json:
         print(json.dumps([s.to_dict() for s in shown], indent=1))
@@ -152,7 +153,7 @@ def _record(args: argparse.Namespace) -> int:
     def change(doc: dict) -> dict:
         # checked against the document as stored now, under the store's lock or conditional write: another
         # `quarantine add|release` that got there first is seen, never overwritten
-        why_not = refuse(replay(inputs.samples, inputs.rules, doc).get(args.test))
+        why_not = refuse(replay(inputs.samples, inputs.rules, doc, inputs.rewrites).get(args.test))
         if why_not:
             raise _Unchanged(why_not)
         return record(doc, args.test, args.quarantine_command, args.by, args.why, at)

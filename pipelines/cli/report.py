@@ -70,7 +70,7 @@ def repo_context(home: Path, repo: str | None, deployment: str | None):
     from pipelines.core.specs import legacy_checkout, load_specs, repo_name
     from pipelines.reporting.inputs import ReportInputs, stored_estimates
     from pipelines.reporting.state import load_doc
-    from pipelines.storage.history import history_store
+    from pipelines.storage.history import history_store, lineage
     from pipelines.storage.state import state_store
 
     specs = load_specs()
@@ -107,7 +107,7 @@ def repo_context(home: Path, repo: str | None, deployment: str | None):
         samples=samples, tests=tests, estimates=estimates, rules=rules,
         quarantine=load_doc(store, name, legacy), repo_path=path if tests else None,  # coverage: against the night's selection
         timeout_floor_s=spec.timeout_floor_s if spec else 1800, timeout_factor=spec.timeout_factor if spec else 1.25,
-        repo=name, legacy_checkout=legacy,
+        repo=name, legacy_checkout=legacy, rewrites=lineage(history),  # quarantines outlast est_time rewrites
     ), store
 
 

@@ -13,7 +13,8 @@ failure injected with ``--env`` is never mistaken for flakiness:
 States: healthy -> flaky -> quarantined -> released (after ``release_after`` consecutive passing
 nights) -> healthy (after one more clean night; a failed one keeps it released). A quarantine the
 rules made excuses failures only of the code and image it was judged on: it ends (released, its
-failures count again) when the test file or the image changes, or after ``lapse_after``
+failures count again) when the test file (calibrate's own est_time rewrites aside: the history's
+successions, ``calibrate.lineage``) or the image changes, or after ``lapse_after``
 consecutive failing nights (a flaky test passes now and then; one that never does is broken).
 Infra errors and skips say nothing about a test: they are ignored here, and
 failures on a node the night found bad are the node's, not the test's. Manual overrides (who, why,
@@ -28,11 +29,14 @@ from dataclasses import asdict, dataclass, fields, replace
 from datetime import UTC, datetime
 from typing import NamedTuple
 
+from pipelines.core.calibrate.lineage import Lineage
 from pipelines.core.calibrate.policies import parse_time
 from pipelines.core.health import HARD_FAULTS, RecentPasses, detect_bad_nodes
 from pipelines.core.model import Attempt, CatalogError, Problem, Sample
 
 STATES = ("healthy", "flaky", "quarantined", "released")
+#: no est_time rewrites recorded: every digest is its own revision
+NO_REWRITES = Lineage()
 _FAIL = ("failed", "timed_out")
 
 
@@ -243,18 +247,20 @@ def _attempt(s: Sample) -> Attempt:
 
 def step(state: FlakyState, night: NightRecord, prev: NightRecord | None, rules: FlakyRules,
          window: Sequence[tuple[int, Evidence]] = (), index: int = 0,
-         evidence_envs: frozenset[str] = frozenset()) -> tuple[FlakyState, list[tuple[int, Evidence]]]:
+         evidence_envs: frozenset[str] = frozenset(),
+         lineage: Lineage = NO_REWRITES) -> tuple[FlakyState, list[tuple[int, Evidence]]]:
     """One night of one test: the new state and the evidence window (``(night index, evidence)`` pairs).
 
     ``evidence_envs``: the extra environments the evidence of a quarantine came from; a night of a
     quarantined test that failed under another one (a failure injected with ``--env``) says nothing
     of the flakiness it was quarantined for: it neither resets the release streak nor counts in it.
+    ``lineage``: calibrate's est_time rewrites (:func:`changed_since`).
     """
     outs = night.outcomes
     if state.state == "healthy" and not window and not state.evidence and outs == ("passed",) and \
             (prev is None or prev.final == "passed"):
         return state, []  # the common night: nothing to note
-    changed = changed_since(state, night.sha256, night.image)
+    changed = changed_since(state, night.sha256, night.image, lineage)
     if changed:  # the evidence was of other code or another image: tonight is judged afresh
         state, window = ended(state, changed, night.run_id), []
     new = [(i, e) for i, e in window if index - i < rules.window_nights]
@@ -306,14 +312,16 @@ def step(state: FlakyState, night: NightRecord, prev: NightRecord | None, rules:
     return replace(state, evidence=evidence), new
 
 
-def changed_since(state: FlakyState, sha256: str, image: str) -> str:
+def changed_since(state: FlakyState, sha256: str, image: str, lineage: Lineage = NO_REWRITES) -> str:
     """Why an automatic quarantine does not excuse a failure of this code and image ("" when it
-    does): it was judged on another test file or another image. An unknown value on either side
+    does): it was judged on another test file or another image. A file calibrate only re-estimated
+    (a digest ``lineage``, the history store's successions, leads from the quarantine's to this one)
+    is the same test, as calibration and the planner count it. An unknown value on either side
     (older records, a sample without an image) compares nothing. A quarantine by hand is a
     person's decision: it holds whatever changes."""
     if state.state != "quarantined" or state.manual:
         return ""
-    if state.sha256 and sha256 and state.sha256 != sha256:
+    if state.sha256 and sha256 and state.sha256 not in lineage.same_revision(sha256):
         return f"test file changed since quarantined (sha256 {state.sha256[:12]} -> {sha256[:12]})"
     if state.image and image and state.image != image:
         return f"image changed since quarantined ({_short(state.image)} -> {_short(image)})"
@@ -333,23 +341,26 @@ def ended(state: FlakyState, why: str, run_id: str) -> FlakyState:
 
 
 def for_tonight(states: Mapping[str, FlakyState], tonight: Mapping[str, tuple[str, str]],
-                run_id: str) -> dict[str, FlakyState]:
+                run_id: str, lineage: Lineage = NO_REWRITES) -> dict[str, FlakyState]:
     """The states a night starts with, given each test's code and image tonight (test id ->
     (sha256, image), "" where not known yet): an automatic quarantine judged on another file or
     image ends before the night, so tonight's failure of the changed test counts. The replay after
-    the night reaches the same state from tonight's samples."""
+    the night reaches the same state from tonight's samples, given the same ``lineage``
+    (calibrate's est_time rewrites, which change no test)."""
     out = dict(states)
     for tid, (sha256, image) in tonight.items():
         state = out.get(tid)
-        why = changed_since(state, sha256, image) if state is not None else ""
+        why = changed_since(state, sha256, image, lineage) if state is not None else ""
         if why:
             out[tid] = ended(state, why, run_id)
     return out
 
 
 def replay(samples: Sequence[Sample], rules: FlakyRules = FlakyRules(),
-           overrides: Mapping | None = None) -> dict[str, FlakyState]:
-    """Every test's state after all of history, manual overrides applied at the time they were made."""
+           overrides: Mapping | None = None, lineage: Lineage = NO_REWRITES) -> dict[str, FlakyState]:
+    """Every test's state after all of history, manual overrides applied at the time they were made.
+    ``lineage``: the history store's successions (calibrate's est_time rewrites), so a quarantine
+    outlasts a rewrite of its file's est_time; without them such a rewrite counts as a changed file."""
     actions: dict[str, list[dict]] = defaultdict(list)
     for a in sorted(overrides_of(overrides), key=lambda a: _time(a["at"])):
         actions[a["test"]].append(a)
@@ -362,11 +373,12 @@ def replay(samples: Sequence[Sample], rules: FlakyRules = FlakyRules(),
         if tid not in actions and all(n.outcomes == ("passed",) for n in mine):
             states[tid] = FlakyState(tid)  # the common test: it always passed
             continue
-        states[tid] = _replay_one(tid, mine, actions.get(tid, []), rules)
+        states[tid] = _replay_one(tid, mine, actions.get(tid, []), rules, lineage)
     return states
 
 
-def _replay_one(tid: str, nights: Sequence[NightRecord], actions: Sequence[Mapping], rules: FlakyRules) -> FlakyState:
+def _replay_one(tid: str, nights: Sequence[NightRecord], actions: Sequence[Mapping], rules: FlakyRules,
+                lineage: Lineage = NO_REWRITES) -> FlakyState:
     """Each night is compared with the test's last night under the same extra environment."""
     state, window, before, k = FlakyState(tid), [], {}, 0
     env_of: dict[str, str] = {}  # each run's extra environment, for the evidence that cites it
@@ -377,7 +389,7 @@ def _replay_one(tid: str, nights: Sequence[NightRecord], actions: Sequence[Mappi
             k += 1
         envs = frozenset(env_of[e.run_id] for e in state.evidence if e.run_id in env_of) \
             if state.state == "quarantined" else frozenset()
-        state, window = step(state, night, before.get(night.env), rules, window, i, envs)
+        state, window = step(state, night, before.get(night.env), rules, window, i, envs, lineage)
         before[night.env] = night
     for action in actions[k:]:
         state = _apply(state, action)

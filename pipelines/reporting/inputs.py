@@ -19,6 +19,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 from pipelines.core.calibrate.evidence import write_atomic
+from pipelines.core.calibrate.lineage import Lineage
 from pipelines.core.calibrate.policies import parse_time
 from pipelines.core.catalog.ids import safe_filename
 from pipelines.core.flaky import FlakyRules, own_tests, recorded_state_problem, replay, states_from_summary
@@ -494,6 +495,8 @@ class ReportInputs:
     #: an unconfigured checkout's path: its quarantine document may still be under its folder name
     #: (reporting.state.legacy_doc), which `nightly quarantine add|release` carries over to ``repo``'s
     legacy_checkout: Path | None = None
+    #: calibrate's est_time rewrites (the history's successions): a quarantine outlasts them, in every replay
+    rewrites: Lineage = dataclasses.field(default_factory=Lineage)
 
 
 def as_of(summary: Mapping, samples: Sequence[Sample], quarantine: Mapping | None,
@@ -536,7 +539,7 @@ def night_report(store: StateStore, night: str | None, inputs: ReportInputs,
         ends = [a.get("started_at", "") for a in summary.get("attempts", ())]
         states = states_from_summary(summary["flaky"], quarantine, max(ends, default=""))
     else:
-        states = replay(samples, inputs.rules, quarantine)
+        states = replay(samples, inputs.rules, quarantine, inputs.rewrites)
     # one history store and one nights/ for every repo: the page lists this repo's tests only
     mine = own_tests((t.id for t in inputs.tests), quarantine, summary.get("selected", ()),
                      (a["test_id"] for a in summary["attempts"]))

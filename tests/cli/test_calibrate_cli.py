@@ -101,6 +101,20 @@ def test_a_night_run_with_extra_environment_moves_no_est_time(repo, tmp_path, ca
     assert rows["tests/e2e/test_a.py"]["sources"] == "n3.log:3 n2.log:3 n1.log:3"
 
 
+def test_a_hang_injected_with_extra_environment_is_not_near_the_timeout(repo, tmp_path, capsys):
+    """A failure-injection night (`nightly run --env MINIRL_HANG=...`) killed test_a at its timeout: the
+    calibration leaves it out, and so does its near-timeout list (test_a's last plain run took 960 s)."""
+    store = FileHistoryStore(tmp_path / "home" / "history.sqlite")
+    [a] = {s.sha256 for s in store.read() if s.test_id == "tests/e2e/test_a.py"}
+    store.append([Sample("tests/e2e/test_a.py", "h200", a, "timed_out", 4500, datetime.now(UTC).isoformat(),
+                         source="hang.log:3", capped=True, env="MINIRL_HANG#1f2e3d4c5b6a")])
+    assert cli("calibrate", "--repo", str(repo)) == 0
+    out = capsys.readouterr().out
+    near = out.split("near timeout (", 1)[1].split("would rewrite", 1)[0]
+    assert "tests/e2e/test_a.py" not in near
+    assert "tests/e2e/test_b.py: last run passed after 1700 s" in near  # a plain night's still is
+
+
 def test_p90_needs_three_samples_so_a_single_night_changes_nothing(repo, capsys):
     assert cli("calibrate", "--repo", str(repo), "--policy", "p90") == 0
     out = capsys.readouterr().out

@@ -222,3 +222,26 @@ def test_an_empty_test_id_is_refused_as_empty_not_answered_with_every_test(home,
     assert err == (f"nightly quarantine {action}: TEST: must not be empty; say which test (its id as `nightly catalog` "
                    "prints it)\n")
     assert not (home / "quarantine" / "minirl.json").exists()
+
+
+def test_a_quarantine_outlasts_calibrates_est_time_rewrite_in_the_list(tmp_path, capsys):
+    """Quarantined on the file before `nightly calibrate --write` rewrote its est_time (the succession
+    is in the history store); a failing night of the rewritten file keeps it quarantined in `quarantine
+    list`, as in the night's verdict. Without the succession it is another file: the quarantine ends."""
+    from pipelines.core.calibrate import Lineage, Succession
+    from pipelines.core.model import Sample
+
+    before, after = "1" * 64, "2" * 64
+    runs = [Sample(tid(LORA), "h200", before, outcome, 60.0, f"2026-11-0{day}T01:0{attempt}:00+00:00",
+                   node="h200-a", run_id=f"run-{day}", attempt=attempt)
+            for day in (1, 2, 3) for attempt, outcome in ((1, "failed"), (2, "passed"))]
+    runs.append(Sample(tid(LORA), "h200", after, "failed", 60.0, "2026-11-04T01:01:00+00:00", node="h200-a",
+                       run_id="run-4", attempt=1))
+    home = tmp_path / "home"
+    store = FileHistoryStore(home / "history.sqlite")
+    store.append(runs)
+    assert listed(capsys, home)[tid(LORA)]["lapsed"] is True  # no record of the rewrite: a changed file
+    store.add_successions([Succession(before, after, tid(LORA))])
+    state = listed(capsys, home)[tid(LORA)]
+    assert (state["state"], state["lapsed"], state["failing"]) == ("quarantined", False, 1)
+    assert Lineage.of(store.successions()).same_revision(after) == {before, after}

@@ -553,3 +553,27 @@ def test_an_ended_quarantine_round_trips_and_a_damaged_one_is_named():
     assert recorded_state_problem({**d, "failing": -1}) == (("failing",), "expected a whole number >= 0, got -1")
     assert recorded_state_problem({**d, "lapsed": "yes"}) == (("lapsed",), "expected true or false, got 'yes'")
     assert recorded_state_problem({**d, "sha256": 5}) == (("sha256",), "expected a string, got 5")
+
+
+def test_calibrates_own_est_time_rewrite_is_the_same_code_for_a_quarantine():
+    """`nightly calibrate --write` (or its merged patch) rewrites only est_time and records the
+    succession: the quarantine judged on the file before it holds, as the calibration keeps its samples
+    current; a real edit after the rewrite still ends it, in the replay and as the night starts."""
+    from pipelines.core.calibrate.lineage import Lineage, Succession
+
+    old, new, edited = "a" * 64, "b" * 64, "c" * 64
+    rewrites = Lineage.of([Succession(old, new, T)])
+    flaky = history("passed", "failed", "passed", "failed")
+    q = state_of(flaky)
+    assert q.state == "quarantined" and q.sha256 == old
+    assert for_tonight({T: q}, {T: (new, "img@1")}, "run05", rewrites) == {T: q}
+    held = replay(flaky + history("failed", sha=new, start=5), RULES, lineage=rewrites)[T]
+    assert (held.state, held.lapsed, held.failing) == ("quarantined", False, 1)
+    assert night_verdict([attempt(T, "failed")], {T: held}).excused == (T,)
+    # without the record of the rewrite it is another file, as before
+    assert replay(flaky + history("failed", sha=new, start=5), RULES)[T].lapsed
+    # a real edit after the rewrite has no succession: the quarantine ends
+    assert for_tonight({T: q}, {T: (edited, "img@1")}, "run05", rewrites)[T].lapsed
+    ended = replay(flaky + history("failed", sha=new, start=5) + history("failed", sha=edited, start=6), RULES,
+                   lineage=rewrites)[T]
+    assert ended.lapsed and f"(sha256 {'a' * 12} -> {'c' * 12})" in ended.why

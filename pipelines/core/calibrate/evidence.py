@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from pipelines.core.calibrate.output import write_atomic
-from pipelines.core.calibrate.policies import parse_time
+from pipelines.core.calibrate.policies import parse_time, plain
 from pipelines.core.model import Estimate, Sample, Test, effective_timeout, timeout_floor_problem
 
 EVIDENCE_COLUMNS = ("test_id", "hardware", "current_est_time", "samples_used", "max_s", "p90_s", "median_s",
@@ -118,13 +118,15 @@ def near_timeout(tests: Sequence[Test], samples: Sequence[Sample], floor: int = 
     framework's own runner uses it until the est_time patch is merged (a raised calibrated est_time
     must not hide a run past it either); template tests register no timeout. The framework's runner
     has its own floor (its ``timeout_per_file``: the repo's ``timeout.floor_s``), ``runner_floor``,
-    whatever floor the night ran with (``nightly run --timeout-floor``); None: ``floor``."""
+    whatever floor the night ran with (``nightly run --timeout-floor``); None: ``floor``. Only nights run
+    without extra environment count (``policies.plain``, as in calibration): a ``--env`` night's hang or
+    slow pass was injected, and every caller (`nightly calibrate`, the night's check, the report) agrees."""
     runner_floor = floor if runner_floor is None else runner_floor
     proposed = {(e.test_id, e.hardware): e.proposed for e in estimates}
     in_force = {(e.test_id, e.hardware): e.in_force for e in estimates if e.in_force is not None}
     last: dict[tuple[str, str], tuple[datetime, int, Sample]] = {}
     oldest = datetime.min.replace(tzinfo=UTC)
-    for i, s in enumerate(samples):
+    for i, s in enumerate(plain(samples)):
         if s.outcome not in ("passed", "failed", "timed_out"):
             continue
         key = (s.test_id, s.hardware, )

@@ -89,3 +89,15 @@ def test_the_framework_runner_kills_at_its_own_floor_not_the_one_the_night_ran_w
     assert str(hit) == "tests/e2e/test_a.py: last run passed after 18.2 s of its 20 s timeout (91%)"
     # the runner's floor is the night's unless given (`nightly calibrate`: one floor, the repo's)
     assert near_timeout([t], runs, 20, 1.25, estimates=[est(8, 24)])[0].file_est_time == 8
+
+
+def test_a_night_run_with_extra_environment_is_never_the_last_run_near_the_timeout():
+    """A failure-injection night (`nightly run --env MINIRL_HANG=...`) was killed at its timeout on purpose:
+    the test's last plain run decides, as calibration leaves those nights out too (policies.plain)."""
+    t = make_test(est_time=1300)  # timeout max(1800, 1625) = 1800
+    runs = [sample(960, "2026-12-01T00:00:00Z"),
+            sample(1800, "2026-12-02T00:00:00Z", outcome="timed_out", capped=True, env="MINIRL_HANG#1f2e3d4c5b6a")]
+    assert near_timeout([t], runs, 1800, 1.25) == []
+    slow = sample(1700, "2026-12-03T00:00:00Z")  # a plain night after it still counts
+    assert [h.elapsed_s for h in near_timeout([t], [*runs, slow], 1800, 1.25)] == [1700]
+    assert near_timeout([t], runs[1:], 1800, 1.25) == []  # only injected nights: no last run to judge
