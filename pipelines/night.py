@@ -317,7 +317,7 @@ class Night:
             if not isinstance(data, dict):
                 raise ValueError(f"expected an object, got {type(data).__name__}")
         except ValueError as exc:
-            raise CatalogError(Problem(self.state.uri(key), 1, "estimates",
+            raise CatalogError(Problem(self.state.uri(key), getattr(exc, "lineno", 1), "estimates",
                                        f"corrupt estimates file ({exc}); delete it, the next calibration writes it again")) from exc
         return checked_estimates(data, text, self.state.uri(key))
 

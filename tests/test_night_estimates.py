@@ -35,3 +35,19 @@ def test_an_entry_without_a_file_digest_is_left_out():
     good, bad = _check({"t": {"est_time": 60}})
     assert good == {}
     assert str(bad[0]).startswith("est.json:2: estimates['t'].sha256: expected the test file's sha256 as text, got None")
+
+
+def test_a_cut_off_estimates_file_is_named_at_the_line_where_its_json_breaks(tmp_path):
+    """A file cut short (a full disk, a killed writer) breaks far from line 1: the error says where."""
+    from pipelines.core.model import CatalogError
+    from pipelines.night import Night, NightSettings
+    from tests.support.assets import example_assets
+
+    night = Night(NightSettings(home=tmp_path / "home", assets_dir=example_assets(tmp_path / "assets")))
+    key = night.calibration_keys()["estimates"]
+    text = json.dumps({f"tests/t{i}.py": {"est_time": 60, "sha256": SHA} for i in range(5)}, indent=1)
+    night.state.put(key, text[:120])
+    with pytest.raises(CatalogError) as exc:
+        night.catalog  # noqa: B018 - loading it reads the estimates
+    [problem] = exc.value.problems
+    assert problem.line == text[:120].count("\n") + 1 > 1 and problem.field == "estimates"
