@@ -41,7 +41,9 @@ def build_jobs(deployment: str, pools: Sequence[str]) -> dict[str, dg.Unresolved
     def tests_job(name: str, cadence: str, description: str):
         return dg.define_asset_job(
             name, selection=dg.AssetSelection.assets(TEST_RUNS).without_checks(), description=description,
-            config=selection_config(RunSelection(cadence=cadence), all_registered=bool(cadence)),
+            # the Launchpad's config: its picked partitions decide (all of them: every registered test);
+            # schedules, sensors and the CLI ask for every registered test in their own requests
+            config=selection_config(RunSelection(cadence=cadence), all_registered=False),
             tags=request_tags(deployment, RunSelection(cadence=cadence), pools),
         )
 

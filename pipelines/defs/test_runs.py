@@ -216,19 +216,39 @@ def _dagster_events(context: dg.AssetExecutionContext, night, events, selection:
                     held.append((event.test.id, meta, check))
                 else:
                     yield dg.AssetMaterialization(asset_key=TEST_RUNS, partition=event.test.id, metadata=meta)
-                    yield check
+                    yield _targeted(context, check)
             elif isinstance(event, NightDone):
-                yield from _held_attempt(held, final=True)
+                yield from _held_attempt(held, final=True, context=context)
                 s = event.summary
-                yield from unexcused_checks(pending, s.get("verdict") or {})
+                yield from (_targeted(context, c) for c in unexcused_checks(pending, s.get("verdict") or {}))
                 _say(context, f"done: predicted makespan {s['predicted_makespan_s']:.1f}s, actual "
                               f"{s['actual_makespan_s']:.1f}s; record {night.state.uri('runs/' + night.run_id + '.json')}")
     except GeneratorExit:  # closed by Dagster while suspended here: nothing more may be yielded
         raise
     except BaseException:  # the night failed or was interrupted after its last attempt: still its result
-        yield from _held_attempt(held, final=True)
+        yield from _held_attempt(held, final=True, context=context)
         raise
-    yield from _held_attempt(held, final=True)
+    yield from _held_attempt(held, final=True, context=context)
+
+
+def _targeted(context: dg.AssetExecutionContext, check: dg.AssetCheckEvaluation) -> dg.AssetCheckEvaluation:
+    """The check result tied to its partition's newest materialization (the one just reported).
+
+    Dagster shows a partition's check status only while the result targets that partition's latest
+    materialization; an untargeted result counts as stale, and the check's Partitions view then
+    says every test is "Missing", hiding which ones failed."""
+    from dagster._core.definitions.asset_checks.asset_check_evaluation import (
+        AssetCheckEvaluationTargetMaterializationData,
+    )
+    from dagster_shared.record import copy
+
+    records = context.instance.fetch_materializations(
+        dg.AssetRecordsFilter(asset_key=TEST_RUNS, asset_partitions=[check.partition]), limit=1).records
+    if not records or records[0].run_id != context.run.run_id:  # not materialized by this run: nothing to tie it to
+        return check
+    newest = records[0]
+    return copy(check, target_materialization_data=AssetCheckEvaluationTargetMaterializationData(
+        storage_id=newest.storage_id, run_id=newest.run_id, timestamp=newest.timestamp))
 
 
 def _not_launched(runset: RunSet):
@@ -239,7 +259,7 @@ def _not_launched(runset: RunSet):
                                             "est_time_s": t.est_time, "est_source": t.est_source})
 
 
-def _held_attempt(held: list, final: bool):
+def _held_attempt(held: list, final: bool, context: dg.AssetExecutionContext | None = None):
     """The Pipes path's held attempt: the step's result when ``final``, else an observation of the
     partition with the same metadata (the attempt was retried); then its check result."""
     if not held:
@@ -247,9 +267,10 @@ def _held_attempt(held: list, final: bool):
     test_id, meta, check = held.pop()
     if final:
         yield dg.MaterializeResult(asset_key=TEST_RUNS, metadata=meta)
+        yield _targeted(context, check) if context is not None else check
     else:
         yield dg.AssetObservation(asset_key=TEST_RUNS, partition=test_id, metadata=meta)
-    yield check
+        yield check
 
 
 def _excused(nightly: NightlyResource, event, key: str | None) -> bool:

@@ -94,10 +94,12 @@ def test_a_quarantined_failure_the_nights_verdict_does_not_excuse_fails_its_chec
                "verdict": {"ok": False, "failed": ["tests/q.py"], "excused_quarantined": ["tests/ok.py"],
                            "infra": [], "bad_nodes": ["n0"], "interrupted": []}}
     night = SimpleNamespace(night="n", run_id="r", state=SimpleNamespace(uri=lambda key: key))
-    context = SimpleNamespace(log=SimpleNamespace(info=lambda m: None, warning=lambda m: None))
-    events = [Finished(a, tests[a.test_id], quarantined=True) for a in (q, ok)] + [NightDone(summary)]
-    checks = [e for e in _dagster_events(context, night, iter(events), RunSelection(), tests)
-              if isinstance(e, dg.AssetCheckEvaluation)]
+    with dg.instance_for_test() as instance:  # the step's instance: where each check finds its materialization
+        context = SimpleNamespace(log=SimpleNamespace(info=lambda m: None, warning=lambda m: None),
+                                  instance=instance, run=SimpleNamespace(run_id="r"))
+        events = [Finished(a, tests[a.test_id], quarantined=True) for a in (q, ok)] + [NightDone(summary)]
+        checks = [e for e in _dagster_events(context, night, iter(events), RunSelection(), tests)
+                  if isinstance(e, dg.AssetCheckEvaluation)]
     said = [(c.partition, c.severity, c.description) for c in checks]
     assert [(p, s) for p, s, _ in said] == [("tests/q.py", dg.AssetCheckSeverity.WARN),
                                            ("tests/ok.py", dg.AssetCheckSeverity.WARN),

@@ -148,3 +148,50 @@ def test_env_from_refuses_a_name_a_pod_would_refuse_before_any_test_starts():
         TestRunsConfig(env_from=["9LIVES"]).extra_env(environ)
     with pytest.raises(dg.Failure, match=r"env_from names 'MINIRL_HANG', which is not set"):
         TestRunsConfig(env_from=["MINIRL_HANG"]).extra_env(environ)
+
+
+def _check_statuses(instance) -> dict[str, tuple[str, bool]]:
+    """Each partition's test_passed status as the UI reads it: (latest status, whether it is current)."""
+    key = dg.AssetCheckKey(dg.AssetKey("test_runs"), "test_passed")
+    return {i.partition_key: (i.latest_execution_status.value, i.is_current)
+            for i in instance.event_log_storage.get_asset_check_partition_info([key])}
+
+
+@pytest.mark.parametrize("way", ["pick of three", "one partition through pipes"])
+def test_each_tests_check_is_its_partitions_current_status_as_the_ui_shows_it(cluster, way):
+    """The UI's check Partitions view shows a partition's status only for a result tied to the
+    partition's newest materialization: untargeted results read "Missing" for every test, so a
+    maintainer could not see which tests failed there."""
+    defs, pods = cluster
+    if way == "pick of three":
+        pods["watch"].outcomes = ["passed", "failed", "passed"]
+        tags = {"dagster/asset_partition_range_start": PICK[0], "dagster/asset_partition_range_end": PICK[-1]}
+        with dg.instance_for_test() as instance:
+            assert _run(defs, instance, tags=tags).success
+            statuses = _check_statuses(instance)
+        order = [t for t, _ in pods["watch"].launched]  # outcomes went out in launch order
+        assert len(order) == 3
+        expected = {tid: ("SUCCEEDED" if o == "passed" else "FAILED", True)
+                    for tid, o in zip(order, ["passed", "failed", "passed"], strict=True)}
+        assert statuses == expected
+    else:
+        pods["pipes"].outcomes = ["failed"]
+        with dg.instance_for_test() as instance:
+            assert _run(defs, instance, partition_key=ONE).success
+            assert _check_statuses(instance) == {ONE: ("FAILED", True)}
+
+
+def test_the_nightly_launchpad_runs_the_picked_partitions_not_the_whole_nightly(cluster):
+    """Jobs -> nightly -> Launchpad with a range of partitions and the job's own config: the picked
+    tests of the cadence run, not every nightly test (the pick was ignored and the run still wore
+    the picked partition's tag); every partition picked still means every registered test."""
+    defs, pods = cluster
+    pods["watch"].outcomes = ["passed"] * 20
+    job = defs.resolve_job_def("nightly")
+    config = job.partitioned_config.get_run_config_for_partition_key(PICK[0])  # what the Launchpad's editor holds
+    assert config["ops"]["test_runs"]["config"]["cadence"] == "nightly"
+    with dg.instance_for_test() as instance:
+        result = job.execute_in_process(instance=instance, raise_on_error=False, run_config=config, tags={
+            "dagster/asset_partition_range_start": PICK[0], "dagster/asset_partition_range_end": PICK[-1]})
+        assert result.success, _failures(result)
+    assert sorted(t for t, _ in pods["watch"].launched) == sorted(PICK)
