@@ -18,7 +18,7 @@ import contextlib
 import os
 import signal
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 MARKER = "NIGHTLY_ATTEMPT_TOKEN"
@@ -113,10 +113,22 @@ def holders_by_lock(paths: Sequence[Path], exclude: Sequence[int] = (),
     another night that merely opened a lock file to try it is never taken for a holder.
     """
     targets = {os.path.realpath(p) for p in paths}
-    skip = {str(pid) for pid in exclude}
     found: dict[str, list[int]] = {}
     if not targets:  # a test without GPUs holds no lock
         return found
+    for pid, target, info in _open_files(proc, exclude, targets.__contains__):
+        if any(line.startswith("lock:") for line in info.splitlines()):
+            pids = found.setdefault(target, [])
+            if pid not in pids:
+                pids.append(pid)
+    return found
+
+
+def _open_files(proc: Path, exclude: Sequence[int],
+                wanted: Callable[[str], bool]) -> Iterator[tuple[int, str, str]]:
+    """(pid, link target, fdinfo text) of each open file whose target is ``wanted``, of every live
+    process this user can see but those in ``exclude``; a process or file gone meanwhile is skipped."""
+    skip = {str(pid) for pid in exclude}
     for entry in proc.iterdir() if proc.is_dir() else ():
         if not entry.name.isdigit() or entry.name in skip:
             continue
@@ -127,41 +139,23 @@ def holders_by_lock(paths: Sequence[Path], exclude: Sequence[int] = (),
         for fd in fds:
             try:
                 target = os.readlink(entry / "fd" / fd)
-                if target not in targets:
+                if not wanted(target):
                     continue
                 info = (entry / "fdinfo" / fd).read_text()
             except OSError:
                 continue
-            if any(line.startswith("lock:") for line in info.splitlines()):
-                pids = found.setdefault(target, [])
-                if int(entry.name) not in pids:
-                    pids.append(int(entry.name))
-    return found
+            yield int(entry.name), target, info
 
 
 def pipe_writers(inode: int, exclude: Sequence[int] = (), proc: Path = Path("/proc")) -> list[int]:
     """Live processes, but those in ``exclude``, holding the write end of the pipe ``inode`` (its
     ``os.fstat().st_ino``; ``/proc/PID/fd/N`` links to ``pipe:[INODE]``). The write end only: the
     reader (the night's log pump) is no writer, so a night process that inherited it is never one."""
-    target, skip, found = f"pipe:[{inode}]", {str(pid) for pid in exclude}, []
-    for entry in proc.iterdir() if proc.is_dir() else ():
-        if not entry.name.isdigit() or entry.name in skip:
-            continue
-        try:
-            fds = os.listdir(entry / "fd")
-        except OSError:  # gone, or another user's process
-            continue
-        for fd in fds:
-            try:
-                if os.readlink(entry / "fd" / fd) != target:
-                    continue
-                info = (entry / "fdinfo" / fd).read_text()
-            except OSError:
-                continue
-            flags = next((line.split()[1] for line in info.splitlines() if line.startswith("flags:")), "0")
-            if (int(flags, 8) & os.O_ACCMODE) != os.O_RDONLY:
-                found.append(int(entry.name))
-                break
+    found: list[int] = []
+    for pid, _, info in _open_files(proc, exclude, f"pipe:[{inode}]".__eq__):
+        flags = next((line.split()[1] for line in info.splitlines() if line.startswith("flags:")), "0")
+        if (int(flags, 8) & os.O_ACCMODE) != os.O_RDONLY and pid not in found:
+            found.append(pid)
     return found
 
 
