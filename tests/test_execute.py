@@ -56,3 +56,5 @@ def test_tests_an_input_build_failure_blocked_are_in_history_like_every_other_at
     kept = sorted((s.test_id, s.outcome) for s in night.history.read() if s.run_id == night.run_id)
     assert kept == recorded == [("tests/e2e/test_f_free.py", "passed"), ("tests/e2e/test_f_node1.py", "infra_error"),
                                 ("tests/e2e/test_f_node2.py", "infra_error")]
+    # each with a start time, so history orders it with its night (an empty one sorted before every night)
+    assert all(s.started_at for s in night.history.read())

@@ -68,9 +68,11 @@ def duration_trends(samples: Sequence[Sample], test_ids: Sequence[str] | None = 
     wanted = None if test_ids is None else set(test_ids)
     start: dict[str, str] = {}
     last: dict[tuple[str, str], Sample] = {}
-    for s in samples:
-        if s.run_id not in start or (s.started_at and s.started_at < start[s.run_id]):
+    for s in samples:  # a run starts at its earliest known start: a sample without one says nothing of when
+        if s.started_at and (not start.get(s.run_id) or s.started_at < start[s.run_id]):
             start[s.run_id] = s.started_at
+        else:
+            start.setdefault(s.run_id, "")  # a run known only without times sorts first, as before
         if s.outcome not in ("passed", "failed", "timed_out") or (wanted is not None and s.test_id not in wanted):
             continue
         key = (s.run_id, s.test_id)

@@ -237,6 +237,15 @@ def test_tonights_attempts_that_used_most_of_their_timeout_are_near_timeout_with
     assert (near.test_id, near.elapsed_s, near.timeout_s, near.outcome) == ("tests/a.py", 19.0, 20, "passed")
 
 
+def test_an_injected_hang_of_a_night_run_with_extra_environment_is_not_near_timeout():
+    """`--env MINIRL_HANG=...` kills a test at its timeout on purpose: the page must not call it near its
+    timeout, as calibration's near-timeout list and the night's check do not."""
+    summary = {"night": "n", "selected": ["tests/a.py"], "env": "MINIRL_HANG#1f2e3d4c5b6a",
+               "attempts": [{**attempt("tests/a.py", "timed_out", "n0"), "elapsed_s": 20.0, "timeout_s": 20}]}
+    assert build_report(summary).near_timeout == ()
+    assert len(build_report({**summary, "env": ""}).near_timeout) == 1
+
+
 def test_the_verdict_is_the_one_the_night_recorded_not_one_recomputed_from_a_later_quarantine(night):
     """The night exited 1 with two failures; a quarantine added the next morning must not turn its
     report green after the fact (nor a release turn an excused night red)."""

@@ -25,8 +25,12 @@ from tests.support.assets import example_assets
 
 
 def _cluster_concurrency() -> dict:
-    """The instance's `concurrency` settings as the Helm chart renders them from k8s/helm/values.yaml."""
-    pools = yaml.safe_load((PROJECT_ROOT / "k8s" / "helm" / "values.yaml").read_text())["concurrency"]["pools"]
+    """The instance's `concurrency` settings as the Helm chart renders them from k8s/helm/values.yaml:
+    nothing unless the block says `enabled: true` (the chart's concurrency schema defaults it to false)."""
+    block = yaml.safe_load((PROJECT_ROOT / "k8s" / "helm" / "values.yaml").read_text())["concurrency"]
+    if block.get("enabled") is not True:
+        return {}
+    pools = block["pools"]
     return {"pools": {"granularity": pools["granularity"], "default_limit": pools["defaultLimit"]}}
 
 
