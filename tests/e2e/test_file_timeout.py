@@ -23,8 +23,8 @@ pytestmark = pytest.mark.slow
 
 PROJECT = Path(__file__).resolve().parents[2]
 TEST = """\
-import os
 import time
+from pathlib import Path
 
 from ci_register import register_cuda_ci
 
@@ -32,7 +32,7 @@ register_cuda_ci(est_time=4, suite="stage-b-2-gpu-h200", labels=["fx"])
 
 
 def execute():
-    time.sleep(float(os.environ.get("FX_SLEEP", "1")))
+    time.sleep(float((Path(__file__).parent / "sleep_s.txt").read_text()))
 
 
 if __name__ == "__main__":
@@ -41,10 +41,12 @@ if __name__ == "__main__":
 
 
 def night(assets: Path, home: Path, sleep: int) -> subprocess.CompletedProcess:
+    """One plain night (no --env: a night with extra environment is no calibration evidence); how long
+    the test sleeps is in a file beside it, so the test file and its digest stay the same."""
+    (assets.parent / "fw" / "tests" / "e2e" / "sleep_s.txt").write_text(str(sleep))
     env = {**child_env("NIGHTLY_", "DAGSTER_"), "NIGHTLY_HOME": str(home), "NIGHTLY_GPU_LOCK_DIR": str(home / "locks"),
            "NIGHTLY_ASSETS_DIR": str(assets)}
-    return subprocess.run([sys.executable, "-m", "pipelines", "run", "--repo", "fw", "--labels", "fx",
-                           "--env", f"FX_SLEEP={sleep}"],
+    return subprocess.run([sys.executable, "-m", "pipelines", "run", "--repo", "fw", "--labels", "fx"],
                           cwd=PROJECT, env=env, capture_output=True, text=True, timeout=900, check=False)
 
 
