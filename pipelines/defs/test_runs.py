@@ -240,15 +240,17 @@ def _targeted(context: dg.AssetExecutionContext, check: dg.AssetCheckEvaluation)
     from dagster._core.definitions.asset_checks.asset_check_evaluation import (
         AssetCheckEvaluationTargetMaterializationData,
     )
-    from dagster_shared.record import copy
 
     records = context.instance.fetch_materializations(
         dg.AssetRecordsFilter(asset_key=TEST_RUNS, asset_partitions=[check.partition]), limit=1).records
     if not records or records[0].run_id != context.run.run_id:  # not materialized by this run: nothing to tie it to
         return check
     newest = records[0]
-    return copy(check, target_materialization_data=AssetCheckEvaluationTargetMaterializationData(
-        storage_id=newest.storage_id, run_id=newest.run_id, timestamp=newest.timestamp))
+    return dg.AssetCheckEvaluation(
+        asset_key=check.asset_key, check_name=check.check_name, passed=check.passed, metadata=check.metadata,
+        severity=check.severity, description=check.description, blocking=check.blocking, partition=check.partition,
+        target_materialization_data=AssetCheckEvaluationTargetMaterializationData(
+            storage_id=newest.storage_id, run_id=newest.run_id, timestamp=newest.timestamp))
 
 
 def _not_launched(runset: RunSet):
