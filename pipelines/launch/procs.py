@@ -164,9 +164,15 @@ def kill_pipe_writers(inode: int, rounds: int = 20) -> dict[int, str]:
     held by a process that left the marker and the group (``start_new_session=True`` with a clean
     environment) and would write into the log after the attempt was judged. Returns the pids found,
     each described (:func:`describe`)."""
+    return _kill_until_gone(lambda: pipe_writers(inode, exclude=(os.getpid(),)), rounds)
+
+
+def _kill_until_gone(find: Callable[[], Sequence[int]], rounds: int) -> dict[int, str]:
+    """SIGKILL what ``find`` names, again until it names nothing (a killed process's children may take
+    its place) or ``rounds`` run out; returns every pid found, each described (:func:`describe`)."""
     found: dict[int, str] = {}
     for _ in range(rounds):
-        left = pipe_writers(inode, exclude=(os.getpid(),))
+        left = find()
         if not left:
             break
         for pid in left:
@@ -238,18 +244,9 @@ def kill_lock_holders(paths: Sequence[Path], rounds: int = 20,
     its holders at every round, says a lock is no longer the attempt's (someone took it once it was
     free): its holders are left alone. Returns the pids found, each described (:func:`describe`)."""
     me = os.getpid()
-    found: dict[int, str] = {}
-    for _ in range(rounds):
-        left = sorted({pid for path, pids in holders_by_lock(paths).items() if not (spare and spare(path, pids))
-                       for pid in pids if pid != me})
-        if not left:
-            break
-        for pid in left:
-            found.setdefault(pid, describe(pid))
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(pid, signal.SIGKILL)
-        time.sleep(0.05)
-    return found
+    return _kill_until_gone(lambda: sorted({pid for path, pids in holders_by_lock(paths).items()
+                                            if not (spare and spare(path, pids)) for pid in pids if pid != me}),
+                            rounds)
 
 
 def attempt_token_of(pid: int) -> str | None:
