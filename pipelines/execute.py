@@ -110,7 +110,7 @@ def run_tests(night: Night, runset: RunSet, selection: RunSelection, *, launcher
             f"{', '.join(ended)}")
     tests = list(runset.run)
     plan = night.plan(tests)
-    states = _flaky_states(night, tests, infra)
+    states = _flaky_states(night, tests)
     progress = _Progress(night, runset, selection, plan, infra or {}, tags or {}, states, say)
     progress.write()  # from here on the run is in the store, even if its worker dies without a word
     try:
@@ -276,15 +276,13 @@ class _Progress:
                          "still refuses)")
 
 
-def _flaky_states(night: Night, tests: list[Test], infra: dict | None) -> dict:
+def _flaky_states(night: Night, tests: list[Test]) -> dict:
     """Flaky states as the night starts, for each test's code and image tonight (an automatic
     quarantine of other code or another image ends: ``flaky.for_tonight``), the image as the night's
     samples record it (the infra probe's digest for the test's pool); advice: unreadable rules or
     states mean none."""
-    images = {pool: (info or {}).get("image_digest", "") for pool, info in (infra or {}).items()}
-    tonight = {t.id: (t.sha256, images.get(night.pool_of(t)) or night.settings.image) for t in tests}
     try:
-        return night.flaky_states(tonight)  # for_tonight, with calibrate's rewrites as the replay has them
+        return night.flaky_states(night.tonight(tests))  # for_tonight, with calibrate's rewrites as the replay has them
     except Exception:  # noqa: BLE001 - the night's record notes why (flaky_verdict)
         return {}
 

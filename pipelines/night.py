@@ -213,8 +213,9 @@ class Night:
         self.image_digests: dict[str, str] = {}
         #: pin_images had a probe's findings (whatever digests they hold): a build need not probe again
         self.images_pinned = False
-        #: the probe's digest per pool on a local deployment (the Python environment): local conversions' image
-        self.local_images: dict[str, str] = {}
+        #: the probe's digest per pool, whatever it holds (locally the Python environment's): what samples
+        #: record as their image (``tonight``) and local conversions' image
+        self.probed_images: dict[str, str] = {}
         self._local_image: str | None = None
         #: what the launchers noted on the way (unpinned pods, refused cordons) for the night's record
         self.notes: list[str] = []
@@ -384,6 +385,13 @@ class Night:
         states = replay([s for s in self.history.read() if s.test_id in mine], self.flaky_rules(), doc, rewrites)
         return states if tonight is None else for_tonight(states, tonight, self.run_id, rewrites)
 
+    def tonight(self, tests: Iterable[Test]) -> dict[str, tuple[str, str]]:
+        """Test id -> (sha256, image) as tonight's samples record them (``run``): the infra probe's
+        digest for the test's pool once ``pin_images`` has it, else the night's image setting ("" by
+        default, which compares no image). The flaky states a night starts from and the quarantines it
+        holds back are judged on this, so the two never disagree on what changed."""
+        return {t.id: (t.sha256, self.probed_images.get(self.pool_of(t)) or self.settings.image) for t in tests}
+
     def quarantine_holds(self, tests: Iterable[Test]) -> dict[str, str]:
         """Test id -> why it is not launched: quarantined as flaky while the repo's
         ``flaky: run_quarantined`` is off (empty when it is on, or the rules are wrong: the
@@ -396,9 +404,7 @@ class Night:
                 return {}
         except CatalogError:
             return {}
-        # the image as its samples would record it (execute._flaky_states): the probe's when pinned
-        states = self.flaky_states({t.id: (t.sha256, self.image_digests.get(self.pool_of(t)) or self.settings.image)
-                                    for t in tests})
+        states = self.flaky_states(self.tonight(tests))
         return {t.id: f"quarantined as flaky since {states[t.id].since or '?'} and run_quarantined is off "
                       f"(repos.yaml flaky:); `nightly quarantine release {t.id}` to run it again"
                 for t in tests if getattr(states.get(t.id), "state", "") == "quarantined"}
@@ -475,7 +481,7 @@ class Night:
 
                 self.pin_images(probe(self.deployment))
             pool = max(self.deployment.pools, key=lambda p: p.gpus_per_node)
-            digest = self.local_images.get(pool.name, "")
+            digest = self.probed_images.get(pool.name, "")
             if not digest:
                 from pipelines.launch.infra import environment_digest
 
@@ -519,7 +525,7 @@ class Night:
         Its builds too: a build on its own (``build`` before any pin) probes and pins first, so an
         input materialized from the UI is built by the image, and so with the identity, a night uses."""
         self.images_pinned = bool(infra)  # no probe given (run_tests without one): a build probes
-        self.local_images = {pool: info.get("image_digest", "") for pool, info in infra.items()}
+        self.probed_images = {pool: info.get("image_digest", "") for pool, info in infra.items()}
         self._local_image = None
         if self.deployment.launcher == "kubernetes":
             self.image_digests = {pool: info["image_digest"] for pool, info in infra.items()

@@ -10,7 +10,9 @@ are listed or accepted (its catalog's; without one, those its quarantine file an
 runs; its failure does not fail the night, but an infra error or a bad node always does.
 A quarantine added by hand holds until released by hand (``list`` says how many nights in a row
 it has failed since); one the rules made ends when the test file or image changes, or after
-``lapse_after`` failing nights in a row.
+``lapse_after`` failing nights in a row. ``list`` shows the states after the last night, and says
+of a quarantine whose test file has changed since that it ends as the next night starts
+(``ends_next_night`` in ``--json``); an image change is only seen when a night probes it.
 
 Exit status: 0 done; 1 ``release`` of a test that is not quarantined now (never was, or already
 released), or ``add`` of a test already quarantined by hand (nothing is recorded); 2 bad input (an unknown test,
@@ -77,7 +79,7 @@ def repo_tests(name: str, inputs, store) -> tuple[set[str], str]:
 
 
 def _list(args: argparse.Namespace) -> int:
-    from pipelines.core.flaky import replay
+    from pipelines.core.flaky import changed_since, replay
 
     home = (args.home or default_home()).resolve()
     name, inputs, store = repo_context(home, args.repo, args.deployment)
@@ -87,8 +89,14 @@ def _list(args: argparse.Namespace) -> int:
     states = {k: s for k, s in replay(inputs.samples, inputs.rules, inputs.quarantine, inputs.rewrites).items()
               if k in mine}
     shown = [s for _, s in sorted(states.items()) if args.all or s.state != "healthy"]
+    # what the next night starts from: an automatic quarantine of a test file changed since ends then
+    # (the image is only known once a night probes it); calibrate's own est_time rewrite is no change
+    files = {t.id: t.sha256 for t in inputs.tests}
+    ending = {s.test_id: why for s in shown
+              if (why := changed_since(s, files.get(s.test_id, ""), "", inputs.rewrites))}
     if args.json:
-        print(json.dumps([s.to_dict() for s in shown], indent=1))
+        print(json.dumps([{**s.to_dict(), **({"ends_next_night": ending[s.test_id]} if s.test_id in ending else {})}
+                          for s in shown], indent=1))
         return 0
     if not shown:
         print(f"quarantine: no flaky or quarantined tests in {name} ({len(states)} tests in history)")
@@ -97,7 +105,8 @@ def _list(args: argparse.Namespace) -> int:
         who = f" by {s.by}" if s.by else ""
         # a hold by hand never ends on its own: whoever holds it sees how long the test has not passed
         failing = f"; failed {s.failing} night(s) in a row since quarantined" if s.state == "quarantined" and s.failing else ""
-        print(f"{s.state:<11} {s.test_id}  since {s.since or '-'}{who}: {s.why or '-'}{failing}")
+        ends = f"; ends as the next night starts: {ending[s.test_id]}" if s.test_id in ending else ""
+        print(f"{s.state:<11} {s.test_id}  since {s.since or '-'}{who}: {s.why or '-'}{failing}{ends}")
         for e in s.evidence:
             print(f"            - {e.text}")
     return 0

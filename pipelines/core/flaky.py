@@ -254,7 +254,8 @@ def step(state: FlakyState, night: NightRecord, prev: NightRecord | None, rules:
     ``evidence_envs``: the extra environments the evidence of a quarantine came from; a night of a
     quarantined test that failed under another one (a failure injected with ``--env``) says nothing
     of the flakiness it was quarantined for: it neither resets the release streak nor counts in it.
-    ``lineage``: calibrate's est_time rewrites (:func:`changed_since`).
+    ``lineage``: calibrate's est_time rewrites (:func:`changed_since`): a flip across one is a flip
+    of the same code.
     """
     outs = night.outcomes
     if state.state == "healthy" and not window and not state.evidence and outs == ("passed",) and \
@@ -268,8 +269,8 @@ def step(state: FlakyState, night: NightRecord, prev: NightRecord | None, rules:
         first = next(o for o in outs if o in _FAIL)
         new.append((index, Evidence("passed_on_retry", night.run_id, night.started_at,
                                     f"{first} then passed on attempt {len(outs)} in run {night.run_id}")))
-    elif prev is not None and (prev.sha256, prev.image, prev.env) == (night.sha256, night.image, night.env) and \
-            (prev.final == "passed") != (night.final == "passed"):
+    elif prev is not None and (prev.image, prev.env) == (night.image, night.env) and \
+            prev.sha256 in lineage.same_revision(night.sha256) and (prev.final == "passed") != (night.final == "passed"):
         same = "on the same code and image" + (f" with the same extra environment ({_names(night.env)})"
                                                if night.env else "")
         new.append((index, Evidence("alternating", night.run_id, night.started_at,

@@ -245,3 +245,33 @@ def test_a_quarantine_outlasts_calibrates_est_time_rewrite_in_the_list(tmp_path,
     state = listed(capsys, home)[tid(LORA)]
     assert (state["state"], state["lapsed"], state["failing"]) == ("quarantined", False, 1)
     assert Lineage.of(store.successions()).same_revision(after) == {before, after}
+
+
+def test_list_says_an_automatic_quarantine_of_a_changed_test_file_ends_as_the_next_night_starts(tmp_path, capsys):
+    """Quarantined by the rules on the test file as the catalog has it: it holds, nothing said; on a
+    file since changed (the catalog's digest differs, no calibrate rewrite leads to it), `list` says
+    the next night ends it, as that night's `for_tonight` will."""
+    from pipelines.core.model import Sample
+    from tests.reporting.nights import example_tests
+
+    now = {t.id: t.sha256 for t in example_tests()}[tid(LORA)]
+
+    def quarantined_on(sha: str) -> dict:
+        runs = [Sample(tid(LORA), "h200", sha, outcome, 60.0, f"2026-11-0{day}T01:0{attempt}:00+00:00",
+                       node="h200-a", run_id=f"run-{day}", attempt=attempt)
+                for day in (1, 2, 3) for attempt, outcome in ((1, "failed"), (2, "passed"))]
+        home = tmp_path / sha[:4]
+        FileHistoryStore(home / "history.sqlite").append(runs)
+        state = listed(capsys, home)[tid(LORA)]
+        assert state["state"] == "quarantined"
+        code, out, err = nightly(capsys, "quarantine", "list", "--home", str(home), "--repo", "minirl")
+        assert code == 0, err
+        line = next(x for x in out.splitlines() if tid(LORA) in x)
+        return state, line
+
+    state, line = quarantined_on(now)
+    assert "ends_next_night" not in state and "ends as the next night starts" not in line
+    state, line = quarantined_on("9" * 64)
+    why = f"test file changed since quarantined (sha256 {'9' * 12} -> {now[:12]})"
+    assert state["ends_next_night"] == why
+    assert line.endswith(f"; ends as the next night starts: {why}")

@@ -577,3 +577,20 @@ def test_calibrates_own_est_time_rewrite_is_the_same_code_for_a_quarantine():
     ended = replay(flaky + history("failed", sha=new, start=5) + history("failed", sha=edited, start=6), RULES,
                    lineage=rewrites)[T]
     assert ended.lapsed and f"(sha256 {'a' * 12} -> {'c' * 12})" in ended.why
+
+
+def test_a_flip_across_calibrates_own_rewrite_is_a_flip_of_the_same_code():
+    """Passed, calibrate rewrote est_time, failed, passed...: the same test flipping, as the
+    quarantine (above) and calibration count it; a real edit between two nights is no flip."""
+    from pipelines.core.calibrate.lineage import Lineage, Succession
+
+    old, new, edited = "a" * 64, "b" * 64, "c" * 64
+    rewrites = Lineage.of([Succession(old, new, T)])
+    nights = history("passed", "failed", sha=old) + history("passed", "failed", sha=new, start=3)
+    flipping = replay(nights, RULES, lineage=rewrites)[T]
+    assert flipping.state == "quarantined", flipping
+    assert sum(e.kind == "alternating" for e in flipping.evidence) == 3
+    # without the rewrite's record, the flip from run02 to run03 is across two files: not counted
+    assert sum(e.kind == "alternating" for e in replay(nights, RULES)[T].evidence) == 2
+    edits = history("passed", "failed", sha=old) + history("passed", "failed", sha=edited, start=3)
+    assert sum(e.kind == "alternating" for e in replay(edits, RULES, lineage=rewrites)[T].evidence) == 2
