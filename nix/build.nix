@@ -88,7 +88,7 @@ let
     shellHook = ''
       export PYTHONPATH="$PWD''${PYTHONPATH:+:$PYTHONPATH}"
       export NIGHTLY_HOME="''${NIGHTLY_HOME:-$PWD/.nightly}"
-      echo "nightly-e2e dev shell: python -m pipelines run | python -m pytest -m 'not slow' | ruff check ."
+      echo "nightly-e2e dev shell: python -m pipelines run | python -m pytest -m 'not slow' | ruff check pipelines tests bench examples"
     '';
   };
 

@@ -176,6 +176,17 @@ def test_make_stops_on_a_python_that_requires_python_excludes_and_names_the_py_t
     assert "apt-get" not in missing.stderr
 
 
+def test_check_python_passes_lint_as_written_for_python_3_6():
+    """It runs on whatever python3 a machine has (3.6 or newer); `ruff check .` lints it with the project's
+    py311 target, whose UP021 fix (text= for universal_newlines=, 3.7+) would break it there."""
+    import sys
+
+    out = subprocess.run([sys.executable, "-m", "ruff", "check", "--no-cache", "scripts/check-python.py"],
+                         cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stdout
+    assert "universal_newlines=True" in (PROJECT_ROOT / "scripts" / "check-python.py").read_text()
+
+
 def default_py(project: Path) -> str:
     """$(PY) as make sets it when none is given: the Makefile's `ifeq ($(origin PY),undefined)` block, its
     $(shell ...) run with bash in ``project`` (a folder with scripts/check-python.py and pyproject.toml)."""

@@ -96,6 +96,19 @@ def test_the_dev_shell_has_the_tools_and_finds_native_libraries_without_fhs(proj
     assert 'export PYTHONPATH="$PWD' in out["shellHook"]
 
 
+def test_the_dev_shell_and_its_docs_name_the_lint_command_make_and_the_checks_run(project_root):
+    """They said `ruff check .`, which also lints scripts/ (not part of the lint) and failed on a clean tree."""
+    import re
+
+    [lint] = re.findall(r"(?m)^lint: .*\n\t\$\(BIN\)/(ruff check .*)$", (project_root / "Makefile").read_text())
+    hook = evaluate(f"out.devShells.{X86}.default.shellHook", project_root).value
+    checks = evaluate(f"out.checks.{X86}.ruff.script", project_root).value
+    assert f"| {lint}\"" in hook
+    assert lint.replace("ruff check", "ruff check --no-cache") in checks
+    assert f"`{lint}`" in " ".join((project_root / "docs" / "nix.md").read_text().split())
+    assert "ruff check ." not in hook + (project_root / "docs" / "nix.md").read_text()
+
+
 def test_checks_run_ruff_and_the_unit_tests_and_the_formatter_is_nixfmt(project_root):
     out = evaluate(f"""{{
         checks = builtins.mapAttrs (_: c: c.script) out.checks.{X86};
