@@ -49,13 +49,14 @@ $(STAMP): requirements.lock build-constraints.lock pyproject.toml
 
 install: $(STAMP)
 
+# with the PY the virtualenv is made with: its venv module is what python3-venv is checked for
 system-deps:
-	bash scripts/system-deps.sh
+	PY="$(PY)" bash scripts/system-deps.sh
 
 nightly: install
 	$(BIN)/nightly run $(NIGHTLY_ARGS)
 
-test: install system-deps
+test: system-deps install
 	$(BIN)/ruff check pipelines tests bench examples
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
@@ -80,7 +81,7 @@ test-fast-lane-b:
 	$(FAST) tests $(addprefix --ignore=,$(FAST_LANE_A))
 
 # `make test` under a CPU load made by the script itself; LOADED_ARGS="--runs 3" or "--workers 0"
-test-loaded: install system-deps
+test-loaded: system-deps install
 	bash scripts/loaded-test.sh $(LOADED_ARGS)
 
 ui: install

@@ -82,6 +82,32 @@ def test_system_deps_installs_python3_venv_when_a_venv_gets_no_pip(tmp_path):
     assert not list((tmp_path / "tmp").iterdir()), "the trial venv is removed"
 
 
+def test_make_system_deps_checks_the_venv_module_of_the_py_the_virtualenv_is_made_with(tmp_path):
+    """Ubuntu 22.04 after `make install PY=python3.11`: python3 (3.10) has no venv module, python3.11 has one.
+    The target ran the script without PY, so a plain `make test` checked python3 and wanted python3-venv."""
+    [line] = re.findall(r"(?m)^system-deps:\n\t(.*)$", MAKEFILE)
+    env = machine(tmp_path, "v1.32.0", venv_pip=False)
+    fake_python(tmp_path / "bin" / "python3.11", pip=True)
+
+    def dry_run_target(py: str) -> str:
+        out = subprocess.run(["bash", "-c", line.replace("$(PY)", py) + " --dry-run"], cwd=PROJECT_ROOT, env=env,
+                             capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stderr
+        return out.stdout.strip()
+
+    assert dry_run_target("python3.11") == ""
+    assert dry_run_target("python3") == "system-deps: would install python3-venv"
+
+
+def test_make_test_installs_system_packages_before_it_makes_the_virtualenv():
+    """`test: install system-deps` made the virtualenv first, so a missing python3-venv stopped make before
+    system-deps could install it."""
+    both = {target: prereqs.split() for target, prereqs in re.findall(r"(?m)^([\w-]+):(.*)$", MAKEFILE)
+            if {"install", "system-deps"} <= set(prereqs.split())}
+    assert {"test", "test-loaded"} <= set(both)
+    assert {t: p.index("system-deps") < p.index("install") for t, p in both.items()} == dict.fromkeys(both, True)
+
+
 def venv_step() -> str:
     """The Makefile's recipe line that makes the virtualenv."""
     [line] = [ln.strip() for ln in (PROJECT_ROOT / "Makefile").read_text().splitlines() if "-m venv" in ln]
