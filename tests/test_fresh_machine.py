@@ -155,6 +155,40 @@ def test_make_remakes_a_venv_made_by_another_python(tmp_path):
     assert "$(PY_VERSION)" in stamp
 
 
+def installed(venv: Path, name: str, version: str) -> Path:
+    """A distribution as an installer records it (dist-info with METADATA and RECORD), without its files."""
+    [site] = venv.glob("lib/python3.*/site-packages")
+    info = site / f"{name.replace('-', '_')}-{version}.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+    (info / "RECORD").write_text(f"{info.name}/METADATA,,\n{info.name}/RECORD,,\n")
+    return info
+
+
+def test_make_install_removes_a_package_the_lock_no_longer_pins(tmp_path):
+    """`uv pip install -r requirements.lock` only added to .venv: a pin dropped from the lock stayed, so a
+    local `make test` could pass on a package CI no longer installs. The project, which the sync removes,
+    is installed after it."""
+    import sys
+
+    uv = shutil.which("uv", path=str(Path(sys.executable).parent)) or shutil.which("uv")
+    if uv is None:
+        pytest.skip("no uv (make install puts it in .venv)")
+    steps = [ln.strip() for ln in MAKEFILE.splitlines() if ln.startswith("\t$(BIN)/uv pip ")]
+    [lock_step] = [ln for ln in steps if "requirements.lock" in ln]
+    assert steps.index(lock_step) < next(i for i, ln in enumerate(steps) if ln.endswith(" -e ."))
+    venv = tmp_path / ".venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", venv], check=True, timeout=60)
+    kept, dropped = installed(venv, "kept-pin", "1.0"), installed(venv, "dropped-pin", "2.0")
+    (tmp_path / "requirements.lock").write_text("kept-pin==1.0\n")
+    line = lock_step.replace("$(BIN)/uv", uv).replace("$(BIN)", str(venv / "bin"))
+    assert not re.search(r"\$\([A-Z_]+\)", line), line
+    env = {**os.environ, "UV_OFFLINE": "1", "UV_CACHE_DIR": str(tmp_path / "cache")}
+    out = subprocess.run(["bash", "-c", line], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert kept.exists() and not dropped.exists()
+
+
 def run_python_check(tmp_path: Path, py: str, requires: str | None = None, on_path: str = "") -> subprocess.CompletedProcess:
     """The Makefile's first recipe line of the venv step (is $(PY) one requires-python allows?), in a copy
     of the project whose pyproject.toml requires ``requires`` (None: the real one), for `make nightly`."""
