@@ -50,6 +50,37 @@ def test_an_est_time_check_in_the_module_body_sets_the_bound():
     assert dialect.est_time == "positive"
 
 
+OLD_SG_MODULE = "".join(
+    f"def register_{b}_ci(est_time: float, suite: str, nightly: bool = False, disabled: Optional[str] = None):\n"
+    "    return None\n" for b in ("cuda", "amd"))
+
+
+def test_an_sglang_module_with_the_older_signature_without_stage_is_read_with_the_sglang_rules(tree):
+    """SGLang before stage=/runner_config=: no labels, so not framework M (whose GPU functions always take labels)."""
+    header = "from sglang.test.ci.ci_register import register_cuda_ci\n"
+    repo = tree({"python/sglang/test/ci/ci_register.py": "from typing import Optional\n" + OLD_SG_MODULE,
+                 "test/registered/test_srt.py": header + 'register_cuda_ci(est_time=120, suite="stage-a-test-1")\n',
+                 "test/registered/test_nightly.py": header + 'register_cuda_ci(300, "nightly-1-gpu", nightly=True)\n',
+                 "test/registered/kernels/bench_moe.py": header + 'register_cuda_ci(30, "stage-b-test-large-2-gpu")\n'})
+    cat = load_catalog(repo)
+    assert cat.problems == ()
+    assert any(n.startswith("dialect sglang (python/sglang/test/ci/ci_register.py, sglang profile)") for n in cat.assumptions)
+    assert "roots: test/registered (the sglang runner's; set `roots:` in assets/repos.yaml to change)" in cat.assumptions
+    assert sorted((t.id, t.suite, t.gpus) for t in cat.tests) == [
+        ("test/registered/kernels/bench_moe.py", "stage-b-test-large-2-gpu", 2),
+        ("test/registered/test_nightly.py", "nightly-1-gpu", 1),
+        ("test/registered/test_srt.py", "stage-a-test-1", 1)]
+    assert [t.path for t in select(cat.tests, Selection(cadence="nightly"))] == ["test/registered/test_nightly.py"]
+
+
+def test_a_module_defining_a_backend_m_lacks_is_the_sglang_family_even_when_its_signatures_say_nothing():
+    dialect, _ = derive("ci.py", "def register_cuda_ci(*args, **kwargs):\n    pass\n"
+                                 "def register_npu_ci(*args, **kwargs):\n    pass\n")
+    assert dialect.name == "sglang"
+    dialect, _ = derive("ci.py", "def register_cuda_ci(*args, **kwargs):\n    pass\n")
+    assert dialect.name == "m"
+
+
 def test_rules_differ_so_cached_results_of_one_dialect_never_serve_another():
     assert M.digest() != SGLANG.digest()
 
