@@ -313,3 +313,15 @@ def test_sglang_device_counts_read_npu_and_xpu_suites_and_amd_hardware_is_named_
         "test_npu.py": (2, "a3"), "test_npu_plain.py": (4, "npu"), "test_amd_stage.py": (1, "amd"),
         "test_amd_legacy.py": (2, "amd"), "test_amd_typed.py": (8, "mi300x")}
     assert not any("name no GPU count" in n for n in cat.assumptions)
+
+
+def test_the_catalog_says_where_the_runner_collects_tests_also_when_it_comes_from_the_cache(tree, tmp_path):
+    from pipelines.core.model import Discovery
+
+    repo = sglang_repo(tree, {"test/registered/test_a.py": SG_HEADER + 'register_cuda_ci(60, "nightly-1-gpu")\n'})
+    want = Discovery(("test/registered",), ("*.py",), ("conftest.py", "__init__.py"))
+    assert load_catalog(repo).discovery == want
+    for _ in range(2):  # read, then kept whole by the cache
+        assert load_catalog(repo, cache_dir=tmp_path / "cache").discovery == want
+    m = tree({"fw/ci.py": M_MODULE, "fw/test_only_helpers.py": "x = 1\n"})
+    assert load_catalog(m, roots=("tests", "more")).discovery.roots == ("tests", "more")
