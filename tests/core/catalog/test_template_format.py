@@ -513,3 +513,17 @@ def test_an_entry_two_templates_give_the_same_env_stays_one_test_with_its_id(tre
     assert sorted(t.id for t in cat.tests) == ["tests/test_moe.py::default", "tests/test_moe.py::use_deepep=1"]
     assert not any("different environment" in a for a in cat.assumptions)
 
+
+
+def test_two_entries_giving_the_same_arguments_are_one_problem_at_the_second_entry_in_the_template(tree):
+    files = {"tests/test_f.py": "NUM_GPUS = 1\n", WORKFLOW: (
+        "<% set t = [\n"
+        "    {'test_file': 'test_f.py', 'test_args': '--a --b'},\n"
+        "    {'test_file': 'test_f.py', 'test_args': '--a  --b'},\n"
+        "] %>\n"
+        "<% set jobs = { 'gpu': {'label': 'run-ci-gpu', 'tests': t} } %>\n")}
+    cat = load(tree, files)
+    assert [t.id for t in cat.tests] == ["tests/test_f.py::--a+--b"]
+    assert [str(p) for p in cat.problems] == [
+        f"{WORKFLOW}:3: id: duplicate test id 'tests/test_f.py::--a+--b': this entry and the one at line 2 give the "
+        "same test file and arguments (`--a --b` and `--a  --b` split alike); remove one"]
