@@ -4,7 +4,7 @@ Pinning: the planner packs tests per node; if the scheduler spread them instead,
 fragment and an 8-GPU test would wait for a whole free node until the unschedulable limit. So
 the nodes matching the pool's ``node_selector`` that are Ready, schedulable and offer
 ``gpus_per_node`` allocatable GPUs are listed (sorted by name) and virtual node *i* becomes the
-*i*-th of them (a required node affinity on ``kubernetes.io/hostname``). Listing needs
+*i*-th of them (a required node affinity on the node's name, ``metadata.name``). Listing needs
 ``get/list`` on nodes (``k8s/components/node-reader``); without it pods are simply not pinned.
 
 Cordoning is a patch of ``spec.unschedulable`` on the Node; it needs the ClusterRole in
