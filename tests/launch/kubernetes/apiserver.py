@@ -11,9 +11,10 @@ pod's ``nodeSelector`` and required node affinity allow, matched as kube-schedul
 avoiding a failed node really land elsewhere and pinned pods land on their node. The QoS class
 is computed from the containers' resources as the real API server does.
 
-Like a real 1.31 API server it refuses (422 Invalid) a pod whose env names, label values or node
-field selectors (``matchFields``: ``metadata.name``, In/NotIn, one value each) it would refuse,
-so a test notices a pod that no real cluster would create. Faults a real API server has:
+Like a real 1.31 API server it refuses (422 Invalid) a pod whose env names, label values (its own
+and its ``nodeSelector``'s) or node field selectors (``matchFields``: ``metadata.name``, In/NotIn,
+one value each) it would refuse, so a test notices a pod that no real cluster would create, and
+answers a node listing whose label selector holds a bad value with 400. Faults a real API server has:
 :meth:`StandInApiServer.fail` answers the next matching calls with 429/5xx or drops the
 connection (before or after doing the work); ``log_cuts`` cuts follow streams mid-way.
 
@@ -234,6 +235,10 @@ def invalid_fields(pod: dict[str, Any]) -> list[str]:
             elif len(f.get("values") or ()) != 1:
                 out.append(f"{where}.values: Required value: must be only one value when `operator` is 'In' or "
                            "'NotIn' for node field selector")
+    for key, value in ((pod.get("spec") or {}).get("nodeSelector") or {}).items():  # ValidatePodSpec: labels
+        if not isinstance(value, str) or len(value) > 63 or not _LABEL_VALUE.fullmatch(value):
+            out.append(f'spec.nodeSelector: Invalid value: "{value}": a valid label must be an empty string or consist '
+                       f"of alphanumeric characters, '-', '_' or '.' (key {key})")
     for value in (pod.get("metadata", {}).get("labels") or {}).values():
         if not isinstance(value, str) or len(value) > 63 or not _LABEL_VALUE.fullmatch(value):
             out.append(f'metadata.labels: Invalid value: "{value}": a valid label must be an empty string or consist '
@@ -427,6 +432,13 @@ class _Handler(BaseHTTPRequestHandler):
         self._send(200, pod) if pod else self._send(404, _status(404, "NotFound", f'pods "{name}" not found'))
 
     def _nodes(self, parts: list[str], q: dict[str, str]) -> None:
+        for term in filter(None, q.get("labelSelector", "").split(",")):
+            value = term.partition("=")[2]
+            if len(value) > 63 or not _LABEL_VALUE.fullmatch(value):  # what a real one answers
+                key = term.partition("=")[0]
+                return self._send(400, _status(400, "BadRequest", (
+                    f'unable to parse requirement: values[0][{key}]: Invalid value: "{value}": a valid label must '
+                    "be an empty string or consist of alphanumeric characters, '-', '_' or '.'")))
         nodes = [n for n in self.api.node_objects if _matches(n, q)]
         if len(parts) == 4:
             found = [n for n in nodes if n["metadata"]["name"] == parts[3]]

@@ -332,6 +332,21 @@ def test_without_rights_to_list_nodes_pods_run_unpinned_with_a_note(tmp_path):
                          "apply k8s/components/node-reader"]
 
 
+def test_a_node_selector_the_api_server_refuses_is_named_not_blamed_on_rights(tmp_path):
+    """A PoolSpec built in code skips the specs' check: the listing's 400 names the selector, not RBAC."""
+    pool = dataclasses.replace(POOL, node_selector={"nvidia.com/gpu.product": "NVIDIA H200"})
+    deployment = dataclasses.replace(DEPLOYMENT, pools=(pool,))
+    with StandInApiServer(script=lambda pod, node: pods.passes(node)) as server:
+        run = KubernetesLauncher(server.core_v1(), deployment, tick_s=0.02, watch_timeout_s=1, log_join_s=0.15)
+        final = run.launch(request(tmp_path))
+    assert (final.outcome, final.reason) == ("infra_error", "create_rejected"), "and the pod is refused too"
+    assert run.notes == ["pool h200: nodes not listed: the API server refused the node_selector "
+                         "'nvidia.com/gpu.product=NVIDIA H200' (400 unable to parse requirement: "
+                         "values[0][nvidia.com/gpu.product]: Invalid value: \"NVIDIA H200\": a valid label must be an "
+                         "empty string or consist of alphanumeric characters, '-', '_' or '.'); pods are not pinned to "
+                         "the plan's nodes; fix node_selector in assets/cluster.yaml"]
+
+
 def test_a_launcher_without_pins_never_lists_nodes(tmp_path):
     with StandInApiServer(script=lambda pod, node: pods.passes(node)) as server:
         KubernetesLauncher(server.core_v1(), DEPLOYMENT, pin_nodes=False, tick_s=0.02, watch_timeout_s=1,
