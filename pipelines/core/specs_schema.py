@@ -225,13 +225,72 @@ _QUANTITY = r"^[0-9]+(\.[0-9]+)?(m|Ki|Mi|Gi|Ti|k|M|G|T)?$"
 _QUEUE_NAME = r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?)?$"
 
 
+#: Kubernetes label rules (apimachinery's IsQualifiedName / IsValidLabelValue): a pool's node_selector
+#: and tolerations go into every pod, and the API server refuses the whole pod (422) for one bad one
+_LABEL_NAME = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
+_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+_LABEL_RULE = "at most 63 letters, digits, '-', '_' or '.', a letter or digit at both ends"
+
+
+def label_key_problem(key: str) -> str | None:
+    """Why ``key`` cannot be a Kubernetes label key (``[prefix/]name``), or None."""
+    prefix, _, name = key.rpartition("/")
+    if "/" in prefix or (prefix == "" and key.startswith("/")):
+        return f"{key!r} is not a label key; write [prefix/]name with one '/', e.g. nvidia.com/gpu.product"
+    if prefix and (len(prefix) > 253 or not _DNS_SUBDOMAIN.fullmatch(prefix)):
+        return (f"{key!r} is not a label key: its prefix {prefix!r} must be a DNS subdomain (lowercase letters, "
+                "digits, '-' and '.', at most 253), e.g. nvidia.com")
+    if len(name) > 63 or not _LABEL_NAME.fullmatch(name):
+        return f"{key!r} is not a label key: its name {name!r} must be {_LABEL_RULE}"
+    return None
+
+
+def label_value_problem(value: str) -> str | None:
+    """Why ``value`` cannot be a Kubernetes label value (may be empty), or None."""
+    if value and (len(value) > 63 or not _LABEL_NAME.fullmatch(value)):
+        return (f"{value!r} is not a label value; it must be {_LABEL_RULE} (the node's label as "
+                "`kubectl get nodes --show-labels` prints it, e.g. NVIDIA-H200)")
+    return None
+
+
+LabelKey = Annotated[str, _checked(label_key_problem)]
+LabelValue = Annotated[str, _checked(label_value_problem)]
+
+
+class TolerationModel(_Strict):
+    """One pod toleration, checked as the Kubernetes 1.31 API server checks it."""
+
+    key: Annotated[str, _checked(lambda k: label_key_problem(k) if k else None)] = ""
+    operator: Literal["Exists", "Equal"] = "Equal"
+    value: LabelValue = ""
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
+    tolerationSeconds: int | None = None  # noqa: N815 - the pod spec's own field name
+
+    @model_validator(mode="after")
+    def _consistent(self) -> TolerationModel:
+        if self.operator == "Exists" and self.value:
+            raise ValueError(f"operator Exists takes no value (got {self.value!r}); remove value, or use "
+                             "operator: Equal")
+        if not self.key and self.operator != "Exists":
+            raise ValueError("a toleration without key must say operator: Exists (it then tolerates every taint)")
+        if self.tolerationSeconds is not None and self.effect != "NoExecute":
+            raise ValueError("tolerationSeconds needs effect: NoExecute; remove it or set that effect")
+        return self
+
+
+def _toleration_as_written(t: TolerationModel) -> dict[str, Any]:
+    """The checked toleration as the pod spec takes it: the keys the file gave, nothing added."""
+    return t.model_dump(exclude_unset=True)
+
+
 class PoolModel(_Strict):
     nodes: int = Field(gt=0, le=10_000)
     gpus_per_node: int = Field(gt=0, le=64)
     hardware: list[Hardware] = []
     image: str = ""
-    node_selector: dict[str, str] = {}
-    tolerations: list[dict[str, Any]] = []
+    node_selector: dict[LabelKey, LabelValue] = {}
+    #: each checked by TolerationModel, kept as the dict the pod spec takes
+    tolerations: list[Annotated[TolerationModel, AfterValidator(_toleration_as_written)]] = []
     shm_size: str = Field("32Gi", pattern=_QUANTITY)
     priority_class: str = ""
     #: the Kueue LocalQueue, written into the pods' kueue.x-k8s.io/queue-name label

@@ -368,11 +368,31 @@ class S3HistoryStore:
                 found.samples, found.problems)
         return found.samples
 
+    def _delete(self, keys: list[str]) -> dict[str, str]:
+        """Delete ``keys``, 1,000 per request; returns ``{key: "Code: Message"}`` for each one S3 refused.
+
+        S3 answers a multi-object delete with 200 even when it refuses keys (``AccessDenied`` per
+        key without ``s3:DeleteObject``): the refusals are only in the answer's ``Errors``."""
+        refused: dict[str, str] = {}
+        for i in range(0, len(keys), 1000):
+            resp = self.client.delete_objects(Bucket=self.bucket, Delete={
+                "Objects": [{"Key": k} for k in keys[i:i + 1000]], "Quiet": True})
+            for err in resp.get("Errors") or ():
+                refused[err.get("Key", "")] = f"{err.get('Code', '')}: {err.get('Message', '')}".strip(": ")
+        return refused
+
+    def _refused(self, refused: dict[str, str], what: str) -> HistoryError:
+        key, why = next(iter(refused.items()))
+        return HistoryError(f"{self.url}: S3 refused deleting {len(refused)} object(s) ({why}, e.g. {key}); {what}; "
+                            f"grant s3:DeleteObject on s3://{self.bucket}/{self.prefix}* (docs/storage.md)")
+
     def compact(self) -> int:
         """Merge all readable objects into one, then delete those merged; returns how many were merged.
 
         Safe beside writers and other compactions: an object is deleted only after a merged copy
         of its samples is stored, objects written meanwhile are not touched, damaged ones stay.
+        Without ``s3:DeleteObject`` nothing is written and a ``HistoryError`` says so: each refused
+        compaction would otherwise add one more full copy of the history, read by every plan.
         """
         keys = self._keys()
         if len(keys) < 2:
@@ -393,14 +413,28 @@ class S3HistoryStore:
                     merged.append(s)
         if len(done) < 2:
             return 0
-        self._put(merged, "compacted", "merged")
+        # may we delete? a key that never exists tells (a versioned bucket keeps a delete marker of it)
         try:
-            for i in range(0, len(done), 1000):
-                self.client.delete_objects(Bucket=self.bucket, Delete={
-                    "Objects": [{"Key": k} for k in done[i:i + 1000]], "Quiet": True})
+            refused = self._delete([f"{self.prefix}history/compacted/delete-check-{uuid.uuid4().hex}"])
+        except (ClientError, BotoCoreError) as exc:
+            raise self._fail("checking that merged objects may be deleted (nothing was changed)", exc) from exc
+        if refused:
+            raise self._refused(refused, "nothing was merged")
+        merged_key = self._put(merged, "compacted", "merged")
+        try:
+            refused = self._delete(done)
         except (ClientError, BotoCoreError) as exc:
             raise self._fail("deleting merged objects (the merged copy is stored; repeats are ignored)", exc) from exc
-        return len(done)
+        if not refused:
+            return len(done)
+        if any(k not in refused for k in done):  # some are gone: the merged copy holds their only samples now
+            raise self._refused(refused, f"the merged copy {merged_key} stays (reads drop the repeats)")
+        try:
+            self.client.delete_object(Bucket=self.bucket, Key=merged_key)
+        except (ClientError, BotoCoreError) as exc:
+            raise self._refused(refused, f"the merged copy {merged_key} could not be removed either "
+                                         f"({_describe(exc)[1]}; reads drop the repeats)") from exc
+        raise self._refused(refused, "the merged copy was removed; nothing was merged")
 
 
 class ArtifactError(RuntimeError):

@@ -365,6 +365,79 @@ def test_a_kueue_queue_must_be_a_valid_label_value_and_queue_name(project_root, 
     assert ":4: deployments.local.pools.h200.queue: 'H200 nightly' is not a Kueue LocalQueue name" in text
 
 
+def _pool(project_root, tmp_path, pool: str) -> str:
+    """The errors of a cluster.yaml whose one pool (h200, line 4) has the lines ``pool``, from line 5."""
+    head = "deployments:\n  local:\n    pools:\n      h200:\n"
+    return _errors(project_root, tmp_path, "cluster.yaml", head + textwrap.indent(pool, " " * 8) + "\n")
+
+
+@pytest.mark.parametrize(("pool", "where", "message"), [
+    ("nodes: 1\ngpus_per_node: 8\nnode_selector: {nvidia.com/gpu.product: NVIDIA H200}",
+     ":7: deployments.local.pools.h200.node_selector.nvidia.com/gpu.product: ", "'NVIDIA H200' is not a label value"),
+    ("nodes: 1\ngpus_per_node: 8\nnode_selector: {nvidia.com/gpu.product: " + "x" * 64 + "}",
+     ":7: deployments.local.pools.h200.node_selector.nvidia.com/gpu.product: ", " is not a label value"),
+    ("nodes: 1\ngpus_per_node: 8\nnode_selector: {gpu product: H200}",
+     ":7: deployments.local.pools.h200.node_selector.gpu product: ", "'gpu product' is not a label key: its name"),
+    ("nodes: 1\ngpus_per_node: 8\nnode_selector: {NVIDIA.com/gpu: H200}",
+     ":7: deployments.local.pools.h200.node_selector.NVIDIA.com/gpu: ", "its prefix 'NVIDIA.com' must be a DNS subdomain"),
+    ("nodes: 1\ngpus_per_node: 8\nnode_selector: {a/b/c: H200}",
+     ":7: deployments.local.pools.h200.node_selector.a/b/c: ", "'a/b/c' is not a label key; write [prefix/]name with one '/'"),
+    ("nodes: 1\ngpus_per_node: 8\ntolerations:\n  - {key: nvidia.com/gpu, operator: Exist}",
+     ":8: deployments.local.pools.h200.tolerations.0.operator: ", "must be one of 'Exists' or 'Equal', got 'Exist'"),
+    ("nodes: 1\ngpus_per_node: 8\ntolerations:\n  - {key: nvidia.com/gpu, operator: Exists, efect: NoSchedule}",
+     ":8: deployments.local.pools.h200.tolerations.0.efect: ", "unknown key; did you mean 'effect'?"),
+    ("nodes: 1\ngpus_per_node: 8\ntolerations:\n  - {key: nvidia.com/gpu, operator: Exists, value: present}",
+     ":8: deployments.local.pools.h200.tolerations.0: ", "operator Exists takes no value (got 'present')"),
+    ("nodes: 1\ngpus_per_node: 8\ntolerations:\n  - {key: nvidia.com/gpu, effect: NoSchedul}",
+     ":8: deployments.local.pools.h200.tolerations.0.effect: ", "must be one of 'NoSchedule', 'PreferNoSchedule' or 'NoExecute'"),
+    ("nodes: 1\ngpus_per_node: 8\ntolerations:\n  - {key: a, value: b, tolerationSeconds: 30}",
+     ":8: deployments.local.pools.h200.tolerations.0: ", "tolerationSeconds needs effect: NoExecute"),
+    ("nodes: 1\ngpus_per_node: 8\ntolerations:\n  - {effect: NoSchedule}",
+     ":8: deployments.local.pools.h200.tolerations.0: ", "a toleration without key must say operator: Exists"),
+])
+def test_a_node_selector_or_toleration_kubernetes_refuses_is_a_located_error(project_root, tmp_path, pool, where, message):
+    """Each goes into every pod: the API server would refuse the whole night's pods (422), one by one."""
+    text = _pool(project_root, tmp_path, pool)
+    assert f"cluster.yaml{where}" in text and message in text, text
+
+
+def test_node_selectors_and_tolerations_kubernetes_takes_load_as_written(project_root, tmp_path):
+    d = _copy(project_root, tmp_path)
+    (d / "cluster.yaml").write_text(textwrap.dedent("""\
+        deployments:
+          local:
+            pools:
+              h200:
+                nodes: 1
+                gpus_per_node: 8
+                node_selector: {nvidia.com/gpu.product: NVIDIA-H200, pool: "", node.kubernetes.io/instance-type: p5en.48xlarge}
+                tolerations:
+                  - {key: nvidia.com/gpu, operator: Exists, effect: NoSchedule}
+                  - {operator: Exists}
+                  - {key: dedicated, value: ci_gpu.1, effect: NoExecute, tolerationSeconds: 600}
+    """))
+    (pool,) = load_specs(d).deployment("local").pools
+    assert pool.node_selector == {"nvidia.com/gpu.product": "NVIDIA-H200", "pool": "",
+                                  "node.kubernetes.io/instance-type": "p5en.48xlarge"}
+    assert pool.tolerations == ({"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
+                                {"operator": "Exists"},
+                                {"key": "dedicated", "value": "ci_gpu.1", "effect": "NoExecute", "tolerationSeconds": 600})
+
+
+def test_a_bad_node_selector_stops_the_night_before_any_pod(project_root, tmp_path, monkeypatch, capsys):
+    from pipelines.cli import main
+
+    d = _copy(project_root, tmp_path)
+    cluster = d / "cluster.yaml"
+    cluster.write_text(cluster.read_text().replace("{nvidia.com/gpu.product: NVIDIA-H200}",
+                                                   '{nvidia.com/gpu.product: "NVIDIA H200"}'))
+    monkeypatch.setenv("NIGHTLY_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("NIGHTLY_ASSETS_DIR", str(d))
+    assert main(["run", "--list-only", "--deployment", "production"]) == 2
+    err = capsys.readouterr().err
+    assert f"{cluster}:30: deployments.production.pools.h200.node_selector.nvidia.com/gpu.product: 'NVIDIA H200'" in err
+
+
 @pytest.mark.parametrize(("variable", "command", "file", "flag"), [
     ("NIGHTLY_REPO_NAME", ["catalog"], "repos.yaml", "--repo"),
     ("NIGHTLY_DEPLOYMENT", ["run", "--list-only"], "cluster.yaml", "--deployment"),

@@ -188,9 +188,9 @@ def test_the_gpu_admission_failure_is_retried_on_another_node_with_anti_affinity
                          and b["metadata"]["labels"]["nightly-e2e.io/attempt"] == n) for n in ("1", "2"))
     def exprs(body):
         return body["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
-            "nodeSelectorTerms"][0]["matchExpressions"]
-    assert exprs(first) == [{"key": "kubernetes.io/hostname", "operator": "In", "values": [bad]}], "pinned to the plan's node"
-    assert {"key": "kubernetes.io/hostname", "operator": "NotIn", "values": [bad]} in exprs(retry)
+            "nodeSelectorTerms"][0]["matchFields"]
+    assert exprs(first) == [{"key": "metadata.name", "operator": "In", "values": [bad]}], "pinned to the plan's node"
+    assert {"key": "metadata.name", "operator": "NotIn", "values": [bad]} in exprs(retry)
 
 
 def test_history_records_every_attempt_with_its_node(cluster):

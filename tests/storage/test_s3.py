@@ -13,6 +13,7 @@ import time
 import uuid
 
 import pytest
+from botocore.exceptions import ClientError
 
 from pipelines.core.history import HistoryError
 from pipelines.core.model import Sample
@@ -208,6 +209,73 @@ def test_compaction_merges_readable_objects_and_leaves_damaged_ones(client, buck
     store.append([sample(9)])
     assert store.scan().samples == [sample(0), sample(1), sample(2), sample(3), sample(9)]
     assert len(store.scan().problems) == 1
+
+
+class DeletesDenied:
+    """A boto3 client under an IAM policy that denies ``s3:DeleteObject`` on the keys ``denied`` picks.
+
+    S3 answers a multi-object delete of such keys with 200 and one ``AccessDenied`` per key in
+    ``Errors``, and a single delete with a 403; everything else goes to the real client."""
+
+    def __init__(self, client, denied):
+        self.client, self.denied = client, denied
+
+    def __getattr__(self, name):
+        return getattr(self.client, name)
+
+    def delete_objects(self, Bucket, Delete):  # noqa: N803 - boto3's parameter names
+        refused = [o["Key"] for o in Delete["Objects"] if self.denied(o["Key"])]
+        allowed = [o for o in Delete["Objects"] if not self.denied(o["Key"])]
+        if allowed:
+            self.client.delete_objects(Bucket=Bucket, Delete={**Delete, "Objects": allowed})
+        return {"Errors": [{"Key": k, "Code": "AccessDenied", "Message": "Access Denied"} for k in refused]}
+
+    def delete_object(self, Bucket, Key):  # noqa: N803
+        if self.denied(Key):
+            raise ClientError({"Error": {"Code": "AccessDenied", "Message": "Access Denied"}}, "DeleteObject")
+        return self.client.delete_object(Bucket=Bucket, Key=Key)
+
+
+def history_of(client, bucket, batches=3):
+    store = S3HistoryStore(bucket, client=client)
+    for i in range(batches):
+        store.append([sample(i)])
+    return store
+
+
+def test_without_delete_rights_compaction_writes_nothing_and_says_so(client, bucket):
+    history_of(client, bucket)
+    before = keys(client, bucket)
+    store = S3HistoryStore(bucket, client=DeletesDenied(client, lambda key: True))
+    for _ in range(2):  # every night's calibration tries again: the history must not grow by a copy each time
+        with pytest.raises(HistoryError) as exc:
+            store.compact()
+        assert "S3 refused deleting 1 object(s) (AccessDenied: Access Denied" in str(exc.value)
+        assert "nothing was merged; grant s3:DeleteObject on s3://" in str(exc.value)
+        assert keys(client, bucket) == before
+    assert store.read() == [sample(0), sample(1), sample(2)]
+
+
+def test_merged_objects_refused_after_the_merge_leave_no_merged_copy(client, bucket):
+    history_of(client, bucket)
+    before = keys(client, bucket)
+    store = S3HistoryStore(bucket, client=DeletesDenied(client, lambda key: "/samples/" in key))
+    with pytest.raises(HistoryError) as exc:
+        store.compact()
+    assert "S3 refused deleting 3 object(s)" in str(exc.value) and "the merged copy was removed" in str(exc.value)
+    assert keys(client, bucket) == before
+
+
+def test_merged_objects_refused_in_part_keep_the_merged_copy_and_every_sample(client, bucket):
+    history_of(client, bucket)
+    kept = keys(client, bucket)[0]
+    store = S3HistoryStore(bucket, client=DeletesDenied(client, lambda key: key == kept))
+    with pytest.raises(HistoryError) as exc:
+        store.compact()
+    assert f"S3 refused deleting 1 object(s) (AccessDenied: Access Denied, e.g. {kept})" in str(exc.value)
+    assert "stays (reads drop the repeats)" in str(exc.value)
+    assert [k.split("/")[1] for k in keys(client, bucket)] == ["compacted", "samples"]
+    assert store.read() == [sample(0), sample(1), sample(2)]
 
 
 def test_a_writer_killed_mid_night_leaves_every_earlier_batch_readable(endpoint, client, bucket):

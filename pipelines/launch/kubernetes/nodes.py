@@ -4,7 +4,7 @@ Pinning: the planner packs tests per node; if the scheduler spread them instead,
 fragment and an 8-GPU test would wait for a whole free node until the unschedulable limit. So
 the nodes matching the pool's ``node_selector`` that are Ready, schedulable and offer
 ``gpus_per_node`` allocatable GPUs are listed (sorted by name) and virtual node *i* becomes the
-*i*-th of them (a required node affinity on ``kubernetes.io/hostname``). Listing needs
+*i*-th of them (a required node affinity on the node's name, ``metadata.name``). Listing needs
 ``get/list`` on nodes (``k8s/components/node-reader``); without it pods are simply not pinned.
 
 Cordoning is a patch of ``spec.unschedulable`` on the Node; it needs the ClusterRole in
@@ -30,10 +30,14 @@ log = logging.getLogger(__name__)
 CORDON_ANNOTATION = "nightly-e2e.io/cordoned-because"
 
 
+def label_selector(selector: dict[str, str]) -> str:
+    """A pool's ``node_selector`` as the API's ``labelSelector`` (``k=v,...``)."""
+    return ",".join(f"{k}={v}" for k, v in sorted(selector.items()))
+
+
 def read_nodes(api: client.CoreV1Api, selector: dict[str, str], **retry: Any) -> list[dict[str, Any]]:
     """Nodes matching ``selector``, as plain dicts (Kubernetes JSON)."""
-    label_selector = ",".join(f"{k}={v}" for k, v in sorted(selector.items()))
-    resp = with_retries(api.list_node, label_selector=label_selector, _preload_content=False, **retry)
+    resp = with_retries(api.list_node, label_selector=label_selector(selector), _preload_content=False, **retry)
     return list(json.loads(resp.data).get("items") or [])
 
 
@@ -59,6 +63,17 @@ def pool_nodes(api: client.CoreV1Api, pool: PoolSpec, **retry: Any) -> list[str]
                   if usable(n, pool.gpus_per_node))
 
 
+def _not_listed(pool: PoolSpec, exc: Exception) -> str:
+    """The note for a node listing that failed, with the fix its cause calls for."""
+    unpinned = "pods are not pinned to the plan's nodes"
+    if isinstance(exc, ApiException) and exc.status == 400:  # the selector itself, not the rights
+        return (f"pool {pool.name}: nodes not listed: the API server refused the node_selector "
+                f"{label_selector(pool.node_selector)!r} (400 {api_message(exc)[:200]}); {unpinned}; "
+                "fix node_selector in assets/cluster.yaml")
+    why = f"{exc.status} {exc.reason}" if isinstance(exc, ApiException) else type(exc).__name__
+    return f"pool {pool.name}: nodes not listed ({why}); {unpinned}; apply k8s/components/node-reader"
+
+
 class NodePins:
     """Virtual node index -> real node name per pool, listed once per night (lazily, thread-safe)."""
 
@@ -75,9 +90,7 @@ class NodePins:
                 try:
                     self.nodes[pool.name] = pool_nodes(self.api, pool, **self.retry)
                 except (ApiException, *CONNECTION_ERRORS) as exc:
-                    why = f"{exc.status} {exc.reason}" if isinstance(exc, ApiException) else type(exc).__name__
-                    self.notes.append(f"pool {pool.name}: nodes not listed ({why}); pods are "
-                                      "not pinned to the plan's nodes; apply k8s/components/node-reader")
+                    self.notes.append(_not_listed(pool, exc))
                     log.warning(self.notes[-1])
                     self.nodes[pool.name] = []
                 if 0 < len(self.nodes[pool.name]) < pool.nodes:

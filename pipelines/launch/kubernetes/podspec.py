@@ -175,15 +175,21 @@ def cache_mounts(paths: Iterable[str] = (), *, read_only: bool = True) -> list[d
 
 
 def node_affinity(avoid: Iterable[str] = (), pin: str = "") -> dict[str, Any] | None:
-    """Required node affinity: on ``pin`` (a real node of the plan) and never on ``avoid``."""
-    exprs = []
+    """Required node affinity: on ``pin`` (a real node of the plan) and never on ``avoid``.
+
+    By the node's *name* (``matchFields`` on ``metadata.name``), the name the node listing and
+    ``spec.nodeName`` give: the ``kubernetes.io/hostname`` label is not always that name (EKS and
+    kops name nodes by FQDN, ``ip-10-0-1-1.ec2.internal``, and label them ``ip-10-0-1-1``). The
+    API server allows one value per field requirement, so each avoided node is a requirement of
+    its own (requirements of a term must all hold).
+    """
+    fields = []
     if pin:
-        exprs.append({"key": "kubernetes.io/hostname", "operator": "In", "values": [pin]})
-    if avoid:
-        exprs.append({"key": "kubernetes.io/hostname", "operator": "NotIn", "values": sorted(set(avoid))})
-    if not exprs:
+        fields.append({"key": "metadata.name", "operator": "In", "values": [pin]})
+    fields += [{"key": "metadata.name", "operator": "NotIn", "values": [n]} for n in sorted(set(avoid))]
+    if not fields:
         return None
-    terms = [{"matchExpressions": exprs}]
+    terms = [{"matchFields": fields}]
     return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms}}}
 
 

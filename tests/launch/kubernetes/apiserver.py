@@ -6,15 +6,17 @@ event streams (with resourceVersion and timeoutSeconds), ``pods/{name}/log`` (fo
 ``GET nodes`` (label selectors) and ``PATCH nodes/{name}``. A *script* decides how each created
 pod evolves: a list of steps, each mutating the stored pod (phase, conditions, container
 states) and/or appending log lines, or deleting it. The "scheduler" picks the first node the
-pod's ``kubernetes.io/hostname`` In/NotIn affinity allows, so retries avoiding a failed node
-really land elsewhere and pinned pods land on their node. The QoS class is computed from the
-containers' resources as the real API server does.
+pod's ``nodeSelector`` and required node affinity allow, matched as kube-scheduler does
+(``matchExpressions`` against the node's labels, ``matchFields`` against its name), so retries
+avoiding a failed node really land elsewhere and pinned pods land on their node. The QoS class
+is computed from the containers' resources as the real API server does.
 
-Like a real 1.31 API server it refuses (422 Invalid) a pod whose env names or label values it would
-refuse, so a test notices a pod that no real cluster would create. Faults a real API server has:
-:meth:`StandInApiServer.fail` answers the next matching calls
-with 429/5xx or drops the connection (before or after doing the work); ``log_cuts`` cuts
-follow streams mid-way.
+Like a real 1.31 API server it refuses (422 Invalid) a pod whose env names, label values (its own
+and its ``nodeSelector``'s) or node field selectors (``matchFields``: ``metadata.name``, In/NotIn,
+one value each) it would refuse, so a test notices a pod that no real cluster would create, and
+answers a node listing whose label selector holds a bad value with 400. Faults a real API server has:
+:meth:`StandInApiServer.fail` answers the next matching calls with 429/5xx or drops the
+connection (before or after doing the work); ``log_cuts`` cuts follow streams mid-way.
 
 This checks the launcher's lifecycle against the API's shapes, not a real kubelet: it is a
 stand-in, and the docs say so.
@@ -149,18 +151,8 @@ class StandInApiServer:
         self.cond.notify_all()
 
     def schedule(self, pod: dict[str, Any]) -> str:
-        """The first node allowed by kubernetes.io/hostname In/NotIn terms ("" when none fits)."""
-        excluded: set[str] = set()
-        allowed: set[str] | None = None
-        terms = (((pod["spec"].get("affinity") or {}).get("nodeAffinity") or {})
-                 .get("requiredDuringSchedulingIgnoredDuringExecution") or {}).get("nodeSelectorTerms") or []
-        for term in terms:
-            for e in term.get("matchExpressions") or []:
-                if e["key"] == "kubernetes.io/hostname" and e["operator"] == "NotIn":
-                    excluded |= set(e["values"])
-                if e["key"] == "kubernetes.io/hostname" and e["operator"] == "In":
-                    allowed = set(e["values"]) if allowed is None else allowed & set(e["values"])
-        return next((n for n in self.nodes if n not in excluded and (allowed is None or n in allowed)), "")
+        """The first node the pod's ``nodeSelector`` and required node affinity allow ("" when none fits)."""
+        return next((n["metadata"]["name"] for n in self.node_objects if fits(pod, n)), "")
 
     def create(self, ns: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         name = body["metadata"]["name"]
@@ -221,7 +213,8 @@ _LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
 
 
 def invalid_fields(pod: dict[str, Any]) -> list[str]:
-    """The env names and label values of ``pod`` a real API server refuses (422), in its words."""
+    """The env names, label values and node field selectors of ``pod`` a real API server refuses (422),
+    in its words."""
     out = []
     for kind in ("initContainers", "containers"):
         for i, c in enumerate(pod.get("spec", {}).get(kind) or ()):
@@ -230,12 +223,73 @@ def invalid_fields(pod: dict[str, Any]) -> list[str]:
                     out.append(f'spec.{kind}[{i}].env[{j}].name: Invalid value: "{e.get("name")}": a valid environment '
                                "variable name must consist of alphabetic characters, digits, '_', '-', or '.', and "
                                "must not start with a digit")
+    required = ((((pod.get("spec") or {}).get("affinity") or {}).get("nodeAffinity") or {})
+                .get("requiredDuringSchedulingIgnoredDuringExecution") or {})
+    for i, term in enumerate(required.get("nodeSelectorTerms") or ()):
+        for j, f in enumerate(term.get("matchFields") or ()):
+            where = f"spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[{i}].matchFields[{j}]"
+            if f.get("key") != "metadata.name":
+                out.append(f'{where}.key: Invalid value: "{f.get("key")}": not a valid field selector key')
+            if f.get("operator") not in ("In", "NotIn"):
+                out.append(f'{where}.operator: Invalid value: "{f.get("operator")}": not a valid selector operator')
+            elif len(f.get("values") or ()) != 1:
+                out.append(f"{where}.values: Required value: must be only one value when `operator` is 'In' or "
+                           "'NotIn' for node field selector")
+    for key, value in ((pod.get("spec") or {}).get("nodeSelector") or {}).items():  # ValidatePodSpec: labels
+        if not isinstance(value, str) or len(value) > 63 or not _LABEL_VALUE.fullmatch(value):
+            out.append(f'spec.nodeSelector: Invalid value: "{value}": a valid label must be an empty string or consist '
+                       f"of alphanumeric characters, '-', '_' or '.' (key {key})")
     for value in (pod.get("metadata", {}).get("labels") or {}).values():
         if not isinstance(value, str) or len(value) > 63 or not _LABEL_VALUE.fullmatch(value):
             out.append(f'metadata.labels: Invalid value: "{value}": a valid label must be an empty string or consist '
                        "of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric "
                        "character (at most 63)")
     return out
+
+
+def _requirement_holds(req: dict[str, Any], value: str | None) -> bool:
+    """One NodeSelectorRequirement against a node's label (or field) value, None when it has none."""
+    op, values = req["operator"], req.get("values") or []
+    if op == "In":
+        return value is not None and value in values
+    if op == "NotIn":
+        return value is None or value not in values
+    if op == "Exists":
+        return value is not None
+    if op == "DoesNotExist":
+        return value is None
+    try:  # Gt / Lt: integers
+        have, want = int(value or ""), int(values[0])
+    except (ValueError, IndexError):
+        return False
+    return have > want if op == "Gt" else have < want
+
+
+def _term_holds(term: dict[str, Any], node: dict[str, Any]) -> bool:
+    """A nodeSelectorTerm as kube-scheduler reads it: ``matchExpressions`` against the node's labels,
+    ``matchFields`` against its fields (only ``metadata.name`` exists); all must hold; an empty
+    term matches no node."""
+    exprs, fields = term.get("matchExpressions") or [], term.get("matchFields") or []
+    if not exprs and not fields:
+        return False
+    labels = node["metadata"].get("labels") or {}
+    node_fields = {"metadata.name": node["metadata"]["name"]}
+    return (all(_requirement_holds(e, labels.get(e["key"])) for e in exprs)
+            and all(_requirement_holds(f, node_fields.get(f["key"])) for f in fields))
+
+
+def fits(pod: dict[str, Any], node: dict[str, Any]) -> bool:
+    """Whether the scheduler may put ``pod`` on ``node``: every ``nodeSelector`` label equal, and one of
+    the required affinity's terms holding (taints and resources are not modelled)."""
+    labels = node["metadata"].get("labels") or {}
+    spec = pod.get("spec") or {}
+    if any(labels.get(k) != v for k, v in (spec.get("nodeSelector") or {}).items()):
+        return False
+    required = (((spec.get("affinity") or {}).get("nodeAffinity") or {})
+                .get("requiredDuringSchedulingIgnoredDuringExecution"))
+    if required is None:
+        return True
+    return any(_term_holds(t, node) for t in required.get("nodeSelectorTerms") or [])
 
 
 def _status(code: int, reason: str, message: str) -> dict[str, Any]:
@@ -378,6 +432,13 @@ class _Handler(BaseHTTPRequestHandler):
         self._send(200, pod) if pod else self._send(404, _status(404, "NotFound", f'pods "{name}" not found'))
 
     def _nodes(self, parts: list[str], q: dict[str, str]) -> None:
+        for term in filter(None, q.get("labelSelector", "").split(",")):
+            value = term.partition("=")[2]
+            if len(value) > 63 or not _LABEL_VALUE.fullmatch(value):  # what a real one answers
+                key = term.partition("=")[0]
+                return self._send(400, _status(400, "BadRequest", (
+                    f'unable to parse requirement: values[0][{key}]: Invalid value: "{value}": a valid label must '
+                    "be an empty string or consist of alphanumeric characters, '-', '_' or '.'")))
         nodes = [n for n in self.api.node_objects if _matches(n, q)]
         if len(parts) == 4:
             found = [n for n in nodes if n["metadata"]["name"] == parts[3]]

@@ -189,8 +189,8 @@ def test_a_build_pod_on_a_broken_node_is_retried_on_another_node(kubelet):
         built = builder(server).build(MODEL, MODELS, CONVERSION, {}, repo=EXAMPLE)
     assert not built.reused and len(server.created) == 2
     terms = server.created[1]["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
-    assert terms["nodeSelectorTerms"][0]["matchExpressions"] == [
-        {"key": "kubernetes.io/hostname", "operator": "NotIn", "values": ["h200-a"]}]
+    assert terms["nodeSelectorTerms"][0]["matchFields"] == [
+        {"key": "metadata.name", "operator": "NotIn", "values": ["h200-a"]}]
     assert server.created[1]["metadata"]["name"].endswith("-a2")
 
 
@@ -322,8 +322,8 @@ def test_a_conversion_pod_checks_its_gpus_first_so_a_node_with_its_fabric_manage
     assert preflight["resources"] == container(first)["resources"], "it must see the GPUs the conversion gets"
     assert {e["name"]: e.get("value") for e in preflight["env"]}["NIGHTLY_PREFLIGHT_GPUS"] == "8"
     terms = second["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
-    assert terms["nodeSelectorTerms"][0]["matchExpressions"] == [
-        {"key": "kubernetes.io/hostname", "operator": "NotIn", "values": ["h200-a"]}]
+    assert terms["nodeSelectorTerms"][0]["matchFields"] == [
+        {"key": "metadata.name", "operator": "NotIn", "values": ["h200-a"]}]
     kubernetes_validate.validate(first, "1.31", strict=True)
 
 

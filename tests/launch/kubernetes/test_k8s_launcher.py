@@ -150,8 +150,8 @@ def test_node_trouble_is_infra_and_retried_on_another_node(tmp_path, reason, mut
     final, seen, server, _ = run(tmp_path, _bad_first_node(*mutations))
     assert [(a.outcome, a.reason, a.node) for a in seen] == [("infra_error", reason, "h200-a"), ("passed", "", "h200-b")]
     retry_affinity = server.created[1]["spec"]["affinity"]["nodeAffinity"]
-    assert retry_affinity["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0]["matchExpressions"] == [
-        {"key": "kubernetes.io/hostname", "operator": "NotIn", "values": ["h200-a"]}]
+    assert retry_affinity["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0]["matchFields"] == [
+        {"key": "metadata.name", "operator": "NotIn", "values": ["h200-a"]}]
     assert final.attempt == 2 and final.log_path.endswith("grpo.attempt2.log")
     assert final.details["attempts"] == f"1:infra_error/{reason}@h200-a; 2:passed@h200-b"
     assert not server.state.pods, "every attempt's pod is cleaned up"
@@ -171,7 +171,8 @@ def test_infra_retries_stop_at_the_limit_each_on_a_new_node(tmp_path):
     assert [a.node for a in seen] == ["h200-a", "h200-b", "h200-c"]
     assert final.outcome == "infra_error" and final.attempt == 3
     assert server.created[2]["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
-        "nodeSelectorTerms"][0]["matchExpressions"][0]["values"] == ["h200-a", "h200-b"]
+        "nodeSelectorTerms"][0]["matchFields"] == [{"key": "metadata.name", "operator": "NotIn", "values": [n]}
+                                                    for n in ("h200-a", "h200-b")], "one field requirement per node"
 
 
 def test_a_pod_deleted_by_someone_is_seen_through_the_watch(tmp_path):

@@ -213,6 +213,30 @@ def test_helm_values_use_the_k8s_run_launcher_postgres_psycopg2_monitoring_and_a
     assert values["dagsterWebserver"]["workspace"]["servers"][0]["port"] == 4000
 
 
+def test_helm_values_deploy_no_postgresql_and_no_code_server_of_the_charts_own():
+    """helm is not installed here: the keys the Dagster chart reads are checked, nothing is rendered.
+
+    ``postgresql.enabled: true`` deploys the chart's PostgreSQL and points Dagster at it, ignoring
+    ``postgresqlHost``; ``dagster-user-deployments.enableSubchart`` (the subchart's condition) deploys
+    the chart's example code server beside ours; ``enabled`` must stay on for the workspace to be written."""
+    values = yaml.safe_load((K8S / "helm" / "values.yaml").read_text())
+    pg = values["postgresql"]
+    assert pg["enabled"] is False and pg["postgresqlHost"] == "postgres.nightly-e2e.svc.cluster.local"
+    assert (pg["postgresqlUsername"], pg["postgresqlDatabase"], pg["service"]["port"]) == ("dagster", "dagster", 5432)
+    # the password Secret is ours (docs/kubernetes.md creates it); the chart makes none
+    assert values["generatePostgresqlPasswordSecret"] is False
+    assert values["global"]["postgresqlSecretName"] == "dagster-postgresql-secret"
+    docs = " ".join((PROJECT_ROOT / "docs" / "kubernetes.md").read_text().split())
+    assert "create secret generic dagster-postgresql-secret --from-literal=postgresql-password=" in docs
+    users = values["dagster-user-deployments"]
+    assert users["enabled"] is True and users["enableSubchart"] is False and "deployments" not in users
+    [service] = [d for d in yaml.safe_load_all((K8S / "base" / "code-location.yaml").read_text())
+                 if d and d["kind"] == "Service"]
+    [server] = values["dagsterWebserver"]["workspace"]["servers"]
+    assert server["host"] == f"{service['metadata']['name']}.nightly-e2e.svc.cluster.local"
+    assert server["port"] == service["spec"]["ports"][0]["port"]
+
+
 def test_kueue_quota_admits_a_whole_night_of_the_pools_pods():
     """Every node full of whole-node pods must fit the quota, or Kueue holds pods the nodes could run."""
     from pipelines.core.specs import load_specs

@@ -83,10 +83,13 @@ def test_pool_placement_priority_queue_and_image_come_from_assets():
     assert spec["restartPolicy"] == "Never" and "affinity" not in spec
 
 
-def test_avoided_nodes_become_a_hostname_not_in_node_affinity():
-    spec = build_pod(request(avoid_nodes=("h200-c", "h200-a", "h200-c")), POOL, PRODUCTION)["spec"]
-    terms = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
-    assert terms == [{"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "NotIn", "values": ["h200-a", "h200-c"]}]}]
+def test_avoided_nodes_become_node_name_not_in_requirements_one_per_node():
+    pod = build_pod(request(avoid_nodes=("h200-c", "h200-a", "h200-c")), POOL, PRODUCTION)
+    terms = pod["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    # by name, not the kubernetes.io/hostname label; the API server takes one value per field requirement
+    assert terms == [{"matchFields": [{"key": "metadata.name", "operator": "NotIn", "values": ["h200-a"]},
+                                      {"key": "metadata.name", "operator": "NotIn", "values": ["h200-c"]}]}]
+    kubernetes_validate.validate(pod, "1.31", strict=True)
 
 
 def test_shm_is_a_memory_empty_dir_and_caches_are_read_only_sub_paths():
@@ -191,11 +194,11 @@ def test_each_attempt_gets_a_fresh_token_and_the_record_goes_where_the_kubelet_r
 def test_a_pinned_node_is_required_unless_it_is_to_be_avoided():
     def exprs(pod):
         return pod["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
-            "nodeSelectorTerms"][0]["matchExpressions"]
+            "nodeSelectorTerms"][0]["matchFields"]
     pinned = build_pod(request(), POOL, PRODUCTION, node_name="h200-c")
-    assert exprs(pinned) == [{"key": "kubernetes.io/hostname", "operator": "In", "values": ["h200-c"]}]
+    assert exprs(pinned) == [{"key": "metadata.name", "operator": "In", "values": ["h200-c"]}]
     avoided = build_pod(request(avoid_nodes=("h200-c",)), POOL, PRODUCTION, node_name="h200-c")
-    assert exprs(avoided) == [{"key": "kubernetes.io/hostname", "operator": "NotIn", "values": ["h200-c"]}]
+    assert exprs(avoided) == [{"key": "metadata.name", "operator": "NotIn", "values": ["h200-c"]}]
     kubernetes_validate.validate(pinned, "1.31", strict=True)
 
 

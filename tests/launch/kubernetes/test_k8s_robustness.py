@@ -285,8 +285,40 @@ def test_the_plans_virtual_nodes_are_pinned_to_usable_nodes_of_the_pool(tmp_path
     final, _, server, _ = launch(tmp_path, lambda pod, node: pods.passes(node), server=server, req=req)
     assert final.node == "h200-c", "virtual node 1 = the second usable node (a, c)"
     terms = server.created[0]["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
-    assert terms["nodeSelectorTerms"][0]["matchExpressions"] == [
-        {"key": "kubernetes.io/hostname", "operator": "In", "values": ["h200-c"]}]
+    assert terms["nodeSelectorTerms"][0]["matchFields"] == [
+        {"key": "metadata.name", "operator": "In", "values": ["h200-c"]}]
+
+
+def eks_nodes(*hosts: str) -> list[dict]:
+    """Nodes as EKS and kops make them: named by FQDN, their ``kubernetes.io/hostname`` label the short name."""
+    nodes = [gpu_node(f"{h}.ec2.internal") for h in hosts]
+    for node, host in zip(nodes, hosts, strict=True):
+        node["metadata"]["labels"]["kubernetes.io/hostname"] = host
+    return nodes
+
+
+def unschedulable_unless_placed(pod, node):
+    if not node:  # what kube-scheduler says when no node matches the pod's affinity
+        return [Step(mutate=pods.unschedulable("0/3 nodes are available: 3 node(s) didn't match Pod's node affinity/selector."))]
+    return pods.passes(node)
+
+
+def test_a_pod_is_pinned_by_node_name_where_the_hostname_label_differs(tmp_path):
+    server = StandInApiServer(node_objects=eks_nodes("ip-10-0-1-1", "ip-10-0-1-2", "ip-10-0-1-3"))
+    req = dataclasses.replace(request(tmp_path), node=1)
+    final, seen, _, _ = launch(tmp_path, unschedulable_unless_placed, server=server, req=req, pending_wait_s=2)
+    assert [(a.outcome, a.node) for a in seen] == [("passed", "ip-10-0-1-2.ec2.internal")], seen[0].details["message"]
+
+
+def test_a_bad_node_is_avoided_by_name_where_the_hostname_label_differs(tmp_path):
+    bad = "ip-10-0-1-1.ec2.internal"
+    def script(pod, node):
+        return pods.ends(node, pods.preflight_failed(86)) if node == bad else unschedulable_unless_placed(pod, node)
+    server = StandInApiServer(node_objects=eks_nodes("ip-10-0-1-1", "ip-10-0-1-2", "ip-10-0-1-3"))
+    req = dataclasses.replace(request(tmp_path), node=0)
+    _, seen, _, _ = launch(tmp_path, script, server=server, req=req, pending_wait_s=2)
+    assert [(a.outcome, a.reason, a.node) for a in seen] == [
+        ("infra_error", "gpu_unusable", bad), ("passed", "", "ip-10-0-1-2.ec2.internal")]
 
 
 def test_without_rights_to_list_nodes_pods_run_unpinned_with_a_note(tmp_path):
@@ -298,6 +330,21 @@ def test_without_rights_to_list_nodes_pods_run_unpinned_with_a_note(tmp_path):
     assert final.outcome == "passed" and "affinity" not in server.created[0]["spec"]
     assert run.notes == ["pool h200: nodes not listed (403 Forbidden); pods are not pinned to the plan's nodes; "
                          "apply k8s/components/node-reader"]
+
+
+def test_a_node_selector_the_api_server_refuses_is_named_not_blamed_on_rights(tmp_path):
+    """A PoolSpec built in code skips the specs' check: the listing's 400 names the selector, not RBAC."""
+    pool = dataclasses.replace(POOL, node_selector={"nvidia.com/gpu.product": "NVIDIA H200"})
+    deployment = dataclasses.replace(DEPLOYMENT, pools=(pool,))
+    with StandInApiServer(script=lambda pod, node: pods.passes(node)) as server:
+        run = KubernetesLauncher(server.core_v1(), deployment, tick_s=0.02, watch_timeout_s=1, log_join_s=0.15)
+        final = run.launch(request(tmp_path))
+    assert (final.outcome, final.reason) == ("infra_error", "create_rejected"), "and the pod is refused too"
+    assert run.notes == ["pool h200: nodes not listed: the API server refused the node_selector "
+                         "'nvidia.com/gpu.product=NVIDIA H200' (400 unable to parse requirement: "
+                         "values[0][nvidia.com/gpu.product]: Invalid value: \"NVIDIA H200\": a valid label must be an "
+                         "empty string or consist of alphanumeric characters, '-', '_' or '.'); pods are not pinned to "
+                         "the plan's nodes; fix node_selector in assets/cluster.yaml"]
 
 
 def test_a_launcher_without_pins_never_lists_nodes(tmp_path):
