@@ -39,12 +39,20 @@ def default_store() -> Path:
     return Path(home) / "history.sqlite"
 
 
-def open_store(store: Path | None, deployment: str | None = None, home: Path | None = None):
+def open_store(store: Path | None, deployment: str | None = None, home: Path | None = None, create: bool = False):
     """``--store FILE`` when given, else the deployment's store: ``<home>/history.sqlite``, or S3
-    for a deployment with ``storage: s3`` (the production history every pod shares)."""
-    from pipelines.core.history import FileHistoryStore
+    for a deployment with ``storage: s3`` (the production history every pod shares).
+
+    A ``--store`` file that does not exist is refused (HistoryError) unless ``create`` (``history
+    import`` makes it): read as an empty history, a mistyped name would show no samples and let
+    calibration release every est_time in force for want of evidence."""
+    from pipelines.core.history import FileHistoryStore, HistoryError
 
     if store is not None:
+        if not create and not store.exists():
+            raise HistoryError(f"{store}: --store: no such history file; check the path, or leave --store out "
+                               f"for the deployment's history (`nightly history import --store {store} LOGFILE` "
+                               "creates one)")
         return FileHistoryStore(store)
     from pipelines.core.specs import load_specs
     from pipelines.storage.history import history_store
@@ -193,7 +201,7 @@ def _import(args: argparse.Namespace) -> int:
         parsed, found = _import_logs(args, logs)
         samples += found[0]
         problems += found[1]
-    store = open_store(args.store, args.deployment, args.home)
+    store = open_store(args.store, args.deployment, args.home, create=True)
     new = 0 if args.dry_run else store.add(_not_stored(samples, store.read()))
     verb = "would import" if args.dry_run else "imported"
     where = getattr(store, "path", store)

@@ -324,3 +324,17 @@ def test_every_bad_line_of_a_kept_jsonl_is_named_and_a_file_that_gives_nothing_i
     assert f"  {mixed}:2: hardware: required field is missing" in out
     assert f"  {mixed}:4: encoding: not UTF-8" in out
     assert f"  {junk}:1: json: expected an object, got list" in out
+
+
+def test_show_of_a_store_file_that_does_not_exist_is_refused_and_import_creates_it(repo, tmp_path, capsys):
+    """A mistyped --store is an error, not an empty history; `history import` is what makes such a file."""
+    store = tmp_path / "mine.sqlite"
+    assert cli("history", "show", "--store", str(store)) == 2
+    assert (f"nightly history: error: {store}: --store: no such history file; check the path, or leave --store "
+            f"out for the deployment's history (`nightly history import --store {store} LOGFILE` creates one)"
+            ) in capsys.readouterr().err
+    log = tmp_path / "job.log"
+    log.write_text(LOG)
+    assert cli("history", "import", "--repo", str(repo), "--store", str(store), str(log)) == 0
+    assert cli("history", "show", "--store", str(store)) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == "3 of 3 samples"
