@@ -600,3 +600,13 @@ def test_json_with_a_flag_that_acts_on_the_page_is_refused_before_anything_is_re
     assert err.strip() == (f"nightly report: error:\n--json: prints the report as JSON and writes no page, so {named} "
                            f"would do nothing; leave out {named}, or --json for the page")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_mistyped_test_id_is_refused_with_the_closest_spellings(home, capsys):
+    """Not only ids containing what was typed: a typo inside the name (docs/report.md promises suggestions)."""
+    typo = "tests/e2e/lora/test_lora_mat.py"
+    code, _, err = nightly(capsys, "quarantine", "add", typo, "--home", str(home), "--repo", "minirl",
+                           "--by", "alice", "--why", "x")
+    assert code == 2
+    assert err.strip().startswith(f"nightly quarantine add: TEST: {typo!r} is not a test of minirl; "
+                                  "did you mean: tests/e2e/lora/test_lora_math.py")
