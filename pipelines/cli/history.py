@@ -228,7 +228,8 @@ def _import_logs(args: argparse.Namespace, logs: list[Path]) -> tuple[dict, tupl
     parsed: dict = {}
     archives: dict[str, str] = {}  # an archive member -> its archive
     problems: list[Problem] = []
-    for log in logs:
+    for n, log in enumerate(logs, start=1):
+        _progress(log, n, len(logs))
         try:
             found = _read_logs(log)
             parsed.update(found)
@@ -241,6 +242,21 @@ def _import_logs(args: argparse.Namespace, logs: list[Path]) -> tuple[dict, tupl
 
     samples, found = import_parsed(parsed, catalog, args.suite, args.hardware, archives)
     return parsed, (samples, problems + found)
+
+
+#: a log this large takes seconds to read (a 200 MB log 15-27 s): say so before reading it
+LARGE_LOG_BYTES = 20 * 1024 * 1024
+
+
+def _progress(log: Path, n: int, total: int) -> None:
+    """``nightly history: reading LOG (n/N) ...`` on stderr before each of several logs, or one large
+    log, so a long import shows where it is; one small log (a test's, a quick import) says nothing."""
+    try:
+        large = log.stat().st_size >= LARGE_LOG_BYTES
+    except OSError:  # reported with the other problems when it is read
+        large = False
+    if total > 1 or large:
+        print(f"nightly history: reading {log} ({n}/{total}) ...", file=sys.stderr, flush=True)
 
 
 def _show(args: argparse.Namespace) -> int:

@@ -338,3 +338,18 @@ def test_show_of_a_store_file_that_does_not_exist_is_refused_and_import_creates_
     assert cli("history", "import", "--repo", str(repo), "--store", str(store), str(log)) == 0
     assert cli("history", "show", "--store", str(store)) == 0
     assert capsys.readouterr().out.splitlines()[-1] == "3 of 3 samples"
+
+
+def test_several_or_large_logs_are_announced_one_by_one_on_stderr(repo, tmp_path, capsys, monkeypatch):
+    """A long import shows where it is (a 200 MB log takes 15-27 s); one small log says nothing."""
+    logs = [tmp_path / "a.log", tmp_path / "b.log"]
+    for log in logs:
+        log.write_text(LOG)
+    assert cli("history", "import", "--repo", str(repo), "--dry-run", str(logs[0])) == 0
+    assert capsys.readouterr().err == ""
+    assert cli("history", "import", "--repo", str(repo), "--dry-run", *map(str, logs)) == 0
+    assert capsys.readouterr().err.splitlines() == [f"nightly history: reading {logs[0]} (1/2) ...",
+                                                    f"nightly history: reading {logs[1]} (2/2) ..."]
+    monkeypatch.setattr(history_cli, "LARGE_LOG_BYTES", len(LOG))
+    assert cli("history", "import", "--repo", str(repo), "--dry-run", str(logs[0])) == 0
+    assert capsys.readouterr().err == f"nightly history: reading {logs[0]} (1/1) ...\n"
