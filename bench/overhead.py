@@ -6,10 +6,14 @@ A synthetic framework of N trivial tests (``execute()`` returns at once) runs tw
    one-GPU pool, so tests also run one after another.
 Overhead per test = (nightly - bare) / N; measured at two sizes, the slope separates the
 per-test cost from the fixed cost of starting a night. Prints the figures.
+The sizes are ``$BENCH_SIZES`` (default ``10,40``).
+
+    .venv/bin/python bench/overhead.py
 """
 
 from __future__ import annotations
 
+import argparse
 import os
 import shutil
 import subprocess
@@ -80,7 +84,13 @@ def nightly(root: Path) -> float:
     return elapsed
 
 
-def main() -> None:
+def parser() -> argparse.ArgumentParser:
+    return argparse.ArgumentParser(prog="bench/overhead.py", description=__doc__,
+                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+
+
+def main(argv: list[str]) -> None:
+    parser().parse_args(argv)  # no flags: --help says what it runs instead of running it
     sizes = [int(x) for x in os.environ.get("BENCH_SIZES", "10,40").split(",")]
     rows = []
     for n in sizes:
@@ -104,4 +114,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1:])

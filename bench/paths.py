@@ -15,6 +15,7 @@ Goal (issue 18): backfill and sensor <= 1.2x the nightly's wall time (before: ~1
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import shutil
@@ -61,7 +62,13 @@ def _timed(argv: list[str], env: dict) -> float:
     return time.monotonic() - t0
 
 
-def main() -> int:
+def parser() -> argparse.ArgumentParser:
+    return argparse.ArgumentParser(prog="bench/paths.py", description=__doc__,
+                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+
+
+def main(argv: list[str]) -> int:
+    parser().parse_args(argv)  # no flags: --help says what it measures before a multi-night run starts
     tmp = Path(tempfile.mkdtemp(prefix="bench-paths-"))
     digest = tmp / "digest.txt"
     digest.write_text("sha256:" + "a" * 64)
@@ -109,4 +116,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))

@@ -6,11 +6,12 @@ SQLite history store, then times each step of ``nightly report``: reading histor
 flaky state machine, building every section (pure) and rendering the HTML page (calibration is
 the night's own step; the report reuses its evidence). Prints wall and CPU time (a busy shared
 machine inflates wall time); goals are reported, never asserted.
-``python bench/report.py [nights] [tests]``
+``python bench/report.py [NIGHTS] [TESTS]``
 """
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import random
 import sys
@@ -124,5 +125,24 @@ def main(nights: int = 100, n_tests: int = 1000) -> None:
           f"the HTML page adds {total - core:.2f} s wall ({total_cpu - core_cpu:.2f} s CPU)")
 
 
+def _count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a whole number >= 1")
+    return value
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="bench/report.py", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("nights", nargs="?", type=_count, default=100, help="nights of history (default 100)")
+    p.add_argument("tests", nargs="?", type=_count, default=1000, help="tests per night (default 1000)")
+    return p
+
+
 if __name__ == "__main__":
-    main(*(int(a) for a in sys.argv[1:3]))
+    args = parser().parse_args()
+    main(args.nights, args.tests)

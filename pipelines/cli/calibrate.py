@@ -16,7 +16,9 @@ The step guard (``max_step_factor``) judges each proposal from the est_time in f
 that estimates file when the last calibration set it for the same file, as the night does; the
 table's ``current`` and the patch start from the registered value, the literal in the file. A dry
 run with ``--store FILE`` reads no deployment's estimates (it says so) and judges from the
-registered values, as does a dry run whose estimates cannot be read (a warning).
+registered values, as does a dry run whose estimates cannot be read (a warning). ``--store`` with
+``--write`` is refused: the estimates would go to ``$NIGHTLY_DEPLOYMENT``'s deployment from a file that
+is not its history. A ``--store`` file that does not exist is refused (exit 2), not read as empty.
 """
 
 from __future__ import annotations
@@ -41,7 +43,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--patch", type=flags.path_text, metavar="FILE", help="write the unified diff here (apply with `git apply FILE`)")
     p.add_argument("--write", action="store_true",
                    help="rewrite the est_time literals in the checkout, and store the proposals where the next "
-                        "night plans from (the deployment's estimates/<repo>.json; a template test's only place)")
+                        "night plans from (the deployment's estimates/<repo>.json; a template test's only place); "
+                        "not with --store")
     p.set_defaults(func=run)
 
 
@@ -83,6 +86,14 @@ def run(args: argparse.Namespace) -> int:
     problems = [m for f, flag in outputs if f and (m := output_problem(f, flag))]
     if args.evidence and args.patch and Path(args.evidence).resolve() == Path(args.patch).resolve():
         problems.append(f"{args.patch}: --patch: the same file as --evidence; give each its own path")
+    if args.store is not None and args.write:
+        # the estimates would go to $NIGHTLY_DEPLOYMENT's (or the default) deployment, from a file of no
+        # deployment: a mistyped or unrelated file would replace production's estimates
+        problems.append(f"{args.store}: --store with --write: --write stores the proposals as a deployment's "
+                        "estimates (what its nights plan from) and records the rewrites in its history, and "
+                        f"{args.store} is no deployment's history; calibrate the deployment from its own history "
+                        "(--deployment D --write), or write a patch from this file's history (--patch PATCH, then "
+                        "`git apply PATCH`)")
     if problems:
         return _fail("\n".join(problems))
     path, spec, specs = history_cli.resolve_repo(args.repo)
@@ -92,8 +103,8 @@ def run(args: argparse.Namespace) -> int:
     if note:
         print(f"{'policy' if args.policy else 'assumed'}: {note}")
     floor, factor = (spec.timeout_floor_s, spec.timeout_factor) if spec else (1800, 1.25)
-    store = history_cli.open_store(args.store, args.deployment, args.home)
     try:
+        store = history_cli.open_store(args.store, args.deployment, args.home)
         samples = store.read()
         rewrites = successions(store)
     except HistoryError as exc:
@@ -195,7 +206,7 @@ def _in_force(args: argparse.Namespace, repo: str, tests) -> dict[tuple[str, str
     the night's calibration does. A corrupt file or entry is a warning, and those tests are judged
     from the registered value.
 
-    ``--store FILE`` without ``--write`` is a dry run over a local history file: no deployment's
+    ``--store FILE`` (never with ``--write``) is a dry run over a local history file: no deployment's
     estimates are read (they may be on S3, needing credentials this run has no use for). A dry run
     whose estimates store cannot be read warns and judges from the registered values; only
     ``--write``, which would store over them, stops (StateError)."""
@@ -203,7 +214,7 @@ def _in_force(args: argparse.Namespace, repo: str, tests) -> dict[tuple[str, str
     from pipelines.night import in_force_est_times
     from pipelines.storage.state import StateError
 
-    if args.store is not None and not args.write:
+    if args.store is not None:
         print("est_time in force: not read with --store (a dry run over that file); steps are judged from the "
               "registered est_time")
         return {}

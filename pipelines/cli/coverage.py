@@ -21,6 +21,7 @@ import argparse
 import json
 import math
 import subprocess
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -349,6 +350,10 @@ def run_design(args: argparse.Namespace) -> int:
             raise FlagError(f"--require: {','.join(t)!r} must name distinct dimensions among {', '.join(sorted(names))}; "
                             "give e.g. --require " + ",".join(sorted(names)[:2]))
     cap = args.tests * args.budget if args.budget else None
+    # a search over many dimensions takes tens of seconds: say what it is doing before it starts
+    print(f"nightly coverage design: searching the fewest configurations covering {required_text(require, strength)} "
+          f"of {len(dims)} dimensions (full product {math.prod(len(v) for _, v in dims):,}) ...",
+          file=sys.stderr, flush=True)
     found = design(dims, strength, require, max_rows=cap, seed=args.seed)
     tests = args.tests or 1
     if tests > max(found.size, 1):  # a test with no configuration is no test; dealing to 100,000 never ended

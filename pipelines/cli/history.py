@@ -39,12 +39,20 @@ def default_store() -> Path:
     return Path(home) / "history.sqlite"
 
 
-def open_store(store: Path | None, deployment: str | None = None, home: Path | None = None):
+def open_store(store: Path | None, deployment: str | None = None, home: Path | None = None, create: bool = False):
     """``--store FILE`` when given, else the deployment's store: ``<home>/history.sqlite``, or S3
-    for a deployment with ``storage: s3`` (the production history every pod shares)."""
-    from pipelines.core.history import FileHistoryStore
+    for a deployment with ``storage: s3`` (the production history every pod shares).
+
+    A ``--store`` file that does not exist is refused (HistoryError) unless ``create`` (``history
+    import`` makes it): read as an empty history, a mistyped name would show no samples and let
+    calibration release every est_time in force for want of evidence."""
+    from pipelines.core.history import FileHistoryStore, HistoryError
 
     if store is not None:
+        if not create and not store.exists():
+            raise HistoryError(f"{store}: --store: no such history file; check the path, or leave --store out "
+                               f"for the deployment's history (`nightly history import --store {store} LOGFILE` "
+                               "creates one)")
         return FileHistoryStore(store)
     from pipelines.core.specs import load_specs
     from pipelines.storage.history import history_store
@@ -193,7 +201,7 @@ def _import(args: argparse.Namespace) -> int:
         parsed, found = _import_logs(args, logs)
         samples += found[0]
         problems += found[1]
-    store = open_store(args.store, args.deployment, args.home)
+    store = open_store(args.store, args.deployment, args.home, create=True)
     new = 0 if args.dry_run else store.add(_not_stored(samples, store.read()))
     verb = "would import" if args.dry_run else "imported"
     where = getattr(store, "path", store)
@@ -220,7 +228,8 @@ def _import_logs(args: argparse.Namespace, logs: list[Path]) -> tuple[dict, tupl
     parsed: dict = {}
     archives: dict[str, str] = {}  # an archive member -> its archive
     problems: list[Problem] = []
-    for log in logs:
+    for n, log in enumerate(logs, start=1):
+        _progress(log, n, len(logs))
         try:
             found = _read_logs(log)
             parsed.update(found)
@@ -233,6 +242,21 @@ def _import_logs(args: argparse.Namespace, logs: list[Path]) -> tuple[dict, tupl
 
     samples, found = import_parsed(parsed, catalog, args.suite, args.hardware, archives)
     return parsed, (samples, problems + found)
+
+
+#: a log this large takes seconds to read (a 200 MB log 15-27 s): say so before reading it
+LARGE_LOG_BYTES = 20 * 1024 * 1024
+
+
+def _progress(log: Path, n: int, total: int) -> None:
+    """``nightly history: reading LOG (n/N) ...`` on stderr before each of several logs, or one large
+    log, so a long import shows where it is; one small log (a test's, a quick import) says nothing."""
+    try:
+        large = log.stat().st_size >= LARGE_LOG_BYTES
+    except OSError:  # reported with the other problems when it is read
+        large = False
+    if total > 1 or large:
+        print(f"nightly history: reading {log} ({n}/{total}) ...", file=sys.stderr, flush=True)
 
 
 def _show(args: argparse.Namespace) -> int:

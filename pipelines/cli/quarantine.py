@@ -123,6 +123,21 @@ def control_characters(flag: str, value: str) -> str | None:
             "text (line breaks, tabs and terminal escapes would garble `quarantine list` and the report)")
 
 
+def suggestions(typed: str, known) -> list[str]:
+    """Up to five test ids a mistyped TEST may mean: those containing it (a file of several variants,
+    a path's tail), then up to three closest spellings, closest first (``test_lora_mat.py`` for
+    ``test_lora_math.py``). Typed without a ``::variant``, a variant's id is compared by its file."""
+    import difflib
+
+    near = sorted(t for t in known if typed in t)
+    by_file: dict[str, list[str]] = {}
+    for t in sorted(known):
+        by_file.setdefault(t if "::" in typed else t.split("::")[0], []).append(t)
+    close = difflib.get_close_matches(typed, by_file, n=3, cutoff=0.8)
+    near += [t for key in close for t in by_file[key] if t not in near]
+    return near[:5]
+
+
 class _Unchanged(Exception):
     """The action would change nothing on the document as it is now (another writer may have got there first)."""
 
@@ -144,7 +159,7 @@ def _record(args: argparse.Namespace) -> int:
     name, inputs, store = repo_context(home, args.repo, args.deployment)
     known, fallback = repo_tests(name, inputs, store)
     if args.test not in known:
-        near = sorted(t for t in known if args.test in t)[:5]
+        near = suggestions(args.test, known)
         hint = f"; did you mean: {', '.join(near)}" if near else "; `nightly catalog` lists the test ids"
         if fallback:
             hint = f" ({fallback}, and it is not one of them){hint}; fix the catalog first"

@@ -7,7 +7,8 @@ Reads ``<home>/nights/<night>.json`` (the newest unless --night, which also take
 ``runs/<id>.json``; with --repo, the newest of that repo), the repo's nights before it (each test
 is compared with the last of them that ran it), the deployment's history store and the repo's catalog;
 writes ``<home>/reports/<night>.html`` and prints its path (with an S3 deployment, the same keys in
-its bucket). Exit 2 for a night that cannot be read or a flag that cannot be used. ``--json`` prints every section as JSON instead (for scripts); ``--open`` opens
+its bucket). Exit 2 for a night that cannot be read or a flag that cannot be used. ``--json`` prints every section as JSON instead (for scripts; not with
+--out, --open or --screenshot, which act on the page); ``--open`` opens
 the page in a browser; ``--screenshot`` also saves a PNG of it made by headless Chromium.
 """
 
@@ -51,7 +52,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                                                  "(runs/<id>.json) (default: the newest night)")
     p.add_argument("--out", type=flags.path, metavar="FILE", help="write the page here (default: <home>/reports/<night>.html)")
     p.add_argument("--open", action="store_true", help="open the page in the default browser")
-    p.add_argument("--json", action="store_true", help="print every section as JSON and write no page")
+    p.add_argument("--json", action="store_true", help="print every section as JSON and write no page (so not with --out, --open or --screenshot)")
     p.add_argument("--screenshot", type=flags.path, metavar="PNG", help="also save a screenshot of the page (headless Chromium)")
     p.add_argument("--uncovered", action="append", default=[], metavar="CELL",
                    help="also list this matrix cell as uncovered (repeatable); the cells the repo's declared "
@@ -156,7 +157,13 @@ def run(args: argparse.Namespace) -> int:
 def check_paths(args: argparse.Namespace) -> None:
     """``--out`` and ``--screenshot`` name files: a folder, or a place no file can be written (under a
     file, in a folder this user cannot write), is refused before anything is read or drawn (and before
-    a browser starts)."""
+    a browser starts). ``--json`` writes no page, so a flag that acts on the page is refused with it:
+    a script would otherwise find no file where it asked for one."""
+    page_flags = [flag for flag, given in (("--out", args.out), ("--screenshot", args.screenshot),
+                                           ("--open", args.open)) if given]
+    if args.json and page_flags:
+        raise FlagError(f"--json: prints the report as JSON and writes no page, so {' and '.join(page_flags)} "
+                        f"would do nothing; leave out {' and '.join(page_flags)}, or --json for the page")
     for flag, path, what, example in (("--out", args.out, "the page's", "night.html"),
                                       ("--screenshot", args.screenshot, "the PNG's", "night.png")):
         if path is None:

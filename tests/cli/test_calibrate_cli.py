@@ -637,3 +637,26 @@ def test_a_proposal_write_leaves_out_of_the_file_it_rewrites_is_in_force_the_nex
     assert cli("calibrate", "--repo", str(repo), "--evidence", str(evidence)) == 0
     rows = {r["test_id"]: r for r in csv.DictReader(evidence.open())}
     assert (rows[listed.id]["in_force_est_time"], rows[listed.id]["proposed_est_time"]) == ("500", "500")
+
+
+def test_a_store_file_that_does_not_exist_is_refused_not_read_as_an_empty_history(repo, tmp_path, capsys):
+    """A mistyped --store read as empty would release every est_time in force for want of evidence."""
+    typo = tmp_path / "histroy.sqlite"
+    assert cli("calibrate", "--repo", str(repo), "--store", str(typo)) == 2
+    out, err = capsys.readouterr()
+    assert f"nightly calibrate: error: {typo}: --store: no such history file; check the path" in err
+    assert "test_a.py" not in out and not typo.exists()
+
+
+def test_write_with_a_store_file_is_refused_before_anything_is_written(repo, tmp_path, monkeypatch, capsys):
+    """--write stores a deployment's estimates; from --store FILE they would silently replace those of
+    $NIGHTLY_DEPLOYMENT (production's, on S3) with proposals from a file that is not its history."""
+    monkeypatch.setenv("NIGHTLY_DEPLOYMENT", "local")
+    store = tmp_path / "home" / "history.sqlite"
+    before = (repo / "tests/e2e/test_a.py").read_text()
+    assert cli("calibrate", "--repo", str(repo), "--store", str(store), "--write") == 2
+    out, err = capsys.readouterr()
+    assert f"nightly calibrate: error: {store}: --store with --write: --write stores the proposals as a " in err
+    assert "(--deployment D --write)" in err and out == ""
+    assert not (tmp_path / "home" / "estimates").exists()
+    assert (repo / "tests/e2e/test_a.py").read_text() == before

@@ -370,6 +370,19 @@ def test_design_text_shows_the_rows_the_proof_and_the_saving(capsys):
     assert "GPU-seconds per night: 3,500 (4 x 875 s x 1 GPU) against 3,500 for the full product of 4; saves 0" in out
 
 
+def test_design_says_on_stderr_what_it_searches_before_the_search_starts(capsys, monkeypatch):
+    """A search over many dimensions is silent for tens of seconds otherwise; stdout stays the design."""
+    import pipelines.cli.coverage as coverage_cli
+
+    said = []
+    real = coverage_cli.design
+    monkeypatch.setattr(coverage_cli, "design", lambda *a, **k: said.append(capsys.readouterr().err) or real(*a, **k))
+    code, out, err = coverage(capsys, "design", *(f"--dim=d{i}=a,b,c" for i in range(4)), "--json")
+    assert code == 0 and json.loads(out)["size"] == 9 and err == ""
+    assert said == ["nightly coverage design: searching the fewest configurations covering all pairs of 4 dimensions "
+                    "(full product 81) ...\n"]
+
+
 def test_design_within_a_budget_too_small_exits_one_with_the_cells_left_out(capsys):
     code, out, _ = coverage(capsys, "design", *(f"--dim=d{i}=a,b,c" for i in range(4)), "--tests", "2", "--budget", "3")
 

@@ -324,3 +324,32 @@ def test_every_bad_line_of_a_kept_jsonl_is_named_and_a_file_that_gives_nothing_i
     assert f"  {mixed}:2: hardware: required field is missing" in out
     assert f"  {mixed}:4: encoding: not UTF-8" in out
     assert f"  {junk}:1: json: expected an object, got list" in out
+
+
+def test_show_of_a_store_file_that_does_not_exist_is_refused_and_import_creates_it(repo, tmp_path, capsys):
+    """A mistyped --store is an error, not an empty history; `history import` is what makes such a file."""
+    store = tmp_path / "mine.sqlite"
+    assert cli("history", "show", "--store", str(store)) == 2
+    assert (f"nightly history: error: {store}: --store: no such history file; check the path, or leave --store "
+            f"out for the deployment's history (`nightly history import --store {store} LOGFILE` creates one)"
+            ) in capsys.readouterr().err
+    log = tmp_path / "job.log"
+    log.write_text(LOG)
+    assert cli("history", "import", "--repo", str(repo), "--store", str(store), str(log)) == 0
+    assert cli("history", "show", "--store", str(store)) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == "3 of 3 samples"
+
+
+def test_several_or_large_logs_are_announced_one_by_one_on_stderr(repo, tmp_path, capsys, monkeypatch):
+    """A long import shows where it is (a 200 MB log takes 15-27 s); one small log says nothing."""
+    logs = [tmp_path / "a.log", tmp_path / "b.log"]
+    for log in logs:
+        log.write_text(LOG)
+    assert cli("history", "import", "--repo", str(repo), "--dry-run", str(logs[0])) == 0
+    assert capsys.readouterr().err == ""
+    assert cli("history", "import", "--repo", str(repo), "--dry-run", *map(str, logs)) == 0
+    assert capsys.readouterr().err.splitlines() == [f"nightly history: reading {logs[0]} (1/2) ...",
+                                                    f"nightly history: reading {logs[1]} (2/2) ..."]
+    monkeypatch.setattr(history_cli, "LARGE_LOG_BYTES", len(LOG))
+    assert cli("history", "import", "--repo", str(repo), "--dry-run", str(logs[0])) == 0
+    assert capsys.readouterr().err == f"nightly history: reading {logs[0]} (1/1) ...\n"

@@ -583,3 +583,30 @@ def test_report_json_has_the_prediction_error_of_the_recent_nights(tmp_path, cap
     assert data["prediction"][0] == ("prediction error over the last 4 night(s): makespan off by 15% on average "
                                      "(long by 10%), within the p90 on 4/4")
     assert (data["prediction_error"]["nights"], data["prediction_error"]["within_p90"]) == (4, 4)
+
+
+@pytest.mark.parametrize("flags", [("--out", "page.html"), ("--screenshot", "page.png"), ("--open",),
+                                   ("--out", "page.html", "--open")])
+def test_json_with_a_flag_that_acts_on_the_page_is_refused_before_anything_is_read(home, tmp_path, capsys,
+                                                                                   monkeypatch, flags):
+    """--json writes no page: --out, --screenshot or --open beside it would silently do nothing."""
+    import webbrowser
+
+    monkeypatch.setattr(webbrowser, "open", lambda *a, **k: pytest.fail("a browser was opened"))
+    monkeypatch.chdir(tmp_path)
+    code, out, err = nightly(capsys, "report", "--home", str(home), "--repo", "minirl", "--json", *flags)
+    named = " and ".join(f for f in flags if f.startswith("--"))
+    assert (code, out) == (2, "")
+    assert err.strip() == (f"nightly report: error:\n--json: prints the report as JSON and writes no page, so {named} "
+                           f"would do nothing; leave out {named}, or --json for the page")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_mistyped_test_id_is_refused_with_the_closest_spellings(home, capsys):
+    """Not only ids containing what was typed: a typo inside the name (docs/report.md promises suggestions)."""
+    typo = "tests/e2e/lora/test_lora_mat.py"
+    code, _, err = nightly(capsys, "quarantine", "add", typo, "--home", str(home), "--repo", "minirl",
+                           "--by", "alice", "--why", "x")
+    assert code == 2
+    assert err.strip().startswith(f"nightly quarantine add: TEST: {typo!r} is not a test of minirl; "
+                                  "did you mean: tests/e2e/lora/test_lora_math.py")

@@ -116,13 +116,18 @@ def recorded_predictions(summaries: Iterable[Mapping], deployment: str | None = 
     caller); without it a problem names ``nights/<night>.json:1``.
 
     A partial (``running``) or interrupted night is left out: its makespan is how long the run had
-    gone, not the night the plan predicted. Another deployment's pools make another prediction. A
+    gone, not the night the plan predicted. A night run with extra environment (``env``: ``nightly run
+    --env``, a run's ``env_from``; failure injection, debugging) is left out too: a ``MINIRL_HANG`` kill
+    or a 4x slower ``CUDA_LAUNCH_BLOCKING=1`` night says nothing of the plan, as it is no evidence for
+    calibration or the duration model either. Another deployment's pools make another prediction. A
     record without a deployment (an older version) counts."""
     records: dict[str, NightPrediction] = {}
     problems: list[str] = []
     for s in summaries:
         entry = s.get("prediction")
         if entry is None or s.get("status", "finished") != "finished" or s.get("interrupted") is True:
+            continue
+        if s.get("env"):
             continue
         if deployment and s.get("deployment") not in (None, "", deployment):
             continue

@@ -83,7 +83,7 @@ def test_a_damaged_summary_entry_is_located_and_says_how_to_fix_it():
         record_from_json({"night": "x", "actual_s": 1, "predicted_p90_s": 1}, "summary.json:1")
 
 
-def test_recorded_predictions_keep_whole_nights_of_the_deployment_and_name_damaged_entries():
+def test_recorded_predictions_keep_whole_nights_of_the_deployment_without_extra_env_and_name_damaged_entries():
     from pipelines.core.plan.accuracy import recorded_predictions
 
     entry = record_to_json(night("2026-11-01", 90, 120, 95))
@@ -95,6 +95,9 @@ def test_recorded_predictions_keep_whole_nights_of_the_deployment_and_name_damag
         {"night": "2026-11-05", "deployment": "local", "prediction": ["not", "an", "object"]},
         {"night": "2026-11-06", "deployment": "local", "prediction": {**entry, "tests": 7}},
         {"night": "2026-11-07", "deployment": "local"},  # recorded before predictions were kept
+        # failure injection (nightly run --env MINIRL_HANG=...): no evidence of what the plan predicted
+        {"night": "2026-11-08", "deployment": "local", "env": "MINIRL_HANG#3f2a9c1b0d4e",
+         "prediction": {**entry, "night": "2026-11-08"}},
     ]
     records, problems = recorded_predictions(summaries, "local")
     assert [r.night for r in records] == ["2026-11-01"]
