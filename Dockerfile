@@ -19,15 +19,19 @@ COPY pipelines ./pipelines
 COPY assets ./assets
 COPY examples ./examples
 COPY workspace.yaml ./
-# pipelines/ looks for assets/, examples/ and workspace.yaml next to itself.
+# pipelines/ looks for assets/, examples/ and workspace.yaml next to itself, in the venv's site-packages
+# (PYTHON_IMAGE decides the python3.N in its path, so it is found, not written out); dagster_pipes is
+# staged in /src/wrapper for the test-pod stage, whose COPY cannot look.
 RUN uv pip install --python /opt/venv/bin/python --no-deps --build-constraint build-constraints.lock . \
- && cp -r assets examples workspace.yaml /opt/venv/lib/python3.11/site-packages/
+ && site="$(echo /opt/venv/lib/python3.*/site-packages)" \
+ && cp -r assets examples workspace.yaml "$site"/ \
+ && mkdir -p wrapper && cp -r "$site"/dagster_pipes wrapper/
 
 # ---- test-pod: the framework's image plus the pipelines package for the in-pod wrapper,
 # which runs on the framework's own Python (standard library + dagster-pipes only).
 FROM ${FRAMEWORK_IMAGE} AS test-pod
 COPY --from=build /src/pipelines /opt/nightly-e2e/pipelines
-COPY --from=build /opt/venv/lib/python3.11/site-packages/dagster_pipes /opt/nightly-e2e/dagster_pipes
+COPY --from=build /src/wrapper/dagster_pipes /opt/nightly-e2e/dagster_pipes
 ENV PYTHONPATH=/opt/nightly-e2e${PYTHONPATH:+:${PYTHONPATH}}
 
 # ---- code-location (default): the Dagster code location, as a non-root user.

@@ -37,25 +37,28 @@ help:
 	@echo "PY=python3.11  the Python that makes .venv (3.11 or 3.12, as pyproject.toml's requires-python; default: the one that made .venv, else python3)"
 
 # a $(PY) that requires-python excludes stops here, saying which PY= to pass; a venv without pip (made by
-# a python3 lacking python3-venv) or made by another Python than $(PY) is made again, not kept forever
+# a python3 lacking python3-venv) or made by another Python than $(PY) is made again, not kept forever.
+# `uv pip sync`, not install: a pin dropped from the lock leaves .venv too, so local tests see what CI has;
+# it keeps uv itself and pip (the venv's seed) and removes the project, installed again after it
 $(STAMP): requirements.lock build-constraints.lock pyproject.toml
 	@command -v $(PY) >/dev/null 2>&1 || { echo "make: $(PY) not found: install a Python 3.11 or 3.12 with its venv module (your distribution's packages where it has one, else e.g. uv python install 3.12) or pass PY=/path/to/python3.N" >&2; exit 1; }; $(PY) scripts/check-python.py "$(PY)" "$(MAKECMDGOALS)" pyproject.toml
 	v='import sys; print(sys.version)'; [ "$$($(BIN)/python -c "$$v" 2>/dev/null)" = "$$($(PY) -c "$$v")" ] && $(BIN)/python -m pip --version >/dev/null 2>&1 || { rm -rf $(VENV); $(PY) -m venv $(VENV) && $(BIN)/python -m pip --version >/dev/null 2>&1 || { rm -rf $(VENV); echo "make: '$(PY) -m venv' failed: install python3-venv (apt-get install python3-venv)" >&2; exit 1; }; }
 	$(BIN)/python -m pip install -q --disable-pip-version-check uv==0.13.9
-	$(BIN)/uv pip install -q --python $(BIN)/python -r requirements.lock
+	$(BIN)/uv pip sync -q --python $(BIN)/python requirements.lock
 	$(BIN)/uv pip install -q --python $(BIN)/python --no-deps --build-constraint build-constraints.lock -e .
 	rm -f $(VENV)/.installed-*
 	touch $(STAMP)
 
 install: $(STAMP)
 
+# with the PY the virtualenv is made with: its venv module is what python3-venv is checked for
 system-deps:
-	bash scripts/system-deps.sh
+	PY="$(PY)" bash scripts/system-deps.sh
 
 nightly: install
 	$(BIN)/nightly run $(NIGHTLY_ARGS)
 
-test: install system-deps
+test: system-deps install
 	$(BIN)/ruff check pipelines tests bench examples
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
@@ -80,7 +83,7 @@ test-fast-lane-b:
 	$(FAST) tests $(addprefix --ignore=,$(FAST_LANE_A))
 
 # `make test` under a CPU load made by the script itself; LOADED_ARGS="--runs 3" or "--workers 0"
-test-loaded: install system-deps
+test-loaded: system-deps install
 	bash scripts/loaded-test.sh $(LOADED_ARGS)
 
 ui: install

@@ -85,10 +85,17 @@ let
         pkgs.zlib
       ];
     };
+    # The checkout is the folder holding flake.nix, upward from where `nix develop` started (it may
+    # be a subfolder: nix looks upward too); none found, the starting folder.
     shellHook = ''
-      export PYTHONPATH="$PWD''${PYTHONPATH:+:$PYTHONPATH}"
-      export NIGHTLY_HOME="''${NIGHTLY_HOME:-$PWD/.nightly}"
-      echo "nightly-e2e dev shell: python -m pipelines run | python -m pytest -m 'not slow' | ruff check ."
+      nightly_root=$PWD
+      while [ ! -e "$nightly_root/flake.nix" ] && [ -n "$nightly_root" ]; do nightly_root=''${nightly_root%/*}; done
+      [ -e "$nightly_root/flake.nix" ] || nightly_root=$PWD
+      nightly_root=''${nightly_root:-/}
+      export PYTHONPATH="$nightly_root''${PYTHONPATH:+:$PYTHONPATH}"
+      export NIGHTLY_HOME="''${NIGHTLY_HOME:-$nightly_root/.nightly}"
+      unset nightly_root
+      echo "nightly-e2e dev shell: python -m pipelines run | python -m pytest -m 'not slow' | ruff check pipelines tests bench examples"
     '';
   };
 

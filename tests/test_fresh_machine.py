@@ -82,6 +82,32 @@ def test_system_deps_installs_python3_venv_when_a_venv_gets_no_pip(tmp_path):
     assert not list((tmp_path / "tmp").iterdir()), "the trial venv is removed"
 
 
+def test_make_system_deps_checks_the_venv_module_of_the_py_the_virtualenv_is_made_with(tmp_path):
+    """Ubuntu 22.04 after `make install PY=python3.11`: python3 (3.10) has no venv module, python3.11 has one.
+    The target ran the script without PY, so a plain `make test` checked python3 and wanted python3-venv."""
+    [line] = re.findall(r"(?m)^system-deps:\n\t(.*)$", MAKEFILE)
+    env = machine(tmp_path, "v1.32.0", venv_pip=False)
+    fake_python(tmp_path / "bin" / "python3.11", pip=True)
+
+    def dry_run_target(py: str) -> str:
+        out = subprocess.run(["bash", "-c", line.replace("$(PY)", py) + " --dry-run"], cwd=PROJECT_ROOT, env=env,
+                             capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stderr
+        return out.stdout.strip()
+
+    assert dry_run_target("python3.11") == ""
+    assert dry_run_target("python3") == "system-deps: would install python3-venv"
+
+
+def test_make_test_installs_system_packages_before_it_makes_the_virtualenv():
+    """`test: install system-deps` made the virtualenv first, so a missing python3-venv stopped make before
+    system-deps could install it."""
+    both = {target: prereqs.split() for target, prereqs in re.findall(r"(?m)^([\w-]+):(.*)$", MAKEFILE)
+            if {"install", "system-deps"} <= set(prereqs.split())}
+    assert {"test", "test-loaded"} <= set(both)
+    assert {t: p.index("system-deps") < p.index("install") for t, p in both.items()} == dict.fromkeys(both, True)
+
+
 def venv_step() -> str:
     """The Makefile's recipe line that makes the virtualenv."""
     [line] = [ln.strip() for ln in (PROJECT_ROOT / "Makefile").read_text().splitlines() if "-m venv" in ln]
@@ -129,6 +155,40 @@ def test_make_remakes_a_venv_made_by_another_python(tmp_path):
     assert "$(PY_VERSION)" in stamp
 
 
+def installed(venv: Path, name: str, version: str) -> Path:
+    """A distribution as an installer records it (dist-info with METADATA and RECORD), without its files."""
+    [site] = venv.glob("lib/python3.*/site-packages")
+    info = site / f"{name.replace('-', '_')}-{version}.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+    (info / "RECORD").write_text(f"{info.name}/METADATA,,\n{info.name}/RECORD,,\n")
+    return info
+
+
+def test_make_install_removes_a_package_the_lock_no_longer_pins(tmp_path):
+    """`uv pip install -r requirements.lock` only added to .venv: a pin dropped from the lock stayed, so a
+    local `make test` could pass on a package CI no longer installs. The project, which the sync removes,
+    is installed after it."""
+    import sys
+
+    uv = shutil.which("uv", path=str(Path(sys.executable).parent)) or shutil.which("uv")
+    if uv is None:
+        pytest.skip("no uv (make install puts it in .venv)")
+    steps = [ln.strip() for ln in MAKEFILE.splitlines() if ln.startswith("\t$(BIN)/uv pip ")]
+    [lock_step] = [ln for ln in steps if "requirements.lock" in ln]
+    assert steps.index(lock_step) < next(i for i, ln in enumerate(steps) if ln.endswith(" -e ."))
+    venv = tmp_path / ".venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", venv], check=True, timeout=60)
+    kept, dropped = installed(venv, "kept-pin", "1.0"), installed(venv, "dropped-pin", "2.0")
+    (tmp_path / "requirements.lock").write_text("kept-pin==1.0\n")
+    line = lock_step.replace("$(BIN)/uv", uv).replace("$(BIN)", str(venv / "bin"))
+    assert not re.search(r"\$\([A-Z_]+\)", line), line
+    env = {**os.environ, "UV_OFFLINE": "1", "UV_CACHE_DIR": str(tmp_path / "cache")}
+    out = subprocess.run(["bash", "-c", line], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert kept.exists() and not dropped.exists()
+
+
 def run_python_check(tmp_path: Path, py: str, requires: str | None = None, on_path: str = "") -> subprocess.CompletedProcess:
     """The Makefile's first recipe line of the venv step (is $(PY) one requires-python allows?), in a copy
     of the project whose pyproject.toml requires ``requires`` (None: the real one), for `make nightly`."""
@@ -174,6 +234,17 @@ def test_make_stops_on_a_python_that_requires_python_excludes_and_names_the_py_t
     missing = run_python_check(tmp_path / "d", "python3.99")
     assert missing.returncode == 1 and "make: python3.99 not found: install a Python 3.11 or 3.12" in missing.stderr
     assert "apt-get" not in missing.stderr
+
+
+def test_check_python_passes_lint_as_written_for_python_3_6():
+    """It runs on whatever python3 a machine has (3.6 or newer); `ruff check .` lints it with the project's
+    py311 target, whose UP021 fix (text= for universal_newlines=, 3.7+) would break it there."""
+    import sys
+
+    out = subprocess.run([sys.executable, "-m", "ruff", "check", "--no-cache", "scripts/check-python.py"],
+                         cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stdout
+    assert "universal_newlines=True" in (PROJECT_ROOT / "scripts" / "check-python.py").read_text()
 
 
 def default_py(project: Path) -> str:

@@ -183,7 +183,7 @@ def print_text(catalog: Catalog, plan: Plan, pools, tests, skipped, static, chan
 
         listed = {normalize_path(t.path) for t in catalog.tests}
         for path in changed:
-            if is_test_file(path) and normalize_path(path) not in listed:
+            if is_test_file(path, catalog.discovery) and normalize_path(path) not in listed:
                 print(f"  {path}: no registration or template job lists this test file; it selects nothing "
                       "(list it in a job or register it to run it)")
     print(f"\n  {'pool':<10} {'nodes':>9} {'tests':>5} {'makespan':>9} {'lower bd':>9} {'ratio':>6} {'GPU util':>8}")

@@ -107,6 +107,17 @@ class Test:
 
 
 @dataclass(frozen=True)
+class Discovery:
+    """Where the framework's runner collects test files: folders of the repository (``.`` = all of it)
+    and file-name globs, less excluded names. A changed file outside it is library code, whatever its
+    name (SGLang's ``python/sglang/test/test_utils.py``)."""
+
+    roots: tuple[str, ...] = ("tests",)
+    globs: tuple[str, ...] = ("test_*.py",)
+    exclude: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class Catalog:
     """What a framework repository registers, what its tests need, and what was wrong with it."""
 
@@ -116,6 +127,8 @@ class Catalog:
     problems: tuple[Problem, ...] = ()
     #: human-readable notes on what was assumed for an unconfigured repo
     assumptions: tuple[str, ...] = ()
+    #: where the runner the catalog was read for collects test files
+    discovery: Discovery = Discovery()
 
     def by_id(self) -> dict[str, Test]:
         return {t.id: t for t in self.tests}

@@ -6,16 +6,21 @@ everything; a per-commit (``pr``) run skips ``nightly=True`` tests. Disabled tes
 they can be reported as skipped; callers decide whether to launch them. Changed paths narrow a
 run to what a change can break: a changed registered test file selects itself, documentation
 (``docs/``, ``*.md``) selects nothing, and any other change (library code, configs) selects all.
+A file is a test file only where the runner collects tests (the catalog's roots and globs): a
+``test_*.py`` elsewhere is library code.
 """
 
 from __future__ import annotations
 
+import fnmatch
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from pipelines.core.model import Test
+from pipelines.core.model import Discovery, Test
 
 CADENCES = ("pr", "nightly", "weekly", "release")
+#: framework M's layout (``test_*.py`` under ``tests``), for callers without a catalog's ``discovery``
+DEFAULT_DISCOVERY = Discovery()
 NIGHTLY_EXCLUDED_LABELS = frozenset({"long", "ft-long"})
 
 
@@ -52,10 +57,11 @@ def in_cadence(test: Test, cadence: str | None) -> bool:
     return True
 
 
-def select(tests: Iterable[Test], selection: Selection) -> list[Test]:
+def select(tests: Iterable[Test], selection: Selection, discovery: Discovery = DEFAULT_DISCOVERY) -> list[Test]:
     """Tests matching every given flag, in catalog order.
 
-    An unknown suite is an error (a typo must not silently select nothing).
+    An unknown suite is an error (a typo must not silently select nothing). ``discovery`` (the
+    catalog's) says which changed paths are test files rather than library code.
     """
     tests = list(tests)
     if selection.suites:
@@ -78,7 +84,7 @@ def select(tests: Iterable[Test], selection: Selection) -> list[Test]:
             continue
         out.append(t)
     if selection.changed is not None:
-        out = select_changed(out, selection.changed, registered=(t.path for t in tests))
+        out = select_changed(out, selection.changed, registered=(t.path for t in tests), discovery=discovery)
     return out
 
 
@@ -172,21 +178,31 @@ def is_doc_path(path: str) -> bool:
     return p.startswith("docs/") or p == "docs" or p.lower().endswith(".md")
 
 
-def is_test_file(path: str) -> bool:
-    """``test_*.py`` by name: a test file, not library code (changing one can only break itself)."""
-    name = normalize_path(path).rpartition("/")[2]
-    return name.startswith("test_") and name.endswith(".py")
+def is_test_file(path: str, discovery: Discovery = DEFAULT_DISCOVERY) -> bool:
+    """Whether the runner would collect ``path`` as a test (changing one can only break itself): under one
+    of its roots, named like its globs, not excluded, not in a hidden folder. Anything else is library code,
+    even ``python/sglang/test/test_utils.py``, which every test imports."""
+    p = normalize_path(path)
+    folder, _, name = p.rpartition("/")
+    if name in discovery.exclude or not any(fnmatch.fnmatchcase(name, g) for g in discovery.globs):
+        return False
+    if any(part.startswith(".") or part == "__pycache__" for part in folder.split("/") if part):
+        return False
+    roots = [normalize_path(r) for r in discovery.roots]
+    return any(r in ("", ".") or p.startswith(r + "/") for r in roots)
 
 
-def select_changed(tests: Iterable[Test], changed: Iterable[str], registered: Iterable[str] | None = None
-                   ) -> list[Test]:
+def select_changed(tests: Iterable[Test], changed: Iterable[str], registered: Iterable[str] | None = None,
+                   discovery: Discovery = DEFAULT_DISCOVERY) -> list[Test]:
     """The tests a change can break, in input order.
 
     A changed registered test file selects its own tests; docs and ``*.md`` select nothing, and so
-    does a ``test_*.py`` nothing lists (a template job or registration must list it to run); any
-    other path (library code, configs, a helper next to the tests) selects every test.
+    does a test file nothing lists (one the runner would collect, see :func:`is_test_file`: a template
+    job or registration must list it to run); any other path (library code, configs, a helper next to
+    the tests, a ``test_*.py`` outside the runner's roots) selects every test.
     ``registered`` is every registered test file (default: those of ``tests``), so a changed test
     that other flags filtered out still counts as a test file rather than as library code.
+    ``discovery`` is where the runner collects tests (``Catalog.discovery``).
     """
     tests, changed = list(tests), list(changed)
     known = {normalize_path(p) for p in (registered if registered is not None else (t.path for t in tests))}
@@ -199,7 +215,7 @@ def select_changed(tests: Iterable[Test], changed: Iterable[str], registered: It
         if not p or is_doc_path(p):
             continue
         if p not in known:
-            if is_test_file(p):  # a test no registration or template job lists: its change breaks nothing that runs
+            if is_test_file(p, discovery):  # a test no registration or template job lists: its change breaks nothing that runs
                 continue
             return tests
         hit.add(p)

@@ -376,3 +376,32 @@ def test_a_test_expected_past_its_timeout_is_flagged_and_counted_only_up_to_it(f
     plan = json.loads(capsys.readouterr().out)
     # test_c (8 GPUs, 900 / 1.25 = 720 s) then test_a cut at 750 s beside test_b (240 s); not 720 + 2000
     assert plan["makespan_s"] == 1470.0
+
+
+SGL_REGISTER = ("def register_cuda_ci(est_time, suite=None, nightly=False, disabled=None, *, stage=None, "
+                "runner_config=None):\n    pass\n")
+
+
+def test_a_changed_library_module_named_test_utils_outside_the_runner_roots_selects_everything(tmp_path, monkeypatch,
+                                                                                               capsys):
+    """SGLang's python/sglang/test/test_utils.py is imported by every test: library code, not an unlisted test."""
+    monkeypatch.setenv("NIGHTLY_HOME", str(tmp_path / "home"))
+    repo = tmp_path / "sg"
+    files = {"python/sgl/test/ci/ci_register.py": SGL_REGISTER,
+             "python/sgl/test/test_utils.py": "def popen_launch_server():\n    pass\n",
+             "test/registered/test_llama.py": ("from sgl.test.test_utils import popen_launch_server\n"
+                                               "from sgl.test.ci.ci_register import register_cuda_ci\n"
+                                               'register_cuda_ci(300, "nightly-1-gpu", nightly=True)\n'),
+             "test/registered/test_unlisted.py": "x = 1\n"}
+    for rel, text in files.items():
+        (repo / rel).parent.mkdir(parents=True, exist_ok=True)
+        (repo / rel).write_text(text)
+    assert nightly_plan(["--repo", str(repo), "--pool", "h200=1x8", "--json",
+                         "--changed", "python/sgl/test/test_utils.py"]) == 0
+    assert [a["test_id"] for a in json.loads(capsys.readouterr().out)["assignments"]] == ["test/registered/test_llama.py"]
+    assert nightly_plan(["--repo", str(repo), "--pool", "h200=1x8", "--changed", "python/sgl/test/test_utils.py"]) == 0
+    assert "no registration or template job lists" not in capsys.readouterr().out
+    # a file the SGLang runner collects (any *.py under test/registered) that registers nothing still selects nothing
+    assert nightly_plan(["--repo", str(repo), "--pool", "h200=1x8", "--changed", "test/registered/test_unlisted.py"]) == 0
+    assert ("test/registered/test_unlisted.py: no registration or template job lists this test file; it selects nothing"
+            in capsys.readouterr().out)

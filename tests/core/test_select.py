@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import pytest
 
+from pipelines.core.model import Discovery
 from pipelines.core.select import (
     Selection,
     SelectionError,
     in_cadence,
+    is_test_file,
     repo_relative,
     select,
     select_changed,
@@ -121,3 +123,22 @@ def test_changed_paths_that_climb_above_the_repo_are_an_error_that_lists_them():
         repo_relative(["../../etc/passwd", "tests/ok.py", "test/../../x", "/src/fw/../fwx/a.py"], "/src/fw")
     with pytest.raises(SelectionError, match=r"--changed: \.\./setup.py: outside the repo; give paths inside it"):
         select(ALL, Selection(changed=("../setup.py",)))  # a caller that skipped repo_relative still cannot select all
+
+
+def test_a_test_named_file_outside_the_runner_roots_is_library_code_and_selects_everything():
+    assert ids(select_changed(ALL, ["python/fw/test/test_utils.py"])) == ["a", "b", "long", "ft"]
+    assert select_changed(ALL, ["tests/e2e/test_new.py"]) == []  # under the roots: an unlisted test
+    assert ids(select(ALL, Selection(changed=("fw/test_helpers.py",)))) == ["a", "b", "long", "ft"]
+
+
+def test_what_is_a_test_file_follows_the_runner_s_roots_globs_and_excluded_names():
+    sglang = Discovery(roots=("test/registered",), globs=("*.py",), exclude=("conftest.py", "__init__.py"))
+    assert is_test_file("test/registered/kernels/bench_moe.py", sglang)
+    assert not is_test_file("test/registered/conftest.py", sglang)  # every test imports it
+    assert not is_test_file("python/sglang/test/test_utils.py", sglang)
+    assert not is_test_file("test/registered/.cache/test_x.py", sglang)
+    assert is_test_file("anywhere/test_x.py", Discovery(roots=(".",)))
+    assert not is_test_file("tests/helper.py", Discovery())
+    sg = make_test(id="sg", path="test/registered/test_s.py")
+    assert select_changed([sg], ["test/registered/bench_new.py"], discovery=sglang) == []
+    assert ids(select_changed([sg], ["test/registered/conftest.py"], discovery=sglang)) == ["sg"]

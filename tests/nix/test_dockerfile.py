@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import re
 import shlex
+import subprocess
 
 import yaml
 
@@ -109,6 +110,31 @@ def test_the_test_pod_target_adds_the_pipelines_package_to_the_framework_image_b
     assert f"--from=build /src/pipelines {WRAPPER_PYTHONPATH}/pipelines" in copies
     assert any(a.endswith(f"/dagster_pipes {WRAPPER_PYTHONPATH}/dagster_pipes") for a in copies)
     assert ("ENV", f"PYTHONPATH={WRAPPER_PYTHONPATH}${{PYTHONPATH:+:${{PYTHONPATH}}}}") in pod
+
+
+def test_the_build_finds_site_packages_whatever_python_the_python_image_has(tmp_path):
+    """/opt/venv/lib/python3.11/site-packages was written out while PYTHON_IMAGE is a build argument: with
+    python:3.12 the data files and the test pod's dagster_pipes missed. The build stage's project step,
+    after its install, runs here on a venv laid out as a python3.12 image's, in place of /opt/venv."""
+    assert not re.search(r"/lib/python3\.\d", DOCKERFILE), "a python3.N written out"
+    [step] = [a for op, a in stages(DOCKERFILE)["build"] if op == "RUN" and "--no-deps" in a]
+    install, *rest = step.split(" && ")
+    assert "uv pip install" in install and rest
+    venv = tmp_path / "venv"
+    site = venv / "lib" / "python3.12" / "site-packages"
+    (site / "dagster_pipes").mkdir(parents=True)
+    (site / "dagster_pipes" / "__init__.py").write_text("")
+    src = tmp_path / "src"
+    for folder in ("assets", "examples"):
+        (src / folder).mkdir(parents=True)
+    (src / "workspace.yaml").write_text("")
+    script = " && ".join(rest).replace("/opt/venv/", f"{venv}/")
+    out = subprocess.run(["sh", "-ec", script], cwd=src, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert {"assets", "examples", "workspace.yaml"} <= {p.name for p in site.iterdir()}
+    pod_copies = [a.split()[1:] for op, a in stages(DOCKERFILE)["test-pod"] if op == "COPY"]
+    [source] = [s for s, dest in pod_copies if dest == f"{WRAPPER_PYTHONPATH}/dagster_pipes"]
+    assert source.startswith("/src/") and (src / source.removeprefix("/src/") / "__init__.py").exists()
 
 
 def test_the_images_wrapper_folder_is_the_one_every_test_pod_puts_on_a_pythonpath_it_sets():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 
 import yaml
@@ -93,7 +94,41 @@ def test_the_dev_shell_has_the_tools_and_finds_native_libraries_without_fhs(proj
     assert out["env"]["UV_PYTHON"].endswith("-python3-3.11/bin/python3")
     assert out["env"]["LD_LIBRARY_PATH"].split(":") == [p for p in out["env"]["LD_LIBRARY_PATH"].split(":")
                                                         if p.startswith("/nix/store/")]
-    assert 'export PYTHONPATH="$PWD' in out["shellHook"]
+    assert 'export PYTHONPATH="$nightly_root' in out["shellHook"]
+
+
+def test_the_dev_shell_puts_the_checkout_on_pythonpath_when_started_from_a_subfolder(project_root, tmp_path):
+    """nix develop finds flake.nix upward from a subfolder; the hook took $PWD as the checkout, so
+    `import pipelines` failed and the state went to pipelines/core/.nightly."""
+    hook = evaluate(f"out.devShells.{X86}.default.shellHook", project_root).value
+    checkout, outside = tmp_path / "checkout", tmp_path / "elsewhere"
+    (checkout / "pipelines" / "core").mkdir(parents=True)
+    (checkout / "flake.nix").write_text("{ }")
+    outside.mkdir()
+
+    def started_in(folder):
+        env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "PYTHONPATH": "/extra"}
+        out = subprocess.run(["bash", "-c", hook + 'printf "%s\\n" "$PYTHONPATH" "$NIGHTLY_HOME" "${nightly_root-unset}"'],
+                             cwd=folder, env=env, capture_output=True, text=True, timeout=30)
+        assert out.returncode == 0, out.stderr
+        return out.stdout.splitlines()[1:]  # after the hook's own greeting
+
+    assert started_in(checkout / "pipelines" / "core") == [f"{checkout}:/extra", f"{checkout}/.nightly", "unset"]
+    assert started_in(checkout) == [f"{checkout}:/extra", f"{checkout}/.nightly", "unset"]
+    assert started_in(outside) == [f"{outside}:/extra", f"{outside}/.nightly", "unset"], "no flake.nix above"
+
+
+def test_the_dev_shell_and_its_docs_name_the_lint_command_make_and_the_checks_run(project_root):
+    """They said `ruff check .`, which also lints scripts/ (not part of the lint) and failed on a clean tree."""
+    import re
+
+    [lint] = re.findall(r"(?m)^lint: .*\n\t\$\(BIN\)/(ruff check .*)$", (project_root / "Makefile").read_text())
+    hook = evaluate(f"out.devShells.{X86}.default.shellHook", project_root).value
+    checks = evaluate(f"out.checks.{X86}.ruff.script", project_root).value
+    assert f"| {lint}\"" in hook
+    assert lint.replace("ruff check", "ruff check --no-cache") in checks
+    assert f"`{lint}`" in " ".join((project_root / "docs" / "nix.md").read_text().split())
+    assert "ruff check ." not in hook + (project_root / "docs" / "nix.md").read_text()
 
 
 def test_checks_run_ruff_and_the_unit_tests_and_the_formatter_is_nixfmt(project_root):

@@ -109,6 +109,24 @@ def group_alive(pgid: int) -> bool:
     return True
 
 
+def group_members(pgid: int, proc: Path = Path("/proc")) -> str:
+    """"PID STATE ARGS" per process of the group, as `ps -o pid,stat,args -g` shows them, read from
+    /proc: a machine or image without procps has no `ps`, and the stop must still kill the group."""
+    found = []
+    for entry in proc.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:  # the process may end while it is read
+            state, _ppid, group = (entry / "stat").read_text().rsplit(")", 1)[1].split()[:3]
+            if int(group) != pgid:
+                continue
+            args = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+        except (OSError, ValueError):
+            continue
+        found.append((int(entry.name), f"{entry.name} {state} {args}"))
+    return "\n".join(line for _, line in sorted(found))
+
+
 def stop(proc: subprocess.Popen, grace_s: float = 12) -> None:
     """SIGTERM to the whole process group (webserver, daemon, code servers), wait for all of it.
 
@@ -122,8 +140,7 @@ def stop(proc: subprocess.Popen, grace_s: float = 12) -> None:
         proc.poll()  # reap the leader so the group can empty
         time.sleep(0.2)
     if group_alive(proc.pid):
-        ps = subprocess.run(["ps", "-o", "pid,stat,args", "-g", str(proc.pid)], capture_output=True, text=True)
-        warnings.warn(f"dagster dev left processes after SIGTERM + {grace_s}s; killing:\n{ps.stdout[:2000]}",
-                      stacklevel=1)
+        warnings.warn(f"dagster dev left processes after SIGTERM + {grace_s}s; killing:\n"
+                      f"{group_members(proc.pid)[:2000]}", stacklevel=1)
         os.killpg(proc.pid, signal.SIGKILL)
     proc.wait(timeout=10)

@@ -28,7 +28,7 @@ from pipelines.core.catalog.incremental import inputs_digest, remember, reuse
 from pipelines.core.catalog.requirements import build_requirements
 from pipelines.core.catalog.scan import FileScan, checked_path, discover, root_folder, scan_files
 from pipelines.core.catalog.template import Template, parse_template
-from pipelines.core.model import Catalog, Problem, Test, effective_timeout
+from pipelines.core.model import Catalog, Discovery, Problem, Test, effective_timeout
 from pipelines.core.specs import RepoSpec, Specs, unconfigured_spec
 
 __all__ = ["load_catalog", "detect_format", "find_template", "find_templates", "id_problem", "safe_filename", "test_id_to_path"]
@@ -204,7 +204,7 @@ def _load(repo: Path, spec: RepoSpec, specs: Specs | None, estimates: Mapping[st
             known = reuse(repo, files, dict(py_files), cache, memo, dialect, spec.implicit_cpu_dirs)
             if known is not None:
                 cache.save()
-                return known
+                return dataclasses.replace(known, discovery=_registry_discovery(roots, dialect))
         if cache is not None:
             scans = scan_cached(repo, files, cache, True, dialect, implicit, workers, dict(py_files))
         else:
@@ -255,12 +255,22 @@ def _load(repo: Path, spec: RepoSpec, specs: Specs | None, estimates: Mapping[st
     problems += more
     tests.sort(key=lambda t: (t.path, t.line, t.id))
     problems.sort(key=lambda p: (p.path, p.line))
-    catalog = Catalog(str(repo), tuple(tests), tuple(requirements), tuple(problems), tuple(assumptions))
+    discovery = _registry_discovery(roots, dialect) if fmt == "registry" else _TEMPLATE_DISCOVERY
+    catalog = Catalog(str(repo), tuple(tests), tuple(requirements), tuple(problems), tuple(assumptions), discovery)
     if cache is not None:
         if memo is not None and fmt == "registry" and not cache.notes:
             remember(cache, memo, scans, catalog)
         cache.save()
     return catalog
+
+
+#: a template's ``test_file`` is relative to ``tests/``: a ``test_*.py`` there is a test, listed or not
+_TEMPLATE_DISCOVERY = Discovery(("tests",), ("test_*.py",))
+
+
+def _registry_discovery(roots: tuple[str, ...], dialect: Dialect) -> Discovery:
+    """Where the registry runner collects tests: the roots read and the dialect's file names."""
+    return Discovery(tuple(roots), tuple(dialect.discovery), tuple(dialect.exclude))
 
 
 def _template(

@@ -306,6 +306,17 @@ def _env_split_note(split: list[list[tuple[str, Entry, tuple]]]) -> list[str]:
             f"test: {shown}{more}"]
 
 
+def _same_test(test_id: str, first: Entry, again: Entry) -> Problem:
+    """Two template entries that make one test (same file, arguments the shell splits alike), located at the
+    second entry in its template, not at the test file."""
+    where = f"line {first.line}" + ("" if first.source == again.source else f" of {first.source}")
+    spelled = (f" (`{first.test_args}` and `{again.test_args}` split alike)" if first.test_args != again.test_args
+               else "")
+    return Problem(again.source, again.line, "id", (
+        f"duplicate test id {test_id!r}: this entry and the one at {where} give the same test file and arguments"
+        f"{spelled}; remove one"))
+
+
 def template_tests(
     repo: Path, tmpls: Sequence[tuple[str, Template]], scans: Mapping[str, FileScan], default_gpus: int,
     default_est_time: int, estimates: Mapping[str, int],
@@ -347,11 +358,16 @@ def template_tests(
         if scan is None or not scan.parsed:
             continue
         ids = entry_ids([merged[k][0] for k in keys], lines)
+        by_id: dict[str, Entry] = {}
         for key in keys:
             e, labels, jobs = merged[key]
+            test_id = ids[key]
+            if test_id in by_id:  # `--a --b` and `--a  --b`: two entries, one test the job runs alike
+                problems.append(_same_test(test_id, by_id[test_id], e))
+                continue
+            by_id[test_id] = e
             gpus = entry_gpus(e, scan.num_gpus, default_gpus)
             cpu = gpus == 0
-            test_id = ids[key]
             split.setdefault(key[:5], []).append((test_id, e, key[5]))
             history = estimates.get(test_id)
             tests.append(Test(

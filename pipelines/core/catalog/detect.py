@@ -241,10 +241,10 @@ def _pick(sources: dict[str, str], base: Dialect | None, files: list[tuple[str, 
 
 def _profile(source: str) -> Dialect | None:
     try:
-        sigs, _, _ = signatures(source)
+        sigs, _, opaque = signatures(source)
     except (SyntaxError, ValueError):
         return None
-    return resembles(sigs) if sigs else None
+    return resembles(sigs, opaque) if sigs or opaque else None
 
 
 def _imported(sources: dict[str, str], files: list[tuple[str, os.stat_result]], roots: tuple[str, ...],

@@ -184,11 +184,25 @@ def _est_bounds(fn: ast.FunctionDef) -> list[str]:
     return out
 
 
-def resembles(sigs: list[Signature]) -> Dialect:
-    """The built-in profile a registry module looks like: labels -> M; stage/runner_config -> SGLang."""
-    has_labels = any("labels" in s.keywords for s in sigs)
-    has_stage = any("runner_config" in s.keywords for s in sigs)
-    return SGLANG if has_stage and not has_labels else M
+#: the backends framework M registers
+_M_BACKENDS = frozenset(s.backend for s in M.functions)
+
+
+def resembles(sigs: list[Signature], opaque: tuple[str, ...] | list[str] = ()) -> Dialect:
+    """The built-in profile a registry module looks like.
+
+    Framework M's GPU functions always take ``labels`` and the SGLang family's never do (its older
+    ``register_cuda_ci(est_time, suite, nightly=False, disabled=None)`` has no ``stage=`` either), so a
+    module whose functions take no labels is the SGLang family's, and so is one defining a backend M
+    lacks (``register_amd_ci``, ``register_npu_ci``, ...). ``opaque`` names functions taking
+    ``*args``/``**kwargs``: they may take labels, so only their backends count.
+    """
+    if any("labels" in s.keywords for s in sigs):
+        return M
+    backends = {s.backend for s in sigs} | {m.group(1) for n in opaque if (m := _FUNC.fullmatch(n))}
+    if backends - _M_BACKENDS or (sigs and not opaque):
+        return SGLANG
+    return M
 
 
 def derive(module: str, source: str, base: Dialect | None = None) -> tuple[Dialect, list[str]]:
@@ -205,7 +219,7 @@ def derive(module: str, source: str, base: Dialect | None = None) -> tuple[Diale
     if not sigs and not opaque:
         profile = base or M
         return profile, [f"{module}: defines no register_*_ci function; using the {profile.source}"]
-    profile = base or (resembles(sigs) if sigs else M)
+    profile = base or resembles(sigs, opaque)
     notes = []
     if opaque:  # `def register_cuda_ci(*args, **kwargs)`: the runner's rules cannot come from it
         one = len(opaque) == 1

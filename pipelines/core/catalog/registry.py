@@ -15,6 +15,7 @@ located :class:`Problem` and the file's other calls still load.
 from __future__ import annotations
 
 import ast
+import functools
 import math
 import re
 from dataclasses import dataclass
@@ -82,12 +83,26 @@ def parse_registrations(tree: ast.Module, path: str, source: str, dialect: Diale
             continue
         regs += placed
         problems += [Problem(path, call.lineno, bad.field, bad.message) for bad in conflicts]
-    mentions = sum(source.count(name + "(") for name in backends)
-    if mentions > len(top_lines):
+    calls, aliases = _mentions(tuple(backends))
+    if len(calls.findall(source)) > len(top_lines):
         problems += _misplaced(tree, path, top_lines, backends)
-    if any(name + " as " in source for name in backends):
+    if aliases.search(source):
         problems = sorted(problems + _aliased(tree, path, backends), key=lambda p: p.line)
     return regs, problems
+
+
+#: what Python allows between a name and ``(`` or ``as``: spaces, tabs, newlines inside brackets, ``\`` continuations
+_GAP = r"(?:\s|\\\r?\n)"
+
+
+@functools.lru_cache(maxsize=16)
+def _mentions(names: tuple[str, ...]) -> tuple[re.Pattern[str], re.Pattern[str]]:
+    """Cheap text checks before walking the tree: a call of a register function (``register_cuda_ci(``, and
+    ``register_cuda_ci (`` as Python accepts it), and an import alias (``register_cuda_ci as reg``). Every
+    name is ``register_<backend>_ci``: the literal ``register_`` first lets the search skip ahead quickly."""
+    backends = "|".join(re.escape(n[len("register_"):-len("_ci")]) for n in sorted(names, key=len, reverse=True))
+    any_name = f"register_(?:{backends})_ci" if backends else "(?!)"
+    return re.compile(rf"{any_name}{_GAP}*\("), re.compile(rf"{any_name}{_GAP}+as\b")
 
 
 def _aliased(tree: ast.Module, path: str, backends: dict[str, str]) -> list[Problem]:

@@ -276,21 +276,24 @@ def scan_bytes(rel: str, data: bytes, registry: bool = True, dialect: Dialect = 
 
 def _num_gpus(tree: ast.Module, constants: dict, rel: str) -> tuple[int | None, Problem | None]:
     """The file's module-level ``NUM_GPUS`` (None when it sets none), or a problem when the catalog cannot
-    read it as a whole number: a computed value or a string is never taken as the default silently."""
-    last = None
+    read it as a whole number: a computed value, a string, or one set where its value depends on how the
+    file runs (inside an ``if``/``try``/``with``/``for``, imported, ``+=``) is never taken as the default
+    silently. ``NUM_GPUS, NUM_NODES = 2, 1`` is read. The statement binding it last at module level decides,
+    as it does when the file runs."""
+    last, node = None, None
     for stmt in tree.body:
-        if isinstance(stmt, ast.Assign):
-            targets = stmt.targets
-        elif isinstance(stmt, ast.AnnAssign) and stmt.value is not None:
-            targets = [stmt.target]
-        else:
-            continue
-        if any(isinstance(t, ast.Name) and t.id == "NUM_GPUS" for t in targets):
-            last = stmt
+        found, value = _plain_binding(stmt)
+        if found:
+            last, node = stmt, value
+        elif _bound_lines(stmt):
+            last, node = stmt, None
     if last is None:
         return None, None
-    value = constants["NUM_GPUS"] if "NUM_GPUS" in constants else resolve(last.value, constants).value
-    shown_value = ast.unparse(last.value)
+    if node is None:
+        return None, _unread(rel, last)
+    plain = isinstance(last, ast.AnnAssign) or (len(last.targets) == 1 and isinstance(last.targets[0], ast.Name))
+    value = constants["NUM_GPUS"] if plain and "NUM_GPUS" in constants else resolve(node, constants).value
+    shown_value = ast.unparse(node)
     shown_value = shown_value if len(shown_value) <= 60 else shown_value[:57] + "..."
     if isinstance(value, bool) or not isinstance(value, int):
         return None, Problem(rel, last.lineno, "NUM_GPUS", (
@@ -300,6 +303,87 @@ def _num_gpus(tree: ast.Module, constants: dict, rel: str) -> tuple[int | None, 
         return None, Problem(rel, last.lineno, "NUM_GPUS", f"{value} must be 0 or more; write the number of GPUs "
                                                            "the test needs")
     return value, None
+
+
+_NAMED = "NUM_GPUS"
+#: where a name bound inside is not the module's (the catalog does not look into these)
+_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda, ast.ListComp, ast.SetComp, ast.DictComp,
+           ast.GeneratorExp)
+_SET_BY = {ast.If: "an `if` block", ast.Try: "a `try` block", ast.With: "a `with` block", ast.AsyncWith: "a `with` block",
+           ast.For: "a `for` loop", ast.AsyncFor: "a `for` loop", ast.While: "a `while` loop", ast.Match: "a `match` block",
+           ast.Import: "an import", ast.ImportFrom: "an import", ast.AugAssign: "an augmented assignment"}
+if hasattr(ast, "TryStar"):
+    _SET_BY[ast.TryStar] = "a `try` block"
+
+
+def _plain_binding(stmt: ast.stmt) -> tuple[bool, ast.expr | None]:
+    """(binds NUM_GPUS, the expression it gets) for a module-level ``=`` statement: ``NUM_GPUS = 4``,
+    ``NUM_GPUS = TOTAL = 4``, ``NUM_GPUS, NUM_NODES = 2, 1``; the expression is None when the value cannot
+    be told without running the file (``NUM_GPUS, N = sizes()``). (False, None) for any other statement."""
+    if isinstance(stmt, ast.AnnAssign):
+        found = stmt.value is not None and isinstance(stmt.target, ast.Name) and stmt.target.id == _NAMED
+        return found, stmt.value if found else None
+    if not isinstance(stmt, ast.Assign):
+        return False, None
+    found, node = False, None
+    for target in stmt.targets:  # `a = b = v` assigns left to right: the last target binding the name wins
+        hit, value = _unpacked(target, stmt.value)
+        if hit:
+            found, node = True, value
+    return found, node
+
+
+def _unpacked(target: ast.expr, value: ast.expr | None) -> tuple[bool, ast.expr | None]:
+    """What ``target = value`` gives NUM_GPUS: (bound, expression or None when unreadable)."""
+    if isinstance(target, ast.Name):
+        return target.id == _NAMED, value if target.id == _NAMED else None
+    if not isinstance(target, ast.Tuple | ast.List) or not _bound_lines(target):
+        return False, None
+    if (not isinstance(value, ast.Tuple | ast.List) or len(value.elts) != len(target.elts)
+            or any(isinstance(e, ast.Starred) for e in (*target.elts, *value.elts))):
+        return True, None
+    found, node = False, None
+    for t, v in zip(target.elts, value.elts, strict=True):
+        hit, got = _unpacked(t, v)
+        if hit:
+            found, node = True, got
+    return found, node
+
+
+def _bound_lines(node: ast.AST) -> list[int]:
+    """The lines where ``node`` binds NUM_GPUS in the module's own scope (not inside a def, class or comprehension)."""
+    lines = []
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        if isinstance(n, ast.AnnAssign) and n.value is None:  # `NUM_GPUS: int` only annotates
+            continue
+        if isinstance(n, ast.Name) and n.id == _NAMED and isinstance(n.ctx, ast.Store):
+            lines.append(n.lineno)
+        elif isinstance(n, ast.alias) and (n.asname or n.name.partition(".")[0]) == _NAMED:
+            lines.append(getattr(n, "lineno", 0))
+        elif isinstance(n, ast.ExceptHandler | ast.MatchAs | ast.MatchStar) and n.name == _NAMED:
+            lines.append(n.lineno)
+        if isinstance(n, _SCOPES):
+            continue
+        stack.extend(ast.iter_child_nodes(n))
+    return sorted(lines)
+
+
+def _unread(rel: str, stmt: ast.stmt) -> Problem:
+    """A NUM_GPUS the file sets in a form whose value the catalog cannot know without running it."""
+    line = next((n for n in _bound_lines(stmt) if n), stmt.lineno)
+    where = _SET_BY.get(type(stmt))
+    if where is None:  # `NUM_GPUS, NUM_NODES = sizes()`, `*NUM_GPUS, = ...`
+        shown = ast.unparse(stmt)
+        shown = shown if len(shown) <= 60 else shown[:57] + "..."
+        said = f"`{shown}` cannot be unpacked without running the file"
+    else:
+        said = (f"is set in {where}" + (f" (line {stmt.lineno})" if stmt.lineno != line else "")
+                + ", not by a plain module-level assignment, so its value depends on how the file runs and the "
+                "catalog reads the file without running it")
+    return Problem(rel, line, "NUM_GPUS", f"{said}; write NUM_GPUS = <N> at module level or give the template entry "
+                                          "'num_gpus' (entries without one use default_num_gpus)")
 
 
 def scan_files(repo: Path, rels: list[str], registry: bool = True, workers: int | None = None, dialect: Dialect = M,

@@ -280,7 +280,75 @@ def parse_template(source: str, path: str) -> Template:
     # a list shared by several jobs would report each bad entry once per job
     nightly_only, why = _nightly_only(source, path)
     notes += [why] if why and entries else []
+    problems += _other_axes(source, path) if entries else []
     return Template(tuple(entries), env, tuple(dict.fromkeys(problems)), tuple(notes), nightly_only)
+
+
+#: ``matrix:`` alone on its line (a job's ``strategy.matrix`` block)
+_MATRIX = re.compile(r"^([ \t]*)matrix[ \t]*:[ \t]*(?:#.*)?$")
+#: a key of that block: ``backend: [megatron, fsdp]``
+_AXIS = re.compile(r"""^([ \t]*)(?:"([^"]+)"|'([^']+)'|([A-Za-z_][\w-]*))[ \t]*:""")
+#: ``${{ ... matrix.<name> ... }}`` other than ``matrix.info`` (what an axis beside ``info`` feeds)
+_EXPR = re.compile(r"\$\{\{(.*?)\}\}")
+_MATRIX_VALUE = re.compile(r"\bmatrix\.([A-Za-z_][\w-]*)")
+_VAR = re.compile(r"^[ \t]*-?[ \t]*([A-Za-z_][A-Za-z0-9_]*)[ \t]*:[ \t]*\$\{\{")
+
+
+def _other_axes(source: str, path: str) -> list[Problem]:
+    """A ``strategy.matrix`` axis beside ``info`` (``backend: [megatron, fsdp]``) makes GitHub run every entry of
+    the job once per value, and ``${{ matrix.backend }}`` gives each run its own value; the catalog reads only
+    ``info``, so it would list each entry once and run it without that value, a configuration CI never runs.
+    Each such axis, and each ``${{ matrix.<x> }}`` naming no ``info`` key, is a problem on its line rather than
+    a silently dropped cell. (The cells are not expanded: with several axes GitHub's include/exclude rules
+    differ, and the value may feed ``run:`` arguments or ``runs-on`` rather than an env line.)"""
+    lines = source.splitlines()
+    axes: dict[str, int] = {}  # axis -> line of its first definition
+    for i, line in enumerate(lines):
+        block = _MATRIX.match(line)
+        if not block:
+            continue
+        indent, level = len(block.group(1).expandtabs()), None
+        for j in range(i + 1, len(lines)):
+            text = lines[j]
+            stripped = text.strip()
+            if not stripped or stripped.startswith(("#", "<%", "<#")):
+                continue
+            depth = len(text) - len(text.lstrip())
+            if depth <= indent:
+                break
+            level = depth if level is None else level
+            key = _AXIS.match(text)
+            if depth == level and key:
+                name = key.group(2) or key.group(3) or key.group(4)
+                if name not in ("info", "include", "exclude"):
+                    axes.setdefault(name, j + 1)
+    used: dict[str, dict[int, str]] = {}  # value -> line -> "VAR at line N" (or "line N" outside an env line)
+    for i, line in enumerate(lines):
+        for expr in _EXPR.finditer(line):
+            for m in _MATRIX_VALUE.finditer(expr.group(1)):
+                if m.group(1) != "info":
+                    var = _VAR.match(line)
+                    used.setdefault(m.group(1), {})[i + 1] = (f"{var.group(1)} at " if var else "") + f"line {i + 1}"
+    def fix(name: str, feeds: dict[int, str]) -> str:
+        var = next((v.split(" at ")[0] for v in feeds.values() if " at " in v), "VAR")
+        return (f"list each combination as an entry of the job's test list instead ({{'test_file': ..., '{name}': "
+                f"'<value>'}} with `{var}: ${{{{ matrix.info.{name} }}}}`): the catalog makes one test per entry")
+
+    problems = []
+    for name, line in axes.items():
+        feeds = used.get(name, {})
+        problems.append(Problem(path, line, f"strategy.matrix.{name}", (
+            f"an axis beside `info` is not read: GitHub runs each test of the job once per {name} value"
+            + (f" and gives it ${{{{ matrix.{name} }}}} ({', '.join(feeds.values())})" if feeds else "")
+            + f", the catalog lists each test once, without it; {fix(name, feeds)}")))
+    for name, feeds in used.items():
+        if name in axes:
+            continue
+        for at in feeds:
+            problems.append(Problem(path, at, f"matrix.{name}", (
+                f"${{{{ matrix.{name} }}}} is a matrix value the catalog does not read (it reads `info` and its keys), "
+                f"so the tests of the job would run without it; {fix(name, {at: feeds[at]})}")))
+    return problems
 
 
 #: the job keys the catalog reads; any other is named in a note (it may change how the job runs)

@@ -50,6 +50,37 @@ def test_an_est_time_check_in_the_module_body_sets_the_bound():
     assert dialect.est_time == "positive"
 
 
+OLD_SG_MODULE = "".join(
+    f"def register_{b}_ci(est_time: float, suite: str, nightly: bool = False, disabled: Optional[str] = None):\n"
+    "    return None\n" for b in ("cuda", "amd"))
+
+
+def test_an_sglang_module_with_the_older_signature_without_stage_is_read_with_the_sglang_rules(tree):
+    """SGLang before stage=/runner_config=: no labels, so not framework M (whose GPU functions always take labels)."""
+    header = "from sglang.test.ci.ci_register import register_cuda_ci\n"
+    repo = tree({"python/sglang/test/ci/ci_register.py": "from typing import Optional\n" + OLD_SG_MODULE,
+                 "test/registered/test_srt.py": header + 'register_cuda_ci(est_time=120, suite="stage-a-test-1")\n',
+                 "test/registered/test_nightly.py": header + 'register_cuda_ci(300, "nightly-1-gpu", nightly=True)\n',
+                 "test/registered/kernels/bench_moe.py": header + 'register_cuda_ci(30, "stage-b-test-large-2-gpu")\n'})
+    cat = load_catalog(repo)
+    assert cat.problems == ()
+    assert any(n.startswith("dialect sglang (python/sglang/test/ci/ci_register.py, sglang profile)") for n in cat.assumptions)
+    assert "roots: test/registered (the sglang runner's; set `roots:` in assets/repos.yaml to change)" in cat.assumptions
+    assert sorted((t.id, t.suite, t.gpus) for t in cat.tests) == [
+        ("test/registered/kernels/bench_moe.py", "stage-b-test-large-2-gpu", 2),
+        ("test/registered/test_nightly.py", "nightly-1-gpu", 1),
+        ("test/registered/test_srt.py", "stage-a-test-1", 1)]
+    assert [t.path for t in select(cat.tests, Selection(cadence="nightly"))] == ["test/registered/test_nightly.py"]
+
+
+def test_a_module_defining_a_backend_m_lacks_is_the_sglang_family_even_when_its_signatures_say_nothing():
+    dialect, _ = derive("ci.py", "def register_cuda_ci(*args, **kwargs):\n    pass\n"
+                                 "def register_npu_ci(*args, **kwargs):\n    pass\n")
+    assert dialect.name == "sglang"
+    dialect, _ = derive("ci.py", "def register_cuda_ci(*args, **kwargs):\n    pass\n")
+    assert dialect.name == "m"
+
+
 def test_rules_differ_so_cached_results_of_one_dialect_never_serve_another():
     assert M.digest() != SGLANG.digest()
 
@@ -282,3 +313,15 @@ def test_sglang_device_counts_read_npu_and_xpu_suites_and_amd_hardware_is_named_
         "test_npu.py": (2, "a3"), "test_npu_plain.py": (4, "npu"), "test_amd_stage.py": (1, "amd"),
         "test_amd_legacy.py": (2, "amd"), "test_amd_typed.py": (8, "mi300x")}
     assert not any("name no GPU count" in n for n in cat.assumptions)
+
+
+def test_the_catalog_says_where_the_runner_collects_tests_also_when_it_comes_from_the_cache(tree, tmp_path):
+    from pipelines.core.model import Discovery
+
+    repo = sglang_repo(tree, {"test/registered/test_a.py": SG_HEADER + 'register_cuda_ci(60, "nightly-1-gpu")\n'})
+    want = Discovery(("test/registered",), ("*.py",), ("conftest.py", "__init__.py"))
+    assert load_catalog(repo).discovery == want
+    for _ in range(2):  # read, then kept whole by the cache
+        assert load_catalog(repo, cache_dir=tmp_path / "cache").discovery == want
+    m = tree({"fw/ci.py": M_MODULE, "fw/test_only_helpers.py": "x = 1\n"})
+    assert load_catalog(m, roots=("tests", "more")).discovery.roots == ("tests", "more")

@@ -184,6 +184,19 @@ def test_a_call_without_a_suite_is_told_the_suite_a_registration_of_its_backend_
                                  "files here do")
 
 
+def test_a_nested_call_or_an_alias_written_with_spaces_or_line_breaks_is_still_reported(tree):
+    """Python accepts `register_cuda_ci (...)` and `register_cuda_ci\\\n as reg`: the runner still ignores them."""
+    cat = catalog_of(tree, {
+        "tests/test_x.py": (HEADER + 'register_cuda_ci(60, "stage-a-1-gpu-h200", labels=["x"])\n'
+                            'if __name__ == "__main__":\n'
+                            '    register_cuda_ci (60, "stage-b-2-gpu-h200", labels=["x"])\n'),
+        "tests/test_y.py": ("from fw.ci import (register_cpu_ci, register_cuda_ci\n    as reg)\n"
+                            'reg(900, "stage-b-2-gpu-h200", labels=["x"])\n')})
+    assert [t.id for t in cat.tests] == ["tests/test_x.py"]
+    assert [(p.path, p.line, p.field) for p in cat.problems] == [
+        ("tests/test_x.py", 4, "register_cuda_ci"), ("tests/test_y.py", 3, "register_cuda_ci")]
+
+
 def test_a_call_through_an_import_alias_is_located_with_the_reason_the_runner_skips_it(tree):
     """Framework M's runner reads calls by the function's name only: `reg(...)` registers nothing there."""
     cat = catalog_of(tree, {"tests/test_alias.py": (

@@ -310,3 +310,43 @@ def test_a_kept_catalog_is_not_reused_once_the_unread_template_changes(tree, tmp
     wf = repo / ".github/workflows/nightly-test.yml.j2"
     wf.write_text(wf.read_text().replace("'tests': [", "'tests': [{'test_file': 'test_registered.py'}, ", 1))
     assert any("(3 entries) is not read" in n for n in load_catalog(repo, cache_dir=cache).assumptions)
+
+
+MORE_AXES = """
+    <% set megatron_tests = [{'test_file': 'test_megatron.py', 'num_gpus': 4}] %>
+    <% set jobs = {'e2e-megatron': {'label': 'run-ci-megatron', 'tests': megatron_tests}} %>
+    jobs:
+    <% for name, config in jobs.items() %>
+      << name >>:
+        strategy:
+          matrix:
+            info: << config.tests | tojson >>
+            backend: [megatron, fsdp]
+            'precision':
+              - bf16
+              - fp8
+        env:
+          TRAIN_BACKEND: ${{ matrix.backend }}
+          PRECISION: ${{ matrix.precision || 'bf16' }}
+          ENABLE_EVAL: ${{ matrix.info.enable_eval || '1' }}
+        steps:
+          - run: python tests/${{ matrix.info.test_file }} --seed ${{ matrix.seed }}
+    <% endfor %>
+    """
+
+
+def test_matrix_axes_beside_info_and_the_values_they_feed_are_located_problems_not_dropped_cells(tree):
+    """GitHub runs each entry once per backend x precision; the catalog lists it once: never silently."""
+    cat = load(tree, MORE_AXES)
+    assert [t.id for t in cat.tests] == ["tests/test_megatron.py"]
+    assert [(p.line, p.field) for p in cat.problems] == [
+        (9, "strategy.matrix.backend"), (10, "strategy.matrix.precision"), (18, "matrix.seed")]
+    backend, precision, seed = (str(p) for p in cat.problems)
+    assert backend == (
+        f"{WORKFLOW}:9: strategy.matrix.backend: an axis beside `info` is not read: GitHub runs each test of the job "
+        "once per backend value and gives it ${{ matrix.backend }} (TRAIN_BACKEND at line 14), the catalog lists each "
+        "test once, without it; list each combination as an entry of the job's test list instead ({'test_file': ..., "
+        "'backend': '<value>'} with `TRAIN_BACKEND: ${{ matrix.info.backend }}`): the catalog makes one test per entry")
+    assert "(PRECISION at line 15)" in precision
+    assert seed.startswith(f"{WORKFLOW}:18: matrix.seed: ${{{{ matrix.seed }}}} is a matrix value the catalog does not "
+                           "read (it reads `info` and its keys), so the tests of the job would run without it")

@@ -170,6 +170,34 @@ def test_num_gpus_from_a_module_constant_or_given_twice_is_read_without_a_proble
     assert {t.path: t.gpus for t in cat.tests}["tests/test_ckpt.py"] == 6
 
 
+def test_num_gpus_unpacked_from_a_tuple_of_literals_is_read(tree):
+    files = {**FILES, WORKFLOW: NUM_GPUS_JOB, "tests/test_short.py": "NUM_GPUS, NUM_NODES = 2, 1\n",
+             "tests/test_eval.py": "(NODES, [NUM_GPUS, _]) = 1, (4, 0)\n",
+             "tests/test_ckpt.py": "NUM_GPUS: int\nif True:\n    pass\nNUM_GPUS = 3\n"}
+    cat = load(tree, files)
+    assert cat.problems == ()
+    assert {t.path: t.gpus for t in cat.tests} == {
+        "tests/test_short.py": 2, "tests/test_eval.py": 4, "tests/test_moe.py": 2, "tests/test_ckpt.py": 3}
+
+
+def test_a_num_gpus_set_where_its_value_depends_on_how_the_file_runs_is_a_located_problem(tree):
+    files = {**FILES, WORKFLOW: NUM_GPUS_JOB,
+             "tests/test_short.py": "import os\nif os.environ.get('BIG'):\n    NUM_GPUS = 8\nelse:\n    NUM_GPUS = 2\n",
+             "tests/test_eval.py": "NUM_GPUS = 4\ntry:\n    from fw.sizes import NUM_GPUS\nexcept ImportError:\n    pass\n",
+             "tests/test_moe.py": "if True:\n    NUM_GPUS = 2\n",  # its entry gives num_gpus: not needed
+             "tests/test_ckpt.py": "NUM_GPUS, NUM_NODES = sizes()\n"}
+    cat = load(tree, files)
+    tail = ("; write NUM_GPUS = <N> at module level or give the template entry 'num_gpus' (entries without one use "
+            "default_num_gpus)")
+    assert [str(p) for p in cat.problems] == [
+        "tests/test_ckpt.py:1: NUM_GPUS: `NUM_GPUS, NUM_NODES = sizes()` cannot be unpacked without running the file" + tail,
+        "tests/test_eval.py:3: NUM_GPUS: is set in a `try` block (line 2), not by a plain module-level assignment, so "
+        "its value depends on how the file runs and the catalog reads the file without running it" + tail,
+        "tests/test_short.py:3: NUM_GPUS: is set in an `if` block (line 2), not by a plain module-level assignment, so "
+        "its value depends on how the file runs and the catalog reads the file without running it" + tail]
+    assert {t.path: t.gpus for t in cat.tests}["tests/test_moe.py"] == 2
+
+
 def test_est_time_comes_from_history_else_a_default_marked_uncalibrated(tree):
     cat = load(tree, estimates={"tests/test_short.py": 420}, default_est_time=900)
     by_id = cat.by_id()
@@ -485,3 +513,17 @@ def test_an_entry_two_templates_give_the_same_env_stays_one_test_with_its_id(tre
     assert sorted(t.id for t in cat.tests) == ["tests/test_moe.py::default", "tests/test_moe.py::use_deepep=1"]
     assert not any("different environment" in a for a in cat.assumptions)
 
+
+
+def test_two_entries_giving_the_same_arguments_are_one_problem_at_the_second_entry_in_the_template(tree):
+    files = {"tests/test_f.py": "NUM_GPUS = 1\n", WORKFLOW: (
+        "<% set t = [\n"
+        "    {'test_file': 'test_f.py', 'test_args': '--a --b'},\n"
+        "    {'test_file': 'test_f.py', 'test_args': '--a  --b'},\n"
+        "] %>\n"
+        "<% set jobs = { 'gpu': {'label': 'run-ci-gpu', 'tests': t} } %>\n")}
+    cat = load(tree, files)
+    assert [t.id for t in cat.tests] == ["tests/test_f.py::--a+--b"]
+    assert [str(p) for p in cat.problems] == [
+        f"{WORKFLOW}:3: id: duplicate test id 'tests/test_f.py::--a+--b': this entry and the one at line 2 give the "
+        "same test file and arguments (`--a --b` and `--a  --b` split alike); remove one"]
