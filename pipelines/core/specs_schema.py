@@ -8,6 +8,7 @@ pydantic checks every key, type and range in one pass (unknown keys, ``roots: [1
 from __future__ import annotations
 
 import difflib
+import posixpath
 import re
 import string
 import types
@@ -136,6 +137,15 @@ def _registry_module(value: str) -> str:
     return value
 
 
+def _root(value: str) -> str:
+    """A test root as a shell user writes it (``.``/``/`` the whole checkout, ``./tests``), refused at
+    load when it leaves the repository: discovery would only say so as a catalog problem, mid-listing."""
+    if posixpath.normpath(value.strip("/") or ".").split("/")[0] == "..":
+        raise ValueError(f"{value!r} leaves the repository; write a folder of the repository relative to its "
+                         "path, e.g. tests or test/registered")
+    return value
+
+
 class FlakyModel(_Strict):
     window_nights: int = Field(14, ge=1)
     min_flips: int = Field(2, ge=1)
@@ -168,7 +178,7 @@ class RulesModel(_Strict):
 class RepoModel(_Strict):
     path: Name
     format: Literal["registry", "template", "auto"] = "auto"
-    roots: list[Name] = Field(["tests"], min_length=1)
+    roots: list[Annotated[str, Field(min_length=1), AfterValidator(_root)]] = Field(["tests"], min_length=1)
     implicit_cpu_dirs: list[Name] = []
     template: str = ""
     default_est_time: int = Field(1800, gt=0, le=MAX_EST_TIME_S)

@@ -259,3 +259,17 @@ def test_a_problem_in_a_test_list_several_jobs_reuse_is_reported_once(tmp_path, 
     assert problems == [".github/workflows/n.yml.j2:3: test_file: tests/test_missing.py does not exist; fix the path "
                         "in the template"]
     assert out.rstrip().endswith("1 problems")
+
+
+def test_the_home_folder_or_the_root_as_repo_is_refused_before_anything_walks_it(repo, monkeypatch, capsys):
+    """`--repo "$UNSET/"` is `/` and `--repo ~` the home folder: walking either read every file below it
+    (/proc and /sys too) for minutes before saying there was no test. A checkout that is the home folder
+    (here: a real one) is refused the same way, with what to check."""
+    monkeypatch.setenv("HOME", str(repo))
+    assert run(["--repo", str(repo)]) == 1
+    err = capsys.readouterr().err
+    assert f"{repo}:1: repo: is your home folder, not a framework's checkout; check --repo" in err
+    from pipelines.core.catalog.detect import not_a_checkout, python_files
+
+    assert "file system's root" in not_a_checkout(Path("/")) and python_files(Path("/")) == []
+    assert not_a_checkout(repo / "tests") == ""

@@ -9,6 +9,7 @@ import pytest
 
 from pipelines.core.model import CatalogError
 from pipelines.core.specs import load_specs
+from pipelines.core.specs_schema import _root
 
 
 def test_the_shipped_specs_load_with_a_local_default_and_a_production_h200_pool(project_root):
@@ -156,6 +157,21 @@ def test_roots_of_numbers_is_a_located_error_not_a_traceback(project_root, tmp_p
               - 2
     """)
     assert ":6: repos.fw.roots.1: expected str, got int 2; quote the value" in text
+
+
+def test_a_root_leaving_the_repository_is_a_located_error_at_load(project_root, tmp_path):
+    """Not a catalog problem at "../../..:1" once the night lists tests (exit 3): the repos.yaml line, exit 2."""
+    text = _errors(project_root, tmp_path, "repos.yaml", """\
+        repos:
+          fw:
+            path: .
+            roots:
+              - ./tests
+              - tests/../../..
+    """)
+    assert ":6: repos.fw.roots.1: 'tests/../../..' leaves the repository; write a folder of the repository" in text
+    for fine in (".", "/", "./tests", "test/registered", "a/../tests"):
+        assert _root(fine) == fine
 
 
 def test_a_zero_timeout_floor_and_a_negative_factor_are_rejected(project_root, tmp_path):

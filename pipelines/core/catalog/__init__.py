@@ -21,7 +21,7 @@ from pathlib import Path
 from pipelines.core.catalog.assemble import registry_tests, template_path, template_tests
 from pipelines.core.catalog.cache import ScanCache, cache_file
 from pipelines.core.catalog.cached import defines_registry, scan_cached
-from pipelines.core.catalog.detect import choose, python_files, skipped_folders
+from pipelines.core.catalog.detect import choose, not_a_checkout, python_files, skipped_folders
 from pipelines.core.catalog.dialect import Dialect, M, with_rules
 from pipelines.core.catalog.ids import id_problem, safe_filename, test_id_to_path
 from pipelines.core.catalog.incremental import inputs_digest, remember, reuse
@@ -135,6 +135,9 @@ def load_catalog(
     repo = Path(repo).resolve()
     assumptions: list[str] = []
     configured = spec is not None
+    whole = not_a_checkout(repo)
+    if whole:
+        return Catalog(str(repo), (), problems=(Problem(str(repo), 1, "repo", whole),), assumptions=tuple(assumptions))
     if spec is None:
         spec = _auto_spec(repo)
     if not repo.is_dir():

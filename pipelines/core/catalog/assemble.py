@@ -274,12 +274,24 @@ def entry_ids(entries: Sequence[Entry], lines: EnvLines) -> dict[tuple, str]:
         by_entry.setdefault(key[:5], []).append(key)
     gpus_differ = len({e.num_gpus for e in first.values()}) > 1
     ids = {}
+    readable: dict[str, tuple] = {}  # variant -> what the entry that has it runs
     for keys in by_entry.values():
-        variant = _variant(first[keys[0]], gpus_differ) if len(by_entry) > 1 else None
+        entry = first[keys[0]]
+        variant = _variant(entry, gpus_differ) if len(by_entry) > 1 else None
+        runs = (entry.extra, _args(entry), entry.num_gpus, entry.cpu)
+        if variant is not None and readable.setdefault(variant, runs) != runs:
+            variant = _distinct(entry)  # another entry reads alike (`a=1` set, or passed) but runs otherwise
         ids[keys[0]] = make_id(keys[0][0], variant)
         for key in keys[1:]:
             ids[key] = make_id(key[0], _from_template(variant, first[key]))
     return ids
+
+
+def _distinct(entry: Entry) -> str:
+    """The hashed variant of an entry whose readable one an earlier, different entry of the file already
+    has (``use_fp8=1`` as a matrix key and as an argument; a value holding ``+``): the earlier keeps its id."""
+    canonical = json.dumps([entry.extra, entry.test_args, entry.num_gpus, entry.cpu], sort_keys=True)
+    return "v-" + hashlib.sha256(canonical.encode()).hexdigest()[:10]
 
 
 def _from_template(variant: str | None, entry: Entry) -> str:

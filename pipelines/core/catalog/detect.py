@@ -55,11 +55,25 @@ class PyFiles(list):
         return {rel: rel in self.links for rel, _ in self}
 
 
+def not_a_checkout(repo: Path) -> str:
+    """Why ``repo`` cannot be a framework's checkout ("" when it can): the file system's root or the home
+    folder (``--repo "$UNSET/"``, ``--repo ~``), whose walk would read every file below it for minutes
+    (/proc and /sys included) before saying there is no test."""
+    home = Path.home().resolve() if "HOME" in os.environ else None
+    if repo == Path(repo.anchor) or repo == home:
+        where = "the file system's root" if repo == Path(repo.anchor) else "your home folder"
+        return (f"is {where}, not a framework's checkout; check --repo (an unset variable in `--repo \"$X/\"` "
+                "gives /) or the path in assets/repos.yaml")
+    return ""
+
+
 def python_files(repo: Path) -> PyFiles:
     """Every ``.py`` file of the checkout, walked once as the runner's glob walks (no hidden or ``__pycache__``
     folders; symlinked folders inside the repository followed, see :func:`scan.walk_files`); the test
     discovery and the registry-module search both read this listing."""
     out = PyFiles()
+    if not_a_checkout(repo):  # load_catalog says why; nothing else walks the whole disk meanwhile
+        return out
     links: set[str] = set()
     skipped: dict[str, str] = {}
     for rel, e, linked in walk_files(repo, "", skipped):

@@ -527,3 +527,24 @@ def test_two_entries_giving_the_same_arguments_are_one_problem_at_the_second_ent
     assert [str(p) for p in cat.problems] == [
         f"{WORKFLOW}:3: id: duplicate test id 'tests/test_f.py::--a+--b': this entry and the one at line 2 give the "
         "same test file and arguments (`--a --b` and `--a  --b` split alike); remove one"]
+
+
+def test_two_different_entries_whose_readable_variants_coincide_keep_two_ids(tree):
+    """A matrix key (an env var) and an argument both spelled `use_fp8_rollout=1`, and a value holding `+`:
+    different jobs, so two tests; the first keeps its readable id, the other gets a hashed one."""
+    files = {"tests/test_f.py": "NUM_GPUS = 2\n", WORKFLOW: (
+        "<% set t = [\n"
+        "    {'test_file': 'test_f.py', 'use_fp8_rollout': '1'},\n"
+        "    {'test_file': 'test_f.py', 'test_args': 'use_fp8_rollout=1'},\n"
+        "    {'test_file': 'test_f.py', 'a': '1+b=2'},\n"
+        "    {'test_file': 'test_f.py', 'a': '1', 'b': '2'},\n"
+        "] %>\n"
+        "<% set jobs = { 'gpu': {'label': 'run-ci-gpu', 'tests': t} } %>\n")}
+    cat = load(tree, files)
+    assert not cat.problems, [str(p) for p in cat.problems]
+    by_id = {t.id: t for t in cat.tests}
+    assert len(by_id) == 4
+    assert dict(by_id["tests/test_f.py::use_fp8_rollout=1"].env).get("USE_FP8_ROLLOUT") == "1"  # the first
+    assert dict(by_id["tests/test_f.py::a=1+b=2"].env).get("A") == "1+b=2"
+    hashed = [t for i, t in by_id.items() if i.startswith("tests/test_f.py::v-")]
+    assert sorted(dict(t.env).get("B", "") for t in hashed) == ["", "2"]
