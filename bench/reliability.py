@@ -10,6 +10,7 @@ Prints the figures.
 
 from __future__ import annotations
 
+import argparse
 import subprocess
 import sys
 import tempfile
@@ -36,7 +37,13 @@ def _best(fn, n: int = 3) -> float:
     return min(times)
 
 
-def main() -> None:
+def parser() -> argparse.ArgumentParser:
+    return argparse.ArgumentParser(prog="bench/reliability.py", description=__doc__,
+                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+
+
+def main(argv: list[str]) -> None:
+    parser().parse_args(argv)  # no flags: --help says what it runs instead of running it
     with tempfile.TemporaryDirectory() as tmp:
         tmp_path = Path(tmp)
         entry = tmp_path / "entry"
@@ -81,4 +88,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1:])

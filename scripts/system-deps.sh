@@ -27,9 +27,25 @@ venv_works() {
   return $ok
 }
 
+# major.minor of a python (empty when it does not run)
+py_version() {
+  "$1" -c 'import sys; print(sys.version)' 2>/dev/null | sed -n '1s/^\([0-9]*\.[0-9]*\).*/\1/p'
+}
+
+# Debian's package of PY's venv module: python3-venv for the system python3, python3.N-venv for
+# another (deadsnakes' python3.11 on Ubuntu 22.04 needs python3.11-venv, which python3-venv is not)
+venv_package() {
+  local mine
+  mine=$(py_version "$PY")
+  if [ -z "$mine" ] || [ "$mine" = "$(py_version python3)" ]; then echo python3-venv; else echo "python${mine}-venv"; fi
+}
+
 need=()
 kubectl_repo=""
-venv_works || need+=(python3-venv)
+# a PY that is not there is check-python.py's to explain (make's next step), not a package to install
+if command -v "$PY" >/dev/null 2>&1; then
+  venv_works || need+=("$(venv_package)")
+fi
 command -v chromium >/dev/null 2>&1 || need+=(chromium)
 command -v nix-instantiate >/dev/null 2>&1 || need+=(nix-bin)
 minor=$(kubectl_minor || true)

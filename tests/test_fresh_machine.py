@@ -99,6 +99,16 @@ def test_make_system_deps_checks_the_venv_module_of_the_py_the_virtualenv_is_mad
     assert dry_run_target("python3") == "system-deps: would install python3-venv"
 
 
+def test_system_deps_names_the_venv_package_of_the_py_it_checks_and_leaves_a_missing_py_to_make(tmp_path):
+    """python3 is 3.10 and PY=python3.11 (deadsnakes) lacks its venv module: that is python3.11-venv, which
+    python3-venv (3.10's) does not install. A PY that is not there gets no package: make says so next."""
+    env = machine(tmp_path, "v1.32.0")
+    fake_python(tmp_path / "bin" / "python3", pip=True, version="3.10.12")
+    fake_python(tmp_path / "bin" / "python3.11", pip=False, version="3.11.9")
+    assert dry_run({**env, "PY": "python3.11"}) == "system-deps: would install python3.11-venv"
+    assert dry_run({**env, "PY": "python3.99"}) == ""
+
+
 def test_make_test_installs_system_packages_before_it_makes_the_virtualenv():
     """`test: install system-deps` made the virtualenv first, so a missing python3-venv stopped make before
     system-deps could install it."""

@@ -11,8 +11,8 @@ runs; its failure does not fail the night, but an infra error or a bad node alwa
 A quarantine added by hand holds until released by hand (``list`` says how many nights in a row
 it has failed since); one the rules made ends when the test file or image changes, or after
 ``lapse_after`` failing nights in a row. ``list`` shows the states after the last night, and says
-of a quarantine whose test file has changed since that it ends as the next night starts
-(``ends_next_night`` in ``--json``); an image change is only seen when a night probes it.
+of a quarantine whose test file has changed since that it ends when it next runs
+(``ends_next_run`` in ``--json``); an image change is only seen when a night probes it.
 
 Exit status: 0 done; 1 ``release`` of a test that is not quarantined now (never was, or already
 released), or ``add`` of a test already quarantined by hand (nothing is recorded); 2 bad input (an unknown test,
@@ -89,13 +89,13 @@ def _list(args: argparse.Namespace) -> int:
     states = {k: s for k, s in replay(inputs.samples, inputs.rules, inputs.quarantine, inputs.rewrites).items()
               if k in mine}
     shown = [s for _, s in sorted(states.items()) if args.all or s.state != "healthy"]
-    # what the next night starts from: an automatic quarantine of a test file changed since ends then
+    # what the next night that runs the test starts from: an automatic quarantine of a changed file ends then
     # (the image is only known once a night probes it); calibrate's own est_time rewrite is no change
     files = {t.id: t.sha256 for t in inputs.tests}
     ending = {s.test_id: why for s in shown
               if (why := changed_since(s, files.get(s.test_id, ""), "", inputs.rewrites))}
     if args.json:
-        print(json.dumps([{**s.to_dict(), **({"ends_next_night": ending[s.test_id]} if s.test_id in ending else {})}
+        print(json.dumps([{**s.to_dict(), **({"ends_next_run": ending[s.test_id]} if s.test_id in ending else {})}
                           for s in shown], indent=1))
         return 0
     if not shown:
@@ -105,7 +105,7 @@ def _list(args: argparse.Namespace) -> int:
         who = f" by {s.by}" if s.by else ""
         # a hold by hand never ends on its own: whoever holds it sees how long the test has not passed
         failing = f"; failed {s.failing} night(s) in a row since quarantined" if s.state == "quarantined" and s.failing else ""
-        ends = f"; ends as the next night starts: {ending[s.test_id]}" if s.test_id in ending else ""
+        ends = f"; ends when it next runs: {ending[s.test_id]}" if s.test_id in ending else ""
         print(f"{s.state:<11} {s.test_id}  since {s.since or '-'}{who}: {s.why or '-'}{failing}{ends}")
         for e in s.evidence:
             print(f"            - {e.text}")

@@ -271,9 +271,11 @@ class TolerationModel(_Strict):
     """One pod toleration, checked as the Kubernetes 1.31 API server checks it."""
 
     key: Annotated[str, _checked(lambda k: label_key_problem(k) if k else None)] = ""
-    operator: Literal["Exists", "Equal"] = "Equal"
+    #: "" is Equal, as the API server reads it
+    operator: Literal["Exists", "Equal", ""] = "Equal"
     value: LabelValue = ""
-    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
+    #: "" (or none) tolerates every effect
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute", ""] | None = None
     tolerationSeconds: int | None = None  # noqa: N815 - the pod spec's own field name
 
     @model_validator(mode="after")

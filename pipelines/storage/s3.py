@@ -418,7 +418,8 @@ class S3HistoryStore:
             refused = self._delete([f"{self.prefix}history/compacted/delete-check-{uuid.uuid4().hex}"])
         except (ClientError, BotoCoreError) as exc:
             raise self._fail("checking that merged objects may be deleted (nothing was changed)", exc) from exc
-        if refused:
+        refused = {k: why for k, why in refused.items() if why.partition(":")[0] in _DENIED}
+        if refused:  # other answers for a key that never existed (some S3-compatible stores): the deletes below tell
             raise self._refused(refused, "nothing was merged")
         merged_key = self._put(merged, "compacted", "merged")
         try:
@@ -435,6 +436,11 @@ class S3HistoryStore:
             raise self._refused(refused, f"the merged copy {merged_key} could not be removed either "
                                          f"({_describe(exc)[1]}; reads drop the repeats)") from exc
         raise self._refused(refused, "the merged copy was removed; nothing was merged")
+
+
+#: per-key error codes of a multi-object delete that mean "no right to delete": the probe's verdict
+#: (a store that reports a missing key as an error, e.g. ``InternalError: file not found``, may delete)
+_DENIED = frozenset({"AccessDenied", "AllAccessDisabled", "AccountProblem", "Forbidden"})
 
 
 class ArtifactError(RuntimeError):

@@ -273,3 +273,5 @@ def test_the_home_folder_or_the_root_as_repo_is_refused_before_anything_walks_it
 
     assert "file system's root" in not_a_checkout(Path("/")) and python_files(Path("/")) == []
     assert not_a_checkout(repo / "tests") == ""
+    (repo / ".git").mkdir()  # a container whose HOME and WORKDIR are the checkout
+    assert run(["--repo", str(repo)]) == 0

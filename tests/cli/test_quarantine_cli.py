@@ -270,8 +270,8 @@ def test_list_says_an_automatic_quarantine_of_a_changed_test_file_ends_as_the_ne
         return state, line
 
     state, line = quarantined_on(now)
-    assert "ends_next_night" not in state and "ends as the next night starts" not in line
+    assert "ends_next_run" not in state and "ends when it next runs" not in line
     state, line = quarantined_on("9" * 64)
     why = f"test file changed since quarantined (sha256 {'9' * 12} -> {now[:12]})"
-    assert state["ends_next_night"] == why
-    assert line.endswith(f"; ends as the next night starts: {why}")
+    assert state["ends_next_run"] == why
+    assert line.endswith(f"; ends when it next runs: {why}")

@@ -399,13 +399,13 @@ def _pool(project_root, tmp_path, pool: str) -> str:
     ("nodes: 1\ngpus_per_node: 8\nnode_selector: {a/b/c: H200}",
      ":7: deployments.local.pools.h200.node_selector.a/b/c: ", "'a/b/c' is not a label key; write [prefix/]name with one '/'"),
     ("nodes: 1\ngpus_per_node: 8\ntolerations:\n  - {key: nvidia.com/gpu, operator: Exist}",
-     ":8: deployments.local.pools.h200.tolerations.0.operator: ", "must be one of 'Exists' or 'Equal', got 'Exist'"),
+     ":8: deployments.local.pools.h200.tolerations.0.operator: ", "must be one of 'Exists', 'Equal' or '', got 'Exist'"),
     ("nodes: 1\ngpus_per_node: 8\ntolerations:\n  - {key: nvidia.com/gpu, operator: Exists, efect: NoSchedule}",
      ":8: deployments.local.pools.h200.tolerations.0.efect: ", "unknown key; did you mean 'effect'?"),
     ("nodes: 1\ngpus_per_node: 8\ntolerations:\n  - {key: nvidia.com/gpu, operator: Exists, value: present}",
      ":8: deployments.local.pools.h200.tolerations.0: ", "operator Exists takes no value (got 'present')"),
     ("nodes: 1\ngpus_per_node: 8\ntolerations:\n  - {key: nvidia.com/gpu, effect: NoSchedul}",
-     ":8: deployments.local.pools.h200.tolerations.0.effect: ", "must be one of 'NoSchedule', 'PreferNoSchedule' or 'NoExecute'"),
+     ":8: deployments.local.pools.h200.tolerations.0.effect: ", "must be one of 'NoSchedule', 'PreferNoSchedule', 'NoExecute' or '', got 'NoSchedul'"),
     ("nodes: 1\ngpus_per_node: 8\ntolerations:\n  - {key: a, value: b, tolerationSeconds: 30}",
      ":8: deployments.local.pools.h200.tolerations.0: ", "tolerationSeconds needs effect: NoExecute"),
     ("nodes: 1\ngpus_per_node: 8\ntolerations:\n  - {effect: NoSchedule}",
@@ -431,13 +431,16 @@ def test_node_selectors_and_tolerations_kubernetes_takes_load_as_written(project
                   - {key: nvidia.com/gpu, operator: Exists, effect: NoSchedule}
                   - {operator: Exists}
                   - {key: dedicated, value: ci_gpu.1, effect: NoExecute, tolerationSeconds: 600}
+                  - {key: nvidia.com/gpu, operator: "", value: present, effect: ""}
     """))
     (pool,) = load_specs(d).deployment("local").pools
     assert pool.node_selector == {"nvidia.com/gpu.product": "NVIDIA-H200", "pool": "",
                                   "node.kubernetes.io/instance-type": "p5en.48xlarge"}
     assert pool.tolerations == ({"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
                                 {"operator": "Exists"},
-                                {"key": "dedicated", "value": "ci_gpu.1", "effect": "NoExecute", "tolerationSeconds": 600})
+                                {"key": "dedicated", "value": "ci_gpu.1", "effect": "NoExecute", "tolerationSeconds": 600},
+                                # "" is Equal and every effect, as the API server reads them
+                                {"key": "nvidia.com/gpu", "operator": "", "value": "present", "effect": ""})
 
 
 def test_a_bad_node_selector_stops_the_night_before_any_pod(project_root, tmp_path, monkeypatch, capsys):

@@ -256,6 +256,31 @@ def test_without_delete_rights_compaction_writes_nothing_and_says_so(client, buc
     assert store.read() == [sample(0), sample(1), sample(2)]
 
 
+class MissingKeysAreErrors:
+    """An S3-compatible store (RustFS, old LocalStack) whose multi-object delete reports a key that does not
+    exist as an error, though it deletes existing ones: compaction's probe of delete rights must not read
+    that as "no s3:DeleteObject"."""
+
+    def __init__(self, client, bucket):
+        self.client, self.existing = client, lambda key: key in keys(client, bucket)
+
+    def __getattr__(self, name):
+        return getattr(self.client, name)
+
+    def delete_objects(self, Bucket, Delete):  # noqa: N803 - boto3's parameter names
+        missing = [o["Key"] for o in Delete["Objects"] if not self.existing(o["Key"])]
+        self.client.delete_objects(Bucket=Bucket, Delete=Delete)
+        return {"Errors": [{"Key": k, "Code": "InternalError", "Message": "Io error: file not found"} for k in missing]}
+
+
+def test_a_store_that_reports_missing_keys_as_errors_still_compacts(client, bucket):
+    history_of(client, bucket)
+    store = S3HistoryStore(bucket, client=MissingKeysAreErrors(client, bucket))
+    assert store.compact() == 3
+    assert [k.split("/")[1] for k in keys(client, bucket)] == ["compacted"]
+    assert store.read() == [sample(0), sample(1), sample(2)]
+
+
 def test_merged_objects_refused_after_the_merge_leave_no_merged_copy(client, bucket):
     history_of(client, bucket)
     before = keys(client, bucket)

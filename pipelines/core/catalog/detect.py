@@ -57,10 +57,10 @@ class PyFiles(list):
 
 def not_a_checkout(repo: Path) -> str:
     """Why ``repo`` cannot be a framework's checkout ("" when it can): the file system's root or the home
-    folder (``--repo "$UNSET/"``, ``--repo ~``), whose walk would read every file below it for minutes
+    folder unless it is a git checkout (``--repo "$UNSET/"``, ``--repo ~``), whose walk would read every file below it for minutes
     (/proc and /sys included) before saying there is no test."""
     home = Path.home().resolve() if "HOME" in os.environ else None
-    if repo == Path(repo.anchor) or repo == home:
+    if repo == Path(repo.anchor) or (repo == home and not (repo / ".git").exists()):  # HOME=WORKDIR=checkout: fine
         where = "the file system's root" if repo == Path(repo.anchor) else "your home folder"
         return (f"is {where}, not a framework's checkout; check --repo (an unset variable in `--repo \"$X/\"` "
                 "gives /) or the path in assets/repos.yaml")
