@@ -318,7 +318,9 @@ def conversion_command(conversion: ConversionSpec, req: Requirement, python: str
                        output: str) -> tuple[list[str], dict[str, str]]:
     """The framework's conversion argv and extra env for one requirement (no shell, ever).
 
-    ``{extra_args}`` standing alone expands to its words; any other placeholder is replaced in place.
+    ``{extra_args}`` standing alone expands to its words; any other placeholder is replaced in place
+    (the names the specs accept: ``CONVERSION_PLACEHOLDERS``, checked when checkpoints.yaml loads).
+    The env is passed as written: the schema allows no placeholders there.
     """
     params = dict(req.params)
     values = {
@@ -336,13 +338,12 @@ def conversion_command(conversion: ConversionSpec, req: Requirement, python: str
                 argv.extend(values["extra_args"].split())
             else:
                 argv.append(part.format(**values))
-        env = {k: v.format(**values) for k, v in conversion.env.items()}
-    except (KeyError, IndexError, ValueError) as exc:
+    except (KeyError, IndexError, ValueError, AttributeError) as exc:
         raise BuildError(
-            f"conversion {req.key}: assets/checkpoints.yaml command has a placeholder it cannot fill ({exc}); "
+            f"conversion {req.key}: the checkpoints.yaml command has a placeholder it cannot fill ({exc}); "
             f"use only {{{'}, {'.join(values)}}}"
         ) from None
-    return argv, env
+    return argv, dict(conversion.env)
 
 
 def conversion_recipe(conversion: ConversionSpec, req: Requirement, repo: Path, env: dict[str, str],
