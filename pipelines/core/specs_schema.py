@@ -26,7 +26,7 @@ from pydantic import (
     model_validator,
 )
 
-from pipelines.core.asset_rules import cache_path_problem, hub_id_problem
+from pipelines.core.asset_rules import REVISION, cache_path_problem, hub_id_problem
 from pipelines.core.calibrate.policies import DEFAULTS as POLICY_DEFAULTS
 from pipelines.core.model import MAX_EST_TIME_S, Problem
 
@@ -317,7 +317,7 @@ class ModelEntry(_Strict):
     source: Annotated[str, _checked(hub_id_problem)]
     path: Annotated[str, _checked(cache_path_problem)]
     #: ``hf download --revision``: a branch, tag or commit (never an option)
-    revision: Annotated[str, Field(pattern=r"^[^-\s][^\s]*$")] | None = None
+    revision: Annotated[str, Field(pattern=REVISION.pattern)] | None = None
 
 
 class ModelsFile(_Strict):
