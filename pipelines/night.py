@@ -97,8 +97,8 @@ def in_force_est_times(tests: Iterable[Test], calibrated: dict[str, dict],
 def checked_estimates(data: dict, text: str, where: str) -> tuple[dict[str, dict], list[Problem]]:
     """The well-formed entries of an estimates file, and a located problem for each other one.
 
-    An entry is ``{"est_time": whole seconds in 0..MAX_EST_TIME_S, "sha256": "..."}`` (what
-    ``Night.calibrate`` writes); a hand edit or a half-written file must not stop a night, so a
+    An entry is ``{"est_time": whole seconds in 0..MAX_EST_TIME_S, "sha256": "...", "hardware": "..."}``
+    (what ``Night.calibrate`` writes; ``hardware`` may be missing in older files); a hand edit or a half-written file must not stop a night, so a
     bad entry only loses its calibrated est_time (the test keeps the registered one).
     """
     good: dict[str, dict] = {}
@@ -121,6 +121,10 @@ def checked_estimates(data: dict, text: str, where: str) -> tuple[dict[str, dict
         if not isinstance(entry.get("sha256"), str):
             bad.append(Problem(where, lines.get((test_id, "sha256"), line), f"estimates[{test_id!r}].sha256",
                                f"expected the test file's sha256 as text, got {entry.get('sha256')!r}; {fix}"))
+            continue
+        if "hardware" in entry and not isinstance(entry["hardware"], str):  # would match no test: silently unused
+            bad.append(Problem(where, lines.get((test_id, "hardware"), line), f"estimates[{test_id!r}].hardware",
+                               f"expected the suite's hardware as text (e.g. h200), got {entry['hardware']!r}; {fix}"))
             continue
         good[test_id] = {**entry, "est_time": est}
     return good, bad

@@ -37,6 +37,17 @@ def test_an_entry_without_a_file_digest_is_left_out():
     assert str(bad[0]).startswith("est.json:2: estimates['t'].sha256: expected the test file's sha256 as text, got None")
 
 
+@pytest.mark.parametrize(("hardware", "shown"), [(5, "5"), (None, "None"), (["h200"], "['h200']")])
+def test_a_hardware_that_is_not_text_is_left_out_with_where_it_is(hardware, shown):
+    """It was ignored without a word (it matches no test's hardware): the same located warning as any bad entry."""
+    good, bad = _check({"ok": {"est_time": 60, "sha256": SHA, "hardware": "h200"},
+                        "t": {"est_time": 60, "sha256": SHA, "hardware": hardware}})
+    assert good == {"ok": {"est_time": 60, "sha256": SHA, "hardware": "h200"}}
+    assert [str(p) for p in bad] == [f"est.json:10: estimates['t'].hardware: expected the suite's hardware as text "
+                                     f"(e.g. h200), got {shown}; the test plans with its registered est_time; the "
+                                     "next calibration rewrites the entry (or delete the file)"]
+
+
 def test_a_cut_off_estimates_file_is_named_at_the_line_where_its_json_breaks(tmp_path):
     """A file cut short (a full disk, a killed writer) breaks far from line 1: the error says where."""
     from pipelines.core.model import CatalogError

@@ -1,11 +1,13 @@
 """``nightly plan --gantt FILE``: the plan drawn one row per GPU, and which file that is.
 
 The chart is written where the user can find it: the path printed is the path written (a name
-without a suffix gets ``.png``), a folder or a missing tree of folders is refused up front.
+without a suffix gets ``.png``), a folder, a missing tree of folders or a folder this user cannot
+write is refused up front, and a write that fails anyway (``/proc``, a full disk) is the flag's error.
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from pipelines.cli.flags import FlagError
@@ -17,8 +19,9 @@ GANTT_FORMATS = (".png", ".svg", ".pdf")
 def gantt_path(path: Path) -> Path:
     """The file ``--gantt`` writes: a name without a suffix gets ``.png`` (and is printed with it).
 
-    A folder, an unknown suffix, or a parent folder that is missing one level up is refused up
-    front; only the file's own folder is created, so a typo cannot build a tree of folders.
+    A folder, an unknown suffix, a parent folder that is missing one level up, or a folder this user
+    cannot write (as ``report --out``) is refused up front: before planning, not after it; only the
+    file's own folder is created, so a typo cannot build a tree of folders.
     """
     if path.is_dir():
         raise FlagError(f"--gantt: {path} is a folder; give a file name in it, e.g. --gantt {path / 'plan.png'}")
@@ -31,6 +34,9 @@ def gantt_path(path: Path) -> Path:
     if not parent.is_dir() and (parent.exists() or not parent.parent.is_dir()):
         raise FlagError(f"--gantt: {path}: folder {parent} cannot be created (only the file's own folder is); "
                         "create the folders above it first or pick another path")
+    folder = parent if parent.is_dir() else parent.parent  # where the file, or its folder, is made
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise FlagError(f"--gantt: cannot write {path} ({folder} is not writable); give a writable path")
     return path
 
 
@@ -70,6 +76,10 @@ def write_gantt(plan: Plan, pools, path: Path) -> None:
                  f"ratio {plan.ratio:.3f}")
     ax.legend(loc="lower right")
     fig.tight_layout()
-    path.parent.mkdir(exist_ok=True)  # gantt_path checked that only this folder is missing
-    fig.savefig(path, dpi=120, format=path.suffix.lstrip(".").lower())
-    plt.close(fig)
+    try:
+        path.parent.mkdir(exist_ok=True)  # gantt_path checked that only this folder is missing
+        fig.savefig(path, dpi=120, format=path.suffix.lstrip(".").lower())
+    except OSError as exc:  # what access() cannot foresee: /proc, a read-only mount, a full disk
+        raise FlagError(f"--gantt: cannot write {path} ({exc.strerror or exc}); give a writable path") from exc
+    finally:
+        plt.close(fig)

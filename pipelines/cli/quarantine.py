@@ -16,8 +16,8 @@ of a quarantine whose test file has changed since that it ends when it next runs
 
 Exit status: 0 done; 1 ``release`` of a test that is not quarantined now (never was, or already
 released), or ``add`` of a test already quarantined by hand (nothing is recorded); 2 bad input (an unknown test,
-an empty TEST, an empty --by/--why or one with control characters such as a line break or a terminal escape, an
-unreadable state store, or a quarantine file that is not exactly
+an empty TEST, an empty --by/--why or one with control characters such as a line break or a terminal escape, a
+--by over 100 or a --why over 500 characters, an unreadable state store, or a quarantine file that is not exactly
 ``{"version": 1, "actions": [{test, action, by, why, at}, ...]}``: each problem is located as
 ``FILE:LINE: actions[i].field: ...`` and the file is left as it is, never rewritten without it).
 """
@@ -150,8 +150,10 @@ def _record(args: argparse.Namespace) -> int:
         print(f"nightly quarantine {args.quarantine_command}: TEST: must not be empty; say which test (its id as "
               "`nightly catalog` prints it)", file=sys.stderr)
         return 2
+    from pipelines.core.flaky import length_problem
+
     for flag, value in (("--by", args.by), ("--why", args.why)):
-        bad = control_characters(flag, value)
+        bad = control_characters(flag, value) or length_problem(flag, value)
         if bad:  # before any state is read: nothing is recorded
             print(f"nightly quarantine {args.quarantine_command}: {bad}", file=sys.stderr)
             return 2

@@ -8,9 +8,10 @@ as config, the same path a schedule takes, executed in this process on the proje
 Exit status: 0 when every launched test passed and the night had no problems; 1 when a test
 did not pass (a quarantined flaky test does not count, an infra fault always does) or the
 calibration run failed; 2 when a flag or an input is wrong, or the state folder cannot be written
-(checked first; set NIGHTLY_HOME or --home); 3 when the night had problems (catalog problems,
-tests no pool runs, nothing selected) unless ``--accept-problems``; 4 when the store refused the
-night's results (they are kept under ``<home>/unsaved/<night>/``, with the commands that re-add
+(checked first; set NIGHTLY_HOME or --home), or on a local deployment the host's GPU lock folder
+cannot be made or written (checked before the plan; set NIGHTLY_GPU_LOCK_DIR); 3 when the night had
+problems (catalog problems, tests no pool runs, nothing selected) unless ``--accept-problems``; 4 when
+the store refused the night's results (they are kept under ``<home>/unsaved/<night>/``, with the commands that re-add
 them); 130 when interrupted (running tests are killed and recorded as ``interrupted``, the Dagster
 run ends CANCELED); 141 when the reader of stdout went away (``--list-only | head``).
 """
@@ -112,6 +113,12 @@ def run(args: argparse.Namespace) -> int:
     for problem in night.estimate_warnings:
         print(f"warning: {problem}", file=sys.stderr)
     runset = night.runset(None, selection)
+    from pipelines.launch.local import gpu_lock_problem  # the host's GPU lock folder, checked as the home is
+
+    refused = "" if args.dry_run else gpu_lock_problem(night.deployment.launcher, runset.run)
+    if refused:
+        print(f"nightly run: error:\n{refused}", file=sys.stderr)
+        return 2
     plan = night.plan(runset.run)
     if args.dry_run:
         return _dry_run(night, runset, plan)

@@ -42,6 +42,20 @@ def cache_path_problem(container_path: str) -> str | None:
 
 #: the ``hf download`` options a download's requirement may carry (``files`` are the names after its id)
 DOWNLOAD_OPTIONS = ("exclude", "include", "revision")
+#: ``hf download --revision``: a branch, tag or commit, one word, never an option (models.yaml's pattern too)
+REVISION = re.compile(r"^[^-\s][^\s]*$")
+
+
+def download_option_problem(option: str, value: str) -> str | None:
+    """Why a download's ``--revision``, ``--include`` / ``--exclude`` patterns or file names (``files``) cannot
+    reach ``hf download``, or None: what could pass for an option never does. Said by the catalog at the
+    line of the ``prepare()`` download, and by the builds (local cache and build pods)."""
+    if option == "revision":
+        return None if REVISION.match(value) else f"--revision {value!r} is not a revision (a branch, tag or commit)"
+    bad = next((w for w in value.split() if w.startswith("-")), None)
+    if bad is None:
+        return None
+    return f"{bad!r} is not a file name" if option == "files" else f"--{option} {bad!r} is not a file pattern"
 
 
 def download_text(source: str, params: tuple[tuple[str, str], ...]) -> str:

@@ -454,6 +454,20 @@ def overrides_of(doc: Mapping | None) -> list[dict]:
     return [dict(a) for a in (doc or {}).get("actions", ())]
 
 
+#: the longest who (a name or handle) and why (an issue link and a few words) a manual action keeps:
+#: both are printed whole by `quarantine list` and the report, and kept in the document for good
+MAX_TEXT = {"--by": 100, "--why": 500}
+
+
+def length_problem(flag: str, value: str) -> str | None:
+    """Why a --by/--why value is too long to record, or None."""
+    most = MAX_TEXT[flag]
+    if len(value.strip()) <= most:
+        return None
+    return (f"{flag}: {len(value.strip())} characters; give at most {most} ({_HINT[flag]}; a long story belongs in "
+            "the issue it links to)")
+
+
 def record(doc: Mapping | None, test: str, action: str, by: str, why: str, at: str) -> dict:
     """The document with one more manual action; who and why are required (they are the point)."""
     if action not in ACTIONS:
@@ -461,6 +475,9 @@ def record(doc: Mapping | None, test: str, action: str, by: str, why: str, at: s
     for name, value in (("test", test), ("--by", by), ("--why", why)):
         if not value or not value.strip():
             raise ValueError(f"quarantine {action}: {name}: must not be empty; say {_HINT[name]}")
+        too_long = length_problem(name, value) if name != "test" else None
+        if too_long:
+            raise ValueError(f"quarantine {action}: {too_long}")
     bad_id = _id_problem(test)
     if bad_id:
         raise ValueError(f"quarantine {action}: TEST: {bad_id}")

@@ -27,12 +27,15 @@ from pydantic import (
     model_validator,
 )
 
-from pipelines.core.asset_rules import cache_path_problem, hub_id_problem
+from pipelines.core.asset_rules import REVISION, cache_path_problem, hub_id_problem
 from pipelines.core.calibrate.policies import DEFAULTS as POLICY_DEFAULTS
 from pipelines.core.model import MAX_EST_TIME_S, Problem
 
 #: what a repo's `env:` values may refer to (filled in per night by pipelines.night)
 ENV_PLACEHOLDERS = ("cache", "repo", "home", "hub")
+#: what the words of checkpoints.yaml's conversion command may refer to (filled per conversion by
+#: pipelines.storage.cache.conversion_command)
+CONVERSION_PLACEHOLDERS = ("python", "model_path", "output", "megatron_model_type", "num_gpus_per_node", "extra_args")
 FORMATS = ("registry", "template", "auto")
 POLICIES = tuple(POLICY_DEFAULTS)
 
@@ -385,7 +388,7 @@ class ModelEntry(_Strict):
     source: Annotated[str, _checked(hub_id_problem)]
     path: Annotated[str, _checked(cache_path_problem)]
     #: ``hf download --revision``: a branch, tag or commit (never an option)
-    revision: Annotated[str, Field(pattern=r"^[^-\s][^\s]*$")] | None = None
+    revision: Annotated[str, Field(pattern=REVISION.pattern)] | None = None
 
 
 class ModelsFile(_Strict):
@@ -396,8 +399,25 @@ class DatasetsFile(_Strict):
     datasets: dict[str, ModelEntry] = {}
 
 
+def conversion_word_problem(word: str) -> str | None:
+    """Why one word of the conversion command cannot be filled, or None: said when the specs load,
+    not after a night has downloaded the models."""
+    names = ", ".join("{" + p + "}" for p in CONVERSION_PLACEHOLDERS)
+    try:
+        unknown = [n for _, n, _, _ in string.Formatter().parse(word) if n is not None and n not in
+                   CONVERSION_PLACEHOLDERS]
+        if not unknown:
+            word.format(**dict.fromkeys(CONVERSION_PLACEHOLDERS, ""))
+    except (ValueError, KeyError, IndexError, AttributeError) as exc:
+        return f"{exc}; use {names}, and write a literal brace as {{{{ or }}}}"
+    if unknown:
+        return f"unknown placeholder {{{unknown[0]}}}; use {names}, and write a literal brace as {{{{ or }}}}"
+    return nul_problem(word)
+
+
 class ConversionModel(_Strict):
-    command: list[str] = Field(min_length=1)
+    command: list[Annotated[str, _checked(conversion_word_problem)]] = Field(min_length=1)
+    #: passed to the converter as written (no placeholders)
     env: dict[EnvName, PlainEnvValue] = {}
 
 

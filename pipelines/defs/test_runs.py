@@ -316,6 +316,11 @@ def build_test_runs(catalog: Catalog, test_parts: dg.PartitionsDefinition, deps:
             night.quarantine_doc()
         except CatalogError as exc:
             raise dg.Failure(f"quarantine file: {exc}") from exc
+        from pipelines.launch.local import gpu_lock_problem  # as `nightly run`: not every test an infra_error
+
+        refused = gpu_lock_problem(night.deployment.launcher, runset.run)
+        if refused:
+            raise dg.Failure(refused)
 
         from pipelines.launch.infra import probe
 

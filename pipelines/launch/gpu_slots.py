@@ -36,6 +36,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -85,6 +86,15 @@ def _ensure_dir(lock_dir: Path) -> None:
     except FileExistsError:
         return
     os.chmod(lock_dir, 0o1777)
+
+
+def check_dir(lock_dir: Path) -> None:
+    """Create the lock folder when missing and make (and remove) a file in it, as a launch would;
+    raises the ``OSError`` a launch would meet (a file in its place, a folder this user cannot write)."""
+    _ensure_dir(lock_dir)
+    fd, probe = tempfile.mkstemp(dir=lock_dir, prefix=".writable-")
+    os.close(fd)
+    os.unlink(probe)
 
 
 def _open(path: Path) -> int:

@@ -28,12 +28,12 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Protocol
 
-from pipelines.core.model import Attempt
+from pipelines.core.model import Attempt, Test
 from pipelines.launch import gpu_slots
 from pipelines.launch.base import LaunchRequest, LogSink
 from pipelines.launch.logcap import DEFAULT_LOG_CAP_BYTES, CappedLog, pump
@@ -491,10 +491,41 @@ def _refused_by_the_os(env: dict[str, str], argv: list[str], test_env: dict[str,
     return f"argument {bad!r} holds a NUL character" if bad is not None else ""
 
 
+def gpu_lock_problem(launcher: str, tests: Iterable[Test]) -> str:
+    """Why a night of ``tests`` on a ``launcher`` deployment cannot lock its GPUs ("" when it can, when
+    the deployment is not local, or when no test takes a GPU: a 0-GPU test takes no lock)."""
+    if launcher != "local" or not any(t.gpus for t in tests):
+        return ""
+    return lock_dir_problem()
+
+
+def lock_dir_problem(lock_dir: Path | None = None) -> str:
+    """Why the host's GPU lock folder cannot take this night's locks ("" when it can; created when
+    missing): checked before a local night plans, so a bad ``NIGHTLY_GPU_LOCK_DIR`` is one message
+    and exit 2 (a failed Dagster run before any test), not every test an ``infra_error``."""
+    lock_dir = Path(lock_dir) if lock_dir else gpu_slots.host_lock_dir()
+    try:
+        gpu_slots.check_dir(lock_dir)
+    except OSError as exc:
+        return _lock_problem(lock_dir, exc)
+    return ""
+
+
 def _lock_problem(lock_dir: Path, exc: OSError) -> str:
-    return (f"{lock_dir}: the host's GPU lock folder is not usable ({exc.strerror or exc}); every night on this "
-            f"host locks its GPUs there. Make it writable by every user who runs nights (chmod 1777 {lock_dir}) "
-            f"or point {gpu_slots.LOCK_DIR_ENV} at such a folder.")
+    """What is wrong with the lock folder, by cause: chmod advice only for a folder that is there."""
+    there = f"every night on this host locks its GPUs there ({gpu_slots.LOCK_DIR_ENV}, default {gpu_slots.DEFAULT_LOCK_DIR})"
+    blocker = next((p for p in (lock_dir, *lock_dir.parents) if p.exists() and not p.is_dir()), None)
+    if blocker is not None:
+        what = "is not a folder" if blocker == lock_dir else f"cannot be created: {blocker} is not a folder"
+        return (f"{lock_dir}: the host's GPU lock folder {what}; {there}. Point {gpu_slots.LOCK_DIR_ENV} at a "
+                "folder (one that is missing is created).")
+    if not lock_dir.is_dir():
+        return (f"{lock_dir}: the host's GPU lock folder cannot be created ({exc.strerror or exc}); {there}. "
+                f"Create it (mode 1777) or point {gpu_slots.LOCK_DIR_ENV} at a folder every user who runs "
+                "nights can write.")
+    return (f"{lock_dir}: the host's GPU lock folder is not writable ({exc.strerror or exc}); {there}. Make it "
+            f"writable by every user who runs nights (chmod 1777 {lock_dir}) or point {gpu_slots.LOCK_DIR_ENV} "
+            "at such a folder.")
 
 
 def _read_result(path: Path) -> dict:

@@ -328,7 +328,7 @@ def locate_night(store: StateStore, night: str | None = None, warn: Callable[[st
         i, summary = _newest(read, keys, repo, warn)
     elif night in names:
         i, summary = names.index(night), read(keys[names.index(night)])
-    elif (run := store.get(f"runs/{night}.json")) is not None:
+    elif "/" not in night and (run := store.get(f"runs/{night}.json")) is not None:  # a path is no run id
         summary = parse_summary(store.uri(f"runs/{night}.json"), run)
         i = names.index(summary["night"]) if summary.get("night") in names else 0
     else:

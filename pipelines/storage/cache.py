@@ -31,7 +31,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipelines.core.asset_rules import DOWNLOAD_OPTIONS, download_text
+from pipelines.core.asset_rules import DOWNLOAD_OPTIONS, download_option_problem, download_text
 from pipelines.core.catalog.requirements import CACHE_PATH_RULE, LAUNCH_ONLY, cache_relpath, hub_id_problem
 from pipelines.core.model import Requirement
 from pipelines.core.recipe import Recipe, identity, make_recipe, model_identity
@@ -291,12 +291,10 @@ def _download_filters(req: Requirement) -> tuple[list[str], list[str]]:
     for option, value in req.params:
         if option not in (*DOWNLOAD_OPTIONS, "files"):
             continue
+        bad = download_option_problem(option, value)  # the catalog's rule: an option in disguise never reaches hf
+        if bad:
+            raise BuildError(f"{req.kind} {req.key}: {bad}; fix prepare() or assets/{req.kind}s.yaml")
         words = value.split() if option != "revision" else [value]
-        bad = [w for w in words if w.startswith("-")]
-        if bad:  # an option in disguise never reaches hf
-            what = (f"{bad[0]!r} is not a file name" if option == "files"
-                    else f"--{option} {bad[0]!r} is not a revision or file pattern")
-            raise BuildError(f"{req.kind} {req.key}: {what}; fix prepare() or assets/{req.kind}s.yaml")
         if option == "files":
             files += words
         else:
@@ -318,7 +316,9 @@ def conversion_command(conversion: ConversionSpec, req: Requirement, python: str
                        output: str) -> tuple[list[str], dict[str, str]]:
     """The framework's conversion argv and extra env for one requirement (no shell, ever).
 
-    ``{extra_args}`` standing alone expands to its words; any other placeholder is replaced in place.
+    ``{extra_args}`` standing alone expands to its words; any other placeholder is replaced in place
+    (the names the specs accept: ``CONVERSION_PLACEHOLDERS``, checked when checkpoints.yaml loads).
+    The env is passed as written: the schema allows no placeholders there.
     """
     params = dict(req.params)
     values = {
@@ -336,13 +336,12 @@ def conversion_command(conversion: ConversionSpec, req: Requirement, python: str
                 argv.extend(values["extra_args"].split())
             else:
                 argv.append(part.format(**values))
-        env = {k: v.format(**values) for k, v in conversion.env.items()}
-    except (KeyError, IndexError, ValueError) as exc:
+    except (KeyError, IndexError, ValueError, AttributeError) as exc:
         raise BuildError(
-            f"conversion {req.key}: assets/checkpoints.yaml command has a placeholder it cannot fill ({exc}); "
+            f"conversion {req.key}: the checkpoints.yaml command has a placeholder it cannot fill ({exc}); "
             f"use only {{{'}, {'.join(values)}}}"
         ) from None
-    return argv, env
+    return argv, dict(conversion.env)
 
 
 def conversion_recipe(conversion: ConversionSpec, req: Requirement, repo: Path, env: dict[str, str],

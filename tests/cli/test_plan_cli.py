@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import textwrap
 from pathlib import Path
@@ -167,6 +168,36 @@ def test_gantt_refuses_a_folder_and_creates_only_the_files_own_folder(fake_catal
     assert nightly_plan(["--repo", str(tmp_path), "--gantt", str(deep)]) == 2
     assert f"--gantt: {deep}: folder {deep.parent} cannot be created" in capsys.readouterr().err
     assert not (tmp_path / "typo").exists()
+
+
+def test_gantt_that_cannot_be_written_is_the_flags_error_not_a_traceback(fake_catalog, tmp_path, capsys):
+    """/proc takes no new folder whoever runs it (root included): one line, exit 2, no plan printed."""
+    assert nightly_plan(["--repo", str(tmp_path), "--pool", "h200=2x8", "--gantt", "/proc/nope/x.svg"]) == 2
+    out, err = capsys.readouterr()
+    # root passes the access probe and fails at mkdir; anyone else is refused by the probe
+    assert err.startswith("nightly plan: error: --gantt: cannot write /proc/nope/x.svg (") and err.count("\n") == 1
+    assert err.rstrip().endswith("; give a writable path")
+    assert "Traceback" not in err and "makespan" not in out
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes any folder")
+def test_gantt_in_a_read_only_folder_is_refused_before_planning(fake_catalog, tmp_path, capsys):
+    ro = tmp_path / "ro"
+    ro.mkdir(mode=0o555)
+    assert nightly_plan(["--repo", str(tmp_path), "--gantt", str(ro / "x.svg")]) == 2
+    assert f"--gantt: cannot write {ro / 'x.svg'} ({ro} is not writable)" in capsys.readouterr().err
+
+
+def test_gantt_folder_not_writable_is_refused_before_planning(fake_catalog, tmp_path, capsys, monkeypatch):
+    """The probe as ``report --out`` does it (os.access), checked before the catalog is read."""
+    from pipelines.cli import plan_gantt
+
+    ro = tmp_path / "ro"
+    monkeypatch.setattr(plan_gantt.os, "access", lambda p, mode: Path(p) != tmp_path)
+    monkeypatch.setattr(plan_cli, "load_catalog", lambda *a: pytest.fail("planned before checking --gantt"))
+    assert nightly_plan(["--repo", str(tmp_path), "--gantt", str(ro / "x.svg")]) == 2
+    assert f"--gantt: cannot write {ro / 'x.svg'} ({tmp_path} is not writable)" in capsys.readouterr().err
+    assert not ro.exists()
 
 
 def test_the_example_repository_plans_on_the_default_pools(project_root: Path, capsys):

@@ -72,6 +72,16 @@ def test_an_unknown_night_lists_the_newest_ones(home, capsys):
     assert f"{home}/nights:1: --night: no night or run '2026-13-01'; the newest nights are: 2026-11-02T150000Z" in err
 
 
+@pytest.mark.parametrize("night", ["../../etc", "/etc/passwd", "a/../b"])
+@pytest.mark.parametrize("repo", [(), ("--repo", "minirl")])
+def test_a_night_that_is_a_path_is_an_unknown_night_with_the_newest_ones_listed(home, capsys, night, repo):
+    """Not a bare store error about a 'runs/...' key the user never typed: the flag, and what to pass."""
+    code, _, err = nightly(capsys, "report", "--home", str(home), *repo, "--night", night)
+    assert code == 2
+    assert f"{home}/nights:1: --night: no night or run {night!r}; the newest nights are: " in err
+    assert "state key" not in err
+
+
 def test_no_nights_yet_says_what_to_run(tmp_path, capsys):
     code, _, err = nightly(capsys, "report", "--home", str(tmp_path), "--repo", "minirl")
     assert code == 2
@@ -235,6 +245,21 @@ def test_control_characters_in_who_or_why_are_refused_and_nothing_is_recorded(ho
     assert (code, out) == (2, "")
     assert err.strip() == (f"nightly quarantine add: {flag}: {shown}; give one line of plain text (line breaks, "
                            "tabs and terminal escapes would garble `quarantine list` and the report)")
+    assert (stored.read_text() if stored.exists() else None) == before
+
+
+@pytest.mark.parametrize(("flag", "by", "why", "said"), [
+    ("--why", "alice", "x" * 100_000, "--why: 100000 characters; give at most 500 (why, e.g. an issue link; "),
+    ("--by", "b" * 101, "flaky port", "--by: 101 characters; give at most 100 (who decides (a name or handle); "),
+])
+def test_a_who_or_why_too_long_to_print_is_refused_and_nothing_is_recorded(home, capsys, flag, by, why, said):
+    """A 100 KB reason was stored and echoed whole (and shown by every `quarantine list` and report after)."""
+    stored = home / "quarantine" / "minirl.json"
+    before = stored.read_text() if stored.exists() else None
+    code, out, err = nightly(capsys, "quarantine", "add", tid(SFT), "--home", str(home), "--repo", "minirl",
+                             "--by", by, "--why", why)
+    assert (code, out) == (2, "")
+    assert err.startswith(f"nightly quarantine add: {said}") and len(err) < 300
     assert (stored.read_text() if stored.exists() else None) == before
 
 

@@ -3,6 +3,8 @@ what to do (not a traceback and exit 1, which means a test failed)."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from pipelines.cli import main
@@ -38,3 +40,55 @@ def test_a_writable_home_is_created_and_left_clean(tmp_path, capsys, monkeypatch
         monkeypatch.setenv(name, "")
     assert main(["ui", "--home", str(home), "--print-command"]) == 0
     assert sorted(p.name for p in home.iterdir()) == ["dagster"], "the probe file is removed"
+
+
+#: what `nightly run --labels short --suite stage-b-2-gpu-h200` runs: one GPU test of the example
+GPU_NIGHT = ["run", "--labels", "short", "--suite", "stage-b-2-gpu-h200"]
+
+
+@pytest.mark.parametrize(("where", "said"), [
+    ("afile", "the host's GPU lock folder is not a folder; "),
+    ("afile/locks", "the host's GPU lock folder cannot be created: {tmp}/afile is not a folder; "),
+])
+def test_a_gpu_lock_folder_that_is_no_folder_stops_a_local_night_before_the_plan(tmp_path, monkeypatch, capsys,
+                                                                                   where, said):
+    """NIGHTLY_GPU_LOCK_DIR=/etc/passwd ran the whole night, every test an infra_error, and advised
+    `chmod 1777 /etc/passwd`: now exit 2 before the plan, saying what is wrong with it."""
+    (tmp_path / "afile").write_text("root:x:0:0\n")
+    monkeypatch.setenv("NIGHTLY_GPU_LOCK_DIR", str(tmp_path / where))
+    home = tmp_path / "home"
+    assert main([*GPU_NIGHT, "--home", str(home)]) == 2
+    out, err = capsys.readouterr()
+    assert "plan:" not in out
+    assert err.startswith(f"nightly run: error:\n{tmp_path / where}: {said.format(tmp=tmp_path)}")
+    assert "Point NIGHTLY_GPU_LOCK_DIR at a folder" in err and "chmod" not in err
+    assert not (home / "runs").exists() and not (home / "dagster").exists()
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes any folder")
+def test_a_gpu_lock_folder_this_user_cannot_write_is_said_so_with_the_chmod(tmp_path, monkeypatch, capsys):
+    locks = tmp_path / "locks"
+    locks.mkdir(mode=0o555)
+    monkeypatch.setenv("NIGHTLY_GPU_LOCK_DIR", str(locks))
+    assert main([*GPU_NIGHT, "--home", str(tmp_path / "home"), "--list-only"]) == 2
+    err = capsys.readouterr().err
+    assert f"{locks}: the host's GPU lock folder is not writable (Permission denied)" in err
+    assert f"chmod 1777 {locks}" in err
+
+
+def test_a_missing_gpu_lock_folder_is_created_for_every_user_and_left_clean(tmp_path, monkeypatch, capsys):
+    locks = tmp_path / "new" / "locks"
+    monkeypatch.setenv("NIGHTLY_GPU_LOCK_DIR", str(locks))
+    assert main([*GPU_NIGHT, "--home", str(tmp_path / "home"), "--list-only"]) == 0
+    assert locks.stat().st_mode & 0o7777 == 0o1777 and list(locks.iterdir()) == []
+
+
+def test_only_a_local_night_that_takes_gpus_needs_the_lock_folder(tmp_path, monkeypatch):
+    from pipelines.launch.local import gpu_lock_problem
+    from tests.conftest import make_test
+
+    monkeypatch.setenv("NIGHTLY_GPU_LOCK_DIR", str(tmp_path / "afile"))
+    (tmp_path / "afile").write_text("")
+    assert gpu_lock_problem("local", [make_test(gpus=0)]) == ""  # a 0-GPU test takes no lock
+    assert gpu_lock_problem("kubernetes", [make_test(gpus=8)]) == ""  # the pods lock nothing here
+    assert "is not a folder" in gpu_lock_problem("local", [make_test(gpus=0), make_test(gpus=2)])

@@ -196,6 +196,15 @@ def test_a_manual_action_needs_who_and_why():
         record(None, T, "release", "", "fixed", "2026-11-01T00:00:00Z")
 
 
+def test_a_manual_actions_who_and_why_have_a_length_limit():
+    """Whatever records an action (not only the CLI): 500 characters of why, 100 of who, as given."""
+    assert record(None, T, "add", "a" * 100, "w" * 500, "2026-11-01T00:00:00Z")["actions"][0]["why"] == "w" * 500
+    with pytest.raises(ValueError, match=r"^quarantine add: --why: 501 characters; give at most 500"):
+        record(None, T, "add", "alice", "w" * 501, "2026-11-01T00:00:00Z")
+    with pytest.raises(ValueError, match=r"^quarantine release: --by: 101 characters; give at most 100"):
+        record(None, T, "release", "a" * 101, "fixed", "2026-11-01T00:00:00Z")
+
+
 def attempt(test: str, outcome: str, node: str = "n0") -> Attempt:
     return Attempt(test_id=test, outcome=outcome, elapsed_s=1.0, started_at="2026-11-01T00:00:00Z", node=node)  # type: ignore[arg-type]
 

@@ -371,6 +371,37 @@ def test_a_nul_in_a_conversion_env_value_is_a_located_error(project_root, tmp_pa
     assert ":4: conversion.env.MODE: " in text and "NUL" in text
 
 
+def test_a_misspelt_conversion_placeholder_stops_the_specs_at_its_line(project_root, tmp_path, monkeypatch, capsys):
+    """Caught when the specs load (exit 2 before the plan), not after a night downloaded the models."""
+    from pipelines.cli import main
+
+    d = _copy(project_root, tmp_path)
+    (d / "checkpoints.yaml").write_text(textwrap.dedent("""\
+        conversion:
+          command: ["{python}", convert.py, --hf, "{model_path}",
+                    --save, "{outptu}", "{output.name}", "{{literal}}", "{extra_args}"]
+    """))
+    monkeypatch.setenv("NIGHTLY_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("NIGHTLY_ASSETS_DIR", str(d))
+    assert main(["run", "--list-only"]) == 2
+    err = capsys.readouterr().err
+    assert (f"{d / 'checkpoints.yaml'}:3: conversion.command.5: unknown placeholder {{outptu}}; use {{python}}, "
+            "{model_path}, {output}, {megatron_model_type}, {num_gpus_per_node}, {extra_args}") in err
+    assert ":3: conversion.command.6: unknown placeholder {output.name}" in err
+    assert "command.7" not in err and "command.8" not in err
+
+
+def test_a_conversion_env_value_is_plain_text_braces_and_all(project_root, tmp_path):
+    d = _copy(project_root, tmp_path)
+    (d / "checkpoints.yaml").write_text(textwrap.dedent("""\
+        conversion:
+          command: ["{python}", convert.py, "{output}"]
+          env:
+            CFG: '{"a": 1}'
+    """))
+    assert load_specs(d).conversion.env == {"CFG": '{"a": 1}'}
+
+
 def test_a_kueue_queue_must_be_a_valid_label_value_and_queue_name(project_root, tmp_path):
     text = _errors(project_root, tmp_path, "cluster.yaml", """\
         deployments:

@@ -139,6 +139,27 @@ def test_a_single_partition_rerun_goes_through_pipes_and_materializes_only_its_f
     assert checks == [(ONE, False), (ONE, True)], "each attempt judged as it ended, the pass last"
 
 
+def test_a_local_run_whose_gpu_lock_folder_is_a_file_fails_before_any_input_or_test(tmp_path, monkeypatch):
+    """The Dagster way in (a pick in the UI, a schedule, `dagster asset materialize`) checks the host's GPU
+    lock folder as `nightly run` does: the run fails at once, naming the cause, instead of downloading
+    the inputs and recording every test as an infra_error."""
+    _, assets = copied_example(tmp_path)
+    blocker = tmp_path / "passwd"
+    blocker.write_text("root:x:0:0\n")
+    monkeypatch.setenv("NIGHTLY_GPU_LOCK_DIR", str(blocker))
+    monkeypatch.setattr(Night, "build", lambda self, req: pytest.fail(f"built {req.key}"))
+    monkeypatch.setattr(Night, "launcher", lambda self: pytest.fail("launched"))
+    resource = NightlyResource(home=str(tmp_path / "home"), assets_dir=str(assets), deployment="local")
+    defs = build_definitions(nightly=resource)
+    with dg.instance_for_test() as instance:
+        result = _run(defs, instance, partition_key=ONE)
+        assert not result.success
+        assert not _records(instance, instance.fetch_materializations)
+    [failure] = _failures(result)
+    assert f"{blocker}: the host's GPU lock folder is not a folder" in failure
+    assert "NIGHTLY_GPU_LOCK_DIR" in failure and "chmod" not in failure
+
+
 def test_env_from_refuses_a_name_a_pod_would_refuse_before_any_test_starts():
     from pipelines.defs.test_runs import TestRunsConfig
 

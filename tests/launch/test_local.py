@@ -328,6 +328,20 @@ def test_a_cpu_only_test_needs_no_gpu_lock_folder(tmp_path, monkeypatch):
     assert attempt.outcome == "passed", attempt.reason
 
 
+def test_a_gpu_lock_folder_that_is_a_file_fails_the_gpu_test_saying_so_not_advising_chmod(tmp_path, monkeypatch):
+    """The launch's own words, by cause: a file where the folder should be is no chmod's business."""
+    from pipelines.launch import gpu_slots
+
+    blocker = tmp_path / "passwd"
+    blocker.write_text("")
+    monkeypatch.setenv(gpu_slots.LOCK_DIR_ENV, str(blocker))
+    repo = _repo(tmp_path, "def execute():\n    print('ok')\n")
+    attempt = LocalLauncher(tmp_path / "state").launch(_request(repo, tmp_path, slots=(0,)))
+    assert attempt.outcome == "infra_error"
+    assert attempt.reason.startswith(f"{blocker}: the host's GPU lock folder is not a folder; ")
+    assert "chmod" not in attempt.reason
+
+
 def test_a_launchers_file_that_cannot_be_made_is_a_warning_and_the_gpu_test_still_runs(tmp_path, monkeypatch, caplog):
     """The GPU locks are what a launch needs; the launchers file only tells other nights this process
     apart from a stray, so failing to make it is said, not a failed test."""

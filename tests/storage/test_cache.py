@@ -12,7 +12,7 @@ import pytest
 
 from pipelines.core.model import Requirement
 from pipelines.core.specs import ConversionSpec
-from pipelines.storage.cache import AssetCache, BuildError
+from pipelines.storage.cache import AssetCache, BuildError, conversion_command
 
 MODEL = Requirement("model", "m1", "org/m1", "/root/models/m1")
 CONV = Requirement("conversion", "m1_torch_dist", "m1", "/root/models/m1_torch_dist",
@@ -78,6 +78,19 @@ def test_a_conversion_runs_the_framework_command_with_an_argv(tmp_path, hub):
     assert not built.reused
     assert (tmp_path / "c" / "models" / "m1_torch_dist" / "shard").read_text() == "tiny"
     assert cache.build(CONV, repo=repo, conversion=spec, models={"m1": MODEL}).reused
+
+
+def test_every_placeholder_the_specs_accept_is_filled_and_the_env_is_passed_as_written():
+    """checkpoints.yaml is checked against CONVERSION_PLACEHOLDERS: each must fill here, and the env
+    (plain text by the schema) is never formatted: a JSON value with braces reaches the converter."""
+    from pipelines.core.specs_schema import CONVERSION_PLACEHOLDERS
+
+    spec = ConversionSpec(command=tuple(f"--{p}={{{p}}}" for p in CONVERSION_PLACEHOLDERS),
+                          env={"CFG": '{"a": 1}'})
+    argv, env = conversion_command(spec, CONV, "py", "/m", "/out")
+    assert argv[:3] == ["--python=py", "--model_path=/m", "--output=/out"]
+    assert len(argv) == len(CONVERSION_PLACEHOLDERS)
+    assert env == {"CFG": '{"a": 1}'}
 
 
 def test_a_failed_conversion_leaves_nothing_that_looks_built(tmp_path, hub):

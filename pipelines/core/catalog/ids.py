@@ -23,7 +23,8 @@ _FILENAME_KEEP = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz
 _MAX_FILENAME = 200
 
 
-def _describe(ch: str) -> str:
+def describe_char(ch: str) -> str:
+    """A character a name may not hold, as an error says it (whitespace and control characters by repr)."""
     if ord(ch) > 127:
         return f"non-ASCII character {ascii(ch)}"
     if ch.isspace():
@@ -49,7 +50,7 @@ def path_problem(rel: str) -> str | None:
         return "contains '..'"
     bad = [] if _PATH_CHARS.fullmatch(rel) else [ch for ch in rel if not _PATH_CHARS.fullmatch(ch)]
     if bad:
-        return f"contains {_describe(bad[0])}; test paths may only use ASCII letters, digits and ._-+=@/"
+        return f"contains {describe_char(bad[0])}; test paths may only use ASCII letters, digits and ._-+=@/"
     if "//" in rel or rel.endswith("/"):
         return "contains an empty path segment"
     if rel.startswith(".") or "/." in rel:
@@ -65,7 +66,7 @@ def variant_problem(variant: str) -> str | None:
         return "contains '..'"
     bad = [] if _VARIANT_CHARS.fullmatch(variant) else [ch for ch in variant if not _VARIANT_CHARS.fullmatch(ch)]
     if bad:
-        return f"contains {_describe(bad[0])}; variants may only use ASCII letters, digits and ._-+=@/"
+        return f"contains {describe_char(bad[0])}; variants may only use ASCII letters, digits and ._-+=@/"
     return None
 
 

@@ -19,27 +19,44 @@ import dataclasses
 import fnmatch
 import functools
 import hashlib
+import re
 from collections.abc import Mapping
 
 # the rules live in asset_rules (the spec schema uses them too); the builds import them from here
 from pipelines.core.asset_rules import CACHE_PATH_RULE as CACHE_PATH_RULE
-from pipelines.core.asset_rules import cache_path_problem, download_text, hub_id_problem
+from pipelines.core.asset_rules import (
+    cache_path_problem,
+    download_option_problem,
+    download_text,
+    hub_id_problem,
+)
 from pipelines.core.asset_rules import cache_relpath as cache_relpath
 from pipelines.core.catalog.assemble import new_test
-from pipelines.core.catalog.ids import variant_problem
-from pipelines.core.catalog.infer import Conversion, Needs
+from pipelines.core.catalog.ids import describe_char
+from pipelines.core.catalog.infer import Conversion, Download, Needs
 from pipelines.core.model import Problem, Requirement, Test
 from pipelines.core.specs import RepoSpec, Specs
 
 _ORDER = {"model": 0, "dataset": 1, "conversion": 2}
 
 
+#: what a requirement's key (a download folder's name, a converted model's name) may hold: it names the
+#: cached input's folder and its Dagster partition
+_KEY_CHARS = re.compile(r"[A-Za-z0-9._+=@-]+")
+KEY_RULE = "may only use ASCII letters, digits and ._-+=@"
+
+
 @functools.lru_cache(maxsize=4096)
 def _key_problem(key: str) -> str | None:
-    """Why ``key`` cannot name a requirement (thousands of tests share a few keys: checked once each)."""
-    if "/" in key:
-        return "contains '/'"
-    return variant_problem(key)
+    """What in ``key`` keeps it from naming a requirement, or None; the caller says what the key is and
+    :data:`KEY_RULE` (thousands of tests share a few keys: checked once each)."""
+    if _KEY_CHARS.fullmatch(key) and ".." not in key:
+        return None
+    if not key:
+        return "is empty"
+    if ".." in key:
+        return "contains '..'"
+    return f"contains {describe_char(next(ch for ch in key if not _KEY_CHARS.fullmatch(ch)))}"
 
 
 #: convert_checkpoint arguments that only change how the conversion is launched, not what it writes:
@@ -130,10 +147,11 @@ def build_requirements(
         for d in n.downloads:
             why = _key_problem(d.key)
             if why:
-                said.append((d.line, "prepare", f"download folder {d.path!r} {why}; it cannot be a key"))
+                said.append((d.line, "prepare", f"download folder {d.path!r}: its name {why}; a download folder's "
+                                                f"name {KEY_RULE} (it names the cached input); fix prepare()"))
                 continue
-            # a declared entry replaces the inferred source and folder; the build would refuse these
-            why = None if d.key in declared else _download_problem(d.kind, d.source, d.path)
+            # a declared entry replaces the inferred source, folder and revision; the build would refuse these
+            why = None if d.key in declared else _download_problem(d)
             if why:
                 said.append((d.line, "prepare", f"{d.kind} {d.key!r}: {why}"))
                 continue
@@ -217,13 +235,15 @@ def build_requirements(
     return out_tests, reqs, problems
 
 
-def _download_problem(kind: str, source: str, path: str) -> str | None:
+def _download_problem(d: Download) -> str | None:
     """Why an inferred download could never be built into the cache, or None."""
-    bad = cache_path_problem(path)
+    bad = cache_path_problem(d.path)
     if bad:
         return f"download folder {bad}"
-    bad = hub_id_problem(source)
-    return f"{bad}; fix prepare() or declare it in assets/{kind}s.yaml" if bad else None
+    bad = hub_id_problem(d.source) or next(
+        (why for option, value in download_params(d.revision, d.include, d.exclude, d.files)
+         if (why := download_option_problem(option, value))), None)
+    return f"{bad}; fix prepare() or declare it in assets/{d.kind}s.yaml" if bad else None
 
 
 def _conversions(n: Needs, found: dict[str, Requirement], declared: dict[str, Requirement],
@@ -239,7 +259,8 @@ def _conversions(n: Needs, found: dict[str, Requirement], declared: dict[str, Re
         key = conv_key[c]
         why = _key_problem(key)
         if why:
-            said.append((c.line, "convert_checkpoint", f"model name {c.model!r} {why}"))
+            said.append((c.line, "convert_checkpoint", f"model name {c.model!r} {why}; a model name {KEY_RULE} "
+                                                        "(it names the converted checkpoint's folder)"))
             continue
         why = cache_path_problem(c.path)
         if why:

@@ -252,8 +252,8 @@ def test_one_folder_downloaded_from_two_sources_is_a_problem(tree):
 def test_a_download_folder_that_cannot_be_a_key_is_a_problem(tree):
     cat = load(tree, {"tests/test_k.py": REG + "def prepare():\n    exec_command('hf download o/m --local-dir \"/root/models/a b\"')\n"})
     assert [str(p) for p in cat.problems] == [
-        "tests/test_k.py:3: prepare: download folder '/root/models/a b' contains whitespace ' '; variants may only use "
-        "ASCII letters, digits and ._-+=@/; it cannot be a key"]
+        "tests/test_k.py:3: prepare: download folder '/root/models/a b': its name contains whitespace ' '; a download "
+        "folder's name may only use ASCII letters, digits and ._-+=@ (it names the cached input); fix prepare()"]
 
 
 def test_files_with_the_same_prepare_each_get_their_own_problems_and_requirements(tree):
@@ -270,7 +270,7 @@ def test_files_with_the_same_prepare_each_get_their_own_problems_and_requirement
     cat = load(tree, files)
     for path in ("tests/test_b.py", "tests/test_c.py", "tests/test_d.py"):
         assert [(p.line, p.message.split(";")[0]) for p in cat.problems if p.path == path] == [
-            (3, "download folder '/root/models/a b' contains whitespace ' '"),
+            (3, "download folder '/root/models/a b': its name contains whitespace ' '"),
             (4, "model 'Qwen3-0.6B' is Fork/Qwen3-0.6B at /root/models/Qwen3-0.6B here but model Qwen/Qwen3-0.6B at "
                 "/root/models/Qwen3-0.6B in tests/test_a.py"),
             (5, "converts into /root/models/Qwen3-0.6B_torch_dist like tests/test_a.py but with other parameters "

@@ -43,6 +43,21 @@ def catalog(repo: Path, prepare: str) -> int:
     ('exec_command("hf download --include=x minirl/tiny-lm --local-dir /root/models/tiny-lm")\n'
      'convert_checkpoint("tiny-lm", "gpt", 1, dir_dst="/../../tmp")',
      "tests/e2e/test_x.py:4: convert_checkpoint: output folder '/../../tmp/tiny-lm_torch_dist' is not a usable path"),
+    # what could pass for an option is refused here, as models.yaml refuses it and the build would
+    ('exec_command("hf download --revision=--help minirl/tiny-lm --local-dir /root/models/x")',
+     "tests/e2e/test_x.py:3: prepare: model 'x': --revision '--help' is not a revision (a branch, tag or commit); "
+     "fix prepare() or declare it in assets/models.yaml"),
+    ('exec_command("hf download minirl/tiny-lm --include=-x --local-dir /root/models/x")',
+     "tests/e2e/test_x.py:3: prepare: model 'x': --include '-x' is not a file pattern"),
+    ('exec_command("hf download minirl/tiny-lm --local-dir /root/models/x -- --quiet")',
+     "tests/e2e/test_x.py:3: prepare: model 'x': '--quiet' is not a file name"),
+    # a shell's `;` is no part of a folder name, and said so as a folder, not as a test id's variant
+    ('exec_command("hf download minirl/tiny-lm --local-dir /root/models/tiny-lm; touch /tmp/x")',
+     "tests/e2e/test_x.py:3: prepare: download folder '/root/models/tiny-lm;': its name contains character ';'; "
+     "a download folder's name may only use ASCII letters, digits and ._-+=@ (it names the cached input)"),
+    ('convert_checkpoint("tiny lm", "gpt", 1)',
+     "tests/e2e/test_x.py:3: convert_checkpoint: model name 'tiny lm' contains whitespace ' '; a model name may "
+     "only use ASCII letters, digits and ._-+=@ (it names the converted checkpoint's folder)"),
 ])
 def test_a_download_or_conversion_outside_the_cache_is_a_problem_at_its_line(tmp_path, capsys, prepare, said):
     code = catalog(tmp_path, prepare)
@@ -58,6 +73,31 @@ def test_the_usual_downloads_and_conversions_are_no_problem(tmp_path, capsys):
         convert_checkpoint("tiny-lm", "gpt", 1, dir_dst="/dev/shm")
     """)
     assert code == 0, capsys.readouterr().err
+
+
+def test_a_declared_revision_replaces_the_inferred_one_and_is_no_problem(tmp_path, capsys, monkeypatch, project_root):
+    """models.yaml's entry replaces what prepare() says (source, folder, revision): its own check is the
+    specs' (at load), so the inferred revision is not held against the test."""
+    import shutil
+
+    assets = tmp_path / "assets"
+    shutil.copytree(project_root / "assets", assets)
+    (assets / "models.yaml").write_text("models:\n  x: {source: minirl/tiny-lm, path: /root/models/x, revision: v1}\n")
+    (assets / "repos.yaml").write_text(f"repos:\n  fw: {{path: {tmp_path / 'repo'}}}\n")  # declared entries: configured repos
+    monkeypatch.setenv("NIGHTLY_ASSETS_DIR", str(assets))
+    code = catalog(tmp_path / "repo", 'exec_command("hf download --revision=--help minirl/tiny-lm --local-dir /root/models/x")')
+    assert code == 0, capsys.readouterr().err
+
+
+def test_the_option_rule_is_the_one_the_builds_and_models_yaml_apply():
+    from pipelines.core.asset_rules import download_option_problem
+
+    for good in ("main", "v1.0", "refs/pr/3", "0" * 40):
+        assert download_option_problem("revision", good) is None, good
+    for bad in ("--help", "-x", "", "a b"):
+        assert download_option_problem("revision", bad), bad
+    assert download_option_problem("include", "*.json *.safetensors") is None
+    assert download_option_problem("exclude", "*.bin --force-download")
 
 
 def test_the_rule_is_the_one_the_builds_apply():
