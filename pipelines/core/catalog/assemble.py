@@ -396,14 +396,15 @@ def template_tests(
     # a NUM_GPUS the catalog cannot read matters only to entries that give no num_gpus and run in a GPU job
     file_gpus = {key[0] for key in merged if key[3] is None and not key[4]}
     problems += [p for s in scans.values() for p in s.problems if p.field != "NUM_GPUS" or s.path in file_gpus]
+    # a NUM_GPUS also set under an `if` (read from before it); then entries that read alike (entry_ids)
+    notes: list[str] = [n for s in scans.values() if s.path in file_gpus for n in s.notes]
     tests: list[Test] = []
     split: dict[tuple, list[tuple[str, Entry, tuple]]] = {}  # an entry -> (id, entry, env) per environment
-    alike: list[str] = []  # entries that read alike but run differently: which keeps the readable id
     for path, keys in by_path.items():
         scan = scans.get(path)
         if scan is None or not scan.parsed:
             continue
-        ids = entry_ids([merged[k][0] for k in keys], lines, alike)
+        ids = entry_ids([merged[k][0] for k in keys], lines, notes)
         by_id: dict[str, Entry] = {}
         for key in keys:
             e, labels, jobs = merged[key]
@@ -424,4 +425,4 @@ def template_tests(
                 also_suites=tuple(dict.fromkeys(j for j in jobs if j != e.job)), nightly=not on_pr[key],
             ))
     # an entry of a list several jobs reuse is checked once per job: its problem is reported once
-    return tests, list(dict.fromkeys(problems)), _env_split_note([groups for groups in split.values() if len(groups) > 1]) + alike
+    return tests, list(dict.fromkeys(problems)), _env_split_note([groups for groups in split.values() if len(groups) > 1]) + notes

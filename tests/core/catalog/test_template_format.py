@@ -198,6 +198,24 @@ def test_a_num_gpus_set_where_its_value_depends_on_how_the_file_runs_is_a_locate
     assert {t.path: t.gpus for t in cat.tests}["tests/test_moe.py"] == 2
 
 
+def test_a_plain_num_gpus_then_set_again_under_an_if_keeps_the_plain_value_with_a_note(tree):
+    """`NUM_GPUS = 2` then `if os.environ.get('X'): NUM_GPUS = 1`: CI's default environment runs it on 2, so
+    the test plans on 2 and the assumptions say so (no problem, the night does not fail on it). An `if` whose
+    every branch sets it again, or a NUM_GPUS set only under an `if`, stays a located problem."""
+    files = {**FILES, WORKFLOW: NUM_GPUS_JOB,
+             "tests/test_short.py": "import os\nNUM_GPUS = 2\nif os.environ.get('X'):\n    NUM_GPUS = 1\n",
+             "tests/test_eval.py": "import os\nNUM_GPUS = 2\nif os.environ.get('X'):\n    NUM_GPUS = 1\n"
+                                   "elif os.environ.get('Y'):\n    NUM_GPUS = 4\nelse:\n    NUM_GPUS = 8\n",
+             "tests/test_ckpt.py": "import os\nif os.environ.get('X'):\n    NUM_GPUS = 1\n"}
+    cat = load(tree, files)
+    assert [(p.path, p.line, p.field) for p in cat.problems] == [
+        ("tests/test_ckpt.py", 3, "NUM_GPUS"), ("tests/test_eval.py", 4, "NUM_GPUS")]
+    assert {t.path: t.gpus for t in cat.tests}["tests/test_short.py"] == 2
+    assert ("tests/test_short.py:4: NUM_GPUS: set again under an `if` (line 3), which the catalog does not evaluate; "
+            "the test plans on 2 from line 2, the value when the condition does not hold (give the template entry "
+            "'num_gpus' to plan otherwise)") in cat.assumptions
+
+
 def test_est_time_comes_from_history_else_a_default_marked_uncalibrated(tree):
     cat = load(tree, estimates={"tests/test_short.py": 420}, default_est_time=900)
     by_id = cat.by_id()
