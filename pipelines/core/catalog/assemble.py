@@ -260,12 +260,15 @@ def entry_key(entry: Entry, lines: EnvLines) -> tuple:
             entry_env(entry, lines))
 
 
-def entry_ids(entries: Sequence[Entry], lines: EnvLines) -> dict[tuple, str]:
+def entry_ids(entries: Sequence[Entry], lines: EnvLines, notes: list[str] | None = None) -> dict[tuple, str]:
     """The test id of each distinct entry (by :func:`entry_key`) of one test file, given all its entries:
     the path alone for a file with one entry, else ``<path>::<variant>``. When templates give one entry
     different environments, the first template's (in file-name order, as the catalog reads them) keeps the
-    id and each other one gets ``+<its template's file name>``. One rule for the catalog and coverage (an
-    entry the catalog disabled or left out of the night covers nothing)."""
+    id and each other one gets ``+<its template's file name>``. Entries that read alike but run differently
+    (``use_fp8=1`` as a matrix key and as an argument) keep two ids: the one :func:`_rank` puts first keeps
+    the readable variant, whatever their order in the template (so adding an entry never takes an existing
+    test's id and history), the others get a hashed one, each named in ``notes``. One rule for the catalog
+    and coverage (an entry the catalog disabled or left out of the night covers nothing)."""
     first: dict[tuple, Entry] = {}
     for e in sorted(entries, key=lambda e: e.source):  # stable: each template's entries keep their order
         first.setdefault(entry_key(e, lines), e)
@@ -273,23 +276,53 @@ def entry_ids(entries: Sequence[Entry], lines: EnvLines) -> dict[tuple, str]:
     for key in first:
         by_entry.setdefault(key[:5], []).append(key)
     gpus_differ = len({e.num_gpus for e in first.values()}) > 1
+    variants = {keys[0]: _variant(first[keys[0]], gpus_differ) if len(by_entry) > 1 else None
+                for keys in by_entry.values()}
+    alike: dict[str, list[Entry]] = {}  # readable variant -> the entries that read so
+    for key, variant in variants.items():
+        if variant is not None:
+            alike.setdefault(variant, []).append(first[key])
+    owner = {variant: _runs(min(group, key=_rank)) for variant, group in alike.items()}
     ids = {}
-    readable: dict[str, tuple] = {}  # variant -> what the entry that has it runs
     for keys in by_entry.values():
-        entry = first[keys[0]]
-        variant = _variant(entry, gpus_differ) if len(by_entry) > 1 else None
-        runs = (entry.extra, _args(entry), entry.num_gpus, entry.cpu)
-        if variant is not None and readable.setdefault(variant, runs) != runs:
+        entry, variant = first[keys[0]], variants[keys[0]]
+        if variant is not None and _runs(entry) != owner[variant]:
             variant = _distinct(entry)  # another entry reads alike (`a=1` set, or passed) but runs otherwise
         ids[keys[0]] = make_id(keys[0][0], variant)
         for key in keys[1:]:
             ids[key] = make_id(key[0], _from_template(variant, first[key]))
+    if notes is not None:
+        for variant, group in alike.items():
+            kept = min(group, key=_rank)
+            notes += [_alike_note(variant, kept, ids[entry_key(kept, lines)], e, ids[entry_key(e, lines)])
+                      for e in group if _runs(e) != _runs(kept)]
     return ids
 
 
+def _runs(entry: Entry) -> tuple:
+    """What the entry's job runs: two entries alike here are one test (a duplicate when both are listed)."""
+    return (entry.extra, _args(entry), entry.num_gpus, entry.cpu)
+
+
+def _rank(entry: Entry) -> tuple:
+    """Which of entries that read alike keeps the readable id, by content alone: the one passing no
+    arguments (the matrix-key form, ``use_fp8=1`` as an env var), then the one with fewer keys, then
+    the canonical form of what it runs."""
+    return (bool(_args(entry)), len(entry.extra), json.dumps(_runs(entry), sort_keys=True))
+
+
+def _alike_note(variant: str, kept: Entry, kept_id: str, other: Entry, other_id: str) -> str:
+    def at(e: Entry) -> str:
+        return f"{e.source}:{e.line}"
+
+    return (f"{at(other)} and {at(kept)}: two entries of {template_path(kept.test_file)} read alike "
+            f"({variant}) but run differently; {kept_id} (line {kept.line}) keeps the readable id, {other_id} "
+            f"(line {other.line}) gets a hashed one (chosen by what each runs, not by its place in the template)")
+
+
 def _distinct(entry: Entry) -> str:
-    """The hashed variant of an entry whose readable one an earlier, different entry of the file already
-    has (``use_fp8=1`` as a matrix key and as an argument; a value holding ``+``): the earlier keeps its id."""
+    """The hashed variant of an entry whose readable one another entry of the file, which runs differently,
+    keeps (``use_fp8=1`` as a matrix key and as an argument; a value holding ``+``)."""
     canonical = json.dumps([entry.extra, entry.test_args, entry.num_gpus, entry.cpu], sort_keys=True)
     return "v-" + hashlib.sha256(canonical.encode()).hexdigest()[:10]
 
@@ -363,13 +396,15 @@ def template_tests(
     # a NUM_GPUS the catalog cannot read matters only to entries that give no num_gpus and run in a GPU job
     file_gpus = {key[0] for key in merged if key[3] is None and not key[4]}
     problems += [p for s in scans.values() for p in s.problems if p.field != "NUM_GPUS" or s.path in file_gpus]
+    # a NUM_GPUS also set under an `if` (read from before it); then entries that read alike (entry_ids)
+    notes: list[str] = [n for s in scans.values() if s.path in file_gpus for n in s.notes]
     tests: list[Test] = []
     split: dict[tuple, list[tuple[str, Entry, tuple]]] = {}  # an entry -> (id, entry, env) per environment
     for path, keys in by_path.items():
         scan = scans.get(path)
         if scan is None or not scan.parsed:
             continue
-        ids = entry_ids([merged[k][0] for k in keys], lines)
+        ids = entry_ids([merged[k][0] for k in keys], lines, notes)
         by_id: dict[str, Entry] = {}
         for key in keys:
             e, labels, jobs = merged[key]
@@ -390,4 +425,4 @@ def template_tests(
                 also_suites=tuple(dict.fromkeys(j for j in jobs if j != e.job)), nightly=not on_pr[key],
             ))
     # an entry of a list several jobs reuse is checked once per job: its problem is reported once
-    return tests, list(dict.fromkeys(problems)), _env_split_note([groups for groups in split.values() if len(groups) > 1])
+    return tests, list(dict.fromkeys(problems)), _env_split_note([groups for groups in split.values() if len(groups) > 1]) + notes

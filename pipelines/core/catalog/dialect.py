@@ -194,11 +194,14 @@ def resembles(sigs: list[Signature], opaque: tuple[str, ...] | list[str] = ()) -
     Framework M's GPU functions always take ``labels`` and the SGLang family's never do (its older
     ``register_cuda_ci(est_time, suite, nightly=False, disabled=None)`` has no ``stage=`` either), so a
     module whose functions take no labels is the SGLang family's, and so is one defining a backend M
-    lacks (``register_amd_ci``, ``register_npu_ci``, ...). ``opaque`` names functions taking
+    lacks (``register_amd_ci``, ``register_npu_ci``, ...), or one whose functions take ``stage=`` or
+    ``runner_config=`` (only SGLang's do) and none labels. ``opaque`` names functions taking
     ``*args``/``**kwargs``: they may take labels, so only their backends count.
     """
     if any("labels" in s.keywords for s in sigs):
         return M
+    if any({"stage", "runner_config"} & set(s.keywords) for s in sigs):
+        return SGLANG  # beside a wrapper: `def register_cpu_ci(*args, **kwargs): return register_cuda_ci(...)`
     backends = {s.backend for s in sigs} | {m.group(1) for n in opaque if (m := _FUNC.fullmatch(n))}
     if backends - _M_BACKENDS or (sigs and not opaque):
         return SGLANG

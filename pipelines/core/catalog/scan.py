@@ -43,6 +43,8 @@ class FileScan:
     num_gpus: int | None = None
     problems: tuple[Problem, ...] = ()
     parsed: bool = False
+    #: what the catalog assumed reading the file (a NUM_GPUS also set under an ``if``), for the assumptions
+    notes: tuple[str, ...] = ()
 
 
 def shown(rel: str) -> str:
@@ -267,30 +269,37 @@ def scan_bytes(rel: str, data: bytes, registry: bool = True, dialect: Dialect = 
         return FileScan(rel, sha, problems=(Problem(rel, line, "syntax", f"{msg}; fix the file so Python can parse it"),))
     regs, problems = parse_registrations(tree, rel, source, dialect) if registry else ([], [])
     constants = module_constants(tree)
-    num_gpus = None
+    num_gpus, notes = None, ()
     if not registry:  # NUM_GPUS is framework S's; in a registry file the suite name gives the count
-        num_gpus, bad = _num_gpus(tree, constants, rel)
+        num_gpus, bad, notes = _num_gpus(tree, constants, rel)
         problems += [bad] if bad else []
-    return FileScan(rel, sha, tuple(regs), infer_needs(tree, constants), num_gpus, tuple(problems), parsed=True)
+    return FileScan(rel, sha, tuple(regs), infer_needs(tree, constants), num_gpus, tuple(problems), parsed=True,
+                    notes=notes)
 
 
-def _num_gpus(tree: ast.Module, constants: dict, rel: str) -> tuple[int | None, Problem | None]:
+def _num_gpus(tree: ast.Module, constants: dict, rel: str) -> tuple[int | None, Problem | None, tuple[str, ...]]:
     """The file's module-level ``NUM_GPUS`` (None when it sets none), or a problem when the catalog cannot
     read it as a whole number: a computed value, a string, or one set where its value depends on how the
     file runs (inside an ``if``/``try``/``with``/``for``, imported, ``+=``) is never taken as the default
     silently. ``NUM_GPUS, NUM_NODES = 2, 1`` is read. The statement binding it last at module level decides,
-    as it does when the file runs."""
+    as it does when the file runs; but an ``if`` that may leave it as a plain assignment before set it
+    (``NUM_GPUS = 2`` then ``if os.environ.get('X'): NUM_GPUS = 1``) keeps that value, the one CI's
+    default environment gives, and is named in a note."""
     last, node = None, None
+    overridden: list[ast.If] = []  # `if` blocks after the plain assignment that may set it again
     for stmt in tree.body:
         found, value = _plain_binding(stmt)
         if found:
-            last, node = stmt, value
+            last, node, overridden = stmt, value, []
         elif _bound_lines(stmt):
-            last, node = stmt, None
+            if isinstance(stmt, ast.If) and node is not None and _may_keep(stmt):
+                overridden.append(stmt)
+            else:
+                last, node, overridden = stmt, None, []
     if last is None:
-        return None, None
+        return None, None, ()
     if node is None:
-        return None, _unread(rel, last)
+        return None, _unread(rel, last), ()
     plain = isinstance(last, ast.AnnAssign) or (len(last.targets) == 1 and isinstance(last.targets[0], ast.Name))
     value = constants["NUM_GPUS"] if plain and "NUM_GPUS" in constants else resolve(node, constants).value
     shown_value = ast.unparse(node)
@@ -298,11 +307,26 @@ def _num_gpus(tree: ast.Module, constants: dict, rel: str) -> tuple[int | None, 
     if isinstance(value, bool) or not isinstance(value, int):
         return None, Problem(rel, last.lineno, "NUM_GPUS", (
             f"`{shown_value}` must be an integer literal (the catalog reads the file without running it); "
-            "write NUM_GPUS = <N> or give the template entry 'num_gpus' (entries without one use default_num_gpus)"))
+            "write NUM_GPUS = <N> or give the template entry 'num_gpus' (entries without one use default_num_gpus)")), ()
     if value < 0:
         return None, Problem(rel, last.lineno, "NUM_GPUS", f"{value} must be 0 or more; write the number of GPUs "
-                                                           "the test needs")
-    return value, None
+                                                           "the test needs"), ()
+    notes = tuple(
+        f"{rel}:{_bound_lines(stmt)[0]}: NUM_GPUS: set again under an `if` (line {stmt.lineno}), which the catalog "
+        f"does not evaluate; the test plans on {value} from line {last.lineno}, the value when the condition does not "
+        "hold (give the template entry 'num_gpus' to plan otherwise)" for stmt in overridden)
+    return value, None, notes
+
+
+def _may_keep(stmt: ast.If) -> bool:
+    """Whether some branch of the ``if`` (an ``elif``, the ``else`` or its absence) leaves NUM_GPUS as it was."""
+    while True:
+        if not any(_bound_lines(s) for s in stmt.body) or not stmt.orelse:
+            return True
+        if len(stmt.orelse) == 1 and isinstance(stmt.orelse[0], ast.If):
+            stmt = stmt.orelse[0]
+            continue
+        return not any(_bound_lines(s) for s in stmt.orelse)
 
 
 _NAMED = "NUM_GPUS"

@@ -294,36 +294,66 @@ _MATRIX_VALUE = re.compile(r"\bmatrix\.([A-Za-z_][\w-]*)")
 _VAR = re.compile(r"^[ \t]*-?[ \t]*([A-Za-z_][A-Za-z0-9_]*)[ \t]*:[ \t]*\$\{\{")
 
 
+def _skipped(line: str) -> bool:
+    """A line that says nothing of the YAML's nesting: blank, a comment, or a Jinja statement or comment."""
+    stripped = line.strip()
+    return not stripped or stripped.startswith(("#", "<%", "<#"))
+
+
+def _depth(line: str) -> int:
+    return len(line.expandtabs()) - len(line.expandtabs().lstrip())
+
+
+def _parent(lines: list[str], i: int) -> int | None:
+    """The line of the key that ``lines[i]`` is nested in (the nearest line above it indented less)."""
+    depth = _depth(lines[i])
+    return next((j for j in range(i - 1, -1, -1) if not _skipped(lines[j]) and _depth(lines[j]) < depth), None)
+
+
+def _block_end(lines: list[str], i: int) -> int:
+    """The index after the last line nested in ``lines[i]``."""
+    depth = _depth(lines[i])
+    return next((j for j in range(i + 1, len(lines)) if not _skipped(lines[j]) and _depth(lines[j]) <= depth),
+                len(lines))
+
+
 def _other_axes(source: str, path: str) -> list[Problem]:
     """A ``strategy.matrix`` axis beside ``info`` (``backend: [megatron, fsdp]``) makes GitHub run every entry of
     the job once per value, and ``${{ matrix.backend }}`` gives each run its own value; the catalog reads only
     ``info``, so it would list each entry once and run it without that value, a configuration CI never runs.
     Each such axis, and each ``${{ matrix.<x> }}`` naming no ``info`` key, is a problem on its line rather than
     a silently dropped cell. (The cells are not expanded: with several axes GitHub's include/exclude rules
-    differ, and the value may feed ``run:`` arguments or ``runs-on`` rather than an env line.)"""
+    differ, and the value may feed ``run:`` arguments or ``runs-on`` rather than an env line.)
+
+    Only a matrix with an ``info`` key is the test list's, and only its job's ``${{ matrix.<x> }}`` feed those
+    tests: another job of the workflow (a unit-test job over ``python-version``) runs no e2e test."""
     lines = source.splitlines()
     axes: dict[str, int] = {}  # axis -> line of its first definition
+    jobs: list[range] = []  # the lines of each job whose matrix has `info`
     for i, line in enumerate(lines):
-        block = _MATRIX.match(line)
-        if not block:
+        if not _MATRIX.match(line):
             continue
-        indent, level = len(block.group(1).expandtabs()), None
-        for j in range(i + 1, len(lines)):
-            text = lines[j]
-            stripped = text.strip()
-            if not stripped or stripped.startswith(("#", "<%", "<#")):
+        level, found = None, {}
+        for j in range(i + 1, _block_end(lines, i)):
+            if _skipped(lines[j]):
                 continue
-            depth = len(text) - len(text.lstrip())
-            if depth <= indent:
-                break
+            depth = _depth(lines[j])
             level = depth if level is None else level
-            key = _AXIS.match(text)
+            key = _AXIS.match(lines[j])
             if depth == level and key:
-                name = key.group(2) or key.group(3) or key.group(4)
-                if name not in ("info", "include", "exclude"):
-                    axes.setdefault(name, j + 1)
+                found.setdefault(key.group(2) or key.group(3) or key.group(4), j + 1)
+        if "info" not in found:
+            continue
+        for name, at in found.items():
+            if name not in ("info", "include", "exclude"):
+                axes.setdefault(name, at)
+        strategy = _parent(lines, i)  # job -> strategy -> matrix; without them, the whole file
+        job = _parent(lines, strategy) if strategy is not None else None
+        jobs.append(range(job, _block_end(lines, job)) if job is not None else range(len(lines)))
     used: dict[str, dict[int, str]] = {}  # value -> line -> "VAR at line N" (or "line N" outside an env line)
     for i, line in enumerate(lines):
+        if not any(i in job for job in jobs):
+            continue
         for expr in _EXPR.finditer(line):
             for m in _MATRIX_VALUE.finditer(expr.group(1)):
                 if m.group(1) != "info":

@@ -81,6 +81,17 @@ def test_a_module_defining_a_backend_m_lacks_is_the_sglang_family_even_when_its_
     assert dialect.name == "m"
 
 
+def test_an_sglang_signature_beside_a_star_args_wrapper_is_still_the_sglang_family():
+    """`stage=`/`runner_config=` are SGLang's alone: a `*args, **kwargs` wrapper beside them changes nothing."""
+    source = (f"def register_cuda_ci{SG_ARGS}:\n    pass\n\n\n"
+              "def register_cpu_ci(*args, **kwargs):\n    return register_cuda_ci(*args, **kwargs)\n")
+    dialect, notes = derive("ci_register.py", source)
+    assert dialect.name == "sglang"
+    assert notes == ["ci_register.py: register_cpu_ci takes *args/**kwargs, so its signature cannot say which arguments "
+                     "are allowed; checking it with the built-in profile sglang's arguments (set `dialect:` in assets/repos.yaml "
+                     "to pick the profile)"]
+
+
 def test_rules_differ_so_cached_results_of_one_dialect_never_serve_another():
     assert M.digest() != SGLANG.digest()
 

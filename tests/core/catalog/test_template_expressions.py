@@ -350,3 +350,42 @@ def test_matrix_axes_beside_info_and_the_values_they_feed_are_located_problems_n
     assert "(PRECISION at line 15)" in precision
     assert seed.startswith(f"{WORKFLOW}:18: matrix.seed: ${{{{ matrix.seed }}}} is a matrix value the catalog does not "
                            "read (it reads `info` and its keys), so the tests of the job would run without it")
+
+
+UNIT_JOB_BESIDE = """
+    <% set megatron_tests = [{'test_file': 'test_megatron.py', 'num_gpus': 4}] %>
+    <% set jobs = {'e2e-megatron': {'label': 'run-ci-megatron', 'tests': megatron_tests}} %>
+    jobs:
+      unit:
+        runs-on: ubuntu-latest
+        strategy:
+          matrix:
+            python-version: ["3.10", "3.11"]
+        steps:
+          - uses: actions/setup-python@v5
+            with:
+              python-version: ${{ matrix.python-version }}
+          - run: pip install -e . && pytest tests/unit
+    <% for name, config in jobs.items() %>
+      << name >>:
+        strategy:
+          matrix:
+            info: << config.tests | tojson >>
+        env:
+          ENABLE_EVAL: ${{ matrix.info.enable_eval || '1' }}
+        steps:
+          - run: python tests/${{ matrix.info.test_file }} --seed ${{ matrix.seed }}
+    <% endfor %>
+      lint:
+        runs-on: ubuntu-latest
+        steps:
+          - run: ruff check --target ${{ matrix.target }}
+    """
+
+
+def test_a_matrix_of_a_job_without_info_is_no_problem_of_the_test_list(tree):
+    """A unit-test job over python-version runs no e2e test: its axis and ${{ matrix.python-version }} (and a
+    job after the loop) are not the catalog's; the e2e job's own ${{ matrix.seed }} still is."""
+    cat = load(tree, UNIT_JOB_BESIDE)
+    assert [t.id for t in cat.tests] == ["tests/test_megatron.py"]
+    assert [(p.line, p.field) for p in cat.problems] == [(22, "matrix.seed")]

@@ -198,6 +198,24 @@ def test_a_num_gpus_set_where_its_value_depends_on_how_the_file_runs_is_a_locate
     assert {t.path: t.gpus for t in cat.tests}["tests/test_moe.py"] == 2
 
 
+def test_a_plain_num_gpus_then_set_again_under_an_if_keeps_the_plain_value_with_a_note(tree):
+    """`NUM_GPUS = 2` then `if os.environ.get('X'): NUM_GPUS = 1`: CI's default environment runs it on 2, so
+    the test plans on 2 and the assumptions say so (no problem, the night does not fail on it). An `if` whose
+    every branch sets it again, or a NUM_GPUS set only under an `if`, stays a located problem."""
+    files = {**FILES, WORKFLOW: NUM_GPUS_JOB,
+             "tests/test_short.py": "import os\nNUM_GPUS = 2\nif os.environ.get('X'):\n    NUM_GPUS = 1\n",
+             "tests/test_eval.py": "import os\nNUM_GPUS = 2\nif os.environ.get('X'):\n    NUM_GPUS = 1\n"
+                                   "elif os.environ.get('Y'):\n    NUM_GPUS = 4\nelse:\n    NUM_GPUS = 8\n",
+             "tests/test_ckpt.py": "import os\nif os.environ.get('X'):\n    NUM_GPUS = 1\n"}
+    cat = load(tree, files)
+    assert [(p.path, p.line, p.field) for p in cat.problems] == [
+        ("tests/test_ckpt.py", 3, "NUM_GPUS"), ("tests/test_eval.py", 4, "NUM_GPUS")]
+    assert {t.path: t.gpus for t in cat.tests}["tests/test_short.py"] == 2
+    assert ("tests/test_short.py:4: NUM_GPUS: set again under an `if` (line 3), which the catalog does not evaluate; "
+            "the test plans on 2 from line 2, the value when the condition does not hold (give the template entry "
+            "'num_gpus' to plan otherwise)") in cat.assumptions
+
+
 def test_est_time_comes_from_history_else_a_default_marked_uncalibrated(tree):
     cat = load(tree, estimates={"tests/test_short.py": 420}, default_est_time=900)
     by_id = cat.by_id()
@@ -531,7 +549,8 @@ def test_two_entries_giving_the_same_arguments_are_one_problem_at_the_second_ent
 
 def test_two_different_entries_whose_readable_variants_coincide_keep_two_ids(tree):
     """A matrix key (an env var) and an argument both spelled `use_fp8_rollout=1`, and a value holding `+`:
-    different jobs, so two tests; the first keeps its readable id, the other gets a hashed one."""
+    different jobs, so two tests; the matrix-key form (no arguments), then the one with fewer keys, keeps its
+    readable id, the other gets a hashed one."""
     files = {"tests/test_f.py": "NUM_GPUS = 2\n", WORKFLOW: (
         "<% set t = [\n"
         "    {'test_file': 'test_f.py', 'use_fp8_rollout': '1'},\n"
@@ -544,7 +563,30 @@ def test_two_different_entries_whose_readable_variants_coincide_keep_two_ids(tre
     assert not cat.problems, [str(p) for p in cat.problems]
     by_id = {t.id: t for t in cat.tests}
     assert len(by_id) == 4
-    assert dict(by_id["tests/test_f.py::use_fp8_rollout=1"].env).get("USE_FP8_ROLLOUT") == "1"  # the first
+    assert dict(by_id["tests/test_f.py::use_fp8_rollout=1"].env).get("USE_FP8_ROLLOUT") == "1"  # the matrix key
     assert dict(by_id["tests/test_f.py::a=1+b=2"].env).get("A") == "1+b=2"
     hashed = [t for i, t in by_id.items() if i.startswith("tests/test_f.py::v-")]
     assert sorted(dict(t.env).get("B", "") for t in hashed) == ["", "2"]
+
+
+@pytest.mark.parametrize("argument_first", [False, True])
+def test_which_of_two_entries_reading_alike_keeps_the_readable_id_does_not_depend_on_their_order(tree, argument_first):
+    """An entry added above an existing one must not take its id (and with it the calibrated estimate,
+    flaky state and quarantine): the matrix-key form keeps `use_fp8_rollout=1` in either order, and the
+    assumptions name both entries' lines and ids."""
+    key = "    {'test_file': 'test_f.py', 'use_fp8_rollout': '1'},\n"
+    arg = "    {'test_file': 'test_f.py', 'test_args': 'use_fp8_rollout=1'},\n"
+    files = {"tests/test_f.py": "NUM_GPUS = 2\n", WORKFLOW: (
+        "<% set t = [\n" + (arg + key if argument_first else key + arg) + "] %>\n"
+        "<% set jobs = { 'gpu': {'label': 'run-ci-gpu', 'tests': t} } %>\n")}
+    cat = load(tree, files)
+    assert not cat.problems, [str(p) for p in cat.problems]
+    by_id = {t.id: t for t in cat.tests}
+    assert dict(by_id["tests/test_f.py::use_fp8_rollout=1"].env).get("USE_FP8_ROLLOUT") == "1"
+    hashed = "tests/test_f.py::v-" + next(i for i in by_id if "::v-" in i).split("::v-")[1]
+    assert by_id[hashed].args == ("use_fp8_rollout=1",)
+    key_line, arg_line = (3, 2) if argument_first else (2, 3)
+    assert (f"{WORKFLOW}:{arg_line} and {WORKFLOW}:{key_line}: two entries of tests/test_f.py read alike "
+            f"(use_fp8_rollout=1) but run differently; tests/test_f.py::use_fp8_rollout=1 (line {key_line}) keeps "
+            f"the readable id, {hashed} (line {arg_line}) gets a hashed one (chosen by what each runs, not by its "
+            "place in the template)") in cat.assumptions
