@@ -33,7 +33,7 @@ def _code_digest() -> str:
     for shared in ("model.py", "asset_rules.py"):  # the core modules a scan's results depend on
         h.update((here.parent / shared).read_bytes() if (here.parent / shared).is_file() else shared.encode())
     for name in ("cache.py", "codec.py", "dialect.py", "infer.py", "registry.py", "resolve.py", "scan.py", "ids.py",
-                 "assemble.py", "requirements.py", "detect.py", "incremental.py", "cached.py", "__init__.py"):
+                 "assemble.py", "requirements.py", "detect.py", "incremental.py", "cached.py", "template.py", "__init__.py"):
         try:
             h.update((here / name).read_bytes())
         except OSError:

@@ -212,7 +212,7 @@ def test_a_new_file_whose_path_is_refused_is_reported_with_a_warm_cache(tree, tm
     assert cached.problems == load_catalog(repo, RepoSpec(name="fw", path=repo)).problems
 
 
-@pytest.mark.parametrize("changed", ["asset_rules.py", "model.py", "scan.py"])
+@pytest.mark.parametrize("changed", ["asset_rules.py", "model.py", "scan.py", "template.py"])
 def test_a_change_to_code_a_scan_depends_on_makes_cached_scans_stale(changed, monkeypatch):
     """The download rules (core/asset_rules.py) decide a scan's requirement problems as much as the
     catalog's own modules do: a rule changed there must not leave old results in use."""
