@@ -29,9 +29,11 @@ VERSION = 1
 def _code_digest() -> str:
     """Digest of the code that makes a scan: results of other code are never reused."""
     here = Path(__file__).resolve().parent
-    h = hashlib.sha256((here.parent / "model.py").read_bytes() if (here.parent / "model.py").is_file() else b"")
+    h = hashlib.sha256()
+    for shared in ("model.py", "asset_rules.py"):  # the core modules a scan's results depend on
+        h.update((here.parent / shared).read_bytes() if (here.parent / shared).is_file() else shared.encode())
     for name in ("cache.py", "codec.py", "dialect.py", "infer.py", "registry.py", "resolve.py", "scan.py", "ids.py",
-                 "assemble.py", "requirements.py", "detect.py", "incremental.py", "cached.py", "__init__.py"):
+                 "assemble.py", "requirements.py", "detect.py", "incremental.py", "cached.py", "template.py", "__init__.py"):
         try:
             h.update((here / name).read_bytes())
         except OSError:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import time
+from pathlib import Path
 
 import pytest
 
@@ -209,3 +210,14 @@ def test_a_new_file_whose_path_is_refused_is_reported_with_a_warm_cache(tree, tm
     cached = load(repo, tmp_path / "cache")
     assert [p.path for p in cached.problems] == ["tests/new dir/test_x.py"]
     assert cached.problems == load_catalog(repo, RepoSpec(name="fw", path=repo)).problems
+
+
+@pytest.mark.parametrize("changed", ["asset_rules.py", "model.py", "scan.py", "template.py"])
+def test_a_change_to_code_a_scan_depends_on_makes_cached_scans_stale(changed, monkeypatch):
+    """The download rules (core/asset_rules.py) decide a scan's requirement problems as much as the
+    catalog's own modules do: a rule changed there must not leave old results in use."""
+    from pipelines.core.catalog import cache
+
+    read = Path.read_bytes
+    monkeypatch.setattr(Path, "read_bytes", lambda self: read(self) + (b"#" if self.name == changed else b""))
+    assert cache._code_digest() != cache.CODE
