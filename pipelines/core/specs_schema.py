@@ -71,8 +71,6 @@ def _checked(problem: Callable[[str], str | None]) -> AfterValidator:
 
 
 EnvValue = Annotated[str, _checked(env_problem)]
-#: a value passed to a process as is (no placeholders)
-PlainEnvValue = Annotated[str, _checked(nul_problem)]
 
 #: a name every launcher takes: Kubernetes 1.31 refuses a leading digit (the whole pod, on every node),
 #: a shell cannot export a name with '-', '.' or a space
@@ -415,10 +413,26 @@ def conversion_word_problem(word: str) -> str | None:
     return nul_problem(word)
 
 
+def conversion_env_problem(value: str) -> str | None:
+    """A conversion env value is passed as written; one written for the command's placeholder filling
+    (``{output}``, a brace doubled as ``{{``) would reach the converter as that text, so it is refused."""
+    bad = nul_problem(value)
+    if bad:
+        return bad
+    named = next((p for p in CONVERSION_PLACEHOLDERS if "{" + p + "}" in value), None)
+    if named:
+        return (f"{{{named}}} is not filled in env (values are passed as written; only the command's words "
+                f"fill placeholders): pass it to the converter as a command argument")
+    if "{{" in value:  # never in JSON (an object's first member is a key); a brace escaped for str.format
+        return ("'{{' reaches the converter as written (env values fill no placeholders); write one brace "
+                "here, e.g. '{\"a\": {\"b\": 1}}'")
+    return None
+
+
 class ConversionModel(_Strict):
     command: list[Annotated[str, _checked(conversion_word_problem)]] = Field(min_length=1)
     #: passed to the converter as written (no placeholders)
-    env: dict[EnvName, PlainEnvValue] = {}
+    env: dict[EnvName, Annotated[str, _checked(conversion_env_problem)]] = {}
 
 
 class CheckpointsFile(_Strict):

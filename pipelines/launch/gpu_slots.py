@@ -34,6 +34,7 @@ while another sits idle.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import os
 import tempfile
@@ -90,9 +91,18 @@ def _ensure_dir(lock_dir: Path) -> None:
 
 def check_dir(lock_dir: Path) -> None:
     """Create the lock folder when missing and make (and remove) a file in it, as a launch would;
-    raises the ``OSError`` a launch would meet (a file in its place, a folder this user cannot write)."""
+    raises the ``OSError`` a launch would meet (a file in its place, a folder this user cannot write).
+    A folder this user cannot write but whose lock files someone made (an admin's 0755 folder, a
+    read-only mount) is fine: flock needs only to open them, so its launchers' file opening is enough."""
     _ensure_dir(lock_dir)
-    fd, probe = tempfile.mkstemp(dir=lock_dir, prefix=".writable-")
+    try:
+        fd, probe = tempfile.mkstemp(dir=lock_dir, prefix=".writable-")
+    except PermissionError:
+        try:
+            os.close(os.open(lock_dir / LAUNCHERS_FILE, os.O_RDONLY | os.O_CLOEXEC))
+        except OSError:
+            raise PermissionError(errno.EACCES, "Permission denied", str(lock_dir)) from None
+        return
     os.close(fd)
     os.unlink(probe)
 

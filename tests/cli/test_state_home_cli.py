@@ -92,3 +92,22 @@ def test_only_a_local_night_that_takes_gpus_needs_the_lock_folder(tmp_path, monk
     assert gpu_lock_problem("local", [make_test(gpus=0)]) == ""  # a 0-GPU test takes no lock
     assert gpu_lock_problem("kubernetes", [make_test(gpus=8)]) == ""  # the pods lock nothing here
     assert "is not a folder" in gpu_lock_problem("local", [make_test(gpus=0), make_test(gpus=2)])
+
+
+def test_a_lock_folder_this_user_cannot_write_but_an_admin_filled_with_lock_files_is_fine(tmp_path, monkeypatch):
+    """flock needs only to open a lock file: an admin's 0755 folder (or a read-only mount) holding them
+    works for launches, so the check before the night takes it; without the launchers' file it cannot."""
+    import tempfile
+
+    from pipelines.launch import gpu_slots
+    from pipelines.launch.local import lock_dir_problem
+
+    def not_writable(*args, **kwargs):  # what mkstemp meets as a user who cannot write the folder (root can)
+        raise PermissionError(13, "Permission denied")
+
+    locks = tmp_path / "locks"
+    locks.mkdir()
+    monkeypatch.setattr(tempfile, "mkstemp", not_writable)
+    assert "is not writable (Permission denied)" in lock_dir_problem(locks)
+    (locks / gpu_slots.LAUNCHERS_FILE).write_text("")
+    assert lock_dir_problem(locks) == ""

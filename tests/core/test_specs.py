@@ -371,6 +371,25 @@ def test_a_nul_in_a_conversion_env_value_is_a_located_error(project_root, tmp_pa
     assert ":4: conversion.env.MODE: " in text and "NUL" in text
 
 
+@pytest.mark.parametrize(("value", "said"), [
+    ("{output}", "{output} is not filled in env (values are passed as written"),
+    ('{{"a": 1}}', "'{{' reaches the converter as written"),
+])
+def test_a_conversion_env_value_written_for_placeholder_filling_is_a_located_error(project_root, tmp_path, value, said):
+    """Env values reach the converter as written (no str.format since 2026-12-05): one written for the old
+    filling would arrive as that text, silently; it is refused at its line. Plain JSON loads as written."""
+    text = _errors(project_root, tmp_path, "checkpoints.yaml", f"""\
+        conversion:
+          command: ["{{python}}", convert.py, "{{output}}"]
+          env:
+            MODE: '{value}'
+    """)
+    assert ":4: conversion.env.MODE: " in text and said in text, text
+    from pipelines.core.specs_schema import conversion_env_problem
+
+    assert conversion_env_problem('{"a": {"b": 1}}') is None and conversion_env_problem("{model}") is None
+
+
 def test_a_misspelt_conversion_placeholder_stops_the_specs_at_its_line(project_root, tmp_path, monkeypatch, capsys):
     """Caught when the specs load (exit 2 before the plan), not after a night downloaded the models."""
     from pipelines.cli import main

@@ -287,7 +287,7 @@ def _num_gpus(tree: ast.Module, constants: dict, rel: str) -> tuple[int | None, 
     default environment gives, and is named in a note."""
     last, node = None, None
     overridden: list[ast.If] = []  # `if` blocks after the plain assignment that may set it again
-    for stmt in tree.body:
+    for stmt in _as_run(tree.body):
         found, value = _plain_binding(stmt)
         if found:
             last, node, overridden = stmt, value, []
@@ -300,7 +300,8 @@ def _num_gpus(tree: ast.Module, constants: dict, rel: str) -> tuple[int | None, 
         return None, None, ()
     if node is None:
         return None, _unread(rel, last), ()
-    plain = isinstance(last, ast.AnnAssign) or (len(last.targets) == 1 and isinstance(last.targets[0], ast.Name))
+    plain = (isinstance(last, ast.AnnAssign) or (len(last.targets) == 1 and isinstance(last.targets[0], ast.Name))) \
+        and last in tree.body  # under the main guard: not what the module's constants hold
     value = constants["NUM_GPUS"] if plain and "NUM_GPUS" in constants else resolve(node, constants).value
     shown_value = ast.unparse(node)
     shown_value = shown_value if len(shown_value) <= 60 else shown_value[:57] + "..."
@@ -316,6 +317,25 @@ def _num_gpus(tree: ast.Module, constants: dict, rel: str) -> tuple[int | None, 
         f"does not evaluate; the test plans on {value} from line {last.lineno}, the value when the condition does not "
         "hold (give the template entry 'num_gpus' to plan otherwise)" for stmt in overridden)
     return value, None, notes
+
+
+def _as_run(body: list[ast.stmt]):
+    """Module-level statements as running the file executes them: the body of an ``if __name__ ==
+    "__main__":`` block always runs (CI and the wrapper run test files as scripts), its ``else`` never."""
+    for stmt in body:
+        if isinstance(stmt, ast.If) and _is_main_guard(stmt.test):
+            yield from _as_run(stmt.body)
+        else:
+            yield stmt
+
+
+def _is_main_guard(test: ast.expr) -> bool:
+    """``__name__ == "__main__"`` (either way round)."""
+    if not (isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Eq)):
+        return False
+    sides = [test.left, test.comparators[0]]
+    return any(isinstance(x, ast.Name) and x.id == "__name__" for x in sides) and \
+        any(isinstance(x, ast.Constant) and x.value == "__main__" for x in sides)
 
 
 def _may_keep(stmt: ast.If) -> bool:

@@ -216,6 +216,19 @@ def test_a_plain_num_gpus_then_set_again_under_an_if_keeps_the_plain_value_with_
             "'num_gpus' to plan otherwise)") in cat.assumptions
 
 
+def test_a_num_gpus_set_under_the_main_guard_is_the_value_the_script_runs_with(tree):
+    """CI and the wrapper run a test file as a script, so `if __name__ == "__main__":` always holds: its
+    NUM_GPUS is the one the test runs on (8 here), not the plain value before it, and it is no `if` to note."""
+    main = 'NUM_GPUS = 2\ndef execute():\n    print(NUM_GPUS)\nif __name__ == "__main__":\n    NUM_GPUS = 8\n    execute()\n'
+    files = {**FILES, WORKFLOW: NUM_GPUS_JOB, "tests/test_short.py": main,
+             "tests/test_eval.py": 'if "__main__" == __name__:\n    NUM_GPUS = 4\nelse:\n    NUM_GPUS = 1\n'}
+    cat = load(tree, files)
+    assert not cat.problems, [str(p) for p in cat.problems]
+    gpus = {t.path: t.gpus for t in cat.tests}
+    assert (gpus["tests/test_short.py"], gpus["tests/test_eval.py"]) == (8, 4)
+    assert not [a for a in cat.assumptions if "NUM_GPUS" in a]
+
+
 def test_est_time_comes_from_history_else_a_default_marked_uncalibrated(tree):
     cat = load(tree, estimates={"tests/test_short.py": 420}, default_est_time=900)
     by_id = cat.by_id()
