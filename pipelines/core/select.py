@@ -12,10 +12,10 @@ A file is a test file only where the runner collects tests (the catalog's roots 
 
 from __future__ import annotations
 
-import fnmatch
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from pipelines.core.catalog.scan import collected, hidden  # the catalog's own collection rules
 from pipelines.core.model import Discovery, Test
 
 CADENCES = ("pr", "nightly", "weekly", "release")
@@ -184,9 +184,9 @@ def is_test_file(path: str, discovery: Discovery = DEFAULT_DISCOVERY) -> bool:
     even ``python/sglang/test/test_utils.py``, which every test imports."""
     p = normalize_path(path)
     folder, _, name = p.rpartition("/")
-    if name in discovery.exclude or not any(fnmatch.fnmatchcase(name, g) for g in discovery.globs):
+    if not collected(name, discovery.globs, discovery.exclude):
         return False
-    if any(part.startswith(".") or part == "__pycache__" for part in folder.split("/") if part):
+    if any(hidden(part) for part in folder.split("/") if part):
         return False
     roots = [normalize_path(r) for r in discovery.roots]
     return any(r in ("", ".") or p.startswith(r + "/") for r in roots)

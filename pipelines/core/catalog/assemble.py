@@ -282,20 +282,20 @@ def entry_ids(entries: Sequence[Entry], lines: EnvLines, notes: list[str] | None
     for key, variant in variants.items():
         if variant is not None:
             alike.setdefault(variant, []).append(first[key])
-    owner = {variant: _runs(min(group, key=_rank)) for variant, group in alike.items()}
+    kept = {variant: min(group, key=_rank) for variant, group in alike.items()}  # keeps the readable id
     ids = {}
     for keys in by_entry.values():
         entry, variant = first[keys[0]], variants[keys[0]]
-        if variant is not None and _runs(entry) != owner[variant]:
+        if variant is not None and _runs(entry) != _runs(kept[variant]):
             variant = _distinct(entry)  # another entry reads alike (`a=1` set, or passed) but runs otherwise
         ids[keys[0]] = make_id(keys[0][0], variant)
         for key in keys[1:]:
             ids[key] = make_id(key[0], _from_template(variant, first[key]))
     if notes is not None:
         for variant, group in alike.items():
-            kept = min(group, key=_rank)
-            notes += [_alike_note(variant, kept, ids[entry_key(kept, lines)], e, ids[entry_key(e, lines)])
-                      for e in group if _runs(e) != _runs(kept)]
+            k = kept[variant]
+            notes += [_alike_note(variant, k, ids[entry_key(k, lines)], e, ids[entry_key(e, lines)])
+                      for e in group if _runs(e) != _runs(k)]
     return ids
 
 

@@ -93,7 +93,8 @@ def _any_pattern(patterns: tuple[str, ...]):
     return re.compile("|".join(f"(?:{fnmatch.translate(p)})" for p in patterns) or "(?!)").match
 
 
-def _hidden(name: str) -> bool:
+def hidden(name: str) -> bool:
+    """A folder the runner's recursive glob never enters."""
     return name.startswith(".") or name == "__pycache__"
 
 
@@ -120,11 +121,11 @@ def walk_files(repo: Path, folder: str = "", skipped: dict[str, str] | None = No
         for entry in entries:
             rel = f"{rel_dir}/{entry.name}" if rel_dir else entry.name
             if entry.is_dir(follow_symlinks=False):
-                if not _hidden(entry.name):
+                if not hidden(entry.name):
                     stack.append((rel, f"{real}/{entry.name}", before, began, linked))
                 continue
             if entry.is_symlink() and _is_folder(entry):
-                if _hidden(entry.name):
+                if hidden(entry.name):
                     continue
                 target = os.path.realpath(entry.path)
                 if not _under(target, real_repo):
