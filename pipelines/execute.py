@@ -156,7 +156,7 @@ def _run_planned(night: Night, runset: RunSet, selection: RunSelection, tests: l
         plan = night.plan(tests)
         progress.plan = plan
 
-    images = {pool: (info or {}).get("image_digest", "") for pool, info in (infra or {}).items()}
+    images = dict(night.probed_images)  # the probe's digests run_tests pinned: what samples record (Night.tonight)
     launcher = launcher or night.launcher()
     outcome: dict = {}
 

@@ -368,8 +368,8 @@ class S3HistoryStore:
                 found.samples, found.problems)
         return found.samples
 
-    def _delete(self, keys: list[str]) -> dict[str, str]:
-        """Delete ``keys``, 1,000 per request; returns ``{key: "Code: Message"}`` for each one S3 refused.
+    def _delete(self, keys: list[str]) -> dict[str, tuple[str, str]]:
+        """Delete ``keys``, 1,000 per request; returns ``{key: (code, message)}`` for each one S3 refused.
 
         S3 answers a multi-object delete with 200 even when it refuses keys (``AccessDenied`` per
         key without ``s3:DeleteObject``): the refusals are only in the answer's ``Errors``."""
@@ -378,11 +378,12 @@ class S3HistoryStore:
             resp = self.client.delete_objects(Bucket=self.bucket, Delete={
                 "Objects": [{"Key": k} for k in keys[i:i + 1000]], "Quiet": True})
             for err in resp.get("Errors") or ():
-                refused[err.get("Key", "")] = f"{err.get('Code', '')}: {err.get('Message', '')}".strip(": ")
+                refused[err.get("Key", "")] = (err.get("Code", ""), err.get("Message", ""))
         return refused
 
-    def _refused(self, refused: dict[str, str], what: str) -> HistoryError:
-        key, why = next(iter(refused.items()))
+    def _refused(self, refused: dict[str, tuple[str, str]], what: str) -> HistoryError:
+        key, (code, message) = next(iter(refused.items()))
+        why = f"{code}: {message}".strip(": ")
         return HistoryError(f"{self.url}: S3 refused deleting {len(refused)} object(s) ({why}, e.g. {key}); {what}; "
                             f"grant s3:DeleteObject on s3://{self.bucket}/{self.prefix}* (docs/storage.md)")
 
@@ -418,7 +419,7 @@ class S3HistoryStore:
             refused = self._delete([f"{self.prefix}history/compacted/delete-check-{uuid.uuid4().hex}"])
         except (ClientError, BotoCoreError) as exc:
             raise self._fail("checking that merged objects may be deleted (nothing was changed)", exc) from exc
-        refused = {k: why for k, why in refused.items() if why.partition(":")[0] in _DENIED}
+        refused = {k: err for k, err in refused.items() if err[0] in _DENIED}
         if refused:  # other answers for a key that never existed (some S3-compatible stores): the deletes below tell
             raise self._refused(refused, "nothing was merged")
         merged_key = self._put(merged, "compacted", "merged")
