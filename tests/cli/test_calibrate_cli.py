@@ -660,3 +660,58 @@ def test_write_with_a_store_file_is_refused_before_anything_is_written(repo, tmp
     assert "(--deployment D --write)" in err and out == ""
     assert not (tmp_path / "home" / "estimates").exists()
     assert (repo / "tests/e2e/test_a.py").read_text() == before
+
+
+def _framework(tmp_path, monkeypatch, text: str, logs: dict[str, list[tuple[str, int]]]) -> Path:
+    """A framework M checkout whose tests/e2e/test_f.py is ``text`` (committed, so ``git apply`` can take
+    a patch), and CI logs per suite (a list of (file, elapsed) PASS lines each) imported as a maintainer would."""
+    import shutil
+    import subprocess
+
+    from pipelines.cli import main
+
+    if not shutil.which("git"):
+        pytest.skip("git is not installed")
+    repo = tmp_path / "fw"
+    (repo / "tests/e2e").mkdir(parents=True)
+    (repo / "tests/e2e/test_f.py").write_text(text)
+    for args in (["init", "-q"], ["add", "."], ["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "x"]):
+        subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True)
+    monkeypatch.setenv("NIGHTLY_HOME", str(tmp_path / "home"))
+    for suite, runs in logs.items():
+        paths = []
+        for i, (rel, elapsed) in enumerate(runs):
+            log = tmp_path / f"{suite}-{i}.txt"
+            log.write_text(f"python3 run_suite.py --suite {suite}\nEnd (1/1):\nfilename='{rel}', elapsed={elapsed}\n"
+                           f"[1/1] {rel}  PASS  elapsed={elapsed}s\n")
+            paths.append(str(log))
+        assert main(["history", "import", "--repo", str(repo), *paths]) == 0
+    return repo
+
+
+def _git_apply(repo: Path, patch: Path) -> None:
+    import subprocess
+
+    done = subprocess.run(["git", "apply", str(patch)], cwd=repo, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+
+
+def test_a_pass_far_above_the_others_sets_the_est_time_and_is_in_the_evidence(tmp_path, monkeypatch, capsys):
+    """One cold-cache run really passed in 120 s beside 10-12 s ones: est_time is a timeout, so bucket125
+    (the max x 1.25) must cover it, 150 s, not 20 s that kills the next such run. The evidence shows that
+    120 s as max_s and cites its log; a 1 s pass (it did not really run) is the one left out, named there."""
+    text = "register_cuda_ci(60, 'stage-c-4-gpu-h200', labels=['m'])\n"
+    rel = "tests/e2e/test_f.py"
+    repo = _framework(tmp_path, monkeypatch, text,
+                      {"stage-c-4-gpu-h200": [(rel, 120), (rel, 10), (rel, 11), (rel, 12), (rel, 1)]})
+    evidence, patch = tmp_path / "ev.csv", tmp_path / "p.diff"
+    assert cli("calibrate", "--repo", str(repo), "--evidence", str(evidence), "--patch", str(patch)) == 0
+    row = next(line for line in capsys.readouterr().out.splitlines() if line.startswith(rel))
+    assert row.split()[2:6] == ["60", "150", "+90", "4"], row
+    [ev] = csv.DictReader(evidence.open())
+    assert (ev["max_s"], ev["proposed_est_time"]) == ("120", "150")
+    assert f"{tmp_path / 'stage-c-4-gpu-h200-0.txt'}:4" in ev["sources"].split()
+    assert ev["left_out"] == (f"{tmp_path / 'stage-c-4-gpu-h200-4.txt'}:4: elapsed 1 s is far below the test's own "
+                              "history (median of the others 11.5 s, allowed x10)")
+    _git_apply(repo, patch)
+    assert (repo / rel).read_text() == text.replace("(60,", "(150,")

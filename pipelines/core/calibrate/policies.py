@@ -6,7 +6,9 @@ how long the test takes; samples of another file revision are counted as stale a
 Samples of nights run with extra environment (``Sample.env``: ``--env``, a run's ``env_from``:
 debugging, failure injection) are no evidence at all, for the policy, the timeout raise and the
 release of an est_time in force alike: one such night would move est_time for good. Each
-estimate's reason counts them.
+estimate's reason counts them. A pass far longer than the test's others counts for every policy
+(only one far shorter is left out, see guards.py): est_time is a timeout, and bucket125's max or
+p90's top rank without a run that really passed would kill the next such run.
 """
 
 from __future__ import annotations
@@ -184,7 +186,8 @@ def _select(test: Test, samples: Sequence[Sample], p: Mapping, now: datetime, di
     if p.get("max_samples") is not None:
         kept = kept[-int(p["max_samples"]):]
     beyond = before - len(kept)
-    kept, far = screen_relative(kept, p)
+    # only implausibly short passes: a pass far above the others is what a timeout must cover (guards.py)
+    kept, far = screen_relative(kept, p, drop_long=False)
     undated = sum(1 for s in kept if parse_time(s.started_at) is None)
     return _Evidence(kept, len(samples) - len(current), len(current) - len(passed), old, beyond, undated,
                      outliers + far)
