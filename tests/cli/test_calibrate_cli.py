@@ -664,7 +664,8 @@ def test_write_with_a_store_file_is_refused_before_anything_is_written(repo, tmp
 
 def _framework(tmp_path, monkeypatch, text: str, logs: dict[str, list[tuple[str, int]]]) -> Path:
     """A framework M checkout whose tests/e2e/test_f.py is ``text`` (committed, so ``git apply`` can take
-    a patch), and CI logs per suite (a list of (file, elapsed) PASS lines each) imported as a maintainer would."""
+    a patch), and CI logs per suite (a list of (file, elapsed) PASS lines each, an hour apart, the last one
+    newest) imported as a maintainer would."""
     import shutil
     import subprocess
 
@@ -682,8 +683,9 @@ def _framework(tmp_path, monkeypatch, text: str, logs: dict[str, list[tuple[str,
         paths = []
         for i, (rel, elapsed) in enumerate(runs):
             log = tmp_path / f"{suite}-{i}.txt"
-            log.write_text(f"python3 run_suite.py --suite {suite}\nEnd (1/1):\nfilename='{rel}', elapsed={elapsed}\n"
-                           f"[1/1] {rel}  PASS  elapsed={elapsed}s\n")
+            ts = (datetime.now(UTC) - timedelta(hours=len(runs) - i)).strftime("%Y-%m-%dT%H:%M:%S.0000000Z")
+            log.write_text(f"{ts} python3 run_suite.py --suite {suite}\n{ts} End (1/1):\n"
+                           f"{ts} filename='{rel}', elapsed={elapsed}\n{ts} [1/1] {rel}  PASS  elapsed={elapsed}s\n")
             paths.append(str(log))
         assert main(["history", "import", "--repo", str(repo), *paths]) == 0
     return repo
@@ -715,3 +717,31 @@ def test_a_pass_far_above_the_others_sets_the_est_time_and_is_in_the_evidence(tm
                               "history (median of the others 11.5 s, allowed x10)")
     _git_apply(repo, patch)
     assert (repo / rel).read_text() == text.replace("(60,", "(150,")
+
+
+@pytest.mark.parametrize(("policy", "proposed"), [("bucket125", "10"), ("p90", "1"), ("median", "1")])
+def test_a_sub_second_test_logged_as_0_s_is_never_proposed_below_the_policy_s_least_value(
+        tmp_path, monkeypatch, capsys, policy, proposed):
+    """Framework M logs whole seconds: a sub-second CPU test passes with elapsed=0. No policy proposes
+    0 s (the catalog refuses `est_time: must be positive`, and the test would vanish), even for a test
+    on the accept: list: bucket125 gives its first bucket, 10 s, the others 1 s."""
+    text = "register_cpu_ci(1, 'stage-a-cpu')\n"
+    rel = "tests/e2e/test_f.py"
+    repo = _framework(tmp_path, monkeypatch, text, {"stage-a-cpu": [(rel, 0)] * 3})
+    assets = tmp_path / "assets"
+    assets.mkdir()
+    (assets / "cluster.yaml").write_text((Path(__file__).parents[2] / "assets" / "cluster.yaml").read_text())
+    (assets / "repos.yaml").write_text(f"default: fw\nrepos:\n  fw:\n    path: {repo}\n    calibration: "
+                                       f"{{policy: {policy}, accept: [{rel}]}}\n")
+    monkeypatch.setenv("NIGHTLY_ASSETS_DIR", str(assets))
+    patch = tmp_path / "p.diff"
+    assert cli("calibrate", "--repo", "fw", "--patch", str(patch)) == 0
+    row = next(line for line in capsys.readouterr().out.splitlines() if line.startswith(rel))
+    assert row.split()[2:4] == ["1", proposed], row
+    if proposed == "1":
+        assert not patch.exists()
+        return
+    _git_apply(repo, patch)
+    assert (repo / rel).read_text() == text.replace("(1,", "(10,")
+    [t] = history_cli.load_catalog_for(*history_cli.resolve_repo("fw")).tests
+    assert (t.id, t.est_time) == (rel, 10)

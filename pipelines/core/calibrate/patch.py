@@ -294,6 +294,9 @@ def _edit(repo: Path, t: Test, e: Estimate, same_hw: int, files: _Files, by_line
     # a float (SGLang's est_time=120.5) is what the catalog rounded up; the proposal is written as an int
     if math.ceil(node.value) != e.current:
         return f"line {node.lineno}: est_time is {node.value} in the file, not {e.current}; recalibrate"
+    if e.proposed < 1:  # an est_time in force of 0 a calibration stored before no policy proposed it
+        return (f"line {node.lineno}: est_time: {e.proposed} s is not a positive est_time (framework M's catalog "
+                f"refuses the file); keep {node.value:g} or set it by hand")
     try:
         texts[key] = _replace(texts[key], node, e.proposed)
     except IndexError:  # a line ending ast and the splitting disagree on: never a traceback

@@ -38,9 +38,10 @@ DEFAULTS: dict[str, dict[str, object]] = {
 
 
 def bucket_round(raw: int) -> int:
-    """Framework M's buckets: up to the next 10 s when <= 200 s, else the next 100 s."""
+    """Framework M's buckets: up to the next 10 s when <= 200 s, else the next 100 s. A raw of 0 (a
+    sub-second pass the runner logs as ``elapsed=0``) is in the first bucket too: no est_time is 0 s."""
     step = 10 if raw <= 200 else 100
-    return -(-raw // step) * step
+    return -(-max(raw, 1) // step) * step
 
 
 def percentile(values: Sequence[float], q: float) -> float:
@@ -73,9 +74,10 @@ POLICIES: dict[str, Callable[[list[float], Mapping], tuple[int, str]]] = {
     "bucket125": _bucket125, "p90": _p90, "median": _median,
 }
 
-#: the least each policy proposes from a passing run of any positive length: bucket125's first bucket
-#: (10 s), else a whole second. The step guard counts a move up to it as no step (guards.bound_proposal):
-#: a test registered at 1 s must be able to reach 10 s under bucket125.
+#: the least each policy proposes from any passing run, a 0 s one included (framework M logs whole
+#: seconds: a sub-second CPU test passes with ``elapsed=0``): bucket125's first bucket (10 s), else a
+#: whole second; never 0, which a framework M catalog refuses. The step guard counts a move up to it as
+#: no step (guards.bound_proposal): a test registered at 1 s must be able to reach 10 s under bucket125.
 SMALLEST: dict[str, int] = {"bucket125": bucket_round(1), "p90": 1, "median": 1}
 
 
@@ -262,6 +264,9 @@ def _estimate(test: Test, samples: Sequence[Sample], policy: str, p: Mapping, no
         proposed = keep
     else:
         proposed, how = POLICIES[policy](values, p)
+        if proposed < SMALLEST[policy]:  # p90 or median of sub-second passes: 0 s is no est_time
+            how += f", raised to {SMALLEST[policy]} s, the least {policy} proposes"
+            proposed = SMALLEST[policy]
         reason = f"{policy}: {how} from {len(values)} passed"
         if released and proposed < test.est_time:  # killed at a lower est_time: not below the registered one
             proposed = test.est_time

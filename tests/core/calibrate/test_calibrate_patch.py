@@ -338,3 +338,17 @@ def test_two_calls_naming_the_same_suite_without_hardware_still_leave_the_file_a
     plan = plan_patch(repo, [nightly], [est(nightly, 23)])
     assert plan.edits == {}
     assert plan.skipped == (("test/registered/test_g.py", "2 registrations for cuda/any hardware; edit by hand"),)
+
+
+def test_an_est_time_of_0_in_force_is_never_written_into_a_file(repo):
+    """A calibration that proposed 0 s for a sub-second test (before every policy had a least value)
+    left it in force; carrying it into the file would make the catalog refuse the file (`est_time: must
+    be positive`) and the test vanish."""
+    text = "register_cpu_ci(1, 'stage-a-cpu')\n"
+    sha = write(repo, "tests/fast/test_c.py", text)
+    t = make_test(id="tests/fast/test_c.py", path="tests/fast/test_c.py", backend="cpu", suite="stage-a-cpu", gpus=0,
+                  hardware="cpu", sha256=sha, est_time=1, line=1)
+    plan = plan_patch(repo, [t], [est(t, 0)])
+    assert plan.edits == {}
+    assert plan.skipped == (("tests/fast/test_c.py", "line 1: est_time: 0 s is not a positive est_time (framework "
+                             "M's catalog refuses the file); keep 1 or set it by hand"),)
