@@ -745,3 +745,23 @@ def test_a_sub_second_test_logged_as_0_s_is_never_proposed_below_the_policy_s_le
     assert (repo / rel).read_text() == text.replace("(1,", "(10,")
     [t] = history_cli.load_catalog_for(*history_cli.resolve_repo("fw")).tests
     assert (t.id, t.est_time) == (rel, 10)
+
+
+def test_two_calls_of_one_backend_on_one_line_each_get_their_own_edit(tmp_path, monkeypatch, capsys):
+    """Line 3 registers h100 and h200 with two register_cuda_ci calls, line 4 mi300: the calls are told
+    apart by suite, so h200's 50 s run sets its own literal (70), h100's (no evidence) stays 30 and the
+    rocm call on line 4 gets 90; nothing is left alone, and the patch applies with git."""
+    text = ("from ci_register import register_cuda_ci, register_rocm_ci\n\n"
+            'register_cuda_ci(30, "stage-c-8-gpu-h100", labels=["a"]); register_cuda_ci(30, "stage-c-4-gpu-h200", '
+            'labels=["a"])\n'
+            'register_rocm_ci(30, "stage-c-4-gpu-mi300", labels=["a"])\n')
+    rel = "tests/e2e/test_f.py"
+    repo = _framework(tmp_path, monkeypatch, text, {"stage-c-4-gpu-h200": [(rel, 50)],
+                                                     "stage-c-4-gpu-mi300": [(rel, 70)]})
+    patch = tmp_path / "p.diff"
+    assert cli("calibrate", "--repo", str(repo), "--patch", str(patch)) == 0
+    out = capsys.readouterr().out
+    assert "left alone" not in out and "nothing to change" not in out, out
+    _git_apply(repo, patch)
+    assert (repo / rel).read_text() == text.replace('(30, "stage-c-4-gpu-h200"', '(70, "stage-c-4-gpu-h200"').replace(
+        'rocm_ci(30,', 'rocm_ci(90,')
