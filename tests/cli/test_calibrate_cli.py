@@ -660,3 +660,108 @@ def test_write_with_a_store_file_is_refused_before_anything_is_written(repo, tmp
     assert "(--deployment D --write)" in err and out == ""
     assert not (tmp_path / "home" / "estimates").exists()
     assert (repo / "tests/e2e/test_a.py").read_text() == before
+
+
+def _framework(tmp_path, monkeypatch, text: str, logs: dict[str, list[tuple[str, int]]]) -> Path:
+    """A framework M checkout whose tests/e2e/test_f.py is ``text`` (committed, so ``git apply`` can take
+    a patch), and CI logs per suite (a list of (file, elapsed) PASS lines each, an hour apart, the last one
+    newest) imported as a maintainer would."""
+    import shutil
+    import subprocess
+
+    from pipelines.cli import main
+
+    if not shutil.which("git"):
+        pytest.skip("git is not installed")
+    repo = tmp_path / "fw"
+    (repo / "tests/e2e").mkdir(parents=True)
+    (repo / "tests/e2e/test_f.py").write_text(text)
+    for args in (["init", "-q"], ["add", "."], ["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "x"]):
+        subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True)
+    monkeypatch.setenv("NIGHTLY_HOME", str(tmp_path / "home"))
+    for suite, runs in logs.items():
+        paths = []
+        for i, (rel, elapsed) in enumerate(runs):
+            log = tmp_path / f"{suite}-{i}.txt"
+            ts = (datetime.now(UTC) - timedelta(hours=len(runs) - i)).strftime("%Y-%m-%dT%H:%M:%S.0000000Z")
+            log.write_text(f"{ts} python3 run_suite.py --suite {suite}\n{ts} End (1/1):\n"
+                           f"{ts} filename='{rel}', elapsed={elapsed}\n{ts} [1/1] {rel}  PASS  elapsed={elapsed}s\n")
+            paths.append(str(log))
+        assert main(["history", "import", "--repo", str(repo), *paths]) == 0
+    return repo
+
+
+def _git_apply(repo: Path, patch: Path) -> None:
+    import subprocess
+
+    done = subprocess.run(["git", "apply", str(patch)], cwd=repo, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+
+
+def test_a_pass_far_above_the_others_sets_the_est_time_and_is_in_the_evidence(tmp_path, monkeypatch, capsys):
+    """One cold-cache run really passed in 120 s beside 10-12 s ones: est_time is a timeout, so bucket125
+    (the max x 1.25) must cover it, 150 s, not 20 s that kills the next such run. The evidence shows that
+    120 s as max_s and cites its log; a 1 s pass (it did not really run) is the one left out, named there."""
+    text = "register_cuda_ci(60, 'stage-c-4-gpu-h200', labels=['m'])\n"
+    rel = "tests/e2e/test_f.py"
+    repo = _framework(tmp_path, monkeypatch, text,
+                      {"stage-c-4-gpu-h200": [(rel, 120), (rel, 10), (rel, 11), (rel, 12), (rel, 1)]})
+    evidence, patch = tmp_path / "ev.csv", tmp_path / "p.diff"
+    assert cli("calibrate", "--repo", str(repo), "--evidence", str(evidence), "--patch", str(patch)) == 0
+    row = next(line for line in capsys.readouterr().out.splitlines() if line.startswith(rel))
+    assert row.split()[2:6] == ["60", "150", "+90", "4"], row
+    [ev] = csv.DictReader(evidence.open())
+    assert (ev["max_s"], ev["proposed_est_time"]) == ("120", "150")
+    assert f"{tmp_path / 'stage-c-4-gpu-h200-0.txt'}:4" in ev["sources"].split()
+    assert ev["left_out"] == (f"{tmp_path / 'stage-c-4-gpu-h200-4.txt'}:4: elapsed 1 s is far below the test's own "
+                              "history (median of the others 11.5 s, allowed x10)")
+    _git_apply(repo, patch)
+    assert (repo / rel).read_text() == text.replace("(60,", "(150,")
+
+
+@pytest.mark.parametrize(("policy", "proposed"), [("bucket125", "10"), ("p90", "1"), ("median", "1")])
+def test_a_sub_second_test_logged_as_0_s_is_never_proposed_below_the_policy_s_least_value(
+        tmp_path, monkeypatch, capsys, policy, proposed):
+    """Framework M logs whole seconds: a sub-second CPU test passes with elapsed=0. No policy proposes
+    0 s (the catalog refuses `est_time: must be positive`, and the test would vanish), even for a test
+    on the accept: list: bucket125 gives its first bucket, 10 s, the others 1 s."""
+    text = "register_cpu_ci(1, 'stage-a-cpu')\n"
+    rel = "tests/e2e/test_f.py"
+    repo = _framework(tmp_path, monkeypatch, text, {"stage-a-cpu": [(rel, 0)] * 3})
+    assets = tmp_path / "assets"
+    assets.mkdir()
+    (assets / "cluster.yaml").write_text((Path(__file__).parents[2] / "assets" / "cluster.yaml").read_text())
+    (assets / "repos.yaml").write_text(f"default: fw\nrepos:\n  fw:\n    path: {repo}\n    calibration: "
+                                       f"{{policy: {policy}, accept: [{rel}]}}\n")
+    monkeypatch.setenv("NIGHTLY_ASSETS_DIR", str(assets))
+    patch = tmp_path / "p.diff"
+    assert cli("calibrate", "--repo", "fw", "--patch", str(patch)) == 0
+    row = next(line for line in capsys.readouterr().out.splitlines() if line.startswith(rel))
+    assert row.split()[2:4] == ["1", proposed], row
+    if proposed == "1":
+        assert not patch.exists()
+        return
+    _git_apply(repo, patch)
+    assert (repo / rel).read_text() == text.replace("(1,", "(10,")
+    [t] = history_cli.load_catalog_for(*history_cli.resolve_repo("fw")).tests
+    assert (t.id, t.est_time) == (rel, 10)
+
+
+def test_two_calls_of_one_backend_on_one_line_each_get_their_own_edit(tmp_path, monkeypatch, capsys):
+    """Line 3 registers h100 and h200 with two register_cuda_ci calls, line 4 mi300: the calls are told
+    apart by suite, so h200's 50 s run sets its own literal (70), h100's (no evidence) stays 30 and the
+    rocm call on line 4 gets 90; nothing is left alone, and the patch applies with git."""
+    text = ("from ci_register import register_cuda_ci, register_rocm_ci\n\n"
+            'register_cuda_ci(30, "stage-c-8-gpu-h100", labels=["a"]); register_cuda_ci(30, "stage-c-4-gpu-h200", '
+            'labels=["a"])\n'
+            'register_rocm_ci(30, "stage-c-4-gpu-mi300", labels=["a"])\n')
+    rel = "tests/e2e/test_f.py"
+    repo = _framework(tmp_path, monkeypatch, text, {"stage-c-4-gpu-h200": [(rel, 50)],
+                                                     "stage-c-4-gpu-mi300": [(rel, 70)]})
+    patch = tmp_path / "p.diff"
+    assert cli("calibrate", "--repo", str(repo), "--patch", str(patch)) == 0
+    out = capsys.readouterr().out
+    assert "left alone" not in out and "nothing to change" not in out, out
+    _git_apply(repo, patch)
+    assert (repo / rel).read_text() == text.replace('(30, "stage-c-4-gpu-h200"', '(70, "stage-c-4-gpu-h200"').replace(
+        'rocm_ci(30,', 'rocm_ci(90,')

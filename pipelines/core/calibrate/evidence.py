@@ -15,7 +15,7 @@ from pipelines.core.model import Estimate, Sample, Test, effective_timeout, time
 
 EVIDENCE_COLUMNS = ("test_id", "hardware", "current_est_time", "samples_used", "max_s", "p90_s", "median_s",
                     "proposed_est_time", "delta", "held_est_time", "in_force_est_time", "stale_samples", "reason",
-                    "sources")
+                    "sources", "left_out")
 
 
 def _num(x: float | None) -> str:
@@ -39,6 +39,8 @@ def evidence_rows(estimates: Sequence[Estimate]) -> list[dict[str, str]]:
         # the last calibration's est_time, which the step was judged from; empty: the registered one was
         "in_force_est_time": "" if e.in_force is None else str(e.in_force),
         "stale_samples": str(e.stale_samples), "reason": e.reason, "sources": " ".join(e.sources),
+        # each sample the guards left out, with where it came from and why: the reason only counts them
+        "left_out": "; ".join(e.outliers),
     } for e in estimates]
 
 

@@ -3,7 +3,11 @@
 One bad number must not set next night's timeouts: a log line claiming ``elapsed=1000000000s``
 would otherwise become a 1.25e9 s est_time. Three guards, each reported, never silent:
 - implausible samples (marked when stored, longer than ``ceiling_s``, or more than
-  ``outlier_factor`` times away from the median of the test's other samples) are left out;
+  ``outlier_factor`` times shorter than the median of the test's other samples: a pass that did not
+  really run) are left out. A pass far LONGER than the others is kept: est_time sets a timeout, and a
+  run that really passed in 120 s proves the test can take that long (a cold cache); a timeout under
+  it kills the next such pass. The ceiling and the step guard below are what stop a poisoned long
+  number. (The planner's duration model screens both ways: its median is a typical night);
 - no proposal goes above ``max_est_time_s``;
 - a proposal moving the est_time in force (the last calibration's, else the registered one) by
   more than ``max_step_factor`` in one step is held for explicit acceptance (``accept: [test
@@ -43,17 +47,22 @@ def screen_samples(samples: Sequence[Sample], p: Mapping) -> tuple[list[Sample],
     return kept, out
 
 
-def screen_relative(samples: Sequence[Sample], p: Mapping) -> tuple[list[Sample], list[str]]:
+def screen_relative(samples: Sequence[Sample], p: Mapping, drop_long: bool = True) -> tuple[list[Sample], list[str]]:
     """Samples within ``outlier_factor`` of the median of the test's other samples (of the
-    evidence window), and one ``where: why`` per sample left out."""
+    evidence window), and one ``where: why`` per sample left out.
+
+    ``drop_long=False`` (calibration) leaves out only the samples that far below: a pass far above
+    the others really took that long, and an est_time (a timeout) proposed without it would kill the
+    next one. The planner's duration model (a median of typical nights) screens both ways."""
     factor = float(p.get("outlier_factor") or 10.0)
     kept, out = list(samples), []
     if len(kept) < 3:  # with fewer, nobody can tell which of two values is the odd one
         return kept, out
     usable = []
     for s, median in zip(kept, medians_of_others([s.elapsed_s for s in kept]), strict=True):
-        if median > 0 and not median / factor <= s.elapsed_s <= median * factor:
-            out.append(f"{_where(s)}: elapsed {s.elapsed_s:g} s is far outside the test's own history "
+        if median > 0 and (s.elapsed_s < median / factor or (drop_long and s.elapsed_s > median * factor)):
+            side = "below" if s.elapsed_s < median / factor else "above"
+            out.append(f"{_where(s)}: elapsed {s.elapsed_s:g} s is far {side} the test's own history "
                        f"(median of the others {median:g} s, allowed x{factor:g})")
         else:
             usable.append(s)

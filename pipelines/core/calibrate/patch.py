@@ -4,7 +4,9 @@ Only a file with exactly one registration for the estimate's hardware is edited,
 its est_time is a plain number literal (positional first argument or ``est_time=``; a float is
 written back as whole seconds): the edit
 replaces that token's exact source span found with ``ast``, so comments, quotes and spacing stay.
-Everything else is left alone and listed, the way framework M's maintainers do it by hand.
+Each test's call is found in its file (several calls on one line are told apart by backend, suite and
+``hardware=[...]``); a call that cannot be is left alone, never the file's other edits. Everything else
+is left alone and listed, the way framework M's maintainers do it by hand.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import difflib
 import hashlib
 import math
 import re
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -130,27 +132,37 @@ def plan_patch(repo: Path | str, tests: Sequence[Test], estimates: Sequence[Esti
     repo = Path(repo)
     by_id = {t.id: t for t in tests}
     per_hw: dict[tuple[str, str, str], int] = defaultdict(int)
-    per_call: dict[tuple[str, int, str], int] = defaultdict(int)
     for t in tests:
         per_hw[(t.path, t.backend, t.hardware)] += 1
-        per_call[(t.path, t.line, t.backend)] += 1
     files = _Files()
+    # only the files a proposal would change are read; every registry test of them is found in its file
+    changing = {by_id[e.test_id].path for e in estimates
+                if e.test_id in by_id and e.samples_used and e.proposed != e.current}
+    calls = {t.id: files.locate(repo, t) for t in tests if t.fmt == "registry" and t.path in changing}
+    registers = Counter(c for c, _ in calls.values() if c is not None)  # tests per call: several for hardware=[...]
     skipped: list[tuple[str, str]] = []
-    for e, held in _per_call(tests, estimates):
+    for e, held in _per_call(tests, estimates, {i: c for i, (c, _) in calls.items() if c is not None}):
         t = by_id.get(e.test_id)
         if t is not None and held:
             skipped.append((t.path, held))
         if t is None or not e.samples_used or e.proposed == e.current:
             continue
-        shared = per_call[(t.path, t.line, t.backend)] > 1
-        # a call listing several hardware is found by its line: other calls for one of its hardware do not make it ambiguous
-        why = _edit(repo, t, e, 1 if shared else per_hw[(t.path, t.backend, t.hardware)], files, shared)
+        call, located = calls.get(t.id, (None, ""))
+        shared = call is not None and registers[call] > 1
+        # a call listing several hardware is found in its file: other calls for one of its hardware do not make it ambiguous
+        why = _edit(repo, t, e, 1 if shared else per_hw[(t.path, t.backend, t.hardware)], files, (call, located),
+                    shared)
         if why:
             skipped.append((t.path, why))
     edits = {p: files.with_bom(p, files.originals[p], new) for p, new in files.texts.items()
-             if new != files.originals[p] and p not in files.frozen}
+             if new != files.originals[p]}
     unpatchable = tuple((p, why) for p, why in files.outside.items() if p in edits)
     return PatchPlan(edits, tuple(dict.fromkeys(skipped)), unpatchable)
+
+
+#: a registration call: the file (its key in _Files) and the call's place among the file's
+#: registrations (stable while literals are rewritten, unlike a column on an edited line)
+Call = tuple[str, int]
 
 
 @dataclass
@@ -160,9 +172,11 @@ class _Files:
     texts: dict[str, str] = field(default_factory=dict)
     originals: dict[str, str] = field(default_factory=dict)
     keys: dict[str, str] = field(default_factory=dict)  # test path -> key
-    frozen: set[str] = field(default_factory=set)  # one call could not be told from another: no edit at all
     outside: dict[str, str] = field(default_factory=dict)  # key -> why a patch cannot carry it
     bom: set[str] = field(default_factory=set)  # keys of files that start with a UTF-8 BOM
+    digests: dict[str, str] = field(default_factory=dict)  # key -> sha256 of the bytes read
+    problems: dict[str, str] = field(default_factory=dict)  # key -> why the file cannot be read
+    encodings: dict[str, str] = field(default_factory=dict)  # key -> the encoding of a file that is not UTF-8
 
     def with_bom(self, key: str, old: str, new: str) -> tuple[str, str]:
         """The (old, new) text of an edit as the file's bytes hold it: a BOM file keeps its BOM, so the diff's
@@ -187,32 +201,89 @@ class _Files:
                                          "or edit the file by hand")
         return self.keys[rel]
 
+    def read(self, repo: Path, t: Test, proposed: int | None = None) -> tuple[str, str]:
+        """(key, why the file cannot be edited: "" when it can, naming ``proposed`` as the value to set by
+        hand where one can); reads it once."""
+        key = self.key(repo, t.path)
+        if key not in self.texts and key not in self.problems and key not in self.encodings:
+            try:
+                from pipelines.core.catalog.scan import python_source  # here: the catalog imports calibrate
 
-def one_per_call(tests: Sequence[Test], estimates: Sequence[Estimate]) -> list[Estimate]:
+                data = (repo / t.path).read_bytes()
+                text, encoding = python_source(data)
+            except (OSError, UnicodeDecodeError, SyntaxError) as exc:
+                self.problems[key] = f"cannot read the file ({exc})"
+            else:
+                if encoding == "utf-8-sig":  # UTF-8 after its BOM: edit the text, and put the BOM back when writing
+                    self.bom.add(key)
+                if encoding in ("utf-8", "utf-8-sig"):
+                    self.digests[key] = hashlib.sha256(data).hexdigest()
+                    self.texts[key] = self.originals[key] = text
+                else:  # every byte is kept, so the rewrite would have to be in that encoding
+                    self.encodings[key] = encoding
+        if key in self.problems:
+            return key, self.problems[key]
+        if key in self.encodings:
+            value = "" if proposed is None else f" to {proposed}"
+            return key, (f"the file is {self.encodings[key]} (a coding line); the patch edits UTF-8 files only: set "
+                         f"est_time{value} by hand")
+        if t.sha256 and self.digests[key] != t.sha256:
+            return key, "the file changed since the catalog read it; recalibrate against this revision"
+        return key, ""
+
+    def calls(self, key: str, path: str) -> tuple[list[ast.Call], str]:
+        """The file's registration calls as its text is now (literals already rewritten), or why none."""
+        try:
+            return _registrations(ast.parse(self.texts[key], filename=path)), ""
+        except SyntaxError as exc:
+            return [], f"line {exc.lineno}: not valid Python ({exc.msg})"
+
+    def locate(self, repo: Path, t: Test) -> tuple[Call | None, str]:
+        """The call that registers ``t``, or None and why it cannot be edited (a located reason)."""
+        key, why = self.read(repo, t)
+        if why:
+            return None, why
+        calls, why = self.calls(key, t.path)
+        if why:
+            return None, why
+        call, why = _find_call(calls, t)
+        return (None, why) if call is None else ((key, calls.index(call)), "")
+
+
+def one_per_call(tests: Sequence[Test], estimates: Sequence[Estimate], calls: dict[str, Call] | None = None
+                 ) -> list[Estimate]:
     """One estimate per registration call: a call listing several hardware (``hardware=[...]``)
     registers a test per entry but holds ONE est_time literal, which sets every one's timeout.
 
     So it gets the largest proposal of its tests, and keeps its value when one of them has no
     evidence to lower it; without this, the hardware calibrated last would win and the slower
-    hardware's timeout could be cut below what it needs.
+    hardware's timeout could be cut below what it needs. ``calls``: test id -> the call found in its
+    file (plan_patch); without it, tests of one backend and suite on one line are one call.
     """
-    return [e for e, _ in _per_call(tests, estimates)]
+    return [e for e, _ in _per_call(tests, estimates, calls)]
 
 
-def _per_call(tests: Sequence[Test], estimates: Sequence[Estimate]) -> list[tuple[Estimate, str]]:
+def _per_call(tests: Sequence[Test], estimates: Sequence[Estimate], calls: dict[str, Call] | None = None
+              ) -> list[tuple[Estimate, str]]:
     """:func:`one_per_call`, each with why a hardware's proposed change is not written ("" when it is):
     calibrate shows that change per test, so the patch must say where it went."""
     by_id = {t.id: t for t in tests}
-    groups: dict[tuple[str, int, str], list[Test]] = defaultdict(list)
+
+    def call_of(t: Test) -> object:
+        if calls is None:
+            return (t.path, t.line, t.backend, t.suite)
+        return calls.get(t.id, t.id)  # a test not found in its file is no other test's call
+
+    groups: dict[object, list[Test]] = defaultdict(list)
     for t in tests:
         if t.fmt == "registry":
-            groups[(t.path, t.line, t.backend)].append(t)
+            groups[call_of(t)].append(t)
     mine = {e.test_id: e for e in estimates}
     out: list[tuple[Estimate, str]] = []
-    done: set[tuple[str, int, str]] = set()
+    done: set[object] = set()
     for e in estimates:
         t = by_id.get(e.test_id)
-        key = (t.path, t.line, t.backend) if t is not None and t.fmt == "registry" else None
+        key = call_of(t) if t is not None and t.fmt == "registry" else None
         if key is None or len(groups[key]) < 2:
             out.append((e, ""))
             continue
@@ -247,75 +318,76 @@ def _held(group: list[Test], members: list[Estimate | None], merged: Estimate) -
             f"{', '.join(bare)} first, or register each hardware with its own call")
 
 
-def _edit(repo: Path, t: Test, e: Estimate, same_hw: int, files: _Files, by_line: bool = False) -> str:
+def _edit(repo: Path, t: Test, e: Estimate, same_hw: int, files: _Files, located: tuple[Call | None, str],
+          shared: bool = False) -> str:
+    """Rewrite ``t``'s est_time literal in ``files`` to ``e.proposed``; why not ("" when done).
+    ``located``: the call :meth:`_Files.locate` found for ``t``, or why none."""
     if t.fmt != "registry":
         return (f"{t.fmt} tests have no est_time in the file; {e.proposed} s goes to the calibrated estimates the "
                 "next night plans with")
-    path = repo / t.path
-    key = files.key(repo, t.path)
-    texts = files.texts
-    if key not in texts:
-        try:
-            from pipelines.core.catalog.scan import python_source  # here: the catalog imports calibrate
-
-            data = path.read_bytes()
-            text, encoding = python_source(data)
-        except (OSError, UnicodeDecodeError, SyntaxError) as exc:
-            return f"cannot read the file ({exc})"
-        if encoding == "utf-8-sig":  # UTF-8 after its BOM: edit the text, and put the BOM back when writing
-            files.bom.add(key)
-        elif encoding != "utf-8":  # every byte is kept, so the rewrite would have to be in that encoding
-            return (f"the file is {encoding} (a coding line); the patch edits UTF-8 files only: set "
-                    f"est_time to {e.proposed} by hand")
-        if t.sha256 and hashlib.sha256(data).hexdigest() != t.sha256:
-            return "the file changed since the catalog read it; recalibrate against this revision"
-        texts[key] = files.originals[key] = text
-    try:
-        tree = ast.parse(texts[key], filename=t.path)
-    except SyntaxError as exc:
-        return f"line {exc.lineno}: not valid Python ({exc.msg})"
-    calls = _registrations(tree)
-    mine = [] if by_line else [c for c in calls if _for_hardware(c, t)]
+    key, why = files.read(repo, t, e.proposed)
+    if why:
+        return why
+    calls, why = files.calls(key, t.path)
+    if why:
+        return why
+    mine = [] if shared else [c for c in calls if _for_hardware(c, t)]
     if max(same_hw, len(mine)) > 1:
         return f"{max(same_hw, len(mine))} registrations for {t.backend}/{t.hardware or 'any hardware'}; edit by hand"
-    on_line = [c for c in calls if c.lineno <= t.line <= (c.end_lineno or c.lineno)]
-    if len(on_line) > 1:  # `register_rocm_ci(...); register_cuda_ci(...)`: the line alone does not say which
-        call, why = _pick_on_line(on_line, t, by_line)
-        if why:
-            files.frozen.add(key)
-            return why
-    else:
-        call = on_line[0] if on_line else (mine[0] if len(mine) == 1 else None)
-    if call is None:
-        return f"line {t.line}: no registration call found; edit by hand"
+    at, why = located
+    if at is None:
+        return why or f"line {t.line}: no registration call found; edit by hand"
+    call = calls[at[1]]
     node = _est_node(call)
     if not (isinstance(node, ast.Constant) and type(node.value) in (int, float) and node.lineno == node.end_lineno):
         return f"line {call.lineno}: est_time is not a number literal; edit by hand"
     # a float (SGLang's est_time=120.5) is what the catalog rounded up; the proposal is written as an int
     if math.ceil(node.value) != e.current:
         return f"line {node.lineno}: est_time is {node.value} in the file, not {e.current}; recalibrate"
+    if e.proposed < 1:  # an est_time in force of 0 a calibration stored before no policy proposed it
+        return (f"line {node.lineno}: est_time: {e.proposed} s is not a positive est_time (framework M's catalog "
+                f"refuses the file); keep {node.value:g} or set it by hand")
     try:
-        texts[key] = _replace(texts[key], node, e.proposed)
+        files.texts[key] = _replace(files.texts[key], node, e.proposed)
     except IndexError:  # a line ending ast and the splitting disagree on: never a traceback
         return f"line {node.lineno}: line endings the patch cannot follow; set est_time to {e.proposed} by hand"
     return ""
 
 
-def _pick_on_line(calls: list[ast.Call], t: Test, by_line: bool) -> tuple[ast.Call | None, str]:
-    """The one call of several on ``t``'s line that registers its backend and hardware, or why none is.
+def _lists_hardware(call: ast.Call, hardware: str) -> bool:
+    """Whether a call's literal ``hardware=[...]`` names ``hardware`` (``h200`` in ``4-gpu-h200`` or
+    ``h200-fp8``); a call without a list runs on what its suite names, which was matched already."""
+    listed = _literal(_kw(call, "hardware"))
+    if not isinstance(listed, list | tuple):
+        return True
+    return any(isinstance(x, str) and f"-{hardware}-" in f"-{x}-" for x in listed)
 
-    A shared call (``by_line``: one literal for several hardware) is found by its line; beside another
-    call of the same backend on that line nothing says which literal is shared, so neither is edited."""
+
+def _find_call(calls: list[ast.Call], t: Test) -> tuple[ast.Call | None, str]:
+    """The call registering ``t``: the one on its line (else the file's one call for its hardware), or of
+    several there (``register_rocm_ci(...); register_cuda_ci(...)``) the one of its backend naming its
+    suite and, in a ``hardware=[...]`` list, its hardware; None and a located reason when none or several
+    are, so that only this call is left alone and the file's other edits are made."""
+    on_line = [c for c in calls if c.lineno <= t.line <= (c.end_lineno or c.lineno)]
+    if not on_line:  # line endings the catalog counted otherwise: the file's one call for the hardware
+        on_line = [c for c in calls if _for_hardware(c, t)][:2]
+        if len(on_line) != 1:
+            return None, f"line {t.line}: no registration call found; edit by hand"
+    if len(on_line) == 1:
+        return on_line[0], ""
     name = f"register_{t.backend}_ci"
-    mine = [c for c in calls if c.func.id == name]  # type: ignore[attr-defined]
-    if not by_line:
-        mine = [c for c in mine if _for_hardware(c, t)]
+    mine = [c for c in on_line if c.func.id == name]  # type: ignore[attr-defined]
+    if len(mine) > 1:  # a call whose suite is no literal could be any suite's
+        mine = [c for c in mine if _call_suite(c) in (t.suite, None)]
+    if len(mine) > 1:
+        mine = [c for c in mine if _lists_hardware(c, t.hardware)]
     if len(mine) == 1:
         return mine[0], ""
-    hw = "" if by_line else f" for {t.hardware or 'any hardware'}"
-    found = f"{len(mine)} {name} calls{hw}" if mine else f"no {name} call{hw}"
-    return None, (f"line {t.line}: {len(calls)} registration calls on one line and {found} among them; the file "
-                  "is left alone: put each call on its own line, or edit by hand")
+    what = f"suite {t.suite}" + (f" and {t.hardware}" if t.hardware else "")
+    found = f"{len(mine)} {name} calls for {what}" if mine else f"no {name} call for {what}"
+    return None, (f"line {t.line}: {len(on_line)} registration calls on one line and {found} among them, so "
+                  f"{t.id}'s est_time is left alone (the file's other edits are made): put each call on its own "
+                  "line, or edit it by hand")
 
 
 def make_patch(repo: Path | str, tests: Sequence[Test], estimates: Sequence[Estimate]) -> str:

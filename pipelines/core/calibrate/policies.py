@@ -6,7 +6,9 @@ how long the test takes; samples of another file revision are counted as stale a
 Samples of nights run with extra environment (``Sample.env``: ``--env``, a run's ``env_from``:
 debugging, failure injection) are no evidence at all, for the policy, the timeout raise and the
 release of an est_time in force alike: one such night would move est_time for good. Each
-estimate's reason counts them.
+estimate's reason counts them. A pass far longer than the test's others counts for every policy
+(only one far shorter is left out, see guards.py): est_time is a timeout, and bucket125's max or
+p90's top rank without a run that really passed would kill the next such run.
 """
 
 from __future__ import annotations
@@ -36,9 +38,10 @@ DEFAULTS: dict[str, dict[str, object]] = {
 
 
 def bucket_round(raw: int) -> int:
-    """Framework M's buckets: up to the next 10 s when <= 200 s, else the next 100 s."""
+    """Framework M's buckets: up to the next 10 s when <= 200 s, else the next 100 s. A raw of 0 (a
+    sub-second pass the runner logs as ``elapsed=0``) is in the first bucket too: no est_time is 0 s."""
     step = 10 if raw <= 200 else 100
-    return -(-raw // step) * step
+    return -(-max(raw, 1) // step) * step
 
 
 def percentile(values: Sequence[float], q: float) -> float:
@@ -71,9 +74,10 @@ POLICIES: dict[str, Callable[[list[float], Mapping], tuple[int, str]]] = {
     "bucket125": _bucket125, "p90": _p90, "median": _median,
 }
 
-#: the least each policy proposes from a passing run of any positive length: bucket125's first bucket
-#: (10 s), else a whole second. The step guard counts a move up to it as no step (guards.bound_proposal):
-#: a test registered at 1 s must be able to reach 10 s under bucket125.
+#: the least each policy proposes from any passing run, a 0 s one included (framework M logs whole
+#: seconds: a sub-second CPU test passes with ``elapsed=0``): bucket125's first bucket (10 s), else a
+#: whole second; never 0, which a framework M catalog refuses. The step guard counts a move up to it as
+#: no step (guards.bound_proposal): a test registered at 1 s must be able to reach 10 s under bucket125.
 SMALLEST: dict[str, int] = {"bucket125": bucket_round(1), "p90": 1, "median": 1}
 
 
@@ -184,7 +188,8 @@ def _select(test: Test, samples: Sequence[Sample], p: Mapping, now: datetime, di
     if p.get("max_samples") is not None:
         kept = kept[-int(p["max_samples"]):]
     beyond = before - len(kept)
-    kept, far = screen_relative(kept, p)
+    # only implausibly short passes: a pass far above the others is what a timeout must cover (guards.py)
+    kept, far = screen_relative(kept, p, drop_long=False)
     undated = sum(1 for s in kept if parse_time(s.started_at) is None)
     return _Evidence(kept, len(samples) - len(current), len(current) - len(passed), old, beyond, undated,
                      outliers + far)
@@ -259,6 +264,9 @@ def _estimate(test: Test, samples: Sequence[Sample], policy: str, p: Mapping, no
         proposed = keep
     else:
         proposed, how = POLICIES[policy](values, p)
+        if proposed < SMALLEST[policy]:  # p90 or median of sub-second passes: 0 s is no est_time
+            how += f", raised to {SMALLEST[policy]} s, the least {policy} proposes"
+            proposed = SMALLEST[policy]
         reason = f"{policy}: {how} from {len(values)} passed"
         if released and proposed < test.est_time:  # killed at a lower est_time: not below the registered one
             proposed = test.est_time

@@ -38,11 +38,31 @@ def test_samples_marked_when_stored_are_never_used():
     assert e.outliers == ("n.log:2: elapsed nan is not a finite number",)
 
 
-def test_a_sample_far_outside_the_tests_own_history_is_left_out():
-    e = one([s(100, 1), s(110, 2), s(105, 3), s(3000, 4)], est_time=150)
-    assert e.max_s == 110
-    assert e.outliers == ("n.log:4: elapsed 3000 s is far outside the test's own history "
+def test_a_pass_far_below_the_tests_own_history_is_left_out():
+    """A 5 s pass among 100 s ones did not really run (a skip): left out, with where and why."""
+    e = one([s(100, 1), s(110, 2), s(105, 3), s(5, 4)], "median", est_time=150)
+    assert (e.samples_used, e.median_s) == (3, 105)
+    assert e.outliers == ("n.log:4: elapsed 5 s is far below the test's own history "
                           "(median of the others 105 s, allowed x10)",)
+
+
+@pytest.mark.parametrize(("policy", "wanted"), [("bucket125", 3800), ("p90", 3000), ("median", 108)])
+def test_a_pass_far_above_the_tests_own_history_counts_and_a_large_raise_is_held_not_dropped(policy, wanted):
+    """est_time is a timeout: a run that really passed in 3000 s proves the test can take that long, so
+    no policy leaves it out (bucket125 and p90 would propose a timeout that kills the next one); the step
+    guard, not the outlier guard, holds the x25 raise for a maintainer's acceptance."""
+    e = one([s(100, 1), s(110, 2), s(105, 3), s(3000, 4)], policy, est_time=150)
+    assert (e.max_s, e.samples_used, e.outliers) == (3000, 4, ())
+    assert "n.log:4" in e.sources and "implausible" not in e.reason
+    assert (e.proposed, e.held) == ((150, wanted) if wanted > 600 else (wanted, None))
+
+
+def test_the_planners_duration_model_still_leaves_out_a_run_far_above_the_others():
+    """Its median predicts a typical night: one cold-cache run is no typical duration (unchanged)."""
+    from pipelines.core.plan.durations import usable
+
+    t = make_test()
+    assert usable(t, [s(100, 4), s(110, 3), s(105, 2), s(3000, 1)]) == [100, 110, 105]
 
 
 def test_with_two_samples_neither_is_called_the_odd_one():

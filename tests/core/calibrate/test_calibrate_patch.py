@@ -236,7 +236,9 @@ def test_two_calls_on_one_line_each_get_their_own_proposal(repo):
         assert plan.skipped == () and plan.edits["tests/e2e/test_o.py"][1] == want
 
 
-def test_two_calls_of_one_backend_on_one_line_leave_the_file_alone_with_the_reason(repo):
+def test_two_calls_of_one_backend_on_one_line_are_told_apart_by_suite_and_each_edited(repo):
+    """`register_cuda_ci(.., "stage-c-4-gpu-b200"); register_cuda_ci(.., "stage-c-4-gpu-h200")`: one literal
+    each, found by suite; the rocm call on the next line is edited too, and the patch applies."""
     text = ONE_LINE.replace("register_rocm_ci(1800, \"stage-c-4-gpu-mi300\"", "register_cuda_ci(1800, \"stage-c-4-gpu-b200\"")
     text += "register_rocm_ci(900, 'stage-c-4-gpu-mi300', labels=[])\n"
     sha = write(repo, "tests/e2e/test_o.py", text)
@@ -245,11 +247,55 @@ def test_two_calls_of_one_backend_on_one_line_leave_the_file_alone_with_the_reas
                   for hw in ("b200", "h200"))
     rocm = make_test(id="tests/e2e/test_o.py::rocm", path="tests/e2e/test_o.py", backend="rocm", hardware="mi300",
                      suite="stage-c-4-gpu-mi300", sha256=sha, est_time=900, line=2)
-    plan = plan_patch(repo, [b200, h200, rocm], [est(rocm, 500), est(h200, 600), est(b200, 700)])
-    assert plan.edits == {}, "neither literal nor any other of the file is rewritten"
-    assert plan.skipped == (("tests/e2e/test_o.py",
-                             "line 1: 2 registration calls on one line and 2 register_cuda_ci calls among "
-                             "them; the file is left alone: put each call on its own line, or edit by hand"),)
+    want = ('register_cuda_ci(700, "stage-c-4-gpu-b200", labels=["a"]); '
+            'register_cuda_ci(600, "stage-c-4-gpu-h200", labels=["a"])\n'
+            "register_rocm_ci(500, 'stage-c-4-gpu-mi300', labels=[])\n")
+    for given in ([est(rocm, 500), est(h200, 600), est(b200, 700)], [est(b200, 700), est(rocm, 500), est(h200, 600)]):
+        plan = plan_patch(repo, [b200, h200, rocm], given)
+        assert plan.skipped == () and plan.edits["tests/e2e/test_o.py"][1] == want
+    (repo / "p.diff").write_text(plan.diff())
+    applied = git(repo, "apply", "p.diff")
+    assert applied.returncode == 0, applied.stderr
+    assert (repo / "tests/e2e/test_o.py").read_text() == want
+    write(repo, "tests/e2e/test_o.py", text)
+    only_h200 = plan_patch(repo, [b200, h200, rocm], [est(h200, 600)])  # b200's literal is its own: untouched
+    assert only_h200.edits["tests/e2e/test_o.py"][1] == want.replace("(700,", "(1800,").replace("(500,", "(900,")
+
+
+def test_a_call_listing_several_hardware_beside_another_call_of_its_backend_on_its_line_keeps_its_own_literal(repo):
+    """The h100/h200 call shares one literal (the larger proposal, 900); the b200 call beside it on the
+    line is another literal (400), not a third hardware of that call."""
+    text = ("register_cuda_ci(1200, 'stage-c-4-gpu', labels=[], hardware=['4-gpu-h100', '4-gpu-h200']); "
+            "register_cuda_ci(1200, 'stage-d-8-gpu-b200', labels=[])\n")
+    sha = write(repo, "tests/e2e/test_l.py", text)
+    h100, h200 = (make_test(id=f"tests/e2e/test_l.py::cuda-stage-c-4-gpu@{hw}", path="tests/e2e/test_l.py", hardware=hw,
+                            suite="stage-c-4-gpu", sha256=sha, est_time=1200, line=1) for hw in ("h100", "h200"))
+    b200 = make_test(id="tests/e2e/test_l.py::cuda-stage-d-8-gpu-b200", path="tests/e2e/test_l.py", hardware="b200",
+                     suite="stage-d-8-gpu-b200", sha256=sha, est_time=1200, line=1)
+    plan = plan_patch(repo, [h100, h200, b200], [est(h100, 900), est(b200, 400), est(h200, 600)])
+    assert plan.skipped == ()
+    assert plan.edits["tests/e2e/test_l.py"][1] == text.replace("(1200, 'stage-c", "(900, 'stage-c").replace(
+        "(1200, 'stage-d", "(400, 'stage-d")
+
+
+def test_a_call_that_cannot_be_told_apart_on_its_line_is_left_alone_and_the_file_s_other_edits_are_made(repo):
+    """Two h200 calls of one suite on one line (the catalog reports the duplicate and keeps one): which
+    literal is the test's is not known, so that one is left alone with its line, never the rocm edit."""
+    text = ('register_cuda_ci(30, "stage-c-4-gpu", labels=["a"], hardware=["4-gpu-h200"]); '
+            'register_cuda_ci(40, "stage-c-4-gpu", labels=["b"], hardware=["h200"])\n'
+            "register_rocm_ci(30, 'stage-c-4-gpu-mi300', labels=['a'])\n")
+    sha = write(repo, "tests/e2e/test_d.py", text)
+    cuda = make_test(id="tests/e2e/test_d.py::cuda-stage-c-4-gpu", path="tests/e2e/test_d.py", suite="stage-c-4-gpu",
+                     sha256=sha, est_time=30, line=1)
+    rocm = make_test(id="tests/e2e/test_d.py::rocm-stage-c-4-gpu-mi300", path="tests/e2e/test_d.py", backend="rocm",
+                     hardware="mi300", suite="stage-c-4-gpu-mi300", sha256=sha, est_time=30, line=2)
+    plan = plan_patch(repo, [cuda, rocm], [est(cuda, 70), est(rocm, 90)])
+    assert plan.edits["tests/e2e/test_d.py"][1] == text.replace("register_rocm_ci(30,", "register_rocm_ci(90,")
+    assert plan.skipped == (("tests/e2e/test_d.py",
+                             "line 1: 2 registration calls on one line and 2 register_cuda_ci calls for suite "
+                             "stage-c-4-gpu and h200 among them, so tests/e2e/test_d.py::cuda-stage-c-4-gpu's est_time "
+                             "is left alone (the file's other edits are made): put each call on its own line, or "
+                             "edit it by hand"),)
 
 
 @pytest.mark.parametrize("eol", ["\r", "\r\n", "mixed"])
@@ -338,3 +384,17 @@ def test_two_calls_naming_the_same_suite_without_hardware_still_leave_the_file_a
     plan = plan_patch(repo, [nightly], [est(nightly, 23)])
     assert plan.edits == {}
     assert plan.skipped == (("test/registered/test_g.py", "2 registrations for cuda/any hardware; edit by hand"),)
+
+
+def test_an_est_time_of_0_in_force_is_never_written_into_a_file(repo):
+    """A calibration that proposed 0 s for a sub-second test (before every policy had a least value)
+    left it in force; carrying it into the file would make the catalog refuse the file (`est_time: must
+    be positive`) and the test vanish."""
+    text = "register_cpu_ci(1, 'stage-a-cpu')\n"
+    sha = write(repo, "tests/fast/test_c.py", text)
+    t = make_test(id="tests/fast/test_c.py", path="tests/fast/test_c.py", backend="cpu", suite="stage-a-cpu", gpus=0,
+                  hardware="cpu", sha256=sha, est_time=1, line=1)
+    plan = plan_patch(repo, [t], [est(t, 0)])
+    assert plan.edits == {}
+    assert plan.skipped == (("tests/fast/test_c.py", "line 1: est_time: 0 s is not a positive est_time (framework "
+                             "M's catalog refuses the file); keep 1 or set it by hand"),)

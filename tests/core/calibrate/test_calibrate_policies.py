@@ -201,3 +201,10 @@ def test_the_est_time_in_force_is_neither_kept_nor_released_by_nights_with_extra
     kill = s(330, days_ago=0.5, outcome="timed_out", capped=True, env="MINIRL_HANG#0123456789ab")
     held = in_force([s(250, days_ago=1), kill])
     assert (held.in_force, held.proposed) == (300, 300) and "released" not in held.reason
+
+
+def test_a_0_s_raw_value_is_in_the_first_bucket():
+    """A sub-second pass is logged as elapsed=0: its bucket is 10 s, never an est_time of 0."""
+    from pipelines.core.calibrate import bucket_round
+
+    assert [bucket_round(x) for x in (0, 1, 10, 11, 200, 201)] == [10, 10, 10, 20, 200, 300]
