@@ -353,3 +353,26 @@ def test_several_or_large_logs_are_announced_one_by_one_on_stderr(repo, tmp_path
     monkeypatch.setattr(history_cli, "LARGE_LOG_BYTES", len(LOG))
     assert cli("history", "import", "--repo", str(repo), "--dry-run", str(logs[0])) == 0
     assert capsys.readouterr().err == f"nightly history: reading {logs[0]} (1/1) ...\n"
+
+
+def test_a_log_cut_off_mid_test_says_how_many_files_have_no_summary_line(repo, tmp_path, capsys):
+    """The runner numbers its files [i/N]: a job killed while [3/4] ran leaves 2 of 4 files without a result,
+    which the import says at the last summary line instead of reporting a clean 2-sample import."""
+    log = tmp_path / "cut.txt"
+    log.write_text("python3 run_suite.py --suite stage-c-4-gpu-h200\n"
+                   "End (1/4):\nfilename='tests/e2e/test_a.py', elapsed=40\n"
+                   "[1/4] tests/e2e/test_a.py  PASS  elapsed=40s\n"
+                   "End (2/4):\nfilename='tests/e2e/test_b.py', elapsed=20\n"
+                   "[2/4] tests/e2e/test_b.py  PASS  elapsed=20s\n"
+                   "step 10 loss 0.31\n"
+                   "##[error]The job running on runner gpu-h200-3 has exceeded the maximum execution time of 360 "
+                   "minutes.\n##[error]The operation was canceled.\n")
+    assert cli("history", "import", "--repo", str(repo), str(log)) == 0
+    out = capsys.readouterr().out
+    assert "imported 2 samples from 1 logs" in out
+    assert (f"  {log}:7: log: log ends after [2/4]: 2 of 4 files have no summary line (the job was cut off or "
+            "cancelled, or the runner stopped at a failure), so they get no sample") in out
+    # a whole log, whose last summary line is [N/N], says nothing of the kind
+    log.write_text(LOG)
+    assert cli("history", "import", "--repo", str(repo), "--dry-run", str(log)) == 0
+    assert "log ends after" not in capsys.readouterr().out

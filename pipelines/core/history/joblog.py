@@ -12,7 +12,8 @@ the same, with no start time. A file name may hold spaces (the status is set off
 Numbers are bounded: an elapsed time that is not a number, negative, or above a day is refused,
 and every line that looks like the runner's but cannot be read (cut off, garbled, bytes that
 were not UTF-8), and every End block without its summary line, is reported with its line and
-why, never silently dropped.
+why, never silently dropped. So is a log that ends before its ``[N/N]`` summary line: the files the
+runner numbered after the last one it reported have no result (a job cut off or cancelled).
 """
 
 from __future__ import annotations
@@ -191,6 +192,7 @@ def read_ci_log(text: str | Iterable[str]) -> ParsedLog:
     hws: list[str] = []
     digest = hashlib.sha256()
     end_at = 0  # an `End (i/N):` line whose next line must be its `filename=` line
+    last: tuple[int, int, int] | None = None  # (line, i, N) of the furthest `[i/N]` summary line of the last N
     continued: list[str] = []  # the lines so far of a command continued with `\`
     for i, raw in enumerate(_pieces(text) if isinstance(text, str) else text, start=1):
         digest.update(raw.encode("utf-8", "replace"))
@@ -212,6 +214,9 @@ def read_ci_log(text: str | Iterable[str]) -> ParsedLog:
                 _command(line, suites, hws)
             continue
         if m := _SUMMARY.match(line):
+            index, total = int(m.group(1)), int(m.group(2))
+            if last is None or total != last[2] or index >= last[1]:
+                last = (i, index, total)
             value, why = seconds(m.group(5))
             if "\ufffd" in m.group(3):
                 refused.append((i, "filename", f"{m.group(3)[:60]!r} {_NOT_UTF8}; attempt not imported"))
@@ -242,6 +247,8 @@ def read_ci_log(text: str | Iterable[str]) -> ParsedLog:
         _command(" ".join(continued), suites, hws)
     if end_at:  # the log ends after an `End (i/N):` line
         refused.append((end_at, "log", _NO_FILENAME))
+    if last is not None and last[1] < last[2]:  # the job stopped before its last file's summary line
+        refused.append(_ends_early(*last))
     pairs, unpaired = _pair(summaries, ended)
     refused += [(e.line, "log", f"{'TIMEOUT line' if e.timeout else 'End block'} of {e.file} has no summary line "
                                 f"{_SUMMARY_FORM} after it (the log may be cut off); attempt not imported")
@@ -262,6 +269,15 @@ def read_ci_log(text: str | Iterable[str]) -> ParsedLog:
         ))
     one = lambda xs: xs[0] if len(set(xs)) == 1 else None  # noqa: E731 - two uses, both here
     return ParsedLog(tuple(out), tuple(sorted(refused)), one(suites), one(hws), digest.hexdigest())
+
+
+def _ends_early(line: int, index: int, total: int) -> tuple[int, str, str]:
+    """The runner numbers the files of its job ``[i/N]``: a log whose furthest summary line is ``[i/N]`` with
+    i < N ran N - i files to no result (the file running when the job was cut off, and those after it)."""
+    left = total - index
+    return (line, "log", f"log ends after [{index}/{total}]: {left} of {total} files {'have' if left > 1 else 'has'} "
+                         "no summary line (the job was cut off or cancelled, or the runner stopped at a failure), so "
+                         "they get no sample; if the log was saved while the job ran, download it again once it is done")
 
 
 def _command(line: str, suites: list[str], hws: list[str]) -> None:
