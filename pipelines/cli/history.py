@@ -9,8 +9,10 @@ deployment with ``storage: s3``, the one production nights write.
 Imported samples carry the sha256 of each test file in the ``--repo`` checkout: give the
 checkout of the revision the logs ran, or calibration will count them as stale. Without
 ``--suite`` each log's suite is inferred (its ``run_suite.py --suite`` line, else the one suite
-all its files register, else the registration whose est_time it prints); every log line that is
-refused (unreadable or unbounded numbers, near-miss summary lines) is listed with file:line.
+all its files register, else the registration whose est_time it prints); a log whose command line
+names another suite than ``--suite`` (or a ``--hw`` none of its tests run on) is refused whole.
+Every log line that is refused (unreadable or unbounded numbers, near-miss summary lines) is listed
+with file:line.
 A ``.jsonl`` LOGFILE is samples in the S3 history's object format, as a night whose store refused
 writes keeps them (``<home>/unsaved/<night>/history.jsonl``): they are added as they are (no
 ``--repo`` needed), each attempt once. Such a file is read line by line: a line that does not read
@@ -79,8 +81,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     hs.required = True
     imp = hs.add_parser("import", help="read framework M job logs into the history")
     add_common(imp)
-    imp.add_argument("--suite", help="the suite the logs' job ran (default: inferred per log from the runner's "
-                                     "command line, the one suite all its files register, or the est_time it prints)")
+    imp.add_argument("--suite", help="the suite the logs' job ran, for logs that do not name it (default: inferred "
+                                     "per log from the runner's command line, the one suite all its files register, "
+                                     "or the est_time it prints); a log whose command line names another suite is "
+                                     "refused")
     imp.add_argument("--hardware", help="the hardware the logs' job ran on, for files whose registration lists "
                                         "several (hardware=[...]), e.g. h200")
     imp.add_argument("--dry-run", action="store_true", help="parse and match, store nothing")

@@ -376,3 +376,41 @@ def test_a_log_cut_off_mid_test_says_how_many_files_have_no_summary_line(repo, t
     log.write_text(LOG)
     assert cli("history", "import", "--repo", str(repo), "--dry-run", str(log)) == 0
     assert "log ends after" not in capsys.readouterr().out
+
+
+def test_a_log_whose_command_line_names_another_suite_or_hardware_than_suite_is_refused_whole(tmp_path, capsys,
+                                                                                              monkeypatch):
+    """--suite is for logs that do not name theirs: an MI300 job's log imported with an H200 --suite is
+    refused (nothing stored) with the line that names its suite, not stored as the H200 test's durations."""
+    both = Catalog(repo=str(tmp_path), tests=(
+        make_test(), make_test(suite="stage-c-4-gpu-mi300", backend="rocm", hardware="mi300")))
+    monkeypatch.setattr(history_cli, "load_catalog_for", lambda path, spec, specs: both)
+    store = tmp_path / "h.sqlite"
+    mi300 = tmp_path / "mi300.txt"
+    mi300.write_text("2026-11-30T15:00:00Z ##[group]Run tests\n"
+                     "2026-11-30T15:00:01Z python3 run_suite.py --suite stage-c-4-gpu-mi300 --hw amd\n"
+                     "2026-11-30T15:01:00Z [1/1] tests/e2e/test_a.py  PASS  elapsed=40s\n")
+    assert cli("history", "import", "--repo", str(tmp_path), "--store", str(store), "--suite", "stage-c-4-gpu-h200",
+               str(mi300)) == 1
+    out = capsys.readouterr().out
+    assert (f"  {mi300}:2: suite: the log's command line runs suite 'stage-c-4-gpu-mi300' but --suite says "
+            "'stage-c-4-gpu-h200'; nothing of this log is imported: leave --suite out (this log names its own "
+            "suite), or import this log in a command of its own without --suite") in out
+    assert FileHistoryStore(store).read() == []
+    # only --hw on the command line: AMD hardware, but the --suite's tests are all CUDA
+    mi300.write_text("python3 run_suite.py --hw amd\n[1/1] tests/e2e/test_a.py  PASS  elapsed=40s\n")
+    assert cli("history", "import", "--repo", str(tmp_path), "--store", str(store), "--suite",
+               "stage-c-4-gpu-h200", str(mi300)) == 1
+    assert (f"  {mi300}:1: suite: the log's command line runs on --hw amd (rocm) but the tests of suite "
+            "'stage-c-4-gpu-h200' from --suite run on cuda; nothing of this log is imported") in capsys.readouterr().out
+    assert FileHistoryStore(store).read() == []
+    # without --suite the log's own command line decides; a log that names no suite still takes --suite
+    mi300.write_text("python3 run_suite.py --suite stage-c-4-gpu-mi300 --hw amd\n"
+                     "[1/1] tests/e2e/test_a.py  PASS  elapsed=40s\n")
+    plain = tmp_path / "plain.txt"
+    plain.write_text("[1/1] tests/e2e/test_a.py  PASS  elapsed=50s\n")
+    assert cli("history", "import", "--repo", str(tmp_path), "--store", str(store), str(mi300)) == 0
+    assert cli("history", "import", "--repo", str(tmp_path), "--store", str(store), "--suite",
+               "stage-c-4-gpu-h200", str(plain)) == 0
+    assert sorted((s.hardware, s.elapsed_s) for s in FileHistoryStore(store).read()) == [("h200", 50.0),
+                                                                                          ("mi300", 40.0)]

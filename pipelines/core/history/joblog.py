@@ -84,14 +84,17 @@ class LogAttempt:
 
 @dataclass(frozen=True)
 class ParsedLog:
-    """Everything one job log says: attempts, lines refused (line, field, why), the runner's command,
-    and the sha256 of its text (what names a run whose lines have no timestamps)."""
+    """Everything one job log says: attempts, lines refused (line, field, why), the runner's command
+    (suite, hw, and the line that names each), and the sha256 of its text (what names a run whose lines
+    have no timestamps)."""
 
     attempts: tuple[LogAttempt, ...]
     refused: tuple[tuple[int, str, str], ...] = ()
     suite: str | None = None
     hw: str | None = None
     digest: str = ""
+    suite_line: int = 0
+    hw_line: int = 0
 
 
 def seconds(text: str) -> tuple[float | None, str]:
@@ -188,8 +191,8 @@ def read_ci_log(text: str | Iterable[str]) -> ParsedLog:
     summaries: list[tuple[int, re.Match[str], datetime | None, float]] = []
     ended: list[_Ended] = []
     refused: list[tuple[int, str, str]] = []
-    suites: list[str] = []
-    hws: list[str] = []
+    suites: list[tuple[str, int]] = []  # (suite, line) of each command line that names one
+    hws: list[tuple[str, int]] = []
     digest = hashlib.sha256()
     end_at = 0  # an `End (i/N):` line whose next line must be its `filename=` line
     last: tuple[int, int, int] | None = None  # (line, i, N) of the furthest `[i/N]` summary line of the last N
@@ -204,14 +207,14 @@ def read_ci_log(text: str | Iterable[str]) -> ParsedLog:
         if joined := bool(continued) or line.endswith("\\"):
             continued.append(line.removesuffix("\\"))
             if not line.endswith("\\") or len(continued) == _CONTINUED_MAX:
-                _command(" ".join(continued), suites, hws)
+                _command(" ".join(continued), i - len(continued) + 1, suites, hws)
                 continued = []
         if end_at and not line.startswith("filename="):  # else that line is read (or refused) here
             refused.append((end_at, "log", _NO_FILENAME))
         end_at = 0
         if line[:1] not in _RUNNER_HEADS:  # test output, the bulk of a log: only a command line matters
             if not joined:
-                _command(line, suites, hws)
+                _command(line, i, suites, hws)
             continue
         if m := _SUMMARY.match(line):
             index, total = int(m.group(1)), int(m.group(2))
@@ -242,9 +245,9 @@ def read_ci_log(text: str | Iterable[str]) -> ParsedLog:
         elif _RUNNER_START.match(line) or _cut_summary(line):
             refused.append((i, "log", _cut(line)))
         elif not joined:
-            _command(line, suites, hws)
+            _command(line, i, suites, hws)
     if continued:  # the log ends inside a continued command
-        _command(" ".join(continued), suites, hws)
+        _command(" ".join(continued), i - len(continued) + 1, suites, hws)
     if end_at:  # the log ends after an `End (i/N):` line
         refused.append((end_at, "log", _NO_FILENAME))
     if last is not None and last[1] < last[2]:  # the job stopped before its last file's summary line
@@ -267,8 +270,14 @@ def read_ci_log(text: str | Iterable[str]) -> ParsedLog:
             exit_code=_int_suffix(extras.get("exit")), retry_of=_int_suffix(extras.get("retry_of")),
             estimated=event.estimated if event else None,
         ))
-    one = lambda xs: xs[0] if len(set(xs)) == 1 else None  # noqa: E731 - two uses, both here
-    return ParsedLog(tuple(out), tuple(sorted(refused)), one(suites), one(hws), digest.hexdigest())
+    suite, suite_line = _one(suites)
+    hw, hw_line = _one(hws)
+    return ParsedLog(tuple(out), tuple(sorted(refused)), suite, hw, digest.hexdigest(), suite_line, hw_line)
+
+
+def _one(said: list[tuple[str, int]]) -> tuple[str | None, int]:
+    """The one value the log's command lines give, and the first line giving it; (None, 0) when none or several."""
+    return (said[0][0], said[0][1]) if len({value for value, _ in said}) == 1 else (None, 0)
 
 
 def _ends_early(line: int, index: int, total: int) -> tuple[int, str, str]:
@@ -280,13 +289,13 @@ def _ends_early(line: int, index: int, total: int) -> tuple[int, str, str]:
                          "they get no sample; if the log was saved while the job ran, download it again once it is done")
 
 
-def _command(line: str, suites: list[str], hws: list[str]) -> None:
+def _command(line: str, at: int, suites: list[tuple[str, int]], hws: list[tuple[str, int]]) -> None:
     """The suite and hardware of a runner's command line (``run_suite.py --suite S --hw B``), if it is one."""
     if "--suite" in line or "--hw" in line:
         if cm := _COMMAND_SUITE.search(line):
-            suites.append(cm.group(1))
+            suites.append((cm.group(1), at))
         if hm := _COMMAND_HW.search(line):
-            hws.append(hm.group(1))
+            hws.append((hm.group(1), at))
 
 
 def _end_block(line: int, fm: re.Match[str], stamp: datetime | None, refused: list) -> _Ended | None:

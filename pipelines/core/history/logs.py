@@ -3,8 +3,9 @@
 :mod:`.joblog` reads a log into attempts and refused lines. The log does not name its suite;
 :func:`import_logs` infers it from the runner's command line in the log (``run_suite.py --suite
 S``), else the one suite every file of the log registers, else the registration whose est_time
-the log prints (``_estimated_time=``). A file the log names that has no test is reported with
-why: not in the checkout, or in it but unreadable to the catalog (its own problem is quoted).
+the log prints (``_estimated_time=``); ``--suite`` never overrides a log's own command line. A
+file the log names that has no test is reported with why: not in the checkout, or in it but
+unreadable to the catalog (its own problem is quoted).
 """
 
 from __future__ import annotations
@@ -49,7 +50,10 @@ def import_parsed(logs: Mapping[str, ParsedLog], catalog: Catalog,
                   archives: Mapping[str, str] | None = None) -> tuple[list[Sample], list[Problem]]:
     """Samples for every attempt whose file and suite are known; one problem per file otherwise.
 
-    The suite is ``suite`` (the job's, from --suite) or else inferred per log (module docstring).
+    The suite is ``suite`` (the job's, from --suite) or else inferred per log (module docstring). A log
+    whose own command line names another suite, or hardware none of ``suite``'s tests run on, is
+    refused whole: --suite was given for other logs, and storing its attempts under ``suite`` would
+    put one hardware's durations on another's tests.
     ``hardware`` (from --hardware) picks among the tests of a call that lists several
     (``hardware=[...]``): they share the suite, and a log does not say which hardware ran it.
     Every refused line is a problem. Samples carry the sha256 the catalog read from the checkout
@@ -71,6 +75,9 @@ def import_parsed(logs: Mapping[str, ParsedLog], catalog: Catalog,
         if not log.attempts and not log.refused and archives.get(source) not in with_runs:
             problems.append(Problem(source, 1, "log", "no `[i/N] <file>  PASS|FAIL|TIMEOUT  elapsed=Ns` "
                                     "summary lines found; is this a framework M job log?"))
+        if suite and (clash := _contradicts(log, suite, catalog)):  # the log knows its job better than --suite
+            problems.append(Problem(source, *clash))
+            continue
         job_suite, said = (suite, "--suite") if suite else (log.suite, "the log's command line (--suite)")
         common = None if job_suite else _common_suite(log.attempts, by_path)
         for a in log.attempts:
@@ -120,6 +127,27 @@ def _run_id(log: ParsedLog) -> str:
 
 #: ``--hw`` names as runners spell them vs our backends
 _SAME_HW = {("amd", "rocm"), ("rocm", "amd"), ("nvidia", "cuda")}
+
+
+def _contradicts(log: ParsedLog, suite: str, catalog: Catalog) -> tuple[int, str, str] | None:
+    """(line, field, why) when the log's own command line contradicts --suite: another ``--suite``, or a
+    ``--hw`` that no test of ``suite`` runs on (checked only for the backends we know)."""
+    refused = "nothing of this log is imported"
+    if log.suite and log.suite != suite:
+        return (log.suite_line, "suite", f"the log's command line runs suite {log.suite!r} but --suite says "
+                f"{suite!r}; {refused}: leave --suite out (this log names its own suite), or import this log in a command "
+                "of its own without --suite")
+    if log.hw and not log.suite and (backend := _BACKEND.get(log.hw)):
+        backends = {t.backend for t in catalog.tests if t.suite == suite}
+        if backends and backend not in backends:
+            return (log.hw_line, "suite", f"the log's command line runs on --hw {log.hw} ({backend}) but the tests "
+                    f"of suite {suite!r} from --suite run on {', '.join(sorted(backends))}; {refused}: import it "
+                    "separately, with the suite its job ran (or without --suite, to infer it)")
+    return None
+
+
+#: a runner's ``--hw`` name -> our backend (a name not listed is not checked against --suite)
+_BACKEND = {"cuda": "cuda", "nvidia": "cuda", "rocm": "rocm", "amd": "rocm", "cpu": "cpu"}
 
 
 def _common_suite(attempts: tuple[LogAttempt, ...], by_path: Mapping[str, list[Test]]) -> str | None:
