@@ -6,8 +6,10 @@
 The store is the deployment's (``--deployment``, else ``$NIGHTLY_DEPLOYMENT``, else local):
 ``$NIGHTLY_HOME/history.sqlite`` (``<project>/.nightly`` when unset), or the S3 history of a
 deployment with ``storage: s3``, the one production nights write.
-Imported samples carry the sha256 of each test file in the ``--repo`` checkout: give the
-checkout of the revision the logs ran, or calibration will count them as stale. Without
+Imported samples carry the sha256 of each test file at the commit the log's checkout step printed
+(read from ``--repo``'s git history), else in the ``--repo`` checkout: give the checkout of the
+revision the logs ran, or calibration will count them as stale; a commit not in ``--repo``'s
+history is reported (fetch it, and use ``--dry-run`` to see such lines before storing). Without
 ``--suite`` each log's suite is inferred (its ``run_suite.py --suite`` line, else the one suite
 all its files register, else the registration whose est_time it prints); a log whose command line
 names another suite than ``--suite`` (or a ``--hw`` none of its tests run on) is refused whole.
@@ -23,8 +25,10 @@ added, and the command exits 1.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import io
 import os
+import subprocess
 import sys
 import zipfile
 from collections import Counter
@@ -244,8 +248,38 @@ def _import_logs(args: argparse.Namespace, logs: list[Path]) -> tuple[dict, tupl
             problems.append(Problem(str(log), 1, "log", f"a damaged zip archive ({exc}); download the logs again"))
     from pipelines.core.history import import_parsed
 
-    samples, found = import_parsed(parsed, catalog, args.suite, args.hardware, archives)
+    revisions = GitRevisions(path) if any(log.commits for log in parsed.values()) else None
+    samples, found = import_parsed(parsed, catalog, args.suite, args.hardware, archives, revisions)
     return parsed, (samples, problems + found)
+
+
+class GitRevisions:
+    """The --repo checkout's files at the commits job logs name, read with git (argv lists, no shell): a
+    sample carries the digest of the test file that ran, not of the file checked out now."""
+
+    def __init__(self, repo: Path):
+        self.repo = repo
+        self._has: dict[str, bool] = {}
+        self._digests: dict[tuple[str, str], str | None] = {}
+
+    def _git(self, *args: str) -> subprocess.CompletedProcess | None:
+        try:
+            return subprocess.run(["git", "-C", str(self.repo), *args], capture_output=True, check=False)
+        except OSError:  # no git on PATH: no commit is known, and the warning says the checkout's digest is used
+            return None
+
+    def has(self, commit: str) -> bool:
+        if commit not in self._has:
+            done = self._git("rev-parse", "--verify", "--quiet", f"{commit}^{{commit}}")
+            self._has[commit] = done is not None and done.returncode == 0
+        return self._has[commit]
+
+    def digest(self, commit: str, path: str) -> str | None:
+        if (commit, path) not in self._digests:
+            done = self._git("show", f"{commit}:./{path}")
+            ok = done is not None and done.returncode == 0
+            self._digests[commit, path] = hashlib.sha256(done.stdout).hexdigest() if ok else None
+        return self._digests[commit, path]
 
 
 #: a log this large takes seconds to read (a 200 MB log 15-27 s): say so before reading it

@@ -414,3 +414,50 @@ def test_a_log_whose_command_line_names_another_suite_or_hardware_than_suite_is_
                "stage-c-4-gpu-h200", str(plain)) == 0
     assert sorted((s.hardware, s.elapsed_s) for s in FileHistoryStore(store).read()) == [("h200", 50.0),
                                                                                           ("mi300", 40.0)]
+
+
+def test_a_sample_carries_the_digest_of_its_test_file_at_the_commit_the_log_checked_out(tmp_path, capsys, monkeypatch):
+    """The checkout step prints the commit the job ran: a test file changed since then gets that commit's
+    digest (stale evidence for calibration), not the checkout's; a commit --repo does not have is said."""
+    import subprocess
+
+    root = tmp_path / "fw"
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-C", str(root), "-c", "user.email=a@b", "-c", "user.name=a", *args],
+                              check=True, capture_output=True, text=True).stdout.strip()
+
+    for name in ("test_a", "test_b"):
+        (root / "tests/e2e").mkdir(parents=True, exist_ok=True)
+        (root / "tests/e2e" / f"{name}.py").write_text("register_cuda_ci(600, 'stage-c-4-gpu-h200', labels=[])\n")
+    git("init", "-q")
+    git("add", "-A")
+    git("commit", "-qm", "A")
+    ran = git("rev-parse", "HEAD")
+    old_b = hashlib.sha256((root / "tests/e2e/test_b.py").read_bytes()).hexdigest()
+    (root / "tests/e2e/test_b.py").write_text("register_cuda_ci(600, 'stage-c-4-gpu-h200', labels=[])\n# changed\n")
+    git("commit", "-qam", "B")
+    now = {name: hashlib.sha256((root / "tests/e2e" / f"{name}.py").read_bytes()).hexdigest()
+           for name in ("test_a", "test_b")}
+    fake = Catalog(repo=str(root), tests=tuple(make_test(id=f"tests/e2e/{n}.py", path=f"tests/e2e/{n}.py",
+                                                         sha256=sha) for n, sha in now.items()))
+    monkeypatch.setattr(history_cli, "load_catalog_for", lambda path, spec, specs: fake)
+    log = tmp_path / "job.txt"
+    log.write_text("2026-11-30T15:00:00Z [command]/usr/bin/git log -1 --format=%H\n"
+                   f"2026-11-30T15:00:00Z {ran}\n"
+                   "2026-11-30T15:01:00Z [1/2] tests/e2e/test_a.py  PASS  elapsed=40s\n"
+                   "2026-11-30T15:02:00Z [2/2] tests/e2e/test_b.py  PASS  elapsed=20s\n")
+    store = tmp_path / "h.sqlite"
+    assert cli("history", "import", "--repo", str(root), "--store", str(store), str(log)) == 0
+    assert "commit" not in capsys.readouterr().out
+    assert {s.test_id: s.sha256 for s in FileHistoryStore(store).read()} == {
+        "tests/e2e/test_a.py": now["test_a"], "tests/e2e/test_b.py": old_b}
+    # a commit that is not in --repo's history: said at its line; the samples carry the checkout's digests
+    unknown = "f" * 40
+    log.write_text(log.read_text().replace(ran, unknown).replace("15:0", "16:0"))
+    assert cli("history", "import", "--repo", str(root), "--store", str(store), str(log)) == 0
+    assert (f"  {log}:2: commit: commit {unknown} that the log's checkout printed is not in the history of --repo: "
+            "its samples carry the digests of the --repo checkout's files") in capsys.readouterr().out
+    later = [s for s in FileHistoryStore(store).read() if s.started_at.startswith("2026-11-30T16")]
+    assert {s.test_id: s.sha256 for s in later} == {"tests/e2e/test_a.py": now["test_a"],
+                                                    "tests/e2e/test_b.py": now["test_b"]}

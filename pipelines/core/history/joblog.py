@@ -63,6 +63,10 @@ _COMMAND_HW = re.compile(r"\.py\b.*?\s--hw(?:=|\s+)([A-Za-z0-9_-]+)")
 #: line by line, each continued with ``\``): enough for any command, and test output whose lines end
 #: in ``\`` (a printed shell script, a C macro) never joins more
 _CONTINUED_MAX = 16
+#: GitHub's checkout step prints the commit it checked out: ``[command]/usr/bin/git log -1 --format=%H`` then the
+#: hash on the next line (older versions of actions/checkout quote both: ``--format='%H'``, ``'<hash>'``)
+_CHECKOUT_LOG = re.compile(r"""^\[command\].*git(?:\.exe)?"?\s+log -1 --format=(?:%H|'%H')\s*$""")
+_COMMIT = re.compile(r"^'?([0-9a-f]{40}(?:[0-9a-f]{24})?)'?\s*$")
 OUTCOME = {"PASS": "passed", "FAIL": "failed", "TIMEOUT": "timed_out"}
 
 
@@ -95,6 +99,8 @@ class ParsedLog:
     digest: str = ""
     suite_line: int = 0
     hw_line: int = 0
+    #: (commit, line) of each commit the job's checkout step printed
+    commits: tuple[tuple[str, int], ...] = ()
 
 
 def seconds(text: str) -> tuple[float | None, str]:
@@ -197,11 +203,16 @@ def read_ci_log(text: str | Iterable[str]) -> ParsedLog:
     end_at = 0  # an `End (i/N):` line whose next line must be its `filename=` line
     last: tuple[int, int, int] | None = None  # (line, i, N) of the furthest `[i/N]` summary line of the last N
     continued: list[str] = []  # the lines so far of a command continued with `\`
+    commits: list[tuple[str, int]] = []
+    checkout_at = 0  # a checkout's `git log -1 --format=%H` line, whose next line is the commit
     for i, raw in enumerate(_pieces(text) if isinstance(text, str) else text, start=1):
         digest.update(raw.encode("utf-8", "replace"))
         line, stamp = _strip_stamp(raw.removesuffix("\n").rstrip("\r"))
         if i == 1 and _NIGHTLY_ATTEMPT.match(line):  # its TIMEOUT line is ours, no attempt of a job to import
             return ParsedLog((), ((1, "log", _NIGHTLY_ATTEMPT_LOG),), digest=digest.hexdigest())
+        if checkout_at and (cm := _COMMIT.match(line)):
+            commits.append((cm.group(1), i))
+        checkout_at = i if line.startswith("[command]") and _CHECKOUT_LOG.match(line) else 0
         # `run_suite.py \` then `  --suite S \`: one command over several lines, read as one line once whole;
         # each physical line is still read below as itself (its own number in every attempt and refusal)
         if joined := bool(continued) or line.endswith("\\"):
@@ -272,7 +283,8 @@ def read_ci_log(text: str | Iterable[str]) -> ParsedLog:
         ))
     suite, suite_line = _one(suites)
     hw, hw_line = _one(hws)
-    return ParsedLog(tuple(out), tuple(sorted(refused)), suite, hw, digest.hexdigest(), suite_line, hw_line)
+    return ParsedLog(tuple(out), tuple(sorted(refused)), suite, hw, digest.hexdigest(), suite_line, hw_line,
+                     tuple(commits))
 
 
 def _one(said: list[tuple[str, int]]) -> tuple[str | None, int]:
