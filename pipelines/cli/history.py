@@ -166,15 +166,15 @@ def _read_logs(log: Path):
 
     with open(log, "rb") as fh:
         zipped = fh.read(4) == b"PK\x03\x04"
+    # lines end at \n only, as GitHub counts them (a CRLF's \r is stripped): a progress bar's lone \r stays
+    # inside its line, so every line cited after it (refusals, `history show` sources, evidence) is the log's
     if not zipped:
-        # universal newlines, as a text read gives: a log saved with CRLF or CR line ends reads the same
-        with open(log, encoding="utf-8", errors="replace") as text:
+        with open(log, encoding="utf-8", errors="replace", newline="\n") as text:
             return {str(log): read_ci_log(text)}
     found = {}
     with zipfile.ZipFile(log) as archive:
         for name in sorted(n for n in archive.namelist() if n.endswith(".txt")):
             with archive.open(name) as member:
-                # lines end at \n only: a progress bar's lone \r stays inside its line, as GitHub shows it
                 found[f"{log}:{name}"] = read_ci_log(io.TextIOWrapper(member, encoding="utf-8", errors="replace",
                                                                       newline="\n"))
     return found

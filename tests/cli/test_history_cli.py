@@ -262,8 +262,8 @@ def test_logs_read_line_by_line_say_exactly_what_the_whole_text_says(repo, tmp_p
         z.writestr("0_job.txt", EVERY_FEATURE)
         z.writestr("job/3_Run tests.txt", EVERY_FEATURE.replace(b"\r", b""))
         z.writestr("job/meta.json", "{}")
-    # what `history import` read before: the whole text (a plain file through universal newlines)
-    whole = {str(plain): plain.read_text(encoding="utf-8", errors="replace")}
+    # what `history import` read before: the whole text (lines end at \n only, a lone \r stays in its line)
+    whole = {str(plain): plain.read_bytes().decode("utf-8", errors="replace")}
     with zipfile.ZipFile(archive) as z:
         whole |= {f"{archive}:{n}": z.read(n).decode("utf-8", errors="replace") for n in ("0_job.txt",
                                                                                             "job/3_Run tests.txt")}
@@ -277,8 +277,8 @@ def test_logs_read_line_by_line_say_exactly_what_the_whole_text_says(repo, tmp_p
     catalog = history_cli.load_catalog_for(None, None, None)
     archives = {s: str(archive) for s in streamed if s.startswith(f"{archive}:")}
     assert import_parsed(streamed, catalog, archives=archives) == import_logs(whole, catalog, archives=archives)
-    # as before, a lone CR ends a plain file's line (a text read's universal newlines), not an archive member's
-    assert [a.line for a in streamed[str(plain)].attempts] == [a.line + 2 for a in parsed.attempts]
+    # a lone CR ends no line, in a plain file as in an archive member: both cite the same lines
+    assert [a.line for a in streamed[str(plain)].attempts] == [a.line for a in parsed.attempts]
 
 
 def _kept(path, run_id: str, n: int = 7) -> bytes:
@@ -461,3 +461,16 @@ def test_a_sample_carries_the_digest_of_its_test_file_at_the_commit_the_log_chec
     later = [s for s in FileHistoryStore(store).read() if s.started_at.startswith("2026-11-30T16")]
     assert {s.test_id: s.sha256 for s in later} == {"tests/e2e/test_a.py": now["test_a"],
                                                     "tests/e2e/test_b.py": now["test_b"]}
+
+
+def test_a_progress_bar_s_lone_cr_does_not_shift_the_lines_a_plain_log_cites(repo, tmp_path, capsys):
+    """hf download / tqdm redraw their bar with a lone \\r: GitHub numbers lines at \\n only, so the lines a
+    .txt log's refusals and samples cite are the ones GitHub shows, as for a member of a log archive."""
+    log = tmp_path / "job.txt"
+    log.write_bytes(b"2026-11-30T15:00:00Z Fetching 4 files:  25%|##    | 1/4\r 50%|####  | 2/4\r100%|######| 4/4\r\n"
+                    b"2026-11-30T15:00:01Z [1/2] tests/e2e/test_a.py  PASS  elapsed=-3s\r\n"
+                    b"2026-11-30T15:01:00Z [2/2] tests/e2e/test_b.py  PASS  elapsed=40s\n")
+    assert cli("history", "import", "--repo", str(repo), str(log)) == 0
+    assert f"  {log}:2: elapsed: -3 s is negative; attempt not imported" in capsys.readouterr().out
+    assert cli("history", "show") == 0
+    assert capsys.readouterr().out.splitlines()[1].endswith(f" {log}:3")

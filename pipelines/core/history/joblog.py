@@ -206,7 +206,10 @@ def read_ci_log(text: str | Iterable[str]) -> ParsedLog:
     commits: list[tuple[str, int]] = []
     checkout_at = 0  # a checkout's `git log -1 --format=%H` line, whose next line is the commit
     for i, raw in enumerate(_pieces(text) if isinstance(text, str) else text, start=1):
-        digest.update(raw.encode("utf-8", "replace"))
+        # the digest names a run without timestamps: over the text with every \r a line end, as plain logs were
+        # read before lines ended at \n only, so importing such a log again does not store its attempts twice
+        hashed = raw.replace("\r\n", "\n").replace("\r", "\n") if "\r" in raw else raw
+        digest.update(hashed.encode("utf-8", "replace"))
         line, stamp = _strip_stamp(raw.removesuffix("\n").rstrip("\r"))
         if i == 1 and _NIGHTLY_ATTEMPT.match(line):  # its TIMEOUT line is ours, no attempt of a job to import
             return ParsedLog((), ((1, "log", _NIGHTLY_ATTEMPT_LOG),), digest=digest.hexdigest())
