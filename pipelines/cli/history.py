@@ -33,6 +33,7 @@ import sys
 import zipfile
 from collections import Counter
 from datetime import UTC, datetime
+from itertools import chain
 from pathlib import Path
 
 from pipelines.cli import flags
@@ -93,8 +94,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                                         "several (hardware=[...]), e.g. h200")
     imp.add_argument("--dry-run", action="store_true", help="parse and match, store nothing")
     imp.add_argument("logs", nargs="+", type=Path, metavar="LOGFILE",
-                     help="job logs as CI saved them (GitHub raw logs, or the run's log archive .zip), or a "
-                          "history.jsonl a night kept when its store refused writes")
+                     help="job logs as CI saved them (GitHub raw logs, the run's log archive .zip, or `gh run "
+                          "view --log` output, read job by job), or a history.jsonl a night kept when its store "
+                          "refused writes")
     show = hs.add_parser("show", help="list stored samples")
     add_common(show, repo=False)
     show.add_argument("--test", help="only this test id (or a path prefix)")
@@ -160,9 +162,10 @@ def _not_stored(samples: list, stored: list) -> list:
 def _read_logs(log: Path):
     """Source name -> what a job log says (``ParsedLog``), or each ``.txt`` log in a GitHub log
     archive (the .zip a run's "Download log archive" gives: the whole job's log and one per step;
-    the same attempt in two of them is stored once). Read line by line, archive members straight
+    the same attempt in two of them is stored once), or each job of ``gh run view --log`` output
+    (``LOG:JOB``, its lines numbered as in LOG). Read line by line, archive members straight
     from the archive: a log of hundreds of MB is never held whole."""
-    from pipelines.core.history.joblog import read_ci_log
+    from pipelines.core.history.joblog import is_gh_run_log, read_ci_log, read_gh_run_log
 
     with open(log, "rb") as fh:
         zipped = fh.read(4) == b"PK\x03\x04"
@@ -170,7 +173,11 @@ def _read_logs(log: Path):
     # inside its line, so every line cited after it (refusals, `history show` sources, evidence) is the log's
     if not zipped:
         with open(log, encoding="utf-8", errors="replace", newline="\n") as text:
-            return {str(log): read_ci_log(text)}
+            first = text.readline()
+            lines = chain([first], text)
+            if is_gh_run_log(first):  # `gh run view --log`: every job of the run, each line behind JOB<TAB>STEP<TAB>
+                return {f"{log}:{job}": parsed for job, parsed in read_gh_run_log(lines).items()}
+            return {str(log): read_ci_log(lines)}
     found = {}
     with zipfile.ZipFile(log) as archive:
         for name in sorted(n for n in archive.namelist() if n.endswith(".txt")):

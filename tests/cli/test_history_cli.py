@@ -474,3 +474,26 @@ def test_a_progress_bar_s_lone_cr_does_not_shift_the_lines_a_plain_log_cites(rep
     assert f"  {log}:2: elapsed: -3 s is negative; attempt not imported" in capsys.readouterr().out
     assert cli("history", "show") == 0
     assert capsys.readouterr().out.splitlines()[1].endswith(f" {log}:3")
+
+
+def test_gh_run_view_log_output_is_read_job_by_job_with_the_file_s_line_numbers(repo, tmp_path, capsys):
+    """`gh run view --log` puts every job of a run in one file, each line behind JOB<TAB>STEP<TAB>: each job
+    is read as its own log, and what it cites is the line of that file."""
+    jobs = [("lint", "Set up job", "\ufeff2026-11-30T15:00:00.1Z Current runner version: '2.321.0'"),
+            ("lint", "Run ruff", "2026-11-30T15:00:01.1Z All checks passed!")]
+    jobs += [("stage-c (4, h200)", "Run tests" if n else "Set up job", line) for n, line in enumerate(
+        ["\ufeff2026-11-30T15:00:00.1Z Current runner version: '2.321.0'"] + LOG.splitlines())]
+    jobs += [("stage-b", "Run tests", "2026-11-30T17:00:00.1Z [1/2] tests/e2e/test_a.py  PASS  elapsed=-3s"),
+             ("stage-b", "Run tests", "2026-11-30T17:01:00.1Z [2/2] tests/e2e/test_b.py  PASS  elapsed=60s")]
+    log = tmp_path / "run.txt"
+    log.write_text("".join(f"{job}\t{step}\t{line}\n" for job, step, line in jobs))
+    assert cli("history", "import", "--repo", str(repo), str(log)) == 0
+    out = capsys.readouterr().out
+    assert "imported 4 samples from 3 logs (4 new," in out
+    assert f"  {log}:stage-b:10: elapsed: -3 s is negative; attempt not imported" in out
+    assert f"{log}:stage-c (4, h200):9: filename: tests/e2e/test_gone.py is not a registered test" in out
+    assert "no `[i/N]" not in out, "a job that runs no tests (lint) is no problem"
+    stored = FileHistoryStore(tmp_path / "home" / "history.sqlite").read()
+    assert sorted((s.source, s.outcome, s.elapsed_s) for s in stored) == [
+        (f"{log}:stage-b:11", "passed", 60.0), (f"{log}:stage-c (4, h200):6", "passed", 957.0),
+        (f"{log}:stage-c (4, h200):7", "failed", 41.0), (f"{log}:stage-c (4, h200):8", "passed", 990.0)]

@@ -25,6 +25,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from itertools import chain, groupby
 
 from pipelines.core.model import MAX_EST_TIME_S
 
@@ -185,14 +186,15 @@ def _pieces(text: str) -> Iterator[str]:
     yield text[start:]
 
 
-def read_ci_log(text: str | Iterable[str]) -> ParsedLog:
+def read_ci_log(text: str | Iterable[str], first_line: int = 1) -> ParsedLog:
     """Attempts, refused lines and the runner's command line (suite, hw) of one job log.
 
     ``text`` is the whole log, or its lines each ending in ``\\n`` as a file opened with
     ``newline="\\n"`` gives them: a log of hundreds of MB is read line by line, keeping only the
     runner's lines. Lines are split on newlines only (``str.splitlines`` would also cut at form
     feeds and other separators that test output may hold). A line that starts like the runner's
-    but is cut off or garbled is refused with why, never skipped.
+    but is cut off or garbled is refused with why, never skipped. ``first_line`` is the number of its
+    first line in the file it came from (a job's lines in a ``gh run view --log`` file).
     """
     summaries: list[tuple[int, re.Match[str], datetime | None, float]] = []
     ended: list[_Ended] = []
@@ -205,14 +207,15 @@ def read_ci_log(text: str | Iterable[str]) -> ParsedLog:
     continued: list[str] = []  # the lines so far of a command continued with `\`
     commits: list[tuple[str, int]] = []
     checkout_at = 0  # a checkout's `git log -1 --format=%H` line, whose next line is the commit
-    for i, raw in enumerate(_pieces(text) if isinstance(text, str) else text, start=1):
+    i = first_line - 1
+    for i, raw in enumerate(_pieces(text) if isinstance(text, str) else text, start=first_line):
         # the digest names a run without timestamps: over the text with every \r a line end, as plain logs were
         # read before lines ended at \n only, so importing such a log again does not store its attempts twice
         hashed = raw.replace("\r\n", "\n").replace("\r", "\n") if "\r" in raw else raw
         digest.update(hashed.encode("utf-8", "replace"))
         line, stamp = _strip_stamp(raw.removesuffix("\n").rstrip("\r"))
-        if i == 1 and _NIGHTLY_ATTEMPT.match(line):  # its TIMEOUT line is ours, no attempt of a job to import
-            return ParsedLog((), ((1, "log", _NIGHTLY_ATTEMPT_LOG),), digest=digest.hexdigest())
+        if i == first_line and _NIGHTLY_ATTEMPT.match(line):  # its TIMEOUT line is ours, no attempt of a job to import
+            return ParsedLog((), ((i, "log", _NIGHTLY_ATTEMPT_LOG),), digest=digest.hexdigest())
         if checkout_at and (cm := _COMMIT.match(line)):
             commits.append((cm.group(1), i))
         checkout_at = i if line.startswith("[command]") and _CHECKOUT_LOG.match(line) else 0
@@ -288,6 +291,43 @@ def read_ci_log(text: str | Iterable[str]) -> ParsedLog:
     hw, hw_line = _one(hws)
     return ParsedLog(tuple(out), tuple(sorted(refused)), suite, hw, digest.hexdigest(), suite_line, hw_line,
                      tuple(commits))
+
+
+#: a line of ``gh run view --log``: the job's name, a tab, the step's name, a tab, then the job log's own line
+#: (GitHub's timestamp first; a step's first line may start with a byte order mark)
+_GH_RUN_LINE = re.compile(r"^([^\t\r\n]+)\t[^\t\r\n]*\t(?=\ufeff?\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2})")
+
+
+def is_gh_run_log(first: str) -> bool:
+    """Whether a file whose first line is ``first`` is ``gh run view --log`` output (every job of a run in one file)."""
+    return bool(_GH_RUN_LINE.match(first.lstrip("\ufeff")))
+
+
+def read_gh_run_log(lines: Iterable[str]) -> dict[str, ParsedLog]:
+    """Job name -> what its log says, of ``gh run view --log`` output: each line is the job's log line behind
+    ``JOB<TAB>STEP<TAB>``; gh prints the jobs one after another. Each job is read as its own log, without the
+    prefix, its lines numbered as in the whole file; a job named again later is read as another log
+    (``JOB (2)``). Line by line, one job at a time: the file is never held whole."""
+    found: dict[str, ParsedLog] = {}
+    current = [""]
+
+    def job_of(numbered: tuple[int, str]) -> str:
+        job, _ = _gh_split(numbered[1])
+        current[0] = job if job is not None else current[0]  # a line without the prefix stays with its job
+        return current[0]
+
+    for job, group in groupby(enumerate(lines, start=1), key=job_of):
+        first, raw = next(group)
+        rest = (_gh_split(line)[1] for _, line in group)  # noqa: B031 - read whole before the next group
+        name = next(n for n in (job, *(f"{job} ({k})" for k in range(2, first + 2))) if n not in found)
+        found[name] = read_ci_log(chain([_gh_split(raw)[1]], rest), first_line=first)
+    return found
+
+
+def _gh_split(line: str) -> tuple[str | None, str]:
+    """(job, the job log's line) of a ``gh run view --log`` line; (None, the line) for one without the prefix."""
+    m = _GH_RUN_LINE.match(line.lstrip("\ufeff"))
+    return (m.group(1), line.lstrip("\ufeff")[m.end():]) if m else (None, line)
 
 
 def _one(said: list[tuple[str, int]]) -> tuple[str | None, int]:
