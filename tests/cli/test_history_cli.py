@@ -497,3 +497,28 @@ def test_gh_run_view_log_output_is_read_job_by_job_with_the_file_s_line_numbers(
     assert sorted((s.source, s.outcome, s.elapsed_s) for s in stored) == [
         (f"{log}:stage-b:11", "passed", 60.0), (f"{log}:stage-c (4, h200):6", "passed", 957.0),
         (f"{log}:stage-c (4, h200):7", "failed", 41.0), (f"{log}:stage-c (4, h200):8", "passed", 990.0)]
+
+
+def test_interleaved_output_between_an_end_line_and_its_filename_line_is_no_missing_filename(repo, tmp_path, capsys):
+    """Two runners (or a runner and its test) writing to one log interleave their lines: an `End (i/N):`
+    answered by its `filename=` line a few lines later is whole; one that no filename= line answers is not."""
+    log = tmp_path / "job.txt"
+    log.write_text("2026-11-30T15:00:40Z End (1/2):\n"
+                   "2026-11-30T15:00:40Z End (1/1):\n"
+                   "2026-11-30T15:00:40Z filename='tests/e2e/test_b.py', elapsed=40\n"
+                   "2026-11-30T15:00:40Z [runner-2] step 3 loss 0.2\n"
+                   "2026-11-30T15:00:40Z filename='tests/e2e/test_a.py', elapsed=40\n"
+                   "2026-11-30T15:00:41Z [1/1] tests/e2e/test_b.py  PASS  elapsed=40s\n"
+                   "2026-11-30T15:00:41Z [1/2] tests/e2e/test_a.py  PASS  elapsed=40s\n"
+                   "2026-11-30T15:01:10Z End (2/2):\n"
+                   "2026-11-30T15:01:10Z step 9 loss 0.1\n"
+                   "2026-11-30T15:01:10Z filename='tests/e2e/test_b.py', elapsed=29\n"
+                   "2026-11-30T15:01:11Z [2/2] tests/e2e/test_b.py  PASS  elapsed=29s\n"
+                   "2026-11-30T15:01:20Z End (3/3):\n"
+                   "2026-11-30T15:01:20Z Traceback (most recent call last):\n")
+    assert cli("history", "import", "--repo", str(repo), "--dry-run", str(log)) == 0
+    out = capsys.readouterr().out
+    assert "would import 3 samples" in out
+    assert [line for line in out.splitlines() if "End block without" in line] == [
+        f"  {log}:12: log: End block without its `filename='<file>', elapsed=N` line; that attempt's record is "
+        "incomplete, check the log was saved whole"]

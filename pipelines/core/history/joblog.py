@@ -21,6 +21,7 @@ from __future__ import annotations
 import ast
 import hashlib
 import re
+from bisect import bisect_left
 from collections import defaultdict
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -202,7 +203,8 @@ def read_ci_log(text: str | Iterable[str], first_line: int = 1) -> ParsedLog:
     suites: list[tuple[str, int]] = []  # (suite, line) of each command line that names one
     hws: list[tuple[str, int]] = []
     digest = hashlib.sha256()
-    end_at = 0  # an `End (i/N):` line whose next line must be its `filename=` line
+    ends: list[tuple[int, int, int]] = []  # (line, i, N) of each `End (i/N):` line
+    names: list[int] = []  # each line that starts `filename=`, the second line of an End block
     last: tuple[int, int, int] | None = None  # (line, i, N) of the furthest `[i/N]` summary line of the last N
     continued: list[str] = []  # the lines so far of a command continued with `\`
     commits: list[tuple[str, int]] = []
@@ -226,9 +228,6 @@ def read_ci_log(text: str | Iterable[str], first_line: int = 1) -> ParsedLog:
             if not line.endswith("\\") or len(continued) == _CONTINUED_MAX:
                 _command(" ".join(continued), i - len(continued) + 1, suites, hws)
                 continued = []
-        if end_at and not line.startswith("filename="):  # else that line is read (or refused) here
-            refused.append((end_at, "log", _NO_FILENAME))
-        end_at = 0
         if line[:1] not in _RUNNER_HEADS:  # test output, the bulk of a log: only a command line matters
             if not joined:
                 _command(line, i, suites, hws)
@@ -255,21 +254,22 @@ def read_ci_log(text: str | Iterable[str], first_line: int = 1) -> ParsedLog:
             after, _ = seconds(m.group(2))
             ended.append(_Ended(i, m.group(1), True, after, _when(stamp)))
         elif fm := _FILENAME.match(line):  # the End block's line that says which attempt ended
+            names.append(i)
             event = _end_block(i, fm, _when(stamp), refused)
             ended += [event] if event else []
-        elif _END.match(line):
-            end_at = i
+        elif em := _END.match(line):
+            ends.append((i, int(em.group(1)), int(em.group(2))))
         elif _RUNNER_START.match(line) or _cut_summary(line):
+            names += [i] if line.startswith("filename=") else []  # refused below, but its End block is not unended
             refused.append((i, "log", _cut(line)))
         elif not joined:
             _command(line, i, suites, hws)
     if continued:  # the log ends inside a continued command
         _command(" ".join(continued), i - len(continued) + 1, suites, hws)
-    if end_at:  # the log ends after an `End (i/N):` line
-        refused.append((end_at, "log", _NO_FILENAME))
     if last is not None and last[1] < last[2]:  # the job stopped before its last file's summary line
         refused.append(_ends_early(*last))
     pairs, unpaired = _pair(summaries, ended)
+    refused += [(line, "log", _NO_FILENAME) for line in _unanswered(ends, names, summaries, pairs)]
     refused += [(e.line, "log", f"{'TIMEOUT line' if e.timeout else 'End block'} of {e.file} has no summary line "
                                 f"{_SUMMARY_FORM} after it (the log may be cut off); attempt not imported")
                 for e in unpaired]
@@ -372,6 +372,27 @@ def _end_block(line: int, fm: re.Match[str], stamp: datetime | None, refused: li
         if estimated is None:
             refused.append((line, "_estimated_time", f"{why}; not used to infer the suite"))
     return _Ended(line, name, False, elapsed, stamp, estimated)
+
+
+def _unanswered(ends: list[tuple[int, int, int]], names: list[int], summaries: list,
+               pairs: dict[int, _Ended]) -> list[int]:
+    """The ``End (i/N):`` lines that no ``filename=`` line after them answers. Not only the very next line:
+    a second runner's or the test's own output may be printed between the two (interleaved streams).
+    A ``filename=`` line whose attempt has a summary line ``[i/N]`` answers the latest open ``End (i/N):``
+    before it; any other one the latest open End line before it. ``ends`` is in line order."""
+    index = {e.line: (int(m.group(1)), int(m.group(2))) for i, m, _, _ in summaries
+             if (e := pairs.get(i)) is not None and not e.timeout}
+    still = list(ends)
+
+    def answer(name: int, want: tuple[int, int] | None) -> None:
+        for k in range(bisect_left(still, (name,)) - 1, -1, -1):
+            if want is None or still[k][1:] == want:
+                del still[k]
+                return
+
+    for name in sorted(names, key=lambda n: n not in index):  # those of a known attempt first, then the rest
+        answer(name, index.get(name))
+    return [line for line, _, _ in still]
 
 
 def _cut_summary(line: str) -> bool:
