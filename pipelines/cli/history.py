@@ -6,11 +6,15 @@
 The store is the deployment's (``--deployment``, else ``$NIGHTLY_DEPLOYMENT``, else local):
 ``$NIGHTLY_HOME/history.sqlite`` (``<project>/.nightly`` when unset), or the S3 history of a
 deployment with ``storage: s3``, the one production nights write.
-Imported samples carry the sha256 of each test file in the ``--repo`` checkout: give the
-checkout of the revision the logs ran, or calibration will count them as stale. Without
+Imported samples carry the sha256 of each test file at the commit the log's checkout step printed
+(read from ``--repo``'s git history), else in the ``--repo`` checkout: give the checkout of the
+revision the logs ran, or calibration will count them as stale; a commit not in ``--repo``'s
+history is reported (fetch it, and use ``--dry-run`` to see such lines before storing). Without
 ``--suite`` each log's suite is inferred (its ``run_suite.py --suite`` line, else the one suite
-all its files register, else the registration whose est_time it prints); every log line that is
-refused (unreadable or unbounded numbers, near-miss summary lines) is listed with file:line.
+all its files register, else the registration whose est_time it prints); a log whose command line
+names another suite than ``--suite`` (or a ``--hw`` none of its tests run on) is refused whole.
+Every log line that is refused (unreadable or unbounded numbers, near-miss summary lines) is listed
+with file:line.
 A ``.jsonl`` LOGFILE is samples in the S3 history's object format, as a night whose store refused
 writes keeps them (``<home>/unsaved/<night>/history.jsonl``): they are added as they are (no
 ``--repo`` needed), each attempt once. Such a file is read line by line: a line that does not read
@@ -21,12 +25,15 @@ added, and the command exits 1.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import io
 import os
+import subprocess
 import sys
 import zipfile
 from collections import Counter
 from datetime import UTC, datetime
+from itertools import chain
 from pathlib import Path
 
 from pipelines.cli import flags
@@ -79,14 +86,17 @@ def register(sub: argparse._SubParsersAction) -> None:
     hs.required = True
     imp = hs.add_parser("import", help="read framework M job logs into the history")
     add_common(imp)
-    imp.add_argument("--suite", help="the suite the logs' job ran (default: inferred per log from the runner's "
-                                     "command line, the one suite all its files register, or the est_time it prints)")
+    imp.add_argument("--suite", help="the suite the logs' job ran, for logs that do not name it (default: inferred "
+                                     "per log from the runner's command line, the one suite all its files register, "
+                                     "or the est_time it prints); a log whose command line names another suite is "
+                                     "refused")
     imp.add_argument("--hardware", help="the hardware the logs' job ran on, for files whose registration lists "
                                         "several (hardware=[...]), e.g. h200")
     imp.add_argument("--dry-run", action="store_true", help="parse and match, store nothing")
     imp.add_argument("logs", nargs="+", type=Path, metavar="LOGFILE",
-                     help="job logs as CI saved them (GitHub raw logs, or the run's log archive .zip), or a "
-                          "history.jsonl a night kept when its store refused writes")
+                     help="job logs as CI saved them (GitHub raw logs, the run's log archive .zip, or `gh run "
+                          "view --log` output, read job by job), or a history.jsonl a night kept when its store "
+                          "refused writes")
     show = hs.add_parser("show", help="list stored samples")
     add_common(show, repo=False)
     show.add_argument("--test", help="only this test id (or a path prefix)")
@@ -152,21 +162,26 @@ def _not_stored(samples: list, stored: list) -> list:
 def _read_logs(log: Path):
     """Source name -> what a job log says (``ParsedLog``), or each ``.txt`` log in a GitHub log
     archive (the .zip a run's "Download log archive" gives: the whole job's log and one per step;
-    the same attempt in two of them is stored once). Read line by line, archive members straight
+    the same attempt in two of them is stored once), or each job of ``gh run view --log`` output
+    (``LOG:JOB``, its lines numbered as in LOG). Read line by line, archive members straight
     from the archive: a log of hundreds of MB is never held whole."""
-    from pipelines.core.history.joblog import read_ci_log
+    from pipelines.core.history.joblog import is_gh_run_log, read_ci_log, read_gh_run_log
 
     with open(log, "rb") as fh:
         zipped = fh.read(4) == b"PK\x03\x04"
+    # lines end at \n only, as GitHub counts them (a CRLF's \r is stripped): a progress bar's lone \r stays
+    # inside its line, so every line cited after it (refusals, `history show` sources, evidence) is the log's
     if not zipped:
-        # universal newlines, as a text read gives: a log saved with CRLF or CR line ends reads the same
-        with open(log, encoding="utf-8", errors="replace") as text:
-            return {str(log): read_ci_log(text)}
+        with open(log, encoding="utf-8", errors="replace", newline="\n") as text:
+            first = text.readline()
+            lines = chain([first], text)
+            if is_gh_run_log(first):  # `gh run view --log`: every job of the run, each line behind JOB<TAB>STEP<TAB>
+                return {f"{log}:{job}": parsed for job, parsed in read_gh_run_log(lines).items()}
+            return {str(log): read_ci_log(lines)}
     found = {}
     with zipfile.ZipFile(log) as archive:
         for name in sorted(n for n in archive.namelist() if n.endswith(".txt")):
             with archive.open(name) as member:
-                # lines end at \n only: a progress bar's lone \r stays inside its line, as GitHub shows it
                 found[f"{log}:{name}"] = read_ci_log(io.TextIOWrapper(member, encoding="utf-8", errors="replace",
                                                                       newline="\n"))
     return found
@@ -240,8 +255,38 @@ def _import_logs(args: argparse.Namespace, logs: list[Path]) -> tuple[dict, tupl
             problems.append(Problem(str(log), 1, "log", f"a damaged zip archive ({exc}); download the logs again"))
     from pipelines.core.history import import_parsed
 
-    samples, found = import_parsed(parsed, catalog, args.suite, args.hardware, archives)
+    revisions = GitRevisions(path) if any(log.commits for log in parsed.values()) else None
+    samples, found = import_parsed(parsed, catalog, args.suite, args.hardware, archives, revisions)
     return parsed, (samples, problems + found)
+
+
+class GitRevisions:
+    """The --repo checkout's files at the commits job logs name, read with git (argv lists, no shell): a
+    sample carries the digest of the test file that ran, not of the file checked out now."""
+
+    def __init__(self, repo: Path):
+        self.repo = repo
+        self._has: dict[str, bool] = {}
+        self._digests: dict[tuple[str, str], str | None] = {}
+
+    def _git(self, *args: str) -> subprocess.CompletedProcess | None:
+        try:
+            return subprocess.run(["git", "-C", str(self.repo), *args], capture_output=True, check=False)
+        except OSError:  # no git on PATH: no commit is known, and the warning says the checkout's digest is used
+            return None
+
+    def has(self, commit: str) -> bool:
+        if commit not in self._has:
+            done = self._git("rev-parse", "--verify", "--quiet", f"{commit}^{{commit}}")
+            self._has[commit] = done is not None and done.returncode == 0
+        return self._has[commit]
+
+    def digest(self, commit: str, path: str) -> str | None:
+        if (commit, path) not in self._digests:
+            done = self._git("show", f"{commit}:./{path}")
+            ok = done is not None and done.returncode == 0
+            self._digests[commit, path] = hashlib.sha256(done.stdout).hexdigest() if ok else None
+        return self._digests[commit, path]
 
 
 #: a log this large takes seconds to read (a 200 MB log 15-27 s): say so before reading it

@@ -262,8 +262,8 @@ def test_logs_read_line_by_line_say_exactly_what_the_whole_text_says(repo, tmp_p
         z.writestr("0_job.txt", EVERY_FEATURE)
         z.writestr("job/3_Run tests.txt", EVERY_FEATURE.replace(b"\r", b""))
         z.writestr("job/meta.json", "{}")
-    # what `history import` read before: the whole text (a plain file through universal newlines)
-    whole = {str(plain): plain.read_text(encoding="utf-8", errors="replace")}
+    # what `history import` read before: the whole text (lines end at \n only, a lone \r stays in its line)
+    whole = {str(plain): plain.read_bytes().decode("utf-8", errors="replace")}
     with zipfile.ZipFile(archive) as z:
         whole |= {f"{archive}:{n}": z.read(n).decode("utf-8", errors="replace") for n in ("0_job.txt",
                                                                                             "job/3_Run tests.txt")}
@@ -277,8 +277,8 @@ def test_logs_read_line_by_line_say_exactly_what_the_whole_text_says(repo, tmp_p
     catalog = history_cli.load_catalog_for(None, None, None)
     archives = {s: str(archive) for s in streamed if s.startswith(f"{archive}:")}
     assert import_parsed(streamed, catalog, archives=archives) == import_logs(whole, catalog, archives=archives)
-    # as before, a lone CR ends a plain file's line (a text read's universal newlines), not an archive member's
-    assert [a.line for a in streamed[str(plain)].attempts] == [a.line + 2 for a in parsed.attempts]
+    # a lone CR ends no line, in a plain file as in an archive member: both cite the same lines
+    assert [a.line for a in streamed[str(plain)].attempts] == [a.line for a in parsed.attempts]
 
 
 def _kept(path, run_id: str, n: int = 7) -> bytes:
@@ -353,3 +353,172 @@ def test_several_or_large_logs_are_announced_one_by_one_on_stderr(repo, tmp_path
     monkeypatch.setattr(history_cli, "LARGE_LOG_BYTES", len(LOG))
     assert cli("history", "import", "--repo", str(repo), "--dry-run", str(logs[0])) == 0
     assert capsys.readouterr().err == f"nightly history: reading {logs[0]} (1/1) ...\n"
+
+
+def test_a_log_cut_off_mid_test_says_how_many_files_have_no_summary_line(repo, tmp_path, capsys):
+    """The runner numbers its files [i/N]: a job killed while [3/4] ran leaves 2 of 4 files without a result,
+    which the import says at the last summary line instead of reporting a clean 2-sample import."""
+    log = tmp_path / "cut.txt"
+    log.write_text("python3 run_suite.py --suite stage-c-4-gpu-h200\n"
+                   "End (1/4):\nfilename='tests/e2e/test_a.py', elapsed=40\n"
+                   "[1/4] tests/e2e/test_a.py  PASS  elapsed=40s\n"
+                   "End (2/4):\nfilename='tests/e2e/test_b.py', elapsed=20\n"
+                   "[2/4] tests/e2e/test_b.py  PASS  elapsed=20s\n"
+                   "step 10 loss 0.31\n"
+                   "##[error]The job running on runner gpu-h200-3 has exceeded the maximum execution time of 360 "
+                   "minutes.\n##[error]The operation was canceled.\n")
+    assert cli("history", "import", "--repo", str(repo), str(log)) == 0
+    out = capsys.readouterr().out
+    assert "imported 2 samples from 1 logs" in out
+    assert (f"  {log}:7: log: log ends after [2/4]: 2 of 4 files have no summary line (the job was cut off or "
+            "cancelled, or the runner stopped at a failure), so they get no sample") in out
+    # a whole log, whose last summary line is [N/N], says nothing of the kind
+    log.write_text(LOG)
+    assert cli("history", "import", "--repo", str(repo), "--dry-run", str(log)) == 0
+    assert "log ends after" not in capsys.readouterr().out
+
+
+def test_a_log_whose_command_line_names_another_suite_or_hardware_than_suite_is_refused_whole(tmp_path, capsys,
+                                                                                              monkeypatch):
+    """--suite is for logs that do not name theirs: an MI300 job's log imported with an H200 --suite is
+    refused (nothing stored) with the line that names its suite, not stored as the H200 test's durations."""
+    both = Catalog(repo=str(tmp_path), tests=(
+        make_test(), make_test(suite="stage-c-4-gpu-mi300", backend="rocm", hardware="mi300")))
+    monkeypatch.setattr(history_cli, "load_catalog_for", lambda path, spec, specs: both)
+    store = tmp_path / "h.sqlite"
+    mi300 = tmp_path / "mi300.txt"
+    mi300.write_text("2026-11-30T15:00:00Z ##[group]Run tests\n"
+                     "2026-11-30T15:00:01Z python3 run_suite.py --suite stage-c-4-gpu-mi300 --hw amd\n"
+                     "2026-11-30T15:01:00Z [1/1] tests/e2e/test_a.py  PASS  elapsed=40s\n")
+    assert cli("history", "import", "--repo", str(tmp_path), "--store", str(store), "--suite", "stage-c-4-gpu-h200",
+               str(mi300)) == 1
+    out = capsys.readouterr().out
+    assert (f"  {mi300}:2: suite: the log's command line runs suite 'stage-c-4-gpu-mi300' but --suite says "
+            "'stage-c-4-gpu-h200'; nothing of this log is imported: leave --suite out (this log names its own "
+            "suite), or import this log in a command of its own without --suite") in out
+    assert FileHistoryStore(store).read() == []
+    # only --hw on the command line: AMD hardware, but the --suite's tests are all CUDA
+    mi300.write_text("python3 run_suite.py --hw amd\n[1/1] tests/e2e/test_a.py  PASS  elapsed=40s\n")
+    assert cli("history", "import", "--repo", str(tmp_path), "--store", str(store), "--suite",
+               "stage-c-4-gpu-h200", str(mi300)) == 1
+    assert (f"  {mi300}:1: suite: the log's command line runs on --hw amd (rocm) but the tests of suite "
+            "'stage-c-4-gpu-h200' from --suite run on cuda; nothing of this log is imported") in capsys.readouterr().out
+    assert FileHistoryStore(store).read() == []
+    # without --suite the log's own command line decides; a log that names no suite still takes --suite
+    mi300.write_text("python3 run_suite.py --suite stage-c-4-gpu-mi300 --hw amd\n"
+                     "[1/1] tests/e2e/test_a.py  PASS  elapsed=40s\n")
+    plain = tmp_path / "plain.txt"
+    plain.write_text("[1/1] tests/e2e/test_a.py  PASS  elapsed=50s\n")
+    assert cli("history", "import", "--repo", str(tmp_path), "--store", str(store), str(mi300)) == 0
+    assert cli("history", "import", "--repo", str(tmp_path), "--store", str(store), "--suite",
+               "stage-c-4-gpu-h200", str(plain)) == 0
+    assert sorted((s.hardware, s.elapsed_s) for s in FileHistoryStore(store).read()) == [("h200", 50.0),
+                                                                                          ("mi300", 40.0)]
+
+
+def test_a_sample_carries_the_digest_of_its_test_file_at_the_commit_the_log_checked_out(tmp_path, capsys, monkeypatch):
+    """The checkout step prints the commit the job ran: a test file changed since then gets that commit's
+    digest (stale evidence for calibration), not the checkout's; a commit --repo does not have is said."""
+    import subprocess
+
+    root = tmp_path / "fw"
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-C", str(root), "-c", "user.email=a@b", "-c", "user.name=a", *args],
+                              check=True, capture_output=True, text=True).stdout.strip()
+
+    for name in ("test_a", "test_b"):
+        (root / "tests/e2e").mkdir(parents=True, exist_ok=True)
+        (root / "tests/e2e" / f"{name}.py").write_text("register_cuda_ci(600, 'stage-c-4-gpu-h200', labels=[])\n")
+    git("init", "-q")
+    git("add", "-A")
+    git("commit", "-qm", "A")
+    ran = git("rev-parse", "HEAD")
+    old_b = hashlib.sha256((root / "tests/e2e/test_b.py").read_bytes()).hexdigest()
+    (root / "tests/e2e/test_b.py").write_text("register_cuda_ci(600, 'stage-c-4-gpu-h200', labels=[])\n# changed\n")
+    git("commit", "-qam", "B")
+    now = {name: hashlib.sha256((root / "tests/e2e" / f"{name}.py").read_bytes()).hexdigest()
+           for name in ("test_a", "test_b")}
+    fake = Catalog(repo=str(root), tests=tuple(make_test(id=f"tests/e2e/{n}.py", path=f"tests/e2e/{n}.py",
+                                                         sha256=sha) for n, sha in now.items()))
+    monkeypatch.setattr(history_cli, "load_catalog_for", lambda path, spec, specs: fake)
+    log = tmp_path / "job.txt"
+    log.write_text("2026-11-30T15:00:00Z [command]/usr/bin/git log -1 --format=%H\n"
+                   f"2026-11-30T15:00:00Z {ran}\n"
+                   "2026-11-30T15:01:00Z [1/2] tests/e2e/test_a.py  PASS  elapsed=40s\n"
+                   "2026-11-30T15:02:00Z [2/2] tests/e2e/test_b.py  PASS  elapsed=20s\n")
+    store = tmp_path / "h.sqlite"
+    assert cli("history", "import", "--repo", str(root), "--store", str(store), str(log)) == 0
+    assert "commit" not in capsys.readouterr().out
+    assert {s.test_id: s.sha256 for s in FileHistoryStore(store).read()} == {
+        "tests/e2e/test_a.py": now["test_a"], "tests/e2e/test_b.py": old_b}
+    # a commit that is not in --repo's history: said at its line; the samples carry the checkout's digests
+    unknown = "f" * 40
+    log.write_text(log.read_text().replace(ran, unknown).replace("15:0", "16:0"))
+    assert cli("history", "import", "--repo", str(root), "--store", str(store), str(log)) == 0
+    assert (f"  {log}:2: commit: commit {unknown} that the log's checkout printed is not in the history of --repo: "
+            "its samples carry the digests of the --repo checkout's files") in capsys.readouterr().out
+    later = [s for s in FileHistoryStore(store).read() if s.started_at.startswith("2026-11-30T16")]
+    assert {s.test_id: s.sha256 for s in later} == {"tests/e2e/test_a.py": now["test_a"],
+                                                    "tests/e2e/test_b.py": now["test_b"]}
+
+
+def test_a_progress_bar_s_lone_cr_does_not_shift_the_lines_a_plain_log_cites(repo, tmp_path, capsys):
+    """hf download / tqdm redraw their bar with a lone \\r: GitHub numbers lines at \\n only, so the lines a
+    .txt log's refusals and samples cite are the ones GitHub shows, as for a member of a log archive."""
+    log = tmp_path / "job.txt"
+    log.write_bytes(b"2026-11-30T15:00:00Z Fetching 4 files:  25%|##    | 1/4\r 50%|####  | 2/4\r100%|######| 4/4\r\n"
+                    b"2026-11-30T15:00:01Z [1/2] tests/e2e/test_a.py  PASS  elapsed=-3s\r\n"
+                    b"2026-11-30T15:01:00Z [2/2] tests/e2e/test_b.py  PASS  elapsed=40s\n")
+    assert cli("history", "import", "--repo", str(repo), str(log)) == 0
+    assert f"  {log}:2: elapsed: -3 s is negative; attempt not imported" in capsys.readouterr().out
+    assert cli("history", "show") == 0
+    assert capsys.readouterr().out.splitlines()[1].endswith(f" {log}:3")
+
+
+def test_gh_run_view_log_output_is_read_job_by_job_with_the_file_s_line_numbers(repo, tmp_path, capsys):
+    """`gh run view --log` puts every job of a run in one file, each line behind JOB<TAB>STEP<TAB>: each job
+    is read as its own log, and what it cites is the line of that file."""
+    jobs = [("lint", "Set up job", "\ufeff2026-11-30T15:00:00.1Z Current runner version: '2.321.0'"),
+            ("lint", "Run ruff", "2026-11-30T15:00:01.1Z All checks passed!")]
+    jobs += [("stage-c (4, h200)", "Run tests" if n else "Set up job", line) for n, line in enumerate(
+        ["\ufeff2026-11-30T15:00:00.1Z Current runner version: '2.321.0'"] + LOG.splitlines())]
+    jobs += [("stage-b", "Run tests", "2026-11-30T17:00:00.1Z [1/2] tests/e2e/test_a.py  PASS  elapsed=-3s"),
+             ("stage-b", "Run tests", "2026-11-30T17:01:00.1Z [2/2] tests/e2e/test_b.py  PASS  elapsed=60s")]
+    log = tmp_path / "run.txt"
+    log.write_text("".join(f"{job}\t{step}\t{line}\n" for job, step, line in jobs))
+    assert cli("history", "import", "--repo", str(repo), str(log)) == 0
+    out = capsys.readouterr().out
+    assert "imported 4 samples from 3 logs (4 new," in out
+    assert f"  {log}:stage-b:10: elapsed: -3 s is negative; attempt not imported" in out
+    assert f"{log}:stage-c (4, h200):9: filename: tests/e2e/test_gone.py is not a registered test" in out
+    assert "no `[i/N]" not in out, "a job that runs no tests (lint) is no problem"
+    stored = FileHistoryStore(tmp_path / "home" / "history.sqlite").read()
+    assert sorted((s.source, s.outcome, s.elapsed_s) for s in stored) == [
+        (f"{log}:stage-b:11", "passed", 60.0), (f"{log}:stage-c (4, h200):6", "passed", 957.0),
+        (f"{log}:stage-c (4, h200):7", "failed", 41.0), (f"{log}:stage-c (4, h200):8", "passed", 990.0)]
+
+
+def test_interleaved_output_between_an_end_line_and_its_filename_line_is_no_missing_filename(repo, tmp_path, capsys):
+    """Two runners (or a runner and its test) writing to one log interleave their lines: an `End (i/N):`
+    answered by its `filename=` line a few lines later is whole; one that no filename= line answers is not."""
+    log = tmp_path / "job.txt"
+    log.write_text("2026-11-30T15:00:40Z End (1/2):\n"
+                   "2026-11-30T15:00:40Z End (1/1):\n"
+                   "2026-11-30T15:00:40Z filename='tests/e2e/test_b.py', elapsed=40\n"
+                   "2026-11-30T15:00:40Z [runner-2] step 3 loss 0.2\n"
+                   "2026-11-30T15:00:40Z filename='tests/e2e/test_a.py', elapsed=40\n"
+                   "2026-11-30T15:00:41Z [1/1] tests/e2e/test_b.py  PASS  elapsed=40s\n"
+                   "2026-11-30T15:00:41Z [1/2] tests/e2e/test_a.py  PASS  elapsed=40s\n"
+                   "2026-11-30T15:01:10Z End (2/2):\n"
+                   "2026-11-30T15:01:10Z step 9 loss 0.1\n"
+                   "2026-11-30T15:01:10Z filename='tests/e2e/test_b.py', elapsed=29\n"
+                   "2026-11-30T15:01:11Z [2/2] tests/e2e/test_b.py  PASS  elapsed=29s\n"
+                   "2026-11-30T15:01:20Z End (3/3):\n"
+                   "2026-11-30T15:01:20Z Traceback (most recent call last):\n")
+    assert cli("history", "import", "--repo", str(repo), "--dry-run", str(log)) == 0
+    out = capsys.readouterr().out
+    assert "would import 3 samples" in out
+    assert [line for line in out.splitlines() if "End block without" in line] == [
+        f"  {log}:12: log: End block without its `filename='<file>', elapsed=N` line; that attempt's record is "
+        "incomplete, check the log was saved whole"]

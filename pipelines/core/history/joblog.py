@@ -12,7 +12,8 @@ the same, with no start time. A file name may hold spaces (the status is set off
 Numbers are bounded: an elapsed time that is not a number, negative, or above a day is refused,
 and every line that looks like the runner's but cannot be read (cut off, garbled, bytes that
 were not UTF-8), and every End block without its summary line, is reported with its line and
-why, never silently dropped.
+why, never silently dropped. So is a log that ends before its ``[N/N]`` summary line: the files the
+runner numbered after the last one it reported have no result (a job cut off or cancelled).
 """
 
 from __future__ import annotations
@@ -20,10 +21,12 @@ from __future__ import annotations
 import ast
 import hashlib
 import re
+from bisect import bisect_left
 from collections import defaultdict
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from itertools import chain, groupby
 
 from pipelines.core.model import MAX_EST_TIME_S
 
@@ -62,6 +65,10 @@ _COMMAND_HW = re.compile(r"\.py\b.*?\s--hw(?:=|\s+)([A-Za-z0-9_-]+)")
 #: line by line, each continued with ``\``): enough for any command, and test output whose lines end
 #: in ``\`` (a printed shell script, a C macro) never joins more
 _CONTINUED_MAX = 16
+#: GitHub's checkout step prints the commit it checked out: ``[command]/usr/bin/git log -1 --format=%H`` then the
+#: hash on the next line (older versions of actions/checkout quote both: ``--format='%H'``, ``'<hash>'``)
+_CHECKOUT_LOG = re.compile(r"""^\[command\].*git(?:\.exe)?"?\s+log -1 --format=(?:%H|'%H')\s*$""")
+_COMMIT = re.compile(r"^'?([0-9a-f]{40}(?:[0-9a-f]{24})?)'?\s*$")
 OUTCOME = {"PASS": "passed", "FAIL": "failed", "TIMEOUT": "timed_out"}
 
 
@@ -83,14 +90,19 @@ class LogAttempt:
 
 @dataclass(frozen=True)
 class ParsedLog:
-    """Everything one job log says: attempts, lines refused (line, field, why), the runner's command,
-    and the sha256 of its text (what names a run whose lines have no timestamps)."""
+    """Everything one job log says: attempts, lines refused (line, field, why), the runner's command
+    (suite, hw, and the line that names each), and the sha256 of its text (what names a run whose lines
+    have no timestamps)."""
 
     attempts: tuple[LogAttempt, ...]
     refused: tuple[tuple[int, str, str], ...] = ()
     suite: str | None = None
     hw: str | None = None
     digest: str = ""
+    suite_line: int = 0
+    hw_line: int = 0
+    #: (commit, line) of each commit the job's checkout step printed
+    commits: tuple[tuple[str, int], ...] = ()
 
 
 def seconds(text: str) -> tuple[float | None, str]:
@@ -175,43 +187,55 @@ def _pieces(text: str) -> Iterator[str]:
     yield text[start:]
 
 
-def read_ci_log(text: str | Iterable[str]) -> ParsedLog:
+def read_ci_log(text: str | Iterable[str], first_line: int = 1) -> ParsedLog:
     """Attempts, refused lines and the runner's command line (suite, hw) of one job log.
 
     ``text`` is the whole log, or its lines each ending in ``\\n`` as a file opened with
     ``newline="\\n"`` gives them: a log of hundreds of MB is read line by line, keeping only the
     runner's lines. Lines are split on newlines only (``str.splitlines`` would also cut at form
     feeds and other separators that test output may hold). A line that starts like the runner's
-    but is cut off or garbled is refused with why, never skipped.
+    but is cut off or garbled is refused with why, never skipped. ``first_line`` is the number of its
+    first line in the file it came from (a job's lines in a ``gh run view --log`` file).
     """
     summaries: list[tuple[int, re.Match[str], datetime | None, float]] = []
     ended: list[_Ended] = []
     refused: list[tuple[int, str, str]] = []
-    suites: list[str] = []
-    hws: list[str] = []
+    suites: list[tuple[str, int]] = []  # (suite, line) of each command line that names one
+    hws: list[tuple[str, int]] = []
     digest = hashlib.sha256()
-    end_at = 0  # an `End (i/N):` line whose next line must be its `filename=` line
+    ends: list[tuple[int, int, int]] = []  # (line, i, N) of each `End (i/N):` line
+    names: list[int] = []  # each line that starts `filename=`, the second line of an End block
+    last: tuple[int, int, int] | None = None  # (line, i, N) of the furthest `[i/N]` summary line of the last N
     continued: list[str] = []  # the lines so far of a command continued with `\`
-    for i, raw in enumerate(_pieces(text) if isinstance(text, str) else text, start=1):
-        digest.update(raw.encode("utf-8", "replace"))
+    commits: list[tuple[str, int]] = []
+    checkout_at = 0  # a checkout's `git log -1 --format=%H` line, whose next line is the commit
+    i = first_line - 1
+    for i, raw in enumerate(_pieces(text) if isinstance(text, str) else text, start=first_line):
+        # the digest names a run without timestamps: over the text with every \r a line end, as plain logs were
+        # read before lines ended at \n only, so importing such a log again does not store its attempts twice
+        hashed = raw.replace("\r\n", "\n").replace("\r", "\n") if "\r" in raw else raw
+        digest.update(hashed.encode("utf-8", "replace"))
         line, stamp = _strip_stamp(raw.removesuffix("\n").rstrip("\r"))
-        if i == 1 and _NIGHTLY_ATTEMPT.match(line):  # its TIMEOUT line is ours, no attempt of a job to import
-            return ParsedLog((), ((1, "log", _NIGHTLY_ATTEMPT_LOG),), digest=digest.hexdigest())
+        if i == first_line and _NIGHTLY_ATTEMPT.match(line):  # its TIMEOUT line is ours, no attempt of a job to import
+            return ParsedLog((), ((i, "log", _NIGHTLY_ATTEMPT_LOG),), digest=digest.hexdigest())
+        if checkout_at and (cm := _COMMIT.match(line)):
+            commits.append((cm.group(1), i))
+        checkout_at = i if line.startswith("[command]") and _CHECKOUT_LOG.match(line) else 0
         # `run_suite.py \` then `  --suite S \`: one command over several lines, read as one line once whole;
         # each physical line is still read below as itself (its own number in every attempt and refusal)
         if joined := bool(continued) or line.endswith("\\"):
             continued.append(line.removesuffix("\\"))
             if not line.endswith("\\") or len(continued) == _CONTINUED_MAX:
-                _command(" ".join(continued), suites, hws)
+                _command(" ".join(continued), i - len(continued) + 1, suites, hws)
                 continued = []
-        if end_at and not line.startswith("filename="):  # else that line is read (or refused) here
-            refused.append((end_at, "log", _NO_FILENAME))
-        end_at = 0
         if line[:1] not in _RUNNER_HEADS:  # test output, the bulk of a log: only a command line matters
             if not joined:
-                _command(line, suites, hws)
+                _command(line, i, suites, hws)
             continue
         if m := _SUMMARY.match(line):
+            index, total = int(m.group(1)), int(m.group(2))
+            if last is None or total != last[2] or index >= last[1]:
+                last = (i, index, total)
             value, why = seconds(m.group(5))
             if "\ufffd" in m.group(3):
                 refused.append((i, "filename", f"{m.group(3)[:60]!r} {_NOT_UTF8}; attempt not imported"))
@@ -230,19 +254,22 @@ def read_ci_log(text: str | Iterable[str]) -> ParsedLog:
             after, _ = seconds(m.group(2))
             ended.append(_Ended(i, m.group(1), True, after, _when(stamp)))
         elif fm := _FILENAME.match(line):  # the End block's line that says which attempt ended
+            names.append(i)
             event = _end_block(i, fm, _when(stamp), refused)
             ended += [event] if event else []
-        elif _END.match(line):
-            end_at = i
+        elif em := _END.match(line):
+            ends.append((i, int(em.group(1)), int(em.group(2))))
         elif _RUNNER_START.match(line) or _cut_summary(line):
+            names += [i] if line.startswith("filename=") else []  # refused below, but its End block is not unended
             refused.append((i, "log", _cut(line)))
         elif not joined:
-            _command(line, suites, hws)
+            _command(line, i, suites, hws)
     if continued:  # the log ends inside a continued command
-        _command(" ".join(continued), suites, hws)
-    if end_at:  # the log ends after an `End (i/N):` line
-        refused.append((end_at, "log", _NO_FILENAME))
+        _command(" ".join(continued), i - len(continued) + 1, suites, hws)
+    if last is not None and last[1] < last[2]:  # the job stopped before its last file's summary line
+        refused.append(_ends_early(*last))
     pairs, unpaired = _pair(summaries, ended)
+    refused += [(line, "log", _NO_FILENAME) for line in _unanswered(ends, names, summaries, pairs)]
     refused += [(e.line, "log", f"{'TIMEOUT line' if e.timeout else 'End block'} of {e.file} has no summary line "
                                 f"{_SUMMARY_FORM} after it (the log may be cut off); attempt not imported")
                 for e in unpaired]
@@ -260,17 +287,70 @@ def read_ci_log(text: str | Iterable[str]) -> ParsedLog:
             exit_code=_int_suffix(extras.get("exit")), retry_of=_int_suffix(extras.get("retry_of")),
             estimated=event.estimated if event else None,
         ))
-    one = lambda xs: xs[0] if len(set(xs)) == 1 else None  # noqa: E731 - two uses, both here
-    return ParsedLog(tuple(out), tuple(sorted(refused)), one(suites), one(hws), digest.hexdigest())
+    suite, suite_line = _one(suites)
+    hw, hw_line = _one(hws)
+    return ParsedLog(tuple(out), tuple(sorted(refused)), suite, hw, digest.hexdigest(), suite_line, hw_line,
+                     tuple(commits))
 
 
-def _command(line: str, suites: list[str], hws: list[str]) -> None:
+#: a line of ``gh run view --log``: the job's name, a tab, the step's name, a tab, then the job log's own line
+#: (GitHub's timestamp first; a step's first line may start with a byte order mark)
+_GH_RUN_LINE = re.compile(r"^([^\t\r\n]+)\t[^\t\r\n]*\t(?=\ufeff?\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2})")
+
+
+def is_gh_run_log(first: str) -> bool:
+    """Whether a file whose first line is ``first`` is ``gh run view --log`` output (every job of a run in one file)."""
+    return bool(_GH_RUN_LINE.match(first.lstrip("\ufeff")))
+
+
+def read_gh_run_log(lines: Iterable[str]) -> dict[str, ParsedLog]:
+    """Job name -> what its log says, of ``gh run view --log`` output: each line is the job's log line behind
+    ``JOB<TAB>STEP<TAB>``; gh prints the jobs one after another. Each job is read as its own log, without the
+    prefix, its lines numbered as in the whole file; a job named again later is read as another log
+    (``JOB (2)``). Line by line, one job at a time: the file is never held whole."""
+    found: dict[str, ParsedLog] = {}
+    current = [""]
+
+    def job_of(numbered: tuple[int, str]) -> str:
+        job, _ = _gh_split(numbered[1])
+        current[0] = job if job is not None else current[0]  # a line without the prefix stays with its job
+        return current[0]
+
+    for job, group in groupby(enumerate(lines, start=1), key=job_of):
+        first, raw = next(group)
+        rest = (_gh_split(line)[1] for _, line in group)  # noqa: B031 - read whole before the next group
+        name = next(n for n in (job, *(f"{job} ({k})" for k in range(2, first + 2))) if n not in found)
+        found[name] = read_ci_log(chain([_gh_split(raw)[1]], rest), first_line=first)
+    return found
+
+
+def _gh_split(line: str) -> tuple[str | None, str]:
+    """(job, the job log's line) of a ``gh run view --log`` line; (None, the line) for one without the prefix."""
+    m = _GH_RUN_LINE.match(line.lstrip("\ufeff"))
+    return (m.group(1), line.lstrip("\ufeff")[m.end():]) if m else (None, line)
+
+
+def _one(said: list[tuple[str, int]]) -> tuple[str | None, int]:
+    """The one value the log's command lines give, and the first line giving it; (None, 0) when none or several."""
+    return (said[0][0], said[0][1]) if len({value for value, _ in said}) == 1 else (None, 0)
+
+
+def _ends_early(line: int, index: int, total: int) -> tuple[int, str, str]:
+    """The runner numbers the files of its job ``[i/N]``: a log whose furthest summary line is ``[i/N]`` with
+    i < N ran N - i files to no result (the file running when the job was cut off, and those after it)."""
+    left = total - index
+    return (line, "log", f"log ends after [{index}/{total}]: {left} of {total} files {'have' if left > 1 else 'has'} "
+                         "no summary line (the job was cut off or cancelled, or the runner stopped at a failure), so "
+                         "they get no sample; if the log was saved while the job ran, download it again once it is done")
+
+
+def _command(line: str, at: int, suites: list[tuple[str, int]], hws: list[tuple[str, int]]) -> None:
     """The suite and hardware of a runner's command line (``run_suite.py --suite S --hw B``), if it is one."""
     if "--suite" in line or "--hw" in line:
         if cm := _COMMAND_SUITE.search(line):
-            suites.append(cm.group(1))
+            suites.append((cm.group(1), at))
         if hm := _COMMAND_HW.search(line):
-            hws.append(hm.group(1))
+            hws.append((hm.group(1), at))
 
 
 def _end_block(line: int, fm: re.Match[str], stamp: datetime | None, refused: list) -> _Ended | None:
@@ -292,6 +372,27 @@ def _end_block(line: int, fm: re.Match[str], stamp: datetime | None, refused: li
         if estimated is None:
             refused.append((line, "_estimated_time", f"{why}; not used to infer the suite"))
     return _Ended(line, name, False, elapsed, stamp, estimated)
+
+
+def _unanswered(ends: list[tuple[int, int, int]], names: list[int], summaries: list,
+               pairs: dict[int, _Ended]) -> list[int]:
+    """The ``End (i/N):`` lines that no ``filename=`` line after them answers. Not only the very next line:
+    a second runner's or the test's own output may be printed between the two (interleaved streams).
+    A ``filename=`` line whose attempt has a summary line ``[i/N]`` answers the latest open ``End (i/N):``
+    before it; any other one the latest open End line before it. ``ends`` is in line order."""
+    index = {e.line: (int(m.group(1)), int(m.group(2))) for i, m, _, _ in summaries
+             if (e := pairs.get(i)) is not None and not e.timeout}
+    still = list(ends)
+
+    def answer(name: int, want: tuple[int, int] | None) -> None:
+        for k in range(bisect_left(still, (name,)) - 1, -1, -1):
+            if want is None or still[k][1:] == want:
+                del still[k]
+                return
+
+    for name in sorted(names, key=lambda n: n not in index):  # those of a known attempt first, then the rest
+        answer(name, index.get(name))
+    return [line for line, _, _ in still]
 
 
 def _cut_summary(line: str) -> bool:

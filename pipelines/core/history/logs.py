@@ -3,8 +3,9 @@
 :mod:`.joblog` reads a log into attempts and refused lines. The log does not name its suite;
 :func:`import_logs` infers it from the runner's command line in the log (``run_suite.py --suite
 S``), else the one suite every file of the log registers, else the registration whose est_time
-the log prints (``_estimated_time=``). A file the log names that has no test is reported with
-why: not in the checkout, or in it but unreadable to the catalog (its own problem is quoted).
+the log prints (``_estimated_time=``); ``--suite`` never overrides a log's own command line. A
+file the log names that has no test is reported with why: not in the checkout, or in it but
+unreadable to the catalog (its own problem is quoted).
 """
 
 from __future__ import annotations
@@ -13,12 +14,13 @@ import hashlib
 import math
 from collections import defaultdict
 from collections.abc import Mapping
+from typing import Protocol
 
 from pipelines.core.history.joblog import OUTCOME, LogAttempt, ParsedLog, parse_ci_log, read_ci_log, seconds
 from pipelines.core.model import Catalog, Problem, Sample, Test
 
 #: what callers imported from here before the reading moved to :mod:`.joblog`
-__all__ = ["OUTCOME", "LogAttempt", "ParsedLog", "import_logs", "import_parsed", "parse_ci_log", "read_ci_log",
+__all__ = ["OUTCOME", "LogAttempt", "ParsedLog", "Revisions", "import_logs", "import_parsed", "parse_ci_log", "read_ci_log",
            "seconds"]
 
 
@@ -36,24 +38,41 @@ def _candidates(file: str, by_path: Mapping[str, list[Test]]) -> tuple[str, list
     return (inside[0], by_path[inside[0]]) if len(inside) == 1 and not suffix else (path, [])
 
 
+class Revisions(Protocol):
+    """The --repo checkout's git history, as far as a log's checkout commit needs it (the CLI reads it with git)."""
+
+    def has(self, commit: str) -> bool:
+        """Whether ``commit`` is a commit of the checkout's history."""
+
+    def digest(self, commit: str, path: str) -> str | None:
+        """The catalog's digest (sha256 of the bytes) of ``path`` at ``commit``; None when it is not there."""
+
+
 def import_logs(texts_by_source: Mapping[str, str], catalog: Catalog,
                 suite: str | None = None, hardware: str | None = None,
-                archives: Mapping[str, str] | None = None) -> tuple[list[Sample], list[Problem]]:
+                archives: Mapping[str, str] | None = None,
+                revisions: Revisions | None = None) -> tuple[list[Sample], list[Problem]]:
     """:func:`import_parsed` of whole log texts."""
     logs = {source: read_ci_log(text) for source, text in texts_by_source.items()}
-    return import_parsed(logs, catalog, suite, hardware, archives)
+    return import_parsed(logs, catalog, suite, hardware, archives, revisions)
 
 
 def import_parsed(logs: Mapping[str, ParsedLog], catalog: Catalog,
                   suite: str | None = None, hardware: str | None = None,
-                  archives: Mapping[str, str] | None = None) -> tuple[list[Sample], list[Problem]]:
+                  archives: Mapping[str, str] | None = None,
+                  revisions: Revisions | None = None) -> tuple[list[Sample], list[Problem]]:
     """Samples for every attempt whose file and suite are known; one problem per file otherwise.
 
-    The suite is ``suite`` (the job's, from --suite) or else inferred per log (module docstring).
+    The suite is ``suite`` (the job's, from --suite) or else inferred per log (module docstring). A log
+    whose own command line names another suite, or hardware none of ``suite``'s tests run on, is
+    refused whole: --suite was given for other logs, and storing its attempts under ``suite`` would
+    put one hardware's durations on another's tests.
     ``hardware`` (from --hardware) picks among the tests of a call that lists several
     (``hardware=[...]``): they share the suite, and a log does not say which hardware ran it.
-    Every refused line is a problem. Samples carry the sha256 the catalog read from the checkout
-    the logs ran, and ``capped`` for timeouts. ``archives`` (source -> the archive it came from): a
+    Every refused line is a problem. Samples carry the sha256 of the test file at the commit the
+    log's checkout step printed, read through ``revisions`` (a file changed since then is then not
+    current evidence), else the sha256 the catalog read from the checkout (a log naming no commit, or
+    one not in the checkout's history: said), and ``capped`` for timeouts. ``archives`` (source -> the archive it came from): a
     member without summary lines (a setup step's log) is said only when no member of its archive has any.
     """
     by_path: dict[str, list[Test]] = defaultdict(list)
@@ -71,6 +90,12 @@ def import_parsed(logs: Mapping[str, ParsedLog], catalog: Catalog,
         if not log.attempts and not log.refused and archives.get(source) not in with_runs:
             problems.append(Problem(source, 1, "log", "no `[i/N] <file>  PASS|FAIL|TIMEOUT  elapsed=Ns` "
                                     "summary lines found; is this a framework M job log?"))
+        if suite and (clash := _contradicts(log, suite, catalog)):  # the log knows its job better than --suite
+            problems.append(Problem(source, *clash))
+            continue
+        commit, unknown = _commit(log, revisions)
+        if unknown and log.attempts:
+            problems.append(Problem(source, *unknown))
         job_suite, said = (suite, "--suite") if suite else (log.suite, "the log's command line (--suite)")
         common = None if job_suite else _common_suite(log.attempts, by_path)
         for a in log.attempts:
@@ -95,16 +120,46 @@ def import_parsed(logs: Mapping[str, ParsedLog], catalog: Catalog,
                                             _why(a.file, tests, job_suite, said, catalog, a)))
                 continue
             t = chosen[0]
+            sha256 = t.sha256
+            if commit and revisions is not None:
+                sha256 = revisions.digest(commit[0], t.path)
+                if sha256 is None:
+                    if a.file not in reported:
+                        reported.add(a.file)
+                        problems.append(Problem(source, commit[1], "commit", f"{t.path} is not in commit {commit[0]} "
+                                                "that the log's checkout printed, so what ran is unknown; its attempts "
+                                                "are not imported (check --repo is the framework the log ran)"))
+                    continue
             same = (t.id, t.hardware, a.file, a.started_at, a.elapsed_s, a.status, a.attempt)
             if a.started_at and same in seen:
                 continue  # also in another log given (the whole job's log and its step's log)
             seen.add(same)
             samples.append(Sample(
-                test_id=t.id, hardware=t.hardware, sha256=t.sha256, outcome=OUTCOME[a.status],  # type: ignore[arg-type]
+                test_id=t.id, hardware=t.hardware, sha256=sha256, outcome=OUTCOME[a.status],  # type: ignore[arg-type]
                 elapsed_s=a.elapsed_s, started_at=a.started_at, run_id=run_id, attempt=a.attempt,
                 source=f"{source}:{a.line}", capped=a.status == "TIMEOUT",
             ))
     return samples, problems
+
+
+def _commit(log: ParsedLog, revisions: Revisions | None) -> tuple[tuple[str, int] | None, tuple | None]:
+    """((commit, line) whose files the log's attempts ran, or None), and (line, field, why) when the log names a
+    commit that cannot be used: its samples then carry the checkout's digests, as for a log naming none."""
+    if not log.commits or revisions is None:
+        return None, None
+    known = [c for c in log.commits if revisions.has(c[0])]
+    if len({c for c, _ in known}) == 1:
+        return known[0], None
+    as_today = ("its samples carry the digests of the --repo checkout's files, so calibration counts them as "
+                "current evidence even if a test file changed since")
+    if known:
+        lines = ", ".join(f"line {line}: {c[:12]}" for c, line in known)
+        return None, (known[0][1], "commit", f"the log's checkouts name several commits ({lines}); which one ran the "
+                                             f"tests is unknown: {as_today}")
+    c, line = log.commits[0]
+    return None, (line, "commit", f"commit {c} that the log's checkout printed is not in the history of --repo: "
+                                  f"{as_today}; fetch it (`git fetch origin {c}`) before importing, or give --repo "
+                                  "the checkout the log ran")
 
 
 def _run_id(log: ParsedLog) -> str:
@@ -120,6 +175,27 @@ def _run_id(log: ParsedLog) -> str:
 
 #: ``--hw`` names as runners spell them vs our backends
 _SAME_HW = {("amd", "rocm"), ("rocm", "amd"), ("nvidia", "cuda")}
+
+
+def _contradicts(log: ParsedLog, suite: str, catalog: Catalog) -> tuple[int, str, str] | None:
+    """(line, field, why) when the log's own command line contradicts --suite: another ``--suite``, or a
+    ``--hw`` that no test of ``suite`` runs on (checked only for the backends we know)."""
+    refused = "nothing of this log is imported"
+    if log.suite and log.suite != suite:
+        return (log.suite_line, "suite", f"the log's command line runs suite {log.suite!r} but --suite says "
+                f"{suite!r}; {refused}: leave --suite out (this log names its own suite), or import this log in a command "
+                "of its own without --suite")
+    if log.hw and not log.suite and (backend := _BACKEND.get(log.hw)):
+        backends = {t.backend for t in catalog.tests if t.suite == suite}
+        if backends and backend not in backends:
+            return (log.hw_line, "suite", f"the log's command line runs on --hw {log.hw} ({backend}) but the tests "
+                    f"of suite {suite!r} from --suite run on {', '.join(sorted(backends))}; {refused}: import it "
+                    "separately, with the suite its job ran (or without --suite, to infer it)")
+    return None
+
+
+#: a runner's ``--hw`` name -> our backend (a name not listed is not checked against --suite)
+_BACKEND = {"cuda": "cuda", "nvidia": "cuda", "rocm": "rocm", "amd": "rocm", "cpu": "cpu"}
 
 
 def _common_suite(attempts: tuple[LogAttempt, ...], by_path: Mapping[str, list[Test]]) -> str | None:
