@@ -209,9 +209,13 @@ class _PytestCount:
     whose call passed, or any phase of which failed, ran; the others were skipped or expected failures."""
 
     def __init__(self) -> None:
+        self.collected = 0  # the tests the run selected to run
         self.ran: set[str] = set()
         self.skipped: set[str] = set()
         self.xfailed: set[str] = set()
+
+    def pytest_collection_finish(self, session) -> None:
+        self.collected += len(session.items)
 
     def pytest_runtest_logreport(self, report) -> None:
         if report.failed or (report.passed and report.when == "call"):  # an XPASS ran its body too
@@ -222,11 +226,12 @@ class _PytestCount:
 
 class _PytestRuns:
     """The file's pytest runs (``pytest.main()`` in its ``__main__`` block): one whose tests were all
-    skipped or expected failures exits 0 and verified nothing. pytest is the test's to import, from
-    the test's environment: the wrapper never imports it (it may not be installed, and importing it
-    would change what the test sees). An import hook waits for the test's own ``import pytest`` and
-    wraps ``pytest.main`` so that it adds a :class:`_PytestCount`. As for unittest, a run started
-    inside ``execute()`` does not decide: there ``execute()`` is the test."""
+    skipped or expected failures exits 0 and verified nothing, and so does one that collected none when
+    the file drops ``pytest.main()``'s status (no ``sys.exit(...)`` around it). pytest is the test's to
+    import, from the test's environment: the wrapper never imports it (it may not be installed, and
+    importing it would change what the test sees). An import hook waits for the test's own ``import
+    pytest`` and wraps ``pytest.main`` so that it adds a :class:`_PytestCount`. As for unittest, a run
+    started inside ``execute()`` does not decide: there ``execute()`` is the test."""
 
     def __init__(self) -> None:
         self.counts: list[_PytestCount] = []
@@ -279,8 +284,12 @@ class _PytestRuns:
             return ""
         skipped = set().union(*(c.skipped for c in self.counts))
         xfailed = set().union(*(c.xfailed for c in self.counts)) - skipped
-        if not skipped and not xfailed:
-            return ""  # nothing collected: pytest itself exits 5, which fails
+        if not skipped and not xfailed:  # pytest exits 5, but a file may drop that (no sys.exit(pytest.main()))
+            collected = sum(c.collected for c in self.counts)
+            if collected:
+                return f"ran no test: its pytest run ran none of the {collected} test(s) it collected"
+            return ("ran no test: its pytest run collected no test (pytest collects `test_*` functions and the "
+                    "`test_*` methods of `Test*` classes without an __init__)")
         how = (f"skipped ({len(skipped)}) or xfailed ({len(xfailed)})" if skipped and xfailed
                else "skipped" if skipped else "xfailed (expected to fail)")
         return f"ran no test: all {len(skipped) + len(xfailed)} of its pytest tests were {how}"
@@ -498,9 +507,9 @@ def main(argv: list[str] | None = None) -> int:
         return int(result["exit_code"])
     if wrapper_main is not None:  # an imported test file was __main__ while it ran
         sys.modules["__main__"] = wrapper_main
-    # a unittest run that ran nothing passes on 3.11 and exits 5 on 3.12+: either way no test ran
-    nothing = unittest_runs.verdict() if result["ok"] or result["exit_code"] == 5 else ""
-    nothing = nothing or (pytest_runs.verdict() if result["ok"] else "")  # pytest passes a run it skipped whole
+    # a run that ran nothing passes (unittest on 3.11, pytest's skipped or xfailed run, any run whose status the
+    # file drops) or exits 5 (unittest on 3.12+, pytest when it collected nothing): either way no test ran
+    nothing = (unittest_runs.verdict() or pytest_runs.verdict()) if result["ok"] or result["exit_code"] == 5 else ""
     if nothing:
         result.update(ok=False, exit_code=1, error=f"{ns.file}: {nothing}")
         _quietly(print, f"# nightly wrapper: {ns.file}: {nothing}", file=sys.stderr)

@@ -414,3 +414,26 @@ def test_the_wrapper_never_imports_pytest_for_a_test_that_does_not_and_its_absen
     out = subprocess.run([sys.executable, "-S", str(WRAPPER), "--file", "test_y.py", "--result", "r.json"],
                          cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and "no pytest here: No module named 'pytest'" in out.stdout, out.stdout + out.stderr
+
+
+NOT_COLLECTED = """
+    import sys
+    import pytest
+
+    class Checks:  # no Test prefix: pytest collects nothing here
+        def test_loss_falls(self):
+            assert False, "never run"
+
+    if __name__ == "__main__":
+        {call}
+"""
+
+
+@pytest.mark.parametrize("call", ['pytest.main([__file__, "-q", "-p", "no:cacheprovider"])',
+                                  'sys.exit(pytest.main([__file__, "-q", "-p", "no:cacheprovider"]))'])
+def test_a_pytest_file_that_collects_no_test_fails_whatever_it_does_with_pytest_mains_status(tmp_path, call):
+    out, result = _wrap(tmp_path, NOT_COLLECTED.format(call=call), env=BARE_PYTEST)
+    assert "no tests ran" in out.stdout, out.stdout
+    assert out.returncode == 1 and result["ok"] is False, out.stdout + out.stderr
+    assert result["error"].startswith("test_x.py: ran no test: its pytest run collected no test"), result
+    assert "`Test*` classes" in result["error"], result
