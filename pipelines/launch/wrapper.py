@@ -20,7 +20,9 @@ Either way the file is ``__main__`` while it runs, so a child started with multi
 The log's first line from the wrapper says which way it took. A file that runs no test fails
 saying so: one with neither an ``execute()`` nor a ``__main__`` block (``python3 FILE`` would run
 nothing), and one whose unittest program (``unittest.main()``) or pytest run (``pytest.main()``),
-not one started inside ``execute()``, ran no test or skipped every test it found.
+not one started inside ``execute()``, ran no test or skipped every test it found. A failure that
+program or run reported fails the test even when the file drops its status and exits 0
+(``unittest.main(exit=False)``, ``pytest.main()`` without ``sys.exit(...)``).
 
 Standard library only (plus optional dagster-pipes): this file must also run inside a framework's
 own image. It writes a small JSON result (measured time of the test's run, error text) and,
@@ -193,6 +195,21 @@ class _UnittestRuns:
             return f"ran no test: all {ran} of its unittest tests were skipped"
         return ""
 
+    def failed(self) -> str:
+        """What the runs reported failed, in the runner's own words ("" when nothing failed): a file that
+        drops its program's status (``unittest.main(exit=False)``, a caught ``SystemExit``) exits 0 after it."""
+        runs = self.results
+        counts = {"failures": sum(len(r.failures) for r in runs), "errors": sum(len(r.errors) for r in runs)}
+        counts["unexpected successes"] = sum(len(r.unexpectedSuccesses) for r in runs)
+        if not any(counts.values()):
+            return ""
+        counts["skipped"] = sum(len(r.skipped) for r in runs)
+        counts["expected failures"] = sum(len(r.expectedFailures) for r in runs)
+        order = ["failures", "errors", "skipped", "expected failures", "unexpected successes"]  # as unittest says it
+        said = ", ".join(f"{name}={counts[name]}" for name in order if counts[name])
+        return (f"its unittest run reported FAILED ({said}), yet the file exited 0: it drops the program's status "
+                "(`unittest.main(exit=False)`, a caught SystemExit); a failure the runner reported fails the test")
+
 
 def _inside_execute(frame, file: str) -> bool:
     """Whether the test file's ``execute()`` is on this stack."""
@@ -213,11 +230,22 @@ class _PytestCount:
         self.ran: set[str] = set()
         self.skipped: set[str] = set()
         self.xfailed: set[str] = set()
+        self.failed = 0  # failed calls, as pytest's summary counts them ("1 failed")
+        self.errors = 0  # failed setups, teardowns and collections ("1 error")
+        self.status: object = None  # what pytest.main() returned
 
     def pytest_collection_finish(self, session) -> None:
         self.collected += len(session.items)
 
+    def pytest_collectreport(self, report) -> None:
+        self.errors += bool(report.failed)
+
     def pytest_runtest_logreport(self, report) -> None:
+        if report.failed:
+            if report.when == "call":
+                self.failed += 1
+            else:
+                self.errors += 1
         if report.failed or (report.passed and report.when == "call"):  # an XPASS ran its body too
             self.ran.add(report.nodeid)
         elif report.skipped:
@@ -273,7 +301,8 @@ class _PytestRuns:
                 return real(args, plugins)
             count = _PytestCount()
             self.counts.append(count)
-            return real(args, [*(plugins or ()), count])
+            count.status = real(args, [*(plugins or ()), count])
+            return count.status
 
         main.__doc__, main.__wrapped__ = real.__doc__, real  # type: ignore[attr-defined]
         pytest.main = main
@@ -293,6 +322,28 @@ class _PytestRuns:
         how = (f"skipped ({len(skipped)}) or xfailed ({len(xfailed)})" if skipped and xfailed
                else "skipped" if skipped else "xfailed (expected to fail)")
         return f"ran no test: all {len(skipped) + len(xfailed)} of its pytest tests were {how}"
+
+    def failed(self) -> str:
+        """What the runs reported failed, in pytest's words ("" when nothing failed): a file that calls
+        ``pytest.main()`` without ``sys.exit(...)`` exits 0 after it."""
+        failed, errors = sum(c.failed for c in self.counts), sum(c.errors for c in self.counts)
+        said = ", ".join([*([f"{failed} failed"] if failed else []),
+                          *([f"{errors} error{'s' if errors > 1 else ''}"] if errors else [])])
+        if not said:  # no test failed, yet pytest did not pass the run (an internal or usage error, an interrupt)
+            status = next((c.status for c in self.counts if _failed_status(c.status)), None)
+            if status is None:
+                return ""
+            said = f"exit status {int(status)}{f' ({status.name})' if hasattr(status, 'name') else ''}"
+        return (f"its pytest run reported {said}, yet the file exited 0: it drops pytest.main()'s status "
+                "(call it as `sys.exit(pytest.main([...]))`); a failure the runner reported fails the test")
+
+
+def _failed_status(status: object) -> bool:
+    """Whether ``pytest.main()`` returned a failure other than "no tests collected" (5, judged as running no test)."""
+    try:
+        return int(status) not in (0, 5)  # type: ignore[call-overload]
+    except (TypeError, ValueError):
+        return False
 
 
 def _test_id(test) -> str:
@@ -507,6 +558,11 @@ def main(argv: list[str] | None = None) -> int:
         return int(result["exit_code"])
     if wrapper_main is not None:  # an imported test file was __main__ while it ran
         sys.modules["__main__"] = wrapper_main
+    # a failure the file's runner reported, whose status the file dropped, is never a pass
+    failed = (unittest_runs.failed() or pytest_runs.failed()) if result["ok"] else ""
+    if failed:
+        result.update(ok=False, exit_code=1, error=f"{ns.file}: {failed}")
+        _quietly(print, f"# nightly wrapper: {ns.file}: {failed}", file=sys.stderr)
     # a run that ran nothing passes (unittest on 3.11, pytest's skipped or xfailed run, any run whose status the
     # file drops) or exits 5 (unittest on 3.12+, pytest when it collected nothing): either way no test ran
     nothing = (unittest_runs.verdict() or pytest_runs.verdict()) if result["ok"] or result["exit_code"] == 5 else ""

@@ -437,3 +437,64 @@ def test_a_pytest_file_that_collects_no_test_fails_whatever_it_does_with_pytest_
     assert out.returncode == 1 and result["ok"] is False, out.stdout + out.stderr
     assert result["error"].startswith("test_x.py: ran no test: its pytest run collected no test"), result
     assert "`Test*` classes" in result["error"], result
+
+
+def test_a_failure_the_files_unittest_program_reported_fails_even_when_the_file_drops_its_status(tmp_path):
+    body = """
+    import unittest
+
+    class TestTrain(unittest.TestCase):
+        def test_loss(self):
+            self.assertLess({loss}, 1.0)
+
+        def test_resume(self):
+            {resume}
+
+        def test_eval(self):
+            pass
+
+    if __name__ == "__main__":
+        unittest.main(exit=False)
+    """
+    out, result = _wrap(tmp_path, body.format(loss=2.5, resume='raise RuntimeError("no checkpoint")'))
+    assert "FAILED (failures=1, errors=1)" in out.stderr, out.stderr
+    assert out.returncode == 1 and result["ok"] is False and result["exit_code"] == 1, out.stderr
+    assert result["error"].startswith("test_x.py: its unittest run reported FAILED (failures=1, errors=1), yet "
+                                      "the file exited 0"), result
+    out, result = _wrap(tmp_path, body.format(loss=0.5, resume="pass"))
+    assert "OK" in out.stderr and out.returncode == 0 and result["ok"] is True, out.stderr
+
+
+def test_a_failure_the_files_pytest_run_reported_fails_even_when_the_file_drops_its_status(tmp_path):
+    body = """
+    import pytest
+
+    @pytest.fixture
+    def checkpoint():
+        {fixture}
+
+    def test_loss():
+        assert {loss} < 1.0
+
+    def test_resume(checkpoint):
+        pass
+
+    def test_eval():
+        pass
+
+    if __name__ == "__main__":
+        pytest.main([__file__, "-q", "-p", "no:cacheprovider"])
+    """
+    out, result = _wrap(tmp_path, body.format(loss=2.5, fixture='raise RuntimeError("no checkpoint")'),
+                        env=BARE_PYTEST)
+    assert "1 failed, 1 passed, 1 error" in out.stdout, out.stdout
+    assert out.returncode == 1 and result["ok"] is False and result["exit_code"] == 1, out.stdout + out.stderr
+    assert result["error"].startswith("test_x.py: its pytest run reported 1 failed, 1 error, yet the file "
+                                      "exited 0"), result
+    out, result = _wrap(tmp_path, body.format(loss=0.5, fixture="return 'ckpt'"), env=BARE_PYTEST)
+    assert "3 passed" in out.stdout and out.returncode == 0 and result["ok"] is True, out.stdout + out.stderr
+    # a run pytest failed with no failed test (a usage error) names its exit status
+    out, result = _wrap(tmp_path, body.format(loss=0.5, fixture="return 'ckpt'").replace('"-q"', '"--no-such-flag"'),
+                        env=BARE_PYTEST)
+    assert out.returncode == 1 and result["error"].startswith(
+        "test_x.py: its pytest run reported exit status 4 (USAGE_ERROR), yet the file exited 0"), result
