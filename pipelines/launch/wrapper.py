@@ -19,8 +19,9 @@ Either way the file is ``__main__`` while it runs, so a child started with multi
 
 The log's first line from the wrapper says which way it took. A file that runs no test fails
 saying so: one with neither an ``execute()`` nor a ``__main__`` block (``python3 FILE`` would run
-nothing), and one whose unittest program (``unittest.main()``) or pytest run (``pytest.main()``),
-not one started inside ``execute()``, ran no test or skipped every test it found. A failure that
+nothing), one whose ``__main__`` block only calls ``prepare()`` (which the wrapper skips), and one
+whose unittest program (``unittest.main()``) or pytest run (``pytest.main()``), not one started
+inside ``execute()``, ran no test or skipped every test it found. A failure that
 program or run reported fails the test even when the file drops its status and exits 0
 (``unittest.main(exit=False)``, ``pytest.main()`` without ``sys.exit(...)``).
 
@@ -130,6 +131,12 @@ def _main_program(tree: ast.Module) -> tuple[ast.Module, int]:
         if _is_main_guard(stmt):
             stmt.body = [skip.visit(s) for s in stmt.body]  # type: ignore[attr-defined]
     return ast.fix_missing_locations(tree), skip.skipped
+
+
+def _does_nothing(block: ast.If) -> bool:
+    """Whether a (rewritten) ``__main__`` block holds only ``pass`` and bare constants (a docstring, ``...``)."""
+    return all(isinstance(s, ast.Pass) or (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))
+               for s in block.body)
 
 
 def _run_as_main(path: str, tree: ast.Module) -> None:
@@ -386,6 +393,11 @@ def _test_function(file: str, func_name: str):
     blocks = [s for s in tree.body if _is_main_guard(s)]
     if func_name == "execute" and blocks:
         program, skipped = _main_program(tree)
+        if all(_does_nothing(b) for b in blocks):  # `python3 FILE` in CI may prepare; here nothing would run
+            what = (f"only calls prepare() ({skipped} call{'s' if skipped > 1 else ''}), which the nightly skips (the "
+                    "night's assets built its inputs)") if skipped else "does nothing"
+            raise NoTest(f"{file}: ran no test: its `if __name__ == \"__main__\":` block (line {blocks[0].lineno}) "
+                         f"{what}, so nothing would run; call the test in that block (e.g. execute() after prepare())")
         _say(f"running {file} as __main__, as `python3 {file}` would, with the {skipped} prepare() call(s) of its "
              "__main__ block skipped (the night's assets built its inputs)")
         return lambda: _run_as_main(file, program)

@@ -498,3 +498,24 @@ def test_a_failure_the_files_pytest_run_reported_fails_even_when_the_file_drops_
                         env=BARE_PYTEST)
     assert out.returncode == 1 and result["error"].startswith(
         "test_x.py: its pytest run reported exit status 4 (USAGE_ERROR), yet the file exited 0"), result
+
+
+def test_a_main_block_that_only_calls_prepare_runs_no_test_and_fails(tmp_path):
+    """The night skips prepare(): a block with nothing else would run nothing, as a file with no block at all."""
+    out, result = _wrap(tmp_path, """
+    def prepare():
+        open("prepared", "w").close()
+
+    def execute():
+        open("executed", "w").close()
+
+    if __name__ == "__main__":
+        \"\"\"Download the checkpoint; the CI job runs execute() itself.\"\"\"
+        prepare()
+    """)
+    line = next(i for i, text in enumerate((tmp_path / "test_x.py").read_text().splitlines(), 1) if "__main__" in text)
+    assert out.returncode == 1 and result["ok"] is False, out.stdout + out.stderr
+    assert result["error"].startswith(f'test_x.py: ran no test: its `if __name__ == "__main__":` block (line {line}) '
+                                      "only calls prepare() (1 call), which the nightly skips"), result
+    assert "Traceback" not in out.stderr and "running test_x.py as __main__" not in out.stdout, out.stdout
+    assert not (tmp_path / "prepared").exists() and not (tmp_path / "executed").exists()
