@@ -19,8 +19,11 @@ Either way the file is ``__main__`` while it runs, so a child started with multi
 
 The log's first line from the wrapper says which way it took. A file that runs no test fails
 saying so: one with neither an ``execute()`` nor a ``__main__`` block (``python3 FILE`` would run
-nothing), and one whose unittest program (``unittest.main()``) or pytest run (``pytest.main()``),
-not one started inside ``execute()``, ran no test or skipped every test it found.
+nothing), one whose ``__main__`` block only calls ``prepare()`` (which the wrapper skips), and one
+whose unittest program (``unittest.main()``) or pytest run (``pytest.main()``), not one started
+inside ``execute()``, ran no test or skipped every test it found. A failure that
+program or run reported fails the test even when the file drops its status and exits 0
+(``unittest.main(exit=False)``, ``pytest.main()`` without ``sys.exit(...)``).
 
 Standard library only (plus optional dagster-pipes): this file must also run inside a framework's
 own image. It writes a small JSON result (measured time of the test's run, error text) and,
@@ -130,6 +133,12 @@ def _main_program(tree: ast.Module) -> tuple[ast.Module, int]:
     return ast.fix_missing_locations(tree), skip.skipped
 
 
+def _does_nothing(block: ast.If) -> bool:
+    """Whether a (rewritten) ``__main__`` block holds only ``pass`` and bare constants (a docstring, ``...``)."""
+    return all(isinstance(s, ast.Pass) or (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))
+               for s in block.body)
+
+
 def _run_as_main(path: str, tree: ast.Module) -> None:
     """Run the (rewritten) file as ``__main__``, as ``python3 FILE`` would (a spawned child re-runs
     the file itself as ``__mp_main__``, as it would under ``python3 FILE``)."""
@@ -193,6 +202,21 @@ class _UnittestRuns:
             return f"ran no test: all {ran} of its unittest tests were skipped"
         return ""
 
+    def failed(self) -> str:
+        """What the runs reported failed, in the runner's own words ("" when nothing failed): a file that
+        drops its program's status (``unittest.main(exit=False)``, a caught ``SystemExit``) exits 0 after it."""
+        runs = self.results
+        counts = {"failures": sum(len(r.failures) for r in runs), "errors": sum(len(r.errors) for r in runs)}
+        counts["unexpected successes"] = sum(len(r.unexpectedSuccesses) for r in runs)
+        if not any(counts.values()):
+            return ""
+        counts["skipped"] = sum(len(r.skipped) for r in runs)
+        counts["expected failures"] = sum(len(r.expectedFailures) for r in runs)
+        order = ["failures", "errors", "skipped", "expected failures", "unexpected successes"]  # as unittest says it
+        said = ", ".join(f"{name}={counts[name]}" for name in order if counts[name])
+        return (f"its unittest run reported FAILED ({said}), yet the file exited 0: it drops the program's status "
+                "(`unittest.main(exit=False)`, a caught SystemExit); a failure the runner reported fails the test")
+
 
 def _inside_execute(frame, file: str) -> bool:
     """Whether the test file's ``execute()`` is on this stack."""
@@ -209,11 +233,26 @@ class _PytestCount:
     whose call passed, or any phase of which failed, ran; the others were skipped or expected failures."""
 
     def __init__(self) -> None:
+        self.collected = 0  # the tests the run selected to run
         self.ran: set[str] = set()
         self.skipped: set[str] = set()
         self.xfailed: set[str] = set()
+        self.failed = 0  # failed calls, as pytest's summary counts them ("1 failed")
+        self.errors = 0  # failed setups, teardowns and collections ("1 error")
+        self.status: object = None  # what pytest.main() returned
+
+    def pytest_collection_finish(self, session) -> None:
+        self.collected += len(session.items)
+
+    def pytest_collectreport(self, report) -> None:
+        self.errors += bool(report.failed)
 
     def pytest_runtest_logreport(self, report) -> None:
+        if report.failed:
+            if report.when == "call":
+                self.failed += 1
+            else:
+                self.errors += 1
         if report.failed or (report.passed and report.when == "call"):  # an XPASS ran its body too
             self.ran.add(report.nodeid)
         elif report.skipped:
@@ -222,11 +261,12 @@ class _PytestCount:
 
 class _PytestRuns:
     """The file's pytest runs (``pytest.main()`` in its ``__main__`` block): one whose tests were all
-    skipped or expected failures exits 0 and verified nothing. pytest is the test's to import, from
-    the test's environment: the wrapper never imports it (it may not be installed, and importing it
-    would change what the test sees). An import hook waits for the test's own ``import pytest`` and
-    wraps ``pytest.main`` so that it adds a :class:`_PytestCount`. As for unittest, a run started
-    inside ``execute()`` does not decide: there ``execute()`` is the test."""
+    skipped or expected failures exits 0 and verified nothing, and so does one that collected none when
+    the file drops ``pytest.main()``'s status (no ``sys.exit(...)`` around it). pytest is the test's to
+    import, from the test's environment: the wrapper never imports it (it may not be installed, and
+    importing it would change what the test sees). An import hook waits for the test's own ``import
+    pytest`` and wraps ``pytest.main`` so that it adds a :class:`_PytestCount`. As for unittest, a run
+    started inside ``execute()`` does not decide: there ``execute()`` is the test."""
 
     def __init__(self) -> None:
         self.counts: list[_PytestCount] = []
@@ -268,7 +308,8 @@ class _PytestRuns:
                 return real(args, plugins)
             count = _PytestCount()
             self.counts.append(count)
-            return real(args, [*(plugins or ()), count])
+            count.status = real(args, [*(plugins or ()), count])
+            return count.status
 
         main.__doc__, main.__wrapped__ = real.__doc__, real  # type: ignore[attr-defined]
         pytest.main = main
@@ -279,11 +320,37 @@ class _PytestRuns:
             return ""
         skipped = set().union(*(c.skipped for c in self.counts))
         xfailed = set().union(*(c.xfailed for c in self.counts)) - skipped
-        if not skipped and not xfailed:
-            return ""  # nothing collected: pytest itself exits 5, which fails
+        if not skipped and not xfailed:  # pytest exits 5, but a file may drop that (no sys.exit(pytest.main()))
+            collected = sum(c.collected for c in self.counts)
+            if collected:
+                return f"ran no test: its pytest run ran none of the {collected} test(s) it collected"
+            return ("ran no test: its pytest run collected no test (pytest collects `test_*` functions and the "
+                    "`test_*` methods of `Test*` classes without an __init__)")
         how = (f"skipped ({len(skipped)}) or xfailed ({len(xfailed)})" if skipped and xfailed
                else "skipped" if skipped else "xfailed (expected to fail)")
         return f"ran no test: all {len(skipped) + len(xfailed)} of its pytest tests were {how}"
+
+    def failed(self) -> str:
+        """What the runs reported failed, in pytest's words ("" when nothing failed): a file that calls
+        ``pytest.main()`` without ``sys.exit(...)`` exits 0 after it."""
+        failed, errors = sum(c.failed for c in self.counts), sum(c.errors for c in self.counts)
+        said = ", ".join([*([f"{failed} failed"] if failed else []),
+                          *([f"{errors} error{'s' if errors > 1 else ''}"] if errors else [])])
+        if not said:  # no test failed, yet pytest did not pass the run (an internal or usage error, an interrupt)
+            status = next((c.status for c in self.counts if _failed_status(c.status)), None)
+            if status is None:
+                return ""
+            said = f"exit status {int(status)}{f' ({status.name})' if hasattr(status, 'name') else ''}"
+        return (f"its pytest run reported {said}, yet the file exited 0: it drops pytest.main()'s status "
+                "(call it as `sys.exit(pytest.main([...]))`); a failure the runner reported fails the test")
+
+
+def _failed_status(status: object) -> bool:
+    """Whether ``pytest.main()`` returned a failure other than "no tests collected" (5, judged as running no test)."""
+    try:
+        return int(status) not in (0, 5)  # type: ignore[call-overload]
+    except (TypeError, ValueError):
+        return False
 
 
 def _test_id(test) -> str:
@@ -326,6 +393,11 @@ def _test_function(file: str, func_name: str):
     blocks = [s for s in tree.body if _is_main_guard(s)]
     if func_name == "execute" and blocks:
         program, skipped = _main_program(tree)
+        if all(_does_nothing(b) for b in blocks):  # `python3 FILE` in CI may prepare; here nothing would run
+            what = (f"only calls prepare() ({skipped} call{'s' if skipped > 1 else ''}), which the nightly skips (the "
+                    "night's assets built its inputs)") if skipped else "does nothing"
+            raise NoTest(f"{file}: ran no test: its `if __name__ == \"__main__\":` block (line {blocks[0].lineno}) "
+                         f"{what}, so nothing would run; call the test in that block (e.g. execute() after prepare())")
         _say(f"running {file} as __main__, as `python3 {file}` would, with the {skipped} prepare() call(s) of its "
              "__main__ block skipped (the night's assets built its inputs)")
         return lambda: _run_as_main(file, program)
@@ -498,9 +570,14 @@ def main(argv: list[str] | None = None) -> int:
         return int(result["exit_code"])
     if wrapper_main is not None:  # an imported test file was __main__ while it ran
         sys.modules["__main__"] = wrapper_main
-    # a unittest run that ran nothing passes on 3.11 and exits 5 on 3.12+: either way no test ran
-    nothing = unittest_runs.verdict() if result["ok"] or result["exit_code"] == 5 else ""
-    nothing = nothing or (pytest_runs.verdict() if result["ok"] else "")  # pytest passes a run it skipped whole
+    # a failure the file's runner reported, whose status the file dropped, is never a pass
+    failed = (unittest_runs.failed() or pytest_runs.failed()) if result["ok"] else ""
+    if failed:
+        result.update(ok=False, exit_code=1, error=f"{ns.file}: {failed}")
+        _quietly(print, f"# nightly wrapper: {ns.file}: {failed}", file=sys.stderr)
+    # a run that ran nothing passes (unittest on 3.11, pytest's skipped or xfailed run, any run whose status the
+    # file drops) or exits 5 (unittest on 3.12+, pytest when it collected nothing): either way no test ran
+    nothing = (unittest_runs.verdict() or pytest_runs.verdict()) if result["ok"] or result["exit_code"] == 5 else ""
     if nothing:
         result.update(ok=False, exit_code=1, error=f"{ns.file}: {nothing}")
         _quietly(print, f"# nightly wrapper: {ns.file}: {nothing}", file=sys.stderr)

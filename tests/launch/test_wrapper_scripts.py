@@ -414,3 +414,108 @@ def test_the_wrapper_never_imports_pytest_for_a_test_that_does_not_and_its_absen
     out = subprocess.run([sys.executable, "-S", str(WRAPPER), "--file", "test_y.py", "--result", "r.json"],
                          cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and "no pytest here: No module named 'pytest'" in out.stdout, out.stdout + out.stderr
+
+
+NOT_COLLECTED = """
+    import sys
+    import pytest
+
+    class Checks:  # no Test prefix: pytest collects nothing here
+        def test_loss_falls(self):
+            assert False, "never run"
+
+    if __name__ == "__main__":
+        {call}
+"""
+
+
+@pytest.mark.parametrize("call", ['pytest.main([__file__, "-q", "-p", "no:cacheprovider"])',
+                                  'sys.exit(pytest.main([__file__, "-q", "-p", "no:cacheprovider"]))'])
+def test_a_pytest_file_that_collects_no_test_fails_whatever_it_does_with_pytest_mains_status(tmp_path, call):
+    out, result = _wrap(tmp_path, NOT_COLLECTED.format(call=call), env=BARE_PYTEST)
+    assert "no tests ran" in out.stdout, out.stdout
+    assert out.returncode == 1 and result["ok"] is False, out.stdout + out.stderr
+    assert result["error"].startswith("test_x.py: ran no test: its pytest run collected no test"), result
+    assert "`Test*` classes" in result["error"], result
+
+
+def test_a_failure_the_files_unittest_program_reported_fails_even_when_the_file_drops_its_status(tmp_path):
+    body = """
+    import unittest
+
+    class TestTrain(unittest.TestCase):
+        def test_loss(self):
+            self.assertLess({loss}, 1.0)
+
+        def test_resume(self):
+            {resume}
+
+        def test_eval(self):
+            pass
+
+    if __name__ == "__main__":
+        unittest.main(exit=False)
+    """
+    out, result = _wrap(tmp_path, body.format(loss=2.5, resume='raise RuntimeError("no checkpoint")'))
+    assert "FAILED (failures=1, errors=1)" in out.stderr, out.stderr
+    assert out.returncode == 1 and result["ok"] is False and result["exit_code"] == 1, out.stderr
+    assert result["error"].startswith("test_x.py: its unittest run reported FAILED (failures=1, errors=1), yet "
+                                      "the file exited 0"), result
+    out, result = _wrap(tmp_path, body.format(loss=0.5, resume="pass"))
+    assert "OK" in out.stderr and out.returncode == 0 and result["ok"] is True, out.stderr
+
+
+def test_a_failure_the_files_pytest_run_reported_fails_even_when_the_file_drops_its_status(tmp_path):
+    body = """
+    import pytest
+
+    @pytest.fixture
+    def checkpoint():
+        {fixture}
+
+    def test_loss():
+        assert {loss} < 1.0
+
+    def test_resume(checkpoint):
+        pass
+
+    def test_eval():
+        pass
+
+    if __name__ == "__main__":
+        pytest.main([__file__, "-q", "-p", "no:cacheprovider"])
+    """
+    out, result = _wrap(tmp_path, body.format(loss=2.5, fixture='raise RuntimeError("no checkpoint")'),
+                        env=BARE_PYTEST)
+    assert "1 failed, 1 passed, 1 error" in out.stdout, out.stdout
+    assert out.returncode == 1 and result["ok"] is False and result["exit_code"] == 1, out.stdout + out.stderr
+    assert result["error"].startswith("test_x.py: its pytest run reported 1 failed, 1 error, yet the file "
+                                      "exited 0"), result
+    out, result = _wrap(tmp_path, body.format(loss=0.5, fixture="return 'ckpt'"), env=BARE_PYTEST)
+    assert "3 passed" in out.stdout and out.returncode == 0 and result["ok"] is True, out.stdout + out.stderr
+    # a run pytest failed with no failed test (a usage error) names its exit status
+    out, result = _wrap(tmp_path, body.format(loss=0.5, fixture="return 'ckpt'").replace('"-q"', '"--no-such-flag"'),
+                        env=BARE_PYTEST)
+    assert out.returncode == 1 and result["error"].startswith(
+        "test_x.py: its pytest run reported exit status 4 (USAGE_ERROR), yet the file exited 0"), result
+
+
+def test_a_main_block_that_only_calls_prepare_runs_no_test_and_fails(tmp_path):
+    """The night skips prepare(): a block with nothing else would run nothing, as a file with no block at all."""
+    out, result = _wrap(tmp_path, """
+    def prepare():
+        open("prepared", "w").close()
+
+    def execute():
+        open("executed", "w").close()
+
+    if __name__ == "__main__":
+        \"\"\"Download the checkpoint; the CI job runs execute() itself.\"\"\"
+        prepare()
+    """)
+    line = next(i for i, text in enumerate((tmp_path / "test_x.py").read_text().splitlines(), 1) if "__main__" in text)
+    assert out.returncode == 1 and result["ok"] is False, out.stdout + out.stderr
+    assert result["error"].startswith(f'test_x.py: ran no test: its `if __name__ == "__main__":` block (line {line}) '
+                                      "only calls prepare() (1 call), which the nightly skips"), result
+    assert "Traceback" not in out.stderr and "running test_x.py as __main__" not in out.stdout, out.stdout
+    assert not (tmp_path / "prepared").exists() and not (tmp_path / "executed").exists()
