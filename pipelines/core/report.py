@@ -503,7 +503,10 @@ def build_report(
     # the error of the predictions over the nights read (``previous`` is this repo's), this one included
     predictions, damaged = recorded_predictions([*previous, summary], summary.get("deployment"), locate)
     accuracy = prediction_error(predictions)
-    trends = duration_trends(samples, [t.id for t in selected], trend_nights)
+    # the window is the repo's last nights, tonight's included: its night records, as "what changed" reads
+    # them (a UI pick or a sensor rerun of this repo is one); another repo's runs in the shared history are not
+    nights = [str(r) for n in [*previous, summary] if (r := n.get("run_id"))]
+    trends = duration_trends(samples, [t.id for t in selected], trend_nights, nights=nights or None)
     # a test's last run is within the trend window when it ran lately: the rest cannot be near tonight's timeout
     runs = {p.run_id for t in trends.values() for p in t.points}
     recent = [s for s in samples if s.run_id in runs]

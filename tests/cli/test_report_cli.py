@@ -635,3 +635,36 @@ def test_a_mistyped_test_id_is_refused_with_the_closest_spellings(home, capsys):
     assert code == 2
     assert err.strip().startswith(f"nightly quarantine add: TEST: {typo!r} is not a test of minirl; "
                                   "did you mean: tests/e2e/lora/test_lora_math.py")
+
+
+
+def test_trends_and_near_timeout_count_the_repos_nights_not_every_run_in_the_shared_history(tmp_path, capsys):
+    """One home serves several repos: 16 runs of another repo's test between minirl's last two nights
+    took "the last 14 nights" of the history, leaving each minirl test two points of its six, and a
+    test that ran near its timeout last night (and did not start tonight) fell out of near timeout."""
+    import dataclasses
+
+    from pipelines.core.history import FileHistoryStore
+    from pipelines.core.model import Sample
+    from tests.reporting.nights import LORA as HUNG
+
+    night = example_night(tmp_path)
+    lora, tonight, last_night = tid(HUNG), night.summary["run_id"], night.previous[-1]["run_id"]
+    night.summary["attempts"] = [a for a in night.summary["attempts"] if a["test_id"] != lora]
+    night = dataclasses.replace(night, samples=[
+        dataclasses.replace(s, elapsed_s=59.0) if (s.test_id, s.run_id) == (lora, last_night) else s
+        for s in night.samples if (s.test_id, s.run_id) != (lora, tonight)])
+    home = write_home(night)
+    _, out, _ = nightly(capsys, "report", "--home", str(home), "--repo", "minirl", "--json")
+    before = {t["test_id"]: len(t["points"]) for t in json.loads(out)["trends"]}
+    near_before = json.loads(out)["near_timeout"]
+    assert (before[tid(SFT)], [n["test_id"] for n in near_before]) == (6, [lora])
+    FileHistoryStore(home / "history.sqlite").append([  # hourly, between minirl's last two nights
+        Sample("tests/other_repo/test_x.py", "h200", "sha", "passed", 5.0, f"2026-11-05T{16 + i // 2:02d}:{30 * (i % 2):02d}:00+00:00",
+               node="other-0", run_id=f"other-{i}") for i in range(16)])
+
+    code, out, _ = nightly(capsys, "report", "--home", str(home), "--repo", "minirl", "--json")
+
+    assert code == 0
+    assert {t["test_id"]: len(t["points"]) for t in json.loads(out)["trends"]} == before
+    assert json.loads(out)["near_timeout"] == near_before

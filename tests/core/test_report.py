@@ -291,7 +291,7 @@ def test_near_timeout_judges_the_last_run_against_the_timeout_the_proposal_bring
 
     t = Test("tests/a.py", "tests/a.py", "cuda", "stage-c-4-gpu-h200", 4, 3600, hardware="h200")
     run = attempt("tests/a.py", "passed", "n0")
-    summary = {"night": "n", "run_id": "r1", "selected": [t.id],
+    summary = {"night": "n", "run_id": "r6", "selected": [t.id],  # tonight is the 1700 s run of history
                "attempts": [{**run, "elapsed_s": 1700.0, "timeout_s": 4500}]}
     samples = [Sample(t.id, "h200", "", "passed", e, f"2026-11-0{d}T15:00:00+00:00", run_id=f"r{d}")
                for d, e in ((4, 1000.0), (5, 1000.0), (6, 1700.0))]
