@@ -668,3 +668,60 @@ def test_trends_and_near_timeout_count_the_repos_nights_not_every_run_in_the_sha
     assert code == 0
     assert {t["test_id"]: len(t["points"]) for t in json.loads(out)["trends"]} == before
     assert json.loads(out)["near_timeout"] == near_before
+
+
+def _flaky_before_tonight(tmp_path, recorded: bool):
+    """The example's nights with test_grpo_math failed then passed on retry three nights ago (flaky
+    since), passing the nights after, and failing outright tonight (exit 1, no retry). ``recorded``:
+    each record keeps the flaky states after it, as `nightly run` writes them; else an older record."""
+    import dataclasses
+
+    from pipelines.core.flaky import recorded_states, replay
+
+    night = example_night(tmp_path)
+    grpo, tonight = tid(GRPO), night.summary["run_id"]
+    back = night.previous[2]
+    [passed] = [a for a in back["attempts"] if a["test_id"] == grpo]
+    back["attempts"] = [{**passed, "outcome": "failed", "exit_code": 1, "elapsed_s": 5.0, "reason": "exit code 1"},
+                        {**passed, "attempt": 2}, *(a for a in back["attempts"] if a["test_id"] != grpo)]
+    night.summary["attempts"] = [a for a in night.summary["attempts"] if (a["test_id"], a["attempt"]) != (grpo, 2)]
+    samples = []
+    for s in night.samples:
+        if (s.test_id, s.run_id) == (grpo, back["run_id"]):
+            samples += [dataclasses.replace(s, outcome="failed", elapsed_s=5.0), dataclasses.replace(s, attempt=2)]
+        elif (s.test_id, s.run_id, s.attempt) != (grpo, tonight, 2):
+            samples.append(s)
+    night = dataclasses.replace(night, samples=samples)
+    if recorded:
+        for record in (*night.previous, night.summary):
+            record["flaky"] = recorded_states(replay([s for s in samples if s.started_at <= max(
+                a["started_at"] for a in record["attempts"])]))
+    return write_home(night)
+
+
+@pytest.mark.parametrize("recorded", [True, False], ids=["recorded-states", "older-records"])
+def test_a_test_already_flaky_going_into_the_night_is_not_shown_as_a_new_failure(tmp_path, capsys, recorded):
+    """Its failure entry said `test failure (exit 1) (new since last night)` while the flaky section
+    of the same page listed it as flaky since three nights before."""
+    home = _flaky_before_tonight(tmp_path, recorded)
+    grpo = tid(GRPO)
+
+    code, out, _ = nightly(capsys, "report", "--home", str(home), "--repo", "minirl", "--json")
+
+    data = json.loads(out)
+    [failure] = [f for f in data["failures"] if f["test_id"] == grpo]
+    [state] = [s for s in data["flaky"] if s["test_id"] == grpo]
+    assert (code, state["state"], state["since"]) == (0, "flaky", "run-2026-11-03T150000Z")
+    assert failure["classification"] == ("test failure (exit 1); already flaky going into the night "
+                                         "(since run-2026-11-03T150000Z), not a new regression")
+    assert (failure["new"], failure["state_going_in"]) == (False, "flaky")
+    [sft] = [f for f in data["failures"] if f["test_id"] == tid(SFT)]  # healthy going in: a new failure
+    assert (sft["classification"], sft["new"], sft["state_going_in"]) == ("test failure (exit 1)", True, "")
+
+    code, out, _ = nightly(capsys, "report", "--home", str(home), "--repo", "minirl")
+    page = (home / "reports" / "2026-11-06T150000Z.html").read_text()
+    entry = page[page.index(f"<b>{grpo}</b>"):]
+    entry = entry[:entry.index("</summary>")]
+    assert "already flaky going into the night" in entry and "new since last night" not in entry
+    changes = page[page.index('<section id="changes">'):]
+    assert f"<th>new failures</th><td>{grpo} (already flaky going into the night), {tid(SFT)}, " in changes
