@@ -725,3 +725,29 @@ def test_a_test_already_flaky_going_into_the_night_is_not_shown_as_a_new_failure
     assert "already flaky going into the night" in entry and "new since last night" not in entry
     changes = page[page.index('<section id="changes">'):]
     assert f"<th>new failures</th><td>{grpo} (already flaky going into the night), {tid(SFT)}, " in changes
+
+
+def test_every_outcome_the_gantt_draws_has_its_own_colour_and_a_legend_chip(tmp_path, capsys):
+    """An interrupted attempt was drawn in the fallback colour, with no chip in the legend to say what it was."""
+    import re
+
+    from pipelines.core.model import OUTCOMES
+    from pipelines.reporting.plots import COLORS
+
+    night = example_night(tmp_path)
+    last = night.summary["attempts"][-1]
+    last.update(outcome="interrupted", exit_code=-15, reason="the run was stopped")
+    night.summary["interrupted"] = True
+    home = write_home(night)
+
+    code, _, _ = nightly(capsys, "report", "--home", str(home), "--repo", "minirl")
+
+    page = (home / "reports" / "2026-11-06T150000Z.html").read_text()
+    gantt = page[page.index('<section id="gantt">'):]
+    gantt = gantt[:gantt.index("</section>")]
+    chips = dict((o, c) for c, o in re.findall(r'<span class="chip" style="background:(#[0-9a-f]{6})">(\w+)</span>', gantt))
+    drawn = {a["outcome"] for a in night.summary["attempts"]}
+    assert code == 0 and "interrupted" in drawn
+    assert drawn <= set(chips) and OUTCOMES <= set(chips)
+    assert len(set(chips.values())) == len(chips), "two outcomes share a colour"
+    assert f"fill: {COLORS['interrupted']}" in gantt, "the interrupted bar is drawn in its own colour"
