@@ -96,7 +96,7 @@ def main(nights: int = 100, n_tests: int = 1000) -> None:
         print(f"  ({len(samples):,} samples)")
         states = timed("replay flaky state machine", lambda: replay(samples))
         data = timed("build_report (every section, pure)", lambda: build_report(
-            summaries[-1], summaries[-2:-1], samples, tests, estimates, states=states))
+            summaries[-1], summaries[-15:-1], samples, tests, estimates, states=states))
         core, core_cpu = time.perf_counter() - t0, sum(CPU)
 
         def render() -> str:
@@ -113,7 +113,7 @@ def main(nights: int = 100, n_tests: int = 1000) -> None:
         t1 = time.perf_counter()
         samples = timed("read history (SQLite)", store.read)
         timed("build_report (every section, pure)", lambda: build_report(
-            tonight, summaries[-2:-1], samples, tests, estimates, states=states_from_summary(tonight["flaky"])))
+            tonight, summaries[-15:-1], samples, tests, estimates, states=states_from_summary(tonight["flaky"])))
         recorded, recorded_cpu = time.perf_counter() - t1, sum(CPU)
     quarantined = sum(1 for s in states.values() if s.state == "quarantined")
     print(f"  report: {data.verdict}; {len(data.failures)} failures, {len(data.gantt)} Gantt bars, "

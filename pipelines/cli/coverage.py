@@ -39,6 +39,7 @@ from pipelines.core.coverage import (
     assign,
     catalogued,
     check_repo,
+    declared_then,
     design,
     locate,
     lost_cells,
@@ -105,16 +106,29 @@ class GitSource:
         prefix = f"{self.rev}:"
         return sorted(line[len(prefix):] for line in done.stdout.splitlines() if line.startswith(prefix) and line.endswith(".py"))
 
-    def changed(self) -> set[str]:
-        """Repo-relative files that differ between the revision and the working tree: committed,
-        staged or not, deleted, and untracked ones; two git calls, not one per file."""
-        diff = self._git("diff", "--name-only", "--relative", "--no-renames", "-z", self.rev, "--")
+    def changed(self) -> tuple[set[str], dict[str, str]]:
+        """Repo-relative files that differ between the revision and the working tree (committed,
+        staged or not, deleted, and untracked ones; both names of a renamed file), and the files
+        renamed since, name then -> name now, as git's rename detection sees them (committed or
+        staged: ``git mv``); two git calls, not one per file. Without the renames a sibling renamed
+        since was never read at the revision, so the cells it took with it went unreported."""
+        diff = self._git("diff", "--name-status", "--relative", "--find-renames", "-z", self.rev, "--")
         new = self._git("ls-files", "--others", "--exclude-standard", "-z")
         for done in (diff, new):
             if done.returncode != 0:
                 raise FlagError(f"--against: git could not compare {self.rev} with the working tree of {self.repo} "
                                 f"({done.stderr.strip()}); check the checkout with `git -C {self.repo} status`")
-        return {p for p in (diff.stdout + new.stdout).split("\0") if p}
+        changed = {p for p in new.stdout.split("\0") if p}
+        moved: dict[str, str] = {}
+        fields = iter(diff.stdout.split("\0"))
+        for status in fields:  # STATUS\0PATH\0, or for a rename or copy STATUS\0OLD\0NEW\0
+            if not status:
+                continue
+            paths = [next(fields, "")] + ([next(fields, "")] if status[0] in "RC" else [])
+            changed.update(p for p in paths if p)
+            if status[0] == "R" and all(paths):
+                moved[paths[0]] = paths[1]
+        return changed, moved
 
 
 def check_groups_flag(path: Path | None) -> None:
@@ -162,11 +176,12 @@ def run(args: argparse.Namespace) -> int:
     if args.against is not None:
         before = GitSource(where.repo, args.against)
         # one `git diff` for what changed since; the dialect is chosen only if a group member did
-        known = as_of(catalog, where, before, before.changed(), template, lambda: registry_reading(args.repo),
-                     args.cadence)
-        then = check_repo(where, before, adopt=True, catalog=known)
-        lost = lost_cells(then.groups, now.groups, before, TreeSource(where.repo))
-        heirs = renamed(then.groups, now.groups)
+        changed, moved = before.changed()
+        was = declared_then(where, moved)  # a member renamed since is read under its name then
+        known = as_of(catalog, was, before, changed, template, lambda: registry_reading(args.repo), args.cadence)
+        then = check_repo(was, before, adopt=True, catalog=known)
+        lost = lost_cells(then.groups, now.groups, before, TreeSource(where.repo), moved)
+        heirs = renamed(then.groups, now.groups, moved)
     if args.json:
         # with --against, ok answers the question asked, "was nothing lost?", as the exit code does
         ok = not lost if args.against is not None else now.ok

@@ -155,7 +155,10 @@ class Failure:
     exit_code: int | None = None
     log_path: str = ""
     log_tail: str = ""
+    #: failed tonight after its last run passed; never for a test already flaky going in (no new regression)
     new: bool = False
+    #: the flaky state the night started with, "flaky" or "quarantined"; "" when it started healthy or released
+    state_going_in: str = ""
 
 
 @dataclass(frozen=True)
@@ -242,16 +245,26 @@ def tail_lines(text: str, n: int = 30) -> str:
     return "\n".join(text.rstrip("\n").splitlines()[-n:])
 
 
-def _classify(attempts: list[Attempt], bad: set[str], excused: bool) -> str:
+def _going_in(state: FlakyState | None, ended: bool) -> str:
+    """The state a failing test started the night with, where it says the failure is no news:
+    flaky or quarantined (not a quarantine that ended as the night started: its failures count)."""
+    return state.state if state is not None and state.state in ("flaky", "quarantined") and not ended else ""
+
+
+def _classify(attempts: list[Attempt], bad: set[str], excused: bool, going_in: FlakyState | None = None) -> str:
     """One line on why a test is in the failures; ``excused``: the night's verdict excused its
-    failure (quarantined then), which a quarantine added since must not claim."""
+    failure (quarantined then), which a quarantine added since must not claim. ``going_in``: its
+    flaky state as the night started (``_going_in`` said it counts), said so that a known flaky
+    test's failure does not read as a new regression."""
     a = attempts[-1]
+    known = (f"; already {going_in.state} going into the night" + (f" (since {going_in.since})" if going_in.since
+                                                                    else "")) if going_in is not None else ""
     if a.outcome == "passed":
         first = next(x for x in attempts if x.outcome in ("failed", "timed_out"))
         if first.node in bad:  # what flaky replay leaves out too: the node's doing, not the test's
             return (f"bad node {first.node}: {first.outcome} there on attempt {first.attempt}, passed on attempt "
                     f"{a.attempt} on {a.node or 'another node'}")
-        return f"flaky: {first.outcome} on attempt {first.attempt}, passed on attempt {a.attempt}"
+        return f"flaky: {first.outcome} on attempt {first.attempt}, passed on attempt {a.attempt}" + known
     if a.outcome == "infra_error":
         return f"infra: {a.reason or 'unknown'}" + (f" on bad node {a.node}" if a.node in bad else "")
     if a.outcome == "interrupted":
@@ -260,7 +273,9 @@ def _classify(attempts: list[Attempt], bad: set[str], excused: bool) -> str:
         return f"bad node {a.node}: the node, not the test"
     kind = (f"hang: killed at its {a.timeout_s} s timeout" if a.outcome == "timed_out"
             else f"test failure (exit {a.exit_code})" if a.exit_code is not None else "test failure")
-    return kind + ("; quarantined, does not fail the night" if excused else "")
+    if excused:
+        return kind + "; quarantined, does not fail the night"
+    return kind + (f"{known}, not a new regression" if known else "")
 
 
 def _retried_infra(a: Attempt, last: Attempt, bad: set[str]) -> str:
@@ -410,6 +425,7 @@ def build_report(
     estimates: Sequence[Estimate] = (),
     *,
     states: Mapping[str, FlakyState] | None = None,
+    at_start: Mapping[str, FlakyState] | None = None,
     log_tails: Mapping[str, str] | None = None,
     uncovered: Sequence[str] = (),
     capacity_gpus: int | None = None,
@@ -421,7 +437,10 @@ def build_report(
     """The night's report from its summary, the nights before it (oldest first: each test is compared
     with the last of them that ran it) and history; pure. ``timeout_floor_s``: the repo's floor, the
     framework's own runner's (the night's, for a record that does not keep the one it ran with).
-    ``locate(summary)``: where each field of a night record is (``recorded_predictions``), read by the caller."""
+    ``locate(summary)``: where each field of a night record is (``recorded_predictions``), read by the caller.
+    ``states``: the flaky states after the night (the page's flaky section); ``at_start``: those it
+    started with, at least of the tests that failed (None: not known), so the failure of a test
+    already flaky going in is said to be one and not marked new since last night."""
     attempts = attempts_of(summary)
     by_id = {t.id: t for t in tests}
     est_then = est_times(summary)
@@ -464,10 +483,12 @@ def build_report(
         if last.outcome not in _NOT_OK and not retried_pass:
             continue
         shown = last if last.outcome != "passed" else next(x for x in xs if x.outcome in ("failed", "timed_out"))
-        item = Failure(tid, last.outcome, _classify(xs, bad, tid in verdict.excused), shown.reason,
+        going_in = _going_in((at_start or {}).get(tid), tid in verdict.quarantine_ended)
+        item = Failure(tid, last.outcome, _classify(xs, bad, tid in verdict.excused,
+                                                    (at_start or {}).get(tid) if going_in else None), shown.reason,
                        shown.node, len(xs), shown.exit_code, log_uris.get((tid, shown.attempt)) or shown.log_path,
                        tail_lines((log_tails or {}).get(shown.log_path, "")),
-                       bool(changes and tid in changes.new_failures))
+                       bool(changes and tid in changes.new_failures) and not going_in, going_in)
         (infra if last.outcome in _NOT_TESTS else failures).append(item)
     # the GPUs each test ran with: the night's plan's, else the catalog's
     gpus = {**{t.id: t.gpus for t in selected}, **planned_gpus(summary)}
@@ -503,7 +524,10 @@ def build_report(
     # the error of the predictions over the nights read (``previous`` is this repo's), this one included
     predictions, damaged = recorded_predictions([*previous, summary], summary.get("deployment"), locate)
     accuracy = prediction_error(predictions)
-    trends = duration_trends(samples, [t.id for t in selected], trend_nights)
+    # the window is the repo's last nights, tonight's included: its night records, as "what changed" reads
+    # them (a UI pick or a sensor rerun of this repo is one); another repo's runs in the shared history are not
+    nights = [str(r) for n in [*previous, summary] if (r := n.get("run_id"))]
+    trends = duration_trends(samples, [t.id for t in selected], trend_nights, nights=nights or None)
     # a test's last run is within the trend window when it ran lately: the rest cannot be near tonight's timeout
     runs = {p.run_id for t in trends.values() for p in t.points}
     recent = [s for s in samples if s.run_id in runs]

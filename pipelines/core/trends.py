@@ -63,8 +63,12 @@ class Trend:
 
 
 def duration_trends(samples: Sequence[Sample], test_ids: Sequence[str] | None = None,
-                    last_nights: int = 14) -> dict[str, Trend]:
-    """Each test's trend over the last ``last_nights`` runs in history (infra errors and skips left out)."""
+                    last_nights: int = 14, nights: Sequence[str] | None = None) -> dict[str, Trend]:
+    """Each test's trend over the last ``last_nights`` nights (infra errors and skips left out).
+
+    ``nights``: the run ids that count as nights, oldest first (the report passes its repo's night
+    records): one history store serves every repo, so counting every run in it let other repos' runs
+    push this repo's nights out of the window. None: every run in ``samples``, ordered by start."""
     wanted = None if test_ids is None else set(test_ids)
     start: dict[str, str] = {}
     last: dict[tuple[str, str], Sample] = {}
@@ -79,7 +83,8 @@ def duration_trends(samples: Sequence[Sample], test_ids: Sequence[str] | None = 
         old = last.get(key)
         if old is None or (s.attempt, s.started_at) >= (old.attempt, old.started_at):
             last[key] = s
-    runs = sorted(start, key=lambda r: (start[r], r))[-last_nights:] if last_nights else []
+    order = list(dict.fromkeys(nights)) if nights is not None else sorted(start, key=lambda r: (start[r], r))
+    runs = order[-last_nights:] if last_nights else []
     rank = {r: i for i, r in enumerate(runs)}
     series: dict[str, list[tuple[int, Sample]]] = defaultdict(list)
     for (run_id, test_id), s in last.items():

@@ -72,5 +72,7 @@ def render_html(data: ReportData, trend_rows: int = 40) -> str:
         d=data, keys=keys, colors=COLORS, fmt=_fmt, link=_link, fetch=_fetch, short=short_name, makespan_label=makespan_label,
         gantt=gantt_svg(data, keys), durations=durations_svg(data.rows, keys),
         trends_plot=trends_svg(data.trends, keys), sparkline=sparkline, moved=moved,
+        # a new failure of a test already flaky going into the night is said to be one, not left to read as a regression
+        going_in={f.test_id: f.state_going_in for f in data.failures if f.state_going_in},
         ratios=ratios[:15], legend=sorted(((keys[t], t) for t in {b.test_id for b in data.gantt}), key=lambda kt: int(kt[0][1:])),
     )

@@ -22,7 +22,14 @@ from pipelines.core.calibrate.evidence import write_atomic
 from pipelines.core.calibrate.lineage import Lineage
 from pipelines.core.calibrate.policies import parse_time
 from pipelines.core.catalog.ids import safe_filename
-from pipelines.core.flaky import FlakyRules, own_tests, recorded_state_problem, replay, states_from_summary
+from pipelines.core.flaky import (
+    FlakyRules,
+    FlakyState,
+    own_tests,
+    recorded_state_problem,
+    replay,
+    states_from_summary,
+)
 from pipelines.core.jsonlines import key_lines
 from pipelines.core.model import (
     MAX_EST_TIME_S,
@@ -514,6 +521,26 @@ def as_of(summary: Mapping, samples: Sequence[Sample], quarantine: Mapping | Non
     return kept, {**quarantine, "actions": actions}
 
 
+def states_going_in(summary: Mapping, earlier: Sequence[Mapping], samples: Sequence[Sample],
+                    quarantine: Mapping | None, rules: FlakyRules, rewrites: Lineage) -> dict[str, FlakyState]:
+    """The flaky states the night started with, so a test already flaky is not shown as a new
+    regression: those the repo's night before it recorded after itself, with the manual actions made
+    up to tonight's start; for an older record that kept none, history before tonight replayed."""
+    start = min((a.get("started_at") or "" for a in summary.get("attempts", ())), default="")
+    cut = parse_time(start)
+    if quarantine and cut is not None:
+        quarantine = {**quarantine, "actions": [a for a in quarantine.get("actions", ())
+                                                if (parse_time(a.get("at", "")) or cut) <= cut]}
+    before = earlier[-1] if earlier else None
+    if before is not None and isinstance(before.get("flaky"), Mapping):
+        ended = max((a.get("started_at") or "" for a in before.get("attempts", ())), default="")
+        return states_from_summary(before["flaky"], quarantine, ended)
+    run_id = summary.get("run_id")
+    earlier_samples = [s for s in samples if s.run_id != run_id
+                       and (cut is None or (parse_time(s.started_at) or cut) <= cut)]
+    return replay(earlier_samples, rules, quarantine, rewrites)
+
+
 def night_report(store: StateStore, night: str | None, inputs: ReportInputs,
                  warn: Callable[[str], None] = lambda _: None) -> ReportData:
     """The report of one night (the newest of ``inputs.repo`` by default) from the deployment's state store.
@@ -544,8 +571,11 @@ def night_report(store: StateStore, night: str | None, inputs: ReportInputs,
     mine = own_tests((t.id for t in inputs.tests), quarantine, summary.get("selected", ()),
                      (a["test_id"] for a in summary["attempts"]))
     states = {k: v for k, v in states.items() if k in mine}
+    failing = {a["test_id"] for a in summary["attempts"] if a.get("outcome") in ("failed", "timed_out")}
+    at_start = states_going_in(summary, earlier, samples, quarantine, inputs.rules, inputs.rewrites) if failing else {}
     data = build_report(
         summary, earlier, samples, inputs.tests, estimates, states=states,
+        at_start={k: v for k, v in at_start.items() if k in failing},
         log_tails=log_tails(summary, store), uncovered=(*night_uncovered(inputs, summary, warn), *inputs.uncovered),
         timeout_floor_s=inputs.timeout_floor_s, timeout_factor=inputs.timeout_factor,
         locate=lambda s: _locator(store, f"nights/{s.get('night')}.json"),

@@ -26,8 +26,10 @@ from matplotlib.transforms import Bbox  # noqa: E402
 from pipelines.core.report import Bar, ReportData, Row  # noqa: E402
 from pipelines.core.trends import Trend  # noqa: E402
 
+#: one colour per outcome a night can have (every attempt outcome, and a row's not_run / unplanned): the
+#: Gantt's legend lists them all, so an outcome missing here was drawn in the fallback with no chip to name it
 COLORS = {"passed": "#2e7d32", "failed": "#c62828", "timed_out": "#ef6c00", "infra_error": "#6a1b9a",
-          "skipped": "#9e9e9e", "not_run": "#bdbdbd", "unplanned": "#757575"}
+          "interrupted": "#00838f", "skipped": "#9e9e9e", "not_run": "#bdbdbd", "unplanned": "#757575"}
 # text.parse_math off: test and node names come from records, and a `$...$` in one is a name, not
 # mathtext (which would fail to parse and stop the whole page)
 plt.rcParams.update({"svg.fonttype": "none", "font.size": 9, "svg.hashsalt": "nightly-report",

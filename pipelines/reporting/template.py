@@ -54,7 +54,7 @@ code.fetch{user-select:all;background:#f3f3f3;padding:0 .3em;font-size:12px}
 <section id="changes"><h2>What changed since the last night</h2>
 {% if d.changes %}{% set c = d.changes %}<p>Each test compared with the last night that ran it; the environment with night {{ c.previous }}.</p>
 <table>
-<tr><th>new failures</th><td>{{ c.new_failures|join(', ') or 'none' }}</td></tr>
+<tr><th>new failures</th><td>{% for t in c.new_failures %}{{ t }}{% if t in going_in %} (already {{ going_in[t] }} going into the night){% endif %}{{ ', ' if not loop.last }}{% else %}none{% endfor %}</td></tr>
 <tr><th>still failing</th><td>{{ c.still_failing|join(', ') or 'none' }}</td></tr>
 <tr><th>still failing (not run tonight)</th><td>{{ c.still_failing_not_run|join(', ') or 'none' }}</td></tr>
 <tr><th>fixed</th><td>{{ c.fixed|join(', ') or 'none' }}</td></tr>

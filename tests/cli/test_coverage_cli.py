@@ -653,6 +653,38 @@ def test_against_a_revision_a_group_renamed_in_its_comments_and_the_groups_file_
     assert code == 0 and json.loads(out)["renamed"] == {"lora-moe": ["lora-diag"]}
 
 
+@pytest.mark.parametrize("comment", [False, True], ids=["listed-only", "with-group-comments"])
+def test_against_a_revision_a_sibling_renamed_since_is_read_under_its_old_name_and_said_renamed(
+        framework, capsys, comment):
+    """A sibling `git mv`'d and trimmed: at the revision it existed only under its old name, which
+    neither today's groups file nor (without comments) any comment names, so its cell went unreported."""
+    repo, groups = framework
+    if comment:
+        for path, rows in ((FIVE, DIAGONAL), (SIX, ANTI_DIAGONAL)):
+            (repo / path).write_text(sibling(*rows, group="lora-moe"))
+        git(repo, "commit", "-qam", "comments")
+    six_now = "tests/lora/test_moe_six.py"
+    git(repo, "mv", SIX, six_now)
+    groups.write_text(GROUPS.replace(SIX, six_now))
+    git(repo, "commit", "-qam", "rename the 6-layer sibling")
+
+    code, out, _ = coverage(capsys, "--repo", str(repo), "--groups", str(groups), "--against", "HEAD~1")
+    assert (code, out.splitlines()[0]) == (0, "against HEAD~1: no cell covered then is uncovered now")
+
+    (repo / six_now).write_text(sibling(ANTI_DIAGONAL[0], group="lora-moe" if comment else None))
+    code, out, _ = coverage(capsys, "--repo", str(repo), "--groups", str(groups), "--against", "HEAD~1")
+
+    assert code == 1, out
+    assert out.splitlines()[:3] == [
+        "against HEAD~1: 1 cell(s) covered then are uncovered now",
+        "  lora-moe: backend=tilelang, layout=shared+virtual",
+        f"      was covered by {SIX}:{8 if comment else 7} t-shared (renamed ({SIX} -> {six_now}), edited)"]
+    code, out, _ = coverage(capsys, "--repo", str(repo), "--groups", str(groups), "--against", "HEAD~1", "--json")
+    (lost,) = json.loads(out)["lost"]
+    assert (code, json.loads(out)["ok"], lost["label"]) == (1, False, "backend=tilelang, layout=shared+virtual")
+    assert lost["was_covered_by"][0]["change"] == f"renamed ({SIX} -> {six_now}), edited"
+
+
 def test_numbers_and_yaml_switch_words_match_however_each_file_spells_them(tmp_path, capsys):
     """Python prints 1e-5 as 1e-05 and YAML 1.1 keeps `1e-5` as text and reads `on` as true."""
     repo = tmp_path / "lr"

@@ -635,3 +635,119 @@ def test_a_mistyped_test_id_is_refused_with_the_closest_spellings(home, capsys):
     assert code == 2
     assert err.strip().startswith(f"nightly quarantine add: TEST: {typo!r} is not a test of minirl; "
                                   "did you mean: tests/e2e/lora/test_lora_math.py")
+
+
+
+def test_trends_and_near_timeout_count_the_repos_nights_not_every_run_in_the_shared_history(tmp_path, capsys):
+    """One home serves several repos: 16 runs of another repo's test between minirl's last two nights
+    took "the last 14 nights" of the history, leaving each minirl test two points of its six, and a
+    test that ran near its timeout last night (and did not start tonight) fell out of near timeout."""
+    import dataclasses
+
+    from pipelines.core.history import FileHistoryStore
+    from pipelines.core.model import Sample
+    from tests.reporting.nights import LORA as HUNG
+
+    night = example_night(tmp_path)
+    lora, tonight, last_night = tid(HUNG), night.summary["run_id"], night.previous[-1]["run_id"]
+    night.summary["attempts"] = [a for a in night.summary["attempts"] if a["test_id"] != lora]
+    night = dataclasses.replace(night, samples=[
+        dataclasses.replace(s, elapsed_s=59.0) if (s.test_id, s.run_id) == (lora, last_night) else s
+        for s in night.samples if (s.test_id, s.run_id) != (lora, tonight)])
+    home = write_home(night)
+    _, out, _ = nightly(capsys, "report", "--home", str(home), "--repo", "minirl", "--json")
+    before = {t["test_id"]: len(t["points"]) for t in json.loads(out)["trends"]}
+    near_before = json.loads(out)["near_timeout"]
+    assert (before[tid(SFT)], [n["test_id"] for n in near_before]) == (6, [lora])
+    FileHistoryStore(home / "history.sqlite").append([  # hourly, between minirl's last two nights
+        Sample("tests/other_repo/test_x.py", "h200", "sha", "passed", 5.0, f"2026-11-05T{16 + i // 2:02d}:{30 * (i % 2):02d}:00+00:00",
+               node="other-0", run_id=f"other-{i}") for i in range(16)])
+
+    code, out, _ = nightly(capsys, "report", "--home", str(home), "--repo", "minirl", "--json")
+
+    assert code == 0
+    assert {t["test_id"]: len(t["points"]) for t in json.loads(out)["trends"]} == before
+    assert json.loads(out)["near_timeout"] == near_before
+
+
+def _flaky_before_tonight(tmp_path, recorded: bool):
+    """The example's nights with test_grpo_math failed then passed on retry three nights ago (flaky
+    since), passing the nights after, and failing outright tonight (exit 1, no retry). ``recorded``:
+    each record keeps the flaky states after it, as `nightly run` writes them; else an older record."""
+    import dataclasses
+
+    from pipelines.core.flaky import recorded_states, replay
+
+    night = example_night(tmp_path)
+    grpo, tonight = tid(GRPO), night.summary["run_id"]
+    back = night.previous[2]
+    [passed] = [a for a in back["attempts"] if a["test_id"] == grpo]
+    back["attempts"] = [{**passed, "outcome": "failed", "exit_code": 1, "elapsed_s": 5.0, "reason": "exit code 1"},
+                        {**passed, "attempt": 2}, *(a for a in back["attempts"] if a["test_id"] != grpo)]
+    night.summary["attempts"] = [a for a in night.summary["attempts"] if (a["test_id"], a["attempt"]) != (grpo, 2)]
+    samples = []
+    for s in night.samples:
+        if (s.test_id, s.run_id) == (grpo, back["run_id"]):
+            samples += [dataclasses.replace(s, outcome="failed", elapsed_s=5.0), dataclasses.replace(s, attempt=2)]
+        elif (s.test_id, s.run_id, s.attempt) != (grpo, tonight, 2):
+            samples.append(s)
+    night = dataclasses.replace(night, samples=samples)
+    if recorded:
+        for record in (*night.previous, night.summary):
+            record["flaky"] = recorded_states(replay([s for s in samples if s.started_at <= max(
+                a["started_at"] for a in record["attempts"])]))
+    return write_home(night)
+
+
+@pytest.mark.parametrize("recorded", [True, False], ids=["recorded-states", "older-records"])
+def test_a_test_already_flaky_going_into_the_night_is_not_shown_as_a_new_failure(tmp_path, capsys, recorded):
+    """Its failure entry said `test failure (exit 1) (new since last night)` while the flaky section
+    of the same page listed it as flaky since three nights before."""
+    home = _flaky_before_tonight(tmp_path, recorded)
+    grpo = tid(GRPO)
+
+    code, out, _ = nightly(capsys, "report", "--home", str(home), "--repo", "minirl", "--json")
+
+    data = json.loads(out)
+    [failure] = [f for f in data["failures"] if f["test_id"] == grpo]
+    [state] = [s for s in data["flaky"] if s["test_id"] == grpo]
+    assert (code, state["state"], state["since"]) == (0, "flaky", "run-2026-11-03T150000Z")
+    assert failure["classification"] == ("test failure (exit 1); already flaky going into the night "
+                                         "(since run-2026-11-03T150000Z), not a new regression")
+    assert (failure["new"], failure["state_going_in"]) == (False, "flaky")
+    [sft] = [f for f in data["failures"] if f["test_id"] == tid(SFT)]  # healthy going in: a new failure
+    assert (sft["classification"], sft["new"], sft["state_going_in"]) == ("test failure (exit 1)", True, "")
+
+    code, out, _ = nightly(capsys, "report", "--home", str(home), "--repo", "minirl")
+    page = (home / "reports" / "2026-11-06T150000Z.html").read_text()
+    entry = page[page.index(f"<b>{grpo}</b>"):]
+    entry = entry[:entry.index("</summary>")]
+    assert "already flaky going into the night" in entry and "new since last night" not in entry
+    changes = page[page.index('<section id="changes">'):]
+    assert f"<th>new failures</th><td>{grpo} (already flaky going into the night), {tid(SFT)}, " in changes
+
+
+def test_every_outcome_the_gantt_draws_has_its_own_colour_and_a_legend_chip(tmp_path, capsys):
+    """An interrupted attempt was drawn in the fallback colour, with no chip in the legend to say what it was."""
+    import re
+
+    from pipelines.core.model import OUTCOMES
+    from pipelines.reporting.plots import COLORS
+
+    night = example_night(tmp_path)
+    last = night.summary["attempts"][-1]
+    last.update(outcome="interrupted", exit_code=-15, reason="the run was stopped")
+    night.summary["interrupted"] = True
+    home = write_home(night)
+
+    code, _, _ = nightly(capsys, "report", "--home", str(home), "--repo", "minirl")
+
+    page = (home / "reports" / "2026-11-06T150000Z.html").read_text()
+    gantt = page[page.index('<section id="gantt">'):]
+    gantt = gantt[:gantt.index("</section>")]
+    chips = dict((o, c) for c, o in re.findall(r'<span class="chip" style="background:(#[0-9a-f]{6})">(\w+)</span>', gantt))
+    drawn = {a["outcome"] for a in night.summary["attempts"]}
+    assert code == 0 and "interrupted" in drawn
+    assert drawn <= set(chips) and OUTCOMES <= set(chips)
+    assert len(set(chips.values())) == len(chips), "two outcomes share a colour"
+    assert f"fill: {COLORS['interrupted']}" in gantt, "the interrupted bar is drawn in its own colour"

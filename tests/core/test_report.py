@@ -154,6 +154,27 @@ def test_a_quarantined_failure_is_excused_and_still_listed(night):
     assert sft.classification == "test failure (exit 1); quarantined, does not fail the night"
 
 
+
+def test_a_quarantine_that_ended_as_the_night_started_is_no_known_flakiness(night):
+    """The test file changed since it was quarantined: the night judged it afresh and its failure
+    counts (the verdict's quarantine_ended), so it is a new failure, not 'already quarantined'."""
+    from pipelines.core.flaky import night_verdict
+    from pipelines.core.report import attempts_of
+
+    held = {tid(SFT): FlakyState(tid(SFT), "quarantined", since="run-2026-11-02T150000Z", sha256="old")}
+    failed = list(night_verdict(attempts_of(night.summary), {}).failed)
+    recorded = {**night.summary, "verdict": {"ok": False, "failed": failed, "excused_quarantined": [], "infra": [],
+                                             "bad_nodes": [], "interrupted": [], "quarantine_ended": [tid(SFT)]}}
+    r = build_report(recorded, night.previous, night.samples, night.tests, at_start=held)
+    sft = next(f for f in r.failures if f.test_id == tid(SFT))
+    assert (sft.classification, sft.new, sft.state_going_in) == ("test failure (exit 1)", True, "")
+    r = build_report({**recorded, "verdict": {**recorded["verdict"], "quarantine_ended": []}}, night.previous,
+                     night.samples, night.tests, at_start=held)
+    sft = next(f for f in r.failures if f.test_id == tid(SFT))
+    assert (sft.classification, sft.new, sft.state_going_in) == (
+        "test failure (exit 1); already quarantined going into the night (since run-2026-11-02T150000Z), "
+        "not a new regression", False, "quarantined")
+
 def attempt(test: str, outcome: str, node: str, reason: str = "") -> dict:
     return {"test_id": test, "outcome": outcome, "elapsed_s": 30.0, "started_at": "2026-11-06T15:00:00+00:00",
             "node": node, "reason": reason, "attempt": 1, "gpu_slots": [0]}
@@ -291,7 +312,7 @@ def test_near_timeout_judges_the_last_run_against_the_timeout_the_proposal_bring
 
     t = Test("tests/a.py", "tests/a.py", "cuda", "stage-c-4-gpu-h200", 4, 3600, hardware="h200")
     run = attempt("tests/a.py", "passed", "n0")
-    summary = {"night": "n", "run_id": "r1", "selected": [t.id],
+    summary = {"night": "n", "run_id": "r6", "selected": [t.id],  # tonight is the 1700 s run of history
                "attempts": [{**run, "elapsed_s": 1700.0, "timeout_s": 4500}]}
     samples = [Sample(t.id, "h200", "", "passed", e, f"2026-11-0{d}T15:00:00+00:00", run_id=f"r{d}")
                for d, e in ((4, 1000.0), (5, 1000.0), (6, 1700.0))]

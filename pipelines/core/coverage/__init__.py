@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Collection, Container, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from pipelines.core.catalog.assemble import registry_tests, template_path
@@ -40,7 +40,7 @@ from pipelines.core.model import Problem, Test
 
 __all__ = [
     "as_of", "Catalogued", "catalogued", "Cell", "Configuration", "config_outcomes", "CoverageReport", "Design", "Dimension", "Group", "GroupCoverage", "LostCell",
-    "Registered", "RegistryReading", "RepoGroups", "Source", "TreeSource", "UncoveredCell", "assign", "check_repo", "design", "locate",
+    "Registered", "RegistryReading", "RepoGroups", "Source", "TreeSource", "UncoveredCell", "assign", "check_repo", "declared_then", "design", "locate",
     "lost_cells", "parse_groups", "renamed", "required_cells", "configurations_by_test", "uncovered_cells",
 ]
 
@@ -120,6 +120,17 @@ class RegistryReading:
 
     dialect: Dialect = M
     implicit_cpu_dirs: tuple[str, ...] = ()
+
+
+def declared_then(where: RepoGroups, moved: Mapping[str, str]) -> RepoGroups:
+    """Today's groups as they read at an earlier revision: a member renamed since (``moved``: name
+    then -> name now) listed under its name then, so its file is read there and its cells are not
+    silently dropped from the comparison."""
+    back = {new: old for old, new in moved.items()}
+    if not back:
+        return where
+    groups = tuple(replace(g, tests=tuple(back.get(t, t) for t in g.tests)) for g in where.groups)
+    return replace(where, groups=groups)
 
 
 def as_of(now: Catalogued, where: RepoGroups, then: Source, changed: Container[str], template: bool,
