@@ -427,7 +427,7 @@ def _calibrate(defs, instance, run_id: str, ui: str):
         with signals_seen() as signalled:
             calib = defs.resolve_job_def("calibration").execute_in_process(
                 instance=instance, raise_on_error=False, run_id=calib_id,
-                tags={TAG_SOURCE_RUN: run_id, **process_tags()},  # a killed process's run is failed by the next run
+                tags={TAG_SOURCE_RUN: run_id, **process_tags(calib_id)},  # a killed process's run is failed by the next run
                 run_config={"loggers": {"console": {"config": {"log_level": "WARNING"}}}},
             )
     except KeyboardInterrupt:

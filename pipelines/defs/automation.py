@@ -8,8 +8,10 @@ Calibration follows a run that ran tests from two sensors: the run-status sensor
 of the run's end, and ``calibrate_missed_runs``, for runs no run-status sensor will ever see (a run
 status sensor's first tick starts after the newest run, so runs made before the daemon first
 started, e.g. ``dagster asset materialize`` right after ``nightly ui --print-command``, are skipped).
-Both ask :func:`calibration_request`, which refuses a run that already has a calibration run tagged
-with it, so a run is calibrated once whichever sensor gets there first.
+Both ask :func:`calibration_request`, which refuses a run whose calibration run (tagged with it)
+succeeded or is still going, so a run is calibrated once whichever sensor gets there first; a
+calibration run that failed, was cancelled or was left by a killed process (``nightly run`` killed
+while it calibrated its own night) is no calibration, and the catch-up asks again.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from pipelines.core.runset import RunSelection
 from pipelines.defs.jobs import TEST_JOBS, run_request
 from pipelines.defs.keys import TAG_CALIBRATION, TAG_SOURCE_RUN, TEST_RUNS
 from pipelines.defs.resources import NightlyResource
+from pipelines.defs.runs import TAG_HOST, TAG_PID, process_gone
 from pipelines.storage.state import StateError
 
 NIGHTLY_CRON = "0 15 * * 0-5"
@@ -66,20 +69,36 @@ def ran_tests(instance: dg.DagsterInstance, run: dg.DagsterRun) -> bool:
 
 
 def calibration_request(instance: dg.DagsterInstance, run: dg.DagsterRun, night) -> dg.RunRequest | dg.SkipReason:
-    """The calibration run a finished run calls for, or why none: it calibrated itself (``nightly run``),
-    ran no tests, already has a calibration run (either sensor's, or the CLI's), or wrote no night record."""
-    # a re-execution (UI "Re-execute") copies its parent's tags, inline included, but calibrates nothing itself
-    if run.tags.get(TAG_CALIBRATION) == "inline" and not run.parent_run_id:
-        return dg.SkipReason(f"run {run.run_id} calibrated itself (nightly run)")
+    """The calibration run a finished run calls for, or why none: it ran no tests, a calibration of it
+    succeeded or is still going (either sensor's, or the CLI's), it wrote no night record, or ``nightly run``
+    is calibrating it itself."""
+    return _calibration_decision(instance, run, night)[0]
+
+
+def _calibration_decision(instance: dg.DagsterInstance, run: dg.DagsterRun, night):
+    """(calibration_request's answer, whether it is final): not final while a calibration is still
+    going, in this process or in `nightly run`'s, whose end (or death) the catch-up waits to see."""
     if not ran_tests(instance, run):
-        return dg.SkipReason(f"run {run.run_id} ran no tests")
-    done = instance.get_runs(filters=dg.RunsFilter(tags={TAG_SOURCE_RUN: run.run_id}), limit=1)
-    if done:
-        return dg.SkipReason(f"run {run.run_id} is calibrated by run {done[0].run_id} already")
+        return dg.SkipReason(f"run {run.run_id} ran no tests"), True
+    tried = instance.get_runs(filters=dg.RunsFilter(tags={TAG_SOURCE_RUN: run.run_id}))  # newest first
+    for calib in tried:
+        if calib.status == dg.DagsterRunStatus.SUCCESS:
+            return dg.SkipReason(f"run {run.run_id} is calibrated by run {calib.run_id} already"), True
+    for calib in tried:
+        if not calib.is_finished and not process_gone(calib):  # one left by a killed `nightly run` is over
+            return dg.SkipReason(f"run {run.run_id} is being calibrated by run {calib.run_id} "
+                                 f"({calib.status.value})"), False
     if night.state.get(f"runs/{safe_filename(run.run_id)}.json") is None:
         return dg.SkipReason(f"run {run.run_id} wrote no night record (it ended before any test started: "
-                             "see the run's log)")
-    return dg.RunRequest(run_key=f"calibrate-{run.run_id}", tags={TAG_SOURCE_RUN: run.run_id})
+                             "see the run's log)"), True
+    # `nightly run` calibrates its night once the night's run ended, in the process that ran it; a
+    # re-execution (UI "Re-execute") copies its parent's tags, inline included, but calibrates nothing itself
+    if run.tags.get(TAG_CALIBRATION) == "inline" and not run.parent_run_id and not tried and not process_gone(run):
+        return dg.SkipReason(f"run {run.run_id} calibrates itself (nightly run, process "
+                             f"{run.tags.get(TAG_PID, '?')} on {run.tags.get(TAG_HOST, '?')})"), False
+    # a second request after a calibration that did not succeed: a key of its own, or Dagster drops it
+    key = f"calibrate-{run.run_id}" + (f"-after-{tried[0].run_id}" if tried else "")
+    return dg.RunRequest(run_key=key, tags={TAG_SOURCE_RUN: run.run_id}), True
 
 
 def _broken(night, changed: list[str], vanished: set[str]) -> str:
@@ -134,7 +153,7 @@ def build_sensors(jobs: dict, keys: list[str], deployment: str, pools: list[str]
         since = datetime.now(UTC) - timedelta(days=CATCH_UP_DAYS)
         records = context.instance.get_run_records(filters=dg.RunsFilter(statuses=FINISHED, updated_after=since),
                                                    limit=CATCH_UP_RUNS)
-        night, now, requests, waiting = nightly.night(), time.time(), [], 0
+        night, now, requests, waiting, calibrating = nightly.night(), time.time(), [], 0, 0
         for record in reversed(records):  # oldest first
             run = record.dagster_run
             if run.run_id in decided:
@@ -142,17 +161,22 @@ def build_sensors(jobs: dict, keys: list[str], deployment: str, pools: list[str]
             if record.end_time is None or now - record.end_time < CATCH_UP_GRACE_S:
                 waiting += 1
                 continue
-            request = calibration_request(context.instance, run, night)
+            request, final = _calibration_decision(context.instance, run, night)
             if isinstance(request, dg.RunRequest):
                 requests.append(request)
-            decided.add(run.run_id)
+            if final:
+                decided.add(run.run_id)
+            else:  # looked at again next tick: the calibration going on may fail, its process be killed
+                calibrating += 1
         # only the runs still in the window: the cursor stays as small as the window
         context.update_cursor(json.dumps(sorted(decided & {r.dagster_run.run_id for r in records})))
         if requests:
             return requests
         return dg.SkipReason("no finished run that ran tests is without calibration"
                              + (f" ({waiting} ended in the last {CATCH_UP_GRACE_S} s: left to the run-status "
-                                "sensors for now)" if waiting else ""))
+                                "sensors for now)" if waiting else "")
+                             + (f" ({calibrating} being calibrated: looked at again until that calibration "
+                                "succeeds, or fails and is asked again)" if calibrating else ""))
 
     @dg.sensor(name="rerun_changed_tests", job=jobs["tests"], minimum_interval_seconds=300,
                description="ONE run of the enabled tests whose file changed since the last evaluation.")

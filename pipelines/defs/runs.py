@@ -5,6 +5,8 @@ SIGINT/SIGTERM to ``nightly run`` (or to a run worker) is such a request, so the
 before the interruption goes on, wherever the signal landed (see :func:`canceled_on_interrupt`).
 Runs executed in-process (the CLI) have no run monitor: a
 ``kill -9`` leaves them STARTED forever, so every run marks dead ones on this host as failed.
+The process tags name the run they were written for: Dagster's Re-execute copies every tag of the
+run it re-executes, whose process has ended, and that process says nothing about the re-execution.
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ from pipelines.launch.procs import pid_alive
 
 TAG_HOST = "nightly/host"
 TAG_PID = "nightly/pid"
+#: the run the two tags above were written for (a re-execution carries its parent's until its step tags it)
+TAG_PID_RUN = "nightly/pid_run"
 
 
 def run_worker_pid() -> int:
@@ -53,9 +57,21 @@ def _multiprocess_step() -> bool:
             and any(type(arg).__name__ == "MultiprocessExecutorChildProcessCommand" for arg in getattr(me, "_args", ())))
 
 
-def process_tags() -> dict[str, str]:
-    """Where this run's worker lives, so a later run can tell whether it is still alive."""
-    return {TAG_HOST: socket.gethostname(), TAG_PID: str(run_worker_pid())}
+def process_tags(run_id: str) -> dict[str, str]:
+    """Where run ``run_id``'s worker lives, so a later run can tell whether it is still alive."""
+    return {TAG_HOST: socket.gethostname(), TAG_PID: str(run_worker_pid()), TAG_PID_RUN: run_id}
+
+
+def process_gone(run: dg.DagsterRun) -> bool | None:
+    """Whether the process the run's tags name has ended; None when the tags cannot tell: none, another
+    host's, or written for another run (copied by a re-execution from its parent). Tags written before
+    ``TAG_PID_RUN`` existed count as the run's own unless the run is a re-execution."""
+    pid, written_for = run.tags.get(TAG_PID, ""), run.tags.get(TAG_PID_RUN)
+    if run.tags.get(TAG_HOST) != socket.gethostname() or not pid.isdigit():
+        return None
+    if written_for != run.run_id and (written_for is not None or run.parent_run_id is not None):
+        return None
+    return not pid_alive(int(pid))
 
 
 def fail_stale_runs(instance: dg.DagsterInstance, current_run_id: str) -> list[str]:
@@ -70,7 +86,7 @@ def fail_stale_runs(instance: dg.DagsterInstance, current_run_id: str) -> list[s
     runs = instance.get_runs(filters=dg.RunsFilter(statuses=waiting, tags={TAG_HOST: host}))
     for run in runs:
         pid = run.tags.get(TAG_PID, "")
-        if run.run_id == current_run_id or not pid.isdigit() or pid_alive(int(pid)):
+        if run.run_id == current_run_id or not process_gone(run):
             continue
         instance.report_run_failed(run, f"its process {pid} on {host} is gone (killed?); marked failed by run "
                                         f"{current_run_id}")

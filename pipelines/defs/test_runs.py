@@ -328,7 +328,7 @@ def build_test_runs(catalog: Catalog, test_parts: dg.PartitionsDefinition, deps:
         tags = run_tags(night, selection, infra)
         if TAG_REASON not in context.run.tags or "dagster/parent_run_id" in context.run.tags:
             tags[TAG_REASON] = launch_reason(dict(context.run.tags))  # schedules, sensors and the CLI name theirs
-        context.instance.add_run_tags(context.run.run_id, {**tags, **process_tags()})
+        context.instance.add_run_tags(context.run.run_id, {**tags, **process_tags(context.run.run_id)})
         for note in fail_stale_runs(context.instance, context.run.run_id):
             _say(context, note, "warning")
         launcher = None

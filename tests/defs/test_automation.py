@@ -465,6 +465,94 @@ def test_a_run_that_just_ended_is_left_to_its_run_status_sensor_and_calibrated_o
         assert _daemon_tick(defs, resource, "calibrate_missed_runs", instance, cursor)[0].run_requests == []
 
 
+
+def _command_line_night(instance, resource, pid: int):
+    """A `nightly run` night as its process leaves it: tagged inline and with that process, record written."""
+    from pipelines.defs.runs import process_tags
+
+    run, event = _failed_run(instance, "nightly")
+    instance.add_run_tags(run.run_id, {"nightly/calibration": "inline",
+                                       **process_tags(run.run_id), "nightly/pid": str(pid)})
+    resource.night().state.put(f"runs/{run.run_id}.json", "{}")
+    return instance.get_run_by_id(run.run_id), event
+
+
+def _ended_process() -> int:
+    import subprocess
+    import sys
+
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    return gone.pid
+
+
+@pytest.mark.parametrize("its_calibration", ["left STARTED", "failed by the next run", "never created"])
+def test_a_command_line_night_killed_before_its_calibration_finished_is_calibrated_by_the_sensors(
+        setup, monkeypatch, its_calibration):
+    """`nightly run` killed (OOM, a CI hard kill) after its night, before its own calibration ended: the
+    night is not calibrated and has no report unless a sensor asks, once."""
+    from pipelines.defs import automation
+    from pipelines.defs.runs import fail_stale_runs, process_tags
+
+    defs, resource, _, _ = setup
+    monkeypatch.setattr(automation, "CATCH_UP_GRACE_S", 0)
+    sensor = defs.resolve_sensor_def("calibrate_after_failed_tests")
+    dead = _ended_process()
+    with dg.instance_for_test() as instance:
+        night, event = _command_line_night(instance, resource, dead)
+        if its_calibration != "never created":
+            calib_id = "c" * 8 + "-calibration-of-the-killed-night"
+            instance.add_run(dg.DagsterRun(job_name="calibration", run_id=calib_id, status=dg.DagsterRunStatus.STARTED,
+                                           tags={"nightly/source_run": night.run_id, **process_tags(calib_id),
+                                                 "nightly/pid": str(dead)}))
+        if its_calibration == "failed by the next run":
+            assert len(fail_stale_runs(instance, "the-next-run")) == 1
+        request = _evaluate(sensor, instance, night, event, resource)
+        assert isinstance(request, dg.RunRequest), request
+        assert request.tags["nightly/source_run"] == night.run_id
+        result, cursor = _daemon_tick(defs, resource, "calibrate_missed_runs", instance, None)
+        [caught_up] = result.run_requests
+        assert caught_up.tags["nightly/source_run"] == night.run_id
+        _calibration_run_for(instance, night.run_id)  # the sensor's calibration: calibrated once
+        assert isinstance(_evaluate(sensor, instance, night, event, resource), dg.SkipReason)
+        assert _daemon_tick(defs, resource, "calibrate_missed_runs", instance, None)[0].run_requests == []
+
+
+def test_a_command_line_night_is_left_to_its_own_calibration_while_its_process_runs(setup, monkeypatch):
+    """Between the night's end and its calibration's, `nightly run` still calibrates it: no sensor asks
+    then, nor once that calibration succeeded; the catch-up looks again, so a process killed after its
+    first look still gets its night calibrated."""
+    import subprocess
+    import sys
+
+    from pipelines.defs import automation
+
+    defs, resource, _, _ = setup
+    monkeypatch.setattr(automation, "CATCH_UP_GRACE_S", 0)
+    sensor = defs.resolve_sensor_def("calibrate_after_failed_tests")
+    calibrates, killed = (subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"]) for _ in "ab")
+    try:
+        with dg.instance_for_test() as instance:
+            done, event = _command_line_night(instance, resource, calibrates.pid)
+            lost, _ = _command_line_night(instance, resource, killed.pid)
+            for night in (done, lost):
+                skip = _evaluate(sensor, instance, night, event, resource)
+                assert isinstance(skip, dg.SkipReason) and "nightly run" in skip.skip_message, skip
+            result, cursor = _daemon_tick(defs, resource, "calibrate_missed_runs", instance, None)
+            assert result.run_requests == []
+            _calibration_run_for(instance, done.run_id)  # its own calibration succeeded, then its process ended
+            for process in (calibrates, killed):  # killed: before its calibration run was made
+                process.kill()
+                process.wait()
+            result, _ = _daemon_tick(defs, resource, "calibrate_missed_runs", instance, cursor)
+            [request] = result.run_requests
+            assert request.tags["nightly/source_run"] == lost.run_id
+            assert isinstance(_evaluate(sensor, instance, done, event, resource), dg.SkipReason)
+    finally:
+        for process in (calibrates, killed):
+            process.kill()
+            process.wait()
+
 def test_sensor_ticks_read_the_est_time_rewrites_once_and_still_see_a_new_one(setup, monkeypatch):
     """An estimates entry made for an older digest of its file (so from any test edit until the next
     calibration) needs the history's record of calibrate's rewrites. A code server plans at every tick:
