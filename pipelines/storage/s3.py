@@ -262,9 +262,16 @@ class S3HistoryStore:
         return len(new)
 
     def add_successions(self, successions: Iterable[Succession]) -> int:
-        """Record calibrate's est_time rewrites (lineage.py) as one new object under
-        ``history/successions/``; returns how many are in it. Like samples: no read, no overwrite."""
-        items = list(dict.fromkeys(successions))
+        """Record calibrate's est_time rewrites (lineage.py) that are not recorded yet as one new object
+        under ``history/successions/``; returns how many were new. A rewrite is one (before, after) pair,
+        as the local store's key: every calibration proposes the same rewrite again until its patch is
+        applied, and an object per night repeating it would make every plan re-read them all."""
+        known = {(s.before, s.after) for s in self.successions()}
+        items = []
+        for s in successions:
+            if (s.before, s.after) not in known:
+                known.add((s.before, s.after))
+                items.append(s)
         if not items:
             return 0
         body = "".join(json.dumps(dataclasses.asdict(s), sort_keys=True) + "\n" for s in items).encode()
@@ -274,8 +281,8 @@ class S3HistoryStore:
 
     def successions_stamp(self) -> tuple[str, ...]:
         """What changes whenever the recorded rewrites do (``storage.history.lineage`` rereads them only
-        then): the keys under ``history/successions/``, one LIST and no GET. Each calibration adds one
-        object and none is ever rewritten, so the same keys hold the same rewrites."""
+        then): the keys under ``history/successions/``, one LIST and no GET. A calibration that records a
+        new rewrite adds one object and none is ever rewritten, so the same keys hold the same rewrites."""
         try:
             return tuple(self._keys(("successions",)))
         except (ClientError, BotoCoreError) as exc:

@@ -444,3 +444,21 @@ def test_a_sample_without_an_outlier_mark_is_written_without_the_field_and_one_w
     assert b'"outlier"' not in body.splitlines()[0]
     assert b'"outlier": "slow node"' in body.splitlines()[1]
     assert decode("s3://b/k", body) == ([plain, marked], None)
+
+
+def test_a_rewrite_every_calibration_proposes_again_is_stored_once(endpoint, client, bucket):
+    """Until its patch is applied, every night's calibration records the same est_time rewrite: the
+    local store keeps one row per (before, after), and S3 must not add an object per night (each plan
+    would read them all again: the folder's listing changes)."""
+    from pipelines.core.calibrate import Succession
+    from pipelines.storage.history import record_successions, successions
+
+    rewrite = Succession("a" * 64, "b" * 64, "tests/e2e/test_1.py")
+    later = Succession("b" * 64, "c" * 64, "tests/e2e/test_1.py")
+    for _ in range(3):  # three nights, each in a fresh pod
+        assert record_successions(S3HistoryStore(bucket, "again", client=s3_client(endpoint)), [rewrite]) == ""
+    store = S3HistoryStore(bucket, "again", client=client)
+    assert len(store.successions_stamp()) == 1
+    assert store.add_successions([rewrite, later, later]) == 1
+    assert len(store.successions_stamp()) == 2
+    assert successions(S3HistoryStore(bucket, "again", client=s3_client(endpoint))) == [rewrite, later]
