@@ -206,3 +206,21 @@ def test_a_failing_test_that_prints_megabytes_without_a_newline_shows_a_bounded_
     [report] = (home / "reports").glob("*.html")
     page = report.read_text()
     assert len(page) < 1_000_000 and "characters cut" in page and "!end" in page
+
+
+@pytest.mark.slow  # a real (tiny) night whose test takes 4 s
+def test_a_long_test_is_said_to_be_still_running_while_nothing_else_is_printed(tmp_path, capsys, monkeypatch):
+    """One line per finished test leaves a CI job's log silent through a long test (and CI kills a silent
+    job): with NIGHTLY_PROGRESS_EVERY_S=1 a line every second says it still runs, with its time and timeout."""
+    slow = QUICK_TEST.format(est=2).replace('    pass\n', '    import time\n    time.sleep(4)\n')
+    _, assets = registry_repo(tmp_path, {"test_slow.py": slow})
+    monkeypatch.setenv("NIGHTLY_ASSETS_DIR", str(assets))
+    monkeypatch.setenv("NIGHTLY_PROGRESS_EVERY_S", "1")
+    assert main(["run", "--home", str(tmp_path / "home"), "--repo", "fw"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    done = next(i for i, line in enumerate(out) if line.startswith("nightly: [1/1] tests/e2e/test_slow.py  PASSED"))
+    still = [line for line in out[:done] if line.startswith("nightly: still running")]
+    assert len(still) >= 2, out
+    assert all(line.startswith("nightly: still running (1): tests/e2e/test_slow.py ") and line.endswith(" timeout")
+               for line in still), still
+    assert not any("still running" in line for line in out[done:])
