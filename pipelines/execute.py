@@ -18,10 +18,12 @@ attempts and logs that finished, instead of missing.
 from __future__ import annotations
 
 import dataclasses
+import math
+import os
 import queue
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -287,6 +289,58 @@ def _flaky_states(night: Night, tests: list[Test]) -> dict:
         return {}
 
 
+#: after this long without a line from the dispatch, a line says which tests still run: CI systems kill a job
+#: whose log is silent for long, and a user takes a 2-hour test's silence for a hang
+PROGRESS_EVERY_S = 300.0
+#: sets :data:`PROGRESS_EVERY_S` (seconds, a positive number; the tests set a short one)
+PROGRESS_ENV = "NIGHTLY_PROGRESS_EVERY_S"
+#: the still-running line lists the longest-running tests first and stops near this many characters
+STILL_RUNNING_CHARS = 400
+
+
+def progress_every_s(say: Callable[[str], None], env: Mapping[str, str] | None = None) -> float:
+    """Seconds between still-running lines: ``$NIGHTLY_PROGRESS_EVERY_S``, else :data:`PROGRESS_EVERY_S`
+    (a value that is no positive number is said, and the default used)."""
+    raw = (os.environ if env is None else env).get(PROGRESS_ENV, "").strip()
+    if not raw:
+        return PROGRESS_EVERY_S
+    try:
+        value = float(raw)
+    except ValueError:
+        value = 0.0
+    if value > 0 and math.isfinite(value):
+        return value
+    say(f"warning: {PROGRESS_ENV}={raw!r} is not a positive number of seconds; a still-running line comes every "
+        f"{PROGRESS_EVERY_S:g} s without other progress; set it to e.g. 600 or unset it")
+    return PROGRESS_EVERY_S
+
+
+def still_running(running: Mapping[str, tuple[float, int]], now: float, limit: int = STILL_RUNNING_CHARS) -> str:
+    """``still running (2): tests/a.py 12m of 30m timeout, tests/b.py 40s of 60m timeout``: each running test
+    (id -> (monotonic time it was dispatched, its timeout in seconds)), the longest-running first, the
+    list cut near ``limit`` characters (``and N more``)."""
+    parts = [f"{tid} {_span(now - since)} of {_span(timeout_s)} timeout"
+             for tid, (since, timeout_s) in sorted(running.items(), key=lambda kv: (kv[1][0], kv[0]))]
+    head = f"still running ({len(parts)}): "
+    shown = parts[:1]
+    for part in parts[1:]:
+        if len(head) + len(", ".join([*shown, part])) + len(f", and {len(parts)} more") > limit:
+            break
+        shown.append(part)
+    rest = len(parts) - len(shown)
+    return head + ", ".join(shown) + (f", and {rest} more" if rest else "")
+
+
+def _span(seconds: float) -> str:
+    """``40s``, ``12m``, ``2h05m``: a duration as a progress line says it."""
+    seconds = max(0, round(seconds))
+    if seconds < 120:
+        return f"{seconds}s"
+    if seconds < 7200:
+        return f"{round(seconds / 60)}m"
+    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+
+
 def _dispatch(night: Night, plan: Plan, tests: list[Test], launcher: Launcher, say: Callable[[str], None],
               images: dict[str, str], outcome: dict, quarantined: frozenset[str] = frozenset(),
               after: Callable[[Attempt], None] | None = None, ended: list[Attempt] | None = None) -> Iterator[Finished]:
@@ -299,11 +353,22 @@ def _dispatch(night: Night, plan: Plan, tests: list[Test], launcher: Launcher, s
     by_id = {t.id: t for t in tests}
     finished: queue.Queue = queue.Queue()
     stop = threading.Event()
+    running: dict[str, tuple[float, int]] = {}  # test id -> (when dispatched, timeout): the still-running line's
+    running_lock = threading.Lock()
+
+    def started(request) -> None:  # in the test's thread, before its launch (a wait for its GPUs counts)
+        with running_lock:
+            running[request.test.id] = (time.monotonic(), request.timeout_s)
+
+    def ended_one(attempt: Attempt) -> None:  # in the test's thread: a retry's start comes after this
+        with running_lock:
+            running.pop(attempt.test_id, None)
+        finished.put(attempt)
 
     def dispatch() -> None:
         try:
-            outcome["result"] = night.run(plan, on_finish=finished.put, launcher=launcher, stop=stop, images=images,
-                                          ended=list(ended or ()))
+            outcome["result"] = night.run(plan, on_start=started, on_finish=ended_one, launcher=launcher, stop=stop,
+                                          images=images, ended=list(ended or ()))
         except SamplesNotStored as exc:  # every test ran: the record is written, the samples kept (record())
             outcome["result"], outcome["unsaved"] = exc.result, exc
         except BaseException as exc:  # re-raised below, in the caller's thread
@@ -327,13 +392,21 @@ def _dispatch(night: Night, plan: Plan, tests: list[Test], launcher: Launcher, s
             after(attempt)
         return Finished(attempt, test, len(seen), total, attempt.test_id in quarantined)
 
+    every_s = progress_every_s(say)
+    said = time.monotonic()  # the last line said here: one per finished test, else a still-running one
     try:
         while worker.is_alive() or not finished.empty():
             try:
-                attempt = finished.get(timeout=0.5)
+                attempt = finished.get(timeout=min(0.5, every_s))
             except queue.Empty:
+                with running_lock:
+                    now_running = dict(running)
+                if now_running and time.monotonic() - said >= every_s:  # none: the dispatch is ending
+                    say(still_running(now_running, time.monotonic()))
+                    said = time.monotonic()
                 continue
             yield report(attempt)
+            said = time.monotonic()
     except BaseException as exc:  # interrupted (SIGINT/SIGTERM, a terminated run): stop, kill, keep what ran
         stop.set()
         interrupt = getattr(launcher, "interrupt", None) or getattr(launcher, "cancel_all", None)

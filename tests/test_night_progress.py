@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime
 
 from pipelines.core.model import Attempt
@@ -69,3 +70,64 @@ def test_a_run_dagster_interrupts_while_it_builds_inputs_is_recorded_as_interrup
         list(run_tests(night, night.runset(None, selection), selection, launcher=BrokenNode1(), say=lambda _: None))
     record = json.loads(night.state.get(f"runs/{night.run_id}.json"))
     assert record["status"] == "interrupted", record["status"]
+
+
+class Slow:
+    """A stand-in launcher whose tests take 2.5 s: any launcher (local or Kubernetes) is driven alike."""
+
+    name = "stand-in"
+
+    def launch(self, request, on_log=None) -> Attempt:
+        import time
+
+        time.sleep(2.5)
+        return Attempt(request.test.id, "passed", 2.5, datetime.now(UTC).isoformat(), request.attempt,
+                       node=f"local-h200-{request.node}", gpu_slots=request.gpu_slots, exit_code=0,
+                       timeout_s=request.timeout_s)
+
+
+def test_while_tests_run_without_a_finished_line_a_line_says_which_still_run(tmp_path, monkeypatch):
+    """A night prints one line per finished test; a 2-hour test would leave the CI job's log silent (and CI
+    kills a silent job): after NIGHTLY_PROGRESS_EVERY_S without a line, one says what still runs."""
+    monkeypatch.setenv("NIGHTLY_PROGRESS_EVERY_S", "0.5")
+    repo, assets = two_node_example(tmp_path, TEST_FILE, count=2)
+    night = Night(NightSettings(home=tmp_path / "home", assets_dir=assets, repo=str(repo), deployment="two"))
+    selection = RunSelection(labels=("fnode",))
+    lines: list[str] = []
+    list(run_tests(night, night.runset(None, selection), selection, launcher=Slow(), say=lines.append))
+    first_done = next(i for i, line in enumerate(lines) if line.startswith("[1/2] "))
+    still = [line for line in lines[:first_done] if line.startswith("still running")]
+    assert len(still) >= 3, lines
+    timeout = next(a.timeout_s for a in night.plan(list(night.runset(None, selection).run)).assignments)
+    assert timeout < 120  # said in seconds
+    for line in still:  # the two tests, each with its time so far and its timeout
+        assert re.fullmatch(rf"still running \(2\): tests/e2e/test_f_node[12]\.py \d+s of {timeout}s timeout, "
+                            rf"tests/e2e/test_f_node[12]\.py \d+s of {timeout}s timeout", line), line
+    assert "tests/e2e/test_f_node1.py" in still[-1] and "tests/e2e/test_f_node2.py" in still[-1]
+    assert not any(line.startswith("still running") for line in lines[lines.index(next(
+        line for line in lines if line.startswith("[2/2] "))):])
+
+
+def test_the_still_running_line_is_bounded_and_says_how_many_it_leaves_out():
+    from pipelines.execute import still_running
+
+    running = {f"tests/e2e/suite/test_{i:03d}_a_rather_long_name.py": (1000.0 + i, 1800) for i in range(50)}
+    line = still_running(running, now=1000.0 + 12 * 60)
+    assert line.startswith("still running (50): tests/e2e/suite/test_000_a_rather_long_name.py 12m of 30m timeout, ")
+    assert len(line) <= 400 and line.endswith(" more")
+    shown = line.count(" timeout")
+    assert line.endswith(f", and {50 - shown} more")
+    assert still_running({"t.py": (0.0, 7200)}, now=3 * 3600 + 5 * 60) == "still running (1): t.py 3h05m of 2h00m timeout"
+    assert still_running({"t.py": (0.0, 60)}, now=42) == "still running (1): t.py 42s of 60s timeout"
+
+
+def test_a_progress_interval_that_is_no_positive_number_is_said_and_the_default_used():
+    from pipelines.execute import PROGRESS_EVERY_S, progress_every_s
+
+    for raw in ("soon", "0", "-5", "nan"):
+        said: list[str] = []
+        assert progress_every_s(said.append, {"NIGHTLY_PROGRESS_EVERY_S": raw}) == PROGRESS_EVERY_S
+        assert said == [f"warning: NIGHTLY_PROGRESS_EVERY_S={raw!r} is not a positive number of seconds; a "
+                        "still-running line comes every 300 s without other progress; set it to e.g. 600 or unset it"]
+    assert progress_every_s(said.append, {"NIGHTLY_PROGRESS_EVERY_S": "1.5"}) == 1.5
+    assert progress_every_s(said.append, {}) == PROGRESS_EVERY_S == 300

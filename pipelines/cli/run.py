@@ -365,7 +365,7 @@ def verdict_lines(summary: dict, store=None) -> list[str]:
     """The night's verdict, as the report states it, then one line per test that did not simply pass
     (why, its node, where its log is) with the log's last lines: a CI job's log must say why the night
     is red, since the HTML report stays on the runner. ``store``: the state store the logs are read from."""
-    from pipelines.core.report import build_report
+    from pipelines.core.report import build_report, tail_lines
     from pipelines.reporting.inputs import log_tails
 
     data = build_report(summary, log_tails=log_tails(summary, store) if store is not None else None)
@@ -374,7 +374,7 @@ def verdict_lines(summary: dict, store=None) -> list[str]:
         why = f.classification + (f": {f.reason}" if f.reason and f.reason not in f.classification else "")
         lines.append(f"{f.outcome.upper()} {f.test_id}: {why}" + (f"; node {f.node}" if f.node else "")
                      + (f"; log {f.log_path}" if f.log_path else ""))
-        lines += [f"  | {line}" for line in f.log_tail.splitlines()[-VERDICT_TAIL_LINES:]]
+        lines += [f"  | {line}" for line in tail_lines(f.log_tail, VERDICT_TAIL_LINES).splitlines()]
     return lines
 
 

@@ -240,9 +240,60 @@ def recorded_findings(summary: Mapping) -> list[NodeFinding]:
     return out
 
 
-def tail_lines(text: str, n: int = 30) -> str:
-    """The last ``n`` lines of a log: where the error usually is."""
-    return "\n".join(text.rstrip("\n").splitlines()[-n:])
+#: a log line shown longer than this is cut in its middle (a test that prints megabytes without a newline)
+TAIL_LINE_CHARS = 1000
+#: the last lines shown of a log, all together, at most this long (its last lines are kept)
+TAIL_CHARS = 4000
+#: how much of a log's end is read for its last lines: every character that can be shown, at 4 bytes each
+TAIL_READ_BYTES = 4 * TAIL_CHARS + 4096
+
+
+def decode_end(data: bytes, start: int) -> tuple[str, bool]:
+    """The text of a log's end read from byte ``start`` (with, when ``start`` > 0, the one byte before the
+    end wanted, read to tell whether that end begins a line), and whether its first line lacks its start."""
+    if start <= 0:
+        return data.decode("utf-8", errors="replace"), False
+    return data[1:].decode("utf-8", errors="replace"), data[:1] != b"\n"
+
+
+def tail_lines(text: str, n: int = 30, *, max_chars: int = TAIL_CHARS, line_chars: int = TAIL_LINE_CHARS,
+               start_unread: bool = False) -> str:
+    """The last ``n`` lines of a log (where the error usually is), at most ``line_chars`` characters a line
+    and ``max_chars`` in all: a test's output without newlines would otherwise put megabytes into the CI
+    job's log and the report. Each cut is said (``... N characters cut ...``), and a text this already
+    returned comes back as it is. ``start_unread``: ``text`` is only the log's end (a read of its last
+    :data:`TAIL_READ_BYTES`), so its first line may lack its start."""
+    line_chars = max(80, min(line_chars, max_chars // 2))
+    every = text.rstrip("\n").splitlines()
+    lines = every[-n:]
+    partial = start_unread and len(every) <= n  # the first line read is shown
+    shown = [_bounded(line, line_chars, start_cut=partial and i == 0) for i, line in enumerate(lines)]
+    dropped = 0
+    while len(shown) > 1 and sum(map(len, shown)) + len(shown) - 1 > max_chars:
+        dropped += len(shown.pop(0)) + 1
+    if dropped:  # said on a line of its own, in place of the first line cut (so at most n lines)
+        while len(shown) > 1 and sum(map(len, shown)) + len(shown) + len(f"... {dropped} characters cut") > max_chars:
+            dropped += len(shown.pop(0)) + 1
+        shown.insert(0, f"... {dropped} characters cut")
+    return "\n".join(shown)
+
+
+def _bounded(line: str, limit: int, start_cut: bool = False) -> str:
+    """``line`` in at most ``limit`` characters: its head and its end with the cut said between them, or
+    only its end when ``start_cut`` (the line began before the part of the log that was read)."""
+    if len(line) <= limit and not start_cut:
+        return line
+    cut = max(0, len(line) - limit)
+    while True:  # the note's own length depends on the number it says
+        note = (f"... start of line{f' and {cut} characters' if cut else ''} cut ... " if start_cut
+                else f" ... {cut} characters cut ... ")
+        keep = max(0, min(len(line), limit - len(note)))
+        if len(line) - keep == cut:
+            break
+        cut = len(line) - keep
+    if start_cut:
+        return note + line[len(line) - keep:]
+    return line[: keep // 2] + note + line[len(line) - (keep - keep // 2):]
 
 
 def _going_in(state: FlakyState | None, ended: bool) -> str:

@@ -53,17 +53,19 @@ class Interruptible(Protocol):
 
 
 def tail(path: Path | str, max_lines: int = 40, max_chars: int = 4000) -> str:
-    """The last lines of a log file, for UI metadata and terminal summaries."""
+    """The last lines of a log file, for UI metadata and terminal summaries: only the file's end is
+    read, and lines and the whole are bounded in characters as the report's are (core.report.tail_lines)."""
+    from pipelines.core.report import TAIL_LINE_CHARS, decode_end, tail_lines
+
     try:
         with open(path, "rb") as fh:
-            fh.seek(0, 2)
-            size = fh.tell()
-            fh.seek(max(0, size - max_chars * 2))
-            data = fh.read().decode("utf-8", errors="replace")
+            start = max(0, fh.seek(0, 2) - 4 * max_chars - 4096 - 1)
+            fh.seek(start)
+            text, mid_line = decode_end(fh.read(), start)
     except OSError:
         return ""
-    lines = data.splitlines()[-max_lines:]
-    return "\n".join(lines)[-max_chars:]
+    return tail_lines(text, max_lines, max_chars=max_chars, line_chars=min(TAIL_LINE_CHARS, max_chars // 2),
+                      start_unread=mid_line)
 
 
 def judge_reported_configs(attempt: Attempt) -> Attempt:

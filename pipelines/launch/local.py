@@ -48,6 +48,7 @@ from pipelines.launch.procs import (
     kill_pipe_writers,
     lock_holders,
     marked_pids,
+    start_process,
     start_time,
 )
 from pipelines.launch.wrapper import RESULT_NOT_WRITTEN, why_result_not_written
@@ -284,9 +285,11 @@ class LocalLauncher:
             refused = _refused_by_the_os(env, argv, dict(request.test.env))
             if refused:
                 raise ValueError(refused)
-            proc = subprocess.Popen(argv, cwd=request.repo_path, env=env,
-                                    stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                    start_new_session=True, pass_fds=held.fds)
+            # never while an ended attempt's lock holders are scanned: between fork and exec this child holds
+            # that attempt's GPU locks too (a copy of every file of the night) and would be killed as its leftover
+            proc = start_process(argv, cwd=request.repo_path, env=env,
+                                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                 start_new_session=True, pass_fds=held.fds)
         except (OSError, ValueError) as exc:  # this test's, not the night's: the others still run
             log.write(f"# nightly: could not start the test: {exc}\n".encode())
             log.close()

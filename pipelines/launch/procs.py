@@ -17,11 +17,26 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import subprocess
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 MARKER = "NIGHTLY_ATTEMPT_TOKEN"
+
+#: held around the launcher's process starts and around each scan for an ended attempt's lock holders:
+#: a child between fork and exec holds a copy of every open file of the night, the locks of an attempt
+#: being ended included, and must not be taken for a leftover of that attempt (see :func:`start_process`)
+_STARTING = threading.Lock()
+
+
+def start_process(argv: Sequence[str], **popen_kwargs) -> subprocess.Popen:
+    """``subprocess.Popen`` that no lock-holder scan of this process overlaps: Popen returns only once
+    the child has exec'd (or failed to), and exec closes the night's close-on-exec lock files, so a scan
+    never sees the new child with the copy of another attempt's GPU lock it briefly held after fork."""
+    with _STARTING:
+        return subprocess.Popen(argv, **popen_kwargs)
 
 
 def marked_pids(token: str, proc: Path = Path("/proc")) -> list[int]:
@@ -110,18 +125,36 @@ def holders_by_lock(paths: Sequence[Path], exclude: Sequence[int] = (),
 
     A flock belongs to the open file that took it, which every process that inherited the file
     shares; ``/proc/PID/fdinfo/FD`` shows a ``lock:`` line only on such a file. So a process of
-    another night that merely opened a lock file to try it is never taken for a holder.
+    another night that merely opened a lock file to try it is never taken for a holder. Nor is a child
+    of this process between fork and exec (:func:`forked_not_yet_execed`): it holds a copy of every
+    file this process has open, close-on-exec lock files too, until its exec closes them.
     """
     targets = {os.path.realpath(p) for p in paths}
     found: dict[str, list[int]] = {}
     if not targets:  # a test without GPUs holds no lock
         return found
     for pid, target, info in _open_files(proc, exclude, targets.__contains__):
-        if any(line.startswith("lock:") for line in info.splitlines()):
+        if any(line.startswith("lock:") for line in info.splitlines()) and not forked_not_yet_execed(pid, proc):
             pids = found.setdefault(target, [])
             if pid not in pids:
                 pids.append(pid)
     return found
+
+
+def forked_not_yet_execed(pid: int, proc: Path = Path("/proc")) -> bool:
+    """Whether ``pid`` is a child of this process that has not exec'd yet (a ``subprocess.Popen`` of any
+    thread, e.g. a test's start or a ``git``, between its fork and its exec): its parent is this process
+    and its program and command line are still this process's own. A test's leftover never is: it ran
+    the test's code, so it was exec'd (the wrapper) or forked by such a process."""
+    me = os.getpid()
+    try:
+        parent = int((proc / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        if parent != me:
+            return False
+        return (os.readlink(proc / str(pid) / "exe") == os.readlink(proc / str(me) / "exe")
+                and (proc / str(pid) / "cmdline").read_bytes() == (proc / str(me) / "cmdline").read_bytes())
+    except (OSError, IndexError, ValueError):
+        return False
 
 
 def _open_files(proc: Path, exclude: Sequence[int],
@@ -244,9 +277,14 @@ def kill_lock_holders(paths: Sequence[Path], rounds: int = 20,
     its holders at every round, says a lock is no longer the attempt's (someone took it once it was
     free): its holders are left alone. Returns the pids found, each described (:func:`describe`)."""
     me = os.getpid()
-    return _kill_until_gone(lambda: sorted({pid for path, pids in holders_by_lock(paths).items()
-                                            if not (spare and spare(path, pids)) for pid in pids if pid != me}),
-                            rounds)
+
+    def holders() -> list[int]:
+        with _STARTING:  # no test of this night is between fork and exec meanwhile (start_process)
+            by_lock = holders_by_lock(paths)
+        return sorted({pid for path, pids in by_lock.items() if not (spare and spare(path, pids))
+                       for pid in pids if pid != me})
+
+    return _kill_until_gone(holders, rounds)
 
 
 def attempt_token_of(pid: int) -> str | None:

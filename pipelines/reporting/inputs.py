@@ -42,7 +42,7 @@ from pipelines.core.model import (
     timeout_floor_problem,
 )
 from pipelines.core.plan.accuracy import RECENT_NIGHTS, NightPrediction, recorded_predictions
-from pipelines.core.report import ReportData, build_report, tail_lines
+from pipelines.core.report import TAIL_READ_BYTES, ReportData, build_report, tail_lines
 from pipelines.core.select import CADENCES, in_cadence
 from pipelines.core.specs import unconfigured_name
 from pipelines.core.trends import ran
@@ -422,18 +422,19 @@ def log_tails(summary: Mapping, store: StateStore, lines: int = LOG_TAIL_LINES) 
     """The last lines of every attempt's log that did not pass, read from the state store as
     ``logs/<night>/<file name>`` (where the local launcher writes it and where a pod's log is
     copied), never from the path the record names: a record is data, and a page that printed any
-    file it named (``/etc/passwd``) would publish it."""
+    file it named (``/etc/passwd``) would publish it. Only each log's end is read, and the lines are
+    bounded in characters too: a test that printed 20 MB without a newline must not fill the page."""
     out = {}
     for a in summary.get("attempts", ()):
         path = a.get("log_path")
         if a.get("outcome") == "passed" or not path or path in out:
             continue
         try:
-            text = store.get(f"logs/{summary.get('night')}/{Path(path).name}")
+            end = store.get_end(f"logs/{summary.get('night')}/{Path(path).name}", TAIL_READ_BYTES)
         except StateError:  # a name the store refuses (a hostile record) has no log to show
-            text = None
-        if text is not None:
-            out[path] = tail_lines(text, lines)
+            end = None
+        if end is not None:
+            out[path] = tail_lines(end[0], lines, start_unread=end[1])
     return out
 
 

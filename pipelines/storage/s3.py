@@ -540,6 +540,24 @@ class S3Artifacts:
         except UnicodeDecodeError as exc:
             raise ArtifactError(f"{self.uri(key)}: {not_utf8(exc)}") from exc
 
+    def get_end(self, key: str, max_bytes: int) -> tuple[bytes, int] | None:
+        """The last ``max_bytes`` of an object and the offset they start at (a ranged GET: a log's end
+        without its 20 MB), ``None`` when there is no such object."""
+        try:
+            obj = self.client.get_object(Bucket=self.bucket, Key=self.prefix + key.lstrip("/"),
+                                         Range=f"bytes=-{max_bytes}")
+            body = obj["Body"].read()
+        except (ClientError, BotoCoreError) as exc:
+            code, text = _describe(exc)
+            if isinstance(exc, ClientError) and code in ("NoSuchKey", "404"):
+                return None
+            if isinstance(exc, ClientError) and code in ("InvalidRange", "416"):  # an empty object has no last bytes
+                return b"", 0
+            raise ArtifactError(f"{self.uri(key)}: cannot be read ({text}); "
+                                f"{_hint(code).replace('BUCKET', self.bucket)}") from exc
+        size = str(obj.get("ContentRange") or "").rpartition("/")[2]  # "bytes 100-199/200"; none: the whole object
+        return body, int(size) - len(body) if size.isdigit() else 0
+
     def put_text_if(self, key: str, text: str, etag: str | None,
                     content_type: str = "text/plain; charset=utf-8") -> bool:
         """Store a small text only if the object is still the one read (``etag``), or still absent

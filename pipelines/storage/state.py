@@ -66,6 +66,8 @@ class StateStore(Protocol):
 
     def get(self, key: str) -> str | None: ...
 
+    def get_end(self, key: str, max_bytes: int) -> tuple[str, bool] | None: ...
+
     def put(self, key: str, text: str) -> str: ...
 
     def put_file(self, key: str, path: Path) -> str: ...
@@ -112,6 +114,21 @@ class LocalStateStore:
             raise StateError(f"{self.path(key)}: cannot be read ({exc.strerror}); check its permissions") from exc
         except UnicodeDecodeError as exc:
             raise StateError(f"{self.path(key)}: {not_utf8(exc)}") from exc
+
+    def get_end(self, key: str, max_bytes: int) -> tuple[str, bool] | None:
+        """The last ``max_bytes`` of a file (a log's end for its last lines, without reading 20 MB), bytes that
+        are no UTF-8 replaced, and whether its first line lacks its start; None when there is no such file."""
+        from pipelines.core.report import decode_end
+
+        try:
+            with open(self.path(key), "rb") as fh:
+                start = max(0, fh.seek(0, os.SEEK_END) - max_bytes - 1)  # one byte more: is it a line's start?
+                fh.seek(start)
+                return decode_end(fh.read(), start)
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise StateError(f"{self.path(key)}: cannot be read ({exc.strerror}); check its permissions") from exc
 
     def put(self, key: str, text: str) -> str:
         target = self.path(key)
@@ -182,6 +199,17 @@ class S3StateStore:
         except ArtifactError as exc:
             raise StateError(str(exc)) from exc
         return got[0] if got is not None else None
+
+    def get_end(self, key: str, max_bytes: int) -> tuple[str, bool] | None:
+        """The last ``max_bytes`` of an object (one ranged GET), as :meth:`LocalStateStore.get_end`."""
+        from pipelines.core.report import decode_end
+        from pipelines.storage.s3 import ArtifactError
+
+        try:
+            got = self.artifacts.get_end(_check_key(key), max_bytes + 1)  # one byte more: is it a line's start?
+        except ArtifactError as exc:
+            raise StateError(str(exc)) from exc
+        return decode_end(*got) if got is not None else None
 
     def put(self, key: str, text: str) -> str:
         from pipelines.storage.s3 import ArtifactError

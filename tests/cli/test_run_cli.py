@@ -183,3 +183,44 @@ def test_a_red_night_ends_with_its_verdict_and_each_failures_reason_and_log(tmp_
     green = {**summary, "attempts": summary["attempts"][1:], "selected": ["tests/e2e/fsdp/t.py"],
              "verdict": {**summary["verdict"], "ok": True, "failed": []}}
     assert verdict_lines(green, LocalStateStore(tmp_path)) == ["verdict: OK: every test passed"]
+
+
+@pytest.mark.slow  # a real (tiny) night: a few seconds
+def test_a_failing_test_that_prints_megabytes_without_a_newline_shows_a_bounded_end_in_the_job_log_and_report(
+        tmp_path, capsys, monkeypatch):
+    """Its log's last lines are one line of megabytes: the CI job's log and the HTML report show its
+    end with the cut said, not the megabytes."""
+    flood = QUICK_TEST.format(est=2).replace(
+        '    pass\n', '    import sys\n    sys.stdout.write("z" * (3 << 20) + "!end")\n    sys.stdout.flush()\n'
+        '    sys.exit(1)\n')
+    _, assets = registry_repo(tmp_path, {"test_flood.py": flood})
+    monkeypatch.setenv("NIGHTLY_ASSETS_DIR", str(assets))
+    home = tmp_path / "home"
+    assert main(["run", "--home", str(home), "--repo", "fw"]) == 1
+    out = capsys.readouterr().out
+    assert len(out) < 30_000, f"{len(out)} characters printed"
+    shown = out[out.index("FAILED tests/e2e/test_flood.py"):].splitlines()[1:]
+    flood_line = next(line for line in shown if line.endswith("z!end"))
+    assert flood_line.startswith("  | ... start of line and ") and " characters cut ... zzz" in flood_line
+    assert len(flood_line) <= 1010
+    [report] = (home / "reports").glob("*.html")
+    page = report.read_text()
+    assert len(page) < 1_000_000 and "characters cut" in page and "!end" in page
+
+
+@pytest.mark.slow  # a real (tiny) night whose test takes 4 s
+def test_a_long_test_is_said_to_be_still_running_while_nothing_else_is_printed(tmp_path, capsys, monkeypatch):
+    """One line per finished test leaves a CI job's log silent through a long test (and CI kills a silent
+    job): with NIGHTLY_PROGRESS_EVERY_S=1 a line every second says it still runs, with its time and timeout."""
+    slow = QUICK_TEST.format(est=2).replace('    pass\n', '    import time\n    time.sleep(4)\n')
+    _, assets = registry_repo(tmp_path, {"test_slow.py": slow})
+    monkeypatch.setenv("NIGHTLY_ASSETS_DIR", str(assets))
+    monkeypatch.setenv("NIGHTLY_PROGRESS_EVERY_S", "1")
+    assert main(["run", "--home", str(tmp_path / "home"), "--repo", "fw"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    done = next(i for i, line in enumerate(out) if line.startswith("nightly: [1/1] tests/e2e/test_slow.py  PASSED"))
+    still = [line for line in out[:done] if line.startswith("nightly: still running")]
+    assert len(still) >= 2, out
+    assert all(line.startswith("nightly: still running (1): tests/e2e/test_slow.py ") and line.endswith(" timeout")
+               for line in still), still
+    assert not any("still running" in line for line in out[done:])

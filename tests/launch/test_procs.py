@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 
@@ -23,3 +24,40 @@ def test_a_pipes_writers_are_found_and_its_readers_are_not():
         os.close(read)
         os.close(write)
     assert pipe_writers(inode) == []
+
+
+def test_a_child_of_the_night_between_fork_and_exec_is_no_leftover_holding_its_gpu_lock(tmp_path):
+    """When attempt X ends, the night kills what still holds X's GPU lock. A test another thread starts
+    meanwhile is, between fork and exec, a copy of the night holding every file of it, X's lock too: it
+    must not be killed as X's leftover. A process that exec'd a program (the night's own python) and
+    holds the lock is one, and is killed."""
+    import fcntl
+    import signal
+    import sys
+    import time
+
+    from pipelines.launch.procs import kill_lock_holders
+
+    lock = tmp_path / "h200-node0-gpu0.lock"
+    fd = os.open(lock, os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    fcntl.flock(fd, fcntl.LOCK_EX)  # attempt X's lock, held by the night (this process)
+    forked = os.fork()
+    if forked == 0:  # a Popen's child before its exec: the night's program, its command line, its files
+        try:
+            time.sleep(30)
+        finally:
+            os._exit(0)
+    leftover = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"], pass_fds=(fd,))
+    try:
+        killed = kill_lock_holders([lock])
+        assert list(killed) == [leftover.pid]
+        assert leftover.wait(timeout=10) == -signal.SIGKILL
+        assert os.waitpid(forked, os.WNOHANG) == (0, 0)  # still running, never signalled
+    finally:
+        os.close(fd)
+        for pid in (forked, leftover.pid):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(forked, 0)
+        leftover.wait()

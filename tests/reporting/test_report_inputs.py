@@ -89,6 +89,24 @@ def test_log_tails_come_from_the_nights_logs_in_the_state_store(home, tmp_path):
     assert log_tails(moved, store) == {sft["log_path"]: "line 1\nstored copy of the log"}
 
 
+def test_a_logs_tail_is_read_from_its_end_and_bounded_in_characters(tmp_path):
+    """A test that failed after 3 MB of output without a newline, its log starting with bytes that are no
+    UTF-8 (a progress bar's): the page shows the log's last lines, each line and the whole cut to size,
+    the cuts said, and the bytes at the start (never read) do not cost it its tail."""
+    store = LocalStateStore(tmp_path / "state")
+    log = tmp_path / "state" / "logs" / "n1" / "t.attempt1.log"
+    log.parent.mkdir(parents=True)
+    log.write_bytes(b"# nightly: t attempt 1\n\xff\xfe progress\n" + b"z" * (3 << 20) + b"!end\n"
+                    + b"".join(b"line %d " % i + b"y" * 1500 + b"\n" for i in range(8))
+                    + b"ValueError: boom\n")
+    summary = {"night": "n1", "attempts": [{"test_id": "t", "outcome": "failed", "log_path": str(log)}]}
+    [tail] = log_tails(summary, store).values()
+    lines = tail.splitlines()
+    assert lines[-1] == "ValueError: boom" and len(tail) <= 4000 and all(len(line) <= 1000 for line in lines)
+    assert lines[-2].startswith("line 7 yyy") and " characters cut ... yyy" in lines[-2]
+    assert lines[0].startswith("... ") and lines[0].endswith(" characters cut")  # the earlier lines, cut as a whole
+
+
 @pytest.mark.parametrize("night, path", [("n1", "/etc/hostname"), ("../../etc", "hostname"), ("n1", "../../../etc/hostname")])
 def test_a_log_path_or_night_a_record_names_outside_the_state_is_never_read(tmp_path, night, path):
     """A record is data: the page must not publish a file it names."""

@@ -347,6 +347,26 @@ def test_artifacts_store_text_and_large_files_in_parts(client, bucket, tmp_path)
     assert obj["Body"].read() == big.read_bytes()
 
 
+def test_a_logs_end_is_read_with_one_ranged_get_as_from_a_local_state_folder(client, bucket, tmp_path):
+    """The report reads only the end of each log that did not pass (a log may be 20 MB): an S3 state store
+    reads the same end as a local one, and says alike whether its first line lacks its start."""
+    from pipelines.storage.state import LocalStateStore, S3StateStore
+
+    s3, local = S3StateStore(bucket, "p", client=client), LocalStateStore(tmp_path)
+    logs = {"big.log": "x" * 5000 + "\nsecond\nlast ✓\n", "cut.log": "a" * 100 + "\n" + "b" * 30 + "\nend\n",
+            "small.log": "only\n", "empty.log": ""}
+    for name, text in logs.items():
+        s3.put(f"logs/n1/{name}", text)
+        local.put(f"logs/n1/{name}", text)
+    for name in logs:
+        assert s3.get_end(f"logs/n1/{name}", 20) == local.get_end(f"logs/n1/{name}", 20), name
+    assert s3.get_end("logs/n1/big.log", 20) == ("xxx\nsecond\nlast ✓\n", True)  # 20 bytes, ✓ is 3
+    assert s3.get_end("logs/n1/cut.log", 35) == ("b" * 30 + "\nend\n", False)  # the byte before is a newline
+    assert s3.get_end("logs/n1/small.log", 20) == ("only\n", False)
+    assert s3.get_end("logs/n1/empty.log", 20) == ("", False)
+    assert s3.get_end("logs/n1/none.log", 20) is None and local.get_end("logs/n1/none.log", 20) is None
+
+
 def test_artifact_errors_name_the_object_and_the_fix(client, tmp_path):
     art = S3Artifacts("no-such-bucket-here", "n", client=client)
     with pytest.raises(ArtifactError, match=r"s3://no-such-bucket-here/n/r\.md: upload failed \(NoSuchBucket"):
