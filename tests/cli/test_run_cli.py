@@ -8,7 +8,7 @@ import yaml
 from pipelines.cli import main
 from pipelines.core.runset import RunSelection
 from pipelines.night import Night, NightSettings
-from tests.support.assets import QUICK_TEST, example_assets, registry_repo
+from tests.support.assets import QUICK_MAIN, QUICK_TEST, example_assets, registry_repo
 
 ROCM_ID = "tests/e2e/ckpt/test_ckpt_resume.py::rocm-stage-c-4-gpu-mi300"
 
@@ -191,7 +191,7 @@ def test_a_failing_test_that_prints_megabytes_without_a_newline_shows_a_bounded_
     """Its log's last lines are one line of megabytes: the CI job's log and the HTML report show its
     end with the cut said, not the megabytes."""
     flood = QUICK_TEST.format(est=2).replace(
-        '    pass\n', '    import sys\n    sys.stdout.write("z" * (3 << 20) + "!end")\n    sys.stdout.flush()\n'
+        QUICK_MAIN, '    import sys\n    sys.stdout.write("z" * (3 << 20) + "!end")\n    sys.stdout.flush()\n'
         '    sys.exit(1)\n')
     _, assets = registry_repo(tmp_path, {"test_flood.py": flood})
     monkeypatch.setenv("NIGHTLY_ASSETS_DIR", str(assets))
@@ -212,7 +212,7 @@ def test_a_failing_test_that_prints_megabytes_without_a_newline_shows_a_bounded_
 def test_a_long_test_is_said_to_be_still_running_while_nothing_else_is_printed(tmp_path, capsys, monkeypatch):
     """One line per finished test leaves a CI job's log silent through a long test (and CI kills a silent
     job): with NIGHTLY_PROGRESS_EVERY_S=1 a line every second says it still runs, with its time and timeout."""
-    slow = QUICK_TEST.format(est=2).replace('    pass\n', '    import time\n    time.sleep(4)\n')
+    slow = QUICK_TEST.format(est=2).replace(QUICK_MAIN, '    import time\n    time.sleep(4)\n')
     _, assets = registry_repo(tmp_path, {"test_slow.py": slow})
     monkeypatch.setenv("NIGHTLY_ASSETS_DIR", str(assets))
     monkeypatch.setenv("NIGHTLY_PROGRESS_EVERY_S", "1")

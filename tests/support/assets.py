@@ -54,13 +54,15 @@ def two_node_example(tmp: Path, test_file: str, count: int = 6) -> tuple[Path, P
 #: the registry module of :func:`registry_repo`: framework M's dialect, read from the files without importing them
 REGISTRY = "def register_cuda_ci(est_time, suite, *, labels=(), nightly=False, disabled=None):\n    pass\n"
 #: a test file of :func:`registry_repo` that registers one 2-GPU test and ends at once
+#: QUICK_TEST's main block: it must do something (a block that only passes runs no test, and fails);
+#: tests replace this line to make the test do something else
+QUICK_MAIN = '    print("the quick test ran")\n'
 QUICK_TEST = """from ci_register import register_cuda_ci
 
 register_cuda_ci(est_time={est}, suite="stage-b-2-gpu-h200", labels=["fx"])
 
 if __name__ == "__main__":
-    pass
-"""
+""" + QUICK_MAIN
 
 
 def registry_repo(tmp: Path, files: dict[str, str]) -> tuple[Path, Path]:
