@@ -1,10 +1,16 @@
-"""Make SIGINT and SIGTERM stop a night, however the process was started.
+"""Make SIGINT and SIGTERM stop a night, however the process was started and wherever the signal lands.
 
 A command started with ``&`` from a non-interactive shell (a cron script, a CI step) inherits
 SIGINT ignored. Dagster maps SIGTERM onto whatever SIGINT's handler is whenever it enters or
 leaves an execution, so such a process ends up ignoring SIGTERM as well, and ignored signals
 survive exec: the tests and builds it starts then ignore the SIGTERM a launcher or an operator
 sends. Taking SIGINT back to Python's default (KeyboardInterrupt) keeps both signals working.
+
+SIGTERM raises KeyboardInterrupt too, from the command's first line on, as it does once Dagster
+has run anything: left at the OS default until then, a SIGTERM during the catalog, the plan or
+Dagster's setup of the run killed ``nightly run`` silently (exit 143) and left its Dagster run
+NOT_STARTED for ever. Handlers, unlike ignored signals, do not survive exec, so the tests and
+builds a night starts still get the OS default.
 
 Dagster may also keep a signal to itself: its handler only sets a flag and raises it at its next
 checkpoint, which may fail the run as "interrupted unexpectedly" or never come. :func:`signals_seen`
@@ -23,19 +29,18 @@ INTERRUPTING = frozenset({signal.SIGINT, signal.SIGTERM})
 
 
 def answer_interrupts() -> bool:
-    """Restore SIGINT's default handler if it was inherited ignored; returns whether it was.
+    """SIGINT and SIGTERM both raise KeyboardInterrupt from here on, as Dagster maps them during an
+    execution, unless a handler of the embedding program's own is set; returns whether one changed.
 
     Only the main thread may set handlers; elsewhere this does nothing.
     """
     if threading.current_thread() is not threading.main_thread():
         return False
     changed = False
-    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-        changed = True
-    if signal.getsignal(signal.SIGTERM) == signal.SIG_IGN:
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        changed = True
+    for sig in (signal.SIGINT, signal.SIGTERM):  # the OS default or inherited ignored
+        if signal.getsignal(sig) in (signal.SIG_IGN, signal.SIG_DFL):
+            signal.signal(sig, signal.default_int_handler)
+            changed = True
     return changed
 
 

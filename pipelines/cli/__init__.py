@@ -12,19 +12,13 @@ import importlib
 import os
 import sys
 
-from pipelines.cli.flags import FlagError
-from pipelines.core.history import HistoryError
-from pipelines.core.model import CatalogError
-from pipelines.core.select import SelectionError
-from pipelines.interrupts import answer_interrupts
-from pipelines.storage.cache import BuildError
-from pipelines.storage.state import StateError
-
-#: errors that are the user's input or environment, not a bug: one clear message, exit 2
-USER_ERRORS = (CatalogError, HistoryError, SelectionError, BuildError, StateError, FlagError)
+from pipelines.interrupts import answer_interrupts  # light: the rest is imported once it is set
 
 #: the reader of stdout stopped early (``| head``): 128 + SIGPIPE, as a shell reports it
 EXIT_READER_GONE = 141
+
+#: Ctrl-C or SIGTERM: 128 + SIGINT, as a shell reports a Ctrl-C, for both signals
+EXIT_INTERRUPTED = 130
 
 COMMANDS = ("catalog", "plan", "run", "history", "calibrate", "report", "quarantine", "ui", "coverage", "doctor")
 
@@ -41,23 +35,45 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def user_errors() -> tuple[type[Exception], ...]:
+    """Errors that are the user's input or environment, not a bug: one clear message, exit 2.
+
+    Imported here, not at the top: the package's imports take half a second, and a signal then
+    must already meet the handlers :func:`main` sets first."""
+    from pipelines.cli.flags import FlagError
+    from pipelines.core.history import HistoryError
+    from pipelines.core.model import CatalogError
+    from pipelines.core.select import SelectionError
+    from pipelines.storage.cache import BuildError
+    from pipelines.storage.state import StateError
+
+    return CatalogError, HistoryError, SelectionError, BuildError, StateError, FlagError
+
+
 def main(argv: list[str] | None = None) -> int:
-    answer_interrupts()  # started with `&` from a script: SIGTERM must still stop the night
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    # first: Ctrl-C or SIGTERM at any point, the catalog, the plan or Dagster's setup included, is
+    # exit 130 and one line (SIGTERM was the OS default until Dagster ran: exit 143, no word); and a
+    # process started with `&` from a script inherits SIGINT ignored, which SIGTERM would then follow
+    answer_interrupts()
+    argv = sys.argv[1:] if argv is None else argv
+    command = next((a for a in argv if a in COMMANDS), "")  # for the message, should parsing be cut short
+    errors: tuple[type[Exception], ...] = ()
     try:
+        errors = user_errors()
+        args = build_parser().parse_args(argv)
+        command = args.command
         code = int(args.func(args) or 0)
         sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's flush at exit
         return code
+    except KeyboardInterrupt:
+        print(f"nightly{' ' + command if command else ''}: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
     except BrokenPipeError:
         _stdout_to_devnull()
         return EXIT_READER_GONE
-    except USER_ERRORS as exc:
-        print(f"nightly {args.command}: error:\n{exc}", file=sys.stderr)
+    except errors as exc:
+        print(f"nightly {command}: error:\n{exc}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print(f"nightly {args.command}: interrupted", file=sys.stderr)
-        return 130
 
 
 def _stdout_to_devnull() -> None:

@@ -12,8 +12,8 @@ calibration run failed; 2 when a flag or an input is wrong, or the state folder 
 cannot be made or written (checked before the plan; set NIGHTLY_GPU_LOCK_DIR); 3 when the night had
 problems (catalog problems, tests no pool runs, nothing selected) unless ``--accept-problems``; 4 when
 the store refused the night's results (they are kept under ``<home>/unsaved/<night>/``, with the commands that re-add
-them); 130 when interrupted (running tests are killed and recorded as ``interrupted``, the Dagster
-run ends CANCELED); 141 when the reader of stdout went away (``--list-only | head``).
+them); 130 when interrupted by Ctrl-C or SIGTERM, wherever it lands (running tests are killed and recorded
+as ``interrupted``, the Dagster run ends CANCELED, never NOT_STARTED); 141 when the reader of stdout went away (``--list-only | head``).
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ import os
 import shlex
 import sys
 import time
+import uuid
 from pathlib import Path
 
 from pipelines.cli import flags
@@ -217,47 +218,58 @@ def _execute(night, args, selection, env: dict[str, str], home: Path) -> int:
     run_config = {**selection_config(selection, env_from=sorted(env),
                                     timeout_floor_s=args.timeout_floor or 0),  # 0: the repo's floor
                   "loggers": {"console": {"config": {"log_level": "WARNING"}}}}
+    run_id = str(uuid.uuid4())  # known before Dagster creates the run, so an interrupt before it starts can end it
+    result = None
     t0, started = time.monotonic(), time.time()
     print("\nnightly: running (progress below; each line is one finished step or test)", flush=True)
     try:
         with sigint_for_this_process_only(), interruptions_unlogged(), signals_seen() as signalled:  # Ctrl-C: said once
-            result = job.execute_in_process(run_config=run_config, instance=instance, tags=tags, raise_on_error=False)
+            with contextlib.suppress(KeyboardInterrupt):  # outside Dagster's own handling: said below
+                result = job.execute_in_process(run_config=run_config, instance=instance, tags=tags,
+                                                raise_on_error=False, run_id=run_id)
     except Exception as exc:  # raise_on_error=False covers the steps, not Dagster's own storage (a full disk)
         if (failure := storage_failure(exc)) is None:
             raise
         return _storage_failed(home, started, failure, exc)
-    run = instance.get_run_by_id(result.run_id)
+    run = instance.get_run_by_id(run_id)
+    if result is None and run is None:  # interrupted before Dagster made the run: said as during the plan
+        raise KeyboardInterrupt
+    # None: Dagster let the interrupt out before its handler was in place (the run NOT_STARTED) or after it ended
+    interrupted = bool(signalled) or result is None
     status = run.status.value if run else "?"
-    kept = unsaved_folder(home, result.run_id)  # the store refused the results (credentials expired mid-night)
-    if kept is not None and status != "CANCELED" and not signalled:  # no calibration, no report
+    kept = unsaved_folder(home, run_id)  # the store refused the results (credentials expired mid-night)
+    if kept is not None and status != "CANCELED" and not interrupted:  # no calibration, no report
         readme = (kept / "README.txt").read_text(encoding="utf-8").rstrip("\n")
         print(f"nightly run: error: {readme}", file=sys.stderr)
         return EXIT_NOT_STORED
     summary = None
     if kept is None:
         with contextlib.suppress(ValueError):
-            summary = night.summary(result.run_id)
-    if status == "CANCELED" or (summary or {}).get("interrupted") or signalled:
+            summary = night.summary(run_id)
+    if status == "CANCELED" or (summary or {}).get("interrupted") or interrupted:
         # like a run cancelled in the UI (its sensor calibrates it): what finished is calibrated and reported;
         # a signal Dagster kept to itself (the run FAILURE "interrupted unexpectedly", or even SUCCESS) is one too
-        _mark_canceled(instance, result.run_id)
+        _mark_canceled(instance, run_id)  # NOT_STARTED, if the signal came first, would be its status for ever
+        if summary is None and kept is None and night.state.get(f"runs/{run_id}.json") is None:
+            print(f"nightly: interrupted before the night's first test started: nothing of it was recorded (Dagster "
+                  f"run {run_id} CANCELED); to resume, run the same `nightly run` again", file=sys.stderr)
+            return EXIT_INTERRUPTED
         report = None
         if summary is not None:
             try:
                 with sigint_for_this_process_only(), interruptions_unlogged():
-                    report = _calibrate(defs, instance, result.run_id, ui)[1]
+                    report = _calibrate(defs, instance, run_id, ui)[1]
             except KeyboardInterrupt:  # a second Ctrl-C: stop calibrating, say the same two lines
                 report = None
         if kept is not None:  # its README was said above, by the run
             where = f"the store refused the night's results, which are kept as said above: {kept}"
             resume = "re-add them as that folder's README.txt says, then run the same `nightly run` again"
         else:
-            record = f"the night's record {night.state.uri('runs/' + result.run_id + '.json')}" if summary else "history"
-            where = f"finished tests are kept in history and {record}"
+            where = f"finished tests are kept in history and the night's record {night.state.uri(f'runs/{run_id}.json')}"
             resume = ("run the same `nightly run` again (it runs the whole selection; interrupted attempts never "
                       "feed calibration)")
         print(f"nightly: interrupted: running tests were killed and recorded as `interrupted`; {where} (Dagster run "
-              f"{result.run_id} CANCELED)" + (f"; its report: {report}" if report else "") + f"\nnightly: to resume, "
+              f"{run_id} CANCELED)" + (f"; its report: {report}" if report else "") + f"\nnightly: to resume, "
               f"{resume}", file=sys.stderr)
         return EXIT_INTERRUPTED
     if summary is None or not result.success:
@@ -416,8 +428,6 @@ def _calibrate(defs, instance, run_id: str, ui: str):
     """The calibration job for the night's run (est_time proposals and its report), in this process:
     (the job's result, the report's location or None). A SIGINT/SIGTERM meanwhile ends the calibration
     run CANCELED and is raised on as KeyboardInterrupt."""
-    import uuid
-
     from pipelines.defs.keys import TAG_SOURCE_RUN
     from pipelines.defs.runs import process_tags
     from pipelines.interrupts import signals_seen

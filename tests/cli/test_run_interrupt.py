@@ -218,3 +218,110 @@ def test_ctrl_c_on_a_night_whose_store_refuses_writes_is_an_interrupt_that_says_
     folders = list((home / "unsaved").iterdir())
     assert len(folders) == 1 and str(folders[0]) in done.stderr
     assert "nightly run: error:" not in done.stderr  # the kept folder's README is said once, not again as an error
+
+
+# `nightly run` with a signal sent at a point before any test starts: argv = signal, where, nightly's own
+# arguments; where "import": while the command imports its modules (before it parses its arguments);
+# "plan": while it plans the night; "create_run": as Dagster has just stored the night's run, NOT_STARTED,
+# before its own handler is in place (the window where SIGTERM used to kill the command silently)
+EARLY = """
+import importlib.abc, os, signal, sys, time
+sig, where = int(sys.argv[1]), sys.argv[2]
+def send(what):
+    print(f"INJECT: signal {sig} {what}", file=sys.stderr, flush=True)
+    os.kill(os.getpid(), sig)
+    for _ in range(500):
+        time.sleep(0.002)  # the signal is handled here
+class Importing(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name == "pipelines.core.select":
+            sys.meta_path.remove(self)
+            send("while importing " + name)
+        return None
+if where == "import":
+    sys.meta_path.insert(0, Importing())
+if where == "plan":
+    from pipelines import night
+    plan = night.Night.plan
+    def planning(self, *a, **k):
+        send("while planning")
+        return plan(self, *a, **k)
+    night.Night.plan = planning
+if where == "create_run":
+    import dagster._core.instance as inst
+    create = inst.DagsterInstance.create_run_for_job
+    def created(self, *a, **k):
+        run = create(self, *a, **k)
+        send(f"as Dagster stored run {run.run_id} ({run.status.value})")
+        return run
+    inst.DagsterInstance.create_run_for_job = created
+from pipelines.cli import entrypoint
+sys.argv = ["nightly", *sys.argv[3:]]
+entrypoint()
+"""
+
+
+def _early_signal(home: Path, sig: int, where: str) -> subprocess.CompletedProcess:
+    env = {**child_env("NIGHTLY_", "DAGSTER_", "MINIRL_"), "NIGHTLY_HOME": str(home)}
+    done = subprocess.run([sys.executable, "-c", EARLY, str(int(sig)), where, "run", "--home", str(home),
+                           "--labels", "lora"], cwd=PROJECT_ROOT, env=env, capture_output=True, text=True,
+                          timeout=WAIT_S)
+    assert "INJECT: signal" in done.stderr, done.stderr[-3000:]
+    return done
+
+
+def _said(done: subprocess.CompletedProcess) -> list[str]:
+    """What the command said on stderr, without the injection's own line."""
+    return [line for line in done.stderr.splitlines() if not line.startswith("INJECT: ")]
+
+
+def _runs(home: Path) -> list:
+    if not (home / "dagster").is_dir():
+        return []
+    with open_instance(home) as instance:
+        return list(instance.get_runs())
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_before_dagster_starts_the_run_ends_it_canceled_not_not_started(tmp_path, sig):
+    home = tmp_path / "home"
+    done = _early_signal(home, sig, "create_run")
+    assert done.returncode == 130, done.stdout[-2000:] + done.stderr[-3000:]
+    [run] = _runs(home)  # the night's, and no calibration run
+    assert run.status == dg.DagsterRunStatus.CANCELED, run.status
+    assert _said(done) == [f"nightly: interrupted before the night's first test started: nothing of it was recorded "
+                           f"(Dagster run {run.run_id} CANCELED); to resume, run the same `nightly run` again"]
+    assert not (home / "runs").exists() and not (home / "nights").exists()  # no record, not even a partial one
+
+
+@pytest.mark.parametrize("where", ["import", "plan"])
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_before_the_night_runs_exits_130_with_one_line_and_makes_no_run(tmp_path, sig, where):
+    home = tmp_path / "home"
+    done = _early_signal(home, sig, where)
+    assert done.returncode == 130, done.stdout[-2000:] + done.stderr[-3000:]  # SIGTERM was 143, with no word
+    assert _said(done) == ["nightly run: interrupted"], done.stderr[-3000:]
+    assert _runs(home) == []
+
+
+def test_sigterm_as_the_night_starts_running_exits_130_and_leaves_no_run_not_started(tmp_path):
+    """As an operator or a CI timeout sends it: from outside, right after `nightly: running`, wherever it lands."""
+    home = tmp_path / "home"
+    env = {**child_env("NIGHTLY_", "DAGSTER_", "MINIRL_"), "NIGHTLY_HOME": str(home)}
+    proc = subprocess.Popen([sys.executable, "-m", "pipelines", "run", "--home", str(home), "--labels", "lora"],
+                            cwd=PROJECT_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        for line in proc.stdout:
+            if line.startswith("nightly: running"):
+                break
+        else:
+            pytest.fail(f"the night never started running:\n{proc.stderr.read()[-3000:]}")
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=WAIT_S)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err[-3000:]
+    said = err.strip().splitlines()
+    assert len(said) == 1 and said[0].startswith("nightly") and "interrupted" in said[0], err[-3000:]
+    assert all(r.status == dg.DagsterRunStatus.CANCELED for r in _runs(home)), [r.status for r in _runs(home)]
