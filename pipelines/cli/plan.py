@@ -33,7 +33,6 @@ from pipelines.cli.plan_view import (
 )
 from pipelines.core.model import Catalog, CatalogError
 from pipelines.core.plan import (
-    make_plan,
     override_pools,
     parse_pool_arg,
     shards_plan,
@@ -176,7 +175,8 @@ def _run(args: argparse.Namespace) -> int:
     # plan with the estimates the next night will use (an unconfigured checkout's are under its folder name)
     from pipelines.night import Night, NightSettings, with_calibrated
 
-    night = Night(NightSettings(repo=spec.name if spec else str(path), deployment=args.deployment))
+    night = Night(NightSettings(repo=spec.name if spec else str(path), deployment=args.deployment,
+                                timeout_floor_s=given_floor))
     calibrated = night.calibrated()
     catalog = with_calibrated(catalog, calibrated, night.rewrites_for(catalog.tests, calibrated))
     for problem in night.estimate_warnings:
@@ -211,13 +211,9 @@ def _run(args: argparse.Namespace) -> int:
                             f"rest would hold runners with nothing to run; give N from 1 to {most}")
     skipped = [(t, t.disabled) if not t.enabled else (t, held.get(t.id) or skipped_hardware_reason(hardware_text(t)))
                for t in chosen if not t.enabled or t.id in not_here or t.id in held]
-    floor = given_floor if given_floor is not None else (spec.timeout_floor_s if spec else 1800)
-    factor = spec.timeout_factor if spec else 1.25
-    from pipelines.core.plan.durations import duration_model  # order and predictions from measured durations
-    from pipelines.storage.history import successions  # calibrate's est_time rewrites keep history current
-
-    plan = make_plan(runnable, pools, timeout_floor_s=floor, timeout_factor=factor, improve=not args.no_improve,
-                     durations=duration_model(runnable, night.history.read(), successions=successions(night.history)))
+    floor, factor = night.timeout_floor_s, night.repo_spec.timeout_factor  # --timeout-floor, else the repo's
+    # as `nightly run` and the night plan: the same function, so the same durations and predictions
+    plan = night.plan(runnable, pools=pools, improve=not args.no_improve)
     static = None
     if shards:
         sh = static_shards([t for t in runnable if t.id not in plan.unplanned], shards)  # unlisted suites: 1 shard

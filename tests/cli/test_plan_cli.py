@@ -436,3 +436,51 @@ def test_a_changed_library_module_named_test_utils_outside_the_runner_roots_sele
     assert nightly_plan(["--repo", str(repo), "--pool", "h200=1x8", "--changed", "test/registered/test_unlisted.py"]) == 0
     assert ("test/registered/test_unlisted.py: no registration or template job lists this test file; it selects nothing"
             in capsys.readouterr().out)
+
+
+def _noisy_repo(tmp_path, monkeypatch):
+    """A framework of two 2-GPU H200 tests with steady history and a 2-GPU H100 test (no pool runs it on
+    the local deployment: unplanned) whose history is noisy: (home, the tests by id)."""
+    from pipelines.core.history.store import FileHistoryStore
+    from pipelines.core.model import Sample
+    from pipelines.night import Night, NightSettings
+    from tests.support.assets import QUICK_TEST, registry_repo
+
+    h100 = QUICK_TEST.format(est=60).replace("stage-b-2-gpu-h200", "stage-c-2-gpu-h100")
+    _, assets = registry_repo(tmp_path, {"test_a.py": QUICK_TEST.format(est=40), "test_b.py": QUICK_TEST.format(est=20),
+                                         "test_h100.py": h100})
+    monkeypatch.setenv("NIGHTLY_ASSETS_DIR", str(assets))
+    home = tmp_path / "home"
+    monkeypatch.setenv("NIGHTLY_HOME", str(home))
+    tests = {t.id: t for t in Night(NightSettings(home=home, repo="fw")).registered.tests}
+    runs = {"tests/e2e/test_a.py": (30.0, 31.0, 29.0, 30.5), "tests/e2e/test_b.py": (15.0, 14.0, 15.5, 16.0),
+            "tests/e2e/test_h100.py": (5.0, 60.0, 12.0, 45.0)}  # ten-fold spread: the unplanned test
+    home.mkdir(exist_ok=True)
+    FileHistoryStore(home / "history.sqlite").append(
+        Sample(tid, tests[tid].hardware, tests[tid].sha256, "passed", secs, f"2026-11-0{day}T01:00:00Z")
+        for tid, elapsed in runs.items() for day, secs in enumerate(elapsed, 1))
+    return home, tests
+
+
+def test_plan_and_run_list_only_predict_the_same_night_beside_an_unplanned_noisy_test(tmp_path, monkeypatch, capsys):
+    """The unplanned H100 test's noisy history once widened the spread `nightly plan` pooled over its tests
+    (it fitted every runnable test, the night only those it plans): two p90s for one night."""
+    from pipelines.cli import main
+    from pipelines.core.runset import RunSelection
+    from pipelines.night import Night, NightSettings
+
+    home, _ = _noisy_repo(tmp_path, monkeypatch)
+    assert nightly_plan(["--repo", "fw", "--json"]) == 0
+    planned = json.loads(capsys.readouterr().out)
+    assert [u["test_id"] for u in planned["unplanned"]] == ["tests/e2e/test_h100.py"]
+    assert main(["run", "--home", str(home), "--repo", "fw", "--list-only", "--accept-problems"]) == 0
+    listed = capsys.readouterr().out
+    assert (f"(median of simulated nights {planned['predicted_median_s']:.1f}s, "
+            f"p90 {planned['predicted_p90_s']:.1f}s)") in listed
+    # and per test, what the night itself plans with (Night.plan of the tests it runs)
+    night = Night(NightSettings(home=home, repo="fw"))
+    tonight = night.plan(night.runset(None, RunSelection(cadence="nightly")).run)
+    assert {a["test_id"]: (a["expected_s"], a["expected_p90_s"]) for a in planned["assignments"]} == {
+        tid: (median, p90) for tid, median, p90, _source in tonight.expected}
+    assert (planned["predicted_median_s"], planned["predicted_p90_s"]) == (tonight.predicted_median_s,
+                                                                           tonight.predicted_p90_s)

@@ -90,6 +90,13 @@ def unplanned_reason(test: Test, pools: Sequence[PoolSpec]) -> str:
             "assets/cluster.yaml")
 
 
+def planned_tests(tests: Sequence[Test], pools: Sequence[PoolSpec]) -> list[Test]:
+    """The enabled tests :func:`make_plan` places on ``pools`` (a pool runs their hardware and its
+    nodes hold their GPUs): the tests the duration model is fitted over, so a test left unplanned
+    never widens the spread pooled over the night's tests."""
+    return [t for t in tests if t.enabled and pool_for(t, pools) is not None and not too_wide(t, pools)]
+
+
 def check_fit(tests: Sequence[Test], pools: Sequence[PoolSpec]) -> None:
     """Raise one CatalogError naming every test with a negative GPU count (a broken record, not a
     plan choice); a test larger than its pool's nodes is unplanned instead (:func:`too_wide`)."""
