@@ -3,7 +3,8 @@
 Reads the repo's registrations, applies the selection flags (cadence, labels, suites, backend,
 changed paths), packs the tests onto the deployment's pools and prints per pool the predicted
 makespan, the lower bound and their ratio, GPU utilization, each node's timeline and each test's
-timeout. ``--shards SUITE=N`` shows the framework's static shards beside it; ``--json`` prints
+timeout. ``--shards SUITE=N`` shows the framework's static shards beside it (split on the est_time
+in the files, as its runner reads them; shard k is its ``--auto-partition-id k``); ``--json`` prints
 the plan for machines; ``--gantt FILE`` draws it.
 
 Exit status: 0 planned (also when the changed paths select no test: nothing to plan); 2 a flag
@@ -25,6 +26,7 @@ from pipelines.cli import flags
 from pipelines.cli.flags import FlagError, add_timeout_floor, timeout_floor
 from pipelines.cli.plan_gantt import gantt_path, write_gantt
 from pipelines.cli.plan_view import (
+    StaticShards,
     hardware_summary,  # noqa: F401 - callers import it from here
     hardware_text,
     plan_json,
@@ -133,6 +135,11 @@ def _pairs(values: list[str], flag: str) -> dict[str, int]:
     return out
 
 
+def _split(sh) -> dict[str, list[list[str]]]:
+    """Which tests each shard holds (what differs between two splits of the same tests)."""
+    return {suite: [[t.id for t in shard] for shard in ss] for suite, ss in sh.items()}
+
+
 def _recent_error(night) -> str:
     """How far the predictions were off over the repo's recent nights on this deployment (what the
     night report shows in full); "" before the first recorded night. A damaged record is a warning."""
@@ -171,6 +178,7 @@ def _run(args: argparse.Namespace) -> int:
     given_floor = timeout_floor(args.timeout_floor)
     gantt = gantt_path(args.gantt) if args.gantt else None  # before planning: a bad name fails fast
     catalog = load_catalog(path, spec, specs)
+    registered = {t.id: t for t in catalog.tests}  # est_time as the files say: what the framework's runner reads
     _check_new_pools(catalog.tests, pools, deployment, overrides)
     # plan with the estimates the next night will use (an unconfigured checkout's are under its folder name)
     from pipelines.night import Night, NightSettings, with_calibrated
@@ -216,11 +224,16 @@ def _run(args: argparse.Namespace) -> int:
     plan = night.plan(runnable, pools=pools, improve=not args.no_improve)
     static = None
     if shards:
-        sh = static_shards([t for t in runnable if t.id not in plan.unplanned], shards)  # unlisted suites: 1 shard
+        planned = [t for t in runnable if t.id not in plan.unplanned]
+        # the framework's split: its runner reads the est_time written in the files, not nightly-e2e's
+        # calibrated estimates (those reach it once the calibration's patch is applied: shown apart)
+        sh = static_shards([registered.get(t.id, t) for t in planned], shards)  # unlisted suites: 1 shard
+        calibrated = static_shards(planned, shards)
         # on the durations the plan itself used (its medians), so "vs static shards" compares splits, not
         # the plan's medians with the shards' padded est_time
         medians = {tid: median for tid, median, _p90, _source in plan.expected}
-        static = (sh, shards_plan(sh, timeout_floor_s=floor, timeout_factor=factor, durations=medians))
+        static = StaticShards(sh, shards_plan(sh, timeout_floor_s=floor, timeout_factor=factor, durations=medians),
+                              calibrated if _split(calibrated) != _split(sh) else None)
     tests = {t.id: t for t in catalog.tests}
     if gantt:
         write_gantt(plan, pools, gantt)

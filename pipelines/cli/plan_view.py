@@ -3,9 +3,21 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 from pipelines.core.model import Catalog, Plan, Test
-from pipelines.core.plan import shards_gpus
+from pipelines.core.plan import Shards, shards_gpus
+
+
+@dataclass(frozen=True)
+class StaticShards:
+    """``nightly plan --shards``: the framework's split (on the est_time in the files, which its runner
+    reads), that split as a Plan on this plan's durations, and the split nightly-e2e's calibrated
+    est_time would give once its patch is applied (None when it is the same split)."""
+
+    shards: Shards
+    plan: Plan
+    calibrated: Shards | None = None
 
 
 def print_plan(plan: Plan, tests: Mapping[str, Test], skipped: Sequence[Test] = (), pools: Sequence = ()) -> None:
@@ -71,13 +83,25 @@ def plan_json(plan: Plan, pools, tests: dict[str, Test], skipped, catalog: Catal
         "problems": [str(p) for p in catalog.problems],
     }
     if static:
-        sh, splan = static
+        sh, splan = static.shards, static.plan
         out["static_shards"] = {
             "makespan_s": splan.makespan_s, "basis": "expected_s" if plan.expected else "est_time",
-            "est_makespan_s": float(_est_makespan(sh)), "gpus": shards_gpus(sh),
-            "shards": [{"suite": s, "shard": k, "tests": [t.id for t in shard], "est_s": sum(t.est_time for t in shard)}
-                       for s, ss in sh.items() for k, shard in enumerate(ss)]}
+            "est_makespan_s": float(_est_makespan(sh)), "gpus": shards_gpus(sh), "shards": _shards_json(sh)}
+        if static.calibrated:
+            out["static_shards"]["calibrated_shards"] = _shards_json(static.calibrated)
     return out
+
+
+def _shards_json(sh: Shards) -> list[dict]:
+    """``shard`` is the framework's ``--auto-partition-id`` (0-based), ``est_s`` the sum of its est_time."""
+    return [{"suite": s, "shard": k, "tests": [t.id for t in shard], "est_s": sum(t.est_time for t in shard)}
+            for s, ss in sh.items() for k, shard in enumerate(ss)]
+
+
+def shard_lines(sh: Shards) -> list[str]:
+    """One line per shard, numbered as the framework's runner numbers it: ``1/2`` is ``--auto-partition-id 0``."""
+    return [f"    {suite} shard {k + 1}/{len(ss)} (--auto-partition-id {k}): {sum(t.est_time for t in shard):>6}s  "
+            f"{', '.join(t.id for t in shard)}" for suite, ss in sh.items() for k, shard in enumerate(ss)]
 
 
 def _est_makespan(sh) -> int:
@@ -231,14 +255,17 @@ def print_text(catalog: Catalog, plan: Plan, pools, tests, skipped, static, chan
         for p in catalog.problems:
             print(f"    {p}")
     if static:
-        sh, splan = static
+        sh, splan = static.shards, static.plan
         raw = f" on this plan's durations, {_est_makespan(sh)}s of est_time (the shard sums below)" if plan.expected else ""
-        print(f"\n  static shards (the framework's split): {shards_gpus(sh)} GPUs held, makespan {splan.makespan_s:.0f}s"
-              f"{raw}")
-        for suite, ss in sh.items():
-            for k, shard in enumerate(ss):
-                print(f"    {suite} shard {k + 1}/{len(ss)}: {sum(t.est_time for t in shard):>6}s  "
-                      f"{', '.join(t.id for t in shard)}")
+        print(f"\n  static shards (the framework's split, on the est_time in the test files): {shards_gpus(sh)} GPUs "
+              f"held, makespan {splan.makespan_s:.0f}s{raw}")
+        for line in shard_lines(sh):
+            print(line)
+        if static.calibrated:
+            print("  on nightly-e2e's calibrated est_time instead (the split once the calibration's patch is applied "
+                  "to the files; until then the framework's runner splits as above):")
+            for line in shard_lines(static.calibrated):
+                print(line)
         if splan.makespan_s:
             gpus = sum(p.nodes * p.gpus_per_node for p in pools if p.name in {a.pool for a in plan.assignments})
             print(f"  this plan: {plan.makespan_s:.0f}s on {gpus} GPUs "

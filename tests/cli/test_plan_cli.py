@@ -104,9 +104,9 @@ def test_static_shards_print_beside_the_plan(fake_catalog, tmp_path, capsys):
     assert nightly_plan(["--repo", str(tmp_path), "--pool", "h200=2x8", "--shards", "stage-c-4-gpu-h200=2"]) == 0
     out = capsys.readouterr().out
     # on the plan's durations (no history: est_time / 1.25), as the plan's own makespan is
-    assert ("static shards (the framework's split): 16 GPUs held, makespan 720s on this plan's durations, "
-            "900s of est_time (the shard sums below)") in out
-    assert "stage-c-4-gpu-h200 shard 1/2:    600s  tests/test_a.py" in out
+    assert ("static shards (the framework's split, on the est_time in the test files): 16 GPUs held, makespan 720s "
+            "on this plan's durations, 900s of est_time (the shard sums below)") in out
+    assert "stage-c-4-gpu-h200 shard 1/2 (--auto-partition-id 0):    600s  tests/test_a.py" in out
 
 
 def test_the_plan_and_the_static_shards_compare_on_the_same_durations(monkeypatch, tmp_path, capsys):
@@ -484,3 +484,34 @@ def test_plan_and_run_list_only_predict_the_same_night_beside_an_unplanned_noisy
         tid: (median, p90) for tid, median, p90, _source in tonight.expected}
     assert (planned["predicted_median_s"], planned["predicted_p90_s"]) == (tonight.predicted_median_s,
                                                                            tonight.predicted_p90_s)
+
+
+def test_static_shards_are_the_frameworks_split_on_the_est_time_in_its_files_numbered_as_its_runner(
+        monkeypatch, tmp_path, capsys):
+    """Calibration stored est_time 10 for every test of the suite (estimates/<repo>.json); the framework's runner
+    still reads 30/25/15/10 from the files, so its LPT split is {a, d} and {b, c}, 40 s each, not the split of the
+    calibrated 10 s. Shard k is the runner's --auto-partition-id k (0-based), in the text and the JSON alike."""
+    suite = "stage-c-4-gpu-h200"
+    tests = tuple(make_test(id=f"tests/test_{name}.py", path=f"tests/test_{name}.py", est_time=est, gpus=4, suite=suite)
+                  for name, est in (("a", 30), ("b", 25), ("c", 15), ("d", 10)))
+    monkeypatch.setattr(plan_cli, "load_catalog", lambda path, spec, specs: Catalog(repo=str(path), tests=tests))
+    monkeypatch.setenv("NIGHTLY_HOME", str(tmp_path / "home"))
+    (tmp_path / "repo").mkdir()
+    estimates = tmp_path / "home" / "estimates" / f"{unconfigured_name(tmp_path / 'repo')}.json"
+    estimates.parent.mkdir(parents=True)
+    estimates.write_text(json.dumps({t.id: {"est_time": 10, "sha256": t.sha256} for t in tests}))
+    argv = ["--repo", str(tmp_path / "repo"), "--pool", "h200=1x8", "--shards", f"{suite}=2"]
+    assert nightly_plan([*argv, "--json"]) == 0
+    static = json.loads(capsys.readouterr().out)["static_shards"]
+    assert [(s["shard"], s["tests"], s["est_s"]) for s in static["shards"]] == [
+        (0, ["tests/test_a.py", "tests/test_d.py"], 40), (1, ["tests/test_b.py", "tests/test_c.py"], 40)]
+    assert static["est_makespan_s"] == 40.0
+    # the calibrated values are shown apart, labelled: the split once the calibration's patch is in the files
+    assert [(s["shard"], s["tests"], s["est_s"]) for s in static["calibrated_shards"]] == [
+        (0, ["tests/test_a.py", "tests/test_c.py"], 20), (1, ["tests/test_b.py", "tests/test_d.py"], 20)]
+    assert nightly_plan(argv) == 0
+    out = capsys.readouterr().out
+    framework, calibrated = out.split("static shards (the framework's split")[1].split("calibrated est_time instead")
+    assert f"{suite} shard 1/2 (--auto-partition-id 0):     40s  tests/test_a.py, tests/test_d.py" in framework
+    assert f"{suite} shard 2/2 (--auto-partition-id 1):     40s  tests/test_b.py, tests/test_c.py" in framework
+    assert f"{suite} shard 1/2 (--auto-partition-id 0):     20s  tests/test_a.py, tests/test_c.py" in calibrated
