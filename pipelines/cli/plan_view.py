@@ -59,6 +59,7 @@ def _why_unplanned(t: Test | None, pools: Sequence) -> str:
 def plan_json(plan: Plan, pools, tests: dict[str, Test], skipped, catalog: Catalog, static=None) -> dict:
     shapes = {p.name: p for p in pools}
     expected = {tid: (median, p90, source) for tid, median, p90, source in plan.expected}
+    notes = dict(plan.duration_notes)
     out = {
         "repo": catalog.repo,
         "makespan_s": plan.makespan_s,
@@ -76,6 +77,7 @@ def plan_json(plan: Plan, pools, tests: dict[str, Test], skipped, catalog: Catal
                          "expected_s": expected.get(a.test_id, (None,))[0],
                          "expected_p90_s": expected.get(a.test_id, (None, None))[1],
                          "expected_from": expected.get(a.test_id, (None, None, "est_time"))[2],
+                         "expected_basis": notes.get(a.test_id, ""),
                          "path": tests[a.test_id].path if a.test_id in tests else ""} for a in plan.ordered()],
         "unplanned": [{"test_id": tid, "hardware": hardware_text(tests.get(tid)),
                        "reason": _why_unplanned(tests.get(tid), pools)} for tid in plan.unplanned],
@@ -174,18 +176,33 @@ def _hms(s: float) -> str:
 
 
 def duration_basis(plan: Plan) -> str:
-    """Where the durations the plan and its prediction use come from (history or est_time / 1.25)."""
+    """Where the durations the plan and its prediction use come from: passing runs in history, the timeout
+    of a test that only timed out, or est_time / 1.25."""
     if not plan.expected:
         return ""
-    guessed = sum(1 for *_, source in plan.expected if source == "fallback")
-    measured = len(plan.expected) - guessed
-    if not guessed:
+    sources = [source for *_, source in plan.expected]
+    guessed, timed_out = sources.count("fallback"), sources.count("timeouts")
+    measured = len(sources) - guessed - timed_out
+    if measured == len(sources):
         return f"every test's duration from its history ({measured} tests)"
-    if not measured:
+    if guessed == len(sources):
         return ("every duration is est_time / 1.25: history has no passing run of these test files on this "
                 "hardware yet, so the prediction sharpens after the first night")
-    return (f"durations from history for {measured} tests, est_time / 1.25 for {guessed} without a passing run "
-            "of their current file (marked below)")
+    parts = [f"durations from history for {measured} tests"] if measured else []
+    if timed_out:
+        parts.append(f"at least their timeout for {timed_out} that timed out without a passing run")
+    if guessed:
+        parts.append(f"est_time / 1.25 for {guessed} without a passing run of their current file")
+    return ", ".join(parts) + " (marked below)"
+
+
+def duration_marks(plan: Plan) -> dict[str, str]:
+    """Test id -> the row mark saying what its duration rests on, for each test not planned on its
+    passing runs; none when every test is est_time / 1.25 without any run (the header says it once)."""
+    notes = dict(plan.duration_notes)
+    if not notes or (len(notes) == len(plan.expected) and all(n.startswith("no history") for n in notes.values())):
+        return {}
+    return {tid: f" ({note})" for tid, note in notes.items()}
 
 
 def print_text(catalog: Catalog, plan: Plan, pools, tests, skipped, static, changed, recent: str = "") -> None:
@@ -215,10 +232,7 @@ def print_text(catalog: Catalog, plan: Plan, pools, tests, skipped, static, chan
         n = sum(1 for a in plan.assignments if a.pool == name)
         shape = f"{shapes[name].nodes}x{shapes[name].gpus_per_node}"
         print(f"  {name:<10} {shape:>9} {n:>5} {m:>8.0f}s {lb:>8.0f}s {(m / lb if lb else 1):>6.3f} {u:>7.1%}")
-    sources = {tid: source for tid, _m, _p, source in plan.expected}
-    guessed = {tid for tid, source in sources.items() if source == "fallback"}
-    if len(guessed) == len(sources):
-        guessed = set()  # the header says so once; no row marks on a first night
+    marks = duration_marks(plan)  # the header says it once on a first night: no row marks then
     for name, *_ in plan.pools:
         for node in range(shapes[name].nodes):
             rows = sorted((a for a in plan.assignments if a.pool == name and a.node == node),
@@ -228,9 +242,7 @@ def print_text(catalog: Catalog, plan: Plan, pools, tests, skipped, static, chan
             print(f"    {'prio':>4} {'start':>7} {'end':>7} {'gpus':>4} {'timeout':>7}  test")
             for a in rows:
                 t = tests.get(a.test_id)
-                mark = " (uncalibrated estimate)" if t and t.uncalibrated else ""
-                if a.test_id in guessed:
-                    mark += " (no history: est_time / 1.25)"
+                mark = (" (uncalibrated estimate)" if t and t.uncalibrated else "") + marks.get(a.test_id, "")
                 print(f"    {a.priority:>4} {a.start_s:>7.0f} {a.end_s:>7.0f} {a.gpus:>4} {a.timeout_s:>7}  {a.test_id}{mark}")
     late = timeout_warnings(plan)
     if late:

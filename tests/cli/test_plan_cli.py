@@ -515,3 +515,42 @@ def test_static_shards_are_the_frameworks_split_on_the_est_time_in_its_files_num
     assert f"{suite} shard 1/2 (--auto-partition-id 0):     40s  tests/test_a.py, tests/test_d.py" in framework
     assert f"{suite} shard 2/2 (--auto-partition-id 1):     40s  tests/test_b.py, tests/test_c.py" in framework
     assert f"{suite} shard 1/2 (--auto-partition-id 0):     20s  tests/test_a.py, tests/test_c.py" in calibrated
+
+
+def test_a_test_that_only_timed_out_is_planned_until_its_timeout_and_one_that_only_failed_says_so(
+        fake_catalog, tmp_path, monkeypatch, capsys):
+    """test_a timed out in each of its 5 runs (750 s, its timeout): it runs at least that long tonight, not
+    est_time / 1.25 = 480 s "with no history"; test_b only failed (a failure ends early: est_time / 1.25 stays,
+    said as no passing run); test_c passed: from its history as before."""
+    from pipelines.core.history.store import FileHistoryStore
+    from pipelines.core.model import Sample
+
+    monkeypatch.setenv("NIGHTLY_HOME", str(tmp_path / "home"))
+    (tmp_path / "repo").mkdir()
+    (tmp_path / "home").mkdir()
+    runs = [("tests/test_a.py", "timed_out", 750.0, True)] * 5 + [("tests/test_b.py", "failed", 20.0, False)] * 3 + [
+        ("tests/test_c.py", "passed", 500.0, False)] * 3
+    FileHistoryStore(tmp_path / "home" / "history.sqlite").append(
+        Sample(tid, "h200", "0" * 64, outcome, secs, f"2026-11-{day:02d}T01:00:00Z", capped=capped)
+        for day, (tid, outcome, secs, capped) in enumerate(runs, 1))
+    argv = ["--repo", str(tmp_path / "repo"), "--pool", "h200=1x8", "--timeout-floor", "60"]
+    assert nightly_plan([*argv, "--json"]) == 0
+    rows = {a["test_id"]: a for a in json.loads(capsys.readouterr().out)["assignments"]}
+    assert (rows["tests/test_a.py"]["expected_s"], rows["tests/test_a.py"]["expected_from"],
+            rows["tests/test_a.py"]["expected_basis"]) == (750.0, "timeouts",
+                                                           "timed out in its last 5 runs: at least 750 s")
+    assert rows["tests/test_a.py"]["end_s"] - rows["tests/test_a.py"]["start_s"] == 750.0
+    assert (rows["tests/test_b.py"]["expected_s"], rows["tests/test_b.py"]["expected_from"],
+            rows["tests/test_b.py"]["expected_basis"]) == (240.0, "fallback",
+                                                           "no passing run (3 failed): est_time / 1.25")
+    assert (rows["tests/test_c.py"]["expected_s"], rows["tests/test_c.py"]["expected_from"],
+            rows["tests/test_c.py"]["expected_basis"]) == (pytest.approx(500.0), "history", "")
+    assert nightly_plan(argv) == 0
+    out = capsys.readouterr().out
+    marks = {line.split()[5]: line for line in out.splitlines() if line.strip().startswith(tuple("0123456789"))}
+    assert marks["tests/test_a.py"].endswith("tests/test_a.py (timed out in its last 5 runs: at least 750 s)")
+    assert marks["tests/test_b.py"].endswith("tests/test_b.py (no passing run (3 failed): est_time / 1.25)")
+    assert marks["tests/test_c.py"].endswith("tests/test_c.py")
+    assert "no history" not in out
+    assert ("durations from history for 1 tests, at least their timeout for 1 that timed out without a passing "
+            "run, est_time / 1.25 for 1 without a passing run of their current file (marked below)") in out

@@ -196,7 +196,8 @@ def make_plan(tests: Sequence[Test], pools: Sequence[PoolSpec], *, timeout_floor
         return plan
     planned = [t for group in by_pool.values() for t in group]
     model = medians(planned, durations)
-    plan = dataclasses.replace(plan, expected=_expected(planned, model))
+    plan = dataclasses.replace(plan, expected=_expected(planned, model), duration_notes=tuple(
+        (t.id, model[t.id].note) for t in sorted(planned, key=lambda t: t.id) if model[t.id].note))
     median, p90 = predict_makespan(plan, [as_pool(p) for p in pools], planned, model, predict_draws, seed)
     return dataclasses.replace(plan, predicted_median_s=median, predicted_p90_s=p90)
 
