@@ -155,7 +155,7 @@ def _recent_error(night) -> str:
     for problem in problems:
         print(f"warning: {problem}", file=sys.stderr)
     error = prediction_error(records)
-    return error_lines(error)[0] if error.nights else ""
+    return error_lines(error)[0] if error.nights or error.left_out else ""
 
 
 def run(args: argparse.Namespace) -> int:

@@ -554,3 +554,33 @@ def test_a_test_that_only_timed_out_is_planned_until_its_timeout_and_one_that_on
     assert "no history" not in out
     assert ("durations from history for 1 tests, at least their timeout for 1 that timed out without a passing "
             "run, est_time / 1.25 for 1 without a passing run of their current file (marked below)") in out
+
+
+@pytest.mark.slow  # two real (tiny) nights: several seconds
+def test_a_night_planned_on_est_time_alone_is_recorded_so_and_left_out_of_the_plans_prediction_error(
+        tmp_path, monkeypatch, capsys):
+    from pipelines.cli import main
+    from tests.support.assets import QUICK_TEST, registry_repo
+
+    passing = QUICK_TEST.replace("if __name__", "def execute():\n    print('ok')\n\n\nif __name__").replace(
+        "    pass\n", "    execute()\n")  # a test that runs and passes at once
+    _, assets = registry_repo(tmp_path, {"test_a.py": passing.format(est=40), "test_b.py": passing.format(est=20)})
+    monkeypatch.setenv("NIGHTLY_ASSETS_DIR", str(assets))
+    home = tmp_path / "home"
+    monkeypatch.setenv("NIGHTLY_HOME", str(home))
+    assert main(["run", "--home", str(home), "--repo", "fw"]) == 0
+    capsys.readouterr()
+    [record] = [json.loads(p.read_text()) for p in (home / "runs").glob("*.json")]
+    # no test had history: every planned GPU-second was est_time / 1.25, and each test says so
+    assert record["prediction"]["fallback_share"] == 1.0
+    assert {t["source"] for t in record["prediction"]["tests"]} == {"fallback"}
+    assert nightly_plan(["--repo", "fw"]) == 0
+    header = capsys.readouterr().out.split("\n\n")[0]
+    assert ("prediction error: no night planned from history yet; 1 night(s) left out: planned mostly on "
+            "est_time / 1.25") in header
+    assert main(["run", "--home", str(home), "--repo", "fw"]) == 0  # planned on the first night's runs
+    capsys.readouterr()
+    assert nightly_plan(["--repo", "fw"]) == 0
+    header = capsys.readouterr().out.split("\n\n")[0]
+    assert "prediction error over the last 1 night(s): makespan off by" in header
+    assert "; 1 night(s) left out: planned mostly on est_time / 1.25" in header
