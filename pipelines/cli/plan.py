@@ -31,6 +31,7 @@ from pipelines.cli.plan_view import (
     hardware_text,
     plan_json,
     print_text,
+    recent_error,
     skipped_hardware_reason,
 )
 from pipelines.core.model import Catalog, CatalogError
@@ -140,24 +141,6 @@ def _split(sh) -> dict[str, list[list[str]]]:
     return {suite: [[t.id for t in shard] for shard in ss] for suite, ss in sh.items()}
 
 
-def _recent_error(night) -> str:
-    """How far the predictions were off over the repo's recent nights on this deployment (what the
-    night report shows in full); "" before the first recorded night. A damaged record is a warning."""
-    from pipelines.core.plan.accuracy import error_lines, prediction_error
-    from pipelines.reporting.inputs import recent_predictions
-    from pipelines.storage.state import StateError
-
-    try:
-        records, problems = recent_predictions(night.state, night.repo_spec.name, night.deployment.name)
-    except StateError as exc:  # the plan stands without it
-        print(f"warning: prediction error of recent nights not read: {exc}", file=sys.stderr)
-        return ""
-    for problem in problems:
-        print(f"warning: {problem}", file=sys.stderr)
-    error = prediction_error(records)
-    return error_lines(error)[0] if error.nights or error.left_out else ""
-
-
 def run(args: argparse.Namespace) -> int:
     try:
         return _run(args)
@@ -240,7 +223,7 @@ def _run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(plan_json(plan, pools, tests, skipped, catalog, static), indent=1))
     else:
-        print_text(catalog, plan, pools, tests, skipped, static, changed, recent=_recent_error(night))
+        print_text(catalog, plan, pools, tests, skipped, static, changed, recent=recent_error(night))
     if gantt:
         print(f"gantt chart: {gantt}", file=sys.stderr if args.json else sys.stdout)  # stdout stays JSON
     return 0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -20,17 +21,23 @@ class StaticShards:
     calibrated: Shards | None = None
 
 
-def print_plan(plan: Plan, tests: Mapping[str, Test], skipped: Sequence[Test] = (), pools: Sequence = ()) -> None:
+def print_plan(plan: Plan, tests: Mapping[str, Test], skipped: Sequence[Test] = (), pools: Sequence = (),
+               recent: str = "") -> None:
+    """``nightly run``'s table (``--list-only`` too): with `nightly plan`'s notes of where the durations
+    come from, its row marks and the recent prediction error (``recent``), from the same functions."""
     spread = (f" (median of simulated nights {plan.predicted_median_s:.1f}s, p90 {plan.predicted_p90_s:.1f}s)"
               if plan.predicted_median_s else "")
     print(f"plan: {len(plan.assignments)} tests, predicted makespan {plan.makespan_s:.1f}s{spread}, "
           f"lower bound {plan.lower_bound_s:.1f}s, ratio {plan.ratio:.3f}")
+    for line in header_notes(plan, recent):
+        print(f"  {line}")
+    marks = duration_marks(plan)
     print(f"  {'order':>5}  {'test':<48} {'gpus':>4} {'pool/node':<10} {'start':>7} {'end':>7} {'est':>6} {'timeout':>7}")
     for a in plan.ordered():
         t = tests.get(a.test_id)
         est = f"{t.est_time}{'*' if t and t.uncalibrated else ''}" if t else "?"
         print(f"  {a.priority:>5}  {a.test_id:<48} {a.gpus:>4} {a.pool + '/' + str(a.node):<10} "
-              f"{a.start_s:>7.1f} {a.end_s:>7.1f} {est:>6} {a.timeout_s:>7}")
+              f"{a.start_s:>7.1f} {a.end_s:>7.1f} {est:>6} {a.timeout_s:>7}{marks.get(a.test_id, '')}")
     for t in skipped:
         print(f"  {'skip':>5}  {t.id:<48} disabled: {t.disabled}")
     for tid in plan.unplanned:
@@ -205,6 +212,31 @@ def duration_marks(plan: Plan) -> dict[str, str]:
     return {tid: f" ({note})" for tid, note in notes.items()}
 
 
+def header_notes(plan: Plan, recent: str = "") -> list[str]:
+    """The lines under a plan's header, for `nightly plan` and `nightly run` alike: where the durations
+    come from, and ``recent``, the prediction error over the repo's recent nights ("" before any)."""
+    basis = duration_basis(plan)
+    return ([f"{basis}; timeouts stay on est_time"] if basis else []) + ([recent] if recent else [])
+
+
+def recent_error(night) -> str:
+    """How far the predictions were off over the repo's recent nights on this deployment (what the
+    night report shows in full); "" before the first recorded night. A damaged record is a warning."""
+    from pipelines.core.plan.accuracy import error_lines, prediction_error
+    from pipelines.reporting.inputs import recent_predictions
+    from pipelines.storage.state import StateError
+
+    try:
+        records, problems = recent_predictions(night.state, night.repo_spec.name, night.deployment.name)
+    except StateError as exc:  # the plan stands without it
+        print(f"warning: prediction error of recent nights not read: {exc}", file=sys.stderr)
+        return ""
+    for problem in problems:
+        print(f"warning: {problem}", file=sys.stderr)
+    error = prediction_error(records)
+    return error_lines(error)[0] if error.nights or error.left_out else ""
+
+
 def print_text(catalog: Catalog, plan: Plan, pools, tests, skipped, static, changed, recent: str = "") -> None:
     """``recent``: the prediction error over the repo's recent nights (one line; "" before any)."""
     shapes = {p.name: p for p in pools}
@@ -212,11 +244,8 @@ def print_text(catalog: Catalog, plan: Plan, pools, tests, skipped, static, chan
               if plan.predicted_median_s else "")
     print(f"plan for {catalog.repo}: {len(plan.assignments)} tests; predicted makespan {plan.makespan_s:.0f}s "
           f"({_hms(plan.makespan_s)}{spread}), lower bound {plan.lower_bound_s:.0f}s, ratio {plan.ratio:.3f}")
-    basis = duration_basis(plan)
-    if basis:
-        print(f"  {basis}; timeouts stay on est_time")
-    if recent:
-        print(f"  {recent}")
+    for line in header_notes(plan, recent):
+        print(f"  {line}")
     if changed is not None:
         print(f"  selected by {len(changed)} changed path(s)"
               + ("" if plan.assignments or plan.unplanned or skipped else "; they select no test: nothing to plan"))
