@@ -80,8 +80,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-improve", action="store_true", help="plain longest-first list schedule only")
     p.add_argument("--json", action="store_true", help="print the plan as JSON")
     p.add_argument("--gantt", type=flags.path, metavar="FILE",
-                   help="write a Gantt chart of the plan to FILE (.png, .svg or .pdf; no suffix: .png); "
-                        "creates FILE's folder, not folders above it")
+                   help="write a Gantt chart of the plan to FILE (.png, .svg or .pdf; no suffix: .png): a row per "
+                        "GPU and, per node, a cpu row for its 0-GPU tests; creates FILE's folder, not folders above it")
     p.set_defaults(func=run)
 
 

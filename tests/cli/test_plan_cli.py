@@ -584,3 +584,20 @@ def test_a_night_planned_on_est_time_alone_is_recorded_so_and_left_out_of_the_pl
     header = capsys.readouterr().out.split("\n\n")[0]
     assert "prediction error over the last 1 night(s): makespan off by" in header
     assert "; 1 night(s) left out: planned mostly on est_time / 1.25" in header
+
+
+def test_gantt_draws_a_cpu_test_on_its_own_row_even_when_it_ends_the_night(monkeypatch, tmp_path, capsys):
+    """A 0-GPU test holds no GPU row: it had no bar at all, though here it sets the makespan (4000 s)."""
+    cpu = make_test(id="tests/test_cpu.py", path="tests/test_cpu.py", est_time=5000, gpus=0, backend="cpu",
+                    suite="stage-a-cpu", hardware="cpu")
+    monkeypatch.setattr(plan_cli, "load_catalog", lambda path, spec, specs: Catalog(repo=str(path),
+                                                                                   tests=(*TESTS[:3], cpu)))
+    monkeypatch.setenv("NIGHTLY_HOME", str(tmp_path / "home"))
+    svg = tmp_path / "plan.svg"
+    assert nightly_plan(["--repo", str(tmp_path), "--pool", "h200=1x8", "--json", "--gantt", str(svg)]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    assert plan["makespan_s"] == 4000.0 and plan["assignments"][0]["test_id"] == "tests/test_cpu.py"
+    text = svg.read_text()
+    assert "h200/0:cpu" in text  # the CPU row, labelled, below the node's 8 GPU rows
+    assert ">tests/test_cpu.py<" in text  # and its bar, labelled with the test
+    assert text.count("h200/0:") == 9
