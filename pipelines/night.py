@@ -44,9 +44,10 @@ from pipelines.core.model import (
 )
 from pipelines.core.plan import make_plan, pool_for
 from pipelines.core.plan.durations import duration_model
+from pipelines.core.plan.planner import planned_tests
 from pipelines.core.report import Row, night_rows
 from pipelines.core.runset import RunSelection, RunSet, resolve_run
-from pipelines.core.specs import RepoSpec, Specs, load_specs, project_path, unconfigured_spec
+from pipelines.core.specs import PoolSpec, RepoSpec, Specs, load_specs, project_path, unconfigured_spec
 from pipelines.launch.base import Launcher, LaunchRequest
 from pipelines.launch.dispatch import DispatchResult, run_plan
 from pipelines.storage.cache import AssetCache, Built
@@ -421,14 +422,19 @@ class Night:
                                    skipped=(*rs.skipped, *((t, why[t.id]) for t in rs.run if t.id in why)))
 
     # -- plan --------------------------------------------------------------------------
-    def plan(self, tests: Iterable[Test]) -> Plan:
-        """Order and predictions from measured durations (history); timeouts from est_time."""
+    def plan(self, tests: Iterable[Test], *, pools: Sequence[PoolSpec] | None = None, improve: bool = True) -> Plan:
+        """Order and predictions from measured durations (history); timeouts from est_time.
+
+        The one way every caller plans (the night, ``nightly run --list-only``, ``nightly plan``),
+        so they predict the same night: the duration model is fitted over the tests the plan places
+        (``planned_tests``); a test no pool runs would otherwise widen the spread pooled over them.
+        ``pools``: the deployment's unless given (``nightly plan --pool``)."""
         tests = list(tests)
-        return make_plan(
-            tests, self.deployment.pools,
-            timeout_floor_s=self.timeout_floor_s, timeout_factor=self.repo_spec.timeout_factor,
-            durations=duration_model(tests, self.history_at_start, successions=successions(self.history)),
-        )
+        pools = self.deployment.pools if pools is None else pools
+        model = duration_model(planned_tests(tests, pools), self.history_at_start,
+                               successions=successions(self.history))
+        return make_plan(tests, pools, timeout_floor_s=self.timeout_floor_s,
+                         timeout_factor=self.repo_spec.timeout_factor, improve=improve, durations=model)
 
     def pool_shapes(self, plan: Plan) -> dict[str, dict[str, int]]:
         """Each pool the plan places tests on, as the deployment in force has it (nodes, GPUs per node):

@@ -3,7 +3,8 @@
 Reads the repo's registrations, applies the selection flags (cadence, labels, suites, backend,
 changed paths), packs the tests onto the deployment's pools and prints per pool the predicted
 makespan, the lower bound and their ratio, GPU utilization, each node's timeline and each test's
-timeout. ``--shards SUITE=N`` shows the framework's static shards beside it; ``--json`` prints
+timeout. ``--shards SUITE=N`` shows the framework's static shards beside it (split on the est_time
+in the files, as its runner reads them; shard k is its ``--auto-partition-id k``); ``--json`` prints
 the plan for machines; ``--gantt FILE`` draws it.
 
 Exit status: 0 planned (also when the changed paths select no test: nothing to plan); 2 a flag
@@ -25,15 +26,16 @@ from pipelines.cli import flags
 from pipelines.cli.flags import FlagError, add_timeout_floor, timeout_floor
 from pipelines.cli.plan_gantt import gantt_path, write_gantt
 from pipelines.cli.plan_view import (
+    StaticShards,
     hardware_summary,  # noqa: F401 - callers import it from here
     hardware_text,
     plan_json,
     print_text,
+    recent_error,
     skipped_hardware_reason,
 )
 from pipelines.core.model import Catalog, CatalogError
 from pipelines.core.plan import (
-    make_plan,
     override_pools,
     parse_pool_arg,
     shards_plan,
@@ -78,8 +80,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-improve", action="store_true", help="plain longest-first list schedule only")
     p.add_argument("--json", action="store_true", help="print the plan as JSON")
     p.add_argument("--gantt", type=flags.path, metavar="FILE",
-                   help="write a Gantt chart of the plan to FILE (.png, .svg or .pdf; no suffix: .png); "
-                        "creates FILE's folder, not folders above it")
+                   help="write a Gantt chart of the plan to FILE (.png, .svg or .pdf; no suffix: .png): a row per "
+                        "GPU and, per node, a cpu row for its 0-GPU tests; creates FILE's folder, not folders above it")
     p.set_defaults(func=run)
 
 
@@ -134,22 +136,9 @@ def _pairs(values: list[str], flag: str) -> dict[str, int]:
     return out
 
 
-def _recent_error(night) -> str:
-    """How far the predictions were off over the repo's recent nights on this deployment (what the
-    night report shows in full); "" before the first recorded night. A damaged record is a warning."""
-    from pipelines.core.plan.accuracy import error_lines, prediction_error
-    from pipelines.reporting.inputs import recent_predictions
-    from pipelines.storage.state import StateError
-
-    try:
-        records, problems = recent_predictions(night.state, night.repo_spec.name, night.deployment.name)
-    except StateError as exc:  # the plan stands without it
-        print(f"warning: prediction error of recent nights not read: {exc}", file=sys.stderr)
-        return ""
-    for problem in problems:
-        print(f"warning: {problem}", file=sys.stderr)
-    error = prediction_error(records)
-    return error_lines(error)[0] if error.nights else ""
+def _split(sh) -> dict[str, list[list[str]]]:
+    """Which tests each shard holds (what differs between two splits of the same tests)."""
+    return {suite: [[t.id for t in shard] for shard in ss] for suite, ss in sh.items()}
 
 
 def run(args: argparse.Namespace) -> int:
@@ -172,11 +161,13 @@ def _run(args: argparse.Namespace) -> int:
     given_floor = timeout_floor(args.timeout_floor)
     gantt = gantt_path(args.gantt) if args.gantt else None  # before planning: a bad name fails fast
     catalog = load_catalog(path, spec, specs)
+    registered = {t.id: t for t in catalog.tests}  # est_time as the files say: what the framework's runner reads
     _check_new_pools(catalog.tests, pools, deployment, overrides)
     # plan with the estimates the next night will use (an unconfigured checkout's are under its folder name)
     from pipelines.night import Night, NightSettings, with_calibrated
 
-    night = Night(NightSettings(repo=spec.name if spec else str(path), deployment=args.deployment))
+    night = Night(NightSettings(repo=spec.name if spec else str(path), deployment=args.deployment,
+                                timeout_floor_s=given_floor))
     calibrated = night.calibrated()
     catalog = with_calibrated(catalog, calibrated, night.rewrites_for(catalog.tests, calibrated))
     for problem in night.estimate_warnings:
@@ -211,27 +202,28 @@ def _run(args: argparse.Namespace) -> int:
                             f"rest would hold runners with nothing to run; give N from 1 to {most}")
     skipped = [(t, t.disabled) if not t.enabled else (t, held.get(t.id) or skipped_hardware_reason(hardware_text(t)))
                for t in chosen if not t.enabled or t.id in not_here or t.id in held]
-    floor = given_floor if given_floor is not None else (spec.timeout_floor_s if spec else 1800)
-    factor = spec.timeout_factor if spec else 1.25
-    from pipelines.core.plan.durations import duration_model  # order and predictions from measured durations
-    from pipelines.storage.history import successions  # calibrate's est_time rewrites keep history current
-
-    plan = make_plan(runnable, pools, timeout_floor_s=floor, timeout_factor=factor, improve=not args.no_improve,
-                     durations=duration_model(runnable, night.history.read(), successions=successions(night.history)))
+    floor, factor = night.timeout_floor_s, night.repo_spec.timeout_factor  # --timeout-floor, else the repo's
+    # as `nightly run` and the night plan: the same function, so the same durations and predictions
+    plan = night.plan(runnable, pools=pools, improve=not args.no_improve)
     static = None
     if shards:
-        sh = static_shards([t for t in runnable if t.id not in plan.unplanned], shards)  # unlisted suites: 1 shard
+        planned = [t for t in runnable if t.id not in plan.unplanned]
+        # the framework's split: its runner reads the est_time written in the files, not nightly-e2e's
+        # calibrated estimates (those reach it once the calibration's patch is applied: shown apart)
+        sh = static_shards([registered.get(t.id, t) for t in planned], shards)  # unlisted suites: 1 shard
+        calibrated = static_shards(planned, shards)
         # on the durations the plan itself used (its medians), so "vs static shards" compares splits, not
         # the plan's medians with the shards' padded est_time
         medians = {tid: median for tid, median, _p90, _source in plan.expected}
-        static = (sh, shards_plan(sh, timeout_floor_s=floor, timeout_factor=factor, durations=medians))
+        static = StaticShards(sh, shards_plan(sh, timeout_floor_s=floor, timeout_factor=factor, durations=medians),
+                              calibrated if _split(calibrated) != _split(sh) else None)
     tests = {t.id: t for t in catalog.tests}
     if gantt:
         write_gantt(plan, pools, gantt)
     if args.json:
         print(json.dumps(plan_json(plan, pools, tests, skipped, catalog, static), indent=1))
     else:
-        print_text(catalog, plan, pools, tests, skipped, static, changed, recent=_recent_error(night))
+        print_text(catalog, plan, pools, tests, skipped, static, changed, recent=recent_error(night))
     if gantt:
         print(f"gantt chart: {gantt}", file=sys.stderr if args.json else sys.stdout)  # stdout stays JSON
     return 0

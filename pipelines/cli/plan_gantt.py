@@ -1,4 +1,4 @@
-"""``nightly plan --gantt FILE``: the plan drawn one row per GPU, and which file that is.
+"""``nightly plan --gantt FILE``: the plan drawn one row per GPU (and CPU rows), and which file that is.
 
 The chart is written where the user can find it: the path printed is the path written (a name
 without a suffix gets ``.png``), a folder, a missing tree of folders or a folder this user cannot
@@ -40,8 +40,26 @@ def gantt_path(path: Path) -> Path:
     return path
 
 
+def cpu_lanes(trace) -> dict[tuple[str, int], list[int]]:
+    """(pool, node) -> the lane of each of its 0-GPU tests in ``trace`` order (-1 for a GPU test): a CPU
+    test holds no GPU row, so CPU tests get rows of their own, as few as never overlap on one."""
+    lanes: dict[tuple[str, int], list[float]] = {}
+    out: dict[tuple[str, int], list[int]] = {}
+    for a, node, slots, start, end in trace:
+        ends = lanes.setdefault((a.pool, node), [])
+        row = out.setdefault((a.pool, node), [])
+        if slots:
+            row.append(-1)
+            continue
+        lane = next((i for i, free in enumerate(ends) if free <= start), len(ends))
+        ends[lane:lane + 1] = [end]
+        row.append(lane)
+    return out
+
+
 def write_gantt(plan: Plan, pools, path: Path) -> None:
-    """One row per GPU, one bar per test over the GPUs it holds (dispatch replayed on estimates)."""
+    """One row per GPU, one bar per test over the GPUs it holds (dispatch replayed on estimates); a CPU
+    test (0 GPUs) on its node's ``cpu`` row(s) below the GPUs, so a CPU test that ends the night shows."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -52,21 +70,29 @@ def write_gantt(plan: Plan, pools, path: Path) -> None:
     used = {a.pool for a in plan.assignments}
     shapes = [p for p in pools if p.name in used]
     _, trace = simulate_trace(plan, shapes, {a.test_id: a.end_s - a.start_s for a in plan.assignments})
+    lanes = cpu_lanes(trace)
     base, labels, y = {}, [], 0
     for p in shapes:
         for node in range(p.nodes):
             base[(p.name, node)] = y
+            cpu = max(lanes.get((p.name, node), [-1]), default=-1) + 1
             labels += [f"{p.name}/{node}:{g}" for g in range(p.gpus_per_node)]
-            y += p.gpus_per_node
+            labels += [f"{p.name}/{node}:cpu" + (str(k + 1) if cpu > 1 else "") for k in range(cpu)]
+            y += p.gpus_per_node + cpu
     fig, ax = plt.subplots(figsize=(13, 1.5 + 0.18 * max(1, y)))
     cmap = plt.get_cmap("tab20")
+    seen: dict[tuple[str, int], int] = {}
     for a, node, slots, start, end in trace:
-        y0 = base[(a.pool, node)]
-        for g in slots:
+        key = (a.pool, node)
+        lane = lanes[key][seen.get(key, 0)]
+        seen[key] = seen.get(key, 0) + 1
+        y0 = base[key]
+        rows = list(slots) if slots else [next(p for p in shapes if p.name == a.pool).gpus_per_node + lane]
+        for g in rows:
             ax.barh(y0 + g, end - start, left=start, height=0.9, color=cmap(a.priority % 20),
-                    edgecolor="black", linewidth=0.3)
-        if slots and end - start > plan.makespan_s / 30:
-            ax.text((start + end) / 2, y0 + (slots[0] + slots[-1]) / 2, a.test_id, ha="center", va="center",
+                    edgecolor="black", linewidth=0.3, hatch="" if slots else "//")
+        if end - start > plan.makespan_s / 30:
+            ax.text((start + end) / 2, y0 + (rows[0] + rows[-1]) / 2, a.test_id, ha="center", va="center",
                     fontsize=6)
     ax.axvline(plan.lower_bound_s, color="red", linestyle="--", label=f"lower bound {plan.lower_bound_s:.0f}s")
     ax.set_yticks(range(len(labels)), labels, fontsize=5)
@@ -78,7 +104,8 @@ def write_gantt(plan: Plan, pools, path: Path) -> None:
     fig.tight_layout()
     try:
         path.parent.mkdir(exist_ok=True)  # gantt_path checked that only this folder is missing
-        fig.savefig(path, dpi=120, format=path.suffix.lstrip(".").lower())
+        with matplotlib.rc_context({"svg.fonttype": "none"}):  # an SVG keeps its labels as text: searchable
+            fig.savefig(path, dpi=120, format=path.suffix.lstrip(".").lower())
     except OSError as exc:  # what access() cannot foresee: /proc, a read-only mount, a full disk
         raise FlagError(f"--gantt: cannot write {path} ({exc.strerror or exc}); give a writable path") from exc
     finally:

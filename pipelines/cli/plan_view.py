@@ -2,23 +2,42 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 from pipelines.core.model import Catalog, Plan, Test
-from pipelines.core.plan import shards_gpus
+from pipelines.core.plan import Shards, shards_gpus
 
 
-def print_plan(plan: Plan, tests: Mapping[str, Test], skipped: Sequence[Test] = (), pools: Sequence = ()) -> None:
+@dataclass(frozen=True)
+class StaticShards:
+    """``nightly plan --shards``: the framework's split (on the est_time in the files, which its runner
+    reads), that split as a Plan on this plan's durations, and the split nightly-e2e's calibrated
+    est_time would give once its patch is applied (None when it is the same split)."""
+
+    shards: Shards
+    plan: Plan
+    calibrated: Shards | None = None
+
+
+def print_plan(plan: Plan, tests: Mapping[str, Test], skipped: Sequence[Test] = (), pools: Sequence = (),
+               recent: str = "") -> None:
+    """``nightly run``'s table (``--list-only`` too): with `nightly plan`'s notes of where the durations
+    come from, its row marks and the recent prediction error (``recent``), from the same functions."""
     spread = (f" (median of simulated nights {plan.predicted_median_s:.1f}s, p90 {plan.predicted_p90_s:.1f}s)"
               if plan.predicted_median_s else "")
     print(f"plan: {len(plan.assignments)} tests, predicted makespan {plan.makespan_s:.1f}s{spread}, "
           f"lower bound {plan.lower_bound_s:.1f}s, ratio {plan.ratio:.3f}")
+    for line in header_notes(plan, recent):
+        print(f"  {line}")
+    marks = duration_marks(plan)
     print(f"  {'order':>5}  {'test':<48} {'gpus':>4} {'pool/node':<10} {'start':>7} {'end':>7} {'est':>6} {'timeout':>7}")
     for a in plan.ordered():
         t = tests.get(a.test_id)
         est = f"{t.est_time}{'*' if t and t.uncalibrated else ''}" if t else "?"
         print(f"  {a.priority:>5}  {a.test_id:<48} {a.gpus:>4} {a.pool + '/' + str(a.node):<10} "
-              f"{a.start_s:>7.1f} {a.end_s:>7.1f} {est:>6} {a.timeout_s:>7}")
+              f"{a.start_s:>7.1f} {a.end_s:>7.1f} {est:>6} {a.timeout_s:>7}{marks.get(a.test_id, '')}")
     for t in skipped:
         print(f"  {'skip':>5}  {t.id:<48} disabled: {t.disabled}")
     for tid in plan.unplanned:
@@ -47,6 +66,7 @@ def _why_unplanned(t: Test | None, pools: Sequence) -> str:
 def plan_json(plan: Plan, pools, tests: dict[str, Test], skipped, catalog: Catalog, static=None) -> dict:
     shapes = {p.name: p for p in pools}
     expected = {tid: (median, p90, source) for tid, median, p90, source in plan.expected}
+    notes = dict(plan.duration_notes)
     out = {
         "repo": catalog.repo,
         "makespan_s": plan.makespan_s,
@@ -64,6 +84,7 @@ def plan_json(plan: Plan, pools, tests: dict[str, Test], skipped, catalog: Catal
                          "expected_s": expected.get(a.test_id, (None,))[0],
                          "expected_p90_s": expected.get(a.test_id, (None, None))[1],
                          "expected_from": expected.get(a.test_id, (None, None, "est_time"))[2],
+                         "expected_basis": notes.get(a.test_id, ""),
                          "path": tests[a.test_id].path if a.test_id in tests else ""} for a in plan.ordered()],
         "unplanned": [{"test_id": tid, "hardware": hardware_text(tests.get(tid)),
                        "reason": _why_unplanned(tests.get(tid), pools)} for tid in plan.unplanned],
@@ -71,13 +92,25 @@ def plan_json(plan: Plan, pools, tests: dict[str, Test], skipped, catalog: Catal
         "problems": [str(p) for p in catalog.problems],
     }
     if static:
-        sh, splan = static
+        sh, splan = static.shards, static.plan
         out["static_shards"] = {
             "makespan_s": splan.makespan_s, "basis": "expected_s" if plan.expected else "est_time",
-            "est_makespan_s": float(_est_makespan(sh)), "gpus": shards_gpus(sh),
-            "shards": [{"suite": s, "shard": k, "tests": [t.id for t in shard], "est_s": sum(t.est_time for t in shard)}
-                       for s, ss in sh.items() for k, shard in enumerate(ss)]}
+            "est_makespan_s": float(_est_makespan(sh)), "gpus": shards_gpus(sh), "shards": _shards_json(sh)}
+        if static.calibrated:
+            out["static_shards"]["calibrated_shards"] = _shards_json(static.calibrated)
     return out
+
+
+def _shards_json(sh: Shards) -> list[dict]:
+    """``shard`` is the framework's ``--auto-partition-id`` (0-based), ``est_s`` the sum of its est_time."""
+    return [{"suite": s, "shard": k, "tests": [t.id for t in shard], "est_s": sum(t.est_time for t in shard)}
+            for s, ss in sh.items() for k, shard in enumerate(ss)]
+
+
+def shard_lines(sh: Shards) -> list[str]:
+    """One line per shard, numbered as the framework's runner numbers it: ``1/2`` is ``--auto-partition-id 0``."""
+    return [f"    {suite} shard {k + 1}/{len(ss)} (--auto-partition-id {k}): {sum(t.est_time for t in shard):>6}s  "
+            f"{', '.join(t.id for t in shard)}" for suite, ss in sh.items() for k, shard in enumerate(ss)]
 
 
 def _est_makespan(sh) -> int:
@@ -150,18 +183,58 @@ def _hms(s: float) -> str:
 
 
 def duration_basis(plan: Plan) -> str:
-    """Where the durations the plan and its prediction use come from (history or est_time / 1.25)."""
+    """Where the durations the plan and its prediction use come from: passing runs in history, the timeout
+    of a test that only timed out, or est_time / 1.25."""
     if not plan.expected:
         return ""
-    guessed = sum(1 for *_, source in plan.expected if source == "fallback")
-    measured = len(plan.expected) - guessed
-    if not guessed:
+    sources = [source for *_, source in plan.expected]
+    guessed, timed_out = sources.count("fallback"), sources.count("timeouts")
+    measured = len(sources) - guessed - timed_out
+    if measured == len(sources):
         return f"every test's duration from its history ({measured} tests)"
-    if not measured:
+    if guessed == len(sources):
         return ("every duration is est_time / 1.25: history has no passing run of these test files on this "
                 "hardware yet, so the prediction sharpens after the first night")
-    return (f"durations from history for {measured} tests, est_time / 1.25 for {guessed} without a passing run "
-            "of their current file (marked below)")
+    parts = [f"durations from history for {measured} tests"] if measured else []
+    if timed_out:
+        parts.append(f"at least their timeout for {timed_out} that timed out without a passing run")
+    if guessed:
+        parts.append(f"est_time / 1.25 for {guessed} without a passing run of their current file")
+    return ", ".join(parts) + " (marked below)"
+
+
+def duration_marks(plan: Plan) -> dict[str, str]:
+    """Test id -> the row mark saying what its duration rests on, for each test not planned on its
+    passing runs; none when every test is est_time / 1.25 without any run (the header says it once)."""
+    notes = dict(plan.duration_notes)
+    if not notes or (len(notes) == len(plan.expected) and all(n.startswith("no history") for n in notes.values())):
+        return {}
+    return {tid: f" ({note})" for tid, note in notes.items()}
+
+
+def header_notes(plan: Plan, recent: str = "") -> list[str]:
+    """The lines under a plan's header, for `nightly plan` and `nightly run` alike: where the durations
+    come from, and ``recent``, the prediction error over the repo's recent nights ("" before any)."""
+    basis = duration_basis(plan)
+    return ([f"{basis}; timeouts stay on est_time"] if basis else []) + ([recent] if recent else [])
+
+
+def recent_error(night) -> str:
+    """How far the predictions were off over the repo's recent nights on this deployment (what the
+    night report shows in full); "" before the first recorded night. A damaged record is a warning."""
+    from pipelines.core.plan.accuracy import error_lines, prediction_error
+    from pipelines.reporting.inputs import recent_predictions
+    from pipelines.storage.state import StateError
+
+    try:
+        records, problems = recent_predictions(night.state, night.repo_spec.name, night.deployment.name)
+    except StateError as exc:  # the plan stands without it
+        print(f"warning: prediction error of recent nights not read: {exc}", file=sys.stderr)
+        return ""
+    for problem in problems:
+        print(f"warning: {problem}", file=sys.stderr)
+    error = prediction_error(records)
+    return error_lines(error)[0] if error.nights or error.left_out else ""
 
 
 def print_text(catalog: Catalog, plan: Plan, pools, tests, skipped, static, changed, recent: str = "") -> None:
@@ -171,11 +244,8 @@ def print_text(catalog: Catalog, plan: Plan, pools, tests, skipped, static, chan
               if plan.predicted_median_s else "")
     print(f"plan for {catalog.repo}: {len(plan.assignments)} tests; predicted makespan {plan.makespan_s:.0f}s "
           f"({_hms(plan.makespan_s)}{spread}), lower bound {plan.lower_bound_s:.0f}s, ratio {plan.ratio:.3f}")
-    basis = duration_basis(plan)
-    if basis:
-        print(f"  {basis}; timeouts stay on est_time")
-    if recent:
-        print(f"  {recent}")
+    for line in header_notes(plan, recent):
+        print(f"  {line}")
     if changed is not None:
         print(f"  selected by {len(changed)} changed path(s)"
               + ("" if plan.assignments or plan.unplanned or skipped else "; they select no test: nothing to plan"))
@@ -191,10 +261,7 @@ def print_text(catalog: Catalog, plan: Plan, pools, tests, skipped, static, chan
         n = sum(1 for a in plan.assignments if a.pool == name)
         shape = f"{shapes[name].nodes}x{shapes[name].gpus_per_node}"
         print(f"  {name:<10} {shape:>9} {n:>5} {m:>8.0f}s {lb:>8.0f}s {(m / lb if lb else 1):>6.3f} {u:>7.1%}")
-    sources = {tid: source for tid, _m, _p, source in plan.expected}
-    guessed = {tid for tid, source in sources.items() if source == "fallback"}
-    if len(guessed) == len(sources):
-        guessed = set()  # the header says so once; no row marks on a first night
+    marks = duration_marks(plan)  # the header says it once on a first night: no row marks then
     for name, *_ in plan.pools:
         for node in range(shapes[name].nodes):
             rows = sorted((a for a in plan.assignments if a.pool == name and a.node == node),
@@ -204,9 +271,7 @@ def print_text(catalog: Catalog, plan: Plan, pools, tests, skipped, static, chan
             print(f"    {'prio':>4} {'start':>7} {'end':>7} {'gpus':>4} {'timeout':>7}  test")
             for a in rows:
                 t = tests.get(a.test_id)
-                mark = " (uncalibrated estimate)" if t and t.uncalibrated else ""
-                if a.test_id in guessed:
-                    mark += " (no history: est_time / 1.25)"
+                mark = (" (uncalibrated estimate)" if t and t.uncalibrated else "") + marks.get(a.test_id, "")
                 print(f"    {a.priority:>4} {a.start_s:>7.0f} {a.end_s:>7.0f} {a.gpus:>4} {a.timeout_s:>7}  {a.test_id}{mark}")
     late = timeout_warnings(plan)
     if late:
@@ -231,14 +296,17 @@ def print_text(catalog: Catalog, plan: Plan, pools, tests, skipped, static, chan
         for p in catalog.problems:
             print(f"    {p}")
     if static:
-        sh, splan = static
+        sh, splan = static.shards, static.plan
         raw = f" on this plan's durations, {_est_makespan(sh)}s of est_time (the shard sums below)" if plan.expected else ""
-        print(f"\n  static shards (the framework's split): {shards_gpus(sh)} GPUs held, makespan {splan.makespan_s:.0f}s"
-              f"{raw}")
-        for suite, ss in sh.items():
-            for k, shard in enumerate(ss):
-                print(f"    {suite} shard {k + 1}/{len(ss)}: {sum(t.est_time for t in shard):>6}s  "
-                      f"{', '.join(t.id for t in shard)}")
+        print(f"\n  static shards (the framework's split, on the est_time in the test files): {shards_gpus(sh)} GPUs "
+              f"held, makespan {splan.makespan_s:.0f}s{raw}")
+        for line in shard_lines(sh):
+            print(line)
+        if static.calibrated:
+            print("  on nightly-e2e's calibrated est_time instead (the split once the calibration's patch is applied "
+                  "to the files; until then the framework's runner splits as above):")
+            for line in shard_lines(static.calibrated):
+                print(line)
         if splan.makespan_s:
             gpus = sum(p.nodes * p.gpus_per_node for p in pools if p.name in {a.pool for a in plan.assignments})
             print(f"  this plan: {plan.makespan_s:.0f}s on {gpus} GPUs "

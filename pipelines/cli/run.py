@@ -93,7 +93,7 @@ def nothing_to_run(night, args: argparse.Namespace, selection) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from pipelines.cli.plan_view import print_plan
+    from pipelines.cli.plan_view import print_plan, recent_error
     from pipelines.core.runset import RunSelection
     from pipelines.night import Night, NightSettings, default_home
     from pipelines.storage.state import writable_home
@@ -123,7 +123,7 @@ def run(args: argparse.Namespace) -> int:
     plan = night.plan(runset.run)
     if args.dry_run:
         return _dry_run(night, runset, plan)
-    print_plan(plan, {t.id: t for t in runset.run}, runset.disabled)
+    print_plan(plan, {t.id: t for t in runset.run}, runset.disabled, recent=recent_error(night))
     for t, why in runset.skipped:
         if t.enabled:
             print(f"  {'-':>5}  {t.id:<48} {why}")
@@ -356,10 +356,11 @@ def makespan_line(summary: dict, whole_s: float) -> str:
     """The predicted against the actual makespan: the simulated nights' median beside their p90, as
     `nightly plan`'s header pairs them (the schedule's makespan on the medians is another, shorter
     figure); the makespan alone for a night planned without durations (no simulated nights)."""
-    median, p90 = summary.get("predicted_median_s") or 0, summary.get("predicted_p90_s") or 0
-    predicted = (f"predicted median makespan {median:.1f}s (p90 {p90:.1f}s)" if median
-                 else f"predicted makespan {summary['predicted_makespan_s']:.1f}s")
+    from pipelines.core.plan.predict import predicted_text
     from pipelines.core.report import actual_lower_bound
+
+    predicted = predicted_text(summary.get("predicted_median_s") or 0, summary.get("predicted_p90_s") or 0,
+                               summary["predicted_makespan_s"])
 
     # the plan's bound is from predicted durations: a night faster than predicted ends below it
     bound = actual_lower_bound(summary)

@@ -182,8 +182,12 @@ class Plan:
     #: 0.0 when planned from est_time alone
     predicted_median_s: float = 0.0
     predicted_p90_s: float = 0.0
-    #: per test: (test_id, median s, p90 s, "history" or "fallback") the plan assumed; () from est_time
+    #: per test: (test_id, median s, p90 s, source) the plan assumed; () from est_time. source: "history"
+    #: (passing runs), "timeouts" (only timed out: at least the timeout) or "fallback" (est_time / 1.25)
     expected: tuple[tuple[str, float, float, str], ...] = ()
+    #: per test whose duration is not from its passing runs: (test_id, what it rests on, in words:
+    #: "no history: est_time / 1.25", "timed out in its last 5 runs: at least 1800 s", ...)
+    duration_notes: tuple[tuple[str, str], ...] = ()
 
     @property
     def ratio(self) -> float:

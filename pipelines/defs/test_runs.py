@@ -26,6 +26,7 @@ from pathlib import Path
 import dagster as dg
 
 from pipelines.core.model import Catalog, CatalogError, timeout_floor_problem
+from pipelines.core.plan.predict import predicted_text
 from pipelines.core.runset import RunSelection, RunSet
 from pipelines.core.select import Selection, SelectionError, why_nothing
 from pipelines.core.specs_schema import env_name_problem
@@ -188,9 +189,9 @@ def _dagster_events(context: dg.AssetExecutionContext, night, events, selection:
         for event in events:
             if isinstance(event, Planned):
                 plan = event.plan
-                _say(context, f"{len(plan.assignments)} test(s) of {selection.describe()}; predicted makespan "
-                              f"{plan.makespan_s:.0f}s (lower bound {plan.lower_bound_s:.0f}s); "
-                              f"{len(event.runset.skipped)} not launched")
+                predicted = predicted_text(plan.predicted_median_s, plan.predicted_p90_s, plan.makespan_s)
+                _say(context, f"{len(plan.assignments)} test(s) of {selection.describe()}; {predicted} "
+                              f"(lower bound {plan.lower_bound_s:.1f}s); {len(event.runset.skipped)} not launched")
                 context.log.info("plan:\n" + plan_markdown(plan))
                 for a in plan.ordered():
                     yield dg.AssetObservation(asset_key=TEST_RUNS, partition=a.test_id,
@@ -221,8 +222,11 @@ def _dagster_events(context: dg.AssetExecutionContext, night, events, selection:
                 yield from _held_attempt(held, final=True, context=context)
                 s = event.summary
                 yield from (_targeted(context, c) for c in unexcused_checks(pending, s.get("verdict") or {}))
-                _say(context, f"done: predicted makespan {s['predicted_makespan_s']:.1f}s, actual "
-                              f"{s['actual_makespan_s']:.1f}s; record {night.state.uri('runs/' + night.run_id + '.json')}")
+                # the figure the record stores and the closing line repeats, not the schedule's on medians
+                predicted = predicted_text(s.get("predicted_median_s") or 0, s.get("predicted_p90_s") or 0,
+                                           s["predicted_makespan_s"])
+                _say(context, f"done: {predicted}, actual {s['actual_makespan_s']:.1f}s; record "
+                              f"{night.state.uri('runs/' + night.run_id + '.json')}")
     except GeneratorExit:  # closed by Dagster while suspended here: nothing more may be yielded
         raise
     except BaseException:  # the night failed or was interrupted after its last attempt: still its result

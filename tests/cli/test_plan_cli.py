@@ -104,9 +104,9 @@ def test_static_shards_print_beside_the_plan(fake_catalog, tmp_path, capsys):
     assert nightly_plan(["--repo", str(tmp_path), "--pool", "h200=2x8", "--shards", "stage-c-4-gpu-h200=2"]) == 0
     out = capsys.readouterr().out
     # on the plan's durations (no history: est_time / 1.25), as the plan's own makespan is
-    assert ("static shards (the framework's split): 16 GPUs held, makespan 720s on this plan's durations, "
-            "900s of est_time (the shard sums below)") in out
-    assert "stage-c-4-gpu-h200 shard 1/2:    600s  tests/test_a.py" in out
+    assert ("static shards (the framework's split, on the est_time in the test files): 16 GPUs held, makespan 720s "
+            "on this plan's durations, 900s of est_time (the shard sums below)") in out
+    assert "stage-c-4-gpu-h200 shard 1/2 (--auto-partition-id 0):    600s  tests/test_a.py" in out
 
 
 def test_the_plan_and_the_static_shards_compare_on_the_same_durations(monkeypatch, tmp_path, capsys):
@@ -436,3 +436,168 @@ def test_a_changed_library_module_named_test_utils_outside_the_runner_roots_sele
     assert nightly_plan(["--repo", str(repo), "--pool", "h200=1x8", "--changed", "test/registered/test_unlisted.py"]) == 0
     assert ("test/registered/test_unlisted.py: no registration or template job lists this test file; it selects nothing"
             in capsys.readouterr().out)
+
+
+def _noisy_repo(tmp_path, monkeypatch):
+    """A framework of two 2-GPU H200 tests with steady history and a 2-GPU H100 test (no pool runs it on
+    the local deployment: unplanned) whose history is noisy: (home, the tests by id)."""
+    from pipelines.core.history.store import FileHistoryStore
+    from pipelines.core.model import Sample
+    from pipelines.night import Night, NightSettings
+    from tests.support.assets import QUICK_TEST, registry_repo
+
+    h100 = QUICK_TEST.format(est=60).replace("stage-b-2-gpu-h200", "stage-c-2-gpu-h100")
+    _, assets = registry_repo(tmp_path, {"test_a.py": QUICK_TEST.format(est=40), "test_b.py": QUICK_TEST.format(est=20),
+                                         "test_h100.py": h100})
+    monkeypatch.setenv("NIGHTLY_ASSETS_DIR", str(assets))
+    home = tmp_path / "home"
+    monkeypatch.setenv("NIGHTLY_HOME", str(home))
+    tests = {t.id: t for t in Night(NightSettings(home=home, repo="fw")).registered.tests}
+    runs = {"tests/e2e/test_a.py": (30.0, 31.0, 29.0, 30.5), "tests/e2e/test_b.py": (15.0, 14.0, 15.5, 16.0),
+            "tests/e2e/test_h100.py": (5.0, 60.0, 12.0, 45.0)}  # ten-fold spread: the unplanned test
+    home.mkdir(exist_ok=True)
+    FileHistoryStore(home / "history.sqlite").append(
+        Sample(tid, tests[tid].hardware, tests[tid].sha256, "passed", secs, f"2026-11-0{day}T01:00:00Z")
+        for tid, elapsed in runs.items() for day, secs in enumerate(elapsed, 1))
+    return home, tests
+
+
+def test_plan_and_run_list_only_predict_the_same_night_beside_an_unplanned_noisy_test(tmp_path, monkeypatch, capsys):
+    """The unplanned H100 test's noisy history once widened the spread `nightly plan` pooled over its tests
+    (it fitted every runnable test, the night only those it plans): two p90s for one night."""
+    from pipelines.cli import main
+    from pipelines.core.runset import RunSelection
+    from pipelines.night import Night, NightSettings
+
+    home, _ = _noisy_repo(tmp_path, monkeypatch)
+    assert nightly_plan(["--repo", "fw", "--json"]) == 0
+    planned = json.loads(capsys.readouterr().out)
+    assert [u["test_id"] for u in planned["unplanned"]] == ["tests/e2e/test_h100.py"]
+    assert main(["run", "--home", str(home), "--repo", "fw", "--list-only", "--accept-problems"]) == 0
+    listed = capsys.readouterr().out
+    assert (f"(median of simulated nights {planned['predicted_median_s']:.1f}s, "
+            f"p90 {planned['predicted_p90_s']:.1f}s)") in listed
+    # and per test, what the night itself plans with (Night.plan of the tests it runs)
+    night = Night(NightSettings(home=home, repo="fw"))
+    tonight = night.plan(night.runset(None, RunSelection(cadence="nightly")).run)
+    assert {a["test_id"]: (a["expected_s"], a["expected_p90_s"]) for a in planned["assignments"]} == {
+        tid: (median, p90) for tid, median, p90, _source in tonight.expected}
+    assert (planned["predicted_median_s"], planned["predicted_p90_s"]) == (tonight.predicted_median_s,
+                                                                           tonight.predicted_p90_s)
+
+
+def test_static_shards_are_the_frameworks_split_on_the_est_time_in_its_files_numbered_as_its_runner(
+        monkeypatch, tmp_path, capsys):
+    """Calibration stored est_time 10 for every test of the suite (estimates/<repo>.json); the framework's runner
+    still reads 30/25/15/10 from the files, so its LPT split is {a, d} and {b, c}, 40 s each, not the split of the
+    calibrated 10 s. Shard k is the runner's --auto-partition-id k (0-based), in the text and the JSON alike."""
+    suite = "stage-c-4-gpu-h200"
+    tests = tuple(make_test(id=f"tests/test_{name}.py", path=f"tests/test_{name}.py", est_time=est, gpus=4, suite=suite)
+                  for name, est in (("a", 30), ("b", 25), ("c", 15), ("d", 10)))
+    monkeypatch.setattr(plan_cli, "load_catalog", lambda path, spec, specs: Catalog(repo=str(path), tests=tests))
+    monkeypatch.setenv("NIGHTLY_HOME", str(tmp_path / "home"))
+    (tmp_path / "repo").mkdir()
+    estimates = tmp_path / "home" / "estimates" / f"{unconfigured_name(tmp_path / 'repo')}.json"
+    estimates.parent.mkdir(parents=True)
+    estimates.write_text(json.dumps({t.id: {"est_time": 10, "sha256": t.sha256} for t in tests}))
+    argv = ["--repo", str(tmp_path / "repo"), "--pool", "h200=1x8", "--shards", f"{suite}=2"]
+    assert nightly_plan([*argv, "--json"]) == 0
+    static = json.loads(capsys.readouterr().out)["static_shards"]
+    assert [(s["shard"], s["tests"], s["est_s"]) for s in static["shards"]] == [
+        (0, ["tests/test_a.py", "tests/test_d.py"], 40), (1, ["tests/test_b.py", "tests/test_c.py"], 40)]
+    assert static["est_makespan_s"] == 40.0
+    # the calibrated values are shown apart, labelled: the split once the calibration's patch is in the files
+    assert [(s["shard"], s["tests"], s["est_s"]) for s in static["calibrated_shards"]] == [
+        (0, ["tests/test_a.py", "tests/test_c.py"], 20), (1, ["tests/test_b.py", "tests/test_d.py"], 20)]
+    assert nightly_plan(argv) == 0
+    out = capsys.readouterr().out
+    framework, calibrated = out.split("static shards (the framework's split")[1].split("calibrated est_time instead")
+    assert f"{suite} shard 1/2 (--auto-partition-id 0):     40s  tests/test_a.py, tests/test_d.py" in framework
+    assert f"{suite} shard 2/2 (--auto-partition-id 1):     40s  tests/test_b.py, tests/test_c.py" in framework
+    assert f"{suite} shard 1/2 (--auto-partition-id 0):     20s  tests/test_a.py, tests/test_c.py" in calibrated
+
+
+def test_a_test_that_only_timed_out_is_planned_until_its_timeout_and_one_that_only_failed_says_so(
+        fake_catalog, tmp_path, monkeypatch, capsys):
+    """test_a timed out in each of its 5 runs (750 s, its timeout): it runs at least that long tonight, not
+    est_time / 1.25 = 480 s "with no history"; test_b only failed (a failure ends early: est_time / 1.25 stays,
+    said as no passing run); test_c passed: from its history as before."""
+    from pipelines.core.history.store import FileHistoryStore
+    from pipelines.core.model import Sample
+
+    monkeypatch.setenv("NIGHTLY_HOME", str(tmp_path / "home"))
+    (tmp_path / "repo").mkdir()
+    (tmp_path / "home").mkdir()
+    runs = [("tests/test_a.py", "timed_out", 750.0, True)] * 5 + [("tests/test_b.py", "failed", 20.0, False)] * 3 + [
+        ("tests/test_c.py", "passed", 500.0, False)] * 3
+    FileHistoryStore(tmp_path / "home" / "history.sqlite").append(
+        Sample(tid, "h200", "0" * 64, outcome, secs, f"2026-11-{day:02d}T01:00:00Z", capped=capped)
+        for day, (tid, outcome, secs, capped) in enumerate(runs, 1))
+    argv = ["--repo", str(tmp_path / "repo"), "--pool", "h200=1x8", "--timeout-floor", "60"]
+    assert nightly_plan([*argv, "--json"]) == 0
+    rows = {a["test_id"]: a for a in json.loads(capsys.readouterr().out)["assignments"]}
+    assert (rows["tests/test_a.py"]["expected_s"], rows["tests/test_a.py"]["expected_from"],
+            rows["tests/test_a.py"]["expected_basis"]) == (750.0, "timeouts",
+                                                           "timed out in its last 5 runs: at least 750 s")
+    assert rows["tests/test_a.py"]["end_s"] - rows["tests/test_a.py"]["start_s"] == 750.0
+    assert (rows["tests/test_b.py"]["expected_s"], rows["tests/test_b.py"]["expected_from"],
+            rows["tests/test_b.py"]["expected_basis"]) == (240.0, "fallback",
+                                                           "no passing run (3 failed): est_time / 1.25")
+    assert (rows["tests/test_c.py"]["expected_s"], rows["tests/test_c.py"]["expected_from"],
+            rows["tests/test_c.py"]["expected_basis"]) == (pytest.approx(500.0), "history", "")
+    assert nightly_plan(argv) == 0
+    out = capsys.readouterr().out
+    marks = {line.split()[5]: line for line in out.splitlines() if line.strip().startswith(tuple("0123456789"))}
+    assert marks["tests/test_a.py"].endswith("tests/test_a.py (timed out in its last 5 runs: at least 750 s)")
+    assert marks["tests/test_b.py"].endswith("tests/test_b.py (no passing run (3 failed): est_time / 1.25)")
+    assert marks["tests/test_c.py"].endswith("tests/test_c.py")
+    assert "no history" not in out
+    assert ("durations from history for 1 tests, at least their timeout for 1 that timed out without a passing "
+            "run, est_time / 1.25 for 1 without a passing run of their current file (marked below)") in out
+
+
+@pytest.mark.slow  # two real (tiny) nights: several seconds
+def test_a_night_planned_on_est_time_alone_is_recorded_so_and_left_out_of_the_plans_prediction_error(
+        tmp_path, monkeypatch, capsys):
+    from pipelines.cli import main
+    from tests.support.assets import QUICK_TEST, registry_repo
+
+    passing = QUICK_TEST.replace("if __name__", "def execute():\n    print('ok')\n\n\nif __name__").replace(
+        "    pass\n", "    execute()\n")  # a test that runs and passes at once
+    _, assets = registry_repo(tmp_path, {"test_a.py": passing.format(est=40), "test_b.py": passing.format(est=20)})
+    monkeypatch.setenv("NIGHTLY_ASSETS_DIR", str(assets))
+    home = tmp_path / "home"
+    monkeypatch.setenv("NIGHTLY_HOME", str(home))
+    assert main(["run", "--home", str(home), "--repo", "fw"]) == 0
+    capsys.readouterr()
+    [record] = [json.loads(p.read_text()) for p in (home / "runs").glob("*.json")]
+    # no test had history: every planned GPU-second was est_time / 1.25, and each test says so
+    assert record["prediction"]["fallback_share"] == 1.0
+    assert {t["source"] for t in record["prediction"]["tests"]} == {"fallback"}
+    assert nightly_plan(["--repo", "fw"]) == 0
+    header = capsys.readouterr().out.split("\n\n")[0]
+    assert ("prediction error: no night planned from history yet; 1 night(s) left out: planned mostly on "
+            "est_time / 1.25") in header
+    assert main(["run", "--home", str(home), "--repo", "fw"]) == 0  # planned on the first night's runs
+    capsys.readouterr()
+    assert nightly_plan(["--repo", "fw"]) == 0
+    header = capsys.readouterr().out.split("\n\n")[0]
+    assert "prediction error over the last 1 night(s): makespan off by" in header
+    assert "; 1 night(s) left out: planned mostly on est_time / 1.25" in header
+
+
+def test_gantt_draws_a_cpu_test_on_its_own_row_even_when_it_ends_the_night(monkeypatch, tmp_path, capsys):
+    """A 0-GPU test holds no GPU row: it had no bar at all, though here it sets the makespan (4000 s)."""
+    cpu = make_test(id="tests/test_cpu.py", path="tests/test_cpu.py", est_time=5000, gpus=0, backend="cpu",
+                    suite="stage-a-cpu", hardware="cpu")
+    monkeypatch.setattr(plan_cli, "load_catalog", lambda path, spec, specs: Catalog(repo=str(path),
+                                                                                   tests=(*TESTS[:3], cpu)))
+    monkeypatch.setenv("NIGHTLY_HOME", str(tmp_path / "home"))
+    svg = tmp_path / "plan.svg"
+    assert nightly_plan(["--repo", str(tmp_path), "--pool", "h200=1x8", "--json", "--gantt", str(svg)]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    assert plan["makespan_s"] == 4000.0 and plan["assignments"][0]["test_id"] == "tests/test_cpu.py"
+    text = svg.read_text()
+    assert "h200/0:cpu" in text  # the CPU row, labelled, below the node's 8 GPU rows
+    assert ">tests/test_cpu.py<" in text  # and its bar, labelled with the test
+    assert text.count("h200/0:") == 9

@@ -751,3 +751,33 @@ def test_every_outcome_the_gantt_draws_has_its_own_colour_and_a_legend_chip(tmp_
     assert drawn <= set(chips) and OUTCOMES <= set(chips)
     assert len(set(chips.values())) == len(chips), "two outcomes share a colour"
     assert f"fill: {COLORS['interrupted']}" in gantt, "the interrupted bar is drawn in its own colour"
+
+
+def test_nights_and_tests_predicted_from_est_time_are_left_out_of_the_prediction_error_and_said_so(tmp_path, capsys):
+    """The example's first night was planned on est_time / 1.25 alone (no test had history): 64 s predicted,
+    28 s actual. Its makespan error is no measure of the duration model, nor is one test's 306 % from its guess."""
+    import dataclasses
+
+    night = example_night(tmp_path)
+
+    def predicted(summary: dict, median: float, actual: float, share: float | None, *tests: tuple) -> dict:
+        entry = {"night": summary["night"], "predicted_median_s": median, "predicted_p90_s": median * 1.3,
+                 "actual_s": actual, "tests": [{"test_id": t, "predicted_s": p, "actual_s": a, "source": s}
+                                               for t, p, a, s in tests]}
+        return {**summary, "prediction": entry if share is None else {**entry, "fallback_share": share}}
+
+    first = predicted(night.previous[0], 64.0, 28.0, 1.0, (tid(GRPO), 24.0, 5.9, "fallback"))
+    second = predicted(night.previous[1], 30.0, 28.0, 0.0, (tid(GRPO), 6.0, 5.9, "history"))
+    older = {**night.previous[2], "prediction": {k: v for k, v in second["prediction"].items() if k != "fallback_share"}
+             | {"night": night.previous[2]["night"], "tests": []}}  # recorded before the sources were kept
+    home = write_home(dataclasses.replace(night, previous=[first, second, older, *night.previous[3:]],
+                                          summary=predicted(night.summary, 28.0, 28.0, 0.2)))
+    code, out, _ = nightly(capsys, "report", "--home", str(home), "--repo", "minirl", "--json")
+    data = json.loads(out)
+    assert code == 0
+    assert data["prediction"][0].startswith("prediction error over the last 3 night(s): makespan off by 5% on "
+                                            "average (long by 5%), within the p90 on 3/3; 1 night(s) left out: "
+                                            "planned mostly on est_time / 1.25")
+    assert data["prediction"][1] == (f"per test: typical error 2% over 1 test(s); worst: {tid(GRPO)} 2% (1 run); "
+                                     "1 prediction(s) from est_time / 1.25 left out")
+    assert (data["prediction_error"]["left_out"], data["prediction_error"]["fallback_tests"]) == (1, 1)

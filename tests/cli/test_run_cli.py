@@ -224,3 +224,75 @@ def test_a_long_test_is_said_to_be_still_running_while_nothing_else_is_printed(t
     assert all(line.startswith("nightly: still running (1): tests/e2e/test_slow.py ") and line.endswith(" timeout")
                for line in still), still
     assert not any("still running" in line for line in out[done:])
+
+
+#: a test of :func:`registry_repo` that runs and passes at once
+PASSING = QUICK_TEST.replace("if __name__", "def execute():\n    print('ok')\n\n\nif __name__").replace(
+    QUICK_MAIN, "    execute()\n")
+
+
+def test_list_only_says_where_the_durations_come_from_as_nightly_plan_does(tmp_path, monkeypatch, capsys):
+    """The plan `nightly run` prints gave no sign which durations were measured and which guessed, nor how far
+    the recent predictions were off: `nightly plan`'s lines for the same plan, from the same functions."""
+    import json
+
+    from pipelines.cli import plan as plan_cli
+    from pipelines.core.history.store import FileHistoryStore
+    from pipelines.core.model import Sample
+
+    _, assets = registry_repo(tmp_path, {"test_a.py": PASSING.format(est=40), "test_b.py": PASSING.format(est=20)})
+    monkeypatch.setenv("NIGHTLY_ASSETS_DIR", str(assets))
+    home = tmp_path / "home"
+    monkeypatch.setenv("NIGHTLY_HOME", str(home))
+    a = next(t for t in Night(NightSettings(home=home, repo="fw")).registered.tests if t.id.endswith("test_a.py"))
+    FileHistoryStore(home / "history.sqlite").append(
+        Sample(a.id, a.hardware, a.sha256, "passed", 30.0, f"2026-11-0{day}T01:00:00Z") for day in (1, 2, 3))
+    (home / "nights").mkdir()
+    night = "2026-11-04T150000Z"
+    (home / "nights" / f"{night}.json").write_text(json.dumps({
+        "night": night, "run_id": "r1", "repo": "fw", "deployment": "local", "attempts": [], "status": "finished",
+        "prediction": {"night": night, "predicted_median_s": 36.0, "predicted_p90_s": 40.0, "actual_s": 30.0,
+                       "tests": []}}))
+    assert main(["run", "--home", str(home), "--repo", "fw", "--list-only"]) == 0
+    listed = capsys.readouterr().out.splitlines()
+    assert plan_cli.run(plan_cli.argparse.Namespace(**{**_plan_defaults(), "repo": "fw"})) == 0
+    planned = capsys.readouterr().out.splitlines()
+    notes = planned[1:3]
+    assert notes == ["  durations from history for 1 tests, est_time / 1.25 for 1 without a passing run of their current "
+                     "file (marked below); timeouts stay on est_time",
+                     "  prediction error over the last 1 night(s): makespan off by 20% on average (long by 20%), "
+                     "within the p90 on 1/1"]
+    header = next(i for i, line in enumerate(listed) if line.startswith("plan: "))
+    assert listed[header + 1:header + 3] == notes
+    rows = {line.split()[1]: line for line in listed if line.strip().split(" ")[0].isdigit()}
+    assert rows["tests/e2e/test_b.py"].endswith(" (no history: est_time / 1.25)")
+    assert not rows["tests/e2e/test_a.py"].endswith(")")
+
+
+def _plan_defaults() -> dict:
+    """`nightly plan`'s flags as its parser leaves them when none is given."""
+    import argparse
+
+    from pipelines.cli import plan as plan_cli
+
+    parser = argparse.ArgumentParser(prog="nightly")
+    plan_cli.register(parser.add_subparsers(dest="command"))
+    return vars(parser.parse_args(["plan"]))
+
+
+@pytest.mark.slow  # a real (tiny) night: a few seconds
+def test_the_night_says_one_predicted_makespan_the_simulated_median_from_its_first_line_to_its_last(
+        tmp_path, capsys, monkeypatch):
+    """`nightly: done: predicted makespan 61.6s` (the schedule on medians) once stood beside the closing
+    `predicted median makespan 64.1s (p90 ...)` (the simulated nights' median, which the record stores)."""
+    import re
+
+    _, assets = registry_repo(tmp_path, {"test_a.py": PASSING.format(est=40), "test_b.py": PASSING.format(est=20)})
+    monkeypatch.setenv("NIGHTLY_ASSETS_DIR", str(assets))
+    assert main(["run", "--home", str(tmp_path / "home"), "--repo", "fw"]) == 0
+    out = capsys.readouterr().out
+    plan, night = out.split("\nnightly: running")
+    said = re.findall(r"predicted (?:median )?makespan [\d.]+s(?: \(p90 [\d.]+s\))?", night)
+    assert len(said) == 3 and len(set(said)) == 1, said  # the night's plan line, its end, the closing line
+    median, p90 = re.fullmatch(r"predicted median makespan ([\d.]+)s \(p90 ([\d.]+)s\)", said[0]).groups()
+    assert f"(median of simulated nights {median}s, p90 {p90}s)" in plan  # the plan printed first, labelled

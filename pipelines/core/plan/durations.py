@@ -10,8 +10,11 @@ without extra environment (the same evidence calibration uses, including digests
 newest samples and the spread (``sigma``, of log duration) is shrunk towards the spread pooled
 over all tests with history, so two or three samples do not claim a precision they lack. The
 spread is predictive: it includes the uncertainty of the median itself (``sigma^2 (1 + 1/n)``).
-A test without such samples falls back to ``est_time / 1.25`` (undoing the padding) with a wide
-spread, marked ``fallback``.
+A test without such samples but whose current revision timed out (capped runs, the same filters)
+is expected to run at least until its timeout again: the longest capped elapsed, with the pooled
+spread, marked ``timeouts``. A test with neither falls back to ``est_time / 1.25`` (undoing the
+padding) with a wide spread, marked ``fallback`` (also when its runs only failed: a failure ends
+early and says nothing of how long a pass takes; ``failed`` counts them for the plan's words).
 """
 
 from __future__ import annotations
@@ -48,22 +51,40 @@ class Duration:
     test_id: str
     median_s: float
     sigma: float
+    #: runs the figure rests on: passing runs ("history"), timed-out runs ("timeouts"), 0 ("fallback")
     samples: int
-    #: "history" (fitted from samples) or "fallback" (est_time / 1.25, no usable samples)
+    #: "history" (fitted from passing runs), "timeouts" (no passing run, timed out: at least the capped
+    #: elapsed) or "fallback" (est_time / 1.25: no passing or timed-out run of the test's current file)
     source: str
+    #: failed runs of the current file among the newest without a pass ("timeouts" and "fallback" only)
+    failed: int = 0
 
     @property
     def p90_s(self) -> float:
         return self.quantile(Z90)
+
+    @property
+    def note(self) -> str:
+        """What the figure rests on when it is not the test's passing runs, in the plan's words ("" for history)."""
+        if self.source == "timeouts":
+            runs = self.samples + self.failed
+            last = "its last run" if runs == 1 else f"its last {runs} runs"
+            return (f"timed out in {last}: at least {self.median_s:.0f} s" if not self.failed
+                    else f"timed out in {self.samples} of {last}, never passed: at least {self.median_s:.0f} s")
+        if self.source == "fallback":
+            return (f"no passing run ({self.failed} failed): est_time / {PADDING:g}" if self.failed
+                    else f"no history: est_time / {PADDING:g}")
+        return ""
 
     def quantile(self, z: float) -> float:
         """The duration ``z`` standard deviations of log time above the median."""
         return self.median_s * math.exp(z * self.sigma)
 
 
-def fallback(test: Test, sigma: float = FALLBACK_SIGMA) -> Duration:
-    """``est_time / 1.25``: the padding undone, nothing measured (at least one second)."""
-    return Duration(test.id, max(MIN_MEDIAN_S, test.est_time / PADDING), sigma, 0, "fallback")
+def fallback(test: Test, sigma: float = FALLBACK_SIGMA, failed: int = 0) -> Duration:
+    """``est_time / 1.25``: the padding undone, nothing measured (at least one second); ``failed``: the
+    failed runs of its current file (a failure ends early: its elapsed is no duration)."""
+    return Duration(test.id, max(MIN_MEDIAN_S, test.est_time / PADDING), sigma, 0, "fallback", failed)
 
 
 def usable(test: Test, samples: Iterable[Sample], lineage: Lineage | None = None,
@@ -84,6 +105,22 @@ def usable(test: Test, samples: Iterable[Sample], lineage: Lineage | None = None
     return [s.elapsed_s for s in kept]
 
 
+def unfinished(test: Test, samples: Iterable[Sample], lineage: Lineage | None = None,
+               newest: int | None = None) -> tuple[list[float], int]:
+    """For a test without a usable passing run: (elapsed of its timed-out runs, how many failed), among
+    the newest ``newest`` runs of its current digest on its hardware from nights without extra
+    environment that ended in a timeout or a failure (as :func:`usable` picks its passes; marked
+    samples and those over the ceiling left out). A timed-out run's elapsed is its timeout: the test ran at least that long."""
+    digests = (lineage or Lineage()).same_revision(test.sha256)
+    mine = [s for s in plain(samples) if s.test_id == test.id and s.sha256 in digests and s.hardware == test.hardware
+            and (s.capped or s.outcome in ("timed_out", "failed"))]
+    plausible, _ = screen_samples(mine, GUARDS)
+    order = sorted(range(len(plausible)), key=lambda i: (plausible[i].started_at, i))
+    window = [plausible[i] for i in order][-newest:] if newest else [plausible[i] for i in order]
+    timeouts = [s.elapsed_s for s in window if (s.capped or s.outcome == "timed_out") and s.elapsed_s > 0]
+    return timeouts, sum(1 for s in window if not s.capped and s.outcome == "failed")
+
+
 def duration_model(tests: Iterable[Test], samples: Iterable[Sample], *, max_samples: int = MAX_SAMPLES,
                    prior_sigma: float = PRIOR_SIGMA, prior_weight: float = PRIOR_WEIGHT,
                    fallback_sigma: float = FALLBACK_SIGMA,
@@ -100,8 +137,10 @@ def duration_model(tests: Iterable[Test], samples: Iterable[Sample], *, max_samp
     out = {}
     for t in tests:
         xs = logs[t.id]
-        if not xs:
-            out[t.id] = fallback(t, fallback_sigma)
+        if not xs:  # no passing run: at least its timeout if it timed out, else est_time / 1.25
+            timeouts, failed = unfinished(t, by_test.get(t.id, ()), lineage, max_samples)
+            out[t.id] = (Duration(t.id, max(MIN_MEDIAN_S, max(timeouts)), pooled, len(timeouts), "timeouts", failed)
+                         if timeouts else fallback(t, fallback_sigma, failed))
             continue
         n = len(xs)
         mean = sum(xs) / n

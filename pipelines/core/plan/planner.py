@@ -90,6 +90,13 @@ def unplanned_reason(test: Test, pools: Sequence[PoolSpec]) -> str:
             "assets/cluster.yaml")
 
 
+def planned_tests(tests: Sequence[Test], pools: Sequence[PoolSpec]) -> list[Test]:
+    """The enabled tests :func:`make_plan` places on ``pools`` (a pool runs their hardware and its
+    nodes hold their GPUs): the tests the duration model is fitted over, so a test left unplanned
+    never widens the spread pooled over the night's tests."""
+    return [t for t in tests if t.enabled and pool_for(t, pools) is not None and not too_wide(t, pools)]
+
+
 def check_fit(tests: Sequence[Test], pools: Sequence[PoolSpec]) -> None:
     """Raise one CatalogError naming every test with a negative GPU count (a broken record, not a
     plan choice); a test larger than its pool's nodes is unplanned instead (:func:`too_wide`)."""
@@ -189,7 +196,8 @@ def make_plan(tests: Sequence[Test], pools: Sequence[PoolSpec], *, timeout_floor
         return plan
     planned = [t for group in by_pool.values() for t in group]
     model = medians(planned, durations)
-    plan = dataclasses.replace(plan, expected=_expected(planned, model))
+    plan = dataclasses.replace(plan, expected=_expected(planned, model), duration_notes=tuple(
+        (t.id, model[t.id].note) for t in sorted(planned, key=lambda t: t.id) if model[t.id].note))
     median, p90 = predict_makespan(plan, [as_pool(p) for p in pools], planned, model, predict_draws, seed)
     return dataclasses.replace(plan, predicted_median_s=median, predicted_p90_s=p90)
 

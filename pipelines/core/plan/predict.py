@@ -52,6 +52,15 @@ def predict_makespan(plan: Plan, pools: Sequence[Pool], tests: Sequence[Test], m
     return statistics.median(spans), p90
 
 
+def predicted_text(median_s: float, p90_s: float, makespan_s: float) -> str:
+    """The night's predicted makespan as every line of a run says it: the simulated nights' median
+    beside their p90 (what the night's record stores and the prediction error judges), or the
+    schedule's makespan alone for a plan made without durations (no simulated nights)."""
+    if median_s:
+        return f"predicted median makespan {median_s:.1f}s (p90 {p90_s:.1f}s)"
+    return f"predicted makespan {makespan_s:.1f}s"
+
+
 def _queues(plan: Plan, pools: Sequence[Pool]) -> list[tuple[Pool, list[str], list[int]]]:
     """Each pool with its tests' ids and GPUs in priority order (the same for every draw)."""
     out = []

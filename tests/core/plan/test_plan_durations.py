@@ -38,7 +38,24 @@ def test_only_passed_uncapped_plausible_runs_of_the_current_digest_on_the_tests_
              sample("a", 9000, sha="1" * 64), sample("a", 9000, hardware="mi300"), sample("b", 9000),
              sample("a", 9000, capped=True), dataclasses.replace(sample("a", 9e9), outlier="over the ceiling")]
     assert usable(t, [*noise, sample("a", 300)]) == [300]
-    assert duration_model([t], noise)["a"].source == "fallback"
+    # no passing run, but timed out (capped) on its current file: at least that long (not est_time / 1.25)
+    assert duration_model([t], noise)["a"].source == "timeouts"
+    assert duration_model([t], [s for s in noise if not s.capped])["a"].source == "fallback"
+
+
+def test_a_test_that_never_passed_runs_at_least_until_its_timeout_and_failures_are_counted_not_used():
+    t = make_test(id="a", est_time=1250)
+    timeouts = [sample("a", 1800, day=d, outcome="timed_out", capped=True) for d in (1, 2, 3)]
+    d = duration_model([t], timeouts)["a"]
+    assert (d.median_s, d.samples, d.failed, d.source) == (1800.0, 3, 0, "timeouts")
+    assert d.note == "timed out in its last 3 runs: at least 1800 s"
+    mixed = duration_model([t], [*timeouts, sample("a", 30, day=4, outcome="failed")])["a"]
+    assert mixed.note == "timed out in 3 of its last 4 runs, never passed: at least 1800 s"
+    failed = duration_model([t], [sample("a", 30, day=d, outcome="failed") for d in (1, 2)])["a"]
+    assert (failed.median_s, failed.source, failed.note) == (1000.0, "fallback", "no passing run (2 failed): est_time / 1.25")
+    assert duration_model([t], [])["a"].note == "no history: est_time / 1.25"
+    # one passing run of the file: its history decides, as before
+    assert duration_model([t], [*timeouts, sample("a", 600, day=5)])["a"].source == "history"
 
 
 def test_runs_of_nights_with_extra_environment_are_not_the_tests_durations():
