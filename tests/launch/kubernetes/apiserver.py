@@ -16,7 +16,8 @@ and its ``nodeSelector``'s) or node field selectors (``matchFields``: ``metadata
 one value each) it would refuse, so a test notices a pod that no real cluster would create, and
 answers a node listing whose label selector holds a bad value with 400. Faults a real API server has:
 :meth:`StandInApiServer.fail` answers the next matching calls with 429/5xx or drops the
-connection (before or after doing the work); ``log_cuts`` cuts follow streams mid-way.
+connection (before or after doing the work); ``log_cuts`` cuts follow streams mid-way, and
+``on_log_cut`` runs as one is cut (e.g. to refuse the streams opened after it).
 
 This checks the launcher's lifecycle against the API's shapes, not a real kubelet: it is a
 stand-in, and the docs say so.
@@ -106,6 +107,7 @@ class StandInApiServer:
         self.pvcs: dict[str, dict[str, Any]] = {}
         self.kueue: dict[str, dict[str, Any]] = {}
         self.log_cuts = 0  # follow streams still to cut after their first line
+        self.on_log_cut: Callable[[str], None] | None = None  # called with the pod's name as a stream is cut
         self.stopping = False
         server = self
 
@@ -501,6 +503,8 @@ class _Handler(BaseHTTPRequestHandler):
                 if lines and sent == 0 and api.log_cuts > 0:  # a proxy cuts the stream after one line
                     api.log_cuts -= 1
                     self._chunk(lines[0] + "\n")
+                    if api.on_log_cut is not None:
+                        api.on_log_cut(name)
                     self.connection.shutdown(2)
                     return
                 sent += len(lines)

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from pipelines.launch.base import judge_reported_configs
 from pipelines.launch.kubernetes.launcher import KubernetesLauncher
 from pipelines.launch.kubernetes.nodes import cordon_bad_nodes
 from pipelines.launch.kubernetes.ownership import launched_by, run_pod_owner, sweep_stale_pods
@@ -134,6 +135,45 @@ def test_a_log_stream_cut_mid_way_resumes_without_losing_or_repeating_lines(tmp_
     assert lines == [*logs, "done"]
     text = Path(final.log_path).read_text()
     assert "log stream dropped after 1 lines" in text and text.count("step 3") == 1
+
+
+def test_a_log_stream_not_ended_when_the_pod_ended_fails_a_pass_on_the_unfinished_log(tmp_path):
+    """The stream drops and cannot be reopened before the launcher's wait for it ends: the lines
+    after the drop (a failed configuration among them) never reach the log the night judges."""
+    server = StandInApiServer()
+    server.log_cuts = 1  # after the first line; every stream opened again is refused
+    server.on_log_cut = lambda name: server.fail("GET", "/log", 503, times=10_000)
+
+    def script(pod, node):
+        return [Step(mutate=pods.scheduled(node)), Step(mutate=pods.running(), logs=("step 1",)),
+                Step(delay_s=0.3, mutate=pods.terminated("Succeeded", 0, "Completed"),
+                     logs=("config tp2: failed", "config tp1: passed"))]
+    final, _, _, lines = launch(tmp_path, script, server=server, log_join_s=0.5)
+    assert lines == ["step 1"]
+    assert (final.outcome, final.details["log_unfinished"]) == ("failed", "true")
+    why = "the pod's log stream had not ended 0.5 s after the attempt did (the last try: 503 Service Unavailable)"
+    assert final.reason == f"{why}: its log is unfinished, so it cannot pass"
+    text = Path(final.log_path).read_text()
+    assert (f"# nightly: {why}: its log is unfinished (the lines above may not be the test's last)\n"
+            f"# nightly: verdict failed: {why}: its log is unfinished, so it cannot pass (passed: phase=Succeeded") in text
+    assert judge_reported_configs(final).outcome == "failed"
+
+
+def test_a_log_stream_that_dropped_near_the_end_is_reopened_at_once_not_after_its_backoff(tmp_path):
+    """Reopening backs off while the test runs (here 0.2 s, 0.4 s, 0.8 s, 1.6 s, ...); once the pod
+    has ended its last lines are wanted now: a backoff that outlasts the wait for them cuts the log."""
+    server = StandInApiServer()
+    server.log_cuts = 1
+    server.fail("GET", "/log", 503, times=3)
+
+    def script(pod, node):
+        return [Step(mutate=pods.scheduled(node)), Step(mutate=pods.running(), logs=("step 1",)),
+                Step(delay_s=1.5, mutate=pods.terminated("Succeeded", 0, "Completed"),
+                     logs=("config tp2: failed", "done"))]
+    final, _, _, lines = launch(tmp_path, script, server=server, log_join_s=1.0, backoff_s=0.2)
+    assert lines == ["step 1", "config tp2: failed", "done"]
+    assert (final.outcome, "log_unfinished" in final.details) == ("passed", False)
+    assert judge_reported_configs(final).reason == "config tp2 reported failed"
 
 
 # -- runs that end badly -------------------------------------------------------------------
