@@ -1,12 +1,15 @@
 """Follow a container's log into the attempt log, masking tokens, resuming after drops.
 
 The API server, a proxy or a load balancer may cut a ``follow`` stream at any time; the test is
-still running. The follower opens the stream again and skips the lines it already wrote (line
-counting: ``sinceTime`` has only second precision), so the attempt log has every line once. A
-stream still open when the attempt ended, or one that could not be read to its end, leaves the
-log *unfinished*: the follower says so in the log and in :attr:`LogFollower.unfinished`, and such
-an attempt never passes (a failure reported in the lines it lacks would be lost), as on the local
-launcher.
+still running. The follower opens the stream again and skips the lines it already wrote, so the
+attempt log has every line once. It follows with ``timestamps=true`` (each line carries the
+kubelet's time to the nanosecond, stripped before it is written) and skips by time, not by counting
+lines: the kubelet rotates a container's log (10 MiB by default) and a reopened stream then
+starts in the newest file, not at the log's first line. A reopened stream that no longer holds
+the last line written (the lines between were rotated away), a stream still open when the
+attempt ended, or one that could not be reopened leaves the log *unfinished*: the follower says
+so in the log and in :attr:`LogFollower.unfinished`, and such an attempt never passes (a failure
+reported in the lines it lacks would be lost), as on the local launcher.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import json
 import re
 import threading
 import time
+from datetime import datetime
 
 import urllib3
 from kubernetes import client, watch
@@ -26,10 +30,27 @@ from pipelines.launch.kubernetes.outcomes import MAIN_CONTAINER
 #: Hugging Face tokens printed by a careless test are masked before any log is written.
 _TOKEN = re.compile(r"hf_[A-Za-z0-9]{20,}")
 STREAM_ERRORS = (ApiException, urllib3.exceptions.HTTPError, OSError, ValueError)
+#: the timestamp the API server puts before each line with ``timestamps=true``, then one space: RFC3339
+#: with nanoseconds (before Kubernetes 1.19 Go's RFC3339Nano, which drops the fraction's trailing zeros)
+_STAMP = re.compile(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d{1,9}))?(Z|[+-]\d\d:\d\d)(?: |$)")
+
+Stamp = tuple[int, int]  # (seconds since the epoch, nanoseconds)
 
 
 def redact(line: str) -> str:
     return _TOKEN.sub("hf_***", line)
+
+
+def split_stamp(line: str) -> tuple[Stamp | None, str]:
+    """(the line's timestamp, the line without it); (None, line) for a line without one."""
+    m = _STAMP.match(line)
+    if m is None:
+        return None, line
+    try:
+        seconds = datetime.fromisoformat(m[1] + ("+00:00" if m[3] == "Z" else m[3])).timestamp()
+    except ValueError:
+        return None, line
+    return (int(seconds), int((m[2] or "").ljust(9, "0"))), line[m.end():]
 
 
 def _why(error: BaseException) -> str:
@@ -56,6 +77,9 @@ class LogFollower:
         self.lock = threading.Lock()
         self.closed = False
         self.count = 0
+        #: the timestamp of the last line written and how many written lines carry it: where a
+        #: reopened stream picks up
+        self.mark: tuple[Stamp, int] | None = None
         self.unfinished = ""
         #: why the last stream ended ("" while one is open, or after one that ended by itself)
         self.dropped = ""
@@ -96,19 +120,39 @@ class LogFollower:
     def _stream(self, api: client.CoreV1Api, name: str, namespace: str,
                 container: str) -> tuple[BaseException | None, int]:
         """Follow one stream; returns the error that cut it (None: it ended) and how many lines it added."""
-        seen = wrote = 0
+        mark = self.mark  # None: nothing written yet, every line is new
+        skipped = at_mark = wrote = 0
         try:
-            for line in watch.Watch().stream(api.read_namespaced_pod_log, name=name, namespace=namespace,
-                                             container=container, follow=True):
+            for raw in watch.Watch().stream(api.read_namespaced_pod_log, name=name, namespace=namespace,
+                                            container=container, follow=True, timestamps=True):
                 if self.closed:
                     break
-                seen += 1
-                if seen > self.count:  # lines before a drop were written already
-                    self.write(redact(line))
-                    wrote += 1
+                stamp, line = split_stamp(raw)
+                if mark is not None and stamp is not None:
+                    if stamp < mark[0] or (stamp == mark[0] and at_mark < mark[1]):
+                        skipped += 1  # written before the drop
+                        if stamp == mark[0]:
+                            at_mark += 1
+                        continue
+                    if not skipped:  # the stream starts after the last line written
+                        self._lost()
+                    mark = None
+                self.write(redact(line), stamp)
+                wrote += 1
         except STREAM_ERRORS as exc:
             return exc, wrote
+        if mark is not None and not skipped and not wrote:
+            # a stream replays the container's log file: one without the lines written is a newer file,
+            # whose every line is new to the next stream
+            self._lost()
+            with self.lock:
+                self.mark = None
         return None, wrote
+
+    def _lost(self) -> None:
+        self.unfinish("the pod's log stream, opened again after a drop, no longer held the last line written "
+                      "(the kubelet rotated the container's log meanwhile), so lines may be lost",
+                      f"after {self.count} lines; lines may be missing here")
 
     def _ended(self, api: client.CoreV1Api, name: str, namespace: str, container: str,
                error: BaseException | None) -> bool:
@@ -139,13 +183,15 @@ class LogFollower:
                 self.log.write(line + "\n")
                 self.log.flush()
 
-    def write(self, line: str) -> None:
+    def write(self, line: str, stamp: Stamp | None = None) -> None:
         with self.lock:
             if self.closed:
                 return
             self.log.write(line + "\n")
             self.log.flush()
             self.count += 1
+            if stamp is not None:
+                self.mark = (stamp, self.mark[1] + 1 if self.mark and self.mark[0] == stamp else 1)
         if self.on_log:
             self.on_log(line)
 

@@ -137,6 +137,50 @@ def test_a_log_stream_cut_mid_way_resumes_without_losing_or_repeating_lines(tmp_
     assert "log stream dropped after 1 lines" in text and text.count("step 3") == 1
 
 
+def rotated_at_cut(server, first, logs):
+    """A script whose pod prints ``logs`` (the first six lines at once); the stream is cut after five
+    lines and the kubelet rotates the log meanwhile, so a stream opened again starts at ``first``."""
+    server.log_cuts, server.log_cut_after = 1, 5
+    server.on_log_cut = lambda name: server.rotate(name, first)
+
+    def script(pod, node):
+        return [Step(mutate=pods.scheduled(node)), Step(mutate=pods.running(), logs=logs[:6]),
+                Step(delay_s=0.3, mutate=pods.terminated("Succeeded", 0, "Completed"), logs=logs[6:])]
+    return script
+
+
+#: a matrix test's output: a failed configuration in line 6, a passed one in the last
+MATRIX = ("step 1", "step 2", "step 3", "step 4", "step 5", "config tp2: failed", "step 7", "step 8", "step 9",
+          "step 10", "step 11", "config tp1: passed")
+
+
+def test_a_log_stream_reopened_after_a_rotation_writes_every_line_once(tmp_path):
+    """The reopened stream starts at line 4 (the kubelet's newest log file), not at line 1: lines are
+    skipped by their time, not counted, so line 6 is neither skipped nor repeated."""
+    server = StandInApiServer()
+    final, _, _, lines = launch(tmp_path, rotated_at_cut(server, 3, MATRIX), server=server, log_join_s=5.0)
+    assert lines == list(MATRIX)
+    text = Path(final.log_path).read_text()
+    assert "log stream dropped after 5 lines" in text and "its log is unfinished" not in text
+    assert (final.outcome, "log_unfinished" in final.details) == ("passed", False)
+    assert judge_reported_configs(final).reason == "config tp2 reported failed"
+
+
+def test_a_log_stream_reopened_past_lines_rotated_away_says_so_and_cannot_pass(tmp_path):
+    """The reopened stream starts at line 7: line 6 was rotated away unread. The log says where lines
+    may be missing, and the attempt does not pass on what is left."""
+    server = StandInApiServer()
+    final, _, _, lines = launch(tmp_path, rotated_at_cut(server, 6, MATRIX), server=server, log_join_s=5.0)
+    assert lines == [*MATRIX[:5], *MATRIX[6:]]
+    why = ("the pod's log stream, opened again after a drop, no longer held the last line written (the kubelet "
+           "rotated the container's log meanwhile), so lines may be lost")
+    text = Path(final.log_path).read_text()
+    assert f"step 5\n# nightly: log stream dropped after 5 lines (ProtocolError); resuming\n# nightly: {why}: its log " \
+           "is unfinished (after 5 lines; lines may be missing here)\nstep 7\n" in text
+    assert (final.outcome, final.reason, final.details["log_unfinished"]) == (
+        "failed", f"{why}: its log is unfinished, so it cannot pass", "true")
+
+
 def test_a_log_stream_not_ended_when_the_pod_ended_fails_a_pass_on_the_unfinished_log(tmp_path):
     """The stream drops and cannot be reopened before the launcher's wait for it ends: the lines
     after the drop (a failed configuration among them) never reach the log the night judges."""
