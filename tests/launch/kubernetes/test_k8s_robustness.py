@@ -421,7 +421,7 @@ def test_a_node_selector_the_api_server_refuses_is_named_not_blamed_on_rights(tm
     pool = dataclasses.replace(POOL, node_selector={"nvidia.com/gpu.product": "NVIDIA H200"})
     deployment = dataclasses.replace(DEPLOYMENT, pools=(pool,))
     with StandInApiServer(script=lambda pod, node: pods.passes(node)) as server:
-        run = KubernetesLauncher(server.core_v1(), deployment, tick_s=0.02, watch_timeout_s=1, log_join_s=0.15)
+        run = KubernetesLauncher(server.core_v1(), deployment, tick_s=0.02, watch_timeout_s=1, log_join_s=2.0)
         final = run.launch(request(tmp_path))
     assert (final.outcome, final.reason) == ("infra_error", "create_rejected"), "and the pod is refused too"
     assert run.notes == ["pool h200: nodes not listed: the API server refused the node_selector "
@@ -434,7 +434,7 @@ def test_a_node_selector_the_api_server_refuses_is_named_not_blamed_on_rights(tm
 def test_a_launcher_without_pins_never_lists_nodes(tmp_path):
     with StandInApiServer(script=lambda pod, node: pods.passes(node)) as server:
         KubernetesLauncher(server.core_v1(), DEPLOYMENT, pin_nodes=False, tick_s=0.02, watch_timeout_s=1,
-                           log_join_s=0.15).launch(request(tmp_path))
+                           log_join_s=2.0).launch(request(tmp_path))
     assert not [p for _, p in server.requests if p.startswith("/api/v1/nodes")]
 
 
