@@ -62,7 +62,8 @@ def attempt_log_path(path: Path, attempt: int) -> Path:
 @dataclasses.dataclass(frozen=True)
 class PodRun:
     """What one pod did: its name, the verdict, the last object seen, why in one line, seconds
-    Pending, and the seconds its test container ran as measured here (None: never started)."""
+    Pending, the seconds its test container ran as measured here (None: never started), and
+    whether its log lacks lines (:attr:`LogFollower.unfinished`)."""
 
     name: str
     verdict: Verdict
@@ -70,6 +71,7 @@ class PodRun:
     message: str
     pending_s: float
     ran_s: float | None = None
+    log_unfinished: bool = False
 
 
 class KubernetesLauncher:
@@ -227,7 +229,7 @@ class KubernetesLauncher:
                 run = PodRun(body["metadata"]["name"], Verdict("interrupted", "cancelled", False, ""), None,
                              "the night was interrupted before this pod was created", 0.0)
             else:
-                run = self.run_pod(body, log, on_log, timeout_s=request.timeout_s)
+                run = self.run_pod(body, log, on_log, timeout_s=request.timeout_s, whole_log=True)
         pinned = self.pins.real(pool, request.node) if self.pins else ""
         gated = "SchedulingGated" in run.message  # Kueue's quota: no other node helps
         if run.verdict.reason == "unschedulable" and pinned and pinned not in request.avoid_nodes and not gated:
@@ -237,11 +239,13 @@ class KubernetesLauncher:
         return self._attempt(request, run, started_at, digest)
 
     def run_pod(self, body: dict[str, Any], log: TextIO, on_log: LogSink | None = None,
-                container: str = MAIN_CONTAINER, timeout_s: float | None = None) -> PodRun:
+                container: str = MAIN_CONTAINER, timeout_s: float | None = None, whole_log: bool = False) -> PodRun:
         """Create ``body``, follow it to a verdict with ``container``'s log going to ``log``, delete it.
 
         ``timeout_s`` (default: ``activeDeadlineSeconds``) counts from the moment ``container``
         is first seen running; past it the pod is deleted and the verdict is ``timed_out``.
+        ``whole_log``: a pass needs the whole log (a test's, whose failed configurations are read
+        from it afterwards): with lines missing it is ``failed``, as on the local launcher.
         """
         limit = float(timeout_s if timeout_s is not None else body["spec"].get("activeDeadlineSeconds") or float("inf"))
         with self._lock:  # before the create: an interrupt during it still finds this pod
@@ -274,6 +278,10 @@ class KubernetesLauncher:
                 self._live.pop(name, None)
                 self._live.pop(body["metadata"]["name"], None)
         message = explain(last, verdict)
+        if whole_log and sink.unfinished and verdict.outcome == "passed":  # a failure it reported there is lost
+            verdict = Verdict("failed", f"{sink.unfinished}: its log is unfinished, so it cannot pass", False,
+                              verdict.node)
+            message = f"{verdict.reason} ({message})"
         with self._lock:
             by_cancel = name in self._cancelled_pods
         if by_cancel and verdict.outcome == "infra_error":
@@ -282,7 +290,7 @@ class KubernetesLauncher:
             verdict = Verdict("interrupted", "deleted", False, verdict.node)
             message = f"the night was interrupted and its pod deleted ({message})"
         log.write(f"# nightly: verdict {verdict.outcome}: {message}\n")
-        return PodRun(name, verdict, last, message, waited, ran)
+        return PodRun(name, verdict, last, message, waited, ran, bool(sink.unfinished))
 
     def _delete(self, name: str) -> None:
         try:
@@ -404,6 +412,8 @@ class KubernetesLauncher:
                    "image_digest": digest}
         if image_id(pod):
             details["image_id"] = image_id(pod)
+        if run.log_unfinished:
+            details["log_unfinished"] = "true"
         return Attempt(
             test_id=request.test.id,
             outcome=verdict.outcome,  # type: ignore[arg-type]

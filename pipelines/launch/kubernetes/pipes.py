@@ -5,7 +5,7 @@ materialization, but judges only container exit codes (an evicted pod, or an OOM
 container that exits 0, "succeeds"; a Pending pod waits a day). So while it runs, a watch on the
 pod's unique label records the last pod object seen, and *our* :func:`outcomes.classify` decides
 the attempt. As on the watch-based path, the attempt log is written (a log follower of our own,
-tokens masked), tokens are masked in what dagster-k8s forwards to the step's stdout too, and
+tokens masked; a log it could not finish fails a pass), tokens are masked in what dagster-k8s forwards to the step's stdout too, and
 the elapsed time is the test container's own (start to finish), never queueing or pulls.
 Dagster is imported here only, so the launcher core stays testable without it.
 """
@@ -203,6 +203,10 @@ def run_test_pod(context: Any, request: LaunchRequest, pool: PoolSpec, deploymen
         message = explain(last, verdict)
         if verdict.outcome == "interrupted":
             message = f"the night was interrupted and its pod deleted ({message})"
+        if follower.unfinished and verdict.outcome == "passed":  # a failure it reported there is lost
+            verdict = Verdict("failed", f"{follower.unfinished}: its log is unfinished, so it cannot pass", False,
+                              verdict.node)
+            message = f"{verdict.reason} ({message})"
         log.write(f"# nightly: verdict {verdict.outcome}: {message}\n")
     term = terminated(last or {})
     start, end = timestamp(term.get("startedAt")), timestamp(term.get("finishedAt"))
@@ -216,6 +220,8 @@ def run_test_pod(context: Any, request: LaunchRequest, pool: PoolSpec, deploymen
         details["image_id"] = image_id(last)
     if error:
         details["dagster_k8s"] = redact(error[:500])
+    if follower.unfinished:
+        details["log_unfinished"] = "true"
     attempt = Attempt(
         test_id=request.test.id, outcome=verdict.outcome,  # type: ignore[arg-type]
         elapsed_s=round(max(0.0, elapsed), 3), started_at=str(((last or {}).get("status") or {}).get("startTime") or ""),

@@ -5,18 +5,22 @@ uses for the calls the launcher makes: create/get/list/delete pods, ``?watch=tru
 event streams (with resourceVersion and timeoutSeconds), ``pods/{name}/log`` (follow),
 ``GET nodes`` (label selectors) and ``PATCH nodes/{name}``. A *script* decides how each created
 pod evolves: a list of steps, each mutating the stored pod (phase, conditions, container
-states) and/or appending log lines, or deleting it. The "scheduler" picks the first node the
-pod's ``nodeSelector`` and required node affinity allow, matched as kube-scheduler does
-(``matchExpressions`` against the node's labels, ``matchFields`` against its name), so retries
-avoiding a failed node really land elsewhere and pinned pods land on their node. The QoS class
-is computed from the containers' resources as the real API server does.
+states) and/or appending log lines, or deleting it. Each log line gets its time as it is added
+(the kubelet's), sent before it with ``timestamps=true`` (RFC3339, nanoseconds), as a real one
+does. The "scheduler" picks the first node the pod's ``nodeSelector`` and required node affinity
+allow, matched as kube-scheduler does (``matchExpressions`` against the node's labels,
+``matchFields`` against its name), so retries avoiding a failed node really land elsewhere and
+pinned pods land on their node. The QoS class is computed from the containers' resources as the
+real API server does.
 
 Like a real 1.31 API server it refuses (422 Invalid) a pod whose env names, label values (its own
 and its ``nodeSelector``'s) or node field selectors (``matchFields``: ``metadata.name``, In/NotIn,
 one value each) it would refuse, so a test notices a pod that no real cluster would create, and
 answers a node listing whose label selector holds a bad value with 400. Faults a real API server has:
 :meth:`StandInApiServer.fail` answers the next matching calls with 429/5xx or drops the
-connection (before or after doing the work); ``log_cuts`` cuts follow streams mid-way.
+connection (before or after doing the work); ``log_cuts`` cuts follow streams mid-way (after
+``log_cut_after`` lines), and ``on_log_cut`` runs as one is cut, e.g. :meth:`StandInApiServer.rotate`:
+the kubelet rotated the container's log, and the logs endpoint then reads the newest file only.
 
 This checks the launcher's lifecycle against the API's shapes, not a real kubelet: it is a
 stand-in, and the docs say so.
@@ -72,6 +76,8 @@ class _State:
     pods: dict[str, dict[str, Any]] = field(default_factory=dict)
     events: list[tuple[int, str, dict[str, Any]]] = field(default_factory=list)
     logs: dict[str, list[str]] = field(default_factory=dict)
+    stamps: dict[str, list[str]] = field(default_factory=dict)  # each line's time, as the kubelet took it
+    log_start: dict[str, int] = field(default_factory=dict)  # the first line of the newest log file
     ended: set[str] = field(default_factory=set)
 
 
@@ -105,7 +111,9 @@ class StandInApiServer:
         self.denied: set[tuple[str, str]] = set()  # (resource[/subresource], verb) a SelfSubjectAccessReview denies
         self.pvcs: dict[str, dict[str, Any]] = {}
         self.kueue: dict[str, dict[str, Any]] = {}
-        self.log_cuts = 0  # follow streams still to cut after their first line
+        self.log_cuts = 0  # follow streams still to cut after their first ``log_cut_after`` lines
+        self.log_cut_after = 1
+        self.on_log_cut: Callable[[str], None] | None = None  # called with the pod's name as a stream is cut
         self.stopping = False
         server = self
 
@@ -168,6 +176,7 @@ class StandInApiServer:
             pod["status"] = {"phase": "Pending", "qosClass": qos_class(pod["spec"])}
             self.state.pods[name] = pod
             self.state.logs[name] = []
+            self.state.stamps[name] = []
             self._emit("ADDED", pod)
             node = self.schedule(pod)
             steps = self.script(copy.deepcopy(pod), node)
@@ -185,6 +194,7 @@ class StandInApiServer:
                 if pod is None or self.stopping:
                     return
                 self.state.logs[name].extend(step.logs)
+                self.state.stamps[name].extend(stamp() for _ in step.logs)
                 if step.mutate:
                     step.mutate(pod)
                 if step.delete:
@@ -198,6 +208,12 @@ class StandInApiServer:
         self.state.ended.add(name)
         self._emit("DELETED", pod)
         return pod
+
+    def rotate(self, name: str, first: int) -> None:
+        """The kubelet rotated ``name``'s log: a stream opened from now on starts at line ``first``
+        (0-based), as the logs endpoint reads only the newest file; one already open goes on."""
+        with self.cond:
+            self.state.log_start[name] = first
 
     def delete(self, name: str) -> tuple[int, dict[str, Any]]:
         with self.cond:
@@ -486,30 +502,43 @@ class _Handler(BaseHTTPRequestHandler):
         with api.cond:
             if name not in api.state.logs:
                 return self._send(404, _status(404, "NotFound", f'pods "{name}" not found'))
+            sent = first = api.state.log_start.get(name, 0)
         self._start_stream()
-        sent = 0
         try:
             while True:
                 with api.cond:
                     lines = api.state.logs[name][sent:]
+                    stamps = api.state.stamps[name][sent:]
                     pod = api.state.pods.get(name) or {}
                     statuses = (pod.get("status") or {}).get("containerStatuses") or [{}]
                     done = (api.stopping or name in api.state.ended or "terminated" in (statuses[0].get("state") or {}))
                     if not lines and not done and follow:
                         api.cond.wait(0.05)
                         continue
-                if lines and sent == 0 and api.log_cuts > 0:  # a proxy cuts the stream after one line
+                cut = api.log_cuts > 0 and sent - first + len(lines) >= api.log_cut_after
+                if cut:  # a proxy cuts the stream after ``log_cut_after`` lines
                     api.log_cuts -= 1
-                    self._chunk(lines[0] + "\n")
-                    self.connection.shutdown(2)
-                    return
+                    keep = api.log_cut_after - (sent - first)
+                    lines, stamps = lines[:keep], stamps[:keep]
                 sent += len(lines)
                 if lines:
-                    stamp = now().replace("Z", ".000000000Z ") if timestamps else ""
-                    self._chunk("".join(stamp + line + "\n" for line in lines))
+                    self._chunk("".join((f"{stamp} " if timestamps else "") + line + "\n"
+                                        for stamp, line in zip(stamps, lines, strict=True)))
+                if cut:
+                    if api.on_log_cut is not None:
+                        api.on_log_cut(name)
+                    self.connection.shutdown(2)
+                    return
                 if done or not follow:
                     if not api.state.logs[name][sent:]:
                         break
             self._chunk("")
         except (BrokenPipeError, ConnectionResetError, OSError):
             pass
+
+
+def stamp() -> str:
+    """Now as the kubelet stamps a log line for the logs endpoint: RFC3339 with nanoseconds, fixed
+    width since Kubernetes 1.19 (kubernetes#91207)."""
+    ns = time.time_ns()
+    return f"{datetime.fromtimestamp(ns // 10**9, UTC):%Y-%m-%dT%H:%M:%S}.{ns % 10**9:09d}Z"

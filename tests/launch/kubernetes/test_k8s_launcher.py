@@ -39,7 +39,7 @@ PATIENT_WAIT_S = 60.0
 
 def launcher(server: StandInApiServer, **kw) -> tuple[KubernetesLauncher, list]:
     seen: list = []
-    kw = {"pending_wait_s": PATIENT_WAIT_S, "startup_wait_s": PATIENT_WAIT_S, "node_lost_wait_s": 0.1, "backoff_s": 0.01, "tick_s": 0.02, "watch_timeout_s": 1, "log_join_s": 0.15, **kw}
+    kw = {"pending_wait_s": PATIENT_WAIT_S, "startup_wait_s": PATIENT_WAIT_S, "node_lost_wait_s": 0.1, "backoff_s": 0.01, "tick_s": 0.02, "watch_timeout_s": 1, "log_join_s": 2.0, **kw}
     return KubernetesLauncher(server.core_v1(), DEPLOYMENT, on_attempt=seen.append, **kw), seen
 
 

@@ -34,7 +34,7 @@ def kubeconfig(tmp_path: Path, url: str) -> str:
     return str(path)
 
 
-def run_pipes(tmp_path, script, timeout_s=600, **waits):
+def run_pipes(tmp_path, script, timeout_s=600, server=None, log_join_s=10.0, **waits):
     """One attempt through run_test_pod in a real Dagster step; ``waits``: the deployment's
     unschedulable_wait_s / startup_wait_s."""
     from pipelines.launch.kubernetes.pipes import run_test_pod
@@ -43,13 +43,15 @@ def run_pipes(tmp_path, script, timeout_s=600, **waits):
                         timeout_s=timeout_s, log_path=tmp_path / "grpo.log", run_id="r1", night="2026-12-01", pool="h200")
     deployment = dataclasses.replace(DEPLOYMENT, **waits)
     out: list = []
-    with StandInApiServer(script=script) as server:
+    server = server or StandInApiServer()
+    server.script = script
+    with server:
         client = dagster_k8s.PipesK8sClient(kubeconfig_file=kubeconfig(tmp_path, server.url), poll_interval=0.05)
 
         @dagster.asset
         def grpo(context):
             out.extend(run_test_pod(context, req, POOL, deployment, pipes_client=client,
-                                    core_v1_api=server.core_v1(), settle_s=2.0, tick_s=0.1))
+                                    core_v1_api=server.core_v1(), settle_s=2.0, tick_s=0.1, log_join_s=log_join_s))
             return dagster.MaterializeResult(metadata={"outcome": out[0].outcome})
 
         result = dagster.materialize([grpo], instance=dagster.DagsterInstance.ephemeral())
@@ -108,6 +110,23 @@ def test_the_attempt_log_is_written_with_tokens_masked_there_and_in_the_step_log
     out, err = capfd.readouterr()
     assert "loss went down" in out, "dagster-k8s forwards the pod's lines to the step's stdout"
     assert SECRET not in text + out + err and attempt.log_path == str(tmp_path / "grpo.log")
+
+
+def test_a_pass_whose_log_could_not_be_read_to_its_end_is_failed_on_the_unfinished_log(tmp_path):
+    """The logs endpoint refuses every stream (as it does without the ``pods/log`` right): the test's
+    lines, a failed configuration among them, never reach the attempt log the night judges."""
+    server = StandInApiServer()
+    server.fail("GET", "/log", 503, times=10_000)
+    attempt, _, _ = run_pipes(tmp_path, lambda pod, node: pods.passes(node, logs=("config tp2: failed",)),
+                              server=server, log_join_s=1.0)
+    # dagster-k8s deletes the pod once it ended: whether that came before the wait for the log ended or not
+    whys = ("the pod's log stream had not ended 1 s after the attempt did (the last try: 503 Service Unavailable)",
+            "the pod was gone before its log stream could be read to its end")
+    why = attempt.reason.removesuffix(": its log is unfinished, so it cannot pass")
+    assert (attempt.outcome, why in whys, attempt.details["log_unfinished"]) == ("failed", True, "true"), attempt.reason
+    text = (tmp_path / "grpo.log").read_text()
+    assert f"# nightly: {why}: its log is unfinished (" in text and "config tp2" not in text
+    assert f"# nightly: verdict failed: {why}: its log is unfinished, so it cannot pass (passed: " in text
 
 
 def test_elapsed_is_the_test_containers_own_time_not_the_wall_time_around_the_pod(tmp_path):

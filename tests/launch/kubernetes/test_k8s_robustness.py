@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from pipelines.launch.base import judge_reported_configs
 from pipelines.launch.kubernetes.launcher import KubernetesLauncher
 from pipelines.launch.kubernetes.nodes import cordon_bad_nodes
 from pipelines.launch.kubernetes.ownership import launched_by, run_pod_owner, sweep_stale_pods
@@ -134,6 +135,89 @@ def test_a_log_stream_cut_mid_way_resumes_without_losing_or_repeating_lines(tmp_
     assert lines == [*logs, "done"]
     text = Path(final.log_path).read_text()
     assert "log stream dropped after 1 lines" in text and text.count("step 3") == 1
+
+
+def rotated_at_cut(server, first, logs):
+    """A script whose pod prints ``logs`` (the first six lines at once); the stream is cut after five
+    lines and the kubelet rotates the log meanwhile, so a stream opened again starts at ``first``."""
+    server.log_cuts, server.log_cut_after = 1, 5
+    server.on_log_cut = lambda name: server.rotate(name, first)
+
+    def script(pod, node):
+        return [Step(mutate=pods.scheduled(node)), Step(mutate=pods.running(), logs=logs[:6]),
+                Step(delay_s=0.3, mutate=pods.terminated("Succeeded", 0, "Completed"), logs=logs[6:])]
+    return script
+
+
+#: a matrix test's output: a failed configuration in line 6, a passed one in the last
+MATRIX = ("step 1", "step 2", "step 3", "step 4", "step 5", "config tp2: failed", "step 7", "step 8", "step 9",
+          "step 10", "step 11", "config tp1: passed")
+
+
+def test_a_log_stream_reopened_after_a_rotation_writes_every_line_once(tmp_path):
+    """The reopened stream starts at line 4 (the kubelet's newest log file), not at line 1: lines are
+    skipped by their time, not counted, so line 6 is neither skipped nor repeated."""
+    server = StandInApiServer()
+    final, _, _, lines = launch(tmp_path, rotated_at_cut(server, 3, MATRIX), server=server, log_join_s=5.0)
+    assert lines == list(MATRIX)
+    text = Path(final.log_path).read_text()
+    assert "log stream dropped after 5 lines" in text and "its log is unfinished" not in text
+    assert (final.outcome, "log_unfinished" in final.details) == ("passed", False)
+    assert judge_reported_configs(final).reason == "config tp2 reported failed"
+
+
+def test_a_log_stream_reopened_past_lines_rotated_away_says_so_and_cannot_pass(tmp_path):
+    """The reopened stream starts at line 7: line 6 was rotated away unread. The log says where lines
+    may be missing, and the attempt does not pass on what is left."""
+    server = StandInApiServer()
+    final, _, _, lines = launch(tmp_path, rotated_at_cut(server, 6, MATRIX), server=server, log_join_s=5.0)
+    assert lines == [*MATRIX[:5], *MATRIX[6:]]
+    why = ("the pod's log stream, opened again after a drop, no longer held the last line written (the kubelet "
+           "rotated the container's log meanwhile), so lines may be lost")
+    text = Path(final.log_path).read_text()
+    assert f"step 5\n# nightly: log stream dropped after 5 lines (ProtocolError); resuming\n# nightly: {why}: its log " \
+           "is unfinished (after 5 lines; lines may be missing here)\nstep 7\n" in text
+    assert (final.outcome, final.reason, final.details["log_unfinished"]) == (
+        "failed", f"{why}: its log is unfinished, so it cannot pass", "true")
+
+
+def test_a_log_stream_not_ended_when_the_pod_ended_fails_a_pass_on_the_unfinished_log(tmp_path):
+    """The stream drops and cannot be reopened before the launcher's wait for it ends: the lines
+    after the drop (a failed configuration among them) never reach the log the night judges."""
+    server = StandInApiServer()
+    server.log_cuts = 1  # after the first line; every stream opened again is refused
+    server.on_log_cut = lambda name: server.fail("GET", "/log", 503, times=10_000)
+
+    def script(pod, node):
+        return [Step(mutate=pods.scheduled(node)), Step(mutate=pods.running(), logs=("step 1",)),
+                Step(delay_s=0.3, mutate=pods.terminated("Succeeded", 0, "Completed"),
+                     logs=("config tp2: failed", "config tp1: passed"))]
+    final, _, _, lines = launch(tmp_path, script, server=server, log_join_s=0.5)
+    assert lines == ["step 1"]
+    assert (final.outcome, final.details["log_unfinished"]) == ("failed", "true")
+    why = "the pod's log stream had not ended 0.5 s after the attempt did (the last try: 503 Service Unavailable)"
+    assert final.reason == f"{why}: its log is unfinished, so it cannot pass"
+    text = Path(final.log_path).read_text()
+    assert (f"# nightly: {why}: its log is unfinished (the lines above may not be the test's last)\n"
+            f"# nightly: verdict failed: {why}: its log is unfinished, so it cannot pass (passed: phase=Succeeded") in text
+    assert judge_reported_configs(final).outcome == "failed"
+
+
+def test_a_log_stream_that_dropped_near_the_end_is_reopened_at_once_not_after_its_backoff(tmp_path):
+    """Reopening backs off while the test runs (here 0.2 s, 0.4 s, 0.8 s, 1.6 s, ...); once the pod
+    has ended its last lines are wanted now: a backoff that outlasts the wait for them cuts the log."""
+    server = StandInApiServer()
+    server.log_cuts = 1
+    server.fail("GET", "/log", 503, times=3)
+
+    def script(pod, node):
+        return [Step(mutate=pods.scheduled(node)), Step(mutate=pods.running(), logs=("step 1",)),
+                Step(delay_s=1.5, mutate=pods.terminated("Succeeded", 0, "Completed"),
+                     logs=("config tp2: failed", "done"))]
+    final, _, _, lines = launch(tmp_path, script, server=server, log_join_s=1.0, backoff_s=0.2)
+    assert lines == ["step 1", "config tp2: failed", "done"]
+    assert (final.outcome, "log_unfinished" in final.details) == ("passed", False)
+    assert judge_reported_configs(final).reason == "config tp2 reported failed"
 
 
 # -- runs that end badly -------------------------------------------------------------------
@@ -337,7 +421,7 @@ def test_a_node_selector_the_api_server_refuses_is_named_not_blamed_on_rights(tm
     pool = dataclasses.replace(POOL, node_selector={"nvidia.com/gpu.product": "NVIDIA H200"})
     deployment = dataclasses.replace(DEPLOYMENT, pools=(pool,))
     with StandInApiServer(script=lambda pod, node: pods.passes(node)) as server:
-        run = KubernetesLauncher(server.core_v1(), deployment, tick_s=0.02, watch_timeout_s=1, log_join_s=0.15)
+        run = KubernetesLauncher(server.core_v1(), deployment, tick_s=0.02, watch_timeout_s=1, log_join_s=2.0)
         final = run.launch(request(tmp_path))
     assert (final.outcome, final.reason) == ("infra_error", "create_rejected"), "and the pod is refused too"
     assert run.notes == ["pool h200: nodes not listed: the API server refused the node_selector "
@@ -350,7 +434,7 @@ def test_a_node_selector_the_api_server_refuses_is_named_not_blamed_on_rights(tm
 def test_a_launcher_without_pins_never_lists_nodes(tmp_path):
     with StandInApiServer(script=lambda pod, node: pods.passes(node)) as server:
         KubernetesLauncher(server.core_v1(), DEPLOYMENT, pin_nodes=False, tick_s=0.02, watch_timeout_s=1,
-                           log_join_s=0.15).launch(request(tmp_path))
+                           log_join_s=2.0).launch(request(tmp_path))
     assert not [p for _, p in server.requests if p.startswith("/api/v1/nodes")]
 
 
