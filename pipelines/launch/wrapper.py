@@ -139,6 +139,23 @@ def _does_nothing(block: ast.If) -> bool:
                for s in block.body)
 
 
+def _runs_at_top_level(tree: ast.Module) -> bool:
+    """Whether the file does something at module level besides defining, importing, assigning and
+    registering: a script-style test (checks, loops, calls) runs there, whatever its ``__main__`` block holds."""
+    def quiet(s: ast.stmt) -> bool:
+        if isinstance(s, (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef,
+                          ast.Assign, ast.AnnAssign, ast.AugAssign, ast.Pass)) or _is_main_guard(s):
+            return True
+        if isinstance(s, ast.Expr):
+            if isinstance(s.value, ast.Constant):
+                return True
+            func = s.value.func if isinstance(s.value, ast.Call) else None
+            name = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else ""
+            return name.startswith("register_") and name.endswith("_ci")
+        return False
+    return not all(quiet(s) for s in tree.body)
+
+
 def _run_as_main(path: str, tree: ast.Module) -> None:
     """Run the (rewritten) file as ``__main__``, as ``python3 FILE`` would (a spawned child re-runs
     the file itself as ``__mp_main__``, as it would under ``python3 FILE``)."""
@@ -159,6 +176,7 @@ class _UnittestRuns:
         import unittest
 
         self.results: list = []
+        self.programs: list = []  # the result of each outermost program the file ran, in order
         self.file = ""  # the test file's absolute path, once known
         base = unittest.TestResult
         stop, success, subtest = base.stopTestRun, base.addSuccess, base.addSubTest
@@ -172,12 +190,15 @@ class _UnittestRuns:
             stop(result)
 
         def __init__(prog, *args, **kwargs) -> None:  # noqa: N807
+            outermost = not deciding[0]  # a program a test of the file's program starts is that test's business
             decides = not _inside_execute(sys._getframe(1), self.file)
             deciding[0] += decides
             try:
                 program(prog, *args, **kwargs)
             finally:
                 deciding[0] -= decides
+                if decides and outermost:
+                    self.programs.append(getattr(prog, "result", None))
 
         # a test with a skipped subTest is never addSuccess'ed; its passing subTests say it ran
         def addSuccess(result, test) -> None:  # noqa: N802
@@ -203,9 +224,11 @@ class _UnittestRuns:
         return ""
 
     def failed(self) -> str:
-        """What the runs reported failed, in the runner's own words ("" when nothing failed): a file that
-        drops its program's status (``unittest.main(exit=False)``, a caught ``SystemExit``) exits 0 after it."""
-        runs = self.results
+        """What the file's last program reported failed, in the runner's own words ("" when nothing failed):
+        a file that drops its program's status (``unittest.main(exit=False)``, a caught ``SystemExit``) exits 0
+        after it. Only the last outermost program judges: a file may run it again after a flaky failure, and
+        a runner a test starts inside the program (to check that it reports a failure) is that test's."""
+        runs = [r for r in self.programs if r is not None][-1:]
         counts = {"failures": sum(len(r.failures) for r in runs), "errors": sum(len(r.errors) for r in runs)}
         counts["unexpected successes"] = sum(len(r.unexpectedSuccesses) for r in runs)
         if not any(counts.values()):
@@ -303,12 +326,18 @@ class _PytestRuns:
         if not callable(real):
             return
 
+        running = [0]  # runs of the file going on: one a test starts inside the file's run is that test's
+
         def main(args=None, plugins=None):
-            if _inside_execute(sys._getframe(1), self.file):
+            if running[0] or _inside_execute(sys._getframe(1), self.file):
                 return real(args, plugins)
             count = _PytestCount()
             self.counts.append(count)
-            count.status = real(args, [*(plugins or ()), count])
+            running[0] += 1
+            try:
+                count.status = real(args, [*(plugins or ()), count])
+            finally:
+                running[0] -= 1
             return count.status
 
         main.__doc__, main.__wrapped__ = real.__doc__, real  # type: ignore[attr-defined]
@@ -331,13 +360,15 @@ class _PytestRuns:
         return f"ran no test: all {len(skipped) + len(xfailed)} of its pytest tests were {how}"
 
     def failed(self) -> str:
-        """What the runs reported failed, in pytest's words ("" when nothing failed): a file that calls
-        ``pytest.main()`` without ``sys.exit(...)`` exits 0 after it."""
-        failed, errors = sum(c.failed for c in self.counts), sum(c.errors for c in self.counts)
+        """What the file's last run reported failed, in pytest's words ("" when nothing failed): a file that
+        calls ``pytest.main()`` without ``sys.exit(...)`` exits 0 after it. Only the last run judges: a file
+        may run pytest again after a flaky failure and exit with that run's status."""
+        last = self.counts[-1:]
+        failed, errors = sum(c.failed for c in last), sum(c.errors for c in last)
         said = ", ".join([*([f"{failed} failed"] if failed else []),
                           *([f"{errors} error{'s' if errors > 1 else ''}"] if errors else [])])
         if not said:  # no test failed, yet pytest did not pass the run (an internal or usage error, an interrupt)
-            status = next((c.status for c in self.counts if _failed_status(c.status)), None)
+            status = next((c.status for c in last if _failed_status(c.status)), None)
             if status is None:
                 return ""
             said = f"exit status {int(status)}{f' ({status.name})' if hasattr(status, 'name') else ''}"
@@ -393,7 +424,8 @@ def _test_function(file: str, func_name: str):
     blocks = [s for s in tree.body if _is_main_guard(s)]
     if func_name == "execute" and blocks:
         program, skipped = _main_program(tree)
-        if all(_does_nothing(b) for b in blocks):  # `python3 FILE` in CI may prepare; here nothing would run
+        # `python3 FILE` in CI may prepare; here nothing would run (unless the file's test runs at module level)
+        if all(_does_nothing(b) for b in blocks) and not _runs_at_top_level(tree):
             what = (f"only calls prepare() ({skipped} call{'s' if skipped > 1 else ''}), which the nightly skips (the "
                     "night's assets built its inputs)") if skipped else "does nothing"
             raise NoTest(f"{file}: ran no test: its `if __name__ == \"__main__\":` block (line {blocks[0].lineno}) "

@@ -714,7 +714,7 @@ def test_a_pass_far_above_the_others_sets_the_est_time_and_is_in_the_evidence(tm
     assert (ev["max_s"], ev["proposed_est_time"]) == ("120", "150")
     assert f"{tmp_path / 'stage-c-4-gpu-h200-0.txt'}:4" in ev["sources"].split()
     assert ev["left_out"] == (f"{tmp_path / 'stage-c-4-gpu-h200-4.txt'}:4: elapsed 1 s is far below the test's own "
-                              "history (median of the others 11.5 s, allowed x10)")
+                              "history (lower median of its runs 11 s, allowed x10)")
     _git_apply(repo, patch)
     assert (repo / rel).read_text() == text.replace("(60,", "(150,")
 

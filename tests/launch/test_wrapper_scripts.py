@@ -519,3 +519,87 @@ def test_a_main_block_that_only_calls_prepare_runs_no_test_and_fails(tmp_path):
                                       "only calls prepare() (1 call), which the nightly skips"), result
     assert "Traceback" not in out.stderr and "running test_x.py as __main__" not in out.stdout, out.stdout
     assert not (tmp_path / "prepared").exists() and not (tmp_path / "executed").exists()
+
+
+def test_a_runner_a_test_starts_to_check_a_failure_is_that_tests_business_not_the_files(tmp_path):
+    """A test may run a runner on purpose to check that it reports a failure; `python3 FILE` exits 0
+    ("OK", "1 passed"), and so must the night: only the file's own outermost run judges."""
+    out, result = _wrap(tmp_path, """
+    import io, unittest
+
+    class Inner(unittest.TestCase):
+        def test_bad(self):
+            self.fail("expected")
+
+    class T(unittest.TestCase):
+        def test_runner_reports_failure(self):
+            r = unittest.TextTestRunner(stream=io.StringIO()).run(
+                unittest.defaultTestLoader.loadTestsFromTestCase(Inner))
+            self.assertFalse(r.wasSuccessful())
+
+    def load_tests(loader, tests, pattern):
+        return loader.loadTestsFromTestCase(T)
+
+    if __name__ == "__main__":
+        unittest.main()
+    """)
+    assert out.returncode == 0 and result["ok"] is True, out.stdout + out.stderr
+    out, result = _wrap(tmp_path, """
+    import sys, pytest
+
+    def test_inner_run_fails(tmp_path):
+        p = tmp_path / "test_inner.py"
+        p.write_text("def test_inner():\\n    assert False\\n")
+        assert pytest.main(["-q", "-p", "no:cacheprovider", str(p)]) == 1
+
+    if __name__ == "__main__":
+        sys.exit(pytest.main(["-q", "-p", "no:cacheprovider", __file__]))
+    """, env=BARE_PYTEST)
+    assert "1 passed" in out.stdout and out.returncode == 0 and result["ok"] is True, out.stdout + out.stderr
+
+
+def test_a_file_that_runs_its_tests_again_after_a_flaky_failure_is_judged_by_the_last_run(tmp_path):
+    """`rc = pytest.main(...); if rc: rc = pytest.main(...); sys.exit(rc)` passes under `python3 FILE` when
+    the second run passes; a file that drops the last run's failure still fails."""
+    body = """
+    import os, sys, pytest
+
+    def test_flaky_nccl():
+        if not os.path.exists("first_try_done"):
+            open("first_try_done", "w").close()
+            raise RuntimeError("NCCL timeout (transient)")
+        assert {last_passes}
+
+    if __name__ == "__main__":
+        rc = pytest.main(["-q", "-p", "no:cacheprovider", __file__])
+        if rc != 0:
+            rc = pytest.main(["-q", "-p", "no:cacheprovider", __file__])
+        {end}
+    """
+    out, result = _wrap(tmp_path, body.format(last_passes=True, end="sys.exit(rc)"), env=BARE_PYTEST)
+    assert out.returncode == 0 and result["ok"] is True, out.stdout + out.stderr
+    (tmp_path / "first_try_done").unlink()
+    out, result = _wrap(tmp_path, body.format(last_passes=False, end="pass"), env=BARE_PYTEST)
+    assert out.returncode == 1 and result["error"].startswith("test_x.py: its pytest run reported 1 failed"), result
+
+
+def test_a_script_test_at_module_level_runs_whatever_its_main_block_holds(tmp_path):
+    """Checks at module level run under `python3 FILE` even when the __main__ block only passes: such a
+    file is run (and its check judged), not refused as running nothing."""
+    out, result = _wrap(tmp_path, """
+    total = sum(range(10))
+    assert total == 45, total
+    print("top-level check passed")
+
+    if __name__ == "__main__":
+        pass
+    """)
+    assert out.returncode == 0 and result["ok"] is True and "top-level check passed" in out.stdout, out.stderr
+    out, result = _wrap(tmp_path, """
+    total = sum(range(10))
+    assert total == 46, total
+
+    if __name__ == "__main__":
+        pass
+    """)
+    assert out.returncode == 1 and "AssertionError" in result["error"], result

@@ -23,6 +23,7 @@ would otherwise become a 1.25e9 s est_time. Three guards, each reported, never s
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Mapping, Sequence
 
 from pipelines.core.model import MAX_EST_TIME_S, Sample, Test
@@ -53,17 +54,23 @@ def screen_relative(samples: Sequence[Sample], p: Mapping, drop_long: bool = Tru
 
     ``drop_long=False`` (calibration) leaves out only the samples that far below: a pass far above
     the others really took that long, and an est_time (a timeout) proposed without it would kill the
-    next one. The planner's duration model (a median of typical nights) screens both ways."""
+    next one. Those are judged against the lower median of all the runs, so the long passes kept
+    cannot make a typical majority look short (30, 30, 30, 600, 600 s keeps all five). The planner's
+    duration model (a median of typical nights) screens both ways, each run against the others."""
     factor = float(p.get("outlier_factor") or 10.0)
     kept, out = list(samples), []
     if len(kept) < 3:  # with fewer, nobody can tell which of two values is the odd one
         return kept, out
-    usable = []
-    for s, median in zip(kept, medians_of_others([s.elapsed_s for s in kept]), strict=True):
+    usable, values = [], [s.elapsed_s for s in kept]
+    if drop_long:
+        refs, what = medians_of_others(values), "median of the others"
+    else:  # the long passes stay, so they must not raise the bar the typical runs are judged by
+        refs, what = [statistics.median_low(values)] * len(values), "lower median of its runs"
+    for s, median in zip(kept, refs, strict=True):
         if median > 0 and (s.elapsed_s < median / factor or (drop_long and s.elapsed_s > median * factor)):
             side = "below" if s.elapsed_s < median / factor else "above"
             out.append(f"{_where(s)}: elapsed {s.elapsed_s:g} s is far {side} the test's own history "
-                       f"(median of the others {median:g} s, allowed x{factor:g})")
+                       f"({what} {median:g} s, allowed x{factor:g})")
         else:
             usable.append(s)
     return usable, out

@@ -43,7 +43,17 @@ def test_a_pass_far_below_the_tests_own_history_is_left_out():
     e = one([s(100, 1), s(110, 2), s(105, 3), s(5, 4)], "median", est_time=150)
     assert (e.samples_used, e.median_s) == (3, 105)
     assert e.outliers == ("n.log:4: elapsed 5 s is far below the test's own history "
-                          "(median of the others 105 s, allowed x10)",)
+                          "(lower median of its runs 100 s, allowed x10)",)
+
+
+@pytest.mark.parametrize("policy", ["bucket125", "p90", "median"])
+def test_long_passes_kept_do_not_make_the_typical_runs_look_short(policy):
+    """Two cold-cache passes of 600 s beside three of 30 s: the long ones are kept (a timeout must cover
+    them), and the typical 30 s runs must not be judged "far below" a median the long ones raised (315 s),
+    which left every policy but bucket125 with too few samples to calibrate at all."""
+    e = one([s(30, 1), s(30, 2), s(30, 3), s(600, 4), s(600, 5)], policy, est_time=700)
+    assert (e.samples_used, e.outliers) == (5, ())
+    assert "implausible" not in e.reason
 
 
 @pytest.mark.parametrize(("policy", "wanted"), [("bucket125", 3800), ("p90", 3000), ("median", 108)])
