@@ -285,7 +285,7 @@ def _not_launched(runset: RunSet):
     """Each test the run never launches, observed on its partition with the reason (never red)."""
     for t, why in runset.skipped:
         yield dg.AssetObservation(asset_key=TEST_RUNS, partition=t.id,
-                                  metadata={"outcome": "not launched", "reason": why,
+                                  metadata={"outcome": "skipped", "reason": why,
                                             "est_time_s": t.est_time, "est_source": t.est_source})
 
 
