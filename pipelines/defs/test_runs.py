@@ -27,7 +27,7 @@ import dagster as dg
 
 from pipelines.core.model import Catalog, CatalogError, timeout_floor_problem
 from pipelines.core.runset import RunSelection, RunSet, unloadable_files
-from pipelines.core.select import Selection, SelectionError, why_nothing
+from pipelines.core.select import RUN_CONFIG_NAMES, Selection, SelectionError, why_nothing
 from pipelines.core.specs_schema import env_name_problem
 from pipelines.defs.keys import (
     CONVERTED,
@@ -144,7 +144,7 @@ def _nothing_to_run(night, keys: list[str] | None, selection: RunSelection, runs
         return (f"the named test(s) {', '.join(selection.tests)} are not among the run's {len(among)} partition "
                 "key(s); pick their partitions, or launch the whole range")
     why = why_nothing(among, Selection(cadence=selection.cadence or None, labels=selection.labels,
-                                       suites=selection.suites))
+                                       suites=selection.suites), RUN_CONFIG_NAMES)
     return why or f"{selection.describe()} selects none of the run's {len(among)} test(s)"
 
 

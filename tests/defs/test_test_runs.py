@@ -249,3 +249,17 @@ def test_a_failing_test_whose_registration_stops_loading_keeps_its_partition_and
                      if e.event_type_value == "ASSET_CHECK_EVALUATION"
                      and e.asset_check_evaluation_data.partition == ONE]
         assert described and f"{ONE}:12:" in described[-1] and "bogus" in described[-1]
+
+
+def test_a_launchpad_config_that_selects_nothing_names_the_run_config_field_not_a_flag(cluster):
+    """Jobs -> nightly -> Launchpad, one partition of a `long` test with cadence nightly: the failure
+    told a UI user to `drop --cadence`; there the fix is the run config field."""
+    defs, _ = cluster
+    job = defs.resolve_job_def("nightly")
+    key = "tests/e2e/fsdp/test_fsdp_long_math.py"
+    config = job.partitioned_config.get_run_config_for_partition_key(key)
+    with dg.instance_for_test() as instance:
+        result = job.execute_in_process(instance=instance, raise_on_error=False, run_config=config, partition_key=key)
+    [message] = _failures(result)
+    assert "run config field ops.test_runs.config.cadence = 'nightly' selects none" in message
+    assert "--cadence" not in message

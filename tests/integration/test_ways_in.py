@@ -49,7 +49,7 @@ def test_a_test_file_added_after_the_code_location_loaded_runs_when_the_sensor_a
 
 
 @pytest.mark.parametrize("config,said", [
-    ({"labels": ["nosuch"]}, "nothing to run: --labels nosuch selects none of the"),
+    ({"labels": ["nosuch"]}, "nothing to run: run config field ops.test_runs.config.labels = 'nosuch' selects none of the"),
     ({"suites": ["nosuch"]}, "run config: unknown suite(s) nosuch"),
     ({"cadence": "nighty"}, "run config: unknown cadence 'nighty'"),
 ])
