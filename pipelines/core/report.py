@@ -54,8 +54,10 @@ def night_rows(
     attempts: Sequence[Attempt],
     estimates: Sequence[Estimate],
     unplanned: Sequence[str] = (),
+    skip_reasons: Mapping[str, str] | None = None,
 ) -> list[Row]:
-    """One row per selected test, in run order, then the skipped ones."""
+    """One row per selected test, in run order, then the skipped ones, each with why the night did not
+    launch it (``skip_reasons``: the record's; a record without them falls back to the disabled reason)."""
     last: dict[str, Attempt] = {}
     count: Counter[str] = Counter()
     for a in attempts:
@@ -75,7 +77,8 @@ def night_rows(
                 a.reason if a else "")
         )
     for t in skipped:
-        rows.append(Row(t.id, "skipped", None, t.est_time, proposed.get(t.id), None, "", 0, t.disabled or ""))
+        why = (skip_reasons or {}).get(t.id) or t.disabled or ""
+        rows.append(Row(t.id, "skipped", None, t.est_time, proposed.get(t.id), None, "", 0, why))
     return rows
 
 
@@ -502,8 +505,9 @@ def build_report(
     # near timeout judges the file's own est_time too (the framework's runner): the catalog's tests as registered
     as_registered = [by_id.get(t.id) or dataclasses.replace(t, est_source="history") for t in selected]
     selected = [dataclasses.replace(t, est_time=est_then.get(t.id, t.est_time)) for t in selected]
+    reasons = summary.get("skip_reasons")
     rows = night_rows(selected, [known(t) for t in summary.get("skipped", ())], attempts, estimates,
-                      summary.get("unplanned", ()))
+                      summary.get("unplanned", ()), reasons if isinstance(reasons, Mapping) else None)
     if states is None:
         states = {k: FlakyState.from_dict(v) for k, v in summary["flaky"].items()} if isinstance(
             summary.get("flaky"), Mapping) else replay(samples)

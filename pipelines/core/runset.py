@@ -12,10 +12,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from pipelines.core.model import Test
+from pipelines.core.model import Catalog, Problem, Test
 from pipelines.core.plan.cluster import PoolShape, hardware_of, pool_for
 from pipelines.core.plan.planner import too_wide, unplanned_reason
-from pipelines.core.select import Selection, SelectionError, select
+from pipelines.core.select import Selection, SelectionError, is_test_file, normalize_path, select
 
 
 @dataclass(frozen=True)
@@ -116,3 +116,21 @@ def resolve_run(keys: Iterable[str] | None, tests: Sequence[Test], selection: Ru
 
 
 __all__ = ["RunSelection", "RunSet", "SelectionError", "resolve_run"]
+
+
+def unloadable_files(catalog: Catalog) -> dict[str, tuple[Problem, ...]]:
+    """Test files whose registration does not load, keyed by the file's path, with their located problems.
+
+    Such a file has no test id, so without this it would have no partition and its red check would
+    vanish from the UI with it: its path (the key a single-entry file's test has) keeps a partition,
+    and a run covering it reports it failed with the problems. Only files the runner collects and
+    whose path is not a loaded test's id are listed (a multi-entry file's ``path::variant`` tests
+    that still load keep their own keys).
+    """
+    ids = {t.id for t in catalog.tests}
+    out: dict[str, list[Problem]] = {}
+    for p in catalog.problems:
+        path = normalize_path(p.path)
+        if path and path not in ids and is_test_file(path, catalog.discovery):
+            out.setdefault(path, []).append(p)
+    return {k: tuple(v) for k, v in out.items()}

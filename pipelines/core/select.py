@@ -88,25 +88,36 @@ def select(tests: Iterable[Test], selection: Selection, discovery: Discovery = D
     return out
 
 
-def why_nothing(tests: Iterable[Test], selection: Selection) -> str:
+#: how the command line names each selection field (``why_nothing``'s default)
+FLAG_NAMES = {"backend": "--backend", "suites": "--suite", "labels": "--labels", "cadence": "--cadence"}
+#: how a Dagster run's config names them (the Launchpad's editor), for ``why_nothing``
+RUN_CONFIG_NAMES = {"backend": "ops.test_runs.config.backend", "suites": "ops.test_runs.config.suites",
+                    "labels": "ops.test_runs.config.labels", "cadence": "ops.test_runs.config.cadence"}
+
+
+def why_nothing(tests: Iterable[Test], selection: Selection, names: dict[str, str] | None = None) -> str:
     """Which flag left the selection empty, and what exists instead (empty string when it is not empty).
 
     The flags are applied one at a time in the order a maintainer narrows a run (backend, suite,
     labels, cadence); the first that leaves no test is named, with the values the remaining
     tests have, so a typo'd ``--labels nosuch`` says which labels exist rather than planning 0 tests.
+    ``names``: how the caller's user sets each field (default the CLI's flags; RUN_CONFIG_NAMES in the
+    UI, where the fix is a run config field, not a flag).
     """
+    names = names or FLAG_NAMES
+    flag_way = all(n.startswith("--") for n in names.values())
     left = list(tests)
     if not left:
         return "the catalog has no tests; `nightly catalog` says why (roots, registrations, problems)"
     steps = (
-        ("--backend", selection.backend, lambda t: t.backend == selection.backend,
+        (names["backend"], selection.backend, lambda t: t.backend == selection.backend,
          lambda ts: sorted({t.backend for t in ts}), "backends"),
-        ("--suite", ",".join(selection.suites),
+        (names["suites"], ",".join(selection.suites),
          lambda t: t.suite in selection.suites or bool(set(t.also_suites) & set(selection.suites)),
          lambda ts: sorted({t.suite for t in ts}), "suites"),
-        ("--labels", ",".join(selection.labels), lambda t: bool(set(selection.labels) & set(t.labels)),
+        (names["labels"], ",".join(selection.labels), lambda t: bool(set(selection.labels) & set(t.labels)),
          lambda ts: sorted({label for t in ts for label in t.labels}), "labels"),
-        ("--cadence", selection.cadence, lambda t: in_cadence(t, selection.cadence),
+        (names["cadence"], selection.cadence, lambda t: in_cadence(t, selection.cadence),
          lambda ts: [c for c in CADENCES if any(in_cadence(t, c) for t in ts)], "cadences that run some of them"),
     )
     for flag, value, keep, values_of, what in steps:
@@ -115,8 +126,11 @@ def why_nothing(tests: Iterable[Test], selection: Selection) -> str:
         kept = [t for t in left if keep(t)]
         if not kept:
             shown = ", ".join(values_of(left)) or "none"
-            return (f"{flag} {value} selects none of the {len(left)} test(s) the other flags leave; {what} there: "
-                    f"{shown} (pick one of them, or drop {flag})")
+            if flag_way:
+                return (f"{flag} {value} selects none of the {len(left)} test(s) the other flags leave; {what} "
+                        f"there: {shown} (pick one of them, or drop {flag})")
+            return (f"run config field {flag} = {value!r} selects none of the {len(left)} test(s) the other fields "
+                    f"leave; {what} there: {shown} (set {flag} to one of them, or clear it)")
         left = kept
     return ""
 

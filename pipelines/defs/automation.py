@@ -199,8 +199,15 @@ def build_sensors(jobs: dict, keys: list[str], deployment: str, pools: list[str]
         # an earlier request had, and Dagster drops a request whose key it has seen
         contents = hashlib.sha256(json.dumps([[i, shas[i]] for i in ids]).encode()).hexdigest()[:16]
         at = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+        # a broken file changed in the same tick is named first (the reason is cut at 255 characters);
+        # the run itself reports every test file whose registration does not load as a failed check
+        broken = sorted({p.path for p in night.catalog.problems}
+                        & {t.split("::")[0] for t in (*changed, *(set(previous) - set(shas)))})
+        if broken:
+            context.log.warning("changed test files not run" + _broken(night, changed, set(previous) - set(shas)))
+        unloaded = f"registration does not load (reported failed): {', '.join(broken)}; " if broken else ""
         return run_request(keys, RunSelection(tests=ids), deployment, pools, run_key=f"changed-{contents}-{at}",
-                           reason=f"test file changed: {', '.join(ids)}"[:255])
+                           reason=f"{unloaded}test file changed: {', '.join(ids)}"[:255])
 
     @dg.sensor(name="infra_change_backfill", job=jobs["tests"], minimum_interval_seconds=300,
                default_status=dg.DefaultSensorStatus.RUNNING,

@@ -27,8 +27,8 @@ import dagster as dg
 
 from pipelines.core.model import Catalog, CatalogError, timeout_floor_problem
 from pipelines.core.plan.predict import predicted_text
-from pipelines.core.runset import RunSelection, RunSet
-from pipelines.core.select import Selection, SelectionError, why_nothing
+from pipelines.core.runset import RunSelection, RunSet, unloadable_files
+from pipelines.core.select import RUN_CONFIG_NAMES, Selection, SelectionError, why_nothing
 from pipelines.core.specs_schema import env_name_problem
 from pipelines.defs.keys import (
     CONVERTED,
@@ -55,6 +55,8 @@ from pipelines.defs.tags import launch_reason, run_tags
 from pipelines.execute import Finished, InputFailed, InputReady, NightDone, Planned, run_tests
 
 KIND_ASSET = {"model": MODEL_WEIGHTS, "dataset": DATASETS, "conversion": CONVERTED}
+#: the outcome of a test file whose registration does not load (reported failed, with the problems)
+UNLOADABLE = "registration does not load"
 
 
 class TestRunsConfig(dg.Config):
@@ -143,17 +145,43 @@ def _nothing_to_run(night, keys: list[str] | None, selection: RunSelection, runs
         return (f"the named test(s) {', '.join(selection.tests)} are not among the run's {len(among)} partition "
                 "key(s); pick their partitions, or launch the whole range")
     why = why_nothing(among, Selection(cadence=selection.cadence or None, labels=selection.labels,
-                                       suites=selection.suites))
+                                       suites=selection.suites), RUN_CONFIG_NAMES)
     return why or f"{selection.describe()} selects none of the run's {len(among)} test(s)"
 
 
+def _unloadable(keys: list[str] | None, night, whole: frozenset[str], all_registered: bool) -> dict:
+    """The run's test files whose registration does not load (path -> located problems): those picked,
+    or every one for a run over every registered test (a schedule, a sensor, the CLI, the whole range)."""
+    broken = unloadable_files(night.catalog)
+    if keys is None or all_registered or (whole and set(keys) >= whole):
+        return broken
+    return {k: v for k, v in broken.items() if k in keys}
+
+
+def _report_unloadable(context: dg.AssetExecutionContext, broken: dict):
+    """Each unloadable test file recorded on its partition and its test_passed check failed with the
+    located problems: never green, never silently gone from the UI."""
+    for path, problems in sorted(broken.items()):
+        reason = "; ".join(str(p) for p in problems)
+        _say(context, f"{path}: registration does not load, reported failed: {reason}", "error")
+        yield dg.AssetMaterialization(asset_key=TEST_RUNS, partition=path, metadata={
+            "outcome": dg.MetadataValue.text(UNLOADABLE), "reason": dg.MetadataValue.text(reason)})
+        yield _targeted(context, dg.AssetCheckEvaluation(
+            asset_key=TEST_RUNS, check_name=TEST_PASSED.name, passed=False, severity=dg.AssetCheckSeverity.ERROR,
+            description=f"{UNLOADABLE}: {reason} (fix the registration, then reload the code location)",
+            partition=path, metadata={"problems": dg.MetadataValue.md("\n".join(f"- `{p}`" for p in problems))}))
+
+
 def _resolve(context: dg.AssetExecutionContext, night, selection: RunSelection, whole: frozenset[str],
-             all_registered: bool) -> RunSet:
+             all_registered: bool, unloadable: frozenset[str] = frozenset()) -> RunSet:
     """The run's tests; ``all_registered`` or the whole key range: every test registered now. A
     selection naming nothing that exists, or a config selection launching no test, fails the run with
     the reason before any record is written; a pick (no config selection) of tests that are never
-    launched only is returned as it is, with nothing to run."""
+    launched only is returned as it is, with nothing to run. ``unloadable`` keys (test files whose
+    registration does not load) are reported by the caller, not resolved here."""
     keys = _keys(context)
+    if keys is not None and unloadable:
+        keys = [k for k in keys if k not in unloadable]
     stale: list[str] = []
     if keys is not None and (all_registered or (whole and set(keys) >= whole)):
         stale, keys = [k for k in keys if k not in night.catalog.by_id()], None
@@ -261,7 +289,7 @@ def _not_launched(runset: RunSet):
     """Each test the run never launches, observed on its partition with the reason (never red)."""
     for t, why in runset.skipped:
         yield dg.AssetObservation(asset_key=TEST_RUNS, partition=t.id,
-                                  metadata={"outcome": "not launched", "reason": why,
+                                  metadata={"outcome": "skipped", "reason": why,
                                             "est_time_s": t.est_time, "est_source": t.est_source})
 
 
@@ -311,7 +339,12 @@ def build_test_runs(catalog: Catalog, test_parts: dg.PartitionsDefinition, deps:
             _say(context, throwaway, "warning")
         for problem in night.catalog.problems:
             _say(context, f"catalog problem: {problem}", "warning")
-        runset = _resolve(context, night, selection, whole, config.all_registered)
+        broken = _unloadable(_keys(context), night, whole, config.all_registered)
+        yield from _report_unloadable(context, broken)
+        if broken and _keys(context) is not None and set(_keys(context)) <= set(broken):
+            raise dg.Failure("nothing to run: every picked test file's registration does not load: "
+                             + "; ".join(str(p) for ps in broken.values() for p in ps))
+        runset = _resolve(context, night, selection, whole, config.all_registered, frozenset(broken))
         if not runset.run:  # a pick of tests never launched only: observed so, the run a SUCCESS, no record
             _say(context, f"nothing to launch: {_nothing_to_run(night, _keys(context), selection, runset)}")
             yield from _not_launched(runset)

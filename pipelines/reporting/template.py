@@ -113,7 +113,7 @@ passed {{ k.passed_before }} &rarr; {{ k.passed_after }}; median duration tonigh
 
 <section id="tests"><h2>All tests ({{ d.rows|length }})</h2>
 <table><tr><th>test</th><th>outcome</th><th>elapsed</th><th>est_time</th><th>proposed</th><th>timeout</th><th>node</th></tr>
-{% for r in d.rows %}<tr><td>{{ r.test_id }}</td><td>{{ r.outcome }}{% if r.attempts > 1 %} (x{{ r.attempts }}){% endif %}</td>
+{% for r in d.rows %}<tr><td>{{ r.test_id }}</td><td>{{ r.outcome }}{% if r.attempts > 1 %} (x{{ r.attempts }}){% endif %}{% if r.outcome in ('skipped', 'unplanned') and r.reason %}: {{ r.reason }}{% endif %}</td>
 <td class="num">{{ fmt(r.elapsed_s) }}</td><td class="num">{{ r.est_time }}</td><td class="num">{{ fmt(r.proposed) }}</td><td class="num">{{ fmt(r.timeout_s) }}</td><td>{{ r.node }}</td></tr>{% endfor %}
 </table></section>
 

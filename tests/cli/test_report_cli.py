@@ -781,3 +781,26 @@ def test_nights_and_tests_predicted_from_est_time_are_left_out_of_the_prediction
     assert data["prediction"][1] == (f"per test: typical error 2% over 1 test(s); worst: {tid(GRPO)} 2% (1 run); "
                                      "1 prediction(s) from est_time / 1.25 left out")
     assert (data["prediction_error"]["left_out"], data["prediction_error"]["fallback_tests"]) == (1, 1)
+
+
+def test_a_test_never_launched_keeps_its_reason_in_the_report(tmp_path, capsys):
+    """A UI pick with a test on hardware the deployment skips: the UI and the run record said why it was
+    not launched, the report's row said `skipped` with no reason (JSON and HTML)."""
+    rocm = "tests/e2e/ckpt/test_ckpt_resume.py::rocm-stage-c-4-gpu-mi300"
+    why = "not run here: this deployment skips hardware 'mi300' (skip_hardware)"
+    ran = "tests/e2e/lora/test_lora_math.py"
+    (tmp_path / "nights").mkdir()
+    (tmp_path / "nights" / "n1.json").write_text(json.dumps(
+        {"night": "n1", "run_id": "r1", "repo": "minirl", "selected": [ran], "skipped": [rocm],
+         "skip_reasons": {rocm: why},
+         "attempts": [{"test_id": ran, "outcome": "passed", "elapsed_s": 3.0,
+                       "started_at": "2026-12-01T15:00:00+00:00"}]}))
+
+    code, out, _ = nightly(capsys, "report", "--home", str(tmp_path), "--repo", "minirl", "--json")
+
+    assert code == 0
+    [row] = [r for r in json.loads(out)["rows"] if r["test_id"] == rocm]
+    assert (row["outcome"], row["reason"]) == ("skipped", why)
+    assert nightly(capsys, "report", "--home", str(tmp_path), "--repo", "minirl")[0] == 0
+    page = (tmp_path / "reports" / "n1.html").read_text().replace("&#x27;", "'").replace("&#39;", "'")
+    assert f"<td>{rocm}</td><td>skipped: {why}</td>" in page

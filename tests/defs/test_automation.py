@@ -587,3 +587,19 @@ def test_sensor_ticks_read_the_est_time_rewrites_once_and_still_see_a_new_one(se
     planned = resource.night().catalog.by_id()
     assert planned[second.id].est_time == second.est_time + 222
     assert len(reads) == 2
+
+
+def test_a_broken_changed_file_is_named_when_another_changed_file_runs(setup):
+    """Two files changed in one tick, one edited into a broken registration: the run was requested for
+    the other and said nothing of the broken one (only a skip reason ever named it)."""
+    defs, resource, repo, _ = setup
+    _, cursor = _tick(defs, resource, "rerun_changed_tests", None)
+    broken = repo / "tests" / "e2e" / "lora" / "test_lora_math.py"
+    broken.write_text(broken.read_text().replace('labels=["lora", "fsdp"])', 'labels=["lora", "fsdp"], bogus=1)'))
+    fine = repo / "tests" / "e2e" / "megatron" / "test_sft_math.py"
+    fine.write_text(fine.read_text() + "\n# tweaked\n")
+    result, _ = _tick(defs, resource, "rerun_changed_tests", cursor)
+    [request] = result.run_requests
+    assert _config(request)["tests"] == ["tests/e2e/megatron/test_sft_math.py"]
+    assert "registration does not load" in request.tags["nightly/reason"]
+    assert "tests/e2e/lora/test_lora_math.py" in request.tags["nightly/reason"]

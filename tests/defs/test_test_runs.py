@@ -216,3 +216,50 @@ def test_the_nightly_launchpad_runs_the_picked_partitions_not_the_whole_nightly(
             "dagster/asset_partition_range_start": PICK[0], "dagster/asset_partition_range_end": PICK[-1]})
         assert result.success, _failures(result)
     assert sorted(t for t, _ in pods["watch"].launched) == sorted(PICK)
+
+
+def test_a_failing_test_whose_registration_stops_loading_keeps_its_partition_and_a_red_check(cluster, tmp_path):
+    """After a failed run, a typo in the test's registration (an unknown argument) dropped its partition
+    at the next code-location load, and its red check with it: the UI's check view said Failed (0).
+    The file keeps its path as a partition, and a run over it (a pick, or every registered test)
+    reports its check failed with the located problem."""
+    defs, pods = cluster
+    pods["pipes"].outcomes = ["failed"]
+    with dg.instance_for_test() as instance:
+        assert _run(defs, instance, partition_key=ONE).success
+        assert _check_statuses(instance) == {ONE: ("FAILED", True)}
+        test_file = tmp_path / "minirl" / ONE
+        text = test_file.read_text()
+        test_file.write_text(text.replace('labels=["lora", "fsdp"])', 'labels=["lora", "fsdp"], bogus=1)'))
+        resource = defs.resources["nightly"]
+        reloaded = build_definitions(nightly=resource)  # Deployment -> Reload
+        job = reloaded.resolve_job_def("tests")
+        assert ONE in job.partitions_def.get_partition_keys()
+        result = _run(reloaded, instance, partition_key=ONE)
+        assert not result.success
+        assert "registration does not load" in _failures(result)[0]
+        assert _check_statuses(instance)[ONE] == ("FAILED", True)
+        pods["watch"].outcomes = ["passed"] * 20
+        result = _run(reloaded, instance, request=run_request(job.partitions_def.get_partition_keys(),
+                                                              RunSelection(), "production", []))
+        assert result.success, _failures(result)
+        assert _check_statuses(instance)[ONE] == ("FAILED", True)
+        assert ONE not in [t for t, _ in pods["watch"].launched]
+        described = [e.asset_check_evaluation_data.description for e in result.all_events
+                     if e.event_type_value == "ASSET_CHECK_EVALUATION"
+                     and e.asset_check_evaluation_data.partition == ONE]
+        assert described and f"{ONE}:12:" in described[-1] and "bogus" in described[-1]
+
+
+def test_a_launchpad_config_that_selects_nothing_names_the_run_config_field_not_a_flag(cluster):
+    """Jobs -> nightly -> Launchpad, one partition of a `long` test with cadence nightly: the failure
+    told a UI user to `drop --cadence`; there the fix is the run config field."""
+    defs, _ = cluster
+    job = defs.resolve_job_def("nightly")
+    key = "tests/e2e/fsdp/test_fsdp_long_math.py"
+    config = job.partitioned_config.get_run_config_for_partition_key(key)
+    with dg.instance_for_test() as instance:
+        result = job.execute_in_process(instance=instance, raise_on_error=False, run_config=config, partition_key=key)
+    [message] = _failures(result)
+    assert "run config field ops.test_runs.config.cadence = 'nightly' selects none" in message
+    assert "--cadence" not in message

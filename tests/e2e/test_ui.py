@@ -175,7 +175,7 @@ def test_the_disabled_tests_partition_is_observed_as_not_launched_with_its_reaso
     (obs,) = data["assetObservations"]
     meta = metadata(obs["metadataEntries"])
     reason = next(t["disabled"] for t in ui.catalog if t["id"] == test_id)
-    assert meta["outcome"] == "not launched"
+    assert meta["outcome"] == "skipped"
     assert meta["reason"] == f"disabled: {reason}"
 
 

@@ -136,7 +136,7 @@ def test_failed_and_timed_out_tests_fail_their_partitions_check_with_the_reason(
 
 def test_disabled_and_skipped_tests_are_observed_with_their_reason_never_materialized(nights):
     obs = _by_partition(_events(nights["instance"], "test_runs", dg.DagsterEventType.ASSET_OBSERVATION))
-    assert obs[DISABLED_ID]["outcome"] == "not launched"
+    assert obs[DISABLED_ID]["outcome"] == "skipped"
     assert "disabled" in obs[DISABLED_ID]["reason"]
     assert "skip_hardware" in obs[ROCM_ID]["reason"]
     mats = nights["mats_first"]

@@ -49,7 +49,7 @@ def test_a_test_file_added_after_the_code_location_loaded_runs_when_the_sensor_a
 
 
 @pytest.mark.parametrize("config,said", [
-    ({"labels": ["nosuch"]}, "nothing to run: --labels nosuch selects none of the"),
+    ({"labels": ["nosuch"]}, "nothing to run: run config field ops.test_runs.config.labels = 'nosuch' selects none of the"),
     ({"suites": ["nosuch"]}, "run config: unknown suite(s) nosuch"),
     ({"cadence": "nighty"}, "run config: unknown cadence 'nighty'"),
 ])
@@ -87,7 +87,7 @@ def test_a_pick_of_tests_never_launched_only_is_a_success_that_observes_them_and
             instance=instance, tags={"dagster/asset_partition_range_start": keys[0],
                                      "dagster/asset_partition_range_end": keys[1]}, raise_on_error=False)
         assert run.success, [e.step_failure_data.error.message for e in run.all_events if e.is_step_failure]
-        assert _observed(instance) == {keys[0]: "not launched"}
+        assert _observed(instance) == {keys[0]: "skipped"}
         assert _materialized(instance) == {}
     assert not (home / "nights").exists() and not (home / "runs").exists()  # no record: nothing to calibrate
 
