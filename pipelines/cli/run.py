@@ -276,7 +276,16 @@ def _execute(night, args, selection, env: dict[str, str], home: Path) -> int:
         print(f"nightly: the night's run {result.run_id} ended {status}; see {ui} -> Runs", file=sys.stderr)
     if summary is None:
         return EXIT_TEST_FAILED
-    calib, report = _calibrate(defs, instance, result.run_id, ui)
+    try:
+        with sigint_for_this_process_only(), interruptions_unlogged():
+            calib, report = _calibrate(defs, instance, result.run_id, ui)
+    except KeyboardInterrupt:  # the night is done and recorded: say so, not Dagster's stack traces
+        print(f"nightly: interrupted while calibrating: the night finished and is recorded in "
+              f"{night.state.uri(f'runs/{result.run_id}.json')} (Dagster run {result.run_id}); its calibration "
+              f"was cut short\nnightly: the sensor calibrate_missed_runs calibrates it and writes its report once the "
+              f"daemon runs on this instance (`nightly ui`); `nightly calibrate` shows the proposals now",
+              file=sys.stderr)
+        return EXIT_INTERRUPTED
 
     estimates = night.estimates()
     rows = night.report_rows(summary, estimates)  # est_time as the night ran it; proposals from the history it wrote
@@ -429,6 +438,7 @@ def _calibrate(defs, instance, run_id: str, ui: str):
     """The calibration job for the night's run (est_time proposals and its report), in this process:
     (the job's result, the report's location or None). A SIGINT/SIGTERM meanwhile ends the calibration
     run CANCELED and is raised on as KeyboardInterrupt."""
+    from pipelines.cli.run_console import night_console
     from pipelines.defs.keys import TAG_SOURCE_RUN
     from pipelines.defs.runs import process_tags
     from pipelines.interrupts import signals_seen
@@ -436,7 +446,8 @@ def _calibrate(defs, instance, run_id: str, ui: str):
     calib_id = str(uuid.uuid4())  # known before Dagster creates the run, so an early interrupt can still end it
     try:
         with signals_seen() as signalled:
-            calib = defs.resolve_job_def("calibration").execute_in_process(
+            job = defs.resolve_job_def("calibration").with_logger_defs({"console": night_console})  # no interrupt stacks
+            calib = job.execute_in_process(
                 instance=instance, raise_on_error=False, run_id=calib_id,
                 tags={TAG_SOURCE_RUN: run_id, **process_tags(calib_id)},  # a killed process's run is failed by the next run
                 run_config={"loggers": {"console": {"config": {"log_level": "WARNING"}}}},

@@ -99,7 +99,8 @@ def test_ctrl_c_says_in_two_lines_what_was_kept_and_how_to_resume(tmp_path):
 # `nightly run` with a signal sent while Dagster itself stores an event (the signal lands in Dagster's
 # frame, not the asset's): argv = signal, home, when, nightly's own arguments; when "test": the
 # materialization of the first test that finished while the hanging one runs; "ended": the night's
-# step success (every test done); "calibration": the calibration run's first event (before it starts)
+# step success (every test done); "calibration": the calibration run's first event (before it starts);
+# "calibrating": a step of the calibration run starting
 INJECT = """
 import os, signal, sys, time
 from pathlib import Path
@@ -111,6 +112,8 @@ def hanging():
 def now(de):
     if when == "calibration":
         return de.job_name == "calibration"
+    if when == "calibrating":
+        return de.job_name == "calibration" and de.event_type_value == "STEP_START"
     if when == "ended":
         return de.event_type_value == "STEP_SUCCESS" and de.job_name != "calibration"
     return (de.event_type_value == "ASSET_MATERIALIZATION" and "test_runs" in str(de.asset_key)
@@ -169,6 +172,22 @@ def test_sigterm_as_the_calibration_starts_cancels_that_run_and_exits_130(tmp_pa
     with open_instance(home) as instance:
         [calibration] = [r for r in instance.get_runs() if r.job_name == "calibration"]
         assert calibration.status == dg.DagsterRunStatus.CANCELED, calibration.status  # not NOT_STARTED for ever
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_while_the_finished_night_calibrates_says_the_night_is_recorded_without_stack_traces(tmp_path, sig):
+    """The night ended and was recorded; a signal in its calibration printed two Dagster ERROR events with
+    their stack traces and a bare `interrupted`: it says where the night is and who calibrates it now."""
+    home = tmp_path / "home"
+    done = _injected_night(home, sig, "calibrating")
+    assert done.returncode == 130, done.stdout[-2000:] + done.stderr[-3000:]
+    assert "Stack Trace" not in done.stderr and "Traceback" not in done.stderr, done.stderr[-3000:]
+    said = [line for line in done.stderr.splitlines() if line.startswith("nightly")]
+    assert said[0].startswith("nightly: interrupted while calibrating: the night finished and is recorded in "), said
+    assert "calibrate_missed_runs" in said[1], said
+    with open_instance(home) as instance:
+        [calibration] = [r for r in instance.get_runs() if r.job_name == "calibration"]
+        assert calibration.status == dg.DagsterRunStatus.CANCELED, calibration.status
 
 
 def test_sigterm_after_every_test_ended_is_not_swallowed(tmp_path):
