@@ -20,13 +20,19 @@ from pipelines.defs.keys import (
 
 
 def framework_commit(repo: Path) -> str:
-    """The checkout's commit (``git rev-parse HEAD``), or "" for a folder that is not a git checkout."""
+    """The checkout's commit (``git rev-parse HEAD``), suffixed ``+dirty`` when tracked files differ from it
+    (as ``git describe --dirty`` marks it: a sensor's rerun of an edited, uncommitted test file did not run
+    that commit), or "" for a folder that is not a git checkout."""
     try:
         out = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True,
                              timeout=10, check=False)
+        if out.returncode != 0:
+            return ""
+        changed = subprocess.run(["git", "-C", str(repo), "diff", "--quiet", "HEAD", "--"], capture_output=True,
+                                 timeout=30, check=False).returncode == 1
     except (OSError, subprocess.TimeoutExpired):
         return ""
-    return out.stdout.strip() if out.returncode == 0 else ""
+    return out.stdout.strip() + ("+dirty" if changed else "")
 
 
 def request_tags(deployment: str, selection: RunSelection, pools: Sequence[str]) -> dict[str, str]:
