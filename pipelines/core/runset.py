@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from pipelines.core.catalog.ids import path_problem
 from pipelines.core.model import Catalog, Problem, Test
 from pipelines.core.plan.cluster import PoolShape, hardware_of, pool_for
 from pipelines.core.plan.planner import too_wide, unplanned_reason
@@ -124,13 +125,15 @@ def unloadable_files(catalog: Catalog) -> dict[str, tuple[Problem, ...]]:
     Such a file has no test id, so without this it would have no partition and its red check would
     vanish from the UI with it: its path (the key a single-entry file's test has) keeps a partition,
     and a run covering it reports it failed with the problems. Only files the runner collects and
-    whose path is not a loaded test's id are listed (a multi-entry file's ``path::variant`` tests
-    that still load keep their own keys).
+    of which no registration loaded are listed: a file with a test that loads keeps its tests' keys (a
+    multi-entry file's ``path::variant`` ones too; its other problems, e.g. of ``prepare()``, are
+    problems of those tests, not of a file that does not load), and a name that cannot be a partition
+    key (``..``, a comma: the catalog's own path problem says to rename it) is no key either.
     """
-    ids = {t.id for t in catalog.tests}
+    loaded = {normalize_path(t.path) for t in catalog.tests}
     out: dict[str, list[Problem]] = {}
     for p in catalog.problems:
         path = normalize_path(p.path)
-        if path and path not in ids and is_test_file(path, catalog.discovery):
+        if path and path not in loaded and path_problem(path) is None and is_test_file(path, catalog.discovery):
             out.setdefault(path, []).append(p)
     return {k: tuple(v) for k, v in out.items()}

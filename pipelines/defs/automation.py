@@ -26,7 +26,7 @@ import dagster as dg
 
 from pipelines.core.catalog.ids import safe_filename
 from pipelines.core.model import CatalogError
-from pipelines.core.runset import RunSelection
+from pipelines.core.runset import RunSelection, unloadable_files
 from pipelines.defs.jobs import TEST_JOBS, run_request
 from pipelines.defs.keys import TAG_CALIBRATION, TAG_SOURCE_RUN, TEST_RUNS
 from pipelines.defs.resources import NightlyResource
@@ -201,7 +201,7 @@ def build_sensors(jobs: dict, keys: list[str], deployment: str, pools: list[str]
         at = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
         # a broken file changed in the same tick is named first (the reason is cut at 255 characters);
         # the run itself reports every test file whose registration does not load as a failed check
-        broken = sorted({p.path for p in night.catalog.problems}
+        broken = sorted(set(unloadable_files(night.catalog))
                         & {t.split("::")[0] for t in (*changed, *(set(previous) - set(shas)))})
         if broken:
             context.log.warning("changed test files not run" + _broken(night, changed, set(previous) - set(shas)))

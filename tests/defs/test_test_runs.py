@@ -263,3 +263,25 @@ def test_a_launchpad_config_that_selects_nothing_names_the_run_config_field_not_
     [message] = _failures(result)
     assert "run config field ops.test_runs.config.cadence = 'nightly' selects none" in message
     assert "--cadence" not in message
+
+
+def test_only_a_file_none_of_whose_registrations_loads_gets_a_partition_of_its_path(cluster, tmp_path):
+    """A file named so that it cannot be a partition key (`test_sft...py`: the catalog says to rename it)
+    made every code-location load fail (Dagster refuses the key), and a two-entry file whose tests load
+    but whose prepare() has a problem got a fake red "registration does not load" partition."""
+    defs, _ = cluster
+    e2e = tmp_path / "minirl" / "tests" / "e2e"
+    sft = e2e / "megatron" / "test_sft_math.py"
+    (e2e / "megatron" / "test_sft...py").write_text(sft.read_text())
+    ckpt = e2e / "ckpt" / "test_ckpt_resume.py"
+    ckpt.write_text(ckpt.read_text().replace(
+        "def prepare():\n",
+        "def prepare():\n    exec_command(\"hf download minirl/toy-math --repo-type dataset --local-dir "
+        "/root/datasets/toy~math\")\n", 1))
+    reloaded = build_definitions(nightly=defs.resources["nightly"])  # Deployment -> Reload
+    keys = reloaded.resolve_job_def("tests").partitions_def.get_partition_keys()
+    problems = {p.path for p in reloaded.resources["nightly"].night().catalog.problems}
+    assert {"tests/e2e/megatron/test_sft...py", "tests/e2e/ckpt/test_ckpt_resume.py"} <= problems, problems
+    assert not [k for k in keys if "test_sft..." in k]
+    assert "tests/e2e/ckpt/test_ckpt_resume.py" not in keys
+    assert [k for k in keys if k.startswith("tests/e2e/ckpt/test_ckpt_resume.py::")], keys
