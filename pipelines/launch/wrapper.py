@@ -140,20 +140,25 @@ def _does_nothing(block: ast.If) -> bool:
 
 
 def _runs_at_top_level(tree: ast.Module) -> bool:
-    """Whether the file does something at module level besides defining, importing, assigning and
-    registering: a script-style test (checks, loops, calls) runs there, whatever its ``__main__`` block holds."""
-    def quiet(s: ast.stmt) -> bool:
-        if isinstance(s, (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef,
-                          ast.Assign, ast.AnnAssign, ast.AugAssign, ast.Pass)) or _is_main_guard(s):
+    """Whether a script-style test runs at module level, whatever the ``__main__`` block holds: a check
+    (``assert``), a loop or ``with`` block, or a call of a function or class the file defines itself
+    (``run_test()``), also under a module-level ``if``/``try``. Set-up is not a test: imports, assignments,
+    registrations, and calls of imported functions (``logging.basicConfig()``, ``sys.path.insert()``)."""
+    own = {s.name for s in tree.body if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
+
+    def runs(s: ast.stmt) -> bool:
+        if _is_main_guard(s):
+            return False
+        if isinstance(s, (ast.Assert, ast.For, ast.AsyncFor, ast.While, ast.With, ast.AsyncWith)):
             return True
-        if isinstance(s, ast.Expr):
-            if isinstance(s.value, ast.Constant):
-                return True
-            func = s.value.func if isinstance(s.value, ast.Call) else None
-            name = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else ""
-            return name.startswith("register_") and name.endswith("_ci")
+        if isinstance(s, ast.Expr) and isinstance(s.value, ast.Call):
+            return isinstance(s.value.func, ast.Name) and s.value.func.id in own
+        if isinstance(s, ast.If):
+            return any(runs(b) for b in (*s.body, *s.orelse))
+        if isinstance(s, ast.Try):
+            return any(runs(b) for b in (*s.body, *s.orelse, *s.finalbody, *(x for h in s.handlers for x in h.body)))
         return False
-    return not all(quiet(s) for s in tree.body)
+    return any(runs(s) for s in tree.body)
 
 
 def _run_as_main(path: str, tree: ast.Module) -> None:
@@ -226,9 +231,11 @@ class _UnittestRuns:
     def failed(self) -> str:
         """What the file's last program reported failed, in the runner's own words ("" when nothing failed):
         a file that drops its program's status (``unittest.main(exit=False)``, a caught ``SystemExit``) exits 0
-        after it. Only the last outermost program judges: a file may run it again after a flaky failure, and
-        a runner a test starts inside the program (to check that it reports a failure) is that test's."""
-        runs = [r for r in self.programs if r is not None][-1:]
+        after it. Only the last outermost program that ran a test judges: a file may run it again after a
+        flaky failure (a rerun that matches no test clears nothing), and a runner a test starts inside the
+        program (to check that it reports a failure) is that test's."""
+        done = [r for r in self.programs if r is not None]
+        runs = [r for r in done if r.testsRun][-1:] or done[-1:]
         counts = {"failures": sum(len(r.failures) for r in runs), "errors": sum(len(r.errors) for r in runs)}
         counts["unexpected successes"] = sum(len(r.unexpectedSuccesses) for r in runs)
         if not any(counts.values()):
@@ -361,9 +368,10 @@ class _PytestRuns:
 
     def failed(self) -> str:
         """What the file's last run reported failed, in pytest's words ("" when nothing failed): a file that
-        calls ``pytest.main()`` without ``sys.exit(...)`` exits 0 after it. Only the last run judges: a file
-        may run pytest again after a flaky failure and exit with that run's status."""
-        last = self.counts[-1:]
+        calls ``pytest.main()`` without ``sys.exit(...)`` exits 0 after it. Only the last run that ran or
+        failed a test judges: a file may run pytest again after a flaky failure and exit with that run's
+        status (a rerun that selects no test clears nothing)."""
+        last = [c for c in self.counts if c.ran or c.failed or c.errors][-1:] or self.counts[-1:]
         failed, errors = sum(c.failed for c in last), sum(c.errors for c in last)
         said = ", ".join([*([f"{failed} failed"] if failed else []),
                           *([f"{errors} error{'s' if errors > 1 else ''}"] if errors else [])])

@@ -603,3 +603,67 @@ def test_a_script_test_at_module_level_runs_whatever_its_main_block_holds(tmp_pa
         pass
     """)
     assert out.returncode == 1 and "AssertionError" in result["error"], result
+
+
+def test_module_level_set_up_is_no_test_an_empty_or_prepare_only_main_block_still_runs_none(tmp_path):
+    """Logging, sys.path and optional imports at module level are set-up, not a test: a file whose
+    __main__ block only passes or only calls prepare() still ran no test."""
+    out, result = _wrap(tmp_path, """
+    import logging, sys
+    logging.basicConfig(level=logging.INFO)
+    sys.path.insert(0, ".")
+    try:
+        import torch
+    except ImportError:
+        torch = None
+
+    def prepare():
+        pass
+
+    def test_loss():
+        assert False
+
+    if __name__ == "__main__":
+        prepare()
+    """)
+    assert out.returncode == 1 and "ran no test" in result["error"], result
+    out, result = _wrap(tmp_path, """
+    def run_checks():
+        assert sum(range(10)) == 46
+
+    run_checks()
+
+    if __name__ == "__main__":
+        pass
+    """)
+    assert out.returncode == 1 and "AssertionError" in result["error"], result  # the file's own call: it ran
+
+
+def test_a_rerun_that_runs_no_test_does_not_clear_a_failed_run(tmp_path):
+    """`if rc: pytest.main([... "-k", "nosuch"])` (or a unittest rerun matching nothing) after a failing run
+    exits 0: the failing run is the last that ran a test, and it judges."""
+    out, result = _wrap(tmp_path, """
+    import pytest
+
+    def test_loss():
+        assert False
+
+    if __name__ == "__main__":
+        rc = pytest.main([__file__, "-q", "-p", "no:cacheprovider"])
+        if rc:
+            pytest.main([__file__, "-q", "-p", "no:cacheprovider", "-k", "nosuch"])
+    """, env=BARE_PYTEST)
+    assert out.returncode == 1 and result["error"].startswith("test_x.py: its pytest run reported 1 failed"), result
+    out, result = _wrap(tmp_path, """
+    import sys, unittest
+
+    class T(unittest.TestCase):
+        def test_loss(self):
+            self.assertEqual(1, 2)
+
+    if __name__ == "__main__":
+        prog = unittest.main(exit=False)
+        if not prog.result.wasSuccessful():
+            unittest.main(argv=[sys.argv[0], "-k", "test_nothing_matches"], exit=False)
+    """)
+    assert out.returncode == 1 and "its unittest run reported FAILED (failures=1)" in result["error"], result
