@@ -141,18 +141,23 @@ def _does_nothing(block: ast.If) -> bool:
 
 def _runs_at_top_level(tree: ast.Module) -> bool:
     """Whether a script-style test runs at module level, whatever the ``__main__`` block holds: a check
-    (``assert``), a loop or ``with`` block, or a call of a function or class the file defines itself
-    (``run_test()``), also under a module-level ``if``/``try``. Set-up is not a test: imports, assignments,
-    registrations, and calls of imported functions (``logging.basicConfig()``, ``sys.path.insert()``)."""
+    (``assert``), a loop or ``with`` block, or a statement that calls a function or class the file defines
+    itself (``run_test()``, ``asyncio.run(main())``, ``result = Runner().run()``), also under a module-level
+    ``if``/``try``. Set-up is not a test: imports, assignments, registrations, and calls of imported
+    functions alone (``logging.basicConfig()``, ``sys.path.insert()``; a test run only through an imported
+    helper, ``run(cfg)``, is not seen: call it from the ``__main__`` block)."""
     own = {s.name for s in tree.body if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
+
+    def calls_own(node: ast.AST) -> bool:
+        return any(isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in own for n in ast.walk(node))
 
     def runs(s: ast.stmt) -> bool:
         if _is_main_guard(s):
             return False
         if isinstance(s, (ast.Assert, ast.For, ast.AsyncFor, ast.While, ast.With, ast.AsyncWith)):
             return True
-        if isinstance(s, ast.Expr) and isinstance(s.value, ast.Call):
-            return isinstance(s.value.func, ast.Name) and s.value.func.id in own
+        if isinstance(s, (ast.Expr, ast.Assign, ast.AnnAssign, ast.AugAssign)) and s.value is not None:
+            return calls_own(s.value)  # run_test(), asyncio.run(main()), sys.exit(main()), Runner().run()
         if isinstance(s, ast.If):
             return any(runs(b) for b in (*s.body, *s.orelse))
         if isinstance(s, ast.Try):
@@ -165,6 +170,11 @@ def _run_as_main(path: str, tree: ast.Module) -> None:
     """Run the (rewritten) file as ``__main__``, as ``python3 FILE`` would (a spawned child re-runs
     the file itself as ``__mp_main__``, as it would under ``python3 FILE``)."""
     _run_module("__main__", tree, path)
+
+
+#: the file's own runs going on now, unittest programs and pytest runs alike: a run a test starts inside
+#: one (to check that a runner reports a failure, in either framework) is that test's business
+_FILE_RUNS = [0]
 
 
 class NoTest(Exception):
@@ -195,13 +205,15 @@ class _UnittestRuns:
             stop(result)
 
         def __init__(prog, *args, **kwargs) -> None:  # noqa: N807
-            outermost = not deciding[0]  # a program a test of the file's program starts is that test's business
+            outermost = not _FILE_RUNS[0]  # a program a test of the file's run starts is that test's business
             decides = not _inside_execute(sys._getframe(1), self.file)
             deciding[0] += decides
+            _FILE_RUNS[0] += decides and outermost
             try:
                 program(prog, *args, **kwargs)
             finally:
                 deciding[0] -= decides
+                _FILE_RUNS[0] -= decides and outermost
                 if decides and outermost:
                     self.programs.append(getattr(prog, "result", None))
 
@@ -235,7 +247,7 @@ class _UnittestRuns:
         flaky failure (a rerun that matches no test clears nothing), and a runner a test starts inside the
         program (to check that it reports a failure) is that test's."""
         done = [r for r in self.programs if r is not None]
-        runs = [r for r in done if r.testsRun][-1:] or done[-1:]
+        runs = [r for r in done if r.testsRun > len(_wholly_skipped(r))][-1:] or done[-1:]  # a skipped rerun ran none
         counts = {"failures": sum(len(r.failures) for r in runs), "errors": sum(len(r.errors) for r in runs)}
         counts["unexpected successes"] = sum(len(r.unexpectedSuccesses) for r in runs)
         if not any(counts.values()):
@@ -333,18 +345,16 @@ class _PytestRuns:
         if not callable(real):
             return
 
-        running = [0]  # runs of the file going on: one a test starts inside the file's run is that test's
-
         def main(args=None, plugins=None):
-            if running[0] or _inside_execute(sys._getframe(1), self.file):
+            if _FILE_RUNS[0] or _inside_execute(sys._getframe(1), self.file):
                 return real(args, plugins)
             count = _PytestCount()
             self.counts.append(count)
-            running[0] += 1
+            _FILE_RUNS[0] += 1
             try:
                 count.status = real(args, [*(plugins or ()), count])
             finally:
-                running[0] -= 1
+                _FILE_RUNS[0] -= 1
             return count.status
 
         main.__doc__, main.__wrapped__ = real.__doc__, real  # type: ignore[attr-defined]
@@ -444,6 +454,10 @@ def _test_function(file: str, func_name: str):
     module = _load_module(file, source)
     func = getattr(module, func_name, None)
     if not callable(func):
+        if func_name == "execute" and not blocks and _runs_at_top_level(tree):
+            _say(f"{file} has no execute() and no __main__ block: its module-level code ran as it was imported "
+                 f"(as under `python3 {file}`)")
+            return lambda: None
         if func_name == "execute" and not blocks:
             raise NoTest(f"{file}: has no function execute() and no `if __name__ == \"__main__\":` block, so "
                          f"`python3 {file}` would run no test (test functions alone are never called); the nightly "

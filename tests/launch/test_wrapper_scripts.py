@@ -667,3 +667,73 @@ def test_a_rerun_that_runs_no_test_does_not_clear_a_failed_run(tmp_path):
             unittest.main(argv=[sys.argv[0], "-k", "test_nothing_matches"], exit=False)
     """)
     assert out.returncode == 1 and "its unittest run reported FAILED (failures=1)" in result["error"], result
+
+
+def test_a_unittest_rerun_that_skips_every_test_does_not_clear_a_failed_run(tmp_path):
+    out, result = _wrap(tmp_path, """
+    import unittest
+    FIRST = [True]
+
+    class T(unittest.TestCase):
+        def test_a(self):
+            if FIRST[0]:
+                FIRST[0] = False
+                self.fail("broken")
+            self.skipTest("gpu busy")
+
+    if __name__ == "__main__":
+        unittest.main(exit=False)
+        unittest.main(exit=False)
+    """)
+    assert out.returncode == 1 and "its unittest run reported FAILED (failures=1)" in result["error"], result
+
+
+def test_a_runner_of_the_other_framework_a_test_starts_on_purpose_is_that_tests_business(tmp_path):
+    """An SGLang-style unittest file whose test checks that pytest reports a failure (and the reverse):
+    `python3 FILE` exits 0, so must the night."""
+    out, result = _wrap(tmp_path, """
+    import unittest, pytest
+
+    class T(unittest.TestCase):
+        def test_pytest_reports_failure(self):
+            with open("test_inner.py", "w") as fh:
+                fh.write("def test_bad():\\n    assert False\\n")
+            self.assertEqual(pytest.main(["test_inner.py", "-q", "-p", "no:cacheprovider"]), 1)
+
+    if __name__ == "__main__":
+        unittest.main(verbosity=2)
+    """, env=BARE_PYTEST)
+    assert out.returncode == 0 and result["ok"] is True, out.stdout + out.stderr
+    out, result = _wrap(tmp_path, """
+    import io, sys, unittest, pytest
+
+    class Inner(unittest.TestCase):
+        def test_bad(self):
+            self.fail("expected")
+
+    def test_unittest_reports_failure():
+        prog = unittest.main(module=__name__, argv=["x", "Inner"], exit=False,
+                             testRunner=unittest.TextTestRunner(stream=io.StringIO()))
+        assert not prog.result.wasSuccessful()
+
+    if __name__ == "__main__":
+        sys.exit(pytest.main([__file__, "-q", "-p", "no:cacheprovider", "-k", "reports_failure"]))
+    """, env=BARE_PYTEST)
+    assert out.returncode == 0 and result["ok"] is True, out.stdout + out.stderr
+
+
+def test_a_script_test_without_execute_or_main_block_runs_at_module_level_and_is_judged(tmp_path):
+    """`asyncio.run(main())` at module level, no execute() and no __main__ block: `python3 FILE` runs the test."""
+    body = """
+    import asyncio
+
+    async def main():
+        assert 1 + 1 == {two}
+        print("checked")
+
+    asyncio.run(main())
+    """
+    out, result = _wrap(tmp_path, body.format(two=2))
+    assert out.returncode == 0 and result["ok"] is True and "checked" in out.stdout, out.stdout + out.stderr
+    out, result = _wrap(tmp_path, body.format(two=3))
+    assert out.returncode == 1 and "AssertionError" in result["error"], result
