@@ -68,6 +68,27 @@ def tail(path: Path | str, max_lines: int = 40, max_chars: int = 4000) -> str:
                       start_unread=mid_line)
 
 
+#: a line longer than this cannot be a configuration report (``config NAME: passed``): it is skipped
+#: in chunks, so a log of one line of gigabytes (a pod log has no cap) is never held whole
+CONFIG_LINE_MAX = 64 * 1024
+
+
+def _config_lines(path: str) -> list[str]:
+    """The log's lines that mention ``config `` (decoded), each of at most CONFIG_LINE_MAX bytes."""
+    out: list[str] = []
+    with open(path, "rb") as fh:
+        while True:
+            line = fh.readline(CONFIG_LINE_MAX)
+            if not line:
+                return out
+            if not line.endswith(b"\n") and len(line) == CONFIG_LINE_MAX:
+                while (more := fh.readline(CONFIG_LINE_MAX)) and not more.endswith(b"\n"):
+                    pass  # the rest of an overlong line: no report
+                continue
+            if b"config " in line:
+                out.append(line.decode("utf-8", errors="replace"))
+
+
 def judge_reported_configs(attempt: Attempt) -> Attempt:
     """Keep the configurations the test reported (``config NAME: passed|failed``, docs/coverage.md) with the
     attempt, and fail a pass whose log reports a failed one: a matrix test may print a cell's failure
@@ -79,9 +100,8 @@ def judge_reported_configs(attempt: Attempt) -> Attempt:
 
     if not attempt.log_path:
         return attempt
-    try:  # only the lines that can report a configuration: a log may be 20 MB
-        with open(attempt.log_path, encoding="utf-8", errors="replace") as fh:
-            lines = [line for line in fh if "config " in line]
+    try:  # only the lines that can report a configuration: a log may be 20 MB, or one line of gigabytes
+        lines = _config_lines(attempt.log_path)
     except OSError:
         return attempt
     configs = config_outcomes("".join(lines))

@@ -276,3 +276,17 @@ def test_a_failed_configuration_behind_a_logging_or_torchrun_prefix_fails_the_te
     assert final["logging"].outcome == "failed" and final["logging"].reason == "config fsdp-tp2 reported failed"
     assert final["torchrun"].outcome == "failed" and final["torchrun"].reason == "config megatron-tp4 reported failed"
     assert final["near-miss"].outcome == "passed" and "configs" not in final["near-miss"].details
+
+
+def test_a_line_of_megabytes_is_skipped_in_chunks_and_the_reports_around_it_still_count(tmp_path):
+    """A pod log has no cap: a test printing without newlines made one line of gigabytes, read whole (2 GB of
+    memory for 1 GB) to look for `config ` reports. Overlong lines are skipped in 64 KiB chunks; the reports
+    before and after them, and one at the very end without a newline, are read."""
+    from pipelines.core.model import Attempt
+    from pipelines.launch.base import CONFIG_LINE_MAX, judge_reported_configs
+
+    log = tmp_path / "t.log"
+    log.write_bytes(b"config tp1: passed\n" + b"x" * (3 * CONFIG_LINE_MAX + 7) + b" config tp9: failed\n"
+                    + b"y" * CONFIG_LINE_MAX + b"\nconfig tp2: failed\nconfig tp4: passed")
+    judged = judge_reported_configs(Attempt("t", "passed", 1.0, "2026-12-01T00:00:00+00:00", log_path=str(log)))
+    assert (judged.outcome, judged.details["configs"]) == ("failed", "tp1=passed,tp2=failed,tp4=passed")
