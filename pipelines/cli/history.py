@@ -283,7 +283,8 @@ class GitRevisions:
 
     def digest(self, commit: str, path: str) -> str | None:
         if (commit, path) not in self._digests:
-            done = self._git("show", f"{commit}:./{path}")
+            # as a checkout writes the file (eol, ident, filters), the bytes the catalog digests, not the raw blob
+            done = self._git("cat-file", "--filters", f"{commit}:./{path}")
             ok = done is not None and done.returncode == 0
             self._digests[commit, path] = hashlib.sha256(done.stdout).hexdigest() if ok else None
         return self._digests[commit, path]

@@ -463,6 +463,56 @@ def test_a_sample_carries_the_digest_of_its_test_file_at_the_commit_the_log_chec
                                                     "tests/e2e/test_b.py": now["test_b"]}
 
 
+def test_a_checkout_commit_is_digested_as_checked_out_and_a_garbled_one_is_said(tmp_path, capsys, monkeypatch):
+    """With `*.py text eol=crlf` the checkout writes CRLF while git keeps the blob with LF: a log that ran the
+    checked-out commit got the blob's digest (every sample stale for calibration). A hash cut to 39
+    characters was dropped without a word (the samples then took the checkout's digests)."""
+    import subprocess
+
+    root = tmp_path / "fw"
+    (root / "tests/e2e").mkdir(parents=True)
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-C", str(root), "-c", "user.email=a@b", "-c", "user.name=a", *args],
+                              check=True, capture_output=True, text=True).stdout.strip()
+
+    git("init", "-q")
+    (root / ".gitattributes").write_text("*.py text eol=crlf\n")
+    (root / "tests/e2e/test_a.py").write_text("register_cuda_ci(600, 'stage-c-4-gpu-h200', labels=[])\n")
+    git("add", "-A")
+    git("commit", "-qm", "A")
+    (root / "tests/e2e/test_a.py").unlink()
+    git("checkout", "--", "tests/e2e/test_a.py")  # as a fresh checkout writes it: CRLF
+    assert b"\r\n" in (root / "tests/e2e/test_a.py").read_bytes()
+    ran = git("rev-parse", "HEAD")
+    sha = hashlib.sha256((root / "tests/e2e/test_a.py").read_bytes()).hexdigest()
+    fake = Catalog(repo=str(root), tests=(make_test(id="tests/e2e/test_a.py", path="tests/e2e/test_a.py", sha256=sha),))
+    monkeypatch.setattr(history_cli, "load_catalog_for", lambda path, spec, specs: fake)
+    log = tmp_path / "job.txt"
+    log.write_text("2026-11-30T15:00:00Z [command]/usr/bin/git log -1 --format=%H\n"
+                   f"2026-11-30T15:00:00Z {ran}\n"
+                   "2026-11-30T15:01:00Z [1/1] tests/e2e/test_a.py  PASS  elapsed=40s\n")
+    store = tmp_path / "h.sqlite"
+    assert cli("history", "import", "--repo", str(root), "--store", str(store), str(log)) == 0
+    assert [s.sha256 for s in FileHistoryStore(store).read()] == [sha]
+    capsys.readouterr()
+    log.write_text(log.read_text().replace(ran, ran[:39]).replace("15:0", "16:0"))
+    assert cli("history", "import", "--repo", str(root), "--store", str(store), str(log)) == 0
+    assert (f"{log}:2: commit: {ran[:39]!r} after the checkout's `git log -1 --format=%H` line is not a commit "
+            "hash") in capsys.readouterr().out
+
+
+def test_gh_run_view_job_names_again_are_numbered_in_order_and_a_literal_numbered_name_kept():
+    """Two names taking turns line by line are many blocks of each, numbered in order (each name's count is
+    kept: the names are no longer searched from 2 up to the block's line number for every block, which
+    made 16,000 one-line jobs take 15 s); a job literally named "A (2)" keeps its name."""
+    from pipelines.core.history.joblog import read_gh_run_log
+
+    lines = [f"{'AB'[k % 2]}\tRun tests\t2026-11-30T15:00:00.1Z hello\n" for k in range(2_000)]
+    found = read_gh_run_log([*lines, "A (2)\tRun tests\t2026-11-30T15:00:00.1Z hi\n"])
+    assert len(found) == 2_001 and {"A", "B", "A (2)", "B (2)", "A (1000)", "B (1000)", "A (2) (2)"} <= set(found)
+
+
 def test_a_progress_bar_s_lone_cr_does_not_shift_the_lines_a_plain_log_cites(repo, tmp_path, capsys):
     """hf download / tqdm redraw their bar with a lone \\r: GitHub numbers lines at \\n only, so the lines a
     .txt log's refusals and samples cite are the ones GitHub shows, as for a member of a log archive."""

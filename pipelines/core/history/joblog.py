@@ -220,6 +220,10 @@ def read_ci_log(text: str | Iterable[str], first_line: int = 1) -> ParsedLog:
             return ParsedLog((), ((i, "log", _NIGHTLY_ATTEMPT_LOG),), digest=digest.hexdigest())
         if checkout_at and (cm := _COMMIT.match(line)):
             commits.append((cm.group(1), i))
+        elif checkout_at:  # cut, garbled, or git's own error: said, never silently the checkout's files
+            refused.append((i, "commit", f"{line.strip()[:60]!r} after the checkout's `git log -1 --format=%H` line "
+                                         "is not a commit hash; this checkout's commit is unknown (its samples carry "
+                                         "the --repo checkout's digests unless another checkout line names one)"))
         checkout_at = i if line.startswith("[command]") and _CHECKOUT_LOG.match(line) else 0
         # `run_suite.py \` then `  --suite S \`: one command over several lines, read as one line once whole;
         # each physical line is still read below as itself (its own number in every attempt and refusal)
@@ -309,6 +313,7 @@ def read_gh_run_log(lines: Iterable[str]) -> dict[str, ParsedLog]:
     prefix, its lines numbered as in the whole file; a job named again later is read as another log
     (``JOB (2)``). Line by line, one job at a time: the file is never held whole."""
     found: dict[str, ParsedLog] = {}
+    named: dict[str, int] = {}  # how many blocks each job name had so far
     current = [""]
 
     def job_of(numbered: tuple[int, str]) -> str:
@@ -319,7 +324,11 @@ def read_gh_run_log(lines: Iterable[str]) -> dict[str, ParsedLog]:
     for job, group in groupby(enumerate(lines, start=1), key=job_of):
         first, raw = next(group)
         rest = (_gh_split(line)[1] for _, line in group)  # noqa: B031 - read whole before the next group
-        name = next(n for n in (job, *(f"{job} ({k})" for k in range(2, first + 2))) if n not in found)
+        k = named[job] = named.get(job, 0) + 1
+        name = job if k == 1 else f"{job} ({k})"
+        while name in found:  # a job literally named "JOB (2)" beside JOB's second block
+            k += 1
+            name = f"{job} ({k})"
         found[name] = read_ci_log(chain([_gh_split(raw)[1]], rest), first_line=first)
     return found
 
