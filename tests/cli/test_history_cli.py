@@ -416,6 +416,20 @@ def test_a_log_whose_command_line_names_another_suite_or_hardware_than_suite_is_
                                                                                           ("mi300", 40.0)]
 
 
+def test_an_sglang_amd_job_log_with_its_own_suite_flag_is_imported_not_refused(tmp_path, capsys, monkeypatch):
+    """SGLang registers AMD tests with register_amd_ci (backend `amd`): a `--hw amd` log imported with the
+    --suite of those tests was refused as running on another backend (`amd` read as rocm only)."""
+    amd = Catalog(repo=str(tmp_path), tests=(make_test(suite="stage-b-test-1-gpu-amd", backend="amd",
+                                                       hardware="mi300"),))
+    monkeypatch.setattr(history_cli, "load_catalog_for", lambda path, spec, specs: amd)
+    store = tmp_path / "h.sqlite"
+    log = tmp_path / "amd.txt"
+    log.write_text("python3 run_suite.py --hw amd\n[1/1] tests/e2e/test_a.py  PASS  elapsed=40s\n")
+    assert cli("history", "import", "--repo", str(tmp_path), "--store", str(store), "--suite",
+               "stage-b-test-1-gpu-amd", str(log)) == 0, capsys.readouterr().out
+    assert [(s.hardware, s.elapsed_s) for s in FileHistoryStore(store).read()] == [("mi300", 40.0)]
+
+
 def test_a_sample_carries_the_digest_of_its_test_file_at_the_commit_the_log_checked_out(tmp_path, capsys, monkeypatch):
     """The checkout step prints the commit the job ran: a test file changed since then gets that commit's
     digest (stale evidence for calibration), not the checkout's; a commit --repo does not have is said."""

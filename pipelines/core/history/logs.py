@@ -101,7 +101,7 @@ def import_parsed(logs: Mapping[str, ParsedLog], catalog: Catalog,
         for a in log.attempts:
             path, tests = _candidates(a.file, by_path)
             if log.hw and not suite:
-                tests = [t for t in tests if t.backend == log.hw or (log.hw, t.backend) in _SAME_HW] or tests
+                tests = [t for t in tests if _runs_on(log.hw, t.backend)] or tests
             if hardware:
                 on_hw = [t for t in tests if t.hardware == hardware]
                 if tests and not on_hw:
@@ -173,8 +173,15 @@ def _run_id(log: ParsedLog) -> str:
     return "log-" + hashlib.sha256(said.encode("utf-8", "replace")).hexdigest()[:12]
 
 
-#: ``--hw`` names as runners spell them vs our backends
-_SAME_HW = {("amd", "rocm"), ("rocm", "amd"), ("nvidia", "cuda")}
+#: a runner's ``--hw`` name, or a backend (framework M's ``rocm``, SGLang's ``amd``) -> its hardware family
+#: (a name not listed is its own family, and is not checked against --suite)
+_BACKEND = {"cuda": "cuda", "nvidia": "cuda", "rocm": "rocm", "amd": "rocm", "cpu": "cpu"}
+
+
+def _runs_on(hw: str, backend: str) -> bool:
+    """Whether a log's ``--hw`` runs tests registered for ``backend`` (``--hw amd`` runs ``register_rocm_ci``
+    tests, and SGLang's ``register_amd_ci`` ones)."""
+    return _BACKEND.get(hw, hw) == _BACKEND.get(backend, backend)
 
 
 def _contradicts(log: ParsedLog, suite: str, catalog: Catalog) -> tuple[int, str, str] | None:
@@ -187,15 +194,12 @@ def _contradicts(log: ParsedLog, suite: str, catalog: Catalog) -> tuple[int, str
                 "of its own without --suite")
     if log.hw and not log.suite and (backend := _BACKEND.get(log.hw)):
         backends = {t.backend for t in catalog.tests if t.suite == suite}
-        if backends and backend not in backends:
+        if backends and not any(_runs_on(log.hw, b) for b in backends):
             return (log.hw_line, "suite", f"the log's command line runs on --hw {log.hw} ({backend}) but the tests "
                     f"of suite {suite!r} from --suite run on {', '.join(sorted(backends))}; {refused}: import it "
                     "separately, with the suite its job ran (or without --suite, to infer it)")
     return None
 
-
-#: a runner's ``--hw`` name -> our backend (a name not listed is not checked against --suite)
-_BACKEND = {"cuda": "cuda", "nvidia": "cuda", "rocm": "rocm", "amd": "rocm", "cpu": "cpu"}
 
 
 def _common_suite(attempts: tuple[LogAttempt, ...], by_path: Mapping[str, list[Test]]) -> str | None:
