@@ -278,10 +278,8 @@ class KubernetesLauncher:
                 self._live.pop(name, None)
                 self._live.pop(body["metadata"]["name"], None)
         message = explain(last, verdict)
-        if whole_log and sink.unfinished and verdict.outcome == "passed":  # a failure it reported there is lost
-            verdict = Verdict("failed", f"{sink.unfinished}: its log is unfinished, so it cannot pass", False,
-                              verdict.node)
-            message = f"{verdict.reason} ({message})"
+        if whole_log:
+            verdict, message = sink.judge(verdict, message)
         with self._lock:
             by_cancel = name in self._cancelled_pods
         if by_cancel and verdict.outcome == "infra_error":

@@ -25,7 +25,7 @@ from kubernetes import client, watch
 from kubernetes.client.rest import ApiException
 
 from pipelines.launch.base import LogSink
-from pipelines.launch.kubernetes.outcomes import MAIN_CONTAINER
+from pipelines.launch.kubernetes.outcomes import MAIN_CONTAINER, Verdict
 
 #: Hugging Face tokens printed by a careless test are masked before any log is written.
 _TOKEN = re.compile(r"hf_[A-Za-z0-9]{20,}")
@@ -176,6 +176,14 @@ class LogFollower:
                 self.log.write(f"# nightly: {why}: its log is unfinished ({where})\n")
                 self.log.flush()
             self.closed = self.closed or close
+
+    def judge(self, verdict: Verdict, message: str) -> tuple[Verdict, str]:
+        """The verdict and its message once the log is known whole or not: a pass needs the whole log (a
+        failure the test reported in the lines it lacks would be lost), as on the local launcher."""
+        if not self.unfinished or verdict.outcome != "passed":
+            return verdict, message
+        failed = Verdict("failed", f"{self.unfinished}: its log is unfinished, so it cannot pass", False, verdict.node)
+        return failed, f"{failed.reason} ({message})"
 
     def note(self, line: str) -> None:
         with self.lock:

@@ -203,10 +203,7 @@ def run_test_pod(context: Any, request: LaunchRequest, pool: PoolSpec, deploymen
         message = explain(last, verdict)
         if verdict.outcome == "interrupted":
             message = f"the night was interrupted and its pod deleted ({message})"
-        if follower.unfinished and verdict.outcome == "passed":  # a failure it reported there is lost
-            verdict = Verdict("failed", f"{follower.unfinished}: its log is unfinished, so it cannot pass", False,
-                              verdict.node)
-            message = f"{verdict.reason} ({message})"
+        verdict, message = follower.judge(verdict, message)
         log.write(f"# nightly: verdict {verdict.outcome}: {message}\n")
     term = terminated(last or {})
     start, end = timestamp(term.get("startedAt")), timestamp(term.get("finishedAt"))
