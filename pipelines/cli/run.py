@@ -257,8 +257,7 @@ def _execute(night, args, selection, env: dict[str, str], home: Path) -> int:
         report = None
         if summary is not None:
             try:
-                with sigint_for_this_process_only(), interruptions_unlogged():
-                    report = _calibrate(defs, instance, run_id, ui)[1]
+                report = _calibrate(defs, instance, run_id, ui)[1]
             except KeyboardInterrupt:  # a second Ctrl-C: stop calibrating, say the same two lines
                 report = None
         if kept is not None:  # its README was said above, by the run
@@ -277,8 +276,7 @@ def _execute(night, args, selection, env: dict[str, str], home: Path) -> int:
     if summary is None:
         return EXIT_TEST_FAILED
     try:
-        with sigint_for_this_process_only(), interruptions_unlogged():
-            calib, report = _calibrate(defs, instance, result.run_id, ui)
+        calib, report = _calibrate(defs, instance, run_id, ui)
     except KeyboardInterrupt:  # the night is done and recorded: say so, not Dagster's stack traces
         print(f"nightly: interrupted while calibrating: the night finished and is recorded in "
               f"{night.state.uri(f'runs/{result.run_id}.json')} (Dagster run {result.run_id}); its calibration "
@@ -437,15 +435,16 @@ def _mark_canceled(instance, run_id: str) -> None:
 def _calibrate(defs, instance, run_id: str, ui: str):
     """The calibration job for the night's run (est_time proposals and its report), in this process:
     (the job's result, the report's location or None). A SIGINT/SIGTERM meanwhile ends the calibration
-    run CANCELED and is raised on as KeyboardInterrupt."""
-    from pipelines.cli.run_console import night_console
+    run CANCELED and is raised on as KeyboardInterrupt, said by the caller (no stack traces: the night's
+    console and the interruption filters, as while the night ran)."""
+    from pipelines.cli.run_console import interruptions_unlogged, night_console, sigint_for_this_process_only
     from pipelines.defs.keys import TAG_SOURCE_RUN
     from pipelines.defs.runs import process_tags
     from pipelines.interrupts import signals_seen
 
     calib_id = str(uuid.uuid4())  # known before Dagster creates the run, so an early interrupt can still end it
     try:
-        with signals_seen() as signalled:
+        with sigint_for_this_process_only(), interruptions_unlogged(), signals_seen() as signalled:
             job = defs.resolve_job_def("calibration").with_logger_defs({"console": night_console})  # no interrupt stacks
             calib = job.execute_in_process(
                 instance=instance, raise_on_error=False, run_id=calib_id,
