@@ -55,13 +55,11 @@ class Interruptible(Protocol):
 def tail(path: Path | str, max_lines: int = 40, max_chars: int = 4000) -> str:
     """The last lines of a log file, for UI metadata and terminal summaries: only the file's end is
     read, and lines and the whole are bounded in characters as the report's are (core.report.tail_lines)."""
-    from pipelines.core.report import TAIL_LINE_CHARS, decode_end, tail_lines
+    from pipelines.core.report import TAIL_LINE_CHARS, tail_lines
+    from pipelines.storage.state import read_end
 
     try:
-        with open(path, "rb") as fh:
-            start = max(0, fh.seek(0, 2) - 4 * max_chars - 4096 - 1)
-            fh.seek(start)
-            text, mid_line = decode_end(fh.read(), start)
+        text, mid_line = read_end(path, 4 * max_chars + 4096)  # every character that can be shown, 4 bytes each
     except OSError:
         return ""
     return tail_lines(text, max_lines, max_chars=max_chars, line_chars=min(TAIL_LINE_CHARS, max_chars // 2),

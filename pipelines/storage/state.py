@@ -90,6 +90,17 @@ def _conflict(where: str, tries: int) -> StateError:
                       "nothing was recorded; run the command again")
 
 
+def read_end(path: Path | str, max_bytes: int) -> tuple[str, bool]:
+    """The last ``max_bytes`` of a file, bytes that are no UTF-8 replaced, and whether its first line lacks
+    its start (one byte more is read to tell); only the end is read, whatever the file's size."""
+    from pipelines.core.report import decode_end
+
+    with open(path, "rb") as fh:
+        start = max(0, fh.seek(0, os.SEEK_END) - max_bytes - 1)
+        fh.seek(start)
+        return decode_end(fh.read(), start)
+
+
 class LocalStateStore:
     """Files under the state folder; writes are atomic (temp file + rename)."""
 
@@ -118,13 +129,8 @@ class LocalStateStore:
     def get_end(self, key: str, max_bytes: int) -> tuple[str, bool] | None:
         """The last ``max_bytes`` of a file (a log's end for its last lines, without reading 20 MB), bytes that
         are no UTF-8 replaced, and whether its first line lacks its start; None when there is no such file."""
-        from pipelines.core.report import decode_end
-
         try:
-            with open(self.path(key), "rb") as fh:
-                start = max(0, fh.seek(0, os.SEEK_END) - max_bytes - 1)  # one byte more: is it a line's start?
-                fh.seek(start)
-                return decode_end(fh.read(), start)
+            return read_end(self.path(key), max_bytes)
         except FileNotFoundError:
             return None
         except OSError as exc:
