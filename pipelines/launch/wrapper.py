@@ -247,13 +247,14 @@ class _UnittestRuns:
         flaky failure (a rerun that matches no test clears nothing), and a runner a test starts inside the
         program (to check that it reports a failure) is that test's."""
         done = [r for r in self.programs if r is not None]
-        runs = [r for r in done if r.testsRun > len(_wholly_skipped(r))][-1:] or done[-1:]  # a skipped rerun ran none
-        counts = {"failures": sum(len(r.failures) for r in runs), "errors": sum(len(r.errors) for r in runs)}
-        counts["unexpected successes"] = sum(len(r.unexpectedSuccesses) for r in runs)
+        ran = [r for r in done if r.testsRun > len(_wholly_skipped(r))]  # a rerun that skipped everything ran none
+        r = (ran or done or [None])[-1]
+        if r is None:
+            return ""
+        counts = {"failures": len(r.failures), "errors": len(r.errors), "unexpected successes": len(r.unexpectedSuccesses)}
         if not any(counts.values()):
             return ""
-        counts["skipped"] = sum(len(r.skipped) for r in runs)
-        counts["expected failures"] = sum(len(r.expectedFailures) for r in runs)
+        counts.update({"skipped": len(r.skipped), "expected failures": len(r.expectedFailures)})
         order = ["failures", "errors", "skipped", "expected failures", "unexpected successes"]  # as unittest says it
         said = ", ".join(f"{name}={counts[name]}" for name in order if counts[name])
         return (f"its unittest run reported FAILED ({said}), yet the file exited 0: it drops the program's status "
@@ -381,15 +382,15 @@ class _PytestRuns:
         calls ``pytest.main()`` without ``sys.exit(...)`` exits 0 after it. Only the last run that ran or
         failed a test judges: a file may run pytest again after a flaky failure and exit with that run's
         status (a rerun that selects no test clears nothing)."""
-        last = [c for c in self.counts if c.ran or c.failed or c.errors][-1:] or self.counts[-1:]
-        failed, errors = sum(c.failed for c in last), sum(c.errors for c in last)
-        said = ", ".join([*([f"{failed} failed"] if failed else []),
-                          *([f"{errors} error{'s' if errors > 1 else ''}"] if errors else [])])
+        c = ([c for c in self.counts if c.ran or c.failed or c.errors] or self.counts or [None])[-1]
+        if c is None:
+            return ""
+        said = ", ".join([*([f"{c.failed} failed"] if c.failed else []),
+                          *([f"{c.errors} error{'s' if c.errors > 1 else ''}"] if c.errors else [])])
         if not said:  # no test failed, yet pytest did not pass the run (an internal or usage error, an interrupt)
-            status = next((c.status for c in last if _failed_status(c.status)), None)
-            if status is None:
+            if not _failed_status(c.status):
                 return ""
-            said = f"exit status {int(status)}{f' ({status.name})' if hasattr(status, 'name') else ''}"
+            said = f"exit status {int(c.status)}{f' ({c.status.name})' if hasattr(c.status, 'name') else ''}"  # type: ignore[call-overload, attr-defined]
         return (f"its pytest run reported {said}, yet the file exited 0: it drops pytest.main()'s status "
                 "(call it as `sys.exit(pytest.main([...]))`); a failure the runner reported fails the test")
 
