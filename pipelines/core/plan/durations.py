@@ -20,7 +20,7 @@ early and says nothing of how long a pass takes; ``failed`` counts them for the 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from pipelines.core.calibrate.guards import screen_relative, screen_samples
@@ -95,14 +95,23 @@ def usable(test: Test, samples: Iterable[Sample], lineage: Lineage | None = None
     that calibration would find plausible (its ``screen_samples`` and ``screen_relative`` with the
     default guards: not marked, not over a day, not ten times off the test's other runs), oldest
     first (by start time, then stored order); ``newest``: only the last so many, as calibration's window."""
-    digests = (lineage or Lineage()).same_revision(test.sha256)
-    mine = [s for s in plain(samples) if s.test_id == test.id and s.sha256 in digests and s.hardware == test.hardware
-            and s.outcome == "passed" and not s.capped and s.elapsed_s > 0]
-    plausible, _ = screen_samples(mine, GUARDS)
-    order = sorted(range(len(plausible)), key=lambda i: (plausible[i].started_at, i))
-    window = [plausible[i] for i in order][-newest:] if newest else [plausible[i] for i in order]
+    window = _newest(test, samples, lineage, newest,
+                     lambda s: s.outcome == "passed" and not s.capped and s.elapsed_s > 0)
     kept, _ = screen_relative(window, GUARDS)
     return [s.elapsed_s for s in kept]
+
+
+def _newest(test: Test, samples: Iterable[Sample], lineage: Lineage | None, newest: int | None,
+            wanted: Callable[[Sample], bool]) -> list[Sample]:
+    """The ``wanted`` runs of the test's current digest (or its lineage) on its hardware, from nights
+    without extra environment, that calibration's ``screen_samples`` keeps, oldest first (by start
+    time, then stored order); ``newest``: only the last so many."""
+    digests = (lineage or Lineage()).same_revision(test.sha256)
+    mine = [s for s in plain(samples) if s.test_id == test.id and s.sha256 in digests and s.hardware == test.hardware
+            and wanted(s)]
+    plausible, _ = screen_samples(mine, GUARDS)
+    order = sorted(range(len(plausible)), key=lambda i: (plausible[i].started_at, i))
+    return [plausible[i] for i in order][-newest:] if newest else [plausible[i] for i in order]
 
 
 def unfinished(test: Test, samples: Iterable[Sample], lineage: Lineage | None = None,
@@ -111,12 +120,7 @@ def unfinished(test: Test, samples: Iterable[Sample], lineage: Lineage | None = 
     the newest ``newest`` runs of its current digest on its hardware from nights without extra
     environment that ended in a timeout or a failure (as :func:`usable` picks its passes; marked
     samples and those over the ceiling left out). A timed-out run's elapsed is its timeout: the test ran at least that long."""
-    digests = (lineage or Lineage()).same_revision(test.sha256)
-    mine = [s for s in plain(samples) if s.test_id == test.id and s.sha256 in digests and s.hardware == test.hardware
-            and (s.capped or s.outcome in ("timed_out", "failed"))]
-    plausible, _ = screen_samples(mine, GUARDS)
-    order = sorted(range(len(plausible)), key=lambda i: (plausible[i].started_at, i))
-    window = [plausible[i] for i in order][-newest:] if newest else [plausible[i] for i in order]
+    window = _newest(test, samples, lineage, newest, lambda s: s.capped or s.outcome in ("timed_out", "failed"))
     timeouts = [s.elapsed_s for s in window if (s.capped or s.outcome == "timed_out") and s.elapsed_s > 0]
     return timeouts, sum(1 for s in window if not s.capped and s.outcome == "failed")
 
