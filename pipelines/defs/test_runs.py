@@ -339,9 +339,10 @@ def build_test_runs(catalog: Catalog, test_parts: dg.PartitionsDefinition, deps:
             _say(context, throwaway, "warning")
         for problem in night.catalog.problems:
             _say(context, f"catalog problem: {problem}", "warning")
-        broken = _unloadable(_keys(context), night, whole, config.all_registered)
+        picked = _keys(context)
+        broken = _unloadable(picked, night, whole, config.all_registered)
         yield from _report_unloadable(context, broken)
-        if broken and _keys(context) is not None and set(_keys(context)) <= set(broken):
+        if broken and picked is not None and set(picked) <= set(broken):
             raise dg.Failure("nothing to run: every picked test file's registration does not load: "
                              + "; ".join(str(p) for ps in broken.values() for p in ps))
         runset = _resolve(context, night, selection, whole, config.all_registered, frozenset(broken))
