@@ -71,6 +71,7 @@ def write_gantt(plan: Plan, pools, path: Path) -> None:
     shapes = [p for p in pools if p.name in used]
     _, trace = simulate_trace(plan, shapes, {a.test_id: a.end_s - a.start_s for a in plan.assignments})
     lanes = cpu_lanes(trace)
+    gpus_per_node = {p.name: p.gpus_per_node for p in shapes}
     base, labels, y = {}, [], 0
     for p in shapes:
         for node in range(p.nodes):
@@ -87,7 +88,7 @@ def write_gantt(plan: Plan, pools, path: Path) -> None:
         lane = lanes[key][seen.get(key, 0)]
         seen[key] = seen.get(key, 0) + 1
         y0 = base[key]
-        rows = list(slots) if slots else [next(p for p in shapes if p.name == a.pool).gpus_per_node + lane]
+        rows = list(slots) if slots else [gpus_per_node[a.pool] + lane]  # a CPU test: its lane below the GPUs
         for g in rows:
             ax.barh(y0 + g, end - start, left=start, height=0.9, color=cmap(a.priority % 20),
                     edgecolor="black", linewidth=0.3, hatch="" if slots else "//")
