@@ -15,7 +15,7 @@ import contextlib
 import multiprocessing
 import os
 import socket
-from collections.abc import Generator, Iterator
+from collections.abc import Callable, Generator, Iterator
 
 import dagster as dg
 
@@ -115,8 +115,35 @@ def is_interrupted_step(entry) -> bool:
         "DagsterExecutionInterruptedError", "KeyboardInterrupt")
 
 
+def as_step_event(failure, instance: dg.DagsterInstance, run_id: str) -> Callable[[object], None]:
+    """Store an event of ours in the run's event log as the failed step's own, directly: Dagster
+    drops whatever is logged through its logging while it handles an event (its guard against
+    loops), and the step's failure is being handled when the night is stopped."""
+    from dagster._core.events import (
+        AssetObservationData,
+        DagsterEvent,
+        DagsterEventType,
+        StepMaterializationData,
+    )
+
+    def store(event) -> None:
+        if isinstance(event, dg.AssetMaterialization):
+            kind, data = DagsterEventType.ASSET_MATERIALIZATION, StepMaterializationData(event)
+        elif isinstance(event, dg.AssetObservation):
+            kind, data = DagsterEventType.ASSET_OBSERVATION, AssetObservationData(event)
+        else:
+            kind, data = DagsterEventType.ASSET_CHECK_EVALUATION, event
+        instance.report_dagster_event(DagsterEvent(
+            kind.value, failure.job_name, failure.step_handle, failure.node_handle, failure.step_kind_value,
+            failure.logging_tags, data, message=getattr(event, "description", None), pid=os.getpid()), run_id)
+
+    return store
+
+
 @contextlib.contextmanager
-def canceled_on_interrupt(context: dg.AssetExecutionContext, events: Generator) -> Iterator[None]:
+def canceled_on_interrupt(context: dg.AssetExecutionContext, events: Generator,
+                          stopped: Callable[[Generator, Callable[[object], None]], None] | None = None,
+                          ) -> Iterator[None]:
     """A SIGINT/SIGTERM while ``events`` (the night's tests) runs: the tests stop at once and the run
     ends CANCELED, not FAILURE; ``events`` is closed however the block ends.
 
@@ -124,7 +151,8 @@ def canceled_on_interrupt(context: dg.AssetExecutionContext, events: Generator) 
     while it stores an event we yielded: Dagster then raises there and leaves this generator
     suspended, to be closed only when the garbage collector reaches it (seconds later, the tests
     still running and the night's record partial). The step's failure event says so at once: it
-    asks for the cancel and closes ``events`` then (its tests are killed, its record written).
+    asks for the cancel and hands ``events`` to ``stopped`` with a way to store Dagster events
+    (it interrupts the night and stores what it still reports: its killed tests), then closes it.
     """
     instance, run_id = context.instance, context.run.run_id
     live = [events]
@@ -132,8 +160,11 @@ def canceled_on_interrupt(context: dg.AssetExecutionContext, events: Generator) 
     def on_event(entry) -> None:
         if live and is_interrupted_step(entry):
             request_cancel(instance, run_id)
+            night = live.pop()  # once: what ``stopped`` stores comes back here
             with contextlib.suppress(ValueError):  # still executing: it is ending in our frame already
-                live[0].close()
+                if stopped is not None:
+                    stopped(night, as_step_event(entry.dagster_event, instance, run_id))
+                night.close()
 
     instance.add_event_listener(run_id, on_event)
     try:

@@ -203,64 +203,109 @@ def one_partition(keys: list[str] | None, runset: RunSet) -> bool:
     return len(runset.run) == 1 and keys == [runset.run[0].id]
 
 
-def _dagster_events(context: dg.AssetExecutionContext, night, events, selection: RunSelection, by_id: dict,
-                    pipes: bool = False):
+class _Reporter:
     """Our events as Dagster events: observations, materializations and check results.
 
     ``pipes``: a Pipes session ran in this step, so Dagster expects the step's own result, exactly
     once: the test's final attempt. An attempt retried after an infra error is observed on the
     partition with its metadata, so its result waits until the next attempt or the end of the night.
+    ``current`` is the conversion under way: an interrupt that lands in Dagster's frame while it
+    stores one of its events leaves the rest (a check result) to :meth:`stopped`.
     """
-    held: list = []  # Pipes: the latest attempt, (test id, metadata, check) not yet reported
-    pending: dict = {}  # quarantined tests whose last attempt failed: excused only if the night's verdict says so
+
+    def __init__(self, context: dg.AssetExecutionContext, night, selection: RunSelection, by_id: dict,
+                 pipes: bool = False):
+        self.context, self.night, self.selection, self.by_id, self.pipes = context, night, selection, by_id, pipes
+        self.held: list = []  # Pipes: the latest attempt, (test id, metadata, check) not yet reported
+        self.pending: dict = {}  # quarantined tests whose last attempt failed: excused only if the night's verdict says so
+        self.current = iter(())
+
+    def of(self, event):
+        """The Dagster events of one of ours, lazily: a check is tied to the materialization stored before it."""
+        context, night = self.context, self.night
+        if isinstance(event, Planned):
+            plan = event.plan
+            predicted = predicted_text(plan.predicted_median_s, plan.predicted_p90_s, plan.makespan_s)
+            _say(context, f"{len(plan.assignments)} test(s) of {self.selection.describe()}; {predicted} "
+                          f"(lower bound {plan.lower_bound_s:.1f}s); {len(event.runset.skipped)} not launched")
+            context.log.info("plan:\n" + plan_markdown(plan))
+            for a in plan.ordered():
+                yield dg.AssetObservation(asset_key=TEST_RUNS, partition=a.test_id,
+                                          metadata=planned_metadata(a, self.by_id[a.test_id], night.night))
+            yield from _not_launched(event.runset)
+        elif isinstance(event, InputReady):
+            cls = dg.AssetObservation if event.built.reused else dg.AssetMaterialization
+            yield cls(asset_key=KIND_ASSET[event.requirement.kind], partition=event.requirement.key,
+                      metadata=built_metadata(event.built, event.requirement.source))
+        elif isinstance(event, InputFailed):
+            yield dg.AssetObservation(asset_key=KIND_ASSET[event.requirement.kind], partition=event.requirement.key,
+                                      metadata={"outcome": "build failed", "reason": event.error})
+        elif isinstance(event, Finished):
+            meta = attempt_metadata(event.attempt, event.test, night.night)
+            check = check_result(event.attempt, event.test, event.quarantined)
+            if event.quarantined and event.attempt.outcome not in ("passed", *INFRA_OUTCOMES):
+                self.pending[event.test.id] = (event.attempt, event.test)
+            else:
+                self.pending.pop(event.test.id, None)  # a retry decides
+            if self.pipes:
+                yield from _held_attempt(self.held, final=False)  # another attempt followed: that one was retried
+                self.held.append((event.test.id, meta, check))
+            else:
+                yield dg.AssetMaterialization(asset_key=TEST_RUNS, partition=event.test.id, metadata=meta)
+                yield _targeted(context, check)
+        elif isinstance(event, NightDone):
+            yield from self.end()
+            s = event.summary
+            yield from (_targeted(context, c) for c in unexcused_checks(self.pending, s.get("verdict") or {}))
+            # the figure the record stores and the closing line repeats, not the schedule's on medians
+            predicted = predicted_text(s.get("predicted_median_s") or 0, s.get("predicted_p90_s") or 0,
+                                       s["predicted_makespan_s"])
+            _say(context, f"done: {predicted}, actual {s['actual_makespan_s']:.1f}s; record "
+                          f"{night.state.uri('runs/' + night.run_id + '.json')}")
+
+    def end(self):
+        """The Pipes path's held attempt, as the step's result."""
+        return _held_attempt(self.held, final=True, context=self.context)
+
+    def stopped(self, events, store) -> None:
+        """The night left suspended by an interrupt that landed in Dagster's frame, after the step
+        failed: the rest of the conversion under way, then the night interrupted as in our own frame,
+        and what it still reports (the attempts it killed) stored by ``store``, as nothing can be
+        yielded now."""
+        for e in self.current:
+            store(self._loggable(e))
+        try:
+            self.current = self.of(events.throw(dg.DagsterExecutionInterruptedError()))
+            while True:
+                for e in self.current:
+                    store(self._loggable(e))
+                self.current = self.of(next(events))
+        except (StopIteration, KeyboardInterrupt, dg.DagsterExecutionInterruptedError):
+            pass  # the night ended as an interrupted one: its record is written
+        for e in self.end():
+            store(self._loggable(e))
+
+    def _loggable(self, e):
+        """A Pipes step result as the materialization of the step's one partition (a result is yielded only)."""
+        if isinstance(e, dg.MaterializeResult):
+            return dg.AssetMaterialization(asset_key=TEST_RUNS, partition=self.context.partition_key,
+                                           metadata=e.metadata)
+        return e
+
+
+def _dagster_events(reporter: _Reporter, events):
+    """Each of the night's events as Dagster events, as it happens."""
     try:
         for event in events:
-            if isinstance(event, Planned):
-                plan = event.plan
-                predicted = predicted_text(plan.predicted_median_s, plan.predicted_p90_s, plan.makespan_s)
-                _say(context, f"{len(plan.assignments)} test(s) of {selection.describe()}; {predicted} "
-                              f"(lower bound {plan.lower_bound_s:.1f}s); {len(event.runset.skipped)} not launched")
-                context.log.info("plan:\n" + plan_markdown(plan))
-                for a in plan.ordered():
-                    yield dg.AssetObservation(asset_key=TEST_RUNS, partition=a.test_id,
-                                              metadata=planned_metadata(a, by_id[a.test_id], night.night))
-                yield from _not_launched(event.runset)
-            elif isinstance(event, InputReady):
-                cls = dg.AssetObservation if event.built.reused else dg.AssetMaterialization
-                yield cls(asset_key=KIND_ASSET[event.requirement.kind], partition=event.requirement.key,
-                          metadata=built_metadata(event.built, event.requirement.source))
-            elif isinstance(event, InputFailed):
-                yield dg.AssetObservation(asset_key=KIND_ASSET[event.requirement.kind],
-                                          partition=event.requirement.key,
-                                          metadata={"outcome": "build failed", "reason": event.error})
-            elif isinstance(event, Finished):
-                meta = attempt_metadata(event.attempt, event.test, night.night)
-                check = check_result(event.attempt, event.test, event.quarantined)
-                if event.quarantined and event.attempt.outcome not in ("passed", *INFRA_OUTCOMES):
-                    pending[event.test.id] = (event.attempt, event.test)
-                else:
-                    pending.pop(event.test.id, None)  # a retry decides
-                if pipes:
-                    yield from _held_attempt(held, final=False)  # another attempt followed: that one was retried
-                    held.append((event.test.id, meta, check))
-                else:
-                    yield dg.AssetMaterialization(asset_key=TEST_RUNS, partition=event.test.id, metadata=meta)
-                    yield _targeted(context, check)
-            elif isinstance(event, NightDone):
-                yield from _held_attempt(held, final=True, context=context)
-                s = event.summary
-                yield from (_targeted(context, c) for c in unexcused_checks(pending, s.get("verdict") or {}))
-                # the figure the record stores and the closing line repeats, not the schedule's on medians
-                predicted = predicted_text(s.get("predicted_median_s") or 0, s.get("predicted_p90_s") or 0,
-                                           s["predicted_makespan_s"])
-                _say(context, f"done: {predicted}, actual {s['actual_makespan_s']:.1f}s; record "
-                              f"{night.state.uri('runs/' + night.run_id + '.json')}")
+            reporter.current = reporter.of(event)
+            for e in reporter.current:  # noqa: UP028 - `yield from` would close it: the rest is reporter.stopped's
+                yield e
     except GeneratorExit:  # closed by Dagster while suspended here: nothing more may be yielded
         raise
     except BaseException:  # the night failed or was interrupted after its last attempt: still its result
-        yield from _held_attempt(held, final=True, context=context)
+        yield from reporter.end()
         raise
-    yield from _held_attempt(held, final=True, context=context)
+    yield from reporter.end()
 
 
 def _targeted(context: dg.AssetExecutionContext, check: dg.AssetCheckEvaluation) -> dg.AssetCheckEvaluation:
@@ -382,8 +427,9 @@ def build_test_runs(catalog: Catalog, test_parts: dg.PartitionsDefinition, deps:
 
         events = run_tests(night, runset, selection, launcher=launcher, say=lambda m: _say(context, m),
                            infra=infra, tags=tags, ended_runs=ended)
-        with canceled_on_interrupt(context, events):
-            yield from _dagster_events(context, night, events, selection, by_id, pipes=launcher is not None)
+        reporter = _Reporter(context, night, selection, by_id, pipes=launcher is not None)
+        with canceled_on_interrupt(context, events, reporter.stopped):
+            yield from _dagster_events(reporter, events)
 
     @dg.asset_check(asset=TEST_RUNS, name=TEST_PASSED.name, partitions_def=test_parts, blocking=False,
                     description="The test's last attempt passed. Fails for failed and timed-out tests with "

@@ -85,15 +85,23 @@ def test_ctrl_c_says_in_two_lines_what_was_kept_and_how_to_resume(tmp_path):
     assert report.is_file() and report.parent == home / "reports", said[0]
     assert not _alive(int(record["pid"])), "the hanging test outlived its night"
     assert (HANG, "interrupted") in {(s.test_id, s.outcome) for s in FileHistoryStore(home / "history.sqlite").read()}
-    # the UI shows the killed attempt too: its partition is materialized and its check warns
+    _ui_shows(home, HANG, "interrupted")
+
+
+def _ui_shows(home: Path, test_id: str, outcome: str) -> None:
+    """The UI shows the attempt: its partition is materialized with the outcome, and its check (tied to
+    that materialization) passes for a pass and warns for an interruption."""
     with open_instance(home) as instance:
         [mat] = instance.fetch_materializations(
-            dg.AssetRecordsFilter(asset_key=dg.AssetKey("test_runs"), asset_partitions=[HANG]), limit=1).records
-        assert mat.asset_materialization.metadata["outcome"].value == "interrupted"
+            dg.AssetRecordsFilter(asset_key=dg.AssetKey("test_runs"), asset_partitions=[test_id]), limit=1).records
+        assert mat.asset_materialization.metadata["outcome"].value == outcome
         [check] = [e for e in instance.all_logs(mat.run_id, of_type=dg.DagsterEventType.ASSET_CHECK_EVALUATION)
-                   if e.dagster_event.event_specific_data.partition == HANG]
+                   if e.dagster_event.event_specific_data.partition == test_id]
         evaluation = check.dagster_event.event_specific_data
-        assert not evaluation.passed and evaluation.severity == dg.AssetCheckSeverity.WARN
+        assert evaluation.passed == (outcome == "passed"), evaluation
+        assert evaluation.target_materialization_data.storage_id == mat.storage_id
+        if outcome == "interrupted":
+            assert evaluation.severity == dg.AssetCheckSeverity.WARN
 
 
 # `nightly run` with a signal sent while Dagster itself stores an event (the signal lands in Dagster's
@@ -157,6 +165,10 @@ def test_a_signal_while_dagster_stores_an_event_still_interrupts_the_night(tmp_p
     assert summary["status"] == "interrupted" and summary["interrupted"], summary.get("notes")
     outcomes = {a["test_id"]: a["outcome"] for a in summary["attempts"]}
     assert outcomes[HANG] == "interrupted" and "passed" in outcomes.values(), outcomes
+    # the UI shows every attempt as the record does: the killed one, and the one Dagster was storing
+    # when the signal came (its check was still to be reported)
+    for test_id, outcome in outcomes.items():
+        _ui_shows(home, test_id, outcome)
     with open_instance(home) as instance:
         night = instance.get_run_by_id(summary["run_id"])
         assert night.status == dg.DagsterRunStatus.CANCELED, night.status

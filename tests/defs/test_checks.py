@@ -84,7 +84,7 @@ def test_a_quarantined_failure_the_nights_verdict_does_not_excuse_fails_its_chec
     result as the attempt ends says so only pending the verdict, and the run reports it again once known."""
     from pipelines.core.model import Attempt, Test
     from pipelines.core.runset import RunSelection
-    from pipelines.defs.test_runs import _dagster_events
+    from pipelines.defs.test_runs import _dagster_events, _Reporter
     from pipelines.execute import Finished, NightDone
 
     q = Attempt("tests/q.py", "failed", 5.0, "t", node="n0", exit_code=1, reason="test failure (exit 1)")
@@ -98,7 +98,7 @@ def test_a_quarantined_failure_the_nights_verdict_does_not_excuse_fails_its_chec
         context = SimpleNamespace(log=SimpleNamespace(info=lambda m: None, warning=lambda m: None),
                                   instance=instance, run=SimpleNamespace(run_id="r"))
         events = [Finished(a, tests[a.test_id], quarantined=True) for a in (q, ok)] + [NightDone(summary)]
-        checks = [e for e in _dagster_events(context, night, iter(events), RunSelection(), tests)
+        checks = [e for e in _dagster_events(_Reporter(context, night, RunSelection(), tests), iter(events))
                   if isinstance(e, dg.AssetCheckEvaluation)]
     said = [(c.partition, c.severity, c.description) for c in checks]
     assert [(p, s) for p, s, _ in said] == [("tests/q.py", dg.AssetCheckSeverity.WARN),
