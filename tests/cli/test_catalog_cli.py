@@ -275,3 +275,43 @@ def test_the_home_folder_or_the_root_as_repo_is_refused_before_anything_walks_it
     assert not_a_checkout(repo / "tests") == ""
     (repo / ".git").mkdir()  # a container whose HOME and WORKDIR are the checkout
     assert run(["--repo", str(repo)]) == 0
+
+
+def test_a_module_level_call_of_a_register_function_the_module_does_not_define_is_a_located_problem(
+        tmp_path, capsys):
+    """`register_npu_ci` where the module defines cuda/rocm/cpu, and the typo `register_cuda_cl`, registered
+    nothing without a word; `register_fixture(...)` is an ordinary call."""
+    (tmp_path / "minirl").mkdir()
+    (tmp_path / "minirl/ci_register.py").write_bytes((EXAMPLE / "minirl/ci_register.py").read_bytes())
+    (tmp_path / "tests/e2e").mkdir(parents=True)
+    (tmp_path / "tests/e2e/test_x.py").write_text(textwrap.dedent("""\
+        from minirl.ci_register import register_cuda_ci
+        register_cuda_ci(100, "stage-b-1-gpu-h100", labels=["lora"])
+        register_npu_ci(100, "stage-b-1-npu-a3", labels=["lora"])
+        register_fixture("x")
+        """))
+    (tmp_path / "tests/e2e/test_typo.py").write_text('register_cuda_cl(100, "stage-c-8-gpu-h200", labels=["lora"])\n')
+
+    assert run(["--repo", str(tmp_path), "--strict"]) == 1
+    problems = [line for line in capsys.readouterr().err.splitlines() if not line.startswith(("assumed:", "nightly"))]
+    said = ("not a register function: minirl/ci_register.py (the repo's registry module) defines register_cpu_ci, "
+            "register_cuda_ci, register_rocm_ci, and only calls of those register a test, so this call registers nothing")
+    assert problems == [
+        f"tests/e2e/test_typo.py:1: register_cuda_cl: {said}; did you mean register_cuda_ci? fix the name",
+        f"tests/e2e/test_x.py:3: register_npu_ci: {said}; call one of those, or define register_npu_ci in "
+        "minirl/ci_register.py",
+    ]
+
+
+def test_an_sglang_style_call_in_a_repo_without_its_registry_module_says_which_dialect_reads_it(tmp_path, capsys):
+    (tmp_path / "test/registered/amd").mkdir(parents=True)
+    (tmp_path / "test/registered/amd/test_a.py").write_text(
+        'register_amd_ci(est_time=60, suite="nightly-amd-1-gpu", nightly=True)\n')
+
+    assert run(["--repo", str(tmp_path), "--roots", "test/registered"]) == 1
+    err = capsys.readouterr().err
+    assert ("test/registered/amd/test_a.py:1: register_amd_ci: not a register function: no module of the repo defines "
+            "register_*_ci, so the built-in profile m's register_cpu_ci, register_cuda_ci, register_rocm_ci are read, "
+            "and only calls of those register a test, so this call registers nothing; the built-in profile sglang has "
+            "register_amd_ci: set `dialect: sglang` for this repo in assets/repos.yaml (or `registry_module:` naming "
+            "the module that defines it)") in err
