@@ -158,7 +158,7 @@ def as_of(now: Catalogued, where: RepoGroups, then: Source, changed: Container[s
     if template:
         if not any(t in changed for t in where.templates):
             return Catalogued({p: now.files.get(p, ()) for p in members}, complete=False)
-        listed = {template_path(e.test_file) for t in where.templates if (text := template_text(then, t)[0]) is not None
+        listed = {template_path(e) for t in where.templates if (text := template_text(then, t)[0]) is not None
                   for e in parse_template(text, t).entries}
         return Catalogued({p: () for p in members if p not in listed}, complete=False)
     reading: RegistryReading | None = None
