@@ -75,6 +75,10 @@ def next_step(catalog: Catalog, selected: int, filtered: bool) -> str:
     if catalog.tests and filtered:
         return (f"nothing matches the selection among {len(catalog.tests)} tests; drop or change --suite/--backend/"
                 "--labels/--cadence (the table without them lists what exists)")
+    if catalog.fmt == "template":  # the template names its files: --roots changes nothing there
+        return (f"no test loaded; fix the {len(catalog.problems)} problem(s) above (each says how)" if catalog.problems
+                else "no test loaded: the workflow template lists no entry; add {'test_file': ...} entries to its "
+                     "test lists")
     if catalog.problems and any(p.field != "roots" for p in catalog.problems):
         return (f"no test loaded; fix the {len(catalog.problems)} problem(s) above (each says how), or pass --roots "
                 "if the runner collects files elsewhere")

@@ -92,12 +92,14 @@ class GitSource:
                             f"(`git -C {repo} log` lists them)")
 
     def _git(self, *args: str) -> subprocess.CompletedProcess:
+        """Text output, but a file's bytes for ``git show``: its readers decode them as Python does."""
         try:
-            return subprocess.run(["git", "-C", str(self.repo), *args], capture_output=True, text=True, check=False)
+            return subprocess.run(["git", "-C", str(self.repo), *args], capture_output=True, text=args[0] != "show",
+                                  check=False)
         except FileNotFoundError as exc:
             raise FlagError("--against: needs git on PATH; install git or leave out --against") from exc
 
-    def read(self, path: str) -> str | None:
+    def read(self, path: str) -> bytes | None:
         done = self._git("show", f"{self.rev}:./{path}")
         return done.stdout if done.returncode == 0 else None
 

@@ -129,6 +129,9 @@ class Catalog:
     assumptions: tuple[str, ...] = ()
     #: where the runner the catalog was read for collects test files
     discovery: Discovery = Discovery()
+    #: how the repo declares its tests: ``registry`` (register calls in the files) or ``template`` (a
+    #: workflow template lists them), as the catalog read it
+    fmt: str = "registry"
 
     def by_id(self) -> dict[str, Test]:
         return {t.id: t for t in self.tests}

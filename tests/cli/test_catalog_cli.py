@@ -256,8 +256,10 @@ def test_a_problem_in_a_test_list_several_jobs_reuse_is_reported_once(tmp_path, 
     assert run(["--repo", str(tmp_path)]) == 0
     out, err = capsys.readouterr()
     problems = [line for line in err.splitlines() if not line.startswith("assumed:")]
-    assert problems == [".github/workflows/n.yml.j2:3: test_file: tests/test_missing.py does not exist; fix the path "
-                        "in the template"]
+    assert problems == [".github/workflows/n.yml.j2:3: test_file: tests/test_missing.py does not exist: test_file is "
+                        "read relative to tests/; write it as the file's path under tests/ ('e2e/test_x.py' for "
+                        "tests/e2e/test_x.py), or `cd` into its folder in the job's run line (`cd tests/e2e && python "
+                        "${{ matrix.info.test_file }}`)"]
     assert out.rstrip().endswith("1 problems")
 
 
@@ -275,3 +277,99 @@ def test_the_home_folder_or_the_root_as_repo_is_refused_before_anything_walks_it
     assert not_a_checkout(repo / "tests") == ""
     (repo / ".git").mkdir()  # a container whose HOME and WORKDIR are the checkout
     assert run(["--repo", str(repo)]) == 0
+
+
+def test_a_module_level_call_of_a_register_function_the_module_does_not_define_is_a_located_problem(
+        tmp_path, capsys):
+    """`register_npu_ci` where the module defines cuda/rocm/cpu, and the typo `register_cuda_cl`, registered
+    nothing without a word; `register_fixture(...)` is an ordinary call."""
+    (tmp_path / "minirl").mkdir()
+    (tmp_path / "minirl/ci_register.py").write_bytes((EXAMPLE / "minirl/ci_register.py").read_bytes())
+    (tmp_path / "tests/e2e").mkdir(parents=True)
+    (tmp_path / "tests/e2e/test_x.py").write_text(textwrap.dedent("""\
+        from minirl.ci_register import register_cuda_ci
+        register_cuda_ci(100, "stage-b-1-gpu-h100", labels=["lora"])
+        register_npu_ci(100, "stage-b-1-npu-a3", labels=["lora"])
+        register_fixture("x")
+        """))
+    (tmp_path / "tests/e2e/test_typo.py").write_text('register_cuda_cl(100, "stage-c-8-gpu-h200", labels=["lora"])\n')
+
+    assert run(["--repo", str(tmp_path), "--strict"]) == 1
+    problems = [line for line in capsys.readouterr().err.splitlines() if not line.startswith(("assumed:", "nightly"))]
+    said = ("not a register function: minirl/ci_register.py (the repo's registry module) defines register_cpu_ci, "
+            "register_cuda_ci, register_rocm_ci, and only calls of those register a test, so this call registers nothing")
+    assert problems == [
+        f"tests/e2e/test_typo.py:1: register_cuda_cl: {said}; did you mean register_cuda_ci? fix the name",
+        f"tests/e2e/test_x.py:3: register_npu_ci: {said}; call one of those, or define register_npu_ci in "
+        "minirl/ci_register.py",
+    ]
+
+
+def test_an_sglang_style_call_in_a_repo_without_its_registry_module_says_which_dialect_reads_it(tmp_path, capsys):
+    (tmp_path / "test/registered/amd").mkdir(parents=True)
+    (tmp_path / "test/registered/amd/test_a.py").write_text(
+        'register_amd_ci(est_time=60, suite="nightly-amd-1-gpu", nightly=True)\n')
+
+    assert run(["--repo", str(tmp_path), "--roots", "test/registered"]) == 1
+    err = capsys.readouterr().err
+    assert ("test/registered/amd/test_a.py:1: register_amd_ci: not a register function: no module of the repo defines "
+            "register_*_ci, so the built-in profile m's register_cpu_ci, register_cuda_ci, register_rocm_ci are read, "
+            "and only calls of those register a test, so this call registers nothing; the built-in profile sglang has "
+            "register_amd_ci: set `dialect: sglang` for this repo in assets/repos.yaml (or `registry_module:` naming "
+            "the module that defines it)") in err
+
+
+NIGHTLY_TEMPLATE = """\
+<% set e2e_tests = [{'test_file': 'test_one.py', 'num_gpus': 1}] %>
+<% set jobs = {'e2e-test': {'label': 'run-ci-e2e', 'tests': e2e_tests}} %>
+name: Nightly
+on:
+  schedule:
+    - cron: '0 15 * * *'
+jobs:
+<% for name, config in jobs.items() %>
+  << name >>:
+    strategy:
+      matrix:
+        info: << config.tests | tojson >>
+    steps:
+      - uses: actions/checkout@v4
+      - name: Execute
+        run: RUN
+<% endfor %>
+"""
+
+
+@pytest.mark.parametrize("run_line", [
+    "cd tests/e2e && python ${{ matrix.info.test_file }}",
+    "|\n          cd tests/e2e\n          python ${{ matrix.info.test_file }}",
+])
+def test_a_template_job_that_cds_into_a_folder_finds_its_files_there(tmp_path, capsys, run_line):
+    """Its file was looked for under tests/ alone: every entry was `tests/test_one.py does not exist`."""
+    (tmp_path / "tests/e2e").mkdir(parents=True)
+    (tmp_path / "tests/e2e/test_one.py").write_text("NUM_GPUS = 1\n")
+    (tmp_path / ".github/workflows").mkdir(parents=True)
+    (tmp_path / ".github/workflows/nightly.yml.jinja").write_text(NIGHTLY_TEMPLATE.replace("RUN", run_line))
+
+    assert run(["--repo", str(tmp_path), "--strict", "--json"]) == 0
+    out, err = capsys.readouterr()
+    assert [t["id"] for t in json.loads(out)] == ["tests/e2e/test_one.py"]
+    assert "assumed: .github/workflows/nightly.yml.jinja: test_file is read relative to tests/e2e/ (`" in err
+
+
+def test_a_missing_template_file_says_where_test_file_is_read_from_and_never_hints_at_roots(tmp_path, capsys):
+    (tmp_path / "tests/e2e").mkdir(parents=True)
+    (tmp_path / "tests/e2e/test_one.py").write_text("NUM_GPUS = 1\n")
+    (tmp_path / ".github/workflows").mkdir(parents=True)
+    (tmp_path / ".github/workflows/nightly.yml.jinja").write_text(
+        NIGHTLY_TEMPLATE.replace("RUN", 'cd "$TEST_DIR" && python ${{ matrix.info.test_file }}'))
+
+    assert run(["--repo", str(tmp_path)]) == 1
+    err = capsys.readouterr().err
+    assert (".github/workflows/nightly.yml.jinja:1: test_file: tests/test_one.py does not exist: test_file is read "
+            "relative to tests/ because `run: cd \"$TEST_DIR\" && python ${{ matrix.info.test_file }}` at line 16 "
+            "changes to a folder the catalog cannot read (a variable, an absolute path or an option); write it as the "
+            "file's path under tests/ ('e2e/test_x.py' for tests/e2e/test_x.py), or `cd` into its folder in the job's "
+            "run line (`cd tests/e2e && python ${{ matrix.info.test_file }}`)\n") in err
+    assert "--roots" not in err
+    assert err.endswith("nightly catalog: no test loaded; fix the 1 problem(s) above (each says how)\n")

@@ -778,3 +778,75 @@ def test_the_report_says_which_repo_name_the_groups_file_was_read_under(tmp_path
     assert out.splitlines()[0].endswith("coverage.yaml (repos.fw-checkout: the folder name, as no repo of "
                                          "assets/repos.yaml is this checkout) and # coverage-group: comments")
     assert "need a group under repos.fw-checkout in " in out
+
+
+#: two siblings splitting a (backend, lang) grid by a group comment, as the reviewer's repro; `lang` holds
+#: a value outside ASCII, so a file decoded another way than Python decodes it misreads the value
+DIAGONAL_LANG = (("a", "megatron", "café"), ("b", "fsdp", "en"))
+ANTI_DIAGONAL_LANG = (("c", "megatron", "en"), ("d", "fsdp", "café"))
+LANG_A, LANG_B = "tests/e2e/lora/test_a.py", "tests/e2e/lora/test_b.py"
+
+
+def lang_sibling(rows: tuple, head: str = "") -> str:
+    return (f'{head}register_cuda_ci(100, "stage-b-1-gpu-h100", labels=["lora"])\n\n# coverage-group: diag\n'
+            f"# (name, backend, lang)\n_CONFIGS = [{', '.join(map(repr, rows))}]\n")
+
+
+def lang_siblings(tmp_path: Path, a: bytes, b: bytes) -> Path:
+    repo = tmp_path / "fw"
+    (repo / "tests" / "e2e" / "lora").mkdir(parents=True)
+    (repo / LANG_A).write_bytes(a)
+    (repo / LANG_B).write_bytes(b)
+    git(repo, "init", "-q")
+    return repo
+
+
+def test_a_sibling_saved_with_a_utf8_bom_is_read_as_python_reads_it(tmp_path, capsys):
+    """A BOM was a syntax error (U+FEFF) to the checker, so its rows counted as missing; Python runs the file."""
+    repo = lang_siblings(tmp_path, b"\xef\xbb\xbf" + lang_sibling(DIAGONAL_LANG).encode(),
+                         lang_sibling(ANTI_DIAGONAL_LANG).encode())
+
+    code, out, _ = coverage(capsys, "--repo", str(repo))
+
+    assert code == 0, out
+    assert f"backend=megatron, lang=café  {LANG_A}:5 a" in out and "  4 of 4 cells covered" in out
+
+
+def test_a_sibling_declaring_latin_1_is_decoded_by_its_coding_line_in_coverage_and_the_catalog(tmp_path, capsys):
+    """Read as UTF-8 with replacement, `café` became `caf\\ufffd`: a made-up cell, and a real one uncovered."""
+    latin = lang_sibling(ANTI_DIAGONAL_LANG, head="# -*- coding: latin-1 -*-\n").encode("latin-1")
+    repo = lang_siblings(tmp_path, lang_sibling(DIAGONAL_LANG).encode(), latin)
+
+    code, out, _ = coverage(capsys, "--repo", str(repo))
+
+    assert code == 0, out
+    assert f"backend=fsdp, lang=café      {LANG_B}:6 d" in out and "\ufffd" not in out
+    git(repo, "add", "tests")
+    git(repo, "commit", "-q", "-m", "siblings")  # git show gives the file's bytes at the revision: decoded alike
+    assert coverage(capsys, "--repo", str(repo), "--against", "HEAD")[0] == 0
+    assert main(["catalog", "--repo", str(repo)]) == 0
+    listing = capsys.readouterr().out
+    assert f"{LANG_B}: config d: backend=fsdp, lang=café" in listing and "\ufffd" not in listing
+
+
+def test_a_sibling_python_cannot_decode_is_a_located_problem_saying_what_to_do(tmp_path, capsys):
+    bad = lang_sibling(ANTI_DIAGONAL_LANG).encode().replace("café".encode(), b"caf\xe9")  # latin-1, undeclared
+    repo = lang_siblings(tmp_path, lang_sibling(DIAGONAL_LANG).encode(), bad)
+    (repo / "tests" / "e2e" / "lora" / "test_c.py").write_bytes(bad)  # in no group yet: its comment is unread
+
+    code, out, _ = coverage(capsys, "--repo", str(repo))
+
+    assert code == 1 and "\ufffd" not in out
+    for path in (LANG_B, "tests/e2e/lora/test_c.py"):
+        assert out.count(f"{path}:5: file: is not UTF-8 (invalid continuation byte at byte 164); save the file as "
+                         "UTF-8 or declare its encoding with a `# -*- coding: <name> -*-` line, as Python reads it so") == 1
+
+
+def test_a_listed_sibling_python_cannot_decode_is_one_located_problem(framework, capsys):
+    repo, groups = framework
+    (repo / SIX).write_bytes(sibling(*ANTI_DIAGONAL, group="lora-moe").encode() + b"# caf\xe9\n")
+
+    code, out, _ = coverage(capsys, "--repo", str(repo), "--groups", str(groups))
+
+    assert code == 1 and "\ufffd" not in out
+    assert out.count(f"{SIX}:12: file: is not UTF-8 (invalid continuation byte at byte ") == 1

@@ -35,4 +35,4 @@ def test_each_sibling_alone_covers_half_the_grid_and_the_pair_all_of_it():
     for test in SIBLINGS:
         alone = [c for c in group.cells if any(x.test == test for x in group.covered_by(c))]
         assert len(alone) == 2, test
-    assert TreeSource(MINIRL).read(SIBLINGS[0]).count("# coverage-group: lora-moe-diagonals") == 1
+    assert TreeSource(MINIRL).read(SIBLINGS[0]).count(b"# coverage-group: lora-moe-diagonals") == 1

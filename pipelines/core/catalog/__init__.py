@@ -15,7 +15,7 @@ import gc
 import hashlib
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from pipelines.core.catalog.assemble import registry_tests, template_path, template_tests
@@ -27,7 +27,7 @@ from pipelines.core.catalog.ids import id_problem, safe_filename, test_id_to_pat
 from pipelines.core.catalog.incremental import inputs_digest, remember, reuse
 from pipelines.core.catalog.requirements import build_requirements
 from pipelines.core.catalog.scan import FileScan, checked_path, discover, root_folder, scan_files
-from pipelines.core.catalog.template import Template, parse_template
+from pipelines.core.catalog.template import TEST_DIR, Template, parse_template
 from pipelines.core.model import Catalog, Discovery, Problem, Test, effective_timeout
 from pipelines.core.specs import RepoSpec, Specs, unconfigured_spec
 
@@ -194,6 +194,7 @@ def _load(repo: Path, spec: RepoSpec, specs: Specs | None, estimates: Mapping[st
     problems: list[Problem] = []
     memo = None
     listed: dict[str, str] = {}  # test file -> the unread template listing it
+    folders: list[str] = []  # where a template's jobs run its files from
     if fmt in ("auto", "registry"):
         files, problems = discover(repo, roots, dialect.discovery, dialect.exclude, py_files.symlinks())
         implicit = tuple(d.strip("/") + "/" for d in spec.implicit_cpu_dirs)
@@ -242,7 +243,7 @@ def _load(repo: Path, spec: RepoSpec, specs: Specs | None, estimates: Mapping[st
             assumptions.append(f"suite(s) {', '.join(assumed)} name no GPU count (-<N>-gpu); their GPU tests are "
                                "planned on 1 GPU")
     elif fmt == "template":
-        tests, more, notes, scans = _template(repo, spec, estimates or {}, workers, cache)
+        tests, more, notes, scans, folders = _template(repo, spec, estimates or {}, workers, cache)
         problems += more
         assumptions += notes + _first_night_timeout(tests, spec)
     else:
@@ -258,8 +259,8 @@ def _load(repo: Path, spec: RepoSpec, specs: Specs | None, estimates: Mapping[st
     problems += more
     tests.sort(key=lambda t: (t.path, t.line, t.id))
     problems.sort(key=lambda p: (p.path, p.line))
-    discovery = _registry_discovery(roots, dialect) if fmt == "registry" else _TEMPLATE_DISCOVERY
-    catalog = Catalog(str(repo), tuple(tests), tuple(requirements), tuple(problems), tuple(assumptions), discovery)
+    discovery = _registry_discovery(roots, dialect) if fmt == "registry" else _template_discovery(folders)
+    catalog = Catalog(str(repo), tuple(tests), tuple(requirements), tuple(problems), tuple(assumptions), discovery, fmt)
     if cache is not None:
         if memo is not None and fmt == "registry" and not cache.notes:
             remember(cache, memo, scans, catalog)
@@ -267,8 +268,11 @@ def _load(repo: Path, spec: RepoSpec, specs: Specs | None, estimates: Mapping[st
     return catalog
 
 
-#: a template's ``test_file`` is relative to ``tests/``: a ``test_*.py`` there is a test, listed or not
-_TEMPLATE_DISCOVERY = Discovery(("tests",), ("test_*.py",))
+def _template_discovery(folders: Sequence[str] = ()) -> Discovery:
+    """A template's ``test_file`` is relative to ``tests/``, or to the folder its job's run line runs it from
+    (``folders``): a ``test_*.py`` there is a test, listed or not."""
+    roots = [TEST_DIR] + [f for f in sorted(set(folders)) if f != TEST_DIR and not f.startswith(f"{TEST_DIR}/")]
+    return Discovery(tuple(roots), ("test_*.py",))
 
 
 def _registry_discovery(roots: tuple[str, ...], dialect: Dialect) -> Discovery:
@@ -278,12 +282,14 @@ def _registry_discovery(roots: tuple[str, ...], dialect: Dialect) -> Discovery:
 
 def _template(
     repo: Path, spec: RepoSpec, estimates: Mapping[str, int], workers: int | None, cache: ScanCache | None = None,
-) -> tuple[list[Test], list[Problem], list[str], list[FileScan]]:
+) -> tuple[list[Test], list[Problem], list[str], list[FileScan], list[str]]:
+    """The tests the workflow templates list, their problems, notes and scans, and the folders their jobs run
+    the files from."""
     found = [spec.template] if spec.template else find_templates(repo)
     notes: list[str] = []
     if not found:
         return [], [Problem(_WORKFLOWS, 1, "template", "no workflow template with a `<% set ... %>` test list; "
-                                                     "set `template:` for the repo in assets/repos.yaml")], notes, []
+                                                     "set `template:` for the repo in assets/repos.yaml")], notes, [], []
     tmpls: list[tuple[str, Template]] = []
     problems: list[Problem] = []
     skipped: list[str] = []
@@ -300,6 +306,9 @@ def _template(
             continue
         tmpls.append((rel, tmpl))
         notes += list(tmpl.notes)
+        if tmpl.entries and tmpl.test_dir_said and (tmpl.test_dir != TEST_DIR or not tmpl.test_dir_read):
+            notes.append(f"{rel}: test_file is read relative to {tmpl.test_dir}/ " + (
+                f"({tmpl.test_dir_said})" if tmpl.test_dir_read else f"because {tmpl.test_dir_said}"))
     if not spec.template and tmpls:
         used = ", ".join(rel for rel, _ in tmpls)
         notes.insert(0, f"template{'s' if len(tmpls) > 1 else ''}: {used} (found under {_WORKFLOWS}; "
@@ -308,7 +317,7 @@ def _template(
     if skipped:
         notes.append(f"skipped {', '.join(skipped)}: no test list in its `<% set %>` statements")
     # only files inside the repo are ever opened; template_tests reports the others
-    files = sorted({path for path in (template_path(e.test_file) for _, t in tmpls for e in t.entries)
+    files = sorted({path for path in (template_path(e) for _, t in tmpls for e in t.entries)
                     if checked_path(repo, path) is None and (repo / path).is_file()})
     if cache is not None:
         cache.use_rules("template")
@@ -317,7 +326,7 @@ def _template(
         scans = scan_files(repo, files, registry=False, workers=workers)
     by_path = {s.path: s for s in scans}
     tests, more, split = template_tests(repo, tmpls, by_path, spec.default_num_gpus, spec.default_est_time, estimates)
-    return tests, problems + more, notes + split, scans
+    return tests, problems + more, notes + split, scans, [t.test_dir for _, t in tmpls if t.test_dir]
 
 
 def _workflows_digest(repo: Path) -> str:
@@ -348,7 +357,7 @@ def _unread_templates(repo: Path, assumptions: list[str]) -> dict[str, str]:
                            "not read; set `format: template` for this repo in assets/repos.yaml to read the template "
                            "instead")
         for e in entries:
-            listed.setdefault(template_path(e.test_file), rel)
+            listed.setdefault(template_path(e), rel)
     return listed
 
 

@@ -26,7 +26,7 @@ from pipelines.core.catalog.dialect import Dialect, M, Signature
 from pipelines.core.catalog.ids import make_id, variant_problem
 from pipelines.core.catalog.registry import SUITE_REQUIRED, Registration
 from pipelines.core.catalog.scan import FileScan, checked_path
-from pipelines.core.catalog.template import Entry, Template, as_github, job_value
+from pipelines.core.catalog.template import TEST_DIR, Entry, Template, as_github, job_value
 from pipelines.core.model import Problem, Test
 
 _MAX_VARIANT = 80
@@ -189,9 +189,26 @@ def _variants(regs: list[Registration]) -> list[str | None]:
     return [base + (f"@{r.hardware}" if len(hardware[base]) > 1 else "") for base, r in zip(bases, regs, strict=True)]
 
 
-def template_path(test_file: str) -> str:
-    """Where the framework's job finds ``test_file``: relative to tests/ unless it starts with it."""
-    return test_file if test_file.startswith("tests/") else f"tests/{test_file}"
+def template_path(entry: Entry) -> str:
+    """Where the framework's job finds the entry's ``test_file``: in the folder its template's run line runs it
+    from (``cd tests/e2e && python ${{ matrix.info.test_file }}``: ``tests/e2e``), else under tests/, where a
+    ``test_file`` starting with ``tests/`` is taken as written."""
+    folder, test_file = entry.test_dir, entry.test_file
+    if folder == TEST_DIR and test_file.startswith(f"{TEST_DIR}/"):
+        return test_file
+    return posixpath.join(folder, test_file) if folder else test_file
+
+
+def missing_file(path: str, entry: Entry, tmpl: Template | None) -> str:
+    """What to do about an entry whose file is not there, from how its job runs it (never the --roots of a
+    registry repo: a template names its files itself)."""
+    said = tmpl.test_dir_said if tmpl else ""
+    if tmpl is not None and tmpl.test_dir_read:
+        return f"{path} does not exist: the job runs test_file from {entry.test_dir}/ ({said}); fix test_file or the run line"
+    why = f" because {said}" if said else ""
+    return (f"{path} does not exist: test_file is read relative to {TEST_DIR}/{why}; write it as the file's path "
+            f"under {TEST_DIR}/ ('e2e/test_x.py' for {TEST_DIR}/e2e/test_x.py), or `cd` into its folder in the job's "
+            "run line (`cd tests/e2e && python ${{ matrix.info.test_file }}`)")
 
 
 def _args(entry: Entry) -> tuple[str, ...]:
@@ -256,7 +273,7 @@ def entry_key(entry: Entry, lines: EnvLines) -> tuple:
     """What makes two template entries one test: an entry listed by several templates or jobs is one, unless
     the templates give it different environments (a PR template's ``|| 'false'`` and a nightly one's ``|| '0'``):
     the test then runs differently in each, so each environment is a test of its own."""
-    return (template_path(entry.test_file), entry.test_args, entry.extra, entry.num_gpus, entry.cpu,
+    return (template_path(entry), entry.test_args, entry.extra, entry.num_gpus, entry.cpu,
             entry_env(entry, lines))
 
 
@@ -315,7 +332,7 @@ def _alike_note(variant: str, kept: Entry, kept_id: str, other: Entry, other_id:
     def at(e: Entry) -> str:
         return f"{e.source}:{e.line}"
 
-    return (f"{at(other)} and {at(kept)}: two entries of {template_path(kept.test_file)} read alike "
+    return (f"{at(other)} and {at(kept)}: two entries of {template_path(kept)} read alike "
             f"({variant}) but run differently; {kept_id} (line {kept.line}) keeps the readable id, {other_id} "
             f"(line {other.line}) gets a hashed one (chosen by what each runs, not by its place in the template)")
 
@@ -369,18 +386,19 @@ def template_tests(
     """Tests of every ``(path, template)``: an entry listed by several templates (or jobs) is one test, one per
     environment when the templates give it different ones; and a note naming those."""
     problems = [p for _, t in tmpls for p in t.problems]
+    by_source = dict(tmpls)
     merged: dict[tuple, tuple[Entry, list[str], list[str]]] = {}
     nightly_only = {rel: t.nightly_only for rel, t in tmpls}
     lines = env_lines(tmpls)
     on_pr: dict[tuple, bool] = {}  # an entry some pull-request workflow lists runs on PRs
     for e in (e for _, t in tmpls for e in t.entries):
-        path = template_path(e.test_file)
+        path = template_path(e)
         bad = checked_path(repo, path, "test_file")
         if bad:
             problems.append(Problem(e.source, e.line, "test_file", f"{bad.path}: {bad.message}"))
             continue
         if not (repo / path).is_file():
-            problems.append(Problem(e.source, e.line, "test_file", f"{path} does not exist; fix the path in the template"))
+            problems.append(Problem(e.source, e.line, "test_file", missing_file(path, e, by_source.get(e.source))))
             continue
         key = entry_key(e, lines)
         on_pr.setdefault(key, False)

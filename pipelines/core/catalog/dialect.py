@@ -68,6 +68,8 @@ class Dialect:
     default_pool_backends: tuple[str, ...] = ("cuda", "rocm")
     #: where the rules came from (the registry module, or "built-in profile <name>")
     source: str = ""
+    #: the repo-relative registry module the functions were read from; "" for a built-in profile's
+    module: str = ""
 
     @functools.cached_property
     def backends(self) -> dict[str, str]:
@@ -232,7 +234,7 @@ def derive(module: str, source: str, base: Dialect | None = None) -> tuple[Diale
         sigs = sigs + [_like(profile, name) for name in opaque]
     est = bounds[0] if len(set(bounds)) == 1 else profile.est_time
     return dataclasses.replace(profile, functions=tuple(sorted(sigs, key=lambda s: s.name)), est_time=est,
-                               source=f"{module}, {profile.name} profile"), notes
+                               source=f"{module}, {profile.name} profile", module=module), notes
 
 
 #: the rules a repo may override in assets/repos.yaml (``rules:``), each a Dialect field but

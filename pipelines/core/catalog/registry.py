@@ -9,7 +9,9 @@ and unknown keywords are errors. The GPU count and hardware come from the suite 
 the ``stage=`` + ``runner_config=`` form
 names the suite ``f"{stage}-test-{runner_config}"``. A runner config without a GPU type
 (``1-gpu-large``) is kept whole as the hardware: pools list it as an alias. A bad call gives one
-located :class:`Problem` and the file's other calls still load.
+located :class:`Problem` and the file's other calls still load; so does a module-level call that looks
+like a registration but names no function of the dialect (``register_npu_ci`` where the module lacks it,
+the typo ``register_cuda_cl``), which the runner would skip without a word.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import math
 import re
 from dataclasses import dataclass
 
-from pipelines.core.catalog.dialect import Dialect, M, Signature
+from pipelines.core.catalog.dialect import PROFILES, Dialect, M, Signature
 from pipelines.core.catalog.resolve import literal
 from pipelines.core.model import Problem
 
@@ -69,11 +71,19 @@ def parse_registrations(tree: ast.Module, path: str, source: str, dialect: Diale
     problems: list[Problem] = []
     top_lines: set[int] = set()
     backends = dialect.backends
+    near: frozenset[int] | None = None  # the lengths of names one edit from a register function
     for stmt in tree.body:  # exact classes: the parser makes no subclasses, and this runs per statement
         if stmt.__class__ is not ast.Expr or stmt.value.__class__ is not ast.Call:
             continue
         call = stmt.value
-        if not (call.func.__class__ is ast.Name and call.func.id in backends):
+        if call.func.__class__ is not ast.Name:
+            continue
+        if call.func.id not in backends:
+            name = call.func.id
+            near = near or frozenset(len(n) + d for n in backends for d in (-1, 0, 1))
+            if name.startswith("register_") or len(name) in near:  # cheap first: most calls are neither
+                stray = _not_a_register_function(name, tuple(sorted(backends)), dialect.module, dialect.name)
+                problems += [Problem(path, call.lineno, name, stray)] if stray else []
             continue
         top_lines.add(call.lineno)
         try:
@@ -89,6 +99,50 @@ def parse_registrations(tree: ast.Module, path: str, source: str, dialect: Diale
     if aliases.search(source):
         problems = sorted(problems + _aliased(tree, path, backends), key=lambda p: p.line)
     return regs, problems
+
+
+#: the family's naming of a register function: a call of such a name the dialect lacks registers nothing
+_REGISTER_NAME = re.compile(r"register_\w+_ci")
+
+
+@functools.lru_cache(maxsize=256)
+def _not_a_register_function(name: str, functions: tuple[str, ...], module: str, profile: str) -> str | None:
+    """What to say about a module-level call of ``name``, which is none of the dialect's register ``functions``
+    (read from ``module``, or "" for the built-in ``profile``), when it looks like one: ``register_<x>_ci`` (``register_npu_ci`` where the module defines cuda/rocm/cpu), or one
+    edit from one (``register_cuda_cl``, a typo). Only calls of the dialect's functions register a test, so
+    this one registers nothing and, unsaid, the test vanished. None for any other call (``register_fixture()``)."""
+    family = {n for p in PROFILES.values() for n in p.backends}  # a real backend (npu) is no typo of cpu
+    near = None if name in family else next((f for f in functions if _one_edit(name, f)), None)
+    if near is None and not _REGISTER_NAME.fullmatch(name):
+        return None
+    defined = ", ".join(functions)
+    if module:
+        reads = f"{module} (the repo's registry module) defines {defined}"
+    else:
+        reads = f"no module of the repo defines register_*_ci, so the built-in profile {profile}'s {defined} are read"
+    said = f"not a register function: {reads}, and only calls of those register a test, so this call registers nothing"
+    if near is not None:
+        return f"{said}; did you mean {near}? fix the name"
+    if module:
+        return f"{said}; call one of those, or define {name} in {module}"
+    other = next((p for p in PROFILES.values() if p.name != profile and name in p.backends), None)
+    if other is not None:
+        return (f"{said}; the built-in profile {other.name} has {name}: set `dialect: {other.name}` for this repo in "
+                "assets/repos.yaml (or `registry_module:` naming the module that defines it)")
+    return f"{said}; call one of those, or name the module that defines it with `registry_module:` in assets/repos.yaml"
+
+
+def _one_edit(a: str, b: str) -> bool:
+    """Whether ``a`` is ``b`` with one character changed, added, removed or swapped with its neighbour."""
+    if a == b or abs(len(a) - len(b)) > 1:
+        return False
+    if len(a) == len(b):
+        diff = [i for i, (x, y) in enumerate(zip(a, b, strict=True)) if x != y]
+        return len(diff) == 1 or (len(diff) == 2 and diff[1] == diff[0] + 1
+                                  and a[diff[0]] == b[diff[1]] and a[diff[1]] == b[diff[0]])
+    short, long = (a, b) if len(a) < len(b) else (b, a)
+    i = next((i for i, (x, y) in enumerate(zip(short, long, strict=False)) if x != y), len(short))
+    return short[i:] == long[i + 1:]
 
 
 #: what Python allows between a name and ``(`` or ``as``: spaces, tabs, newlines inside brackets, ``\`` continuations

@@ -230,6 +230,24 @@ def python_source(data: bytes) -> tuple[str, str]:
     return data.decode(encoding), encoding
 
 
+def source_text(rel: str, data: bytes) -> tuple[str | None, Problem | None]:
+    """:func:`python_source`'s text of the file ``rel``, or (None, the located problem saying why Python
+    cannot read it and what to do): every reader of test sources decodes them this one way."""
+    try:
+        return python_source(data)[0], None
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        said = "UTF-8" if exc.encoding in ("utf-8", "utf-8-sig") else f"{exc.encoding}, as its coding line says"
+        return None, Problem(rel, line, "file", (
+            f"is not {said} ({exc.reason} at byte {exc.start}); save the file as UTF-8 or declare its encoding "
+            "with a `# -*- coding: <name> -*-` line, as Python reads it so"))
+    except SyntaxError as exc:  # an unknown encoding, or a coding line that contradicts a UTF-8 BOM
+        line = 1 if b"coding" in data.split(b"\n", 1)[0] else 2
+        return None, Problem(rel, line, "file", (
+            f"{exc.msg} (Python refuses to run it); fix the `# -*- coding: <name> -*-` line: name a codec Python "
+            "knows, and only utf-8 in a file that starts with a UTF-8 BOM"))
+
+
 def scan_file(repo: str, rel: str, registry: bool = True, dialect: Dialect = M, parse_all: bool = False) -> FileScan:
     """Read one test file: never raises, every failure is a problem on the file.
 
@@ -247,19 +265,9 @@ def scan_bytes(rel: str, data: bytes, registry: bool = True, dialect: Dialect = 
                sha: str = "") -> FileScan:
     """:func:`scan_file` on bytes already read (``sha``: their digest, when the caller has it)."""
     sha = sha or hashlib.sha256(data).hexdigest()
-    try:
-        source, _ = python_source(data)
-    except UnicodeDecodeError as exc:
-        line = data.count(b"\n", 0, exc.start) + 1
-        said = "UTF-8" if exc.encoding in ("utf-8", "utf-8-sig") else f"{exc.encoding}, as its coding line says"
-        return FileScan(rel, sha, problems=(Problem(rel, line, "file", (
-            f"is not {said} ({exc.reason} at byte {exc.start}); save the file as UTF-8 or declare its encoding "
-            "with a `# -*- coding: <name> -*-` line, as Python reads it so")),))
-    except SyntaxError as exc:  # an unknown encoding, or a coding line that contradicts a UTF-8 BOM
-        line = 1 if b"coding" in data.split(b"\n", 1)[0] else 2
-        return FileScan(rel, sha, problems=(Problem(rel, line, "file", (
-            f"{exc.msg} (Python refuses to run it); fix the `# -*- coding: <name> -*-` line: name a codec Python "
-            "knows, and only utf-8 in a file that starts with a UTF-8 BOM")),))
+    source, bad = source_text(rel, data)
+    if source is None:
+        return FileScan(rel, sha, problems=(bad,))
     if registry and not parse_all and "register_" not in source:  # cannot register anything: no ast needed
         return FileScan(rel, sha, parsed=True)
     try:

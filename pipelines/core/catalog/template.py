@@ -5,11 +5,13 @@ the ``<% set name = [...] %>`` lists and the ``jobs`` dict from its syntax tree 
 (a list may refer to an earlier ``set``, or join lists with ``+``); nothing is rendered or executed. Each job maps to a
 suite, its ``label`` (``run-ci-<x>``) to label ``x``. Entry keys other than ``test_file``,
 ``num_gpus`` and ``test_args`` become environment variables, named as the template's own
-``VAR: ${{ matrix.info.<key> || 'default' }}`` lines name them (else the key upper-cased).
+``VAR: ${{ matrix.info.<key> || 'default' }}`` lines name them (else the key upper-cased). ``test_file``
+is relative to the folder the job's ``run:`` line runs it from (:func:`run_folder`), else to ``tests/``.
 """
 
 from __future__ import annotations
 
+import posixpath
 import re
 import shlex
 from dataclasses import dataclass
@@ -84,6 +86,8 @@ _ENV_LINE = re.compile(
     re.MULTILINE,
 )
 ENTRY_KEYS = ("test_file", "num_gpus", "test_args")
+#: where framework S's job runs ``test_file`` from (``python tests/${{ matrix.info.test_file }}``)
+TEST_DIR = "tests"
 
 
 @dataclass(frozen=True)
@@ -103,6 +107,8 @@ class Entry:
     #: each ``extra`` key's value as a GitHub expression gives it (``true``, ``2``), and whether it is truthy
     #: there (``false``, ``0``, ``''`` and ``null`` are not: ``matrix.info.<key> || 'd'`` then gives ``d``)
     github: tuple[tuple[str, str, bool], ...] = ()
+    #: the folder of the checkout its template's job runs ``test_file`` from (see :func:`run_folder`)
+    test_dir: str = TEST_DIR
 
 
 @dataclass(frozen=True)
@@ -114,6 +120,11 @@ class Template:
     notes: tuple[str, ...] = ()
     #: its ``on:`` names no pull-request event (a scheduled workflow): its entries run only on nightly cadences
     nightly_only: bool = False
+    #: the folder its job runs ``test_file`` from; the run line that says so (``test_dir_read``), else why
+    #: tests/ is assumed ("" when no run line names the file) (see :func:`run_folder`)
+    test_dir: str = TEST_DIR
+    test_dir_said: str = ""
+    test_dir_read: bool = False
 
 
 class _LineDict(dict):
@@ -230,6 +241,97 @@ def _is_number(value: object) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
+#: ``${{ matrix.info.test_file }}``: where the job's ``run:`` line names the entry's file
+_TEST_FILE = re.compile(r"\$\{\{\s*matrix\.info\.test_file\s*\}\}")
+#: the checkout's root as a run line names it
+_WORKSPACE = re.compile(r"\$\{\{\s*github\.workspace\s*\}\}|\$\{GITHUB_WORKSPACE\}|\$GITHUB_WORKSPACE\b")
+_RUN_KEY = re.compile(r"^\s*(?:-\s+)?run\s*:\s*(.*)$")
+_WORKING_DIRECTORY = re.compile(r"^\s*(?:-\s+)?working-directory\s*:\s*(.*?)\s*$", re.MULTILINE)
+#: a folder word as the catalog takes it from a run line: no variable, home, glob or option
+_PLAIN_FOLDER = re.compile(r"[A-Za-z0-9._/+@-]+")
+#: a YAML block scalar's indicator: ``run: |`` (the commands follow, one a line)
+_BLOCK_SCALAR = re.compile(r"[|>][+-]?[1-9]?")
+
+
+def run_folder(source: str) -> tuple[str, str, bool]:
+    """(folder, what says so, whether the run line said it): the folder of the checkout the template's job runs ``test_file`` from, read
+    from its ``run:`` line, e.g. ``tests/e2e`` from ``cd tests/e2e && python ${{ matrix.info.test_file }}``
+    or ``tests`` from ``python tests/${{ matrix.info.test_file }}`` (``cd`` commands before the one naming
+    the file, then the path glued in front of it). Where the line cannot be read for sure (a variable, a
+    ``working-directory:`` elsewhere than the checkout, two lines that disagree), or names no folder, the
+    job is taken to run it from ``tests/``, as framework S does, and the second value says why."""
+    found: list[tuple[str, str]] = []
+    lines = source.splitlines()
+    for m in _WORKING_DIRECTORY.finditer(source):
+        value = _WORKSPACE.sub(".", m.group(1)).strip("'\"")
+        if posixpath.normpath(value or ".") != ".":
+            line = source.count("\n", 0, m.start()) + 1
+            return TEST_DIR, (f"`working-directory: {m.group(1)}` at line {line} starts the run line in a folder the "
+                              "catalog does not follow"), False
+    for i, text in enumerate(lines):
+        hit = _TEST_FILE.search(text)
+        if hit is None:
+            continue
+        own = _RUN_KEY.match(text)
+        if own is not None:
+            block, shown = [own.group(1)], f"`{text.strip().removeprefix('- ')}` at line {i + 1}"
+        else:  # a line of a `run: |` block (else not a command: an `env:` value): its lines from the first on
+            start = _parent(lines, i)
+            key = _RUN_KEY.match(lines[start]) if start is not None else None
+            if key is None or not _BLOCK_SCALAR.fullmatch(key.group(1).strip()):
+                continue
+            block = lines[start + 1:i + 1]
+            cds = [line.strip() for line in block[:-1] if line.strip().startswith(("cd ", "pushd ", "popd"))]
+            shown = f"`{'; '.join([*cds, text.strip()])}` in the `run:` block at line {start + 1}"
+        at = _TEST_FILE.search(block[-1])
+        found.append((_folder_of("\n".join([*block[:-1], block[-1][:at.start()]])), shown))  # type: ignore[union-attr]
+    if not found:
+        return TEST_DIR, "", False
+    folders = {f for f, _ in found}
+    if len(folders) > 1:
+        return TEST_DIR, f"its run lines disagree: {'; '.join(s for _, s in found)}", False
+    folder, said = found[0]
+    if folder.startswith("?"):
+        return TEST_DIR, f"{said} {folder[1:]}", False
+    if not folder:
+        return TEST_DIR, f"{said} names no folder", False
+    return folder, said, True
+
+
+def _folder_of(before: str) -> str:
+    """The folder the commands ``before`` the file's name leave the job in, joined with the path glued to the
+    name; ``?<why>`` when the catalog cannot tell it for sure."""
+    before = _WORKSPACE.sub(".", before)
+    if "<<" in before or "`" in before or "$(" in before:
+        return "?computes its folder (a Jinja or shell expression)"
+    *earlier, last = re.split(r"&&|;|\n", before)
+    parts: list[str] = []
+    for segment in earlier:
+        try:
+            words = shlex.split(segment)
+        except ValueError:
+            return "?cannot be split into words as the shell does"
+        if words[:1] in (["pushd"], ["popd"]) or (words and words[0].startswith("(")):
+            return "?changes folder with pushd, popd or a subshell, which the catalog does not follow"
+        if "cd" in words[1:]:  # `then cd x`, `[ -d x ] || cd y`: whether it runs depends on the shell
+            return "?changes folder inside a shell construct, which the catalog does not follow"
+        if words[:1] != ["cd"]:
+            continue
+        target = words[1:2]
+        rest = words[2:]
+        if not target or (rest and rest[0] != "||") or not _PLAIN_FOLDER.fullmatch(target[0]) \
+                or target[0].startswith(("/", "-")):
+            return "?changes to a folder the catalog cannot read (a variable, an absolute path or an option)"
+        parts.append(target[0])
+    glued = re.split(r"\s", last)[-1].lstrip("'\"")
+    if glued and (not glued.endswith("/") or not _PLAIN_FOLDER.fullmatch(glued) or glued.startswith(("/", "-"))):
+        return "?builds the file's path in a way the catalog cannot read"
+    folder = posixpath.normpath(posixpath.join(".", *parts, glued))
+    if folder == ".." or folder.startswith("../"):
+        return "?leaves the checkout"
+    return "" if folder == "." else folder
+
+
 def parse_template(source: str, path: str) -> Template:
     """Entries, env mapping and problems of one workflow template (never raises)."""
     try:
@@ -275,13 +377,14 @@ def parse_template(source: str, path: str) -> Template:
         return Template((), env, tuple(problems), tuple(notes))
     entries: list[Entry] = []
     rendered = _rendered_matrix_keys(tree)
+    test_dir, said, read = run_folder(source)
     for job, config in jobs.items():
-        entries += _job_entries(path, str(job), config, lines.get("jobs", 1), problems, notes, rendered)
+        entries += _job_entries(path, str(job), config, lines.get("jobs", 1), problems, notes, rendered, test_dir)
     # a list shared by several jobs would report each bad entry once per job
     nightly_only, why = _nightly_only(source, path)
     notes += [why] if why and entries else []
     problems += _other_axes(source, path) if entries else []
-    return Template(tuple(entries), env, tuple(dict.fromkeys(problems)), tuple(notes), nightly_only)
+    return Template(tuple(entries), env, tuple(dict.fromkeys(problems)), tuple(notes), nightly_only, test_dir, said, read)
 
 
 #: ``matrix:`` alone on its line (a job's ``strategy.matrix`` block)
@@ -439,7 +542,7 @@ def _matrix(path: str, where: str, config: dict, tests: list, line: int, notes: 
 
 
 def _job_entries(path: str, job: str, config: object, line: int, problems: list[Problem],
-                 notes: list[str], rendered: set[str]) -> list[Entry]:
+                 notes: list[str], rendered: set[str], test_dir: str = TEST_DIR) -> list[Entry]:
     where = f"jobs.{job}"
     if not isinstance(config, dict):
         problems.append(Problem(path, line, where, "must be a dict with `tests` (and usually `label`); "
@@ -461,7 +564,7 @@ def _job_entries(path: str, job: str, config: object, line: int, problems: list[
     cpu = bool(config.get("cpu"))
     out = []
     for item in tests:
-        entry = _entry(path, job, label, cpu, item, getattr(item, "line", line))
+        entry = _entry(path, job, label, cpu, item, getattr(item, "line", line), test_dir)
         if isinstance(entry, Problem):
             problems.append(entry)
         else:
@@ -469,14 +572,16 @@ def _job_entries(path: str, job: str, config: object, line: int, problems: list[
     return out
 
 
-def _entry(path: str, job: str, label: str, cpu: bool, item: object, line: int) -> Entry | Problem:
+def _entry(path: str, job: str, label: str, cpu: bool, item: object, line: int,
+           test_dir: str = TEST_DIR) -> Entry | Problem:
     """One checked entry, or the first thing wrong with it (the entry is then skipped)."""
     if not isinstance(item, dict):
         return Problem(path, line, f"jobs.{job}.tests", f"entry {item!r} is not a dict; "
                                                         "write it as {'test_file': ..., 'num_gpus': ...}")
     test_file, gpus, args = item.get("test_file"), item.get("num_gpus"), item.get("test_args", "")
     if not isinstance(test_file, str) or not test_file:
-        return Problem(path, line, "test_file", "required: the test's path under tests/; add 'test_file': 'test_<name>.py'")
+        return Problem(path, line, "test_file", f"required: the test's path under {test_dir}/; add 'test_file': "
+                                                "'test_<name>.py'")
     if gpus is not None and (isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 0):
         return Problem(path, line, "num_gpus", f"must be a whole number >= 0, got {gpus!r}; "
                                                "write the test's GPU count (0 for a CPU test)")
@@ -501,7 +606,8 @@ def _entry(path: str, job: str, label: str, cpu: bool, item: object, line: int) 
             return Problem(path, line, str(key), nul_problem(str(value)))
         extra.append((str(key), str(value)))
         github.append((str(key), *as_github(value)))
-    return Entry(test_file, job, label, line, gpus, args, tuple(sorted(extra)), cpu, path, tuple(sorted(github)))
+    return Entry(test_file, job, label, line, gpus, args, tuple(sorted(extra)), cpu, path, tuple(sorted(github)),
+                 test_dir)
 
 
 def job_value(text: str, truthy: bool, default: str | None) -> str:

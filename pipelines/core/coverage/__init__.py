@@ -17,7 +17,15 @@ from pipelines.core.catalog.assemble import registry_tests, template_path
 from pipelines.core.catalog.dialect import Dialect, M
 from pipelines.core.catalog.scan import scan_bytes
 from pipelines.core.catalog.template import parse_template
-from pipelines.core.coverage.check import DEFAULT_GPUS, Source, TreeSource, check_groups, required_cells
+from pipelines.core.coverage.check import (
+    DEFAULT_GPUS,
+    Source,
+    TreeSource,
+    check_groups,
+    python_text,
+    required_cells,
+    template_text,
+)
 from pipelines.core.coverage.deal import assign
 from pipelines.core.coverage.design import Design, design
 from pipelines.core.coverage.diff import lost_cells, renamed
@@ -150,7 +158,7 @@ def as_of(now: Catalogued, where: RepoGroups, then: Source, changed: Container[s
     if template:
         if not any(t in changed for t in where.templates):
             return Catalogued({p: now.files.get(p, ()) for p in members}, complete=False)
-        listed = {template_path(e.test_file) for t in where.templates if (text := then.read(t)) is not None
+        listed = {template_path(e) for t in where.templates if (text := template_text(then, t)[0]) is not None
                   for e in parse_template(text, t).entries}
         return Catalogued({p: () for p in members if p not in listed}, complete=False)
     reading: RegistryReading | None = None
@@ -166,10 +174,10 @@ def as_of(now: Catalogued, where: RepoGroups, then: Source, changed: Container[s
 def registered_then(path: str, then: Source, reading: RegistryReading,
                     cadence: str | None = None) -> tuple[Registered, ...]:
     """The tests a registry file registered at ``then``, read from its text there as the catalog reads it."""
-    text = then.read(path)
-    if text is None:
+    data = then.read(path)
+    if data is None:
         return ()
-    scan = scan_bytes(path, text.encode("utf-8"), registry=True, dialect=reading.dialect)
+    scan = scan_bytes(path, data, registry=True, dialect=reading.dialect)  # its bytes, decoded as the catalog does
     tests, _ = registry_tests([scan], reading.implicit_cpu_dirs, reading.dialect)
     return catalogued((t for t in tests if t.path == path), cadence=cadence).files.get(path, ())
 
@@ -211,7 +219,8 @@ def configurations_by_test(repo_path: str | Path, specs_dir: str | Path | None =
     source = TreeSource(where.repo)
     for path in source.files_mentioning(DEFAULT_MATRIX, where.roots):
         if path not in out and os.path.basename(path).startswith("test_"):
-            configs, _ = python_matrix(source.read(path) or "", path, DEFAULT_MATRIX)
+            text, _ = python_text(source, path)  # an unreadable file is the catalog's problem: it says so
+            configs, _ = python_matrix(text, path, DEFAULT_MATRIX) if text is not None else ([], [])
             if configs:
                 out[path] = configs
     return {test: tuple(dict.fromkeys(configs)) for test, configs in sorted(out.items())}

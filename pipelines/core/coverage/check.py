@@ -13,7 +13,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Protocol
 
-from pipelines.core.catalog.scan import scan_bytes
+from pipelines.core.catalog.scan import scan_bytes, source_text
 from pipelines.core.coverage.matrix import (
     GROUP_MARKER,
     declared_groups,
@@ -42,8 +42,9 @@ DEFAULT_GPUS = RepoSpec.default_num_gpus
 class Source(Protocol):
     """Repo-relative files at one revision."""
 
-    def read(self, path: str) -> str | None:
-        """The file's text, or None when it does not exist there."""
+    def read(self, path: str) -> bytes | None:
+        """The file's bytes, or None when it does not exist there (readers decode them: :func:`python_text`,
+        :func:`template_text`)."""
 
     def files_mentioning(self, text: str, roots: Sequence[str]) -> list[str]:
         """Repo-relative ``.py`` files under ``roots`` whose text contains ``text``, sorted."""
@@ -55,11 +56,11 @@ class TreeSource:
     def __init__(self, repo: Path):
         self.repo = Path(repo)
 
-    def read(self, path: str) -> str | None:
+    def read(self, path: str) -> bytes | None:
         full = self.repo / path
         try:
             full.resolve().relative_to(self.repo.resolve())
-            return full.read_text(encoding="utf-8", errors="replace")
+            return full.read_bytes()
         except (OSError, ValueError):
             return None
 
@@ -73,6 +74,27 @@ class TreeSource:
                     if name.endswith(".py") and needle in _bytes(full):
                         out.append(full.relative_to(self.repo).as_posix())
         return sorted(set(out))
+
+
+def python_text(source: Source, path: str) -> tuple[str | None, Problem | None]:
+    """A test file's text as Python reads it (a UTF-8 BOM or a ``# -*- coding: ... -*-`` line decides, as
+    for the catalog, so a file CI runs is read and no value is misread); (None, None) when it does not
+    exist, (None, the located problem) when Python could not read it either."""
+    data = source.read(path)
+    return (None, None) if data is None else source_text(path, data)
+
+
+def template_text(source: Source, path: str) -> tuple[str | None, Problem | None]:
+    """A workflow template's text, UTF-8 as the catalog reads it; (None, None) when it does not exist,
+    (None, the located problem) when it is not UTF-8."""
+    data = source.read(path)
+    if data is None:
+        return None, None
+    try:
+        return data.decode("utf-8"), None
+    except UnicodeDecodeError as exc:
+        return None, Problem(path, data.count(b"\n", 0, exc.start) + 1, "template", (
+            f"is not UTF-8 ({exc.reason} at byte {exc.start}); save it as UTF-8"))
 
 
 def _bytes(path: Path) -> bytes:
@@ -91,8 +113,12 @@ def file_groups(source: Source, roots: Sequence[str], declared: Sequence[Group],
     """
     members: dict[str, list[tuple[str, int]]] = {}
     groups, problems = [], []
+    listed = {t for g in declared for t in g.tests}  # a listed file's reading problem is its group's
     for path in source.files_mentioning(GROUP_MARKER, roots):
-        text = source.read(path) or ""
+        text, bad = python_text(source, path)
+        if text is None:
+            problems += [bad] if bad and path not in listed else []
+            continue
         for name, line in declared_groups(text):
             members.setdefault(name, []).append((path, line))
         problems += unreadable_group_comments(text, path)
@@ -121,15 +147,20 @@ def read_configurations(group: Group, source: Source, template: str | Sequence[s
     configs: list[Configuration] = []
     problems: list[Problem] = []
     names = (template,) if isinstance(template, str) else tuple(template or ())
-    texts = [(n, t) for n in names if (t := source.read(n)) is not None] if group.matrix == TEMPLATE_MATRIX else []
+    texts: list[tuple[str, str]] = []
+    for name in names if group.matrix == TEMPLATE_MATRIX else ():
+        text, bad = template_text(source, name)
+        texts += [(name, text)] if text is not None else []
+        problems += [bad] if bad else []
     for test in group.tests:
         if group.matrix == TEMPLATE_MATRIX:
             if not texts:
-                problems.append(Problem(names[0] if names else ".github/workflows", 1, "template", (
-                    f"group {group.name} reads a workflow template but none was found; set `template:` in assets/repos.yaml")))
+                # a template that is there but not UTF-8 has said so above
+                problems += [] if problems else [Problem(names[0] if names else ".github/workflows", 1, "template", (
+                    f"group {group.name} reads a workflow template but none was found; set `template:` in assets/repos.yaml"))]
                 break
             found, bad = [], []
-            scan = scan_bytes(test, (source.read(test) or "").encode(), registry=False)
+            scan = scan_bytes(test, source.read(test) or b"", registry=False)
             for name, text in texts:
                 here, wrong = template_matrix(text, name, test, scan=scan, default_gpus=default_gpus,
                                               others=[(n, t) for n, t in texts if n != name])
@@ -139,9 +170,9 @@ def read_configurations(group: Group, source: Source, template: str | Sequence[s
                 bad.append(Problem(texts[0][0], 1, "test_file", f"no entry runs {test} in "
                                    f"{', '.join(n for n, _ in texts)}; add one or drop it from the group"))
         else:
-            text = source.read(test)
+            text, unreadable = python_text(source, test)
             if text is None:
-                problems.append(Problem(test, 1, "test", (
+                problems.append(unreadable or Problem(test, 1, "test", (
                     f"listed in group {group.name} ({group.origin}) but does not exist; restore it or drop it from the group")))
                 continue
             found, bad = python_matrix(text, test, group.matrix, group.fields)

@@ -246,14 +246,14 @@ def template_matrix(source: str, template: str, test: str, *, scan: FileScan, de
     the other templates, (path, text)."""
     parsed = parse_template(source, template)
     every = [(template, parsed), *((name, parse_template(text, name)) for name, text in others)]
-    mine = [e for _, t in every for e in t.entries if template_path(e.test_file) == test]
+    mine = [e for _, t in every for e in t.entries if template_path(e) == test]
     lines = env_lines(every)  # the catalog's ids depend on the environment each template gives
     ids = entry_ids(mine, lines)
     defaults = {key: default for _, key, default in parsed.env if default is not None}
     configs = []
     problems = list(parsed.problems)
     for entry in parsed.entries:
-        if template_path(entry.test_file) != test:
+        if template_path(entry) != test:
             continue
         if entry.num_gpus is None and not entry.cpu:  # a NUM_GPUS the catalog cannot read matters here
             problems += [p for p in scan.problems if p.field == "NUM_GPUS" and p not in problems]

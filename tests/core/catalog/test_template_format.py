@@ -360,7 +360,9 @@ def test_bad_entries_are_located_problems_and_the_rest_loads(tree):
     cat = load(tree, files)
     assert [t.id for t in cat.tests] == ["tests/test_short.py"]
     assert [str(p) for p in cat.problems] == [
-        f"{WORKFLOW}:3: test_file: tests/test_gone.py does not exist; fix the path in the template",
+        f"{WORKFLOW}:3: test_file: tests/test_gone.py does not exist: test_file is read relative to tests/; write it "
+        "as the file's path under tests/ ('e2e/test_x.py' for tests/e2e/test_x.py), or `cd` into its folder in the "
+        "job's run line (`cd tests/e2e && python ${{ matrix.info.test_file }}`)",
         f"{WORKFLOW}:4: num_gpus: must be a whole number >= 0, got 'eight'; write the test's GPU count (0 for a CPU test)",
         f"{WORKFLOW}:5: test_file: tests/../outside/test_x.py: contains '..'; rename the file (test ids must be safe "
         "partition keys)",
@@ -603,3 +605,36 @@ def test_which_of_two_entries_reading_alike_keeps_the_readable_id_does_not_depen
             f"(use_fp8_rollout=1) but run differently; tests/test_f.py::use_fp8_rollout=1 (line {key_line}) keeps "
             f"the readable id, {hashed} (line {arg_line}) gets a hashed one (chosen by what each runs, not by its "
             "place in the template)") in cat.assumptions
+
+
+@pytest.mark.parametrize(("run", "folder", "read"), [
+    ("python tests/${{ matrix.info.test_file }} ${{ matrix.info.test_args }}", "tests", True),
+    ("cd tests/e2e && python ${{ matrix.info.test_file }}", "tests/e2e", True),
+    ("cd tests; python3 -u e2e/${{ matrix.info.test_file }}", "tests/e2e", True),
+    ("cd ${{ github.workspace }}/tests/e2e || exit 1; python '${{ matrix.info.test_file }}'", "tests/e2e", True),
+    ("cd tests && cd e2e && python ./${{ matrix.info.test_file }} 2>&1 | tee log", "tests/e2e", True),
+    ('python "${{ matrix.info.test_file }}"', "tests", False),  # names no folder: framework S's tests/
+    ("cd $TEST_DIR && python ${{ matrix.info.test_file }}", "tests", False),
+    ("cd /work/fw/tests && python ${{ matrix.info.test_file }}", "tests", False),
+    ("cd .. && python ${{ matrix.info.test_file }}", "tests", False),
+    ("cd << config.dir >> && python ${{ matrix.info.test_file }}", "tests", False),
+    ("pushd tests/e2e && python ${{ matrix.info.test_file }}", "tests", False),
+    ("python tests/${{ matrix.info.test_file }}\n    working-directory: sub", "tests", False),
+    ("if [ -d e2e ]; then cd e2e; fi; python ${{ matrix.info.test_file }}", "tests", False),
+    ("python --file=tests/${{ matrix.info.test_file }}", "tests", False),
+    ("|\n      cd tests/e2e\n      python ${{ matrix.info.test_file }}", "tests/e2e", True),
+])
+def test_the_folder_a_job_runs_test_file_from_is_read_from_its_run_line_only_when_it_is_certain(run, folder, read):
+    from pipelines.core.catalog.template import run_folder
+
+    got, said, was_read = run_folder(f"jobs:\n  x:\n    run: {run}\n")
+    assert (got, was_read) == (folder, read), said
+    assert " at line " in said
+
+
+def test_a_matrix_value_outside_a_run_line_says_nothing_of_the_folder():
+    from pipelines.core.catalog.template import run_folder
+
+    source = ("steps:\n  - run: pip install -e .\n  - env:\n      TEST_FILE: ${{ matrix.info.test_file }}\n"
+              "    run: cd tests/e2e && python $TEST_FILE\n")
+    assert run_folder(source) == ("tests", "", False)

@@ -9,13 +9,14 @@ from pipelines.core.coverage import Dimension, Group
 
 
 class FilesSource(dict):
-    """Repo-relative path -> text, standing in for a checkout or a git revision."""
+    """Repo-relative path -> text (stored as UTF-8) or bytes, standing in for a checkout or a git revision."""
 
-    def read(self, path: str) -> str | None:
-        return self.get(path)
+    def read(self, path: str) -> bytes | None:
+        data = self.get(path)
+        return data.encode() if isinstance(data, str) else data
 
     def files_mentioning(self, text: str, roots: Sequence[str]) -> list[str]:
-        return sorted(p for p, t in self.items() if p.endswith(".py") and text in t
+        return sorted(p for p in self if p.endswith(".py") and text.encode() in self.read(p)
                       and any(p.startswith(f"{r}/") for r in roots))
 
 
