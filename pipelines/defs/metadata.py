@@ -21,6 +21,14 @@ def code_block(text: str) -> str:
     return f"{fence}\n{text}\n{fence}"
 
 
+def log_metadata(attempt: Attempt) -> dg.MetadataValue:
+    """Where the attempt's log lives for whoever reads the UI later: its stored copy (S3 in production,
+    where the run pod's folder goes with the pod) as text, as no browser opens ``s3://``; else the
+    local path it was written to."""
+    uri = attempt.details.get("log_uri")
+    return dg.MetadataValue.text(uri) if uri else dg.MetadataValue.path(attempt.log_path)
+
+
 def attempt_metadata(attempt: Attempt, test: Test, night: str) -> dict[str, dg.MetadataValue]:
     log_tail = tail(attempt.log_path, max_lines=30) if attempt.log_path else ""
     return {
@@ -38,7 +46,7 @@ def attempt_metadata(attempt: Attempt, test: Test, night: str) -> dict[str, dg.M
         "exit_code": dg.MetadataValue.text("" if attempt.exit_code is None else str(attempt.exit_code)),
         "started_at": dg.MetadataValue.text(attempt.started_at),
         "night": dg.MetadataValue.text(night),
-        "log": dg.MetadataValue.path(attempt.log_path),
+        "log": log_metadata(attempt),
         "log_tail": dg.MetadataValue.md(code_block(log_tail)),
         "test_file_sha256": dg.MetadataValue.text(test.sha256),
         **({"configs": dg.MetadataValue.text(attempt.details["configs"])} if attempt.details.get("configs") else {}),

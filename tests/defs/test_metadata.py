@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import html
 
+import dagster as dg
 from markdown_it import MarkdownIt
 
 from pipelines.core.model import Attempt
@@ -34,3 +35,17 @@ def test_log_tail_is_shown_verbatim_whatever_fences_the_log_prints(tmp_path):
     markdown = attempt_metadata(attempt, test, "n1")["log_tail"].value
     rendered = MarkdownIt("commonmark").render(markdown)
     assert rendered == f"<pre><code>{html.escape(LOG, quote=False)}\n</code></pre>\n", rendered
+
+
+def test_the_log_is_the_stored_copy_when_there_is_one_else_the_local_path(tmp_path):
+    """Locally the log stays where the test wrote it; in production the run pod's folder does not."""
+    log = tmp_path / "attempt1.log"
+    log.write_text("loss went up\n")
+    test = RegisteredTest(id="tests/e2e/t.py", path="tests/e2e/t.py", backend="megatron", suite="s", gpus=1, est_time=10)
+    attempt = Attempt(test_id=test.id, outcome="failed", elapsed_s=1.0, started_at="2024-01-01T00:00:00Z",
+                      log_path=str(log), timeout_s=60)
+    local = attempt_metadata(attempt, test, "n1")["log"]
+    assert isinstance(local, dg.PathMetadataValue) and local.path == str(log)
+    attempt.details["log_uri"] = "s3://bucket/state/logs/n1/attempt1.log"
+    stored = attempt_metadata(attempt, test, "n1")["log"]
+    assert isinstance(stored, dg.TextMetadataValue) and stored.text == "s3://bucket/state/logs/n1/attempt1.log"

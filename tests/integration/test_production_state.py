@@ -122,6 +122,17 @@ def test_attempt_logs_are_readable_from_s3(production):
     assert "loss went down" in s3.get_object(Bucket=BUCKET, Key=key)["Body"].read().decode()
 
 
+def test_the_ui_names_each_attempts_stored_log_not_the_run_pods_folder(production):
+    """The run pod's folder goes with the pod: a test_runs materialization's `log` is the S3 copy."""
+    summary = json.loads(production["s3"].get_object(
+        Bucket=BUCKET, Key=f"state/runs/{production['night'].run_id}.json")["Body"].read())
+    uris = {a["test_id"]: a["log_uri"] for a in summary["attempts"]}
+    shown = {m.partition: m.metadata["log"].value for m in production["night"].asset_materializations_for_node("test_runs")
+             if m.asset_key == dg.AssetKey("test_runs")}
+    assert shown and shown == uris
+    assert all(v.startswith(f"s3://{BUCKET}/state/logs/") for v in shown.values()), shown
+
+
 def test_history_and_calibrate_read_the_production_history_when_told_the_deployment(production, capsys, monkeypatch):
     """From a maintainer's laptop (no NIGHTLY_DEPLOYMENT): --deployment names the store the pods wrote."""
     monkeypatch.delenv("NIGHTLY_DEPLOYMENT")

@@ -28,6 +28,12 @@ NO_COMPLETION_RECORD = "exited before the test finished (exit code 0 without the
 RETRIABLE = frozenset({"evicted", "preempted", "node_lost", "node_shutdown", "gpu_unusable", "image_pull",
                        "preflight_hung", "startup_timeout"})
 
+#: what the container runtime, never the test's process, reports of a container it lost: the kubelet's
+#: ContainerStatusUnknown (exit 137, "could not be located") and containerd's Unknown (exit 255) after a
+#: node crashed and rebooted before its pods were marked NotReady or evicted; a process that exits by
+#: itself ends Completed or Error
+_LOST_BY_RUNTIME = frozenset({"ContainerStatusUnknown", "Unknown"})
+
 _PULL_WAITING = frozenset({"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull"})
 _CONFIG_WAITING = frozenset({"CreateContainerConfigError", "CreateContainerError"})
 
@@ -219,6 +225,8 @@ def classify(
     if phase == "Succeeded" and term.get("exitCode", 0) == 0:
         return _test("passed", "", node) if finished(last_pod) else _test("failed", NO_COMPLETION_RECORD, node)
     if phase in ("Failed", "Succeeded"):
+        if term.get("reason") in _LOST_BY_RUNTIME:
+            return _infra("node_lost", node)  # the node lost the container: another node may well pass
         if term.get("exitCode") == RESULT_NOT_WRITTEN and attempt_token(last_pod) and result_not_written(last_pod):
             return _infra("result_not_written", node)  # the wrapper could not write its record: the test's outcome is unknown
         if term:
@@ -278,6 +286,8 @@ def explain(last_pod: dict[str, Any] | None, verdict: Verdict) -> str:
         parts.append(f"container={term.get('reason', '')} exit={term.get('exitCode')}")
         if completion_record(last_pod).get("error"):
             parts.append(f"error={str(completion_record(last_pod)['error'])[:200]!r}")
+        elif term.get("reason") in _LOST_BY_RUNTIME and term.get("message"):
+            parts.append(f"said={str(term['message']).strip()[-200:]!r}")
     elif wait:
         parts.append(f"waiting={wait.get('reason', '')}")
     message = status.get("message") or wait.get("message") or (sched or {}).get("message") or ""

@@ -136,6 +136,25 @@ def terminated(phase: str, exit_code: int, reason: str, pod_reason: str = "", me
     return m
 
 
+#: the kubelet's message on a container it cannot find once the pod ends (its node crashed and rebooted)
+NOT_LOCATED = "The container could not be located when the pod was terminated"
+
+
+def container_lost(reason: str = "ContainerStatusUnknown", exit_code: int = 137, message: str = NOT_LOCATED):
+    """The runtime lost the test container (a node that crashed and rebooted before its pods were marked
+    NotReady or evicted): the kubelet's ContainerStatusUnknown, or containerd's Unknown with exit 255;
+    no pod-level reason, no condition."""
+    def m(pod: Pod) -> None:
+        st = _status(pod)
+        st["phase"] = "Failed"
+        state = {"exitCode": exit_code, "reason": reason, "startedAt": now(), "finishedAt": now()}
+        if message:
+            state["message"] = message
+        _container(pod, {"terminated": state})
+        _cond(pod, "Ready", "False", "PodFailed")
+    return m
+
+
 def disruption(reason: str, ctype: str = "DisruptionTarget"):
     return lambda pod: _cond(pod, ctype, "True", reason, f"{reason} (stand-in)")
 

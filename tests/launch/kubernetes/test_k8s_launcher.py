@@ -12,6 +12,7 @@ from pathlib import Path
 import kubernetes_validate
 import pytest
 
+from pipelines.core.health import detect_bad_nodes
 from pipelines.core.specs import DeploymentSpec, PoolSpec
 from pipelines.launch.base import LaunchRequest
 from pipelines.launch.kubernetes.launcher import KubernetesLauncher, attempt_log_path
@@ -145,6 +146,8 @@ def _bad_first_node(*mutations):
     ("gpu_unusable", (pods.preflight_failed(86),)),
     ("node_lost", (pods.node_not_ready(),)),
     ("node_lost", (pods.node_not_ready(), pods.disruption("DeletionByTaintManager"))),
+    ("node_lost", (pods.container_lost(),)),  # the node rebooted before it was marked NotReady
+    ("node_lost", (pods.container_lost("Unknown", 255, message=""),)),
 ])
 def test_node_trouble_is_infra_and_retried_on_another_node(tmp_path, reason, mutations):
     final, seen, server, _ = run(tmp_path, _bad_first_node(*mutations))
@@ -155,6 +158,26 @@ def test_node_trouble_is_infra_and_retried_on_another_node(tmp_path, reason, mut
     assert final.attempt == 2 and final.log_path.endswith("grpo.attempt2.log")
     assert final.details["attempts"] == f"1:infra_error/{reason}@h200-a; 2:passed@h200-b"
     assert not server.state.pods, "every attempt's pod is cleaned up"
+
+
+@pytest.mark.parametrize("reason, exit_code", [("ContainerStatusUnknown", 137), ("Unknown", 255)])
+def test_containers_lost_in_a_node_reboot_are_the_nodes_evidence_not_the_tests_failures(tmp_path, reason, exit_code):
+    """Two tests lose their container on h200-a (rebooted before it was marked NotReady): each passes on
+    another node, and h200-a is the bad node, by the infra rule, with no test failure counted."""
+    script = _bad_first_node(pods.container_lost(reason, exit_code))
+    seen: list = []
+    with StandInApiServer(script=script) as server:
+        for tid in ("tests/e2e/test_grpo.py", "tests/e2e/test_sft.py"):
+            launch, attempts = launcher(server)
+            req = dataclasses.replace(request(tmp_path), test=make_test(id=tid, path=tid, gpus=4),
+                                      log_path=tmp_path / "logs" / f"{Path(tid).stem}.attempt1.log")
+            assert launch.launch(req).outcome == "passed"
+            seen += attempts
+    assert [(a.outcome, a.reason, a.node) for a in seen] == [("infra_error", "node_lost", "h200-a"), ("passed", "", "h200-b")] * 2
+    assert f"container={reason} exit={exit_code}" in seen[0].details["message"]
+    [finding] = detect_bad_nodes(seen)
+    assert (finding.node, finding.rule) == ("h200-a", "infra")
+    assert finding.evidence.startswith("2 infra error(s) on this node (node_lost x2)"), finding.evidence
 
 
 def test_gpu_vanished_at_admission_is_gpu_unusable_and_retried(tmp_path):

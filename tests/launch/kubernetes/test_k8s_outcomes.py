@@ -41,6 +41,11 @@ ROWS = [
     ("eviction", pod("Failed", "Evicted", [(*DISRUPT, "TerminationByKubelet")], term(137, "ContainerStatusUnknown")),
      ("infra_error", "evicted", True)),
     ("eviction, old kubelet", pod("Failed", "Evicted"), ("infra_error", "evicted", True)),
+    # a node that crashed and rebooted before its pods were marked NotReady or evicted: the runtime lost them
+    ("container not located after a reboot", pod("Failed", state=term(137, "ContainerStatusUnknown")),
+     ("infra_error", "node_lost", True)),
+    ("containerd lost the container", pod("Failed", state=term(255, "Unknown")), ("infra_error", "node_lost", True)),
+    ("a test exiting 255", pod("Failed", state=term(255)), ("failed", "exit_code", False)),
     ("GPU gone at admission", pod("Failed", "UnexpectedAdmissionError"), ("infra_error", "gpu_unusable", True)),
     ("pre-flight: CUDA failed", preflight(86), ("infra_error", "gpu_unusable", True)),
     ("pre-flight: tool missing", preflight(87), ("infra_error", "preflight_tool_missing", False)),
@@ -135,6 +140,16 @@ def test_explain_names_what_the_pod_said():
     text = explain(last, classify(last, False, 0, 60))
     assert text.startswith("evicted: phase=Failed reason=Evicted DisruptionTarget=TerminationByKubelet")
     assert "exit=137" in text and "low on resource: memory" in text and "node=h200-a" in text
+
+
+def test_a_container_the_runtime_lost_is_said_and_someones_delete_still_wins():
+    last = pod("Failed", state=term(137, "ContainerStatusUnknown"))
+    last["status"]["containerStatuses"][0]["state"]["terminated"]["message"] = "The container could not be located"
+    verdict = classify(last, False, 0.0, 60.0)
+    assert "container=ContainerStatusUnknown exit=137 said='The container could not be located'" in explain(last, verdict)
+    # deleted by someone: never retried, whatever the container says
+    assert classify(pod("Failed", state=term(137, "ContainerStatusUnknown"), deleting=True), False, 0.0, 60.0) == Verdict(
+        "infra_error", "deleted", False, "h200-a")
 
 
 def test_explain_quotes_what_a_failed_preflight_said():
