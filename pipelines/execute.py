@@ -31,6 +31,7 @@ from pipelines.core.health import detect_bad_nodes
 from pipelines.core.model import Attempt, Plan, Requirement, Test
 from pipelines.core.plan.accuracy import night_record, record_to_json
 from pipelines.core.runset import RunSelection, RunSet
+from pipelines.interrupts import deliver, held_signals
 from pipelines.launch.base import Launcher
 from pipelines.launch.dispatch import DispatchResult
 from pipelines.night import UNSAVED, Night, ResultsNotStored, SamplesNotStored
@@ -120,7 +121,8 @@ def run_tests(night: Night, runset: RunSet, selection: RunSelection, *, launcher
         yield from _run_planned(night, runset, selection, tests, plan, progress, launcher, say, infra, tags)
     except BaseException as exc:
         if not progress.done:  # ended before its record: say how, keep what finished
-            progress.write(*_how_it_ended(exc))
+            with held_signals():  # a second Ctrl-C would leave the record saying "running"
+                progress.write(*_how_it_ended(exc))
         raise
 
 
@@ -187,8 +189,9 @@ def _run_planned(night: Night, runset: RunSet, selection: RunSelection, tests: l
     except BaseException:  # interrupted: what ran is recorded before the interruption goes on
         if "result" in outcome:
             try:
-                record(outcome["result"], ["interrupted: no new test started after the signal; running tests "
-                                           "were killed and recorded as `interrupted`"], True)
+                with held_signals():  # a second Ctrl-C here would lose the record
+                    record(outcome["result"], ["interrupted: no new test started after the signal; running "
+                                               "tests were killed and recorded as `interrupted`"], True)
             except ResultsNotStored as exc:
                 say(f"error: {exc}")  # said; the interruption goes on
         raise
@@ -405,17 +408,28 @@ def _dispatch(night: Night, plan: Plan, tests: list[Test], launcher: Launcher, s
                     say(still_running(now_running, time.monotonic()))
                     said = time.monotonic()
                 continue
-            yield report(attempt)
+            with held_signals(stopping=False) as held:  # taken off the queue: handed on before a signal acts
+                event = report(attempt)
+            yield event
+            deliver(held)
             said = time.monotonic()
     except BaseException as exc:  # interrupted (SIGINT/SIGTERM, a terminated run): stop, kill, keep what ran
-        stop.set()
-        interrupt = getattr(launcher, "interrupt", None) or getattr(launcher, "cancel_all", None)
-        if interrupt is not None:
-            interrupt()  # local: kill the process trees; Kubernetes: delete the pods
-        worker.join()
+        with held_signals():  # a second Ctrl-C must not cut this short: the night's result would be lost
+            stop.set()
+            interrupt = getattr(launcher, "interrupt", None) or getattr(launcher, "cancel_all", None)
+            if interrupt is not None:
+                interrupt()  # local: kill the process trees; Kubernetes: delete the pods
+            worker.join()
         if not isinstance(exc, GeneratorExit):  # still iterated: the killed attempts are reported like any other
             while not finished.empty():
-                yield report(finished.get())
+                with held_signals():
+                    killed = report(finished.get())
+                try:
+                    yield killed
+                except GeneratorExit:
+                    raise
+                except BaseException:  # noqa: BLE001 - another signal (in Dagster's frame): the rest still reported
+                    continue
         raise
     worker.join()
     if "error" in outcome:

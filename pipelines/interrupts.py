@@ -20,6 +20,7 @@ tells a command whether SIGINT/SIGTERM arrived, whoever's handler took it.
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import socket
 import threading
@@ -70,3 +71,54 @@ def signals_seen() -> Iterator[set[int]]:
                 seen.update(n for n in chunk if n in INTERRUPTING)
         reader.close()
         writer.close()
+
+
+#: said once when a signal arrives while a night is being stopped
+STILL_STOPPING = ("nightly: still stopping the night: killing its tests and writing its record; this signal is "
+                  "noted, not acted on (kill -9 only if this hangs: the next night reaps what is left)\n")
+
+
+@contextlib.contextmanager
+def held_signals(stopping: bool = True) -> Iterator[list[int]]:
+    """SIGINT and SIGTERM wait while the block runs; the list says which came.
+
+    ``stopping``: the block stops an interrupted night (its tests killed, its record written), which
+    a second Ctrl-C would cut short and lose; the held signals are said once and dropped (the first
+    interruption is already on its way). Otherwise the block is one step of reporting that must not
+    be cut in half (a finished test taken off the queue but not yet handed on): the caller passes
+    the list to :func:`deliver` once the step is done. Only the main thread may set handlers;
+    elsewhere signals are not delivered to the block anyway.
+    """
+    held: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield held
+        return
+
+    def hold(signum: int, _frame) -> None:
+        if stopping and not held:
+            with contextlib.suppress(OSError):  # a handler may not log: os.write is safe here
+                os.write(2, STILL_STOPPING.encode())
+        held.append(signum)
+
+    previous = {sig: signal.getsignal(sig) for sig in INTERRUPTING}
+    for sig in INTERRUPTING:
+        signal.signal(sig, hold)
+    try:
+        yield held
+    finally:
+        for sig, handler in previous.items():
+            if handler is not None:  # None: set outside Python, cannot be put back (left as ours)
+                signal.signal(sig, handler)
+
+
+def deliver(held: list[int]) -> None:
+    """Hand the first signal :func:`held_signals` held to the handler in place now, here, as Python
+    would have: a handler that raises raises in this frame. Not by sending it again: ``nightly run``
+    blocks SIGINT in every thread and relays it, so a signal a thread sends to itself stays pending."""
+    if not held:
+        return
+    handler = signal.getsignal(held[0])
+    if callable(handler):
+        handler(held[0], None)
+    elif handler == signal.SIG_DFL:  # the OS default ends the process: as the signal would have
+        os.kill(os.getpid(), held[0])

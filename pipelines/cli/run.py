@@ -267,7 +267,9 @@ def _execute(night, args, selection, env: dict[str, str], home: Path) -> int:
             where = f"finished tests are kept in history and the night's record {night.state.uri(f'runs/{run_id}.json')}"
             resume = ("run the same `nightly run` again (it runs the whole selection; interrupted attempts never "
                       "feed calibration)")
-        print(f"nightly: interrupted: running tests were killed and recorded as `interrupted`; {where} (Dagster run "
+        killed = ("running tests were killed and recorded as `interrupted`" if (summary or {}).get("attempts") or kept
+                  else "no test had started (the night was preparing its inputs)")
+        print(f"nightly: interrupted: {killed}; {where} (Dagster run "
               f"{run_id} CANCELED)" + (f"; its report: {report}" if report else "") + f"\nnightly: to resume, "
               f"{resume}", file=sys.stderr)
         return EXIT_INTERRUPTED

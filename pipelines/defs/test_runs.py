@@ -53,7 +53,9 @@ from pipelines.defs.resources import NightlyResource
 from pipelines.defs.runs import canceled_on_interrupt, fail_stale_runs, process_tags
 from pipelines.defs.tags import launch_reason, run_tags
 from pipelines.execute import Finished, InputFailed, InputReady, NightDone, Planned, run_tests
+from pipelines.interrupts import deliver, held_signals
 
+_DONE = object()  # the end of a conversion
 KIND_ASSET = {"model": MODEL_WEIGHTS, "dataset": DATASETS, "conversion": CONVERTED}
 #: the outcome of a test file whose registration does not load (reported failed, with the problems)
 UNLOADABLE = "registration does not load"
@@ -267,21 +269,44 @@ class _Reporter:
         """The Pipes path's held attempt, as the step's result."""
         return _held_attempt(self.held, final=True, context=self.context)
 
+    def each(self):
+        """The conversion under way, one Dagster event at a time. A signal while one is made waits
+        until it is handed to Dagster: raised in the conversion, it would drop the rest (a check
+        result after its test's materialization)."""
+        while True:
+            with held_signals(stopping=False) as held:
+                e = next(self.current, _DONE)
+            if e is _DONE:
+                deliver(held)
+                return
+            yield e
+            deliver(held)
+
+    def after(self, events, exc: BaseException):
+        """After ``exc`` in our frame or Dagster's (a signal while we reported, not while the night
+        ran): the rest of the conversion under way, then the night interrupted with it as if it had
+        landed there (tests killed, record written), and what it still reports: the killed tests.
+        A night that ``exc`` already ended reports nothing more."""
+        for e in self.current:  # noqa: UP028 - the conversion object is shared: see _dagster_events
+            yield e
+        try:
+            event = events.throw(exc)
+        except BaseException:  # noqa: BLE001 - the night ended (with exc, or its record's failure)
+            return
+        while True:
+            self.current = self.of(event)
+            for e in self.current:  # noqa: UP028
+                yield e
+            try:
+                event = next(events)
+            except BaseException:  # noqa: BLE001 - the night ended as an interrupted one: its record is written
+                return
+
     def stopped(self, events, store) -> None:
         """The night left suspended by an interrupt that landed in Dagster's frame, after the step
-        failed: the rest of the conversion under way, then the night interrupted as in our own frame,
-        and what it still reports (the attempts it killed) stored by ``store``, as nothing can be
-        yielded now."""
-        for e in self.current:
+        failed: as :meth:`after`, each Dagster event stored by ``store``, as nothing can be yielded now."""
+        for e in self.after(events, dg.DagsterExecutionInterruptedError()):
             store(self._loggable(e))
-        try:
-            self.current = self.of(events.throw(dg.DagsterExecutionInterruptedError()))
-            while True:
-                for e in self.current:
-                    store(self._loggable(e))
-                self.current = self.of(next(events))
-        except (StopIteration, KeyboardInterrupt, dg.DagsterExecutionInterruptedError):
-            pass  # the night ended as an interrupted one: its record is written
         for e in self.end():
             store(self._loggable(e))
 
@@ -298,11 +323,11 @@ def _dagster_events(reporter: _Reporter, events):
     try:
         for event in events:
             reporter.current = reporter.of(event)
-            for e in reporter.current:  # noqa: UP028 - `yield from` would close it: the rest is reporter.stopped's
-                yield e
+            yield from reporter.each()  # not the conversion itself: a close leaves its rest to reporter.stopped
     except GeneratorExit:  # closed by Dagster while suspended here: nothing more may be yielded
         raise
-    except BaseException:  # the night failed or was interrupted after its last attempt: still its result
+    except BaseException as exc:  # the night failed or was interrupted: still its result, and what it reports
+        yield from reporter.after(events, exc)
         yield from reporter.end()
         raise
     yield from reporter.end()
