@@ -45,7 +45,7 @@ from pipelines.core.model import (
 from pipelines.core.plan import make_plan, pool_for
 from pipelines.core.plan.durations import duration_model
 from pipelines.core.plan.planner import planned_tests
-from pipelines.core.report import Row, night_rows
+from pipelines.core.report import Row, night_rows, replaces_latest
 from pipelines.core.runset import RunSelection, RunSet, resolve_run
 from pipelines.core.specs import PoolSpec, RepoSpec, Specs, load_specs, project_path, unconfigured_spec
 from pipelines.launch.base import Launcher, LaunchRequest
@@ -799,8 +799,33 @@ class Night:
         store.put(f"nights/{summary['night']}.json", text)
         store.put(f"runs/{safe_filename(summary['run_id'])}.json", text)
         if store is self.state:
-            store.put("nights/latest.json", text)
+            self._write_latest(store, summary, text)
         return summary
+
+    def _write_latest(self, store: StateStore, summary: dict, text: str) -> None:
+        """``nights/latest.json`` becomes this record unless it holds a night that started later (a run
+        whose step outlived its worker writes its record late): read and replaced as one ``update``, under a
+        file lock locally and as a conditional write on S3, so a newer night's record is never overwritten
+        by an older one, whichever writes last. The run's own keys are written either way."""
+
+        class Newer(Exception):
+            pass
+
+        def change(current: str | None) -> str:
+            try:
+                latest = json.loads(current) if current else None
+            except ValueError:  # a damaged latest.json orders nothing: replaced
+                latest = None
+            if isinstance(latest, dict) and not replaces_latest(latest, summary):
+                raise Newer(latest.get("night"))
+            return text
+
+        try:
+            store.update("nights/latest.json", change)
+        except Newer as newer:
+            log.info("%s: left as it is: it holds night %s, which started after this night (%s); this run's "
+                     "record is %s", store.uri("nights/latest.json"), newer, summary["night"],
+                     store.uri(f"runs/{safe_filename(summary['run_id'])}.json"))
 
     def keep_unsaved(self, summary: dict, samples: list, attempts: Iterable[Attempt], why: str,
                      record_stored: bool = False) -> ResultsNotStored:

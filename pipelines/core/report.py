@@ -12,6 +12,7 @@ import json
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields
+from datetime import UTC, datetime
 
 from pipelines.core.calibrate.evidence import NearTimeout, drift, near_timeout, recorded_floor
 from pipelines.core.calibrate.policies import parse_time
@@ -223,6 +224,24 @@ class ReportData:
     #: deployment up to this one (``pipelines.core.plan.accuracy``), and the lines the page shows
     prediction_error: PredictionError | None = None
     prediction: tuple[str, ...] = ()
+
+
+def night_started(summary: Mapping) -> datetime | None:
+    """When a record's night started, to the second, from its id (``2026-12-04T165637Z-a6314ba1``, the
+    time its run began and 8 characters of the run id); None for an id of another shape."""
+    try:
+        return datetime.strptime(str(summary.get("night") or "")[:18], "%Y-%m-%dT%H%M%SZ").replace(tzinfo=UTC)
+    except ValueError:
+        return None
+
+
+def replaces_latest(latest: Mapping | None, summary: Mapping) -> bool:
+    """Whether a run's record may replace ``latest`` (``nights/latest.json``, the newest run's record): not
+    when ``latest`` is of a night that started later, which a run that outlived its worker, writing its
+    record late, must not hide. Nights started in the same second, and records whose start cannot be read,
+    are not ordered: the record replaces it, as a night's own rewrites do."""
+    mine, theirs = night_started(summary), night_started(latest or {})
+    return mine is None or theirs is None or theirs <= mine
 
 
 def attempts_of(summary: Mapping) -> list[Attempt]:

@@ -5,6 +5,9 @@ SIGINT/SIGTERM to ``nightly run`` (or to a run worker) is such a request, so the
 before the interruption goes on, wherever the signal landed (see :func:`canceled_on_interrupt`).
 Runs executed in-process (the CLI) have no run monitor: a
 ``kill -9`` leaves them STARTED forever, so every run marks dead ones on this host as failed.
+A step that Dagster's multiprocess executor runs in a child of the run worker outlives a worker
+killed with SIGKILL (the code server marks the run failed, nobody stops the step), so such a step
+watches its worker and interrupts its night when the worker is gone (:func:`interrupted_if_worker_dies`).
 The process tags name the run they were written for: Dagster's Re-execute copies every tag of the
 run it re-executes, whose process has ended, and that process says nothing about the re-execution.
 """
@@ -14,7 +17,9 @@ from __future__ import annotations
 import contextlib
 import multiprocessing
 import os
+import signal
 import socket
+import threading
 from collections.abc import Callable, Generator, Iterator
 
 import dagster as dg
@@ -55,6 +60,50 @@ def _multiprocess_step() -> bool:
     target = getattr(me, "_target", None)
     return (getattr(target, "__module__", "") == "dagster._core.executor.child_process_executor"
             and any(type(arg).__name__ == "MultiprocessExecutorChildProcessCommand" for arg in getattr(me, "_args", ())))
+
+
+#: how often a step in a child of its run worker checks that the worker still lives (seconds)
+WORKER_POLL_S = 1.0
+
+
+@contextlib.contextmanager
+def interrupted_if_worker_dies(say: Callable[[str], None], poll_s: float = WORKER_POLL_S) -> Iterator[None]:
+    """While the block runs in a step child of Dagster's multiprocess executor, a thread watches the
+    run worker that started it; once the worker is gone (kill -9, OOM kill) it says so with ``say``
+    and interrupts this process as Dagster does when it terminates a step (SIGINT to itself): the
+    night stops, kills its running tests, records them `interrupted` and writes its record, instead
+    of running on orphaned with the tests' GPUs until their timeouts. Nothing is watched in a run's
+    own process (``nightly run``, in-process executors): the run worker is this process there.
+
+    The worker is watched through multiprocessing's parent sentinel, a pipe that reads EOF once the
+    worker has died, so a PID reused since cannot pass for it."""
+    parent = multiprocessing.parent_process()
+    if parent is None or not _multiprocess_step():
+        yield
+        return
+    done = threading.Event()
+
+    def watch() -> None:
+        while not done.wait(poll_s):
+            if parent.is_alive():
+                continue
+            # the worker reads this step's events no more: exiting must not wait to hand them over
+            for arg in getattr(multiprocessing.current_process(), "_args", ()):
+                with contextlib.suppress(Exception):
+                    if hasattr(arg, "cancel_join_thread"):
+                        arg.cancel_join_thread()
+            with contextlib.suppress(Exception):  # saying why must not keep the tests running
+                say(f"the run worker (PID {parent.pid}) that started this step is gone (killed?); interrupting "
+                    "the night: running tests are killed and recorded as `interrupted`, the record is written")
+            if not done.is_set():
+                os.kill(os.getpid(), signal.SIGINT)  # as Dagster's own termination of a step
+            return
+
+    threading.Thread(target=watch, name="nightly-worker-watch", daemon=True).start()
+    try:
+        yield
+    finally:
+        done.set()
 
 
 def process_tags(run_id: str) -> dict[str, str]:

@@ -50,7 +50,12 @@ from pipelines.defs.metadata import (
     unexcused_checks,
 )
 from pipelines.defs.resources import NightlyResource
-from pipelines.defs.runs import canceled_on_interrupt, fail_stale_runs, process_tags
+from pipelines.defs.runs import (
+    canceled_on_interrupt,
+    fail_stale_runs,
+    interrupted_if_worker_dies,
+    process_tags,
+)
 from pipelines.defs.tags import launch_reason, run_tags
 from pipelines.execute import Finished, InputFailed, InputReady, NightDone, Planned, run_tests
 from pipelines.interrupts import deliver, held_signals
@@ -399,6 +404,12 @@ def build_test_runs(catalog: Catalog, test_parts: dg.PartitionsDefinition, deps:
               description="Runs the picked tests together on free GPUs; one partition per test id "
                           "(outcome, elapsed, est_time, timeout, node and log of each attempt).")
     def test_runs(context: dg.AssetExecutionContext, config: TestRunsConfig, nightly: NightlyResource):
+        # a step in a child of the run worker must not run on when the worker is killed (kill -9)
+        with interrupted_if_worker_dies(lambda m: _say(context, m, "error")):
+            yield from run_night(context, config, nightly)
+
+    def run_night(context: dg.AssetExecutionContext, config: TestRunsConfig, nightly: NightlyResource):
+        """The asset's body: the run's tests, from its config and partition keys to its record."""
         env = config.extra_env(os.environ)
         night = nightly.night(run_id=context.run.run_id, extra_env=tuple(sorted(env.items())),
                               timeout_floor_s=config.floor(), cadence=config.cadence or "release")

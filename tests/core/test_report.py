@@ -13,7 +13,7 @@ import pytest
 
 from pipelines.core.flaky import FlakyState, record, replay
 from pipelines.core.model import Attempt, Test
-from pipelines.core.report import build_report, markdown, night_rows, table, to_json
+from pipelines.core.report import build_report, markdown, night_rows, replaces_latest, table, to_json
 from tests.reporting.nights import (
     BACKEND,
     ESTIMATES,
@@ -588,3 +588,12 @@ def test_the_page_names_a_retried_infra_errors_node_once():
     assert "infra: evicted on h200-c on attempt 1; passed on attempt 2 on h200-a</p>" in page.replace(" &middot;", "</p>")
     assert "on h200-a on h200-c" not in page
     assert " on h200-d" in page  # a last attempt's infra line still names its node
+
+
+def test_only_a_night_that_started_later_keeps_latest_json_from_a_record():
+    older, newer = {"night": "2026-12-04T165637Z-a6314ba1"}, {"night": "2026-12-04T170002Z-0b7c1d2e"}
+    assert not replaces_latest(newer, older)  # a run that outlived its worker, writing late
+    assert replaces_latest(older, newer) and replaces_latest(newer, newer)  # the newest, and a night's own rewrite
+    same_second = {"night": "2026-12-04T170002Z-ffffffff"}
+    assert replaces_latest(newer, same_second) and replaces_latest(same_second, newer)  # not ordered: as before
+    assert replaces_latest(None, older) and replaces_latest({"night": "n1"}, older) and replaces_latest(newer, {})

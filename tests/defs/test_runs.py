@@ -3,12 +3,20 @@
 from __future__ import annotations
 
 import os
+import threading
+import time
 import uuid
 
 import dagster as dg
 import pytest
 
-from pipelines.defs.runs import TAG_PID, TAG_PID_RUN, fail_stale_runs, process_tags
+from pipelines.defs.runs import (
+    TAG_PID,
+    TAG_PID_RUN,
+    fail_stale_runs,
+    interrupted_if_worker_dies,
+    process_tags,
+)
 
 
 @dg.op
@@ -38,6 +46,35 @@ def test_a_run_whose_step_ran_in_a_child_process_is_tagged_with_its_run_worker()
                                                 tags={**run.tags, TAG_PID_RUN: same}))
         assert fail_stale_runs(instance, "another") == []
         assert instance.get_run_by_id(ending.run_id).status == dg.DagsterRunStatus.STARTED
+
+
+@dg.op
+def watch_its_worker(context):
+    """What test_runs does around the night: watch the run worker; tags the run with whether it did."""
+    with interrupted_if_worker_dies(context.log.error, poll_s=0.05):
+        time.sleep(0.5)  # several polls while the worker lives: none may interrupt the step
+        watching = any(t.name == "nightly-worker-watch" for t in threading.enumerate())
+    context.instance.add_run_tags(context.run.run_id, {"watching": str(watching)})
+
+
+@dg.job(executor_def=dg.multiprocess_executor)
+def watched():
+    watch_its_worker()
+
+
+@pytest.mark.slow  # one step in a spawned process: ~3 s
+def test_a_step_in_a_child_of_its_run_worker_watches_the_worker_and_a_live_one_never_interrupts_it():
+    with dg.instance_for_test() as instance:
+        with dg.execute_job(dg.reconstructable(watched), instance=instance) as result:
+            assert result.success
+            assert instance.get_run_by_id(result.run_id).tags["watching"] == "True"
+
+
+def test_a_run_in_its_own_process_watches_no_worker():
+    """`nightly run`, execute_in_process: the run worker is this process; nothing to watch."""
+    with dg.instance_for_test() as instance:
+        result = watched.execute_in_process(instance=instance)
+        assert instance.get_run_by_id(result.run_id).tags["watching"] == "False"
 
 
 def test_a_run_executed_in_process_is_tagged_with_its_own_process():

@@ -3,12 +3,16 @@
 ``run_tests`` on the example with a stand-in launcher (no test processes): the record is stored,
 marked ``running``, before the first test is launched; it is rewritten as each attempt finishes;
 a run that fails mid-way leaves ``failed`` with what finished and why; a run that ends normally
-leaves the whole record (``finished``).
+leaves the whole record (``finished``). ``nights/latest.json`` is the newest night's record: a run that
+started earlier and writes later (its step outlived its worker) never replaces a newer night's, locally
+or in S3.
 """
 
 from __future__ import annotations
 
 import json
+import time
+import uuid
 from datetime import UTC, datetime
 
 import pytest
@@ -17,6 +21,8 @@ from pipelines.core.model import Attempt
 from pipelines.core.runset import RunSelection
 from pipelines.execute import Finished, NightDone, run_tests
 from pipelines.night import Night, NightSettings
+from pipelines.storage.state import S3StateStore
+from tests.support.moto import moto_server, s3_client
 
 pytestmark = pytest.mark.slow  # the example's catalog and inputs
 
@@ -42,8 +48,10 @@ class StandIn:
                        log_path=str(request.log_path), timeout_s=request.timeout_s)
 
 
-def start(tmp_path, fail_at=None):
+def start(tmp_path, fail_at=None, state=None):
     night = Night(NightSettings(home=tmp_path / "home", repo="minirl", deployment="local"))
+    if state is not None:
+        night.state = state
     launcher = StandIn(night, fail_at)
     runset = night.runset(list(TESTS), RunSelection())
     return night, launcher, run_tests(night, runset, RunSelection(), launcher=launcher, say=lambda _: None)
@@ -97,3 +105,44 @@ def test_a_run_stopped_by_its_consumer_before_dispatch_says_interrupted(tmp_path
     data = json.loads(capsys.readouterr().out)  # a night with no attempt at all is still reported
     assert data["run_id"] == night.run_id and not data["verdict"].startswith("OK")
     assert {r["outcome"] for r in data["rows"] if r["test_id"] in TESTS} == {"not_run"}
+
+
+def a_second_later(night: Night) -> None:
+    """Until the clock is past the second ``night`` started in: a night made now started after it."""
+    while datetime.now(UTC).strftime("%Y-%m-%dT%H%M%SZ") <= night.night[:18]:
+        time.sleep(0.01)
+
+
+@pytest.fixture(scope="module")
+def endpoint():
+    with moto_server() as url:
+        yield url
+
+
+@pytest.fixture(params=["local", "s3"])
+def state(request, tmp_path):
+    """None: the night's own state folder; else an S3 state store on a moto server."""
+    if request.param == "local":
+        return None
+    bucket = f"state-{uuid.uuid4().hex[:12]}"
+    client = s3_client(request.getfixturevalue("endpoint"))
+    client.create_bucket(Bucket=bucket)
+    return S3StateStore(bucket, "team-a/nightly", client=client)
+
+
+def test_a_night_that_writes_its_record_after_a_newer_night_ended_leaves_latest_json_to_the_newer_one(tmp_path, state):
+    older, _, older_events = start(tmp_path, state=state)
+    next(e for e in older_events if isinstance(e, Finished))  # its first test ended; the rest are still to run
+    a_second_later(older)
+    newer, _, newer_events = start(tmp_path, state=state)
+    assert newer.night > older.night
+    list(newer_events)
+    store = newer.state
+    newest = json.loads(store.get(f"runs/{newer.run_id}.json"))
+    assert newest["status"] == "finished" and json.loads(store.get("nights/latest.json")) == newest
+
+    list(older_events)  # the older night goes on: a record after each test and its whole one at the end
+    late = json.loads(store.get(f"runs/{older.run_id}.json"))
+    assert late["status"] == "finished" and len(late["attempts"]) == len(TESTS)  # its own record is written
+    assert json.loads(store.get(f"nights/{older.night}.json")) == late
+    assert json.loads(store.get("nights/latest.json")) == newest  # never replaced by the older night's
