@@ -379,6 +379,28 @@ def test_only_the_command_that_runs_a_template_file_says_its_folder(tmp_path, ca
     assert "assumed: .github/workflows/nightly.yml.jinja: test_file is read relative to tests/e2e/ (`" in err
 
 
+@pytest.mark.parametrize("run_line", [
+    "cd tests\\e2e && python ${{ matrix.info.test_file }}",
+    "python tests\\e2e\\${{ matrix.info.test_file }}",
+], ids=["cd", "glued"])
+def test_a_template_folder_written_with_a_backslash_falls_back_to_tests_and_says_why(tmp_path, capsys, run_line):
+    """`cd tests\\e2e` was split as bash does (backslash escapes) and read as folder testse2e/."""
+    (tmp_path / "tests/e2e").mkdir(parents=True)
+    (tmp_path / "tests/e2e/test_one.py").write_text("NUM_GPUS = 1\n")
+    (tmp_path / ".github/workflows").mkdir(parents=True)
+    (tmp_path / ".github/workflows/nightly.yml.jinja").write_text(
+        NIGHTLY_TEMPLATE.replace("RUN", run_line).replace("'test_one.py'", "'e2e/test_one.py'"))
+
+    assert run(["--repo", str(tmp_path), "--json"]) == 0
+    out, err = capsys.readouterr()
+    assert [t["id"] for t in json.loads(out)] == ["tests/e2e/test_one.py"]
+    assert (f"assumed: .github/workflows/nightly.yml.jinja: test_file is read relative to tests/ because `run: {run_line}` "
+            "at line 16 ") in err
+    assert ("backslash, which bash reads as an escape and a Windows shell as a folder separator, so the catalog "
+            "cannot tell the folder (write it with /)\n") in err
+    assert "testse2e" not in err
+
+
 def test_a_missing_template_file_says_where_test_file_is_read_from_and_never_hints_at_roots(tmp_path, capsys):
     (tmp_path / "tests/e2e").mkdir(parents=True)
     (tmp_path / "tests/e2e/test_one.py").write_text("NUM_GPUS = 1\n")

@@ -336,6 +336,9 @@ def _folder_of(before: str) -> str:
     for segment in earlier:
         if not _changes_folder(segment):
             continue
+        if "\\" in segment:  # bash reads `cd tests\e2e` as testse2e, a Windows shell as tests/e2e
+            return ("?names its folder with a backslash, which bash reads as an escape and a Windows shell as a "
+                    "folder separator, so the catalog cannot tell the folder (write it with /)")
         try:
             words = shlex.split(segment)
         except ValueError:
@@ -353,6 +356,9 @@ def _folder_of(before: str) -> str:
             return "?changes to a folder the catalog cannot read (a variable, an absolute path or an option)"
         parts.append(target[0])
     glued = re.split(r"\s", last)[-1].lstrip("'\"")
+    if "\\" in glued:
+        return ("?glues to the file's name a path with a backslash, which bash reads as an escape and a Windows shell "
+                "as a folder separator, so the catalog cannot tell the folder (write it with /)")
     if glued and (not glued.endswith("/") or not _PLAIN_FOLDER.fullmatch(glued) or glued.startswith(("/", "-"))):
         return "?builds the file's path in a way the catalog cannot read"
     folder = posixpath.normpath(posixpath.join(".", *parts, glued))
