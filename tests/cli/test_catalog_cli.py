@@ -417,3 +417,54 @@ def test_a_missing_template_file_says_where_test_file_is_read_from_and_never_hin
             "run line (`cd tests/e2e && python ${{ matrix.info.test_file }}`)\n") in err
     assert "--roots" not in err
     assert err.endswith("nightly catalog: no test loaded; fix the 1 problem(s) above (each says how)\n")
+
+
+def test_a_register_like_helper_the_test_file_binds_itself_is_left_alone(tmp_path, capsys):
+    """`def register_trace_ci(name): ...` then `register_trace_ci("ckpt")`, or one imported from a helper module,
+    was "not a register function ... define register_trace_ci in minirl/ci_register.py", and every night exited 3;
+    a name imported from the registry module that it lacks, and an unbound one, are still problems."""
+    (tmp_path / "minirl").mkdir()
+    (tmp_path / "minirl/ci_register.py").write_bytes((EXAMPLE / "minirl/ci_register.py").read_bytes())
+    (tmp_path / "tests/e2e").mkdir(parents=True)
+    (tmp_path / "tests/helpers").mkdir()
+    (tmp_path / "tests/helpers/trace.py").write_text("def register_span_ci(name):\n    return name\n")
+    (tmp_path / "tests/e2e/test_x.py").write_text(textwrap.dedent("""\
+        from minirl.ci_register import register_cuda_ci, register_npu_ci
+        from tests.helpers.trace import register_span_ci
+        from tests.helpers import trace as _trace
+        register_cuda_ci(100, "stage-b-1-gpu-h100", labels=["lora"])
+
+
+        def register_trace_ci(name):
+            return name
+
+
+        class register_hook_ci:
+            pass
+
+
+        try:
+            register_env_ci = _trace.register_span_ci
+        except AttributeError:
+            pass
+        register_trace_ci("ckpt")
+        register_span_ci("ckpt")
+        register_hook_ci()
+        register_env_ci("x")
+        register_npu_ci(100, "stage-b-1-npu-a3")
+        register_xpu_ci(100, "stage-b-1-xpu")
+        """))
+
+    assert run(["--repo", str(tmp_path), "--strict"]) == 1
+    problems = [line for line in capsys.readouterr().err.splitlines() if not line.startswith(("assumed:", "nightly"))]
+    assert [line.split(": not a register function")[0] for line in problems] == [
+        "tests/e2e/test_x.py:23: register_npu_ci", "tests/e2e/test_x.py:24: register_xpu_ci"]
+    # no registry module in the repo (an SGLang checkout read with profile m): its ci_register still counts as one
+    (tmp_path / "minirl/ci_register.py").unlink()
+    (tmp_path / "tests/helpers/trace.py").write_text("register_span_ci = print\n")  # a `def` would be a registry module
+    (tmp_path / "tests/e2e/test_x.py").write_text(
+        "from sglang.test.ci.ci_register import register_amd_ci\nfrom tests.helpers.trace import register_span_ci\n"
+        'register_amd_ci(est_time=60, suite="nightly-amd-1-gpu")\nregister_span_ci("ckpt")\n')
+    assert run(["--repo", str(tmp_path), "--roots", "tests/e2e"]) == 1
+    problems = [line for line in capsys.readouterr().err.splitlines() if ": not a register function" in line]
+    assert [line.split(": not a register function")[0] for line in problems] == ["tests/e2e/test_x.py:3: register_amd_ci"]
