@@ -357,6 +357,50 @@ def test_a_template_job_that_cds_into_a_folder_finds_its_files_there(tmp_path, c
     assert "assumed: .github/workflows/nightly.yml.jinja: test_file is read relative to tests/e2e/ (`" in err
 
 
+@pytest.mark.parametrize("run_line", [
+    '|\n          echo "Running ${{ matrix.info.test_file }} on $(hostname)"\n          cd tests/e2e\n'
+    "          python ${{ matrix.info.test_file }}",
+    "echo ${{ matrix.info.test_file }} && cd tests/e2e && torchrun --nproc_per_node 1 ${{ matrix.info.test_file }} "
+    "| tee logs/${{ matrix.info.test_file }}.log",
+    "|\n          cd tests/e2e\n          FOO=1 timeout 600 python3 -u ${{ matrix.info.test_file }}\n"
+    "          mv logs/${{ matrix.info.test_file }}.out .",
+], ids=["echo first", "echo and tee on its line", "mv after"])
+def test_only_the_command_that_runs_a_template_file_says_its_folder(tmp_path, capsys, run_line):
+    """An `echo`, `tee` or `mv` naming the file counted as a run line too: the lines disagreed, the file was
+    looked for under tests/ and every entry did not exist."""
+    (tmp_path / "tests/e2e").mkdir(parents=True)
+    (tmp_path / "tests/e2e/test_one.py").write_text("NUM_GPUS = 1\n")
+    (tmp_path / ".github/workflows").mkdir(parents=True)
+    (tmp_path / ".github/workflows/nightly.yml.jinja").write_text(NIGHTLY_TEMPLATE.replace("RUN", run_line))
+
+    assert run(["--repo", str(tmp_path), "--strict", "--json"]) == 0
+    out, err = capsys.readouterr()
+    assert [t["id"] for t in json.loads(out)] == ["tests/e2e/test_one.py"]
+    assert "assumed: .github/workflows/nightly.yml.jinja: test_file is read relative to tests/e2e/ (`" in err
+
+
+@pytest.mark.parametrize("run_line", [
+    "cd tests\\e2e && python ${{ matrix.info.test_file }}",
+    "python tests\\e2e\\${{ matrix.info.test_file }}",
+], ids=["cd", "glued"])
+def test_a_template_folder_written_with_a_backslash_falls_back_to_tests_and_says_why(tmp_path, capsys, run_line):
+    """`cd tests\\e2e` was split as bash does (backslash escapes) and read as folder testse2e/."""
+    (tmp_path / "tests/e2e").mkdir(parents=True)
+    (tmp_path / "tests/e2e/test_one.py").write_text("NUM_GPUS = 1\n")
+    (tmp_path / ".github/workflows").mkdir(parents=True)
+    (tmp_path / ".github/workflows/nightly.yml.jinja").write_text(
+        NIGHTLY_TEMPLATE.replace("RUN", run_line).replace("'test_one.py'", "'e2e/test_one.py'"))
+
+    assert run(["--repo", str(tmp_path), "--json"]) == 0
+    out, err = capsys.readouterr()
+    assert [t["id"] for t in json.loads(out)] == ["tests/e2e/test_one.py"]
+    assert (f"assumed: .github/workflows/nightly.yml.jinja: test_file is read relative to tests/ because `run: {run_line}` "
+            "at line 16 ") in err
+    assert ("backslash, which bash reads as an escape and a Windows shell as a folder separator, so the catalog "
+            "cannot tell the folder (write it with /)\n") in err
+    assert "testse2e" not in err
+
+
 def test_a_missing_template_file_says_where_test_file_is_read_from_and_never_hints_at_roots(tmp_path, capsys):
     (tmp_path / "tests/e2e").mkdir(parents=True)
     (tmp_path / "tests/e2e/test_one.py").write_text("NUM_GPUS = 1\n")
@@ -373,3 +417,54 @@ def test_a_missing_template_file_says_where_test_file_is_read_from_and_never_hin
             "run line (`cd tests/e2e && python ${{ matrix.info.test_file }}`)\n") in err
     assert "--roots" not in err
     assert err.endswith("nightly catalog: no test loaded; fix the 1 problem(s) above (each says how)\n")
+
+
+def test_a_register_like_helper_the_test_file_binds_itself_is_left_alone(tmp_path, capsys):
+    """`def register_trace_ci(name): ...` then `register_trace_ci("ckpt")`, or one imported from a helper module,
+    was "not a register function ... define register_trace_ci in minirl/ci_register.py", and every night exited 3;
+    a name imported from the registry module that it lacks, and an unbound one, are still problems."""
+    (tmp_path / "minirl").mkdir()
+    (tmp_path / "minirl/ci_register.py").write_bytes((EXAMPLE / "minirl/ci_register.py").read_bytes())
+    (tmp_path / "tests/e2e").mkdir(parents=True)
+    (tmp_path / "tests/helpers").mkdir()
+    (tmp_path / "tests/helpers/trace.py").write_text("def register_span_ci(name):\n    return name\n")
+    (tmp_path / "tests/e2e/test_x.py").write_text(textwrap.dedent("""\
+        from minirl.ci_register import register_cuda_ci, register_npu_ci
+        from tests.helpers.trace import register_span_ci
+        from tests.helpers import trace as _trace
+        register_cuda_ci(100, "stage-b-1-gpu-h100", labels=["lora"])
+
+
+        def register_trace_ci(name):
+            return name
+
+
+        class register_hook_ci:
+            pass
+
+
+        try:
+            register_env_ci = _trace.register_span_ci
+        except AttributeError:
+            pass
+        register_trace_ci("ckpt")
+        register_span_ci("ckpt")
+        register_hook_ci()
+        register_env_ci("x")
+        register_npu_ci(100, "stage-b-1-npu-a3")
+        register_xpu_ci(100, "stage-b-1-xpu")
+        """))
+
+    assert run(["--repo", str(tmp_path), "--strict"]) == 1
+    problems = [line for line in capsys.readouterr().err.splitlines() if not line.startswith(("assumed:", "nightly"))]
+    assert [line.split(": not a register function")[0] for line in problems] == [
+        "tests/e2e/test_x.py:23: register_npu_ci", "tests/e2e/test_x.py:24: register_xpu_ci"]
+    # no registry module in the repo (an SGLang checkout read with profile m): its ci_register still counts as one
+    (tmp_path / "minirl/ci_register.py").unlink()
+    (tmp_path / "tests/helpers/trace.py").write_text("register_span_ci = print\n")  # a `def` would be a registry module
+    (tmp_path / "tests/e2e/test_x.py").write_text(
+        "from sglang.test.ci.ci_register import register_amd_ci\nfrom tests.helpers.trace import register_span_ci\n"
+        'register_amd_ci(est_time=60, suite="nightly-amd-1-gpu")\nregister_span_ci("ckpt")\n')
+    assert run(["--repo", str(tmp_path), "--roots", "tests/e2e"]) == 1
+    problems = [line for line in capsys.readouterr().err.splitlines() if ": not a register function" in line]
+    assert [line.split(": not a register function")[0] for line in problems] == ["tests/e2e/test_x.py:3: register_amd_ci"]

@@ -11,7 +11,8 @@ names the suite ``f"{stage}-test-{runner_config}"``. A runner config without a G
 (``1-gpu-large``) is kept whole as the hardware: pools list it as an alias. A bad call gives one
 located :class:`Problem` and the file's other calls still load; so does a module-level call that looks
 like a registration but names no function of the dialect (``register_npu_ci`` where the module lacks it,
-the typo ``register_cuda_cl``), which the runner would skip without a word.
+the typo ``register_cuda_cl``), which the runner would skip without a word, unless the file binds that
+name itself (its own helper: a ``def``, a class, an assignment, an import from another module).
 """
 
 from __future__ import annotations
@@ -72,6 +73,7 @@ def parse_registrations(tree: ast.Module, path: str, source: str, dialect: Diale
     top_lines: set[int] = set()
     backends = dialect.backends
     near: frozenset[int] | None = None  # the lengths of names one edit from a register function
+    own: frozenset[str] | None = None  # the names the file binds itself (its own helpers)
     for stmt in tree.body:  # exact classes: the parser makes no subclasses, and this runs per statement
         if stmt.__class__ is not ast.Expr or stmt.value.__class__ is not ast.Call:
             continue
@@ -83,7 +85,9 @@ def parse_registrations(tree: ast.Module, path: str, source: str, dialect: Diale
             near = near or frozenset(len(n) + d for n in backends for d in (-1, 0, 1))
             if name.startswith("register_") or len(name) in near:  # cheap first: most calls are neither
                 stray = _not_a_register_function(name, tuple(sorted(backends)), dialect.module, dialect.name)
-                problems += [Problem(path, call.lineno, name, stray)] if stray else []
+                if stray:
+                    own = _own_names(tree, dialect.module) if own is None else own
+                    problems += [] if name in own else [Problem(path, call.lineno, name, stray)]
             continue
         top_lines.add(call.lineno)
         try:
@@ -99,6 +103,51 @@ def parse_registrations(tree: ast.Module, path: str, source: str, dialect: Diale
     if aliases.search(source):
         problems = sorted(problems + _aliased(tree, path, backends), key=lambda p: p.line)
     return regs, problems
+
+
+def _own_names(tree: ast.Module, module: str) -> frozenset[str]:
+    """The names the file binds at module level (also inside ``if``/``try``/``with`` blocks) by ``def``, ``class``,
+    assignment or an import from anything but the registry ``module``: a call of one of those is the file's own
+    helper (``def register_trace_ci(name): ...``), not a registration gone astray. With no registry module (a
+    built-in profile), an import from a module named ``ci_register``, the family's, stands for it."""
+    registry = _dotted(module) if module else ()
+    names: set[str] = set()
+    todo: list[ast.stmt] = list(tree.body)
+    while todo:
+        stmt = todo.pop()
+        if isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            names.add(stmt.name)
+        elif isinstance(stmt, ast.Import):
+            names.update((a.asname or a.name).split(".")[0] for a in stmt.names)
+        elif isinstance(stmt, ast.ImportFrom):
+            if not _names_module(stmt.module or "", registry) and not (
+                    not module and (stmt.module or "").split(".")[-1] == "ci_register"):
+                names.update(a.asname or a.name for a in stmt.names)
+        elif isinstance(stmt, ast.Assign):
+            names.update(n.id for t in stmt.targets for n in ast.walk(t) if isinstance(n, ast.Name))
+        elif isinstance(stmt, ast.AnnAssign | ast.AugAssign | ast.For | ast.AsyncFor):
+            names.update(n.id for n in ast.walk(stmt.target) if isinstance(n, ast.Name))
+        elif isinstance(stmt, ast.With | ast.AsyncWith):
+            names.update(n.id for i in stmt.items if i.optional_vars for n in ast.walk(i.optional_vars)
+                         if isinstance(n, ast.Name))
+        if not isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            for field in ("body", "orelse", "finalbody"):
+                todo += getattr(stmt, field, None) or []
+            todo += [s for h in getattr(stmt, "handlers", None) or [] for s in h.body]
+    return frozenset(names)
+
+
+def _dotted(module: str) -> tuple[str, ...]:
+    """``python/sglang/test/ci/ci_register.py`` as import parts: (python, sglang, test, ci, ci_register)."""
+    parts = module.removesuffix(".py").split("/")
+    return tuple(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _names_module(imported: str, registry: tuple[str, ...]) -> bool:
+    """Whether ``from <imported> import ...`` (relative dots dropped) names the registry module: its parts end
+    the module's path (``sglang.test.ci.ci_register`` for ``python/sglang/test/ci/ci_register.py``)."""
+    parts = tuple(p for p in imported.split(".") if p)
+    return 0 < len(parts) <= len(registry) and registry[-len(parts):] == parts
 
 
 #: the family's naming of a register function: a call of such a name the dialect lacks registers nothing

@@ -257,10 +257,11 @@ def run_folder(source: str) -> tuple[str, str, bool]:
     """(folder, what says so, whether the run line said it): the folder of the checkout the template's job runs ``test_file`` from, read
     from its ``run:`` line, e.g. ``tests/e2e`` from ``cd tests/e2e && python ${{ matrix.info.test_file }}``
     or ``tests`` from ``python tests/${{ matrix.info.test_file }}`` (``cd`` commands before the one naming
-    the file, then the path glued in front of it). Where the line cannot be read for sure (a variable, a
+    the file, then the path glued in front of it). Only a command that runs the file (:func:`_runs_file`) counts
+    where there is one. Where the line cannot be read for sure (a variable, a
     ``working-directory:`` elsewhere than the checkout, two lines that disagree), or names no folder, the
     job is taken to run it from ``tests/``, as framework S does, and the second value says why."""
-    found: list[tuple[str, str]] = []
+    found: list[tuple[str, str, bool]] = []
     lines = source.splitlines()
     for m in _WORKING_DIRECTORY.finditer(source):
         value = _WORKSPACE.sub(".", m.group(1)).strip("'\"")
@@ -283,14 +284,17 @@ def run_folder(source: str) -> tuple[str, str, bool]:
             block = lines[start + 1:i + 1]
             cds = [line.strip() for line in block[:-1] if line.strip().startswith(("cd ", "pushd ", "popd"))]
             shown = f"`{'; '.join([*cds, text.strip()])}` in the `run:` block at line {start + 1}"
-        at = _TEST_FILE.search(block[-1])
-        found.append((_folder_of("\n".join([*block[:-1], block[-1][:at.start()]])), shown))  # type: ignore[union-attr]
+        for at in _TEST_FILE.finditer(block[-1]):
+            before = block[-1][:at.start()]
+            found.append((_folder_of("\n".join([*block[:-1], before])), shown, _runs_file(before)))
+    # the command that runs the file decides; an `echo`, `mv` or `tee` naming it too says nothing of its folder
+    found = [f for f in found if f[2]] or found
     if not found:
         return TEST_DIR, "", False
-    folders = {f for f, _ in found}
+    folders = {f for f, _, _ in found}
     if len(folders) > 1:
-        return TEST_DIR, f"its run lines disagree: {'; '.join(s for _, s in found)}", False
-    folder, said = found[0]
+        return TEST_DIR, f"its run lines disagree: {'; '.join(dict.fromkeys(s for _, s, _ in found))}", False
+    folder, said, _ = found[0]
     if folder.startswith("?"):
         return TEST_DIR, f"{said} {folder[1:]}", False
     if not folder:
@@ -298,15 +302,43 @@ def run_folder(source: str) -> tuple[str, str, bool]:
     return folder, said, True
 
 
+#: a program that runs a test file given as its argument (``python3.11``, ``/usr/bin/python`` too)
+_RUNNER = re.compile(r"(?:.*/)?(?:python[0-9.]*|pytest|py\.test|torchrun|accelerate|deepspeed|coverage|mpirun|srun)")
+#: what may stand before the runner: ``NAME=value``, and commands that run the rest of the line as a command
+_PREFIX_WORDS = frozenset({"env", "exec", "time", "nohup", "uv", "poetry", "pdm", "run", "timeout"})
+
+
+def _runs_file(before: str) -> bool:
+    """Whether the file's name that follows ``before`` (the text in front of it on its line) is what a command
+    runs: the command it is in starts, after ``NAME=value`` words and ``env``/``exec``/``timeout N``/``uv run``
+    and the like, with python, pytest, torchrun, accelerate, deepspeed, coverage, mpirun or srun, and not
+    as python's ``-c`` code. An ``echo``, ``mv`` or ``tee`` naming the file does not run it."""
+    command = re.split(r"&&|\|\||;|\||\(", before)[-1]
+    words = command.split()
+    if words and not command[-1].isspace():
+        words = words[:-1]  # the path glued to the file's name, or an opening quote
+    while words and (words[0] in _PREFIX_WORDS or re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*=\S*", words[0])
+                     or (words[0][:1] == "-" or words[0][:1].isdigit())):
+        words = words[1:]  # timeout's options and duration, env's options
+    program = words[0].strip("'\"") if words else ""
+    return _RUNNER.fullmatch(program) is not None and not ("python" in program and "-c" in words[1:])
+
+
 def _folder_of(before: str) -> str:
     """The folder the commands ``before`` the file's name leave the job in, joined with the path glued to the
-    name; ``?<why>`` when the catalog cannot tell it for sure."""
+    name; ``?<why>`` when the catalog cannot tell it for sure. Only commands that change folder count: an
+    ``echo "... $(hostname)"`` before them says nothing of it."""
     before = _WORKSPACE.sub(".", before)
-    if "<<" in before or "`" in before or "$(" in before:
-        return "?computes its folder (a Jinja or shell expression)"
     *earlier, last = re.split(r"&&|;|\n", before)
+    if any(re.search(r"<<|`|\$\(", text) for text in (*filter(_changes_folder, earlier), last)):
+        return "?computes its folder (a Jinja or shell expression)"
     parts: list[str] = []
     for segment in earlier:
+        if not _changes_folder(segment):
+            continue
+        if "\\" in segment:  # bash reads `cd tests\e2e` as testse2e, a Windows shell as tests/e2e
+            return ("?names its folder with a backslash, which bash reads as an escape and a Windows shell as a "
+                    "folder separator, so the catalog cannot tell the folder (write it with /)")
         try:
             words = shlex.split(segment)
         except ValueError:
@@ -324,12 +356,20 @@ def _folder_of(before: str) -> str:
             return "?changes to a folder the catalog cannot read (a variable, an absolute path or an option)"
         parts.append(target[0])
     glued = re.split(r"\s", last)[-1].lstrip("'\"")
+    if "\\" in glued:
+        return ("?glues to the file's name a path with a backslash, which bash reads as an escape and a Windows shell "
+                "as a folder separator, so the catalog cannot tell the folder (write it with /)")
     if glued and (not glued.endswith("/") or not _PLAIN_FOLDER.fullmatch(glued) or glued.startswith(("/", "-"))):
         return "?builds the file's path in a way the catalog cannot read"
     folder = posixpath.normpath(posixpath.join(".", *parts, glued))
     if folder == ".." or folder.startswith("../"):
         return "?leaves the checkout"
     return "" if folder == "." else folder
+
+
+def _changes_folder(segment: str) -> bool:
+    """The command may change the job's folder: it names cd, pushd or popd, or opens a subshell."""
+    return re.search(r"(?:^|[^\w.-])(?:cd|pushd|popd)(?:$|[^\w.-])", segment) is not None or segment.lstrip().startswith("(")
 
 
 def parse_template(source: str, path: str) -> Template:

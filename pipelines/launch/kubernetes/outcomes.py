@@ -139,11 +139,16 @@ def result_not_written(pod: dict[str, Any]) -> bool:
 
 def finished(pod: dict[str, Any]) -> bool:
     """The test ran to its end: a pod with a token needs the wrapper's record carrying that token."""
-    token = attempt_token(pod)
-    if not token:
+    if not attempt_token(pod):
         return True
+    return own_record(pod).get("ok") is True
+
+
+def own_record(pod: dict[str, Any]) -> dict[str, Any]:
+    """The wrapper's finished record carrying this attempt's token ({} without one, or for a pod without a token)."""
+    token = attempt_token(pod)
     record = completion_record(pod)
-    return record.get("finished") is True and record.get("token") == token and record.get("ok") is True
+    return record if token and record.get("finished") is True and record.get("token") == token else {}
 
 
 def node_of(pod: dict[str, Any] | None) -> str:
@@ -226,7 +231,12 @@ def classify(
         return _test("passed", "", node) if finished(last_pod) else _test("failed", NO_COMPLETION_RECORD, node)
     if phase in ("Failed", "Succeeded"):
         if term.get("reason") in _LOST_BY_RUNTIME:
-            return _infra("node_lost", node)  # the node lost the container: another node may well pass
+            # the runtime lost the container; but when the kubelet still copied the wrapper's finished record
+            # (containerd restores an exited container as Unknown/255 after a restart), the test's end is known
+            record = own_record(last_pod)
+            if not record:
+                return _infra("node_lost", node)  # another node may well pass
+            return _test("passed", "", node) if record.get("ok") is True else _test("failed", "exit_code", node)
         if term.get("exitCode") == RESULT_NOT_WRITTEN and attempt_token(last_pod) and result_not_written(last_pod):
             return _infra("result_not_written", node)  # the wrapper could not write its record: the test's outcome is unknown
         if term:
@@ -286,7 +296,7 @@ def explain(last_pod: dict[str, Any] | None, verdict: Verdict) -> str:
         parts.append(f"container={term.get('reason', '')} exit={term.get('exitCode')}")
         if completion_record(last_pod).get("error"):
             parts.append(f"error={str(completion_record(last_pod)['error'])[:200]!r}")
-        elif term.get("reason") in _LOST_BY_RUNTIME and term.get("message"):
+        elif term.get("reason") in _LOST_BY_RUNTIME and term.get("message") and not completion_record(last_pod):
             parts.append(f"said={str(term['message']).strip()[-200:]!r}")
     elif wait:
         parts.append(f"waiting={wait.get('reason', '')}")

@@ -226,3 +226,24 @@ def test_a_pod_deleted_while_its_image_or_config_could_not_be_had_keeps_that_rea
     """dagster-k8s deletes the pod at the first ErrImagePull: the Pipes path must judge it as the
     watch path does after its wait (image_pull, retried elsewhere), not as someone's delete."""
     assert classify(last, True, 0.0, 900.0) == Verdict("infra_error", reason, retriable, "h200-a")
+
+
+@pytest.mark.parametrize("reason, code", [("Unknown", 255), ("ContainerStatusUnknown", 137)])
+def test_a_container_the_runtime_lost_after_the_wrapper_finished_is_judged_by_its_record(reason, code):
+    """containerd restoring an exited container after a restart says Unknown/255 while the kubelet
+    still copied the wrapper's record: the test's own end decides, not the node."""
+    def lost(message):
+        p = wrapped_pod("t-1", message, code=code, phase="Failed")
+        p["status"]["containerStatuses"][0]["state"]["terminated"]["reason"] = reason
+        return p
+
+    failed = lost(record(ok=False, exit_code=1, error="AssertionError: loss did not drop"))
+    verdict = classify(failed, False, 0.0, 60.0)
+    assert verdict == Verdict("failed", "exit_code", False, "h200-a")
+    assert "error='AssertionError: loss did not drop'" in explain(failed, verdict)
+    passed = lost(record())
+    assert classify(passed, False, 0.0, 60.0) == Verdict("passed", "", False, "h200-a")
+    assert "said=" not in explain(passed, classify(passed, False, 0.0, 60.0))
+    # another attempt's record, an unfinished one, or none: the node lost it, retried elsewhere
+    for message in (record(token="t-0"), record(finished=False), None, "The container could not be located"):
+        assert classify(lost(message), False, 0.0, 60.0) == Verdict("infra_error", "node_lost", True, "h200-a")
