@@ -31,7 +31,7 @@ from pipelines.core.health import detect_bad_nodes
 from pipelines.core.model import Attempt, Plan, Requirement, Test
 from pipelines.core.plan.accuracy import night_record, record_to_json
 from pipelines.core.runset import RunSelection, RunSet
-from pipelines.interrupts import deliver, held_signals
+from pipelines.interrupts import held_signals
 from pipelines.launch.base import Launcher
 from pipelines.launch.dispatch import DispatchResult
 from pipelines.night import UNSAVED, Night, ResultsNotStored, SamplesNotStored
@@ -164,13 +164,15 @@ def _run_planned(night: Night, runset: RunSet, selection: RunSelection, tests: l
     launcher = launcher or night.launcher()
     outcome: dict = {}
 
-    def record(result: DispatchResult, notes: list[str], interrupted: bool) -> dict:
+    def record(result: DispatchResult, notes: list[str], interrupted: bool, failed: bool = False) -> dict:
         attempts = [*attempts_before, *result.attempts]
         for a in attempts:  # those stored as their attempt finished are not sent again
             night.store_log(a, notes)
         summary = night_summary(night, runset, selection, plan, result, attempts_before, notes,
                                 infra=infra or {}, tags=tags or {}, interrupted=interrupted)
         summary.update(flaky_verdict(night, attempts, notes, progress.states))
+        if failed:  # ended early by an error, not a signal: no one stopped it
+            summary["status"] = "failed"
         unsaved = outcome.get("unsaved")
         try:
             night.write_summary(summary)
@@ -186,12 +188,18 @@ def _run_planned(night: Night, runset: RunSet, selection: RunSelection, tests: l
     try:
         yield from _dispatch(night, plan, tests, launcher, say, images, outcome, progress.quarantined,
                              after=progress.finished, ended=attempts_before)
-    except BaseException:  # interrupted: what ran is recorded before the interruption goes on
+    except BaseException as exc:  # interrupted, or failed: what ran is recorded before the exception goes on
         if "result" in outcome:
+            status, note = _how_it_ended(exc)
+            if status == "interrupted":
+                note = ("interrupted: no new test started after the signal; running tests were killed and "
+                        "recorded as `interrupted`")
+            else:  # e.g. a bug while reporting a test: said as such, never as a signal
+                note = note.replace("tests without an attempt never ran", "no new test started after it; running "
+                                    "tests were killed and recorded as `interrupted`")
             try:
                 with held_signals():  # a second Ctrl-C here would lose the record
-                    record(outcome["result"], ["interrupted: no new test started after the signal; running "
-                                               "tests were killed and recorded as `interrupted`"], True)
+                    record(outcome["result"], [note], True, failed=status != "interrupted")
             except ResultsNotStored as exc:
                 say(f"error: {exc}")  # said; the interruption goes on
         raise
@@ -241,6 +249,8 @@ class _Progress:
         self.started = time.monotonic()
 
     def finished(self, attempt: Attempt) -> None:
+        if any(a is attempt for a in self.attempts):  # told again after a signal cut its first telling short
+            return
         self.attempts.append(attempt)
         self.night.store_log(attempt, self.notes)
         self.write()
@@ -382,19 +392,28 @@ def _dispatch(night: Night, plan: Plan, tests: list[Test], launcher: Launcher, s
     seen: set[str] = set()  # tests with a finished attempt: the count is of tests, never past the total
     total = len(plan.assignments)
 
-    def report(attempt: Attempt) -> Finished:
+    def report(attempt: Attempt) -> tuple[Finished, str]:
+        """The attempt's event and progress line: cheap, so taking an attempt off the queue and
+        having its event are never far apart (see ``unsent``)."""
         test = by_id[attempt.test_id]
         what = attempt.test_id
         if attempt.test_id in seen:  # a retry (a bad node's failure, an infra error) of a test counted already
             left = attempt.details.get("retry_of")
             what = f"retry of {attempt.test_id}{f' from {left}' if left else ''} (attempt {attempt.attempt})"
         seen.add(attempt.test_id)
-        say(f"[{len(seen)}/{total}] {what}  {attempt.outcome.upper()}  elapsed={attempt.elapsed_s:.1f}s "
-            f"est={test.est_time}s node={attempt.node}")
-        if after is not None:
-            after(attempt)
-        return Finished(attempt, test, len(seen), total, attempt.test_id in quarantined)
+        line = (f"[{len(seen)}/{total}] {what}  {attempt.outcome.upper()}  elapsed={attempt.elapsed_s:.1f}s "
+                f"est={test.est_time}s node={attempt.node}")
+        return Finished(attempt, test, len(seen), total, attempt.test_id in quarantined), line
 
+    def tell(event: Finished, line: str) -> None:
+        """Said, and stored (its log, the partial record): slow against a remote store, so a signal may land here."""
+        say(line)
+        if after is not None:
+            after(event.attempt)
+
+    # [event, line, told] of the attempt taken off the queue and not yet handed on: a signal while it is
+    # told (its record written to a slow store) leaves it to the interrupted path, which hands it on first
+    unsent: list[list] = []
     every_s = progress_every_s(say)
     said = time.monotonic()  # the last line said here: one per finished test, else a still-running one
     try:
@@ -408,10 +427,11 @@ def _dispatch(night: Night, plan: Plan, tests: list[Test], launcher: Launcher, s
                     say(still_running(now_running, time.monotonic()))
                     said = time.monotonic()
                 continue
-            with held_signals(stopping=False) as held:  # taken off the queue: handed on before a signal acts
-                event = report(attempt)
+            unsent.append([*report(attempt), False])
+            tell(*unsent[-1][:2])
+            unsent[-1][2] = True
+            event = unsent.pop()[0]
             yield event
-            deliver(held)
             said = time.monotonic()
     except BaseException as exc:  # interrupted (SIGINT/SIGTERM, a terminated run): stop, kill, keep what ran
         with held_signals():  # a second Ctrl-C must not cut this short: the night's result would be lost
@@ -421,11 +441,13 @@ def _dispatch(night: Night, plan: Plan, tests: list[Test], launcher: Launcher, s
                 interrupt()  # local: kill the process trees; Kubernetes: delete the pods
             worker.join()
         if not isinstance(exc, GeneratorExit):  # still iterated: the killed attempts are reported like any other
-            while not finished.empty():
+            while unsent or not finished.empty():
                 with held_signals():
-                    killed = report(finished.get())
+                    item = unsent.pop(0) if unsent else [*report(finished.get()), False]
+                    if not item[2]:
+                        tell(*item[:2])
                 try:
-                    yield killed
+                    yield item[0]
                 except GeneratorExit:
                     raise
                 except BaseException:  # noqa: BLE001 - another signal (in Dagster's frame): the rest still reported

@@ -246,7 +246,9 @@ def _execute(night, args, selection, env: dict[str, str], home: Path) -> int:
     if kept is None:
         with contextlib.suppress(ValueError):
             summary = night.summary(run_id)
-    if status == "CANCELED" or (summary or {}).get("interrupted") or interrupted:
+    # a record ended early by an error of the run itself (status "failed"), with no signal seen, is no interruption
+    stopped_early = (summary or {}).get("interrupted") and (summary or {}).get("status") != "failed"
+    if status == "CANCELED" or stopped_early or interrupted:
         # like a run cancelled in the UI (its sensor calibrates it): what finished is calibrated and reported;
         # a signal Dagster kept to itself (the run FAILURE "interrupted unexpectedly", or even SUCCESS) is one too
         _mark_canceled(instance, run_id)  # NOT_STARTED, if the signal came first, would be its status for ever

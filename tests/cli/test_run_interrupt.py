@@ -467,8 +467,11 @@ def _targeted(context, check):
         send(f"as the check of {check.partition} is tied to its materialization")
     return targeted(context, check)
 def _finished(self, attempt):
-    if where == "progress" and not sent and attempt.test_id != hang and hanging():
+    if where in ("progress", "slow store") and not sent and attempt.test_id != hang and hanging():
         send(f"as the night stores {attempt.test_id}'s log and partial record")
+        if where == "slow store":  # the store takes 30 s to answer: the night must not wait for it to stop
+            for _ in range(3000):
+                time.sleep(0.01)
     return finished(self, attempt)
 tr._targeted, ex._Progress.finished = _targeted, _finished
 from pipelines.cli import entrypoint
@@ -477,7 +480,7 @@ entrypoint()
 """
 
 
-@pytest.mark.parametrize("where", ["check", "progress"])
+@pytest.mark.parametrize("where", ["check", "progress", "slow store"])
 def test_a_signal_while_a_finished_test_is_reported_keeps_it_and_the_killed_ones_in_the_ui(tmp_path, where):
     """The test that finished is taken off the night's queue and half reported when the signal lands: it
     used to vanish from the UI (or lose its check), and with it every test the interrupt killed."""
@@ -495,3 +498,40 @@ def test_a_signal_while_a_finished_test_is_reported_keeps_it_and_the_killed_ones
     assert outcomes[HANG] == "interrupted" and "passed" in outcomes.values(), outcomes
     for test_id, outcome in outcomes.items():
         _ui_shows(home, test_id, outcome)
+    # the signal stopped the night at once, not once the store answered (the hanging test was killed then)
+    [hung] = [a for a in summary["attempts"] if a["test_id"] == HANG]
+    assert hung["elapsed_s"] < 20, hung
+
+
+BROKEN = """
+import sys
+import pipelines.defs.test_runs as tr
+meta, made = tr.attempt_metadata, []
+def broken(attempt, test, night):
+    made.append(attempt.test_id)
+    if len(made) == 2:
+        raise KeyError("a bug while reporting a test")
+    return meta(attempt, test, night)
+tr.attempt_metadata = broken
+from pipelines.cli import entrypoint
+sys.argv = ["nightly", *sys.argv[1:]]
+entrypoint()
+"""
+
+
+def test_a_bug_while_reporting_a_test_stops_the_night_as_a_failure_never_as_an_interrupt(tmp_path):
+    """No signal was sent: the night is not "interrupted" (exit 130, CANCELED, "no new test started after
+    the signal"), which a CI reads as someone stopping it; it failed, and says with what."""
+    home = tmp_path / "home"
+    env = {**child_env("NIGHTLY_", "DAGSTER_", "MINIRL_"), "NIGHTLY_HOME": str(home)}
+    done = subprocess.run([sys.executable, "-c", BROKEN, "run", "--home", str(home), "--labels", "lora", "--env",
+                           "MINIRL_HANG=test_lora_math", "--timeout-floor", "900"], cwd=PROJECT_ROOT, env=env,
+                          capture_output=True, text=True, timeout=WAIT_S)
+    assert done.returncode not in (0, 130), done.stdout[-2000:] + done.stderr[-3000:]
+    assert "nightly: interrupted" not in done.stderr, done.stderr[-3000:]
+    summary = json.loads((home / "nights" / "latest.json").read_text())
+    assert summary["status"] == "failed", summary["status"]
+    assert "KeyError" in summary["notes"][0] and "signal" not in summary["notes"][0], summary["notes"]
+    assert {a["test_id"]: a["outcome"] for a in summary["attempts"]}[HANG] == "interrupted"  # killed, not left running
+    with open_instance(home) as instance:
+        assert instance.get_run_by_id(summary["run_id"]).status == dg.DagsterRunStatus.FAILURE
