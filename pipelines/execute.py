@@ -31,7 +31,7 @@ from pipelines.core.health import detect_bad_nodes
 from pipelines.core.model import Attempt, Plan, Requirement, Test
 from pipelines.core.plan.accuracy import night_record, record_to_json
 from pipelines.core.runset import RunSelection, RunSet
-from pipelines.interrupts import held_signals
+from pipelines.interrupts import deliver, held_signals
 from pipelines.launch.base import Launcher
 from pipelines.launch.dispatch import DispatchResult
 from pipelines.night import UNSAVED, Night, ResultsNotStored, SamplesNotStored
@@ -405,33 +405,43 @@ def _dispatch(night: Night, plan: Plan, tests: list[Test], launcher: Launcher, s
                 f"est={test.est_time}s node={attempt.node}")
         return Finished(attempt, test, len(seen), total, attempt.test_id in quarantined), line
 
-    def tell(event: Finished, line: str) -> None:
-        """Said, and stored (its log, the partial record): slow against a remote store, so a signal may land here."""
-        say(line)
-        if after is not None:
-            after(event.attempt)
+    def tell(item: list) -> None:
+        """Said, then stored (its log, the partial record): slow against a remote store, so a signal may
+        land here; ``item`` ([event, line, stage]) keeps how far it got, so nothing is said twice."""
+        if item[2] < 1:
+            say(item[1])
+            item[2] = 1
+        if item[2] < 2 and after is not None:
+            after(item[0].attempt)
+        item[2] = 2
 
-    # [event, line, told] of the attempt taken off the queue and not yet handed on: a signal while it is
+    # [event, line, stage] of the attempt taken off the queue and not yet handed on: a signal while it is
     # told (its record written to a slow store) leaves it to the interrupted path, which hands it on first
     unsent: list[list] = []
     every_s = progress_every_s(say)
     said = time.monotonic()  # the last line said here: one per finished test, else a still-running one
     try:
         while worker.is_alive() or not finished.empty():
-            try:
-                attempt = finished.get(timeout=min(0.5, every_s))
-            except queue.Empty:
+            with held_signals(stopping=False) as held:  # a test taken off the queue is in hand before a signal acts
+                try:
+                    unsent.append([*report(finished.get(timeout=min(0.5, every_s))), 0])
+                except queue.Empty:
+                    pass
+            deliver(held)
+            if not unsent:
                 with running_lock:
                     now_running = dict(running)
                 if now_running and time.monotonic() - said >= every_s:  # none: the dispatch is ending
                     say(still_running(now_running, time.monotonic()))
                     said = time.monotonic()
                 continue
-            unsent.append([*report(attempt), False])
-            tell(*unsent[-1][:2])
-            unsent[-1][2] = True
-            event = unsent.pop()[0]
-            yield event
+            tell(unsent[0])
+            try:
+                yield unsent[0][0]
+            except BaseException:
+                unsent.clear()  # whatever came in at the yield: the event was handed on
+                raise
+            unsent.clear()
             said = time.monotonic()
     except BaseException as exc:  # interrupted (SIGINT/SIGTERM, a terminated run): stop, kill, keep what ran
         with held_signals():  # a second Ctrl-C must not cut this short: the night's result would be lost
@@ -443,9 +453,8 @@ def _dispatch(night: Night, plan: Plan, tests: list[Test], launcher: Launcher, s
         if not isinstance(exc, GeneratorExit):  # still iterated: the killed attempts are reported like any other
             while unsent or not finished.empty():
                 with held_signals():
-                    item = unsent.pop(0) if unsent else [*report(finished.get()), False]
-                    if not item[2]:
-                        tell(*item[:2])
+                    item = unsent.pop(0) if unsent else [*report(finished.get()), 0]
+                    tell(item)
                 try:
                     yield item[0]
                 except GeneratorExit:

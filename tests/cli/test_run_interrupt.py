@@ -474,13 +474,19 @@ def _finished(self, attempt):
                 time.sleep(0.01)
     return finished(self, attempt)
 tr._targeted, ex._Progress.finished = _targeted, _finished
+made = ex.Finished
+def _made(attempt, *a, **k):  # the night's event of a finished test, made as it is taken off the queue
+    if where == "event" and not sent and attempt.test_id != hang and hanging():
+        send(f"as the night takes {attempt.test_id} off its queue")
+    return made(attempt, *a, **k)
+ex.Finished = _made
 from pipelines.cli import entrypoint
 sys.argv = ["nightly", *sys.argv[4:]]
 entrypoint()
 """
 
 
-@pytest.mark.parametrize("where", ["check", "progress", "slow store"])
+@pytest.mark.parametrize("where", ["check", "progress", "slow store", "event"])
 def test_a_signal_while_a_finished_test_is_reported_keeps_it_and_the_killed_ones_in_the_ui(tmp_path, where):
     """The test that finished is taken off the night's queue and half reported when the signal lands: it
     used to vanish from the UI (or lose its check), and with it every test the interrupt killed."""
@@ -498,6 +504,8 @@ def test_a_signal_while_a_finished_test_is_reported_keeps_it_and_the_killed_ones
     assert outcomes[HANG] == "interrupted" and "passed" in outcomes.values(), outcomes
     for test_id, outcome in outcomes.items():
         _ui_shows(home, test_id, outcome)
+    for test_id in outcomes:  # each test said once, however far its first telling got
+        assert len([line for line in done.stdout.splitlines() if f"] {test_id}  " in line]) == 1, done.stdout
     # the signal stopped the night at once, not once the store answered (the hanging test was killed then)
     [hung] = [a for a in summary["attempts"] if a["test_id"] == HANG]
     assert hung["elapsed_s"] < 20, hung
