@@ -11,7 +11,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import dagster as dg
@@ -21,29 +20,12 @@ from pipelines.core.history import FileHistoryStore
 from pipelines.instance import open_instance
 from tests.conftest import PROJECT_ROOT
 from tests.support.env import child_env
+from tests.support.hanging import hanging_record
 
 pytestmark = pytest.mark.slow  # a real night in a fresh Python with Dagster
 
 HANG = "tests/e2e/lora/test_lora_math.py"
 WAIT_S = 600  # hang guard only
-
-
-def _hanging_record(home: Path, proc: subprocess.Popen) -> dict:
-    deadline = time.monotonic() + WAIT_S
-    while time.monotonic() < deadline:
-        for f in sorted((home / "running").glob("*.json")) if (home / "running").is_dir() else ():
-            try:
-                record = json.loads(f.read_text())
-            except (OSError, ValueError):
-                continue
-            log = Path(record.get("log_path") or "/nonexistent")
-            if record.get("test_id") == HANG and record.get("pid") and log.is_file() \
-                    and "hanging on purpose" in log.read_text(errors="replace"):
-                return record
-        if proc.poll() is not None:
-            pytest.fail(f"the night ended before {HANG} hung:\n{proc.stderr.read()[-3000:]}")
-        time.sleep(0.3)
-    pytest.fail(f"{HANG} never started")
 
 
 def _alive(pid: int) -> bool:
@@ -66,7 +48,8 @@ def test_ctrl_c_says_in_two_lines_what_was_kept_and_how_to_resume(tmp_path):
                             cwd=PROJECT_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
     try:
-        record = _hanging_record(home, proc)
+        record = hanging_record(home, HANG, proc, lambda: proc.stderr.read() if proc.poll() is not None else "",
+                                WAIT_S)  # a pipe of a running night would never end
         os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C: the whole foreground group, Dagster's helpers included
         out, err = proc.communicate(timeout=WAIT_S)
     finally:
@@ -211,6 +194,17 @@ def test_sigterm_after_every_test_ended_is_not_swallowed(tmp_path):
         assert instance.get_run_by_id(summary["run_id"]).status == dg.DagsterRunStatus.CANCELED
 
 
+# a script's lines that send SIGINT to its own process once the hanging test has said it hangs (home: its NIGHTLY_HOME)
+CTRL_C_WHEN_HUNG = """def watch():
+    while True:
+        for p in (home / "logs").rglob("*lora_math*") if (home / "logs").is_dir() else ():
+            if "hanging on purpose" in p.read_text(errors="replace"):
+                os.kill(os.getpid(), signal.SIGINT)
+                return
+        time.sleep(0.3)
+threading.Thread(target=watch, daemon=True).start()
+"""
+
 REFUSED = r"""
 import os, signal, sys, threading, time
 from pathlib import Path
@@ -223,19 +217,11 @@ def refusing(self, key, text, *a, **k):
         raise StateError(f"{key}: refused (credentials expired)")
     return put(self, key, text, *a, **k)
 state.LocalStateStore.put = refusing
-def watch():
-    while True:
-        for p in (home / "logs").rglob("*lora_math*") if (home / "logs").is_dir() else ():
-            if "hanging on purpose" in p.read_text(errors="replace"):
-                os.kill(os.getpid(), signal.SIGINT)
-                return
-        time.sleep(0.3)
-threading.Thread(target=watch, daemon=True).start()
-from pipelines.cli import entrypoint
+{CTRL_C_WHEN_HUNG}from pipelines.cli import entrypoint
 sys.argv = ["nightly", "run", "--home", str(home), "--labels", "lora", "--env", f"MINIRL_HANG={sys.argv[2]}",
             "--timeout-floor", "900"]
 entrypoint()
-"""
+""".replace("{CTRL_C_WHEN_HUNG}", CTRL_C_WHEN_HUNG)
 
 
 def test_ctrl_c_on_a_night_whose_store_refuses_writes_is_an_interrupt_that_says_where_the_results_are(tmp_path):
@@ -399,19 +385,11 @@ def writing(self, summary, *a, **k):
         again("as the night writes its record")
     return write(self, summary, *a, **k)
 night.Night.write_summary = writing
-def watch():
-    while True:
-        for p in (home / "logs").rglob("*lora_math*") if (home / "logs").is_dir() else ():
-            if "hanging on purpose" in p.read_text(errors="replace"):
-                os.kill(os.getpid(), signal.SIGINT)
-                return
-        time.sleep(0.3)
-threading.Thread(target=watch, daemon=True).start()
-from pipelines.cli import entrypoint
+{CTRL_C_WHEN_HUNG}from pipelines.cli import entrypoint
 sys.argv = ["nightly", "run", "--home", str(home), "--labels", "lora", "--env", "MINIRL_HANG=test_lora_math",
             "--timeout-floor", "900"]
 entrypoint()
-"""
+""".replace("{CTRL_C_WHEN_HUNG}", CTRL_C_WHEN_HUNG)
 
 
 @pytest.mark.parametrize("where", ["join", "drain", "record"])

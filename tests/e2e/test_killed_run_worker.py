@@ -27,31 +27,13 @@ from pipelines.defs.runs import TAG_PID
 from tests.conftest import PROJECT_ROOT
 from tests.e2e.test_interrupts import HANG, alive, history
 from tests.support.env import child_env
+from tests.support.hanging import hanging_record
 
 pytestmark = pytest.mark.slow  # a real run of the example through `dagster asset materialize`
 
 WAIT_S = 600  # until the hanging test runs: a hang guard only
 GONE_S = 60  # from the kill until the step and its test are gone: the test would otherwise run for 900 s
 DAGSTER = Path(sys.executable).parent / "dagster"
-
-
-def running_record(home: Path, out: Path, proc: subprocess.Popen) -> dict:
-    """Until the hanging test runs and has said so in its log; returns its running record."""
-    deadline = time.monotonic() + WAIT_S
-    while time.monotonic() < deadline:
-        for f in (home / "running").glob("*.json") if (home / "running").is_dir() else ():
-            try:
-                record = json.loads(f.read_text())
-            except (OSError, ValueError):
-                continue
-            log = Path(record.get("log_path") or "/nonexistent")
-            if record.get("test_id") == HANG and record.get("pid") and log.is_file() \
-                    and "hanging on purpose" in log.read_text(errors="replace"):
-                return record
-        if proc.poll() is not None:
-            pytest.fail(f"the run ended before {HANG} ran:\n{out.read_text()[-3000:]}")
-        time.sleep(0.3)
-    pytest.fail(f"{HANG} never started:\n{out.read_text()[-3000:]}")
 
 
 def the_run(home: Path) -> dg.DagsterRun:
@@ -80,7 +62,7 @@ def test_kill_9_of_the_run_worker_stops_the_step_kills_its_tests_and_records_the
             cwd=PROJECT_ROOT, env=env, stdout=sink, stderr=subprocess.STDOUT, start_new_session=True)
     record: dict = {}
     try:
-        record = running_record(home, out, worker)
+        record = hanging_record(home, HANG, worker, out.read_text, WAIT_S)
         run = the_run(home)
         # the run worker is the command's process; the tests run in its step child (the multiprocess executor)
         assert run.tags[TAG_PID] == str(worker.pid) and record["owner_pid"] != worker.pid, (run.tags, record)
