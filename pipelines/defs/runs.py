@@ -19,6 +19,7 @@ import multiprocessing
 import os
 import signal
 import socket
+import sys
 import threading
 from collections.abc import Callable, Generator, Iterator
 
@@ -211,8 +212,12 @@ def canceled_on_interrupt(context: dg.AssetExecutionContext, events: Generator,
             request_cancel(instance, run_id)
             night = live.pop()  # once: what ``stopped`` stores comes back here
             with contextlib.suppress(ValueError):  # still executing: it is ending in our frame already
-                if stopped is not None:
-                    stopped(night, as_step_event(entry.dagster_event, instance, run_id))
+                try:
+                    if stopped is not None:
+                        stopped(night, as_step_event(entry.dagster_event, instance, run_id))
+                except Exception as exc:  # noqa: BLE001 - inside Dagster's handling of the failure: said, not raised
+                    print(f"nightly: the stopped night's last tests could not be shown in the UI ({exc}); "
+                          "history and the night's record hold them", file=sys.stderr, flush=True)
                 night.close()
 
     instance.add_event_listener(run_id, on_event)
