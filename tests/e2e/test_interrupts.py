@@ -25,6 +25,7 @@ import pytest
 from pipelines.core.history import FileHistoryStore
 from tests.conftest import PROJECT_ROOT
 from tests.support.env import child_env
+from tests.support.hanging import hanging_record
 
 pytestmark = pytest.mark.slow
 
@@ -42,27 +43,9 @@ def start_night(home: Path, *extra: str) -> subprocess.Popen:
 
 
 def wait_running(home: Path, test_id: str, proc: subprocess.Popen, other_than: str | None = None) -> dict:
-    """Until the hanging test runs and has said so in its log; returns its running record.
-
-    ``other_than``: a run id whose record does not count (the dead night's, before it is reaped).
-    """
-    deadline = time.monotonic() + WAIT_S
-    while time.monotonic() < deadline:
-        for f in (home / "running").glob("*.json") if (home / "running").is_dir() else ():
-            try:
-                record = json.loads(f.read_text())
-            except (OSError, ValueError):
-                continue
-            log = Path(record.get("log_path") or "/nonexistent")
-            # hanging, past its last print: a test that prints after its night died gets a broken pipe
-            if record.get("test_id") == test_id and record.get("pid") and log.is_file() \
-                    and (other_than is None or record.get("run_id") != other_than) \
-                    and "hanging on purpose" in log.read_text(errors="replace"):
-                return record
-        if proc.poll() is not None:
-            pytest.fail(f"the night ended before {test_id} ran:\n{proc.stdout.read()[-3000:]}")
-        time.sleep(0.3)
-    pytest.fail(f"{test_id} never started")
+    """Until the hanging test runs and has said so in its log; returns its running record."""
+    return hanging_record(home, test_id, proc, lambda: proc.stdout.read() if proc.poll() is not None else "",
+                          WAIT_S, other_than)
 
 
 def alive(pid: int) -> bool:
