@@ -343,31 +343,17 @@ jobs:
 @pytest.mark.parametrize("run_line", [
     "cd tests/e2e && python ${{ matrix.info.test_file }}",
     "|\n          cd tests/e2e\n          python ${{ matrix.info.test_file }}",
-])
-def test_a_template_job_that_cds_into_a_folder_finds_its_files_there(tmp_path, capsys, run_line):
-    """Its file was looked for under tests/ alone: every entry was `tests/test_one.py does not exist`."""
-    (tmp_path / "tests/e2e").mkdir(parents=True)
-    (tmp_path / "tests/e2e/test_one.py").write_text("NUM_GPUS = 1\n")
-    (tmp_path / ".github/workflows").mkdir(parents=True)
-    (tmp_path / ".github/workflows/nightly.yml.jinja").write_text(NIGHTLY_TEMPLATE.replace("RUN", run_line))
-
-    assert run(["--repo", str(tmp_path), "--strict", "--json"]) == 0
-    out, err = capsys.readouterr()
-    assert [t["id"] for t in json.loads(out)] == ["tests/e2e/test_one.py"]
-    assert "assumed: .github/workflows/nightly.yml.jinja: test_file is read relative to tests/e2e/ (`" in err
-
-
-@pytest.mark.parametrize("run_line", [
     '|\n          echo "Running ${{ matrix.info.test_file }} on $(hostname)"\n          cd tests/e2e\n'
     "          python ${{ matrix.info.test_file }}",
     "echo ${{ matrix.info.test_file }} && cd tests/e2e && torchrun --nproc_per_node 1 ${{ matrix.info.test_file }} "
     "| tee logs/${{ matrix.info.test_file }}.log",
     "|\n          cd tests/e2e\n          FOO=1 timeout 600 python3 -u ${{ matrix.info.test_file }}\n"
     "          mv logs/${{ matrix.info.test_file }}.out .",
-], ids=["echo first", "echo and tee on its line", "mv after"])
-def test_only_the_command_that_runs_a_template_file_says_its_folder(tmp_path, capsys, run_line):
-    """An `echo`, `tee` or `mv` naming the file counted as a run line too: the lines disagreed, the file was
-    looked for under tests/ and every entry did not exist."""
+], ids=["cd on the run line", "cd in a run block", "echo first", "echo and tee on its line", "mv after"])
+def test_a_template_job_that_cds_into_a_folder_finds_its_files_there(tmp_path, capsys, run_line):
+    """Its file was looked for under tests/ alone: every entry was `tests/test_one.py does not exist`.
+    Only the command that runs the file says its folder: an `echo`, `tee` or `mv` naming the file counted as
+    a run line too, the lines disagreed, and the file was looked for under tests/."""
     (tmp_path / "tests/e2e").mkdir(parents=True)
     (tmp_path / "tests/e2e/test_one.py").write_text("NUM_GPUS = 1\n")
     (tmp_path / ".github/workflows").mkdir(parents=True)
