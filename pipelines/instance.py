@@ -8,6 +8,7 @@ does (see k8s/helm/values.yaml and docs/storage.md).
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -72,11 +73,24 @@ def _where(url: str) -> str:
     return f"{parts.hostname or '?'}:{port}/{parts.path.lstrip('/') or '?'}"
 
 
+def _masked(text: str, url: str) -> str:
+    """``text`` with the URL's password shown as ``***`` where it stands as the password (``:PASSWORD@``,
+    ``password=PASSWORD``), never replaced elsewhere: a short password such as ``p`` is also a letter of
+    the driver's words, and replacing it there garbles the message and gives the password away."""
+    try:
+        password = urlsplit(url).password
+    except ValueError:
+        password = None
+    if not password:
+        return text
+    pw = re.escape(password)
+    text = re.sub(f"(?<=:){pw}(?=@)", "***", text)
+    return re.sub(f"(password\\s*=\\s*['\"]?){pw}(?=['\"]?(\\s|$))", r"\1***", text)
+
+
 def _refused(url: str, exc: BaseException) -> InstanceError:
-    first = next((line.strip() for line in str(getattr(exc, "orig", None) or exc).splitlines() if line.strip()), "")
-    password = urlsplit(url).password
-    if password:
-        first = first.replace(password, "***")
+    first = _masked(next((line.strip() for line in str(getattr(exc, "orig", None) or exc).splitlines() if line.strip()),
+                         ""), url)
     return InstanceError(f"{POSTGRES_ENV}: cannot connect to {_where(url)} ({type(exc).__name__}: {first}); "
                          "check the server or unset it to use SQLite")
 
@@ -94,8 +108,7 @@ def check_postgres(url: str) -> None:
 
     scheme, sep, rest = url.partition("://")
     if scheme not in SCHEMES:
-        password = urlsplit(url).password if sep else None
-        rest = rest.replace(password, "***") if password else (rest if sep else "USER:PASSWORD@HOST:5432/DB")
+        rest = _masked(rest, url) if sep else "USER:PASSWORD@HOST:5432/DB"
         raise InstanceError(f"{POSTGRES_ENV}: {scheme + '://' if sep else 'a URL without a scheme'} is not read by "
                             f"Dagster's PostgreSQL storage; write postgresql://{rest} (or postgresql+psycopg2://)")
 

@@ -68,6 +68,33 @@ def test_a_postgres_url_that_cannot_be_reached_is_one_line_without_the_password(
     assert "s3cret" not in err and "Traceback" not in err
 
 
+def test_a_short_password_is_masked_where_it_stands_not_in_the_drivers_words(tmp_path, monkeypatch, capsys):
+    """A password that is also a letter of the driver's text (``p``) was replaced everywhere:
+    ``***ort 45999 failed``, garbled, and the stars gave the password away."""
+    from pipelines.cli import main
+    from tests.support.moto import _free_port
+
+    port = _free_port()
+    monkeypatch.setenv(POSTGRES_ENV, f"postgresql://u:p@127.0.0.1:{port}/dagster")
+    monkeypatch.setenv("NIGHTLY_ASSETS_DIR", str(example_assets(tmp_path / "assets")))
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "home" / "dagster"))  # restored after the test
+    assert main(["run", "--home", str(tmp_path / "home"), "--labels", "short"]) == 2
+    err = capsys.readouterr().err
+    assert f"port {port} failed" in err and "***" not in err, err
+    assert "Connection refused" in err and "Traceback" not in err
+
+
+def test_the_password_is_masked_in_a_scheme_refusal_and_nowhere_else(tmp_path, monkeypatch, capsys):
+    from pipelines.cli import main
+
+    monkeypatch.setenv(POSTGRES_ENV, "postgres://postgres:postgres@db.example:5432/postgres")
+    monkeypatch.setenv("NIGHTLY_ASSETS_DIR", str(example_assets(tmp_path / "assets")))
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "home" / "dagster"))  # restored after the test
+    assert main(["run", "--home", str(tmp_path / "home"), "--labels", "short"]) == 2
+    err = capsys.readouterr().err
+    assert "write postgresql://postgres:***@db.example:5432/postgres (or postgresql+psycopg2://)" in err, err
+
+
 @pytest.mark.parametrize("scheme", ["postgres", "postgresql+psycopg"])
 def test_a_postgres_url_in_a_scheme_dagster_cannot_read_is_refused_before_the_night_saying_what_to_write(
         scheme, pg_url, tmp_path, monkeypatch, capsys):
