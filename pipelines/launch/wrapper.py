@@ -19,7 +19,9 @@ Either way the file is ``__main__`` while it runs, so a child started with multi
 
 The log's first line from the wrapper says which way it took. A file that runs no test fails
 saying so: one with neither an ``execute()`` nor a ``__main__`` block (``python3 FILE`` would run
-nothing), one whose ``__main__`` block only calls ``prepare()`` (which the wrapper skips), and one
+nothing), one whose ``__main__`` block only calls ``prepare()`` (which the wrapper skips), one
+that defines test entry points (``execute()``, ``test_*`` functions, ``TestCase`` classes) none of
+which ran, whatever set-up its module level did (:class:`_MustRun`), and one
 whose unittest program (``unittest.main()``) or pytest run (``pytest.main()``), not one started
 inside ``execute()``, ran no test or skipped every test it found. A failure that
 program or run reported fails the test even when the file drops its status and exits 0
@@ -79,12 +81,13 @@ def _run_module(name: str, source: bytes | ast.Module, path: str) -> types.Modul
     code = compile(source, full, "exec", dont_inherit=True)
     module = types.ModuleType(name)
     module.__dict__.update(__file__=full, __cached__=None, __loader__=None, __package__=None, __spec__=None)
+    module.__dict__[_ENTERED_MARK] = _ENTERED.add  # what the file's marked entry points call (:func:`_mark_entries`)
     sys.modules["__main__"] = sys.modules[name] = module
     exec(code, module.__dict__)
     return module
 
 
-def _load_module(path: str, source: bytes) -> types.ModuleType:
+def _load_module(path: str, source: bytes | ast.Module) -> types.ModuleType:
     """Import the file as multiprocessing's spawn children do: named ``__mp_main__`` (its ``__main__``
     block does not run) and registered as ``__main__`` too. A spawned child (``multiprocessing``
     "spawn", ``torch.multiprocessing.spawn``) finds the file from ``__main__.__file__``, re-runs it as
@@ -145,7 +148,8 @@ def _runs_at_top_level(tree: ast.Module) -> bool:
     itself (``run_test()``, ``asyncio.run(main())``, ``result = Runner().run()``), also under a module-level
     ``if``/``try``. Set-up is not a test: imports, assignments, registrations, and calls of imported
     functions alone (``logging.basicConfig()``, ``sys.path.insert()``; a test run only through an imported
-    helper, ``run(cfg)``, is not seen: call it from the ``__main__`` block)."""
+    helper, ``run(cfg)``, is not seen: call it from the ``__main__`` block). A file that also defines test entry
+    points still runs a test only when one of them runs (:class:`_MustRun`)."""
     own = {s.name for s in tree.body if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
 
     def calls_own(node: ast.AST) -> bool:
@@ -164,6 +168,80 @@ def _runs_at_top_level(tree: ast.Module) -> bool:
             return any(runs(b) for b in (*s.body, *s.orelse, *s.finalbody, *(x for h in s.handlers for x in h.body)))
         return False
     return any(runs(s) for s in tree.body)
+
+
+#: the test entry points of the file that began to run in the wrapper's process (``execute()``, ``test_loss()``)
+_ENTERED: set[str] = set()
+#: the global the marked entry points call to say they began (:func:`_mark_entries`)
+_ENTERED_MARK = "__nightly_entered__"
+
+
+def _is_entry_function(stmt: ast.stmt) -> bool:
+    """A module-level ``execute()`` or ``test_*`` function: what the usual anatomy or pytest calls to run a test."""
+    return isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)) and (
+        stmt.name == "execute" or stmt.name.startswith("test_"))
+
+
+def _is_testcase_class(stmt: ast.stmt) -> bool:
+    """A module-level class with a ``...TestCase`` base (``unittest.TestCase``, a framework's ``CustomTestCase``)."""
+    return isinstance(stmt, ast.ClassDef) and any(
+        (b.attr if isinstance(b, ast.Attribute) else getattr(b, "id", "")).endswith("TestCase") for b in stmt.bases)
+
+
+def _test_entries(tree: ast.Module) -> dict[str, int]:
+    """The test entry points the file defines, as the reason names them (``execute()``, ``test_loss()``,
+    ``TestTrain``), with their lines. A file that defines any runs a test only when one of them runs:
+    its module-level code around them (``CONFIGS = _configs()``, a loop that builds a matrix) is set-up."""
+    return {(f"{s.name}()" if _is_entry_function(s) else s.name): s.lineno
+            for s in tree.body if _is_entry_function(s) or _is_testcase_class(s)}
+
+
+def _mark_entries(tree: ast.Module) -> ast.Module:
+    """Each entry function (:func:`_is_entry_function`) first says it began: ``__nightly_entered__("execute()")``
+    before its first statement (after its docstring), at that statement's line, so tracebacks keep the file's
+    lines. The wrapper so knows whether the file's program ran one, however it called it (a loop over
+    ``globals()``, a thread); a coroutine says so only once it is awaited. A spawned child imports the file
+    itself, unmarked."""
+    for stmt in tree.body:
+        if not _is_entry_function(stmt):
+            continue
+        body = stmt.body  # type: ignore[attr-defined]
+        doc = isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value, str)
+        mark = ast.Expr(ast.Call(ast.Name(_ENTERED_MARK, ast.Load()), [ast.Constant(f"{stmt.name}()")], []))
+        body.insert(int(doc), ast.copy_location(mark, body[min(int(doc), len(body) - 1)]))
+    return ast.fix_missing_locations(tree)
+
+
+def _children_cpu_s() -> float:
+    """CPU seconds of the processes this one ran and waited for: a file that runs its test in another
+    process (itself under ``torchrun``, ``python -m pytest``) ran no entry point here, yet ran a test."""
+    import resource
+
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _listed(entries: dict[str, int]) -> str:
+    return ", ".join(f"{name} (line {line})" for name, line in entries.items())
+
+
+class _MustRun:
+    """The test entry points the file's program must run for its exit 0 to be a pass, and how the reason
+    says where they should have run: set by :func:`_test_function` from the file's code before it runs
+    (none set: the exit status and the file's runners judge alone, as for a script-style test)."""
+
+    def __init__(self) -> None:
+        self.entries: dict[str, int] = {}
+        self.where = ""  # the file's program, as the reason says it
+        self.advice = ""  # what to do about it
+
+    def verdict(self, file: str, ran: bool) -> str:
+        """Why the file ran no test ("" when one of its entry points ran, or ``ran``: a runner ran a test, or
+        the file ran another process, which may have)."""
+        if not self.entries or _ENTERED or ran:
+            return ""
+        never = f"{_listed(self.entries)} never ran" if len(self.entries) == 1 else f"none of {_listed(self.entries)} ran"
+        return f"{file}: ran no test: {self.where}, and {never}: {self.advice}"
 
 
 def _run_as_main(path: str, tree: ast.Module) -> None:
@@ -192,12 +270,18 @@ class _UnittestRuns:
 
         self.results: list = []
         self.programs: list = []  # the result of each outermost program the file ran, in order
+        self.started: list = []  # every result a test started on, wherever it ran
         self.file = ""  # the test file's absolute path, once known
         base = unittest.TestResult
-        stop, success, subtest = base.stopTestRun, base.addSuccess, base.addSubTest
+        start, stop, success, subtest = base.startTest, base.stopTestRun, base.addSuccess, base.addSubTest
         program = unittest.TestProgram.__init__
-        runs = self.results
+        runs, started = self.results, self.started
         deciding = [0]  # programs of the file running now
+
+        def startTest(result, test) -> None:  # noqa: N802 (unittest's names)
+            if not any(r is result for r in started):
+                started.append(result)
+            start(result, test)
 
         def stopTestRun(result) -> None:  # noqa: N802 (unittest's names)
             if deciding[0]:
@@ -226,7 +310,7 @@ class _UnittestRuns:
             _ran_part(result, test)
             subtest(result, test, sub, err)
 
-        base.stopTestRun, base.addSuccess, base.addSubTest = stopTestRun, addSuccess, addSubTest  # type: ignore[method-assign]
+        base.startTest, base.stopTestRun, base.addSuccess, base.addSubTest = startTest, stopTestRun, addSuccess, addSubTest  # type: ignore[method-assign]
         unittest.TestProgram.__init__ = __init__  # type: ignore[method-assign]
 
     def verdict(self) -> str:
@@ -239,6 +323,10 @@ class _UnittestRuns:
         if sum(len(_wholly_skipped(r)) for r in self.results) >= ran:
             return f"ran no test: all {ran} of its unittest tests were skipped"
         return ""
+
+    def verified(self) -> bool:
+        """Whether any unittest run, wherever it ran, ran a test that was not skipped."""
+        return any(r.testsRun > len(_wholly_skipped(r)) for r in self.started)
 
     def failed(self) -> str:
         """What the file's last program reported failed, in the runner's own words ("" when nothing failed):
@@ -361,6 +449,10 @@ class _PytestRuns:
         main.__doc__, main.__wrapped__ = real.__doc__, real  # type: ignore[attr-defined]
         pytest.main = main
 
+    def ran(self) -> bool:
+        """Whether one of the file's runs ran a test."""
+        return any(c.ran for c in self.counts)
+
     def verdict(self) -> str:
         """Why the runs verified nothing ("" when one ran a test, or none ran)."""
         if not self.counts or any(c.ran for c in self.counts):
@@ -435,38 +527,52 @@ def _say(text: str) -> None:
     _quietly(print, f"# nightly wrapper: {text}", flush=True)
 
 
-def _test_function(file: str, func_name: str):
-    """What to call to run the test file, saying in the log which way it runs (see the module's docstring)."""
+def _test_function(file: str, func_name: str, must_run: _MustRun):
+    """What to call to run the test file, saying in the log which way it runs (see the module's docstring),
+    and which of its test entry points its program must run (``must_run``, set before any of the file runs)."""
     with open(file, "rb") as fh:
         source = fh.read()
-    tree = ast.parse(source, filename=file)
+    tree = _mark_entries(ast.parse(source, filename=file))
     blocks = [s for s in tree.body if _is_main_guard(s)]
+    entries = _test_entries(tree)
     if func_name == "execute" and blocks:
         program, skipped = _main_program(tree)
-        # `python3 FILE` in CI may prepare; here nothing would run (unless the file's test runs at module level)
-        if all(_does_nothing(b) for b in blocks) and not _runs_at_top_level(tree):
+        if all(_does_nothing(b) for b in blocks):
+            # `python3 FILE` in CI may prepare; here nothing would run (unless the file's test runs at module level)
             what = (f"only calls prepare() ({skipped} call{'s' if skipped > 1 else ''}), which the nightly skips (the "
                     "night's assets built its inputs)") if skipped else "does nothing"
-            raise NoTest(f"{file}: ran no test: its `if __name__ == \"__main__\":` block (line {blocks[0].lineno}) "
-                         f"{what}, so nothing would run; call the test in that block (e.g. execute() after prepare())")
+            where = f"its `if __name__ == \"__main__\":` block (line {blocks[0].lineno}) {what}"
+            if not _runs_at_top_level(tree):
+                raise NoTest(f"{file}: ran no test: {where}, so nothing would run; call the test in that block "
+                             "(e.g. execute() after prepare())")
+            must_run.entries, must_run.where = entries, where
+            must_run.advice = ("module-level set-up (an assignment, a loop that builds a matrix) is no test; call the "
+                               "test in that block (e.g. execute() after prepare())")
         _say(f"running {file} as __main__, as `python3 {file}` would, with the {skipped} prepare() call(s) of its "
              "__main__ block skipped (the night's assets built its inputs)")
         return lambda: _run_as_main(file, program)
-    module = _load_module(file, source)
+    if func_name == "execute" and not blocks:  # judged if the import ends (returns, or exits 0) with no execute() to call
+        must_run.entries = entries
+        must_run.where = "it has no function execute() and no `if __name__ == \"__main__\":` block"
+        must_run.advice = (f"`python3 {file}` would run no test (test functions alone are never called; module-level "
+                           "set-up is no test); the nightly calls execute(), or runs the __main__ block")
+    module = _load_module(file, tree)
     func = getattr(module, func_name, None)
-    if not callable(func):
-        if func_name == "execute" and not blocks and _runs_at_top_level(tree):
-            _say(f"{file} has no execute() and no __main__ block: its module-level code ran as it was imported "
-                 f"(as under `python3 {file}`)")
+    if callable(func):
+        must_run.entries = {}  # calling it is the test
+        _say(f"importing {file} (its __main__ block not run) and calling its {func_name}() (prepare() skipped: the "
+             "night's assets built its inputs)")
+        return func
+    if func_name == "execute" and not blocks:
+        if entries or _runs_at_top_level(tree):
+            _say(f"{file} has no execute() and no __main__ block: its module-level code ran as it was imported (as "
+                 f"under `python3 {file}`)" + (f"; it passes only if one of its test entry points ran: {', '.join(entries)}"
+                                               if entries else ""))
             return lambda: None
-        if func_name == "execute" and not blocks:
-            raise NoTest(f"{file}: has no function execute() and no `if __name__ == \"__main__\":` block, so "
-                         f"`python3 {file}` would run no test (test functions alone are never called); the nightly "
-                         "calls execute(), or runs the __main__ block")
-        raise AttributeError(f"{file}: has no function {func_name}(); the nightly calls it to run the test")
-    _say(f"importing {file} (its __main__ block not run) and calling its {func_name}() (prepare() skipped: the "
-         "night's assets built its inputs)")
-    return func
+        raise NoTest(f"{file}: has no function execute() and no `if __name__ == \"__main__\":` block, so "
+                     f"`python3 {file}` would run no test (test functions alone are never called); the nightly "
+                     "calls execute(), or runs the __main__ block")
+    raise AttributeError(f"{file}: has no function {func_name}(); the nightly calls it to run the test")
 
 
 def _write_result(path: str | None, result: dict) -> None:
@@ -595,13 +701,14 @@ def main(argv: list[str] | None = None) -> int:
     if ns.deadline_s > 0 and os.getpgrp() == os.getpid():  # only when it leads its own group
         _deadline(ns.deadline_s)
     unittest_runs.file = pytest_runs.file = os.path.abspath(ns.file)
+    must_run, children_s = _MustRun(), _children_cpu_s()
     sys.path[:] = script_path(ns.file, sys.path)  # still the path the interpreter started the wrapper with
     sys.argv = [ns.file, *ns.args]
     result: dict = {"file": ns.file, "func": ns.func, "ok": False, "exit_code": 1}
     started = time.monotonic()
     wrapper_main = sys.modules.get("__main__")
     try:
-        func = _test_function(ns.file, ns.func)
+        func = _test_function(ns.file, ns.func, must_run)
         call_started = time.monotonic()
         func()
         result.update(ok=True, exit_code=0, execute_s=round(time.monotonic() - call_started, 3))
@@ -636,6 +743,12 @@ def main(argv: list[str] | None = None) -> int:
     if nothing:
         result.update(ok=False, exit_code=1, error=f"{ns.file}: {nothing}")
         _quietly(print, f"# nightly wrapper: {ns.file}: {nothing}", file=sys.stderr)
+    # a file whose test entry points (execute(), test_* functions, TestCase classes) none ran, set-up aside, ran no test
+    ran = unittest_runs.verified() or pytest_runs.ran() or _children_cpu_s() > children_s
+    nothing = must_run.verdict(ns.file, ran) if result["ok"] else ""
+    if nothing:
+        result.update(ok=False, exit_code=1, error=nothing)
+        _quietly(print, f"# nightly wrapper: {nothing}", file=sys.stderr)
     result["elapsed_s"] = round(time.monotonic() - started, 3)
     result["finished"] = True
     result["token"] = os.environ.get("NIGHTLY_ATTEMPT_TOKEN", "")

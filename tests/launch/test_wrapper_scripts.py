@@ -737,3 +737,83 @@ def test_a_script_test_without_execute_or_main_block_runs_at_module_level_and_is
     assert out.returncode == 0 and result["ok"] is True and "checked" in out.stdout, out.stdout + out.stderr
     out, result = _wrap(tmp_path, body.format(two=3))
     assert out.returncode == 1 and "AssertionError" in result["error"], result
+
+
+#: a registry-based framework's registration (a module-level call that does nothing at run time) and its module
+REGISTERED = """\
+    from minirl.ci_register import register_cuda_ci
+    register_cuda_ci(est_time=5, suite="stage-b-2-gpu-h200", labels=["short"])
+"""
+
+
+def _registered(tmp_path, body: str, **kw) -> tuple[subprocess.CompletedProcess, dict]:
+    """Run a registered test file whose framework's ``minirl/ci_register.py`` sits beside it (sys.path[0])."""
+    (tmp_path / "minirl").mkdir(exist_ok=True)
+    (tmp_path / "minirl" / "__init__.py").write_text("")
+    (tmp_path / "minirl" / "ci_register.py").write_text("def register_cuda_ci(est_time, suite, *, labels):\n    pass\n")
+    return _wrap(tmp_path, REGISTERED + body, **kw)
+
+
+def _line(tmp_path, text: str, name: str = "test_x.py") -> int:
+    return next(i for i, line in enumerate((tmp_path / name).read_text().splitlines(), 1) if text in line)
+
+
+def test_module_level_set_up_beside_test_entry_points_that_never_ran_is_no_test(tmp_path):
+    """`CONFIGS = _configs()` (a call of the file's own function) or a loop that builds the matrix is set-up: a
+    file whose execute() or test_* functions never ran ran no test, whatever its module level did."""
+    out, result = _registered(tmp_path, """
+    def _configs():
+        return [("megatron", 4), ("fsdp", 4)]
+
+    CONFIGS = _configs()
+
+    def test_train():
+        assert False, "never runs"
+    """)
+    assert out.returncode == 1 and result["ok"] is False, out.stdout + out.stderr
+    assert result["error"] == (
+        'test_x.py: ran no test: it has no function execute() and no `if __name__ == "__main__":` block, and '
+        f"test_train() (line {_line(tmp_path, 'def test_train')}) never ran: `python3 test_x.py` would run no test "
+        "(test functions alone are never called; module-level set-up is no test); the nightly calls execute(), or "
+        "runs the __main__ block"), result
+    out, result = _registered(tmp_path, """
+    CONFIGS = []
+    for backend in ("megatron", "fsdp"):
+        CONFIGS.append((backend, 4))
+
+    def prepare():
+        print("downloading")
+
+    def execute():
+        raise SystemExit("accuracy 0.1 < 0.8")
+
+    if __name__ == "__main__":
+        prepare()
+    """)
+    assert out.returncode == 1 and result["ok"] is False, out.stdout + out.stderr
+    assert result["error"].startswith(
+        f'test_x.py: ran no test: its `if __name__ == "__main__":` block (line {_line(tmp_path, "__main__")}) only '
+        "calls prepare() (1 call), which the nightly skips (the night's assets built its inputs), and execute() "
+        f"(line {_line(tmp_path, 'def execute')}) never ran: module-level set-up"), result
+    assert "downloading" not in out.stdout
+
+
+def test_a_script_test_that_runs_its_own_test_functions_at_module_level_passes_and_is_judged(tmp_path):
+    """The entry points ran, however the file called them: by name, or in a loop over its globals()."""
+    for run in ["test_loss()\ntest_eval()", "for name, f in list(globals().items()):\n    if name.startswith('test_'):\n        f()"]:
+        body = textwrap.dedent("""\
+            def test_loss():
+                \"\"\"The loss falls.\"\"\"
+                assert {loss} < 1.0
+                print("loss checked")
+
+            def test_eval():
+                pass
+
+        """) + run + '\n\nif __name__ == "__main__":\n    pass\n'
+        out, result = _wrap(tmp_path, body.format(loss=0.5))
+        assert out.returncode == 0 and result["ok"] is True and "loss checked" in out.stdout, out.stdout + out.stderr
+        out, result = _wrap(tmp_path, body.format(loss=2.5))
+        assert out.returncode == 1 and result["error"].startswith("AssertionError"), result
+        lines = (tmp_path / "test_x.py").read_text().splitlines()
+        assert f'test_x.py", line {lines.index("    assert 2.5 < 1.0") + 1}, in test_loss' in out.stderr, out.stderr
