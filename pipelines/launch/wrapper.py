@@ -11,7 +11,7 @@ expects. So the wrapper reads the file (``ast``) and picks one of two ways:
   does more (checks a result, calls ``unittest.main()``) keeps its checks;
 - a file without one that defines ``execute()`` (or any other ``--func``): import it as
   multiprocessing's spawn children do (``__mp_main__``, its ``__main__`` block not run) and call
-  the function.
+  the function (an ``async def`` one is run to its end with ``asyncio.run()``).
 
 Either way the file is ``__main__`` while it runs, so a child started with multiprocessing's
 "spawn" (``torch.multiprocessing.spawn``) re-imports it and finds the functions it was given, and
@@ -710,7 +710,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         func = _test_function(ns.file, ns.func, must_run)
         call_started = time.monotonic()
-        func()
+        returned = func()
+        if isinstance(returned, types.CoroutineType):  # `async def execute()`: calling it only made the coroutine
+            _say(f"{ns.func}() is a coroutine function (async def): running it to its end with asyncio.run()")
+            import asyncio
+
+            asyncio.run(returned)
         result.update(ok=True, exit_code=0, execute_s=round(time.monotonic() - call_started, 3))
     except SystemExit as exc:
         code = exit_status(exc.code) if isinstance(exc.code, int) else (0 if exc.code is None else 1)

@@ -817,3 +817,22 @@ def test_a_script_test_that_runs_its_own_test_functions_at_module_level_passes_a
         assert out.returncode == 1 and result["error"].startswith("AssertionError"), result
         lines = (tmp_path / "test_x.py").read_text().splitlines()
         assert f'test_x.py", line {lines.index("    assert 2.5 < 1.0") + 1}, in test_loss' in out.stderr, out.stderr
+
+
+def test_an_async_execute_without_main_block_runs_to_its_end_and_its_failure_fails(tmp_path):
+    """Calling an `async def execute()` only makes a coroutine: the wrapper awaits it, so what it raises counts."""
+    body = """
+    import asyncio
+
+    async def execute():
+        await asyncio.sleep(0)
+        print("rollout done")
+        {check}
+    """
+    out, result = _registered(tmp_path, body.format(check='raise SystemExit("accuracy 0.1 < 0.8")'))
+    assert out.returncode == 1 and result["ok"] is False, out.stdout + out.stderr
+    assert result["error"] == "SystemExit('accuracy 0.1 < 0.8')" and "rollout done" in out.stdout, result
+    assert "never awaited" not in out.stderr, out.stderr
+    out, result = _registered(tmp_path, body.format(check="pass"))
+    assert out.returncode == 0 and result["ok"] is True and "rollout done" in out.stdout, out.stdout + out.stderr
+    assert "running it to its end with asyncio.run()" in out.stdout
