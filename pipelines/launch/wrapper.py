@@ -23,7 +23,8 @@ nothing), one whose ``__main__`` block only calls ``prepare()`` (which the wrapp
 that defines test entry points (``execute()``, ``test_*`` functions, ``TestCase`` classes) none of
 which ran, whatever set-up its module level did (:class:`_MustRun`), and one
 whose unittest program (``unittest.main()``) or pytest run (``pytest.main()``), not one started
-inside ``execute()``, ran no test or skipped every test it found. A failure that
+inside ``execute()``, ran no test or only skipped or expected failures (pytest's xfail,
+``@unittest.expectedFailure``) among the tests it found. A failure that
 program or run reported fails the test even when the file drops its status and exits 0
 (``unittest.main(exit=False)``, ``pytest.main()`` without ``sys.exit(...)``).
 
@@ -314,19 +315,23 @@ class _UnittestRuns:
         unittest.TestProgram.__init__ = __init__  # type: ignore[method-assign]
 
     def verdict(self) -> str:
-        """Why the runs verified nothing ("" when they ran a test, or no unittest run ended)."""
+        """Why the runs verified nothing ("" when they ran a test, or no unittest run ended): as for pytest,
+        tests that were all skipped or expected failures checked nothing."""
         if not self.results:
             return ""
         ran = sum(r.testsRun for r in self.results)
         if ran == 0:
             return "ran no test: its unittest run found no test to run (\"Ran 0 tests\")"
-        if sum(len(_wholly_skipped(r)) for r in self.results) >= ran:
-            return f"ran no test: all {ran} of its unittest tests were skipped"
-        return ""
+        skipped, xfailed = (sum(len(_unverified(r)[i]) for r in self.results) for i in (0, 1))
+        if skipped + xfailed < ran:
+            return ""
+        how = (f"skipped ({skipped}) or expected failures ({xfailed})" if skipped and xfailed else "skipped" if skipped
+               else "expected failures (`@unittest.expectedFailure`; one that fails as expected verifies nothing)")
+        return f"ran no test: all {ran} of its unittest tests were {how}"
 
     def verified(self) -> bool:
         """Whether any unittest run, wherever it ran, ran a test that was not skipped."""
-        return any(r.testsRun > len(_wholly_skipped(r)) for r in self.started)
+        return any(r.testsRun > _unverified_count(r) for r in self.started)
 
     def failed(self) -> str:
         """What the file's last program reported failed, in the runner's own words ("" when nothing failed):
@@ -335,7 +340,7 @@ class _UnittestRuns:
         flaky failure (a rerun that matches no test clears nothing), and a runner a test starts inside the
         program (to check that it reports a failure) is that test's."""
         done = [r for r in self.programs if r is not None]
-        ran = [r for r in done if r.testsRun > len(_wholly_skipped(r))]  # a rerun that skipped everything ran none
+        ran = [r for r in done if r.testsRun > _unverified_count(r)]  # a rerun that skipped everything ran none
         r = (ran or done or [None])[-1]
         if r is None:
             return ""
@@ -504,13 +509,19 @@ def _ran_part(result, test) -> None:
     result.__dict__.setdefault("_nightly_ran", set()).add(_test_id(test))
 
 
-def _wholly_skipped(result) -> set[str]:
-    """Tests of a run that were skipped and ran no part (a subTest) that passed or failed: a method
-    whose 3 configurations skip and 1 passes was not skipped."""
+def _unverified(result) -> tuple[set[str], set[str]]:
+    """Tests of a run that verified nothing: (skipped, expected failures), each with no part (a subTest)
+    that passed or failed. A method whose 3 configurations skip and 1 passes was not skipped; a test
+    marked ``@unittest.expectedFailure`` that failed as expected checked nothing (pytest's xfail)."""
     ran = set(result.__dict__.get("_nightly_ran", ()))
-    ran |= {_test_id(t) for t, _ in [*result.failures, *result.errors, *result.expectedFailures]}
+    ran |= {_test_id(t) for t, _ in [*result.failures, *result.errors]}
     ran |= {_test_id(t) for t in result.unexpectedSuccesses}
-    return {_test_id(t) for t, _ in result.skipped} - ran
+    skipped = {_test_id(t) for t, _ in result.skipped} - ran
+    return skipped, {_test_id(t) for t, _ in result.expectedFailures} - ran - skipped
+
+
+def _unverified_count(result) -> int:
+    return sum(map(len, _unverified(result)))
 
 
 def _quietly(write, *args, **kwargs) -> None:

@@ -836,3 +836,32 @@ def test_an_async_execute_without_main_block_runs_to_its_end_and_its_failure_fai
     out, result = _registered(tmp_path, body.format(check="pass"))
     assert out.returncode == 0 and result["ok"] is True and "rollout done" in out.stdout, out.stdout + out.stderr
     assert "running it to its end with asyncio.run()" in out.stdout
+
+
+def test_a_unittest_file_of_expected_failures_only_fails_as_its_pytest_twin_does(tmp_path):
+    """`OK (expected failures=1)`: a test that failed as expected verified nothing, as a run of xfails only."""
+    body = """
+    import unittest
+
+    class TestTrain(unittest.TestCase):
+        @unittest.expectedFailure
+        def test_reward(self):
+            self.assertGreater(0.1, 0.5)  # known broken: reward never reaches 0.5
+
+        {other}
+
+    if __name__ == "__main__":
+        unittest.main()
+    """
+    out, result = _registered(tmp_path, body.format(other=""))
+    assert "OK (expected failures=1)" in out.stderr, out.stderr
+    assert out.returncode == 1 and result["ok"] is False, out.stderr
+    assert result["error"].startswith("test_x.py: ran no test: all 1 of its unittest tests were expected failures "
+                                      "(`@unittest.expectedFailure`"), result
+    out, result = _registered(tmp_path, body.format(other='@unittest.skip("needs an H100")\n        def test_b(self):\n'
+                                                          "            pass"))
+    assert out.returncode == 1, out.stderr
+    assert result["error"] == ("test_x.py: ran no test: all 2 of its unittest tests were skipped (1) or expected "
+                               "failures (1)"), result
+    out, result = _registered(tmp_path, body.format(other="def test_loss(self):\n            pass"))
+    assert "OK (expected failures=1)" in out.stderr and out.returncode == 0 and result["ok"] is True, out.stderr
