@@ -21,7 +21,8 @@ The log's first line from the wrapper says which way it took. A file that runs n
 saying so: one with neither an ``execute()`` nor a ``__main__`` block (``python3 FILE`` would run
 nothing), one whose ``__main__`` block only calls ``prepare()`` (which the wrapper skips), one
 that defines test entry points (``execute()``, ``test_*`` functions, ``TestCase`` classes) none of
-which ran, whatever set-up its module level did (:class:`_MustRun`), and one
+which ran, whatever set-up its module level did, or whose ``__main__`` block names one and exits 0
+(or ends) before any ran (a skip is not a pass; :class:`_MustRun`), and one
 whose unittest program (``unittest.main()``) or pytest run (``pytest.main()``), not one started
 inside ``execute()``, ran no test or only skipped or expected failures (pytest's xfail,
 ``@unittest.expectedFailure``) among the tests it found. A failure that
@@ -214,16 +215,64 @@ def _mark_entries(tree: ast.Module) -> ast.Module:
 
 
 def _children_cpu_s() -> float:
-    """CPU seconds of the processes this one ran and waited for: a file that runs its test in another
-    process (itself under ``torchrun``, ``python -m pytest``) ran no entry point here, yet ran a test."""
+    """CPU seconds of the processes this one ran and waited for (:func:`_ran_other_process`)."""
     import resource
 
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     return usage.ru_utime + usage.ru_stime
 
 
+def _ran_other_process(children_s: float) -> bool:
+    """Whether the test ran another process (it waited for one: CPU time past ``children_s``) or still runs
+    one (Ray's, a ``Process`` it never joined): a file that runs its test there (itself under ``torchrun``,
+    ``python -m pytest FILE``, ``mp.spawn(execute)``) ran no entry point here, yet may have run a test."""
+    if _children_cpu_s() > children_s:
+        return True
+    try:
+        return any(open(f"/proc/self/task/{task}/children").read().split() for task in os.listdir("/proc/self/task"))
+    except OSError:  # not Linux, or a kernel without the list: what was waited for must do
+        return False
+
+
+def _exit_point(exc: BaseException, file: str) -> str:
+    """Where the test file raised ``exc`` (its innermost line on the stack), as the reason says it:
+    ``line 15 (`sys.exit(0)`)``; "" when none of the file's lines is on the stack."""
+    tb, line = exc.__traceback__, 0
+    while tb is not None:
+        if os.path.abspath(tb.tb_frame.f_code.co_filename) == file:
+            line = tb.tb_lineno
+        tb = tb.tb_next
+    if not line:
+        return ""
+    try:
+        with open(file, encoding="utf-8", errors="replace") as fh:
+            text = fh.read().splitlines()[line - 1].strip()
+    except (OSError, IndexError):
+        return f"line {line}"
+    return f"line {line} (`{text}`)" if text else f"line {line}"
+
+
 def _listed(entries: dict[str, int]) -> str:
     return ", ".join(f"{name} (line {line})" for name, line in entries.items())
+
+
+def _named_in(blocks: list[ast.If], entries: dict[str, int]) -> dict[str, int]:
+    """The test entry points the ``__main__`` block(s) name (called, or handed on: ``mp.spawn(execute)``),
+    and the runners they call (``unittest.main()``, ``pytest.main()``, at the line of the call)."""
+    named: dict[str, int] = {}
+    for node in (n for b in blocks for n in ast.walk(b)):
+        if isinstance(node, ast.Name) and (f"{node.id}()" in entries or node.id in entries):
+            key = f"{node.id}()" if f"{node.id}()" in entries else node.id
+            named[key] = entries[key]
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "main"
+              and isinstance(node.func.value, ast.Name) and node.func.value.id in ("unittest", "pytest")):
+            named.setdefault(f"{node.func.value.id}.main()", node.lineno)
+    return named
+
+
+#: what to do about a __main__ block that ended, or exited 0, before it ran the test it names
+SKIP_ADVICE = ("a skip is not a pass, since a nightly that verified nothing is not green; let the test fail when what "
+               "it needs is missing, or disable its registration")
 
 
 class _MustRun:
@@ -235,14 +284,27 @@ class _MustRun:
         self.entries: dict[str, int] = {}
         self.where = ""  # the file's program, as the reason says it
         self.advice = ""  # what to do about it
+        self.block = 0  # the line of the __main__ block that names the entries (0: the file's module level runs them)
+        self.coroutines: set[str] = set()  # the entries defined `async def`
 
-    def verdict(self, file: str, ran: bool) -> str:
-        """Why the file ran no test ("" when one of its entry points ran, or ``ran``: a runner ran a test, or
-        the file ran another process, which may have)."""
+    def verdict(self, file: str, ran: bool, exited_at: str = "") -> str:
+        """Why the file ran no test ("" when one of its entry points ran, or ``ran``: a runner ran a test, or the
+        file ran another process, which may have); ``exited_at`` says where it exited 0, if it did."""
         if not self.entries or _ENTERED or ran:
             return ""
-        never = f"{_listed(self.entries)} never ran" if len(self.entries) == 1 else f"none of {_listed(self.entries)} ran"
-        return f"{file}: ran no test: {self.where}, and {never}: {self.advice}"
+        one = len(self.entries) == 1
+        listed = _listed(self.entries) if one else f"any of {_listed(self.entries)}"
+        if self.block:
+            block = f"its `if __name__ == \"__main__\":` block (line {self.block})"
+            what = (f"it exited 0 at {exited_at}, before {block} ran {listed}" if exited_at
+                    else f"{block} calls {_listed(self.entries)}, yet ended without running {'it' if one else 'any'}")
+        elif exited_at:
+            what = f"it exited 0 at {exited_at}, before {listed} ran ({self.where})"
+        else:
+            what = f"{self.where}, and " + (f"{listed} never ran" if one else f"none of {_listed(self.entries)} ran")
+        unawaited = "".join(f"; {name} is `async def`: calling it only makes a coroutine, run it with "
+                            f"`asyncio.run({name})`" for name in self.entries if name in self.coroutines)
+        return f"{file}: ran no test: {what}: {self.advice}{unawaited}"
 
 
 def _run_as_main(path: str, tree: ast.Module) -> None:
@@ -559,6 +621,9 @@ def _test_function(file: str, func_name: str, must_run: _MustRun):
             must_run.entries, must_run.where = entries, where
             must_run.advice = ("module-level set-up (an assignment, a loop that builds a matrix) is no test; call the "
                                "test in that block (e.g. execute() after prepare())")
+        elif named := _named_in(blocks, entries):  # it must run one: a block that exits 0 (or ends) first skipped the test
+            must_run.entries, must_run.block, must_run.advice = named, blocks[0].lineno, SKIP_ADVICE
+        must_run.coroutines = {f"{s.name}()" for s in tree.body if isinstance(s, ast.AsyncFunctionDef)}
         _say(f"running {file} as __main__, as `python3 {file}` would, with the {skipped} prepare() call(s) of its "
              "__main__ block skipped (the night's assets built its inputs)")
         return lambda: _run_as_main(file, program)
@@ -712,7 +777,7 @@ def main(argv: list[str] | None = None) -> int:
     if ns.deadline_s > 0 and os.getpgrp() == os.getpid():  # only when it leads its own group
         _deadline(ns.deadline_s)
     unittest_runs.file = pytest_runs.file = os.path.abspath(ns.file)
-    must_run, children_s = _MustRun(), _children_cpu_s()
+    must_run, children_s, exited_at = _MustRun(), _children_cpu_s(), ""
     sys.path[:] = script_path(ns.file, sys.path)  # still the path the interpreter started the wrapper with
     sys.argv = [ns.file, *ns.args]
     result: dict = {"file": ns.file, "func": ns.func, "ok": False, "exit_code": 1}
@@ -730,6 +795,7 @@ def main(argv: list[str] | None = None) -> int:
         result.update(ok=True, exit_code=0, execute_s=round(time.monotonic() - call_started, 3))
     except SystemExit as exc:
         code = exit_status(exc.code) if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        exited_at = _exit_point(exc, os.path.abspath(ns.file)) if code == 0 else ""
         result.update(ok=code == 0, exit_code=code, error="" if code == 0 else f"SystemExit({_shown(exc.code)})")
         if exc.code not in (None, 0) and not isinstance(exc.code, int):
             _quietly(print, exc.code, file=sys.stderr)
@@ -760,8 +826,8 @@ def main(argv: list[str] | None = None) -> int:
         result.update(ok=False, exit_code=1, error=f"{ns.file}: {nothing}")
         _quietly(print, f"# nightly wrapper: {ns.file}: {nothing}", file=sys.stderr)
     # a file whose test entry points (execute(), test_* functions, TestCase classes) none ran, set-up aside, ran no test
-    ran = unittest_runs.verified() or pytest_runs.ran() or _children_cpu_s() > children_s
-    nothing = must_run.verdict(ns.file, ran) if result["ok"] else ""
+    ran = unittest_runs.verified() or pytest_runs.ran() or _ran_other_process(children_s)
+    nothing = must_run.verdict(ns.file, ran, exited_at) if result["ok"] else ""
     if nothing:
         result.update(ok=False, exit_code=1, error=nothing)
         _quietly(print, f"# nightly wrapper: {nothing}", file=sys.stderr)

@@ -865,3 +865,97 @@ def test_a_unittest_file_of_expected_failures_only_fails_as_its_pytest_twin_does
                                "failures (1)"), result
     out, result = _registered(tmp_path, body.format(other="def test_loss(self):\n            pass"))
     assert "OK (expected failures=1)" in out.stderr and out.returncode == 0 and result["ok"] is True, out.stderr
+
+
+EARLY_EXIT = """
+    import os, sys
+
+    def prepare():
+        print("downloading")
+
+    def execute():
+        print("training")
+        {check}
+
+    if __name__ == "__main__":
+        if not os.path.exists("tiny-lm"):
+            print("model missing; skipping")
+            {skip}
+        prepare()
+        execute()
+"""
+
+
+def test_a_main_block_that_exits_0_before_it_runs_execute_ran_no_test(tmp_path):
+    """`if not os.path.exists(model): print("skipping"); sys.exit(0)` then `prepare(); execute()`: exit 0 with
+    execute() never called is a skip, not a pass."""
+    out, result = _registered(tmp_path, EARLY_EXIT.format(check="pass", skip="sys.exit(0)"))
+    assert "model missing; skipping" in out.stdout and "training" not in out.stdout, out.stdout
+    assert out.returncode == 1 and result["ok"] is False and result["exit_code"] == 1, out.stdout + out.stderr
+    assert result["error"] == (
+        f"test_x.py: ran no test: it exited 0 at line {_line(tmp_path, 'sys.exit(0)')} (`sys.exit(0)`), before its "
+        f'`if __name__ == "__main__":` block (line {_line(tmp_path, "__main__")}) ran execute() (line '
+        f"{_line(tmp_path, 'def execute')}): a skip is not a pass, since a nightly that verified nothing is not green; "
+        "let the test fail when what it needs is missing, or disable its registration"), result
+    (tmp_path / "tiny-lm").mkdir()  # the model is there: execute() runs and judges
+    out, result = _registered(tmp_path, EARLY_EXIT.format(check='raise SystemExit("accuracy 0.1 < 0.8")', skip="sys.exit(0)"))
+    assert out.returncode == 1 and result["error"] == "SystemExit('accuracy 0.1 < 0.8')", result
+    out, result = _registered(tmp_path, EARLY_EXIT.format(check="pass", skip="sys.exit(0)"))
+    assert out.returncode == 0 and result["ok"] is True and "training" in out.stdout, out.stdout + out.stderr
+
+
+@pytest.mark.parametrize("body, said", [
+    (EARLY_EXIT.format(check="pass", skip="pass").replace("        prepare()\n        execute()",
+                                                          "        else:\n            prepare()\n            execute()"),
+     "ended without running it"),  # an if/else skip falls off the block's end
+    ("""
+    async def execute():
+        print("training")
+
+    if __name__ == "__main__":
+        execute()  # never awaited: `python3 FILE` exits 0 with "coroutine 'execute' was never awaited"
+    """, "ended without running it"),
+    ("""
+    import sys, unittest
+
+    class TestTrain(unittest.TestCase):
+        def test_reward(self):
+            self.assertGreater(0.1, 0.5)
+
+    if __name__ == "__main__":
+        if "--gpu" not in sys.argv:
+            raise SystemExit
+        unittest.main()
+    """, "exited 0 at line"),
+])
+def test_a_main_block_that_ends_or_exits_0_before_the_test_it_names_ran_no_test(tmp_path, body, said):
+    out, result = _registered(tmp_path, body)
+    assert out.returncode == 1 and result["ok"] is False, out.stdout + out.stderr
+    assert result["error"].startswith("test_x.py: ran no test: ") and said in result["error"], result
+    assert "a skip is not a pass" in result["error"], result
+    if "async def" in body:
+        assert "execute() is `async def`: calling it only makes a coroutine, run it with `asyncio.run(execute())`" \
+            in result["error"], result
+
+
+def test_a_main_block_that_runs_the_test_in_another_process_is_judged_by_that_process(tmp_path):
+    """A block that runs the file itself under another process (torchrun, a worker flag) and exits 0 ran no
+    entry point in the wrapper's process, yet ran the test there: its exit status judges, as before."""
+    body = """
+    import subprocess, sys
+
+    def execute():
+        assert {ok}, "loss did not fall"
+        print("worker trained")
+
+    if __name__ == "__main__":
+        if "--worker" in sys.argv:
+            execute()
+        else:
+            subprocess.run([sys.executable, __file__, "--worker"], check=True)
+            sys.exit(0)
+    """
+    out, result = _wrap(tmp_path, body.format(ok=True))
+    assert out.returncode == 0 and result["ok"] is True and "worker trained" in out.stdout, out.stdout + out.stderr
+    out, result = _wrap(tmp_path, body.format(ok=False))
+    assert out.returncode == 1 and "CalledProcessError" in result["error"], result
