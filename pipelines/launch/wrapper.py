@@ -27,7 +27,8 @@ whose unittest program (``unittest.main()``) or pytest run (``pytest.main()``), 
 inside ``execute()``, ran no test or only skipped or expected failures (pytest's xfail,
 ``@unittest.expectedFailure``) among the tests it found. A failure that
 program or run reported fails the test even when the file drops its status and exits 0
-(``unittest.main(exit=False)``, ``pytest.main()`` without ``sys.exit(...)``).
+(``unittest.main(exit=False)``, ``pytest.main()`` without ``sys.exit(...)``), and so does one a bare
+``unittest.TextTestRunner().run(suite)`` of the file reported (:class:`_UnittestRuns`).
 
 Standard library only (plus optional dagster-pipes): this file must also run inside a framework's
 own image. It writes a small JSON result (measured time of the test's run, error text) and,
@@ -313,7 +314,7 @@ def _run_as_main(path: str, tree: ast.Module) -> None:
     _run_module("__main__", tree, path)
 
 
-#: the file's own runs going on now, unittest programs and pytest runs alike: a run a test starts inside
+#: the file's own runs going on now, unittest runs and pytest runs alike: a run a test starts inside
 #: one (to check that a runner reports a failure, in either framework) is that test's business
 _FILE_RUNS = [0]
 
@@ -323,20 +324,25 @@ class NoTest(Exception):
 
 
 class _UnittestRuns:
-    """The runs of the file's unittest program (``unittest.main()``): a file whose program ran nothing
-    exits 0 on Python 3.11 ("Ran 0 tests ... OK"). Only a program the file runs as its test counts:
-    not one started inside ``execute()`` (there ``execute()`` is the test, and a sub-suite of optional
-    checks may skip), nor a bare ``TextTestRunner`` (a helper's run, not the file's program)."""
+    """The file's unittest runs. Its program (``unittest.main()``) that ran nothing exits 0 on Python 3.11
+    ("Ran 0 tests ... OK"): only a program the file runs as its test judges that, not one started inside
+    ``execute()`` (there ``execute()`` is the test, and a sub-suite of optional checks may skip), nor a bare
+    ``TextTestRunner`` (a helper's run beside the test). A failure is another matter: any run the file
+    itself starts (its program, or a bare ``TextTestRunner().run(suite)`` whose result it never checks)
+    that reports one fails the test, unless a later run of the file passed that same test (a rerun after a
+    flaky failure). A run started inside ``execute()``, or inside a test of another run (a test checking
+    that a runner reports a failure), is that code's business."""
 
     def __init__(self) -> None:
         import unittest
 
         self.results: list = []
-        self.programs: list = []  # the result of each outermost program the file ran, in order
+        self.runs: list = []  # the result of each run the file itself started (not inside another), as each ended
         self.started: list = []  # every result a test started on, wherever it ran
         self.file = ""  # the test file's absolute path, once known
         base = unittest.TestResult
-        start, stop, success, subtest = base.startTest, base.stopTestRun, base.addSuccess, base.addSubTest
+        start, start_run, stop = base.startTest, base.startTestRun, base.stopTestRun
+        success, subtest = base.addSuccess, base.addSubTest
         program = unittest.TestProgram.__init__
         runs, started = self.results, self.started
         deciding = [0]  # programs of the file running now
@@ -346,23 +352,30 @@ class _UnittestRuns:
                 started.append(result)
             start(result, test)
 
-        def stopTestRun(result) -> None:  # noqa: N802 (unittest's names)
+        def startTestRun(result) -> None:  # noqa: N802
+            # a run a test of the file's run starts, or execute() starts, is that test's business
+            if not _FILE_RUNS[0] and not _inside_execute(sys._getframe(1), self.file):
+                result.__dict__["_nightly_file_run"] = True
+                _FILE_RUNS[0] += 1
+            start_run(result)
+
+        def stopTestRun(result) -> None:  # noqa: N802
             if deciding[0]:
                 runs.append(result)
+            if result.__dict__.pop("_nightly_file_run", False):
+                _FILE_RUNS[0] -= 1
+                self.runs.append(result)
             stop(result)
 
         def __init__(prog, *args, **kwargs) -> None:  # noqa: N807
-            outermost = not _FILE_RUNS[0]  # a program a test of the file's run starts is that test's business
             decides = not _inside_execute(sys._getframe(1), self.file)
             deciding[0] += decides
-            _FILE_RUNS[0] += decides and outermost
             try:
                 program(prog, *args, **kwargs)
             finally:
                 deciding[0] -= decides
-                _FILE_RUNS[0] -= decides and outermost
-                if decides and outermost:
-                    self.programs.append(getattr(prog, "result", None))
+                if getattr(prog, "result", None) is not None:
+                    prog.result.__dict__["_nightly_program"] = True  # the reason names the program's way to drop it
 
         # a test with a skipped subTest is never addSuccess'ed; its passing subTests say it ran
         def addSuccess(result, test) -> None:  # noqa: N802
@@ -373,7 +386,8 @@ class _UnittestRuns:
             _ran_part(result, test)
             subtest(result, test, sub, err)
 
-        base.startTest, base.stopTestRun, base.addSuccess, base.addSubTest = startTest, stopTestRun, addSuccess, addSubTest  # type: ignore[method-assign]
+        base.startTest, base.startTestRun, base.stopTestRun = startTest, startTestRun, stopTestRun  # type: ignore[method-assign]
+        base.addSuccess, base.addSubTest = addSuccess, addSubTest  # type: ignore[method-assign]
         unittest.TestProgram.__init__ = __init__  # type: ignore[method-assign]
 
     def verdict(self) -> str:
@@ -393,27 +407,30 @@ class _UnittestRuns:
 
     def verified(self) -> bool:
         """Whether any unittest run, wherever it ran, ran a test that was not skipped."""
-        return any(r.testsRun > _unverified_count(r) for r in self.started)
+        return any(r.testsRun > sum(map(len, _unverified(r))) for r in self.started)
 
     def failed(self) -> str:
-        """What the file's last program reported failed, in the runner's own words ("" when nothing failed):
-        a file that drops its program's status (``unittest.main(exit=False)``, a caught ``SystemExit``) exits 0
-        after it. Only the last outermost program that ran a test judges: a file may run it again after a
-        flaky failure (a rerun that matches no test clears nothing), and a runner a test starts inside the
-        program (to check that it reports a failure) is that test's."""
-        done = [r for r in self.programs if r is not None]
-        ran = [r for r in done if r.testsRun > _unverified_count(r)]  # a rerun that skipped everything ran none
-        r = (ran or done or [None])[-1]
-        if r is None:
+        """What the file's runs reported failed, in the runner's own words ("" when nothing failed, or a later run
+        passed each failed test): a file that drops its program's status (``unittest.main(exit=False)``, a caught
+        ``SystemExit``) or never checks a runner's result exits 0 after it. The reason counts the last run that
+        still holds a failure."""
+        failing: dict[str, int] = {}  # a test that failed -> the run it last failed in
+        for i, r in enumerate(self.runs):
+            bad = {_test_id(t) for t, _ in [*r.failures, *r.errors]} | {_test_id(t) for t in r.unexpectedSuccesses}
+            for passed in set(r.__dict__.get("_nightly_ran", ())) - bad:  # a rerun passed it
+                failing.pop(passed, None)
+            failing.update(dict.fromkeys(bad, i))
+        if not failing:
             return ""
-        counts = {"failures": len(r.failures), "errors": len(r.errors), "unexpected successes": len(r.unexpectedSuccesses)}
-        if not any(counts.values()):
-            return ""
-        counts.update({"skipped": len(r.skipped), "expected failures": len(r.expectedFailures)})
-        order = ["failures", "errors", "skipped", "expected failures", "unexpected successes"]  # as unittest says it
-        said = ", ".join(f"{name}={counts[name]}" for name in order if counts[name])
-        return (f"its unittest run reported FAILED ({said}), yet the file exited 0: it drops the program's status "
-                "(`unittest.main(exit=False)`, a caught SystemExit); a failure the runner reported fails the test")
+        r = self.runs[max(failing.values())]
+        counts = {"failures": len(r.failures), "errors": len(r.errors), "skipped": len(r.skipped),
+                  "expected failures": len(r.expectedFailures), "unexpected successes": len(r.unexpectedSuccesses)}
+        said = ", ".join(f"{name}={n}" for name, n in counts.items() if n)  # in unittest's order
+        how = ("drops the program's status (`unittest.main(exit=False)`, a caught SystemExit)"
+               if r.__dict__.get("_nightly_program") else
+               "never checks the runner's result (`unittest.TextTestRunner().run(suite)` returns it: end with "
+               "`sys.exit(not result.wasSuccessful())`)")
+        return f"its unittest run reported FAILED ({said}), yet the file exited 0: it {how}; a failure the runner reported fails the test"
 
 
 def _inside_execute(frame, file: str) -> bool:
@@ -580,10 +597,6 @@ def _unverified(result) -> tuple[set[str], set[str]]:
     ran |= {_test_id(t) for t in result.unexpectedSuccesses}
     skipped = {_test_id(t) for t, _ in result.skipped} - ran
     return skipped, {_test_id(t) for t, _ in result.expectedFailures} - ran - skipped
-
-
-def _unverified_count(result) -> int:
-    return sum(map(len, _unverified(result)))
 
 
 def _quietly(write, *args, **kwargs) -> None:

@@ -959,3 +959,59 @@ def test_a_main_block_that_runs_the_test_in_another_process_is_judged_by_that_pr
     assert out.returncode == 0 and result["ok"] is True and "worker trained" in out.stdout, out.stdout + out.stderr
     out, result = _wrap(tmp_path, body.format(ok=False))
     assert out.returncode == 1 and "CalledProcessError" in result["error"], result
+
+
+TEXT_RUNNER = """
+    import unittest
+
+    class TestTrain(unittest.TestCase):
+        def test_reward(self):
+            self.assertGreater({reward}, 0.5)
+
+    class TestEval(unittest.TestCase):
+        def test_eval(self):
+            pass
+
+    def suite(case):
+        return unittest.defaultTestLoader.loadTestsFromTestCase(case)
+
+    if __name__ == "__main__":
+        {runs}
+"""
+
+
+def test_a_failure_a_bare_text_test_runner_reported_fails_even_when_the_file_never_checks_it(tmp_path):
+    """`unittest.TextTestRunner().run(suite)` in the __main__ block logs `FAILED (failures=1)` and exits 0: a failure
+    the runner saw is never green, though a later run that passed the same test (a flaky rerun) clears it."""
+    one = "unittest.TextTestRunner(verbosity=2).run(suite(TestTrain))"
+    out, result = _registered(tmp_path, TEXT_RUNNER.format(reward=0.1, runs=one))
+    assert "FAILED (failures=1)" in out.stderr, out.stderr
+    assert out.returncode == 1 and result["ok"] is False and result["exit_code"] == 1, out.stderr
+    assert result["error"] == (
+        "test_x.py: its unittest run reported FAILED (failures=1), yet the file exited 0: it never checks the runner's "
+        "result (`unittest.TextTestRunner().run(suite)` returns it: end with `sys.exit(not result.wasSuccessful())`); "
+        "a failure the runner reported fails the test"), result
+    out, result = _registered(tmp_path, TEXT_RUNNER.format(reward=0.9, runs=one))
+    assert out.returncode == 0 and result["ok"] is True, out.stderr
+    # a later run of other tests that passes does not clear it
+    out, result = _registered(tmp_path, TEXT_RUNNER.format(reward=0.1, runs=f"{one}\n        {one.replace('TestTrain', 'TestEval')}"))
+    assert out.returncode == 1 and "reported FAILED (failures=1)" in result["error"], result
+    # a rerun that passes the failed test does (a flaky first try)
+    flaky = """
+    import unittest
+    TRIES = []
+
+    class TestTrain(unittest.TestCase):
+        def test_reward(self):
+            TRIES.append(1)
+            self.assertGreater(0.1 if len(TRIES) == 1 else 0.9, 0.5)  # a hiccup on the first try
+
+    def run():
+        return unittest.TextTestRunner().run(unittest.defaultTestLoader.loadTestsFromTestCase(TestTrain))
+
+    if __name__ == "__main__":
+        if not run().wasSuccessful():
+            run()
+    """
+    out, result = _registered(tmp_path, flaky)
+    assert "FAILED (failures=1)" in out.stderr and out.returncode == 0 and result["ok"] is True, out.stderr
