@@ -11,7 +11,7 @@ expects. So the wrapper reads the file (``ast``) and picks one of two ways:
   does more (checks a result, calls ``unittest.main()``) keeps its checks;
 - a file without one that defines ``execute()`` (or any other ``--func``): import it as
   multiprocessing's spawn children do (``__mp_main__``, its ``__main__`` block not run) and call
-  the function.
+  the function (an ``async def`` one is run to its end with ``asyncio.run()``).
 
 Either way the file is ``__main__`` while it runs, so a child started with multiprocessing's
 "spawn" (``torch.multiprocessing.spawn``) re-imports it and finds the functions it was given, and
@@ -19,11 +19,16 @@ Either way the file is ``__main__`` while it runs, so a child started with multi
 
 The log's first line from the wrapper says which way it took. A file that runs no test fails
 saying so: one with neither an ``execute()`` nor a ``__main__`` block (``python3 FILE`` would run
-nothing), one whose ``__main__`` block only calls ``prepare()`` (which the wrapper skips), and one
+nothing), one whose ``__main__`` block only calls ``prepare()`` (which the wrapper skips), one
+that defines test entry points (``execute()``, ``test_*`` functions, ``TestCase`` classes) none of
+which ran, whatever set-up its module level did, or whose ``__main__`` block names one and exits 0
+(or ends) before any ran (a skip is not a pass; :class:`_MustRun`), and one
 whose unittest program (``unittest.main()``) or pytest run (``pytest.main()``), not one started
-inside ``execute()``, ran no test or skipped every test it found. A failure that
+inside ``execute()``, ran no test or only skipped or expected failures (pytest's xfail,
+``@unittest.expectedFailure``) among the tests it found. A failure that
 program or run reported fails the test even when the file drops its status and exits 0
-(``unittest.main(exit=False)``, ``pytest.main()`` without ``sys.exit(...)``).
+(``unittest.main(exit=False)``, ``pytest.main()`` without ``sys.exit(...)``), and so does one a bare
+``unittest.TextTestRunner().run(suite)`` of the file reported (:class:`_UnittestRuns`).
 
 Standard library only (plus optional dagster-pipes): this file must also run inside a framework's
 own image. It writes a small JSON result (measured time of the test's run, error text) and,
@@ -79,12 +84,13 @@ def _run_module(name: str, source: bytes | ast.Module, path: str) -> types.Modul
     code = compile(source, full, "exec", dont_inherit=True)
     module = types.ModuleType(name)
     module.__dict__.update(__file__=full, __cached__=None, __loader__=None, __package__=None, __spec__=None)
+    module.__dict__[_ENTERED_MARK] = _ENTERED.add  # what the file's marked entry points call (:func:`_mark_entries`)
     sys.modules["__main__"] = sys.modules[name] = module
     exec(code, module.__dict__)
     return module
 
 
-def _load_module(path: str, source: bytes) -> types.ModuleType:
+def _load_module(path: str, source: bytes | ast.Module) -> types.ModuleType:
     """Import the file as multiprocessing's spawn children do: named ``__mp_main__`` (its ``__main__``
     block does not run) and registered as ``__main__`` too. A spawned child (``multiprocessing``
     "spawn", ``torch.multiprocessing.spawn``) finds the file from ``__main__.__file__``, re-runs it as
@@ -145,7 +151,8 @@ def _runs_at_top_level(tree: ast.Module) -> bool:
     itself (``run_test()``, ``asyncio.run(main())``, ``result = Runner().run()``), also under a module-level
     ``if``/``try``. Set-up is not a test: imports, assignments, registrations, and calls of imported
     functions alone (``logging.basicConfig()``, ``sys.path.insert()``; a test run only through an imported
-    helper, ``run(cfg)``, is not seen: call it from the ``__main__`` block)."""
+    helper, ``run(cfg)``, is not seen: call it from the ``__main__`` block). A file that also defines test entry
+    points still runs a test only when one of them runs (:class:`_MustRun`)."""
     own = {s.name for s in tree.body if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
 
     def calls_own(node: ast.AST) -> bool:
@@ -166,13 +173,148 @@ def _runs_at_top_level(tree: ast.Module) -> bool:
     return any(runs(s) for s in tree.body)
 
 
+#: the test entry points of the file that began to run in the wrapper's process (``execute()``, ``test_loss()``)
+_ENTERED: set[str] = set()
+#: the global the marked entry points call to say they began (:func:`_mark_entries`)
+_ENTERED_MARK = "__nightly_entered__"
+
+
+def _is_entry_function(stmt: ast.stmt) -> bool:
+    """A module-level ``execute()`` or ``test_*`` function: what the usual anatomy or pytest calls to run a test."""
+    return isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)) and (
+        stmt.name == "execute" or stmt.name.startswith("test_"))
+
+
+def _is_testcase_class(stmt: ast.stmt) -> bool:
+    """A module-level class with a ``...TestCase`` base (``unittest.TestCase``, a framework's ``CustomTestCase``)."""
+    return isinstance(stmt, ast.ClassDef) and any(
+        (b.attr if isinstance(b, ast.Attribute) else getattr(b, "id", "")).endswith("TestCase") for b in stmt.bases)
+
+
+def _test_entries(tree: ast.Module) -> dict[str, int]:
+    """The test entry points the file defines, as the reason names them (``execute()``, ``test_loss()``,
+    ``TestTrain``), with their lines. A file that defines any runs a test only when one of them runs:
+    its module-level code around them (``CONFIGS = _configs()``, a loop that builds a matrix) is set-up."""
+    return {(f"{s.name}()" if _is_entry_function(s) else s.name): s.lineno
+            for s in tree.body if _is_entry_function(s) or _is_testcase_class(s)}
+
+
+def _mark_entries(tree: ast.Module) -> ast.Module:
+    """Each entry function (:func:`_is_entry_function`) first says it began: ``__nightly_entered__("execute()")``
+    before its first statement (after its docstring), at that statement's line, so tracebacks keep the file's
+    lines. The wrapper so knows whether the file's program ran one, however it called it (a loop over
+    ``globals()``, a thread); a coroutine says so only once it is awaited. A spawned child imports the file
+    itself, unmarked."""
+    for stmt in tree.body:
+        if not _is_entry_function(stmt):
+            continue
+        body = stmt.body  # type: ignore[attr-defined]
+        doc = isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value, str)
+        mark = ast.Expr(ast.Call(ast.Name(_ENTERED_MARK, ast.Load()), [ast.Constant(f"{stmt.name}()")], []))
+        body.insert(int(doc), ast.copy_location(mark, body[min(int(doc), len(body) - 1)]))
+    return ast.fix_missing_locations(tree)
+
+
+def _children_cpu_s() -> float:
+    """CPU seconds of the processes this one ran and waited for (:func:`_ran_other_process`)."""
+    import resource
+
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _ran_other_process(children_s: float) -> bool:
+    """Whether the test ran another process (it waited for one: CPU time past ``children_s``) or still runs
+    one (Ray's, a ``Process`` it never joined): a file that runs its test there (itself under ``torchrun``,
+    ``python -m pytest FILE``, ``mp.spawn(execute)``) ran no entry point here, yet may have run a test."""
+    if _children_cpu_s() > children_s:
+        return True
+    try:
+        return any(open(f"/proc/self/task/{task}/children").read().split() for task in os.listdir("/proc/self/task"))
+    except OSError:  # not Linux, or a kernel without the list: what was waited for must do
+        return False
+
+
+def _exit_point(exc: BaseException, file: str) -> str:
+    """Where the test file raised ``exc`` (its innermost line on the stack), as the reason says it:
+    ``line 15 (`sys.exit(0)`)``; "" when none of the file's lines is on the stack."""
+    tb, line = exc.__traceback__, 0
+    while tb is not None:
+        if os.path.abspath(tb.tb_frame.f_code.co_filename) == file:
+            line = tb.tb_lineno
+        tb = tb.tb_next
+    if not line:
+        return ""
+    try:
+        with open(file, encoding="utf-8", errors="replace") as fh:
+            text = fh.read().splitlines()[line - 1].strip()
+    except (OSError, IndexError):
+        return f"line {line}"
+    return f"line {line} (`{text}`)" if text else f"line {line}"
+
+
+def _listed(entries: dict[str, int]) -> str:
+    return ", ".join(f"{name} (line {line})" for name, line in entries.items())
+
+
+def _named_in(blocks: list[ast.If], entries: dict[str, int]) -> dict[str, int]:
+    """The test entry points the ``__main__`` block(s) name (called, or handed on: ``mp.spawn(execute)``),
+    and the runners they call (``unittest.main()``, ``pytest.main()``, at the line of the call)."""
+    named: dict[str, int] = {}
+    for node in (n for b in blocks for n in ast.walk(b)):
+        if isinstance(node, ast.Name) and (f"{node.id}()" in entries or node.id in entries):
+            key = f"{node.id}()" if f"{node.id}()" in entries else node.id
+            named[key] = entries[key]
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "main"
+              and isinstance(node.func.value, ast.Name) and node.func.value.id in ("unittest", "pytest")):
+            named.setdefault(f"{node.func.value.id}.main()", node.lineno)
+    return named
+
+
+#: what to do about a __main__ block that ended, or exited 0, before it ran the test it names
+SKIP_ADVICE = ("a skip is not a pass, since a nightly that verified nothing is not green; let the test fail when what "
+               "it needs is missing, or disable its registration")
+
+
+class _MustRun:
+    """The test entry points the file's program must run for its exit 0 to be a pass, and how the reason
+    says where they should have run: set by :func:`_test_function` from the file's code before it runs
+    (none set: the exit status and the file's runners judge alone, as for a script-style test)."""
+
+    def __init__(self) -> None:
+        self.entries: dict[str, int] = {}
+        self.where = ""  # the file's program, as the reason says it
+        self.advice = ""  # what to do about it
+        self.block = 0  # the line of the __main__ block that names the entries (0: the file's module level runs them)
+        self.coroutines: set[str] = set()  # the entries defined `async def`
+
+    def verdict(self, file: str, ran: bool, exited_at: str = "") -> str:
+        """Why the file ran no test ("" when one of its entry points ran, or ``ran``: a runner ran a test, or the
+        file ran another process, which may have); ``exited_at`` says where it exited 0, if it did."""
+        if not self.entries or _ENTERED or ran:
+            return ""
+        one = len(self.entries) == 1
+        listed = _listed(self.entries) if one else f"any of {_listed(self.entries)}"
+        if self.block:
+            block = f"its `if __name__ == \"__main__\":` block (line {self.block})"
+            what = (f"it exited 0 at {exited_at}, before {block} ran {listed}" if exited_at
+                    else f"{block} calls {_listed(self.entries)}, yet ended without running {'it' if one else 'any'}")
+        elif exited_at:
+            what = f"it exited 0 at {exited_at}, before {listed} ran ({self.where})"
+        else:
+            what = f"{self.where}, and " + (f"{listed} never ran" if one else f"none of {_listed(self.entries)} ran")
+        unawaited = "".join(f"; {name} is `async def`: calling it only makes a coroutine, run it with "
+                            f"`asyncio.run({name})`" for name in self.entries if name in self.coroutines)
+        return f"{file}: ran no test: {what}: {self.advice}{unawaited}"
+
+
 def _run_as_main(path: str, tree: ast.Module) -> None:
     """Run the (rewritten) file as ``__main__``, as ``python3 FILE`` would (a spawned child re-runs
     the file itself as ``__mp_main__``, as it would under ``python3 FILE``)."""
     _run_module("__main__", tree, path)
 
 
-#: the file's own runs going on now, unittest programs and pytest runs alike: a run a test starts inside
+#: the file's own runs going on now, unittest runs and pytest runs alike: a run a test starts inside
 #: one (to check that a runner reports a failure, in either framework) is that test's business
 _FILE_RUNS = [0]
 
@@ -182,40 +324,58 @@ class NoTest(Exception):
 
 
 class _UnittestRuns:
-    """The runs of the file's unittest program (``unittest.main()``): a file whose program ran nothing
-    exits 0 on Python 3.11 ("Ran 0 tests ... OK"). Only a program the file runs as its test counts:
-    not one started inside ``execute()`` (there ``execute()`` is the test, and a sub-suite of optional
-    checks may skip), nor a bare ``TextTestRunner`` (a helper's run, not the file's program)."""
+    """The file's unittest runs. Its program (``unittest.main()``) that ran nothing exits 0 on Python 3.11
+    ("Ran 0 tests ... OK"): only a program the file runs as its test judges that, not one started inside
+    ``execute()`` (there ``execute()`` is the test, and a sub-suite of optional checks may skip), nor a bare
+    ``TextTestRunner`` (a helper's run beside the test). A failure is another matter: any run the file
+    itself starts (its program, or a bare ``TextTestRunner().run(suite)`` whose result it never checks)
+    that reports one fails the test, unless a later run of the file passed that same test (a rerun after a
+    flaky failure). A run started inside ``execute()``, or inside a test of another run (a test checking
+    that a runner reports a failure), is that code's business."""
 
     def __init__(self) -> None:
         import unittest
 
         self.results: list = []
-        self.programs: list = []  # the result of each outermost program the file ran, in order
+        self.runs: list = []  # the result of each run the file itself started (not inside another), as each ended
+        self.started: list = []  # every result a test started on, wherever it ran
         self.file = ""  # the test file's absolute path, once known
         base = unittest.TestResult
-        stop, success, subtest = base.stopTestRun, base.addSuccess, base.addSubTest
+        start, start_run, stop = base.startTest, base.startTestRun, base.stopTestRun
+        success, subtest = base.addSuccess, base.addSubTest
         program = unittest.TestProgram.__init__
-        runs = self.results
+        runs, started = self.results, self.started
         deciding = [0]  # programs of the file running now
 
-        def stopTestRun(result) -> None:  # noqa: N802 (unittest's names)
+        def startTest(result, test) -> None:  # noqa: N802 (unittest's names)
+            if not any(r is result for r in started):
+                started.append(result)
+            start(result, test)
+
+        def startTestRun(result) -> None:  # noqa: N802
+            # a run a test of the file's run starts, or execute() starts, is that test's business
+            if not _FILE_RUNS[0] and not _inside_execute(sys._getframe(1), self.file):
+                result.__dict__["_nightly_file_run"] = True
+                _FILE_RUNS[0] += 1
+            start_run(result)
+
+        def stopTestRun(result) -> None:  # noqa: N802
             if deciding[0]:
                 runs.append(result)
+            if result.__dict__.pop("_nightly_file_run", False):
+                _FILE_RUNS[0] -= 1
+                self.runs.append(result)
             stop(result)
 
         def __init__(prog, *args, **kwargs) -> None:  # noqa: N807
-            outermost = not _FILE_RUNS[0]  # a program a test of the file's run starts is that test's business
             decides = not _inside_execute(sys._getframe(1), self.file)
             deciding[0] += decides
-            _FILE_RUNS[0] += decides and outermost
             try:
                 program(prog, *args, **kwargs)
             finally:
                 deciding[0] -= decides
-                _FILE_RUNS[0] -= decides and outermost
-                if decides and outermost:
-                    self.programs.append(getattr(prog, "result", None))
+                if getattr(prog, "result", None) is not None:
+                    prog.result.__dict__["_nightly_program"] = True  # the reason names the program's way to drop it
 
         # a test with a skipped subTest is never addSuccess'ed; its passing subTests say it ran
         def addSuccess(result, test) -> None:  # noqa: N802
@@ -226,39 +386,51 @@ class _UnittestRuns:
             _ran_part(result, test)
             subtest(result, test, sub, err)
 
-        base.stopTestRun, base.addSuccess, base.addSubTest = stopTestRun, addSuccess, addSubTest  # type: ignore[method-assign]
+        base.startTest, base.startTestRun, base.stopTestRun = startTest, startTestRun, stopTestRun  # type: ignore[method-assign]
+        base.addSuccess, base.addSubTest = addSuccess, addSubTest  # type: ignore[method-assign]
         unittest.TestProgram.__init__ = __init__  # type: ignore[method-assign]
 
     def verdict(self) -> str:
-        """Why the runs verified nothing ("" when they ran a test, or no unittest run ended)."""
+        """Why the runs verified nothing ("" when they ran a test, or no unittest run ended): as for pytest,
+        tests that were all skipped or expected failures checked nothing."""
         if not self.results:
             return ""
         ran = sum(r.testsRun for r in self.results)
         if ran == 0:
             return "ran no test: its unittest run found no test to run (\"Ran 0 tests\")"
-        if sum(len(_wholly_skipped(r)) for r in self.results) >= ran:
-            return f"ran no test: all {ran} of its unittest tests were skipped"
-        return ""
+        skipped, xfailed = (sum(len(_unverified(r)[i]) for r in self.results) for i in (0, 1))
+        if skipped + xfailed < ran:
+            return ""
+        how = (f"skipped ({skipped}) or expected failures ({xfailed})" if skipped and xfailed else "skipped" if skipped
+               else "expected failures (`@unittest.expectedFailure`; one that fails as expected verifies nothing)")
+        return f"ran no test: all {ran} of its unittest tests were {how}"
+
+    def verified(self) -> bool:
+        """Whether any unittest run, wherever it ran, ran a test that was not skipped."""
+        return any(r.testsRun > sum(map(len, _unverified(r))) for r in self.started)
 
     def failed(self) -> str:
-        """What the file's last program reported failed, in the runner's own words ("" when nothing failed):
-        a file that drops its program's status (``unittest.main(exit=False)``, a caught ``SystemExit``) exits 0
-        after it. Only the last outermost program that ran a test judges: a file may run it again after a
-        flaky failure (a rerun that matches no test clears nothing), and a runner a test starts inside the
-        program (to check that it reports a failure) is that test's."""
-        done = [r for r in self.programs if r is not None]
-        ran = [r for r in done if r.testsRun > len(_wholly_skipped(r))]  # a rerun that skipped everything ran none
-        r = (ran or done or [None])[-1]
-        if r is None:
+        """What the file's runs reported failed, in the runner's own words ("" when nothing failed, or a later run
+        passed each failed test): a file that drops its program's status (``unittest.main(exit=False)``, a caught
+        ``SystemExit``) or never checks a runner's result exits 0 after it. The reason counts the last run that
+        still holds a failure."""
+        failing: dict[str, int] = {}  # a test that failed -> the run it last failed in
+        for i, r in enumerate(self.runs):
+            bad = {_test_id(t) for t, _ in [*r.failures, *r.errors]} | {_test_id(t) for t in r.unexpectedSuccesses}
+            for passed in set(r.__dict__.get("_nightly_ran", ())) - bad:  # a rerun passed it
+                failing.pop(passed, None)
+            failing.update(dict.fromkeys(bad, i))
+        if not failing:
             return ""
-        counts = {"failures": len(r.failures), "errors": len(r.errors), "unexpected successes": len(r.unexpectedSuccesses)}
-        if not any(counts.values()):
-            return ""
-        counts.update({"skipped": len(r.skipped), "expected failures": len(r.expectedFailures)})
-        order = ["failures", "errors", "skipped", "expected failures", "unexpected successes"]  # as unittest says it
-        said = ", ".join(f"{name}={counts[name]}" for name in order if counts[name])
-        return (f"its unittest run reported FAILED ({said}), yet the file exited 0: it drops the program's status "
-                "(`unittest.main(exit=False)`, a caught SystemExit); a failure the runner reported fails the test")
+        r = self.runs[max(failing.values())]
+        counts = {"failures": len(r.failures), "errors": len(r.errors), "skipped": len(r.skipped),
+                  "expected failures": len(r.expectedFailures), "unexpected successes": len(r.unexpectedSuccesses)}
+        said = ", ".join(f"{name}={n}" for name, n in counts.items() if n)  # in unittest's order
+        how = ("drops the program's status (`unittest.main(exit=False)`, a caught SystemExit)"
+               if r.__dict__.get("_nightly_program") else
+               "never checks the runner's result (`unittest.TextTestRunner().run(suite)` returns it: end with "
+               "`sys.exit(not result.wasSuccessful())`)")
+        return f"its unittest run reported FAILED ({said}), yet the file exited 0: it {how}; a failure the runner reported fails the test"
 
 
 def _inside_execute(frame, file: str) -> bool:
@@ -361,6 +533,10 @@ class _PytestRuns:
         main.__doc__, main.__wrapped__ = real.__doc__, real  # type: ignore[attr-defined]
         pytest.main = main
 
+    def ran(self) -> bool:
+        """Whether one of the file's runs ran a test."""
+        return any(c.ran for c in self.counts)
+
     def verdict(self) -> str:
         """Why the runs verified nothing ("" when one ran a test, or none ran)."""
         if not self.counts or any(c.ran for c in self.counts):
@@ -412,13 +588,15 @@ def _ran_part(result, test) -> None:
     result.__dict__.setdefault("_nightly_ran", set()).add(_test_id(test))
 
 
-def _wholly_skipped(result) -> set[str]:
-    """Tests of a run that were skipped and ran no part (a subTest) that passed or failed: a method
-    whose 3 configurations skip and 1 passes was not skipped."""
+def _unverified(result) -> tuple[set[str], set[str]]:
+    """Tests of a run that verified nothing: (skipped, expected failures), each with no part (a subTest)
+    that passed or failed. A method whose 3 configurations skip and 1 passes was not skipped; a test
+    marked ``@unittest.expectedFailure`` that failed as expected checked nothing (pytest's xfail)."""
     ran = set(result.__dict__.get("_nightly_ran", ()))
-    ran |= {_test_id(t) for t, _ in [*result.failures, *result.errors, *result.expectedFailures]}
+    ran |= {_test_id(t) for t, _ in [*result.failures, *result.errors]}
     ran |= {_test_id(t) for t in result.unexpectedSuccesses}
-    return {_test_id(t) for t, _ in result.skipped} - ran
+    skipped = {_test_id(t) for t, _ in result.skipped} - ran
+    return skipped, {_test_id(t) for t, _ in result.expectedFailures} - ran - skipped
 
 
 def _quietly(write, *args, **kwargs) -> None:
@@ -435,38 +613,55 @@ def _say(text: str) -> None:
     _quietly(print, f"# nightly wrapper: {text}", flush=True)
 
 
-def _test_function(file: str, func_name: str):
-    """What to call to run the test file, saying in the log which way it runs (see the module's docstring)."""
+def _test_function(file: str, func_name: str, must_run: _MustRun):
+    """What to call to run the test file, saying in the log which way it runs (see the module's docstring),
+    and which of its test entry points its program must run (``must_run``, set before any of the file runs)."""
     with open(file, "rb") as fh:
         source = fh.read()
-    tree = ast.parse(source, filename=file)
+    tree = _mark_entries(ast.parse(source, filename=file))
     blocks = [s for s in tree.body if _is_main_guard(s)]
+    entries = _test_entries(tree)
     if func_name == "execute" and blocks:
         program, skipped = _main_program(tree)
-        # `python3 FILE` in CI may prepare; here nothing would run (unless the file's test runs at module level)
-        if all(_does_nothing(b) for b in blocks) and not _runs_at_top_level(tree):
+        if all(_does_nothing(b) for b in blocks):
+            # `python3 FILE` in CI may prepare; here nothing would run (unless the file's test runs at module level)
             what = (f"only calls prepare() ({skipped} call{'s' if skipped > 1 else ''}), which the nightly skips (the "
                     "night's assets built its inputs)") if skipped else "does nothing"
-            raise NoTest(f"{file}: ran no test: its `if __name__ == \"__main__\":` block (line {blocks[0].lineno}) "
-                         f"{what}, so nothing would run; call the test in that block (e.g. execute() after prepare())")
+            where = f"its `if __name__ == \"__main__\":` block (line {blocks[0].lineno}) {what}"
+            if not _runs_at_top_level(tree):
+                raise NoTest(f"{file}: ran no test: {where}, so nothing would run; call the test in that block "
+                             "(e.g. execute() after prepare())")
+            must_run.entries, must_run.where = entries, where
+            must_run.advice = ("module-level set-up (an assignment, a loop that builds a matrix) is no test; call the "
+                               "test in that block (e.g. execute() after prepare())")
+        elif named := _named_in(blocks, entries):  # it must run one: a block that exits 0 (or ends) first skipped the test
+            must_run.entries, must_run.block, must_run.advice = named, blocks[0].lineno, SKIP_ADVICE
+        must_run.coroutines = {f"{s.name}()" for s in tree.body if isinstance(s, ast.AsyncFunctionDef)}
         _say(f"running {file} as __main__, as `python3 {file}` would, with the {skipped} prepare() call(s) of its "
              "__main__ block skipped (the night's assets built its inputs)")
         return lambda: _run_as_main(file, program)
-    module = _load_module(file, source)
+    if func_name == "execute" and not blocks:  # judged if the import ends (returns, or exits 0) with no execute() to call
+        must_run.entries = entries
+        must_run.where = "it has no function execute() and no `if __name__ == \"__main__\":` block"
+        must_run.advice = (f"`python3 {file}` would run no test (test functions alone are never called; module-level "
+                           "set-up is no test); the nightly calls execute(), or runs the __main__ block")
+    module = _load_module(file, tree)
     func = getattr(module, func_name, None)
-    if not callable(func):
-        if func_name == "execute" and not blocks and _runs_at_top_level(tree):
-            _say(f"{file} has no execute() and no __main__ block: its module-level code ran as it was imported "
-                 f"(as under `python3 {file}`)")
+    if callable(func):
+        must_run.entries = {}  # calling it is the test
+        _say(f"importing {file} (its __main__ block not run) and calling its {func_name}() (prepare() skipped: the "
+             "night's assets built its inputs)")
+        return func
+    if func_name == "execute" and not blocks:
+        if entries or _runs_at_top_level(tree):
+            _say(f"{file} has no execute() and no __main__ block: its module-level code ran as it was imported (as "
+                 f"under `python3 {file}`)" + (f"; it passes only if one of its test entry points ran: {', '.join(entries)}"
+                                               if entries else ""))
             return lambda: None
-        if func_name == "execute" and not blocks:
-            raise NoTest(f"{file}: has no function execute() and no `if __name__ == \"__main__\":` block, so "
-                         f"`python3 {file}` would run no test (test functions alone are never called); the nightly "
-                         "calls execute(), or runs the __main__ block")
-        raise AttributeError(f"{file}: has no function {func_name}(); the nightly calls it to run the test")
-    _say(f"importing {file} (its __main__ block not run) and calling its {func_name}() (prepare() skipped: the "
-         "night's assets built its inputs)")
-    return func
+        raise NoTest(f"{file}: has no function execute() and no `if __name__ == \"__main__\":` block, so "
+                     f"`python3 {file}` would run no test (test functions alone are never called); the nightly "
+                     "calls execute(), or runs the __main__ block")
+    raise AttributeError(f"{file}: has no function {func_name}(); the nightly calls it to run the test")
 
 
 def _write_result(path: str | None, result: dict) -> None:
@@ -595,18 +790,25 @@ def main(argv: list[str] | None = None) -> int:
     if ns.deadline_s > 0 and os.getpgrp() == os.getpid():  # only when it leads its own group
         _deadline(ns.deadline_s)
     unittest_runs.file = pytest_runs.file = os.path.abspath(ns.file)
+    must_run, children_s, exited_at = _MustRun(), _children_cpu_s(), ""
     sys.path[:] = script_path(ns.file, sys.path)  # still the path the interpreter started the wrapper with
     sys.argv = [ns.file, *ns.args]
     result: dict = {"file": ns.file, "func": ns.func, "ok": False, "exit_code": 1}
     started = time.monotonic()
     wrapper_main = sys.modules.get("__main__")
     try:
-        func = _test_function(ns.file, ns.func)
+        func = _test_function(ns.file, ns.func, must_run)
         call_started = time.monotonic()
-        func()
+        returned = func()
+        if isinstance(returned, types.CoroutineType):  # `async def execute()`: calling it only made the coroutine
+            _say(f"{ns.func}() is a coroutine function (async def): running it to its end with asyncio.run()")
+            import asyncio
+
+            asyncio.run(returned)
         result.update(ok=True, exit_code=0, execute_s=round(time.monotonic() - call_started, 3))
     except SystemExit as exc:
         code = exit_status(exc.code) if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        exited_at = _exit_point(exc, os.path.abspath(ns.file)) if code == 0 else ""
         result.update(ok=code == 0, exit_code=code, error="" if code == 0 else f"SystemExit({_shown(exc.code)})")
         if exc.code not in (None, 0) and not isinstance(exc.code, int):
             _quietly(print, exc.code, file=sys.stderr)
@@ -636,6 +838,12 @@ def main(argv: list[str] | None = None) -> int:
     if nothing:
         result.update(ok=False, exit_code=1, error=f"{ns.file}: {nothing}")
         _quietly(print, f"# nightly wrapper: {ns.file}: {nothing}", file=sys.stderr)
+    # a file whose test entry points (execute(), test_* functions, TestCase classes) none ran, set-up aside, ran no test
+    ran = unittest_runs.verified() or pytest_runs.ran() or _ran_other_process(children_s)
+    nothing = must_run.verdict(ns.file, ran, exited_at) if result["ok"] else ""
+    if nothing:
+        result.update(ok=False, exit_code=1, error=nothing)
+        _quietly(print, f"# nightly wrapper: {nothing}", file=sys.stderr)
     result["elapsed_s"] = round(time.monotonic() - started, 3)
     result["finished"] = True
     result["token"] = os.environ.get("NIGHTLY_ATTEMPT_TOKEN", "")

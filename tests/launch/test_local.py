@@ -81,6 +81,28 @@ def test_sys_exit_256_passes_as_python3_file_exits_0_with_it(tmp_path):
     assert (attempt.outcome, attempt.exit_code, attempt.reason) == ("passed", 0, ""), tail(attempt.log_path)
 
 
+def test_a_test_that_skips_itself_with_exit_0_before_execute_is_failed_as_running_no_test(tmp_path):
+    """`python3 FILE` in CI exits 0 (green) when the model is missing; a nightly that verified nothing is not."""
+    repo = _repo(tmp_path, """
+        import os, sys
+        def prepare():
+            print("downloading")
+        def execute():
+            raise SystemExit("accuracy 0.1 < 0.8")
+        if __name__ == "__main__":
+            prepare()
+            if not os.path.exists("/nonexistent/models/tiny-lm"):
+                print("model missing; skipping")
+                sys.exit(0)
+            execute()
+    """)
+    attempt = LocalLauncher(tmp_path / "state").launch(_request(repo, tmp_path))
+    assert (attempt.outcome, attempt.exit_code) == ("failed", 1), tail(attempt.log_path)
+    assert attempt.reason.startswith("tests/test_x.py: ran no test: it exited 0 at line 11 (`sys.exit(0)`), before its "
+                                     '`if __name__ == "__main__":` block (line 7) ran execute() (line 5)'), attempt.reason
+    assert "model missing; skipping" in Path(attempt.log_path).read_text()
+
+
 def test_a_completion_record_that_says_failed_is_the_reason_even_when_the_process_exited_0(tmp_path):
     result_path = tmp_path / "logs" / "x.result.json"
     repo = _repo(tmp_path, """

@@ -737,3 +737,281 @@ def test_a_script_test_without_execute_or_main_block_runs_at_module_level_and_is
     assert out.returncode == 0 and result["ok"] is True and "checked" in out.stdout, out.stdout + out.stderr
     out, result = _wrap(tmp_path, body.format(two=3))
     assert out.returncode == 1 and "AssertionError" in result["error"], result
+
+
+#: a registry-based framework's registration (a module-level call that does nothing at run time) and its module
+REGISTERED = """\
+    from minirl.ci_register import register_cuda_ci
+    register_cuda_ci(est_time=5, suite="stage-b-2-gpu-h200", labels=["short"])
+"""
+
+
+def _registered(tmp_path, body: str, **kw) -> tuple[subprocess.CompletedProcess, dict]:
+    """Run a registered test file whose framework's ``minirl/ci_register.py`` sits beside it (sys.path[0])."""
+    (tmp_path / "minirl").mkdir(exist_ok=True)
+    (tmp_path / "minirl" / "__init__.py").write_text("")
+    (tmp_path / "minirl" / "ci_register.py").write_text("def register_cuda_ci(est_time, suite, *, labels):\n    pass\n")
+    return _wrap(tmp_path, REGISTERED + body, **kw)
+
+
+def _line(tmp_path, text: str, name: str = "test_x.py") -> int:
+    return next(i for i, line in enumerate((tmp_path / name).read_text().splitlines(), 1) if text in line)
+
+
+def test_module_level_set_up_beside_test_entry_points_that_never_ran_is_no_test(tmp_path):
+    """`CONFIGS = _configs()` (a call of the file's own function) or a loop that builds the matrix is set-up: a
+    file whose execute() or test_* functions never ran ran no test, whatever its module level did."""
+    out, result = _registered(tmp_path, """
+    def _configs():
+        return [("megatron", 4), ("fsdp", 4)]
+
+    CONFIGS = _configs()
+
+    def test_train():
+        assert False, "never runs"
+    """)
+    assert out.returncode == 1 and result["ok"] is False, out.stdout + out.stderr
+    assert result["error"] == (
+        'test_x.py: ran no test: it has no function execute() and no `if __name__ == "__main__":` block, and '
+        f"test_train() (line {_line(tmp_path, 'def test_train')}) never ran: `python3 test_x.py` would run no test "
+        "(test functions alone are never called; module-level set-up is no test); the nightly calls execute(), or "
+        "runs the __main__ block"), result
+    out, result = _registered(tmp_path, """
+    CONFIGS = []
+    for backend in ("megatron", "fsdp"):
+        CONFIGS.append((backend, 4))
+
+    def prepare():
+        print("downloading")
+
+    def execute():
+        raise SystemExit("accuracy 0.1 < 0.8")
+
+    if __name__ == "__main__":
+        prepare()
+    """)
+    assert out.returncode == 1 and result["ok"] is False, out.stdout + out.stderr
+    assert result["error"].startswith(
+        f'test_x.py: ran no test: its `if __name__ == "__main__":` block (line {_line(tmp_path, "__main__")}) only '
+        "calls prepare() (1 call), which the nightly skips (the night's assets built its inputs), and execute() "
+        f"(line {_line(tmp_path, 'def execute')}) never ran: module-level set-up"), result
+    assert "downloading" not in out.stdout
+
+
+def test_a_script_test_that_runs_its_own_test_functions_at_module_level_passes_and_is_judged(tmp_path):
+    """The entry points ran, however the file called them: by name, or in a loop over its globals()."""
+    for run in ["test_loss()\ntest_eval()", "for name, f in list(globals().items()):\n    if name.startswith('test_'):\n        f()"]:
+        body = textwrap.dedent("""\
+            def test_loss():
+                \"\"\"The loss falls.\"\"\"
+                assert {loss} < 1.0
+                print("loss checked")
+
+            def test_eval():
+                pass
+
+        """) + run + '\n\nif __name__ == "__main__":\n    pass\n'
+        out, result = _wrap(tmp_path, body.format(loss=0.5))
+        assert out.returncode == 0 and result["ok"] is True and "loss checked" in out.stdout, out.stdout + out.stderr
+        out, result = _wrap(tmp_path, body.format(loss=2.5))
+        assert out.returncode == 1 and result["error"].startswith("AssertionError"), result
+        lines = (tmp_path / "test_x.py").read_text().splitlines()
+        assert f'test_x.py", line {lines.index("    assert 2.5 < 1.0") + 1}, in test_loss' in out.stderr, out.stderr
+
+
+def test_an_async_execute_without_main_block_runs_to_its_end_and_its_failure_fails(tmp_path):
+    """Calling an `async def execute()` only makes a coroutine: the wrapper awaits it, so what it raises counts."""
+    body = """
+    import asyncio
+
+    async def execute():
+        await asyncio.sleep(0)
+        print("rollout done")
+        {check}
+    """
+    out, result = _registered(tmp_path, body.format(check='raise SystemExit("accuracy 0.1 < 0.8")'))
+    assert out.returncode == 1 and result["ok"] is False, out.stdout + out.stderr
+    assert result["error"] == "SystemExit('accuracy 0.1 < 0.8')" and "rollout done" in out.stdout, result
+    assert "never awaited" not in out.stderr, out.stderr
+    out, result = _registered(tmp_path, body.format(check="pass"))
+    assert out.returncode == 0 and result["ok"] is True and "rollout done" in out.stdout, out.stdout + out.stderr
+    assert "running it to its end with asyncio.run()" in out.stdout
+
+
+def test_a_unittest_file_of_expected_failures_only_fails_as_its_pytest_twin_does(tmp_path):
+    """`OK (expected failures=1)`: a test that failed as expected verified nothing, as a run of xfails only."""
+    body = """
+    import unittest
+
+    class TestTrain(unittest.TestCase):
+        @unittest.expectedFailure
+        def test_reward(self):
+            self.assertGreater(0.1, 0.5)  # known broken: reward never reaches 0.5
+
+        {other}
+
+    if __name__ == "__main__":
+        unittest.main()
+    """
+    out, result = _registered(tmp_path, body.format(other=""))
+    assert "OK (expected failures=1)" in out.stderr, out.stderr
+    assert out.returncode == 1 and result["ok"] is False, out.stderr
+    assert result["error"].startswith("test_x.py: ran no test: all 1 of its unittest tests were expected failures "
+                                      "(`@unittest.expectedFailure`"), result
+    out, result = _registered(tmp_path, body.format(other='@unittest.skip("needs an H100")\n        def test_b(self):\n'
+                                                          "            pass"))
+    assert out.returncode == 1, out.stderr
+    assert result["error"] == ("test_x.py: ran no test: all 2 of its unittest tests were skipped (1) or expected "
+                               "failures (1)"), result
+    out, result = _registered(tmp_path, body.format(other="def test_loss(self):\n            pass"))
+    assert "OK (expected failures=1)" in out.stderr and out.returncode == 0 and result["ok"] is True, out.stderr
+
+
+EARLY_EXIT = """
+    import os, sys
+
+    def prepare():
+        print("downloading")
+
+    def execute():
+        print("training")
+        {check}
+
+    if __name__ == "__main__":
+        if not os.path.exists("tiny-lm"):
+            print("model missing; skipping")
+            {skip}
+        prepare()
+        execute()
+"""
+
+
+def test_a_main_block_that_exits_0_before_it_runs_execute_ran_no_test(tmp_path):
+    """`if not os.path.exists(model): print("skipping"); sys.exit(0)` then `prepare(); execute()`: exit 0 with
+    execute() never called is a skip, not a pass."""
+    out, result = _registered(tmp_path, EARLY_EXIT.format(check="pass", skip="sys.exit(0)"))
+    assert "model missing; skipping" in out.stdout and "training" not in out.stdout, out.stdout
+    assert out.returncode == 1 and result["ok"] is False and result["exit_code"] == 1, out.stdout + out.stderr
+    assert result["error"] == (
+        f"test_x.py: ran no test: it exited 0 at line {_line(tmp_path, 'sys.exit(0)')} (`sys.exit(0)`), before its "
+        f'`if __name__ == "__main__":` block (line {_line(tmp_path, "__main__")}) ran execute() (line '
+        f"{_line(tmp_path, 'def execute')}): a skip is not a pass, since a nightly that verified nothing is not green; "
+        "let the test fail when what it needs is missing, or disable its registration"), result
+    (tmp_path / "tiny-lm").mkdir()  # the model is there: execute() runs and judges
+    out, result = _registered(tmp_path, EARLY_EXIT.format(check='raise SystemExit("accuracy 0.1 < 0.8")', skip="sys.exit(0)"))
+    assert out.returncode == 1 and result["error"] == "SystemExit('accuracy 0.1 < 0.8')", result
+    out, result = _registered(tmp_path, EARLY_EXIT.format(check="pass", skip="sys.exit(0)"))
+    assert out.returncode == 0 and result["ok"] is True and "training" in out.stdout, out.stdout + out.stderr
+
+
+@pytest.mark.parametrize("body, said", [
+    (EARLY_EXIT.format(check="pass", skip="pass").replace("        prepare()\n        execute()",
+                                                          "        else:\n            prepare()\n            execute()"),
+     "ended without running it"),  # an if/else skip falls off the block's end
+    ("""
+    async def execute():
+        print("training")
+
+    if __name__ == "__main__":
+        execute()  # never awaited: `python3 FILE` exits 0 with "coroutine 'execute' was never awaited"
+    """, "ended without running it"),
+    ("""
+    import sys, unittest
+
+    class TestTrain(unittest.TestCase):
+        def test_reward(self):
+            self.assertGreater(0.1, 0.5)
+
+    if __name__ == "__main__":
+        if "--gpu" not in sys.argv:
+            raise SystemExit
+        unittest.main()
+    """, "exited 0 at line"),
+])
+def test_a_main_block_that_ends_or_exits_0_before_the_test_it_names_ran_no_test(tmp_path, body, said):
+    out, result = _registered(tmp_path, body)
+    assert out.returncode == 1 and result["ok"] is False, out.stdout + out.stderr
+    assert result["error"].startswith("test_x.py: ran no test: ") and said in result["error"], result
+    assert "a skip is not a pass" in result["error"], result
+    if "async def" in body:
+        assert "execute() is `async def`: calling it only makes a coroutine, run it with `asyncio.run(execute())`" \
+            in result["error"], result
+
+
+def test_a_main_block_that_runs_the_test_in_another_process_is_judged_by_that_process(tmp_path):
+    """A block that runs the file itself under another process (torchrun, a worker flag) and exits 0 ran no
+    entry point in the wrapper's process, yet ran the test there: its exit status judges, as before."""
+    body = """
+    import subprocess, sys
+
+    def execute():
+        assert {ok}, "loss did not fall"
+        print("worker trained")
+
+    if __name__ == "__main__":
+        if "--worker" in sys.argv:
+            execute()
+        else:
+            subprocess.run([sys.executable, __file__, "--worker"], check=True)
+            sys.exit(0)
+    """
+    out, result = _wrap(tmp_path, body.format(ok=True))
+    assert out.returncode == 0 and result["ok"] is True and "worker trained" in out.stdout, out.stdout + out.stderr
+    out, result = _wrap(tmp_path, body.format(ok=False))
+    assert out.returncode == 1 and "CalledProcessError" in result["error"], result
+
+
+TEXT_RUNNER = """
+    import unittest
+
+    class TestTrain(unittest.TestCase):
+        def test_reward(self):
+            self.assertGreater({reward}, 0.5)
+
+    class TestEval(unittest.TestCase):
+        def test_eval(self):
+            pass
+
+    def suite(case):
+        return unittest.defaultTestLoader.loadTestsFromTestCase(case)
+
+    if __name__ == "__main__":
+        {runs}
+"""
+
+
+def test_a_failure_a_bare_text_test_runner_reported_fails_even_when_the_file_never_checks_it(tmp_path):
+    """`unittest.TextTestRunner().run(suite)` in the __main__ block logs `FAILED (failures=1)` and exits 0: a failure
+    the runner saw is never green, though a later run that passed the same test (a flaky rerun) clears it."""
+    one = "unittest.TextTestRunner(verbosity=2).run(suite(TestTrain))"
+    out, result = _registered(tmp_path, TEXT_RUNNER.format(reward=0.1, runs=one))
+    assert "FAILED (failures=1)" in out.stderr, out.stderr
+    assert out.returncode == 1 and result["ok"] is False and result["exit_code"] == 1, out.stderr
+    assert result["error"] == (
+        "test_x.py: its unittest run reported FAILED (failures=1), yet the file exited 0: it never checks the runner's "
+        "result (`unittest.TextTestRunner().run(suite)` returns it: end with `sys.exit(not result.wasSuccessful())`); "
+        "a failure the runner reported fails the test"), result
+    out, result = _registered(tmp_path, TEXT_RUNNER.format(reward=0.9, runs=one))
+    assert out.returncode == 0 and result["ok"] is True, out.stderr
+    # a later run of other tests that passes does not clear it
+    out, result = _registered(tmp_path, TEXT_RUNNER.format(reward=0.1, runs=f"{one}\n        {one.replace('TestTrain', 'TestEval')}"))
+    assert out.returncode == 1 and "reported FAILED (failures=1)" in result["error"], result
+    # a rerun that passes the failed test does (a flaky first try)
+    flaky = """
+    import unittest
+    TRIES = []
+
+    class TestTrain(unittest.TestCase):
+        def test_reward(self):
+            TRIES.append(1)
+            self.assertGreater(0.1 if len(TRIES) == 1 else 0.9, 0.5)  # a hiccup on the first try
+
+    def run():
+        return unittest.TextTestRunner().run(unittest.defaultTestLoader.loadTestsFromTestCase(TestTrain))
+
+    if __name__ == "__main__":
+        if not run().wasSuccessful():
+            run()
+    """
+    out, result = _registered(tmp_path, flaky)
+    assert "FAILED (failures=1)" in out.stderr and out.returncode == 0 and result["ok"] is True, out.stderr
