@@ -31,6 +31,7 @@ from pipelines.core.coverage.model import (
     GroupCoverage,
     Note,
     Row,
+    Unlisted,
 )
 from pipelines.core.model import Problem
 from pipelines.core.specs import RepoSpec
@@ -129,9 +130,9 @@ def file_groups(source: Source, roots: Sequence[str], declared: Sequence[Group],
             by_name[name] = replace(by_name[name], tests=by_name[name].tests + extra)
             continue
         if name in by_name:
-            problems += [Problem(path, line, "coverage-group", (
-                f"{path} says it belongs to {name!r} but {by_name[name].origin} does not list it; add it to the group's tests"))
-                for path, line in files if path not in by_name[name].tests]
+            problems += [Unlisted(path, line, "coverage-group", (
+                f"{path} says it belongs to {name!r} but {by_name[name].origin} does not list it; add it to the group's tests"),
+                group=name) for path, line in files if path not in by_name[name].tests]
             continue
         path, line = files[0]
         groups.append(Group(name, tuple(p for p, _ in files), (), f"{path}:{line}", inferred=True))
@@ -183,7 +184,8 @@ def read_configurations(group: Group, source: Source, template: str | Sequence[s
 
 def running(group: Group, configs: Sequence[Configuration], catalog: Catalogued
             ) -> tuple[list[Configuration], list[tuple[str, str]], list[Problem]]:
-    """The configurations of tests the catalog runs; each member that covers nothing is a located problem.
+    """The configurations of tests the catalog runs; each member that covers nothing is a located problem,
+    unless only the night's selection left it out (``Registered.by_selection``).
 
     A file's matrix counts while any of its registrations runs (a rocm twin may be disabled while
     the cuda one runs every row); a template entry counts while its own test id runs."""
@@ -203,7 +205,7 @@ def running(group: Group, configs: Sequence[Configuration], catalog: Catalogued
                 why = reg.idle if reg else f"the catalog has no test {c.test_id} (see `nightly catalog`)"
                 if why is None:
                     kept.append(c)
-                else:
+                elif not (reg and reg.by_selection):  # the night's pick is no fault of the tree
                     problems.append(Problem(c.path, c.line, c.name, f"covers nothing: {why}; its cells count "
                                                                     f"for group {group.name} once it runs"))
             continue
@@ -217,6 +219,8 @@ def running(group: Group, configs: Sequence[Configuration], catalog: Catalogued
             why = "not registered (no register_*_ci call the catalog reads; `nightly catalog` says why)"
             where = (test, 1)
         idle.append((test, why))
+        if any(r.by_selection for r in regs or ()):  # selected, it would count: the night's pick, not the tree
+            continue
         problems.append(Problem(*where, "registration", f"covers nothing: {why}; its configurations count for "
                                                         f"group {group.name} once the test runs"))
     return kept, idle, problems
