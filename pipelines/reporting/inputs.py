@@ -361,6 +361,18 @@ def select_night(store: StateStore, night: str | None = None, warn: Callable[[st
     return summary, _earlier(read, keys, i, warn, summary, repo), newest
 
 
+def earlier_nights(store: StateStore, summary: Mapping) -> list[dict]:
+    """The repo's nights before the one ``summary`` records, as its report compares it with
+    (:func:`select_night`), so every place that prints the night's verdict says the same; none when the
+    store does not hold the night."""
+    for night in dict.fromkeys(str(summary.get(k) or "") for k in ("night", "run_id")):
+        try:
+            return select_night(store, night, repo=summary.get("repo") or None)[1] if night else []
+        except CatalogError:  # not stored under that name: try the run id, else nothing to compare with
+            continue
+    return []
+
+
 def _newest(read: _Summaries, keys: Sequence[str], repo: str | None,
             warn: Callable[[str], None]) -> tuple[int, dict]:
     """(index, summary) of the newest night of ``repo`` (None: the newest night, which must be readable)."""
