@@ -194,7 +194,7 @@ def check_repo(where: RepoGroups, source: Source | None = None, adopt: bool = Fa
     ``catalog``: only configurations of the tests it runs count (``catalogued``); None: all do.
     """
     reports, problems = check_groups(where.groups, source or TreeSource(where.repo), where.roots, where.templates, adopt,
-                                     where.default_gpus, catalog)
+                                     where.default_gpus, catalog, str(where.groups_file))
     return CoverageReport(reports, problems)
 
 

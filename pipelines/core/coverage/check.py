@@ -140,7 +140,8 @@ def file_groups(source: Source, roots: Sequence[str], declared: Sequence[Group],
 
 
 def read_configurations(group: Group, source: Source, template: str | Sequence[str] | None,
-                        default_gpus: int = DEFAULT_GPUS) -> tuple[list[Configuration], list[Problem]]:
+                        default_gpus: int = DEFAULT_GPUS, groups_file: str = "assets/coverage.yaml"
+                        ) -> tuple[list[Configuration], list[Problem]]:
     """Every configuration of every test of the group; a missing test is a located problem.
 
     ``template``: the workflow template(s); a test's entries may be in any of them (framework S
@@ -176,7 +177,7 @@ def read_configurations(group: Group, source: Source, template: str | Sequence[s
                 problems.append(unreadable or Problem(test, 1, "test", (
                     f"listed in group {group.name} ({group.origin}) but does not exist; restore it or drop it from the group")))
                 continue
-            found, bad = python_matrix(text, test, group.matrix, group.fields)
+            found, bad = python_matrix(text, test, group.matrix, group.fields, groups_file=_declared_in(group, groups_file))
         configs += found
         problems += bad
     return configs, problems
@@ -250,8 +251,16 @@ def required_cells(dims: Sequence[Dimension], strength: int, require: Sequence[t
     return tuple(dict.fromkeys(cells))
 
 
-def label_rows(configs: Sequence[Configuration], dims: Sequence[Dimension]) -> tuple[list[Row], list[Problem]]:
-    """Each configuration's value label per dimension; a value no dimension declares is a problem."""
+def _declared_in(group: Group, groups_file: str) -> str:
+    """Where a fix to the group's declaration goes: its own ``path:line`` in the groups file it came from
+    (``--groups FILE`` or assets/coverage.yaml); a group from comments is declared there anew."""
+    return groups_file if group.inferred else group.origin
+
+
+def label_rows(configs: Sequence[Configuration], dims: Sequence[Dimension],
+               declared_in: str = "assets/coverage.yaml") -> tuple[list[Row], list[Problem]]:
+    """Each configuration's value label per dimension; a value no dimension declares is a problem.
+    ``declared_in``: where the dimensions are declared, named in the fix."""
     rows, problems = [], []
     for c in configs:
         labels = []
@@ -261,11 +270,11 @@ def label_rows(configs: Sequence[Configuration], dims: Sequence[Dimension]) -> t
             if raw is None:
                 missing = [f for f in d.fields if c.field(f) is None]
                 problems.append(Problem(c.path, c.line, c.name, f"has no field {', '.join(missing)} for dimension {d.name}; add it to the "
-                                        "configuration or fix the dimension's fields in assets/coverage.yaml"))
+                                        f"configuration or fix the dimension's fields in {declared_in}"))
             elif label is None:
                 problems.append(Problem(c.path, c.line, c.name, (
                     f"{d.name} {'+'.join(raw)} is not one of {', '.join(d.labels)}; add it to the dimension's values "
-                    "in assets/coverage.yaml or fix the configuration")))
+                    f"in {declared_in} or fix the configuration")))
             else:
                 labels.append((d.name, label))
         rows.append(Row(c, tuple(labels)))
@@ -273,18 +282,20 @@ def label_rows(configs: Sequence[Configuration], dims: Sequence[Dimension]) -> t
 
 
 def check_group(group: Group, source: Source, template: str | Sequence[str] | None = None,
-                default_gpus: int = DEFAULT_GPUS, catalog: Catalogued | None = None) -> GroupCoverage:
+                default_gpus: int = DEFAULT_GPUS, catalog: Catalogued | None = None,
+                groups_file: str = "assets/coverage.yaml") -> GroupCoverage:
     """What the group's tests cover at ``source``: cells, the rows covering each, and problems.
 
-    ``catalog``: only configurations of tests it runs count (None: every configuration read)."""
-    configs, problems = read_configurations(group, source, template, default_gpus)
+    ``catalog``: only configurations of tests it runs count (None: every configuration read).
+    ``groups_file``: the file the groups came from (``--groups FILE``), which the fixes name."""
+    configs, problems = read_configurations(group, source, template, default_gpus, groups_file)
     counted, idle = configs, []
     if catalog is not None:
         counted, idle, quiet = running(group, configs, catalog)
         problems += quiet
     # an idle test's values are still its group's (inferred dimensions) and still checked
     dims = infer_dimensions(configs) if group.inferred else group.dimensions
-    rows, bad = label_rows(configs, dims)
+    rows, bad = label_rows(configs, dims, _declared_in(group, groups_file))
     keep = set(counted)
     rows = [r for r in rows if r.config in keep]
     cells = required_cells(dims, group.strength, group.require)
@@ -293,16 +304,17 @@ def check_group(group: Group, source: Source, template: str | Sequence[str] | No
     notes = () if group.inferred else tuple(p for p in problems if isinstance(p, Note))
     problems = [Problem(p.path, p.line, p.field, p.message.replace(
         "(they could only add coverage: not a failure)", "(this group, declared by comments, takes its values "
-        "from the rows, so they may add cells; declare its dimensions in assets/coverage.yaml to check without them)"))
+        f"from the rows, so they may add cells; declare its dimensions in {groups_file} to check without them)"))
         if group.inferred and isinstance(p, Note) else p for p in problems if group.inferred or not isinstance(p, Note)]
     return GroupCoverage(group, group.tests, dims, tuple(rows), cells, tuple(problems + bad), tuple(idle), notes)
 
 
 def check_groups(declared: Sequence[Group], source: Source, roots: Sequence[str] = ("tests",),
                  template: str | Sequence[str] | None = None, adopt: bool = False,
-                 default_gpus: int = DEFAULT_GPUS,
-                 catalog: Catalogued | None = None) -> tuple[tuple[GroupCoverage, ...], tuple[Problem, ...]]:
-    """Every declared group and every group declared in test-file comments, plus stray members."""
+                 default_gpus: int = DEFAULT_GPUS, catalog: Catalogued | None = None,
+                 groups_file: str = "assets/coverage.yaml") -> tuple[tuple[GroupCoverage, ...], tuple[Problem, ...]]:
+    """Every declared group and every group declared in test-file comments, plus stray members.
+    ``groups_file``: the file ``declared`` came from, named in the fixes."""
     groups, problems = file_groups(source, roots, declared, adopt)
-    reports = tuple(check_group(g, source, template, default_gpus, catalog) for g in groups)
+    reports = tuple(check_group(g, source, template, default_gpus, catalog, groups_file) for g in groups)
     return reports, tuple(problems)
