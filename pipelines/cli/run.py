@@ -388,11 +388,14 @@ VERDICT_TAIL_LINES = 5
 def verdict_lines(summary: dict, store=None) -> list[str]:
     """The night's verdict, as the report states it, then one line per test that did not simply pass
     (why, its node, where its log is) with the log's last lines: a CI job's log must say why the night
-    is red, since the HTML report stays on the runner. ``store``: the state store the logs are read from."""
+    is red, since the HTML report stays on the runner. ``store``: the state store the logs are read from,
+    and the nights before this one: the verdict also names the earlier failures not run tonight, as the
+    page and `nightly report` say it (built without them, the line said a bare "OK: every test passed")."""
     from pipelines.core.report import build_report, tail_lines
-    from pipelines.reporting.inputs import log_tails
+    from pipelines.reporting.inputs import earlier_nights, log_tails
 
-    data = build_report(summary, log_tails=log_tails(summary, store) if store is not None else None)
+    data = build_report(summary, earlier_nights(store, summary) if store is not None else (),
+                        log_tails=log_tails(summary, store) if store is not None else None)
     lines = [f"verdict: {data.verdict}"]
     for f in (*data.failures, *data.infra):
         why = f.classification + (f": {f.reason}" if f.reason and f.reason not in f.classification else "")

@@ -17,7 +17,12 @@ another host; nothing pointed at the host. Every node is judged against the nigh
   tonight (a retry), or passed on another node in their recent history (``passed_nodes``).
 - *contrast*: a suspect whose contrast alone is overwhelming: ``contrast_tests`` different tests
   failed there while the other nodes ran ``contrast_rest`` attempts with at most
-  ``contrast_rest_rate`` failing (12 of 12 against 0 of 23).
+  ``contrast_rest_rate`` failing, counted as the rates count them (12 of 12 against 0 of 23).
+
+A ``failure_rate`` or ``contrast`` finding shows the counts and tests the rules judged (the rates'
+attempts, the tests blamed on the node) and names what the rates left out; counting every attempt
+showed "3 of 3" for a node judged on 2 of 2, and listed a test failing on every node among its tests.
+An ``infra`` finding, judged on its infra errors alone, counts every attempt.
 
 Nodes are compared only with nodes of their own pool (a test's pool: the caller's ``pools`` map,
 else the ``details["pool"]`` the dispatcher stamps): a hardware-specific regression fails every
@@ -205,9 +210,7 @@ def assess_nodes(attempts: Sequence[Attempt], *, history: Mapping[str, Collectio
         peers = {n for n, p in node_pool.items() if p == node_pool[node]} - {node}
         rest = [a for n in sorted(peers) for a in by_node[n]]
         failed = [a for a in mine if _failed(a)]
-        base = dict(node=node, failed=len(failed), total=len(mine), rest_failed=sum(1 for a in rest if _failed(a)),
-                    rest_total=len(rest), tests=tuple(dict.fromkeys(a.test_id for a in failed)))
-        infra = _infra(node, mine, failed, base, limits)
+        infra = _infra(node, mine, failed, rest, limits)
         if infra is not None:
             findings.append(infra)
             continue
@@ -216,10 +219,19 @@ def assess_nodes(attempts: Sequence[Attempt], *, history: Mapping[str, Collectio
         # once the night retried this node's failures elsewhere it had been suspect: it stays so while
         # min_tests of its failures are not repeated elsewhere, however the rates have moved since
         retried = any(retry_of[id(a)] == node for n in peers for a in by_node[n])
-        if not (_suspect(rated(mine), blamed, rated(rest), limits)
+        counted, counted_rest = rated(mine), rated(rest)
+        if not (_suspect(counted, blamed, counted_rest, limits)
                 or (retried and len(_distinct(blamed)) >= limits.min_tests)):
             continue
-        finding = _judged(node, peers, blamed, rest, base, passed_on, history or {}, limits)
+        # the finding shows the counts and tests the rules judged, and says what they left out
+        kept = {id(a) for a in (*counted, *counted_rest)}
+        left = [a for a in (*mine, *rest) if id(a) not in kept]
+        retries = sum(1 for a in left if retry_of[id(a)])
+        theirs = _distinct(a for a in left if not retry_of[id(a)])
+        base = dict(node=node, failed=sum(1 for a in counted if _failed(a)), total=len(counted),
+                    rest_failed=sum(1 for a in counted_rest if _failed(a)), rest_total=len(counted_rest),
+                    tests=tuple(_distinct(blamed)))
+        finding = _judged(node, peers, blamed, base, _left_out(retries, theirs), passed_on, history or {}, limits)
         if finding is None:
             suspects.append(node)
         else:
@@ -227,10 +239,14 @@ def assess_nodes(attempts: Sequence[Attempt], *, history: Mapping[str, Collectio
     return sorted(findings, key=lambda f: (-f.failed, f.node)), tuple(suspects)
 
 
-def _infra(node: str, mine: list[Attempt], failed: list[Attempt], base: dict, limits: Thresholds) -> NodeFinding | None:
+def _infra(node: str, mine: list[Attempt], failed: list[Attempt], rest: list[Attempt],
+           limits: Thresholds) -> NodeFinding | None:
+    """Named by its infra errors alone: the counts shown are every attempt's, as the rule needs no rates."""
     infra = [a for a in mine if a.outcome == "infra_error" and a.reason in NODE_FAULTS]
     if not infra or (len(infra) < limits.min_infra and not any(a.reason in HARD_FAULTS for a in infra)):
         return None
+    base = dict(node=node, failed=len(failed), total=len(mine), rest_failed=sum(1 for a in rest if _failed(a)),
+                rest_total=len(rest), tests=tuple(_distinct(failed)))
     kinds = ", ".join(f"{k} x{sum(1 for a in infra if a.reason == k)}" for k in sorted({a.reason for a in infra}))
     return NodeFinding(rule="infra", evidence=(f"{len(infra)} infra error(s) on this node ({kinds}); "
                                                f"{len(failed)} of {len(mine)} attempts failed here; {_examples(infra)}"),
@@ -265,16 +281,25 @@ def _suspect(mine: list[Attempt], blamed: list[Attempt], rest: list[Attempt], li
     return rate >= limits.min_rate and rate - sum(1 for a in rest if _failed(a)) / len(rest) >= limits.min_gap
 
 
-def _judged(node: str, peers: Collection[str], blamed: list[Attempt], rest: list[Attempt], base: dict,
+def _left_out(retries: int, tests: Sequence[str]) -> str:
+    """What the rates did not count, said beside them (else the counts look wrong against the night's attempts)."""
+    parts = [f"{retries} retr{'y' if retries == 1 else 'ies'}"] if retries else []
+    if tests:
+        parts.append(f"the attempts of {len(tests)} test(s) failing on another node too ({', '.join(tests)})")
+    return f"; first attempts only, not counted: {' and '.join(parts)}" if parts else ""
+
+
+def _judged(node: str, peers: Collection[str], blamed: list[Attempt], base: dict, left_out: str,
             passed_on: Mapping[str, set[str]], history: Mapping[str, Collection[str]],
             limits: Thresholds) -> NodeFinding | None:
     """The suspect named bad when the evidence says its tests are fine (passes on ``peers``: the
-    other nodes of its pool tonight); None while it does not."""
+    other nodes of its pool tonight); None while it does not. ``base``: the counts the rates used."""
     tests = _distinct(blamed)
     tonight = {t: passed_on[t] & set(peers) for t in tests if passed_on[t] & set(peers)}
     recent = {t: set(history.get(t, ())) & set(peers) for t in tests
               if t not in tonight and set(history.get(t, ())) & set(peers)}
-    head = f"{base['failed']} of {base['total']} attempts failed here (other nodes: {base['rest_failed']} of {len(rest)}); "
+    head = (f"{base['failed']} of {base['total']} attempts failed here "
+            f"(other nodes: {base['rest_failed']} of {base['rest_total']}{left_out}); ")
     if len(tonight) + len(recent) >= limits.min_tests:
         parts = []
         if tonight:
@@ -283,8 +308,9 @@ def _judged(node: str, peers: Collection[str], blamed: list[Attempt], rest: list
             parts.append(f"{len(recent)} passed on other nodes in their recent history ({_hosts(recent)})")
         shown = [a for a in blamed if a.test_id in tonight or a.test_id in recent]
         return NodeFinding(rule="failure_rate", evidence=head + "; ".join(parts) + f"; {_examples(shown)}", **base)
-    rest_rate = base["rest_failed"] / len(rest)
-    if len(tests) >= limits.contrast_tests and len(rest) >= limits.contrast_rest and rest_rate <= limits.contrast_rest_rate:
+    rest_total = base["rest_total"]
+    if (len(tests) >= limits.contrast_tests and rest_total and rest_total >= limits.contrast_rest
+            and base["rest_failed"] / rest_total <= limits.contrast_rest_rate):
         return NodeFinding(rule="contrast", evidence=(
             head + f"{len(tests)} different tests failed here while the other nodes almost never failed: "
             f"the node, not {len(tests)} tests at once; {_examples(blamed)}"), **base)

@@ -361,6 +361,18 @@ def select_night(store: StateStore, night: str | None = None, warn: Callable[[st
     return summary, _earlier(read, keys, i, warn, summary, repo), newest
 
 
+def earlier_nights(store: StateStore, summary: Mapping) -> list[dict]:
+    """The repo's nights before the one ``summary`` records, as its report compares it with
+    (:func:`select_night`), so every place that prints the night's verdict says the same; none when the
+    store does not hold the night."""
+    for night in dict.fromkeys(str(summary.get(k) or "") for k in ("night", "run_id")):
+        try:
+            return select_night(store, night, repo=summary.get("repo") or None)[1] if night else []
+        except CatalogError:  # not stored under that name: try the run id, else nothing to compare with
+            continue
+    return []
+
+
 def _newest(read: _Summaries, keys: Sequence[str], repo: str | None,
             warn: Callable[[str], None]) -> tuple[int, dict]:
     """(index, summary) of the newest night of ``repo`` (None: the newest night, which must be readable)."""
@@ -546,7 +558,8 @@ def night_report(store: StateStore, night: str | None, inputs: ReportInputs,
                  warn: Callable[[str], None] = lambda _: None) -> ReportData:
     """The report of one night (the newest of ``inputs.repo`` by default) from the deployment's state store.
 
-    What was left out (a damaged night before it) goes to ``warn`` and into the page's notes.
+    What was left out (a damaged night before it) goes to ``warn`` and into the page's notes, as do
+    the repo's matrix coverage problems.
     """
     left_out: list[str] = []
     summary, earlier, newest = select_night(store, night, warn=left_out.append, repo=inputs.repo or None)
@@ -574,14 +587,17 @@ def night_report(store: StateStore, night: str | None, inputs: ReportInputs,
     states = {k: v for k, v in states.items() if k in mine}
     failing = {a["test_id"] for a in summary["attempts"] if a.get("outcome") in ("failed", "timed_out")}
     at_start = states_going_in(summary, earlier, samples, quarantine, inputs.rules, inputs.rewrites) if failing else {}
+    uncovered, coverage_problems = night_uncovered(inputs, summary, warn)
     data = build_report(
         summary, earlier, samples, inputs.tests, estimates, states=states,
         at_start={k: v for k, v in at_start.items() if k in failing},
-        log_tails=log_tails(summary, store), uncovered=(*night_uncovered(inputs, summary, warn), *inputs.uncovered),
+        log_tails=log_tails(summary, store), uncovered=(*uncovered, *inputs.uncovered),
         timeout_floor_s=inputs.timeout_floor_s, timeout_factor=inputs.timeout_factor,
         locate=lambda s: _locator(store, f"nights/{s.get('night')}.json"),
     )
-    return dataclasses.replace(data, notes=(*data.notes, *left_out)) if left_out else data
+    # the coverage problems `nightly coverage` lists for the tree: a green night's page said none of them
+    notes = (*left_out, *coverage_problems)
+    return dataclasses.replace(data, notes=(*data.notes, *notes)) if notes else data
 
 
 def write_html(store: StateStore, data: ReportData, out: Path | None = None) -> str:
@@ -608,8 +624,13 @@ def tonight(summary: Mapping) -> tuple[set[str] | None, dict[str, str]]:
     return ran, why
 
 
-def uncovered_for(repo_path: Path, tests: Sequence[Test] | None = None, summary: Mapping | None = None) -> list[str]:
-    """The repo's declared matrix cells no test covers (pipelines.core.coverage), one line each.
+def uncovered_for(repo_path: Path, tests: Sequence[Test] | None = None,
+                  summary: Mapping | None = None) -> tuple[list[str], list[str]]:
+    """(the repo's declared matrix cells no test covers (pipelines.core.coverage), one line each; the
+    coverage problems of the tree, ``nightly coverage``'s, for the notes).
+
+    Each line ends with its group's problems, why the cells are uncovered: a sibling disabled (and
+    why), a listed file that does not exist, a file claiming the group without being listed.
 
     ``tests``: the catalog's; only configurations of an enabled one count, and (given the night's
     ``summary``) only of one the night ran or planned. None: every configuration the files hold.
@@ -618,7 +639,7 @@ def uncovered_for(repo_path: Path, tests: Sequence[Test] | None = None, summary:
     named on one line as not checked; a partly run group's lines name the siblings it did not run, and why.
     A sibling the night's cadence never runs (framework M's nightly leaves out ``long``) is no partial
     night: its group's cells are listed, with that reason."""
-    from pipelines.core.coverage import catalogued, uncovered_cells
+    from pipelines.core.coverage import catalogued, night_coverage
 
     catalog, ran, why, by_cadence = None, None, {}, set()
     if tests is not None:
@@ -629,9 +650,10 @@ def uncovered_for(repo_path: Path, tests: Sequence[Test] | None = None, summary:
                           and not in_cadence(t, cadence)}
             why.update({i: f"not run tonight: the {cadence} cadence does not run it" for i in by_cadence})
         catalog = catalogued(tests, ran, why)
-    cells = uncovered_cells(repo_path, catalog=catalog)
+    cells, problems = night_coverage(repo_path, catalog=catalog)
+    notes = [f"matrix coverage: {p}" for p in problems]
     if ran is None:
-        return [f"{u.group}: {u.cell.label} (group: {', '.join(u.tests)})" for u in cells]
+        return [f"{u.group}: {u.cell.label} (group: {', '.join(u.tests)}){_why(u.why)}" for u in cells], notes
     by_path: dict[str, list[Test]] = {}
     for t in tests or ():
         by_path.setdefault(t.path, []).append(t)
@@ -645,11 +667,17 @@ def uncovered_for(repo_path: Path, tests: Sequence[Test] | None = None, summary:
             unchecked.append(group)  # tonight's pick (a rerun, a backfill, a label filter) left the whole group out
             continue
         said = "; siblings not run tonight: " + ", ".join(left) if left else ""
-        lines += [f"{u.group}: {u.cell.label} (group: {', '.join(u.tests)}{said})" for u in mine]
+        lines += [f"{u.group}: {u.cell.label} (group: {', '.join(u.tests)}{said}){_why(u.why)}" for u in mine]
     if unchecked:
         lines.append(f"not checked tonight: group(s) {', '.join(unchecked)}, none of whose tests tonight's selection "
                      "ran (a partial night: a rerun, a backfill or a label filter)")
-    return lines
+    return lines, notes
+
+
+def _why(problems: Sequence[object]) -> str:
+    """The group's problems after its cell's line: without them a disabled or renamed sibling left
+    the cells uncovered with no word of why."""
+    return "; why: " + " | ".join(str(p) for p in problems) if problems else ""
 
 
 def not_run_tonight(members: Sequence[str], by_path: Mapping[str, Sequence[Test]], ran: Collection[str],
@@ -666,16 +694,17 @@ def not_run_tonight(members: Sequence[str], by_path: Mapping[str, Sequence[Test]
     return out
 
 
-def night_uncovered(inputs: ReportInputs, summary: Mapping, warn: Callable[[str], None]) -> list[str]:
-    """The cells the night's tests leave uncovered; a broken coverage.yaml is a warning and a line,
-    never a missing report."""
+def night_uncovered(inputs: ReportInputs, summary: Mapping,
+                    warn: Callable[[str], None]) -> tuple[list[str], list[str]]:
+    """(the cells the night's tests leave uncovered, the coverage problems for the notes); a broken
+    coverage.yaml is a warning and a line, never a missing report."""
     if inputs.repo_path is None or not inputs.tests:
-        return []
+        return [], []
     try:
         return uncovered_for(inputs.repo_path, inputs.tests, summary)
     except CatalogError as exc:
         warn(f"matrix coverage not checked: {exc}")
-        return [f"coverage not checked: {exc}"]
+        return [f"coverage not checked: {exc}"], []
 
 
 def inputs_for_night(night, uncovered: Sequence[str] | None = None,

@@ -126,6 +126,26 @@ def test_a_disabled_sibling_covers_nothing_and_its_cells_are_uncovered(framework
     assert "  2 of 4 cells covered" in out and "1 group(s), 2 uncovered cell(s), 1 problem(s)" in out
 
 
+def test_a_fix_to_the_groups_declaration_names_the_groups_file_the_groups_came_from(framework, capsys):
+    """With --groups FILE the fixes said `fix the dimension's fields in assets/coverage.yaml`, a file
+    that did not declare these groups."""
+    repo, groups = framework
+    (repo / FIVE).write_text(sibling(("m-shared", "megatron", True, True), ("t-mixed", "tilelang", True, False)))
+    (repo / SIX).write_text('_CONFIGS = [\n    {"name": "m", "backend": "megatron", "shared_outer": False},\n'
+                            '    ("t", "tilelang", True, True),\n]\n' + REGISTER)
+
+    code, out, _ = coverage(capsys, "--repo", str(repo), "--groups", str(groups))
+
+    assert code == 1
+    assert (f"{FIVE}:7: t-mixed: layout true+false is not one of shared+virtual, per-expert; add it to the "
+            f"dimension's values in {groups}:4 or fix the configuration") in out
+    assert (f"{SIX}:2: m: has no field virtual_experts for dimension layout; add it to the configuration or fix "
+            f"the dimension's fields in {groups}:4") in out
+    assert (f"{SIX}:3: _CONFIGS[1]: tuple positions have no names; add a comment `# (name, a, b, ...)` right above "
+            f"`_CONFIGS =` or `fields:` to the group in {groups}:4") in out
+    assert "assets/coverage.yaml" not in out
+
+
 def test_an_unregistered_sibling_covers_nothing_and_the_json_says_why(framework, capsys):
     repo, groups = framework
     (repo / SIX).write_text(unregistered(*ANTI_DIAGONAL))

@@ -293,7 +293,7 @@ def test_cells_the_declared_coverage_leaves_uncovered_are_listed(home, capsys, m
 
     cell = UncoveredCell("backend-matrix", Cell(("backend", "lora"), ("megatron", "true")),
                          ("tests/e2e/test_backend_matrix.py",))
-    monkeypatch.setattr(coverage, "uncovered_cells", lambda path, catalog=None: [cell])
+    monkeypatch.setattr(coverage, "night_coverage", lambda path, catalog=None: ([cell], ()))
     _, out, _ = nightly(capsys, "report", "--home", str(home), "--repo", "minirl", "--json", "--uncovered", "extra")
     assert json.loads(out)["uncovered"] == [
         "backend-matrix: backend=megatron, lora=true (group: tests/e2e/test_backend_matrix.py)", "extra"]
@@ -328,6 +328,45 @@ def test_a_sibling_the_night_did_not_run_covers_nothing_in_the_report(tmp_path, 
     code, out, _ = nightly(capsys, "report", "--home", str(tmp_path), "--repo", "minirl", "--json")
 
     assert (code, json.loads(out)["uncovered"]) == (0, uncovered)
+
+
+def test_each_uncovered_cell_says_why_and_the_coverage_problems_reach_the_notes(tmp_path, capsys, monkeypatch):
+    """The reviewer's tree: test_lora_moe_6layer.py disabled, test_lora_moe_5layer.py renamed to
+    test_lora_moe_five.py (still claiming the group in its comment). The report listed all 4 cells
+    uncovered naming a file that no longer exists, with no word of why and no note, while `nightly
+    coverage` gave 3 located problems for the same tree."""
+    from tests.support.assets import copied_example
+
+    repo, assets = copied_example(tmp_path)
+    monkeypatch.setenv("NIGHTLY_ASSETS_DIR", str(assets))
+    six = repo / LORA.format(6)
+    six.write_text(six.read_text().replace('labels=["lora"])', 'labels=["lora"], disabled="flaky, see #123")'))
+    five = "tests/e2e/lora/test_lora_moe_five.py"
+    (repo / LORA.format(5)).rename(repo / five)
+    home = tmp_path / "home"
+    (home / "nights").mkdir(parents=True)
+    attempts = [{"test_id": t, "outcome": "passed", "elapsed_s": 3.0, "started_at": "2026-12-01T15:00:00+00:00"}
+                for t in (five, OTHER)]
+    (home / "nights" / "n1.json").write_text(json.dumps(
+        {"night": "n1", "run_id": "r1", "repo": "minirl", "cadence": "nightly", "selected": [five, OTHER],
+         "attempts": attempts, "skip_reasons": {}}))
+
+    code, out, _ = nightly(capsys, "report", "--home", str(home), "--repo", "minirl", "--json")
+    report = json.loads(out)
+    coverage_code, coverage_out, _ = nightly(capsys, "coverage", "--repo", "minirl", "--json")
+    checked = json.loads(coverage_out)
+    problems = [*checked["problems"], *(p for g in checked["groups"] for p in g["problems"])]
+
+    assert code == 0 and len(report["uncovered"]) == 4
+    said = [f"{LORA.format(5)}:1: test: listed in group lora-moe-diagonals (",
+            f"{LORA.format(6)}:23: registration: covers nothing: disabled: flaky, see #123",
+            f"{five}:30: coverage-group: {five} says it belongs to 'lora-moe-diagonals' but "]
+    for line in report["uncovered"]:
+        assert line.startswith("lora-moe-diagonals: ") and "; why: " in line, line
+        assert all(part in line.split("; why: ", 1)[1] for part in said), line
+    assert (coverage_code, len(problems)) == (1, 3)
+    assert sorted(n for n in report["notes"] if n.startswith("matrix coverage: ")) == sorted(
+        f"matrix coverage: {p}" for p in problems)
 
 
 def test_a_group_the_nights_cadence_never_runs_is_listed_uncovered_with_why_not_called_a_partial_night(
@@ -804,3 +843,34 @@ def test_a_test_never_launched_keeps_its_reason_in_the_report(tmp_path, capsys):
     assert nightly(capsys, "report", "--home", str(tmp_path), "--repo", "minirl")[0] == 0
     page = (tmp_path / "reports" / "n1.html").read_text().replace("&#x27;", "'").replace("&#39;", "'")
     assert f"<td>{rocm}</td><td>skipped: {why}</td>" in page
+
+
+def test_a_bad_nodes_numbers_and_tests_in_the_report_are_the_ones_its_rule_judged(tmp_path, capsys):
+    """The reviewer's night: local-h200-1 broken, test_lora_math failing everywhere (on node 1, then on its
+    retry on node 0). `bad_nodes[0]` said "3 of 3 attempts failed here (other nodes: 1 of 5)" and listed
+    test_lora_math, though the rule counts first attempts and leaves out a test failing elsewhere too."""
+    sft, grpo, lora = (tid(t) for t in (SFT, GRPO, "lora/test_lora_math.py"))
+    ok = [tid("megatron/test_dp8_chat.py"), tid("fsdp/test_fsdp_sft_chat.py")]
+
+    def tried(test: str, node: str, outcome: str, number: int = 1) -> dict:
+        details = {"pool": "h200", **({"retry_of": "local-h200-1"} if number == 2 else {})}
+        return {"test_id": test, "outcome": outcome, "elapsed_s": 3.0, "started_at": "2026-12-01T15:00:00+00:00",
+                "attempt": number, "node": node, "exit_code": 0 if outcome == "passed" else 1, "details": details}
+
+    attempts = [tried(t, "local-h200-1", "failed") for t in (sft, grpo, lora)]
+    attempts += [tried(t, "local-h200-0", "passed") for t in ok]
+    attempts += [tried(sft, "local-h200-0", "passed", 2), tried(grpo, "local-h200-0", "passed", 2),
+                 tried(lora, "local-h200-0", "failed", 2)]
+    (tmp_path / "nights").mkdir()
+    (tmp_path / "nights" / "n1.json").write_text(json.dumps(
+        {"night": "n1", "run_id": "r1", "repo": "minirl", "selected": [sft, grpo, lora, *ok], "attempts": attempts}))
+
+    code, out, _ = nightly(capsys, "report", "--home", str(tmp_path), "--repo", "minirl", "--json")
+
+    assert code == 0
+    [bad] = json.loads(out)["bad_nodes"]
+    assert (bad["node"], bad["tests"]) == ("local-h200-1", [sft, grpo])
+    assert (bad["failed"], bad["total"], bad["rest_failed"], bad["rest_total"]) == (2, 2, 0, 2)
+    assert bad["evidence"].startswith(
+        "2 of 2 attempts failed here (other nodes: 0 of 2; first attempts only, not counted: 3 retries and "
+        f"the attempts of 1 test(s) failing on another node too ({lora})); ")

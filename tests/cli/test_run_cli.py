@@ -296,3 +296,23 @@ def test_the_night_says_one_predicted_makespan_the_simulated_median_from_its_fir
     assert len(said) == 3 and len(set(said)) == 1, said  # the night's plan line, its end, the closing line
     median, p90 = re.fullmatch(r"predicted median makespan ([\d.]+)s \(p90 ([\d.]+)s\)", said[0]).groups()
     assert f"(median of simulated nights {median}s, p90 {p90}s)" in plan  # the plan printed first, labelled
+
+
+@pytest.mark.slow  # two real (tiny) nights
+def test_the_verdict_nightly_run_prints_names_earlier_failures_not_run_tonight_as_the_report_does(
+        tmp_path, capsys, monkeypatch):
+    """After a night where one test failed, a night that did not select it printed `verdict: OK: every test
+    passed` while the page it wrote and `nightly report` said `...; 1 earlier failure(s) not run tonight`."""
+    failing = QUICK_TEST.format(est=2).replace('labels=["fx"]', 'labels=["other"]').replace(
+        QUICK_MAIN, "    raise SystemExit(1)\n")
+    _, assets = registry_repo(tmp_path, {"test_ok.py": QUICK_TEST.format(est=2), "test_fail.py": failing})
+    monkeypatch.setenv("NIGHTLY_ASSETS_DIR", str(assets))
+    home = tmp_path / "home"
+    assert main(["run", "--home", str(home), "--repo", "fw"]) == 1
+    capsys.readouterr()
+
+    assert main(["run", "--home", str(home), "--repo", "fw", "--labels", "fx"]) == 0
+    said = "OK: every test passed; 1 earlier failure(s) not run tonight"
+    assert f"verdict: {said}" in capsys.readouterr().out.splitlines()
+    assert main(["report", "--home", str(home), "--repo", "fw"]) == 0
+    assert capsys.readouterr().out.splitlines()[0] == f"report: {said}"

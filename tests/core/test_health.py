@@ -192,8 +192,12 @@ def test_a_suspect_whose_failures_passed_on_retry_is_named_though_a_failing_retr
               _try("t_oom", "A", "failed", 2, "B")]
     [finding], suspects = assess_nodes(night)
     assert (finding.node, finding.rule, suspects) == ("B", "failure_rate", ())
-    assert finding.evidence.startswith("3 of 4 attempts failed here (other nodes: 2 of 7); "
-                                       "2 of these tests passed elsewhere the same night (A: 2)")
+    # the counts the rule judged: first attempts, t_oom (failing on A too) left out
+    assert (finding.failed, finding.total, finding.rest_failed, finding.rest_total) == (2, 3, 1, 4)
+    assert finding.evidence.startswith(
+        "2 of 3 attempts failed here (other nodes: 1 of 4; first attempts only, not counted: 3 retries and "
+        "the attempts of 1 test(s) failing on another node too (t_oom)); "
+        "2 of these tests passed elsewhere the same night (A: 2)")
     # history keeps no retry_of: a later attempt elsewhere of a test that failed here is the retry
     plain = [dataclasses.replace(a, details={"pool": "h200"}) for a in night]
     assert [f.node for f in detect_bad_nodes(plain)] == ["B"]
@@ -220,3 +224,22 @@ def test_recent_passes_added_run_by_run_says_what_passed_nodes_says_of_the_same_
             recent.add_run(run)
             seen += run
         assert recent.nodes() == passed_nodes(seen, runs=keep)
+
+
+def test_a_bad_nodes_counts_and_tests_are_the_ones_its_rule_judged():
+    """The reviewer's night: local-h200-1 broken, test_lora_math failing everywhere (on node 1, then on
+    its retry on node 0). The finding said "3 of 3 attempts failed here (other nodes: 1 of 5)" and
+    listed test_lora_math, while the rule counts first attempts and leaves out a test failing elsewhere too."""
+    night = [_try("t_sft", "local-h200-1", "failed"), _try("t_grpo", "local-h200-1", "failed"),
+             _try("t_lora", "local-h200-1", "failed"), _try("t_dp8", "local-h200-0", "passed"),
+             _try("t_fsdp", "local-h200-0", "passed"),
+             _try("t_sft", "local-h200-0", "passed", 2, "local-h200-1"),
+             _try("t_grpo", "local-h200-0", "passed", 2, "local-h200-1"),
+             _try("t_lora", "local-h200-0", "failed", 2, "local-h200-1")]
+    [finding] = detect_bad_nodes(night)
+    assert (finding.node, finding.rule, finding.tests) == ("local-h200-1", "failure_rate", ("t_sft", "t_grpo"))
+    assert (finding.failed, finding.total, finding.rest_failed, finding.rest_total) == (2, 2, 0, 2)
+    assert finding.evidence.startswith(
+        "2 of 2 attempts failed here (other nodes: 0 of 2; first attempts only, not counted: 3 retries and "
+        "the attempts of 1 test(s) failing on another node too (t_lora)); "
+        "2 of these tests passed elsewhere the same night (local-h200-0: 2)")

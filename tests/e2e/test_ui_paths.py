@@ -72,8 +72,8 @@ def summaries(home: Path, runs: list[dict]) -> dict[str, dict]:
 
 
 def interval(attempt: dict) -> tuple[float, float]:
-    """When the attempt may have run: started_at is written to the whole second (cut, not rounded), so
-    the test started up to 1 s after it and ended up to 1 s after start + elapsed."""
+    """When the attempt may have run: started_at is cut to the millisecond when its GPUs were held, and
+    its process starts a moment after that, so it ended somewhat after start + elapsed (1 s of slack)."""
     start = datetime.fromisoformat(attempt["started_at"]).timestamp()
     return start, start + 1.0 + attempt["elapsed_s"]
 

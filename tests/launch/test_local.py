@@ -400,3 +400,35 @@ def test_an_environment_the_os_refuses_fails_that_test_only_naming_the_variable(
     assert named in attempt.reason and "could not start the test" in attempt.reason
     assert named in Path(attempt.log_path).read_text()
     assert not list((tmp_path / "state").glob("running/*")), "no running record may say it ran"
+
+
+def test_an_attempt_starts_on_the_timeline_to_the_millisecond_not_the_whole_second(tmp_path):
+    """started_at was cut to the second: a test started half a second after another was drawn at the
+    same second as it (or a whole second later), and a retry on a freed GPU started before the test
+    that held it had ended on the report's Gantt chart."""
+    import dataclasses
+    import threading
+
+    from pipelines.core.model import Pool
+    from pipelines.core.report import build_report
+
+    repo = _repo(tmp_path, "import time\n\ndef execute():\n    time.sleep(1.0)\n")
+    launcher = LocalLauncher(tmp_path / "state", pools=[Pool("h200", 1, 2)], poll_s=0.05)
+    out, called = {}, {}
+
+    def launch(name: str, slot: int) -> None:
+        called[name] = time.time()
+        out[name] = launcher.launch(dataclasses.replace(
+            _request(repo, tmp_path, slots=(slot,)), log_path=tmp_path / "logs" / f"{name}.log"))
+
+    first = threading.Thread(target=launch, args=("a", 0))
+    first.start()
+    time.sleep(0.5)
+    launch("b", 1)
+    first.join(timeout=60)
+    assert {a.outcome for a in out.values()} == {"passed"}, [tail(a.log_path) for a in out.values()]
+    summary = {"night": "n", "attempts": [dataclasses.asdict(out["a"]), dataclasses.asdict(out["b"])]}
+    a, b = build_report(summary).gantt
+    # each started when it held its GPU, a moment after its launch was asked for (cut to the second, the
+    # half second between them read as 0 or 1 s)
+    assert abs((b.start_s - a.start_s) - (called["b"] - called["a"])) < 0.25, (a, b, called)

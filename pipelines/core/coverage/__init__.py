@@ -42,6 +42,7 @@ from pipelines.core.coverage.model import (
     LostCell,
     Registered,
     UncoveredCell,
+    Unlisted,
 )
 from pipelines.core.coverage.outcomes import config_outcomes
 from pipelines.core.model import Problem, Test
@@ -49,7 +50,7 @@ from pipelines.core.model import Problem, Test
 __all__ = [
     "as_of", "Catalogued", "catalogued", "Cell", "Configuration", "config_outcomes", "CoverageReport", "Design", "Dimension", "Group", "GroupCoverage", "LostCell",
     "Registered", "RegistryReading", "RepoGroups", "Source", "TreeSource", "UncoveredCell", "assign", "check_repo", "declared_then", "design", "locate",
-    "lost_cells", "parse_groups", "renamed", "required_cells", "configurations_by_test", "uncovered_cells",
+    "lost_cells", "night_coverage", "parse_groups", "renamed", "required_cells", "configurations_by_test", "uncovered_cells",
 ]
 
 
@@ -106,8 +107,9 @@ def locate(repo: str | Path | None, specs_dir: Path | str | None = None, groups_
 def catalogued(tests: Iterable[Test], ran: Collection[str] | None = None,
                why_not: Mapping[str, str] | None = None, cadence: str | None = None) -> Catalogued:
     """The catalog's tests as coverage counts them: a disabled test covers nothing, nor (given
-    ``ran``, the ids a night ran or planned) one the night left out, for ``why_not[id]`` if given,
-    nor (given ``cadence``) one that cadence never runs (framework M's nightly leaves out ``long``)."""
+    ``ran``, the ids a night ran or planned) one the night left out, for ``why_not[id]`` if given
+    (``Registered.by_selection``: no coverage problem), nor (given ``cadence``) one that cadence never
+    runs (framework M's nightly leaves out ``long``)."""
     from pipelines.core.select import in_cadence
 
     files: dict[str, list[Registered]] = {}
@@ -115,9 +117,10 @@ def catalogued(tests: Iterable[Test], ran: Collection[str] | None = None,
         idle = f"disabled: {t.disabled}" if t.disabled is not None else None
         if idle is None and cadence is not None and not in_cadence(t, cadence):
             idle = f"the {cadence} cadence does not run it"
-        if idle is None and ran is not None and t.id not in ran:
+        by_selection = idle is None and ran is not None and t.id not in ran
+        if by_selection:
             idle = (why_not or {}).get(t.id) or "not in tonight's selection"
-        files.setdefault(t.path, []).append(Registered(t.id, t.path, t.line, idle))
+        files.setdefault(t.path, []).append(Registered(t.id, t.path, t.line, idle, by_selection))
     return Catalogued({path: tuple(regs) for path, regs in files.items()})
 
 
@@ -191,7 +194,7 @@ def check_repo(where: RepoGroups, source: Source | None = None, adopt: bool = Fa
     ``catalog``: only configurations of the tests it runs count (``catalogued``); None: all do.
     """
     reports, problems = check_groups(where.groups, source or TreeSource(where.repo), where.roots, where.templates, adopt,
-                                     where.default_gpus, catalog)
+                                     where.default_gpus, catalog, str(where.groups_file))
     return CoverageReport(reports, problems)
 
 
@@ -201,8 +204,22 @@ def uncovered_cells(repo_path: str | Path, specs_dir: str | Path | None = None,
 
     ``catalog``: the catalog's tests with what the night ran (``catalogued``), so a disabled or
     skipped sibling covers nothing; None counts every configuration the files hold."""
+    return night_coverage(repo_path, specs_dir, catalog)[0]
+
+
+def night_coverage(repo_path: str | Path, specs_dir: str | Path | None = None,
+                   catalog: Catalogued | None = None) -> tuple[list[UncoveredCell], tuple[Problem, ...]]:
+    """(the cells no sibling test covers tonight, each with its group's problems as the reason; every
+    problem ``nightly coverage`` would list for the tree): what the night report lists and notes.
+    A sibling the night merely did not select is no problem (``catalogued``'s ``by_selection``)."""
     report = check_repo(locate(repo_path, specs_dir), catalog=catalog)
-    return [UncoveredCell(g.group.name, cell, g.tests) for g in report.groups for cell in g.uncovered]
+    claims: dict[str, list[Problem]] = {}
+    for p in report.problems:
+        if isinstance(p, Unlisted):
+            claims.setdefault(p.group, []).append(p)
+    cells = [UncoveredCell(g.group.name, cell, g.tests, (*g.problems, *claims.get(g.group.name, ())))
+             for g in report.groups for cell in g.uncovered]
+    return cells, (*report.problems, *(p for g in report.groups for p in g.problems))
 
 
 def configurations_by_test(repo_path: str | Path, specs_dir: str | Path | None = None) -> dict[str, tuple[Configuration, ...]]:

@@ -31,6 +31,7 @@ from pipelines.core.coverage.model import (
     GroupCoverage,
     Note,
     Row,
+    Unlisted,
 )
 from pipelines.core.model import Problem
 from pipelines.core.specs import RepoSpec
@@ -129,9 +130,9 @@ def file_groups(source: Source, roots: Sequence[str], declared: Sequence[Group],
             by_name[name] = replace(by_name[name], tests=by_name[name].tests + extra)
             continue
         if name in by_name:
-            problems += [Problem(path, line, "coverage-group", (
-                f"{path} says it belongs to {name!r} but {by_name[name].origin} does not list it; add it to the group's tests"))
-                for path, line in files if path not in by_name[name].tests]
+            problems += [Unlisted(path, line, "coverage-group", (
+                f"{path} says it belongs to {name!r} but {by_name[name].origin} does not list it; add it to the group's tests"),
+                group=name) for path, line in files if path not in by_name[name].tests]
             continue
         path, line = files[0]
         groups.append(Group(name, tuple(p for p, _ in files), (), f"{path}:{line}", inferred=True))
@@ -139,7 +140,8 @@ def file_groups(source: Source, roots: Sequence[str], declared: Sequence[Group],
 
 
 def read_configurations(group: Group, source: Source, template: str | Sequence[str] | None,
-                        default_gpus: int = DEFAULT_GPUS) -> tuple[list[Configuration], list[Problem]]:
+                        default_gpus: int = DEFAULT_GPUS, groups_file: str = "assets/coverage.yaml"
+                        ) -> tuple[list[Configuration], list[Problem]]:
     """Every configuration of every test of the group; a missing test is a located problem.
 
     ``template``: the workflow template(s); a test's entries may be in any of them (framework S
@@ -175,7 +177,7 @@ def read_configurations(group: Group, source: Source, template: str | Sequence[s
                 problems.append(unreadable or Problem(test, 1, "test", (
                     f"listed in group {group.name} ({group.origin}) but does not exist; restore it or drop it from the group")))
                 continue
-            found, bad = python_matrix(text, test, group.matrix, group.fields)
+            found, bad = python_matrix(text, test, group.matrix, group.fields, groups_file=_declared_in(group, groups_file))
         configs += found
         problems += bad
     return configs, problems
@@ -183,7 +185,8 @@ def read_configurations(group: Group, source: Source, template: str | Sequence[s
 
 def running(group: Group, configs: Sequence[Configuration], catalog: Catalogued
             ) -> tuple[list[Configuration], list[tuple[str, str]], list[Problem]]:
-    """The configurations of tests the catalog runs; each member that covers nothing is a located problem.
+    """The configurations of tests the catalog runs; each member that covers nothing is a located problem,
+    unless only the night's selection left it out (``Registered.by_selection``).
 
     A file's matrix counts while any of its registrations runs (a rocm twin may be disabled while
     the cuda one runs every row); a template entry counts while its own test id runs."""
@@ -203,7 +206,7 @@ def running(group: Group, configs: Sequence[Configuration], catalog: Catalogued
                 why = reg.idle if reg else f"the catalog has no test {c.test_id} (see `nightly catalog`)"
                 if why is None:
                     kept.append(c)
-                else:
+                elif not (reg and reg.by_selection):  # the night's pick is no fault of the tree
                     problems.append(Problem(c.path, c.line, c.name, f"covers nothing: {why}; its cells count "
                                                                     f"for group {group.name} once it runs"))
             continue
@@ -217,6 +220,8 @@ def running(group: Group, configs: Sequence[Configuration], catalog: Catalogued
             why = "not registered (no register_*_ci call the catalog reads; `nightly catalog` says why)"
             where = (test, 1)
         idle.append((test, why))
+        if any(r.by_selection for r in regs or ()):  # selected, it would count: the night's pick, not the tree
+            continue
         problems.append(Problem(*where, "registration", f"covers nothing: {why}; its configurations count for "
                                                         f"group {group.name} once the test runs"))
     return kept, idle, problems
@@ -246,8 +251,16 @@ def required_cells(dims: Sequence[Dimension], strength: int, require: Sequence[t
     return tuple(dict.fromkeys(cells))
 
 
-def label_rows(configs: Sequence[Configuration], dims: Sequence[Dimension]) -> tuple[list[Row], list[Problem]]:
-    """Each configuration's value label per dimension; a value no dimension declares is a problem."""
+def _declared_in(group: Group, groups_file: str) -> str:
+    """Where a fix to the group's declaration goes: its own ``path:line`` in the groups file it came from
+    (``--groups FILE`` or assets/coverage.yaml); a group from comments is declared there anew."""
+    return groups_file if group.inferred else group.origin
+
+
+def label_rows(configs: Sequence[Configuration], dims: Sequence[Dimension],
+               declared_in: str = "assets/coverage.yaml") -> tuple[list[Row], list[Problem]]:
+    """Each configuration's value label per dimension; a value no dimension declares is a problem.
+    ``declared_in``: where the dimensions are declared, named in the fix."""
     rows, problems = [], []
     for c in configs:
         labels = []
@@ -257,11 +270,11 @@ def label_rows(configs: Sequence[Configuration], dims: Sequence[Dimension]) -> t
             if raw is None:
                 missing = [f for f in d.fields if c.field(f) is None]
                 problems.append(Problem(c.path, c.line, c.name, f"has no field {', '.join(missing)} for dimension {d.name}; add it to the "
-                                        "configuration or fix the dimension's fields in assets/coverage.yaml"))
+                                        f"configuration or fix the dimension's fields in {declared_in}"))
             elif label is None:
                 problems.append(Problem(c.path, c.line, c.name, (
                     f"{d.name} {'+'.join(raw)} is not one of {', '.join(d.labels)}; add it to the dimension's values "
-                    "in assets/coverage.yaml or fix the configuration")))
+                    f"in {declared_in} or fix the configuration")))
             else:
                 labels.append((d.name, label))
         rows.append(Row(c, tuple(labels)))
@@ -269,18 +282,20 @@ def label_rows(configs: Sequence[Configuration], dims: Sequence[Dimension]) -> t
 
 
 def check_group(group: Group, source: Source, template: str | Sequence[str] | None = None,
-                default_gpus: int = DEFAULT_GPUS, catalog: Catalogued | None = None) -> GroupCoverage:
+                default_gpus: int = DEFAULT_GPUS, catalog: Catalogued | None = None,
+                groups_file: str = "assets/coverage.yaml") -> GroupCoverage:
     """What the group's tests cover at ``source``: cells, the rows covering each, and problems.
 
-    ``catalog``: only configurations of tests it runs count (None: every configuration read)."""
-    configs, problems = read_configurations(group, source, template, default_gpus)
+    ``catalog``: only configurations of tests it runs count (None: every configuration read).
+    ``groups_file``: the file the groups came from (``--groups FILE``), which the fixes name."""
+    configs, problems = read_configurations(group, source, template, default_gpus, groups_file)
     counted, idle = configs, []
     if catalog is not None:
         counted, idle, quiet = running(group, configs, catalog)
         problems += quiet
     # an idle test's values are still its group's (inferred dimensions) and still checked
     dims = infer_dimensions(configs) if group.inferred else group.dimensions
-    rows, bad = label_rows(configs, dims)
+    rows, bad = label_rows(configs, dims, _declared_in(group, groups_file))
     keep = set(counted)
     rows = [r for r in rows if r.config in keep]
     cells = required_cells(dims, group.strength, group.require)
@@ -289,16 +304,17 @@ def check_group(group: Group, source: Source, template: str | Sequence[str] | No
     notes = () if group.inferred else tuple(p for p in problems if isinstance(p, Note))
     problems = [Problem(p.path, p.line, p.field, p.message.replace(
         "(they could only add coverage: not a failure)", "(this group, declared by comments, takes its values "
-        "from the rows, so they may add cells; declare its dimensions in assets/coverage.yaml to check without them)"))
+        f"from the rows, so they may add cells; declare its dimensions in {groups_file} to check without them)"))
         if group.inferred and isinstance(p, Note) else p for p in problems if group.inferred or not isinstance(p, Note)]
     return GroupCoverage(group, group.tests, dims, tuple(rows), cells, tuple(problems + bad), tuple(idle), notes)
 
 
 def check_groups(declared: Sequence[Group], source: Source, roots: Sequence[str] = ("tests",),
                  template: str | Sequence[str] | None = None, adopt: bool = False,
-                 default_gpus: int = DEFAULT_GPUS,
-                 catalog: Catalogued | None = None) -> tuple[tuple[GroupCoverage, ...], tuple[Problem, ...]]:
-    """Every declared group and every group declared in test-file comments, plus stray members."""
+                 default_gpus: int = DEFAULT_GPUS, catalog: Catalogued | None = None,
+                 groups_file: str = "assets/coverage.yaml") -> tuple[tuple[GroupCoverage, ...], tuple[Problem, ...]]:
+    """Every declared group and every group declared in test-file comments, plus stray members.
+    ``groups_file``: the file ``declared`` came from, named in the fixes."""
     groups, problems = file_groups(source, roots, declared, adopt)
-    reports = tuple(check_group(g, source, template, default_gpus, catalog) for g in groups)
+    reports = tuple(check_group(g, source, template, default_gpus, catalog, groups_file) for g in groups)
     return reports, tuple(problems)

@@ -44,8 +44,10 @@ def unreadable_group_comments(source: str, path: str) -> list[Problem]:
 
 
 def python_matrix(source: str, path: str, var: str, fields: tuple[str, ...] | None = None,
-                  test: str | None = None) -> tuple[list[Configuration], list[Problem]]:
-    """The configurations of ``var`` in one Python file, and what is wrong with them (never raises)."""
+                  test: str | None = None, groups_file: str = "assets/coverage.yaml"
+                  ) -> tuple[list[Configuration], list[Problem]]:
+    """The configurations of ``var`` in one Python file, and what is wrong with them (never raises).
+    ``groups_file``: where the fix names the group's ``fields:`` (the file its groups came from)."""
     test = test or path
     try:
         tree = ast.parse(source, path)
@@ -64,7 +66,7 @@ def python_matrix(source: str, path: str, var: str, fields: tuple[str, ...] | No
         except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
             problems.append(Problem(path, item.lineno, where, "is not a literal; write the values out (strings, numbers, booleans)"))
             continue
-        pairs = _pairs(value, fields, path, item.lineno, where, var, problems)
+        pairs = _pairs(value, fields, path, item.lineno, where, var, problems, groups_file)
         if pairs is None:
             continue
         named = dict(pairs)
@@ -214,7 +216,7 @@ def _comment_fields(source: str, line: int) -> tuple[str, ...] | None:
 
 
 def _pairs(value: object, fields: tuple[str, ...] | None, path: str, line: int, where: str, var: str,
-           problems: list[Problem]) -> tuple[tuple[str, str], ...] | None:
+           problems: list[Problem], groups_file: str) -> tuple[tuple[str, str], ...] | None:
     if isinstance(value, dict):
         if not all(isinstance(k, str) for k in value):
             problems.append(Problem(path, line, where, "dict keys must be strings (the field names)"))
@@ -224,7 +226,7 @@ def _pairs(value: object, fields: tuple[str, ...] | None, path: str, line: int, 
         if fields is None:
             problems.append(Problem(path, line, where, (
                 f"tuple positions have no names; add a comment `# (name, a, b, ...)` right above `{var} =` "
-                "or `fields:` to the group in assets/coverage.yaml")))
+                f"or `fields:` to the group in {groups_file}")))
             return None
         if len(value) != len(fields):
             problems.append(Problem(path, line, where, (

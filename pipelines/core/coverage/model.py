@@ -40,6 +40,14 @@ class Note(Problem):
 
 
 @dataclass(frozen=True)
+class Unlisted(Problem):
+    """A test file whose ``# coverage-group:`` comment claims a declared group that does not list it:
+    the group it claims is kept, so the night report can give it as a reason for that group's gaps."""
+
+    group: str = ""
+
+
+@dataclass(frozen=True)
 class Dimension:
     """A named axis of the matrix, read from one field (or several, for a combined layout)."""
 
@@ -105,6 +113,9 @@ class Registered:
     line: int
     #: ``disabled: <reason>``, or why tonight's selection left it out; None: its configurations count
     idle: str | None = None
+    #: idle only because the night did not select it: no fault of the tree, so no coverage problem
+    #: (the night report names such siblings itself)
+    by_selection: bool = False
 
 
 @dataclass(frozen=True)
@@ -199,6 +210,9 @@ class UncoveredCell:
     group: str
     cell: Cell
     tests: tuple[str, ...]
+    #: the group's located problems, why its configurations may not cover the cell: a member that is
+    #: missing, disabled or unreadable, a file claiming the group that it does not list (``nightly coverage``'s)
+    why: tuple[Problem, ...] = ()
 
 
 @dataclass(frozen=True)

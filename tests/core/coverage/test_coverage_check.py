@@ -73,7 +73,7 @@ def test_a_value_no_dimension_declares_is_reported_at_the_configuration_line():
 
     assert [str(p) for p in report.problems] == [
         f"{FIVE}:7: t-mixed: layout true+false is not one of shared+virtual, per-expert; add it to the dimension's "
-        "values in assets/coverage.yaml or fix the configuration"]
+        "values in coverage.yaml:3 or fix the configuration"]
 
 
 def test_a_configuration_missing_a_dimensions_field_is_located_with_the_fix():
@@ -83,7 +83,7 @@ def test_a_configuration_missing_a_dimensions_field_is_located_with_the_fix():
 
     assert [str(p) for p in report.problems] == [
         f"{FIVE}:2: m: has no field virtual_experts for dimension layout; add it to the configuration or fix the "
-        "dimension's fields in assets/coverage.yaml"]
+        "dimension's fields in coverage.yaml:3"]
 
 
 def test_a_group_declared_in_file_comments_takes_every_field_but_name_as_a_dimension():
