@@ -422,7 +422,9 @@ def _dispatch(night: Night, plan: Plan, tests: list[Test], launcher: Launcher, s
     said = time.monotonic()  # the last line said here: one per finished test, else a still-running one
     try:
         while worker.is_alive() or not finished.empty():
-            with held_signals(stopping=False) as held:  # a test taken off the queue is in hand before a signal acts
+            # a test taken off the queue is in hand before a signal acts; none starts once one came (the
+            # signal that stops the night may also end a running test, whose GPUs would start the next)
+            with held_signals(stopping=False, on_hold=stop.set) as held:
                 try:
                     unsent.append([*report(finished.get(timeout=min(0.5, every_s))), 0])
                 except queue.Empty:

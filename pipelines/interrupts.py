@@ -24,7 +24,7 @@ import os
 import signal
 import socket
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 INTERRUPTING = frozenset({signal.SIGINT, signal.SIGTERM})
 
@@ -79,14 +79,16 @@ STILL_STOPPING = ("nightly: still stopping the night: killing its tests and writ
 
 
 @contextlib.contextmanager
-def held_signals(stopping: bool = True) -> Iterator[list[int]]:
+def held_signals(stopping: bool = True, on_hold: Callable[[], None] | None = None) -> Iterator[list[int]]:
     """SIGINT and SIGTERM wait while the block runs; the list says which came.
 
     ``stopping``: the block stops an interrupted night (its tests killed, its record written), which
     a second Ctrl-C would cut short and lose; the held signals are said once and dropped (the first
     interruption is already on its way). Otherwise the block is one step of reporting that must not
     be cut in half (a finished test taken off the queue but not yet handed on): the caller passes
-    the list to :func:`deliver` once the step is done. Only the main thread may set handlers;
+    the list to :func:`deliver` once the step is done. ``on_hold`` runs, in the handler, as each
+    signal is held: what must not wait for the delivery (a dispatcher that must start no new test);
+    it must not take a lock the block's own code may hold. Only the main thread may set handlers;
     elsewhere signals are not delivered to the block anyway.
     """
     held: list[int] = []
@@ -99,6 +101,8 @@ def held_signals(stopping: bool = True) -> Iterator[list[int]]:
             with contextlib.suppress(OSError):  # a handler may not log: os.write is safe here
                 os.write(2, STILL_STOPPING.encode())
         held.append(signum)
+        if on_hold is not None:
+            on_hold()
 
     previous = {sig: signal.getsignal(sig) for sig in INTERRUPTING}
     for sig in INTERRUPTING:

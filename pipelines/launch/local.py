@@ -10,7 +10,9 @@ What makes a local outcome trustworthy:
   from whatever is free on the pool's nodes right now, in the host's lock folder (not the state
   folder: nights with different homes share the host's GPUs);
 - a running record in ``<state>/running/`` lets a later night reap what a killed night left
-  behind (see :mod:`orphans`); ``interrupt()`` ends every running attempt as ``interrupted``;
+  behind (see :mod:`orphans`); ``interrupt()`` ends every running attempt as ``interrupted``, and
+  one that the signal stopping the night killed first too (a test dead of a stop signal waits
+  :data:`SIGNAL_SETTLE_S` for it);
 - output goes through a capped writer (head and tail kept, the cut noted); a process that escaped
   the marker and the group but still writes to the test's output is killed at the end too, and an
   attempt whose output is still open after that is not passed on its unfinished log.
@@ -23,6 +25,7 @@ import dataclasses
 import json
 import logging
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -61,6 +64,12 @@ KILL_GRACE_S = 5.0
 PUMP_JOIN_S = 10.0
 #: the wrapper kills its own group this long after the timeout if the night never did
 WRAPPER_BACKSTOP_S = 60
+#: a test killed by a signal this launcher did not send waits this long for the night's own stop to show
+#: (``interrupt()``): one signal to every process (systemctl stop, kill -TERM -1) may reach the test first,
+#: and the night acts on it only after its current wait for a finished test (up to half a second)
+SIGNAL_SETTLE_S = 3.0
+#: the signals that stop a night or a whole service: a test that dies of one may have died of the night's stop
+STOP_SIGNALS = frozenset({signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGKILL, signal.SIGQUIT})
 
 
 class _PoolShape(Protocol):
@@ -78,7 +87,7 @@ class LocalLauncher:
                  pools: Sequence[_PoolShape] = (), log_cap_bytes: int = DEFAULT_LOG_CAP_BYTES,
                  poll_s: float = 0.2, night: str = "", backstop_s: float = WRAPPER_BACKSTOP_S,
                  lock_dir: Path | None = None, gpu_wait_note_s: float = 5.0, gpu_recheck_s: float = 5.0,
-                 stray_confirm_s: float | None = None):
+                 stray_confirm_s: float | None = None, signal_settle_s: float = SIGNAL_SETTLE_S):
         self.state_dir = Path(state_dir)
         self.lock_dir = Path(lock_dir) if lock_dir else gpu_slots.host_lock_dir()
         self.python = python
@@ -95,6 +104,8 @@ class LocalLauncher:
         #: a holder must still look stray this long after it first did before a launch gives up on it: a
         #: night ending an attempt (its kill's grace, then the wait for the last output) lets go after that
         self.stray_confirm_s = kill_grace_s + PUMP_JOIN_S if stray_confirm_s is None else stray_confirm_s
+        #: see :data:`SIGNAL_SETTLE_S`
+        self.signal_settle_s = signal_settle_s
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._running: dict[str, str] = {}
@@ -304,6 +315,8 @@ class LocalLauncher:
         pumping = pump(proc.stdout, capped)  # type: ignore[arg-type]
         try:
             ended, elapsed = self._wait(proc, request.timeout_s, t0)
+            if not ended and self._stopped_with_the_night(proc, result_path):
+                ended = "interrupted"
             grace = self.kill_grace_s if ended else 0.0
             # named before they die: the log says what a timeout or an interrupt killed
             running = {pid: describe(pid, limit=160) for pid in marked_pids(token)} if ended else {}
@@ -373,6 +386,17 @@ class LocalLauncher:
                 if time.monotonic() >= deadline:
                     return "timed_out", time.monotonic() - t0
 
+    def _stopped_with_the_night(self, proc: subprocess.Popen, result_path: Path) -> bool:
+        """Whether a test that ended by itself died of the night's own stop: of a stop signal this launcher
+        did not send (:func:`died_of_a_stop_signal`) while the night is stopping, or starts to within
+        :attr:`signal_settle_s`. One signal to every process of the night (systemctl stop, a container's
+        kill, kill -TERM -1) may end the test before the night acts on its own, and it is then
+        ``interrupted``, as every other test killed by the night's stop, not ``failed``. Otherwise (an OOM
+        kill, someone killing the test alone) it is judged as it ended, that much later."""
+        if not died_of_a_stop_signal(proc.returncode, _read_result(result_path)):
+            return False
+        return self._stop.wait(self.signal_settle_s)
+
     def _attempt(self, request: LaunchRequest, proc: subprocess.Popen, ended: str, elapsed: float, token: str,
                  result_path: Path, capped: CappedLog, started_at: str, node: str, slots: tuple[int, ...],
                  leftover: list[int]) -> Attempt:
@@ -417,6 +441,16 @@ class LocalLauncher:
                        started_at=started_at, attempt=request.attempt, node=node, gpu_slots=slots,
                        exit_code=proc.returncode, reason=reason, log_path=str(request.log_path),
                        timeout_s=request.timeout_s, details=details)
+
+
+def died_of_a_stop_signal(returncode: int | None, result: dict) -> bool:
+    """Whether the wrapper's exit says a :data:`STOP_SIGNALS` signal ended the test: killed by it (-N), a
+    shell's or a runner's 128+N for it, or the wrapper's record of the KeyboardInterrupt SIGINT raised."""
+    if returncode is None:
+        return False
+    if -returncode in STOP_SIGNALS or returncode - 128 in STOP_SIGNALS:
+        return True
+    return str(result.get("error", "")).startswith("KeyboardInterrupt")
 
 
 def _unfinished() -> str:

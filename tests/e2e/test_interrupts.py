@@ -85,6 +85,31 @@ def test_sigterm_kills_running_tests_records_them_interrupted_and_cancels_the_ru
     assert summary["interrupted"] and any(a["outcome"] == "interrupted" for a in summary["attempts"])
 
 
+def test_one_sigterm_to_the_night_and_its_test_records_the_test_interrupted_not_failed(tmp_path):
+    """systemctl stop (KillMode=control-group), a container's kill, kill -TERM -1: one SIGTERM reaches the
+    night and its tests at once. The test it killed is interrupted like the others, never a failure (in the
+    record, its verdict, history and so the flaky rules), and no test starts after it. The test is signalled
+    just before the night: it then always dies before the night acts on its own signal."""
+    home = tmp_path / "home"
+    proc = start_night(home)
+    record = wait_running(home, HANG, proc)
+    logs = Path(record["log_path"]).parent
+    os.kill(int(record["pid"]), signal.SIGTERM)
+    os.kill(proc.pid, signal.SIGTERM)
+    started = {log.name for log in logs.glob("*.log")}  # the tests that started before it (one waits for GPUs)
+    out, _ = proc.communicate(timeout=WAIT_S)
+    assert proc.returncode == 130, out[-3000:]
+    assert f"{HANG}  INTERRUPTED" in out and f"{HANG}  FAILED" not in out, out[-3000:]
+    summary = json.loads((home / "nights" / "latest.json").read_text())
+    outcomes = {(a["test_id"], a["outcome"]) for a in summary["attempts"]}
+    assert (HANG, "interrupted") in outcomes and not any(o == "failed" for _, o in outcomes), outcomes
+    assert HANG in summary["verdict"]["interrupted"] and summary["verdict"]["failed"] == [], summary["verdict"]
+    assert {(t, o) for t, o, _ in history(home) if t == HANG} == {(HANG, "interrupted")}, history(home)
+    assert "# nightly: interrupted" in Path(record["log_path"]).read_text()
+    late = [a["test_id"] for a in summary["attempts"] if Path(a["log_path"]).name not in started]
+    assert late == [], f"dispatched after the night was signalled: {late}"
+
+
 def test_after_kill_9_the_next_night_reaps_the_orphan_and_fails_the_dead_run(tmp_path):
     home = tmp_path / "home"
     proc = start_night(home)

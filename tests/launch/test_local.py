@@ -232,6 +232,49 @@ def test_interrupt_kills_a_running_test_and_records_it_as_interrupted(tmp_path):
     assert launcher.launch(_request(repo, tmp_path)).outcome == "interrupted"  # nothing new starts
 
 
+#: how a test dies of the signal that stops its night too: killed by it, a runner's 128+N, SIGINT's KeyboardInterrupt
+STOP_DEATHS = {"sigterm": "os.kill(os.getpid(), signal.SIGTERM)", "sigkill": "os.kill(os.getpid(), signal.SIGKILL)",
+               "exit 143": "os._exit(143)", "sigint": "os.kill(os.getpid(), signal.SIGINT); time.sleep(600)"}
+
+
+def _dies(tmp_path: Path, how: str) -> Path:
+    return _repo(tmp_path, f"""
+        import os, signal, time
+        def execute():
+            open("pid", "w").write(str(os.getpid()))
+            {STOP_DEATHS[how]}
+    """)
+
+
+@pytest.mark.parametrize("how", sorted(STOP_DEATHS))
+def test_a_test_killed_by_the_signal_that_stops_its_night_is_interrupted_not_failed(tmp_path, how):
+    """One signal to every process (systemctl stop, kill -TERM -1) may end the test before the night
+    acts on it: the night's interrupt() coming after the test died still makes the attempt interrupted."""
+    import threading
+
+    repo = _dies(tmp_path, how)
+    launcher = LocalLauncher(tmp_path / "state", kill_grace_s=1, signal_settle_s=60)  # the limit only stops a hang
+    out = []
+    t = threading.Thread(target=lambda: out.append(launcher.launch(_request(repo, tmp_path, timeout_s=600))))
+    t.start()
+    assert wait_until(lambda: (repo / "pid").exists() and (repo / "pid").read_text()), "the test never started"
+    assert wait_until(lambda: dead(int((repo / "pid").read_text()))), "the test did not die"
+    launcher.interrupt()  # the night's own handler, a moment later
+    t.join(timeout=120)
+    (attempt,) = out
+    assert (attempt.outcome, attempt.reason) == ("interrupted", "the night was interrupted; the test's processes were killed")
+    assert any(line.startswith("# nightly: interrupted") for line in Path(attempt.log_path).read_text().splitlines())
+
+
+def test_a_test_killed_by_a_signal_while_its_night_goes_on_is_failed(tmp_path):
+    """An OOM kill, or someone killing the test alone: failed, once the night had time to show it stops."""
+    repo = _dies(tmp_path, "sigkill")
+    t0 = time.monotonic()
+    attempt = LocalLauncher(tmp_path / "state", signal_settle_s=0.5).launch(_request(repo, tmp_path))
+    assert (attempt.outcome, attempt.reason, attempt.exit_code) == ("failed", "killed by signal 9", -9)
+    assert time.monotonic() - t0 >= 0.5
+
+
 def test_the_log_is_streamed_and_the_running_record_removed_at_the_end(tmp_path):
     repo = _repo(tmp_path, """
         def execute():

@@ -1,0 +1,67 @@
+"""A signal while a night's tests run: nothing new starts from the moment it arrives, though the night acts
+on it only once its wait for a finished test ends (up to half a second later)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from datetime import UTC, datetime
+
+import pytest
+
+from pipelines.core.model import Attempt
+from pipelines.core.runset import RunSelection
+from pipelines.execute import Finished, run_tests
+from pipelines.night import Night, NightSettings
+from tests.support.assets import two_node_example
+
+TEST_FILE = '''from minirl.ci_register import register_cuda_ci
+
+register_cuda_ci(est_time=1, suite="stage-c-8-gpu-h200", labels=["fnode"])
+'''
+
+
+class SignalledWhileATestRuns:
+    """A stand-in launcher: test_f_node1 passes at once; test_f_node2, once ``go`` is set (the night handed
+    node1 on and is back waiting for the next finished test), sends SIGTERM to this process and a moment later
+    ends as a retriable infra error, whose retry would be a new attempt started after the signal."""
+
+    name = "stand-in"
+
+    def __init__(self):
+        self.go = threading.Event()
+        self.launched: list[tuple[str, int]] = []
+
+    def launch(self, request, on_log=None) -> Attempt:
+        self.launched.append((request.test.id, request.attempt))
+        outcome, details = "passed", {}
+        if request.test.id.endswith("node2.py") and request.attempt == 1:
+            if not self.go.wait(60):
+                raise AssertionError("test_f_node1's event never came")
+            time.sleep(0.1)  # the night is back in its wait for a finished test
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(0.2)  # well inside that wait: the night holds the signal until this attempt comes
+            outcome, details = "infra_error", {"retriable": "true"}
+        return Attempt(request.test.id, outcome, 0.1, datetime.now(UTC).isoformat(), request.attempt,
+                       node=f"local-h200-{request.node}", gpu_slots=request.gpu_slots, timeout_s=request.timeout_s,
+                       details=details)
+
+
+def test_no_attempt_starts_once_a_signal_arrived_though_the_night_still_holds_it(tmp_path):
+    repo, assets = two_node_example(tmp_path, TEST_FILE, count=2)
+    night = Night(NightSettings(home=tmp_path / "home", assets_dir=assets, repo=str(repo), deployment="two"))
+    selection = RunSelection(labels=("fnode",))
+    launcher = SignalledWhileATestRuns()
+    previous = signal.signal(signal.SIGTERM, signal.default_int_handler)  # as `nightly run` sets it
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            for event in run_tests(night, night.runset(None, selection), selection, launcher=launcher,
+                                   say=lambda _: None):
+                if isinstance(event, Finished) and event.test.id.endswith("node1.py"):
+                    launcher.go.set()
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert sorted(launcher.launched) == [("tests/e2e/test_f_node1.py", 1), ("tests/e2e/test_f_node2.py", 1)], \
+        "an attempt started after the signal"
