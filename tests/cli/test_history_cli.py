@@ -477,6 +477,34 @@ def test_a_sample_carries_the_digest_of_its_test_file_at_the_commit_the_log_chec
                                                     "tests/e2e/test_b.py": now["test_b"]}
 
 
+def test_a_template_test_s_sample_from_a_log_naming_its_commit_is_current_evidence(tmp_path, capsys, monkeypatch):
+    """A template test's digest covers its entry as well as its file: a log naming the commit it ran gets
+    the file at that commit with the entry, the digest the catalog gives the test (else never current)."""
+    import shutil
+    import subprocess
+    from pathlib import Path
+
+    root = tmp_path / "templaterl"
+    shutil.copytree(Path(__file__).parents[2] / "examples" / "templaterl", root)
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-C", str(root), "-c", "user.email=a@b", "-c", "user.name=a", *args],
+                              check=True, capture_output=True, text=True).stdout.strip()
+
+    git("init", "-q")
+    git("add", "-A")
+    git("commit", "-qm", "A")
+    monkeypatch.setenv("NIGHTLY_HOME", str(tmp_path / "home"))
+    dpo = history_cli.load_catalog_for(*history_cli.resolve_repo(str(root))).by_id()["tests/test_dpo_short.py"]
+    log = tmp_path / "job.txt"
+    log.write_text("2026-11-30T15:00:00Z [command]/usr/bin/git log -1 --format=%H\n"
+                   f"2026-11-30T15:00:00Z {git('rev-parse', 'HEAD')}\n"
+                   "2026-11-30T15:01:00Z [1/1] tests/test_dpo_short.py  PASS  elapsed=40s\n")
+    store = tmp_path / "h.sqlite"
+    assert cli("history", "import", "--repo", str(root), "--store", str(store), str(log)) == 0, capsys.readouterr().out
+    assert [(s.test_id, s.sha256) for s in FileHistoryStore(store).read()] == [(dpo.id, dpo.sha256)]
+
+
 def test_a_checkout_commit_is_digested_as_checked_out_and_a_garbled_one_is_said(tmp_path, capsys, monkeypatch):
     """With `*.py text eol=crlf` the checkout writes CRLF while git keeps the blob with LF: a log that ran the
     checked-out commit got the blob's digest (every sample stale for calibration). A hash cut to 39
