@@ -326,6 +326,30 @@ def test_every_bad_line_of_a_kept_jsonl_is_named_and_a_file_that_gives_nothing_i
     assert f"  {junk}:1: json: expected an object, got list" in out
 
 
+def test_a_kept_jsonl_line_whose_test_id_no_catalog_gives_is_named_and_not_stored(tmp_path, capsys, monkeypatch):
+    """`"test_id": "../../etc/passwd\\n; $(id)"` was stored as it was, and `history show` printed its row
+    over two lines; every other field was already checked with file, line and field."""
+    import json
+
+    monkeypatch.setenv("NIGHTLY_HOME", str(tmp_path / "home"))
+    kept = tmp_path / "k.jsonl"
+    good = _kept(kept, "k", 1)
+    bad = {**json.loads(good), "test_id": "../../etc/passwd\n; $(id)"}
+    spaced = {**json.loads(good), "test_id": "unknown (deadbeef.json)"}
+    kept.write_bytes(good + (json.dumps(bad) + "\n" + json.dumps(spaced) + "\n").encode())
+    assert cli("history", "import", str(kept)) == 1
+    out = capsys.readouterr().out
+    assert "imported 1 samples from 1 logs (1 new" in out
+    assert (f"  {kept}:2: test_id: '../../etc/passwd\\n; $(id)' is not a test id (contains '..'); a test id is the "
+            "test file's path in its repository, `::variant` after it where the file holds several (`nightly "
+            "catalog` lists them): fix or remove the line") in out
+    assert (f"  {kept}:3: test_id: 'unknown (deadbeef.json)' is not a test id (contains whitespace ' '; test paths "
+            "may only use ASCII letters, digits and ._-+=@/)") in out
+    assert [s.test_id for s in FileHistoryStore(tmp_path / "home" / "history.sqlite").read()] == ["tests/t0.py"]
+    assert cli("history", "show") == 0
+    assert capsys.readouterr().out.splitlines()[-1] == "1 of 1 samples"
+
+
 def test_show_of_a_store_file_that_does_not_exist_is_refused_and_import_creates_it(repo, tmp_path, capsys):
     """A mistyped --store is an error, not an empty history; `history import` is what makes such a file."""
     store = tmp_path / "mine.sqlite"
