@@ -350,6 +350,23 @@ def test_a_kept_jsonl_line_whose_test_id_no_catalog_gives_is_named_and_not_store
     assert capsys.readouterr().out.splitlines()[-1] == "1 of 1 samples"
 
 
+def test_history_import_exits_as_docs_calibration_md_says(repo, tmp_path, capsys, project_root):
+    """The page said 0 whenever an attempt was read, even with other lines refused; a refused line of a kept
+    .jsonl exits 1 on purpose (a night's attempts were lost), a refused line of a CI log does not."""
+    text = " ".join((project_root / "docs" / "calibration.md").read_text().split())
+    said = text[text.index("Exit status of `history import`"):].split(" ## ")[0]
+    log = tmp_path / "job.log"
+    log.write_text(LOG)  # test_gone.py matches no registration
+    assert cli("history", "import", "--repo", str(repo), "--dry-run", str(log)) == 0
+    assert "lines of CI job logs that were refused or match no registration are listed and do not change it" in said
+    kept = tmp_path / "k.jsonl"
+    kept.write_bytes(_kept(kept, "k", 2)[:-20])
+    assert cli("history", "import", "--dry-run", str(kept)) == 1
+    assert "also when a `.jsonl` LOGFILE cannot be read or any of its lines was refused, even though its other lines " \
+           "were added" in said
+    assert "even if other lines or files were refused" not in said
+
+
 def test_show_of_a_store_file_that_does_not_exist_is_refused_and_import_creates_it(repo, tmp_path, capsys):
     """A mistyped --store is an error, not an empty history; `history import` is what makes such a file."""
     store = tmp_path / "mine.sqlite"
