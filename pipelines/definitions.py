@@ -3,7 +3,8 @@
 The partitions come from the catalog of the configured repo (``assets/repos.yaml``, or
 ``$NIGHTLY_REPO_NAME`` / ``$NIGHTLY_ASSETS_DIR``), read when the code location loads. The one
 resource (``nightly``) points at the deployment (``$NIGHTLY_DEPLOYMENT``, local by default), which
-chooses the launcher and the stores.
+chooses the launcher and the stores. Broken ``assets/`` (or a repo path that cannot be used) stops the
+code location with the located message only (see the end of this file).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import os
 
 import dagster as dg
 
-from pipelines.core.model import Catalog
+from pipelines.core.model import Catalog, CatalogError
 from pipelines.defs.assets import build_assets, partitions
 from pipelines.defs.automation import build_schedules, build_sensors
 from pipelines.defs.checks import calibration_checks
@@ -44,4 +45,9 @@ def build_definitions(catalog: Catalog | None = None, nightly: NightlyResource |
     )
 
 
-defs = build_definitions()
+try:
+    defs = build_definitions()
+except CatalogError as exc:
+    # The located message (file:line: field: what to do) is the whole error. Raised afresh here, Dagster
+    # shows it with this one line as its stack trace, not the project frames that found the problem.
+    raise exc.with_traceback(None) from None

@@ -102,7 +102,7 @@ def run_tests(night: Night, runset: RunSet, selection: RunSelection, *, launcher
             say(f"killed an input build an earlier night left running: {build}")
         for leftover in night.cache.clean_partials():
             say(f"removed a half-built input an earlier build left: {leftover}")
-    reaped = night.reap_orphans()
+    reaped = night.reap_orphans(refused=say)
     killed = [a.test_id for a in reaped if a.details.get("reaped") == "killed"]
     ended = [a.test_id for a in reaped if a.details.get("reaped") != "killed"]
     if killed:

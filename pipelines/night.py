@@ -556,8 +556,9 @@ class Night:
             self.notes.append(f"stale pods not swept: {exc}")
             return []
 
-    def reap_orphans(self) -> list[Attempt]:
-        """Kill test processes an earlier night left behind (a ``kill -9``) and record them as interrupted."""
+    def reap_orphans(self, refused: Callable[[str], None] | None = None) -> list[Attempt]:
+        """Kill test processes an earlier night left behind (a ``kill -9``) and record them as interrupted;
+        ``refused`` is told of each running file that is no record, set aside untouched (launch.orphans)."""
         if self.deployment.launcher != "local":
             return []
         from pipelines.core.model import Sample
@@ -572,7 +573,7 @@ class Night:
                        run_id=a.details.get("run_id", ""), attempt=a.attempt, source="orphan")
             self.history.append([sample])
 
-        return reap_orphans(self.home, record=record)
+        return reap_orphans(self.home, record=record, refused=refused)
 
     def log_path(self, test: Test, attempt: int) -> Path:
         return self.home / "logs" / self.night / f"{safe_filename(test.id)}.attempt{attempt}.log"

@@ -79,6 +79,7 @@ class Test:
     labels: tuple[str, ...] = ()
     nightly: bool = False
     disabled: str | None = None
+    #: what its samples are keyed by: the file's sha256, or for a template test :func:`template_digest`
     sha256: str = ""
     line: int = 1
     hardware: str = ""
@@ -239,6 +240,17 @@ class Sample:
     outlier: str = ""
     #: the night's extra environment as ``env_digest`` gives it ("" for none, and in older records)
     env: str = ""
+
+
+def template_digest(file_sha256: str, gpus: int, env: Iterable[tuple[str, str]], args: Iterable[str]) -> str:
+    """The digest a template test's samples are keyed by: its file's sha256 and what its entry sets (the GPUs it
+    runs on, the environment its job gets, the arguments). A registry test's registration is in its file, so
+    the file's sha256 covers it; a template entry is not, and a new ``num_gpus`` or ``enable_eval`` must make
+    earlier runs stale evidence as a file edit does. "" when the file's digest is not known."""
+    if not file_sha256:
+        return ""
+    setup = json.dumps({"gpus": gpus, "env": [list(pair) for pair in env], "args": list(args)}, sort_keys=True)
+    return hashlib.sha256(f"template-test-v1\n{file_sha256}\n{setup}".encode()).hexdigest()
 
 
 #: a name word that says the variable holds a credential (``WANDB_API_KEY``, ``HF_TOKEN``, ``DB_PASSWORD``)

@@ -29,6 +29,7 @@ from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
 from pipelines.core.calibrate.lineage import CALIBRATE_REWRITE, Succession
+from pipelines.core.catalog.ids import id_problem
 from pipelines.core.history.store import OUTCOMES, HistoryError
 from pipelines.core.model import Problem, Sample
 from pipelines.storage.state import not_utf8
@@ -138,10 +139,13 @@ def decode(where: str, body: bytes) -> tuple[list[Sample], Problem | None]:
     return ([], problems[0]) if problems else (samples, None)
 
 
-def decode_lines(where: str, body: bytes) -> tuple[list[Sample], list[Problem]]:
+def decode_lines(where: str, body: bytes, check_ids: bool = False) -> tuple[list[Sample], list[Problem]]:
     """Samples of the lines that read, and one problem per line that does not, for a local file
     (``<home>/unsaved/<night>/history.jsonl``): a full disk or a kill -9 cuts its last line off, and
-    the whole lines before it are attempts still worth keeping."""
+    the whole lines before it are attempts still worth keeping. ``check_ids`` (a file brought in from
+    outside, ``nightly history import``) also refuses a test id the catalog would never give: stored, it
+    would name no test and break every line that prints it. The store's own objects are not held to it,
+    so that one an older nightly wrote stays readable."""
     out: list[Sample] = []
     problems: list[Problem] = []
     for n, raw in enumerate(body.split(b"\n"), 1):
@@ -151,7 +155,7 @@ def decode_lines(where: str, body: bytes) -> tuple[list[Sample], list[Problem]]:
             problems.append(Problem(where, n, "encoding", f"not UTF-8 ({exc.reason})"))
             continue
         if line.strip():
-            sample = _sample(where, n, line)
+            sample = _sample(where, n, line, check_ids)
             if isinstance(sample, Problem):
                 problems.append(sample)
             else:
@@ -159,7 +163,7 @@ def decode_lines(where: str, body: bytes) -> tuple[list[Sample], list[Problem]]:
     return out, problems
 
 
-def _sample(where: str, n: int, line: str) -> Sample | Problem:
+def _sample(where: str, n: int, line: str, check_ids: bool = False) -> Sample | Problem:
     """The sample of line ``n``, or what is wrong with it."""
     try:
         row = json.loads(line)
@@ -180,6 +184,10 @@ def _sample(where: str, n: int, line: str) -> Sample | Problem:
     sample = Sample(**{**row, "elapsed_s": float(row["elapsed_s"])})
     if bad := _invalid(sample):
         return Problem(where, n, *bad)
+    if check_ids and (why := id_problem(sample.test_id)):
+        return Problem(where, n, "test_id", f"{sample.test_id!r} is not a test id ({why}); a test id is the test "
+                                            "file's path in its repository, `::variant` after it where the file holds "
+                                            "several (`nightly catalog` lists them): fix or remove the line")
     return sample
 
 

@@ -384,6 +384,31 @@ def test_write_stores_a_template_test_s_proposal_where_the_next_night_plans_from
     assert night.catalog.by_id()[dpo.id].est_time == 2900  # killed at 2250 s: 1.25 x that, bucketed
 
 
+def test_a_changed_template_entry_makes_its_earlier_samples_stale(tmp_path, monkeypatch, capsys):
+    """A run of test_sft_dense with eval on 4 GPUs says nothing about it with eval off on 8: once the entry
+    changes, calibration counts that run as stale, as after a file edit; the untouched entries keep theirs."""
+    import shutil
+
+    repo = tmp_path / "templaterl"
+    shutil.copytree(Path(__file__).parents[2] / "examples" / "templaterl", repo)
+    monkeypatch.setenv("NIGHTLY_HOME", str(tmp_path / "home"))
+    by_id = history_cli.load_catalog_for(*history_cli.resolve_repo(str(repo))).by_id()
+    now = datetime.now(UTC).isoformat()
+    FileHistoryStore(tmp_path / "home" / "history.sqlite").append([
+        Sample(t.id, t.hardware, t.sha256, "passed", 100, now, source=f"n1.log:{i}")
+        for i, t in enumerate((by_id["tests/test_sft_dense.py"], by_id["tests/test_dpo_short.py"]))])
+    workflow = repo / ".github/workflows/pr-test.yml.j2"
+    workflow.write_text(workflow.read_text().replace(
+        "{'test_file': 'test_sft_dense.py', 'enable_eval': '1'}",
+        "{'test_file': 'test_sft_dense.py', 'enable_eval': '0', 'num_gpus': 8}"))
+    assert cli("calibrate", "--repo", str(repo)) == 0
+    rows = {line.split()[0]: line for line in capsys.readouterr().out.splitlines() if line.startswith("tests/")}
+    sft, dpo = rows["tests/test_sft_dense.py"], rows["tests/test_dpo_short.py"]
+    assert sft.split()[1:3] == ["1800", "1800"] and "0 passed" in sft, sft
+    assert "1 stale (other revision of the file or its template entry)" in sft
+    assert dpo.split()[1:3] == ["1800", "130"] and "from 1 passed" in dpo, dpo
+
+
 @pytest.mark.slow
 def test_write_stores_the_estimates_of_an_s3_deployment_in_its_bucket(tmp_path, monkeypatch, capsys):
     """--deployment with storage: s3: the estimates go where that deployment's nights read them."""

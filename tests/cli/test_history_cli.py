@@ -326,6 +326,47 @@ def test_every_bad_line_of_a_kept_jsonl_is_named_and_a_file_that_gives_nothing_i
     assert f"  {junk}:1: json: expected an object, got list" in out
 
 
+def test_a_kept_jsonl_line_whose_test_id_no_catalog_gives_is_named_and_not_stored(tmp_path, capsys, monkeypatch):
+    """`"test_id": "../../etc/passwd\\n; $(id)"` was stored as it was, and `history show` printed its row
+    over two lines; every other field was already checked with file, line and field."""
+    import json
+
+    monkeypatch.setenv("NIGHTLY_HOME", str(tmp_path / "home"))
+    kept = tmp_path / "k.jsonl"
+    good = _kept(kept, "k", 1)
+    bad = {**json.loads(good), "test_id": "../../etc/passwd\n; $(id)"}
+    spaced = {**json.loads(good), "test_id": "unknown (deadbeef.json)"}
+    kept.write_bytes(good + (json.dumps(bad) + "\n" + json.dumps(spaced) + "\n").encode())
+    assert cli("history", "import", str(kept)) == 1
+    out = capsys.readouterr().out
+    assert "imported 1 samples from 1 logs (1 new" in out
+    assert (f"  {kept}:2: test_id: '../../etc/passwd\\n; $(id)' is not a test id (contains '..'); a test id is the "
+            "test file's path in its repository, `::variant` after it where the file holds several (`nightly "
+            "catalog` lists them): fix or remove the line") in out
+    assert (f"  {kept}:3: test_id: 'unknown (deadbeef.json)' is not a test id (contains whitespace ' '; test paths "
+            "may only use ASCII letters, digits and ._-+=@/)") in out
+    assert [s.test_id for s in FileHistoryStore(tmp_path / "home" / "history.sqlite").read()] == ["tests/t0.py"]
+    assert cli("history", "show") == 0
+    assert capsys.readouterr().out.splitlines()[-1] == "1 of 1 samples"
+
+
+def test_history_import_exits_as_docs_calibration_md_says(repo, tmp_path, capsys, project_root):
+    """The page said 0 whenever an attempt was read, even with other lines refused; a refused line of a kept
+    .jsonl exits 1 on purpose (a night's attempts were lost), a refused line of a CI log does not."""
+    text = " ".join((project_root / "docs" / "calibration.md").read_text().split())
+    said = text[text.index("Exit status of `history import`"):].split(" ## ")[0]
+    log = tmp_path / "job.log"
+    log.write_text(LOG)  # test_gone.py matches no registration
+    assert cli("history", "import", "--repo", str(repo), "--dry-run", str(log)) == 0
+    assert "lines of CI job logs that were refused or match no registration are listed and do not change it" in said
+    kept = tmp_path / "k.jsonl"
+    kept.write_bytes(_kept(kept, "k", 2)[:-20])
+    assert cli("history", "import", "--dry-run", str(kept)) == 1
+    assert "also when a `.jsonl` LOGFILE cannot be read or any of its lines was refused, even though its other lines " \
+           "were added" in said
+    assert "even if other lines or files were refused" not in said
+
+
 def test_show_of_a_store_file_that_does_not_exist_is_refused_and_import_creates_it(repo, tmp_path, capsys):
     """A mistyped --store is an error, not an empty history; `history import` is what makes such a file."""
     store = tmp_path / "mine.sqlite"
@@ -475,6 +516,34 @@ def test_a_sample_carries_the_digest_of_its_test_file_at_the_commit_the_log_chec
     later = [s for s in FileHistoryStore(store).read() if s.started_at.startswith("2026-11-30T16")]
     assert {s.test_id: s.sha256 for s in later} == {"tests/e2e/test_a.py": now["test_a"],
                                                     "tests/e2e/test_b.py": now["test_b"]}
+
+
+def test_a_template_test_s_sample_from_a_log_naming_its_commit_is_current_evidence(tmp_path, capsys, monkeypatch):
+    """A template test's digest covers its entry as well as its file: a log naming the commit it ran gets
+    the file at that commit with the entry, the digest the catalog gives the test (else never current)."""
+    import shutil
+    import subprocess
+    from pathlib import Path
+
+    root = tmp_path / "templaterl"
+    shutil.copytree(Path(__file__).parents[2] / "examples" / "templaterl", root)
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-C", str(root), "-c", "user.email=a@b", "-c", "user.name=a", *args],
+                              check=True, capture_output=True, text=True).stdout.strip()
+
+    git("init", "-q")
+    git("add", "-A")
+    git("commit", "-qm", "A")
+    monkeypatch.setenv("NIGHTLY_HOME", str(tmp_path / "home"))
+    dpo = history_cli.load_catalog_for(*history_cli.resolve_repo(str(root))).by_id()["tests/test_dpo_short.py"]
+    log = tmp_path / "job.txt"
+    log.write_text("2026-11-30T15:00:00Z [command]/usr/bin/git log -1 --format=%H\n"
+                   f"2026-11-30T15:00:00Z {git('rev-parse', 'HEAD')}\n"
+                   "2026-11-30T15:01:00Z [1/1] tests/test_dpo_short.py  PASS  elapsed=40s\n")
+    store = tmp_path / "h.sqlite"
+    assert cli("history", "import", "--repo", str(root), "--store", str(store), str(log)) == 0, capsys.readouterr().out
+    assert [(s.test_id, s.sha256) for s in FileHistoryStore(store).read()] == [(dpo.id, dpo.sha256)]
 
 
 def test_a_checkout_commit_is_digested_as_checked_out_and_a_garbled_one_is_said(tmp_path, capsys, monkeypatch):

@@ -231,6 +231,34 @@ PASSING = QUICK_TEST.replace("if __name__", "def execute():\n    print('ok')\n\n
     QUICK_MAIN, "    execute()\n")
 
 
+@pytest.mark.slow  # a real (tiny) night
+def test_a_running_file_that_is_no_record_is_named_and_set_aside_and_puts_nothing_in_history(tmp_path, capsys,
+                                                                                            monkeypatch):
+    """A damaged file and a hand-made record naming `../../etc/passwd` in running/ were recorded as
+    interrupted tests (`../../etc/passwd, unknown (deadbeef.json)`) and deleted."""
+    import json
+
+    from pipelines.core.history import FileHistoryStore
+
+    _, assets = registry_repo(tmp_path, {"test_ok.py": PASSING.format(est=2)})
+    monkeypatch.setenv("NIGHTLY_ASSETS_DIR", str(assets))
+    running = tmp_path / "home" / "running"
+    running.mkdir(parents=True)
+    (running / "deadbeef.json").write_text('{"pid": "x", garbage\n')
+    (running / "cafe.json").write_text(json.dumps({"owner_pid": 999999, "test_id": "../../etc/passwd", "run_id": "r",
+                                                   "started_at": "x", "lock_paths": ["/etc/passwd"]}))
+    assert main(["run", "--home", str(tmp_path / "home"), "--repo", "fw"]) == 0
+    out = capsys.readouterr().out
+    assert "an earlier night left" not in out
+    assert (f"nightly: {running / 'cafe.json'}: test_id: '../../etc/passwd' is not a test id (contains '..'); not a "
+            "record of an attempt a night started: nothing was killed or recorded for it; set aside as "
+            f"{running / 'cafe.json'}.refused (delete it once read)") in out
+    assert f"nightly: {running / 'deadbeef.json'}: cannot be read as JSON (" in out
+    assert sorted(p.name for p in running.iterdir()) == ["cafe.json.refused", "deadbeef.json.refused"]
+    assert [(s.test_id, s.outcome) for s in FileHistoryStore(tmp_path / "home" / "history.sqlite").read()] == [
+        ("tests/e2e/test_ok.py", "passed")]
+
+
 def test_list_only_says_where_the_durations_come_from_as_nightly_plan_does(tmp_path, monkeypatch, capsys):
     """The plan `nightly run` prints gave no sign which durations were measured and which guessed, nor how far
     the recent predictions were off: `nightly plan`'s lines for the same plan, from the same functions."""

@@ -104,6 +104,34 @@ def test_dagster_cli_validates_the_workspace(project_root: Path, tmp_path: Path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
+@pytest.mark.slow  # the `dagster` CLI in a subprocess: ~8 s idle
+def test_broken_assets_stop_the_code_location_with_the_located_message_and_no_project_frames(project_root: Path,
+                                                                                           tmp_path: Path):
+    """`gpus_per_node: eight`: Dagster printed the located message, then a "Stack Trace:" through
+    definitions.py, night.py and specs.py, though docs/reliability.md promises the message alone."""
+    from tests.support.assets import example_assets
+
+    assets = example_assets(tmp_path / "assets")
+    cluster = assets / "cluster.yaml"
+    text = cluster.read_text()
+    assert "gpus_per_node: 8}" in text
+    cluster.write_text(text.replace("gpus_per_node: 8}", "gpus_per_node: eight}", 1))
+    line = 1 + text[:text.index("gpus_per_node: 8}")].count("\n")
+    env = {**os.environ, "DAGSTER_HOME": str(tmp_path), "NIGHTLY_HOME": str(tmp_path / "home"),
+           "NIGHTLY_ASSETS_DIR": str(assets)}
+    dagster = Path(sys.executable).with_name("dagster")
+    proc = subprocess.run([str(dagster), "definitions", "validate", "-w", str(project_root / "workspace.yaml")],
+                          cwd=project_root, env=env, capture_output=True, text=True, timeout=120)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 1, out
+    assert (f"pipelines.core.model.CatalogError: {cluster}:{line}: deployments.local.pools.h200.gpus_per_node: "
+            "expected int, got str 'eight'; write a whole number") in out
+    stack = out[out.index("Stack Trace:"):]
+    project_frames = [x for x in stack.splitlines() if x.strip().startswith("File ") and "site-packages" not in x]
+    assert len(project_frames) == 1 and "pipelines/definitions.py" in project_frames[0], stack
+    assert "The above exception" not in out and "During handling" not in out
+
+
 def test_definitions_build_for_a_catalog_of_thousands_of_tests():
     from pipelines.core.model import Catalog
     from tests.conftest import make_test

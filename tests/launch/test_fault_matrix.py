@@ -595,6 +595,61 @@ def test_the_reaper_spares_a_process_that_took_the_dead_attempts_gpu_lock_after_
         developer.wait()
 
 
+def test_the_reaper_never_kills_the_holders_of_a_lock_file_outside_the_gpu_lock_folder(tmp_path):
+    """A record naming any file as its lock and that file's locker as its dead night (`flock FILE sleep`,
+    owner_start not its own): the reaper killed whatever held the file. Only the GPU lock folder's files
+    are the attempt's locks; the others are left alone and said."""
+    import uuid
+
+    from pipelines.launch.orphans import write_record
+
+    outside = tmp_path / "someone-elses.lock"
+    outside.touch()
+    holder = subprocess.Popen(["flock", str(outside), "sleep", "600"], start_new_session=True)
+    try:
+        deadline = time.monotonic() + 10
+        while not lock_holders([outside]) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert lock_holders([outside]), "flock never took the lock"
+        write_record(tmp_path / "state", {
+            "token": uuid.uuid4().hex, "pid": 0, "pgid": 0, "test_id": "tests/test_x.py", "attempt": 1,
+            "started_at": "2026-01-01T00:00:00+00:00", "lock_paths": [str(outside)], "owner_pid": holder.pid,
+            "owner_start": "not its start"})
+        (attempt,) = reap_orphans(tmp_path / "state")
+        assert holder.poll() is None and not _gone(holder.pid, 0.3)
+        assert "killed_leftovers" not in attempt.details
+        assert f"outside the GPU lock folder were left alone (another NIGHTLY_GPU_LOCK_DIR, or not a lock): {outside}" \
+            in attempt.reason
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(holder.pid, signal.SIGKILL)
+        holder.wait()
+
+
+def test_a_running_file_that_is_no_record_is_set_aside_and_said_never_reaped(tmp_path):
+    """Garbage and a hand-made record naming `../../etc/passwd` became interrupted samples of made-up tests
+    (`unknown (deadbeef.json)`) and were deleted; now each is named with what is wrong and renamed beside it."""
+    running = tmp_path / "state" / "running"
+    running.mkdir(parents=True)
+    (running / "deadbeef.json").write_text('{"pid": "x", garbage\n')
+    (running / "cafe.json").write_text(json.dumps({"owner_pid": 999999, "test_id": "../../etc/passwd\n; $(id)",
+                                                   "run_id": "r", "started_at": "x", "lock_paths": ["/etc/passwd"]}))
+    (running / "f00d.json").write_text(json.dumps({"owner_pid": "x", "test_id": "tests/test_x.py"}))
+    said: list[str] = []
+    recorded: list[Attempt] = []
+    assert reap_orphans(tmp_path / "state", record=recorded.append, refused=said.append) == [] and recorded == []
+    assert sorted(p.name for p in running.iterdir()) == ["cafe.json.refused", "deadbeef.json.refused",
+                                                        "f00d.json.refused"]
+    assert said == [
+        f"{running / name}: {why}; not a record of an attempt a night started: nothing was killed or recorded for "
+        f"it; set aside as {running / name}.refused (delete it once read)" for name, why in (
+            ("cafe.json", "test_id: '../../etc/passwd\\n; $(id)' is not a test id (contains '..')"),
+            ("deadbeef.json", "cannot be read as JSON (Expecting property name enclosed in double quotes: line 1 "
+                              "column 14 (char 13))"),
+            ("f00d.json", "owner_pid: expected the night's pid (a whole number above 0), got 'x'"))]
+    assert reap_orphans(tmp_path / "state", refused=said.append) == [] and len(said) == 3  # said once
+
+
 @pytest.mark.slow  # a night killed -9 in a subprocess, then its test's timeout
 def test_after_kill_9_of_the_night_a_hung_test_still_dies_near_its_timeout(tmp_path):
     repo = _repo(tmp_path, HANG)

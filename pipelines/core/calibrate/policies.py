@@ -249,7 +249,8 @@ def _estimate(test: Test, samples: Sequence[Sample], policy: str, p: Mapping, no
     if ev.undated:
         notes.append(f"{ev.undated} without a start time, used as the oldest")
     if ev.stale:
-        notes.append(f"{ev.stale} stale (other file revision)")
+        notes.append(f"{ev.stale} stale (other " + ("revision of the file or its template entry)" if test.fmt == "template"
+                                                    else "file revision)"))
     if ev.outliers:
         notes.append(f"{len(ev.outliers)} implausible left out")
     if extra_env:

@@ -27,7 +27,7 @@ from pipelines.core.catalog.ids import make_id, variant_problem
 from pipelines.core.catalog.registry import SUITE_REQUIRED, Registration
 from pipelines.core.catalog.scan import FileScan, checked_path
 from pipelines.core.catalog.template import TEST_DIR, Entry, Template, as_github, job_value
-from pipelines.core.model import Problem, Test
+from pipelines.core.model import Problem, Test, template_digest
 
 _MAX_VARIANT = 80
 
@@ -438,7 +438,8 @@ def template_tests(
             tests.append(Test(
                 id=test_id, path=path, backend="cpu" if cpu else "cuda", suite=e.job, gpus=gpus,
                 est_time=int(history) if history else default_est_time, labels=tuple(dict.fromkeys(x for x in labels if x)),
-                sha256=scan.sha256, line=1, hardware="cpu" if cpu else "", est_source="history" if history else "default",
+                sha256=template_digest(scan.sha256, gpus, key[5], _args(e)), line=1, hardware="cpu" if cpu else "",
+                est_source="history" if history else "default",
                 fmt="template", env=key[5], args=_args(e),
                 also_suites=tuple(dict.fromkeys(j for j in jobs if j != e.job)), nightly=not on_pr[key],
             ))

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from typing import Protocol
 
 from pipelines.core.history.joblog import OUTCOME, LogAttempt, ParsedLog, parse_ci_log, read_ci_log, seconds
-from pipelines.core.model import Catalog, Problem, Sample, Test
+from pipelines.core.model import Catalog, Problem, Sample, Test, template_digest
 
 #: what callers imported from here before the reading moved to :mod:`.joblog`
 __all__ = ["OUTCOME", "LogAttempt", "ParsedLog", "Revisions", "import_logs", "import_parsed", "parse_ci_log", "read_ci_log",
@@ -72,7 +72,8 @@ def import_parsed(logs: Mapping[str, ParsedLog], catalog: Catalog,
     Every refused line is a problem. Samples carry the sha256 of the test file at the commit the
     log's checkout step printed, read through ``revisions`` (a file changed since then is then not
     current evidence), else the sha256 the catalog read from the checkout (a log naming no commit, or
-    one not in the checkout's history: said), and ``capped`` for timeouts. ``archives`` (source -> the archive it came from): a
+    one not in the checkout's history: said), and ``capped`` for timeouts. A template test's digest also
+    covers its entry (:func:`template_digest`), taken as the checkout's template lists it. ``archives`` (source -> the archive it came from): a
     member without summary lines (a setup step's log) is said only when no member of its archive has any.
     """
     by_path: dict[str, list[Test]] = defaultdict(list)
@@ -130,6 +131,8 @@ def import_parsed(logs: Mapping[str, ParsedLog], catalog: Catalog,
                                                 "that the log's checkout printed, so what ran is unknown; its attempts "
                                                 "are not imported (check --repo is the framework the log ran)"))
                     continue
+                if t.fmt == "template":  # the file as the commit had it, run as the checkout's template lists it
+                    sha256 = template_digest(sha256, t.gpus, t.env, t.args)
             same = (t.id, t.hardware, a.file, a.started_at, a.elapsed_s, a.status, a.attempt)
             if a.started_at and same in seen:
                 continue  # also in another log given (the whole job's log and its step's log)

@@ -638,3 +638,29 @@ def test_a_matrix_value_outside_a_run_line_says_nothing_of_the_folder():
     source = ("steps:\n  - run: pip install -e .\n  - env:\n      TEST_FILE: ${{ matrix.info.test_file }}\n"
               "    run: cd tests/e2e && python $TEST_FILE\n")
     assert run_folder(source) == ("tests", "", False)
+
+
+@pytest.mark.parametrize("change", [
+    ("{'test_file': 'test_short.py', 'num_gpus': 4}", "{'test_file': 'test_short.py', 'num_gpus': 8}"),
+    ("{'test_file': 'test_eval.py', 'enable_eval': '0'}", "{'test_file': 'test_eval.py', 'enable_eval': '1'}"),
+    ("{'test_file': 'test_short.py', 'num_gpus': 4}", "{'test_file': 'test_short.py', 'num_gpus': 4, 'test_args': '--fast'}"),
+], ids=["num_gpus", "env", "args"])
+def test_a_changed_template_entry_keeps_its_id_and_gets_a_new_digest_and_the_others_keep_theirs(tree, change):
+    """Samples are keyed by a test's sha256: an entry run on other GPUs, env or args must not keep the
+    digest its earlier runs were stored under, though its file and its id did not change."""
+    before = {t.id: t.sha256 for t in load(tree).tests}
+    after = {t.id: t.sha256 for t in load(tree, {**FILES, WORKFLOW: TEMPLATE.replace(*change)}).tests}
+    assert set(after) == set(before)
+    file = re.search(r"'test_file': '([^']+)'", change[0]).group(1)
+    assert {i for i in before if before[i] != after[i]} == {f"tests/{file}"}
+
+
+def test_a_template_test_s_digest_ignores_its_labels_and_differs_from_its_file_s(tree):
+    """Labels say when a test runs, not what it runs; and the digest is not the file's bytes alone."""
+    import hashlib
+
+    before = {t.id: t.sha256 for t in load(tree).tests}
+    relabelled = {**FILES, WORKFLOW: TEMPLATE.replace("'label': 'run-ci-gpu'", "'label': 'run-ci-all'")}
+    assert {t.id: t.sha256 for t in load(tree, relabelled).tests} == before
+    repo = tree(FILES)
+    assert before["tests/test_short.py"] != hashlib.sha256((repo / "tests/test_short.py").read_bytes()).hexdigest()
