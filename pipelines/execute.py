@@ -164,7 +164,7 @@ def _run_planned(night: Night, runset: RunSet, selection: RunSelection, tests: l
     launcher = launcher or night.launcher()
     outcome: dict = {}
 
-    def record(result: DispatchResult, notes: list[str], interrupted: bool, failed: bool = False) -> dict:
+    def record(result: DispatchResult, notes: list[str], interrupted: bool, failed: str = "") -> dict:
         attempts = [*attempts_before, *result.attempts]
         for a in attempts:  # those stored as their attempt finished are not sent again
             night.store_log(a, notes)
@@ -173,6 +173,7 @@ def _run_planned(night: Night, runset: RunSet, selection: RunSelection, tests: l
         summary.update(flaky_verdict(night, attempts, notes, progress.states))
         if failed:  # ended early by an error, not a signal: no one stopped it
             summary["status"] = "failed"
+            summary["error"] = failed  # what the verdict names (report.py)
         unsaved = outcome.get("unsaved")
         try:
             night.write_summary(summary)
@@ -199,7 +200,8 @@ def _run_planned(night: Night, runset: RunSet, selection: RunSelection, tests: l
                                     "tests were killed and recorded as `interrupted`")
             try:
                 with held_signals():  # a second Ctrl-C here would lose the record
-                    record(outcome["result"], [note], True, failed=status != "interrupted")
+                    record(outcome["result"], [note], True,
+                           failed=_error_of(exc) if status != "interrupted" else "")
             except ResultsNotStored as exc:
                 say(f"error: {exc}")  # said; the interruption goes on
         raise
@@ -215,13 +217,17 @@ def _run_planned(night: Night, runset: RunSet, selection: RunSelection, tests: l
 INTERRUPTIONS = frozenset({"DagsterExecutionInterruptedError"})
 
 
+def _error_of(exc: BaseException) -> str:
+    """The error a failed run ended on, as its record and verdict name it (``KeyError: 'x'``)."""
+    return f"{type(exc).__name__}: {exc}".strip().rstrip(":")[:500]
+
+
 def _how_it_ended(exc: BaseException) -> tuple[str, str]:
     """(status, note) of a run that ended before its whole record was written."""
     if isinstance(exc, (GeneratorExit, KeyboardInterrupt, SystemExit)) or type(exc).__name__ in INTERRUPTIONS:
         how = f"stopped (exit {exc.code})" if isinstance(exc, SystemExit) else "interrupted"
         return "interrupted", f"the run was {how} before its tests were dispatched; tests without an attempt never ran"
-    what = f"{type(exc).__name__}: {exc}".strip().rstrip(":")
-    return "failed", (f"the run failed ({what[:500]}); tests without an attempt never ran; see the Dagster run's "
+    return "failed", (f"the run failed ({_error_of(exc)}); tests without an attempt never ran; see the Dagster run's "
                       "log for where it failed")
 
 

@@ -324,7 +324,8 @@ def _going_in(state: FlakyState | None, ended: bool) -> str:
     return state.state if state is not None and state.state in ("flaky", "quarantined") and not ended else ""
 
 
-def _classify(attempts: list[Attempt], bad: set[str], excused: bool, going_in: FlakyState | None = None) -> str:
+def _classify(attempts: list[Attempt], bad: set[str], excused: bool, going_in: FlakyState | None = None,
+              failed_night: bool = False) -> str:
     """One line on why a test is in the failures; ``excused``: the night's verdict excused its
     failure (quarantined then), which a quarantine added since must not claim. ``going_in``: its
     flaky state as the night started (``_going_in`` said it counts), said so that a known flaky
@@ -341,6 +342,8 @@ def _classify(attempts: list[Attempt], bad: set[str], excused: bool, going_in: F
     if a.outcome == "infra_error":
         return f"infra: {a.reason or 'unknown'}" + (f" on bad node {a.node}" if a.node in bad else "")
     if a.outcome == "interrupted":
+        if failed_night:  # no one stopped it: the night ended on an error and killed what still ran
+            return "killed: the night stopped on an error before this attempt ended (see the night's error)"
         return "interrupted: the run was stopped before this attempt ended"
     if a.node in bad:
         return f"bad node {a.node}: the node, not the test"
@@ -540,6 +543,7 @@ def build_report(
         never = [t.id for t in selected if t.id not in ran and t.id not in summary.get("unplanned", ())]
         verdict = dataclasses.replace(verdict, interrupted=(*verdict.interrupted, *never))
     changes = night_changes(summary, previous)
+    failed_night = summary.get("status") == "failed"  # ended by an error of the run, not by a signal (execute.py)
     # where a stored copy of each log is (the state store on S3); the local path otherwise
     log_uris = {(a.get("test_id"), a.get("attempt", 1)): a["log_uri"] for a in summary.get("attempts", ()) if a.get("log_uri")}
     per_test: dict[str, list[Attempt]] = {}
@@ -559,7 +563,8 @@ def build_report(
         shown = last if last.outcome != "passed" else next(x for x in xs if x.outcome in ("failed", "timed_out"))
         going_in = _going_in((at_start or {}).get(tid), tid in verdict.quarantine_ended)
         item = Failure(tid, last.outcome, _classify(xs, bad, tid in verdict.excused,
-                                                    (at_start or {}).get(tid) if going_in else None), shown.reason,
+                                                    (at_start or {}).get(tid) if going_in else None,
+                                                    failed_night), shown.reason,
                        shown.node, len(xs), shown.exit_code, log_uris.get((tid, shown.attempt)) or shown.log_path,
                        tail_lines((log_tails or {}).get(shown.log_path, "")),
                        bool(changes and tid in changes.new_failures) and not going_in, going_in)
@@ -579,7 +584,8 @@ def build_report(
                     f"bad node(s) {', '.join(verdict.bad_nodes)}" + (
                         "; every test that failed there passed on another node" if verdict.ok else "")
                     if verdict.bad_nodes else "",
-                    f"{len(verdict.interrupted)} interrupted" if verdict.interrupted else "",
+                    (f"{len(verdict.interrupted)} killed when it stopped" if failed_night else
+                     f"{len(verdict.interrupted)} interrupted") if verdict.interrupted else "",
                     f"{len(never)} never started" if never else "",
                     f"{len(verdict.excused)} quarantined failure(s) excused" if verdict.excused else "") if x
     ) if (not verdict.ok or verdict.excused or verdict.bad_nodes or never) else "OK: every test passed"
@@ -587,6 +593,9 @@ def build_report(
         verdict_text = "NOTHING RAN: " + ", ".join(
             f"{n} {what}" for n, what in ((len(summary.get("skipped", ())), "skipped"),
                                           (len(summary.get("unplanned", ())), "unplanned")) if n or what == "skipped")
+    if failed_night:  # a bug of the run stopped the night: said first, never taken for someone stopping it
+        verdict_text = verdict_text.replace(
+            "FAILED: ", f"FAILED: the night stopped on an error ({summary.get('error') or 'see its notes'}); ", 1)
     if changes and changes.still_failing_not_run:  # said, never counted: the night did not run them
         verdict_text += f"; {len(changes.still_failing_not_run)} earlier failure(s) not run tonight"
     if summary.get("status") == "running":  # a partial record: the run goes on, or its worker died
@@ -622,6 +631,7 @@ def build_report(
             ("predicted p90", "predicted_p90_s"),
             # a partial or interrupted record's span is how long the run had gone, not how long the night took
             ("so far (the run had not ended)" if summary.get("status") == "running" else
+             "until it stopped on an error" if failed_night else
              "until interrupted" if summary.get("status") == "interrupted" or summary.get("interrupted") is True
              else "actual", "actual_makespan_s"),
             ("lower bound", "lower_bound_s"))  # the plan's (makespan_label)

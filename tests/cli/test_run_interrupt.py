@@ -521,3 +521,14 @@ def test_a_bug_while_reporting_a_test_stops_the_night_as_a_failure_never_as_an_i
     assert {a["test_id"]: a["outcome"] for a in summary["attempts"]}[HANG] == "interrupted"  # killed, not left running
     with open_instance(home) as instance:
         assert instance.get_run_by_id(summary["run_id"]).status == dg.DagsterRunStatus.FAILURE
+    # the verdict and the report say the night failed on its error, never that someone interrupted it
+    verdict = next((line for line in (done.stdout + done.stderr).splitlines() if line.startswith("verdict: ")), "")
+    assert verdict.startswith("verdict: FAILED: the night stopped on an error (KeyError: "), verdict
+    assert "killed when it stopped" in verdict and "interrupted" not in verdict, verdict
+    shown = subprocess.run([sys.executable, "-m", "pipelines", "report", "--home", str(home), "--json"],
+                           cwd=PROJECT_ROOT, env=env, capture_output=True, text=True, timeout=WAIT_S)
+    report = json.loads(shown.stdout)
+    assert report["verdict"].startswith("FAILED: the night stopped on an error (KeyError: "), report["verdict"]
+    (hung,) = [f for f in report["failures"] + report["infra"] if f["test_id"] == HANG]
+    assert hung["classification"].startswith("killed: the night stopped on an error"), hung
+    assert "until it stopped on an error" in dict(report["makespan"]), report["makespan"]
