@@ -903,6 +903,38 @@ class Night:
             raise CatalogError(Problem(self.state.uri(key), 1, "summary",
                                        f"corrupt night record ({exc}); delete it, the next run writes a new one")) from exc
 
+    def recorded_repo(self, run_id: str) -> str | None:
+        """The ``--repo`` run ``run_id`` ran with, from its record, as ``nightly calibrate --repo`` takes it:
+        a repo name of assets/repos.yaml, else the checkout's path (``nightly run --repo <checkout>``).
+        None when there is no record or it names no repo (an older record): this Night's repo then.
+
+        A calibration of that run must work on that repo: this Night's (the code location's) would
+        recalibrate another repo and find the night not of it. A checkout that is no longer a folder,
+        or a record naming an unconfigured repo without its path, is a located error."""
+        key = f"runs/{safe_filename(run_id)}.json"
+        text = self.state.get(key)
+        if text is None:
+            return None
+        record = self.summary(run_id)  # a corrupt record: its located error
+        if not isinstance(record, dict) or not record.get("repo"):
+            return None
+        name, path = record["repo"], record.get("repo_path")
+        if isinstance(name, str) and name in self.specs.repos:
+            return name
+        where, lines = self.state.uri(key), key_lines(text)
+        if not isinstance(path, str) or not path:
+            raise CatalogError(Problem(where, lines.get(("repo",), 1), "repo_path", (
+                f"run {run_id} is of repo {name!r}, which {self.specs.root / 'repos.yaml'} does not name, and its "
+                "record keeps no checkout path; calibrate it from its checkout with `nightly calibrate --repo "
+                f"CHECKOUT`, or add {name!r} to repos.yaml and re-execute this calibration run")))
+        if not Path(path).is_dir():
+            raise CatalogError(Problem(where, lines.get(("repo_path",), 1), "repo_path", (
+                f"run {run_id} ran in checkout {path} (repo {name!r}), which is no longer a folder: its night "
+                f"cannot be calibrated without it (the code location's own repo is another one); put the "
+                f"checkout back at {path} and re-execute this calibration run, or run `nightly calibrate --repo {path}` once "
+                f"it is there; `nightly report --night {run_id}` writes the night's report without it")))
+        return path
+
     def report_rows(self, summary: dict, estimates: list[Estimate] | None = None) -> list[Row]:
         """The report's rows for a night summary (``write_summary``), with the current proposals
         (``estimates``, computed from history when not given)."""

@@ -88,7 +88,7 @@ def build_assets(catalog: Catalog) -> tuple[list[dg.AssetsDefinition], list[dg.A
     @dg.asset(key=CALIBRATED, group_name="calibration", deps=[TEST_RUNS],
               description="est_time proposed from measured passing durations, with evidence CSV and a source patch.")
     def calibrated_estimates(context: dg.AssetExecutionContext, nightly: NightlyResource) -> dg.MaterializeResult:
-        night = nightly.night(run_id=context.run.run_id)
+        night = source_night(context, nightly)
         estimates, paths, left_alone = night.calibrate(context.run.tags.get(TAG_SOURCE_RUN) or None)
         for line in left_alone:
             context.log.warning(f"est_time patch: left alone: {line}")
@@ -127,7 +127,7 @@ def build_assets(catalog: Catalog) -> tuple[list[dg.AssetsDefinition], list[dg.A
               description="The morning-after report of the run that ran tests: outcomes, failures with log tails, "
                           "infra and bad nodes, flaky tests, durations and trends, Gantt, predictions, changes.")
     def night_report(context: dg.AssetExecutionContext, nightly: NightlyResource) -> dg.MaterializeResult:
-        night = nightly.night(run_id=context.run.run_id)
+        night = source_night(context, nightly)
         source = context.run.tags.get(TAG_SOURCE_RUN) or None
         uri, data = write_night_report(night, source, warn=context.log.warning)
         from pipelines.reporting.metadata import report_markdown, report_metadata
@@ -137,6 +137,25 @@ def build_assets(catalog: Catalog) -> tuple[list[dg.AssetsDefinition], list[dg.A
             "text": dg.MetadataValue.md(report_markdown(data)), **report_metadata(data)})
 
     return [model_weights, datasets, converted_checkpoints, test_runs, calibrated_estimates, night_report], [test_passed]
+
+
+def source_night(context, nightly: NightlyResource):
+    """The Night a calibration run works with: the repo of the run it follows (tag ``nightly/source_run``), as
+    that run's record names it, the way ``nightly calibrate --repo`` takes it. A ``nightly run --repo
+    <checkout>`` night is of another repo than this code location's (``NIGHTLY_REPO_NAME``): calibrating
+    this one instead would rewrite its estimates and find the night not of it. Without a source run, or
+    with a record that names no repo, this code location's repo."""
+    from pipelines.core.model import CatalogError
+
+    night = nightly.night(run_id=context.run.run_id)
+    source = context.run.tags.get(TAG_SOURCE_RUN) or None
+    if source is None:
+        return night
+    try:
+        repo = night.recorded_repo(source)
+    except CatalogError as exc:
+        raise dg.Failure(str(exc)) from exc
+    return night if repo is None else nightly.night(run_id=context.run.run_id, repo=repo)
 
 
 def write_night_report(night, run_id: str | None = None, warn=print):

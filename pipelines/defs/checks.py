@@ -8,7 +8,7 @@ from collections.abc import Iterable
 import dagster as dg
 
 from pipelines.core.calibrate.evidence import seconds
-from pipelines.defs.assets import CALIBRATED
+from pipelines.defs.assets import CALIBRATED, source_night
 from pipelines.defs.keys import TAG_SOURCE_RUN
 from pipelines.defs.resources import NightlyResource
 
@@ -27,7 +27,7 @@ def _result(spec: dg.AssetCheckSpec, found: list, label: str) -> dg.AssetCheckRe
 
 @dg.multi_asset_check(specs=[DRIFT, NEAR_TIMEOUT], name="calibration_checks")
 def calibration_checks(context: dg.AssetCheckExecutionContext, nightly: NightlyResource) -> Iterable[dg.AssetCheckResult]:
-    night = nightly.night()
+    night = source_night(context, nightly)  # the repo of the night this calibration follows
     estimates = night.estimates()
     # near timeout with the floor the night this calibration follows ran with (its record's), as its report
     drifted, near = night.checks(estimates, context.run.tags.get(TAG_SOURCE_RUN) or None)

@@ -23,13 +23,14 @@ class NightlyResource(dg.ConfigurableResource):
     deployment: str = ""
 
     def settings(self, **overrides) -> NightSettings:
-        return NightSettings(
-            home=Path(self.home).resolve() if self.home else default_home(),
-            assets_dir=Path(self.assets_dir).resolve() if self.assets_dir else None,
-            repo=self.repo or None,
-            deployment=self.deployment or None,
+        """The night's settings; ``overrides`` win (a calibration names its source run's repo)."""
+        return NightSettings(**{
+            "home": Path(self.home).resolve() if self.home else default_home(),
+            "assets_dir": Path(self.assets_dir).resolve() if self.assets_dir else None,
+            "repo": self.repo or None,
+            "deployment": self.deployment or None,
             **overrides,
-        )
+        })
 
     def night(self, run_id: str | None = None, **overrides) -> Night:
         return Night(self.settings(**overrides), run_id=run_id)

@@ -79,3 +79,23 @@ def test_without_dagster_home_the_run_warns_that_nothing_will_follow_it(state):
     assert ("nightly: this run is on a throwaway Dagster instance (DAGSTER_HOME is not set): the UI will not "
             "list it and no calibration run or report follows it") in done.stdout
     assert f"DAGSTER_HOME={Path(state['NIGHTLY_HOME']).resolve() / 'dagster'}" in done.stdout
+
+
+def test_a_failed_test_exits_0_as_the_ui_page_warns_ci_scripts(state):
+    """The command exits with the run's status: a night whose test failed is a SUCCESS run and exits 0,
+    its red check the only sign. docs/ui.md's row for this way in says so and sends CI to `nightly run`."""
+    home = Path(state["NIGHTLY_HOME"])
+    prepared = subprocess.run([sys.executable, "-m", "pipelines", "ui", "--print-command"], cwd=PROJECT,
+                              env=state, capture_output=True, text=True, timeout=300, check=False)
+    assert prepared.returncode == 0, prepared.stderr
+    stem = Path(KEY).stem
+    done = run_documented(documented_command().replace("FIRST...LAST", f"{KEY}...{KEY}"),
+                          {**state, "MINIRL_FAIL": stem})  # the example's failure injection
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert f"nightly: [1/1] {KEY}  FAILED" in done.stdout, done.stdout[-3000:]
+    with dg.DagsterInstance.from_config(str(home / "dagster")) as instance:
+        [run] = instance.get_runs()
+        assert run.status == dg.DagsterRunStatus.SUCCESS
+    [row] = [ln for ln in (PROJECT / "docs" / "ui.md").read_text().splitlines()
+             if ln.startswith("| command line, Dagster's own |")]
+    assert "exits 0" in row and "`nightly run` (exit 1" in row, row
