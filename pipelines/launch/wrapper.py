@@ -199,19 +199,28 @@ def _test_entries(tree: ast.Module) -> dict[str, int]:
             for s in tree.body if _is_entry_function(s) or _is_testcase_class(s)}
 
 
+def _mark(func: ast.FunctionDef | ast.AsyncFunctionDef, entry: str) -> None:
+    """Make ``func`` first say that ``entry`` began, before its first statement (after its docstring)."""
+    body = func.body
+    doc = isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value, str)
+    mark = ast.Expr(ast.Call(ast.Name(_ENTERED_MARK, ast.Load()), [ast.Constant(entry)], []))
+    body.insert(int(doc), ast.copy_location(mark, body[min(int(doc), len(body) - 1)]))
+
+
 def _mark_entries(tree: ast.Module) -> ast.Module:
     """Each entry function (:func:`_is_entry_function`) first says it began: ``__nightly_entered__("execute()")``
     before its first statement (after its docstring), at that statement's line, so tracebacks keep the file's
-    lines. The wrapper so knows whether the file's program ran one, however it called it (a loop over
-    ``globals()``, a thread); a coroutine says so only once it is awaited. A spawned child imports the file
-    itself, unmarked."""
+    lines; so does each ``test*`` method of a ``TestCase`` class, as its class (``__nightly_entered__("TestTrain")``):
+    a ``__main__`` block may call it without a runner (``TestTrain("test_loss").debug()``, ``t.test_loss()``).
+    The wrapper so knows whether the file's program ran one, however it called it (a loop over ``globals()``, a
+    thread); a coroutine says so only once it is awaited. A spawned child imports the file itself, unmarked."""
     for stmt in tree.body:
-        if not _is_entry_function(stmt):
-            continue
-        body = stmt.body  # type: ignore[attr-defined]
-        doc = isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value, str)
-        mark = ast.Expr(ast.Call(ast.Name(_ENTERED_MARK, ast.Load()), [ast.Constant(f"{stmt.name}()")], []))
-        body.insert(int(doc), ast.copy_location(mark, body[min(int(doc), len(body) - 1)]))
+        if _is_entry_function(stmt):
+            _mark(stmt, f"{stmt.name}()")  # type: ignore[arg-type]
+        elif _is_testcase_class(stmt):
+            for method in stmt.body:  # type: ignore[attr-defined]
+                if isinstance(method, (ast.FunctionDef, ast.AsyncFunctionDef)) and method.name.startswith("test"):
+                    _mark(method, stmt.name)  # type: ignore[attr-defined]
     return ast.fix_missing_locations(tree)
 
 

@@ -1015,3 +1015,45 @@ def test_a_failure_a_bare_text_test_runner_reported_fails_even_when_the_file_nev
     """
     out, result = _registered(tmp_path, flaky)
     assert "FAILED (failures=1)" in out.stderr and out.returncode == 0 and result["ok"] is True, out.stderr
+
+
+DIRECT_TESTCASE = """
+    import os, sys, unittest
+
+    class TestServer(unittest.TestCase):
+        @classmethod
+        def setUpClass(cls):
+            cls.url = "http://127.0.0.1:1"
+
+        def setUp(self):
+            self.tokens = 8
+
+        def test_generate(self):
+            print("generated", self.tokens)
+            self.assertEqual(self.tokens, {tokens})
+
+    if __name__ == "__main__":
+        if not os.path.exists("tiny-lm"):
+            sys.exit(0)
+        {call}
+"""
+
+
+@pytest.mark.parametrize("call", [
+    't = TestServer("test_generate")\n        t.setUp()\n        t.test_generate()',
+    'TestServer("test_generate").debug()',
+    "TestServer.setUpClass()\n        t = TestServer()\n        t.setUp()\n        t.test_generate()",
+])
+def test_a_testcase_method_the_main_block_calls_itself_ran_its_test(tmp_path, call):
+    """`TestServer("test_generate").debug()` (or `t.setUp(); t.test_generate()`) runs the test without a runner:
+    `python3 FILE` exits 0 after it ran, and so does the night; its failure still fails, and a skip before it
+    still ran no test."""
+    (tmp_path / "tiny-lm").mkdir()
+    out, result = _registered(tmp_path, DIRECT_TESTCASE.format(tokens=8, call=call))
+    assert out.returncode == 0 and result["ok"] is True and "generated 8" in out.stdout, out.stdout + out.stderr
+    out, result = _registered(tmp_path, DIRECT_TESTCASE.format(tokens=9, call=call))
+    assert out.returncode == 1 and result["error"].startswith("AssertionError: 8 != 9"), result
+    (tmp_path / "tiny-lm").rmdir()
+    out, result = _registered(tmp_path, DIRECT_TESTCASE.format(tokens=8, call=call))
+    assert out.returncode == 1 and result["error"].startswith("test_x.py: ran no test: it exited 0 at line"), result
+    assert "ran TestServer (line" in result["error"], result
