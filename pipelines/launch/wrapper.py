@@ -339,7 +339,8 @@ class _UnittestRuns:
     ``TextTestRunner`` (a helper's run beside the test). A failure is another matter: any run the file
     itself starts (its program, or a bare ``TextTestRunner().run(suite)`` whose result it never checks)
     that reports one fails the test, unless a later run of the file passed that same test (a rerun after a
-    flaky failure). A run started inside ``execute()``, or inside a test of another run (a test checking
+    flaky failure; for the error of a ``setUpClass``/``setUpModule`` or its teardown, a later run in which that
+    class's or module's tests ran and all passed). A run started inside ``execute()``, or inside a test of another run (a test checking
     that a runner reports a failure), is that code's business."""
 
     def __init__(self) -> None:
@@ -426,8 +427,14 @@ class _UnittestRuns:
         failing: dict[str, int] = {}  # a test that failed -> the run it last failed in
         for i, r in enumerate(self.runs):
             bad = {_test_id(t) for t, _ in [*r.failures, *r.errors]} | {_test_id(t) for t in r.unexpectedSuccesses}
-            for passed in set(r.__dict__.get("_nightly_ran", ())) - bad:  # a rerun passed it
-                failing.pop(passed, None)
+            passed = set(r.__dict__.get("_nightly_ran", ())) - bad
+            for test in passed:  # a rerun passed it
+                failing.pop(test, None)
+            for test in list(failing):  # a fixture's error ("setUpClass (__main__.TestServer)"): no test passes its id
+                fixture = _FIXTURE_ERROR.fullmatch(test)
+                scope = f"{fixture.group(1)}." if fixture else ""  # its class's (or module's) tests' ids start so
+                if scope and any(t.startswith(scope) for t in passed) and not any(t.startswith(scope) for t in bad):
+                    del failing[test]  # a rerun ran that class's (or module's) tests, and they passed
             failing.update(dict.fromkeys(bad, i))
         if not failing:
             return ""
@@ -440,6 +447,11 @@ class _UnittestRuns:
                "never checks the runner's result (`unittest.TextTestRunner().run(suite)` returns it: end with "
                "`sys.exit(not result.wasSuccessful())`)")
         return f"its unittest run reported FAILED ({said}), yet the file exited 0: it {how}; a failure the runner reported fails the test"
+
+
+#: the id unittest gives the error of a class's or a module's fixture (``setUpClass (__main__.TestServer)``,
+#: ``setUpModule (__main__)``): its class (or module), whose tests' ids start with it and a dot
+_FIXTURE_ERROR = re.compile(r"(?:setUpClass|tearDownClass|setUpModule|tearDownModule) \((.+)\)")
 
 
 def _inside_execute(frame, file: str) -> bool:
