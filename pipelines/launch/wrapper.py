@@ -21,7 +21,8 @@ The log's first line from the wrapper says which way it took. A file that runs n
 saying so: one with neither an ``execute()`` nor a ``__main__`` block (``python3 FILE`` would run
 nothing), one whose ``__main__`` block only calls ``prepare()`` (which the wrapper skips), one
 that defines test entry points (``execute()``, ``test_*`` functions, ``TestCase`` classes) none of
-which ran, whatever set-up its module level did, or whose ``__main__`` block names one and exits 0
+which ran, whatever set-up its module level did (a module level that checks itself, an ``assert``, a
+``raise``, ``sys.exit("loss rose")``, is a script-style test judged by its exit), or whose ``__main__`` block names one and exits 0
 (or ends) before any ran (a skip is not a pass; :class:`_MustRun`), and one
 whose unittest program (``unittest.main()``) or pytest run (``pytest.main()``), not one started
 inside ``execute()``, ran no test or only skipped or expected failures (pytest's xfail,
@@ -152,7 +153,8 @@ def _runs_at_top_level(tree: ast.Module) -> bool:
     ``if``/``try``. Set-up is not a test: imports, assignments, registrations, and calls of imported
     functions alone (``logging.basicConfig()``, ``sys.path.insert()``; a test run only through an imported
     helper, ``run(cfg)``, is not seen: call it from the ``__main__`` block). A file that also defines test entry
-    points still runs a test only when one of them runs (:class:`_MustRun`)."""
+    points still runs a test only when one of them runs (:class:`_MustRun`), unless its module level checks
+    (:func:`_checks_at_top_level`)."""
     own = {s.name for s in tree.body if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
 
     def calls_own(node: ast.AST) -> bool:
@@ -170,7 +172,46 @@ def _runs_at_top_level(tree: ast.Module) -> bool:
         if isinstance(s, ast.Try):
             return any(runs(b) for b in (*s.body, *s.orelse, *s.finalbody, *(x for h in s.handlers for x in h.body)))
         return False
-    return any(runs(s) for s in tree.body)
+    return any(runs(s) for s in tree.body) or _checks_at_top_level(tree)
+
+
+def _exits_0(args: list[ast.expr]) -> bool:
+    """Whether an exit with these arguments (``sys.exit()``, ``sys.exit(0)``, ``SystemExit(None)``) exits 0."""
+    return not args or (isinstance(args[0], ast.Constant) and args[0].value in (0, None))
+
+
+def _checks_at_top_level(tree: ast.Module) -> bool:
+    """Whether the file's module level checks something that can fail, outside its functions, classes and
+    ``__main__`` block (also inside a module-level ``for``/``while``/``if``/``with``/``try``): an ``assert``, a
+    ``raise``, or an exit whose status may not be 0 (``sys.exit(1)``, ``sys.exit(main())``, ``exit("loss
+    rose")``). Such a file is a script-style test, judged by how it exits, whatever ``test_*`` helper it also
+    defines and never calls. An exit 0 (``sys.exit(0)``, ``raise SystemExit``) is a skip or an end, no check;
+    set-up (assignments, a loop that builds a list, calls of its own helpers) is no check either."""
+
+    def exits(node: ast.AST) -> bool:
+        if not isinstance(node, ast.Call):
+            return False
+        func = node.func
+        name = func.id if isinstance(func, ast.Name) else (
+            f"{getattr(func.value, 'id', '')}.{func.attr}" if isinstance(func, ast.Attribute) else "")
+        return name in ("exit", "quit", "sys.exit", "os._exit") and not _exits_0(node.args)
+
+    def checks(s: ast.stmt) -> bool:
+        if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) or _is_main_guard(s):
+            return False
+        if isinstance(s, ast.Assert):
+            return True
+        if isinstance(s, ast.Raise):  # `raise SystemExit` / `raise SystemExit(0)` exits 0
+            call = s.exc if isinstance(s.exc, ast.Call) else None
+            named = call.func if call else s.exc
+            return not (isinstance(named, ast.Name) and named.id == "SystemExit" and _exits_0(call.args if call else []))
+        inner = [*getattr(s, "body", []), *getattr(s, "orelse", []), *getattr(s, "finalbody", []),
+                 *(x for h in getattr(s, "handlers", []) for x in h.body),
+                 *(x for case in getattr(s, "cases", []) for x in case.body)]
+        if inner:  # a compound statement: what it runs
+            return any(checks(x) for x in inner)
+        return any(exits(n) for n in ast.walk(s))
+    return any(checks(s) for s in tree.body)
 
 
 #: the test entry points of the file that began to run in the wrapper's process (``execute()``, ``test_loss()``)
@@ -652,7 +693,8 @@ def _test_function(file: str, func_name: str, must_run: _MustRun):
             if not _runs_at_top_level(tree):
                 raise NoTest(f"{file}: ran no test: {where}, so nothing would run; call the test in that block "
                              "(e.g. execute() after prepare())")
-            must_run.entries, must_run.where = entries, where
+            # a module level that checks (assert, raise, exit 1) is the test; one that only sets up must run an entry
+            must_run.entries, must_run.where = ({} if _checks_at_top_level(tree) else entries), where
             must_run.advice = ("module-level set-up (an assignment, a loop that builds a matrix) is no test; call the "
                                "test in that block (e.g. execute() after prepare())")
         elif named := _named_in(blocks, entries):  # it must run one: a block that exits 0 (or ends) first skipped the test
@@ -662,7 +704,7 @@ def _test_function(file: str, func_name: str, must_run: _MustRun):
              "__main__ block skipped (the night's assets built its inputs)")
         return lambda: _run_as_main(file, program)
     if func_name == "execute" and not blocks:  # judged if the import ends (returns, or exits 0) with no execute() to call
-        must_run.entries = entries
+        must_run.entries = {} if _checks_at_top_level(tree) else entries  # its module level's checks are its test
         must_run.where = "it has no function execute() and no `if __name__ == \"__main__\":` block"
         must_run.advice = (f"`python3 {file}` would run no test (test functions alone are never called; module-level "
                            "set-up is no test); the nightly calls execute(), or runs the __main__ block")
@@ -676,8 +718,8 @@ def _test_function(file: str, func_name: str, must_run: _MustRun):
     if func_name == "execute" and not blocks:
         if entries or _runs_at_top_level(tree):
             _say(f"{file} has no execute() and no __main__ block: its module-level code ran as it was imported (as "
-                 f"under `python3 {file}`)" + (f"; it passes only if one of its test entry points ran: {', '.join(entries)}"
-                                               if entries else ""))
+                 f"under `python3 {file}`)" + (f"; it passes only if one of its test entry points ran: "
+                                                     f"{', '.join(must_run.entries)}" if must_run.entries else ""))
             return lambda: None
         raise NoTest(f"{file}: has no function execute() and no `if __name__ == \"__main__\":` block, so "
                      f"`python3 {file}` would run no test (test functions alone are never called); the nightly "

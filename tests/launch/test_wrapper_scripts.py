@@ -1112,3 +1112,48 @@ def test_a_flaky_class_or_module_fixture_that_a_rerun_fixes_passes_and_one_that_
     # a rerun of another class's tests that passes does not clear TestServer's setUpClass error
     out, result = _registered(tmp_path, body(argv='argv=[sys.argv[0]] + (["TestOther"] if attempt else [])'))
     assert out.returncode == 1 and "its unittest run reported FAILED (errors=1)" in result["error"], result
+
+
+SCRIPT_CHECKS = """
+    import os, sys
+
+    def test_close(a, b, tol=1e-3):  # a helper named like a test, which the script never calls
+        assert abs(a - b) < tol
+
+    losses = [3.0, 2.0, {last}]
+    {check}
+    print("script checked")
+"""
+
+
+@pytest.mark.parametrize("check", [
+    "for prev, cur in zip(losses, losses[1:]):\n        assert cur < prev",
+    "if losses[-1] >= losses[0]:\n        sys.exit(f'loss rose: {losses}')",
+    "with open(os.devnull) as fh:\n        if losses[-1] >= losses[0]:\n            raise RuntimeError(f'loss rose: {losses}')",
+])
+@pytest.mark.parametrize("block", ["", '\n    if __name__ == "__main__":\n        pass\n'])
+def test_a_script_test_whose_module_level_checks_is_judged_by_its_exit_whatever_test_helper_it_defines(
+        tmp_path, check, block):
+    """A script-style file whose module level checks (an assert in a loop, `sys.exit("loss rose")`, a raise) and
+    that also defines an unused `def test_close(...)` helper: `python3 FILE` runs the checks and exits by them,
+    and so does the night (it did fail 'test_close() never ran'); a failing check fails it."""
+    out, result = _registered(tmp_path, SCRIPT_CHECKS.format(last=1.0, check=check) + block)
+    assert out.returncode == 0 and result["ok"] is True and "script checked" in out.stdout, out.stdout + out.stderr
+    out, result = _registered(tmp_path, SCRIPT_CHECKS.format(last=4.0, check=check) + block)
+    assert out.returncode == 1 and result["ok"] is False, out.stdout + out.stderr
+    assert "ran no test" not in result["error"] and "script checked" not in out.stdout, result
+
+
+def test_a_module_level_exit_0_beside_test_functions_is_a_skip_not_a_check(tmp_path):
+    """`if not os.path.exists(MODEL): sys.exit(0)` at module level checks nothing: test functions that never ran
+    still ran no test."""
+    out, result = _registered(tmp_path, """
+    import os, sys
+
+    if not os.path.exists("tiny-lm"):
+        sys.exit(0)
+
+    def test_train():
+        assert False
+    """)
+    assert out.returncode == 1 and result["error"].startswith("test_x.py: ran no test: it exited 0 at line"), result
