@@ -23,7 +23,8 @@ nothing), one whose ``__main__`` block only calls ``prepare()`` (which the wrapp
 that defines test entry points (``execute()``, ``test_*`` functions, ``TestCase`` classes) none of
 which ran, whatever set-up its module level did (a module level that checks itself, an ``assert``, a
 ``raise``, ``sys.exit("loss rose")``, is a script-style test judged by its exit), or whose ``__main__`` block names one and exits 0
-(or ends) before any ran (a skip is not a pass; :class:`_MustRun`), and one
+(or ends) before any ran (a skip is not a pass; :class:`_MustRun`: only ``execute()`` counts when the block
+calls it, not a ``test_*``-named helper the block calls to decide to skip), and one
 whose unittest program (``unittest.main()``) or pytest run (``pytest.main()``), not one started
 inside ``execute()``, ran no test or only skipped or expected failures (pytest's xfail,
 ``@unittest.expectedFailure``) among the tests it found. A failure that
@@ -339,9 +340,11 @@ class _MustRun:
         self.coroutines: set[str] = set()  # the entries defined `async def`
 
     def verdict(self, file: str, ran: bool, exited_at: str = "") -> str:
-        """Why the file ran no test ("" when one of its entry points ran, or ``ran``: a runner ran a test, or the
-        file ran another process, which may have); ``exited_at`` says where it exited 0, if it did."""
-        if not self.entries or _ENTERED or ran:
+        """Why the file ran no test ("" when one of the entry points it must run ran, or ``ran``: a runner ran a
+        test, or the file ran another process, which may have); ``exited_at`` says where it exited 0, if it did.
+        Another entry point that ran (a ``test_gpus_available()`` helper the block calls to decide to skip) is no
+        test run."""
+        if not self.entries or _ENTERED & self.entries.keys() or ran:
             return ""
         one = len(self.entries) == 1
         listed = _listed(self.entries) if one else f"any of {_listed(self.entries)}"
@@ -698,6 +701,8 @@ def _test_function(file: str, func_name: str, must_run: _MustRun):
             must_run.advice = ("module-level set-up (an assignment, a loop that builds a matrix) is no test; call the "
                                "test in that block (e.g. execute() after prepare())")
         elif named := _named_in(blocks, entries):  # it must run one: a block that exits 0 (or ends) first skipped the test
+            if "execute()" in named:  # the test; a test_*-named helper it also calls (`if not test_gpus(): ...`) is not
+                named = {name: line for name, line in named.items() if name == "execute()" or name.endswith(".main()")}
             must_run.entries, must_run.block, must_run.advice = named, blocks[0].lineno, SKIP_ADVICE
         must_run.coroutines = {f"{s.name}()" for s in tree.body if isinstance(s, ast.AsyncFunctionDef)}
         _say(f"running {file} as __main__, as `python3 {file}` would, with the {skipped} prepare() call(s) of its "

@@ -1157,3 +1157,40 @@ def test_a_module_level_exit_0_beside_test_functions_is_a_skip_not_a_check(tmp_p
         assert False
     """)
     assert out.returncode == 1 and result["error"].startswith("test_x.py: ran no test: it exited 0 at line"), result
+
+
+def test_a_test_named_helper_the_main_block_calls_before_its_skip_is_not_the_test(tmp_path):
+    """`def test_gpus_available(): return False` and `if not test_gpus_available(): sys.exit(0)` before `prepare();
+    execute()`: the helper ran, execute() never did; a skip is not a pass."""
+    body = """
+    import os, sys
+
+    def test_gpus_available():
+        return os.path.exists("gpus")
+
+    def prepare():
+        pass
+
+    def execute():
+        print("training")
+
+    if __name__ == "__main__":
+        if not test_gpus_available():
+            print("not enough GPUs, skipping")
+            sys.exit(0)
+        prepare()
+        execute()
+    """
+    out, result = _registered(tmp_path, body)
+    assert "skipping" in out.stdout and out.returncode == 1 and result["ok"] is False, out.stdout + out.stderr
+    assert result["error"] == (
+        f"test_x.py: ran no test: it exited 0 at line {_line(tmp_path, 'sys.exit(0)')} (`sys.exit(0)`), before its "
+        f'`if __name__ == "__main__":` block (line {_line(tmp_path, "__main__")}) ran execute() (line '
+        f"{_line(tmp_path, 'def execute')}): {SKIP}"), result
+    (tmp_path / "gpus").touch()
+    out, result = _registered(tmp_path, body)
+    assert out.returncode == 0 and result["ok"] is True and "training" in out.stdout, out.stdout + out.stderr
+
+
+SKIP = ("a skip is not a pass, since a nightly that verified nothing is not green; let the test fail when what it needs "
+        "is missing, or disable its registration")
