@@ -87,6 +87,7 @@ def _run_module(name: str, source: bytes | ast.Module, path: str) -> types.Modul
     module = types.ModuleType(name)
     module.__dict__.update(__file__=full, __cached__=None, __loader__=None, __package__=None, __spec__=None)
     module.__dict__[_ENTERED_MARK] = _ENTERED.add  # what the file's marked entry points call (:func:`_mark_entries`)
+    module.__dict__[_BLOCK_MARK] = _block_started  # what its __main__ block calls first (:func:`_main_program`)
     sys.modules["__main__"] = sys.modules[name] = module
     exec(code, module.__dict__)
     return module
@@ -133,18 +134,23 @@ class _SkipPrepare(ast.NodeTransformer):
 
 
 def _main_program(tree: ast.Module) -> tuple[ast.Module, int]:
-    """The file with every ``prepare(...)`` statement of its ``__main__`` block(s) replaced by ``pass``."""
+    """The file with every ``prepare(...)`` statement of its ``__main__`` block(s) replaced by ``pass``, and each
+    block first saying it began (``__nightly_block_started__()`` at its first statement's line, so tracebacks keep
+    the file's lines): :func:`_block_started`."""
     skip = _SkipPrepare()
     for stmt in tree.body:
         if _is_main_guard(stmt):
-            stmt.body = [skip.visit(s) for s in stmt.body]  # type: ignore[attr-defined]
+            body = [skip.visit(s) for s in stmt.body]  # type: ignore[attr-defined]
+            mark = ast.Expr(ast.Call(ast.Name(_BLOCK_MARK, ast.Load()), [], []))
+            stmt.body = [ast.copy_location(mark, body[0]), *body]  # type: ignore[attr-defined]
     return ast.fix_missing_locations(tree), skip.skipped
 
 
 def _does_nothing(block: ast.If) -> bool:
-    """Whether a (rewritten) ``__main__`` block holds only ``pass`` and bare constants (a docstring, ``...``)."""
+    """Whether a (rewritten) ``__main__`` block holds only ``pass`` and bare constants (a docstring, ``...``),
+    besides the wrapper's mark that it began."""
     return all(isinstance(s, ast.Pass) or (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))
-               for s in block.body)
+               or _called(s) == _BLOCK_MARK for s in block.body)
 
 
 def _runs_at_top_level(tree: ast.Module) -> bool:
@@ -264,6 +270,19 @@ def _mark_entries(tree: ast.Module) -> ast.Module:
                 if isinstance(method, (ast.FunctionDef, ast.AsyncFunctionDef)) and method.name.startswith("test"):
                     _mark(method, stmt.name)  # type: ignore[attr-defined]
     return ast.fix_missing_locations(tree)
+
+
+#: the global a ``__main__`` block calls as it begins (:func:`_main_program`)
+_BLOCK_MARK = "__nightly_block_started__"
+#: CPU seconds of the waited-for children when the file's ``__main__`` block began (:func:`_ran_other_process`)
+_BLOCK_CHILDREN_S: list[float] = []
+
+
+def _block_started() -> None:
+    """The file's ``__main__`` block began: what the processes the file ran before (at import: ``ctypes.util.
+    find_library()`` runs ``ldconfig``) used is no sign that the block ran its test in another process."""
+    if not _BLOCK_CHILDREN_S:
+        _BLOCK_CHILDREN_S.append(_children_cpu_s())
 
 
 def _children_cpu_s() -> float:
@@ -906,7 +925,11 @@ def main(argv: list[str] | None = None) -> int:
     if nothing:
         result.update(ok=False, exit_code=1, error=f"{ns.file}: {nothing}")
         _quietly(print, f"# nightly wrapper: {ns.file}: {nothing}", file=sys.stderr)
-    # a file whose test entry points (execute(), test_* functions, TestCase classes) none ran, set-up aside, ran no test
+    # a file whose test entry points (execute(), test_* functions, TestCase classes) none ran, set-up aside, ran no test;
+    # for a __main__ block that names them, only the processes it ran itself may have run the test (not those of the
+    # import; a block that never began waited for none)
+    if must_run.block:
+        children_s = _BLOCK_CHILDREN_S[0] if _BLOCK_CHILDREN_S else float("inf")
     ran = unittest_runs.verified() or pytest_runs.ran() or _ran_other_process(children_s)
     nothing = must_run.verdict(ns.file, ran, exited_at) if result["ok"] else ""
     if nothing:

@@ -1194,3 +1194,32 @@ def test_a_test_named_helper_the_main_block_calls_before_its_skip_is_not_the_tes
 
 SKIP = ("a skip is not a pass, since a nightly that verified nothing is not green; let the test fail when what it needs "
         "is missing, or disable its registration")
+
+
+def test_a_process_the_import_ran_does_not_make_a_skip_of_the_main_block_a_pass(tmp_path):
+    """GPU libraries run processes as they are imported (`ctypes.util.find_library("cuda")` runs ldconfig): a
+    skip with exit 0 before execute() still ran no test; only a process the block itself ran may have run it."""
+    body = """
+    import os, subprocess, sys
+
+    subprocess.run([sys.executable, "-c", "sum(range(3 * 10**6))"], check=True)  # as find_library's ldconfig
+
+    def prepare():
+        pass
+
+    def execute():
+        print("training")
+
+    if __name__ == "__main__":
+        if not os.path.exists("tiny-lm"):
+            print("model missing, skipping")
+            sys.exit(0)
+        prepare()
+        execute()
+    """
+    out, result = _registered(tmp_path, body)
+    assert "skipping" in out.stdout and out.returncode == 1 and result["ok"] is False, out.stdout + out.stderr
+    assert result["error"].startswith(f"test_x.py: ran no test: it exited 0 at line {_line(tmp_path, 'sys.exit(0)')}"), result
+    (tmp_path / "tiny-lm").mkdir()
+    out, result = _registered(tmp_path, body)
+    assert out.returncode == 0 and result["ok"] is True and "training" in out.stdout, out.stdout + out.stderr
