@@ -30,7 +30,9 @@ inside ``execute()``, ran no test or only skipped or expected failures (pytest's
 ``@unittest.expectedFailure``) among the tests it found. A failure that
 program or run reported fails the test even when the file drops its status and exits 0
 (``unittest.main(exit=False)``, ``pytest.main()`` without ``sys.exit(...)``), and so does one a bare
-``unittest.TextTestRunner().run(suite)`` of the file reported (:class:`_UnittestRuns`).
+``unittest.TextTestRunner().run(suite)`` of the file reported (:class:`_UnittestRuns`), unless a later run
+passed the same test: a flaky rerun, or, which the wrapper cannot tell apart, the next configuration of a loop
+that runs the same suite per backend.
 
 Standard library only (plus optional dagster-pipes): this file must also run inside a framework's
 own image. It writes a small JSON result (measured time of the test's run, error text) and,
@@ -403,7 +405,10 @@ class _UnittestRuns:
     itself starts (its program, or a bare ``TextTestRunner().run(suite)`` whose result it never checks)
     that reports one fails the test, unless a later run of the file passed that same test (a rerun after a
     flaky failure; for the error of a ``setUpClass``/``setUpModule`` or its teardown, a later run in which that
-    class's or module's tests ran and all passed). A run started inside ``execute()``, or inside a test of another run (a test checking
+    class's or module's tests ran and all passed). A known limit: a rerun and the next configuration of a loop
+    look the same here, so a loop that runs the same suite per backend (``for backend in ["megatron",
+    "fsdp"]: ... TextTestRunner().run(suite)``) whose megatron run failed and fsdp run passed the same test id
+    is cleared as if it were a flaky rerun. A run started inside ``execute()``, or inside a test of another run (a test checking
     that a runner reports a failure), is that code's business."""
 
     def __init__(self) -> None:
