@@ -21,14 +21,18 @@ The log's first line from the wrapper says which way it took. A file that runs n
 saying so: one with neither an ``execute()`` nor a ``__main__`` block (``python3 FILE`` would run
 nothing), one whose ``__main__`` block only calls ``prepare()`` (which the wrapper skips), one
 that defines test entry points (``execute()``, ``test_*`` functions, ``TestCase`` classes) none of
-which ran, whatever set-up its module level did, or whose ``__main__`` block names one and exits 0
-(or ends) before any ran (a skip is not a pass; :class:`_MustRun`), and one
+which ran, whatever set-up its module level did (a module level that checks itself, an ``assert``, a
+``raise``, ``sys.exit("loss rose")``, is a script-style test judged by its exit), or whose ``__main__`` block names one and exits 0
+(or ends) before any ran (a skip is not a pass; :class:`_MustRun`: only ``execute()`` counts when the block
+calls it, not a ``test_*``-named helper the block calls to decide to skip), and one
 whose unittest program (``unittest.main()``) or pytest run (``pytest.main()``), not one started
 inside ``execute()``, ran no test or only skipped or expected failures (pytest's xfail,
 ``@unittest.expectedFailure``) among the tests it found. A failure that
 program or run reported fails the test even when the file drops its status and exits 0
 (``unittest.main(exit=False)``, ``pytest.main()`` without ``sys.exit(...)``), and so does one a bare
-``unittest.TextTestRunner().run(suite)`` of the file reported (:class:`_UnittestRuns`).
+``unittest.TextTestRunner().run(suite)`` of the file reported (:class:`_UnittestRuns`), unless a later run
+passed the same test: a flaky rerun, or, which the wrapper cannot tell apart, the next configuration of a loop
+that runs the same suite per backend.
 
 Standard library only (plus optional dagster-pipes): this file must also run inside a framework's
 own image. It writes a small JSON result (measured time of the test's run, error text) and,
@@ -85,6 +89,7 @@ def _run_module(name: str, source: bytes | ast.Module, path: str) -> types.Modul
     module = types.ModuleType(name)
     module.__dict__.update(__file__=full, __cached__=None, __loader__=None, __package__=None, __spec__=None)
     module.__dict__[_ENTERED_MARK] = _ENTERED.add  # what the file's marked entry points call (:func:`_mark_entries`)
+    module.__dict__[_BLOCK_MARK] = _block_started  # what its __main__ block calls first (:func:`_main_program`)
     sys.modules["__main__"] = sys.modules[name] = module
     exec(code, module.__dict__)
     return module
@@ -131,18 +136,23 @@ class _SkipPrepare(ast.NodeTransformer):
 
 
 def _main_program(tree: ast.Module) -> tuple[ast.Module, int]:
-    """The file with every ``prepare(...)`` statement of its ``__main__`` block(s) replaced by ``pass``."""
+    """The file with every ``prepare(...)`` statement of its ``__main__`` block(s) replaced by ``pass``, and each
+    block first saying it began (``__nightly_block_started__()`` at its first statement's line, so tracebacks keep
+    the file's lines): :func:`_block_started`."""
     skip = _SkipPrepare()
     for stmt in tree.body:
         if _is_main_guard(stmt):
-            stmt.body = [skip.visit(s) for s in stmt.body]  # type: ignore[attr-defined]
+            body = [skip.visit(s) for s in stmt.body]  # type: ignore[attr-defined]
+            mark = ast.Expr(ast.Call(ast.Name(_BLOCK_MARK, ast.Load()), [], []))
+            stmt.body = [ast.copy_location(mark, body[0]), *body]  # type: ignore[attr-defined]
     return ast.fix_missing_locations(tree), skip.skipped
 
 
 def _does_nothing(block: ast.If) -> bool:
-    """Whether a (rewritten) ``__main__`` block holds only ``pass`` and bare constants (a docstring, ``...``)."""
+    """Whether a (rewritten) ``__main__`` block holds only ``pass`` and bare constants (a docstring, ``...``),
+    besides the wrapper's mark that it began."""
     return all(isinstance(s, ast.Pass) or (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))
-               for s in block.body)
+               or _called(s) == _BLOCK_MARK for s in block.body)
 
 
 def _runs_at_top_level(tree: ast.Module) -> bool:
@@ -152,7 +162,8 @@ def _runs_at_top_level(tree: ast.Module) -> bool:
     ``if``/``try``. Set-up is not a test: imports, assignments, registrations, and calls of imported
     functions alone (``logging.basicConfig()``, ``sys.path.insert()``; a test run only through an imported
     helper, ``run(cfg)``, is not seen: call it from the ``__main__`` block). A file that also defines test entry
-    points still runs a test only when one of them runs (:class:`_MustRun`)."""
+    points still runs a test only when one of them runs (:class:`_MustRun`), unless its module level checks
+    (:func:`_checks_at_top_level`)."""
     own = {s.name for s in tree.body if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
 
     def calls_own(node: ast.AST) -> bool:
@@ -170,7 +181,46 @@ def _runs_at_top_level(tree: ast.Module) -> bool:
         if isinstance(s, ast.Try):
             return any(runs(b) for b in (*s.body, *s.orelse, *s.finalbody, *(x for h in s.handlers for x in h.body)))
         return False
-    return any(runs(s) for s in tree.body)
+    return any(runs(s) for s in tree.body) or _checks_at_top_level(tree)
+
+
+def _exits_0(args: list[ast.expr]) -> bool:
+    """Whether an exit with these arguments (``sys.exit()``, ``sys.exit(0)``, ``SystemExit(None)``) exits 0."""
+    return not args or (isinstance(args[0], ast.Constant) and args[0].value in (0, None))
+
+
+def _checks_at_top_level(tree: ast.Module) -> bool:
+    """Whether the file's module level checks something that can fail, outside its functions, classes and
+    ``__main__`` block (also inside a module-level ``for``/``while``/``if``/``with``/``try``): an ``assert``, a
+    ``raise``, or an exit whose status may not be 0 (``sys.exit(1)``, ``sys.exit(main())``, ``exit("loss
+    rose")``). Such a file is a script-style test, judged by how it exits, whatever ``test_*`` helper it also
+    defines and never calls. An exit 0 (``sys.exit(0)``, ``raise SystemExit``) is a skip or an end, no check;
+    set-up (assignments, a loop that builds a list, calls of its own helpers) is no check either."""
+
+    def exits(node: ast.AST) -> bool:
+        if not isinstance(node, ast.Call):
+            return False
+        func = node.func
+        name = func.id if isinstance(func, ast.Name) else (
+            f"{getattr(func.value, 'id', '')}.{func.attr}" if isinstance(func, ast.Attribute) else "")
+        return name in ("exit", "quit", "sys.exit", "os._exit") and not _exits_0(node.args)
+
+    def checks(s: ast.stmt) -> bool:
+        if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) or _is_main_guard(s):
+            return False
+        if isinstance(s, ast.Assert):
+            return True
+        if isinstance(s, ast.Raise):  # `raise SystemExit` / `raise SystemExit(0)` exits 0
+            call = s.exc if isinstance(s.exc, ast.Call) else None
+            named = call.func if call else s.exc
+            return not (isinstance(named, ast.Name) and named.id == "SystemExit" and _exits_0(call.args if call else []))
+        inner = [*getattr(s, "body", []), *getattr(s, "orelse", []), *getattr(s, "finalbody", []),
+                 *(x for h in getattr(s, "handlers", []) for x in h.body),
+                 *(x for case in getattr(s, "cases", []) for x in case.body)]
+        if inner:  # a compound statement: what it runs
+            return any(checks(x) for x in inner)
+        return any(exits(n) for n in ast.walk(s))
+    return any(checks(s) for s in tree.body)
 
 
 #: the test entry points of the file that began to run in the wrapper's process (``execute()``, ``test_loss()``)
@@ -199,20 +249,42 @@ def _test_entries(tree: ast.Module) -> dict[str, int]:
             for s in tree.body if _is_entry_function(s) or _is_testcase_class(s)}
 
 
+def _mark(func: ast.FunctionDef | ast.AsyncFunctionDef, entry: str) -> None:
+    """Make ``func`` first say that ``entry`` began, before its first statement (after its docstring)."""
+    body = func.body
+    doc = isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value, str)
+    mark = ast.Expr(ast.Call(ast.Name(_ENTERED_MARK, ast.Load()), [ast.Constant(entry)], []))
+    body.insert(int(doc), ast.copy_location(mark, body[min(int(doc), len(body) - 1)]))
+
+
 def _mark_entries(tree: ast.Module) -> ast.Module:
     """Each entry function (:func:`_is_entry_function`) first says it began: ``__nightly_entered__("execute()")``
     before its first statement (after its docstring), at that statement's line, so tracebacks keep the file's
-    lines. The wrapper so knows whether the file's program ran one, however it called it (a loop over
-    ``globals()``, a thread); a coroutine says so only once it is awaited. A spawned child imports the file
-    itself, unmarked."""
+    lines; so does each ``test*`` method of a ``TestCase`` class, as its class (``__nightly_entered__("TestTrain")``):
+    a ``__main__`` block may call it without a runner (``TestTrain("test_loss").debug()``, ``t.test_loss()``).
+    The wrapper so knows whether the file's program ran one, however it called it (a loop over ``globals()``, a
+    thread); a coroutine says so only once it is awaited. A spawned child imports the file itself, unmarked."""
     for stmt in tree.body:
-        if not _is_entry_function(stmt):
-            continue
-        body = stmt.body  # type: ignore[attr-defined]
-        doc = isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value, str)
-        mark = ast.Expr(ast.Call(ast.Name(_ENTERED_MARK, ast.Load()), [ast.Constant(f"{stmt.name}()")], []))
-        body.insert(int(doc), ast.copy_location(mark, body[min(int(doc), len(body) - 1)]))
+        if _is_entry_function(stmt):
+            _mark(stmt, f"{stmt.name}()")  # type: ignore[arg-type]
+        elif _is_testcase_class(stmt):
+            for method in stmt.body:  # type: ignore[attr-defined]
+                if isinstance(method, (ast.FunctionDef, ast.AsyncFunctionDef)) and method.name.startswith("test"):
+                    _mark(method, stmt.name)  # type: ignore[attr-defined]
     return ast.fix_missing_locations(tree)
+
+
+#: the global a ``__main__`` block calls as it begins (:func:`_main_program`)
+_BLOCK_MARK = "__nightly_block_started__"
+#: CPU seconds of the waited-for children when the file's ``__main__`` block began (:func:`_ran_other_process`)
+_BLOCK_CHILDREN_S: list[float] = []
+
+
+def _block_started() -> None:
+    """The file's ``__main__`` block began: what the processes the file ran before (at import: ``ctypes.util.
+    find_library()`` runs ``ldconfig``) used is no sign that the block ran its test in another process."""
+    if not _BLOCK_CHILDREN_S:
+        _BLOCK_CHILDREN_S.append(_children_cpu_s())
 
 
 def _children_cpu_s() -> float:
@@ -289,9 +361,11 @@ class _MustRun:
         self.coroutines: set[str] = set()  # the entries defined `async def`
 
     def verdict(self, file: str, ran: bool, exited_at: str = "") -> str:
-        """Why the file ran no test ("" when one of its entry points ran, or ``ran``: a runner ran a test, or the
-        file ran another process, which may have); ``exited_at`` says where it exited 0, if it did."""
-        if not self.entries or _ENTERED or ran:
+        """Why the file ran no test ("" when one of the entry points it must run ran, or ``ran``: a runner ran a
+        test, or the file ran another process, which may have); ``exited_at`` says where it exited 0, if it did.
+        Another entry point that ran (a ``test_gpus_available()`` helper the block calls to decide to skip) is no
+        test run."""
+        if not self.entries or _ENTERED & self.entries.keys() or ran:
             return ""
         one = len(self.entries) == 1
         listed = _listed(self.entries) if one else f"any of {_listed(self.entries)}"
@@ -330,7 +404,11 @@ class _UnittestRuns:
     ``TextTestRunner`` (a helper's run beside the test). A failure is another matter: any run the file
     itself starts (its program, or a bare ``TextTestRunner().run(suite)`` whose result it never checks)
     that reports one fails the test, unless a later run of the file passed that same test (a rerun after a
-    flaky failure). A run started inside ``execute()``, or inside a test of another run (a test checking
+    flaky failure; for the error of a ``setUpClass``/``setUpModule`` or its teardown, a later run in which that
+    class's or module's tests ran and all passed). A known limit: a rerun and the next configuration of a loop
+    look the same here, so a loop that runs the same suite per backend (``for backend in ["megatron",
+    "fsdp"]: ... TextTestRunner().run(suite)``) whose megatron run failed and fsdp run passed the same test id
+    is cleared as if it were a flaky rerun. A run started inside ``execute()``, or inside a test of another run (a test checking
     that a runner reports a failure), is that code's business."""
 
     def __init__(self) -> None:
@@ -417,8 +495,14 @@ class _UnittestRuns:
         failing: dict[str, int] = {}  # a test that failed -> the run it last failed in
         for i, r in enumerate(self.runs):
             bad = {_test_id(t) for t, _ in [*r.failures, *r.errors]} | {_test_id(t) for t in r.unexpectedSuccesses}
-            for passed in set(r.__dict__.get("_nightly_ran", ())) - bad:  # a rerun passed it
-                failing.pop(passed, None)
+            passed = set(r.__dict__.get("_nightly_ran", ())) - bad
+            for test in passed:  # a rerun passed it
+                failing.pop(test, None)
+            for test in list(failing):  # a fixture's error ("setUpClass (__main__.TestServer)"): no test passes its id
+                fixture = _FIXTURE_ERROR.fullmatch(test)
+                scope = f"{fixture.group(1)}." if fixture else ""  # its class's (or module's) tests' ids start so
+                if scope and any(t.startswith(scope) for t in passed) and not any(t.startswith(scope) for t in bad):
+                    del failing[test]  # a rerun ran that class's (or module's) tests, and they passed
             failing.update(dict.fromkeys(bad, i))
         if not failing:
             return ""
@@ -431,6 +515,11 @@ class _UnittestRuns:
                "never checks the runner's result (`unittest.TextTestRunner().run(suite)` returns it: end with "
                "`sys.exit(not result.wasSuccessful())`)")
         return f"its unittest run reported FAILED ({said}), yet the file exited 0: it {how}; a failure the runner reported fails the test"
+
+
+#: the id unittest gives the error of a class's or a module's fixture (``setUpClass (__main__.TestServer)``,
+#: ``setUpModule (__main__)``): its class (or module), whose tests' ids start with it and a dot
+_FIXTURE_ERROR = re.compile(r"(?:setUpClass|tearDownClass|setUpModule|tearDownModule) \((.+)\)")
 
 
 def _inside_execute(frame, file: str) -> bool:
@@ -631,17 +720,20 @@ def _test_function(file: str, func_name: str, must_run: _MustRun):
             if not _runs_at_top_level(tree):
                 raise NoTest(f"{file}: ran no test: {where}, so nothing would run; call the test in that block "
                              "(e.g. execute() after prepare())")
-            must_run.entries, must_run.where = entries, where
+            # a module level that checks (assert, raise, exit 1) is the test; one that only sets up must run an entry
+            must_run.entries, must_run.where = ({} if _checks_at_top_level(tree) else entries), where
             must_run.advice = ("module-level set-up (an assignment, a loop that builds a matrix) is no test; call the "
                                "test in that block (e.g. execute() after prepare())")
         elif named := _named_in(blocks, entries):  # it must run one: a block that exits 0 (or ends) first skipped the test
+            if "execute()" in named:  # the test; a test_*-named helper it also calls (`if not test_gpus(): ...`) is not
+                named = {name: line for name, line in named.items() if name == "execute()" or name.endswith(".main()")}
             must_run.entries, must_run.block, must_run.advice = named, blocks[0].lineno, SKIP_ADVICE
         must_run.coroutines = {f"{s.name}()" for s in tree.body if isinstance(s, ast.AsyncFunctionDef)}
         _say(f"running {file} as __main__, as `python3 {file}` would, with the {skipped} prepare() call(s) of its "
              "__main__ block skipped (the night's assets built its inputs)")
         return lambda: _run_as_main(file, program)
     if func_name == "execute" and not blocks:  # judged if the import ends (returns, or exits 0) with no execute() to call
-        must_run.entries = entries
+        must_run.entries = {} if _checks_at_top_level(tree) else entries  # its module level's checks are its test
         must_run.where = "it has no function execute() and no `if __name__ == \"__main__\":` block"
         must_run.advice = (f"`python3 {file}` would run no test (test functions alone are never called; module-level "
                            "set-up is no test); the nightly calls execute(), or runs the __main__ block")
@@ -655,8 +747,8 @@ def _test_function(file: str, func_name: str, must_run: _MustRun):
     if func_name == "execute" and not blocks:
         if entries or _runs_at_top_level(tree):
             _say(f"{file} has no execute() and no __main__ block: its module-level code ran as it was imported (as "
-                 f"under `python3 {file}`)" + (f"; it passes only if one of its test entry points ran: {', '.join(entries)}"
-                                               if entries else ""))
+                 f"under `python3 {file}`)" + (f"; it passes only if one of its test entry points ran: "
+                                                     f"{', '.join(must_run.entries)}" if must_run.entries else ""))
             return lambda: None
         raise NoTest(f"{file}: has no function execute() and no `if __name__ == \"__main__\":` block, so "
                      f"`python3 {file}` would run no test (test functions alone are never called); the nightly "
@@ -838,7 +930,11 @@ def main(argv: list[str] | None = None) -> int:
     if nothing:
         result.update(ok=False, exit_code=1, error=f"{ns.file}: {nothing}")
         _quietly(print, f"# nightly wrapper: {ns.file}: {nothing}", file=sys.stderr)
-    # a file whose test entry points (execute(), test_* functions, TestCase classes) none ran, set-up aside, ran no test
+    # a file whose test entry points (execute(), test_* functions, TestCase classes) none ran, set-up aside, ran no test;
+    # for a __main__ block that names them, only the processes it ran itself may have run the test (not those of the
+    # import; a block that never began waited for none)
+    if must_run.block:
+        children_s = _BLOCK_CHILDREN_S[0] if _BLOCK_CHILDREN_S else float("inf")
     ran = unittest_runs.verified() or pytest_runs.ran() or _ran_other_process(children_s)
     nothing = must_run.verdict(ns.file, ran, exited_at) if result["ok"] else ""
     if nothing:

@@ -1015,3 +1015,211 @@ def test_a_failure_a_bare_text_test_runner_reported_fails_even_when_the_file_nev
     """
     out, result = _registered(tmp_path, flaky)
     assert "FAILED (failures=1)" in out.stderr and out.returncode == 0 and result["ok"] is True, out.stderr
+
+
+DIRECT_TESTCASE = """
+    import os, sys, unittest
+
+    class TestServer(unittest.TestCase):
+        @classmethod
+        def setUpClass(cls):
+            cls.url = "http://127.0.0.1:1"
+
+        def setUp(self):
+            self.tokens = 8
+
+        def test_generate(self):
+            print("generated", self.tokens)
+            self.assertEqual(self.tokens, {tokens})
+
+    if __name__ == "__main__":
+        if not os.path.exists("tiny-lm"):
+            sys.exit(0)
+        {call}
+"""
+
+
+@pytest.mark.parametrize("call", [
+    't = TestServer("test_generate")\n        t.setUp()\n        t.test_generate()',
+    'TestServer("test_generate").debug()',
+    "TestServer.setUpClass()\n        t = TestServer()\n        t.setUp()\n        t.test_generate()",
+])
+def test_a_testcase_method_the_main_block_calls_itself_ran_its_test(tmp_path, call):
+    """`TestServer("test_generate").debug()` (or `t.setUp(); t.test_generate()`) runs the test without a runner:
+    `python3 FILE` exits 0 after it ran, and so does the night; its failure still fails, and a skip before it
+    still ran no test."""
+    (tmp_path / "tiny-lm").mkdir()
+    out, result = _registered(tmp_path, DIRECT_TESTCASE.format(tokens=8, call=call))
+    assert out.returncode == 0 and result["ok"] is True and "generated 8" in out.stdout, out.stdout + out.stderr
+    out, result = _registered(tmp_path, DIRECT_TESTCASE.format(tokens=9, call=call))
+    assert out.returncode == 1 and result["error"].startswith("AssertionError: 8 != 9"), result
+    (tmp_path / "tiny-lm").rmdir()
+    out, result = _registered(tmp_path, DIRECT_TESTCASE.format(tokens=8, call=call))
+    assert out.returncode == 1 and result["error"].startswith("test_x.py: ran no test: it exited 0 at line"), result
+    assert "ran TestServer (line" in result["error"], result
+
+
+FLAKY_FIXTURE = """
+    import os, sys, unittest
+
+    def server_up():
+        if not os.path.exists("{flag}"):
+            open("{flag}", "w").close()
+            raise RuntimeError("server did not come up")  # the first try's hiccup
+        {again}
+
+    {fixture}
+
+    class TestServer(unittest.TestCase):
+        {class_fixture}
+
+        def test_generate(self):
+            print("generated")
+
+    class TestOther(unittest.TestCase):
+        def test_other(self):
+            pass
+
+    if __name__ == "__main__":
+        for attempt in range(2):
+            prog = unittest.main(exit=False, {argv})
+            if prog.result.wasSuccessful():
+                break
+"""
+
+
+@pytest.mark.parametrize("fixture, class_fixture", [
+    ("", "@classmethod\n        def setUpClass(cls):\n            server_up()"),
+    ("def setUpModule():\n        server_up()", "pass"),
+])
+def test_a_flaky_class_or_module_fixture_that_a_rerun_fixes_passes_and_one_that_stays_broken_fails(
+        tmp_path, fixture, class_fixture):
+    """`for attempt in range(2): prog = unittest.main(exit=False); if prog.result.wasSuccessful(): ...` after a
+    `setUpClass` (or `setUpModule`) that failed once: its error ("setUpClass (__main__.TestServer)") is no test a
+    rerun passes, yet the rerun ran the class's tests and they passed, as `python3 FILE` says."""
+    def body(again="pass", argv="argv=sys.argv"):
+        return FLAKY_FIXTURE.format(flag="first_try_done", again=again, fixture=fixture, class_fixture=class_fixture,
+                                    argv=argv)
+    out, result = _registered(tmp_path, body())
+    assert "errors=1" in out.stderr and "generated" in out.stdout, out.stderr
+    assert out.returncode == 0 and result["ok"] is True, out.stdout + out.stderr
+    (tmp_path / "first_try_done").unlink()
+    out, result = _registered(tmp_path, body(again='raise RuntimeError("still down")'))
+    assert out.returncode == 1 and "its unittest run reported FAILED (errors=1)" in result["error"], result
+    if fixture:
+        return  # a module's fixture runs for every test of the module
+    (tmp_path / "first_try_done").unlink()
+    # a rerun of another class's tests that passes does not clear TestServer's setUpClass error
+    out, result = _registered(tmp_path, body(argv='argv=[sys.argv[0]] + (["TestOther"] if attempt else [])'))
+    assert out.returncode == 1 and "its unittest run reported FAILED (errors=1)" in result["error"], result
+
+
+SCRIPT_CHECKS = """
+    import os, sys
+
+    def test_close(a, b, tol=1e-3):  # a helper named like a test, which the script never calls
+        assert abs(a - b) < tol
+
+    losses = [3.0, 2.0, {last}]
+    {check}
+    print("script checked")
+"""
+
+
+@pytest.mark.parametrize("check", [
+    "for prev, cur in zip(losses, losses[1:]):\n        assert cur < prev",
+    "if losses[-1] >= losses[0]:\n        sys.exit(f'loss rose: {losses}')",
+    "with open(os.devnull) as fh:\n        if losses[-1] >= losses[0]:\n            raise RuntimeError(f'loss rose: {losses}')",
+])
+@pytest.mark.parametrize("block", ["", '\n    if __name__ == "__main__":\n        pass\n'])
+def test_a_script_test_whose_module_level_checks_is_judged_by_its_exit_whatever_test_helper_it_defines(
+        tmp_path, check, block):
+    """A script-style file whose module level checks (an assert in a loop, `sys.exit("loss rose")`, a raise) and
+    that also defines an unused `def test_close(...)` helper: `python3 FILE` runs the checks and exits by them,
+    and so does the night (it did fail 'test_close() never ran'); a failing check fails it."""
+    out, result = _registered(tmp_path, SCRIPT_CHECKS.format(last=1.0, check=check) + block)
+    assert out.returncode == 0 and result["ok"] is True and "script checked" in out.stdout, out.stdout + out.stderr
+    out, result = _registered(tmp_path, SCRIPT_CHECKS.format(last=4.0, check=check) + block)
+    assert out.returncode == 1 and result["ok"] is False, out.stdout + out.stderr
+    assert "ran no test" not in result["error"] and "script checked" not in out.stdout, result
+
+
+def test_a_module_level_exit_0_beside_test_functions_is_a_skip_not_a_check(tmp_path):
+    """`if not os.path.exists(MODEL): sys.exit(0)` at module level checks nothing: test functions that never ran
+    still ran no test."""
+    out, result = _registered(tmp_path, """
+    import os, sys
+
+    if not os.path.exists("tiny-lm"):
+        sys.exit(0)
+
+    def test_train():
+        assert False
+    """)
+    assert out.returncode == 1 and result["error"].startswith("test_x.py: ran no test: it exited 0 at line"), result
+
+
+def test_a_test_named_helper_the_main_block_calls_before_its_skip_is_not_the_test(tmp_path):
+    """`def test_gpus_available(): return False` and `if not test_gpus_available(): sys.exit(0)` before `prepare();
+    execute()`: the helper ran, execute() never did; a skip is not a pass."""
+    body = """
+    import os, sys
+
+    def test_gpus_available():
+        return os.path.exists("gpus")
+
+    def prepare():
+        pass
+
+    def execute():
+        print("training")
+
+    if __name__ == "__main__":
+        if not test_gpus_available():
+            print("not enough GPUs, skipping")
+            sys.exit(0)
+        prepare()
+        execute()
+    """
+    out, result = _registered(tmp_path, body)
+    assert "skipping" in out.stdout and out.returncode == 1 and result["ok"] is False, out.stdout + out.stderr
+    assert result["error"] == (
+        f"test_x.py: ran no test: it exited 0 at line {_line(tmp_path, 'sys.exit(0)')} (`sys.exit(0)`), before its "
+        f'`if __name__ == "__main__":` block (line {_line(tmp_path, "__main__")}) ran execute() (line '
+        f"{_line(tmp_path, 'def execute')}): {SKIP}"), result
+    (tmp_path / "gpus").touch()
+    out, result = _registered(tmp_path, body)
+    assert out.returncode == 0 and result["ok"] is True and "training" in out.stdout, out.stdout + out.stderr
+
+
+SKIP = ("a skip is not a pass, since a nightly that verified nothing is not green; let the test fail when what it needs "
+        "is missing, or disable its registration")
+
+
+def test_a_process_the_import_ran_does_not_make_a_skip_of_the_main_block_a_pass(tmp_path):
+    """GPU libraries run processes as they are imported (`ctypes.util.find_library("cuda")` runs ldconfig): a
+    skip with exit 0 before execute() still ran no test; only a process the block itself ran may have run it."""
+    body = """
+    import os, subprocess, sys
+
+    subprocess.run([sys.executable, "-c", "sum(range(3 * 10**6))"], check=True)  # as find_library's ldconfig
+
+    def prepare():
+        pass
+
+    def execute():
+        print("training")
+
+    if __name__ == "__main__":
+        if not os.path.exists("tiny-lm"):
+            print("model missing, skipping")
+            sys.exit(0)
+        prepare()
+        execute()
+    """
+    out, result = _registered(tmp_path, body)
+    assert "skipping" in out.stdout and out.returncode == 1 and result["ok"] is False, out.stdout + out.stderr
+    assert result["error"].startswith(f"test_x.py: ran no test: it exited 0 at line {_line(tmp_path, 'sys.exit(0)')}"), result
+    (tmp_path / "tiny-lm").mkdir()
+    out, result = _registered(tmp_path, body)
+    assert out.returncode == 0 and result["ok"] is True and "training" in out.stdout, out.stdout + out.stderr
