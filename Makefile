@@ -98,6 +98,7 @@ bench: install
 	$(BIN)/python bench/coverage.py
 	$(BIN)/python bench/report.py
 	$(BIN)/python bench/reliability.py
+	$(BIN)/python bench/logcap.py
 	$(BIN)/python bench/history.py
 	$(BIN)/python bench/paths.py
 

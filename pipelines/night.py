@@ -226,6 +226,8 @@ class Night:
         self.notes: list[str] = []
         #: entries of the estimates file left out for their shape (``calibrated``), each located
         self.estimate_warnings: list[Problem] = []
+        #: tonight's logs folder's running lock (night_logs.hold_running): held while this process lives
+        self._running_lock = None
 
     # -- state -------------------------------------------------------------------------
     @cached_property
@@ -557,10 +559,33 @@ class Night:
             return []
 
     def reap_orphans(self, refused: Callable[[str], None] | None = None) -> list[Attempt]:
-        """Kill test processes an earlier night left behind (a ``kill -9``) and record them as interrupted;
-        ``refused`` is told of each running file that is no record, set aside untouched (launch.orphans)."""
-        if self.deployment.launcher != "local":
-            return []
+        """Clean up what earlier nights left, as the night starts: kill test processes an earlier night left
+        behind (a ``kill -9``) and record them as interrupted, then remove the logs of nights older than the
+        deployment's last ``keep_log_nights`` (:meth:`prune_logs`). ``refused`` (the night's say) is told of
+        each running file that is no record, set aside untouched (launch.orphans), and what the retention removed."""
+        reaped = self._reap_orphans(refused) if self.deployment.launcher == "local" else []
+        said = self.prune_logs()
+        if said and refused is not None:
+            refused(said)
+        return reaped
+
+    def prune_logs(self) -> str:
+        """Mark tonight's logs folder as running (a lock held while this process lives), then remove the
+        folders of nights older than the last ``keep_log_nights`` under ``<home>/logs/``; the line saying so
+        ("" when nothing was removed). A retention that cannot run never stops the night: it says why."""
+        from pipelines.launch.orphans import live_nights
+        from pipelines.storage.night_logs import hold_running, prune
+
+        logs = self.home / "logs"
+        try:
+            if self._running_lock is None:
+                self._running_lock = hold_running(logs, self.night)
+            done = prune(logs, self.night, self.deployment.keep_log_nights, live_nights(self.home))
+        except OSError as exc:
+            return f"old night logs not removed: {logs}: {exc.strerror or exc}; check the folder's permissions"
+        return done.line(logs)
+
+    def _reap_orphans(self, refused: Callable[[str], None] | None) -> list[Attempt]:
         from pipelines.core.model import Sample
         from pipelines.launch.orphans import reap_orphans
 
@@ -801,6 +826,9 @@ class Night:
         store.put(f"runs/{safe_filename(summary['run_id'])}.json", text)
         if store is self.state:
             self._write_latest(store, summary, text)
+        if summary.get("status") != "running" and self._running_lock is not None:
+            self._running_lock.close()  # its tests have ended: its logs are an ended night's, kept or not by age
+            self._running_lock = None
         return summary
 
     def _write_latest(self, store: StateStore, summary: dict, text: str) -> None:

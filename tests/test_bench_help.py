@@ -1,4 +1,4 @@
-"""bench/paths.py, overhead.py, report.py and reliability.py say what they run on --help instead of running it."""
+"""bench/paths.py, overhead.py, report.py, reliability.py and logcap.py say what they run on --help instead of running it."""
 
 from __future__ import annotations
 
@@ -31,6 +31,7 @@ def bench(script: str, *argv: str) -> subprocess.CompletedProcess:
     ("overhead.py", "Orchestration overhead per test"),
     ("report.py", "Night report benchmark: 100 nights x 1,000 tests"),
     ("reliability.py", "What the reliability guards cost"),
+    ("logcap.py", "Memory a night spends on capped logs"),
 ])
 def test_help_prints_what_the_bench_measures_and_runs_nothing(script, said):
     out = bench(script, "--help")

@@ -271,6 +271,8 @@ class DeploymentSpec:
     #: the input cache's reuse check ("full": sha256 of every file, "size": names and sizes) and build limit
     cache_verify: str = "full"
     build_timeout_s: int = 4 * 3600
+    #: nights whose logs stay under <home>/logs/ (the newest; older ones are removed as a night starts); 0: all
+    keep_log_nights: int = 30
 
 
 @dataclass(frozen=True)
@@ -375,7 +377,7 @@ def _deployment(name: str, m: DeploymentModel) -> DeploymentSpec:
         cache_pvc=m.cache_pvc, hf_token_secret=m.hf_token_secret, max_infra_retries=m.max_infra_retries,
         unschedulable_wait_s=m.unschedulable_wait_s, cordon_bad_nodes=m.cordon_bad_nodes,
         startup_wait_s=m.startup_wait_s, skip_hardware=tuple(m.skip_hardware),
-        cache_verify=m.cache.verify, build_timeout_s=m.cache.build_timeout_s,
+        cache_verify=m.cache.verify, build_timeout_s=m.cache.build_timeout_s, keep_log_nights=m.keep_log_nights,
     )
 
 

@@ -353,6 +353,8 @@ class DeploymentModel(_Strict):
     #: its tests are reported as not run here, not as unplanned problems
     skip_hardware: list[Hardware] = []
     cache: CacheModel = CacheModel()
+    #: the logs of this many nights (the newest, the starting one counted) stay under <home>/logs/; 0 keeps all
+    keep_log_nights: int = Field(30, ge=0, le=100_000)
 
     @model_validator(mode="after")
     def _consistent(self) -> DeploymentModel:

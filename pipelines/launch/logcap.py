@@ -7,10 +7,18 @@ child's output through :class:`CappedLog` on a thread, so a huge log is never wr
 The lines that report a configuration (``config NAME: failed``, docs/coverage.md) decide the
 outcome (the dispatcher reads them from the log file), so they are looked for as the output
 streams: those the cut drops are written at the cut, one per configuration, a failure kept over a pass.
+
+The tail waits for the end in a spill file, not in memory: a night holds one capped log per running
+test, and 16 tests flooding at once kept 16 tails of 10 MB (and their copies as they grew) in the
+night's own process. The spill file is anonymous (unlinked as it is made, so a killed night leaves
+none behind) and lives beside the log (the same disk the log is written to, never a tmpfs ``/tmp``).
 """
 
 from __future__ import annotations
 
+import os
+import stat
+import tempfile
 import threading
 from collections import deque
 from typing import BinaryIO
@@ -20,17 +28,53 @@ from pipelines.launch.base import LogSink
 DEFAULT_LOG_CAP_BYTES = 20 * 1024 * 1024
 #: the end of a line longer than this is all that is looked at (a report is at a line's end)
 _SCAN_LINE_BYTES = 4096
+#: how much of the spill file is copied at a time (compaction, close): the most a log holds in memory
+_COPY_BYTES = 256 * 1024
+
+
+def _folder_of(out: BinaryIO) -> str | None:
+    """The folder of ``out`` when it is a regular file (the log); None for a pipe, /dev/null or memory."""
+    try:
+        fd = out.fileno()
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        name = getattr(out, "name", None)
+        if not isinstance(name, str):  # opened from a descriptor, as the local launcher does
+            name = os.readlink(f"/proc/self/fd/{fd}")
+    except (OSError, ValueError, AttributeError):
+        return None
+    folder = os.path.dirname(os.path.abspath(name))
+    return folder if os.path.isdir(folder) else None
+
+
+def _pwrite_all(fd: int, data: bytes, at: int) -> None:
+    """``data`` written whole at ``at``; a short write (a full disk) is an OSError."""
+    view = memoryview(data)
+    while view:
+        n = os.pwrite(fd, view, at)
+        if n <= 0:
+            raise OSError(f"wrote {n} of {len(view)} bytes")
+        view, at = view[n:], at + n
 
 
 class CappedLog:
-    """Writes the first half of the cap through, keeps the last half in memory until close."""
+    """Writes the first half of the cap through, keeps the last half in a spill file until close.
+
+    The spill file holds the output past the head from some offset on; once it passes twice the
+    tail's size its last tail is moved to its start, so it never holds more than two tails and the
+    log never holds more than one copy buffer in memory."""
 
     def __init__(self, out: BinaryIO, cap_bytes: int = DEFAULT_LOG_CAP_BYTES, on_log: LogSink | None = None):
         self.out = out
         self.cap = cap_bytes
         self.head_left = cap_bytes // 2
         self.tail_cap = cap_bytes - cap_bytes // 2
-        self.tail = bytearray()
+        self.spill_dir = _folder_of(out)
+        self._spill: BinaryIO | None = None  # made when the head is full: most logs never need it
+        self._spilled = 0  # bytes in the spill file: the output's last ones
+        self._memory = bytearray()  # the tail, only when no spill file could be made or written
+        self.spill_error = ""
+        self.tail_len = 0  # bytes of the kept tail (the last ones past the head)
         self.dropped = 0
         self.total = 0
         self.on_log = on_log
@@ -54,12 +98,62 @@ class CappedLog:
                 self._stream(b"", last=True)
                 self._emit(f"# nightly: output over {self.cap // 2} bytes; the rest is in the log file (capped)")
                 self._streaming = False
-            self.tail += chunk
-            over = len(self.tail) - self.tail_cap
+            self._keep(chunk)
+            over = self.tail_len + len(chunk) - self.tail_cap
+            self.tail_len += len(chunk) - max(over, 0)
             if over > 0:
-                del self.tail[:over]
                 self.dropped += over
                 self._settle()
+
+    def _keep(self, chunk: bytes) -> None:
+        """Append ``chunk`` to the spill file (compacted past twice the tail), or to memory when that fails."""
+        if not self.spill_error:
+            try:
+                if self._spill is None:
+                    self._spill = tempfile.TemporaryFile(dir=self.spill_dir, prefix=".nightly-log-tail-", buffering=0)
+                _pwrite_all(self._spill.fileno(), chunk, self._spilled)
+                self._spilled += len(chunk)
+                if self._spilled > 2 * self.tail_cap:
+                    self._compact()
+                return
+            except OSError as exc:  # a full disk: the tail waits in memory, as it always did before
+                self.spill_error = f"{type(exc).__name__}: {exc}"
+                self._memory += self._read_tail()
+                self._close_spill()
+        self._memory += chunk
+        del self._memory[:max(len(self._memory) - self.tail_cap, 0)]
+
+    def _compact(self) -> None:
+        """Move the spill file's last tail to its start (the source lies wholly after the destination)."""
+        fd = self._spill.fileno()  # type: ignore[union-attr]
+        start = self._spilled - self.tail_cap
+        for done in range(0, self.tail_cap, _COPY_BYTES):
+            data = os.pread(fd, min(_COPY_BYTES, self.tail_cap - done), start + done)
+            _pwrite_all(fd, data, done)
+        os.ftruncate(fd, self.tail_cap)
+        self._spilled = self.tail_cap
+
+    def _tail_pieces(self):
+        """The kept tail, a copy buffer at a time."""
+        if self._spill is None:
+            yield bytes(self._memory[max(len(self._memory) - self.tail_len, 0):])
+            return
+        fd = self._spill.fileno()
+        for at in range(self._spilled - self.tail_len, self._spilled, _COPY_BYTES):
+            yield os.pread(fd, min(_COPY_BYTES, self._spilled - at), at)
+
+    def _read_tail(self) -> bytes:
+        """The kept tail whole (only when the spill file failed: the tail moves to memory)."""
+        try:
+            return b"".join(self._tail_pieces()) if self._spill is not None else b""
+        except OSError:
+            return b""
+
+    def _close_spill(self) -> None:
+        if self._spill is not None:
+            self._spill.close()  # anonymous: closing it frees its space
+            self._spill = None
+            self._spilled = 0
 
     def _scan(self, chunk: bytes, at: int) -> None:
         """Note the finished lines of ``chunk`` (which starts at offset ``at``) that report a configuration
@@ -83,7 +177,7 @@ class CappedLog:
 
     def _settle(self) -> None:
         """Keep the reports the cut has reached (their line starts before the kept tail)."""
-        tail_at = self.total - len(self.tail)
+        tail_at = self.total - self.tail_len
         while self._pending and self._pending[0][0] < tail_at:
             _, name, outcome, line = self._pending.popleft()
             if self.cut_configs.get(name, ("",))[0] != "failed":
@@ -113,8 +207,12 @@ class CappedLog:
                                 "one line each, a failure kept over a pass:\n").encode())
                 self.out.write(b"".join(line + b"\n" for _, line in self.cut_configs.values()))
                 self.out.write(b"# nightly: end of the cut output's configuration lines\n")
-        self.out.write(bytes(self.tail))
-        self.out.close()
+        try:
+            for piece in self._tail_pieces():
+                self.out.write(piece)
+        finally:
+            self._close_spill()
+            self.out.close()
         self._stream(b"", last=True)
 
 

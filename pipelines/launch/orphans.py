@@ -135,6 +135,12 @@ def _read(folder: Path) -> tuple[list[tuple[Path, dict]], list[tuple[Path, str]]
     return good, bad
 
 
+def live_nights(state_dir: Path) -> set[str]:
+    """The nights with an attempt running now: a running record whose night process still lives."""
+    good, _ = _read(running_dir(state_dir))
+    return {str(r["night"]) for _, r in good if r.get("night") and _owner_alive(r)}
+
+
 def find_orphans(state_dir: Path) -> list[Orphan]:
     """Records of attempts whose night process has died (a live night's attempts are not orphans); a file
     that is no record (:func:`record_problem`) is none, :func:`reap_orphans` sets it aside."""

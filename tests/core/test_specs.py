@@ -523,3 +523,17 @@ def test_an_unknown_name_from_the_environment_names_the_variable(project_root, t
     assert f"{project_root / 'assets' / file}:1: " in err
     assert f"'nosuch' (from ${variable}); known: " in err
     assert f"; unset {variable} or set it to a known one, or pass {flag}" in err
+
+
+def test_keep_log_nights_reaches_the_night_and_a_bad_one_names_the_line(project_root, tmp_path):
+    from pipelines.night import Night, NightSettings
+
+    assert Night(NightSettings(home=tmp_path / "home", assets_dir=project_root / "assets")).deployment.keep_log_nights == 30
+    bad = _errors(project_root, tmp_path / "b", "cluster.yaml", """\
+        deployments:
+          local:
+            keep_log_nights: -1
+            pools:
+              h200: {nodes: 1, gpus_per_node: 8}
+    """)
+    assert "cluster.yaml:3: deployments.local.keep_log_nights: must be >= 0, got -1; fix the value" in bad

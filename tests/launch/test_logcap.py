@@ -4,6 +4,7 @@ dispatcher judges ``config NAME: failed`` lines from the log file (docs/coverage
 from __future__ import annotations
 
 import io
+import os
 import random
 
 import pytest
@@ -72,3 +73,62 @@ def test_a_report_behind_a_logging_prefix_in_the_cut_middle_is_written_at_the_cu
     cut = text.split("# nightly: output cut here:", 1)[1]
     assert "reported 1 configuration(s)" in cut and "INFO:__main__:config fsdp-tp2: failed\n" in cut
     assert config_outcomes(text) == {"fsdp-tp2": "failed"}
+
+
+def _held_bytes(log: CappedLog) -> int:
+    """The output bytes the log object holds in memory (every bytes or bytearray attribute)."""
+    return sum(len(v) for v in vars(log).values() if isinstance(v, bytes | bytearray))
+
+
+def _flood(log: CappedLog, rounds: int, chunk: int, held: list[int]) -> bytes:
+    rng = random.Random(rounds)
+    output = bytearray()
+    for i in range(rounds):
+        piece = f"step {i} ".encode() + bytes(rng.randrange(97, 123) for _ in range(chunk - 20)) + b"\n"
+        log.write(piece)
+        output += piece
+        held.append(_held_bytes(log))
+    return bytes(output)
+
+
+def _expected(output: bytes, cap: int) -> bytes:
+    tail = cap - cap // 2
+    dropped = len(output) - cap // 2 - tail
+    return (output[:cap // 2] + f"\n# nightly: output cut here: {dropped} of {len(output)} bytes omitted "
+            f"(log cap {cap} bytes: head and tail kept)\n".encode() + output[-tail:])
+
+
+def test_the_tail_waits_on_disk_beside_the_log_not_in_memory(tmp_path):
+    """A night holds one capped log per running test: the tail (half the cap) must not sit in its memory."""
+    path = tmp_path / "t.attempt1.log"
+    out = open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o666), "wb")  # as the launcher opens it
+    cap, held = 200_000, []
+    log = CappedLog(out, cap)
+    output = _flood(log, 400, 3000, held)  # 1.2 MB, six times the cap: the spill file is compacted
+    assert os.listdir(tmp_path) == ["t.attempt1.log"]  # the spill file has no name: a killed night leaves none
+    log.close()
+    assert max(held) <= 2 * 4096 + 3000  # the scan's last line and a chunk, never the 100 kB tail
+    assert path.read_bytes() == _expected(output, cap)
+    assert log.dropped == len(output) - cap and os.listdir(tmp_path) == ["t.attempt1.log"]
+    assert log.spill_dir == str(tmp_path)  # on the log's disk, never a tmpfs /tmp (memory again)
+
+
+@pytest.mark.parametrize("fails_after", [0, 1, 150])
+def test_a_spill_file_the_disk_refuses_keeps_the_tail_in_memory_and_the_log_whole(tmp_path, monkeypatch, fails_after):
+    import pipelines.launch.logcap as logcap
+
+    real, calls = logcap._pwrite_all, []
+
+    def pwrite(fd, data, at):
+        calls.append(at)
+        if len(calls) > fails_after:
+            raise OSError(28, "No space left on device")
+        real(fd, data, at)
+
+    monkeypatch.setattr(logcap, "_pwrite_all", pwrite)
+    path = tmp_path / "t.log"
+    log = CappedLog(open(path, "wb"), 200_000)
+    output = _flood(log, 200, 3000, [])
+    log.close()
+    assert log.spill_error.startswith("OSError")
+    assert path.read_bytes() == _expected(output, 200_000)
