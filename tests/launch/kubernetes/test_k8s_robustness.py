@@ -265,9 +265,9 @@ def test_a_pod_deleted_by_an_interrupt_while_its_image_pulls_is_interrupted_not_
 
 
 def test_a_pod_deleted_by_an_interrupt_never_makes_its_node_bad_in_the_flaky_replay(tmp_path):
-    """History keeps no infra reason, so the flaky replay takes any infra error on a node as the node's:
-    a pod cancel_all deleted must reach history as ``interrupted``, or every node of an interrupted
-    night would excuse the failures there. Test B fails on h200-a the night test A's pod is deleted
+    """A pod cancel_all deleted must reach history as ``interrupted``, not an infra error: history
+    from before infra reasons were kept takes any infra error on a node as the node's, and would
+    excuse the failures there. Test B fails on h200-a the night test A's pod is deleted
     there by the interrupt: B's failure is B's own (a flip), not the node's."""
     from pipelines.core.flaky import replay
     from pipelines.core.history import sample_from_attempt
