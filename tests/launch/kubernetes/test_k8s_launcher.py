@@ -22,8 +22,11 @@ from tests.conftest import make_test
 from tests.launch.kubernetes import pods
 from tests.launch.kubernetes.apiserver import StandInApiServer, Step
 
+#: tolerating the GPU operator's taint, as assets/cluster.yaml does: the launcher pins pods only to nodes whose taints
+#: the pool tolerates
 POOL = PoolSpec(name="h200", nodes=4, gpus_per_node=8, image="ghcr.io/example/rl:nightly",
-                node_selector={"nvidia.com/gpu.product": "NVIDIA-H200"}, queue="h200-nightly")
+                node_selector={"nvidia.com/gpu.product": "NVIDIA-H200"}, queue="h200-nightly",
+                tolerations=({"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},))
 DEPLOYMENT = DeploymentSpec(name="production", launcher="kubernetes", pools=(POOL,), namespace="nightly-e2e",
                             cache_pvc="nightly-model-cache", hf_token_secret="hf-token", max_infra_retries=2,
                             unschedulable_wait_s=1800)
