@@ -31,7 +31,7 @@ from typing import NamedTuple
 
 from pipelines.core.calibrate.lineage import Lineage
 from pipelines.core.calibrate.policies import parse_time
-from pipelines.core.health import HARD_FAULTS, RecentPasses, detect_bad_nodes
+from pipelines.core.health import HARD_FAULTS, NODE_FAULTS, RecentPasses, detect_bad_nodes
 from pipelines.core.model import Attempt, CatalogError, Problem, Sample
 
 STATES = ("healthy", "flaky", "quarantined", "released")
@@ -220,27 +220,34 @@ def _bad_nodes(run: Sequence[Sample], earlier: Callable[[], Mapping[str, Collect
     """The run's bad nodes (pipelines.core.health), judged as the night judged them: from the run's
     samples (a failure retried elsewhere that passed is there) and the runs before it (``earlier``:
     their ``passed_nodes``, asked for only when needed).
-    Samples keep no infra reason, so an infra error on a node is taken as the node's, as one
-    unusable GPU is for the night (``_attempt``): a failure there is never a flip nor a "passed on
-    retry". Otherwise asked only when some node failed twice: the failure-rate rules need failures
-    on two different tests (a node the night retried from is named once two of them passed
-    elsewhere, whatever its rate by then).
+    An infra error names its node as the night's rules do, by its reason (``_attempt``): only a node
+    fault counts (one unusable GPU alone, a node lost or an eviction twice); a pod deleted, an image
+    not pulled or a pod never scheduled on its pinned node says nothing of the node. Otherwise asked
+    only when some node failed twice: the failure-rate rules need failures on two different tests (a
+    node the night retried from is named once two of them passed elsewhere, whatever its rate by then).
     """
     failed: dict[str, int] = defaultdict(int)
     for s in run:
         if s.node and s.outcome in _FAIL:
             failed[s.node] += 1
-    if not any(n >= 2 for n in failed.values()) and not any(s.node and s.outcome == "infra_error" for s in run):
+    if not any(n >= 2 for n in failed.values()) and not any(s.node and _node_fault(s) for s in run):
         return set()
     # a sample's hardware stands for its pool: nodes are judged only against nodes of the same hardware
     return {f.node for f in detect_bad_nodes([_attempt(s) for s in run if s.node], history=earlier(),
                                              pools={s.test_id: s.hardware for s in run if s.hardware})}
 
 
+def _node_fault(s: Sample) -> bool:
+    """An infra error that may say its node is bad: a node fault, or one from a record that kept no reason."""
+    return s.outcome == "infra_error" and (not s.reason or s.reason in NODE_FAULTS)
+
+
 def _attempt(s: Sample) -> Attempt:
-    """The sample as the attempt it was; an infra error's unknown reason as the hard node fault that
-    names its node on its own (the safe side: the node's failures then never make a test flaky)."""
-    reason = next(iter(HARD_FAULTS)) if s.outcome == "infra_error" else ""
+    """The sample as the attempt it was, with the infra reason it kept. An older record's infra
+    error kept none: it is taken, as before reasons were kept, as the hard node fault that names
+    its node on its own (the safe side: the node's failures then never make a test flaky), so
+    replaying old nights judges them as they were judged."""
+    reason = (s.reason or next(iter(HARD_FAULTS))) if s.outcome == "infra_error" else ""
     return Attempt(test_id=s.test_id, outcome=s.outcome, elapsed_s=s.elapsed_s, started_at=s.started_at,
                    attempt=s.attempt, node=s.node, reason=reason)
 

@@ -240,6 +240,10 @@ class Sample:
     outlier: str = ""
     #: the night's extra environment as ``env_digest`` gives it ("" for none, and in older records)
     env: str = ""
+    #: an infra error's kind, the launcher's ``Attempt.reason`` ("unknown" when it gave none); "" for
+    #: other outcomes and in older records. Flaky history needs it: only a node fault
+    #: (``health.NODE_FAULTS``) says the node's other failures were not the tests'
+    reason: str = ""
 
 
 def template_digest(file_sha256: str, gpus: int, env: Iterable[tuple[str, str]], args: Iterable[str]) -> str:

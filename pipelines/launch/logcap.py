@@ -57,6 +57,11 @@ def _pwrite_all(fd: int, data: bytes, at: int) -> None:
         view, at = view[n:], at + n
 
 
+def over_head_note(cap_bytes: int) -> str:
+    """The line streamed instead of the output past the head."""
+    return f"# nightly: output over {cap_bytes // 2} bytes; the rest is in the log file (capped)"
+
+
 class CappedLog:
     """Writes the first half of the cap through, keeps the last half in a spill file until close.
 
@@ -96,7 +101,7 @@ class CappedLog:
         if chunk:
             if self._streaming:
                 self._stream(b"", last=True)
-                self._emit(f"# nightly: output over {self.cap // 2} bytes; the rest is in the log file (capped)")
+                self._emit(over_head_note(self.cap))
                 self._streaming = False
             self._keep(chunk)
             over = self.tail_len + len(chunk) - self.tail_cap
@@ -214,6 +219,37 @@ class CappedLog:
             self._close_spill()
             self.out.close()
         self._stream(b"", last=True)
+
+
+class CappedText:
+    """A :class:`CappedLog` written as text (the Kubernetes launchers write a pod's log line by line, with
+    their own notes between): the same cap, head, tail and cut line as a local test's log. ``streaming``
+    turns false once the head is full: the writer then stops passing lines on (``over_head_note``)."""
+
+    def __init__(self, out: BinaryIO, cap_bytes: int = DEFAULT_LOG_CAP_BYTES):
+        self.capped = CappedLog(out, cap_bytes)
+
+    def write(self, text: str) -> int:
+        self.capped.write(text.encode("utf-8", errors="replace"))
+        return len(text)
+
+    def flush(self) -> None:
+        """The head is flushed as it is written; the tail waits for :meth:`close`."""
+
+    def close(self) -> None:
+        self.capped.close()
+
+    @property
+    def cap(self) -> int:
+        return self.capped.cap
+
+    @property
+    def streaming(self) -> bool:
+        return self.capped.head_left > 0
+
+    @property
+    def dropped(self) -> int:
+        return self.capped.dropped
 
 
 def pump(source: BinaryIO, log: CappedLog) -> threading.Thread:

@@ -117,7 +117,7 @@ def encode(samples: list[Sample]) -> bytes:
 
 #: fields added after the first release, written only when set: a nightly from before them (a rollback,
 #: a run pod of the old image during an upgrade) rejects a field it does not know, object by object
-LATER_FIELDS = ("outlier", "env")
+LATER_FIELDS = ("outlier", "env", "reason")
 
 
 def _row(s: Sample) -> dict:

@@ -420,15 +420,61 @@ def test_failures_on_a_node_the_night_named_after_its_retries_passed_are_never_p
 
 def test_a_failure_on_a_node_the_night_named_bad_for_an_infra_error_is_never_passed_on_retry():
     """Node X's GPU was unusable (one infra error names it, as the night's assess_nodes does) and
-    t_b failed there, then passed on Y: the node's failure, not a flaky test's. Samples keep no infra
-    reason, so the replay takes an infra error on a node as the node's."""
+    t_b failed there, then passed on Y: the node's failure, not a flaky test's. An older record keeps
+    no infra reason: the replay takes its infra error on a node as the node's, as it always did."""
     at = "2026-12-01T00:00:0{}+00:00"
     runs = [("t_a", "infra_error", "X", 1), ("t_b", "failed", "X", 1), ("t_a", "passed", "Y", 2),
             ("t_b", "passed", "Y", 2), ("t_c", "passed", "Y", 1)]
-    samples = [Sample(test, "h200", "s", outcome, 1.0, at.format(k), node=node, run_id="r1", attempt=n)  # type: ignore[arg-type]
-               for k, (test, outcome, node, n) in enumerate(runs, 1)]
-    states = replay(samples, RULES)
-    assert (states["t_b"].state, states["t_b"].evidence) == ("healthy", ())
+    for reason in ("gpu_unusable", ""):
+        samples = [Sample(test, "h200", "s", outcome, 1.0, at.format(k), node=node, run_id="r1", attempt=n,  # type: ignore[arg-type]
+                          reason=reason if outcome == "infra_error" else "")
+                   for k, (test, outcome, node, n) in enumerate(runs, 1)]
+        states = replay(samples, RULES)
+        assert (states["t_b"].state, states["t_b"].evidence) == ("healthy", ()), reason
+
+
+def _shared_node_nights(reason: str, nights: int = 10) -> list[Sample]:
+    """t_b fails on h200-a every other night; those nights another test's pod on h200-a ended in an
+    infra error of ``reason`` (and passed on h200-b); three more tests pass on the other nodes."""
+    out = []
+    for i in range(nights):
+        run, at = f"run-{i:02d}", f"2026-12-{i + 1:02d}T02:00:00+00:00"
+        bad_night = i % 2 == 0
+        out.append(Sample("tests/e2e/test_b.py", "h200", "s" * 64, "failed" if bad_night else "passed", 100.0, at,
+                          node="h200-a", run_id=run))
+        if bad_night:
+            out += [Sample("tests/e2e/test_c.py", "h200", "c" * 64, "infra_error", 0.0, at, node="h200-a",
+                           run_id=run, reason=reason),
+                    Sample("tests/e2e/test_c.py", "h200", "c" * 64, "passed", 50.0, at, node="h200-b", run_id=run,
+                           attempt=2)]
+        out += [Sample(f"tests/e2e/test_{n}x.py", "h200", "d" * 64, "passed", 50.0, at, node=f"h200-{n}", run_id=run)
+                for n in "bcd"]
+    return out
+
+
+@pytest.mark.parametrize("reason", ["deleted", "image_pull", "startup_timeout", "container_config",
+                                    "preflight_tool_missing", "result_not_written", "unschedulable", "evicted",
+                                    "unknown"])
+def test_another_pods_infra_error_that_is_not_the_nodes_fault_keeps_a_tests_failures_on_that_node(reason):
+    """A pod deleted, an image not pulled, a pod never scheduled on its pinned node (or one eviction,
+    which takes two to name a node) says nothing of the node: t_b's own failures there stay in its
+    history, and its nights flipping quarantine it, as with no infra error at all."""
+    from pipelines.core.flaky import night_records
+
+    samples = _shared_node_nights(reason)
+    finals = [r.final for r in night_records(samples) if r.test_id == "tests/e2e/test_b.py"]
+    assert finals == ["failed", "passed"] * 5
+    assert replay(samples, RULES)["tests/e2e/test_b.py"].state == "quarantined"
+
+
+def test_a_node_fault_of_another_pod_still_drops_a_tests_failures_on_that_node():
+    """One unusable GPU names the node on its own, as the night's rules do: t_b's failures there are
+    the node's."""
+    from pipelines.core.flaky import night_records
+
+    samples = _shared_node_nights("gpu_unusable")
+    assert [r.final for r in night_records(samples) if r.test_id == "tests/e2e/test_b.py"] == ["passed"] * 5
+    assert replay(samples, RULES)["tests/e2e/test_b.py"].state == "healthy"
 
 
 def test_a_released_test_stays_released_after_a_night_that_failed():

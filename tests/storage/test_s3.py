@@ -454,6 +454,25 @@ def test_a_samples_env_round_trips_and_one_without_is_written_as_an_older_nightl
     assert decode("s3://b/k", body) == ([plain, injected], None)
 
 
+def test_an_infra_errors_reason_is_kept_in_s3_history_and_a_failure_keeps_none():
+    """Flaky history tells a node's fault from another pod's deleted or unpulled image by the
+    reason; a sample without one is written as an older nightly wrote it."""
+    from pipelines.core.history import sample_from_attempt
+    from pipelines.core.model import Attempt
+    from pipelines.storage.s3 import decode, encode
+    from tests.conftest import make_test
+
+    t = make_test()
+    at = "2026-12-01T00:00:00+00:00"
+    deleted = sample_from_attempt(Attempt(t.id, "infra_error", 1.0, at, node="h200-a", reason="deleted"), t, "r1")
+    failed = sample_from_attempt(Attempt(t.id, "failed", 1.0, at, attempt=2, node="h200-a", reason="exit 1"), t, "r1")
+    nameless = sample_from_attempt(Attempt(t.id, "infra_error", 1.0, at, attempt=3, node="h200-a"), t, "r1")
+    assert (deleted.reason, failed.reason, nameless.reason) == ("deleted", "", "unknown")
+    body = encode([deleted, failed, nameless])
+    assert b'"reason"' not in body.splitlines()[1]
+    assert decode("s3://b/k", body) == ([deleted, failed, nameless], None)
+
+
 def test_a_sample_without_an_outlier_mark_is_written_without_the_field_and_one_with_it_round_trips():
     """``outlier`` came after the first release: a plain sample must stay readable by a nightly from
     before it (a rollback, an old run pod during an upgrade), which rejects a field it does not know."""

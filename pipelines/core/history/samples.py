@@ -48,6 +48,8 @@ def sample_from_attempt(attempt: Attempt, test: Test, run_id: str, image: str = 
 
     A timed-out attempt is ``capped``: its elapsed is the timeout, not the test's duration.
     An ``interrupted`` attempt is kept as such (infra: calibration never uses it).
+    An infra error keeps its reason: flaky history tells a node's fault from a pod deleted or an image
+    not pulled by it.
     """
     return screen(Sample(
         test_id=attempt.test_id,
@@ -63,12 +65,14 @@ def sample_from_attempt(attempt: Attempt, test: Test, run_id: str, image: str = 
         source=attempt.details.get("log_uri") or attempt.log_path or f"run {run_id}",  # the stored copy first
         capped=attempt.outcome == "timed_out",
         env=env,
+        reason=(attempt.reason or "unknown") if attempt.outcome == "infra_error" else "",
     ), ceiling_s)
 
 
 def row_problem(values: Mapping[str, object]) -> tuple[str, str]:
     """(column, what is wrong) for the first stored value no Sample can hold, else ("", "")."""
-    for name in ("test_id", "hardware", "sha256", "started_at", "node", "image", "run_id", "source", "outlier", "env"):
+    for name in ("test_id", "hardware", "sha256", "started_at", "node", "image", "run_id", "source", "outlier", "env",
+                 "reason"):
         if name in values and not isinstance(values[name], str):
             return name, f"{values[name]!r} is not text"
     if values["outcome"] not in OUTCOMES:

@@ -27,12 +27,14 @@ from pipelines.core.model import Sample
 log = logging.getLogger(__name__)
 
 #: 2: ``interrupted`` outcome and the ``outlier`` reason (version 1 stores are upgraded in place).
-#: The ``env`` column came later without a new version: it is added in place on the first write, and
-#: an older nightly, which names its columns, reads and writes such a store as before.
+#: The ``env`` and ``reason`` columns came later without a new version: they are added in place on the
+#: first write, and an older nightly, which names its columns, reads and writes such a store as before.
 SCHEMA_VERSION = 2
 _COLUMNS = ("test_id", "hardware", "sha256", "outcome", "elapsed_s", "started_at", "node", "image",
-            "run_id", "attempt", "source", "capped", "outlier", "env")
-_V2_COLUMNS = _COLUMNS[:-1]  # a version 2 store not yet written by a nightly that keeps ``env``
+            "run_id", "attempt", "source", "capped", "outlier", "env", "reason")
+#: columns a version 2 store made by an older nightly may lack, in the order they came
+_LATER_COLUMNS = ("env", "reason")
+_V2_COLUMNS = _COLUMNS[:-len(_LATER_COLUMNS)]
 _V1_COLUMNS = _V2_COLUMNS[:-1]
 _TABLE = """
 CREATE TABLE IF NOT EXISTS {name} (
@@ -42,6 +44,7 @@ CREATE TABLE IF NOT EXISTS {name} (
   elapsed_s REAL NOT NULL CHECK (elapsed_s >= 0), started_at TEXT NOT NULL,
   node TEXT NOT NULL, image TEXT NOT NULL, run_id TEXT NOT NULL, attempt INTEGER NOT NULL,
   source TEXT NOT NULL, capped INTEGER NOT NULL, outlier TEXT NOT NULL DEFAULT '', env TEXT NOT NULL DEFAULT '',
+  reason TEXT NOT NULL DEFAULT '',
   UNIQUE (run_id, test_id, hardware, attempt, started_at)
 );
 """.replace("OUTCOMES_SQL", ", ".join(repr(o) for o in OUTCOMES))
@@ -167,8 +170,8 @@ class FileHistoryStore:
                 conn.execute("COMMIT")
             elif version == 1 and not read_only:
                 _upgrade_v1(conn)
-            elif version == SCHEMA_VERSION and not read_only and "env" not in _columns(conn):
-                _add_env(conn)
+            elif version == SCHEMA_VERSION and not read_only and not set(_LATER_COLUMNS) <= _columns(conn):
+                _add_later_columns(conn)
             elif version not in (1, SCHEMA_VERSION):
                 conn.close()
                 raise HistoryError(
@@ -258,9 +261,11 @@ class FileHistoryStore:
         conn = self._connect(read_only=True)
         try:
             version = conn.execute("PRAGMA user_version").fetchone()[0]
-            columns = _V1_COLUMNS if version != SCHEMA_VERSION else _COLUMNS if "env" in _columns(conn) else _V2_COLUMNS
+            have = _columns(conn)
+            columns = _V1_COLUMNS if version != SCHEMA_VERSION else \
+                _V2_COLUMNS + tuple(c for c in _LATER_COLUMNS if c in have)
             cur = conn.execute(f"SELECT seq, {', '.join(columns)} FROM samples ORDER BY seq")
-            return self._samples(cur.fetchall())
+            return self._samples(cur.fetchall(), columns)
         except sqlite3.Error as exc:
             raise self._fail(exc) from exc
         finally:
@@ -303,20 +308,20 @@ class FileHistoryStore:
             conn.close()
 
 
-    def _samples(self, rows: list[tuple]) -> list[Sample]:
+    def _samples(self, rows: list[tuple], columns: tuple[str, ...] = _COLUMNS) -> list[Sample]:
         """Rows as samples; a row that cannot be one (a hand edit, another tool) is skipped with a
         located warning, and an implausible duration is kept as an outlier, so one bad row never
         stops calibration, planning or ``history show``."""
         self.skipped = []
         out = []
         for seq, *values in rows:
-            field, what = row_problem(dict(zip(_COLUMNS, values, strict=False)))
+            field, what = row_problem(dict(zip(columns, values, strict=True)))
             if field:
                 self._warn(f"{self.path}: row {seq}: {field}: {what}; the row is skipped and the other rows are "
                            f"used. Delete it (sqlite3 {self.path} \"DELETE FROM samples WHERE seq={seq}\"), "
                            "or re-import its night")
                 continue
-            sample = _sample(values)
+            sample = _sample(values, columns)
             marked = screen(sample)
             if marked.outlier and not sample.outlier:
                 self._warn(f"{self.path}: row {seq}: elapsed_s: {marked.outlier.removeprefix('elapsed ')}; kept as an "
@@ -335,11 +340,11 @@ def _row(s: Sample) -> tuple:
     if not s.elapsed_s >= 0:
         raise ValueError(f"sample {s.test_id}: elapsed_s: {s.elapsed_s!r} must be a number >= 0")
     return (s.test_id, s.hardware, s.sha256, s.outcome, float(s.elapsed_s), s.started_at, s.node, s.image,
-            s.run_id, int(s.attempt), s.source, int(bool(s.capped)), s.outlier, s.env)
+            s.run_id, int(s.attempt), s.source, int(bool(s.capped)), s.outlier, s.env, s.reason)
 
 
-def _sample(r: tuple) -> Sample:
-    values = dict(zip(_COLUMNS, r, strict=False))
+def _sample(r: tuple, columns: tuple[str, ...] = _COLUMNS) -> Sample:
+    values = dict(zip(columns, r, strict=True))
     values["capped"] = bool(values["capped"])
     return Sample(**values)
 
@@ -378,12 +383,14 @@ def _columns(conn: sqlite3.Connection) -> set[str]:
     return {row[1] for row in conn.execute("PRAGMA table_info(samples)")}
 
 
-def _add_env(conn: sqlite3.Connection) -> None:
-    """A version 2 store gets the ``env`` column (empty in every existing row: no extra environment known)."""
+def _add_later_columns(conn: sqlite3.Connection) -> None:
+    """A version 2 store gets the ``env`` and ``reason`` columns it lacks (empty in every existing row:
+    no extra environment, no infra reason known)."""
     conn.execute("BEGIN IMMEDIATE")
     try:
-        if "env" not in _columns(conn):  # another process may have added it while this one waited
-            conn.execute("ALTER TABLE samples ADD COLUMN env TEXT NOT NULL DEFAULT ''")
+        for name in _LATER_COLUMNS:
+            if name not in _columns(conn):  # another process may have added it while this one waited
+                conn.execute(f"ALTER TABLE samples ADD COLUMN {name} TEXT NOT NULL DEFAULT ''")
         conn.execute("COMMIT")
     except sqlite3.Error:
         conn.execute("ROLLBACK")

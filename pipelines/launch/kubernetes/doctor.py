@@ -21,7 +21,6 @@ import io
 import json
 import re
 import uuid
-from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +31,7 @@ from pipelines.core.model import Test
 from pipelines.core.specs import DeploymentSpec, PoolSpec
 from pipelines.launch.base import LaunchRequest
 from pipelines.launch.kubernetes.launcher import KubernetesLauncher
-from pipelines.launch.kubernetes.nodes import gpus_of, read_nodes, ready
+from pipelines.launch.kubernetes.nodes import gpus_of, read_nodes, ready, untolerated
 from pipelines.launch.kubernetes.outcomes import MAIN_CONTAINER, image_id, terminated
 from pipelines.launch.kubernetes.podspec import build_pod
 from pipelines.launch.kubernetes.preflight import OK_PREFIX, preflight_container, preflight_verdict
@@ -95,17 +94,6 @@ def check_rbac(api: client.CoreV1Api, deployment: DeploymentSpec) -> list[Check]
     return checks
 
 
-def _tolerated(taint: dict[str, Any], tolerations: Iterable[dict[str, Any]]) -> bool:
-    for t in tolerations:
-        if t.get("effect") and t["effect"] != taint.get("effect"):
-            continue
-        if t.get("operator") == "Exists" and (not t.get("key") or t["key"] == taint.get("key")):
-            return True
-        if t.get("key") == taint.get("key") and str(t.get("value", "")) == str(taint.get("value", "")):
-            return True
-    return False
-
-
 def check_nodes(api: client.CoreV1Api, pool: PoolSpec) -> list[Check]:
     name = f"pool {pool.name}: nodes"
     selector = ",".join(f"{k}={v}" for k, v in sorted(pool.node_selector.items())) or "(none)"
@@ -136,11 +124,9 @@ def check_nodes(api: client.CoreV1Api, pool: PoolSpec) -> list[Check]:
         if millicores(alloc.get("cpu", "0")) < millicores(whole["cpu"]) or bytes_of(alloc.get("memory", "0")) < bytes_of(whole["memory"]):
             problems.append((f"allocatable cpu {alloc.get('cpu')} / memory {alloc.get('memory')} < a whole-node pod's "
                              f"{whole['cpu']} / {whole['memory']}", "lower cpu_per_gpu / memory_per_gpu in assets/cluster.yaml"))
-        taints = [t for t in (node.get("spec") or {}).get("taints") or [] if t.get("effect") in ("NoSchedule", "NoExecute")]
-        for t in taints:
-            if not _tolerated(t, pool.tolerations):
-                problems.append((f"taint {t.get('key')}={t.get('value', '')}:{t.get('effect')} not tolerated",
-                                 f"add a toleration for {t.get('key')} to pools.{pool.name}.tolerations"))
+        for t in untolerated(node, pool.tolerations):  # the launcher never pins a pod there (nodes.usable)
+            problems.append((f"taint {t.get('key')}={t.get('value', '')}:{t.get('effect')} not tolerated",
+                             f"add a toleration for {t.get('key')} to pools.{pool.name}.tolerations"))
         if not ready(node) or (node.get("spec") or {}).get("unschedulable"):
             problems.append(("not Ready or cordoned", f"kubectl describe node {n}; uncordon it once fixed"))
         usable += not problems

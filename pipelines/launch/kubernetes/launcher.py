@@ -47,6 +47,7 @@ from pipelines.launch.kubernetes.ownership import launched_by
 from pipelines.launch.kubernetes.podspec import ATTEMPT_UID, build_pod
 from pipelines.launch.kubernetes.resources import pinned_image
 from pipelines.launch.kubernetes.retries import CONNECTION_ERRORS, api_message, delay_for, with_retries
+from pipelines.launch.logcap import DEFAULT_LOG_CAP_BYTES, CappedText
 
 log = logging.getLogger(__name__)
 
@@ -117,6 +118,7 @@ class KubernetesLauncher:
         pin_nodes: bool = True,
         backoff_s: float = 0.5,
         api_attempts: int = 6,
+        log_cap_bytes: int = DEFAULT_LOG_CAP_BYTES,
     ):
         self.api = core_v1_api
         self.deployment = deployment
@@ -129,6 +131,7 @@ class KubernetesLauncher:
         self.tick_s = tick_s
         self.watch_timeout_s = watch_timeout_s
         self.log_join_s = log_join_s
+        self.log_cap_bytes = log_cap_bytes
         self.workdir = workdir
         self.cache_paths = dict(cache_paths or {})
         self.env = dict(env) if env is not None else None
@@ -218,7 +221,9 @@ class KubernetesLauncher:
         digest = pinned_image(pool, self.image_digests.get(pool.name, ""))[1]
         request.log_path.parent.mkdir(parents=True, exist_ok=True)
         started_at = datetime.now(UTC).isoformat(timespec="seconds")
-        with open(request.log_path, "w", encoding="utf-8") as log:
+        # capped as a local test's log is (head and tail kept, the cut said), so is the copy the night stores
+        log = CappedText(open(request.log_path, "wb"), self.log_cap_bytes)  # noqa: SIM115 - closed below
+        try:
             image = body["spec"]["containers"][0]["image"]
             log.write(f"# nightly: {request.test.id} attempt {request.attempt} pod {self.namespace}/"
                       f"{body['metadata']['name']} pool {pool.name} gpus={request.test.gpus} timeout={request.timeout_s}s "
@@ -229,14 +234,19 @@ class KubernetesLauncher:
                 run = PodRun(body["metadata"]["name"], Verdict("interrupted", "cancelled", False, ""), None,
                              "the night was interrupted before this pod was created", 0.0)
             else:
-                run = self.run_pod(body, log, on_log, timeout_s=request.timeout_s, whole_log=True)
+                run = self.run_pod(body, log, on_log, timeout_s=request.timeout_s, whole_log=True)  # type: ignore[arg-type]
+        finally:
+            log.close()
         pinned = self.pins.real(pool, request.node) if self.pins else ""
         gated = "SchedulingGated" in run.message  # Kueue's quota: no other node helps
         if run.verdict.reason == "unschedulable" and pinned and pinned not in request.avoid_nodes and not gated:
             # the plan's node is cordoned, gone or full of someone else's pods: another node can help
             run = dataclasses.replace(run, verdict=Verdict("infra_error", "unschedulable", True, pinned),
                                       message=f"{run.message} (pinned to {pinned})")
-        return self._attempt(request, run, started_at, digest)
+        attempt = self._attempt(request, run, started_at, digest)
+        if log.dropped:
+            attempt.details["log_cut_bytes"] = str(log.dropped)
+        return attempt
 
     def run_pod(self, body: dict[str, Any], log: TextIO, on_log: LogSink | None = None,
                 container: str = MAIN_CONTAINER, timeout_s: float | None = None, whole_log: bool = False) -> PodRun:

@@ -26,6 +26,7 @@ from kubernetes.client.rest import ApiException
 
 from pipelines.launch.base import LogSink
 from pipelines.launch.kubernetes.outcomes import MAIN_CONTAINER, Verdict
+from pipelines.launch.logcap import over_head_note
 
 #: Hugging Face tokens printed by a careless test are masked before any log is written.
 _TOKEN = re.compile(r"hf_[A-Za-z0-9]{20,}")
@@ -84,6 +85,7 @@ class LogFollower:
         #: why the last stream ended ("" while one is open, or after one that ended by itself)
         self.dropped = ""
         self._hurry = threading.Event()
+        self._said_capped = False
 
     def start(self, api: client.CoreV1Api, name: str, namespace: str, container: str = MAIN_CONTAINER) -> None:
         if self.thread is None:
@@ -200,8 +202,14 @@ class LogFollower:
             self.count += 1
             if stamp is not None:
                 self.mark = (stamp, self.mark[1] + 1 if self.mark and self.mark[0] == stamp else 1)
+            # a capped log (logcap.CappedText) past its head: the UI gets one line saying so, as locally
+            streaming = getattr(self.log, "streaming", True)
+            said, self._said_capped = self._said_capped, self._said_capped or not streaming
         if self.on_log:
-            self.on_log(line)
+            if streaming:
+                self.on_log(line)
+            elif not said:
+                self.on_log(over_head_note(self.log.cap))
 
     def join(self, timeout_s: float) -> None:
         """Wait up to ``timeout_s`` for the stream to end; one still open then leaves the log unfinished

@@ -2,9 +2,11 @@
 
 Pinning: the planner packs tests per node; if the scheduler spread them instead, the pool would
 fragment and an 8-GPU test would wait for a whole free node until the unschedulable limit. So
-the nodes matching the pool's ``node_selector`` that are Ready, schedulable and offer
-``gpus_per_node`` allocatable GPUs are listed (sorted by name) and virtual node *i* becomes the
-*i*-th of them (a required node affinity on the node's name, ``metadata.name``). Listing needs
+the nodes matching the pool's ``node_selector`` that are Ready, schedulable, offer
+``gpus_per_node`` allocatable GPUs and carry no NoSchedule/NoExecute taint the pool's tolerations
+leave untolerated (disk pressure, an admin's maintenance taint: a pod pinned there would stay
+Pending until the unschedulable limit) are listed (sorted by name) and virtual node *i* becomes
+the *i*-th of them (a required node affinity on the node's name, ``metadata.name``). Listing needs
 ``get/list`` on nodes (``k8s/components/node-reader``); without it pods are simply not pinned.
 
 Cordoning is a patch of ``spec.unschedulable`` on the Node; it needs the ClusterRole in
@@ -53,14 +55,47 @@ def gpus_of(node: dict[str, Any]) -> int:
         return 0
 
 
-def usable(node: dict[str, Any], gpus: int) -> bool:
-    return ready(node) and not (node.get("spec") or {}).get("unschedulable") and gpus_of(node) >= gpus
+def tolerated(taint: dict[str, Any], tolerations: Iterable[dict[str, Any]]) -> bool:
+    """Whether one of ``tolerations`` tolerates ``taint``, by the scheduler's rules: the effect is
+    the taint's or empty (every effect); ``Exists`` matches the key (an empty key: every taint),
+    ``Equal`` (or no operator) the key and the value."""
+    for t in tolerations:
+        if t.get("effect") and t["effect"] != taint.get("effect"):
+            continue
+        if t.get("operator") == "Exists":
+            if not t.get("key") or t["key"] == taint.get("key"):
+                return True
+        elif t.get("key") == taint.get("key") and str(t.get("value") or "") == str(taint.get("value") or ""):
+            return True
+    return False
 
 
-def pool_nodes(api: client.CoreV1Api, pool: PoolSpec, **retry: Any) -> list[str]:
-    """Names of the pool's usable nodes, sorted (virtual node i -> the i-th)."""
-    return sorted(n["metadata"]["name"] for n in read_nodes(api, pool.node_selector, **retry)
-                  if usable(n, pool.gpus_per_node))
+def untolerated(node: dict[str, Any], tolerations: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The node's taints that keep a pod with ``tolerations`` off it (NoSchedule, NoExecute) and are not tolerated."""
+    tolerations = list(tolerations)
+    return [t for t in (node.get("spec") or {}).get("taints") or ()
+            if t.get("effect") in ("NoSchedule", "NoExecute") and not tolerated(t, tolerations)]
+
+
+def usable(node: dict[str, Any], gpus: int, tolerations: Iterable[dict[str, Any]] = ()) -> bool:
+    return ready(node) and not (node.get("spec") or {}).get("unschedulable") and gpus_of(node) >= gpus and \
+        not untolerated(node, tolerations)
+
+
+def pool_nodes(api: client.CoreV1Api, pool: PoolSpec, notes: list[str] | None = None, **retry: Any) -> list[str]:
+    """Names of the pool's usable nodes, sorted (virtual node i -> the i-th). ``notes`` gets a line
+    for each node left out only for a taint the pool does not tolerate: nothing else says why it sits idle."""
+    names = []
+    for n in read_nodes(api, pool.node_selector, **retry):
+        if usable(n, pool.gpus_per_node, pool.tolerations):
+            names.append(n["metadata"]["name"])
+        elif notes is not None and usable(n, pool.gpus_per_node, [{"operator": "Exists"}]):
+            taints = ", ".join(f"{t.get('key')}={t.get('value') or ''}:{t.get('effect')}"
+                               for t in untolerated(n, pool.tolerations))
+            notes.append(f"pool {pool.name}: node {n['metadata']['name']} not used: taint {taints} not tolerated; "
+                         f"remove the taint (kubectl taint nodes {n['metadata']['name']} KEY-) or tolerate it in "
+                         f"pools.{pool.name}.tolerations of the deployment")
+    return sorted(names)
 
 
 def _not_listed(pool: PoolSpec, exc: Exception) -> str:
@@ -88,7 +123,11 @@ class NodePins:
         with self.lock:
             if pool.name not in self.nodes:
                 try:
-                    self.nodes[pool.name] = pool_nodes(self.api, pool, **self.retry)
+                    left_out: list[str] = []
+                    self.nodes[pool.name] = pool_nodes(self.api, pool, left_out, **self.retry)
+                    for note in left_out:
+                        self.notes.append(note)
+                        log.warning(note)
                 except (ApiException, *CONNECTION_ERRORS) as exc:
                     self.notes.append(_not_listed(pool, exc))
                     log.warning(self.notes[-1])

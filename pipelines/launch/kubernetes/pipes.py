@@ -44,6 +44,7 @@ from pipelines.launch.kubernetes.ownership import launched_by
 from pipelines.launch.kubernetes.podspec import LABEL_PREFIX, build_pod
 from pipelines.launch.kubernetes.resources import pinned_image
 from pipelines.launch.kubernetes.retries import CONNECTION_ERRORS, with_retries
+from pipelines.launch.logcap import CappedText
 
 logger = logging.getLogger(__name__)
 
@@ -161,7 +162,8 @@ def run_test_pod(context: Any, request: LaunchRequest, pool: PoolSpec, deploymen
     enforced: Verdict | None = None
     ran_s: float | None = None
     request.log_path.parent.mkdir(parents=True, exist_ok=True)
-    with open(request.log_path, "w", encoding="utf-8") as log:
+    # capped as every test log is (logcap): head and tail kept, the cut said
+    with contextlib.closing(CappedText(open(request.log_path, "wb"))) as log:  # noqa: SIM115 - closed by closing()
         log.write(f"# nightly: {request.test.id} attempt {request.attempt} through dagster-k8s Pipes, pool {pool.name} "
                   f"gpus={request.test.gpus} timeout={request.timeout_s}s image={body['spec']['containers'][0]['image']}\n")
         follower = LogFollower(log, None)
@@ -219,6 +221,8 @@ def run_test_pod(context: Any, request: LaunchRequest, pool: PoolSpec, deploymen
         details["dagster_k8s"] = redact(error[:500])
     if follower.unfinished:
         details["log_unfinished"] = "true"
+    if log.dropped:
+        details["log_cut_bytes"] = str(log.dropped)
     attempt = Attempt(
         test_id=request.test.id, outcome=verdict.outcome,  # type: ignore[arg-type]
         elapsed_s=round(max(0.0, elapsed), 3), started_at=str(((last or {}).get("status") or {}).get("startTime") or ""),

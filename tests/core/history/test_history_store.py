@@ -197,7 +197,8 @@ def test_a_store_from_before_the_env_column_reads_and_takes_samples_with_an_env(
 
     path = tmp_path / "h.sqlite"
     with sqlite3.connect(path) as conn:  # a version 2 store as an older nightly made it: no env column
-        conn.execute(_TABLE.format(name="samples").replace(", env TEXT NOT NULL DEFAULT ''", ""))
+        conn.execute(_TABLE.format(name="samples").replace(", env TEXT NOT NULL DEFAULT '',\n  reason TEXT NOT NULL "
+                                                            "DEFAULT ''", ""))
         conn.execute("INSERT INTO samples (test_id, hardware, sha256, outcome, elapsed_s, started_at, node, image,"
                      " run_id, attempt, source, capped, outlier) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
                      ("tests/e2e/test_1.py", "h200", "a" * 64, "passed", 101.0, "2026-12-01T00:01:00+00:00",
@@ -213,6 +214,27 @@ def test_a_store_from_before_the_env_column_reads_and_takes_samples_with_an_env(
                      ("tests/e2e/test_3.py", "h200", "a" * 64, "passed", 103.0, "2026-12-01T00:03:00+00:00",
                       "", "", "r1", 1, "", 0, ""))
     assert store.read()[-1] == sample(3)
+
+
+def test_a_store_from_before_the_reason_column_reads_and_keeps_an_infra_errors_reason(tmp_path):
+    import sqlite3
+
+    from pipelines.core.history.store import _TABLE
+
+    path = tmp_path / "h.sqlite"
+    with sqlite3.connect(path) as conn:  # a version 2 store as an older nightly made it: env, no reason
+        conn.execute(_TABLE.format(name="samples").replace(",\n  reason TEXT NOT NULL DEFAULT ''", ""))
+        conn.execute("INSERT INTO samples (test_id, hardware, sha256, outcome, elapsed_s, started_at, node, image,"
+                     " run_id, attempt, source, capped, outlier, env) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                     ("tests/e2e/test_1.py", "h200", "a" * 64, "passed", 101.0, "2026-12-01T00:01:00+00:00",
+                      "", "", "r1", 1, "", 0, "", ""))
+        conn.execute("PRAGMA user_version=2")
+        assert "reason" not in {row[1] for row in conn.execute("PRAGMA table_info(samples)")}
+    store = FileHistoryStore(path)
+    assert store.read() == [sample(1)]  # reading changes nothing
+    evicted = sample(2, outcome="infra_error", node="h200-a", reason="evicted")
+    store.append([evicted])
+    assert store.read() == [sample(1), evicted]
 
 
 def test_implausible_durations_are_kept_as_outliers_with_their_reason(tmp_path):

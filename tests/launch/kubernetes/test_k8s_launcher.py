@@ -22,8 +22,11 @@ from tests.conftest import make_test
 from tests.launch.kubernetes import pods
 from tests.launch.kubernetes.apiserver import StandInApiServer, Step
 
+#: tolerating the GPU operator's taint, as assets/cluster.yaml does: the launcher pins pods only to nodes whose taints
+#: the pool tolerates
 POOL = PoolSpec(name="h200", nodes=4, gpus_per_node=8, image="ghcr.io/example/rl:nightly",
-                node_selector={"nvidia.com/gpu.product": "NVIDIA-H200"}, queue="h200-nightly")
+                node_selector={"nvidia.com/gpu.product": "NVIDIA-H200"}, queue="h200-nightly",
+                tolerations=({"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},))
 DEPLOYMENT = DeploymentSpec(name="production", launcher="kubernetes", pools=(POOL,), namespace="nightly-e2e",
                             cache_pvc="nightly-model-cache", hf_token_secret="hf-token", max_infra_retries=2,
                             unschedulable_wait_s=1800)
@@ -56,6 +59,32 @@ def run(tmp_path, script, **kw):
         lines: list[str] = []
         final = launch.launch(request(tmp_path), lines.append)
     return final, seen, server, lines
+
+
+def test_a_flood_of_pod_output_is_capped_to_head_and_tail_as_a_local_tests_is(tmp_path):
+    """A pod printing 5 MB against a 256 KB cap: the attempt log (and so the copy the night stores)
+    keeps the head and the tail with the cut said between, a configuration failure printed in the cut
+    middle still fails the test, and the UI's stream stops at the head with one line saying so."""
+    from pipelines.launch.base import judge_reported_configs
+
+    flood = [f"line {i:06d} " + "x" * 100 for i in range(40_000)]
+    flood[20_000] = "[minirl] config fsdp-tp1: failed"
+
+    def script(pod, node):
+        return [Step(mutate=pods.scheduled(node)), Step(mutate=pods.running(), logs=("FIRST LINE", *flood)),
+                Step(mutate=pods.terminated("Succeeded", 0, "Completed"), logs=("LAST LINE",))]
+
+    cap = 256 * 1024
+    final, _, _, lines = run(tmp_path, script, log_cap_bytes=cap, log_join_s=60)
+    text = Path(final.log_path).read_text()
+    assert final.outcome == "passed"
+    assert Path(final.log_path).stat().st_size < cap + 1024
+    assert text.startswith("# nightly: tests/e2e/test_grpo.py attempt 1 pod ") and "FIRST LINE" in text
+    assert "LAST LINE\n# nightly: verdict passed" in text
+    assert "# nightly: output cut here:" in text and int(final.details["log_cut_bytes"]) > 4_000_000
+    assert "[minirl] config fsdp-tp1: failed" in text
+    assert judge_reported_configs(final).outcome == "failed"
+    assert len(lines) < 3000 and lines[-1] == f"# nightly: output over {cap // 2} bytes; the rest is in the log file (capped)"
 
 
 def test_a_passing_pod_is_passed_with_its_node_logs_and_cleanup(tmp_path):

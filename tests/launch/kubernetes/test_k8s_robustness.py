@@ -265,9 +265,9 @@ def test_a_pod_deleted_by_an_interrupt_while_its_image_pulls_is_interrupted_not_
 
 
 def test_a_pod_deleted_by_an_interrupt_never_makes_its_node_bad_in_the_flaky_replay(tmp_path):
-    """History keeps no infra reason, so the flaky replay takes any infra error on a node as the node's:
-    a pod cancel_all deleted must reach history as ``interrupted``, or every node of an interrupted
-    night would excuse the failures there. Test B fails on h200-a the night test A's pod is deleted
+    """A pod cancel_all deleted must reach history as ``interrupted``, not an infra error: history
+    from before infra reasons were kept takes any infra error on a node as the node's, and would
+    excuse the failures there. Test B fails on h200-a the night test A's pod is deleted
     there by the interrupt: B's failure is B's own (a flip), not the node's."""
     from pipelines.core.flaky import replay
     from pipelines.core.history import sample_from_attempt
@@ -371,6 +371,47 @@ def test_the_plans_virtual_nodes_are_pinned_to_usable_nodes_of_the_pool(tmp_path
     terms = server.created[0]["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
     assert terms["nodeSelectorTerms"][0]["matchFields"] == [
         {"key": "metadata.name", "operator": "In", "values": ["h200-c"]}]
+
+
+def test_a_node_with_a_taint_the_pool_does_not_tolerate_is_never_pinned_and_the_night_says_why(tmp_path):
+    """The kubelet's disk-pressure taint (NoSchedule) and an admin's maintenance taint (NoExecute) keep
+    the pool's pods off h200-a and h200-b: a pod pinned there would be Pending until the unschedulable
+    limit. A PreferNoSchedule taint keeps none off. (The stand-in's scheduler ignores taints: the pin is
+    what is checked.)"""
+    nodes = [gpu_node(n) for n in ("h200-a", "h200-b", "h200-c", "h200-d")]
+    nodes[0]["spec"]["taints"].append({"key": "node.kubernetes.io/disk-pressure", "effect": "NoSchedule"})
+    nodes[1]["spec"]["taints"].append({"key": "example.com/maintenance", "value": "fabric", "effect": "NoExecute"})
+    nodes[2]["spec"]["taints"].append({"key": "example.com/busy", "effect": "PreferNoSchedule"})
+    with StandInApiServer(script=lambda pod, node: pods.passes(node), node_objects=nodes) as server:
+        run, _ = launcher(server)
+        final = run.launch(request(tmp_path), lambda line: None)
+        later = run.launch(dataclasses.replace(request(tmp_path), node=1, attempt=2), lambda line: None)
+    assert (final.outcome, final.node, later.node) == ("passed", "h200-c", "h200-d")
+    terms = server.created[0]["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert terms["nodeSelectorTerms"][0]["matchFields"][0]["values"] == ["h200-c"]
+    assert run.notes == [
+        "pool h200: node h200-a not used: taint node.kubernetes.io/disk-pressure=:NoSchedule not tolerated; remove the "
+        "taint (kubectl taint nodes h200-a KEY-) or tolerate it in pools.h200.tolerations of the deployment",
+        "pool h200: node h200-b not used: taint example.com/maintenance=fabric:NoExecute not tolerated; remove the "
+        "taint (kubectl taint nodes h200-b KEY-) or tolerate it in pools.h200.tolerations of the deployment",
+        "pool h200: 2 usable node(s), the plan has 4; the rest run unpinned"]
+
+
+@pytest.mark.parametrize(("toleration", "taint", "expected"), [
+    ({"operator": "Exists"}, {"key": "any", "value": "v", "effect": "NoExecute"}, True),  # empty key: every taint
+    ({"operator": "Exists", "effect": "NoSchedule"}, {"key": "any", "effect": "NoExecute"}, False),
+    ({"key": "k", "operator": "Exists"}, {"key": "k", "value": "v", "effect": "NoSchedule"}, True),
+    ({"key": "k", "operator": "Exists"}, {"key": "other", "effect": "NoSchedule"}, False),
+    ({"key": "k", "operator": "Equal", "value": "v"}, {"key": "k", "value": "v", "effect": "NoSchedule"}, True),
+    ({"key": "k", "value": "v"}, {"key": "k", "value": "w", "effect": "NoSchedule"}, False),  # no operator: Equal
+    ({"key": "k", "operator": "Equal"}, {"key": "k", "effect": "NoSchedule"}, True),  # both values empty
+    ({"key": "k", "operator": "Equal", "value": "v", "effect": "NoSchedule"}, {"key": "k", "value": "v",
+                                                                                 "effect": "NoExecute"}, False),
+])
+def test_tolerations_match_taints_by_the_schedulers_rules(toleration, taint, expected):
+    from pipelines.launch.kubernetes.nodes import tolerated
+
+    assert tolerated(taint, [toleration]) is expected
 
 
 def eks_nodes(*hosts: str) -> list[dict]:
