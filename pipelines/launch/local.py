@@ -11,7 +11,7 @@ What makes a local outcome trustworthy:
   folder: nights with different homes share the host's GPUs);
 - a running record in ``<state>/running/`` lets a later night reap what a killed night left
   behind (see :mod:`orphans`); ``interrupt()`` ends every running attempt as ``interrupted``, and
-  one that the signal stopping the night killed first too (a test dead of a stop signal waits
+  one that the signal stopping the night ended first too (a test that ended not passing waits
   :data:`SIGNAL_SETTLE_S` for it; see :meth:`LocalLauncher._stopped_with_the_night`);
 - output goes through a capped writer (head and tail kept, the cut noted); a process that escaped
   the marker and the group but still writes to the test's output is killed at the end too, and an
@@ -64,7 +64,7 @@ KILL_GRACE_S = 5.0
 PUMP_JOIN_S = 10.0
 #: the wrapper kills its own group this long after the timeout if the night never did
 WRAPPER_BACKSTOP_S = 60
-#: a test killed by a signal this launcher did not send waits this long for the night's own stop to show (``interrupt()``):
+#: a test that ended by itself, not passing, waits this long for the night's own stop to show (``interrupt()``):
 #: one signal to every process (systemctl stop, kill -TERM -1) may reach the test first, and the night acts on
 #: it only after its current wait for a finished test (up to half a second) or Dagster's storing of an event
 SIGNAL_SETTLE_S = 3.0
@@ -74,8 +74,6 @@ SIGNAL_WINDOW_S = 1.0
 #: a stop sends SIGTERM (or SIGINT, SIGHUP) first: a test dead of SIGKILL (or a runner's exit 137 for it) was
 #: killed by the kernel's OOM killer or someone's kill -9, whatever stopped the night around then
 KILLED = frozenset({-signal.SIGKILL, 128 + signal.SIGKILL})
-#: the signals that stop a night or a whole service: a test that dies of one may have died of the night's stop
-STOP_SIGNALS = frozenset({signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT})
 
 
 class _PoolShape(Protocol):
@@ -406,12 +404,15 @@ class LocalLauncher:
         """Whether a test that ended by itself (at ``ended_at``) ended of the signal that stops its night:
         one signal to every process of the night (systemctl stop, a container's kill, kill -TERM -1) may end
         the test before the night acts on its own copy, and it is then ``interrupted``, as every other test
-        the stop kills, not ``failed``. That is so when the test died of a stop signal
-        (:func:`died_of_a_stop_signal`), not SIGKILL (:data:`KILLED`), and the night is stopped, now or
-        within :attr:`signal_settle_s`, by a signal that arrived no later than :data:`SIGNAL_WINDOW_S` after
-        the test ended. Otherwise (an OOM kill, a night stopped by an error or a signal that came later) it
-        is judged as it ended, up to :attr:`signal_settle_s` later."""
-        if proc.returncode in KILLED or not died_of_a_stop_signal(proc.returncode, _read_result(result_path)):
+        the stop kills, not ``failed``. That is so when the test did not pass, did not die of SIGKILL
+        (:data:`KILLED`), and the night is stopped, now or within :attr:`signal_settle_s`, by a signal that
+        arrived no later than :data:`SIGNAL_WINDOW_S` after the test ended. Any such ending counts: killed
+        by the signal, a handler's exception (torchrun's SignalException, exit 1), ``sys.exit(signum)``, a
+        cleanup's exit. Otherwise (a failure, an OOM kill, a night stopped by an error or a signal that came
+        later) it is judged as it ended, up to :attr:`signal_settle_s` later."""
+        result = _read_result(result_path)
+        passed = proc.returncode == 0 and _wrapper_finished(result, proc, token) and result.get("ok") is True
+        if passed or proc.returncode in KILLED:
             return False
         if not self._stop.wait(self.signal_settle_s):
             return False
@@ -469,16 +470,6 @@ class LocalLauncher:
                        started_at=started_at, attempt=request.attempt, node=node, gpu_slots=slots,
                        exit_code=proc.returncode, reason=reason, log_path=str(request.log_path),
                        timeout_s=request.timeout_s, details=details)
-
-
-def died_of_a_stop_signal(returncode: int | None, result: dict) -> bool:
-    """Whether the wrapper's exit says a :data:`STOP_SIGNALS` signal ended the test: killed by it (-N), a
-    shell's or a runner's 128+N for it, or the wrapper's record of the KeyboardInterrupt SIGINT raised."""
-    if returncode is None:
-        return False
-    if -returncode in STOP_SIGNALS or returncode - 128 in STOP_SIGNALS:
-        return True
-    return str(result.get("error", "")).startswith("KeyboardInterrupt")
 
 
 def _wrapper_finished(result: dict, proc: subprocess.Popen, token: str) -> bool:

@@ -233,7 +233,8 @@ def test_interrupt_kills_a_running_test_and_records_it_as_interrupted(tmp_path):
     assert launcher.launch(_request(repo, tmp_path)).outcome == "interrupted"  # nothing new starts
 
 
-#: how a test ends of the signal that stops its night too: killed by it, a runner's 128+N, SIGINT's KeyboardInterrupt
+#: how a test ends of the signal that stops its night too: killed by it, a runner's 128+N, SIGINT's
+#: KeyboardInterrupt, a handler of its own (torch elastic's SignalException: exit 1; ``sys.exit(signum)``: exit 15)
 STOP_DEATHS = {"sigterm": "os.kill(os.getpid(), signal.SIGTERM)", "exit 143": "os._exit(143)",
                "sigint": "os.kill(os.getpid(), signal.SIGINT); time.sleep(600)",
                "handler raises": "signal.signal(signal.SIGTERM, _raise); os.kill(os.getpid(), signal.SIGTERM); time.sleep(600)",
@@ -268,11 +269,11 @@ def _launch_until_dead(tmp_path: Path, how: str, **kw):
     return launcher, t, out
 
 
-@pytest.mark.parametrize("how", ["sigterm", "exit 143", "sigint"])
+@pytest.mark.parametrize("how", ["sigterm", "exit 143", "sigint", "handler raises", "handler exits 15"])
 def test_a_test_ended_by_the_signal_that_stops_its_night_is_interrupted_not_failed(tmp_path, how):
     """One signal to every process (systemctl stop, kill -TERM -1) may end the test before the night
     acts on it: the night's interrupt() coming after the test ended, for a signal that arrived as it
-    ended, still makes the attempt interrupted."""
+    ended, still makes the attempt interrupted, however the test ended of it."""
     launcher, t, out = _launch_until_dead(tmp_path, how, signal_settle_s=60)  # the limit only stops a hang
     launcher.interrupt(signum=signal.SIGTERM, at=time.monotonic())  # the night's own handler, a moment later
     t.join(timeout=120)
