@@ -31,7 +31,7 @@ from pipelines.core.health import detect_bad_nodes
 from pipelines.core.model import Attempt, Plan, Requirement, Test
 from pipelines.core.plan.accuracy import night_record, record_to_json
 from pipelines.core.runset import RunSelection, RunSet
-from pipelines.interrupts import deliver, held_signals
+from pipelines.interrupts import deliver, held_signals, signals_noted
 from pipelines.launch.base import Launcher
 from pipelines.launch.dispatch import DispatchResult
 from pipelines.night import UNSAVED, Night, ResultsNotStored, SamplesNotStored
@@ -426,53 +426,78 @@ def _dispatch(night: Night, plan: Plan, tests: list[Test], launcher: Launcher, s
     unsent: list[list] = []
     every_s = progress_every_s(say)
     said = time.monotonic()  # the last line said here: one per finished test, else a still-running one
-    try:
-        while worker.is_alive() or not finished.empty():
-            # a test taken off the queue is in hand before a signal acts; none starts once one came (the
-            # signal that stops the night may also end a running test, whose GPUs would start the next)
-            with held_signals(stopping=False, on_hold=stop.set) as held:
-                try:
-                    unsent.append([*report(finished.get(timeout=min(0.5, every_s))), 0])
-                except queue.Empty:
-                    pass
-            deliver(held)
-            if not unsent:
-                with running_lock:
-                    now_running = dict(running)
-                if now_running and time.monotonic() - said >= every_s:  # none: the dispatch is ending
-                    say(still_running(now_running, time.monotonic()))
-                    said = time.monotonic()
-                continue
-            tell(unsent[0])
-            try:
-                yield unsent[0][0]
-            except BaseException:
-                unsent.clear()  # whatever came in at the yield: the event was handed on
-                raise
-            unsent.clear()
-            said = time.monotonic()
-    except BaseException as exc:  # interrupted (SIGINT/SIGTERM, a terminated run): stop, kill, keep what ran
-        with held_signals():  # a second Ctrl-C must not cut this short: the night's result would be lost
-            stop.set()
-            interrupt = getattr(launcher, "interrupt", None) or getattr(launcher, "cancel_all", None)
-            if interrupt is not None:
-                interrupt()  # local: kill the process trees; Kubernetes: delete the pods
-            worker.join()
-        if not isinstance(exc, GeneratorExit):  # still iterated: the killed attempts are reported like any other
-            while unsent or not finished.empty():
-                with held_signals():
-                    item = unsent.pop(0) if unsent else [*report(finished.get()), 0]
-                    tell(item)
-                try:
-                    yield item[0]
-                except GeneratorExit:
-                    raise
-                except BaseException:  # noqa: BLE001 - another signal (in Dagster's frame): the rest still reported
+    # the first signal held anywhere while the night dispatches, (signum, time.monotonic() as it came): the
+    # launcher relabels the test the same signal killed first (systemctl stop); none starts once it came
+    stopped_by: list[tuple[int, float]] = []
+
+    def signalled(signum: int, at: float) -> None:  # in the signal handler, as the signal is held
+        if not stopped_by:
+            stopped_by.append((signum, at))
+        stop.set()
+
+    with signals_noted(signalled):
+        try:
+            while worker.is_alive() or not finished.empty():
+                # a test taken off the queue is in hand before a signal acts; none starts once one came (the
+                # signal that stops the night may also end a running test, whose GPUs would start the next):
+                # ``signalled`` sets ``stop`` as the signal is held, here or in the Dagster asset's own block
+                with held_signals(stopping=False) as held:
+                    try:
+                        unsent.append([*report(finished.get(timeout=min(0.5, every_s))), 0])
+                    except queue.Empty:
+                        pass
+                deliver(held)
+                if not unsent:
+                    with running_lock:
+                        now_running = dict(running)
+                    if now_running and time.monotonic() - said >= every_s:  # none: the dispatch is ending
+                        say(still_running(now_running, time.monotonic()))
+                        said = time.monotonic()
                     continue
-        raise
+                tell(unsent[0])
+                try:
+                    yield unsent[0][0]
+                except BaseException:
+                    unsent.clear()  # whatever came in at the yield: the event was handed on
+                    raise
+                unsent.clear()
+                said = time.monotonic()
+        except BaseException as exc:  # interrupted (SIGINT/SIGTERM, a terminated run): stop, kill, keep what ran
+            with held_signals():  # a second Ctrl-C must not cut this short: the night's result would be lost
+                stop.set()
+                if (interrupt := getattr(launcher, "interrupt", None)) is not None:  # local: kill the process trees
+                    signum, at = _stopping_signal(exc, stopped_by)
+                    interrupt(signum=signum, at=at)
+                elif (cancel := getattr(launcher, "cancel_all", None)) is not None:  # Kubernetes: delete the pods
+                    cancel()
+                worker.join()
+            if not isinstance(exc, GeneratorExit):  # still iterated: the killed attempts are reported like any other
+                while unsent or not finished.empty():
+                    with held_signals():
+                        item = unsent.pop(0) if unsent else [*report(finished.get()), 0]
+                        tell(item)
+                    try:
+                        yield item[0]
+                    except GeneratorExit:
+                        raise
+                    except BaseException:  # noqa: BLE001 - another signal (in Dagster's frame): the rest still reported
+                        continue
+            raise
     worker.join()
     if "error" in outcome:
         raise outcome["error"]
+
+
+def _stopping_signal(exc: BaseException, held: list[tuple[int, float]]) -> tuple[int, float | None]:
+    """(signum, when it came) of the signal that stopped the night, as the local launcher's ``interrupt()``
+    takes them: the first one held (:func:`held_signals`), else a KeyboardInterrupt or Dagster's interruption
+    raised where none held it (which signal is not known: 0; when: now, which is no earlier than it came, so
+    this only ever relabels fewer tests); else (0, None): an error stopped the night, not a signal."""
+    if held:
+        return held[0]
+    if isinstance(exc, KeyboardInterrupt) or type(exc).__name__ in INTERRUPTIONS:
+        return 0, time.monotonic()
+    return 0, None
 
 
 def night_summary(night: Night, runset: RunSet, selection: RunSelection, plan: Plan, result: DispatchResult,

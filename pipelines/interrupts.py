@@ -24,6 +24,7 @@ import os
 import signal
 import socket
 import threading
+import time
 from collections.abc import Callable, Iterator
 
 INTERRUPTING = frozenset({signal.SIGINT, signal.SIGTERM})
@@ -78,18 +79,36 @@ STILL_STOPPING = ("nightly: still stopping the night: killing its tests and writ
                   "noted, not acted on (kill -9 only if this hangs: the next night reaps what is left)\n")
 
 
+#: told of each signal a :func:`held_signals` block holds, as it is held: see :func:`signals_noted`
+_noting: list[Callable[[int, float], None]] = []
+
+
 @contextlib.contextmanager
-def held_signals(stopping: bool = True, on_hold: Callable[[], None] | None = None) -> Iterator[list[int]]:
+def signals_noted(note: Callable[[int, float], None]) -> Iterator[None]:
+    """While the block runs (across a generator's yields too), ``note(signum, time.monotonic())`` runs, in
+    the handler, as any :func:`held_signals` block holds SIGINT or SIGTERM: whichever step holds it (the
+    dispatcher's wait for a finished test, the Dagster asset's conversion of an event), what must not wait
+    for its delivery learns of it at once: a dispatcher that must start no new test, and must know which
+    signal stopped its night and when it came. ``note`` must not take a lock a held block's code may hold."""
+    _noting.append(note)
+    try:
+        yield
+    finally:
+        with contextlib.suppress(ValueError):
+            _noting.remove(note)
+
+
+@contextlib.contextmanager
+def held_signals(stopping: bool = True) -> Iterator[list[int]]:
     """SIGINT and SIGTERM wait while the block runs; the list says which came.
 
     ``stopping``: the block stops an interrupted night (its tests killed, its record written), which
     a second Ctrl-C would cut short and lose; the held signals are said once and dropped (the first
     interruption is already on its way). Otherwise the block is one step of reporting that must not
     be cut in half (a finished test taken off the queue but not yet handed on): the caller passes
-    the list to :func:`deliver` once the step is done. ``on_hold`` runs, in the handler, as each
-    signal is held: what must not wait for the delivery (a dispatcher that must start no new test);
-    it must not take a lock the block's own code may hold. Only the main thread may set handlers;
-    elsewhere signals are not delivered to the block anyway.
+    the list to :func:`deliver` once the step is done. Each held signal is told at once to
+    :func:`signals_noted`'s ``note``. Only the main thread may set handlers; elsewhere signals are
+    not delivered to the block anyway.
     """
     held: list[int] = []
     if threading.current_thread() is not threading.main_thread():
@@ -97,12 +116,13 @@ def held_signals(stopping: bool = True, on_hold: Callable[[], None] | None = Non
         return
 
     def hold(signum: int, _frame) -> None:
+        at = time.monotonic()
         if stopping and not held:
             with contextlib.suppress(OSError):  # a handler may not log: os.write is safe here
                 os.write(2, STILL_STOPPING.encode())
         held.append(signum)
-        if on_hold is not None:
-            on_hold()
+        for note in list(_noting):
+            note(signum, at)
 
     previous = {sig: signal.getsignal(sig) for sig in INTERRUPTING}
     for sig in INTERRUPTING:

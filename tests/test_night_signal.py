@@ -14,6 +14,7 @@ import pytest
 from pipelines.core.model import Attempt
 from pipelines.core.runset import RunSelection
 from pipelines.execute import Finished, run_tests
+from pipelines.interrupts import deliver, held_signals
 from pipelines.night import Night, NightSettings
 from tests.support.assets import two_node_example
 
@@ -65,3 +66,64 @@ def test_no_attempt_starts_once_a_signal_arrived_though_the_night_still_holds_it
         signal.signal(signal.SIGTERM, previous)
     assert sorted(launcher.launched) == [("tests/e2e/test_f_node1.py", 1), ("tests/e2e/test_f_node2.py", 1)], \
         "an attempt started after the signal"
+
+
+class StoppedWhileItsEventIsConverted(SignalledWhileATestRuns):
+    """test_f_node2's first attempt ends as a retriable infra error once ``go`` is set; ``interrupt`` keeps
+    which signal the night says stopped it and when it came."""
+
+    def __init__(self):
+        super().__init__()
+        self.returned = threading.Event()
+        self.interrupted: list[tuple[int, float | None]] = []
+
+    def launch(self, request, on_log=None) -> Attempt:
+        self.launched.append((request.test.id, request.attempt))
+        outcome, details = "passed", {}
+        if request.test.id.endswith("node2.py") and request.attempt == 1:
+            if not self.go.wait(60):
+                raise AssertionError("the signal never came")
+            outcome, details = "infra_error", {"retriable": "true"}
+            self.returned.set()
+        return Attempt(request.test.id, outcome, 0.1, datetime.now(UTC).isoformat(), request.attempt,
+                       node=f"local-h200-{request.node}", gpu_slots=request.gpu_slots, timeout_s=request.timeout_s,
+                       details=details)
+
+    def interrupt(self, signum: int = 0, at: float | None = None) -> list[str]:
+        self.interrupted.append((signum, at))
+        return []
+
+
+def test_a_signal_held_while_the_dagster_asset_converts_an_event_stops_the_night_at_once(tmp_path):
+    """The Dagster asset holds signals while it turns the night's event into Dagster's (test_runs' each()),
+    the night suspended at its yield: no attempt starts once the signal came, and the launcher is told
+    which signal stopped the night and when it came, not when it was delivered."""
+    repo, assets = two_node_example(tmp_path, TEST_FILE, count=2)
+    night = Night(NightSettings(home=tmp_path / "home", assets_dir=assets, repo=str(repo), deployment="two"))
+    selection = RunSelection(labels=("fnode",))
+    launcher = StoppedWhileItsEventIsConverted()
+    previous = signal.signal(signal.SIGTERM, signal.default_int_handler)  # as `nightly run` sets it
+    events = run_tests(night, night.runset(None, selection), selection, launcher=launcher, say=lambda _: None)
+    try:
+        for event in events:
+            if isinstance(event, Finished) and event.test.id.endswith("node1.py"):
+                with held_signals(stopping=False) as held:  # as the asset's conversion of the event
+                    sent = time.monotonic()
+                    os.kill(os.getpid(), signal.SIGTERM)
+                    launcher.go.set()  # test_f_node2 ends after the signal: its retry would start now
+                    assert launcher.returned.wait(60)
+                    time.sleep(0.5)
+                with pytest.raises(KeyboardInterrupt) as raised:
+                    deliver(held)
+                with pytest.raises(KeyboardInterrupt):  # the asset hands it to the night (_Reporter.after)
+                    event = events.throw(raised.value)
+                    while True:
+                        event = next(events)
+                break
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        events.close()
+    assert sorted(launcher.launched) == [("tests/e2e/test_f_node1.py", 1), ("tests/e2e/test_f_node2.py", 1)], \
+        "an attempt started after the signal"
+    ((signum, at),) = launcher.interrupted
+    assert signum == signal.SIGTERM and at is not None and sent <= at < sent + 0.4, (signum, at, sent)

@@ -47,9 +47,11 @@ class Launcher(Protocol):
 
 class Interruptible(Protocol):
     """A launcher the night can stop: every running ``launch()`` kills its test's processes and
-    returns ``interrupted``; later calls start nothing. Returns the ids of the running tests."""
+    returns ``interrupted``; later calls start nothing. Returns the ids of the running tests.
+    ``at``: when the signal that stopped the night arrived (``time.monotonic()``), ``signum`` which
+    one (0: not known); None where no signal stopped it (an error)."""
 
-    def interrupt(self) -> list[str]: ...
+    def interrupt(self, signum: int = 0, at: float | None = None) -> list[str]: ...
 
 
 def tail(path: Path | str, max_lines: int = 40, max_chars: int = 4000) -> str:

@@ -11,8 +11,8 @@ What makes a local outcome trustworthy:
   folder: nights with different homes share the host's GPUs);
 - a running record in ``<state>/running/`` lets a later night reap what a killed night left
   behind (see :mod:`orphans`); ``interrupt()`` ends every running attempt as ``interrupted``, and
-  one that the signal stopping the night killed first too (a test dead of a stop signal waits
-  :data:`SIGNAL_SETTLE_S` for it);
+  one that the signal stopping the night ended first too (a test that ended not passing waits
+  :data:`SIGNAL_SETTLE_S` for it; see :meth:`LocalLauncher._stopped_with_the_night`);
 - output goes through a capped writer (head and tail kept, the cut noted); a process that escaped
   the marker and the group but still writes to the test's output is killed at the end too, and an
   attempt whose output is still open after that is not passed on its unfinished log.
@@ -64,12 +64,16 @@ KILL_GRACE_S = 5.0
 PUMP_JOIN_S = 10.0
 #: the wrapper kills its own group this long after the timeout if the night never did
 WRAPPER_BACKSTOP_S = 60
-#: a test killed by a signal this launcher did not send waits this long for the night's own stop to show
-#: (``interrupt()``): one signal to every process (systemctl stop, kill -TERM -1) may reach the test first,
-#: and the night acts on it only after its current wait for a finished test (up to half a second)
+#: a test that ended by itself, not passing, waits this long for the night's own stop to show (``interrupt()``):
+#: one signal to every process (systemctl stop, kill -TERM -1) may reach the test first, and the night acts on
+#: it only after its current wait for a finished test (up to half a second) or Dagster's storing of an event
 SIGNAL_SETTLE_S = 3.0
-#: the signals that stop a night or a whole service: a test that dies of one may have died of the night's stop
-STOP_SIGNALS = frozenset({signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGKILL, signal.SIGQUIT})
+#: a test that ended at most this long before the signal that stopped its night arrived may have died of it:
+#: the night notes the signal when its handler runs, which may come a little after the test got its own copy
+SIGNAL_WINDOW_S = 1.0
+#: a stop sends SIGTERM (or SIGINT, SIGHUP) first: a test dead of SIGKILL (or a runner's exit 137 for it) was
+#: killed by the kernel's OOM killer or someone's kill -9, whatever stopped the night around then
+KILLED = frozenset({-signal.SIGKILL, 128 + signal.SIGKILL})
 
 
 class _PoolShape(Protocol):
@@ -107,12 +111,19 @@ class LocalLauncher:
         #: see :data:`SIGNAL_SETTLE_S`
         self.signal_settle_s = signal_settle_s
         self._stop = threading.Event()
+        #: (signum, when it arrived) of the signal that stopped the night; None: not stopped, or not by a signal
+        self._stopped_by: tuple[int, float] | None = None
         self._lock = threading.Lock()
         self._running: dict[str, str] = {}
 
-    def interrupt(self) -> list[str]:
+    def interrupt(self, signum: int = 0, at: float | None = None) -> list[str]:
         """End the night's attempts: each running ``launch()`` kills its processes and returns
-        ``interrupted``; later calls start nothing. Returns the ids of the tests that were running."""
+        ``interrupted``; later calls start nothing. Returns the ids of the tests that were running.
+        ``at``: when the signal that stopped the night arrived (``time.monotonic()``), ``signum`` which
+        one (0: not known); None: not a signal (an error stopping the night), which relabels no test
+        that ended by itself (see :meth:`_stopped_with_the_night`)."""
+        if at is not None and not self._stop.is_set():  # the first stop is the night's
+            self._stopped_by = (signum, at)
         self._stop.set()
         with self._lock:
             return sorted(self._running.values())
@@ -315,7 +326,9 @@ class LocalLauncher:
         pumping = pump(proc.stdout, capped)  # type: ignore[arg-type]
         try:
             ended, elapsed = self._wait(proc, request.timeout_s, t0)
-            if not ended and self._stopped_with_the_night(proc, result_path):
+            ended_at = time.monotonic()
+            relabelled = not ended and self._stopped_with_the_night(proc, result_path, token, ended_at)
+            if relabelled:
                 ended = "interrupted"
             grace = self.kill_grace_s if ended else 0.0
             # named before they die: the log says what a timeout or an interrupt killed
@@ -334,7 +347,8 @@ class LocalLauncher:
                 lines.append(f"TIMEOUT: {request.test.path} after {request.timeout_s} seconds")
             if ended:
                 what = (f"timed out after {request.timeout_s} s" if ended == "timed_out"
-                        else f"interrupted {elapsed:.0f} s into the test (the night was interrupted)")
+                        else f"interrupted {elapsed:.0f} s into the test (the night was interrupted"
+                             f"{self._by_the_signal(ended_at) if relabelled else ''})")
                 killed = [running.get(pid) or f"PID {pid}" for pid in leftover]
                 lines.append(f"# nightly: {what}: killed {len(killed)} process(es) of the test"
                              f"{': ' + ', '.join(killed) if killed else ' (none was left)'}")
@@ -386,16 +400,31 @@ class LocalLauncher:
                 if time.monotonic() >= deadline:
                     return "timed_out", time.monotonic() - t0
 
-    def _stopped_with_the_night(self, proc: subprocess.Popen, result_path: Path) -> bool:
-        """Whether a test that ended by itself died of the night's own stop: of a stop signal this launcher
-        did not send (:func:`died_of_a_stop_signal`) while the night is stopping, or starts to within
-        :attr:`signal_settle_s`. One signal to every process of the night (systemctl stop, a container's
-        kill, kill -TERM -1) may end the test before the night acts on its own, and it is then
-        ``interrupted``, as every other test killed by the night's stop, not ``failed``. Otherwise (an OOM
-        kill, someone killing the test alone) it is judged as it ended, that much later."""
-        if not died_of_a_stop_signal(proc.returncode, _read_result(result_path)):
+    def _stopped_with_the_night(self, proc: subprocess.Popen, result_path: Path, token: str, ended_at: float) -> bool:
+        """Whether a test that ended by itself (at ``ended_at``) ended of the signal that stops its night:
+        one signal to every process of the night (systemctl stop, a container's kill, kill -TERM -1) may end
+        the test before the night acts on its own copy, and it is then ``interrupted``, as every other test
+        the stop kills, not ``failed``. That is so when the test did not pass, did not die of SIGKILL
+        (:data:`KILLED`), and the night is stopped, now or within :attr:`signal_settle_s`, by a signal that
+        arrived no later than :data:`SIGNAL_WINDOW_S` after the test ended. Any such ending counts: killed
+        by the signal, a handler's exception (torchrun's SignalException, exit 1), ``sys.exit(signum)``, a
+        cleanup's exit. Otherwise (a failure, an OOM kill, a night stopped by an error or a signal that came
+        later) it is judged as it ended, up to :attr:`signal_settle_s` later."""
+        result = _read_result(result_path)
+        passed = proc.returncode == 0 and _wrapper_finished(result, proc, token) and result.get("ok") is True
+        if passed or proc.returncode in KILLED:
             return False
-        return self._stop.wait(self.signal_settle_s)
+        if not self._stop.wait(self.signal_settle_s):
+            return False
+        return self._stopped_by is not None and self._stopped_by[1] <= ended_at + SIGNAL_WINDOW_S
+
+    def _by_the_signal(self, ended_at: float) -> str:
+        """How the log says that the night's signal ended the test before the night did: `` by SIGTERM,
+        which reached the test too: it ended 0.1 s after the signal arrived``."""
+        signum, at = self._stopped_by or (0, ended_at)
+        name = signal.Signals(signum).name if signum in signal.valid_signals() else "a signal"
+        when = f"{ended_at - at:.1f} s after" if ended_at >= at else f"{at - ended_at:.1f} s before"
+        return f" by {name}, which reached the test too: it ended {when} the signal arrived"
 
     def _attempt(self, request: LaunchRequest, proc: subprocess.Popen, ended: str, elapsed: float, token: str,
                  result_path: Path, capped: CappedLog, started_at: str, node: str, slots: tuple[int, ...],
@@ -403,7 +432,7 @@ class LocalLauncher:
         result = _read_result(result_path)
         # the wrapper's own process wrote it: not a child the test forked, nor anything else with the token
         by_wrapper = result.get("pid") == proc.pid
-        finished = result.get("finished") is True and result.get("token") == token and by_wrapper
+        finished = _wrapper_finished(result, proc, token)
         if ended == "interrupted":
             outcome, reason = "interrupted", "the night was interrupted; the test's processes were killed"
         elif ended == "timed_out":
@@ -443,14 +472,10 @@ class LocalLauncher:
                        timeout_s=request.timeout_s, details=details)
 
 
-def died_of_a_stop_signal(returncode: int | None, result: dict) -> bool:
-    """Whether the wrapper's exit says a :data:`STOP_SIGNALS` signal ended the test: killed by it (-N), a
-    shell's or a runner's 128+N for it, or the wrapper's record of the KeyboardInterrupt SIGINT raised."""
-    if returncode is None:
-        return False
-    if -returncode in STOP_SIGNALS or returncode - 128 in STOP_SIGNALS:
-        return True
-    return str(result.get("error", "")).startswith("KeyboardInterrupt")
+def _wrapper_finished(result: dict, proc: subprocess.Popen, token: str) -> bool:
+    """Whether the completion record says this attempt's test finished, written by the wrapper's own process
+    (not a child the test forked, nor anything else with the token)."""
+    return result.get("finished") is True and result.get("token") == token and result.get("pid") == proc.pid
 
 
 def _unfinished() -> str:

@@ -360,9 +360,9 @@ def again(what):
         time.sleep(0.002)  # handled here, in the middle of what is being done
 from pipelines.launch import local
 interrupt = local.LocalLauncher.interrupt
-def interrupting(self):
+def interrupting(self, *a, **k):
     first.append(1)
-    done = interrupt(self)
+    done = interrupt(self, *a, **k)
     if where == "join":
         again("while the night waits for its killed tests")
     return done

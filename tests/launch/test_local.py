@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import textwrap
 import time
 from pathlib import Path
@@ -232,47 +233,89 @@ def test_interrupt_kills_a_running_test_and_records_it_as_interrupted(tmp_path):
     assert launcher.launch(_request(repo, tmp_path)).outcome == "interrupted"  # nothing new starts
 
 
-#: how a test dies of the signal that stops its night too: killed by it, a runner's 128+N, SIGINT's KeyboardInterrupt
-STOP_DEATHS = {"sigterm": "os.kill(os.getpid(), signal.SIGTERM)", "sigkill": "os.kill(os.getpid(), signal.SIGKILL)",
-               "exit 143": "os._exit(143)", "sigint": "os.kill(os.getpid(), signal.SIGINT); time.sleep(600)"}
+#: how a test ends of the signal that stops its night too: killed by it, a runner's 128+N, SIGINT's
+#: KeyboardInterrupt, a handler of its own (torch elastic's SignalException: exit 1; ``sys.exit(signum)``: exit 15)
+STOP_DEATHS = {"sigterm": "os.kill(os.getpid(), signal.SIGTERM)", "exit 143": "os._exit(143)",
+               "sigint": "os.kill(os.getpid(), signal.SIGINT); time.sleep(600)",
+               "handler raises": "signal.signal(signal.SIGTERM, _raise); os.kill(os.getpid(), signal.SIGTERM); time.sleep(600)",
+               "handler exits 15": "signal.signal(signal.SIGTERM, lambda n, _: sys.exit(n)); os.kill(os.getpid(), signal.SIGTERM); time.sleep(600)",
+               "sigkill": "os.kill(os.getpid(), signal.SIGKILL)", "exit 1": "raise AssertionError('loss went up')"}
 
 
 def _dies(tmp_path: Path, how: str) -> Path:
     return _repo(tmp_path, f"""
-        import os, signal, time
+        import os, signal, sys, time
+        class SignalException(Exception):
+            pass
+        def _raise(signum, frame):
+            raise SignalException(f"Process {{os.getpid()}} got signal: {{signum}}")
         def execute():
             open("pid", "w").write(str(os.getpid()))
             {STOP_DEATHS[how]}
     """)
 
 
-@pytest.mark.parametrize("how", sorted(STOP_DEATHS))
-def test_a_test_killed_by_the_signal_that_stops_its_night_is_interrupted_not_failed(tmp_path, how):
-    """One signal to every process (systemctl stop, kill -TERM -1) may end the test before the night
-    acts on it: the night's interrupt() coming after the test died still makes the attempt interrupted."""
+def _launch_until_dead(tmp_path: Path, how: str, **kw):
+    """The test started and ended by itself; the launcher (its launch() in a thread) and the thread."""
     import threading
 
     repo = _dies(tmp_path, how)
-    launcher = LocalLauncher(tmp_path / "state", kill_grace_s=1, signal_settle_s=60)  # the limit only stops a hang
-    out = []
+    launcher = LocalLauncher(tmp_path / "state", kill_grace_s=1, **kw)
+    out: list = []
     t = threading.Thread(target=lambda: out.append(launcher.launch(_request(repo, tmp_path, timeout_s=600))))
     t.start()
     assert wait_until(lambda: (repo / "pid").exists() and (repo / "pid").read_text()), "the test never started"
-    assert wait_until(lambda: dead(int((repo / "pid").read_text()))), "the test did not die"
-    launcher.interrupt()  # the night's own handler, a moment later
+    assert wait_until(lambda: dead(int((repo / "pid").read_text()))), "the test did not end"
+    return launcher, t, out
+
+
+@pytest.mark.parametrize("how", ["sigterm", "exit 143", "sigint", "handler raises", "handler exits 15"])
+def test_a_test_ended_by_the_signal_that_stops_its_night_is_interrupted_not_failed(tmp_path, how):
+    """One signal to every process (systemctl stop, kill -TERM -1) may end the test before the night
+    acts on it: the night's interrupt() coming after the test ended, for a signal that arrived as it
+    ended, still makes the attempt interrupted, however the test ended of it."""
+    launcher, t, out = _launch_until_dead(tmp_path, how, signal_settle_s=60)  # the limit only stops a hang
+    launcher.interrupt(signum=signal.SIGTERM, at=time.monotonic())  # the night's own handler, a moment later
     t.join(timeout=120)
     (attempt,) = out
     assert (attempt.outcome, attempt.reason) == ("interrupted", "the night was interrupted; the test's processes were killed")
-    assert any(line.startswith("# nightly: interrupted") for line in Path(attempt.log_path).read_text().splitlines())
+    said = [line for line in Path(attempt.log_path).read_text().splitlines() if line.startswith("# nightly: interrupted")]
+    assert len(said) == 1 and "(the night was interrupted by SIGTERM, which reached the test too" in said[0], said
+
+
+@pytest.mark.parametrize("how, stop", [
+    ("sigkill", "a signal 0.5 s later"),  # the kernel's OOM kill, then Ctrl-C (or systemd's OOMPolicy=stop)
+    ("exit 1", "a signal 3 s later"),  # a real failure, then Ctrl-C
+    ("sigterm", "an error"),  # someone's kill of the test alone, then an error stops the night
+])
+def test_a_test_that_ended_by_itself_before_its_night_was_stopped_is_failed(tmp_path, how, stop):
+    """A stop that came later than the test's end (by over a second), that is not a signal, or a SIGKILL
+    (a stop sends SIGTERM first: SIGKILL is an OOM kill or someone's kill -9) relabels nothing."""
+    launcher, t, out = _launch_until_dead(tmp_path, how, signal_settle_s=60)
+    if stop == "an error":
+        launcher.interrupt()
+    else:
+        time.sleep(float(stop.split()[2]))
+        launcher.interrupt(signum=signal.SIGINT, at=time.monotonic())
+    t.join(timeout=120)
+    (attempt,) = out
+    expected = {"sigkill": ("killed by signal 9", -9), "exit 1": ("AssertionError: loss went up", 1),
+                "sigterm": ("killed by signal 15", -15)}[how]
+    assert (attempt.outcome, attempt.reason, attempt.exit_code) == ("failed", *expected)
+    assert "# nightly: interrupted" not in Path(attempt.log_path).read_text()
 
 
 def test_a_test_killed_by_a_signal_while_its_night_goes_on_is_failed(tmp_path):
-    """An OOM kill, or someone killing the test alone: failed, once the night had time to show it stops."""
-    repo = _dies(tmp_path, "sigkill")
+    """Someone killing the test alone: failed, once the night had time to show it stops; an OOM kill
+    (SIGKILL) at once."""
+    repo = _dies(tmp_path, "sigterm")
     t0 = time.monotonic()
     attempt = LocalLauncher(tmp_path / "state", signal_settle_s=0.5).launch(_request(repo, tmp_path))
-    assert (attempt.outcome, attempt.reason, attempt.exit_code) == ("failed", "killed by signal 9", -9)
+    assert (attempt.outcome, attempt.reason, attempt.exit_code) == ("failed", "killed by signal 15", -15)
     assert time.monotonic() - t0 >= 0.5
+    attempt = LocalLauncher(tmp_path / "state2", signal_settle_s=60).launch(
+        _request(_dies(tmp_path / "oom", "sigkill"), tmp_path / "oom"))
+    assert (attempt.outcome, attempt.reason, attempt.exit_code) == ("failed", "killed by signal 9", -9)
 
 
 def test_the_log_is_streamed_and_the_running_record_removed_at_the_end(tmp_path):
