@@ -71,6 +71,12 @@ SIGNAL_SETTLE_S = 3.0
 #: a test that ended at most this long before the signal that stopped its night arrived may have died of it:
 #: the night notes the signal when its handler runs, which may come a little after the test got its own copy
 SIGNAL_WINDOW_S = 1.0
+#: a test that ended by itself without dying of a signal (a handler's exit 1, ``sys.exit(15)``) waits only this
+#: long: the stop must have come within :data:`SIGNAL_WINDOW_S` of its end, and every ordinary failure waits it
+HANDLED_SETTLE_S = 1.5
+#: the stop signals a test dies of by default (``-N``, or a runner's ``128 + N``): such a death waits the whole settle
+STOP_DEATHS = frozenset(code for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)
+                        for code in (-sig, 128 + sig))
 #: a stop sends SIGTERM (or SIGINT, SIGHUP) first: a test dead of SIGKILL (or a runner's exit 137 for it) was
 #: killed by the kernel's OOM killer or someone's kill -9, whatever stopped the night around then
 KILLED = frozenset({-signal.SIGKILL, 128 + signal.SIGKILL})
@@ -409,12 +415,16 @@ class LocalLauncher:
         arrived no later than :data:`SIGNAL_WINDOW_S` after the test ended. Any such ending counts: killed
         by the signal, a handler's exception (torchrun's SignalException, exit 1), ``sys.exit(signum)``, a
         cleanup's exit. Otherwise (a failure, an OOM kill, a night stopped by an error or a signal that came
-        later) it is judged as it ended, up to :attr:`signal_settle_s` later."""
+        later) it is judged as it ended, up to :attr:`signal_settle_s` later (:data:`HANDLED_SETTLE_S` when it
+        did not die of a stop signal: an ordinary failure is recorded 1.5 s after it ends, not 3 s)."""
         result = _read_result(result_path)
         passed = proc.returncode == 0 and _wrapper_finished(result, proc, token) and result.get("ok") is True
         if passed or proc.returncode in KILLED:
             return False
-        if not self._stop.wait(self.signal_settle_s):
+        # a death by the stop signal itself waits the whole settle; any other ending only as long as the window
+        # allows (every ordinary failure pays this wait, so it stays short)
+        settle = self.signal_settle_s if proc.returncode in STOP_DEATHS else min(self.signal_settle_s, HANDLED_SETTLE_S)
+        if not self._stop.wait(settle):
             return False
         return self._stopped_by is not None and self._stopped_by[1] <= ended_at + SIGNAL_WINDOW_S
 
