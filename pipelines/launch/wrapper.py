@@ -4,7 +4,8 @@ Why not ``python3 tests/test_x.py``? Its ``__main__`` calls ``prepare()`` first,
 and converts again; the orchestrator's assets have already done that work at the paths the test
 expects. So the wrapper reads the file (``ast``) and picks one of two ways:
 
-- a file with an ``if __name__ == "__main__":`` block (run for ``execute``, the default): run the
+- a file with an ``if __name__ == "__main__":`` block (run for ``execute``, the default; any guard that
+  compares ``__name__`` with ``"__main__"``, also nested in a module-level ``if``: :func:`_main_blocks`): run the
   file as ``__main__``, as its runner would, with each ``prepare(...)`` statement of that block
   replaced by ``pass`` (same line numbers, so tracebacks point at the file's real lines). The
   usual anatomy (``prepare()`` then ``execute()``) so runs exactly ``execute()``; a block that
@@ -105,15 +106,41 @@ def _load_module(path: str, source: bytes | ast.Module) -> types.ModuleType:
 
 
 def _is_main_guard(stmt: ast.stmt) -> bool:
-    """``if __name__ == "__main__":`` (either side of the ``==``)."""
-    if not isinstance(stmt, ast.If) or not isinstance(stmt.test, ast.Compare):
+    """An ``if`` whose test compares ``__name__`` with ``"__main__"`` in any form python3 runs it for:
+    ``__name__ == "__main__"`` (either side), ``__name__ in ("__main__",)`` (a tuple, list or set), also
+    inside ``and``/``or``/``not`` (``if __name__ == "__main__" and os.environ.get("SKIP") != "1":``)."""
+    if not isinstance(stmt, ast.If):
         return False
-    test = stmt.test
-    if len(test.ops) != 1 or not isinstance(test.ops[0], ast.Eq):
-        return False
-    sides = [test.left, test.comparators[0]]
-    return (any(isinstance(s, ast.Name) and s.id == "__name__" for s in sides)
-            and any(isinstance(s, ast.Constant) and s.value == "__main__" for s in sides))
+
+    def main_side(node: ast.expr) -> bool:
+        if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+            return any(main_side(e) for e in node.elts)
+        return isinstance(node, ast.Constant) and node.value == "__main__"
+
+    for node in ast.walk(stmt.test):
+        if isinstance(node, ast.Compare):
+            sides = [node.left, *node.comparators]
+            if (any(isinstance(s, ast.Name) and s.id == "__name__" for s in sides)
+                    and any(main_side(s) for s in sides)):
+                return True
+    return False
+
+
+def _main_blocks(tree: ast.Module) -> list[ast.If]:
+    """The file's ``__main__`` blocks (:func:`_is_main_guard`): at module level, or nested in a module-level
+    ``if``/``try``/``with`` (``if sys.version_info >= (3, 8):`` around one), where ``python3 FILE`` runs them too;
+    not inside a function or class."""
+    found: list[ast.If] = []
+
+    def visit(stmts: list[ast.stmt]) -> None:
+        for s in stmts:
+            if _is_main_guard(s):
+                found.append(s)  # type: ignore[arg-type]
+            elif isinstance(s, (ast.If, ast.Try, ast.With, ast.AsyncWith)) or type(s).__name__ == "TryStar":
+                visit([*getattr(s, "body", []), *getattr(s, "orelse", []), *getattr(s, "finalbody", []),
+                       *(x for h in getattr(s, "handlers", []) for x in h.body)])
+    visit(tree.body)
+    return found
 
 
 def _called(stmt: ast.stmt) -> str | None:
@@ -140,11 +167,10 @@ def _main_program(tree: ast.Module) -> tuple[ast.Module, int]:
     block first saying it began (``__nightly_block_started__()`` at its first statement's line, so tracebacks keep
     the file's lines): :func:`_block_started`."""
     skip = _SkipPrepare()
-    for stmt in tree.body:
-        if _is_main_guard(stmt):
-            body = [skip.visit(s) for s in stmt.body]  # type: ignore[attr-defined]
-            mark = ast.Expr(ast.Call(ast.Name(_BLOCK_MARK, ast.Load()), [], []))
-            stmt.body = [ast.copy_location(mark, body[0]), *body]  # type: ignore[attr-defined]
+    for stmt in _main_blocks(tree):
+        body = [skip.visit(s) for s in stmt.body]  # type: ignore[attr-defined]
+        mark = ast.Expr(ast.Call(ast.Name(_BLOCK_MARK, ast.Load()), [], []))
+        stmt.body = [ast.copy_location(mark, body[0]), *body]  # type: ignore[attr-defined]
     return ast.fix_missing_locations(tree), skip.skipped
 
 
@@ -708,7 +734,7 @@ def _test_function(file: str, func_name: str, must_run: _MustRun):
     with open(file, "rb") as fh:
         source = fh.read()
     tree = _mark_entries(ast.parse(source, filename=file))
-    blocks = [s for s in tree.body if _is_main_guard(s)]
+    blocks = _main_blocks(tree)
     entries = _test_entries(tree)
     if func_name == "execute" and blocks:
         program, skipped = _main_program(tree)

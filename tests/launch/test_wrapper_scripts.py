@@ -1223,3 +1223,22 @@ def test_a_process_the_import_ran_does_not_make_a_skip_of_the_main_block_a_pass(
     (tmp_path / "tiny-lm").mkdir()
     out, result = _registered(tmp_path, body)
     assert out.returncode == 0 and result["ok"] is True and "training" in out.stdout, out.stdout + out.stderr
+
+
+@pytest.mark.parametrize("guard", [
+    'if __name__ == "__main__" and os.environ.get("SKIP_E2E") != "1":',
+    'if __name__ in ("__main__",):',
+    'if sys.version_info >= (3, 8):\n    if __name__ == "__main__":',
+])
+def test_a_main_guard_in_another_form_runs_as_python3_file_runs_it(tmp_path, guard):
+    # python3 FILE runs these blocks; the wrapper took the file for one without a block (a false red), and a
+    # failing main() under such a guard never ran (a false green)
+    block = guard + "\n" + " " * (4 * guard.count(":")) + "{call}\n"
+    out, result = _wrap(tmp_path, "import os, sys, unittest\n\nclass TestA(unittest.TestCase):\n"
+                        "    def test_a(self):\n        print('RAN a')\n\n" + block.format(call="unittest.main()"))
+    assert out.returncode == 0 and result["ok"] is True, out.stdout + out.stderr
+    assert "RAN a" in out.stdout and "as __main__" in out.stdout
+    out, result = _wrap(tmp_path, "import os, sys\n\ndef main():\n    print('RAN main')\n    sys.exit(1)\n\n"
+                        + block.format(call="main()"))
+    assert out.returncode == 1 and result["ok"] is False and result["error"] == "SystemExit(1)", out.stdout + out.stderr
+    assert "RAN main" in out.stdout
