@@ -24,8 +24,8 @@ nothing), one whose ``__main__`` block only calls ``prepare()`` (which the wrapp
 that defines test entry points (``execute()``, ``test_*`` functions, ``TestCase`` classes) none of
 which ran, whatever set-up its module level did (a module level that checks itself, an ``assert``, a
 ``raise``, ``sys.exit("loss rose")``, is a script-style test judged by its exit), or whose ``__main__`` block names one and exits 0
-(or ends) before any ran (a skip is not a pass; :class:`_MustRun`: only ``execute()`` counts when the block
-calls it, not a ``test_*``-named helper the block calls to decide to skip), and one
+(or ends) before any ran (a skip is not a pass; :class:`_MustRun`: only the entry points the block runs
+count, not a ``test_*``-named helper it calls in an ``if`` condition to decide to skip), and one
 whose unittest program (``unittest.main()``) or pytest run (``pytest.main()``), not one started
 inside ``execute()``, ran no test or only skipped or expected failures (pytest's xfail,
 ``@unittest.expectedFailure``) among the tests it found. A failure that
@@ -357,9 +357,21 @@ def _listed(entries: dict[str, int]) -> str:
 
 def _named_in(blocks: list[ast.If], entries: dict[str, int]) -> dict[str, int]:
     """The test entry points the ``__main__`` block(s) name (called, or handed on: ``mp.spawn(execute)``),
-    and the runners they call (``unittest.main()``, ``pytest.main()``, at the line of the call)."""
+    and the runners they call (``unittest.main()``, ``pytest.main()``, at the line of the call). A name only in
+    the condition of an ``if``/``while`` (``if not test_gpus_available(): sys.exit(0)``) decides whether to run
+    the test and is not one; a block that picks a variant (``if SMOKE: test_smoke() else: execute()``) names both."""
     named: dict[str, int] = {}
-    for node in (n for b in blocks for n in ast.walk(b)):
+
+    def walk(node: ast.AST):
+        yield node
+        for field, value in ast.iter_fields(node):
+            if field == "test" and isinstance(node, (ast.If, ast.While, ast.IfExp)):
+                continue  # a condition, not a run
+            for child in (value if isinstance(value, list) else [value]):
+                if isinstance(child, ast.AST):
+                    yield from walk(child)
+
+    for node in (n for b in blocks for n in walk(b)):
         if isinstance(node, ast.Name) and (f"{node.id}()" in entries or node.id in entries):
             key = f"{node.id}()" if f"{node.id}()" in entries else node.id
             named[key] = entries[key]
@@ -751,8 +763,6 @@ def _test_function(file: str, func_name: str, must_run: _MustRun):
             must_run.advice = ("module-level set-up (an assignment, a loop that builds a matrix) is no test; call the "
                                "test in that block (e.g. execute() after prepare())")
         elif named := _named_in(blocks, entries):  # it must run one: a block that exits 0 (or ends) first skipped the test
-            if "execute()" in named:  # the test; a test_*-named helper it also calls (`if not test_gpus(): ...`) is not
-                named = {name: line for name, line in named.items() if name == "execute()" or name.endswith(".main()")}
             must_run.entries, must_run.block, must_run.advice = named, blocks[0].lineno, SKIP_ADVICE
         must_run.coroutines = {f"{s.name}()" for s in tree.body if isinstance(s, ast.AsyncFunctionDef)}
         _say(f"running {file} as __main__, as `python3 {file}` would, with the {skipped} prepare() call(s) of its "

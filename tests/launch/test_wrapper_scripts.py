@@ -1242,3 +1242,34 @@ def test_a_main_guard_in_another_form_runs_as_python3_file_runs_it(tmp_path, gua
                         + block.format(call="main()"))
     assert out.returncode == 1 and result["ok"] is False and result["error"] == "SystemExit(1)", out.stdout + out.stderr
     assert "RAN main" in out.stdout
+
+
+def test_a_main_block_that_picks_a_test_variant_or_execute_passes_whichever_ran(tmp_path):
+    """`if E2E_MODE == "smoke": test_smoke() else: execute()`: the block runs a test either way, and python3 FILE
+    exits 0; a helper only in an `if` condition (the test above) is still no test."""
+    body = """
+    import os
+
+    def prepare():
+        pass
+
+    def test_smoke():
+        print("RAN smoke")
+
+    def execute():
+        print("RAN full")
+
+    if __name__ == "__main__":
+        prepare()
+        if os.environ.get("E2E_MODE", "smoke") == "smoke":
+            test_smoke()
+        else:
+            execute()
+    """
+    out, result = _registered(tmp_path, body)
+    assert out.returncode == 0 and result["ok"] is True and "RAN smoke" in out.stdout, out.stdout + out.stderr
+    out, result = _registered(tmp_path, body.replace('"smoke")', '"full")'))
+    assert out.returncode == 0 and result["ok"] is True and "RAN full" in out.stdout, out.stdout + out.stderr
+    out, result = _registered(tmp_path, body.replace("        prepare()\n", "        prepare()\n        sys.exit(0)\n")
+                              .replace("import os", "import os, sys"))
+    assert out.returncode == 1 and "ran no test" in result["error"] and "test_smoke() (line" in result["error"], result
