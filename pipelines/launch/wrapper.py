@@ -23,7 +23,7 @@ saying so: one with neither an ``execute()`` nor a ``__main__`` block (``python3
 nothing), one whose ``__main__`` block only calls ``prepare()`` (which the wrapper skips), one
 that defines test entry points (``execute()``, ``test_*`` functions, ``TestCase`` classes) none of
 which ran, whatever set-up its module level did (a module level that checks itself, an ``assert``, a
-``raise``, ``sys.exit("loss rose")``, is a script-style test judged by its exit), or whose ``__main__`` block names one and exits 0
+``raise``, ``sys.exit("loss rose")``, a bare call of its own ``main()``, is a script-style test judged by its exit), or whose ``__main__`` block names one and exits 0
 (or ends) before any ran (a skip is not a pass; :class:`_MustRun`: only the entry points the block runs
 count, not a ``test_*``-named helper it calls in an ``if`` condition to decide to skip), and one
 whose unittest program (``unittest.main()``) or pytest run (``pytest.main()``), not one started
@@ -220,8 +220,15 @@ def _checks_at_top_level(tree: ast.Module) -> bool:
     ``__main__`` block (also inside a module-level ``for``/``while``/``if``/``with``/``try``): an ``assert``, a
     ``raise``, or an exit whose status may not be 0 (``sys.exit(1)``, ``sys.exit(main())``, ``exit("loss
     rose")``). Such a file is a script-style test, judged by how it exits, whatever ``test_*`` helper it also
-    defines and never calls. An exit 0 (``sys.exit(0)``, ``raise SystemExit``) is a skip or an end, no check;
-    set-up (assignments, a loop that builds a list, calls of its own helpers) is no check either."""
+    defines and never calls; so does a bare call statement of a function the file defines (``main()``, also
+    ``asyncio.run(main())``), which runs the file's own code as its test, as a script-style test's module level does.
+    An exit 0 (``sys.exit(0)``, ``raise SystemExit``) is a skip or an end, no check; set-up (an assignment, even from
+    its own function, ``CONFIGS = _configs()``, a loop that builds a list) is no check either."""
+    own = {s.name for s in tree.body if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef))}
+
+    def calls_own(node: ast.expr) -> bool:  # main(), asyncio.run(main())
+        return isinstance(node, ast.Call) and (
+            (isinstance(node.func, ast.Name) and node.func.id in own) or any(calls_own(a) for a in node.args))
 
     def exits(node: ast.AST) -> bool:
         if not isinstance(node, ast.Call):
@@ -234,7 +241,7 @@ def _checks_at_top_level(tree: ast.Module) -> bool:
     def checks(s: ast.stmt) -> bool:
         if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) or _is_main_guard(s):
             return False
-        if isinstance(s, ast.Assert):
+        if isinstance(s, ast.Assert) or (isinstance(s, ast.Expr) and calls_own(s.value)):
             return True
         if isinstance(s, ast.Raise):  # `raise SystemExit` / `raise SystemExit(0)` exits 0
             call = s.exc if isinstance(s.exc, ast.Call) else None

@@ -1273,3 +1273,28 @@ def test_a_main_block_that_picks_a_test_variant_or_execute_passes_whichever_ran(
     out, result = _registered(tmp_path, body.replace("        prepare()\n", "        prepare()\n        sys.exit(0)\n")
                               .replace("import os", "import os, sys"))
     assert out.returncode == 1 and "ran no test" in result["error"] and "test_smoke() (line" in result["error"], result
+
+
+@pytest.mark.parametrize("call", ["main()", "if True:\n    main()", "for _ in range(1):\n    main()",
+                                  "import asyncio\nasyncio.run(amain())"])
+def test_a_script_that_checks_in_its_own_function_it_calls_at_module_level_is_judged_by_its_exit(tmp_path, call):
+    """`def main(): ... raise SystemExit("loss did not drop")` called bare at module level, beside an unused
+    `def test_close(a, b)` helper: python3 FILE runs main() and exits by it (it did fail 'test_close() never ran')."""
+    body = textwrap.dedent("""\
+        def test_close(a, b, tol=1e-3):
+            return abs(a - b) < tol
+
+        def main():
+            losses = [3.0, 2.0, {last}]
+            print("RAN main")
+            if losses[-1] >= losses[0]:
+                raise SystemExit("loss did not drop")
+
+        async def amain():
+            main()
+
+    """) + call + "\n"
+    out, result = _wrap(tmp_path, body.format(last=1.0))
+    assert out.returncode == 0 and result["ok"] is True and "RAN main" in out.stdout, out.stdout + out.stderr
+    out, result = _wrap(tmp_path, body.format(last=4.0))
+    assert out.returncode == 1 and result["error"] == "SystemExit('loss did not drop')", result
