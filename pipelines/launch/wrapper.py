@@ -41,7 +41,9 @@ when launched by Dagster Pipes, reports the same fields through Pipes.
 
 The result is the positive evidence of a pass: it is written only after the test returned
 (``"finished": true``, the attempt's token and the wrapper's pid), so a test that calls
-``os._exit(0)`` halfway is not taken for a pass by its exit code; and only by the wrapper's own
+``os._exit(0)`` halfway (inside ``execute()`` or a ``test*`` function) is not taken for a pass by its exit code;
+an ``os._exit()`` after the test returned (``execute(); os._exit(0)`` in the ``__main__`` block, past a hanging
+NCCL or Ray teardown) first writes the result as a normal end with that status would; and only by the wrapper's own
 process, never by a child the test forked whose ``sys.exit()`` unwinds into the wrapper's code. With ``--deadline-s`` the wrapper also kills its own
 process group past that deadline: a test the night lost track of (night killed with ``kill -9``)
 still cannot run for ever.
@@ -348,6 +350,11 @@ def _exit_point(exc: BaseException, file: str) -> str:
         if os.path.abspath(tb.tb_frame.f_code.co_filename) == file:
             line = tb.tb_lineno
         tb = tb.tb_next
+    return _line_said(file, line)
+
+
+def _line_said(file: str, line: int) -> str:
+    """``line 15 (`sys.exit(0)`)``: a line of the test file as a reason says it ("" for none)."""
     if not line:
         return ""
     try:
@@ -356,6 +363,16 @@ def _exit_point(exc: BaseException, file: str) -> str:
     except (OSError, IndexError):
         return f"line {line}"
     return f"line {line} (`{text}`)" if text else f"line {line}"
+
+
+def _frame_point(frame, file: str) -> str:
+    """Where the test file is on this stack (its innermost line), as :func:`_exit_point` says it."""
+    line = 0
+    while frame is not None:
+        if not line and os.path.abspath(frame.f_code.co_filename) == file:
+            line = frame.f_lineno
+        frame = frame.f_back
+    return _line_said(file, line)
 
 
 def _listed(entries: dict[str, int]) -> str:
@@ -572,6 +589,18 @@ def _inside_execute(frame, file: str) -> bool:
     while frame is not None:
         code = frame.f_code
         if code.co_name == "execute" and os.path.abspath(code.co_filename) == file:
+            return True
+        frame = frame.f_back
+    return False
+
+
+def _inside_test(frame, file: str, func: str) -> bool:
+    """Whether the test itself runs on this stack: the file's ``execute()`` (or ``func``), a ``test*`` function
+    or method of it. ``os._exit()`` there ends the test halfway, whatever the code."""
+    while frame is not None:
+        code = frame.f_code
+        if (code.co_name in ("execute", func) or code.co_name.startswith("test")) and (
+                os.path.abspath(code.co_filename) == file):
             return True
         frame = frame.f_back
     return False
@@ -931,6 +960,73 @@ def main(argv: list[str] | None = None) -> int:
     result: dict = {"file": ns.file, "func": ns.func, "ok": False, "exit_code": 1}
     started = time.monotonic()
     wrapper_main = sys.modules.get("__main__")
+
+    def finish(exited_at: str) -> int:
+        """Judge the run (the result so far: how the file exited) and write the result; the exit status."""
+        nonlocal children_s
+        if wrapper_main is not None:  # an imported test file was __main__ while it ran
+            sys.modules["__main__"] = wrapper_main
+        # a failure the file's runner reported, whose status the file dropped, is never a pass
+        failed = (unittest_runs.failed() or pytest_runs.failed()) if result["ok"] else ""
+        if failed:
+            result.update(ok=False, exit_code=1, error=f"{ns.file}: {failed}")
+            _quietly(print, f"# nightly wrapper: {ns.file}: {failed}", file=sys.stderr)
+        # a run that ran nothing passes (unittest on 3.11, pytest's skipped or xfailed run, any run whose status the
+        # file drops) or exits 5 (unittest on 3.12+, pytest when it collected nothing): either way no test ran
+        nothing = (unittest_runs.verdict() or pytest_runs.verdict()) if result["ok"] or result["exit_code"] == 5 else ""
+        if nothing:
+            result.update(ok=False, exit_code=1, error=f"{ns.file}: {nothing}")
+            _quietly(print, f"# nightly wrapper: {ns.file}: {nothing}", file=sys.stderr)
+        # a file whose test entry points (execute(), test_* functions, TestCase classes) none ran, set-up aside, ran no test;
+        # for a __main__ block that names them, only the processes it ran itself may have run the test (not those of the
+        # import; a block that never began waited for none)
+        if must_run.block:
+            children_s = _BLOCK_CHILDREN_S[0] if _BLOCK_CHILDREN_S else float("inf")
+        ran = unittest_runs.verified() or pytest_runs.ran() or _ran_other_process(children_s)
+        nothing = must_run.verdict(ns.file, ran, exited_at) if result["ok"] else ""
+        if nothing:
+            result.update(ok=False, exit_code=1, error=nothing)
+            _quietly(print, f"# nightly wrapper: {nothing}", file=sys.stderr)
+        result["elapsed_s"] = round(time.monotonic() - started, 3)
+        result["finished"] = True
+        result["token"] = os.environ.get("NIGHTLY_ATTEMPT_TOKEN", "")
+        result["pid"] = wrapper_pid  # the local launcher checks it is the process it started
+        _quietly(sys.stdout.flush)
+        _quietly(sys.stderr.flush)
+        try:
+            _write_result(ns.result, result)
+        except OSError as exc:  # e.g. the logs folder went away: say so, and never as the test's own failure
+            _quietly(print, f"{RESULT_NOT_WRITTEN_LINE}{ns.result} "
+                     f"({exc.strerror or exc}); exiting {RESULT_NOT_WRITTEN}: the test's outcome is unknown "
+                     f"(it {'passed' if result['ok'] else 'failed'} here)", file=sys.stderr, flush=True)
+            _report_pipes(result)
+            return RESULT_NOT_WRITTEN
+        _report_pipes(result)
+        return int(result["exit_code"])
+
+    real_exit = os._exit
+
+    def exit_now(code: int) -> None:
+        """``os._exit(code)`` from the test's program after its test returned (``execute(); os._exit(0)`` in the
+        ``__main__`` block: a common way past a hanging NCCL or Ray teardown): the wrapper's own process first writes
+        the result as a normal end with that status would (code 0 passes only if the test ran). One inside the test
+        itself (``execute()``, a ``test*`` function or method on the stack) exits halfway, with no result, as before;
+        so does a child the test forked (multiprocessing's workers end so), as it would without the wrapper."""
+        if (os.getpid() != wrapper_pid or not isinstance(code, int) or finishing
+                or _inside_test(sys._getframe(1), os.path.abspath(ns.file), ns.func)):
+            real_exit(code)
+        finishing.append(code)
+        status = exit_status(code)
+        try:
+            result.update(ok=status == 0, exit_code=status, error="" if status == 0 else f"os._exit({code})")
+            _say(f"the test called os._exit({code}): writing its result before the process ends")
+            at = _frame_point(sys._getframe(1), os.path.abspath(ns.file)) if status == 0 else ""
+            status = finish(at)
+        finally:
+            real_exit(status)
+
+    finishing: list[int] = []
+    os._exit = exit_now  # type: ignore[assignment]
     try:
         func = _test_function(ns.file, ns.func, must_run)
         call_started = time.monotonic()
@@ -955,50 +1051,13 @@ def main(argv: list[str] | None = None) -> int:
     except BaseException as exc:  # the test's own failure: report it, never hide it
         result.update(error=f"{type(exc).__name__}: {exc}")
         _quietly(traceback.print_exc)  # the error is in the result even when the test closed its stderr
+    os._exit = real_exit
     if os.getpid() != wrapper_pid:
         # a child the test forked ended (sys.exit, return, an exception) and unwound into this code: it
         # never writes the attempt's result (it would pass a test whose own process may still fail or
         # os._exit halfway); it exits as that child would under `python3 FILE`
         return int(result["exit_code"])
-    if wrapper_main is not None:  # an imported test file was __main__ while it ran
-        sys.modules["__main__"] = wrapper_main
-    # a failure the file's runner reported, whose status the file dropped, is never a pass
-    failed = (unittest_runs.failed() or pytest_runs.failed()) if result["ok"] else ""
-    if failed:
-        result.update(ok=False, exit_code=1, error=f"{ns.file}: {failed}")
-        _quietly(print, f"# nightly wrapper: {ns.file}: {failed}", file=sys.stderr)
-    # a run that ran nothing passes (unittest on 3.11, pytest's skipped or xfailed run, any run whose status the
-    # file drops) or exits 5 (unittest on 3.12+, pytest when it collected nothing): either way no test ran
-    nothing = (unittest_runs.verdict() or pytest_runs.verdict()) if result["ok"] or result["exit_code"] == 5 else ""
-    if nothing:
-        result.update(ok=False, exit_code=1, error=f"{ns.file}: {nothing}")
-        _quietly(print, f"# nightly wrapper: {ns.file}: {nothing}", file=sys.stderr)
-    # a file whose test entry points (execute(), test_* functions, TestCase classes) none ran, set-up aside, ran no test;
-    # for a __main__ block that names them, only the processes it ran itself may have run the test (not those of the
-    # import; a block that never began waited for none)
-    if must_run.block:
-        children_s = _BLOCK_CHILDREN_S[0] if _BLOCK_CHILDREN_S else float("inf")
-    ran = unittest_runs.verified() or pytest_runs.ran() or _ran_other_process(children_s)
-    nothing = must_run.verdict(ns.file, ran, exited_at) if result["ok"] else ""
-    if nothing:
-        result.update(ok=False, exit_code=1, error=nothing)
-        _quietly(print, f"# nightly wrapper: {nothing}", file=sys.stderr)
-    result["elapsed_s"] = round(time.monotonic() - started, 3)
-    result["finished"] = True
-    result["token"] = os.environ.get("NIGHTLY_ATTEMPT_TOKEN", "")
-    result["pid"] = wrapper_pid  # the local launcher checks it is the process it started
-    _quietly(sys.stdout.flush)
-    _quietly(sys.stderr.flush)
-    try:
-        _write_result(ns.result, result)
-    except OSError as exc:  # e.g. the logs folder went away: say so, and never as the test's own failure
-        _quietly(print, f"{RESULT_NOT_WRITTEN_LINE}{ns.result} "
-                 f"({exc.strerror or exc}); exiting {RESULT_NOT_WRITTEN}: the test's outcome is unknown "
-                 f"(it {'passed' if result['ok'] else 'failed'} here)", file=sys.stderr, flush=True)
-        _report_pipes(result)
-        return RESULT_NOT_WRITTEN
-    _report_pipes(result)
-    return int(result["exit_code"])
+    return finish(exited_at)
 
 
 if __name__ == "__main__":

@@ -1298,3 +1298,48 @@ def test_a_script_that_checks_in_its_own_function_it_calls_at_module_level_is_ju
     assert out.returncode == 0 and result["ok"] is True and "RAN main" in out.stdout, out.stdout + out.stderr
     out, result = _wrap(tmp_path, body.format(last=4.0))
     assert out.returncode == 1 and result["error"] == "SystemExit('loss did not drop')", result
+
+
+OS_EXIT_AT_THE_END = """
+    import multiprocessing, os, sys
+
+    def prepare():
+        pass
+
+    def execute():
+        print("RAN execute")
+
+    def work():
+        sys.exit(5)  # a forked worker ends in os._exit(5): the worker's, never the attempt's result
+
+    if __name__ == "__main__":
+        prepare()
+        {run}
+        sys.stdout.flush()
+        os._exit({code})
+"""
+
+
+WORKER = """worker = multiprocessing.get_context("fork").Process(target=work)
+        worker.start()
+        worker.join()
+        assert worker.exitcode == 5 and not os.path.exists("r.json"), "a forked child wrote the result"
+        execute()"""
+
+
+@pytest.mark.parametrize("run, code, rc, error", [
+    ("execute()", 0, 0, ""),
+    (WORKER, 0, 0, ""),
+    ("execute()", 3, 3, "os._exit(3)"),
+    ('if os.path.exists("model"):\n            execute()', 0, 1,
+     "test_x.py: ran no test: it exited 0 at line 18 (`os._exit(0)`), before its "
+                   '`if __name__ == "__main__":` block (line 13) ran execute() (line 7): a skip is not a pass'),
+])
+def test_os_exit_after_the_test_in_the_main_block_writes_the_result_as_a_normal_end(tmp_path, run, code, rc, error):
+    """`execute(); sys.stdout.flush(); os._exit(0)` skips a hanging NCCL/Ray teardown: python3 FILE exits 0, and the
+    night failed it 'exit code 0 without the wrapper's completion record'. The record is now written first, judged as
+    a normal end with that status (0 passes only if the test ran); forked workers' os._exit is left alone."""
+    out, result = _wrap(tmp_path, OS_EXIT_AT_THE_END.format(run=run, code=code))
+    assert out.returncode == rc and result["exit_code"] == rc and result["finished"] is True, out.stdout + out.stderr
+    assert result["ok"] is (rc == 0) and result["error"].startswith(error), result
+    assert "the test called os._exit" in out.stdout
