@@ -4,7 +4,8 @@ Why not ``python3 tests/test_x.py``? Its ``__main__`` calls ``prepare()`` first,
 and converts again; the orchestrator's assets have already done that work at the paths the test
 expects. So the wrapper reads the file (``ast``) and picks one of two ways:
 
-- a file with an ``if __name__ == "__main__":`` block (run for ``execute``, the default): run the
+- a file with an ``if __name__ == "__main__":`` block (run for ``execute``, the default; any guard that
+  compares ``__name__`` with ``"__main__"``, also nested in a module-level ``if``: :func:`_main_blocks`): run the
   file as ``__main__``, as its runner would, with each ``prepare(...)`` statement of that block
   replaced by ``pass`` (same line numbers, so tracebacks point at the file's real lines). The
   usual anatomy (``prepare()`` then ``execute()``) so runs exactly ``execute()``; a block that
@@ -22,9 +23,9 @@ saying so: one with neither an ``execute()`` nor a ``__main__`` block (``python3
 nothing), one whose ``__main__`` block only calls ``prepare()`` (which the wrapper skips), one
 that defines test entry points (``execute()``, ``test_*`` functions, ``TestCase`` classes) none of
 which ran, whatever set-up its module level did (a module level that checks itself, an ``assert``, a
-``raise``, ``sys.exit("loss rose")``, is a script-style test judged by its exit), or whose ``__main__`` block names one and exits 0
-(or ends) before any ran (a skip is not a pass; :class:`_MustRun`: only ``execute()`` counts when the block
-calls it, not a ``test_*``-named helper the block calls to decide to skip), and one
+``raise``, ``sys.exit("loss rose")``, a bare call of its own ``main()``, is a script-style test judged by its exit), or whose ``__main__`` block names one and exits 0
+(or ends) before any ran (a skip is not a pass; :class:`_MustRun`: only the entry points the block runs
+count, not a ``test_*``-named helper it calls in an ``if`` condition to decide to skip), and one
 whose unittest program (``unittest.main()``) or pytest run (``pytest.main()``), not one started
 inside ``execute()``, ran no test or only skipped or expected failures (pytest's xfail,
 ``@unittest.expectedFailure``) among the tests it found. A failure that
@@ -40,7 +41,9 @@ when launched by Dagster Pipes, reports the same fields through Pipes.
 
 The result is the positive evidence of a pass: it is written only after the test returned
 (``"finished": true``, the attempt's token and the wrapper's pid), so a test that calls
-``os._exit(0)`` halfway is not taken for a pass by its exit code; and only by the wrapper's own
+``os._exit(0)`` halfway (inside ``execute()`` or a ``test*`` function) is not taken for a pass by its exit code;
+an ``os._exit()`` after the test returned (``execute(); os._exit(0)`` in the ``__main__`` block, past a hanging
+NCCL or Ray teardown) first writes the result as a normal end with that status would; and only by the wrapper's own
 process, never by a child the test forked whose ``sys.exit()`` unwinds into the wrapper's code. With ``--deadline-s`` the wrapper also kills its own
 process group past that deadline: a test the night lost track of (night killed with ``kill -9``)
 still cannot run for ever.
@@ -105,15 +108,41 @@ def _load_module(path: str, source: bytes | ast.Module) -> types.ModuleType:
 
 
 def _is_main_guard(stmt: ast.stmt) -> bool:
-    """``if __name__ == "__main__":`` (either side of the ``==``)."""
-    if not isinstance(stmt, ast.If) or not isinstance(stmt.test, ast.Compare):
+    """An ``if`` whose test compares ``__name__`` with ``"__main__"`` in any form python3 runs it for:
+    ``__name__ == "__main__"`` (either side), ``__name__ in ("__main__",)`` (a tuple, list or set), also
+    inside ``and``/``or``/``not`` (``if __name__ == "__main__" and os.environ.get("SKIP") != "1":``)."""
+    if not isinstance(stmt, ast.If):
         return False
-    test = stmt.test
-    if len(test.ops) != 1 or not isinstance(test.ops[0], ast.Eq):
-        return False
-    sides = [test.left, test.comparators[0]]
-    return (any(isinstance(s, ast.Name) and s.id == "__name__" for s in sides)
-            and any(isinstance(s, ast.Constant) and s.value == "__main__" for s in sides))
+
+    def main_side(node: ast.expr) -> bool:
+        if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+            return any(main_side(e) for e in node.elts)
+        return isinstance(node, ast.Constant) and node.value == "__main__"
+
+    for node in ast.walk(stmt.test):
+        if isinstance(node, ast.Compare):
+            sides = [node.left, *node.comparators]
+            if (any(isinstance(s, ast.Name) and s.id == "__name__" for s in sides)
+                    and any(main_side(s) for s in sides)):
+                return True
+    return False
+
+
+def _main_blocks(tree: ast.Module) -> list[ast.If]:
+    """The file's ``__main__`` blocks (:func:`_is_main_guard`): at module level, or nested in a module-level
+    ``if``/``try``/``with`` (``if sys.version_info >= (3, 8):`` around one), where ``python3 FILE`` runs them too;
+    not inside a function or class."""
+    found: list[ast.If] = []
+
+    def visit(stmts: list[ast.stmt]) -> None:
+        for s in stmts:
+            if _is_main_guard(s):
+                found.append(s)  # type: ignore[arg-type]
+            elif isinstance(s, (ast.If, ast.Try, ast.With, ast.AsyncWith)) or type(s).__name__ == "TryStar":
+                visit([*getattr(s, "body", []), *getattr(s, "orelse", []), *getattr(s, "finalbody", []),
+                       *(x for h in getattr(s, "handlers", []) for x in h.body)])
+    visit(tree.body)
+    return found
 
 
 def _called(stmt: ast.stmt) -> str | None:
@@ -140,11 +169,10 @@ def _main_program(tree: ast.Module) -> tuple[ast.Module, int]:
     block first saying it began (``__nightly_block_started__()`` at its first statement's line, so tracebacks keep
     the file's lines): :func:`_block_started`."""
     skip = _SkipPrepare()
-    for stmt in tree.body:
-        if _is_main_guard(stmt):
-            body = [skip.visit(s) for s in stmt.body]  # type: ignore[attr-defined]
-            mark = ast.Expr(ast.Call(ast.Name(_BLOCK_MARK, ast.Load()), [], []))
-            stmt.body = [ast.copy_location(mark, body[0]), *body]  # type: ignore[attr-defined]
+    for stmt in _main_blocks(tree):
+        body = [skip.visit(s) for s in stmt.body]  # type: ignore[attr-defined]
+        mark = ast.Expr(ast.Call(ast.Name(_BLOCK_MARK, ast.Load()), [], []))
+        stmt.body = [ast.copy_location(mark, body[0]), *body]  # type: ignore[attr-defined]
     return ast.fix_missing_locations(tree), skip.skipped
 
 
@@ -194,8 +222,15 @@ def _checks_at_top_level(tree: ast.Module) -> bool:
     ``__main__`` block (also inside a module-level ``for``/``while``/``if``/``with``/``try``): an ``assert``, a
     ``raise``, or an exit whose status may not be 0 (``sys.exit(1)``, ``sys.exit(main())``, ``exit("loss
     rose")``). Such a file is a script-style test, judged by how it exits, whatever ``test_*`` helper it also
-    defines and never calls. An exit 0 (``sys.exit(0)``, ``raise SystemExit``) is a skip or an end, no check;
-    set-up (assignments, a loop that builds a list, calls of its own helpers) is no check either."""
+    defines and never calls; so does a bare call statement of a function the file defines (``main()``, also
+    ``asyncio.run(main())``), which runs the file's own code as its test, as a script-style test's module level does.
+    An exit 0 (``sys.exit(0)``, ``raise SystemExit``) is a skip or an end, no check; set-up (an assignment, even from
+    its own function, ``CONFIGS = _configs()``, a loop that builds a list) is no check either."""
+    own = {s.name for s in tree.body if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef))}
+
+    def calls_own(node: ast.expr) -> bool:  # main(), asyncio.run(main())
+        return isinstance(node, ast.Call) and (
+            (isinstance(node.func, ast.Name) and node.func.id in own) or any(calls_own(a) for a in node.args))
 
     def exits(node: ast.AST) -> bool:
         if not isinstance(node, ast.Call):
@@ -208,7 +243,7 @@ def _checks_at_top_level(tree: ast.Module) -> bool:
     def checks(s: ast.stmt) -> bool:
         if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) or _is_main_guard(s):
             return False
-        if isinstance(s, ast.Assert):
+        if isinstance(s, ast.Assert) or (isinstance(s, ast.Expr) and calls_own(s.value)):
             return True
         if isinstance(s, ast.Raise):  # `raise SystemExit` / `raise SystemExit(0)` exits 0
             call = s.exc if isinstance(s.exc, ast.Call) else None
@@ -315,6 +350,11 @@ def _exit_point(exc: BaseException, file: str) -> str:
         if os.path.abspath(tb.tb_frame.f_code.co_filename) == file:
             line = tb.tb_lineno
         tb = tb.tb_next
+    return _line_said(file, line)
+
+
+def _line_said(file: str, line: int) -> str:
+    """``line 15 (`sys.exit(0)`)``: a line of the test file as a reason says it ("" for none)."""
     if not line:
         return ""
     try:
@@ -325,15 +365,37 @@ def _exit_point(exc: BaseException, file: str) -> str:
     return f"line {line} (`{text}`)" if text else f"line {line}"
 
 
+def _frame_point(frame, file: str) -> str:
+    """Where the test file is on this stack (its innermost line), as :func:`_exit_point` says it."""
+    line = 0
+    while frame is not None:
+        if not line and os.path.abspath(frame.f_code.co_filename) == file:
+            line = frame.f_lineno
+        frame = frame.f_back
+    return _line_said(file, line)
+
+
 def _listed(entries: dict[str, int]) -> str:
     return ", ".join(f"{name} (line {line})" for name, line in entries.items())
 
 
 def _named_in(blocks: list[ast.If], entries: dict[str, int]) -> dict[str, int]:
     """The test entry points the ``__main__`` block(s) name (called, or handed on: ``mp.spawn(execute)``),
-    and the runners they call (``unittest.main()``, ``pytest.main()``, at the line of the call)."""
+    and the runners they call (``unittest.main()``, ``pytest.main()``, at the line of the call). A name only in
+    the condition of an ``if``/``while`` (``if not test_gpus_available(): sys.exit(0)``) decides whether to run
+    the test and is not one; a block that picks a variant (``if SMOKE: test_smoke() else: execute()``) names both."""
     named: dict[str, int] = {}
-    for node in (n for b in blocks for n in ast.walk(b)):
+
+    def walk(node: ast.AST):
+        yield node
+        for field, value in ast.iter_fields(node):
+            if field == "test" and isinstance(node, (ast.If, ast.While, ast.IfExp)):
+                continue  # a condition, not a run
+            for child in (value if isinstance(value, list) else [value]):
+                if isinstance(child, ast.AST):
+                    yield from walk(child)
+
+    for node in (n for b in blocks for n in walk(b)):
         if isinstance(node, ast.Name) and (f"{node.id}()" in entries or node.id in entries):
             key = f"{node.id}()" if f"{node.id}()" in entries else node.id
             named[key] = entries[key]
@@ -532,6 +594,18 @@ def _inside_execute(frame, file: str) -> bool:
     return False
 
 
+def _inside_test(frame, file: str, func: str) -> bool:
+    """Whether the test itself runs on this stack: the file's ``execute()`` (or ``func``), a ``test*`` function
+    or method of it. ``os._exit()`` there ends the test halfway, whatever the code."""
+    while frame is not None:
+        code = frame.f_code
+        if (code.co_name in ("execute", func) or code.co_name.startswith("test")) and (
+                os.path.abspath(code.co_filename) == file):
+            return True
+        frame = frame.f_back
+    return False
+
+
 class _PytestCount:
     """A pytest plugin (a plain object: pytest finds its hooks by name) that counts one run's tests: one
     whose call passed, or any phase of which failed, ran; the others were skipped or expected failures."""
@@ -708,7 +782,7 @@ def _test_function(file: str, func_name: str, must_run: _MustRun):
     with open(file, "rb") as fh:
         source = fh.read()
     tree = _mark_entries(ast.parse(source, filename=file))
-    blocks = [s for s in tree.body if _is_main_guard(s)]
+    blocks = _main_blocks(tree)
     entries = _test_entries(tree)
     if func_name == "execute" and blocks:
         program, skipped = _main_program(tree)
@@ -725,8 +799,6 @@ def _test_function(file: str, func_name: str, must_run: _MustRun):
             must_run.advice = ("module-level set-up (an assignment, a loop that builds a matrix) is no test; call the "
                                "test in that block (e.g. execute() after prepare())")
         elif named := _named_in(blocks, entries):  # it must run one: a block that exits 0 (or ends) first skipped the test
-            if "execute()" in named:  # the test; a test_*-named helper it also calls (`if not test_gpus(): ...`) is not
-                named = {name: line for name, line in named.items() if name == "execute()" or name.endswith(".main()")}
             must_run.entries, must_run.block, must_run.advice = named, blocks[0].lineno, SKIP_ADVICE
         must_run.coroutines = {f"{s.name}()" for s in tree.body if isinstance(s, ast.AsyncFunctionDef)}
         _say(f"running {file} as __main__, as `python3 {file}` would, with the {skipped} prepare() call(s) of its "
@@ -888,6 +960,73 @@ def main(argv: list[str] | None = None) -> int:
     result: dict = {"file": ns.file, "func": ns.func, "ok": False, "exit_code": 1}
     started = time.monotonic()
     wrapper_main = sys.modules.get("__main__")
+
+    def finish(exited_at: str) -> int:
+        """Judge the run (the result so far: how the file exited) and write the result; the exit status."""
+        nonlocal children_s
+        if wrapper_main is not None:  # an imported test file was __main__ while it ran
+            sys.modules["__main__"] = wrapper_main
+        # a failure the file's runner reported, whose status the file dropped, is never a pass
+        failed = (unittest_runs.failed() or pytest_runs.failed()) if result["ok"] else ""
+        if failed:
+            result.update(ok=False, exit_code=1, error=f"{ns.file}: {failed}")
+            _quietly(print, f"# nightly wrapper: {ns.file}: {failed}", file=sys.stderr)
+        # a run that ran nothing passes (unittest on 3.11, pytest's skipped or xfailed run, any run whose status the
+        # file drops) or exits 5 (unittest on 3.12+, pytest when it collected nothing): either way no test ran
+        nothing = (unittest_runs.verdict() or pytest_runs.verdict()) if result["ok"] or result["exit_code"] == 5 else ""
+        if nothing:
+            result.update(ok=False, exit_code=1, error=f"{ns.file}: {nothing}")
+            _quietly(print, f"# nightly wrapper: {ns.file}: {nothing}", file=sys.stderr)
+        # a file whose test entry points (execute(), test_* functions, TestCase classes) none ran, set-up aside, ran no test;
+        # for a __main__ block that names them, only the processes it ran itself may have run the test (not those of the
+        # import; a block that never began waited for none)
+        if must_run.block:
+            children_s = _BLOCK_CHILDREN_S[0] if _BLOCK_CHILDREN_S else float("inf")
+        ran = unittest_runs.verified() or pytest_runs.ran() or _ran_other_process(children_s)
+        nothing = must_run.verdict(ns.file, ran, exited_at) if result["ok"] else ""
+        if nothing:
+            result.update(ok=False, exit_code=1, error=nothing)
+            _quietly(print, f"# nightly wrapper: {nothing}", file=sys.stderr)
+        result["elapsed_s"] = round(time.monotonic() - started, 3)
+        result["finished"] = True
+        result["token"] = os.environ.get("NIGHTLY_ATTEMPT_TOKEN", "")
+        result["pid"] = wrapper_pid  # the local launcher checks it is the process it started
+        _quietly(sys.stdout.flush)
+        _quietly(sys.stderr.flush)
+        try:
+            _write_result(ns.result, result)
+        except OSError as exc:  # e.g. the logs folder went away: say so, and never as the test's own failure
+            _quietly(print, f"{RESULT_NOT_WRITTEN_LINE}{ns.result} "
+                     f"({exc.strerror or exc}); exiting {RESULT_NOT_WRITTEN}: the test's outcome is unknown "
+                     f"(it {'passed' if result['ok'] else 'failed'} here)", file=sys.stderr, flush=True)
+            _report_pipes(result)
+            return RESULT_NOT_WRITTEN
+        _report_pipes(result)
+        return int(result["exit_code"])
+
+    real_exit = os._exit
+
+    def exit_now(code: int) -> None:
+        """``os._exit(code)`` from the test's program after its test returned (``execute(); os._exit(0)`` in the
+        ``__main__`` block: a common way past a hanging NCCL or Ray teardown): the wrapper's own process first writes
+        the result as a normal end with that status would (code 0 passes only if the test ran). One inside the test
+        itself (``execute()``, a ``test*`` function or method on the stack) exits halfway, with no result, as before;
+        so does a child the test forked (multiprocessing's workers end so), as it would without the wrapper."""
+        if (os.getpid() != wrapper_pid or not isinstance(code, int) or finishing
+                or _inside_test(sys._getframe(1), os.path.abspath(ns.file), ns.func)):
+            real_exit(code)
+        finishing.append(code)
+        status = exit_status(code)
+        try:
+            result.update(ok=status == 0, exit_code=status, error="" if status == 0 else f"os._exit({code})")
+            _say(f"the test called os._exit({code}): writing its result before the process ends")
+            at = _frame_point(sys._getframe(1), os.path.abspath(ns.file)) if status == 0 else ""
+            status = finish(at)
+        finally:
+            real_exit(status)
+
+    finishing: list[int] = []
+    os._exit = exit_now  # type: ignore[assignment]
     try:
         func = _test_function(ns.file, ns.func, must_run)
         call_started = time.monotonic()
@@ -912,50 +1051,13 @@ def main(argv: list[str] | None = None) -> int:
     except BaseException as exc:  # the test's own failure: report it, never hide it
         result.update(error=f"{type(exc).__name__}: {exc}")
         _quietly(traceback.print_exc)  # the error is in the result even when the test closed its stderr
+    os._exit = real_exit
     if os.getpid() != wrapper_pid:
         # a child the test forked ended (sys.exit, return, an exception) and unwound into this code: it
         # never writes the attempt's result (it would pass a test whose own process may still fail or
         # os._exit halfway); it exits as that child would under `python3 FILE`
         return int(result["exit_code"])
-    if wrapper_main is not None:  # an imported test file was __main__ while it ran
-        sys.modules["__main__"] = wrapper_main
-    # a failure the file's runner reported, whose status the file dropped, is never a pass
-    failed = (unittest_runs.failed() or pytest_runs.failed()) if result["ok"] else ""
-    if failed:
-        result.update(ok=False, exit_code=1, error=f"{ns.file}: {failed}")
-        _quietly(print, f"# nightly wrapper: {ns.file}: {failed}", file=sys.stderr)
-    # a run that ran nothing passes (unittest on 3.11, pytest's skipped or xfailed run, any run whose status the
-    # file drops) or exits 5 (unittest on 3.12+, pytest when it collected nothing): either way no test ran
-    nothing = (unittest_runs.verdict() or pytest_runs.verdict()) if result["ok"] or result["exit_code"] == 5 else ""
-    if nothing:
-        result.update(ok=False, exit_code=1, error=f"{ns.file}: {nothing}")
-        _quietly(print, f"# nightly wrapper: {ns.file}: {nothing}", file=sys.stderr)
-    # a file whose test entry points (execute(), test_* functions, TestCase classes) none ran, set-up aside, ran no test;
-    # for a __main__ block that names them, only the processes it ran itself may have run the test (not those of the
-    # import; a block that never began waited for none)
-    if must_run.block:
-        children_s = _BLOCK_CHILDREN_S[0] if _BLOCK_CHILDREN_S else float("inf")
-    ran = unittest_runs.verified() or pytest_runs.ran() or _ran_other_process(children_s)
-    nothing = must_run.verdict(ns.file, ran, exited_at) if result["ok"] else ""
-    if nothing:
-        result.update(ok=False, exit_code=1, error=nothing)
-        _quietly(print, f"# nightly wrapper: {nothing}", file=sys.stderr)
-    result["elapsed_s"] = round(time.monotonic() - started, 3)
-    result["finished"] = True
-    result["token"] = os.environ.get("NIGHTLY_ATTEMPT_TOKEN", "")
-    result["pid"] = wrapper_pid  # the local launcher checks it is the process it started
-    _quietly(sys.stdout.flush)
-    _quietly(sys.stderr.flush)
-    try:
-        _write_result(ns.result, result)
-    except OSError as exc:  # e.g. the logs folder went away: say so, and never as the test's own failure
-        _quietly(print, f"{RESULT_NOT_WRITTEN_LINE}{ns.result} "
-                 f"({exc.strerror or exc}); exiting {RESULT_NOT_WRITTEN}: the test's outcome is unknown "
-                 f"(it {'passed' if result['ok'] else 'failed'} here)", file=sys.stderr, flush=True)
-        _report_pipes(result)
-        return RESULT_NOT_WRITTEN
-    _report_pipes(result)
-    return int(result["exit_code"])
+    return finish(exited_at)
 
 
 if __name__ == "__main__":

@@ -1223,3 +1223,123 @@ def test_a_process_the_import_ran_does_not_make_a_skip_of_the_main_block_a_pass(
     (tmp_path / "tiny-lm").mkdir()
     out, result = _registered(tmp_path, body)
     assert out.returncode == 0 and result["ok"] is True and "training" in out.stdout, out.stdout + out.stderr
+
+
+@pytest.mark.parametrize("guard", [
+    'if __name__ == "__main__" and os.environ.get("SKIP_E2E") != "1":',
+    'if __name__ in ("__main__",):',
+    'if sys.version_info >= (3, 8):\n    if __name__ == "__main__":',
+])
+def test_a_main_guard_in_another_form_runs_as_python3_file_runs_it(tmp_path, guard):
+    # python3 FILE runs these blocks; the wrapper took the file for one without a block (a false red), and a
+    # failing main() under such a guard never ran (a false green)
+    block = guard + "\n" + " " * (4 * guard.count(":")) + "{call}\n"
+    out, result = _wrap(tmp_path, "import os, sys, unittest\n\nclass TestA(unittest.TestCase):\n"
+                        "    def test_a(self):\n        print('RAN a')\n\n" + block.format(call="unittest.main()"))
+    assert out.returncode == 0 and result["ok"] is True, out.stdout + out.stderr
+    assert "RAN a" in out.stdout and "as __main__" in out.stdout
+    out, result = _wrap(tmp_path, "import os, sys\n\ndef main():\n    print('RAN main')\n    sys.exit(1)\n\n"
+                        + block.format(call="main()"))
+    assert out.returncode == 1 and result["ok"] is False and result["error"] == "SystemExit(1)", out.stdout + out.stderr
+    assert "RAN main" in out.stdout
+
+
+def test_a_main_block_that_picks_a_test_variant_or_execute_passes_whichever_ran(tmp_path):
+    """`if E2E_MODE == "smoke": test_smoke() else: execute()`: the block runs a test either way, and python3 FILE
+    exits 0; a helper only in an `if` condition (the test above) is still no test."""
+    body = """
+    import os
+
+    def prepare():
+        pass
+
+    def test_smoke():
+        print("RAN smoke")
+
+    def execute():
+        print("RAN full")
+
+    if __name__ == "__main__":
+        prepare()
+        if os.environ.get("E2E_MODE", "smoke") == "smoke":
+            test_smoke()
+        else:
+            execute()
+    """
+    out, result = _registered(tmp_path, body)
+    assert out.returncode == 0 and result["ok"] is True and "RAN smoke" in out.stdout, out.stdout + out.stderr
+    out, result = _registered(tmp_path, body.replace('"smoke")', '"full")'))
+    assert out.returncode == 0 and result["ok"] is True and "RAN full" in out.stdout, out.stdout + out.stderr
+    out, result = _registered(tmp_path, body.replace("        prepare()\n", "        prepare()\n        sys.exit(0)\n")
+                              .replace("import os", "import os, sys"))
+    assert out.returncode == 1 and "ran no test" in result["error"] and "test_smoke() (line" in result["error"], result
+
+
+@pytest.mark.parametrize("call", ["main()", "if True:\n    main()", "for _ in range(1):\n    main()",
+                                  "import asyncio\nasyncio.run(amain())"])
+def test_a_script_that_checks_in_its_own_function_it_calls_at_module_level_is_judged_by_its_exit(tmp_path, call):
+    """`def main(): ... raise SystemExit("loss did not drop")` called bare at module level, beside an unused
+    `def test_close(a, b)` helper: python3 FILE runs main() and exits by it (it did fail 'test_close() never ran')."""
+    body = textwrap.dedent("""\
+        def test_close(a, b, tol=1e-3):
+            return abs(a - b) < tol
+
+        def main():
+            losses = [3.0, 2.0, {last}]
+            print("RAN main")
+            if losses[-1] >= losses[0]:
+                raise SystemExit("loss did not drop")
+
+        async def amain():
+            main()
+
+    """) + call + "\n"
+    out, result = _wrap(tmp_path, body.format(last=1.0))
+    assert out.returncode == 0 and result["ok"] is True and "RAN main" in out.stdout, out.stdout + out.stderr
+    out, result = _wrap(tmp_path, body.format(last=4.0))
+    assert out.returncode == 1 and result["error"] == "SystemExit('loss did not drop')", result
+
+
+OS_EXIT_AT_THE_END = """
+    import multiprocessing, os, sys
+
+    def prepare():
+        pass
+
+    def execute():
+        print("RAN execute")
+
+    def work():
+        sys.exit(5)  # a forked worker ends in os._exit(5): the worker's, never the attempt's result
+
+    if __name__ == "__main__":
+        prepare()
+        {run}
+        sys.stdout.flush()
+        os._exit({code})
+"""
+
+
+WORKER = """worker = multiprocessing.get_context("fork").Process(target=work)
+        worker.start()
+        worker.join()
+        assert worker.exitcode == 5 and not os.path.exists("r.json"), "a forked child wrote the result"
+        execute()"""
+
+
+@pytest.mark.parametrize("run, code, rc, error", [
+    ("execute()", 0, 0, ""),
+    (WORKER, 0, 0, ""),
+    ("execute()", 3, 3, "os._exit(3)"),
+    ('if os.path.exists("model"):\n            execute()', 0, 1,
+     "test_x.py: ran no test: it exited 0 at line 18 (`os._exit(0)`), before its "
+                   '`if __name__ == "__main__":` block (line 13) ran execute() (line 7): a skip is not a pass'),
+])
+def test_os_exit_after_the_test_in_the_main_block_writes_the_result_as_a_normal_end(tmp_path, run, code, rc, error):
+    """`execute(); sys.stdout.flush(); os._exit(0)` skips a hanging NCCL/Ray teardown: python3 FILE exits 0, and the
+    night failed it 'exit code 0 without the wrapper's completion record'. The record is now written first, judged as
+    a normal end with that status (0 passes only if the test ran); forked workers' os._exit is left alone."""
+    out, result = _wrap(tmp_path, OS_EXIT_AT_THE_END.format(run=run, code=code))
+    assert out.returncode == rc and result["exit_code"] == rc and result["finished"] is True, out.stdout + out.stderr
+    assert result["ok"] is (rc == 0) and result["error"].startswith(error), result
+    assert "the test called os._exit" in out.stdout
