@@ -433,6 +433,8 @@ def _dispatch(night: Night, plan: Plan, tests: list[Test], launcher: Launcher, s
     def signalled(signum: int, at: float) -> None:  # in the signal handler, as the signal is held
         if not stopped_by:
             stopped_by.append((signum, at))
+            if (arrived := getattr(launcher, "signal_arrived", None)) is not None:  # local: judges a test it ended
+                arrived(signum, at)
         stop.set()
 
     with signals_noted(signalled):

@@ -71,10 +71,9 @@ SIGNAL_SETTLE_S = 3.0
 #: a test that ended at most this long before the signal that stopped its night arrived may have died of it:
 #: the night notes the signal when its handler runs, which may come a little after the test got its own copy
 SIGNAL_WINDOW_S = 1.0
-#: a test that ended by itself without dying of a signal (a handler's exit 1, ``sys.exit(15)``) waits only this
-#: long: the stop must have come within :data:`SIGNAL_WINDOW_S` of its end, and every ordinary failure waits it
-HANDLED_SETTLE_S = 1.5
-#: the stop signals a test dies of by default (``-N``, or a runner's ``128 + N``): such a death waits the whole settle
+#: the stop signals a test dies of by default (``-N``, or a runner's ``128 + N``): only such a death waits the settle
+#: (any other ending is judged at once, by a signal the night already noted: an ordinary failure never waits, and its
+#: GPUs go to the next test at once)
 STOP_DEATHS = frozenset(code for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)
                         for code in (-sig, 128 + sig))
 #: a stop sends SIGTERM (or SIGINT, SIGHUP) first: a test dead of SIGKILL (or a runner's exit 137 for it) was
@@ -119,8 +118,17 @@ class LocalLauncher:
         self._stop = threading.Event()
         #: (signum, when it arrived) of the signal that stopped the night; None: not stopped, or not by a signal
         self._stopped_by: tuple[int, float] | None = None
+        #: (signum, when it arrived) of the first stop signal the night noted as it came, before it acts on it
+        self._signal_seen: tuple[int, float] | None = None
         self._lock = threading.Lock()
         self._running: dict[str, str] = {}
+
+    def signal_arrived(self, signum: int, at: float) -> None:
+        """The night's handler noted a stop signal as it came (``time.monotonic()``), before it stops the
+        night: a test that ends by its own handler of the same signal (torchrun's SignalException, exit 1) is
+        judged by it at once (:meth:`_stopped_with_the_night`). Called in a signal handler: no lock."""
+        if self._signal_seen is None:
+            self._signal_seen = (signum, at)
 
     def interrupt(self, signum: int = 0, at: float | None = None) -> list[str]:
         """End the night's attempts: each running ``launch()`` kills its processes and returns
@@ -415,23 +423,24 @@ class LocalLauncher:
         arrived no later than :data:`SIGNAL_WINDOW_S` after the test ended. Any such ending counts: killed
         by the signal, a handler's exception (torchrun's SignalException, exit 1), ``sys.exit(signum)``, a
         cleanup's exit. Otherwise (a failure, an OOM kill, a night stopped by an error or a signal that came
-        later) it is judged as it ended, up to :attr:`signal_settle_s` later (:data:`HANDLED_SETTLE_S` when it
-        did not die of a stop signal: an ordinary failure is recorded 1.5 s after it ends, not 3 s)."""
+        later) it is judged as it ended. Only a test dead of a stop signal (:data:`STOP_DEATHS`) waits, up to
+        :attr:`signal_settle_s`, for the night to show it stops; any other ending is judged at once, by a signal
+        the night already noted as it came (:meth:`signal_arrived`): an ordinary failure never waits."""
         result = _read_result(result_path)
         passed = proc.returncode == 0 and _wrapper_finished(result, proc, token) and result.get("ok") is True
         if passed or proc.returncode in KILLED:
             return False
-        # a death by the stop signal itself waits the whole settle; any other ending only as long as the window
-        # allows (every ordinary failure pays this wait, so it stays short)
-        settle = self.signal_settle_s if proc.returncode in STOP_DEATHS else min(self.signal_settle_s, HANDLED_SETTLE_S)
-        if not self._stop.wait(settle):
+        if proc.returncode not in STOP_DEATHS:  # a handler's exit, a failure: the signal, if any, is noted already
+            seen = self._stopped_by or self._signal_seen
+            return seen is not None and seen[1] <= ended_at + SIGNAL_WINDOW_S
+        if not self._stop.wait(self.signal_settle_s):
             return False
         return self._stopped_by is not None and self._stopped_by[1] <= ended_at + SIGNAL_WINDOW_S
 
     def _by_the_signal(self, ended_at: float) -> str:
         """How the log says that the night's signal ended the test before the night did: `` by SIGTERM,
         which reached the test too: it ended 0.1 s after the signal arrived``."""
-        signum, at = self._stopped_by or (0, ended_at)
+        signum, at = self._stopped_by or self._signal_seen or (0, ended_at)
         name = signal.Signals(signum).name if signum in signal.valid_signals() else "a signal"
         when = f"{ended_at - at:.1f} s after" if ended_at >= at else f"{at - ended_at:.1f} s before"
         return f" by {name}, which reached the test too: it ended {when} the signal arrived"

@@ -251,12 +251,15 @@ def _dies(tmp_path: Path, how: str) -> Path:
             raise SignalException(f"Process {{os.getpid()}} got signal: {{signum}}")
         def execute():
             open("pid", "w").write(str(os.getpid()))
+            while not os.path.exists("go"):
+                time.sleep(0.01)
             {STOP_DEATHS[how]}
     """)
 
 
-def _launch_until_dead(tmp_path: Path, how: str, **kw):
-    """The test started and ended by itself; the launcher (its launch() in a thread) and the thread."""
+def _launch_until_dead(tmp_path: Path, how: str, before=None, **kw):
+    """The test started and ended by itself; the launcher (its launch() in a thread) and the thread.
+    ``before(launcher)`` runs once the test runs, before it ends (the night noting the signal as it came)."""
     import threading
 
     repo = _dies(tmp_path, how)
@@ -265,6 +268,9 @@ def _launch_until_dead(tmp_path: Path, how: str, **kw):
     t = threading.Thread(target=lambda: out.append(launcher.launch(_request(repo, tmp_path, timeout_s=600))))
     t.start()
     assert wait_until(lambda: (repo / "pid").exists() and (repo / "pid").read_text()), "the test never started"
+    if before is not None:
+        before(launcher)
+    (repo / "go").touch()
     assert wait_until(lambda: dead(int((repo / "pid").read_text()))), "the test did not end"
     return launcher, t, out
 
@@ -272,10 +278,16 @@ def _launch_until_dead(tmp_path: Path, how: str, **kw):
 @pytest.mark.parametrize("how", ["sigterm", "exit 143", "sigint", "handler raises", "handler exits 15"])
 def test_a_test_ended_by_the_signal_that_stops_its_night_is_interrupted_not_failed(tmp_path, how):
     """One signal to every process (systemctl stop, kill -TERM -1) may end the test before the night
-    acts on it: the night's interrupt() coming after the test ended, for a signal that arrived as it
-    ended, still makes the attempt interrupted, however the test ended of it."""
-    launcher, t, out = _launch_until_dead(tmp_path, how, signal_settle_s=60)  # the limit only stops a hang
-    launcher.interrupt(signum=signal.SIGTERM, at=time.monotonic())  # the night's own handler, a moment later
+    acts on it: the night noted the signal as it came (its handler), and its interrupt() coming after the
+    test ended still makes the attempt interrupted, however the test ended of it."""
+    arrived: list[float] = []
+
+    def noted(launcher: LocalLauncher) -> None:  # the night's handler, as the same signal reaches the test
+        arrived.append(time.monotonic())
+        launcher.signal_arrived(signal.SIGTERM, arrived[0])
+
+    launcher, t, out = _launch_until_dead(tmp_path, how, before=noted, signal_settle_s=60)  # the limit stops a hang
+    launcher.interrupt(signum=signal.SIGTERM, at=arrived[0])  # the night acts on it a moment later
     t.join(timeout=120)
     (attempt,) = out
     assert (attempt.outcome, attempt.reason) == ("interrupted", "the night was interrupted; the test's processes were killed")
@@ -309,12 +321,14 @@ def test_a_test_killed_by_a_signal_while_its_night_goes_on_is_failed(tmp_path):
     """Someone killing the test alone: failed, once the night had time to show it stops; an OOM kill
     (SIGKILL) at once."""
     repo = _dies(tmp_path, "sigterm")
+    (repo / "go").touch()  # it dies at once
     t0 = time.monotonic()
     attempt = LocalLauncher(tmp_path / "state", signal_settle_s=0.5).launch(_request(repo, tmp_path))
     assert (attempt.outcome, attempt.reason, attempt.exit_code) == ("failed", "killed by signal 15", -15)
     assert time.monotonic() - t0 >= 0.5
-    attempt = LocalLauncher(tmp_path / "state2", signal_settle_s=60).launch(
-        _request(_dies(tmp_path / "oom", "sigkill"), tmp_path / "oom"))
+    oom = _dies(tmp_path / "oom", "sigkill")
+    (oom / "go").touch()
+    attempt = LocalLauncher(tmp_path / "state2", signal_settle_s=60).launch(_request(oom, tmp_path / "oom"))
     assert (attempt.outcome, attempt.reason, attempt.exit_code) == ("failed", "killed by signal 9", -9)
 
 
