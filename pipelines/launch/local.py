@@ -11,7 +11,7 @@ What makes a local outcome trustworthy:
   folder: nights with different homes share the host's GPUs);
 - a running record in ``<state>/running/`` lets a later night reap what a killed night left
   behind (see :mod:`orphans`); ``interrupt()`` ends every running attempt as ``interrupted``, and
-  one that the signal stopping the night ended first too (a test that ended not passing waits
+  one that the signal stopping the night ended first too (a test dead of a stop signal waits up to
   :data:`SIGNAL_SETTLE_S` for it; see :meth:`LocalLauncher._stopped_with_the_night`);
 - output goes through a capped writer (head and tail kept, the cut noted); a process that escaped
   the marker and the group but still writes to the test's output is killed at the end too, and an
@@ -64,7 +64,7 @@ KILL_GRACE_S = 5.0
 PUMP_JOIN_S = 10.0
 #: the wrapper kills its own group this long after the timeout if the night never did
 WRAPPER_BACKSTOP_S = 60
-#: a test that ended by itself, not passing, waits this long for the night's own stop to show (``interrupt()``):
+#: a test dead of a stop signal (:data:`STOP_DEATHS`) waits this long for the night's own stop to show (``interrupt()``):
 #: one signal to every process (systemctl stop, kill -TERM -1) may reach the test first, and the night acts on
 #: it only after its current wait for a finished test (up to half a second) or Dagster's storing of an event
 SIGNAL_SETTLE_S = 3.0
