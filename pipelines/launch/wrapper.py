@@ -128,6 +128,14 @@ def _is_main_guard(stmt: ast.stmt) -> bool:
     return False
 
 
+def _nested(stmt: ast.stmt) -> list[ast.stmt]:
+    """The statements a compound statement runs (its body, ``else``, ``finally``, handlers and ``match``
+    cases); none for a simple one."""
+    return [*getattr(stmt, "body", []), *getattr(stmt, "orelse", []), *getattr(stmt, "finalbody", []),
+            *(x for h in getattr(stmt, "handlers", []) for x in h.body),
+            *(x for case in getattr(stmt, "cases", []) for x in case.body)]
+
+
 def _main_blocks(tree: ast.Module) -> list[ast.If]:
     """The file's ``__main__`` blocks (:func:`_is_main_guard`): at module level, or nested in a module-level
     ``if``/``try``/``with`` (``if sys.version_info >= (3, 8):`` around one), where ``python3 FILE`` runs them too;
@@ -139,8 +147,7 @@ def _main_blocks(tree: ast.Module) -> list[ast.If]:
             if _is_main_guard(s):
                 found.append(s)  # type: ignore[arg-type]
             elif isinstance(s, (ast.If, ast.Try, ast.With, ast.AsyncWith)) or type(s).__name__ == "TryStar":
-                visit([*getattr(s, "body", []), *getattr(s, "orelse", []), *getattr(s, "finalbody", []),
-                       *(x for h in getattr(s, "handlers", []) for x in h.body)])
+                visit(_nested(s))
     visit(tree.body)
     return found
 
@@ -204,10 +211,8 @@ def _runs_at_top_level(tree: ast.Module) -> bool:
             return True
         if isinstance(s, (ast.Expr, ast.Assign, ast.AnnAssign, ast.AugAssign)) and s.value is not None:
             return calls_own(s.value)  # run_test(), asyncio.run(main()), sys.exit(main()), Runner().run()
-        if isinstance(s, ast.If):
-            return any(runs(b) for b in (*s.body, *s.orelse))
-        if isinstance(s, ast.Try):
-            return any(runs(b) for b in (*s.body, *s.orelse, *s.finalbody, *(x for h in s.handlers for x in h.body)))
+        if isinstance(s, (ast.If, ast.Try)):
+            return any(runs(b) for b in _nested(s))
         return False
     return any(runs(s) for s in tree.body) or _checks_at_top_level(tree)
 
@@ -249,9 +254,7 @@ def _checks_at_top_level(tree: ast.Module) -> bool:
             call = s.exc if isinstance(s.exc, ast.Call) else None
             named = call.func if call else s.exc
             return not (isinstance(named, ast.Name) and named.id == "SystemExit" and _exits_0(call.args if call else []))
-        inner = [*getattr(s, "body", []), *getattr(s, "orelse", []), *getattr(s, "finalbody", []),
-                 *(x for h in getattr(s, "handlers", []) for x in h.body),
-                 *(x for case in getattr(s, "cases", []) for x in case.body)]
+        inner = _nested(s)
         if inner:  # a compound statement: what it runs
             return any(checks(x) for x in inner)
         return any(exits(n) for n in ast.walk(s))
