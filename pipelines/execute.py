@@ -103,6 +103,8 @@ def run_tests(night: Night, runset: RunSet, selection: RunSelection, *, launcher
         for leftover in night.cache.clean_partials():
             say(f"removed a half-built input an earlier build left: {leftover}")
     reaped = night.reap_orphans(refused=say)
+    if pruned := night.prune_logs():  # the logs of nights older than the deployment's keep_log_nights
+        say(pruned)
     killed = [a.test_id for a in reaped if a.details.get("reaped") == "killed"]
     ended = [a.test_id for a in reaped if a.details.get("reaped") != "killed"]
     if killed:

@@ -559,15 +559,10 @@ class Night:
             return []
 
     def reap_orphans(self, refused: Callable[[str], None] | None = None) -> list[Attempt]:
-        """Clean up what earlier nights left, as the night starts: kill test processes an earlier night left
-        behind (a ``kill -9``) and record them as interrupted, then remove the logs of nights older than the
-        deployment's last ``keep_log_nights`` (:meth:`prune_logs`). ``refused`` (the night's say) is told of
-        each running file that is no record, set aside untouched (launch.orphans), and what the retention removed."""
-        reaped = self._reap_orphans(refused) if self.deployment.launcher == "local" else []
-        said = self.prune_logs()
-        if said and refused is not None:
-            refused(said)
-        return reaped
+        """Kill test processes an earlier night left behind (a ``kill -9``) and record them as interrupted.
+        ``refused`` (the night's say) is told of each running file that is no record, set aside untouched
+        (launch.orphans)."""
+        return self._reap_orphans(refused) if self.deployment.launcher == "local" else []
 
     def prune_logs(self) -> str:
         """Mark tonight's logs folder as running (a lock held while this process lives), then remove the
