@@ -344,3 +344,18 @@ def test_the_verdict_nightly_run_prints_names_earlier_failures_not_run_tonight_a
     assert f"verdict: {said}" in capsys.readouterr().out.splitlines()
     assert main(["report", "--home", str(home), "--repo", "fw"]) == 0
     assert capsys.readouterr().out.splitlines()[0] == f"report: {said}"
+
+
+def test_a_per_commit_run_picks_a_long_test_by_its_label_as_only_nightly_leaves_long_out(tmp_path, capsys):
+    """Framework M's per-commit run skips only nightly-only tests: `--cadence pr --labels ckpt` lists a
+    test labelled ckpt and long (a PR's run-ci-ckpt runs it); the nightly cadence leaves it out."""
+    repo = tmp_path / "fw"
+    (repo / "tests/e2e").mkdir(parents=True)
+    (repo / "tests/e2e/test_ckpt.py").write_text(
+        'register_cuda_ci(3600, "stage-c-8-gpu-h200", labels=["megatron", "ckpt", "long"])\n')
+    flags = ["run", "--home", str(tmp_path / "home"), "--repo", str(repo), "--list-only", "--labels", "ckpt"]
+    assert main([*flags, "--cadence", "pr"]) == 0
+    out = capsys.readouterr().out
+    assert "plan: 1 tests" in out and "tests/e2e/test_ckpt.py" in out
+    assert main([*flags, "--cadence", "nightly"]) == 3
+    assert "--cadence nightly selects none of the 1 test(s)" in capsys.readouterr().err
