@@ -629,3 +629,26 @@ def test_static_shards_split_on_the_est_time_the_file_writes_not_on_it_rounded_u
     assert static["est_makespan_s"] == 85.2
     assert main(argv) == 0
     assert "(--auto-partition-id 1):   85.2s  test/registered/test_a.py, test/registered/test_c.py" in capsys.readouterr().out
+
+
+def test_sglang_amd_suites_naming_the_backend_or_size_before_the_chip_run_on_the_chip(tmp_path, monkeypatch, capsys):
+    """`stage-c-test-large-8-gpu-amd-mi35x` and `stage-b-test-1-gpu-small-amd-mi35x` are mi35x suites, as
+    `stage-b-test-large-8-gpu-mi35x-disaggregation-amd` is: the words before the chip (backend, runner size) name
+    no hardware, so a mi35x pool plans all three; a suite naming no chip (`...-1-gpu-small-amd`) keeps its alias."""
+    from pipelines.cli import main
+
+    repo = tmp_path / "sg"
+    suites = ["stage-c-test-large-8-gpu-amd-mi35x", "stage-b-test-1-gpu-small-amd-mi35x",
+              "stage-b-test-large-8-gpu-mi35x-disaggregation-amd", "stage-b-test-1-gpu-small-amd"]
+    files = {"python/sgl/test/ci/ci_register.py": SG_REGISTER,
+             **{f"test/registered/test_{i}.py": f'register_amd_ci(100, "{s}")\n' for i, s in enumerate(suites)}}
+    for rel, text in files.items():
+        (repo / rel).parent.mkdir(parents=True, exist_ok=True)
+        (repo / rel).write_text(text)
+    monkeypatch.setenv("NIGHTLY_HOME", str(tmp_path / "home"))
+    assert main(["plan", "--repo", str(repo), "--cadence", "pr", "--pool", "mi35x=1x8", "--backend", "amd",
+                 "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert sorted(a["test_id"] for a in out["assignments"]) == [f"test/registered/test_{i}.py" for i in range(3)]
+    assert [(u["test_id"], u["hardware"]) for u in out["unplanned"]] == [
+        ("test/registered/test_3.py", "1-gpu-small-amd")]

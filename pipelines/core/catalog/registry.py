@@ -35,6 +35,8 @@ _DEVICE_SUITE = re.compile(r"(?:^|-)(\d+)-(?:gpu|npu|xpu)(?:-([A-Za-z0-9][A-Za-z
 _HARDWARE = re.compile(r"(?:(\d+)-gpu-)?([A-Za-z0-9][A-Za-z0-9._-]*)")
 #: a GPU type names a chip and so holds a digit (h200, b200, mi300x); ``large``/``small`` do not
 _GPU_TYPE = re.compile(r"[A-Za-z]*\d")
+#: a chip after words that name none (``mi35x`` of ``small-amd-mi35x``): letters first, then a digit
+_NAMED_CHIP = re.compile(r"[A-Za-z]+\d")
 #: a word after the chip that names a variant of it, not the suite's purpose: memory (``80gb``, ``40g``),
 #: form factor or interconnect (``sxm``, ``sxm5``, ``pcie``, ``nvl``, ``nvl72``), memory kind (``hbm3``)
 _CHIP_VARIANT = re.compile(r"\d+(?:gb?|tb)|sxm\d*|pcie\d*|nvl\d*|hbm\d*e?", re.IGNORECASE)
@@ -421,14 +423,19 @@ def suite_hardware(tail: str) -> str:
     """The hardware a suite names after ``-<N>-gpu-``: the chip with its variant words (``h100-80gb``,
     ``a100-40g``, ``h200-sxm``: pools and history know the chip by that name), without the words that only
     qualify the suite (``h200`` of ``h200-fp8``, ``gb300`` of ``gb300-kimi-k25``, ``mi35x`` of
-    ``mi35x-deepseek-r1-mxfp4-tp2``); a tail that names no chip stays whole (a runner config such as ``large``)."""
+    ``mi35x-deepseek-r1-mxfp4-tp2``) nor the words before the chip that name the backend or the runner's
+    size (``mi35x`` of SGLang's ``amd-mi35x`` and ``small-amd-mi35x``: a chip holds a digit, they do not);
+    a tail that names no chip stays whole (a runner config such as ``large``, ``small-amd``)."""
     words = tail.split("-")
-    if not _GPU_TYPE.match(words[0]):
+    first = 0
+    while first < len(words) - 1 and words[first].isalpha():
+        first += 1
+    if not (_NAMED_CHIP if first else _GPU_TYPE).match(words[first]):
         return tail
-    n = 1
+    n = first + 1
     while n < len(words) and _CHIP_VARIANT.fullmatch(words[n]):
         n += 1
-    return "-".join(words[:n])
+    return "-".join(words[first:n])
 
 
 def hardware_name(gpus: int, named: str) -> str:
