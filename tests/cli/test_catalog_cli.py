@@ -454,3 +454,35 @@ def test_a_register_like_helper_the_test_file_binds_itself_is_left_alone(tmp_pat
     assert run(["--repo", str(tmp_path), "--roots", "tests/e2e"]) == 1
     problems = [line for line in capsys.readouterr().err.splitlines() if ": not a register function" in line]
     assert [line.split(": not a register function")[0] for line in problems] == ["tests/e2e/test_x.py:3: register_amd_ci"]
+
+
+SG_REGISTER = "".join(f"def register_{b}_ci(est_time: float, suite=None, nightly=False, disabled=None, *, stage=None, "
+                      "runner_config=None):\n    return None\n\n" for b in ("cpu", "cuda", "amd"))
+
+
+def write_tree(root: Path, files: dict[str, str]) -> Path:
+    for rel, text in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    return root
+
+
+def test_an_explicit_suite_none_beside_the_stage_pair_is_refused_as_sglang_s_runner_refuses_it(tmp_path, capsys):
+    """SGLang's runner counts `suite=None` as a suite given: with stage= and runner_config= it raises "must specify
+    exactly one of (stage, runner_config) pair or suite". Framework M's catalog keeps reading suite=None as absent."""
+    sg = write_tree(tmp_path / "sg", {
+        "python/sgl/test/ci/ci_register.py": SG_REGISTER,
+        "test/registered/test_none.py": 'register_cuda_ci(60, suite=None, stage="stage-b", runner_config="1-gpu-large")\n',
+        "test/registered/test_positional.py": 'register_cuda_ci(60, None, stage="stage-b", runner_config="1-gpu-large")\n',
+        "test/registered/test_ok.py": 'register_cuda_ci(60, stage="stage-b", runner_config="1-gpu-large")\n'})
+    assert run(["--repo", str(sg), "--json", "--strict"]) == 1
+    out, err = capsys.readouterr()
+    assert [r["id"] for r in json.loads(out)] == ["test/registered/test_ok.py"]
+    problems = [line for line in err.splitlines() if not line.startswith(("assumed:", "nightly"))]
+    assert [line.split(" is still")[0] for line in problems] == [
+        "test/registered/test_none.py:1: suite: suite=None", "test/registered/test_positional.py:1: suite: suite=None"]
+    assert problems[0].endswith("remove suite=None and keep the stage= and runner_config= pair")
+    m = write_tree(tmp_path / "m", {"tests/e2e/test_none.py": (
+        'register_cuda_ci(60, suite=None, stage="stage-b", runner_config="2-gpu-h200", labels=["x"])\n')})
+    assert run(["--repo", str(m), "--json", "--strict"]) == 0
+    assert [r["suite"] for r in json.loads(capsys.readouterr().out)] == ["stage-b-test-2-gpu-h200"]

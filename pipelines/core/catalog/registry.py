@@ -267,8 +267,13 @@ def _registrations(call: ast.Call, dialect: Dialect) -> tuple[list[Registration]
         if kw.arg in args:
             raise _Bad(kw.arg, "given twice (positionally or as a keyword); pass it once")
         args[kw.arg] = _literal(kw.arg, kw.value)
-    if args.get("suite") is None:  # suite=None is the default of frameworks with the stage= form
-        args.pop("suite", None)
+    if "suite" in args and args["suite"] is None:  # suite=None is the default of frameworks with the stage= form
+        if dialect.name == "sglang" and ("stage" in args or "runner_config" in args):
+            # SGLang's runner checks whether suite was passed, not its value: with the pair it refuses the call
+            raise _Bad("suite", "suite=None is still a suite given to SGLang's runner, which refuses it beside stage= "
+                                "and runner_config= (\"must specify exactly one of (stage, runner_config) pair or "
+                                "suite\"); remove suite=None and keep the stage= and runner_config= pair")
+        args.pop("suite")
 
     est_time = _est_time(args, dialect, func)
     suite = _suite(args, stage_form="runner_config" in sig.keywords, sig=sig, free=dialect.suites == "free")
