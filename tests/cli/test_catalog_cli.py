@@ -486,3 +486,19 @@ def test_an_explicit_suite_none_beside_the_stage_pair_is_refused_as_sglang_s_run
         'register_cuda_ci(60, suite=None, stage="stage-b", runner_config="2-gpu-h200", labels=["x"])\n')})
     assert run(["--repo", str(m), "--json", "--strict"]) == 0
     assert [r["suite"] for r in json.loads(capsys.readouterr().out)] == ["stage-b-test-2-gpu-h200"]
+
+
+def test_a_gpu_registration_in_framework_m_s_fast_folder_is_a_located_problem_not_a_gpu_test(tmp_path, capsys):
+    """M's runner refuses `register_cuda_ci` under tests/fast/ ("register_cuda_ci is forbidden in tests/fast/; move the
+    file to tests/fast-gpu/"): the catalog says so at the call, plans no GPU test, and keeps the folder's CPU tests."""
+    repo = write_tree(tmp_path / "m", {
+        "tests/fast/test_gpu.py": 'import os\nregister_cuda_ci(60, "stage-b-2-gpu-h200", labels=["megatron"])\n',
+        "tests/fast/test_plain.py": "def test_x():\n    pass\n",
+        "tests/fast-gpu/test_gpu_ok.py": 'register_cuda_ci(60, "stage-b-2-gpu-h200", labels=["megatron"])\n'})
+    assert run(["--repo", str(repo), "--json", "--strict"]) == 1
+    out, err = capsys.readouterr()
+    assert [(r["id"], r["backend"]) for r in json.loads(out)] == [
+        ("tests/fast-gpu/test_gpu_ok.py", "cuda"), ("tests/fast/test_plain.py", "cpu")]
+    assert ("tests/fast/test_gpu.py:2: register_cuda_ci: register_cuda_ci is forbidden in tests/fast/, framework M's "
+            "CPU-only folder (its runner refuses the file there); move the file to tests/fast-gpu/, or register it "
+            "with register_cpu_ci if it needs no GPU") in err.splitlines()

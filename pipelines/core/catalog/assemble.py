@@ -149,6 +149,11 @@ def registry_tests(scans: list[FileScan], implicit_cpu_dirs: tuple[str, ...], di
         if not scan.parsed:
             continue
         regs = list(scan.registrations)
+        if regs and implicit and dialect.name == "m":
+            regs, refused = _cpu_only(scan.path, regs, implicit, dialect)
+            problems += refused
+            if not regs:
+                continue
         if not regs and not any(scan.problems):
             home = next((d for d in implicit if scan.path.startswith(d)), None)
             if home is None:
@@ -175,6 +180,31 @@ def registry_tests(scans: list[FileScan], implicit_cpu_dirs: tuple[str, ...], di
                 nightly_rule=dialect.nightly, est_literal=r.est_literal,
             ))
     return tests, problems
+
+
+def _cpu_only(path: str, regs: list[Registration], implicit: tuple[str, ...], dialect: Dialect
+              ) -> tuple[list[Registration], list[Problem]]:
+    """Framework M's runner refuses a GPU registration in its implicit CPU folder (``tests/fast/``: "register_cuda_ci
+    is forbidden in tests/fast/; move the file to tests/fast-gpu/"): one problem per such call, and only the
+    file's CPU registrations stay."""
+    home = next((d for d in implicit if path.startswith(d)), None)
+    if home is None:
+        return regs, []
+    names = {s.backend: s.name for s in dialect.functions}
+    cpu_fn = names.get("cpu", "register_cpu_ci")
+    problems: dict[int, Problem] = {}
+    for r in regs:
+        if r.backend == "cpu" or r.line in problems:
+            continue
+        func = names.get(r.backend, f"register_{r.backend}_ci")
+        if posixpath.basename(home.rstrip("/")) == "fast":  # M's own: its runner refuses the file
+            why = (f"{func} is forbidden in {home}, framework M's CPU-only folder (its runner refuses the file there); "
+                   f"move the file to {home.rstrip('/')}-gpu/")
+        else:
+            why = (f"{func} in {home}, an implicit CPU folder (implicit_cpu_dirs) whose files are CPU tests only; "
+                   "move the file out of it")
+        problems[r.line] = Problem(path, r.line, func, f"{why}, or register it with {cpu_fn} if it needs no GPU")
+    return [r for r in regs if r.backend == "cpu"], list(problems.values())
 
 
 def _variants(regs: list[Registration]) -> list[str | None]:
