@@ -502,3 +502,26 @@ def test_a_gpu_registration_in_framework_m_s_fast_folder_is_a_located_problem_no
     assert ("tests/fast/test_gpu.py:2: register_cuda_ci: register_cuda_ci is forbidden in tests/fast/, framework M's "
             "CPU-only folder (its runner refuses the file there); move the file to tests/fast-gpu/, or register it "
             "with register_cpu_ci if it needs no GPU") in err.splitlines()
+
+
+def test_an_sglang_file_registering_a_suite_per_commit_and_nightly_gives_two_tests_each_on_its_cadence(tmp_path, capsys):
+    """SGLang keys a registration on (backend, suite, nightly): the pair is two tests, not a duplicate id with the
+    nightly one dropped. Only the colliding nightly one gets `+nightly`; every other id stays as it was."""
+    sg = write_tree(tmp_path / "sg", {
+        "python/sgl/test/ci/ci_register.py": SG_REGISTER,
+        "test/registered/test_both.py": ('register_cuda_ci(60, "nightly-1-gpu")\n'
+                                         'register_cuda_ci(300, "nightly-1-gpu", nightly=True)\n'
+                                         'register_amd_ci(90, "nightly-amd-1-gpu", nightly=True)\n'),
+        "test/registered/test_one.py": 'register_cuda_ci(30, "nightly-1-gpu", nightly=True)\n'})
+    assert run(["--repo", str(sg), "--json", "--strict"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [(r["id"], r["est_time"], r["nightly"]) for r in rows] == [
+        ("test/registered/test_both.py::cuda-nightly-1-gpu", 60, False),
+        ("test/registered/test_both.py::cuda-nightly-1-gpu+nightly", 300, True),
+        ("test/registered/test_both.py::amd-nightly-amd-1-gpu", 90, True),
+        ("test/registered/test_one.py", 30, True)]
+    assert run(["--repo", str(sg), "--json", "--cadence", "pr"]) == 0
+    assert [r["id"] for r in json.loads(capsys.readouterr().out)] == ["test/registered/test_both.py::cuda-nightly-1-gpu"]
+    assert run(["--repo", str(sg), "--json", "--cadence", "nightly", "--backend", "cuda"]) == 0
+    assert [r["id"] for r in json.loads(capsys.readouterr().out)] == [
+        "test/registered/test_both.py::cuda-nightly-1-gpu+nightly", "test/registered/test_one.py"]

@@ -171,7 +171,7 @@ def registry_tests(scans: list[FileScan], implicit_cpu_dirs: tuple[str, ...], di
                 continue
             suite = dialect.implicit_suite or posixpath.basename(home.rstrip("/"))
             regs = [Registration("cpu", suite, 0, "cpu", 1, (), False, None, 1)]
-        variants = _variants(regs)
+        variants = _variants(regs, by_nightly=dialect.nightly == "exclusive")
         for r, variant in zip(regs, variants, strict=True):
             tests.append(new_test(
                 id=make_id(scan.path, variant), path=scan.path, backend=r.backend, suite=r.suite,  # type: ignore[arg-type]
@@ -207,16 +207,26 @@ def _cpu_only(path: str, regs: list[Registration], implicit: tuple[str, ...], di
     return [r for r in regs if r.backend == "cpu"], list(problems.values())
 
 
-def _variants(regs: list[Registration]) -> list[str | None]:
+def _variants(regs: list[Registration], by_nightly: bool = False) -> list[str | None]:
     """``<backend>-<suite>`` per registration of a file with several, ``...@<hardware>`` where one suite runs on
-    several hardware (a ``hardware=[...]`` list); a true repeat keeps its id and is reported as a duplicate."""
+    several hardware (a ``hardware=[...]`` list); a true repeat keeps its id and is reported as a duplicate.
+
+    ``by_nightly`` (the SGLang family, whose runner keys a registration on backend, suite and nightly): where a
+    per-commit and a nightly registration would share an id, the nightly one gets ``+nightly`` (no suite or
+    hardware holds a ``+``). Only then: every other id stays as it was, since history is keyed by ids."""
     if len(regs) == 1:
         return [None]
     bases = [f"{r.backend}-{r.suite}" for r in regs]
     hardware: dict[str, set[str]] = {}
     for base, r in zip(bases, regs, strict=True):
         hardware.setdefault(base, set()).add(r.hardware)
-    return [base + (f"@{r.hardware}" if len(hardware[base]) > 1 else "") for base, r in zip(bases, regs, strict=True)]
+    variants = [base + (f"@{r.hardware}" if len(hardware[base]) > 1 else "") for base, r in zip(bases, regs, strict=True)]
+    if by_nightly:
+        kinds: dict[str, set[bool]] = {}
+        for v, r in zip(variants, regs, strict=True):
+            kinds.setdefault(v, set()).add(r.nightly)
+        variants = [v + ("+nightly" if r.nightly and len(kinds[v]) > 1 else "") for v, r in zip(variants, regs, strict=True)]
+    return variants
 
 
 def template_path(entry: Entry) -> str:
