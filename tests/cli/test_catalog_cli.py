@@ -525,3 +525,18 @@ def test_an_sglang_file_registering_a_suite_per_commit_and_nightly_gives_two_tes
     assert run(["--repo", str(sg), "--json", "--cadence", "nightly", "--backend", "cuda"]) == 0
     assert [r["id"] for r in json.loads(capsys.readouterr().out)] == [
         "test/registered/test_both.py::cuda-nightly-1-gpu+nightly", "test/registered/test_one.py"]
+
+
+def test_an_empty_disabled_reason_disables_the_test_as_both_runners_do(tmp_path, capsys):
+    """M's and SGLang's runners skip a registration whose `disabled` is any string, "" too: listed as disabled with
+    a placeholder reason, not refused as a bad registration (which would make the night's verdict PROBLEMS)."""
+    m = write_tree(tmp_path / "m", {
+        "tests/e2e/test_off.py": 'register_cuda_ci(60, "stage-c-4-gpu-h200", labels=["x"], disabled="")\n'})
+    sg = write_tree(tmp_path / "sg", {"python/sgl/test/ci/ci_register.py": SG_REGISTER,
+                                      "test/registered/test_off.py": 'register_cuda_ci(60, "nightly-1-gpu", disabled=" ")\n'})
+    for repo, shown in ((m, "no reason given (disabled='')"), (sg, "no reason given (disabled=' ')")):
+        assert run(["--repo", str(repo), "--json", "--strict"]) == 0
+        assert [r["disabled"] for r in json.loads(capsys.readouterr().out)] == [shown]
+    assert run(["--repo", str(m)]) == 0
+    assert capsys.readouterr().out.splitlines()[-1].endswith("(1 on GPUs, 1 disabled) of 1 in " + str(m)
+                                                             + "; 0 requirements; 0 problems")

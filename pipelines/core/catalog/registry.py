@@ -283,9 +283,11 @@ def _registrations(call: ast.Call, dialect: Dialect) -> tuple[list[Registration]
     if not isinstance(nightly, bool):
         raise _Bad("nightly", f"must be True or False, got {nightly!r}; write nightly=True or leave it out")
     disabled = args.get("disabled")
-    if disabled is not None and (not isinstance(disabled, str) or not disabled.strip()):
-        raise _Bad("disabled", f"must be None or a non-empty reason string, got {disabled!r}; say why it is disabled")
-    if disabled is not None and not disabled.isprintable():
+    if disabled is not None and not isinstance(disabled, str):
+        raise _Bad("disabled", f"must be None or a reason string, got {disabled!r}; write disabled=\"<why>\" or leave it out")
+    if disabled is not None and not disabled.strip():  # the runners skip on any string, an empty one too
+        disabled = f"no reason given (disabled={disabled!r})"
+    elif disabled is not None and not disabled.isprintable():
         disabled = printable(disabled)
     placements, conflicts = _placements(sig.backend, suite, _hardware_list(args), dialect)
     literal = args["est_time"] if est_time != args["est_time"] else None

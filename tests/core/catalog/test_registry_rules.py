@@ -152,7 +152,8 @@ BAD_CALLS = [
     ('register_cuda_ci(60, "stage-c-4-gpu-h200", labels=["a,b"])', "labels: 'a,b' is not a label"),
     ('register_cuda_ci(60, "stage-c-4-gpu-h200", labels=["x"], nightly="yes")',
      "nightly: must be True or False, got 'yes'; write nightly=True or leave it out"),
-    ('register_cuda_ci(60, "stage-c-4-gpu-h200", labels=["x"], disabled="")', "disabled: must be None or a non-empty reason"),
+    ('register_cuda_ci(60, "stage-c-4-gpu-h200", labels=["x"], disabled=True)',
+     "disabled: must be None or a reason string, got True; write disabled=\"<why>\" or leave it out"),
     ('register_cuda_ci(60, "stage-c-4-gpu-h200", labels=["x"], hardware=[])', "hardware: must be a non-empty list"),
     ('register_cuda_ci(60, "stage-c-4-gpu-h200", labels=["x"], hardware=["h100"])',
      "hardware: 'h100' is not 'h200', which the suite name 'stage-c-4-gpu-h200' asks for; list only 'h200' or "
