@@ -20,7 +20,7 @@ from pipelines.core.catalog.scan import collected, hidden  # the catalog's own c
 from pipelines.core.model import Discovery, Test
 
 CADENCES = ("pr", "nightly", "weekly", "release")
-#: framework M's layout (``test_*.py`` under ``tests``), for callers without a catalog's ``discovery``
+#: the registry family's ``test_*.py`` under ``tests``, for callers without a catalog's ``discovery`` (a catalog gives its roots)
 DEFAULT_DISCOVERY = Discovery()
 NIGHTLY_EXCLUDED_LABELS = frozenset({"long", "ft-long"})
 
