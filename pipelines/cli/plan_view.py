@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from pipelines.core.model import Catalog, Plan, Test
-from pipelines.core.plan import Shards, shards_gpus
+from pipelines.core.plan import Shards, shard_sum, shards_gpus
 
 
 @dataclass(frozen=True)
@@ -101,21 +101,26 @@ def plan_json(plan: Plan, pools, tests: dict[str, Test], skipped, catalog: Catal
     return out
 
 
+def _seconds(x: float) -> int | float:
+    """A shard's est_time sum as the files give it: whole seconds stay whole, SGLang's ``45.2 + 40`` is 85.2."""
+    return int(x) if float(x).is_integer() else round(x, 3)
+
+
 def _shards_json(sh: Shards) -> list[dict]:
     """``shard`` is the framework's ``--auto-partition-id`` (0-based), ``est_s`` the sum of its est_time."""
-    return [{"suite": s, "shard": k, "tests": [t.id for t in shard], "est_s": sum(t.est_time for t in shard)}
+    return [{"suite": s, "shard": k, "tests": [t.id for t in shard], "est_s": _seconds(shard_sum(shard))}
             for s, ss in sh.items() for k, shard in enumerate(ss)]
 
 
 def shard_lines(sh: Shards) -> list[str]:
     """One line per shard, numbered as the framework's runner numbers it: ``1/2`` is ``--auto-partition-id 0``."""
-    return [f"    {suite} shard {k + 1}/{len(ss)} (--auto-partition-id {k}): {sum(t.est_time for t in shard):>6}s  "
+    return [f"    {suite} shard {k + 1}/{len(ss)} (--auto-partition-id {k}): {_seconds(shard_sum(shard)):>6}s  "
             f"{', '.join(t.id for t in shard)}" for suite, ss in sh.items() for k, shard in enumerate(ss)]
 
 
-def _est_makespan(sh) -> int:
+def _est_makespan(sh) -> int | float:
     """The static shards' makespan on raw est_time (the framework's own figure, padded by 1.25)."""
-    return max((sum(t.est_time for t in shard) for ss in sh.values() for shard in ss), default=0)
+    return _seconds(max((shard_sum(shard) for ss in sh.values() for shard in ss), default=0))
 
 
 def shards_basis(plan: Plan) -> str:

@@ -2,7 +2,8 @@
 
 Nightly runs every label except ``long``/``ft-long`` (framework M's runner; a template's jobs
 run on whatever cadence their workflow does, whatever their label); weekly and release run
-everything; a per-commit (``pr``) run skips ``nightly=True`` tests. Disabled tests stay in the selection so
+everything; a per-commit (``pr``) run skips only ``nightly=True`` tests (a ``long`` test runs there when
+its label is picked, as a PR's ``run-ci-long`` does). Disabled tests stay in the selection so
 they can be reported as skipped; callers decide whether to launch them. Changed paths narrow a
 run to what a change can break: a changed registered test file selects itself, documentation
 (``docs/``, ``*.md``) selects nothing, and any other change (library code, configs) selects all.
@@ -19,7 +20,7 @@ from pipelines.core.catalog.scan import collected, hidden  # the catalog's own c
 from pipelines.core.model import Discovery, Test
 
 CADENCES = ("pr", "nightly", "weekly", "release")
-#: framework M's layout (``test_*.py`` under ``tests``), for callers without a catalog's ``discovery``
+#: the registry family's ``test_*.py`` under ``tests``, for callers without a catalog's ``discovery`` (a catalog gives its roots)
 DEFAULT_DISCOVERY = Discovery()
 NIGHTLY_EXCLUDED_LABELS = frozenset({"long", "ft-long"})
 
@@ -48,12 +49,10 @@ def in_cadence(test: Test, cadence: str | None) -> bool:
         raise SelectionError(f"unknown cadence {cadence!r}; use one of {', '.join(CADENCES)}")
     if test.nightly_rule == "exclusive" and cadence in ("pr", "nightly"):  # SGLang family: nightly runs exactly nightly=True
         return test.nightly == (cadence == "nightly")
-    # the long/ft-long exclusion is framework M's runner's; a template job runs when its workflow does
-    excluded = test.fmt != "template" and bool(set(test.labels) & NIGHTLY_EXCLUDED_LABELS)
-    if cadence == "pr":
-        return not test.nightly and not excluded
-    if cadence == "nightly":
-        return not excluded
+    if cadence == "pr":  # a per-commit run skips nightly-only tests; a `long` one runs when its label is picked
+        return not test.nightly
+    if cadence == "nightly":  # the long/ft-long exclusion is framework M's nightly's; a template job runs when its workflow does
+        return test.fmt == "template" or not set(test.labels) & NIGHTLY_EXCLUDED_LABELS
     return True
 
 

@@ -454,3 +454,89 @@ def test_a_register_like_helper_the_test_file_binds_itself_is_left_alone(tmp_pat
     assert run(["--repo", str(tmp_path), "--roots", "tests/e2e"]) == 1
     problems = [line for line in capsys.readouterr().err.splitlines() if ": not a register function" in line]
     assert [line.split(": not a register function")[0] for line in problems] == ["tests/e2e/test_x.py:3: register_amd_ci"]
+
+
+SG_REGISTER = "".join(f"def register_{b}_ci(est_time: float, suite=None, nightly=False, disabled=None, *, stage=None, "
+                      "runner_config=None):\n    return None\n\n" for b in ("cpu", "cuda", "amd"))
+
+
+def write_tree(root: Path, files: dict[str, str]) -> Path:
+    for rel, text in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    return root
+
+
+def test_an_explicit_suite_none_beside_the_stage_pair_is_refused_as_sglang_s_runner_refuses_it(tmp_path, capsys):
+    """SGLang's runner counts `suite=None` as a suite given: with stage= and runner_config= it raises "must specify
+    exactly one of (stage, runner_config) pair or suite". Framework M's catalog keeps reading suite=None as absent."""
+    sg = write_tree(tmp_path / "sg", {
+        "python/sgl/test/ci/ci_register.py": SG_REGISTER,
+        "test/registered/test_none.py": 'register_cuda_ci(60, suite=None, stage="stage-b", runner_config="1-gpu-large")\n',
+        "test/registered/test_positional.py": 'register_cuda_ci(60, None, stage="stage-b", runner_config="1-gpu-large")\n',
+        "test/registered/test_ok.py": 'register_cuda_ci(60, stage="stage-b", runner_config="1-gpu-large")\n'})
+    assert run(["--repo", str(sg), "--json", "--strict"]) == 1
+    out, err = capsys.readouterr()
+    assert [r["id"] for r in json.loads(out)] == ["test/registered/test_ok.py"]
+    problems = [line for line in err.splitlines() if not line.startswith(("assumed:", "nightly"))]
+    assert [line.split(" is still")[0] for line in problems] == [
+        "test/registered/test_none.py:1: suite: suite=None", "test/registered/test_positional.py:1: suite: suite=None"]
+    assert problems[0].endswith("remove suite=None and keep the stage= and runner_config= pair")
+    m = write_tree(tmp_path / "m", {"tests/e2e/test_none.py": (
+        'register_cuda_ci(60, suite=None, stage="stage-b", runner_config="2-gpu-h200", labels=["x"])\n')})
+    assert run(["--repo", str(m), "--json", "--strict"]) == 0
+    assert [r["suite"] for r in json.loads(capsys.readouterr().out)] == ["stage-b-test-2-gpu-h200"]
+
+
+def test_a_gpu_registration_in_framework_m_s_fast_folder_is_a_located_problem_not_a_gpu_test(tmp_path, capsys):
+    """M's runner refuses `register_cuda_ci` under tests/fast/ ("register_cuda_ci is forbidden in tests/fast/; move the
+    file to tests/fast-gpu/"): the catalog says so at the call, plans no GPU test, and keeps the folder's CPU tests."""
+    repo = write_tree(tmp_path / "m", {
+        "tests/fast/test_gpu.py": 'import os\nregister_cuda_ci(60, "stage-b-2-gpu-h200", labels=["megatron"])\n',
+        "tests/fast/test_plain.py": "def test_x():\n    pass\n",
+        "tests/fast-gpu/test_gpu_ok.py": 'register_cuda_ci(60, "stage-b-2-gpu-h200", labels=["megatron"])\n'})
+    assert run(["--repo", str(repo), "--json", "--strict"]) == 1
+    out, err = capsys.readouterr()
+    assert [(r["id"], r["backend"]) for r in json.loads(out)] == [
+        ("tests/fast-gpu/test_gpu_ok.py", "cuda"), ("tests/fast/test_plain.py", "cpu")]
+    assert ("tests/fast/test_gpu.py:2: register_cuda_ci: register_cuda_ci is forbidden in tests/fast/, framework M's "
+            "CPU-only folder (its runner refuses the file there); move the file to tests/fast-gpu/, or register it "
+            "with register_cpu_ci if it needs no GPU") in err.splitlines()
+
+
+def test_an_sglang_file_registering_a_suite_per_commit_and_nightly_gives_two_tests_each_on_its_cadence(tmp_path, capsys):
+    """SGLang keys a registration on (backend, suite, nightly): the pair is two tests, not a duplicate id with the
+    nightly one dropped. Only the colliding nightly one gets `+nightly`; every other id stays as it was."""
+    sg = write_tree(tmp_path / "sg", {
+        "python/sgl/test/ci/ci_register.py": SG_REGISTER,
+        "test/registered/test_both.py": ('register_cuda_ci(60, "nightly-1-gpu")\n'
+                                         'register_cuda_ci(300, "nightly-1-gpu", nightly=True)\n'
+                                         'register_amd_ci(90, "nightly-amd-1-gpu", nightly=True)\n'),
+        "test/registered/test_one.py": 'register_cuda_ci(30, "nightly-1-gpu", nightly=True)\n'})
+    assert run(["--repo", str(sg), "--json", "--strict"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [(r["id"], r["est_time"], r["nightly"]) for r in rows] == [
+        ("test/registered/test_both.py::cuda-nightly-1-gpu", 60, False),
+        ("test/registered/test_both.py::cuda-nightly-1-gpu+nightly", 300, True),
+        ("test/registered/test_both.py::amd-nightly-amd-1-gpu", 90, True),
+        ("test/registered/test_one.py", 30, True)]
+    assert run(["--repo", str(sg), "--json", "--cadence", "pr"]) == 0
+    assert [r["id"] for r in json.loads(capsys.readouterr().out)] == ["test/registered/test_both.py::cuda-nightly-1-gpu"]
+    assert run(["--repo", str(sg), "--json", "--cadence", "nightly", "--backend", "cuda"]) == 0
+    assert [r["id"] for r in json.loads(capsys.readouterr().out)] == [
+        "test/registered/test_both.py::cuda-nightly-1-gpu+nightly", "test/registered/test_one.py"]
+
+
+def test_an_empty_disabled_reason_disables_the_test_as_both_runners_do(tmp_path, capsys):
+    """M's and SGLang's runners skip a registration whose `disabled` is any string, "" too: listed as disabled with
+    a placeholder reason, not refused as a bad registration (which would make the night's verdict PROBLEMS)."""
+    m = write_tree(tmp_path / "m", {
+        "tests/e2e/test_off.py": 'register_cuda_ci(60, "stage-c-4-gpu-h200", labels=["x"], disabled="")\n'})
+    sg = write_tree(tmp_path / "sg", {"python/sgl/test/ci/ci_register.py": SG_REGISTER,
+                                      "test/registered/test_off.py": 'register_cuda_ci(60, "nightly-1-gpu", disabled=" ")\n'})
+    for repo, shown in ((m, "no reason given (disabled='')"), (sg, "no reason given (disabled=' ')")):
+        assert run(["--repo", str(repo), "--json", "--strict"]) == 0
+        assert [r["disabled"] for r in json.loads(capsys.readouterr().out)] == [shown]
+    assert run(["--repo", str(m)]) == 0
+    assert capsys.readouterr().out.splitlines()[-1].endswith("(1 on GPUs, 1 disabled) of 1 in " + str(m)
+                                                             + "; 0 requirements; 0 problems")

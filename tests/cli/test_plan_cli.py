@@ -601,3 +601,54 @@ def test_gantt_draws_a_cpu_test_on_its_own_row_even_when_it_ends_the_night(monke
     assert "h200/0:cpu" in text  # the CPU row, labelled, below the node's 8 GPU rows
     assert ">tests/test_cpu.py<" in text  # and its bar, labelled with the test
     assert text.count("h200/0:") == 9
+
+
+SG_REGISTER = "".join(f"def register_{b}_ci(est_time: float, suite=None, nightly=False, disabled=None, *, stage=None, "
+                      "runner_config=None):\n    return None\n\n" for b in ("cpu", "cuda", "amd"))
+
+
+def test_static_shards_split_on_the_est_time_the_file_writes_not_on_it_rounded_up(tmp_path, monkeypatch, capsys):
+    """SGLang's auto_partition sorts and sums the file's 45.9 and 45.2: rounded up, both are 46, the tie goes by
+    path and test_a lands first, alone. Split as the runner splits: shard 0 = [test_b], shard 1 = [test_a, test_c]."""
+    from pipelines.cli import main
+
+    repo = tmp_path / "sg"
+    files = {"python/sgl/test/ci/ci_register.py": SG_REGISTER,
+             "test/registered/test_a.py": "register_cuda_ci(45.2, stage=\"stage-b\", runner_config=\"1-gpu-large\")\n",
+             "test/registered/test_b.py": "register_cuda_ci(45.9, stage=\"stage-b\", runner_config=\"1-gpu-large\")\n",
+             "test/registered/test_c.py": "register_cuda_ci(40, stage=\"stage-b\", runner_config=\"1-gpu-large\")\n"}
+    for rel, text in files.items():
+        (repo / rel).parent.mkdir(parents=True, exist_ok=True)
+        (repo / rel).write_text(text)
+    monkeypatch.setenv("NIGHTLY_HOME", str(tmp_path / "home"))
+    argv = ["plan", "--repo", str(repo), "--cadence", "pr", "--shards", "stage-b-test-1-gpu-large=2"]
+    assert main([*argv, "--json"]) == 0
+    static = json.loads(capsys.readouterr().out)["static_shards"]
+    assert [(s["shard"], s["tests"], s["est_s"]) for s in static["shards"]] == [
+        (0, ["test/registered/test_b.py"], 45.9), (1, ["test/registered/test_a.py", "test/registered/test_c.py"], 85.2)]
+    assert static["est_makespan_s"] == 85.2
+    assert main(argv) == 0
+    assert "(--auto-partition-id 1):   85.2s  test/registered/test_a.py, test/registered/test_c.py" in capsys.readouterr().out
+
+
+def test_sglang_amd_suites_naming_the_backend_or_size_before_the_chip_run_on_the_chip(tmp_path, monkeypatch, capsys):
+    """`stage-c-test-large-8-gpu-amd-mi35x` and `stage-b-test-1-gpu-small-amd-mi35x` are mi35x suites, as
+    `stage-b-test-large-8-gpu-mi35x-disaggregation-amd` is: the words before the chip (backend, runner size) name
+    no hardware, so a mi35x pool plans all three; a suite naming no chip (`...-1-gpu-small-amd`) keeps its alias."""
+    from pipelines.cli import main
+
+    repo = tmp_path / "sg"
+    suites = ["stage-c-test-large-8-gpu-amd-mi35x", "stage-b-test-1-gpu-small-amd-mi35x",
+              "stage-b-test-large-8-gpu-mi35x-disaggregation-amd", "stage-b-test-1-gpu-small-amd"]
+    files = {"python/sgl/test/ci/ci_register.py": SG_REGISTER,
+             **{f"test/registered/test_{i}.py": f'register_amd_ci(100, "{s}")\n' for i, s in enumerate(suites)}}
+    for rel, text in files.items():
+        (repo / rel).parent.mkdir(parents=True, exist_ok=True)
+        (repo / rel).write_text(text)
+    monkeypatch.setenv("NIGHTLY_HOME", str(tmp_path / "home"))
+    assert main(["plan", "--repo", str(repo), "--cadence", "pr", "--pool", "mi35x=1x8", "--backend", "amd",
+                 "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert sorted(a["test_id"] for a in out["assignments"]) == [f"test/registered/test_{i}.py" for i in range(3)]
+    assert [(u["test_id"], u["hardware"]) for u in out["unplanned"]] == [
+        ("test/registered/test_3.py", "1-gpu-small-amd")]

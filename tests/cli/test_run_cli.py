@@ -344,3 +344,45 @@ def test_the_verdict_nightly_run_prints_names_earlier_failures_not_run_tonight_a
     assert f"verdict: {said}" in capsys.readouterr().out.splitlines()
     assert main(["report", "--home", str(home), "--repo", "fw"]) == 0
     assert capsys.readouterr().out.splitlines()[0] == f"report: {said}"
+
+
+def test_a_per_commit_run_picks_a_long_test_by_its_label_as_only_nightly_leaves_long_out(tmp_path, capsys):
+    """Framework M's per-commit run skips only nightly-only tests: `--cadence pr --labels ckpt` lists a
+    test labelled ckpt and long (a PR's run-ci-ckpt runs it); the nightly cadence leaves it out."""
+    repo = tmp_path / "fw"
+    (repo / "tests/e2e").mkdir(parents=True)
+    (repo / "tests/e2e/test_ckpt.py").write_text(
+        'register_cuda_ci(3600, "stage-c-8-gpu-h200", labels=["megatron", "ckpt", "long"])\n')
+    flags = ["run", "--home", str(tmp_path / "home"), "--repo", str(repo), "--list-only", "--labels", "ckpt"]
+    assert main([*flags, "--cadence", "pr"]) == 0
+    out = capsys.readouterr().out
+    assert "plan: 1 tests" in out and "tests/e2e/test_ckpt.py" in out
+    assert main([*flags, "--cadence", "nightly"]) == 3
+    assert "--cadence nightly selects none of the 1 test(s)" in capsys.readouterr().err
+
+
+def test_an_unconfigured_framework_m_checkout_is_read_where_its_runner_collects_tests(tmp_path, capsys):
+    """M's runner collects test_*.py under tests/fast, tests/fast-gpu, tests/e2e and tests/ci only (_DISCOVERY_ROOTS
+    of its ci_register.py): an unregistered tests/unit/test_x.py is no test of it, so not a problem that fails the
+    night. A checkout holding none of those folders is still read under tests/, said in an `assumed:` line."""
+    repo = tmp_path / "fw"
+    files = {"tests/e2e/test_gpu.py": 'register_cuda_ci(60, "stage-b-2-gpu-h200", labels=["megatron"])\n',
+             "tests/fast/test_cpu.py": "def test_x():\n    pass\n",
+             "tests/unit/test_x.py": "def test_x():\n    pass\n",
+             "tests/test_top.py": "def test_x():\n    pass\n"}
+    for rel, text in files.items():
+        (repo / rel).parent.mkdir(parents=True, exist_ok=True)
+        (repo / rel).write_text(text)
+    flags = ["run", "--home", str(tmp_path / "home"), "--repo", str(repo), "--list-only", "--cadence", "weekly"]
+    assert main(flags) == 0
+    out, err = capsys.readouterr()
+    assert "plan: 2 tests" in out and "tests/unit/test_x.py" not in out + err and "problem" not in err
+    assert "assumed: roots: tests/fast, tests/e2e (the m runner's; set `roots:` in assets/repos.yaml to change)" in out
+    old = tmp_path / "old"
+    (old / "tests").mkdir(parents=True)
+    (old / "tests/test_gpu.py").write_text(files["tests/e2e/test_gpu.py"])
+    assert main([*flags[:4], str(old), *flags[5:]]) == 0
+    out, err = capsys.readouterr()
+    assert "plan: 1 tests" in out
+    assert ("assumed: roots: tests (none of the m runner's tests/fast, tests/fast-gpu, tests/e2e, tests/ci exists; "
+            "set `roots:` in assets/repos.yaml to change)") in out

@@ -14,6 +14,7 @@ import functools
 import gc
 import hashlib
 import os
+import posixpath
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -171,8 +172,10 @@ def registry_reading(repo: Path, spec: RepoSpec, configured: bool, roots: tuple[
     if overridden:
         notes = [*notes, overridden]
     if not configured and dialect.name == "m" and not spec.implicit_cpu_dirs:
-        # framework M's runner takes an unregistered file of its "fast" folder as a CPU test of est_time 1
-        fast = tuple("fast" if r == "." else f"{r}/fast" for r in roots if (repo / r / "fast").is_dir())
+        # framework M's runner takes an unregistered file of its "fast" folder as a CPU test of est_time 1: a root
+        # that is that folder (tests/fast, one of its runner's roots), or one holding it (tests, an older layout)
+        folders = (r if posixpath.basename(r) == "fast" else posixpath.normpath(f"{r}/fast") for r in roots)
+        fast = tuple(dict.fromkeys(f for f in folders if (repo / f).is_dir()))
         if fast:
             spec = dataclasses.replace(spec, implicit_cpu_dirs=fast)
             notes = [*notes, f"implicit CPU folder(s) {', '.join(fast)}: framework M's runner takes an unregistered "

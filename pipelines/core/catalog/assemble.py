@@ -149,6 +149,11 @@ def registry_tests(scans: list[FileScan], implicit_cpu_dirs: tuple[str, ...], di
         if not scan.parsed:
             continue
         regs = list(scan.registrations)
+        if regs and implicit and dialect.name == "m":
+            regs, refused = _cpu_only(scan.path, regs, implicit, dialect)
+            problems += refused
+            if not regs:
+                continue
         if not regs and not any(scan.problems):
             home = next((d for d in implicit if scan.path.startswith(d)), None)
             if home is None:
@@ -166,7 +171,7 @@ def registry_tests(scans: list[FileScan], implicit_cpu_dirs: tuple[str, ...], di
                 continue
             suite = dialect.implicit_suite or posixpath.basename(home.rstrip("/"))
             regs = [Registration("cpu", suite, 0, "cpu", 1, (), False, None, 1)]
-        variants = _variants(regs)
+        variants = _variants(regs, by_nightly=dialect.nightly == "exclusive")
         for r, variant in zip(regs, variants, strict=True):
             tests.append(new_test(
                 id=make_id(scan.path, variant), path=scan.path, backend=r.backend, suite=r.suite,  # type: ignore[arg-type]
@@ -177,16 +182,51 @@ def registry_tests(scans: list[FileScan], implicit_cpu_dirs: tuple[str, ...], di
     return tests, problems
 
 
-def _variants(regs: list[Registration]) -> list[str | None]:
+def _cpu_only(path: str, regs: list[Registration], implicit: tuple[str, ...], dialect: Dialect
+              ) -> tuple[list[Registration], list[Problem]]:
+    """Framework M's runner refuses a GPU registration in its implicit CPU folder (``tests/fast/``: "register_cuda_ci
+    is forbidden in tests/fast/; move the file to tests/fast-gpu/"): one problem per such call, and only the
+    file's CPU registrations stay."""
+    home = next((d for d in implicit if path.startswith(d)), None)
+    if home is None:
+        return regs, []
+    names = {s.backend: s.name for s in dialect.functions}
+    cpu_fn = names.get("cpu", "register_cpu_ci")
+    problems: dict[int, Problem] = {}
+    for r in regs:
+        if r.backend == "cpu" or r.line in problems:
+            continue
+        func = names.get(r.backend, f"register_{r.backend}_ci")
+        if posixpath.basename(home.rstrip("/")) == "fast":  # M's own: its runner refuses the file
+            why = (f"{func} is forbidden in {home}, framework M's CPU-only folder (its runner refuses the file there); "
+                   f"move the file to {home.rstrip('/')}-gpu/")
+        else:
+            why = (f"{func} in {home}, an implicit CPU folder (implicit_cpu_dirs) whose files are CPU tests only; "
+                   "move the file out of it")
+        problems[r.line] = Problem(path, r.line, func, f"{why}, or register it with {cpu_fn} if it needs no GPU")
+    return [r for r in regs if r.backend == "cpu"], list(problems.values())
+
+
+def _variants(regs: list[Registration], by_nightly: bool = False) -> list[str | None]:
     """``<backend>-<suite>`` per registration of a file with several, ``...@<hardware>`` where one suite runs on
-    several hardware (a ``hardware=[...]`` list); a true repeat keeps its id and is reported as a duplicate."""
+    several hardware (a ``hardware=[...]`` list); a true repeat keeps its id and is reported as a duplicate.
+
+    ``by_nightly`` (the SGLang family, whose runner keys a registration on backend, suite and nightly): where a
+    per-commit and a nightly registration would share an id, the nightly one gets ``+nightly`` (no suite or
+    hardware holds a ``+``). Only then: every other id stays as it was, since history is keyed by ids."""
     if len(regs) == 1:
         return [None]
     bases = [f"{r.backend}-{r.suite}" for r in regs]
     hardware: dict[str, set[str]] = {}
     for base, r in zip(bases, regs, strict=True):
         hardware.setdefault(base, set()).add(r.hardware)
-    return [base + (f"@{r.hardware}" if len(hardware[base]) > 1 else "") for base, r in zip(bases, regs, strict=True)]
+    variants = [base + (f"@{r.hardware}" if len(hardware[base]) > 1 else "") for base, r in zip(bases, regs, strict=True)]
+    if by_nightly:
+        kinds: dict[str, set[bool]] = {}
+        for v, r in zip(variants, regs, strict=True):
+            kinds.setdefault(v, set()).add(r.nightly)
+        variants = [v + ("+nightly" if r.nightly and len(kinds[v]) > 1 else "") for v, r in zip(variants, regs, strict=True)]
+    return variants
 
 
 def template_path(entry: Entry) -> str:

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from pipelines.core.catalog.dialect import (
+    FAMILY_ROOT,
     PROFILES,
     Dialect,
     M,
@@ -130,7 +131,7 @@ def registry_modules(repo: Path, files: list[tuple[str, os.stat_result]], define
 
 
 #: where any built-in profile's runner collects tests (the roots, while the dialect is not yet known)
-_ANY_ROOTS = tuple(dict.fromkeys(r for d in PROFILES.values() for r in d.roots))
+_ANY_ROOTS = tuple(dict.fromkeys([FAMILY_ROOT, *(r for d in PROFILES.values() for r in d.roots)]))
 
 
 def choose(repo: Path, dialect_name: str = "", roots: tuple[str, ...] | None = None,
@@ -194,8 +195,17 @@ def choose(repo: Path, dialect_name: str = "", roots: tuple[str, ...] | None = N
         notes.append("no module of the repo defines register_*_ci; " + (
             f"using the {dialect.source}" if base else f"assuming the {dialect.source} (set `dialect:` in assets/repos.yaml)"))
     if roots is None:
-        chosen = tuple(r for r in dialect.roots if (repo / r).is_dir()) or dialect.roots
-        notes.append(f"roots: {', '.join(chosen)} (the {dialect.name} runner's; {ROOTS_SETTING} to change)")
+        chosen = tuple(r for r in dialect.roots if (repo / r).is_dir())
+        if chosen:
+            notes.append(f"roots: {', '.join(chosen)} (the {dialect.name} runner's; {ROOTS_SETTING} to change)")
+        elif all(r.startswith(FAMILY_ROOT + "/") for r in dialect.roots) and (repo / FAMILY_ROOT).is_dir():
+            # an older layout, or a framework shaped like M without its folders: read all of tests/
+            chosen = (FAMILY_ROOT,)
+            notes.append(f"roots: {FAMILY_ROOT} (none of the {dialect.name} runner's {', '.join(dialect.roots)} "
+                         f"exists; {ROOTS_SETTING} to change)")
+        else:
+            chosen = dialect.roots
+            notes.append(f"roots: {', '.join(chosen)} (the {dialect.name} runner's; {ROOTS_SETTING} to change)")
     else:
         chosen = roots
     notes.insert(0, dialect.describe())

@@ -107,6 +107,12 @@ def _sig(name: str, positional: tuple[str, ...], keywords: tuple[str, ...], requ
 _M_KW = ("est_time", "suite", "labels", "nightly", "disabled", "hardware", "stage", "runner_config")
 _SG_KW = ("est_time", "suite", "nightly", "disabled", "stage", "runner_config")
 
+#: the folders framework M's runner collects (``_DISCOVERY_ROOTS`` of its ci_register.py); its CPU-only ``fast``
+#: folder first. A repo holding none of them is read under :data:`FAMILY_ROOT` instead
+M_ROOTS = ("tests/fast", "tests/fast-gpu", "tests/e2e", "tests/ci")
+#: where the registry family keeps its tests when a repo has none of its runner's own folders
+FAMILY_ROOT = "tests"
+
 #: framework M as its runner reads it today (also what a repo without a registry module gets)
 M = Dialect(
     name="m",
@@ -115,6 +121,7 @@ M = Dialect(
         _sig("register_rocm_ci", ("est_time", "suite"), _M_KW, ("est_time", "suite", "labels")),
         _sig("register_cpu_ci", ("est_time", "suite"), _M_KW, ("est_time", "suite")),
     ),
+    roots=M_ROOTS,
     source="built-in profile m",
 )
 

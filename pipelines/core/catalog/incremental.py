@@ -122,9 +122,9 @@ def _patch(base: str, catalog: Catalog, changed: list, cache: ScanCache, dialect
         if (scan.problems or not scan.registrations or any(r.assumed_gpus for r in scan.registrations)
                 or needs_digest(scan) != prev["needs"].get(rel) or any(p.path == rel for p in catalog.problems)):
             return None
-        tests, _ = registry_tests([scan], implicit_dirs, dialect)
+        tests, refused = registry_tests([scan], implicit_dirs, dialect)
         old = {t.id: t for t in catalog.tests if t.path == rel}
-        if len(tests) != len(old) or {t.id for t in tests} != set(old):
+        if refused or len(tests) != len(old) or {t.id for t in tests} != set(old):  # a new problem: read it all again
             return None
         tests = [with_requirements(t, old[t.id].requirements, old[t.id].unresolved) for t in tests]
         overlay[rel] = encode_catalog(Catalog("", tuple(tests)))[0]

@@ -35,6 +35,8 @@ _DEVICE_SUITE = re.compile(r"(?:^|-)(\d+)-(?:gpu|npu|xpu)(?:-([A-Za-z0-9][A-Za-z
 _HARDWARE = re.compile(r"(?:(\d+)-gpu-)?([A-Za-z0-9][A-Za-z0-9._-]*)")
 #: a GPU type names a chip and so holds a digit (h200, b200, mi300x); ``large``/``small`` do not
 _GPU_TYPE = re.compile(r"[A-Za-z]*\d")
+#: a chip after words that name none (``mi35x`` of ``small-amd-mi35x``): letters first, then a digit
+_NAMED_CHIP = re.compile(r"[A-Za-z]+\d")
 #: a word after the chip that names a variant of it, not the suite's purpose: memory (``80gb``, ``40g``),
 #: form factor or interconnect (``sxm``, ``sxm5``, ``pcie``, ``nvl``, ``nvl72``), memory kind (``hbm3``)
 _CHIP_VARIANT = re.compile(r"\d+(?:gb?|tb)|sxm\d*|pcie\d*|nvl\d*|hbm\d*e?", re.IGNORECASE)
@@ -265,8 +267,13 @@ def _registrations(call: ast.Call, dialect: Dialect) -> tuple[list[Registration]
         if kw.arg in args:
             raise _Bad(kw.arg, "given twice (positionally or as a keyword); pass it once")
         args[kw.arg] = _literal(kw.arg, kw.value)
-    if args.get("suite") is None:  # suite=None is the default of frameworks with the stage= form
-        args.pop("suite", None)
+    if "suite" in args and args["suite"] is None:  # suite=None is the default of frameworks with the stage= form
+        if dialect.name == "sglang" and ("stage" in args or "runner_config" in args):
+            # SGLang's runner checks whether suite was passed, not its value: with the pair it refuses the call
+            raise _Bad("suite", "suite=None is still a suite given to SGLang's runner, which refuses it beside stage= "
+                                "and runner_config= (\"must specify exactly one of (stage, runner_config) pair or "
+                                "suite\"); remove suite=None and keep the stage= and runner_config= pair")
+        args.pop("suite")
 
     est_time = _est_time(args, dialect, func)
     suite = _suite(args, stage_form="runner_config" in sig.keywords, sig=sig, free=dialect.suites == "free")
@@ -276,9 +283,11 @@ def _registrations(call: ast.Call, dialect: Dialect) -> tuple[list[Registration]
     if not isinstance(nightly, bool):
         raise _Bad("nightly", f"must be True or False, got {nightly!r}; write nightly=True or leave it out")
     disabled = args.get("disabled")
-    if disabled is not None and (not isinstance(disabled, str) or not disabled.strip()):
-        raise _Bad("disabled", f"must be None or a non-empty reason string, got {disabled!r}; say why it is disabled")
-    if disabled is not None and not disabled.isprintable():
+    if disabled is not None and not isinstance(disabled, str):
+        raise _Bad("disabled", f"must be None or a reason string, got {disabled!r}; write disabled=\"<why>\" or leave it out")
+    if disabled is not None and not disabled.strip():  # the runners skip on any string, an empty one too
+        disabled = f"no reason given (disabled={disabled!r})"
+    elif disabled is not None and not disabled.isprintable():
         disabled = printable(disabled)
     placements, conflicts = _placements(sig.backend, suite, _hardware_list(args), dialect)
     literal = args["est_time"] if est_time != args["est_time"] else None
@@ -421,14 +430,19 @@ def suite_hardware(tail: str) -> str:
     """The hardware a suite names after ``-<N>-gpu-``: the chip with its variant words (``h100-80gb``,
     ``a100-40g``, ``h200-sxm``: pools and history know the chip by that name), without the words that only
     qualify the suite (``h200`` of ``h200-fp8``, ``gb300`` of ``gb300-kimi-k25``, ``mi35x`` of
-    ``mi35x-deepseek-r1-mxfp4-tp2``); a tail that names no chip stays whole (a runner config such as ``large``)."""
+    ``mi35x-deepseek-r1-mxfp4-tp2``) nor the words before the chip that name the backend or the runner's
+    size (``mi35x`` of SGLang's ``amd-mi35x`` and ``small-amd-mi35x``: a chip holds a digit, they do not);
+    a tail that names no chip stays whole (a runner config such as ``large``, ``small-amd``)."""
     words = tail.split("-")
-    if not _GPU_TYPE.match(words[0]):
+    first = 0
+    while first < len(words) - 1 and words[first].isalpha():
+        first += 1
+    if not (_NAMED_CHIP if first else _GPU_TYPE).match(words[first]):
         return tail
-    n = 1
+    n = first + 1
     while n < len(words) and _CHIP_VARIANT.fullmatch(words[n]):
         n += 1
-    return "-".join(words[:n])
+    return "-".join(words[first:n])
 
 
 def hardware_name(gpus: int, named: str) -> str:

@@ -16,12 +16,20 @@ from pipelines.core.plan.dispatch import DispatchQueue, simulate, simulate_trace
 from pipelines.core.plan.durations import Duration, duration_model
 from pipelines.core.plan.packing import Schedule, list_schedule, lpt_order
 from pipelines.core.plan.planner import check_fit, make_plan
-from pipelines.core.plan.shards import Shards, shard_makespan, shards_gpus, shards_plan, static_shards
+from pipelines.core.plan.shards import (
+    Shards,
+    shard_est,
+    shard_makespan,
+    shard_sum,
+    shards_gpus,
+    shards_plan,
+    static_shards,
+)
 
 __all__ = [
     "DispatchQueue", "Duration", "NightPrediction", "PredictionError", "Schedule", "Shards", "as_pool",
     "check_fit", "duration_model", "error_lines", "hardware_of", "list_schedule", "lower_bound", "lpt_order",
     "make_plan", "night_record", "override_pools", "parse_pool_arg", "pool_for", "prediction_error", "record_from_json", "record_to_json",
-    "shard_makespan", "shards_gpus", "shards_plan", "simulate", "simulate_trace", "static_shards",
+    "shard_est", "shard_makespan", "shard_sum", "shards_gpus", "shards_plan", "simulate", "simulate_trace", "static_shards",
     "utilization",
 ]

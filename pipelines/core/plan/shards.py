@@ -2,11 +2,13 @@
 
 Per suite, tests sorted by (-est_time, file path) each go to the shard with the smallest running
 sum of est_time (ties to the lowest shard index); each shard runs its tests one after another
-on its own runner holding the suite's GPU count.
+on its own runner holding the suite's GPU count. The est_time is the file's value as written
+(SGLang's ``45.2``, not the whole seconds the catalog rounds it up to): the runner sorts and sums that.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 
 from pipelines.core.model import Assignment, Plan, Pool, Test, effective_timeout
@@ -14,6 +16,18 @@ from pipelines.core.plan.bounds import lower_bound, utilization
 
 #: suite -> shards, each a tuple of tests in run order
 Shards = dict[str, tuple[tuple[Test, ...], ...]]
+
+
+def shard_est(t: Test) -> float:
+    """The est_time the framework's runner splits on: the file's literal (``45.2``) while ``est_time`` is still
+    it rounded up, else ``est_time`` (a whole number in the file, or a calibrated estimate replacing it)."""
+    lit = t.est_literal
+    return lit if lit is not None and math.ceil(lit) == t.est_time else t.est_time
+
+
+def shard_sum(shard: Sequence[Test]) -> float:
+    """A shard's running sum as the runner adds it up (:func:`shard_est` of each test)."""
+    return sum(shard_est(t) for t in shard)
 
 
 def static_shards(tests: Sequence[Test], shards_per_suite: Mapping[str, int]) -> Shards:
@@ -26,11 +40,11 @@ def static_shards(tests: Sequence[Test], shards_per_suite: Mapping[str, int]) ->
     for suite, group in suites.items():
         n = max(1, int(shards_per_suite.get(suite, 1)))
         shards: list[list[Test]] = [[] for _ in range(n)]
-        sums = [0] * n
-        for t in sorted(group, key=lambda t: (-t.est_time, t.path, t.id)):
+        sums = [0.0] * n
+        for t in sorted(group, key=lambda t: (-shard_est(t), t.path, t.id)):
             k = min(range(n), key=lambda j: (sums[j], j))
             shards[k].append(t)
-            sums[k] += t.est_time
+            sums[k] += shard_est(t)
         out[suite] = tuple(tuple(s) for s in shards)
     return out
 

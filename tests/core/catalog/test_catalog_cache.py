@@ -221,3 +221,15 @@ def test_a_change_to_code_a_scan_depends_on_makes_cached_scans_stale(changed, mo
     read = Path.read_bytes
     monkeypatch.setattr(Path, "read_bytes", lambda self: read(self) + (b"#" if self.name == changed else b""))
     assert cache._code_digest() != cache.CODE
+
+
+def test_a_gpu_call_added_beside_a_cpu_one_in_the_fast_folder_is_its_problem_in_the_cached_catalog_too(tree, tmp_path):
+    """The file keeps its one CPU test (same id), so only the refused register_cuda_ci tells the catalogs apart."""
+    repo = checkout(tree, {**FILES, "tests/fast/test_cpu.py": 'register_cpu_ci(1, "stage-a-cpu")\n'})
+    spec = RepoSpec(name="fw", path=repo, implicit_cpu_dirs=("tests/fast",))
+    load_catalog(repo, spec, cache_dir=tmp_path / "cache")
+    (repo / "tests/fast/test_cpu.py").write_text(
+        'register_cpu_ci(1, "stage-a-cpu")\nregister_cuda_ci(60, "stage-b-2-gpu-h200", labels=["megatron"])\n')
+    cached = load_catalog(repo, spec, cache_dir=tmp_path / "cache")
+    assert [(p.path, p.line, p.field) for p in cached.problems] == [("tests/fast/test_cpu.py", 2, "register_cuda_ci")]
+    assert cached.problems == load_catalog(repo, spec).problems

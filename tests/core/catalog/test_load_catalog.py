@@ -28,14 +28,14 @@ def test_an_unconfigured_registry_repo_is_detected_and_the_assumptions_listed(tr
         "pods rely on the framework's image having it installed); its estimates, calibration, quarantine "
         f"and nights go by the name {unconfigured_name(repo)} (the folder name and a digest of the path, so that no "
         "other checkout's state is read or overwritten)",
-        "format: registry (2 of 2 test_*.py files under tests call register_*_ci)",
+        "format: registry (2 of 2 test_*.py files under tests/e2e call register_*_ci)",
     )
     assert cat.assumptions[2].startswith("dialect m (built-in profile m): register_cuda_ci, register_rocm_ci, "
                                          "register_cpu_ci; labels required by register_cuda_ci, register_rocm_ci; "
                                          "collects test_*.py; est_time > 0")
     assert cat.assumptions[3:] == (
         "no module of the repo defines register_*_ci; assuming the built-in profile m (set `dialect:` in assets/repos.yaml)",
-        "roots: tests (the m runner's; set `roots:` in assets/repos.yaml to change)",
+        "roots: tests/e2e (the m runner's; set `roots:` in assets/repos.yaml to change)",
     )
 
 

@@ -152,7 +152,8 @@ BAD_CALLS = [
     ('register_cuda_ci(60, "stage-c-4-gpu-h200", labels=["a,b"])', "labels: 'a,b' is not a label"),
     ('register_cuda_ci(60, "stage-c-4-gpu-h200", labels=["x"], nightly="yes")',
      "nightly: must be True or False, got 'yes'; write nightly=True or leave it out"),
-    ('register_cuda_ci(60, "stage-c-4-gpu-h200", labels=["x"], disabled="")', "disabled: must be None or a non-empty reason"),
+    ('register_cuda_ci(60, "stage-c-4-gpu-h200", labels=["x"], disabled=True)',
+     "disabled: must be None or a reason string, got True; write disabled=\"<why>\" or leave it out"),
     ('register_cuda_ci(60, "stage-c-4-gpu-h200", labels=["x"], hardware=[])', "hardware: must be a non-empty list"),
     ('register_cuda_ci(60, "stage-c-4-gpu-h200", labels=["x"], hardware=["h100"])',
      "hardware: 'h100' is not 'h200', which the suite name 'stage-c-4-gpu-h200' asks for; list only 'h200' or "
@@ -236,11 +237,13 @@ def test_files_in_an_implicit_cpu_folder_are_cpu_tests_of_one_second(tree):
     cat = catalog_of(tree, {"tests/fast/test_unit.py": "def test_x():\n    pass\n",
                             "tests/fast/test_gpu.py": HEADER + 'register_cuda_ci(60, "stage-a-1-gpu-h200", labels=["x"])\n'},
                      implicit_cpu_dirs=("tests/fast",))
-    assert cat.problems == ()
     by_id = cat.by_id()
     unit = by_id["tests/fast/test_unit.py"]
     assert (unit.backend, unit.gpus, unit.est_time, unit.suite) == ("cpu", 0, 1, "stage-a-cpu")  # as M's runner names it
-    assert by_id["tests/fast/test_gpu.py"].backend == "cuda"
+    # a GPU registration there is no GPU test: M's runner refuses the file ("move the file to tests/fast-gpu/")
+    assert "tests/fast/test_gpu.py" not in by_id
+    assert only_problem(cat).startswith("tests/fast/test_gpu.py:2: register_cuda_ci: register_cuda_ci is forbidden in "
+                                        "tests/fast/")
 
 
 def test_a_syntax_error_in_one_file_leaves_the_rest_loaded(tree):
