@@ -163,12 +163,32 @@ def decode_lines(where: str, body: bytes, check_ids: bool = False) -> tuple[list
     return out, problems
 
 
+#: the most digits a whole number of a sample may have: 18 keeps every attempt number a SQLite INTEGER and
+#: every elapsed a finite float, and is far beyond any real one (10**18 s is 3e10 years)
+MAX_DIGITS = 18
+
+
+class _Huge(str):
+    """A JSON whole number of more than ``MAX_DIGITS`` digits, kept as its text: converted, it would stop
+    ``float()``, SQLite or Python's own 4,300-digit limit with a traceback instead of naming its line."""
+
+    def __repr__(self) -> str:
+        return f"a number of {len(self.lstrip('-'))} digits"
+
+
+def _whole(text: str) -> int | _Huge:
+    return _Huge(text) if len(text.lstrip("-")) > MAX_DIGITS else int(text)
+
+
 def _sample(where: str, n: int, line: str, check_ids: bool = False) -> Sample | Problem:
-    """The sample of line ``n``, or what is wrong with it."""
+    """The sample of line ``n``, or what is wrong with it: never an exception, whatever the line holds (a
+    line nested 100,000 deep, a number of 5,000 digits), so one bad line names itself and the others are read."""
     try:
-        row = json.loads(line)
+        row = json.loads(line, parse_int=_whole)
     except json.JSONDecodeError as exc:
         return Problem(where, n, "json", f"not a JSON object ({exc.msg})")
+    except RecursionError:
+        return Problem(where, n, "json", "nested too deeply to be a sample (one JSON object of fields per line)")
     if not isinstance(row, dict):
         return Problem(where, n, "json", f"expected an object, got {type(row).__name__}")
     unknown = sorted(set(row) - set(_FIELDS))
@@ -178,6 +198,9 @@ def _sample(where: str, n: int, line: str, check_ids: bool = False) -> Sample | 
         what = "unknown field (written by a newer nightly?)" if unknown else "required field is missing"
         return Problem(where, n, field, what)
     for key, value in row.items():
+        if isinstance(value, _Huge):
+            return Problem(where, n, key, f"{value!r}, more than the {MAX_DIGITS} any {key} has; fix or remove the "
+                                          "line")
         want = _TYPES.get(key, (str,))
         if not isinstance(value, want) or (bool not in want and isinstance(value, bool)):
             return Problem(where, n, key, f"expected {' or '.join(t.__name__ for t in want)}, got {value!r}")

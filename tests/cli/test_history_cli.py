@@ -350,6 +350,35 @@ def test_a_kept_jsonl_line_whose_test_id_no_catalog_gives_is_named_and_not_store
     assert capsys.readouterr().out.splitlines()[-1] == "1 of 1 samples"
 
 
+def test_a_kept_jsonl_line_no_number_or_json_reader_can_take_is_named_and_the_other_lines_imported(tmp_path, capsys,
+                                                                                                  monkeypatch):
+    """A 400-digit elapsed (float() overflows), 100,000 '[' (RecursionError), a 5,000-digit attempt (Python's
+    digit limit) and an attempt of 10**30 (SQLite's INTEGER) each stopped the import with a traceback, and
+    nothing of the file was imported."""
+    import json
+
+    monkeypatch.setenv("NIGHTLY_HOME", str(tmp_path / "home"))
+    kept = tmp_path / "k.jsonl"
+    good = _kept(kept, "k", 1)
+    text = good.decode().replace('"elapsed_s": 5.0', '"elapsed_s": ELAPSED').replace('"attempt": 1', '"attempt": ATTEMPT')
+    assert "ELAPSED" in text and "ATTEMPT" in text
+    lines = [text.replace("ELAPSED", "1" + "0" * 400).replace("ATTEMPT", "1"),
+             "[" * 100_000 + "\n",
+             text.replace("ELAPSED", "5").replace("ATTEMPT", "9" * 5000),
+             text.replace("ELAPSED", "5").replace("ATTEMPT", str(10 ** 30))]
+    json.loads(lines[-1])  # valid JSON: only its number is wrong
+    kept.write_bytes(good + "".join(lines).encode())
+    assert cli("history", "import", str(kept)) == 1
+    out = capsys.readouterr().out
+    assert "imported 1 samples from 1 logs (1 new" in out
+    assert f"  {kept}:2: elapsed_s: a number of 401 digits, more than the 18 any elapsed_s has; fix or remove the " \
+           "line" in out
+    assert f"  {kept}:3: json: nested too deeply to be a sample" in out
+    assert f"  {kept}:4: attempt: a number of 5000 digits, more than the 18 any attempt has" in out
+    assert f"  {kept}:5: attempt: a number of 31 digits, more than the 18 any attempt has" in out
+    assert [s.run_id for s in FileHistoryStore(tmp_path / "home" / "history.sqlite").read()] == ["k"]
+
+
 def test_history_import_exits_as_docs_calibration_md_says(repo, tmp_path, capsys, project_root):
     """The page said 0 whenever an attempt was read, even with other lines refused; a refused line of a kept
     .jsonl exits 1 on purpose (a night's attempts were lost), a refused line of a CI log does not."""
