@@ -197,7 +197,7 @@ def _kept_samples(files: list[Path]) -> tuple[list, list[Problem], int]:
     samples, problems, read = [], [], 0
     for f in files:
         try:
-            got, bad = decode_lines(str(f), f.read_bytes(), check_ids=True)
+            got, bad = decode_lines(str(f), f.read_bytes(), imported=True)
         except OSError as exc:
             got, bad = [], [Problem(str(f), 1, "samples", f"cannot read ({exc.strerror}); check the path")]
         samples += got

@@ -30,6 +30,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from pipelines.core.calibrate.lineage import CALIBRATE_REWRITE, Succession
 from pipelines.core.catalog.ids import id_problem
+from pipelines.core.history.samples import kept_problem, screen
 from pipelines.core.history.store import OUTCOMES, HistoryError
 from pipelines.core.model import Problem, Sample
 from pipelines.storage.state import not_utf8
@@ -139,15 +140,18 @@ def decode(where: str, body: bytes) -> tuple[list[Sample], Problem | None]:
     return ([], problems[0]) if problems else (samples, None)
 
 
-def decode_lines(where: str, body: bytes, check_ids: bool = False) -> tuple[list[Sample], list[Problem]]:
+def decode_lines(where: str, body: bytes, imported: bool = False) -> tuple[list[Sample], list[Problem]]:
     """Samples of the lines that read, and one problem per line that does not, for a local file
     (``<home>/unsaved/<night>/history.jsonl``): a full disk or a kill -9 cuts its last line off, and
-    the whole lines before it are attempts still worth keeping. ``check_ids`` (a file brought in from
-    outside, ``nightly history import``) also refuses a test id the catalog would never give: stored, it
-    would name no test and break every line that prints it. The store's own objects are not held to it,
-    so that one an older nightly wrote stays readable."""
+    the whole lines before it are attempts still worth keeping. ``imported`` (a file brought in from
+    outside, ``nightly history import``) also refuses a test id the catalog would never give (stored, it
+    would name no test and break every line that prints it) and what no night writes (``kept_problem``:
+    an infinite elapsed, attempt 0, a start in the future, a control character), and marks a duration over
+    the ceiling as an outlier as a night does. The store's own objects are not held to it, so that one an
+    older nightly wrote stays readable."""
     out: list[Sample] = []
     problems: list[Problem] = []
+    now = datetime.now(UTC)
     for n, raw in enumerate(body.split(b"\n"), 1):
         try:
             line = raw.decode("utf-8")
@@ -155,7 +159,7 @@ def decode_lines(where: str, body: bytes, check_ids: bool = False) -> tuple[list
             problems.append(Problem(where, n, "encoding", f"not UTF-8 ({exc.reason})"))
             continue
         if line.strip():
-            sample = _sample(where, n, line, check_ids)
+            sample = _sample(where, n, line, now if imported else None)
             if isinstance(sample, Problem):
                 problems.append(sample)
             else:
@@ -180,9 +184,10 @@ def _whole(text: str) -> int | _Huge:
     return _Huge(text) if len(text.lstrip("-")) > MAX_DIGITS else int(text)
 
 
-def _sample(where: str, n: int, line: str, check_ids: bool = False) -> Sample | Problem:
+def _sample(where: str, n: int, line: str, imported: datetime | None = None) -> Sample | Problem:
     """The sample of line ``n``, or what is wrong with it: never an exception, whatever the line holds (a
-    line nested 100,000 deep, a number of 5,000 digits), so one bad line names itself and the others are read."""
+    line nested 100,000 deep, a number of 5,000 digits), so one bad line names itself and the others are read.
+    ``imported``: the time now, for a line of a file brought in from outside (``decode_lines``)."""
     try:
         row = json.loads(line, parse_int=_whole)
     except json.JSONDecodeError as exc:
@@ -207,11 +212,16 @@ def _sample(where: str, n: int, line: str, check_ids: bool = False) -> Sample | 
     sample = Sample(**{**row, "elapsed_s": float(row["elapsed_s"])})
     if bad := _invalid(sample):
         return Problem(where, n, *bad)
-    if check_ids and (why := id_problem(sample.test_id)):
+    if imported is None:
+        return sample
+    if why := id_problem(sample.test_id):
         return Problem(where, n, "test_id", f"{sample.test_id!r} is not a test id ({why}); a test id is the test "
                                             "file's path in its repository, `::variant` after it where the file holds "
                                             "several (`nightly catalog` lists them): fix or remove the line")
-    return sample
+    field, why = kept_problem(sample, imported)
+    if field:
+        return Problem(where, n, field, f"{why}; fix or remove the line")
+    return screen(sample)
 
 
 def _succession(where: str, n: int, line: str) -> Succession:

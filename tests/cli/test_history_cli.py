@@ -379,6 +379,43 @@ def test_a_kept_jsonl_line_no_number_or_json_reader_can_take_is_named_and_the_ot
     assert [s.run_id for s in FileHistoryStore(tmp_path / "home" / "history.sqlite").read()] == ["k"]
 
 
+def test_a_kept_jsonl_line_no_night_writes_is_named_and_an_over_long_duration_kept_as_an_outlier(tmp_path, capsys,
+                                                                                                 monkeypatch, caplog):
+    """`"elapsed_s": Infinity` was imported (exit 0) and every later read warned about it; a hardware with
+    '/', attempt 0, a start that is no time or years ahead, a source with a newline or an escape sequence were
+    stored as they were. A finite duration over the ceiling is kept as an outlier, as a night keeps it."""
+    import json
+    from datetime import UTC, datetime, timedelta
+
+    monkeypatch.setenv("NIGHTLY_HOME", str(tmp_path / "home"))
+    kept = tmp_path / "k.jsonl"
+    good = json.loads(_kept(kept, "k", 1))
+    soon = (datetime.now(UTC) + timedelta(minutes=2)).isoformat()  # another host's clock a little ahead: fine
+    rows = [good, {**good, "run_id": "soon", "started_at": soon}, {**good, "run_id": "long", "elapsed_s": 1e308},
+            {**good, "run_id": "inf", "elapsed_s": float("inf")}, {**good, "run_id": "nan", "elapsed_s": float("nan")},
+            {**good, "run_id": "hw", "hardware": "../../etc"}, {**good, "run_id": "a0", "attempt": 0},
+            {**good, "run_id": "when", "started_at": "yesterday"},
+            {**good, "run_id": "future", "started_at": "2999-01-01T00:00:00+00:00"},
+            {**good, "run_id": "src", "source": "job.log:3\n\x1b[31mFAIL"}]
+    kept.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert cli("history", "import", str(kept)) == 1
+    out = capsys.readouterr().out
+    assert "imported 3 samples from 1 logs (3 new" in out
+    assert f"  {kept}:4: elapsed_s: inf is not a finite number of seconds; fix or remove the line" in out
+    assert f"  {kept}:5: elapsed_s: nan must be a number >= 0" in out
+    assert f"  {kept}:6: hardware: '../../etc' is not a hardware name (contains '/'), e.g. 'h200'; fix or remove " \
+           "the line" in out
+    assert f"  {kept}:7: attempt: 0 is not an attempt number (a test's first attempt is 1)" in out
+    assert f"  {kept}:8: started_at: 'yesterday' is not an ISO-8601 time" in out
+    assert f"  {kept}:9: started_at: '2999-01-01T00:00:00+00:00' is later than now (" in out
+    assert f"  {kept}:10: source: 'job.log:3\\n\\x1b[31mFAIL' contains the control character '\\n'" in out
+    caplog.clear()
+    stored = FileHistoryStore(tmp_path / "home" / "history.sqlite").read()
+    assert [(s.run_id, s.outlier) for s in stored] == [("k", ""), ("soon", ""),
+                                                      ("long", "elapsed 1e+308 s is over the ceiling of 86400 s")]
+    assert not caplog.records  # nothing a read warns about again and again
+
+
 def test_history_import_exits_as_docs_calibration_md_says(repo, tmp_path, capsys, project_root):
     """The page said 0 whenever an attempt was read, even with other lines refused; a refused line of a kept
     .jsonl exits 1 on purpose (a night's attempts were lost), a refused line of a CI log does not."""
