@@ -97,6 +97,57 @@ def test_an_import_that_reads_no_attempt_exits_1_with_or_without_dry_run(repo, t
     assert cli("history", "import", "--repo", str(repo), *dry_run, str(log)) == 0  # nothing new, nothing wrong
 
 
+PLAIN = textwrap.dedent("""\
+    python3 run_suite.py --suite stage-c-4-gpu-h200
+    .
+    End (1/2):
+    filename='tests/e2e/test_a.py', elapsed=957, _estimated_time=3600
+    [1/2] tests/e2e/test_a.py  PASS  elapsed=957s
+    [2/2] tests/e2e/test_b.py  FAIL  elapsed=41s exit=1
+    [2/2] tests/e2e/test_b.py  PASS  elapsed=990s retry_of=attempt=1
+""")
+
+
+def test_a_log_without_timestamps_saved_while_its_job_ran_and_then_whole_is_stored_once(repo, tmp_path, capsys):
+    """The import of a log cut off mid-job says to download it again once the job is done; without timestamps
+    the whole log then stored its attempts a second time (its run id was the hash of its whole text), in
+    separate commands and in one. Another run of the job (other output) is still another run."""
+    part, whole, other = tmp_path / "part.txt", tmp_path / "whole.txt", tmp_path / "other.txt"
+    whole.write_text(PLAIN)
+    part.write_text(PLAIN[:PLAIN.index("[2/2] tests/e2e/test_b.py  PASS")] + "[2/2] tests/e2e/test_b.py  PA")
+    other.write_text(PLAIN.replace(".\n", "seed 7\n"))
+    store = tmp_path / "h.sqlite"
+    assert cli("history", "import", "--repo", str(repo), "--store", str(store), str(part)) == 0
+    assert "(2 new, 0 already stored in" in capsys.readouterr().out
+    assert cli("history", "import", "--repo", str(repo), "--store", str(store), str(whole)) == 0
+    assert "imported 3 samples from 1 logs (1 new, 2 already stored in" in capsys.readouterr().out
+    assert cli("history", "import", "--repo", str(repo), "--store", str(store), str(other)) == 0
+    assert "(3 new, 0 already stored in" in capsys.readouterr().out
+    assert len(FileHistoryStore(store).read()) == 6
+    both = tmp_path / "both.sqlite"
+    assert cli("history", "import", "--repo", str(repo), "--store", str(both), str(part), str(whole)) == 0
+    assert "imported 3 samples from 2 logs (3 new, 0 already stored in" in capsys.readouterr().out
+    assert [(s.test_id, s.attempt, s.outcome) for s in FileHistoryStore(both).read()] == [
+        ("tests/e2e/test_a.py", 1, "passed"), ("tests/e2e/test_b.py", 1, "failed"), ("tests/e2e/test_b.py", 2, "passed")]
+
+
+def test_a_log_without_timestamps_imported_by_an_older_nightly_is_not_stored_again(repo, tmp_path, capsys):
+    """Before, such a log's run id was the hash of its whole text: importing the same log again after the
+    upgrade must still add nothing."""
+    import dataclasses
+
+    whole = tmp_path / "whole.txt"
+    whole.write_text(PLAIN)
+    store = tmp_path / "h.sqlite"
+    assert cli("history", "import", "--repo", str(repo), "--store", str(store), str(whole)) == 0
+    then = "log-" + hashlib.sha256(PLAIN.encode()).hexdigest()[:12]
+    older = tmp_path / "older.sqlite"
+    FileHistoryStore(older).add([dataclasses.replace(s, run_id=then) for s in FileHistoryStore(store).read()])
+    assert cli("history", "import", "--repo", str(repo), "--store", str(older), str(whole)) == 0
+    assert "(0 new, 3 already stored in" in capsys.readouterr().out
+    assert len(FileHistoryStore(older).read()) == 3
+
+
 def test_show_lists_samples_of_one_test(repo, tmp_path, capsys):
     log = tmp_path / "job.log"
     log.write_text(LOG)
