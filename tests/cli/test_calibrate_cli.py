@@ -687,6 +687,33 @@ def test_write_with_a_store_file_is_refused_before_anything_is_written(repo, tmp
     assert (repo / "tests/e2e/test_a.py").read_text() == before
 
 
+def test_a_patch_from_a_store_file_keeps_the_deployment_s_own_evidence_current_once_applied(tmp_path, monkeypatch,
+                                                                                           capsys):
+    """`--store FILE --patch P`, then `git apply P` (the route the `--store --write` refusal recommends) recorded
+    the rewrite in FILE only: the deployment's nights, reading their own history, then counted every sample of
+    the patched file as another revision's, and the est_time calibrated for it was no longer in force."""
+    from pipelines.cli import main
+
+    text = "register_cuda_ci(60, 'stage-c-4-gpu-h200', labels=['m'])\n"
+    rel = "tests/e2e/test_f.py"
+    repo = _framework(tmp_path, monkeypatch, text, {"stage-c-4-gpu-h200": [(rel, 100), (rel, 110), (rel, 120)]})
+    monkeypatch.setenv("NIGHTLY_DEPLOYMENT", "local")
+    own = FileHistoryStore(tmp_path / "home" / "history.sqlite")
+    copy = tmp_path / "copy.sqlite"  # a copy of the history, e.g. a colleague's
+    FileHistoryStore(copy).add(own.read())
+    patch = tmp_path / "p.diff"
+    assert main(["calibrate", "--repo", str(repo), "--store", str(copy), "--patch", str(patch)]) == 0
+    said = capsys.readouterr().out
+    _git_apply(repo, patch)
+    assert (repo / rel).read_text() == text.replace("(60,", "(150,")
+    assert main(["calibrate", "--repo", str(repo)]) == 0  # the deployment's own history
+    row = next(line for line in capsys.readouterr().out.splitlines() if line.startswith(rel))
+    assert row.split()[2:6] == ["150", "150", "+0", "3"], row
+    assert "stale" not in row
+    assert (f"rewrites recorded: in {copy} and in the history of deployment local ({own.path}), which its nights "
+            "read") in said
+
+
 def _framework(tmp_path, monkeypatch, text: str, logs: dict[str, list[tuple[str, int]]]) -> Path:
     """A framework M checkout whose tests/e2e/test_f.py is ``text`` (committed, so ``git apply`` can take
     a patch), and CI logs per suite (a list of (file, elapsed) PASS lines each, an hour apart, the last one
