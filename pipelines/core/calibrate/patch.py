@@ -22,7 +22,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from pipelines.core.calibrate.lineage import Succession, rewrite_successions
-from pipelines.core.calibrate.output import write_atomic
+from pipelines.core.calibrate.output import WHOLE_FILES, write_atomic
 from pipelines.core.model import Estimate, Test
 
 
@@ -42,11 +42,14 @@ class PatchPlan:
         return {p: edit for p, edit in self.edits.items() if p not in out}
 
     def diff(self) -> str:
-        """A unified diff with ``a/`` and ``b/`` prefixes that ``git apply`` takes from the repo root."""
+        """A unified diff with ``a/`` and ``b/`` prefixes that ``git apply`` takes from the repo root, and only
+        on the files as calibrate read them (:func:`_unified`)."""
         head = [f"# left alone: {p}: {why}\n" for p, why in (*self.skipped, *self.unpatchable)]
         out: list[str] = []
         for path, (old, new) in sorted(self.patched.items()):
             out.extend(_unified(old, new, path))
+        if out:
+            head.append(f"# {WHOLE_FILES}\n")
         return "".join(head + out) if out else "".join(head)
 
     def successions(self) -> list[Succession]:
@@ -66,8 +69,16 @@ def _source_lines(text: str) -> list[str]:
 
 
 def _unified(old: str, new: str, path: str) -> list[str]:
-    lines = list(difflib.unified_diff(_lines(old), _lines(new),
-                                      f"a/{path}", f"b/{path}"))
+    """The diff of one file as one hunk from its first line to its last (the whole file is context, and an
+    unchanged last line is restated, ``-`` then ``+``): ``git apply`` matches such a hunk at the file's
+    beginning and at its end, so it refuses the patch on a file that differs in any byte, where 3 lines of
+    context would patch an edited file whose evidence no longer counts (ci-facts: only byte-identical files)."""
+    old_lines, new_lines = _lines(old), _lines(new)
+    lines = list(difflib.unified_diff(old_lines, new_lines, f"a/{path}", f"b/{path}",
+                                      n=max(len(old_lines), len(new_lines))))
+    if lines and lines[-1].startswith(" "):  # trailing context would let git apply take a file with lines added
+        last = lines.pop()[1:]
+        lines += ["-" + last, "+" + last]
     # difflib leaves a last line without newline unmarked; git apply needs the marker.
     return [ln if ln.endswith("\n") else ln + "\n\\ No newline at end of file\n" for ln in lines]
 

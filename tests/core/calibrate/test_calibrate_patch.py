@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from pipelines.core.calibrate import apply_patch, make_patch, plan_patch
+from pipelines.core.calibrate.output import WHOLE_FILES
 from pipelines.core.model import Estimate
 from tests.conftest import make_test
 
@@ -199,7 +200,7 @@ def test_a_file_starting_with_a_utf8_bom_is_patched_and_keeps_its_bom(repo):
     t = make_test(id=rel, path=rel, sha256=hashlib.sha256(before).hexdigest(), est_time=900, line=2,
                   suite="stage-c-2-gpu-h200")
     patch = make_patch(repo, [t], [est(t, 1900)])
-    assert not patch.startswith("#"), patch
+    assert "# left alone" not in patch, patch
     (repo / "p.diff").write_bytes(patch.encode("utf-8"))
     check = git(repo, "apply", "--check", "p.diff")
     assert check.returncode == 0, check.stderr
@@ -325,7 +326,7 @@ def test_a_symlinked_test_file_is_patched_at_the_file_it_names_inside_the_repo(r
     git(repo, "add", ".")
     cuda, rocm = registered(repo, text=ONE)
     patch = make_patch(repo, [cuda, rocm], [est(cuda, 1300)])
-    assert patch.startswith("--- a/shared/real_test.py\n+++ b/shared/real_test.py\n")
+    assert patch.startswith(f"# {WHOLE_FILES}\n--- a/shared/real_test.py\n+++ b/shared/real_test.py\n")
     (repo / "p.diff").write_text(patch)
     applied = git(repo, "apply", "p.diff")
     assert applied.returncode == 0, applied.stderr
