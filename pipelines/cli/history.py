@@ -191,11 +191,21 @@ def _read_logs(log: Path):
             return {str(log): read_ci_log(lines)}
     found = {}
     with zipfile.ZipFile(log) as archive:
-        for name in sorted(n for n in archive.namelist() if n.endswith(".txt")):
+        names = [n for n in archive.namelist() if not n.endswith("/")]
+        for name in sorted(n for n in names if n.endswith(".txt")):
             with archive.open(name) as member:
                 found[f"{log}:{name}"] = read_ci_log(io.TextIOWrapper(member, encoding="utf-8", errors="replace",
                                                                       newline="\n"))
+    if not found:  # else silently "0 samples from 0 logs", or nothing at all beside another log
+        held = (", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")) if names else "nothing"
+        raise NoJobLogs(f"a zip archive without a .txt member (it holds {held}); expected GitHub's log archive (a "
+                        "run's \"Download log archive\": one .txt per job and step): give that archive, or the job "
+                        "logs themselves")
     return found
+
+
+class NoJobLogs(ValueError):
+    """A zip archive holding no ``.txt`` job log; the message says what it holds and what was expected."""
 
 
 def _kept_samples(files: list[Path]) -> tuple[list, list[Problem], int]:
@@ -267,6 +277,8 @@ def _import_logs(args: argparse.Namespace, logs: list[Path]) -> tuple[dict, tupl
             problems.append(Problem(str(log), 1, "log", f"cannot read ({exc.strerror}); check the path"))
         except zipfile.BadZipFile as exc:
             problems.append(Problem(str(log), 1, "log", f"a damaged zip archive ({exc}); download the logs again"))
+        except NoJobLogs as exc:
+            problems.append(Problem(str(log), 1, "log", str(exc)))
     from pipelines.core.history import import_parsed
 
     revisions = GitRevisions(path) if any(log.commits for log in parsed.values()) else None

@@ -279,6 +279,27 @@ def test_a_github_log_archive_is_read_member_by_member_and_each_attempt_stored_o
 #: timeout, cut-off and garbled runner lines, an End block without its filename line (also at the
 #: very end, without a newline), a form feed, ninja's [i/N] lines, UTF-8 text and bytes that are not
 #: UTF-8
+def test_a_zip_archive_without_a_txt_log_is_named_not_silently_read_as_nothing(repo, tmp_path, capsys):
+    """A .zip of other files (a log saved as job.log, zipped by hand) gave "0 samples from 0 logs" alone and
+    nothing at all beside a good log: the archive's attempts were missing without a word."""
+    import zipfile
+
+    archive = tmp_path / "logs.zip"
+    with zipfile.ZipFile(archive, "w") as z:
+        z.writestr("job.log", LOG)
+        z.writestr("empty/", "")
+    log = tmp_path / "job.txt"
+    log.write_text(LOG)
+    said = (f"  {archive}:1: log: a zip archive without a .txt member (it holds job.log); expected GitHub's log "
+            "archive (a run's \"Download log archive\": one .txt per job and step): give that archive, or the job logs "
+            "themselves")
+    assert cli("history", "import", "--repo", str(repo), "--dry-run", str(archive)) == 1
+    assert said in capsys.readouterr().out
+    assert cli("history", "import", "--repo", str(repo), "--dry-run", str(archive), str(log)) == 0
+    out = capsys.readouterr().out
+    assert "would import 3 samples from 1 logs (dry run)" in out and said in out
+
+
 EVERY_FEATURE = b"".join(line.encode() if isinstance(line, str) else line for line in (
     "\ufeff2026-11-30T15:00:00.1234567Z python3 run_suite.py --suite stage-c-4-gpu-h200 --hw cuda\r\n",
     "2026-11-30T15:00:01.1234567Z [1/3] /usr/local/cuda/bin/nvcc -c /root/x/adam.cu -o a.o\n",
