@@ -638,6 +638,41 @@ def test_a_suite_registration_beside_a_stage_registration_of_the_backend_is_patc
                        "-    execute()", "+    execute()"]  # the last line restated: the patch takes this file only
 
 
+def test_an_sglang_per_commit_call_and_a_nightly_call_of_one_backend_and_hardware_each_get_their_own_edit(
+        tmp_path, monkeypatch, capsys):
+    """examples/sglangish's test_tokenizer.py registers `register_cpu_ci(1, "stage-a-test-cpu")` and, on its own
+    line, `register_cpu_ci(est_time=1.5, suite="nightly-cpu", nightly=True)`: two tests on hardware cpu, one
+    call each. The file was "left alone: 2 registrations for cpu/cpu; edit by hand" though each call is known."""
+    import shutil
+    import subprocess
+
+    from pipelines.cli import main
+
+    repo = tmp_path / "sglangish"
+    shutil.copytree(Path(__file__).parents[2] / "examples" / "sglangish", repo)
+    for args in (["init", "-q"], ["add", "."], ["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "x"]):
+        subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True)
+    monkeypatch.setenv("NIGHTLY_HOME", str(tmp_path / "home"))
+    rel = "registered/cpu/test_tokenizer.py"
+    logs = []
+    for suite, elapsed in (("stage-a-test-cpu", 3), ("nightly-cpu", 5)):
+        for day in (1, 2, 3):
+            ts = (datetime.now(UTC) - timedelta(days=day)).strftime("%Y-%m-%dT%H:%M:%S.0000000Z")
+            log = tmp_path / f"{suite}-{day}.txt"
+            log.write_text(f"{ts} python3 run_suite.py --suite {suite}\n{ts} End (1/1):\n"
+                           f"{ts} filename='{rel}', elapsed={elapsed}\n{ts} [1/1] {rel}  PASS  elapsed={elapsed}s\n")
+            logs.append(str(log))
+    assert main(["history", "import", "--repo", str(repo), *logs]) == 0
+    patch = tmp_path / "p.diff"
+    assert cli("calibrate", "--repo", str(repo), "--patch", str(patch)) == 0
+    out = capsys.readouterr().out
+    assert "left alone" not in out, out
+    _git_apply(repo, patch)
+    text = (Path(__file__).parents[2] / "examples/sglangish/test" / rel).read_text()
+    assert (repo / "test" / rel).read_text() == text.replace('(1, "stage-a-test-cpu")', '(3, "stage-a-test-cpu")') \
+        .replace("est_time=1.5, suite", "est_time=5, suite")
+
+
 def test_a_proposal_write_leaves_out_of_the_file_it_rewrites_is_in_force_the_next_night(tmp_path, monkeypatch, capsys):
     """--write stores the estimates under the digest before its rewrite; the rewrite it records leads
     there from the new digest, so h200's 500 s (its literal is shared with h100, which has no evidence,

@@ -387,6 +387,20 @@ def test_two_calls_naming_the_same_suite_without_hardware_still_leave_the_file_a
     assert plan.skipped == (("test/registered/test_g.py", "2 registrations for cuda/any hardware; edit by hand"),)
 
 
+def test_two_sglang_calls_of_one_backend_and_suite_on_their_own_lines_still_leave_the_test_alone(repo):
+    """The SGLang family's calls are told apart by suite, not by hardware alone; two calls naming the same suite
+    (a duplicate the catalog reports) still register one test twice, and which literal is its est_time is unknown."""
+    text = 'register_cpu_ci(1, "stage-a-test-cpu")\nregister_cpu_ci(est_time=2, suite="stage-a-test-cpu")\n'
+    sha = write(repo, "test/registered/test_t.py", text)
+    t = make_test(id="test/registered/test_t.py::cpu-stage-a-test-cpu", path="test/registered/test_t.py", backend="cpu",
+                  suite="stage-a-test-cpu", hardware="cpu", gpus=0, sha256=sha, est_time=1, line=1,
+                  nightly_rule="exclusive")
+    plan = plan_patch(repo, [t], [est(t, 3)])
+    assert plan.edits == {}
+    assert plan.skipped == (("test/registered/test_t.py",
+                             "2 registrations for cpu/cpu in suite stage-a-test-cpu; edit by hand"),)
+
+
 def test_an_est_time_of_0_in_force_is_never_written_into_a_file(repo):
     """A calibration that proposed 0 s for a sub-second test (before every policy had a least value)
     left it in force; carrying it into the file would make the catalog refuse the file (`est_time: must
