@@ -18,7 +18,10 @@ table's ``current`` and the patch start from the registered value, the literal i
 run with ``--store FILE`` reads no deployment's estimates (it says so) and judges from the
 registered values, as does a dry run whose estimates cannot be read (a warning). ``--store`` with
 ``--write`` is refused: the estimates would go to ``$NIGHTLY_DEPLOYMENT``'s deployment from a file that
-is not its history. A ``--store`` file that does not exist is refused (exit 2), not read as empty.
+is not its history. ``--store FILE --patch PATCH`` records the rewrites in FILE and in the history of
+``$NIGHTLY_DEPLOYMENT``'s deployment (else the default), whose nights read it: once PATCH is applied, the
+patched files' samples there stay current. A ``--store`` file that does not exist is refused (exit 2),
+not read as empty.
 """
 
 from __future__ import annotations
@@ -160,6 +163,7 @@ def _write_outputs(args: argparse.Namespace, repo: Path, plan, estimates, store,
         write_problem,
     )
     from pipelines.core.history import HistoryError
+    from pipelines.core.model import CatalogError
     from pipelines.storage.history import record_successions
 
     targets = [repo / p for p in plan.edits] if args.write else []
@@ -169,11 +173,17 @@ def _write_outputs(args: argparse.Namespace, repo: Path, plan, estimates, store,
     if (args.write or args.patch) and plan.edits:
         # before any patch or test file exists: the rewritten files' samples must stay current (lineage.py)
         try:
-            warning = record_successions(store, plan.successions())
-        except HistoryError as exc:
+            deployment = _deployment_history(args, store)
+            also = [deployment[1]] if deployment is not None else []
+            warnings = [w for where in (store, *also) if (w := record_successions(where, plan.successions()))]
+        except (HistoryError, CatalogError) as exc:
             return _fail(f"{exc} No evidence, patch or test file was written.")
-        if warning:
+        for warning in warnings:
             print(f"nightly calibrate: warning: {warning}", file=sys.stderr)
+        if deployment is not None:
+            print(f"rewrites recorded: in {args.store} and in the history of deployment {deployment[0]} "
+                  f"({getattr(deployment[1], 'path', deployment[1])}), which its nights read, so the patched files' "
+                  "samples stay current there")
     files = [(args.evidence, evidence_csv(estimates))]
     if args.patch and plan.patched:
         files.append((args.patch, plan.diff()))
@@ -192,6 +202,23 @@ def _write_outputs(args: argparse.Namespace, repo: Path, plan, estimates, store,
     if not _store_estimates(args, *night_repo, estimates):
         return 2
     return _rewrite(args, repo, plan)
+
+
+def _deployment_history(args: argparse.Namespace, store) -> tuple[str, object] | None:
+    """With ``--store FILE``: (name, history store) of the deployment (``$NIGHTLY_DEPLOYMENT``, else the
+    default; ``--home``) whose nights will run the patched checkout, unless FILE is its history. Its samples
+    of the rewritten files are keyed by their digests as well, and only a succession recorded there keeps
+    them current once the patch is applied (``git apply``); one in FILE alone helps nobody's nights."""
+    from pipelines.core.history import FileHistoryStore
+    from pipelines.core.specs import load_specs
+
+    if args.store is None:
+        return None
+    there = history_cli.open_store(None, None, args.home)
+    if isinstance(there, FileHistoryStore) and isinstance(store, FileHistoryStore) and \
+            there.path.resolve() == store.path.resolve():
+        return None
+    return load_specs().deployment(None).name, there
 
 
 def _night(args: argparse.Namespace, repo: str):

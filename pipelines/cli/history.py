@@ -151,12 +151,23 @@ def _attempt_key(s) -> tuple:
     return s.test_id, s.hardware, s.started_at, round(s.elapsed_s, 3), s.outcome
 
 
-def _not_stored(samples: list, stored: list) -> list:
+def _not_stored(samples: list, stored: list, earlier: dict[str, str] | None = None) -> list:
     """The samples whose attempt is not in the store yet: the same file, hardware, start stamp,
     elapsed and outcome is the same attempt, whichever log it came from (a job's whole log and one
-    step's log, imported in separate commands, hold the same lines under different run ids)."""
+    step's log, imported in separate commands, hold the same lines under different run ids). Without a
+    start stamp, attempt k of a file in the same run is the same attempt (a log's run id, ``log_run_id``, is
+    the same in a log saved while its job ran and in the whole log), also under the id an older nightly
+    gave the same log (``earlier``: run id -> that id)."""
     seen = {_attempt_key(s) for s in stored if s.started_at}
-    return [s for s in samples if not (s.started_at and _attempt_key(s) in seen)]
+    unstamped = {(s.run_id, s.test_id, s.hardware, s.attempt) for s in stored if not s.started_at}
+    earlier = earlier or {}
+
+    def stored_already(s) -> bool:
+        if s.started_at:
+            return _attempt_key(s) in seen
+        return any((run, s.test_id, s.hardware, s.attempt) in unstamped for run in (s.run_id, earlier.get(s.run_id)))
+
+    return [s for s in samples if not stored_already(s)]
 
 
 def _read_logs(log: Path):
@@ -180,11 +191,21 @@ def _read_logs(log: Path):
             return {str(log): read_ci_log(lines)}
     found = {}
     with zipfile.ZipFile(log) as archive:
-        for name in sorted(n for n in archive.namelist() if n.endswith(".txt")):
+        names = [n for n in archive.namelist() if not n.endswith("/")]
+        for name in sorted(n for n in names if n.endswith(".txt")):
             with archive.open(name) as member:
                 found[f"{log}:{name}"] = read_ci_log(io.TextIOWrapper(member, encoding="utf-8", errors="replace",
                                                                       newline="\n"))
+    if not found:  # else silently "0 samples from 0 logs", or nothing at all beside another log
+        held = (", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")) if names else "nothing"
+        raise NoJobLogs(f"a zip archive without a .txt member (it holds {held}); expected GitHub's log archive (a "
+                        "run's \"Download log archive\": one .txt per job and step): give that archive, or the job "
+                        "logs themselves")
     return found
+
+
+class NoJobLogs(ValueError):
+    """A zip archive holding no ``.txt`` job log; the message says what it holds and what was expected."""
 
 
 def _kept_samples(files: list[Path]) -> tuple[list, list[Problem], int]:
@@ -197,7 +218,7 @@ def _kept_samples(files: list[Path]) -> tuple[list, list[Problem], int]:
     samples, problems, read = [], [], 0
     for f in files:
         try:
-            got, bad = decode_lines(str(f), f.read_bytes(), check_ids=True)
+            got, bad = decode_lines(str(f), f.read_bytes(), imported=True)
         except OSError as exc:
             got, bad = [], [Problem(str(f), 1, "samples", f"cannot read ({exc.strerror}); check the path")]
         samples += got
@@ -217,7 +238,10 @@ def _import(args: argparse.Namespace) -> int:
         samples += found[0]
         problems += found[1]
     store = open_store(args.store, args.deployment, args.home, create=True)
-    new = 0 if args.dry_run else store.add(_not_stored(samples, store.read()))
+    from pipelines.core.history.logs import earlier_run_id, log_run_id
+
+    earlier = {log_run_id(log): old for log in parsed.values() if (old := earlier_run_id(log))}
+    new = 0 if args.dry_run else store.add(_not_stored(samples, store.read(), earlier))
     verb = "would import" if args.dry_run else "imported"
     where = getattr(store, "path", store)
     detail = "dry run" if args.dry_run else f"{new} new, {len(samples) - new} already stored in {where}"
@@ -253,6 +277,8 @@ def _import_logs(args: argparse.Namespace, logs: list[Path]) -> tuple[dict, tupl
             problems.append(Problem(str(log), 1, "log", f"cannot read ({exc.strerror}); check the path"))
         except zipfile.BadZipFile as exc:
             problems.append(Problem(str(log), 1, "log", f"a damaged zip archive ({exc}); download the logs again"))
+        except NoJobLogs as exc:
+            problems.append(Problem(str(log), 1, "log", str(exc)))
     from pipelines.core.history import import_parsed
 
     revisions = GitRevisions(path) if any(log.commits for log in parsed.values()) else None

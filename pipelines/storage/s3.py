@@ -30,6 +30,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from pipelines.core.calibrate.lineage import CALIBRATE_REWRITE, Succession
 from pipelines.core.catalog.ids import id_problem
+from pipelines.core.history.samples import kept_problem, screen
 from pipelines.core.history.store import OUTCOMES, HistoryError
 from pipelines.core.model import Problem, Sample
 from pipelines.storage.state import not_utf8
@@ -139,15 +140,18 @@ def decode(where: str, body: bytes) -> tuple[list[Sample], Problem | None]:
     return ([], problems[0]) if problems else (samples, None)
 
 
-def decode_lines(where: str, body: bytes, check_ids: bool = False) -> tuple[list[Sample], list[Problem]]:
+def decode_lines(where: str, body: bytes, imported: bool = False) -> tuple[list[Sample], list[Problem]]:
     """Samples of the lines that read, and one problem per line that does not, for a local file
     (``<home>/unsaved/<night>/history.jsonl``): a full disk or a kill -9 cuts its last line off, and
-    the whole lines before it are attempts still worth keeping. ``check_ids`` (a file brought in from
-    outside, ``nightly history import``) also refuses a test id the catalog would never give: stored, it
-    would name no test and break every line that prints it. The store's own objects are not held to it,
-    so that one an older nightly wrote stays readable."""
+    the whole lines before it are attempts still worth keeping. ``imported`` (a file brought in from
+    outside, ``nightly history import``) also refuses a test id the catalog would never give (stored, it
+    would name no test and break every line that prints it) and what no night writes (``kept_problem``:
+    an infinite elapsed, attempt 0, a start in the future, a control character), and marks a duration over
+    the ceiling as an outlier as a night does. The store's own objects are not held to it, so that one an
+    older nightly wrote stays readable."""
     out: list[Sample] = []
     problems: list[Problem] = []
+    now = datetime.now(UTC)
     for n, raw in enumerate(body.split(b"\n"), 1):
         try:
             line = raw.decode("utf-8")
@@ -155,7 +159,7 @@ def decode_lines(where: str, body: bytes, check_ids: bool = False) -> tuple[list
             problems.append(Problem(where, n, "encoding", f"not UTF-8 ({exc.reason})"))
             continue
         if line.strip():
-            sample = _sample(where, n, line, check_ids)
+            sample = _sample(where, n, line, now if imported else None)
             if isinstance(sample, Problem):
                 problems.append(sample)
             else:
@@ -163,12 +167,33 @@ def decode_lines(where: str, body: bytes, check_ids: bool = False) -> tuple[list
     return out, problems
 
 
-def _sample(where: str, n: int, line: str, check_ids: bool = False) -> Sample | Problem:
-    """The sample of line ``n``, or what is wrong with it."""
+#: the most digits a whole number of a sample may have: 18 keeps every attempt number a SQLite INTEGER and
+#: every elapsed a finite float, and is far beyond any real one (10**18 s is 3e10 years)
+MAX_DIGITS = 18
+
+
+class _Huge(str):
+    """A JSON whole number of more than ``MAX_DIGITS`` digits, kept as its text: converted, it would stop
+    ``float()``, SQLite or Python's own 4,300-digit limit with a traceback instead of naming its line."""
+
+    def __repr__(self) -> str:
+        return f"a number of {len(self.lstrip('-'))} digits"
+
+
+def _whole(text: str) -> int | _Huge:
+    return _Huge(text) if len(text.lstrip("-")) > MAX_DIGITS else int(text)
+
+
+def _sample(where: str, n: int, line: str, imported: datetime | None = None) -> Sample | Problem:
+    """The sample of line ``n``, or what is wrong with it: never an exception, whatever the line holds (a
+    line nested 100,000 deep, a number of 5,000 digits), so one bad line names itself and the others are read.
+    ``imported``: the time now, for a line of a file brought in from outside (``decode_lines``)."""
     try:
-        row = json.loads(line)
+        row = json.loads(line, parse_int=_whole)
     except json.JSONDecodeError as exc:
         return Problem(where, n, "json", f"not a JSON object ({exc.msg})")
+    except RecursionError:
+        return Problem(where, n, "json", "nested too deeply to be a sample (one JSON object of fields per line)")
     if not isinstance(row, dict):
         return Problem(where, n, "json", f"expected an object, got {type(row).__name__}")
     unknown = sorted(set(row) - set(_FIELDS))
@@ -178,17 +203,25 @@ def _sample(where: str, n: int, line: str, check_ids: bool = False) -> Sample | 
         what = "unknown field (written by a newer nightly?)" if unknown else "required field is missing"
         return Problem(where, n, field, what)
     for key, value in row.items():
+        if isinstance(value, _Huge):
+            return Problem(where, n, key, f"{value!r}, more than the {MAX_DIGITS} any {key} has; fix or remove the "
+                                          "line")
         want = _TYPES.get(key, (str,))
         if not isinstance(value, want) or (bool not in want and isinstance(value, bool)):
             return Problem(where, n, key, f"expected {' or '.join(t.__name__ for t in want)}, got {value!r}")
     sample = Sample(**{**row, "elapsed_s": float(row["elapsed_s"])})
     if bad := _invalid(sample):
         return Problem(where, n, *bad)
-    if check_ids and (why := id_problem(sample.test_id)):
+    if imported is None:
+        return sample
+    if why := id_problem(sample.test_id):
         return Problem(where, n, "test_id", f"{sample.test_id!r} is not a test id ({why}); a test id is the test "
                                             "file's path in its repository, `::variant` after it where the file holds "
                                             "several (`nightly catalog` lists them): fix or remove the line")
-    return sample
+    field, why = kept_problem(sample, imported)
+    if field:
+        return Problem(where, n, field, f"{why}; fix or remove the line")
+    return screen(sample)
 
 
 def _succession(where: str, n: int, line: str) -> Succession:

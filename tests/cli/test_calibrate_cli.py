@@ -212,7 +212,10 @@ def test_a_quiet_week_writes_no_patch_says_so_and_removes_the_stale_one_git_appl
     patch = tmp_path / "p.diff"
     assert cli("calibrate", "--repo", str(repo), "--write") == 0  # this week's change goes in
     capsys.readouterr()
-    for stale in ("--- a/tests/e2e/test_a.py\n+++ b/tests/e2e/test_a.py\n", ""):
+    from pipelines.core.calibrate.output import WHOLE_FILES
+
+    for stale in ("--- a/tests/e2e/test_a.py\n+++ b/tests/e2e/test_a.py\n", f"# {WHOLE_FILES}\n--- a/tests/e2e/test_a.py\n",
+                  ""):
         patch.write_text(stale)
         assert cli("calibrate", "--repo", str(repo), "--patch", str(patch)) == 0
         out = capsys.readouterr().out
@@ -631,7 +634,43 @@ def test_a_suite_registration_beside_a_stage_registration_of_the_backend_is_patc
     assert "left alone" not in out
     changed = [ln for ln in patch.read_text().splitlines() if ln[:1] in "-+" and ln[:3] not in ("---", "+++")]
     assert changed == ['-register_cuda_ci(est_time=8, suite="nightly-1-gpu", nightly=True)',
-                       '+register_cuda_ci(est_time=21, suite="nightly-1-gpu", nightly=True)']
+                       '+register_cuda_ci(est_time=21, suite="nightly-1-gpu", nightly=True)',
+                       "-    execute()", "+    execute()"]  # the last line restated: the patch takes this file only
+
+
+def test_an_sglang_per_commit_call_and_a_nightly_call_of_one_backend_and_hardware_each_get_their_own_edit(
+        tmp_path, monkeypatch, capsys):
+    """examples/sglangish's test_tokenizer.py registers `register_cpu_ci(1, "stage-a-test-cpu")` and, on its own
+    line, `register_cpu_ci(est_time=1.5, suite="nightly-cpu", nightly=True)`: two tests on hardware cpu, one
+    call each. The file was "left alone: 2 registrations for cpu/cpu; edit by hand" though each call is known."""
+    import shutil
+    import subprocess
+
+    from pipelines.cli import main
+
+    repo = tmp_path / "sglangish"
+    shutil.copytree(Path(__file__).parents[2] / "examples" / "sglangish", repo)
+    for args in (["init", "-q"], ["add", "."], ["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "x"]):
+        subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True)
+    monkeypatch.setenv("NIGHTLY_HOME", str(tmp_path / "home"))
+    rel = "registered/cpu/test_tokenizer.py"
+    logs = []
+    for suite, elapsed in (("stage-a-test-cpu", 3), ("nightly-cpu", 5)):
+        for day in (1, 2, 3):
+            ts = (datetime.now(UTC) - timedelta(days=day)).strftime("%Y-%m-%dT%H:%M:%S.0000000Z")
+            log = tmp_path / f"{suite}-{day}.txt"
+            log.write_text(f"{ts} python3 run_suite.py --suite {suite}\n{ts} End (1/1):\n"
+                           f"{ts} filename='{rel}', elapsed={elapsed}\n{ts} [1/1] {rel}  PASS  elapsed={elapsed}s\n")
+            logs.append(str(log))
+    assert main(["history", "import", "--repo", str(repo), *logs]) == 0
+    patch = tmp_path / "p.diff"
+    assert cli("calibrate", "--repo", str(repo), "--patch", str(patch)) == 0
+    out = capsys.readouterr().out
+    assert "left alone" not in out, out
+    _git_apply(repo, patch)
+    text = (Path(__file__).parents[2] / "examples/sglangish/test" / rel).read_text()
+    assert (repo / "test" / rel).read_text() == text.replace('(1, "stage-a-test-cpu")', '(3, "stage-a-test-cpu")') \
+        .replace("est_time=1.5, suite", "est_time=5, suite")
 
 
 def test_a_proposal_write_leaves_out_of_the_file_it_rewrites_is_in_force_the_next_night(tmp_path, monkeypatch, capsys):
@@ -685,6 +724,61 @@ def test_write_with_a_store_file_is_refused_before_anything_is_written(repo, tmp
     assert "(--deployment D --write)" in err and out == ""
     assert not (tmp_path / "home" / "estimates").exists()
     assert (repo / "tests/e2e/test_a.py").read_text() == before
+
+
+def test_a_patch_from_a_store_file_keeps_the_deployment_s_own_evidence_current_once_applied(tmp_path, monkeypatch,
+                                                                                           capsys):
+    """`--store FILE --patch P`, then `git apply P` (the route the `--store --write` refusal recommends) recorded
+    the rewrite in FILE only: the deployment's nights, reading their own history, then counted every sample of
+    the patched file as another revision's, and the est_time calibrated for it was no longer in force."""
+    from pipelines.cli import main
+
+    text = "register_cuda_ci(60, 'stage-c-4-gpu-h200', labels=['m'])\n"
+    rel = "tests/e2e/test_f.py"
+    repo = _framework(tmp_path, monkeypatch, text, {"stage-c-4-gpu-h200": [(rel, 100), (rel, 110), (rel, 120)]})
+    monkeypatch.setenv("NIGHTLY_DEPLOYMENT", "local")
+    own = FileHistoryStore(tmp_path / "home" / "history.sqlite")
+    copy = tmp_path / "copy.sqlite"  # a copy of the history, e.g. a colleague's
+    FileHistoryStore(copy).add(own.read())
+    patch = tmp_path / "p.diff"
+    assert main(["calibrate", "--repo", str(repo), "--store", str(copy), "--patch", str(patch)]) == 0
+    said = capsys.readouterr().out
+    _git_apply(repo, patch)
+    assert (repo / rel).read_text() == text.replace("(60,", "(150,")
+    assert main(["calibrate", "--repo", str(repo)]) == 0  # the deployment's own history
+    row = next(line for line in capsys.readouterr().out.splitlines() if line.startswith(rel))
+    assert row.split()[2:6] == ["150", "150", "+0", "3"], row
+    assert "stale" not in row
+    assert (f"rewrites recorded: in {copy} and in the history of deployment local ({own.path}), which its nights "
+            "read") in said
+
+
+@pytest.mark.parametrize("edit", [
+    lambda t: t.replace("steps = 10", "steps = 20"),  # more than 3 lines from the est_time
+    lambda t: t + "# a line added at the end\n",
+    lambda t: "# a line added at the top\n" + t,
+    lambda t: t.replace("main()\n", "main()  \n"),  # trailing spaces on the last line
+], ids=["middle", "end", "top", "trailing-spaces"])
+def test_the_patch_applies_only_to_the_file_the_evidence_ran_byte_for_byte(tmp_path, monkeypatch, capsys, edit):
+    """Evidence counts only when the test file is byte-identical to the run's (ci-facts), but the patch had
+    3 lines of context: `git apply` rewrote the est_time of a file edited since, as if its evidence held."""
+    import subprocess
+
+    text = ("import os\n\nregister_cuda_ci(60, 'stage-c-4-gpu-h200', labels=['m'])\n\n\ndef main():\n"
+            "    steps = 10\n    os.environ['STEPS'] = str(steps)\n\n\nif __name__ == '__main__':\n    main()\n")
+    rel = "tests/e2e/test_f.py"
+    repo = _framework(tmp_path, monkeypatch, text, {"stage-c-4-gpu-h200": [(rel, 100), (rel, 110), (rel, 120)]})
+    patch = tmp_path / "p.diff"
+    assert cli("calibrate", "--repo", str(repo), "--patch", str(patch)) == 0
+    edited = edit(text)
+    assert edited != text
+    (repo / rel).write_text(edited)
+    done = subprocess.run(["git", "apply", str(patch)], cwd=repo, capture_output=True, text=True)
+    assert done.returncode != 0 and "patch does not apply" in done.stderr, done.stderr
+    assert (repo / rel).read_text() == edited
+    (repo / rel).write_text(text)
+    _git_apply(repo, patch)
+    assert (repo / rel).read_text() == text.replace("(60,", "(150,")
 
 
 def _framework(tmp_path, monkeypatch, text: str, logs: dict[str, list[tuple[str, int]]]) -> Path:

@@ -97,6 +97,57 @@ def test_an_import_that_reads_no_attempt_exits_1_with_or_without_dry_run(repo, t
     assert cli("history", "import", "--repo", str(repo), *dry_run, str(log)) == 0  # nothing new, nothing wrong
 
 
+PLAIN = textwrap.dedent("""\
+    python3 run_suite.py --suite stage-c-4-gpu-h200
+    .
+    End (1/2):
+    filename='tests/e2e/test_a.py', elapsed=957, _estimated_time=3600
+    [1/2] tests/e2e/test_a.py  PASS  elapsed=957s
+    [2/2] tests/e2e/test_b.py  FAIL  elapsed=41s exit=1
+    [2/2] tests/e2e/test_b.py  PASS  elapsed=990s retry_of=attempt=1
+""")
+
+
+def test_a_log_without_timestamps_saved_while_its_job_ran_and_then_whole_is_stored_once(repo, tmp_path, capsys):
+    """The import of a log cut off mid-job says to download it again once the job is done; without timestamps
+    the whole log then stored its attempts a second time (its run id was the hash of its whole text), in
+    separate commands and in one. Another run of the job (other output) is still another run."""
+    part, whole, other = tmp_path / "part.txt", tmp_path / "whole.txt", tmp_path / "other.txt"
+    whole.write_text(PLAIN)
+    part.write_text(PLAIN[:PLAIN.index("[2/2] tests/e2e/test_b.py  PASS")] + "[2/2] tests/e2e/test_b.py  PA")
+    other.write_text(PLAIN.replace(".\n", "seed 7\n"))
+    store = tmp_path / "h.sqlite"
+    assert cli("history", "import", "--repo", str(repo), "--store", str(store), str(part)) == 0
+    assert "(2 new, 0 already stored in" in capsys.readouterr().out
+    assert cli("history", "import", "--repo", str(repo), "--store", str(store), str(whole)) == 0
+    assert "imported 3 samples from 1 logs (1 new, 2 already stored in" in capsys.readouterr().out
+    assert cli("history", "import", "--repo", str(repo), "--store", str(store), str(other)) == 0
+    assert "(3 new, 0 already stored in" in capsys.readouterr().out
+    assert len(FileHistoryStore(store).read()) == 6
+    both = tmp_path / "both.sqlite"
+    assert cli("history", "import", "--repo", str(repo), "--store", str(both), str(part), str(whole)) == 0
+    assert "imported 3 samples from 2 logs (3 new, 0 already stored in" in capsys.readouterr().out
+    assert [(s.test_id, s.attempt, s.outcome) for s in FileHistoryStore(both).read()] == [
+        ("tests/e2e/test_a.py", 1, "passed"), ("tests/e2e/test_b.py", 1, "failed"), ("tests/e2e/test_b.py", 2, "passed")]
+
+
+def test_a_log_without_timestamps_imported_by_an_older_nightly_is_not_stored_again(repo, tmp_path, capsys):
+    """Before, such a log's run id was the hash of its whole text: importing the same log again after the
+    upgrade must still add nothing."""
+    import dataclasses
+
+    whole = tmp_path / "whole.txt"
+    whole.write_text(PLAIN)
+    store = tmp_path / "h.sqlite"
+    assert cli("history", "import", "--repo", str(repo), "--store", str(store), str(whole)) == 0
+    then = "log-" + hashlib.sha256(PLAIN.encode()).hexdigest()[:12]
+    older = tmp_path / "older.sqlite"
+    FileHistoryStore(older).add([dataclasses.replace(s, run_id=then) for s in FileHistoryStore(store).read()])
+    assert cli("history", "import", "--repo", str(repo), "--store", str(older), str(whole)) == 0
+    assert "(0 new, 3 already stored in" in capsys.readouterr().out
+    assert len(FileHistoryStore(older).read()) == 3
+
+
 def test_show_lists_samples_of_one_test(repo, tmp_path, capsys):
     log = tmp_path / "job.log"
     log.write_text(LOG)
@@ -228,6 +279,27 @@ def test_a_github_log_archive_is_read_member_by_member_and_each_attempt_stored_o
 #: timeout, cut-off and garbled runner lines, an End block without its filename line (also at the
 #: very end, without a newline), a form feed, ninja's [i/N] lines, UTF-8 text and bytes that are not
 #: UTF-8
+def test_a_zip_archive_without_a_txt_log_is_named_not_silently_read_as_nothing(repo, tmp_path, capsys):
+    """A .zip of other files (a log saved as job.log, zipped by hand) gave "0 samples from 0 logs" alone and
+    nothing at all beside a good log: the archive's attempts were missing without a word."""
+    import zipfile
+
+    archive = tmp_path / "logs.zip"
+    with zipfile.ZipFile(archive, "w") as z:
+        z.writestr("job.log", LOG)
+        z.writestr("empty/", "")
+    log = tmp_path / "job.txt"
+    log.write_text(LOG)
+    said = (f"  {archive}:1: log: a zip archive without a .txt member (it holds job.log); expected GitHub's log "
+            "archive (a run's \"Download log archive\": one .txt per job and step): give that archive, or the job logs "
+            "themselves")
+    assert cli("history", "import", "--repo", str(repo), "--dry-run", str(archive)) == 1
+    assert said in capsys.readouterr().out
+    assert cli("history", "import", "--repo", str(repo), "--dry-run", str(archive), str(log)) == 0
+    out = capsys.readouterr().out
+    assert "would import 3 samples from 1 logs (dry run)" in out and said in out
+
+
 EVERY_FEATURE = b"".join(line.encode() if isinstance(line, str) else line for line in (
     "\ufeff2026-11-30T15:00:00.1234567Z python3 run_suite.py --suite stage-c-4-gpu-h200 --hw cuda\r\n",
     "2026-11-30T15:00:01.1234567Z [1/3] /usr/local/cuda/bin/nvcc -c /root/x/adam.cu -o a.o\n",
@@ -348,6 +420,72 @@ def test_a_kept_jsonl_line_whose_test_id_no_catalog_gives_is_named_and_not_store
     assert [s.test_id for s in FileHistoryStore(tmp_path / "home" / "history.sqlite").read()] == ["tests/t0.py"]
     assert cli("history", "show") == 0
     assert capsys.readouterr().out.splitlines()[-1] == "1 of 1 samples"
+
+
+def test_a_kept_jsonl_line_no_number_or_json_reader_can_take_is_named_and_the_other_lines_imported(tmp_path, capsys,
+                                                                                                  monkeypatch):
+    """A 400-digit elapsed (float() overflows), 100,000 '[' (RecursionError), a 5,000-digit attempt (Python's
+    digit limit) and an attempt of 10**30 (SQLite's INTEGER) each stopped the import with a traceback, and
+    nothing of the file was imported."""
+    import json
+
+    monkeypatch.setenv("NIGHTLY_HOME", str(tmp_path / "home"))
+    kept = tmp_path / "k.jsonl"
+    good = _kept(kept, "k", 1)
+    text = good.decode().replace('"elapsed_s": 5.0', '"elapsed_s": ELAPSED').replace('"attempt": 1', '"attempt": ATTEMPT')
+    assert "ELAPSED" in text and "ATTEMPT" in text
+    lines = [text.replace("ELAPSED", "1" + "0" * 400).replace("ATTEMPT", "1"),
+             "[" * 100_000 + "\n",
+             text.replace("ELAPSED", "5").replace("ATTEMPT", "9" * 5000),
+             text.replace("ELAPSED", "5").replace("ATTEMPT", str(10 ** 30))]
+    json.loads(lines[-1])  # valid JSON: only its number is wrong
+    kept.write_bytes(good + "".join(lines).encode())
+    assert cli("history", "import", str(kept)) == 1
+    out = capsys.readouterr().out
+    assert "imported 1 samples from 1 logs (1 new" in out
+    assert f"  {kept}:2: elapsed_s: a number of 401 digits, more than the 18 any elapsed_s has; fix or remove the " \
+           "line" in out
+    assert f"  {kept}:3: json: nested too deeply to be a sample" in out
+    assert f"  {kept}:4: attempt: a number of 5000 digits, more than the 18 any attempt has" in out
+    assert f"  {kept}:5: attempt: a number of 31 digits, more than the 18 any attempt has" in out
+    assert [s.run_id for s in FileHistoryStore(tmp_path / "home" / "history.sqlite").read()] == ["k"]
+
+
+def test_a_kept_jsonl_line_no_night_writes_is_named_and_an_over_long_duration_kept_as_an_outlier(tmp_path, capsys,
+                                                                                                 monkeypatch, caplog):
+    """`"elapsed_s": Infinity` was imported (exit 0) and every later read warned about it; a hardware with
+    '/', attempt 0, a start that is no time or years ahead, a source with a newline or an escape sequence were
+    stored as they were. A finite duration over the ceiling is kept as an outlier, as a night keeps it."""
+    import json
+    from datetime import UTC, datetime, timedelta
+
+    monkeypatch.setenv("NIGHTLY_HOME", str(tmp_path / "home"))
+    kept = tmp_path / "k.jsonl"
+    good = json.loads(_kept(kept, "k", 1))
+    soon = (datetime.now(UTC) + timedelta(minutes=2)).isoformat()  # another host's clock a little ahead: fine
+    rows = [good, {**good, "run_id": "soon", "started_at": soon}, {**good, "run_id": "long", "elapsed_s": 1e308},
+            {**good, "run_id": "inf", "elapsed_s": float("inf")}, {**good, "run_id": "nan", "elapsed_s": float("nan")},
+            {**good, "run_id": "hw", "hardware": "../../etc"}, {**good, "run_id": "a0", "attempt": 0},
+            {**good, "run_id": "when", "started_at": "yesterday"},
+            {**good, "run_id": "future", "started_at": "2999-01-01T00:00:00+00:00"},
+            {**good, "run_id": "src", "source": "job.log:3\n\x1b[31mFAIL"}]
+    kept.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert cli("history", "import", str(kept)) == 1
+    out = capsys.readouterr().out
+    assert "imported 3 samples from 1 logs (3 new" in out
+    assert f"  {kept}:4: elapsed_s: inf is not a finite number of seconds; fix or remove the line" in out
+    assert f"  {kept}:5: elapsed_s: nan must be a number >= 0" in out
+    assert f"  {kept}:6: hardware: '../../etc' is not a hardware name (contains '/'), e.g. 'h200'; fix or remove " \
+           "the line" in out
+    assert f"  {kept}:7: attempt: 0 is not an attempt number (a test's first attempt is 1)" in out
+    assert f"  {kept}:8: started_at: 'yesterday' is not an ISO-8601 time" in out
+    assert f"  {kept}:9: started_at: '2999-01-01T00:00:00+00:00' is later than now (" in out
+    assert f"  {kept}:10: source: 'job.log:3\\n\\x1b[31mFAIL' contains the control character '\\n'" in out
+    caplog.clear()
+    stored = FileHistoryStore(tmp_path / "home" / "history.sqlite").read()
+    assert [(s.run_id, s.outlier) for s in stored] == [("k", ""), ("soon", ""),
+                                                      ("long", "elapsed 1e+308 s is over the ceiling of 86400 s")]
+    assert not caplog.records  # nothing a read warns about again and again
 
 
 def test_history_import_exits_as_docs_calibration_md_says(repo, tmp_path, capsys, project_root):

@@ -485,6 +485,22 @@ def test_a_sample_without_an_outlier_mark_is_written_without_the_field_and_one_w
     assert decode("s3://b/k", body) == ([plain, marked], None)
 
 
+@pytest.mark.parametrize("line, problem", [
+    (b"[" * 100_000, ":2: json: nested too deeply to be a sample"),
+    (b'{"test_id": "t", "hardware": "h", "sha256": "s", "outcome": "passed", "elapsed_s": 1' + b"0" * 400
+     + b', "started_at": "x"}', ":2: elapsed_s: a number of 401 digits"),
+    (b'{"test_id": "t", "hardware": "h", "sha256": "s", "outcome": "passed", "elapsed_s": 1, "started_at": "x", '
+     b'"attempt": ' + b"9" * 5000 + b"}", ":2: attempt: a number of 5000 digits"),
+])
+def test_a_history_object_line_no_reader_can_take_is_a_located_problem_not_an_exception(line, problem):
+    """Each of these raised out of ``decode`` (RecursionError, OverflowError, ValueError): a history read
+    (every plan) stopped with a traceback instead of naming the object to move aside."""
+    from pipelines.storage.s3 import decode, encode
+
+    got, found = decode("s3://b/k", encode([sample(1)]) + line + b"\n")
+    assert got == [] and str(found).startswith(f"s3://b/k{problem}")
+
+
 def test_a_rewrite_every_calibration_proposes_again_is_stored_once(endpoint, client, bucket):
     """Until its patch is applied, every night's calibration records the same est_time rewrite: the
     local store keeps one row per (before, after), and S3 must not add an object per night (each plan

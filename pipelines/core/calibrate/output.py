@@ -83,6 +83,11 @@ def write_problem(path: Path | str, exc: OSError) -> str:
             "another path; nothing after this file was written")
 
 
+#: what a patch says about its hunks, on the line before them (calibrate.patch)
+WHOLE_FILES = ("each file is given whole, its last line restated: git apply takes this patch only on the files as "
+               "the evidence's revision holds them, byte for byte")
+
+
 def remove_stale_patch(path: Path | str) -> str:
     """Remove an earlier run's patch at ``path`` when this run has nothing to change, so that
     ``git apply`` never applies last week's edits; returns what was done, for the message.
@@ -94,7 +99,7 @@ def remove_stale_patch(path: Path | str) -> str:
         head = path.read_bytes()[:200].decode("utf-8", "replace")
     except OSError as exc:
         return f"; {path} from an earlier run is still there and cannot be read ({exc.strerror or exc}); remove it"
-    if head and not head.startswith(("# left alone: ", "--- a/", "diff --git ")):
+    if head and not head.startswith(("# left alone: ", f"# {WHOLE_FILES[:40]}", "--- a/", "diff --git ")):
         return f"; {path} is there but is not a calibrate patch, so it is kept; do not `git apply` it"
     try:
         path.unlink()

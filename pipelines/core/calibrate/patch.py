@@ -1,6 +1,7 @@
 """Rewrite the literal ``est_time`` of registry test files, keeping every other byte.
 
-Only a file with exactly one registration for the estimate's hardware is edited, and only when
+Only a file with exactly one registration for the estimate's hardware (in the SGLang family, for its
+hardware and suite: a per-commit and a nightly call are two tests) is edited, and only when
 its est_time is a plain number literal (positional first argument or ``est_time=``; a float is
 written back as whole seconds): the edit
 replaces that token's exact source span found with ``ast``, so comments, quotes and spacing stay.
@@ -22,7 +23,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from pipelines.core.calibrate.lineage import Succession, rewrite_successions
-from pipelines.core.calibrate.output import write_atomic
+from pipelines.core.calibrate.output import WHOLE_FILES, write_atomic
 from pipelines.core.model import Estimate, Test
 
 
@@ -42,11 +43,14 @@ class PatchPlan:
         return {p: edit for p, edit in self.edits.items() if p not in out}
 
     def diff(self) -> str:
-        """A unified diff with ``a/`` and ``b/`` prefixes that ``git apply`` takes from the repo root."""
+        """A unified diff with ``a/`` and ``b/`` prefixes that ``git apply`` takes from the repo root, and only
+        on the files as calibrate read them (:func:`_unified`)."""
         head = [f"# left alone: {p}: {why}\n" for p, why in (*self.skipped, *self.unpatchable)]
         out: list[str] = []
         for path, (old, new) in sorted(self.patched.items()):
             out.extend(_unified(old, new, path))
+        if out:
+            head.append(f"# {WHOLE_FILES}\n")
         return "".join(head + out) if out else "".join(head)
 
     def successions(self) -> list[Succession]:
@@ -66,8 +70,16 @@ def _source_lines(text: str) -> list[str]:
 
 
 def _unified(old: str, new: str, path: str) -> list[str]:
-    lines = list(difflib.unified_diff(_lines(old), _lines(new),
-                                      f"a/{path}", f"b/{path}"))
+    """The diff of one file as one hunk from its first line to its last (the whole file is context, and an
+    unchanged last line is restated, ``-`` then ``+``): ``git apply`` matches such a hunk at the file's
+    beginning and at its end, so it refuses the patch on a file that differs in any byte, where 3 lines of
+    context would patch an edited file whose evidence no longer counts (ci-facts: only byte-identical files)."""
+    old_lines, new_lines = _lines(old), _lines(new)
+    lines = list(difflib.unified_diff(old_lines, new_lines, f"a/{path}", f"b/{path}",
+                                      n=max(len(old_lines), len(new_lines))))
+    if lines and lines[-1].startswith(" "):  # trailing context would let git apply take a file with lines added
+        last = lines.pop()[1:]
+        lines += ["-" + last, "+" + last]
     # difflib leaves a last line without newline unmarked; git apply needs the marker.
     return [ln if ln.endswith("\n") else ln + "\n\\ No newline at end of file\n" for ln in lines]
 
@@ -131,9 +143,9 @@ def plan_patch(repo: Path | str, tests: Sequence[Test], estimates: Sequence[Esti
     """Decide every edit: calibrated proposals that differ from the registered literal."""
     repo = Path(repo)
     by_id = {t.id: t for t in tests}
-    per_hw: dict[tuple[str, str, str], int] = defaultdict(int)
+    per_literal: dict[tuple[str, ...], int] = defaultdict(int)
     for t in tests:
-        per_hw[(t.path, t.backend, t.hardware)] += 1
+        per_literal[_literal_key(t)] += 1
     files = _Files()
     # only the files a proposal would change are read; every registry test of them is found in its file
     changing = {by_id[e.test_id].path for e in estimates
@@ -150,7 +162,7 @@ def plan_patch(repo: Path | str, tests: Sequence[Test], estimates: Sequence[Esti
         call, located = calls.get(t.id, (None, ""))
         shared = call is not None and registers[call] > 1
         # a call listing several hardware is found in its file: other calls for one of its hardware do not make it ambiguous
-        why = _edit(repo, t, e, 1 if shared else per_hw[(t.path, t.backend, t.hardware)], files, (call, located),
+        why = _edit(repo, t, e, 1 if shared else per_literal[_literal_key(t)], files, (call, located),
                     shared)
         if why:
             skipped.append((t.path, why))
@@ -318,6 +330,20 @@ def _held(group: list[Test], members: list[Estimate | None], merged: Estimate) -
             f"{', '.join(bare)} first, or register each hardware with its own call")
 
 
+def _literal_key(t: Test) -> tuple[str, ...]:
+    """What one est_time literal of a file may be for. Framework M: one per backend and hardware (its
+    maintainers edit a file's one literal for the hardware, and a suite names its hardware). The SGLang
+    family (``nightly_rule`` exclusive) also by suite: its per-commit and nightly calls of a backend often
+    share a hardware (``stage-a-test-cpu`` and ``nightly-cpu``, ``amd``) and are two tests, one call each."""
+    return (t.path, t.backend, t.hardware, t.suite if t.nightly_rule == "exclusive" else "")
+
+
+def _registers(call: ast.Call, t: Test) -> bool:
+    """Whether ``call`` registers ``t``'s est_time as far as :func:`_literal_key` tells calls apart: its
+    backend and hardware, and in the SGLang family its suite too (a call whose suite is no literal could be any)."""
+    return _for_hardware(call, t) and (t.nightly_rule != "exclusive" or _call_suite(call) in (t.suite, None))
+
+
 def _edit(repo: Path, t: Test, e: Estimate, same_hw: int, files: _Files, located: tuple[Call | None, str],
           shared: bool = False) -> str:
     """Rewrite ``t``'s est_time literal in ``files`` to ``e.proposed``; why not ("" when done).
@@ -331,9 +357,11 @@ def _edit(repo: Path, t: Test, e: Estimate, same_hw: int, files: _Files, located
     calls, why = files.calls(key, t.path)
     if why:
         return why
-    mine = [] if shared else [c for c in calls if _for_hardware(c, t)]
+    mine = [] if shared else [c for c in calls if _registers(c, t)]
     if max(same_hw, len(mine)) > 1:
-        return f"{max(same_hw, len(mine))} registrations for {t.backend}/{t.hardware or 'any hardware'}; edit by hand"
+        suite = f" in suite {t.suite}" if t.nightly_rule == "exclusive" else ""
+        return (f"{max(same_hw, len(mine))} registrations for {t.backend}/{t.hardware or 'any hardware'}{suite}; edit "
+                "by hand")
     at, why = located
     if at is None:
         return why or f"line {t.line}: no registration call found; edit by hand"
@@ -370,7 +398,7 @@ def _find_call(calls: list[ast.Call], t: Test) -> tuple[ast.Call | None, str]:
     are, so that only this call is left alone and the file's other edits are made."""
     on_line = [c for c in calls if c.lineno <= t.line <= (c.end_lineno or c.lineno)]
     if not on_line:  # line endings the catalog counted otherwise: the file's one call for the hardware
-        on_line = [c for c in calls if _for_hardware(c, t)][:2]
+        on_line = [c for c in calls if _registers(c, t)][:2]
         if len(on_line) != 1:
             return None, f"line {t.line}: no registration call found; edit by hand"
     if len(on_line) == 1:

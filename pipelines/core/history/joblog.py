@@ -103,6 +103,10 @@ class ParsedLog:
     hw_line: int = 0
     #: (commit, line) of each commit the job's checkout step printed
     commits: tuple[tuple[str, int], ...] = ()
+    #: the sha256 of the text before the first attempt's summary line and of that attempt (file, status,
+    #: seconds): the same in the whole log and in any part of it saved while the job ran that holds an
+    #: attempt, so it names a run whose lines have no timestamps ("" when the log has no attempt)
+    head: str = ""
 
 
 def seconds(text: str) -> tuple[float | None, str]:
@@ -209,12 +213,18 @@ def read_ci_log(text: str | Iterable[str], first_line: int = 1) -> ParsedLog:
     continued: list[str] = []  # the lines so far of a command continued with `\`
     commits: list[tuple[str, int]] = []
     checkout_at = 0  # a checkout's `git log -1 --format=%H` line, whose next line is the commit
+    head = hashlib.sha256()  # the lines before the first attempt's summary line (ParsedLog.head)
+    before = b""  # the line before this one, added to ``head`` one line late: the summary line itself never is
     i = first_line - 1
     for i, raw in enumerate(_pieces(text) if isinstance(text, str) else text, start=first_line):
         # the digest names a run without timestamps: over the text with every \r a line end, as plain logs were
         # read before lines ended at \n only, so importing such a log again does not store its attempts twice
         hashed = raw.replace("\r\n", "\n").replace("\r", "\n") if "\r" in raw else raw
-        digest.update(hashed.encode("utf-8", "replace"))
+        data = hashed.encode("utf-8", "replace")
+        digest.update(data)
+        if not summaries:
+            head.update(before)
+            before = data
         line, stamp = _strip_stamp(raw.removesuffix("\n").rstrip("\r"))
         if i == first_line and _NIGHTLY_ATTEMPT.match(line):  # its TIMEOUT line is ours, no attempt of a job to import
             return ParsedLog((), ((i, "log", _NIGHTLY_ATTEMPT_LOG),), digest=digest.hexdigest())
@@ -246,6 +256,8 @@ def read_ci_log(text: str | Iterable[str], first_line: int = 1) -> ParsedLog:
             elif value is None:
                 refused.append((i, "elapsed", f"{why}; attempt not imported"))
             else:
+                if not summaries:  # the first attempt: what was printed before it, and itself without its extras
+                    head.update(f"\0{m.group(3)}\t{m.group(4)}\t{value:g}".encode("utf-8", "replace"))
                 summaries.append((i, m, _when(stamp), value))
                 for key, given in _extras(m.group(6)).items():  # a garbled number is said, not silently dropped
                     if key in _NUMBERED and _int_suffix(given) is None:
@@ -294,7 +306,7 @@ def read_ci_log(text: str | Iterable[str], first_line: int = 1) -> ParsedLog:
     suite, suite_line = _one(suites)
     hw, hw_line = _one(hws)
     return ParsedLog(tuple(out), tuple(sorted(refused)), suite, hw, digest.hexdigest(), suite_line, hw_line,
-                     tuple(commits))
+                     tuple(commits), head.hexdigest() if summaries else "")
 
 
 #: a line of ``gh run view --log``: the job's name, a tab, the step's name, a tab, then the job log's own line

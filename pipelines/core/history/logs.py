@@ -20,8 +20,8 @@ from pipelines.core.history.joblog import OUTCOME, LogAttempt, ParsedLog, parse_
 from pipelines.core.model import Catalog, Problem, Sample, Test, template_digest
 
 #: what callers imported from here before the reading moved to :mod:`.joblog`
-__all__ = ["OUTCOME", "LogAttempt", "ParsedLog", "Revisions", "import_logs", "import_parsed", "parse_ci_log", "read_ci_log",
-           "seconds"]
+__all__ = ["OUTCOME", "LogAttempt", "ParsedLog", "Revisions", "earlier_run_id", "import_logs", "import_parsed",
+           "log_run_id", "parse_ci_log", "read_ci_log", "seconds"]
 
 
 def _candidates(file: str, by_path: Mapping[str, list[Test]]) -> tuple[str, list[Test]]:
@@ -86,7 +86,7 @@ def import_parsed(logs: Mapping[str, ParsedLog], catalog: Catalog,
     with_runs = {archives[s] for s, log in logs.items() if s in archives and log.attempts}
     for source, log in logs.items():
         reported: set[str] = set()
-        run_id = _run_id(log)
+        run_id = log_run_id(log)
         problems += [Problem(source, line, field, why) for line, field, why in log.refused]
         if not log.attempts and not log.refused and archives.get(source) not in with_runs:
             problems.append(Problem(source, 1, "log", "no `[i/N] <file>  PASS|FAIL|TIMEOUT  elapsed=Ns` "
@@ -133,9 +133,12 @@ def import_parsed(logs: Mapping[str, ParsedLog], catalog: Catalog,
                     continue
                 if t.fmt == "template":  # the file as the commit had it, run as the checkout's template lists it
                     sha256 = template_digest(sha256, t.gpus, t.env, t.args)
-            same = (t.id, t.hardware, a.file, a.started_at, a.elapsed_s, a.status, a.attempt)
-            if a.started_at and same in seen:
-                continue  # also in another log given (the whole job's log and its step's log)
+            # also in another log given: the whole job's log and its step's log, or a log saved while the job ran
+            # and the whole one (without timestamps, one run by its head: attempt k of a file is the same attempt)
+            same = (t.id, t.hardware, a.file, a.started_at, a.elapsed_s, a.status, a.attempt) if a.started_at \
+                else (run_id, t.id, t.hardware, a.attempt)
+            if same in seen:
+                continue
             seen.add(same)
             samples.append(Sample(
                 test_id=t.id, hardware=t.hardware, sha256=sha256, outcome=OUTCOME[a.status],  # type: ignore[arg-type]
@@ -165,15 +168,25 @@ def _commit(log: ParsedLog, revisions: Revisions | None) -> tuple[tuple[str, int
                                   "the checkout the log ran")
 
 
-def _run_id(log: ParsedLog) -> str:
+def log_run_id(log: ParsedLog) -> str:
     """The job run's id, from what its attempts say (file, start, elapsed, outcome), not from the whole text:
     GitHub's whole-job log and the same job's step log differ in their other lines but are one run, and
-    the store keeps an attempt once per run id. A log without timestamps keeps the hash of its text
-    (two unstamped runs with equal results are not one)."""
+    the store keeps an attempt once per run id. A log without timestamps is named by its head (the text
+    before its first attempt's summary line, and that attempt): the same in a log saved while the job ran
+    and in the whole log downloaded later, so their attempts are stored once, while two runs differ as soon
+    as their output or first result does."""
     if not log.attempts or not all(a.started_at for a in log.attempts):
-        return "log-" + log.digest[:12]
+        return "log-" + (log.head or log.digest)[:12]
     said = "\n".join(f"{a.file}\t{a.started_at}\t{a.elapsed_s:g}\t{a.status}\t{a.attempt}" for a in log.attempts)
     return "log-" + hashlib.sha256(said.encode("utf-8", "replace")).hexdigest()[:12]
+
+
+def earlier_run_id(log: ParsedLog) -> str | None:
+    """The id nightly gave a log without timestamps before it named them by their head (the hash of the
+    whole text), so that such a log imported then is not stored again; None for a log with timestamps."""
+    if not log.attempts or not all(a.started_at for a in log.attempts):
+        return "log-" + log.digest[:12]
+    return None
 
 
 #: a runner's ``--hw`` name, or a backend (framework M's ``rocm``, SGLang's ``amd``) -> its hardware family

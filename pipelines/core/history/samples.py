@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import unicodedata
 from collections.abc import Mapping
+from datetime import datetime, timedelta
 
+from pipelines.core.calibrate.policies import parse_time
 from pipelines.core.model import MAX_EST_TIME_S, Attempt, Sample, Test
 
 OUTCOMES = ("passed", "failed", "timed_out", "infra_error", "skipped", "interrupted")
@@ -86,4 +89,41 @@ def row_problem(values: Mapping[str, object]) -> tuple[str, str]:
     for name in ("attempt", "capped"):
         if type(values[name]) is not int:
             return name, f"{values[name]!r} is not a whole number"
+    return "", ""
+
+
+#: how far a kept sample's start may lie after this machine's clock: the host that ran the night may run ahead
+CLOCK_SKEW = timedelta(minutes=10)
+_TEXT_FIELDS = ("test_id", "hardware", "sha256", "started_at", "node", "image", "run_id", "source", "outlier", "env",
+                "reason")
+
+
+def _control(text: str) -> str:
+    """The first control character of ``text`` (a newline, an escape sequence's ESC), else ""."""
+    return next((ch for ch in text if unicodedata.category(ch) in ("Cc", "Cf", "Zl", "Zp")), "")
+
+
+def kept_problem(sample: Sample, now: datetime) -> tuple[str, str]:
+    """(field, what is wrong) for a sample read from a file brought in from outside (``nightly history
+    import`` of a kept ``.jsonl``) that no night writes, else ("", ""). The store's own records are not held
+    to it, so one an older nightly wrote stays readable. Stored, an infinite elapsed is warned about at every
+    read, a start in the future stays the newest run for good, and a hardware with a ``/`` or a source with a
+    newline breaks every line and file name that shows them."""
+    if not math.isfinite(sample.elapsed_s):
+        return "elapsed_s", f"{sample.elapsed_s!r} is not a finite number of seconds"
+    if sample.attempt < 1:
+        return "attempt", f"{sample.attempt} is not an attempt number (a test's first attempt is 1)"
+    if sep := next((ch for ch in sample.hardware if ch in "/\\"), ""):
+        return "hardware", f"{sample.hardware!r} is not a hardware name (contains {sep!r}), e.g. 'h200'"
+    for name in _TEXT_FIELDS:
+        value = getattr(sample, name)
+        if ch := _control(value):
+            return name, f"{value!r} contains the control character {ch!r}"
+    if sample.started_at:
+        started = parse_time(sample.started_at)
+        if started is None:
+            return "started_at", f"{sample.started_at!r} is not an ISO-8601 time, e.g. '2026-12-01T15:00:00+00:00'"
+        if started > now + CLOCK_SKEW:
+            return "started_at", (f"{sample.started_at!r} is later than now ({now.isoformat(timespec='seconds')} on "
+                                  "this machine's clock): it would stay the newest run for good")
     return "", ""

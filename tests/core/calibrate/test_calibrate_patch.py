@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from pipelines.core.calibrate import apply_patch, make_patch, plan_patch
+from pipelines.core.calibrate.output import WHOLE_FILES
 from pipelines.core.model import Estimate
 from tests.conftest import make_test
 
@@ -199,7 +200,7 @@ def test_a_file_starting_with_a_utf8_bom_is_patched_and_keeps_its_bom(repo):
     t = make_test(id=rel, path=rel, sha256=hashlib.sha256(before).hexdigest(), est_time=900, line=2,
                   suite="stage-c-2-gpu-h200")
     patch = make_patch(repo, [t], [est(t, 1900)])
-    assert not patch.startswith("#"), patch
+    assert "# left alone" not in patch, patch
     (repo / "p.diff").write_bytes(patch.encode("utf-8"))
     check = git(repo, "apply", "--check", "p.diff")
     assert check.returncode == 0, check.stderr
@@ -325,7 +326,7 @@ def test_a_symlinked_test_file_is_patched_at_the_file_it_names_inside_the_repo(r
     git(repo, "add", ".")
     cuda, rocm = registered(repo, text=ONE)
     patch = make_patch(repo, [cuda, rocm], [est(cuda, 1300)])
-    assert patch.startswith("--- a/shared/real_test.py\n+++ b/shared/real_test.py\n")
+    assert patch.startswith(f"# {WHOLE_FILES}\n--- a/shared/real_test.py\n+++ b/shared/real_test.py\n")
     (repo / "p.diff").write_text(patch)
     applied = git(repo, "apply", "p.diff")
     assert applied.returncode == 0, applied.stderr
@@ -384,6 +385,20 @@ def test_two_calls_naming_the_same_suite_without_hardware_still_leave_the_file_a
     plan = plan_patch(repo, [nightly], [est(nightly, 23)])
     assert plan.edits == {}
     assert plan.skipped == (("test/registered/test_g.py", "2 registrations for cuda/any hardware; edit by hand"),)
+
+
+def test_two_sglang_calls_of_one_backend_and_suite_on_their_own_lines_still_leave_the_test_alone(repo):
+    """The SGLang family's calls are told apart by suite, not by hardware alone; two calls naming the same suite
+    (a duplicate the catalog reports) still register one test twice, and which literal is its est_time is unknown."""
+    text = 'register_cpu_ci(1, "stage-a-test-cpu")\nregister_cpu_ci(est_time=2, suite="stage-a-test-cpu")\n'
+    sha = write(repo, "test/registered/test_t.py", text)
+    t = make_test(id="test/registered/test_t.py::cpu-stage-a-test-cpu", path="test/registered/test_t.py", backend="cpu",
+                  suite="stage-a-test-cpu", hardware="cpu", gpus=0, sha256=sha, est_time=1, line=1,
+                  nightly_rule="exclusive")
+    plan = plan_patch(repo, [t], [est(t, 3)])
+    assert plan.edits == {}
+    assert plan.skipped == (("test/registered/test_t.py",
+                             "2 registrations for cpu/cpu in suite stage-a-test-cpu; edit by hand"),)
 
 
 def test_an_est_time_of_0_in_force_is_never_written_into_a_file(repo):
