@@ -259,6 +259,34 @@ def test_a_running_file_that_is_no_record_is_named_and_set_aside_and_puts_nothin
         ("tests/e2e/test_ok.py", "passed")]
 
 
+@pytest.mark.slow  # a real (tiny) night
+def test_a_running_record_with_a_pid_no_kernel_gives_is_set_aside_and_the_night_goes_on(tmp_path, capsys, monkeypatch):
+    """`"owner_pid": 99999999999999999999` crashed every night before any test ran (OverflowError from
+    os.kill), and the file stayed, so every later night crashed too; a pgid as large was recorded as an
+    interrupted test."""
+    import json
+
+    from pipelines.core.history import FileHistoryStore
+
+    _, assets = registry_repo(tmp_path, {"test_ok.py": PASSING.format(est=2)})
+    monkeypatch.setenv("NIGHTLY_ASSETS_DIR", str(assets))
+    running = tmp_path / "home" / "running"
+    running.mkdir(parents=True)
+    record = {"test_id": "tests/e2e/test_ok.py", "run_id": "r", "night": "n", "started_at": "2026-11-01T01:00:00+00:00"}
+    (running / "huge.json").write_text(json.dumps({**record, "token": "huge", "owner_pid": 99999999999999999999}))
+    (running / "group.json").write_text(json.dumps({**record, "token": "group", "owner_pid": 4194304, "pgid": 2**63}))
+    assert main(["run", "--home", str(tmp_path / "home"), "--repo", "fw"]) == 0
+    out = capsys.readouterr().out
+    assert (f"nightly: {running / 'huge.json'}: owner_pid: expected the night's pid (a whole number from 1 to "
+            "4194304), got 99999999999999999999; not a record of an attempt a night started: nothing was killed or "
+            f"recorded for it; set aside as {running / 'huge.json'}.refused (delete it once read)") in out
+    assert (f"nightly: {running / 'group.json'}: pgid: expected a whole number from 0 to 4194304, got {2**63}; "
+            "not a record of an attempt") in out
+    assert sorted(p.name for p in running.iterdir()) == ["group.json.refused", "huge.json.refused"]
+    assert [(s.test_id, s.outcome) for s in FileHistoryStore(tmp_path / "home" / "history.sqlite").read()] == [
+        ("tests/e2e/test_ok.py", "passed")]
+
+
 def test_list_only_says_where_the_durations_come_from_as_nightly_plan_does(tmp_path, monkeypatch, capsys):
     """The plan `nightly run` prints gave no sign which durations were measured and which guessed, nor how far
     the recent predictions were off: `nightly plan`'s lines for the same plan, from the same functions."""
