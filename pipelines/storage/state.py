@@ -28,10 +28,20 @@ class StateError(RuntimeError):
     """The store cannot be read or written; the message names the place and what to do."""
 
 
-def not_utf8(exc: UnicodeDecodeError) -> str:
+def not_utf8(exc: UnicodeDecodeError, fix: str = "re-save it as UTF-8, or move it aside to start it afresh") -> str:
     """Why a state file cannot be read as text (a hand edit saved as Latin-1), and what to do."""
-    return (f"not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at offset {exc.start}); "
-            "re-save it as UTF-8, or move it aside to start it afresh")
+    return f"not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at offset {exc.start}); {fix}"
+
+
+class NotText(StateError):
+    """A stored file that is no UTF-8 text: what it holds is damaged, not the store, so a reader that
+    passes over a damaged record (an old night's) passes over this one as well. ``line``: where the
+    first bad byte is; ``error``: the decode error."""
+
+    def __init__(self, where: str, error: UnicodeDecodeError):
+        self.where, self.error = where, error
+        self.line = bytes(error.object).count(b"\n", 0, error.start) + 1
+        super().__init__(f"{where}: {not_utf8(error)}")
 
 
 def must_be_writable(root: Path) -> str:
@@ -124,7 +134,7 @@ class LocalStateStore:
         except OSError as exc:
             raise StateError(f"{self.path(key)}: cannot be read ({exc.strerror}); check its permissions") from exc
         except UnicodeDecodeError as exc:
-            raise StateError(f"{self.path(key)}: {not_utf8(exc)}") from exc
+            raise NotText(str(self.path(key)), exc) from exc
 
     def get_end(self, key: str, max_bytes: int) -> tuple[str, bool] | None:
         """The last ``max_bytes`` of a file (a log's end for its last lines, without reading 20 MB), bytes that
@@ -203,6 +213,8 @@ class S3StateStore:
         try:
             got = self.artifacts.get_text(_check_key(key))
         except ArtifactError as exc:
+            if isinstance(exc.__cause__, UnicodeDecodeError):
+                raise NotText(self.uri(key), exc.__cause__) from exc
             raise StateError(str(exc)) from exc
         return got[0] if got is not None else None
 

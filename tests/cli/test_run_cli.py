@@ -287,6 +287,27 @@ def test_a_running_record_with_a_pid_no_kernel_gives_is_set_aside_and_the_night_
         ("tests/e2e/test_ok.py", "passed")]
 
 
+@pytest.mark.slow  # a real (tiny) night
+def test_an_earlier_night_record_that_is_not_utf8_is_left_out_and_the_night_calibrates_and_reports(
+        tmp_path, capsys, monkeypatch):
+    """One Latin-1 byte in an old night's record failed every later night after its tests passed: its
+    calibration stopped on the store error (no report, no estimates, exit 2)."""
+    import json
+
+    _, assets = registry_repo(tmp_path, {"test_ok.py": PASSING.format(est=2)})
+    monkeypatch.setenv("NIGHTLY_ASSETS_DIR", str(assets))
+    home = tmp_path / "home"
+    (home / "nights").mkdir(parents=True)
+    old = home / "nights" / "2026-11-04T150000Z.json"
+    old.write_bytes(json.dumps({"night": "2026-11-04T150000Z", "run_id": "r1", "repo": "fw", "attempts": [],
+                                "status": "finished", "notes": ["caf\u00e9"]}, ensure_ascii=False).encode("latin-1"))
+    assert main(["run", "--home", str(home), "--repo", "fw"]) == 0
+    out, err = capsys.readouterr()
+    assert f"{old}:1: summary: not UTF-8 text (byte 0xe9 at offset " in out + err
+    assert "re-save it as UTF-8 or move the file aside; left out" in out + err
+    assert "Traceback" not in out + err and list((home / "reports").glob("*.html"))
+
+
 def test_list_only_says_where_the_durations_come_from_as_nightly_plan_does(tmp_path, monkeypatch, capsys):
     """The plan `nightly run` prints gave no sign which durations were measured and which guessed, nor how far
     the recent predictions were off: `nightly plan`'s lines for the same plan, from the same functions."""
