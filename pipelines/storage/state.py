@@ -44,6 +44,20 @@ class NotText(StateError):
         super().__init__(f"{where}: {not_utf8(error)}")
 
 
+class Undecodable(str):
+    """What :meth:`LocalStateStore.update` hands its change for a file that is no UTF-8 text: that text with
+    the bad bytes as U+FFFD, so a change that keeps a copy (``nights/latest.json``) replaces it as it replaces
+    garbled JSON; a change whose document must never be lost (a quarantine) raises ``.error`` (the
+    :class:`NotText` a ``get`` raises), and the file stays as it was."""
+
+    error: NotText
+
+    def __new__(cls, error: NotText) -> Undecodable:
+        text = super().__new__(cls, bytes(error.error.object).decode("utf-8", errors="replace"))
+        text.error = error
+        return text
+
+
 def must_be_writable(root: Path) -> str:
     """What to do about a state folder that cannot be written (one wording for every command)."""
     return f"the state folder {root} must be writable (set NIGHTLY_HOME or --home to a writable folder)"
@@ -162,9 +176,10 @@ class LocalStateStore:
 
     def update(self, key: str, change: Callable[[str | None], str]) -> str:
         """Read-modify-write of one file, atomic against every other ``update`` of it (any process):
-        ``change`` gets the current text (None when absent) and returns the new one; whatever it
-        raises leaves the file as it was. An exclusive lock on ``.<name>.lock`` beside it is held
-        throughout, so two writers never both build on the same text (neither change is lost)."""
+        ``change`` gets the current text (None when absent; :class:`Undecodable` when it is no UTF-8
+        text) and returns the new one; whatever it raises leaves the file as it was. An exclusive lock
+        on ``.<name>.lock`` beside it is held throughout, so two writers never both build on the same
+        text (neither change is lost)."""
         target = self.path(key)
         lock = target.with_name(f".{target.name}.lock")
         try:
@@ -174,7 +189,11 @@ class LocalStateStore:
             raise StateError(f"{lock}: cannot be created ({exc.strerror}); {must_be_writable(self.root)}") from exc
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)  # released when fd closes, also if this process dies
-            return self.put(key, change(self.get(key)))
+            try:
+                text = self.get(key)
+            except NotText as exc:
+                text = Undecodable(exc)
+            return self.put(key, change(text))
         finally:
             os.close(fd)
 

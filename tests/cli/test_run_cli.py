@@ -308,6 +308,25 @@ def test_an_earlier_night_record_that_is_not_utf8_is_left_out_and_the_night_cali
     assert "Traceback" not in out + err and list((home / "reports").glob("*.html"))
 
 
+@pytest.mark.slow  # a real (tiny) night
+def test_a_latest_json_that_is_not_text_is_replaced_by_the_nights_record_as_a_garbled_one_is(
+        tmp_path, capsys, monkeypatch):
+    """`head -c 1000 /dev/urandom > nights/latest.json` made every night "not stored" (exit 4, the night kept
+    under unsaved/), while an empty or garbled latest.json was replaced: it is a copy of the newest record."""
+    import json
+
+    _, assets = registry_repo(tmp_path, {"test_ok.py": PASSING.format(est=2)})
+    monkeypatch.setenv("NIGHTLY_ASSETS_DIR", str(assets))
+    home = tmp_path / "home"
+    (home / "nights").mkdir(parents=True)
+    (home / "nights" / "latest.json").write_bytes(bytes(range(256)) * 4)
+    assert main(["run", "--home", str(home), "--repo", "fw"]) == 0
+    out, err = capsys.readouterr()
+    assert "not stored" not in out + err and not (home / "unsaved").exists()
+    [run] = (home / "runs").glob("*.json")
+    assert json.loads((home / "nights" / "latest.json").read_text()) == json.loads(run.read_text())
+
+
 def test_list_only_says_where_the_durations_come_from_as_nightly_plan_does(tmp_path, monkeypatch, capsys):
     """The plan `nightly run` prints gave no sign which durations were measured and which guessed, nor how far
     the recent predictions were off: `nightly plan`'s lines for the same plan, from the same functions."""
