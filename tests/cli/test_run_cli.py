@@ -56,6 +56,33 @@ def test_a_night_with_a_broken_registration_exits_3_with_the_verdict_its_record_
     assert [p.split(":")[0] for p in record["problems"]] == ["catalog problem"]
 
 
+POOL = "h200: {nodes: 1, gpus_per_node: 8}"
+
+
+@pytest.mark.parametrize(("old", "new", "said"), [
+    (f"pools:\n      {POOL}", "pools: [h200]",
+     "deployments.local.pools: expected a mapping, got a list ['h200']; write key: value pairs"),
+    ("nodes: 1,", "nodes: 1.5,",
+     "deployments.local.pools.h200.nodes: expected a whole number, got a number 1.5; write a whole number"),
+    ("skip_hardware: [mi300]", "skip_hardware: mi300",
+     "deployments.local.skip_hardware: expected a list, got text 'mi300'; write a YAML list, e.g. [a, b]"),
+    ("skip_hardware: [mi300]", "skip_hardware: [mi300]\n    cordon_bad_nodes: {x: 1}",
+     "deployments.local.cordon_bad_nodes: expected true or false, got a mapping {'x': 1}; write true or false"),
+], ids=["list for a mapping", "number for a whole number", "text for a list", "mapping for true/false"])
+def test_a_value_of_the_wrong_kind_in_cluster_yaml_is_said_in_words_not_a_class_name(tmp_path, capsys, monkeypatch,
+                                                                                     old, new, said):
+    """`expected mapping, got LineList ['h200']`: the class of the YAML loader, which no maintainer wrote."""
+    assets = example_assets(tmp_path / "assets")
+    cluster = assets / "cluster.yaml"
+    assert old in cluster.read_text()
+    cluster.write_text(cluster.read_text().replace(old, new, 1))  # the first is the local deployment's
+    monkeypatch.setenv("NIGHTLY_ASSETS_DIR", str(assets))
+    assert main(["run", "--home", str(tmp_path / "home"), "--list-only"]) == 2
+    err = capsys.readouterr().err
+    assert f"{cluster}:" in err and f": {said}" in err, err
+    assert "LineList" not in err and "LineDict" not in err
+
+
 def test_a_selection_that_matches_nothing_is_a_problem(tmp_path, capsys):
     assert main(["run", "--home", str(tmp_path), "--labels", "no-such-label"]) == 3
     err = capsys.readouterr().err
