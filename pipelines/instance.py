@@ -41,15 +41,16 @@ def instance_yaml(home: Path) -> dict:
 
 def ensure_dagster_home(home: Path) -> Path:
     """Create ``<home>/dagster/dagster.yaml`` and point ``DAGSTER_HOME`` at it; an unwritable home
-    is a StateError that says what to do (``nightly ui`` exits 2 with it)."""
+    is a StateError that says what to do (``nightly ui`` exits 2 with it). The file is generated: one
+    that differs (edited, garbled, no UTF-8 text) is written again."""
     from pipelines.storage.state import writable_home
 
     dagster_home = writable_home(Path(home)) / "dagster"
     dagster_home.mkdir(parents=True, exist_ok=True)
     path = dagster_home / "dagster.yaml"
     text = yaml.safe_dump(instance_yaml(Path(home)), sort_keys=False)
-    if not path.exists() or path.read_text() != text:
-        path.write_text(text)
+    if not path.exists() or path.read_bytes() != text.encode("utf-8"):  # bytes: a damaged one need not decode
+        path.write_text(text, encoding="utf-8")
     os.environ["DAGSTER_HOME"] = str(dagster_home)
     os.environ["NIGHTLY_HOME"] = str(home)
     return dagster_home

@@ -7,6 +7,7 @@ pydantic checks every key, type and range in one pass (unknown keys, ``roots: [1
 
 from __future__ import annotations
 
+import datetime
 import difflib
 import posixpath
 import re
@@ -444,13 +445,27 @@ class CheckpointsFile(_Strict):
 # --- errors -------------------------------------------------------------------------------------
 
 _KINDS = {
-    "int_type": ("int", "write a whole number"), "float_type": ("number", "write a number"),
-    "string_type": ("str", "quote the value"), "bool_type": ("bool", "write true or false"),
-    "list_type": ("list", "write a YAML list, e.g. [a, b]"),
-    "dict_type": ("mapping", "write key: value pairs"), "model_type": ("mapping", "write key: value pairs"),
-    "model_attributes_type": ("mapping", "write key: value pairs"),
-    "int_from_float": ("int", "write a whole number"),
+    "int_type": ("a whole number", "write a whole number"), "float_type": ("a number", "write a number"),
+    "string_type": ("text", "quote the value"), "bool_type": ("true or false", "write true or false"),
+    "list_type": ("a list", "write a YAML list, e.g. [a, b]"),
+    "dict_type": ("a mapping", "write key: value pairs"), "model_type": ("a mapping", "write key: value pairs"),
+    "model_attributes_type": ("a mapping", "write key: value pairs"),
+    "int_from_float": ("a whole number", "write a whole number"),
 }
+
+
+def _got(value: Any) -> str:
+    """The value a key was given and what it is, in the words of the file, never the YAML loader's class
+    (``LineList``): ``a list ['h200']``, ``text 'two'``, ``true``, ``an empty value``."""
+    if value is None:
+        return "an empty value"
+    if isinstance(value, bool):
+        return str(value).lower()
+    for kind, said in ((int, "a whole number"), (float, "a number"), (str, "text"), (list, "a list"),
+                       (dict, "a mapping"), (datetime.date, "a date")):
+        if isinstance(value, kind):
+            return f"{said} {value!r}"
+    return repr(value)
 
 
 def _unwrap(tp: Any) -> Any:
@@ -503,7 +518,7 @@ def _message(err: dict, root_model: type[BaseModel]) -> str:
         return "required key is missing; add it"
     if kind in _KINDS:
         what, fix = _KINDS[kind]
-        return f"expected {what}, got {type(value).__name__} {value!r}; {fix}"
+        return f"expected {what}, got {_got(value)}; {fix}"
     ctx = err.get("ctx", {})
     if kind == "literal_error":
         return f"must be one of {ctx.get('expected')}, got {value!r}; pick one of those"

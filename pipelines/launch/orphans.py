@@ -7,8 +7,8 @@ stays; a later night calls :func:`reap_orphans`, which kills whatever of that at
 whatever still holds its GPU locks: a daemon that dropped the marker and left the group) and
 returns an ``interrupted`` :class:`Attempt` per file, so the attempt reaches history instead of
 vanishing. A file that is no record this launcher wrote (not JSON, a test id the catalog would never
-give, fields of the wrong kind) is named with what is wrong and set aside as ``<name>.refused``: nothing
-is killed or recorded for it. Only lock files inside the GPU lock folder are ever acted on.
+give, fields of the wrong kind, a pid no process can have) is named with what is wrong and set aside as
+``<name>.refused``: nothing is killed or recorded for it. Only lock files inside the GPU lock folder are ever acted on.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from pipelines.core.catalog.ids import id_problem
 from pipelines.core.model import Attempt
 from pipelines.launch.gpu_slots import LAUNCHERS_FILE, host_lock_dir, launchers_path
 from pipelines.launch.procs import (
+    PID_LIMIT,
     attempt_token_of,
     kill_attempt,
     kill_lock_holders,
@@ -78,8 +79,8 @@ def _owner_alive(record: dict) -> bool:
 REFUSED_SUFFIX = ".refused"
 
 
-def _whole(value: object, low: int) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= low
+def _whole(value: object, low: int, high: int | None = None) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= low and (high is None or value <= high)
 
 
 def record_problem(path: Path, record: object) -> str:
@@ -97,9 +98,13 @@ def record_problem(path: Path, record: object) -> str:
     why = id_problem(test_id)
     if why:
         return f"test_id: {test_id!r} is not a test id ({why})"
-    if not _whole(record.get("owner_pid"), 1):
-        return f"owner_pid: expected the night's pid (a whole number above 0), got {record.get('owner_pid')!r}"
-    for name in ("pid", "pgid", "attempt", "timeout_s"):
+    if not _whole(record.get("owner_pid"), 1, PID_LIMIT):  # no pid is above it: a larger one is no night's
+        return (f"owner_pid: expected the night's pid (a whole number from 1 to {PID_LIMIT}), "
+                f"got {record.get('owner_pid')!r}")
+    for name in ("pid", "pgid"):
+        if name in record and not _whole(record[name], 0, PID_LIMIT):
+            return f"{name}: expected a whole number from 0 to {PID_LIMIT}, got {record[name]!r}"
+    for name in ("attempt", "timeout_s"):
         if name in record and not _whole(record[name], 0):
             return f"{name}: expected a whole number, 0 or more, got {record[name]!r}"
     for name in ("night", "run_id", "log_path", "node", "started_at"):

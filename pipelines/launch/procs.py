@@ -58,10 +58,17 @@ def marked_pids(token: str, proc: Path = Path("/proc")) -> list[int]:
     return found
 
 
+#: no pid or process group is above it: Linux's PID_MAX_LIMIT on 64-bit (``/proc/sys/kernel/pid_max`` is at
+#: most this); a record naming a larger one is damaged
+PID_LIMIT = 4_194_304
+
+
 def pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` exists (another user's too); a pid no C int holds (a damaged record's
+    ``99999999999999999999``) names none, not an OverflowError out of the night."""
     try:
         os.kill(pid, 0)
-    except ProcessLookupError:
+    except (ProcessLookupError, OverflowError):
         return False
     except PermissionError:
         return True
@@ -85,7 +92,7 @@ def signal_attempt(token: str, pgid: int | None, sig: int) -> list[int]:
             groups.add(os.getpgid(pid))
     groups.discard(os.getpgrp())  # never our own group (a test cannot join it, but be sure)
     for group in groups:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
+        with contextlib.suppress(ProcessLookupError, PermissionError, OverflowError):  # a damaged record's pgid
             os.killpg(group, sig)
     for pid in hit:
         with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -109,7 +116,7 @@ def kill_attempt(token: str, pgid: int | None, grace_s: float = 0.0, rounds: int
             break
         time.sleep(0.05)
     if pgid:  # whatever is left in the group without the marker (a test that cleared its env)
-        with contextlib.suppress(ProcessLookupError, PermissionError):
+        with contextlib.suppress(ProcessLookupError, PermissionError, OverflowError):
             os.killpg(pgid, signal.SIGKILL)
     return first
 

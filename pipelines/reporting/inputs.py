@@ -240,11 +240,16 @@ class _Summaries:
         self._got: dict[str, dict | CatalogError] = {}
 
     def __call__(self, key: str) -> dict:
+        from pipelines.storage.state import NotText, not_utf8
+
         if key not in self._got:
             try:
                 self._got[key] = read_summary(self.store, key)
             except CatalogError as exc:
                 self._got[key] = exc
+            except NotText as exc:  # a hand edit saved as Latin-1: a damaged record like any other
+                self._got[key] = CatalogError(Problem(exc.where, exc.line, "summary",
+                                                      not_utf8(exc.error, "re-save it as UTF-8 or move the file aside")))
         got = self._got[key]
         if isinstance(got, CatalogError):
             raise got

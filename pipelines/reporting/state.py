@@ -21,7 +21,7 @@ from pipelines.core.flaky import doc_problems
 from pipelines.core.jsonlines import key_lines
 from pipelines.core.model import CatalogError, Problem
 from pipelines.core.specs import unconfigured_name
-from pipelines.storage.state import StateStore
+from pipelines.storage.state import StateStore, Undecodable
 
 
 def quarantine_key(repo: str) -> str:
@@ -118,6 +118,8 @@ def update_doc(store: StateStore, repo: str, change: Callable[[dict], dict], leg
     old = legacy_doc(store, legacy) if legacy is not None and store.get(key) is None else None
 
     def changed(text: str | None) -> str:
+        if isinstance(text, Undecodable):
+            raise text.error  # refused, never rewritten with U+FFFD where the maintainer's bytes were
         doc = parse_doc(text, where) if text is not None or old is None else parse_doc(old[1], store.uri(old[0]))
         return dump_doc(change(doc))
 

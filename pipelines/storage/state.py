@@ -28,10 +28,34 @@ class StateError(RuntimeError):
     """The store cannot be read or written; the message names the place and what to do."""
 
 
-def not_utf8(exc: UnicodeDecodeError) -> str:
+def not_utf8(exc: UnicodeDecodeError, fix: str = "re-save it as UTF-8, or move it aside to start it afresh") -> str:
     """Why a state file cannot be read as text (a hand edit saved as Latin-1), and what to do."""
-    return (f"not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at offset {exc.start}); "
-            "re-save it as UTF-8, or move it aside to start it afresh")
+    return f"not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at offset {exc.start}); {fix}"
+
+
+class NotText(StateError):
+    """A stored file that is no UTF-8 text: what it holds is damaged, not the store, so a reader that
+    passes over a damaged record (an old night's) passes over this one as well. ``line``: where the
+    first bad byte is; ``error``: the decode error."""
+
+    def __init__(self, where: str, error: UnicodeDecodeError):
+        self.where, self.error = where, error
+        self.line = bytes(error.object).count(b"\n", 0, error.start) + 1
+        super().__init__(f"{where}: {not_utf8(error)}")
+
+
+class Undecodable(str):
+    """What :meth:`LocalStateStore.update` hands its change for a file that is no UTF-8 text: that text with
+    the bad bytes as U+FFFD, so a change that keeps a copy (``nights/latest.json``) replaces it as it replaces
+    garbled JSON; a change whose document must never be lost (a quarantine) raises ``.error`` (the
+    :class:`NotText` a ``get`` raises), and the file stays as it was."""
+
+    error: NotText
+
+    def __new__(cls, error: NotText) -> Undecodable:
+        text = super().__new__(cls, bytes(error.error.object).decode("utf-8", errors="replace"))
+        text.error = error
+        return text
 
 
 def must_be_writable(root: Path) -> str:
@@ -124,7 +148,7 @@ class LocalStateStore:
         except OSError as exc:
             raise StateError(f"{self.path(key)}: cannot be read ({exc.strerror}); check its permissions") from exc
         except UnicodeDecodeError as exc:
-            raise StateError(f"{self.path(key)}: {not_utf8(exc)}") from exc
+            raise NotText(str(self.path(key)), exc) from exc
 
     def get_end(self, key: str, max_bytes: int) -> tuple[str, bool] | None:
         """The last ``max_bytes`` of a file (a log's end for its last lines, without reading 20 MB), bytes that
@@ -152,9 +176,10 @@ class LocalStateStore:
 
     def update(self, key: str, change: Callable[[str | None], str]) -> str:
         """Read-modify-write of one file, atomic against every other ``update`` of it (any process):
-        ``change`` gets the current text (None when absent) and returns the new one; whatever it
-        raises leaves the file as it was. An exclusive lock on ``.<name>.lock`` beside it is held
-        throughout, so two writers never both build on the same text (neither change is lost)."""
+        ``change`` gets the current text (None when absent; :class:`Undecodable` when it is no UTF-8
+        text) and returns the new one; whatever it raises leaves the file as it was. An exclusive lock
+        on ``.<name>.lock`` beside it is held throughout, so two writers never both build on the same
+        text (neither change is lost)."""
         target = self.path(key)
         lock = target.with_name(f".{target.name}.lock")
         try:
@@ -164,7 +189,11 @@ class LocalStateStore:
             raise StateError(f"{lock}: cannot be created ({exc.strerror}); {must_be_writable(self.root)}") from exc
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)  # released when fd closes, also if this process dies
-            return self.put(key, change(self.get(key)))
+            try:
+                text = self.get(key)
+            except NotText as exc:
+                text = Undecodable(exc)
+            return self.put(key, change(text))
         finally:
             os.close(fd)
 
@@ -203,6 +232,8 @@ class S3StateStore:
         try:
             got = self.artifacts.get_text(_check_key(key))
         except ArtifactError as exc:
+            if isinstance(exc.__cause__, UnicodeDecodeError):
+                raise NotText(self.uri(key), exc.__cause__) from exc
             raise StateError(str(exc)) from exc
         return got[0] if got is not None else None
 

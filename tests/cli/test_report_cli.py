@@ -420,6 +420,29 @@ def test_a_corrupt_night_before_still_renders_tonight_compared_with_the_last_rea
     assert warning in data["notes"]
 
 
+def test_a_night_before_that_is_not_utf8_is_left_out_as_a_damaged_one_is(home, tmp_path, capsys):
+    """One Latin-1 byte in an old night's record (a hand edit) stopped the report of every later night (and
+    the calibration of every night after it) with exit 2: it was a store error, not a damaged record."""
+    import shutil
+
+    copy = tmp_path / "home"
+    shutil.copytree(home, copy)
+    old = copy / "nights" / "2026-11-05T150000Z.json"
+    text = json.dumps({**json.loads(old.read_text()), "notes": ["caf\u00e9"]}, indent=1, ensure_ascii=False)
+    old.write_bytes(text.encode("latin-1"))
+    line = text[:text.index("caf")].count("\n") + 1
+    for night in ((), ("--night", "2026-11-06T150000Z")):
+        code, out, err = nightly(capsys, "report", "--home", str(copy), "--repo", "minirl", "--json", *night)
+        data = json.loads(out)
+        assert (code, data["night"], data["changes"]["previous"]) == (0, "2026-11-06T150000Z", "2026-11-04T150000Z")
+        warning = (f"{old}:{line}: summary: not UTF-8 text (byte 0xe9 at offset {text.index('caf') + 3}); re-save it "
+                   "as UTF-8 or move the file aside; left out: compared with 2026-11-04T150000Z instead")
+        assert f"nightly report: warning: {warning}" in err
+        assert warning in data["notes"]
+    code, _, err = nightly(capsys, "report", "--home", str(copy), "--repo", "minirl", "--night", "2026-11-05T150000Z")
+    assert code == 2 and f"{old}:{line}: summary: not UTF-8 text (byte 0xe9" in err and "Traceback" not in err
+
+
 def test_releasing_a_test_that_is_not_quarantined_says_so_exits_1_and_changes_nothing(tmp_path, capsys):
     home = write_home(example_night(tmp_path))
     argv = ("--home", str(home), "--repo", "minirl", "--by", "bob", "--why", "fixed")

@@ -56,6 +56,33 @@ def test_a_night_with_a_broken_registration_exits_3_with_the_verdict_its_record_
     assert [p.split(":")[0] for p in record["problems"]] == ["catalog problem"]
 
 
+POOL = "h200: {nodes: 1, gpus_per_node: 8}"
+
+
+@pytest.mark.parametrize(("old", "new", "said"), [
+    (f"pools:\n      {POOL}", "pools: [h200]",
+     "deployments.local.pools: expected a mapping, got a list ['h200']; write key: value pairs"),
+    ("nodes: 1,", "nodes: 1.5,",
+     "deployments.local.pools.h200.nodes: expected a whole number, got a number 1.5; write a whole number"),
+    ("skip_hardware: [mi300]", "skip_hardware: mi300",
+     "deployments.local.skip_hardware: expected a list, got text 'mi300'; write a YAML list, e.g. [a, b]"),
+    ("skip_hardware: [mi300]", "skip_hardware: [mi300]\n    cordon_bad_nodes: {x: 1}",
+     "deployments.local.cordon_bad_nodes: expected true or false, got a mapping {'x': 1}; write true or false"),
+], ids=["list for a mapping", "number for a whole number", "text for a list", "mapping for true/false"])
+def test_a_value_of_the_wrong_kind_in_cluster_yaml_is_said_in_words_not_a_class_name(tmp_path, capsys, monkeypatch,
+                                                                                     old, new, said):
+    """`expected mapping, got LineList ['h200']`: the class of the YAML loader, which no maintainer wrote."""
+    assets = example_assets(tmp_path / "assets")
+    cluster = assets / "cluster.yaml"
+    assert old in cluster.read_text()
+    cluster.write_text(cluster.read_text().replace(old, new, 1))  # the first is the local deployment's
+    monkeypatch.setenv("NIGHTLY_ASSETS_DIR", str(assets))
+    assert main(["run", "--home", str(tmp_path / "home"), "--list-only"]) == 2
+    err = capsys.readouterr().err
+    assert f"{cluster}:" in err and f": {said}" in err, err
+    assert "LineList" not in err and "LineDict" not in err
+
+
 def test_a_selection_that_matches_nothing_is_a_problem(tmp_path, capsys):
     assert main(["run", "--home", str(tmp_path), "--labels", "no-such-label"]) == 3
     err = capsys.readouterr().err
@@ -257,6 +284,74 @@ def test_a_running_file_that_is_no_record_is_named_and_set_aside_and_puts_nothin
     assert sorted(p.name for p in running.iterdir()) == ["cafe.json.refused", "deadbeef.json.refused"]
     assert [(s.test_id, s.outcome) for s in FileHistoryStore(tmp_path / "home" / "history.sqlite").read()] == [
         ("tests/e2e/test_ok.py", "passed")]
+
+
+@pytest.mark.slow  # a real (tiny) night
+def test_a_running_record_with_a_pid_no_kernel_gives_is_set_aside_and_the_night_goes_on(tmp_path, capsys, monkeypatch):
+    """`"owner_pid": 99999999999999999999` crashed every night before any test ran (OverflowError from
+    os.kill), and the file stayed, so every later night crashed too; a pgid as large was recorded as an
+    interrupted test."""
+    import json
+
+    from pipelines.core.history import FileHistoryStore
+
+    _, assets = registry_repo(tmp_path, {"test_ok.py": PASSING.format(est=2)})
+    monkeypatch.setenv("NIGHTLY_ASSETS_DIR", str(assets))
+    running = tmp_path / "home" / "running"
+    running.mkdir(parents=True)
+    record = {"test_id": "tests/e2e/test_ok.py", "run_id": "r", "night": "n", "started_at": "2026-11-01T01:00:00+00:00"}
+    (running / "huge.json").write_text(json.dumps({**record, "token": "huge", "owner_pid": 99999999999999999999}))
+    (running / "group.json").write_text(json.dumps({**record, "token": "group", "owner_pid": 4194304, "pgid": 2**63}))
+    assert main(["run", "--home", str(tmp_path / "home"), "--repo", "fw"]) == 0
+    out = capsys.readouterr().out
+    assert (f"nightly: {running / 'huge.json'}: owner_pid: expected the night's pid (a whole number from 1 to "
+            "4194304), got 99999999999999999999; not a record of an attempt a night started: nothing was killed or "
+            f"recorded for it; set aside as {running / 'huge.json'}.refused (delete it once read)") in out
+    assert (f"nightly: {running / 'group.json'}: pgid: expected a whole number from 0 to 4194304, got {2**63}; "
+            "not a record of an attempt") in out
+    assert sorted(p.name for p in running.iterdir()) == ["group.json.refused", "huge.json.refused"]
+    assert [(s.test_id, s.outcome) for s in FileHistoryStore(tmp_path / "home" / "history.sqlite").read()] == [
+        ("tests/e2e/test_ok.py", "passed")]
+
+
+@pytest.mark.slow  # a real (tiny) night
+def test_an_earlier_night_record_that_is_not_utf8_is_left_out_and_the_night_calibrates_and_reports(
+        tmp_path, capsys, monkeypatch):
+    """One Latin-1 byte in an old night's record failed every later night after its tests passed: its
+    calibration stopped on the store error (no report, no estimates, exit 2)."""
+    import json
+
+    _, assets = registry_repo(tmp_path, {"test_ok.py": PASSING.format(est=2)})
+    monkeypatch.setenv("NIGHTLY_ASSETS_DIR", str(assets))
+    home = tmp_path / "home"
+    (home / "nights").mkdir(parents=True)
+    old = home / "nights" / "2026-11-04T150000Z.json"
+    old.write_bytes(json.dumps({"night": "2026-11-04T150000Z", "run_id": "r1", "repo": "fw", "attempts": [],
+                                "status": "finished", "notes": ["caf\u00e9"]}, ensure_ascii=False).encode("latin-1"))
+    assert main(["run", "--home", str(home), "--repo", "fw"]) == 0
+    out, err = capsys.readouterr()
+    assert f"{old}:1: summary: not UTF-8 text (byte 0xe9 at offset " in out + err
+    assert "re-save it as UTF-8 or move the file aside; left out" in out + err
+    assert "Traceback" not in out + err and list((home / "reports").glob("*.html"))
+
+
+@pytest.mark.slow  # a real (tiny) night
+def test_a_latest_json_that_is_not_text_is_replaced_by_the_nights_record_as_a_garbled_one_is(
+        tmp_path, capsys, monkeypatch):
+    """`head -c 1000 /dev/urandom > nights/latest.json` made every night "not stored" (exit 4, the night kept
+    under unsaved/), while an empty or garbled latest.json was replaced: it is a copy of the newest record."""
+    import json
+
+    _, assets = registry_repo(tmp_path, {"test_ok.py": PASSING.format(est=2)})
+    monkeypatch.setenv("NIGHTLY_ASSETS_DIR", str(assets))
+    home = tmp_path / "home"
+    (home / "nights").mkdir(parents=True)
+    (home / "nights" / "latest.json").write_bytes(bytes(range(256)) * 4)
+    assert main(["run", "--home", str(home), "--repo", "fw"]) == 0
+    out, err = capsys.readouterr()
+    assert "not stored" not in out + err and not (home / "unsaved").exists()
+    [run] = (home / "runs").glob("*.json")
+    assert json.loads((home / "nights" / "latest.json").read_text()) == json.loads(run.read_text())
 
 
 def test_list_only_says_where_the_durations_come_from_as_nightly_plan_does(tmp_path, monkeypatch, capsys):

@@ -35,3 +35,17 @@ def test_the_printed_command_names_the_state_folder_as_well_as_the_instance(tmp_
     env = dict(w.split("=", 1) for w in words[:2])
     assert env == {"DAGSTER_HOME": str(home.resolve() / "dagster"), "NIGHTLY_HOME": str(home.resolve())}
     assert words[3:5] == ["dev", "-w"]
+
+
+@pytest.mark.parametrize("damage", [b"storage: [\n", b"telemetry:\n  enabled: caf\xe9\n", bytes(range(256))],
+                         ids=["not YAML", "Latin-1", "random bytes"])
+def test_a_damaged_dagster_yaml_is_written_again_as_any_that_differs(tmp_path, capsys, monkeypatch, damage):
+    """The instance's dagster.yaml is generated: one that is not UTF-8 text was a UnicodeDecodeError
+    traceback and exit 1 from every command that opens the instance, where garbled YAML is rewritten."""
+    monkeypatch.setenv("NIGHTLY_HOME", str(tmp_path / "elsewhere"))  # restored after: main() sets both
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "elsewhere" / "dagster"))
+    (tmp_path / "dagster").mkdir()
+    (tmp_path / "dagster" / "dagster.yaml").write_bytes(damage)
+    assert main(["ui", "--home", str(tmp_path), "--print-command"]) == 0
+    assert capsys.readouterr().err == ""
+    assert "sqlite" in (tmp_path / "dagster" / "dagster.yaml").read_text(encoding="utf-8")

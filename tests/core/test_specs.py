@@ -41,7 +41,7 @@ def test_a_wrong_type_names_file_line_and_key(project_root, tmp_path):
     """))
     with pytest.raises(CatalogError) as exc:
         load_specs(d)
-    assert f"{d / 'cluster.yaml'}:6: deployments.local.pools.h200.nodes: expected int, got str 'two'" in str(exc.value)
+    assert f"{d / 'cluster.yaml'}:6: deployments.local.pools.h200.nodes: expected a whole number, got text 'two'" in str(exc.value)
 
 
 def test_an_unknown_deployment_lists_the_known_ones(project_root):
@@ -156,7 +156,7 @@ def test_roots_of_numbers_is_a_located_error_not_a_traceback(project_root, tmp_p
               - tests
               - 2
     """)
-    assert ":6: repos.fw.roots.1: expected str, got int 2; quote the value" in text
+    assert ":6: repos.fw.roots.1: expected text, got a whole number 2; quote the value" in text
 
 
 def test_a_root_leaving_the_repository_is_a_located_error_at_load(project_root, tmp_path):

@@ -125,7 +125,7 @@ def test_broken_assets_stop_the_code_location_with_the_located_message_and_no_pr
     out = proc.stdout + proc.stderr
     assert proc.returncode == 1, out
     assert (f"pipelines.core.model.CatalogError: {cluster}:{line}: deployments.local.pools.h200.gpus_per_node: "
-            "expected int, got str 'eight'; write a whole number") in out
+            "expected a whole number, got text 'eight'; write a whole number") in out
     stack = out[out.index("Stack Trace:"):]
     project_frames = [x for x in stack.splitlines() if x.strip().startswith("File ") and "site-packages" not in x]
     assert len(project_frames) == 1 and "pipelines/definitions.py" in project_frames[0], stack

@@ -646,7 +646,7 @@ def test_a_running_file_that_is_no_record_is_set_aside_and_said_never_reaped(tmp
             ("cafe.json", "test_id: '../../etc/passwd\\n; $(id)' is not a test id (contains '..')"),
             ("deadbeef.json", "cannot be read as JSON (Expecting property name enclosed in double quotes: line 1 "
                               "column 14 (char 13))"),
-            ("f00d.json", "owner_pid: expected the night's pid (a whole number above 0), got 'x'"))]
+            ("f00d.json", "owner_pid: expected the night's pid (a whole number from 1 to 4194304), got 'x'"))]
     assert reap_orphans(tmp_path / "state", refused=said.append) == [] and len(said) == 3  # said once
 
 

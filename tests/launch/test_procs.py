@@ -61,3 +61,22 @@ def test_a_child_of_the_night_between_fork_and_exec_is_no_leftover_holding_its_g
         with contextlib.suppress(ChildProcessError):
             os.waitpid(forked, 0)
         leftover.wait()
+
+
+def test_a_pid_or_group_no_process_can_have_is_gone_and_ending_it_is_a_no_op(tmp_path):
+    """A damaged record's pid (`99999999999999999999`) raised OverflowError out of os.kill and os.killpg, and
+    out of the night's start: a build record's owner or group, a `.partial-<pid>` folder of the cache."""
+    import json
+
+    from pipelines.launch.procs import kill_attempt, pid_alive
+    from pipelines.storage.cache import AssetCache
+
+    assert pid_alive(99999999999999999999) is False
+    assert kill_attempt("no-such-token", 2**63) == []
+    cache = AssetCache(tmp_path / "c")
+    partial = tmp_path / "c" / "models" / ".m.partial-99999999999999999999"
+    partial.mkdir(parents=True)
+    cache.running_dir.mkdir(parents=True)
+    (cache.running_dir / "b.json").write_text(json.dumps({"owner_pid": 99999999999999999999, "token": "t"}))
+    assert cache.clean_partials() == [partial] and cache.reap_builds() == []
+    assert not partial.exists() and not list(cache.running_dir.iterdir())

@@ -82,6 +82,19 @@ def test_a_document_that_failed_to_load_is_never_overwritten(tmp_path):
     assert (tmp_path / "quarantine" / "minirl.json").read_text() == text
 
 
+def test_a_document_saved_as_latin_1_is_never_rewritten_by_a_change(tmp_path):
+    """The store hands a change a file that is no UTF-8 text with the bad bytes as U+FFFD (a damaged
+    nights/latest.json is then replaced); the quarantine's "caf\ufffd" must not replace the maintainer's "café"."""
+    from pipelines.storage.state import StateError
+
+    latin1 = json.dumps({"version": 1, "actions": [{**GOOD, "why": "caf\u00e9"}]}, ensure_ascii=False).encode("latin-1")
+    (tmp_path / "quarantine").mkdir()
+    (tmp_path / "quarantine" / "minirl.json").write_bytes(latin1)
+    with pytest.raises(StateError, match=r"minirl.json: not UTF-8 text \(byte 0xe9 at offset \d+\); re-save it as UTF-8"):
+        update_doc(LocalStateStore(tmp_path), "minirl", lambda doc: {**doc, "actions": [*doc["actions"], GOOD]})
+    assert (tmp_path / "quarantine" / "minirl.json").read_bytes() == latin1
+
+
 def test_a_good_document_round_trips_and_a_bad_one_is_not_written(tmp_path):
     store = LocalStateStore(tmp_path)
     doc = {"version": 1, "actions": [GOOD]}

@@ -13,7 +13,7 @@ import uuid
 import pytest
 
 from pipelines.storage import state as state_mod
-from pipelines.storage.state import LocalStateStore, S3StateStore, StateError
+from pipelines.storage.state import LocalStateStore, NotText, S3StateStore, StateError
 from tests.support.moto import moto_server, s3_client
 
 KEY = "quarantine/minirl.json"
@@ -143,7 +143,8 @@ def test_an_s3_state_object_that_is_not_utf8_is_a_state_error_naming_the_object(
     s3_store.artifacts.client.put_object(Bucket=s3_store.artifacts.bucket, Key=s3_store.artifacts.prefix + KEY,
                                          Body='{"why": "caf\u00e9"}'.encode("latin-1"))
     with pytest.raises(StateError, match=r"s3://.*/team-a/nightly/state/quarantine/minirl.json: not UTF-8 text "
-                                         r"\(byte 0xe9 at offset 12\)"):
+                                         r"\(byte 0xe9 at offset 12\)") as err:
         s3_store.get(KEY)
+    assert isinstance(err.value, NotText) and err.value.line == 1  # a damaged record, as a local file's (the report)
     with pytest.raises(StateError, match="not UTF-8"):
         s3_store.update(KEY, lambda text: (text or "") + "x")

@@ -153,5 +153,5 @@ def test_an_unknown_rule_or_a_wrong_type_is_a_located_problem_naming_the_valid_k
     assert (":5: repos.fw.rules.nightley: unknown key; did you mean 'nightly'? known keys: discovery, exclude, "
             "est_time, est_time_max, suites, nightly, labels_required, default_pool_backends") in text
     assert ":6: repos.fw.rules.est_time: must be one of 'positive' or 'non-negative', got 'zero'; pick one" in text
-    assert ":7: repos.fw.rules.labels_required: expected bool, got str 'no'; write true or false" in text
-    assert ":8: repos.fw.rules.discovery: expected list, got str 'test_*.py'; write a YAML list" in text
+    assert ":7: repos.fw.rules.labels_required: expected true or false, got text 'no'; write true or false" in text
+    assert ":8: repos.fw.rules.discovery: expected a list, got text 'test_*.py'; write a YAML list" in text
