@@ -90,7 +90,7 @@ def signal_attempt(token: str, pgid: int | None, sig: int) -> list[int]:
     for pid in hit:
         with contextlib.suppress(OSError):
             groups.add(os.getpgid(pid))
-    groups.discard(os.getpgrp())  # never our own group (a test cannot join it, but be sure)
+    groups -= {0, 1, os.getpgrp()}  # never init's group nor our own (a damaged record may name either)
     for group in groups:
         with contextlib.suppress(ProcessLookupError, PermissionError, OverflowError):  # a damaged record's pgid
             os.killpg(group, sig)
@@ -115,7 +115,7 @@ def kill_attempt(token: str, pgid: int | None, grace_s: float = 0.0, rounds: int
         if not signal_attempt(token, pgid, signal.SIGKILL):
             break
         time.sleep(0.05)
-    if pgid:  # whatever is left in the group without the marker (a test that cleared its env)
+    if pgid and pgid > 1 and pgid != os.getpgrp():  # whatever is left in the group without the marker
         with contextlib.suppress(ProcessLookupError, PermissionError, OverflowError):
             os.killpg(pgid, signal.SIGKILL)
     return first

@@ -80,3 +80,19 @@ def test_a_pid_or_group_no_process_can_have_is_gone_and_ending_it_is_a_no_op(tmp
     (cache.running_dir / "b.json").write_text(json.dumps({"owner_pid": 99999999999999999999, "token": "t"}))
     assert cache.clean_partials() == [partial] and cache.reap_builds() == []
     assert not partial.exists() and not list(cache.running_dir.iterdir())
+
+
+def test_a_record_naming_init_s_or_the_night_s_own_group_never_has_it_signalled(monkeypatch):
+    """A damaged or hostile running record's pgid (1, or the night's own group) reached os.killpg in
+    kill_attempt's last sweep: a SIGKILL to init's group or to the night itself."""
+    from pipelines.launch import procs
+
+    sent = []
+    monkeypatch.setattr(procs.os, "killpg", lambda group, sig: sent.append(group))
+    monkeypatch.setattr(procs, "marked_pids", lambda token: [])
+    for pgid in (1, os.getpgrp()):
+        procs.kill_attempt("t", pgid)
+        procs.signal_attempt("t", pgid, 9)
+    assert sent == []
+    procs.kill_attempt("t", 4_000_000)  # any other group is still swept
+    assert set(sent) == {4_000_000}
