@@ -172,7 +172,7 @@ def _run_planned(night: Night, runset: RunSet, selection: RunSelection, tests: l
             night.store_log(a, notes)
         summary = night_summary(night, runset, selection, plan, result, attempts_before, notes,
                                 infra=infra or {}, tags=tags or {}, interrupted=interrupted)
-        summary.update(flaky_verdict(night, attempts, notes, progress.states))
+        summary.update(flaky_verdict(night, attempts, notes, progress.states, launched=[t.id for t in runset.run]))
         if failed:  # ended early by an error, not a signal: no one stopped it
             summary["status"] = "failed"
             summary["error"] = failed  # what the verdict names (report.py)
@@ -551,8 +551,11 @@ def night_problems(catalog_problems: Iterable, runset: RunSet) -> list[str]:
     return out
 
 
-def flaky_verdict(night: Night, attempts: list[Attempt], notes: list[str], at_start: dict) -> dict:
+def flaky_verdict(night: Night, attempts: list[Attempt], notes: list[str], at_start: dict,
+                  launched: Iterable[str] = ()) -> dict:
     """The night's verdict and the flaky/quarantine states after tonight (``pipelines.core.flaky``).
+    ``launched``: the tests the night was to launch: one without an attempt (a signal or an error stopped
+    the night before it started) is no pass, so the night is not OK.
 
     The verdict judges with ``at_start``, the states as the night started, which its Dagster checks
     and partial records used too: a failure that completes a test's quarantine evidence tonight is
@@ -567,7 +570,7 @@ def flaky_verdict(night: Night, attempts: list[Attempt], notes: list[str], at_st
     except Exception as exc:  # noqa: BLE001 - flakiness is advice; the record must still be written
         notes.append(f"flaky states not computed: {exc}")
         states = {}
-    v = night_verdict(attempts, at_start, night.node_history)
+    v = night_verdict(attempts, at_start, night.node_history, launched)
     notes.extend(ended_notes(v, at_start))  # why a quarantine no longer excused a failure
     findings = detect_bad_nodes(attempts, history=night.node_history)
     return {"flaky": recorded_states(states),

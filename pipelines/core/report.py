@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 
 from pipelines.core.calibrate.evidence import NearTimeout, drift, near_timeout, recorded_floor
 from pipelines.core.calibrate.policies import parse_time
-from pipelines.core.flaky import FlakyState, night_verdict, recorded_verdict, replay
+from pipelines.core.flaky import FlakyState, night_verdict, recorded_verdict, replay, unlisted, with_unlisted
 from pipelines.core.health import NodeFinding, detect_bad_nodes, passed_nodes
 from pipelines.core.model import Attempt, Estimate, Plan, Sample, Test
 from pipelines.core.plan.accuracy import (
@@ -536,12 +536,15 @@ def build_report(
     findings = recorded_findings(summary) if "bad_nodes" in summary else detect_bad_nodes(
         attempts, history=passed_nodes(samples, exclude_run=str(summary.get("run_id", ""))))
     bad = {f.node for f in findings}
-    verdict = recorded_verdict(summary)  # as the night decided it
+    verdict = recorded = recorded_verdict(summary)  # as the night decided it
+    contradicted: dict[str, str] = {}
     if verdict is None:  # an older record: judged from its attempts, where a selected test without one is no pass
         verdict = night_verdict(attempts, states)
         ran = {a.test_id for a in attempts}
         never = [t.id for t in selected if t.id not in ran and t.id not in summary.get("unplanned", ())]
         verdict = dataclasses.replace(verdict, interrupted=(*verdict.interrupted, *never))
+    elif contradicted := unlisted(verdict, attempts):  # never OK where the record's own attempts say otherwise
+        verdict = with_unlisted(verdict, contradicted)
     changes = night_changes(summary, previous)
     failed_night = summary.get("status") == "failed"  # ended by an error of the run, not by a signal (execute.py)
     # where a stored copy of each log is (the state store on S3); the local path otherwise
@@ -575,27 +578,40 @@ def build_report(
     makespan = summary.get("actual_makespan_s") or span or None
     usage = _usage(bars, attempts, summary, makespan, capacity_gpus)
     bound = _actual_bound(bars, attempts, usage, gpus) if _whole(summary) else None
-    # selected tests without an attempt that the verdict does not count yet: an interruption stopped the
-    # night before they started (a partial record's verdict already counts them as interrupted)
-    never = [r.test_id for r in rows if r.outcome == "not_run" and r.test_id not in verdict.interrupted]
-    verdict_text = ("FAILED: " if not verdict.ok else "OK: ") + ", ".join(
+    # selected tests without an attempt: the night stopped before they started (the record's verdict names
+    # them; an older record's does not, and a partial record's counted them as interrupted)
+    never = list(dict.fromkeys([*verdict.never_started, *(r.test_id for r in rows if r.outcome == "not_run"
+                                                          and r.test_id not in verdict.interrupted)]))
+    ok = verdict.ok and not never
+    verdict_text = ("FAILED: " if not ok else "OK: ") + ", ".join(
         x for x in (f"{len(verdict.failed)} test(s) failed" if verdict.failed else "",
                     f"{len(verdict.infra)} infra error(s)" if verdict.infra else "",
                     f"bad node(s) {', '.join(verdict.bad_nodes)}" + (
-                        "; every test that failed there passed on another node" if verdict.ok else "")
+                        "; every test that failed there passed on another node" if ok else "")
                     if verdict.bad_nodes else "",
                     (f"{len(verdict.interrupted)} killed when it stopped" if failed_night else
                      f"{len(verdict.interrupted)} interrupted") if verdict.interrupted else "",
                     f"{len(never)} never started" if never else "",
                     f"{len(verdict.excused)} quarantined failure(s) excused" if verdict.excused else "") if x
-    ) if (not verdict.ok or verdict.excused or verdict.bad_nodes or never) else "OK: every test passed"
-    if verdict.ok and not attempts:  # nothing launched (a record written before such runs were refused): no pass
+    ) if (not ok or verdict.excused or verdict.bad_nodes) else "OK: every test passed"
+    if ok and not attempts:  # nothing launched (a record written before such runs were refused): no pass
         verdict_text = "NOTHING RAN: " + ", ".join(
             f"{n} {what}" for n, what in ((len(summary.get("skipped", ())), "skipped"),
                                           (len(summary.get("unplanned", ())), "unplanned")) if n or what == "skipped")
     if failed_night:  # a bug of the run stopped the night: said first, never taken for someone stopping it
-        verdict_text = verdict_text.replace(
-            "FAILED: ", f"FAILED: the night stopped on an error ({summary.get('error') or 'see its notes'}); ", 1)
+        stopped = f"FAILED: the night stopped on an error ({summary.get('error') or 'see its notes'})"
+        rest = verdict_text.removeprefix("FAILED: ").removeprefix("OK: ")  # an error is never OK: FAILED first
+        verdict_text = f"{stopped}; {rest}"
+    inconsistent = ""
+    if contradicted:
+        where = (locate(summary) if locate else lambda _: f"nights/{summary.get('night')}.json:1")(("verdict",))
+        inconsistent = (f"{where}: verdict: the night's record contradicts itself: its verdict "
+                        f"{'says ok but ' if recorded is not None and recorded.ok else ''}lists nowhere "
+                        f"{len(contradicted)} test(s) whose last attempt did not pass ("
+                        + ", ".join(f"{t} {o}" for t, o in contradicted.items())
+                        + "); this report judges them from the attempts; rewrite the record's verdict or run the "
+                        "night again")
+        verdict_text += f"; inconsistent record ({where}: verdict; see the notes)"
     if changes and changes.still_failing_not_run:  # said, never counted: the night did not run them
         verdict_text += f"; {len(changes.still_failing_not_run)} earlier failure(s) not run tonight"
     if summary.get("status") == "running":  # a partial record: the run goes on, or its worker died
@@ -639,7 +655,8 @@ def build_report(
         gantt=bars, trends=tuple(trends[t.id] for t in selected if t.id in trends), changes=changes,
         flaky=tuple(s for _, s in sorted(states.items()) if s.state != "healthy"),
         excused=verdict.excused, uncovered=tuple(uncovered),
-        notes=(*summary.get("notes", ()), *damaged, *(f"problem: {p}" for p in problems)),
+        notes=(*summary.get("notes", ()), *damaged, *(f"problem: {p}" for p in problems),
+               *((inconsistent,) if inconsistent else ())),
         environment=tuple(environment(summary).items()),
         prediction_error=accuracy, prediction=tuple(error_lines(accuracy)),
     )

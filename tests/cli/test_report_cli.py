@@ -66,6 +66,29 @@ def test_dollar_signs_in_test_and_node_names_are_drawn_as_text_not_mathtext(tmp_
     assert out.splitlines()[0] == "report: OK: every test passed"
     assert "gpu-$\\sqrt$-node" in (tmp_path / "reports" / "n1.html").read_text()
 
+def test_a_record_whose_verdict_its_own_attempts_contradict_is_never_reported_ok(tmp_path, capsys):
+    """A verdict that says ok beside 4 failed attempts (edited by hand, or written by a buggy version) printed
+    `report: OK: every test passed`: the attempts decide, and the record's file and field are named."""
+    tests = [f"tests/e2e/test_{i}.py" for i in range(4)]
+    record = {"night": "n1", "run_id": "r1", "cadence": "nightly", "selected": tests, "attempts": [
+        {"test_id": t, "outcome": "failed", "elapsed_s": 3.0, "started_at": "2026-12-01T15:00:00+00:00",
+         "attempt": 1, "node": "gpu-0", "gpu_slots": [0], "exit_code": 1} for t in tests],
+        "verdict": {"ok": True, "failed": [], "excused_quarantined": [], "infra": [], "bad_nodes": [],
+                    "interrupted": [], "quarantine_ended": []}}
+    text = json.dumps(record, indent=1)
+    (tmp_path / "nights").mkdir()
+    (tmp_path / "nights" / "n1.json").write_text(text)
+    line = text.splitlines().index(' "verdict": {') + 1
+    where = f"{tmp_path}/nights/n1.json:{line}"
+    code, out, _ = nightly(capsys, "report", "--home", str(tmp_path))
+    assert code == 0
+    assert out.splitlines()[0] == f"report: FAILED: 4 test(s) failed; inconsistent record ({where}: verdict; see the notes)"
+    code, out, _ = nightly(capsys, "report", "--home", str(tmp_path), "--json")
+    assert f"{where}: verdict: the night's record contradicts itself: its verdict says ok but lists nowhere 4 test(s) " \
+           f"whose last attempt did not pass ({', '.join(f'{t} failed' for t in tests)}); this report judges them from " \
+           "the attempts" in json.loads(out)["notes"][-1]
+
+
 def test_an_unknown_night_lists_the_newest_ones(home, capsys):
     code, _, err = nightly(capsys, "report", "--home", str(home), "--repo", "minirl", "--night", "2026-13-01")
     assert code == 2
