@@ -278,12 +278,11 @@ class _Progress:
         summary = night_summary(self.night, self.runset, self.selection, self.plan, result, [], [head, *self.notes],
                                 infra=self.infra, tags=self.tags, interrupted=status == "interrupted")
         v = night_verdict(self.attempts, self.states, self.night.node_history)
-        summary.update({
-            "status": status, "updated_at": now,
-            # unfinished tests are not passes: the night is not OK until a whole record says so
-            "verdict": {**verdict_record(v), "ok": False, "interrupted": [*v.interrupted, *unfinished],
-                        "unfinished": unfinished},
-        })
+        if status == "running":  # unfinished tests are not passes: the night is not OK until a whole record says so
+            verdict = {**verdict_record(v), "ok": False, "interrupted": [*v.interrupted, *unfinished]}
+        else:  # the run ended here (a signal, an error) with no test running: those without an attempt never started
+            verdict = verdict_record(dataclasses.replace(v, never_started=tuple(unfinished)))
+        summary.update({"status": status, "updated_at": now, "verdict": {**verdict, "unfinished": unfinished}})
         return summary
 
     def write(self, status: str = "running", note: str = "") -> None:

@@ -17,7 +17,7 @@ import pytest
 
 from pipelines.cli import main
 from tests.conftest import PROJECT_ROOT
-from tests.support.assets import QUICK_TEST, registry_repo
+from tests.support.assets import QUICK_TEST, example_assets, registry_repo
 from tests.support.env import child_env
 
 pytestmark = pytest.mark.slow  # real (tiny) nights
@@ -84,3 +84,43 @@ def test_a_night_stopped_between_two_tests_is_not_ok_and_says_which_never_starte
     monkeypatch.setenv("NIGHTLY_ASSETS_DIR", str(assets))
     assert main(["report", "--home", str(home), "--repo", "fw"]) == 0
     assert capsys.readouterr().out.splitlines()[0] == "report: FAILED: 1 never started"
+
+
+#: ``nightly ARGS...`` with SIGINT sent to itself once the night's first input is built (argv: home, then nightly's
+#: own arguments): the night is preparing its inputs and no test has started
+WHILE_BUILDING = """
+import os, signal, sys, time
+from pipelines.night import Night
+build, sent = Night.build, []
+def build_then_signal(self, req):
+    built = build(self, req)
+    if not sent:
+        sent.append(req.key)
+        print(f"INJECT: SIGINT after {req.kind} {req.key} was built", file=sys.stderr, flush=True)
+        os.kill(os.getpid(), signal.SIGINT)
+        for _ in range(1000):
+            time.sleep(0.01)  # the signal is handled here
+    return built
+Night.build = build_then_signal
+from pipelines.cli import entrypoint
+sys.argv = ["nightly", *sys.argv[2:]]
+entrypoint()
+"""
+
+
+def test_tests_a_signal_stopped_before_they_started_are_never_started_not_interrupted(tmp_path, capsys,
+                                                                                        monkeypatch):
+    """Ctrl-C while the night built its inputs: the record said `interrupted` of the 2 tests (`FAILED: 2
+    interrupted`) with no attempt at all; an interrupted test is one a signal cut short."""
+    home = tmp_path / "home"
+    assets = example_assets(tmp_path / "assets")
+    done = _injected(WHILE_BUILDING, home, assets, "run", "--home", str(home), "--labels", "short")
+    assert done.returncode == 130, done.stderr[-3000:]
+    record = _record(home)
+    assert record["attempts"] == [] and len(record["selected"]) == 2, record
+    verdict = record["verdict"]
+    assert (verdict["ok"], verdict["interrupted"], sorted(verdict["never_started"])) == (
+        False, [], sorted(record["selected"])), verdict
+    monkeypatch.setenv("NIGHTLY_ASSETS_DIR", str(assets))
+    assert main(["report", "--home", str(home)]) == 0
+    assert capsys.readouterr().out.splitlines()[0] == "report: FAILED: 2 never started"
