@@ -655,11 +655,23 @@ def build_report(
         gantt=bars, trends=tuple(trends[t.id] for t in selected if t.id in trends), changes=changes,
         flaky=tuple(s for _, s in sorted(states.items()) if s.state != "healthy"),
         excused=verdict.excused, uncovered=tuple(uncovered),
-        notes=(*summary.get("notes", ()), *damaged, *(f"problem: {p}" for p in problems),
+        notes=(*summary.get("notes", ()), *_replanned_note(summary), *damaged, *(f"problem: {p}" for p in problems),
                *((inconsistent,) if inconsistent else ())),
         environment=tuple(environment(summary).items()),
         prediction_error=accuracy, prediction=tuple(error_lines(accuracy)),
     )
+
+
+def _replanned_note(summary: Mapping) -> tuple[str, ...]:
+    """The note of a night whose failed inputs changed its plan: its predicted figures are those of the plan
+    its tests ran on, not the one its first lines said (the record's ``replanned``)."""
+    r = summary.get("replanned")
+    if not isinstance(r, Mapping) or not isinstance(r.get("without"), list) or not r["without"]:
+        return ()
+    start = r.get("predicted_median_s") or r.get("predicted_makespan_s")
+    return (f"re-planned without the {len(r['without'])} test(s) whose inputs failed ({', '.join(map(str, r['without']))}): "
+            f"the predicted makespan here is the new plan's, which its tests ran on; the night started with "
+            f"{_fmt(start)} s predicted",)
 
 
 def to_json(data: ReportData) -> str:
