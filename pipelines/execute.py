@@ -80,9 +80,11 @@ Event = Planned | InputReady | InputFailed | Finished | NightDone
 def _input_failure(test: Test, error: str, timeout_s: int) -> Attempt:
     """An attempt that never launched because an input it needs could not be built (infra); it starts
     when the failure is known, so history orders it with its night (an empty start sorts before every
-    night and once put its night first in duration trends)."""
+    night and once put its night first in duration trends). Stamped to the millisecond in the launchers' form
+    (``...T01:19:20.450Z``): cut to the second, it came up to 1 s before the night's first launch."""
     return Attempt(test_id=test.id, outcome="infra_error", elapsed_s=0.0,
-                   started_at=datetime.now(UTC).isoformat(timespec="seconds"), timeout_s=timeout_s,
+                   started_at=datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+                   timeout_s=timeout_s,
                    reason=f"input not available: {error}", details={"retriable": "false", "stage": "inputs"})
 
 

@@ -362,12 +362,15 @@ def _retried_infra(a: Attempt, last: Attempt, bad: set[str]) -> str:
 
 
 def _gantt(attempts: list[Attempt], slots: dict[str, int]) -> tuple[tuple[Bar, ...], float]:
+    """The bars of the night as it ran, from its first launch. An attempt that never launched (an input that
+    failed to build: stamped as the failure was known, to the second in older records) is no time zero: taken
+    as one, it moved every bar late and stretched the span past the night's makespan; it is drawn at 0."""
     times = [(a, t) for a in attempts if (t := parse_time(a.started_at)) is not None and a.outcome != "skipped"]
     if not times:
         return (), 0.0
-    t0 = min(t for _, t in times)
-    bars = tuple(Bar(a.test_id, a.node or "-", (t - t0).total_seconds(), float(a.elapsed_s), a.outcome, a.attempt,
-                     len(a.gpu_slots) or slots.get(a.test_id, 1)) for a, t in times)
+    t0 = min((t for a, t in times if a.details.get("stage") != "inputs"), default=min(t for _, t in times))
+    bars = tuple(Bar(a.test_id, a.node or "-", max((t - t0).total_seconds(), 0.0), float(a.elapsed_s), a.outcome,
+                     a.attempt, len(a.gpu_slots) or slots.get(a.test_id, 1)) for a, t in times)
     return bars, max(b.start_s + b.elapsed_s for b in bars)
 
 

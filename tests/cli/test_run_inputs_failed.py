@@ -95,3 +95,15 @@ def test_a_test_blocked_by_its_input_is_counted_and_the_changed_prediction_is_sa
     assert dict(data["makespan"])["predicted median"] == record["predicted_median_s"]
     assert any(n.startswith(f"re-planned without the 1 test(s) whose inputs failed ({BLOCKED}): the predicted "
                             "makespan here is the new plan's") for n in data["notes"]), data["notes"]
+
+
+def test_the_gantt_starts_at_the_first_launch_not_at_an_input_failure_stamped_before_it(night, capsys, monkeypatch):
+    """The blocked test's attempt was stamped to the second, before the test that ran: the Gantt took it as time
+    zero, so the test that ran started at 0.603 s and the bars spanned 0.84 s of a 0.324 s night."""
+    *_, record = night
+    blocked = next(a for a in record["attempts"] if a["test_id"] == BLOCKED)
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", blocked["started_at"]), blocked["started_at"]
+    ran = next(a for a in record["attempts"] if a["test_id"] == PLAIN)
+    bars = {b["test_id"]: b for b in _report(night, capsys, monkeypatch)["gantt"]}
+    assert bars[PLAIN]["start_s"] == 0.0 and bars[BLOCKED]["start_s"] == 0.0, bars
+    assert max(b["start_s"] + b["elapsed_s"] for b in bars.values()) == ran["elapsed_s"]
