@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields
@@ -278,16 +279,28 @@ def decode_end(data: bytes, start: int) -> tuple[str, bool]:
     return data[1:].decode("utf-8", errors="replace"), data[:1] != b"\n"
 
 
+#: what a terminal or a browser acts on rather than shows: C0 controls but tab and newline, DEL, C1 controls
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def printable(text: str) -> str:
+    """``text`` with each control character written as ``\\xNN`` (tabs and newlines kept): a test's output and
+    reasons reach a CI job's terminal and the report page, where an escape sequence would recolour or retitle
+    the terminal, a BEL ring and a NUL cut the text; shown, they also say what the test printed."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+
+
 def tail_lines(text: str, n: int = 30, *, max_chars: int = TAIL_CHARS, line_chars: int = TAIL_LINE_CHARS,
                start_unread: bool = False) -> str:
     """The last ``n`` lines of a log (where the error usually is), at most ``line_chars`` characters a line
     and ``max_chars`` in all: a test's output without newlines would otherwise put megabytes into the CI
     job's log and the report. Each cut is said (``... N characters cut ...``), and a text this already
     returned comes back as it is. ``start_unread``: ``text`` is only the log's end (a read of its last
-    :data:`TAIL_READ_BYTES`), so its first line may lack its start."""
+    :data:`TAIL_READ_BYTES`), so its first line may lack its start. Control characters are shown
+    (:func:`printable`), so the bounds are of what is shown."""
     line_chars = max(80, min(line_chars, max_chars // 2))
     every = text.rstrip("\n").splitlines()
-    lines = every[-n:]
+    lines = [printable(line) for line in every[-n:]]
     partial = start_unread and len(every) <= n  # the first line read is shown
     shown = [_bounded(line, line_chars, start_cut=partial and i == 0) for i, line in enumerate(lines)]
     dropped = 0
@@ -520,7 +533,8 @@ def build_report(
     ``states``: the flaky states after the night (the page's flaky section); ``at_start``: those it
     started with, at least of the tests that failed (None: not known), so the failure of a test
     already flaky going in is said to be one and not marked new since last night."""
-    attempts = attempts_of(summary)
+    # a reason is the test's own text (an exception's message): shown, never acted on, wherever it is printed
+    attempts = [dataclasses.replace(a, reason=printable(a.reason)) for a in attempts_of(summary)]
     by_id = {t.id: t for t in tests}
     est_then = est_times(summary)
     known = lambda tid: by_id.get(tid) or Test(tid, tid, "cuda", "", 1, est_then.get(tid, 0))  # noqa: E731
@@ -635,7 +649,7 @@ def build_report(
     recent = [s for s in samples if s.run_id in runs]
     return ReportData(
         night=str(summary.get("night", "")), run_id=str(summary.get("run_id", "")),
-        cadence=str(summary.get("cadence", "")), verdict=verdict_text,
+        cadence=str(summary.get("cadence", "")), verdict=printable(verdict_text),  # the run's error is text too
         counts=tuple(sorted(Counter(r.outcome for r in rows).items())), rows=tuple(rows),
         failures=tuple(failures), infra=tuple(infra), bad_nodes=tuple(findings),
         drift=tuple(drift(estimates)), held=tuple(e for e in estimates if e.held is not None),
