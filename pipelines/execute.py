@@ -30,6 +30,7 @@ from datetime import UTC, datetime
 from pipelines.core.health import detect_bad_nodes
 from pipelines.core.model import Attempt, Plan, Requirement, Test
 from pipelines.core.plan.accuracy import night_record, record_to_json
+from pipelines.core.plan.predict import predicted_text
 from pipelines.core.runset import RunSelection, RunSet
 from pipelines.interrupts import deliver, held_signals, signals_noted
 from pipelines.launch.base import Launcher
@@ -79,9 +80,11 @@ Event = Planned | InputReady | InputFailed | Finished | NightDone
 def _input_failure(test: Test, error: str, timeout_s: int) -> Attempt:
     """An attempt that never launched because an input it needs could not be built (infra); it starts
     when the failure is known, so history orders it with its night (an empty start sorts before every
-    night and once put its night first in duration trends)."""
+    night and once put its night first in duration trends). Stamped to the millisecond in the launchers' form
+    (``...T01:19:20.450Z``): cut to the second, it came up to 1 s before the night's first launch."""
     return Attempt(test_id=test.id, outcome="infra_error", elapsed_s=0.0,
-                   started_at=datetime.now(UTC).isoformat(timespec="seconds"), timeout_s=timeout_s,
+                   started_at=datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+                   timeout_s=timeout_s,
                    reason=f"input not available: {error}", details={"retriable": "false", "stage": "inputs"})
 
 
@@ -152,15 +155,21 @@ def _run_planned(night: Night, runset: RunSet, selection: RunSelection, tests: l
         yield InputReady(req, built)
     if failed_inputs:  # tests whose inputs are missing are infra errors, never launched
         blocked = [t for t in tests if any(k in failed_inputs for k in t.requirements)]
-        for t in blocked:
+        for i, t in enumerate(blocked, 1):  # counted with the night's tests: [1/2] of 2 selected, not [1/1]
             key = next(k for k in t.requirements if k in failed_inputs)
             a = _input_failure(t, failed_inputs[key], night.timeout_for(t))
             attempts_before.append(a)
+            say(f"[{i}/{len(tests)}] {t.id}  INFRA_ERROR  not launched: {a.reason}")
             progress.finished(a)
-            yield Finished(a, t)
-        tests = [t for t in tests if t not in blocked]
-        plan = night.plan(tests)
-        progress.plan = plan
+            yield Finished(a, t, i, len(tests), t.id in progress.quarantined)
+        if blocked:  # the rest run on a plan without them: its prediction is the night's, said as it changes
+            tests = [t for t in tests if t not in blocked]
+            before, plan = plan, night.plan(tests)
+            progress.plan, progress.replanned = plan, replan_record(before, blocked)
+            say(f"re-planned without the {len(blocked)} test(s) whose inputs failed: "
+                f"{predicted_text(plan.predicted_median_s, plan.predicted_p90_s, plan.makespan_s)} (lower bound "
+                f"{plan.lower_bound_s:.1f}s), was {predicted_text(before.predicted_median_s, before.predicted_p90_s, before.makespan_s)}"
+                " at the start; the night's record and report judge the new figure")
 
     images = dict(night.probed_images)  # the probe's digests run_tests pinned: what samples record (Night.tonight)
     launcher = launcher or night.launcher()
@@ -171,8 +180,9 @@ def _run_planned(night: Night, runset: RunSet, selection: RunSelection, tests: l
         for a in attempts:  # those stored as their attempt finished are not sent again
             night.store_log(a, notes)
         summary = night_summary(night, runset, selection, plan, result, attempts_before, notes,
-                                infra=infra or {}, tags=tags or {}, interrupted=interrupted)
-        summary.update(flaky_verdict(night, attempts, notes, progress.states))
+                                infra=infra or {}, tags=tags or {}, interrupted=interrupted,
+                                replanned=progress.replanned)
+        summary.update(flaky_verdict(night, attempts, notes, progress.states, launched=[t.id for t in runset.run]))
         if failed:  # ended early by an error, not a signal: no one stopped it
             summary["status"] = "failed"
             summary["error"] = failed  # what the verdict names (report.py)
@@ -250,6 +260,7 @@ class _Progress:
         self.attempts: list[Attempt] = []
         self.notes: list[str] = []
         self.started = 0.0  # monotonic time the dispatch started (0: not yet)
+        self.replanned: dict | None = None  # the plan the run started with, once failed inputs changed it (replan_record())
         self.done = False
         self._warned = False
 
@@ -276,14 +287,14 @@ class _Progress:
                 "the tests without an attempt never finished; a run that ends replaces this record"
                 if status == "running" else f"INCOMPLETE: {note}")
         summary = night_summary(self.night, self.runset, self.selection, self.plan, result, [], [head, *self.notes],
-                                infra=self.infra, tags=self.tags, interrupted=status == "interrupted")
+                                infra=self.infra, tags=self.tags, interrupted=status == "interrupted",
+                                replanned=self.replanned)
         v = night_verdict(self.attempts, self.states, self.night.node_history)
-        summary.update({
-            "status": status, "updated_at": now,
-            # unfinished tests are not passes: the night is not OK until a whole record says so
-            "verdict": {**verdict_record(v), "ok": False, "interrupted": [*v.interrupted, *unfinished],
-                        "unfinished": unfinished},
-        })
+        if status == "running":  # unfinished tests are not passes: the night is not OK until a whole record says so
+            verdict = {**verdict_record(v), "ok": False, "interrupted": [*v.interrupted, *unfinished]}
+        else:  # the run ended here (a signal, an error) with no test running: those without an attempt never started
+            verdict = verdict_record(dataclasses.replace(v, never_started=tuple(unfinished)))
+        summary.update({"status": status, "updated_at": now, "verdict": {**verdict, "unfinished": unfinished}})
         return summary
 
     def write(self, status: str = "running", note: str = "") -> None:
@@ -397,8 +408,10 @@ def _dispatch(night: Night, plan: Plan, tests: list[Test], launcher: Launcher, s
 
     worker = threading.Thread(target=dispatch, name="nightly-dispatch", daemon=True)
     worker.start()
-    seen: set[str] = set()  # tests with a finished attempt: the count is of tests, never past the total
-    total = len(plan.assignments)
+    # tests with a finished attempt: the count is of tests, never past the total; tests a failed input kept
+    # from the plan (``ended``) were counted first, so a night of 2 whose 1st was blocked says [2/2], not [1/1]
+    seen: set[str] = {a.test_id for a in ended or ()}
+    total = len(plan.assignments) + len(seen)
 
     def report(attempt: Attempt) -> tuple[Finished, str]:
         """The attempt's event and progress line: cheap, so taking an attempt off the queue and
@@ -504,10 +517,31 @@ def _stopping_signal(exc: BaseException, held: list[tuple[int, float]]) -> tuple
     return 0, None
 
 
+def replan_record(before: Plan, blocked: Iterable[Test]) -> dict:
+    """The record's ``replanned``: the tests a failed input kept from the night, and the prediction of the
+    plan it started with (said as it started); the record's own figures are those of the plan its tests ran on."""
+    return {"without": [t.id for t in blocked], "predicted_makespan_s": before.makespan_s,
+            "predicted_median_s": before.predicted_median_s, "predicted_p90_s": before.predicted_p90_s,
+            "lower_bound_s": before.lower_bound_s}
+
+
+def replanned_text(summary: Mapping) -> str:
+    """`` (re-planned without 1 test whose inputs failed; predicted median makespan 2.2s (p90 3.8s) at the
+    start)``: what the end-of-night lines add to the record's prediction when failed inputs changed the plan."""
+    r = summary.get("replanned")
+    if not isinstance(r, Mapping) or not r.get("without"):
+        return ""
+    start = predicted_text(r.get("predicted_median_s") or 0, r.get("predicted_p90_s") or 0,
+                           r.get("predicted_makespan_s") or 0)
+    return f" (re-planned without the {len(r['without'])} test(s) whose inputs failed; {start} at the start)"
+
+
 def night_summary(night: Night, runset: RunSet, selection: RunSelection, plan: Plan, result: DispatchResult,
                   attempts_before: list[Attempt], notes: list[str], *, infra: dict | None = None,
-                  tags: dict[str, str] | None = None, interrupted: bool = False) -> dict:
-    """The run's record: what was selected, planned and run, how each attempt ended, and the figures."""
+                  tags: dict[str, str] | None = None, interrupted: bool = False,
+                  replanned: dict | None = None) -> dict:
+    """The run's record: what was selected, planned and run, how each attempt ended, and the figures (those
+    of the plan the tests ran on; ``replanned``: the one it started with, when failed inputs changed it)."""
     attempts = [*attempts_before, *result.attempts]
     return {
         "night": night.night, "run_id": night.run_id, "repo": night.repo_spec.name,
@@ -526,6 +560,7 @@ def night_summary(night: Night, runset: RunSet, selection: RunSelection, plan: P
         "plan": [dataclasses.asdict(a) for a in plan.ordered()],
         "predicted_makespan_s": plan.makespan_s, "lower_bound_s": plan.lower_bound_s,
         "predicted_median_s": plan.predicted_median_s, "predicted_p90_s": plan.predicted_p90_s,
+        **({"replanned": replanned} if replanned else {}),
         #: the pools the night ran on, name -> nodes and GPUs per node: the report's GPU capacity
         "pools": night.pool_shapes(plan),
         "prediction": record_to_json(night_record(
@@ -551,8 +586,11 @@ def night_problems(catalog_problems: Iterable, runset: RunSet) -> list[str]:
     return out
 
 
-def flaky_verdict(night: Night, attempts: list[Attempt], notes: list[str], at_start: dict) -> dict:
+def flaky_verdict(night: Night, attempts: list[Attempt], notes: list[str], at_start: dict,
+                  launched: Iterable[str] = ()) -> dict:
     """The night's verdict and the flaky/quarantine states after tonight (``pipelines.core.flaky``).
+    ``launched``: the tests the night was to launch: one without an attempt (a signal or an error stopped
+    the night before it started) is no pass, so the night is not OK.
 
     The verdict judges with ``at_start``, the states as the night started, which its Dagster checks
     and partial records used too: a failure that completes a test's quarantine evidence tonight is
@@ -567,7 +605,7 @@ def flaky_verdict(night: Night, attempts: list[Attempt], notes: list[str], at_st
     except Exception as exc:  # noqa: BLE001 - flakiness is advice; the record must still be written
         notes.append(f"flaky states not computed: {exc}")
         states = {}
-    v = night_verdict(attempts, at_start, night.node_history)
+    v = night_verdict(attempts, at_start, night.node_history, launched)
     notes.extend(ended_notes(v, at_start))  # why a quarantine no longer excused a failure
     findings = detect_bad_nodes(attempts, history=night.node_history)
     return {"flaky": recorded_states(states),

@@ -369,9 +369,10 @@ def makespan_line(summary: dict, whole_s: float) -> str:
     figure); the makespan alone for a night planned without durations (no simulated nights)."""
     from pipelines.core.plan.predict import predicted_text
     from pipelines.core.report import actual_lower_bound
+    from pipelines.execute import replanned_text
 
     predicted = predicted_text(summary.get("predicted_median_s") or 0, summary.get("predicted_p90_s") or 0,
-                               summary["predicted_makespan_s"])
+                               summary["predicted_makespan_s"]) + replanned_text(summary)
 
     # the plan's bound is from predicted durations: a night faster than predicted ends below it
     bound = actual_lower_bound(summary)

@@ -602,19 +602,23 @@ class Verdict:
     interrupted: tuple[str, ...] = ()
     #: failed tests whose automatic quarantine ended (their state's ``why`` says why): in ``failed`` too
     quarantine_ended: tuple[str, ...] = ()
+    #: tests the night was to launch that have no attempt: it stopped (a signal, an error) before they
+    #: started. Not the test's doing, and no pass either
+    never_started: tuple[str, ...] = ()
 
     @property
     def ok(self) -> bool:
         """A bad node alone does not fail the night: its failures were retried elsewhere, and a test
         whose retry failed too (or that had nowhere else to go) is in ``failed``."""
-        return not (self.failed or self.infra or self.interrupted)
+        return not (self.failed or self.infra or self.interrupted or self.never_started)
 
 
 def night_verdict(attempts: Iterable[Attempt], states: Mapping[str, FlakyState],
-                  history: Mapping[str, Iterable[str]] | None = None) -> Verdict:
+                  history: Mapping[str, Iterable[str]] | None = None, launched: Iterable[str] = ()) -> Verdict:
     """Each test's last attempt decides; a quarantined test's failure is excused unless its node was bad.
     ``history``: ``passed_nodes`` of the runs before, as the night judged its nodes with. ``states``
-    are those the night started with (:func:`for_tonight`): a quarantine that ended is no excuse."""
+    are those the night started with (:func:`for_tonight`): a quarantine that ended is no excuse.
+    ``launched``: the tests the night was to launch; those without an attempt never started."""
     attempts = list(attempts)
     bad = {f.node for f in detect_bad_nodes(attempts, history=history)}
     last: dict[str, Attempt] = {}
@@ -631,7 +635,9 @@ def night_verdict(attempts: Iterable[Attempt], states: Mapping[str, FlakyState],
             (excused if state.state == "quarantined" and a.node not in bad else failed).append(tid)
             if state.lapsed:
                 lapsed.append(tid)
-    return Verdict(tuple(failed), tuple(excused), tuple(infra), tuple(sorted(bad)), tuple(interrupted), tuple(lapsed))
+    never = tuple(dict.fromkeys(t for t in launched if t not in last))
+    return Verdict(tuple(failed), tuple(excused), tuple(infra), tuple(sorted(bad)), tuple(interrupted), tuple(lapsed),
+                   never)
 
 
 def ended_notes(v: Verdict, states: Mapping[str, FlakyState]) -> list[str]:
@@ -644,7 +650,7 @@ def verdict_record(v: Verdict) -> dict:
     """The verdict as a night's record keeps it (``recorded_verdict`` reads it back)."""
     return {"ok": v.ok, "failed": list(v.failed), "excused_quarantined": list(v.excused), "infra": list(v.infra),
             "bad_nodes": list(v.bad_nodes), "interrupted": list(v.interrupted),
-            "quarantine_ended": list(v.quarantine_ended)}
+            "quarantine_ended": list(v.quarantine_ended), "never_started": list(v.never_started)}
 
 
 def recorded_verdict(summary: Mapping) -> Verdict | None:
@@ -655,7 +661,28 @@ def recorded_verdict(summary: Mapping) -> Verdict | None:
     if not isinstance(v, Mapping) or "failed" not in v:
         return None
     return Verdict(tuple(v.get("failed", ())), tuple(v.get("excused_quarantined", ())), tuple(v.get("infra", ())),
-                   tuple(v.get("bad_nodes", ())), tuple(v.get("interrupted", ())), tuple(v.get("quarantine_ended", ())))
+                   tuple(v.get("bad_nodes", ())), tuple(v.get("interrupted", ())), tuple(v.get("quarantine_ended", ())),
+                   tuple(v.get("never_started", ())))
+
+
+def unlisted(v: Verdict, attempts: Iterable[Attempt]) -> dict[str, str]:
+    """Test id -> outcome of each test whose last attempt did not pass and that the verdict lists nowhere
+    (failed, excused, infra, interrupted): a record whose verdict its own attempts contradict (edited by
+    hand, or written by a buggy version). Empty for a consistent record."""
+    last: dict[str, str] = {}
+    for a in attempts:
+        last[a.test_id] = a.outcome
+    listed = {*v.failed, *v.excused, *v.infra, *v.interrupted}
+    return {t: o for t, o in last.items() if o not in ("passed", "skipped") and t not in listed}
+
+
+def with_unlisted(v: Verdict, missing: Mapping[str, str]) -> Verdict:
+    """``v`` with the tests :func:`unlisted` found, each where its outcome puts it (a failure is not excused:
+    the record does not say the night excused it)."""
+    infra = tuple(t for t, o in missing.items() if o == "infra_error")
+    interrupted = tuple(t for t, o in missing.items() if o == "interrupted")
+    failed = tuple(t for t in missing if t not in (*infra, *interrupted))  # failed, timed_out, or unknown
+    return replace(v, failed=(*v.failed, *failed), infra=(*v.infra, *infra), interrupted=(*v.interrupted, *interrupted))
 
 
 def runnable(test_ids: Iterable[str], states: Mapping[str, FlakyState], rules: FlakyRules) -> list[str]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields
@@ -16,7 +17,7 @@ from datetime import UTC, datetime
 
 from pipelines.core.calibrate.evidence import NearTimeout, drift, near_timeout, recorded_floor
 from pipelines.core.calibrate.policies import parse_time
-from pipelines.core.flaky import FlakyState, night_verdict, recorded_verdict, replay
+from pipelines.core.flaky import FlakyState, night_verdict, recorded_verdict, replay, unlisted, with_unlisted
 from pipelines.core.health import NodeFinding, detect_bad_nodes, passed_nodes
 from pipelines.core.model import Attempt, Estimate, Plan, Sample, Test
 from pipelines.core.plan.accuracy import (
@@ -278,16 +279,28 @@ def decode_end(data: bytes, start: int) -> tuple[str, bool]:
     return data[1:].decode("utf-8", errors="replace"), data[:1] != b"\n"
 
 
+#: what a terminal or a browser acts on rather than shows: C0 controls but tab and newline, DEL, C1 controls
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def printable(text: str) -> str:
+    """``text`` with each control character written as ``\\xNN`` (tabs and newlines kept): a test's output and
+    reasons reach a CI job's terminal and the report page, where an escape sequence would recolour or retitle
+    the terminal, a BEL ring and a NUL cut the text; shown, they also say what the test printed."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+
+
 def tail_lines(text: str, n: int = 30, *, max_chars: int = TAIL_CHARS, line_chars: int = TAIL_LINE_CHARS,
                start_unread: bool = False) -> str:
     """The last ``n`` lines of a log (where the error usually is), at most ``line_chars`` characters a line
     and ``max_chars`` in all: a test's output without newlines would otherwise put megabytes into the CI
     job's log and the report. Each cut is said (``... N characters cut ...``), and a text this already
     returned comes back as it is. ``start_unread``: ``text`` is only the log's end (a read of its last
-    :data:`TAIL_READ_BYTES`), so its first line may lack its start."""
+    :data:`TAIL_READ_BYTES`), so its first line may lack its start. Control characters are shown
+    (:func:`printable`), so the bounds are of what is shown."""
     line_chars = max(80, min(line_chars, max_chars // 2))
     every = text.rstrip("\n").splitlines()
-    lines = every[-n:]
+    lines = [printable(line) for line in every[-n:]]
     partial = start_unread and len(every) <= n  # the first line read is shown
     shown = [_bounded(line, line_chars, start_cut=partial and i == 0) for i, line in enumerate(lines)]
     dropped = 0
@@ -362,12 +375,15 @@ def _retried_infra(a: Attempt, last: Attempt, bad: set[str]) -> str:
 
 
 def _gantt(attempts: list[Attempt], slots: dict[str, int]) -> tuple[tuple[Bar, ...], float]:
+    """The bars of the night as it ran, from its first launch. An attempt that never launched (an input that
+    failed to build: stamped as the failure was known, to the second in older records) is no time zero: taken
+    as one, it moved every bar late and stretched the span past the night's makespan; it is drawn at 0."""
     times = [(a, t) for a in attempts if (t := parse_time(a.started_at)) is not None and a.outcome != "skipped"]
     if not times:
         return (), 0.0
-    t0 = min(t for _, t in times)
-    bars = tuple(Bar(a.test_id, a.node or "-", (t - t0).total_seconds(), float(a.elapsed_s), a.outcome, a.attempt,
-                     len(a.gpu_slots) or slots.get(a.test_id, 1)) for a, t in times)
+    t0 = min((t for a, t in times if a.details.get("stage") != "inputs"), default=min(t for _, t in times))
+    bars = tuple(Bar(a.test_id, a.node or "-", max((t - t0).total_seconds(), 0.0), float(a.elapsed_s), a.outcome,
+                     a.attempt, len(a.gpu_slots) or slots.get(a.test_id, 1)) for a, t in times)
     return bars, max(b.start_s + b.elapsed_s for b in bars)
 
 
@@ -517,7 +533,8 @@ def build_report(
     ``states``: the flaky states after the night (the page's flaky section); ``at_start``: those it
     started with, at least of the tests that failed (None: not known), so the failure of a test
     already flaky going in is said to be one and not marked new since last night."""
-    attempts = attempts_of(summary)
+    # a reason is the test's own text (an exception's message): shown, never acted on, wherever it is printed
+    attempts = [dataclasses.replace(a, reason=printable(a.reason)) for a in attempts_of(summary)]
     by_id = {t.id: t for t in tests}
     est_then = est_times(summary)
     known = lambda tid: by_id.get(tid) or Test(tid, tid, "cuda", "", 1, est_then.get(tid, 0))  # noqa: E731
@@ -536,12 +553,15 @@ def build_report(
     findings = recorded_findings(summary) if "bad_nodes" in summary else detect_bad_nodes(
         attempts, history=passed_nodes(samples, exclude_run=str(summary.get("run_id", ""))))
     bad = {f.node for f in findings}
-    verdict = recorded_verdict(summary)  # as the night decided it
+    verdict = recorded = recorded_verdict(summary)  # as the night decided it
+    contradicted: dict[str, str] = {}
     if verdict is None:  # an older record: judged from its attempts, where a selected test without one is no pass
         verdict = night_verdict(attempts, states)
         ran = {a.test_id for a in attempts}
         never = [t.id for t in selected if t.id not in ran and t.id not in summary.get("unplanned", ())]
         verdict = dataclasses.replace(verdict, interrupted=(*verdict.interrupted, *never))
+    elif contradicted := unlisted(verdict, attempts):  # never OK where the record's own attempts say otherwise
+        verdict = with_unlisted(verdict, contradicted)
     changes = night_changes(summary, previous)
     failed_night = summary.get("status") == "failed"  # ended by an error of the run, not by a signal (execute.py)
     # where a stored copy of each log is (the state store on S3); the local path otherwise
@@ -575,27 +595,40 @@ def build_report(
     makespan = summary.get("actual_makespan_s") or span or None
     usage = _usage(bars, attempts, summary, makespan, capacity_gpus)
     bound = _actual_bound(bars, attempts, usage, gpus) if _whole(summary) else None
-    # selected tests without an attempt that the verdict does not count yet: an interruption stopped the
-    # night before they started (a partial record's verdict already counts them as interrupted)
-    never = [r.test_id for r in rows if r.outcome == "not_run" and r.test_id not in verdict.interrupted]
-    verdict_text = ("FAILED: " if not verdict.ok else "OK: ") + ", ".join(
+    # selected tests without an attempt: the night stopped before they started (the record's verdict names
+    # them; an older record's does not, and a partial record's counted them as interrupted)
+    never = list(dict.fromkeys([*verdict.never_started, *(r.test_id for r in rows if r.outcome == "not_run"
+                                                          and r.test_id not in verdict.interrupted)]))
+    ok = verdict.ok and not never
+    verdict_text = ("FAILED: " if not ok else "OK: ") + ", ".join(
         x for x in (f"{len(verdict.failed)} test(s) failed" if verdict.failed else "",
                     f"{len(verdict.infra)} infra error(s)" if verdict.infra else "",
                     f"bad node(s) {', '.join(verdict.bad_nodes)}" + (
-                        "; every test that failed there passed on another node" if verdict.ok else "")
+                        "; every test that failed there passed on another node" if ok else "")
                     if verdict.bad_nodes else "",
                     (f"{len(verdict.interrupted)} killed when it stopped" if failed_night else
                      f"{len(verdict.interrupted)} interrupted") if verdict.interrupted else "",
                     f"{len(never)} never started" if never else "",
                     f"{len(verdict.excused)} quarantined failure(s) excused" if verdict.excused else "") if x
-    ) if (not verdict.ok or verdict.excused or verdict.bad_nodes or never) else "OK: every test passed"
-    if verdict.ok and not attempts:  # nothing launched (a record written before such runs were refused): no pass
+    ) if (not ok or verdict.excused or verdict.bad_nodes) else "OK: every test passed"
+    if ok and not attempts:  # nothing launched (a record written before such runs were refused): no pass
         verdict_text = "NOTHING RAN: " + ", ".join(
             f"{n} {what}" for n, what in ((len(summary.get("skipped", ())), "skipped"),
                                           (len(summary.get("unplanned", ())), "unplanned")) if n or what == "skipped")
     if failed_night:  # a bug of the run stopped the night: said first, never taken for someone stopping it
-        verdict_text = verdict_text.replace(
-            "FAILED: ", f"FAILED: the night stopped on an error ({summary.get('error') or 'see its notes'}); ", 1)
+        stopped = f"FAILED: the night stopped on an error ({summary.get('error') or 'see its notes'})"
+        rest = verdict_text.removeprefix("FAILED: ").removeprefix("OK: ")  # an error is never OK: FAILED first
+        verdict_text = f"{stopped}; {rest}"
+    inconsistent = ""
+    if contradicted:
+        where = (locate(summary) if locate else lambda _: f"nights/{summary.get('night')}.json:1")(("verdict",))
+        inconsistent = (f"{where}: verdict: the night's record contradicts itself: its verdict "
+                        f"{'says ok but ' if recorded is not None and recorded.ok else ''}lists nowhere "
+                        f"{len(contradicted)} test(s) whose last attempt did not pass ("
+                        + ", ".join(f"{t} {o}" for t, o in contradicted.items())
+                        + "); this report judges them from the attempts; rewrite the record's verdict or run the "
+                        "night again")
+        verdict_text += f"; inconsistent record ({where}: verdict; see the notes)"
     if changes and changes.still_failing_not_run:  # said, never counted: the night did not run them
         verdict_text += f"; {len(changes.still_failing_not_run)} earlier failure(s) not run tonight"
     if summary.get("status") == "running":  # a partial record: the run goes on, or its worker died
@@ -616,7 +649,7 @@ def build_report(
     recent = [s for s in samples if s.run_id in runs]
     return ReportData(
         night=str(summary.get("night", "")), run_id=str(summary.get("run_id", "")),
-        cadence=str(summary.get("cadence", "")), verdict=verdict_text,
+        cadence=str(summary.get("cadence", "")), verdict=printable(verdict_text),  # the run's error is text too
         counts=tuple(sorted(Counter(r.outcome for r in rows).items())), rows=tuple(rows),
         failures=tuple(failures), infra=tuple(infra), bad_nodes=tuple(findings),
         drift=tuple(drift(estimates)), held=tuple(e for e in estimates if e.held is not None),
@@ -639,10 +672,23 @@ def build_report(
         gantt=bars, trends=tuple(trends[t.id] for t in selected if t.id in trends), changes=changes,
         flaky=tuple(s for _, s in sorted(states.items()) if s.state != "healthy"),
         excused=verdict.excused, uncovered=tuple(uncovered),
-        notes=(*summary.get("notes", ()), *damaged, *(f"problem: {p}" for p in problems)),
+        notes=(*summary.get("notes", ()), *_replanned_note(summary), *damaged, *(f"problem: {p}" for p in problems),
+               *((inconsistent,) if inconsistent else ())),
         environment=tuple(environment(summary).items()),
         prediction_error=accuracy, prediction=tuple(error_lines(accuracy)),
     )
+
+
+def _replanned_note(summary: Mapping) -> tuple[str, ...]:
+    """The note of a night whose failed inputs changed its plan: its predicted figures are those of the plan
+    its tests ran on, not the one its first lines said (the record's ``replanned``)."""
+    r = summary.get("replanned")
+    if not isinstance(r, Mapping) or not isinstance(r.get("without"), list) or not r["without"]:
+        return ()
+    start = r.get("predicted_median_s") or r.get("predicted_makespan_s")
+    return (f"re-planned without the {len(r['without'])} test(s) whose inputs failed ({', '.join(map(str, r['without']))}): "
+            f"the predicted makespan here is the new plan's, which its tests ran on; the night started with "
+            f"{_fmt(start)} s predicted",)
 
 
 def to_json(data: ReportData) -> str:

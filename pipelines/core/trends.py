@@ -144,9 +144,9 @@ class Changes:
     #: (field, last night, tonight)
     environment: tuple[tuple[str, str, str], ...] = ()
     comparison: Comparison | None = None
-    #: tests whose last run before tonight failed or hung and that did not run tonight (not selected,
-    #: skipped, or cut off by an interruption) and that no whole-cadence night since has left out
-    #: (deleted or renamed): still failing as far as anyone knows
+    #: tests whose last run before tonight failed or hung and that have no attempt tonight (not selected,
+    #: skipped, or never started: one a signal cut short, or an infra error, is in tonight's verdict as that)
+    #: and that no whole-cadence night since has left out (deleted or renamed): still failing as far as anyone knows
     still_failing_not_run: tuple[str, ...] = ()
 
 
@@ -192,7 +192,9 @@ def night_changes(summary: Mapping, earlier: Sequence[Mapping]) -> Changes | Non
     (a failure injected with ``--env`` is not fixed by the plain night after it), so a night that selected fewer
     tests (a label, a UI pick) or was interrupted neither drops nor re-flags anything: a test merely
     not run tonight is not removed, not fixed, and its last failure is listed as still failing (not
-    run tonight). Added and removed come only from two records that each cover their whole cadence.
+    run tonight). A test with an attempt tonight did run, even one cut short by an interruption or ended by
+    an infra error: the night's verdict counts it as that, and it is not counted again as not run tonight.
+    Added and removed come only from two records that each cover their whole cadence.
     """
     if not earlier:
         return None
@@ -218,7 +220,8 @@ def night_changes(summary: Mapping, earlier: Sequence[Mapping]) -> Changes | Non
     added = tuple(sorted(now_all - before_all)) if now_all is not None and before_all is not None else ()
     removed = tuple(sorted(before_all - now_all)) if now_all is not None and before_all is not None else ()
     since = [(night.get("cadence"), covered(night)) for night in (*earlier, summary)]
-    not_run = tuple(sorted(t for t, o in last.items() if o in _BAD and t not in ran_now and t not in removed
+    tried = {a.get("test_id") for a in summary.get("attempts", ()) if isinstance(a, Mapping)}  # started tonight
+    not_run = tuple(sorted(t for t, o in last.items() if o in _BAD and t not in tried and t not in removed
                            and not _gone(t, since[last_at[t]][0], since[last_at[t] + 1:])))
     est = tuple((t, est_before[t], v) for t, v in sorted(est_times(summary).items())
                 if t in est_before and est_before[t] != v)

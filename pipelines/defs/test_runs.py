@@ -57,7 +57,7 @@ from pipelines.defs.runs import (
     process_tags,
 )
 from pipelines.defs.tags import launch_reason, run_tags
-from pipelines.execute import Finished, InputFailed, InputReady, NightDone, Planned, run_tests
+from pipelines.execute import Finished, InputFailed, InputReady, NightDone, Planned, replanned_text, run_tests
 from pipelines.interrupts import deliver, held_signals
 
 _DONE = object()  # the end of a conversion
@@ -267,7 +267,7 @@ class _Reporter:
             # the figure the record stores and the closing line repeats, not the schedule's on medians
             predicted = predicted_text(s.get("predicted_median_s") or 0, s.get("predicted_p90_s") or 0,
                                        s["predicted_makespan_s"])
-            _say(context, f"done: {predicted}, actual {s['actual_makespan_s']:.1f}s; record "
+            _say(context, f"done: {predicted}{replanned_text(s)}, actual {s['actual_makespan_s']:.1f}s; record "
                           f"{night.state.uri('runs/' + night.run_id + '.json')}")
 
     def end(self):

@@ -66,6 +66,59 @@ def test_dollar_signs_in_test_and_node_names_are_drawn_as_text_not_mathtext(tmp_
     assert out.splitlines()[0] == "report: OK: every test passed"
     assert "gpu-$\\sqrt$-node" in (tmp_path / "reports" / "n1.html").read_text()
 
+def test_a_record_whose_verdict_its_own_attempts_contradict_is_never_reported_ok(tmp_path, capsys):
+    """A verdict that says ok beside 4 failed attempts (edited by hand, or written by a buggy version) printed
+    `report: OK: every test passed`: the attempts decide, and the record's file and field are named."""
+    tests = [f"tests/e2e/test_{i}.py" for i in range(4)]
+    record = {"night": "n1", "run_id": "r1", "cadence": "nightly", "selected": tests, "attempts": [
+        {"test_id": t, "outcome": "failed", "elapsed_s": 3.0, "started_at": "2026-12-01T15:00:00+00:00",
+         "attempt": 1, "node": "gpu-0", "gpu_slots": [0], "exit_code": 1} for t in tests],
+        "verdict": {"ok": True, "failed": [], "excused_quarantined": [], "infra": [], "bad_nodes": [],
+                    "interrupted": [], "quarantine_ended": []}}
+    text = json.dumps(record, indent=1)
+    (tmp_path / "nights").mkdir()
+    (tmp_path / "nights" / "n1.json").write_text(text)
+    line = text.splitlines().index(' "verdict": {') + 1
+    where = f"{tmp_path}/nights/n1.json:{line}"
+    code, out, _ = nightly(capsys, "report", "--home", str(tmp_path))
+    assert code == 0
+    assert out.splitlines()[0] == f"report: FAILED: 4 test(s) failed; inconsistent record ({where}: verdict; see the notes)"
+    code, out, _ = nightly(capsys, "report", "--home", str(tmp_path), "--json")
+    assert f"{where}: verdict: the night's record contradicts itself: its verdict says ok but lists nowhere 4 test(s) " \
+           f"whose last attempt did not pass ({', '.join(f'{t} failed' for t in tests)}); this report judges them from " \
+           "the attempts" in json.loads(out)["notes"][-1]
+
+
+def test_a_test_cut_short_tonight_is_not_also_an_earlier_failure_not_run_tonight(tmp_path, capsys):
+    """Ctrl-C with 3 tests running that failed the night before gave `FAILED: 3 interrupted; 3 earlier
+    failure(s) not run tonight`: an interrupted test did start. One that never started is still named."""
+    cut, never = [f"tests/e2e/test_{i}.py" for i in range(3)], "tests/e2e/test_3.py"
+
+    def attempt(test: str, outcome: str, day: int) -> dict:
+        return {"test_id": test, "outcome": outcome, "elapsed_s": 3.0, "started_at": f"2026-12-0{day}T15:00:00Z",
+                "attempt": 1, "node": "gpu-0", "gpu_slots": [0], "exit_code": None if outcome == "interrupted" else 1}
+
+    def verdict(**lists) -> dict:
+        keys = ("failed", "excused_quarantined", "infra", "bad_nodes", "interrupted", "quarantine_ended", "never_started")
+        return {"ok": not any(lists.values()), **{k: lists.get(k, []) for k in keys}}
+
+    nights = {"2026-12-01T150000Z-aaaaaaaa": {
+        "run_id": "aaaaaaaa", "status": "finished", "attempts": [attempt(t, "failed", 1) for t in [*cut, never]],
+        "verdict": verdict(failed=[*cut, never])},
+        "2026-12-02T150000Z-bbbbbbbb": {
+        "run_id": "bbbbbbbb", "status": "interrupted", "interrupted": True,
+        "attempts": [attempt(t, "interrupted", 2) for t in cut], "verdict": verdict(interrupted=cut, never_started=[never])}}
+    (tmp_path / "nights").mkdir()
+    for night, record in nights.items():
+        record = {"night": night, "cadence": "nightly", "selected": [*cut, never], **record}
+        (tmp_path / "nights" / f"{night}.json").write_text(json.dumps(record))
+    code, out, _ = nightly(capsys, "report", "--home", str(tmp_path))
+    assert code == 0
+    assert out.splitlines()[0] == "report: FAILED: 3 interrupted, 1 never started; 1 earlier failure(s) not run tonight"
+    code, out, _ = nightly(capsys, "report", "--home", str(tmp_path), "--json")
+    assert json.loads(out)["changes"]["still_failing_not_run"] == [never]
+
+
 def test_an_unknown_night_lists_the_newest_ones(home, capsys):
     code, _, err = nightly(capsys, "report", "--home", str(home), "--repo", "minirl", "--night", "2026-13-01")
     assert code == 2

@@ -481,3 +481,30 @@ def test_an_unconfigured_framework_m_checkout_is_read_where_its_runner_collects_
     assert "plan: 1 tests" in out
     assert ("assumed: roots: tests (none of the m runner's tests/fast, tests/fast-gpu, tests/e2e, tests/ci exists; "
             "set `roots:` in assets/repos.yaml to change)") in out
+
+
+@pytest.mark.slow  # a real (tiny) night
+def test_control_characters_a_failing_test_prints_are_shown_not_sent_to_the_terminal_or_page(tmp_path, capsys,
+                                                                                              monkeypatch):
+    """A test's ESC sequences, NUL and BEL reached the terminal through `nightly run`'s closing lines and the
+    report page's <pre> as they were (a colour that stays on, a retitled terminal, a bell); each is now its
+    \\xNN form, tabs kept."""
+    import re
+
+    noisy = QUICK_TEST.format(est=2).replace(QUICK_MAIN, (
+        '    print("\\x1b[31mred\\x1b[0m bell\\x07 nul\\x00 del\\x7f tab\\there", flush=True)\n'
+        '    raise RuntimeError("retitled \\x1b]0;pwned\\x07 end")\n'))
+    _, assets = registry_repo(tmp_path, {"test_noisy.py": noisy})
+    monkeypatch.setenv("NIGHTLY_ASSETS_DIR", str(assets))
+    home = tmp_path / "home"
+    assert main(["run", "--home", str(home), "--repo", "fw"]) == 1
+    closing = capsys.readouterr().out.split("\nverdict: ")[1]
+    control = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+    assert not control.search(closing), repr(closing)
+    reason = "RuntimeError: retitled \\x1b]0;pwned\\x07 end"
+    assert f"FAILED tests/e2e/test_noisy.py: test failure (exit 1): {reason}; node " in closing
+    assert closing.splitlines()[-1] == f"  | {reason}"  # the log's last line
+    [report] = (home / "reports").glob("*.html")
+    page = report.read_text()
+    assert not control.search(page), repr(control.findall(page))
+    assert "\\x1b[31mred\\x1b[0m bell\\x07 nul\\x00 del\\x7f tab\there" in page and reason in page
