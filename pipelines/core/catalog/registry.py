@@ -37,6 +37,10 @@ _HARDWARE = re.compile(r"(?:(\d+)-gpu-)?([A-Za-z0-9][A-Za-z0-9._-]*)")
 _GPU_TYPE = re.compile(r"[A-Za-z]*\d")
 #: a chip after words that name none (``mi35x`` of ``small-amd-mi35x``): letters first, then a digit
 _NAMED_CHIP = re.compile(r"[A-Za-z]+\d")
+#: the words SGLang's runner configs put between ``-<N>-gpu-`` and the chip: the backend and the runner's size
+#: (``stage-c-test-large-8-gpu-amd-mi35x``, ``1-gpu-small-amd-mi35x``). Only these: any other word there (a model,
+#: ``deepseek`` of ``8-gpu-deepseek-v31``) means the tail names no chip, and it stays whole
+_BEFORE_CHIP = frozenset({"amd", "large", "small"})
 #: a word after the chip that names a variant of it, not the suite's purpose: memory (``80gb``, ``40g``),
 #: form factor or interconnect (``sxm``, ``sxm5``, ``pcie``, ``nvl``, ``nvl72``), memory kind (``hbm3``)
 _CHIP_VARIANT = re.compile(r"\d+(?:gb?|tb)|sxm\d*|pcie\d*|nvl\d*|hbm\d*e?", re.IGNORECASE)
@@ -431,11 +435,11 @@ def suite_hardware(tail: str) -> str:
     ``a100-40g``, ``h200-sxm``: pools and history know the chip by that name), without the words that only
     qualify the suite (``h200`` of ``h200-fp8``, ``gb300`` of ``gb300-kimi-k25``, ``mi35x`` of
     ``mi35x-deepseek-r1-mxfp4-tp2``) nor the words before the chip that name the backend or the runner's
-    size (``mi35x`` of SGLang's ``amd-mi35x`` and ``small-amd-mi35x``: a chip holds a digit, they do not);
-    a tail that names no chip stays whole (a runner config such as ``large``, ``small-amd``)."""
+    size (``mi35x`` of SGLang's ``amd-mi35x`` and ``small-amd-mi35x``, :data:`_BEFORE_CHIP`); a tail that
+    names no chip stays whole (a runner config such as ``large``, ``small-amd``; ``deepseek-v31``, a model)."""
     words = tail.split("-")
     first = 0
-    while first < len(words) - 1 and words[first].isalpha():
+    while first < len(words) - 1 and words[first].lower() in _BEFORE_CHIP:
         first += 1
     if not (_NAMED_CHIP if first else _GPU_TYPE).match(words[first]):
         return tail
