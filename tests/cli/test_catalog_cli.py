@@ -527,6 +527,22 @@ def test_an_sglang_file_registering_a_suite_per_commit_and_nightly_gives_two_tes
         "test/registered/test_both.py::cuda-nightly-1-gpu+nightly", "test/registered/test_one.py"]
 
 
+def test_the_first_of_an_sglang_per_commit_and_nightly_pair_keeps_the_id_it_always_had(tmp_path, capsys):
+    """Before the pair was two tests, the first call in the file owned `::cuda-nightly-1-gpu` (the later one was
+    dropped as a duplicate), so its history, calibration and quarantine are under that id. With the nightly call
+    first, the id must stay the nightly 300 s test's; the later per-commit one is the new id, `+per-commit`."""
+    sg = write_tree(tmp_path / "sg", {
+        "python/sgl/test/ci/ci_register.py": SG_REGISTER,
+        "test/registered/test_both.py": ('register_cuda_ci(300, "nightly-1-gpu", nightly=True)\n'
+                                         'register_cuda_ci(60, "nightly-1-gpu")\n')})
+    assert run(["--repo", str(sg), "--json", "--strict"]) == 0
+    assert [(r["id"], r["est_time"], r["nightly"]) for r in json.loads(capsys.readouterr().out)] == [
+        ("test/registered/test_both.py::cuda-nightly-1-gpu", 300, True),
+        ("test/registered/test_both.py::cuda-nightly-1-gpu+per-commit", 60, False)]
+    assert run(["--repo", str(sg), "--json", "--cadence", "nightly"]) == 0
+    assert [r["id"] for r in json.loads(capsys.readouterr().out)] == ["test/registered/test_both.py::cuda-nightly-1-gpu"]
+
+
 def test_an_empty_disabled_reason_disables_the_test_as_both_runners_do(tmp_path, capsys):
     """M's and SGLang's runners skip a registration whose `disabled` is any string, "" too: listed as disabled with
     a placeholder reason, not refused as a bad registration (which would make the night's verdict PROBLEMS)."""

@@ -212,8 +212,10 @@ def _variants(regs: list[Registration], by_nightly: bool = False) -> list[str | 
     several hardware (a ``hardware=[...]`` list); a true repeat keeps its id and is reported as a duplicate.
 
     ``by_nightly`` (the SGLang family, whose runner keys a registration on backend, suite and nightly): where a
-    per-commit and a nightly registration would share an id, the nightly one gets ``+nightly`` (no suite or
-    hardware holds a ``+``). Only then: every other id stays as it was, since history is keyed by ids."""
+    per-commit and a nightly registration would share an id, the first in file order keeps it (before such pairs
+    were two tests it was that one's id, the later one dropped as a duplicate: its history is under it) and the
+    later one gets its cadence, ``+nightly`` or ``+per-commit`` (no suite or hardware holds a ``+``). Only then:
+    every other id stays as it was, since history is keyed by ids."""
     if len(regs) == 1:
         return [None]
     bases = [f"{r.backend}-{r.suite}" for r in regs]
@@ -222,10 +224,11 @@ def _variants(regs: list[Registration], by_nightly: bool = False) -> list[str | 
         hardware.setdefault(base, set()).add(r.hardware)
     variants = [base + (f"@{r.hardware}" if len(hardware[base]) > 1 else "") for base, r in zip(bases, regs, strict=True)]
     if by_nightly:
-        kinds: dict[str, set[bool]] = {}
+        first: dict[str, bool] = {}  # variant -> the cadence of its first registration, which keeps the id
         for v, r in zip(variants, regs, strict=True):
-            kinds.setdefault(v, set()).add(r.nightly)
-        variants = [v + ("+nightly" if r.nightly and len(kinds[v]) > 1 else "") for v, r in zip(variants, regs, strict=True)]
+            first.setdefault(v, r.nightly)
+        variants = [v if r.nightly == first[v] else v + ("+nightly" if r.nightly else "+per-commit")
+                    for v, r in zip(variants, regs, strict=True)]
     return variants
 
 
