@@ -504,6 +504,30 @@ def test_a_gpu_registration_in_framework_m_s_fast_folder_is_a_located_problem_no
             "with register_cpu_ci if it needs no GPU") in err.splitlines()
 
 
+def test_refusing_one_registration_of_a_file_keeps_the_id_of_the_registrations_that_stay(tmp_path, capsys):
+    """The ids are made over every registration of the file: a GPU call refused in M's tests/fast, or an SGLang call
+    refused for suite=None, is a problem, but the file's other test keeps `<path>::<backend>-<suite>`, the id its
+    history is under, rather than becoming the bare path."""
+    m = write_tree(tmp_path / "m", {
+        "tests/fast/test_x.py": ('register_cpu_ci(12, "stage-a-cpu")\n'
+                                 'register_cuda_ci(60, "stage-b-2-gpu-h200", labels=["megatron"])\n'),
+        "tests/e2e/test_y.py": 'register_cuda_ci(60, "stage-b-2-gpu-h200", labels=["megatron"])\n'})
+    sg = write_tree(tmp_path / "sg", {
+        "python/sgl/test/ci/ci_register.py": SG_REGISTER,
+        "test/registered/test_x.py": ('register_cuda_ci(60, "nightly-1-gpu")\n'
+                                      'register_cuda_ci(90, suite=None, stage="stage-b", runner_config="1-gpu-large")\n')})
+    for repo, kept, refused in ((m, "tests/fast/test_x.py::cpu-stage-a-cpu", "tests/fast/test_x.py:2: register_cuda_ci"),
+                                (sg, "test/registered/test_x.py::cuda-nightly-1-gpu", "test/registered/test_x.py:2: suite")):
+        assert run(["--repo", str(repo), "--json", "--no-cache"]) == 0
+        out, err = capsys.readouterr()
+        assert kept in [r["id"] for r in json.loads(out)]
+        assert any(line.startswith(refused) for line in err.splitlines())
+        assert run(["--repo", str(repo), "--json"]) == 0  # the cached catalog says the same
+        assert kept in [r["id"] for r in json.loads(capsys.readouterr().out)]
+        assert run(["--repo", str(repo), "--json"]) == 0
+        assert kept in [r["id"] for r in json.loads(capsys.readouterr().out)]
+
+
 def test_an_sglang_file_registering_a_suite_per_commit_and_nightly_gives_two_tests_each_on_its_cadence(tmp_path, capsys):
     """SGLang keys a registration on (backend, suite, nightly): the pair is two tests, not a duplicate id with the
     nightly one dropped. Only the colliding nightly one gets `+nightly`; every other id stays as it was."""

@@ -149,6 +149,9 @@ def registry_tests(scans: list[FileScan], implicit_cpu_dirs: tuple[str, ...], di
         if not scan.parsed:
             continue
         regs = list(scan.registrations)
+        # the ids are made over every registration of the file, refused ones too: refusing one call must not move
+        # its siblings' ids (and so their history), e.g. from tests/fast/x.py::cpu-stage-a-cpu to tests/fast/x.py
+        named = sorted(regs + list(scan.withheld), key=lambda r: r.line) if scan.withheld else regs
         if regs and implicit and dialect.name == "m":
             regs, refused = _cpu_only(scan.path, regs, implicit, dialect)
             problems += refused
@@ -170,9 +173,12 @@ def registry_tests(scans: list[FileScan], implicit_cpu_dirs: tuple[str, ...], di
                     + (" or move it to an implicit CPU folder" if implicit else ""))))
                 continue
             suite = dialect.implicit_suite or posixpath.basename(home.rstrip("/"))
-            regs = [Registration("cpu", suite, 0, "cpu", 1, (), False, None, 1)]
-        variants = _variants(regs, by_nightly=dialect.nightly == "exclusive")
-        for r, variant in zip(regs, variants, strict=True):
+            regs = named = [Registration("cpu", suite, 0, "cpu", 1, (), False, None, 1)]
+        variants = _variants(named, by_nightly=dialect.nightly == "exclusive")
+        kept = {id(r) for r in regs} if len(regs) < len(named) else None
+        for r, variant in zip(named, variants, strict=True):
+            if kept is not None and id(r) not in kept:
+                continue
             tests.append(new_test(
                 id=make_id(scan.path, variant), path=scan.path, backend=r.backend, suite=r.suite,  # type: ignore[arg-type]
                 gpus=r.gpus, est_time=r.est_time, labels=r.labels, nightly=r.nightly, disabled=r.disabled,

@@ -67,14 +67,19 @@ class Registration:
 
 
 class _Bad(Exception):
-    def __init__(self, field: str, message: str):
+    def __init__(self, field: str, message: str, withheld: tuple[Registration, ...] = ()):
         self.field, self.message = field, message
+        #: what the refused call would register, when it can say (its ids still count for its siblings')
+        self.withheld = withheld
 
 
 def parse_registrations(tree: ast.Module, path: str, source: str, dialect: Dialect = M
-                        ) -> tuple[list[Registration], list[Problem]]:
-    """Every module-level registration of one file, and one problem per bad or misplaced call."""
+                        ) -> tuple[list[Registration], list[Problem], list[Registration]]:
+    """Every module-level registration of one file, one problem per bad or misplaced call, and what a call refused
+    only for its runner's sake would register (SGLang's ``suite=None`` beside ``stage=``): no test, but the ids of
+    the file's other tests are made over it too, so refusing it moves none of their ids (nor their history)."""
     regs: list[Registration] = []
+    withheld: list[Registration] = []
     problems: list[Problem] = []
     top_lines: set[int] = set()
     backends = dialect.backends
@@ -100,6 +105,7 @@ def parse_registrations(tree: ast.Module, path: str, source: str, dialect: Diale
             placed, conflicts = _registrations(call, dialect)
         except _Bad as bad:
             problems.append(Problem(path, call.lineno, bad.field, bad.message))
+            withheld += bad.withheld
             continue
         regs += placed
         problems += [Problem(path, call.lineno, bad.field, bad.message) for bad in conflicts]
@@ -108,7 +114,7 @@ def parse_registrations(tree: ast.Module, path: str, source: str, dialect: Diale
         problems += _misplaced(tree, path, top_lines, backends)
     if aliases.search(source):
         problems = sorted(problems + _aliased(tree, path, backends), key=lambda p: p.line)
-    return regs, problems
+    return regs, problems, withheld
 
 
 def _own_names(tree: ast.Module, module: str) -> frozenset[str]:
@@ -271,14 +277,27 @@ def _registrations(call: ast.Call, dialect: Dialect) -> tuple[list[Registration]
         if kw.arg in args:
             raise _Bad(kw.arg, "given twice (positionally or as a keyword); pass it once")
         args[kw.arg] = _literal(kw.arg, kw.value)
+    refused = None
     if "suite" in args and args["suite"] is None:  # suite=None is the default of frameworks with the stage= form
         if dialect.name == "sglang" and ("stage" in args or "runner_config" in args):
             # SGLang's runner checks whether suite was passed, not its value: with the pair it refuses the call
-            raise _Bad("suite", "suite=None is still a suite given to SGLang's runner, which refuses it beside stage= "
-                                "and runner_config= (\"must specify exactly one of (stage, runner_config) pair or "
-                                "suite\"); remove suite=None and keep the stage= and runner_config= pair")
+            refused = _Bad("suite", "suite=None is still a suite given to SGLang's runner, which refuses it beside "
+                                    "stage= and runner_config= (\"must specify exactly one of (stage, runner_config) "
+                                    "pair or suite\"); remove suite=None and keep the stage= and runner_config= pair")
         args.pop("suite")
+    if refused is None:
+        return _checked(call, args, sig, dialect)
+    try:
+        placed, _ = _checked(call, args, sig, dialect)
+    except _Bad:
+        raise refused from None  # what to fix first: the rest is read again once suite=None is gone
+    raise _Bad(refused.field, refused.message, tuple(placed))
 
+
+def _checked(call: ast.Call, args: dict[str, object], sig: Signature, dialect: Dialect
+             ) -> tuple[list[Registration], list[_Bad]]:
+    """:func:`_registrations` of a call whose arguments are read (``args``): each value checked."""
+    func = sig.name
     est_time = _est_time(args, dialect, func)
     suite = _suite(args, stage_form="runner_config" in sig.keywords, sig=sig, free=dialect.suites == "free")
     labels = _labels(args, required="labels" in sig.required)
