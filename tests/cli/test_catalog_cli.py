@@ -504,6 +504,22 @@ def test_a_gpu_registration_in_framework_m_s_fast_folder_is_a_located_problem_no
             "with register_cpu_ci if it needs no GPU") in err.splitlines()
 
 
+def test_only_framework_m_s_tests_fast_is_its_implicit_cpu_folder_not_a_fast_folder_under_another_root(tmp_path, capsys):
+    """M's runner treats tests/fast alone as its CPU-only folder: tests/e2e/fast/ holds ordinary files, so a GPU test
+    there is a GPU test and an unregistered file there is unregistered (never a CPU test it does not run)."""
+    m = write_tree(tmp_path / "m", {
+        "tests/fast/test_cpu.py": "def test_x():\n    pass\n",
+        "tests/e2e/fast/test_quick_grpo.py": 'register_cuda_ci(300, "stage-b-2-gpu-h200", labels=["megatron"])\n',
+        "tests/e2e/fast/test_helper.py": "def test_y():\n    pass\n"})
+    assert run(["--repo", str(m), "--json"]) == 0
+    out, err = capsys.readouterr()
+    assert [(r["id"], r["backend"]) for r in json.loads(out)] == [
+        ("tests/e2e/fast/test_quick_grpo.py", "cuda"), ("tests/fast/test_cpu.py", "cpu")]
+    assert [line.split(":")[0] for line in err.splitlines() if line.startswith("tests/")] == [
+        "tests/e2e/fast/test_helper.py"]
+    assert "assumed: implicit CPU folder(s) tests/fast: framework M's runner" in err
+
+
 def test_refusing_one_registration_of_a_file_keeps_the_id_of_the_registrations_that_stay(tmp_path, capsys):
     """The ids are made over every registration of the file: a GPU call refused in M's tests/fast, or an SGLang call
     refused for suite=None, is a problem, but the file's other test keeps `<path>::<backend>-<suite>`, the id its
