@@ -504,6 +504,25 @@ def test_a_gpu_registration_in_framework_m_s_fast_folder_is_a_located_problem_no
             "with register_cpu_ci if it needs no GPU") in err.splitlines()
 
 
+def test_a_gpu_registration_in_a_configured_implicit_cpu_folder_other_than_tests_fast_stays_a_gpu_test(
+        tmp_path, monkeypatch, capsys):
+    """Only M's tests/fast is refused GPU registrations (its runner's rule). A configured `implicit_cpu_dirs:
+    [tests/unit]` makes that folder's unregistered files CPU tests; its registered files stay what they register."""
+    repo = write_tree(tmp_path / "fw", {
+        "tests/unit/test_gpu_kernel.py": 'register_cuda_ci(100, "stage-b-1-gpu-h200", labels=["kernels"])\n',
+        "tests/unit/test_cpu_only.py": "print(1)\n",
+        "tests/e2e/test_e.py": 'register_cuda_ci(100, "stage-b-1-gpu-h200", labels=["a"])\n'})
+    assets = tmp_path / "assets"
+    assets.mkdir()
+    (assets / "cluster.yaml").write_text((PROJECT / "assets" / "cluster.yaml").read_text())
+    (assets / "repos.yaml").write_text(f"default: fw\nrepos:\n  fw:\n    path: {repo}\n    roots: [tests]\n"
+                                       "    implicit_cpu_dirs: [tests/unit]\n")
+    monkeypatch.setenv("NIGHTLY_ASSETS_DIR", str(assets))
+    assert run(["--repo", str(repo), "--json", "--strict"]) == 0
+    assert [(r["id"], r["backend"]) for r in json.loads(capsys.readouterr().out)] == [
+        ("tests/e2e/test_e.py", "cuda"), ("tests/unit/test_cpu_only.py", "cpu"), ("tests/unit/test_gpu_kernel.py", "cuda")]
+
+
 def test_only_framework_m_s_tests_fast_is_its_implicit_cpu_folder_not_a_fast_folder_under_another_root(tmp_path, capsys):
     """M's runner treats tests/fast alone as its CPU-only folder: tests/e2e/fast/ holds ordinary files, so a GPU test
     there is a GPU test and an unregistered file there is unregistered (never a CPU test it does not run)."""

@@ -22,7 +22,7 @@ import shlex
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from pipelines.core.catalog.dialect import Dialect, M, Signature
+from pipelines.core.catalog.dialect import M_FAST, Dialect, M, Signature
 from pipelines.core.catalog.ids import make_id, variant_problem
 from pipelines.core.catalog.registry import SUITE_REQUIRED, Registration
 from pipelines.core.catalog.scan import FileScan, checked_path
@@ -139,6 +139,7 @@ def registry_tests(scans: list[FileScan], implicit_cpu_dirs: tuple[str, ...], di
     tests: list[Test] = []
     problems: list[Problem] = []
     implicit = tuple(d.strip("/") + "/" for d in implicit_cpu_dirs)
+    fast = f"{M_FAST}/" if dialect.name == "m" and f"{M_FAST}/" in implicit else None  # where M's runner refuses GPU calls
     example = None
     beside: dict[str, set[str]] | None = None  # built at the first unregistered file
     cpu_example = None
@@ -152,8 +153,8 @@ def registry_tests(scans: list[FileScan], implicit_cpu_dirs: tuple[str, ...], di
         # the ids are made over every registration of the file, refused ones too: refusing one call must not move
         # its siblings' ids (and so their history), e.g. from tests/fast/x.py::cpu-stage-a-cpu to tests/fast/x.py
         named = sorted(regs + list(scan.withheld), key=lambda r: r.line) if scan.withheld else regs
-        if regs and implicit and dialect.name == "m":
-            regs, refused = _cpu_only(scan.path, regs, implicit, dialect)
+        if regs and fast is not None and scan.path.startswith(fast):
+            regs, refused = _cpu_only(scan.path, regs, dialect)
             problems += refused
             if not regs:
                 continue
@@ -188,14 +189,11 @@ def registry_tests(scans: list[FileScan], implicit_cpu_dirs: tuple[str, ...], di
     return tests, problems
 
 
-def _cpu_only(path: str, regs: list[Registration], implicit: tuple[str, ...], dialect: Dialect
-              ) -> tuple[list[Registration], list[Problem]]:
-    """Framework M's runner refuses a GPU registration in its implicit CPU folder (``tests/fast/``: "register_cuda_ci
+def _cpu_only(path: str, regs: list[Registration], dialect: Dialect) -> tuple[list[Registration], list[Problem]]:
+    """Framework M's runner refuses a GPU registration in its CPU-only folder (``tests/fast/``: "register_cuda_ci
     is forbidden in tests/fast/; move the file to tests/fast-gpu/"): one problem per such call, and only the
-    file's CPU registrations stay."""
-    home = next((d for d in implicit if path.startswith(d)), None)
-    if home is None:
-        return regs, []
+    file's CPU registrations stay. Only there: another implicit CPU folder (``implicit_cpu_dirs: [tests/unit]``)
+    makes its unregistered files CPU tests, and its registered ones stay what they register, as before."""
     names = {s.backend: s.name for s in dialect.functions}
     cpu_fn = names.get("cpu", "register_cpu_ci")
     problems: dict[int, Problem] = {}
@@ -203,12 +201,8 @@ def _cpu_only(path: str, regs: list[Registration], implicit: tuple[str, ...], di
         if r.backend == "cpu" or r.line in problems:
             continue
         func = names.get(r.backend, f"register_{r.backend}_ci")
-        if posixpath.basename(home.rstrip("/")) == "fast":  # M's own: its runner refuses the file
-            why = (f"{func} is forbidden in {home}, framework M's CPU-only folder (its runner refuses the file there); "
-                   f"move the file to {home.rstrip('/')}-gpu/")
-        else:
-            why = (f"{func} in {home}, an implicit CPU folder (implicit_cpu_dirs) whose files are CPU tests only; "
-                   "move the file out of it")
+        why = (f"{func} is forbidden in {M_FAST}/, framework M's CPU-only folder (its runner refuses the file there); "
+               f"move the file to {M_FAST}-gpu/")
         problems[r.line] = Problem(path, r.line, func, f"{why}, or register it with {cpu_fn} if it needs no GPU")
     return [r for r in regs if r.backend == "cpu"], list(problems.values())
 
