@@ -504,6 +504,29 @@ def test_a_gpu_registration_in_framework_m_s_fast_folder_is_a_located_problem_no
             "with register_cpu_ci if it needs no GPU") in err.splitlines()
 
 
+def test_registered_files_outside_framework_m_s_roots_are_named_not_dropped_silently(tmp_path, capsys):
+    """An unconfigured M-like checkout is read under M's runner's folders; its registered tests elsewhere
+    (tests/gpu/, tests/ itself) are not listed, and an assumed: line names them, says why and how to read them.
+    A note, not a problem: --strict stays green for a checkout M's runner reads as it is."""
+    repo = write_tree(tmp_path / "fw", {
+        "tests/ci/ci_register.py": ("def register_cuda_ci(est_time, suite, *, labels, nightly=False, disabled=None):\n"
+                                    "    pass\n"),
+        "tests/gpu/test_a.py": 'register_cuda_ci(100, "stage-b-1-gpu-h200", labels=["megatron"])\n',
+        "tests/test_b.py": 'register_cuda_ci(100, "stage-b-1-gpu-h200", labels=["megatron"])\n',
+        "tests/unit/test_plain.py": "def test_x():\n    pass\n",
+        "tests/e2e/test_ok.py": 'register_cuda_ci(100, "stage-b-1-gpu-h200", labels=["megatron"])\n'})
+    assert run(["--repo", str(repo), "--json", "--strict"]) == 0
+    out, err = capsys.readouterr()
+    assert [r["id"] for r in json.loads(out)] == ["tests/e2e/test_ok.py"]
+    assert ("assumed: 2 file(s) outside the roots call register_cuda_ci: tests/gpu/test_a.py, tests/test_b.py; they "
+            "are not listed: the m runner collects only tests/fast, tests/fast-gpu, tests/e2e, tests/ci, so its CI never "
+            "runs them either; move them under one of those folders, or set `roots:` in assets/repos.yaml or pass "
+            "--roots (e.g. `roots: [tests]`) to read them") in err.splitlines()
+    assert run(["--repo", str(repo), "--json", "--roots", "tests"]) == 0  # as the note says: now they are read
+    assert [r["id"] for r in json.loads(capsys.readouterr().out)] == [
+        "tests/e2e/test_ok.py", "tests/gpu/test_a.py", "tests/test_b.py"]
+
+
 def test_a_gpu_registration_in_a_configured_implicit_cpu_folder_other_than_tests_fast_stays_a_gpu_test(
         tmp_path, monkeypatch, capsys):
     """Only M's tests/fast is refused GPU registrations (its runner's rule). A configured `implicit_cpu_dirs:

@@ -21,7 +21,7 @@ from pathlib import Path
 from pipelines.core.catalog.assemble import registry_tests, template_path, template_tests
 from pipelines.core.catalog.cache import ScanCache, cache_file
 from pipelines.core.catalog.cached import defines_registry, scan_cached
-from pipelines.core.catalog.detect import choose, not_a_checkout, python_files, skipped_folders
+from pipelines.core.catalog.detect import choose, not_a_checkout, outside_roots, python_files, skipped_folders
 from pipelines.core.catalog.dialect import M_FAST, Dialect, M, with_rules
 from pipelines.core.catalog.ids import id_problem, safe_filename, test_id_to_path
 from pipelines.core.catalog.incremental import inputs_digest, remember, reuse
@@ -159,11 +159,14 @@ def registry_reading(repo: Path, spec: RepoSpec, configured: bool, roots: tuple[
     reading a file as an earlier revision registered it (``nightly coverage --against``)."""
     if roots is None:
         roots = configured_roots(repo, spec if configured else None)
+    defaulted = roots is None  # the runner's own folders are read: say what they leave out
     if roots is not None:  # `.`, `./tests` and `tests/` as the folders they name; `..` is kept for discovery to refuse
         roots = tuple(dict.fromkeys(root_folder(r) for r in roots))
-    dialect, roots, notes = choose(repo, getattr(spec, "dialect", "") or "", roots, defines,
-                                   py_files if py_files is not None else python_files(repo),
+    py_files = py_files if py_files is not None else python_files(repo)
+    dialect, roots, notes = choose(repo, getattr(spec, "dialect", "") or "", roots, defines, py_files,
                                    getattr(spec, "registry_module", "") or "")
+    if defaulted and getattr(spec, "format", "registry") != "template":
+        notes = [*notes, *outside_roots(repo, py_files, roots, dialect)]
     implicit_suite = getattr(spec, "implicit_cpu_suite", "") or ""
     if implicit_suite:
         dialect = dataclasses.replace(dialect, implicit_suite=implicit_suite)
