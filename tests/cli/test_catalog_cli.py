@@ -504,6 +504,88 @@ def test_a_gpu_registration_in_framework_m_s_fast_folder_is_a_located_problem_no
             "with register_cpu_ci if it needs no GPU") in err.splitlines()
 
 
+def test_registered_files_outside_framework_m_s_roots_are_named_not_dropped_silently(tmp_path, capsys):
+    """An unconfigured M-like checkout is read under M's runner's folders; its registered tests elsewhere
+    (tests/gpu/, tests/ itself) are not listed, and an assumed: line names them, says why and how to read them.
+    A note, not a problem: --strict stays green for a checkout M's runner reads as it is."""
+    repo = write_tree(tmp_path / "fw", {
+        "tests/ci/ci_register.py": ("def register_cuda_ci(est_time, suite, *, labels, nightly=False, disabled=None):\n"
+                                    "    pass\n"),
+        "tests/gpu/test_a.py": 'register_cuda_ci(100, "stage-b-1-gpu-h200", labels=["megatron"])\n',
+        "tests/test_b.py": 'register_cuda_ci(100, "stage-b-1-gpu-h200", labels=["megatron"])\n',
+        "tests/unit/test_plain.py": "def test_x():\n    pass\n",
+        "tests/e2e/test_ok.py": 'register_cuda_ci(100, "stage-b-1-gpu-h200", labels=["megatron"])\n'})
+    assert run(["--repo", str(repo), "--json", "--strict"]) == 0
+    out, err = capsys.readouterr()
+    assert [r["id"] for r in json.loads(out)] == ["tests/e2e/test_ok.py"]
+    assert ("assumed: 2 file(s) outside the roots call register_cuda_ci: tests/gpu/test_a.py, tests/test_b.py; they "
+            "are not listed: the m runner collects only tests/fast, tests/fast-gpu, tests/e2e, tests/ci, so its CI never "
+            "runs them either; move them under one of those folders, or set `roots:` in assets/repos.yaml or pass "
+            "--roots (e.g. `roots: [tests]`) to read them") in err.splitlines()
+    assert run(["--repo", str(repo), "--json", "--roots", "tests"]) == 0  # as the note says: now they are read
+    assert [r["id"] for r in json.loads(capsys.readouterr().out)] == [
+        "tests/e2e/test_ok.py", "tests/gpu/test_a.py", "tests/test_b.py"]
+
+
+def test_a_gpu_registration_in_a_configured_implicit_cpu_folder_other_than_tests_fast_stays_a_gpu_test(
+        tmp_path, monkeypatch, capsys):
+    """Only M's tests/fast is refused GPU registrations (its runner's rule). A configured `implicit_cpu_dirs:
+    [tests/unit]` makes that folder's unregistered files CPU tests; its registered files stay what they register."""
+    repo = write_tree(tmp_path / "fw", {
+        "tests/unit/test_gpu_kernel.py": 'register_cuda_ci(100, "stage-b-1-gpu-h200", labels=["kernels"])\n',
+        "tests/unit/test_cpu_only.py": "print(1)\n",
+        "tests/e2e/test_e.py": 'register_cuda_ci(100, "stage-b-1-gpu-h200", labels=["a"])\n'})
+    assets = tmp_path / "assets"
+    assets.mkdir()
+    (assets / "cluster.yaml").write_text((PROJECT / "assets" / "cluster.yaml").read_text())
+    (assets / "repos.yaml").write_text(f"default: fw\nrepos:\n  fw:\n    path: {repo}\n    roots: [tests]\n"
+                                       "    implicit_cpu_dirs: [tests/unit]\n")
+    monkeypatch.setenv("NIGHTLY_ASSETS_DIR", str(assets))
+    assert run(["--repo", str(repo), "--json", "--strict"]) == 0
+    assert [(r["id"], r["backend"]) for r in json.loads(capsys.readouterr().out)] == [
+        ("tests/e2e/test_e.py", "cuda"), ("tests/unit/test_cpu_only.py", "cpu"), ("tests/unit/test_gpu_kernel.py", "cuda")]
+
+
+def test_only_framework_m_s_tests_fast_is_its_implicit_cpu_folder_not_a_fast_folder_under_another_root(tmp_path, capsys):
+    """M's runner treats tests/fast alone as its CPU-only folder: tests/e2e/fast/ holds ordinary files, so a GPU test
+    there is a GPU test and an unregistered file there is unregistered (never a CPU test it does not run)."""
+    m = write_tree(tmp_path / "m", {
+        "tests/fast/test_cpu.py": "def test_x():\n    pass\n",
+        "tests/e2e/fast/test_quick_grpo.py": 'register_cuda_ci(300, "stage-b-2-gpu-h200", labels=["megatron"])\n',
+        "tests/e2e/fast/test_helper.py": "def test_y():\n    pass\n"})
+    assert run(["--repo", str(m), "--json"]) == 0
+    out, err = capsys.readouterr()
+    assert [(r["id"], r["backend"]) for r in json.loads(out)] == [
+        ("tests/e2e/fast/test_quick_grpo.py", "cuda"), ("tests/fast/test_cpu.py", "cpu")]
+    assert [line.split(":")[0] for line in err.splitlines() if line.startswith("tests/")] == [
+        "tests/e2e/fast/test_helper.py"]
+    assert "assumed: implicit CPU folder(s) tests/fast: framework M's runner" in err
+
+
+def test_refusing_one_registration_of_a_file_keeps_the_id_of_the_registrations_that_stay(tmp_path, capsys):
+    """The ids are made over every registration of the file: a GPU call refused in M's tests/fast, or an SGLang call
+    refused for suite=None, is a problem, but the file's other test keeps `<path>::<backend>-<suite>`, the id its
+    history is under, rather than becoming the bare path."""
+    m = write_tree(tmp_path / "m", {
+        "tests/fast/test_x.py": ('register_cpu_ci(12, "stage-a-cpu")\n'
+                                 'register_cuda_ci(60, "stage-b-2-gpu-h200", labels=["megatron"])\n'),
+        "tests/e2e/test_y.py": 'register_cuda_ci(60, "stage-b-2-gpu-h200", labels=["megatron"])\n'})
+    sg = write_tree(tmp_path / "sg", {
+        "python/sgl/test/ci/ci_register.py": SG_REGISTER,
+        "test/registered/test_x.py": ('register_cuda_ci(60, "nightly-1-gpu")\n'
+                                      'register_cuda_ci(90, suite=None, stage="stage-b", runner_config="1-gpu-large")\n')})
+    for repo, kept, refused in ((m, "tests/fast/test_x.py::cpu-stage-a-cpu", "tests/fast/test_x.py:2: register_cuda_ci"),
+                                (sg, "test/registered/test_x.py::cuda-nightly-1-gpu", "test/registered/test_x.py:2: suite")):
+        assert run(["--repo", str(repo), "--json", "--no-cache"]) == 0
+        out, err = capsys.readouterr()
+        assert kept in [r["id"] for r in json.loads(out)]
+        assert any(line.startswith(refused) for line in err.splitlines())
+        assert run(["--repo", str(repo), "--json"]) == 0  # the cached catalog says the same
+        assert kept in [r["id"] for r in json.loads(capsys.readouterr().out)]
+        assert run(["--repo", str(repo), "--json"]) == 0
+        assert kept in [r["id"] for r in json.loads(capsys.readouterr().out)]
+
+
 def test_an_sglang_file_registering_a_suite_per_commit_and_nightly_gives_two_tests_each_on_its_cadence(tmp_path, capsys):
     """SGLang keys a registration on (backend, suite, nightly): the pair is two tests, not a duplicate id with the
     nightly one dropped. Only the colliding nightly one gets `+nightly`; every other id stays as it was."""
@@ -525,6 +607,22 @@ def test_an_sglang_file_registering_a_suite_per_commit_and_nightly_gives_two_tes
     assert run(["--repo", str(sg), "--json", "--cadence", "nightly", "--backend", "cuda"]) == 0
     assert [r["id"] for r in json.loads(capsys.readouterr().out)] == [
         "test/registered/test_both.py::cuda-nightly-1-gpu+nightly", "test/registered/test_one.py"]
+
+
+def test_the_first_of_an_sglang_per_commit_and_nightly_pair_keeps_the_id_it_always_had(tmp_path, capsys):
+    """Before the pair was two tests, the first call in the file owned `::cuda-nightly-1-gpu` (the later one was
+    dropped as a duplicate), so its history, calibration and quarantine are under that id. With the nightly call
+    first, the id must stay the nightly 300 s test's; the later per-commit one is the new id, `+per-commit`."""
+    sg = write_tree(tmp_path / "sg", {
+        "python/sgl/test/ci/ci_register.py": SG_REGISTER,
+        "test/registered/test_both.py": ('register_cuda_ci(300, "nightly-1-gpu", nightly=True)\n'
+                                         'register_cuda_ci(60, "nightly-1-gpu")\n')})
+    assert run(["--repo", str(sg), "--json", "--strict"]) == 0
+    assert [(r["id"], r["est_time"], r["nightly"]) for r in json.loads(capsys.readouterr().out)] == [
+        ("test/registered/test_both.py::cuda-nightly-1-gpu", 300, True),
+        ("test/registered/test_both.py::cuda-nightly-1-gpu+per-commit", 60, False)]
+    assert run(["--repo", str(sg), "--json", "--cadence", "nightly"]) == 0
+    assert [r["id"] for r in json.loads(capsys.readouterr().out)] == ["test/registered/test_both.py::cuda-nightly-1-gpu"]
 
 
 def test_an_empty_disabled_reason_disables_the_test_as_both_runners_do(tmp_path, capsys):

@@ -793,3 +793,46 @@ def test_interleaved_output_between_an_end_line_and_its_filename_line_is_no_miss
     assert [line for line in out.splitlines() if "End block without" in line] == [
         f"  {log}:12: log: End block without its `filename='<file>', elapsed=N` line; that attempt's record is "
         "incomplete, check the log was saved whole"]
+
+
+def test_an_sglang_log_goes_to_the_per_commit_or_nightly_test_its_runner_command_ran(tmp_path, capsys, monkeypatch):
+    """SGLang keys a registration on (backend, suite, nightly): a file registering nightly-1-gpu per-commit and
+    nightly is two tests of one hardware. The log's `run_suite.py ... --nightly` says which ran (else the est_time
+    it prints); --hardware, which cannot tell them apart, is never what the problem advises."""
+    root = tmp_path / "sg"
+    files = {"python/sgl/test/ci/ci_register.py": "".join(
+                 f"def register_{b}_ci(est_time, suite=None, nightly=False, disabled=None, *, stage=None, "
+                 "runner_config=None):\n    return None\n" for b in ("cpu", "cuda")),
+             "test/registered/test_pair.py": ('register_cuda_ci(60, "nightly-1-gpu")\n'
+                                              'register_cuda_ci(300, "nightly-1-gpu", nightly=True)\n')}
+    for rel, text in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    monkeypatch.setenv("NIGHTLY_HOME", str(tmp_path / "home"))
+    end = ("2026-01-01T00:04:10Z End (1/1):\n"
+           "2026-01-01T00:04:10Z filename='test/registered/test_pair.py', elapsed={s}, _estimated_time={est}\n")
+    summary = "2026-01-01T00:04:11Z [1/1] test/registered/test_pair.py  PASS  elapsed={s}s\n"
+    logs = {"nightly.log": ("2026-01-01T00:00:00Z + python3 run_suite.py --hw cuda --suite nightly-1-gpu --nightly\n"
+                            + end.format(s=250, est=300) + summary.format(s=250)),
+            "commit.log": ("2026-01-01T00:00:00Z + python3 run_suite.py --hw cuda --suite nightly-1-gpu\n"
+                           + summary.format(s=50)),
+            "step.log": end.format(s=240, est=300) + summary.format(s=240),  # no command line: its est_time says
+            "bare.log": summary.format(s=99)}  # nothing says which
+    for name, text in logs.items():
+        (tmp_path / name).write_text(text)
+    store = tmp_path / "h.sqlite"
+    assert cli("history", "import", "--repo", str(root), "--store", str(store),
+               *(str(tmp_path / name) for name in ("nightly.log", "commit.log", "step.log"))) == 0
+    assert sorted((s.test_id, s.elapsed_s) for s in FileHistoryStore(store).read()) == [
+        ("test/registered/test_pair.py::cuda-nightly-1-gpu", 50.0),
+        ("test/registered/test_pair.py::cuda-nightly-1-gpu+nightly", 240.0),
+        ("test/registered/test_pair.py::cuda-nightly-1-gpu+nightly", 250.0)]
+    capsys.readouterr()
+    assert cli("history", "import", "--repo", str(root), "--store", str(store), str(tmp_path / "bare.log")) == 1
+    out = capsys.readouterr().out
+    assert "--hardware" not in out
+    assert (f"{tmp_path / 'bare.log'}:1: suite: test/registered/test_pair.py registers suite 'nightly-1-gpu' both "
+            "per-commit and nightly=True (test/registered/test_pair.py::cuda-nightly-1-gpu, "
+            "test/registered/test_pair.py::cuda-nightly-1-gpu+nightly) and the log does not say which ran: it holds "
+            "no one runner command line (`run_suite.py --suite S`, with `--nightly` for the nightly run) and it prints "
+            "no _estimated_time; import the whole job log, whose command line says it") in out

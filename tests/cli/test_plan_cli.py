@@ -652,3 +652,27 @@ def test_sglang_amd_suites_naming_the_backend_or_size_before_the_chip_run_on_the
     assert sorted(a["test_id"] for a in out["assignments"]) == [f"test/registered/test_{i}.py" for i in range(3)]
     assert [(u["test_id"], u["hardware"]) for u in out["unplanned"]] == [
         ("test/registered/test_3.py", "1-gpu-small-amd")]
+
+
+def test_sglang_suites_naming_a_model_after_the_gpu_count_keep_their_whole_hardware(tmp_path, monkeypatch, capsys):
+    """SGLang's `nightly-amd-accuracy-8-gpu-deepseek-v31` names a model, not a chip `v31`: only the backend and
+    runner-size words (amd, large, small) are skipped before a chip, so these keep the hardware they always had
+    (`8-gpu-deepseek-v31`), which pools and history name; `...-8-gpu-amd-mi35x` still runs on mi35x."""
+    from pipelines.cli import main
+
+    repo = tmp_path / "sg"
+    suites = ["nightly-amd-accuracy-8-gpu-deepseek-v31", "nightly-amd-accuracy-8-gpu-deepseek-v4-flash",
+              "nightly-8-gpu-kimi-k25-rocm720", "nightly-amd-8-gpu-amd-mi35x"]
+    files = {"python/sgl/test/ci/ci_register.py": SG_REGISTER,
+             **{f"test/registered/test_{i}.py": f'register_amd_ci(100, "{s}", nightly=True)\n'
+                for i, s in enumerate(suites)}}
+    for rel, text in files.items():
+        (repo / rel).parent.mkdir(parents=True, exist_ok=True)
+        (repo / rel).write_text(text)
+    monkeypatch.setenv("NIGHTLY_HOME", str(tmp_path / "home"))
+    assert main(["plan", "--repo", str(repo), "--cadence", "nightly", "--pool", "mi35x=1x8",
+                 "--pool", "8-gpu-deepseek-v31=1x8", "--backend", "amd", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert sorted(a["test_id"] for a in out["assignments"]) == ["test/registered/test_0.py", "test/registered/test_3.py"]
+    assert [(u["test_id"], u["hardware"]) for u in out["unplanned"]] == [
+        ("test/registered/test_1.py", "8-gpu-deepseek-v4-flash"), ("test/registered/test_2.py", "8-gpu-kimi-k25-rocm720")]

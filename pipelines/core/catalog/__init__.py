@@ -14,7 +14,6 @@ import functools
 import gc
 import hashlib
 import os
-import posixpath
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -22,8 +21,8 @@ from pathlib import Path
 from pipelines.core.catalog.assemble import registry_tests, template_path, template_tests
 from pipelines.core.catalog.cache import ScanCache, cache_file
 from pipelines.core.catalog.cached import defines_registry, scan_cached
-from pipelines.core.catalog.detect import choose, not_a_checkout, python_files, skipped_folders
-from pipelines.core.catalog.dialect import Dialect, M, with_rules
+from pipelines.core.catalog.detect import choose, not_a_checkout, outside_roots, python_files, skipped_folders
+from pipelines.core.catalog.dialect import M_FAST, Dialect, M, with_rules
 from pipelines.core.catalog.ids import id_problem, safe_filename, test_id_to_path
 from pipelines.core.catalog.incremental import inputs_digest, remember, reuse
 from pipelines.core.catalog.requirements import build_requirements
@@ -156,15 +155,18 @@ def registry_reading(repo: Path, spec: RepoSpec, configured: bool, roots: tuple[
                      defines=None, py_files=None) -> tuple[Dialect, tuple[str, ...], list[str], RepoSpec]:
     """How the registry files of ``repo`` are read: (dialect, roots, notes, spec with the implicit CPU
     folders in force): the spec's dialect or the one its registry module defines, repos.yaml's rules,
-    and an unconfigured framework M checkout's ``fast`` folders. One choice for the catalog and for
+    and an unconfigured framework M checkout's ``tests/fast`` folder. One choice for the catalog and for
     reading a file as an earlier revision registered it (``nightly coverage --against``)."""
     if roots is None:
         roots = configured_roots(repo, spec if configured else None)
+    defaulted = roots is None  # the runner's own folders are read: say what they leave out
     if roots is not None:  # `.`, `./tests` and `tests/` as the folders they name; `..` is kept for discovery to refuse
         roots = tuple(dict.fromkeys(root_folder(r) for r in roots))
-    dialect, roots, notes = choose(repo, getattr(spec, "dialect", "") or "", roots, defines,
-                                   py_files if py_files is not None else python_files(repo),
+    py_files = py_files if py_files is not None else python_files(repo)
+    dialect, roots, notes = choose(repo, getattr(spec, "dialect", "") or "", roots, defines, py_files,
                                    getattr(spec, "registry_module", "") or "")
+    if defaulted and getattr(spec, "format", "registry") != "template":
+        notes = [*notes, *outside_roots(repo, py_files, roots, dialect)]
     implicit_suite = getattr(spec, "implicit_cpu_suite", "") or ""
     if implicit_suite:
         dialect = dataclasses.replace(dialect, implicit_suite=implicit_suite)
@@ -172,10 +174,11 @@ def registry_reading(repo: Path, spec: RepoSpec, configured: bool, roots: tuple[
     if overridden:
         notes = [*notes, overridden]
     if not configured and dialect.name == "m" and not spec.implicit_cpu_dirs:
-        # framework M's runner takes an unregistered file of its "fast" folder as a CPU test of est_time 1: a root
-        # that is that folder (tests/fast, one of its runner's roots), or one holding it (tests, an older layout)
-        folders = (r if posixpath.basename(r) == "fast" else posixpath.normpath(f"{r}/fast") for r in roots)
-        fast = tuple(dict.fromkeys(f for f in folders if (repo / f).is_dir()))
+        # framework M's runner takes an unregistered file of its tests/fast folder as a CPU test of est_time 1, when
+        # the roots read it (tests/fast itself, one of its runner's roots, or one holding it: tests, an older layout);
+        # only that folder: tests/e2e/fast is an ordinary folder to M's runner
+        inside = any(r == "." or M_FAST == r or M_FAST.startswith(r + "/") for r in roots)
+        fast = (M_FAST,) if inside and (repo / M_FAST).is_dir() else ()
         if fast:
             spec = dataclasses.replace(spec, implicit_cpu_dirs=fast)
             notes = [*notes, f"implicit CPU folder(s) {', '.join(fast)}: framework M's runner takes an unregistered "

@@ -22,7 +22,7 @@ import shlex
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from pipelines.core.catalog.dialect import Dialect, M, Signature
+from pipelines.core.catalog.dialect import M_FAST, Dialect, M, Signature
 from pipelines.core.catalog.ids import make_id, variant_problem
 from pipelines.core.catalog.registry import SUITE_REQUIRED, Registration
 from pipelines.core.catalog.scan import FileScan, checked_path
@@ -139,6 +139,7 @@ def registry_tests(scans: list[FileScan], implicit_cpu_dirs: tuple[str, ...], di
     tests: list[Test] = []
     problems: list[Problem] = []
     implicit = tuple(d.strip("/") + "/" for d in implicit_cpu_dirs)
+    fast = f"{M_FAST}/" if dialect.name == "m" and f"{M_FAST}/" in implicit else None  # where M's runner refuses GPU calls
     example = None
     beside: dict[str, set[str]] | None = None  # built at the first unregistered file
     cpu_example = None
@@ -149,8 +150,11 @@ def registry_tests(scans: list[FileScan], implicit_cpu_dirs: tuple[str, ...], di
         if not scan.parsed:
             continue
         regs = list(scan.registrations)
-        if regs and implicit and dialect.name == "m":
-            regs, refused = _cpu_only(scan.path, regs, implicit, dialect)
+        # the ids are made over every registration of the file, refused ones too: refusing one call must not move
+        # its siblings' ids (and so their history), e.g. from tests/fast/x.py::cpu-stage-a-cpu to tests/fast/x.py
+        named = sorted(regs + list(scan.withheld), key=lambda r: r.line) if scan.withheld else regs
+        if regs and fast is not None and scan.path.startswith(fast):
+            regs, refused = _cpu_only(scan.path, regs, dialect)
             problems += refused
             if not regs:
                 continue
@@ -170,9 +174,12 @@ def registry_tests(scans: list[FileScan], implicit_cpu_dirs: tuple[str, ...], di
                     + (" or move it to an implicit CPU folder" if implicit else ""))))
                 continue
             suite = dialect.implicit_suite or posixpath.basename(home.rstrip("/"))
-            regs = [Registration("cpu", suite, 0, "cpu", 1, (), False, None, 1)]
-        variants = _variants(regs, by_nightly=dialect.nightly == "exclusive")
-        for r, variant in zip(regs, variants, strict=True):
+            regs = named = [Registration("cpu", suite, 0, "cpu", 1, (), False, None, 1)]
+        variants = _variants(named, by_nightly=dialect.nightly == "exclusive")
+        kept = {id(r) for r in regs} if len(regs) < len(named) else None
+        for r, variant in zip(named, variants, strict=True):
+            if kept is not None and id(r) not in kept:
+                continue
             tests.append(new_test(
                 id=make_id(scan.path, variant), path=scan.path, backend=r.backend, suite=r.suite,  # type: ignore[arg-type]
                 gpus=r.gpus, est_time=r.est_time, labels=r.labels, nightly=r.nightly, disabled=r.disabled,
@@ -182,14 +189,11 @@ def registry_tests(scans: list[FileScan], implicit_cpu_dirs: tuple[str, ...], di
     return tests, problems
 
 
-def _cpu_only(path: str, regs: list[Registration], implicit: tuple[str, ...], dialect: Dialect
-              ) -> tuple[list[Registration], list[Problem]]:
-    """Framework M's runner refuses a GPU registration in its implicit CPU folder (``tests/fast/``: "register_cuda_ci
+def _cpu_only(path: str, regs: list[Registration], dialect: Dialect) -> tuple[list[Registration], list[Problem]]:
+    """Framework M's runner refuses a GPU registration in its CPU-only folder (``tests/fast/``: "register_cuda_ci
     is forbidden in tests/fast/; move the file to tests/fast-gpu/"): one problem per such call, and only the
-    file's CPU registrations stay."""
-    home = next((d for d in implicit if path.startswith(d)), None)
-    if home is None:
-        return regs, []
+    file's CPU registrations stay. Only there: another implicit CPU folder (``implicit_cpu_dirs: [tests/unit]``)
+    makes its unregistered files CPU tests, and its registered ones stay what they register, as before."""
     names = {s.backend: s.name for s in dialect.functions}
     cpu_fn = names.get("cpu", "register_cpu_ci")
     problems: dict[int, Problem] = {}
@@ -197,12 +201,8 @@ def _cpu_only(path: str, regs: list[Registration], implicit: tuple[str, ...], di
         if r.backend == "cpu" or r.line in problems:
             continue
         func = names.get(r.backend, f"register_{r.backend}_ci")
-        if posixpath.basename(home.rstrip("/")) == "fast":  # M's own: its runner refuses the file
-            why = (f"{func} is forbidden in {home}, framework M's CPU-only folder (its runner refuses the file there); "
-                   f"move the file to {home.rstrip('/')}-gpu/")
-        else:
-            why = (f"{func} in {home}, an implicit CPU folder (implicit_cpu_dirs) whose files are CPU tests only; "
-                   "move the file out of it")
+        why = (f"{func} is forbidden in {M_FAST}/, framework M's CPU-only folder (its runner refuses the file there); "
+               f"move the file to {M_FAST}-gpu/")
         problems[r.line] = Problem(path, r.line, func, f"{why}, or register it with {cpu_fn} if it needs no GPU")
     return [r for r in regs if r.backend == "cpu"], list(problems.values())
 
@@ -212,8 +212,10 @@ def _variants(regs: list[Registration], by_nightly: bool = False) -> list[str | 
     several hardware (a ``hardware=[...]`` list); a true repeat keeps its id and is reported as a duplicate.
 
     ``by_nightly`` (the SGLang family, whose runner keys a registration on backend, suite and nightly): where a
-    per-commit and a nightly registration would share an id, the nightly one gets ``+nightly`` (no suite or
-    hardware holds a ``+``). Only then: every other id stays as it was, since history is keyed by ids."""
+    per-commit and a nightly registration would share an id, the first in file order keeps it (before such pairs
+    were two tests it was that one's id, the later one dropped as a duplicate: its history is under it) and the
+    later one gets its cadence, ``+nightly`` or ``+per-commit`` (no suite or hardware holds a ``+``). Only then:
+    every other id stays as it was, since history is keyed by ids."""
     if len(regs) == 1:
         return [None]
     bases = [f"{r.backend}-{r.suite}" for r in regs]
@@ -222,10 +224,11 @@ def _variants(regs: list[Registration], by_nightly: bool = False) -> list[str | 
         hardware.setdefault(base, set()).add(r.hardware)
     variants = [base + (f"@{r.hardware}" if len(hardware[base]) > 1 else "") for base, r in zip(bases, regs, strict=True)]
     if by_nightly:
-        kinds: dict[str, set[bool]] = {}
+        first: dict[str, bool] = {}  # variant -> the cadence of its first registration, which keeps the id
         for v, r in zip(variants, regs, strict=True):
-            kinds.setdefault(v, set()).add(r.nightly)
-        variants = [v + ("+nightly" if r.nightly and len(kinds[v]) > 1 else "") for v, r in zip(variants, regs, strict=True)]
+            first.setdefault(v, r.nightly)
+        variants = [v if r.nightly == first[v] else v + ("+nightly" if r.nightly else "+per-commit")
+                    for v, r in zip(variants, regs, strict=True)]
     return variants
 
 

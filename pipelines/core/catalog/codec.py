@@ -48,7 +48,8 @@ def _encode_needs(n: Needs) -> list:
 
 def encode(scan: FileScan) -> list:
     return [scan.sha256, [list(r.__dict__.values()) for r in scan.registrations], encode_needs(scan.needs),
-            scan.num_gpus, [[p.path, p.line, p.field, p.message] for p in scan.problems], scan.parsed, list(scan.notes)]
+            scan.num_gpus, [[p.path, p.line, p.field, p.message] for p in scan.problems], scan.parsed, list(scan.notes),
+            [list(r.__dict__.values()) for r in scan.withheld]]
 
 
 #: many files download the same models: equal frozen records are built once and shared
@@ -58,7 +59,7 @@ _NO_NEEDS = Needs()
 
 
 def decode(rel: str, data: list) -> FileScan:
-    sha, regs, (downloads, conversions, unresolved), num_gpus, problems, parsed, notes = data
+    sha, regs, (downloads, conversions, unresolved), num_gpus, problems, parsed, notes, withheld = data
     registrations = []
     for r in regs:
         backend, suite, gpus, hardware, est, labels, nightly, disabled, line, assumed, literal = r
@@ -69,7 +70,12 @@ def decode(rel: str, data: list) -> FileScan:
                         for m, s, p, params, line in conversions),
                   tuple(unresolved)) if downloads or conversions or unresolved else _NO_NEEDS
     return FileScan(rel, sha, tuple(registrations), needs, num_gpus, tuple(Problem(*p) for p in problems), parsed,
-                    tuple(notes))
+                    tuple(notes), tuple(_withheld(r) for r in withheld) if withheld else ())
+
+
+def _withheld(r: list) -> Registration:
+    backend, suite, gpus, hardware, est, labels, nightly, disabled, line, assumed, literal = r
+    return Registration(backend, suite, gpus, hardware, est, tuple(labels), nightly, disabled, line, assumed, literal)
 
 
 def encode_catalog(c: Catalog) -> list:

@@ -8,6 +8,7 @@ and the roots. Every choice made without configuration becomes one line of
 
 from __future__ import annotations
 
+import ast
 import os
 import re
 from collections.abc import Callable
@@ -23,7 +24,7 @@ from pipelines.core.catalog.dialect import (
     resembles,
     signatures,
 )
-from pipelines.core.catalog.scan import ROOTS_SETTING, python_source, root_folder, walk_files
+from pipelines.core.catalog.scan import ROOTS_SETTING, collected, python_source, root_folder, walk_files
 
 #: folders that never hold the framework's own registry module
 _SKIP = frozenset({"node_modules", "site-packages", "venv", "build", "dist"})
@@ -101,6 +102,52 @@ def skipped_folders(files: list[tuple[str, os.stat_result]], roots: tuple[str, .
     return [f"symlinked folder {rel} not followed, its files are not listed: it {why}"
             for rel, why in sorted(getattr(files, "skipped", {}).items())
             if everywhere or rel.startswith(under)]
+
+
+#: at most this many files named in the note about registered files outside the roots
+_NAMED_OUTSIDE = 10
+
+
+def outside_roots(repo: Path, files: list[tuple[str, os.stat_result]], roots: tuple[str, ...], dialect: Dialect
+                  ) -> list[str]:
+    """A note naming the test files under ``tests/`` outside the roots that its runner would collect by name and
+    that call a register function: the roots chosen for an unconfigured checkout (framework M's runner's own
+    folders) leave them out, and a registered test must not vanish without a word (its CI never runs it either,
+    but a layout of its own, ``tests/gpu/``, is more likely an older or different runner than dead tests).
+    Framework M's family only (its roots lie under ``tests/``); a note, never a problem: a real M checkout keeps
+    its verdict."""
+    if "." in roots or not all(r.startswith(FAMILY_ROOT + "/") for r in dialect.roots):
+        return []
+    under, _ = _under(roots)
+    found = []
+    for rel, _st in files:
+        if not rel.startswith(FAMILY_ROOT + "/") or rel.startswith(under):
+            continue
+        if not collected(rel.rpartition("/")[2], tuple(dialect.discovery), tuple(dialect.exclude)):
+            continue
+        try:
+            data = (repo / rel).read_bytes()
+        except OSError:
+            continue
+        if b"register_" in data and _registers(data, dialect):
+            found.append(rel)
+    if not found:
+        return []
+    shown = ", ".join(found[:_NAMED_OUTSIDE]) + (f" and {len(found) - _NAMED_OUTSIDE} more" if len(found) > _NAMED_OUTSIDE else "")
+    return [f"{len(found)} file(s) outside the roots call {'/'.join(sorted(dialect.backends))}: {shown}; they are "
+            f"not listed: the {dialect.name} runner collects only {', '.join(dialect.roots)}, so its CI never runs them "
+            f"either; move them under one of those folders, or {ROOTS_SETTING} (e.g. `roots: [{FAMILY_ROOT}]`) to "
+            "read them"]
+
+
+def _registers(data: bytes, dialect: Dialect) -> bool:
+    """Whether a file calls one of the dialect's register functions at module level, as its runner reads them."""
+    try:
+        tree = ast.parse(python_source(data)[0])
+    except (SyntaxError, ValueError, UnicodeDecodeError):
+        return False
+    return any(isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call) and isinstance(stmt.value.func, ast.Name)
+               and stmt.value.func.id in dialect.backends for stmt in tree.body)
 
 
 def _under(roots: tuple[str, ...]) -> tuple[tuple[str, ...], bool]:

@@ -110,6 +110,9 @@ _SG_KW = ("est_time", "suite", "nightly", "disabled", "stage", "runner_config")
 #: the folders framework M's runner collects (``_DISCOVERY_ROOTS`` of its ci_register.py); its CPU-only ``fast``
 #: folder first. A repo holding none of them is read under :data:`FAMILY_ROOT` instead
 M_ROOTS = ("tests/fast", "tests/fast-gpu", "tests/e2e", "tests/ci")
+#: framework M's CPU-only folder: its runner takes an unregistered file there as a CPU test and refuses a GPU
+#: registration there. Only this one: a ``fast`` folder elsewhere (``tests/e2e/fast``) is an ordinary one
+M_FAST = M_ROOTS[0]
 #: where the registry family keeps its tests when a repo has none of its runner's own folders
 FAMILY_ROOT = "tests"
 

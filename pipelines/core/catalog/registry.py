@@ -37,6 +37,10 @@ _HARDWARE = re.compile(r"(?:(\d+)-gpu-)?([A-Za-z0-9][A-Za-z0-9._-]*)")
 _GPU_TYPE = re.compile(r"[A-Za-z]*\d")
 #: a chip after words that name none (``mi35x`` of ``small-amd-mi35x``): letters first, then a digit
 _NAMED_CHIP = re.compile(r"[A-Za-z]+\d")
+#: the words SGLang's runner configs put between ``-<N>-gpu-`` and the chip: the backend and the runner's size
+#: (``stage-c-test-large-8-gpu-amd-mi35x``, ``1-gpu-small-amd-mi35x``). Only these: any other word there (a model,
+#: ``deepseek`` of ``8-gpu-deepseek-v31``) means the tail names no chip, and it stays whole
+_BEFORE_CHIP = frozenset({"amd", "large", "small"})
 #: a word after the chip that names a variant of it, not the suite's purpose: memory (``80gb``, ``40g``),
 #: form factor or interconnect (``sxm``, ``sxm5``, ``pcie``, ``nvl``, ``nvl72``), memory kind (``hbm3``)
 _CHIP_VARIANT = re.compile(r"\d+(?:gb?|tb)|sxm\d*|pcie\d*|nvl\d*|hbm\d*e?", re.IGNORECASE)
@@ -63,14 +67,19 @@ class Registration:
 
 
 class _Bad(Exception):
-    def __init__(self, field: str, message: str):
+    def __init__(self, field: str, message: str, withheld: tuple[Registration, ...] = ()):
         self.field, self.message = field, message
+        #: what the refused call would register, when it can say (its ids still count for its siblings')
+        self.withheld = withheld
 
 
 def parse_registrations(tree: ast.Module, path: str, source: str, dialect: Dialect = M
-                        ) -> tuple[list[Registration], list[Problem]]:
-    """Every module-level registration of one file, and one problem per bad or misplaced call."""
+                        ) -> tuple[list[Registration], list[Problem], list[Registration]]:
+    """Every module-level registration of one file, one problem per bad or misplaced call, and what a call refused
+    only for its runner's sake would register (SGLang's ``suite=None`` beside ``stage=``): no test, but the ids of
+    the file's other tests are made over it too, so refusing it moves none of their ids (nor their history)."""
     regs: list[Registration] = []
+    withheld: list[Registration] = []
     problems: list[Problem] = []
     top_lines: set[int] = set()
     backends = dialect.backends
@@ -96,6 +105,7 @@ def parse_registrations(tree: ast.Module, path: str, source: str, dialect: Diale
             placed, conflicts = _registrations(call, dialect)
         except _Bad as bad:
             problems.append(Problem(path, call.lineno, bad.field, bad.message))
+            withheld += bad.withheld
             continue
         regs += placed
         problems += [Problem(path, call.lineno, bad.field, bad.message) for bad in conflicts]
@@ -104,7 +114,7 @@ def parse_registrations(tree: ast.Module, path: str, source: str, dialect: Diale
         problems += _misplaced(tree, path, top_lines, backends)
     if aliases.search(source):
         problems = sorted(problems + _aliased(tree, path, backends), key=lambda p: p.line)
-    return regs, problems
+    return regs, problems, withheld
 
 
 def _own_names(tree: ast.Module, module: str) -> frozenset[str]:
@@ -267,14 +277,27 @@ def _registrations(call: ast.Call, dialect: Dialect) -> tuple[list[Registration]
         if kw.arg in args:
             raise _Bad(kw.arg, "given twice (positionally or as a keyword); pass it once")
         args[kw.arg] = _literal(kw.arg, kw.value)
+    refused = None
     if "suite" in args and args["suite"] is None:  # suite=None is the default of frameworks with the stage= form
         if dialect.name == "sglang" and ("stage" in args or "runner_config" in args):
             # SGLang's runner checks whether suite was passed, not its value: with the pair it refuses the call
-            raise _Bad("suite", "suite=None is still a suite given to SGLang's runner, which refuses it beside stage= "
-                                "and runner_config= (\"must specify exactly one of (stage, runner_config) pair or "
-                                "suite\"); remove suite=None and keep the stage= and runner_config= pair")
+            refused = _Bad("suite", "suite=None is still a suite given to SGLang's runner, which refuses it beside "
+                                    "stage= and runner_config= (\"must specify exactly one of (stage, runner_config) "
+                                    "pair or suite\"); remove suite=None and keep the stage= and runner_config= pair")
         args.pop("suite")
+    if refused is None:
+        return _checked(call, args, sig, dialect)
+    try:
+        placed, _ = _checked(call, args, sig, dialect)
+    except _Bad:
+        raise refused from None  # what to fix first: the rest is read again once suite=None is gone
+    raise _Bad(refused.field, refused.message, tuple(placed))
 
+
+def _checked(call: ast.Call, args: dict[str, object], sig: Signature, dialect: Dialect
+             ) -> tuple[list[Registration], list[_Bad]]:
+    """:func:`_registrations` of a call whose arguments are read (``args``): each value checked."""
+    func = sig.name
     est_time = _est_time(args, dialect, func)
     suite = _suite(args, stage_form="runner_config" in sig.keywords, sig=sig, free=dialect.suites == "free")
     labels = _labels(args, required="labels" in sig.required)
@@ -431,11 +454,11 @@ def suite_hardware(tail: str) -> str:
     ``a100-40g``, ``h200-sxm``: pools and history know the chip by that name), without the words that only
     qualify the suite (``h200`` of ``h200-fp8``, ``gb300`` of ``gb300-kimi-k25``, ``mi35x`` of
     ``mi35x-deepseek-r1-mxfp4-tp2``) nor the words before the chip that name the backend or the runner's
-    size (``mi35x`` of SGLang's ``amd-mi35x`` and ``small-amd-mi35x``: a chip holds a digit, they do not);
-    a tail that names no chip stays whole (a runner config such as ``large``, ``small-amd``)."""
+    size (``mi35x`` of SGLang's ``amd-mi35x`` and ``small-amd-mi35x``, :data:`_BEFORE_CHIP`); a tail that
+    names no chip stays whole (a runner config such as ``large``, ``small-amd``; ``deepseek-v31``, a model)."""
     words = tail.split("-")
     first = 0
-    while first < len(words) - 1 and words[first].isalpha():
+    while first < len(words) - 1 and words[first].lower() in _BEFORE_CHIP:
         first += 1
     if not (_NAMED_CHIP if first else _GPU_TYPE).match(words[first]):
         return tail

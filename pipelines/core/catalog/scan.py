@@ -45,6 +45,9 @@ class FileScan:
     parsed: bool = False
     #: what the catalog assumed reading the file (a NUM_GPUS also set under an ``if``), for the assumptions
     notes: tuple[str, ...] = ()
+    #: registrations of calls refused with a problem that still say what they register (SGLang's ``suite=None``
+    #: beside ``stage=``): no tests, but the ids of the file's other tests are made over them too
+    withheld: tuple[Registration, ...] = ()
 
 
 def shown(rel: str) -> str:
@@ -276,14 +279,14 @@ def scan_bytes(rel: str, data: bytes, registry: bool = True, dialect: Dialect = 
         line = getattr(exc, "lineno", None) or 1
         msg = getattr(exc, "msg", str(exc))
         return FileScan(rel, sha, problems=(Problem(rel, line, "syntax", f"{msg}; fix the file so Python can parse it"),))
-    regs, problems = parse_registrations(tree, rel, source, dialect) if registry else ([], [])
+    regs, problems, withheld = parse_registrations(tree, rel, source, dialect) if registry else ([], [], [])
     constants = module_constants(tree)
     num_gpus, notes = None, ()
     if not registry:  # NUM_GPUS is framework S's; in a registry file the suite name gives the count
         num_gpus, bad, notes = _num_gpus(tree, constants, rel)
         problems += [bad] if bad else []
     return FileScan(rel, sha, tuple(regs), infer_needs(tree, constants), num_gpus, tuple(problems), parsed=True,
-                    notes=notes)
+                    notes=notes, withheld=tuple(withheld))
 
 
 def _num_gpus(tree: ast.Module, constants: dict, rel: str) -> tuple[int | None, Problem | None, tuple[str, ...]]:

@@ -61,6 +61,8 @@ _NUMBER = re.compile(r"\d{1,9}(?:\.\d{1,6})?")
 #: the runner's command line: `python3 run_suite.py --suite stage-c-4-gpu-h200 --hw cuda ...`
 _COMMAND_SUITE = re.compile(r"\.py\b.*?\s--suite(?:=|\s+)([A-Za-z0-9][A-Za-z0-9._-]*)")
 _COMMAND_HW = re.compile(r"\.py\b.*?\s--hw(?:=|\s+)([A-Za-z0-9_-]+)")
+#: SGLang's runner runs the nightly=True registrations of its suite with ``--nightly``, the others without it
+_COMMAND_NIGHTLY = re.compile(r"\.py\b.*?\s--nightly(?=\s|$)")
 #: the most physical lines one command line is joined from (GitHub echoes a multi-line ``run:`` block
 #: line by line, each continued with ``\``): enough for any command, and test output whose lines end
 #: in ``\`` (a printed shell script, a C macro) never joins more
@@ -86,6 +88,9 @@ class LogAttempt:
     retry_of: int | None = None
     #: the est_time the runner printed for this attempt (``_estimated_time=``), if any
     estimated: float | None = None
+    #: whether the runner's command line of its log ran nightly registrations (SGLang's ``run_suite.py --nightly``):
+    #: None when the log has no such command line, or several that disagree
+    nightly: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -206,6 +211,7 @@ def read_ci_log(text: str | Iterable[str], first_line: int = 1) -> ParsedLog:
     refused: list[tuple[int, str, str]] = []
     suites: list[tuple[str, int]] = []  # (suite, line) of each command line that names one
     hws: list[tuple[str, int]] = []
+    nightly: list[bool] = []  # of each command line, whether it says --nightly
     digest = hashlib.sha256()
     ends: list[tuple[int, int, int]] = []  # (line, i, N) of each `End (i/N):` line
     names: list[int] = []  # each line that starts `filename=`, the second line of an End block
@@ -240,11 +246,11 @@ def read_ci_log(text: str | Iterable[str], first_line: int = 1) -> ParsedLog:
         if joined := bool(continued) or line.endswith("\\"):
             continued.append(line.removesuffix("\\"))
             if not line.endswith("\\") or len(continued) == _CONTINUED_MAX:
-                _command(" ".join(continued), i - len(continued) + 1, suites, hws)
+                _command(" ".join(continued), i - len(continued) + 1, suites, hws, nightly)
                 continued = []
         if line[:1] not in _RUNNER_HEADS:  # test output, the bulk of a log: only a command line matters
             if not joined:
-                _command(line, i, suites, hws)
+                _command(line, i, suites, hws, nightly)
             continue
         if m := _SUMMARY.match(line):
             index, total = int(m.group(1)), int(m.group(2))
@@ -279,9 +285,9 @@ def read_ci_log(text: str | Iterable[str], first_line: int = 1) -> ParsedLog:
             names += [i] if line.startswith("filename=") else []  # refused below, but its End block is not unended
             refused.append((i, "log", _cut(line)))
         elif not joined:
-            _command(line, i, suites, hws)
+            _command(line, i, suites, hws, nightly)
     if continued:  # the log ends inside a continued command
-        _command(" ".join(continued), i - len(continued) + 1, suites, hws)
+        _command(" ".join(continued), i - len(continued) + 1, suites, hws, nightly)
     if last is not None and last[1] < last[2]:  # the job stopped before its last file's summary line
         refused.append(_ends_early(*last))
     pairs, unpaired = _pair(summaries, ended)
@@ -291,6 +297,7 @@ def read_ci_log(text: str | Iterable[str], first_line: int = 1) -> ParsedLog:
                 for e in unpaired]
     counts: dict[str, int] = defaultdict(int)
     out = []
+    ran_nightly = nightly[0] if len(set(nightly)) == 1 else None
     for i, m, stamp, elapsed in summaries:
         file, status = m.group(3), m.group(4)
         counts[file] += 1
@@ -301,7 +308,7 @@ def read_ci_log(text: str | Iterable[str], first_line: int = 1) -> ParsedLog:
             file=file, status=status, elapsed_s=elapsed, attempt=counts[file], line=i,
             started_at=(end - timedelta(seconds=elapsed)).isoformat() if end else "",
             exit_code=_int_suffix(extras.get("exit")), retry_of=_int_suffix(extras.get("retry_of")),
-            estimated=event.estimated if event else None,
+            estimated=event.estimated if event else None, nightly=ran_nightly,
         ))
     suite, suite_line = _one(suites)
     hw, hw_line = _one(hws)
@@ -365,13 +372,17 @@ def _ends_early(line: int, index: int, total: int) -> tuple[int, str, str]:
                          "they get no sample; if the log was saved while the job ran, download it again once it is done")
 
 
-def _command(line: str, at: int, suites: list[tuple[str, int]], hws: list[tuple[str, int]]) -> None:
-    """The suite and hardware of a runner's command line (``run_suite.py --suite S --hw B``), if it is one."""
+def _command(line: str, at: int, suites: list[tuple[str, int]], hws: list[tuple[str, int]], nightly: list[bool]
+             ) -> None:
+    """The suite and hardware of a runner's command line (``run_suite.py --suite S --hw B``), if it is one, and
+    whether it says ``--nightly``."""
     if "--suite" in line or "--hw" in line:
         if cm := _COMMAND_SUITE.search(line):
             suites.append((cm.group(1), at))
         if hm := _COMMAND_HW.search(line):
             hws.append((hm.group(1), at))
+        if cm or hm:
+            nightly.append(bool(_COMMAND_NIGHTLY.search(line)))
 
 
 def _end_block(line: int, fm: re.Match[str], stamp: datetime | None, refused: list) -> _Ended | None:

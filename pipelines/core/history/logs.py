@@ -230,12 +230,19 @@ def _common_suite(attempts: tuple[LogAttempt, ...], by_path: Mapping[str, list[T
 
 
 def _choose(tests: list[Test], a: LogAttempt, suite: str | None, common: str | None) -> tuple[list[Test], str]:
-    if suite:
-        return [t for t in tests if t.suite == suite], "suite"
+    """The test of ``tests`` (one file's) that ran the attempt: by the job's suite, then, where the SGLang family
+    registers that suite both per-commit and nightly (its runner keys a registration on suite and nightly), by the
+    log's ``--nightly`` (else the est_time it printed); else by the est_time alone."""
+    if suite or (common and len(tests) > 1):
+        chosen = [t for t in tests if t.suite == (suite or common)]
+        if len({t.nightly for t in chosen}) > 1 and all(t.nightly_rule == "exclusive" for t in chosen):
+            if a.nightly is not None:
+                chosen = [t for t in chosen if t.nightly == a.nightly]
+            if len(chosen) > 1 and a.estimated is not None:
+                chosen = [t for t in chosen if t.est_time == math.ceil(a.estimated)] or chosen
+        return chosen, "suite" if suite else "common"
     if len(tests) <= 1:
         return tests, "only"
-    if common:
-        return [t for t in tests if t.suite == common], "common"
     if a.estimated is not None:
         matching = [t for t in tests if t.est_time == math.ceil(a.estimated)]
         if len(matching) == 1:
@@ -254,6 +261,15 @@ def _why(file: str, tests: list[Test], suite: str | None, said: str, catalog: Ca
     suites = ", ".join(sorted(t.suite for t in tests))
     one_suite = {t.suite for t in tests}
     if len(tests) > 1 and len(one_suite) == 1 and (not suite or suite in one_suite):
+        if len({t.hardware for t in tests}) == 1 and len({t.nightly for t in tests}) > 1:
+            # the SGLang family's per-commit and nightly pair: one hardware, so --hardware cannot tell them apart
+            est = (f"its _estimated_time={a.estimated:g} matches "
+                   f"{sum(t.est_time == math.ceil(a.estimated) for t in tests)} of them" if a.estimated is not None
+                   else "it prints no _estimated_time")
+            return (f"{file} registers suite {tests[0].suite!r} both per-commit and nightly=True "
+                    f"({', '.join(sorted(t.id for t in tests))}) and the log does not say which ran: it holds no one "
+                    f"runner command line (`run_suite.py --suite S`, with `--nightly` for the nightly run) and {est}; "
+                    "import the whole job log, whose command line says it")
         kinds = ", ".join(sorted(t.hardware for t in tests))
         return (f"{file} registers suite {tests[0].suite!r} on several hardware ({kinds}) and the log does not say "
                 "which ran it; pass the job's hardware with --hardware")
