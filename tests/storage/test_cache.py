@@ -35,7 +35,8 @@ def test_container_paths_map_under_the_cache_root(tmp_path):
         cache.host_path("/root/../etc")
 
 
-@pytest.mark.parametrize("path", ["models/x", "/root", "/root/models/../../etc"])
+@pytest.mark.parametrize("path", ["models/x", "/root", "/root/models/../../etc", "/root/models", "/root/datasets/",
+                                  "/dev/shm"])
 def test_the_cache_refuses_every_folder_the_catalog_refuses(tmp_path, path):
     # one rule (catalog.requirements.cache_relpath): a relative folder used to land under the cache
     # locally while the catalog and Kubernetes refused it

@@ -38,6 +38,12 @@ def catalog(repo: Path, prepare: str) -> int:
      "not a usable path for a cached asset"),
     ('exec_command("hf download minirl/tiny-lm --local-dir models/tiny-lm")',
      "tests/e2e/test_x.py:3: prepare: model 'tiny-lm': download folder 'models/tiny-lm' is not a usable path"),
+    # a trailing slash typo: the build would remove /root/models, every cached model and checkpoint in it
+    ('exec_command("hf download minirl/tiny-lm-wide --local-dir /root/models/")',
+     "tests/e2e/test_x.py:3: prepare: model 'models': download folder '/root/models' holds other cached inputs: "
+     "building into it would delete every one of them; use a folder of its own inside it"),
+    ('exec_command("hf download minirl/toy-math --repo-type dataset --local-dir /dev/shm")',
+     "tests/e2e/test_x.py:3: prepare: dataset 'shm': download folder '/dev/shm' holds other cached inputs"),
     ('hf_download_dataset("../../etc/passwd")',
      "tests/e2e/test_x.py:3: prepare: dataset 'passwd': '../../etc/passwd' is not a Hub id (org/name)"),
     ('exec_command("hf download --include=x minirl/tiny-lm --local-dir /root/models/tiny-lm")\n'
@@ -102,7 +108,8 @@ def test_the_option_rule_is_the_one_the_builds_and_models_yaml_apply():
 
 def test_the_rule_is_the_one_the_builds_apply():
     assert cache_path_problem("/root/models/x") is None and cache_path_problem("/dev/shm/x_torch_dist") is None
-    for bad in ("/root/../etc", "/root", "/", "models/x", ""):
+    for bad in ("/root/../etc", "/root", "/", "models/x", "", "/root/models", "/root/models/", "/root/datasets",
+                "/dev", "/dev/shm/", "//root//models"):
         assert cache_path_problem(bad), bad
     assert hub_id_problem("org/name") is None
     for bad in ("--local-dir", "org/../x", "../../etc/passwd", "name"):
