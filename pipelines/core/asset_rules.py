@@ -42,14 +42,25 @@ def holds_others(container_path: str) -> bool:
     return any(f"{shared}/".startswith(path) for shared in SHARED_FOLDERS)
 
 
+#: the cache's folder for container paths outside /root (``/dev/shm/x`` -> ``_outside_root/dev/shm/x``):
+#: ``/root/x`` is ``x``, so ``/x`` must be elsewhere or the two would be one folder; ``/root/_outside_root``
+#: is refused for the same reason
+OUTSIDE_ROOT = "_outside_root"
+
+
 def cache_relpath(container_path: str, *, entry: bool = True) -> str | None:
     """Where a test's container path lives in the asset cache (``/root/models/x`` -> ``models/x``,
-    ``/dev/shm/x`` -> ``dev/shm/x``), or None where it cannot: a relative path, the cache's root itself,
-    or one whose '..' leaves the cache; and for an input's own folder (``entry``, not a volume's mount
-    point) a folder holding other inputs (:func:`holds_others`)."""
+    ``/dev/shm/x`` -> ``_outside_root/dev/shm/x``), or None where it cannot: a relative path, the cache's
+    root itself, ``/root/_outside_root``, or one whose '..' leaves the cache; and for an input's own folder
+    (``entry``, not a volume's mount point) a folder holding other inputs (:func:`holds_others`)."""
     parts = _absolute(container_path).parts
-    rel = parts[2:] if parts[:2] == ("/", "root") else parts[1:]
-    if not container_path.startswith("/") or not rel or ".." in rel or (entry and holds_others(container_path)):
+    if not container_path.startswith("/") or ".." in parts:
+        return None
+    if parts[:2] == ("/", "root"):
+        rel = () if parts[2:3] == (OUTSIDE_ROOT,) else parts[2:]
+    else:
+        rel = (OUTSIDE_ROOT, *parts[1:]) if parts[1:] else ()
+    if not rel or (entry and holds_others(container_path)):
         return None
     return "/".join(rel)
 
@@ -58,10 +69,13 @@ def cache_path_problem(container_path: str) -> str | None:
     """Why a download's or conversion's folder cannot be in the asset cache, or None."""
     if cache_relpath(container_path) is not None:
         return None
-    if container_path.startswith("/") and ".." not in PurePosixPath(container_path).parts \
-            and holds_others(container_path):
+    parts = _absolute(container_path).parts
+    if container_path.startswith("/") and ".." not in parts and holds_others(container_path):
         return (f"{container_path!r} holds other cached inputs: building into it would delete every one of them; "
                 "use a folder of its own inside it (e.g. /root/models/NAME, /dev/shm/NAME)")
+    if container_path.startswith("/") and parts[:3] == ("/", "root", OUTSIDE_ROOT):
+        return (f"{container_path!r} is inside /root/{OUTSIDE_ROOT}, where the asset cache keeps the folders of "
+                "container paths outside /root; use another folder name")
     return f"{container_path!r} is {CACHE_PATH_RULE}"
 
 

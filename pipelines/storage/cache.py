@@ -1,7 +1,8 @@
 """The asset cache: model weights, datasets and converted checkpoints, built once and reused.
 
 Tests expect container paths such as ``/root/models/<name>``; on this machine those live under
-one cache root (``/root/...`` -> ``<cache>/...``). In Kubernetes the same folders are a PVC
+one cache root (``/root/...`` -> ``<cache>/...``, any other path ``/p`` -> ``<cache>/_outside_root/p``,
+so ``/x`` and ``/root/x`` stay two folders). In Kubernetes the same folders are a PVC
 mounted at ``/root/models`` and ``/root/datasets``. Every build goes to a temporary folder and
 is renamed into place with a completion marker, so an interrupted build is never mistaken for a
 finished one. The marker carries a manifest (files, sizes, sha256) checked before every reuse: a

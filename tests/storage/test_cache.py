@@ -30,7 +30,7 @@ def hub(tmp_path):
 def test_container_paths_map_under_the_cache_root(tmp_path):
     cache = AssetCache(tmp_path / "c")
     assert cache.host_path("/root/models/x") == tmp_path / "c" / "models" / "x"
-    assert cache.host_path("/dev/shm/x") == tmp_path / "c" / "dev" / "shm" / "x"
+    assert cache.host_path("/dev/shm/x") == tmp_path / "c" / "_outside_root" / "dev" / "shm" / "x"
     with pytest.raises(BuildError, match="not a usable path"):
         cache.host_path("/root/../etc")
 
@@ -570,3 +570,42 @@ def test_a_local_conversion_is_rebuilt_when_the_python_environment_changes_and_r
     monkeypatch.setattr(infra, "environment_digest", lambda: "sha256:" + "e" * 64)  # a package upgraded
     again = build_all(night())[conv]
     assert not again.reused and again.rebuilt.endswith("its image")
+
+
+ALIAS_TEST = """from minirl.ci_register import register_cuda_ci
+from minirl.testing import convert_checkpoint, exec_command
+
+register_cuda_ci(est_time=5, suite="stage-b-2-gpu-h200", labels=["alias"])
+
+
+def prepare():
+    exec_command("hf download minirl/{model} --local-dir /root/models/{model}")
+    convert_checkpoint("tiny-lm", "tiny", 2, dir_dst="{dst}", hf_checkpoint="/root/models/{model}")
+"""
+
+
+def test_a_folder_outside_root_and_the_same_folder_under_root_are_two_cache_entries(tmp_path):
+    """``/tiny-lm_torch_dist`` and ``/root/tiny-lm_torch_dist`` (``/dev/shm/x`` and ``/root/dev/shm/x``) are
+    two folders in a test's container: one cache folder for both made two conversions of different models
+    rebuild each other every night, and a test got whichever was built last."""
+    from pipelines.night import Night, NightSettings
+    from tests.support.assets import copied_example
+
+    repo, assets = copied_example(tmp_path)
+    for name, model, dst in (("test_alias_root.py", "tiny-lm", "/root"), ("test_alias_top.py", "tiny-lm-wide", "/"),
+                             ("test_alias_shm.py", "tiny-lm", "/dev/shm"),
+                             ("test_alias_root_shm.py", "tiny-lm-wide", "/root/dev/shm")):
+        (repo / "tests" / "e2e" / name).write_text(ALIAS_TEST.format(model=model, dst=dst))
+
+    def build_all() -> dict:
+        night = Night(NightSettings(home=tmp_path / "home", assets_dir=assets))
+        tests = [t for t in night.catalog.tests if "alias" in t.labels]
+        return {r.path: night.build(r) for r in night.requirements_for(tests)}
+
+    first = build_all()
+    convs = {path: b for path, b in first.items() if path.endswith("_torch_dist")}
+    assert sorted(convs) == ["/dev/shm/tiny-lm_torch_dist", "/root/dev/shm/tiny-lm_torch_dist",
+                             "/root/tiny-lm_torch_dist", "/tiny-lm_torch_dist"]
+    assert len({b.path for b in convs.values()}) == 4, {p: b.path for p, b in convs.items()}
+    again = build_all()
+    assert {p: (again[p].reused, again[p].rebuilt) for p in convs} == {p: (True, "") for p in convs}

@@ -19,8 +19,9 @@ Choices that matter:
   ``NIGHTLY_ATTEMPT_TOKEN`` (:func:`outcomes.classify`). A test that exits 0 halfway writes none.
 - No credential in test pods: ``HF_TOKEN`` goes only to build pods that download (:mod:`builds`);
   any literal token in the request's environment is dropped, never copied into a spec.
-- The cache PVC mirrors ``/root``: ``/root/models/x`` is ``models/x`` on the volume (as in
-  :class:`pipelines.storage.cache.AssetCache`). Test pods mount ``models`` and ``datasets``
+- The cache PVC mirrors ``/root``: ``/root/models/x`` is ``models/x`` on the volume, a path outside
+  ``/root`` is under ``_outside_root`` (``/dev/shm/x`` is ``_outside_root/dev/shm/x``, never the
+  ``dev/shm/x`` of ``/root/dev/shm/x``), as in :class:`pipelines.storage.cache.AssetCache`. Test pods mount ``models`` and ``datasets``
   read-only, plus every other cached path the test needs (a converted checkpoint in ``/root``);
   the build pods of :mod:`builds` write the same layout.
 """
