@@ -150,6 +150,14 @@ def build_requirements(
                 said.append((d.line, "prepare", f"download folder {d.path!r}: its name {why}; a download folder's "
                                                 f"name {KEY_RULE} (it names the cached input); fix prepare()"))
                 continue
+            other = declared.get(d.key)
+            if other is not None and other.kind != d.kind:
+                # one key names one cached input (and Dagster partition): the declared one would replace this
+                said.append((d.line, "prepare", (
+                    f"{d.kind} download folder {d.path!r} has the name of the {other.kind} {d.key!r} declared in "
+                    f"assets/{other.kind}s.yaml ({other.path}); a {d.kind} and a {other.kind} may not share a name "
+                    f"(it names the cached input): rename the --local-dir folder, or the {other.kind}")))
+                continue
             # a declared entry replaces the inferred source, folder and revision; the build would refuse these
             why = None if d.key in declared else _download_problem(d)
             if why:

@@ -114,3 +114,24 @@ def test_the_rule_is_the_one_the_builds_apply():
     assert hub_id_problem("org/name") is None
     for bad in ("--local-dir", "org/../x", "../../etc/passwd", "name"):
         assert hub_id_problem(bad), bad
+
+
+def test_a_model_download_named_like_a_declared_dataset_is_a_problem_at_its_line(tmp_path, capsys, monkeypatch,
+                                                                                  project_root):
+    """datasets.yaml declares toy-math: a model downloaded into /root/models/toy-math was silently replaced by
+    that dataset (the test then found a dataset where its model should be, a test failure)."""
+    import shutil
+
+    assets = tmp_path / "assets"
+    shutil.copytree(project_root / "assets", assets)
+    (assets / "repos.yaml").write_text(f"repos:\n  fw: {{path: {tmp_path / 'repo'}}}\n")
+    monkeypatch.setenv("NIGHTLY_ASSETS_DIR", str(assets))
+    code = catalog(tmp_path / "repo", """
+        exec_command("hf download minirl/tiny-lm --local-dir /root/models/toy-math")
+        hf_download_dataset("minirl/toy-math")
+    """)
+    err = capsys.readouterr().err
+    assert code == 1, err
+    assert ("tests/e2e/test_x.py:3: prepare: model download folder '/root/models/toy-math' has the name of the "
+            "dataset 'toy-math' declared in assets/datasets.yaml (/root/datasets/toy-math); a model and a dataset "
+            "may not share a name") in err
