@@ -274,6 +274,15 @@ def _conversions(n: Needs, found: dict[str, Requirement], declared: dict[str, Re
         if why:
             said.append((c.line, "convert_checkpoint", f"output folder {why}; fix dir_dst"))
             continue
+        clash = found.get(key) or declared.get(key)
+        if clash is not None:
+            # one name is one cached input (and Dagster partition): the download would replace the conversion
+            same = "that folder" if clash.path == c.path else f"the name of its folder {c.path}"
+            said.append((c.line, "convert_checkpoint", (
+                f"converts into {c.path}, but the {clash.kind} download {key!r} ({download_text(clash.source, clash.params)} "
+                f"at {clash.path}) has {same}: one folder, one input; give the conversion another dir_dst, or "
+                "download into another folder")))
+            continue
         source = found.get(c.source_model) or declared.get(c.source_model)
         if source is None:
             unresolved.append(f"unresolved: model {c.source_model} for convert_checkpoint is neither downloaded "

@@ -135,3 +135,23 @@ def test_a_model_download_named_like_a_declared_dataset_is_a_problem_at_its_line
     assert ("tests/e2e/test_x.py:3: prepare: model download folder '/root/models/toy-math' has the name of the "
             "dataset 'toy-math' declared in assets/datasets.yaml (/root/datasets/toy-math); a model and a dataset "
             "may not share a name") in err
+
+
+@pytest.mark.parametrize(("download", "said"), [
+    ("/root/models/tiny-lm_torch_dist", "has that folder"),
+    ("/root/ckpt/tiny-lm_torch_dist", "has the name of its folder /root/models/tiny-lm_torch_dist"),
+])
+def test_a_download_and_a_conversion_into_one_folder_or_name_are_a_problem_at_the_conversion(tmp_path, capsys,
+                                                                                             download, said):
+    """The conversion was silently dropped: the download took its folder's name, and the test ran on
+    whatever the download fetched."""
+    code = catalog(tmp_path, f"""
+        exec_command("hf download minirl/tiny-lm_torch_dist --local-dir {download}")
+        exec_command("hf download minirl/tiny-lm --local-dir /root/models/tiny-lm")
+        convert_checkpoint("tiny-lm", "tiny", 2, dir_dst="/root/models")
+    """)
+    err = capsys.readouterr().err
+    assert code == 1, err
+    assert (f"tests/e2e/test_x.py:5: convert_checkpoint: converts into /root/models/tiny-lm_torch_dist, but the "
+            f"model download 'tiny-lm_torch_dist' (minirl/tiny-lm_torch_dist at {download}) {said}: one folder, "
+            "one input") in err
