@@ -284,13 +284,17 @@ def _conversions(n: Needs, found: dict[str, Requirement], declared: dict[str, Re
                 "download into another folder")))
             continue
         source = found.get(c.source_model) or declared.get(c.source_model)
-        if source is None:
-            unresolved.append(f"unresolved: model {c.source_model} for convert_checkpoint is neither downloaded "
-                              "in prepare() nor declared in assets/models.yaml")
-        else:
-            used[source.key] = source
-            if source.key not in keys:
-                keys.append(source.key)
+        if source is None or source.kind != "model":
+            # nothing would build it: the night failed the conversion (and the Dagster graph did not load)
+            what = "is neither downloaded in prepare() nor declared in assets/models.yaml" if source is None else \
+                f"is a {source.kind}, not a model"
+            said.append((c.line, "convert_checkpoint", (
+                f"converts model {c.source_model!r}, which {what}; download it in prepare() (hf download ... "
+                f"--local-dir /root/models/{c.source_model}) or declare it in assets/models.yaml")))
+            continue
+        used[source.key] = source
+        if source.key not in keys:
+            keys.append(source.key)
         prev = first_writer.setdefault(key, (c, test_id))
         if prev[0] != c and output_params(prev[0]) != output_params(c):
             theirs, ours = dict(output_params(prev[0])), dict(output_params(c))
