@@ -25,6 +25,7 @@ import fcntl
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -317,7 +318,8 @@ def conversion_command(conversion: ConversionSpec, req: Requirement, python: str
                        output: str) -> tuple[list[str], dict[str, str]]:
     """The framework's conversion argv and extra env for one requirement (no shell, ever).
 
-    ``{extra_args}`` standing alone expands to its words; any other placeholder is replaced in place
+    ``{extra_args}`` standing alone expands to its words, split as a shell would (``shlex.split``, as the
+    framework's own ``convert_checkpoint`` does; never run through one); any other placeholder is replaced in place
     (the names the specs accept: ``CONVERSION_PLACEHOLDERS``, checked when checkpoints.yaml loads).
     The env is passed as written: the schema allows no placeholders there.
     """
@@ -331,10 +333,15 @@ def conversion_command(conversion: ConversionSpec, req: Requirement, python: str
         "extra_args": params.get("extra_args", ""),
     }
     try:
+        extra = shlex.split(values["extra_args"])
+    except ValueError as exc:  # the catalog says so at the call's line; a build never guesses the words
+        raise BuildError(f"conversion {req.key}: extra_args {values['extra_args']!r} cannot be split into words "
+                         f"({exc}); fix its quotes in the test's convert_checkpoint() call") from None
+    try:
         argv: list[str] = []
         for part in conversion.command:
             if part == "{extra_args}":
-                argv.extend(values["extra_args"].split())
+                argv.extend(extra)
             else:
                 argv.append(part.format(**values))
     except (KeyError, IndexError, ValueError, AttributeError) as exc:

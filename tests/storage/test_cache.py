@@ -609,3 +609,39 @@ def test_a_folder_outside_root_and_the_same_folder_under_root_are_two_cache_entr
     assert len({b.path for b in convs.values()}) == 4, {p: b.path for p, b in convs.items()}
     again = build_all()
     assert {p: (again[p].reused, again[p].rebuilt) for p in convs} == {p: (True, "") for p in convs}
+
+
+EXTRA_TEST = """from minirl.ci_register import register_cuda_ci
+from minirl.testing import convert_checkpoint, exec_command
+
+register_cuda_ci(est_time=5, suite="stage-b-2-gpu-h200", labels=["extra"])
+
+
+def prepare():
+    exec_command("hf download minirl/tiny-lm --local-dir /root/models/tiny-lm")
+    convert_checkpoint("tiny-lm", "tiny", 2, extra_args={extra!r}, dir_dst="/root/ckpt")
+"""
+
+
+def test_a_conversion_gets_its_extra_args_split_as_a_shell_would_and_a_change_rebuilds_it(tmp_path):
+    """assets/checkpoints.yaml had no {extra_args}: extra_args="--fp8" built a checkpoint without them,
+    and changing them never rebuilt it."""
+    from pipelines.night import Night, NightSettings
+    from tests.support.assets import copied_example
+
+    repo, assets = copied_example(tmp_path)
+    test = repo / "tests" / "e2e" / "test_extra.py"
+
+    def build(extra: str):
+        test.write_text(EXTRA_TEST.format(extra=extra))
+        night = Night(NightSettings(home=tmp_path / "home", assets_dir=assets))
+        reqs = night.requirements_for([t for t in night.catalog.tests if "extra" in t.labels])
+        built = [night.build(r) for r in reqs][-1]
+        return built, json.loads((built.path / "metadata.json").read_text())["extra_args"]
+
+    first, recorded = build("--fp8")
+    assert recorded == ["--fp8"]
+    second, recorded = build("--fp8 --note 'two words'")
+    assert recorded == ["--fp8", "--note", "two words"]
+    assert not second.reused and "its argv" in second.rebuilt
+    assert build("--fp8 --note 'two words'")[0].reused

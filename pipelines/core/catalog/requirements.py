@@ -20,6 +20,7 @@ import fnmatch
 import functools
 import hashlib
 import re
+import shlex
 from collections.abc import Mapping
 
 # the rules live in asset_rules (the spec schema uses them too); the builds import them from here
@@ -273,6 +274,13 @@ def _conversions(n: Needs, found: dict[str, Requirement], declared: dict[str, Re
         why = cache_path_problem(c.path)
         if why:
             said.append((c.line, "convert_checkpoint", f"output folder {why}; fix dir_dst"))
+            continue
+        extra = dict(c.params).get("extra_args", "")
+        try:
+            shlex.split(extra)
+        except ValueError as exc:
+            said.append((c.line, "convert_checkpoint", f"extra_args {extra!r} cannot be split into words as a shell "
+                                                        f"would ({exc}); fix its quotes"))
             continue
         clash = found.get(key) or declared.get(key)
         if clash is not None:

@@ -61,6 +61,10 @@ def catalog(repo: Path, prepare: str) -> int:
     ('exec_command("hf download minirl/tiny-lm --local-dir /root/models/tiny-lm; touch /tmp/x")',
      "tests/e2e/test_x.py:3: prepare: download folder '/root/models/tiny-lm;': its name contains character ';'; "
      "a download folder's name may only use ASCII letters, digits and ._-+=@ (it names the cached input)"),
+    ('exec_command("hf download minirl/tiny-lm --local-dir /root/models/tiny-lm")\n'
+     'convert_checkpoint("tiny-lm", "gpt", 1, extra_args="--note \'unclosed")',
+     "tests/e2e/test_x.py:4: convert_checkpoint: extra_args \"--note 'unclosed\" cannot be split into words as a "
+     "shell would (No closing quotation); fix its quotes"),
     ('convert_checkpoint("tiny lm", "gpt", 1)',
      "tests/e2e/test_x.py:3: convert_checkpoint: model name 'tiny lm' contains whitespace ' '; a model name may "
      "only use ASCII letters, digits and ._-+=@ (it names the converted checkpoint's folder)"),
