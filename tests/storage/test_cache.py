@@ -318,6 +318,19 @@ def test_other_extra_args_another_model_or_an_old_marker_rebuild_the_conversion(
     assert "no conversion identity" in cache.build(other, repo=repo, conversion=spec, models={"m1": MODEL}).rebuilt
 
 
+def test_a_model_downloaded_again_with_the_same_files_keeps_its_conversions(tmp_path, hub):
+    """docs/storage.md said conversions of a model downloaded again are rebuilt after it; they are only
+    when its files changed (the identity holds the model's file digest, as the test above shows)."""
+    repo, spec = converter_checkout(tmp_path)
+    cache = AssetCache(tmp_path / "c", hub)
+    cache.build(MODEL)
+    first = cache.build(CONV, repo=repo, conversion=spec, models={"m1": MODEL})
+    shutil.rmtree(tmp_path / "c" / "models" / "m1")  # `rm -rf <home>/cache/models/<name>`, as the docs say
+    assert not cache.build(MODEL).reused
+    again = cache.build(CONV, repo=repo, conversion=spec, models={"m1": MODEL})
+    assert (again.reused, again.identity) == (True, first.identity)
+
+
 def test_a_conversion_asked_with_another_gpu_count_or_multinode_reuses_the_checkpoint(tmp_path, hub):
     """num_gpus_per_node and multinode only launch the conversion: its identity leaves them out."""
     import dataclasses
