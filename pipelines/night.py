@@ -24,6 +24,7 @@ from pipelines.core.calibrate import Lineage, calibrate, drift, evidence_csv, ne
 from pipelines.core.calibrate.evidence import recorded_floor
 from pipelines.core.catalog import load_catalog
 from pipelines.core.catalog.ids import safe_filename
+from pipelines.core.catalog.requirements import outside_root_problems
 from pipelines.core.health import assess_nodes, avoid_nodes, passed_nodes
 from pipelines.core.history import HistoryError, HistoryStore, sample_from_attempt
 from pipelines.core.jsonlines import key_lines
@@ -180,6 +181,15 @@ def unsaved_since(home: Path, since: float) -> Path | None:
     found = [(readme.stat().st_mtime, readme.parent) for root in unsaved_roots(home)
              for readme in root.glob("*/README.txt") if readme.stat().st_mtime >= since]
     return max(found)[1] if found else None
+
+
+def _text_of(path: Path) -> str | None:
+    """A test file's text for :func:`outside_root_problems` (None: unreadable; its problem then names the
+    test's registration line)."""
+    try:
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return None
 
 
 def default_home() -> Path:
@@ -345,7 +355,12 @@ class Night:
             raise CatalogError(problem)
         path, configured = self.specs.locate_repo(self.settings.repo)
         # an unconfigured checkout gets spec=None: the catalog detects its dialect and says what it assumed
-        return load_catalog(path, spec=configured, specs=self.specs, cache_dir=self.home / "cache")
+        catalog = load_catalog(path, spec=configured, specs=self.specs, cache_dir=self.home / "cache")
+        if self.deployment.launcher == "local":  # its tests see the cache as /root only: say so at the call
+            extra = outside_root_problems(catalog.tests, catalog.requirements, lambda rel: _text_of(path / rel))
+            if extra:
+                catalog = dataclasses.replace(catalog, problems=(*catalog.problems, *extra))
+        return catalog
 
     @cached_property
     def tests_by_id(self) -> dict[str, Test]:

@@ -658,3 +658,37 @@ def test_a_conversion_gets_its_extra_args_split_as_a_shell_would_and_a_change_re
     assert recorded == ["--fp8", "--note", "two words"]
     assert not second.reused and "its argv" in second.rebuilt
     assert build("--fp8 --note 'two words'")[0].reused
+
+
+SHM_TEST = """from minirl.ci_register import register_cuda_ci
+from minirl.testing import convert_checkpoint, exec_command
+
+register_cuda_ci(est_time=5, suite="stage-b-2-gpu-h200", labels=["shm"])
+
+
+def prepare():
+    exec_command("hf download minirl/tiny-lm --local-dir /root/models/tiny-lm")
+    convert_checkpoint("tiny-lm", "tiny", 2, dir_dst="/dev/shm")
+"""
+
+
+def test_a_conversion_outside_root_is_a_located_problem_of_a_local_night(tmp_path, monkeypatch, capsys):
+    """The local deployment maps only /root onto its cache (repos.yaml env {cache}): the checkpoint was
+    built at <cache>/.../dev/shm, the test looked at the real /dev/shm and failed as a test failure."""
+    from pipelines.cli import main
+    from tests.support.assets import copied_example
+
+    repo, assets = copied_example(tmp_path)
+    (repo / "tests" / "e2e" / "test_shm.py").write_text(SHM_TEST)
+    monkeypatch.setenv("NIGHTLY_ASSETS_DIR", str(assets))
+    assert main(["run", "--home", str(tmp_path / "home"), "--labels", "shm", "--list-only"]) == 3
+    err = capsys.readouterr().err
+    assert ("tests/e2e/test_shm.py:9: convert_checkpoint: output folder /dev/shm/tiny-lm_torch_dist is outside /root: "
+            "the local deployment builds it in its cache but gives tests only /root paths") in err, err
+    # pods mount the input at /dev/shm/...: no problem there
+    from pipelines.night import Night, NightSettings
+
+    production = Night(NightSettings(home=tmp_path / "home", assets_dir=assets, deployment="production"))
+    assert not [p for p in production.registered.problems if "outside /root" in p.message]
+    (repo / "tests" / "e2e" / "test_shm.py").write_text(SHM_TEST.replace('dir_dst="/dev/shm"', 'dir_dst="/root"'))
+    assert main(["run", "--home", str(tmp_path / "home"), "--labels", "shm", "--list-only"]) == 0

@@ -15,13 +15,14 @@ a repo's ``requirements:`` globs add keys for what inference cannot see.
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import fnmatch
 import functools
 import hashlib
 import re
 import shlex
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 # the rules live in asset_rules (the spec schema uses them too); the builds import them from here
 from pipelines.core.asset_rules import CACHE_PATH_RULE as CACHE_PATH_RULE
@@ -34,7 +35,8 @@ from pipelines.core.asset_rules import (
 from pipelines.core.asset_rules import cache_relpath as cache_relpath
 from pipelines.core.catalog.assemble import new_test
 from pipelines.core.catalog.ids import describe_char
-from pipelines.core.catalog.infer import Conversion, Download, Needs
+from pipelines.core.catalog.infer import Conversion, Download, Needs, infer_needs
+from pipelines.core.catalog.resolve import module_constants
 from pipelines.core.model import Problem, Requirement, Test
 from pipelines.core.specs import RepoSpec, Specs
 
@@ -315,3 +317,42 @@ def _conversions(n: Needs, found: dict[str, Requirement], declared: dict[str, Re
             used[key] = Requirement("conversion", key, c.source_model, c.path, c.params, (c.source_model,))
         keys.append(key)
     return keys, unresolved, said
+
+
+def outside_root_problems(tests: Iterable[Test], requirements: Iterable[Requirement],
+                          read: Callable[[str], str | None]) -> list[Problem]:
+    """Located problems for the inputs outside ``/root`` that ``tests`` need, for a deployment that shows
+    its tests only ``/root`` (the local one: repos.yaml's env ``{cache}`` maps ``/root`` onto the cache):
+    such an input is built into the cache, but the test would look for it at the real ``/dev/shm/...``
+    and fail as a test failure. ``read``: a test file's text by its repo-relative path (None: unreadable);
+    each problem is on the line of the call that asks for the input, or the test's registration line."""
+    outside = {r.key: r for r in requirements if r.path != "/root" and not r.path.startswith("/root/")}
+    problems: list[Problem] = []
+    needs_of: dict[str, Needs] = {}
+    for t in tests:
+        wanted = [outside[k] for k in t.requirements if k in outside]
+        if not wanted:
+            continue
+        if t.path not in needs_of:
+            text = read(t.path)
+            try:
+                tree = ast.parse(text or "")
+            except (SyntaxError, ValueError):
+                tree = ast.parse("")
+            needs_of[t.path] = infer_needs(tree, module_constants(tree))
+        n = needs_of[t.path]
+        for r in wanted:
+            line, field = t.line, "requirements"
+            for c in n.conversions:
+                if c.path == r.path:
+                    line, field = c.line, "convert_checkpoint"
+            for d in n.downloads:
+                if d.path == r.path:
+                    line, field = d.line, "prepare"
+            what = "output folder" if r.kind == "conversion" else f"{r.kind} folder"
+            fix = "a dir_dst under /root (the default, /root)" if r.kind == "conversion" else "a folder under /root"
+            problems.append(Problem(t.path, line, field, (
+                f"{what} {r.path} is outside /root: the local deployment builds it in its cache but gives tests only "
+                "/root paths (repos.yaml env {cache} stands for /root), so this test would not find it there; "
+                f"use {fix}, or run the test on a Kubernetes deployment (its pods mount the input at {r.path})")))
+    return list(dict.fromkeys(problems))
