@@ -8,13 +8,14 @@ chosen here by the deployment's name, local by default. What a run *does* is in
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
 import os
 import threading
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import cached_property
@@ -494,7 +495,42 @@ class Night:
         return self.cache.build(
             req, repo=self.repo_spec.path, conversion=self.specs.conversion, env=self.test_env(),
             models=models, log_path=log_path, image=self.local_image() if req.kind == "conversion" else "",
+            take_gpus=self.conversion_gpus,
         )
+
+    @contextlib.contextmanager
+    def conversion_gpus(self, count: int) -> Iterator[tuple[dict[str, str], tuple[int, ...]]]:
+        """Hold ``count`` GPUs of the largest pool (where builds run) while a local conversion runs, taken
+        as the local launcher takes a test's (the host's ``flock`` GPU locks, shared by every night on it):
+        a torchrun converter otherwise lands on GPUs another run's tests hold. Gives the converter's
+        ``CUDA_VISIBLE_DEVICES`` and the lock files it inherits; waits (saying so) while they are busy."""
+        from pipelines.launch import gpu_slots
+        from pipelines.storage.cache import BuildError
+
+        pool = max(self.deployment.pools, key=lambda p: p.gpus_per_node)
+        if count > pool.gpus_per_node:
+            raise BuildError(f"the conversion asks for {count} GPUs (num_gpus_per_node) but a {pool.name} node has "
+                             f"{pool.gpus_per_node}; lower num_gpus_per_node in the test's convert_checkpoint() call, "
+                             "or give the deployment a larger pool in assets/cluster.yaml")
+        lock_dir = gpu_slots.host_lock_dir()
+        try:
+            gpu_slots.mark_launcher(lock_dir)  # another night must not take this process for a stray
+            try:
+                held = gpu_slots.acquire(lock_dir, pool.name, count, list(range(pool.nodes)), pool.gpus_per_node,
+                                         on_wait=lambda s: log.warning("conversion: waited %.0f s for %d free GPU(s) "
+                                                                       "of a %s node (%s)", s, count, pool.name,
+                                                                       lock_dir))
+            except BaseException:
+                gpu_slots.unmark_launcher(lock_dir)
+                raise
+        except OSError as exc:
+            raise BuildError(f"cannot lock GPUs for the conversion in {lock_dir} ({exc.strerror or exc}); make the "
+                             f"folder writable or point {gpu_slots.LOCK_DIR_ENV} at one that is") from None
+        try:
+            yield {"CUDA_VISIBLE_DEVICES": ",".join(str(s) for s in held.slots)}, held.fds
+        finally:
+            held.release()
+            gpu_slots.unmark_launcher(lock_dir)
 
     def local_image(self) -> str:
         """What a local conversion runs outside the checkout, as its identity's ``image``: the digest

@@ -19,6 +19,7 @@ hidden by yesterday's checkpoint.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import errno
 import fcntl
@@ -30,6 +31,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -43,6 +45,8 @@ from pipelines.launch.procs import MARKER as PROC_MARKER
 from pipelines.launch.procs import kill_attempt, marked_pids, pid_alive, start_time, with_signals_unblocked
 from pipelines.storage.manifest import MARKER, damage, make_manifest, read_marker
 
+#: ``take_gpus(count)``: a context holding ``count`` GPUs, giving (their env, the lock fds a command inherits)
+TakeGpus = Callable[[int], contextlib.AbstractContextManager[tuple[dict[str, str], tuple[int, ...]]]]
 #: a download or conversion that takes longer than this is stuck (a deployment's ``cache: build_timeout_s``)
 BUILD_TIMEOUT_S = 4 * 3600
 _PARTIAL = re.compile(r"^\.(?P<name>.+)\.partial-(?P<pid>\d+)$")
@@ -161,23 +165,26 @@ class AssetCache:
 
     def build(self, req: Requirement, *, repo: Path | None = None, conversion: ConversionSpec | None = None,
               env: dict[str, str] | None = None, models: dict[str, Requirement] | None = None,
-              log_path: Path | None = None, timeout_s: float | None = None, image: str = "") -> Built:
+              log_path: Path | None = None, timeout_s: float | None = None, image: str = "",
+              take_gpus: TakeGpus | None = None) -> Built:
         """Build one requirement unless a complete, undamaged, current entry is there; a damaged
         one is rebuilt (``repaired``), one built from something else too (``rebuilt``).
 
         A file error on the way (a full disk, a read-only cache) is a :class:`BuildError` naming the
         folder and its free space: the night fails the tests that need this input, not the whole run.
         ``image``: what a conversion runs outside the checkout (the Python environment's digest), part
-        of its identity."""
+        of its identity. ``take_gpus(count)``: holds ``count`` GPUs while a conversion runs (only when it
+        runs, not when it is reused), giving their environment (``CUDA_VISIBLE_DEVICES``) and the lock files
+        the converter inherits, so it never lands on GPUs a test holds (the local launcher's locks)."""
         dest = self.host_path(req.path)
         try:
-            return self._build(req, dest, repo, conversion, env, models, log_path, timeout_s, image)
+            return self._build(req, dest, repo, conversion, env, models, log_path, timeout_s, image, take_gpus)
         except OSError as exc:
             raise BuildError(_file_problem(req, dest, exc)) from exc
 
     def _build(self, req: Requirement, dest: Path, repo: Path | None, conversion: ConversionSpec | None,
                env: dict[str, str] | None, models: dict[str, Requirement] | None, log_path: Path | None,
-               timeout_s: float | None, image: str) -> Built:
+               timeout_s: float | None, image: str, take_gpus: TakeGpus | None = None) -> Built:
         t0 = time.monotonic()
         env, models = env or {}, models or {}
         want, recipe = self.conversion_identity(req, repo, conversion, env, models, image)
@@ -200,7 +207,7 @@ class AssetCache:
                     self._download(req, tmp, timeout_s or self.build_timeout_s)
                 else:
                     self._convert(req, tmp, repo, conversion, env, models, log_path,
-                                  timeout_s or self.build_timeout_s)
+                                  timeout_s or self.build_timeout_s, take_gpus)
                 marker = {"key": req.key, "source": built_from(req), "built_at": time.time(),
                           "manifest": make_manifest(tmp)}
                 if want and recipe is not None:
@@ -234,7 +241,7 @@ class AssetCache:
 
     def _convert(self, req: Requirement, tmp: Path, repo: Path | None, conversion: ConversionSpec | None,
                  env: dict[str, str], models: dict[str, Requirement], log_path: Path | None,
-                 timeout_s: float) -> None:
+                 timeout_s: float, take_gpus: TakeGpus | None = None) -> None:
         if conversion is None or repo is None:
             raise BuildError(f"conversion {req.key}: no conversion command is declared in assets/checkpoints.yaml")
         if not req.depends_on or req.depends_on[0] not in models:
@@ -244,9 +251,12 @@ class AssetCache:
             raise BuildError(f"conversion {req.key}: model {model.key} is not downloaded yet; build model_weights first")
         argv, conv_env = conversion_command(conversion, req, sys.executable, str(self.host_path(model.path)), str(tmp))
         full_env = {**os.environ, **env, **conv_env}
-        _run(argv, cwd=repo, env=full_env, what=f"conversion {req.key}", log_path=log_path, timeout_s=timeout_s,
-             running=self.running_dir, fix="fix the conversion command in assets/checkpoints.yaml, or install it "
-             "where the night runs")
+        gpus = dict(req.params).get("num_gpus_per_node", "")
+        with take_gpus(int(gpus)) if take_gpus is not None and gpus.isdigit() else contextlib.nullcontext(({}, ())) \
+                as (gpu_env, fds):
+            _run(argv, cwd=repo, env={**full_env, **gpu_env}, what=f"conversion {req.key}", log_path=log_path,
+                 timeout_s=timeout_s, running=self.running_dir, fix="fix the conversion command in "
+                 "assets/checkpoints.yaml, or install it where the night runs", pass_fds=fds)
         if not tmp.is_dir():
             raise BuildError(f"conversion {req.key}: the command exited 0 but wrote nothing to {tmp}")
 
@@ -405,7 +415,8 @@ def _write_build_record(folder: Path, token: str, what: str, pgid: int) -> Path:
 
 
 def _run(argv: list[str], cwd: Path | None, env: dict[str, str], what: str, log_path: Path | None,
-         timeout_s: float = BUILD_TIMEOUT_S, running: Path | None = None, fix: str = "") -> None:
+         timeout_s: float = BUILD_TIMEOUT_S, running: Path | None = None, fix: str = "",
+         pass_fds: tuple[int, ...] = ()) -> None:
     """Run one build command in its own process group; past ``timeout_s``, or when the night is
     interrupted (Ctrl-C, SIGTERM, Dagster's terminate), the whole group is killed before this returns.
 
@@ -415,14 +426,15 @@ def _run(argv: list[str], cwd: Path | None, env: dict[str, str], what: str, log_
 
     A command that cannot start (not on PATH, the checkout folder gone) is a :class:`BuildError`
     saying so, with ``fix``: not a file error of the cache, which is what :meth:`AssetCache.build`
-    makes of any other ``OSError``."""
+    makes of any other ``OSError``. ``pass_fds``: GPU lock files the command holds too (a night killed
+    with ``kill -9`` leaves its GPUs locked until the command is ended, as a test's)."""
     token = f"build-{os.getpid()}-{time.monotonic_ns()}"
     env = {**env, PROC_MARKER: token}
     record = _write_build_record(running, token, what, 0) if running is not None else None
     try:
         try:
             proc = subprocess.Popen(with_signals_unblocked(argv, env), cwd=cwd, env=env, stdin=subprocess.DEVNULL,
-                                    stdout=subprocess.PIPE,
+                                    stdout=subprocess.PIPE, pass_fds=pass_fds,
                                     stderr=subprocess.PIPE, text=True, start_new_session=True)
         except OSError as exc:
             if cwd is not None and not cwd.is_dir():

@@ -692,3 +692,46 @@ def test_a_conversion_outside_root_is_a_located_problem_of_a_local_night(tmp_pat
     assert not [p for p in production.registered.problems if "outside /root" in p.message]
     (repo / "tests" / "e2e" / "test_shm.py").write_text(SHM_TEST.replace('dir_dst="/dev/shm"', 'dir_dst="/root"'))
     assert main(["run", "--home", str(tmp_path / "home"), "--labels", "shm", "--list-only"]) == 0
+
+
+#: a converter that records its CUDA_VISIBLE_DEVICES and which GPU locks of node 0 are held while it runs
+SEEING_CONVERTER = """import fcntl, glob, json, os, sys
+out = sys.argv[1]
+os.makedirs(out)
+busy = []
+for path in sorted(glob.glob(os.path.join(os.environ["NIGHTLY_GPU_LOCK_DIR"], "h200-node0-gpu*.lock"))):
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        busy.append(os.path.basename(path))
+    os.close(fd)
+open(os.path.join(out, "seen.json"), "w").write(json.dumps([os.environ.get("CUDA_VISIBLE_DEVICES"), busy]))
+"""
+
+
+def test_a_local_conversion_holds_its_gpus_as_a_test_does_and_sees_only_them(tmp_path):
+    """A torchrun conversion ran with no GPU lock and no CUDA_VISIBLE_DEVICES: it landed on GPUs the tests
+    of another run held. It now takes num_gpus_per_node free GPUs through the launcher's locks."""
+    import yaml
+
+    from pipelines.launch import gpu_slots
+    from pipelines.night import Night, NightSettings
+    from tests.support.assets import copied_example
+
+    repo, assets = copied_example(tmp_path)
+    (repo / "tools" / "seeing.py").write_text(SEEING_CONVERTER)
+    (assets / "checkpoints.yaml").write_text(yaml.safe_dump(
+        {"conversion": {"command": ["{python}", "tools/seeing.py", "{output}"]}}))
+    (repo / "tests" / "e2e" / "test_gpu_conv.py").write_text(EXTRA_TEST.replace('"extra"', '"gpuconv"').format(extra=""))
+    night = Night(NightSettings(home=tmp_path / "home", assets_dir=assets))
+    reqs = night.requirements_for([t for t in night.catalog.tests if "gpuconv" in t.labels])
+    others = gpu_slots.try_acquire(gpu_slots.host_lock_dir(), "h200", 6, [0], 8)  # another run's tests: GPUs 0-5
+    try:
+        built = [night.build(r) for r in reqs][-1]
+    finally:
+        others.release()
+    visible, busy = json.loads((built.path / "seen.json").read_text())
+    assert visible == "6,7"
+    assert busy == [f"h200-node0-gpu{i}.lock" for i in range(8)], "its own two GPUs are locked while it runs"
+    assert gpu_slots.try_acquire(gpu_slots.host_lock_dir(), "h200", 8, [0], 8) is not None, "and let go after"
