@@ -581,7 +581,14 @@ class Night:
             return launcher_from_deployment(self.deployment, **self.pod_settings())
         from pipelines.launch.local import LocalLauncher
 
-        return LocalLauncher(self.home, pools=[p.pool() for p in self.deployment.pools], night=self.night)
+        return LocalLauncher(self.home, pools=[p.pool() for p in self.deployment.pools], night=self.night,
+                             hold_inputs=self.hold_inputs)
+
+    def hold_inputs(self, test: Test) -> tuple[int, ...]:
+        """Shared locks on the cached folders ``test`` reads, held (by the local launcher and the test) while
+        it runs: a rebuild by another run waits for them before it replaces a folder (:class:`AssetCache`)."""
+        by_key = {r.key: r for r in self.catalog.requirements}
+        return self.cache.hold_for_reading([by_key[k] for k in test.requirements if k in by_key])
 
     def pin_images(self, infra: dict[str, dict[str, str]]) -> None:
         """Pods of this night run exactly the digests the infra probe saw (Kubernetes; locally a no-op).

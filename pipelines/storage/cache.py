@@ -24,6 +24,7 @@ import dataclasses
 import errno
 import fcntl
 import json
+import logging
 import os
 import re
 import shlex
@@ -31,7 +32,7 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -45,6 +46,7 @@ from pipelines.launch.procs import MARKER as PROC_MARKER
 from pipelines.launch.procs import kill_attempt, marked_pids, pid_alive, start_time, with_signals_unblocked
 from pipelines.storage.manifest import MARKER, damage, make_manifest, read_marker
 
+_log = logging.getLogger(__name__)
 #: ``take_gpus(count)``: a context holding ``count`` GPUs, giving (their env, the lock fds a command inherits)
 TakeGpus = Callable[[int], contextlib.AbstractContextManager[tuple[dict[str, str], tuple[int, ...]]]]
 #: a download or conversion that takes longer than this is stuck (a deployment's ``cache: build_timeout_s``)
@@ -213,12 +215,51 @@ class AssetCache:
                 if want and recipe is not None:
                     marker.update(identity=want, recipe=recipe.as_json())
                 (tmp / MARKER).write_text(json.dumps(marker))
-                shutil.rmtree(dest, ignore_errors=True)
-                os.replace(tmp, dest)
+                with self._no_readers(req, dest):  # never under a running test of another run
+                    shutil.rmtree(dest, ignore_errors=True)
+                    os.replace(tmp, dest)
             finally:
                 shutil.rmtree(tmp, ignore_errors=True)
         return Built(req.key, dest, False, round(time.monotonic() - t0, 3), *_size(dest), repaired=bool(found),
                      damage=found, rebuilt=stale, identity=want)
+
+    def readers_path(self, req: Requirement) -> Path:
+        """The lock file that tests reading ``req``'s folder hold shared (:meth:`hold_for_reading`)."""
+        dest = self.host_path(req.path)
+        return dest.with_name(f".{dest.name}.readers")
+
+    def hold_for_reading(self, reqs: list[Requirement]) -> tuple[int, ...]:
+        """Shared locks on the folders of ``reqs`` for a test that reads them (close the files to let go):
+        a rebuild replaces a folder only once no test holds one (:meth:`_no_readers`). The files are
+        close-on-exec; the local launcher passes them to the test, so they last as long as it does."""
+        fds = []
+        for req in reqs:
+            path = self.readers_path(req)
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                fd = os.open(path, os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            except OSError as exc:  # the test still runs; it is the rebuild that could not wait for it
+                _log.warning("%s: cannot hold %s for reading (%s); a rebuild could replace it under the test",
+                             req.key, path, exc.strerror or exc)
+                continue
+            fcntl.flock(fd, fcntl.LOCK_SH)  # waits only while a rebuild swaps the folder
+            fds.append(fd)
+        return tuple(fds)
+
+    @contextlib.contextmanager
+    def _no_readers(self, req: Requirement, dest: Path) -> Iterator[None]:
+        """Hold ``req``'s readers lock exclusively: wait until no test (of any run on this host) reads it."""
+        fd = os.open(self.readers_path(req), os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                _log.warning("%s %s: built anew; waiting for the tests that read %s to end before replacing it",
+                             req.kind, req.key, dest)
+                fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)
 
     def _download(self, req: Requirement, tmp: Path, timeout_s: float) -> None:
         check_hub_id(req)
