@@ -8,13 +8,14 @@ chosen here by the deployment's name, local by default. What a run *does* is in
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
 import os
 import threading
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import cached_property
@@ -24,6 +25,7 @@ from pipelines.core.calibrate import Lineage, calibrate, drift, evidence_csv, ne
 from pipelines.core.calibrate.evidence import recorded_floor
 from pipelines.core.catalog import load_catalog
 from pipelines.core.catalog.ids import safe_filename
+from pipelines.core.catalog.requirements import outside_root_problems
 from pipelines.core.health import assess_nodes, avoid_nodes, passed_nodes
 from pipelines.core.history import HistoryError, HistoryStore, sample_from_attempt
 from pipelines.core.jsonlines import key_lines
@@ -180,6 +182,15 @@ def unsaved_since(home: Path, since: float) -> Path | None:
     found = [(readme.stat().st_mtime, readme.parent) for root in unsaved_roots(home)
              for readme in root.glob("*/README.txt") if readme.stat().st_mtime >= since]
     return max(found)[1] if found else None
+
+
+def _text_of(path: Path) -> str | None:
+    """A test file's text for :func:`outside_root_problems` (None: unreadable; its problem then names the
+    test's registration line)."""
+    try:
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return None
 
 
 def default_home() -> Path:
@@ -345,7 +356,12 @@ class Night:
             raise CatalogError(problem)
         path, configured = self.specs.locate_repo(self.settings.repo)
         # an unconfigured checkout gets spec=None: the catalog detects its dialect and says what it assumed
-        return load_catalog(path, spec=configured, specs=self.specs, cache_dir=self.home / "cache")
+        catalog = load_catalog(path, spec=configured, specs=self.specs, cache_dir=self.home / "cache")
+        if self.deployment.launcher == "local":  # its tests see the cache as /root only: say so at the call
+            extra = outside_root_problems(catalog.tests, catalog.requirements, lambda rel: _text_of(path / rel))
+            if extra:
+                catalog = dataclasses.replace(catalog, problems=(*catalog.problems, *extra))
+        return catalog
 
     @cached_property
     def tests_by_id(self) -> dict[str, Test]:
@@ -479,7 +495,42 @@ class Night:
         return self.cache.build(
             req, repo=self.repo_spec.path, conversion=self.specs.conversion, env=self.test_env(),
             models=models, log_path=log_path, image=self.local_image() if req.kind == "conversion" else "",
+            take_gpus=self.conversion_gpus,
         )
+
+    @contextlib.contextmanager
+    def conversion_gpus(self, count: int) -> Iterator[tuple[dict[str, str], tuple[int, ...]]]:
+        """Hold ``count`` GPUs of the largest pool (where builds run) while a local conversion runs, taken
+        as the local launcher takes a test's (the host's ``flock`` GPU locks, shared by every night on it):
+        a torchrun converter otherwise lands on GPUs another run's tests hold. Gives the converter's
+        ``CUDA_VISIBLE_DEVICES`` and the lock files it inherits; waits (saying so) while they are busy."""
+        from pipelines.launch import gpu_slots
+        from pipelines.storage.cache import BuildError
+
+        pool = max(self.deployment.pools, key=lambda p: p.gpus_per_node)
+        if count > pool.gpus_per_node:
+            raise BuildError(f"the conversion asks for {count} GPUs (num_gpus_per_node) but a {pool.name} node has "
+                             f"{pool.gpus_per_node}; lower num_gpus_per_node in the test's convert_checkpoint() call, "
+                             "or give the deployment a larger pool in assets/cluster.yaml")
+        lock_dir = gpu_slots.host_lock_dir()
+        try:
+            gpu_slots.mark_launcher(lock_dir)  # another night must not take this process for a stray
+            try:
+                held = gpu_slots.acquire(lock_dir, pool.name, count, list(range(pool.nodes)), pool.gpus_per_node,
+                                         on_wait=lambda s: log.warning("conversion: waited %.0f s for %d free GPU(s) "
+                                                                       "of a %s node (%s)", s, count, pool.name,
+                                                                       lock_dir))
+            except BaseException:
+                gpu_slots.unmark_launcher(lock_dir)
+                raise
+        except OSError as exc:
+            raise BuildError(f"cannot lock GPUs for the conversion in {lock_dir} ({exc.strerror or exc}); make the "
+                             f"folder writable or point {gpu_slots.LOCK_DIR_ENV} at one that is") from None
+        try:
+            yield {"CUDA_VISIBLE_DEVICES": ",".join(str(s) for s in held.slots)}, held.fds
+        finally:
+            held.release()
+            gpu_slots.unmark_launcher(lock_dir)
 
     def local_image(self) -> str:
         """What a local conversion runs outside the checkout, as its identity's ``image``: the digest
@@ -530,7 +581,14 @@ class Night:
             return launcher_from_deployment(self.deployment, **self.pod_settings())
         from pipelines.launch.local import LocalLauncher
 
-        return LocalLauncher(self.home, pools=[p.pool() for p in self.deployment.pools], night=self.night)
+        return LocalLauncher(self.home, pools=[p.pool() for p in self.deployment.pools], night=self.night,
+                             hold_inputs=self.hold_inputs)
+
+    def hold_inputs(self, test: Test) -> tuple[int, ...]:
+        """Shared locks on the cached folders ``test`` reads, held (by the local launcher and the test) while
+        it runs: a rebuild by another run waits for them before it replaces a folder (:class:`AssetCache`)."""
+        by_key = {r.key: r for r in self.catalog.requirements}
+        return self.cache.hold_for_reading([by_key[k] for k in test.requirements if k in by_key])
 
     def pin_images(self, infra: dict[str, dict[str, str]]) -> None:
         """Pods of this night run exactly the digests the infra probe saw (Kubernetes; locally a no-op).

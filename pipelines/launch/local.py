@@ -31,7 +31,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Protocol
@@ -96,7 +96,8 @@ class LocalLauncher:
                  pools: Sequence[_PoolShape] = (), log_cap_bytes: int = DEFAULT_LOG_CAP_BYTES,
                  poll_s: float = 0.2, night: str = "", backstop_s: float = WRAPPER_BACKSTOP_S,
                  lock_dir: Path | None = None, gpu_wait_note_s: float = 5.0, gpu_recheck_s: float = 5.0,
-                 stray_confirm_s: float | None = None, signal_settle_s: float = SIGNAL_SETTLE_S):
+                 stray_confirm_s: float | None = None, signal_settle_s: float = SIGNAL_SETTLE_S,
+                 hold_inputs: Callable[[Test], tuple[int, ...]] | None = None):
         self.state_dir = Path(state_dir)
         self.lock_dir = Path(lock_dir) if lock_dir else gpu_slots.host_lock_dir()
         self.python = python
@@ -115,6 +116,9 @@ class LocalLauncher:
         self.stray_confirm_s = kill_grace_s + PUMP_JOIN_S if stray_confirm_s is None else stray_confirm_s
         #: see :data:`SIGNAL_SETTLE_S`
         self.signal_settle_s = signal_settle_s
+        #: shared locks on the cached inputs a test reads (the asset cache's ``hold_for_reading``), passed to
+        #: the test like its GPU locks: another run's rebuild never replaces a folder the test is reading
+        self.hold_inputs = hold_inputs
         self._stop = threading.Event()
         #: (signum, when it arrived) of the signal that stopped the night; None: not stopped, or not by a signal
         self._stopped_by: tuple[int, float] | None = None
@@ -233,10 +237,17 @@ class LocalLauncher:
         # the test's time starts once its GPUs are held: a wait for GPUs another night (or a leftover
         # process) holds is not the test's, and the report's timeline must not overlap it with theirs
         started_at = _now()
+        inputs: tuple[int, ...] = ()
         try:
-            return self._run(request, held, node_name(request.pool, held.node), started_at, on_log, gpu_wait_s)
+            if self.hold_inputs is not None:
+                inputs = self.hold_inputs(request.test)
+            return self._run(request, held, node_name(request.pool, held.node), started_at, on_log, gpu_wait_s,
+                             inputs)
         finally:
             held.release()
+            for fd in inputs:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
 
     def _lock_paths(self, pool: str, nodes: list[int], per_node: int) -> list[Path]:
         """Every GPU lock file of these nodes of the pool."""
@@ -282,7 +293,7 @@ class LocalLauncher:
                        timeout_s=request.timeout_s, details=details)
 
     def _run(self, request: LaunchRequest, held: gpu_slots.HeldSlots, node: str, started_at: str,
-             on_log: LogSink | None, gpu_wait_s: float = 0.0) -> Attempt:
+             on_log: LogSink | None, gpu_wait_s: float = 0.0, inputs: tuple[int, ...] = ()) -> Attempt:
         token = uuid.uuid4().hex
         result_path = request.log_path.with_suffix(".result.json")
         record_fields = {
@@ -325,7 +336,7 @@ class LocalLauncher:
             # that attempt's GPU locks too (a copy of every file of the night) and would be killed as its leftover
             proc = start_process(argv, cwd=request.repo_path, env=env,
                                  stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                 start_new_session=True, pass_fds=held.fds)
+                                 start_new_session=True, pass_fds=(*held.fds, *inputs))
         except (OSError, ValueError) as exc:  # this test's, not the night's: the others still run
             log.write(f"# nightly: could not start the test: {exc}\n".encode())
             log.close()

@@ -1,7 +1,8 @@
 """The asset cache: model weights, datasets and converted checkpoints, built once and reused.
 
 Tests expect container paths such as ``/root/models/<name>``; on this machine those live under
-one cache root (``/root/...`` -> ``<cache>/...``). In Kubernetes the same folders are a PVC
+one cache root (``/root/...`` -> ``<cache>/...``, any other path ``/p`` -> ``<cache>/_outside_root/p``,
+so ``/x`` and ``/root/x`` stay two folders). In Kubernetes the same folders are a PVC
 mounted at ``/root/models`` and ``/root/datasets``. Every build goes to a temporary folder and
 is renamed into place with a completion marker, so an interrupted build is never mistaken for a
 finished one. The marker carries a manifest (files, sizes, sha256) checked before every reuse: a
@@ -18,16 +19,20 @@ hidden by yesterday's checkpoint.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import errno
 import fcntl
 import json
+import logging
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -41,6 +46,9 @@ from pipelines.launch.procs import MARKER as PROC_MARKER
 from pipelines.launch.procs import kill_attempt, marked_pids, pid_alive, start_time, with_signals_unblocked
 from pipelines.storage.manifest import MARKER, damage, make_manifest, read_marker
 
+_log = logging.getLogger(__name__)
+#: ``take_gpus(count)``: a context holding ``count`` GPUs, giving (their env, the lock fds a command inherits)
+TakeGpus = Callable[[int], contextlib.AbstractContextManager[tuple[dict[str, str], tuple[int, ...]]]]
 #: a download or conversion that takes longer than this is stuck (a deployment's ``cache: build_timeout_s``)
 BUILD_TIMEOUT_S = 4 * 3600
 _PARTIAL = re.compile(r"^\.(?P<name>.+)\.partial-(?P<pid>\d+)$")
@@ -159,23 +167,26 @@ class AssetCache:
 
     def build(self, req: Requirement, *, repo: Path | None = None, conversion: ConversionSpec | None = None,
               env: dict[str, str] | None = None, models: dict[str, Requirement] | None = None,
-              log_path: Path | None = None, timeout_s: float | None = None, image: str = "") -> Built:
+              log_path: Path | None = None, timeout_s: float | None = None, image: str = "",
+              take_gpus: TakeGpus | None = None) -> Built:
         """Build one requirement unless a complete, undamaged, current entry is there; a damaged
         one is rebuilt (``repaired``), one built from something else too (``rebuilt``).
 
         A file error on the way (a full disk, a read-only cache) is a :class:`BuildError` naming the
         folder and its free space: the night fails the tests that need this input, not the whole run.
         ``image``: what a conversion runs outside the checkout (the Python environment's digest), part
-        of its identity."""
+        of its identity. ``take_gpus(count)``: holds ``count`` GPUs while a conversion runs (only when it
+        runs, not when it is reused), giving their environment (``CUDA_VISIBLE_DEVICES``) and the lock files
+        the converter inherits, so it never lands on GPUs a test holds (the local launcher's locks)."""
         dest = self.host_path(req.path)
         try:
-            return self._build(req, dest, repo, conversion, env, models, log_path, timeout_s, image)
+            return self._build(req, dest, repo, conversion, env, models, log_path, timeout_s, image, take_gpus)
         except OSError as exc:
             raise BuildError(_file_problem(req, dest, exc)) from exc
 
     def _build(self, req: Requirement, dest: Path, repo: Path | None, conversion: ConversionSpec | None,
                env: dict[str, str] | None, models: dict[str, Requirement] | None, log_path: Path | None,
-               timeout_s: float | None, image: str) -> Built:
+               timeout_s: float | None, image: str, take_gpus: TakeGpus | None = None) -> Built:
         t0 = time.monotonic()
         env, models = env or {}, models or {}
         want, recipe = self.conversion_identity(req, repo, conversion, env, models, image)
@@ -198,18 +209,57 @@ class AssetCache:
                     self._download(req, tmp, timeout_s or self.build_timeout_s)
                 else:
                     self._convert(req, tmp, repo, conversion, env, models, log_path,
-                                  timeout_s or self.build_timeout_s)
+                                  timeout_s or self.build_timeout_s, take_gpus)
                 marker = {"key": req.key, "source": built_from(req), "built_at": time.time(),
                           "manifest": make_manifest(tmp)}
                 if want and recipe is not None:
                     marker.update(identity=want, recipe=recipe.as_json())
                 (tmp / MARKER).write_text(json.dumps(marker))
-                shutil.rmtree(dest, ignore_errors=True)
-                os.replace(tmp, dest)
+                with self._no_readers(req, dest):  # never under a running test of another run
+                    shutil.rmtree(dest, ignore_errors=True)
+                    os.replace(tmp, dest)
             finally:
                 shutil.rmtree(tmp, ignore_errors=True)
         return Built(req.key, dest, False, round(time.monotonic() - t0, 3), *_size(dest), repaired=bool(found),
                      damage=found, rebuilt=stale, identity=want)
+
+    def readers_path(self, req: Requirement) -> Path:
+        """The lock file that tests reading ``req``'s folder hold shared (:meth:`hold_for_reading`)."""
+        dest = self.host_path(req.path)
+        return dest.with_name(f".{dest.name}.readers")
+
+    def hold_for_reading(self, reqs: list[Requirement]) -> tuple[int, ...]:
+        """Shared locks on the folders of ``reqs`` for a test that reads them (close the files to let go):
+        a rebuild replaces a folder only once no test holds one (:meth:`_no_readers`). The files are
+        close-on-exec; the local launcher passes them to the test, so they last as long as it does."""
+        fds = []
+        for req in reqs:
+            path = self.readers_path(req)
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                fd = os.open(path, os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            except OSError as exc:  # the test still runs; it is the rebuild that could not wait for it
+                _log.warning("%s: cannot hold %s for reading (%s); a rebuild could replace it under the test",
+                             req.key, path, exc.strerror or exc)
+                continue
+            fcntl.flock(fd, fcntl.LOCK_SH)  # waits only while a rebuild swaps the folder
+            fds.append(fd)
+        return tuple(fds)
+
+    @contextlib.contextmanager
+    def _no_readers(self, req: Requirement, dest: Path) -> Iterator[None]:
+        """Hold ``req``'s readers lock exclusively: wait until no test (of any run on this host) reads it."""
+        fd = os.open(self.readers_path(req), os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                _log.warning("%s %s: built anew; waiting for the tests that read %s to end before replacing it",
+                             req.kind, req.key, dest)
+                fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)
 
     def _download(self, req: Requirement, tmp: Path, timeout_s: float) -> None:
         check_hub_id(req)
@@ -232,7 +282,7 @@ class AssetCache:
 
     def _convert(self, req: Requirement, tmp: Path, repo: Path | None, conversion: ConversionSpec | None,
                  env: dict[str, str], models: dict[str, Requirement], log_path: Path | None,
-                 timeout_s: float) -> None:
+                 timeout_s: float, take_gpus: TakeGpus | None = None) -> None:
         if conversion is None or repo is None:
             raise BuildError(f"conversion {req.key}: no conversion command is declared in assets/checkpoints.yaml")
         if not req.depends_on or req.depends_on[0] not in models:
@@ -242,9 +292,12 @@ class AssetCache:
             raise BuildError(f"conversion {req.key}: model {model.key} is not downloaded yet; build model_weights first")
         argv, conv_env = conversion_command(conversion, req, sys.executable, str(self.host_path(model.path)), str(tmp))
         full_env = {**os.environ, **env, **conv_env}
-        _run(argv, cwd=repo, env=full_env, what=f"conversion {req.key}", log_path=log_path, timeout_s=timeout_s,
-             running=self.running_dir, fix="fix the conversion command in assets/checkpoints.yaml, or install it "
-             "where the night runs")
+        gpus = dict(req.params).get("num_gpus_per_node", "")
+        with take_gpus(int(gpus)) if take_gpus is not None and gpus.isdigit() else contextlib.nullcontext(({}, ())) \
+                as (gpu_env, fds):
+            _run(argv, cwd=repo, env={**full_env, **gpu_env}, what=f"conversion {req.key}", log_path=log_path,
+                 timeout_s=timeout_s, running=self.running_dir, fix="fix the conversion command in "
+                 "assets/checkpoints.yaml, or install it where the night runs", pass_fds=fds)
         if not tmp.is_dir():
             raise BuildError(f"conversion {req.key}: the command exited 0 but wrote nothing to {tmp}")
 
@@ -316,7 +369,8 @@ def conversion_command(conversion: ConversionSpec, req: Requirement, python: str
                        output: str) -> tuple[list[str], dict[str, str]]:
     """The framework's conversion argv and extra env for one requirement (no shell, ever).
 
-    ``{extra_args}`` standing alone expands to its words; any other placeholder is replaced in place
+    ``{extra_args}`` standing alone expands to its words, split as a shell would (``shlex.split``, as the
+    framework's own ``convert_checkpoint`` does; never run through one); any other placeholder is replaced in place
     (the names the specs accept: ``CONVERSION_PLACEHOLDERS``, checked when checkpoints.yaml loads).
     The env is passed as written: the schema allows no placeholders there.
     """
@@ -330,10 +384,15 @@ def conversion_command(conversion: ConversionSpec, req: Requirement, python: str
         "extra_args": params.get("extra_args", ""),
     }
     try:
+        extra = shlex.split(values["extra_args"])
+    except ValueError as exc:  # the catalog says so at the call's line; a build never guesses the words
+        raise BuildError(f"conversion {req.key}: extra_args {values['extra_args']!r} cannot be split into words "
+                         f"({exc}); fix its quotes in the test's convert_checkpoint() call") from None
+    try:
         argv: list[str] = []
         for part in conversion.command:
             if part == "{extra_args}":
-                argv.extend(values["extra_args"].split())
+                argv.extend(extra)
             else:
                 argv.append(part.format(**values))
     except (KeyError, IndexError, ValueError, AttributeError) as exc:
@@ -397,7 +456,8 @@ def _write_build_record(folder: Path, token: str, what: str, pgid: int) -> Path:
 
 
 def _run(argv: list[str], cwd: Path | None, env: dict[str, str], what: str, log_path: Path | None,
-         timeout_s: float = BUILD_TIMEOUT_S, running: Path | None = None, fix: str = "") -> None:
+         timeout_s: float = BUILD_TIMEOUT_S, running: Path | None = None, fix: str = "",
+         pass_fds: tuple[int, ...] = ()) -> None:
     """Run one build command in its own process group; past ``timeout_s``, or when the night is
     interrupted (Ctrl-C, SIGTERM, Dagster's terminate), the whole group is killed before this returns.
 
@@ -407,14 +467,15 @@ def _run(argv: list[str], cwd: Path | None, env: dict[str, str], what: str, log_
 
     A command that cannot start (not on PATH, the checkout folder gone) is a :class:`BuildError`
     saying so, with ``fix``: not a file error of the cache, which is what :meth:`AssetCache.build`
-    makes of any other ``OSError``."""
+    makes of any other ``OSError``. ``pass_fds``: GPU lock files the command holds too (a night killed
+    with ``kill -9`` leaves its GPUs locked until the command is ended, as a test's)."""
     token = f"build-{os.getpid()}-{time.monotonic_ns()}"
     env = {**env, PROC_MARKER: token}
     record = _write_build_record(running, token, what, 0) if running is not None else None
     try:
         try:
             proc = subprocess.Popen(with_signals_unblocked(argv, env), cwd=cwd, env=env, stdin=subprocess.DEVNULL,
-                                    stdout=subprocess.PIPE,
+                                    stdout=subprocess.PIPE, pass_fds=pass_fds,
                                     stderr=subprocess.PIPE, text=True, start_new_session=True)
         except OSError as exc:
             if cwd is not None and not cwd.is_dir():

@@ -310,6 +310,13 @@ def test_a_declared_source_or_path_the_cache_could_never_build_names_the_line(pr
     """)
     assert ":2: datasets.toy.source: '--local-dir' is not a Hub id" in text
     assert ":2: datasets.toy.path: '/root/../etc' is not a usable path" in text
+    # the folder of every model: a download there would delete them all when it is built
+    text = _errors(project_root, tmp_path / "e", "models.yaml", """\
+        models:
+          tiny-lm: {source: minirl/tiny-lm, path: /root/models/tiny-lm}
+          tiny-lm-wide: {source: minirl/tiny-lm-wide, path: /root/models}
+    """)
+    assert ":3: models.tiny-lm-wide.path: '/root/models' holds other cached inputs" in text
 
 
 def test_a_deployment_s_cache_settings_reach_the_night_s_cache_and_bad_ones_name_the_line(project_root, tmp_path):

@@ -155,3 +155,36 @@ def test_a_corrupt_estimates_file_leaves_the_code_location_loading_and_fails_the
     tick = loaded.resolve_sensor_def("rerun_changed_tests").evaluate_tick(
         dg.build_sensor_context(resources={"nightly": nightly}, definitions=loaded))
     assert "corrupt estimates file" in tick.skip_message and "estimates/minirl.json:1" in tick.skip_message
+
+
+GHOST = """from minirl.ci_register import register_cuda_ci
+from minirl.testing import convert_checkpoint
+
+register_cuda_ci(est_time=5, suite="stage-b-2-gpu-h200", labels=["ghost"])
+
+
+def prepare():
+    convert_checkpoint(model_name="ghost-lm", megatron_model_type="tiny", num_gpus_per_node=2)
+"""
+
+
+def test_a_conversion_of_a_model_nothing_downloads_is_a_located_problem_and_the_definitions_still_load(
+        tmp_path, monkeypatch, capsys):
+    """`catalog --strict` passed, and the code location failed to load with Dagster's invalid partition mapping
+    (converted_checkpoints -> model_weights: 'ghost-lm' not in upstream partitions)."""
+    from pipelines.cli import main
+    from pipelines.defs.resources import NightlyResource
+    from tests.support.assets import copied_example
+
+    repo, assets = copied_example(tmp_path)
+    (repo / "tests" / "e2e" / "test_ghost.py").write_text(GHOST)
+    monkeypatch.setenv("NIGHTLY_ASSETS_DIR", str(assets))
+    monkeypatch.setenv("NIGHTLY_HOME", str(tmp_path / "home"))
+    assert main(["catalog", "--strict", "--labels", "ghost"]) == 1
+    assert ("tests/e2e/test_ghost.py:8: convert_checkpoint: converts model 'ghost-lm', which is neither downloaded "
+            "in prepare() nor declared in assets/models.yaml") in capsys.readouterr().err
+    d = build_definitions(nightly=NightlyResource(home=str(tmp_path / "home"), assets_dir=str(assets)))
+    graph = d.resolve_asset_graph()
+    graph.validate_partitions()
+    keys = graph.get(dg.AssetKey("converted_checkpoints")).partitions_def.get_partition_keys()
+    assert not any(k.startswith("ghost-lm") for k in keys), keys

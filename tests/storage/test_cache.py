@@ -30,12 +30,13 @@ def hub(tmp_path):
 def test_container_paths_map_under_the_cache_root(tmp_path):
     cache = AssetCache(tmp_path / "c")
     assert cache.host_path("/root/models/x") == tmp_path / "c" / "models" / "x"
-    assert cache.host_path("/dev/shm/x") == tmp_path / "c" / "dev" / "shm" / "x"
+    assert cache.host_path("/dev/shm/x") == tmp_path / "c" / "_outside_root" / "dev" / "shm" / "x"
     with pytest.raises(BuildError, match="not a usable path"):
         cache.host_path("/root/../etc")
 
 
-@pytest.mark.parametrize("path", ["models/x", "/root", "/root/models/../../etc"])
+@pytest.mark.parametrize("path", ["models/x", "/root", "/root/models/../../etc", "/root/models", "/root/datasets/",
+                                  "/dev/shm"])
 def test_the_cache_refuses_every_folder_the_catalog_refuses(tmp_path, path):
     # one rule (catalog.requirements.cache_relpath): a relative folder used to land under the cache
     # locally while the catalog and Kubernetes refused it
@@ -317,6 +318,19 @@ def test_other_extra_args_another_model_or_an_old_marker_rebuild_the_conversion(
     assert "no conversion identity" in cache.build(other, repo=repo, conversion=spec, models={"m1": MODEL}).rebuilt
 
 
+def test_a_model_downloaded_again_with_the_same_files_keeps_its_conversions(tmp_path, hub):
+    """docs/storage.md said conversions of a model downloaded again are rebuilt after it; they are only
+    when its files changed (the identity holds the model's file digest, as the test above shows)."""
+    repo, spec = converter_checkout(tmp_path)
+    cache = AssetCache(tmp_path / "c", hub)
+    cache.build(MODEL)
+    first = cache.build(CONV, repo=repo, conversion=spec, models={"m1": MODEL})
+    shutil.rmtree(tmp_path / "c" / "models" / "m1")  # `rm -rf <home>/cache/models/<name>`, as the docs say
+    assert not cache.build(MODEL).reused
+    again = cache.build(CONV, repo=repo, conversion=spec, models={"m1": MODEL})
+    assert (again.reused, again.identity) == (True, first.identity)
+
+
 def test_a_conversion_asked_with_another_gpu_count_or_multinode_reuses_the_checkpoint(tmp_path, hub):
     """num_gpus_per_node and multinode only launch the conversion: its identity leaves them out."""
     import dataclasses
@@ -569,3 +583,155 @@ def test_a_local_conversion_is_rebuilt_when_the_python_environment_changes_and_r
     monkeypatch.setattr(infra, "environment_digest", lambda: "sha256:" + "e" * 64)  # a package upgraded
     again = build_all(night())[conv]
     assert not again.reused and again.rebuilt.endswith("its image")
+
+
+ALIAS_TEST = """from minirl.ci_register import register_cuda_ci
+from minirl.testing import convert_checkpoint, exec_command
+
+register_cuda_ci(est_time=5, suite="stage-b-2-gpu-h200", labels=["alias"])
+
+
+def prepare():
+    exec_command("hf download minirl/{model} --local-dir /root/models/{model}")
+    convert_checkpoint("tiny-lm", "tiny", 2, dir_dst="{dst}", hf_checkpoint="/root/models/{model}")
+"""
+
+
+def test_a_folder_outside_root_and_the_same_folder_under_root_are_two_cache_entries(tmp_path):
+    """``/tiny-lm_torch_dist`` and ``/root/tiny-lm_torch_dist`` (``/dev/shm/x`` and ``/root/dev/shm/x``) are
+    two folders in a test's container: one cache folder for both made two conversions of different models
+    rebuild each other every night, and a test got whichever was built last."""
+    from pipelines.night import Night, NightSettings
+    from tests.support.assets import copied_example
+
+    repo, assets = copied_example(tmp_path)
+    for name, model, dst in (("test_alias_root.py", "tiny-lm", "/root"), ("test_alias_top.py", "tiny-lm-wide", "/"),
+                             ("test_alias_shm.py", "tiny-lm", "/dev/shm"),
+                             ("test_alias_root_shm.py", "tiny-lm-wide", "/root/dev/shm")):
+        (repo / "tests" / "e2e" / name).write_text(ALIAS_TEST.format(model=model, dst=dst))
+
+    def build_all() -> dict:
+        night = Night(NightSettings(home=tmp_path / "home", assets_dir=assets))
+        tests = [t for t in night.catalog.tests if "alias" in t.labels]
+        return {r.path: night.build(r) for r in night.requirements_for(tests)}
+
+    first = build_all()
+    convs = {path: b for path, b in first.items() if path.endswith("_torch_dist")}
+    assert sorted(convs) == ["/dev/shm/tiny-lm_torch_dist", "/root/dev/shm/tiny-lm_torch_dist",
+                             "/root/tiny-lm_torch_dist", "/tiny-lm_torch_dist"]
+    assert len({b.path for b in convs.values()}) == 4, {p: b.path for p, b in convs.items()}
+    again = build_all()
+    assert {p: (again[p].reused, again[p].rebuilt) for p in convs} == {p: (True, "") for p in convs}
+
+
+EXTRA_TEST = """from minirl.ci_register import register_cuda_ci
+from minirl.testing import convert_checkpoint, exec_command
+
+register_cuda_ci(est_time=5, suite="stage-b-2-gpu-h200", labels=["extra"])
+
+
+def prepare():
+    exec_command("hf download minirl/tiny-lm --local-dir /root/models/tiny-lm")
+    convert_checkpoint("tiny-lm", "tiny", 2, extra_args={extra!r}, dir_dst="/root/ckpt")
+"""
+
+
+def test_a_conversion_gets_its_extra_args_split_as_a_shell_would_and_a_change_rebuilds_it(tmp_path):
+    """assets/checkpoints.yaml had no {extra_args}: extra_args="--fp8" built a checkpoint without them,
+    and changing them never rebuilt it."""
+    from pipelines.night import Night, NightSettings
+    from tests.support.assets import copied_example
+
+    repo, assets = copied_example(tmp_path)
+    test = repo / "tests" / "e2e" / "test_extra.py"
+
+    def build(extra: str):
+        test.write_text(EXTRA_TEST.format(extra=extra))
+        night = Night(NightSettings(home=tmp_path / "home", assets_dir=assets))
+        reqs = night.requirements_for([t for t in night.catalog.tests if "extra" in t.labels])
+        built = [night.build(r) for r in reqs][-1]
+        return built, json.loads((built.path / "metadata.json").read_text())["extra_args"]
+
+    first, recorded = build("--fp8")
+    assert recorded == ["--fp8"]
+    second, recorded = build("--fp8 --note 'two words'")
+    assert recorded == ["--fp8", "--note", "two words"]
+    assert not second.reused and "its argv" in second.rebuilt
+    assert build("--fp8 --note 'two words'")[0].reused
+
+
+SHM_TEST = """from minirl.ci_register import register_cuda_ci
+from minirl.testing import convert_checkpoint, exec_command
+
+register_cuda_ci(est_time=5, suite="stage-b-2-gpu-h200", labels=["shm"])
+
+
+def prepare():
+    exec_command("hf download minirl/tiny-lm --local-dir /root/models/tiny-lm")
+    convert_checkpoint("tiny-lm", "tiny", 2, dir_dst="/dev/shm")
+"""
+
+
+def test_a_conversion_outside_root_is_a_located_problem_of_a_local_night(tmp_path, monkeypatch, capsys):
+    """The local deployment maps only /root onto its cache (repos.yaml env {cache}): the checkpoint was
+    built at <cache>/.../dev/shm, the test looked at the real /dev/shm and failed as a test failure."""
+    from pipelines.cli import main
+    from tests.support.assets import copied_example
+
+    repo, assets = copied_example(tmp_path)
+    (repo / "tests" / "e2e" / "test_shm.py").write_text(SHM_TEST)
+    monkeypatch.setenv("NIGHTLY_ASSETS_DIR", str(assets))
+    assert main(["run", "--home", str(tmp_path / "home"), "--labels", "shm", "--list-only"]) == 3
+    err = capsys.readouterr().err
+    assert ("tests/e2e/test_shm.py:9: convert_checkpoint: output folder /dev/shm/tiny-lm_torch_dist is outside /root: "
+            "the local deployment builds it in its cache but gives tests only /root paths") in err, err
+    # pods mount the input at /dev/shm/...: no problem there
+    from pipelines.night import Night, NightSettings
+
+    production = Night(NightSettings(home=tmp_path / "home", assets_dir=assets, deployment="production"))
+    assert not [p for p in production.registered.problems if "outside /root" in p.message]
+    (repo / "tests" / "e2e" / "test_shm.py").write_text(SHM_TEST.replace('dir_dst="/dev/shm"', 'dir_dst="/root"'))
+    assert main(["run", "--home", str(tmp_path / "home"), "--labels", "shm", "--list-only"]) == 0
+
+
+#: a converter that records its CUDA_VISIBLE_DEVICES and which GPU locks of node 0 are held while it runs
+SEEING_CONVERTER = """import fcntl, glob, json, os, sys
+out = sys.argv[1]
+os.makedirs(out)
+busy = []
+for path in sorted(glob.glob(os.path.join(os.environ["NIGHTLY_GPU_LOCK_DIR"], "h200-node0-gpu*.lock"))):
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        busy.append(os.path.basename(path))
+    os.close(fd)
+open(os.path.join(out, "seen.json"), "w").write(json.dumps([os.environ.get("CUDA_VISIBLE_DEVICES"), busy]))
+"""
+
+
+def test_a_local_conversion_holds_its_gpus_as_a_test_does_and_sees_only_them(tmp_path):
+    """A torchrun conversion ran with no GPU lock and no CUDA_VISIBLE_DEVICES: it landed on GPUs the tests
+    of another run held. It now takes num_gpus_per_node free GPUs through the launcher's locks."""
+    import yaml
+
+    from pipelines.launch import gpu_slots
+    from pipelines.night import Night, NightSettings
+    from tests.support.assets import copied_example
+
+    repo, assets = copied_example(tmp_path)
+    (repo / "tools" / "seeing.py").write_text(SEEING_CONVERTER)
+    (assets / "checkpoints.yaml").write_text(yaml.safe_dump(
+        {"conversion": {"command": ["{python}", "tools/seeing.py", "{output}"]}}))
+    (repo / "tests" / "e2e" / "test_gpu_conv.py").write_text(EXTRA_TEST.replace('"extra"', '"gpuconv"').format(extra=""))
+    night = Night(NightSettings(home=tmp_path / "home", assets_dir=assets))
+    reqs = night.requirements_for([t for t in night.catalog.tests if "gpuconv" in t.labels])
+    others = gpu_slots.try_acquire(gpu_slots.host_lock_dir(), "h200", 6, [0], 8)  # another run's tests: GPUs 0-5
+    try:
+        built = [night.build(r) for r in reqs][-1]
+    finally:
+        others.release()
+    visible, busy = json.loads((built.path / "seen.json").read_text())
+    assert visible == "6,7"
+    assert busy == [f"h200-node0-gpu{i}.lock" for i in range(8)], "its own two GPUs are locked while it runs"
+    assert gpu_slots.try_acquire(gpu_slots.host_lock_dir(), "h200", 8, [0], 8) is not None, "and let go after"

@@ -15,12 +15,14 @@ a repo's ``requirements:`` globs add keys for what inference cannot see.
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import fnmatch
 import functools
 import hashlib
 import re
-from collections.abc import Mapping
+import shlex
+from collections.abc import Callable, Iterable, Mapping
 
 # the rules live in asset_rules (the spec schema uses them too); the builds import them from here
 from pipelines.core.asset_rules import CACHE_PATH_RULE as CACHE_PATH_RULE
@@ -33,7 +35,8 @@ from pipelines.core.asset_rules import (
 from pipelines.core.asset_rules import cache_relpath as cache_relpath
 from pipelines.core.catalog.assemble import new_test
 from pipelines.core.catalog.ids import describe_char
-from pipelines.core.catalog.infer import Conversion, Download, Needs
+from pipelines.core.catalog.infer import Conversion, Download, Needs, infer_needs
+from pipelines.core.catalog.resolve import module_constants
 from pipelines.core.model import Problem, Requirement, Test
 from pipelines.core.specs import RepoSpec, Specs
 
@@ -149,6 +152,14 @@ def build_requirements(
             if why:
                 said.append((d.line, "prepare", f"download folder {d.path!r}: its name {why}; a download folder's "
                                                 f"name {KEY_RULE} (it names the cached input); fix prepare()"))
+                continue
+            other = declared.get(d.key)
+            if other is not None and other.kind != d.kind:
+                # one key names one cached input (and Dagster partition): the declared one would replace this
+                said.append((d.line, "prepare", (
+                    f"{d.kind} download folder {d.path!r} has the name of the {other.kind} {d.key!r} declared in "
+                    f"assets/{other.kind}s.yaml ({other.path}); a {d.kind} and a {other.kind} may not share a name "
+                    f"(it names the cached input): rename the --local-dir folder, or the {other.kind}")))
                 continue
             # a declared entry replaces the inferred source, folder and revision; the build would refuse these
             why = None if d.key in declared else _download_problem(d)
@@ -266,14 +277,34 @@ def _conversions(n: Needs, found: dict[str, Requirement], declared: dict[str, Re
         if why:
             said.append((c.line, "convert_checkpoint", f"output folder {why}; fix dir_dst"))
             continue
+        extra = dict(c.params).get("extra_args", "")
+        try:
+            shlex.split(extra)
+        except ValueError as exc:
+            said.append((c.line, "convert_checkpoint", f"extra_args {extra!r} cannot be split into words as a shell "
+                                                        f"would ({exc}); fix its quotes"))
+            continue
+        clash = found.get(key) or declared.get(key)
+        if clash is not None:
+            # one name is one cached input (and Dagster partition): the download would replace the conversion
+            same = "that folder" if clash.path == c.path else f"the name of its folder {c.path}"
+            said.append((c.line, "convert_checkpoint", (
+                f"converts into {c.path}, but the {clash.kind} download {key!r} ({download_text(clash.source, clash.params)} "
+                f"at {clash.path}) has {same}: one folder, one input; give the conversion another dir_dst, or "
+                "download into another folder")))
+            continue
         source = found.get(c.source_model) or declared.get(c.source_model)
-        if source is None:
-            unresolved.append(f"unresolved: model {c.source_model} for convert_checkpoint is neither downloaded "
-                              "in prepare() nor declared in assets/models.yaml")
-        else:
-            used[source.key] = source
-            if source.key not in keys:
-                keys.append(source.key)
+        if source is None or source.kind != "model":
+            # nothing would build it: the night failed the conversion (and the Dagster graph did not load)
+            what = "is neither downloaded in prepare() nor declared in assets/models.yaml" if source is None else \
+                f"is a {source.kind}, not a model"
+            said.append((c.line, "convert_checkpoint", (
+                f"converts model {c.source_model!r}, which {what}; download it in prepare() (hf download ... "
+                f"--local-dir /root/models/{c.source_model}) or declare it in assets/models.yaml")))
+            continue
+        used[source.key] = source
+        if source.key not in keys:
+            keys.append(source.key)
         prev = first_writer.setdefault(key, (c, test_id))
         if prev[0] != c and output_params(prev[0]) != output_params(c):
             theirs, ours = dict(output_params(prev[0])), dict(output_params(c))
@@ -286,3 +317,42 @@ def _conversions(n: Needs, found: dict[str, Requirement], declared: dict[str, Re
             used[key] = Requirement("conversion", key, c.source_model, c.path, c.params, (c.source_model,))
         keys.append(key)
     return keys, unresolved, said
+
+
+def outside_root_problems(tests: Iterable[Test], requirements: Iterable[Requirement],
+                          read: Callable[[str], str | None]) -> list[Problem]:
+    """Located problems for the inputs outside ``/root`` that ``tests`` need, for a deployment that shows
+    its tests only ``/root`` (the local one: repos.yaml's env ``{cache}`` maps ``/root`` onto the cache):
+    such an input is built into the cache, but the test would look for it at the real ``/dev/shm/...``
+    and fail as a test failure. ``read``: a test file's text by its repo-relative path (None: unreadable);
+    each problem is on the line of the call that asks for the input, or the test's registration line."""
+    outside = {r.key: r for r in requirements if r.path != "/root" and not r.path.startswith("/root/")}
+    problems: list[Problem] = []
+    needs_of: dict[str, Needs] = {}
+    for t in tests:
+        wanted = [outside[k] for k in t.requirements if k in outside]
+        if not wanted:
+            continue
+        if t.path not in needs_of:
+            text = read(t.path)
+            try:
+                tree = ast.parse(text or "")
+            except (SyntaxError, ValueError):
+                tree = ast.parse("")
+            needs_of[t.path] = infer_needs(tree, module_constants(tree))
+        n = needs_of[t.path]
+        for r in wanted:
+            line, field = t.line, "requirements"
+            for c in n.conversions:
+                if c.path == r.path:
+                    line, field = c.line, "convert_checkpoint"
+            for d in n.downloads:
+                if d.path == r.path:
+                    line, field = d.line, "prepare"
+            what = "output folder" if r.kind == "conversion" else f"{r.kind} folder"
+            fix = "a dir_dst under /root (the default, /root)" if r.kind == "conversion" else "a folder under /root"
+            problems.append(Problem(t.path, line, field, (
+                f"{what} {r.path} is outside /root: the local deployment builds it in its cache but gives tests only "
+                "/root paths (repos.yaml env {cache} stands for /root), so this test would not find it there; "
+                f"use {fix}, or run the test on a Kubernetes deployment (its pods mount the input at {r.path})")))
+    return list(dict.fromkeys(problems))

@@ -19,8 +19,9 @@ Choices that matter:
   ``NIGHTLY_ATTEMPT_TOKEN`` (:func:`outcomes.classify`). A test that exits 0 halfway writes none.
 - No credential in test pods: ``HF_TOKEN`` goes only to build pods that download (:mod:`builds`);
   any literal token in the request's environment is dropped, never copied into a spec.
-- The cache PVC mirrors ``/root``: ``/root/models/x`` is ``models/x`` on the volume (as in
-  :class:`pipelines.storage.cache.AssetCache`). Test pods mount ``models`` and ``datasets``
+- The cache PVC mirrors ``/root``: ``/root/models/x`` is ``models/x`` on the volume, a path outside
+  ``/root`` is under ``_outside_root`` (``/dev/shm/x`` is ``_outside_root/dev/shm/x``, never the
+  ``dev/shm/x`` of ``/root/dev/shm/x``), as in :class:`pipelines.storage.cache.AssetCache`. Test pods mount ``models`` and ``datasets``
   read-only, plus every other cached path the test needs (a converted checkpoint in ``/root``);
   the build pods of :mod:`builds` write the same layout.
 """
@@ -153,10 +154,11 @@ def pod_env(template: Mapping[str, str], extra: Mapping[str, str] | None = None,
     return {k: v for k, v in env.items() if k not in SECRET_ENV}
 
 
-def cache_subpath(container_path: str) -> str:
+def cache_subpath(container_path: str, *, mount: bool = False) -> str:
     """Where a container path lives on the cache PVC (``/root/models/x`` -> ``models/x``); the catalog
-    checks tests' paths by the same rule."""
-    rel = cache_relpath(container_path)
+    checks tests' paths by the same rule. ``mount``: a folder mounted whole (``/root/models``), which no
+    input may be built into."""
+    rel = cache_relpath(container_path, entry=not mount)
     if rel is None:
         raise ValueError(f"{container_path!r}: {CACHE_PATH_RULE}")
     return rel
@@ -171,7 +173,7 @@ def cache_mounts(paths: Iterable[str] = (), *, read_only: bool = True) -> list[d
     for p in sorted({str(PurePosixPath(p)) for p in paths}, key=lambda p: (p.count("/"), p)):
         if not any(p == m or p.startswith(m + "/") for m in mounted):
             mounted.append(p)
-    return [{"name": CACHE_VOLUME, "mountPath": m, "subPath": cache_subpath(m), "readOnly": read_only} for m in mounted]
+    return [{"name": CACHE_VOLUME, "mountPath": m, "subPath": cache_subpath(m, mount=True), "readOnly": read_only} for m in mounted]
 
 
 def node_affinity(avoid: Iterable[str] = (), pin: str = "") -> dict[str, Any] | None:

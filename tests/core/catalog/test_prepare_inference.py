@@ -232,12 +232,19 @@ def test_unknown_declared_keys_and_globs_matching_nothing_are_problems(tree, tmp
     ]
 
 
-def test_a_conversion_of_an_unknown_model_is_reported_as_unresolved(tree):
-    cat = load(tree, {"tests/test_c.py": REG + "def prepare():\n    convert_checkpoint('M', 'x', 8)\n"})
+def test_a_conversion_of_a_model_nothing_downloads_is_a_problem_at_its_line_and_no_requirement(tree):
+    """Nothing would build its model: the conversion failed at night, and its model dependency broke the
+    Dagster asset graph (tests/defs/test_definitions.py)."""
+    cat = load(tree, {"tests/test_c.py": REG + "def prepare():\n    hf_download_dataset('org/D')\n"
+                                               "    convert_checkpoint('M', 'x', 8)\n    convert_checkpoint('D', 'x', 8)\n"})
     (t,) = cat.tests
-    assert t.requirements == ("M_torch_dist",)
-    assert t.unresolved == ("unresolved: model M for convert_checkpoint is neither downloaded in prepare() nor "
-                            "declared in assets/models.yaml",)
+    assert t.requirements == ("D",) and [r.key for r in cat.requirements] == ["D"]
+    assert [str(p) for p in cat.problems] == [
+        "tests/test_c.py:4: convert_checkpoint: converts model 'M', which is neither downloaded in prepare() nor "
+        "declared in assets/models.yaml; download it in prepare() (hf download ... --local-dir /root/models/M) or "
+        "declare it in assets/models.yaml",
+        "tests/test_c.py:5: convert_checkpoint: converts model 'D', which is a dataset, not a model; download it "
+        "in prepare() (hf download ... --local-dir /root/models/D) or declare it in assets/models.yaml"]
 
 
 def test_one_folder_downloaded_from_two_sources_is_a_problem(tree):

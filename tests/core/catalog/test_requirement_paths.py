@@ -38,6 +38,12 @@ def catalog(repo: Path, prepare: str) -> int:
      "not a usable path for a cached asset"),
     ('exec_command("hf download minirl/tiny-lm --local-dir models/tiny-lm")',
      "tests/e2e/test_x.py:3: prepare: model 'tiny-lm': download folder 'models/tiny-lm' is not a usable path"),
+    # a trailing slash typo: the build would remove /root/models, every cached model and checkpoint in it
+    ('exec_command("hf download minirl/tiny-lm-wide --local-dir /root/models/")',
+     "tests/e2e/test_x.py:3: prepare: model 'models': download folder '/root/models' holds other cached inputs: "
+     "building into it would delete every one of them; use a folder of its own inside it"),
+    ('exec_command("hf download minirl/toy-math --repo-type dataset --local-dir /dev/shm")',
+     "tests/e2e/test_x.py:3: prepare: dataset 'shm': download folder '/dev/shm' holds other cached inputs"),
     ('hf_download_dataset("../../etc/passwd")',
      "tests/e2e/test_x.py:3: prepare: dataset 'passwd': '../../etc/passwd' is not a Hub id (org/name)"),
     ('exec_command("hf download --include=x minirl/tiny-lm --local-dir /root/models/tiny-lm")\n'
@@ -55,6 +61,10 @@ def catalog(repo: Path, prepare: str) -> int:
     ('exec_command("hf download minirl/tiny-lm --local-dir /root/models/tiny-lm; touch /tmp/x")',
      "tests/e2e/test_x.py:3: prepare: download folder '/root/models/tiny-lm;': its name contains character ';'; "
      "a download folder's name may only use ASCII letters, digits and ._-+=@ (it names the cached input)"),
+    ('exec_command("hf download minirl/tiny-lm --local-dir /root/models/tiny-lm")\n'
+     'convert_checkpoint("tiny-lm", "gpt", 1, extra_args="--note \'unclosed")',
+     "tests/e2e/test_x.py:4: convert_checkpoint: extra_args \"--note 'unclosed\" cannot be split into words as a "
+     "shell would (No closing quotation); fix its quotes"),
     ('convert_checkpoint("tiny lm", "gpt", 1)',
      "tests/e2e/test_x.py:3: convert_checkpoint: model name 'tiny lm' contains whitespace ' '; a model name may "
      "only use ASCII letters, digits and ._-+=@ (it names the converted checkpoint's folder)"),
@@ -102,8 +112,50 @@ def test_the_option_rule_is_the_one_the_builds_and_models_yaml_apply():
 
 def test_the_rule_is_the_one_the_builds_apply():
     assert cache_path_problem("/root/models/x") is None and cache_path_problem("/dev/shm/x_torch_dist") is None
-    for bad in ("/root/../etc", "/root", "/", "models/x", ""):
+    for bad in ("/root/../etc", "/root", "/", "models/x", "", "/root/models", "/root/models/", "/root/datasets",
+                "/dev", "/dev/shm/", "//root//models"):
         assert cache_path_problem(bad), bad
     assert hub_id_problem("org/name") is None
     for bad in ("--local-dir", "org/../x", "../../etc/passwd", "name"):
         assert hub_id_problem(bad), bad
+
+
+def test_a_model_download_named_like_a_declared_dataset_is_a_problem_at_its_line(tmp_path, capsys, monkeypatch,
+                                                                                  project_root):
+    """datasets.yaml declares toy-math: a model downloaded into /root/models/toy-math was silently replaced by
+    that dataset (the test then found a dataset where its model should be, a test failure)."""
+    import shutil
+
+    assets = tmp_path / "assets"
+    shutil.copytree(project_root / "assets", assets)
+    (assets / "repos.yaml").write_text(f"repos:\n  fw: {{path: {tmp_path / 'repo'}}}\n")
+    monkeypatch.setenv("NIGHTLY_ASSETS_DIR", str(assets))
+    code = catalog(tmp_path / "repo", """
+        exec_command("hf download minirl/tiny-lm --local-dir /root/models/toy-math")
+        hf_download_dataset("minirl/toy-math")
+    """)
+    err = capsys.readouterr().err
+    assert code == 1, err
+    assert ("tests/e2e/test_x.py:3: prepare: model download folder '/root/models/toy-math' has the name of the "
+            "dataset 'toy-math' declared in assets/datasets.yaml (/root/datasets/toy-math); a model and a dataset "
+            "may not share a name") in err
+
+
+@pytest.mark.parametrize(("download", "said"), [
+    ("/root/models/tiny-lm_torch_dist", "has that folder"),
+    ("/root/ckpt/tiny-lm_torch_dist", "has the name of its folder /root/models/tiny-lm_torch_dist"),
+])
+def test_a_download_and_a_conversion_into_one_folder_or_name_are_a_problem_at_the_conversion(tmp_path, capsys,
+                                                                                             download, said):
+    """The conversion was silently dropped: the download took its folder's name, and the test ran on
+    whatever the download fetched."""
+    code = catalog(tmp_path, f"""
+        exec_command("hf download minirl/tiny-lm_torch_dist --local-dir {download}")
+        exec_command("hf download minirl/tiny-lm --local-dir /root/models/tiny-lm")
+        convert_checkpoint("tiny-lm", "tiny", 2, dir_dst="/root/models")
+    """)
+    err = capsys.readouterr().err
+    assert code == 1, err
+    assert (f"tests/e2e/test_x.py:5: convert_checkpoint: converts into /root/models/tiny-lm_torch_dist, but the "
+            f"model download 'tiny-lm_torch_dist' (minirl/tiny-lm_torch_dist at {download}) {said}: one folder, "
+            "one input") in err
