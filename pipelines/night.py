@@ -623,7 +623,9 @@ class Night:
         def sample(attempt: Attempt):
             test = by_id[attempt.test_id]
             image = attempt.details.get("image_digest") or (images or {}).get(self.pool_of(test)) or self.settings.image
-            return sample_from_attempt(attempt, test, self.run_id, image, env=self.env_digest)
+            made = sample_from_attempt(attempt, test, self.run_id, image, env=self.env_digest)
+            kept = self.log_home(attempt)  # not yet uploaded (a store outage): where the retry puts it
+            return dataclasses.replace(made, source=kept) if kept and not attempt.details.get("log_uri") else made
 
         unsaved: list = [sample(a) for a in ended]  # stored with the first finished attempt, or at the end
 
@@ -676,15 +678,15 @@ class Night:
         with the pod) as ``logs/<night>/<file>``, once: where it went is kept in
         ``attempt.details["log_uri"]`` and returned. None for local state (the log is already in
         place) or a failure, which goes to ``notes`` when given (else the log): a later call tries again."""
-        from pipelines.storage.state import LocalStateStore, StateError
+        from pipelines.storage.state import StateError
 
         if attempt.details.get("log_uri"):
             return attempt.details["log_uri"]
-        path = Path(attempt.log_path) if attempt.log_path else None
-        if isinstance(self.state, LocalStateStore) or path is None or not path.is_file():
+        key = self.log_key(attempt)
+        if key is None:
             return None
         try:
-            attempt.details["log_uri"] = self.state.put_file(f"logs/{self.night}/{path.name}", path)
+            attempt.details["log_uri"] = self.state.put_file(key, Path(attempt.log_path))
         except StateError as exc:
             if notes is None:
                 log.warning("log of %s not stored yet: %s", attempt.test_id, exc)
@@ -692,6 +694,24 @@ class Night:
                 notes.append(f"log of {attempt.test_id} not stored: {exc}")
             return None
         return attempt.details["log_uri"]
+
+    def log_key(self, attempt: Attempt) -> str | None:
+        """The state store's key for the attempt's log, ``logs/<night>/<file>``; None for local state (the
+        log is already in place) or an attempt without a log file."""
+        from pipelines.storage.state import LocalStateStore
+
+        path = Path(attempt.log_path) if attempt.log_path else None
+        if isinstance(self.state, LocalStateStore) or path is None or not path.is_file():
+            return None
+        return f"logs/{self.night}/{path.name}"
+
+    def log_home(self, attempt: Attempt) -> str | None:
+        """Where the attempt's log lives for good: its copy in the state store (S3), the one ``store_log``
+        uploads now or on a retry later this night, and the re-add of a refused night puts back
+        (``keep_unsaved``). A history sample names it as its ``source`` even while an outage holds the upload
+        back: a sample is never rewritten, and the run pod's own path goes with the pod. None locally."""
+        key = self.log_key(attempt)
+        return self.state.uri(key) if key is not None else None
 
     def cordon(self, findings) -> list[str]:
         """Cordon bad nodes when the deployment asks for it; returns notes (a refusal is a note, not a crash)."""
@@ -874,7 +894,7 @@ class Night:
                 logs: dict[tuple, str] = {}
                 for a in attempts:
                     if not a.details.get("log_uri") and a.log_path and Path(a.log_path).is_file():
-                        key = f"logs/{self.night}/{Path(a.log_path).name}"
+                        key = f"logs/{self.night}/{Path(a.log_path).name}"  # log_key's, for a local store too
                         kept.put_file(key, Path(a.log_path))
                         logs[(a.test_id, a.attempt)] = self.state.uri(key)
                 self.write_summary({**summary, "attempts": [

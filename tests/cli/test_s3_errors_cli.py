@@ -8,7 +8,7 @@ import pytest
 
 from pipelines.cli import main
 from tests.support.assets import example_assets
-from tests.support.moto import CREDENTIALS, moto_server
+from tests.support.moto import CREDENTIALS, Refuse, moto_server
 
 pytestmark = pytest.mark.slow
 
@@ -68,33 +68,6 @@ def test_an_endpoint_that_does_not_answer_is_one_line_naming_the_setting(tmp_pat
     assert "Could not connect to the endpoint" in err and "NIGHTLY_S3_ENDPOINT" in err and "Traceback" not in err, err
 
 
-class Refuse:
-    """A botocore hook on every S3 client the nightly makes: requests ``refused(operation, key)``
-    picks fail with ``code``, as S3 answers an expired key or a policy that lacks the action."""
-
-    def __init__(self, refused, code: str = "AccessDenied"):
-        self.refused, self.code, self.count = refused, code, 0
-
-    def __call__(self, params, model, **_):
-        if self.refused(model.name, params.get("Key", "")):
-            from botocore.exceptions import ClientError
-
-            self.count += 1
-            raise ClientError({"Error": {"Code": self.code, "Message": f"refused ({self.code})"}}, model.name)
-
-    def install(self, monkeypatch) -> None:
-        from pipelines.storage import s3
-
-        make_client = s3.make_client
-
-        def refusing_client(endpoint_url=None):
-            c = make_client(endpoint_url)
-            c.meta.events.register("before-parameter-build.s3", self)
-            return c
-
-        monkeypatch.setattr(s3, "make_client", refusing_client)
-
-
 class Expiry:
     """The credentials "expire" at the night's first log upload: it and every request after are refused."""
 
@@ -134,6 +107,9 @@ def test_a_store_that_refuses_writes_mid_night_keeps_the_results_in_home_and_say
     (record,) = (folder / "state" / "runs").iterdir()
     attempts = json.loads(record.read_text())["attempts"]
     assert len(attempts) == 2 and all(a["log_uri"].startswith("s3://refusing/team-a/nightly/state/logs/") for a in attempts)
+    # each kept sample names its log where the re-add puts it, as the kept record does, not the run's own folder
+    sources = {(s["test_id"], s["attempt"]): s["source"] for s in map(json.loads, (folder / "history.jsonl").open())}
+    assert sources == {(a["test_id"], a["attempt"]): a["log_uri"] for a in attempts}, sources
     # the credentials renewed: the two commands it printed put everything back
     monkeypatch.setattr(s3, "make_client", make_client)  # new clients, without the hook
     imports, copy = [line.strip() for line in said.splitlines()[-2:]]
