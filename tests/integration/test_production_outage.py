@@ -111,3 +111,29 @@ def test_after_an_outage_mid_night_every_sample_names_its_logs_copy_in_s3(produc
     assert len(sources) == 2 and sources == logs, sources  # never the run pod's own folder, which goes with it
     for uri in sources.values():
         assert b"loss went down" in s3.get_object(Bucket=bucket, Key=uri.removeprefix(f"s3://{bucket}/"))["Body"].read()
+
+
+@pytest.mark.parametrize("outage", ["no answer", "503"])
+def test_a_store_that_does_not_answer_at_the_nights_start_is_its_own_exit_status_not_a_wrong_input(
+        production, monkeypatch, capsys, outage):
+    """Exit 2 is a wrong flag or input (README): a scheduler must not give up on an S3 outage as on a typo."""
+    bucket, s3, home = production
+    if outage == "no answer":
+        from tests.support.moto import _free_port
+
+        monkeypatch.setenv("NIGHTLY_S3_ENDPOINT", f"http://127.0.0.1:{_free_port()}")  # nothing listens there
+    else:
+        Refuse(lambda operation, key: True, "ServiceUnavailable").install(monkeypatch)
+    assert main(["run", "--home", str(home), "--labels", LABEL]) == 5
+    err = capsys.readouterr().err
+    assert "the deployment's store did not answer (exit 5); no flag or input is wrong" in err, err
+    assert ("Could not connect to the endpoint" if outage == "no answer" else "ServiceUnavailable") in err, err
+    assert "Traceback" not in err
+    assert not s3.list_objects_v2(Bucket=bucket).get("KeyCount")  # nothing ran
+
+
+def test_a_store_that_refuses_the_night_at_its_start_is_still_a_wrong_setting(production, monkeypatch, capsys):
+    bucket, s3, home = production
+    s3.delete_bucket(Bucket=bucket)  # a bucket that does not exist: fix the setting, retrying will not help
+    assert main(["run", "--home", str(home), "--labels", LABEL]) == 2
+    assert "NoSuchBucket" in capsys.readouterr().err
