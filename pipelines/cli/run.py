@@ -11,8 +11,8 @@ calibration run failed; 2 when a flag or an input is wrong, or the state folder 
 (checked first; set NIGHTLY_HOME or --home), or on a local deployment the host's GPU lock folder
 cannot be made or written (checked before the plan; set NIGHTLY_GPU_LOCK_DIR); 3 when the night had
 problems (catalog problems, tests no pool runs, nothing selected) unless ``--accept-problems``; 4 when
-the store refused the night's results (they are kept under ``<home>/unsaved/<night>/``, with the commands that re-add
-them); 5 when the deployment's store did not answer (S3 unreachable, timing out or failing with 5xx:
+the store refused the night's results (they are kept under ``<home>/unsaved/<night>/``, with the ``nightly readd``
+command that re-adds them); 5 when the deployment's store did not answer (S3 unreachable, timing out or failing with 5xx:
 at the night's start, nothing ran; run it again once it answers); 130 when interrupted by Ctrl-C or SIGTERM, wherever it lands (running tests are killed and recorded
 as ``interrupted``, the Dagster run ends CANCELED, never NOT_STARTED); 141 when the reader of stdout went away (``--list-only | head``).
 """

@@ -137,3 +137,52 @@ def test_a_store_that_refuses_the_night_at_its_start_is_still_a_wrong_setting(pr
     s3.delete_bucket(Bucket=bucket)  # a bucket that does not exist: fix the setting, retrying will not help
     assert main(["run", "--home", str(home), "--labels", LABEL]) == 2
     assert "NoSuchBucket" in capsys.readouterr().err
+
+
+def _re_add(line: str, s3, bucket: str) -> int:
+    """One re-add command as its README prints it, run as a maintainer would (`aws s3 cp --recursive` as
+    boto3 uploads, for a README that names it)."""
+    import shlex
+    from pathlib import Path
+
+    argv = shlex.split(line)
+    if argv[0] == "nightly":
+        return main(argv[1:])
+    assert argv[:4] == ["aws", "s3", "cp", "--recursive"], line
+    source, target = Path(argv[4]), argv[5].removeprefix(f"s3://{bucket}/")
+    for f in source.rglob("*"):
+        if f.is_file():
+            s3.upload_file(str(f), bucket, f"{target}{f.relative_to(source)}")
+    return 0
+
+
+class ToTheEnd:
+    """S3 goes down at the night's first log upload and stays down until ``over`` is set."""
+
+    def __init__(self):
+        self.down = self.over = False
+
+    def __call__(self, operation: str, key: str) -> bool:
+        self.down = self.down or (operation == "PutObject" and key.startswith("state/logs/"))
+        return self.down and not self.over
+
+
+def test_after_the_re_add_of_a_refused_night_latest_json_is_its_whole_record(production, monkeypatch, capsys):
+    """S3 out from the first log upload to the night's end: exit 4, the results kept; the commands the kept
+    README prints, run once S3 answers, leave the night's whole record as nights/latest.json (the newest
+    night's record, docs/storage.md), not the partial `running` one the night wrote before the outage."""
+    bucket, s3, home = production
+    outage = ToTheEnd()
+    Refuse(outage, "ServiceUnavailable").install(monkeypatch)
+    assert main(["run", "--home", str(home), "--labels", LABEL]) == 4
+    capsys.readouterr()
+    outage.over = True  # S3 answers again
+    assert _record(s3, bucket, "nights/latest.json")["status"] == "running"  # written as the run was planned
+    (folder,) = (home / "unsaved").iterdir()
+    readme = (folder / "README.txt").read_text().splitlines()
+    start = next(i for i, line in enumerate(readme) if line.endswith("re-add them:"))
+    commands = [line.strip() for line in readme[start + 1:] if line.strip()]
+    assert commands and all(_re_add(c, s3, bucket) == 0 for c in commands), commands
+    whole = json.loads(next((folder / "state" / "runs").iterdir()).read_text())
+    assert whole["status"] == "finished" and _record(s3, bucket, "nights/latest.json") == whole
+    assert {s["source"] for s in _history(s3, bucket)} == {a["log_uri"] for a in whole["attempts"]}
