@@ -681,7 +681,9 @@ class Night:
         def sample(attempt: Attempt):
             test = by_id[attempt.test_id]
             image = attempt.details.get("image_digest") or (images or {}).get(self.pool_of(test)) or self.settings.image
-            return sample_from_attempt(attempt, test, self.run_id, image, env=self.env_digest)
+            made = sample_from_attempt(attempt, test, self.run_id, image, env=self.env_digest)
+            kept = self.log_home(attempt)  # not yet uploaded (a store outage): where the retry puts it
+            return dataclasses.replace(made, source=kept) if kept and not attempt.details.get("log_uri") else made
 
         unsaved: list = [sample(a) for a in ended]  # stored with the first finished attempt, or at the end
 
@@ -734,15 +736,15 @@ class Night:
         with the pod) as ``logs/<night>/<file>``, once: where it went is kept in
         ``attempt.details["log_uri"]`` and returned. None for local state (the log is already in
         place) or a failure, which goes to ``notes`` when given (else the log): a later call tries again."""
-        from pipelines.storage.state import LocalStateStore, StateError
+        from pipelines.storage.state import StateError
 
         if attempt.details.get("log_uri"):
             return attempt.details["log_uri"]
-        path = Path(attempt.log_path) if attempt.log_path else None
-        if isinstance(self.state, LocalStateStore) or path is None or not path.is_file():
+        key = self.log_key(attempt)
+        if key is None:
             return None
         try:
-            attempt.details["log_uri"] = self.state.put_file(f"logs/{self.night}/{path.name}", path)
+            attempt.details["log_uri"] = self.state.put_file(key, Path(attempt.log_path))
         except StateError as exc:
             if notes is None:
                 log.warning("log of %s not stored yet: %s", attempt.test_id, exc)
@@ -750,6 +752,24 @@ class Night:
                 notes.append(f"log of {attempt.test_id} not stored: {exc}")
             return None
         return attempt.details["log_uri"]
+
+    def log_key(self, attempt: Attempt) -> str | None:
+        """The state store's key for the attempt's log, ``logs/<night>/<file>``; None for local state (the
+        log is already in place) or an attempt without a log file."""
+        from pipelines.storage.state import LocalStateStore
+
+        path = Path(attempt.log_path) if attempt.log_path else None
+        if isinstance(self.state, LocalStateStore) or path is None or not path.is_file():
+            return None
+        return f"logs/{self.night}/{path.name}"
+
+    def log_home(self, attempt: Attempt) -> str | None:
+        """Where the attempt's log lives for good: its copy in the state store (S3), the one ``store_log``
+        uploads now or on a retry later this night, and the re-add of a refused night puts back
+        (``keep_unsaved``). A history sample names it as its ``source`` even while an outage holds the upload
+        back: a sample is never rewritten, and the run pod's own path goes with the pod. None locally."""
+        key = self.log_key(attempt)
+        return self.state.uri(key) if key is not None else None
 
     def cordon(self, findings) -> list[str]:
         """Cordon bad nodes when the deployment asks for it; returns notes (a refusal is a note, not a crash)."""
@@ -878,36 +898,11 @@ class Night:
         store.put(f"nights/{summary['night']}.json", text)
         store.put(f"runs/{safe_filename(summary['run_id'])}.json", text)
         if store is self.state:
-            self._write_latest(store, summary, text)
+            write_latest(store, summary, text)
         if summary.get("status") != "running" and self._running_lock is not None:
             self._running_lock.close()  # its tests have ended: its logs are an ended night's, kept or not by age
             self._running_lock = None
         return summary
-
-    def _write_latest(self, store: StateStore, summary: dict, text: str) -> None:
-        """``nights/latest.json`` becomes this record unless it holds a night that started later (a run
-        whose step outlived its worker writes its record late): read and replaced as one ``update``, under a
-        file lock locally and as a conditional write on S3, so a newer night's record is never overwritten
-        by an older one, whichever writes last. The run's own keys are written either way."""
-
-        class Newer(Exception):
-            pass
-
-        def change(current: str | None) -> str:
-            try:
-                latest = json.loads(current) if current else None
-            except ValueError:  # a damaged latest.json orders nothing: replaced
-                latest = None
-            if isinstance(latest, dict) and not replaces_latest(latest, summary):
-                raise Newer(latest.get("night"))
-            return text
-
-        try:
-            store.update("nights/latest.json", change)
-        except Newer as newer:
-            log.info("%s: left as it is: it holds night %s, which started after this night (%s); this run's "
-                     "record is %s", store.uri("nights/latest.json"), newer, summary["night"],
-                     store.uri(f"runs/{safe_filename(summary['run_id'])}.json"))
 
     def keep_unsaved(self, summary: dict, samples: list, attempts: Iterable[Attempt], why: str,
                      record_stored: bool = False) -> ResultsNotStored:
@@ -932,7 +927,7 @@ class Night:
                 logs: dict[tuple, str] = {}
                 for a in attempts:
                     if not a.details.get("log_uri") and a.log_path and Path(a.log_path).is_file():
-                        key = f"logs/{self.night}/{Path(a.log_path).name}"
+                        key = f"logs/{self.night}/{Path(a.log_path).name}"  # log_key's, for a local store too
                         kept.put_file(key, Path(a.log_path))
                         logs[(a.test_id, a.attempt)] = self.state.uri(key)
                 self.write_summary({**summary, "attempts": [
@@ -943,7 +938,7 @@ class Night:
                     write_atomic(folder / "history.jsonl", encode(samples).decode())
                 message = (f"{what}: the store refused writes ({why}).\nThey are kept in {folder}"
                            + "".join(f" (not {f})" for f in failed) + "; when the store takes writes again, re-add "
-                           "them:\n" + "\n".join(f"  {c}" for c in self._readd(folder, samples)))
+                           f"them:\n  {self._readd(folder)}")
                 write_atomic(folder / "README.txt", message + "\n")
             except (OSError, StateError) as exc:
                 failed.append(f"in {folder}: {exc}")
@@ -957,18 +952,12 @@ class Night:
                f"`nightly history import` it when the store takes writes again:\n{lines}" if samples else ""),
             folder)
 
-    def _readd(self, folder: Path, samples: list) -> list[str]:
-        """The commands that put a kept folder (keep_unsaved) back into this deployment's stores."""
+    def _readd(self, folder: Path) -> str:
+        """The command that puts a kept folder (keep_unsaved) back into this deployment's stores (readd_unsaved)."""
         import shlex
 
-        from pipelines.storage.state import LocalStateStore
-
-        d = shlex.quote(self.deployment.name)
-        out = [f"nightly history import --deployment {d} --home {shlex.quote(str(self.home))} "
-               f"{shlex.quote(str(folder / 'history.jsonl'))}"] if samples else []
-        if isinstance(self.state, LocalStateStore):
-            return [*out, f"cp -R {shlex.quote(str(folder / 'state'))}/. {shlex.quote(str(self.state.root))}/"]
-        return [*out, f"aws s3 cp --recursive {shlex.quote(str(folder / 'state'))}/ {shlex.quote(self.state.uri(''))}"]
+        return (f"nightly readd --deployment {shlex.quote(self.deployment.name)} --home {shlex.quote(str(self.home))} "
+                f"{shlex.quote(str(folder))}")
 
     def summary(self, run_id: str | None = None) -> dict:
         """A run's record (the latest night when ``run_id`` is None); a clear error when there is none."""
@@ -1029,6 +1018,76 @@ class Night:
     def pool_of(self, test: Test) -> str:
         p = pool_for(test, self.deployment.pools)
         return p.name if p else ""
+
+
+@dataclass(frozen=True)
+class Readded:
+    """What ``readd_unsaved`` put back."""
+
+    #: the kept samples that read, how many of them the history did not hold yet, and each line that did not read
+    samples: int
+    new: int
+    problems: list[Problem]
+    #: where each kept state file went (logs, then the records)
+    stored: list[str]
+    #: the nights whose record is now ``nights/latest.json`` (none when a night that started later wrote it)
+    latest: list[str]
+
+
+def readd_unsaved(folder: Path, state: StateStore, history: HistoryStore) -> Readded:
+    """Put back what a night kept when its stores refused writes (``Night.keep_unsaved``): the samples of its
+    ``history.jsonl`` (each attempt once, so a second re-add adds nothing; a line that does not read, cut off
+    by a full disk, is a problem and the rest are added), its ``state/`` files under the same keys (the logs
+    first: a record never links a log that is not there yet), and its record as ``nights/latest.json`` when no
+    night that started later has written its own there (``write_latest``): what the night left there before
+    its store refused is its partial record, ``status: running``, which a copy of the files never replaces."""
+    from pipelines.reporting.inputs import parse_summary
+    from pipelines.storage.s3 import decode_lines
+    from pipelines.storage.state import LocalStateStore, StateError
+
+    folder = Path(folder)
+    if not (folder / "README.txt").is_file():
+        raise StateError(f"{folder}: not a folder a night kept its refused results in (no README.txt there); give "
+                         f"the one `nightly run` named, <home>/{UNSAVED}/<night>")
+    kept = folder / "history.jsonl"
+    samples, problems = decode_lines(str(kept), kept.read_bytes(), imported=True) if kept.is_file() else ([], [])
+    new = history.add(samples) if samples else 0
+    files = LocalStateStore(folder / "state")
+    keys = [k for k in files.keys("") if k != "nights/latest.json"]
+    # a damaged kept record is its located error before anything of it is stored
+    records = {k: (parse_summary(files.uri(k), text), text) for k in keys
+               if k.startswith("nights/") and "/" not in k[len("nights/"):] and (text := files.get(k)) is not None}
+    stored = [state.put_file(k, files.path(k)) for k in sorted(keys, key=lambda k: (not k.startswith("logs/"), k))]
+    latest = [str(summary["night"]) for summary, text in records.values() if write_latest(state, summary, text)]
+    return Readded(len(samples), new, problems, stored, latest)
+
+
+def write_latest(store: StateStore, summary: dict, text: str) -> bool:
+    """``nights/latest.json`` becomes this record unless it holds a night that started later (a run whose
+    step outlived its worker writes its record late; a refused night is re-added days later): read and
+    replaced as one ``update``, under a file lock locally and as a conditional write on S3, so a newer
+    night's record is never overwritten by an older one, whichever writes last. Whether it was written."""
+
+    class Newer(Exception):
+        pass
+
+    def change(current: str | None) -> str:
+        try:
+            latest = json.loads(current) if current else None
+        except ValueError:  # a damaged latest.json orders nothing: replaced
+            latest = None
+        if isinstance(latest, dict) and not replaces_latest(latest, summary):
+            raise Newer(latest.get("night"))
+        return text
+
+    try:
+        store.update("nights/latest.json", change)
+    except Newer as newer:
+        log.info("%s: left as it is: it holds night %s, which started after this night (%s); this run's "
+                 "record is %s", store.uri("nights/latest.json"), newer, summary["night"],
+                 store.uri(f"runs/{safe_filename(str(summary.get('run_id') or '?'))}.json"))
+        return False
+    return True
 
 
 def attempt_from_dict(a: dict) -> Attempt:

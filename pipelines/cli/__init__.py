@@ -20,7 +20,8 @@ EXIT_READER_GONE = 141
 #: Ctrl-C or SIGTERM: 128 + SIGINT, as a shell reports a Ctrl-C, for both signals
 EXIT_INTERRUPTED = 130
 
-COMMANDS = ("catalog", "plan", "run", "history", "calibrate", "report", "quarantine", "ui", "coverage", "doctor")
+COMMANDS = ("catalog", "plan", "run", "history", "calibrate", "report", "quarantine", "ui", "coverage", "doctor",
+            "readd")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -11,8 +11,9 @@ calibration run failed; 2 when a flag or an input is wrong, or the state folder 
 (checked first; set NIGHTLY_HOME or --home), or on a local deployment the host's GPU lock folder
 cannot be made or written (checked before the plan; set NIGHTLY_GPU_LOCK_DIR); 3 when the night had
 problems (catalog problems, tests no pool runs, nothing selected) unless ``--accept-problems``; 4 when
-the store refused the night's results (they are kept under ``<home>/unsaved/<night>/``, with the commands that re-add
-them); 130 when interrupted by Ctrl-C or SIGTERM, wherever it lands (running tests are killed and recorded
+the store refused the night's results (they are kept under ``<home>/unsaved/<night>/``, with the ``nightly readd``
+command that re-adds them); 5 when the deployment's store did not answer (S3 unreachable, timing out or failing with 5xx:
+at the night's start, nothing ran; run it again once it answers); 130 when interrupted by Ctrl-C or SIGTERM, wherever it lands (running tests are killed and recorded
 as ``interrupted``, the Dagster run ends CANCELED, never NOT_STARTED); 141 when the reader of stdout went away (``--list-only | head``).
 """
 
@@ -31,7 +32,7 @@ from pipelines.cli import flags
 from pipelines.cli.flags import FlagError, add_timeout_floor, timeout_floor
 from pipelines.core.select import CADENCES, Selection, split_csv, why_nothing
 
-EXIT_TEST_FAILED, EXIT_PROBLEMS, EXIT_NOT_STORED, EXIT_INTERRUPTED = 1, 3, 4, 130
+EXIT_TEST_FAILED, EXIT_PROBLEMS, EXIT_NOT_STORED, EXIT_UNREACHABLE, EXIT_INTERRUPTED = 1, 3, 4, 5, 130
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -93,6 +94,17 @@ def nothing_to_run(night, args: argparse.Namespace, selection) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    from pipelines.storage.state import Unreachable
+
+    try:
+        return _run(args)
+    except Unreachable as exc:  # no flag or input is wrong: a scheduler retries on this status, not on 2
+        print(f"nightly run: error:\n{exc}\nthe deployment's store did not answer (exit {EXIT_UNREACHABLE}); no flag or "
+              "input is wrong: run the night again once it answers", file=sys.stderr)
+        return EXIT_UNREACHABLE
+
+
+def _run(args: argparse.Namespace) -> int:
     from pipelines.cli.plan_view import print_plan, recent_error
     from pipelines.core.runset import RunSelection
     from pipelines.night import Night, NightSettings, default_home

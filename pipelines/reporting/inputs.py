@@ -13,6 +13,7 @@ import dataclasses
 import io
 import json
 import math
+import re
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -93,10 +94,26 @@ _SUMMARY_FIELDS: dict[str, tuple[Callable[[object], bool], str]] = {
 }
 
 
-def night_keys(store: StateStore) -> list[str]:
-    """Every night summary's key, oldest first (names sort by time); ``latest.json`` is a copy and left out."""
-    return sorted(k for k in store.keys("nights/") if k.endswith(".json") and k != "nights/latest.json"
-                  and "/" not in k[len("nights/"):])
+#: a night's name as ``Night`` gives it: when its run started, to the second, and 8 characters of the run id
+#: (records from before the run id was added end at the ``Z``); the time first, so names sort by it
+NIGHT_ID = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{6}Z(?:-[A-Za-z0-9_]{1,8})?$")
+
+
+def night_keys(store: StateStore, warn: Callable[[str], None] = lambda _: None) -> list[str]:
+    """Every night record's key, oldest first by night id; ``latest.json`` is a copy and left out. Any
+    other ``.json`` key there (a copy saved as ``backup-of-....json``, a hand-made file) is no night: it
+    would sort after every dated name and pass for the newest night, so it is left out and ``warn`` told."""
+    keys = []
+    for key in store.keys("nights/"):
+        name = key[len("nights/"):]
+        if "/" in name or not name.endswith(".json") or name == "latest.json":
+            continue
+        if NIGHT_ID.match(name[:-len(".json")]):
+            keys.append(key)
+        else:
+            warn(f"{store.uri(key)}: left out: not a night's record (a night's is named by its night id, "
+                 "e.g. nights/2026-12-04T165637Z-a6314ba1.json); move it out of nights/")
+    return sorted(keys, key=lambda k: k[len("nights/"):-len(".json")])
 
 
 def read_summary(store: StateStore, key: str) -> dict:
@@ -331,7 +348,7 @@ def locate_night(store: StateStore, night: str | None = None, warn: Callable[[st
     (``nights/<night>.json``) or run id (``runs/<run id>.json``), else the newest night of ``repo``
     (None: of any repo). The chosen night must be readable and of ``repo`` when given."""
     read = read or _Summaries(store)
-    keys = night_keys(store)
+    keys = night_keys(store, warn)
     if not keys:
         raise CatalogError(Problem(store.uri("nights"), 1, "nights",
                                    "no night summary found; run `nightly run` first or pass --home"))
@@ -380,9 +397,8 @@ def earlier_nights(store: StateStore, summary: Mapping) -> list[dict]:
 
 def _newest(read: _Summaries, keys: Sequence[str], repo: str | None,
             warn: Callable[[str], None]) -> tuple[int, dict]:
-    """(index, summary) of the newest night of ``repo`` (None: the newest night, which must be readable)."""
-    if not repo:
-        return len(keys) - 1, read(keys[-1])
+    """(index, summary) of the newest readable night of ``repo`` (None: of any repo); a newer night that
+    cannot be read is passed over and ``warn`` told, as an earlier one is (:func:`_earlier`)."""
     seen: set[str] = set()
     damaged: list[CatalogError] = []
     for i in reversed(range(len(keys))):
@@ -393,7 +409,8 @@ def _newest(read: _Summaries, keys: Sequence[str], repo: str | None,
             continue
         if same_repo(summary, repo):
             for exc in damaged:
-                warn(f"{exc}; left out: a newer night whose repo cannot be read")
+                warn(f"{exc}; left out: a newer night whose repo cannot be read" if repo
+                     else f"{exc}; left out: reporting the newest night that can be read")
             return i, summary
         seen.add(str(summary.get("repo")))
     if damaged:  # the repo's night may be the damaged one: name it

@@ -26,14 +26,15 @@ import boto3
 from boto3.exceptions import S3UploadFailedError
 from boto3.s3.transfer import TransferConfig
 from botocore.config import Config
-from botocore.exceptions import BotoCoreError, ClientError
+from botocore.exceptions import BotoCoreError, ClientError, HTTPClientError, SSLError
+from botocore.exceptions import ConnectionError as BotoConnectionError
 
 from pipelines.core.calibrate.lineage import CALIBRATE_REWRITE, Succession
 from pipelines.core.catalog.ids import id_problem
 from pipelines.core.history.samples import kept_problem, screen
 from pipelines.core.history.store import OUTCOMES, HistoryError
 from pipelines.core.model import Problem, Sample
-from pipelines.storage.state import not_utf8
+from pipelines.storage.state import Unreachable, not_utf8
 
 SCHEMA = "1"
 _FIELDS = {f.name: f.type for f in dataclasses.fields(Sample)}
@@ -63,6 +64,20 @@ def _hint(code: str) -> str:
     if code == "EndpointConnectionError":
         return "check the endpoint (NIGHTLY_S3_ENDPOINT / AWS_ENDPOINT_URL) and the network"
     return "retry; if it persists, check the bucket, credentials and endpoint in docs/storage.md"
+
+
+def unreachable(exc: BaseException) -> bool:
+    """Whether S3 did not answer: no connection, a timeout or a dropped one, or a 5xx (after the client's
+    retries), rather than refusing the request (a missing bucket, refused credentials: a setting to fix)."""
+    if isinstance(exc, ClientError):
+        status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 0
+        code = str(exc.response.get("Error", {}).get("Code", ""))
+        return status >= 500 or code in ("InternalError", "ServiceUnavailable", "SlowDown", "500", "503")
+    return isinstance(exc, BotoConnectionError | HTTPClientError) and not isinstance(exc, SSLError)
+
+
+class HistoryUnreachable(HistoryError, Unreachable):
+    """The S3 history did not answer (``Unreachable``)."""
 
 
 def _describe(exc: Exception) -> tuple[str, str]:
@@ -256,7 +271,8 @@ class S3HistoryStore:
 
     def _fail(self, action: str, exc: Exception) -> HistoryError:
         code, text = _describe(exc)
-        return HistoryError(f"{self.url}: {action} failed ({text}); {_hint(code).replace('BUCKET', self.bucket)}")
+        error = HistoryUnreachable if unreachable(exc) else HistoryError
+        return error(f"{self.url}: {action} failed ({text}); {_hint(code).replace('BUCKET', self.bucket)}")
 
     # -- writing -------------------------------------------------------------------------------
     def _put(self, samples: list[Sample], folder: str, label: str) -> str:
@@ -496,6 +512,14 @@ class ArtifactError(RuntimeError):
     """An artifact could not be stored; the message names the object and what to do."""
 
 
+class ArtifactUnreachable(ArtifactError, Unreachable):
+    """S3 did not answer for an artifact (``Unreachable``)."""
+
+
+def _artifact_error(message: str, exc: BaseException) -> ArtifactError:
+    return (ArtifactUnreachable if unreachable(exc) else ArtifactError)(message)
+
+
 class S3Artifacts:
     """Logs, reports and other files of a night under ``s3://bucket/<prefix>``."""
 
@@ -511,7 +535,7 @@ class S3Artifacts:
 
     def _fail(self, key: str, exc: Exception) -> ArtifactError:
         code, text = _describe(exc)
-        return ArtifactError(f"{self.uri(key)}: upload failed ({text}); {_hint(code).replace('BUCKET', self.bucket)}")
+        return _artifact_error(f"{self.uri(key)}: upload failed ({text}); {_hint(code).replace('BUCKET', self.bucket)}", exc)
 
     def upload_file(self, path: Path | str, key: str) -> str:
         """Upload a file (multipart above the transfer threshold, parts checksummed); returns its URI."""
@@ -549,8 +573,8 @@ class S3Artifacts:
             self.client.delete_object(Bucket=self.bucket, Key=self.prefix + key.lstrip("/"))
         except (ClientError, BotoCoreError) as exc:
             code, text = _describe(exc)
-            raise ArtifactError(f"{self.uri(key)}: cannot be deleted ({text}); "
-                                f"{_hint(code).replace('BUCKET', self.bucket)}") from exc
+            raise _artifact_error(f"{self.uri(key)}: cannot be deleted ({text}); "
+                                  f"{_hint(code).replace('BUCKET', self.bucket)}", exc) from exc
 
     def keys(self, prefix: str) -> list[str]:
         """Every key under ``prefix`` (relative to this store's prefix), sorted; all pages."""
@@ -561,8 +585,8 @@ class S3Artifacts:
                 out += [o["Key"][len(self.prefix):] for o in page.get("Contents", [])]
         except (ClientError, BotoCoreError) as exc:
             code, text = _describe(exc)
-            raise ArtifactError(f"{self.uri(prefix)}: cannot be listed ({text}); "
-                                f"{_hint(code).replace('BUCKET', self.bucket)}") from exc
+            raise _artifact_error(f"{self.uri(prefix)}: cannot be listed ({text}); "
+                                  f"{_hint(code).replace('BUCKET', self.bucket)}", exc) from exc
         return sorted(out)
 
     def get_text(self, key: str) -> tuple[str, str] | None:
@@ -574,8 +598,8 @@ class S3Artifacts:
             code, text = _describe(exc)
             if isinstance(exc, ClientError) and code in ("NoSuchKey", "404"):
                 return None
-            raise ArtifactError(f"{self.uri(key)}: cannot be read ({text}); "
-                                f"{_hint(code).replace('BUCKET', self.bucket)}") from exc
+            raise _artifact_error(f"{self.uri(key)}: cannot be read ({text}); "
+                                  f"{_hint(code).replace('BUCKET', self.bucket)}", exc) from exc
         try:
             return body.decode("utf-8"), obj["ETag"]
         except UnicodeDecodeError as exc:
@@ -594,8 +618,8 @@ class S3Artifacts:
                 return None
             if isinstance(exc, ClientError) and code in ("InvalidRange", "416"):  # an empty object has no last bytes
                 return b"", 0
-            raise ArtifactError(f"{self.uri(key)}: cannot be read ({text}); "
-                                f"{_hint(code).replace('BUCKET', self.bucket)}") from exc
+            raise _artifact_error(f"{self.uri(key)}: cannot be read ({text}); "
+                                  f"{_hint(code).replace('BUCKET', self.bucket)}", exc) from exc
         size = str(obj.get("ContentRange") or "").rpartition("/")[2]  # "bytes 100-199/200"; none: the whole object
         return body, int(size) - len(body) if size.isdigit() else 0
 

@@ -28,6 +28,21 @@ class StateError(RuntimeError):
     """The store cannot be read or written; the message names the place and what to do."""
 
 
+class Unreachable(Exception):
+    """Mixed into a store's error when the store did not answer (no connection, a timeout, S3's 5xx after
+    the client's own retries): no flag or input is wrong, and the same command may work later, so
+    ``nightly run`` exits with its own status for it (README)."""
+
+
+class StateUnreachable(StateError, Unreachable):
+    """The state store did not answer (``Unreachable``)."""
+
+
+def _state_error(exc: Exception) -> StateError:
+    """The StateError an S3 artifact error becomes, unreachable or not as it was."""
+    return (StateUnreachable if isinstance(exc, Unreachable) else StateError)(str(exc))
+
+
 def not_utf8(exc: UnicodeDecodeError, fix: str = "re-save it as UTF-8, or move it aside to start it afresh") -> str:
     """Why a state file cannot be read as text (a hand edit saved as Latin-1), and what to do."""
     return f"not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at offset {exc.start}); {fix}"
@@ -234,7 +249,7 @@ class S3StateStore:
         except ArtifactError as exc:
             if isinstance(exc.__cause__, UnicodeDecodeError):
                 raise NotText(self.uri(key), exc.__cause__) from exc
-            raise StateError(str(exc)) from exc
+            raise _state_error(exc) from exc
         return got[0] if got is not None else None
 
     def get_end(self, key: str, max_bytes: int) -> tuple[str, bool] | None:
@@ -245,7 +260,7 @@ class S3StateStore:
         try:
             got = self.artifacts.get_end(_check_key(key), max_bytes + 1)  # one byte more: is it a line's start?
         except ArtifactError as exc:
-            raise StateError(str(exc)) from exc
+            raise _state_error(exc) from exc
         return decode_end(*got) if got is not None else None
 
     def put(self, key: str, text: str) -> str:
@@ -254,7 +269,7 @@ class S3StateStore:
         try:
             return self.artifacts.put_text(_check_key(key), text)
         except ArtifactError as exc:
-            raise StateError(str(exc)) from exc
+            raise _state_error(exc) from exc
 
     def put_file(self, key: str, path: Path) -> str:
         from pipelines.storage.s3 import ArtifactError
@@ -262,7 +277,7 @@ class S3StateStore:
         try:
             return self.artifacts.upload_file(path, _check_key(key))
         except ArtifactError as exc:
-            raise StateError(str(exc)) from exc
+            raise _state_error(exc) from exc
 
     def update(self, key: str, change: Callable[[str | None], str]) -> str:
         """Read-modify-write of one object with S3's conditional write: the new text is stored only
@@ -281,7 +296,7 @@ class S3StateStore:
                 if self.artifacts.put_text_if(key, new, etag):
                     return self.uri(key)
             except ArtifactError as exc:
-                raise StateError(str(exc)) from exc
+                raise _state_error(exc) from exc
             time.sleep(random.uniform(0.05, 0.2) * min(attempt + 1, 5))  # let the other writer finish
         raise _conflict(self.uri(key), UPDATE_TRIES)
 
@@ -292,7 +307,7 @@ class S3StateStore:
         try:
             self.artifacts.delete(_check_key(key))
         except ArtifactError as exc:
-            raise StateError(str(exc)) from exc
+            raise _state_error(exc) from exc
 
     def keys(self, prefix: str) -> list[str]:
         from pipelines.storage.s3 import ArtifactError
@@ -300,7 +315,7 @@ class S3StateStore:
         try:
             return self.artifacts.keys(prefix)
         except ArtifactError as exc:
-            raise StateError(str(exc)) from exc
+            raise _state_error(exc) from exc
 
 
 def state_store(deployment: DeploymentSpec, home: Path, env: Mapping[str, str] | None = None) -> StateStore:

@@ -56,30 +56,31 @@ def test_an_earlier_night_can_be_chosen_and_compares_with_the_one_before_it(home
 def test_dollar_signs_in_test_and_node_names_are_drawn_as_text_not_mathtext(tmp_path, capsys):
     """matplotlib would parse `$\\sqrt$` as mathtext, fail, and stop the whole page."""
     test_id = "tests/e2e/test_$\\sqrt$_a.py"
-    record = {"night": "n1", "run_id": "r1", "cadence": "nightly", "selected": [test_id], "attempts": [
+    record = {"night": "2026-12-01T150000Z-r1", "run_id": "r1", "cadence": "nightly", "selected": [test_id], "attempts": [
         {"test_id": test_id, "outcome": "passed", "elapsed_s": 3.0, "started_at": "2026-12-01T15:00:00+00:00",
          "attempt": 1, "node": "gpu-$\\sqrt$-node", "gpu_slots": [0], "exit_code": 0}]}
     (tmp_path / "nights").mkdir()
-    (tmp_path / "nights" / "n1.json").write_text(json.dumps(record))
+    (tmp_path / "nights" / "2026-12-01T150000Z-r1.json").write_text(json.dumps(record))
     code, out, err = nightly(capsys, "report", "--home", str(tmp_path))
     assert (code, err) == (0, "")
     assert out.splitlines()[0] == "report: OK: every test passed"
-    assert "gpu-$\\sqrt$-node" in (tmp_path / "reports" / "n1.html").read_text()
+    assert "gpu-$\\sqrt$-node" in (tmp_path / "reports" / "2026-12-01T150000Z-r1.html").read_text()
+
 
 def test_a_record_whose_verdict_its_own_attempts_contradict_is_never_reported_ok(tmp_path, capsys):
     """A verdict that says ok beside 4 failed attempts (edited by hand, or written by a buggy version) printed
     `report: OK: every test passed`: the attempts decide, and the record's file and field are named."""
     tests = [f"tests/e2e/test_{i}.py" for i in range(4)]
-    record = {"night": "n1", "run_id": "r1", "cadence": "nightly", "selected": tests, "attempts": [
+    record = {"night": "2026-12-01T150000Z-r1", "run_id": "r1", "cadence": "nightly", "selected": tests, "attempts": [
         {"test_id": t, "outcome": "failed", "elapsed_s": 3.0, "started_at": "2026-12-01T15:00:00+00:00",
          "attempt": 1, "node": "gpu-0", "gpu_slots": [0], "exit_code": 1} for t in tests],
         "verdict": {"ok": True, "failed": [], "excused_quarantined": [], "infra": [], "bad_nodes": [],
                     "interrupted": [], "quarantine_ended": []}}
     text = json.dumps(record, indent=1)
     (tmp_path / "nights").mkdir()
-    (tmp_path / "nights" / "n1.json").write_text(text)
+    (tmp_path / "nights" / "2026-12-01T150000Z-r1.json").write_text(text)
     line = text.splitlines().index(' "verdict": {') + 1
-    where = f"{tmp_path}/nights/n1.json:{line}"
+    where = f"{tmp_path}/nights/2026-12-01T150000Z-r1.json:{line}"
     code, out, _ = nightly(capsys, "report", "--home", str(tmp_path))
     assert code == 0
     assert out.splitlines()[0] == f"report: FAILED: 4 test(s) failed; inconsistent record ({where}: verdict; see the notes)"
@@ -151,13 +152,13 @@ def test_a_corrupt_summary_is_named_with_the_fix(tmp_path, capsys):
 
 
 def test_a_night_whose_flaky_states_are_damaged_is_named_not_a_traceback(tmp_path, capsys):
-    record = {"night": "n1", "run_id": "r1", "selected": [tid(SFT)], "flaky": {tid(SFT): 5}, "attempts": [
+    record = {"night": "2026-12-01T150000Z-r1", "run_id": "r1", "selected": [tid(SFT)], "flaky": {tid(SFT): 5}, "attempts": [
         {"test_id": tid(SFT), "outcome": "passed", "elapsed_s": 3.0, "started_at": "2026-12-01T15:00:00+00:00"}]}
     (tmp_path / "nights").mkdir()
-    (tmp_path / "nights" / "n1.json").write_text(json.dumps(record))
+    (tmp_path / "nights" / "2026-12-01T150000Z-r1.json").write_text(json.dumps(record))
     code, out, err = nightly(capsys, "report", "--home", str(tmp_path))
     assert (code, out) == (2, "")
-    assert (f"{tmp_path}/nights/n1.json:1: flaky[\"{tid(SFT)}\"]: expected a flaky state object (test_id, state, "
+    assert (f"{tmp_path}/nights/2026-12-01T150000Z-r1.json:1: flaky[\"{tid(SFT)}\"]: expected a flaky state object (test_id, state, "
             "evidence, ...), got 5; was it written by `nightly run`?") in err
     assert "Traceback" not in err
 
@@ -374,8 +375,8 @@ def test_a_sibling_the_night_did_not_run_covers_nothing_in_the_report(tmp_path, 
     attempts = [{"test_id": t, "outcome": "passed", "elapsed_s": 3.0, "started_at": "2026-12-01T15:00:00+00:00"}
                 for t in selected]
     (tmp_path / "nights").mkdir()
-    (tmp_path / "nights" / "n1.json").write_text(json.dumps(
-        {"night": "n1", "run_id": "r1", "repo": "minirl", "selected": selected, "attempts": attempts,
+    (tmp_path / "nights" / "2026-12-01T150000Z-r1.json").write_text(json.dumps(
+        {"night": "2026-12-01T150000Z-r1", "run_id": "r1", "repo": "minirl", "selected": selected, "attempts": attempts,
          "skip_reasons": reasons}))
 
     code, out, _ = nightly(capsys, "report", "--home", str(tmp_path), "--repo", "minirl", "--json")
@@ -400,8 +401,8 @@ def test_each_uncovered_cell_says_why_and_the_coverage_problems_reach_the_notes(
     (home / "nights").mkdir(parents=True)
     attempts = [{"test_id": t, "outcome": "passed", "elapsed_s": 3.0, "started_at": "2026-12-01T15:00:00+00:00"}
                 for t in (five, OTHER)]
-    (home / "nights" / "n1.json").write_text(json.dumps(
-        {"night": "n1", "run_id": "r1", "repo": "minirl", "cadence": "nightly", "selected": [five, OTHER],
+    (home / "nights" / "2026-12-01T150000Z-r1.json").write_text(json.dumps(
+        {"night": "2026-12-01T150000Z-r1", "run_id": "r1", "repo": "minirl", "cadence": "nightly", "selected": [five, OTHER],
          "attempts": attempts, "skip_reasons": {}}))
 
     code, out, _ = nightly(capsys, "report", "--home", str(home), "--repo", "minirl", "--json")
@@ -436,8 +437,8 @@ def test_a_group_the_nights_cadence_never_runs_is_listed_uncovered_with_why_not_
     home = tmp_path / "home"
     (home / "nights").mkdir(parents=True)
     attempts = [{"test_id": OTHER, "outcome": "passed", "elapsed_s": 3.0, "started_at": "2026-12-01T15:00:00+00:00"}]
-    (home / "nights" / "n1.json").write_text(json.dumps(
-        {"night": "n1", "run_id": "r1", "repo": "minirl", "cadence": "nightly", "selected": [OTHER],
+    (home / "nights" / "2026-12-01T150000Z-r1.json").write_text(json.dumps(
+        {"night": "2026-12-01T150000Z-r1", "run_id": "r1", "repo": "minirl", "cadence": "nightly", "selected": [OTHER],
          "attempts": attempts, "skip_reasons": {}}))
 
     code, out, _ = nightly(capsys, "report", "--home", str(home), "--repo", "minirl", "--json")
@@ -905,8 +906,8 @@ def test_a_test_never_launched_keeps_its_reason_in_the_report(tmp_path, capsys):
     why = "not run here: this deployment skips hardware 'mi300' (skip_hardware)"
     ran = "tests/e2e/lora/test_lora_math.py"
     (tmp_path / "nights").mkdir()
-    (tmp_path / "nights" / "n1.json").write_text(json.dumps(
-        {"night": "n1", "run_id": "r1", "repo": "minirl", "selected": [ran], "skipped": [rocm],
+    (tmp_path / "nights" / "2026-12-01T150000Z-r1.json").write_text(json.dumps(
+        {"night": "2026-12-01T150000Z-r1", "run_id": "r1", "repo": "minirl", "selected": [ran], "skipped": [rocm],
          "skip_reasons": {rocm: why},
          "attempts": [{"test_id": ran, "outcome": "passed", "elapsed_s": 3.0,
                        "started_at": "2026-12-01T15:00:00+00:00"}]}))
@@ -917,7 +918,7 @@ def test_a_test_never_launched_keeps_its_reason_in_the_report(tmp_path, capsys):
     [row] = [r for r in json.loads(out)["rows"] if r["test_id"] == rocm]
     assert (row["outcome"], row["reason"]) == ("skipped", why)
     assert nightly(capsys, "report", "--home", str(tmp_path), "--repo", "minirl")[0] == 0
-    page = (tmp_path / "reports" / "n1.html").read_text().replace("&#x27;", "'").replace("&#39;", "'")
+    page = (tmp_path / "reports" / "2026-12-01T150000Z-r1.html").read_text().replace("&#x27;", "'").replace("&#39;", "'")
     assert f"<td>{rocm}</td><td>skipped: {why}</td>" in page
 
 
@@ -938,8 +939,8 @@ def test_a_bad_nodes_numbers_and_tests_in_the_report_are_the_ones_its_rule_judge
     attempts += [tried(sft, "local-h200-0", "passed", 2), tried(grpo, "local-h200-0", "passed", 2),
                  tried(lora, "local-h200-0", "failed", 2)]
     (tmp_path / "nights").mkdir()
-    (tmp_path / "nights" / "n1.json").write_text(json.dumps(
-        {"night": "n1", "run_id": "r1", "repo": "minirl", "selected": [sft, grpo, lora, *ok], "attempts": attempts}))
+    (tmp_path / "nights" / "2026-12-01T150000Z-r1.json").write_text(json.dumps(
+        {"night": "2026-12-01T150000Z-r1", "run_id": "r1", "repo": "minirl", "selected": [sft, grpo, lora, *ok], "attempts": attempts}))
 
     code, out, _ = nightly(capsys, "report", "--home", str(tmp_path), "--repo", "minirl", "--json")
 

@@ -94,7 +94,7 @@ def test_a_disk_that_fills_mid_night_is_one_message_exit_4_and_the_samples_kept_
     assert "No space left on device" in said
     samples, problems = decode_lines("kept", (folder / "history.jsonl").read_bytes())
     assert len(samples) == 2 and not problems
-    assert f"nightly history import --deployment local --home {home} {folder / 'history.jsonl'}" in said
+    assert f"nightly readd --deployment local --home {home} {folder}" in said
 
 
 def test_a_night_never_names_another_homes_results_kept_in_the_shared_temp_folder(tmp_path, monkeypatch):

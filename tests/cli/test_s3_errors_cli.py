@@ -8,7 +8,7 @@ import pytest
 
 from pipelines.cli import main
 from tests.support.assets import example_assets
-from tests.support.moto import CREDENTIALS, moto_server
+from tests.support.moto import CREDENTIALS, Refuse, moto_server
 
 pytestmark = pytest.mark.slow
 
@@ -68,33 +68,6 @@ def test_an_endpoint_that_does_not_answer_is_one_line_naming_the_setting(tmp_pat
     assert "Could not connect to the endpoint" in err and "NIGHTLY_S3_ENDPOINT" in err and "Traceback" not in err, err
 
 
-class Refuse:
-    """A botocore hook on every S3 client the nightly makes: requests ``refused(operation, key)``
-    picks fail with ``code``, as S3 answers an expired key or a policy that lacks the action."""
-
-    def __init__(self, refused, code: str = "AccessDenied"):
-        self.refused, self.code, self.count = refused, code, 0
-
-    def __call__(self, params, model, **_):
-        if self.refused(model.name, params.get("Key", "")):
-            from botocore.exceptions import ClientError
-
-            self.count += 1
-            raise ClientError({"Error": {"Code": self.code, "Message": f"refused ({self.code})"}}, model.name)
-
-    def install(self, monkeypatch) -> None:
-        from pipelines.storage import s3
-
-        make_client = s3.make_client
-
-        def refusing_client(endpoint_url=None):
-            c = make_client(endpoint_url)
-            c.meta.events.register("before-parameter-build.s3", self)
-            return c
-
-        monkeypatch.setattr(s3, "make_client", refusing_client)
-
-
 class Expiry:
     """The credentials "expire" at the night's first log upload: it and every request after are refused."""
 
@@ -134,17 +107,58 @@ def test_a_store_that_refuses_writes_mid_night_keeps_the_results_in_home_and_say
     (record,) = (folder / "state" / "runs").iterdir()
     attempts = json.loads(record.read_text())["attempts"]
     assert len(attempts) == 2 and all(a["log_uri"].startswith("s3://refusing/team-a/nightly/state/logs/") for a in attempts)
-    # the credentials renewed: the two commands it printed put everything back
+    # each kept sample names its log where the re-add puts it, as the kept record does, not the run's own folder
+    sources = {(s["test_id"], s["attempt"]): s["source"] for s in map(json.loads, (folder / "history.jsonl").open())}
+    assert sources == {(a["test_id"], a["attempt"]): a["log_uri"] for a in attempts}, sources
+    # the credentials renewed: the command it printed puts everything back
     monkeypatch.setattr(s3, "make_client", make_client)  # new clients, without the hook
-    imports, copy = [line.strip() for line in said.splitlines()[-2:]]
-    assert main(shlex.split(imports)[1:]) == 0
-    assert "imported 2 samples from 1 logs (2 new, 0 already stored" in capsys.readouterr().out
-    assert copy == f"aws s3 cp --recursive {folder}/state/ s3://refusing/team-a/nightly/state/"
-    for f in (folder / "state").rglob("*"):  # what `aws s3 cp --recursive` does
-        if f.is_file():
-            client.upload_file(str(f), "refusing", f"team-a/nightly/state/{f.relative_to(folder / 'state')}")
+    readd = said.splitlines()[-1].strip()
+    assert readd == f"nightly readd --deployment s3local --home {home} {folder}"
+    assert main(shlex.split(readd)[1:]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        "readd: 2 samples (2 new, 0 already stored), 4 files of the night's state",
+        f"readd: nights/latest.json is night {folder.name}'s record"]
+    state = "team-a/nightly/state/"
+    whole = json.loads(record.read_text())
+    assert whole["status"] == "finished"
+    # latest.json held the partial record the night wrote before the store refused: now the whole one
+    assert json.loads(client.get_object(Bucket="refusing", Key=f"{state}nights/latest.json")["Body"].read()) == whole
+    assert json.loads(client.get_object(Bucket="refusing", Key=f"{state}nights/{folder.name}.json")["Body"].read()) == whole
+    for uri in sources.values():  # each sample's source is there now
+        assert client.get_object(Bucket="refusing", Key=uri.removeprefix("s3://refusing/"))["ContentLength"] > 0
+    assert main(shlex.split(readd)[1:]) == 0  # twice is harmless
+    assert "(0 new, 2 already stored)" in capsys.readouterr().out
     assert main(["report", "--home", str(home), "--night", record.stem, "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["night"] == folder.name
+
+
+def test_a_re_added_night_leaves_latest_json_to_a_night_that_started_after_it(endpoint, tmp_path, monkeypatch, capsys):
+    """The re-add may come days later: the nights run since are newer, and latest.json stays theirs."""
+    import json
+    import shlex
+
+    from pipelines.storage import s3
+    from tests.support.moto import s3_client
+
+    client = s3_client(endpoint)
+    client.create_bucket(Bucket="refused-then-newer")
+    use(monkeypatch, s3_assets(tmp_path / "assets", "refused-then-newer"), endpoint)
+    make_client = s3.make_client
+    Refuse(Expiry(), "InvalidAccessKeyId").install(monkeypatch)
+    home = tmp_path / "home"
+    assert main(["run", "--home", str(home), "--labels", "short"]) == 4
+    readd = capsys.readouterr().err.rstrip("\n").splitlines()[-1].strip()
+    (folder,) = (home / "unsaved").iterdir()
+    monkeypatch.setattr(s3, "make_client", make_client)
+    assert main(["run", "--home", str(home), "--labels", "short"]) == 0  # the next night, the store answering
+    capsys.readouterr()
+    key = "team-a/nightly/state/nights/latest.json"
+    newer = json.loads(client.get_object(Bucket="refused-then-newer", Key=key)["Body"].read())
+    assert newer["night"] > folder.name and newer["status"] == "finished"
+    assert main(shlex.split(readd)[1:]) == 0
+    assert "readd: nights/latest.json left as it is: it holds a night that started later" in capsys.readouterr().out
+    assert json.loads(client.get_object(Bucket="refused-then-newer", Key=key)["Body"].read()) == newer
+    assert client.get_object(Bucket="refused-then-newer", Key=f"team-a/nightly/state/nights/{folder.name}.json")
 
 
 def _failing_night(endpoint, tmp_path, monkeypatch, bucket: str, refuse: Refuse) -> list[str]:

@@ -64,10 +64,10 @@ def test_the_calibration_run_judges_near_timeout_with_the_floor_the_night_it_fol
     sft = "tests/e2e/fsdp/test_fsdp_sft_chat.py"  # est_time=8: max(10, 10) = 10 s (tonight: a calibrated 24, 30 s)
     night = Night(NightSettings(home=home, assets_dir=assets))
     night.history.append([Sample(sft, "h200", "", "passed", 9.5, "2026-11-06T15:00:00+00:00", run_id="r1")])
-    record = json.dumps({"night": "n1", "run_id": "r1", "repo": "minirl", "selected": [sft], "timeout_floor_s": 10,
+    record = json.dumps({"night": "2026-12-01T150000Z-r1", "run_id": "r1", "repo": "minirl", "selected": [sft], "timeout_floor_s": 10,
                          "attempts": [{"test_id": sft, "outcome": "passed", "elapsed_s": 9.5, "timeout_s": 30,
                                        "started_at": "2026-11-06T15:00:00+00:00"}]})
-    for key in ("runs/r1.json", "nights/n1.json"):
+    for key in ("runs/r1.json", "nights/2026-12-01T150000Z-r1.json"):
         night.state.put(key, record)
     defs = build_definitions(nightly=NightlyResource(home=str(home), assets_dir=str(assets)))
     with dg.instance_for_test() as instance:
@@ -76,7 +76,7 @@ def test_the_calibration_run_judges_near_timeout_with_the_floor_the_night_it_fol
     assert not check.passed and "9.5 s of its 10 s timeout (95%)" in check.metadata["tests"].value
     [calibrated] = run.asset_materializations_for_node("calibrated_estimates")
     assert calibrated.metadata["near_timeout"].value == 1
-    assert "of its 10 s timeout" in (home / "reports" / "n1.html").read_text()  # not only tonight's 30 s
+    assert "of its 10 s timeout" in (home / "reports" / "2026-12-01T150000Z-r1.html").read_text()  # not only tonight's 30 s
 
 
 def test_a_quarantined_failure_the_nights_verdict_does_not_excuse_fails_its_check_when_the_night_ends(capsys):

@@ -201,6 +201,19 @@ def test_a_night_that_recorded_its_flaky_states_is_reported_with_them(tmp_path):
     assert [(s.test_id, s.state, s.why) for s in data.flaky] == [(tid(SFT), "quarantined", "3 flips")]
 
 
+def test_without_a_repo_an_unreadable_newest_night_is_passed_over_and_named(home, tmp_path):
+    """What `nightly report` without --repo starts from (cli/report.night_repo): never a traceback."""
+    import shutil
+
+    copy = shutil.copytree(home, tmp_path / "home")
+    (copy / "nights" / "2026-11-07T000000Z-deadbeef.json").write_text("{not json")
+    said: list[str] = []
+    summary, _, _ = select_night(LocalStateStore(copy), warn=said.append)
+    assert summary["night"] == "2026-11-06T150000Z"
+    assert len(said) == 1 and said[0].startswith(f"{copy}/nights/2026-11-07T000000Z-deadbeef.json:1: summary: not valid")
+    assert said[0].endswith("; left out: reporting the newest night that can be read")
+
+
 def test_a_corrupt_run_record_is_located_with_the_fix(tmp_path):
     (tmp_path / "nights").mkdir()
     (tmp_path / "nights" / "2026-11-01T150000Z.json").write_text('{"night": "2026-11-01T150000Z", "attempts": []}')

@@ -81,3 +81,30 @@ def s3_client(endpoint: str):
         aws_access_key_id=CREDENTIALS["AWS_ACCESS_KEY_ID"], aws_secret_access_key=CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
         region_name=CREDENTIALS["AWS_DEFAULT_REGION"],
     ).client("s3", endpoint_url=endpoint)
+
+
+class Refuse:
+    """A botocore hook on every S3 client the nightly makes: requests ``refused(operation, key)``
+    picks fail with ``code``, as S3 answers an expired key or a policy that lacks the action."""
+
+    def __init__(self, refused, code: str = "AccessDenied"):
+        self.refused, self.code, self.count = refused, code, 0
+
+    def __call__(self, params, model, **_):
+        if self.refused(model.name, params.get("Key", "")):
+            from botocore.exceptions import ClientError
+
+            self.count += 1
+            raise ClientError({"Error": {"Code": self.code, "Message": f"refused ({self.code})"}}, model.name)
+
+    def install(self, monkeypatch) -> None:
+        from pipelines.storage import s3
+
+        make_client = s3.make_client
+
+        def refusing_client(endpoint_url=None):
+            c = make_client(endpoint_url)
+            c.meta.events.register("before-parameter-build.s3", self)
+            return c
+
+        monkeypatch.setattr(s3, "make_client", refusing_client)
