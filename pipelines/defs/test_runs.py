@@ -30,6 +30,7 @@ from pipelines.core.plan.predict import predicted_text
 from pipelines.core.runset import RunSelection, RunSet, unloadable_files
 from pipelines.core.select import RUN_CONFIG_NAMES, Selection, SelectionError, why_nothing
 from pipelines.core.specs_schema import env_name_problem
+from pipelines.defs.jobs import JOB_CADENCE
 from pipelines.defs.keys import (
     CONVERTED,
     DATASETS,
@@ -107,8 +108,9 @@ class TestRunsConfig(dg.Config):
             env[name] = environ[name]
         return env
 
-    def selection(self) -> RunSelection:
-        return RunSelection(cadence=self.cadence, labels=tuple(self.labels), suites=tuple(self.suites),
+    def selection(self, job_cadence: str = "") -> RunSelection:
+        """The run's selection; ``job_cadence`` (the job's own, nightly or weekly) when ``cadence`` is empty."""
+        return RunSelection(cadence=self.cadence or job_cadence, labels=tuple(self.labels), suites=tuple(self.suites),
                             pools=tuple(self.pools), tests=tuple(self.tests))
 
 
@@ -411,9 +413,9 @@ def build_test_runs(catalog: Catalog, test_parts: dg.PartitionsDefinition, deps:
     def run_night(context: dg.AssetExecutionContext, config: TestRunsConfig, nightly: NightlyResource):
         """The asset's body: the run's tests, from its config and partition keys to its record."""
         env = config.extra_env(os.environ)
+        selection = config.selection(JOB_CADENCE.get(context.job_name, ""))
         night = nightly.night(run_id=context.run.run_id, extra_env=tuple(sorted(env.items())),
-                              timeout_floor_s=config.floor(), cadence=config.cadence or "release")
-        selection = config.selection()
+                              timeout_floor_s=config.floor(), cadence=selection.cadence or "release")
         throwaway = throwaway_instance_warning(night.home, os.environ.get("DAGSTER_HOME"),
                                                context.instance.is_ephemeral)
         if throwaway:

@@ -218,6 +218,31 @@ def test_the_nightly_launchpad_runs_the_picked_partitions_not_the_whole_nightly(
     assert sorted(t for t, _ in pods["watch"].launched) == sorted(PICK)
 
 
+LONG = "tests/e2e/fsdp/test_fsdp_long_math.py"  # labelled `long`: weekly only
+
+
+@pytest.mark.parametrize("job_name", ["nightly", "weekly"])
+def test_a_launchpad_range_of_a_cadence_job_keeps_the_jobs_cadence(cluster, tmp_path, job_name):
+    """Jobs -> nightly -> Launchpad over every partition (or a range): Dagster applies the job's config
+    only to a single picked partition, so the run got the schema's empty cadence; a nightly run ran the
+    `long` test and was tagged and recorded "picked". The job's own cadence now stands in."""
+    defs, pods = cluster
+    pods["watch"].outcomes = ["passed"] * 20
+    job = defs.resolve_job_def(job_name)
+    keys = sorted(job.partitions_def.get_partition_keys())
+    assert LONG in keys
+    with dg.instance_for_test() as instance:
+        result = job.execute_in_process(instance=instance, raise_on_error=False, run_config={}, tags={
+            "dagster/asset_partition_range_start": keys[0], "dagster/asset_partition_range_end": keys[-1]})
+        assert result.success, _failures(result)
+        tags = instance.get_run_by_id(result.run_id).tags
+    launched = {t for t, _ in pods["watch"].launched}
+    assert (LONG in launched) == (job_name == "weekly"), sorted(launched)
+    assert tags["nightly/cadence"] == job_name
+    record = yaml.safe_load((tmp_path / "home" / "runs" / f"{result.run_id}.json").read_text())
+    assert record["cadence"] == job_name
+
+
 def test_a_failing_test_whose_registration_stops_loading_keeps_its_partition_and_a_red_check(cluster, tmp_path):
     """After a failed run, a typo in the test's registration (an unknown argument) dropped its partition
     at the next code-location load, and its red check with it: the UI's check view said Failed (0).
