@@ -35,7 +35,6 @@ from pipelines.defs.keys import (
     CONVERTED,
     DATASETS,
     MODEL_WEIGHTS,
-    TAG_REASON,
     TEST_PASSED,
     TEST_RUNS,
     TEST_RUNS_POOL,
@@ -57,7 +56,7 @@ from pipelines.defs.runs import (
     interrupted_if_worker_dies,
     process_tags,
 )
-from pipelines.defs.tags import launch_reason, run_tags
+from pipelines.defs.tags import run_tags, start_tags
 from pipelines.execute import Finished, InputFailed, InputReady, NightDone, Planned, run_tests
 from pipelines.interrupts import deliver, held_signals
 
@@ -412,10 +411,17 @@ def build_test_runs(catalog: Catalog, test_parts: dg.PartitionsDefinition, deps:
 
     def run_night(context: dg.AssetExecutionContext, config: TestRunsConfig, nightly: NightlyResource):
         """The asset's body: the run's tests, from its config and partition keys to its record."""
-        env = config.extra_env(os.environ)
         selection = config.selection(JOB_CADENCE.get(context.job_name, ""))
+        try:  # refused after the run is tagged: the Runs page still says why, where and which cadence
+            env, floor, refused = config.extra_env(os.environ), config.floor(), None
+        except dg.Failure as exc:
+            env, floor, refused = {}, None, exc
         night = nightly.night(run_id=context.run.run_id, extra_env=tuple(sorted(env.items())),
-                              timeout_floor_s=config.floor(), cadence=selection.cadence or "release")
+                              timeout_floor_s=floor, cadence=selection.cadence or "release")
+        started = start_tags(night, selection, dict(context.run.tags))
+        context.instance.add_run_tags(context.run.run_id, started)
+        if refused is not None:
+            raise refused
         throwaway = throwaway_instance_warning(night.home, os.environ.get("DAGSTER_HOME"),
                                                context.instance.is_ephemeral)
         if throwaway:
@@ -446,9 +452,7 @@ def build_test_runs(catalog: Catalog, test_parts: dg.PartitionsDefinition, deps:
         from pipelines.launch.infra import probe
 
         infra = probe(night.deployment)
-        tags = run_tags(night, selection, infra)
-        if TAG_REASON not in context.run.tags or "dagster/parent_run_id" in context.run.tags:
-            tags[TAG_REASON] = launch_reason(dict(context.run.tags))  # schedules, sensors and the CLI name theirs
+        tags = {**run_tags(night, selection, infra), **started}
         context.instance.add_run_tags(context.run.run_id, {**tags, **process_tags(context.run.run_id)})
         for note in fail_stale_runs(context.instance, context.run.run_id):
             _say(context, note, "warning")

@@ -243,6 +243,35 @@ def test_a_launchpad_range_of_a_cadence_job_keeps_the_jobs_cadence(cluster, tmp_
     assert record["cadence"] == job_name
 
 
+DISABLED = "tests/e2e/megatron/test_multinode_sft.py"  # registered disabled: never launched
+
+
+@pytest.mark.parametrize("way", ["asset page pick of a disabled test", "launchpad config refused"])
+def test_a_run_that_launches_nothing_or_is_refused_still_carries_its_nightly_tags(cluster, way):
+    """A run that launched nothing ("nothing to launch") or that its config refused carried none of the
+    nightly/* tags docs/ui.md lists (they were written after those returns): the Runs page could not
+    tell why it ran, on which deployment, for which cadence."""
+    defs, pods = cluster
+    with dg.instance_for_test() as instance:
+        if way == "asset page pick of a disabled test":
+            job = defs.resolve_implicit_global_asset_job_def().get_subset(asset_selection={dg.AssetKey("test_runs")})
+            result = job.execute_in_process(instance=instance, partition_key=DISABLED, raise_on_error=False)
+            assert result.success, _failures(result)
+            cadence = "picked"
+        else:
+            job = defs.resolve_job_def("nightly")
+            config = {"ops": {"test_runs": {"config": {"cadence": "weekly", "env_from": ["NOPE_NOT_SET"]}}}}
+            result = job.execute_in_process(instance=instance, raise_on_error=False, run_config=config, tags={
+                "dagster/asset_partition_range_start": PICK[0], "dagster/asset_partition_range_end": PICK[-1]})
+            assert "env_from names 'NOPE_NOT_SET'" in _failures(result)[0]
+            cadence = "weekly"
+        tags = instance.get_run_by_id(result.run_id).tags
+    assert pods["watch"].launched == pods["pipes"].launched == []
+    assert tags.get("nightly/reason") == "launched from the UI or Dagster's command line"
+    assert (tags.get("nightly/cadence"), tags.get("nightly/deployment"), tags.get("nightly/pools")) == (
+        cadence, "production", "h200")
+
+
 def test_a_failing_test_whose_registration_stops_loading_keeps_its_partition_and_a_red_check(cluster, tmp_path):
     """After a failed run, a typo in the test's registration (an unknown argument) dropped its partition
     at the next code-location load, and its red check with it: the UI's check view said Failed (0).
