@@ -35,6 +35,8 @@ from pipelines.defs.keys import (
     CONVERTED,
     DATASETS,
     MODEL_WEIGHTS,
+    RANGE_END,
+    RANGE_START,
     TEST_PASSED,
     TEST_RUNS,
     TEST_RUNS_POOL,
@@ -134,7 +136,7 @@ def _say(context: dg.AssetExecutionContext, message: str, level: str = "info") -
 def _keys(context: dg.AssetExecutionContext) -> list[str] | None:
     try:
         return list(context.partition_keys)
-    except Exception:  # noqa: BLE001 - an unpartitioned launch means every test
+    except Exception:  # noqa: BLE001 - no partition: PartitionsNamed refuses such a run before the step starts
         return None
 
 
@@ -396,15 +398,42 @@ def _excused(nightly: NightlyResource, event, key: str | None) -> bool:
         return False
 
 
+#: what a run of test_runs that names no partition is told (docs/ui.md, the Launchpad row)
+NO_PARTITIONS = ("this run of test_runs names no partition (no dagster/partition tag, no "
+                 "dagster/asset_partition_range_start and _end tags), and test_runs runs the tests of its "
+                 "partitions: in the Launchpad pick the partitions (all of them, or a range) before launching; "
+                 "with `dagster job execute` add --tags '{\"dagster/asset_partition_range_start\": \"FIRST\", "
+                 "\"dagster/asset_partition_range_end\": \"LAST\"}' (test ids); or use `nightly run` or the "
+                 "schedules (docs/ui.md)")
+
+
+def names_partitions(tags: Mapping[str, str]) -> bool:
+    """Whether a run's tags name test_runs partitions (one key, or a range), as Dagster reads them."""
+    return "dagster/partition" in tags or bool(tags.get(RANGE_START) and tags.get(RANGE_END))
+
+
+class PartitionsNamed(dg.ConfigurableResource):
+    """A check set up with test_runs's step, before the step starts: Dagster's own step code fails a run
+    that names no partition first (reading the inputs' data versions), with "Cannot access
+    partition_key for a non-partitioned run", which says nothing of what to do."""
+
+    def setup_for_execution(self, context: dg.InitResourceContext) -> None:
+        run = context.dagster_run
+        if run is not None and not names_partitions(run.tags):
+            raise dg.Failure(NO_PARTITIONS)
+
+
 def build_test_runs(catalog: Catalog, test_parts: dg.PartitionsDefinition, deps: list[dg.AssetDep]):
     """The asset and its partitioned check (the check's results come from the asset's own run)."""
     whole = frozenset(test_parts.get_partition_keys())
 
     @dg.asset(key=TEST_RUNS, partitions_def=test_parts, group_name="tests", deps=deps,
               backfill_policy=dg.BackfillPolicy.single_run(), output_required=False, pool=TEST_RUNS_POOL,
+              resource_defs={"partitions_named": PartitionsNamed()},
               description="Runs the picked tests together on free GPUs; one partition per test id "
                           "(outcome, elapsed, est_time, timeout, node and log of each attempt).")
-    def test_runs(context: dg.AssetExecutionContext, config: TestRunsConfig, nightly: NightlyResource):
+    def test_runs(context: dg.AssetExecutionContext, config: TestRunsConfig, nightly: NightlyResource,
+                  partitions_named: PartitionsNamed):
         # a step in a child of the run worker must not run on when the worker is killed (kill -9)
         with interrupted_if_worker_dies(lambda m: _say(context, m, "error")):
             yield from run_night(context, config, nightly)

@@ -272,6 +272,23 @@ def test_a_run_that_launches_nothing_or_is_refused_still_carries_its_nightly_tag
         cadence, "production", "h200")
 
 
+def test_a_launch_with_no_partition_says_to_pick_them(cluster):
+    """Jobs -> nightly -> Launchpad with no partition picked, once the inputs were ever materialized: the
+    run failed in Dagster's own step code (reading the inputs' versions) with `Cannot access
+    partition_key for a non-partitioned run`, which says nothing of what to do."""
+    defs, pods = cluster
+    with dg.instance_for_test() as instance:
+        instance.report_runless_asset_event(dg.AssetMaterialization("model_weights", partition="tiny-lm"))
+        result = defs.resolve_job_def("nightly").execute_in_process(instance=instance, raise_on_error=False)
+        assert not result.success
+    [refused] = [e.event_specific_data.error for e in result.all_events if e.event_type_value == "RESOURCE_INIT_FAILURE"]
+    said = refused.message  # the run's and, in a step process of its own (`dagster dev`), the step's failure
+    assert "names no partition" in said and "pick the partitions" in said, said
+    assert "dagster/asset_partition_range_start" in said and "Cannot access partition_key" not in said
+    assert not [e for e in result.all_events if e.event_type_value == "STEP_START"]
+    assert pods["watch"].launched == pods["pipes"].launched == []
+
+
 def test_a_failing_test_whose_registration_stops_loading_keeps_its_partition_and_a_red_check(cluster, tmp_path):
     """After a failed run, a typo in the test's registration (an unknown argument) dropped its partition
     at the next code-location load, and its red check with it: the UI's check view said Failed (0).
