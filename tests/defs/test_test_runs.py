@@ -289,6 +289,36 @@ def test_a_launch_with_no_partition_says_to_pick_them(cluster):
     assert pods["watch"].launched == pods["pipes"].launched == []
 
 
+def _failed_partitions(instance, defs) -> set[str]:
+    """The partitions of test_runs the UI counts as Failed (the asset's partition status cache)."""
+    from dagster._core.storage.partition_status_cache import get_and_update_asset_status_cache_value
+
+    parts = defs.resolve_assets_def("test_runs").partitions_def
+    value = get_and_update_asset_status_cache_value(instance, dg.AssetKey("test_runs"), parts)
+    return set(value.deserialize_failed_partition_subsets(parts).get_partition_keys()) if value else set()
+
+
+@pytest.mark.parametrize("config", [{"labels": ["nosuch"]}, {"env_from": ["NOPE_NOT_SET"]}, {"timeout_floor_s": -5},
+                                    {"tests": [LONG]}])
+def test_a_run_its_config_refuses_shows_its_partitions_failed_in_dagster_as_docs_ui_says(cluster, tmp_path, config):
+    """What docs/ui.md says of a refused run, as Dagster has it: no test ran and no record was written,
+    the test's check keeps its result, yet Dagster counts the partition Failed (the newest run planned
+    to materialize it failed without doing so: no Dagster hook refuses a run before it is created with
+    its planned partitions) until a later run materializes it."""
+    defs, pods = cluster
+    pods["pipes"].outcomes = ["passed", "passed"]
+    with dg.instance_for_test() as instance:
+        assert _run(defs, instance, partition_key=ONE).success
+        assert _failed_partitions(instance, defs) == set()
+        refused = _run(defs, instance, partition_key=ONE, config={"ops": {"test_runs": {"config": config}}})
+        assert not refused.success and pods["pipes"].launched == [(ONE, 1)]
+        assert not (tmp_path / "home" / "runs" / f"{refused.run_id}.json").exists()
+        assert _failed_partitions(instance, defs) == {ONE}
+        assert _check_statuses(instance) == {ONE: ("SUCCEEDED", True)}
+        assert _run(defs, instance, partition_key=ONE).success
+        assert _failed_partitions(instance, defs) == set()
+
+
 def test_a_failing_test_whose_registration_stops_loading_keeps_its_partition_and_a_red_check(cluster, tmp_path):
     """After a failed run, a typo in the test's registration (an unknown argument) dropped its partition
     at the next code-location load, and its red check with it: the UI's check view said Failed (0).
