@@ -16,6 +16,9 @@ from pipelines.defs.keys import CALIBRATED, NIGHT_REPORT, TAG_REASON, TEST_RUNS
 from pipelines.defs.tags import range_tags, request_tags
 
 TEST_JOBS = ("nightly", "weekly", "tests")
+#: the cadence each test job selects; the run keeps it when its config leaves ``cadence`` empty (the
+#: Launchpad applies a job's config only to a single picked partition, not to a range or all of them)
+JOB_CADENCE = {"nightly": "nightly", "weekly": "weekly", "tests": ""}
 
 
 def selection_config(selection: RunSelection, *, env_from: Sequence[str] = (), timeout_floor_s: int = 0,
@@ -48,10 +51,10 @@ def build_jobs(deployment: str, pools: Sequence[str]) -> dict[str, dg.Unresolved
         )
 
     return {
-        "nightly": tests_job("nightly", "nightly", "Every enabled test of the nightly cadence (all labels but "
+        "nightly": tests_job("nightly", JOB_CADENCE["nightly"], "Every enabled test of the nightly cadence (all labels but "
                                                    "long/ft-long) in one run, planned GPU-aware, longest first."),
-        "weekly": tests_job("weekly", "weekly", "The full suite, long tests included, in one run."),
-        "tests": tests_job("tests", "", "The picked test_runs partitions, or the selection in the run config "
+        "weekly": tests_job("weekly", JOB_CADENCE["weekly"], "The full suite, long tests included, in one run."),
+        "tests": tests_job("tests", JOB_CADENCE["tests"], "The picked test_runs partitions, or the selection in the run config "
                                         "(sensors: changed files, an infra change)."),
         "calibration": dg.define_asset_job(
             "calibration", selection=dg.AssetSelection.assets(CALIBRATED, NIGHT_REPORT),

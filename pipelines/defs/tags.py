@@ -46,6 +46,16 @@ def range_tags(keys: Sequence[str]) -> dict[str, str]:
     return {RANGE_START: keys[0], RANGE_END: keys[-1]} if keys else {}
 
 
+def start_tags(night, selection: RunSelection, tags: dict[str, str]) -> dict[str, str]:
+    """What a run says as soon as its step starts, before anything may refuse it or find nothing to launch:
+    cadence, deployment, pools and why it ran (``tags``: the run's own; a schedule's, sensor's or the
+    CLI's reason stays)."""
+    out = request_tags(night.deployment.name, selection, [p.name for p in night.deployment.pools])
+    if TAG_REASON not in tags or "dagster/parent_run_id" in tags:
+        out[TAG_REASON] = launch_reason(tags)
+    return out
+
+
 def run_tags(night, selection: RunSelection, infra: dict[str, dict[str, str]]) -> dict[str, str]:
     """Everything a run's tags say, once the run knows what it runs on (digests, commit)."""
     pools = [p.name for p in night.deployment.pools]

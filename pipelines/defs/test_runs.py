@@ -30,11 +30,13 @@ from pipelines.core.plan.predict import predicted_text
 from pipelines.core.runset import RunSelection, RunSet, unloadable_files
 from pipelines.core.select import RUN_CONFIG_NAMES, Selection, SelectionError, why_nothing
 from pipelines.core.specs_schema import env_name_problem
+from pipelines.defs.jobs import JOB_CADENCE
 from pipelines.defs.keys import (
     CONVERTED,
     DATASETS,
     MODEL_WEIGHTS,
-    TAG_REASON,
+    RANGE_END,
+    RANGE_START,
     TEST_PASSED,
     TEST_RUNS,
     TEST_RUNS_POOL,
@@ -56,7 +58,7 @@ from pipelines.defs.runs import (
     interrupted_if_worker_dies,
     process_tags,
 )
-from pipelines.defs.tags import launch_reason, run_tags
+from pipelines.defs.tags import run_tags, start_tags
 from pipelines.execute import Finished, InputFailed, InputReady, NightDone, Planned, replanned_text, run_tests
 from pipelines.interrupts import deliver, held_signals
 
@@ -107,8 +109,9 @@ class TestRunsConfig(dg.Config):
             env[name] = environ[name]
         return env
 
-    def selection(self) -> RunSelection:
-        return RunSelection(cadence=self.cadence, labels=tuple(self.labels), suites=tuple(self.suites),
+    def selection(self, job_cadence: str = "") -> RunSelection:
+        """The run's selection; ``job_cadence`` (the job's own, nightly or weekly) when ``cadence`` is empty."""
+        return RunSelection(cadence=self.cadence or job_cadence, labels=tuple(self.labels), suites=tuple(self.suites),
                             pools=tuple(self.pools), tests=tuple(self.tests))
 
 
@@ -133,7 +136,7 @@ def _say(context: dg.AssetExecutionContext, message: str, level: str = "info") -
 def _keys(context: dg.AssetExecutionContext) -> list[str] | None:
     try:
         return list(context.partition_keys)
-    except Exception:  # noqa: BLE001 - an unpartitioned launch means every test
+    except Exception:  # noqa: BLE001 - no partition: PartitionsNamed refuses such a run before the step starts
         return None
 
 
@@ -395,25 +398,59 @@ def _excused(nightly: NightlyResource, event, key: str | None) -> bool:
         return False
 
 
+#: what a run of test_runs that names no partition is told (docs/ui.md, the Launchpad row)
+NO_PARTITIONS = ("this run of test_runs names no partition (no dagster/partition tag, no "
+                 "dagster/asset_partition_range_start and _end tags), and test_runs runs the tests of its "
+                 "partitions: in the Launchpad pick the partitions (all of them, or a range) before launching; "
+                 "with `dagster job execute` add --tags '{\"dagster/asset_partition_range_start\": \"FIRST\", "
+                 "\"dagster/asset_partition_range_end\": \"LAST\"}' (test ids); or use `nightly run` or the "
+                 "schedules (docs/ui.md)")
+
+
+def names_partitions(tags: Mapping[str, str]) -> bool:
+    """Whether a run's tags name test_runs partitions (one key, or a range), as Dagster reads them."""
+    return "dagster/partition" in tags or bool(tags.get(RANGE_START) and tags.get(RANGE_END))
+
+
+class PartitionsNamed(dg.ConfigurableResource):
+    """A check set up with test_runs's step, before the step starts: Dagster's own step code fails a run
+    that names no partition first (reading the inputs' data versions), with "Cannot access
+    partition_key for a non-partitioned run", which says nothing of what to do."""
+
+    def setup_for_execution(self, context: dg.InitResourceContext) -> None:
+        run = context.dagster_run
+        if run is not None and not names_partitions(run.tags):
+            raise dg.Failure(NO_PARTITIONS)
+
+
 def build_test_runs(catalog: Catalog, test_parts: dg.PartitionsDefinition, deps: list[dg.AssetDep]):
     """The asset and its partitioned check (the check's results come from the asset's own run)."""
     whole = frozenset(test_parts.get_partition_keys())
 
     @dg.asset(key=TEST_RUNS, partitions_def=test_parts, group_name="tests", deps=deps,
               backfill_policy=dg.BackfillPolicy.single_run(), output_required=False, pool=TEST_RUNS_POOL,
+              resource_defs={"partitions_named": PartitionsNamed()},
               description="Runs the picked tests together on free GPUs; one partition per test id "
                           "(outcome, elapsed, est_time, timeout, node and log of each attempt).")
-    def test_runs(context: dg.AssetExecutionContext, config: TestRunsConfig, nightly: NightlyResource):
+    def test_runs(context: dg.AssetExecutionContext, config: TestRunsConfig, nightly: NightlyResource,
+                  partitions_named: PartitionsNamed):
         # a step in a child of the run worker must not run on when the worker is killed (kill -9)
         with interrupted_if_worker_dies(lambda m: _say(context, m, "error")):
             yield from run_night(context, config, nightly)
 
     def run_night(context: dg.AssetExecutionContext, config: TestRunsConfig, nightly: NightlyResource):
         """The asset's body: the run's tests, from its config and partition keys to its record."""
-        env = config.extra_env(os.environ)
+        selection = config.selection(JOB_CADENCE.get(context.job_name, ""))
+        try:  # refused after the run is tagged: the Runs page still says why, where and which cadence
+            env, floor, refused = config.extra_env(os.environ), config.floor(), None
+        except dg.Failure as exc:
+            env, floor, refused = {}, None, exc
         night = nightly.night(run_id=context.run.run_id, extra_env=tuple(sorted(env.items())),
-                              timeout_floor_s=config.floor(), cadence=config.cadence or "release")
-        selection = config.selection()
+                              timeout_floor_s=floor, cadence=selection.cadence or "release")
+        started = start_tags(night, selection, dict(context.run.tags))
+        context.instance.add_run_tags(context.run.run_id, started)
+        if refused is not None:
+            raise refused
         throwaway = throwaway_instance_warning(night.home, os.environ.get("DAGSTER_HOME"),
                                                context.instance.is_ephemeral)
         if throwaway:
@@ -444,9 +481,7 @@ def build_test_runs(catalog: Catalog, test_parts: dg.PartitionsDefinition, deps:
         from pipelines.launch.infra import probe
 
         infra = probe(night.deployment)
-        tags = run_tags(night, selection, infra)
-        if TAG_REASON not in context.run.tags or "dagster/parent_run_id" in context.run.tags:
-            tags[TAG_REASON] = launch_reason(dict(context.run.tags))  # schedules, sensors and the CLI name theirs
+        tags = {**run_tags(night, selection, infra), **started}
         context.instance.add_run_tags(context.run.run_id, {**tags, **process_tags(context.run.run_id)})
         for note in fail_stale_runs(context.instance, context.run.run_id):
             _say(context, note, "warning")

@@ -15,6 +15,7 @@ from pipelines.core.specs import unconfigured_name
 from pipelines.definitions import build_definitions
 from pipelines.defs.keys import TAG_CALIBRATION, TAG_SOURCE_RUN
 from pipelines.defs.resources import NightlyResource
+from pipelines.defs.tags import range_tags
 from tests.support.assets import QUICK_TEST, registry_repo
 
 pytestmark = pytest.mark.slow  # a real (tiny) night and its calibration in a Dagster instance: a few seconds
@@ -41,8 +42,9 @@ def _killed_command_line_night(instance, home, assets, repo):
 
     cli = NightlyResource(home=str(home), assets_dir=str(assets), repo=str(repo))
     defs = build_definitions(nightly=cli)
-    night = defs.resolve_job_def("nightly").execute_in_process(instance=instance, raise_on_error=False,
-                                                               tags={TAG_CALIBRATION: "inline"})
+    job = defs.resolve_job_def("nightly")
+    night = job.execute_in_process(instance=instance, raise_on_error=False, tags={
+        TAG_CALIBRATION: "inline", **range_tags(sorted(job.partitions_def.get_partition_keys()))})
     assert night.success
     run = instance.get_run_by_id(night.run_id)
     instance.add_run_tags(run.run_id, {TAG_HOST: __import__("socket").gethostname(),

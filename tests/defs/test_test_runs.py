@@ -218,6 +218,107 @@ def test_the_nightly_launchpad_runs_the_picked_partitions_not_the_whole_nightly(
     assert sorted(t for t, _ in pods["watch"].launched) == sorted(PICK)
 
 
+LONG = "tests/e2e/fsdp/test_fsdp_long_math.py"  # labelled `long`: weekly only
+
+
+@pytest.mark.parametrize("job_name", ["nightly", "weekly"])
+def test_a_launchpad_range_of_a_cadence_job_keeps_the_jobs_cadence(cluster, tmp_path, job_name):
+    """Jobs -> nightly -> Launchpad over every partition (or a range): Dagster applies the job's config
+    only to a single picked partition, so the run got the schema's empty cadence; a nightly run ran the
+    `long` test and was tagged and recorded "picked". The job's own cadence now stands in."""
+    defs, pods = cluster
+    pods["watch"].outcomes = ["passed"] * 20
+    job = defs.resolve_job_def(job_name)
+    keys = sorted(job.partitions_def.get_partition_keys())
+    assert LONG in keys
+    with dg.instance_for_test() as instance:
+        result = job.execute_in_process(instance=instance, raise_on_error=False, run_config={}, tags={
+            "dagster/asset_partition_range_start": keys[0], "dagster/asset_partition_range_end": keys[-1]})
+        assert result.success, _failures(result)
+        tags = instance.get_run_by_id(result.run_id).tags
+    launched = {t for t, _ in pods["watch"].launched}
+    assert (LONG in launched) == (job_name == "weekly"), sorted(launched)
+    assert tags["nightly/cadence"] == job_name
+    record = yaml.safe_load((tmp_path / "home" / "runs" / f"{result.run_id}.json").read_text())
+    assert record["cadence"] == job_name
+
+
+DISABLED = "tests/e2e/megatron/test_multinode_sft.py"  # registered disabled: never launched
+
+
+@pytest.mark.parametrize("way", ["asset page pick of a disabled test", "launchpad config refused"])
+def test_a_run_that_launches_nothing_or_is_refused_still_carries_its_nightly_tags(cluster, way):
+    """A run that launched nothing ("nothing to launch") or that its config refused carried none of the
+    nightly/* tags docs/ui.md lists (they were written after those returns): the Runs page could not
+    tell why it ran, on which deployment, for which cadence."""
+    defs, pods = cluster
+    with dg.instance_for_test() as instance:
+        if way == "asset page pick of a disabled test":
+            job = defs.resolve_implicit_global_asset_job_def().get_subset(asset_selection={dg.AssetKey("test_runs")})
+            result = job.execute_in_process(instance=instance, partition_key=DISABLED, raise_on_error=False)
+            assert result.success, _failures(result)
+            cadence = "picked"
+        else:
+            job = defs.resolve_job_def("nightly")
+            config = {"ops": {"test_runs": {"config": {"cadence": "weekly", "env_from": ["NOPE_NOT_SET"]}}}}
+            result = job.execute_in_process(instance=instance, raise_on_error=False, run_config=config, tags={
+                "dagster/asset_partition_range_start": PICK[0], "dagster/asset_partition_range_end": PICK[-1]})
+            assert "env_from names 'NOPE_NOT_SET'" in _failures(result)[0]
+            cadence = "weekly"
+        tags = instance.get_run_by_id(result.run_id).tags
+    assert pods["watch"].launched == pods["pipes"].launched == []
+    assert tags.get("nightly/reason") == "launched from the UI or Dagster's command line"
+    assert (tags.get("nightly/cadence"), tags.get("nightly/deployment"), tags.get("nightly/pools")) == (
+        cadence, "production", "h200")
+
+
+def test_a_launch_with_no_partition_says_to_pick_them(cluster):
+    """Jobs -> nightly -> Launchpad with no partition picked, once the inputs were ever materialized: the
+    run failed in Dagster's own step code (reading the inputs' versions) with `Cannot access
+    partition_key for a non-partitioned run`, which says nothing of what to do."""
+    defs, pods = cluster
+    with dg.instance_for_test() as instance:
+        instance.report_runless_asset_event(dg.AssetMaterialization("model_weights", partition="tiny-lm"))
+        result = defs.resolve_job_def("nightly").execute_in_process(instance=instance, raise_on_error=False)
+        assert not result.success
+    [refused] = [e.event_specific_data.error for e in result.all_events if e.event_type_value == "RESOURCE_INIT_FAILURE"]
+    said = refused.message  # the run's and, in a step process of its own (`dagster dev`), the step's failure
+    assert "names no partition" in said and "pick the partitions" in said, said
+    assert "dagster/asset_partition_range_start" in said and "Cannot access partition_key" not in said
+    assert not [e for e in result.all_events if e.event_type_value == "STEP_START"]
+    assert pods["watch"].launched == pods["pipes"].launched == []
+
+
+def _failed_partitions(instance, defs) -> set[str]:
+    """The partitions of test_runs the UI counts as Failed (the asset's partition status cache)."""
+    from dagster._core.storage.partition_status_cache import get_and_update_asset_status_cache_value
+
+    parts = defs.resolve_assets_def("test_runs").partitions_def
+    value = get_and_update_asset_status_cache_value(instance, dg.AssetKey("test_runs"), parts)
+    return set(value.deserialize_failed_partition_subsets(parts).get_partition_keys()) if value else set()
+
+
+@pytest.mark.parametrize("config", [{"labels": ["nosuch"]}, {"env_from": ["NOPE_NOT_SET"]}, {"timeout_floor_s": -5},
+                                    {"tests": [LONG]}])
+def test_a_run_its_config_refuses_shows_its_partitions_failed_in_dagster_as_docs_ui_says(cluster, tmp_path, config):
+    """What docs/ui.md says of a refused run, as Dagster has it: no test ran and no record was written,
+    the test's check keeps its result, yet Dagster counts the partition Failed (the newest run planned
+    to materialize it failed without doing so: no Dagster hook refuses a run before it is created with
+    its planned partitions) until a later run materializes it."""
+    defs, pods = cluster
+    pods["pipes"].outcomes = ["passed", "passed"]
+    with dg.instance_for_test() as instance:
+        assert _run(defs, instance, partition_key=ONE).success
+        assert _failed_partitions(instance, defs) == set()
+        refused = _run(defs, instance, partition_key=ONE, config={"ops": {"test_runs": {"config": config}}})
+        assert not refused.success and pods["pipes"].launched == [(ONE, 1)]
+        assert not (tmp_path / "home" / "runs" / f"{refused.run_id}.json").exists()
+        assert _failed_partitions(instance, defs) == {ONE}
+        assert _check_statuses(instance) == {ONE: ("SUCCEEDED", True)}
+        assert _run(defs, instance, partition_key=ONE).success
+        assert _failed_partitions(instance, defs) == set()
+
+
 def test_a_failing_test_whose_registration_stops_loading_keeps_its_partition_and_a_red_check(cluster, tmp_path):
     """After a failed run, a typo in the test's registration (an unknown argument) dropped its partition
     at the next code-location load, and its red check with it: the UI's check view said Failed (0).

@@ -8,6 +8,7 @@ import pytest
 
 from pipelines.definitions import build_definitions
 from pipelines.defs.resources import NightlyResource
+from pipelines.defs.tags import range_tags
 from tests.support.assets import copied_example
 
 pytestmark = pytest.mark.slow  # real tests run in a real (temporary) Dagster instance
@@ -57,8 +58,10 @@ def test_a_launchpad_typo_fails_the_run_with_the_reason_and_records_nothing(loca
     resource, _, home = location
     defs = build_definitions(nightly=resource)
     with dg.instance_for_test() as instance:
-        run = defs.resolve_job_def("nightly").execute_in_process(
-            run_config={"ops": {"test_runs": {"config": config}}}, instance=instance, raise_on_error=False)
+        job = defs.resolve_job_def("nightly")  # every partition picked
+        run = job.execute_in_process(run_config={"ops": {"test_runs": {"config": config}}}, instance=instance,
+                                     tags=range_tags(sorted(job.partitions_def.get_partition_keys())),
+                                     raise_on_error=False)
         assert not run.success
         failure = run.get_run_failure_event() or next(e for e in run.all_events if e.is_step_failure)
         errors = [e.step_failure_data.error for e in run.all_events if e.is_step_failure]
@@ -113,7 +116,9 @@ def test_a_broken_quarantine_file_stops_a_dagster_run_before_any_test_as_nightly
     (home / "quarantine" / "minirl.json").write_text('{"version": 1, "actions_": []}')
     defs = build_definitions(nightly=resource)
     with dg.instance_for_test() as instance:
-        run = defs.resolve_job_def("nightly").execute_in_process(instance=instance, raise_on_error=False)
+        job = defs.resolve_job_def("nightly")
+        run = job.execute_in_process(instance=instance, raise_on_error=False,
+                                     tags=range_tags(sorted(job.partitions_def.get_partition_keys())))
         assert not run.success
         errors = [e.step_failure_data.error.message or "" for e in run.all_events if e.is_step_failure]
         assert any(f"{home}/quarantine/minirl.json:1: actions_" in m for m in errors), errors
