@@ -601,3 +601,35 @@ def test_gantt_draws_a_cpu_test_on_its_own_row_even_when_it_ends_the_night(monke
     assert "h200/0:cpu" in text  # the CPU row, labelled, below the node's 8 GPU rows
     assert ">tests/test_cpu.py<" in text  # and its bar, labelled with the test
     assert text.count("h200/0:") == 9
+
+
+@pytest.mark.slow  # one real (tiny) night
+def test_an_l40s_nights_durations_do_not_plan_an_h200_night_of_tests_that_name_no_gpu_type(
+        tmp_path, monkeypatch, capsys):
+    """SGLang's untyped runner configs ran on an L40S deployment; `plan --deployment local` (H200) then
+    said every test's duration came from its history: samples were recorded with hardware ""."""
+    import shutil
+
+    from pipelines.cli import main
+    from pipelines.core.history.store import FileHistoryStore
+    from tests.support.assets import example_assets
+
+    repo = tmp_path / "sglangish"
+    shutil.copytree(Path(__file__).parents[2] / "examples" / "sglangish", repo)
+    assets = example_assets(tmp_path / "assets")
+    cluster = assets / "cluster.yaml"
+    cluster.write_text(cluster.read_text().replace("  production:\n", (
+        "  l40s:\n    launcher: local\n    storage: local\n    pools:\n      l40s: {nodes: 1, gpus_per_node: 8}\n"
+        "  production:\n"), 1))
+    monkeypatch.setenv("NIGHTLY_ASSETS_DIR", str(assets))
+    home = tmp_path / "home"
+    monkeypatch.setenv("NIGHTLY_HOME", str(home))
+    assert main(["run", "--home", str(home), "--repo", str(repo), "--deployment", "l40s"]) == 0
+    capsys.readouterr()
+    ran = FileHistoryStore(home / "history.sqlite").read()
+    assert ran and {s.hardware for s in ran} == {"l40s"}
+    assert nightly_plan(["--repo", str(repo), "--deployment", "local", "--json"]) == 0
+    planned = json.loads(capsys.readouterr().out)["assignments"]
+    assert planned and {a["expected_from"] for a in planned} == {"fallback"}
+    assert nightly_plan(["--repo", str(repo), "--deployment", "l40s", "--json"]) == 0
+    assert {a["expected_from"] for a in json.loads(capsys.readouterr().out)["assignments"]} == {"history"}

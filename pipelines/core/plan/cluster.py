@@ -11,11 +11,10 @@ import re
 from collections.abc import Sequence
 from typing import Protocol
 
-from pipelines.core.model import Pool, Test
+from pipelines.core.model import UNTYPED_RUNNER, Pool, Test
 from pipelines.core.specs import PoolSpec
 
 _SUITE_HW = re.compile(r"-gpu-([A-Za-z0-9_.-]+)$")
-_UNTYPED = re.compile(r"^\d+-gpu-[^0-9]*$")
 _POOL_ARG = re.compile(r"^([A-Za-z0-9_.-]+)=(\d+)x(\d+)$")
 
 
@@ -50,9 +49,20 @@ def pool_for(test: Test, pools: Sequence[PoolSpec]) -> PoolSpec | None:
     for p in pools:
         if hw in pool_hardware(p):
             return p
-    if (test.gpus == 0 or not hw or (test.backend == "cuda" and _UNTYPED.match(hw))) and pools:
+    if (test.gpus == 0 or not hw or (test.backend == "cuda" and UNTYPED_RUNNER.match(hw))) and pools:
         return pools[0]  # a runner config naming a size, not a GPU type (1-gpu-large): the default pool
     return None
+
+
+def ran_on(test: Test, pool: PoolSpec | None) -> str:
+    """The hardware ``test``'s runs on ``pool`` are keyed by (history samples, the duration model):
+    its own when the pool runs it by name, else the pool's first hardware. A test that names no GPU
+    type runs on whatever the pool has: an L40S night's durations are no evidence for an H200 night.
+    ``test.hardware`` when no pool takes it."""
+    if pool is None:
+        return test.hardware
+    hw, listed = hardware_of(test), pool_hardware(pool)
+    return hw if hw in listed else listed[0]
 
 
 def as_pool(p: PoolShape) -> Pool:
