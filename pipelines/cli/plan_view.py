@@ -165,15 +165,15 @@ def hardware_summary(plan: Plan, pools, tests: dict[str, Test]) -> list[str]:
                          f"assets/cluster.yaml (or --pool {hw}=NODESxGPUS){alias}")
             lines += [f"      {t.id}" for t in ts[:5]] + ([f"      ... and {len(ts) - 5} more"] if len(ts) > 5 else [])
     listed = {hw for p in pools for hw in pool_hardware(p)}
-    assumed: dict[str, int] = {}
+    assumed: dict[tuple[str, str], int] = {}
     for a in plan.assignments:
         t = tests.get(a.test_id)
         hw = hardware_text(t) if t else ""
         if t and t.gpus and hw and hw not in listed:
-            assumed[hw] = assumed.get(hw, 0) + 1
-    for hw, n in sorted(assumed.items()):
-        lines.append(f"\n  {n} test(s) of runner config {hw} (no GPU type) planned on the default pool "
-                     f"{pools[0].name}; list {hw} under another pool's `hardware:` in assets/cluster.yaml to move them")
+            assumed[(hw, a.pool)] = assumed.get((hw, a.pool), 0) + 1
+    for (hw, pool), n in sorted(assumed.items()):
+        lines.append(f"\n  {n} test(s) of runner config {hw} (no GPU type) planned on pool {pool}, the first whose "
+                     f"nodes hold them; list {hw} under another pool's `hardware:` in assets/cluster.yaml to move them")
     return lines
 
 

@@ -633,3 +633,31 @@ def test_an_l40s_nights_durations_do_not_plan_an_h200_night_of_tests_that_name_n
     assert planned and {a["expected_from"] for a in planned} == {"fallback"}
     assert nightly_plan(["--repo", str(repo), "--deployment", "l40s", "--json"]) == 0
     assert {a["expected_from"] for a in json.loads(capsys.readouterr().out)["assignments"]} == {"history"}
+
+
+def test_a_test_of_no_gpu_type_goes_to_the_first_pool_whose_nodes_hold_it(monkeypatch, tmp_path, capsys):
+    """With l40s (2 x 4 GPUs) listed before h200 (1 x 8), the 8-GPU template tests were left unplanned on
+    l40s with advice to add a pool with larger nodes: the deployment had one."""
+    from tests.support.assets import example_assets
+
+    assets = example_assets(tmp_path / "assets")
+    cluster = assets / "cluster.yaml"
+    text = cluster.read_text()
+    assert "      h200: {nodes: 1, gpus_per_node: 8}\n" in text
+    cluster.write_text(text.replace("      h200: {nodes: 1, gpus_per_node: 8}\n",
+                                    "      l40s: {nodes: 2, gpus_per_node: 4}\n      h200: {nodes: 1, gpus_per_node: 8}\n",
+                                    1))
+    monkeypatch.setenv("NIGHTLY_ASSETS_DIR", str(assets))
+    monkeypatch.setenv("NIGHTLY_HOME", str(tmp_path / "home"))
+    tests = (make_test(id="tests/test_dpo.py", path="tests/test_dpo.py", suite="e2e-test-fsdp", hardware="", gpus=8),
+             make_test(id="tests/test_sft.py", path="tests/test_sft.py", suite="e2e-test-fsdp", hardware="", gpus=4),
+             make_test(id="tests/test_huge.py", path="tests/test_huge.py", suite="e2e-test-fsdp", hardware="", gpus=16))
+    monkeypatch.setattr(plan_cli, "load_catalog", lambda path, spec, specs: Catalog(repo=str(path), tests=tests))
+    assert nightly_plan(["--repo", str(tmp_path), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert {a["test_id"]: a["pool"] for a in out["assignments"]} == {"tests/test_dpo.py": "h200",
+                                                                     "tests/test_sft.py": "l40s"}
+    assert out["unplanned"] == [{"test_id": "tests/test_huge.py", "hardware": "", "reason": (
+        "no pool has nodes of 16 GPUs: the test needs 16 GPUs on one node but the largest nodes of this "
+        "deployment's pools have 8 (pool h200); lower the test's GPU count, disable it, or give a pool nodes of 16 "
+        "GPUs or more in assets/cluster.yaml")}]

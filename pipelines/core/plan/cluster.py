@@ -39,19 +39,24 @@ def pool_hardware(pool: PoolSpec) -> tuple[str, ...]:
 
 
 def pool_for(test: Test, pools: Sequence[PoolSpec]) -> PoolSpec | None:
-    """The first pool whose hardware list holds the test's hardware.
+    """The first pool, in the deployment's order, that runs the test's hardware and whose nodes hold
+    its GPUs; when none of those nodes do, the first that runs its hardware (where the caller leaves
+    the test unplanned as too wide, saying why).
 
-    A test that names no hardware (framework S's template entries) or needs no GPU runs on the
-    first pool, the deployment's default; a test naming hardware that no pool runs is left
-    unplanned by the caller.
+    A test that names no hardware (framework S's template entries), only a runner size
+    (``1-gpu-large``), or needs no GPU may run on any pool: the first whose nodes hold it (an 8-GPU
+    template test skips a pool of 4-GPU nodes listed first). A test naming hardware that no pool
+    runs is left unplanned by the caller.
     """
     hw = hardware_of(test)
-    for p in pools:
-        if hw in pool_hardware(p):
-            return p
-    if (test.gpus == 0 or not hw or (test.backend == "cuda" and UNTYPED_RUNNER.match(hw))) and pools:
-        return pools[0]  # a runner config naming a size, not a GPU type (1-gpu-large): the default pool
-    return None
+    runs = [p for p in pools if hw in pool_hardware(p)] or (list(pools) if any_pool(test) else [])
+    return next((p for p in runs if test.gpus <= p.gpus_per_node), runs[0] if runs else None)
+
+
+def any_pool(test: Test) -> bool:
+    """Whether ``test`` may run on any pool (:func:`pool_for` picks the first whose nodes fit it)."""
+    hw = hardware_of(test)
+    return test.gpus == 0 or not hw or (test.backend == "cuda" and bool(UNTYPED_RUNNER.match(hw)))
 
 
 def ran_on(test: Test, pool: PoolSpec | None) -> str:
