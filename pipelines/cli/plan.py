@@ -77,7 +77,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--shards", action="append", default=[], metavar="SUITE=N",
                    help="also show the framework's static LPT shards (N shards for SUITE)")
     add_timeout_floor(p)
-    p.add_argument("--no-improve", action="store_true", help="plain longest-first list schedule only")
+    p.add_argument("--no-improve", action="store_true",
+                   help="the base order only, without the search and the noise check: wide-first (longest-first on "
+                        "each test's median x sqrt(GPUs), the median from history, else est_time / 1.25), "
+                        "placed by the list schedule; the night itself runs the improved plan")
     p.add_argument("--json", action="store_true", help="print the plan as JSON")
     p.add_argument("--gantt", type=flags.path, metavar="FILE",
                    help="write a Gantt chart of the plan to FILE (.png, .svg or .pdf; no suffix: .png): a row per "

@@ -661,3 +661,23 @@ def test_a_test_of_no_gpu_type_goes_to_the_first_pool_whose_nodes_hold_it(monkey
         "no pool has nodes of 16 GPUs: the test needs 16 GPUs on one node but the largest nodes of this "
         "deployment's pools have 8 (pool h200); lower the test's GPU count, disable it, or give a pool nodes of 16 "
         "GPUs or more in assets/cluster.yaml")}]
+
+
+def test_no_improve_is_the_wide_first_base_order_and_its_help_says_so(monkeypatch, tmp_path, capsys):
+    """The help said "plain longest-first list schedule only"; with the duration model every plan has, the
+    base order is wide-first (median x sqrt(GPUs)): an 8-GPU test of 720 s goes before a 4-GPU one of 800 s."""
+    import contextlib
+    import io
+
+    tests = (make_test(id="tests/test_wide.py", path="tests/test_wide.py", est_time=900, gpus=8),
+             make_test(id="tests/test_long.py", path="tests/test_long.py", est_time=1000, gpus=4))
+    monkeypatch.setattr(plan_cli, "load_catalog", lambda path, spec, specs: Catalog(repo=str(path), tests=tests))
+    assert nightly_plan(["--repo", str(tmp_path), "--pool", "h200=1x8", "--no-improve", "--json"]) == 0
+    order = [a["test_id"] for a in sorted(json.loads(capsys.readouterr().out)["assignments"], key=lambda a: a["priority"])]
+    assert order == ["tests/test_wide.py", "tests/test_long.py"]  # longest-first would start test_long first
+    text = io.StringIO()
+    with contextlib.redirect_stdout(text), pytest.raises(SystemExit):
+        nightly_plan(["--help"])
+    helped = " ".join(text.getvalue().split())
+    assert "longest-first list schedule only" not in helped
+    assert "wide-first (longest-first on each test's median x sqrt(GPUs)" in helped
