@@ -29,6 +29,7 @@ from pipelines.cli.plan_view import (
     StaticShards,
     hardware_summary,  # noqa: F401 - callers import it from here
     hardware_text,
+    left_out_by_flags,
     plan_json,
     print_text,
     recent_error,
@@ -223,10 +224,11 @@ def _run(args: argparse.Namespace) -> int:
     tests = {t.id: t for t in catalog.tests}
     if gantt:
         write_gantt(plan, pools, gantt)
+    left_out = left_out_by_flags(catalog.tests, selection, catalog.discovery)
     if args.json:
-        print(json.dumps(plan_json(plan, pools, tests, skipped, catalog, static), indent=1))
+        print(json.dumps(plan_json(plan, pools, tests, skipped, catalog, static, left_out), indent=1))
     else:
-        print_text(catalog, plan, pools, tests, skipped, static, changed, recent=recent_error(night))
+        print_text(catalog, plan, pools, tests, skipped, static, changed, recent=recent_error(night), left_out=left_out)
     if gantt:
         print(f"gantt chart: {gantt}", file=sys.stderr if args.json else sys.stdout)  # stdout stays JSON
     return 0

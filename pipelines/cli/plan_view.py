@@ -63,7 +63,8 @@ def _why_unplanned(t: Test | None, pools: Sequence) -> str:
     return f"no pool runs its hardware{gpus}"
 
 
-def plan_json(plan: Plan, pools, tests: dict[str, Test], skipped, catalog: Catalog, static=None) -> dict:
+def plan_json(plan: Plan, pools, tests: dict[str, Test], skipped, catalog: Catalog, static=None,
+              left_out: Sequence[tuple[Test, str]] = ()) -> dict:
     shapes = {p.name: p for p in pools}
     expected = {tid: (median, p90, source) for tid, median, p90, source in plan.expected}
     notes = dict(plan.duration_notes)
@@ -90,6 +91,7 @@ def plan_json(plan: Plan, pools, tests: dict[str, Test], skipped, catalog: Catal
                        "reason": _why_unplanned(tests.get(tid), pools)} for tid in plan.unplanned],
         "skipped": [{"test_id": t.id, "reason": why} for t, why in skipped],
         "problems": [str(p) for p in catalog.problems],
+        "left_out": [{"test_id": t.id, "reason": why} for t, why in left_out],
     }
     if static:
         sh, splan = static.shards, static.plan
@@ -237,8 +239,53 @@ def recent_error(night) -> str:
     return error_lines(error)[0] if error.nights or error.left_out else ""
 
 
-def print_text(catalog: Catalog, plan: Plan, pools, tests, skipped, static, changed, recent: str = "") -> None:
-    """``recent``: the prediction error over the repo's recent nights (one line; "" before any)."""
+def left_out_by_flags(tests: Sequence[Test], selection, discovery) -> list[tuple[Test, str]]:
+    """The tests ``selection``'s changed paths select that its other flags leave out, each with the
+    flag that does and why: a changed registered file selects itself, so "no test" would be wrong."""
+    from pipelines.core.select import Selection, in_cadence, select
+
+    if selection.changed is None:
+        return []
+    kept = {t.id for t in select(tests, selection, discovery)}
+    out = []
+    for t in select(tests, Selection(changed=selection.changed), discovery):
+        if t.id in kept:
+            continue
+        if selection.backend and t.backend != selection.backend:
+            why = f"--backend {selection.backend} leaves it out (its backend is {t.backend})"
+        elif selection.suites and t.suite not in selection.suites and not set(t.also_suites) & set(selection.suites):
+            why = f"--suite {','.join(selection.suites)} leaves it out (its suite is {t.suite})"
+        elif selection.labels and not set(selection.labels) & set(t.labels):
+            why = (f"--labels {','.join(selection.labels)} leaves it out (its labels: "
+                   f"{', '.join(t.labels) or 'none'})")
+        elif not in_cadence(t, selection.cadence):
+            why = cadence_reason(t, selection.cadence)
+        else:
+            continue
+        out.append((t, why))
+    return out
+
+
+def cadence_reason(test: Test, cadence: str) -> str:
+    """Why ``--cadence`` does not run ``test`` (``select.in_cadence`` is False), and which cadence does."""
+    from pipelines.core.select import CADENCES, NIGHTLY_EXCLUDED_LABELS, in_cadence
+
+    runs = [c for c in CADENCES if in_cadence(test, c)]
+    then = f"; --cadence {' or '.join(runs)} runs it" if runs else ""
+    if test.nightly_rule == "exclusive" and cadence in ("pr", "nightly"):
+        return (f"--cadence {cadence} leaves it out: in this framework nightly runs exactly the nightly=True tests "
+                f"and pr the others (it has nightly={test.nightly}){then}")
+    long = sorted(set(test.labels) & NIGHTLY_EXCLUDED_LABELS)
+    if long and test.fmt != "template":
+        return (f"--cadence {cadence} leaves it out: its label {', '.join(long)} (the framework's runner skips "
+                f"long and ft-long tests on nightly and pr){then}")
+    return f"--cadence {cadence} leaves it out: it is nightly=True, which pr skips{then}"
+
+
+def print_text(catalog: Catalog, plan: Plan, pools, tests, skipped, static, changed, recent: str = "",
+               left_out: Sequence[tuple[Test, str]] = ()) -> None:
+    """``recent``: the prediction error over the repo's recent nights (one line; "" before any);
+    ``left_out``: tests the changed paths selected that other flags left out (:func:`left_out_by_flags`)."""
     shapes = {p.name: p for p in pools}
     spread = (f"; median of simulated nights {plan.predicted_median_s:.0f}s, p90 {plan.predicted_p90_s:.0f}s"
               if plan.predicted_median_s else "")
@@ -247,8 +294,15 @@ def print_text(catalog: Catalog, plan: Plan, pools, tests, skipped, static, chan
     for line in header_notes(plan, recent):
         print(f"  {line}")
     if changed is not None:
-        print(f"  selected by {len(changed)} changed path(s)"
-              + ("" if plan.assignments or plan.unplanned or skipped else "; they select no test: nothing to plan"))
+        nothing = not (plan.assignments or plan.unplanned or skipped)
+        if left_out:
+            print(f"  selected by {len(changed)} changed path(s); the other flags leave out {len(left_out)} test(s) "
+                  "they select" + (" (nothing left to plan):" if nothing else ":"))
+            for t, why in left_out:
+                print(f"    {t.id}: {why}")
+        else:
+            print(f"  selected by {len(changed)} changed path(s)"
+                  + ("; they select no test: nothing to plan" if nothing else ""))
         from pipelines.core.select import is_test_file, normalize_path
 
         listed = {normalize_path(t.path) for t in catalog.tests}

@@ -681,3 +681,30 @@ def test_no_improve_is_the_wide_first_base_order_and_its_help_says_so(monkeypatc
     helped = " ".join(text.getvalue().split())
     assert "longest-first list schedule only" not in helped
     assert "wide-first (longest-first on each test's median x sqrt(GPUs)" in helped
+
+
+def test_a_changed_test_the_cadence_leaves_out_is_named_with_why_not_called_no_test(fake_catalog, tmp_path, capsys):
+    """`plan --changed tests/e2e/fsdp/test_fsdp_long_math.py` said "they select no test": the file selected
+    itself and the nightly cadence dropped it for its `long` label."""
+    assert nightly_plan(["--repo", str(tmp_path), "--pool", "h200=1x8", "--changed", "tests/test_long.py"]) == 0
+    out = capsys.readouterr().out
+    assert "they select no test" not in out
+    assert ("  selected by 1 changed path(s); the other flags leave out 1 test(s) they select (nothing left to plan):\n"
+            "    tests/test_long.py: --cadence nightly leaves it out: its label long (the framework's runner skips long "
+            "and ft-long tests on nightly and pr); --cadence weekly or release runs it\n") in out
+    assert nightly_plan(["--repo", str(tmp_path), "--pool", "h200=1x8", "--json", "--cadence", "pr",
+                         "--changed", "tests/test_long.py", "tests/test_a.py"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert [a["test_id"] for a in out["assignments"]] == ["tests/test_a.py"]
+    assert [x["test_id"] for x in out["left_out"]] == ["tests/test_long.py"]
+    assert out["left_out"][0]["reason"].startswith("--cadence pr leaves it out: its label long")
+
+
+def test_the_cadence_reason_names_nightly_only_and_the_sglang_rule():
+    from pipelines.cli.plan_view import cadence_reason
+
+    assert cadence_reason(make_test(nightly=True), "pr") == (
+        "--cadence pr leaves it out: it is nightly=True, which pr skips; --cadence nightly or weekly or release runs it")
+    sg = make_test(nightly_rule="exclusive", nightly=False)
+    assert cadence_reason(sg, "nightly").startswith(
+        "--cadence nightly leaves it out: in this framework nightly runs exactly the nightly=True tests")
