@@ -140,9 +140,10 @@ def _pairs(values: list[str], flag: str) -> dict[str, int]:
     return out
 
 
-def _split(sh) -> dict[str, list[list[str]]]:
-    """Which tests each shard holds (what differs between two splits of the same tests)."""
-    return {suite: [[t.id for t in shard] for shard in ss] for suite, ss in sh.items()}
+def _split(sh) -> dict[str, list[frozenset[str]]]:
+    """Which tests each shard holds (what differs between two splits of the same tests): a shard's
+    tests in another order are the same shard (its runner runs them all, one after another)."""
+    return {suite: [frozenset(t.id for t in shard) for shard in ss] for suite, ss in sh.items()}
 
 
 def run(args: argparse.Namespace) -> int:

@@ -708,3 +708,24 @@ def test_the_cadence_reason_names_nightly_only_and_the_sglang_rule():
     sg = make_test(nightly_rule="exclusive", nightly=False)
     assert cadence_reason(sg, "nightly").startswith(
         "--cadence nightly leaves it out: in this framework nightly runs exactly the nightly=True tests")
+
+
+def test_calibrated_est_time_that_only_reorders_a_shard_is_no_other_split(monkeypatch, tmp_path, capsys):
+    """One shard of two tests, calibration swaps which is longer: the same shard, yet the plan printed
+    "on nightly-e2e's calibrated est_time instead" with the same tests in the other order."""
+    suite = "stage-c-4-gpu-h200"
+    tests = tuple(make_test(id=f"tests/test_{name}.py", path=f"tests/test_{name}.py", est_time=est, gpus=4, suite=suite)
+                  for name, est in (("a", 30), ("b", 20)))
+    monkeypatch.setattr(plan_cli, "load_catalog", lambda path, spec, specs: Catalog(repo=str(path), tests=tests))
+    monkeypatch.setenv("NIGHTLY_HOME", str(tmp_path / "home"))
+    (tmp_path / "repo").mkdir()
+    estimates = tmp_path / "home" / "estimates" / f"{unconfigured_name(tmp_path / 'repo')}.json"
+    estimates.parent.mkdir(parents=True)
+    estimates.write_text(json.dumps({"tests/test_a.py": {"est_time": 10, "sha256": tests[0].sha256}}))
+    argv = ["--repo", str(tmp_path / "repo"), "--pool", "h200=1x8", "--shards", f"{suite}=1"]
+    assert nightly_plan([*argv, "--json"]) == 0
+    static = json.loads(capsys.readouterr().out)["static_shards"]
+    assert static["shards"][0]["tests"] == ["tests/test_a.py", "tests/test_b.py"]
+    assert "calibrated_shards" not in static
+    assert nightly_plan(argv) == 0
+    assert "calibrated est_time instead" not in capsys.readouterr().out
