@@ -146,6 +146,27 @@ def _split(sh) -> dict[str, list[frozenset[str]]]:
     return {suite: [frozenset(t.id for t in shard) for shard in ss] for suite, ss in sh.items()}
 
 
+def _not_sharded(shards: dict[str, int], planned, chosen, not_here, held, unplanned,
+                 deployment: str) -> tuple[tuple[str, str], ...]:
+    """(suite, why) for each ``--shards`` suite none of whose tests is planned here, so it has no
+    static shards to show: the deployment skips its hardware, its tests are disabled, held,
+    unplanned, or the other flags select none of them."""
+    out = []
+    for suite in shards:
+        if any(t.suite == suite for t in planned):
+            continue
+        mine = [t for t in chosen if t.suite == suite]
+        counts = [(sum(1 for t in mine if not t.enabled), "disabled"),
+                  (sum(1 for t in mine if t.id in not_here), "on hardware "
+                   f"{', '.join(sorted({hardware_text(t) for t in mine if t.id in not_here}))} that deployment "
+                   f"{deployment} skips (skip_hardware)"),
+                  (sum(1 for t in mine if t.id in held), "quarantined"),
+                  (sum(1 for t in mine if t.id in unplanned), "unplanned (see above)")]
+        why = "; ".join(f"{n} {what}" for n, what in counts if n) or "the other flags select none of its tests"
+        out.append((suite, f"no test of it is planned here ({why}), so it has no static shards to show"))
+    return tuple(out)
+
+
 def run(args: argparse.Namespace) -> int:
     try:
         return _run(args)
@@ -221,7 +242,8 @@ def _run(args: argparse.Namespace) -> int:
         # the plan's medians with the shards' padded est_time
         medians = {tid: median for tid, median, _p90, _source in plan.expected}
         static = StaticShards(sh, shards_plan(sh, timeout_floor_s=floor, timeout_factor=factor, durations=medians),
-                              calibrated if _split(calibrated) != _split(sh) else None)
+                              calibrated if _split(calibrated) != _split(sh) else None,
+                              _not_sharded(shards, planned, chosen, not_here, held, plan.unplanned, deployment.name))
     tests = {t.id: t for t in catalog.tests}
     if gantt:
         write_gantt(plan, pools, gantt)

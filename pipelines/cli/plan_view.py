@@ -19,6 +19,8 @@ class StaticShards:
     shards: Shards
     plan: Plan
     calibrated: Shards | None = None
+    #: (suite, why) for each ``--shards`` suite with no test planned here (none shown for it)
+    not_shown: tuple[tuple[str, str], ...] = ()
 
 
 def print_plan(plan: Plan, tests: Mapping[str, Test], skipped: Sequence[Test] = (), pools: Sequence = (),
@@ -100,6 +102,7 @@ def plan_json(plan: Plan, pools, tests: dict[str, Test], skipped, catalog: Catal
             "est_makespan_s": float(_est_makespan(sh)), "gpus": shards_gpus(sh), "shards": _shards_json(sh)}
         if static.calibrated:
             out["static_shards"]["calibrated_shards"] = _shards_json(static.calibrated)
+        out["static_shards"]["not_shown"] = [{"suite": suite, "reason": why} for suite, why in static.not_shown]
     return out
 
 
@@ -356,6 +359,8 @@ def print_text(catalog: Catalog, plan: Plan, pools, tests, skipped, static, chan
               f"held, makespan {splan.makespan_s:.0f}s{raw}")
         for line in shard_lines(sh):
             print(line)
+        for suite, why in static.not_shown:
+            print(f"    --shards {suite}: {why}")
         if static.calibrated:
             print("  on nightly-e2e's calibrated est_time instead (the split once the calibration's patch is applied "
                   "to the files; until then the framework's runner splits as above):")

@@ -729,3 +729,20 @@ def test_calibrated_est_time_that_only_reorders_a_shard_is_no_other_split(monkey
     assert "calibrated_shards" not in static
     assert nightly_plan(argv) == 0
     assert "calibrated est_time instead" not in capsys.readouterr().out
+
+
+def test_shards_for_a_suite_the_deployment_skips_are_named_not_dropped(monkeypatch, tmp_path, capsys):
+    """`--shards stage-c-4-gpu-mi300=1` on the local deployment (skip_hardware: mi300) printed nothing for it."""
+    tests = (make_test(id="tests/test_a.py", path="tests/test_a.py", suite="stage-c-4-gpu-h200"),
+             make_test(id="tests/test_rocm.py", path="tests/test_rocm.py", backend="rocm", suite="stage-c-4-gpu-mi300",
+                       hardware="mi300"))
+    monkeypatch.setattr(plan_cli, "load_catalog", lambda path, spec, specs: Catalog(repo=str(path), tests=tests))
+    monkeypatch.setenv("NIGHTLY_HOME", str(tmp_path / "home"))
+    argv = ["--repo", str(tmp_path), "--shards", "stage-c-4-gpu-mi300=1"]
+    assert nightly_plan(argv) == 0
+    assert ("    --shards stage-c-4-gpu-mi300: no test of it is planned here (1 on hardware mi300 that deployment local "
+            "skips (skip_hardware)), so it has no static shards to show") in capsys.readouterr().out
+    assert nightly_plan([*argv, "--json"]) == 0
+    static = json.loads(capsys.readouterr().out)["static_shards"]
+    assert [s["suite"] for s in static["shards"]] == ["stage-c-4-gpu-h200"]
+    assert [n["suite"] for n in static["not_shown"]] == ["stage-c-4-gpu-mi300"]
