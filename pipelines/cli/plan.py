@@ -182,6 +182,10 @@ def _run(args: argparse.Namespace) -> int:
     path, spec = _repo(specs, args.repo)
     deployment = specs.deployment(args.deployment)
     overrides = [parse_pool_arg(v) for v in args.pool]
+    twice = sorted({o.name for o in overrides if sum(1 for x in overrides if x.name == o.name) > 1})
+    if twice:
+        given = ", ".join(v for v in args.pool if parse_pool_arg(v).name in twice)
+        raise FlagError(f"--pool: pool {', '.join(twice)} given more than once ({given}); give each pool once")
     pools: tuple[PoolSpec, ...] = override_pools(deployment.pools, overrides)
     shards = _pairs(args.shards, "--shards")
     given_floor = timeout_floor(args.timeout_floor)

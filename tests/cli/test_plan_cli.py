@@ -746,3 +746,11 @@ def test_shards_for_a_suite_the_deployment_skips_are_named_not_dropped(monkeypat
     static = json.loads(capsys.readouterr().out)["static_shards"]
     assert [s["suite"] for s in static["shards"]] == ["stage-c-4-gpu-h200"]
     assert [n["suite"] for n in static["not_shown"]] == ["stage-c-4-gpu-mi300"]
+
+
+def test_the_same_pool_given_twice_is_refused_not_the_last_kept(fake_catalog, tmp_path, capsys):
+    assert nightly_plan(["--repo", str(tmp_path), "--pool", "h200=4x8", "--pool", "h200=1x8"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err == ("nightly plan: error: --pool: pool h200 given more than once (h200=4x8, h200=1x8); "
+                            "give each pool once\n")
