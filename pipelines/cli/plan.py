@@ -24,7 +24,7 @@ from pathlib import Path
 
 from pipelines.cli import flags
 from pipelines.cli.flags import FlagError, add_timeout_floor, timeout_floor
-from pipelines.cli.plan_gantt import gantt_path, write_gantt
+from pipelines.cli.plan_gantt import gantt_arg, gantt_path, write_gantt
 from pipelines.cli.plan_view import (
     StaticShards,
     hardware_summary,  # noqa: F401 - callers import it from here
@@ -83,7 +83,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "each test's median x sqrt(GPUs), the median from history, else est_time / 1.25), "
                         "placed by the list schedule; the night itself runs the improved plan")
     p.add_argument("--json", action="store_true", help="print the plan as JSON")
-    p.add_argument("--gantt", type=flags.path, metavar="FILE",
+    p.add_argument("--gantt", type=gantt_arg, metavar="FILE",
                    help="write a Gantt chart of the plan to FILE (.png, .svg or .pdf; no suffix: .png): a row per "
                         "GPU and, per node, a cpu row for its 0-GPU tests; creates FILE's folder, not folders above it")
     p.set_defaults(func=run)

@@ -754,3 +754,16 @@ def test_the_same_pool_given_twice_is_refused_not_the_last_kept(fake_catalog, tm
     assert captured.out == ""
     assert captured.err == ("nightly plan: error: --pool: pool h200 given more than once (h200=4x8, h200=1x8); "
                             "give each pool once\n")
+
+
+def test_an_empty_gantt_asks_for_a_file_as_a_folder_is_refused_too(fake_catalog, tmp_path, capsys):
+    """`--gantt ""` said "give a folder or file", and the folder it suggested is refused."""
+    with pytest.raises(SystemExit) as exc:
+        nightly_plan(["--repo", str(tmp_path), "--gantt", ""])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "folder" not in err.split("--gantt:")[-1]
+    assert ("argument --gantt: empty path; give a file name (.png, .svg, .pdf), e.g. --gantt plan.png, or leave the "
+            "flag out") in err
+    assert nightly_plan(["--repo", str(tmp_path), "--gantt", str(tmp_path)]) == 2
+    assert "is a folder; give a file name in it" in capsys.readouterr().err
