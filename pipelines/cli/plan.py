@@ -74,7 +74,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     changed = p.add_mutually_exclusive_group()
     changed.add_argument("--changed", nargs="+", metavar="FILE",
                          help="only what these changed files can break (repo-relative paths)")
-    changed.add_argument("--git-range", metavar="A..B", help="the files changed in this git range")
+    changed.add_argument("--git-range", metavar="A..B", help="the files changed between two revisions (git diff "
+                                                             "--name-only A..B); a single revision is refused")
     p.add_argument("--shards", action="append", default=[], metavar="SUITE=N",
                    help="also show the framework's static LPT shards (N shards for SUITE)")
     add_timeout_floor(p)
@@ -103,9 +104,14 @@ def _repo(specs, value: str | None) -> tuple[Path, RepoSpec | None]:
 
 
 def changed_in_range(repo: Path, rev_range: str) -> list[str]:
-    """Repo-relative paths ``git diff --name-only A..B`` reports (argv list, never a shell)."""
+    """Repo-relative paths ``git diff --name-only A..B`` reports (argv list, never a shell). Only a
+    range: ``git diff HEAD`` compares the working tree with one revision, not two commits."""
     if rev_range.startswith("-"):
         raise SelectionError(f"--git-range {rev_range!r}: expected A..B (two revisions)")
+    if ".." not in rev_range:
+        raise SelectionError(f"--git-range {rev_range!r}: expected a range A..B (two revisions, e.g. "
+                             f"origin/main..{rev_range or 'HEAD'}); one revision would compare the working tree with "
+                             "it, not two commits: for uncommitted changes give --changed FILE...")
     argv = ["git", "-C", str(repo), "diff", "--name-only", "--relative", rev_range, "--"]
     try:
         out = subprocess.run(argv, capture_output=True, text=True, check=False)

@@ -767,3 +767,16 @@ def test_an_empty_gantt_asks_for_a_file_as_a_folder_is_refused_too(fake_catalog,
             "flag out") in err
     assert nightly_plan(["--repo", str(tmp_path), "--gantt", str(tmp_path)]) == 2
     assert "is a folder; give a file name in it" in capsys.readouterr().err
+
+
+def test_a_git_range_of_one_revision_is_refused_not_read_as_the_working_tree(fake_catalog, tmp_path, capsys):
+    """`--git-range HEAD` ran `git diff HEAD`: the working tree against HEAD, not a range of commits."""
+    subprocess.run(["git", "-C", str(tmp_path), "init", "-q"], check=True)
+    subprocess.run(["git", "-C", str(tmp_path), "-c", "user.email=a@b", "-c", "user.name=n", "commit", "-q",
+                    "--allow-empty", "-m", "base"], check=True)
+    assert nightly_plan(["--repo", str(tmp_path), "--pool", "h200=1x8", "--git-range", "HEAD"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert ("nightly plan: error: --git-range 'HEAD': expected a range A..B (two revisions, e.g. origin/main..HEAD); "
+            "one revision would compare the working tree with it, not two commits: for uncommitted changes give "
+            "--changed FILE...") in captured.err
