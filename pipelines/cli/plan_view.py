@@ -278,11 +278,11 @@ def cadence_reason(test: Test, cadence: str) -> str:
     if test.nightly_rule == "exclusive" and cadence in ("pr", "nightly"):
         return (f"--cadence {cadence} leaves it out: in this framework nightly runs exactly the nightly=True tests "
                 f"and pr the others (it has nightly={test.nightly}){then}")
+    if cadence == "pr" and test.nightly:
+        return f"--cadence pr leaves it out: it is nightly=True, which pr skips{then}"
     long = sorted(set(test.labels) & NIGHTLY_EXCLUDED_LABELS)
-    if long and test.fmt != "template":
-        return (f"--cadence {cadence} leaves it out: its label {', '.join(long)} (the framework's runner skips "
-                f"long and ft-long tests on nightly and pr){then}")
-    return f"--cadence {cadence} leaves it out: it is nightly=True, which pr skips{then}"
+    return (f"--cadence {cadence} leaves it out: its label {', '.join(long) or '(none)'} (framework M's runner "
+            f"skips long and ft-long tests on {cadence}){then}")
 
 
 def print_text(catalog: Catalog, plan: Plan, pools, tests, skipped, static, changed, recent: str = "",

@@ -690,21 +690,28 @@ def test_a_changed_test_the_cadence_leaves_out_is_named_with_why_not_called_no_t
     out = capsys.readouterr().out
     assert "they select no test" not in out
     assert ("  selected by 1 changed path(s); the other flags leave out 1 test(s) they select (nothing left to plan):\n"
-            "    tests/test_long.py: --cadence nightly leaves it out: its label long (the framework's runner skips long "
-            "and ft-long tests on nightly and pr); --cadence weekly or release runs it\n") in out
-    assert nightly_plan(["--repo", str(tmp_path), "--pool", "h200=1x8", "--json", "--cadence", "pr",
+            "    tests/test_long.py: --cadence nightly leaves it out: its label long (framework M's runner skips long "
+            "and ft-long tests on nightly); --cadence ") in out
+    assert nightly_plan(["--repo", str(tmp_path), "--pool", "h200=1x8", "--json", "--labels", "megatron",
                          "--changed", "tests/test_long.py", "tests/test_a.py"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert [a["test_id"] for a in out["assignments"]] == ["tests/test_a.py"]
-    assert [x["test_id"] for x in out["left_out"]] == ["tests/test_long.py"]
-    assert out["left_out"][0]["reason"].startswith("--cadence pr leaves it out: its label long")
+    assert out["left_out"] == [{"test_id": "tests/test_long.py", "reason": (
+        "--labels megatron leaves it out (its labels: long)")}]
 
 
-def test_the_cadence_reason_names_nightly_only_and_the_sglang_rule():
+def test_the_cadence_reason_names_nightly_only_and_the_sglang_rule(monkeypatch, tmp_path, capsys):
     from pipelines.cli.plan_view import cadence_reason
 
-    assert cadence_reason(make_test(nightly=True), "pr") == (
-        "--cadence pr leaves it out: it is nightly=True, which pr skips; --cadence nightly or weekly or release runs it")
+    only = make_test(id="tests/test_n.py", path="tests/test_n.py", nightly=True)
+    other = make_test(id="tests/test_o.py", path="tests/test_o.py")
+    monkeypatch.setattr(plan_cli, "load_catalog", lambda path, spec, specs: Catalog(repo=str(path),
+                                                                                    tests=(only, other)))
+    assert nightly_plan(["--repo", str(tmp_path), "--pool", "h200=1x8", "--cadence", "pr", "--json",
+                         "--changed", "tests/test_n.py"]) == 0
+    assert json.loads(capsys.readouterr().out)["left_out"] == [{"test_id": "tests/test_n.py", "reason": (
+        "--cadence pr leaves it out: it is nightly=True, which pr skips; --cadence nightly or weekly or release "
+        "runs it")}]
     sg = make_test(nightly_rule="exclusive", nightly=False)
     assert cadence_reason(sg, "nightly").startswith(
         "--cadence nightly leaves it out: in this framework nightly runs exactly the nightly=True tests")
