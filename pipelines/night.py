@@ -45,6 +45,7 @@ from pipelines.core.model import (
     env_digest,
 )
 from pipelines.core.plan import make_plan, pool_for
+from pipelines.core.plan.cluster import ran_on
 from pipelines.core.plan.durations import duration_model
 from pipelines.core.plan.planner import planned_tests
 from pipelines.core.report import Row, night_rows, replaces_latest
@@ -449,8 +450,9 @@ class Night:
         ``pools``: the deployment's unless given (``nightly plan --pool``)."""
         tests = list(tests)
         pools = self.deployment.pools if pools is None else pools
-        model = duration_model(planned_tests(tests, pools), self.history_at_start,
-                               successions=successions(self.history))
+        planned = planned_tests(tests, pools)
+        model = duration_model(planned, self.history_at_start, successions=successions(self.history),
+                               hardware={t.id: ran_on(t, pool_for(t, pools)) for t in planned})
         return make_plan(tests, pools, timeout_floor_s=self.timeout_floor_s,
                          timeout_factor=self.repo_spec.timeout_factor, improve=improve, durations=model)
 
@@ -646,7 +648,8 @@ class Night:
 
         def record(a: Attempt) -> None:
             test = by_id.get(a.test_id)
-            sample = sample_from_attempt(a, test, a.details.get("run_id", ""), self.settings.image) if test else \
+            sample = sample_from_attempt(a, test, a.details.get("run_id", ""), self.settings.image,
+                                         hardware=self.hardware_on(test)) if test else \
                 Sample(a.test_id, "", "", a.outcome, float(a.elapsed_s), a.started_at, node=a.node,
                        run_id=a.details.get("run_id", ""), attempt=a.attempt, source="orphan")
             self.history.append([sample])
@@ -681,7 +684,8 @@ class Night:
         def sample(attempt: Attempt):
             test = by_id[attempt.test_id]
             image = attempt.details.get("image_digest") or (images or {}).get(self.pool_of(test)) or self.settings.image
-            made = sample_from_attempt(attempt, test, self.run_id, image, env=self.env_digest)
+            made = sample_from_attempt(attempt, test, self.run_id, image, env=self.env_digest,
+                                       hardware=self.hardware_on(test))
             kept = self.log_home(attempt)  # not yet uploaded (a store outage): where the retry puts it
             return dataclasses.replace(made, source=kept) if kept and not attempt.details.get("log_uri") else made
 
@@ -1018,6 +1022,10 @@ class Night:
     def pool_of(self, test: Test) -> str:
         p = pool_for(test, self.deployment.pools)
         return p.name if p else ""
+
+    def hardware_on(self, test: Test) -> str:
+        """The hardware ``test``'s runs tonight are recorded with: its pool's (``ran_on``)."""
+        return ran_on(test, pool_for(test, self.deployment.pools))
 
 
 @dataclass(frozen=True)

@@ -24,11 +24,12 @@ from pathlib import Path
 
 from pipelines.cli import flags
 from pipelines.cli.flags import FlagError, add_timeout_floor, timeout_floor
-from pipelines.cli.plan_gantt import gantt_path, write_gantt
+from pipelines.cli.plan_gantt import gantt_arg, gantt_path, write_gantt
 from pipelines.cli.plan_view import (
     StaticShards,
     hardware_summary,  # noqa: F401 - callers import it from here
     hardware_text,
+    left_out_by_flags,
     plan_json,
     print_text,
     recent_error,
@@ -73,13 +74,17 @@ def register(sub: argparse._SubParsersAction) -> None:
     changed = p.add_mutually_exclusive_group()
     changed.add_argument("--changed", nargs="+", metavar="FILE",
                          help="only what these changed files can break (repo-relative paths)")
-    changed.add_argument("--git-range", metavar="A..B", help="the files changed in this git range")
+    changed.add_argument("--git-range", metavar="A..B", help="the files changed between two revisions (git diff "
+                                                             "--name-only A..B); a single revision is refused")
     p.add_argument("--shards", action="append", default=[], metavar="SUITE=N",
                    help="also show the framework's static LPT shards (N shards for SUITE)")
     add_timeout_floor(p)
-    p.add_argument("--no-improve", action="store_true", help="plain longest-first list schedule only")
+    p.add_argument("--no-improve", action="store_true",
+                   help="the base order only, without the search and the noise check: wide-first (longest-first on "
+                        "each test's median x sqrt(GPUs), the median from history, else est_time / 1.25), "
+                        "placed by the list schedule; the night itself runs the improved plan")
     p.add_argument("--json", action="store_true", help="print the plan as JSON")
-    p.add_argument("--gantt", type=flags.path, metavar="FILE",
+    p.add_argument("--gantt", type=gantt_arg, metavar="FILE",
                    help="write a Gantt chart of the plan to FILE (.png, .svg or .pdf; no suffix: .png): a row per "
                         "GPU and, per node, a cpu row for its 0-GPU tests; creates FILE's folder, not folders above it")
     p.set_defaults(func=run)
@@ -99,9 +104,14 @@ def _repo(specs, value: str | None) -> tuple[Path, RepoSpec | None]:
 
 
 def changed_in_range(repo: Path, rev_range: str) -> list[str]:
-    """Repo-relative paths ``git diff --name-only A..B`` reports (argv list, never a shell)."""
+    """Repo-relative paths ``git diff --name-only A..B`` reports (argv list, never a shell). Only a
+    range: ``git diff HEAD`` compares the working tree with one revision, not two commits."""
     if rev_range.startswith("-"):
         raise SelectionError(f"--git-range {rev_range!r}: expected A..B (two revisions)")
+    if ".." not in rev_range:
+        raise SelectionError(f"--git-range {rev_range!r}: expected a range A..B (two revisions, e.g. "
+                             f"origin/main..{rev_range or 'HEAD'}); one revision would compare the working tree with "
+                             "it, not two commits: for uncommitted changes give --changed FILE...")
     argv = ["git", "-C", str(repo), "diff", "--name-only", "--relative", rev_range, "--"]
     try:
         out = subprocess.run(argv, capture_output=True, text=True, check=False)
@@ -136,9 +146,31 @@ def _pairs(values: list[str], flag: str) -> dict[str, int]:
     return out
 
 
-def _split(sh) -> dict[str, list[list[str]]]:
-    """Which tests each shard holds (what differs between two splits of the same tests)."""
-    return {suite: [[t.id for t in shard] for shard in ss] for suite, ss in sh.items()}
+def _split(sh) -> dict[str, list[frozenset[str]]]:
+    """Which tests each shard holds (what differs between two splits of the same tests): a shard's
+    tests in another order are the same shard (its runner runs them all, one after another)."""
+    return {suite: [frozenset(t.id for t in shard) for shard in ss] for suite, ss in sh.items()}
+
+
+def _not_sharded(shards: dict[str, int], planned, chosen, not_here, held, unplanned,
+                 deployment: str) -> tuple[tuple[str, str], ...]:
+    """(suite, why) for each ``--shards`` suite none of whose tests is planned here, so it has no
+    static shards to show: the deployment skips its hardware, its tests are disabled, held,
+    unplanned, or the other flags select none of them."""
+    out = []
+    for suite in shards:
+        if any(t.suite == suite for t in planned):
+            continue
+        mine = [t for t in chosen if t.suite == suite]
+        counts = [(sum(1 for t in mine if not t.enabled), "disabled"),
+                  (sum(1 for t in mine if t.id in not_here), "on hardware "
+                   f"{', '.join(sorted({hardware_text(t) for t in mine if t.id in not_here}))} that deployment "
+                   f"{deployment} skips (skip_hardware)"),
+                  (sum(1 for t in mine if t.id in held), "quarantined"),
+                  (sum(1 for t in mine if t.id in unplanned), "unplanned (see above)")]
+        why = "; ".join(f"{n} {what}" for n, what in counts if n) or "the other flags select none of its tests"
+        out.append((suite, f"no test of it is planned here ({why}), so it has no static shards to show"))
+    return tuple(out)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -156,6 +188,10 @@ def _run(args: argparse.Namespace) -> int:
     path, spec = _repo(specs, args.repo)
     deployment = specs.deployment(args.deployment)
     overrides = [parse_pool_arg(v) for v in args.pool]
+    twice = sorted({o.name for o in overrides if sum(1 for x in overrides if x.name == o.name) > 1})
+    if twice:
+        given = ", ".join(v for v in args.pool if parse_pool_arg(v).name in twice)
+        raise FlagError(f"--pool: pool {', '.join(twice)} given more than once ({given}); give each pool once")
     pools: tuple[PoolSpec, ...] = override_pools(deployment.pools, overrides)
     shards = _pairs(args.shards, "--shards")
     given_floor = timeout_floor(args.timeout_floor)
@@ -216,14 +252,16 @@ def _run(args: argparse.Namespace) -> int:
         # the plan's medians with the shards' padded est_time
         medians = {tid: median for tid, median, _p90, _source in plan.expected}
         static = StaticShards(sh, shards_plan(sh, timeout_floor_s=floor, timeout_factor=factor, durations=medians),
-                              calibrated if _split(calibrated) != _split(sh) else None)
+                              calibrated if _split(calibrated) != _split(sh) else None,
+                              _not_sharded(shards, planned, chosen, not_here, held, plan.unplanned, deployment.name))
     tests = {t.id: t for t in catalog.tests}
     if gantt:
         write_gantt(plan, pools, gantt)
+    left_out = left_out_by_flags(catalog.tests, selection, catalog.discovery)
     if args.json:
-        print(json.dumps(plan_json(plan, pools, tests, skipped, catalog, static), indent=1))
+        print(json.dumps(plan_json(plan, pools, tests, skipped, catalog, static, left_out), indent=1))
     else:
-        print_text(catalog, plan, pools, tests, skipped, static, changed, recent=recent_error(night))
+        print_text(catalog, plan, pools, tests, skipped, static, changed, recent=recent_error(night), left_out=left_out)
     if gantt:
         print(f"gantt chart: {gantt}", file=sys.stderr if args.json else sys.stdout)  # stdout stays JSON
     return 0

@@ -7,6 +7,7 @@ write is refused up front, and a write that fails anyway (``/proc``, a full disk
 
 from __future__ import annotations
 
+import argparse
 import os
 from pathlib import Path
 
@@ -14,6 +15,15 @@ from pipelines.cli.flags import FlagError
 from pipelines.core.model import Plan
 
 GANTT_FORMATS = (".png", ".svg", ".pdf")
+
+
+def gantt_arg(text: str) -> Path:
+    """``type=`` of ``--gantt``: an empty value is a usage error (exit 2) that asks for a file, since a
+    folder is refused too (:func:`gantt_path`)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError(f"empty path; give a file name ({', '.join(GANTT_FORMATS)}), e.g. "
+                                         "--gantt plan.png, or leave the flag out")
+    return Path(text)
 
 
 def gantt_path(path: Path) -> Path:

@@ -19,6 +19,8 @@ class StaticShards:
     shards: Shards
     plan: Plan
     calibrated: Shards | None = None
+    #: (suite, why) for each ``--shards`` suite with no test planned here (none shown for it)
+    not_shown: tuple[tuple[str, str], ...] = ()
 
 
 def print_plan(plan: Plan, tests: Mapping[str, Test], skipped: Sequence[Test] = (), pools: Sequence = (),
@@ -63,7 +65,8 @@ def _why_unplanned(t: Test | None, pools: Sequence) -> str:
     return f"no pool runs its hardware{gpus}"
 
 
-def plan_json(plan: Plan, pools, tests: dict[str, Test], skipped, catalog: Catalog, static=None) -> dict:
+def plan_json(plan: Plan, pools, tests: dict[str, Test], skipped, catalog: Catalog, static=None,
+              left_out: Sequence[tuple[Test, str]] = ()) -> dict:
     shapes = {p.name: p for p in pools}
     expected = {tid: (median, p90, source) for tid, median, p90, source in plan.expected}
     notes = dict(plan.duration_notes)
@@ -90,6 +93,7 @@ def plan_json(plan: Plan, pools, tests: dict[str, Test], skipped, catalog: Catal
                        "reason": _why_unplanned(tests.get(tid), pools)} for tid in plan.unplanned],
         "skipped": [{"test_id": t.id, "reason": why} for t, why in skipped],
         "problems": [str(p) for p in catalog.problems],
+        "left_out": [{"test_id": t.id, "reason": why} for t, why in left_out],
     }
     if static:
         sh, splan = static.shards, static.plan
@@ -98,6 +102,7 @@ def plan_json(plan: Plan, pools, tests: dict[str, Test], skipped, catalog: Catal
             "est_makespan_s": float(_est_makespan(sh)), "gpus": shards_gpus(sh), "shards": _shards_json(sh)}
         if static.calibrated:
             out["static_shards"]["calibrated_shards"] = _shards_json(static.calibrated)
+        out["static_shards"]["not_shown"] = [{"suite": suite, "reason": why} for suite, why in static.not_shown]
     return out
 
 
@@ -170,15 +175,15 @@ def hardware_summary(plan: Plan, pools, tests: dict[str, Test]) -> list[str]:
                          f"assets/cluster.yaml (or --pool {hw}=NODESxGPUS){alias}")
             lines += [f"      {t.id}" for t in ts[:5]] + ([f"      ... and {len(ts) - 5} more"] if len(ts) > 5 else [])
     listed = {hw for p in pools for hw in pool_hardware(p)}
-    assumed: dict[str, int] = {}
+    assumed: dict[tuple[str, str], int] = {}
     for a in plan.assignments:
         t = tests.get(a.test_id)
         hw = hardware_text(t) if t else ""
         if t and t.gpus and hw and hw not in listed:
-            assumed[hw] = assumed.get(hw, 0) + 1
-    for hw, n in sorted(assumed.items()):
-        lines.append(f"\n  {n} test(s) of runner config {hw} (no GPU type) planned on the default pool "
-                     f"{pools[0].name}; list {hw} under another pool's `hardware:` in assets/cluster.yaml to move them")
+            assumed[(hw, a.pool)] = assumed.get((hw, a.pool), 0) + 1
+    for (hw, pool), n in sorted(assumed.items()):
+        lines.append(f"\n  {n} test(s) of runner config {hw} (no GPU type) planned on pool {pool}, the first whose "
+                     f"nodes hold them; list {hw} under another pool's `hardware:` in assets/cluster.yaml to move them")
     return lines
 
 
@@ -242,8 +247,53 @@ def recent_error(night) -> str:
     return error_lines(error)[0] if error.nights or error.left_out else ""
 
 
-def print_text(catalog: Catalog, plan: Plan, pools, tests, skipped, static, changed, recent: str = "") -> None:
-    """``recent``: the prediction error over the repo's recent nights (one line; "" before any)."""
+def left_out_by_flags(tests: Sequence[Test], selection, discovery) -> list[tuple[Test, str]]:
+    """The tests ``selection``'s changed paths select that its other flags leave out, each with the
+    flag that does and why: a changed registered file selects itself, so "no test" would be wrong."""
+    from pipelines.core.select import Selection, in_cadence, select
+
+    if selection.changed is None:
+        return []
+    kept = {t.id for t in select(tests, selection, discovery)}
+    out = []
+    for t in select(tests, Selection(changed=selection.changed), discovery):
+        if t.id in kept:
+            continue
+        if selection.backend and t.backend != selection.backend:
+            why = f"--backend {selection.backend} leaves it out (its backend is {t.backend})"
+        elif selection.suites and t.suite not in selection.suites and not set(t.also_suites) & set(selection.suites):
+            why = f"--suite {','.join(selection.suites)} leaves it out (its suite is {t.suite})"
+        elif selection.labels and not set(selection.labels) & set(t.labels):
+            why = (f"--labels {','.join(selection.labels)} leaves it out (its labels: "
+                   f"{', '.join(t.labels) or 'none'})")
+        elif not in_cadence(t, selection.cadence):
+            why = cadence_reason(t, selection.cadence)
+        else:
+            continue
+        out.append((t, why))
+    return out
+
+
+def cadence_reason(test: Test, cadence: str) -> str:
+    """Why ``--cadence`` does not run ``test`` (``select.in_cadence`` is False), and which cadence does."""
+    from pipelines.core.select import CADENCES, NIGHTLY_EXCLUDED_LABELS, in_cadence
+
+    runs = [c for c in CADENCES if in_cadence(test, c)]
+    then = f"; --cadence {' or '.join(runs)} runs it" if runs else ""
+    if test.nightly_rule == "exclusive" and cadence in ("pr", "nightly"):
+        return (f"--cadence {cadence} leaves it out: in this framework nightly runs exactly the nightly=True tests "
+                f"and pr the others (it has nightly={test.nightly}){then}")
+    if cadence == "pr" and test.nightly:
+        return f"--cadence pr leaves it out: it is nightly=True, which pr skips{then}"
+    long = sorted(set(test.labels) & NIGHTLY_EXCLUDED_LABELS)
+    return (f"--cadence {cadence} leaves it out: its label {', '.join(long) or '(none)'} (framework M's runner "
+            f"skips long and ft-long tests on {cadence}){then}")
+
+
+def print_text(catalog: Catalog, plan: Plan, pools, tests, skipped, static, changed, recent: str = "",
+               left_out: Sequence[tuple[Test, str]] = ()) -> None:
+    """``recent``: the prediction error over the repo's recent nights (one line; "" before any);
+    ``left_out``: tests the changed paths selected that other flags left out (:func:`left_out_by_flags`)."""
     shapes = {p.name: p for p in pools}
     spread = (f"; median of simulated nights {plan.predicted_median_s:.0f}s, p90 {plan.predicted_p90_s:.0f}s"
               if plan.predicted_median_s else "")
@@ -252,8 +302,15 @@ def print_text(catalog: Catalog, plan: Plan, pools, tests, skipped, static, chan
     for line in header_notes(plan, recent):
         print(f"  {line}")
     if changed is not None:
-        print(f"  selected by {len(changed)} changed path(s)"
-              + ("" if plan.assignments or plan.unplanned or skipped else "; they select no test: nothing to plan"))
+        nothing = not (plan.assignments or plan.unplanned or skipped)
+        if left_out:
+            print(f"  selected by {len(changed)} changed path(s); the other flags leave out {len(left_out)} test(s) "
+                  "they select" + (" (nothing left to plan):" if nothing else ":"))
+            for t, why in left_out:
+                print(f"    {t.id}: {why}")
+        else:
+            print(f"  selected by {len(changed)} changed path(s)"
+                  + ("; they select no test: nothing to plan" if nothing else ""))
         from pipelines.core.select import is_test_file, normalize_path
 
         listed = {normalize_path(t.path) for t in catalog.tests}
@@ -307,6 +364,8 @@ def print_text(catalog: Catalog, plan: Plan, pools, tests, skipped, static, chan
               f"held, makespan {splan.makespan_s:.0f}s{raw}")
         for line in shard_lines(sh):
             print(line)
+        for suite, why in static.not_shown:
+            print(f"    --shards {suite}: {why}")
         if static.calibrated:
             print("  on nightly-e2e's calibrated est_time instead (the split once the calibration's patch is applied "
                   "to the files; until then the framework's runner splits as above):")

@@ -219,6 +219,18 @@ class Attempt:
     details: dict[str, str] = field(default_factory=dict, compare=False)
 
 
+#: a runner config naming a size, not a GPU type (SGLang's ``1-gpu-large``)
+UNTYPED_RUNNER = re.compile(r"^\d+-gpu-[^0-9]*$")
+
+
+def names_no_gpu_type(test: Test) -> bool:
+    """Whether ``test`` runs on whichever pool takes it: its registration names no GPU type (framework
+    S's template entries, SGLang's ``nightly-1-gpu``), only a runner size (``1-gpu-large``), or it needs
+    no GPU. Its runs are keyed by the hardware of the pool they ran on (``plan.cluster.ran_on``), and
+    its est_time, one literal whatever runs it, is calibrated from its runs on every hardware."""
+    return test.gpus == 0 or not test.hardware or bool(UNTYPED_RUNNER.match(test.hardware))
+
+
 @dataclass(frozen=True)
 class Sample:
     """One attempt as history keeps it: the evidence calibration is computed from."""

@@ -676,3 +676,189 @@ def test_sglang_suites_naming_a_model_after_the_gpu_count_keep_their_whole_hardw
     assert sorted(a["test_id"] for a in out["assignments"]) == ["test/registered/test_0.py", "test/registered/test_3.py"]
     assert [(u["test_id"], u["hardware"]) for u in out["unplanned"]] == [
         ("test/registered/test_1.py", "8-gpu-deepseek-v4-flash"), ("test/registered/test_2.py", "8-gpu-kimi-k25-rocm720")]
+
+
+@pytest.mark.slow  # one real (tiny) night
+def test_an_l40s_nights_durations_do_not_plan_an_h200_night_of_tests_that_name_no_gpu_type(
+        tmp_path, monkeypatch, capsys):
+    """SGLang's untyped runner configs ran on an L40S deployment; `plan --deployment local` (H200) then
+    said every test's duration came from its history: samples were recorded with hardware ""."""
+    import shutil
+
+    from pipelines.cli import main
+    from pipelines.core.history.store import FileHistoryStore
+    from tests.support.assets import example_assets
+
+    repo = tmp_path / "sglangish"
+    shutil.copytree(Path(__file__).parents[2] / "examples" / "sglangish", repo)
+    assets = example_assets(tmp_path / "assets")
+    cluster = assets / "cluster.yaml"
+    cluster.write_text(cluster.read_text().replace("  production:\n", (
+        "  l40s:\n    launcher: local\n    storage: local\n    pools:\n      l40s: {nodes: 1, gpus_per_node: 8}\n"
+        "  production:\n"), 1))
+    monkeypatch.setenv("NIGHTLY_ASSETS_DIR", str(assets))
+    home = tmp_path / "home"
+    monkeypatch.setenv("NIGHTLY_HOME", str(home))
+    assert main(["run", "--home", str(home), "--repo", str(repo), "--deployment", "l40s"]) == 0
+    capsys.readouterr()
+    ran = FileHistoryStore(home / "history.sqlite").read()
+    assert ran and {s.hardware for s in ran} == {"l40s"}
+    assert nightly_plan(["--repo", str(repo), "--deployment", "local", "--json"]) == 0
+    planned = json.loads(capsys.readouterr().out)["assignments"]
+    assert planned and {a["expected_from"] for a in planned} == {"fallback"}
+    assert nightly_plan(["--repo", str(repo), "--deployment", "l40s", "--json"]) == 0
+    assert {a["expected_from"] for a in json.loads(capsys.readouterr().out)["assignments"]} == {"history"}
+
+
+def test_a_test_of_no_gpu_type_goes_to_the_first_pool_whose_nodes_hold_it(monkeypatch, tmp_path, capsys):
+    """With l40s (2 x 4 GPUs) listed before h200 (1 x 8), the 8-GPU template tests were left unplanned on
+    l40s with advice to add a pool with larger nodes: the deployment had one."""
+    from tests.support.assets import example_assets
+
+    assets = example_assets(tmp_path / "assets")
+    cluster = assets / "cluster.yaml"
+    text = cluster.read_text()
+    assert "      h200: {nodes: 1, gpus_per_node: 8}\n" in text
+    cluster.write_text(text.replace("      h200: {nodes: 1, gpus_per_node: 8}\n",
+                                    "      l40s: {nodes: 2, gpus_per_node: 4}\n      h200: {nodes: 1, gpus_per_node: 8}\n",
+                                    1))
+    monkeypatch.setenv("NIGHTLY_ASSETS_DIR", str(assets))
+    monkeypatch.setenv("NIGHTLY_HOME", str(tmp_path / "home"))
+    tests = (make_test(id="tests/test_dpo.py", path="tests/test_dpo.py", suite="e2e-test-fsdp", hardware="", gpus=8),
+             make_test(id="tests/test_sft.py", path="tests/test_sft.py", suite="e2e-test-fsdp", hardware="", gpus=4),
+             make_test(id="tests/test_huge.py", path="tests/test_huge.py", suite="e2e-test-fsdp", hardware="", gpus=16))
+    monkeypatch.setattr(plan_cli, "load_catalog", lambda path, spec, specs: Catalog(repo=str(path), tests=tests))
+    assert nightly_plan(["--repo", str(tmp_path), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert {a["test_id"]: a["pool"] for a in out["assignments"]} == {"tests/test_dpo.py": "h200",
+                                                                     "tests/test_sft.py": "l40s"}
+    assert out["unplanned"] == [{"test_id": "tests/test_huge.py", "hardware": "", "reason": (
+        "no pool has nodes of 16 GPUs: the test needs 16 GPUs on one node but the largest nodes of this "
+        "deployment's pools have 8 (pool h200); lower the test's GPU count, disable it, or give a pool nodes of 16 "
+        "GPUs or more in assets/cluster.yaml")}]
+
+
+def test_no_improve_is_the_wide_first_base_order_and_its_help_says_so(monkeypatch, tmp_path, capsys):
+    """The help said "plain longest-first list schedule only"; with the duration model every plan has, the
+    base order is wide-first (median x sqrt(GPUs)): an 8-GPU test of 720 s goes before a 4-GPU one of 800 s."""
+    import contextlib
+    import io
+
+    tests = (make_test(id="tests/test_wide.py", path="tests/test_wide.py", est_time=900, gpus=8),
+             make_test(id="tests/test_long.py", path="tests/test_long.py", est_time=1000, gpus=4))
+    monkeypatch.setattr(plan_cli, "load_catalog", lambda path, spec, specs: Catalog(repo=str(path), tests=tests))
+    assert nightly_plan(["--repo", str(tmp_path), "--pool", "h200=1x8", "--no-improve", "--json"]) == 0
+    order = [a["test_id"] for a in sorted(json.loads(capsys.readouterr().out)["assignments"], key=lambda a: a["priority"])]
+    assert order == ["tests/test_wide.py", "tests/test_long.py"]  # longest-first would start test_long first
+    text = io.StringIO()
+    with contextlib.redirect_stdout(text), pytest.raises(SystemExit):
+        nightly_plan(["--help"])
+    helped = " ".join(text.getvalue().split())
+    assert "longest-first list schedule only" not in helped
+    assert "wide-first (longest-first on each test's median x sqrt(GPUs)" in helped
+
+
+def test_a_changed_test_the_cadence_leaves_out_is_named_with_why_not_called_no_test(fake_catalog, tmp_path, capsys):
+    """`plan --changed tests/e2e/fsdp/test_fsdp_long_math.py` said "they select no test": the file selected
+    itself and the nightly cadence dropped it for its `long` label."""
+    assert nightly_plan(["--repo", str(tmp_path), "--pool", "h200=1x8", "--changed", "tests/test_long.py"]) == 0
+    out = capsys.readouterr().out
+    assert "they select no test" not in out
+    assert ("  selected by 1 changed path(s); the other flags leave out 1 test(s) they select (nothing left to plan):\n"
+            "    tests/test_long.py: --cadence nightly leaves it out: its label long (framework M's runner skips long "
+            "and ft-long tests on nightly); --cadence ") in out
+    assert nightly_plan(["--repo", str(tmp_path), "--pool", "h200=1x8", "--json", "--labels", "megatron",
+                         "--changed", "tests/test_long.py", "tests/test_a.py"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert [a["test_id"] for a in out["assignments"]] == ["tests/test_a.py"]
+    assert out["left_out"] == [{"test_id": "tests/test_long.py", "reason": (
+        "--labels megatron leaves it out (its labels: long)")}]
+
+
+def test_the_cadence_reason_names_nightly_only_and_the_sglang_rule(monkeypatch, tmp_path, capsys):
+    from pipelines.cli.plan_view import cadence_reason
+
+    only = make_test(id="tests/test_n.py", path="tests/test_n.py", nightly=True)
+    other = make_test(id="tests/test_o.py", path="tests/test_o.py")
+    monkeypatch.setattr(plan_cli, "load_catalog", lambda path, spec, specs: Catalog(repo=str(path),
+                                                                                    tests=(only, other)))
+    assert nightly_plan(["--repo", str(tmp_path), "--pool", "h200=1x8", "--cadence", "pr", "--json",
+                         "--changed", "tests/test_n.py"]) == 0
+    assert json.loads(capsys.readouterr().out)["left_out"] == [{"test_id": "tests/test_n.py", "reason": (
+        "--cadence pr leaves it out: it is nightly=True, which pr skips; --cadence nightly or weekly or release "
+        "runs it")}]
+    sg = make_test(nightly_rule="exclusive", nightly=False)
+    assert cadence_reason(sg, "nightly").startswith(
+        "--cadence nightly leaves it out: in this framework nightly runs exactly the nightly=True tests")
+
+
+def test_calibrated_est_time_that_only_reorders_a_shard_is_no_other_split(monkeypatch, tmp_path, capsys):
+    """One shard of two tests, calibration swaps which is longer: the same shard, yet the plan printed
+    "on nightly-e2e's calibrated est_time instead" with the same tests in the other order."""
+    suite = "stage-c-4-gpu-h200"
+    tests = tuple(make_test(id=f"tests/test_{name}.py", path=f"tests/test_{name}.py", est_time=est, gpus=4, suite=suite)
+                  for name, est in (("a", 30), ("b", 20)))
+    monkeypatch.setattr(plan_cli, "load_catalog", lambda path, spec, specs: Catalog(repo=str(path), tests=tests))
+    monkeypatch.setenv("NIGHTLY_HOME", str(tmp_path / "home"))
+    (tmp_path / "repo").mkdir()
+    estimates = tmp_path / "home" / "estimates" / f"{unconfigured_name(tmp_path / 'repo')}.json"
+    estimates.parent.mkdir(parents=True)
+    estimates.write_text(json.dumps({"tests/test_a.py": {"est_time": 10, "sha256": tests[0].sha256}}))
+    argv = ["--repo", str(tmp_path / "repo"), "--pool", "h200=1x8", "--shards", f"{suite}=1"]
+    assert nightly_plan([*argv, "--json"]) == 0
+    static = json.loads(capsys.readouterr().out)["static_shards"]
+    assert static["shards"][0]["tests"] == ["tests/test_a.py", "tests/test_b.py"]
+    assert "calibrated_shards" not in static
+    assert nightly_plan(argv) == 0
+    assert "calibrated est_time instead" not in capsys.readouterr().out
+
+
+def test_shards_for_a_suite_the_deployment_skips_are_named_not_dropped(monkeypatch, tmp_path, capsys):
+    """`--shards stage-c-4-gpu-mi300=1` on the local deployment (skip_hardware: mi300) printed nothing for it."""
+    tests = (make_test(id="tests/test_a.py", path="tests/test_a.py", suite="stage-c-4-gpu-h200"),
+             make_test(id="tests/test_rocm.py", path="tests/test_rocm.py", backend="rocm", suite="stage-c-4-gpu-mi300",
+                       hardware="mi300"))
+    monkeypatch.setattr(plan_cli, "load_catalog", lambda path, spec, specs: Catalog(repo=str(path), tests=tests))
+    monkeypatch.setenv("NIGHTLY_HOME", str(tmp_path / "home"))
+    argv = ["--repo", str(tmp_path), "--shards", "stage-c-4-gpu-mi300=1"]
+    assert nightly_plan(argv) == 0
+    assert ("    --shards stage-c-4-gpu-mi300: no test of it is planned here (1 on hardware mi300 that deployment local "
+            "skips (skip_hardware)), so it has no static shards to show") in capsys.readouterr().out
+    assert nightly_plan([*argv, "--json"]) == 0
+    static = json.loads(capsys.readouterr().out)["static_shards"]
+    assert [s["suite"] for s in static["shards"]] == ["stage-c-4-gpu-h200"]
+    assert [n["suite"] for n in static["not_shown"]] == ["stage-c-4-gpu-mi300"]
+
+
+def test_the_same_pool_given_twice_is_refused_not_the_last_kept(fake_catalog, tmp_path, capsys):
+    assert nightly_plan(["--repo", str(tmp_path), "--pool", "h200=4x8", "--pool", "h200=1x8"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err == ("nightly plan: error: --pool: pool h200 given more than once (h200=4x8, h200=1x8); "
+                            "give each pool once\n")
+
+
+def test_an_empty_gantt_asks_for_a_file_as_a_folder_is_refused_too(fake_catalog, tmp_path, capsys):
+    """`--gantt ""` said "give a folder or file", and the folder it suggested is refused."""
+    with pytest.raises(SystemExit) as exc:
+        nightly_plan(["--repo", str(tmp_path), "--gantt", ""])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "folder" not in err.split("--gantt:")[-1]
+    assert ("argument --gantt: empty path; give a file name (.png, .svg, .pdf), e.g. --gantt plan.png, or leave the "
+            "flag out") in err
+    assert nightly_plan(["--repo", str(tmp_path), "--gantt", str(tmp_path)]) == 2
+    assert "is a folder; give a file name in it" in capsys.readouterr().err
+
+
+def test_a_git_range_of_one_revision_is_refused_not_read_as_the_working_tree(fake_catalog, tmp_path, capsys):
+    """`--git-range HEAD` ran `git diff HEAD`: the working tree against HEAD, not a range of commits."""
+    subprocess.run(["git", "-C", str(tmp_path), "init", "-q"], check=True)
+    subprocess.run(["git", "-C", str(tmp_path), "-c", "user.email=a@b", "-c", "user.name=n", "commit", "-q",
+                    "--allow-empty", "-m", "base"], check=True)
+    assert nightly_plan(["--repo", str(tmp_path), "--pool", "h200=1x8", "--git-range", "HEAD"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert ("nightly plan: error: --git-range 'HEAD': expected a range A..B (two revisions, e.g. origin/main..HEAD); "
+            "one revision would compare the working tree with it, not two commits: for uncommitted changes give "
+            "--changed FILE...") in captured.err

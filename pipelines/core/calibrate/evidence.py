@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from pipelines.core.calibrate.output import write_atomic
-from pipelines.core.calibrate.policies import parse_time, plain
+from pipelines.core.calibrate.policies import parse_time, plain, runs_anywhere
 from pipelines.core.model import Estimate, Sample, Test, effective_timeout, timeout_floor_problem
 
 EVIDENCE_COLUMNS = ("test_id", "hardware", "current_est_time", "samples_used", "max_s", "p90_s", "median_s",
@@ -128,10 +128,11 @@ def near_timeout(tests: Sequence[Test], samples: Sequence[Sample], floor: int = 
     in_force = {(e.test_id, e.hardware): e.in_force for e in estimates if e.in_force is not None}
     last: dict[tuple[str, str], tuple[datetime, int, Sample]] = {}
     oldest = datetime.min.replace(tzinfo=UTC)
+    anywhere = runs_anywhere(tests)  # the last run on any pool: one est_time sets each pool's timeout
     for i, s in enumerate(plain(samples)):
         if s.outcome not in ("passed", "failed", "timed_out"):
             continue
-        key = (s.test_id, s.hardware, )
+        key = (s.test_id, anywhere.get(s.test_id, s.hardware))
         rank = (parse_time(s.started_at) or oldest, i)
         if key not in last or rank >= last[key][:2]:
             last[key] = (*rank, s)

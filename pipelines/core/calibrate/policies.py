@@ -22,7 +22,7 @@ from datetime import UTC, datetime, timedelta
 
 from pipelines.core.calibrate.guards import bound_proposal, screen_relative, screen_samples
 from pipelines.core.calibrate.lineage import Lineage, Succession
-from pipelines.core.model import MAX_EST_TIME_S, Estimate, Sample, Test
+from pipelines.core.model import MAX_EST_TIME_S, Estimate, Sample, Test, names_no_gpu_type
 
 #: Defaults per policy; bucket125 looks at every sample of the current revision (framework M's rule).
 #: ``raise_on_timeout`` (off by default): see :func:`_timeout_raise`.
@@ -350,11 +350,20 @@ def calibrate(tests: Sequence[Test], samples: Sequence[Sample], policy: str = "b
     if now.tzinfo is None:
         now = now.replace(tzinfo=UTC)
     by_key: dict[tuple[str, str], list[Sample]] = defaultdict(list)
+    anywhere = runs_anywhere(tests)
     for s in samples:
-        by_key[(s.test_id, s.hardware)].append(s)
+        by_key[(s.test_id, anywhere.get(s.test_id, s.hardware))].append(s)
     return [_estimate(t, by_key.get((t.id, t.hardware), []), policy, p, now, lineage.same_revision(t.sha256),
                       in_force.get((t.id, t.hardware)))
             for t in tests]
+
+
+def runs_anywhere(tests: Iterable[Test]) -> dict[str, str]:
+    """Test id -> its registered hardware, for the tests that name no GPU type (``names_no_gpu_type``):
+    their runs are recorded with the hardware of the pool they ran on, but their est_time is one
+    literal whatever runs them, so it is calibrated from their runs on every hardware (the slowest
+    must fit its timeout), as it was before runs were keyed by the pool."""
+    return {t.id: t.hardware for t in tests if names_no_gpu_type(t)}
 
 
 def estimates_by_id(estimates: Sequence[Estimate]) -> dict[str, int]:

@@ -45,9 +45,10 @@ def screen(sample: Sample, ceiling_s: float = MAX_EST_TIME_S) -> Sample:
 
 
 def sample_from_attempt(attempt: Attempt, test: Test, run_id: str, image: str = "",
-                        ceiling_s: float = MAX_EST_TIME_S, env: str = "") -> Sample:
+                        ceiling_s: float = MAX_EST_TIME_S, env: str = "", hardware: str | None = None) -> Sample:
     """One finished attempt as a history sample, tagged with the file revision it ran (and the
-    night's extra environment, ``env_digest``).
+    night's extra environment, ``env_digest``) and the hardware it ran on: ``hardware``, the pool's
+    (``plan.cluster.ran_on``: a test that names no GPU type has none of its own), else the test's.
 
     A timed-out attempt is ``capped``: its elapsed is the timeout, not the test's duration.
     An ``interrupted`` attempt is kept as such (infra: calibration never uses it).
@@ -56,7 +57,7 @@ def sample_from_attempt(attempt: Attempt, test: Test, run_id: str, image: str = 
     """
     return screen(Sample(
         test_id=attempt.test_id,
-        hardware=test.hardware,
+        hardware=test.hardware if hardware is None else hardware,
         sha256=test.sha256,
         outcome=attempt.outcome,
         elapsed_s=float(attempt.elapsed_s),

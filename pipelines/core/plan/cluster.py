@@ -11,11 +11,10 @@ import re
 from collections.abc import Sequence
 from typing import Protocol
 
-from pipelines.core.model import Pool, Test
+from pipelines.core.model import UNTYPED_RUNNER, Pool, Test
 from pipelines.core.specs import PoolSpec
 
 _SUITE_HW = re.compile(r"-gpu-([A-Za-z0-9_.-]+)$")
-_UNTYPED = re.compile(r"^\d+-gpu-[^0-9]*$")
 _POOL_ARG = re.compile(r"^([A-Za-z0-9_.-]+)=(\d+)x(\d+)$")
 
 
@@ -40,19 +39,35 @@ def pool_hardware(pool: PoolSpec) -> tuple[str, ...]:
 
 
 def pool_for(test: Test, pools: Sequence[PoolSpec]) -> PoolSpec | None:
-    """The first pool whose hardware list holds the test's hardware.
+    """The first pool, in the deployment's order, that runs the test's hardware and whose nodes hold
+    its GPUs; when none of those nodes do, the first that runs its hardware (where the caller leaves
+    the test unplanned as too wide, saying why).
 
-    A test that names no hardware (framework S's template entries) or needs no GPU runs on the
-    first pool, the deployment's default; a test naming hardware that no pool runs is left
-    unplanned by the caller.
+    A test that names no hardware (framework S's template entries), only a runner size
+    (``1-gpu-large``), or needs no GPU may run on any pool: the first whose nodes hold it (an 8-GPU
+    template test skips a pool of 4-GPU nodes listed first). A test naming hardware that no pool
+    runs is left unplanned by the caller.
     """
     hw = hardware_of(test)
-    for p in pools:
-        if hw in pool_hardware(p):
-            return p
-    if (test.gpus == 0 or not hw or (test.backend == "cuda" and _UNTYPED.match(hw))) and pools:
-        return pools[0]  # a runner config naming a size, not a GPU type (1-gpu-large): the default pool
-    return None
+    runs = [p for p in pools if hw in pool_hardware(p)] or (list(pools) if any_pool(test) else [])
+    return next((p for p in runs if test.gpus <= p.gpus_per_node), runs[0] if runs else None)
+
+
+def any_pool(test: Test) -> bool:
+    """Whether ``test`` may run on any pool (:func:`pool_for` picks the first whose nodes fit it)."""
+    hw = hardware_of(test)
+    return test.gpus == 0 or not hw or (test.backend == "cuda" and bool(UNTYPED_RUNNER.match(hw)))
+
+
+def ran_on(test: Test, pool: PoolSpec | None) -> str:
+    """The hardware ``test``'s runs on ``pool`` are keyed by (history samples, the duration model):
+    its own when the pool runs it by name, else the pool's first hardware. A test that names no GPU
+    type runs on whatever the pool has: an L40S night's durations are no evidence for an H200 night.
+    ``test.hardware`` when no pool takes it."""
+    if pool is None:
+        return test.hardware
+    hw, listed = hardware_of(test), pool_hardware(pool)
+    return hw if hw in listed else listed[0]
 
 
 def as_pool(p: PoolShape) -> Pool:

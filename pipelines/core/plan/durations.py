@@ -5,7 +5,8 @@ sets the timeout. Ordering tests and predicting the night from that padded figur
 prediction long and hides what history knows, so the planner uses this model instead and
 timeouts stay on est_time.
 
-Each test's passing, uncapped samples of its current file digest on its hardware, from nights
+Each test's passing, uncapped samples of its current file digest on the hardware it is planned on
+(for a test that names no GPU type, its pool's: ``on_hardware``), from nights
 without extra environment (the same evidence calibration uses, including digests calibrate's own est_time rewrites led from) are fitted as a lognormal: the median is the geometric mean of the
 newest samples and the spread (``sigma``, of log duration) is shrunk towards the spread pooled
 over all tests with history, so two or three samples do not claim a precision they lack. The
@@ -88,39 +89,53 @@ def fallback(test: Test, sigma: float = FALLBACK_SIGMA, failed: int = 0) -> Dura
 
 
 def usable(test: Test, samples: Iterable[Sample], lineage: Lineage | None = None,
-           newest: int | None = None) -> list[float]:
+           newest: int | None = None, hardware: str | None = None) -> list[float]:
     """Elapsed seconds of the test's passed, uncapped runs of its current digest (or one
     calibrate's est_time rewrite led from, per ``lineage``) on its hardware, from nights without
     extra environment (calibration's ``plain``: an ``--env`` night's durations are not the test's),
     that calibration would find plausible (its ``screen_samples`` and ``screen_relative`` with the
     default guards: not marked, not over a day, not ten times off the test's other runs), oldest
-    first (by start time, then stored order); ``newest``: only the last so many, as calibration's window."""
+    first (by start time, then stored order); ``newest``: only the last so many, as calibration's window;
+    ``hardware``: the hardware it is planned on (:func:`on_hardware`), default its own."""
     window = _newest(test, samples, lineage, newest,
-                     lambda s: s.outcome == "passed" and not s.capped and s.elapsed_s > 0)
+                     lambda s: s.outcome == "passed" and not s.capped and s.elapsed_s > 0, hardware)
     kept, _ = screen_relative(window, GUARDS)
     return [s.elapsed_s for s in kept]
 
 
+def on_hardware(test: Test, samples: Iterable[Sample], hardware: str | None = None) -> list[Sample]:
+    """The test's runs on ``hardware`` (default its own): the pool's hardware for a test that names
+    no GPU type (``plan.cluster.ran_on``). Its runs recorded before samples were keyed by the pool
+    (hardware as registered, e.g. "") count as that hardware's until the test has a run keyed by it:
+    most nights ran on one deployment, and the first run on the pool's hardware replaces them."""
+    mine = [s for s in samples if s.test_id == test.id]
+    if hardware is None or hardware == test.hardware:
+        return [s for s in mine if s.hardware == test.hardware]
+    keyed = [s for s in mine if s.hardware == hardware]
+    return keyed or [s for s in mine if s.hardware == test.hardware]
+
+
 def _newest(test: Test, samples: Iterable[Sample], lineage: Lineage | None, newest: int | None,
-            wanted: Callable[[Sample], bool]) -> list[Sample]:
-    """The ``wanted`` runs of the test's current digest (or its lineage) on its hardware, from nights
-    without extra environment, that calibration's ``screen_samples`` keeps, oldest first (by start
-    time, then stored order); ``newest``: only the last so many."""
+            wanted: Callable[[Sample], bool], hardware: str | None = None) -> list[Sample]:
+    """The ``wanted`` runs of the test's current digest (or its lineage) on ``hardware``
+    (:func:`on_hardware`), from nights without extra environment, that calibration's
+    ``screen_samples`` keeps, oldest first (by start time, then stored order); ``newest``: only the
+    last so many."""
     digests = (lineage or Lineage()).same_revision(test.sha256)
-    mine = [s for s in plain(samples) if s.test_id == test.id and s.sha256 in digests and s.hardware == test.hardware
-            and wanted(s)]
+    mine = [s for s in plain(on_hardware(test, samples, hardware)) if s.sha256 in digests and wanted(s)]
     plausible, _ = screen_samples(mine, GUARDS)
     order = sorted(range(len(plausible)), key=lambda i: (plausible[i].started_at, i))
     return [plausible[i] for i in order][-newest:] if newest else [plausible[i] for i in order]
 
 
 def unfinished(test: Test, samples: Iterable[Sample], lineage: Lineage | None = None,
-               newest: int | None = None) -> tuple[list[float], int]:
+               newest: int | None = None, hardware: str | None = None) -> tuple[list[float], int]:
     """For a test without a usable passing run: (elapsed of its timed-out runs, how many failed), among
     the newest ``newest`` runs of its current digest on its hardware from nights without extra
     environment that ended in a timeout or a failure (as :func:`usable` picks its passes; marked
     samples and those over the ceiling left out). A timed-out run's elapsed is its timeout: the test ran at least that long."""
-    window = _newest(test, samples, lineage, newest, lambda s: s.capped or s.outcome in ("timed_out", "failed"))
+    window = _newest(test, samples, lineage, newest, lambda s: s.capped or s.outcome in ("timed_out", "failed"),
+                     hardware)
     timeouts = [s.elapsed_s for s in window if (s.capped or s.outcome == "timed_out") and s.elapsed_s > 0]
     return timeouts, sum(1 for s in window if not s.capped and s.outcome == "failed")
 
@@ -128,21 +143,25 @@ def unfinished(test: Test, samples: Iterable[Sample], lineage: Lineage | None = 
 def duration_model(tests: Iterable[Test], samples: Iterable[Sample], *, max_samples: int = MAX_SAMPLES,
                    prior_sigma: float = PRIOR_SIGMA, prior_weight: float = PRIOR_WEIGHT,
                    fallback_sigma: float = FALLBACK_SIGMA,
-                   successions: Iterable[Succession] = ()) -> dict[str, Duration]:
+                   successions: Iterable[Succession] = (),
+                   hardware: Mapping[str, str] | None = None) -> dict[str, Duration]:
     """Test id -> Duration for every test, from ``samples`` (any mix of tests, digests, hardware);
-    ``successions``: the history store's record of calibrate's est_time rewrites."""
+    ``successions``: the history store's record of calibrate's est_time rewrites; ``hardware``: test id
+    -> the hardware it is planned on (``plan.cluster.ran_on``; default each test's own)."""
+    on = hardware or {}
     tests = list(tests)
     lineage = Lineage.of(successions)
     by_test: dict[str, list[Sample]] = {}
     for s in samples:
         by_test.setdefault(s.test_id, []).append(s)
-    logs = {t.id: [math.log(e) for e in usable(t, by_test.get(t.id, ()), lineage, max_samples)] for t in tests}
+    logs = {t.id: [math.log(e) for e in usable(t, by_test.get(t.id, ()), lineage, max_samples, on.get(t.id))]
+            for t in tests}
     pooled = pooled_sigma(logs.values(), prior_sigma)
     out = {}
     for t in tests:
         xs = logs[t.id]
         if not xs:  # no passing run: at least its timeout if it timed out, else est_time / 1.25
-            timeouts, failed = unfinished(t, by_test.get(t.id, ()), lineage, max_samples)
+            timeouts, failed = unfinished(t, by_test.get(t.id, ()), lineage, max_samples, on.get(t.id))
             out[t.id] = (Duration(t.id, max(MIN_MEDIAN_S, max(timeouts)), pooled, len(timeouts), "timeouts", failed)
                          if timeouts else fallback(t, fallback_sigma, failed))
             continue

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 
 from pipelines.core.model import Assignment, CatalogError, Plan, Pool, Problem, Test, effective_timeout
 from pipelines.core.plan.bounds import lower_bound, utilization
-from pipelines.core.plan.cluster import as_pool, hardware_of, pool_for
+from pipelines.core.plan.cluster import any_pool, as_pool, hardware_of, pool_for
 from pipelines.core.plan.durations import Duration, medians
 from pipelines.core.plan.improve import improve_candidates
 from pipelines.core.plan.packing import Schedule, list_schedule, lpt_order
@@ -74,6 +74,11 @@ def too_wide(test: Test, pools: Sequence[PoolSpec]) -> str | None:
     p = pool_for(test, pools)
     if p is None or test.gpus <= p.gpus_per_node:
         return None
+    if any_pool(test):  # it names no GPU type: any pool would do, and none has nodes this large
+        widest = max(pools, key=lambda q: q.gpus_per_node)
+        return (f"needs {test.gpus} GPUs on one node but the largest nodes of this deployment's pools have "
+                f"{widest.gpus_per_node} (pool {widest.name}); lower the test's GPU count, disable it, or give a pool "
+                f"nodes of {test.gpus} GPUs or more in assets/cluster.yaml")
     return (f"needs {test.gpus} GPUs on one node but pool {p.name} has {p.gpus_per_node} per node; lower the "
             "suite's GPU count, disable the test, or add a pool with larger nodes in assets/cluster.yaml")
 

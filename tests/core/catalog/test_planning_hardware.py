@@ -47,8 +47,8 @@ def test_the_example_catalog_plans_its_untyped_configs_and_summarizes_the_rest_p
             "as an alias of pool h200") in b200
     npu = next(line for line in lines if line.lstrip().startswith("a2 "))  # per-commit-1-npu-a2
     assert npu.endswith("(or --pool a2=NODESxGPUS)"), "another vendor's hardware is never an alias of an NVIDIA pool"
-    assert ("\n  1 test(s) of runner config 1-gpu-large (no GPU type) planned on the default pool h200; list "
-            "1-gpu-large under another pool's `hardware:` in assets/cluster.yaml to move them") in lines
+    assert ("\n  1 test(s) of runner config 1-gpu-large (no GPU type) planned on pool h200, the first whose nodes "
+            "hold them; list 1-gpu-large under another pool's `hardware:` in assets/cluster.yaml to move them") in lines
 
 
 def test_a_suite_with_words_after_the_gpu_type_runs_on_that_gpu_type(tree):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import statistics
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -92,3 +93,50 @@ def test_every_test_is_placed_within_the_bound_and_no_worse_than_wide_first_on_t
     pool = Pool("h200", nodes, 8)
     mean = [statistics.fmean(simulate(p, [pool], d, live=True) for d in draws) for p in (ours, base)]
     assert mean[0] <= mean[1] + 1e-6
+
+
+def test_a_test_that_names_no_gpu_type_is_planned_only_from_its_runs_on_the_pools_hardware():
+    """An L40S night's durations once planned an H200 night for tests whose suite names no GPU type:
+    their samples were all recorded with hardware "" and the model matched "" == ""."""
+    from pipelines.core.history.samples import sample_from_attempt
+    from pipelines.core.model import Attempt
+    from pipelines.core.plan.cluster import pool_for, ran_on
+
+    test = make_test(id="tests/test_sft.py", path="tests/test_sft.py", suite="e2e-test-fsdp", hardware="", gpus=8,
+                     est_time=1000)
+    typed = make_test(id="tests/test_h200.py", path="tests/test_h200.py", suite="stage-c-8-gpu-h200", hardware="h200",
+                      gpus=8)
+    l40s, h200 = PoolSpec("l40s", 1, 8, hardware=("l40s",)), PoolSpec("h200", 1, 8, hardware=("h200",))
+    # the pool a test that names no GPU type ran on is the hardware its runs are recorded with
+    assert (ran_on(test, pool_for(test, [l40s])), ran_on(test, pool_for(test, [h200]))) == ("l40s", "h200")
+    assert ran_on(typed, pool_for(typed, [l40s, h200])) == "h200"
+    on_l40s = [sample_from_attempt(Attempt(test.id, "passed", secs, f"2026-11-0{day}T01:00:00Z"), test, "r",
+                                   hardware=ran_on(test, l40s)) for day, secs in enumerate((300.0, 310.0, 290.0), 1)]
+    assert {s.hardware for s in on_l40s} == {"l40s"}
+    assert duration_model([test], on_l40s, hardware={test.id: "l40s"})[test.id].source == "history"
+    tonight = duration_model([test], on_l40s, hardware={test.id: "h200"})[test.id]
+    assert (tonight.source, tonight.median_s) == ("fallback", 800.0)
+
+
+def test_runs_recorded_before_samples_were_keyed_by_the_pool_count_until_the_first_run_on_its_hardware():
+    test = make_test(id="t", suite="e2e-test-fsdp", hardware="", gpus=8, est_time=1000)
+    old = [Sample("t", "", test.sha256, "passed", secs, f"2026-11-0{d}T01:00:00Z") for d, secs in ((1, 100.0), (2, 110.0))]
+    assert duration_model([test], old, hardware={"t": "h200"})["t"].source == "history"
+    new = old + [Sample("t", "h200", test.sha256, "passed", 500.0, "2026-11-05T01:00:00Z")]
+    after = duration_model([test], new, hardware={"t": "h200"})["t"]
+    assert (after.source, after.samples, round(after.median_s, 6)) == ("history", 1, 500.0)
+    # another pool's runs never stand in for them
+    other = old + [Sample("t", "l40s", test.sha256, "passed", 40.0, "2026-11-05T01:00:00Z")]
+    assert duration_model([test], other, hardware={"t": "h200"})["t"].median_s == pytest.approx(
+        statistics.geometric_mean([100, 110]))
+
+
+def test_calibration_of_a_test_that_names_no_gpu_type_takes_its_runs_on_every_pool():
+    """Its est_time is one literal whatever runs it: the slowest pool's runs must fit its timeout."""
+    from pipelines.core.calibrate import calibrate
+
+    test = make_test(id="t", suite="e2e-test-fsdp", hardware="", gpus=8, est_time=400)
+    runs = [Sample("t", hw, test.sha256, "passed", secs, f"2026-11-0{d}T01:00:00Z")
+            for d, (hw, secs) in enumerate((("", 100.0), ("h200", 120.0), ("l40s", 400.0)), 1)]
+    [estimate] = calibrate([test], runs)
+    assert (estimate.samples_used, estimate.proposed) == (3, 500)  # 400 s x 1.25
