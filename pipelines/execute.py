@@ -186,6 +186,7 @@ def _run_planned(night: Night, runset: RunSet, selection: RunSelection, tests: l
         if failed:  # ended early by an error, not a signal: no one stopped it
             summary["status"] = "failed"
             summary["error"] = failed  # what the verdict names (report.py)
+            summary["verdict"]["ok"] = False  # a night a bug stopped is never OK, whatever its tests did
         unsaved = outcome.get("unsaved")
         try:
             night.write_summary(summary)

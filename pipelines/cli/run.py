@@ -322,7 +322,7 @@ def _execute(night, args, selection, env: dict[str, str], home: Path) -> int:
         print(f"note: {tid} failed but is quarantined as flaky (`nightly quarantine list`); it does not fail the night")
     bad = [r for r in rows if r.outcome not in ("passed", "skipped", "unplanned")
            and r.test_id not in verdict.get("excused_quarantined", ())]
-    if bad or not calib.success:
+    if bad or not calib.success or summary.get("status") == "failed":  # a night an error stopped is never green
         return EXIT_TEST_FAILED
     problems = summary.get("problems") or ()  # as the record keeps them, which the report's verdict reads too
     if problems and not args.accept_problems:

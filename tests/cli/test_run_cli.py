@@ -508,3 +508,34 @@ def test_control_characters_a_failing_test_prints_are_shown_not_sent_to_the_term
     page = report.read_text()
     assert not control.search(page), repr(control.findall(page))
     assert "\\x1b[31mred\\x1b[0m bell\\x07 nul\\x00 del\\x7f tab\there" in page and reason in page
+
+
+@pytest.mark.slow  # a real (tiny) night
+def test_a_night_an_error_stopped_after_its_last_test_passed_exits_1_and_is_recorded_not_ok(
+        tmp_path, capsys, monkeypatch):
+    """A bug while recording the last test's result stopped the night after every test had passed: the
+    verdict line said `FAILED: the night stopped on an error (...)`, but `nightly run` exited 0 and the
+    record kept `ok: true`, so a CI gate on the exit status went green."""
+    import json
+
+    import pipelines.defs.test_runs as test_runs
+
+    _, assets = registry_repo(tmp_path, {"test_a.py": PASSING.format(est=2), "test_b.py": PASSING.format(est=2)})
+    monkeypatch.setenv("NIGHTLY_ASSETS_DIR", str(assets))
+    real, calls = test_runs.attempt_metadata, []
+
+    def breaks_on_the_second(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyError("injected")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(test_runs, "attempt_metadata", breaks_on_the_second)
+    home = tmp_path / "home"
+    assert main(["run", "--home", str(home), "--repo", "fw"]) == 1
+    out, _ = capsys.readouterr()
+    assert "verdict: FAILED: the night stopped on an error (KeyError: 'injected')" in out
+    [record] = [p for p in (home / "nights").glob("*.json") if p.name != "latest.json"]
+    summary = json.loads(record.read_text())
+    assert summary["status"] == "failed" and summary["verdict"]["ok"] is False
+    assert {a["outcome"] for a in summary["attempts"]} == {"passed"}
