@@ -31,6 +31,7 @@ from pipelines.core.health import detect_bad_nodes
 from pipelines.core.model import Attempt, Plan, Requirement, Test
 from pipelines.core.plan.accuracy import night_record, record_to_json
 from pipelines.core.plan.predict import predicted_text
+from pipelines.core.report import printable
 from pipelines.core.runset import RunSelection, RunSet
 from pipelines.interrupts import deliver, held_signals, signals_noted
 from pipelines.launch.base import Launcher
@@ -145,7 +146,7 @@ def _run_planned(night: Night, runset: RunSet, selection: RunSelection, tests: l
             built = night.build(req)
         except BuildError as exc:
             failed_inputs[req.key] = str(exc)
-            say(f"[{i}/{len(reqs)}] {req.kind} {req.key}: FAILED {exc}")
+            say(f"[{i}/{len(reqs)}] {req.kind} {req.key}: FAILED {printable(str(exc))}")  # a converter's output
             yield InputFailed(req, str(exc))
             continue
         verb = "reused" if built.reused else f"built in {built.seconds:.1f}s"
@@ -159,7 +160,7 @@ def _run_planned(night: Night, runset: RunSet, selection: RunSelection, tests: l
             key = next(k for k in t.requirements if k in failed_inputs)
             a = _input_failure(t, failed_inputs[key], night.timeout_for(t))
             attempts_before.append(a)
-            say(f"[{i}/{len(tests)}] {t.id}  INFRA_ERROR  not launched: {a.reason}")
+            say(f"[{i}/{len(tests)}] {t.id}  INFRA_ERROR  not launched: {printable(a.reason)}")
             progress.finished(a)
             yield Finished(a, t, i, len(tests), t.id in progress.quarantined)
         if blocked:  # the rest run on a plan without them: its prediction is the night's, said as it changes

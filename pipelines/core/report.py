@@ -382,7 +382,9 @@ def _gantt(attempts: list[Attempt], slots: dict[str, int]) -> tuple[tuple[Bar, .
     if not times:
         return (), 0.0
     t0 = min((t for a, t in times if a.details.get("stage") != "inputs"), default=min(t for _, t in times))
-    bars = tuple(Bar(a.test_id, a.node or "-", max((t - t0).total_seconds(), 0.0), float(a.elapsed_s), a.outcome,
+    bars = tuple(Bar(a.test_id, a.node or "-",
+                     0.0 if a.details.get("stage") == "inputs" else max((t - t0).total_seconds(), 0.0),
+                     float(a.elapsed_s), a.outcome,
                      a.attempt, len(a.gpu_slots) or slots.get(a.test_id, 1)) for a, t in times)
     return bars, max(b.start_s + b.elapsed_s for b in bars)
 

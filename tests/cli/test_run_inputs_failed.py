@@ -107,3 +107,39 @@ def test_the_gantt_starts_at_the_first_launch_not_at_an_input_failure_stamped_be
     bars = {b["test_id"]: b for b in _report(night, capsys, monkeypatch)["gantt"]}
     assert bars[PLAIN]["start_s"] == 0.0 and bars[BLOCKED]["start_s"] == 0.0, bars
     assert max(b["start_s"] + b["elapsed_s"] for b in bars.values()) == ran["elapsed_s"]
+
+
+CONVERTS = '''from minirl.ci_register import register_cuda_ci
+from minirl.testing import convert_checkpoint, exec_command
+
+register_cuda_ci(est_time=2, suite="stage-b-2-gpu-h200", labels=["hostile"])
+
+
+def prepare():
+    exec_command("hf download minirl/tiny-lm --local-dir /root/models/tiny-lm")
+    convert_checkpoint(model_name="tiny-lm", megatron_model_type="tiny", num_gpus_per_node=2, dir_dst="/root/models")
+
+
+if __name__ == "__main__":
+    prepare()
+    print("ran")
+'''
+
+
+def test_a_converters_control_characters_are_shown_not_sent_to_the_terminal_as_the_night_goes(tmp_path, capsys):
+    """A failing converter's output (a retitle, a colour, a NUL) reached the terminal raw through the
+    night's progress lines: the input's FAILED line and the blocked test's INFRA_ERROR line."""
+    repo, assets = copied_example(tmp_path)
+    (repo / "tests" / "e2e" / "hostile").mkdir()
+    (repo / "tests" / "e2e" / "hostile" / "test_converts.py").write_text(CONVERTS)
+    (repo / "tools" / "convert_hf_to_torch_dist.py").write_text(
+        'import sys\nprint("\\x1b]0;PWNED\\x07\\x1b[31mconverter exploded\\x1b[0m\\x00")\nsys.exit(1)\n')
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("NIGHTLY_ASSETS_DIR", str(assets))
+        assert main(["run", "--home", str(tmp_path / "home"), "--labels", "hostile"]) != 0
+    out, err = capsys.readouterr()
+    said = out + err
+    assert "converter exploded" in said
+    assert not re.search(r"[\x00-\x08\x0b-\x1f\x7f]", said), [line for line in said.splitlines()
+                                                              if re.search(r"[\x00-\x08\x0b-\x1f\x7f]", line)]
+    assert "\\x1b[31mconverter exploded" in said

@@ -597,3 +597,14 @@ def test_only_a_night_that_started_later_keeps_latest_json_from_a_record():
     same_second = {"night": "2026-12-04T170002Z-ffffffff"}
     assert replaces_latest(newer, same_second) and replaces_latest(same_second, newer)  # not ordered: as before
     assert replaces_latest(None, older) and replaces_latest({"night": "n1"}, older) and replaces_latest(newer, {})
+
+
+def test_a_night_whose_every_input_failed_draws_each_blocked_test_at_zero():
+    """With no launch at all, the earliest input failure was time zero and the next one, known half a second
+    later, was drawn at 0.45 s though nothing ran: a never-launched attempt is drawn at 0."""
+    from pipelines.core.report import _gantt
+
+    blocked = [Attempt(f"tests/e2e/test_{i}.py", "infra_error", 0.0, f"2026-12-06T01:00:00.{i * 450:03d}+00:00",
+                       reason="input not available", details={"stage": "inputs"}) for i in range(2)]
+    bars, span = _gantt(blocked, {})
+    assert [b.start_s for b in bars] == [0.0, 0.0] and span == 0.0
