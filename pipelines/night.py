@@ -51,6 +51,7 @@ from pipelines.core.plan.durations import duration_model
 from pipelines.core.plan.planner import planned_tests
 from pipelines.core.report import Row, night_rows, replaces_latest
 from pipelines.core.runset import RunSelection, RunSet, resolve_run
+from pipelines.core.select import SelectionError
 from pipelines.core.specs import PoolSpec, RepoSpec, Specs, load_specs, project_path, unconfigured_spec
 from pipelines.launch.base import Launcher, LaunchRequest
 from pipelines.launch.dispatch import DispatchResult, run_plan
@@ -235,6 +236,8 @@ class Night:
         #: record as their image (``tonight``) and local conversions' image
         self.probed_images: dict[str, str] = {}
         self._local_image: str | None = None
+        #: a local night's problems of inputs outside /root, each with the tests that need the input
+        self._outside_root: dict[Problem, set[str]] = {}
         #: what the launchers noted on the way (unpinned pods, refused cordons) for the night's record
         self.notes: list[str] = []
         #: entries of the estimates file left out for their shape (``calibrated``), each located
@@ -360,10 +363,37 @@ class Night:
         # an unconfigured checkout gets spec=None: the catalog detects its dialect and says what it assumed
         catalog = load_catalog(path, spec=configured, specs=self.specs, cache_dir=self.home / "cache")
         if self.deployment.launcher == "local":  # its tests see the cache as /root only: say so at the call
-            extra = outside_root_problems(catalog.tests, catalog.requirements, lambda rel: _text_of(path / rel))
-            if extra:
-                catalog = dataclasses.replace(catalog, problems=(*catalog.problems, *extra))
+            outside = {r.key for r in catalog.requirements if r.path != "/root" and not r.path.startswith("/root/")}
+            for t in self._launched([t for t in catalog.tests if outside.intersection(t.requirements)], catalog):
+                for problem in outside_root_problems([t], catalog.requirements, lambda rel: _text_of(path / rel)):
+                    self._outside_root.setdefault(problem, set()).add(t.id)
+            if self._outside_root:
+                catalog = dataclasses.replace(catalog, problems=(*catalog.problems, *self._outside_root))
         return catalog
+
+    def _launched(self, tests: list[Test], catalog: Catalog) -> list[Test]:
+        """Those of ``tests`` this deployment launches on the settings' cadence: a disabled test's input,
+        or one on hardware it never runs, is no problem of its nights (:meth:`problems_for` narrows them
+        to a night's selection). All of them when the settings name something unknown (said where the
+        selection is resolved)."""
+        if not tests:
+            return []
+        s = self.settings
+        try:
+            launched = resolve_run(None, catalog.tests, RunSelection(cadence=s.cadence, labels=s.labels,
+                                                                     suites=s.suites),
+                                   self.deployment.pools, self.deployment.skip_hardware).run
+        except SelectionError:
+            return tests
+        ids = {t.id for t in launched}
+        return [t for t in tests if t.id in ids]
+
+    def problems_for(self, runset: RunSet) -> list[Problem]:
+        """The catalog's problems that keep a night of ``runset`` from green: an input outside /root of
+        a local night counts only when a test it launches needs it (a test it does not launch cannot
+        miss it)."""
+        run = {t.id for t in runset.run}
+        return [p for p in self.catalog.problems if p not in self._outside_root or self._outside_root[p] & run]
 
     @cached_property
     def tests_by_id(self) -> dict[str, Test]:

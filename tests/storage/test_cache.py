@@ -824,3 +824,24 @@ def test_a_conversion_waits_for_gpus_a_stray_holds_no_longer_than_its_timeout_an
     assert caught and isinstance(caught[0], BuildError), caught
     assert f"held by PID {stray.pid} (sleep 60)" in str(caught[0])
     assert "gave up after the conversion's 1 s build timeout" in str(caught[0])
+
+
+def test_an_input_outside_root_counts_only_for_the_tests_a_local_night_launches(tmp_path, monkeypatch, capsys):
+    """A disabled or unselected test with dir_dst="/dev/shm" made every local night exit 3: the check ran
+    over every test of the catalog, not the ones the night launches."""
+    from pipelines.cli import main
+    from tests.support.assets import copied_example
+
+    repo, assets = copied_example(tmp_path)
+    multinode = repo / "tests" / "e2e" / "megatron" / "test_multinode_sft.py"
+    text = multinode.read_text()
+    assert 'dir_dst="/root/models"' in text and "disabled=" in text
+    multinode.write_text(text.replace('dir_dst="/root/models"', 'dir_dst="/dev/shm"'))
+    (repo / "tests" / "e2e" / "test_shm.py").write_text(SHM_TEST)  # enabled, labelled shm only
+    monkeypatch.setenv("NIGHTLY_ASSETS_DIR", str(assets))
+    assert main(["run", "--home", str(tmp_path / "home"), "--labels", "lora", "--list-only"]) == 0
+    assert "outside /root" not in capsys.readouterr().err
+    assert main(["run", "--home", str(tmp_path / "home2"), "--labels", "shm", "--list-only"]) == 3
+    err = capsys.readouterr().err
+    assert "tests/e2e/test_shm.py:9: convert_checkpoint: output folder /dev/shm/tiny-lm_torch_dist is outside" in err
+    assert "test_multinode_sft.py" not in err, "the disabled test is not launched"
