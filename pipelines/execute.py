@@ -557,7 +557,7 @@ def night_summary(night: Night, runset: RunSet, selection: RunSelection, plan: P
         "unplanned": [t.id for t in runset.unplanned],
         "unknown_keys": list(runset.unknown),
         #: what keeps the night from green though every launched test passed (the report's verdict says PROBLEMS)
-        "problems": night_problems(night.catalog.problems, runset),
+        "problems": night_problems(night.problems_for(runset), runset),
         "attempts": [_recorded(a) for a in attempts],
         "plan": [dataclasses.asdict(a) for a in plan.ordered()],
         "predicted_makespan_s": plan.makespan_s, "lower_bound_s": plan.lower_bound_s,

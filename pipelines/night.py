@@ -14,6 +14,7 @@ import json
 import logging
 import os
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -50,6 +51,7 @@ from pipelines.core.plan.durations import duration_model
 from pipelines.core.plan.planner import planned_tests
 from pipelines.core.report import Row, night_rows, replaces_latest
 from pipelines.core.runset import RunSelection, RunSet, resolve_run
+from pipelines.core.select import SelectionError
 from pipelines.core.specs import PoolSpec, RepoSpec, Specs, load_specs, project_path, unconfigured_spec
 from pipelines.launch.base import Launcher, LaunchRequest
 from pipelines.launch.dispatch import DispatchResult, run_plan
@@ -234,6 +236,8 @@ class Night:
         #: record as their image (``tonight``) and local conversions' image
         self.probed_images: dict[str, str] = {}
         self._local_image: str | None = None
+        #: a local night's problems of inputs outside /root, each with the tests that need the input
+        self._outside_root: dict[Problem, set[str]] = {}
         #: what the launchers noted on the way (unpinned pods, refused cordons) for the night's record
         self.notes: list[str] = []
         #: entries of the estimates file left out for their shape (``calibrated``), each located
@@ -359,10 +363,37 @@ class Night:
         # an unconfigured checkout gets spec=None: the catalog detects its dialect and says what it assumed
         catalog = load_catalog(path, spec=configured, specs=self.specs, cache_dir=self.home / "cache")
         if self.deployment.launcher == "local":  # its tests see the cache as /root only: say so at the call
-            extra = outside_root_problems(catalog.tests, catalog.requirements, lambda rel: _text_of(path / rel))
-            if extra:
-                catalog = dataclasses.replace(catalog, problems=(*catalog.problems, *extra))
+            outside = {r.key for r in catalog.requirements if r.path != "/root" and not r.path.startswith("/root/")}
+            for t in self._launched([t for t in catalog.tests if outside.intersection(t.requirements)], catalog):
+                for problem in outside_root_problems([t], catalog.requirements, lambda rel: _text_of(path / rel)):
+                    self._outside_root.setdefault(problem, set()).add(t.id)
+            if self._outside_root:
+                catalog = dataclasses.replace(catalog, problems=(*catalog.problems, *self._outside_root))
         return catalog
+
+    def _launched(self, tests: list[Test], catalog: Catalog) -> list[Test]:
+        """Those of ``tests`` this deployment launches on the settings' cadence: a disabled test's input,
+        or one on hardware it never runs, is no problem of its nights (:meth:`problems_for` narrows them
+        to a night's selection). All of them when the settings name something unknown (said where the
+        selection is resolved)."""
+        if not tests:
+            return []
+        s = self.settings
+        try:
+            launched = resolve_run(None, catalog.tests, RunSelection(cadence=s.cadence, labels=s.labels,
+                                                                     suites=s.suites),
+                                   self.deployment.pools, self.deployment.skip_hardware).run
+        except SelectionError:
+            return tests
+        ids = {t.id for t in launched}
+        return [t for t in tests if t.id in ids]
+
+    def problems_for(self, runset: RunSet) -> list[Problem]:
+        """The catalog's problems that keep a night of ``runset`` from green: an input outside /root of
+        a local night counts only when a test it launches needs it (a test it does not launch cannot
+        miss it)."""
+        run = {t.id for t in runset.run}
+        return [p for p in self.catalog.problems if p not in self._outside_root or self._outside_root[p] & run]
 
     @cached_property
     def tests_by_id(self) -> dict[str, Test]:
@@ -505,8 +536,12 @@ class Night:
         """Hold ``count`` GPUs of the largest pool (where builds run) while a local conversion runs, taken
         as the local launcher takes a test's (the host's ``flock`` GPU locks, shared by every night on it):
         a torchrun converter otherwise lands on GPUs another run's tests hold. Gives the converter's
-        ``CUDA_VISIBLE_DEVICES`` and the lock files it inherits; waits (saying so) while they are busy."""
+        ``CUDA_VISIBLE_DEVICES`` and the lock files it inherits; waits (saying who holds them) while they are
+        busy, past the build timeout only while nightly tests or builds hold them; once it ends, kills what
+        still holds its locks."""
         from pipelines.launch import gpu_slots
+        from pipelines.launch.local import KILL_GRACE_S, PUMP_JOIN_S, holders_text, stray_watch
+        from pipelines.launch.procs import MARKER, describe, kill_lock_holders
         from pipelines.storage.cache import BuildError
 
         pool = max(self.deployment.pools, key=lambda p: p.gpus_per_node)
@@ -515,22 +550,42 @@ class Night:
                              f"{pool.gpus_per_node}; lower num_gpus_per_node in the test's convert_checkpoint() call, "
                              "or give the deployment a larger pool in assets/cluster.yaml")
         lock_dir = gpu_slots.host_lock_dir()
+        paths = [gpu_slots.lock_path(lock_dir, pool.name, n, s) for n in range(pool.nodes)
+                 for s in range(pool.gpus_per_node)]
+        timeout_s = self.deployment.build_timeout_s
+        # as a test's wait: past the conversion's own timeout, waits on only while nightly tests hold them
+        keep_waiting, strays = stray_watch(lock_dir, paths, KILL_GRACE_S + PUMP_JOIN_S)
+
+        def busy(waited_s: float) -> str:
+            return (f"conversion: waited {waited_s:.0f} s for {count} free GPU(s) of a {pool.name} node ({lock_dir}); "
+                    f"{holders_text(lock_dir, paths)}")
+
+        waiting = time.monotonic()
         try:
             gpu_slots.mark_launcher(lock_dir)  # another night must not take this process for a stray
             try:
                 held = gpu_slots.acquire(lock_dir, pool.name, count, list(range(pool.nodes)), pool.gpus_per_node,
-                                         on_wait=lambda s: log.warning("conversion: waited %.0f s for %d free GPU(s) "
-                                                                       "of a %s node (%s)", s, count, pool.name,
-                                                                       lock_dir))
+                                         timeout_s=timeout_s, keep_waiting=keep_waiting,
+                                         on_wait=lambda s: log.warning("waiting for GPUs: %s", busy(s)))
             except BaseException:
                 gpu_slots.unmark_launcher(lock_dir)
                 raise
         except OSError as exc:
             raise BuildError(f"cannot lock GPUs for the conversion in {lock_dir} ({exc.strerror or exc}); make the "
                              f"folder writable or point {gpu_slots.LOCK_DIR_ENV} at one that is") from None
+        if held is None:
+            gpu_slots.unmark_launcher(lock_dir)
+            stray = ", ".join(describe(pid) for pid in strays) or "a process"
+            raise BuildError(f"{busy(time.monotonic() - waiting)}; gave up after the conversion's {timeout_s} s build timeout: {stray} "
+                             f"is not a nightly test or build (no {MARKER} in its environment), likely a process "
+                             "that escaped a kill; end it to free the GPUs")
         try:
             yield {"CUDA_VISIBLE_DEVICES": ",".join(str(s) for s in held.slots)}, held.fds
         finally:
+            # what the converter left that escaped its marker and group but holds its GPU locks (as for a test)
+            left = kill_lock_holders(held.paths)
+            if left:
+                log.warning("conversion: killed %s, left holding its GPU locks after it ended", ", ".join(left.values()))
             held.release()
             gpu_slots.unmark_launcher(lock_dir)
 

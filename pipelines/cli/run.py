@@ -83,7 +83,7 @@ def problems_of(night, runset) -> list[str]:
     (an empty selection is its own line, `nothing_to_run`, which says which flag to change)."""
     from pipelines.execute import night_problems
 
-    return night_problems(night.catalog.problems, runset)
+    return night_problems(night.problems_for(runset), runset)
 
 
 def nothing_to_run(night, args: argparse.Namespace, selection) -> str:

@@ -198,17 +198,8 @@ class LocalLauncher:
             return (f"{request.test.id}: waited {waited_s:.0f} s for {len(request.gpu_slots)} free GPU(s) of a {pool} "
                     f"node ({self.lock_dir}); {self._holders(pool, nodes, per_node)}")
 
-        strays: list[int] = []
-        first_seen: dict[tuple[int, str], float] = {}  # (pid, start time): when it first looked stray
-
-        def only_nightly_holders() -> bool:
-            now = time.monotonic()
-            seen = {(pid, start_time(pid)): pid for pid in self._strays(pool, nodes, per_node)}
-            for key in set(first_seen) - set(seen):
-                del first_seen[key]
-            strays[:] = sorted(pid for key, pid in seen.items()
-                               if now - first_seen.setdefault(key, now) >= self.stray_confirm_s)
-            return not strays
+        only_nightly_holders, strays = stray_watch(self.lock_dir, self._lock_paths(pool, nodes, per_node),
+                                                   self.stray_confirm_s)
 
         # past the test's own timeout, wait on only while nightly tests (any night's) hold the GPUs: a
         # stray that escaped a kill and keeps a lock must not stall the night, another night's long test may
@@ -255,33 +246,7 @@ class LocalLauncher:
 
     def _holders(self, pool: str, nodes: list[int], per_node: int) -> str:
         """Who holds the GPU locks of these nodes, for a maintainer to find (or kill) them."""
-        holders = lock_holders(self._lock_paths(pool, nodes, per_node))
-        if not holders:
-            return "their locks are held by processes this user cannot see (another user's night?)"
-        mine, nights = os.getpid(), self._launchers()
-
-        def who(pid: int) -> str:
-            if pid == mine:
-                return "this night"
-            return f"another night's {describe(pid)}" if pid in nights else describe(pid)
-
-        return "held by " + ", ".join(who(pid) for pid in sorted(holders))
-
-    def _launchers(self) -> set[int]:
-        """The nightly launcher processes of this lock folder (any night's, this one's too)."""
-        return set(lock_holders([gpu_slots.launchers_path(self.lock_dir)]))
-
-    def _strays(self, pool: str, nodes: list[int], per_node: int) -> list[int]:
-        """Processes this user can see that hold a GPU lock of these nodes where no nightly test and no
-        night does (a night's own process holds the locks of the tests it runs until it has killed what
-        they left and read their output). A lock whose holders cannot be seen (another user's night) is
-        waited for: it cannot be told from a stray."""
-        found: set[int] = set()
-        nights = self._launchers()
-        for others in holders_by_lock(self._lock_paths(pool, nodes, per_node), exclude=(os.getpid(),)).values():
-            if others and all(pid not in nights and is_stray(pid) for pid in others):
-                found.update(others)
-        return sorted(found)
+        return holders_text(self.lock_dir, self._lock_paths(pool, nodes, per_node))
 
     def _not_started(self, request: LaunchRequest, started_at: str, outcome: str, reason: str,
                      gpu_wait_s: float | None = None) -> Attempt:
@@ -518,6 +483,57 @@ def _now() -> str:
     # to the millisecond: cut to the second, a retry placed on the report's timeline up to 1 s before the
     # test whose GPUs it waited for had ended; "Z" keeps it 24 characters, as wide as history show prints
     return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def holders_text(lock_dir: Path, paths: Sequence[Path]) -> str:
+    """Who holds the GPU locks ``paths`` of ``lock_dir``, for a maintainer to find (or kill) them."""
+    holders = lock_holders(paths)
+    if not holders:
+        return "their locks are held by processes this user cannot see (another user's night?)"
+    mine, nights = os.getpid(), _launchers(lock_dir)
+
+    def who(pid: int) -> str:
+        if pid == mine:
+            return "this night"
+        return f"another night's {describe(pid)}" if pid in nights else describe(pid)
+
+    return "held by " + ", ".join(who(pid) for pid in sorted(holders))
+
+
+def _launchers(lock_dir: Path) -> set[int]:
+    """The nightly launcher processes of this lock folder (any night's, this one's too)."""
+    return set(lock_holders([gpu_slots.launchers_path(lock_dir)]))
+
+
+def stray_holders(lock_dir: Path, paths: Sequence[Path]) -> list[int]:
+    """Processes this user can see that hold a GPU lock of ``paths`` where no nightly test and no
+    night does (a night's own process holds the locks of the tests it runs until it has killed what
+    they left and read their output). A lock whose holders cannot be seen (another user's night) is
+    waited for: it cannot be told from a stray."""
+    found: set[int] = set()
+    nights = _launchers(lock_dir)
+    for others in holders_by_lock(paths, exclude=(os.getpid(),)).values():
+        if others and all(pid not in nights and is_stray(pid) for pid in others):
+            found.update(others)
+    return sorted(found)
+
+
+def stray_watch(lock_dir: Path, paths: Sequence[Path], confirm_s: float) -> tuple[Callable[[], bool], list[int]]:
+    """(keep_waiting, strays) for :func:`gpu_slots.acquire`: keep_waiting() says no while a stray
+    (:func:`stray_holders`) has held a lock of ``paths`` for ``confirm_s`` (a process being killed
+    right now is not one yet); strays then lists them, for the reason of giving up."""
+    strays: list[int] = []
+    first_seen: dict[tuple[int, str], float] = {}  # (pid, start time): when it first looked stray
+
+    def only_nightly_holders() -> bool:
+        now = time.monotonic()
+        seen = {(pid, start_time(pid)): pid for pid in stray_holders(lock_dir, paths)}
+        for key in set(first_seen) - set(seen):
+            del first_seen[key]
+        strays[:] = sorted(pid for key, pid in seen.items() if now - first_seen.setdefault(key, now) >= confirm_s)
+        return not strays
+
+    return only_nightly_holders, strays
 
 
 def node_name(pool: str, node: int) -> str:

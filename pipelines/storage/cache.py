@@ -43,7 +43,14 @@ from pipelines.core.recipe import Recipe, identity, make_recipe, model_identity
 from pipelines.core.specs import ConversionSpec
 from pipelines.launch.orphans import owner_fields
 from pipelines.launch.procs import MARKER as PROC_MARKER
-from pipelines.launch.procs import kill_attempt, marked_pids, pid_alive, start_time, with_signals_unblocked
+from pipelines.launch.procs import (
+    describe,
+    kill_attempt,
+    marked_pids,
+    pid_alive,
+    start_time,
+    with_signals_unblocked,
+)
 from pipelines.storage.manifest import MARKER, damage, make_manifest, read_marker
 
 _log = logging.getLogger(__name__)
@@ -468,7 +475,8 @@ def _run(argv: list[str], cwd: Path | None, env: dict[str, str], what: str, log_
     A command that cannot start (not on PATH, the checkout folder gone) is a :class:`BuildError`
     saying so, with ``fix``: not a file error of the cache, which is what :meth:`AssetCache.build`
     makes of any other ``OSError``. ``pass_fds``: GPU lock files the command holds too (a night killed
-    with ``kill -9`` leaves its GPUs locked until the command is ended, as a test's)."""
+    with ``kill -9`` leaves its GPUs locked until the command is ended, as a test's). Once it exits,
+    what it left running (its marked processes, its group) is killed, as a test attempt's leftovers are."""
     token = f"build-{os.getpid()}-{time.monotonic_ns()}"
     env = {**env, PROC_MARKER: token}
     record = _write_build_record(running, token, what, 0) if running is not None else None
@@ -495,9 +503,16 @@ def _run(argv: list[str], cwd: Path | None, env: dict[str, str], what: str, log_
             kill_attempt(token, proc.pid)
             proc.wait()
             raise
+        # what it left running (a daemon that closed its output; it holds the GPU locks it inherited) is
+        # ended as what a test attempt leaves is: else it keeps the GPUs with the marker of a build
+        left = {pid: describe(pid) for pid in marked_pids(token)}
+        kill_attempt(token, proc.pid)
     finally:
-        if record is not None:
+        # kept while a process of the build is still alive, so the next night's reap_builds ends it
+        if record is not None and not marked_pids(token):
             record.unlink(missing_ok=True)
+    if left:
+        err += f"\n# nightly: the command left {len(left)} process(es) running; killed: {', '.join(left.values())}\n"
     if timed_out:
         if log_path is not None:
             log_path.parent.mkdir(parents=True, exist_ok=True)

@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -735,3 +737,111 @@ def test_a_local_conversion_holds_its_gpus_as_a_test_does_and_sees_only_them(tmp
     assert visible == "6,7"
     assert busy == [f"h200-node0-gpu{i}.lock" for i in range(8)], "its own two GPUs are locked while it runs"
     assert gpu_slots.try_acquire(gpu_slots.host_lock_dir(), "h200", 8, [0], 8) is not None, "and let go after"
+
+
+#: a converter that leaves a process behind (not holding its output, holding what it inherited: the GPU
+#: locks) and writes its pid to $LEFTOVER_PID_FILE, then becomes the real converter
+LEAVING_CONVERTER = ["sh", "-c", 'sleep 100 </dev/null >/dev/null 2>&1 & echo $! > "$LEFTOVER_PID_FILE"; exec "$0" "$@"',
+                     "{python}", "tools/seeing.py", "{output}"]
+
+
+def test_what_a_conversion_leaves_behind_is_killed_and_lets_its_gpus_go(tmp_path, monkeypatch):
+    """A converter's leftover process kept its GPU locks after the conversion ended, and its build record
+    was gone: that night's tests and later nights waited on it with no limit. Whatever a conversion
+    leaves is now killed when it exits, as what a test attempt leaves is."""
+    import yaml
+
+    from pipelines.launch import gpu_slots
+    from pipelines.launch.procs import pid_alive
+    from pipelines.night import Night, NightSettings
+    from tests.support.assets import copied_example
+
+    repo, assets = copied_example(tmp_path)
+    (repo / "tools" / "seeing.py").write_text(SEEING_CONVERTER)
+    (assets / "checkpoints.yaml").write_text(yaml.safe_dump({"conversion": {"command": LEAVING_CONVERTER}}))
+    (repo / "tests" / "e2e" / "test_gpu_conv.py").write_text(EXTRA_TEST.replace('"extra"', '"gpuconv"').format(extra=""))
+    pid_file = tmp_path / "leftover.pid"
+    monkeypatch.setenv("LEFTOVER_PID_FILE", str(pid_file))
+    night = Night(NightSettings(home=tmp_path / "home", assets_dir=assets))
+    reqs = night.requirements_for([t for t in night.catalog.tests if "gpuconv" in t.labels])
+    leftover = 0
+    try:
+        built = [night.build(r) for r in reqs][-1]
+        leftover = int(pid_file.read_text())
+        assert json.loads((built.path / "seen.json").read_text())[0] == "0,1"
+        deadline = time.monotonic() + 5
+        while pid_alive(leftover) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not pid_alive(leftover), "the converter's leftover process is killed once it exits"
+        assert gpu_slots.try_acquire(gpu_slots.host_lock_dir(), "h200", 8, [0], 8) is not None, \
+            "its GPUs are free for the night's tests"
+    finally:
+        if leftover and pid_alive(leftover):
+            os.kill(leftover, signal.SIGKILL)
+
+
+def test_a_conversion_waits_for_gpus_a_stray_holds_no_longer_than_its_timeout_and_names_it(tmp_path):
+    """A conversion waited for busy GPUs with no limit, saying neither who held them: a leftover process
+    holding them stalled the night. Past its build timeout it now gives up on a stray, naming it."""
+    import dataclasses
+
+    import yaml
+
+    from pipelines.launch import gpu_slots
+    from pipelines.night import Night, NightSettings
+    from tests.support.assets import copied_example
+
+    repo, assets = copied_example(tmp_path)
+    (repo / "tools" / "seeing.py").write_text(SEEING_CONVERTER)
+    (assets / "checkpoints.yaml").write_text(yaml.safe_dump(
+        {"conversion": {"command": ["{python}", "tools/seeing.py", "{output}"]}}))
+    (repo / "tests" / "e2e" / "test_gpu_conv.py").write_text(EXTRA_TEST.replace('"extra"', '"gpuconv"').format(extra=""))
+    night = Night(NightSettings(home=tmp_path / "home", assets_dir=assets))
+    night.deployment = dataclasses.replace(night.deployment, build_timeout_s=1)
+    reqs = night.requirements_for([t for t in night.catalog.tests if "gpuconv" in t.labels])
+    night.build(reqs[0])  # the model
+    held = gpu_slots.try_acquire(gpu_slots.host_lock_dir(), "h200", 8, [0], 8)
+    stray = subprocess.Popen(["sleep", "60"], pass_fds=held.fds, start_new_session=True)
+    held.release()  # only the stray holds them now
+    import threading
+
+    caught: list[BaseException] = []
+
+    def build() -> None:
+        try:
+            night.build(reqs[-1])
+        except BaseException as exc:  # noqa: BLE001 - what the build raised, for the asserts
+            caught.append(exc)
+
+    builder = threading.Thread(target=build, daemon=True)
+    builder.start()
+    builder.join(timeout=45)  # gives up 15 s (the stray's confirmation) after its 1 s timeout
+    gave_up = not builder.is_alive()
+    stray.kill()
+    stray.wait()
+    builder.join(timeout=30)
+    assert gave_up, "the conversion still waited for the stray's GPUs"
+    assert caught and isinstance(caught[0], BuildError), caught
+    assert f"held by PID {stray.pid} (sleep 60)" in str(caught[0])
+    assert "gave up after the conversion's 1 s build timeout" in str(caught[0])
+
+
+def test_an_input_outside_root_counts_only_for_the_tests_a_local_night_launches(tmp_path, monkeypatch, capsys):
+    """A disabled or unselected test with dir_dst="/dev/shm" made every local night exit 3: the check ran
+    over every test of the catalog, not the ones the night launches."""
+    from pipelines.cli import main
+    from tests.support.assets import copied_example
+
+    repo, assets = copied_example(tmp_path)
+    multinode = repo / "tests" / "e2e" / "megatron" / "test_multinode_sft.py"
+    text = multinode.read_text()
+    assert 'dir_dst="/root/models"' in text and "disabled=" in text
+    multinode.write_text(text.replace('dir_dst="/root/models"', 'dir_dst="/dev/shm"'))
+    (repo / "tests" / "e2e" / "test_shm.py").write_text(SHM_TEST)  # enabled, labelled shm only
+    monkeypatch.setenv("NIGHTLY_ASSETS_DIR", str(assets))
+    assert main(["run", "--home", str(tmp_path / "home"), "--labels", "lora", "--list-only"]) == 0
+    assert "outside /root" not in capsys.readouterr().err
+    assert main(["run", "--home", str(tmp_path / "home2"), "--labels", "shm", "--list-only"]) == 3
+    err = capsys.readouterr().err
+    assert "tests/e2e/test_shm.py:9: convert_checkpoint: output folder /dev/shm/tiny-lm_torch_dist is outside" in err
+    assert "test_multinode_sft.py" not in err, "the disabled test is not launched"

@@ -183,6 +183,8 @@ def build_requirements(
         problems += [Problem(t.path, line, field, message) for line, field, message in said]
         all_conversions += n.conversions  # keys depend on the distinct conversions only
     conv_key = conversion_keys(all_conversions)
+    #: each download's folder (a test's over a declared one), to find a conversion into it
+    by_path = {r.path: r for r in (*declared.values(), *found.values())}
 
     globs = spec.requirements
     spec_file = f"{specs.root}/repos.yaml" if specs is not None else "assets/repos.yaml"
@@ -200,7 +202,7 @@ def build_requirements(
         n = needs.get(t.id, nothing)
         memo = memo2.get(id(n))
         if memo is None:
-            keys, unresolved, said = _conversions(n, found, declared, conv_key, used, first_writer, t.id)
+            keys, unresolved, said = _conversions(n, found, declared, by_path, conv_key, used, first_writer, t.id)
             for key in keys:
                 if key in found:
                     used[key] = found[key]
@@ -258,7 +260,7 @@ def _download_problem(d: Download) -> str | None:
 
 
 def _conversions(n: Needs, found: dict[str, Requirement], declared: dict[str, Requirement],
-                 conv_key: dict[Conversion, str], used: dict[str, Requirement],
+                 by_path: dict[str, Requirement], conv_key: dict[Conversion, str], used: dict[str, Requirement],
                  first_writer: dict[str, tuple[Conversion, str]], test_id: str
                  ) -> tuple[list[str], list[str], list[tuple[int, str, str]]]:
     """The keys and unresolved notes ``n`` gives a test, and its problems as (line, field, message);
@@ -284,12 +286,14 @@ def _conversions(n: Needs, found: dict[str, Requirement], declared: dict[str, Re
             said.append((c.line, "convert_checkpoint", f"extra_args {extra!r} cannot be split into words as a shell "
                                                         f"would ({exc}); fix its quotes"))
             continue
-        clash = found.get(key) or declared.get(key)
+        # one folder is one cached input: the download would replace the conversion, or each night both rebuild
+        # it (the key alone misses it where a model's conversions into several folders get hashed keys); one
+        # name is one Dagster partition
+        clash = by_path.get(c.path) or found.get(key) or declared.get(key)
         if clash is not None:
-            # one name is one cached input (and Dagster partition): the download would replace the conversion
             same = "that folder" if clash.path == c.path else f"the name of its folder {c.path}"
             said.append((c.line, "convert_checkpoint", (
-                f"converts into {c.path}, but the {clash.kind} download {key!r} ({download_text(clash.source, clash.params)} "
+                f"converts into {c.path}, but the {clash.kind} download {clash.key!r} ({download_text(clash.source, clash.params)} "
                 f"at {clash.path}) has {same}: one folder, one input; give the conversion another dir_dst, or "
                 "download into another folder")))
             continue

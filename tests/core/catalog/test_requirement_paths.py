@@ -159,3 +159,21 @@ def test_a_download_and_a_conversion_into_one_folder_or_name_are_a_problem_at_th
     assert (f"tests/e2e/test_x.py:5: convert_checkpoint: converts into /root/models/tiny-lm_torch_dist, but the "
             f"model download 'tiny-lm_torch_dist' (minirl/tiny-lm_torch_dist at {download}) {said}: one folder, "
             "one input") in err
+
+
+def test_a_download_into_the_folder_of_one_of_a_models_two_conversions_is_a_problem_at_that_conversion(
+        tmp_path, capsys):
+    """A model converted into two folders gets hashed conversion keys, which the download's key never
+    matched: catalog --strict exited 0 and every night rebuilt both into one folder."""
+    code = catalog(tmp_path, """
+        exec_command("hf download minirl/tiny-lm --local-dir /root/models/tiny-lm")
+        exec_command("hf download minirl/tiny-lm --local-dir /root/models/tiny-lm_torch_dist")
+        convert_checkpoint("tiny-lm", "tiny", 2, dir_dst="/root/models")
+        convert_checkpoint("tiny-lm", "tiny", 2, dir_dst="/root/ckpt")
+    """)
+    err = capsys.readouterr().err
+    assert code == 1, err
+    assert ("tests/e2e/test_x.py:5: convert_checkpoint: converts into /root/models/tiny-lm_torch_dist, but the "
+            "model download 'tiny-lm_torch_dist' (minirl/tiny-lm at /root/models/tiny-lm_torch_dist) has that "
+            "folder: one folder, one input") in err
+    assert "tests/e2e/test_x.py:6:" not in err, "the conversion into /root/ckpt has a folder of its own"
