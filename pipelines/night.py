@@ -22,6 +22,7 @@ from datetime import UTC, datetime
 from functools import cached_property
 from pathlib import Path
 
+from pipelines.core.asset_rules import under_root
 from pipelines.core.calibrate import Lineage, calibrate, drift, evidence_csv, near_timeout
 from pipelines.core.calibrate.evidence import recorded_floor
 from pipelines.core.catalog import load_catalog
@@ -363,7 +364,7 @@ class Night:
         # an unconfigured checkout gets spec=None: the catalog detects its dialect and says what it assumed
         catalog = load_catalog(path, spec=configured, specs=self.specs, cache_dir=self.home / "cache")
         if self.deployment.launcher == "local":  # its tests see the cache as /root only: say so at the call
-            outside = {r.key for r in catalog.requirements if r.path != "/root" and not r.path.startswith("/root/")}
+            outside = {r.key for r in catalog.requirements if not under_root(r.path)}
             for t in self._launched([t for t in catalog.tests if outside.intersection(t.requirements)], catalog):
                 for problem in outside_root_problems([t], catalog.requirements, lambda rel: _text_of(path / rel)):
                     self._outside_root.setdefault(problem, set()).add(t.id)
@@ -820,6 +821,10 @@ class Night:
         path = Path(attempt.log_path) if attempt.log_path else None
         if isinstance(self.state, LocalStateStore) or path is None or not path.is_file():
             return None
+        return self._log_key_of(path)
+
+    def _log_key_of(self, path: Path) -> str:
+        """``logs/<night>/<file>``: the key of a log file in a state store (this deployment's or a kept folder's)."""
         return f"logs/{self.night}/{path.name}"
 
     def log_home(self, attempt: Attempt) -> str | None:
@@ -986,7 +991,7 @@ class Night:
                 logs: dict[tuple, str] = {}
                 for a in attempts:
                     if not a.details.get("log_uri") and a.log_path and Path(a.log_path).is_file():
-                        key = f"logs/{self.night}/{Path(a.log_path).name}"  # log_key's, for a local store too
+                        key = self._log_key_of(Path(a.log_path))  # log_key's, for the kept (local) store too
                         kept.put_file(key, Path(a.log_path))
                         logs[(a.test_id, a.attempt)] = self.state.uri(key)
                 self.write_summary({**summary, "attempts": [

@@ -35,6 +35,12 @@ def hub_id_problem(source: str) -> str | None:
     return f"{source!r} is not a Hub id (org/name)"
 
 
+def under_root(container_path: str) -> bool:
+    """``container_path`` is ``/root`` or in it: what the local deployment shows its tests (repos.yaml's env
+    ``{cache}`` stands for ``/root``); an input anywhere else is built into the cache but not found there."""
+    return container_path == "/root" or container_path.startswith("/root/")
+
+
 def holds_others(container_path: str) -> bool:
     """``container_path`` is one of :data:`SHARED_FOLDERS` or a folder above one (``/root/models/`` as a
     download's ``--local-dir``): building an input there would delete every cached input under it."""

@@ -31,6 +31,7 @@ from pipelines.core.asset_rules import (
     download_option_problem,
     download_text,
     hub_id_problem,
+    under_root,
 )
 from pipelines.core.asset_rules import cache_relpath as cache_relpath
 from pipelines.core.catalog.assemble import new_test
@@ -330,7 +331,7 @@ def outside_root_problems(tests: Iterable[Test], requirements: Iterable[Requirem
     such an input is built into the cache, but the test would look for it at the real ``/dev/shm/...``
     and fail as a test failure. ``read``: a test file's text by its repo-relative path (None: unreadable);
     each problem is on the line of the call that asks for the input, or the test's registration line."""
-    outside = {r.key: r for r in requirements if r.path != "/root" and not r.path.startswith("/root/")}
+    outside = {r.key: r for r in requirements if not under_root(r.path)}
     problems: list[Problem] = []
     needs_of: dict[str, Needs] = {}
     for t in tests:
