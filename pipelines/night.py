@@ -14,7 +14,6 @@ import json
 import logging
 import os
 import threading
-import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -541,8 +540,9 @@ class Night:
         busy, past the build timeout only while nightly tests or builds hold them; once it ends, kills what
         still holds its locks."""
         from pipelines.launch import gpu_slots
-        from pipelines.launch.local import KILL_GRACE_S, PUMP_JOIN_S, holders_text, stray_watch
-        from pipelines.launch.procs import MARKER, describe, kill_lock_holders
+        from pipelines.launch.gpu_hold import GpuHold
+        from pipelines.launch.local import KILL_GRACE_S, PUMP_JOIN_S
+        from pipelines.launch.procs import MARKER, kill_lock_holders
         from pipelines.storage.cache import BuildError
 
         pool = max(self.deployment.pools, key=lambda p: p.gpus_per_node)
@@ -551,44 +551,28 @@ class Night:
                              f"{pool.gpus_per_node}; lower num_gpus_per_node in the test's convert_checkpoint() call, "
                              "or give the deployment a larger pool in assets/cluster.yaml")
         lock_dir = gpu_slots.host_lock_dir()
-        paths = [gpu_slots.lock_path(lock_dir, pool.name, n, s) for n in range(pool.nodes)
-                 for s in range(pool.gpus_per_node)]
         timeout_s = self.deployment.build_timeout_s
         # as a test's wait: past the conversion's own timeout, waits on only while nightly tests hold them
-        keep_waiting, strays = stray_watch(lock_dir, paths, KILL_GRACE_S + PUMP_JOIN_S)
-
-        def busy(waited_s: float) -> str:
-            return (f"conversion: waited {waited_s:.0f} s for {count} free GPU(s) of a {pool.name} node ({lock_dir}); "
-                    f"{holders_text(lock_dir, paths)}")
-
-        waiting = time.monotonic()
-        try:
-            gpu_slots.mark_launcher(lock_dir)  # another night must not take this process for a stray
+        with GpuHold(lock_dir, pool.name, count, range(pool.nodes), pool.gpus_per_node, subject="conversion",
+                     confirm_s=KILL_GRACE_S + PUMP_JOIN_S, log=log) as gpus:
             try:
-                held = gpu_slots.acquire(lock_dir, pool.name, count, list(range(pool.nodes)), pool.gpus_per_node,
-                                         timeout_s=timeout_s, keep_waiting=keep_waiting,
-                                         on_wait=lambda s: log.warning("waiting for GPUs: %s", busy(s)))
-            except BaseException:
-                gpu_slots.unmark_launcher(lock_dir)
-                raise
-        except OSError as exc:
-            raise BuildError(f"cannot lock GPUs for the conversion in {lock_dir} ({exc.strerror or exc}); make the "
-                             f"folder writable or point {gpu_slots.LOCK_DIR_ENV} at one that is") from None
-        if held is None:
-            gpu_slots.unmark_launcher(lock_dir)
-            stray = ", ".join(describe(pid) for pid in strays) or "a process"
-            raise BuildError(f"{busy(time.monotonic() - waiting)}; gave up after the conversion's {timeout_s} s build timeout: {stray} "
-                             f"is not a nightly test or build (no {MARKER} in its environment), likely a process "
-                             "that escaped a kill; end it to free the GPUs")
-        try:
-            yield {"CUDA_VISIBLE_DEVICES": ",".join(str(s) for s in held.slots)}, held.fds
-        finally:
-            # what the converter left that escaped its marker and group but holds its GPU locks (as for a test)
-            left = kill_lock_holders(held.paths)
-            if left:
-                log.warning("conversion: killed %s, left holding its GPU locks after it ended", ", ".join(left.values()))
-            held.release()
-            gpu_slots.unmark_launcher(lock_dir)
+                gpus.mark()  # another night must not take this process for a stray
+                held = gpus.wait(timeout_s)
+            except OSError as exc:
+                raise BuildError(f"cannot lock GPUs for the conversion in {lock_dir} ({exc.strerror or exc}); make "
+                                 f"the folder writable or point {gpu_slots.LOCK_DIR_ENV} at one that is") from None
+            if held is None:
+                raise BuildError(f"{gpus.busy(gpus.waited_s)}; gave up after the conversion's {timeout_s} s build "
+                                 f"timeout: {gpus.strays_text()} is not a nightly test or build (no {MARKER} in its "
+                                 "environment), likely a process that escaped a kill; end it to free the GPUs")
+            try:
+                yield {"CUDA_VISIBLE_DEVICES": ",".join(str(s) for s in held.slots)}, held.fds
+            finally:
+                # what the converter left that escaped its marker and group but holds its GPU locks (as for a test)
+                left = kill_lock_holders(held.paths)
+                if left:
+                    log.warning("conversion: killed %s, left holding its GPU locks after it ended",
+                                ", ".join(left.values()))
 
     def local_image(self) -> str:
         """What a local conversion runs outside the checkout, as its identity's ``image``: the digest

@@ -39,20 +39,17 @@ from typing import Protocol
 from pipelines.core.model import Attempt, Test
 from pipelines.launch import gpu_slots
 from pipelines.launch.base import LaunchRequest, LogSink
+from pipelines.launch.gpu_hold import GpuHold
 from pipelines.launch.logcap import DEFAULT_LOG_CAP_BYTES, CappedLog, pump
 from pipelines.launch.orphans import owner_fields, write_record
 from pipelines.launch.procs import (
     MARKER,
     describe,
-    holders_by_lock,
-    is_stray,
     kill_attempt,
     kill_lock_holders,
     kill_pipe_writers,
-    lock_holders,
     marked_pids,
     start_process,
-    start_time,
 )
 from pipelines.launch.wrapper import RESULT_NOT_WRITTEN, why_result_not_written
 
@@ -168,56 +165,37 @@ class LocalLauncher:
         if len(request.gpu_slots) > per_node:
             return self._not_started(request, _now(), "infra_error",
                                      f"needs {len(request.gpu_slots)} GPUs but a {pool} node has {per_node}")
-        marked = bool(request.gpu_slots) and self._mark_launcher()
-        try:
-            return self._launch(request, on_log, pool, nodes, per_node)
-        finally:
-            if marked:
-                gpu_slots.unmark_launcher(self.lock_dir)
+        with GpuHold(self.lock_dir, pool, len(request.gpu_slots), nodes, per_node, subject=request.test.id,
+                     confirm_s=self.stray_confirm_s, log=logger) as gpus:
+            if request.gpu_slots:
+                self._mark_launcher(gpus)
+            return self._launch(request, on_log, gpus)
 
-    def _mark_launcher(self) -> bool:
+    def _mark_launcher(self, gpus: GpuHold) -> None:
         """Say this process is a night's launcher (before any GPU lock is taken, until all are let go),
         so another night does not take it for a stray holding GPUs. Only a launch that takes GPU locks
         needs it, and a launchers file that cannot be made is a warning, not a failed test: the GPU
         locks themselves are what a launch needs, and taking them says what is wrong with the folder."""
         try:
-            gpu_slots.mark_launcher(self.lock_dir)
+            gpus.mark()
         except OSError as exc:
             logger.warning("%s: cannot mark this night as a launcher (%s); another night on this host may "
                            "take this one's process for a stray while it ends a test",
                            gpu_slots.launchers_path(self.lock_dir), exc.strerror or exc)
-            return False
-        return True
 
-    def _launch(self, request: LaunchRequest, on_log: LogSink | None, pool: str, nodes: list[int],
-                per_node: int) -> Attempt:
+    def _launch(self, request: LaunchRequest, on_log: LogSink | None, gpus: GpuHold) -> Attempt:
         """Wait for free GPUs, then run the attempt on them."""
-        waiting = time.monotonic()
-
-        def busy(waited_s: float) -> str:
-            return (f"{request.test.id}: waited {waited_s:.0f} s for {len(request.gpu_slots)} free GPU(s) of a {pool} "
-                    f"node ({self.lock_dir}); {self._holders(pool, nodes, per_node)}")
-
-        only_nightly_holders, strays = stray_watch(self.lock_dir, self._lock_paths(pool, nodes, per_node),
-                                                   self.stray_confirm_s)
-
-        # past the test's own timeout, wait on only while nightly tests (any night's) hold the GPUs: a
-        # stray that escaped a kill and keeps a lock must not stall the night, another night's long test may
         try:
-            held = gpu_slots.acquire(self.lock_dir, pool, len(request.gpu_slots), nodes, per_node,
-                                     prefer=request.gpu_slots, stop=self._stop, poll_s=self.poll_s,
-                                     timeout_s=request.timeout_s, note_after_s=self.gpu_wait_note_s,
-                                     on_wait=lambda s: logger.warning("waiting for GPUs: %s", busy(s)),
-                                     keep_waiting=only_nightly_holders, recheck_s=self.gpu_recheck_s)
+            held = gpus.wait(request.timeout_s, stop=self._stop, prefer=request.gpu_slots, poll_s=self.poll_s,
+                             note_after_s=self.gpu_wait_note_s, recheck_s=self.gpu_recheck_s)
         except OSError as exc:
             return self._not_started(request, _now(), "infra_error", _lock_problem(self.lock_dir, exc))
-        gpu_wait_s = round(time.monotonic() - waiting, 3)
+        gpu_wait_s = round(gpus.waited_s, 3)
         if held is None and not self._stop.is_set():
-            stray = ", ".join(describe(pid) for pid in strays) or "a process"
             return self._not_started(request, _now(), "infra_error",
-                                     f"{busy(gpu_wait_s)}; gave up after the test's {request.timeout_s}s timeout: "
-                                     f"{stray} is not a nightly test (no {MARKER} in its environment) and still "
-                                     f"held them {self.stray_confirm_s:g} s after it was first seen, likely a "
+                                     f"{gpus.busy(gpu_wait_s)}; gave up after the test's {request.timeout_s}s timeout: "
+                                     f"{gpus.strays_text()} is not a nightly test (no {MARKER} in its environment) "
+                                     f"and still held them {self.stray_confirm_s:g} s after it was first seen, likely a "
                                      "process that escaped a kill; end it to free the GPUs",
                                      gpu_wait_s=gpu_wait_s)
         if held is None or self._stop.is_set():
@@ -239,14 +217,6 @@ class LocalLauncher:
             for fd in inputs:
                 with contextlib.suppress(OSError):
                     os.close(fd)
-
-    def _lock_paths(self, pool: str, nodes: list[int], per_node: int) -> list[Path]:
-        """Every GPU lock file of these nodes of the pool."""
-        return [gpu_slots.lock_path(self.lock_dir, pool, n, s) for n in nodes for s in range(per_node)]
-
-    def _holders(self, pool: str, nodes: list[int], per_node: int) -> str:
-        """Who holds the GPU locks of these nodes, for a maintainer to find (or kill) them."""
-        return holders_text(self.lock_dir, self._lock_paths(pool, nodes, per_node))
 
     def _not_started(self, request: LaunchRequest, started_at: str, outcome: str, reason: str,
                      gpu_wait_s: float | None = None) -> Attempt:
@@ -483,57 +453,6 @@ def _now() -> str:
     # to the millisecond: cut to the second, a retry placed on the report's timeline up to 1 s before the
     # test whose GPUs it waited for had ended; "Z" keeps it 24 characters, as wide as history show prints
     return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
-def holders_text(lock_dir: Path, paths: Sequence[Path]) -> str:
-    """Who holds the GPU locks ``paths`` of ``lock_dir``, for a maintainer to find (or kill) them."""
-    holders = lock_holders(paths)
-    if not holders:
-        return "their locks are held by processes this user cannot see (another user's night?)"
-    mine, nights = os.getpid(), _launchers(lock_dir)
-
-    def who(pid: int) -> str:
-        if pid == mine:
-            return "this night"
-        return f"another night's {describe(pid)}" if pid in nights else describe(pid)
-
-    return "held by " + ", ".join(who(pid) for pid in sorted(holders))
-
-
-def _launchers(lock_dir: Path) -> set[int]:
-    """The nightly launcher processes of this lock folder (any night's, this one's too)."""
-    return set(lock_holders([gpu_slots.launchers_path(lock_dir)]))
-
-
-def stray_holders(lock_dir: Path, paths: Sequence[Path]) -> list[int]:
-    """Processes this user can see that hold a GPU lock of ``paths`` where no nightly test and no
-    night does (a night's own process holds the locks of the tests it runs until it has killed what
-    they left and read their output). A lock whose holders cannot be seen (another user's night) is
-    waited for: it cannot be told from a stray."""
-    found: set[int] = set()
-    nights = _launchers(lock_dir)
-    for others in holders_by_lock(paths, exclude=(os.getpid(),)).values():
-        if others and all(pid not in nights and is_stray(pid) for pid in others):
-            found.update(others)
-    return sorted(found)
-
-
-def stray_watch(lock_dir: Path, paths: Sequence[Path], confirm_s: float) -> tuple[Callable[[], bool], list[int]]:
-    """(keep_waiting, strays) for :func:`gpu_slots.acquire`: keep_waiting() says no while a stray
-    (:func:`stray_holders`) has held a lock of ``paths`` for ``confirm_s`` (a process being killed
-    right now is not one yet); strays then lists them, for the reason of giving up."""
-    strays: list[int] = []
-    first_seen: dict[tuple[int, str], float] = {}  # (pid, start time): when it first looked stray
-
-    def only_nightly_holders() -> bool:
-        now = time.monotonic()
-        seen = {(pid, start_time(pid)): pid for pid in stray_holders(lock_dir, paths)}
-        for key in set(first_seen) - set(seen):
-            del first_seen[key]
-        strays[:] = sorted(pid for key, pid in seen.items() if now - first_seen.setdefault(key, now) >= confirm_s)
-        return not strays
-
-    return only_nightly_holders, strays
 
 
 def node_name(pool: str, node: int) -> str:
