@@ -870,3 +870,53 @@ def test_a_listed_sibling_python_cannot_decode_is_one_located_problem(framework,
 
     assert code == 1 and "\ufffd" not in out
     assert out.count(f"{SIX}:12: file: is not UTF-8 (invalid continuation byte at byte ") == 1
+
+
+@pytest.mark.parametrize(("damage", "where", "message"), [
+    (b"# caf\xe9\n", ":11: file: is not UTF-8 (invalid continuation byte at byte ",
+     "); save it as UTF-8 (an editor's 'save with encoding')"),
+    (b"# bell \x07\n", ":11: yaml: character '\\x07' at column 8 is not allowed in YAML; ",
+     "remove it (write it as \"\\x07\" inside double quotes if it is meant)"),
+])
+def test_a_groups_file_that_is_not_utf8_or_holds_a_control_character_is_a_located_problem(
+        framework, capsys, damage, where, message):
+    repo, groups = framework
+    groups.write_bytes(GROUPS.encode() + damage)
+
+    code, out, err = coverage(capsys, "--repo", str(repo), "--groups", str(groups))
+
+    assert (code, out) == (2, "")
+    assert f"{groups}{where}" in err and message in err and "Traceback" not in err
+
+
+@pytest.mark.slow
+def test_a_night_with_a_coverage_yaml_that_is_not_utf8_still_writes_its_report_and_calibration(tmp_path, monkeypatch):
+    """The calibration run after a night whose tests all passed: the broken groups file is a warning and a
+    line of the report, never a failed run without report, evidence or estimates."""
+    import dagster as dg
+
+    from pipelines.definitions import build_definitions
+    from pipelines.defs.keys import TAG_SOURCE_RUN
+    from pipelines.defs.resources import NightlyResource
+    from tests.support.assets import example_assets
+
+    assets, home = example_assets(tmp_path / "assets"), tmp_path / "home"
+    groups = assets / "coverage.yaml"
+    groups.write_bytes(groups.read_bytes() + b"# caf\xe9\n")
+    monkeypatch.setenv("NIGHTLY_ASSETS_DIR", str(assets))  # as `nightly run` is pointed at its assets
+    test = "tests/e2e/lora/test_lora_moe_5layer.py"
+    record = json.dumps({"night": "2026-12-01T150000Z-r1", "run_id": "r1", "repo": "minirl", "selected": [test],
+                         "attempts": [{"test_id": test, "outcome": "passed", "elapsed_s": 9.5, "timeout_s": 60,
+                                       "started_at": "2026-12-01T15:00:00+00:00"}]})
+    for key in ("runs/r1.json", "nights/2026-12-01T150000Z-r1.json"):
+        (home / key).parent.mkdir(parents=True, exist_ok=True)
+        (home / key).write_text(record)
+    defs = build_definitions(nightly=NightlyResource(home=str(home), assets_dir=str(assets)))
+    with dg.instance_for_test() as instance:
+        run = defs.resolve_job_def("calibration").execute_in_process(instance=instance, tags={TAG_SOURCE_RUN: "r1"},
+                                                                      raise_on_error=False)
+    assert run.success
+    page = (home / "reports" / "2026-12-01T150000Z-r1.html").read_text()
+    assert f"coverage not checked: {groups}:" in page and "is not UTF-8 (invalid continuation byte at byte " in page
+    assert (home / "calibration" / "minirl" / "evidence.csv").exists()
+    assert (home / "estimates" / "minirl.json").exists()
