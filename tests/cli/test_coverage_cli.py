@@ -920,3 +920,30 @@ def test_a_night_with_a_coverage_yaml_that_is_not_utf8_still_writes_its_report_a
     assert f"coverage not checked: {groups}:" in page and "is not UTF-8 (invalid continuation byte at byte " in page
     assert (home / "calibration" / "minirl" / "evidence.csv").exists()
     assert (home / "estimates" / "minirl.json").exists()
+
+
+@pytest.mark.parametrize(("edit", "line"), [
+    ('_CONFIGS[0]["backend"] = "tilelang"\n', 6),
+    ('for _c in _CONFIGS:\n    _c["backend"] = "tilelang"\n', 7),
+    ('_CONFIGS[0].update(layout="shared")\n', 6),
+])
+def test_a_sibling_that_edits_a_row_in_place_is_a_located_problem_not_a_false_green(tmp_path, capsys, edit, line):
+    """The reviewer's checkout: dict rows on a 2x2 diagonal split; an in-place edit makes the test run
+    another configuration than its literal row, so the cell that row seemed to cover is never run."""
+    repo = tmp_path / "r1"
+    (repo / "tests" / "e2e").mkdir(parents=True)
+    rows = {"a": (("a1", "megatron", "shared"), ("a2", "tilelang", "per")),
+            "b": (("b1", "megatron", "per"), ("b2", "tilelang", "shared"))}
+    for name, configs in rows.items():
+        text = "_CONFIGS = [\n" + "".join(f'    {{"name": "{n}", "backend": "{b}", "layout": "{lay}"}},\n'
+                                         for n, b, lay in configs) + "]\n"
+        (repo / "tests" / "e2e" / f"test_{name}.py").write_text(REGISTER.lstrip("\n") + text + (edit if name == "b" else ""))
+    groups = tmp_path / "coverage.yaml"
+    groups.write_text("repos:\n  r1:\n    groups:\n      - name: diag\n        tests: [tests/e2e/test_a.py, tests/e2e/test_b.py]\n"
+                      "        dimensions:\n          backend: [megatron, tilelang]\n          layout: [shared, per]\n")
+
+    code, out, _ = coverage(capsys, "--repo", str(repo), "--groups", str(groups))
+
+    assert code == 1, out
+    assert f"tests/e2e/test_b.py:{line}: _CONFIGS: a change of one of its rows (`" in out
+    assert ["backend=megatron,", "layout=per", "UNCOVERED"] in [row.split() for row in out.splitlines()]  # b1's row
