@@ -761,8 +761,6 @@ def test_a_strength_above_the_number_of_dimensions_is_refused_with_its_line(fram
     assert (f"{groups}:11: repos.fw.groups[0].strength: 5 is more than the 2 dimensions declared; give at most "
             "strength: 2") in err
 
-    groups.write_text(GROUPS + "        strength: 5\n        require: [[backend, layout]]\n")  # require decides
-    assert coverage(capsys, "--repo", str(repo), "--groups", str(groups))[0] == 0
 
 
 def test_with_a_cadence_a_sibling_that_cadence_never_runs_covers_nothing(framework, capsys):
@@ -947,3 +945,27 @@ def test_a_sibling_that_edits_a_row_in_place_is_a_located_problem_not_a_false_gr
     assert code == 1, out
     assert f"tests/e2e/test_b.py:{line}: _CONFIGS: a change of one of its rows (`" in out
     assert ["backend=megatron,", "layout=per", "UNCOVERED"] in [row.split() for row in out.splitlines()]  # b1's row
+
+
+@pytest.mark.parametrize("strength", ["2", "3", "5"])
+def test_strength_and_require_in_one_group_are_refused_as_exclusive_instead_of_ignoring_strength(
+        framework, capsys, strength):
+    """`require:` lists the cells' tuples instead of `strength:`; given both, `strength:` was silently ignored."""
+    repo, groups = framework
+    groups.write_text(GROUPS + f"        strength: {strength}\n        require: [[backend, layout]]\n")
+
+    code, out, err = coverage(capsys, "--repo", str(repo), "--groups", str(groups))
+
+    assert (code, out) == (2, "")
+    assert (f"{groups}:11: repos.fw.groups[0].strength: cannot stand beside require: (line 12), which names the "
+            "dimension tuples to cover instead; keep require: for those tuples only, or strength: for every "
+            "combination of that many dimensions") in err
+
+
+def test_design_refuses_strength_with_require_instead_of_ignoring_strength(capsys):
+    code, out, err = coverage(capsys, "design", "--dim", "a=1,2", "--dim", "b=1,2", "--dim", "c=1,2",
+                              "--strength", "3", "--require", "a,b")
+
+    assert (code, out) == (2, "")
+    assert ("--strength: cannot stand beside --require, which names the dimension tuples to cover instead; give "
+            "--require for those tuples only, or --strength for every combination of that many dimensions") in err

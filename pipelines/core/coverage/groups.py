@@ -240,7 +240,12 @@ class _Reader:
         if strength < 1:
             self.add(g.lines.get("strength", g.line), f"{at}.strength", f"must be >= 1 (2: all pairs), got {strength}")
         require = self.require(g, at, {d.name for d in dims})
-        if "strength" in g and not require and dims and dims_read and strength > len(dims):
+        if "strength" in g and "require" in g:  # either would otherwise be silently ignored (require: decided)
+            self.add(g.lines["strength"], f"{at}.strength", (
+                f"cannot stand beside require: (line {g.lines['require']}), which names the dimension tuples to "
+                "cover instead; keep require: for those tuples only, or strength: for every combination of that "
+                "many dimensions"))
+        elif "strength" in g and dims and dims_read and strength > len(dims):
             self.add(g.lines["strength"], f"{at}.strength", f"{strength} is more than the {len(dims)} dimensions "
                                                             f"declared; give at most strength: {len(dims)}")
         if len(self.problems) > before:
