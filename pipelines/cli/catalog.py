@@ -131,7 +131,7 @@ def configuration_lines(repo: str | None, tests: list[Test]) -> list[str]:
     from pipelines.core.coverage import configurations_by_test
 
     try:
-        configs = configurations_by_test(repo)
+        configs = configurations_by_test(repo, tests={t.path for t in tests})  # the catalog says what a test is
     except (CatalogError, OSError) as exc:  # the listing stands without them
         return [f"configurations not read: {exc}"]
     out = []

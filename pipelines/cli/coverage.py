@@ -6,7 +6,7 @@
       cadence runs count
   nightly coverage --repo PATH [--groups FILE] [--cadence C] --against REV [--json]
       the cells covered at REV and lost since (exit 1 if any)
-  nightly coverage design --dim NAME=V1,V2 ... [--strength 2] [--require A,B] [--tests N [--budget K]]
+  nightly coverage design --dim NAME=V1,V2 ... [--strength 2 | --require A,B] [--tests N [--budget K]]
                           [--est-time S] [--gpus G] [--seed N] [--json]
       the fewest configurations that cover every cell (exit 1 if N x K is too small, 2 for a flag
       out of range)
@@ -64,8 +64,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                                      "required combination of dimension values, optionally dealt to N sibling tests.")
     d.add_argument("--dim", action="append", required=True, metavar="NAME=V1,V2,...", help="a dimension and its values (repeat)")
     d.add_argument("--strength", type=int, help="cover every combination of this many dimensions, at most the number "
-                                                "of --dim (default 2: pairs)")
-    d.add_argument("--require", action="append", default=[], metavar="A,B", help="cover these dimension tuples instead (repeat)")
+                                                "of --dim (default 2: pairs; not with --require)")
+    d.add_argument("--require", action="append", default=[], metavar="A,B",
+                   help="cover these dimension tuples instead of --strength (repeat)")
     d.add_argument("--tests", type=int, metavar="N", help="deal the configurations to N sibling tests")
     d.add_argument("--budget", type=int, metavar="K", help="at most K configurations per test (needs --tests)")
     d.add_argument("--est-time", type=float, metavar="S", help="seconds one configuration runs (> 0): prints GPU-seconds per night")
@@ -341,9 +342,13 @@ def check_design_flags(args: argparse.Namespace, dims: Sequence[tuple[str, Seque
                         "configuration runs, e.g. --est-time 600")
     if args.budget is not None and not args.tests:
         raise FlagError("--budget: needs --tests N (at most K configurations for each of N tests); add --tests")
+    if args.strength is not None and args.require:  # design() covers the --require tuples only
+        raise FlagError("--strength: cannot stand beside --require, which names the dimension tuples to cover "
+                        "instead; give --require for those tuples only, or --strength for every combination of "
+                        "that many dimensions")
     if args.strength is None:
         return min(2, len(dims))
-    if args.strength > len(dims) and not args.require:
+    if args.strength > len(dims):
         raise FlagError(f"--strength: {args.strength} is more than the {len(dims)} dimensions given; "
                         f"give at most --strength {len(dims)}")
     return args.strength

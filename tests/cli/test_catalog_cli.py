@@ -638,3 +638,42 @@ def test_an_empty_disabled_reason_disables_the_test_as_both_runners_do(tmp_path,
     assert run(["--repo", str(m)]) == 0
     assert capsys.readouterr().out.splitlines()[-1].endswith("(1 on GPUs, 1 disabled) of 1 in " + str(m)
                                                              + "; 0 requirements; 0 problems")
+
+
+@pytest.mark.parametrize(("damage", "problem"), [
+    (b"# caf\xe9\n", "file: is not UTF-8 (invalid continuation byte at byte "),
+    (b"# bell \x07\n", "yaml: character '\\x07' at column 8 is not allowed in YAML; "),
+])
+def test_a_coverage_yaml_that_is_not_utf8_leaves_the_listing_standing_without_its_config_lines(
+        tmp_path, monkeypatch, capsys, damage, problem):
+    from pipelines.cli import main as nightly
+    from tests.support.assets import example_assets
+
+    assets = example_assets(tmp_path / "assets")
+    groups = assets / "coverage.yaml"
+    lines = groups.read_bytes().count(b"\n")
+    groups.write_bytes(groups.read_bytes() + damage)
+    monkeypatch.setenv("NIGHTLY_ASSETS_DIR", str(assets))
+
+    assert nightly(["catalog", "--repo", "minirl"]) == 0
+    out = capsys.readouterr().out
+    assert f"configurations not read: {groups}:{lines + 1}: {problem}" in out
+    assert "tests/e2e/lora/test_lora_moe_5layer.py  " in out and ": config " not in out
+    assert out.splitlines()[-1].endswith("problems")
+
+
+def test_a_registered_sglang_bench_file_gets_its_config_lines_as_a_test_named_test_does(tmp_path, capsys):
+    """SGLang's runner collects every .py under test/registered (kernel bench_*.py files are tests): the
+    listing shows their matrices too, decided by the catalog's tests, never by the file name."""
+    matrix = '# (name, dtype)\n_CONFIGS = [("small", "bf16"), ("big", "fp8")]\n'
+    sg = write_tree(tmp_path / "sg", {
+        "python/sgl/test/ci/ci_register.py": SG_REGISTER,
+        "test/registered/kernels/bench_matmul.py": 'register_cuda_ci(60, "nightly-1-gpu")\n' + matrix,
+        "test/registered/basic/test_gen.py": 'register_cuda_ci(60, "nightly-1-gpu")\n' + matrix,
+        "test/registered/conftest.py": matrix})  # collected by no runner: no test, so no config lines
+
+    assert run(["--repo", str(sg)]) == 0
+    out = capsys.readouterr().out
+    for path in ("test/registered/kernels/bench_matmul.py", "test/registered/basic/test_gen.py"):
+        assert f"{path}: config small: dtype=bf16\n{path}: config big: dtype=fp8\n" in out
+    assert "conftest.py: config" not in out

@@ -761,8 +761,6 @@ def test_a_strength_above_the_number_of_dimensions_is_refused_with_its_line(fram
     assert (f"{groups}:11: repos.fw.groups[0].strength: 5 is more than the 2 dimensions declared; give at most "
             "strength: 2") in err
 
-    groups.write_text(GROUPS + "        strength: 5\n        require: [[backend, layout]]\n")  # require decides
-    assert coverage(capsys, "--repo", str(repo), "--groups", str(groups))[0] == 0
 
 
 def test_with_a_cadence_a_sibling_that_cadence_never_runs_covers_nothing(framework, capsys):
@@ -870,3 +868,104 @@ def test_a_listed_sibling_python_cannot_decode_is_one_located_problem(framework,
 
     assert code == 1 and "\ufffd" not in out
     assert out.count(f"{SIX}:12: file: is not UTF-8 (invalid continuation byte at byte ") == 1
+
+
+@pytest.mark.parametrize(("damage", "where", "message"), [
+    (b"# caf\xe9\n", ":11: file: is not UTF-8 (invalid continuation byte at byte ",
+     "); save it as UTF-8 (an editor's 'save with encoding')"),
+    (b"# bell \x07\n", ":11: yaml: character '\\x07' at column 8 is not allowed in YAML; ",
+     "remove it (write it as \"\\x07\" inside double quotes if it is meant)"),
+])
+def test_a_groups_file_that_is_not_utf8_or_holds_a_control_character_is_a_located_problem(
+        framework, capsys, damage, where, message):
+    repo, groups = framework
+    groups.write_bytes(GROUPS.encode() + damage)
+
+    code, out, err = coverage(capsys, "--repo", str(repo), "--groups", str(groups))
+
+    assert (code, out) == (2, "")
+    assert f"{groups}{where}" in err and message in err and "Traceback" not in err
+
+
+@pytest.mark.slow
+def test_a_night_with_a_coverage_yaml_that_is_not_utf8_still_writes_its_report_and_calibration(tmp_path, monkeypatch):
+    """The calibration run after a night whose tests all passed: the broken groups file is a warning and a
+    line of the report, never a failed run without report, evidence or estimates."""
+    import dagster as dg
+
+    from pipelines.definitions import build_definitions
+    from pipelines.defs.keys import TAG_SOURCE_RUN
+    from pipelines.defs.resources import NightlyResource
+    from tests.support.assets import example_assets
+
+    assets, home = example_assets(tmp_path / "assets"), tmp_path / "home"
+    groups = assets / "coverage.yaml"
+    groups.write_bytes(groups.read_bytes() + b"# caf\xe9\n")
+    monkeypatch.setenv("NIGHTLY_ASSETS_DIR", str(assets))  # as `nightly run` is pointed at its assets
+    test = "tests/e2e/lora/test_lora_moe_5layer.py"
+    record = json.dumps({"night": "2026-12-01T150000Z-r1", "run_id": "r1", "repo": "minirl", "selected": [test],
+                         "attempts": [{"test_id": test, "outcome": "passed", "elapsed_s": 9.5, "timeout_s": 60,
+                                       "started_at": "2026-12-01T15:00:00+00:00"}]})
+    for key in ("runs/r1.json", "nights/2026-12-01T150000Z-r1.json"):
+        (home / key).parent.mkdir(parents=True, exist_ok=True)
+        (home / key).write_text(record)
+    defs = build_definitions(nightly=NightlyResource(home=str(home), assets_dir=str(assets)))
+    with dg.instance_for_test() as instance:
+        run = defs.resolve_job_def("calibration").execute_in_process(instance=instance, tags={TAG_SOURCE_RUN: "r1"},
+                                                                      raise_on_error=False)
+    assert run.success
+    page = (home / "reports" / "2026-12-01T150000Z-r1.html").read_text()
+    assert f"coverage not checked: {groups}:" in page and "is not UTF-8 (invalid continuation byte at byte " in page
+    assert (home / "calibration" / "minirl" / "evidence.csv").exists()
+    assert (home / "estimates" / "minirl.json").exists()
+
+
+@pytest.mark.parametrize(("edit", "line"), [
+    ('_CONFIGS[0]["backend"] = "tilelang"\n', 6),
+    ('for _c in _CONFIGS:\n    _c["backend"] = "tilelang"\n', 7),
+    ('_CONFIGS[0].update(layout="shared")\n', 6),
+])
+def test_a_sibling_that_edits_a_row_in_place_is_a_located_problem_not_a_false_green(tmp_path, capsys, edit, line):
+    """The reviewer's checkout: dict rows on a 2x2 diagonal split; an in-place edit makes the test run
+    another configuration than its literal row, so the cell that row seemed to cover is never run."""
+    repo = tmp_path / "r1"
+    (repo / "tests" / "e2e").mkdir(parents=True)
+    rows = {"a": (("a1", "megatron", "shared"), ("a2", "tilelang", "per")),
+            "b": (("b1", "megatron", "per"), ("b2", "tilelang", "shared"))}
+    for name, configs in rows.items():
+        text = "_CONFIGS = [\n" + "".join(f'    {{"name": "{n}", "backend": "{b}", "layout": "{lay}"}},\n'
+                                         for n, b, lay in configs) + "]\n"
+        (repo / "tests" / "e2e" / f"test_{name}.py").write_text(REGISTER.lstrip("\n") + text + (edit if name == "b" else ""))
+    groups = tmp_path / "coverage.yaml"
+    groups.write_text("repos:\n  r1:\n    groups:\n      - name: diag\n        tests: [tests/e2e/test_a.py, tests/e2e/test_b.py]\n"
+                      "        dimensions:\n          backend: [megatron, tilelang]\n          layout: [shared, per]\n")
+
+    code, out, _ = coverage(capsys, "--repo", str(repo), "--groups", str(groups))
+
+    assert code == 1, out
+    assert f"tests/e2e/test_b.py:{line}: _CONFIGS: a change of one of its rows (`" in out
+    assert ["backend=megatron,", "layout=per", "UNCOVERED"] in [row.split() for row in out.splitlines()]  # b1's row
+
+
+@pytest.mark.parametrize("strength", ["2", "3", "5"])
+def test_strength_and_require_in_one_group_are_refused_as_exclusive_instead_of_ignoring_strength(
+        framework, capsys, strength):
+    """`require:` lists the cells' tuples instead of `strength:`; given both, `strength:` was silently ignored."""
+    repo, groups = framework
+    groups.write_text(GROUPS + f"        strength: {strength}\n        require: [[backend, layout]]\n")
+
+    code, out, err = coverage(capsys, "--repo", str(repo), "--groups", str(groups))
+
+    assert (code, out) == (2, "")
+    assert (f"{groups}:11: repos.fw.groups[0].strength: cannot stand beside require: (line 12), which names the "
+            "dimension tuples to cover instead; keep require: for those tuples only, or strength: for every "
+            "combination of that many dimensions") in err
+
+
+def test_design_refuses_strength_with_require_instead_of_ignoring_strength(capsys):
+    code, out, err = coverage(capsys, "design", "--dim", "a=1,2", "--dim", "b=1,2", "--dim", "c=1,2",
+                              "--strength", "3", "--require", "a,b")
+
+    assert (code, out) == (2, "")
+    assert ("--strength: cannot stand beside --require, which names the dimension tuples to cover instead; give "
+            "--require for those tuples only, or --strength for every combination of that many dimensions") in err

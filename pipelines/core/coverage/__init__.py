@@ -8,7 +8,6 @@ the night report and the catalog listing call.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Collection, Container, Iterable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -222,11 +221,14 @@ def night_coverage(repo_path: str | Path, specs_dir: str | Path | None = None,
     return cells, (*report.problems, *(p for g in report.groups for p in g.problems))
 
 
-def configurations_by_test(repo_path: str | Path, specs_dir: str | Path | None = None) -> dict[str, tuple[Configuration, ...]]:
+def configurations_by_test(repo_path: str | Path, specs_dir: str | Path | None = None,
+                           tests: Collection[str] | None = None) -> dict[str, tuple[Configuration, ...]]:
     """Each test's configurations (repo-relative path -> rows of its matrix), for the catalog listing.
 
     Tests of a group use the group's reading; any other test with a readable module-level
-    ``_CONFIGS`` (dicts, or tuples under a ``# (a, b, ...)`` comment) is listed too.
+    ``_CONFIGS`` (dicts, or tuples under a ``# (a, b, ...)`` comment) is listed too. ``tests``: the
+    catalog's test paths, which decide what a test is (SGLang's runner collects ``bench_*.py`` too);
+    None: every file under the test roots.
     """
     where = locate(repo_path, specs_dir)
     out: dict[str, list[Configuration]] = {}
@@ -235,7 +237,7 @@ def configurations_by_test(repo_path: str | Path, specs_dir: str | Path | None =
             out.setdefault(row.config.test, []).append(row.config)
     source = TreeSource(where.repo)
     for path in source.files_mentioning(DEFAULT_MATRIX, where.roots):
-        if path not in out and os.path.basename(path).startswith("test_"):
+        if path not in out and (tests is None or path in tests):
             text, _ = python_text(source, path)  # an unreadable file is the catalog's problem: it says so
             configs, _ = python_matrix(text, path, DEFAULT_MATRIX) if text is not None else ([], [])
             if configs:

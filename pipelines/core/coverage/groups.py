@@ -98,9 +98,14 @@ def load_groups(path: Path | str, repo: str, known: Collection[str] | None = Non
     if not path.exists():
         return ()
     try:
-        text = path.read_text(encoding="utf-8")
+        data = path.read_bytes()
     except OSError as exc:
         raise CatalogError(Problem(str(path), 1, "file", f"cannot be read ({exc.strerror}); check the path and its permissions")) from exc
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:  # a latin-1 `café` in a comment: a located problem, never a traceback
+        raise CatalogError(Problem(str(path), data.count(b"\n", 0, exc.start) + 1, "file", (
+            f"is not UTF-8 ({exc.reason} at byte {exc.start}); save it as UTF-8 (an editor's 'save with encoding')"))) from exc
     return parse_groups(text, str(path), repo, known)
 
 
@@ -111,14 +116,20 @@ def parse_groups(text: str, where: str, repo: str, known: Collection[str] | None
     repos.yaml lacks is reported: it is most likely ``repo`` misspelt, whose groups would never be
     checked. (Checking a repo that has its groups leaves other unconfigured checkouts' names alone.)
     """
-    loader = _Lines(text)
+    loader = None
     try:
+        loader = _Lines(text)  # YAML refuses a control character as it takes the text
         raw = loader.get_single_data()
     except yaml.MarkedYAMLError as exc:
         line = exc.problem_mark.line + 1 if exc.problem_mark else 1
         raise CatalogError(Problem(where, line, "yaml", f"{exc.problem}; fix the YAML syntax")) from exc
+    except yaml.reader.ReaderError as exc:  # a control character (not a MarkedYAMLError): YAML refuses the whole file
+        raise CatalogError(_unprintable(text, where, exc)) from exc
+    except yaml.YAMLError as exc:
+        raise CatalogError(Problem(where, 1, "yaml", f"{exc}; fix the YAML syntax")) from exc
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
     reader = _Reader(where)
     for line, field, message in loader.bad:
         reader.add(line, field, message)
@@ -155,6 +166,16 @@ def parse_groups(text: str, where: str, repo: str, known: Collection[str] | None
     if reader.problems:
         raise CatalogError(sorted(reader.problems, key=lambda p: p.line))
     return out.get(repo, ())
+
+
+def _unprintable(text: str, where: str, exc: yaml.reader.ReaderError) -> Problem:
+    """The line and column of the character YAML refuses (``\\x07``), and what to do with it."""
+    at = exc.position if isinstance(exc.position, int) and 0 <= exc.position <= len(text) else 0
+    line, column = text.count("\n", 0, at) + 1, at - (text.rfind("\n", 0, at) + 1) + 1
+    code = exc.character if isinstance(exc.character, int) else 0
+    escape = f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+    return Problem(where, line, "yaml", f"character {chr(code)!r} at column {column} is not allowed in YAML; remove it "
+                                        f"(write it as \"{escape}\" inside double quotes if it is meant)")
 
 
 def _line(container: Any, index: int, parent: Any, key: str) -> int:
@@ -219,7 +240,12 @@ class _Reader:
         if strength < 1:
             self.add(g.lines.get("strength", g.line), f"{at}.strength", f"must be >= 1 (2: all pairs), got {strength}")
         require = self.require(g, at, {d.name for d in dims})
-        if "strength" in g and not require and dims and dims_read and strength > len(dims):
+        if "strength" in g and "require" in g:  # either would otherwise be silently ignored (require: decided)
+            self.add(g.lines["strength"], f"{at}.strength", (
+                f"cannot stand beside require: (line {g.lines['require']}), which names the dimension tuples to "
+                "cover instead; keep require: for those tuples only, or strength: for every combination of that "
+                "many dimensions"))
+        elif "strength" in g and dims and dims_read and strength > len(dims):
             self.add(g.lines["strength"], f"{at}.strength", f"{strength} is more than the {len(dims)} dimensions "
                                                             f"declared; give at most strength: {len(dims)}")
         if len(self.problems) > before:

@@ -100,8 +100,9 @@ def _rows(tree: ast.Module, var: str, path: str) -> tuple[list[ast.expr], int | 
     An addition it cannot read (a computed list, an addition inside an ``if`` or a loop) adds rows
     that are not counted: a located ``Note``, never a failure, since those rows could only add
     coverage. Any other change (``del``, an item or slice assignment, ``insert``, ...) may drop or
-    move rows, so the rows before it are not counted either: a located problem. The checker never
-    runs test code."""
+    move rows, and a write into a row (``_CONFIGS[0]["backend"] = ...``, ``.update()`` of a row, through
+    a name or loop variable bound to a row) makes the test run another configuration than the literal
+    says, so the rows before it are not counted either: a located problem. The checker never runs test code."""
     rows: list[ast.expr] = []
     line: int | None = None
     problems: list[Problem] = []
@@ -119,8 +120,10 @@ def _rows(tree: ast.Module, var: str, path: str) -> tuple[list[ast.expr], int | 
                                                          "only add coverage: not a failure); write them out as one "
                                                          "of those to count them"))
 
+    items: set[str] = set()  # module-level names bound to one of its rows (`row = _CONFIGS[0]`, a loop's variable)
     for stmt in tree.body:
-        kind, value = _change(stmt, var)
+        kind, value = _change(stmt, var, frozenset(items))
+        _bind(stmt, var, items)
         if kind == "assign":
             line = stmt.lineno if line is None else line
             if isinstance(value, ast.List | ast.Tuple):
@@ -144,39 +147,103 @@ def _rows(tree: ast.Module, var: str, path: str) -> tuple[list[ast.expr], int | 
         elif kind is not None:
             unread(stmt, str(value), True)
         elif type(stmt) in _BLOCKS:
-            for inner in _nested(stmt):
-                inner_kind, _ = _change(inner, var)
+            for inner, scope in _nested(stmt, var, frozenset(items)):
+                inner_kind, what = _change(inner, var, scope)
                 if inner_kind not in (None, "order"):
                     adds = inner_kind in ("+=", "extend", "append")
-                    unread(inner, f"{'an addition' if adds else 'a change'} inside "
-                                  f"{'an' if _BLOCKS[type(stmt)][0] in 'aio' else 'a'} `{_BLOCKS[type(stmt)]}` block",
-                           not adds)
+                    block = f"{'an' if _BLOCKS[type(stmt)][0] in 'aio' else 'a'} `{_BLOCKS[type(stmt)]}` block"
+                    said = what if inner_kind == "row" else "an addition" if adds else "a change"
+                    unread(inner, f"{said} inside {block}", not adds)
     return rows, line, problems
 
 
-def _nested(stmt: ast.stmt):
-    """Every statement inside a compound statement, functions and classes left out (they run later, if ever)."""
+def _nested(stmt: ast.stmt, var: str, items: frozenset[str]):
+    """Every statement inside a compound statement, functions and classes left out (they run later,
+    if ever), each with the names bound to rows of ``var`` there (``for row in _CONFIGS:`` binds ``row``)."""
+    scope = set(items)
+    if isinstance(stmt, ast.For | ast.AsyncFor) and _mentions(stmt.iter, var, items):
+        scope |= _targets(stmt.target)
     for child in ast.iter_child_nodes(stmt):
         if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
             continue
         if isinstance(child, ast.stmt):
-            yield child
+            yield child, frozenset(scope)
         if isinstance(child, ast.stmt | ast.excepthandler | ast.match_case):
-            yield from _nested(child)
+            yield from _nested(child, var, frozenset(scope))
+        if isinstance(child, ast.stmt):
+            _bind(child, var, scope)  # `row = dict(row)` in the loop: a copy, no longer a row
+
+
+def _targets(target: ast.expr) -> frozenset[str]:
+    return frozenset(n.id for n in ast.walk(target) if isinstance(n, ast.Name))
+
+
+def _mentions(node: ast.expr, var: str, items: frozenset[str]) -> bool:
+    return any(isinstance(n, ast.Name) and (n.id == var or n.id in items) for n in ast.walk(node))
+
+
+def _bind(stmt: ast.stmt, var: str, items: set[str]) -> None:
+    """Keep ``items`` (the module-level names bound to a row of ``var``) up to date after ``stmt``: a
+    loop over the matrix leaves its variable on the last row; ``row = _CONFIGS[0]`` binds one."""
+    if isinstance(stmt, ast.For | ast.AsyncFor):
+        if _mentions(stmt.iter, var, frozenset(items)):
+            items |= _targets(stmt.target)
+        else:
+            items -= _targets(stmt.target)
+    elif isinstance(stmt, ast.Assign | ast.AnnAssign) and stmt.value is not None:
+        row = isinstance(stmt.value, ast.Subscript) and _names(stmt.value.value, var) \
+            and not isinstance(stmt.value.slice, ast.Slice)
+        for target in stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]:
+            if isinstance(target, ast.Name):
+                (items.add if row else items.discard)(target.id)
 
 
 #: list methods that leave the same rows in the matrix (reorder it, or only read it)
 _SAME_ROWS = ("sort", "reverse", "copy", "count", "index")
 
 
+#: methods that only read a row (a dict's or a tuple's); any other may change the configuration it holds
+_READS_ROW = ("get", "copy", "keys", "values", "items", "count", "index")
+
+
 def _names(node: ast.expr, var: str) -> bool:
     return isinstance(node, ast.Name) and node.id == var
 
 
-def _change(stmt: ast.stmt, var: str) -> tuple[str | None, object]:
+def _in_row(node: ast.expr, var: str, items: frozenset[str]) -> bool:
+    """Whether ``node`` is a row of ``var`` or inside one: ``_CONFIGS[0]``, ``_CONFIGS[0]["backend"]``, or
+    ``row``/``row["backend"]`` for a name in ``items`` (bound to a row)."""
+    depth = 0
+    while isinstance(node, ast.Subscript | ast.Attribute):
+        node, depth = node.value, depth + isinstance(node, ast.Subscript)
+    return isinstance(node, ast.Name) and ((node.id == var and depth >= 1) or node.id in items)
+
+
+def _row_change(stmt: ast.stmt, var: str, items: frozenset[str]) -> bool:
+    """Whether ``stmt`` writes into a row of ``var``: an item assigned or deleted in it, or a method
+    that changes it (``update``, ``setdefault``, ``pop``, ...), also in a comprehension over the rows."""
+    targets = (stmt.targets if isinstance(stmt, ast.Assign | ast.Delete) else [stmt.target]
+               if isinstance(stmt, ast.AnnAssign | ast.AugAssign) else [])
+    for target in targets:
+        for node in ast.walk(target):
+            if isinstance(node, ast.Subscript | ast.Attribute) and _in_row(node.value, var, items) \
+                    and not (isinstance(node, ast.Subscript) and _names(node.value, var)):
+                return True
+        if isinstance(stmt, ast.AugAssign) and isinstance(target, ast.Name) and target.id in items:
+            return True  # `row |= {...}` updates the row in place
+    if type(stmt) in _BLOCKS or isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+        return False  # its statements are read one by one
+    scope = items | {n.id for c in ast.walk(stmt) if isinstance(c, ast.comprehension) and _mentions(c.iter, var, items)
+                     for n in ast.walk(c.target) if isinstance(n, ast.Name)}
+    return any(isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr not in _READS_ROW
+               and _in_row(n.func.value, var, scope) for n in ast.walk(stmt))
+
+
+def _change(stmt: ast.stmt, var: str, items: frozenset[str] = frozenset()) -> tuple[str | None, object]:
     """How one statement changes ``var``: ("assign", value), ("+=", value), ("append", row),
     ("extend", value), ("order", None) for a call that only reorders or reads it (the rows are the
-    same), ("other", what it is), or (None, None) when it does not."""
+    same), ("row", what) for a write into one of its rows (``items``: the names bound to its rows),
+    ("other", what it is), or (None, None) when it does not."""
     targets = (stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
                if isinstance(stmt, ast.AnnAssign | ast.AugAssign) else stmt.targets if isinstance(stmt, ast.Delete) else [])
     if isinstance(stmt, ast.Delete) and any(_names(t, var) or (isinstance(t, ast.Subscript) and _names(t.value, var))
@@ -200,6 +267,15 @@ def _change(stmt: ast.stmt, var: str) -> tuple[str | None, object]:
             if call.func.attr in _SAME_ROWS:
                 return "order", None
             return "other", f"`.{call.func.attr}()`"
+    if _row_change(stmt, var, items):
+        text = ast.unparse(stmt)
+        return "row", f"a change of one of its rows (`{text if len(text) <= 80 else text[:77] + '...'}`)"
+    if type(stmt) not in _BLOCKS and not isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+        # `last = _CONFIGS.pop()`: a call inside an expression changes it as well
+        for node in ast.walk(stmt):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and _names(node.func.value, var) \
+                    and node.func.attr not in _SAME_ROWS:
+                return "other", f"`.{node.func.attr}()`"
     return None, None
 
 

@@ -256,3 +256,54 @@ def test_a_group_comment_that_is_not_the_name_alone_is_located():
 
     assert [(p.line, p.field) for p in unreadable_group_comments(text, "t.py")] == [(3, "coverage-group"),
                                                                                    (4, "coverage-group")]
+
+
+def test_a_write_into_a_row_of_the_matrix_is_located_however_it_reaches_the_row():
+    """`_CONFIGS[0]["backend"] = "tilelang"` makes the test run another configuration than the literal
+    says: counted as written, a cell read covered while the test never ran it."""
+    source = textwrap.dedent("""\
+        _CONFIGS = [
+            {"name": "a", "backend": "megatron", "layout": "shared"},
+            {"name": "b", "backend": "tilelang", "layout": "per"},
+        ]
+        _CONFIGS[0]["backend"] = "tilelang"
+        _CONFIGS[1].update(layout="shared")
+        for _c in _CONFIGS:
+            _c["backend"] = "fsdp"
+        _CONFIGS[0]["layout"] += "-x"
+        del _CONFIGS[1]["layout"]
+        row = _CONFIGS[0]
+        row.setdefault("extra", 1)
+        _c.clear()
+        for i, c in enumerate(_CONFIGS):
+            if i:
+                c |= {"backend": "fsdp"}
+        [c.update(layout="per") for c in _CONFIGS[1:]]
+        last = _CONFIGS.pop()
+        _CONFIGS.append({"name": "z", "backend": "megatron", "layout": "per"})
+        print(_CONFIGS[0].get("name"), len(_CONFIGS))
+        for c in _CONFIGS:
+            print(c["name"], c.get("backend"))
+        row = {"name": "other"}
+        row["backend"] = "fsdp"
+        """)
+
+    configs, problems = python_matrix(source, "tests/t.py", "_CONFIGS")
+
+    assert [c.name for c in configs] == ["z"]
+    dropped = ("; the checker reads only literal `_CONFIGS = [...]`, `_CONFIGS += [...]`, `_CONFIGS.append(...)` and "
+               "`_CONFIGS.extend([...])` at module level, so rows before this line are not counted; write the rows "
+               "out as one of those")
+    assert [str(p).removesuffix(dropped) for p in problems] == [
+        "tests/t.py:5: _CONFIGS: a change of one of its rows (`_CONFIGS[0]['backend'] = 'tilelang'`)",
+        "tests/t.py:6: _CONFIGS: a change of one of its rows (`_CONFIGS[1].update(layout='shared')`)",
+        "tests/t.py:8: _CONFIGS: a change of one of its rows (`_c['backend'] = 'fsdp'`) inside a `for` block",
+        "tests/t.py:9: _CONFIGS: a change of one of its rows (`_CONFIGS[0]['layout'] += '-x'`)",
+        "tests/t.py:10: _CONFIGS: a change of one of its rows (`del _CONFIGS[1]['layout']`)",
+        "tests/t.py:12: _CONFIGS: a change of one of its rows (`row.setdefault('extra', 1)`)",
+        "tests/t.py:13: _CONFIGS: a change of one of its rows (`_c.clear()`)",
+        "tests/t.py:16: _CONFIGS: a change of one of its rows (`c |= {'backend': 'fsdp'}`) inside a `for` block",
+        "tests/t.py:17: _CONFIGS: a change of one of its rows (`[c.update(layout='per') for c in _CONFIGS[1:]]`)",
+        "tests/t.py:18: _CONFIGS: `.pop()`",
+    ]
+    assert all(str(p).endswith(dropped) for p in problems)
