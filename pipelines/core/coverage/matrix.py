@@ -202,8 +202,11 @@ def _bind(stmt: ast.stmt, var: str, items: set[str]) -> None:
 _SAME_ROWS = ("sort", "reverse", "copy", "count", "index")
 
 
-#: methods that only read a row (a dict's or a tuple's); any other may change the configuration it holds
-_READS_ROW = ("get", "copy", "keys", "values", "items", "count", "index")
+#: methods that change a dict, list or set in place: called on a row or on a field of one, they change
+#: the configuration it holds (any other method, such as a string field's ``.replace()``, only reads it)
+_WRITES_ROW = frozenset(("update", "setdefault", "pop", "popitem", "clear", "append", "extend", "insert", "remove",
+                         "add", "discard", "sort", "reverse", "difference_update", "intersection_update",
+                         "symmetric_difference_update", "__setitem__", "__delitem__", "__iadd__", "__ior__"))
 
 
 def _names(node: ast.expr, var: str) -> bool:
@@ -235,7 +238,7 @@ def _row_change(stmt: ast.stmt, var: str, items: frozenset[str]) -> bool:
         return False  # its statements are read one by one
     scope = items | {n.id for c in ast.walk(stmt) if isinstance(c, ast.comprehension) and _mentions(c.iter, var, items)
                      for n in ast.walk(c.target) if isinstance(n, ast.Name)}
-    return any(isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr not in _READS_ROW
+    return any(isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr in _WRITES_ROW
                and _in_row(n.func.value, var, scope) for n in ast.walk(stmt))
 
 

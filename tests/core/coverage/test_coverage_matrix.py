@@ -307,3 +307,29 @@ def test_a_write_into_a_row_of_the_matrix_is_located_however_it_reaches_the_row(
         "tests/t.py:18: _CONFIGS: `.pop()`",
     ]
     assert all(str(p).endswith(dropped) for p in problems)
+
+
+def test_reading_a_rows_fields_through_their_own_methods_is_no_change_and_growing_a_field_in_place_is():
+    """`[c["name"].replace("-", "_") for c in _CONFIGS]` only reads the rows (a string method); a list
+    field grown in place (`_CONFIGS[1]["args"].append(...)`) changes the configuration that row runs."""
+    source = textwrap.dedent("""\
+        _CONFIGS = [
+            {"name": "a-b", "backend": "megatron", "args": []},
+            {"name": "c-d", "backend": "fsdp", "args": []},
+        ]
+        IDS = [c["name"].replace("-", "_") for c in _CONFIGS]
+        for c in _CONFIGS:
+            print(c["name"].upper(), c["backend"].startswith("m"))
+        FIRST = _CONFIGS[0]["name"].split("-")[0]
+        """)
+
+    configs, problems = python_matrix(source, "tests/t.py", "_CONFIGS")
+
+    assert [c.name for c in configs] == ["a-b", "c-d"] and problems == []
+
+    grown = source + '_CONFIGS[1]["args"].append("--tp=2")\n'
+    configs, problems = python_matrix(grown, "tests/t.py", "_CONFIGS")
+
+    assert configs == []
+    assert [str(p).split(";")[0] for p in problems] == [
+        "tests/t.py:9: _CONFIGS: a change of one of its rows (`_CONFIGS[1]['args'].append('--tp=2')`)"]
