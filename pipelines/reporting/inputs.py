@@ -534,6 +534,9 @@ class ReportInputs:
     #: the checkout whose coverage groups the report checks against the night's selection; None: not checked
     #: (``uncovered`` then holds all the cells to list)
     repo_path: Path | None = None
+    #: the assets folder whose coverage.yaml and repos.yaml name the groups (the night's, e.g. a Dagster
+    #: resource's ``assets_dir``); None: ``NIGHTLY_ASSETS_DIR``, else the project's assets/
+    specs_dir: Path | None = None
     #: an unconfigured checkout's path: its quarantine document may still be under its folder name
     #: (reporting.state.legacy_doc), which `nightly quarantine add|release` carries over to ``repo``'s
     legacy_checkout: Path | None = None
@@ -647,7 +650,7 @@ def tonight(summary: Mapping) -> tuple[set[str] | None, dict[str, str]]:
 
 
 def uncovered_for(repo_path: Path, tests: Sequence[Test] | None = None,
-                  summary: Mapping | None = None) -> tuple[list[str], list[str]]:
+                  summary: Mapping | None = None, specs_dir: Path | None = None) -> tuple[list[str], list[str]]:
     """(the repo's declared matrix cells no test covers (pipelines.core.coverage), one line each; the
     coverage problems of the tree, ``nightly coverage``'s, for the notes).
 
@@ -672,7 +675,7 @@ def uncovered_for(repo_path: Path, tests: Sequence[Test] | None = None,
                           and not in_cadence(t, cadence)}
             why.update({i: f"not run tonight: the {cadence} cadence does not run it" for i in by_cadence})
         catalog = catalogued(tests, ran, why)
-    cells, problems = night_coverage(repo_path, catalog=catalog)
+    cells, problems = night_coverage(repo_path, specs_dir, catalog=catalog)
     notes = [f"matrix coverage: {p}" for p in problems]
     if ran is None:
         return [f"{u.group}: {u.cell.label} (group: {', '.join(u.tests)}){_why(u.why)}" for u in cells], notes
@@ -723,7 +726,7 @@ def night_uncovered(inputs: ReportInputs, summary: Mapping,
     if inputs.repo_path is None or not inputs.tests:
         return [], []
     try:
-        return uncovered_for(inputs.repo_path, inputs.tests, summary)
+        return uncovered_for(inputs.repo_path, inputs.tests, summary, inputs.specs_dir)
     except CatalogError as exc:
         warn(f"matrix coverage not checked: {exc}")
         return [f"coverage not checked: {exc}"], []
@@ -744,4 +747,5 @@ def inputs_for_night(night, uncovered: Sequence[str] | None = None,
         quarantine=night.quarantine_doc(), uncovered=tuple(uncovered or ()),
         timeout_floor_s=night.repo_spec.timeout_floor_s, timeout_factor=night.repo_spec.timeout_factor,
         repo=night.repo_spec.name, repo_path=night.repo_spec.path if uncovered is None else None,
+        specs_dir=night.settings.assets_dir,
     )

@@ -490,3 +490,23 @@ def test_the_nights_record_keeps_its_pools_and_every_report_of_it_counts_their_g
     assert usage.capacity_gpu_h == pytest.approx(16 * usage.makespan_s / 3600)
     used = sum(a["elapsed_s"] * len(a["gpu_slots"]) for a in record["attempts"])
     assert actual_lower_bound(record) == pytest.approx(max(0.5, used / 16), abs=1e-3)
+
+
+def test_the_nights_coverage_check_reads_the_groups_of_the_nights_own_assets_folder(tmp_path, monkeypatch):
+    """A Dagster deployment that sets only the resource's ``assets_dir`` (no NIGHTLY_ASSETS_DIR): the
+    night's report checks the coverage groups of that folder, not the project's assets/."""
+    from pipelines.night import Night, NightSettings
+    from pipelines.reporting.inputs import night_uncovered
+    from tests.support.assets import copied_example
+
+    monkeypatch.delenv("NIGHTLY_ASSETS_DIR", raising=False)
+    repo, assets = copied_example(tmp_path)
+    groups = (assets / "coverage.yaml").read_text()
+    assert "backend: [megatron, tilelang]" in groups
+    (assets / "coverage.yaml").write_text(groups.replace("backend: [megatron, tilelang]",
+                                                         "backend: [megatron, tilelang, fsdp]"))
+    night = Night(NightSettings(home=tmp_path / "home", assets_dir=assets, repo=str(repo)))
+
+    lines, notes = night_uncovered(inputs_for_night(night), {}, warn=lambda _: None)
+
+    assert any("backend=fsdp" in line for line in lines), lines
