@@ -17,8 +17,9 @@ failures count again) when the test file (calibrate's own est_time rewrites asid
 successions, ``calibrate.lineage``) or the image changes, or after ``lapse_after``
 consecutive failing nights (a flaky test passes now and then; one that never does is broken).
 Infra errors and skips say nothing about a test: they are ignored here, and
-failures on a node the night found bad are the node's, not the test's. Manual overrides (who, why,
-when) come from a JSON document: a hand-made quarantine holds until released by hand.
+failures on a node the night found bad are the node's, not the test's. A quarantine the rules
+made keeps the evidence that made it; what came since is its ``passes`` and ``failing``. Manual
+overrides (who, why, when) come from a JSON document: a hand-made quarantine holds until released by hand.
 """
 
 from __future__ import annotations
@@ -304,7 +305,11 @@ def step(state: FlakyState, night: NightRecord, prev: NightRecord | None, rules:
         if failing >= rules.lapse_after and not state.manual:
             return ended(state, f"failed {failing} nights in a row since quarantined (the last in run "
                                 f"{night.run_id})", night.run_id), []
-        return replace(state, passes=passes, failing=failing, evidence=evidence or state.evidence), new
+        # the rules' quarantine keeps the evidence that quarantined it, as its why says it; what came since
+        # is ``passes`` and ``failing`` (a flip back to passing is a night towards release, no new evidence).
+        # A quarantine by hand keeps what led to it and adds what comes, each piece for the window
+        kept = (evidence or state.evidence) if state.manual else state.evidence
+        return replace(state, passes=passes, failing=failing, evidence=kept), new
     if is_flaky and score >= rules.quarantine_after:
         return FlakyState(state.test_id, "quarantined", evidence, 0, night.run_id, "flaky rules",
                           f"{retries} pass(es) on retry and {flips} flip(s) in the last {rules.window_nights} nights",
