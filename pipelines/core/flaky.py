@@ -625,7 +625,8 @@ def night_verdict(attempts: Iterable[Attempt], states: Mapping[str, FlakyState],
     are those the night started with (:func:`for_tonight`): a quarantine that ended is no excuse.
     ``launched``: the tests the night was to launch; those without an attempt never started."""
     attempts = list(attempts)
-    bad = {f.node for f in detect_bad_nodes(attempts, history=history)}
+    quarantined = [t for t, st in states.items() if st.state == "quarantined"]
+    bad = {f.node for f in detect_bad_nodes(attempts, history=history, unreliable=quarantined)}
     last: dict[str, Attempt] = {}
     for a in attempts:
         last[a.test_id] = a

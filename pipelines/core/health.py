@@ -19,6 +19,10 @@ another host; nothing pointed at the host. Every node is judged against the nigh
   failed there while the other nodes ran ``contrast_rest`` attempts with at most
   ``contrast_rest_rate`` failing, counted as the rates count them (12 of 12 against 0 of 23).
 
+The rates also leave out a broken test (one that failed in each of its last ``broken_runs`` runs
+and passed in none, not even on a retry) and a quarantined one (``unreliable``): their failure is
+their own on any node; counted, a broken test failing on the healthy node hid the broken one.
+
 A ``failure_rate`` or ``contrast`` finding shows the counts and tests the rules judged (the rates'
 attempts, the tests blamed on the node) and names what the rates left out; counting every attempt
 showed "3 of 3" for a node judged on 2 of 2, and listed a test failing on every node among its tests.
@@ -84,30 +88,68 @@ class Thresholds:
     contrast_tests: int = 3
     contrast_rest: int = 10
     contrast_rest_rate: float = 0.1
+    #: a test that failed in each of its last ``broken_runs`` runs or more (passing in none, not even
+    #: on a retry) is broken: its failures count in no node's failure rate
+    broken_runs: int = 3
 
 
 def _failed(a: Attempt) -> bool:
     return a.outcome in RETRIABLE or (a.outcome == "infra_error" and a.reason in NODE_FAULTS)
 
 
-def passed_nodes(history: Iterable[Sample], runs: int = 14, exclude_run: str = "") -> dict[str, frozenset[str]]:
+class NodeHistory(dict):
+    """:func:`passed_nodes`' answer: per test, the nodes it passed on in its recent runs (a plain
+    mapping, as it always was), and what else the recent runs say about tests:
+
+    - ``unpassed``: test -> how many of its recent runs it failed, for a test that passed in none of
+      them (not even on a retry): one failing in each of its last ``broken_runs`` runs is broken,
+      and its failure says nothing of the node it ran on;
+    - ``unreliable``: tests the caller knows say nothing of a node (the quarantined: a flaky
+      test's failure is its own), left out of the node failure rates like the broken ones.
+    """
+
+    def __init__(self, passed: Mapping[str, frozenset[str]] | None = None, unpassed: Mapping[str, int] | None = None,
+                 unreliable: Iterable[str] = ()):
+        super().__init__(passed or {})
+        self.unpassed = dict(unpassed or {})
+        self.unreliable = frozenset(unreliable)
+
+
+def leave_out(history: Mapping[str, Collection[str]] | None, tests: Iterable[str]) -> NodeHistory:
+    """``history`` with ``tests`` (the night's quarantined tests) left out of the node failure rates."""
+    h = as_node_history(history)
+    return NodeHistory(h, h.unpassed, h.unreliable | frozenset(tests))
+
+
+def as_node_history(history: Mapping[str, Collection[str]] | None) -> NodeHistory:
+    """A plain ``passed_nodes`` mapping (or None) as a :class:`NodeHistory` that knows nothing more."""
+    if isinstance(history, NodeHistory):
+        return history
+    return NodeHistory({t: frozenset(ns) for t, ns in (history or {}).items()})
+
+
+def passed_nodes(history: Iterable[Sample], runs: int = 14, exclude_run: str = "") -> NodeHistory:
     """Per test, the nodes it passed on in its newest ``runs`` runs of ``history`` (``exclude_run``:
-    tonight's, whose attempts are judged as such): the "its recent history says it passes" evidence."""
-    by_run: dict[str, dict[str, tuple[str, set[str]]]] = defaultdict(dict)
+    tonight's, whose attempts are judged as such): the "its recent history says it passes" evidence.
+    Also the tests that passed in none of their newest runs (:class:`NodeHistory`)."""
+    by_run: dict[str, dict[str, tuple[str, set[str], bool, bool]]] = defaultdict(dict)
     for s in history:
         if s.run_id == exclude_run:
             continue
-        when, nodes = by_run[s.test_id].get(s.run_id, ("", set()))
+        when, nodes, passed, failed = by_run[s.test_id].get(s.run_id, ("", set(), False, False))
         if s.outcome == "passed" and s.node:
             nodes.add(s.node)
-        by_run[s.test_id][s.run_id] = (max(when, s.started_at), nodes)
-    out = {}
+        by_run[s.test_id][s.run_id] = (max(when, s.started_at), nodes, passed or s.outcome == "passed",
+                                       failed or s.outcome in RETRIABLE)
+    out, unpassed = {}, {}
     for test_id, per_run in by_run.items():
-        newest = sorted(per_run.values(), key=lambda x: x[0])[-runs:]
-        nodes = frozenset(n for _, ns in newest for n in ns)
+        kept = sorted(per_run.values(), key=lambda x: x[0])[-runs:]
+        nodes = frozenset(n for _, ns, *_ in kept for n in ns)
         if nodes:
             out[test_id] = nodes
-    return out
+        if not any(passed for _, _, passed, _ in kept) and any(failed for *_, failed in kept):
+            unpassed[test_id] = sum(1 for *_, failed in kept if failed)
+    return NodeHistory(out, unpassed)
 
 
 class RecentPasses:
@@ -123,50 +165,55 @@ class RecentPasses:
     def __init__(self, runs: int = 14):
         self._runs = runs
         self._added = 0
-        self._newest: dict[str, list[tuple[str, int, frozenset[str]]]] = {}
+        self._newest: dict[str, list[tuple[str, int, frozenset[str], bool, bool]]] = {}
+
+    def _keep(self, heap: list, entry: tuple) -> None:
+        if len(heap) < self._runs or self._runs <= 0:  # 0: every run, as passed_nodes' [-0:]
+            heapq.heappush(heap, entry)
+        elif entry[:2] > heap[0][:2]:
+            heapq.heapreplace(heap, entry)
 
     def add_run(self, samples: Iterable[Sample]) -> None:
         """One run's samples (every test of it), after every run added before."""
-        mine: dict[str, tuple[str, set[str]]] = {}
+        mine: dict[str, tuple[str, set[str], bool, bool]] = {}
         for s in samples:
-            when, nodes = mine.get(s.test_id, ("", set()))
+            when, nodes, passed, failed = mine.get(s.test_id, ("", set(), False, False))
             if s.outcome == "passed" and s.node:
                 nodes.add(s.node)
-            mine[s.test_id] = (max(when, s.started_at), nodes)
+            mine[s.test_id] = (max(when, s.started_at), nodes, passed or s.outcome == "passed",
+                               failed or s.outcome in RETRIABLE)
         self._added += 1
-        for test_id, (when, nodes) in mine.items():
-            heap = self._newest.setdefault(test_id, [])
-            entry = (when, self._added, frozenset(nodes))
-            if len(heap) < self._runs or self._runs <= 0:  # 0: every run, as passed_nodes' [-0:]
-                heapq.heappush(heap, entry)
-            elif entry[:2] > heap[0][:2]:
-                heapq.heapreplace(heap, entry)
+        for test_id, (when, nodes, passed, failed) in mine.items():
+            self._keep(self._newest.setdefault(test_id, []), (when, self._added, frozenset(nodes), passed, failed))
 
-    def nodes(self) -> dict[str, frozenset[str]]:
+    def nodes(self) -> NodeHistory:
         """As ``passed_nodes`` of every run added so far."""
-        out = {}
+        out, unpassed = {}, {}
         for test_id, heap in self._newest.items():
-            nodes = frozenset(n for *_, ns in heap for n in ns)
+            nodes = frozenset(n for _, _, ns, *_ in heap for n in ns)
             if nodes:
                 out[test_id] = nodes
-        return out
+            if not any(passed for *_, passed, _ in heap) and any(failed for *_, failed in heap):
+                unpassed[test_id] = sum(1 for *_, failed in heap if failed)
+        return NodeHistory(out, unpassed)
 
 
 def detect_bad_nodes(attempts: Sequence[Attempt], *, history: Mapping[str, Collection[str]] | None = None,
-                     pools: Mapping[str, str] | None = None,
-                     limits: Thresholds = Thresholds()) -> list[NodeFinding]:
+                     pools: Mapping[str, str] | None = None, limits: Thresholds = Thresholds(),
+                     unreliable: Collection[str] = ()) -> list[NodeFinding]:
     """Nodes whose attempts this night say the node, not the tests, is broken (worst first).
 
     ``history``: ``passed_nodes(...)`` of the runs before this one, where the caller has them;
-    ``pools``: each test's pool (see ``pool_of``)."""
-    return assess_nodes(attempts, history=history, pools=pools, limits=limits)[0]
+    ``pools``: each test's pool (see ``pool_of``); ``unreliable``: tests left out of the failure
+    rates (the quarantined)."""
+    return assess_nodes(attempts, history=history, pools=pools, limits=limits, unreliable=unreliable)[0]
 
 
 def suspect_nodes(attempts: Sequence[Attempt], *, history: Mapping[str, Collection[str]] | None = None,
-                  pools: Mapping[str, str] | None = None,
-                  limits: Thresholds = Thresholds()) -> tuple[str, ...]:
+                  pools: Mapping[str, str] | None = None, limits: Thresholds = Thresholds(),
+                  unreliable: Collection[str] = ()) -> tuple[str, ...]:
     """Nodes failing far more than the others tonight without the evidence yet to name them."""
-    return assess_nodes(attempts, history=history, pools=pools, limits=limits)[1]
+    return assess_nodes(attempts, history=history, pools=pools, limits=limits, unreliable=unreliable)[1]
 
 
 def pool_of(a: Attempt, pools: Mapping[str, str] | None = None) -> str:
@@ -176,10 +223,15 @@ def pool_of(a: Attempt, pools: Mapping[str, str] | None = None) -> str:
 
 
 def assess_nodes(attempts: Sequence[Attempt], *, history: Mapping[str, Collection[str]] | None = None,
-                 pools: Mapping[str, str] | None = None,
-                 limits: Thresholds = Thresholds()) -> tuple[list[NodeFinding], tuple[str, ...]]:
+                 pools: Mapping[str, str] | None = None, limits: Thresholds = Thresholds(),
+                 unreliable: Collection[str] = ()) -> tuple[list[NodeFinding], tuple[str, ...]]:
     """(bad nodes, worst first; suspects that are not bad), from the night's attempts so far.
-    ``pools``: test id -> pool; a node is judged against the other nodes of its pool only."""
+    ``pools``: test id -> pool; a node is judged against the other nodes of its pool only.
+    ``unreliable``: tests whose failures say nothing of a node (the quarantined), besides those
+    ``history`` knows (:class:`NodeHistory`: its ``unreliable``, and the broken tests)."""
+    hist = as_node_history(history)
+    broken = frozenset(t for t, n in hist.unpassed.items() if n >= limits.broken_runs)
+    quarantined = (hist.unreliable | frozenset(unreliable)) - broken
     by_node: dict[str, list[Attempt]] = defaultdict(list)
     node_pool: dict[str, str] = {}
     passed_on: dict[str, set[str]] = defaultdict(set)
@@ -200,9 +252,11 @@ def assess_nodes(attempts: Sequence[Attempt], *, history: Mapping[str, Collectio
         return bool(failed_on[test_id] - {node} and not passed_on[test_id] - {node})
 
     def rated(xs: list[Attempt]) -> list[Attempt]:
-        """The attempts a failure rate counts: no retries (tests that already failed once), and no
-        test failing there that is failing elsewhere too (the test's, the same on every node)."""
-        return [a for a in xs if not retry_of[id(a)] and not (a.node in failed_on[a.test_id] and own(a.test_id, a.node))]
+        """The attempts a failure rate counts: no retries (tests that already failed once), no test
+        failing there that is failing elsewhere too (the test's, the same on every node), and no
+        broken or quarantined test (its failure is its own wherever it runs)."""
+        return [a for a in xs if not retry_of[id(a)] and a.test_id not in broken and a.test_id not in quarantined
+                and not (a.node in failed_on[a.test_id] and own(a.test_id, a.node))]
 
     findings: list[NodeFinding] = []
     suspects: list[str] = []
@@ -214,28 +268,34 @@ def assess_nodes(attempts: Sequence[Attempt], *, history: Mapping[str, Collectio
         if infra is not None:
             findings.append(infra)
             continue
-        # a test that failed on another node tonight too, and passed on none, is the test's own doing
-        blamed = [a for a in failed if a.outcome in RETRIABLE and not own(a.test_id, node)]
+        # a test that failed on another node tonight too, and passed on none, is the test's own doing;
+        # a broken or quarantined test's failure is its own wherever it runs
+        blamed = [a for a in failed if a.outcome in RETRIABLE and not own(a.test_id, node)
+                  and a.test_id not in broken and a.test_id not in quarantined]
         # once the night retried this node's failures elsewhere it had been suspect: it stays so while
         # min_tests of its failures are not repeated elsewhere, however the rates have moved since
         retried = any(retry_of[id(a)] == node for n in peers for a in by_node[n])
         counted, counted_rest = rated(mine), rated(rest)
-        if not (_suspect(counted, blamed, counted_rest, limits)
-                or (retried and len(_distinct(blamed)) >= limits.min_tests)):
-            continue
-        # the finding shows the counts and tests the rules judged, and says what they left out
-        kept = {id(a) for a in (*counted, *counted_rest)}
-        left = [a for a in (*mine, *rest) if id(a) not in kept]
-        retries = sum(1 for a in left if retry_of[id(a)])
-        theirs = _distinct(a for a in left if not retry_of[id(a)])
-        base = dict(node=node, failed=sum(1 for a in counted if _failed(a)), total=len(counted),
-                    rest_failed=sum(1 for a in counted_rest if _failed(a)), rest_total=len(counted_rest),
-                    tests=tuple(_distinct(blamed)))
-        finding = _judged(node, peers, blamed, base, _left_out(retries, theirs), passed_on, history or {}, limits)
-        if finding is None:
-            suspects.append(node)
-        else:
+        suspect = (_suspect(counted, blamed, counted_rest, limits)
+                   or (retried and len(_distinct(blamed)) >= limits.min_tests))
+        finding = None
+        if suspect:
+            # the finding shows the counts and tests the rules judged, and says what they left out
+            kept = {id(a) for a in (*counted, *counted_rest)}
+            left = [a for a in (*mine, *rest) if id(a) not in kept]
+            retries = sum(1 for a in left if retry_of[id(a)])
+            firsts = [a for a in left if not retry_of[id(a)]]
+            left_out = _left_out(retries, _distinct(a for a in firsts if a.test_id in broken),
+                                 _distinct(a for a in firsts if a.test_id in quarantined and a.test_id not in broken),
+                                 _distinct(a for a in firsts if a.test_id not in broken and a.test_id not in quarantined))
+            base = dict(node=node, failed=sum(1 for a in counted if _failed(a)), total=len(counted),
+                        rest_failed=sum(1 for a in counted_rest if _failed(a)), rest_total=len(counted_rest),
+                        tests=tuple(_distinct(blamed)))
+            finding = _judged(node, peers, blamed, base, left_out, passed_on, hist, limits)
+        if finding is not None:
             findings.append(finding)
+        elif suspect:
+            suspects.append(node)
     return sorted(findings, key=lambda f: (-f.failed, f.node)), tuple(suspects)
 
 
@@ -281,11 +341,15 @@ def _suspect(mine: list[Attempt], blamed: list[Attempt], rest: list[Attempt], li
     return rate >= limits.min_rate and rate - sum(1 for a in rest if _failed(a)) / len(rest) >= limits.min_gap
 
 
-def _left_out(retries: int, tests: Sequence[str]) -> str:
+def _left_out(retries: int, broken: Sequence[str], quarantined: Sequence[str], tests: Sequence[str]) -> str:
     """What the rates did not count, said beside them (else the counts look wrong against the night's attempts)."""
     parts = [f"{retries} retr{'y' if retries == 1 else 'ies'}"] if retries else []
     if tests:
         parts.append(f"the attempts of {len(tests)} test(s) failing on another node too ({', '.join(tests)})")
+    if broken:
+        parts.append(f"{len(broken)} test(s) failing in each of their recent runs ({', '.join(broken)})")
+    if quarantined:
+        parts.append(f"{len(quarantined)} quarantined test(s) ({', '.join(quarantined)})")
     return f"; first attempts only, not counted: {' and '.join(parts)}" if parts else ""
 
 

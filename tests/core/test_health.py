@@ -8,6 +8,7 @@ from pipelines.core.health import (
     assess_nodes,
     avoid_nodes,
     detect_bad_nodes,
+    leave_out,
     passed_nodes,
     report_lines,
     retries_due,
@@ -243,3 +244,33 @@ def test_a_bad_nodes_counts_and_tests_are_the_ones_its_rule_judged():
         "2 of 2 attempts failed here (other nodes: 0 of 2; first attempts only, not counted: 3 retries and "
         "the attempts of 1 test(s) failing on another node too (t_lora)); "
         "2 of these tests passed elsewhere the same night (local-h200-0: 2)")
+
+
+def _earlier_nights(nights: int = 6) -> list[Sample]:
+    """Six nights where t_always failed every night (on both nodes) and every other test passed on n0."""
+    out = []
+    for d in range(1, nights + 1):
+        out += [Sample("always", "h200", "x", "failed", 1.0, f"2026-12-0{d}T01:00:00Z", node=f"n{d % 2}", run_id=f"r{d}")]
+        out += [Sample(t, "h200", "x", "passed", 1.0, f"2026-12-0{d}T01:00:01Z", node="n0", run_id=f"r{d}")
+                for t in ("flip", "ok", "q", "node1", "node2", "node3")]
+    return out
+
+
+def test_a_broken_or_quarantined_test_counts_in_no_node_failure_rate():
+    """The reviewer's night 7: n1 failed q and node3 (both passed on n0 recently) while t_always,
+    failing every night for a week, failed on n0: rates 2/3 vs 1/4 were under the gap, n1 was not
+    even suspect and its failures were blamed on the tests."""
+    history = passed_nodes(_earlier_nights())
+    night = [attempt("always", "n0", "failed"), attempt("flip", "n1"), attempt("ok", "n0"), attempt("q", "n1", "failed"),
+             attempt("node1", "n0"), attempt("node3", "n1", "failed"), attempt("node2", "n0")]
+    [finding] = detect_bad_nodes(night, history=history)
+    assert (finding.node, finding.rule, finding.tests) == ("n1", "failure_rate", ("q", "node3"))
+    assert (finding.failed, finding.total, finding.rest_failed, finding.rest_total) == (2, 3, 0, 3)
+    assert "not counted: 1 test(s) failing in each of their recent runs (always)" in finding.evidence
+    # night 6: the broken test and a quarantined one failing on the healthy node made it suspect (2 retries)
+    night6 = [attempt("always", "n0", "failed"), attempt("flip", "n0", "failed"), attempt("ok", "n1"),
+              attempt("node1", "n0"), attempt("node2", "n1"), attempt("node3", "n1")]
+    assert assess_nodes(night6, history=history, unreliable={"flip"}) == ([], ())
+    assert assess_nodes(night6, history=leave_out(history, {"flip"})) == ([], ())
+    # a test that failed in only two runs is not yet broken: it still counts, and hides the node as before
+    assert detect_bad_nodes(night, history=passed_nodes(_earlier_nights(2))) == []
