@@ -18,6 +18,12 @@ another host; nothing pointed at the host. Every node is judged against the nigh
 - *contrast*: a suspect whose contrast alone is overwhelming: ``contrast_tests`` different tests
   failed there while the other nodes ran ``contrast_rest`` attempts with at most
   ``contrast_rest_rate`` failing, counted as the rates count them (12 of 12 against 0 of 23).
+- *history*: a node that fails one test a night is never named within a night, and its victims
+  looked flaky (a flip each, node against no node). Across the recent runs (``passed_nodes``'
+  window) and tonight: ``history_tests`` different tests failed on it in ``history_nights``
+  different runs, each a test that failed on no other node in them (failures spread over several
+  nodes are the test's) and passed on another node (recently or tonight), and no other node of its
+  pool had more than a ``history_ratio``-th as many such tests. Judged only on a night it failed so.
 
 The rates also leave out a broken test (one that failed in each of its last ``broken_runs`` runs
 and passed in none, not even on a retry) and a quarantined one (``unreliable``): their failure is
@@ -91,16 +97,51 @@ class Thresholds:
     #: a test that failed in each of its last ``broken_runs`` runs or more (passing in none, not even
     #: on a retry) is broken: its failures count in no node's failure rate
     broken_runs: int = 3
+    #: the cross-night rule (``history``): ``history_tests`` different tests failed on the node in
+    #: ``history_nights`` different runs (tonight's included) of the recent ones, each failing on no
+    #: other node and passing on another; and ``history_ratio`` times as many such tests as any other
+    #: node of its pool had
+    history_tests: int = 3
+    history_nights: int = 3
+    history_ratio: int = 3
 
 
 def _failed(a: Attempt) -> bool:
     return a.outcome in RETRIABLE or (a.outcome == "infra_error" and a.reason in NODE_FAULTS)
 
 
+@dataclass(frozen=True)
+class RunFailures:
+    """What the cross-night rule keeps of one earlier run: its failures and the nodes it ran on."""
+
+    run_id: str
+    #: (test, node) of each failed or timed-out attempt that ran on a node
+    failures: tuple[tuple[str, str], ...]
+    #: node -> attempts there (skips left out)
+    attempts: Mapping[str, int]
+    #: node -> the hardware its samples ran on (a sample's hardware stands for its pool)
+    hardware: Mapping[str, str]
+
+
+def _run_failures(run_id: str, samples: Iterable[Sample]) -> RunFailures:
+    failures, attempts, hardware = [], defaultdict(int), {}
+    for s in samples:
+        if not s.node or s.outcome == "skipped":
+            continue
+        attempts[s.node] += 1
+        if s.hardware:
+            hardware[s.node] = s.hardware
+        if s.outcome in RETRIABLE:
+            failures.append((s.test_id, s.node))
+    return RunFailures(run_id, tuple(failures), dict(attempts), hardware)
+
+
 class NodeHistory(dict):
     """:func:`passed_nodes`' answer: per test, the nodes it passed on in its recent runs (a plain
-    mapping, as it always was), and what else the recent runs say about tests:
+    mapping, as it always was), and what else the recent runs say about nodes and tests:
 
+    - ``runs``: the newest runs' failures, oldest first (:class:`RunFailures`): a node that fails
+      one test a night is only seen across nights (the ``history`` rule);
     - ``unpassed``: test -> how many of its recent runs it failed, for a test that passed in none of
       them (not even on a retry): one failing in each of its last ``broken_runs`` runs is broken,
       and its failure says nothing of the node it ran on;
@@ -108,9 +149,10 @@ class NodeHistory(dict):
       test's failure is its own), left out of the node failure rates like the broken ones.
     """
 
-    def __init__(self, passed: Mapping[str, frozenset[str]] | None = None, unpassed: Mapping[str, int] | None = None,
-                 unreliable: Iterable[str] = ()):
+    def __init__(self, passed: Mapping[str, frozenset[str]] | None = None, runs: Iterable[RunFailures] = (),
+                 unpassed: Mapping[str, int] | None = None, unreliable: Iterable[str] = ()):
         super().__init__(passed or {})
+        self.runs = tuple(runs)
         self.unpassed = dict(unpassed or {})
         self.unreliable = frozenset(unreliable)
 
@@ -118,7 +160,7 @@ class NodeHistory(dict):
 def leave_out(history: Mapping[str, Collection[str]] | None, tests: Iterable[str]) -> NodeHistory:
     """``history`` with ``tests`` (the night's quarantined tests) left out of the node failure rates."""
     h = as_node_history(history)
-    return NodeHistory(h, h.unpassed, h.unreliable | frozenset(tests))
+    return NodeHistory(h, h.runs, h.unpassed, h.unreliable | frozenset(tests))
 
 
 def as_node_history(history: Mapping[str, Collection[str]] | None) -> NodeHistory:
@@ -131,8 +173,11 @@ def as_node_history(history: Mapping[str, Collection[str]] | None) -> NodeHistor
 def passed_nodes(history: Iterable[Sample], runs: int = 14, exclude_run: str = "") -> NodeHistory:
     """Per test, the nodes it passed on in its newest ``runs`` runs of ``history`` (``exclude_run``:
     tonight's, whose attempts are judged as such): the "its recent history says it passes" evidence.
-    Also the tests that passed in none of their newest runs (:class:`NodeHistory`)."""
+    Also the failures of the newest ``runs`` runs of all, and the tests that passed in none of
+    their newest runs (:class:`NodeHistory`)."""
     by_run: dict[str, dict[str, tuple[str, set[str], bool, bool]]] = defaultdict(dict)
+    samples: dict[str, list[Sample]] = defaultdict(list)
+    newest: dict[str, str] = {}
     for s in history:
         if s.run_id == exclude_run:
             continue
@@ -141,6 +186,8 @@ def passed_nodes(history: Iterable[Sample], runs: int = 14, exclude_run: str = "
             nodes.add(s.node)
         by_run[s.test_id][s.run_id] = (max(when, s.started_at), nodes, passed or s.outcome == "passed",
                                        failed or s.outcome in RETRIABLE)
+        samples[s.run_id].append(s)
+        newest[s.run_id] = max(newest.get(s.run_id, ""), s.started_at)
     out, unpassed = {}, {}
     for test_id, per_run in by_run.items():
         kept = sorted(per_run.values(), key=lambda x: x[0])[-runs:]
@@ -149,7 +196,8 @@ def passed_nodes(history: Iterable[Sample], runs: int = 14, exclude_run: str = "
             out[test_id] = nodes
         if not any(passed for _, _, passed, _ in kept) and any(failed for *_, failed in kept):
             unpassed[test_id] = sum(1 for *_, failed in kept if failed)
-    return NodeHistory(out, unpassed)
+    window = sorted(samples, key=lambda r: newest[r])[-runs:]
+    return NodeHistory(out, [_run_failures(r, samples[r]) for r in window], unpassed)
 
 
 class RecentPasses:
@@ -158,14 +206,16 @@ class RecentPasses:
     Replaying years of nights asked ``passed_nodes`` of every earlier run again at each run: time
     grew with the square of the history (3 minutes at 1,000 nights of 100 tests). Each test keeps
     only its newest ``runs`` runs here (a heap on the run's newest start, ties to the run added
-    later, as ``passed_nodes``' stable sort has them), so adding a run costs its own samples and
-    asking costs the tests' kept runs. Runs must be added whole, in the order ``passed_nodes``
-    would meet them in its ``history``."""
+    later, as ``passed_nodes``' stable sort has them), and so does the window of runs whose
+    failures the cross-night rule reads, so adding a run costs its own samples and asking costs
+    the tests' kept runs. Runs must be added whole, in the order ``passed_nodes`` would meet them
+    in its ``history``."""
 
     def __init__(self, runs: int = 14):
         self._runs = runs
         self._added = 0
         self._newest: dict[str, list[tuple[str, int, frozenset[str], bool, bool]]] = {}
+        self._window: list[tuple[str, int, RunFailures]] = []
 
     def _keep(self, heap: list, entry: tuple) -> None:
         if len(heap) < self._runs or self._runs <= 0:  # 0: every run, as passed_nodes' [-0:]
@@ -175,6 +225,7 @@ class RecentPasses:
 
     def add_run(self, samples: Iterable[Sample]) -> None:
         """One run's samples (every test of it), after every run added before."""
+        samples = list(samples)
         mine: dict[str, tuple[str, set[str], bool, bool]] = {}
         for s in samples:
             when, nodes, passed, failed = mine.get(s.test_id, ("", set(), False, False))
@@ -185,6 +236,13 @@ class RecentPasses:
         self._added += 1
         for test_id, (when, nodes, passed, failed) in mine.items():
             self._keep(self._newest.setdefault(test_id, []), (when, self._added, frozenset(nodes), passed, failed))
+        if samples:
+            when = max(s.started_at for s in samples)
+            self._keep(self._window, (when, self._added, _run_failures(samples[0].run_id, samples)))
+
+    def failing_nodes(self) -> set[str]:
+        """The nodes with a failure in the window of runs (cheap: the replay's quick check)."""
+        return {n for *_, run in self._window for _, n in run.failures}
 
     def nodes(self) -> NodeHistory:
         """As ``passed_nodes`` of every run added so far."""
@@ -195,7 +253,7 @@ class RecentPasses:
                 out[test_id] = nodes
             if not any(passed for *_, passed, _ in heap) and any(failed for *_, failed in heap):
                 unpassed[test_id] = sum(1 for *_, failed in heap if failed)
-        return NodeHistory(out, unpassed)
+        return NodeHistory(out, [run for *_, run in sorted(self._window, key=lambda e: e[:2])], unpassed)
 
 
 def detect_bad_nodes(attempts: Sequence[Attempt], *, history: Mapping[str, Collection[str]] | None = None,
@@ -258,6 +316,8 @@ def assess_nodes(attempts: Sequence[Attempt], *, history: Mapping[str, Collectio
         return [a for a in xs if not retry_of[id(a)] and a.test_id not in broken and a.test_id not in quarantined
                 and not (a.node in failed_on[a.test_id] and own(a.test_id, a.node))]
 
+    lone = _lone_failures(attempts, hist, passed_on, broken)
+
     findings: list[NodeFinding] = []
     suspects: list[str] = []
     for node, mine in sorted(by_node.items()):
@@ -292,11 +352,65 @@ def assess_nodes(attempts: Sequence[Attempt], *, history: Mapping[str, Collectio
                         rest_failed=sum(1 for a in counted_rest if _failed(a)), rest_total=len(counted_rest),
                         tests=tuple(_distinct(blamed)))
             finding = _judged(node, peers, blamed, base, left_out, passed_on, hist, limits)
+        if finding is None and peers:
+            finding = _across_nights(node, peers, lone, hist, by_node, limits)
         if finding is not None:
             findings.append(finding)
         elif suspect:
             suspects.append(node)
     return sorted(findings, key=lambda f: (-f.failed, f.node)), tuple(suspects)
+
+
+def _lone_failures(attempts: Sequence[Attempt], hist: NodeHistory, passed_on: Mapping[str, set[str]],
+                   broken: Collection[str]) -> dict[str, list[tuple[str, str]]]:
+    """Node -> (run id, "" for tonight; test) of each failure there, in the recent runs and tonight,
+    of a test that failed on no other node in them and passed on another node (recently or
+    tonight): the failures the cross-night rule lays at the node. A test whose failures spread over
+    several nodes is the test's, on every node; a broken test's failures are its own."""
+    fails = [(r.run_id, t, n) for r in hist.runs for t, n in r.failures]
+    fails += [("", a.test_id, a.node) for a in attempts if a.node and a.outcome in RETRIABLE]
+    where: dict[str, set[str]] = defaultdict(set)
+    for _, t, n in fails:
+        where[t].add(n)
+    out: dict[str, list[tuple[str, str]]] = defaultdict(list)
+    for r, t, n in fails:
+        if where[t] == {n} and t not in broken and (set(hist.get(t, ())) | passed_on.get(t, set())) - {n}:
+            out[n].append((r, t))
+    return out
+
+
+def _across_nights(node: str, peers: Collection[str], lone: Mapping[str, list[tuple[str, str]]],
+                   hist: NodeHistory, by_node: Mapping[str, list[Attempt]], limits: Thresholds) -> NodeFinding | None:
+    """The ``history`` rule: a node that fails one test a night is never named within a night; across
+    the recent runs, its failures of tests that pass elsewhere (``lone``) name it. Judged only when
+    it failed so tonight, against the other nodes of its pool (tonight's ``peers``, and the nodes of
+    its hardware in the recent runs)."""
+    mine = lone.get(node, [])
+    if not any(r == "" for r, _ in mine):
+        return None
+    tests = list(dict.fromkeys(t for r, t in sorted(mine, key=lambda x: x[0] != "")))
+    nights = {r for r, _ in mine}
+    if len(tests) < limits.history_tests or len(nights) < limits.history_nights:
+        return None
+    hardware = {n: h for r in hist.runs for n, h in r.hardware.items()}
+    group = (set(peers) | {n for n, h in hardware.items() if node in hardware and h == hardware[node]}) - {node}
+    worst = max((len({t for _, t in lone.get(p, ())}) for p in group), default=0)
+    if worst * limits.history_ratio > len(tests):
+        return None
+
+    def ran(n: str) -> int:
+        return sum(r.attempts.get(n, 0) for r in hist.runs) + sum(1 for a in by_node.get(n, ()) if a.outcome != "skipped")
+
+    rest_failed, rest_total = sum(len(lone.get(p, ())) for p in group), sum(ran(p) for p in group)
+    tonight = [a for a in by_node[node] if a.outcome in RETRIABLE and ("", a.test_id) in mine]
+    before = [f"{t} in run {r}" for r, t in mine if r]
+    shown = before[-3:] + ([f"and {len(before) - 3} more"] if len(before) > 3 else [])
+    evidence = (f"{len(tests)} different tests failed here in {len(nights)} runs (tonight and the "
+                f"{len(hist.runs)} before it), each passing on another node and failing on no other node "
+                f"({len(mine)} such failures in {ran(node)} attempts here; other nodes of its pool: {rest_failed} "
+                f"in {rest_total}); tonight: {_examples(tonight)}; before: {', '.join(shown)}")
+    return NodeFinding(node=node, rule="history", failed=len(mine), total=ran(node), rest_failed=rest_failed,
+                       rest_total=rest_total, tests=tuple(tests), evidence=evidence)
 
 
 def _infra(node: str, mine: list[Attempt], failed: list[Attempt], rest: list[Attempt],
