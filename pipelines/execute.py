@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from pipelines.core.health import detect_bad_nodes
+from pipelines.core.health import detect_bad_nodes, leave_out
 from pipelines.core.model import Attempt, Plan, Requirement, Test
 from pipelines.core.plan.accuracy import night_record, record_to_json
 from pipelines.core.plan.predict import predicted_text
@@ -120,6 +120,9 @@ def run_tests(night: Night, runset: RunSet, selection: RunSelection, *, launcher
     tests = list(runset.run)
     plan = night.plan(tests)
     states = _flaky_states(night, tests)
+    # the night's nodes are judged with its quarantined tests out of their failure rates (a flaky test's
+    # failure is its own), in the dispatch, the verdict and the record alike
+    night.node_history = leave_out(night.node_history, [t for t, st in states.items() if st.state == "quarantined"])
     progress = _Progress(night, runset, selection, plan, infra or {}, tags or {}, states, say)
     progress.write()  # from here on the run is in the store, even if its worker dies without a word
     try:

@@ -10,7 +10,8 @@ are listed or accepted (its catalog's; without one, those its quarantine file an
 runs; its failure does not fail the night, but an infra error or a bad node always does.
 A quarantine added by hand holds until released by hand (``list`` says how many nights in a row
 it has failed since); one the rules made ends when the test file or image changes, or after
-``lapse_after`` failing nights in a row. ``list`` shows the states after the last night, and says
+``lapse_after`` failing nights in a row, and keeps the evidence that made it (``list`` shows the
+clean and failing nights since on a line of their own). ``list`` shows the states after the last night, and says
 of a quarantine whose test file has changed since that it ends when it next runs
 (``ends_next_run`` in ``--json``); an image change is only seen when a night probes it.
 
@@ -109,6 +110,10 @@ def _list(args: argparse.Namespace) -> int:
         print(f"{s.state:<11} {s.test_id}  since {s.since or '-'}{who}: {s.why or '-'}{failing}{ends}")
         for e in s.evidence:
             print(f"            - {e.text}")
+        if s.state == "quarantined" and not s.manual:  # what came after, apart from the evidence that quarantined it
+            print(f"            since quarantined: {s.passes} clean passing night(s) in a row of the "
+                  f"{inputs.rules.release_after} that release it; {s.failing} failing night(s) in a row of the "
+                  f"{inputs.rules.lapse_after} that end it")
     return 0
 
 

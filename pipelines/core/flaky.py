@@ -17,8 +17,10 @@ failures count again) when the test file (calibrate's own est_time rewrites asid
 successions, ``calibrate.lineage``) or the image changes, or after ``lapse_after``
 consecutive failing nights (a flaky test passes now and then; one that never does is broken).
 Infra errors and skips say nothing about a test: they are ignored here, and
-failures on a node the night found bad are the node's, not the test's. Manual overrides (who, why,
-when) come from a JSON document: a hand-made quarantine holds until released by hand.
+failures on a node the night found bad are the node's, not the test's, and so are the earlier
+failures that named a node across nights (``health``'s ``history`` rule). A quarantine the rules
+made keeps the evidence that made it; what came since is its ``passes`` and ``failing``. Manual
+overrides (who, why, when) come from a JSON document: a hand-made quarantine holds until released by hand.
 """
 
 from __future__ import annotations
@@ -31,7 +33,14 @@ from typing import NamedTuple
 
 from pipelines.core.calibrate.lineage import Lineage
 from pipelines.core.calibrate.policies import parse_time
-from pipelines.core.health import HARD_FAULTS, NODE_FAULTS, RecentPasses, detect_bad_nodes
+from pipelines.core.health import (
+    HARD_FAULTS,
+    NODE_FAULTS,
+    NodeHistory,
+    RecentPasses,
+    assess_nodes,
+    detect_bad_nodes,
+)
 from pipelines.core.model import Attempt, CatalogError, Problem, Sample
 
 STATES = ("healthy", "flaky", "quarantined", "released")
@@ -190,7 +199,11 @@ def _time(value: str) -> datetime:
 
 
 def night_records(samples: Sequence[Sample]) -> list[NightRecord]:
-    """Samples grouped into per-test nights, oldest run first; infra, skips and bad-node failures dropped."""
+    """Samples grouped into per-test nights, oldest run first; infra, skips and bad-node failures dropped.
+
+    A node named by the cross-night rule (``health``'s ``history``) takes with it the earlier
+    failures that named it: they were the node's from the first (a test is never blamed for a
+    node, though the night before it was named had to count them)."""
     runs: dict[str, list[Sample]] = defaultdict(list)
     first: dict[str, str] = {}
     for s in samples:
@@ -200,13 +213,19 @@ def night_records(samples: Sequence[Sample]) -> list[NightRecord]:
     out = []
     order = sorted(runs, key=lambda r: _time(first.get(r, "")))
     before = RecentPasses()  # passed_nodes of the runs before this one, kept as the replay goes
+    judged, nodes_own = [], set()
     for run_id in order:
         mine = runs[run_id]
-        bad = _bad_nodes(mine, before.nodes)
+        bad, earlier = _judged_run(mine, before.nodes, before.failing_nodes())
+        nodes_own |= earlier
         before.add_run(mine)
+        judged.append((run_id, bad))
+    for run_id, bad in judged:
+        mine = runs[run_id]
         per_test: dict[str, list[Sample]] = {}
         for s in mine:
-            if s.outcome == "passed" or (s.outcome in _FAIL and s.node not in bad):
+            if s.outcome == "passed" or (s.outcome in _FAIL and s.node not in bad
+                                         and (run_id, s.test_id, s.node) not in nodes_own):
                 per_test.setdefault(s.test_id, []).append(s)
         for test_id, xs in per_test.items():
             if len(xs) > 1:
@@ -216,25 +235,40 @@ def night_records(samples: Sequence[Sample]) -> list[NightRecord]:
     return out
 
 
-def _bad_nodes(run: Sequence[Sample], earlier: Callable[[], Mapping[str, Collection[str]]] = dict) -> set[str]:
-    """The run's bad nodes (pipelines.core.health), judged as the night judged them: from the run's
-    samples (a failure retried elsewhere that passed is there) and the runs before it (``earlier``:
-    their ``passed_nodes``, asked for only when needed).
+def _bad_nodes(run: Sequence[Sample], earlier: Callable[[], Mapping[str, Collection[str]]] = dict,
+               failing_before: Collection[str] = ()) -> set[str]:
+    """The run's bad nodes (pipelines.core.health), judged as the night judged them (``_judged_run``)."""
+    return _judged_run(run, earlier, failing_before)[0]
+
+
+def _judged_run(run: Sequence[Sample], earlier: Callable[[], Mapping[str, Collection[str]]] = dict,
+                failing_before: Collection[str] = ()) -> tuple[set[str], set[tuple[str, str, str]]]:
+    """(the run's bad nodes, the earlier failures (run id, test, node) the cross-night rule laid at
+    one of them), judged as the night judged them: from the run's samples (a failure retried
+    elsewhere that passed is there) and the runs before it (``earlier``: their ``passed_nodes``,
+    asked for only when needed; ``failing_before``: the nodes that failed a test in them).
     An infra error names its node as the night's rules do, by its reason (``_attempt``): only a node
     fault counts (one unusable GPU alone, a node lost or an eviction twice); a pod deleted, an image
     not pulled or a pod never scheduled on its pinned node says nothing of the node. Otherwise asked
-    only when some node failed twice: the failure-rate rules need failures on two different tests (a
-    node the night retried from is named once two of them passed elsewhere, whatever its rate by then).
+    only when some node failed twice (the failure-rate rules need failures on two different tests:
+    a node the night retried from is named once two of them passed elsewhere, whatever its rate by
+    then), or failed tonight and in the runs before (the cross-night rule).
     """
     failed: dict[str, int] = defaultdict(int)
     for s in run:
         if s.node and s.outcome in _FAIL:
             failed[s.node] += 1
-    if not any(n >= 2 for n in failed.values()) and not any(s.node and _node_fault(s) for s in run):
-        return set()
+    if not any(n >= 2 for n in failed.values()) and not any(s.node and _node_fault(s) for s in run) \
+            and not set(failed) & set(failing_before):
+        return set(), set()
+    history = earlier()
     # a sample's hardware stands for its pool: nodes are judged only against nodes of the same hardware
-    return {f.node for f in detect_bad_nodes([_attempt(s) for s in run if s.node], history=earlier(),
-                                             pools={s.test_id: s.hardware for s in run if s.hardware})}
+    findings = detect_bad_nodes([_attempt(s) for s in run if s.node], history=history,
+                                pools={s.test_id: s.hardware for s in run if s.hardware})
+    runs = history.runs if isinstance(history, NodeHistory) else ()
+    earlier_own = {(r.run_id, t, n) for f in findings if f.rule == "history" for r in runs
+                   for t, n in r.failures if n == f.node and t in f.tests}
+    return {f.node for f in findings}, earlier_own
 
 
 def _node_fault(s: Sample) -> bool:
@@ -304,7 +338,11 @@ def step(state: FlakyState, night: NightRecord, prev: NightRecord | None, rules:
         if failing >= rules.lapse_after and not state.manual:
             return ended(state, f"failed {failing} nights in a row since quarantined (the last in run "
                                 f"{night.run_id})", night.run_id), []
-        return replace(state, passes=passes, failing=failing, evidence=evidence or state.evidence), new
+        # the rules' quarantine keeps the evidence that quarantined it, as its why says it; what came since
+        # is ``passes`` and ``failing`` (a flip back to passing is a night towards release, no new evidence).
+        # A quarantine by hand keeps what led to it and adds what comes, each piece for the window
+        kept = (evidence or state.evidence) if state.manual else state.evidence
+        return replace(state, passes=passes, failing=failing, evidence=kept), new
     if is_flaky and score >= rules.quarantine_after:
         return FlakyState(state.test_id, "quarantined", evidence, 0, night.run_id, "flaky rules",
                           f"{retries} pass(es) on retry and {flips} flip(s) in the last {rules.window_nights} nights",
@@ -615,12 +653,16 @@ class Verdict:
 
 def night_verdict(attempts: Iterable[Attempt], states: Mapping[str, FlakyState],
                   history: Mapping[str, Iterable[str]] | None = None, launched: Iterable[str] = ()) -> Verdict:
-    """Each test's last attempt decides; a quarantined test's failure is excused unless its node was bad.
+    """Each test's last attempt decides; a quarantined test's failure is excused unless its node was
+    bad or suspect (a quarantine never hides a node: one failing a test a night is only seen across
+    nights, and its victims look flaky).
     ``history``: ``passed_nodes`` of the runs before, as the night judged its nodes with. ``states``
     are those the night started with (:func:`for_tonight`): a quarantine that ended is no excuse.
     ``launched``: the tests the night was to launch; those without an attempt never started."""
     attempts = list(attempts)
-    bad = {f.node for f in detect_bad_nodes(attempts, history=history)}
+    quarantined = [t for t, st in states.items() if st.state == "quarantined"]
+    findings, suspects = assess_nodes(attempts, history=history, unreliable=quarantined)
+    bad = {f.node for f in findings}
     last: dict[str, Attempt] = {}
     for a in attempts:
         last[a.test_id] = a
@@ -632,7 +674,8 @@ def night_verdict(attempts: Iterable[Attempt], states: Mapping[str, FlakyState],
             interrupted.append(tid)
         elif a.outcome in _FAIL:
             state = states.get(tid, FlakyState(tid))
-            (excused if state.state == "quarantined" and a.node not in bad else failed).append(tid)
+            (excused if state.state == "quarantined" and a.node not in bad and a.node not in suspects
+             else failed).append(tid)
             if state.lapsed:
                 lapsed.append(tid)
     never = tuple(dict.fromkeys(t for t in launched if t not in last))

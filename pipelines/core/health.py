@@ -18,6 +18,16 @@ another host; nothing pointed at the host. Every node is judged against the nigh
 - *contrast*: a suspect whose contrast alone is overwhelming: ``contrast_tests`` different tests
   failed there while the other nodes ran ``contrast_rest`` attempts with at most
   ``contrast_rest_rate`` failing, counted as the rates count them (12 of 12 against 0 of 23).
+- *history*: a node that fails one test a night is never named within a night, and its victims
+  looked flaky (a flip each, node against no node). Across the recent runs (``passed_nodes``'
+  window) and tonight: ``history_tests`` different tests failed on it in ``history_nights``
+  different runs, each a test that failed on no other node in them (failures spread over several
+  nodes are the test's) and passed on another node (recently or tonight), and no other node of its
+  pool had more than a ``history_ratio``-th as many such tests. Judged only on a night it failed so.
+
+The rates also leave out a broken test (one that failed in each of its last ``broken_runs`` runs
+and passed in none, not even on a retry) and a quarantined one (``unreliable``): their failure is
+their own on any node; counted, a broken test failing on the healthy node hid the broken one.
 
 A ``failure_rate`` or ``contrast`` finding shows the counts and tests the rules judged (the rates'
 attempts, the tests blamed on the node) and names what the rates left out; counting every attempt
@@ -84,30 +94,110 @@ class Thresholds:
     contrast_tests: int = 3
     contrast_rest: int = 10
     contrast_rest_rate: float = 0.1
+    #: a test that failed in each of its last ``broken_runs`` runs or more (passing in none, not even
+    #: on a retry) is broken: its failures count in no node's failure rate
+    broken_runs: int = 3
+    #: the cross-night rule (``history``): ``history_tests`` different tests failed on the node in
+    #: ``history_nights`` different runs (tonight's included) of the recent ones, each failing on no
+    #: other node and passing on another; and ``history_ratio`` times as many such tests as any other
+    #: node of its pool had
+    history_tests: int = 3
+    history_nights: int = 3
+    history_ratio: int = 3
 
 
 def _failed(a: Attempt) -> bool:
     return a.outcome in RETRIABLE or (a.outcome == "infra_error" and a.reason in NODE_FAULTS)
 
 
-def passed_nodes(history: Iterable[Sample], runs: int = 14, exclude_run: str = "") -> dict[str, frozenset[str]]:
+@dataclass(frozen=True)
+class RunFailures:
+    """What the cross-night rule keeps of one earlier run: its failures and the nodes it ran on."""
+
+    run_id: str
+    #: (test, node) of each failed or timed-out attempt that ran on a node
+    failures: tuple[tuple[str, str], ...]
+    #: node -> attempts there (skips left out)
+    attempts: Mapping[str, int]
+    #: node -> the hardware its samples ran on (a sample's hardware stands for its pool)
+    hardware: Mapping[str, str]
+
+
+def _run_failures(run_id: str, samples: Iterable[Sample]) -> RunFailures:
+    failures, attempts, hardware = [], defaultdict(int), {}
+    for s in samples:
+        if not s.node or s.outcome == "skipped":
+            continue
+        attempts[s.node] += 1
+        if s.hardware:
+            hardware[s.node] = s.hardware
+        if s.outcome in RETRIABLE:
+            failures.append((s.test_id, s.node))
+    return RunFailures(run_id, tuple(failures), dict(attempts), hardware)
+
+
+class NodeHistory(dict):
+    """:func:`passed_nodes`' answer: per test, the nodes it passed on in its recent runs (a plain
+    mapping, as it always was), and what else the recent runs say about nodes and tests:
+
+    - ``runs``: the newest runs' failures, oldest first (:class:`RunFailures`): a node that fails
+      one test a night is only seen across nights (the ``history`` rule);
+    - ``unpassed``: test -> how many of its recent runs it failed, for a test that passed in none of
+      them (not even on a retry): one failing in each of its last ``broken_runs`` runs is broken,
+      and its failure says nothing of the node it ran on;
+    - ``unreliable``: tests the caller knows say nothing of a node (the quarantined: a flaky
+      test's failure is its own), left out of the node failure rates like the broken ones.
+    """
+
+    def __init__(self, passed: Mapping[str, frozenset[str]] | None = None, runs: Iterable[RunFailures] = (),
+                 unpassed: Mapping[str, int] | None = None, unreliable: Iterable[str] = ()):
+        super().__init__(passed or {})
+        self.runs = tuple(runs)
+        self.unpassed = dict(unpassed or {})
+        self.unreliable = frozenset(unreliable)
+
+
+def leave_out(history: Mapping[str, Collection[str]] | None, tests: Iterable[str]) -> NodeHistory:
+    """``history`` with ``tests`` (the night's quarantined tests) left out of the node failure rates."""
+    h = as_node_history(history)
+    return NodeHistory(h, h.runs, h.unpassed, h.unreliable | frozenset(tests))
+
+
+def as_node_history(history: Mapping[str, Collection[str]] | None) -> NodeHistory:
+    """A plain ``passed_nodes`` mapping (or None) as a :class:`NodeHistory` that knows nothing more."""
+    if isinstance(history, NodeHistory):
+        return history
+    return NodeHistory({t: frozenset(ns) for t, ns in (history or {}).items()})
+
+
+def passed_nodes(history: Iterable[Sample], runs: int = 14, exclude_run: str = "") -> NodeHistory:
     """Per test, the nodes it passed on in its newest ``runs`` runs of ``history`` (``exclude_run``:
-    tonight's, whose attempts are judged as such): the "its recent history says it passes" evidence."""
-    by_run: dict[str, dict[str, tuple[str, set[str]]]] = defaultdict(dict)
+    tonight's, whose attempts are judged as such): the "its recent history says it passes" evidence.
+    Also the failures of the newest ``runs`` runs of all, and the tests that passed in none of
+    their newest runs (:class:`NodeHistory`)."""
+    by_run: dict[str, dict[str, tuple[str, set[str], bool, bool]]] = defaultdict(dict)
+    samples: dict[str, list[Sample]] = defaultdict(list)
+    newest: dict[str, str] = {}
     for s in history:
         if s.run_id == exclude_run:
             continue
-        when, nodes = by_run[s.test_id].get(s.run_id, ("", set()))
+        when, nodes, passed, failed = by_run[s.test_id].get(s.run_id, ("", set(), False, False))
         if s.outcome == "passed" and s.node:
             nodes.add(s.node)
-        by_run[s.test_id][s.run_id] = (max(when, s.started_at), nodes)
-    out = {}
+        by_run[s.test_id][s.run_id] = (max(when, s.started_at), nodes, passed or s.outcome == "passed",
+                                       failed or s.outcome in RETRIABLE)
+        samples[s.run_id].append(s)
+        newest[s.run_id] = max(newest.get(s.run_id, ""), s.started_at)
+    out, unpassed = {}, {}
     for test_id, per_run in by_run.items():
-        newest = sorted(per_run.values(), key=lambda x: x[0])[-runs:]
-        nodes = frozenset(n for _, ns in newest for n in ns)
+        kept = sorted(per_run.values(), key=lambda x: x[0])[-runs:]
+        nodes = frozenset(n for _, ns, *_ in kept for n in ns)
         if nodes:
             out[test_id] = nodes
-    return out
+        if not any(passed for _, _, passed, _ in kept) and any(failed for *_, failed in kept):
+            unpassed[test_id] = sum(1 for *_, failed in kept if failed)
+    window = sorted(samples, key=lambda r: newest[r])[-runs:]
+    return NodeHistory(out, [_run_failures(r, samples[r]) for r in window], unpassed)
 
 
 class RecentPasses:
@@ -116,57 +206,72 @@ class RecentPasses:
     Replaying years of nights asked ``passed_nodes`` of every earlier run again at each run: time
     grew with the square of the history (3 minutes at 1,000 nights of 100 tests). Each test keeps
     only its newest ``runs`` runs here (a heap on the run's newest start, ties to the run added
-    later, as ``passed_nodes``' stable sort has them), so adding a run costs its own samples and
-    asking costs the tests' kept runs. Runs must be added whole, in the order ``passed_nodes``
-    would meet them in its ``history``."""
+    later, as ``passed_nodes``' stable sort has them), and so does the window of runs whose
+    failures the cross-night rule reads, so adding a run costs its own samples and asking costs
+    the tests' kept runs. Runs must be added whole, in the order ``passed_nodes`` would meet them
+    in its ``history``."""
 
     def __init__(self, runs: int = 14):
         self._runs = runs
         self._added = 0
-        self._newest: dict[str, list[tuple[str, int, frozenset[str]]]] = {}
+        self._newest: dict[str, list[tuple[str, int, frozenset[str], bool, bool]]] = {}
+        self._window: list[tuple[str, int, RunFailures]] = []
+
+    def _keep(self, heap: list, entry: tuple) -> None:
+        if len(heap) < self._runs or self._runs <= 0:  # 0: every run, as passed_nodes' [-0:]
+            heapq.heappush(heap, entry)
+        elif entry[:2] > heap[0][:2]:
+            heapq.heapreplace(heap, entry)
 
     def add_run(self, samples: Iterable[Sample]) -> None:
         """One run's samples (every test of it), after every run added before."""
-        mine: dict[str, tuple[str, set[str]]] = {}
+        samples = list(samples)
+        mine: dict[str, tuple[str, set[str], bool, bool]] = {}
         for s in samples:
-            when, nodes = mine.get(s.test_id, ("", set()))
+            when, nodes, passed, failed = mine.get(s.test_id, ("", set(), False, False))
             if s.outcome == "passed" and s.node:
                 nodes.add(s.node)
-            mine[s.test_id] = (max(when, s.started_at), nodes)
+            mine[s.test_id] = (max(when, s.started_at), nodes, passed or s.outcome == "passed",
+                               failed or s.outcome in RETRIABLE)
         self._added += 1
-        for test_id, (when, nodes) in mine.items():
-            heap = self._newest.setdefault(test_id, [])
-            entry = (when, self._added, frozenset(nodes))
-            if len(heap) < self._runs or self._runs <= 0:  # 0: every run, as passed_nodes' [-0:]
-                heapq.heappush(heap, entry)
-            elif entry[:2] > heap[0][:2]:
-                heapq.heapreplace(heap, entry)
+        for test_id, (when, nodes, passed, failed) in mine.items():
+            self._keep(self._newest.setdefault(test_id, []), (when, self._added, frozenset(nodes), passed, failed))
+        if samples:
+            when = max(s.started_at for s in samples)
+            self._keep(self._window, (when, self._added, _run_failures(samples[0].run_id, samples)))
 
-    def nodes(self) -> dict[str, frozenset[str]]:
+    def failing_nodes(self) -> set[str]:
+        """The nodes with a failure in the window of runs (cheap: the replay's quick check)."""
+        return {n for *_, run in self._window for _, n in run.failures}
+
+    def nodes(self) -> NodeHistory:
         """As ``passed_nodes`` of every run added so far."""
-        out = {}
+        out, unpassed = {}, {}
         for test_id, heap in self._newest.items():
-            nodes = frozenset(n for *_, ns in heap for n in ns)
+            nodes = frozenset(n for _, _, ns, *_ in heap for n in ns)
             if nodes:
                 out[test_id] = nodes
-        return out
+            if not any(passed for *_, passed, _ in heap) and any(failed for *_, failed in heap):
+                unpassed[test_id] = sum(1 for *_, failed in heap if failed)
+        return NodeHistory(out, [run for *_, run in sorted(self._window, key=lambda e: e[:2])], unpassed)
 
 
 def detect_bad_nodes(attempts: Sequence[Attempt], *, history: Mapping[str, Collection[str]] | None = None,
-                     pools: Mapping[str, str] | None = None,
-                     limits: Thresholds = Thresholds()) -> list[NodeFinding]:
+                     pools: Mapping[str, str] | None = None, limits: Thresholds = Thresholds(),
+                     unreliable: Collection[str] = ()) -> list[NodeFinding]:
     """Nodes whose attempts this night say the node, not the tests, is broken (worst first).
 
     ``history``: ``passed_nodes(...)`` of the runs before this one, where the caller has them;
-    ``pools``: each test's pool (see ``pool_of``)."""
-    return assess_nodes(attempts, history=history, pools=pools, limits=limits)[0]
+    ``pools``: each test's pool (see ``pool_of``); ``unreliable``: tests left out of the failure
+    rates (the quarantined)."""
+    return assess_nodes(attempts, history=history, pools=pools, limits=limits, unreliable=unreliable)[0]
 
 
 def suspect_nodes(attempts: Sequence[Attempt], *, history: Mapping[str, Collection[str]] | None = None,
-                  pools: Mapping[str, str] | None = None,
-                  limits: Thresholds = Thresholds()) -> tuple[str, ...]:
+                  pools: Mapping[str, str] | None = None, limits: Thresholds = Thresholds(),
+                  unreliable: Collection[str] = ()) -> tuple[str, ...]:
     """Nodes failing far more than the others tonight without the evidence yet to name them."""
-    return assess_nodes(attempts, history=history, pools=pools, limits=limits)[1]
+    return assess_nodes(attempts, history=history, pools=pools, limits=limits, unreliable=unreliable)[1]
 
 
 def pool_of(a: Attempt, pools: Mapping[str, str] | None = None) -> str:
@@ -176,10 +281,15 @@ def pool_of(a: Attempt, pools: Mapping[str, str] | None = None) -> str:
 
 
 def assess_nodes(attempts: Sequence[Attempt], *, history: Mapping[str, Collection[str]] | None = None,
-                 pools: Mapping[str, str] | None = None,
-                 limits: Thresholds = Thresholds()) -> tuple[list[NodeFinding], tuple[str, ...]]:
+                 pools: Mapping[str, str] | None = None, limits: Thresholds = Thresholds(),
+                 unreliable: Collection[str] = ()) -> tuple[list[NodeFinding], tuple[str, ...]]:
     """(bad nodes, worst first; suspects that are not bad), from the night's attempts so far.
-    ``pools``: test id -> pool; a node is judged against the other nodes of its pool only."""
+    ``pools``: test id -> pool; a node is judged against the other nodes of its pool only.
+    ``unreliable``: tests whose failures say nothing of a node (the quarantined), besides those
+    ``history`` knows (:class:`NodeHistory`: its ``unreliable``, and the broken tests)."""
+    hist = as_node_history(history)
+    broken = frozenset(t for t, n in hist.unpassed.items() if n >= limits.broken_runs)
+    quarantined = (hist.unreliable | frozenset(unreliable)) - broken
     by_node: dict[str, list[Attempt]] = defaultdict(list)
     node_pool: dict[str, str] = {}
     passed_on: dict[str, set[str]] = defaultdict(set)
@@ -200,9 +310,13 @@ def assess_nodes(attempts: Sequence[Attempt], *, history: Mapping[str, Collectio
         return bool(failed_on[test_id] - {node} and not passed_on[test_id] - {node})
 
     def rated(xs: list[Attempt]) -> list[Attempt]:
-        """The attempts a failure rate counts: no retries (tests that already failed once), and no
-        test failing there that is failing elsewhere too (the test's, the same on every node)."""
-        return [a for a in xs if not retry_of[id(a)] and not (a.node in failed_on[a.test_id] and own(a.test_id, a.node))]
+        """The attempts a failure rate counts: no retries (tests that already failed once), no test
+        failing there that is failing elsewhere too (the test's, the same on every node), and no
+        broken or quarantined test (its failure is its own wherever it runs)."""
+        return [a for a in xs if not retry_of[id(a)] and a.test_id not in broken and a.test_id not in quarantined
+                and not (a.node in failed_on[a.test_id] and own(a.test_id, a.node))]
+
+    lone = _lone_failures(attempts, hist, passed_on, broken)
 
     findings: list[NodeFinding] = []
     suspects: list[str] = []
@@ -214,29 +328,89 @@ def assess_nodes(attempts: Sequence[Attempt], *, history: Mapping[str, Collectio
         if infra is not None:
             findings.append(infra)
             continue
-        # a test that failed on another node tonight too, and passed on none, is the test's own doing
-        blamed = [a for a in failed if a.outcome in RETRIABLE and not own(a.test_id, node)]
+        # a test that failed on another node tonight too, and passed on none, is the test's own doing;
+        # a broken or quarantined test's failure is its own wherever it runs
+        blamed = [a for a in failed if a.outcome in RETRIABLE and not own(a.test_id, node)
+                  and a.test_id not in broken and a.test_id not in quarantined]
         # once the night retried this node's failures elsewhere it had been suspect: it stays so while
         # min_tests of its failures are not repeated elsewhere, however the rates have moved since
         retried = any(retry_of[id(a)] == node for n in peers for a in by_node[n])
         counted, counted_rest = rated(mine), rated(rest)
-        if not (_suspect(counted, blamed, counted_rest, limits)
-                or (retried and len(_distinct(blamed)) >= limits.min_tests)):
-            continue
-        # the finding shows the counts and tests the rules judged, and says what they left out
-        kept = {id(a) for a in (*counted, *counted_rest)}
-        left = [a for a in (*mine, *rest) if id(a) not in kept]
-        retries = sum(1 for a in left if retry_of[id(a)])
-        theirs = _distinct(a for a in left if not retry_of[id(a)])
-        base = dict(node=node, failed=sum(1 for a in counted if _failed(a)), total=len(counted),
-                    rest_failed=sum(1 for a in counted_rest if _failed(a)), rest_total=len(counted_rest),
-                    tests=tuple(_distinct(blamed)))
-        finding = _judged(node, peers, blamed, base, _left_out(retries, theirs), passed_on, history or {}, limits)
-        if finding is None:
-            suspects.append(node)
-        else:
+        suspect = (_suspect(counted, blamed, counted_rest, limits)
+                   or (retried and len(_distinct(blamed)) >= limits.min_tests))
+        finding = None
+        if suspect:
+            # the finding shows the counts and tests the rules judged, and says what they left out
+            kept = {id(a) for a in (*counted, *counted_rest)}
+            left = [a for a in (*mine, *rest) if id(a) not in kept]
+            retries = sum(1 for a in left if retry_of[id(a)])
+            firsts = [a for a in left if not retry_of[id(a)]]
+            left_out = _left_out(retries, _distinct(a for a in firsts if a.test_id in broken),
+                                 _distinct(a for a in firsts if a.test_id in quarantined and a.test_id not in broken),
+                                 _distinct(a for a in firsts if a.test_id not in broken and a.test_id not in quarantined))
+            base = dict(node=node, failed=sum(1 for a in counted if _failed(a)), total=len(counted),
+                        rest_failed=sum(1 for a in counted_rest if _failed(a)), rest_total=len(counted_rest),
+                        tests=tuple(_distinct(blamed)))
+            finding = _judged(node, peers, blamed, base, left_out, passed_on, hist, limits)
+        if finding is None and peers:
+            finding = _across_nights(node, peers, lone, hist, by_node, limits)
+        if finding is not None:
             findings.append(finding)
+        elif suspect:
+            suspects.append(node)
     return sorted(findings, key=lambda f: (-f.failed, f.node)), tuple(suspects)
+
+
+def _lone_failures(attempts: Sequence[Attempt], hist: NodeHistory, passed_on: Mapping[str, set[str]],
+                   broken: Collection[str]) -> dict[str, list[tuple[str, str]]]:
+    """Node -> (run id, "" for tonight; test) of each failure there, in the recent runs and tonight,
+    of a test that failed on no other node in them and passed on another node (recently or
+    tonight): the failures the cross-night rule lays at the node. A test whose failures spread over
+    several nodes is the test's, on every node; a broken test's failures are its own."""
+    fails = [(r.run_id, t, n) for r in hist.runs for t, n in r.failures]
+    fails += [("", a.test_id, a.node) for a in attempts if a.node and a.outcome in RETRIABLE]
+    where: dict[str, set[str]] = defaultdict(set)
+    for _, t, n in fails:
+        where[t].add(n)
+    out: dict[str, list[tuple[str, str]]] = defaultdict(list)
+    for r, t, n in fails:
+        if where[t] == {n} and t not in broken and (set(hist.get(t, ())) | passed_on.get(t, set())) - {n}:
+            out[n].append((r, t))
+    return out
+
+
+def _across_nights(node: str, peers: Collection[str], lone: Mapping[str, list[tuple[str, str]]],
+                   hist: NodeHistory, by_node: Mapping[str, list[Attempt]], limits: Thresholds) -> NodeFinding | None:
+    """The ``history`` rule: a node that fails one test a night is never named within a night; across
+    the recent runs, its failures of tests that pass elsewhere (``lone``) name it. Judged only when
+    it failed so tonight, against the other nodes of its pool (tonight's ``peers``, and the nodes of
+    its hardware in the recent runs)."""
+    mine = lone.get(node, [])
+    if not any(r == "" for r, _ in mine):
+        return None
+    tests = list(dict.fromkeys(t for r, t in sorted(mine, key=lambda x: x[0] != "")))
+    nights = {r for r, _ in mine}
+    if len(tests) < limits.history_tests or len(nights) < limits.history_nights:
+        return None
+    hardware = {n: h for r in hist.runs for n, h in r.hardware.items()}
+    group = (set(peers) | {n for n, h in hardware.items() if node in hardware and h == hardware[node]}) - {node}
+    worst = max((len({t for _, t in lone.get(p, ())}) for p in group), default=0)
+    if worst * limits.history_ratio > len(tests):
+        return None
+
+    def ran(n: str) -> int:
+        return sum(r.attempts.get(n, 0) for r in hist.runs) + sum(1 for a in by_node.get(n, ()) if a.outcome != "skipped")
+
+    rest_failed, rest_total = sum(len(lone.get(p, ())) for p in group), sum(ran(p) for p in group)
+    tonight = [a for a in by_node[node] if a.outcome in RETRIABLE and ("", a.test_id) in mine]
+    before = [f"{t} in run {r}" for r, t in mine if r]
+    shown = before[-3:] + ([f"and {len(before) - 3} more"] if len(before) > 3 else [])
+    evidence = (f"{len(tests)} different tests failed here in {len(nights)} runs (tonight and the "
+                f"{len(hist.runs)} before it), each passing on another node and failing on no other node "
+                f"({len(mine)} such failures in {ran(node)} attempts here; other nodes of its pool: {rest_failed} "
+                f"in {rest_total}); tonight: {_examples(tonight)}; before: {', '.join(shown)}")
+    return NodeFinding(node=node, rule="history", failed=len(mine), total=ran(node), rest_failed=rest_failed,
+                       rest_total=rest_total, tests=tuple(tests), evidence=evidence)
 
 
 def _infra(node: str, mine: list[Attempt], failed: list[Attempt], rest: list[Attempt],
@@ -281,11 +455,15 @@ def _suspect(mine: list[Attempt], blamed: list[Attempt], rest: list[Attempt], li
     return rate >= limits.min_rate and rate - sum(1 for a in rest if _failed(a)) / len(rest) >= limits.min_gap
 
 
-def _left_out(retries: int, tests: Sequence[str]) -> str:
+def _left_out(retries: int, broken: Sequence[str], quarantined: Sequence[str], tests: Sequence[str]) -> str:
     """What the rates did not count, said beside them (else the counts look wrong against the night's attempts)."""
     parts = [f"{retries} retr{'y' if retries == 1 else 'ies'}"] if retries else []
     if tests:
         parts.append(f"the attempts of {len(tests)} test(s) failing on another node too ({', '.join(tests)})")
+    if broken:
+        parts.append(f"{len(broken)} test(s) failing in each of their recent runs ({', '.join(broken)})")
+    if quarantined:
+        parts.append(f"{len(quarantined)} quarantined test(s) ({', '.join(quarantined)})")
     return f"; first attempts only, not counted: {' and '.join(parts)}" if parts else ""
 
 

@@ -275,3 +275,26 @@ def test_list_says_an_automatic_quarantine_of_a_changed_test_file_ends_as_the_ne
     why = f"test file changed since quarantined (sha256 {'9' * 12} -> {now[:12]})"
     assert state["ends_next_run"] == why
     assert line.endswith(f"; ends when it next runs: {why}")
+
+
+def test_a_rules_quarantine_lists_the_evidence_that_quarantined_it_and_what_came_since_apart(home, capsys):
+    """Quarantined by three flips, then the test passed twice: the list showed the flip back to passing
+    (a night towards release) among the quarantine's evidence, under its frozen "3 flip(s)"."""
+    history = FileHistoryStore(home / "history.sqlite")
+    last = [s for s in history.read() if s.test_id == tid(LORA)][-1]
+    start = datetime.now(UTC) + timedelta(hours=1)
+    for k, outcome in enumerate(("passed", "failed", "passed", "failed", "passed", "passed")):
+        at = (start + timedelta(days=k)).isoformat(timespec="seconds")
+        history.append([dataclasses.replace(last, run_id=f"run-later-{k}", started_at=at, outcome=outcome, attempt=1)])
+    state = listed(capsys, home)[tid(LORA)]
+    assert (state["state"], state["why"], state["passes"]) == ("quarantined", "0 pass(es) on retry and 3 flip(s) in "
+                                                               "the last 14 nights", 2)
+    # quarantined by the third flip (run-later-2); run-later-3 failed, then two clean nights towards release
+    assert [e["run_id"] for e in state["evidence"]] == ["run-later-0", "run-later-1", "run-later-2"]
+    code, out, _ = nightly(capsys, "quarantine", "list", "--home", str(home), "--repo", "minirl")
+    lines = out.splitlines()
+    at = next(i for i, x in enumerate(lines) if tid(LORA) in x)
+    assert code == 0 and [x.strip() for x in lines[at + 1:at + 5]] == [
+        *(f"- {e['text']}" for e in state["evidence"]),
+        "since quarantined: 2 clean passing night(s) in a row of the 5 that release it; 0 failing night(s) in a "
+        "row of the 5 that end it"]

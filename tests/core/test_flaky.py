@@ -494,7 +494,7 @@ def test_the_replay_judges_each_runs_nodes_on_the_runs_before_it_as_passed_nodes
     gives, on a history where nodes go bad now and then."""
     import random
 
-    from pipelines.core.flaky import _bad_nodes, night_records
+    from pipelines.core.flaky import _bad_nodes, _judged_run, night_records
     from pipelines.core.health import passed_nodes
 
     rng = random.Random(7)
@@ -511,17 +511,26 @@ def test_the_replay_judges_each_runs_nodes_on_the_runs_before_it_as_passed_nodes
                 other = f"n{(int(node[1]) + 1) % 4}"
                 samples.append(Sample(f"tests/t{k}.py", "h200", "x", "passed", 1.0, when, node=other,
                                       run_id=f"r{r:02d}", attempt=2))
+    bad_of, nodes_own = {}, set()
+    for r in range(60):
+        mine = [s for s in samples if s.run_id == f"r{r:02d}"]
+        earlier = passed_nodes([s for s in samples if s.run_id < f"r{r:02d}"])
+        failing_before = {n for run in earlier.runs for _, n in run.failures}
+        bad_of[r], own = _judged_run(mine, lambda earlier=earlier: earlier, failing_before)
+        nodes_own |= own  # the earlier failures a node named across nights took with it
+        assert bad_of[r] == _bad_nodes(mine, lambda earlier=earlier: earlier, failing_before)
     expected, dropped = [], 0
     for r in range(60):
         mine = [s for s in samples if s.run_id == f"r{r:02d}"]
-        earlier = [s for s in samples if s.run_id < f"r{r:02d}"]
-        bad = _bad_nodes(mine, lambda earlier=earlier: passed_nodes(earlier))
-        dropped += sum(s.outcome == "failed" and s.node in bad for s in mine)
-        tests = sorted({s.test_id for s in mine if s.outcome == "passed" or s.node not in bad},
+        bad = bad_of[r]
+
+        def kept(s, r=r, bad=bad):
+            return s.outcome == "passed" or (s.node not in bad and (f"r{r:02d}", s.test_id, s.node) not in nodes_own)
+        dropped += sum(s.outcome == "failed" and not kept(s) for s in mine)
+        tests = sorted({s.test_id for s in mine if kept(s)},
                        key=lambda t: next(i for i, s in enumerate(mine) if s.test_id == t))
         for t in tests:
-            xs = sorted((s for s in mine if s.test_id == t and (s.outcome == "passed" or s.node not in bad)),
-                        key=lambda s: (s.attempt, s.started_at))
+            xs = sorted((s for s in mine if s.test_id == t and kept(s)), key=lambda s: (s.attempt, s.started_at))
             expected.append((t, f"r{r:02d}", tuple(s.outcome for s in xs)))
     assert dropped > 0  # some runs had a bad node, so the earlier runs' evidence mattered
     assert [(n.test_id, n.run_id, n.outcomes) for n in night_records(samples)] == expected
