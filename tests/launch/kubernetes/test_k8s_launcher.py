@@ -218,6 +218,54 @@ def test_gpu_vanished_at_admission_is_gpu_unusable_and_retried(tmp_path):
     assert [(a.reason, a.node) for a in seen] == [("gpu_unusable", "h200-a"), ("", "h200-b")]
 
 
+RUNC_FAILED = ("failed to create containerd task: failed to create shim task: OCI runtime create failed: runc create "
+               "failed: unable to start container process: error during container init: cgroup: mkdir "
+               "/sys/fs/cgroup/kubepods: read-only file system")
+
+
+@pytest.mark.parametrize("container, message, reason, rule_needs", [
+    ("preflight", pods.NVML_MISMATCH, "gpu_unusable", 1),  # the NVIDIA runtime: one proves the node bad
+    ("test", pods.NVML_MISMATCH, "gpu_unusable", 1),
+    ("preflight", RUNC_FAILED, "start_error", 2),  # the node's runtime: two, as a lost node
+    ("test", RUNC_FAILED, "start_error", 2),
+])
+def test_a_container_the_nodes_runtime_cannot_start_is_the_nodes_fault_retried_elsewhere(
+        tmp_path, container, message, reason, rule_needs):
+    """The runtime could not start the pre-flight or the test (StartError, exit 128): no process of ours ran,
+    so neither the pre-flight's exit codes nor the test's say anything. Each test passes on another node,
+    and h200-a is named bad by the infra rule."""
+    def script(pod, node):
+        if node != "h200-a":
+            return pods.passes(node)
+        return [Step(mutate=pods.scheduled(node)), Step(mutate=pods.preflight_running()),
+                Step(mutate=pods.start_error(message, container))]
+    seen: list = []
+    with StandInApiServer(script=script) as server:
+        for tid in ("tests/e2e/test_grpo.py", "tests/e2e/test_sft.py")[:rule_needs]:
+            launch, attempts = launcher(server)
+            req = dataclasses.replace(request(tmp_path), test=make_test(id=tid, path=tid, gpus=4),
+                                      log_path=tmp_path / "logs" / f"{Path(tid).stem}.attempt1.log")
+            assert launch.launch(req).outcome == "passed", attempts[0].details["message"]
+            seen += attempts
+    assert [(a.outcome, a.reason, a.node, a.details["retriable"]) for a in seen] == [
+        ("infra_error", reason, "h200-a", "true"), ("passed", "", "h200-b", "false")] * rule_needs
+    assert "driver/library version mismatch" in seen[0].details["message"] or "read-only file system" in \
+        seen[0].details["message"], seen[0].details["message"]
+    [finding] = detect_bad_nodes(seen)
+    assert (finding.node, finding.rule) == ("h200-a", "infra")
+
+
+def test_a_command_missing_from_the_image_is_not_retried_nor_blamed_on_the_node(tmp_path):
+    """``sh`` missing from the image: the runtime cannot start the pre-flight on any node."""
+    missing = ('failed to create containerd task: failed to create shim task: OCI runtime create failed: runc create '
+               'failed: unable to start container process: exec: "sh": executable file not found in $PATH: unknown')
+    final, seen, _, _ = run(tmp_path, lambda pod, node: [Step(mutate=pods.scheduled(node)),
+                                                         Step(mutate=pods.start_error(missing))])
+    assert [(a.outcome, a.reason, a.details["retriable"]) for a in seen] == [
+        ("infra_error", "image_cannot_start", "false")]
+    assert not detect_bad_nodes(seen * 3)
+
+
 def test_infra_retries_stop_at_the_limit_each_on_a_new_node(tmp_path):
     final, seen, server, _ = run(tmp_path, lambda pod, node: pods.ends(node, pods.preflight_failed(86)))
     assert [a.node for a in seen] == ["h200-a", "h200-b", "h200-c"]
