@@ -146,6 +146,8 @@ class KubernetesLauncher:
         #: pods cancel_all deleted: whatever the API then says of them (deleted, or the image pull
         #: it was waiting for), they ended because the night stopped
         self._cancelled_pods: set[str] = set()
+        #: tests whose log the API would not serve tonight: retried once, not again
+        self._log_unreadable: set[str] = set()
         self._lock = threading.Lock()
         self._serializer = client.ApiClient()
 
@@ -248,6 +250,13 @@ class KubernetesLauncher:
                 run = self.run_pod(body, log, on_log, timeout_s=request.timeout_s, whole_log=True)  # type: ignore[arg-type]
         finally:
             log.close()
+        if run.verdict.reason == "log_unreadable":
+            # once per test and night: the API refusing a second node's log too (RBAC) will refuse a third's
+            with self._lock:
+                again = request.test.id in self._log_unreadable
+                self._log_unreadable.add(request.test.id)
+            if again:
+                run = dataclasses.replace(run, verdict=run.verdict._replace(retriable_infra=False))
         gated = "SchedulingGated" in run.message  # Kueue's quota: no other node helps
         if run.verdict.reason == "unschedulable" and pinned and pinned not in request.avoid_nodes and not gated:
             # the plan's node is cordoned, gone or full of someone else's pods: another node can help

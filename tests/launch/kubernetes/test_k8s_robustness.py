@@ -181,9 +181,10 @@ def test_a_log_stream_reopened_past_lines_rotated_away_says_so_and_cannot_pass(t
         "failed", f"{why}: its log is unfinished, so it cannot pass", "true")
 
 
-def test_a_log_stream_not_ended_when_the_pod_ended_fails_a_pass_on_the_unfinished_log(tmp_path):
+def test_a_log_stream_not_ended_when_the_pod_ended_never_passes_on_the_unfinished_log(tmp_path):
     """The stream drops and cannot be reopened before the launcher's wait for it ends: the lines
-    after the drop (a failed configuration among them) never reach the log the night judges."""
+    after the drop (a failed configuration among them) never reach the log the night judges. The API
+    refused the log (503), so the test's outcome is unknown: an infra error, not a pass nor its failure."""
     server = StandInApiServer()
     server.log_cuts = 1  # after the first line; every stream opened again is refused
     server.on_log_cut = lambda name: server.fail("GET", "/log", 503, times=10_000)
@@ -192,15 +193,37 @@ def test_a_log_stream_not_ended_when_the_pod_ended_fails_a_pass_on_the_unfinishe
         return [Step(mutate=pods.scheduled(node)), Step(mutate=pods.running(), logs=("step 1",)),
                 Step(delay_s=0.3, mutate=pods.terminated("Succeeded", 0, "Completed"),
                      logs=("config tp2: failed", "config tp1: passed"))]
-    final, _, _, lines = launch(tmp_path, script, server=server, log_join_s=0.5)
+    final, _, _, lines = launch(tmp_path, script, server=server, log_join_s=0.5, retries=0)
     assert lines == ["step 1"]
-    assert (final.outcome, final.details["log_unfinished"]) == ("failed", "true")
+    assert (final.outcome, final.reason, final.details["log_unfinished"]) == ("infra_error", "log_unreadable", "true")
     why = "the pod's log stream had not ended 0.5 s after the attempt did (the last try: 503 Service Unavailable)"
-    assert final.reason == f"{why}: its log is unfinished, so it cannot pass"
     text = Path(final.log_path).read_text()
     assert (f"# nightly: {why}: its log is unfinished (the lines above may not be the test's last)\n"
-            f"# nightly: verdict failed: {why}: its log is unfinished, so it cannot pass (passed: phase=Succeeded") in text
-    assert judge_reported_configs(final).outcome == "failed"
+            f"# nightly: verdict infra_error: {why}: its log is unfinished, so the test's outcome is unknown "
+            "(passed: phase=Succeeded") in text
+    assert judge_reported_configs(final).outcome == "infra_error"
+
+
+@pytest.mark.parametrize(("status", "said"), [(403, "403 Forbidden"), (502, "502 Bad Gateway")])
+def test_a_log_the_api_never_serves_is_an_infra_error_retried_once_not_the_tests_failure(tmp_path, status, said):
+    """Every pods/log request refused (403: the role lacks pods/log; 502: the API server cannot reach the
+    kubelet): a passing test was ``failed``, not retried, recorded as the test's own failure. Its outcome is
+    unknown: infra_error/log_unreadable, retried once on another node (a second refusal is final)."""
+    server = StandInApiServer()
+    server.fail("GET", "/log", status, times=10_000)
+    final, seen, _, _ = launch(tmp_path, lambda pod, node: pods.passes(node), server=server, log_join_s=0.5)
+    assert [(a.outcome, a.reason, a.node, a.details["retriable"]) for a in seen] == [
+        ("infra_error", "log_unreadable", "h200-a", "true"), ("infra_error", "log_unreadable", "h200-b", "false")]
+    assert said in final.details["message"] and "so the test's outcome is unknown (passed: " in final.details["message"]
+    assert "# nightly: verdict infra_error: the pod's log stream" in Path(final.log_path).read_text()
+
+
+def test_a_failure_whose_log_the_api_never_serves_stays_the_tests_failure(tmp_path):
+    server = StandInApiServer()
+    server.fail("GET", "/log", 403, times=10_000)
+    final, seen, _, _ = launch(tmp_path, lambda pod, node: pods.ends(node, pods.terminated("Failed", 1, "Error")),
+                               server=server, log_join_s=0.5)
+    assert [(a.outcome, a.reason) for a in seen] == [("failed", "exit_code")]
 
 
 def test_a_log_stream_that_dropped_near_the_end_is_reopened_at_once_not_after_its_backoff(tmp_path):
