@@ -38,6 +38,7 @@ from pipelines.launch.kubernetes.nodes import NodePins
 from pipelines.launch.kubernetes.outcomes import (
     MAIN_CONTAINER,
     Verdict,
+    ended_by_itself,
     explain,
     image_id,
     main_status,
@@ -370,10 +371,13 @@ class KubernetesLauncher:
                 with contextlib.suppress(queue.Empty):
                     ev = events.get(timeout=self.tick_s)
                     while True:
-                        if ev["type"] == "DELETED":
-                            deleted = True
-                        if isinstance(ev.get("raw_object"), dict) and ev["type"] != "ERROR":
-                            pod = ev["raw_object"]
+                        if ev["type"] == "DELETED" and ended_by_itself(pod):
+                            pass  # ended before it was deleted: judged by that end, as on the Pipes path
+                        else:
+                            if ev["type"] == "DELETED":
+                                deleted = True
+                            if isinstance(ev.get("raw_object"), dict) and ev["type"] != "ERROR":
+                                pod = ev["raw_object"]
                         ev = events.get_nowait()
                 now = time.monotonic()
                 state = (main_status(pod or {}).get("state") or {})

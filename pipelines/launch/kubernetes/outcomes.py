@@ -160,6 +160,14 @@ def own_record(pod: dict[str, Any]) -> dict[str, Any]:
     return record if token and record.get("finished") is True and record.get("token") == token else {}
 
 
+def ended_by_itself(pod: dict[str, Any] | None) -> bool:
+    """The pod was seen Succeeded or Failed without a deletionTimestamp: it ended by itself, and a delete
+    seen after (someone's cleanup, dagster-k8s's) did not end it; the API server deletes an ended pod at
+    once, without the grace period that would first mark it. Both launch paths judge such a pod by that end."""
+    phase = ((pod or {}).get("status") or {}).get("phase")
+    return phase in ("Succeeded", "Failed") and not ((pod or {}).get("metadata") or {}).get("deletionTimestamp")
+
+
 def node_of(pod: dict[str, Any] | None) -> str:
     return ((pod or {}).get("spec") or {}).get("nodeName") or ""
 

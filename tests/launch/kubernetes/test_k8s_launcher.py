@@ -283,6 +283,24 @@ def test_a_pod_deleted_by_someone_is_seen_through_the_watch(tmp_path):
     assert final.details["retriable"] == "false" and len(seen) == 1
 
 
+@pytest.mark.parametrize("end, outcome, reason", [
+    (pods.terminated("Failed", 1, "Error"), "failed", "exit_code"),
+    (pods.terminated("Succeeded", 0, "Completed"), "passed", ""),
+], ids=["failed", "passed"])
+def test_a_pod_that_ended_before_it_was_deleted_is_judged_by_its_end_as_on_the_pipes_path(tmp_path, end, outcome, reason):
+    """Someone's cleanup (or a GC) deletes the pod right after it ended. The watch delivers the end and the
+    deletion together when the launcher's tick is long: the deletion won (infra_error/deleted in 5 of 6
+    runs), losing a real failure or a pass; the Pipes path judged the same pod by its end."""
+    def script(pod, node):
+        return [Step(mutate=pods.scheduled(node)), Step(mutate=pods.running(), logs=("training",)),
+                Step(mutate=end, logs=("the end",)), Step(delay_s=0.0, delete=True)]
+    got = []
+    for _ in range(3):
+        final, seen, _, _ = run(tmp_path, script, retries=0, tick_s=2.0)
+        got.append((final.outcome, final.reason, final.node, len(seen)))
+    assert got == [(outcome, reason, "h200-a", 1)] * 3
+
+
 @pytest.mark.parametrize("steps, reason", [
     ([Step(mutate=pods.unschedulable())], "unschedulable"),
     ([Step(mutate=pods.gated())], "unschedulable"),
