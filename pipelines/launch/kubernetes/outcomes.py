@@ -27,7 +27,10 @@ NO_COMPLETION_RECORD = "exited before the test finished (exit code 0 without the
 
 #: Infra reasons where another node may well succeed.
 RETRIABLE = frozenset({"evicted", "preempted", "node_lost", "node_shutdown", "gpu_unusable", "image_pull",
-                       "preflight_hung", "startup_timeout", "start_error"})
+                       "preflight_hung", "startup_timeout", "start_error",
+                       # the kubelet refused the pod (OutOfcpu/OutOfmemory/OutOfpods, node labels changed under
+                       # it): its node was full or changed at that moment, another (or the same, later) may take it
+                       "admission_rejected"})
 
 #: what the container runtime, never the test's process, reports of a container it lost: the kubelet's
 #: ContainerStatusUnknown (exit 137, "could not be located") and containerd's Unknown (exit 255) after a

@@ -266,6 +266,20 @@ def test_a_command_missing_from_the_image_is_not_retried_nor_blamed_on_the_node(
     assert not detect_bad_nodes(seen * 3)
 
 
+@pytest.mark.parametrize("status_reason", ["OutOfcpu", "OutOfmemory", "OutOfpods", "NodeAffinity"])
+def test_a_pod_the_kubelet_rejects_at_admission_is_retried_on_another_node(tmp_path, status_reason):
+    """The scheduler placed the pod, the kubelet then refused it (its node filled up meanwhile, or its labels
+    changed): the pod never ran, so another node may take it; it is not the node's fault."""
+    def script(pod, node):
+        if node == "h200-a":
+            return [Step(mutate=pods.scheduled(node)), Step(mutate=pods.failed_at_admission(status_reason))]
+        return pods.passes(node)
+    _, seen, _, _ = run(tmp_path, script)
+    assert [(a.outcome, a.reason, a.node, a.details["retriable"]) for a in seen] == [
+        ("infra_error", "admission_rejected", "h200-a", "true"), ("passed", "", "h200-b", "false")]
+    assert not detect_bad_nodes(seen * 2)
+
+
 def test_infra_retries_stop_at_the_limit_each_on_a_new_node(tmp_path):
     final, seen, server, _ = run(tmp_path, lambda pod, node: pods.ends(node, pods.preflight_failed(86)))
     assert [a.node for a in seen] == ["h200-a", "h200-b", "h200-c"]
