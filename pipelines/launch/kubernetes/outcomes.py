@@ -40,6 +40,10 @@ _LOST_BY_RUNTIME = frozenset({"ContainerStatusUnknown", "Unknown"})
 
 _PULL_WAITING = frozenset({"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull"})
 _CONFIG_WAITING = frozenset({"CreateContainerConfigError", "CreateContainerError"})
+#: the registry says the image or its manifest does not exist (containerd: "failed to resolve reference
+#: ...: not found"; Docker and CRI-O: "manifest unknown"; "name unknown": no such repository): no node
+#: and no wait can pull it. Timeouts, throttling and auth errors say nothing of the kind and stay retried
+_IMAGE_MISSING = re.compile(r"manifest unknown|name unknown|failed to resolve reference.*: not found", re.IGNORECASE)
 #: the container runtime could not start a container (the pre-flight or the test): no process of ours ran,
 #: so its exit code (128) and message are the runtime's
 _RUNTIME_START = frozenset({"StartError", "ContainerCannotRun"})
@@ -207,6 +211,13 @@ def _disruption(pod: dict[str, Any], node: str) -> Verdict | None:
     return _infra("evicted", node)  # EvictionByEvictionAPI (drain) and anything newer
 
 
+def _pull_failed(w: dict[str, Any], node: str) -> Verdict:
+    """A pull that failed: final when the registry says the image does not exist, else worth another node."""
+    if _IMAGE_MISSING.search(str(w.get("message") or "")):
+        return _infra("image_not_found", node)
+    return _infra("image_pull", node)
+
+
 def classify(
     last_pod: dict[str, Any] | None, deleted: bool, waited_s: float, wait_limit_s: float
 ) -> Verdict | None:
@@ -258,7 +269,7 @@ def classify(
         # first ErrImagePull): that is why it ended, as on the watch path after its wait
         w = waiting(last_pod) if phase == "Pending" else {}
         if w.get("reason") in _PULL_WAITING:
-            return _infra("image_pull", node)
+            return _pull_failed(w, node)
         if w.get("reason") in _CONFIG_WAITING:
             return _infra("container_config", node)
         return _infra("deleted", node)
@@ -282,10 +293,12 @@ def classify(
         w = waiting(last_pod)
         if w.get("reason") in ("InvalidImageName", "ErrImageNeverPull"):
             return _infra("image_pull", node)  # permanent: waiting longer cannot help
+        if w.get("reason") in _PULL_WAITING and _IMAGE_MISSING.search(str(w.get("message") or "")):
+            return _infra("image_not_found", node)  # final: not there for this node, any other, or later
         if waited_s < wait_limit_s:
             return None
         if w.get("reason") in _PULL_WAITING:
-            return _infra("image_pull", node)
+            return _pull_failed(w, node)
         if w.get("reason") in _CONFIG_WAITING:
             return _infra("container_config", node)
         if node:  # scheduled, but pulling or in the pre-flight past the startup limit

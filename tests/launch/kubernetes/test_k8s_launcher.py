@@ -341,6 +341,34 @@ def test_an_image_pull_error_waits_the_limit_then_retries_elsewhere(tmp_path):
     assert "ImagePullBackOff" in seen[0].details["message"]
 
 
+@pytest.mark.parametrize("message", [
+    'failed to pull and unpack image "ghcr.io/example/rl@sha256:00": failed to resolve reference '
+    '"ghcr.io/example/rl@sha256:00": ghcr.io/example/rl@sha256:00: not found',  # containerd
+    "Error response from daemon: manifest for ghcr.io/example/rl:nightly not found: manifest unknown: manifest unknown",
+    "reading manifest sha256:00 in ghcr.io/example/rl: manifest unknown",  # CRI-O
+], ids=["containerd", "docker", "cri-o"])
+def test_an_image_the_registry_does_not_have_is_final_at_once_not_tried_on_every_node(tmp_path, message):
+    """A digest that was never pushed: every node would wait startup_wait_s (900 s) for it, 3 x 900 s per test."""
+    def script(pod, node):
+        return [Step(mutate=pods.scheduled(node)), Step(mutate=pods.waiting("ErrImagePull", message)),
+                Step(delay_s=0.2, mutate=pods.waiting("ImagePullBackOff", 'Back-off pulling image "ghcr.io/example/rl"'))]
+    _, seen, _, _ = run(tmp_path, script)  # waits of 60 s: the verdict must come without them
+    assert [(a.outcome, a.reason, a.details["retriable"]) for a in seen] == [("infra_error", "image_not_found", "false")]
+    assert "ErrImagePull" in seen[0].details["message"] and float(seen[0].details["pending_s"]) < 30
+
+
+def test_a_transient_pull_error_still_waits_and_is_retried_elsewhere(tmp_path):
+    def script(pod, node):
+        if node == "h200-a":
+            return [Step(mutate=pods.scheduled(node)), Step(mutate=pods.waiting(
+                "ErrImagePull", 'failed to pull and unpack image "ghcr.io/example/rl:nightly": failed to copy: '
+                "httpReadSeeker: failed open: unexpected status code 429 Too Many Requests"))]
+        return pods.passes(node)
+    _, seen, _, _ = run(tmp_path, script, startup_wait_s=1.0)
+    assert [(a.reason, a.node, a.details["retriable"]) for a in seen] == [("image_pull", "h200-a", "true"),
+                                                                          ("", "h200-b", "false")]
+
+
 def test_a_pod_pending_within_the_wait_limit_keeps_waiting(tmp_path):
     final, _, _, _ = run(tmp_path, lambda pod, node: [Step(mutate=pods.unschedulable()), Step(delay_s=0.1, mutate=pods.scheduled(node)),
                                                       *pods.passes(node)[1:]], pending_wait_s=5.0)
