@@ -4,7 +4,7 @@ The real case: one H200 host returned CUDA "Error 802" and failed 12 of 12 tests
 another host; nothing pointed at the host. Every node is judged against the night's other nodes:
 
 - *infra*: the node's attempts end in node-attributable infra errors (GPU not usable, node lost,
-  shutdown, eviction). One "GPU not usable" is enough (the pre-flight proved it); others need
+  shutdown, eviction, a container runtime that could not start a container). One "GPU not usable" is enough (the pre-flight proved it); others need
   ``min_infra`` hits.
 - *suspect*: the node's failure rate stands far above the other nodes' (``min_rate``, ``min_gap``)
   on at least ``min_tests`` *different* tests that did not also fail on another node tonight (a
@@ -57,7 +57,8 @@ from dataclasses import dataclass
 from pipelines.core.model import Attempt, Sample
 
 #: Infra reasons that point at the node the attempt ran on (the launchers' Attempt.reason values).
-NODE_FAULTS = frozenset({"gpu_unusable", "node_lost", "node_shutdown", "evicted"})
+NODE_FAULTS = frozenset({"gpu_unusable", "node_lost", "node_shutdown", "evicted",
+                         "start_error"})  # the node's container runtime could not start a container
 #: One of these alone proves the node bad.
 HARD_FAULTS = frozenset({"gpu_unusable"})
 #: Outcomes a retry on another node may turn around.

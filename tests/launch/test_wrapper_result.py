@@ -10,6 +10,8 @@ import subprocess
 import sys
 import threading
 
+import pytest
+
 from pipelines.launch import wrapper
 from tests.conftest import PROJECT_ROOT
 
@@ -76,3 +78,21 @@ def test_a_result_that_cannot_be_written_is_said_and_exits_with_the_reserved_cod
     assert proc.returncode == wrapper.RESULT_NOT_WRITTEN, proc.stderr
     assert f"# nightly wrapper: could not write the test's result to {result}" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize(("body", "exit_code"), [("print('all good')", 0), ("raise AssertionError('loss')", 1)])
+def test_a_pipes_report_that_fails_is_one_line_and_never_changes_the_tests_exit_status(tmp_path, body, exit_code):
+    """On Kubernetes the Pipes report comes after the record is written: a bad DAGSTER_PIPES_CONTEXT (garbage,
+    or a stale session's) made a passing test exit 1 with a traceback, and the pod's exit status failed it."""
+    (tmp_path / "test_t.py").write_text(f"def execute():\n    {body}\n")
+    result = tmp_path / "x.result.json"
+    env = {"PATH": os.environ["PATH"], "PYTHONPATH": str(PROJECT_ROOT), "NIGHTLY_ATTEMPT_TOKEN": "t-4",
+           "DAGSTER_PIPES_CONTEXT": "not base64 at all!", "DAGSTER_PIPES_MESSAGES": "not base64 either!"}
+    proc = subprocess.run([sys.executable, "-m", "pipelines.launch.wrapper", "--file", "test_t.py", "--result",
+                           str(result)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == exit_code, proc.stderr
+    assert json.loads(result.read_text())["ok"] is (exit_code == 0)
+    said = [line for line in proc.stderr.splitlines() if "Pipes" in line]
+    assert len(said) == 1 and said[0].startswith("# nightly wrapper: the Dagster Pipes report failed ("), proc.stderr
+    assert said[0].endswith("); the test's result stands (the launcher judges the pod, not this report)")
+    assert proc.stderr.count("Traceback") == (exit_code == 1), "only the test's own failure has a traceback"

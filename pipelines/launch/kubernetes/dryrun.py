@@ -50,7 +50,15 @@ def night_pods(plan: Plan, deployment: DeploymentSpec, make_request: RequestFact
     return pods
 
 
+class _NoAliases(yaml.SafeDumper):
+    """Writes a dict shared by two places (the pre-flight's and the test's ``resources``) out in full
+    each time, as ``kubectl -o yaml`` does, not as a ``&id001`` anchor and ``*id001`` alias."""
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
+
+
 def render_night_pods(plan: Plan, deployment: DeploymentSpec, make_request: RequestFactory, **kwargs: Any) -> str:
     """:func:`night_pods` as multi-document YAML (``---`` between pods), ready for ``kubectl apply --dry-run``."""
     pods = night_pods(plan, deployment, make_request, **kwargs)
-    return yaml.safe_dump_all(pods, sort_keys=False, explicit_start=True, width=120)
+    return yaml.dump_all(pods, Dumper=_NoAliases, sort_keys=False, explicit_start=True, width=120)

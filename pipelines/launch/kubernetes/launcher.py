@@ -28,6 +28,7 @@ from typing import Any, TextIO
 from kubernetes import client, watch
 from kubernetes.client.rest import ApiException
 
+from pipelines.core.health import NODE_FAULTS
 from pipelines.core.model import Attempt
 from pipelines.core.specs import DeploymentSpec, PoolSpec
 from pipelines.launch.base import LaunchRequest, LogSink
@@ -37,6 +38,7 @@ from pipelines.launch.kubernetes.nodes import NodePins
 from pipelines.launch.kubernetes.outcomes import (
     MAIN_CONTAINER,
     Verdict,
+    ended_by_itself,
     explain,
     image_id,
     main_status,
@@ -145,6 +147,8 @@ class KubernetesLauncher:
         #: pods cancel_all deleted: whatever the API then says of them (deleted, or the image pull
         #: it was waiting for), they ended because the night stopped
         self._cancelled_pods: set[str] = set()
+        #: tests whose log the API would not serve tonight: retried once, not again
+        self._log_unreadable: set[str] = set()
         self._lock = threading.Lock()
         self._serializer = client.ApiClient()
 
@@ -180,6 +184,9 @@ class KubernetesLauncher:
                                           log_path=attempt_log_path(request.log_path, n))
             attempt = self.launch_once(req, on_log)
             attempts.append(attempt)
+            if self.pins and attempt.outcome == "infra_error" and attempt.reason in NODE_FAULTS and attempt.node:
+                # the pins were listed at night start: this node must not keep the plan's later tests waiting
+                self.pins.fault(attempt.node, f"{attempt.reason} of {attempt.test_id} attempt {attempt.attempt}")
             if self.on_attempt:
                 self.on_attempt(attempt)
             if attempt.outcome != "infra_error" or attempt.details.get("retriable") != "true" or self.cancelled.is_set():
@@ -203,21 +210,26 @@ class KubernetesLauncher:
             f"pools: {sorted(self.pools)}; add it under deployments.{self.deployment.name}.pools in assets/cluster.yaml"
         )
 
-    def pod_for(self, request: LaunchRequest, attempt_uid: str = "") -> dict[str, Any]:
-        """The pod body this launcher would create for ``request`` (also what ``--dry-run`` prints)."""
+    def pod_for(self, request: LaunchRequest, attempt_uid: str = "", node: str | None = None) -> dict[str, Any]:
+        """The pod body this launcher would create for ``request`` (also what ``--dry-run`` prints);
+        ``node``: the real node to pin it to (default: the plan's node's, see :class:`NodePins`)."""
         pool = self.pool_for(request)
         if self.env is not None:
             request = dataclasses.replace(request, env=dict(self.env))
         paths = [self.cache_paths[k] for k in request.test.requirements if k in self.cache_paths]
-        node = self.pins.real(pool, request.node) if self.pins else ""
+        if node is None:
+            node = self.pins.real(pool, request.node) if self.pins else ""
         return build_pod(request, pool, self.deployment, workdir=self.workdir, cache_paths=paths,
                          digest=self.image_digests.get(pool.name, ""), node_name=node, owner=self.owner,
                          attempt_uid=attempt_uid, launched_by=launched_by())
 
     # -- one pod -----------------------------------------------------------------------
     def launch_once(self, request: LaunchRequest, on_log: LogSink | None = None) -> Attempt:
-        body = self.pod_for(request, uuid.uuid4().hex[:16])
         pool = self.pool_for(request)
+        # once: another test's node fault may unpin this virtual node while this pod waits, yet it was pinned
+        unpinned = self.pins.unpinned_because(pool, request.node) if self.pins else ""
+        pinned = self.pins.real(pool, request.node) if self.pins else ""
+        body = self.pod_for(request, uuid.uuid4().hex[:16], pinned)
         digest = pinned_image(pool, self.image_digests.get(pool.name, ""))[1]
         request.log_path.parent.mkdir(parents=True, exist_ok=True)
         started_at = datetime.now(UTC).isoformat(timespec="seconds")
@@ -228,6 +240,8 @@ class KubernetesLauncher:
             log.write(f"# nightly: {request.test.id} attempt {request.attempt} pod {self.namespace}/"
                       f"{body['metadata']['name']} pool {pool.name} gpus={request.test.gpus} timeout={request.timeout_s}s "
                       f"image={image}\n")
+            if unpinned:
+                log.write(f"# nightly: {unpinned}\n")
             log.flush()
             if self.cancelled.is_set():  # as the local launcher says it: the night's stop, not the infrastructure's fault
                 log.write("# nightly: verdict interrupted: the night was interrupted before this pod was created\n")
@@ -237,13 +251,21 @@ class KubernetesLauncher:
                 run = self.run_pod(body, log, on_log, timeout_s=request.timeout_s, whole_log=True)  # type: ignore[arg-type]
         finally:
             log.close()
-        pinned = self.pins.real(pool, request.node) if self.pins else ""
+        if run.verdict.reason == "log_unreadable":
+            # once per test and night: the API refusing a second node's log too (RBAC) will refuse a third's
+            with self._lock:
+                again = request.test.id in self._log_unreadable
+                self._log_unreadable.add(request.test.id)
+            if again:
+                run = dataclasses.replace(run, verdict=run.verdict._replace(retriable_infra=False))
         gated = "SchedulingGated" in run.message  # Kueue's quota: no other node helps
         if run.verdict.reason == "unschedulable" and pinned and pinned not in request.avoid_nodes and not gated:
             # the plan's node is cordoned, gone or full of someone else's pods: another node can help
             run = dataclasses.replace(run, verdict=Verdict("infra_error", "unschedulable", True, pinned),
                                       message=f"{run.message} (pinned to {pinned})")
         attempt = self._attempt(request, run, started_at, digest)
+        if unpinned:
+            attempt.details["unpinned"] = unpinned
         if log.dropped:
             attempt.details["log_cut_bytes"] = str(log.dropped)
         return attempt
@@ -349,10 +371,13 @@ class KubernetesLauncher:
                 with contextlib.suppress(queue.Empty):
                     ev = events.get(timeout=self.tick_s)
                     while True:
-                        if ev["type"] == "DELETED":
-                            deleted = True
-                        if isinstance(ev.get("raw_object"), dict) and ev["type"] != "ERROR":
-                            pod = ev["raw_object"]
+                        if ev["type"] == "DELETED" and ended_by_itself(pod):
+                            pass  # ended before it was deleted: judged by that end, as on the Pipes path
+                        else:
+                            if ev["type"] == "DELETED":
+                                deleted = True
+                            if isinstance(ev.get("raw_object"), dict) and ev["type"] != "ERROR":
+                                pod = ev["raw_object"]
                         ev = events.get_nowait()
                 now = time.monotonic()
                 state = (main_status(pod or {}).get("state") or {})

@@ -9,7 +9,10 @@ starts in the newest file, not at the log's first line. A reopened stream that n
 the last line written (the lines between were rotated away), a stream still open when the
 attempt ended, or one that could not be reopened leaves the log *unfinished*: the follower says
 so in the log and in :attr:`LogFollower.unfinished`, and such an attempt never passes (a failure
-reported in the lines it lacks would be lost), as on the local launcher.
+reported in the lines it lacks would be lost), as on the local launcher. When the API would not
+serve the log (its last try answered 403, or 5xx from the kubelet's proxy) the pass becomes
+``infra_error/log_unreadable`` (the test's outcome is unknown, not its failure); lines lost to a
+rotation stay ``failed``.
 """
 
 from __future__ import annotations
@@ -82,8 +85,14 @@ class LogFollower:
         #: reopened stream picks up
         self.mark: tuple[Stamp, int] | None = None
         self.unfinished = ""
+        #: the log is unfinished because the API refused to serve it (an HTTP error on the last try), not
+        #: for the test's output: a pass is then an infra error, not the test's failure
+        self.unreadable = False
         #: why the last stream ended ("" while one is open, or after one that ended by itself)
         self.dropped = ""
+        #: the last try was answered with an HTTP error (403 RBAC, 5xx from the kubelet's proxy), and no
+        #: stream since brought a line
+        self._refused = False
         self._hurry = threading.Event()
         self._said_capped = False
 
@@ -99,20 +108,25 @@ class LogFollower:
         while not self.closed:
             error, wrote = self._stream(api, name, namespace, container)
             self.dropped = _why(error) if error is not None else ""
+            self._refused = isinstance(error, ApiException) or (self._refused and not wrote and error is not None)
             whole = error is None or (whole and not wrote)
             if self.closed:
                 return
             if self._ended(api, name, namespace, container, error):
                 if not whole:  # 404 after a drop: what the stream had not sent yet is gone with the pod
-                    self.unfinish("the pod was gone before its log stream could be read to its end",
-                                  f"after {self.count} lines; the lines above may not be the test's last")
+                    self.unfinish("the pod was gone before its log stream could be read to its end"
+                                  f"{f' (the last try: {self.dropped})' if self._refused else ''}",
+                                  f"after {self.count} lines; the lines above may not be the test's last",
+                                  unreadable=self._refused)
                 return
             if error is not None:  # a clean close before the status says terminated is only status lag
                 self.note(f"# nightly: log stream dropped after {self.count} lines ({self.dropped}); resuming")
             fruitless = 0 if wrote else fruitless + 1
             if fruitless > self.max_resumes:
-                self.unfinish(f"the pod's log stream could not be reopened ({self.max_resumes} tries in a row)",
-                              f"after {self.count} lines; the lines above may not be the test's last")
+                self.unfinish(f"the pod's log stream could not be reopened ({self.max_resumes} tries in a row"
+                              f"{f', the last: {self.dropped}' if self._refused else ''})",
+                              f"after {self.count} lines; the lines above may not be the test's last",
+                              unreadable=self._refused)
                 return
             if self._hurry.is_set():  # the attempt has ended: its last lines are wanted now
                 time.sleep(self.backoff_s)
@@ -140,6 +154,7 @@ class LogFollower:
                         self._lost()
                     mark = None
                 self.write(redact(line), stamp)
+                self._refused = False  # the log is served again
                 wrote += 1
         except STREAM_ERRORS as exc:
             return exc, wrote
@@ -169,10 +184,12 @@ class LogFollower:
                       if s.get("name") == container), {})
         return error is None and "terminated" in state
 
-    def unfinish(self, why: str, where: str, close: bool = False) -> None:
+    def unfinish(self, why: str, where: str, close: bool = False, unreadable: bool = False) -> None:
         """Record that the log lacks lines (``why``, for the attempt's reason) and say so in it;
-        ``close``: and write nothing more."""
+        ``close``: and write nothing more; ``unreadable``: because the API refused to serve it."""
         with self.lock:
+            if not self.unfinished:
+                self.unreadable = unreadable
             self.unfinished = self.unfinished or why
             if not self.closed:
                 self.log.write(f"# nightly: {why}: its log is unfinished ({where})\n")
@@ -181,9 +198,14 @@ class LogFollower:
 
     def judge(self, verdict: Verdict, message: str) -> tuple[Verdict, str]:
         """The verdict and its message once the log is known whole or not: a pass needs the whole log (a
-        failure the test reported in the lines it lacks would be lost), as on the local launcher."""
+        failure the test reported in the lines it lacks would be lost), as on the local launcher. Without
+        it the pass is ``failed``, or ``infra_error/log_unreadable`` (retriable) when the API refused the log."""
         if not self.unfinished or verdict.outcome != "passed":
             return verdict, message
+        if self.unreadable:  # the API's doing, not the test's: its outcome is unknown, worth another try
+            unknown = Verdict("infra_error", "log_unreadable", True, verdict.node)
+            return unknown, (f"{self.unfinished}: its log is unfinished, so the test's outcome is unknown "
+                             f"({message})")
         failed = Verdict("failed", f"{self.unfinished}: its log is unfinished, so it cannot pass", False, verdict.node)
         return failed, f"{failed.reason} ({message})"
 
@@ -220,6 +242,6 @@ class LogFollower:
             if self.thread.is_alive():
                 tried = f" (the last try: {self.dropped})" if self.dropped else ""
                 self.unfinish(f"the pod's log stream had not ended {timeout_s:g} s after the attempt did{tried}",
-                              "the lines above may not be the test's last", close=True)
+                              "the lines above may not be the test's last", close=True, unreadable=self._refused)
         with self.lock:
             self.closed = True

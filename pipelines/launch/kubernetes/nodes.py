@@ -8,6 +8,10 @@ leave untolerated (disk pressure, an admin's maintenance taint: a pod pinned the
 Pending until the unschedulable limit) are listed (sorted by name) and virtual node *i* becomes
 the *i*-th of them (a required node affinity on the node's name, ``metadata.name``). Listing needs
 ``get/list`` on nodes (``k8s/components/node-reader``); without it pods are simply not pinned.
+The list is made once per night, so a node that fails during the night (:meth:`NodePins.fault`:
+node lost, shut down, GPUs unusable) is pinned to no more: a pod pinned there would wait the
+unschedulable limit (30 minutes) before its retry ran elsewhere. Its virtual node's later tests
+run unpinned, and the night's notes and each such attempt's log say so.
 
 Cordoning is a patch of ``spec.unschedulable`` on the Node; it needs the ClusterRole in
 ``k8s/components/node-cordon`` (RBAC cannot narrow it to that field). Off unless the deployment
@@ -110,13 +114,34 @@ def _not_listed(pool: PoolSpec, exc: Exception) -> str:
 
 
 class NodePins:
-    """Virtual node index -> real node name per pool, listed once per night (lazily, thread-safe)."""
+    """Virtual node index -> real node name per pool, listed once per night (lazily, thread-safe);
+    a node that failed tonight (:meth:`fault`) is no pin any more."""
 
     def __init__(self, api: client.CoreV1Api, **retry: Any):
         self.api, self.retry = api, retry
         self.lock = threading.Lock()
         self.nodes: dict[str, list[str]] = {}
         self.notes: list[str] = []
+        #: real node -> the node fault it had tonight (reason, test): pinned to no more
+        self.faults: dict[str, str] = {}
+        self._unpinned: set[tuple[str, int]] = set()
+
+    def fault(self, node: str, why: str) -> None:
+        """``node`` failed tonight (``why``: the attempt's reason and test): pin nothing to it any more."""
+        with self.lock:
+            self.faults.setdefault(node, why)
+
+    def unpinned_because(self, pool: PoolSpec, index: int) -> str:
+        """Why virtual node ``index`` of ``pool`` is not pinned to its real node ("" when it is, or has none)."""
+        self.real(pool, index)
+        with self.lock:
+            names = self.nodes.get(pool.name) or []
+            node = names[index] if 0 <= index < len(names) else ""
+            why = self.faults.get(node, "") if node else ""
+        if not why:
+            return ""
+        return (f"not pinned to {node} (the plan's node {index} of pool {pool.name}): {why} there earlier tonight; "
+                "the scheduler picks the node")
 
     def real(self, pool: PoolSpec, index: int) -> str:
         """The real node for virtual node ``index`` of ``pool`` ("" when it cannot be known)."""
@@ -136,7 +161,15 @@ class NodePins:
                     self.notes.append(f"pool {pool.name}: {len(self.nodes[pool.name])} usable node(s), "
                                       f"the plan has {pool.nodes}; the rest run unpinned")
             names = self.nodes[pool.name]
-        return names[index] if 0 <= index < len(names) else ""
+            node = names[index] if 0 <= index < len(names) else ""
+            if node not in self.faults:
+                return node
+            if (pool.name, index) not in self._unpinned:
+                self._unpinned.add((pool.name, index))
+                self.notes.append(f"pool {pool.name}: the plan's node {index} no longer pinned to {node} "
+                                  f"({self.faults[node]}); its later tests ran unpinned")
+                log.warning(self.notes[-1])
+        return ""
 
 
 def cordon(core_v1_api: client.CoreV1Api, node: str, reason: str = "") -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 from datetime import datetime
 from typing import Any, NamedTuple
 
@@ -26,7 +27,10 @@ NO_COMPLETION_RECORD = "exited before the test finished (exit code 0 without the
 
 #: Infra reasons where another node may well succeed.
 RETRIABLE = frozenset({"evicted", "preempted", "node_lost", "node_shutdown", "gpu_unusable", "image_pull",
-                       "preflight_hung", "startup_timeout"})
+                       "preflight_hung", "startup_timeout", "start_error",
+                       # the kubelet refused the pod (OutOfcpu/OutOfmemory/OutOfpods, node labels changed under
+                       # it): its node was full or changed at that moment, another (or the same, later) may take it
+                       "admission_rejected"})
 
 #: what the container runtime, never the test's process, reports of a container it lost: the kubelet's
 #: ContainerStatusUnknown (exit 137, "could not be located") and containerd's Unknown (exit 255) after a
@@ -36,6 +40,18 @@ _LOST_BY_RUNTIME = frozenset({"ContainerStatusUnknown", "Unknown"})
 
 _PULL_WAITING = frozenset({"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull"})
 _CONFIG_WAITING = frozenset({"CreateContainerConfigError", "CreateContainerError"})
+#: the registry says the image or its manifest does not exist (containerd: "failed to resolve reference
+#: ...: not found"; Docker and CRI-O: "manifest unknown"; "name unknown": no such repository): no node
+#: and no wait can pull it. Timeouts, throttling and auth errors say nothing of the kind and stay retried
+_IMAGE_MISSING = re.compile(r"manifest unknown|name unknown|failed to resolve reference.*: not found", re.IGNORECASE)
+#: the container runtime could not start a container (the pre-flight or the test): no process of ours ran,
+#: so its exit code (128) and message are the runtime's
+_RUNTIME_START = frozenset({"StartError", "ContainerCannotRun"})
+#: ... because the NVIDIA container runtime failed (its hook: "nvidia-container-cli: initialization error:
+#: nvml error: driver/library version mismatch"): the node's GPUs are unusable
+_GPU_RUNTIME = re.compile(r"nvidia|nvml|\bcuda", re.IGNORECASE)
+#: ... because the image lacks the command or working directory it is started with: the same on every node
+_IMAGE_CANNOT_START = re.compile(r"executable file not found|exec format error|chdir to cwd", re.IGNORECASE)
 
 
 class Verdict(NamedTuple):
@@ -151,8 +167,29 @@ def own_record(pod: dict[str, Any]) -> dict[str, Any]:
     return record if token and record.get("finished") is True and record.get("token") == token else {}
 
 
+def ended_by_itself(pod: dict[str, Any] | None) -> bool:
+    """The pod was seen Succeeded or Failed without a deletionTimestamp: it ended by itself, and a delete
+    seen after (someone's cleanup, dagster-k8s's) did not end it; the API server deletes an ended pod at
+    once, without the grace period that would first mark it. Both launch paths judge such a pod by that end."""
+    phase = ((pod or {}).get("status") or {}).get("phase")
+    return phase in ("Succeeded", "Failed") and not ((pod or {}).get("metadata") or {}).get("deletionTimestamp")
+
+
 def node_of(pod: dict[str, Any] | None) -> str:
     return ((pod or {}).get("spec") or {}).get("nodeName") or ""
+
+
+def start_failure(term: dict[str, Any], node: str) -> Verdict:
+    """A container the runtime could not start (``term``: its terminated state): the NVIDIA runtime's
+    failure says the node's GPUs are unusable; a command or working directory missing from the image
+    fails on every node (not retried, never the node's); anything else is the node's runtime, retried
+    elsewhere and counted against the node."""
+    said = str(term.get("message") or "")
+    if _GPU_RUNTIME.search(said):
+        return _infra("gpu_unusable", node)
+    if _IMAGE_CANNOT_START.search(said):
+        return _infra("image_cannot_start", node)
+    return _infra("start_error", node)
 
 
 def _disruption(pod: dict[str, Any], node: str) -> Verdict | None:
@@ -172,6 +209,13 @@ def _disruption(pod: dict[str, Any], node: str) -> Verdict | None:
         status_reason = (pod.get("status") or {}).get("reason") or ""
         return _infra("node_shutdown" if status_reason in ("Terminated", "Shutdown", "NodeShutdown") else "evicted", node)
     return _infra("evicted", node)  # EvictionByEvictionAPI (drain) and anything newer
+
+
+def _pull_failed(w: dict[str, Any], node: str) -> Verdict:
+    """A pull that failed: final when the registry says the image does not exist, else worth another node."""
+    if _IMAGE_MISSING.search(str(w.get("message") or "")):
+        return _infra("image_not_found", node)
+    return _infra("image_pull", node)
 
 
 def classify(
@@ -210,20 +254,22 @@ def classify(
         return _infra("admission_rejected", node)
 
     init = init_failure(last_pod)
+    if init and init.get("reason") in _RUNTIME_START:  # the pre-flight never ran: its exit codes say nothing
+        return start_failure(init, node)
     if init:
         why, retriable = preflight_verdict(int(init.get("exitCode") or 0))
         return Verdict("infra_error", why, retriable, node)
     term = terminated(last_pod)
     if term.get("reason") == "OOMKilled":
         return _test("failed", "oom_killed", node)  # trust the reason, even with exit 0
-    if term.get("reason") in ("StartError", "ContainerCannotRun"):
-        return _infra("start_error", node)
+    if term.get("reason") in _RUNTIME_START:
+        return start_failure(term, node)
     if deleted or (last_pod.get("metadata") or {}).get("deletionTimestamp"):
         # deleted while its image or config could not be had (dagster-k8s deletes the pod at the
         # first ErrImagePull): that is why it ended, as on the watch path after its wait
         w = waiting(last_pod) if phase == "Pending" else {}
         if w.get("reason") in _PULL_WAITING:
-            return _infra("image_pull", node)
+            return _pull_failed(w, node)
         if w.get("reason") in _CONFIG_WAITING:
             return _infra("container_config", node)
         return _infra("deleted", node)
@@ -247,10 +293,12 @@ def classify(
         w = waiting(last_pod)
         if w.get("reason") in ("InvalidImageName", "ErrImageNeverPull"):
             return _infra("image_pull", node)  # permanent: waiting longer cannot help
+        if w.get("reason") in _PULL_WAITING and _IMAGE_MISSING.search(str(w.get("message") or "")):
+            return _infra("image_not_found", node)  # final: not there for this node, any other, or later
         if waited_s < wait_limit_s:
             return None
         if w.get("reason") in _PULL_WAITING:
-            return _infra("image_pull", node)
+            return _pull_failed(w, node)
         if w.get("reason") in _CONFIG_WAITING:
             return _infra("container_config", node)
         if node:  # scheduled, but pulling or in the pre-flight past the startup limit
@@ -296,7 +344,8 @@ def explain(last_pod: dict[str, Any] | None, verdict: Verdict) -> str:
         parts.append(f"container={term.get('reason', '')} exit={term.get('exitCode')}")
         if completion_record(last_pod).get("error"):
             parts.append(f"error={str(completion_record(last_pod)['error'])[:200]!r}")
-        elif term.get("reason") in _LOST_BY_RUNTIME and term.get("message") and not completion_record(last_pod):
+        elif term.get("reason") in (*_LOST_BY_RUNTIME, *_RUNTIME_START) and term.get("message") \
+                and not completion_record(last_pod):
             parts.append(f"said={str(term['message']).strip()[-200:]!r}")
     elif wait:
         parts.append(f"waiting={wait.get('reason', '')}")

@@ -33,6 +33,7 @@ from pipelines.launch.kubernetes.logstream import LogFollower, redact
 from pipelines.launch.kubernetes.outcomes import (
     Verdict,
     classify,
+    ended_by_itself,
     explain,
     image_id,
     main_status,
@@ -88,8 +89,7 @@ class PodRecorder:
     def verdict_input(self) -> tuple[dict[str, Any] | None, bool]:
         """(pod, deleted) to classify: a pod that ended before it was deleted ended by itself."""
         before = self.before_delete
-        phase = ((before or {}).get("status") or {}).get("phase")
-        if self.deleted and phase in ("Succeeded", "Failed") and not (before.get("metadata") or {}).get("deletionTimestamp"):
+        if self.deleted and ended_by_itself(before):
             return before, False
         return self.last, self.deleted
 

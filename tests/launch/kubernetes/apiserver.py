@@ -7,9 +7,9 @@ event streams (with resourceVersion and timeoutSeconds), ``pods/{name}/log`` (fo
 pod evolves: a list of steps, each mutating the stored pod (phase, conditions, container
 states) and/or appending log lines, or deleting it. Each log line gets its time as it is added
 (the kubelet's), sent before it with ``timestamps=true`` (RFC3339, nanoseconds), as a real one
-does. The "scheduler" picks the first node the pod's ``nodeSelector`` and required node affinity
-allow, matched as kube-scheduler does (``matchExpressions`` against the node's labels,
-``matchFields`` against its name), so retries avoiding a failed node really land elsewhere and
+does. The "scheduler" picks the first node the pod's ``nodeSelector``, tolerations (of the node's
+NoSchedule/NoExecute taints) and required node affinity allow, matched as kube-scheduler does
+(``matchExpressions`` against the node's labels, ``matchFields`` against its name), so retries avoiding a failed node really land elsewhere and
 pinned pods land on their node. The QoS class is computed from the containers' resources as the
 real API server does.
 
@@ -294,12 +294,30 @@ def _term_holds(term: dict[str, Any], node: dict[str, Any]) -> bool:
             and all(_requirement_holds(f, node_fields.get(f["key"])) for f in fields))
 
 
+def _taint_tolerated(taint: dict[str, Any], tolerations: list[dict[str, Any]]) -> bool:
+    """kube-scheduler's TaintToleration: an empty effect matches every effect, ``Exists`` the key (an
+    empty key: every taint), ``Equal`` (the default) the key and the value."""
+    for t in tolerations:
+        if t.get("effect") and t["effect"] != taint.get("effect"):
+            continue
+        if t.get("operator") == "Exists":
+            if not t.get("key") or t["key"] == taint.get("key"):
+                return True
+        elif t.get("key") == taint.get("key") and (t.get("value") or "") == (taint.get("value") or ""):
+            return True
+    return False
+
+
 def fits(pod: dict[str, Any], node: dict[str, Any]) -> bool:
-    """Whether the scheduler may put ``pod`` on ``node``: every ``nodeSelector`` label equal, and one of
-    the required affinity's terms holding (taints and resources are not modelled)."""
+    """Whether the scheduler may put ``pod`` on ``node``: every ``nodeSelector`` label equal, every
+    NoSchedule/NoExecute taint tolerated (a lost node's ``node.kubernetes.io/unreachable``), and one of
+    the required affinity's terms holding (resources are not modelled)."""
     labels = node["metadata"].get("labels") or {}
     spec = pod.get("spec") or {}
     if any(labels.get(k) != v for k, v in (spec.get("nodeSelector") or {}).items()):
+        return False
+    if any(t.get("effect") in ("NoSchedule", "NoExecute") and not _taint_tolerated(t, spec.get("tolerations") or [])
+           for t in (node.get("spec") or {}).get("taints") or ()):
         return False
     required = (((spec.get("affinity") or {}).get("nodeAffinity") or {})
                 .get("requiredDuringSchedulingIgnoredDuringExecution"))

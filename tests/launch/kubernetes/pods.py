@@ -76,6 +76,29 @@ def preflight_failed(exit_code: int, message: str = ""):
     return m
 
 
+#: what containerd says when the NVIDIA runtime's hook fails (a driver upgraded under a running node)
+NVML_MISMATCH = ("failed to create containerd task: failed to create shim task: OCI runtime create failed: runc create "
+                 "failed: unable to start container process: error during container init: error running hook #0: "
+                 "error running hook: exit status 1, stdout: , stderr: Auto-detected mode as 'legacy' "
+                 "nvidia-container-cli: initialization error: nvml error: driver/library version mismatch: unknown")
+
+
+def start_error(message: str = NVML_MISMATCH, container: str = "preflight", reason: str = "StartError"):
+    """The container runtime could not start the pre-flight (``container="preflight"``) or the test
+    container: terminated with the runtime's exit 128 and message, no process of ours ran; the pod fails."""
+    def m(pod: Pod) -> None:
+        term = {"exitCode": 128, "reason": reason, "message": message, "startedAt": "1970-01-01T00:00:00Z",
+                "finishedAt": now()}
+        if container == "preflight":
+            _init(pod, {"terminated": term})
+            _container(pod, {"waiting": {"reason": "PodInitializing"}})
+        else:
+            preflight_done()(pod)
+            _container(pod, {"terminated": term})
+        _status(pod)["phase"] = "Failed"
+    return m
+
+
 def scheduled(node: str):
     def m(pod: Pod) -> None:
         pod["spec"]["nodeName"] = node

@@ -51,6 +51,18 @@ def test_every_planned_test_and_every_input_has_one_pod(night_yaml):
     assert text.startswith("---\n") and text.count("\n---\n") == len(pods) - 1
 
 
+def test_the_yaml_reads_like_kubectls_with_no_anchors_or_aliases(night_yaml):
+    """The pre-flight shares its resources dict with the test container: written as ``&id001`` and
+    ``*id001`` it read like nothing ``kubectl -o yaml`` prints, and a reviewer had to chase the anchor."""
+    text = night_yaml[0]
+    events = list(yaml.parse(text, Loader=yaml.SafeLoader))
+    assert not [e for e in events if isinstance(e, yaml.AliasEvent) or getattr(e, "anchor", None)]
+    for pod in pods_of(text):
+        if pod["spec"].get("initContainers"):
+            init, test = pod["spec"]["initContainers"][0], pod["spec"]["containers"][0]
+            assert init["resources"] == test["resources"] and init["resources"]["requests"]
+
+
 def test_every_pod_validates_strictly_against_kubernetes_1_31(night_yaml):
     for pod in pods_of(night_yaml[0]):
         kubernetes_validate.validate(pod, "1.31", strict=True)

@@ -218,6 +218,68 @@ def test_gpu_vanished_at_admission_is_gpu_unusable_and_retried(tmp_path):
     assert [(a.reason, a.node) for a in seen] == [("gpu_unusable", "h200-a"), ("", "h200-b")]
 
 
+RUNC_FAILED = ("failed to create containerd task: failed to create shim task: OCI runtime create failed: runc create "
+               "failed: unable to start container process: error during container init: cgroup: mkdir "
+               "/sys/fs/cgroup/kubepods: read-only file system")
+
+
+@pytest.mark.parametrize("container, message, reason, rule_needs", [
+    ("preflight", pods.NVML_MISMATCH, "gpu_unusable", 1),  # the NVIDIA runtime: one proves the node bad
+    ("test", pods.NVML_MISMATCH, "gpu_unusable", 1),
+    ("preflight", RUNC_FAILED, "start_error", 2),  # the node's runtime: two, as a lost node
+    ("test", RUNC_FAILED, "start_error", 2),
+])
+def test_a_container_the_nodes_runtime_cannot_start_is_the_nodes_fault_retried_elsewhere(
+        tmp_path, container, message, reason, rule_needs):
+    """The runtime could not start the pre-flight or the test (StartError, exit 128): no process of ours ran,
+    so neither the pre-flight's exit codes nor the test's say anything. Each test passes on another node,
+    and h200-a is named bad by the infra rule."""
+    def script(pod, node):
+        if node != "h200-a":
+            return pods.passes(node)
+        return [Step(mutate=pods.scheduled(node)), Step(mutate=pods.preflight_running()),
+                Step(mutate=pods.start_error(message, container))]
+    seen: list = []
+    with StandInApiServer(script=script) as server:
+        for tid in ("tests/e2e/test_grpo.py", "tests/e2e/test_sft.py")[:rule_needs]:
+            launch, attempts = launcher(server)
+            req = dataclasses.replace(request(tmp_path), test=make_test(id=tid, path=tid, gpus=4),
+                                      log_path=tmp_path / "logs" / f"{Path(tid).stem}.attempt1.log")
+            assert launch.launch(req).outcome == "passed", attempts[0].details["message"]
+            seen += attempts
+    assert [(a.outcome, a.reason, a.node, a.details["retriable"]) for a in seen] == [
+        ("infra_error", reason, "h200-a", "true"), ("passed", "", "h200-b", "false")] * rule_needs
+    assert "driver/library version mismatch" in seen[0].details["message"] or "read-only file system" in \
+        seen[0].details["message"], seen[0].details["message"]
+    [finding] = detect_bad_nodes(seen)
+    assert (finding.node, finding.rule) == ("h200-a", "infra")
+
+
+def test_a_command_missing_from_the_image_is_not_retried_nor_blamed_on_the_node(tmp_path):
+    """``sh`` missing from the image: the runtime cannot start the pre-flight on any node."""
+    missing = ('failed to create containerd task: failed to create shim task: OCI runtime create failed: runc create '
+               'failed: unable to start container process: exec: "sh": executable file not found in $PATH: unknown')
+    final, seen, _, _ = run(tmp_path, lambda pod, node: [Step(mutate=pods.scheduled(node)),
+                                                         Step(mutate=pods.start_error(missing))])
+    assert [(a.outcome, a.reason, a.details["retriable"]) for a in seen] == [
+        ("infra_error", "image_cannot_start", "false")]
+    assert not detect_bad_nodes(seen * 3)
+
+
+@pytest.mark.parametrize("status_reason", ["OutOfcpu", "OutOfmemory", "OutOfpods", "NodeAffinity"])
+def test_a_pod_the_kubelet_rejects_at_admission_is_retried_on_another_node(tmp_path, status_reason):
+    """The scheduler placed the pod, the kubelet then refused it (its node filled up meanwhile, or its labels
+    changed): the pod never ran, so another node may take it; it is not the node's fault."""
+    def script(pod, node):
+        if node == "h200-a":
+            return [Step(mutate=pods.scheduled(node)), Step(mutate=pods.failed_at_admission(status_reason))]
+        return pods.passes(node)
+    _, seen, _, _ = run(tmp_path, script)
+    assert [(a.outcome, a.reason, a.node, a.details["retriable"]) for a in seen] == [
+        ("infra_error", "admission_rejected", "h200-a", "true"), ("passed", "", "h200-b", "false")]
+    assert not detect_bad_nodes(seen * 2)
+
+
 def test_infra_retries_stop_at_the_limit_each_on_a_new_node(tmp_path):
     final, seen, server, _ = run(tmp_path, lambda pod, node: pods.ends(node, pods.preflight_failed(86)))
     assert [a.node for a in seen] == ["h200-a", "h200-b", "h200-c"]
@@ -233,6 +295,24 @@ def test_a_pod_deleted_by_someone_is_seen_through_the_watch(tmp_path):
         Step(delete=True)])
     assert (final.outcome, final.reason, final.node) == ("infra_error", "deleted", "h200-a")
     assert final.details["retriable"] == "false" and len(seen) == 1
+
+
+@pytest.mark.parametrize("end, outcome, reason", [
+    (pods.terminated("Failed", 1, "Error"), "failed", "exit_code"),
+    (pods.terminated("Succeeded", 0, "Completed"), "passed", ""),
+], ids=["failed", "passed"])
+def test_a_pod_that_ended_before_it_was_deleted_is_judged_by_its_end_as_on_the_pipes_path(tmp_path, end, outcome, reason):
+    """Someone's cleanup (or a GC) deletes the pod right after it ended. The watch delivers the end and the
+    deletion together when the launcher's tick is long: the deletion won (infra_error/deleted in 5 of 6
+    runs), losing a real failure or a pass; the Pipes path judged the same pod by its end."""
+    def script(pod, node):
+        return [Step(mutate=pods.scheduled(node)), Step(mutate=pods.running(), logs=("training",)),
+                Step(mutate=end, logs=("the end",)), Step(delay_s=0.0, delete=True)]
+    got = []
+    for _ in range(3):
+        final, seen, _, _ = run(tmp_path, script, retries=0, tick_s=2.0)
+        got.append((final.outcome, final.reason, final.node, len(seen)))
+    assert got == [(outcome, reason, "h200-a", 1)] * 3
 
 
 @pytest.mark.parametrize("steps, reason", [
@@ -259,6 +339,34 @@ def test_an_image_pull_error_waits_the_limit_then_retries_elsewhere(tmp_path):
     _, seen, _, _ = run(tmp_path, script, pending_wait_s=PENDING_WAIT_S, startup_wait_s=PENDING_WAIT_S)
     assert [(a.reason, a.node) for a in seen] == [("image_pull", "h200-a"), ("", "h200-b")]
     assert "ImagePullBackOff" in seen[0].details["message"]
+
+
+@pytest.mark.parametrize("message", [
+    'failed to pull and unpack image "ghcr.io/example/rl@sha256:00": failed to resolve reference '
+    '"ghcr.io/example/rl@sha256:00": ghcr.io/example/rl@sha256:00: not found',  # containerd
+    "Error response from daemon: manifest for ghcr.io/example/rl:nightly not found: manifest unknown: manifest unknown",
+    "reading manifest sha256:00 in ghcr.io/example/rl: manifest unknown",  # CRI-O
+], ids=["containerd", "docker", "cri-o"])
+def test_an_image_the_registry_does_not_have_is_final_at_once_not_tried_on_every_node(tmp_path, message):
+    """A digest that was never pushed: every node would wait startup_wait_s (900 s) for it, 3 x 900 s per test."""
+    def script(pod, node):
+        return [Step(mutate=pods.scheduled(node)), Step(mutate=pods.waiting("ErrImagePull", message)),
+                Step(delay_s=0.2, mutate=pods.waiting("ImagePullBackOff", 'Back-off pulling image "ghcr.io/example/rl"'))]
+    _, seen, _, _ = run(tmp_path, script)  # waits of 60 s: the verdict must come without them
+    assert [(a.outcome, a.reason, a.details["retriable"]) for a in seen] == [("infra_error", "image_not_found", "false")]
+    assert "ErrImagePull" in seen[0].details["message"] and float(seen[0].details["pending_s"]) < 30
+
+
+def test_a_transient_pull_error_still_waits_and_is_retried_elsewhere(tmp_path):
+    def script(pod, node):
+        if node == "h200-a":
+            return [Step(mutate=pods.scheduled(node)), Step(mutate=pods.waiting(
+                "ErrImagePull", 'failed to pull and unpack image "ghcr.io/example/rl:nightly": failed to copy: '
+                "httpReadSeeker: failed open: unexpected status code 429 Too Many Requests"))]
+        return pods.passes(node)
+    _, seen, _, _ = run(tmp_path, script, startup_wait_s=1.0)
+    assert [(a.reason, a.node, a.details["retriable"]) for a in seen] == [("image_pull", "h200-a", "true"),
+                                                                          ("", "h200-b", "false")]
 
 
 def test_a_pod_pending_within_the_wait_limit_keeps_waiting(tmp_path):

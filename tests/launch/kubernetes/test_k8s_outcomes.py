@@ -66,7 +66,7 @@ ROWS = [
     ("deleted, exit 0", pod("Succeeded", state=term(0, "Completed"), deleting=True), ("infra_error", "deleted", False)),
     ("deleted while running", pod("Running", state={"running": {}}, deleting=True), ("infra_error", "deleted", False)),
     ("invalid image name", pod("Pending", state={"waiting": {"reason": "InvalidImageName"}}), ("infra_error", "image_pull", True)),
-    ("start error", pod("Failed", state=term(128, "StartError")), ("infra_error", "start_error", False)),
+    ("start error", pod("Failed", state=term(128, "StartError")), ("infra_error", "start_error", True)),
 ]
 
 

@@ -181,9 +181,10 @@ def test_a_log_stream_reopened_past_lines_rotated_away_says_so_and_cannot_pass(t
         "failed", f"{why}: its log is unfinished, so it cannot pass", "true")
 
 
-def test_a_log_stream_not_ended_when_the_pod_ended_fails_a_pass_on_the_unfinished_log(tmp_path):
+def test_a_log_stream_not_ended_when_the_pod_ended_never_passes_on_the_unfinished_log(tmp_path):
     """The stream drops and cannot be reopened before the launcher's wait for it ends: the lines
-    after the drop (a failed configuration among them) never reach the log the night judges."""
+    after the drop (a failed configuration among them) never reach the log the night judges. The API
+    refused the log (503), so the test's outcome is unknown: an infra error, not a pass nor its failure."""
     server = StandInApiServer()
     server.log_cuts = 1  # after the first line; every stream opened again is refused
     server.on_log_cut = lambda name: server.fail("GET", "/log", 503, times=10_000)
@@ -192,15 +193,37 @@ def test_a_log_stream_not_ended_when_the_pod_ended_fails_a_pass_on_the_unfinishe
         return [Step(mutate=pods.scheduled(node)), Step(mutate=pods.running(), logs=("step 1",)),
                 Step(delay_s=0.3, mutate=pods.terminated("Succeeded", 0, "Completed"),
                      logs=("config tp2: failed", "config tp1: passed"))]
-    final, _, _, lines = launch(tmp_path, script, server=server, log_join_s=0.5)
+    final, _, _, lines = launch(tmp_path, script, server=server, log_join_s=0.5, retries=0)
     assert lines == ["step 1"]
-    assert (final.outcome, final.details["log_unfinished"]) == ("failed", "true")
+    assert (final.outcome, final.reason, final.details["log_unfinished"]) == ("infra_error", "log_unreadable", "true")
     why = "the pod's log stream had not ended 0.5 s after the attempt did (the last try: 503 Service Unavailable)"
-    assert final.reason == f"{why}: its log is unfinished, so it cannot pass"
     text = Path(final.log_path).read_text()
     assert (f"# nightly: {why}: its log is unfinished (the lines above may not be the test's last)\n"
-            f"# nightly: verdict failed: {why}: its log is unfinished, so it cannot pass (passed: phase=Succeeded") in text
-    assert judge_reported_configs(final).outcome == "failed"
+            f"# nightly: verdict infra_error: {why}: its log is unfinished, so the test's outcome is unknown "
+            "(passed: phase=Succeeded") in text
+    assert judge_reported_configs(final).outcome == "infra_error"
+
+
+@pytest.mark.parametrize(("status", "said"), [(403, "403 Forbidden"), (502, "502 Bad Gateway")])
+def test_a_log_the_api_never_serves_is_an_infra_error_retried_once_not_the_tests_failure(tmp_path, status, said):
+    """Every pods/log request refused (403: the role lacks pods/log; 502: the API server cannot reach the
+    kubelet): a passing test was ``failed``, not retried, recorded as the test's own failure. Its outcome is
+    unknown: infra_error/log_unreadable, retried once on another node (a second refusal is final)."""
+    server = StandInApiServer()
+    server.fail("GET", "/log", status, times=10_000)
+    final, seen, _, _ = launch(tmp_path, lambda pod, node: pods.passes(node), server=server, log_join_s=0.5)
+    assert [(a.outcome, a.reason, a.node, a.details["retriable"]) for a in seen] == [
+        ("infra_error", "log_unreadable", "h200-a", "true"), ("infra_error", "log_unreadable", "h200-b", "false")]
+    assert said in final.details["message"] and "so the test's outcome is unknown (passed: " in final.details["message"]
+    assert "# nightly: verdict infra_error: the pod's log stream" in Path(final.log_path).read_text()
+
+
+def test_a_failure_whose_log_the_api_never_serves_stays_the_tests_failure(tmp_path):
+    server = StandInApiServer()
+    server.fail("GET", "/log", 403, times=10_000)
+    final, seen, _, _ = launch(tmp_path, lambda pod, node: pods.ends(node, pods.terminated("Failed", 1, "Error")),
+                               server=server, log_join_s=0.5)
+    assert [(a.outcome, a.reason) for a in seen] == [("failed", "exit_code")]
 
 
 def test_a_log_stream_that_dropped_near_the_end_is_reopened_at_once_not_after_its_backoff(tmp_path):
@@ -376,8 +399,8 @@ def test_the_plans_virtual_nodes_are_pinned_to_usable_nodes_of_the_pool(tmp_path
 def test_a_node_with_a_taint_the_pool_does_not_tolerate_is_never_pinned_and_the_night_says_why(tmp_path):
     """The kubelet's disk-pressure taint (NoSchedule) and an admin's maintenance taint (NoExecute) keep
     the pool's pods off h200-a and h200-b: a pod pinned there would be Pending until the unschedulable
-    limit. A PreferNoSchedule taint keeps none off. (The stand-in's scheduler ignores taints: the pin is
-    what is checked.)"""
+    limit. A PreferNoSchedule taint keeps none off. (The pin is what is checked: a pod pinned to a tainted node
+    would never be scheduled.)"""
     nodes = [gpu_node(n) for n in ("h200-a", "h200-b", "h200-c", "h200-d")]
     nodes[0]["spec"]["taints"].append({"key": "node.kubernetes.io/disk-pressure", "effect": "NoSchedule"})
     nodes[1]["spec"]["taints"].append({"key": "example.com/maintenance", "value": "fabric", "effect": "NoExecute"})
@@ -495,3 +518,45 @@ def test_a_pod_pinned_to_a_node_it_cannot_get_is_retried_on_another_node(tmp_pat
 def test_a_pinned_pod_held_by_kueue_is_not_retried_elsewhere(tmp_path):
     _, seen, _, _ = launch(tmp_path, lambda pod, node: [Step(mutate=pods.gated())], pending_wait_s=PENDING_WAIT_S)
     assert [(a.reason, a.details["retriable"]) for a in seen] == [("unschedulable", "false")]
+
+
+def test_a_node_lost_tonight_is_pinned_to_no_more_and_its_virtual_nodes_later_tests_run_elsewhere(tmp_path):
+    """The pins are listed at night start. h200-a is lost under a test (NotReady, then the unreachable taint
+    and the taint manager's deletion): the next test the plan put on the same virtual node must not be pinned
+    to it, or it waits the unschedulable limit (30 minutes in production) before its retry runs elsewhere."""
+    server = StandInApiServer()
+    lost: list[str] = []
+
+    def lose_h200_a(pod):
+        lost.append("h200-a")
+        node = next(n for n in server.node_objects if n["metadata"]["name"] == "h200-a")
+        node["status"]["conditions"] = [{"type": "Ready", "status": "Unknown"}]
+        node["spec"]["taints"].append({"key": "node.kubernetes.io/unreachable", "effect": "NoExecute"})
+
+    def script(pod, node):
+        if not node:  # what kube-scheduler says of a pod pinned to the unreachable node
+            return [Step(mutate=pods.unschedulable(
+                "0/4 nodes are available: 1 node(s) had untolerated taint {node.kubernetes.io/unreachable: }, "
+                "3 node(s) didn't match Pod's node affinity/selector."))]
+        if node == "h200-a" and not lost:
+            return pods.ends(node, pods.together(lose_h200_a, pods.node_not_ready()),
+                             pods.disruption("DeletionByTaintManager"))
+        return pods.passes(node)
+
+    with server:
+        server.script = script
+        run, seen = launcher(server, retries=0, pending_wait_s=PENDING_WAIT_S, startup_wait_s=PENDING_WAIT_S)
+        first = run.launch(dataclasses.replace(request(tmp_path), node=0))
+        test = dataclasses.replace(request(tmp_path).test, id="tests/e2e/test_sft.py", path="tests/e2e/test_sft.py")
+        later = run.launch(dataclasses.replace(request(tmp_path), test=test, node=0,
+                                               log_path=tmp_path / "logs" / "sft.attempt1.log"))
+    assert (first.outcome, first.reason, first.node) == ("infra_error", "node_lost", "h200-a")
+    assert [(a.test_id, a.outcome, a.node) for a in seen[1:]] == [("tests/e2e/test_sft.py", "passed", "h200-b")], \
+        seen[-1].details["message"]
+    assert "affinity" not in server.created[-1]["spec"], "unpinned: the scheduler picks a node"
+    why = ("not pinned to h200-a (the plan's node 0 of pool h200): node_lost of tests/e2e/test_grpo.py attempt 1 "
+           "there earlier tonight; the scheduler picks the node")
+    assert later.details["unpinned"] == why
+    assert f"# nightly: {why}\n" in Path(later.log_path).read_text()
+    assert run.notes == ["pool h200: the plan's node 0 no longer pinned to h200-a (node_lost of "
+                         "tests/e2e/test_grpo.py attempt 1); its later tests ran unpinned"]
