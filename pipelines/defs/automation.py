@@ -31,6 +31,7 @@ from pipelines.defs.jobs import TEST_JOBS, run_request
 from pipelines.defs.keys import TAG_CALIBRATION, TAG_SOURCE_RUN, TEST_RUNS
 from pipelines.defs.resources import NightlyResource
 from pipelines.defs.runs import TAG_HOST, TAG_PID, process_gone
+from pipelines.defs.test_runs import start_refusal
 from pipelines.storage.state import StateError
 
 NIGHTLY_CRON = "0 15 * * 0-5"
@@ -41,6 +42,8 @@ CATCH_UP_RUNS = 100
 CATCH_UP_GRACE_S = 120
 FINISHED = [dg.DagsterRunStatus.SUCCESS, dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.CANCELED]
 WEEKLY_CRON = "0 15 * * 6"
+#: a sensor's skip when the run it would request stops at its start (test_runs.start_refusal)
+REFUSED = "not requested, the run would stop before any test (requested on the first tick after the fix)"
 
 
 def build_schedules(jobs: dict, keys: list[str], deployment: str, pools: list[str]) -> list:
@@ -191,6 +194,9 @@ def build_sensors(jobs: dict, keys: list[str], deployment: str, pools: list[str]
         changed = sorted(t for t, s in shas.items() if previous.get(t) != s)
         # may raise (a broken quarantine file, an unreadable store): the cursor stays, the change is seen again
         runnable = night.runset(None, RunSelection(tests=tuple(changed))).run if changed else ()
+        refused = start_refusal(night, runnable) if runnable else ""
+        if refused:  # the run would stop before any test: the change stays pending until the fix
+            return dg.SkipReason(f"{REFUSED}: {refused}")
         context.update_cursor(json.dumps(shas))
         if not runnable:
             return dg.SkipReason("no enabled, plannable test file changed" + _broken(night, changed, set(previous) - set(shas)))

@@ -10,7 +10,7 @@ import yaml
 
 from pipelines.definitions import build_definitions
 from pipelines.defs.resources import NightlyResource
-from tests.support.assets import copied_example
+from tests.support.assets import QUICK_TEST, copied_example, registry_repo
 
 pytestmark = pytest.mark.slow  # sensor ticks over a copied repo and Dagster instances: ~10 s, not the edit loop
 
@@ -603,3 +603,66 @@ def test_a_broken_changed_file_is_named_when_another_changed_file_runs(setup):
     assert _config(request)["tests"] == ["tests/e2e/megatron/test_sft_math.py"]
     assert "registration does not load" in request.tags["nightly/reason"]
     assert "tests/e2e/lora/test_lora_math.py" in request.tags["nightly/reason"]
+
+
+@pytest.fixture
+def quick(tmp_path):
+    """A framework of one 2-GPU h200 test that ends at once (a requested run is executed, not only
+    requested), with the local pool's image digest read from a file, as ``setup``'s."""
+    repo, assets = registry_repo(tmp_path, {"test_ok.py": QUICK_TEST.format(est=2)})
+    digest = tmp_path / "digest.txt"
+    digest.write_text("sha256:" + "a" * 64 + "\n")
+    cluster = assets / "cluster.yaml"
+    data = yaml.safe_load(cluster.read_text())
+    data["deployments"]["local"]["pools"]["h200"]["image_digest_command"] = ["cat", str(digest)]
+    cluster.write_text(yaml.safe_dump(data))
+    resource = NightlyResource(home=str(tmp_path / "home"), assets_dir=str(assets), repo="fw")
+    return build_definitions(nightly=resource), resource, repo, digest
+
+
+def _execute(defs, request) -> tuple[bool, list[str]]:
+    """The requested run executed as the daemon would launch it: (its success, the tests it ran)."""
+    with dg.instance_for_test() as instance:
+        run = defs.resolve_job_def("tests").execute_in_process(
+            run_config=request.run_config, tags=request.tags, instance=instance, raise_on_error=False)
+    return run.success, sorted(m.partition for m in run.asset_materializations_for_node("test_runs"))
+
+
+def _break_start(kind: str, resource, tmp_path, monkeypatch) -> tuple:
+    """Something the run refuses at its start, before any test: (the located message, its fix)."""
+    from pipelines.reporting.state import quarantine_key
+
+    state, key = resource.night().state, quarantine_key("fw")
+    if kind == "quarantine file":  # run_quarantined is on (the default): only the run reads the file
+        state.put(key, json.dumps({"version": 1, "actions": [{"bogus": 1}]}))
+        return f"{state.uri(key)}:1: actions[0].bogus: unknown key", lambda: state.delete(key)
+    if kind == "corrupt estimates":
+        night = resource.night()
+        estimates = night.calibration_keys()["estimates"]
+        night.state.put(estimates, "{")
+        return "corrupt estimates file", lambda: night.state.delete(estimates)
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("")
+    monkeypatch.setenv("NIGHTLY_GPU_LOCK_DIR", str(blocker))
+    return f"{blocker}: the host's GPU lock folder is not a folder", lambda: monkeypatch.undo()
+
+
+@pytest.mark.parametrize("kind", ["quarantine file", "GPU lock folder"])
+def test_a_changed_test_file_whose_run_would_be_refused_is_requested_once_that_is_fixed(quick, kind, tmp_path,
+                                                                                       monkeypatch):
+    """The run refuses to start on a broken quarantine file (run_quarantined on: the tick's selection never
+    reads it) or an unusable GPU lock folder: the tick requested it and moved its cursor, the run failed
+    before any test, and after the fix the edit was no change any more: it never ran."""
+    defs, resource, repo, _ = quick
+    _, cursor = _tick(defs, resource, "rerun_changed_tests", None)
+    f = repo / "tests" / "e2e" / "test_ok.py"
+    f.write_text(f.read_text() + "\n# tweaked\n")
+    where, fix = _break_start(kind, resource, tmp_path, monkeypatch)
+    result, after = _tick(defs, resource, "rerun_changed_tests", cursor)
+    assert result.run_requests == [] and after == cursor, result
+    assert where in result.skip_message, result.skip_message
+    fix()
+    result, _ = _tick(defs, resource, "rerun_changed_tests", after)
+    [request] = result.run_requests
+    assert _execute(defs, request) == (True, ["tests/e2e/test_ok.py"])
+
