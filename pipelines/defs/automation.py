@@ -226,14 +226,22 @@ def build_sensors(jobs: dict, keys: list[str], deployment: str, pools: list[str]
         night = nightly.night()
         before = json.loads(context.cursor) if context.cursor else None
         now, problems = keep_last_observed(before or {}, probe(night.deployment))
-        context.update_cursor(json.dumps(now, sort_keys=True))
         unprobed = f" (probe failed, last observed value kept: {'; '.join(problems)})" if problems else ""
         if before is None:
+            context.update_cursor(json.dumps(now, sort_keys=True))
             return dg.SkipReason("first evaluation: remembering each pool's image digest, driver and spec"
                                  + unprobed)
         changed = changed_pools(before, now)
         if not changed:
+            context.update_cursor(json.dumps(now, sort_keys=True))
             return dg.SkipReason("no pool's image digest, driver or spec changed" + unprobed)
+        # what each run would launch, as the run resolves it: may raise (a corrupt estimates file, a broken
+        # quarantine file with run_quarantined off, an unreachable store), and the cursor stays
+        runnable = {pool: night.runset(None, RunSelection(cadence="nightly", pools=(pool,))).run for pool in changed}
+        refused = start_refusal(night, [t for tests in runnable.values() for t in tests])
+        if refused:  # the runs would stop before any test: the changes stay pending until the fix
+            return dg.SkipReason(f"{REFUSED}: {refused}")
+        context.update_cursor(json.dumps(now, sort_keys=True))
         requests = []
         # the cursor already fires each change once; the time keeps a return to an earlier state (a
         # rollback, then the upgrade again) from reusing that state's key, which Dagster would drop

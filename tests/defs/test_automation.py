@@ -666,3 +666,22 @@ def test_a_changed_test_file_whose_run_would_be_refused_is_requested_once_that_i
     [request] = result.run_requests
     assert _execute(defs, request) == (True, ["tests/e2e/test_ok.py"])
 
+
+@pytest.mark.parametrize("kind", ["corrupt estimates", "quarantine file", "GPU lock folder"])
+def test_an_infra_change_whose_run_would_be_refused_is_requested_once_that_is_fixed(quick, kind, tmp_path,
+                                                                                   monkeypatch):
+    """The cursor moved before anything could raise: the run failed (a raw CatalogError for the estimates)
+    and after the fix the new digest was the cursor's: the pool's tests never ran on the new image."""
+    defs, resource, _, digest = quick
+    _, cursor = _tick(defs, resource, "infra_change_backfill", None)
+    digest.write_text("sha256:" + "b" * 64 + "\n")
+    where, fix = _break_start(kind, resource, tmp_path, monkeypatch)
+    result, after = _tick(defs, resource, "infra_change_backfill", cursor)
+    assert result.run_requests == [] and after == cursor, result
+    assert where in result.skip_message, result.skip_message
+    fix()
+    result, _ = _tick(defs, resource, "infra_change_backfill", after)
+    [request] = result.run_requests
+    assert "-> sha256:bbbb" in request.tags["nightly/reason"]
+    assert _execute(defs, request) == (True, ["tests/e2e/test_ok.py"])
+
