@@ -218,7 +218,8 @@ def build_sensors(jobs: dict, keys: list[str], deployment: str, pools: list[str]
     @dg.sensor(name="infra_change_backfill", job=jobs["tests"], minimum_interval_seconds=300,
                default_status=dg.DefaultSensorStatus.RUNNING,
                description="When a pool's image digest (same tag, new push), GPU driver / CUDA version or "
-                           "spec changes: ONE run of that pool's enabled tests of the nightly cadence.")
+                           "spec changes: ONE run of that pool's enabled tests of the nightly cadence (none when it "
+                           "has none).")
     @skip_on_unreadable_state
     def infra_change_backfill(context: dg.SensorEvaluationContext, nightly: NightlyResource):
         from pipelines.launch.infra import changed_pools, fingerprint, keep_last_observed, probe
@@ -242,14 +243,21 @@ def build_sensors(jobs: dict, keys: list[str], deployment: str, pools: list[str]
         if refused:  # the runs would stop before any test: the changes stay pending until the fix
             return dg.SkipReason(f"{REFUSED}: {refused}")
         context.update_cursor(json.dumps(now, sort_keys=True))
-        requests = []
+        requests, idle = [], []
         # the cursor already fires each change once; the time keeps a return to an earlier state (a
         # rollback, then the upgrade again) from reusing that state's key, which Dagster would drop
         at = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
         for pool, what in sorted(changed.items()):
+            if not runnable[pool]:  # its run would fail with nothing to run, every partition painted Failed
+                idle.append(f"no nightly test runs on pool {pool} ({'; '.join(what)})")
+                continue
             requests.append(run_request(keys, RunSelection(cadence="nightly", pools=(pool,)), deployment, pools,
                                         run_key=f"infra-{pool}-{fingerprint(now[pool])}-{at}",
                                         reason=f"infra change on {pool}: {'; '.join(what)}"))
+        if not requests:
+            return dg.SkipReason("infra change, nothing to rerun: " + "; ".join(idle) + unprobed)
+        for line in idle:
+            context.log.info(f"infra change, nothing to rerun: {line}")
         return requests
 
     return [calibrate_after(dg.DagsterRunStatus.SUCCESS, "calibrate_after_tests"),

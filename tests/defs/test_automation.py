@@ -685,3 +685,29 @@ def test_an_infra_change_whose_run_would_be_refused_is_requested_once_that_is_fi
     assert "-> sha256:bbbb" in request.tags["nightly/reason"]
     assert _execute(defs, request) == (True, ["tests/e2e/test_ok.py"])
 
+
+def test_an_infra_change_on_a_pool_no_nightly_test_runs_on_requests_no_run(quick, tmp_path):
+    """A run of such a pool fails with 'nothing to run' and paints every partition of the range Failed;
+    with the local launcher one pip install changes every pool's digest. The pool is skipped, named, and
+    its change is taken (nothing to rerun is no lost change); a pool with tests is still requested."""
+    defs, resource, _, digest = quick
+    other = tmp_path / "h100-digest.txt"
+    other.write_text("sha256:" + "1" * 64 + "\n")
+    cluster = Path(resource.assets_dir) / "cluster.yaml"
+    data = yaml.safe_load(cluster.read_text())
+    data["deployments"]["local"]["pools"]["h100"] = {"nodes": 1, "gpus_per_node": 8,
+                                                     "image_digest_command": ["cat", str(other)]}
+    cluster.write_text(yaml.safe_dump(data))
+    _, cursor = _tick(defs, resource, "infra_change_backfill", None)
+    other.write_text("sha256:" + "2" * 64 + "\n")
+    result, cursor = _tick(defs, resource, "infra_change_backfill", cursor)
+    assert result.run_requests == [] and "no nightly test runs on pool h100" in result.skip_message
+    result, cursor = _tick(defs, resource, "infra_change_backfill", cursor)
+    assert result.run_requests == [] and result.skip_message == "no pool's image digest, driver or spec changed"
+    other.write_text("sha256:" + "3" * 64 + "\n")
+    digest.write_text("sha256:" + "b" * 64 + "\n")
+    result, cursor = _tick(defs, resource, "infra_change_backfill", cursor)
+    [request] = result.run_requests
+    assert _config(request)["pools"] == ["h200"]
+    result, _ = _tick(defs, resource, "infra_change_backfill", cursor)
+    assert result.run_requests == [] and result.skip_message == "no pool's image digest, driver or spec changed"
