@@ -711,3 +711,16 @@ def test_an_infra_change_on_a_pool_no_nightly_test_runs_on_requests_no_run(quick
     assert _config(request)["pools"] == ["h200"]
     result, _ = _tick(defs, resource, "infra_change_backfill", cursor)
     assert result.run_requests == [] and result.skip_message == "no pool's image digest, driver or spec changed"
+
+
+def test_a_backfill_run_does_not_claim_the_ui_launched_it(quick):
+    """`dagster job backfill -j tests --partitions ...` (daemon running) makes one run per partition tagged
+    dagster/backfill as a UI backfill's run is: its reason said `backfill ID (UI)`, though launched from
+    the command line. A run cannot tell which, so the reason names the backfill only."""
+    defs, _, _, _ = quick
+    with dg.instance_for_test() as instance:
+        run = defs.resolve_job_def("tests").execute_in_process(
+            instance=instance, partition_key="tests/e2e/test_ok.py", raise_on_error=False,
+            tags={"dagster/backfill": "tkvmoeei", "dagster/partition": "tests/e2e/test_ok.py"})
+        assert run.success
+        assert instance.get_run_by_id(run.run_id).tags["nightly/reason"] == "backfill tkvmoeei"
