@@ -31,6 +31,7 @@ from pipelines.defs.jobs import TEST_JOBS, run_request
 from pipelines.defs.keys import TAG_CALIBRATION, TAG_SOURCE_RUN, TEST_RUNS
 from pipelines.defs.resources import NightlyResource
 from pipelines.defs.runs import TAG_HOST, TAG_PID, process_gone
+from pipelines.defs.test_runs import start_refusal
 from pipelines.storage.state import StateError
 
 NIGHTLY_CRON = "0 15 * * 0-5"
@@ -41,6 +42,8 @@ CATCH_UP_RUNS = 100
 CATCH_UP_GRACE_S = 120
 FINISHED = [dg.DagsterRunStatus.SUCCESS, dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.CANCELED]
 WEEKLY_CRON = "0 15 * * 6"
+#: a sensor's skip when the run it would request stops at its start (test_runs.start_refusal)
+REFUSED = "not requested, the run would stop before any test (requested on the first tick after the fix)"
 
 
 def build_schedules(jobs: dict, keys: list[str], deployment: str, pools: list[str]) -> list:
@@ -191,6 +194,9 @@ def build_sensors(jobs: dict, keys: list[str], deployment: str, pools: list[str]
         changed = sorted(t for t, s in shas.items() if previous.get(t) != s)
         # may raise (a broken quarantine file, an unreadable store): the cursor stays, the change is seen again
         runnable = night.runset(None, RunSelection(tests=tuple(changed))).run if changed else ()
+        refused = start_refusal(night, runnable) if runnable else ""
+        if refused:  # the run would stop before any test: the change stays pending until the fix
+            return dg.SkipReason(f"{REFUSED}: {refused}")
         context.update_cursor(json.dumps(shas))
         if not runnable:
             return dg.SkipReason("no enabled, plannable test file changed" + _broken(night, changed, set(previous) - set(shas)))
@@ -212,7 +218,8 @@ def build_sensors(jobs: dict, keys: list[str], deployment: str, pools: list[str]
     @dg.sensor(name="infra_change_backfill", job=jobs["tests"], minimum_interval_seconds=300,
                default_status=dg.DefaultSensorStatus.RUNNING,
                description="When a pool's image digest (same tag, new push), GPU driver / CUDA version or "
-                           "spec changes: ONE run of that pool's enabled tests of the nightly cadence.")
+                           "spec changes: ONE run of that pool's enabled tests of the nightly cadence (none when it "
+                           "has none).")
     @skip_on_unreadable_state
     def infra_change_backfill(context: dg.SensorEvaluationContext, nightly: NightlyResource):
         from pipelines.launch.infra import changed_pools, fingerprint, keep_last_observed, probe
@@ -220,22 +227,37 @@ def build_sensors(jobs: dict, keys: list[str], deployment: str, pools: list[str]
         night = nightly.night()
         before = json.loads(context.cursor) if context.cursor else None
         now, problems = keep_last_observed(before or {}, probe(night.deployment))
-        context.update_cursor(json.dumps(now, sort_keys=True))
         unprobed = f" (probe failed, last observed value kept: {'; '.join(problems)})" if problems else ""
         if before is None:
+            context.update_cursor(json.dumps(now, sort_keys=True))
             return dg.SkipReason("first evaluation: remembering each pool's image digest, driver and spec"
                                  + unprobed)
         changed = changed_pools(before, now)
         if not changed:
+            context.update_cursor(json.dumps(now, sort_keys=True))
             return dg.SkipReason("no pool's image digest, driver or spec changed" + unprobed)
-        requests = []
+        # what each run would launch, as the run resolves it: may raise (a corrupt estimates file, a broken
+        # quarantine file with run_quarantined off, an unreachable store), and the cursor stays
+        runnable = {pool: night.runset(None, RunSelection(cadence="nightly", pools=(pool,))).run for pool in changed}
+        refused = start_refusal(night, [t for tests in runnable.values() for t in tests])
+        if refused:  # the runs would stop before any test: the changes stay pending until the fix
+            return dg.SkipReason(f"{REFUSED}: {refused}")
+        context.update_cursor(json.dumps(now, sort_keys=True))
+        requests, idle = [], []
         # the cursor already fires each change once; the time keeps a return to an earlier state (a
         # rollback, then the upgrade again) from reusing that state's key, which Dagster would drop
         at = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
         for pool, what in sorted(changed.items()):
+            if not runnable[pool]:  # its run would fail with nothing to run, every partition painted Failed
+                idle.append(f"no nightly test runs on pool {pool} ({'; '.join(what)})")
+                continue
             requests.append(run_request(keys, RunSelection(cadence="nightly", pools=(pool,)), deployment, pools,
                                         run_key=f"infra-{pool}-{fingerprint(now[pool])}-{at}",
                                         reason=f"infra change on {pool}: {'; '.join(what)}"))
+        if not requests:
+            return dg.SkipReason("infra change, nothing to rerun: " + "; ".join(idle) + unprobed)
+        for line in idle:
+            context.log.info(f"infra change, nothing to rerun: {line}")
         return requests
 
     return [calibrate_after(dg.DagsterRunStatus.SUCCESS, "calibrate_after_tests"),

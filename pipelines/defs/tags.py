@@ -68,10 +68,11 @@ def run_tags(night, selection: RunSelection, infra: dict[str, dict[str, str]]) -
 
 def launch_reason(tags: dict[str, str]) -> str:
     """Why a run that no schedule, sensor or the CLI named was launched, from Dagster's own tags:
-    a re-execution, a backfill, or a launch from the UI (pick, Launchpad)."""
+    a re-execution, a backfill, or a launch from the UI (pick, Launchpad). A backfill's runs carry the
+    same tags whether the UI or `dagster job backfill` made them, so its reason names the backfill only."""
     if tags.get("dagster/parent_run_id"):  # a re-execution copies its parent's tags, reason included
         first = tags.get(TAG_REASON, "")
         return (f"re-execution of run {tags['dagster/parent_run_id']}" + (f" ({first})" if first else ""))[:255]
     if tags.get("dagster/backfill"):
-        return f"backfill {tags['dagster/backfill']} (UI)"
+        return f"backfill {tags['dagster/backfill']}"
     return "launched from the UI or Dagster's command line"

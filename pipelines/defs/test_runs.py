@@ -207,6 +207,20 @@ def _resolve(context: dg.AssetExecutionContext, night, selection: RunSelection, 
     return runset
 
 
+def start_refusal(night, tests) -> str:
+    """Why a run of ``tests`` stops at its start, before any test ('' when it starts), as `nightly run`
+    does: a broken quarantine file (its quarantines would not hold), a GPU lock folder a local night
+    cannot lock (not every test an infra_error). The sensors ask it before they request a run and move
+    their cursor, so a change they request is one the run takes, and one it would refuse stays pending."""
+    try:
+        night.quarantine_doc()
+    except CatalogError as exc:
+        return f"quarantine file: {exc}"
+    from pipelines.launch.local import gpu_lock_problem
+
+    return gpu_lock_problem(night.deployment.launcher, tests)
+
+
 def one_partition(keys: list[str] | None, runset: RunSet) -> bool:
     """Whether the run is exactly one test's partition: the Pipes path's result carries no partition,
     and Dagster applies it to every partition of the run (one test of a range stays on the watch path)."""
@@ -468,13 +482,7 @@ def build_test_runs(catalog: Catalog, test_parts: dg.PartitionsDefinition, deps:
             _say(context, f"nothing to launch: {_nothing_to_run(night, _keys(context), selection, runset)}")
             yield from _not_launched(runset)
             return
-        try:  # as `nightly run`: a broken quarantine file stops the run before any test (its quarantines would not hold)
-            night.quarantine_doc()
-        except CatalogError as exc:
-            raise dg.Failure(f"quarantine file: {exc}") from exc
-        from pipelines.launch.local import gpu_lock_problem  # as `nightly run`: not every test an infra_error
-
-        refused = gpu_lock_problem(night.deployment.launcher, runset.run)
+        refused = start_refusal(night, runset.run)
         if refused:
             raise dg.Failure(refused)
 

@@ -10,7 +10,7 @@ import yaml
 
 from pipelines.definitions import build_definitions
 from pipelines.defs.resources import NightlyResource
-from tests.support.assets import copied_example
+from tests.support.assets import QUICK_TEST, copied_example, registry_repo
 
 pytestmark = pytest.mark.slow  # sensor ticks over a copied repo and Dagster instances: ~10 s, not the edit loop
 
@@ -603,3 +603,124 @@ def test_a_broken_changed_file_is_named_when_another_changed_file_runs(setup):
     assert _config(request)["tests"] == ["tests/e2e/megatron/test_sft_math.py"]
     assert "registration does not load" in request.tags["nightly/reason"]
     assert "tests/e2e/lora/test_lora_math.py" in request.tags["nightly/reason"]
+
+
+@pytest.fixture
+def quick(tmp_path):
+    """A framework of one 2-GPU h200 test that ends at once (a requested run is executed, not only
+    requested), with the local pool's image digest read from a file, as ``setup``'s."""
+    repo, assets = registry_repo(tmp_path, {"test_ok.py": QUICK_TEST.format(est=2)})
+    digest = tmp_path / "digest.txt"
+    digest.write_text("sha256:" + "a" * 64 + "\n")
+    cluster = assets / "cluster.yaml"
+    data = yaml.safe_load(cluster.read_text())
+    data["deployments"]["local"]["pools"]["h200"]["image_digest_command"] = ["cat", str(digest)]
+    cluster.write_text(yaml.safe_dump(data))
+    resource = NightlyResource(home=str(tmp_path / "home"), assets_dir=str(assets), repo="fw")
+    return build_definitions(nightly=resource), resource, repo, digest
+
+
+def _execute(defs, request) -> tuple[bool, list[str]]:
+    """The requested run executed as the daemon would launch it: (its success, the tests it ran)."""
+    with dg.instance_for_test() as instance:
+        run = defs.resolve_job_def("tests").execute_in_process(
+            run_config=request.run_config, tags=request.tags, instance=instance, raise_on_error=False)
+    return run.success, sorted(m.partition for m in run.asset_materializations_for_node("test_runs"))
+
+
+def _break_start(kind: str, resource, tmp_path, monkeypatch) -> tuple:
+    """Something the run refuses at its start, before any test: (the located message, its fix)."""
+    from pipelines.reporting.state import quarantine_key
+
+    state, key = resource.night().state, quarantine_key("fw")
+    if kind == "quarantine file":  # run_quarantined is on (the default): only the run reads the file
+        state.put(key, json.dumps({"version": 1, "actions": [{"bogus": 1}]}))
+        return f"{state.uri(key)}:1: actions[0].bogus: unknown key", lambda: state.delete(key)
+    if kind == "corrupt estimates":
+        night = resource.night()
+        estimates = night.calibration_keys()["estimates"]
+        night.state.put(estimates, "{")
+        return "corrupt estimates file", lambda: night.state.delete(estimates)
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("")
+    monkeypatch.setenv("NIGHTLY_GPU_LOCK_DIR", str(blocker))
+    return f"{blocker}: the host's GPU lock folder is not a folder", lambda: monkeypatch.undo()
+
+
+@pytest.mark.parametrize("kind", ["quarantine file", "GPU lock folder"])
+def test_a_changed_test_file_whose_run_would_be_refused_is_requested_once_that_is_fixed(quick, kind, tmp_path,
+                                                                                       monkeypatch):
+    """The run refuses to start on a broken quarantine file (run_quarantined on: the tick's selection never
+    reads it) or an unusable GPU lock folder: the tick requested it and moved its cursor, the run failed
+    before any test, and after the fix the edit was no change any more: it never ran."""
+    defs, resource, repo, _ = quick
+    _, cursor = _tick(defs, resource, "rerun_changed_tests", None)
+    f = repo / "tests" / "e2e" / "test_ok.py"
+    f.write_text(f.read_text() + "\n# tweaked\n")
+    where, fix = _break_start(kind, resource, tmp_path, monkeypatch)
+    result, after = _tick(defs, resource, "rerun_changed_tests", cursor)
+    assert result.run_requests == [] and after == cursor, result
+    assert where in result.skip_message, result.skip_message
+    fix()
+    result, _ = _tick(defs, resource, "rerun_changed_tests", after)
+    [request] = result.run_requests
+    assert _execute(defs, request) == (True, ["tests/e2e/test_ok.py"])
+
+
+@pytest.mark.parametrize("kind", ["corrupt estimates", "quarantine file", "GPU lock folder"])
+def test_an_infra_change_whose_run_would_be_refused_is_requested_once_that_is_fixed(quick, kind, tmp_path,
+                                                                                   monkeypatch):
+    """The cursor moved before anything could raise: the run failed (a raw CatalogError for the estimates)
+    and after the fix the new digest was the cursor's: the pool's tests never ran on the new image."""
+    defs, resource, _, digest = quick
+    _, cursor = _tick(defs, resource, "infra_change_backfill", None)
+    digest.write_text("sha256:" + "b" * 64 + "\n")
+    where, fix = _break_start(kind, resource, tmp_path, monkeypatch)
+    result, after = _tick(defs, resource, "infra_change_backfill", cursor)
+    assert result.run_requests == [] and after == cursor, result
+    assert where in result.skip_message, result.skip_message
+    fix()
+    result, _ = _tick(defs, resource, "infra_change_backfill", after)
+    [request] = result.run_requests
+    assert "-> sha256:bbbb" in request.tags["nightly/reason"]
+    assert _execute(defs, request) == (True, ["tests/e2e/test_ok.py"])
+
+
+def test_an_infra_change_on_a_pool_no_nightly_test_runs_on_requests_no_run(quick, tmp_path):
+    """A run of such a pool fails with 'nothing to run' and paints every partition of the range Failed;
+    with the local launcher one pip install changes every pool's digest. The pool is skipped, named, and
+    its change is taken (nothing to rerun is no lost change); a pool with tests is still requested."""
+    defs, resource, _, digest = quick
+    other = tmp_path / "h100-digest.txt"
+    other.write_text("sha256:" + "1" * 64 + "\n")
+    cluster = Path(resource.assets_dir) / "cluster.yaml"
+    data = yaml.safe_load(cluster.read_text())
+    data["deployments"]["local"]["pools"]["h100"] = {"nodes": 1, "gpus_per_node": 8,
+                                                     "image_digest_command": ["cat", str(other)]}
+    cluster.write_text(yaml.safe_dump(data))
+    _, cursor = _tick(defs, resource, "infra_change_backfill", None)
+    other.write_text("sha256:" + "2" * 64 + "\n")
+    result, cursor = _tick(defs, resource, "infra_change_backfill", cursor)
+    assert result.run_requests == [] and "no nightly test runs on pool h100" in result.skip_message
+    result, cursor = _tick(defs, resource, "infra_change_backfill", cursor)
+    assert result.run_requests == [] and result.skip_message == "no pool's image digest, driver or spec changed"
+    other.write_text("sha256:" + "3" * 64 + "\n")
+    digest.write_text("sha256:" + "b" * 64 + "\n")
+    result, cursor = _tick(defs, resource, "infra_change_backfill", cursor)
+    [request] = result.run_requests
+    assert _config(request)["pools"] == ["h200"]
+    result, _ = _tick(defs, resource, "infra_change_backfill", cursor)
+    assert result.run_requests == [] and result.skip_message == "no pool's image digest, driver or spec changed"
+
+
+def test_a_backfill_run_does_not_claim_the_ui_launched_it(quick):
+    """`dagster job backfill -j tests --partitions ...` (daemon running) makes one run per partition tagged
+    dagster/backfill as a UI backfill's run is: its reason said `backfill ID (UI)`, though launched from
+    the command line. A run cannot tell which, so the reason names the backfill only."""
+    defs, _, _, _ = quick
+    with dg.instance_for_test() as instance:
+        run = defs.resolve_job_def("tests").execute_in_process(
+            instance=instance, partition_key="tests/e2e/test_ok.py", raise_on_error=False,
+            tags={"dagster/backfill": "tkvmoeei", "dagster/partition": "tests/e2e/test_ok.py"})
+        assert run.success
+        assert instance.get_run_by_id(run.run_id).tags["nightly/reason"] == "backfill tkvmoeei"

@@ -47,7 +47,7 @@ def test_a_run_no_schedule_sensor_or_cli_named_says_how_it_was_launched():
     # a UI re-execution copies the parent's tags: its reason says both
     assert launch_reason({"dagster/parent_run_id": "abc", "nightly/reason": "schedule nightly_schedule"}) == \
         "re-execution of run abc (schedule nightly_schedule)"
-    assert launch_reason({"dagster/backfill": "tkvmoeei"}) == "backfill tkvmoeei (UI)"
+    assert launch_reason({"dagster/backfill": "tkvmoeei"}) == "backfill tkvmoeei"
     assert launch_reason({}) == "launched from the UI or Dagster's command line"
 
 
