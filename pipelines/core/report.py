@@ -371,6 +371,23 @@ def _classify(attempts: list[Attempt], bad: set[str], excused: bool, going_in: F
     return kind + (f"{known}, not a new regression" if known else "")
 
 
+#: the local launcher's reason for a timeout ("killed after the 6s timeout"), which a timed-out attempt's
+#: classification ("hang: killed at its 6 s timeout") already says
+_TIMEOUT_REASON = re.compile(r"killed after the (\d+) ?s timeout")
+
+
+def failure_why(f: Failure) -> str:
+    """The failure's classification, then its attempt's reason where that says more (the closing lines of
+    ``nightly run``): never the same thing twice, as ``hang: killed at its 6 s timeout: killed after the 6s
+    timeout`` said it."""
+    reason = f.reason.strip()
+    if not reason or reason in f.classification:
+        return f.classification
+    if (said := _TIMEOUT_REASON.fullmatch(reason)) and f"killed at its {said.group(1)} s timeout" in f.classification:
+        return f.classification
+    return f"{f.classification}: {f.reason}"
+
+
 def _retried_infra(a: Attempt, last: Attempt, bad: set[str]) -> str:
     """One line on an infra error that was not the test's last attempt, and what its retry did."""
     where = f" on {'bad node ' if a.node in bad else ''}{a.node}" if a.node else ""

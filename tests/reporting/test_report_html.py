@@ -171,3 +171,14 @@ def test_a_float_est_time_and_a_near_timeout_past_the_files_timeout_read_as_the_
     assert ("tests/g.py: last run passed after 1700 s of its 1800 s timeout (94%), the one its file's est_time=1440 "
             "gives the framework's own runner until the est_time patch is merged (the nights run with the "
             "calibrated 2000)") in drift
+
+
+def test_a_near_timeout_line_on_the_page_is_the_one_the_cli_prints():
+    """The page and `nightly run` / `nightly calibrate` (``str(NearTimeout)``) give a run's seconds alike."""
+    runs = [{"test_id": t, "outcome": "passed", "elapsed_s": e, "started_at": "2026-12-01T15:00:00Z", "timeout_s": 11}
+            for t, e in (("tests/a.py", 10.022), ("tests/b.py", 10.0))]
+    data = build_report({"night": "n", "run_id": "r1", "selected": ["tests/a.py", "tests/b.py"], "attempts": runs})
+    assert len(data.near_timeout) == 2
+    drift = section(render_html(data), "drift")
+    for near in data.near_timeout:
+        assert str(near) in drift and "after 10 s of its 11 s timeout" in str(near)
