@@ -404,15 +404,14 @@ def verdict_lines(summary: dict, store=None) -> list[str]:
     is red, since the HTML report stays on the runner. ``store``: the state store the logs are read from,
     and the nights before this one: the verdict also names the earlier failures not run tonight, as the
     page and `nightly report` say it (built without them, the line said a bare "OK: every test passed")."""
-    from pipelines.core.report import build_report, tail_lines
+    from pipelines.core.report import build_report, failure_why, tail_lines
     from pipelines.reporting.inputs import earlier_nights, log_tails
 
     data = build_report(summary, earlier_nights(store, summary) if store is not None else (),
                         log_tails=log_tails(summary, store) if store is not None else None)
     lines = [f"verdict: {data.verdict}"]
     for f in (*data.failures, *data.infra):
-        why = f.classification + (f": {f.reason}" if f.reason and f.reason not in f.classification else "")
-        lines.append(f"{f.outcome.upper()} {f.test_id}: {why}" + (f"; node {f.node}" if f.node else "")
+        lines.append(f"{f.outcome.upper()} {f.test_id}: {failure_why(f)}" + (f"; node {f.node}" if f.node else "")
                      + (f"; log {f.log_path}" if f.log_path else ""))
         lines += [f"  | {line}" for line in tail_lines(f.log_tail, VERDICT_TAIL_LINES).splitlines()]
     return lines

@@ -188,10 +188,14 @@ class Usage:
     #: where ``gpus`` came from: "given", the night's recorded pools ("the night's pools: h200 4 x 8"),
     #: or, for a record from before they were kept, "inferred from the GPU slots used (...)"
     source: str
-
-    @property
-    def idle_gpu_h(self) -> float:
-        return max(self.capacity_gpu_h - self.used_gpu_h, 0.0)
+    #: the capacity this night did not use: idle, or used by another run on the same GPUs (another night,
+    #: a leftover process), which the night's record cannot tell apart: never called idle
+    unused_gpu_h: float = 0.0
+    #: what the record does know of the other runs: how long this night's attempts waited for GPUs that
+    #: were busy (the sum of their ``details["gpu_wait_s"]``) and how many waited; None when no attempt
+    #: recorded its wait (a Kubernetes night, a record from before it was kept)
+    gpu_wait_s: float | None = None
+    gpu_waits: int = 0
 
 
 @dataclass(frozen=True)
@@ -367,6 +371,23 @@ def _classify(attempts: list[Attempt], bad: set[str], excused: bool, going_in: F
     return kind + (f"{known}, not a new regression" if known else "")
 
 
+#: the local launcher's reason for a timeout ("killed after the 6s timeout"), which a timed-out attempt's
+#: classification ("hang: killed at its 6 s timeout") already says
+_TIMEOUT_REASON = re.compile(r"killed after the (\d+) ?s timeout")
+
+
+def failure_why(f: Failure) -> str:
+    """The failure's classification, then its attempt's reason where that says more (the closing lines of
+    ``nightly run``): never the same thing twice, as ``hang: killed at its 6 s timeout: killed after the 6s
+    timeout`` said it."""
+    reason = f.reason.strip()
+    if not reason or reason in f.classification:
+        return f.classification
+    if (said := _TIMEOUT_REASON.fullmatch(reason)) and f"killed at its {said.group(1)} s timeout" in f.classification:
+        return f.classification
+    return f"{f.classification}: {f.reason}"
+
+
 def _retried_infra(a: Attempt, last: Attempt, bad: set[str]) -> str:
     """One line on an infra error that was not the test's last attempt, and what its retry did."""
     where = f" on {'bad node ' if a.node in bad else ''}{a.node}" if a.node else ""
@@ -421,7 +442,19 @@ def _usage(bars: Sequence[Bar], attempts: list[Attempt], summary: Mapping, makes
         gpus = sum(per_node.values()) or max((b.gpus for b in bars), default=0)
         source = ("inferred from the GPU slots used (the night's record does not say its pools' size: "
                   "written before it was kept)")
-    return Usage(int(gpus), span, used, int(gpus) * span / 3600, source)
+    capacity = int(gpus) * span / 3600
+    waits = [w for a in attempts if (w := _gpu_wait_s(a)) is not None]
+    return Usage(int(gpus), span, used, capacity, source, max(capacity - used, 0.0),
+                 round(sum(waits), 3) if waits else None, sum(1 for w in waits if w > 0))
+
+
+def _gpu_wait_s(attempt: Attempt) -> float | None:
+    """How long the attempt waited for busy GPUs before it started (``details["gpu_wait_s"]``); None unrecorded."""
+    try:
+        wait = float(attempt.details.get("gpu_wait_s", ""))
+    except (TypeError, ValueError):
+        return None
+    return wait if wait >= 0 and wait != float("inf") else None
 
 
 #: the makespan rows' names on the page where the key alone misleads: the plan's lower bound is from

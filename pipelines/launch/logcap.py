@@ -7,6 +7,9 @@ child's output through :class:`CappedLog` on a thread, so a huge log is never wr
 The lines that report a configuration (``config NAME: failed``, docs/coverage.md) decide the
 outcome (the dispatcher reads them from the log file), so they are looked for as the output
 streams: those the cut drops are written at the cut, one per configuration, a failure kept over a pass.
+The look costs about the same whatever the output says: one compiled regex runs over each chunk (a
+chunk dense with reports is first cut to its distinct lines), and only what the cut can still need
+is held, per configuration (its first report not yet cut, passed or failed), never one entry per line.
 
 The tail waits for the end in a spill file, not in memory: a night holds one capped log per running
 test, and 16 tests flooding at once kept 16 tails of 10 MB (and their copies as they grew) in the
@@ -17,17 +20,27 @@ none behind) and lives beside the log (the same disk the log is written to, neve
 from __future__ import annotations
 
 import os
+import re
 import stat
 import tempfile
 import threading
-from collections import deque
+from collections import OrderedDict
 from typing import BinaryIO
 
 from pipelines.launch.base import LogSink
 
 DEFAULT_LOG_CAP_BYTES = 20 * 1024 * 1024
-#: the end of a line longer than this is all that is looked at (a report is at a line's end)
+#: the end of an unfinished line longer than this is all that waits for the next chunk (a report is at a
+#: line's end), and all of a line written at the cut
 _SCAN_LINE_BYTES = 4096
+#: ``outcomes._LINE`` over bytes, with the literal first so that the search skips to each ``config`` in C;
+#: the look-behind is its "at the line's start or after a space, ``:`` or ``]``"
+_REPORT = re.compile(rb"config(?<![^\s:\]]config) (\S+): (passed|failed)\s*$", re.MULTILINE)
+#: ``outcomes._ANSI`` over bytes: a coloured logger wraps the report in terminal codes
+_ANSI = re.compile(rb"\x1b\[[0-?]*[ -/]*[@-~]")
+#: more outcomes (``: passed``, ``: failed``) in a chunk than this and the chunk is first cut to its distinct
+#: lines: a test that prints the same few reports in a loop costs one regex match per distinct line
+_DENSE = 16
 #: how much of the spill file is copied at a time (compaction, close): the most a log holds in memory
 _COPY_BYTES = 256 * 1024
 
@@ -55,6 +68,17 @@ def _pwrite_all(fd: int, data: bytes, at: int) -> None:
         if n <= 0:
             raise OSError(f"wrote {n} of {len(view)} bytes")
         view, at = view[n:], at + n
+
+
+def _first_report(text: bytes, key: tuple[bytes, bytes], at: int) -> int:
+    """Where in ``text``, from ``at`` on, the first report of ``key`` (configuration, outcome) starts; -1 if none."""
+    needle = b"config %s: %s" % key
+    while (found := text.find(needle, at)) >= 0:
+        match = _REPORT.match(text, found)
+        if match is not None and match.group(1, 2) == key:
+            return found
+        at = found + 1
+    return -1
 
 
 def over_head_note(cap_bytes: int) -> str:
@@ -86,8 +110,11 @@ class CappedLog:
         self._partial = b""
         self._streaming = True
         self._line = b""  # the unfinished last line (its end), for the configuration scan
-        self._pending: deque[tuple[int, str, str, bytes]] = deque()  # reports past the head: (start, name, outcome, line)
-        self.cut_configs: dict[str, tuple[str, bytes]] = {}  # reports the cut dropped: name -> (outcome, line)
+        self._line_at = 0  # its offset in the output (one less when its start was dropped: see _scan)
+        # reports past the head the cut has not reached: (name, outcome) -> (line start, line), the first
+        # of each, in the order of their starts; at most two per configuration, whatever the output's length
+        self._pending: OrderedDict[tuple[bytes, bytes], tuple[int, bytes]] = OrderedDict()
+        self.cut_configs: dict[bytes, tuple[bytes, bytes]] = {}  # reports the cut dropped: name -> (outcome, line)
 
     def write(self, chunk: bytes) -> None:
         self._scan(chunk, self.total)
@@ -164,28 +191,56 @@ class CappedLog:
         """Note the finished lines of ``chunk`` (which starts at offset ``at``) that report a configuration
         and end past the head: the cut may drop them."""
         data = self._line + chunk
-        base = at - len(self._line)
+        base = self._line_at
         end = data.rfind(b"\n") + 1
-        if b"config " in data[:end]:
-            from pipelines.core.coverage.outcomes import config_outcomes  # the package takes 0.5 s to import
+        head = self.cap // 2 - base  # a line the head holds whole is never cut
+        start = 0 if head <= 0 else data.rfind(b"\n", 0, min(head, end)) + 1
+        if start < end and data.find(b"config ", start, end) >= 0:
+            region = data[start:end]
+            if b"\x1b" in region:  # removing the codes only moves a line's start back: still before the cut
+                region = _ANSI.sub(b"", region)
+            # no line that only says the word (``using config batch=256``) reaches the regex
+            if count := region.count(b": passed") + region.count(b": failed"):
+                if count > _DENSE:  # each line once (its first): what is left starts no later than it did
+                    region = b"\n".join(dict.fromkeys(region.split(b"\n")))
+                self._note(region, base + start, dense=count > _DENSE)
+        rest = data[end:]
+        if len(rest) > _SCAN_LINE_BYTES:  # its start dropped: a leading byte that no report follows
+            rest = b"\0" + rest[-_SCAN_LINE_BYTES:]
+        self._line, self._line_at = rest, at + len(chunk) - len(rest)
 
-            start = 0
-            while (found := data.find(b"config ", start, end)) >= 0:
-                line_start = data.rfind(b"\n", 0, found) + 1
-                line_end = data.find(b"\n", found) + 1
-                if base + line_end > self.cap // 2:  # a line the head holds whole is never cut
-                    line = data[max(line_start, line_end - 1 - _SCAN_LINE_BYTES):line_end - 1]
-                    for name, outcome in config_outcomes(line.decode("utf-8", errors="replace")).items():
-                        self._pending.append((base + line_start, name, outcome, line))
-                start = line_end
-        self._line = data[end:][-_SCAN_LINE_BYTES:]
+    def _note(self, text: bytes, at: int, dense: bool) -> None:
+        """Keep the first report of each (configuration, outcome) in ``text`` (finished lines from offset
+        ``at``) that no earlier one already covers. In a ``dense`` text the regex runs over all of it in C
+        and Python looks for one line per distinct report, not per report line."""
+        pending, cut = self._pending, self.cut_configs
+        if dense:
+            found = ((key, -1) for key in dict.fromkeys(_REPORT.findall(text)))
+        else:
+            found = ((match.group(1, 2), match.start()) for match in _REPORT.finditer(text))
+        cursor = 0  # the first reports of the distinct keys come in this order
+        for key, where in found:
+            name = key[0]
+            if key in pending or (name, b"failed") in pending or cut.get(name, (b"",))[0] == b"failed":
+                continue  # a pass after a failure, or a second one before the cut reaches the first
+            if where < 0:
+                where = _first_report(text, key, cursor)
+                if where < 0:  # never: the regex matched this very text at or after the cursor
+                    pending[key] = (at + cursor, b"config %s: %s" % key)
+                    continue
+                cursor = where
+            line_start = text.rfind(b"\n", 0, where) + 1
+            line_end = text.find(b"\n", where)
+            line_end = len(text) if line_end < 0 else line_end
+            pending[key] = (at + line_start, text[max(line_start, line_end - _SCAN_LINE_BYTES):line_end])
 
     def _settle(self) -> None:
         """Keep the reports the cut has reached (their line starts before the kept tail)."""
         tail_at = self.total - self.tail_len
-        while self._pending and self._pending[0][0] < tail_at:
-            _, name, outcome, line = self._pending.popleft()
-            if self.cut_configs.get(name, ("",))[0] != "failed":
+        pending = self._pending
+        while pending and next(iter(pending.values()))[0] < tail_at:
+            (name, outcome), (_, line) = pending.popitem(last=False)
+            if self.cut_configs.get(name, (b"",))[0] != b"failed":
                 self.cut_configs[name] = (outcome, line)
 
     def _emit(self, line: str) -> None:

@@ -23,7 +23,9 @@ def report_metadata(data: ReportData) -> dict[str, str | int | float]:
             out[f"{k} makespan s"] = round(float(v), 1)
     if data.usage:
         out["GPU-hours used"] = round(data.usage.used_gpu_h, 3)
-        out["GPU-hours idle"] = round(data.usage.idle_gpu_h, 3)
+        out["GPU-hours not used by this night"] = round(data.usage.unused_gpu_h, 3)
+        if data.usage.gpu_wait_s is not None:
+            out["seconds waited for GPUs other runs held"] = data.usage.gpu_wait_s
     return out
 
 

@@ -72,7 +72,8 @@ passed {{ k.passed_before }} &rarr; {{ k.passed_after }}; median duration tonigh
 <section id="timing"><h2>Makespan and GPU-hours</h2>
 <table>{% for k, v in d.makespan %}<tr><th>{{ makespan_label(k) }}</th><td class="num">{{ fmt(v, ' s') }}</td></tr>{% endfor %}
 {% if d.usage %}<tr><th>GPU-hours used</th><td class="num">{{ '%.2f'|format(d.usage.used_gpu_h) }}</td></tr>
-<tr><th>GPU-hours idle</th><td class="num">{{ '%.2f'|format(d.usage.idle_gpu_h) }}</td></tr>
+<tr><th>GPU-hours not used by this night</th><td class="num">{{ '%.2f'|format(d.usage.unused_gpu_h) }}</td></tr>
+<tr><th>its tests waited for GPUs other runs held</th><td class="num">{{ 'not recorded' if d.usage.gpu_wait_s is none else fmt(d.usage.gpu_wait_s, ' s') ~ ' (' ~ d.usage.gpu_waits ~ ' attempt(s))' }}</td></tr>
 <tr><th>capacity</th><td>{{ d.usage.gpus }} GPUs x {{ fmt(d.usage.makespan_s, ' s') }} ({{ d.usage.source }})</td></tr>{% endif %}
 </table>
 {% for line in d.prediction %}<p class="prediction">{{ line }}</p>{% endfor %}

@@ -212,6 +212,29 @@ def test_a_red_night_ends_with_its_verdict_and_each_failures_reason_and_log(tmp_
     assert verdict_lines(green, LocalStateStore(tmp_path)) == ["verdict: OK: every test passed"]
 
 
+def test_a_hung_tests_closing_line_says_its_timeout_once(tmp_path):
+    """The local launcher's reason for a timeout says what the classification says: the closing line said
+    'hang: killed at its 6 s timeout: killed after the 6s timeout'. A reason that says more is kept."""
+    from pipelines.cli.run import verdict_lines
+    from pipelines.storage.state import LocalStateStore
+
+    def attempt(test: str, outcome: str, n: int = 1, **more) -> dict:
+        return {"test_id": test, "outcome": outcome, "elapsed_s": 6.2, "started_at": "2026-12-05T06:09:47+00:00",
+                "node": "local-h200-0", "attempt": n, "timeout_s": 6, **more}
+
+    hang, flaky = "tests/e2e/test_hang.py", "tests/e2e/test_flaky.py"
+    summary = {"night": "2026-12-05T060947Z-9373949f", "run_id": "9373949f", "selected": [hang, flaky], "attempts": [
+        attempt(hang, "timed_out", reason="killed after the 6s timeout"),
+        attempt(flaky, "timed_out", reason="killed after the 6s timeout"), attempt(flaky, "passed", 2, exit_code=0)],
+        "verdict": {"ok": False, "failed": [hang], "excused_quarantined": [], "infra": [], "bad_nodes": [],
+                    "interrupted": []}}
+    lines = [line for line in verdict_lines(summary, LocalStateStore(tmp_path)) if not line.startswith("  |")]
+    assert lines[1:] == [
+        f"TIMED_OUT {hang}: hang: killed at its 6 s timeout; node local-h200-0",
+        f"PASSED {flaky}: flaky: timed_out on attempt 1, passed on attempt 2: killed after the 6s timeout; node local-h200-0",
+    ]
+
+
 @pytest.mark.slow  # a real (tiny) night: a few seconds
 def test_a_failing_test_that_prints_megabytes_without_a_newline_shows_a_bounded_end_in_the_job_log_and_report(
         tmp_path, capsys, monkeypatch):

@@ -75,14 +75,15 @@ def test_the_test_that_passed_on_retry_is_flaky_with_tonights_run_as_evidence(re
     assert [e.run_id for e in grpo.evidence] == [night.summary["run_id"]]
 
 
-def test_gpu_hours_used_and_idle_over_the_nights_makespan(report):
+def test_gpu_hours_used_and_not_used_over_the_nights_makespan(report):
     u = report.usage
     # a record from before the night kept its pools: the GPUs its attempts' slots show, and it says so
     assert (u.gpus, u.makespan_s) == (8, MAKESPAN)
     assert u.source == ("inferred from the GPU slots used (the night's record does not say its pools' size: "
                         "written before it was kept)")
     assert u.used_gpu_h == pytest.approx(GPU_SECONDS / 3600)
-    assert u.idle_gpu_h == pytest.approx((8 * MAKESPAN - GPU_SECONDS) / 3600)
+    assert u.unused_gpu_h == pytest.approx((8 * MAKESPAN - GPU_SECONDS) / 3600)
+    assert (u.gpu_wait_s, u.gpu_waits) == (None, 0)  # its attempts did not record their waits for GPUs
     assert dict(report.makespan) == {"predicted": 120.0, "predicted median": 118.0, "predicted p90": 131.0,
                                      "actual": MAKESPAN, "lower bound": 104.0,
                                      "lower bound (actual durations)": GPU_SECONDS / 8}  # 844 GPU-s on 8 GPUs
@@ -93,7 +94,7 @@ def test_gpu_capacity_is_the_pools_the_night_recorded_not_the_slots_it_used(nigh
     summary = {**night.summary, "pools": {"h200": {"nodes": 4, "gpus_per_node": 8}, "b200": {"nodes": 1, "gpus_per_node": 4}}}
     u = build_report(summary, tests=night.tests).usage
     assert (u.gpus, u.source) == (36, "the night's pools: h200 4 x 8, b200 1 x 4")
-    assert u.idle_gpu_h == pytest.approx((36 * MAKESPAN - GPU_SECONDS) / 3600)
+    assert u.unused_gpu_h == pytest.approx((36 * MAKESPAN - GPU_SECONDS) / 3600)
     assert dict(build_report(summary, tests=night.tests).makespan)["lower bound (actual durations)"] == 60.0
 
 

@@ -10,6 +10,7 @@ knows nothing of that flag.
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -68,5 +69,6 @@ def test_a_pass_past_the_files_timeout_is_said_after_calibration_raised_the_nigh
     second = night(assets, home, 6)
     assert second.returncode == 0, second.stdout + second.stderr  # the night's timeout is the calibrated 12 s
     near = [line for line in second.stdout.splitlines() if line.startswith("near timeout: ")]
-    assert len(near) == 1 and "tests/e2e/test_slow.py: last run passed after 6." in near[0], second.stdout
-    assert "s of its 5 s timeout" in near[0] and "its file's est_time=4 gives the framework's own runner" in near[0]
+    assert len(near) == 1 and re.search(r"tests/e2e/test_slow\.py: last run passed after [67] s of its 5 s timeout",
+                                        near[0]), second.stdout  # 6 s and some, in whole seconds
+    assert "its file's est_time=4 gives the framework's own runner" in near[0]

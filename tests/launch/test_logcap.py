@@ -132,3 +132,46 @@ def test_a_spill_file_the_disk_refuses_keeps_the_tail_in_memory_and_the_log_whol
     log.close()
     assert log.spill_error.startswith("OSError")
     assert path.read_bytes() == _expected(output, 200_000)
+
+
+def _dense_output(seed: int) -> bytes:
+    """Mostly report lines (a test that prints one per step), behind the prefixes tests use, some coloured,
+    among lines that only mention the word; a few configurations, each reported thousands of times."""
+    rng = random.Random(seed)
+    forms = ["config {}: {}", "[minirl] config {}: {}", "INFO:__main__:config {}: {}", "[default0]:config {}: {}",
+             "\x1b[31mconfig {}: {}\x1b[0m", "step {i} using config batch=256 lr=0.001", "step {i} loss ok"]
+    lines = []
+    for i in range(4000):
+        outcome = "failed" if rng.random() < 0.002 else "passed"
+        lines.append(rng.choice(forms).format(f"c{rng.randrange(5)}", outcome, i=i))
+    return ("\n".join(lines) + "\n").encode()
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("cap,chunk", [(8192, 13), (8192, 700), (30_000, 65536), (50_000, 4096)])
+def test_a_log_dense_with_reports_reports_the_same_configurations_as_the_whole_output(seed, cap, chunk):
+    output = _dense_output(seed)
+    log, text = _capped(output, cap, chunk)
+    assert log.dropped > 0
+    assert config_outcomes(text) == config_outcomes(output.decode())
+
+
+def test_a_flood_of_reports_holds_two_entries_per_configuration_at_most_and_still_fails_on_one_failure():
+    """A test printing 1 MB of reports kept one pending entry per line in the tail (580,000 of them for
+    the default cap): what the cut needs is each configuration's first report not yet cut."""
+    lines = [f"config c{i % 4}: passed\n" for i in range(60_000)]
+    lines[30_000] = "[default0]:config c2: failed\n"
+    lines[30_001] = "myconfig c3: failed\n"  # another word, never a report
+    lines[30_002] = "step 3 auto-config c1: failed\n"
+    output = "".join(lines).encode()
+    out = _Kept()
+    log, held = CappedLog(out, 200_000), []
+    for i in range(0, len(output), 65536):
+        log.write(output[i:i + 65536])
+        held.append(len(log._pending))
+    log.close()
+    text = out.kept.decode()
+    cut = text.split("# nightly: output cut here:", 1)[1].split("# nightly: end of the cut output's", 1)[0]
+    assert "reported 4 configuration(s)" in cut and "[default0]:config c2: failed\n" in cut
+    assert config_outcomes(text) == {"c0": "passed", "c1": "passed", "c2": "failed", "c3": "passed"}
+    assert max(held) <= 2 * 4

@@ -57,7 +57,8 @@ def test_changes_and_timing_show_the_numbers(page):
     assert "image_digest (h200) changed: sha256:1111aaaa → sha256:2222bbbb" in changes
     assert "passed 8 → 7; median duration tonight / last night x1.25" in changes
     timing = section(page, "timing")
-    assert "actual makespan 128.0 s" in timing and "GPU-hours used 0.23" in timing and "GPU-hours idle 0.05" in timing
+    assert "actual makespan 128.0 s" in timing and "GPU-hours used 0.23" in timing and "GPU-hours not used by this night 0.05" in timing
+    assert "its tests waited for GPUs other runs held not recorded" in timing
     # the plan's bound is from predicted durations, and said so: a night faster than predicted ends below it
     assert "plan's lower bound (from predicted durations) 104.0 s" in timing
     assert "lower bound from the night's actual durations 105.5 s" in timing
@@ -106,6 +107,9 @@ def test_the_asset_metadata_counts_and_explains_the_night(tmp_path):
     assert {k: meta[k] for k in ("verdict", "outcome failed", "outcome timed_out", "flaky", "quarantined")} == \
         {"verdict": "FAILED: 2 test(s) failed", "outcome failed": 1, "outcome timed_out": 1, "flaky": 1, "quarantined": 0}
     assert meta["actual makespan s"] == 128.0
+    # the capacity the night left is not called idle (another run may have used it); no wait was recorded
+    assert "GPU-hours idle" not in meta and meta["GPU-hours not used by this night"] == 0.05
+    assert "seconds waited for GPUs other runs held" not in meta
     text = report_markdown(data)
     assert f"- `{tid(LORA)}`: hang: killed at its {FLOOR} s timeout" in text
     assert f"| `{tid(GRPO)}` | flaky | flaky rules |" in text
@@ -167,3 +171,14 @@ def test_a_float_est_time_and_a_near_timeout_past_the_files_timeout_read_as_the_
     assert ("tests/g.py: last run passed after 1700 s of its 1800 s timeout (94%), the one its file's est_time=1440 "
             "gives the framework's own runner until the est_time patch is merged (the nights run with the "
             "calibrated 2000)") in drift
+
+
+def test_a_near_timeout_line_on_the_page_is_the_one_the_cli_prints():
+    """The page and `nightly run` / `nightly calibrate` (``str(NearTimeout)``) give a run's seconds alike."""
+    runs = [{"test_id": t, "outcome": "passed", "elapsed_s": e, "started_at": "2026-12-01T15:00:00Z", "timeout_s": 11}
+            for t, e in (("tests/a.py", 10.022), ("tests/b.py", 10.0))]
+    data = build_report({"night": "n", "run_id": "r1", "selected": ["tests/a.py", "tests/b.py"], "attempts": runs})
+    assert len(data.near_timeout) == 2
+    drift = section(render_html(data), "drift")
+    for near in data.near_timeout:
+        assert str(near) in drift and "after 10 s of its 11 s timeout" in str(near)

@@ -510,3 +510,31 @@ def test_the_nights_coverage_check_reads_the_groups_of_the_nights_own_assets_fol
     lines, notes = night_uncovered(inputs_for_night(night), {}, warn=lambda _: None)
 
     assert any("backend=fsdp" in line for line in lines), lines
+
+
+def test_the_report_says_the_gpu_time_this_night_did_not_use_and_how_long_it_waited_for_other_runs(home, tmp_path, capsys):
+    """A night that shared its GPUs with another night: the capacity it did not use is no idle time (the other
+    night ran on it), and its record knows how long its tests waited for them (details.gpu_wait_s)."""
+    import re
+    import shutil
+
+    from pipelines.cli import main
+
+    copy = tmp_path / "home"
+    shutil.copytree(home, copy)
+    for name in ("2026-11-06T150000Z.json", "latest.json"):
+        path = copy / "nights" / name
+        night = json.loads(path.read_text())
+        for attempt, wait in zip(night["attempts"], (120.5, 0.0, 70.5), strict=False):
+            attempt["details"] = {**attempt.get("details", {}), "gpu_wait_s": str(wait)}
+        path.write_text(json.dumps(night))
+    assert main(["report", "--home", str(copy), "--json"]) == 0
+    usage = json.loads(capsys.readouterr().out)["usage"]
+    assert usage["unused_gpu_h"] == pytest.approx(usage["capacity_gpu_h"] - usage["used_gpu_h"]) and usage["unused_gpu_h"] > 0
+    assert (usage["gpu_wait_s"], usage["gpu_waits"]) == (191.0, 2)
+    page = tmp_path / "night.html"
+    assert main(["report", "--home", str(copy), "--out", str(page)]) == 0
+    timing = re.search(r'<section id="timing">(.*?)</section>', page.read_text(), re.S).group(1)
+    text = " ".join(re.sub(r"<[^>]+>", " ", timing).split())
+    assert f"GPU-hours not used by this night {usage['unused_gpu_h']:.2f}" in text
+    assert "its tests waited for GPUs other runs held 191.0 s (2 attempt(s))" in text and "idle" not in text

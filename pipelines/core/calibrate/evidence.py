@@ -100,7 +100,8 @@ class NearTimeout:
         return self.elapsed_s / self.timeout_s if self.timeout_s else 1.0
 
     def __str__(self) -> str:
-        text = (f"{self.test_id}: last run {self.outcome} after {self.elapsed_s:g} s of its {self.timeout_s} s "
+        # whole seconds, as the timeout and the report's page give them (``:g`` wrote 10.022 where the page said 10)
+        text = (f"{self.test_id}: last run {self.outcome} after {self.elapsed_s:.0f} s of its {self.timeout_s} s "
                 f"timeout ({self.used:.0%})")
         if self.file_est_time:
             text += (f", the one its file's est_time={self.file_est_time} gives the framework's own runner until the "
