@@ -612,11 +612,23 @@ def flaky_verdict(night: Night, attempts: list[Attempt], notes: list[str], at_st
         states = {}
     v = night_verdict(attempts, at_start, night.node_history, launched)
     notes.extend(ended_notes(v, at_start))  # why a quarantine no longer excused a failure
-    findings = detect_bad_nodes(attempts, history=night.node_history)
+    findings, suspects = acted_on(detect_bad_nodes(attempts, history=night.node_history), night.nodes_acted_on)
     return {"flaky": recorded_states(states),
             "verdict": verdict_record(v),
             # the evidence as the night saw it (with its history window): the report prints this
-            "bad_nodes": [dataclasses.asdict(f) for f in findings]}
+            "bad_nodes": [dataclasses.asdict(f) for f in findings],
+            # nodes the night avoided and retried from without naming them, with the evidence it acted on
+            "suspect_nodes": [dataclasses.asdict(f) for f in suspects]}
+
+
+def acted_on(findings: list, acted: Mapping[tuple[str, str], object]) -> tuple[list, list]:
+    """(bad nodes, suspects) the record keeps: the night's end findings, every node it named during the
+    night (a cross-night finding can fade as later tests pass elsewhere, after its failures were
+    retried), with the evidence it acted on, and the nodes it only suspected."""
+    named = {f.node for f in findings}
+    extra = [f for (node, kind), f in acted.items() if kind == "named" and node not in named]
+    named |= {f.node for f in extra}
+    return [*findings, *extra], [f for (node, kind), f in acted.items() if kind == "suspect" and node not in named]
 
 
 def _bad_node_note(finding, attempts: list[Attempt]) -> str:

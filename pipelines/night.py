@@ -27,7 +27,7 @@ from pipelines.core.calibrate.evidence import recorded_floor
 from pipelines.core.catalog import load_catalog
 from pipelines.core.catalog.ids import safe_filename
 from pipelines.core.catalog.requirements import outside_root_problems
-from pipelines.core.health import assess_nodes, avoid_nodes, passed_nodes
+from pipelines.core.health import NodeFinding, avoid_nodes, judge_nodes, passed_nodes
 from pipelines.core.history import HistoryError, HistoryStore, sample_from_attempt
 from pipelines.core.jsonlines import key_lines
 from pipelines.core.model import (
@@ -232,6 +232,9 @@ class Night:
         self.image_digests: dict[str, str] = {}
         #: pin_images had a probe's findings (whatever digests they hold): a build need not probe again
         self.images_pinned = False
+        #: (node, "named" or "suspect") -> the finding the night first acted on (avoided the node, retried
+        #: its failures): a finding can fade as later tests pass, the record keeps what the night did
+        self.nodes_acted_on: dict[tuple[str, str], NodeFinding] = {}
         #: the probe's digest per pool, whatever it holds (locally the Python environment's): what samples
         #: record as their image (``tonight``) and local conversions' image
         self.probed_images: dict[str, str] = {}
@@ -752,7 +755,13 @@ class Night:
             them, and each failure there is retried once elsewhere (the evidence that names a suspect)."""
             with lock:
                 attempts = list(seen)
-            return avoid_nodes(*assess_nodes(attempts, history=recent, pools=pool_by_test))
+            findings, suspects = judge_nodes(attempts, history=recent, pools=pool_by_test)
+            with lock:  # the evidence as it stood when the night first acted on the node (named, suspect)
+                for f in findings:
+                    self.nodes_acted_on.setdefault((f.node, "named"), f)
+                for f in suspects:
+                    self.nodes_acted_on.setdefault((f.node, "suspect"), f)
+            return avoid_nodes(findings, [f.node for f in suspects])
 
         pools = [p.pool() for p in self.deployment.pools]
         result = run_plan(plan, pools, launcher or self.launcher(), self.request, max_infra_retries=self.deployment.max_infra_retries,

@@ -50,6 +50,7 @@ The findings carry the evidence text the night report prints; the dispatcher pas
 from __future__ import annotations
 
 import heapq
+import math
 from collections import defaultdict
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -70,7 +71,7 @@ class NodeFinding:
     """A node the night should stop using, and why."""
 
     node: str
-    rule: str  # "infra", "failure_rate" or "contrast"
+    rule: str  # "infra", "failure_rate", "contrast" or "history"; a suspect's: "suspect", "history_suspect"
     failed: int
     total: int
     rest_failed: int
@@ -98,13 +99,18 @@ class Thresholds:
     #: a test that failed in each of its last ``broken_runs`` runs or more (passing in none, not even
     #: on a retry) is broken: its failures count in no node's failure rate
     broken_runs: int = 3
-    #: the cross-night rule (``history``): ``history_tests`` different tests failed on the node in
-    #: ``history_nights`` different runs (tonight's included) of the recent ones, each failing on no
-    #: other node and passing on another; and ``history_ratio`` times as many such tests as any other
-    #: node of its pool had
+    #: the cross-night rule (``history``): at least ``history_tests`` different tests failed on the node
+    #: (each failing on no other node and passing on another) in at least ``history_nights`` different
+    #: runs (tonight's included) of the recent ones ...
     history_tests: int = 3
     history_nights: int = 3
-    history_ratio: int = 3
+    #: ... and so many of the pool's such failures landed on it that a healthy node (taking each with
+    #: its share of the pool's attempts) would draw as many at most this often, times the pool's node
+    #: count: the chance that a healthy node of the pool is named, per night it is judged
+    history_named_chance: float = 0.01
+    #: as likely as this or less (times the node count, ``history_tests`` tests): a cross-night suspect,
+    #: avoided and retried from, its quarantined tests' failures not excused, but not named bad
+    history_suspect_chance: float = 0.2
 
 
 def _failed(a: Attempt) -> bool:
@@ -288,6 +294,15 @@ def assess_nodes(attempts: Sequence[Attempt], *, history: Mapping[str, Collectio
     ``pools``: test id -> pool; a node is judged against the other nodes of its pool only.
     ``unreliable``: tests whose failures say nothing of a node (the quarantined), besides those
     ``history`` knows (:class:`NodeHistory`: its ``unreliable``, and the broken tests)."""
+    findings, suspects = judge_nodes(attempts, history=history, pools=pools, limits=limits, unreliable=unreliable)
+    return findings, tuple(f.node for f in suspects)
+
+
+def judge_nodes(attempts: Sequence[Attempt], *, history: Mapping[str, Collection[str]] | None = None,
+                pools: Mapping[str, str] | None = None, limits: Thresholds = Thresholds(),
+                unreliable: Collection[str] = ()) -> tuple[list[NodeFinding], list[NodeFinding]]:
+    """As :func:`assess_nodes`, with each suspect's evidence (rule ``suspect``: tonight's rates;
+    ``history_suspect``: across nights): what the night acted on when it avoided the node."""
     hist = as_node_history(history)
     broken = frozenset(t for t, n in hist.unpassed.items() if n >= limits.broken_runs)
     quarantined = (hist.unreliable | frozenset(unreliable)) - broken
@@ -320,7 +335,7 @@ def assess_nodes(attempts: Sequence[Attempt], *, history: Mapping[str, Collectio
     lone = _lone_failures(attempts, hist, passed_on, broken)
 
     findings: list[NodeFinding] = []
-    suspects: list[str] = []
+    suspects: list[NodeFinding] = []
     for node, mine in sorted(by_node.items()):
         peers = {n for n, p in node_pool.items() if p == node_pool[node]} - {node}
         rest = [a for n in sorted(peers) for a in by_node[n]]
@@ -353,65 +368,111 @@ def assess_nodes(attempts: Sequence[Attempt], *, history: Mapping[str, Collectio
                         rest_failed=sum(1 for a in counted_rest if _failed(a)), rest_total=len(counted_rest),
                         tests=tuple(_distinct(blamed)))
             finding = _judged(node, peers, blamed, base, left_out, passed_on, hist, limits)
-        if finding is None and peers:
-            finding = _across_nights(node, peers, lone, hist, by_node, limits)
+            if finding is None:
+                held = NodeFinding(rule="suspect", evidence=(
+                    f"{base['failed']} of {base['total']} attempts failed here (other nodes: {base['rest_failed']} "
+                    f"of {base['rest_total']}{left_out}); not yet named: its failures are retried elsewhere; "
+                    f"{_examples(blamed)}"), **base)
+        cross = _across_nights(node, peers, lone, hist, by_node, limits) if finding is None and peers else None
+        if cross is not None and cross[1]:
+            finding = cross[0]
         if finding is not None:
             findings.append(finding)
         elif suspect:
-            suspects.append(node)
-    return sorted(findings, key=lambda f: (-f.failed, f.node)), tuple(suspects)
+            suspects.append(held)
+        elif cross is not None:
+            suspects.append(cross[0])
+    return sorted(findings, key=lambda f: (-f.failed, f.node)), suspects
 
 
 def _lone_failures(attempts: Sequence[Attempt], hist: NodeHistory, passed_on: Mapping[str, set[str]],
-                   broken: Collection[str]) -> dict[str, list[tuple[str, str]]]:
-    """Node -> (run id, "" for tonight; test) of each failure there, in the recent runs and tonight,
-    of a test that failed on no other node in them and passed on another node (recently or
-    tonight): the failures the cross-night rule lays at the node. A test whose failures spread over
-    several nodes is the test's, on every node; a broken test's failures are its own."""
+                   broken: Collection[str]) -> dict[str, list[tuple[str, str, bool]]]:
+    """Node -> (run id, "" for tonight; test; whether the test passed on another node, recently or
+    tonight) of each failure there, in the recent runs and tonight, of a test that failed on no
+    other node in them: what the cross-night rule counts. A test whose failures spread over several
+    nodes is the test's, on every node; a broken test's failures are its own. Only the failures of
+    tests that passed elsewhere can name the node (and are laid at it), but every lone failure
+    counts in the pool's tally: counting only those would count, on a pool whose tests stay on
+    their node, just the failures of the tests a suspicion already moved elsewhere."""
     fails = [(r.run_id, t, n) for r in hist.runs for t, n in r.failures]
     fails += [("", a.test_id, a.node) for a in attempts if a.node and a.outcome in RETRIABLE]
     where: dict[str, set[str]] = defaultdict(set)
     for _, t, n in fails:
         where[t].add(n)
-    out: dict[str, list[tuple[str, str]]] = defaultdict(list)
+    out: dict[str, list[tuple[str, str, bool]]] = defaultdict(list)
     for r, t, n in fails:
-        if where[t] == {n} and t not in broken and (set(hist.get(t, ())) | passed_on.get(t, set())) - {n}:
-            out[n].append((r, t))
+        if where[t] == {n} and t not in broken:
+            out[n].append((r, t, bool((set(hist.get(t, ())) | passed_on.get(t, set())) - {n})))
     return out
 
 
-def _across_nights(node: str, peers: Collection[str], lone: Mapping[str, list[tuple[str, str]]],
-                   hist: NodeHistory, by_node: Mapping[str, list[Attempt]], limits: Thresholds) -> NodeFinding | None:
+def _tail(n: int, k: int, s: float) -> float:
+    """P(Binomial(n, s) >= k): the chance that ``k`` or more of ``n`` failures land on a node that
+    takes each with probability ``s``."""
+    if k <= 0:
+        return 1.0
+    if s <= 0.0:
+        return 0.0
+    if s >= 1.0:
+        return 1.0 if k <= n else 0.0
+    return min(1.0, sum(math.comb(n, i) * s ** i * (1 - s) ** (n - i) for i in range(k, n + 1)))
+
+
+def _across_nights(node: str, peers: Collection[str], lone: Mapping[str, list[tuple[str, str, bool]]],
+                   hist: NodeHistory, by_node: Mapping[str, list[Attempt]],
+                   limits: Thresholds) -> tuple[NodeFinding, bool] | None:
     """The ``history`` rule: a node that fails one test a night is never named within a night; across
     the recent runs, its failures of tests that pass elsewhere (``lone``) name it. Judged only when
     it failed so tonight, against the other nodes of its pool (tonight's ``peers``, and the nodes of
-    its hardware in the recent runs)."""
-    mine = lone.get(node, [])
+    its hardware in the recent runs). (finding, named): named bad, or only a cross-night suspect.
+
+    Flaky tests fail on healthy nodes too, one failure at a time, and each such failure is "lone":
+    comparing counts named healthy nodes of small pools. Under "no bad node", each of the pool's
+    lone failures lands on the node with its share of the pool's attempts, so the node's count is
+    judged by the chance a healthy node draws as many (binomial), times the pool's node count (any
+    of them could have): ``history_named_chance`` names it, ``history_suspect_chance`` suspects it."""
+    counted = sorted(dict.fromkeys(lone.get(node, ())), key=lambda x: x[0] != "")
+    mine = [(r, t) for r, t, elsewhere in counted if elsewhere]
     if not any(r == "" for r, _ in mine):
         return None
-    tests = list(dict.fromkeys(t for r, t in sorted(mine, key=lambda x: x[0] != "")))
+    tests = list(dict.fromkeys(t for _, t in mine))
     nights = {r for r, _ in mine}
-    if len(tests) < limits.history_tests or len(nights) < limits.history_nights:
+    if len(tests) < limits.history_tests:
         return None
     hardware = {n: h for r in hist.runs for n, h in r.hardware.items()}
     group = (set(peers) | {n for n, h in hardware.items() if node in hardware and h == hardware[node]}) - {node}
-    worst = max((len({t for _, t in lone.get(p, ())}) for p in group), default=0)
-    if worst * limits.history_ratio > len(tests):
-        return None
 
     def ran(n: str) -> int:
         return sum(r.attempts.get(n, 0) for r in hist.runs) + sum(1 for a in by_node.get(n, ()) if a.outcome != "skipped")
 
-    rest_failed, rest_total = sum(len(lone.get(p, ())) for p in group), sum(ran(p) for p in group)
+    rest_failed, rest_total = sum(len(set(lone.get(p, ()))) for p in group), sum(ran(p) for p in group)
+    total = ran(node)
+    if not rest_total or not total:
+        return None
+    n, k, share = len(counted) + rest_failed, len(counted), total / (total + rest_total)
+    chance = _tail(n, k, share) * (len(group) + 1)
+    named = chance <= limits.history_named_chance and len(nights) >= limits.history_nights
+    if not named and chance > limits.history_suspect_chance:
+        return None
     tonight = [a for a in by_node[node] if a.outcome in RETRIABLE and ("", a.test_id) in mine]
     before = [f"{t} in run {r}" for r, t in mine if r]
     shown = before[-3:] + ([f"and {len(before) - 3} more"] if len(before) > 3 else [])
-    evidence = (f"{len(tests)} different tests failed here in {len(nights)} runs (tonight and the "
-                f"{len(hist.runs)} before it), each passing on another node and failing on no other node "
-                f"({len(mine)} such failures in {ran(node)} attempts here; other nodes of its pool: {rest_failed} "
-                f"in {rest_total}); tonight: {_examples(tonight)}; before: {', '.join(shown)}")
-    return NodeFinding(node=node, rule="history", failed=len(mine), total=ran(node), rest_failed=rest_failed,
-                       rest_total=rest_total, tests=tuple(tests), evidence=evidence)
+    window = len(hist.runs) + 1
+    nodes = len(group) + 1
+    evidence = (f"{len(tests)} different tests failed here in {len(nights)} of the last {window} runs (tonight "
+                f"and the {len(hist.runs)} before it), each passing on another node and failing on no other node; "
+                f"{k} of the pool's {n} failures of tests failing on one node only were here, {k} or more a chance "
+                f"of {_chance(chance / nodes)} for a healthy node with its {total} of the {total + rest_total} "
+                f"attempts ({_chance(chance)} for any of the pool's {nodes} nodes; "
+                f"{'named at' if named else 'suspect, not named, above'} {_chance(limits.history_named_chance)}); "
+                f"tonight: {_examples(tonight)}; before: {', '.join(shown) or 'none'}")
+    return NodeFinding(node=node, rule="history" if named else "history_suspect", failed=k, total=total,
+                       rest_failed=rest_failed, rest_total=rest_total, tests=tuple(tests), evidence=evidence), named
+
+
+def _chance(x: float) -> str:
+    """A probability as the evidence says it: "1 in 256"."""
+    return "1 in 1" if x >= 1 else f"1 in {round(1 / x):,}" if x > 0 else "0"
 
 
 def _infra(node: str, mine: list[Attempt], failed: list[Attempt], rest: list[Attempt],

@@ -8,6 +8,7 @@ from pipelines.core.health import (
     assess_nodes,
     avoid_nodes,
     detect_bad_nodes,
+    judge_nodes,
     leave_out,
     passed_nodes,
     report_lines,
@@ -270,8 +271,9 @@ def test_a_node_failing_one_test_a_night_is_named_across_nights_and_its_victims_
     history = passed_nodes(samples)
     [finding] = detect_bad_nodes(tonight, history=history)
     assert (finding.node, finding.rule, finding.tests) == ("n1", "history", ("t/a.py", "t/b.py", "t/c.py"))
-    assert finding.evidence.startswith("3 different tests failed here in 13 runs (tonight and the 12 before it), "
-                                       "each passing on another node and failing on no other node")
+    assert finding.evidence.startswith("3 different tests failed here in 13 of the last 13 runs (tonight and the 12 "
+                                       "before it), each passing on another node and failing on no other node; 13 of "
+                                       "the pool's 13 failures")
     # a quarantine (made before this rule, or by hand) never excuses a failure on the node
     v = night_verdict(tonight, {"t/a.py": FlakyState("t/a.py", "quarantined")}, history)
     assert (v.ok, v.failed, v.excused, v.bad_nodes) == (False, ("t/a.py",), (), ("n1",))
@@ -326,3 +328,59 @@ def test_a_broken_or_quarantined_test_counts_in_no_node_failure_rate():
     assert assess_nodes(night6, history=leave_out(history, {"flip"})) == ([], ())
     # a test that failed in only two runs is not yet broken: it still counts, and hides the node as before
     assert detect_bad_nodes(night, history=passed_nodes(_earlier_nights(2))) == []
+
+
+def _one_a_night_even(nights: int) -> list[Sample]:
+    """Two nodes with the same share of attempts: n1 fails one test a night (a different one of three,
+    each passing on n0 the other nights) and passes another; n0 passes two."""
+    tests, out = ("t/a.py", "t/b.py", "t/c.py", "t/d.py"), []
+    for night in range(nights):
+        victim = tests[night % 3]
+        on_n1 = [victim, "t/d.py"]
+        for i, t in enumerate(tests):
+            node = "n1" if t in on_n1 else "n0"
+            out.append(Sample(t, "h200", "sha-" + t, "failed" if t == victim and node == "n1" else "passed", 1.0,
+                              f"2026-12-{night + 1:02d}T01:00:0{i}Z", node=node, run_id=f"run{night}"))
+    return out
+
+
+def test_on_two_even_nodes_a_node_failing_one_test_a_night_is_suspect_from_its_4th_night_and_named_from_its_8th():
+    """The binomial rule on its smallest case: every lone failure on n1 with half the attempts is 1 in 2**k
+    for a healthy node, times 2 nodes: 1 in 8 (suspect, <= 1 in 5) at 4, 1 in 128 (named, <= 1 in 100) at 8."""
+    from pipelines.core.flaky import FlakyState, night_verdict
+
+    seen = {}
+    for nights in range(2, 10):
+        samples = _one_a_night_even(nights)
+        tonight = [s for s in samples if s.run_id == f"run{nights - 1}"]
+        history = passed_nodes(samples, exclude_run=f"run{nights - 1}")
+        atts = [attempt(s.test_id, s.node, s.outcome) for s in tonight]
+        named, suspects = judge_nodes(atts, history=history)
+        seen[nights] = ([f.rule for f in named], [f.rule for f in suspects])
+        if nights == 4:  # a suspect's failure is never excused by a quarantine, and it is not named
+            victim = next(a.test_id for a in atts if a.outcome == "failed")
+            v = night_verdict(atts, {victim: FlakyState(victim, "quarantined")}, history)
+            assert (v.failed, v.excused, v.bad_nodes) == ((victim,), (), ())
+            assert detect_bad_nodes(atts, history=history) == []
+            assert "suspect, not named" in suspects[0].evidence
+    assert seen == {2: ([], []), 3: ([], []), 4: ([], ["history_suspect"]), 5: ([], ["history_suspect"]),
+                    6: ([], ["history_suspect"]), 7: ([], ["history_suspect"]), 8: (["history"], []),
+                    9: (["history"], [])}
+
+
+def test_flaky_tests_failing_now_and_then_on_both_nodes_name_neither():
+    """A flaky-only pool the count rule named: n1 had 3 different tests fail in 3 runs, n0 one, all
+    passing elsewhere (3 against 1 passed its ratio). With even shares that is 4 lone failures of which
+    3 on n1: 5 in 16 for a healthy node, nothing to name or even suspect."""
+    samples = []
+    fails = {0: ("t/a.py", "n1"), 1: ("t/b.py", "n1"), 2: ("t/d.py", "n0")}
+    for night in range(3):
+        for i, t in enumerate(("t/a.py", "t/b.py", "t/c.py", "t/d.py")):
+            node = "n1" if (i + night) % 2 else "n0"
+            if night in fails and fails[night][0] == t:
+                node = fails[night][1]
+            failed = fails.get(night) == (t, node)
+            samples.append(Sample(t, "h200", "sha", "failed" if failed else "passed", 1.0,
+                                  f"2026-12-{night + 1:02d}T01:00:0{i}Z", node=node, run_id=f"run{night}"))
+    tonight = [attempt("t/c.py", "n1", "failed"), attempt("t/a.py", "n0"), attempt("t/b.py", "n0"), attempt("t/d.py", "n1")]
+    assert judge_nodes(tonight, history=passed_nodes(samples)) == ([], [])
