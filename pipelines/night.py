@@ -13,6 +13,7 @@ import dataclasses
 import json
 import logging
 import os
+import shlex
 import threading
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -199,6 +200,12 @@ def _text_of(path: Path) -> str | None:
 def default_home() -> Path:
     """Where the embedded default keeps its state: ``$NIGHTLY_HOME`` or ``<project>/.nightly``."""
     return Path(os.environ.get("NIGHTLY_HOME") or PROJECT_ROOT / ".nightly").resolve()
+
+
+def _quarantined_how(state) -> str:
+    """How a held test came to be quarantined, in the hold's words (by hand, with who; or the flaky rules)."""
+    return f"quarantined by hand by {state.by}" if state.manual and state.by else (
+        "quarantined by hand" if state.manual else "quarantined as flaky")
 
 
 @dataclass(frozen=True)
@@ -463,9 +470,23 @@ class Night:
         except CatalogError:
             return {}
         states = self.flaky_states(self.tonight(tests))
-        return {t.id: f"quarantined as flaky since {states[t.id].since or '?'} and run_quarantined is off "
-                      f"(repos.yaml flaky:); `nightly quarantine release {t.id}` to run it again"
+        return {t.id: f"{_quarantined_how(states[t.id])} since {states[t.id].since or '?'} and run_quarantined is off "
+                      f"(repos.yaml flaky:); `{self._release_command(t.id)}` to run it again"
                 for t in tests if getattr(states.get(t.id), "state", "") == "quarantined"}
+
+    def _release_command(self, test_id: str) -> str:
+        """The `nightly quarantine release` line that releases ``test_id`` from this night's state, as
+        it runs when pasted: the flags it requires, and the repo, home and deployment this night used
+        where they are not the defaults the command would take."""
+        where = []
+        if self.settings.repo:
+            where += ["--repo", str(self.settings.repo)]
+        if self.home != default_home():
+            where += ["--home", str(self.home)]
+        if self.settings.deployment:
+            where += ["--deployment", self.settings.deployment]
+        return " ".join(part for part in (shlex.join(["nightly", "quarantine", "release", test_id]),
+                                          "--by <who> --why <why>", shlex.join(where)) if part)
 
     def _hold_quarantined(self, rs: RunSet) -> RunSet:
         why = self.quarantine_holds(rs.run)

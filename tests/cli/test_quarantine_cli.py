@@ -298,3 +298,37 @@ def test_a_rules_quarantine_lists_the_evidence_that_quarantined_it_and_what_came
         *(f"- {e['text']}" for e in state["evidence"]),
         "since quarantined: 2 clean passing night(s) in a row of the 5 that release it; 0 failing night(s) in a "
         "row of the 5 that end it"]
+
+
+def test_the_hold_of_a_quarantined_test_says_a_release_command_that_runs_as_pasted(tmp_path, capsys, monkeypatch):
+    """With run_quarantined off, `nightly run --list-only` holds a quarantined test back and says how to
+    release it: the command it prints must run as pasted (its required --by/--why, and the --home and
+    --repo of the night it came from), and it must say who quarantined it by hand."""
+    import shlex
+
+    import yaml
+
+    assets = example_assets(tmp_path / "assets")
+    data = yaml.safe_load((assets / "repos.yaml").read_text())
+    data["repos"]["minirl"]["flaky"] = {"run_quarantined": False}
+    (assets / "repos.yaml").write_text(yaml.safe_dump(data))
+    monkeypatch.setenv("NIGHTLY_ASSETS_DIR", str(assets))
+    monkeypatch.setenv("NIGHTLY_HOME", str(tmp_path / "default-home"))
+    home = tmp_path / "side home"
+    test = "tests/e2e/lora/test_lora_math.py"
+    code, _, err = nightly(capsys, "quarantine", "add", test, "--by", "alice", "--why", "#12", "--home", str(home),
+                           "--repo", str(EXAMPLE))
+    assert code == 0, err
+
+    code, out, err = nightly(capsys, "run", "--list-only", "--labels", "lora", "--home", str(home), "--repo", str(EXAMPLE))
+
+    assert code == 0, err
+    [line] = [x for x in out.splitlines() if "run_quarantined is off" in x]
+    assert "quarantined by hand by alice" in line
+    hint = line.split("`")[-2]
+    argv = shlex.split(hint.replace("<who>", "bob").replace("<why>", shlex.quote("fixed in #13")))
+    assert argv[:3] == ["nightly", "quarantine", "release"]
+    code, _, err = nightly(capsys, *argv[1:])
+    assert code == 0, err
+    code, out, err = nightly(capsys, "run", "--list-only", "--labels", "lora", "--home", str(home), "--repo", str(EXAMPLE))
+    assert code == 0 and "run_quarantined is off" not in out, out
