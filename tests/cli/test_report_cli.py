@@ -347,7 +347,7 @@ def test_cells_the_declared_coverage_leaves_uncovered_are_listed(home, capsys, m
 
     cell = UncoveredCell("backend-matrix", Cell(("backend", "lora"), ("megatron", "true")),
                          ("tests/e2e/test_backend_matrix.py",))
-    monkeypatch.setattr(coverage, "night_coverage", lambda path, catalog=None: ([cell], ()))
+    monkeypatch.setattr(coverage, "night_coverage", lambda path, specs_dir=None, catalog=None: ([cell], ()))
     _, out, _ = nightly(capsys, "report", "--home", str(home), "--repo", "minirl", "--json", "--uncovered", "extra")
     assert json.loads(out)["uncovered"] == [
         "backend-matrix: backend=megatron, lora=true (group: tests/e2e/test_backend_matrix.py)", "extra"]
