@@ -344,28 +344,28 @@ def _one_a_night_even(nights: int) -> list[Sample]:
     return out
 
 
-def test_on_two_even_nodes_a_node_failing_one_test_a_night_is_suspect_from_its_4th_night_and_named_from_its_8th():
+def test_on_two_even_nodes_a_node_failing_one_test_a_night_is_suspect_from_its_6th_night_and_named_from_its_11th():
     """The binomial rule on its smallest case: every lone failure on n1 with half the attempts is 1 in 2**k
-    for a healthy node, times 2 nodes: 1 in 8 (suspect, <= 1 in 5) at 4, 1 in 128 (named, <= 1 in 100) at 8."""
+    for a healthy node, times 2 nodes: 1 in 32 (suspect, <= 1 in 20) at 6, not at 5 (1 in 16); 1 in 1,024
+    (named, <= 1 in 1,000) at 11, not at 10 (1 in 512)."""
     from pipelines.core.flaky import FlakyState, night_verdict
 
     seen = {}
-    for nights in range(2, 10):
+    for nights in range(2, 13):
         samples = _one_a_night_even(nights)
         tonight = [s for s in samples if s.run_id == f"run{nights - 1}"]
         history = passed_nodes(samples, exclude_run=f"run{nights - 1}")
         atts = [attempt(s.test_id, s.node, s.outcome) for s in tonight]
         named, suspects = judge_nodes(atts, history=history)
         seen[nights] = ([f.rule for f in named], [f.rule for f in suspects])
-        if nights == 4:  # a suspect's failure is never excused by a quarantine, and it is not named
+        if nights == 6:  # a suspect's failure is never excused by a quarantine, and it is not named
             victim = next(a.test_id for a in atts if a.outcome == "failed")
             v = night_verdict(atts, {victim: FlakyState(victim, "quarantined")}, history)
             assert (v.failed, v.excused, v.bad_nodes) == ((victim,), (), ())
             assert detect_bad_nodes(atts, history=history) == []
             assert "suspect, not named" in suspects[0].evidence
-    assert seen == {2: ([], []), 3: ([], []), 4: ([], ["history_suspect"]), 5: ([], ["history_suspect"]),
-                    6: ([], ["history_suspect"]), 7: ([], ["history_suspect"]), 8: (["history"], []),
-                    9: (["history"], [])}
+    assert seen == {**{n: ([], []) for n in range(2, 6)}, **{n: ([], ["history_suspect"]) for n in range(6, 11)},
+                    11: (["history"], []), 12: (["history"], [])}
 
 
 def test_flaky_tests_failing_now_and_then_on_both_nodes_name_neither():
