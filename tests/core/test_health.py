@@ -384,3 +384,19 @@ def test_flaky_tests_failing_now_and_then_on_both_nodes_name_neither():
                                   f"2026-12-{night + 1:02d}T01:00:0{i}Z", node=node, run_id=f"run{night}"))
     tonight = [attempt("t/c.py", "n1", "failed"), attempt("t/a.py", "n0"), attempt("t/b.py", "n0"), attempt("t/d.py", "n1")]
     assert judge_nodes(tonight, history=passed_nodes(samples)) == ([], [])
+
+
+def test_the_binomial_tail_is_exact_on_small_counts_and_never_overflows_on_large_ones():
+    """The cross-night rule's chance: the exact sum on small counts; a pool with thousands of lone
+    failures in its window (comb(n, i) past a float's range) gives a tiny chance, not an OverflowError."""
+    import math
+
+    import pytest
+
+    from pipelines.core.health import _tail
+
+    for n, k, s in ((10, 8, 0.5), (13, 13, 0.25), (7, 3, 0.3), (5, 0, 0.4), (4, 5, 0.5)):
+        exact = sum(math.comb(n, i) * s ** i * (1 - s) ** (n - i) for i in range(k, n + 1)) if k > 0 else 1.0
+        assert _tail(n, k, s) == pytest.approx(exact, rel=1e-12)
+    assert 0.0 < _tail(2000, 1500, 0.5) < 1e-100
+    assert _tail(3000, 10, 0.5) == pytest.approx(1.0)
