@@ -113,5 +113,8 @@ clean:
 distclean: clean
 	rm -rf $(VENV)
 
+# a state folder: one with a name only nightly gives (history.sqlite, dagster/, nights/ ...), or one holding
+# nothing but names nightly writes there (`nightly catalog`/`plan` leave only cache/; scripts/loaded-test.sh
+# .nightly/loaded-test/); those alone are common names, so a folder with anything else beside them is kept
 clean-state:
-	@[ -e "$(STATE)" ] || { echo "make: no state at $(STATE); nothing to remove"; exit 0; }; ls -A "$(STATE)" | grep -qxE 'history.sqlite|dagster|nights|runs|estimates|calibration|quarantine' || [ -z "$$(ls -A "$(STATE)")" ] || { echo "make: $(STATE) does not look like a nightly state folder (no history.sqlite, dagster/, nights/ ...); not removed" >&2; exit 1; }; echo "make: removing the nightly state $(STATE) (history, quarantine, estimates, nights, logs, Dagster runs)"; rm -rf "$(STATE)"
+	@[ -e "$(STATE)" ] || { echo "make: no state at $(STATE); nothing to remove"; exit 0; }; ls -A "$(STATE)" | grep -qxE 'history\.sqlite(-wal|-shm|-journal)?|dagster|nights|runs|estimates|calibration|quarantine' || ! ls -A "$(STATE)" | grep -qvxE 'history\.sqlite(-wal|-shm|-journal)?|dagster|nights|runs|estimates|calibration|quarantine|cache|logs|running|reports|unsaved|loaded-test' || { echo "make: $(STATE) does not look like a nightly state folder (no history.sqlite, dagster/, nights/ ..., and it holds more than cache/, logs/, running/, reports/, unsaved/, loaded-test/); not removed" >&2; exit 1; }; echo "make: removing the nightly state $(STATE) (history, quarantine, estimates, nights, logs, Dagster runs)"; rm -rf "$(STATE)"

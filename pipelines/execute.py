@@ -33,7 +33,7 @@ from pipelines.core.plan.accuracy import night_record, record_to_json
 from pipelines.core.plan.predict import predicted_text
 from pipelines.core.report import printable
 from pipelines.core.runset import RunSelection, RunSet
-from pipelines.interrupts import deliver, held_signals, signals_noted
+from pipelines.interrupts import deliver, held_signals, lost_interrupt, signals_noted
 from pipelines.launch.base import Launcher
 from pipelines.launch.dispatch import DispatchResult
 from pipelines.night import UNSAVED, Night, ResultsNotStored, SamplesNotStored
@@ -97,6 +97,7 @@ def run_tests(night: Night, runset: RunSet, selection: RunSelection, *, launcher
 
     ``ended_runs``: which of the given run ids have ended (Kubernetes: their pods are swept first).
     """
+    _stop_if_lost()  # a signal while Dagster set the run up, whose KeyboardInterrupt a finalizer swallowed
     night.history_at_start  # noqa: B018 - an unreadable history store stops the run before any test starts
     night.pin_images(infra or {})
     for pod in night.sweep_pods(ended_runs):
@@ -142,6 +143,7 @@ def _run_planned(night: Night, runset: RunSet, selection: RunSelection, tests: l
     failed_inputs: dict[str, str] = {}
     reqs = night.requirements_for(tests)
     for i, req in enumerate(reqs, 1):
+        _stop_if_lost()  # between builds: a signal a finalizer swallowed stops the night before its next input
         missing = [d for d in req.depends_on if d in failed_inputs]
         try:
             if missing:
@@ -411,6 +413,7 @@ def _dispatch(night: Night, plan: Plan, tests: list[Test], launcher: Launcher, s
         except BaseException as exc:  # re-raised below, in the caller's thread
             outcome["error"] = exc
 
+    _stop_if_lost()  # no test starts on a night a signal already stopped (swallowed while Dagster set the run up)
     worker = threading.Thread(target=dispatch, name="nightly-dispatch", daemon=True)
     worker.start()
     # tests with a finished attempt: the count is of tests, never past the total; tests a failed input kept
@@ -469,6 +472,9 @@ def _dispatch(night: Night, plan: Plan, tests: list[Test], launcher: Launcher, s
                     except queue.Empty:
                         pass
                 deliver(held)
+                if (lost := lost_interrupt()) is not None:  # a finalizer swallowed its interruption: it lands here
+                    signalled(*lost)
+                    raise KeyboardInterrupt
                 if not unsent:
                     with running_lock:
                         now_running = dict(running)
@@ -508,6 +514,14 @@ def _dispatch(night: Night, plan: Plan, tests: list[Test], launcher: Launcher, s
     worker.join()
     if "error" in outcome:
         raise outcome["error"]
+
+
+def _stop_if_lost() -> None:
+    """Stop here, as if it arrived now, on a signal whose KeyboardInterrupt a finalizer or a callback
+    swallowed (SQLAlchemy's gc callback, a ``__del__``): Python discards an exception raised there, and
+    the night ran to its end (:func:`pipelines.interrupts.lost_interrupt`)."""
+    if lost_interrupt() is not None:
+        raise KeyboardInterrupt
 
 
 def _stopping_signal(exc: BaseException, held: list[tuple[int, float]]) -> tuple[int, float | None]:

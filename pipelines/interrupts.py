@@ -15,6 +15,12 @@ builds a night starts still get the OS default.
 Dagster may also keep a signal to itself: its handler only sets a flag and raises it at its next
 checkpoint, which may fail the run as "interrupted unexpectedly" or never come. :func:`signals_seen`
 tells a command whether SIGINT/SIGTERM arrived, whoever's handler took it.
+
+A handler raises in whatever frame runs, and that may be a garbage-collection callback or a finalizer
+(SQLAlchemy's ``_collection_gced``, a ``__del__``): Python discards an exception raised there, so the
+KeyboardInterrupt (or Dagster's interruption) was lost and the night ran to its end. The interruption a
+finalizer swallows is kept (:func:`keep_lost_interrupts`) and the night takes it at its next safe point
+(:func:`lost_interrupt`), as if it had arrived there.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ import contextlib
 import os
 import signal
 import socket
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -30,20 +37,70 @@ from collections.abc import Callable, Iterator
 INTERRUPTING = frozenset({signal.SIGINT, signal.SIGTERM})
 
 
+#: the last signal :func:`interrupt` took, (signum, time.monotonic() as it came): which signal a
+#: KeyboardInterrupt a finalizer swallowed stood for
+_taken: list[tuple[int, float]] = []
+#: interruptions a finalizer or a callback swallowed, (signum or 0 when not known, time.monotonic() as it
+#: came), oldest first, until :func:`lost_interrupt` takes them
+_lost: list[tuple[int, float]] = []
+#: what Dagster's handler raises during a step (by name: no Dagster import here)
+_INTERRUPTION_NAMES = frozenset({"KeyboardInterrupt", "DagsterExecutionInterruptedError"})
+
+
+def interrupt(signum: int, _frame) -> None:
+    """The handler :func:`answer_interrupts` sets: KeyboardInterrupt, as ``signal.default_int_handler``,
+    once the signal is noted (which one and when), should a finalizer swallow the exception."""
+    _taken[:] = [(signum, time.monotonic())]
+    raise KeyboardInterrupt
+
+
 def answer_interrupts() -> bool:
-    """SIGINT and SIGTERM both raise KeyboardInterrupt from here on, as Dagster maps them during an
-    execution, unless a handler of the embedding program's own is set; returns whether one changed.
+    """SIGINT and SIGTERM both raise KeyboardInterrupt from here on (:func:`interrupt`), as Dagster maps
+    them during an execution, unless a handler of the embedding program's own is set; returns whether
+    one changed. An interruption a finalizer swallows is kept from here on (:func:`keep_lost_interrupts`).
 
     Only the main thread may set handlers; elsewhere this does nothing.
     """
     if threading.current_thread() is not threading.main_thread():
         return False
+    keep_lost_interrupts()
     changed = False
-    for sig in (signal.SIGINT, signal.SIGTERM):  # the OS default or inherited ignored
-        if signal.getsignal(sig) in (signal.SIG_IGN, signal.SIG_DFL):
-            signal.signal(sig, signal.default_int_handler)
+    for sig in (signal.SIGINT, signal.SIGTERM):  # the OS default, inherited ignored, or Python's own
+        if signal.getsignal(sig) in (signal.SIG_IGN, signal.SIG_DFL, signal.default_int_handler):
+            signal.signal(sig, interrupt)
             changed = True
     return changed
+
+
+def keep_lost_interrupts() -> None:
+    """From here on, a KeyboardInterrupt or Dagster's interruption that Python discards because it was
+    raised in a finalizer or a callback (``Exception ignored in: <function _collection_gced ...>``) is
+    kept for :func:`lost_interrupt` instead of printed; any other such exception is printed as before."""
+    previous = sys.unraisablehook
+    if getattr(previous, "keeps_lost_interrupts", False):
+        return
+
+    def hook(unraisable) -> None:
+        if unraisable.exc_type is None or unraisable.exc_type.__name__ not in _INTERRUPTION_NAMES:
+            previous(unraisable)
+            return
+        # our handler's KeyboardInterrupt says which signal it was and when it came; Dagster's does not
+        came = _taken.pop() if _taken and unraisable.exc_type is KeyboardInterrupt else (0, time.monotonic())
+        _lost.append(came)
+
+    hook.keeps_lost_interrupts = True  # type: ignore[attr-defined]
+    sys.unraisablehook = hook
+
+
+def lost_interrupt() -> tuple[int, float] | None:
+    """(signum or 0, time.monotonic() as it came) of the first interruption a finalizer swallowed since the
+    last call, which the caller now acts on as if it had arrived in its frame; None when there was none.
+    Each is returned once: the rest are the same stop asked again."""
+    if not _lost:
+        return None
+    first = _lost[0]
+    _lost.clear()
+    return first
 
 
 @contextlib.contextmanager

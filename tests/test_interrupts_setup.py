@@ -58,3 +58,44 @@ def test_signals_seen_reports_a_signal_whichever_handler_took_it():
         assert seen == set()
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+def test_an_interrupt_a_weakref_callback_swallows_is_kept_once_and_other_lost_errors_still_reach_the_hook(
+        monkeypatch):
+    """As SQLAlchemy's gc callback `_collection_gced`: the handler's KeyboardInterrupt raised in a weakref callback
+    is discarded by Python ("Exception ignored in"); it is kept, with its signal and when it came, for the night's
+    next safe point. Any other exception lost there still goes to the hook in place before (printed)."""
+    import os
+    import signal
+    import sys
+    import time
+    import weakref
+
+    from pipelines import interrupts
+
+    printed = []
+    monkeypatch.setattr(sys, "unraisablehook", lambda u: printed.append(u.exc_type))
+    interrupts.keep_lost_interrupts()
+    previous = signal.signal(signal.SIGTERM, interrupts.interrupt)
+
+    class Owner:
+        pass
+
+    def signalled(_ref):
+        os.kill(os.getpid(), signal.SIGTERM)
+        for _ in range(50):
+            time.sleep(0.01)  # the handler runs here
+
+    try:
+        owner = Owner()
+        ref = weakref.ref(owner, signalled)  # noqa: F841 - kept alive so its callback runs
+        sent = time.monotonic()
+        del owner  # the callback runs now; its KeyboardInterrupt goes no further
+        ref2 = weakref.ref(owner2 := Owner(), lambda _r: 1 / 0)  # noqa: F841
+        del owner2
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    signum, at = interrupts.lost_interrupt()
+    assert signum == signal.SIGTERM and sent <= at < sent + 0.5
+    assert interrupts.lost_interrupt() is None  # once
+    assert printed == [ZeroDivisionError]  # the other lost error is printed as before; the interrupt is not

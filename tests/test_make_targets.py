@@ -76,3 +76,22 @@ def test_make_clean_state_removes_the_state_it_names_and_nothing_that_is_not_one
     refused = run(recipe("clean-state"), tmp_path, STATE=str(other))
     assert refused.returncode == 1 and (other / "notes.txt").exists()
     assert "does not look like a nightly state folder" in refused.stderr
+
+
+def test_make_clean_state_removes_a_state_folder_holding_only_what_nightly_writes_but_not_a_common_folder(tmp_path):
+    """After `nightly catalog` or `nightly plan` the state holds only cache/, and `.nightly/` may hold only
+    scripts/loaded-test.sh's loaded-test/: the recipe refused both ("does not look like a nightly state folder").
+    Those names alone are common ones, though: a folder with anything else beside them is still refused."""
+    for names in (["cache"], ["loaded-test"], ["cache", "logs", "running", "reports", "unsaved"],
+                  ["history.sqlite-wal"]):
+        state = tmp_path / "-".join(names)
+        for name in names:
+            (state / name).mkdir(parents=True)
+        done = run(recipe("clean-state"), tmp_path, STATE=str(state))
+        assert done.returncode == 0 and not state.exists(), (names, done.stderr)
+    mine = tmp_path / "var"  # NIGHTLY_HOME set to a folder that merely has a cache/ and logs/ of its own
+    for name in ("cache", "logs", "lib"):
+        (mine / name).mkdir(parents=True)
+    refused = run(recipe("clean-state"), tmp_path, STATE=str(mine))
+    assert refused.returncode == 1 and (mine / "lib").exists(), refused.stdout
+    assert "does not look like a nightly state folder" in refused.stderr

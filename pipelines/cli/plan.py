@@ -64,6 +64,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                                   "(default: its `default`)")
     p.add_argument("--deployment", help="deployment in assets/cluster.yaml whose pools to use (default: "
                                       "$NIGHTLY_DEPLOYMENT, else its `default`)")
+    p.add_argument("--home", type=flags.path, help="state folder whose history, calibrated estimates, quarantines "
+                                                   "and catalog cache the plan reads, as `nightly run --home` does "
+                                                   "(default: $NIGHTLY_HOME or .nightly/)")
     p.add_argument("--pool", action="append", default=[], metavar="NAME=NxG",
                    help="pool NAME with N nodes of G GPUs, replacing the deployment's (e.g. h200=4x8)")
     p.add_argument("--suite", action="append", dest="suites", help="only these suites (a,b)")
@@ -90,13 +93,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def load_catalog(path: Path, spec: RepoSpec | None, specs: Specs) -> Catalog:
+def load_catalog(path: Path, spec: RepoSpec | None, specs: Specs, cache_dir: Path | None = None) -> Catalog:
     """The catalog as the night reads it (``Night.registered``: models.yaml/datasets.yaml and the same
-    cache), so the plan reports the problems a run would; imported here so this module loads without it."""
+    cache: ``cache_dir``, else the default state's), so the plan reports the problems a run would;
+    imported here so this module loads without it."""
     from pipelines.cli.catalog import default_cache_dir
     from pipelines.core.catalog import load_catalog as load
 
-    return load(path, spec, specs, cache_dir=default_cache_dir())
+    return load(path, spec, specs, cache_dir=cache_dir or default_cache_dir())
 
 
 def _repo(specs, value: str | None) -> tuple[Path, RepoSpec | None]:
@@ -196,13 +200,14 @@ def _run(args: argparse.Namespace) -> int:
     shards = _pairs(args.shards, "--shards")
     given_floor = timeout_floor(args.timeout_floor)
     gantt = gantt_path(args.gantt) if args.gantt else None  # before planning: a bad name fails fast
-    catalog = load_catalog(path, spec, specs)
+    from pipelines.night import Night, NightSettings, default_home, with_calibrated
+
+    home = (args.home or default_home()).resolve()  # the state a `nightly run --home` of the same folder reads
+    catalog = load_catalog(path, spec, specs, home / "cache")
     registered = {t.id: t for t in catalog.tests}  # est_time as the files say: what the framework's runner reads
     _check_new_pools(catalog.tests, pools, deployment, overrides)
     # plan with the estimates the next night will use (an unconfigured checkout's are under its folder name)
-    from pipelines.night import Night, NightSettings, with_calibrated
-
-    night = Night(NightSettings(repo=spec.name if spec else str(path), deployment=args.deployment,
+    night = Night(NightSettings(home=home, repo=spec.name if spec else str(path), deployment=args.deployment,
                                 timeout_floor_s=given_floor))
     calibrated = night.calibrated()
     catalog = with_calibrated(catalog, calibrated, night.rewrites_for(catalog.tests, calibrated))

@@ -31,6 +31,7 @@ from pathlib import Path
 from pipelines.cli import flags
 from pipelines.cli.flags import FlagError, add_timeout_floor, timeout_floor
 from pipelines.core.select import CADENCES, Selection, split_csv, why_nothing
+from pipelines.interrupts import lost_interrupt
 
 EXIT_TEST_FAILED, EXIT_PROBLEMS, EXIT_NOT_STORED, EXIT_UNREACHABLE, EXIT_INTERRUPTED = 1, 3, 4, 5, 130
 
@@ -144,6 +145,8 @@ def _run(args: argparse.Namespace) -> int:
         print(f"problem: {p}", file=sys.stderr)
     night.history.read()  # an unreadable history store fails here, before any test runs
     night.quarantine_doc()  # and an unusable quarantine document (its quarantines would not hold)
+    if lost_interrupt() is not None:  # a signal while it planned, whose KeyboardInterrupt a finalizer swallowed
+        raise KeyboardInterrupt
     if not runset.run:
         print(nothing_to_run(night, args, selection), file=sys.stderr)
         return EXIT_PROBLEMS if not args.accept_problems else 0
@@ -232,6 +235,7 @@ def _execute(night, args, selection, env: dict[str, str], home: Path) -> int:
                   "loggers": {"console": {"config": {"log_level": "WARNING"}}}}
     run_id = str(uuid.uuid4())  # known before Dagster creates the run, so an interrupt before it starts can end it
     result = None
+    signalled: set[int] = set()
     t0, started = time.monotonic(), time.time()
     print("\nnightly: running (progress below; each line is one finished step or test)", flush=True)
     try:
@@ -240,14 +244,18 @@ def _execute(night, args, selection, env: dict[str, str], home: Path) -> int:
                 result = job.execute_in_process(run_config=run_config, instance=instance, tags=tags,
                                                 raise_on_error=False, run_id=run_id)
     except Exception as exc:  # raise_on_error=False covers the steps, not Dagster's own storage (a full disk)
-        if (failure := storage_failure(exc)) is None:
+        if (failure := storage_failure(exc)) is not None:
+            return _storage_failed(home, started, failure, exc)
+        # a signal's KeyboardInterrupt a library turned into its own error (pydantic's SchemaError while Dagster
+        # set the run up): an interruption, said as one below, not that library's traceback
+        if not signalled:
             raise
-        return _storage_failed(home, started, failure, exc)
+    lost = lost_interrupt()  # one a finalizer swallowed after the night's last safe point: a signal all the same
     run = instance.get_run_by_id(run_id)
     if result is None and run is None:  # interrupted before Dagster made the run: said as during the plan
         raise KeyboardInterrupt
     # None: Dagster let the interrupt out before its handler was in place (the run NOT_STARTED) or after it ended
-    interrupted = bool(signalled) or result is None
+    interrupted = bool(signalled) or result is None or lost is not None
     status = run.status.value if run else "?"
     kept = unsaved_folder(home, run_id)  # the store refused the results (credentials expired mid-night)
     if kept is not None and status != "CANCELED" and not interrupted:  # no calibration, no report
@@ -281,8 +289,7 @@ def _execute(night, args, selection, env: dict[str, str], home: Path) -> int:
             where = f"finished tests are kept in history and the night's record {night.state.uri(f'runs/{run_id}.json')}"
             resume = ("run the same `nightly run` again (it runs the whole selection; interrupted attempts never "
                       "feed calibration)")
-        killed = ("running tests were killed and recorded as `interrupted`" if (summary or {}).get("attempts") or kept
-                  else "no test had started (the night was preparing its inputs)")
+        killed = what_the_signal_did(summary if kept is None else _kept_record(kept, run_id))
         print(f"nightly: interrupted: {killed}; {where} (Dagster run "
               f"{run_id} CANCELED)" + (f"; its report: {report}" if report else "") + f"\nnightly: to resume, "
               f"{resume}", file=sys.stderr)
@@ -330,6 +337,40 @@ def _execute(night, args, selection, env: dict[str, str], home: Path) -> int:
               "fix them or pass --accept-problems", file=sys.stderr)
         return EXIT_PROBLEMS
     return 0
+
+
+def what_the_signal_did(record: dict | None) -> str:
+    """What the signal did to the night, as its record says: the running tests it killed, none running,
+    or the night already ended (its tests all finished: the signal came after the last, or was taken only
+    then); never that tests were killed when none was."""
+    if record is None:
+        return "which tests were running is not known (the night's record could not be read)"
+    attempts = record.get("attempts") or []
+    killed = sorted({a.get("test_id") for a in attempts if a.get("outcome") == "interrupted"})
+    tests = sorted({a.get("test_id") for a in attempts})
+    if not record.get("interrupted") and record.get("status") == "finished":
+        return (f"the signal arrived after the night had ended: its {len(tests)} test(s) had all finished and none "
+                "was interrupted")
+    if killed:
+        named = ", ".join(killed[:3]) + (f" and {len(killed) - 3} more" if len(killed) > 3 else "")
+        return f"running tests were killed and recorded as `interrupted` ({len(killed)}: {named})"
+    if attempts:
+        return (f"no test was running when the night stopped ({len(tests)} had finished); no test started after "
+                "the signal")
+    return "no test had started (the night was preparing its inputs)"
+
+
+def _kept_record(kept: Path, run_id: str) -> dict | None:
+    """The night's record as kept under ``<home>/unsaved/`` when the store refused it; None if unreadable."""
+    import json
+
+    from pipelines.storage.state import LocalStateStore, StateError
+
+    try:
+        text = LocalStateStore(kept / "state").get(f"runs/{run_id}.json")
+        return json.loads(text) if text else None
+    except (OSError, ValueError, StateError):
+        return None
 
 
 def storage_failure(exc: BaseException) -> BaseException | None:

@@ -31,7 +31,7 @@ TESTS = (
 def fake_catalog(monkeypatch):
     seen = {}
 
-    def load(path, spec, specs):
+    def load(path, spec, specs, cache_dir=None):
         seen["path"] = path
         return Catalog(repo=str(path), tests=TESTS)
 
@@ -113,7 +113,7 @@ def test_the_plan_and_the_static_shards_compare_on_the_same_durations(monkeypatc
     """One 2000 s test binds both the plan and the shards: 0 %, not the -20 % of est_time's 1.25 padding."""
     tests = (make_test(id="tests/test_long.py", path="tests/test_long.py", est_time=2000),
              make_test(id="tests/test_short.py", path="tests/test_short.py", est_time=400))
-    monkeypatch.setattr(plan_cli, "load_catalog", lambda path, spec, specs: Catalog(repo=str(path), tests=tests))
+    monkeypatch.setattr(plan_cli, "load_catalog", lambda path, spec, specs, cache_dir=None: Catalog(repo=str(path), tests=tests))
     argv = ["--repo", str(tmp_path), "--pool", "h200=2x8", "--shards", "stage-c-4-gpu-h200=2"]
     assert nightly_plan(argv) == 0
     out = capsys.readouterr().out
@@ -194,7 +194,7 @@ def test_gantt_folder_not_writable_is_refused_before_planning(fake_catalog, tmp_
 
     ro = tmp_path / "ro"
     monkeypatch.setattr(plan_gantt.os, "access", lambda p, mode: Path(p) != tmp_path)
-    monkeypatch.setattr(plan_cli, "load_catalog", lambda *a: pytest.fail("planned before checking --gantt"))
+    monkeypatch.setattr(plan_cli, "load_catalog", lambda *a, **k: pytest.fail("planned before checking --gantt"))
     assert nightly_plan(["--repo", str(tmp_path), "--gantt", str(ro / "x.svg")]) == 2
     assert f"--gantt: cannot write {ro / 'x.svg'} ({tmp_path} is not writable)" in capsys.readouterr().err
     assert not ro.exists()
@@ -299,7 +299,7 @@ def test_a_new_pool_no_test_can_use_is_a_typo_not_a_plan(fake_catalog, tmp_path,
 def test_any_backend_the_catalog_reads_can_be_planned(monkeypatch, tmp_path, capsys):
     amd = make_test(id="test/registered/test_amd.py", path="test/registered/test_amd.py", backend="amd",
                     suite="nightly-amd-1-gpu", gpus=1, hardware="mi355")
-    monkeypatch.setattr(plan_cli, "load_catalog", lambda path, spec, specs: Catalog(repo=str(path), tests=(*TESTS, amd)))
+    monkeypatch.setattr(plan_cli, "load_catalog", lambda path, spec, specs, cache_dir=None: Catalog(repo=str(path), tests=(*TESTS, amd)))
     assert nightly_plan(["--repo", str(tmp_path), "--backend", "amd", "--pool", "mi355=1x8", "--json"]) == 0
     assert [a["test_id"] for a in json.loads(capsys.readouterr().out)["assignments"]] == [amd.id]
     assert nightly_plan(["--repo", str(tmp_path), "--backend", "npu"]) == 3
@@ -494,7 +494,7 @@ def test_static_shards_are_the_frameworks_split_on_the_est_time_in_its_files_num
     suite = "stage-c-4-gpu-h200"
     tests = tuple(make_test(id=f"tests/test_{name}.py", path=f"tests/test_{name}.py", est_time=est, gpus=4, suite=suite)
                   for name, est in (("a", 30), ("b", 25), ("c", 15), ("d", 10)))
-    monkeypatch.setattr(plan_cli, "load_catalog", lambda path, spec, specs: Catalog(repo=str(path), tests=tests))
+    monkeypatch.setattr(plan_cli, "load_catalog", lambda path, spec, specs, cache_dir=None: Catalog(repo=str(path), tests=tests))
     monkeypatch.setenv("NIGHTLY_HOME", str(tmp_path / "home"))
     (tmp_path / "repo").mkdir()
     estimates = tmp_path / "home" / "estimates" / f"{unconfigured_name(tmp_path / 'repo')}.json"
@@ -590,7 +590,7 @@ def test_gantt_draws_a_cpu_test_on_its_own_row_even_when_it_ends_the_night(monke
     """A 0-GPU test holds no GPU row: it had no bar at all, though here it sets the makespan (4000 s)."""
     cpu = make_test(id="tests/test_cpu.py", path="tests/test_cpu.py", est_time=5000, gpus=0, backend="cpu",
                     suite="stage-a-cpu", hardware="cpu")
-    monkeypatch.setattr(plan_cli, "load_catalog", lambda path, spec, specs: Catalog(repo=str(path),
+    monkeypatch.setattr(plan_cli, "load_catalog", lambda path, spec, specs, cache_dir=None: Catalog(repo=str(path),
                                                                                    tests=(*TESTS[:3], cpu)))
     monkeypatch.setenv("NIGHTLY_HOME", str(tmp_path / "home"))
     svg = tmp_path / "plan.svg"
@@ -727,7 +727,7 @@ def test_a_test_of_no_gpu_type_goes_to_the_first_pool_whose_nodes_hold_it(monkey
     tests = (make_test(id="tests/test_dpo.py", path="tests/test_dpo.py", suite="e2e-test-fsdp", hardware="", gpus=8),
              make_test(id="tests/test_sft.py", path="tests/test_sft.py", suite="e2e-test-fsdp", hardware="", gpus=4),
              make_test(id="tests/test_huge.py", path="tests/test_huge.py", suite="e2e-test-fsdp", hardware="", gpus=16))
-    monkeypatch.setattr(plan_cli, "load_catalog", lambda path, spec, specs: Catalog(repo=str(path), tests=tests))
+    monkeypatch.setattr(plan_cli, "load_catalog", lambda path, spec, specs, cache_dir=None: Catalog(repo=str(path), tests=tests))
     assert nightly_plan(["--repo", str(tmp_path), "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert {a["test_id"]: a["pool"] for a in out["assignments"]} == {"tests/test_dpo.py": "h200",
@@ -746,7 +746,7 @@ def test_no_improve_is_the_wide_first_base_order_and_its_help_says_so(monkeypatc
 
     tests = (make_test(id="tests/test_wide.py", path="tests/test_wide.py", est_time=900, gpus=8),
              make_test(id="tests/test_long.py", path="tests/test_long.py", est_time=1000, gpus=4))
-    monkeypatch.setattr(plan_cli, "load_catalog", lambda path, spec, specs: Catalog(repo=str(path), tests=tests))
+    monkeypatch.setattr(plan_cli, "load_catalog", lambda path, spec, specs, cache_dir=None: Catalog(repo=str(path), tests=tests))
     assert nightly_plan(["--repo", str(tmp_path), "--pool", "h200=1x8", "--no-improve", "--json"]) == 0
     order = [a["test_id"] for a in sorted(json.loads(capsys.readouterr().out)["assignments"], key=lambda a: a["priority"])]
     assert order == ["tests/test_wide.py", "tests/test_long.py"]  # longest-first would start test_long first
@@ -780,7 +780,7 @@ def test_the_cadence_reason_names_nightly_only_and_the_sglang_rule(monkeypatch, 
 
     only = make_test(id="tests/test_n.py", path="tests/test_n.py", nightly=True)
     other = make_test(id="tests/test_o.py", path="tests/test_o.py")
-    monkeypatch.setattr(plan_cli, "load_catalog", lambda path, spec, specs: Catalog(repo=str(path),
+    monkeypatch.setattr(plan_cli, "load_catalog", lambda path, spec, specs, cache_dir=None: Catalog(repo=str(path),
                                                                                     tests=(only, other)))
     assert nightly_plan(["--repo", str(tmp_path), "--pool", "h200=1x8", "--cadence", "pr", "--json",
                          "--changed", "tests/test_n.py"]) == 0
@@ -798,7 +798,7 @@ def test_calibrated_est_time_that_only_reorders_a_shard_is_no_other_split(monkey
     suite = "stage-c-4-gpu-h200"
     tests = tuple(make_test(id=f"tests/test_{name}.py", path=f"tests/test_{name}.py", est_time=est, gpus=4, suite=suite)
                   for name, est in (("a", 30), ("b", 20)))
-    monkeypatch.setattr(plan_cli, "load_catalog", lambda path, spec, specs: Catalog(repo=str(path), tests=tests))
+    monkeypatch.setattr(plan_cli, "load_catalog", lambda path, spec, specs, cache_dir=None: Catalog(repo=str(path), tests=tests))
     monkeypatch.setenv("NIGHTLY_HOME", str(tmp_path / "home"))
     (tmp_path / "repo").mkdir()
     estimates = tmp_path / "home" / "estimates" / f"{unconfigured_name(tmp_path / 'repo')}.json"
@@ -818,7 +818,7 @@ def test_shards_for_a_suite_the_deployment_skips_are_named_not_dropped(monkeypat
     tests = (make_test(id="tests/test_a.py", path="tests/test_a.py", suite="stage-c-4-gpu-h200"),
              make_test(id="tests/test_rocm.py", path="tests/test_rocm.py", backend="rocm", suite="stage-c-4-gpu-mi300",
                        hardware="mi300"))
-    monkeypatch.setattr(plan_cli, "load_catalog", lambda path, spec, specs: Catalog(repo=str(path), tests=tests))
+    monkeypatch.setattr(plan_cli, "load_catalog", lambda path, spec, specs, cache_dir=None: Catalog(repo=str(path), tests=tests))
     monkeypatch.setenv("NIGHTLY_HOME", str(tmp_path / "home"))
     argv = ["--repo", str(tmp_path), "--shards", "stage-c-4-gpu-mi300=1"]
     assert nightly_plan(argv) == 0
@@ -862,3 +862,30 @@ def test_a_git_range_of_one_revision_is_refused_not_read_as_the_working_tree(fak
     assert ("nightly plan: error: --git-range 'HEAD': expected a range A..B (two revisions, e.g. origin/main..HEAD); "
             "one revision would compare the working tree with it, not two commits: for uncommitted changes give "
             "--changed FILE...") in captured.err
+
+
+def test_plan_home_reads_the_state_folder_a_night_run_with_the_same_home_reads(tmp_path, monkeypatch, capsys):
+    """`nightly run --labels lora --home /tmp/n1` (docs/run.md) makes a state folder `nightly plan` could not be
+    pointed at: it took no --home. It plans from that folder's history (and estimates, quarantines, cache)."""
+    from pipelines.cli import main
+    from pipelines.core.history.store import FileHistoryStore
+    from pipelines.core.model import Sample
+    from pipelines.night import Night, NightSettings
+    from tests.support.assets import QUICK_TEST, registry_repo
+
+    _, assets = registry_repo(tmp_path, {"test_a.py": QUICK_TEST.format(est=40)})
+    monkeypatch.setenv("NIGHTLY_ASSETS_DIR", str(assets))
+    monkeypatch.setenv("NIGHTLY_HOME", str(tmp_path / "default"))
+    home = tmp_path / "n1"
+    [test] = Night(NightSettings(home=home, repo="fw")).registered.tests
+    home.mkdir(exist_ok=True)
+    FileHistoryStore(home / "history.sqlite").append(
+        Sample(test.id, test.hardware, test.sha256, "passed", secs, f"2026-11-0{day}T01:00:00Z")
+        for day, secs in enumerate((10.0, 11.0, 10.5), 1))
+    assert main(["plan", "--repo", "fw", "--json", "--home", str(home)]) == 0
+    [planned] = json.loads(capsys.readouterr().out)["assignments"]
+    assert planned["expected_from"] == "history" and 10 <= planned["expected_s"] <= 11, planned
+    assert (home / "cache").is_dir() and not (tmp_path / "default" / "cache").exists()
+    assert main(["plan", "--repo", "fw", "--json"]) == 0  # the default state has no history: est_time / 1.25
+    [default] = json.loads(capsys.readouterr().out)["assignments"]
+    assert default["expected_from"] == "fallback" and default["expected_s"] == 32, default
