@@ -229,6 +229,10 @@ class ReportData:
     #: deployment up to this one (``pipelines.core.plan.accuracy``), and the lines the page shows
     prediction_error: PredictionError | None = None
     prediction: tuple[str, ...] = ()
+    #: nodes the night only suspected (in-night ``suspect``, cross-night ``history_suspect``): avoided and
+    #: retried from, their quarantined failures not excused, never named nor cordoned (its record's
+    #: ``suspect_nodes``, with the evidence it acted on)
+    suspect_nodes: tuple[NodeFinding, ...] = ()
 
 
 def night_started(summary: Mapping) -> datetime | None:
@@ -256,12 +260,13 @@ def attempts_of(summary: Mapping) -> list[Attempt]:
             for a in summary.get("attempts", ())]
 
 
-def recorded_findings(summary: Mapping) -> list[NodeFinding]:
-    """The bad nodes the night found, with the evidence it had (its history window included); []
-    for a record written before they were kept (``build_report`` then judges the attempts again)."""
+def recorded_findings(summary: Mapping, key: str = "bad_nodes") -> list[NodeFinding]:
+    """The bad nodes the night found (``key`` "suspect_nodes": the nodes it only suspected), with the
+    evidence it had (its history window included); [] for a record written before they were kept
+    (``build_report`` then judges the attempts again for bad nodes)."""
     known = {f.name for f in fields(NodeFinding)}
     out = []
-    for f in summary.get("bad_nodes") or ():
+    for f in summary.get(key) or ():
         if isinstance(f, Mapping) and known <= set(f):
             out.append(NodeFinding(**{**{k: f[k] for k in known}, "tests": tuple(f["tests"])}))
     return out
@@ -687,6 +692,7 @@ def build_report(
         cadence=str(summary.get("cadence", "")), verdict=printable(verdict_text),  # the run's error is text too
         counts=tuple(sorted(Counter(r.outcome for r in rows).items())), rows=tuple(rows),
         failures=tuple(failures), infra=tuple(infra), bad_nodes=tuple(findings),
+        suspect_nodes=tuple(recorded_findings(summary, "suspect_nodes")),
         drift=tuple(drift(estimates)), held=tuple(e for e in estimates if e.held is not None),
         # judged with the floor the night ran with (--timeout-floor); the framework's runner keeps the repo's
         near_timeout=_near_timeout(attempts, near_timeout(as_registered, recent, recorded_floor(summary, timeout_floor_s),

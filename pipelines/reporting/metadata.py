@@ -34,6 +34,7 @@ def report_markdown(data: ReportData) -> str:
     lines = [f"**{data.verdict}**", ""]
     lines += [f"- `{f.test_id}`: {f.classification}" for f in (*data.failures, *data.infra)]
     lines += [f"- bad node `{n.node}`: {n.evidence}" for n in data.bad_nodes]
+    lines += [f"- suspect node `{n.node}` (not named): {n.evidence}" for n in data.suspect_nodes]
     if data.flaky:
         lines += ["", "| test | state | by | why | evidence |", "|---|---|---|---|---|"]
         for s in data.flaky:

@@ -41,6 +41,8 @@ code.fetch{user-select:all;background:#f3f3f3;padding:0 .3em;font-size:12px}
 {% else %}<p class="none">no infra errors</p>{% endfor %}
 {% for n in d.bad_nodes %}<p class="bad-node"><b>bad node {{ n.node }}</b> ({{ n.rule }}): {{ n.evidence }}</p>
 {% else %}<p class="none">no bad nodes</p>{% endfor %}
+{% for n in d.suspect_nodes %}<p class="suspect-node"><b>suspect node {{ n.node }}</b> ({{ n.rule }}; avoided and retried from, not named): {{ n.evidence }}</p>
+{% endfor %}
 </section>
 
 <section id="flaky"><h2>Flaky and quarantined tests ({{ d.flaky|length }})</h2>

@@ -951,3 +951,30 @@ def test_a_bad_nodes_numbers_and_tests_in_the_report_are_the_ones_its_rule_judge
     assert bad["evidence"].startswith(
         "2 of 2 attempts failed here (other nodes: 0 of 2; first attempts only, not counted: 3 retries and "
         f"the attempts of 1 test(s) failing on another node too ({lora})); ")
+
+
+def test_a_node_the_night_only_suspected_is_on_the_page_and_in_the_json_with_its_evidence(tmp_path, capsys):
+    """A record's suspect_nodes (a cross-night suspect the night retried from without naming it): the
+    report shows it, apart from the bad nodes, with the evidence the night acted on."""
+    sft = tid(SFT)
+    suspect = {"node": "local-h200-1", "rule": "history_suspect", "failed": 4, "total": 12, "rest_failed": 0,
+               "rest_total": 12, "tests": [sft], "evidence": "4 different tests failed here in 4 of the last 5 runs"}
+    attempts = [{"test_id": sft, "outcome": "failed", "elapsed_s": 3.0, "started_at": "2026-12-01T15:00:00+00:00",
+                 "attempt": 1, "node": "local-h200-1", "exit_code": 1, "details": {"pool": "h200"}},
+                {"test_id": sft, "outcome": "passed", "elapsed_s": 3.0, "started_at": "2026-12-01T15:00:05+00:00",
+                 "attempt": 2, "node": "local-h200-0", "exit_code": 0,
+                 "details": {"pool": "h200", "retry_of": "local-h200-1"}}]
+    (tmp_path / "nights").mkdir()
+    (tmp_path / "nights" / "2026-12-01T150000Z-r1.json").write_text(json.dumps(
+        {"night": "2026-12-01T150000Z-r1", "run_id": "r1", "repo": "minirl", "selected": [sft], "attempts": attempts,
+         "bad_nodes": [], "suspect_nodes": [suspect]}))
+
+    code, out, _ = nightly(capsys, "report", "--home", str(tmp_path), "--repo", "minirl", "--json")
+
+    assert code == 0
+    data = json.loads(out)
+    assert data["bad_nodes"] == [] and data["suspect_nodes"] == [suspect]
+    code, _, err = nightly(capsys, "report", "--home", str(tmp_path), "--repo", "minirl", "--out", str(tmp_path / "r.html"))
+    assert code == 0, err
+    page = (tmp_path / "r.html").read_text()
+    assert "suspect node local-h200-1" in page and "4 different tests failed here in 4 of the last 5 runs" in page
