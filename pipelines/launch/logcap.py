@@ -27,15 +27,26 @@ import threading
 from collections import OrderedDict
 from typing import BinaryIO
 
+from pipelines.core.coverage.outcomes import REPORT_LINE
 from pipelines.launch.base import LogSink
 
 DEFAULT_LOG_CAP_BYTES = 20 * 1024 * 1024
 #: the end of an unfinished line longer than this is all that waits for the next chunk (a report is at a
 #: line's end), and all of a line written at the cut
 _SCAN_LINE_BYTES = 4096
-#: ``outcomes._LINE`` over bytes, with the literal first so that the search skips to each ``config`` in C;
-#: the look-behind is its "at the line's start or after a space, ``:`` or ``]``"
-_REPORT = re.compile(rb"config(?<![^\s:\]]config) (\S+): (passed|failed)\s*$", re.MULTILINE)
+#: the lines that may be ``outcomes._LINE`` reports, over bytes, with the literal first so that the search
+#: skips to each ``config`` in C: a superset (any byte but printable ASCII other than ``:`` and ``]`` before
+#: it, anything after the outcome), since a bytes ``\s`` knows no Unicode whitespace (a no-break space
+#: before ``config`` or after ``failed`` is whitespace to the judge); :func:`_report` confirms each on the
+#: decoded line, as the judge reads it
+_REPORT = re.compile(rb"config(?<![\x21-\x39\x3b-\x5c\x5e-\x7e]config) (\S+): (passed|failed)[^\n]*$", re.MULTILINE)
+#: ASCII bytes that are whitespace to a str regex's ``\s`` and not to a bytes one (file/group/record separators)
+_ODD_SPACE = re.compile(rb"[\x1c-\x1f]")
+#: ``outcomes._LINE`` over bytes exactly, for text without such bytes and without non-ASCII ones (where a
+#: bytes ``\s`` is the judge's): one search in C, each line it finds a report as the judge reads it
+_EXACT = re.compile(rb"config(?<![^\s:\]]config) (\S+): (passed|failed)\s*$", re.MULTILINE)
+#: a byte after which :data:`_EXACT` may read a line otherwise than the judge: non-ASCII, or an odd space
+_ODD = re.compile(rb"[\x80-\xff\x1c-\x1f]")
 #: ``outcomes._ANSI`` over bytes: a coloured logger wraps the report in terminal codes
 _ANSI = re.compile(rb"\x1b\[[0-?]*[ -/]*[@-~]")
 #: more outcomes (``: passed``, ``: failed``) in a chunk than this and the chunk is first cut to its distinct
@@ -70,12 +81,34 @@ def _pwrite_all(fd: int, data: bytes, at: int) -> None:
         view, at = view[n:], at + n
 
 
+def _report(text: bytes, match: re.Match[bytes]) -> tuple[bytes, bytes] | None:
+    """(configuration, outcome) of the report ``match`` found, as the judge (``outcomes._LINE`` on the
+    decoded line) reads its line; None when the judge reads no report there."""
+    start = text.rfind(b"\n", 0, match.start()) + 1
+    line = text[start:match.end()]
+    if line.isascii() and match.group(0).endswith((b"passed", b"failed")) and not _ODD_SPACE.search(line) and (
+            match.start() == start or text[match.start() - 1] in b" \t\r\x0b\x0c:]"):
+        return match.group(1, 2)  # the common line: what the bytes say is what the judge reads
+    judged = REPORT_LINE.search(line.decode("utf-8", errors="replace"))
+    if judged is None:
+        return None
+    return judged.group(1).encode("utf-8", errors="replace"), judged.group(2).encode()
+
+
+def _reports(text: bytes):
+    """(configuration, outcome, where its line's ``config`` starts) of each report in ``text``."""
+    for match in _REPORT.finditer(text):
+        key = _report(text, match)
+        if key is not None:
+            yield key, match.start()
+
+
 def _first_report(text: bytes, key: tuple[bytes, bytes], at: int) -> int:
     """Where in ``text``, from ``at`` on, the first report of ``key`` (configuration, outcome) starts; -1 if none."""
     needle = b"config %s: %s" % key
     while (found := text.find(needle, at)) >= 0:
         match = _REPORT.match(text, found)
-        if match is not None and match.group(1, 2) == key:
+        if match is not None and _report(text, match) == key:
             return found
         at = found + 1
     return -1
@@ -214,10 +247,13 @@ class CappedLog:
         ``at``) that no earlier one already covers. In a ``dense`` text the regex runs over all of it in C
         and Python looks for one line per distinct report, not per report line."""
         pending, cut = self._pending, self.cut_configs
-        if dense:
-            found = ((key, -1) for key in dict.fromkeys(_REPORT.findall(text)))
+        if _ODD.search(text) is None:  # the common text: the exact search, all in C
+            found = (((key, -1) for key in dict.fromkeys(_EXACT.findall(text))) if dense
+                     else ((match.group(1, 2), match.start()) for match in _EXACT.finditer(text)))
+        elif dense:
+            found = ((key, -1) for key in dict.fromkeys(key for key, _ in _reports(text)))
         else:
-            found = ((match.group(1, 2), match.start()) for match in _REPORT.finditer(text))
+            found = _reports(text)
         cursor = 0  # the first reports of the distinct keys come in this order
         for key, where in found:
             name = key[0]

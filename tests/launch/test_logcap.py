@@ -175,3 +175,28 @@ def test_a_flood_of_reports_holds_two_entries_per_configuration_at_most_and_stil
     assert "reported 4 configuration(s)" in cut and "[default0]:config c2: failed\n" in cut
     assert config_outcomes(text) == {"c0": "passed", "c1": "passed", "c2": "failed", "c3": "passed"}
     assert max(held) <= 2 * 4
+
+
+@pytest.mark.parametrize("line", ["[rank0]\u00a0config a: failed", "\u30ed\u30b0\u3000config a: failed",
+                                  "config a: failed\u00a0", "step 3\x1cconfig a: failed"])
+@pytest.mark.parametrize("dense", [False, True])
+def test_a_failure_behind_unicode_whitespace_in_the_cut_middle_still_fails_the_test(line, dense):
+    """The judge reads `\\s` as Python's str regex does (a no-break space, an ideographic space, ...); the
+    capped log's bytes search knew ASCII whitespace only, so such a report in the cut part was dropped
+    and the test passed. Dense: among more reports than a chunk is read line by line."""
+    filler = "config b: passed\n" * (40 if dense else 1)
+    output = ("x" * 100 + "\n") * 200 + filler + line + "\n" + filler + ("y" * 100 + "\n") * 200
+    whole = config_outcomes(output)
+    assert whole["a"] == "failed"
+    log, text = _capped(output.encode(), 8192, 4096)
+    assert log.dropped > 0
+    assert config_outcomes(text) == whole
+
+
+def test_a_word_before_config_that_is_no_whitespace_makes_no_report_in_the_cut_either():
+    """The superset the bytes search finds is confirmed as the judge reads it: `\u00e9config a: failed` is
+    another word to the judge, and must not stand in the cut for a failure."""
+    output = ("x" * 100 + "\n") * 200 + "caf\u00e9config a: failed\nconfig a: passed\n" + ("y" * 100 + "\n") * 200
+    log, text = _capped(output.encode(), 8192, 4096)
+    assert log.dropped > 0
+    assert config_outcomes(text) == config_outcomes(output) == {"a": "passed"}

@@ -17,6 +17,8 @@ OUTCOMES = ("passed", "failed")
 #: ``config`` at the line's start or after what ends a prefix (a space, a logger's ``:``, a tag's ``]``);
 #: any other character before it makes another word (``auto-config``, ``nccl.config``)
 _LINE = re.compile(r"(?:^|(?<=[\s:\]]))config (\S+): (passed|failed)\s*$", re.MULTILINE)
+#: the judge's report line, for the capped log, which confirms with it each line its bytes search finds
+REPORT_LINE = _LINE
 #: a terminal control sequence (``ESC [ 1;31 m``): a coloured logger wraps the report in them
 _ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]")
 
