@@ -212,11 +212,11 @@ def _run_planned(night: Night, runset: RunSet, selection: RunSelection, tests: l
         if "result" in outcome:
             status, note = _how_it_ended(exc)
             if status == "interrupted":
-                note = ("interrupted: no new test started after the signal; running tests were killed and "
-                        "recorded as `interrupted`")
+                note = ("interrupted: no new test started after the signal; any test still running was killed "
+                        "and recorded as `interrupted`")
             else:  # e.g. a bug while reporting a test: said as such, never as a signal
-                note = note.replace("tests without an attempt never ran", "no new test started after it; running "
-                                    "tests were killed and recorded as `interrupted`")
+                note = note.replace("tests without an attempt never ran", "no new test started after it; any test "
+                                    "still running was killed and recorded as `interrupted`")
             try:
                 with held_signals():  # a second Ctrl-C here would lose the record
                     record(outcome["result"], [note], True,

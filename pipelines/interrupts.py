@@ -92,6 +92,27 @@ def keep_lost_interrupts() -> None:
     sys.unraisablehook = hook
 
 
+def forget_interrupts() -> None:
+    """Start a command with nothing kept: an interrupt an earlier command in this process had swallowed
+    (``main()`` called twice in one Python) is that command's, never the next one's."""
+    _lost.clear()
+    _taken.clear()
+
+
+def from_interrupt(exc: BaseException) -> bool:
+    """Whether ``exc`` is a signal's interrupt a library turned into an error of its own: a KeyboardInterrupt
+    (or Dagster's interrupt) in its chain of causes, or named in its message as pydantic's SchemaError
+    names it (``... KeyboardInterrupt()``, raised ``from None``). Any other error is the error it says."""
+    seen: set[int] = set()
+    e: BaseException | None = exc
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        if type(e).__name__ in _INTERRUPTION_NAMES or "KeyboardInterrupt" in str(e):
+            return True
+        e = e.__cause__ or e.__context__
+    return False
+
+
 def lost_interrupt() -> tuple[int, float] | None:
     """(signum or 0, time.monotonic() as it came) of the first interruption a finalizer swallowed since the
     last call, which the caller now acts on as if it had arrived in its frame; None when there was none.

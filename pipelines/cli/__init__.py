@@ -12,7 +12,11 @@ import importlib
 import os
 import sys
 
-from pipelines.interrupts import answer_interrupts  # light: the rest is imported once it is set
+from pipelines.interrupts import (  # light: the rest is imported once it is set
+    answer_interrupts,
+    forget_interrupts,
+    lost_interrupt,
+)
 
 #: the reader of stdout stopped early (``| head``): 128 + SIGPIPE, as a shell reports it
 EXIT_READER_GONE = 141
@@ -56,6 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     # exit 130 and one line (SIGTERM was the OS default until Dagster ran: exit 143, no word); and a
     # process started with `&` from a script inherits SIGINT ignored, which SIGTERM would then follow
     answer_interrupts()
+    forget_interrupts()  # what an earlier command in this process swallowed was that command's
     argv = sys.argv[1:] if argv is None else argv
     command = next((a for a in argv if a in COMMANDS), "")  # for the message, should parsing be cut short
     errors: tuple[type[Exception], ...] = ()
@@ -65,6 +70,8 @@ def main(argv: list[str] | None = None) -> int:
         command = args.command
         code = int(args.func(args) or 0)
         sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's flush at exit
+        if lost_interrupt() is not None:  # a Ctrl-C a finalizer swallowed (`nightly run` acts on its own earlier)
+            raise KeyboardInterrupt
         return code
     except KeyboardInterrupt:
         print(f"nightly{' ' + command if command else ''}: interrupted", file=sys.stderr)

@@ -31,7 +31,7 @@ from pathlib import Path
 from pipelines.cli import flags
 from pipelines.cli.flags import FlagError, add_timeout_floor, timeout_floor
 from pipelines.core.select import CADENCES, Selection, split_csv, why_nothing
-from pipelines.interrupts import lost_interrupt
+from pipelines.interrupts import from_interrupt, lost_interrupt
 
 EXIT_TEST_FAILED, EXIT_PROBLEMS, EXIT_NOT_STORED, EXIT_UNREACHABLE, EXIT_INTERRUPTED = 1, 3, 4, 5, 130
 
@@ -248,7 +248,7 @@ def _execute(night, args, selection, env: dict[str, str], home: Path) -> int:
             return _storage_failed(home, started, failure, exc)
         # a signal's KeyboardInterrupt a library turned into its own error (pydantic's SchemaError while Dagster
         # set the run up): an interruption, said as one below, not that library's traceback
-        if not signalled:
+        if not signalled or not from_interrupt(exc):
             raise
     lost = lost_interrupt()  # one a finalizer swallowed after the night's last safe point: a signal all the same
     run = instance.get_run_by_id(run_id)

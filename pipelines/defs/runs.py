@@ -144,7 +144,8 @@ def fail_stale_runs(instance: dg.DagsterInstance, current_run_id: str) -> list[s
     return notes
 
 
-CANCEL_MESSAGE = "interrupted (SIGINT/SIGTERM): running tests were killed and recorded as `interrupted`"
+CANCEL_MESSAGE = ("interrupted (SIGINT/SIGTERM): no new test started after it; any test still running was killed "
+                  "and recorded as `interrupted`")
 
 
 def request_cancel(instance: dg.DagsterInstance, run_id: str, message: str = CANCEL_MESSAGE) -> None:

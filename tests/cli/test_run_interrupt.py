@@ -642,3 +642,71 @@ def test_a_bug_while_reporting_a_test_stops_the_night_as_a_failure_never_as_an_i
     (hung,) = [f for f in report["failures"] + report["infra"] if f["test_id"] == HANG]
     assert hung["classification"].startswith("killed: the night stopped on an error"), hung
     assert "until it stopped on an error" in dict(report["makespan"]), report["makespan"]
+
+
+BUG_AFTER_A_SIGNAL = """
+import os, signal, sys, time
+import dagster
+from pipelines.cli import main
+
+real = dagster.JobDefinition.execute_in_process
+
+def patched(self, *a, **k):
+    if self.name != "calibration":
+        try:
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(0.5)
+        except KeyboardInterrupt:
+            pass  # the signal was handled where it landed
+        raise RuntimeError("a real bug in the run's setup")  # no interrupt in its chain
+    return real(self, *a, **k)
+
+dagster.JobDefinition.execute_in_process = patched
+sys.exit(main(["run", "--labels", "lora"]))
+"""
+
+
+def test_a_real_error_after_a_handled_signal_is_the_error_not_an_interruption(tmp_path):
+    """Any error that escaped the run while a signal had come was taken for the signal's interrupt a library
+    had turned into its own error: exit 130 and the bug never said. Only one whose chain holds the
+    interrupt is (the pydantic case above)."""
+    env = {**child_env("NIGHTLY_", "DAGSTER_", "MINIRL_"), "NIGHTLY_HOME": str(tmp_path / "home")}
+    done = subprocess.run([sys.executable, "-c", BUG_AFTER_A_SIGNAL], cwd=PROJECT_ROOT, env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 1, done.stdout[-2000:] + done.stderr[-3000:]
+    assert "RuntimeError: a real bug in the run's setup" in done.stderr, done.stderr[-3000:]
+
+
+SWALLOWED_IN_ONE_COMMAND = """
+import sys
+import pipelines.cli.catalog as catalog
+from pipelines.cli import main
+
+real = catalog.run
+
+class Finalized:
+    def __del__(self):
+        raise KeyboardInterrupt  # a Ctrl-C landing in a finalizer: Python swallows it
+
+def swallowing(args):
+    Finalized()
+    return real(args)
+
+catalog.run = swallowing
+first = main(["catalog", "--suite", "stage-c-8-gpu-h200"])
+catalog.run = real
+second = main(["catalog", "--suite", "stage-c-8-gpu-h200"])
+print("RCS", first, second)
+"""
+
+
+def test_an_interrupt_a_finalizer_swallowed_is_its_commands_and_never_the_next_ones(tmp_path):
+    """A Ctrl-C swallowed during one command (`main()` called twice in one Python, as a script or a test
+    does) was kept and acted on by the next `nightly run`, which had no signal; and the command it came
+    in ended 0 as if no Ctrl-C had come. It is that command's interrupt: 130 there, nothing after."""
+    env = {**child_env("NIGHTLY_", "DAGSTER_", "MINIRL_"), "NIGHTLY_HOME": str(tmp_path / "home")}
+    done = subprocess.run([sys.executable, "-c", SWALLOWED_IN_ONE_COMMAND], cwd=PROJECT_ROOT, env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip().splitlines()[-1] == "RCS 130 0", done.stdout[-2000:] + done.stderr[-2000:]
+    assert done.stderr.count("nightly catalog: interrupted") == 1, done.stderr[-2000:]
