@@ -95,3 +95,20 @@ def test_make_clean_state_removes_a_state_folder_holding_only_what_nightly_write
     refused = run(recipe("clean-state"), tmp_path, STATE=str(mine))
     assert refused.returncode == 1 and (mine / "lib").exists(), refused.stdout
     assert "does not look like a nightly state folder" in refused.stderr
+
+
+def test_make_clean_state_never_removes_a_folder_that_holds_anything_nightly_does_not_write(tmp_path):
+    """One nightly name was enough: a working folder with TensorBoard's runs/ beside its src/ and .git was
+    removed whole when NIGHTLY_HOME pointed at it. Anything nightly never writes there refuses it."""
+    work = tmp_path / "work"
+    for name in ("runs", "src", ".git"):
+        (work / name).mkdir(parents=True)
+    refused = run(recipe("clean-state"), tmp_path, STATE=str(work))
+    assert refused.returncode == 1 and (work / "src").exists() and (work / ".git").exists(), refused.stdout
+    assert "does not look like a nightly state folder" in refused.stderr and ".git" in refused.stderr
+    _state(work / "nested")
+    for name in ("src", ".git"):
+        (work / name).rmdir()
+    (work / "nested").rename(work / "dagster")  # only nightly's names left: its own state, removed
+    done = run(recipe("clean-state"), tmp_path, STATE=str(work))
+    assert done.returncode == 0 and not work.exists(), done.stderr
