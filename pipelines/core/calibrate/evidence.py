@@ -99,9 +99,14 @@ class NearTimeout:
     def used(self) -> float:
         return self.elapsed_s / self.timeout_s if self.timeout_s else 1.0
 
+    @property
+    def elapsed_text(self) -> str:
+        """Its elapsed seconds as the CLI and the page both give them: to a tenth, without a trailing .0
+        (``:g`` wrote 10.022 where the page said 10; whole seconds wrote "10 s of its 10 s timeout (95%)")."""
+        return f"{round(self.elapsed_s, 1):g}"
+
     def __str__(self) -> str:
-        # whole seconds, as the timeout and the report's page give them (``:g`` wrote 10.022 where the page said 10)
-        text = (f"{self.test_id}: last run {self.outcome} after {self.elapsed_s:.0f} s of its {self.timeout_s} s "
+        text = (f"{self.test_id}: last run {self.outcome} after {self.elapsed_text} s of its {self.timeout_s} s "
                 f"timeout ({self.used:.0%})")
         if self.file_est_time:
             text += (f", the one its file's est_time={self.file_est_time} gives the framework's own runner until the "

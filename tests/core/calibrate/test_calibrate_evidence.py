@@ -69,7 +69,7 @@ def test_a_pass_past_the_timeout_its_file_gives_the_frameworks_runner_is_listed_
     runs = [sample(9.2, "2026-12-01T00:00:00Z")]
     hit = near_timeout([t], runs, 1, 1.25, estimates=[dataclasses.replace(est(4, 10), in_force=10)])  # 12 s
     assert [str(h) for h in hit] == [
-        "tests/e2e/test_a.py: last run passed after 9 s of its 5 s timeout (184%), the one its file's est_time=4 "
+        "tests/e2e/test_a.py: last run passed after 9.2 s of its 5 s timeout (184%), the one its file's est_time=4 "
         "gives the framework's own runner until the est_time patch is merged (the nights run with the calibrated 10)"]
     # no calibrated est_time in force (the night ran with the file's 4): the proposal alone would raise it
     assert str(near_timeout([t], runs, 1, 1.25, estimates=[est(4, 10)])[0]).endswith("until the est_time patch is merged")
@@ -86,7 +86,7 @@ def test_the_framework_runner_kills_at_its_own_floor_not_the_one_the_night_ran_w
     runs = [sample(18.2, "2026-12-01T00:00:00Z")]
     assert near_timeout([t], runs, 20, 1.25, estimates=[est(8, 24)], runner_floor=60) == []
     [hit] = near_timeout([t], runs, 20, 1.25, estimates=[est(8, 16)], runner_floor=60)  # max(20, 20) = 20 s
-    assert str(hit) == "tests/e2e/test_a.py: last run passed after 18 s of its 20 s timeout (91%)"
+    assert str(hit) == "tests/e2e/test_a.py: last run passed after 18.2 s of its 20 s timeout (91%)"
     # the runner's floor is the night's unless given (`nightly calibrate`: one floor, the repo's)
     assert near_timeout([t], runs, 20, 1.25, estimates=[est(8, 24)])[0].file_est_time == 8
 
@@ -104,10 +104,10 @@ def test_a_night_run_with_extra_environment_is_never_the_last_run_near_the_timeo
 
 
 def test_every_near_timeout_line_gives_its_seconds_in_one_format():
-    """`nightly calibrate` and `nightly run` said `after 10.022 s` where the page said `after 10 s`: whole
-    seconds for every run, as the timeout beside them."""
+    """`nightly calibrate` and `nightly run` said `after 10.022 s` where the page said `after 10 s`: one format
+    for every run, to a tenth without a trailing .0 (whole seconds said "10 s of its 10 s timeout (95%)")."""
     from pipelines.core.calibrate.evidence import NearTimeout
 
     lines = [str(NearTimeout("tests/e2e/test_a.py", "h200", elapsed, 11, "passed", "2026-12-01T00:00:00Z"))
-             for elapsed in (10.022, 10.0, 10.96)]
-    assert [line.split(" after ", 1)[1].split(" of ", 1)[0] for line in lines] == ["10 s", "10 s", "11 s"]
+             for elapsed in (10.022, 10.0, 10.96, 9.5)]
+    assert [line.split(" after ", 1)[1].split(" of ", 1)[0] for line in lines] == ["10 s", "10 s", "11 s", "9.5 s"]
