@@ -32,6 +32,7 @@ def bench(script: str, *argv: str) -> subprocess.CompletedProcess:
     ("report.py", "Night report benchmark: 100 nights x 1,000 tests"),
     ("reliability.py", "What the reliability guards cost"),
     ("logcap.py", "Memory a night spends on capped logs"),
+    ("nodes.py", "Cross-night bad-node rule (``history``): how often it names a healthy node"),
 ])
 def test_help_prints_what_the_bench_measures_and_runs_nothing(script, said):
     out = bench(script, "--help")
