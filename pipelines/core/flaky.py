@@ -675,12 +675,23 @@ def night_verdict(attempts: Iterable[Attempt], states: Mapping[str, FlakyState],
         elif a.outcome in _FAIL:
             state = states.get(tid, FlakyState(tid))
             (excused if state.state == "quarantined" and a.node not in bad and a.node not in suspects
-             else failed).append(tid)
+             and not failing_there_only(tid, a.node, history) else failed).append(tid)
             if state.lapsed:
                 lapsed.append(tid)
     never = tuple(dict.fromkeys(t for t in launched if t not in last))
     return Verdict(tuple(failed), tuple(excused), tuple(infra), tuple(sorted(bad)), tuple(interrupted), tuple(lapsed),
                    never)
+
+
+def failing_there_only(test_id: str, node: str, history: Mapping[str, Iterable[str]] | None) -> bool:
+    """Whether a quarantined test's failure on ``node`` looks like the node's, not the test's: every failure
+    of it in the recent runs was on ``node`` too, and it passed on another node. A node that fails one
+    test a night quarantines its victims by their flips (node against no node) nights before the
+    cross-night rule can suspect it; a flaky test's failures land on any node."""
+    if not node or not isinstance(history, NodeHistory):
+        return False
+    nodes = {n for run in history.runs for t, n in run.failures if t == test_id and n}
+    return nodes == {node} and bool(set(history.get(test_id, ())) - {node})
 
 
 def ended_notes(v: Verdict, states: Mapping[str, FlakyState]) -> list[str]:

@@ -658,3 +658,28 @@ def test_a_flip_across_calibrates_own_rewrite_is_a_flip_of_the_same_code():
     assert sum(e.kind == "alternating" for e in replay(nights, RULES)[T].evidence) == 2
     edits = history("passed", "failed", sha=old) + history("passed", "failed", sha=edited, start=3)
     assert sum(e.kind == "alternating" for e in replay(edits, RULES, lineage=rewrites)[T].evidence) == 2
+
+
+def test_a_quarantined_tests_failure_on_the_one_node_all_its_recent_failures_were_on_is_not_excused():
+    """A node failing one test a night makes its victims flip (node against no node) and get quarantined
+    nights before the cross-night rule can suspect it; their failures on it were then excused (a green
+    night with the node still failing). A quarantined test whose recent failures were all on tonight's
+    node, and which passed on another, fails the night; one whose failures spread over nodes is excused."""
+    from pipelines.core.flaky import night_verdict
+    from pipelines.core.health import passed_nodes
+
+    def run(i: int, outcomes: dict[str, tuple[str, str]]) -> list[Sample]:
+        return [Sample(t, "h200", "sha", o, 1.0, f"2026-12-0{i}T01:00:0{k}Z", node=n, run_id=f"r{i}")
+                for k, (t, (o, n)) in enumerate(outcomes.items())]
+
+    samples = (run(1, {"t/v.py": ("failed", "n1"), "t/f.py": ("failed", "n0"), "t/o.py": ("passed", "n0")})
+               + run(2, {"t/v.py": ("passed", "n0"), "t/f.py": ("failed", "n1"), "t/o.py": ("passed", "n1")})
+               + run(3, {"t/v.py": ("failed", "n1"), "t/f.py": ("passed", "n0"), "t/o.py": ("passed", "n0")}))
+    history = passed_nodes(samples)
+    states = {t: FlakyState(t, "quarantined") for t in ("t/v.py", "t/f.py")}
+    tonight = [attempt("t/v.py", "failed", "n1"), attempt("t/f.py", "failed", "n1"), attempt("t/o.py", "passed", "n0")]
+
+    v = night_verdict(tonight, states, history)
+
+    assert (v.failed, v.excused) == (("t/v.py",), ("t/f.py",))
+    assert night_verdict(tonight, states).excused == ("t/v.py", "t/f.py")  # no history: as before
