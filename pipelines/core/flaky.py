@@ -235,12 +235,6 @@ def night_records(samples: Sequence[Sample]) -> list[NightRecord]:
     return out
 
 
-def _bad_nodes(run: Sequence[Sample], earlier: Callable[[], Mapping[str, Collection[str]]] = dict,
-               failing_before: Collection[str] = ()) -> set[str]:
-    """The run's bad nodes (pipelines.core.health), judged as the night judged them (``_judged_run``)."""
-    return _judged_run(run, earlier, failing_before)[0]
-
-
 def _judged_run(run: Sequence[Sample], earlier: Callable[[], Mapping[str, Collection[str]]] = dict,
                 failing_before: Collection[str] = ()) -> tuple[set[str], set[tuple[str, str, str]]]:
     """(the run's bad nodes, the earlier failures (run id, test, node) the cross-night rule laid at

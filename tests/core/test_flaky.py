@@ -494,7 +494,7 @@ def test_the_replay_judges_each_runs_nodes_on_the_runs_before_it_as_passed_nodes
     gives, on a history where nodes go bad now and then."""
     import random
 
-    from pipelines.core.flaky import _bad_nodes, _judged_run, night_records
+    from pipelines.core.flaky import _judged_run, night_records
     from pipelines.core.health import passed_nodes
 
     rng = random.Random(7)
@@ -518,7 +518,7 @@ def test_the_replay_judges_each_runs_nodes_on_the_runs_before_it_as_passed_nodes
         failing_before = {n for run in earlier.runs for _, n in run.failures}
         bad_of[r], own = _judged_run(mine, lambda earlier=earlier: earlier, failing_before)
         nodes_own |= own  # the earlier failures a node named across nights took with it
-        assert bad_of[r] == _bad_nodes(mine, lambda earlier=earlier: earlier, failing_before)
+        assert bad_of[r] == _judged_run(mine, lambda earlier=earlier: earlier, failing_before)[0]
     expected, dropped = [], 0
     for r in range(60):
         mine = [s for s in samples if s.run_id == f"r{r:02d}"]

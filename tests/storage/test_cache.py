@@ -712,21 +712,28 @@ open(os.path.join(out, "seen.json"), "w").write(json.dumps([os.environ.get("CUDA
 """
 
 
-def test_a_local_conversion_holds_its_gpus_as_a_test_does_and_sees_only_them(tmp_path):
-    """A torchrun conversion ran with no GPU lock and no CUDA_VISIBLE_DEVICES: it landed on GPUs the tests
-    of another run held. It now takes num_gpus_per_node free GPUs through the launcher's locks."""
+def _gpu_conversion_night(tmp_path, command):
+    """A night of the copied example with a test needing a checkpoint converted by ``command`` on GPUs
+    (tools/seeing.py, which reports the GPUs and locks it sees, is in the copy)."""
     import yaml
 
-    from pipelines.launch import gpu_slots
     from pipelines.night import Night, NightSettings
     from tests.support.assets import copied_example
 
     repo, assets = copied_example(tmp_path)
     (repo / "tools" / "seeing.py").write_text(SEEING_CONVERTER)
-    (assets / "checkpoints.yaml").write_text(yaml.safe_dump(
-        {"conversion": {"command": ["{python}", "tools/seeing.py", "{output}"]}}))
+    (assets / "checkpoints.yaml").write_text(yaml.safe_dump({"conversion": {"command": command}}))
     (repo / "tests" / "e2e" / "test_gpu_conv.py").write_text(EXTRA_TEST.replace('"extra"', '"gpuconv"').format(extra=""))
-    night = Night(NightSettings(home=tmp_path / "home", assets_dir=assets))
+    return Night(NightSettings(home=tmp_path / "home", assets_dir=assets))
+
+
+def test_a_local_conversion_holds_its_gpus_as_a_test_does_and_sees_only_them(tmp_path):
+    """A torchrun conversion ran with no GPU lock and no CUDA_VISIBLE_DEVICES: it landed on GPUs the tests
+    of another run held. It now takes num_gpus_per_node free GPUs through the launcher's locks."""
+
+    from pipelines.launch import gpu_slots
+
+    night = _gpu_conversion_night(tmp_path, ["{python}", "tools/seeing.py", "{output}"])
     reqs = night.requirements_for([t for t in night.catalog.tests if "gpuconv" in t.labels])
     others = gpu_slots.try_acquire(gpu_slots.host_lock_dir(), "h200", 6, [0], 8)  # another run's tests: GPUs 0-5
     try:
@@ -749,20 +756,13 @@ def test_what_a_conversion_leaves_behind_is_killed_and_lets_its_gpus_go(tmp_path
     """A converter's leftover process kept its GPU locks after the conversion ended, and its build record
     was gone: that night's tests and later nights waited on it with no limit. Whatever a conversion
     leaves is now killed when it exits, as what a test attempt leaves is."""
-    import yaml
 
     from pipelines.launch import gpu_slots
     from pipelines.launch.procs import pid_alive
-    from pipelines.night import Night, NightSettings
-    from tests.support.assets import copied_example
 
-    repo, assets = copied_example(tmp_path)
-    (repo / "tools" / "seeing.py").write_text(SEEING_CONVERTER)
-    (assets / "checkpoints.yaml").write_text(yaml.safe_dump({"conversion": {"command": LEAVING_CONVERTER}}))
-    (repo / "tests" / "e2e" / "test_gpu_conv.py").write_text(EXTRA_TEST.replace('"extra"', '"gpuconv"').format(extra=""))
     pid_file = tmp_path / "leftover.pid"
     monkeypatch.setenv("LEFTOVER_PID_FILE", str(pid_file))
-    night = Night(NightSettings(home=tmp_path / "home", assets_dir=assets))
+    night = _gpu_conversion_night(tmp_path, LEAVING_CONVERTER)
     reqs = night.requirements_for([t for t in night.catalog.tests if "gpuconv" in t.labels])
     leftover = 0
     try:
@@ -785,18 +785,9 @@ def test_a_conversion_waits_for_gpus_a_stray_holds_no_longer_than_its_timeout_an
     holding them stalled the night. Past its build timeout it now gives up on a stray, naming it."""
     import dataclasses
 
-    import yaml
-
     from pipelines.launch import gpu_slots
-    from pipelines.night import Night, NightSettings
-    from tests.support.assets import copied_example
 
-    repo, assets = copied_example(tmp_path)
-    (repo / "tools" / "seeing.py").write_text(SEEING_CONVERTER)
-    (assets / "checkpoints.yaml").write_text(yaml.safe_dump(
-        {"conversion": {"command": ["{python}", "tools/seeing.py", "{output}"]}}))
-    (repo / "tests" / "e2e" / "test_gpu_conv.py").write_text(EXTRA_TEST.replace('"extra"', '"gpuconv"').format(extra=""))
-    night = Night(NightSettings(home=tmp_path / "home", assets_dir=assets))
+    night = _gpu_conversion_night(tmp_path, ["{python}", "tools/seeing.py", "{output}"])
     night.deployment = dataclasses.replace(night.deployment, build_timeout_s=1)
     reqs = night.requirements_for([t for t in night.catalog.tests if "gpuconv" in t.labels])
     night.build(reqs[0])  # the model
