@@ -80,8 +80,10 @@ def main(argv: list[str] | None = None) -> int:
         _stdout_to_devnull()
         return EXIT_READER_GONE
     except errors as exc:
-        print(f"nightly {command}: error:\n{exc}", file=sys.stderr)
-        return 2
+        from pipelines.cli.flags import error_status, unanswered
+
+        print(f"nightly {command}: error:\n{exc}{unanswered(exc)}", file=sys.stderr)
+        return error_status(exc)
 
 
 def _stdout_to_devnull() -> None:

@@ -32,6 +32,7 @@ from pathlib import Path
 
 from pipelines.cli import flags
 from pipelines.cli import history as history_cli
+from pipelines.cli.flags import error_status, unanswered
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -71,9 +72,10 @@ def _on(e) -> str:
     return f" [{e.hardware}]" if e.hardware else ""
 
 
-def _fail(message: str) -> int:
-    print(f"nightly calibrate: error: {message}", file=sys.stderr)
-    return 2
+def _fail(message: str, exc: BaseException | None = None) -> int:
+    """Print the error; 2, or 5 when ``exc`` says the deployment's store did not answer (flags.error_status)."""
+    print(f"nightly calibrate: error: {message}{unanswered(exc)}", file=sys.stderr)
+    return error_status(exc)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -111,12 +113,12 @@ def run(args: argparse.Namespace) -> int:
         samples = store.read()
         rewrites = successions(store)
     except HistoryError as exc:
-        return _fail(str(exc))
+        return _fail(str(exc), exc)
     night_repo = (spec.name if spec else str(path), tests)
     try:
         in_force = _in_force(args, *night_repo)
     except StateError as exc:  # --write would store over estimates it could not read
-        return _fail(f"{exc}; nothing was written")
+        return _fail(f"{exc}; nothing was written", exc)
     try:
         estimates = calibrate(tests, samples, policy, params, successions=rewrites, in_force=in_force)
     except ValueError as exc:
@@ -177,7 +179,7 @@ def _write_outputs(args: argparse.Namespace, repo: Path, plan, estimates, store,
             also = [deployment[1]] if deployment is not None else []
             warnings = [w for where in (store, *also) if (w := record_successions(where, plan.successions()))]
         except (HistoryError, CatalogError) as exc:
-            return _fail(f"{exc} No evidence, patch or test file was written.")
+            return _fail(f"{exc} No evidence, patch or test file was written.", exc)
         for warning in warnings:
             print(f"nightly calibrate: warning: {warning}", file=sys.stderr)
         if deployment is not None:
@@ -199,8 +201,9 @@ def _write_outputs(args: argparse.Namespace, repo: Path, plan, estimates, store,
     elif args.patch:
         # git apply refuses a patch with no diff in it ("No valid patches in input")
         print(f"patch: nothing to change; {args.patch} not written{remove_stale_patch(args.patch)}")
-    if not _store_estimates(args, *night_repo, estimates):
-        return 2
+    refused = _store_estimates(args, *night_repo, estimates)
+    if refused:
+        return refused
     return _rewrite(args, repo, plan)
 
 
@@ -261,24 +264,24 @@ def _in_force(args: argparse.Namespace, repo: str, tests) -> dict[tuple[str, str
     return in_force_est_times(tests, calibrated, night.rewrites_for(tests, calibrated))
 
 
-def _store_estimates(args: argparse.Namespace, repo: str, tests, estimates) -> bool:
+def _store_estimates(args: argparse.Namespace, repo: str, tests, estimates) -> int:
     """``--write``: the proposals where the next night plans from, as the night's calibration stores
     them (``Night.store_estimates``: the deployment's ``estimates/<repo>.json``, locally or on S3).
-    A template test has no est_time literal, so this is the only place its proposal can go."""
+    A template test has no est_time literal, so this is the only place its proposal can go.
+    Returns 0, or the command's status when the store refused them."""
     from pipelines.storage.state import StateError
 
     count = sum(1 for e in estimates if e.samples_used or e.in_force is not None)
     if not args.write:
         print(f"would store estimates: {count} tests with evidence (--write stores them where the next night "
               "plans from)")
-        return True
+        return 0
     try:
         where = _night(args, repo).store_estimates(tests, estimates)
     except StateError as exc:
-        _fail(f"{exc}; the checkout was not changed")
-        return False
+        return _fail(f"{exc}; the checkout was not changed", exc)
     print(f"estimates: {where} ({count} tests with evidence; the next night plans with them)")
-    return True
+    return 0
 
 
 def _rewrite(args: argparse.Namespace, repo: Path, plan) -> int:

@@ -23,6 +23,28 @@ class FlagError(ValueError):
     """A command-line flag has a value the command cannot use; the message says how to fix it."""
 
 
+#: the deployment's store did not answer (README's exit statuses): a scheduler may retry on 5, never on 2
+EXIT_UNREACHABLE = 5
+
+
+def error_status(exc: BaseException | None) -> int:
+    """A command's status for an error it printed: 5 when the deployment's store did not answer (no
+    connection, a timeout, S3's 5xx after the client's retries: no flag or input is wrong, and the same
+    command may work later), else 2 (a wrong flag, input or setting: retrying will not fix it). Every
+    command answers an outage alike, as ``nightly run`` does."""
+    from pipelines.storage.state import Unreachable
+
+    return EXIT_UNREACHABLE if isinstance(exc, Unreachable) else 2
+
+
+def unanswered(exc: BaseException | None, what: str = "the command") -> str:
+    """The line that follows an outage's error (nothing for any other error)."""
+    if error_status(exc) != EXIT_UNREACHABLE:
+        return ""
+    return (f"\nthe deployment's store did not answer (exit {EXIT_UNREACHABLE}); no flag or input is wrong: "
+            f"run {what} again once it answers")
+
+
 TIMEOUT_FLOOR_HELP = (f"seconds every test's timeout is at least (timeout = max(floor, est_time x factor)); "
                       f"1 to {MAX_EST_TIME_S} (default: the repo's timeout.floor_s in assets/repos.yaml, "
                       "else 1800)")

@@ -359,10 +359,11 @@ def _started(sample) -> datetime:
 
 
 def run(args: argparse.Namespace) -> int:
+    from pipelines.cli.flags import error_status, unanswered
     from pipelines.core.history import HistoryError
 
     try:
         return _import(args) if args.history_command == "import" else _show(args)
     except HistoryError as exc:
-        print(f"nightly history: error: {exc}", file=sys.stderr)
-        return 2
+        print(f"nightly history: error: {exc}{unanswered(exc)}", file=sys.stderr)
+        return error_status(exc)

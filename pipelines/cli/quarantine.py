@@ -206,10 +206,11 @@ def _record(args: argparse.Namespace) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
+    from pipelines.cli.flags import error_status, unanswered
     from pipelines.storage.state import StateError
 
     try:
         return _list(args) if args.quarantine_command == "list" else _record(args)
     except StateError as exc:  # the state store (local folder or S3) cannot be read or written
-        print(f"nightly quarantine: error: {exc}", file=sys.stderr)
-        return 2
+        print(f"nightly quarantine: error: {exc}{unanswered(exc)}", file=sys.stderr)
+        return error_status(exc)

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pipelines.cli import flags
-from pipelines.cli.flags import FlagError
+from pipelines.cli.flags import FlagError, error_status, unanswered
 from pipelines.core.model import CatalogError
 from pipelines.storage.state import StateError
 
@@ -150,8 +150,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         return _report(args)
     except StateError as exc:  # the state store (local folder or S3) cannot be read or written
-        print(f"nightly report: error: {exc}", file=sys.stderr)
-        return 2
+        print(f"nightly report: error: {exc}{unanswered(exc)}", file=sys.stderr)
+        return error_status(exc)
 
 
 def check_paths(args: argparse.Namespace) -> None:

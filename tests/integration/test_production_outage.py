@@ -186,3 +186,28 @@ def test_after_the_re_add_of_a_refused_night_latest_json_is_its_whole_record(pro
     whole = json.loads(next((folder / "state" / "runs").iterdir()).read_text())
     assert whole["status"] == "finished" and _record(s3, bucket, "nights/latest.json") == whole
     assert {s["source"] for s in _history(s3, bucket)} == {a["log_uri"] for a in whole["attempts"]}
+
+
+@pytest.mark.parametrize("argv", [["plan"], ["report"], ["history", "show"], ["calibrate"], ["quarantine", "list"],
+                                  ["quarantine", "add", "t", "--by", "me", "--why", "flaky"]])
+def test_every_command_answers_a_store_that_does_not_answer_with_the_runs_exit_status(production, monkeypatch,
+                                                                                      capsys, argv):
+    """A scheduler or a wrapper script retries on 5 and gives up on 2 (README): `nightly report` or `calibrate`
+    in a morning job must not read an S3 outage as a wrong flag, as `nightly run` does not."""
+    bucket, s3, home = production
+    Refuse(lambda operation, key: True, "ServiceUnavailable").install(monkeypatch)
+    assert main([*argv, "--home", str(home)]) == 5
+    err = capsys.readouterr().err
+    assert f"nightly {argv[0]}: error:" in err and "ServiceUnavailable" in err, err
+    assert err.rstrip().endswith("the deployment's store did not answer (exit 5); no flag or input is wrong: "
+                                 "run the command again once it answers"), err
+    assert "Traceback" not in err
+
+
+@pytest.mark.parametrize("argv", [["report"], ["calibrate"]])
+def test_a_store_that_refuses_a_command_is_still_a_wrong_setting(production, capsys, argv):
+    bucket, s3, home = production
+    s3.delete_bucket(Bucket=bucket)
+    assert main([*argv, "--home", str(home)]) == 2
+    err = capsys.readouterr().err
+    assert "NoSuchBucket" in err and "did not answer" not in err, err
