@@ -53,6 +53,10 @@ from pipelines.launch.logcap import DEFAULT_LOG_CAP_BYTES, CappedText
 
 log = logging.getLogger(__name__)
 
+#: retried once per test and night, not on every node: their cause may be the test's pod, not one node's
+#: (the API refusing a second node's log too, for RBAC; a pod failed before its container ran twice)
+ONCE_PER_NIGHT = frozenset({"log_unreadable", "failed_without_container"})
+
 def attempt_log_path(path: Path, attempt: int) -> Path:
     """``x.attempt1.log`` -> ``x.attempt2.log``; other names get ``.attemptN`` before the suffix."""
     name = re.sub(r"\.attempt\d+(?=\.[^.]*$|$)", "", path.name)
@@ -147,8 +151,8 @@ class KubernetesLauncher:
         #: pods cancel_all deleted: whatever the API then says of them (deleted, or the image pull
         #: it was waiting for), they ended because the night stopped
         self._cancelled_pods: set[str] = set()
-        #: tests whose log the API would not serve tonight: retried once, not again
-        self._log_unreadable: set[str] = set()
+        #: (test, reason) of tonight's ONCE_PER_NIGHT outcomes: retried once, not again
+        self._once: set[tuple[str, str]] = set()
         self._lock = threading.Lock()
         self._serializer = client.ApiClient()
 
@@ -251,11 +255,12 @@ class KubernetesLauncher:
                 run = self.run_pod(body, log, on_log, timeout_s=request.timeout_s, whole_log=True)  # type: ignore[arg-type]
         finally:
             log.close()
-        if run.verdict.reason == "log_unreadable":
-            # once per test and night: the API refusing a second node's log too (RBAC) will refuse a third's
+        if run.verdict.outcome == "infra_error" and run.verdict.reason in ONCE_PER_NIGHT:
+            # once per test and night: what failed on a second node too will fail on a third
+            key = (request.test.id, run.verdict.reason)
             with self._lock:
-                again = request.test.id in self._log_unreadable
-                self._log_unreadable.add(request.test.id)
+                again = key in self._once
+                self._once.add(key)
             if again:
                 run = dataclasses.replace(run, verdict=run.verdict._replace(retriable_infra=False))
         gated = "SchedulingGated" in run.message  # Kueue's quota: no other node helps

@@ -9,8 +9,9 @@ starts in the newest file, not at the log's first line. A reopened stream that n
 the last line written (the lines between were rotated away), a stream still open when the
 attempt ended, or one that could not be reopened leaves the log *unfinished*: the follower says
 so in the log and in :attr:`LogFollower.unfinished`, and such an attempt never passes (a failure
-reported in the lines it lacks would be lost), as on the local launcher. When the API would not
-serve the log (its last try answered 403, or 5xx from the kubelet's proxy) the pass becomes
+reported in the lines it lacks would be lost), as on the local launcher. When the API or the
+connection would not serve the log to its end (its last try answered 403, or 5xx from the kubelet's
+proxy; or the connection broke: a reset, an incomplete chunk) the pass becomes
 ``infra_error/log_unreadable`` (the test's outcome is unknown, not its failure); lines lost to a
 rotation stay ``failed``.
 """
@@ -85,13 +86,14 @@ class LogFollower:
         #: reopened stream picks up
         self.mark: tuple[Stamp, int] | None = None
         self.unfinished = ""
-        #: the log is unfinished because the API refused to serve it (an HTTP error on the last try), not
-        #: for the test's output: a pass is then an infra error, not the test's failure
+        #: the log is unfinished because the API or the connection would not serve it (an HTTP error or a
+        #: broken connection on the last try), not for the test's output: a pass is then an infra error,
+        #: not the test's failure
         self.unreadable = False
         #: why the last stream ended ("" while one is open, or after one that ended by itself)
         self.dropped = ""
-        #: the last try was answered with an HTTP error (403 RBAC, 5xx from the kubelet's proxy), and no
-        #: stream since brought a line
+        #: the last try failed: answered with an HTTP error (403 RBAC, 5xx from the kubelet's proxy) or cut
+        #: by the connection (a reset, an incomplete chunk, a dropped proxy), and no stream since brought a line
         self._refused = False
         self._hurry = threading.Event()
         self._said_capped = False
@@ -108,7 +110,7 @@ class LogFollower:
         while not self.closed:
             error, wrote = self._stream(api, name, namespace, container)
             self.dropped = _why(error) if error is not None else ""
-            self._refused = isinstance(error, ApiException) or (self._refused and not wrote and error is not None)
+            self._refused = error is not None  # an HTTP status or a broken connection alike: not the test's doing
             whole = error is None or (whole and not wrote)
             if self.closed:
                 return
@@ -199,7 +201,8 @@ class LogFollower:
     def judge(self, verdict: Verdict, message: str) -> tuple[Verdict, str]:
         """The verdict and its message once the log is known whole or not: a pass needs the whole log (a
         failure the test reported in the lines it lacks would be lost), as on the local launcher. Without
-        it the pass is ``failed``, or ``infra_error/log_unreadable`` (retriable) when the API refused the log."""
+        it the pass is ``failed``, or ``infra_error/log_unreadable`` (retriable) when the API or the connection
+        would not serve the log."""
         if not self.unfinished or verdict.outcome != "passed":
             return verdict, message
         if self.unreadable:  # the API's doing, not the test's: its outcome is unknown, worth another try

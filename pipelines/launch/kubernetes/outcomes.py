@@ -30,7 +30,10 @@ RETRIABLE = frozenset({"evicted", "preempted", "node_lost", "node_shutdown", "gp
                        "preflight_hung", "startup_timeout", "start_error",
                        # the kubelet refused the pod (OutOfcpu/OutOfmemory/OutOfpods, node labels changed under
                        # it): its node was full or changed at that moment, another (or the same, later) may take it
-                       "admission_rejected"})
+                       "admission_rejected",
+                       # the pod ended before its test container ran, for no reason above: the test said nothing,
+                       # another node may run it (the launcher retries it once per test and night)
+                       "failed_without_container"})
 
 #: what the container runtime, never the test's process, reports of a container it lost: the kubelet's
 #: ContainerStatusUnknown (exit 137, "could not be located") and containerd's Unknown (exit 255) after a

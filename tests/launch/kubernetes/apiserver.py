@@ -19,7 +19,8 @@ one value each) it would refuse, so a test notices a pod that no real cluster wo
 answers a node listing whose label selector holds a bad value with 400. Faults a real API server has:
 :meth:`StandInApiServer.fail` answers the next matching calls with 429/5xx or drops the
 connection (before or after doing the work); ``log_cuts`` cuts follow streams mid-way (after
-``log_cut_after`` lines), and ``on_log_cut`` runs as one is cut, e.g. :meth:`StandInApiServer.rotate`:
+``log_cut_after`` lines; ``log_cut_how``: between chunks, or mid-chunk with a close or a TCP reset), and
+``on_log_cut`` runs as one is cut, e.g. :meth:`StandInApiServer.rotate`:
 the kubelet rotated the container's log, and the logs endpoint then reads the newest file only.
 
 This checks the launcher's lifecycle against the API's shapes, not a real kubelet: it is a
@@ -32,6 +33,8 @@ import copy
 import itertools
 import json
 import re
+import socket
+import struct
 import threading
 import time
 from collections.abc import Callable
@@ -114,6 +117,9 @@ class StandInApiServer:
         self.log_cuts = 0  # follow streams still to cut after their first ``log_cut_after`` lines
         self.log_cut_after = 1
         self.on_log_cut: Callable[[str], None] | None = None  # called with the pod's name as a stream is cut
+        #: how a stream is cut: "close" after whole chunks; "mid_chunk": half of the next chunk's bytes, then
+        #: closed (the client reads an incomplete chunk); "reset": the same, then reset (TCP RST, not FIN)
+        self.log_cut_how = "close"
         self.stopping = False
         server = self
 
@@ -515,6 +521,21 @@ class _Handler(BaseHTTPRequestHandler):
         except (BrokenPipeError, ConnectionResetError, OSError):
             pass
 
+    def _cut_stream(self, after: str) -> None:
+        """Cut a follow stream as :attr:`StandInApiServer.log_cut_how` says: after whole chunks, or in the
+        middle of the next one (its size and half of ``after``, the line not sent yet, then a close or a
+        reset); the line is sent whole by the next stream."""
+        if self.api.log_cut_how != "close":
+            data = after.encode() or b"\n"
+            self.wfile.write(f"{len(data):x}\r\n".encode() + data[:len(data) // 2])
+            self.wfile.flush()
+        if self.api.log_cut_how == "reset":  # SO_LINGER 0: close sends RST, the client's read fails with a reset
+            self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            self.close_connection = True
+            self.connection.close()
+            return
+        self.connection.shutdown(2)
+
     def _log(self, name: str, follow: bool, timestamps: bool = False) -> None:
         api = self.api
         with api.cond:
@@ -537,6 +558,8 @@ class _Handler(BaseHTTPRequestHandler):
                 if cut:  # a proxy cuts the stream after ``log_cut_after`` lines
                     api.log_cuts -= 1
                     keep = api.log_cut_after - (sent - first)
+                    after = "".join((f"{t} " if timestamps else "") + line + "\n"
+                                    for t, line in zip(stamps[keep:keep + 1], lines[keep:keep + 1], strict=True))
                     lines, stamps = lines[:keep], stamps[:keep]
                 sent += len(lines)
                 if lines:
@@ -545,7 +568,7 @@ class _Handler(BaseHTTPRequestHandler):
                 if cut:
                     if api.on_log_cut is not None:
                         api.on_log_cut(name)
-                    self.connection.shutdown(2)
+                    self._cut_stream(after)
                     return
                 if done or not follow:
                     if not api.state.logs[name][sent:]:

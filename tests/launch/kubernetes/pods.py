@@ -178,6 +178,20 @@ def container_lost(reason: str = "ContainerStatusUnknown", exit_code: int = 137,
     return m
 
 
+def failed_before_start(waiting: bool = True):
+    """The kubelet failed the pod before its test container started: phase Failed, no pod reason and no
+    condition, the container still waiting (ContainerCreating) or, ``waiting=False``, with no status at all."""
+    def m(pod: Pod) -> None:
+        st = _status(pod)
+        st["phase"] = "Failed"
+        if waiting:
+            _container(pod, {"waiting": {"reason": "ContainerCreating"}})
+        else:
+            st.pop("containerStatuses", None)
+        _cond(pod, "Ready", "False", "PodFailed")
+    return m
+
+
 def disruption(reason: str, ctype: str = "DisruptionTarget"):
     return lambda pod: _cond(pod, ctype, "True", reason, f"{reason} (stand-in)")
 

@@ -280,6 +280,33 @@ def test_a_pod_the_kubelet_rejects_at_admission_is_retried_on_another_node(tmp_p
     assert not detect_bad_nodes(seen * 2)
 
 
+@pytest.mark.parametrize("waiting", [True, False], ids=["container waiting", "no container status"])
+def test_a_pod_that_ended_without_running_its_container_is_retried_on_another_node(tmp_path, waiting):
+    """The kubelet failed the pod before its test container started (no reason the table names): the test
+    never ran, so this says nothing of it. It was infra_error/failed_without_container, not retried: the
+    night lost the test. Now it is retried on another node, and is not counted against the first."""
+    def script(pod, node):
+        if node == "h200-a":
+            return [Step(mutate=pods.scheduled(node)), Step(mutate=pods.failed_before_start(waiting))]
+        return pods.passes(node)
+    final, seen, _, _ = run(tmp_path, script)
+    assert [(a.outcome, a.reason, a.node, a.details["retriable"]) for a in seen] == [
+        ("infra_error", "failed_without_container", "h200-a", "true"), ("passed", "", "h200-b", "false")]
+    assert final.details["attempts"] == "1:infra_error/failed_without_container@h200-a; 2:passed@h200-b"
+    assert not detect_bad_nodes(seen * 2)
+
+
+def test_a_pod_that_never_runs_its_container_on_any_node_is_retried_once_then_final(tmp_path):
+    """Failed before its container started on h200-a and again on h200-b: whatever ails it is not one
+    node's, so the second is final (not a third node), and neither counts as the test's failure."""
+    final, seen, _, _ = run(tmp_path, lambda pod, node: [Step(mutate=pods.scheduled(node)),
+                                                         Step(mutate=pods.failed_before_start())])
+    assert [(a.outcome, a.reason, a.node, a.details["retriable"]) for a in seen] == [
+        ("infra_error", "failed_without_container", "h200-a", "true"),
+        ("infra_error", "failed_without_container", "h200-b", "false")]
+    assert final.outcome == "infra_error"
+
+
 def test_infra_retries_stop_at_the_limit_each_on_a_new_node(tmp_path):
     final, seen, server, _ = run(tmp_path, lambda pod, node: pods.ends(node, pods.preflight_failed(86)))
     assert [a.node for a in seen] == ["h200-a", "h200-b", "h200-c"]

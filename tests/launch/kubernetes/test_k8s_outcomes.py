@@ -67,6 +67,8 @@ ROWS = [
     ("deleted while running", pod("Running", state={"running": {}}, deleting=True), ("infra_error", "deleted", False)),
     ("invalid image name", pod("Pending", state={"waiting": {"reason": "InvalidImageName"}}), ("infra_error", "image_pull", True)),
     ("start error", pod("Failed", state=term(128, "StartError")), ("infra_error", "start_error", True)),
+    ("failed before its container ran", pod("Failed", state={"waiting": {"reason": "ContainerCreating"}}),
+     ("infra_error", "failed_without_container", True)),
 ]
 
 

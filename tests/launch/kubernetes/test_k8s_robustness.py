@@ -226,6 +226,46 @@ def test_a_failure_whose_log_the_api_never_serves_stays_the_tests_failure(tmp_pa
     assert [(a.outcome, a.reason) for a in seen] == [("failed", "exit_code")]
 
 
+@pytest.mark.parametrize("how", ["close", "mid_chunk", "reset"])
+def test_a_log_stream_cut_by_the_connection_resumes_and_the_test_passes(tmp_path, how):
+    """The connection under a follow stream breaks (between chunks, or in the middle of one: an incomplete
+    chunk, a TCP reset), not an HTTP error: the stream is opened again and every line arrives once."""
+    server = StandInApiServer()
+    server.log_cuts, server.log_cut_how = 1, how
+    logs = tuple(f"step {i}" for i in range(5))
+
+    def script(pod, node):
+        return [Step(mutate=pods.scheduled(node)), Step(mutate=pods.running(), logs=logs),
+                Step(delay_s=0.5, mutate=pods.terminated("Succeeded", 0, "Completed"), logs=("done",))]
+    final, seen, _, lines = launch(tmp_path, script, server=server, log_join_s=5.0)
+    assert lines == [*logs, "done"]
+    assert [(a.outcome, "log_unfinished" in a.details) for a in seen] == [("passed", False)]
+    assert "# nightly: log stream dropped after 1 lines (" in Path(final.log_path).read_text()
+
+
+@pytest.mark.parametrize("how", ["close", "mid_chunk", "reset"])
+def test_a_log_the_connection_never_lets_be_read_to_its_end_is_an_infra_error_retried_once(tmp_path, how):
+    """The stream breaks after the first line and every reopening of that pod's log loses its connection
+    (no HTTP status): the pass was ``failed``, the test's own failure, not retried. Lines after the break
+    (a failed configuration among them) were never read, so its outcome is unknown: infra_error/
+    log_unreadable, retried once on another node, where the log is read whole and the test passes."""
+    server = StandInApiServer()
+    server.log_cuts, server.log_cut_how = 1, how
+    server.on_log_cut = lambda name: server.fail("GET", f"/pods/{name}/log", 0, times=10_000)
+
+    def script(pod, node):
+        return [Step(mutate=pods.scheduled(node)), Step(mutate=pods.running(), logs=("step 1",)),
+                Step(delay_s=0.3, mutate=pods.terminated("Succeeded", 0, "Completed"),
+                     logs=("config tp2: failed", "config tp1: passed"))]
+    final, seen, _, lines = launch(tmp_path, script, server=server, log_join_s=0.5)
+    assert [(a.outcome, a.reason, a.node, a.details["retriable"]) for a in seen] == [
+        ("infra_error", "log_unreadable", "h200-a", "true"), ("passed", "", "h200-b", "false")]
+    assert seen[0].details["log_unfinished"] == "true"
+    assert "so the test's outcome is unknown (passed: " in seen[0].details["message"]
+    assert lines == ["step 1", "step 1", "config tp2: failed", "config tp1: passed"]
+    assert judge_reported_configs(final).reason == "config tp2 reported failed"
+
+
 def test_a_log_stream_that_dropped_near_the_end_is_reopened_at_once_not_after_its_backoff(tmp_path):
     """Reopening backs off while the test runs (here 0.2 s, 0.4 s, 0.8 s, 1.6 s, ...); once the pod
     has ended its last lines are wanted now: a backoff that outlasts the wait for them cuts the log."""
