@@ -677,3 +677,34 @@ def test_a_registered_sglang_bench_file_gets_its_config_lines_as_a_test_named_te
     for path in ("test/registered/kernels/bench_matmul.py", "test/registered/basic/test_gen.py"):
         assert f"{path}: config small: dtype=bf16\n{path}: config big: dtype=fp8\n" in out
     assert "conftest.py: config" not in out
+
+
+@pytest.mark.parametrize(("expression", "error"), [
+    (" + ".join(['"x"'] * 5000), "RecursionError"),  # a prompt pasted as thousands of joined strings
+    ("-" * 100_000 + "1", "MemoryError"),
+])
+def test_a_file_too_deeply_nested_for_python_s_parser_is_one_located_problem_and_the_rest_loads(
+        tmp_path, capsys, expression, error):
+    call = 'register_cuda_ci(100, "stage-c-1-gpu-h200", labels=["a"])\n'
+    write_tree(tmp_path, {"tests/e2e/test_good.py": call, "tests/e2e/test_bad.py": f"{call}PROMPT = {expression}\n"})
+    assert run(["--repo", str(tmp_path)]) == 0
+    out, err = capsys.readouterr()
+    assert [line.split()[0] for line in out.splitlines()[2:-1]] == ["tests/e2e/test_good.py"]
+    assert out.splitlines()[-1].endswith("; 1 problems")
+    problem = next(line for line in err.splitlines() if line.startswith("tests/e2e/test_bad.py"))
+    assert problem.startswith(f"tests/e2e/test_bad.py:1: syntax: an expression is nested too deeply for Python's "
+                              f"parser ({error}), so Python cannot run the file either; split it")
+
+
+@pytest.mark.parametrize("expression", [
+    " + ".join(['"x"'] * 1500),  # parses, but deeper than Python's recursion limit
+    " + ".join(['"x"'] * 1500) + " + 1", " * ".join(["2"] * 1500), "-" * 1500 + "1", "f" + "()" * 1500,
+])
+def test_a_long_operator_chain_python_runs_is_read_without_a_problem(tmp_path, capsys, expression):
+    call = 'register_cuda_ci(100, "stage-c-1-gpu-h200", labels=["a"])\n'
+    write_tree(tmp_path, {"tests/e2e/test_long_prompt.py": f"{call}P = {expression}\n"
+                                                             f"def prepare():\n    exec_command('hf download ' + {expression})\n"})
+    assert run(["--repo", str(tmp_path)]) == 0
+    out, err = capsys.readouterr()
+    assert out.splitlines()[2].split()[:2] == ["tests/e2e/test_long_prompt.py", "cuda"]
+    assert out.splitlines()[-1] == f"1 tests (1 on GPUs, 0 disabled) of 1 in {tmp_path}; 0 requirements; 0 problems"
