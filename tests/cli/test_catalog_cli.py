@@ -708,3 +708,25 @@ def test_a_long_operator_chain_python_runs_is_read_without_a_problem(tmp_path, c
     out, err = capsys.readouterr()
     assert out.splitlines()[2].split()[:2] == ["tests/e2e/test_long_prompt.py", "cuda"]
     assert out.splitlines()[-1] == f"1 tests (1 on GPUs, 0 disabled) of 1 in {tmp_path}; 0 requirements; 0 problems"
+
+
+def test_an_entry_one_job_lists_twice_is_a_duplicate_while_one_listed_by_two_jobs_is_one_test(tmp_path, capsys):
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests/test_a.py").write_text("NUM_GPUS = 2\n")
+    (tmp_path / ".github/workflows").mkdir(parents=True)
+    (tmp_path / ".github/workflows/pr-test.yml.j2").write_text(textwrap.dedent("""\
+        <% set a_tests = [
+            {'test_file': 'test_a.py', 'test_args': '--mode b'},
+            {'test_file': 'test_a.py', 'test_args': '--mode b'},
+        ] %>
+        <% set b_tests = [{'test_file': 'test_a.py', 'test_args': '--mode b'}] %>
+        <% set jobs = {'j1': {'label': 'run-ci-a', 'tests': a_tests}, 'j2': {'label': 'run-ci-b', 'tests': b_tests}} %>
+        on:
+          pull_request:
+        """))
+    assert run(["--repo", str(tmp_path), "--json"]) == 0
+    out, err = capsys.readouterr()
+    assert [(t["id"], t["labels"]) for t in json.loads(out)] == [("tests/test_a.py", ["a", "b"])]
+    problems = [line for line in err.splitlines() if line.startswith(".github/")]
+    assert problems == [".github/workflows/pr-test.yml.j2:3: id: duplicate test id 'tests/test_a.py': this entry and "
+                        "the one at line 2 give the same test file and arguments; remove one"]

@@ -434,6 +434,8 @@ def template_tests(
     nightly_only = {rel: t.nightly_only for rel, t in tmpls}
     lines = env_lines(tmpls)
     on_pr: dict[tuple, bool] = {}  # an entry some pull-request workflow lists runs on PRs
+    listed: dict[tuple, dict[tuple[str, str], Entry]] = {}  # an entry -> its first listing per (template, job)
+    repeated: dict[tuple, list[tuple[Entry, Entry]]] = {}  # an entry -> (first, again) listed twice in one job
     for e in (e for _, t in tmpls for e in t.entries):
         path = template_path(e)
         bad = checked_path(repo, path, "test_file")
@@ -446,10 +448,15 @@ def template_tests(
         key = entry_key(e, lines)
         on_pr.setdefault(key, False)
         on_pr[key] |= not nightly_only.get(e.source, False)
-        if key in merged:
+        where = (e.source, e.job)
+        if where in listed.setdefault(key, {}):  # one job lists it twice: the job runs it twice, not a matrix
+            repeated.setdefault(key, []).append((listed[key][where], e))
+        elif key in merged:  # another job (or template) runs the same test: one test, each job's label
+            listed[key][where] = e
             merged[key][1].append(e.label)
             merged[key][2].append(e.job)
         else:
+            listed[key][where] = e
             merged[key] = (e, [e.label], [e.job])
     by_path: dict[str, list[tuple]] = {}
     for key in merged:
@@ -470,6 +477,7 @@ def template_tests(
         for key in keys:
             e, labels, jobs = merged[key]
             test_id = ids[key]
+            problems += [_same_test(test_id, first, again) for first, again in repeated.get(key, ())]
             if test_id in by_id:  # `--a --b` and `--a  --b`: two entries, one test the job runs alike
                 problems.append(_same_test(test_id, by_id[test_id], e))
                 continue
