@@ -730,3 +730,18 @@ def test_an_entry_one_job_lists_twice_is_a_duplicate_while_one_listed_by_two_job
     problems = [line for line in err.splitlines() if line.startswith(".github/")]
     assert problems == [".github/workflows/pr-test.yml.j2:3: id: duplicate test id 'tests/test_a.py': this entry and "
                         "the one at line 2 give the same test file and arguments; remove one"]
+
+
+def test_an_unregistered_file_is_advised_a_registration_from_its_own_folder(tmp_path, capsys):
+    """Not the repo's first call (a CPU one elsewhere): a GPU folder's file is shown its neighbours' GPU call."""
+    write_tree(tmp_path, {
+        "fw/ci_register.py": (EXAMPLE / "minirl/ci_register.py").read_text(),
+        "tests/ci/test_cpu.py": "from fw.ci_register import register_cpu_ci\nregister_cpu_ci(30, \"stage-a-cpu\")\n",
+        "tests/e2e/gpu/test_one.py": ("from fw.ci_register import register_cuda_ci\n"
+                                     "register_cuda_ci(600, \"stage-c-2-gpu-h200\", labels=[\"fsdp\"])\n"),
+        "tests/e2e/gpu/deeper/test_forgot.py": "def test_x():\n    pass\n",
+    })
+    assert run(["--repo", str(tmp_path), "--roots", "tests"]) == 0
+    err = capsys.readouterr().err
+    problem = next(line for line in err.splitlines() if line.startswith("tests/e2e/gpu/deeper/test_forgot.py"))
+    assert problem.endswith('register the file e.g. register_cuda_ci(600, "stage-c-2-gpu-h200", ...) as other files here do')
