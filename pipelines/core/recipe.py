@@ -22,6 +22,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from pipelines.core.pyparse import parse_python
+
 
 @dataclass(frozen=True)
 class Recipe:
@@ -124,7 +126,7 @@ def _inside(path: Path, root: Path) -> bool:
 def _imports(path: Path, roots: list[Path]) -> list[str]:
     """Dotted names ``path`` imports anywhere in its body (functions too); relative ones made absolute."""
     try:
-        tree = ast.parse(path.read_bytes(), filename=str(path))
+        tree = parse_python(path.read_bytes(), str(path))
     except (SyntaxError, ValueError, OSError):
         return []  # hashed as it is; a converter that does not parse fails its build anyway
     names: list[str] = []

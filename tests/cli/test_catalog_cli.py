@@ -677,3 +677,71 @@ def test_a_registered_sglang_bench_file_gets_its_config_lines_as_a_test_named_te
     for path in ("test/registered/kernels/bench_matmul.py", "test/registered/basic/test_gen.py"):
         assert f"{path}: config small: dtype=bf16\n{path}: config big: dtype=fp8\n" in out
     assert "conftest.py: config" not in out
+
+
+@pytest.mark.parametrize(("expression", "error"), [
+    (" + ".join(['"x"'] * 5000), "RecursionError"),  # a prompt pasted as thousands of joined strings
+    ("-" * 100_000 + "1", "MemoryError"),
+])
+def test_a_file_too_deeply_nested_for_python_s_parser_is_one_located_problem_and_the_rest_loads(
+        tmp_path, capsys, expression, error):
+    call = 'register_cuda_ci(100, "stage-c-1-gpu-h200", labels=["a"])\n'
+    write_tree(tmp_path, {"tests/e2e/test_good.py": call, "tests/e2e/test_bad.py": f"{call}PROMPT = {expression}\n"})
+    assert run(["--repo", str(tmp_path)]) == 0
+    out, err = capsys.readouterr()
+    assert [line.split()[0] for line in out.splitlines()[2:-1]] == ["tests/e2e/test_good.py"]
+    assert out.splitlines()[-1].endswith("; 1 problems")
+    problem = next(line for line in err.splitlines() if line.startswith("tests/e2e/test_bad.py"))
+    assert problem.startswith(f"tests/e2e/test_bad.py:1: syntax: an expression is nested too deeply for Python's "
+                              f"parser ({error}), so Python cannot run the file either; split it")
+
+
+@pytest.mark.parametrize("expression", [
+    " + ".join(['"x"'] * 1500),  # parses, but deeper than Python's recursion limit
+    " + ".join(['"x"'] * 1500) + " + 1", " * ".join(["2"] * 1500), "-" * 1500 + "1", "f" + "()" * 1500,
+])
+def test_a_long_operator_chain_python_runs_is_read_without_a_problem(tmp_path, capsys, expression):
+    call = 'register_cuda_ci(100, "stage-c-1-gpu-h200", labels=["a"])\n'
+    write_tree(tmp_path, {"tests/e2e/test_long_prompt.py": f"{call}P = {expression}\n"
+                                                             f"def prepare():\n    exec_command('hf download ' + {expression})\n"})
+    assert run(["--repo", str(tmp_path)]) == 0
+    out, err = capsys.readouterr()
+    assert out.splitlines()[2].split()[:2] == ["tests/e2e/test_long_prompt.py", "cuda"]
+    assert out.splitlines()[-1] == f"1 tests (1 on GPUs, 0 disabled) of 1 in {tmp_path}; 0 requirements; 0 problems"
+
+
+def test_an_entry_one_job_lists_twice_is_a_duplicate_while_one_listed_by_two_jobs_is_one_test(tmp_path, capsys):
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests/test_a.py").write_text("NUM_GPUS = 2\n")
+    (tmp_path / ".github/workflows").mkdir(parents=True)
+    (tmp_path / ".github/workflows/pr-test.yml.j2").write_text(textwrap.dedent("""\
+        <% set a_tests = [
+            {'test_file': 'test_a.py', 'test_args': '--mode b'},
+            {'test_file': 'test_a.py', 'test_args': '--mode b'},
+        ] %>
+        <% set b_tests = [{'test_file': 'test_a.py', 'test_args': '--mode b'}] %>
+        <% set jobs = {'j1': {'label': 'run-ci-a', 'tests': a_tests}, 'j2': {'label': 'run-ci-b', 'tests': b_tests}} %>
+        on:
+          pull_request:
+        """))
+    assert run(["--repo", str(tmp_path), "--json"]) == 0
+    out, err = capsys.readouterr()
+    assert [(t["id"], t["labels"]) for t in json.loads(out)] == [("tests/test_a.py", ["a", "b"])]
+    problems = [line for line in err.splitlines() if line.startswith(".github/")]
+    assert problems == [".github/workflows/pr-test.yml.j2:3: id: duplicate test id 'tests/test_a.py': this entry and "
+                        "the one at line 2 give the same test file and arguments; remove one"]
+
+
+def test_an_unregistered_file_is_advised_a_registration_from_its_own_folder(tmp_path, capsys):
+    """Not the repo's first call (a CPU one elsewhere): a GPU folder's file is shown its neighbours' GPU call."""
+    write_tree(tmp_path, {
+        "fw/ci_register.py": (EXAMPLE / "minirl/ci_register.py").read_text(),
+        "tests/ci/test_cpu.py": "from fw.ci_register import register_cpu_ci\nregister_cpu_ci(30, \"stage-a-cpu\")\n",
+        "tests/e2e/gpu/test_one.py": ("from fw.ci_register import register_cuda_ci\n"
+                                     "register_cuda_ci(600, \"stage-c-2-gpu-h200\", labels=[\"fsdp\"])\n"),
+        "tests/e2e/gpu/deeper/test_forgot.py": "def test_x():\n    pass\n",
+    })
+    assert run(["--repo", str(tmp_path), "--roots", "tests"]) == 0
+    err = capsys.readouterr().err
+    problem = next(line for line in err.splitlines() if line.startswith("tests/e2e/gpu/deeper/test_forgot.py"))
+    assert problem.endswith('register the file e.g. register_cuda_ci(600, "stage-c-2-gpu-h200", ...) as other files here do')

@@ -25,6 +25,7 @@ from pathlib import Path
 from pipelines.core.calibrate.lineage import Succession, rewrite_successions
 from pipelines.core.calibrate.output import WHOLE_FILES, write_atomic
 from pipelines.core.model import Estimate, Test
+from pipelines.core.pyparse import parse_python
 
 
 @dataclass(frozen=True)
@@ -246,7 +247,7 @@ class _Files:
     def calls(self, key: str, path: str) -> tuple[list[ast.Call], str]:
         """The file's registration calls as its text is now (literals already rewritten), or why none."""
         try:
-            return _registrations(ast.parse(self.texts[key], filename=path)), ""
+            return _registrations(parse_python(self.texts[key], path)), ""
         except SyntaxError as exc:
             return [], f"line {exc.lineno}: not valid Python ({exc.msg})"
 

@@ -32,13 +32,28 @@ from pipelines.core.model import Problem, Test, template_digest
 _MAX_VARIANT = 80
 
 
-def _example(scans: list[FileScan], dialect: Dialect) -> str:
-    """A registration to copy, from this repo's own files (never another framework's suites)."""
+def _examples(scans: list[FileScan], dialect: Dialect) -> dict[str, str]:
+    """Each folder's first registration as written, in the repo's order (the advice's examples)."""
+    first: dict[str, str] = {}
     for scan in scans:
         for r in scan.registrations:
             sig = next((s for s in dialect.functions if s.backend == r.backend), None)
             if sig is not None:
-                return f"e.g. {_as_written(sig, r)} as other files here do"
+                first.setdefault(posixpath.dirname(scan.path), _as_written(sig, r))
+                break
+    return first
+
+
+def _example(examples: dict[str, str], dialect: Dialect, path: str) -> str:
+    """A registration to copy, from this repo's own files (never another framework's suites): one of the nearest
+    folder above ``path`` that registers any (a GPU folder's file gets a GPU example, not the repo's first CPU
+    call), else the repo's first."""
+    folder = posixpath.dirname(path)
+    while folder not in examples and folder:
+        folder = posixpath.dirname(folder)
+    shown = examples.get(folder) or next(iter(examples.values()), None)
+    if shown is not None:
+        return f"e.g. {shown} as other files here do"
     return f"with the framework's signature {dialect.functions[0].text()}" if dialect.functions else ""
 
 
@@ -140,7 +155,7 @@ def registry_tests(scans: list[FileScan], implicit_cpu_dirs: tuple[str, ...], di
     problems: list[Problem] = []
     implicit = tuple(d.strip("/") + "/" for d in implicit_cpu_dirs)
     fast = f"{M_FAST}/" if dialect.name == "m" and f"{M_FAST}/" in implicit else None  # where M's runner refuses GPU calls
-    example = None
+    examples: dict[str, str] | None = None  # folder -> a registration to copy, built at the first unregistered file
     beside: dict[str, set[str]] | None = None  # built at the first unregistered file
     cpu_example = None
     suites: dict[str, str] = {}  # backend -> a suite to copy, built at the first call naming no suite
@@ -168,9 +183,9 @@ def registry_tests(scans: list[FileScan], implicit_cpu_dirs: tuple[str, ...], di
                     cpu_example = _cpu_example(scans, dialect) if cpu_example is None else cpu_example
                     problems.append(Problem(scan.path, 1, "registration", _cpu_advice(cpu, cpu_example, names)))
                     continue
-                example = _example(scans, dialect) if example is None else example
+                examples = _examples(scans, dialect) if examples is None else examples
                 problems.append(Problem(scan.path, 1, "registration", (
-                    f"no {names} call at module level; register the file {example}"
+                    f"no {names} call at module level; register the file {_example(examples, dialect, scan.path)}"
                     + (" or move it to an implicit CPU folder" if implicit else ""))))
                 continue
             suite = dialect.implicit_suite or posixpath.basename(home.rstrip("/"))
@@ -434,6 +449,8 @@ def template_tests(
     nightly_only = {rel: t.nightly_only for rel, t in tmpls}
     lines = env_lines(tmpls)
     on_pr: dict[tuple, bool] = {}  # an entry some pull-request workflow lists runs on PRs
+    listed: dict[tuple, dict[tuple[str, str], Entry]] = {}  # an entry -> its first listing per (template, job)
+    repeated: dict[tuple, list[tuple[Entry, Entry]]] = {}  # an entry -> (first, again) listed twice in one job
     for e in (e for _, t in tmpls for e in t.entries):
         path = template_path(e)
         bad = checked_path(repo, path, "test_file")
@@ -446,10 +463,15 @@ def template_tests(
         key = entry_key(e, lines)
         on_pr.setdefault(key, False)
         on_pr[key] |= not nightly_only.get(e.source, False)
-        if key in merged:
+        where = (e.source, e.job)
+        if where in listed.setdefault(key, {}):  # one job lists it twice: the job runs it twice, not a matrix
+            repeated.setdefault(key, []).append((listed[key][where], e))
+        elif key in merged:  # another job (or template) runs the same test: one test, each job's label
+            listed[key][where] = e
             merged[key][1].append(e.label)
             merged[key][2].append(e.job)
         else:
+            listed[key][where] = e
             merged[key] = (e, [e.label], [e.job])
     by_path: dict[str, list[tuple]] = {}
     for key in merged:
@@ -470,6 +492,7 @@ def template_tests(
         for key in keys:
             e, labels, jobs = merged[key]
             test_id = ids[key]
+            problems += [_same_test(test_id, first, again) for first, again in repeated.get(key, ())]
             if test_id in by_id:  # `--a --b` and `--a  --b`: two entries, one test the job runs alike
                 problems.append(_same_test(test_id, by_id[test_id], e))
                 continue

@@ -25,6 +25,7 @@ from pipelines.core.catalog.dialect import (
     signatures,
 )
 from pipelines.core.catalog.scan import ROOTS_SETTING, collected, python_source, root_folder, walk_files
+from pipelines.core.pyparse import parse_python
 
 #: folders that never hold the framework's own registry module
 _SKIP = frozenset({"node_modules", "site-packages", "venv", "build", "dist"})
@@ -143,7 +144,7 @@ def outside_roots(repo: Path, files: list[tuple[str, os.stat_result]], roots: tu
 def _registers(data: bytes, dialect: Dialect) -> bool:
     """Whether a file calls one of the dialect's register functions at module level, as its runner reads them."""
     try:
-        tree = ast.parse(python_source(data)[0])
+        tree = parse_python(python_source(data)[0])
     except (SyntaxError, ValueError, UnicodeDecodeError):
         return False
     return any(isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call) and isinstance(stmt.value.func, ast.Name)

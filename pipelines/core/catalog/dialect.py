@@ -19,6 +19,8 @@ import hashlib
 import re
 from dataclasses import dataclass
 
+from pipelines.core.pyparse import parse_python
+
 _DEF = re.compile(rb"^[ \t]*def[ \t]+register_\w+_ci[ \t]*\(", re.MULTILINE)
 _FUNC = re.compile(r"register_(\w+)_ci")
 
@@ -154,7 +156,7 @@ def may_define_registry(data: bytes) -> bool:
 def signatures(source: str) -> tuple[list[Signature], list[str], list[str]]:
     """The ``register_*_ci`` functions a module defines, the est_time bounds its bodies check, and
     the functions whose signature says nothing (``*args``/``**kwargs``: any argument is accepted)."""
-    tree = ast.parse(source)
+    tree = parse_python(source)
     out: list[Signature] = []
     bounds: list[str] = []
     opaque: list[str] = []

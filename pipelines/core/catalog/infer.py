@@ -22,6 +22,7 @@ import shlex
 from dataclasses import dataclass
 
 from pipelines.core.catalog.resolve import Scalar, Value, collect_assignment, resolve
+from pipelines.core.pyparse import unparsed
 
 CONVERT_PARAMS = ("model_name", "megatron_model_type", "num_gpus_per_node", "multinode", "extra_args", "dir_dst",
                   "hf_checkpoint")
@@ -234,7 +235,7 @@ def _hf_args(argv: list[str]) -> tuple[str, list[str], dict[str, str]]:
 def _conversion(call: ast.Call, env: dict, conversions: list[tuple], unresolved: list[str]) -> None:
     args, keywords = call.args, call.keywords
     if any(a.__class__ is ast.Starred for a in args) or any(k.arg is None for k in keywords):
-        unresolved.append(_unresolved("{" + ast.unparse(call) + "}", "convert_checkpoint with *args/**kwargs", call.lineno))
+        unresolved.append(_unresolved("{" + unparsed(call) + "}", "convert_checkpoint with *args/**kwargs", call.lineno))
         return
     bound: dict[str, ast.AST] = dict(zip(CONVERT_PARAMS, args, strict=False))
     for kw in keywords:

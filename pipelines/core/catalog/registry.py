@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pipelines.core.catalog.dialect import PROFILES, Dialect, M, Signature
 from pipelines.core.catalog.resolve import literal
 from pipelines.core.model import Problem
+from pipelines.core.pyparse import unparsed
 
 _SUITE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 _LABEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
@@ -326,15 +327,15 @@ def _literal(name: str, node: ast.AST) -> object:
     ok, value = literal(node)
     if not ok:
         if isinstance(node, ast.List):
-            raise _Bad(name, f"must be a list of string literals, got `{ast.unparse(node)}`; write each item as a quoted string")
+            raise _Bad(name, f"must be a list of string literals, got `{unparsed(node)}`; write each item as a quoted string")
         # a tuple is a literal in Python, but the runner takes lists of strings only
         if name in _LIST_ARGUMENTS and isinstance(node, ast.Tuple | ast.Set):
             kind = "tuple" if isinstance(node, ast.Tuple) else "set"
-            as_list = ast.unparse(ast.List(elts=node.elts, ctx=ast.Load()))
-            raise _Bad(name, f"must be a list, got a {kind} `{ast.unparse(node)}`; write it in square brackets: "
+            as_list = unparsed(ast.List(elts=node.elts, ctx=ast.Load()))
+            raise _Bad(name, f"must be a list, got a {kind} `{unparsed(node)}`; write it in square brackets: "
                              f"{name}={as_list}")
         raise _Bad(name, f"must be a literal (number, string, True/False/None, list of strings), got "
-                         f"`{ast.unparse(node)}`; the runner reads files without importing them, so write the value itself")
+                         f"`{unparsed(node)}`; the runner reads files without importing them, so write the value itself")
     return value
 
 

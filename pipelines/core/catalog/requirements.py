@@ -39,6 +39,7 @@ from pipelines.core.catalog.ids import describe_char
 from pipelines.core.catalog.infer import Conversion, Download, Needs, infer_needs
 from pipelines.core.catalog.resolve import module_constants
 from pipelines.core.model import Problem, Requirement, Test
+from pipelines.core.pyparse import parse_python
 from pipelines.core.specs import RepoSpec, Specs
 
 _ORDER = {"model": 0, "dataset": 1, "conversion": 2}
@@ -341,7 +342,7 @@ def outside_root_problems(tests: Iterable[Test], requirements: Iterable[Requirem
         if t.path not in needs_of:
             text = read(t.path)
             try:
-                tree = ast.parse(text or "")
+                tree = parse_python(text or "", t.path)
             except (SyntaxError, ValueError):
                 tree = ast.parse("")
             needs_of[t.path] = infer_needs(tree, module_constants(tree))

@@ -12,6 +12,8 @@ import ast
 import functools
 from typing import NamedTuple
 
+from pipelines.core.pyparse import unparsed
+
 Scalar = str | int | float | bool | None
 
 
@@ -59,7 +61,7 @@ def collect_assignment(stmt: ast.stmt, env: dict[str, Scalar]) -> None:
 
 
 def _unknown(node: ast.AST) -> Value:
-    return Value(None, "{" + ast.unparse(node) + "}", ok=False)
+    return Value(None, "{" + unparsed(node) + "}", ok=False)
 
 
 #: ``Value(value, text)`` without the named tuple's Python-level ``__new__`` (several per test file)
@@ -106,19 +108,35 @@ def _joined(node: ast.JoinedStr, env: dict[str, Scalar]) -> Value:
 
 def _resolve(node: ast.AST, env: dict[str, Scalar]) -> Value:
     """The shapes :func:`resolve` has no fast path for (scalar constants, known names and f-strings
-    never reach here)."""
+    never reach here). Chains of ``-`` and ``+`` are walked in a loop, not by recursion: a prompt pasted
+    as thousands of joined strings is a file Python runs, so it must not end the catalog."""
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
-        inner = resolve(node.operand, env)
-        if inner.ok and isinstance(inner.value, int | float) and not isinstance(inner.value, bool):
-            return Value(-inner.value, str(-inner.value))
-        return _unknown(node)
+        chain = [node]
+        while isinstance(chain[-1].operand, ast.UnaryOp) and isinstance(chain[-1].operand.op, ast.USub):
+            chain.append(chain[-1].operand)
+        inner = resolve(chain[-1].operand, env)
+        for _ in chain:
+            if not (inner.ok and isinstance(inner.value, int | float) and not isinstance(inner.value, bool)):
+                return _unknown(node)
+            inner = Value(-inner.value, str(-inner.value))
+        return inner
     if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
-        left, right = resolve(node.left, env), resolve(node.right, env)
-        if left.ok and right.ok and isinstance(left.value, str) and isinstance(right.value, str):
-            return Value(left.value + right.value, left.value + right.value)
-        if isinstance(left.value, str | None) and isinstance(right.value, str | None):
-            return Value(None, left.text + right.text, ok=False)
-        return _unknown(node)
+        spine = [node]  # ``a + b + c`` is ``(a + b) + c``: the left operands nest
+        while isinstance(spine[-1].left, ast.BinOp) and isinstance(spine[-1].left.op, ast.Add):
+            spine.append(spine[-1].left)
+        left = resolve(spine[-1].left, env)
+        for link in reversed(spine):
+            left = _added(link, left, resolve(link.right, env))
+        return left
+    return _unknown(node)
+
+
+def _added(node: ast.BinOp, left: Value, right: Value) -> Value:
+    """``left + right`` of the ``+`` node ``node``: joined strings, or their text with the unknowns in braces."""
+    if left.ok and right.ok and isinstance(left.value, str) and isinstance(right.value, str):
+        return Value(left.value + right.value, left.value + right.value)
+    if isinstance(left.value, str | None) and isinstance(right.value, str | None):
+        return Value(None, left.text + right.text, ok=False)
     return _unknown(node)
 
 

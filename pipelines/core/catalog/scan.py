@@ -32,6 +32,7 @@ from pipelines.core.catalog.infer import Needs, infer_needs
 from pipelines.core.catalog.registry import Registration, parse_registrations
 from pipelines.core.catalog.resolve import module_constants, resolve
 from pipelines.core.model import Problem
+from pipelines.core.pyparse import parse_python, unparsed
 
 
 @dataclass(frozen=True)
@@ -274,7 +275,7 @@ def scan_bytes(rel: str, data: bytes, registry: bool = True, dialect: Dialect = 
     if registry and not parse_all and "register_" not in source:  # cannot register anything: no ast needed
         return FileScan(rel, sha, parsed=True)
     try:
-        tree = ast.parse(source, filename=rel)
+        tree = parse_python(source, rel)
     except (SyntaxError, ValueError) as exc:
         line = getattr(exc, "lineno", None) or 1
         msg = getattr(exc, "msg", str(exc))
@@ -315,7 +316,7 @@ def _num_gpus(tree: ast.Module, constants: dict, rel: str) -> tuple[int | None, 
     plain = (isinstance(last, ast.AnnAssign) or (len(last.targets) == 1 and isinstance(last.targets[0], ast.Name))) \
         and last in tree.body  # under the main guard: not what the module's constants hold
     value = constants["NUM_GPUS"] if plain and "NUM_GPUS" in constants else resolve(node, constants).value
-    shown_value = ast.unparse(node)
+    shown_value = unparsed(node)
     shown_value = shown_value if len(shown_value) <= 60 else shown_value[:57] + "..."
     if isinstance(value, bool) or not isinstance(value, int):
         return None, Problem(rel, last.lineno, "NUM_GPUS", (
@@ -431,7 +432,7 @@ def _unread(rel: str, stmt: ast.stmt) -> Problem:
     line = next((n for n in _bound_lines(stmt) if n), stmt.lineno)
     where = _SET_BY.get(type(stmt))
     if where is None:  # `NUM_GPUS, NUM_NODES = sizes()`, `*NUM_GPUS, = ...`
-        shown = ast.unparse(stmt)
+        shown = unparsed(stmt)
         shown = shown if len(shown) <= 60 else shown[:57] + "..."
         said = f"`{shown}` cannot be unpacked without running the file"
     else:

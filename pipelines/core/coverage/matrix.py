@@ -22,6 +22,7 @@ from pipelines.core.catalog.scan import FileScan
 from pipelines.core.catalog.template import job_value, parse_template
 from pipelines.core.coverage.model import Configuration, Note, norm
 from pipelines.core.model import Problem
+from pipelines.core.pyparse import parse_python, unparsed
 
 GROUP_MARKER = "coverage-group:"
 _GROUP_COMMENT = re.compile(r"^#\s*coverage-group:\s*(\S+)\s*$", re.MULTILINE)
@@ -50,7 +51,7 @@ def python_matrix(source: str, path: str, var: str, fields: tuple[str, ...] | No
     ``groups_file``: where the fix names the group's ``fields:`` (the file its groups came from)."""
     test = test or path
     try:
-        tree = ast.parse(source, path)
+        tree = parse_python(source, path)
     except SyntaxError as exc:
         return [], [Problem(path, exc.lineno or 1, "syntax", f"{exc.msg}; fix the file's syntax (the matrix is read without running it)")]
     rows, line, problems = _rows(tree, var, path)
@@ -258,7 +259,7 @@ def _change(stmt: ast.stmt, var: str, items: frozenset[str] = frozenset()) -> tu
         return "other", "an unpacking assignment"
     if any(_names(t, var) for t in targets):
         if isinstance(stmt, ast.AugAssign):
-            return ("+=", stmt.value) if isinstance(stmt.op, ast.Add) else ("other", f"`{ast.unparse(stmt)}`")
+            return ("+=", stmt.value) if isinstance(stmt.op, ast.Add) else ("other", f"`{unparsed(stmt)}`")
         if stmt.value is not None:  # type: ignore[union-attr]  # a bare annotation assigns nothing
             return "assign", stmt.value  # type: ignore[union-attr]
     if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call):
@@ -271,7 +272,7 @@ def _change(stmt: ast.stmt, var: str, items: frozenset[str] = frozenset()) -> tu
                 return "order", None
             return "other", f"`.{call.func.attr}()`"
     if _row_change(stmt, var, items):
-        text = ast.unparse(stmt)
+        text = unparsed(stmt)
         return "row", f"a change of one of its rows (`{text if len(text) <= 80 else text[:77] + '...'}`)"
     if type(stmt) not in _BLOCKS and not isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
         # `last = _CONFIGS.pop()`: a call inside an expression changes it as well
