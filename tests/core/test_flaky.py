@@ -225,6 +225,20 @@ def test_a_quarantine_never_hides_a_bad_node():
     assert v.bad_nodes == ("bad",) and T in v.failed and v.excused == () and not v.ok
 
 
+def test_a_node_the_night_named_while_it_ran_is_in_the_verdict_though_its_finding_faded():
+    """Named mid-night (the record's bad_nodes keeps it), then later passes elsewhere lowered its
+    rates: judged at the end alone, the verdict listed no bad node and excused the quarantined failure there."""
+    night = [attempt("tests/t0.py", "failed", "n1"), attempt(T, "failed", "n1")]
+    night += [attempt(f"tests/ok{i}.py", "passed", "n0") for i in range(4)]
+    states = {T: FlakyState(T, "quarantined")}
+    faded = night_verdict(night, states)
+    assert (faded.bad_nodes, faded.excused) == ((), (T,))
+    v = night_verdict(night, states, named=["n1"])
+    assert (v.bad_nodes, v.excused, v.failed, v.ok) == (("n1",), (), ("tests/t0.py", T), False)
+    v = night_verdict(night, states, suspected=["n1"])
+    assert (v.bad_nodes, v.excused, v.ok) == ((), (), False)
+
+
 def test_quarantined_tests_are_left_out_only_when_the_rules_say_so():
     states = {T: FlakyState(T, "quarantined")}
     assert runnable([T, "tests/b.py"], states, FlakyRules()) == [T, "tests/b.py"]
