@@ -7,8 +7,9 @@ judged (``judge_nodes``, as ``Night.bad_nodes`` does) and the test goes to a nod
 at the night's end ``detect_bad_nodes`` and ``flaky.night_verdict`` judge it. Between nights the
 samples go to history: ``flaky.replay`` gives the states (quarantines) and ``passed_nodes`` with
 ``leave_out`` of the quarantined the node history, as ``nightly run`` computes them.
-Thresholds: ``history_named_chance`` 1 in 1,000, ``history_suspect_chance`` 1 in 20
-(``pipelines/core/health.py``; docs/reliability.md, row "one node broken").
+Thresholds: ``history_named_chance`` 1 in 1,000, ``history_suspect_chance`` 1 in 20,
+``tonight_named_chance`` 1 in 1,000 (``pipelines/core/health.py``; docs/reliability.md, row "one
+node broken"; ``--tonight-chance`` tries another).
 
 1. False positives: no bad node; every test fails at random with probability p (0.1, 0.2) on any
    node; 2, 4 and 8 nodes, 10 and 20 tests, tests placed at random each night (``--sticky``: each
@@ -16,7 +17,8 @@ Thresholds: ``history_named_chance`` 1 in 1,000, ``history_suspect_chance`` 1 in
    ever had a healthy node named by the history rule at a night's end (and on how many nights), named
    at any call during a night (what the night acted on: its record keeps it), and made a cross-night
    suspect (``history_suspect``) at any call; also how many had one named by a one-night rule
-   (failure_rate, contrast, infra), for scale.
+   (failure_rate, contrast, infra), and so again with the one-night rules as they were before they
+   weighed the chance (``tonight_named_chance`` 1, column "(old)"; the same fleets replayed).
 2. Detection: h200-0 fails one random test a night (the test is put on it while it is not avoided;
    every other test passes there), plus flaky noise on every node at each --noise probability
    (default 0 and 0.05); 2, 4 and 8 nodes, 5, 10 and 20 tests; random placement. Per setting: the
@@ -26,7 +28,7 @@ Thresholds: ``history_named_chance`` 1 in 1,000, ``history_suspect_chance`` 1 in
    (victim: docs/reliability.md says never; printed, not asserted), or any failure there (all: a
    noise failure of a quarantined test too).
 
-Seeds are the fleet's number, so every run prints the same figures. Defaults take about 2-3 minutes
+Seeds are the fleet's number, so every run prints the same figures. Defaults take about 6-8 minutes
 on 2 CPUs; ``--quick`` runs 5 fleets per setting.
 
     .venv/bin/python bench/nodes.py [--fleets 25] [--nights 30] [--sticky] [--noise 0,0.05] [--quick]
@@ -39,7 +41,7 @@ import random
 import statistics
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -63,6 +65,8 @@ POOL = "h200"
 BAD = f"{POOL}-0"
 #: the cross-night rules; every other rule judges one night
 HISTORY_RULES = ("history", "history_suspect")
+#: the project's thresholds
+DEFAULTS = Thresholds()
 
 
 @dataclass(frozen=True)
@@ -80,7 +84,9 @@ class Fleet:
     """One pool's nodes and tests, night after night; ``bad``: node 0 fails one random test a night
     (put on it while it is not avoided), besides the noise ``p`` every test has on every node."""
 
-    def __init__(self, nnodes: int, ntests: int, p: float, seed: int, *, sticky: bool = False, bad: bool = False):
+    def __init__(self, nnodes: int, ntests: int, p: float, seed: int, *, sticky: bool = False, bad: bool = False,
+                 limits: Thresholds = DEFAULTS):
+        self.limits = limits
         self.rng = random.Random(seed)
         self.nodes = [f"{POOL}-{i}" for i in range(nnodes)]
         self.tests = [f"tests/test_{i}.py" for i in range(ntests)]
@@ -113,7 +119,7 @@ class Fleet:
         suspect_any: set[tuple[str, str]] = set()
 
         def avoided() -> set[str]:
-            findings, suspects = judge_nodes(seen, history=hist, pools=self.pools)
+            findings, suspects = judge_nodes(seen, history=hist, pools=self.pools, limits=self.limits)
             named_any.update((f.node, f.rule) for f in findings)
             suspect_any.update((f.node, f.rule) for f in suspects)
             return set(avoid_nodes(findings, [f.node for f in suspects]))
@@ -134,7 +140,7 @@ class Fleet:
                 n = rng.choice(cands)
                 seen.append(Attempt(a.test_id, self.outcome(a.test_id, n, victim), 1.0, self.tick(), a.attempt + 1,
                                     node=n, details={"pool": POOL, "retry_of": a.node}))
-        findings = detect_bad_nodes(seen, history=hist)
+        findings = detect_bad_nodes(seen, history=hist, limits=self.limits)
         verdict = night_verdict(seen, states, hist)
         last = {a.test_id: a for a in seen}
         self.samples += [Sample(a.test_id, POOL, "0" * 64, a.outcome, 1.0, a.started_at, node=a.node, run_id=run,
@@ -145,17 +151,23 @@ class Fleet:
 
 
 def fleet(nnodes: int, ntests: int, p: float, nights: int, seed: int, *, sticky: bool = False,
-          bad: bool = False) -> list[NightSeen]:
+          bad: bool = False, limits: Thresholds = DEFAULTS) -> list[NightSeen]:
     """``nights`` nights of one fleet (:class:`Fleet`)."""
-    f = Fleet(nnodes, ntests, p, seed, sticky=sticky, bad=bad)
+    f = Fleet(nnodes, ntests, p, seed, sticky=sticky, bad=bad, limits=limits)
     return [f.night(i) for i in range(nights)]
 
 
-def false_positives(nodes: int, tests: int, p: float, nights: int, fleets: int, sticky: bool) -> str:
-    """One row of table 1: fleets (nights) with a healthy node named or suspected."""
-    end = end_nights = mid = sus = other = 0
+def false_positives(nodes: int, tests: int, p: float, nights: int, fleets: int, sticky: bool,
+                    limits: Thresholds = DEFAULTS) -> str:
+    """One row of table 1: fleets (nights) with a healthy node named or suspected; the last column
+    replays the same fleets with the one-night rules as they were before their chance
+    (``tonight_named_chance`` 1: any suspect whose tests passed elsewhere was named)."""
+    end = end_nights = mid = sus = other = old = 0
+    before = replace(limits, tonight_named_chance=1.0)
     for seed in range(fleets):
-        seen = fleet(nodes, tests, p, nights, seed, sticky=sticky)
+        old += any(r not in HISTORY_RULES for s in fleet(nodes, tests, p, nights, seed, sticky=sticky, limits=before)
+                   for _, r in s.named_any)
+        seen = fleet(nodes, tests, p, nights, seed, sticky=sticky, limits=limits)
         named_end = sum(1 for s in seen if any(r == "history" for _, r in s.named_end))
         end += bool(named_end)
         end_nights += named_end
@@ -163,18 +175,18 @@ def false_positives(nodes: int, tests: int, p: float, nights: int, fleets: int, 
         sus += any(r == "history_suspect" for s in seen for _, r in s.suspect_any)
         other += any(r not in HISTORY_RULES for s in seen for _, r in s.named_any)
     return (f"{nodes:5d} {tests:5d} {p:5.2f} {fleets:6d}   {f'{end} ({end_nights})':>14s} {mid:13d} "
-            f"{sus:13d} {other:15d}")
+            f"{sus:13d} {other:15d} {old:13d}")
 
 
 def _spread(nights: list[int]) -> str:
     return f"{statistics.median(nights):6g} {max(nights):4d}" if nights else f"{'-':>6s} {'-':>4s}"
 
 
-def detection(nodes: int, tests: int, noise: float, nights: int, fleets: int) -> str:
+def detection(nodes: int, tests: int, noise: float, nights: int, fleets: int, limits: Thresholds = DEFAULTS) -> str:
     """One row of table 2: when node-0, failing one test a night, is first suspected and named."""
     suspected, named, victims, excused = [], [], 0, 0
     for seed in range(fleets):
-        seen = fleet(nodes, tests, noise, nights, seed, bad=True)
+        seen = fleet(nodes, tests, noise, nights, seed, bad=True, limits=limits)
         first_named = next((i for i, s in enumerate(seen, 1) if any(n == BAD for n, _ in s.named_any)), None)
         first_suspect = next((i for i, s in enumerate(seen, 1)
                               if any(n == BAD for n, _ in (*s.named_any, *s.suspect_any))), None)
@@ -214,27 +226,31 @@ def parser() -> argparse.ArgumentParser:
                    help="false positives: each test runs on its own node (while it is not avoided), not at random")
     p.add_argument("--noise", type=_probabilities, default=[0.0, 0.05],
                    help="detection: the flaky failure probabilities of every test, comma-separated (default 0,0.05)")
-    p.add_argument("--quick", action="store_true", help="5 fleets per setting (a quick look, about 25 s)")
+    p.add_argument("--quick", action="store_true", help="5 fleets per setting (a quick look, about 50 s)")
+    p.add_argument("--tonight-chance", type=float, default=DEFAULTS.tonight_named_chance,
+                   help="the one-night rules' Thresholds.tonight_named_chance to try (default: the project's)")
     return p
 
 
 def main(argv: list[str]) -> None:
     args = parser().parse_args(argv)
     fleets = args.fleets or (5 if args.quick else 25)
-    limits = Thresholds()
+    limits = replace(DEFAULTS, tonight_named_chance=args.tonight_chance)
     print(f"history rule: named at 1 in {1 / limits.history_named_chance:,.0f}, suspect at 1 in "
-          f"{1 / limits.history_suspect_chance:,.0f}; {args.nights} nights per fleet, {fleets} fleets per setting")
+          f"{1 / limits.history_suspect_chance:,.0f}; one-night rules named at 1 in {1 / limits.tonight_named_chance:,.0f}; "
+          f"{args.nights} nights per fleet, {fleets} fleets per setting")
     t0 = time.perf_counter()
     print(f"\n1. false positives: no bad node, tests failing at random on any node "
           f"({'each test on its own node' if args.sticky else 'placed at random each night'})")
     print("fleets with a healthy node named by the history rule: at a night's end (on how many nights), at any")
-    print("call during a night; a cross-night suspect at any call; named by a one-night rule at any call")
+    print("call during a night; a cross-night suspect at any call; named by a one-night rule at any call (failure_rate,")
+    print("contrast, infra), and so with the one-night rules as they were before their chance (old)")
     print(f"{'nodes':>5s} {'tests':>5s} {'p':>5s} {'fleets':>6s}   {'named at end':>14s} {'named in-night':>13s} "
-          f"{'hist. suspect':>13s} {'one-night rules':>15s}")
+          f"{'hist. suspect':>13s} {'one-night rules':>15s} {'(old)':>13s}")
     for nodes in (2, 4, 8):
         for tests in (10, 20):
             for p in (0.1, 0.2):
-                print(false_positives(nodes, tests, p, args.nights, fleets, args.sticky), flush=True)
+                print(false_positives(nodes, tests, p, args.nights, fleets, args.sticky, limits), flush=True)
     t1 = time.perf_counter()
     print(f"({t1 - t0:.0f} s)")
     print(f"\n2. detection: {BAD} fails one random test a night (random placement), flaky noise on every node")
@@ -246,7 +262,7 @@ def main(argv: list[str]) -> None:
     for nodes in (2, 4, 8):
         for tests in (5, 10, 20):
             for noise in args.noise:
-                print(detection(nodes, tests, noise, args.nights, fleets), flush=True)
+                print(detection(nodes, tests, noise, args.nights, fleets, limits), flush=True)
     print(f"({time.perf_counter() - t1:.0f} s)")
 
 

@@ -646,17 +646,22 @@ class Verdict:
 
 
 def night_verdict(attempts: Iterable[Attempt], states: Mapping[str, FlakyState],
-                  history: Mapping[str, Iterable[str]] | None = None, launched: Iterable[str] = ()) -> Verdict:
+                  history: Mapping[str, Iterable[str]] | None = None, launched: Iterable[str] = (),
+                  named: Iterable[str] = (), suspected: Iterable[str] = ()) -> Verdict:
     """Each test's last attempt decides; a quarantined test's failure is excused unless its node was
     bad or suspect (a quarantine never hides a node: one failing a test a night is only seen across
     nights, and its victims look flaky).
+    ``named``, ``suspected``: the nodes the night named or suspected while it ran (``Night.nodes_acted_on``),
+    bad or suspect here too though the findings at its end faded (later passes elsewhere lowered the
+    rates): the record keeps them in ``bad_nodes``, and the verdict must say the same nodes.
     ``history``: ``passed_nodes`` of the runs before, as the night judged its nodes with. ``states``
     are those the night started with (:func:`for_tonight`): a quarantine that ended is no excuse.
     ``launched``: the tests the night was to launch; those without an attempt never started."""
     attempts = list(attempts)
     quarantined = [t for t, st in states.items() if st.state == "quarantined"]
     findings, suspects = assess_nodes(attempts, history=history, unreliable=quarantined)
-    bad = {f.node for f in findings}
+    bad = {f.node for f in findings} | set(named)
+    suspects = (*suspects, *suspected)
     last: dict[str, Attempt] = {}
     for a in attempts:
         last[a.test_id] = a

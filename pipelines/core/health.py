@@ -18,6 +18,12 @@ another host; nothing pointed at the host. Every node is judged against the nigh
 - *contrast*: a suspect whose contrast alone is overwhelming: ``contrast_tests`` different tests
   failed there while the other nodes ran ``contrast_rest`` attempts with at most
   ``contrast_rest_rate`` failing, counted as the rates count them (12 of 12 against 0 of 23).
+- Both name a suspect only when its failures are improbable for a healthy node: a flaky test's
+  retry passes elsewhere too, so two flaky tests failing on one node of a handful of attempts
+  there named healthy nodes. Of the pool's F rated failures tonight a healthy node takes each with
+  its share of the rated attempts: P(Binomial(F, share) >= its failures), times the pool's node
+  count, at most ``tonight_named_chance`` (the binomial, as the cross-night rule: its tail is
+  heavier than the hypergeometric's, so it names less readily). Otherwise it stays a suspect.
 - *history*: a node that fails one test a night is never named within a night, and its victims
   looked flaky (a flip each, node against no node). Across the recent runs (``passed_nodes``'
   window) and tonight: ``history_tests`` different tests failed on it in ``history_nights``
@@ -115,6 +121,13 @@ class Thresholds:
     #: avoided and retried from, its quarantined tests' failures not excused, but not named bad (at 1 in
     #: 5 most small fleets of flaky tests had a suspect some night, and their quarantines excused nothing)
     history_suspect_chance: float = 0.05
+    #: the one-night rules (``failure_rate``, ``contrast``) name a suspect only when so many of the pool's
+    #: rated failures tonight landed on it that a healthy node (taking each with its share of the pool's
+    #: rated attempts) would draw as many at most this often, times the pool's node count. A flaky test
+    #: fails on any node: two failing on one node of a handful of attempts there, their retries passing
+    #: elsewhere, named a healthy node in most simulated fleets of flaky tests over 30 nights; the night
+    #: is judged after every attempt, night after night, hence 1 in 1,000 (``bench/nodes.py``, table 1)
+    tonight_named_chance: float = 0.001
 
 
 def _failed(a: Attempt) -> bool:
@@ -371,12 +384,18 @@ def judge_nodes(attempts: Sequence[Attempt], *, history: Mapping[str, Collection
             base = dict(node=node, failed=sum(1 for a in counted if _failed(a)), total=len(counted),
                         rest_failed=sum(1 for a in counted_rest if _failed(a)), rest_total=len(counted_rest),
                         tests=tuple(_distinct(blamed)))
-            finding = _judged(node, peers, blamed, base, left_out, passed_on, hist, limits)
+            # named only when a healthy node would rarely draw so many of the pool's rated failures
+            chance = (_tail(base["failed"] + base["rest_failed"], base["failed"],
+                            len(counted) / (len(counted) + len(counted_rest))) * (len(peers) + 1)
+                      if counted and counted_rest else 1.0)
+            odds = _odds(base, chance, len(peers) + 1, limits)
+            finding = (_judged(node, peers, blamed, base, left_out, odds, passed_on, hist, limits)
+                       if chance <= limits.tonight_named_chance else None)
             if finding is None:
                 held = NodeFinding(rule="suspect", evidence=(
                     f"{base['failed']} of {base['total']} attempts failed here (other nodes: {base['rest_failed']} "
-                    f"of {base['rest_total']}{left_out}); not yet named: its failures are retried elsewhere; "
-                    f"{_examples(blamed)}"), **base)
+                    f"of {base['rest_total']}{left_out}); {odds}; not yet named: its failures are retried "
+                    f"elsewhere; {_examples(blamed)}"), **base)
         cross = _across_nights(node, peers, lone, hist, by_node, limits) if finding is None and peers else None
         if cross is not None and cross[1]:
             finding = cross[0]
@@ -479,6 +498,17 @@ def _across_nights(node: str, peers: Collection[str], lone: Mapping[str, list[tu
                        rest_failed=rest_failed, rest_total=rest_total, tests=tuple(tests), evidence=evidence), named
 
 
+def _odds(base: Mapping[str, int], chance: float, nodes: int, limits: Thresholds) -> str:
+    """The one-night rules' chance, said beside the counts: how often a healthy node draws as many of
+    the pool's rated failures with its share of the rated attempts."""
+    k, n = base["failed"], base["failed"] + base["rest_failed"]
+    return (f"{k} of the pool's {n} failures here, {k} or more a chance of {_chance(chance / nodes)} for a "
+            f"healthy node with its {base['total']} of the {base['total'] + base['rest_total']} attempts "
+            f"({_chance(chance)} for any of the pool's {nodes} nodes; "
+            f"{'named at' if chance <= limits.tonight_named_chance else 'suspect, not named, above'} "
+            f"{_chance(limits.tonight_named_chance)})")
+
+
 def _chance(x: float) -> str:
     """A probability as the evidence says it: "1 in 256"."""
     return "1 in 1" if x >= 1 else f"1 in {round(1 / x):,}" if x > 0 else "0"
@@ -538,17 +568,18 @@ def _left_out(retries: int, broken: Sequence[str], quarantined: Sequence[str], t
     return f"; first attempts only, not counted: {' and '.join(parts)}" if parts else ""
 
 
-def _judged(node: str, peers: Collection[str], blamed: list[Attempt], base: dict, left_out: str,
+def _judged(node: str, peers: Collection[str], blamed: list[Attempt], base: dict, left_out: str, odds: str,
             passed_on: Mapping[str, set[str]], history: Mapping[str, Collection[str]],
             limits: Thresholds) -> NodeFinding | None:
     """The suspect named bad when the evidence says its tests are fine (passes on ``peers``: the
-    other nodes of its pool tonight); None while it does not. ``base``: the counts the rates used."""
+    other nodes of its pool tonight); None while it does not. ``base``: the counts the rates used;
+    ``odds``: their chance for a healthy node (the caller names no suspect whose chance is not small)."""
     tests = _distinct(blamed)
     tonight = {t: passed_on[t] & set(peers) for t in tests if passed_on[t] & set(peers)}
     recent = {t: set(history.get(t, ())) & set(peers) for t in tests
               if t not in tonight and set(history.get(t, ())) & set(peers)}
     head = (f"{base['failed']} of {base['total']} attempts failed here "
-            f"(other nodes: {base['rest_failed']} of {base['rest_total']}{left_out}); ")
+            f"(other nodes: {base['rest_failed']} of {base['rest_total']}{left_out}); {odds}; ")
     if len(tonight) + len(recent) >= limits.min_tests:
         parts = []
         if tonight:

@@ -925,32 +925,35 @@ def test_a_test_never_launched_keeps_its_reason_in_the_report(tmp_path, capsys):
 def test_a_bad_nodes_numbers_and_tests_in_the_report_are_the_ones_its_rule_judged(tmp_path, capsys):
     """The reviewer's night: local-h200-1 broken, test_lora_math failing everywhere (on node 1, then on its
     retry on node 0). `bad_nodes[0]` said "3 of 3 attempts failed here (other nodes: 1 of 5)" and listed
-    test_lora_math, though the rule counts first attempts and leaves out a test failing elsewhere too."""
+    test_lora_math, though the rule counts first attempts and leaves out a test failing elsewhere too.
+    Two more of the node's tests failed there and passed on retry, and node 0 ran 23 more that passed:
+    2 of 2 against 0 of 2 is not enough to name a node (1 in 2 for either of two healthy ones)."""
     sft, grpo, lora = (tid(t) for t in (SFT, GRPO, "lora/test_lora_math.py"))
-    ok = [tid("megatron/test_dp8_chat.py"), tid("fsdp/test_fsdp_sft_chat.py")]
+    more = [tid(f"x/test_more{i}.py") for i in range(2)]
+    ok = [tid("megatron/test_dp8_chat.py"), tid("fsdp/test_fsdp_sft_chat.py"), *(tid(f"x/test_ok{i}.py") for i in range(23))]
 
     def tried(test: str, node: str, outcome: str, number: int = 1) -> dict:
         details = {"pool": "h200", **({"retry_of": "local-h200-1"} if number == 2 else {})}
         return {"test_id": test, "outcome": outcome, "elapsed_s": 3.0, "started_at": "2026-12-01T15:00:00+00:00",
                 "attempt": number, "node": node, "exit_code": 0 if outcome == "passed" else 1, "details": details}
 
-    attempts = [tried(t, "local-h200-1", "failed") for t in (sft, grpo, lora)]
+    attempts = [tried(t, "local-h200-1", "failed") for t in (sft, grpo, lora, *more)]
     attempts += [tried(t, "local-h200-0", "passed") for t in ok]
     attempts += [tried(sft, "local-h200-0", "passed", 2), tried(grpo, "local-h200-0", "passed", 2),
-                 tried(lora, "local-h200-0", "failed", 2)]
+                 tried(lora, "local-h200-0", "failed", 2), *(tried(t, "local-h200-0", "passed", 2) for t in more)]
     (tmp_path / "nights").mkdir()
     (tmp_path / "nights" / "2026-12-01T150000Z-r1.json").write_text(json.dumps(
-        {"night": "2026-12-01T150000Z-r1", "run_id": "r1", "repo": "minirl", "selected": [sft, grpo, lora, *ok], "attempts": attempts}))
+        {"night": "2026-12-01T150000Z-r1", "run_id": "r1", "repo": "minirl", "selected": [sft, grpo, lora, *more, *ok], "attempts": attempts}))
 
     code, out, _ = nightly(capsys, "report", "--home", str(tmp_path), "--repo", "minirl", "--json")
 
     assert code == 0
     [bad] = json.loads(out)["bad_nodes"]
-    assert (bad["node"], bad["tests"]) == ("local-h200-1", [sft, grpo])
-    assert (bad["failed"], bad["total"], bad["rest_failed"], bad["rest_total"]) == (2, 2, 0, 2)
+    assert (bad["node"], bad["tests"]) == ("local-h200-1", [sft, grpo, *more])
+    assert (bad["failed"], bad["total"], bad["rest_failed"], bad["rest_total"]) == (4, 4, 0, 25)
     assert bad["evidence"].startswith(
-        "2 of 2 attempts failed here (other nodes: 0 of 2; first attempts only, not counted: 3 retries and "
-        f"the attempts of 1 test(s) failing on another node too ({lora})); ")
+        "4 of 4 attempts failed here (other nodes: 0 of 25; first attempts only, not counted: 5 retries and "
+        f"the attempts of 1 test(s) failing on another node too ({lora})); 4 of the pool's 4 failures here")
 
 
 def test_a_node_the_night_only_suspected_is_on_the_page_and_in_the_json_with_its_evidence(tmp_path, capsys):

@@ -299,7 +299,7 @@ def test_failures_on_a_bad_node_that_passed_elsewhere_on_retry_are_the_nodes_not
 
     attempts = [at(f"tests/t{i}.py", "failed", "bad", 1) for i in range(3)]
     attempts += [at(f"tests/t{i}.py", "passed", "good", 2) for i in range(3)]
-    attempts += [at(f"tests/u{i}.py", "passed", "good", 1) for i in range(2)]
+    attempts += [at(f"tests/u{i}.py", "passed", "good", 1) for i in range(40)]  # 3 of 3 against 0 of 40: named
     summary = {"night": "n", "selected": sorted({a["test_id"] for a in attempts}), "attempts": attempts}
     r = build_report(summary, states={})
     assert [n.node for n in r.bad_nodes] == ["bad"]
