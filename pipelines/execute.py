@@ -624,9 +624,12 @@ def flaky_verdict(night: Night, attempts: list[Attempt], notes: list[str], at_st
     except Exception as exc:  # noqa: BLE001 - flakiness is advice; the record must still be written
         notes.append(f"flaky states not computed: {exc}")
         states = {}
-    v = night_verdict(attempts, at_start, night.node_history, launched)
-    notes.extend(ended_notes(v, at_start))  # why a quarantine no longer excused a failure
+    # the nodes the night acted on, those named or suspected while it ran included: the record keeps them, and
+    # the verdict says the same (a node named mid-night whose finding faded is still bad in both)
     findings, suspects = acted_on(detect_bad_nodes(attempts, history=night.node_history), night.nodes_acted_on)
+    v = night_verdict(attempts, at_start, night.node_history, launched, named=[f.node for f in findings],
+                      suspected=[f.node for f in suspects])
+    notes.extend(ended_notes(v, at_start))  # why a quarantine no longer excused a failure
     return {"flaky": recorded_states(states),
             "verdict": verdict_record(v),
             # the evidence as the night saw it (with its history window): the report prints this

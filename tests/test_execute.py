@@ -58,3 +58,26 @@ def test_tests_an_input_build_failure_blocked_are_in_history_like_every_other_at
                                 ("tests/e2e/test_f_node2.py", "infra_error")]
     # each with a start time, so history orders it with its night (an empty one sorted before every night)
     assert all(s.started_at for s in night.history.read())
+
+
+def test_a_node_named_mid_night_whose_finding_faded_is_bad_in_the_verdict_as_in_the_record(tmp_path):
+    """The night named n1 while it ran (its failures were retried elsewhere) and later passes elsewhere
+    lowered its rates: judged at the end alone, the record's bad_nodes kept n1 but its verdict listed no
+    bad node and excused the quarantined test's failure there: a green night with a named node."""
+    from pipelines.core.flaky import FlakyState
+    from pipelines.core.health import NodeFinding
+    from pipelines.core.model import Attempt
+    from pipelines.execute import flaky_verdict
+
+    def attempt(test: str, outcome: str, node: str) -> Attempt:
+        return Attempt(test_id=test, outcome=outcome, elapsed_s=1.0, started_at="2026-11-01T00:00:00Z", node=node)
+
+    night = Night(NightSettings(home=tmp_path / "home", assets_dir=example_assets(tmp_path / "assets")))
+    flaky = "tests/e2e/test_flaky.py"
+    attempts = [attempt(flaky, "failed", "n1")] + [attempt(f"tests/e2e/test_ok{i}.py", "passed", "n0") for i in range(4)]
+    named = NodeFinding("n1", "history", 1, 1, 0, 4, (flaky,), "named while the night ran")
+    night.nodes_acted_on[("n1", "named")] = named
+    record = flaky_verdict(night, attempts, [], {flaky: FlakyState(flaky, "quarantined")})
+    assert [f["node"] for f in record["bad_nodes"]] == ["n1"]
+    assert record["verdict"]["bad_nodes"] == ["n1"], record["verdict"]
+    assert record["verdict"]["excused_quarantined"] == [] and not record["verdict"]["ok"], record["verdict"]
