@@ -385,10 +385,12 @@ def judge_nodes(attempts: Sequence[Attempt], *, history: Mapping[str, Collection
                         rest_failed=sum(1 for a in counted_rest if _failed(a)), rest_total=len(counted_rest),
                         tests=tuple(_distinct(blamed)))
             # named only when a healthy node would rarely draw so many of the pool's rated failures
-            chance = (_tail(base["failed"] + base["rest_failed"], base["failed"],
-                            len(counted) / (len(counted) + len(counted_rest))) * (len(peers) + 1)
-                      if counted and counted_rest else 1.0)
-            odds = _odds(base, chance, len(peers) + 1, limits)
+            one = (_tail(base["failed"] + base["rest_failed"], base["failed"],
+                         len(counted) / (len(counted) + len(counted_rest))) if counted and counted_rest else 1.0)
+            # for any of the pool's nodes; a chance, so at most 1 (with tonight_named_chance 1 every suspect is
+            # judged, as before the chance)
+            chance = min(1.0, one * (len(peers) + 1))
+            odds = _odds(base, one, chance, len(peers) + 1, limits)
             finding = (_judged(node, peers, blamed, base, left_out, odds, passed_on, hist, limits)
                        if chance <= limits.tonight_named_chance else None)
             if finding is None:
@@ -498,11 +500,12 @@ def _across_nights(node: str, peers: Collection[str], lone: Mapping[str, list[tu
                        rest_failed=rest_failed, rest_total=rest_total, tests=tuple(tests), evidence=evidence), named
 
 
-def _odds(base: Mapping[str, int], chance: float, nodes: int, limits: Thresholds) -> str:
+def _odds(base: Mapping[str, int], one: float, chance: float, nodes: int, limits: Thresholds) -> str:
     """The one-night rules' chance, said beside the counts: how often a healthy node draws as many of
-    the pool's rated failures with its share of the rated attempts."""
+    the pool's rated failures with its share of the rated attempts (``one``), and any of the pool's
+    ``nodes`` (``chance``)."""
     k, n = base["failed"], base["failed"] + base["rest_failed"]
-    return (f"{k} of the pool's {n} failures here, {k} or more a chance of {_chance(chance / nodes)} for a "
+    return (f"{k} of the pool's {n} failures here, {k} or more a chance of {_chance(one)} for a "
             f"healthy node with its {base['total']} of the {base['total'] + base['rest_total']} attempts "
             f"({_chance(chance)} for any of the pool's {nodes} nodes; "
             f"{'named at' if chance <= limits.tonight_named_chance else 'suspect, not named, above'} "

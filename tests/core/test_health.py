@@ -442,3 +442,20 @@ def test_two_flaky_failures_on_one_node_of_a_handful_make_it_suspect_never_bad()
     [finding] = detect_bad_nodes(night)
     assert (finding.node, finding.rule) == ("n1", "failure_rate")
     assert "(1 in 1,472 for any of the pool's 2 nodes; named at 1 in 1,000)" in finding.evidence
+
+
+def test_without_the_chance_every_suspect_is_judged_as_before_and_a_chance_is_never_above_one():
+    """The chance for any of the pool's nodes is the one node's times their count: past 1 for a weak suspect
+    (0.26 x 4), which the old rule named and `tonight_named_chance=1` (bench/nodes.py's "(old)" column)
+    then never judged; and the evidence said the one node's chance as that product over the count."""
+    night = [attempt("t/a.py", "A", "failed"), attempt("t/b.py", "A", "failed"), attempt("t/c.py", "A")]
+    night += [Attempt(f"t/{x}.py", "passed", 1.0, "2026-12-01T00:00:01Z", 2, node="C", details={"retry_of": "A"})
+              for x in ("a", "b")]
+    night += [attempt("t/d.py", "B", "failed"), attempt("t/e.py", "B")]
+    night += [attempt(f"t/{x}.py", n) for n in ("C", "D") for x in ("f", "g")]
+    [finding] = detect_bad_nodes(night, limits=WITHOUT_CHANCE)
+    assert (finding.node, finding.rule) == ("A", "failure_rate")
+    findings, [held] = judge_nodes(night)
+    assert findings == [] and held.node == "A"
+    assert ("2 of the pool's 3 failures here, 2 or more a chance of 1 in 4 for a healthy node with its 3 of the 9 "
+            "attempts (1 in 1 for any of the pool's 4 nodes; suspect, not named, above 1 in 1,000)") in held.evidence
