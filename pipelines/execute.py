@@ -225,7 +225,8 @@ def _run_planned(night: Night, runset: RunSet, selection: RunSelection, tests: l
                 say(f"error: {exc}")  # said; the interruption goes on
         raise
     result = outcome["result"]
-    findings = detect_bad_nodes(result.attempts, history=night.node_history)
+    # every node the night named, one named mid-night whose finding faded by the end too (the record's bad_nodes)
+    findings, _ = acted_on(detect_bad_nodes(result.attempts, history=night.node_history), night.nodes_acted_on)
     notes = [_bad_node_note(f, result.attempts) for f in findings] + night.cordon(findings) + night.notes + list(getattr(launcher, "notes", []))
     for n in notes:
         say(n)
