@@ -603,7 +603,9 @@ class S3Artifacts:
         try:
             return body.decode("utf-8"), obj["ETag"]
         except UnicodeDecodeError as exc:
-            raise ArtifactError(f"{self.uri(key)}: {not_utf8(exc)}") from exc
+            error = ArtifactError(f"{self.uri(key)}: {not_utf8(exc)}")
+            error.etag = obj["ETag"]  # the object as read: a read-modify-write may replace it (state.S3StateStore.update)
+            raise error from exc
 
     def get_end(self, key: str, max_bytes: int) -> tuple[bytes, int] | None:
         """The last ``max_bytes`` of an object and the offset they start at (a ranged GET: a log's end

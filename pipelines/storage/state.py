@@ -60,7 +60,7 @@ class NotText(StateError):
 
 
 class Undecodable(str):
-    """What :meth:`LocalStateStore.update` hands its change for a file that is no UTF-8 text: that text with
+    """What a store's ``update`` (local or S3) hands its change for a file that is no UTF-8 text: that text with
     the bad bytes as U+FFFD, so a change that keeps a copy (``nights/latest.json``) replaces it as it replaces
     garbled JSON; a change whose document must never be lost (a quarantine) raises ``.error`` (the
     :class:`NotText` a ``get`` raises), and the file stays as it was."""
@@ -290,8 +290,15 @@ class S3StateStore:
         _check_key(key)
         for attempt in range(UPDATE_TRIES):
             try:
-                got = self.artifacts.get_text(key)
-                text, etag = got if got is not None else (None, None)
+                try:
+                    got = self.artifacts.get_text(key)
+                    text, etag = got if got is not None else (None, None)
+                except ArtifactError as exc:
+                    if not isinstance(exc.__cause__, UnicodeDecodeError):
+                        raise
+                    # as LocalStateStore.update: the change sees the damaged text; one that keeps a copy
+                    # (nights/latest.json) replaces it, one whose document must never be lost raises .error
+                    text, etag = Undecodable(NotText(self.uri(key), exc.__cause__)), getattr(exc, "etag", None)
                 new = change(text)
                 if self.artifacts.put_text_if(key, new, etag):
                     return self.uri(key)

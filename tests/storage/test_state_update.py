@@ -13,7 +13,7 @@ import uuid
 import pytest
 
 from pipelines.storage import state as state_mod
-from pipelines.storage.state import LocalStateStore, NotText, S3StateStore, StateError
+from pipelines.storage.state import LocalStateStore, NotText, S3StateStore, StateError, Undecodable
 from tests.support.moto import moto_server, s3_client
 
 KEY = "quarantine/minirl.json"
@@ -146,5 +146,33 @@ def test_an_s3_state_object_that_is_not_utf8_is_a_state_error_naming_the_object(
                                          r"\(byte 0xe9 at offset 12\)") as err:
         s3_store.get(KEY)
     assert isinstance(err.value, NotText) and err.value.line == 1  # a damaged record, as a local file's (the report)
+
+    def keep(text):  # a document that must never be lost (a quarantine) refuses to build on damaged text
+        if isinstance(text, Undecodable):
+            raise text.error
+        return (text or "") + "x"
+
     with pytest.raises(StateError, match="not UTF-8"):
-        s3_store.update(KEY, lambda text: (text or "") + "x")
+        s3_store.update(KEY, keep)
+    with pytest.raises(NotText):
+        s3_store.get(KEY)  # left as it was
+
+
+def test_a_damaged_latest_json_on_s3_is_replaced_as_a_local_one_is(s3_store, tmp_path):
+    """A stray byte in S3's nights/latest.json made every later night's record 'not stored' (exit 4, no
+    calibration, no report) from every pod, while the same bytes in a local home are replaced: latest.json
+    is a copy that orders nothing once damaged (docs/storage.md)."""
+    import json
+
+    from pipelines.night import write_latest
+
+    record = {"night": "2026-12-06T010000Z-abcd1234", "started_at": "2026-12-06T01:00:00+00:00"}
+    damaged = b'{"night": "2026-12-06T99\xff\xfe"}'
+    local = LocalStateStore(tmp_path / "home")
+    local.path("nights/latest.json").parent.mkdir(parents=True)
+    local.path("nights/latest.json").write_bytes(damaged)
+    s3_store.artifacts.client.put_object(Bucket=s3_store.artifacts.bucket,
+                                         Key=s3_store.artifacts.prefix + "nights/latest.json", Body=damaged)
+    for store in (local, s3_store):
+        assert write_latest(store, record, json.dumps(record)) is True
+        assert json.loads(store.get("nights/latest.json")) == record
