@@ -239,17 +239,29 @@ def _sample(where: str, n: int, line: str, imported: datetime | None = None) -> 
     return screen(sample)
 
 
-def _succession(where: str, n: int, line: str) -> Succession:
-    try:
-        row = json.loads(line)
-        ok = isinstance(row, dict) and all(isinstance(row.get(k), str) and row[k] for k in ("before", "after", "path"))
-    except ValueError:
-        ok = False
-    if not ok:
-        raise HistoryError(f"{where}:{n}: succession: expected a JSON object with before, after and path strings, "
-                           f"got {line[:80]!r}; move the object aside (the samples of the files it names will count "
-                           "as stale) or restore it from a backup")
-    return Succession(row["before"], row["after"], row["path"], str(row.get("why") or CALIBRATE_REWRITE))
+def decode_successions(where: str, body: bytes) -> tuple[list[Succession], Problem | None]:
+    """The rewrites of one ``history/successions/`` object, or its first problem (then none of them), as
+    ``decode`` takes a samples object: no nightly writes an empty one, or a line that is not UTF-8."""
+    if not body.strip():
+        return [], Problem(where, 1, "content", "empty; a nightly never writes an empty one (truncated?)")
+    out: list[Succession] = []
+    for n, raw in enumerate(body.split(b"\n"), 1):
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            return [], Problem(where, n, "encoding", f"not UTF-8 ({exc.reason})")
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+            ok = isinstance(row, dict) and all(isinstance(row.get(k), str) and row[k] for k in ("before", "after", "path"))
+        except (ValueError, RecursionError):
+            ok = False
+        if not ok:
+            return [], Problem(where, n, "succession", "expected a JSON object with before, after and path strings, "
+                                                       f"got {line[:80]!r}")
+        out.append(Succession(row["before"], row["after"], row["path"], str(row.get("why") or CALIBRATE_REWRITE)))
+    return out, None
 
 
 class S3HistoryStore:
@@ -276,13 +288,13 @@ class S3HistoryStore:
 
     # -- writing -------------------------------------------------------------------------------
     def _put(self, samples: list[Sample], folder: str, label: str) -> str:
-        body = encode(samples)
-        return self._write(body, folder, label, f"writing {len(samples)} samples",
-                           {"nightly-schema": SCHEMA, "nightly-sha256": hashlib.sha256(body).hexdigest(),
-                            "nightly-samples": str(len(samples))})
+        return self._write(encode(samples), folder, label, f"writing {len(samples)} samples",
+                           {"nightly-samples": str(len(samples))})
 
-    def _write(self, body: bytes, folder: str, label: str, action: str, metadata: dict[str, str]) -> str:
-        """One new JSON-lines object under ``history/<folder>/``, never replacing one (If-None-Match)."""
+    def _write(self, body: bytes, folder: str, label: str, action: str, count: dict[str, str]) -> str:
+        """One new JSON-lines object under ``history/<folder>/``, never replacing one (If-None-Match), with the
+        schema, the body's sha256 (``_fetch`` checks it) and ``count`` (how many lines of what) as metadata."""
+        metadata = {"nightly-schema": SCHEMA, "nightly-sha256": hashlib.sha256(body).hexdigest(), **count}
         now = datetime.now(UTC)
         label = re.sub(r"[^A-Za-z0-9._-]+", "_", label)[:64] or "none"
         key = f"{self.prefix}history/{folder}/{now:%Y-%m-%d}/{now:%H%M%S%f}-{label}-{uuid.uuid4().hex}.jsonl"
@@ -333,7 +345,7 @@ class S3HistoryStore:
             return 0
         body = "".join(json.dumps(dataclasses.asdict(s), sort_keys=True) + "\n" for s in items).encode()
         self._write(body, "successions", "calibrate", f"recording {len(items)} est_time rewrites",
-                    {"nightly-schema": SCHEMA})
+                    {"nightly-successions": str(len(items))})
         return len(items)
 
     def successions_stamp(self) -> tuple[str, ...]:
@@ -346,16 +358,26 @@ class S3HistoryStore:
             raise self._fail("listing the est_time rewrites", exc) from exc
 
     def successions(self) -> list[Succession]:
-        """Every recorded rewrite, oldest object first. A damaged line is an error naming its object
-        and line: a lost succession would silently make the history of a calibrated file stale."""
+        """Every recorded rewrite, oldest object first. A damaged object (checked as a samples object is:
+        ``_fetch``, then every line) is an error naming it: a lost succession would silently make the
+        history of a calibrated file stale."""
         out: list[Succession] = []
+        problems: list[Problem] = []
         try:
-            for key in self._keys(("successions",)):
-                body = self.client.get_object(Bucket=self.bucket, Key=key)["Body"].read()
-                for n, line in enumerate(body.decode("utf-8", errors="replace").splitlines(), 1):
-                    out.append(_succession(f"s3://{self.bucket}/{key}", n, line))
+            keys = self._keys(("successions",))
+            for key in keys:
+                where, body, problem = self._fetch(key)
+                got, problem = ([], problem) if problem else decode_successions(where, body)
+                out += got
+                problems += [problem] if problem else []
         except (ClientError, BotoCoreError) as exc:
             raise self._fail("reading the est_time rewrites", exc) from exc
+        if problems:
+            raise HistoryError(self._damaged(
+                problems, f"{len(keys)} objects of est_time rewrites",
+                "the samples of the files they name would count as stale",
+                "or restore it from a backup (a versioned bucket keeps its earlier version), then retry; moved "
+                "aside, its rewrites are lost and the samples of the files it names count as stale"))
         return out
 
     # -- reading -------------------------------------------------------------------------------
@@ -375,19 +397,26 @@ class S3HistoryStore:
             listed[folder] = [o["Key"] for page in pages for o in page.get("Contents", []) if o["Key"].endswith(".jsonl")]
         return [key for folder in folders for key in listed[folder]]
 
-    def _get(self, key: str) -> tuple[list[Sample], Problem | None]:
+    def _fetch(self, key: str) -> tuple[str, bytes, Problem | None]:
+        """``(s3://bucket/key, body, problem)`` of one history object: a schema this nightly does not read, or
+        a body that does not match the sha256 ``_write`` recorded. An object from a nightly that recorded
+        no sha256 (successions before it did) has none to check: its lines are all there is."""
         where = f"s3://{self.bucket}/{key}"
         obj = self.client.get_object(Bucket=self.bucket, Key=key)
         body = obj["Body"].read()
         meta = obj.get("Metadata", {})
         if meta.get("nightly-schema", SCHEMA) != SCHEMA:
-            return [], Problem(where, 1, "schema", f"version {meta['nightly-schema']}, this nightly reads {SCHEMA}; "
-                                                   "upgrade nightly-e2e")
+            return where, body, Problem(where, 1, "schema", f"version {meta['nightly-schema']}, this nightly reads "
+                                                            f"{SCHEMA}; upgrade nightly-e2e")
         digest = meta.get("nightly-sha256")
         if digest and digest != hashlib.sha256(body).hexdigest():
-            return [], Problem(where, 1, "content", "does not match the sha256 it was written with "
-                                                    "(truncated or overwritten)")
-        return decode(where, body)
+            return where, body, Problem(where, 1, "content", "does not match the sha256 it was written with "
+                                                             "(truncated or overwritten)")
+        return where, body, None
+
+    def _get(self, key: str) -> tuple[list[Sample], Problem | None]:
+        where, body, problem = self._fetch(key)
+        return ([], problem) if problem else decode(where, body)
 
     def scan(self) -> HistoryScan:
         """Every readable sample (repeats dropped, first kept) and one problem per damaged object."""
@@ -421,16 +450,19 @@ class S3HistoryStore:
         """Every sample; if any object is damaged, raise after reading the rest (see ``scan``)."""
         found = self.scan()
         if found.problems:
-            listed = "\n".join(f"  {p}" for p in found.problems)
-            first = found.problems[0].path.removeprefix(f"s3://{self.bucket}/{self.prefix}")
-            raise S3HistoryReadError(
-                f"{self.url}: {len(found.problems)} of {found.objects} history objects are unreadable "
-                f"({len(found.samples)} samples in the others were read; nothing was computed from them):\n"
-                f"{listed}\nMove each aside, keeping it for recovery, e.g. `aws s3 mv s3://{self.bucket}/{self.prefix}{first} "
-                f"s3://{self.bucket}/{self.prefix}quarantine/{first}`, then retry; re-add lost nights with "
-                "`nightly history import`.",
-                found.samples, found.problems)
+            raise S3HistoryReadError(self._damaged(
+                found.problems, f"{found.objects} history objects",
+                f"{len(found.samples)} samples in the others were read; nothing was computed from them",
+                "then retry; re-add lost nights with `nightly history import`"), found.samples, found.problems)
         return found.samples
+
+    def _damaged(self, problems: list[Problem], of: str, why: str, then: str) -> str:
+        """What a read that found damaged objects says: each one located, and the command that moves it aside."""
+        listed = "\n".join(f"  {p}" for p in problems)
+        first = problems[0].path.removeprefix(f"s3://{self.bucket}/{self.prefix}")
+        return (f"{self.url}: {len(problems)} of {of} are unreadable ({why}):\n{listed}\nMove each aside, keeping it "
+                f"for recovery, e.g. `aws s3 mv s3://{self.bucket}/{self.prefix}{first} "
+                f"s3://{self.bucket}/{self.prefix}quarantine/{first}`, {then}.")
 
     def _delete(self, keys: list[str]) -> dict[str, tuple[str, str]]:
         """Delete ``keys``, 1,000 per request; returns ``{key: (code, message)}`` for each one S3 refused.

@@ -423,7 +423,7 @@ def test_a_damaged_succession_is_an_error_naming_its_object_and_line(client, buc
     key = "nightly/history/successions/2026-12-01/000000000000-x.jsonl"
     client.put_object(Bucket=bucket, Key=key, Body=b'{"before": "a", "after": "b", "path": "t.py"}\n{"before": 1}\n')
     with pytest.raises(HistoryError, match=rf"s3://{bucket}/{key}:2: succession: expected a JSON object with before, "
-                                           r"after and path strings, got .*; move the object aside"):
+                                           r"after and path strings, got .*\nMove each aside"):
         store.successions()
 
 
@@ -517,3 +517,48 @@ def test_a_rewrite_every_calibration_proposes_again_is_stored_once(endpoint, cli
     assert store.add_successions([rewrite, later, later]) == 1
     assert len(store.successions_stamp()) == 2
     assert successions(S3HistoryStore(bucket, "again", client=s3_client(endpoint))) == [rewrite, later]
+
+
+@pytest.mark.parametrize("cut", ["to its first line", "to nothing"])
+def test_a_succession_object_cut_short_is_an_error_naming_its_key_not_fewer_rewrites(client, bucket, cut):
+    """A rewrite lost from history/successions/ makes every sample of its file count as stale: calibrate
+    said "too few samples" for the rewritten tests, rc 0, no warning. The object's sha256 now tells."""
+    from pipelines.core.calibrate import Succession
+
+    store = S3HistoryStore(bucket, "nightly", client=client)
+    store.add_successions([Succession("a" * 64, "b" * 64, "tests/x.py"), Succession("c" * 64, "d" * 64, "tests/y.py")])
+    (key,) = keys(client, bucket, "nightly/history/successions/")
+    obj = client.get_object(Bucket=bucket, Key=key)
+    body = obj["Body"].read()
+    assert obj["Metadata"]["nightly-sha256"] == hashlib.sha256(body).hexdigest()
+    assert obj["Metadata"]["nightly-successions"] == "2"
+    short = body.splitlines(True)[0] if cut == "to its first line" else b""
+    client.put_object(Bucket=bucket, Key=key, Body=short, Metadata=obj["Metadata"])
+    with pytest.raises(HistoryError) as exc:
+        store.successions()
+    message = str(exc.value)
+    assert f"s3://{bucket}/{key}:1: content: does not match the sha256 it was written with" in message
+    assert f"aws s3 mv s3://{bucket}/{key} s3://{bucket}/nightly/quarantine/history/successions/" in message
+
+
+@pytest.mark.parametrize("body, problem", [
+    (b"", ":1: content: empty"),
+    (b'{"before": "a", "after": "b", "path": "t\xff.py"}\n', ":1: encoding: not UTF-8"),
+])
+def test_a_succession_object_without_a_recorded_sha256_is_still_checked_line_by_line(client, bucket, body, problem):
+    store = S3HistoryStore(bucket, "nightly", client=client)
+    key = "nightly/history/successions/2026-12-01/000000000000-calibrate-old.jsonl"
+    client.put_object(Bucket=bucket, Key=key, Body=body, Metadata={"nightly-schema": "1"})
+    with pytest.raises(HistoryError, match=rf"s3://{bucket}/{key}{problem}"):
+        store.successions()
+
+
+def test_a_succession_object_written_before_sha256_was_recorded_still_reads(client, bucket):
+    from pipelines.core.calibrate import Succession
+
+    store = S3HistoryStore(bucket, "nightly", client=client)
+    key = "nightly/history/successions/2026-12-01/000000000000-calibrate-old.jsonl"
+    client.put_object(Bucket=bucket, Key=key, Metadata={"nightly-schema": "1"},  # as a nightly before it wrote them
+                      Body=b'{"after": "b", "before": "a", "path": "tests/x.py", "why": "est_time rewritten by nightly calibrate"}\n')
+    store.add_successions([Succession("b" * 64, "c" * 64, "tests/x.py")])
+    assert store.successions() == [Succession("a", "b", "tests/x.py"), Succession("b" * 64, "c" * 64, "tests/x.py")]
