@@ -672,8 +672,9 @@ def night_report(store: StateStore, night: str | None, inputs: ReportInputs,
 def write_html(store: StateStore, data: ReportData, out: Path | None = None) -> str:
     """Render the page and store it as ``reports/<night>.html`` (or write ``out``); returns where it is."""
     from pipelines.reporting.html import render_html  # matplotlib only where a page is drawn
+    from pipelines.storage.history import s3_endpoint
 
-    page = render_html(data)
+    page = render_html(data, endpoint=s3_endpoint())  # the store's endpoint: its logs' commands go there too
     if out is not None:
         write_atomic(out, page)
         return str(out)

@@ -423,11 +423,17 @@ class S3HistoryStore:
         if found.problems:
             listed = "\n".join(f"  {p}" for p in found.problems)
             first = found.problems[0].path.removeprefix(f"s3://{self.bucket}/{self.prefix}")
+            import shlex
+
+            from pipelines.storage.history import s3_endpoint
+
+            endpoint = s3_endpoint()  # the deployment's (MinIO, Ceph): the pasted command must go there too
+            move = shlex.join(["aws", "s3", "mv", *(["--endpoint-url", endpoint] if endpoint else []),
+                               f"s3://{self.bucket}/{self.prefix}{first}", f"s3://{self.bucket}/{self.prefix}quarantine/{first}"])
             raise S3HistoryReadError(
                 f"{self.url}: {len(found.problems)} of {found.objects} history objects are unreadable "
                 f"({len(found.samples)} samples in the others were read; nothing was computed from them):\n"
-                f"{listed}\nMove each aside, keeping it for recovery, e.g. `aws s3 mv s3://{self.bucket}/{self.prefix}{first} "
-                f"s3://{self.bucket}/{self.prefix}quarantine/{first}`, then retry; re-add lost nights with "
+                f"{listed}\nMove each aside, keeping it for recovery, e.g. `{move}`, then retry; re-add lost nights with "
                 "`nightly history import`.",
                 found.samples, found.problems)
         return found.samples
