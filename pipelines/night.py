@@ -1048,8 +1048,10 @@ class Night:
         try:
             return json.loads(text)
         except ValueError as exc:
-            raise CatalogError(Problem(self.state.uri(key), 1, "summary",
-                                       f"corrupt night record ({exc}); delete it, the next run writes a new one")) from exc
+            from pipelines.reporting.inputs import restore_advice
+
+            raise CatalogError(Problem(self.state.uri(key), getattr(exc, "lineno", 1), "summary",
+                                       f"corrupt night record ({exc}); {restore_advice(self.state, key)}")) from exc
 
     def recorded_repo(self, run_id: str) -> str | None:
         """The ``--repo`` run ``run_id`` ran with, from its record, as ``nightly calibrate --repo`` takes it:

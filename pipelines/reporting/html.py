@@ -47,12 +47,14 @@ def _link(path: str) -> str:
     return path if scheme in LINK_SCHEMES else ""
 
 
-def _fetch(path: str) -> str:
+def _fetch(path: str, endpoint: str | None = None) -> str:
     """For a log in S3 (no browser opens ``s3://``), the command that prints it, to copy; "" for any
-    other location. A presigned URL would expire while the report is still read, so none is made."""
+    other location. A presigned URL would expire while the report is still read, so none is made.
+    ``endpoint``: the deployment's S3 endpoint (MinIO, Ceph), which the pasted command must go to too."""
     if not path.startswith("s3://"):
         return ""
-    return f"aws s3 cp {shlex.quote(path)} -"
+    flag = f"--endpoint-url {shlex.quote(endpoint)} " if endpoint else ""
+    return f"aws s3 cp {flag}{shlex.quote(path)} -"
 
 
 def _fmt(v, unit: str = "") -> str:
@@ -61,15 +63,16 @@ def _fmt(v, unit: str = "") -> str:
     return (f"{v:,.1f}" if isinstance(v, float) else str(v)) + unit
 
 
-def render_html(data: ReportData, trend_rows: int = 40) -> str:
-    """The report page; the plots are SVG with a tooltip per bar and point."""
+def render_html(data: ReportData, trend_rows: int = 40, endpoint: str | None = None) -> str:
+    """The report page; the plots are SVG with a tooltip per bar and point. ``endpoint``: the S3
+    endpoint the commands that print logs in S3 name (None: AWS)."""
     order = [b.test_id for b in sorted(data.gantt, key=lambda b: b.start_s)] + [r.test_id for r in data.rows]
     keys = short_keys(order)
     ratios = sorted((r for r in data.rows if r.elapsed_s is not None and r.est_time > 0 and r.outcome == "passed"),
                     key=lambda r: -(r.elapsed_s or 0) / r.est_time)
     moved = sorted(data.trends, key=lambda t: -abs((t.change or 1) - 1))[:trend_rows]
     return _TEMPLATE.render(
-        d=data, keys=keys, colors=COLORS, fmt=_fmt, link=_link, fetch=_fetch, short=short_name, makespan_label=makespan_label,
+        d=data, keys=keys, colors=COLORS, fmt=_fmt, link=_link, fetch=lambda path: _fetch(path, endpoint), short=short_name, makespan_label=makespan_label,
         gantt=gantt_svg(data, keys), durations=durations_svg(data.rows, keys),
         trends_plot=trends_svg(data.trends, keys), sparkline=sparkline, moved=moved,
         # a new failure of a test already flaky going into the night is said to be one, not left to read as a regression

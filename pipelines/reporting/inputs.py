@@ -121,17 +121,23 @@ def read_summary(store: StateStore, key: str) -> dict:
     text = store.get(key)
     if text is None:
         raise CatalogError(Problem(store.uri(key), 1, "summary", "missing; run `nightly run` first"))
-    return parse_summary(store.uri(key), text)
+    return parse_summary(store.uri(key), text, restore=lambda: restore_advice(store, key))
 
 
-def parse_summary(where: str, text: str) -> dict:
+#: what to do about a record that is not JSON when where its copies are is not known
+RESTORE = ("a night's record is stored twice, as nights/<night>.json and runs/<run id>.json: copy the other one "
+           "over it if that is intact, else move it aside")
+
+
+def parse_summary(where: str, text: str, restore: Callable[[], str] | None = None) -> dict:
     """The summary in ``text`` checked for the shape the report reads, so a damaged file is named, not a
-    traceback: each problem at the line of its field (the key, or the attempt's object)."""
+    traceback: each problem at the line of its field (the key, or the attempt's object). ``restore``
+    says where an intact copy of a record that is not JSON is (:func:`restore_advice`)."""
     try:
         data = json.loads(text)
     except ValueError as exc:
         raise CatalogError(Problem(where, getattr(exc, "lineno", 1), "summary",
-                                   f"not valid JSON ({exc}); delete the file or run the night again")) from exc
+                                   f"not valid JSON ({exc}); {restore() if restore else RESTORE}")) from exc
     written = "was it written by `nightly run`? Run the night again or move the file aside"
 
     def wrong(path: tuple, message: str) -> CatalogError:
@@ -154,6 +160,44 @@ def parse_summary(where: str, text: str) -> dict:
     _check_pools(wrong, data.get("pools"))
     _check_plan(wrong, data.get("plan"))
     return data
+
+
+def restore_advice(store: StateStore, key: str) -> str:
+    """What to do about the record at ``key`` that is not JSON (a write cut short): the run wrote the same
+    text as ``nights/<night>.json``, ``runs/<run id>.json`` and (the newest) ``nights/latest.json``, so
+    another copy may be whole; it is named, to copy over this one. A past night cannot be run again, and
+    deleting a record loses it. The copies are found by name (a night's name ends in its run id's first
+    8 characters, dashes dropped: ``Night.night``) and each read to check it is whole and the same run's."""
+    name = key.rsplit("/", 1)[-1].removesuffix(".json")
+    if key == "nights/latest.json":  # only a copy: the newest night's record
+        candidates, lost, same = night_keys(store)[-1:], "", lambda _: True
+    elif key.startswith("runs/"):
+        tag = name.replace("-", "")[:8]
+        candidates = [k for k in night_keys(store) if k.endswith(f"-{tag}.json")] + ["nights/latest.json"]
+        lost, same = f"run {name}'s record", lambda d: safe_filename(str(d.get("run_id") or "")) == name
+    else:
+        tag = name[19:] if NIGHT_ID.match(name) else ""  # after "2026-12-04T165637Z-"
+        candidates = [k for k in store.keys("runs/") if tag and "/" not in k[len("runs/"):]
+                      and k[len("runs/"):].removesuffix(".json").replace("-", "")[:8] == tag]
+        candidates.append("nights/latest.json")
+        lost, same = f"night {name}'s record", lambda d: d.get("night") == name
+    for other in candidates:
+        try:
+            data = json.loads(store.get(other) or "")
+        except (ValueError, StateError):  # that one is damaged too (or cannot be read now)
+            continue
+        if other != key and isinstance(data, dict) and same(data):
+            if not lost:
+                return (f"it is only a copy of the newest night's record, which is intact as {store.uri(other)}: copy "
+                        "that over it, or delete it (the next run writes a new one)")
+            return (f"the same record is intact as {store.uri(other)}: copy that over this file to restore it "
+                    f"(deleting this file instead loses {lost})")
+    if not lost:
+        return "it is only a copy of the newest night's record: delete it, the next run writes a new one"
+    looked = ", ".join(store.uri(k) for k in candidates if k != key)
+    unnamed = "" if key.startswith("runs/") or tag else "; it may also be stored as runs/<its run id>.json"
+    return (f"no intact copy of it was found (checked {looked}{unnamed}); move it aside, keeping it for "
+            f"recovery: that loses {lost}")
 
 
 def _field(path: tuple) -> str:
@@ -358,7 +402,7 @@ def locate_night(store: StateStore, night: str | None = None, warn: Callable[[st
     elif night in names:
         i, summary = names.index(night), read(keys[names.index(night)])
     elif "/" not in night and (run := store.get(f"runs/{night}.json")) is not None:  # a path is no run id
-        summary = parse_summary(store.uri(f"runs/{night}.json"), run)
+        summary = parse_summary(store.uri(f"runs/{night}.json"), run, lambda: restore_advice(store, f"runs/{night}.json"))
         i = names.index(summary["night"]) if summary.get("night") in names else 0
     else:
         raise CatalogError(Problem(store.uri("nights"), 1, "--night",
@@ -628,8 +672,9 @@ def night_report(store: StateStore, night: str | None, inputs: ReportInputs,
 def write_html(store: StateStore, data: ReportData, out: Path | None = None) -> str:
     """Render the page and store it as ``reports/<night>.html`` (or write ``out``); returns where it is."""
     from pipelines.reporting.html import render_html  # matplotlib only where a page is drawn
+    from pipelines.storage.history import s3_endpoint
 
-    page = render_html(data)
+    page = render_html(data, endpoint=s3_endpoint())  # the store's endpoint: its logs' commands go there too
     if out is not None:
         write_atomic(out, page)
         return str(out)

@@ -458,11 +458,17 @@ class S3HistoryStore:
 
     def _damaged(self, problems: list[Problem], of: str, why: str, then: str) -> str:
         """What a read that found damaged objects says: each one located, and the command that moves it aside."""
+        import shlex
+
+        from pipelines.storage.history import s3_endpoint
+
         listed = "\n".join(f"  {p}" for p in problems)
         first = problems[0].path.removeprefix(f"s3://{self.bucket}/{self.prefix}")
+        endpoint = s3_endpoint()  # the deployment's (MinIO, Ceph): the pasted command must go there too
+        move = shlex.join(["aws", "s3", "mv", *(["--endpoint-url", endpoint] if endpoint else []),
+                           f"s3://{self.bucket}/{self.prefix}{first}", f"s3://{self.bucket}/{self.prefix}quarantine/{first}"])
         return (f"{self.url}: {len(problems)} of {of} are unreadable ({why}):\n{listed}\nMove each aside, keeping it "
-                f"for recovery, e.g. `aws s3 mv s3://{self.bucket}/{self.prefix}{first} "
-                f"s3://{self.bucket}/{self.prefix}quarantine/{first}`, {then}.")
+                f"for recovery, e.g. `{move}`, {then}.")
 
     def _delete(self, keys: list[str]) -> dict[str, tuple[str, str]]:
         """Delete ``keys``, 1,000 per request; returns ``{key: (code, message)}`` for each one S3 refused.

@@ -148,7 +148,39 @@ def test_a_corrupt_summary_is_named_with_the_fix(tmp_path, capsys):
     code, _, err = nightly(capsys, "report", "--home", str(tmp_path), "--repo", "minirl")
     assert code == 2
     assert "2026-11-01T150000Z.json:1: summary: not valid JSON (" in err
-    assert "delete the file or run the night again" in err
+    assert f"no intact copy of it was found (checked {tmp_path}/nights/latest.json; it may also be stored as " in err
+    assert "move it aside, keeping it for recovery: that loses night 2026-11-01T150000Z's record" in err
+
+
+RUN = "0f3c9a2e-77b1-4d0a-9e21-5c1d2b3a4f60"
+NIGHT = "2026-12-04T165637Z-0f3c9a2e"  # as `nightly run` names it: its start and its run id's first 8 characters
+
+
+def three_copies(home) -> str:
+    """A night's record as `nightly run` leaves it: nights/<night>.json, runs/<run id>.json, latest.json."""
+    text = json.dumps({"night": NIGHT, "run_id": RUN, "repo": "minirl", "cadence": "nightly", "selected": [tid(SFT)],
+                       "attempts": [{"test_id": tid(SFT), "outcome": "passed", "elapsed_s": 3.0, "node": "n0",
+                                     "started_at": "2026-12-04T16:57:00+00:00"}]}, indent=1)
+    for key in (f"nights/{NIGHT}.json", f"runs/{RUN}.json", "nights/latest.json"):
+        (home / key).parent.mkdir(parents=True, exist_ok=True)
+        (home / key).write_text(text)
+    return text[:text.index('"started_at"') + 5]  # cut short inside a string, as a killed write leaves it
+
+
+@pytest.mark.parametrize(("damaged", "asked", "intact", "lost"), [
+    (f"runs/{RUN}.json", RUN, f"nights/{NIGHT}.json", f"run {RUN}'s record"),
+    (f"nights/{NIGHT}.json", NIGHT, f"runs/{RUN}.json", f"night {NIGHT}'s record"),
+])
+def test_a_record_cut_short_names_its_line_and_the_intact_copy_to_restore_it_from(tmp_path, capsys, damaged, asked,
+                                                                                 intact, lost):
+    cut = three_copies(tmp_path)
+    (tmp_path / damaged).write_text(cut)
+    code, out, err = nightly(capsys, "report", "--home", str(tmp_path), "--night", asked)
+    assert (code, out) == (2, "")
+    assert f"{tmp_path}/{damaged}:{cut.count(chr(10)) + 1}: summary: not valid JSON (Unterminated string" in err, err
+    assert (f"the same record is intact as {tmp_path}/{intact}: copy that over this file to restore it "
+            f"(deleting this file instead loses {lost})") in err, err
+    assert "run the night again" not in err
 
 
 def test_a_night_whose_flaky_states_are_damaged_is_named_not_a_traceback(tmp_path, capsys):
@@ -454,7 +486,7 @@ def test_a_corrupt_run_record_is_named_with_the_fix_and_nothing_is_written(home,
     pages = sorted((home / "reports").glob("*")) if (home / "reports").exists() else []
     code, out, err = nightly(capsys, "report", "--home", str(home), "--repo", "minirl", "--night", "r1")
     assert (code, out) == (2, "")
-    assert f"{home}/runs/r1.json:1: summary: not valid JSON (" in err and "delete the file or run the night again" in err
+    assert f"{home}/runs/r1.json:1: summary: not valid JSON (" in err and "that loses run r1's record" in err
     assert "Traceback" not in err
     assert (sorted((home / "reports").glob("*")) if (home / "reports").exists() else []) == pages
 

@@ -195,3 +195,39 @@ def test_a_calibration_that_fails_prints_no_paths_it_did_not_write(endpoint, tmp
     out, err = capsys.readouterr()
     assert "evidence:" not in out and "estimates:" not in out and "report:" not in out, out
     assert "calibration: failed (Dagster run " in out and "no report, evidence, patch or estimates were written" in out
+
+
+def _night_with_an_s3_log(s3, bucket: str) -> str:
+    """A night in ``bucket`` whose failed test's log is in S3; returns that log's URI."""
+    import json
+
+    log = f"s3://{bucket}/team-a/nightly/state/logs/n1/tests%2Fe2e%2Ftest_a.py.attempt1.log"
+    record = {"night": "2026-12-04T165637Z-r1", "run_id": "r1", "repo": "minirl", "cadence": "nightly",
+              "selected": ["tests/e2e/test_a.py"],
+              "attempts": [{"test_id": "tests/e2e/test_a.py", "outcome": "failed", "elapsed_s": 3.0, "node": "n0",
+                            "started_at": "2026-12-04T16:57:00+00:00", "exit_code": 1, "log_uri": log}]}
+    s3.create_bucket(Bucket=bucket)
+    s3.put_object(Bucket=bucket, Key="team-a/nightly/state/nights/2026-12-04T165637Z-r1.json",
+                  Body=json.dumps(record).encode())
+    return log
+
+
+def test_the_commands_printed_for_s3_objects_go_to_the_deployments_endpoint(endpoint, tmp_path, monkeypatch, capsys):
+    """On MinIO or Ceph (NIGHTLY_S3_ENDPOINT), a pasted `aws s3 ...` without --endpoint-url would ask AWS."""
+    import shlex
+
+    from tests.support.moto import s3_client
+
+    use(monkeypatch, s3_assets(tmp_path / "assets", "endpoint-cmds"), endpoint)
+    s3 = s3_client(endpoint)
+    log = _night_with_an_s3_log(s3, "endpoint-cmds")
+    page = tmp_path / "page.html"
+    assert main(["report", "--home", str(tmp_path / "home"), "--out", str(page)]) == 0, capsys.readouterr().err
+    assert f"aws s3 cp --endpoint-url {shlex.quote(endpoint)} {log} -" in page.read_text()
+
+    bad = "team-a/nightly/history/samples/2026-12-04/000000000000-r9-feed.jsonl"
+    s3.put_object(Bucket="endpoint-cmds", Key=bad, Body=b'{"test_id": "t"\n')
+    assert main(["report", "--home", str(tmp_path / "home"), "--out", str(page)]) != 0
+    err = capsys.readouterr().err
+    assert (f"`aws s3 mv --endpoint-url {shlex.quote(endpoint)} s3://endpoint-cmds/{bad} "
+            f"s3://endpoint-cmds/team-a/nightly/quarantine/history/samples/2026-12-04/") in err, err

@@ -222,7 +222,7 @@ def test_a_corrupt_run_record_is_located_with_the_fix(tmp_path):
     with pytest.raises(CatalogError) as err:
         select_night(LocalStateStore(tmp_path), "r1")
     assert str(err.value).startswith(f"{tmp_path}/runs/r1.json:1: summary: not valid JSON (")
-    assert str(err.value).endswith("; delete the file or run the night again")
+    assert str(err.value).endswith("; move it aside, keeping it for recovery: that loses run r1's record")
 
 
 WRITTEN = "was it written by `nightly run`? Run the night again or move the file aside"
