@@ -29,9 +29,19 @@ def test_bucket125_reproduces_the_framework_m_recalibration():
     assert one([s(568)], est_time=1800).proposed == 800
 
 
-@pytest.mark.parametrize(("elapsed", "expected"), [(160, 200), (152.1, 200), (152, 190), (131, 170), (8, 10), (0.5, 10)])
+@pytest.mark.parametrize(("elapsed", "expected"), [(160, 200), (152, 190), (131, 170), (8, 10), (0.5, 10)])
 def test_bucket125_rounds_to_ten_seconds_up_to_200(elapsed, expected):
     assert one([s(elapsed)], est_time=2 * expected).proposed == expected
+
+
+@pytest.mark.parametrize(("elapsed", "expected"), [(8.209, 10), (152.1, 190), (152.6, 200), (160.4, 200), (1040.4, 1300)])
+def test_bucket125_takes_the_elapsed_in_whole_seconds_as_framework_ms_runner_logs_it(elapsed, expected):
+    """One run, one est_time, whether a night measured it (8.209 s) or it was imported from the framework's
+    log (`elapsed=8`): 8 x 1.25 = 10 s, where 8.209 x 1.25 = 10.26 went up to 11 and so to the 20 s bucket."""
+    e = one([s(elapsed)], est_time=2 * expected)
+    assert e.proposed == expected
+    assert one([s(round(elapsed))], est_time=2 * expected).proposed == expected
+    assert f"max {elapsed:g} s ({round(elapsed)} s as the runner logs it) x 1.25" in e.reason
 
 
 def test_bucket_edges_200_stays_and_201_goes_to_300():
