@@ -745,3 +745,31 @@ def test_an_unregistered_file_is_advised_a_registration_from_its_own_folder(tmp_
     err = capsys.readouterr().err
     problem = next(line for line in err.splitlines() if line.startswith("tests/e2e/gpu/deeper/test_forgot.py"))
     assert problem.endswith('register the file e.g. register_cuda_ci(600, "stage-c-2-gpu-h200", ...) as other files here do')
+
+
+@pytest.mark.parametrize(("files", "advised"), [
+    ({  # a tie of one CPU and one GPU file in tests/e2e: not the CPU call, though it comes first
+        "tests/e2e/test_cpu_smoke.py": 'register_cpu_ci(30, "stage-a-cpu")\n',
+        "tests/e2e/megatron/test_x.py": 'register_cuda_ci(1300, "stage-c-4-gpu-h200", labels=["megatron"])\n',
+     }, 'register_cuda_ci(1300, "stage-c-4-gpu-h200", ...)'),
+    ({  # most files under tests/e2e register CPU calls: the nearest of those, not the GPU one beside the file
+        "tests/e2e/a/deep/test_cpu_far.py": 'register_cpu_ci(40, "stage-a-cpu")\n',
+        "tests/e2e/b/test_cpu_near.py": 'register_cpu_ci(20, "stage-a-cpu")\n',
+        "tests/e2e/test_gpu.py": 'register_cuda_ci(600, "stage-c-2-gpu-h200", labels=["fsdp"])\n',
+     }, 'register_cpu_ci(20, "stage-a-cpu", ...)'),
+    ({  # the file's own folder registers a GPU call: that, not the repo's CPU majority elsewhere
+        "tests/e2e/newdir/test_gpu.py": 'register_cuda_ci(600, "stage-c-2-gpu-h200", labels=["fsdp"])\n',
+        "tests/e2e/test_cpu_a.py": 'register_cpu_ci(30, "stage-a-cpu")\n',
+        "tests/e2e/test_cpu_b.py": 'register_cpu_ci(30, "stage-a-cpu")\n',
+     }, 'register_cuda_ci(600, "stage-c-2-gpu-h200", ...)'),
+])
+def test_an_unregistered_file_is_advised_the_call_most_files_of_the_nearest_registering_folder_make(
+        tmp_path, capsys, files, advised):
+    """The smallest folder above the file whose subtree registers any; there the backend most files register (a tie:
+    not the CPU one), from the folder nearest the file."""
+    write_tree(tmp_path, {"fw/ci_register.py": (EXAMPLE / "minirl/ci_register.py").read_text(), **files,
+                          "tests/e2e/newdir/test_new.py": "def execute(): pass\n"})
+    assert run(["--repo", str(tmp_path)]) == 0
+    err = capsys.readouterr().err
+    problem = next(line for line in err.splitlines() if line.startswith("tests/e2e/newdir/test_new.py"))
+    assert problem.endswith(f"register the file e.g. {advised} as other files here do")
