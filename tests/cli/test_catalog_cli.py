@@ -792,3 +792,30 @@ def test_whether_a_long_chain_parses_does_not_depend_on_how_deep_the_catalog_is_
         assert _at_depth(depth, lambda: run(["--repo", str(tmp_path), "--no-cache"])) == 0
         listings.append(capsys.readouterr()[0].splitlines()[-1])
     assert listings == [f"1 tests (1 on GPUs, 0 disabled) of 1 in {tmp_path}; 0 requirements; 0 problems"] * 2
+
+
+def test_an_entry_a_job_lists_twice_by_joining_a_list_with_itself_names_the_job_not_a_second_entry(tmp_path, capsys):
+    """The file has one entry (line 2); the repeat is the job's `a_tests + a_tests` (line 9), which is what to fix."""
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests/test_a.py").write_text("NUM_GPUS = 2\n")
+    (tmp_path / ".github/workflows").mkdir(parents=True)
+    (tmp_path / ".github/workflows/pr-test.yml.j2").write_text(textwrap.dedent("""\
+        <% set a_tests = [
+            {'test_file': 'test_a.py', 'test_args': '--mode b'},
+        ] %>
+        <% set b_tests = [
+            {'test_file': 'test_a.py', 'test_args': '--mode b'},
+        ] %>
+        <% set jobs = {
+            'j0': {'label': 'run-ci-b', 'tests': b_tests},
+            'j1': {'label': 'run-ci-a', 'tests': a_tests + a_tests},
+        } %>
+        on:
+          pull_request:
+        """))
+    assert run(["--repo", str(tmp_path), "--json"]) == 0
+    out, err = capsys.readouterr()
+    assert [(t["id"], t["labels"]) for t in json.loads(out)] == [("tests/test_a.py", ["b", "a"])]
+    problems = [line for line in err.splitlines() if line.startswith(".github/")]
+    assert problems == [".github/workflows/pr-test.yml.j2:9: jobs.j1.tests: job 'j1' lists the entry of line 2 "
+                        "(test id 'tests/test_a.py') twice, so it would run it twice; list it once"]

@@ -456,6 +456,15 @@ def _same_test(test_id: str, first: Entry, again: Entry) -> Problem:
         f"{spelled}; remove one"))
 
 
+def _listed_twice(test_id: str, entry: Entry) -> Problem:
+    """One entry its job lists twice (``a_tests + a_tests``): the file has it once, the job's list repeats it,
+    so the problem is at the job (its line where known) and names the entry's line."""
+    where, field = (entry.job_line, f"jobs.{entry.job}.tests") if entry.job_line else (entry.line, "id")
+    return Problem(entry.source, where, field, (
+        f"job {entry.job!r} lists the entry of line {entry.line} (test id {test_id!r}) twice, so it would run it "
+        "twice; list it once"))
+
+
 def template_tests(
     repo: Path, tmpls: Sequence[tuple[str, Template]], scans: Mapping[str, FileScan], default_gpus: int,
     default_est_time: int, estimates: Mapping[str, int],
@@ -511,7 +520,8 @@ def template_tests(
         for key in keys:
             e, labels, jobs = merged[key]
             test_id = ids[key]
-            problems += [_same_test(test_id, first, again) for first, again in repeated.get(key, ())]
+            problems += [_listed_twice(test_id, again) if (first.source, first.line) == (again.source, again.line)
+                         else _same_test(test_id, first, again) for first, again in repeated.get(key, ())]
             if test_id in by_id:  # `--a --b` and `--a  --b`: two entries, one test the job runs alike
                 problems.append(_same_test(test_id, by_id[test_id], e))
                 continue
