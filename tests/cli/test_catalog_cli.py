@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import platform
 import textwrap
 from pathlib import Path
 
@@ -692,8 +693,8 @@ def test_a_file_too_deeply_nested_for_python_s_parser_is_one_located_problem_and
     assert [line.split()[0] for line in out.splitlines()[2:-1]] == ["tests/e2e/test_good.py"]
     assert out.splitlines()[-1].endswith("; 1 problems")
     problem = next(line for line in err.splitlines() if line.startswith("tests/e2e/test_bad.py"))
-    assert problem.startswith(f"tests/e2e/test_bad.py:1: syntax: an expression is nested too deeply for Python's "
-                              f"parser ({error}), so Python cannot run the file either; split it")
+    assert problem.startswith("tests/e2e/test_bad.py:1: syntax: an expression is nested too deeply for the parser of "
+                              f"this Python ({platform.python_version()}: {error}); split it")
 
 
 @pytest.mark.parametrize("expression", [
@@ -745,3 +746,76 @@ def test_an_unregistered_file_is_advised_a_registration_from_its_own_folder(tmp_
     err = capsys.readouterr().err
     problem = next(line for line in err.splitlines() if line.startswith("tests/e2e/gpu/deeper/test_forgot.py"))
     assert problem.endswith('register the file e.g. register_cuda_ci(600, "stage-c-2-gpu-h200", ...) as other files here do')
+
+
+@pytest.mark.parametrize(("files", "advised"), [
+    ({  # a tie of one CPU and one GPU file in tests/e2e: not the CPU call, though it comes first
+        "tests/e2e/test_cpu_smoke.py": 'register_cpu_ci(30, "stage-a-cpu")\n',
+        "tests/e2e/megatron/test_x.py": 'register_cuda_ci(1300, "stage-c-4-gpu-h200", labels=["megatron"])\n',
+     }, 'register_cuda_ci(1300, "stage-c-4-gpu-h200", ...)'),
+    ({  # most files under tests/e2e register CPU calls: the nearest of those, not the GPU one beside the file
+        "tests/e2e/a/deep/test_cpu_far.py": 'register_cpu_ci(40, "stage-a-cpu")\n',
+        "tests/e2e/b/test_cpu_near.py": 'register_cpu_ci(20, "stage-a-cpu")\n',
+        "tests/e2e/test_gpu.py": 'register_cuda_ci(600, "stage-c-2-gpu-h200", labels=["fsdp"])\n',
+     }, 'register_cpu_ci(20, "stage-a-cpu", ...)'),
+    ({  # the file's own folder registers a GPU call: that, not the repo's CPU majority elsewhere
+        "tests/e2e/newdir/test_gpu.py": 'register_cuda_ci(600, "stage-c-2-gpu-h200", labels=["fsdp"])\n',
+        "tests/e2e/test_cpu_a.py": 'register_cpu_ci(30, "stage-a-cpu")\n',
+        "tests/e2e/test_cpu_b.py": 'register_cpu_ci(30, "stage-a-cpu")\n',
+     }, 'register_cuda_ci(600, "stage-c-2-gpu-h200", ...)'),
+])
+def test_an_unregistered_file_is_advised_the_call_most_files_of_the_nearest_registering_folder_make(
+        tmp_path, capsys, files, advised):
+    """The smallest folder above the file whose subtree registers any; there the backend most files register (a tie:
+    not the CPU one), from the folder nearest the file."""
+    write_tree(tmp_path, {"fw/ci_register.py": (EXAMPLE / "minirl/ci_register.py").read_text(), **files,
+                          "tests/e2e/newdir/test_new.py": "def execute(): pass\n"})
+    assert run(["--repo", str(tmp_path)]) == 0
+    err = capsys.readouterr().err
+    problem = next(line for line in err.splitlines() if line.startswith("tests/e2e/newdir/test_new.py"))
+    assert problem.endswith(f"register the file e.g. {advised} as other files here do")
+
+
+def _at_depth(depth: int, call):
+    """``call()`` from ``depth`` frames deeper than here, as a Dagster op or a deep caller runs the catalog."""
+    return call() if depth == 0 else _at_depth(depth - 1, call)
+
+
+def test_whether_a_long_chain_parses_does_not_depend_on_how_deep_the_catalog_is_called(tmp_path, capsys):
+    """Python 3.11's parser gives up on a 2,000-term chain from 600 frames deep but not from a shallow stack: the
+    catalog reads the file as from a shallow stack wherever it is called, one answer for the same file."""
+    call = 'register_cuda_ci(100, "stage-c-1-gpu-h200", labels=["a"])\n'
+    chain = " + ".join(['"x"'] * 2000)
+    write_tree(tmp_path, {"tests/e2e/test_long_prompt.py": f"{call}P = {chain}\n"})
+    listings = []
+    for depth in (0, 600):
+        assert _at_depth(depth, lambda: run(["--repo", str(tmp_path), "--no-cache"])) == 0
+        listings.append(capsys.readouterr()[0].splitlines()[-1])
+    assert listings == [f"1 tests (1 on GPUs, 0 disabled) of 1 in {tmp_path}; 0 requirements; 0 problems"] * 2
+
+
+def test_an_entry_a_job_lists_twice_by_joining_a_list_with_itself_names_the_job_not_a_second_entry(tmp_path, capsys):
+    """The file has one entry (line 2); the repeat is the job's `a_tests + a_tests` (line 9), which is what to fix."""
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests/test_a.py").write_text("NUM_GPUS = 2\n")
+    (tmp_path / ".github/workflows").mkdir(parents=True)
+    (tmp_path / ".github/workflows/pr-test.yml.j2").write_text(textwrap.dedent("""\
+        <% set a_tests = [
+            {'test_file': 'test_a.py', 'test_args': '--mode b'},
+        ] %>
+        <% set b_tests = [
+            {'test_file': 'test_a.py', 'test_args': '--mode b'},
+        ] %>
+        <% set jobs = {
+            'j0': {'label': 'run-ci-b', 'tests': b_tests},
+            'j1': {'label': 'run-ci-a', 'tests': a_tests + a_tests},
+        } %>
+        on:
+          pull_request:
+        """))
+    assert run(["--repo", str(tmp_path), "--json"]) == 0
+    out, err = capsys.readouterr()
+    assert [(t["id"], t["labels"]) for t in json.loads(out)] == [("tests/test_a.py", ["b", "a"])]
+    problems = [line for line in err.splitlines() if line.startswith(".github/")]
+    assert problems == [".github/workflows/pr-test.yml.j2:9: jobs.j1.tests: job 'j1' lists the entry of line 2 "
+                        "(test id 'tests/test_a.py') twice, so it would run it twice; list it once"]

@@ -32,28 +32,47 @@ from pipelines.core.model import Problem, Test, template_digest
 _MAX_VARIANT = 80
 
 
-def _examples(scans: list[FileScan], dialect: Dialect) -> dict[str, str]:
-    """Each folder's first registration as written, in the repo's order (the advice's examples)."""
-    first: dict[str, str] = {}
-    for scan in scans:
+#: folder -> backend -> (files under the folder registering it, the repo order of the first, and the call to
+#: copy: (depth, repo order, as written) of the shallowest folder under it that registers it)
+Examples = dict[str, dict[str, tuple[int, int, tuple[int, int, str]]]]
+
+
+def _examples(scans: list[FileScan], dialect: Dialect) -> Examples:
+    """For every folder, what the files of its subtree register (the advice's examples), counted once: 10,000s
+    of files may be unregistered."""
+    out: Examples = {}
+    for order, scan in enumerate(scans):
+        written: dict[str, str] = {}  # backend -> the file's first call of it, as written
         for r in scan.registrations:
             sig = next((s for s in dialect.functions if s.backend == r.backend), None)
-            if sig is not None:
-                first.setdefault(posixpath.dirname(scan.path), _as_written(sig, r))
-                break
-    return first
+            if sig is not None and r.backend not in written:
+                written[r.backend] = _as_written(sig, r)
+        home = posixpath.dirname(scan.path)
+        depth = len(home.split("/")) if home else 0
+        for backend, call in written.items():
+            folder = home
+            while True:
+                files, first, nearest = out.setdefault(folder, {}).get(backend, (0, order, (depth, order, call)))
+                out[folder][backend] = (files + 1, first, min(nearest, (depth, order, call)))
+                if not folder:
+                    break
+                folder = posixpath.dirname(folder)
+    return out
 
 
-def _example(examples: dict[str, str], dialect: Dialect, path: str) -> str:
-    """A registration to copy, from this repo's own files (never another framework's suites): one of the nearest
-    folder above ``path`` that registers any (a GPU folder's file gets a GPU example, not the repo's first CPU
-    call), else the repo's first."""
+def _example(examples: Examples, dialect: Dialect, path: str) -> str:
+    """A registration to copy, from this repo's own files (never another framework's suites). The smallest folder
+    above ``path`` (its own first) whose subtree registers any; there the backend most files register (a tie: not
+    the CPU one, so a GPU folder's file is not shown a CPU call), then the repo's first; the call of that backend
+    from the folder nearest the file. Every folder of that subtree has it as its common path with the file (a
+    deeper one would be smaller), so the nearest is the fewest folders down from it, then the repo's first."""
     folder = posixpath.dirname(path)
     while folder not in examples and folder:
         folder = posixpath.dirname(folder)
-    shown = examples.get(folder) or next(iter(examples.values()), None)
-    if shown is not None:
-        return f"e.g. {shown} as other files here do"
+    counts = examples.get(folder)
+    if counts:
+        backend = max(counts, key=lambda b: (counts[b][0], b != "cpu", -counts[b][1]))
+        return f"e.g. {counts[backend][2][2]} as other files here do"
     return f"with the framework's signature {dialect.functions[0].text()}" if dialect.functions else ""
 
 
@@ -155,7 +174,7 @@ def registry_tests(scans: list[FileScan], implicit_cpu_dirs: tuple[str, ...], di
     problems: list[Problem] = []
     implicit = tuple(d.strip("/") + "/" for d in implicit_cpu_dirs)
     fast = f"{M_FAST}/" if dialect.name == "m" and f"{M_FAST}/" in implicit else None  # where M's runner refuses GPU calls
-    examples: dict[str, str] | None = None  # folder -> a registration to copy, built at the first unregistered file
+    examples: Examples | None = None  # what each folder's files register, built at the first unregistered file
     beside: dict[str, set[str]] | None = None  # built at the first unregistered file
     cpu_example = None
     suites: dict[str, str] = {}  # backend -> a suite to copy, built at the first call naming no suite
@@ -437,6 +456,15 @@ def _same_test(test_id: str, first: Entry, again: Entry) -> Problem:
         f"{spelled}; remove one"))
 
 
+def _listed_twice(test_id: str, entry: Entry) -> Problem:
+    """One entry its job lists twice (``a_tests + a_tests``): the file has it once, the job's list repeats it,
+    so the problem is at the job (its line where known) and names the entry's line."""
+    where, field = (entry.job_line, f"jobs.{entry.job}.tests") if entry.job_line else (entry.line, "id")
+    return Problem(entry.source, where, field, (
+        f"job {entry.job!r} lists the entry of line {entry.line} (test id {test_id!r}) twice, so it would run it "
+        "twice; list it once"))
+
+
 def template_tests(
     repo: Path, tmpls: Sequence[tuple[str, Template]], scans: Mapping[str, FileScan], default_gpus: int,
     default_est_time: int, estimates: Mapping[str, int],
@@ -492,7 +520,8 @@ def template_tests(
         for key in keys:
             e, labels, jobs = merged[key]
             test_id = ids[key]
-            problems += [_same_test(test_id, first, again) for first, again in repeated.get(key, ())]
+            problems += [_listed_twice(test_id, again) if (first.source, first.line) == (again.source, again.line)
+                         else _same_test(test_id, first, again) for first, again in repeated.get(key, ())]
             if test_id in by_id:  # `--a --b` and `--a  --b`: two entries, one test the job runs alike
                 problems.append(_same_test(test_id, by_id[test_id], e))
                 continue

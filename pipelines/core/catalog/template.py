@@ -109,6 +109,8 @@ class Entry:
     github: tuple[tuple[str, str, bool], ...] = ()
     #: the folder of the checkout its template's job runs ``test_file`` from (see :func:`run_folder`)
     test_dir: str = TEST_DIR
+    #: the line of its job's dict in ``jobs`` (where its ``tests`` list is built); 0 when not known
+    job_line: int = 0
 
 
 @dataclass(frozen=True)
@@ -588,7 +590,8 @@ def _job_entries(path: str, job: str, config: object, line: int, problems: list[
         problems.append(Problem(path, line, where, "must be a dict with `tests` (and usually `label`); "
                                                    "write {'label': 'run-ci-<x>', 'tests': [...]}"))
         return []
-    line = getattr(config, "line", line)
+    job_line = getattr(config, "line", 0)  # a `set` list taken as a job has no dict of its own
+    line = job_line or line
     tests = config.get("tests")
     if not isinstance(tests, list):
         problems.append(Problem(path, line, f"{where}.tests", "must be a list of {'test_file': ..., 'num_gpus': ...} dicts; "
@@ -604,7 +607,7 @@ def _job_entries(path: str, job: str, config: object, line: int, problems: list[
     cpu = bool(config.get("cpu"))
     out = []
     for item in tests:
-        entry = _entry(path, job, label, cpu, item, getattr(item, "line", line), test_dir)
+        entry = _entry(path, job, label, cpu, item, getattr(item, "line", line), test_dir, job_line)
         if isinstance(entry, Problem):
             problems.append(entry)
         else:
@@ -613,7 +616,7 @@ def _job_entries(path: str, job: str, config: object, line: int, problems: list[
 
 
 def _entry(path: str, job: str, label: str, cpu: bool, item: object, line: int,
-           test_dir: str = TEST_DIR) -> Entry | Problem:
+           test_dir: str = TEST_DIR, job_line: int = 0) -> Entry | Problem:
     """One checked entry, or the first thing wrong with it (the entry is then skipped)."""
     if not isinstance(item, dict):
         return Problem(path, line, f"jobs.{job}.tests", f"entry {item!r} is not a dict; "
@@ -647,7 +650,7 @@ def _entry(path: str, job: str, label: str, cpu: bool, item: object, line: int,
         extra.append((str(key), str(value)))
         github.append((str(key), *as_github(value)))
     return Entry(test_file, job, label, line, gpus, args, tuple(sorted(extra)), cpu, path, tuple(sorted(github)),
-                 test_dir)
+                 test_dir, job_line)
 
 
 def job_value(text: str, truthy: bool, default: str | None) -> str:
