@@ -83,12 +83,36 @@ def why_result_not_written(output: str, result_path: str = "") -> str:
     return (found[-1] or "no reason given") if found else ""
 
 
-def _run_module(name: str, source: bytes | ast.Module, path: str) -> types.ModuleType:
-    """Run the file's code (its bytes, or its rewritten tree) as module ``name``, registered as
-    ``__main__`` while :func:`main` runs it (it puts its own back after). Compiled without the
-    wrapper's ``from __future__`` imports, which the test never asked for."""
+def _depth(tree: ast.AST) -> int:
+    """How many levels deep the tree is (counted without recursion: a chain of 1,500 ``+`` is 1,500 levels)."""
+    deepest, todo = 0, [(tree, 1)]
+    while todo:
+        node, level = todo.pop()
+        deepest = max(deepest, level)
+        todo.extend((child, level + 1) for child in ast.iter_child_nodes(node))
+    return deepest
+
+
+def _compile(path: str, source: bytes | ast.Module) -> types.CodeType:
+    """The file's code (from its bytes, or its rewritten tree), compiled without the wrapper's ``from __future__``
+    imports, which the test never asked for. On Python 3.11 compiling a tree counts each of its levels against the
+    recursion limit (``python3 FILE`` compiling the same source does not): the limit is raised by the tree's depth
+    for this call only, a depth the parser already built in C from the file, so the test still starts with its own."""
     full = os.path.abspath(path)
-    code = compile(source, full, "exec", dont_inherit=True)
+    if isinstance(source, bytes):
+        return compile(source, full, "exec", dont_inherit=True)
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(limit + _depth(source))
+    try:
+        return compile(source, full, "exec", dont_inherit=True)
+    finally:
+        sys.setrecursionlimit(limit)
+
+
+def _run_module(name: str, code: types.CodeType, path: str) -> types.ModuleType:
+    """Run the file's code (:func:`_compile`) as module ``name``, registered as ``__main__`` while :func:`main`
+    runs it (it puts its own back after)."""
+    full = os.path.abspath(path)
     module = types.ModuleType(name)
     module.__dict__.update(__file__=full, __cached__=None, __loader__=None, __package__=None, __spec__=None)
     module.__dict__[_ENTERED_MARK] = _ENTERED.add  # what the file's marked entry points call (:func:`_mark_entries`)
@@ -98,13 +122,13 @@ def _run_module(name: str, source: bytes | ast.Module, path: str) -> types.Modul
     return module
 
 
-def _load_module(path: str, source: bytes | ast.Module) -> types.ModuleType:
+def _load_module(path: str, code: types.CodeType) -> types.ModuleType:
     """Import the file as multiprocessing's spawn children do: named ``__mp_main__`` (its ``__main__``
     block does not run) and registered as ``__main__`` too. A spawned child (``multiprocessing``
     "spawn", ``torch.multiprocessing.spawn``) finds the file from ``__main__.__file__``, re-runs it as
     ``__mp_main__`` and so finds the functions and classes pickled for it; under a name of its own
     the child could not import them."""
-    return _run_module("__mp_main__", source, path)
+    return _run_module("__mp_main__", code, path)
 
 
 def _is_main_guard(stmt: ast.stmt) -> bool:
@@ -159,28 +183,39 @@ def _called(stmt: ast.stmt) -> str | None:
     return None
 
 
-class _SkipPrepare(ast.NodeTransformer):
-    """``prepare(...)`` statements become ``pass`` at the same line: the night's assets did that work."""
-
+def _skip_prepare(body: list[ast.stmt]) -> int:
+    """Replace each ``prepare(...)`` statement of ``body``, also nested (``if``, ``try``, a ``def``), by ``pass`` at
+    the same line (the night's assets did that work); how many. The tree is walked without recursion (``ast.walk``),
+    as every walk of the wrapper is: a file's expression may nest deeper than the recursion limit
+    (:func:`_compile`)."""
+    lists = [body, *(v for s in body for node in ast.walk(s) for _, v in ast.iter_fields(node) if isinstance(v, list))]
     skipped = 0
+    for stmts in lists:
+        for i, s in enumerate(stmts):
+            if _called(s) == "prepare":
+                stmts[i] = ast.copy_location(ast.Pass(), s)
+                skipped += 1
+    return skipped
 
-    def visit_Expr(self, node: ast.Expr) -> ast.AST:
-        if _called(node) == "prepare":
-            self.skipped += 1
-            return ast.copy_location(ast.Pass(), node)
-        return node
+
+def _located(node: ast.AST, like: ast.AST) -> ast.AST:
+    """``node`` (one the wrapper adds) and the nodes under it at the location of ``like``; set here rather than by
+    ``ast.fix_missing_locations``, which recurses once per level of the whole file's tree."""
+    for n in ast.walk(node):
+        ast.copy_location(n, like)
+    return node
 
 
 def _main_program(tree: ast.Module) -> tuple[ast.Module, int]:
     """The file with every ``prepare(...)`` statement of its ``__main__`` block(s) replaced by ``pass``, and each
     block first saying it began (``__nightly_block_started__()`` at its first statement's line, so tracebacks keep
     the file's lines): :func:`_block_started`."""
-    skip = _SkipPrepare()
+    skipped = 0
     for stmt in _main_blocks(tree):
-        body = [skip.visit(s) for s in stmt.body]  # type: ignore[attr-defined]
+        skipped += _skip_prepare(stmt.body)  # type: ignore[attr-defined]
         mark = ast.Expr(ast.Call(ast.Name(_BLOCK_MARK, ast.Load()), [], []))
-        stmt.body = [ast.copy_location(mark, body[0]), *body]  # type: ignore[attr-defined]
-    return ast.fix_missing_locations(tree), skip.skipped
+        stmt.body = [_located(mark, stmt.body[0]), *stmt.body]  # type: ignore[attr-defined]
+    return tree, skipped
 
 
 def _does_nothing(block: ast.If) -> bool:
@@ -292,7 +327,7 @@ def _mark(func: ast.FunctionDef | ast.AsyncFunctionDef, entry: str) -> None:
     body = func.body
     doc = isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value, str)
     mark = ast.Expr(ast.Call(ast.Name(_ENTERED_MARK, ast.Load()), [ast.Constant(entry)], []))
-    body.insert(int(doc), ast.copy_location(mark, body[min(int(doc), len(body) - 1)]))
+    body.insert(int(doc), _located(mark, body[min(int(doc), len(body) - 1)]))
 
 
 def _mark_entries(tree: ast.Module) -> ast.Module:
@@ -309,7 +344,7 @@ def _mark_entries(tree: ast.Module) -> ast.Module:
             for method in stmt.body:  # type: ignore[attr-defined]
                 if isinstance(method, (ast.FunctionDef, ast.AsyncFunctionDef)) and method.name.startswith("test"):
                     _mark(method, stmt.name)  # type: ignore[attr-defined]
-    return ast.fix_missing_locations(tree)
+    return tree
 
 
 #: the global a ``__main__`` block calls as it begins (:func:`_main_program`)
@@ -389,14 +424,15 @@ def _named_in(blocks: list[ast.If], entries: dict[str, int]) -> dict[str, int]:
     the test and is not one; a block that picks a variant (``if SMOKE: test_smoke() else: execute()``) names both."""
     named: dict[str, int] = {}
 
-    def walk(node: ast.AST):
-        yield node
-        for field, value in ast.iter_fields(node):
-            if field == "test" and isinstance(node, (ast.If, ast.While, ast.IfExp)):
-                continue  # a condition, not a run
-            for child in (value if isinstance(value, list) else [value]):
-                if isinstance(child, ast.AST):
-                    yield from walk(child)
+    def walk(node: ast.AST):  # in source order, without recursion (a file's expression may nest 1,500 deep)
+        todo = [node]
+        while todo:
+            node = todo.pop()
+            yield node
+            children = [child for field, value in ast.iter_fields(node)
+                        if not (field == "test" and isinstance(node, (ast.If, ast.While, ast.IfExp)))  # a condition
+                        for child in (value if isinstance(value, list) else [value]) if isinstance(child, ast.AST)]
+            todo.extend(reversed(children))
 
     for node in (n for b in blocks for n in walk(b)):
         if isinstance(node, ast.Name) and (f"{node.id}()" in entries or node.id in entries):
@@ -447,10 +483,10 @@ class _MustRun:
         return f"{file}: ran no test: {what}: {self.advice}{unawaited}"
 
 
-def _run_as_main(path: str, tree: ast.Module) -> None:
+def _run_as_main(path: str, code: types.CodeType) -> None:
     """Run the (rewritten) file as ``__main__``, as ``python3 FILE`` would (a spawned child re-runs
     the file itself as ``__mp_main__``, as it would under ``python3 FILE``)."""
-    _run_module("__main__", tree, path)
+    _run_module("__main__", code, path)
 
 
 #: the file's own runs going on now, unittest runs and pytest runs alike: a run a test starts inside
@@ -784,7 +820,12 @@ def _test_function(file: str, func_name: str, must_run: _MustRun):
     and which of its test entry points its program must run (``must_run``, set before any of the file runs)."""
     with open(file, "rb") as fh:
         source = fh.read()
-    tree = _mark_entries(ast.parse(source, filename=file))
+    try:
+        tree = _mark_entries(ast.parse(source, filename=file))
+    except RecursionError as exc:  # `python3 FILE` fails there too ("... during compilation")
+        raise RecursionError(f"{file}: Python cannot compile it ({exc}): an expression nested too deep for its parser "
+                             f"(a chain of about 3,000 `+`), the depth at which `python3 {file}` fails too; split the "
+                             "expression (build a long constant in a loop, or read it from a file)") from None
     blocks = _main_blocks(tree)
     entries = _test_entries(tree)
     if func_name == "execute" and blocks:
@@ -804,15 +845,33 @@ def _test_function(file: str, func_name: str, must_run: _MustRun):
         elif named := _named_in(blocks, entries):  # it must run one: a block that exits 0 (or ends) first skipped the test
             must_run.entries, must_run.block, must_run.advice = named, blocks[0].lineno, SKIP_ADVICE
         must_run.coroutines = {f"{s.name}()" for s in tree.body if isinstance(s, ast.AsyncFunctionDef)}
-        _say(f"running {file} as __main__, as `python3 {file}` would, with the {skipped} prepare() call(s) of its "
-             "__main__ block skipped (the night's assets built its inputs)")
-        return lambda: _run_as_main(file, program)
+        try:
+            code = _compile(file, program)
+        except RecursionError as exc:  # Python 3.12 converts a tree under a fixed C limit (about 1,500 levels)
+            must_run.entries, must_run.block = {}, 0  # no marks in the file's own code: its exit alone judges
+            _say(f"this Python ({sys.version.split()[0]}) cannot compile the nightly's rewritten copy of {file} ({exc}: "
+                 f"an expression {_depth(program)} levels deep), though it compiles the file itself: running {file} "
+                 f"unchanged as __main__, as `python3 {file}` does, its {skipped} prepare() call(s) included, judged "
+                 "by its exit and its unittest/pytest runs (whether its __main__ block ran execute() is not checked); "
+                 "split the expression to have prepare() skipped")
+            code = _compile(file, source)
+        else:
+            _say(f"running {file} as __main__, as `python3 {file}` would, with the {skipped} prepare() call(s) of its "
+                 "__main__ block skipped (the night's assets built its inputs)")
+        return lambda: _run_as_main(file, code)
     if func_name == "execute" and not blocks:  # judged if the import ends (returns, or exits 0) with no execute() to call
         must_run.entries = {} if _checks_at_top_level(tree) else entries  # its module level's checks are its test
         must_run.where = "it has no function execute() and no `if __name__ == \"__main__\":` block"
         must_run.advice = (f"`python3 {file}` would run no test (test functions alone are never called; module-level "
                            "set-up is no test); the nightly calls execute(), or runs the __main__ block")
-    module = _load_module(file, tree)
+    try:
+        code = _compile(file, tree)
+    except RecursionError as exc:  # Python 3.12 (see above): a test entry point that ran cannot be seen
+        _say(f"this Python ({sys.version.split()[0]}) cannot compile the nightly's rewritten copy of {file} ({exc}), "
+             f"though it compiles the file itself: importing {file} unchanged; its test entry points cannot be seen "
+             "to run, so only a call of its function or a module level that checks itself can pass it")
+        code = _compile(file, source)
+    module = _load_module(file, code)
     func = getattr(module, func_name, None)
     if callable(func):
         must_run.entries = {}  # calling it is the test

@@ -1343,3 +1343,62 @@ def test_os_exit_after_the_test_in_the_main_block_writes_the_result_as_a_normal_
     assert out.returncode == rc and result["exit_code"] == rc and result["finished"] is True, out.stdout + out.stderr
     assert result["ok"] is (rc == 0) and result["error"].startswith(error), result
     assert "the test called os._exit" in out.stdout
+
+
+def _chain(terms: int) -> str:
+    """``"x" + "x" + ...``: a valid expression whose tree is ``terms`` levels deep (a long generated constant)."""
+    return " + ".join(['"x"'] * terms)
+
+
+LONG_CHAIN = """\
+P = {chain}
+
+def prepare():
+    open("prepared", "w").close()
+
+def execute():
+    print(len(P + {chain}))
+
+if __name__ == "__main__":
+    prepare()
+    {run}
+"""
+
+
+@pytest.mark.parametrize("run", ["execute()", "assert len({chain}) == 1500, 'chain'\n    execute()"])
+def test_a_file_whose_expressions_nest_deeper_than_pythons_recursion_limit_runs_as_python3_runs_it(tmp_path, run):
+    """A chain of 1,500 `+` (past about 1,000 terms) is a file `python3 FILE` runs and passes; the wrapper's own walks
+    of its tree (`ast.fix_missing_locations`, recursive once per level) died of RecursionError: a false red every
+    night. It now runs as __main__ with prepare() skipped, and the no-test checks still hold for such a file."""
+    body = LONG_CHAIN.format(chain=_chain(1500), run=run.format(chain=_chain(1500)))
+    (tmp_path / "test_long.py").write_text(body)
+    plain = subprocess.run([sys.executable, "test_long.py"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert plain.returncode == 0 and plain.stdout.split() == ["3000"], plain.stderr[-2000:]
+    (tmp_path / "prepared").unlink()
+    out, result = _wrap(tmp_path, body, name="test_long.py")
+    assert out.returncode == 0 and result["ok"] is True and result["finished"] is True, out.stderr[-2000:]
+    assert "3000" in out.stdout.split() and "1 prepare() call(s) of its __main__ block skipped" in out.stdout
+    assert not (tmp_path / "prepared").exists()
+    # the checks that it ran a test hold for it too: a block that exits 0 before execute(), one that only prepares
+    out, result = _wrap(tmp_path, body.replace("    prepare()\n", "    prepare()\n    raise SystemExit(0)\n"),
+                        name="test_long.py")
+    assert out.returncode == 1 and result["error"].startswith(
+        "test_long.py: ran no test: it exited 0 at line 11 (`raise SystemExit(0)`), before its "
+        '`if __name__ == "__main__":` block (line 9) ran execute() (line 6): a skip is not a pass'), result
+    out, result = _wrap(tmp_path, body.split("    prepare()\n")[0] + "    prepare()\n", name="test_long.py")
+    assert out.returncode == 1 and "only calls prepare() (1 call)" in result["error"], result
+
+
+def test_a_file_too_deep_for_pythons_own_parser_fails_clearly_as_python3_refuses_it(tmp_path):
+    """3,000 terms: `python3 FILE` itself refuses the file on 3.11 (RecursionError during compilation); the wrapper
+    fails it too, saying why and what to do, never a pass."""
+    body = LONG_CHAIN.format(chain=_chain(3000), run="execute()")
+    (tmp_path / "test_long.py").write_text(body)
+    plain = subprocess.run([sys.executable, "test_long.py"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    if plain.returncode == 0:
+        pytest.skip(f"this Python ({sys.version.split()[0]}) compiles a chain of 3,000 terms")
+    assert "RecursionError" in plain.stderr, plain.stderr[-2000:]
+    out, result = _wrap(tmp_path, body, name="test_long.py")
+    assert out.returncode == 1 and result["ok"] is False and result["exit_code"] == 1, out.stderr[-2000:]
+    assert result["error"].startswith("RecursionError: test_long.py: Python cannot compile it"), result
+    assert "nested too deep" in result["error"] and "split" in result["error"], result
