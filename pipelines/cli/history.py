@@ -97,7 +97,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                      help="job logs as CI saved them (GitHub raw logs, the run's log archive .zip, or `gh run "
                           "view --log` output, read job by job), or a history.jsonl a night kept when its store "
                           "refused writes")
-    show = hs.add_parser("show", help="list stored samples")
+    show = hs.add_parser("show", help="list stored samples, marking those calibration and the planner leave out")
     add_common(show, repo=False)
     show.add_argument("--test", help="only this test id (or a path prefix)")
     show.add_argument("--limit", type=_limit, default=50, help="newest N rows, N >= 1, or 'all' (default 50)")
@@ -339,16 +339,27 @@ def _show(args: argparse.Namespace) -> int:
         samples = [s for s in samples if s.test_id == args.test or s.test_id.startswith(args.test)]
     samples = sorted(samples, key=_started)  # oldest first, newest last: an import of old logs stores them last
     shown = samples[-args.limit:] if args.limit else samples
-    print(f"{'started_at':<25} {'test':<48} {'hw':<6} {'outcome':<11} {'elapsed':>8} {'try':>3} {'sha':<8} source")
+    print(f"{'started_at':<25} {'test':<48} {'hw':<6} {'outcome':<11} {'elapsed':>8} {'try':>3} {'sha':<8} "
+          f"{'unused':<11} source")
     for s in shown:
         cap = "*" if s.capped else " "
         print(f"{s.started_at[:25] or '-':<25} {s.test_id:<48} {s.hardware:<6} {s.outcome:<11} "
-              f"{s.elapsed_s:>7g}{cap} {s.attempt:>3} {s.sha256[:8]:<8} {s.source}")
+              f"{s.elapsed_s:>7g}{cap} {s.attempt:>3} {s.sha256[:8]:<8} {_unused(s) or '-':<11} {s.source}")
     notes = [f"{damaged} row{'s' if damaged > 1 else ''} skipped or marked: see the warnings"] if damaged else []
     if any(s.capped for s in shown):
         notes.append("* capped by a timeout")
+    if any(_unused(s) for s in shown):
+        # what `nightly calibrate` counts differs from these rows by them: say which and why
+        notes.append("unused: env = a night run with extra environment (--env, env_from), outlier = an implausible "
+                     "duration; calibration and the planner leave both out, the near-timeout list the env ones")
     print(f"{len(shown)} of {len(samples)} samples" + (f" ({'; '.join(notes)})" if notes else ""))
     return 0
+
+
+def _unused(sample) -> str:
+    """Why calibration and the planner never use ``sample`` ("" when they may): a night with extra
+    environment (``policies.plain``) or an implausible duration (``Sample.outlier``)."""
+    return "+".join(why for why, marked in (("env", sample.env), ("outlier", sample.outlier)) if marked)
 
 
 def _started(sample) -> datetime:

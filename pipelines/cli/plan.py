@@ -34,6 +34,7 @@ from pipelines.cli.plan_view import (
     print_text,
     recent_error,
     skipped_hardware_reason,
+    timeout_advice,
 )
 from pipelines.core.model import Catalog, CatalogError
 from pipelines.core.plan import (
@@ -266,7 +267,8 @@ def _run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(plan_json(plan, pools, tests, skipped, catalog, static, left_out), indent=1))
     else:
-        print_text(catalog, plan, pools, tests, skipped, static, changed, recent=recent_error(night), left_out=left_out)
+        print_text(catalog, plan, pools, tests, skipped, static, changed, recent=recent_error(night), left_out=left_out,
+                   advice=timeout_advice(night, plan, registered))
     if gantt:
         print(f"gantt chart: {gantt}", file=sys.stderr if args.json else sys.stdout)  # stdout stays JSON
     return 0

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import math
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from pipelines.core.calibrate.evidence import seconds
 from pipelines.core.model import Catalog, Plan, Test
 from pipelines.core.plan import Shards, shard_sum, shards_gpus
 
@@ -24,7 +26,7 @@ class StaticShards:
 
 
 def print_plan(plan: Plan, tests: Mapping[str, Test], skipped: Sequence[Test] = (), pools: Sequence = (),
-               recent: str = "") -> None:
+               recent: str = "", advice: Mapping[str, str] | None = None) -> None:
     """``nightly run``'s table (``--list-only`` too): with `nightly plan`'s notes of where the durations
     come from, its row marks and the recent prediction error (``recent``), from the same functions."""
     spread = (f" (median of simulated nights {plan.predicted_median_s:.1f}s, p90 {plan.predicted_p90_s:.1f}s)"
@@ -44,16 +46,61 @@ def print_plan(plan: Plan, tests: Mapping[str, Test], skipped: Sequence[Test] = 
         print(f"  {'skip':>5}  {t.id:<48} disabled: {t.disabled}")
     for tid in plan.unplanned:
         print(f"  {'-':>5}  {tid:<48} not planned: {_why_unplanned(tests.get(tid), pools)}")
-    for line in timeout_warnings(plan):
+    for line in timeout_warnings(plan, advice):
         print(line)
 
 
-def timeout_warnings(plan: Plan) -> list[str]:
+def timeout_warnings(plan: Plan, advice: Mapping[str, str] | None = None) -> list[str]:
     """Tests whose expected duration (the median of their history) is past their timeout: the runner will
-    kill them there every night until est_time is calibrated (the plan counts them up to the timeout)."""
+    kill them there every night until est_time is raised (the plan counts them up to the timeout).
+    ``advice``: what raises it, per test (:func:`timeout_advice`); without one, `nightly calibrate`."""
     limits = {a.test_id: a.timeout_s for a in plan.assignments}
-    return [f"warning: {tid}: expected {median:.0f} s > timeout {limits[tid]} s: will time out; run `nightly calibrate`"
+    return [f"warning: {tid}: expected {median:.0f} s > timeout {limits[tid]} s: will time out; "
+            f"{(advice or {}).get(tid, 'run `nightly calibrate`')}"
             for tid, median, _p90, _source in plan.expected if 0 < limits.get(tid, 0) < median]
+
+
+def timeout_advice(night, plan: Plan, registered: Mapping[str, Test]) -> dict[str, str]:
+    """What lengthens the timeout of each test :func:`timeout_warnings` names, from what `nightly calibrate`
+    would propose for it (the same policy, history and est_time in force): `nightly calibrate` only where
+    it raises est_time; else why it keeps it and what does (the repo's ``raise_on_timeout`` for a test that
+    only timed out, the step guard's ``accept:`` list, or est_time raised by hand in its file).
+    ``registered``: the tests with est_time as their files write it, which calibration starts from."""
+    from pipelines.core.calibrate.policies import bucket_round, calibrate
+    from pipelines.storage.history import successions
+
+    limits = {a.test_id: a.timeout_s for a in plan.assignments}
+    late = {tid: (median, source) for tid, median, _p90, source in plan.expected if 0 < limits.get(tid, 0) < median}
+    tests = [registered[tid] for tid in late if tid in registered]
+    if not tests:
+        return {}
+    spec = night.repo_spec
+    estimates = calibrate(tests, night.history_at_start, spec.policy, spec.policy_params,
+                          successions=successions(night.history), in_force=night.in_force(tests))
+    raises = bool(spec.policy_params.get("raise_on_timeout"))
+    where = (f"`calibration:` of repo {spec.name} in assets/repos.yaml" if spec.name in night.specs.repos else
+             f"`calibration:` of an entry for this checkout (`path: {spec.path}`) in assets/repos.yaml")
+    by_id = {t.id: t for t in tests}
+    out = {}
+    for e in estimates:
+        t, (median, source) = by_id[e.test_id], late[e.test_id]
+        base = e.current if e.in_force is None else e.in_force
+        if e.proposed > base:
+            out[e.test_id] = f"run `nightly calibrate` (it proposes est_time {e.proposed} s; --write applies it)"
+        elif e.held is not None:
+            out[e.test_id] = (f"`nightly calibrate` holds its proposal of {e.held} s for acceptance (a step past "
+                              f"max_step_factor); add {e.test_id} to `accept:` in {where}")
+        elif source == "timeouts" and not raises and t.fmt != "template":
+            # what raise_on_timeout would set: the bucket of 1.25x the kill, as policies._timeout_raise
+            need = bucket_round(math.ceil(1.25 * median))
+            out[e.test_id] = (f"`nightly calibrate` keeps est_time {seconds(base)}: the repo's calibration policy "
+                              f"({spec.policy}) does not raise est_time after a timeout; set `raise_on_timeout: "
+                              f"true` in {where}, or raise est_time in {t.path} by hand (e.g. to {need} s)")
+        else:
+            why = e.reason.split(";")[0].split(" (")[0]
+            by_hand = f"; raise est_time in {t.path} by hand" if t.fmt != "template" else ""
+            out[e.test_id] = f"`nightly calibrate` keeps est_time {seconds(base)} ({why}){by_hand}"
+    return out
 
 
 def _why_unplanned(t: Test | None, pools: Sequence) -> str:
@@ -291,7 +338,7 @@ def cadence_reason(test: Test, cadence: str) -> str:
 
 
 def print_text(catalog: Catalog, plan: Plan, pools, tests, skipped, static, changed, recent: str = "",
-               left_out: Sequence[tuple[Test, str]] = ()) -> None:
+               left_out: Sequence[tuple[Test, str]] = (), advice: Mapping[str, str] | None = None) -> None:
     """``recent``: the prediction error over the repo's recent nights (one line; "" before any);
     ``left_out``: tests the changed paths selected that other flags left out (:func:`left_out_by_flags`)."""
     shapes = {p.name: p for p in pools}
@@ -335,7 +382,7 @@ def print_text(catalog: Catalog, plan: Plan, pools, tests, skipped, static, chan
                 t = tests.get(a.test_id)
                 mark = (" (uncalibrated estimate)" if t and t.uncalibrated else "") + marks.get(a.test_id, "")
                 print(f"    {a.priority:>4} {a.start_s:>7.0f} {a.end_s:>7.0f} {a.gpus:>4} {a.timeout_s:>7}  {a.test_id}{mark}")
-    late = timeout_warnings(plan)
+    late = timeout_warnings(plan, advice)
     if late:
         print()
         for line in late:

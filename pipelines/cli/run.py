@@ -106,7 +106,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from pipelines.cli.plan_view import print_plan, recent_error
+    from pipelines.cli.plan_view import print_plan, recent_error, timeout_advice
     from pipelines.core.runset import RunSelection
     from pipelines.night import Night, NightSettings, default_home
     from pipelines.storage.state import writable_home
@@ -136,7 +136,8 @@ def _run(args: argparse.Namespace) -> int:
     plan = night.plan(runset.run)
     if args.dry_run:
         return _dry_run(night, runset, plan)
-    print_plan(plan, {t.id: t for t in runset.run}, runset.disabled, recent=recent_error(night))
+    print_plan(plan, {t.id: t for t in runset.run}, runset.disabled, recent=recent_error(night),
+               advice=timeout_advice(night, plan, {t.id: t for t in night.registered.tests}))
     for t, why in runset.skipped:
         if t.enabled:
             print(f"  {'-':>5}  {t.id:<48} {why}")

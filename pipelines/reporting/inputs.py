@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 
-from pipelines.core.calibrate.evidence import write_atomic
+from pipelines.core.calibrate.evidence import split_sources, write_atomic
 from pipelines.core.calibrate.lineage import Lineage
 from pipelines.core.calibrate.policies import parse_time
 from pipelines.core.catalog.ids import safe_filename
@@ -536,7 +536,7 @@ def estimates_from_evidence(text: str) -> list[Estimate]:
         current = math.ceil(registered)
         return Estimate(r["test_id"], r["hardware"], current, math.ceil(float(r["proposed_est_time"])),
                         int(r["samples_used"]), r["reason"], num(r["max_s"]), num(r["p90_s"]), num(r["median_s"]),
-                        int(r["stale_samples"] or 0), tuple(r["sources"].split()),
+                        int(r["stale_samples"] or 0), split_sources(r["sources"]),
                         held=int(r["held_est_time"]) if r.get("held_est_time") else None,
                         in_force=int(r["in_force_est_time"]) if r.get("in_force_est_time") else None,
                         current_literal=None if registered == current else registered)

@@ -77,7 +77,7 @@ def test_calibrate_writes_evidence_patch_and_with_write_the_literal(repo, tmp_pa
     assert cli("calibrate", "--repo", str(repo), "--evidence", str(evidence), "--patch", str(patch), "--write") == 0
     rows = {r["test_id"]: r for r in csv.DictReader(evidence.open())}
     assert rows["tests/e2e/test_a.py"]["proposed_est_time"] == "1300"
-    assert rows["tests/e2e/test_a.py"]["sources"] == "n3.log:3 n2.log:3 n1.log:3"
+    assert rows["tests/e2e/test_a.py"]["sources"] == "n3.log:3\nn2.log:3\nn1.log:3"
     assert "-register_cuda_ci(est_time=3600," in patch.read_text()
     assert (repo / "tests/e2e/test_a.py").read_text() == SRC.format(1300)
     assert (repo / "tests/e2e/test_b.py").read_text() == SRC.format(2200)  # 1700 * 1.25 = 2125 -> 2200
@@ -98,7 +98,7 @@ def test_a_night_run_with_extra_environment_moves_no_est_time(repo, tmp_path, ca
     rows = {r["test_id"]: r for r in csv.DictReader(evidence.open())}
     assert rows["tests/e2e/test_a.py"]["reason"] == ("bucket125: max 966 s x 1.25 = 1208 s, rounded up to 1300 s "
                                                      "from 3 passed (1 from nights with extra environment ignored)")
-    assert rows["tests/e2e/test_a.py"]["sources"] == "n3.log:3 n2.log:3 n1.log:3"
+    assert rows["tests/e2e/test_a.py"]["sources"] == "n3.log:3\nn2.log:3\nn1.log:3"
 
 
 def test_a_hang_injected_with_extra_environment_is_not_near_the_timeout(repo, tmp_path, capsys):
@@ -831,7 +831,7 @@ def test_a_pass_far_above_the_others_sets_the_est_time_and_is_in_the_evidence(tm
     assert row.split()[2:6] == ["60", "150", "+90", "4"], row
     [ev] = csv.DictReader(evidence.open())
     assert (ev["max_s"], ev["proposed_est_time"]) == ("120", "150")
-    assert f"{tmp_path / 'stage-c-4-gpu-h200-0.txt'}:4" in ev["sources"].split()
+    assert f"{tmp_path / 'stage-c-4-gpu-h200-0.txt'}:4" in ev["sources"].splitlines()
     assert ev["left_out"] == (f"{tmp_path / 'stage-c-4-gpu-h200-4.txt'}:4: elapsed 1 s is far below the test's own "
                               "history (lower median of its runs 11 s, allowed x10)")
     _git_apply(repo, patch)
@@ -884,3 +884,22 @@ def test_two_calls_of_one_backend_on_one_line_each_get_their_own_edit(tmp_path, 
     _git_apply(repo, patch)
     assert (repo / rel).read_text() == text.replace('(30, "stage-c-4-gpu-h200"', '(70, "stage-c-4-gpu-h200"').replace(
         'rocm_ci(30,', 'rocm_ci(90,')
+
+
+def test_evidence_sources_with_spaces_split_back_into_the_lines_they_cite(repo, tmp_path, capsys):
+    """GitHub job names (`gh run view --log`'s `stage-b (2, h200)`) and log archive members (`3_Run tests.txt`)
+    hold spaces, and a step's default name (`Run cd test; python3 run_suite.py`) a `; `: sources joined with
+    spaces could not be split back into the log lines they cite."""
+    store = FileHistoryStore(tmp_path / "home" / "history.sqlite")
+    [c] = [t for t in history_cli.load_catalog_for(None, None, None).tests if t.id == "tests/e2e/test_c.py"]
+    refs = ["run.txt:stage-b (2, h200):1234", "logs.zip:3_Run tests.txt:40",
+            "logs.zip:4_Run cd test; python3 run_suite.py.txt:7"]
+    now = datetime.now(UTC)
+    store.append([Sample(c.id, "h200", c.sha256, "passed", 500 + i, (now - timedelta(days=3 - i)).isoformat(),
+                         source=ref) for i, ref in enumerate(refs)])
+    evidence = tmp_path / "ev.csv"
+    assert cli("calibrate", "--repo", str(repo), "--evidence", str(evidence)) == 0
+    capsys.readouterr()
+    rows = {r["test_id"]: r for r in csv.DictReader(evidence.open(newline=""))}
+    assert rows[c.id]["samples_used"] == "3"
+    assert rows[c.id]["sources"].split("\n") == refs  # docs/calibration.md: one reference per line of the cell

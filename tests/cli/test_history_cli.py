@@ -836,3 +836,30 @@ def test_an_sglang_log_goes_to_the_per_commit_or_nightly_test_its_runner_command
             "test/registered/test_pair.py::cuda-nightly-1-gpu+nightly) and the log does not say which ran: it holds "
             "no one runner command line (`run_suite.py --suite S`, with `--nightly` for the nightly run) and it prints "
             "no _estimated_time; import the whole job log, whose command line says it") in out
+
+
+def test_show_marks_the_samples_calibration_leaves_out_and_says_why(repo, tmp_path, capsys):
+    """A kill injected by a `nightly run --env MINIRL_HANG=...` night showed as `timed_out 20*` exactly like a real
+    one, and a day-long outlier like any pass: `show` counted them where calibrate and the planner do not."""
+    from pipelines.core.model import Sample
+
+    store = FileHistoryStore(tmp_path / "home" / "history.sqlite")
+    store.add([Sample("tests/e2e/test_a.py", "h200", "a" * 64, "passed", 30.0, "2026-12-01T15:00:00Z", run_id="n1"),
+               Sample("tests/e2e/test_a.py", "h200", "a" * 64, "timed_out", 20.0, "2026-12-02T15:00:00Z", run_id="n2",
+                      capped=True, env="MINIRL_HANG#3f2a9c1b0d4e"),
+               Sample("tests/e2e/test_a.py", "h200", "a" * 64, "passed", 90000.0, "2026-12-03T15:00:00Z", run_id="n3",
+                      outlier="elapsed 90000 s is over the ceiling")])
+    assert cli("history", "show", "--test", "tests/e2e/test_a.py") == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].split()[-2:] == ["unused", "source"]
+    rows = {line.split()[0]: line.split() for line in out if line.startswith("2026-")}
+    assert rows["2026-12-01T15:00:00Z"][6:8] == ["a" * 8, "-"]
+    assert rows["2026-12-02T15:00:00Z"][3:8] == ["timed_out", "20*", "1", "a" * 8, "env"]
+    assert rows["2026-12-03T15:00:00Z"][6:8] == ["a" * 8, "outlier"]
+    assert out[-1] == ("3 of 3 samples (* capped by a timeout; unused: env = a night run with extra environment (--env, "
+                       "env_from), outlier = an implausible duration; calibration and the planner leave both out, the "
+                       "near-timeout list the env ones)")
+    assert cli("history", "show", "--test", "tests/e2e/test_a.py", "--limit", "1") == 0
+    assert capsys.readouterr().out.splitlines()[-1] == "1 of 3 samples (unused: env = a night run with extra environment " \
+        "(--env, env_from), outlier = an implausible duration; calibration and the planner leave both out, the " \
+        "near-timeout list the env ones)"

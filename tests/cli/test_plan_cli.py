@@ -400,8 +400,10 @@ def test_a_test_expected_past_its_timeout_is_flagged_and_counted_only_up_to_it(f
     argv = ["--repo", str(tmp_path / "repo"), "--pool", "h200=1x8", "--timeout-floor", "60"]
     assert nightly_plan(argv) == 0
     out = capsys.readouterr().out
-    assert ("warning: tests/test_a.py: expected 2000 s > timeout 750 s: will time out; run `nightly calibrate`"
-            in out)
+    # 600 -> 2500 s is more than the x4 the step guard lets through: calibrate holds it, so the advice is accept:
+    assert ("warning: tests/test_a.py: expected 2000 s > timeout 750 s: will time out; `nightly calibrate` holds its "
+            "proposal of 2500 s for acceptance (a step past max_step_factor); add tests/test_a.py to `accept:` in "
+            f"`calibration:` of an entry for this checkout (`path: {tmp_path / 'repo'}`) in assets/repos.yaml") in out
     assert "tests/test_b.py: expected" not in out
     assert nightly_plan([*argv, "--json"]) == 0
     plan = json.loads(capsys.readouterr().out)
@@ -889,3 +891,46 @@ def test_plan_home_reads_the_state_folder_a_night_run_with_the_same_home_reads(t
     assert main(["plan", "--repo", "fw", "--json"]) == 0  # the default state has no history: est_time / 1.25
     [default] = json.loads(capsys.readouterr().out)["assignments"]
     assert default["expected_from"] == "fallback" and default["expected_s"] == 32, default
+
+
+def test_a_test_that_only_timed_out_is_advised_what_raises_its_est_time_not_a_calibrate_that_keeps_it(
+        tmp_path, monkeypatch, capsys):
+    """est_time 15 s, killed after 1800 s and once failed: the plan expects 1800 s past its 60 s timeout.
+    bucket125 without raise_on_timeout keeps 15 s, so "run `nightly calibrate`" was advice that changed
+    nothing; the warning says what does, and keeps `nightly calibrate` once the repo's policy raises."""
+    from pipelines.cli import main
+    from pipelines.core.history.store import FileHistoryStore
+    from pipelines.core.model import Sample
+    from pipelines.night import Night, NightSettings
+    from tests.support.assets import QUICK_TEST, registry_repo
+
+    _, assets = registry_repo(tmp_path, {"test_a.py": QUICK_TEST.format(est=15)})
+    monkeypatch.setenv("NIGHTLY_ASSETS_DIR", str(assets))
+    home = tmp_path / "home"
+    monkeypatch.setenv("NIGHTLY_HOME", str(home))
+    [t] = Night(NightSettings(home=home, repo="fw")).registered.tests
+    home.mkdir(exist_ok=True)
+    FileHistoryStore(home / "history.sqlite").append([
+        Sample(t.id, t.hardware, t.sha256, "timed_out", 1800.0, "2026-11-01T01:00:00Z", capped=True),
+        Sample(t.id, t.hardware, t.sha256, "failed", 20.0, "2026-11-02T01:00:00Z")])
+    argv = ["--repo", "fw", "--timeout-floor", "60"]
+    keeps = (f"warning: {t.id}: expected 1800 s > timeout 60 s: will time out; `nightly calibrate` keeps est_time 15: "
+             "the repo's calibration policy (bucket125) does not raise est_time after a timeout; set "
+             "`raise_on_timeout: true` in `calibration:` of repo fw in assets/repos.yaml, or raise est_time in "
+             f"{t.path} by hand (e.g. to 2300 s)")
+    assert nightly_plan(argv) == 0
+    assert keeps in capsys.readouterr().out
+    assert main(["run", "--list-only", *argv]) == 0
+    assert keeps in capsys.readouterr().out
+    assert main(["calibrate", "--repo", "fw"]) == 0  # what the advice says calibrate does
+    assert "keeps est_time" in capsys.readouterr().out
+    with open(assets / "repos.yaml", "a") as fh:
+        fh.write("    calibration: {raise_on_timeout: true}\n")
+    raises = (f"warning: {t.id}: expected 1800 s > timeout 60 s: will time out; run `nightly calibrate` (it proposes "
+              "est_time 2300 s; --write applies it)")
+    assert nightly_plan(argv) == 0
+    assert raises in capsys.readouterr().out
+    assert main(["run", "--list-only", *argv]) == 0
+    assert raises in capsys.readouterr().out
+    assert main(["calibrate", "--repo", "fw"]) == 0
+    assert "raised: the newest run timed out after 1800 s" in capsys.readouterr().out

@@ -18,6 +18,18 @@ EVIDENCE_COLUMNS = ("test_id", "hardware", "current_est_time", "samples_used", "
                     "sources", "left_out")
 
 
+#: between the log references of the ``sources`` column: a line break, which no reference holds (a log's
+#: lines end at it; job and step names, ``run.txt:stage-b (2, h200):12``, ``logs.zip:3_Run tests.txt:40``,
+#: hold spaces, and a step's default name ``Run a; b`` a ``; ``); CSV quotes the cell, so it stays one cell
+SOURCES_SEPARATOR = "\n"
+
+
+def split_sources(cell: str) -> tuple[str, ...]:
+    """The ``sources`` column back as its log references (an evidence CSV written before the separator
+    was a line break joined them with spaces: such a cell is one reference here)."""
+    return tuple(ref for ref in cell.split(SOURCES_SEPARATOR) if ref)
+
+
 def _num(x: float | None) -> str:
     return "" if x is None else f"{x:g}"
 
@@ -28,7 +40,8 @@ def seconds(x: float, sign: bool = False) -> str:
 
 
 def evidence_rows(estimates: Sequence[Estimate]) -> list[dict[str, str]]:
-    """One row per test; sources cite the log lines or run logs the samples came from."""
+    """One row per test; sources cite the log lines or run logs the samples came from, one per line of the
+    cell (``SOURCES_SEPARATOR``: a reference may hold spaces)."""
     return [{
         # the file's est_time as written (SGLang's 12.5, not the 13 plans round it up to), as the patch shows it
         "test_id": e.test_id, "hardware": e.hardware, "current_est_time": seconds(e.registered),
@@ -38,7 +51,8 @@ def evidence_rows(estimates: Sequence[Estimate]) -> list[dict[str, str]]:
         "held_est_time": "" if e.held is None else str(e.held),
         # the last calibration's est_time, which the step was judged from; empty: the registered one was
         "in_force_est_time": "" if e.in_force is None else str(e.in_force),
-        "stale_samples": str(e.stale_samples), "reason": e.reason, "sources": " ".join(e.sources),
+        "stale_samples": str(e.stale_samples), "reason": e.reason,
+        "sources": SOURCES_SEPARATOR.join(e.sources),
         # each sample the guards left out, with where it came from and why: the reason only counts them
         "left_out": "; ".join(e.outliers),
     } for e in estimates]

@@ -22,7 +22,7 @@ def test_the_evidence_csv_has_one_row_per_test_with_its_numbers_and_sources(tmp_
     assert rows == evidence_rows([est(3600, 1300), est(600, 600, used=0, tid="tests/e2e/test_b.py")])
     assert rows[0]["current_est_time"] == "3600" and rows[0]["proposed_est_time"] == "1300"
     assert rows[0]["delta"] == "-2300" and rows[0]["max_s"] == "957"
-    assert rows[0]["sources"] == "n1.log:6 n2.log:9" and rows[1]["samples_used"] == "0"
+    assert rows[0]["sources"] == "n1.log:6\nn2.log:9" and rows[1]["samples_used"] == "0"
     assert [p.name for p in path.parent.iterdir()] == ["evidence.csv"]  # no temp file left behind
 
 
