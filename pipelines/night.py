@@ -50,7 +50,7 @@ from pipelines.core.plan import make_plan, pool_for
 from pipelines.core.plan.cluster import ran_on
 from pipelines.core.plan.durations import duration_model
 from pipelines.core.plan.planner import planned_tests
-from pipelines.core.report import Row, night_rows, replaces_latest
+from pipelines.core.report import Row, attempts_of, near_timeouts, night_rows, replaces_latest
 from pipelines.core.runset import RunSelection, RunSet, resolve_run
 from pipelines.core.select import SelectionError
 from pipelines.core.specs import PoolSpec, RepoSpec, Specs, load_specs, project_path, unconfigured_spec
@@ -951,21 +951,30 @@ class Night:
         return {k: self.state.uri(v) for k, v in self.calibration_keys().items()}
 
     def checks(self, estimates: list[Estimate], run_id: str | None = None) -> tuple[list[Estimate], list]:
-        """(drifted estimates, tests whose last run used over 90% of their timeout: the proposal's, or
-        the shorter one their file's est_time gives the framework's runner, with the repo's floor).
+        """(drifted estimates, tests near their timeout by the report's rule, ``near_timeouts``: an attempt of
+        the night that used over 90 % of the timeout it ran with, or a last run over 90 % of the timeout next
+        night gives it: the proposal's, or the shorter one their file's est_time gives the framework's runner).
 
-        The timeout is judged with the floor the night ran with: this Night's (``--timeout-floor``), or
-        for a calibration that follows run ``run_id``, the one that run's record keeps, as its report does."""
+        The night is run ``run_id``'s (None: the newest night's record). Its timeout is judged with the floor
+        the night ran with: this Night's (``--timeout-floor``), or, where this Night has none of its own, the
+        one the record keeps, as its report does."""
         tests = self.registered_tests()
         floor = self.timeout_floor_s
+        try:
+            record = self.summary(run_id)
+        except CatalogError:  # no record (or a corrupt one): history alone, with the repo's floor
+            record = {}
+        record = record if isinstance(record, dict) else {}
         if run_id and self.settings.timeout_floor_s is None:
-            try:
-                record = self.summary(run_id)
-            except CatalogError:  # no record (or a corrupt one): the repo's floor
-                record = {}
-            floor = recorded_floor(record if isinstance(record, dict) else {}, floor)
-        return drift(estimates), near_timeout(tests, self.history.read(), floor, self.repo_spec.timeout_factor,
-                                              estimates=estimates, runner_floor=self.repo_spec.timeout_floor_s)
+            floor = recorded_floor(record, floor)
+        try:
+            attempts = attempts_of(record)
+        except (AttributeError, KeyError, TypeError, ValueError):  # a record of another shape: its attempts are not judged
+            attempts = []
+        every = near_timeout(tests, self.history.read(), floor, self.repo_spec.timeout_factor, threshold=0.0,
+                             estimates=estimates, runner_floor=self.repo_spec.timeout_floor_s)
+        return drift(estimates), list(near_timeouts(attempts, every, {t.id: t for t in tests},
+                                                    injected=bool(record.get("env"))))
 
     # -- the night's record ----------------------------------------------------------------
     def write_summary(self, summary: dict, store: StateStore | None = None) -> dict:

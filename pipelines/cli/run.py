@@ -319,7 +319,7 @@ def _execute(night, args, selection, env: dict[str, str], home: Path) -> int:
         print(f"note: {note}")
     for line in held_lines(estimates):
         print(line)
-    for near in night.checks(estimates)[1]:
+    for near in night.checks(estimates, summary.get("run_id"))[1]:  # tonight's attempts, as the report judges them
         print(f"near timeout: {near}")
     _print_calibration(calib, report, ui)
     print(f"dagster runs: {result.run_id} (night), {calib.run_id} (calibration); {ui} to browse")

@@ -44,14 +44,19 @@ class TrendPoint:
     started_at: str
     elapsed_s: float
     outcome: str
+    #: the night's position in the window (0: its oldest night), the same for every test: a test first run
+    #: in the window's second night starts at 1, and a night a test did not run is a gap. None: not known
+    night: int | None = None
 
 
 @dataclass(frozen=True)
 class Trend:
-    """One test's last attempt in each of the last nights, oldest first."""
+    """One test's last attempt in each of the last nights it ran in, oldest first."""
 
     test_id: str
     points: tuple[TrendPoint, ...]
+    #: how many nights the window holds (the x axis every test shares); 0: not known
+    nights: int = 0
 
     @property
     def change(self) -> float | None:
@@ -64,7 +69,8 @@ class Trend:
 
 def duration_trends(samples: Sequence[Sample], test_ids: Sequence[str] | None = None,
                     last_nights: int = 14, nights: Sequence[str] | None = None) -> dict[str, Trend]:
-    """Each test's trend over the last ``last_nights`` nights (infra errors and skips left out).
+    """Each test's trend over the last ``last_nights`` nights (infra errors and skips left out). Each point
+    keeps its night's position in that window, so that every test's points line up by night.
 
     ``nights``: the run ids that count as nights, oldest first (the report passes its repo's night
     records): one history store serves every repo, so counting every run in it let other repos' runs
@@ -90,7 +96,8 @@ def duration_trends(samples: Sequence[Sample], test_ids: Sequence[str] | None = 
     for (run_id, test_id), s in last.items():
         if run_id in rank:
             series[test_id].append((rank[run_id], s))
-    return {t: Trend(t, tuple(TrendPoint(s.run_id, s.started_at, s.elapsed_s, s.outcome) for _, s in sorted(xs, key=lambda x: x[0])))
+    return {t: Trend(t, tuple(TrendPoint(s.run_id, s.started_at, s.elapsed_s, s.outcome, night)
+                              for night, s in sorted(xs, key=lambda x: x[0])), len(runs))
             for t, xs in series.items()}
 
 

@@ -220,15 +220,38 @@ def trends_figure(moved: Sequence[Trend], keys: Mapping[str, str]) -> Figure:
     """One line per test over the last nights, named in the legend (never on the plot)."""
     fig, ax = plt.subplots(figsize=(9, 3.6), dpi=72)
     for i, t in enumerate(moved):
-        xs = list(range(len(t.points)))
-        [line] = ax.plot(xs, [p.elapsed_s for p in t.points], marker="o", markersize=3, linewidth=1.2,
+        xs, ys = _by_night(t)
+        [line] = ax.plot(xs, ys, marker="o", markersize=3, linewidth=1.2,
                          label=f"{keys.get(t.test_id, '')} {short_name(t.test_id, 44)}")
         line.set_gid(f"mark-trend-{i}")
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    ax.set_xlabel("night (oldest to newest)")
+    window = max((t.nights for t in moved), default=0)
+    if window:
+        ax.set_xlim(-0.5, window - 0.5)
+    ax.set_xlabel("night of the window (oldest to newest; a gap: not run that night)")
     ax.set_ylabel("elapsed (s)")
     ax.legend(loc="center left", bbox_to_anchor=(1.01, 0.5), fontsize=7, frameon=False)
     return fig
+
+
+def _night_x(t: Trend) -> list[float]:
+    """Each point's x: its night's position in the window, shared by every test (its own run count where the
+    points do not know their night)."""
+    return [float(i if p.night is None else p.night) for i, p in enumerate(t.points)]
+
+
+def _by_night(t: Trend) -> tuple[list[float], list[float]]:
+    """The points at their nights, with a NaN between two nights that are not adjacent, so the line breaks
+    where the test did not run instead of drawing through the missing night."""
+    xs: list[float] = []
+    ys: list[float] = []
+    for x, p in zip(_night_x(t), t.points, strict=True):
+        if xs and x - xs[-1] > 1:
+            xs.append(math.nan)
+            ys.append(math.nan)
+        xs.append(x)
+        ys.append(p.elapsed_s)
+    return xs, ys
 
 
 def trends_svg(trends: Sequence[Trend], keys: Mapping[str, str], limit: int = 8) -> str:
@@ -245,11 +268,13 @@ def sparkline(trend: Trend, width: int = 120, height: int = 22) -> str:
     if not pts:
         return ""
     top = max(p.elapsed_s for p in pts) or 1.0
-    step = width / max(len(pts) - 1, 1)
-    xy = [(i * step, height - 2 - (height - 4) * p.elapsed_s / top) for i, p in enumerate(pts)]
+    nx = _night_x(trend)
+    step = width / max(trend.nights - 1 if trend.nights else len(pts) - 1, 1)  # the window's nights, as the plot
+    xy = [(x * step, height - 2 - (height - 4) * p.elapsed_s / top) for x, p in zip(nx, pts, strict=True)]
     dots = "".join(f'<circle cx="{x:.1f}" cy="{y:.1f}" r="2" fill="{COLORS.get(p.outcome, "#607d8b")}">'
                    f"<title>{escape(p.run_id)}: {p.elapsed_s:.0f} s {p.outcome}</title></circle>"
                    for (x, y), p in zip(xy, pts, strict=True) if p.outcome != "passed")
-    line = " ".join(f"{x:.1f},{y:.1f}" for x, y in xy)
+    # a night the test did not run breaks the line (M: a new stroke), as on the plot
+    line = " ".join(f"{'M' if i == 0 or nx[i] - nx[i - 1] > 1 else 'L'}{x:.1f},{y:.1f}" for i, (x, y) in enumerate(xy))
     return (f'<svg class="spark" width="{width}" height="{height}" viewBox="-2 0 {width + 4} {height}">'
-            f'<polyline points="{line}" fill="none" stroke="#1565c0" stroke-width="1.2"/>{dots}</svg>')
+            f'<path d="{line}" fill="none" stroke="#1565c0" stroke-width="1.2"/>{dots}</svg>')

@@ -99,7 +99,7 @@ passed {{ k.passed_before }} &rarr; {{ k.passed_after }}; median duration tonigh
 {% for e in d.drift %}<p class="drift">{{ e.test_id }}: est_time {{ e.registered }} s &rarr; proposed {{ e.registered_proposed }} s ({{ e.reason }})</p>
 {% else %}<p class="none">no est_time drifted</p>{% endfor %}
 {% for e in d.held %}<p class="drift">{{ e.test_id }}: est_time {{ e.baseline }} s &rarr; {{ e.held }} s held for acceptance (more than max_step_factor in one step; add the test to the repo's calibration: accept: list to apply it)</p>{% endfor %}
-{% for n in d.near_timeout %}<p class="near-timeout">{{ n.test_id }}: last run {{ n.outcome }} after {{ n.elapsed_text }} s of its {{ n.timeout_s }} s timeout ({{ '%.0f'|format(100 * n.elapsed_s / n.timeout_s) }}%){% if n.file_est_time %}, the one its file's est_time={{ n.file_est_time }} gives the framework's own runner until the est_time patch is merged{% if n.in_force_est_time %} (the nights run with the calibrated {{ n.in_force_est_time }}){% endif %}{% endif %}</p>
+{% for n in d.near_timeout %}<p class="near-timeout">{{ n }}</p>
 {% else %}<p class="none">no test near its timeout</p>{% endfor %}
 </section>
 

@@ -276,7 +276,9 @@ def test_near_timeout_is_judged_with_the_floor_the_night_ran_with(home, tmp_path
     shutil.copytree(home, copy)
     path = copy / "nights" / "2026-11-06T150000Z.json"
     argv = ("report", "--home", str(copy), "--repo", "minirl", "--json")
-    near = lambda: {n["test_id"]: n["timeout_s"] for n in json.loads(nightly(capsys, *argv)[1])["near_timeout"]}  # noqa: E731
+    # next night's timeout, judged with the floor: the hang's entry is tonight's (60 s of its 60 s), said with it
+    near = lambda: {n["test_id"]: (n.get("next_night") or n)["timeout_s"]  # noqa: E731
+                    for n in json.loads(nightly(capsys, *argv)[1])["near_timeout"]}
     hang, slow = "tests/e2e/lora/test_lora_math.py", "tests/e2e/sglang/test_sglang_rollout.py"
     assert near() == {hang: 60}
     path.write_text(json.dumps({**json.loads(path.read_text()), "timeout_floor_s": 30}, indent=1))
@@ -1013,3 +1015,39 @@ def test_a_node_the_night_only_suspected_is_on_the_page_and_in_the_json_with_its
     assert code == 0, err
     page = (tmp_path / "r.html").read_text()
     assert "suspect node local-h200-1" in page and "4 different tests failed here in 4 of the last 5 runs" in page
+
+
+def test_trend_points_are_placed_at_their_nights_in_the_window_not_at_each_tests_own_run_count(tmp_path, capsys):
+    """A test first run in the window's second night, and not run in its fourth, sat at x=0 beside the
+    others' first night, its later points a night early; the plot and --json now place each at its night."""
+    import dataclasses
+    import math
+
+    import matplotlib.pyplot as plt
+
+    from pipelines.core.trends import Trend, TrendPoint
+    from pipelines.reporting.plots import trends_figure
+
+    night = example_night(tmp_path)
+    runs = [n["run_id"] for n in night.previous] + [night.summary["run_id"]]
+    sft, not_run = tid(SFT), {runs[0], runs[3]}
+    home = write_home(dataclasses.replace(night, samples=[
+        s for s in night.samples if not (s.test_id == sft and s.run_id in not_run)]))
+
+    code, out, err = nightly(capsys, "report", "--home", str(home), "--repo", "minirl", "--json")
+
+    assert code == 0, err
+    trends = {t["test_id"]: t for t in json.loads(out)["trends"]}
+    assert [(p["run_id"], p["night"]) for p in trends[sft]["points"]] == [
+        (runs[1], 1), (runs[2], 2), (runs[4], 4), (runs[5], 5)]
+    assert [p["night"] for p in trends[tid(GRPO)]["points"]] == [0, 1, 2, 3, 4, 5]
+    assert trends[sft]["nights"] == trends[tid(GRPO)]["nights"] == 6
+    # the plot draws the report's trends: the same x for the same night, a break where the test did not run
+    moved = [Trend(t["test_id"], tuple(TrendPoint(**p) for p in t["points"]), t["nights"])
+             for t in (trends[sft], trends[tid(GRPO)])]
+    fig = trends_figure(moved, {})
+    sft_line, grpo_line = fig.axes[0].get_lines()
+    xs = [None if math.isnan(x) else x for x in sft_line.get_xdata()]
+    assert xs == [1, 2, None, 4, 5] and list(grpo_line.get_xdata()) == [0, 1, 2, 3, 4, 5]
+    assert fig.axes[0].get_xlim() == (-0.5, 5.5)
+    plt.close(fig)

@@ -562,3 +562,30 @@ def test_a_night_an_error_stopped_after_its_last_test_passed_exits_1_and_is_reco
     summary = json.loads(record.read_text())
     assert summary["status"] == "failed" and summary["verdict"]["ok"] is False
     assert {a["outcome"] for a in summary["attempts"]} == {"passed"}
+
+
+@pytest.mark.slow  # a real (tiny) night whose test takes 3.75 s of its 4 s timeout
+def test_a_test_near_its_timeout_tonight_is_named_by_nightly_run_as_by_its_report(tmp_path, capsys, monkeypatch):
+    """`nightly run --timeout-floor 4` of a test that sleeps 3.75 s: over 90 % of tonight's 4 s timeout. The
+    run judged only against next night's timeout (raised by calibration), printed no `near timeout:` line,
+    while the report listed it: both now name it, with next night's timeout as context."""
+    import json
+    import re
+
+    slow = QUICK_TEST.format(est=2).replace(QUICK_MAIN, '    import time\n    time.sleep(3.75)\n')
+    _, assets = registry_repo(tmp_path, {"test_slow.py": slow})
+    monkeypatch.setenv("NIGHTLY_ASSETS_DIR", str(assets))
+    home = str(tmp_path / "home")
+    code = main(["run", "--home", home, "--repo", "fw", "--timeout-floor", "4"])
+    out = capsys.readouterr().out
+    assert code == 0, out[-3000:]
+    [line] = [x for x in out.splitlines() if x.startswith("near timeout: ")]
+    said = re.fullmatch(r"near timeout: tests/e2e/test_slow\.py: tonight's run passed after ([\d.]+) s of its 4 s "
+                        r"timeout \((\d+)%\); next night: (?:(\d+) s after calibration|the same timeout after calibration)",
+                        line)
+    assert said and float(said[1]) > 3.6, line
+    assert main(["report", "--home", home, "--repo", "fw", "--json"]) == 0
+    [near] = json.loads(capsys.readouterr().out)["near_timeout"]
+    assert (near["test_id"], near["timeout_s"], f"{100 * near['elapsed_s'] / near['timeout_s']:.0f}") == \
+        ("tests/e2e/test_slow.py", 4, said[2])
+    assert (near["next_night"]["timeout_s"] if said[3] else 4) == int(said[3] or 4)

@@ -26,3 +26,12 @@ def test_the_newest_night_stays_in_the_window_of_the_last_nights():
     samples += [s("b.py", "infra_error", 0.0, "", "r15"), s("a.py", "passed", 1750.0, "2025-01-15T15:00:00+00:00", "r15")]
     trend = duration_trends(samples, ["a.py"])["a.py"]
     assert trend.points[-1].run_id == "r15" and len(trend.points) == 14
+
+
+def test_each_point_keeps_its_nights_place_in_the_window_shared_by_every_test():
+    samples = [s("a.py", "passed", 10.0, f"2025-01-0{d}T15:00:00+00:00", f"r{d}") for d in (1, 2, 3, 4)]
+    samples += [s("b.py", "passed", 10.0, f"2025-01-0{d}T15:00:01+00:00", f"r{d}") for d in (2, 4)]
+    trends = duration_trends(samples, ["a.py", "b.py"])
+    assert [p.night for p in trends["a.py"].points] == [0, 1, 2, 3]
+    assert [(p.run_id, p.night) for p in trends["b.py"].points] == [("r2", 1), ("r4", 3)]
+    assert trends["a.py"].nights == trends["b.py"].nights == 4

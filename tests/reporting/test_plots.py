@@ -106,3 +106,10 @@ def test_short_names_drop_the_folder_and_the_test_prefix(test_id, short):
 def test_a_sparkline_marks_the_nights_that_did_not_pass():
     svg = sparkline(Trend("t", (TrendPoint("r1", "", 10, "passed"), TrendPoint("r2", "", 60, "timed_out"))))
     assert svg.count("<circle") == 1 and "<title>r2: 60 s timed_out</title>" in svg
+
+
+def test_a_sparkline_places_points_at_their_nights_and_breaks_where_the_test_did_not_run():
+    trend = Trend("t", (TrendPoint("r2", "", 10, "passed", 1), TrendPoint("r3", "", 10, "passed", 2),
+                        TrendPoint("r5", "", 10, "failed", 4)), nights=5)
+    svg = sparkline(trend, width=120)
+    assert 'd="M30.0,' in svg and " L60.0," in svg and " M120.0," in svg

@@ -113,7 +113,7 @@ def test_the_asset_metadata_counts_and_explains_the_night(tmp_path):
     text = report_markdown(data)
     assert f"- `{tid(LORA)}`: hang: killed at its {FLOOR} s timeout" in text
     assert f"| `{tid(GRPO)}` | flaky | flaky rules |" in text
-    assert "- image_digest (h200): `sha256:1111aaaa` -> `sha256:2222bbbb`" in text
+    assert r"- image\_digest (h200): `sha256:1111aaaa` -> `sha256:2222bbbb`" in text  # Markdown for image_digest
 
 
 def test_a_log_in_s3_is_the_command_that_prints_it_not_a_link_no_browser_opens():
@@ -185,3 +185,33 @@ def test_a_near_timeout_line_on_the_page_is_the_one_the_cli_prints():
         assert str(near) in drift
     assert [str(n).split(" after ", 1)[1].split(" timeout", 1)[0] for n in data.near_timeout] == [
         "10 s of its 11 s", "10 s of its 11 s", "10.5 s of its 11 s"]
+
+
+def _cells(row: str) -> list[str]:
+    """A GFM table row's cells: split on the ``|`` no backslash escapes."""
+    return [c.strip() for c in re.split(r"(?<!\\)\|", row.strip())[1:-1]]
+
+
+def test_the_dagster_markdown_keeps_a_quarantines_who_why_and_evidence_as_typed_text(tmp_path, capsys):
+    from pipelines.cli import main
+    from pipelines.night import Night, NightSettings
+    from pipelines.reporting.inputs import inputs_for_night, night_report
+    from pipelines.reporting.metadata import report_markdown
+    from tests.reporting.nights import write_home
+
+    home = write_home(example_night(tmp_path / "home"))
+    why = "fails | passes | see #7 <script>alert(1)</script> and <img src=x onerror=alert(2)> *now*"
+    assert main(["quarantine", "add", tid(LORA), "--home", str(home), "--repo", "minirl",
+                 "--by", "<b>bob</b> | ops", "--why", why]) == 0, capsys.readouterr().err
+    night = Night(NightSettings(home=home, repo="minirl"))
+    text = report_markdown(night_report(night.state, None, inputs_for_night(night, uncovered=[])))
+    assert "<script" not in text and "<img" not in text and "<b>" not in text
+    header, rule, *rows = [line for line in text.splitlines() if line.startswith("|")]
+    assert len(_cells(header)) == len(_cells(rule)) == 5
+    assert all(len(_cells(r)) == 5 for r in rows), rows
+    [lora] = [_cells(r) for r in rows if tid(LORA) in r]
+    assert lora[:4] == [f"`{tid(LORA)}`", "quarantined", r"&lt;b&gt;bob&lt;/b&gt; \| ops",
+                        r"fails \| passes \| see \#7 &lt;script&gt;alert(1)&lt;/script&gt; and "
+                        r"&lt;img src=x onerror=alert(2)&gt; \*now\*"]
+    # the failures' lines too: a classification is the test's own reason text
+    assert f"- `{tid(SFT)}`: test failure (exit 1)" in text
