@@ -73,6 +73,22 @@ def test_a_later_test_that_ends_before_the_reservation_still_fills_the_gap(monke
     assert [a.test_id for a, *_ in q.start_ready()] == ["b"]
 
 
+def test_a_backfill_that_fills_the_node_goes_before_one_that_would_leave_a_hole():
+    """6 GPUs free beside a long 2-GPU test, the whole-node head waiting: the 2-GPU test next in priority
+    would leave 4 there that only more 2-GPU tests fit, one after another, while the 6-GPU test after it
+    fills them; a first that fills its node, or two that both leave some over, keep priority order."""
+    clock = Clock()
+    q = DispatchQueue(plan_of(("long", 1000, 2), ("head", 100, 8), ("two", 100, 2), ("six", 100, 6)), [ONE_NODE],
+                      clock=clock)
+    assert [a.test_id for a, *_ in q.start_ready()] == ["long", "six"]
+    q = DispatchQueue(plan_of(("long", 1000, 2), ("head", 100, 8), ("six", 100, 6), ("two", 100, 2)), [ONE_NODE],
+                      clock=clock)
+    assert [a.test_id for a, *_ in q.start_ready()] == ["long", "six"]
+    q = DispatchQueue(plan_of(("long", 1000, 2), ("head", 100, 8), ("two", 100, 2), ("four", 100, 4),
+                              ("two2", 100, 2)), [ONE_NODE], clock=clock)
+    assert [a.test_id for a, *_ in q.start_ready()] == ["long", "two", "four"]
+
+
 def test_without_a_clock_the_queue_backfills_greedily_as_before():
     q = DispatchQueue(plan_of(("a", 100, 6), ("b", 100, 8), ("c", 300, 2), ("d", 10, 2)), [ONE_NODE])
     assert [a.test_id for a, *_ in q.start_ready()] == ["a", "c"]
