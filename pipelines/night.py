@@ -955,13 +955,15 @@ class Night:
         the night that used over 90 % of the timeout it ran with, or a last run over 90 % of the timeout next
         night gives it: the proposal's, or the shorter one their file's est_time gives the framework's runner).
 
-        The night is run ``run_id``'s (None: the newest night's record). Its timeout is judged with the floor
+        The night is run ``run_id``'s (None: no night's attempts, history alone). Its timeout is judged with the floor
         the night ran with: this Night's (``--timeout-floor``), or, where this Night has none of its own, the
         one the record keeps, as its report does."""
         tests = self.registered_tests()
         floor = self.timeout_floor_s
         try:
-            record = self.summary(run_id)
+            # no run named: history alone, never the newest record, which may be another repo's night (several
+            # repos share one store's nights/latest.json)
+            record = self.summary(run_id) if run_id else {}
         except CatalogError:  # no record (or a corrupt one): history alone, with the repo's floor
             record = {}
         record = record if isinstance(record, dict) else {}

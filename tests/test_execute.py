@@ -81,3 +81,28 @@ def test_a_node_named_mid_night_whose_finding_faded_is_bad_in_the_verdict_as_in_
     assert [f["node"] for f in record["bad_nodes"]] == ["n1"]
     assert record["verdict"]["bad_nodes"] == ["n1"], record["verdict"]
     assert record["verdict"]["excused_quarantined"] == [] and not record["verdict"]["ok"], record["verdict"]
+
+
+def test_checks_without_a_run_judge_history_alone_never_the_newest_record_another_repo_wrote(tmp_path):
+    """Several repos share one store's nights/latest.json: a calibration with no source run (materialized
+    from the UI) listed the other repo's test as near its timeout, from that repo's night."""
+    import dataclasses
+
+    from pipelines.core.model import Attempt
+
+    night = Night(NightSettings(home=tmp_path / "home", assets_dir=example_assets(tmp_path / "assets")))
+    theirs = Attempt("tests/e2e/slp/test_other.py", "passed", 9.6, "2026-12-06T01:00:00+00:00", 1, timeout_s=10)
+    night.state.put("nights/latest.json", json.dumps({"repo": "slp2", "attempts": [dataclasses.asdict(theirs)]}))
+    _, near = night.checks(night.estimates(), None)
+    assert "tests/e2e/slp/test_other.py" not in {n.test_id for n in near}
+
+
+def test_a_test_killed_at_its_timeout_says_whether_next_night_has_room():
+    from pipelines.core.report import NearTimeout, NearTimeoutTonight
+
+    def killed(next_timeout: int) -> str:
+        nxt = NearTimeout("t.py", "h200", 15.0, next_timeout, "timed_out", "2026-12-06T01:00:00+00:00")
+        return str(NearTimeoutTonight("t.py", "h200", 15.0, 15, "timed_out", "2026-12-06T01:00:00+00:00",
+                                      next_night=nxt))
+    assert killed(10).endswith("; next night: 10 s, it will be killed again unless its est_time is raised")
+    assert killed(25).endswith("; next night: 25 s, longer than the 15 s that killed it")

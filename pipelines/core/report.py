@@ -528,6 +528,10 @@ class NearTimeoutTonight(NearTimeout):
         n = self.next_night
         if n is None:
             return text
+        if self.outcome == "timed_out":  # killed, not nearly: a failure already; say whether next night has room
+            room = ("it will be killed again unless its est_time is raised" if n.timeout_s <= self.timeout_s
+                    else f"longer than the {self.timeout_s} s that killed it")
+            return text + f"; next night: {n.timeout_s} s, {room}"
         if n.file_est_time:
             return text + (f"; next night: {n.timeout_s} s, the one its file's est_time={n.file_est_time} gives the "
                            "framework's own runner until the est_time patch is merged")
