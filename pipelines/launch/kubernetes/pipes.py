@@ -36,6 +36,7 @@ from pipelines.launch.kubernetes.outcomes import (
     ended_by_itself,
     explain,
     image_id,
+    init_failure,
     main_status,
     node_of,
     terminated,
@@ -235,12 +236,18 @@ def run_test_pod(context: Any, request: LaunchRequest, pool: PoolSpec, deploymen
 def _enforce(rec: PodRecorder, clock: PodClock, api: client.CoreV1Api,
              namespace: str) -> tuple[Verdict | None, float | None]:
     """Our limits on the pod dagster-k8s waits for: past one (a verdict while the pod has not ended
-    by itself), delete it and return (verdict, seconds its test ran); else (None, None)."""
+    by itself), delete it and return (verdict, seconds its test ran); else (None, None).
+
+    A pod that ended with no terminated test container (the kubelet failed it before the container
+    ran) is judged here too: dagster-k8s waits for that container to become ready, up to its
+    ready timeout (5 h, or a day with no container status), holding the pod's GPUs."""
     last, deleted = rec.last, rec.deleted
     now = time.monotonic()
     verdict = clock.judge(last, deleted, now)
     phase = ((last or {}).get("status") or {}).get("phase")
-    if verdict is None or deleted or last is None or phase in ("Succeeded", "Failed"):
+    # a failed pre-flight dagster-k8s does see (it raises on the init container's exit code)
+    unseen_end = phase in ("Succeeded", "Failed") and not terminated(last or {}) and not init_failure(last or {})
+    if verdict is None or deleted or last is None or (phase in ("Succeeded", "Failed") and not unseen_end):
         return None, None  # running, or ended: dagster-k8s sees the end and our classify judges it
     _delete(api, rec, namespace)
     return verdict, clock.ran_s(now)

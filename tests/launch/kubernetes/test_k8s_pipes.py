@@ -162,6 +162,26 @@ def test_a_pod_that_cannot_start_is_an_infra_error_after_the_deployments_wait_no
     assert time.monotonic() - t0 < 30.0 and not server.state.pods
 
 
+@pytest.mark.parametrize("waiting", [True, False], ids=["container waiting", "no container status"])
+def test_a_pod_failed_before_its_container_ran_is_judged_at_once_not_after_dagster_k8s_ready_wait(tmp_path, waiting):
+    """The kubelet failed the pod before its test container started: dagster-k8s waits for that
+    container to become ready (5 h, or a day with no container status) while the attempt held its
+    GPUs. Now the attempt ends at once, as on the watch launcher: failed_without_container, retriable."""
+    import threading
+
+    out: list = []
+    script = lambda pod, node: [Step(mutate=pods.scheduled(node)), Step(mutate=pods.failed_before_start(waiting))]  # noqa: E731
+    worker = threading.Thread(target=lambda: out.append(run_pipes(tmp_path, script, timeout_s=20, startup_wait_s=5,
+                                                                  unschedulable_wait_s=5, log_join_s=1.0)), daemon=True)
+    worker.start()
+    worker.join(60.0)
+    assert not worker.is_alive(), "the attempt still waits on dagster-k8s, past the test's timeout and every wait"
+    [(attempt, _, server)] = out
+    assert (attempt.outcome, attempt.reason, attempt.node, attempt.details["retriable"]) == (
+        "infra_error", "failed_without_container", "h200-a", "true")
+    assert not server.state.pods
+
+
 def test_an_image_pull_error_is_a_retriable_image_pull_as_on_the_watch_path_not_a_delete(tmp_path):
     """dagster-k8s raises at the first ErrImagePull and deletes the pod; a throttled registry is
     the infrastructure's trouble, worth another node, as the watch launcher says after its wait."""
