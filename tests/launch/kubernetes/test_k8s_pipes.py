@@ -239,3 +239,38 @@ def test_a_terminated_run_deletes_its_pod_and_is_interrupted_not_left_running_to
     assert not still, "the pod was left running"
     assert "the night was interrupted and its pod deleted" in (tmp_path / "grpo.log").read_text()
     assert (after.outcome, after.reason) == ("interrupted", "cancelled") and len(server.created) == 1
+
+
+def launch_twice(tmp_path, script, server=None):
+    """Two attempts of one test through one PipesLauncher in a real Dagster step, as the dispatcher
+    retries an infra error on another node; returns (attempt, outcome, reason, retriable) of each."""
+    from pipelines.launch.kubernetes.pipes import PipesLauncher
+
+    test = make_test(id="tests/e2e/test_grpo.py", path="tests/e2e/test_grpo.py", gpus=4)
+    out: list = []
+    server = server or StandInApiServer()
+    server.script = script
+    with server:
+        client = dagster_k8s.PipesK8sClient(kubeconfig_file=kubeconfig(tmp_path, server.url), poll_interval=0.05)
+
+        @dagster.asset
+        def grpo(context):
+            launcher = PipesLauncher(context, DEPLOYMENT, pipes_client=client, core_v1_api=server.core_v1())
+            for n in (1, 2):
+                a = launcher.launch(LaunchRequest(test=test, repo_path=tmp_path, timeout_s=600, run_id="r1",
+                                                  log_path=tmp_path / f"grpo.attempt{n}.log", night="2026-12-01",
+                                                  pool="h200", attempt=n))
+                out.append((a.attempt, a.outcome, a.reason, a.details["retriable"]))
+            return dagster.MaterializeResult()
+
+        assert dagster.materialize([grpo], instance=dagster.DagsterInstance.ephemeral()).success
+    return out
+
+
+def test_a_second_unreadable_log_of_a_test_that_night_is_final_on_the_pipes_path_too(tmp_path):
+    """The once-per-night rule lived in the watch launcher only: through Pipes, every node retried a
+    test whose log the API never serves. Now the second one is final, as on the watch launcher."""
+    server = StandInApiServer()
+    server.fail("GET", "/log", 503, times=10_000)
+    assert launch_twice(tmp_path, lambda pod, node: pods.passes(node), server) == [
+        (1, "infra_error", "log_unreadable", "true"), (2, "infra_error", "log_unreadable", "false")]
