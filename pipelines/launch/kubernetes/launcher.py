@@ -60,22 +60,22 @@ ONCE_PER_NIGHT = frozenset({"log_unreadable", "failed_without_container"})
 
 class OncePerNight:
     """The ONCE_PER_NIGHT rule, one for both launch paths (this launcher and ``pipes.PipesLauncher``):
-    a test's first such outcome tonight stays retriable, a second one is final (what failed on a
-    second node too will fail on a third)."""
+    a test's first such outcome tonight stays retriable, a second one, of either reason, is final
+    (what failed on a second node too will fail on a third; keyed by reason, a test alternating
+    the two was retried on every node)."""
 
     def __init__(self) -> None:
-        #: (test, reason) of tonight's ONCE_PER_NIGHT outcomes
-        self._seen: set[tuple[str, str]] = set()
+        #: tests with a ONCE_PER_NIGHT outcome tonight
+        self._seen: set[str] = set()
         self._lock = threading.Lock()
 
     def judge(self, test_id: str, verdict: Verdict) -> Verdict:
         """``verdict``, made final when it is the test's second ONCE_PER_NIGHT outcome tonight."""
         if verdict.outcome != "infra_error" or verdict.reason not in ONCE_PER_NIGHT:
             return verdict
-        key = (test_id, verdict.reason)
         with self._lock:
-            again = key in self._seen
-            self._seen.add(key)
+            again = test_id in self._seen
+            self._seen.add(test_id)
         return verdict._replace(retriable_infra=False) if again else verdict
 
 
