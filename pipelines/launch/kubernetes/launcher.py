@@ -57,6 +57,28 @@ log = logging.getLogger(__name__)
 #: (the API refusing a second node's log too, for RBAC; a pod failed before its container ran twice)
 ONCE_PER_NIGHT = frozenset({"log_unreadable", "failed_without_container"})
 
+
+class OncePerNight:
+    """The ONCE_PER_NIGHT rule, one for both launch paths (this launcher and ``pipes.PipesLauncher``):
+    a test's first such outcome tonight stays retriable, a second one, of either reason, is final
+    (what failed on a second node too will fail on a third; keyed by reason, a test alternating
+    the two was retried on every node)."""
+
+    def __init__(self) -> None:
+        #: tests with a ONCE_PER_NIGHT outcome tonight
+        self._seen: set[str] = set()
+        self._lock = threading.Lock()
+
+    def judge(self, test_id: str, verdict: Verdict) -> Verdict:
+        """``verdict``, made final when it is the test's second ONCE_PER_NIGHT outcome tonight."""
+        if verdict.outcome != "infra_error" or verdict.reason not in ONCE_PER_NIGHT:
+            return verdict
+        with self._lock:
+            again = test_id in self._seen
+            self._seen.add(test_id)
+        return verdict._replace(retriable_infra=False) if again else verdict
+
+
 def attempt_log_path(path: Path, attempt: int) -> Path:
     """``x.attempt1.log`` -> ``x.attempt2.log``; other names get ``.attemptN`` before the suffix."""
     name = re.sub(r"\.attempt\d+(?=\.[^.]*$|$)", "", path.name)
@@ -151,8 +173,7 @@ class KubernetesLauncher:
         #: pods cancel_all deleted: whatever the API then says of them (deleted, or the image pull
         #: it was waiting for), they ended because the night stopped
         self._cancelled_pods: set[str] = set()
-        #: (test, reason) of tonight's ONCE_PER_NIGHT outcomes: retried once, not again
-        self._once: set[tuple[str, str]] = set()
+        self.once = OncePerNight()
         self._lock = threading.Lock()
         self._serializer = client.ApiClient()
 
@@ -255,14 +276,7 @@ class KubernetesLauncher:
                 run = self.run_pod(body, log, on_log, timeout_s=request.timeout_s, whole_log=True)  # type: ignore[arg-type]
         finally:
             log.close()
-        if run.verdict.outcome == "infra_error" and run.verdict.reason in ONCE_PER_NIGHT:
-            # once per test and night: what failed on a second node too will fail on a third
-            key = (request.test.id, run.verdict.reason)
-            with self._lock:
-                again = key in self._once
-                self._once.add(key)
-            if again:
-                run = dataclasses.replace(run, verdict=run.verdict._replace(retriable_infra=False))
+        run = dataclasses.replace(run, verdict=self.once.judge(request.test.id, run.verdict))
         gated = "SchedulingGated" in run.message  # Kueue's quota: no other node helps
         if run.verdict.reason == "unschedulable" and pinned and pinned not in request.avoid_nodes and not gated:
             # the plan's node is cordoned, gone or full of someone else's pods: another node can help

@@ -276,7 +276,7 @@ def classify(
         if w.get("reason") in _CONFIG_WAITING:
             return _infra("container_config", node)
         return _infra("deleted", node)
-    if phase == "Succeeded" and term.get("exitCode", 0) == 0:
+    if phase == "Succeeded" and term and term.get("exitCode", 0) == 0:  # no term: its container never ran (below)
         return _test("passed", "", node) if finished(last_pod) else _test("failed", NO_COMPLETION_RECORD, node)
     if phase in ("Failed", "Succeeded"):
         if term.get("reason") in _LOST_BY_RUNTIME:

@@ -29,6 +29,7 @@ from pipelines.core.model import Attempt
 from pipelines.core.specs import DeploymentSpec, PoolSpec
 from pipelines.launch.base import LaunchRequest
 from pipelines.launch.kubernetes.clock import PodClock
+from pipelines.launch.kubernetes.launcher import OncePerNight
 from pipelines.launch.kubernetes.logstream import LogFollower, redact
 from pipelines.launch.kubernetes.outcomes import (
     Verdict,
@@ -36,6 +37,7 @@ from pipelines.launch.kubernetes.outcomes import (
     ended_by_itself,
     explain,
     image_id,
+    init_failure,
     main_status,
     node_of,
     terminated,
@@ -116,7 +118,8 @@ def run_test_pod(context: Any, request: LaunchRequest, pool: PoolSpec, deploymen
                  pipes_client: Any = None, core_v1_api: client.CoreV1Api | None = None,
                  settle_s: float = 5.0, cache_paths: Any = (), digest: str = "", owner: Any = None,
                  log_join_s: float = 10.0, tick_s: float = 1.0,
-                 cancelled: threading.Event | None = None) -> tuple[Attempt, Any]:
+                 cancelled: threading.Event | None = None,
+                 once: OncePerNight | None = None) -> tuple[Attempt, Any]:
     """Run one attempt through ``PipesK8sClient.run``; returns our Attempt and the Pipes invocation.
 
     The invocation is None when dagster-k8s raised (it does on any non-zero exit); the Attempt
@@ -132,6 +135,9 @@ def run_test_pod(context: Any, request: LaunchRequest, pool: PoolSpec, deploymen
     ``cancelled`` set (the run was interrupted or terminated: ``PipesLauncher.cancel_all``): the
     pod is deleted at the next tick and the attempt is ``interrupted``, as on the other launchers;
     a terminated UI run must not hold its GPUs until the test's timeout.
+
+    ``once``: the caller's once-per-night rule (:class:`launcher.OncePerNight`), so that a test's
+    second ``log_unreadable`` or ``failed_without_container`` tonight is final, as on the watch launcher.
     """
     from dagster_k8s import PipesK8sClient
     from dagster_k8s.client import DagsterK8sError
@@ -206,6 +212,8 @@ def run_test_pod(context: Any, request: LaunchRequest, pool: PoolSpec, deploymen
         if verdict.outcome == "interrupted":
             message = f"the night was interrupted and its pod deleted ({message})"
         verdict, message = follower.judge(verdict, message)
+        if once is not None:
+            verdict = once.judge(request.test.id, verdict)
         log.write(f"# nightly: verdict {verdict.outcome}: {message}\n")
     term = terminated(last or {})
     start, end = timestamp(term.get("startedAt")), timestamp(term.get("finishedAt"))
@@ -235,12 +243,18 @@ def run_test_pod(context: Any, request: LaunchRequest, pool: PoolSpec, deploymen
 def _enforce(rec: PodRecorder, clock: PodClock, api: client.CoreV1Api,
              namespace: str) -> tuple[Verdict | None, float | None]:
     """Our limits on the pod dagster-k8s waits for: past one (a verdict while the pod has not ended
-    by itself), delete it and return (verdict, seconds its test ran); else (None, None)."""
+    by itself), delete it and return (verdict, seconds its test ran); else (None, None).
+
+    A pod that ended with no terminated test container (the kubelet failed it before the container
+    ran) is judged here too: dagster-k8s waits for that container to become ready, up to its
+    ready timeout (5 h, or a day with no container status), holding the pod's GPUs."""
     last, deleted = rec.last, rec.deleted
     now = time.monotonic()
     verdict = clock.judge(last, deleted, now)
     phase = ((last or {}).get("status") or {}).get("phase")
-    if verdict is None or deleted or last is None or phase in ("Succeeded", "Failed"):
+    # a failed pre-flight dagster-k8s does see (it raises on the init container's exit code)
+    unseen_end = phase in ("Succeeded", "Failed") and not terminated(last or {}) and not init_failure(last or {})
+    if verdict is None or deleted or last is None or (phase in ("Succeeded", "Failed") and not unseen_end):
         return None, None  # running, or ended: dagster-k8s sees the end and our classify judges it
     _delete(api, rec, namespace)
     return verdict, clock.ran_s(now)
@@ -301,6 +315,8 @@ class PipesLauncher:
         self.invocations: list[Any] = []
         #: set by cancel_all: running pods are deleted, no new one is started
         self.cancelled = threading.Event()
+        #: shared with the watch launcher's rule: a test's second once-per-night outcome is final
+        self.once = OncePerNight()
         self._running: list[str] = []
         self._lock = threading.Lock()
 
@@ -327,7 +343,7 @@ class PipesLauncher:
             attempt, invocation = run_test_pod(self.context, request, pool, self.deployment,
                                                pipes_client=self.pipes_client, core_v1_api=self.api, cache_paths=paths,
                                                digest=self.image_digests.get(pool.name, ""), owner=self.owner,
-                                               cancelled=self.cancelled)
+                                               cancelled=self.cancelled, once=self.once)
         finally:
             with self._lock:
                 self._running.remove(request.test.id)

@@ -307,6 +307,28 @@ def test_a_pod_that_never_runs_its_container_on_any_node_is_retried_once_then_fi
     assert final.outcome == "infra_error"
 
 
+def succeeded_before_start(waiting: bool):
+    """As failed_before_start, but the pod's phase is Succeeded: still no terminated test container."""
+    def m(pod):
+        pods.failed_before_start(waiting)(pod)
+        pod["status"]["phase"] = "Succeeded"
+    return m
+
+
+@pytest.mark.parametrize("waiting", [True, False], ids=["container waiting", "no container status"])
+def test_a_pod_that_succeeded_without_running_its_container_is_failed_without_container_not_the_tests_failure(
+        tmp_path, waiting):
+    """Succeeded with no terminated test container: the default exit code 0 made it the test's
+    `failed` ("exited before the test finished"); the test never ran, so it is infra, retried elsewhere."""
+    def script(pod, node):
+        if node == "h200-a":
+            return [Step(mutate=pods.scheduled(node)), Step(mutate=succeeded_before_start(waiting))]
+        return pods.passes(node)
+    _, seen, _, _ = run(tmp_path, script)
+    assert [(a.outcome, a.reason, a.node, a.details["retriable"]) for a in seen] == [
+        ("infra_error", "failed_without_container", "h200-a", "true"), ("passed", "", "h200-b", "false")]
+
+
 def test_infra_retries_stop_at_the_limit_each_on_a_new_node(tmp_path):
     final, seen, server, _ = run(tmp_path, lambda pod, node: pods.ends(node, pods.preflight_failed(86)))
     assert [a.node for a in seen] == ["h200-a", "h200-b", "h200-c"]

@@ -162,6 +162,26 @@ def test_a_pod_that_cannot_start_is_an_infra_error_after_the_deployments_wait_no
     assert time.monotonic() - t0 < 30.0 and not server.state.pods
 
 
+@pytest.mark.parametrize("waiting", [True, False], ids=["container waiting", "no container status"])
+def test_a_pod_failed_before_its_container_ran_is_judged_at_once_not_after_dagster_k8s_ready_wait(tmp_path, waiting):
+    """The kubelet failed the pod before its test container started: dagster-k8s waits for that
+    container to become ready (5 h, or a day with no container status) while the attempt held its
+    GPUs. Now the attempt ends at once, as on the watch launcher: failed_without_container, retriable."""
+    import threading
+
+    out: list = []
+    script = lambda pod, node: [Step(mutate=pods.scheduled(node)), Step(mutate=pods.failed_before_start(waiting))]  # noqa: E731
+    worker = threading.Thread(target=lambda: out.append(run_pipes(tmp_path, script, timeout_s=20, startup_wait_s=5,
+                                                                  unschedulable_wait_s=5, log_join_s=1.0)), daemon=True)
+    worker.start()
+    worker.join(60.0)
+    assert not worker.is_alive(), "the attempt still waits on dagster-k8s, past the test's timeout and every wait"
+    [(attempt, _, server)] = out
+    assert (attempt.outcome, attempt.reason, attempt.node, attempt.details["retriable"]) == (
+        "infra_error", "failed_without_container", "h200-a", "true")
+    assert not server.state.pods
+
+
 def test_an_image_pull_error_is_a_retriable_image_pull_as_on_the_watch_path_not_a_delete(tmp_path):
     """dagster-k8s raises at the first ErrImagePull and deletes the pod; a throttled registry is
     the infrastructure's trouble, worth another node, as the watch launcher says after its wait."""
@@ -219,3 +239,38 @@ def test_a_terminated_run_deletes_its_pod_and_is_interrupted_not_left_running_to
     assert not still, "the pod was left running"
     assert "the night was interrupted and its pod deleted" in (tmp_path / "grpo.log").read_text()
     assert (after.outcome, after.reason) == ("interrupted", "cancelled") and len(server.created) == 1
+
+
+def launch_twice(tmp_path, script, server=None):
+    """Two attempts of one test through one PipesLauncher in a real Dagster step, as the dispatcher
+    retries an infra error on another node; returns (attempt, outcome, reason, retriable) of each."""
+    from pipelines.launch.kubernetes.pipes import PipesLauncher
+
+    test = make_test(id="tests/e2e/test_grpo.py", path="tests/e2e/test_grpo.py", gpus=4)
+    out: list = []
+    server = server or StandInApiServer()
+    server.script = script
+    with server:
+        client = dagster_k8s.PipesK8sClient(kubeconfig_file=kubeconfig(tmp_path, server.url), poll_interval=0.05)
+
+        @dagster.asset
+        def grpo(context):
+            launcher = PipesLauncher(context, DEPLOYMENT, pipes_client=client, core_v1_api=server.core_v1())
+            for n in (1, 2):
+                a = launcher.launch(LaunchRequest(test=test, repo_path=tmp_path, timeout_s=600, run_id="r1",
+                                                  log_path=tmp_path / f"grpo.attempt{n}.log", night="2026-12-01",
+                                                  pool="h200", attempt=n))
+                out.append((a.attempt, a.outcome, a.reason, a.details["retriable"]))
+            return dagster.MaterializeResult()
+
+        assert dagster.materialize([grpo], instance=dagster.DagsterInstance.ephemeral()).success
+    return out
+
+
+def test_a_second_unreadable_log_of_a_test_that_night_is_final_on_the_pipes_path_too(tmp_path):
+    """The once-per-night rule lived in the watch launcher only: through Pipes, every node retried a
+    test whose log the API never serves. Now the second one is final, as on the watch launcher."""
+    server = StandInApiServer()
+    server.fail("GET", "/log", 503, times=10_000)
+    assert launch_twice(tmp_path, lambda pod, node: pods.passes(node), server) == [
+        (1, "infra_error", "log_unreadable", "true"), (2, "infra_error", "log_unreadable", "false")]

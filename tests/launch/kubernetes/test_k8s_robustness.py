@@ -218,6 +218,25 @@ def test_a_log_the_api_never_serves_is_an_infra_error_retried_once_not_the_tests
     assert "# nightly: verdict infra_error: the pod's log stream" in Path(final.log_path).read_text()
 
 
+def test_a_second_once_per_night_outcome_of_another_reason_is_final_too(tmp_path):
+    """The log refused on h200-a, the pod failed before its container ran on h200-b: the rule was
+    kept per (test, reason), so a third node was tried (and a fourth, alternating). The second
+    once-per-night outcome of the test, whatever its reason, is final."""
+    server = StandInApiServer()
+    server.fail("GET", "/log", 403, times=10_000)
+
+    def script(pod, node):
+        if node == "h200-b":
+            return [Step(mutate=pods.scheduled(node)), Step(mutate=pods.failed_before_start())]
+        return pods.passes(node)
+    final, seen, _, _ = launch(tmp_path, script, server=server, log_join_s=0.5)
+    assert [(a.outcome, a.reason, a.node, a.details["retriable"]) for a in seen] == [
+        ("infra_error", "log_unreadable", "h200-a", "true"),
+        ("infra_error", "failed_without_container", "h200-b", "false")]
+    assert final.details["attempts"] == (
+        "1:infra_error/log_unreadable@h200-a; 2:infra_error/failed_without_container@h200-b")
+
+
 def test_a_failure_whose_log_the_api_never_serves_stays_the_tests_failure(tmp_path):
     server = StandInApiServer()
     server.fail("GET", "/log", 403, times=10_000)
