@@ -33,7 +33,7 @@ from pipelines.cli.flags import FlagError, add_timeout_floor, timeout_floor
 from pipelines.core.select import CADENCES, Selection, split_csv, why_nothing
 from pipelines.interrupts import from_interrupt, lost_interrupt
 
-EXIT_TEST_FAILED, EXIT_PROBLEMS, EXIT_NOT_STORED, EXIT_UNREACHABLE, EXIT_INTERRUPTED = 1, 3, 4, 5, 130
+EXIT_TEST_FAILED, EXIT_PROBLEMS, EXIT_NOT_STORED, EXIT_INTERRUPTED = 1, 3, 4, 130
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -95,14 +95,14 @@ def nothing_to_run(night, args: argparse.Namespace, selection) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    from pipelines.cli.flags import error_status, unanswered
     from pipelines.storage.state import Unreachable
 
     try:
         return _run(args)
     except Unreachable as exc:  # no flag or input is wrong: a scheduler retries on this status, not on 2
-        print(f"nightly run: error:\n{exc}\nthe deployment's store did not answer (exit {EXIT_UNREACHABLE}); no flag or "
-              "input is wrong: run the night again once it answers", file=sys.stderr)
-        return EXIT_UNREACHABLE
+        print(f"nightly run: error:\n{exc}{unanswered(exc, 'the night')}", file=sys.stderr)
+        return error_status(exc)
 
 
 def _run(args: argparse.Namespace) -> int:
