@@ -198,7 +198,9 @@ class LocalLauncher:
                                      f"and still held them {self.stray_confirm_s:g} s after it was first seen, likely a "
                                      "process that escaped a kill; end it to free the GPUs",
                                      gpu_wait_s=gpu_wait_s)
-        if held is None or self._stop.is_set():
+        # a signal the night noted stops it (``signal_arrived``), though it acts on it (``interrupt()``) only once
+        # its wait for a finished test ends: a test dispatched just before it, whose GPUs came free since, waits
+        if held is None or self._stop.is_set() or self._signal_seen is not None:
             if held is not None:
                 held.release()
             return self._not_started(request, _now(), "interrupted", "the night was interrupted before it started",

@@ -257,6 +257,20 @@ def _dies(tmp_path: Path, how: str) -> Path:
     """)
 
 
+def test_no_test_starts_once_its_night_noted_a_stop_signal(tmp_path):
+    """A test dispatched just before the signal (waiting for its GPUs or inputs) does not start in the half
+    second before the night acts on it (interrupt()): nothing new starts from the moment the signal came."""
+    repo = _repo(tmp_path, """
+        from pathlib import Path
+        Path(__file__).with_name("ran").touch()
+    """)
+    launcher = LocalLauncher(tmp_path / "state")
+    launcher.signal_arrived(signal.SIGTERM, time.monotonic())  # the night's handler, as the signal came
+    attempt = launcher.launch(_request(repo, tmp_path))
+    assert (attempt.outcome, attempt.elapsed_s) == ("interrupted", 0.0), attempt
+    assert not (repo / "tests" / "ran").exists() and not Path(attempt.log_path).exists()
+
+
 def _launch_until_dead(tmp_path: Path, how: str, before=None, **kw):
     """The test started and ended by itself; the launcher (its launch() in a thread) and the thread.
     ``before(launcher)`` runs once the test runs, before it ends (the night noting the signal as it came)."""
