@@ -35,6 +35,9 @@ from pipelines.launch.logcap import over_head_note
 #: Hugging Face tokens printed by a careless test are masked before any log is written.
 _TOKEN = re.compile(r"hf_[A-Za-z0-9]{20,}")
 STREAM_ERRORS = (ApiException, urllib3.exceptions.HTTPError, OSError, ValueError)
+#: the longest wait for a log stream still bringing lines after its pod ended (``LogFollower.join``): a slow
+#: link still sending a long log is waited for; one that is never done is the connection's, not the test's
+JOIN_MOST_S = 300.0
 #: the timestamp the API server puts before each line with ``timestamps=true``, then one space: RFC3339
 #: with nanoseconds (before Kubernetes 1.19 Go's RFC3339Nano, which drops the fraction's trailing zeros)
 _STAMP = re.compile(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d{1,9}))?(Z|[+-]\d\d:\d\d)(?: |$)")
@@ -236,15 +239,31 @@ class LogFollower:
             elif not said:
                 self.on_log(over_head_note(self.log.cap))
 
-    def join(self, timeout_s: float) -> None:
-        """Wait up to ``timeout_s`` for the stream to end; one still open then leaves the log unfinished
-        and writes nothing more."""
+    def join(self, timeout_s: float, most_s: float | None = None) -> None:
+        """Wait for the stream to end: up to ``timeout_s`` while it brings no line, for as long as it does
+        (a slow link to the kubelet still sending a long log) up to ``most_s`` in all (:data:`JOIN_MOST_S`).
+        One still open then leaves the log unfinished and writes nothing more. The container has ended, so
+        a stream that neither ends nor brings lines is the API's or the connection's doing (a proxy keeping
+        it open), never the test's: its outcome is unknown (``unreadable``), not its failure."""
         self._hurry.set()
         if self.thread is not None:
-            self.thread.join(timeout_s)
+            started = time.monotonic()
+            deadline = started + (JOIN_MOST_S if most_s is None else most_s)
+            extended = flowing = False  # lines came during the wait / during its last round
+            while True:
+                seen = self.count
+                self.thread.join(max(0.0, min(timeout_s, deadline - time.monotonic())))
+                flowing = self.count != seen
+                if not self.thread.is_alive() or not flowing or time.monotonic() >= deadline:
+                    break
+                extended = True
             if self.thread.is_alive():
                 tried = f" (the last try: {self.dropped})" if self.dropped else ""
-                self.unfinish(f"the pod's log stream had not ended {timeout_s:g} s after the attempt did{tried}",
-                              "the lines above may not be the test's last", close=True, unreadable=self._refused)
+                waited = time.monotonic() - started
+                why = (f"was still bringing lines {waited:.0f} s after the attempt ended" if flowing
+                       else f"had not ended {timeout_s:g} s after its last line ({waited:.0f} s after the attempt did)"
+                       if extended else f"had not ended {timeout_s:g} s after the attempt did")
+                self.unfinish(f"the pod's log stream {why}{tried}",
+                              "the lines above may not be the test's last", close=True, unreadable=True)
         with self.lock:
             self.closed = True

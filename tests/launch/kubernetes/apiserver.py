@@ -120,6 +120,10 @@ class StandInApiServer:
         #: how a stream is cut: "close" after whole chunks; "mid_chunk": half of the next chunk's bytes, then
         #: closed (the client reads an incomplete chunk); "reset": the same, then reset (TCP RST, not FIN)
         self.log_cut_how = "close"
+        #: a slow link to the kubelet: each line of a follow stream comes this long after the one before
+        self.log_line_delay_s = 0.0
+        #: a proxy that keeps follow streams open after the container ended (they never end by themselves)
+        self.log_held_open = False
         self.stopping = False
         server = self
 
@@ -562,7 +566,11 @@ class _Handler(BaseHTTPRequestHandler):
                                     for t, line in zip(stamps[keep:keep + 1], lines[keep:keep + 1], strict=True))
                     lines, stamps = lines[:keep], stamps[:keep]
                 sent += len(lines)
-                if lines:
+                if lines and api.log_line_delay_s:
+                    for stamp, line in zip(stamps, lines, strict=True):
+                        time.sleep(api.log_line_delay_s)
+                        self._chunk((f"{stamp} " if timestamps else "") + line + "\n")
+                elif lines:
                     self._chunk("".join((f"{stamp} " if timestamps else "") + line + "\n"
                                         for stamp, line in zip(stamps, lines, strict=True)))
                 if cut:
@@ -570,6 +578,10 @@ class _Handler(BaseHTTPRequestHandler):
                         api.on_log_cut(name)
                     self._cut_stream(after)
                     return
+                if done and follow and api.log_held_open and not api.stopping:
+                    with api.cond:
+                        api.cond.wait(0.05)
+                    continue
                 if done or not follow:
                     if not api.state.logs[name][sent:]:
                         break

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from pipelines.launch.base import judge_reported_configs
+from pipelines.launch.kubernetes import logstream
 from pipelines.launch.kubernetes.launcher import KubernetesLauncher
 from pipelines.launch.kubernetes.nodes import cordon_bad_nodes
 from pipelines.launch.kubernetes.ownership import launched_by, run_pod_owner, sweep_stale_pods
@@ -202,6 +203,55 @@ def test_a_log_stream_not_ended_when_the_pod_ended_never_passes_on_the_unfinishe
             f"# nightly: verdict infra_error: {why}: its log is unfinished, so the test's outcome is unknown "
             "(passed: phase=Succeeded") in text
     assert judge_reported_configs(final).outcome == "infra_error"
+
+
+def test_a_log_stream_still_bringing_lines_after_the_pod_ended_is_waited_for_and_the_test_passes(tmp_path):
+    """A slow link to the kubelet: the test's last lines (a long log's tail) arrive over several seconds after
+    the pod ended. The wait for them (``log_join_s``, here 0.5 s) runs from the last line, not from the pod's
+    end: a pass was ``failed`` ("its log is unfinished") on a log that was still coming, whole."""
+    server = StandInApiServer()
+    server.log_line_delay_s = 0.05  # 40 lines: 2 s, four times the wait
+    tail = tuple(f"step {i}" for i in range(39))
+
+    def script(pod, node):
+        return [Step(mutate=pods.scheduled(node)), Step(mutate=pods.running()),
+                Step(mutate=pods.terminated("Succeeded", 0, "Completed"), logs=(*tail, "done"))]
+    final, seen, _, lines = launch(tmp_path, script, server=server, log_join_s=0.5)
+    assert lines == [*tail, "done"]
+    assert [(a.outcome, "log_unfinished" in a.details) for a in seen] == [("passed", False)], final.details
+
+
+def test_a_log_stream_a_proxy_keeps_open_after_the_pod_ended_is_an_infra_error_not_the_tests_failure(tmp_path):
+    """Every line came, the container ended, and the stream never ends (a proxy holding it open): what the
+    night waited for is the connection's doing, never the test's. The pass was ``failed``, the test's own
+    failure; its outcome is unknown: infra_error/log_unreadable, retried once on another node."""
+    server = StandInApiServer()
+    server.log_held_open = True
+    final, seen, _, lines = launch(tmp_path, lambda pod, node: pods.passes(node), server=server, log_join_s=0.5)
+    assert [(a.outcome, a.reason, a.node, a.details["retriable"]) for a in seen] == [
+        ("infra_error", "log_unreadable", "h200-a", "true"), ("infra_error", "log_unreadable", "h200-b", "false")]
+    said = [line for line in Path(final.log_path).read_text().splitlines() if "log is unfinished (" in line]
+    assert lines[-1] == "done" and len(said) == 1, said  # every line came: the stream only did not end
+    assert said[0].startswith("# nightly: the pod's log stream had not ended 0.5 s after "), said
+    assert "so the test's outcome is unknown (passed: " in final.details["message"]
+
+
+def test_a_log_stream_still_bringing_lines_at_the_longest_wait_is_an_infra_error(tmp_path, monkeypatch):
+    """The wait for a stream that keeps bringing lines ends at ``JOIN_MOST_S`` (here 1 s): the log is
+    unfinished by the connection's pace, so the outcome is unknown, not the test's failure."""
+    monkeypatch.setattr(logstream, "JOIN_MOST_S", 1.0)
+    server = StandInApiServer()
+    server.log_line_delay_s = 0.05
+    lines_after = tuple(f"step {i}" for i in range(200))  # 10 s of lines
+
+    def script(pod, node):
+        return [Step(mutate=pods.scheduled(node)), Step(mutate=pods.running()),
+                Step(mutate=pods.terminated("Succeeded", 0, "Completed"), logs=lines_after)]
+    final, seen, _, lines = launch(tmp_path, script, server=server, log_join_s=0.5, retries=0)
+    assert 0 < len(lines) < len(lines_after)
+    assert (seen[0].outcome, seen[0].reason) == ("infra_error", "log_unreadable"), seen[0].details
+    assert "# nightly: the pod's log stream was still bringing lines 1 s after the attempt ended: its log is " \
+        "unfinished" in Path(final.log_path).read_text()
 
 
 @pytest.mark.parametrize(("status", "said"), [(403, "403 Forbidden"), (502, "502 Bad Gateway")])
