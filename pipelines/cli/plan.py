@@ -265,7 +265,9 @@ def _run(args: argparse.Namespace) -> int:
         write_gantt(plan, pools, gantt)
     left_out = left_out_by_flags(catalog.tests, selection, catalog.discovery)
     if args.json:
-        print(json.dumps(plan_json(plan, pools, tests, skipped, catalog, static, left_out), indent=1))
+        print(json.dumps(plan_json(plan, pools, tests, skipped, catalog, static, left_out,
+                                   advice=timeout_advice(night, plan, registered),
+                                   warnings=[f"warning: {p}" for p in night.estimate_warnings]), indent=1))
     else:
         print_text(catalog, plan, pools, tests, skipped, static, changed, recent=recent_error(night), left_out=left_out,
                    advice=timeout_advice(night, plan, registered))

@@ -54,9 +54,16 @@ def timeout_warnings(plan: Plan, advice: Mapping[str, str] | None = None) -> lis
     """Tests whose expected duration (the median of their history) is past their timeout: the runner will
     kill them there every night until est_time is raised (the plan counts them up to the timeout).
     ``advice``: what raises it, per test (:func:`timeout_advice`); without one, `nightly calibrate`."""
+    return [f"warning: {w['test_id']}: expected {w['expected_s']:.0f} s > timeout {w['timeout_s']} s: will time out; "
+            f"{w['advice']}" for w in will_time_out(plan, advice)]
+
+
+def will_time_out(plan: Plan, advice: Mapping[str, str] | None = None) -> list[dict]:
+    """The tests :func:`timeout_warnings` names, as ``nightly plan --json`` gives them: id, expected
+    duration, timeout and what raises it."""
     limits = {a.test_id: a.timeout_s for a in plan.assignments}
-    return [f"warning: {tid}: expected {median:.0f} s > timeout {limits[tid]} s: will time out; "
-            f"{(advice or {}).get(tid, 'run `nightly calibrate`')}"
+    return [{"test_id": tid, "expected_s": round(median, 3), "timeout_s": limits[tid],
+             "advice": (advice or {}).get(tid, "run `nightly calibrate`")}
             for tid, median, _p90, _source in plan.expected if 0 < limits.get(tid, 0) < median]
 
 
@@ -113,7 +120,10 @@ def _why_unplanned(t: Test | None, pools: Sequence) -> str:
 
 
 def plan_json(plan: Plan, pools, tests: dict[str, Test], skipped, catalog: Catalog, static=None,
-              left_out: Sequence[tuple[Test, str]] = ()) -> dict:
+              left_out: Sequence[tuple[Test, str]] = (), advice: Mapping[str, str] | None = None,
+              warnings: Sequence[str] = ()) -> dict:
+    """The plan as ``nightly plan --json`` prints it; ``warnings``: what the text form says on stderr
+    before it (estimates that could not be read), with the tests that will time out after them."""
     shapes = {p.name: p for p in pools}
     expected = {tid: (median, p90, source) for tid, median, p90, source in plan.expected}
     notes = dict(plan.duration_notes)
@@ -141,6 +151,8 @@ def plan_json(plan: Plan, pools, tests: dict[str, Test], skipped, catalog: Catal
         "skipped": [{"test_id": t.id, "reason": why} for t, why in skipped],
         "problems": [str(p) for p in catalog.problems],
         "left_out": [{"test_id": t.id, "reason": why} for t, why in left_out],
+        "will_time_out": will_time_out(plan, advice),
+        "warnings": [*warnings, *timeout_warnings(plan, advice)],
     }
     if static:
         sh, splan = static.shards, static.plan

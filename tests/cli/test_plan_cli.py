@@ -409,6 +409,12 @@ def test_a_test_expected_past_its_timeout_is_flagged_and_counted_only_up_to_it(f
     plan = json.loads(capsys.readouterr().out)
     # test_c (8 GPUs, 900 / 1.25 = 720 s) then test_a cut at 750 s beside test_b (240 s); not 720 + 2000
     assert plan["makespan_s"] == 1470.0
+    # a CI job reading the JSON gets the same warning, and the test as fields
+    ((late,), warnings) = plan["will_time_out"], plan["warnings"]
+    assert (late["test_id"], late["expected_s"], late["timeout_s"]) == ("tests/test_a.py", 2000.0, 750)
+    assert late["advice"].startswith("`nightly calibrate` holds its proposal of 2500 s for acceptance")
+    assert [w for w in warnings if "will time out" in w] == [
+        f"warning: tests/test_a.py: expected 2000 s > timeout 750 s: will time out; {late['advice']}"]
 
 
 SGL_REGISTER = ("def register_cuda_ci(est_time, suite=None, nightly=False, disabled=None, *, stage=None, "
