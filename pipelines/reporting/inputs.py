@@ -537,6 +537,7 @@ def estimates_from_evidence(text: str) -> list[Estimate]:
         return Estimate(r["test_id"], r["hardware"], current, math.ceil(float(r["proposed_est_time"])),
                         int(r["samples_used"]), r["reason"], num(r["max_s"]), num(r["p90_s"]), num(r["median_s"]),
                         int(r["stale_samples"] or 0), split_sources(r["sources"]),
+                        outliers=split_sources(r.get("left_out") or ""),
                         held=int(r["held_est_time"]) if r.get("held_est_time") else None,
                         in_force=int(r["in_force_est_time"]) if r.get("in_force_est_time") else None,
                         current_literal=None if registered == current else registered)

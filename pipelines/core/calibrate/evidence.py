@@ -25,8 +25,8 @@ SOURCES_SEPARATOR = "\n"
 
 
 def split_sources(cell: str) -> tuple[str, ...]:
-    """The ``sources`` column back as its log references (an evidence CSV written before the separator
-    was a line break joined them with spaces: such a cell is one reference here)."""
+    """The ``sources`` (or ``left_out``) column back as its entries (an evidence CSV written before the
+    separator was a line break joined them with spaces, or ``; ``: such a cell is one entry here)."""
     return tuple(ref for ref in cell.split(SOURCES_SEPARATOR) if ref)
 
 
@@ -53,8 +53,9 @@ def evidence_rows(estimates: Sequence[Estimate]) -> list[dict[str, str]]:
         "in_force_est_time": "" if e.in_force is None else str(e.in_force),
         "stale_samples": str(e.stale_samples), "reason": e.reason,
         "sources": SOURCES_SEPARATOR.join(e.sources),
-        # each sample the guards left out, with where it came from and why: the reason only counts them
-        "left_out": "; ".join(e.outliers),
+        # each sample the guards left out, with where it came from and why (the reason only counts them);
+        # one per line as the sources are: a step's name may hold the "; " that once joined them
+        "left_out": SOURCES_SEPARATOR.join(e.outliers),
     } for e in estimates]
 
 

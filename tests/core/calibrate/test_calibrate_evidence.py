@@ -26,6 +26,23 @@ def test_the_evidence_csv_has_one_row_per_test_with_its_numbers_and_sources(tmp_
     assert [p.name for p in path.parent.iterdir()] == ["evidence.csv"]  # no temp file left behind
 
 
+def test_the_samples_left_out_split_back_one_per_line_though_a_step_name_holds_a_semicolon(tmp_path):
+    """GitHub names a step by its command (``Run cd test; python3 ...``): joined with ``; `` the left-out
+    samples could not be told apart; one per line, as the sources are, they come back as written, and the
+    report reading the evidence gets them whole."""
+    from pipelines.core.calibrate.evidence import split_sources
+    from pipelines.reporting.inputs import estimates_from_evidence
+
+    left = ("logs.zip:3_Run cd test; python3 run_suite.py.txt:40: elapsed 1 s is far below the test's own history",
+            "n3.log:2: elapsed 9000 s is past the ceiling")
+    e = dataclasses.replace(est(600, 1300), outliers=left)
+    path = tmp_path / "evidence.csv"
+    write_evidence_csv(path, [e])
+    [row] = csv.DictReader(path.open())
+    assert split_sources(row["left_out"]) == left
+    assert estimates_from_evidence(path.read_text())[0].outliers == left
+
+
 def test_drift_needs_both_30_seconds_and_30_percent():
     cases = [est(100, 129), est(100, 131), est(1000, 1290), est(1000, 1300), est(3600, 1300), est(40, 10),
              est(600, 1200, used=0)]
