@@ -16,7 +16,7 @@ import os
 import shlex
 import threading
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import cached_property
@@ -868,6 +868,10 @@ class Night:
     def registered_tests(self) -> list[Test]:
         return list(self.registered.tests)
 
+    def unread_files(self) -> set[str]:
+        """The files the catalog could not read (its problems' paths): their tests are missing from it, not gone."""
+        return {p.path for p in self.registered.problems}
+
     def estimates(self, tests: list[Test] | None = None) -> list[Estimate]:
         """Proposed est_time per test from history, computed without writing anything; each step is
         judged from the est_time in force (the estimates file as it is now, see ``in_force``)."""
@@ -907,24 +911,33 @@ class Night:
         diff, left_alone = recorded_patch(self.history, self.repo_spec.path, tests, estimates)
         where = {
             "evidence": self.state.put(keys["evidence"], evidence_csv(estimates)),
-            "estimates": self.store_estimates(tests, estimates),
+            "estimates": self.store_estimates(tests, estimates, unread=self.unread_files()),
             "patch": self.state.put(keys["patch"], diff) if diff is not None else "",
         }
         if diff is None:
             self._remove_stale_patch(keys["patch"])
         return estimates, where, left_alone
 
-    def store_estimates(self, tests: list[Test], estimates: list[Estimate]) -> str:
+    def store_estimates(self, tests: list[Test], estimates: list[Estimate], unread: Collection[str] = ()) -> str:
         """Store the proposals the next night plans with (``estimates/<repo>.json``; where it went is
         returned): each test with evidence, with the sha256 of the file they are for, so an edited
         file plans with its own est_time again (:func:`with_calibrated`). A template test has no
         est_time in any file: this is where its calibrated one lives. ``nightly calibrate --write``
-        stores its proposals here too."""
+        stores its proposals here too.
+
+        ``unread``: the files the catalog could not read this time (its problems' paths). Their tests are
+        not in ``tests``, and their stored estimates stay as they were: a syntax error in one file must
+        not lose what its history says, which the file planned with before and will again once fixed."""
         sha = {t.id: t.sha256 for t in tests}
         # an estimate in force stays with too few samples while a pass for it is in the window (else
         # calibrate() released it): keeping it is not re-deciding it
         data = {e.test_id: {"est_time": e.proposed, "sha256": sha.get(e.test_id, ""), "hardware": e.hardware}
                 for e in estimates if e.samples_used or e.in_force is not None}
+        if unread:
+            unread = set(unread)
+            earlier, _ = self._stored_calibrated()
+            data.update({tid: entry for tid, entry in earlier.items()
+                         if tid not in sha and tid not in data and tid.split("::")[0] in unread})
         return self.state.put(self.calibration_keys()["estimates"], json.dumps(data, indent=1, sort_keys=True))
 
     def _remove_stale_patch(self, key: str) -> None:

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Collection
 from pathlib import Path
 
 from pipelines.cli import flags
@@ -104,6 +105,19 @@ def run(args: argparse.Namespace) -> int:
     path, spec, specs = history_cli.resolve_repo(args.repo)
     catalog = history_cli.load_catalog_for(path, spec, specs)
     tests = list(catalog.tests)
+    for assumed in catalog.assumptions:  # as `nightly catalog`, `plan` and `run` say them
+        print(f"assumed: {assumed}", file=sys.stderr)
+    for problem in catalog.problems:
+        print(f"{problem}", file=sys.stderr)
+    if not tests:  # a mistyped folder, or every file broken: an empty table would look like "nothing to do"
+        from pipelines.cli.catalog import next_step
+
+        return _fail(f"no test in {catalog.repo}: {next_step(catalog, 0, False)}")
+    unread = {p.path for p in catalog.problems}
+    if unread:
+        print(f"nightly calibrate: warning: {len(unread)} file(s) not read (the problems above): their tests are "
+              "not calibrated now, and their stored estimates are kept as they were; fix them and calibrate again",
+              file=sys.stderr)
     policy, params, note = repo_policy(spec, path, args.policy)
     if note:
         print(f"{'policy' if args.policy else 'assumed'}: {note}")
@@ -144,7 +158,7 @@ def run(args: argparse.Namespace) -> int:
     for n in near:
         print(f"  {n}")
     plan = plan_patch(path, tests, estimates)
-    status = _write_outputs(args, path, plan, estimates, store, night_repo)
+    status = _write_outputs(args, path, plan, estimates, store, night_repo, unread)
     for p, why in plan.skipped:
         print(f"left alone: {p}: {why}")
     for p, why in plan.unpatchable if args.patch else ():
@@ -152,7 +166,8 @@ def run(args: argparse.Namespace) -> int:
     return status
 
 
-def _write_outputs(args: argparse.Namespace, repo: Path, plan, estimates, store, night_repo: tuple) -> int:
+def _write_outputs(args: argparse.Namespace, repo: Path, plan, estimates, store, night_repo: tuple,
+                   unread: Collection[str] = ()) -> int:
     """The rewrites' record, evidence, patch, the estimates the next night plans with, then the
     checkout. A recorded succession is harmless if the patch is never applied; a patch or rewrite
     without one would make the history stale. A failure stops there, and test files already
@@ -201,7 +216,7 @@ def _write_outputs(args: argparse.Namespace, repo: Path, plan, estimates, store,
     elif args.patch:
         # git apply refuses a patch with no diff in it ("No valid patches in input")
         print(f"patch: nothing to change; {args.patch} not written{remove_stale_patch(args.patch)}")
-    refused = _store_estimates(args, *night_repo, estimates)
+    refused = _store_estimates(args, *night_repo, estimates, unread=unread)
     if refused:
         return refused
     return _rewrite(args, repo, plan)
@@ -264,7 +279,7 @@ def _in_force(args: argparse.Namespace, repo: str, tests) -> dict[tuple[str, str
     return in_force_est_times(tests, calibrated, night.rewrites_for(tests, calibrated))
 
 
-def _store_estimates(args: argparse.Namespace, repo: str, tests, estimates) -> int:
+def _store_estimates(args: argparse.Namespace, repo: str, tests, estimates, unread: Collection[str] = ()) -> int:
     """``--write``: the proposals where the next night plans from, as the night's calibration stores
     them (``Night.store_estimates``: the deployment's ``estimates/<repo>.json``, locally or on S3).
     A template test has no est_time literal, so this is the only place its proposal can go.
@@ -277,7 +292,7 @@ def _store_estimates(args: argparse.Namespace, repo: str, tests, estimates) -> i
               "plans from)")
         return 0
     try:
-        where = _night(args, repo).store_estimates(tests, estimates)
+        where = _night(args, repo).store_estimates(tests, estimates, unread=unread)
     except StateError as exc:
         return _fail(f"{exc}; the checkout was not changed", exc)
     print(f"estimates: {where} ({count} tests with evidence; the next night plans with them)")

@@ -903,3 +903,51 @@ def test_evidence_sources_with_spaces_split_back_into_the_lines_they_cite(repo, 
     rows = {r["test_id"]: r for r in csv.DictReader(evidence.open(newline=""))}
     assert rows[c.id]["samples_used"] == "3"
     assert rows[c.id]["sources"].split("\n") == refs  # docs/calibration.md: one reference per line of the cell
+
+
+def test_a_file_broken_since_the_last_calibration_keeps_its_estimate_and_calibrate_says_why(tmp_path, monkeypatch,
+                                                                                            capsys):
+    """One test file gets a syntax error after a calibration stored its estimate: `nightly calibrate --write`
+    said nothing of the problem, exited 0, and stored estimates without that test, so its history's est_time
+    was lost until the file was fixed and calibrated again. The problem is said, as `plan` says it, and the
+    file's estimate stays; a folder with no test at all is an error, not an empty table."""
+    text = "register_cuda_ci(60, 'stage-c-4-gpu-h200', labels=['m'])\n"
+    rel = "tests/e2e/test_f.py"
+    repo = _framework(tmp_path, monkeypatch, text, {"stage-c-4-gpu-h200": [(rel, 100), (rel, 110), (rel, 120)]})
+    (repo / "tests/e2e/test_g.py").write_text("register_cuda_ci(30, 'stage-c-4-gpu-h200', labels=['m'])\n")
+    assert cli("calibrate", "--repo", str(repo), "--write") == 0
+    [stored] = (tmp_path / "home" / "estimates").glob("*.json")
+    before = json.loads(stored.read_text())
+    assert before[rel]["est_time"] == 150
+    capsys.readouterr()
+    (repo / rel).write_text(text.replace("(60,", "((60,"))  # one unclosed parenthesis
+    assert cli("calibrate", "--repo", str(repo), "--write") == 0
+    err = capsys.readouterr().err
+    assert f"{rel}:1: syntax: " in err and "1 file(s) not read" in err, err
+    assert json.loads(stored.read_text())[rel] == before[rel]
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert cli("calibrate", "--repo", str(empty)) == 2
+    assert f"nightly calibrate: error: no test in {empty}" in capsys.readouterr().err
+
+
+def test_the_nights_own_calibration_keeps_the_estimate_of_a_file_it_could_not_read(tmp_path, monkeypatch):
+    """`nightly run --accept-problems` ends with the same calibration: a broken file's estimate stays."""
+    from pipelines.night import Night, NightSettings
+
+    text = "register_cuda_ci(60, 'stage-c-4-gpu-h200', labels=['m'])\n"
+    rel = "tests/e2e/test_f.py"
+    repo = _framework(tmp_path, monkeypatch, text, {"stage-c-4-gpu-h200": [(rel, 100), (rel, 110), (rel, 120)]})
+    (repo / "tests/e2e/test_g.py").write_text("register_cuda_ci(30, 'stage-c-4-gpu-h200', labels=['m'])\n")
+
+    def calibrate() -> dict:
+        night = Night(NightSettings(home=tmp_path / "home", repo=str(repo)))
+        night.calibrate()
+        return json.loads(Path(night.calibration_paths()["estimates"]).read_text())
+
+    before = calibrate()
+    assert before[rel]["est_time"] == 150
+    (repo / rel).write_text(text.replace("(60,", "((60,"))
+    assert calibrate()[rel] == before[rel]
+    (repo / rel).unlink()  # a file deleted is gone, and so is its estimate
+    assert rel not in calibrate()
