@@ -20,7 +20,7 @@ their own partitions within the same run, so lineage shows what each test used.
 
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import dagster as dg
@@ -133,11 +133,14 @@ def _say(context: dg.AssetExecutionContext, message: str, level: str = "info") -
     getattr(context.log, level)(message)
 
 
-def _keys(context: dg.AssetExecutionContext) -> list[str] | None:
+def _keys(context: dg.AssetExecutionContext) -> list[str]:
+    """The run's partition keys. PartitionsNamed refused a run naming none, or keys the code location does
+    not list, before the step: keys that still cannot be read stop the run, never read as "every test"."""
     try:
         return list(context.partition_keys)
-    except Exception:  # noqa: BLE001 - no partition: PartitionsNamed refuses such a run before the step starts
-        return None
+    except Exception as exc:  # noqa: BLE001 - Dagster's own error, said with what to do
+        raise dg.Failure(f"the run's partition keys cannot be read ({exc}); pick the partitions again after "
+                         "reloading the code location (Deployment -> Reload); no test was started") from exc
 
 
 def _nothing_to_run(night, keys: list[str] | None, selection: RunSelection, runset: RunSet) -> str:
@@ -426,24 +429,58 @@ def names_partitions(tags: Mapping[str, str]) -> bool:
     return "dagster/partition" in tags or bool(tags.get(RANGE_START) and tags.get(RANGE_END))
 
 
+def partitions_problem(tags: Mapping[str, str], order: Sequence[str]) -> str:
+    """Why a run's partition tags name no valid pick of ``order`` (the test ids the code location lists
+    now), in words that say what to do; "" when they do. A key that is not listed (a test deleted or
+    renamed since the UI listed the partitions, a mistyped or hostile id in ``--tags``) made Dagster's own
+    step set-up fail with its internal error, or, where it got past that, ran every registered test."""
+    index = {k: i for i, k in enumerate(order)}
+    named = ([("dagster/partition", tags["dagster/partition"])] if "dagster/partition" in tags
+             else [(RANGE_START, tags.get(RANGE_START, "")), (RANGE_END, tags.get(RANGE_END, ""))])
+    unknown = [(tag, key) for tag, key in named if key not in index]
+    if unknown:
+        said = "; ".join(f"{key!r} (run tag {tag})" for tag, key in unknown)
+        return (f"{said}: not a test this code location lists now: a test deleted or renamed since the partitions "
+                "were listed (reload the code location, Deployment -> Reload, and pick again) or a mistyped id "
+                "(`nightly catalog` lists the test ids); no test was started")
+    if len(named) == 2 and index[named[0][1]] > index[named[1][1]]:
+        return (f"the partition range {named[0][1]} .. {named[1][1]} (run tags {RANGE_START} and {RANGE_END}) is "
+                f"empty: {named[0][1]} comes after {named[1][1]} in the partitions' order (sorted test ids); give the "
+                "earlier one as the start; no test was started")
+    return ""
+
+
 class PartitionsNamed(dg.ConfigurableResource):
     """A check set up with test_runs's step, before the step starts: Dagster's own step code fails a run
     that names no partition first (reading the inputs' data versions), with "Cannot access
-    partition_key for a non-partitioned run", which says nothing of what to do."""
+    partition_key for a non-partitioned run", which says nothing of what to do; and one whose keys the
+    code location does not list (:func:`partitions_problem`) with its internal error."""
 
     def setup_for_execution(self, context: dg.InitResourceContext) -> None:
         run = context.dagster_run
         if run is not None and not names_partitions(run.tags):
             raise dg.Failure(NO_PARTITIONS)
+        listed = self.listed()
+        if run is not None and listed is not None and (problem := partitions_problem(run.tags, listed)):
+            raise dg.Failure(problem)
+
+    def listed(self) -> Sequence[str] | None:
+        """The partition keys in their order (:func:`build_test_runs` knows them); None: not known here."""
+        return None
 
 
 def build_test_runs(catalog: Catalog, test_parts: dg.PartitionsDefinition, deps: list[dg.AssetDep]):
     """The asset and its partitioned check (the check's results come from the asset's own run)."""
-    whole = frozenset(test_parts.get_partition_keys())
+    order = tuple(test_parts.get_partition_keys())
+    whole = frozenset(order)
+
+    class KeysListed(PartitionsNamed):
+        def listed(self) -> Sequence[str] | None:
+            return order
 
     @dg.asset(key=TEST_RUNS, partitions_def=test_parts, group_name="tests", deps=deps,
               backfill_policy=dg.BackfillPolicy.single_run(), output_required=False, pool=TEST_RUNS_POOL,
-              resource_defs={"partitions_named": PartitionsNamed()},
+              resource_defs={"partitions_named": KeysListed()},
               description="Runs the picked tests together on free GPUs; one partition per test id "
                           "(outcome, elapsed, est_time, timeout, node and log of each attempt).")
     def test_runs(context: dg.AssetExecutionContext, config: TestRunsConfig, nightly: NightlyResource,

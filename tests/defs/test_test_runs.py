@@ -289,6 +289,44 @@ def test_a_launch_with_no_partition_says_to_pick_them(cluster):
     assert pods["watch"].launched == pods["pipes"].launched == []
 
 
+@pytest.mark.parametrize(("tags", "said"), [
+    ({"dagster/partition": "../../../etc/passwd"},
+     "'../../../etc/passwd' (run tag dagster/partition): not a test this code location lists now"),
+    ({"dagster/partition": "tests/e2e/test_deleted.py"}, "reload the code location, Deployment -> Reload"),
+    ({"dagster/asset_partition_range_start": PICK[-1], "dagster/asset_partition_range_end": PICK[0]},
+     f"the partition range {PICK[-1]} .. {PICK[0]} (run tags dagster/asset_partition_range_start and "
+     f"dagster/asset_partition_range_end) is empty: {PICK[-1]} comes after {PICK[0]}"),
+])
+def test_a_run_naming_a_partition_the_code_location_does_not_list_starts_nothing_and_says_which(cluster, tags, said):
+    """`dagster job execute --tags '{"dagster/partition": KEY}'` (or the UI's pick of a test deleted before the
+    code location was reloaded) with a key that is no test now: on an instance whose inputs were never built
+    the run ran EVERY registered test and ended SUCCESS (the key's error swallowed, read as "all"), else it
+    failed in Dagster's own step set-up with its internal error. It stops before the step, naming the key,
+    its tag and what to do; a reversed range was told to reload the code location."""
+    defs, pods = cluster
+    with dg.instance_for_test() as instance:
+        result = defs.resolve_job_def("nightly").execute_in_process(instance=instance, raise_on_error=False,
+                                                                      tags=tags)
+        assert not result.success
+    [refused] = [e.event_specific_data.error for e in result.all_events if e.event_type_value == "RESOURCE_INIT_FAILURE"]
+    assert said in refused.message and "no test was started" in refused.message, refused.message
+    assert not [e for e in result.all_events if e.event_type_value == "STEP_START"]
+    assert pods["watch"].launched == pods["pipes"].launched == []
+
+
+def test_a_range_end_deleted_since_the_ui_listed_it_is_named_with_its_tag():
+    """The UI's stale pick (the run created by a code location that still listed the key, run by a fresh one
+    that does not): Dagster refuses such a range at run creation in one process, so the rule is shown here."""
+    from pipelines.defs.test_runs import partitions_problem
+
+    order = ("tests/a.py", "tests/b.py")
+    tags = {"dagster/asset_partition_range_start": "tests/a.py", "dagster/asset_partition_range_end": "tests/zz.py"}
+    assert partitions_problem(tags, order).startswith(
+        "'tests/zz.py' (run tag dagster/asset_partition_range_end): not a test this code location lists now")
+    assert partitions_problem({**tags, "dagster/asset_partition_range_end": "tests/b.py"}, order) == ""
+    assert partitions_problem({"dagster/partition": "tests/b.py"}, order) == ""
+
+
 def _failed_partitions(instance, defs) -> set[str]:
     """The partitions of test_runs the UI counts as Failed (the asset's partition status cache)."""
     from dagster._core.storage.partition_status_cache import get_and_update_asset_status_cache_value
