@@ -572,7 +572,16 @@ def test_a_test_near_its_timeout_tonight_is_named_by_nightly_run_as_by_its_repor
     import json
     import re
 
-    slow = QUICK_TEST.format(est=2).replace(QUICK_MAIN, '    import time\n    time.sleep(3.75)\n')
+    from pipelines.launch.local import LocalLauncher
+
+    slow = QUICK_TEST.format(est=2)  # ends at once; the launcher measures it as 3.75 s, whatever the machine's load
+    real_wait = LocalLauncher._wait
+
+    def took_3_75_s(self, proc, timeout_s, t0):
+        ended, _ = real_wait(self, proc, timeout_s, t0)
+        return ended, 3.75
+
+    monkeypatch.setattr(LocalLauncher, "_wait", took_3_75_s)
     _, assets = registry_repo(tmp_path, {"test_slow.py": slow})
     monkeypatch.setenv("NIGHTLY_ASSETS_DIR", str(assets))
     home = str(tmp_path / "home")

@@ -161,10 +161,32 @@ class TwoNodeLauncher(ScriptedLauncher):
                        reason="CUDA error 802" if node == "n1" else "")
 
 
+class BrokenNodeFirst(TwoNodeLauncher):
+    """As TwoNodeLauncher, but a first attempt on n0 starts only once n1 has failed twice: n1 gets two tests
+    whatever the threads' scheduling (a busy machine let n0 run all the others while n1 ran one)."""
+
+    def __init__(self, seconds):
+        super().__init__(seconds=seconds)
+        self.n1_failed_twice = threading.Event()
+        self.n1_failures = 0
+
+    def launch(self, request, on_log=None):
+        on_n1 = request.node == 1 and "n1" not in request.avoid_nodes
+        if not on_n1 and request.attempt == 1:
+            assert self.n1_failed_twice.wait(60), "n1 never ran two tests"
+        attempt = super().launch(request, on_log)
+        if on_n1:
+            with self.lock:
+                self.n1_failures += 1
+                if self.n1_failures >= 2:
+                    self.n1_failed_twice.set()
+        return attempt
+
+
 def _night_on_two_nodes(nodes: int):
     tests = [make_test(id=f"t{i}", path=f"tests/t{i}.py", gpus=8, est_time=10) for i in range(6)]
     pool = PoolSpec("h200", nodes=nodes, gpus_per_node=8)
-    launcher = TwoNodeLauncher(seconds=0.02)
+    launcher = BrokenNodeFirst(seconds=0.02) if nodes == 2 else TwoNodeLauncher(seconds=0.02)
     attempts = []
 
     def bad():  # what the night's callback says: n1 once two of its attempts failed
