@@ -146,8 +146,13 @@ def run(args: argparse.Namespace) -> int:
         print(f"  {e.test_id}{_on(e)}: {seconds(e.registered)} -> {seconds(e.registered_proposed)} "
               f"({seconds(e.registered_delta, True)} s)")
     waiting = held(estimates)
-    print(f"held for acceptance (more than max_step_factor in one step; add to the repo's calibration: accept: "
-          f"list to apply): {len(waiting) or 'none'}")
+    from pipelines.cli.plan_view import calibration_where
+    from pipelines.core.specs import unconfigured_name
+
+    where = (calibration_where(spec.name, spec.path, True) if spec is not None
+             else calibration_where(unconfigured_name(path), path, False))
+    print(f"held for acceptance (more than max_step_factor in one step; add the test to `accept:` in {where} "
+          f"to apply it): {len(waiting) or 'none'}")
     for e in waiting:
         base = e.registered if e.in_force is None else e.in_force
         print(f"  {e.test_id}{_on(e)}: {seconds(base)} -> {e.held} held ({seconds(e.held - base, True)} s)"

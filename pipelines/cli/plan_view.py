@@ -67,6 +67,17 @@ def will_time_out(plan: Plan, advice: Mapping[str, str] | None = None) -> list[d
             for tid, median, _p90, _source in plan.expected if 0 < limits.get(tid, 0) < median]
 
 
+def calibration_where(name: str, path, configured: bool) -> str:
+    """Where a repo's ``calibration:`` settings (``accept:``, ``raise_on_timeout``) go. An unconfigured
+    checkout has no entry to hold them: it needs one, and then goes by the entry's name, so what its
+    state holds under its unconfigured name (``minirl-3f9a1c``) is said too (docs/catalog.md)."""
+    if configured:
+        return f"`calibration:` of repo {name} in assets/repos.yaml"
+    return (f"`calibration:` of a new entry for this checkout (`path: {path}`) in assets/repos.yaml (this checkout "
+            f"has none; with one it goes by the entry's name, and its estimates and quarantines kept under {name} "
+            "stay there: `nightly calibrate --write` brings the estimates back from history)")
+
+
 def timeout_advice(night, plan: Plan, registered: Mapping[str, Test]) -> dict[str, str]:
     """What lengthens the timeout of each test :func:`timeout_warnings` names, from what `nightly calibrate`
     would propose for it (the same policy, history and est_time in force): `nightly calibrate` only where
@@ -85,8 +96,7 @@ def timeout_advice(night, plan: Plan, registered: Mapping[str, Test]) -> dict[st
     estimates = calibrate(tests, night.history_at_start, spec.policy, spec.policy_params,
                           successions=successions(night.history), in_force=night.in_force(tests))
     raises = bool(spec.policy_params.get("raise_on_timeout"))
-    where = (f"`calibration:` of repo {spec.name} in assets/repos.yaml" if spec.name in night.specs.repos else
-             f"`calibration:` of an entry for this checkout (`path: {spec.path}`) in assets/repos.yaml")
+    where = calibration_where(spec.name, spec.path, spec.name in night.specs.repos)
     by_id = {t.id: t for t in tests}
     out = {}
     for e in estimates:

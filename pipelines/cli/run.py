@@ -317,7 +317,7 @@ def _execute(night, args, selection, env: dict[str, str], home: Path) -> int:
     print(makespan_line(summary, time.monotonic() - t0))
     for note in summary["notes"]:
         print(f"note: {note}")
-    for line in held_lines(estimates):
+    for line in held_lines(estimates, night):
         print(line)
     for near in night.checks(estimates, summary.get("run_id"))[1]:  # tonight's attempts, as the report judges them
         print(f"near timeout: {near}")
@@ -459,11 +459,15 @@ def verdict_lines(summary: dict, store=None) -> list[str]:
     return lines
 
 
-def held_lines(estimates) -> list[str]:
+def held_lines(estimates, night) -> list[str]:
     """One line per proposal the step guard held, from the est_time the night planned with (the
     calibrated one in force, else the registered one), as `nightly calibrate` says it."""
+    from pipelines.cli.plan_view import calibration_where
+
+    spec = night.repo_spec
+    where = calibration_where(spec.name, spec.path, spec.name in night.specs.repos)
     return [f"held for acceptance: {e.test_id}: est_time {e.baseline} -> {e.held} (more than max_step_factor in "
-            "one step; add it to the repo's calibration: accept: list to apply it)"
+            f"one step; add it to `accept:` in {where} to apply it)"
             for e in estimates if e.held is not None]
 
 

@@ -306,8 +306,9 @@ def test_a_proposal_held_for_acceptance_is_listed_and_in_the_evidence_not_shown_
     evidence = tmp_path / "evidence.csv"
     assert cli("calibrate", "--repo", str(repo), "--evidence", str(evidence)) == 0
     out = capsys.readouterr().out
-    assert "held for acceptance (more than max_step_factor in one step; add to the repo's calibration: accept: " \
-           "list to apply): 1" in out
+    assert ("held for acceptance (more than max_step_factor in one step; add the test to `accept:` in `calibration:` "
+            f"of a new entry for this checkout (`path: {repo}`) in assets/repos.yaml") in out
+    assert "brings the estimates back from history) to apply it): 1" in out
     assert "  tests/e2e/test_c.py [h200]: 600 -> 11300 held (+10700 s)" in out
     [row] = [r for r in csv.DictReader(evidence.open()) if r["test_id"] == c.id]
     assert (row["proposed_est_time"], row["delta"], row["held_est_time"]) == ("600", "+0", "11300")
@@ -353,8 +354,8 @@ def test_another_policy_keeps_the_repo_s_accept_list_and_guards(repo, tmp_path, 
     assert row.split()[2:4] == ["600", "9001"]  # x15 in one step, applied: the test is on the accept: list
     assert ("policy: --policy median instead of the repo's bucket125; not used: bucket125's factor=1.5; "
             "kept: accept") in out
-    assert "held for acceptance (more than max_step_factor in one step; add to the repo's calibration: accept: " \
-           "list to apply): none" in out
+    assert "held for acceptance (more than max_step_factor in one step; add the test to `accept:` in `calibration:` " \
+           "of repo fw in assets/repos.yaml to apply it): none" in out
 
 
 def test_write_stores_a_template_test_s_proposal_where_the_next_night_plans_from(tmp_path, monkeypatch, capsys):
@@ -951,3 +952,18 @@ def test_the_nights_own_calibration_keeps_the_estimate_of_a_file_it_could_not_re
     assert calibrate()[rel] == before[rel]
     (repo / rel).unlink()  # a file deleted is gone, and so is its estimate
     assert rel not in calibrate()
+
+
+def test_a_held_proposal_on_an_unconfigured_checkout_says_how_to_accept_it(tmp_path, monkeypatch, capsys):
+    """"add it to the repo's calibration: accept: list": an unconfigured checkout has no such list. The advice
+    names the entry to add (its path) and what becomes of the state kept under the checkout's own name."""
+    from pipelines.core.specs import unconfigured_name
+
+    rel = "tests/e2e/test_f.py"
+    repo = _framework(tmp_path, monkeypatch, "register_cuda_ci(10, 'stage-c-4-gpu-h200', labels=['m'])\n",
+                      {"stage-c-4-gpu-h200": [(rel, 900)]})  # 10 -> 1200 s: past x4 in one step, held
+    assert cli("calibrate", "--repo", str(repo)) == 0
+    out = capsys.readouterr().out
+    assert (f"add the test to `accept:` in `calibration:` of a new entry for this checkout (`path: {repo}`) in "
+            f"assets/repos.yaml (this checkout has none; with one it goes by the entry's name, and its estimates and "
+            f"quarantines kept under {unconfigured_name(repo)} stay there") in out, out

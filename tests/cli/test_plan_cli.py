@@ -403,7 +403,8 @@ def test_a_test_expected_past_its_timeout_is_flagged_and_counted_only_up_to_it(f
     # 600 -> 2500 s is more than the x4 the step guard lets through: calibrate holds it, so the advice is accept:
     assert ("warning: tests/test_a.py: expected 2000 s > timeout 750 s: will time out; `nightly calibrate` holds its "
             "proposal of 2500 s for acceptance (a step past max_step_factor); add tests/test_a.py to `accept:` in "
-            f"`calibration:` of an entry for this checkout (`path: {tmp_path / 'repo'}`) in assets/repos.yaml") in out
+            f"`calibration:` of a new entry for this checkout (`path: {tmp_path / 'repo'}`) in assets/repos.yaml (this "
+            "checkout has none; with one it goes by the entry's name") in out
     assert "tests/test_b.py: expected" not in out
     assert nightly_plan([*argv, "--json"]) == 0
     plan = json.loads(capsys.readouterr().out)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import types
+
 import pytest
 import yaml
 
@@ -141,7 +143,10 @@ def test_a_held_proposal_is_said_from_the_est_time_in_force_as_nightly_calibrate
     registered = Estimate(test_id="tests/e2e/u.py", hardware="h200", current=3, proposed=3, samples_used=2,
                           reason="x", held=30)
     passed = Estimate(test_id="tests/e2e/v.py", hardware="h200", current=3, proposed=4, samples_used=2, reason="x")
-    lines = held_lines([calibrated, registered, passed])
+    spec = types.SimpleNamespace(name="minirl", path="examples/minirl")
+    night = types.SimpleNamespace(repo_spec=spec, specs=types.SimpleNamespace(repos={"minirl": spec}))
+    lines = held_lines([calibrated, registered, passed], night)
+    assert lines[0].endswith("add it to `accept:` in `calibration:` of repo minirl in assets/repos.yaml to apply it)")
     assert [line.split(" (")[0] for line in lines] == [
         "held for acceptance: tests/e2e/t.py: est_time 10 -> 20",
         "held for acceptance: tests/e2e/u.py: est_time 3 -> 30",
