@@ -53,6 +53,8 @@ def start_tags(night, selection: RunSelection, tags: dict[str, str]) -> dict[str
     out = request_tags(night.deployment.name, selection, [p.name for p in night.deployment.pools])
     if TAG_REASON not in tags or "dagster/parent_run_id" in tags:
         out[TAG_REASON] = launch_reason(tags)
+    else:  # said again so the night's record (its tags) keeps it, whichever way the night came in
+        out[TAG_REASON] = tags[TAG_REASON]
     return out
 
 

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import json
+
 import dagster as dg
 import pytest
 
@@ -47,6 +49,9 @@ def test_a_test_file_added_after_the_code_location_loaded_runs_when_the_sensor_a
             run_config=request.run_config, tags=request.tags, instance=instance, raise_on_error=False)
         assert run.success
         assert _materialized(instance) == {NEW: "passed"}
+    # the night's record says why it ran, as the run's tags do (the sensor's reason, not the UI's default)
+    record = json.loads((location[2] / "nights" / "latest.json").read_text())
+    assert record["tags"]["nightly/reason"] == request.tags["nightly/reason"], record["tags"]
 
 
 @pytest.mark.parametrize("config,said", [
