@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import threading
 from datetime import UTC, datetime
 
 from pipelines.core.model import Attempt
@@ -18,15 +19,29 @@ register_cuda_ci(est_time=1, suite="stage-c-8-gpu-h200", labels=["fnode"])
 
 
 class BrokenNode1:
-    """A stand-in launcher for two local nodes: every test placed on node 1 fails (CUDA error 802)."""
+    """A stand-in launcher for two local nodes: every test placed on node 1 fails (CUDA error 802). A first
+    attempt on node 0 starts only once node 1 has failed twice: node 1 gets two tests whatever the threads'
+    scheduling (a busy machine lets node 0 run all the others while node 1 runs one)."""
 
     name = "stand-in"
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.node1_failed_twice = threading.Event()
+        self.node1_failures = 0
 
     def launch(self, request, on_log=None) -> Attempt:
         node = f"local-h200-{request.node}"
         if node in request.avoid_nodes:
             node = "local-h200-0"
         failed = node == "local-h200-1"
+        if not failed and request.attempt == 1:
+            assert self.node1_failed_twice.wait(60), "node 1 never ran two tests"
+        if failed:
+            with self.lock:
+                self.node1_failures += 1
+                if self.node1_failures >= 2:
+                    self.node1_failed_twice.set()
         return Attempt(request.test.id, "failed" if failed else "passed", 0.1, datetime.now(UTC).isoformat(),
                        request.attempt, node=node, gpu_slots=request.gpu_slots, exit_code=int(failed),
                        timeout_s=request.timeout_s)
