@@ -802,10 +802,31 @@ def test_another_nights_launcher_holding_its_timed_out_tests_gpus_while_it_kills
     assert float(attempt.details["gpu_wait_s"]) >= 2  # A's 1 s timeout and its 2 s grace, past B's 1 s timeout
 
 
-def test_a_holder_that_looks_stray_is_given_time_to_go_before_the_launch_gives_up(tmp_path):
+def _into_the_wait(caplog, after_s: float, act) -> threading.Event:
+    """Call ``act`` ``after_s`` into a launch's wait for GPUs, timed from its first "waiting for GPUs" line
+    (said once the wait's clock runs: give the launcher a short ``gpu_wait_note_s``, and ``caplog`` the
+    launcher's warnings); a timer started before the launch also counted its thread's start and its GPU
+    hold's set-up, on a busy machine a good part of the time. Set the returned event to call it off."""
+    off = threading.Event()
+
+    def run() -> None:
+        deadline = time.monotonic() + 60
+        while "waiting for GPUs" not in caplog.text:
+            if off.wait(0.05) or time.monotonic() > deadline:
+                return
+        if not off.wait(after_s):
+            act()
+
+    threading.Thread(target=run, daemon=True).start()
+    return off
+
+
+def test_a_holder_that_looks_stray_is_given_time_to_go_before_the_launch_gives_up(tmp_path, caplog):
     """A process without the marker holding the GPU past the test's timeout may be a night between
     killing its test and letting go of its locks: the launch gives up only when it still holds it
     ``stray_confirm_s`` later."""
+    import logging
+
     from pipelines.core.model import Pool
 
     repo = _repo(tmp_path, "def execute():\n    pass\n")
@@ -813,15 +834,16 @@ def test_a_holder_that_looks_stray_is_given_time_to_go_before_the_launch_gives_u
     assert lock is not None
     holder = subprocess.Popen(["sleep", "600"], pass_fds=lock.fds)
     lock.release()
-    ends = threading.Timer(1.5, holder.kill)
+    ends = threading.Event()
     try:
-        launcher = LocalLauncher(tmp_path / "state", pools=[Pool("h200", 1, 1)], poll_s=0.05, gpu_recheck_s=0.1,
-                                 stray_confirm_s=3)
-        ends.start()
-        attempt = launcher.launch(_request(repo, tmp_path, timeout_s=1))
+        launcher = LocalLauncher(tmp_path / "state", pools=[Pool("h200", 1, 1)], poll_s=0.05, gpu_wait_note_s=0.05,
+                                 gpu_recheck_s=0.1, stray_confirm_s=3)
+        with caplog.at_level(logging.WARNING, logger="pipelines.launch.local"):
+            ends = _into_the_wait(caplog, 1.5, holder.kill)  # past the 1 s timeout, within the 3 s to confirm
+            attempt = launcher.launch(_request(repo, tmp_path, timeout_s=1))
     finally:
-        ends.cancel()
+        ends.set()
         holder.kill()
         holder.wait()
     assert attempt.outcome == "passed", attempt.reason
-    assert float(attempt.details["gpu_wait_s"]) >= 1.4
+    assert float(attempt.details["gpu_wait_s"]) >= 1.5

@@ -380,8 +380,9 @@ def test_when_too_few_slots_are_free_the_launch_waits_for_one(tmp_path):
     assert out and out[0].outcome == "passed" and out[0].gpu_slots == (0,)
 
 
-def test_a_test_starts_when_its_gpus_are_held_and_the_wait_is_recorded_apart(tmp_path):
+def test_a_test_starts_when_its_gpus_are_held_and_the_wait_is_recorded_apart(tmp_path, caplog):
     """started_at is when the test got its GPUs, not when it began to wait for them (the report's timeline)."""
+    import logging
     import threading
     from datetime import UTC, datetime
 
@@ -391,18 +392,24 @@ def test_a_test_starts_when_its_gpus_are_held_and_the_wait_is_recorded_apart(tmp
     repo = _repo(tmp_path, "def execute():\n    pass\n")
     busy = try_acquire(host_lock_dir(), "h200", 1, [0], 1)  # another night holds the only GPU
     assert busy is not None
-    launcher = LocalLauncher(tmp_path / "state", pools=[Pool("h200", 1, 1)], poll_s=0.05)
+    launcher = LocalLauncher(tmp_path / "state", pools=[Pool("h200", 1, 1)], poll_s=0.05, gpu_wait_note_s=0.05)
     out = []
     t = threading.Thread(target=lambda: out.append(launcher.launch(_request(repo, tmp_path, slots=(0,)))))
-    t.start()
-    time.sleep(1.5)
-    released = datetime.now(UTC).replace(microsecond=0)
-    busy.release()
+    try:
+        with caplog.at_level(logging.WARNING, logger="pipelines.launch.local"):
+            t.start()
+            # the GPUs are let go 1.5 s into the wait: its first "waiting for GPUs" line comes once its clock
+            # runs (a fixed sleep from the thread's start also counted the thread's start and the GPU hold's set-up)
+            assert wait_until(lambda: "waiting for GPUs" in caplog.text), "the launch never waited for its GPUs"
+            time.sleep(1.5)
+            released = datetime.now(UTC).replace(microsecond=0)
+    finally:
+        busy.release()
     t.join(timeout=60)
     attempt = out[0]
     assert attempt.outcome == "passed", tail(attempt.log_path)
     assert datetime.fromisoformat(attempt.started_at) >= released
-    assert float(attempt.details["gpu_wait_s"]) >= 1.4
+    assert float(attempt.details["gpu_wait_s"]) >= 1.5
 
 
 def test_nights_with_different_homes_share_the_hosts_gpu_locks(tmp_path):
