@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import threading
 from datetime import UTC, datetime
 
 from pipelines.core.model import Attempt
@@ -18,15 +19,29 @@ register_cuda_ci(est_time=1, suite="stage-c-8-gpu-h200", labels=["fnode"])
 
 
 class BrokenNode1:
-    """A stand-in launcher for two local nodes: every test placed on node 1 fails (CUDA error 802)."""
+    """A stand-in launcher for two local nodes: every test placed on node 1 fails (CUDA error 802). A first
+    attempt on node 0 starts only once node 1 has failed twice: node 1 gets two tests whatever the threads'
+    scheduling (a busy machine lets node 0 run all the others while node 1 runs one)."""
 
     name = "stand-in"
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.node1_failed_twice = threading.Event()
+        self.node1_failures = 0
 
     def launch(self, request, on_log=None) -> Attempt:
         node = f"local-h200-{request.node}"
         if node in request.avoid_nodes:
             node = "local-h200-0"
         failed = node == "local-h200-1"
+        if not failed and request.attempt == 1:
+            assert self.node1_failed_twice.wait(60), "node 1 never ran two tests"
+        if failed:
+            with self.lock:
+                self.node1_failures += 1
+                if self.node1_failures >= 2:
+                    self.node1_failed_twice.set()
         return Attempt(request.test.id, "failed" if failed else "passed", 0.1, datetime.now(UTC).isoformat(),
                        request.attempt, node=node, gpu_slots=request.gpu_slots, exit_code=int(failed),
                        timeout_s=request.timeout_s)
@@ -73,15 +88,38 @@ def test_a_run_dagster_interrupts_while_it_builds_inputs_is_recorded_as_interrup
 
 
 class Slow:
-    """A stand-in launcher whose tests take 2.5 s: any launcher (local or Kubernetes) is driven alike."""
+    """A stand-in launcher (any launcher, local or Kubernetes, is driven alike) whose two tests run until three
+    still-running lines were said once both had started: the night adds each test to what runs in the test's
+    own thread, so a busy machine may start the second well after the first (a line between says 1 test)."""
 
     name = "stand-in"
+
+    def __init__(self, lines: list[str]):
+        self.lines = lines
+        self.both_started = threading.Barrier(2)
+        self.lock = threading.Lock()
+        self.from_line: int | None = None  # len(lines) once both tests had started
+
+    def checked(self) -> list[str]:
+        """The still-running lines said after both tests started, less the first: the night takes what runs
+        just before it says the line, so the first line said after may have been taken before."""
+        if self.from_line is None:
+            return []
+        return [line for line in self.lines[self.from_line:] if line.startswith("still running")][1:]
 
     def launch(self, request, on_log=None) -> Attempt:
         import time
 
-        time.sleep(2.5)
-        return Attempt(request.test.id, "passed", 2.5, datetime.now(UTC).isoformat(), request.attempt,
+        begun = time.monotonic()
+        self.both_started.wait(timeout=60)
+        with self.lock:
+            if self.from_line is None:
+                self.from_line = len(self.lines)
+        while len(self.checked()) < 3:
+            assert time.monotonic() - begun < 60, f"no 3 still-running lines in 60 s: {self.lines}"
+            time.sleep(0.05)
+        elapsed = time.monotonic() - begun
+        return Attempt(request.test.id, "passed", elapsed, datetime.now(UTC).isoformat(), request.attempt,
                        node=f"local-h200-{request.node}", gpu_slots=request.gpu_slots, exit_code=0,
                        timeout_s=request.timeout_s)
 
@@ -94,9 +132,11 @@ def test_while_tests_run_without_a_finished_line_a_line_says_which_still_run(tmp
     night = Night(NightSettings(home=tmp_path / "home", assets_dir=assets, repo=str(repo), deployment="two"))
     selection = RunSelection(labels=("fnode",))
     lines: list[str] = []
-    list(run_tests(night, night.runset(None, selection), selection, launcher=Slow(), say=lines.append))
+    launcher = Slow(lines)
+    list(run_tests(night, night.runset(None, selection), selection, launcher=launcher, say=lines.append))
     first_done = next(i for i, line in enumerate(lines) if line.startswith("[1/2] "))
-    still = [line for line in lines[:first_done] if line.startswith("still running")]
+    assert launcher.from_line is not None and launcher.from_line <= first_done, lines
+    still = [line for line in lines[launcher.from_line:first_done] if line.startswith("still running")][1:]
     assert len(still) >= 3, lines
     timeout = next(a.timeout_s for a in night.plan(list(night.runset(None, selection).run)).assignments)
     assert timeout < 120  # said in seconds

@@ -754,17 +754,18 @@ def test_a_launch_waits_past_its_timeout_while_another_nights_test_holds_the_gpu
 
 
 _OTHER_NIGHT = """
-import sys
+import json, sys
 from pathlib import Path
 from pipelines.core.model import Pool
 from pipelines.launch.base import LaunchRequest
 from pipelines.launch.local import LocalLauncher
 from tests.conftest import make_test
-tmp = Path(sys.argv[1])
+tmp, timeout_s, kill_grace_s = Path(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3])
 test = make_test(id="tests/test_x.py", path="tests/test_x.py", gpus=1)
-attempt = LocalLauncher(tmp / "state-a", kill_grace_s=2, pools=[Pool("h200", 1, 1)], night="A").launch(LaunchRequest(
-    test=test, repo_path=tmp / "repo", timeout_s=1, log_path=tmp / "logs-a" / "x.log", pool="h200", gpu_slots=(0,)))
-print(attempt.outcome)
+attempt = LocalLauncher(tmp / "state-a", kill_grace_s=kill_grace_s, pools=[Pool("h200", 1, 1)], night="A").launch(
+    LaunchRequest(test=test, repo_path=tmp / "repo", timeout_s=timeout_s, log_path=tmp / "logs-a" / "x.log",
+                  pool="h200", gpu_slots=(0,)))
+print(json.dumps({"outcome": attempt.outcome, "started_at": attempt.started_at, "elapsed_s": attempt.elapsed_s}))
 """
 
 
@@ -773,6 +774,8 @@ def test_another_nights_launcher_holding_its_timed_out_tests_gpus_while_it_kills
     """Night A's test times out and leaves a child that ignores SIGTERM: A keeps the GPU lock for the
     kill's grace with only its own process holding it. Night B (another home, the same host's locks),
     past its own test's timeout, must wait for that night, not call it a stray and give up."""
+    from datetime import datetime
+
     from pipelines.core.model import Pool
 
     repo = _repo(tmp_path, """
@@ -785,27 +788,57 @@ def test_another_nights_launcher_holding_its_timed_out_tests_gpus_while_it_kills
             open("test.pid", "w").write(str(os.getpid()))
             time.sleep(600)
     """)
-    night_a = subprocess.Popen([sys.executable, "-c", _OTHER_NIGHT, str(tmp_path)], cwd=PROJECT_ROOT,
-                               stdout=subprocess.PIPE, text=True, start_new_session=True)
+    # A's timeout leaves its test (two interpreters) time to write test.pid on a busy machine, and B, which
+    # starts waiting then, time to be past its own timeout and stray_confirm_s while A kills its test
+    a_timeout_s, a_grace_s, b_timeout_s, b_confirm_s = 5, 2.0, 1, 0.5
+    night_a = subprocess.Popen([sys.executable, "-c", _OTHER_NIGHT, str(tmp_path), str(a_timeout_s), str(a_grace_s)],
+                               cwd=PROJECT_ROOT, stdout=subprocess.PIPE, text=True, start_new_session=True)
     try:
         _wait_for(repo / "test.pid")
         launcher = LocalLauncher(tmp_path / "state-b", pools=[Pool("h200", 1, 1)], poll_s=0.05, gpu_recheck_s=0.1,
-                                 stray_confirm_s=0.5)
-        attempt = launcher.launch(_request(_repo(tmp_path / "b", "def execute():\n    pass\n"), tmp_path, timeout_s=1))
+                                 stray_confirm_s=b_confirm_s)
+        attempt = launcher.launch(_request(_repo(tmp_path / "b", "def execute():\n    pass\n"), tmp_path,
+                                           timeout_s=b_timeout_s))
         out, _ = night_a.communicate(timeout=60)
     finally:
         if night_a.poll() is None:
             os.killpg(night_a.pid, signal.SIGKILL)
             night_a.wait()
-    assert out.strip() == "timed_out"
+    a = json.loads(out.strip().splitlines()[-1])
+    assert a["outcome"] == "timed_out", out
     assert attempt.outcome == "passed", attempt.reason
-    assert float(attempt.details["gpu_wait_s"]) >= 2  # A's 1 s timeout and its 2 s grace, past B's 1 s timeout
+    # B got the GPU only once A had killed its timed-out test (the child ignoring SIGTERM kept A killing for its
+    # whole grace), and it waited past its own timeout and stray_confirm_s: a B that took A for a stray gave up then
+    a_killed = datetime.fromisoformat(a["started_at"]).timestamp() + a["elapsed_s"] + a_grace_s
+    assert datetime.fromisoformat(attempt.started_at).timestamp() >= a_killed - 0.01, (a, attempt.started_at)
+    assert float(attempt.details["gpu_wait_s"]) > b_timeout_s + b_confirm_s, attempt.details
 
 
-def test_a_holder_that_looks_stray_is_given_time_to_go_before_the_launch_gives_up(tmp_path):
+def _into_the_wait(caplog, after_s: float, act) -> threading.Event:
+    """Call ``act`` ``after_s`` into a launch's wait for GPUs, timed from its first "waiting for GPUs" line
+    (said once the wait's clock runs: give the launcher a short ``gpu_wait_note_s``, and ``caplog`` the
+    launcher's warnings); a timer started before the launch also counted its thread's start and its GPU
+    hold's set-up, on a busy machine a good part of the time. Set the returned event to call it off."""
+    off = threading.Event()
+
+    def run() -> None:
+        deadline = time.monotonic() + 60
+        while "waiting for GPUs" not in caplog.text:
+            if off.wait(0.05) or time.monotonic() > deadline:
+                return
+        if not off.wait(after_s):
+            act()
+
+    threading.Thread(target=run, daemon=True).start()
+    return off
+
+
+def test_a_holder_that_looks_stray_is_given_time_to_go_before_the_launch_gives_up(tmp_path, caplog):
     """A process without the marker holding the GPU past the test's timeout may be a night between
     killing its test and letting go of its locks: the launch gives up only when it still holds it
     ``stray_confirm_s`` later."""
+    import logging
+
     from pipelines.core.model import Pool
 
     repo = _repo(tmp_path, "def execute():\n    pass\n")
@@ -813,15 +846,16 @@ def test_a_holder_that_looks_stray_is_given_time_to_go_before_the_launch_gives_u
     assert lock is not None
     holder = subprocess.Popen(["sleep", "600"], pass_fds=lock.fds)
     lock.release()
-    ends = threading.Timer(1.5, holder.kill)
+    ends = threading.Event()
     try:
-        launcher = LocalLauncher(tmp_path / "state", pools=[Pool("h200", 1, 1)], poll_s=0.05, gpu_recheck_s=0.1,
-                                 stray_confirm_s=3)
-        ends.start()
-        attempt = launcher.launch(_request(repo, tmp_path, timeout_s=1))
+        launcher = LocalLauncher(tmp_path / "state", pools=[Pool("h200", 1, 1)], poll_s=0.05, gpu_wait_note_s=0.05,
+                                 gpu_recheck_s=0.1, stray_confirm_s=3)
+        with caplog.at_level(logging.WARNING, logger="pipelines.launch.local"):
+            ends = _into_the_wait(caplog, 1.5, holder.kill)  # past the 1 s timeout, within the 3 s to confirm
+            attempt = launcher.launch(_request(repo, tmp_path, timeout_s=1))
     finally:
-        ends.cancel()
+        ends.set()
         holder.kill()
         holder.wait()
     assert attempt.outcome == "passed", attempt.reason
-    assert float(attempt.details["gpu_wait_s"]) >= 1.4
+    assert float(attempt.details["gpu_wait_s"]) >= 1.5

@@ -380,8 +380,9 @@ def test_when_too_few_slots_are_free_the_launch_waits_for_one(tmp_path):
     assert out and out[0].outcome == "passed" and out[0].gpu_slots == (0,)
 
 
-def test_a_test_starts_when_its_gpus_are_held_and_the_wait_is_recorded_apart(tmp_path):
+def test_a_test_starts_when_its_gpus_are_held_and_the_wait_is_recorded_apart(tmp_path, caplog):
     """started_at is when the test got its GPUs, not when it began to wait for them (the report's timeline)."""
+    import logging
     import threading
     from datetime import UTC, datetime
 
@@ -391,18 +392,24 @@ def test_a_test_starts_when_its_gpus_are_held_and_the_wait_is_recorded_apart(tmp
     repo = _repo(tmp_path, "def execute():\n    pass\n")
     busy = try_acquire(host_lock_dir(), "h200", 1, [0], 1)  # another night holds the only GPU
     assert busy is not None
-    launcher = LocalLauncher(tmp_path / "state", pools=[Pool("h200", 1, 1)], poll_s=0.05)
+    launcher = LocalLauncher(tmp_path / "state", pools=[Pool("h200", 1, 1)], poll_s=0.05, gpu_wait_note_s=0.05)
     out = []
     t = threading.Thread(target=lambda: out.append(launcher.launch(_request(repo, tmp_path, slots=(0,)))))
-    t.start()
-    time.sleep(1.5)
-    released = datetime.now(UTC).replace(microsecond=0)
-    busy.release()
+    try:
+        with caplog.at_level(logging.WARNING, logger="pipelines.launch.local"):
+            t.start()
+            # the GPUs are let go 1.5 s into the wait: its first "waiting for GPUs" line comes once its clock
+            # runs (a fixed sleep from the thread's start also counted the thread's start and the GPU hold's set-up)
+            assert wait_until(lambda: "waiting for GPUs" in caplog.text), "the launch never waited for its GPUs"
+            time.sleep(1.5)
+            released = datetime.now(UTC).replace(microsecond=0)
+    finally:
+        busy.release()
     t.join(timeout=60)
     attempt = out[0]
     assert attempt.outcome == "passed", tail(attempt.log_path)
     assert datetime.fromisoformat(attempt.started_at) >= released
-    assert float(attempt.details["gpu_wait_s"]) >= 1.4
+    assert float(attempt.details["gpu_wait_s"]) >= 1.5
 
 
 def test_nights_with_different_homes_share_the_hosts_gpu_locks(tmp_path):
@@ -516,22 +523,42 @@ def test_an_environment_the_os_refuses_fails_that_test_only_naming_the_variable(
     assert not list((tmp_path / "state").glob("running/*")), "no running record may say it ran"
 
 
-def test_an_attempt_starts_on_the_timeline_to_the_millisecond_not_the_whole_second(tmp_path):
+def test_an_attempt_starts_on_the_timeline_to_the_millisecond_not_the_whole_second(tmp_path, monkeypatch):
     """started_at was cut to the second: a test started half a second after another was drawn at the
     same second as it (or a whole second later), and a retry on a freed GPU started before the test
     that held it had ended on the report's Gantt chart."""
     import dataclasses
     import threading
+    from datetime import datetime
 
     from pipelines.core.model import Pool
     from pipelines.core.report import build_report
+    from pipelines.launch.gpu_hold import GpuHold
 
     repo = _repo(tmp_path, "import time\n\ndef execute():\n    time.sleep(1.0)\n")
     launcher = LocalLauncher(tmp_path / "state", pools=[Pool("h200", 1, 2)], poll_s=0.05)
-    out, called = {}, {}
+    out: dict = {}
+    # per launch, time.time() as its GPUs were held (GpuHold.wait returned) and as the attempt began to run
+    # on them (LocalLauncher._run, handed started_at): the stamp falls between, whatever the load
+    held_at: dict[str, float] = {}
+    run_at: dict[str, float] = {}
+    current = threading.local()
+    real_wait, real_run = GpuHold.wait, LocalLauncher._run
+
+    def wait(self, *args, **kwargs):
+        held = real_wait(self, *args, **kwargs)
+        held_at[current.name] = time.time()
+        return held
+
+    def run(self, *args, **kwargs):
+        run_at[current.name] = time.time()
+        return real_run(self, *args, **kwargs)
+
+    monkeypatch.setattr(GpuHold, "wait", wait)
+    monkeypatch.setattr(LocalLauncher, "_run", run)
 
     def launch(name: str, slot: int) -> None:
-        called[name] = time.time()
+        current.name = name
         out[name] = launcher.launch(dataclasses.replace(
             _request(repo, tmp_path, slots=(slot,)), log_path=tmp_path / "logs" / f"{name}.log"))
 
@@ -541,8 +568,11 @@ def test_an_attempt_starts_on_the_timeline_to_the_millisecond_not_the_whole_seco
     launch("b", 1)
     first.join(timeout=60)
     assert {a.outcome for a in out.values()} == {"passed"}, [tail(a.log_path) for a in out.values()]
+    started_ms = {name: round(datetime.fromisoformat(a.started_at).timestamp() * 1000) for name, a in out.items()}
+    for name in out:  # to the millisecond (cut to the second, it fell up to 1 s before its GPUs were held)
+        assert int(held_at[name] * 1000) <= started_ms[name] <= int(run_at[name] * 1000), (
+            name, out[name].started_at, held_at[name], run_at[name])
     summary = {"night": "n", "attempts": [dataclasses.asdict(out["a"]), dataclasses.asdict(out["b"])]}
     a, b = build_report(summary).gantt
-    # each started when it held its GPU, a moment after its launch was asked for (cut to the second, the
-    # half second between them read as 0 or 1 s)
-    assert abs((b.start_s - a.start_s) - (called["b"] - called["a"])) < 0.25, (a, b, called)
+    # the report's timeline keeps those milliseconds (the half second between the two, not 0 or 1 s)
+    assert b.start_s - a.start_s == pytest.approx((started_ms["b"] - started_ms["a"]) / 1000, abs=1e-6), (a, b)
