@@ -737,15 +737,15 @@ def test_a_launch_waits_past_its_timeout_while_another_nights_test_holds_the_gpu
     other_night = subprocess.Popen(["sleep", "600"], pass_fds=lock.fds,
                                    env={**os.environ, "NIGHTLY_ATTEMPT_TOKEN": "other-night"})
     lock.release()
-    ends = threading.Timer(3, other_night.kill)  # the other night's test ends 3 s into the wait
+    ends = threading.Event()
     try:
         launcher = LocalLauncher(tmp_path / "state", pools=[Pool("h200", 1, 2)], poll_s=0.05, gpu_wait_note_s=0.2,
                                  gpu_recheck_s=0.2)
         with caplog.at_level(logging.WARNING, logger="pipelines.launch.local"):
-            ends.start()
+            ends = _into_the_wait(caplog, 2.5, other_night.kill)  # the other night's test ends well into the wait
             attempt = launcher.launch(_request(repo, tmp_path, timeout_s=1, slots=(0, 1)))
     finally:
-        ends.cancel()
+        ends.set()
         other_night.kill()
         other_night.wait()
     assert attempt.outcome == "passed", attempt.reason
