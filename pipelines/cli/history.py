@@ -137,7 +137,7 @@ def resolve_repo(repo: str | None) -> tuple[Path, RepoSpec | None, Specs | None]
         raise CatalogError(Problem("assets/repos.yaml", 1, "repos", "no default repo; pass --repo PATH"))
     path = Path(repo).resolve()
     if not path.is_dir():
-        raise CatalogError(Problem(repo, 1, "--repo", "not a directory; pass the framework checkout"))
+        raise CatalogError(Problem(repo, 0, "--repo", "not a directory; pass the framework checkout"))
     return path, None, None
 
 

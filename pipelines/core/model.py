@@ -37,7 +37,9 @@ class Problem:
     message: str
 
     def __str__(self) -> str:
-        return f"{self.path}:{self.line}: {self.field}: {self.message}"
+        # line 0: the path is no file but a flag's value (``--repo /tmp/nosuch``): no line to jump to
+        return f"{self.path}:{self.line}: {self.field}: {self.message}" if self.line else \
+            f"{self.path}: {self.field}: {self.message}"
 
 
 class CatalogError(ValueError):

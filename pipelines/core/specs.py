@@ -309,7 +309,7 @@ class Specs:
             return spec.path, spec
         path = Path(value).resolve()
         if not path.is_dir():
-            raise CatalogError(Problem(str(value), 1, "--repo", (
+            raise CatalogError(Problem(str(value), 0, "--repo", (
                 f"not a folder nor a repo name in {self.root / 'repos.yaml'} (known: {', '.join(sorted(self.repos)) or 'none'})")))
         return path, next((s for s in self.repos.values() if s.path.resolve() == path), None)
 

@@ -405,7 +405,7 @@ def locate_night(store: StateStore, night: str | None = None, warn: Callable[[st
         summary = parse_summary(store.uri(f"runs/{night}.json"), run, lambda: restore_advice(store, f"runs/{night}.json"))
         i = names.index(summary["night"]) if summary.get("night") in names else 0
     else:
-        raise CatalogError(Problem(store.uri("nights"), 1, "--night",
+        raise CatalogError(Problem(store.uri("nights"), 0, "--night",
                                    f"no night or run {night!r}; the newest nights are: {', '.join(names[-5:])}"))
     if repo and not same_repo(summary, repo):
         raise CatalogError(Problem(store.uri(keys[i]), 1, "repo",
@@ -459,7 +459,7 @@ def _newest(read: _Summaries, keys: Sequence[str], repo: str | None,
         seen.add(str(summary.get("repo")))
     if damaged:  # the repo's night may be the damaged one: name it
         raise damaged[0]
-    raise CatalogError(Problem(read.store.uri("nights"), 1, "--repo",
+    raise CatalogError(Problem(read.store.uri("nights"), 0, "--repo",
                                f"no night of repo {repo!r} here; the nights here are of: {', '.join(sorted(seen))}"))
 
 

@@ -967,3 +967,15 @@ def test_a_held_proposal_on_an_unconfigured_checkout_says_how_to_accept_it(tmp_p
     assert (f"add the test to `accept:` in `calibration:` of a new entry for this checkout (`path: {repo}`) in "
             f"assets/repos.yaml (this checkout has none; with one it goes by the entry's name, and its estimates and "
             f"quarantines kept under {unconfigured_name(repo)} stay there") in out, out
+
+
+@pytest.mark.parametrize("command", ["calibrate", "plan", "catalog"])
+def test_a_repo_flag_naming_nothing_is_said_without_a_line_number(tmp_path, command, capsys):
+    """`--repo /tmp/nosuch` was reported as `/tmp/nosuch:1: --repo: ...`, a file and line an editor would open;
+    it is a flag's value: `/tmp/nosuch: --repo: not a folder nor a repo name ...`, exit 2."""
+    from pipelines.cli import main
+
+    missing = tmp_path / "nosuch"
+    assert main([command, "--repo", str(missing)]) == 2
+    err = capsys.readouterr().err
+    assert f"{missing}: --repo: not a folder nor a repo name in " in err and f"{missing}:1:" not in err, err
