@@ -85,6 +85,9 @@ class LogFollower:
         self.lock = threading.Lock()
         self.closed = False
         self.count = 0
+        #: lines the streams brought, those a reopened stream replays (skipped) included: how :meth:`join`
+        #: tells a stream still moving from one that stalled
+        self.received = 0
         #: the timestamp of the last line written and how many written lines carry it: where a
         #: reopened stream picks up
         self.mark: tuple[Stamp, int] | None = None
@@ -148,6 +151,7 @@ class LogFollower:
                                             container=container, follow=True, timestamps=True):
                 if self.closed:
                     break
+                self.received += 1
                 stamp, line = split_stamp(raw)
                 if mark is not None and stamp is not None:
                     if stamp < mark[0] or (stamp == mark[0] and at_mark < mark[1]):
@@ -241,7 +245,8 @@ class LogFollower:
 
     def join(self, timeout_s: float, most_s: float | None = None) -> None:
         """Wait for the stream to end: up to ``timeout_s`` while it brings no line, for as long as it does
-        (a slow link to the kubelet still sending a long log) up to ``most_s`` in all (:data:`JOIN_MOST_S`).
+        (a slow link to the kubelet still sending a long log, or replaying the lines written before a drop)
+        up to ``most_s`` in all (:data:`JOIN_MOST_S`).
         One still open then leaves the log unfinished and writes nothing more. The container has ended, so
         a stream that neither ends nor brings lines is the API's or the connection's doing (a proxy keeping
         it open), never the test's: its outcome is unknown (``unreadable``), not its failure."""
@@ -251,9 +256,9 @@ class LogFollower:
             deadline = started + (JOIN_MOST_S if most_s is None else most_s)
             extended = flowing = False  # lines came during the wait / during its last round
             while True:
-                seen = self.count
+                seen = self.received
                 self.thread.join(max(0.0, min(timeout_s, deadline - time.monotonic())))
-                flowing = self.count != seen
+                flowing = self.received != seen
                 if not self.thread.is_alive() or not flowing or time.monotonic() >= deadline:
                     break
                 extended = True

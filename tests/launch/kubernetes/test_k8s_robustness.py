@@ -221,6 +221,23 @@ def test_a_log_stream_still_bringing_lines_after_the_pod_ended_is_waited_for_and
     assert [(a.outcome, "log_unfinished" in a.details) for a in seen] == [("passed", False)], final.details
 
 
+def test_a_stream_reopened_after_a_drop_replays_the_lines_written_and_is_still_waited_for(tmp_path):
+    """The slow link drops after 40 of 60 lines; the reopened stream replays those 40 (skipped: written
+    already) before the 20 new ones. The replay is the stream moving too: counting only new lines, the wait
+    gave up during it and the pass became infra_error/log_unreadable, a whole GPU test run again."""
+    server = StandInApiServer()
+    server.log_line_delay_s = 0.05
+    server.log_cuts, server.log_cut_after = 1, 40
+    lines_after = tuple(f"step {i}" for i in range(60))
+
+    def script(pod, node):
+        return [Step(mutate=pods.scheduled(node)), Step(mutate=pods.running()),
+                Step(mutate=pods.terminated("Succeeded", 0, "Completed"), logs=lines_after)]
+    final, seen, _, lines = launch(tmp_path, script, server=server, log_join_s=0.5, retries=0)
+    assert lines == list(lines_after)
+    assert [(a.outcome, "log_unfinished" in a.details) for a in seen] == [("passed", False)], final.details
+
+
 def test_a_log_stream_a_proxy_keeps_open_after_the_pod_ended_is_an_infra_error_not_the_tests_failure(tmp_path):
     """Every line came, the container ended, and the stream never ends (a proxy holding it open): what the
     night waited for is the connection's doing, never the test's. The pass was ``failed``, the test's own
