@@ -16,7 +16,7 @@ import os
 import shlex
 import threading
 import uuid
-from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import cached_property
@@ -62,6 +62,20 @@ from pipelines.storage.state import StateStore, state_store
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 log = logging.getLogger(__name__)
+
+
+def unread_tests(catalog: Catalog, repo: Path) -> Callable[[str], bool]:
+    """Whether a test id the catalog lacks is one it could not read, not one that is gone: its file (the id
+    up to ``::``) has a problem; or, in a template catalog with a problem (an entry it skips), the test file
+    is still in the checkout. A deleted file's test is gone."""
+    paths = {p.path for p in catalog.problems}
+    template = catalog.fmt == "template" and bool(paths)
+
+    def unread(test_id: str) -> bool:
+        file = test_id.split("::")[0]
+        return file in paths or (template and (Path(repo) / file).is_file())
+
+    return unread
 
 
 def calibrated_est_time(test: Test, calibrated: dict[str, dict], rewrites: Lineage | None = None) -> int | None:
@@ -868,9 +882,9 @@ class Night:
     def registered_tests(self) -> list[Test]:
         return list(self.registered.tests)
 
-    def unread_files(self) -> set[str]:
-        """The files the catalog could not read (its problems' paths): their tests are missing from it, not gone."""
-        return {p.path for p in self.registered.problems}
+    def unread_files(self) -> Callable[[str], bool]:
+        """Which test ids missing from the catalog it could not read (:func:`unread_tests`)."""
+        return unread_tests(self.registered, self.repo_spec.path)
 
     def estimates(self, tests: list[Test] | None = None) -> list[Estimate]:
         """Proposed est_time per test from history, computed without writing anything; each step is
@@ -918,26 +932,27 @@ class Night:
             self._remove_stale_patch(keys["patch"])
         return estimates, where, left_alone
 
-    def store_estimates(self, tests: list[Test], estimates: list[Estimate], unread: Collection[str] = ()) -> str:
+    def store_estimates(self, tests: list[Test], estimates: list[Estimate],
+                        unread: Callable[[str], bool] | None = None) -> str:
         """Store the proposals the next night plans with (``estimates/<repo>.json``; where it went is
         returned): each test with evidence, with the sha256 of the file they are for, so an edited
         file plans with its own est_time again (:func:`with_calibrated`). A template test has no
         est_time in any file: this is where its calibrated one lives. ``nightly calibrate --write``
         stores its proposals here too.
 
-        ``unread``: the files the catalog could not read this time (its problems' paths). Their tests are
-        not in ``tests``, and their stored estimates stay as they were: a syntax error in one file must
-        not lose what its history says, which the file planned with before and will again once fixed."""
+        ``unread``: whether a test id missing from ``tests`` is one the catalog could not read this time
+        (:func:`unread_tests`): its stored estimate stays as it was: a syntax error in one file (or one
+        template entry) must not lose what its history says, which it planned with before and will again
+        once fixed."""
         sha = {t.id: t.sha256 for t in tests}
         # an estimate in force stays with too few samples while a pass for it is in the window (else
         # calibrate() released it): keeping it is not re-deciding it
         data = {e.test_id: {"est_time": e.proposed, "sha256": sha.get(e.test_id, ""), "hardware": e.hardware}
                 for e in estimates if e.samples_used or e.in_force is not None}
-        if unread:
-            unread = set(unread)
+        if unread is not None:
             earlier, _ = self._stored_calibrated()
-            data.update({tid: entry for tid, entry in earlier.items()
-                         if tid not in sha and tid not in data and tid.split("::")[0] in unread})
+            data.update({tid: entry for tid, entry in earlier.items() if tid not in sha and tid not in data
+                         and unread(tid)})
         return self.state.put(self.calibration_keys()["estimates"], json.dumps(data, indent=1, sort_keys=True))
 
     def _remove_stale_patch(self, key: str) -> None:

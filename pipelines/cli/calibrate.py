@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Collection
+from collections.abc import Callable
 from pathlib import Path
 
 from pipelines.cli import flags
@@ -113,9 +113,12 @@ def run(args: argparse.Namespace) -> int:
         from pipelines.cli.catalog import next_step
 
         return _fail(f"no test in {catalog.repo}: {next_step(catalog, 0, False)}")
-    unread = {p.path for p in catalog.problems}
-    if unread:
-        print(f"nightly calibrate: warning: {len(unread)} file(s) not read (the problems above): their tests are "
+    from pipelines.night import unread_tests
+
+    unread = unread_tests(catalog, path)
+    broken = {p.path for p in catalog.problems}
+    if broken:
+        print(f"nightly calibrate: warning: {len(broken)} file(s) not read (the problems above): their tests are "
               "not calibrated now, and their stored estimates are kept as they were; fix them and calibrate again",
               file=sys.stderr)
     policy, params, note = repo_policy(spec, path, args.policy)
@@ -172,7 +175,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _write_outputs(args: argparse.Namespace, repo: Path, plan, estimates, store, night_repo: tuple,
-                   unread: Collection[str] = ()) -> int:
+                   unread: Callable[[str], bool] | None = None) -> int:
     """The rewrites' record, evidence, patch, the estimates the next night plans with, then the
     checkout. A recorded succession is harmless if the patch is never applied; a patch or rewrite
     without one would make the history stale. A failure stops there, and test files already
@@ -284,7 +287,8 @@ def _in_force(args: argparse.Namespace, repo: str, tests) -> dict[tuple[str, str
     return in_force_est_times(tests, calibrated, night.rewrites_for(tests, calibrated))
 
 
-def _store_estimates(args: argparse.Namespace, repo: str, tests, estimates, unread: Collection[str] = ()) -> int:
+def _store_estimates(args: argparse.Namespace, repo: str, tests, estimates,
+                     unread: Callable[[str], bool] | None = None) -> int:
     """``--write``: the proposals where the next night plans from, as the night's calibration stores
     them (``Night.store_estimates``: the deployment's ``estimates/<repo>.json``, locally or on S3).
     A template test has no est_time literal, so this is the only place its proposal can go.

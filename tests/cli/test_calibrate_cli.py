@@ -388,6 +388,34 @@ def test_write_stores_a_template_test_s_proposal_where_the_next_night_plans_from
     assert night.catalog.by_id()[dpo.id].est_time == 2900  # killed at 2250 s: 1.25 x that, bucketed
 
 
+def test_a_broken_template_entry_keeps_its_tests_stored_estimate(tmp_path, monkeypatch, capsys):
+    """A framework S entry the catalog skips (a bad num_gpus) is reported at the template's line, not at its
+    test file: --write dropped its test's calibrated est_time, which lives only in the estimates file, so the
+    test planned with the template's default again once fixed and timed out. It stays; the other entry's too."""
+    import shutil
+
+    repo = tmp_path / "templaterl"
+    shutil.copytree(Path(__file__).parents[2] / "examples" / "templaterl", repo)
+    monkeypatch.setenv("NIGHTLY_HOME", str(tmp_path / "home"))
+    by_id = history_cli.load_catalog_for(*history_cli.resolve_repo(str(repo))).by_id()
+    now = datetime.now(UTC).isoformat()
+    FileHistoryStore(tmp_path / "home" / "history.sqlite").append([
+        Sample(t.id, t.hardware, t.sha256, "timed_out", 2250, now, source="n1.log:4")
+        for t in (by_id["tests/test_dpo_short.py"], by_id["tests/test_sft_dense.py"])])
+    assert cli("calibrate", "--repo", str(repo), "--write") == 0
+    stored = tmp_path / "home" / "estimates" / f"{unconfigured_name(repo)}.json"
+    before = json.loads(stored.read_text())
+    assert set(before) == {"tests/test_dpo_short.py", "tests/test_sft_dense.py"}
+    template = repo / ".github" / "workflows" / "pr-test.yml.j2"
+    template.write_text(template.read_text().replace("{'test_file': 'test_sft_dense.py', 'enable_eval': '1'}",
+                                                     "{'test_file': 'test_sft_dense.py', 'enable_eval': '1', "
+                                                     "'num_gpus': 'eight'}"))
+    capsys.readouterr()
+    assert cli("calibrate", "--repo", str(repo), "--write") == 0
+    assert ".github/workflows/pr-test.yml.j2:5: num_gpus: " in capsys.readouterr().err
+    assert json.loads(stored.read_text()) == before
+
+
 def test_a_changed_template_entry_makes_its_earlier_samples_stale(tmp_path, monkeypatch, capsys):
     """A run of test_sft_dense with eval on 4 GPUs says nothing about it with eval off on 8: once the entry
     changes, calibration counts that run as stale, as after a file edit; the untouched entries keep theirs."""
