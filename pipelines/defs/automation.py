@@ -46,13 +46,26 @@ WEEKLY_CRON = "0 15 * * 6"
 REFUSED = "not requested, the run would stop before any test (requested on the first tick after the fix)"
 
 
+def still_listed(keys: list[str], night) -> list[str]:
+    """The partition keys the code location listed when it loaded that are still tests now. A request's
+    range must start and end at keys both this code location (loaded hours ago, perhaps) and the run's
+    own fresh load list: a test file deleted since, first or last in sorted order, failed every scheduled
+    night (and each sensor's run) until someone reloaded the location. The run covers every test registered
+    when it starts whatever its range says; the range only has to be valid in both."""
+    try:
+        now = set(night.catalog.by_id()) | set(unloadable_files(night.catalog))
+    except CatalogError:  # the run itself says what is wrong with the repo
+        return keys
+    return [k for k in keys if k in now] or keys
+
+
 def build_schedules(jobs: dict, keys: list[str], deployment: str, pools: list[str]) -> list:
     def cadence_schedule(name: str, cron: str, cadence: str, description: str):
         @dg.schedule(name=name, job=jobs[cadence], cron_schedule=cron, execution_timezone="UTC",
                      description=description)
-        def _schedule(context: dg.ScheduleEvaluationContext):
+        def _schedule(context: dg.ScheduleEvaluationContext, nightly: NightlyResource):
             stamp = context.scheduled_execution_time.strftime("%Y-%m-%dT%H%M")
-            return run_request(keys, RunSelection(cadence=cadence), deployment, pools,
+            return run_request(still_listed(keys, nightly.night()), RunSelection(cadence=cadence), deployment, pools,
                                run_key=f"{cadence}-{stamp}", reason=f"{cadence} schedule")
 
         return _schedule
@@ -212,7 +225,8 @@ def build_sensors(jobs: dict, keys: list[str], deployment: str, pools: list[str]
         if broken:
             context.log.warning("changed test files not run" + _broken(night, changed, set(previous) - set(shas)))
         unloaded = f"registration does not load (reported failed): {', '.join(broken)}; " if broken else ""
-        return run_request(keys, RunSelection(tests=ids), deployment, pools, run_key=f"changed-{contents}-{at}",
+        return run_request(still_listed(keys, night), RunSelection(tests=ids), deployment, pools,
+                           run_key=f"changed-{contents}-{at}",
                            reason=f"{unloaded}test file changed: {', '.join(ids)}"[:255])
 
     @dg.sensor(name="infra_change_backfill", job=jobs["tests"], minimum_interval_seconds=300,
@@ -251,7 +265,8 @@ def build_sensors(jobs: dict, keys: list[str], deployment: str, pools: list[str]
             if not runnable[pool]:  # its run would fail with nothing to run, every partition painted Failed
                 idle.append(f"no nightly test runs on pool {pool} ({'; '.join(what)})")
                 continue
-            requests.append(run_request(keys, RunSelection(cadence="nightly", pools=(pool,)), deployment, pools,
+            requests.append(run_request(still_listed(keys, night), RunSelection(cadence="nightly", pools=(pool,)),
+                                        deployment, pools,
                                         run_key=f"infra-{pool}-{fingerprint(now[pool])}-{at}",
                                         reason=f"infra change on {pool}: {'; '.join(what)}"))
         if not requests:

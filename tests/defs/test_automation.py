@@ -86,6 +86,29 @@ def test_the_nightly_schedule_requests_one_run_with_the_nightly_selection(setup)
     assert request.tags["dagster/asset_partition_range_start"] == FIRST
 
 
+def test_the_schedule_still_runs_once_the_last_test_file_was_deleted_after_the_location_loaded(setup):
+    """The code location (hours old) lists a test file deleted since, last in sorted order: the schedule's
+    range ended at it, and the run (its worker loads the location afresh) failed before any test, every night,
+    until someone reloaded. The range now ends at the last test both list; the night runs."""
+    defs, resource, repo, _ = setup
+    schedule = defs.resolve_schedule_def("nightly_schedule")
+    keys = defs.resolve_assets_def("test_runs").partitions_def.get_partition_keys()
+    last = keys[-1].split("::")[0]
+    (repo / last).unlink()
+    ctx = dg.build_schedule_context(scheduled_execution_time=__import__("datetime").datetime(2026, 12, 3, 15),
+                                    resources={"nightly": resource})
+    [request] = schedule.evaluate_tick(ctx).run_requests
+    end = request.tags["dagster/asset_partition_range_end"]
+    assert end in keys and not end.startswith(last), end  # both the old location and the run's own list it
+    fresh = build_definitions(nightly=resource)  # what the run worker loads
+    assert end in fresh.resolve_assets_def("test_runs").partitions_def.get_partition_keys()
+    with dg.instance_for_test() as instance:
+        run = fresh.resolve_job_def("nightly").execute_in_process(
+            run_config=request.run_config, tags=request.tags, instance=instance, raise_on_error=False)
+        assert not [e for e in run.all_events if e.event_type_value == "RESOURCE_INIT_FAILURE"]
+        assert [e for e in run.all_events if e.event_type_value == "STEP_START"]
+
+
 def _failed_run(instance, kind: str):
     """A real failed run: a job of that name, or an asset launch whose selection holds test_runs."""
     @dg.op
