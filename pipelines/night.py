@@ -64,11 +64,13 @@ PROJECT_ROOT = Path(__file__).resolve().parents[1]
 log = logging.getLogger(__name__)
 
 
-def unread_tests(catalog: Catalog, repo: Path) -> Callable[[str], bool]:
+def unread_tests(catalog: Catalog, repo: Path) -> Callable[[str], bool] | None:
     """Whether a test id the catalog lacks is one it could not read, not one that is gone: its file (the id
     up to ``::``) has a problem; or, in a template catalog with a problem (an entry it skips), the test file
-    is still in the checkout. A deleted file's test is gone."""
+    is still in the checkout. A deleted file's test is gone. None: the catalog read everything."""
     paths = {p.path for p in catalog.problems}
+    if not paths:
+        return None
     template = catalog.fmt == "template" and bool(paths)
 
     def unread(test_id: str) -> bool:
@@ -882,7 +884,7 @@ class Night:
     def registered_tests(self) -> list[Test]:
         return list(self.registered.tests)
 
-    def unread_files(self) -> Callable[[str], bool]:
+    def unread_files(self) -> Callable[[str], bool] | None:
         """Which test ids missing from the catalog it could not read (:func:`unread_tests`)."""
         return unread_tests(self.registered, self.repo_spec.path)
 
@@ -950,7 +952,10 @@ class Night:
         data = {e.test_id: {"est_time": e.proposed, "sha256": sha.get(e.test_id, ""), "hardware": e.hardware}
                 for e in estimates if e.samples_used or e.in_force is not None}
         if unread is not None:
-            earlier, _ = self._stored_calibrated()
+            try:
+                earlier, _ = self._stored_calibrated()
+            except CatalogError:  # a corrupt estimates file keeps nothing: this calibration writes it again
+                earlier = {}
             data.update({tid: entry for tid, entry in earlier.items() if tid not in sha and tid not in data
                          and unread(tid)})
         return self.state.put(self.calibration_keys()["estimates"], json.dumps(data, indent=1, sort_keys=True))
