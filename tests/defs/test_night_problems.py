@@ -27,7 +27,8 @@ def test_a_scheduled_night_with_a_broken_registration_records_the_problem_and_it
     defs = build_definitions(nightly=nightly)
     with dg.instance_for_test() as instance:
         tick = defs.get_schedule_def("nightly_schedule").evaluate_tick(dg.build_schedule_context(
-            instance=instance, scheduled_execution_time=datetime(2026, 12, 7, 15, tzinfo=UTC)))
+            instance=instance, scheduled_execution_time=datetime(2026, 12, 7, 15, tzinfo=UTC),
+            resources={"nightly": nightly}))  # as the daemon gives it the definitions' resources
         [request] = tick.run_requests
         night = defs.resolve_job_def("nightly").execute_in_process(
             run_config=request.run_config, tags=request.tags, instance=instance, raise_on_error=False)
