@@ -71,7 +71,7 @@ def unread_tests(catalog: Catalog, repo: Path) -> Callable[[str], bool] | None:
     paths = {p.path for p in catalog.problems}
     if not paths:
         return None
-    template = catalog.fmt == "template" and bool(paths)
+    template = catalog.fmt == "template"
 
     def unread(test_id: str) -> bool:
         file = test_id.split("::")[0]
@@ -884,10 +884,6 @@ class Night:
     def registered_tests(self) -> list[Test]:
         return list(self.registered.tests)
 
-    def unread_files(self) -> Callable[[str], bool] | None:
-        """Which test ids missing from the catalog it could not read (:func:`unread_tests`)."""
-        return unread_tests(self.registered, self.repo_spec.path)
-
     def estimates(self, tests: list[Test] | None = None) -> list[Estimate]:
         """Proposed est_time per test from history, computed without writing anything; each step is
         judged from the est_time in force (the estimates file as it is now, see ``in_force``)."""
@@ -927,7 +923,8 @@ class Night:
         diff, left_alone = recorded_patch(self.history, self.repo_spec.path, tests, estimates)
         where = {
             "evidence": self.state.put(keys["evidence"], evidence_csv(estimates)),
-            "estimates": self.store_estimates(tests, estimates, unread=self.unread_files()),
+            "estimates": self.store_estimates(tests, estimates,
+                                              unread=unread_tests(self.registered, self.repo_spec.path)),
             "patch": self.state.put(keys["patch"], diff) if diff is not None else "",
         }
         if diff is None:

@@ -54,8 +54,13 @@ def timeout_warnings(plan: Plan, advice: Mapping[str, str] | None = None) -> lis
     """Tests whose expected duration (the median of their history) is past their timeout: the runner will
     kill them there every night until est_time is raised (the plan counts them up to the timeout).
     ``advice``: what raises it, per test (:func:`timeout_advice`); without one, `nightly calibrate`."""
-    return [f"warning: {w['test_id']}: expected {w['expected_s']:.0f} s > timeout {w['timeout_s']} s: will time out; "
-            f"{w['advice']}" for w in will_time_out(plan, advice)]
+    return [timeout_line(w) for w in will_time_out(plan, advice)]
+
+
+def timeout_line(w: Mapping) -> str:
+    """The warning for one of :func:`will_time_out`'s tests."""
+    return (f"warning: {w['test_id']}: expected {w['expected_s']:.0f} s > timeout {w['timeout_s']} s: will time out; "
+            f"{w['advice']}")
 
 
 def will_time_out(plan: Plan, advice: Mapping[str, str] | None = None) -> list[dict]:
@@ -78,6 +83,12 @@ def calibration_where(name: str, path, configured: bool) -> str:
             "stay there: `nightly calibrate --write` brings the estimates back from history)")
 
 
+def night_calibration_where(night) -> str:
+    """:func:`calibration_where` of the night's repo."""
+    spec = night.repo_spec
+    return calibration_where(spec.name, spec.path, spec.name in night.specs.repos)
+
+
 def timeout_advice(night, plan: Plan, registered: Mapping[str, Test]) -> dict[str, str]:
     """What lengthens the timeout of each test :func:`timeout_warnings` names, from what `nightly calibrate`
     would propose for it (the same policy, history and est_time in force): `nightly calibrate` only where
@@ -96,7 +107,7 @@ def timeout_advice(night, plan: Plan, registered: Mapping[str, Test]) -> dict[st
     estimates = calibrate(tests, night.history_at_start, spec.policy, spec.policy_params,
                           successions=successions(night.history), in_force=night.in_force(tests))
     raises = bool(spec.policy_params.get("raise_on_timeout"))
-    where = calibration_where(spec.name, spec.path, spec.name in night.specs.repos)
+    where = night_calibration_where(night)
     by_id = {t.id: t for t in tests}
     out = {}
     for e in estimates:
@@ -161,8 +172,8 @@ def plan_json(plan: Plan, pools, tests: dict[str, Test], skipped, catalog: Catal
         "skipped": [{"test_id": t.id, "reason": why} for t, why in skipped],
         "problems": [str(p) for p in catalog.problems],
         "left_out": [{"test_id": t.id, "reason": why} for t, why in left_out],
-        "will_time_out": will_time_out(plan, advice),
-        "warnings": [*warnings, *timeout_warnings(plan, advice)],
+        "will_time_out": (late := will_time_out(plan, advice)),
+        "warnings": [*warnings, *map(timeout_line, late)],
     }
     if static:
         sh, splan = static.shards, static.plan

@@ -462,10 +462,9 @@ def verdict_lines(summary: dict, store=None) -> list[str]:
 def held_lines(estimates, night) -> list[str]:
     """One line per proposal the step guard held, from the est_time the night planned with (the
     calibrated one in force, else the registered one), as `nightly calibrate` says it."""
-    from pipelines.cli.plan_view import calibration_where
+    from pipelines.cli.plan_view import night_calibration_where
 
-    spec = night.repo_spec
-    where = calibration_where(spec.name, spec.path, spec.name in night.specs.repos)
+    where = night_calibration_where(night)
     return [f"held for acceptance: {e.test_id}: est_time {e.baseline} -> {e.held} (more than max_step_factor in "
             f"one step; add it to `accept:` in {where} to apply it)"
             for e in estimates if e.held is not None]

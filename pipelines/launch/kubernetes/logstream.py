@@ -254,7 +254,7 @@ class LogFollower:
         if self.thread is not None:
             started = time.monotonic()
             deadline = started + (JOIN_MOST_S if most_s is None else most_s)
-            extended = flowing = False  # lines came during the wait / during its last round
+            extended = False  # lines came during the wait (``flowing``: during its last round)
             while True:
                 seen = self.received
                 self.thread.join(max(0.0, min(timeout_s, deadline - time.monotonic())))
