@@ -358,16 +358,22 @@ def test_another_policy_keeps_the_repo_s_accept_list_and_guards(repo, tmp_path, 
            "of repo fw in assets/repos.yaml to apply it): none" in out
 
 
-def test_write_stores_a_template_test_s_proposal_where_the_next_night_plans_from(tmp_path, monkeypatch, capsys):
-    """A framework S test has no est_time literal: --write keeps its proposal in the estimates file."""
+def _templaterl(tmp_path, monkeypatch) -> tuple[Path, dict]:
+    """A copy of the framework S example (its tests listed by a workflow template), with a home of its own;
+    its catalog by test id."""
     import shutil
-
-    from pipelines.night import Night, NightSettings
 
     repo = tmp_path / "templaterl"
     shutil.copytree(Path(__file__).parents[2] / "examples" / "templaterl", repo)
     monkeypatch.setenv("NIGHTLY_HOME", str(tmp_path / "home"))
-    by_id = history_cli.load_catalog_for(*history_cli.resolve_repo(str(repo))).by_id()
+    return repo, history_cli.load_catalog_for(*history_cli.resolve_repo(str(repo))).by_id()
+
+
+def test_write_stores_a_template_test_s_proposal_where_the_next_night_plans_from(tmp_path, monkeypatch, capsys):
+    """A framework S test has no est_time literal: --write keeps its proposal in the estimates file."""
+    from pipelines.night import Night, NightSettings
+
+    repo, by_id = _templaterl(tmp_path, monkeypatch)
     dpo = by_id["tests/test_dpo_short.py"]
     FileHistoryStore(tmp_path / "home" / "history.sqlite").append([Sample(
         dpo.id, dpo.hardware, dpo.sha256, "timed_out", 2250, datetime.now(UTC).isoformat(), source="n1.log:4")])
@@ -392,12 +398,7 @@ def test_a_broken_template_entry_keeps_its_tests_stored_estimate(tmp_path, monke
     """A framework S entry the catalog skips (a bad num_gpus) is reported at the template's line, not at its
     test file: --write dropped its test's calibrated est_time, which lives only in the estimates file, so the
     test planned with the template's default again once fixed and timed out. It stays; the other entry's too."""
-    import shutil
-
-    repo = tmp_path / "templaterl"
-    shutil.copytree(Path(__file__).parents[2] / "examples" / "templaterl", repo)
-    monkeypatch.setenv("NIGHTLY_HOME", str(tmp_path / "home"))
-    by_id = history_cli.load_catalog_for(*history_cli.resolve_repo(str(repo))).by_id()
+    repo, by_id = _templaterl(tmp_path, monkeypatch)
     now = datetime.now(UTC).isoformat()
     FileHistoryStore(tmp_path / "home" / "history.sqlite").append([
         Sample(t.id, t.hardware, t.sha256, "timed_out", 2250, now, source="n1.log:4")
@@ -419,12 +420,7 @@ def test_a_broken_template_entry_keeps_its_tests_stored_estimate(tmp_path, monke
 def test_a_changed_template_entry_makes_its_earlier_samples_stale(tmp_path, monkeypatch, capsys):
     """A run of test_sft_dense with eval on 4 GPUs says nothing about it with eval off on 8: once the entry
     changes, calibration counts that run as stale, as after a file edit; the untouched entries keep theirs."""
-    import shutil
-
-    repo = tmp_path / "templaterl"
-    shutil.copytree(Path(__file__).parents[2] / "examples" / "templaterl", repo)
-    monkeypatch.setenv("NIGHTLY_HOME", str(tmp_path / "home"))
-    by_id = history_cli.load_catalog_for(*history_cli.resolve_repo(str(repo))).by_id()
+    repo, by_id = _templaterl(tmp_path, monkeypatch)
     now = datetime.now(UTC).isoformat()
     FileHistoryStore(tmp_path / "home" / "history.sqlite").append([
         Sample(t.id, t.hardware, t.sha256, "passed", 100, now, source=f"n1.log:{i}")
